@@ -1,0 +1,69 @@
+"""Shared configuration pieces. Every task config starts from `get_config()` here."""
+
+import ml_collections
+
+
+def position_config(kind: str = 'rope') -> ml_collections.ConfigDict:
+  """`config.model.position`: the scheme and each scheme's own fields."""
+  return ml_collections.ConfigDict({
+      'kind': kind,
+      'max_length': 2048,  # learned: rows in the table.
+      'base': 10000.0,  # sinusoidal: frequency base.
+      'rope': {'base': 10000.0},
+  })
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.data = ml_collections.ConfigDict({
+      'name': 'shakespeare',  # An embedded dataset or any TFDS dataset name (e.g. 'lm1b').
+      'data_dir': '',  # Default: $ROFORMER_DATA_DIR or ~/.cache/roformer/tfds.
+      'text_key': 'text',
+      'splits': {},  # Optional renames, e.g. {'validation': 'test'} for datasets without one.
+      'vocab_size': 4096,
+      'seq_len': 256,
+      'shuffle_window': 512,  # Chunks shuffled in a window so one batch mixes documents.
+  })
+
+  c.model = ml_collections.ConfigDict({
+      'type': 'causal_lm',
+      'vocab_size': 4096,  # Set from the tokenizer.
+      'num_layers': 4,
+      'd_model': 256,
+      'num_heads': 4,
+      'd_ff': 1024,
+      'dropout': 0.0,
+      'dtype': 'float32',
+      'attention_impl': 'einsum',  # 'einsum' (CPU, every scheme), 'xla' or 'cudnn'.
+      'position': position_config('rope'),
+  })
+
+  c.train = ml_collections.ConfigDict({
+      'batch_size': 8,  # Global, across all devices and processes.
+      'steps': 600,
+      'learning_rate': 1e-3,
+      'warmup_steps': 60,
+      'schedule': 'cosine',  # 'cosine' or 'rsqrt'.
+      'end_lr_fraction': 0.1,
+      'weight_decay': 0.1,
+      'b1': 0.9,
+      'b2': 0.98,
+      'grad_clip': 1.0,
+      'log_every': 25,
+      'eval_every': 100,
+      'eval_batches': -1,  # -1: the whole validation split.
+      'checkpoint_every': 200,
+      'max_to_keep': 3,
+  })
+
+  c.eval = ml_collections.ConfigDict({
+      'length_multipliers': [1, 2, 4],
+      'batch_size': 8,
+      'max_batches': -1,
+  })
+
+  # Mesh axis sizes; -1 takes the remaining devices. Every axis exists (size 1 if unused).
+  c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1})
+  return c

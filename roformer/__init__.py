@@ -1,0 +1,1 @@
+"""roformer: a JAX/Flax codebase for studying how Transformers encode position."""

@@ -1,0 +1,62 @@
+"""Orbax checkpointing of the train state together with the data iterator's position."""
+
+import os
+
+import grain
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+  """Saves {'state': train state, 'data': grain iterator state} per step; async, max_to_keep."""
+
+  def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True):
+    self.directory = os.path.abspath(directory)  # Orbax needs absolute paths.
+    self.manager = ocp.CheckpointManager(
+        self.directory,
+        item_handlers={'state': ocp.StandardCheckpointHandler(),
+                       'data': grain.checkpoint.CheckpointHandler()},
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save))
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self.manager.all_steps())
+
+  def save(self, step: int, state, data_iterator=None) -> None:
+    items = {'state': ocp.args.StandardSave(state)}
+    if data_iterator is not None:
+      items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
+    self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+  def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
+    """Shapes of the saved parameters, keyed by '/'-joined path, read from metadata only."""
+    meta = self.manager.item_metadata(step)['state']
+    meta = getattr(meta, 'tree', meta)
+    shapes = {}
+
+    def walk(node, prefix):
+      if isinstance(node, dict):
+        for k, v in node.items():
+          walk(v, f'{prefix}/{k}' if prefix else str(k))
+      elif hasattr(node, 'shape'):
+        shapes[prefix] = tuple(node.shape)
+
+    walk(meta.get('params', {}), '')
+    return shapes
+
+  def restore(self, step: int, abstract_state, data_iterator=None):
+    """Restores onto `abstract_state`'s shapes and shardings (any mesh); also rewinds the data
+    iterator in place when given."""
+    items = {'state': ocp.args.StandardRestore(abstract_state)}
+    if data_iterator is not None:
+      items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
+    return self.manager.restore(step, args=ocp.args.Composite(**items))['state']
+
+  def wait(self) -> None:
+    self.manager.wait_until_finished()
+
+  def close(self) -> None:
+    self.manager.wait_until_finished()
+    self.manager.close()

@@ -1,0 +1,96 @@
+"""Config checks (before anything is built or compiled) and the workdir's saved config."""
+
+import json
+import os
+
+import ml_collections
+
+from roformer import attention
+from roformer import errors
+from roformer import positions
+
+SCHEDULES = ('cosine', 'rsqrt')
+
+
+def _positive_int(value, name):
+  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    raise errors.ConfigError(f'{name}={value!r} must be a positive integer.')
+
+
+def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
+             process_count: int = 1) -> None:
+  """Raises ValueError naming the offending field and the fix."""
+  m, t, d = config.model, config.train, config.data
+  for name in ('num_layers', 'd_model', 'num_heads', 'd_ff'):
+    _positive_int(m[name], f'config.model.{name}')
+  for name in ('batch_size', 'steps', 'log_every', 'eval_every', 'checkpoint_every',
+               'max_to_keep'):
+    _positive_int(t[name], f'config.train.{name}')
+  _positive_int(d.seq_len, 'config.data.seq_len')
+  _positive_int(d.vocab_size, 'config.data.vocab_size')
+  if d.vocab_size < 16:
+    raise errors.ConfigError(f'config.data.vocab_size={d.vocab_size} is too small (>= 16).')
+  if m.d_model % m.num_heads:
+    raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
+                     f'config.model.num_heads={m.num_heads}. Fix: change one of them.')
+  if not 0.0 <= m.dropout < 1.0:
+    raise errors.ConfigError(f'config.model.dropout={m.dropout} must be in [0, 1).')
+  if m.attention_impl not in attention.IMPLEMENTATIONS:
+    raise errors.ConfigError(f'config.model.attention_impl={m.attention_impl!r} is unknown. Fix: one of '
+                     f'{attention.IMPLEMENTATIONS}.')
+  if m.dtype not in ('float32', 'bfloat16', 'float16'):
+    raise errors.ConfigError(f'config.model.dtype={m.dtype!r}: use float32, bfloat16 or float16.')
+  if t.schedule not in SCHEDULES:
+    raise errors.ConfigError(f'config.train.schedule={t.schedule!r} is unknown. Fix: one of {SCHEDULES}.')
+  if t.learning_rate <= 0 or t.warmup_steps < 0:
+    raise errors.ConfigError('config.train.learning_rate must be > 0 and config.train.warmup_steps >= 0.')
+  positions.validate(m, d.seq_len)
+  for mult in config.eval.length_multipliers:
+    _positive_int(mult, 'config.eval.length_multipliers[]')
+  if num_data_parallel is not None:
+    for name, batch in (('train.batch_size', t.batch_size),
+                        ('eval.batch_size', config.eval.batch_size)):
+      if batch % num_data_parallel or batch % process_count:
+        raise errors.ConfigError(
+            f'config.{name}={batch} is not divisible by the data-parallel size '
+            f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
+            f'use a multiple of {num_data_parallel * process_count}.')
+
+
+def save(config: ml_collections.ConfigDict, workdir: str) -> None:
+  path = os.path.join(workdir, 'config.json')
+  tmp = path + '.tmp'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(config.to_json(indent=2, sort_keys=True))
+  os.replace(tmp, path)
+
+
+def load(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
+                            'workdir. Fix: point --workdir at a directory made by train.py.')
+  with open(path, encoding='utf-8') as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def _as_dict(value):
+  if hasattr(value, 'to_dict'):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: _as_dict(v) for k, v in value.items()}
+  return value
+
+
+def differences(a, b, prefix='') -> list[str]:
+  """Fields whose values differ between two configs (as nested dicts)."""
+  a, b = _as_dict(a), _as_dict(b)
+  out = []
+  for key in sorted(set(a) | set(b)):
+    va, vb = a.get(key), b.get(key)
+    name = f'{prefix}.{key}' if prefix else key
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += differences(va, vb, name)
+    elif va != vb and not (isinstance(va, (list, tuple)) and list(va) == list(vb or [])):
+      out.append(f'{name}: {va!r} vs {vb!r}')
+  return out

@@ -1,0 +1,366 @@
+"""Train state, pure train/eval steps, evaluation and the training loop.
+
+The train state is a plain dict {'params', 'opt_state', 'step'}; the step is a pure function of it
+and a batch, jitted once with explicit shardings over the mesh and donating the old state.
+"""
+
+import functools
+import logging
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import errors
+from roformer import metrics as metrics_lib
+from roformer import models
+from roformer import positions as positions_lib
+from roformer import sharding
+from roformer.data import pipeline
+from roformer.data import tokenizer as tokenizer_lib
+
+log = logging.getLogger('roformer')
+
+# Fields that must not change when a run resumes from an existing workdir.
+_FIXED_ON_RESUME = ('model', 'data.name', 'data.text_key', 'data.vocab_size', 'data.seq_len')
+
+
+# ------------------------------------------------------------------------------ optimization
+
+
+def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
+  """Linear warmup to the peak learning rate, then cosine decay (to end_lr_fraction of the
+  peak at the last step) or reciprocal-square-root decay."""
+  peak, warmup = tc.learning_rate, tc.warmup_steps
+  warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
+  if tc.schedule == 'cosine':
+    decay = optax.cosine_decay_schedule(peak, max(tc.steps - warmup, 1), alpha=tc.end_lr_fraction)
+  else:
+    decay = lambda s: peak * jnp.sqrt(max(warmup, 1) / (s + max(warmup, 1)))
+  return optax.join_schedules([warm, decay], [warmup])
+
+
+def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """AdamW with global-norm clipping; weight decay on matrices only (not biases or norms)."""
+  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+  return optax.chain(
+      optax.clip_by_global_norm(tc.grad_clip),
+      optax.adamw(make_schedule(tc), b1=tc.b1, b2=tc.b2, weight_decay=tc.weight_decay,
+                  mask=decay_mask))
+
+
+# ------------------------------------------------------------------------------ steps
+
+
+def lm_sums(model, batch, key=None) -> dict[str, jax.Array]:
+  """Summed next-token cross-entropy and correct predictions over non-padding targets."""
+  logits = model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key)
+  weights = (batch['targets_segment_ids'] > 0).astype(jnp.float32)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['targets'])
+  correct = (jnp.argmax(logits, -1) == batch['targets']).astype(jnp.float32)
+  return {'loss_sum': (ce * weights).sum(), 'correct': (correct * weights).sum(),
+          'weight': weights.sum()}
+
+
+def train_step(state, batch, *, graphdef, tx, schedule, dropout_seed):
+  """One optimizer update. Dropout keys derive from (seed, step), never from the data."""
+  key = jax.random.fold_in(jax.random.key(dropout_seed), state['step'])
+
+  def loss_fn(params):
+    sums = lm_sums(nnx.merge(graphdef, params), batch, key)
+    return sums['loss_sum'] / jnp.maximum(sums['weight'], 1.0), sums
+
+  grads, sums = jax.grad(loss_fn, has_aux=True)(state['params'])
+  updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
+  params = optax.apply_updates(state['params'], updates)
+  weight = jnp.maximum(sums['weight'], 1.0)
+  metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
+             'grad_norm': optax.global_norm(grads), 'learning_rate': schedule(state['step']),
+             'tokens': sums['weight']}
+  return {'params': params, 'opt_state': opt_state, 'step': state['step'] + 1}, metrics
+
+
+def eval_step(params, batch, *, graphdef):
+  return lm_sums(nnx.merge(graphdef, params), batch)
+
+
+# ------------------------------------------------------------------------------ state
+
+
+class Trainer:
+  """Everything a run needs that follows from (config, mesh): model graph, optimizer, jitted
+  steps, and the state's shardings."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh):
+    self.config, self.mesh = config, mesh
+    with jax.set_mesh(mesh):
+      abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
+    self.graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    self.tx = make_optimizer(config.train)
+    self.schedule = make_schedule(config.train)
+    replicated = sharding.replicated(mesh)
+    abstract = {'params': abstract_params,
+                'opt_state': jax.eval_shape(self.tx.init, abstract_params),
+                'step': jax.ShapeDtypeStruct((), jnp.int32)}
+    self.state_shardings = jax.tree.map(lambda _: replicated, abstract)
+    self.abstract_state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
+        self.state_shardings)
+    batch_sharding = sharding.batch_sharding(mesh)
+    self.train_step = jax.jit(
+        functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
+                          schedule=self.schedule, dropout_seed=config.seed + 1),
+        in_shardings=(self.state_shardings, batch_sharding),
+        out_shardings=(self.state_shardings, replicated), donate_argnums=0)
+    self.eval_step = jax.jit(
+        functools.partial(eval_step, graphdef=self.graphdef),
+        in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated)
+
+  def init_state(self):
+    def init():
+      params = nnx.state(models.create(self.config.model, seed=self.config.seed), nnx.Param)
+      return {'params': params, 'opt_state': self.tx.init(params), 'step': jnp.int32(0)}
+    with jax.set_mesh(self.mesh):
+      return jax.jit(init, out_shardings=self.state_shardings)()
+
+  def num_params(self) -> int:
+    return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.abstract_state['params']))
+
+
+def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches: int = -1):
+  """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches."""
+  totals = None
+  for i, batch in enumerate(dataset):
+    if 0 <= max_batches <= i:
+      break
+    sums = trainer.eval_step(params, sharding.put_batch(
+        pipeline.pad_batch(batch, batch_size // jax.process_count()), trainer.mesh))
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  if totals is None:
+    raise errors.ConfigError('the evaluation split produced no batches. Fix: check config.data.splits.')
+  totals = jax.device_get(totals)
+  loss = float(totals['loss_sum'] / max(totals['weight'], 1.0))
+  return {'loss': loss, 'accuracy': float(totals['correct'] / max(totals['weight'], 1.0)),
+          'perplexity': metrics_lib.perplexity(loss), 'tokens': float(totals['weight'])}
+
+
+# ------------------------------------------------------------------------------ data
+
+
+def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS):
+  """Opens the dataset's splits and tokenizer; sets config.model.vocab_size from it."""
+  sources = pipeline.load_sources(config.data, splits=splits)
+  tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
+      iter(sources.values())))
+  with config.unlocked():
+    config.model.vocab_size = tokenizer.vocab_size
+  return sources, tokenizer
+
+
+def lm_batches(config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
+  return pipeline.lm_dataset(
+      source, tokenizer, text_key=config.data.text_key, seq_len=seq_len or config.data.seq_len,
+      batch_size=(batch_size or config.train.batch_size) // jax.process_count(),
+      shuffle=train, repeat=train, seed=config.seed, shard_index=jax.process_index(),
+      shard_count=jax.process_count(), shuffle_window=config.data.shuffle_window if train else 0)
+
+
+# ------------------------------------------------------------------------------ the loop
+
+
+def _check_workdir(config, workdir, ckpt_step):
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
+  if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
+    return
+  saved = config_lib.load(workdir)
+  diffs = []
+  for field in _FIXED_ON_RESUME:
+    a, b = saved, config
+    for part in field.split('.'):
+      a, b = a.get(part), b.get(part)
+    diffs += config_lib.differences({field: a}, {field: b})
+  diffs = [d for d in diffs if not d.startswith('model.vocab_size')]
+  if diffs:
+    raise errors.ConfigError(
+        f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
+        f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
+        'same config to resume.')
+
+
+def _fmt_time(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  return f'{seconds // 3600}h{seconds // 60 % 60:02d}m' if seconds >= 3600 else (
+      f'{seconds // 60}m{seconds % 60:02d}s')
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       stop_at: int | None = None) -> dict:
+  """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
+  validation split; returns the last train and eval metrics. With `stop_at`, the run
+  checkpoints and returns after that step, as if interrupted."""
+  workdir = os.path.abspath(workdir)
+  mesh = sharding.make_mesh(config.mesh)
+  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  existing = checkpoint_lib.Checkpointer(ckpt_dir).latest_step() if os.path.isdir(
+      ckpt_dir) else None
+  _check_workdir(config, workdir, existing)
+
+  sources, tokenizer = setup_data(config, splits=('train', 'validation'))
+  os.makedirs(workdir, exist_ok=True)
+  is_chief = jax.process_index() == 0
+  if is_chief:
+    config_lib.save(config, workdir)
+  trainer = Trainer(config, mesh)
+  tc = config.train
+  train_iter = iter(lm_batches(config, sources['train'], tokenizer, train=True))
+  ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
+  state = trainer.init_state()
+  if ckpt.latest_step() is not None:
+    log.info('Resuming from %s step %d.', ckpt_dir, ckpt.latest_step())
+    state = ckpt.restore(ckpt.latest_step(), trainer.abstract_state, train_iter)
+  start = int(jax.device_get(state['step']))
+  log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
+               config.model.type, trainer.num_params(), config.model.position.kind,
+               dict(mesh.shape), tc.steps, start)
+
+  writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
+  pending, last = [], {}
+  tokens_per_step = tc.batch_size * config.data.seq_len
+  t_log, step_log = time.perf_counter(), start
+  for step in range(start + 1, tc.steps + 1):
+    batch = sharding.put_batch(next(train_iter), mesh)
+    state, metrics = trainer.train_step(state, batch)
+    pending.append(metrics)
+    if step % tc.log_every == 0 or step == tc.steps:
+      fetched = jax.device_get(pending)
+      now = time.perf_counter()
+      rate = (step - step_log) / (now - t_log)
+      avg = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
+      avg['learning_rate'] = float(fetched[-1]['learning_rate'])
+      avg.update(steps_per_sec=rate, tokens_per_sec=rate * tokens_per_step)
+      writer.write(step, 'train', avg)
+      log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %.2f steps/s | %s tok/s | '
+                   'ETA %s', step, tc.steps, avg['loss'], avg['accuracy'], avg['learning_rate'],
+                   rate, f'{rate * tokens_per_step:,.0f}', _fmt_time((tc.steps - step) / rate))
+      last['train'] = avg
+      pending, t_log, step_log = [], now, step
+    if step % tc.eval_every == 0 or step == tc.steps:
+      result = evaluate(trainer, state['params'],
+                        lm_batches(config, sources['validation'], tokenizer, train=False),
+                        batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
+      writer.write(step, 'validation', result)
+      log.info('step %d | validation loss %.4f | perplexity %.2f | acc %.3f', step,
+                   result['loss'], result['perplexity'], result['accuracy'])
+      last['validation'] = result
+      t_log = time.perf_counter()  # Do not count evaluation time as training time.
+    if step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at):
+      ckpt.save(step, state, train_iter)
+    if step == stop_at:
+      break
+  ckpt.close()
+  writer.close()
+  return last
+
+
+# ------------------------------------------------------------------------------ evaluation
+
+
+def _param_shapes(abstract_params) -> dict[str, tuple[int, ...]]:
+  shapes = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_params)[0]:
+    parts = [str(getattr(p, 'key', getattr(p, 'name', getattr(p, 'idx', p)))) for p in path]
+    shapes['/'.join(p for p in parts if p != 'value')] = tuple(leaf.shape)
+  return shapes
+
+
+def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int, trainer) -> None:
+  """Compares saved parameter shapes with the model the config builds, from metadata only."""
+  saved = {k.removesuffix('/value'): v for k, v in ckpt.param_shapes(step).items()}
+  expected = _param_shapes(trainer.abstract_state['params'])
+  problems = [f'{k}: checkpoint {saved.get(k)} vs config {expected.get(k)}'
+              for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
+  if problems:
+    raise errors.ConfigError(
+        f'the checkpoint at step {step} in {ckpt.directory} does not match the model that the '
+        f'config builds ({len(problems)} parameters differ, e.g. {"; ".join(problems[:3])}). '
+        'Fix: evaluate with the config.json the checkpoint was trained with.')
+
+
+def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20000) -> float:
+  """Validation cross-entropy of a context-free unigram model fitted on the train split."""
+  def counts(source):
+    c = np.zeros(tokenizer.vocab_size, np.float64)
+    for i in range(min(len(source), max_docs)):
+      ids = tokenizer.encode(pipeline.as_text(source[i][text_key]))
+      c += np.bincount(np.append(ids, tokenizer_lib.EOS_ID), minlength=tokenizer.vocab_size)
+    return c
+  return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
+
+
+def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
+                     splits=('validation', 'test')) -> dict:
+  """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
+  length in config.eval.length_multipliers x config.data.seq_len."""
+  workdir = os.path.abspath(workdir)
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  ckpt = checkpoint_lib.Checkpointer(ckpt_dir) if os.path.isdir(ckpt_dir) else None
+  steps = ckpt.all_steps() if ckpt else []
+  if not steps:
+    raise errors.ConfigError(f'{workdir} has no checkpoint. Fix: train first (python train.py '
+                             f'--workdir {workdir} ...) or point --workdir at a trained run.')
+  step = steps[-1] if step is None else step
+  if step not in steps:
+    raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: {steps}.')
+  mesh = sharding.make_mesh(config.mesh)
+  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
+  sources, tokenizer = setup_data(config, splits=('train',) + tuple(splits))
+  trainer = Trainer(config, mesh)
+  check_checkpoint_matches(ckpt, step, trainer)
+  params = ckpt.restore(step, trainer.abstract_state)['params']
+  ckpt.close()
+  results = {'step': step, 'position': config.model.position.kind,
+             'train_seq_len': config.data.seq_len, 'splits': {}}
+  for split in splits:
+    rows = []
+    for mult in config.eval.length_multipliers:
+      length = config.data.seq_len * mult
+      row = {'length': length, 'multiplier': mult}
+      try:
+        positions_lib.validate(config.model, length)
+      except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
+        rows.append({**row, 'skipped': str(e)})
+        continue
+      batches = lm_batches(config, sources[split], tokenizer, train=False, seq_len=length,
+                           batch_size=config.eval.batch_size)
+      rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
+                                     max_batches=config.eval.max_batches)})
+    results['splits'][split] = {
+        'lengths': rows,
+        'unigram_loss': unigram_baseline(tokenizer, sources['train'], sources[split],
+                                         config.data.text_key)}
+  return results
+
+
+def format_results(results: dict) -> str:
+  lines = [f"step {results['step']}, position={results['position']}, trained at length "
+           f"{results['train_seq_len']}",
+           f"{'split':<11} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}"]
+  for split, r in results['splits'].items():
+    for row in r['lengths']:
+      if 'skipped' in row:
+        lines.append(f"{split:<11} {row['length']:>7}   skipped: {row['skipped'][:60]}")
+      else:
+        lines.append(f"{split:<11} {row['length']:>7} {row['loss']:>8.4f} "
+                     f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}")
+    lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
+                 f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
+  return '\n'.join(lines)

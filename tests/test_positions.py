@@ -1,0 +1,100 @@
+"""Position schemes against independent float64 numpy formulas."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from roformer import positions
+
+
+def rotation_matrix(m: int, d: int, base: float = 10000.0) -> np.ndarray:
+  """The RoFormer paper's block-diagonal R(m) (eq. 15), written out in float64."""
+  r = np.zeros((d, d))
+  for i in range(1, d // 2 + 1):
+    theta = base ** (-2 * (i - 1) / d)
+    c, s = np.cos(m * theta), np.sin(m * theta)
+    r[2 * i - 2:2 * i, 2 * i - 2:2 * i] = [[c, -s], [s, c]]
+  return r
+
+
+@pytest.mark.parametrize('base', [10000.0, 500.0])
+def test_apply_rotary_equals_block_diagonal_matrix(base):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 7, 3, 8))  # [batch, seq, heads, head_dim]
+  pos = rng.integers(0, 3000, size=(2, 7))
+  got = np.asarray(positions.apply_rotary(jnp.asarray(x, jnp.float32), jnp.asarray(pos), base))
+  want = np.einsum('bsij,bshj->bshi',
+                   np.stack([[rotation_matrix(m, 8, base) for m in row] for row in pos]), x)
+  # float32 angles: |m * theta| * eps(float32) bounds the angle error (~2e-4 rad at m = 3000).
+  np.testing.assert_allclose(got, want, atol=4 * 3000 * 6e-8 * np.abs(x).max())
+  small = np.asarray(positions.apply_rotary(jnp.asarray(x, jnp.float32), jnp.asarray(pos % 16),
+                                            base))
+  want_small = np.einsum('bsij,bshj->bshi', np.stack(
+      [[rotation_matrix(m, 8, base) for m in row] for row in pos % 16]), x)
+  np.testing.assert_allclose(small, want_small, atol=1e-5)
+
+
+def test_rope_frequencies_match_paper():
+  d = 16
+  want = [10000.0 ** (-2 * (i - 1) / d) for i in range(1, d // 2 + 1)]
+  np.testing.assert_allclose(positions.rope_frequencies(d), want, rtol=1e-12)
+  assert positions.rope_frequencies(d)[0] == 1.0  # theta_1 = 1: the exponent is not off by 2.
+
+
+def test_rope_logits_depend_only_on_relative_position():
+  rng = np.random.default_rng(1)
+  q = jnp.asarray(rng.normal(size=(1, 6, 2, 16)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(1, 6, 2, 16)), jnp.float32)
+  pos = jnp.arange(6)[None]
+
+  def logits(shift):
+    qr = positions.apply_rotary(q, pos + shift)
+    kr = positions.apply_rotary(k, pos + shift)
+    return np.asarray(jnp.einsum('bqhd,bkhd->bhqk', qr, kr))
+
+  base = logits(0)
+  for shift in (1, 17, 1000):
+    np.testing.assert_allclose(logits(shift), base, atol=2e-4)
+  # And q_m . k_n = q^T R(n - m) k with the explicit matrix.
+  qn, kn = np.asarray(q, np.float64), np.asarray(k, np.float64)
+  for m, n in [(0, 5), (4, 1), (3, 3)]:
+    want = qn[0, m, 0] @ rotation_matrix(n - m, 16) @ kn[0, n, 0]
+    assert abs(base[0, 0, m, n] - want) < 1e-4
+
+
+def test_rope_angles_exact_for_bf16_inputs():
+  """Angles come from int positions in float32: a bf16 input at position 3001 is rotated by
+  3001 * theta, not by bf16(3001) = 3008 * theta."""
+  x = jnp.ones((1, 1, 1, 2), jnp.bfloat16)
+  got = np.asarray(positions.apply_rotary(x, jnp.array([[3001]])), np.float64)[0, 0, 0]
+  want = rotation_matrix(3001, 2) @ np.ones(2)
+  np.testing.assert_allclose(got, want, atol=1e-2)
+
+
+def test_sinusoidal_table_matches_vaswani_formula():
+  d, pos = 12, np.arange(50)
+  want = np.zeros((50, d))
+  for p in pos:
+    for i in range(d):
+      k = i // 2
+      angle = p / 10000.0 ** (2 * k / d)
+      want[p, i] = np.sin(angle) if i % 2 == 0 else np.cos(angle)
+  got = np.asarray(positions.sinusoidal_table(jnp.asarray(pos), d))
+  np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_registry_has_foundation_kinds():
+  assert {'none', 'sinusoidal', 'learned', 'rope'} <= set(positions.kinds())
+
+
+def test_rope_has_no_parameters_and_learned_does():
+  from flax import nnx
+  from configs import test as test_config
+  cfg = test_config.get_config().model
+  for kind, n_params in (('rope', 0), ('sinusoidal', 0), ('none', 0),
+                         ('learned', cfg.position.max_length * cfg.d_model)):
+    cfg.position.kind = kind
+    scheme = positions.create(cfg, rngs=nnx.Rngs(0))
+    leaves = jax.tree.leaves(nnx.state(scheme, nnx.Param))
+    assert sum(x.size for x in leaves) == n_params, kind

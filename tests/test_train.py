@@ -1,0 +1,115 @@
+"""Training end to end on the tiny config: meshes, resume, evaluation of restored checkpoints."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import metrics
+from roformer import train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train_losses(workdir):
+  records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  return {r['step']: r['loss'] for r in records if r['split'] == 'train'}
+
+
+def small_config(data_dir, **train):
+  cfg = test_config.get_config()
+  cfg.data.data_dir = data_dir
+  cfg.train.update(steps=8, eval_every=4, checkpoint_every=4, **train)
+  return cfg
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, data_dir):
+  """One uninterrupted 8-step run on all 8 devices."""
+  workdir = str(tmp_path_factory.mktemp('run') / 'lm')
+  cfg = small_config(data_dir)
+  last = train_lib.train_and_evaluate(cfg, workdir)
+  return cfg, workdir, last
+
+
+def test_training_learns_and_writes_its_outputs(trained):
+  _, workdir, last = trained
+  losses = train_losses(workdir)
+  assert sorted(losses) == list(range(1, 9))
+  assert losses[8] < losses[1] - 0.1
+  for name in ('config.json', 'metrics.jsonl', 'tensorboard', 'checkpoints/8'):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  saved = config_lib.load(workdir)
+  assert saved.model.position.kind == 'rope' and saved.model.vocab_size > 0
+  assert math.isfinite(last['validation']['loss'])
+
+
+def test_eight_device_mesh_matches_one_device(trained, tmp_path, data_dir):
+  cfg = small_config(data_dir)
+  cfg.mesh.num_devices = 1
+  train_lib.train_and_evaluate(cfg, str(tmp_path / 'one'))
+  one, eight = train_losses(str(tmp_path / 'one')), train_losses(trained[1])
+  np.testing.assert_allclose([one[s] for s in sorted(one)], [eight[s] for s in sorted(eight)],
+                             rtol=2e-5)
+
+
+def test_resume_continues_the_same_trajectory(trained, tmp_path, data_dir):
+  workdir = str(tmp_path / 'resumed')
+  train_lib.train_and_evaluate(small_config(data_dir), workdir, stop_at=3)
+  assert sorted(train_losses(workdir)) == [1, 2, 3]
+  train_lib.train_and_evaluate(small_config(data_dir), workdir)  # Same command again.
+  resumed, straight = train_losses(workdir), train_losses(trained[1])
+  assert sorted(resumed) == list(range(1, 9))
+  np.testing.assert_allclose([resumed[s] for s in range(4, 9)],
+                             [straight[s] for s in range(4, 9)], rtol=1e-5)
+
+
+def test_eval_restores_what_train_saved(trained):
+  cfg, workdir, last = trained
+  saved = config_lib.load(workdir)
+  saved.eval.max_batches = cfg.train.eval_batches
+  results = train_lib.evaluate_workdir(saved, workdir)
+  at_1x = results['splits']['validation']['lengths'][0]
+  assert results['step'] == 8 and at_1x['length'] == cfg.data.seq_len
+  np.testing.assert_allclose(at_1x['loss'], last['validation']['loss'], rtol=1e-6)
+  assert [r['length'] for r in results['splits']['test']['lengths']] == [32, 64]
+  np.testing.assert_allclose(at_1x['perplexity'], math.exp(at_1x['loss']), rtol=1e-9)
+  # An earlier checkpoint is a different model.
+  earlier = train_lib.evaluate_workdir(saved, workdir, step=4)
+  assert earlier['splits']['validation']['lengths'][0]['loss'] != at_1x['loss']
+
+
+def test_eval_cli_writes_results(trained):
+  _, workdir, _ = trained
+  proc = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}',
+                         '--config.eval.length_multipliers=[1]'], cwd=REPO, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert 'validation' in proc.stdout and 'unigram' in proc.stdout
+  with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
+    results = json.load(f)
+  assert [r['multiplier'] for r in results['splits']['validation']['lengths']] == [1]
+
+
+def test_unigram_cross_entropy_by_hand():
+  train, val = np.array([3.0, 1.0, 0.0]), np.array([1.0, 1.0, 0.0])
+  p = np.array([4, 2, 1]) / 7  # Add-one smoothing.
+  assert metrics.unigram_cross_entropy(train, val) == pytest.approx(
+      -(np.log(p[0]) + np.log(p[1])) / 2)
+
+
+def test_schedule_warmup_and_cosine_endpoints():
+  tc = test_config.get_config().train
+  tc.update(steps=100, warmup_steps=10, learning_rate=2e-3, end_lr_fraction=0.1)
+  sched = train_lib.make_schedule(tc)
+  assert float(sched(0)) == 0.0 and float(sched(5)) == pytest.approx(1e-3)
+  assert float(sched(10)) == pytest.approx(2e-3)
+  mid = 10 + 45  # Half way through the decay: lr = end + (peak - end) / 2.
+  assert float(sched(mid)) == pytest.approx(2e-4 + (2e-3 - 2e-4) / 2, rel=1e-4)
+  assert float(sched(100)) == pytest.approx(2e-4, rel=1e-4)
