@@ -59,7 +59,7 @@ def get_config() -> ml_collections.ConfigDict:
   })
 
   c.eval = ml_collections.ConfigDict({
-      'length_multipliers': [1, 2, 4],
+      'length_multipliers': (1, 2, 4),
       'batch_size': 8,
       'max_batches': -1,
   })

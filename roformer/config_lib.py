@@ -71,7 +71,16 @@ def load(workdir: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
                             'workdir. Fix: point --workdir at a directory made by train.py.')
   with open(path, encoding='utf-8') as f:
-    return ml_collections.ConfigDict(json.load(f))
+    return ml_collections.ConfigDict(_lists_to_tuples(json.load(f)))
+
+
+def _lists_to_tuples(value):
+  """JSON has no tuples; configs use tuples so that flags can override them."""
+  if isinstance(value, dict):
+    return {k: _lists_to_tuples(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_lists_to_tuples(v) for v in value)
+  return value
 
 
 def _as_dict(value):
