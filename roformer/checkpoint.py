@@ -6,6 +6,22 @@ import grain
 import orbax.checkpoint as ocp
 
 
+def all_steps(directory: str) -> list[int]:
+  """Steps with a finished checkpoint in directory (none if it does not exist)."""
+  if not os.path.isdir(directory):
+    return []
+  manager = ocp.CheckpointManager(os.path.abspath(directory))
+  try:
+    return sorted(manager.all_steps())
+  finally:
+    manager.close()
+
+
+def latest_step(directory: str) -> int | None:
+  steps = all_steps(directory)
+  return steps[-1] if steps else None
+
+
 class Checkpointer:
   """Saves {'state': train state, 'data': grain iterator state} per step; async, max_to_keep."""
 

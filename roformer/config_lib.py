@@ -3,6 +3,7 @@
 import json
 import os
 
+import jax
 import ml_collections
 
 from roformer import attention
@@ -42,8 +43,33 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
     raise errors.ConfigError(f'config.model.dtype={m.dtype!r}: use float32, bfloat16 or float16.')
   if t.schedule not in SCHEDULES:
     raise errors.ConfigError(f'config.train.schedule={t.schedule!r} is unknown. Fix: one of {SCHEDULES}.')
-  if t.learning_rate <= 0 or t.warmup_steps < 0:
-    raise errors.ConfigError('config.train.learning_rate must be > 0 and config.train.warmup_steps >= 0.')
+  if t.learning_rate <= 0:
+    raise errors.ConfigError(f'config.train.learning_rate={t.learning_rate} must be > 0.')
+  if not 0 <= t.warmup_steps <= t.steps:
+    raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
+                             f'config.train.steps={t.steps}].')
+  for name in ('b1', 'b2'):
+    if not 0.0 <= t[name] < 1.0:
+      raise errors.ConfigError(f'config.train.{name}={t[name]} must be in [0, 1).')
+  if not 0.0 <= t.end_lr_fraction <= 1.0:
+    raise errors.ConfigError(f'config.train.end_lr_fraction={t.end_lr_fraction} must be in '
+                             '[0, 1].')
+  if t.grad_clip <= 0 or t.weight_decay < 0:
+    raise errors.ConfigError('config.train.grad_clip must be > 0 and config.train.weight_decay '
+                             '>= 0.')
+  if not isinstance(config.seed, int):
+    raise errors.ConfigError(f'config.seed={config.seed!r} must be an integer.')
+  if d.shuffle_window < 0:
+    raise errors.ConfigError(f'config.data.shuffle_window={d.shuffle_window} must be >= 0.')
+  _positive_int(config.eval.batch_size, 'config.eval.batch_size')
+  for name, value in (('config.train.eval_batches', t.eval_batches),
+                      ('config.eval.max_batches', config.eval.max_batches)):
+    if value == 0 or value < -1:
+      raise errors.ConfigError(f'{name}={value} must be a positive count or -1 (everything).')
+  if m.attention_impl == 'cudnn' and (jax.default_backend() != 'gpu' or m.dtype == 'float32'):
+    raise errors.ConfigError(
+        "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations "
+        f"(backend {jax.default_backend()}, dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
   positions.validate(m, d.seq_len)
   for mult in config.eval.length_multipliers:
     _positive_int(mult, 'config.eval.length_multipliers[]')
@@ -57,8 +83,8 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
             f'use a multiple of {num_data_parallel * process_count}.')
 
 
-def save(config: ml_collections.ConfigDict, workdir: str) -> None:
-  path = os.path.join(workdir, 'config.json')
+def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:
+  path = os.path.join(workdir, name)
   tmp = path + '.tmp'
   with open(tmp, 'w', encoding='utf-8') as f:
     f.write(config.to_json(indent=2, sort_keys=True))

@@ -43,6 +43,9 @@ def make_mesh(mesh_cfg, devices=None) -> Mesh:
   if devices is None:
     devices = jax.devices()
     n = int(mesh_cfg.get('num_devices', -1))
+    if n > 0 and jax.process_count() > 1:
+      raise errors.ConfigError('config.mesh.num_devices selects devices on one host only. Fix: '
+                               'keep it -1 for multi-host runs.')
     if n > len(devices) or n == 0 or n < -1:
       raise errors.ConfigError(f'config.mesh.num_devices={n} but {len(devices)} devices exist. '
                                'Fix: use -1 (all) or a number up to that.')

@@ -5,6 +5,7 @@ and a batch, jitted once with explicit shardings over the mesh and donating the 
 """
 
 import functools
+import itertools
 import logging
 import os
 import time
@@ -15,6 +16,7 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
@@ -29,7 +31,9 @@ from roformer.data import tokenizer as tokenizer_lib
 log = logging.getLogger('roformer')
 
 # Fields that must not change when a run resumes from an existing workdir.
-_FIXED_ON_RESUME = ('model', 'data.name', 'data.text_key', 'data.vocab_size', 'data.seq_len')
+# The data pipeline's saved position only makes sense for the same pipeline and seed.
+_FIXED_ON_RESUME = ('model', 'seed', 'train.batch_size', 'data.name', 'data.text_key',
+                    'data.vocab_size', 'data.seq_len', 'data.shuffle_window', 'data.splits')
 
 
 # ------------------------------------------------------------------------------ optimization
@@ -134,17 +138,36 @@ class Trainer:
     return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.abstract_state['params']))
 
 
-def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches: int = -1):
+def _eval_batches(dataset, max_batches: int, template: dict):
+  """The dataset's batches (at most max_batches). With several processes, every process must
+  run the same number of global steps: shorter shards are topped up with padding batches."""
+  batches = itertools.islice(dataset, max_batches if max_batches >= 0 else None)
+  if jax.process_count() == 1:
+    yield from batches
+    return
+  batches = list(batches)
+  count = int(np.max(multihost_utils.process_allgather(np.int32(len(batches)))))
+  yield from batches
+  for _ in range(count - len(batches)):
+    yield {k: np.zeros_like(v) for k, v in template.items()}
+
+
+def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches: int = -1,
+             seq_len: int | None = None):
   """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches."""
+  local = batch_size // jax.process_count()
+  length = seq_len or trainer.config.data.seq_len
+  template = {k: np.zeros((local, length), np.int32) for k in (
+      'inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids', 'inputs_positions',
+      'targets_positions')}
   totals = None
-  for i, batch in enumerate(dataset):
-    if 0 <= max_batches <= i:
-      break
-    sums = trainer.eval_step(params, sharding.put_batch(
-        pipeline.pad_batch(batch, batch_size // jax.process_count()), trainer.mesh))
+  for batch in _eval_batches(dataset, max_batches, template):
+    sums = trainer.eval_step(params, sharding.put_batch(pipeline.pad_batch(batch, local),
+                                                        trainer.mesh))
     totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   if totals is None:
-    raise errors.ConfigError('the evaluation split produced no batches. Fix: check config.data.splits.')
+    raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
+                             'config.data.splits and that the split has text.')
   totals = jax.device_get(totals)
   loss = float(totals['loss_sum'] / max(totals['weight'], 1.0))
   return {'loss': loss, 'accuracy': float(totals['correct'] / max(totals['weight'], 1.0)),
@@ -201,6 +224,18 @@ def _fmt_time(seconds: float) -> str:
       f'{seconds // 60}m{seconds % 60:02d}s')
 
 
+def _save_config(config, workdir, resumed_from):
+  """Writes config.json for a new run; a resumed run keeps the original and records what
+  changed (schedule fields, logging, ...) as config.resume-STEP.json."""
+  if resumed_from is None or not os.path.exists(os.path.join(workdir, 'config.json')):
+    config_lib.save(config, workdir)
+    return
+  changed = config_lib.differences(config_lib.load(workdir), config)
+  if changed:
+    log.warning('Resuming with changed settings (saved vs now): %s', '; '.join(changed))
+    config_lib.save(config, workdir, f'config.resume-{resumed_from}.json')
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        stop_at: int | None = None) -> dict:
   """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
@@ -210,60 +245,66 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
   ckpt_dir = os.path.join(workdir, 'checkpoints')
-  existing = checkpoint_lib.Checkpointer(ckpt_dir).latest_step() if os.path.isdir(
-      ckpt_dir) else None
-  _check_workdir(config, workdir, existing)
+  _check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
 
   sources, tokenizer = setup_data(config, splits=('train', 'validation'))
   os.makedirs(workdir, exist_ok=True)
-  is_chief = jax.process_index() == 0
-  if is_chief:
-    config_lib.save(config, workdir)
   trainer = Trainer(config, mesh)
   tc = config.train
   train_iter = iter(lm_batches(config, sources['train'], tokenizer, train=True))
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
   state = trainer.init_state()
-  if ckpt.latest_step() is not None:
-    log.info('Resuming from %s step %d.', ckpt_dir, ckpt.latest_step())
-    state = ckpt.restore(ckpt.latest_step(), trainer.abstract_state, train_iter)
+  resumed_from = ckpt.latest_step()
+  if resumed_from is not None:
+    log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
+    state = ckpt.restore(resumed_from, trainer.abstract_state, train_iter)
+  is_chief = jax.process_index() == 0
+  if is_chief:
+    _save_config(config, workdir, resumed_from)
   start = int(jax.device_get(state['step']))
   log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
-               config.model.type, trainer.num_params(), config.model.position.kind,
-               dict(mesh.shape), tc.steps, start)
+           config.model.type, trainer.num_params(), config.model.position.kind,
+           dict(mesh.shape), tc.steps, start)
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
   pending, last = [], {}
-  tokens_per_step = tc.batch_size * config.data.seq_len
   t_log, step_log = time.perf_counter(), start
   for step in range(start + 1, tc.steps + 1):
     batch = sharding.put_batch(next(train_iter), mesh)
     state, metrics = trainer.train_step(state, batch)
     pending.append(metrics)
+    if step == start + 1:  # Keep compilation out of the speed figures.
+      jax.block_until_ready(metrics)
+      t_log, step_log = time.perf_counter(), step
     if step % tc.log_every == 0 or step == tc.steps:
       fetched = jax.device_get(pending)
       now = time.perf_counter()
-      rate = (step - step_log) / (now - t_log)
       avg = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
       avg['learning_rate'] = float(fetched[-1]['learning_rate'])
-      avg.update(steps_per_sec=rate, tokens_per_sec=rate * tokens_per_step)
+      speed = '(compiling)'
+      if step > step_log:  # Not on the first step, whose time is mostly compilation.
+        rate = (step - step_log) / (now - t_log)
+        avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
+        speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
+                 f'{_fmt_time((tc.steps - step) / rate)}')
       writer.write(step, 'train', avg)
-      log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %.2f steps/s | %s tok/s | '
-                   'ETA %s', step, tc.steps, avg['loss'], avg['accuracy'], avg['learning_rate'],
-                   rate, f'{rate * tokens_per_step:,.0f}', _fmt_time((tc.steps - step) / rate))
+      log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps, avg['loss'],
+               avg['accuracy'], avg['learning_rate'], speed)
       last['train'] = avg
       pending, t_log, step_log = [], now, step
+    paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
     if step % tc.eval_every == 0 or step == tc.steps:
       result = evaluate(trainer, state['params'],
-                        lm_batches(config, sources['validation'], tokenizer, train=False),
+                        lm_batches(config, sources['validation'], tokenizer, train=False,
+                                   batch_size=config.eval.batch_size),
                         batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
       writer.write(step, 'validation', result)
       log.info('step %d | validation loss %.4f | perplexity %.2f | acc %.3f', step,
-                   result['loss'], result['perplexity'], result['accuracy'])
+               result['loss'], result['perplexity'], result['accuracy'])
       last['validation'] = result
-      t_log = time.perf_counter()  # Do not count evaluation time as training time.
     if step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at):
       ckpt.save(step, state, train_iter)
+    t_log += time.perf_counter() - paused
     if step == stop_at:
       break
   ckpt.close()
@@ -306,29 +347,44 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
 
 
+# Model fields an evaluation may override (they change how, not what, is computed).
+_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype')
+
+
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
                      splits=('validation', 'test')) -> dict:
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
   length in config.eval.length_multipliers x config.data.seq_len."""
   workdir = os.path.abspath(workdir)
   ckpt_dir = os.path.join(workdir, 'checkpoints')
-  ckpt = checkpoint_lib.Checkpointer(ckpt_dir) if os.path.isdir(ckpt_dir) else None
-  steps = ckpt.all_steps() if ckpt else []
+  steps = checkpoint_lib.all_steps(ckpt_dir)
   if not steps:
     raise errors.ConfigError(f'{workdir} has no checkpoint. Fix: train first (python train.py '
                              f'--workdir {workdir} ...) or point --workdir at a trained run.')
   step = steps[-1] if step is None else step
   if step not in steps:
     raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: {steps}.')
+  saved = config_lib.load(workdir)
+  changed = [d for d in config_lib.differences(saved.model, config.model, 'model')
+             if d.split(':')[0] not in _EVAL_MAY_CHANGE]
+  if changed:
+    raise errors.ConfigError(
+        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
+        f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
+        'drop those --config.model overrides.')
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
   sources, tokenizer = setup_data(config, splits=('train',) + tuple(splits))
   trainer = Trainer(config, mesh)
-  check_checkpoint_matches(ckpt, step, trainer)
-  params = ckpt.restore(step, trainer.abstract_state)['params']
-  ckpt.close()
+  ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
+  try:
+    check_checkpoint_matches(ckpt, step, trainer)
+    params = ckpt.restore(step, trainer.abstract_state)['params']
+  finally:
+    ckpt.close()
   results = {'step': step, 'position': config.model.position.kind,
-             'train_seq_len': config.data.seq_len, 'splits': {}}
+             'train_seq_len': config.data.seq_len,
+             'overrides': config_lib.differences(saved, config), 'splits': {}}
   for split in splits:
     rows = []
     for mult in config.eval.length_multipliers:
@@ -342,7 +398,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       batches = lm_batches(config, sources[split], tokenizer, train=False, seq_len=length,
                            batch_size=config.eval.batch_size)
       rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
-                                     max_batches=config.eval.max_batches)})
+                                     max_batches=config.eval.max_batches, seq_len=length)})
     results['splits'][split] = {
         'lengths': rows,
         'unigram_loss': unigram_baseline(tokenizer, sources['train'], sources[split],

@@ -65,10 +65,22 @@ def test_einsum_and_xla_attention_agree(kind):
   einsum_model, xla_model = model_for(kind, 'einsum'), model_for(kind, 'xla')
   rng = np.random.default_rng(2)
   tokens = jnp.asarray(rng.integers(5, 50, (2, 10)))
-  pos = jnp.asarray(np.tile(np.r_[np.arange(6), np.arange(4)], (2, 1)))
-  seg = jnp.asarray(np.tile([1] * 6 + [2] * 4, (2, 1)))
+  pos = jnp.asarray(np.tile(np.r_[np.arange(6), np.arange(2), [0, 0]], (2, 1)))
+  seg = jnp.asarray(np.tile([1] * 6 + [2] * 2 + [0, 0], (2, 1)))  # Two padding slots.
   np.testing.assert_allclose(np.asarray(einsum_model(tokens, pos, seg)),
                              np.asarray(xla_model(tokens, pos, seg)), atol=1e-4)
+
+
+def test_attend_implementations_agree_with_bias_and_padding():
+  rng = np.random.default_rng(4)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 6, 2, 8)), jnp.float32) for _ in range(3))
+  bias = jnp.asarray(rng.normal(size=(1, 2, 6, 6)), jnp.float32)
+  seg = jnp.asarray([[1, 1, 1, 2, 0, 0], [1, 1, 1, 1, 1, 1]])
+  mask = attention.make_mask(seg, seg, causal=True)
+  ein, _ = attention.attend(q, k, v, mask, bias=bias, impl='einsum')
+  xla, _ = attention.attend(q, k, v, mask, bias=bias, impl='xla')
+  np.testing.assert_allclose(np.asarray(ein), np.asarray(xla), atol=1e-5)
+  assert np.isfinite(np.asarray(ein)).all()  # Fully masked (padding) rows give no NaN.
 
 
 def test_attend_matches_numpy_softmax_attention():

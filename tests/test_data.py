@@ -34,6 +34,12 @@ def test_splits_are_deterministic_disjoint_and_complete(shakespeare_data):
   for key, _, _ in all_scenes:  # Each scene is where the stable hash puts it.
     assert key in keys[embedded.hash_split(key)]
   assert 0.85 < len(keys['train']) / len(all_scenes) < 0.95
+  texts = {key: text for key, _, text in all_scenes}
+  # Scenes under other heading levels are kept (Macbeth opens with a level-2 scene heading;
+  # Henry IV part 2 with a prologue); act headings are not text.
+  assert texts['macbeth/0'].startswith('SCENE I. A desert place.')
+  assert texts['henry-iv-part-2/0'].startswith('PROLOGUE')
+  assert not any(line.startswith('ACT ') for t in texts.values() for line in t.split('\n'))
   assert len(list(plays.glob('*/*.md'))) == 38
 
 
@@ -115,6 +121,7 @@ def test_any_tfds_text_dataset_by_name(tmp_path):
   with tfds.testing.mock_data(num_examples=24):
     sources = pipeline.load_sources(cfg, splits=('train', 'validation'))
     tok = pipeline.load_tokenizer(cfg, sources['train'])
+    assert tok.path.startswith(str(tmp_path))  # Cached under config.data.data_dir only.
     batch = next(iter(pipeline.lm_dataset(sources['validation'], tok, text_key='text',
                                           seq_len=16, batch_size=4, shuffle=False)))
   _check_packed(batch, 16)

@@ -23,8 +23,12 @@ def train_losses(workdir):
 
 
 def small_config(data_dir, **train):
+  """8 steps with dropout on (its keys must follow the step across resumes and meshes) and an
+  eval batch larger than the train batch."""
   cfg = test_config.get_config()
   cfg.data.data_dir = data_dir
+  cfg.model.dropout = 0.1
+  cfg.eval.batch_size = 16
   cfg.train.update(steps=8, eval_every=4, checkpoint_every=4, **train)
   return cfg
 
@@ -106,6 +110,14 @@ def test_unigram_cross_entropy_by_hand():
       -(np.log(p[0]) + np.log(p[1])) / 2)
 
 
+def test_rsqrt_schedule():
+  tc = test_config.get_config().train
+  tc.update(steps=100, warmup_steps=10, learning_rate=1e-3, schedule='rsqrt')
+  sched = train_lib.make_schedule(tc)
+  assert float(sched(10)) == pytest.approx(1e-3)
+  assert float(sched(40)) == pytest.approx(1e-3 * math.sqrt(10 / 40), rel=1e-5)
+
+
 def test_schedule_warmup_and_cosine_endpoints():
   tc = test_config.get_config().train
   tc.update(steps=100, warmup_steps=10, learning_rate=2e-3, end_lr_fraction=0.1)
@@ -115,3 +127,18 @@ def test_schedule_warmup_and_cosine_endpoints():
   mid = 10 + 45  # Half way through the decay: lr = end + (peak - end) / 2.
   assert float(sched(mid)) == pytest.approx(2e-4 + (2e-3 - 2e-4) / 2, rel=1e-4)
   assert float(sched(100)) == pytest.approx(2e-4, rel=1e-4)
+
+
+def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
+  from roformer import errors
+  _, workdir, _ = trained
+  saved = config_lib.load(workdir)
+  saved.model.d_ff = 48
+  with pytest.raises(errors.ConfigError, match=r'does not match.*model\.d_ff: 64 vs 48'):
+    train_lib.evaluate_workdir(saved, workdir)
+  saved = config_lib.load(workdir)
+  saved.model.position.kind = 'none'  # Same shapes, different model: still refused.
+  with pytest.raises(errors.ConfigError, match=r"model\.position\.kind: 'rope' vs 'none'"):
+    train_lib.evaluate_workdir(saved, workdir)
+  with pytest.raises(errors.ConfigError, match=r'--step=5 has no checkpoint'):
+    train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=5)

