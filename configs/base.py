@@ -2,15 +2,13 @@
 
 import ml_collections
 
+from roformer import positions
+
 
 def position_config(kind: str = 'rope') -> ml_collections.ConfigDict:
-  """`config.model.position`: the scheme and each scheme's own fields."""
-  return ml_collections.ConfigDict({
-      'kind': kind,
-      'max_length': 2048,  # learned: rows in the table.
-      'base': 10000.0,  # sinusoidal: frequency base.
-      'rope': {'base': 10000.0},
-  })
+  """`config.model.position`: the kind, and each kind's own fields with their defaults (a kind's
+  fields may only be changed while that kind is selected)."""
+  return ml_collections.ConfigDict({'kind': kind, **positions.default_fields()})
 
 
 def get_config() -> ml_collections.ConfigDict:

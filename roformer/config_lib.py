@@ -7,6 +7,7 @@ import jax
 import ml_collections
 
 from roformer import attention
+from roformer import models
 from roformer import errors
 from roformer import positions
 
@@ -70,7 +71,10 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
     raise errors.ConfigError(
         "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations "
         f"(backend {jax.default_backend()}, dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
-  positions.validate(m, d.seq_len)
+  if m.type not in models.MODELS:
+    raise errors.ConfigError(f'config.model.type={m.type!r} is unknown. Fix: one of '
+                             f'{sorted(models.MODELS)}.')
+  positions.validate(m, d.seq_len, causal=models.is_causal(m))
   for mult in config.eval.length_multipliers:
     _positive_int(mult, 'config.eval.length_multipliers[]')
   if num_data_parallel is not None:

@@ -43,7 +43,8 @@ class MultiHeadAttention(nnx.Module):
     b, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
     q, k = scheme.rotate(q, k, pos, pos)
-    bias = scheme.logits_bias(q, pos, pos)
+    v = scheme.rotate_value(v, pos)
+    bias = scheme.logits_bias(q, k, pos, pos)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl)
     if scheme.has_value_term:
       out = out + scheme.value_term(probs, pos, pos)
@@ -74,7 +75,9 @@ class Block(nnx.Module):
     self.dropout_rate = cfg.dropout
 
   def __call__(self, x, mask, pos, scheme, key=None):
+    """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`)."""
     k1, k2 = _split(key, 2)
+    x = scheme.layer_input(x, pos)
     x = x + dropout(self.attn(self.ln_attn(x), mask, pos, scheme), self.dropout_rate, k1)
     return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)
 
@@ -82,13 +85,15 @@ class Block(nnx.Module):
 class Transformer(nnx.Module):
   """Token embedding, position scheme, a stack of blocks, a final LayerNorm, tied output layer."""
 
+  causal = False  # Whether attention is causal: schemes such as t5 and xpos depend on it.
+
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     dtype = jnp.dtype(cfg.get('dtype', 'float32'))
     self.cfg = cfg
     self.dtype = dtype
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
-    self.position = positions_lib.create(cfg, rngs=rngs)
+    self.position = positions_lib.create(cfg, causal=self.causal, rngs=rngs)
     self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
     self.ln_final = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
 
@@ -97,8 +102,8 @@ class Transformer(nnx.Module):
     keys = _split(key, len(self.blocks) + 1)
     x = self.position.embed(self.embed(tokens), positions)
     x = dropout(x, self.cfg.dropout, keys[-1])
-    for block, k in zip(self.blocks, keys):
-      x = block(x, mask, positions, self.position, k)
+    for i, (block, k) in enumerate(zip(self.blocks, keys)):
+      x = block(x, mask, positions, self.position.for_layer(i), k)
     return self.ln_final(x)
 
   def logits(self, hidden):
@@ -110,12 +115,18 @@ class Transformer(nnx.Module):
 class CausalLM(Transformer):
   """Decoder-only language model: causal mask plus segment masking for packed documents."""
 
+  causal = True
+
   def __call__(self, tokens, positions, segment_ids, key=None):
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
     return self.logits(self.encode(tokens, positions, mask, key))
 
 
 MODELS = {'causal_lm': CausalLM}
+
+
+def is_causal(cfg: ml_collections.ConfigDict) -> bool:
+  return MODELS[cfg.type].causal
 
 
 def create(cfg: ml_collections.ConfigDict, *, seed: int = 0):

@@ -41,18 +41,36 @@ def kinds() -> list[str]:
 
 
 class PositionScheme(nnx.Module):
-  """Base class: every hook leaves attention untouched."""
+  """Base class: every hook leaves attention untouched.
+
+  Hooks receive queries/keys as [batch, len, heads, head_dim] and integer positions as
+  [batch, len]; biases are [batch or 1, heads, q_len, k_len] in float32, already on the scale of
+  the (1/sqrt(head_dim)-scaled) attention logits. `for_layer(i)` returns the object whose hooks
+  layer i uses (itself unless the scheme has per-layer parameters).
+  """
 
   kind = 'base'
-  has_value_term = False
+  has_value_term = False  # True: needs the explicit einsum attention path.
+  # Sub-configs of config.model.position that belong to this kind (checked for misuse).
+  fields: tuple[str, ...] = ()
 
   @classmethod
   def validate(cls, cfg: ml_collections.ConfigDict, model_cfg: ml_collections.ConfigDict,
-               seq_len: int) -> None:
-    """Raises ValueError naming the field and the fix for inconsistent options."""
-    del cfg, model_cfg, seq_len
+               seq_len: int, causal: bool) -> None:
+    """Raises ConfigError naming the field and the fix for inconsistent options."""
+    del cfg, model_cfg, seq_len, causal
+
+  def for_layer(self, index: int) -> 'PositionScheme':
+    del index
+    return self
 
   def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Added to the token embeddings at the bottom of the stack."""
+    del positions
+    return x
+
+  def layer_input(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Added to the residual stream at the input of a layer."""
     del positions
     return x
 
@@ -60,8 +78,12 @@ class PositionScheme(nnx.Module):
     del q_pos, k_pos
     return q, k
 
-  def logits_bias(self, q, q_pos, k_pos):
-    del q, q_pos, k_pos
+  def rotate_value(self, v, k_pos):
+    del k_pos
+    return v
+
+  def logits_bias(self, q, k, q_pos, k_pos):
+    del q, k, q_pos, k_pos
     return None
 
   def value_term(self, probs, q_pos, k_pos):
@@ -69,28 +91,66 @@ class PositionScheme(nnx.Module):
     return None
 
 
-def validate(model_cfg: ml_collections.ConfigDict, seq_len: int) -> None:
+# Each kind's own sub-config and its defaults (configs/base.py builds from these); a sub-config
+# changed from its defaults while another kind is selected is an error, not silently ignored.
+def default_fields() -> dict:
+  return {
+      'learned': {'max_length': 2048, 'per_layer': False},
+      'sinusoidal': {'base': 10000.0},
+      'rope': {'base': 10000.0, 'fraction': 1.0, 'rotate_values': False, 'layout': 'interleaved',
+               'scaling': {'kind': 'none', 'factor': 1.0, 'original_length': 0, 'alpha': 1.0,
+                           'beta': 32.0}},
+      'xpos': {'gamma': 0.4, 'scale_base': 512.0},
+      'shaw': {'max_distance': 16},
+      'xl': {'base': 10000.0},
+      't5': {'num_buckets': 32, 'max_distance': 128, 'shared_across_layers': True},
+      'alibi': {},
+  }
+
+
+def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = True) -> None:
   """Checks `model_cfg.position` before anything is built or compiled."""
-  kind = model_cfg.position.kind
+  cfg = model_cfg.position
+  kind = cfg.kind
   if kind not in _REGISTRY:
     raise errors.ConfigError(
         f'config.model.position.kind={kind!r} is not a known position scheme. '
         f'Fix: choose one of {kinds()}.')
-  _REGISTRY[kind].validate(model_cfg.position, model_cfg, seq_len)
+  used = set(_REGISTRY[kind].fields)
+  for name, default in default_fields().items():
+    if name in used or name not in cfg:
+      continue
+    value = cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name]
+    if value != default:
+      raise errors.ConfigError(
+          f'config.model.position.{name} is changed from its defaults but '
+          f'config.model.position.kind={kind!r} does not use it. Fix: set '
+          f'--config.model.position.kind={name}, or drop the {name} overrides.')
+  _REGISTRY[kind].validate(cfg, model_cfg, seq_len, causal)
 
 
-def create(model_cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs) -> PositionScheme:
+def create(model_cfg: ml_collections.ConfigDict, *, causal: bool,
+           rngs: nnx.Rngs) -> PositionScheme:
   """Builds the scheme named by `model_cfg.position.kind`."""
-  validate(model_cfg, seq_len=0)
-  return _REGISTRY[model_cfg.position.kind](model_cfg, rngs=rngs)
+  validate(model_cfg, seq_len=0, causal=causal)
+  return _REGISTRY[model_cfg.position.kind](model_cfg, causal=causal, rngs=rngs)
+
+
+def _head_dim(model_cfg) -> int:
+  return model_cfg.d_model // model_cfg.num_heads
+
+
+def _relative(q_pos, k_pos):
+  """Integer distances q_pos - k_pos, [batch, q_len, k_len]."""
+  return q_pos[:, :, None] - k_pos[:, None, :]
 
 
 @register('none')
 class NoPositions(PositionScheme):
   """No position information at all (a causal mask still leaks some, Haviv et al. 2022)."""
 
-  def __init__(self, model_cfg, *, rngs):
-    del model_cfg, rngs
+  def __init__(self, model_cfg, *, causal, rngs):
+    del model_cfg, causal, rngs
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,51 +172,108 @@ def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> j
 class Sinusoidal(PositionScheme):
   """Fixed sinusoidal absolute encodings added to the token embeddings."""
 
-  def __init__(self, model_cfg, *, rngs):
-    del rngs
+  fields = ('sinusoidal',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
     self.dim = model_cfg.d_model
-    self.base = float(model_cfg.position.get('base', 10000.0))
+    self.base = float(model_cfg.position.sinusoidal.base)
 
   @classmethod
-  def validate(cls, cfg, model_cfg, seq_len):
+  def validate(cls, cfg, model_cfg, seq_len, causal):
     if model_cfg.d_model % 2:
       raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for '
-                       'sinusoidal positions. Fix: use an even d_model.')
+                               'sinusoidal positions. Fix: use an even d_model.')
 
   def embed(self, x, positions):
     return x + sinusoidal_table(positions, self.dim, self.base).astype(x.dtype)
 
 
-@register('learned')
-class Learned(PositionScheme):
-  """A trained table of absolute position embeddings (BERT, GPT-2)."""
+class _Table(nnx.Module):
+  """One learned table of absolute position embeddings, added to its input."""
 
-  def __init__(self, model_cfg, *, rngs):
-    self.max_length = model_cfg.position.max_length
-    self.table = nnx.Param(
-        nnx.initializers.normal(stddev=0.02)(rngs.params(), (self.max_length, model_cfg.d_model)))
+  def __init__(self, length, dim, rngs):
+    self.table = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
 
-  @classmethod
-  def validate(cls, cfg, model_cfg, seq_len):
-    if cfg.max_length < 1:
-      raise errors.ConfigError(f'config.model.position.max_length={cfg.max_length} must be >= 1.')
-    if seq_len > cfg.max_length:
-      raise errors.ConfigError(
-          f'sequence length {seq_len} is longer than the learned position table '
-          f'(config.model.position.max_length={cfg.max_length}). Fix: raise '
-          f'--config.model.position.max_length to at least {seq_len}, or shorten the sequence.')
-
-  def embed(self, x, positions):
+  def __call__(self, x, positions):
     return x + jnp.take(self.table[...], positions, axis=0).astype(x.dtype)
 
 
+class _LayerInput(PositionScheme):
+  """Per-layer view of `learned` with per_layer=True: its table is added at the layer input."""
+
+  def __init__(self, table: _Table):
+    self.table = table
+
+  def layer_input(self, x, positions):
+    return self.table(x, positions)
+
+
+@register('learned')
+class Learned(PositionScheme):
+  """Trained absolute position embeddings (BERT, GPT-2); with `per_layer`, one table per layer
+  added at every layer's input (Al-Rfou et al. 2019)."""
+
+  fields = ('learned',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    cfg = model_cfg.position.learned
+    self.per_layer = bool(cfg.per_layer)
+    n = model_cfg.num_layers if self.per_layer else 1
+    self.tables = nnx.List([_Table(cfg.max_length, model_cfg.d_model, rngs) for _ in range(n)])
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if cfg.learned.max_length < 1:
+      raise errors.ConfigError(
+          f'config.model.position.learned.max_length={cfg.learned.max_length} must be >= 1.')
+    if seq_len > cfg.learned.max_length:
+      raise errors.ConfigError(
+          f'sequence length {seq_len} is longer than the learned position table '
+          f'(config.model.position.learned.max_length={cfg.learned.max_length}). Fix: raise '
+          f'--config.model.position.learned.max_length to at least {seq_len}, or shorten the '
+          'sequence.')
+
+  def embed(self, x, positions):
+    return x if self.per_layer else self.tables[0](x, positions)
+
+  def for_layer(self, index):
+    return _LayerInput(self.tables[index]) if self.per_layer else self
+
+
 # --------------------------------------------------------------------------------------------
-# Rotary position embedding (Su et al. 2021, RoFormer).
+# Rotary position embedding (Su et al. 2021, RoFormer) and its variants.
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
   """theta_i = base^(-2(i-1)/d) for i = 1..d/2 (float64 constants, not parameters)."""
   return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray, float]:
+  """Frequencies and the q/k multiplier for RoPE context extension (`rope.scaling`).
+
+  - linear (Chen et al. 2023, position interpolation): positions / s, i.e. theta_i / s.
+  - ntk: the base becomes base * s^(d / (d - 2)).
+  - yarn (Peng et al. 2023): with r_i = original_length / (2 pi / theta_i) and the ramp
+    g(r) = clip((r - alpha) / (beta - alpha), 0, 1), theta_i' = (1 - g) theta_i / s + g theta_i;
+    logits are sharpened by t^-1 with sqrt(1/t) = 0.1 ln(s) + 1, applied to both q and k.
+  """
+  kind, s = scaling.kind, float(scaling.factor)
+  if kind == 'none':
+    return rope_frequencies(head_dim, base), 1.0
+  if kind == 'linear':
+    return rope_frequencies(head_dim, base) / s, 1.0
+  if kind == 'ntk':
+    return rope_frequencies(head_dim, base * s ** (head_dim / (head_dim - 2))), 1.0
+  if kind == 'yarn':
+    theta = rope_frequencies(head_dim, base)
+    ratio = scaling.original_length * theta / (2 * np.pi)
+    ramp = np.clip((ratio - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0)
+    return (1 - ramp) * theta / s + ramp * theta, 0.1 * np.log(s) + 1.0
+  raise errors.ConfigError(f'config.model.position.rope.scaling.kind={kind!r} is unknown. '
+                           "Fix: one of 'none', 'linear', 'ntk', 'yarn'.")
 
 
 def apply_rotary(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
@@ -170,43 +287,358 @@ def apply_rotary(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> j
   Returns:
     The rotated array, same shape and dtype as x. Angles are computed in float32.
   """
-  return rotate_interleaved(x, positions, rope_frequencies(x.shape[-1], base))
+  return rotate_pairs(x, positions, rope_frequencies(x.shape[-1], base))
 
 
-def rotate_interleaved(x: jax.Array, positions: jax.Array, inv_freq) -> jax.Array:
-  """Rotates interleaved pairs of x's last dimension by positions * inv_freq (float32 angles)."""
+def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'interleaved',
+                 scale: jax.Array | None = None) -> jax.Array:
+  """Rotates pairs of x's last dimension by positions * inv_freq (float32 angles).
+
+  `interleaved` pairs (x[2i], x[2i+1]) as the RoFormer paper; `half` pairs (x[i], x[i + d/2])
+  as GPT-NeoX/Llama. `scale` (float32 [..., seq, d/2]) multiplies each pair afterwards (xPos).
+  """
   d = x.shape[-1]
-  if d % 2:
-    raise errors.ConfigError(f'rotary embeddings need an even head dimension, got {d}.')
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
   cos = jnp.cos(angles)[..., None, :]  # [..., seq, 1, d/2], broadcast over heads.
   sin = jnp.sin(angles)[..., None, :]
-  pairs = x.astype(jnp.float32).reshape(*x.shape[:-1], d // 2, 2)
-  x1, x2 = pairs[..., 0], pairs[..., 1]
-  out = jnp.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
-  return out.reshape(x.shape).astype(x.dtype)
+  xf = x.astype(jnp.float32)
+  if layout == 'interleaved':
+    x1, x2 = xf[..., 0::2], xf[..., 1::2]
+  else:
+    x1, x2 = xf[..., :d // 2], xf[..., d // 2:]
+  r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+  if scale is not None:
+    r1, r2 = r1 * scale[..., None, :], r2 * scale[..., None, :]
+  if layout == 'interleaved':
+    out = jnp.stack([r1, r2], axis=-1).reshape(x.shape)
+  else:
+    out = jnp.concatenate([r1, r2], axis=-1)
+  return out.astype(x.dtype)
 
 
 @register('rope')
 class Rotary(PositionScheme):
-  """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n."""
+  """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n.
 
-  def __init__(self, model_cfg, *, rngs):
-    del rngs
-    self.base = float(model_cfg.position.rope.base)
-    self.head_dim = model_cfg.d_model // model_cfg.num_heads
+  Options (`config.model.position.rope`): `base`; `fraction` of each head rotated (the first
+  dimensions; the rest pass through); `rotate_values` (Hugging Face's `rotary_value`); `layout`
+  `interleaved` (the paper) or `half` (GPT-NeoX/Llama weights); `scaling` for context extension.
+  """
+
+  fields = ('rope',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    cfg = model_cfg.position.rope
+    self.rotary_dim = int(round(_head_dim(model_cfg) * cfg.fraction))
+    self.layout = cfg.layout
+    self.rotate_values = bool(cfg.rotate_values)
+    inv_freq, mscale = scaled_frequencies(self.rotary_dim, float(cfg.base), cfg.scaling)
+    self.inv_freq = tuple(float(f) for f in inv_freq)  # Python floats: constants, not state.
+    self.mscale = float(mscale)
 
   @classmethod
-  def validate(cls, cfg, model_cfg, seq_len):
-    head_dim = model_cfg.d_model // model_cfg.num_heads
-    if head_dim % 2:
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    r = cfg.rope
+    head_dim = _head_dim(model_cfg)
+    if not 0.0 < r.fraction <= 1.0:
+      raise errors.ConfigError(f'config.model.position.rope.fraction={r.fraction} must be in '
+                               '(0, 1].')
+    rotary_dim = int(round(head_dim * r.fraction))
+    if rotary_dim % 2 or rotary_dim == 0:
       raise errors.ConfigError(
-          f'rope needs an even head dimension, but d_model/num_heads = '
-          f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim}. Fix: change '
-          '--config.model.d_model or --config.model.num_heads.')
-    if cfg.rope.base <= 1.0:
-      raise errors.ConfigError(f'config.model.position.rope.base={cfg.rope.base} must be > 1.')
+          f'rope rotates pairs, but the rotated dimension is {rotary_dim} (head_dim '
+          f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim} x fraction {r.fraction}). '
+          'Fix: change --config.model.d_model, --config.model.num_heads or '
+          '--config.model.position.rope.fraction so that it is even.')
+    if r.base <= 1.0:
+      raise errors.ConfigError(f'config.model.position.rope.base={r.base} must be > 1.')
+    if r.layout not in ('interleaved', 'half'):
+      raise errors.ConfigError(f"config.model.position.rope.layout={r.layout!r}: use "
+                               "'interleaved' (the paper) or 'half' (GPT-NeoX/Llama).")
+    sc = r.scaling
+    if sc.kind not in ('none', 'linear', 'ntk', 'yarn'):
+      raise errors.ConfigError(f'config.model.position.rope.scaling.kind={sc.kind!r} is '
+                               "unknown. Fix: one of 'none', 'linear', 'ntk', 'yarn'.")
+    if sc.factor < 1.0:
+      raise errors.ConfigError(
+          f'config.model.position.rope.scaling.factor={sc.factor} must be >= 1 (it is the '
+          'ratio of the new context length to the trained one).')
+    if sc.kind == 'yarn':
+      if sc.original_length < 1:
+        raise errors.ConfigError(
+            'rope.scaling.kind=yarn needs config.model.position.rope.scaling.original_length '
+            '(the training length; eval.py fills it in from the workdir).')
+      if not 0 < sc.alpha < sc.beta:
+        raise errors.ConfigError('config.model.position.rope.scaling needs 0 < alpha < beta.')
+
+  def _rotate(self, x, positions, scale=None):
+    n = self.rotary_dim
+    rotated = rotate_pairs(x[..., :n], positions, self.inv_freq, self.layout, scale)
+    return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
 
   def rotate(self, q, k, q_pos, k_pos):
-    inv_freq = rope_frequencies(self.head_dim, self.base)
-    return rotate_interleaved(q, q_pos, inv_freq), rotate_interleaved(k, k_pos, inv_freq)
+    q, k = self._rotate(q, q_pos), self._rotate(k, k_pos)
+    if self.mscale != 1.0:  # YaRN temperature, on both q and k.
+      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
+    return q, k
+
+  def rotate_value(self, v, k_pos):
+    return self._rotate(v, k_pos) if self.rotate_values else v
+
+
+def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
+  """xPos per-pair decay base zeta_i = (2i/d + gamma) / (1 + gamma), i = 0..d/2-1."""
+  return (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim + gamma) / (1.0 + gamma)
+
+
+@register('xpos')
+class XPos(Rotary):
+  """RoPE with xPos decay (Sun et al. 2022): q_n is scaled by zeta^(n/B) and k_m by
+  zeta^(-m/B) per pair, so q_n . k_m gains the factor zeta^((n-m)/B), decaying with distance
+  for causal attention (n >= m). Uses the `rope` fields for base, fraction and layout."""
+
+  fields = ('rope', 'xpos')
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    super().__init__(model_cfg, causal=causal, rngs=rngs)
+    cfg = model_cfg.position.xpos
+    self.log_zeta = tuple(float(z) for z in np.log(xpos_decay(self.rotary_dim, cfg.gamma)))
+    self.scale_base = float(cfg.scale_base)
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    super().validate(cfg, model_cfg, seq_len, causal)
+    if not causal:
+      raise errors.ConfigError(
+          "config.model.position.kind='xpos' is for causal attention only: its decay "
+          'zeta^((n-m)/B) grows without bound for keys after the query. Fix: use rope for '
+          'bidirectional models.')
+    if cfg.xpos.scale_base <= 0 or cfg.xpos.gamma < 0:
+      raise errors.ConfigError('config.model.position.xpos needs scale_base > 0, gamma >= 0.')
+
+  def _scale(self, positions, sign):
+    power = positions.astype(jnp.float32)[..., None] * (sign / self.scale_base)
+    return jnp.exp(power * jnp.asarray(self.log_zeta, jnp.float32))
+
+  def rotate(self, q, k, q_pos, k_pos):
+    return (self._rotate(q, q_pos, self._scale(q_pos, 1.0)),
+            self._rotate(k, k_pos, self._scale(k_pos, -1.0)))
+
+
+# --------------------------------------------------------------------------------------------
+# Relative schemes that add to the logits (and, for Shaw, to the values).
+
+
+class _ShawLayer(PositionScheme):
+  """One layer's Shaw tables a^K and a^V: (2k+1) x head_dim each, shared by the heads."""
+
+  has_value_term = True
+
+  def __init__(self, max_distance, head_dim, rngs):
+    self.k = max_distance
+    init = nnx.initializers.normal(stddev=head_dim ** -0.5)
+    self.keys = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
+    self.values = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
+
+  def _bucket(self, q_pos, k_pos):
+    """Clipped relative position j - i shifted to a row index in [0, 2k]."""
+    return jnp.clip(-_relative(q_pos, k_pos), -self.k, self.k) + self.k
+
+  def logits_bias(self, q, k, q_pos, k_pos):
+    # q . a^K for each of the 2k+1 distances ([b, h, L, 2k+1]), then gathered to [b, h, L, L].
+    per_row = jnp.einsum('bqhd,rd->bhqr', q, self.keys[...].astype(q.dtype),
+                         preferred_element_type=jnp.float32)
+    index = jnp.broadcast_to(self._bucket(q_pos, k_pos)[:, None],
+                             per_row.shape[:3] + (k_pos.shape[1],))
+    return jnp.take_along_axis(per_row, index, axis=-1) * q.shape[-1] ** -0.5
+
+  def value_term(self, probs, q_pos, k_pos):
+    # Sum the probabilities that fall on each clipped distance ([b, h, L, 2k+1], a scatter-add
+    # over the L x L probabilities), then one matmul with a^V: never an L x L x d tensor.
+    b, h, lq, _ = probs.shape
+    index = self._bucket(q_pos, k_pos)[:, None]
+    weights = jnp.zeros((b, h, lq, 2 * self.k + 1), jnp.float32).at[
+        jnp.arange(b)[:, None, None, None], jnp.arange(h)[None, :, None, None],
+        jnp.arange(lq)[None, None, :, None], index].add(probs.astype(jnp.float32))
+    out = jnp.einsum('bhqr,rd->bqhd', weights, self.values[...].astype(jnp.float32))
+    return out.astype(probs.dtype)
+
+
+@register('shaw')
+class Shaw(PositionScheme):
+  """Shaw et al. 2018: learned relative position embeddings for keys and values, distances
+  clipped at k = `max_distance`, one pair of (2k+1)-row tables per layer shared by all heads."""
+
+  fields = ('shaw',)
+  has_value_term = True
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    self.layers = nnx.List([_ShawLayer(model_cfg.position.shaw.max_distance,
+                                       _head_dim(model_cfg), rngs)
+                            for _ in range(model_cfg.num_layers)])
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if cfg.shaw.max_distance < 1:
+      raise errors.ConfigError(f'config.model.position.shaw.max_distance='
+                               f'{cfg.shaw.max_distance} must be >= 1.')
+    if model_cfg.attention_impl != 'einsum':
+      raise errors.ConfigError(
+          "config.model.position.kind='shaw' adds relative embeddings to the attention values, "
+          "which jax.nn.dot_product_attention cannot do. Fix: "
+          "--config.model.attention_impl=einsum.")
+
+  def for_layer(self, index):
+    return self.layers[index]
+
+
+class _XLLayer(PositionScheme):
+  """One layer's Transformer-XL relative terms with its own projection W_R and the model's
+  global biases u, v."""
+
+  def __init__(self, w_r: nnx.Param, u: nnx.Param, v: nnx.Param, d_model: int, base: float):
+    self.w_r, self.u, self.v = w_r, u, v
+    self.d_model, self.base = d_model, base
+
+  def logits_bias(self, q, k, q_pos, k_pos):
+    """(b) + (c) + (d) of Dai et al. 2019, eq. 3 (term (a), q . k, is the attention itself):
+    (b) q_i . W_R R_{i-j}, (c) u . k_j, (d) v . W_R R_{i-j}, with R the sinusoidal encoding of
+    the distance i - j. The relative shift is a gather from the 2M-1 possible distances."""
+    m = max(q.shape[1], k.shape[1])
+    distances = jnp.arange(-(m - 1), m)
+    rel = jnp.einsum('rm,mhd->rhd', sinusoidal_table(distances, self.d_model, self.base),
+                     self.w_r[...].astype(jnp.float32))  # [2M-1, heads, head_dim]
+    qv = q.astype(jnp.float32) + self.v[...].astype(jnp.float32)
+    per_distance = jnp.einsum('bqhd,rhd->bhqr', qv, rel)  # (b) + (d) for every distance.
+    index = jnp.clip(_relative(q_pos, k_pos), -(m - 1), m - 1) + (m - 1)
+    index = jnp.broadcast_to(index[:, None], per_distance.shape[:3] + (k.shape[1],))
+    bd = jnp.take_along_axis(per_distance, index, axis=-1)
+    c = jnp.einsum('hd,bkhd->bhk', self.u[...].astype(jnp.float32), k.astype(jnp.float32))
+    return (bd + c[:, :, None, :]) * q.shape[-1] ** -0.5
+
+
+@register('xl')
+class TransformerXL(PositionScheme):
+  """Transformer-XL relative attention (Dai et al. 2019): sinusoidal relative encodings, a
+  projection W_R per layer, and global content/position biases u, v shared by all layers."""
+
+  fields = ('xl',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    d, h, hd = model_cfg.d_model, model_cfg.num_heads, _head_dim(model_cfg)
+    self.d_model, self.base = d, float(model_cfg.position.xl.base)
+    init = nnx.initializers.normal(stddev=d ** -0.5)
+    self.w_r = nnx.List([nnx.Param(init(rngs.params(), (d, h, hd)))
+                         for _ in range(model_cfg.num_layers)])
+    self.u = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+    self.v = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if model_cfg.d_model % 2:
+      raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for xl.')
+
+  def for_layer(self, index):
+    return _XLLayer(self.w_r[index], self.u, self.v, self.d_model, self.base)
+
+
+def t5_buckets(relative_position, *, bidirectional: bool, num_buckets: int,
+               max_distance: int) -> jax.Array:
+  """T5's bucket of each relative position (key minus query), Raffel et al. 2020.
+
+  Bidirectional: half of the buckets for keys after the query (the sign is one bit). Within a
+  side, distances below half the buckets get a bucket each; larger ones share logarithmically
+  wider buckets up to max_distance, beyond which all fall in the last bucket.
+  """
+  n = -relative_position  # Query minus key: positive for keys in the past.
+  bucket = jnp.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    bucket = bucket + (n < 0).astype(n.dtype) * num_buckets
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  exact = num_buckets // 2
+  log_ratio = jnp.log(jnp.maximum(n, 1).astype(jnp.float32) / exact) / np.log(
+      max_distance / exact)
+  large = exact + (log_ratio * (num_buckets - exact)).astype(n.dtype)
+  large = jnp.minimum(large, num_buckets - 1)
+  return bucket + jnp.where(n < exact, n, large)
+
+
+@register('t5')
+class T5Bias(PositionScheme):
+  """T5 relative attention bias: a learned scalar per (bucket, head), added to the logits; one
+  table shared by all layers unless `shared_across_layers` is False."""
+
+  fields = ('t5',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    cfg = model_cfg.position.t5
+    self.bidirectional = not causal
+    self.num_buckets, self.max_distance = cfg.num_buckets, cfg.max_distance
+    n = 1 if cfg.shared_across_layers else model_cfg.num_layers
+    init = nnx.initializers.normal(stddev=0.02)
+    self.tables = nnx.List([nnx.Param(init(rngs.params(), (cfg.num_buckets,
+                                                              model_cfg.num_heads)))
+                            for _ in range(n)])
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    t = cfg.t5
+    if t.max_distance < 1:
+      raise errors.ConfigError(f'config.model.position.t5.max_distance={t.max_distance} must '
+                               'be >= 1.')
+    per_side = t.num_buckets // (1 if causal else 2)
+    if per_side < 2 or t.max_distance <= per_side // 2:
+      raise errors.ConfigError(
+          f'config.model.position.t5.num_buckets={t.num_buckets} leaves {per_side} buckets per '
+          f'side; need >= 2 and max_distance ({t.max_distance}) > {per_side // 2}.')
+
+  def for_layer(self, index):
+    return _T5Layer(self, self.tables[index % len(self.tables)])
+
+
+class _T5Layer(PositionScheme):
+
+  def __init__(self, scheme: T5Bias, table: nnx.Param):
+    self.scheme, self.table = scheme, table
+
+  def logits_bias(self, q, k, q_pos, k_pos):
+    s = self.scheme
+    buckets = t5_buckets(-_relative(q_pos, k_pos), bidirectional=s.bidirectional,
+                         num_buckets=s.num_buckets, max_distance=s.max_distance)
+    bias = jnp.take(self.table[...].astype(jnp.float32), buckets, axis=0)  # [b, q, k, heads]
+    return jnp.transpose(bias, (0, 3, 1, 2))
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """ALiBi head slopes (Press et al. 2022): the geometric sequence starting at 2^(-8/n) with
+  that ratio for n a power of two; otherwise the slopes of the closest smaller power of two
+  followed by every other slope of twice that many heads."""
+  def geometric(n):
+    start = 2.0 ** (-8.0 / n)
+    return [start ** (i + 1) for i in range(n)]
+  if num_heads & (num_heads - 1) == 0:
+    return np.asarray(geometric(num_heads))
+  closest = 2 ** int(np.floor(np.log2(num_heads)))
+  return np.asarray(geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest])
+
+
+@register('alibi')
+class ALiBi(PositionScheme):
+  """ALiBi: a fixed, head-specific linear penalty -m_h |i - j| on the logits. Causal models see
+  only j <= i (the paper's form); bidirectional models get the symmetric variant."""
+
+  fields = ('alibi',)
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    self.slopes = tuple(float(m) for m in alibi_slopes(model_cfg.num_heads))
+
+  def logits_bias(self, q, k, q_pos, k_pos):
+    distance = jnp.abs(_relative(q_pos, k_pos)).astype(jnp.float32)[:, None]
+    return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance

@@ -347,8 +347,9 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
 
 
-# Model fields an evaluation may override (they change how, not what, is computed).
-_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype')
+# Model fields an evaluation may override: how attention is computed, and RoPE context
+# extension applied to a checkpoint trained without it.
+_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype', 'model.position.rope.scaling')
 
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
@@ -366,12 +367,16 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
     raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: {steps}.')
   saved = config_lib.load(workdir)
   changed = [d for d in config_lib.differences(saved.model, config.model, 'model')
-             if d.split(':')[0] not in _EVAL_MAY_CHANGE]
+             if not d.split(':')[0].startswith(_EVAL_MAY_CHANGE)]
   if changed:
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
         f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
         'drop those --config.model overrides.')
+  scaling = config.model.position.rope.scaling
+  if scaling.kind == 'yarn' and scaling.original_length < 1:
+    with config.unlocked():  # YaRN's ramp is relative to the length the model was trained at.
+      scaling.original_length = saved.data.seq_len
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
   sources, tokenizer = setup_data(config, splits=('train',) + tuple(splits))
@@ -383,6 +388,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
   finally:
     ckpt.close()
   results = {'step': step, 'position': config.model.position.kind,
+             'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'train_seq_len': config.data.seq_len,
              'overrides': config_lib.differences(saved, config), 'splits': {}}
   for split in splits:
@@ -391,7 +397,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       length = config.data.seq_len * mult
       row = {'length': length, 'multiplier': mult}
       try:
-        positions_lib.validate(config.model, length)
+        positions_lib.validate(config.model, length, causal=models.is_causal(config.model))
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue

@@ -25,7 +25,7 @@ def _set(cfg, dotted, value):
 
 BAD = [
     ('model.position.kind', 'rotary', 'config.model.position.kind'),
-    ('model.d_model', 36, 'rope needs an even head dimension'),  # 36 / 4 heads = 9.
+    ('model.d_model', 36, 'rotated dimension is 9'),  # 36 / 4 heads = 9: odd.
     ('model.num_heads', 3, 'config.model.d_model=32 is not divisible'),
     ('model.num_layers', 0, 'config.model.num_layers'),
     ('model.dropout', 1.5, 'config.model.dropout'),
@@ -59,7 +59,7 @@ def test_bad_field_is_reported_before_building(config, tmp_path, no_model, field
 
 def test_learned_table_shorter_than_sequence(config, tmp_path, no_model):
   config.model.position.kind = 'learned'
-  config.model.position.max_length = 16  # seq_len is 32.
+  config.model.position.learned.max_length = 16  # seq_len is 32.
   with pytest.raises(errors.ConfigError, match='max_length to at least 32'):
     train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
 

@@ -93,8 +93,8 @@ def test_rope_has_no_parameters_and_learned_does():
   from configs import test as test_config
   cfg = test_config.get_config().model
   for kind, n_params in (('rope', 0), ('sinusoidal', 0), ('none', 0),
-                         ('learned', cfg.position.max_length * cfg.d_model)):
+                         ('learned', cfg.position.learned.max_length * cfg.d_model)):
     cfg.position.kind = kind
-    scheme = positions.create(cfg, rngs=nnx.Rngs(0))
+    scheme = positions.create(cfg, causal=True, rngs=nnx.Rngs(0))
     leaves = jax.tree.leaves(nnx.state(scheme, nnx.Param))
     assert sum(x.size for x in leaves) == n_params, kind

@@ -142,3 +142,33 @@ def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
     train_lib.evaluate_workdir(saved, workdir)
   with pytest.raises(errors.ConfigError, match=r'--step=5 has no checkpoint'):
     train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=5)
+
+
+@pytest.mark.parametrize('kind', ['linear', 'ntk', 'yarn'])
+def test_rope_scaling_applies_at_evaluation_time(trained, kind):
+  _, workdir, _ = trained
+  plain = config_lib.load(workdir)
+  plain.eval.max_batches = 1
+  scaled = config_lib.load(workdir)
+  scaled.eval.max_batches = 1
+  scaled.model.position.rope.scaling.kind = kind
+  scaled.model.position.rope.scaling.factor = 2.0
+  base = train_lib.evaluate_workdir(plain, workdir, splits=('validation',))
+  got = train_lib.evaluate_workdir(scaled, workdir, splits=('validation',))
+  assert got['rope_scaling']['kind'] == kind
+  if kind == 'yarn':  # Filled in from the trained sequence length.
+    assert got['rope_scaling']['original_length'] == plain.data.seq_len
+  loss = lambda r: [row['loss'] for row in r['splits']['validation']['lengths']]
+  assert all(math.isfinite(x) for x in loss(got)) and loss(got) != loss(base)
+
+
+@pytest.mark.parametrize('kind', ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl',
+                                  't5', 'alibi'])
+def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir, kind):
+  cfg = test_config.get_config(kind)
+  cfg.data.data_dir = data_dir
+  cfg.train.update(steps=3, eval_every=3, checkpoint_every=3, eval_batches=1)
+  last = train_lib.train_and_evaluate(cfg, str(tmp_path / kind))
+  losses = train_losses(str(tmp_path / kind))
+  assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
+  assert math.isfinite(last['validation']['loss'])
