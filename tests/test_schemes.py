@@ -357,3 +357,18 @@ def test_shaw_refuses_dot_product_attention():
   cfg.attention_impl = 'xla'
   with pytest.raises(errors.ConfigError, match='attention_impl=einsum'):
     positions.validate(cfg, 32, True)
+
+
+def test_learned_per_layer_adds_one_table_at_each_layer_input():
+  scheme = make('learned', **{'learned.per_layer': True, 'learned.max_length': 40})
+  layers = model_cfg('learned').num_layers
+  assert len(scheme.tables) == layers
+  x = jnp.zeros((1, 3, model_cfg('learned').d_model))
+  pos = jnp.asarray([[0, 5, 39]])
+  np.testing.assert_array_equal(np.asarray(scheme.embed(x, pos)), 0.0)  # Nothing at the bottom.
+  for i in range(layers):
+    table = np.asarray(scheme.tables[i].table[...])
+    np.testing.assert_allclose(np.asarray(scheme.for_layer(i).layer_input(x, pos))[0],
+                               table[[0, 5, 39]])
+  single = make('learned', **{'learned.max_length': 40})
+  assert len(single.tables) == 1 and single.for_layer(1) is single
