@@ -58,8 +58,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
   if impl in ('xla', 'cudnn'):
-    if bias is not None:
-      bias = jnp.broadcast_to(bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
+    if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
+      bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
+          bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
     out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
                                        implementation=impl)
     return out, None

@@ -6,10 +6,14 @@ Every scheme is a small `nnx.Module` that implements only the hooks it needs; th
 | hook                                   | used by                 | effect                           |
 |----------------------------------------|-------------------------|----------------------------------|
 | `embed(x, positions)`                  | sinusoidal, learned     | adds an absolute code to x       |
-| `rotate(q, k, q_pos, k_pos)`           | rope                    | rotates queries and keys         |
-| `logits_bias(q, q_pos, k_pos)`         | (relative bias schemes) | added to the attention logits    |
-| `value_term(probs, q_pos, k_pos)`      | (relative value schemes)| added to the attention output    |
+| `layer_input(x, positions)`            | learned (per layer)     | adds a code at a layer's input   |
+| `rotate(q, k, q_pos, k_pos)`           | rope, xpos              | rotates queries and keys         |
+| `rotate_value(v, k_pos)`               | rope (rotate_values)    | rotates values                   |
+| `logits_bias(q, k, q_pos, k_pos)`      | shaw, xl, t5, alibi     | added to the attention logits    |
+| `value_term(probs, q_pos, k_pos)`      | shaw                    | added to the attention output    |
 
+`for_layer(i)` gives the view whose hooks layer i uses (per-layer parameters: shaw, xl, t5 when
+not shared, per-layer learned).
 Positions are always explicit integer arrays (they restart at 0 in every packed segment and start
 at the cache index when decoding); angles are computed in float32 from them and cast to the
 activation dtype only at the end. A registry maps `config.model.position.kind` to a scheme class.
@@ -360,6 +364,9 @@ class Rotary(PositionScheme):
     if sc.kind not in ('none', 'linear', 'ntk', 'yarn'):
       raise errors.ConfigError(f'config.model.position.rope.scaling.kind={sc.kind!r} is '
                                "unknown. Fix: one of 'none', 'linear', 'ntk', 'yarn'.")
+    if sc.kind == 'ntk' and rotary_dim <= 2:
+      raise errors.ConfigError('rope.scaling.kind=ntk needs a rotated dimension above 2 (it '
+                               'scales the base by factor^(d/(d-2))).')
     if sc.factor < 1.0:
       raise errors.ConfigError(
           f'config.model.position.rope.scaling.factor={sc.factor} must be >= 1 (it is the '
@@ -414,16 +421,31 @@ class XPos(Rotary):
           "config.model.position.kind='xpos' is for causal attention only: its decay "
           'zeta^((n-m)/B) grows without bound for keys after the query. Fix: use rope for '
           'bidirectional models.')
-    if cfg.xpos.scale_base <= 0 or cfg.xpos.gamma < 0:
-      raise errors.ConfigError('config.model.position.xpos needs scale_base > 0, gamma >= 0.')
+    if cfg.xpos.scale_base <= 0 or cfg.xpos.gamma <= 0:
+      raise errors.ConfigError('config.model.position.xpos needs scale_base > 0, gamma > 0.')
+    # After centring, the largest exponent is (L/2) |ln zeta_0| / B; keep exp() in range.
+    exponent = seq_len / 2 * abs(np.log(cfg.xpos.gamma / (1 + cfg.xpos.gamma))) / (
+        cfg.xpos.scale_base)
+    limit = 8.0 if model_cfg.dtype == 'float16' else 60.0
+    if exponent > limit:
+      raise errors.ConfigError(
+          f'xpos at sequence length {seq_len} scales q and k by up to exp({exponent:.0f}), '
+          f'beyond {model_cfg.dtype} range. Fix: raise config.model.position.xpos.scale_base '
+          f'to at least {cfg.xpos.scale_base * exponent / limit:.0f}, or shorten the sequence.')
 
-  def _scale(self, positions, sign):
-    power = positions.astype(jnp.float32)[..., None] * (sign / self.scale_base)
+  def _scale(self, positions, center, sign):
+    power = (positions - center).astype(jnp.float32)[..., None] * (sign / self.scale_base)
     return jnp.exp(power * jnp.asarray(self.log_zeta, jnp.float32))
 
   def rotate(self, q, k, q_pos, k_pos):
-    return (self._rotate(q, q_pos, self._scale(q_pos, 1.0)),
-            self._rotate(k, k_pos, self._scale(k_pos, -1.0)))
+    # Scales are taken relative to a per-row centre shared by q and k (it cancels in q . k),
+    # so zeta^(+-n/B) stays within float range for long sequences.
+    center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
+    q = self._rotate(q, q_pos, self._scale(q_pos, center, 1.0))
+    k = self._rotate(k, k_pos, self._scale(k_pos, center, -1.0))
+    if self.mscale != 1.0:  # YaRN temperature, as in Rotary.
+      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
+    return q, k
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,7 +527,9 @@ class _XLLayer(PositionScheme):
   def logits_bias(self, q, k, q_pos, k_pos):
     """(b) + (c) + (d) of Dai et al. 2019, eq. 3 (term (a), q . k, is the attention itself):
     (b) q_i . W_R R_{i-j}, (c) u . k_j, (d) v . W_R R_{i-j}, with R the sinusoidal encoding of
-    the distance i - j. The relative shift is a gather from the 2M-1 possible distances."""
+    the distance i - j. The relative shift is a gather from the 2M-1 distances |i - j| < M,
+    M = max(q_len, k_len). That covers every pair that can attend: positions restart at 0 in
+    each packed segment (< L), and a decoding query at cache slot p sees keys at 0..p."""
     m = max(q.shape[1], k.shape[1])
     distances = jnp.arange(-(m - 1), m)
     rel = jnp.einsum('rm,mhd->rhd', sinusoidal_table(distances, self.d_model, self.base),
@@ -533,8 +557,9 @@ class TransformerXL(PositionScheme):
     init = nnx.initializers.normal(stddev=d ** -0.5)
     self.w_r = nnx.List([nnx.Param(init(rngs.params(), (d, h, hd)))
                          for _ in range(model_cfg.num_layers)])
-    self.u = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
-    self.v = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+    # The paper's global biases u and v (named *_bias: no weight decay, like other biases).
+    self.u_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+    self.v_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -542,7 +567,7 @@ class TransformerXL(PositionScheme):
       raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for xl.')
 
   def for_layer(self, index):
-    return _XLLayer(self.w_r[index], self.u, self.v, self.d_model, self.base)
+    return _XLLayer(self.w_r[index], self.u_bias, self.v_bias, self.d_model, self.base)
 
 
 def t5_buckets(relative_position, *, bidirectional: bool, num_buckets: int,
@@ -582,9 +607,9 @@ class T5Bias(PositionScheme):
     self.num_buckets, self.max_distance = cfg.num_buckets, cfg.max_distance
     n = 1 if cfg.shared_across_layers else model_cfg.num_layers
     init = nnx.initializers.normal(stddev=0.02)
-    self.tables = nnx.List([nnx.Param(init(rngs.params(), (cfg.num_buckets,
-                                                              model_cfg.num_heads)))
-                            for _ in range(n)])
+    self.bias_tables = nnx.List([nnx.Param(init(rngs.params(), (cfg.num_buckets,
+                                                                   model_cfg.num_heads)))
+                                 for _ in range(n)])
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -599,7 +624,7 @@ class T5Bias(PositionScheme):
           f'side; need >= 2 and max_distance ({t.max_distance}) > {per_side // 2}.')
 
   def for_layer(self, index):
-    return _T5Layer(self, self.tables[index % len(self.tables)])
+    return _T5Layer(self, self.bias_tables[index % len(self.bias_tables)])
 
 
 class _T5Layer(PositionScheme):

@@ -52,8 +52,12 @@ def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
 
 
 def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """AdamW with global-norm clipping; weight decay on matrices only (not biases or norms)."""
-  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+  """AdamW with global-norm clipping; weight decay on matrices only, not on norms or biases
+  (anything whose path names a bias: Linear biases, Transformer-XL's u/v, T5's bias tables)."""
+  def decay_mask(params):
+    def decay(path, p):
+      return p.ndim >= 2 and not any('bias' in str(getattr(k, 'key', k)) for k in path)
+    return jax.tree_util.tree_map_with_path(decay, params)
   return optax.chain(
       optax.clip_by_global_norm(tc.grad_clip),
       optax.adamw(make_schedule(tc), b1=tc.b1, b2=tc.b2, weight_decay=tc.weight_decay,

@@ -118,7 +118,7 @@ def test_xl_matches_the_four_term_formula():
   scheme = make('xl')
   layer = scheme.for_layer(1)
   w_r = np.asarray(scheme.w_r[1][...], np.float64)  # [d_model, heads, head_dim]
-  u, v = np.asarray(scheme.u[...], np.float64), np.asarray(scheme.v[...], np.float64)
+  u, v = np.asarray(scheme.u_bias[...], np.float64), np.asarray(scheme.v_bias[...], np.float64)
   d_model = w_r.shape[0]
   q, k = random_qk(3)
   pos = jnp.asarray([[0, 1, 2, 3, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6]])
@@ -141,7 +141,7 @@ def test_xl_matches_the_four_term_formula():
 
 def test_xl_bias_is_global_and_projection_per_layer():
   scheme = make('xl')
-  assert scheme.for_layer(0).u is scheme.for_layer(1).u
+  assert scheme.for_layer(0).u is scheme.for_layer(1).u  # The layer views share u and v.
   assert scheme.for_layer(0).w_r is not scheme.for_layer(1).w_r
 
 
@@ -162,16 +162,18 @@ def test_t5_buckets_against_hand_table(bidirectional, table):
 
 def test_t5_bias_table_shared_across_layers_by_default():
   shared, separate = make('t5'), make('t5', **{'t5.shared_across_layers': False})
-  assert len(shared.tables) == 1 and len(separate.tables) == model_cfg('t5').num_layers
+  assert len(shared.bias_tables) == 1
+  assert len(separate.bias_tables) == model_cfg('t5').num_layers
   layer = shared.for_layer(1)
   q, k = random_qk(4)
   pos = jnp.tile(jnp.arange(7)[None], (2, 1))
   bias = np.asarray(layer.logits_bias(q, k, pos, pos))
-  table = np.asarray(shared.tables[0][...])
+  table = np.asarray(shared.bias_tables[0][...])
   buckets = np.asarray(positions.t5_buckets(
       jnp.arange(7)[None, :] - jnp.arange(7)[:, None], bidirectional=False, num_buckets=32,
       max_distance=128))
-  np.testing.assert_allclose(bias[0, 2], table[buckets, 2], atol=1e-7)
+  np.testing.assert_allclose(bias, np.broadcast_to(table[buckets].transpose(2, 0, 1)[None],
+                                                   bias.shape), atol=1e-7)
 
 
 def test_alibi_slopes_match_the_paper():
@@ -236,8 +238,11 @@ def test_rope_rotate_values():
   v, _ = random_qk(7)
   pos = jnp.asarray([[0, 1, 2, 3, 4, 5, 6]] * 2)
   np.testing.assert_array_equal(np.asarray(plain.rotate_value(v, pos)), np.asarray(v))
-  np.testing.assert_allclose(np.asarray(rotated.rotate_value(v, pos)),
-                             np.asarray(positions.apply_rotary(v, pos)), atol=1e-6)
+  theta = 10000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+  want = np.einsum('bsij,bshj->bshi', np.stack([[rotation(m, HEAD_DIM, theta) for m in row]
+                                                for row in np.asarray(pos)]),
+                   np.asarray(v, np.float64))
+  np.testing.assert_allclose(np.asarray(rotated.rotate_value(v, pos)), want, atol=1e-5)
 
 
 @pytest.mark.parametrize('factor', [2.0, 8.0])
@@ -332,6 +337,9 @@ BAD = [
     ('shaw', {'shaw.max_distance': 0}, True, 'max_distance=0'),
     ('t5', {'t5.max_distance': 0}, True, 'max_distance=0'),
     ('t5', {'t5.num_buckets': 2}, False, 'buckets per side'),
+    ('rope', {'rope.fraction': 0.25, 'rope.scaling.kind': 'ntk', 'rope.scaling.factor': 2.0},
+     True, 'above 2'),
+    ('xpos', {'xpos.scale_base': 1.0}, True, 'beyond float32 range'),
 ]
 
 
@@ -347,6 +355,11 @@ def test_bad_position_options(kind, fields, causal, message):
       node[leaf] = value
   if message == 'rotated dimension is 2':
     positions.validate(cfg, 32, causal)  # Even: accepted.
+    return
+  if message == 'beyond float32 range':
+    positions.validate(cfg, 32, causal)  # exp(32/2 * 1.25 / 1) = exp(20): fine at L = 32.
+    with pytest.raises(errors.ConfigError, match=message):
+      positions.validate(cfg, 256, causal)
     return
   with pytest.raises(errors.ConfigError, match=message):
     positions.validate(cfg, 32, causal)
@@ -372,3 +385,58 @@ def test_learned_per_layer_adds_one_table_at_each_layer_input():
                                table[[0, 5, 39]])
   single = make('learned', **{'learned.max_length': 40})
   assert len(single.tables) == 1 and single.for_layer(1) is single
+
+
+@pytest.mark.parametrize('kind', RELATIVE + ['learned', 'sinusoidal'])
+def test_one_query_against_all_keys_matches_full_attention(kind):
+  """Decoding: a single query at position p against keys 0..p (q_len != k_len) gives the row p
+  of full self-attention logits."""
+  layer = make(kind).for_layer(1)
+  q, k = random_qk(12)
+  pos = jnp.tile(jnp.arange(7)[None], (2, 1))
+  full = logits(layer, q, k, pos, pos)
+  for p in (0, 4, 6):
+    one = logits(layer, q[:, p:p + 1], k[:, :p + 1], pos[:, p:p + 1], pos[:, :p + 1])
+    np.testing.assert_allclose(one[:, :, 0], full[:, :, p, :p + 1], atol=2e-4, rtol=1e-4)
+
+
+def test_xpos_stays_finite_and_relative_at_long_positions():
+  layer = make('xpos', **{'xpos.scale_base': 512.0})
+  q, k = random_qk(13)
+  pos = jnp.tile(jnp.arange(7)[None], (2, 1))
+  base = logits(layer, q, k, pos, pos)
+  far = logits(layer, q, k, pos + 60000, pos + 60000)  # zeta^(-60000/512) alone overflows.
+  assert np.isfinite(far).all()
+  np.testing.assert_allclose(far, base, rtol=2e-3, atol=2e-2)  # float32 angles at 6e4.
+
+
+def test_xpos_applies_the_yarn_temperature():
+  plain = make('xpos')
+  yarn = make('xpos', **{'rope.scaling.kind': 'yarn', 'rope.scaling.factor': 4.0,
+                         'rope.scaling.original_length': 1 << 20})  # All pairs extrapolate.
+  q, k = random_qk(14)
+  pos = jnp.tile(jnp.arange(7)[None], (2, 1))
+  np.testing.assert_allclose(logits(yarn, q, k, pos, pos),
+                             logits(plain, q, k, pos, pos) * (0.1 * np.log(4) + 1) ** 2,
+                             rtol=1e-4, atol=1e-5)
+
+
+def test_weight_decay_spares_norms_and_bias_like_position_parameters():
+  from roformer import models, train_lib
+  cfg = model_cfg('xl')
+  cfg.vocab_size = 50
+  params = nnx.state(models.create(cfg), nnx.Param)
+  tc = test_config.get_config().train
+  tc.update(weight_decay=0.5, learning_rate=1e-9, warmup_steps=0, grad_clip=1e9)
+  tx = train_lib.make_optimizer(tc)
+  zero = jax.tree.map(jnp.zeros_like, params)
+  updates, _ = tx.update(zero, tx.init(params), params)
+  name = lambda path: '/'.join(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path
+                              if getattr(k, 'name', None) != 'value')
+  decayed = {name(path): bool(np.any(u != 0))
+             for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
+  assert decayed['blocks/0/attn/qkv/kernel'] and decayed['position/w_r/1']
+  assert decayed['embed/embedding']
+  for name in ('position/u_bias', 'position/v_bias', 'blocks/0/attn/qkv/bias',
+               'blocks/0/ln_attn/scale'):
+    assert not decayed[name], name
