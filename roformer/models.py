@@ -39,16 +39,28 @@ class MultiHeadAttention(nnx.Module):
     self.out = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5 / (
         2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
 
-  def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme):
+  def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme, cache=None):
+    """Self-attention over x; with `cache` ({'k', 'v'} [batch, max_len, heads, head_dim],
+    'positions' [batch, max_len], 'index'), x's keys and values are written at slots
+    index.. and the queries attend over the whole cache. Keys and values are cached before
+    any position hook, so every scheme sees the same keys as without a cache.
+    Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
-    q, k = scheme.rotate(q, k, pos, pos)
-    v = scheme.rotate_value(v, pos)
-    bias = scheme.logits_bias(q, k, pos, pos)
+    k_pos = pos
+    if cache is not None:
+      at = (0, cache['index'], 0, 0)
+      k = jax.lax.dynamic_update_slice(cache['k'], k.astype(cache['k'].dtype), at)
+      v = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
+      k_pos = cache['positions']  # Positions of every slot, the new ones included.
+      cache = {'k': k, 'v': v}
+    q, k = scheme.rotate(q, k, pos, k_pos)
+    v = scheme.rotate_value(v, k_pos)
+    bias = scheme.logits_bias(q, k, pos, k_pos)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl)
     if scheme.has_value_term:
-      out = out + scheme.value_term(probs, pos, pos)
-    return self.out(out.reshape(b, length, -1))
+      out = out + scheme.value_term(probs, pos, k_pos)
+    return self.out(out.reshape(b, length, -1)), cache
 
 
 class MLP(nnx.Module):
@@ -74,12 +86,14 @@ class Block(nnx.Module):
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
 
-  def __call__(self, x, mask, pos, scheme, key=None):
-    """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`)."""
+  def __call__(self, x, mask, pos, scheme, key=None, cache=None):
+    """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`).
+    Returns (output, updated layer cache or None)."""
     k1, k2 = _split(key, 2)
     x = scheme.layer_input(x, pos)
-    x = x + dropout(self.attn(self.ln_attn(x), mask, pos, scheme), self.dropout_rate, k1)
-    return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)
+    attn, cache = self.attn(self.ln_attn(x), mask, pos, scheme, cache)
+    x = x + dropout(attn, self.dropout_rate, k1)
+    return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2), cache
 
 
 class Transformer(nnx.Module):
@@ -89,7 +103,8 @@ class Transformer(nnx.Module):
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     dtype = jnp.dtype(cfg.get('dtype', 'float32'))
-    self.cfg = cfg
+    # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
+    self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.dtype = dtype
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
@@ -97,18 +112,40 @@ class Transformer(nnx.Module):
     self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
     self.ln_final = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
 
-  def encode(self, tokens, positions, mask, key=None):
-    """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len]."""
+  def encode(self, tokens, positions, mask, key=None, cache=None):
+    """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len].
+
+    With a `cache` (from `init_cache`), tokens are appended at slot cache['index'] and attend
+    to every cached slot through `mask`; returns (hidden, updated cache) then.
+    """
     keys = _split(key, len(self.blocks) + 1)
     x = self.position.embed(self.embed(tokens), positions)
-    x = dropout(x, self.cfg.dropout, keys[-1])
+    x = dropout(x, self.dropout_rate, keys[-1])
+    new_layers = []
+    if cache is not None:
+      slot_positions = jax.lax.dynamic_update_slice(
+          cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
     for i, (block, k) in enumerate(zip(self.blocks, keys)):
-      x = block(x, mask, positions, self.position.for_layer(i), k)
-    return self.ln_final(x)
+      layer_cache = None if cache is None else {
+          **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
+      x, layer_cache = block(x, mask, positions, self.position.for_layer(i), k, layer_cache)
+      new_layers.append(layer_cache)
+    x = self.ln_final(x)
+    if cache is None:
+      return x
+    return x, {'index': cache['index'] + tokens.shape[1], 'positions': slot_positions,
+               'layers': new_layers}
+
+  def init_cache(self, batch: int, max_len: int) -> dict:
+    """An empty key/value cache for `max_len` slots (a plain pytree of arrays)."""
+    shape = (batch, max_len, self.num_heads, self.d_model // self.num_heads)
+    return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),
+            'layers': [{'k': jnp.zeros(shape, self.dtype), 'v': jnp.zeros(shape, self.dtype)}
+                       for _ in self.blocks]}
 
   def logits(self, hidden):
     """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
-    logits = self.embed.attend(hidden) * jnp.asarray(self.cfg.d_model ** -0.5, hidden.dtype)
+    logits = self.embed.attend(hidden) * jnp.asarray(self.d_model ** -0.5, hidden.dtype)
     return logits.astype(jnp.float32)
 
 
@@ -120,6 +157,18 @@ class CausalLM(Transformer):
   def __call__(self, tokens, positions, segment_ids, key=None):
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
     return self.logits(self.encode(tokens, positions, mask, key))
+
+  def decode(self, tokens, positions, cache):
+    """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
+    sequence per row, occupying slots 0..index+len-1) and the updated cache."""
+    max_len = cache['positions'].shape[1]
+    slots = cache['index'] + jnp.arange(tokens.shape[1])
+    filled = (jnp.arange(max_len) < cache['index'] + tokens.shape[1]).astype(jnp.int32)
+    mask = attention.make_mask(jnp.ones_like(tokens), jnp.broadcast_to(filled, (
+        tokens.shape[0], max_len)), causal=True, q_index=slots[None], k_index=jnp.arange(
+            max_len)[None])
+    hidden, cache = self.encode(tokens, positions, mask, cache=cache)
+    return self.logits(hidden), cache
 
 
 MODELS = {'causal_lm': CausalLM}
