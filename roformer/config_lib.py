@@ -74,7 +74,8 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if m.type not in models.MODELS:
     raise errors.ConfigError(f'config.model.type={m.type!r} is unknown. Fix: one of '
                              f'{sorted(models.MODELS)}.')
-  positions.validate(m, d.seq_len, causal=models.is_causal(m))
+  for causal in models.attention_directions(m):
+    positions.validate(m, d.seq_len, causal=causal)
   for mult in config.eval.length_multipliers:
     _positive_int(mult, 'config.eval.length_multipliers[]')
   if num_data_parallel is not None:

@@ -96,6 +96,85 @@ class Block(nnx.Module):
     return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2), cache
 
 
+class CrossAttention(nnx.Module):
+  """Decoder-to-encoder attention. It carries no position information: positions enter the
+  encoder and decoder self-attention only, as in the RoFormer paper's translation model."""
+
+  def __init__(self, cfg, *, dtype, rngs):
+    d = cfg.d_model
+    self.num_heads, self.head_dim, self.impl = cfg.num_heads, d // cfg.num_heads, (
+        cfg.attention_impl)
+    init = nnx.initializers.normal(stddev=d ** -0.5)
+    self.q = nnx.Linear(d, d, kernel_init=init, dtype=dtype, rngs=rngs)
+    self.kv = nnx.Linear(d, 2 * d, kernel_init=init, dtype=dtype, rngs=rngs)
+    self.out = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5 / (
+        2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
+
+  def __call__(self, x, memory, mask):
+    b, length, _ = x.shape
+    q = self.q(x).reshape(b, length, self.num_heads, self.head_dim)
+    k, v = jnp.split(self.kv(memory).reshape(b, memory.shape[1], 2 * self.num_heads,
+                                             self.head_dim), 2, axis=2)
+    out, _ = attention.attend(q, k, v, mask, impl=self.impl)
+    return self.out(out.reshape(b, length, -1))
+
+
+class DecoderBlock(Block):
+  """Pre-LayerNorm decoder block: causal self-attention, cross-attention, MLP."""
+
+  def __init__(self, cfg, *, dtype, rngs):
+    super().__init__(cfg, dtype=dtype, rngs=rngs)
+    self.ln_cross = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.cross = CrossAttention(cfg, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x, mask, pos, scheme, key=None, cache=None, *, memory, memory_mask):
+    k1, k2, k3 = _split(key, 3)
+    x = scheme.layer_input(x, pos)
+    attn, cache = self.attn(self.ln_attn(x), mask, pos, scheme, cache)
+    x = x + dropout(attn, self.dropout_rate, k1)
+    x = x + dropout(self.cross(self.ln_cross(x), memory, memory_mask), self.dropout_rate, k2)
+    return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k3), cache
+
+
+def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, **extra):
+  """Runs x through `blocks`, each with its view of the position scheme. With a cache, the new
+  positions are written at slot cache['index'] and every layer's keys/values are updated;
+  returns (x, updated cache or None). `extra` goes to every block (cross-attention memory)."""
+  if cache is not None:
+    slot_positions = jax.lax.dynamic_update_slice(
+        cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
+  new_layers = []
+  for i, (block, k) in enumerate(zip(blocks, keys)):
+    layer_cache = None if cache is None else {
+        **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
+    x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
+    new_layers.append(layer_cache)
+  if cache is None:
+    return x, None
+  return x, {**cache, 'index': cache['index'] + x.shape[1], 'positions': slot_positions,
+             'layers': new_layers}
+
+
+def empty_cache(batch: int, max_len: int, num_layers: int, num_heads: int, head_dim: int,
+                dtype) -> dict:
+  """An empty key/value cache for `max_len` slots (a plain pytree of arrays)."""
+  shape = (batch, max_len, num_heads, head_dim)
+  return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),
+          'layers': [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
+                     for _ in range(num_layers)]}
+
+
+def cache_mask(tokens, cache, *, q_segments=None):
+  """Causal mask of new `tokens` (at slots index..) over every filled cache slot."""
+  max_len = cache['positions'].shape[1]
+  slots = cache['index'] + jnp.arange(tokens.shape[1])
+  filled = (jnp.arange(max_len) < cache['index'] + tokens.shape[1]).astype(jnp.int32)
+  return attention.make_mask(
+      jnp.ones_like(tokens) if q_segments is None else q_segments,
+      jnp.broadcast_to(filled, (tokens.shape[0], max_len)), causal=True,
+      q_index=slots[None], k_index=jnp.arange(max_len)[None])
+
+
 class Transformer(nnx.Module):
   """Token embedding, position scheme, a stack of blocks, a final LayerNorm, tied output layer."""
 
@@ -119,29 +198,14 @@ class Transformer(nnx.Module):
     to every cached slot through `mask`; returns (hidden, updated cache) then.
     """
     keys = _split(key, len(self.blocks) + 1)
-    x = self.position.embed(self.embed(tokens), positions)
-    x = dropout(x, self.dropout_rate, keys[-1])
-    new_layers = []
-    if cache is not None:
-      slot_positions = jax.lax.dynamic_update_slice(
-          cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
-    for i, (block, k) in enumerate(zip(self.blocks, keys)):
-      layer_cache = None if cache is None else {
-          **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
-      x, layer_cache = block(x, mask, positions, self.position.for_layer(i), k, layer_cache)
-      new_layers.append(layer_cache)
+    x = dropout(self.position.embed(self.embed(tokens), positions), self.dropout_rate, keys[-1])
+    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache)
     x = self.ln_final(x)
-    if cache is None:
-      return x
-    return x, {'index': cache['index'] + tokens.shape[1], 'positions': slot_positions,
-               'layers': new_layers}
+    return x if cache is None else (x, cache)
 
   def init_cache(self, batch: int, max_len: int) -> dict:
-    """An empty key/value cache for `max_len` slots (a plain pytree of arrays)."""
-    shape = (batch, max_len, self.num_heads, self.d_model // self.num_heads)
-    return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),
-            'layers': [{'k': jnp.zeros(shape, self.dtype), 'v': jnp.zeros(shape, self.dtype)}
-                       for _ in self.blocks]}
+    return empty_cache(batch, max_len, len(self.blocks), self.num_heads,
+                       self.d_model // self.num_heads, self.dtype)
 
   def logits(self, hidden):
     """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
@@ -161,21 +225,86 @@ class CausalLM(Transformer):
   def decode(self, tokens, positions, cache):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
     sequence per row, occupying slots 0..index+len-1) and the updated cache."""
-    max_len = cache['positions'].shape[1]
-    slots = cache['index'] + jnp.arange(tokens.shape[1])
-    filled = (jnp.arange(max_len) < cache['index'] + tokens.shape[1]).astype(jnp.int32)
-    mask = attention.make_mask(jnp.ones_like(tokens), jnp.broadcast_to(filled, (
-        tokens.shape[0], max_len)), causal=True, q_index=slots[None], k_index=jnp.arange(
-            max_len)[None])
-    hidden, cache = self.encode(tokens, positions, mask, cache=cache)
+    hidden, cache = self.encode(tokens, positions, cache_mask(tokens, cache), cache=cache)
     return self.logits(hidden), cache
 
 
-MODELS = {'causal_lm': CausalLM}
+class EncoderDecoder(nnx.Module):
+  """Encoder-decoder Transformer for translation: one position scheme configuration applied to
+  the encoder (bidirectional) and the decoder (causal) self-attention, separate instances of it
+  for each, a shared source/target vocabulary and tied embeddings."""
+
+  causal = True  # The decoder's self-attention; the encoder's is bidirectional.
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    dtype = jnp.dtype(cfg.get('dtype', 'float32'))
+    self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
+    self.dtype = dtype
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype,
+                           embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
+    self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
+    self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs)
+                                    for _ in range(cfg.num_layers)])
+    self.encoder_ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.decoder_position = positions_lib.create(cfg, causal=True, rngs=rngs)
+    self.decoder_blocks = nnx.List([DecoderBlock(cfg, dtype=dtype, rngs=rngs)
+                                    for _ in range(cfg.num_layers)])
+    self.decoder_ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+
+  def encode_source(self, tokens, positions, segment_ids, key=None):
+    """Encoder states [batch, src_len, d_model]; packed sources attend within their segment."""
+    keys = _split(key, len(self.encoder_blocks) + 1)
+    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
+    x = self.encoder_position.embed(self.embed(tokens), positions)
+    x = dropout(x, self.dropout_rate, keys[-1])
+    x, _ = run_blocks(self.encoder_blocks, self.encoder_position, x, positions, mask, keys)
+    return self.encoder_ln(x)
+
+  def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
+    keys = _split(key, len(self.decoder_blocks) + 1)
+    x = self.decoder_position.embed(self.embed(tokens), positions)
+    x = dropout(x, self.dropout_rate, keys[-1])
+    x, cache = run_blocks(self.decoder_blocks, self.decoder_position, x, positions, mask, keys,
+                          cache, memory=memory, memory_mask=memory_mask)
+    logits = self.embed.attend(self.decoder_ln(x)) * jnp.asarray(self.d_model ** -0.5, x.dtype)
+    return logits.astype(jnp.float32), cache
+
+  def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
+               targets_positions, targets_segment_ids, key=None):
+    """Teacher-forced logits [batch, tgt_len, vocab] for packed source/target pairs: target
+    tokens see earlier tokens of their own target and only the source of the same pair."""
+    k1, k2 = _split(key, 2)
+    memory = self.encode_source(inputs, inputs_positions, inputs_segment_ids, k1)
+    self_mask = attention.make_mask(targets_segment_ids, targets_segment_ids, causal=True)
+    cross_mask = attention.make_mask(targets_segment_ids, inputs_segment_ids, causal=False)
+    return self._decode(decoder_inputs, targets_positions, self_mask, memory, cross_mask, k2)[0]
+
+  def init_cache(self, memory, memory_segment_ids, max_len: int) -> dict:
+    """A decoder cache for one source per row; it carries the encoder memory so that beam
+    search reorders it with the keys and values."""
+    cache = empty_cache(memory.shape[0], max_len, len(self.decoder_blocks), self.num_heads,
+                        self.d_model // self.num_heads, self.dtype)
+    return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
+
+  def decode(self, tokens, positions, cache):
+    """Incremental decoding of target `tokens` [batch, len] at the cache index."""
+    cross_mask = attention.make_mask(jnp.ones_like(tokens), cache['memory_segment_ids'],
+                                     causal=False)
+    return self._decode(tokens, positions, cache_mask(tokens, cache), cache['memory'],
+                        cross_mask, cache=cache)
+
+
+MODELS = {'causal_lm': CausalLM, 'encoder_decoder': EncoderDecoder}
 
 
 def is_causal(cfg: ml_collections.ConfigDict) -> bool:
   return MODELS[cfg.type].causal
+
+
+def attention_directions(cfg: ml_collections.ConfigDict) -> tuple[bool, ...]:
+  """The causalities of the self-attention stacks of a model type (the position scheme must
+  support each): (True,) for the causal LM, (False, True) for the encoder-decoder."""
+  return (False, True) if cfg.type == 'encoder_decoder' else (is_causal(cfg),)
 
 
 def create(cfg: ml_collections.ConfigDict, *, seed: int = 0):

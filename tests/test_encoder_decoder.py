@@ -1,0 +1,75 @@
+"""The encoder-decoder: packing isolation, causal decoding, cache equals teacher forcing."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+
+KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'shaw', 'xl', 't5', 'alibi']
+
+
+def model_for(kind):
+  cfg = test_config.get_config(kind).model
+  cfg.type, cfg.vocab_size = 'encoder_decoder', 40
+  return models.create(cfg, seed=4)
+
+
+def run(model, src, tgt, src_seg=None, tgt_seg=None, src_pos=None, tgt_pos=None):
+  src, tgt = jnp.asarray(src), jnp.asarray(tgt)
+  ones = lambda x: jnp.ones(x.shape, jnp.int32)
+  arange = lambda x: jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape)
+  return np.asarray(model(src, arange(src) if src_pos is None else jnp.asarray(src_pos),
+                          ones(src) if src_seg is None else jnp.asarray(src_seg), tgt,
+                          arange(tgt) if tgt_pos is None else jnp.asarray(tgt_pos),
+                          ones(tgt) if tgt_seg is None else jnp.asarray(tgt_seg)))
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_packed_pairs_equal_separate_pairs(kind):
+  model = model_for(kind)
+  rng = np.random.default_rng(0)
+  s1, s2, t1, t2 = (rng.integers(5, 40, n) for n in (4, 6, 3, 5))
+  packed = run(model, np.r_[s1, s2, 0][None], np.r_[t1, t2, 0, 0][None],
+               src_seg=np.r_[[1] * 4, [2] * 6, 0][None], tgt_seg=np.r_[[1] * 3, [2] * 5, 0, 0][None],
+               src_pos=np.r_[np.arange(4), np.arange(6), 0][None],
+               tgt_pos=np.r_[np.arange(3), np.arange(5), 0, 0][None])
+  np.testing.assert_allclose(packed[0, :3], run(model, s1[None], t1[None])[0], atol=1e-4)
+  np.testing.assert_allclose(packed[0, 3:8], run(model, s2[None], t2[None])[0], atol=1e-4)
+
+
+def test_decoder_is_causal_and_source_matters():
+  model = model_for('rope')
+  rng = np.random.default_rng(1)
+  src, tgt = rng.integers(5, 40, (1, 6)), rng.integers(5, 40, (1, 7))
+  base = run(model, src, tgt)
+  later = tgt.copy()
+  later[0, 4] = 4
+  np.testing.assert_array_equal(run(model, src, later)[0, :4], base[0, :4])
+  other_src = src.copy()
+  other_src[0, 5] = 4  # The encoder is bidirectional: every target position sees it.
+  assert np.abs(run(model, other_src, tgt)[0, 0] - base[0, 0]).max() > 1e-4
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_cached_decoding_equals_teacher_forcing(kind):
+  model = model_for(kind)
+  rng = np.random.default_rng(2)
+  src, tgt = jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
+  full = run(model, src, tgt)
+  seg = jnp.ones_like(src)
+  memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
+  cache = model.init_cache(memory, seg, max_len=8)
+  for t in range(5):
+    logits, cache = model.decode(tgt[:, t:t + 1], jnp.full((2, 1), t), cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+
+
+def test_xpos_is_refused_for_the_bidirectional_encoder():
+  cfg = test_config.get_config('xpos')
+  cfg.model.type = 'encoder_decoder'
+  with pytest.raises(errors.ConfigError, match='causal attention only'):
+    config_lib.validate(cfg)
