@@ -49,6 +49,7 @@ def get_config() -> ml_collections.ConfigDict:
       'b1': 0.9,
       'b2': 0.98,
       'grad_clip': 1.0,
+      'label_smoothing': 0.0,
       'log_every': 25,
       'eval_every': 100,
       'eval_batches': -1,  # -1: the whole validation split.

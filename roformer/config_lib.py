@@ -55,6 +55,9 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if not 0.0 <= t.end_lr_fraction <= 1.0:
     raise errors.ConfigError(f'config.train.end_lr_fraction={t.end_lr_fraction} must be in '
                              '[0, 1].')
+  if not 0.0 <= t.get('label_smoothing', 0.0) < 1.0:
+    raise errors.ConfigError(f'config.train.label_smoothing={t.label_smoothing} must be in '
+                             '[0, 1).')
   if t.grad_clip <= 0 or t.weight_decay < 0:
     raise errors.ConfigError('config.train.grad_clip must be > 0 and config.train.weight_decay '
                              '>= 0.')

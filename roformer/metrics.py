@@ -19,6 +19,17 @@ def unigram_cross_entropy(train_counts: np.ndarray, eval_counts: np.ndarray) -> 
   return float(-(eval_counts * np.log(p)).sum() / eval_counts.sum())
 
 
+def bleu_and_chrf(hypotheses: list[str], references: list[str]) -> dict:
+  """Corpus sacreBLEU (13a tokenization on detokenized text) and chrF, with signatures."""
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+  bleu = sacrebleu.metrics.BLEU()
+  chrf = sacrebleu.metrics.CHRF()
+  return {'bleu': bleu.corpus_score(hypotheses, [references]).score,
+          'chrf': chrf.corpus_score(hypotheses, [references]).score,
+          'bleu_signature': str(bleu.get_signature()),
+          'chrf_signature': str(chrf.get_signature())}
+
+
 class MetricsWriter:
   """Appends {'step', 'split', ...} records to workdir/metrics.jsonl and TensorBoard events."""
 

@@ -25,6 +25,7 @@ from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
 from roformer import sharding
+from roformer import tasks
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 
@@ -33,7 +34,8 @@ log = logging.getLogger('roformer')
 # Fields that must not change when a run resumes from an existing workdir.
 # The data pipeline's saved position only makes sense for the same pipeline and seed.
 _FIXED_ON_RESUME = ('model', 'seed', 'train.batch_size', 'data.name', 'data.text_key',
-                    'data.vocab_size', 'data.seq_len', 'data.shuffle_window', 'data.splits')
+                    'data.source_key', 'data.target_key', 'data.reverse', 'data.vocab_size',
+                    'data.seq_len', 'data.shuffle_window', 'data.splits')
 
 
 # ------------------------------------------------------------------------------ optimization
@@ -67,23 +69,13 @@ def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformatio
 # ------------------------------------------------------------------------------ steps
 
 
-def lm_sums(model, batch, key=None) -> dict[str, jax.Array]:
-  """Summed next-token cross-entropy and correct predictions over non-padding targets."""
-  logits = model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key)
-  weights = (batch['targets_segment_ids'] > 0).astype(jnp.float32)
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch['targets'])
-  correct = (jnp.argmax(logits, -1) == batch['targets']).astype(jnp.float32)
-  return {'loss_sum': (ce * weights).sum(), 'correct': (correct * weights).sum(),
-          'weight': weights.sum()}
-
-
-def train_step(state, batch, *, graphdef, tx, schedule, dropout_seed):
+def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, label_smoothing):
   """One optimizer update. Dropout keys derive from (seed, step), never from the data."""
   key = jax.random.fold_in(jax.random.key(dropout_seed), state['step'])
 
   def loss_fn(params):
-    sums = lm_sums(nnx.merge(graphdef, params), batch, key)
-    return sums['loss_sum'] / jnp.maximum(sums['weight'], 1.0), sums
+    sums = task.sums(nnx.merge(graphdef, params), batch, key, label_smoothing)
+    return sums['objective_sum'] / jnp.maximum(sums['weight'], 1.0), sums
 
   grads, sums = jax.grad(loss_fn, has_aux=True)(state['params'])
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
@@ -95,8 +87,8 @@ def train_step(state, batch, *, graphdef, tx, schedule, dropout_seed):
   return {'params': params, 'opt_state': opt_state, 'step': state['step'] + 1}, metrics
 
 
-def eval_step(params, batch, *, graphdef):
-  return lm_sums(nnx.merge(graphdef, params), batch)
+def eval_step(params, batch, *, graphdef, task):
+  return task.sums(nnx.merge(graphdef, params), batch)
 
 
 # ------------------------------------------------------------------------------ state
@@ -108,6 +100,7 @@ class Trainer:
 
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
+    self.task = tasks.for_config(config)
     with jax.set_mesh(mesh):
       abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
     self.graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
@@ -124,11 +117,12 @@ class Trainer:
     batch_sharding = sharding.batch_sharding(mesh)
     self.train_step = jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
-                          schedule=self.schedule, dropout_seed=config.seed + 1),
+                          schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
+                          label_smoothing=config.train.label_smoothing),
         in_shardings=(self.state_shardings, batch_sharding),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0)
     self.eval_step = jax.jit(
-        functools.partial(eval_step, graphdef=self.graphdef),
+        functools.partial(eval_step, graphdef=self.graphdef, task=self.task),
         in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated)
 
   def init_state(self):
@@ -140,6 +134,28 @@ class Trainer:
 
   def num_params(self) -> int:
     return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.abstract_state['params']))
+
+
+def translation_scores(trainer: Trainer, params, source, tokenizer, *, limit: int = -1):
+  """Decodes up to `limit` pairs of `source` (-1: all) with beam search and scores them with
+  sacreBLEU and chrF. Returns (scores, hypotheses, references)."""
+  config = trainer.config
+  (_, src_key), (_, tgt_key) = pipeline.text_fields(config.data)
+  sources, references = [], []
+  for i in range(len(source)):
+    if 0 <= limit <= len(sources):
+      break
+    src, ref = (pipeline.as_text(source[i][k]) for k in (src_key, tgt_key))
+    if src.strip() and ref.strip():
+      sources.append(src)
+      references.append(ref)
+  hypotheses = trainer.task.translate(
+      trainer.graphdef, params, sources, tokenizer, max_len=config.data.seq_len,
+      beam_size=config.eval.beam_size, alpha=config.eval.alpha,
+      batch_size=config.eval.batch_size)
+  scores = metrics_lib.bleu_and_chrf(hypotheses, references)
+  scores.update(direction=f'{src_key}->{tgt_key}', sentences=len(sources))
+  return scores, hypotheses, references
 
 
 def _eval_batches(dataset, max_batches: int, template: dict):
@@ -161,9 +177,7 @@ def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches:
   """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches."""
   local = batch_size // jax.process_count()
   length = seq_len or trainer.config.data.seq_len
-  template = {k: np.zeros((local, length), np.int32) for k in (
-      'inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids', 'inputs_positions',
-      'targets_positions')}
+  template = {k: np.zeros((local, length), np.int32) for k in trainer.task.features}
   totals = None
   for batch in _eval_batches(dataset, max_batches, template):
     sums = trainer.eval_step(params, sharding.put_batch(pipeline.pad_batch(batch, local),
@@ -189,14 +203,6 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS):
   with config.unlocked():
     config.model.vocab_size = tokenizer.vocab_size
   return sources, tokenizer
-
-
-def lm_batches(config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
-  return pipeline.lm_dataset(
-      source, tokenizer, text_key=config.data.text_key, seq_len=seq_len or config.data.seq_len,
-      batch_size=(batch_size or config.train.batch_size) // jax.process_count(),
-      shuffle=train, repeat=train, seed=config.seed, shard_index=jax.process_index(),
-      shard_count=jax.process_count(), shuffle_window=config.data.shuffle_window if train else 0)
 
 
 # ------------------------------------------------------------------------------ the loop
@@ -255,7 +261,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   os.makedirs(workdir, exist_ok=True)
   trainer = Trainer(config, mesh)
   tc = config.train
-  train_iter = iter(lm_batches(config, sources['train'], tokenizer, train=True))
+  train_iter = iter(trainer.task.batches(config, sources['train'], tokenizer, train=True))
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
   state = trainer.init_state()
   resumed_from = ckpt.latest_step()
@@ -272,6 +278,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
   pending, last = [], {}
+  best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1)
+  best_bleu = _best_bleu_so_far(workdir)
   t_log, step_log = time.perf_counter(), start
   for step in range(start + 1, tc.steps + 1):
     batch = sharding.put_batch(next(train_iter), mesh)
@@ -299,12 +307,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
     if step % tc.eval_every == 0 or step == tc.steps:
       result = evaluate(trainer, state['params'],
-                        lm_batches(config, sources['validation'], tokenizer, train=False,
-                                   batch_size=config.eval.batch_size),
+                        trainer.task.batches(config, sources['validation'], tokenizer,
+                                             train=False, batch_size=config.eval.batch_size),
                         batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
+      if isinstance(trainer.task, tasks.Translation):
+        scores, _, _ = translation_scores(trainer, state['params'], sources['validation'],
+                                          tokenizer, limit=config.eval.bleu_sentences)
+        result.update(bleu=scores['bleu'], chrf=scores['chrf'])
+        if scores['bleu'] > best_bleu:  # Kept apart, so max_to_keep never drops the latest.
+          best_bleu = scores['bleu']
+          best.save(step, state)
+          log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step,
+                   best_bleu, scores['direction'], best.directory)
       writer.write(step, 'validation', result)
-      log.info('step %d | validation loss %.4f | perplexity %.2f | acc %.3f', step,
-               result['loss'], result['perplexity'], result['accuracy'])
+      log.info('step %d | validation loss %.4f | perplexity %.2f | acc %.3f%s', step,
+               result['loss'], result['perplexity'], result['accuracy'],
+               f' | BLEU {result["bleu"]:.2f}' if 'bleu' in result else '')
       last['validation'] = result
     if step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at):
       ckpt.save(step, state, train_iter)
@@ -312,8 +330,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if step == stop_at:
       break
   ckpt.close()
+  best.close()
   writer.close()
   return last
+
+
+def _best_bleu_so_far(workdir: str) -> float:
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return -1.0
+  return max([r['bleu'] for r in metrics_lib.read_jsonl(path) if 'bleu' in r], default=-1.0)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -354,6 +380,9 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
 # Model fields an evaluation may override: how attention is computed, and RoPE context
 # extension applied to a checkpoint trained without it.
 _EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype', 'model.position.rope.scaling')
+# Data fields that fix the tokenizer (vocabulary) and the translation direction.
+_EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.source_key',
+                    'data.target_key', 'data.reverse')
 
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
@@ -372,11 +401,14 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
   saved = config_lib.load(workdir)
   changed = [d for d in config_lib.differences(saved.model, config.model, 'model')
              if not d.split(':')[0].startswith(_EVAL_MAY_CHANGE)]
+  for field in _EVAL_FIXED_DATA:  # The tokenizer and the direction the model was trained on.
+    changed += config_lib.differences({field: saved.data.get(field.split('.')[1])},
+                                      {field: config.data.get(field.split('.')[1])})
   if changed:
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
         f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
-        'drop those --config.model overrides.')
+        'drop those --config.model/--config.data overrides.')
   scaling = config.model.position.rope.scaling
   if scaling.kind == 'yarn' and scaling.original_length < 1:
     with config.unlocked():  # YaRN's ramp is relative to the length the model was trained at.
@@ -405,14 +437,24 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue
-      batches = lm_batches(config, sources[split], tokenizer, train=False, seq_len=length,
-                           batch_size=config.eval.batch_size)
+      batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
+                                     seq_len=length, batch_size=config.eval.batch_size)
       rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
-    results['splits'][split] = {
-        'lengths': rows,
-        'unigram_loss': unigram_baseline(tokenizer, sources['train'], sources[split],
-                                         config.data.text_key)}
+    results['splits'][split] = {'lengths': rows}
+    if isinstance(trainer.task, tasks.Translation):
+      scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,
+                                              limit=config.eval.bleu_sentences_test)
+      out_dir = os.path.join(workdir, 'translations')
+      os.makedirs(out_dir, exist_ok=True)
+      for name, lines in (('hyp', hyps), ('ref', refs)):
+        with open(os.path.join(out_dir, f'{split}-step{step}.{name}.txt'), 'w',
+                  encoding='utf-8') as f:
+          f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
+      results['splits'][split].update(scores)
+    else:
+      results['splits'][split]['unigram_loss'] = unigram_baseline(
+          tokenizer, sources['train'], sources[split], config.data.text_key)
   return results
 
 
@@ -427,6 +469,10 @@ def format_results(results: dict) -> str:
       else:
         lines.append(f"{split:<11} {row['length']:>7} {row['loss']:>8.4f} "
                      f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}")
-    lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
-                 f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
+    if 'unigram_loss' in r:
+      lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
+                   f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
+    if 'bleu' in r:
+      lines.append(f"{split:<11} {r['direction']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f} "
+                   f"on {r['sentences']} sentences  [{r['bleu_signature']}]")
   return '\n'.join(lines)

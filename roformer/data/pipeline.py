@@ -8,6 +8,7 @@ segment ids count 1..n per row; 0 is padding) and batches.
 """
 
 import dataclasses
+import importlib
 import os
 import pathlib
 from typing import Any, Sequence
@@ -38,8 +39,17 @@ def data_dir(data_cfg) -> str:
   return os.path.abspath(os.path.expanduser(data_cfg.data_dir or default_data_dir()))
 
 
+# TFDS datasets whose code registers only when its module is imported (no TensorFlow needed).
+_TFDS_MODULES = {'wmt14_translate': 'tensorflow_datasets.translate.wmt14',
+                 'wmt17_translate': 'tensorflow_datasets.translate.wmt17',
+                 'glue': 'tensorflow_datasets.text.glue'}
+
+
 def _builder(data_cfg):
   name, ddir = data_cfg.name, data_dir(data_cfg)
+  module = _TFDS_MODULES.get(name.split('/')[0])
+  if module:
+    importlib.import_module(module)
   if name in EMBEDDED_BUILDERS:
     builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
     if not builder.is_prepared():
@@ -68,11 +78,23 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
           f'{data_cfg.name!r} has no split {name!r} for {split} ({e}). Fix: map it with '
           f"--config.data.splits, e.g. \"{{'{split}': 'test'}}\".") from e
   first = sources[splits[0]][0] if len(sources[splits[0]]) else {}
-  if data_cfg.text_key not in first:
-    raise errors.ConfigError(
-        f'config.data.text_key={data_cfg.text_key!r} is not a feature of {data_cfg.name!r} '
-        f'(features: {sorted(first)}). Fix: set --config.data.text_key to its text feature.')
+  for field, key in text_fields(data_cfg):
+    if key not in first:
+      hint = (' The translation config needs a parallel dataset (e.g. bible_en_de, '
+              'wmt14_translate/de-en).' if field != 'text_key' else '')
+      raise errors.ConfigError(
+          f'config.data.{field}={key!r} is not a feature of {data_cfg.name!r} (features: '
+          f'{sorted(first)}).{hint} Fix: set --config.data.{field} to one of them.')
   return sources
+
+
+def text_fields(data_cfg) -> list[tuple[str, str]]:
+  """(config field, feature) pairs of the text the task reads: the LM's text, or a
+  translation's source and target (swapped with config.data.reverse)."""
+  if data_cfg.get('source_key'):
+    fields = [('source_key', data_cfg.source_key), ('target_key', data_cfg.target_key)]
+    return fields[::-1] if data_cfg.get('reverse') else fields
+  return [('text_key', data_cfg.text_key)]
 
 
 def as_text(value) -> str:
@@ -86,11 +108,12 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   # gets a new tokenizer.
   builder = _builder(data_cfg)
   parts = [builder.name] + ([builder.builder_config.name] if builder.builder_config else [])
+  keys = sorted(key for _, key in text_fields(data_cfg))  # Shared by source and target.
   path = pathlib.Path(data_dir(data_cfg), 'tokenizers', *parts, str(builder.version),
-                      f'spm_{data_cfg.text_key}_{data_cfg.vocab_size}.model')
+                      f'spm_{"_".join(keys)}_{data_cfg.vocab_size}.model')
   if path.exists():
     return tokenizer_lib.Tokenizer(path)
-  texts = (as_text(train_source[i][data_cfg.text_key]) for i in range(len(train_source)))
+  texts = (as_text(train_source[i][key]) for i in range(len(train_source)) for key in keys)
   return tokenizer_lib.train(texts, path, data_cfg.vocab_size)
 
 
@@ -128,6 +151,47 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
   # More bins than rows per batch: a document's short last chunk finds a partner more often.
   it = grain.experimental.FirstFitPackIterDataset(
       it, length_struct={'inputs': seq_len, 'targets': seq_len},
+      num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
+  return it.batch(batch_size, drop_remainder=repeat)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairForTranslation(grain.transforms.Map):
+  """Tokenizes a (source, target) pair: `inputs` = source + [eos], `decoder_inputs` =
+  [bos] + target, `targets` = target + [eos], each cut to max_len (None for an empty side)."""
+  tokenizer: Any
+  source_key: str
+  target_key: str
+  max_len: int
+
+  def map(self, example):
+    src = self.tokenizer.encode(as_text(example[self.source_key]))[:self.max_len - 1]
+    tgt = self.tokenizer.encode(as_text(example[self.target_key]))[:self.max_len - 1]
+    if not len(src) or not len(tgt):
+      return None
+    eos, bos = [tokenizer_lib.EOS_ID], [tokenizer_lib.BOS_ID]
+    as_ids = lambda *parts: np.concatenate(parts).astype(np.int32)
+    return {'inputs': as_ids(src, eos), 'decoder_inputs': as_ids(bos, tgt),
+            'targets': as_ids(tgt, eos)}
+
+
+def translation_dataset(source, tokenizer, *, source_key: str, target_key: str, max_len: int,
+                        batch_size: int, shuffle: bool, seed: int = 0, repeat: bool = False,
+                        shard_index: int = 0, shard_count: int = 1) -> grain.IterDataset:
+  """Packed translation batches: `inputs` (source) with its own `inputs_segment_ids` and
+  `inputs_positions`, and `decoder_inputs`/`targets` with `targets_segment_ids` and
+  `targets_positions`; the k-th pair of a row has segment id k on both sides. Pairs with an
+  empty side are dropped; longer sentences are cut to max_len tokens."""
+  ds = grain.MapDataset.source(source)[shard_index::shard_count]
+  if shuffle:
+    ds = ds.shuffle(seed=seed)
+  if repeat:
+    ds = ds.repeat(None)
+  ds = ds.map(PairForTranslation(tokenizer, source_key, target_key, max_len))
+  ds = ds.filter(lambda ex: ex is not None)
+  it = grain.experimental.FirstFitPackIterDataset(
+      ds.to_iter_dataset(),
+      length_struct={'inputs': max_len, 'decoder_inputs': max_len, 'targets': max_len},
       num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
   return it.batch(batch_size, drop_remainder=repeat)
 

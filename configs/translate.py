@@ -1,0 +1,40 @@
+"""Encoder-decoder translation, English -> German by default.
+
+  python train.py --config configs/translate.py --workdir runs/translate          # CPU-sized
+  python train.py --config configs/translate.py:sinusoidal --workdir runs/tr_sin
+  python train.py --config configs/translate.py:base --workdir runs/wmt_base     # WMT14, base
+
+The argument is a comma-separated list of a position kind and/or `base` (Transformer-base sizes
+on wmt14_translate/de-en, as in the RoFormer paper's first experiment). `--config.data.reverse`
+translates the other way; reports name the direction.
+"""
+
+from configs import base as base_config
+from roformer import positions
+
+
+def get_config(arg: str = 'rope'):
+  parts = [p for p in (arg or 'rope').split(',') if p]
+  kinds = [p for p in parts if p in positions.kinds()]
+  config = base_config.get_config()
+  config.model.type = 'encoder_decoder'
+  config.model.position.kind = kinds[0] if kinds else 'rope'
+  config.model.update(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1)
+  config.data.update(name='bible_en_de', text_key='', vocab_size=8000, seq_len=64)
+  config.data.source_key, config.data.target_key, config.data.reverse = 'en', 'de', False
+  config.train.update(batch_size=32, steps=4000, learning_rate=1e-3, warmup_steps=400,
+                      label_smoothing=0.1, eval_every=500, checkpoint_every=500)
+  config.eval.update(length_multipliers=(1,), batch_size=32)
+  config.eval.beam_size, config.eval.alpha = 4, 0.6  # GNMT length penalty.
+  config.eval.bleu_sentences = 300  # Validation BLEU during training (first N pairs).
+  config.eval.bleu_sentences_test = -1  # eval.py: the whole split.
+  if 'base' in parts:  # Vaswani et al. 2017, Transformer-base.
+    config.model.update(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1)
+    config.data.update(name='wmt14_translate/de-en', vocab_size=32000, seq_len=128)
+    config.train.update(batch_size=256, steps=100_000, learning_rate=7e-4, warmup_steps=4000,
+                        schedule='rsqrt', eval_every=5000, checkpoint_every=5000)
+  unknown = [p for p in parts if p not in kinds and p != 'base']
+  if unknown:
+    raise ValueError(f'configs/translate.py:{arg}: unknown parts {unknown}; use position kinds '
+                     f'{positions.kinds()} and/or "base".')
+  return config

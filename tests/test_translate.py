@@ -1,0 +1,104 @@
+"""Translation end to end on the embedded en-de corpus, WMT by name, and its bad inputs."""
+
+import json
+import os
+
+import pytest
+import tensorflow_datasets as tfds
+
+from configs import translate
+from roformer import config_lib
+from roformer import errors
+from roformer import metrics
+from roformer import tasks
+from roformer import train_lib
+from roformer.data import pipeline
+
+
+def tiny(data_dir, **data):
+  cfg = translate.get_config()
+  cfg.data.data_dir = data_dir
+  cfg.data.update({'vocab_size': 512, 'seq_len': 48, **data})
+  cfg.model.update(num_layers=2, d_model=32, num_heads=4, d_ff=64)
+  cfg.train.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, eval_every=2,
+                   eval_batches=1, checkpoint_every=2, learning_rate=3e-3)
+  cfg.eval.update(batch_size=8, max_batches=1, bleu_sentences=8, bleu_sentences_test=8,
+                  beam_size=2)
+  return cfg
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, data_dir):
+  workdir = str(tmp_path_factory.mktemp('translate') / 'run')
+  last = train_lib.train_and_evaluate(tiny(data_dir), workdir)
+  return workdir, last
+
+
+def test_training_reports_bleu_and_keeps_the_best_checkpoint(trained):
+  workdir, last = trained
+  records = [r for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+             if r['split'] == 'validation']
+  assert [r['step'] for r in records] == [2, 4] and all('bleu' in r for r in records)
+  best_step = max(records, key=lambda r: r['bleu'])['step']  # First of equal scores.
+  assert os.listdir(os.path.join(workdir, 'best')) == [str(best_step)]
+  assert 0.0 <= last['validation']['bleu'] <= 100.0
+
+
+def test_eval_decodes_and_writes_translations(trained):
+  workdir, _ = trained
+  cfg = config_lib.load(workdir)
+  results = train_lib.evaluate_workdir(cfg, workdir)
+  test = results['splits']['test']
+  assert test['direction'] == 'en->de' and test['sentences'] == 8
+  assert test['bleu_signature'].startswith('nrefs:1|case:mixed') and 'chrf' in test
+  hyp = os.path.join(workdir, 'translations', 'test-step4.hyp.txt')
+  ref = os.path.join(workdir, 'translations', 'test-step4.ref.txt')
+  with open(hyp, encoding='utf-8') as f, open(ref, encoding='utf-8') as g:
+    hyps, refs = f.read().splitlines(), g.read().splitlines()
+  assert len(hyps) == len(refs) == 8 and all(refs)
+  # The score is sacreBLEU of exactly these files.
+  assert metrics.bleu_and_chrf(hyps, refs)['bleu'] == pytest.approx(test['bleu'])
+  json.dumps(results)  # Serialisable for eval_results.json.
+
+
+def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):
+  workdir, _ = trained
+  cfg = config_lib.load(workdir)
+  cfg.data.reverse = True
+  with pytest.raises(errors.ConfigError, match='data.reverse: False vs True'):
+    train_lib.evaluate_workdir(cfg, workdir)
+  cfg = config_lib.load(workdir)
+  cfg.data.vocab_size = 600
+  with pytest.raises(errors.ConfigError, match='data.vocab_size: 512 vs 600'):
+    train_lib.evaluate_workdir(cfg, workdir)
+  assert pipeline.text_fields(tiny(data_dir, reverse=True).data) == [
+      ('target_key', 'de'), ('source_key', 'en')]
+
+
+def test_translation_needs_a_parallel_dataset(tmp_path, data_dir):
+  cfg = tiny(data_dir, name='shakespeare')
+  with pytest.raises(errors.ConfigError, match='needs a parallel dataset'):
+    train_lib.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()
+
+
+def test_empty_source_sentence_is_refused():
+  with pytest.raises(errors.ConfigError, match='empty source sentence'):
+    tasks.Translation().translate(None, None, ['Hello.', '  '], None, max_len=8)
+
+
+def test_wmt14_by_name_through_the_same_pipeline(tmp_path):
+  cfg = tiny(str(tmp_path), name='wmt14_translate/de-en', vocab_size=64)
+  with tfds.testing.mock_data(num_examples=12):
+    sources = pipeline.load_sources(cfg.data, splits=('train', 'validation'))
+    tok = pipeline.load_tokenizer(cfg.data, sources['train'])
+    batch = next(iter(tasks.Translation().batches(cfg, sources['validation'], tok, train=False,
+                                                  batch_size=4)))
+  assert set(tasks.Translation.features) <= set(batch)
+  seg = batch['targets_segment_ids']
+  assert (seg == batch['decoder_inputs_segment_ids']).all() and seg.max() >= 1
+  # Decoder inputs are the targets shifted right by one within each pair.
+  for row in range(seg.shape[0]):
+    for t in range(1, seg.shape[1]):
+      if seg[row, t] and seg[row, t] == seg[row, t - 1]:
+        assert batch['decoder_inputs'][row, t] == batch['targets'][row, t - 1]
