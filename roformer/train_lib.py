@@ -154,7 +154,8 @@ def translation_scores(trainer: Trainer, params, source, tokenizer, *, limit: in
       beam_size=config.eval.beam_size, alpha=config.eval.alpha,
       batch_size=config.eval.batch_size)
   scores = metrics_lib.bleu_and_chrf(hypotheses, references)
-  scores.update(direction=f'{src_key}->{tgt_key}', sentences=len(sources))
+  scores.update(direction=f'{src_key}->{tgt_key}', sentences=len(sources),
+                copy_source_bleu=metrics_lib.bleu_and_chrf(sources, references)['bleu'])
   return scores, hypotheses, references
 
 
@@ -473,6 +474,7 @@ def format_results(results: dict) -> str:
       lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
                    f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
     if 'bleu' in r:
-      lines.append(f"{split:<11} {r['direction']}: BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f} "
-                   f"on {r['sentences']} sentences  [{r['bleu_signature']}]")
+      lines.append(f"{split:<11} {r['direction']}: BLEU {r['bleu']:.2f} (copying the source: "
+                   f"{r['copy_source_bleu']:.2f}), chrF {r['chrf']:.2f} on {r['sentences']} "
+                   f"sentences  [{r['bleu_signature']}]")
   return '\n'.join(lines)

@@ -58,6 +58,7 @@ def test_eval_decodes_and_writes_translations(trained):
   assert len(hyps) == len(refs) == 8 and all(refs)
   # The score is sacreBLEU of exactly these files.
   assert metrics.bleu_and_chrf(hyps, refs)['bleu'] == pytest.approx(test['bleu'])
+  assert 0.0 <= test['copy_source_bleu'] < 10.0  # English copied as German scores near 0.
   json.dumps(results)  # Serialisable for eval_results.json.
 
 
