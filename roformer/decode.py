@@ -39,7 +39,16 @@ def greedy_search(step_fn: StepFn, first_logits, cache, start_positions, *, max_
 
   init = (jnp.zeros((batch, max_len), jnp.int32), first_logits, cache,
           jnp.zeros((batch,), bool))
-  return jax.lax.fori_loop(0, max_len, body, init)[0]
+  # Stops early once every row has emitted EOS (the rest stays PAD either way).
+  return _loop_until(lambda carry: jnp.all(carry[3]), body, max_len, init)[0]
+
+
+def _loop_until(finished, body, max_len, init):
+  """fori_loop over 0..max_len-1 that stops as soon as finished(carry) holds."""
+  def cond(state):
+    i, carry = state
+    return (i < max_len) & ~finished(carry)
+  return jax.lax.while_loop(cond, lambda state: (state[0] + 1, body(*state)), (0, init))[1]
 
 
 def _take_beams(tree, flat_index, rows: int):
@@ -48,12 +57,14 @@ def _take_beams(tree, flat_index, rows: int):
 
 
 def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_size: int,
-                max_len: int, eos_id: int, alpha: float = 0.6):
+                max_len: int, eos_id: int, alpha: float = 0.6, early_stop: bool = True):
   """Beam search with GNMT length normalisation.
 
   A hypothesis is finished when it emits EOS; its score is log P / lp(length). The search keeps
   the beam_size best finished hypotheses and the beam_size best unfinished ones for max_len
-  steps; rows with no finished hypothesis fall back to their unfinished beams.
+  steps; rows with no finished hypothesis fall back to their unfinished beams. With
+  `early_stop`, the search ends as soon as no unfinished beam can still enter the finished
+  ones (exact for alpha >= 0: the result is the same as searching all max_len steps).
 
   Args:
     first_logits: [batch, vocab] logits of the first token to generate.
@@ -96,7 +107,17 @@ def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_s
   init = (jnp.repeat(first_logits, k, axis=0), cache,
           jnp.zeros((batch, k, max_len), jnp.int32), alive_logp,
           jnp.zeros((batch, k, max_len), jnp.int32), jnp.full((batch, k), NEG_INF, jnp.float32))
-  _, _, alive_seq, alive_logp, fin_seq, fin_score = jax.lax.fori_loop(0, max_len, body, init)
+  def settled(carry):
+    # Exact early stop (alpha >= 0): a live beam can still lose probability but its length
+    # penalty grows at most to lp(max_len), so alive_logp / lp(max_len) bounds its final
+    # score. Once no row's best bound beats its k-th finished score, nothing can change.
+    _, _, _, alive_logp, _, fin_score = carry
+    bound = alive_logp.max(axis=1) / length_penalty(float(max_len), alpha)
+    if not early_stop or alpha < 0:
+      return jnp.asarray(False)
+    return jnp.all(bound < fin_score.min(axis=1))
+
+  _, _, alive_seq, alive_logp, fin_seq, fin_score = _loop_until(settled, body, max_len, init)
   alive_score = alive_logp / length_penalty(float(max_len), alpha)
   none_finished = (fin_score[:, :1] <= NEG_INF / 2)
   tokens = jnp.where(none_finished[..., None], alive_seq, fin_seq)

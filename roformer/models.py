@@ -175,18 +175,30 @@ def cache_mask(tokens, cache, *, q_segments=None):
       q_index=slots[None], k_index=jnp.arange(max_len)[None])
 
 
-class Transformer(nnx.Module):
-  """Token embedding, position scheme, a stack of blocks, a final LayerNorm, tied output layer."""
+class TiedEmbeddingModel(nnx.Module):
+  """Shared by every model: the token embedding, also used (transposed) as the output layer."""
 
   causal = False  # Whether attention is causal: schemes such as t5 and xpos depend on it.
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    dtype = jnp.dtype(cfg.get('dtype', 'float32'))
     # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
-    self.dtype = dtype
-    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype,
+    self.dtype = jnp.dtype(cfg.get('dtype', 'float32'))
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
+
+  def logits(self, hidden):
+    """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
+    logits = self.embed.attend(hidden) * jnp.asarray(self.d_model ** -0.5, hidden.dtype)
+    return logits.astype(jnp.float32)
+
+
+class Transformer(TiedEmbeddingModel):
+  """Token embedding, position scheme, a stack of blocks, a final LayerNorm, tied output layer."""
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(cfg, rngs=rngs)
+    dtype = self.dtype
     self.position = positions_lib.create(cfg, causal=self.causal, rngs=rngs)
     self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
     self.ln_final = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
@@ -207,12 +219,6 @@ class Transformer(nnx.Module):
     return empty_cache(batch, max_len, len(self.blocks), self.num_heads,
                        self.d_model // self.num_heads, self.dtype)
 
-  def logits(self, hidden):
-    """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
-    logits = self.embed.attend(hidden) * jnp.asarray(self.d_model ** -0.5, hidden.dtype)
-    return logits.astype(jnp.float32)
-
-
 class CausalLM(Transformer):
   """Decoder-only language model: causal mask plus segment masking for packed documents."""
 
@@ -229,7 +235,7 @@ class CausalLM(Transformer):
     return self.logits(hidden), cache
 
 
-class EncoderDecoder(nnx.Module):
+class EncoderDecoder(TiedEmbeddingModel):
   """Encoder-decoder Transformer for translation: one position scheme configuration applied to
   the encoder (bidirectional) and the decoder (causal) self-attention, separate instances of it
   for each, a shared source/target vocabulary and tied embeddings."""
@@ -237,11 +243,8 @@ class EncoderDecoder(nnx.Module):
   causal = True  # The decoder's self-attention; the encoder's is bidirectional.
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-    dtype = jnp.dtype(cfg.get('dtype', 'float32'))
-    self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
-    self.dtype = dtype
-    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=dtype,
-                           embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
+    super().__init__(cfg, rngs=rngs)
+    dtype = self.dtype
     self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
     self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs)
                                     for _ in range(cfg.num_layers)])
@@ -266,8 +269,7 @@ class EncoderDecoder(nnx.Module):
     x = dropout(x, self.dropout_rate, keys[-1])
     x, cache = run_blocks(self.decoder_blocks, self.decoder_position, x, positions, mask, keys,
                           cache, memory=memory, memory_mask=memory_mask)
-    logits = self.embed.attend(self.decoder_ln(x)) * jnp.asarray(self.d_model ** -0.5, x.dtype)
-    return logits.astype(jnp.float32), cache
+    return self.logits(self.decoder_ln(x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
                targets_positions, targets_segment_ids, key=None):

@@ -279,7 +279,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
   pending, last = [], {}
-  best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1)
+  translating = isinstance(trainer.task, tasks.Translation)
+  best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
+      translating) else None
   best_bleu = _best_bleu_so_far(workdir)
   t_log, step_log = time.perf_counter(), start
   for step in range(start + 1, tc.steps + 1):
@@ -311,7 +313,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                         trainer.task.batches(config, sources['validation'], tokenizer,
                                              train=False, batch_size=config.eval.batch_size),
                         batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
-      if isinstance(trainer.task, tasks.Translation):
+      if translating:
         scores, _, _ = translation_scores(trainer, state['params'], sources['validation'],
                                           tokenizer, limit=config.eval.bleu_sentences)
         result.update(bleu=scores['bleu'], chrf=scores['chrf'])
@@ -331,7 +333,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if step == stop_at:
       break
   ckpt.close()
-  best.close()
+  if best is not None:
+    best.close()
   writer.close()
   return last
 
@@ -443,7 +446,8 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
     results['splits'][split] = {'lengths': rows}
-    if isinstance(trainer.task, tasks.Translation):
+    if isinstance(trainer.task, tasks.Translation) and split == 'test':
+      # Decodes the test split; validation BLEU is reported during training.
       scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,
                                               limit=config.eval.bleu_sentences_test)
       out_dir = os.path.join(workdir, 'translations')

@@ -4,6 +4,7 @@ import itertools
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -49,7 +50,7 @@ def uncached_greedy(model, prompt, steps):
   return tokens[:, prompt.shape[1]:]
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.params())
 def test_generate_with_cache_equals_without(kind):
   model = model_for(kind)
   prompt = jnp.asarray(np.random.default_rng(1).integers(5, 40, (2, 5)))
@@ -117,3 +118,14 @@ def test_gnmt_length_penalty():
   assert decode.length_penalty(1.0, 0.6) == pytest.approx(1.0)
   assert decode.length_penalty(7.0, 1.0) == pytest.approx(2.0)
   assert decode.length_penalty(10.0, 0.0) == 1.0
+
+
+@pytest.mark.parametrize('beam_size,alpha', [(2, 0.6), (3, 0.0), (4, 1.5)])
+def test_early_stopping_changes_nothing(beam_size, alpha):
+  first, cache = toy_start(4)
+  run = lambda early: decode.beam_search(toy_step, first, cache, jnp.zeros(4, jnp.int32),
+                                         beam_size=beam_size, max_len=12, eos_id=EOS,
+                                         alpha=alpha, early_stop=early)
+  (tokens, scores), (full_tokens, full_scores) = run(True), run(False)
+  np.testing.assert_array_equal(np.asarray(tokens), np.asarray(full_tokens))
+  np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores), rtol=1e-6)

@@ -1,6 +1,7 @@
 """The encoder-decoder: packing isolation, causal decoding, cache equals teacher forcing."""
 
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -28,7 +29,7 @@ def run(model, src, tgt, src_seg=None, tgt_seg=None, src_pos=None, tgt_pos=None)
                           ones(tgt) if tgt_seg is None else jnp.asarray(tgt_seg)))
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.params(KINDS))
 def test_packed_pairs_equal_separate_pairs(kind):
   model = model_for(kind)
   rng = np.random.default_rng(0)
@@ -54,7 +55,7 @@ def test_decoder_is_causal_and_source_matters():
   assert np.abs(run(model, other_src, tgt)[0, 0] - base[0, 0]).max() > 1e-4
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.params(KINDS))
 def test_cached_decoding_equals_teacher_forcing(kind):
   model = model_for(kind)
   rng = np.random.default_rng(2)

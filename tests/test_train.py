@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import kinds
 import pytest
 
 from configs import test as test_config
@@ -51,6 +52,7 @@ def test_training_learns_and_writes_its_outputs(trained):
   assert sorted(validation) == [4, 8] and validation[8] < validation[4] - 0.05  # It learns.
   for name in ('config.json', 'metrics.jsonl', 'tensorboard', 'checkpoints/8'):
     assert os.path.exists(os.path.join(workdir, name)), name
+  assert not os.path.exists(os.path.join(workdir, 'best'))  # Best-by-BLEU is translation's.
   saved = config_lib.load(workdir)
   assert saved.model.position.kind == 'rope' and saved.model.vocab_size > 0
   assert math.isfinite(last['validation']['loss'])
@@ -162,8 +164,7 @@ def test_rope_scaling_applies_at_evaluation_time(trained, kind):
   assert all(math.isfinite(x) for x in loss(got)) and loss(got) != loss(base)
 
 
-@pytest.mark.parametrize('kind', ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl',
-                                  't5', 'alibi'])
+@pytest.mark.parametrize('kind', kinds.params())
 def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir, kind):
   cfg = test_config.get_config(kind)
   cfg.data.data_dir = data_dir
