@@ -446,8 +446,9 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
     results['splits'][split] = {'lengths': rows}
-    if isinstance(trainer.task, tasks.Translation) and split == 'test':
-      # Decodes the test split; validation BLEU is reported during training.
+    if isinstance(trainer.task, tasks.Translation):
+      if split != 'test':  # Decodes the test split; validation BLEU is reported in training.
+        continue
       scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,
                                               limit=config.eval.bleu_sentences_test)
       out_dir = os.path.join(workdir, 'translations')
