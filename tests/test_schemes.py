@@ -227,9 +227,11 @@ def test_rope_half_layout_pairs_i_with_i_plus_half():
   # The same rotation as the interleaved layout applied to the de-interleaved vector.
   inter = make('rope').rotate(q, k, pos, pos)[0]
   perm = np.stack([np.arange(half), np.arange(half) + half], -1).reshape(-1)
-  np.testing.assert_allclose(np.asarray(rq)[..., perm],
-                             np.asarray(make('rope').rotate(q[..., perm], k, pos, pos)[0]),
-                             atol=1e-5)
+  # The same rotation as the paper's R(m) applied to the de-interleaved vector (float64).
+  qn, pn = np.asarray(q, np.float64), np.asarray(pos)
+  want_perm = np.stack([[np.einsum('ij,hj->hi', rotation(pn[b, t], HEAD_DIM, theta),
+                                   qn[b, t][:, perm]) for t in range(7)] for b in range(2)])
+  np.testing.assert_allclose(np.asarray(rq)[..., perm], want_perm, atol=1e-5)
   assert not np.allclose(np.asarray(inter), np.asarray(rq))  # Not a silent default.
 
 
