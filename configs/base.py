@@ -35,6 +35,10 @@ def get_config() -> ml_collections.ConfigDict:
       'dropout': 0.0,
       'dtype': 'float32',
       'attention_impl': 'einsum',  # 'einsum' (CPU, every scheme), 'xla' or 'cudnn'.
+      'norm': 'pre',  # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
+      'activation': 'gelu_tanh',  # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
+      'layer_norm_eps': 1e-6,
+      'type_vocab_size': 0,  # > 0: a token-type (sentence A/B) embedding, as in BERT.
       'position': position_config('rope'),
   })
 

@@ -7,6 +7,7 @@ import jax
 import ml_collections
 
 from roformer import attention
+from roformer import metrics
 from roformer import models
 from roformer import errors
 from roformer import positions
@@ -77,6 +78,7 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if m.type not in models.MODELS:
     raise errors.ConfigError(f'config.model.type={m.type!r} is unknown. Fix: one of '
                              f'{sorted(models.MODELS)}.')
+  _validate_architecture(config)
   for causal in models.attention_directions(m):
     positions.validate(m, d.seq_len, causal=causal)
   for mult in config.eval.length_multipliers:
@@ -89,6 +91,60 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
             f'config.{name}={batch} is not divisible by the data-parallel size '
             f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
             f'use a multiple of {num_data_parallel * process_count}.')
+
+
+def _validate_architecture(config) -> None:
+  """The stack's options and each model type's own fields."""
+  m, d = config.model, config.data
+  if m.get('norm', 'pre') not in models.NORMS:
+    raise errors.ConfigError(f'config.model.norm={m.norm!r} is unknown. Fix: one of '
+                             f'{models.NORMS}.')
+  if m.get('norm', 'pre') == 'post' and m.type == 'encoder_decoder':
+    raise errors.ConfigError("config.model.norm='post' is offered for encoder and decoder-only "
+                             "models. Fix: use norm='pre' for encoder_decoder.")
+  if m.get('activation', 'gelu_tanh') not in models.ACTIVATIONS:
+    raise errors.ConfigError(f'config.model.activation={m.activation!r} is unknown. Fix: one of '
+                             f'{sorted(models.ACTIVATIONS)}.')
+  if not isinstance(m.get('type_vocab_size', 0), int) or m.get('type_vocab_size', 0) < 0:
+    raise errors.ConfigError(f'config.model.type_vocab_size={m.type_vocab_size!r} must be an '
+                             'integer >= 0 (0: no token-type embedding).')
+  if not m.get('layer_norm_eps', 1e-6) > 0:
+    raise errors.ConfigError(f'config.model.layer_norm_eps={m.layer_norm_eps} must be > 0.')
+  if m.type == 'mlm':
+    if not 0.0 < d.mask_rate <= 1.0:
+      raise errors.ConfigError(f'config.data.mask_rate={d.mask_rate} must be in (0, 1].')
+    if (min(d.mask_fraction, d.random_fraction) < 0 or
+        d.mask_fraction + d.random_fraction > 1.0):
+      raise errors.ConfigError(
+          f'config.data.mask_fraction={d.mask_fraction} and random_fraction='
+          f'{d.random_fraction} must be >= 0 with a sum <= 1 (the rest keeps the token).')
+  if m.type == 'classifier':
+    _positive_int(m.num_classes, 'config.model.num_classes')
+    if m.pooling not in models.POOLINGS:
+      raise errors.ConfigError(f'config.model.pooling={m.pooling!r} is unknown. Fix: one of '
+                               f'{models.POOLINGS}.')
+    keys = d.get('text_keys') or ()
+    if not 1 <= len(keys) <= 2 or not d.get('label_key'):
+      raise errors.ConfigError(
+          f'config.data.text_keys={tuple(keys)} and label_key={d.get("label_key")!r}: a '
+          'classifier needs one or two text features and a label feature. Fix: start from '
+          'configs/classify.py.')
+    if d.seq_len < len(keys) + 2:
+      raise errors.ConfigError(f'config.data.seq_len={d.seq_len} leaves no room for text.')
+    regression = m.num_classes == 1
+    allowed = metrics.REGRESSION_METRICS if regression else metrics.CLASSIFICATION_METRICS
+    bad = [name for name in config.eval.get('metrics', ()) if name not in allowed]
+    if bad:
+      raise errors.ConfigError(
+          f'config.eval.metrics has {bad}, which do not apply to '
+          f'{"regression" if regression else "classification"} (num_classes={m.num_classes}). '
+          f'Fix: choose from {sorted(allowed)}.')
+    if m.get('type_vocab_size', 0) == 1 and len(keys) == 2:
+      raise errors.ConfigError('config.model.type_vocab_size=1 cannot tell two sentences apart. '
+                               'Fix: 2 (or 0 for no token types).')
+  elif config.get('init_from'):
+    raise errors.ConfigError(f'config.init_from is for fine-tuning a classifier, not '
+                             f'{m.type!r}. Fix: leave it empty.')
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

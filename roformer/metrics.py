@@ -30,6 +30,68 @@ def bleu_and_chrf(hypotheses: list[str], references: list[str]) -> dict:
           'chrf_signature': str(chrf.get_signature())}
 
 
+def accuracy(labels, predictions) -> float:
+  return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
+
+
+def f1(labels, predictions, positive: int = 1) -> float:
+  """F1 of the positive class (as GLUE reports it for MRPC and QQP)."""
+  labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
+  tp = float(np.sum(labels & predictions))
+  denominator = 2 * tp + np.sum(labels & ~predictions) + np.sum(~labels & predictions)
+  return 2 * tp / denominator if denominator else 0.0
+
+
+def matthews_correlation(labels, predictions) -> float:
+  """Matthews correlation of binary labels (CoLA); 0 when a margin is empty."""
+  y, p = np.asarray(labels) == 1, np.asarray(predictions) == 1
+  tp, tn = float(np.sum(y & p)), float(np.sum(~y & ~p))
+  fp, fn = float(np.sum(~y & p)), float(np.sum(y & ~p))
+  denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def pearson(x, y) -> float:
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  x, y = x - x.mean(), y - y.mean()
+  denominator = np.sqrt((x * x).sum() * (y * y).sum())
+  return float((x * y).sum() / denominator) if denominator else 0.0
+
+
+def ranks(x) -> np.ndarray:
+  """Ranks 1..n, ties sharing their average rank."""
+  x = np.asarray(x)
+  order = np.argsort(x, kind='stable')
+  r = np.empty(len(x), np.float64)
+  r[order] = np.arange(1, len(x) + 1)
+  for value in np.unique(x):
+    tied = x == value
+    r[tied] = r[tied].mean()
+  return r
+
+
+def spearman(x, y) -> float:
+  return pearson(ranks(x), ranks(y))
+
+
+# What each classification metric reads: predicted classes, or raw scores (regression).
+CLASSIFICATION_METRICS = {
+    'accuracy': accuracy, 'f1': f1, 'mcc': matthews_correlation,
+}
+REGRESSION_METRICS = {'pearson': pearson, 'spearman': spearman}
+
+
+def classification_report(names, labels, outputs) -> dict[str, float]:
+  """The named metrics of `outputs` (logits [n, classes], or scores [n, 1] for regression)."""
+  outputs = np.asarray(outputs)
+  predictions = outputs[:, 0] if outputs.shape[1] == 1 else outputs.argmax(-1)
+  report = {}
+  for name in names:
+    fn = CLASSIFICATION_METRICS.get(name) or REGRESSION_METRICS[name]
+    report[name] = fn(labels, predictions)
+  return report
+
+
 class MetricsWriter:
   """Appends {'step', 'split', ...} records to workdir/metrics.jsonl and TensorBoard events."""
 

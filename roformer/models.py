@@ -1,8 +1,11 @@
 """The shared Transformer stack and the task models built on it.
 
-One pre-LayerNorm stack (multi-head attention + GELU MLP) serves every model; it is parameterized
-by a position scheme from `roformer.positions`, whose hooks it calls at fixed points. Dropout is
-functional (an explicit key per call), so a train step stays a pure function of its inputs.
+One stack (multi-head attention + MLP) serves every model; it is parameterized by a position
+scheme from `roformer.positions`, whose hooks it calls at fixed points. LayerNorm is pre-residual
+by default (`config.model.norm='pre'`); 'post' gives the BERT/RoFormer layout (LayerNorm after
+each residual sum and after the embeddings), which pretrained Hugging Face RoFormer weights need.
+Dropout is functional (an explicit key per call), so a train step stays a pure function of its
+inputs.
 """
 
 import jax
@@ -24,6 +27,27 @@ def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
 
 def _split(key, n):
   return [None] * n if key is None else list(jax.random.split(key, n))
+
+
+ACTIVATIONS = {
+    'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
+    'gelu': lambda x: jax.nn.gelu(x, approximate=False),  # BERT's and Hugging Face's 'gelu'.
+    'relu': jax.nn.relu,
+}
+NORMS = ('pre', 'post')
+
+
+def layer_norm(cfg, *, dtype, rngs) -> nnx.LayerNorm:
+  return nnx.LayerNorm(cfg.d_model, epsilon=cfg.get('layer_norm_eps', 1e-6), dtype=dtype,
+                       rngs=rngs)
+
+
+def residual(x, sublayer, norm: nnx.LayerNorm, post: bool, rate: float, key):
+  """x + dropout(sublayer(LN(x))) (pre-norm), or LN(x + dropout(sublayer(x))) (post-norm).
+  `sublayer` returns (output, extra); returns (new x, extra)."""
+  out, extra = sublayer(x if post else norm(x))
+  x = x + dropout(out, rate, key)
+  return (norm(x) if post else x), extra
 
 
 class MultiHeadAttention(nnx.Module):
@@ -67,33 +91,37 @@ class MLP(nnx.Module):
 
   def __init__(self, cfg, *, dtype, rngs):
     d, f = cfg.d_model, cfg.d_ff
+    self.activation = cfg.get('activation', 'gelu_tanh')
     self.up = nnx.Linear(d, f, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
                          dtype=dtype, rngs=rngs)
     self.down = nnx.Linear(f, d, kernel_init=nnx.initializers.normal(
         stddev=f ** -0.5 / (2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
 
   def __call__(self, x):
-    return self.down(jax.nn.gelu(self.up(x)))
+    return self.down(ACTIVATIONS[self.activation](self.up(x)))
 
 
 class Block(nnx.Module):
-  """Pre-LayerNorm Transformer block."""
+  """Transformer block: self-attention and MLP, each a residual branch with LayerNorm."""
 
   def __init__(self, cfg, *, dtype, rngs):
-    self.ln_attn = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.ln_attn = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs)
-    self.ln_mlp = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.ln_mlp = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
+    self.post_norm = cfg.get('norm', 'pre') == 'post'
 
   def __call__(self, x, mask, pos, scheme, key=None, cache=None):
     """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`).
     Returns (output, updated layer cache or None)."""
     k1, k2 = _split(key, 2)
     x = scheme.layer_input(x, pos)
-    attn, cache = self.attn(self.ln_attn(x), mask, pos, scheme, cache)
-    x = x + dropout(attn, self.dropout_rate, k1)
-    return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2), cache
+    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache), self.ln_attn,
+                        self.post_norm, self.dropout_rate, k1)
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
+                    self.dropout_rate, k2)
+    return x, cache
 
 
 class CrossAttention(nnx.Module):
@@ -120,20 +148,23 @@ class CrossAttention(nnx.Module):
 
 
 class DecoderBlock(Block):
-  """Pre-LayerNorm decoder block: causal self-attention, cross-attention, MLP."""
+  """Decoder block: causal self-attention, cross-attention, MLP."""
 
   def __init__(self, cfg, *, dtype, rngs):
     super().__init__(cfg, dtype=dtype, rngs=rngs)
-    self.ln_cross = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.ln_cross = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.cross = CrossAttention(cfg, dtype=dtype, rngs=rngs)
 
   def __call__(self, x, mask, pos, scheme, key=None, cache=None, *, memory, memory_mask):
     k1, k2, k3 = _split(key, 3)
     x = scheme.layer_input(x, pos)
-    attn, cache = self.attn(self.ln_attn(x), mask, pos, scheme, cache)
-    x = x + dropout(attn, self.dropout_rate, k1)
-    x = x + dropout(self.cross(self.ln_cross(x), memory, memory_mask), self.dropout_rate, k2)
-    return x + dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k3), cache
+    post, rate = self.post_norm, self.dropout_rate
+    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache), self.ln_attn, post,
+                        rate, k1)
+    x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
+                    post, rate, k2)
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3)
+    return x, cache
 
 
 def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, **extra):
@@ -194,30 +225,49 @@ class TiedEmbeddingModel(nnx.Module):
 
 
 class Transformer(TiedEmbeddingModel):
-  """Token embedding, position scheme, a stack of blocks, a final LayerNorm, tied output layer."""
+  """Token embedding (plus token-type embedding if `type_vocab_size` > 0), position scheme, a
+  stack of blocks and a LayerNorm: after the stack (pre-norm) or after the embeddings
+  (post-norm, where every block ends in one)."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
+    self.post_norm = cfg.get('norm', 'pre') == 'post'
+    if cfg.get('type_vocab_size', 0):
+      self.token_type = nnx.Embed(cfg.type_vocab_size, cfg.d_model, dtype=dtype,
+                                  embedding_init=nnx.initializers.normal(stddev=0.02),
+                                  rngs=rngs)
     self.position = positions_lib.create(cfg, causal=self.causal, rngs=rngs)
+    if self.post_norm:
+      self.ln_embed = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.ln_final = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    if not self.post_norm:
+      self.ln_final = layer_norm(cfg, dtype=dtype, rngs=rngs)
 
-  def encode(self, tokens, positions, mask, key=None, cache=None):
-    """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len].
+  def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None):
+    """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len]
+    (and token types, for models with a token-type embedding; default all 0).
 
     With a `cache` (from `init_cache`), tokens are appended at slot cache['index'] and attend
     to every cached slot through `mask`; returns (hidden, updated cache) then.
     """
     keys = _split(key, len(self.blocks) + 1)
-    x = dropout(self.position.embed(self.embed(tokens), positions), self.dropout_rate, keys[-1])
+    x = self.embed(tokens)
+    if hasattr(self, 'token_type'):
+      x = x + self.token_type(jnp.zeros_like(tokens) if token_types is None else token_types)
+    x = self.position.embed(x, positions)
+    if self.post_norm:
+      x = self.ln_embed(x)
+    x = dropout(x, self.dropout_rate, keys[-1])
     x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache)
-    x = self.ln_final(x)
+    if not self.post_norm:
+      x = self.ln_final(x)
     return x if cache is None else (x, cache)
 
   def init_cache(self, batch: int, max_len: int) -> dict:
     return empty_cache(batch, max_len, len(self.blocks), self.num_heads,
                        self.d_model // self.num_heads, self.dtype)
+
 
 class CausalLM(Transformer):
   """Decoder-only language model: causal mask plus segment masking for packed documents."""
@@ -235,6 +285,60 @@ class CausalLM(Transformer):
     return self.logits(hidden), cache
 
 
+class MaskedLM(Transformer):
+  """Bidirectional encoder with a BERT-style masked-LM head (dense, activation, LayerNorm, then
+  the tied embedding plus an output bias). Packed documents attend within their segment."""
+
+  causal = False
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(cfg, rngs=rngs)
+    d = cfg.d_model
+    self.activation = cfg.get('activation', 'gelu_tanh')
+    self.head = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
+                           dtype=self.dtype, rngs=rngs)
+    self.head_ln = layer_norm(cfg, dtype=self.dtype, rngs=rngs)
+    self.output_bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
+
+  def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
+    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
+    hidden = self.encode(tokens, positions, mask, key, token_types=token_types)
+    hidden = self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
+    return self.logits(hidden) + self.output_bias.value
+
+
+class Classifier(Transformer):
+  """Bidirectional encoder with a pooled classification (or, with one output, regression)
+  head: the first token's state through a tanh dense layer (BERT's pooler), or the mean over
+  the tokens, then dropout and a linear layer. The encoder's parameters have the same names as
+  `MaskedLM`'s, so a pretrained encoder loads into it."""
+
+  causal = False
+  head_params = ('pooler', 'classifier')  # Parameters that fine-tuning initialises afresh.
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(cfg, rngs=rngs)
+    d = cfg.d_model
+    self.pooling = cfg.get('pooling', 'first')
+    self.pooler = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
+                             dtype=self.dtype, rngs=rngs)
+    self.classifier = nnx.Linear(d, cfg.num_classes, kernel_init=nnx.initializers.normal(
+        stddev=d ** -0.5), dtype=self.dtype, rngs=rngs)
+
+  def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
+    """Float32 logits [batch, num_classes] for one example per row (segment id 1, 0 = pad)."""
+    k1, k2 = _split(key, 2)
+    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
+    hidden = self.encode(tokens, positions, mask, k1, token_types=token_types)
+    if self.pooling == 'mean':
+      weights = (segment_ids > 0).astype(hidden.dtype)[..., None]
+      pooled = (hidden * weights).sum(1) / jnp.maximum(weights.sum(1), 1)
+    else:
+      pooled = hidden[:, 0]
+    pooled = dropout(jnp.tanh(self.pooler(pooled)), self.dropout_rate, k2)
+    return self.classifier(pooled).astype(jnp.float32)
+
+
 class EncoderDecoder(TiedEmbeddingModel):
   """Encoder-decoder Transformer for translation: one position scheme configuration applied to
   the encoder (bidirectional) and the decoder (causal) self-attention, separate instances of it
@@ -248,11 +352,11 @@ class EncoderDecoder(TiedEmbeddingModel):
     self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
     self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs)
                                     for _ in range(cfg.num_layers)])
-    self.encoder_ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.encoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = positions_lib.create(cfg, causal=True, rngs=rngs)
     self.decoder_blocks = nnx.List([DecoderBlock(cfg, dtype=dtype, rngs=rngs)
                                     for _ in range(cfg.num_layers)])
-    self.decoder_ln = nnx.LayerNorm(cfg.d_model, dtype=dtype, rngs=rngs)
+    self.decoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
 
   def encode_source(self, tokens, positions, segment_ids, key=None):
     """Encoder states [batch, src_len, d_model]; packed sources attend within their segment."""
@@ -296,7 +400,9 @@ class EncoderDecoder(TiedEmbeddingModel):
                         cross_mask, cache=cache)
 
 
-MODELS = {'causal_lm': CausalLM, 'encoder_decoder': EncoderDecoder}
+MODELS = {'causal_lm': CausalLM, 'encoder_decoder': EncoderDecoder, 'mlm': MaskedLM,
+          'classifier': Classifier}
+POOLINGS = ('first', 'mean')
 
 
 def is_causal(cfg: ml_collections.ConfigDict) -> bool:

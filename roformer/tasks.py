@@ -42,6 +42,11 @@ class LanguageModeling:
 
   features = ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
               'inputs_positions', 'targets_positions')
+  per_example = False  # Token-level loss and accuracy (not per-example predictions).
+  extra_tokens = 0  # Ids the model has beyond the tokenizer's vocabulary.
+
+  def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
+    return {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features}
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
     return pipeline.lm_dataset(
@@ -56,7 +61,7 @@ class LanguageModeling:
     return token_sums(logits, batch['targets'], weights, label_smoothing)
 
 
-class Translation:
+class Translation(LanguageModeling):
   """Teacher-forced translation of packed source/target pairs (`encoder_decoder`)."""
 
   features = ('inputs', 'decoder_inputs', 'targets', 'inputs_segment_ids',
@@ -123,8 +128,110 @@ def _beam_translate(graphdef, params, src, beam_size, alpha, max_len):
   return tokens[:, 0]
 
 
-TASKS = {'causal_lm': LanguageModeling(), 'encoder_decoder': Translation()}
+def mask_tokens(key, inputs, segment_ids, *, mask_id: int, rate: float = 0.15,
+                mask_fraction: float = 0.8, random_fraction: float = 0.1):
+  """BERT's corruption: each real token (not padding, bos or eos) is selected with probability
+  `rate`; a selected token becomes `mask_id` with probability mask_fraction, a random ordinary
+  token (ids NUM_SPECIAL..mask_id-1) with probability random_fraction, and stays itself
+  otherwise. Returns (corrupted inputs, selected: bool)."""
+  k_select, k_how, k_random = jax.random.split(key, 3)
+  real = (segment_ids > 0) & (inputs != tokenizer_lib.BOS_ID) & (inputs != tokenizer_lib.EOS_ID)
+  selected = real & (jax.random.uniform(k_select, inputs.shape) < rate)
+  how = jax.random.uniform(k_how, inputs.shape)
+  random_tokens = jax.random.randint(k_random, inputs.shape, tokenizer_lib.NUM_SPECIAL, mask_id,
+                                     dtype=inputs.dtype)
+  corrupted = jnp.where(selected & (how < mask_fraction), mask_id, inputs)
+  corrupted = jnp.where(selected & (how >= mask_fraction) &
+                        (how < mask_fraction + random_fraction), random_tokens, corrupted)
+  return corrupted, selected
+
+
+# Evaluation batches are masked with a key derived from this seed and the batch's contents, so
+# that every evaluation of the same data sees the same masks.
+EVAL_MASK_SEED = 20210420
+
+
+class MaskedLanguageModeling(LanguageModeling):
+  """BERT-style masked-LM pretraining (`mlm`) on packed documents: the loss and accuracy are
+  over the selected positions only. Masks are drawn on the device from the step's key (a new
+  draw every step, as in RoBERTa), and from the batch's contents during evaluation."""
+
+  features = ('inputs', 'inputs_segment_ids', 'inputs_positions')
+  extra_tokens = 1  # The [MASK] id: tokenizer.vocab_size, the model's last id.
+
+  def __init__(self, rate: float = 0.15, mask_fraction: float = 0.8,
+               random_fraction: float = 0.1):
+    self.rate, self.mask_fraction, self.random_fraction = rate, mask_fraction, random_fraction
+
+  def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
+    return pipeline.lm_dataset(
+        source, tokenizer, text_key=config.data.text_key, seq_len=seq_len or config.data.seq_len,
+        batch_size=_batch_size(config, batch_size), shuffle=train, repeat=train,
+        seed=config.seed, shard_index=jax.process_index(), shard_count=jax.process_count(),
+        shuffle_window=config.data.shuffle_window if train else 0, shift=False)
+
+  def sums(self, model, batch, key=None, label_smoothing: float = 0.0):
+    inputs, segments = batch['inputs'], batch['inputs_segment_ids']
+    if key is None:
+      fingerprint = (inputs * (jnp.arange(inputs.shape[1]) + 1)).sum(dtype=jnp.uint32)
+      mask_key, dropout_key = jax.random.fold_in(jax.random.key(EVAL_MASK_SEED), fingerprint), None
+    else:
+      mask_key, dropout_key = jax.random.split(key)
+    corrupted, selected = mask_tokens(
+        mask_key, inputs, segments, mask_id=model.embed.num_embeddings - 1, rate=self.rate,
+        mask_fraction=self.mask_fraction, random_fraction=self.random_fraction)
+    logits = model(corrupted, batch['inputs_positions'], segments, dropout_key)
+    sums = token_sums(logits, inputs, selected.astype(jnp.float32), label_smoothing)
+    return {**sums, 'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
+
+
+class Classification:
+  """Sentence (or sentence-pair) classification and regression (`classifier`), one example per
+  row. `num_classes=1` is regression with a squared-error loss (STS-B)."""
+
+  features = ('inputs', 'inputs_positions', 'inputs_segment_ids', 'token_types', 'label',
+              'weight')
+  per_example = True
+  extra_tokens = 1  # Same vocabulary as the masked LM it is fine-tuned from.
+
+  def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
+    shapes = {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features[:4]}
+    return {**shapes, 'label': np.zeros((batch_size,), np.int32),
+            'weight': np.zeros((batch_size,), np.float32)}
+
+  def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None,
+              split: str = ''):
+    return pipeline.classification_dataset(
+        source, tokenizer, text_keys=config.data.text_keys, label_key=config.data.label_key,
+        max_len=seq_len or config.data.seq_len, num_classes=config.model.num_classes,
+        batch_size=_batch_size(config, batch_size), shuffle=train, repeat=train,
+        seed=config.seed, shard_index=jax.process_index(), shard_count=jax.process_count(),
+        split=split)
+
+  def predict(self, model, batch, key=None):
+    return model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key,
+                 token_types=batch['token_types'])
+
+  def sums(self, model, batch, key=None, label_smoothing: float = 0.0):
+    """Sums over examples (`weight` counts them); `tokens` counts their input tokens."""
+    logits, weights = self.predict(model, batch, key), batch['weight']
+    tokens = (batch['inputs_segment_ids'] > 0).sum().astype(jnp.float32)
+    if logits.shape[-1] == 1:  # Regression.
+      squared = (logits[:, 0] - batch['label'].astype(jnp.float32)) ** 2
+      zero = jnp.zeros((), jnp.float32)
+      return {'loss_sum': (squared * weights).sum(), 'objective_sum': (squared * weights).sum(),
+              'correct': zero, 'weight': weights.sum(), 'tokens': tokens}
+    return {**token_sums(logits, batch['label'], weights, label_smoothing), 'tokens': tokens}
+
+
+TASKS = {
+    'causal_lm': lambda config: LanguageModeling(),
+    'encoder_decoder': lambda config: Translation(),
+    'mlm': lambda config: MaskedLanguageModeling(
+        config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction),
+    'classifier': lambda config: Classification(),
+}
 
 
 def for_config(config):
-  return TASKS[config.model.type]
+  return TASKS[config.model.type](config)

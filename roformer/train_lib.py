@@ -8,6 +8,7 @@ import functools
 import itertools
 import logging
 import os
+import shutil
 import time
 
 import jax
@@ -33,9 +34,11 @@ log = logging.getLogger('roformer')
 
 # Fields that must not change when a run resumes from an existing workdir.
 # The data pipeline's saved position only makes sense for the same pipeline and seed.
-_FIXED_ON_RESUME = ('model', 'seed', 'train.batch_size', 'data.name', 'data.text_key',
-                    'data.source_key', 'data.target_key', 'data.reverse', 'data.vocab_size',
-                    'data.seq_len', 'data.shuffle_window', 'data.splits')
+_FIXED_ON_RESUME = ('model', 'seed', 'init_from', 'train.batch_size', 'data.name',
+                    'data.text_key', 'data.text_keys', 'data.label_key', 'data.source_key',
+                    'data.target_key', 'data.reverse', 'data.vocab_size', 'data.seq_len',
+                    'data.shuffle_window', 'data.splits', 'data.mask_rate',
+                    'data.mask_fraction', 'data.random_fraction')
 
 
 # ------------------------------------------------------------------------------ optimization
@@ -83,12 +86,18 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   weight = jnp.maximum(sums['weight'], 1.0)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': optax.global_norm(grads), 'learning_rate': schedule(state['step']),
-             'tokens': sums['weight']}
+             'tokens': sums.get('tokens', sums['weight'])}
   return {'params': params, 'opt_state': opt_state, 'step': state['step'] + 1}, metrics
 
 
 def eval_step(params, batch, *, graphdef, task):
   return task.sums(nnx.merge(graphdef, params), batch)
+
+
+def predict_step(params, batch, *, graphdef, task):
+  """Per-example outputs (classification logits or regression scores) with their labels and
+  weights, for metrics that need every prediction (F1, correlations)."""
+  return task.predict(nnx.merge(graphdef, params), batch), batch['label'], batch['weight']
 
 
 # ------------------------------------------------------------------------------ state
@@ -124,6 +133,11 @@ class Trainer:
     self.eval_step = jax.jit(
         functools.partial(eval_step, graphdef=self.graphdef, task=self.task),
         in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated)
+    if self.task.per_example:
+      self.predict_step = jax.jit(
+          functools.partial(predict_step, graphdef=self.graphdef, task=self.task),
+          in_shardings=(self.state_shardings['params'], batch_sharding),
+          out_shardings=replicated)
 
   def init_state(self):
     def init():
@@ -175,10 +189,13 @@ def _eval_batches(dataset, max_batches: int, template: dict):
 
 def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches: int = -1,
              seq_len: int | None = None):
-  """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches."""
+  """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches;
+  for per-example tasks, `evaluate_examples`."""
   local = batch_size // jax.process_count()
   length = seq_len or trainer.config.data.seq_len
-  template = {k: np.zeros((local, length), np.int32) for k in trainer.task.features}
+  template = trainer.task.feature_shapes(local, length)
+  if trainer.task.per_example:
+    return evaluate_examples(trainer, params, dataset, template, max_batches)
   totals = None
   for batch in _eval_batches(dataset, max_batches, template):
     sums = trainer.eval_step(params, sharding.put_batch(pipeline.pad_batch(batch, local),
@@ -193,17 +210,168 @@ def evaluate(trainer: Trainer, params, dataset, *, batch_size: int, max_batches:
           'perplexity': metrics_lib.perplexity(loss), 'tokens': float(totals['weight'])}
 
 
+def evaluate_examples(trainer: Trainer, params, dataset, template: dict, max_batches: int = -1):
+  """Loss and the config's metrics (config.eval.metrics: accuracy, f1, mcc, pearson,
+  spearman) over every example of a classification or regression dataset."""
+  local = next(iter(template.values())).shape[0]
+  outputs, labels, weights = [], [], []
+  for batch in _eval_batches(dataset, max_batches, template):
+    out, label, weight = jax.device_get(trainer.predict_step(
+        params, sharding.put_batch(pipeline.pad_batch(batch, local), trainer.mesh)))
+    outputs.append(out)
+    labels.append(label)
+    weights.append(weight)
+  if not outputs:
+    raise errors.ConfigError('the evaluation split produced no examples. Fix: check '
+                             'config.data.splits.')
+  keep = np.concatenate(weights) > 0
+  outputs = np.concatenate(outputs)[keep].astype(np.float64)
+  labels = np.concatenate(labels)[keep]
+  if outputs.shape[1] == 1:
+    loss = float(np.mean((outputs[:, 0] - labels) ** 2))
+  else:
+    shifted = outputs - outputs.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    loss = float(-np.mean(logp[np.arange(len(labels)), labels]))
+  result = {'loss': loss, 'examples': float(len(labels))}
+  result.update(metrics_lib.classification_report(trainer.config.eval.metrics, labels, outputs))
+  return result
+
+
 # ------------------------------------------------------------------------------ data
 
 
-def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS):
-  """Opens the dataset's splits and tokenizer; sets config.model.vocab_size from it."""
+TOKENIZER_FILE = 'tokenizer.model'
+
+
+def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdir: str = ''):
+  """Opens the dataset's splits and the tokenizer, and sets config.model.vocab_size from it.
+
+  The tokenizer is the workdir's own copy if it has one (a fine-tuning run keeps its
+  pretraining's), else that of the run in config.init_from, else the dataset's (trained on
+  its train split on first use)."""
   sources = pipeline.load_sources(config.data, splits=splits)
-  tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
-      iter(sources.values())))
+  candidates = [os.path.join(d, TOKENIZER_FILE) for d in (workdir, config.get('init_from'))
+                if d]
+  path = next((p for p in candidates if os.path.exists(p)), None)
+  if path:
+    tokenizer = tokenizer_lib.Tokenizer(path)
+  elif config.get('init_from'):
+    saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
+    tokenizer = pipeline.load_tokenizer(
+        saved.data, pipeline.load_sources(saved.data, splits=('train',))['train'])
+  else:
+    tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
+        iter(sources.values())))
   with config.unlocked():
-    config.model.vocab_size = tokenizer.vocab_size
+    config.model.vocab_size = tokenizer.vocab_size + tasks.for_config(config).extra_tokens
   return sources, tokenizer
+
+
+def _keep_tokenizer(tokenizer, workdir: str) -> None:
+  """Copies the tokenizer into the workdir: evaluation and fine-tuning need exactly it."""
+  path = os.path.join(workdir, TOKENIZER_FILE)
+  if not os.path.exists(path):
+    shutil.copyfile(tokenizer.path, path + '.tmp')
+    os.replace(path + '.tmp', path)
+
+
+# Parameters of a masked LM that a classifier does not take over.
+_MLM_HEAD = ('head', 'head_ln', 'output_bias')
+# Model fields that fix the encoder's parameters and what they compute.
+_ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'vocab_size', 'norm',
+                   'activation', 'layer_norm_eps', 'type_vocab_size', 'position')
+
+
+def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
+  """Checks that config.init_from is a masked-LM run whose encoder this model can take over;
+  returns (its config, its latest step). Reads metadata only."""
+  source = os.path.abspath(config.init_from)
+  if not os.path.isdir(source):
+    raise errors.ConfigError(f'config.init_from={config.init_from!r} is not a directory. Fix: '
+                             'point it at a workdir of `train.py --config configs/mlm.py`.')
+  saved = config_lib.load(source)
+  if saved.model.type != 'mlm':
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is a {saved.model.type!r} run, not a masked-LM '
+        'pretraining run. Fix: pretrain with `python train.py --config configs/mlm.py '
+        '--workdir runs/mlm` and pass --config.init_from=runs/mlm.')
+  step = checkpoint_lib.latest_step(os.path.join(source, 'checkpoints'))
+  if step is None:
+    raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
+                             'let the pretraining run save one first.')
+  diffs = []
+  for field in _ENCODER_FIELDS:
+    if field == 'vocab_size':
+      continue  # Set from the tokenizer, which comes from that run.
+    diffs += config_lib.differences({field: saved.model.get(field)},
+                                    {field: config.model.get(field)}, 'model')
+  if diffs:
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} was pretrained with a different encoder '
+        f'(pretrained vs now): {"; ".join(diffs)}. Fix: set those --config.model fields to the '
+        'pretrained values (position kind and options included).')
+  return saved, step
+
+
+def restore_encoder(trainer: Trainer, state, init_from: str, saved, step: int):
+  """Copies the pretrained encoder of `init_from` into a fresh classifier state; the
+  classifier head keeps its initialisation and the optimizer starts afresh."""
+  source_trainer = Trainer(saved_with_vocab(saved, trainer.config), trainer.mesh)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(os.path.abspath(init_from), 'checkpoints'))
+  try:
+    check_checkpoint_matches(ckpt, step, source_trainer)
+    pretrained = ckpt.restore(step, source_trainer.abstract_state)['params'].to_pure_dict()
+  finally:
+    ckpt.close()
+  params = state['params']
+  target = params.to_pure_dict()
+  taken = sorted(k for k in target if k in pretrained and k not in _MLM_HEAD)
+  for key in taken:
+    target[key] = pretrained[key]
+  nnx.replace_by_pure_dict(params, target)
+  log.info('Initialised %s from %s step %d; new: %s.', ', '.join(taken), init_from, step,
+           ', '.join(sorted(set(target) - set(taken))))
+  with jax.set_mesh(trainer.mesh):
+    params = jax.device_put(params, trainer.state_shardings['params'])
+    opt_state = jax.jit(trainer.tx.init, out_shardings=trainer.state_shardings['opt_state'])(
+        params)
+  return {'params': params, 'opt_state': opt_state, 'step': state['step']}
+
+
+def saved_with_vocab(saved, config):
+  saved = ml_collections.ConfigDict(saved.to_dict())
+  saved.model.vocab_size = config.model.vocab_size
+  saved.mesh = config.mesh
+  return saved
+
+
+def check_classification_data(config, sources) -> None:
+  """Before anything is compiled: the labels fit the head, and a sentence-pair task gets
+  both of its sentences."""
+  pairs = {'glue/' + task for task, spec in pipeline.GLUE_TASKS.items() if len(spec[0]) == 2}
+  keys = tuple(config.data.text_keys)
+  if config.data.name in pairs and len(keys) != 2:
+    raise errors.ConfigError(
+        f'{config.data.name} is a sentence-pair task but config.data.text_keys={keys} names '
+        f'{len(keys)} text(s). Fix: --config.data.text_keys="{pipeline.GLUE_TASKS[config.data.name[5:]][0]}"'
+        ' (or use configs/classify.py:' + config.data.name + ').')
+  if not 1 <= len(keys) <= 2:
+    raise errors.ConfigError(f'config.data.text_keys={keys} must name one text or a pair.')
+  if config.model.num_classes == 1:
+    return
+  for split in ('train', 'validation'):
+    if split not in sources:
+      continue
+    labels = pipeline.labels(sources[split], config.data.label_key)
+    labels = labels[labels != -1]  # Hidden labels.
+    if len(labels) and (labels.min() < 0 or labels.max() >= config.model.num_classes):
+      raise errors.ConfigError(
+          f'the {split} split has labels {labels.min()}..{labels.max()}, outside [0, '
+          f'config.model.num_classes={config.model.num_classes}). Fix: '
+          f'--config.model.num_classes={int(labels.max()) + 1}.')
+
+
 
 
 # ------------------------------------------------------------------------------ the loop
@@ -258,7 +426,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   _check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
 
-  sources, tokenizer = setup_data(config, splits=('train', 'validation'))
+  resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
+  if config.get('init_from') and not resuming:
+    if models.MODELS[config.model.type] is not models.Classifier:
+      raise errors.ConfigError(f'config.init_from is for fine-tuning a classifier, not '
+                               f'{config.model.type!r}. Fix: leave it empty.')
+    pretrained = check_init_from(config)
+  sources, tokenizer = setup_data(config, splits=('train', 'validation'),
+                                  workdir=workdir if resuming else '')
+  if trainer_task_is_classifier(config):
+    check_classification_data(config, sources)
   os.makedirs(workdir, exist_ok=True)
   trainer = Trainer(config, mesh)
   tc = config.train
@@ -269,9 +446,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if resumed_from is not None:
     log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
     state = ckpt.restore(resumed_from, trainer.abstract_state, train_iter)
+  elif config.get('init_from'):
+    state = restore_encoder(trainer, state, config.init_from, *pretrained)
   is_chief = jax.process_index() == 0
   if is_chief:
     _save_config(config, workdir, resumed_from)
+    _keep_tokenizer(tokenizer, workdir)
   start = int(jax.device_get(state['step']))
   log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
            config.model.type, trainer.num_params(), config.model.position.kind,
@@ -323,9 +503,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
           log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step,
                    best_bleu, scores['direction'], best.directory)
       writer.write(step, 'validation', result)
-      log.info('step %d | validation loss %.4f | perplexity %.2f | acc %.3f%s', step,
-               result['loss'], result['perplexity'], result['accuracy'],
-               f' | BLEU {result["bleu"]:.2f}' if 'bleu' in result else '')
+      log.info('step %d | validation %s', step, _format_metrics(result))
       last['validation'] = result
     if step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at):
       ckpt.save(step, state, train_iter)
@@ -337,6 +515,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     best.close()
   writer.close()
   return last
+
+
+def trainer_task_is_classifier(config) -> bool:
+  return config.model.type in models.MODELS and tasks.for_config(config).per_example
+
+
+def _format_metrics(result: dict) -> str:
+  names = {'loss': 'loss %.4f', 'perplexity': 'perplexity %.2f', 'accuracy': 'acc %.3f',
+           'bleu': 'BLEU %.2f', 'f1': 'F1 %.3f', 'mcc': 'MCC %.3f', 'pearson': 'Pearson %.3f',
+           'spearman': 'Spearman %.3f'}
+  return ' | '.join(fmt % result[k] for k, fmt in names.items() if k in result)
 
 
 def _best_bleu_so_far(workdir: str) -> float:
@@ -419,7 +608,10 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       scaling.original_length = saved.data.seq_len
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
-  sources, tokenizer = setup_data(config, splits=('train',) + tuple(splits))
+  classifying = trainer_task_is_classifier(config)
+  if classifying:
+    splits = tuple(config.eval.get('splits', splits))
+  sources, tokenizer = setup_data(config, splits=('train',) + tuple(splits), workdir=workdir)
   trainer = Trainer(config, mesh)
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
   try:
@@ -431,6 +623,19 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'train_seq_len': config.data.seq_len,
              'overrides': config_lib.differences(saved, config), 'splits': {}}
+  if classifying:
+    for split in splits:
+      hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)
+      if len(hidden) and (hidden == -1).all():
+        results['splits'][split] = {'skipped': f'the labels of {split} are hidden (-1), as in '
+                                               'GLUE test sets: submit predictions instead.'}
+        continue
+      batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
+                                     batch_size=config.eval.batch_size, split=split)
+      results['splits'][split] = evaluate(trainer, params, batches,
+                                          batch_size=config.eval.batch_size,
+                                          max_batches=config.eval.max_batches)
+    return results
   for split in splits:
     rows = []
     for mult in config.eval.length_multipliers:
@@ -466,8 +671,13 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
 
 def format_results(results: dict) -> str:
   lines = [f"step {results['step']}, position={results['position']}, trained at length "
-           f"{results['train_seq_len']}",
-           f"{'split':<11} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}"]
+           f"{results['train_seq_len']}"]
+  if all('lengths' not in r for r in results['splits'].values()):  # Classification.
+    for split, r in results['splits'].items():
+      lines.append(f"{split:<22} " + (r['skipped'] if 'skipped' in r else
+                                      f"{_format_metrics(r)} | {r['examples']:.0f} examples"))
+    return '\n'.join(lines)
+  lines.append(f"{'split':<11} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}")
   for split, r in results['splits'].items():
     for row in r['lengths']:
       if 'skipped' in row:

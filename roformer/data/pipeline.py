@@ -19,15 +19,29 @@ import tensorflow_datasets as tfds
 
 from roformer.data import bible
 from roformer.data import embedded
+from roformer.data import movie_reviews
 from roformer.data import shakespeare
 from roformer.data import tokenizer as tokenizer_lib
 
 from roformer import errors
 
 # Datasets defined in this project, built locally from pip-installed corpora.
-EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bible.BibleEnDe}
+EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bible.BibleEnDe,
+                     'rotten_tomatoes': movie_reviews.RottenTomatoes, 'imdb': movie_reviews.Imdb}
 SPLITS = ('train', 'validation', 'test')
 PACKING_BINS_PER_ROW = 4
+
+# GLUE tasks in TFDS: (text features, number of classes (1: regression), metrics).
+GLUE_TASKS = {
+    'cola': (('sentence',), 2, ('mcc', 'accuracy')),
+    'sst2': (('sentence',), 2, ('accuracy',)),
+    'mrpc': (('sentence1', 'sentence2'), 2, ('accuracy', 'f1')),
+    'stsb': (('sentence1', 'sentence2'), 1, ('pearson', 'spearman')),
+    'qqp': (('question1', 'question2'), 2, ('accuracy', 'f1')),
+    'mnli': (('premise', 'hypothesis'), 3, ('accuracy',)),
+    'qnli': (('question', 'sentence'), 2, ('accuracy',)),
+    'rte': (('sentence1', 'sentence2'), 2, ('accuracy',)),
+}
 
 
 def default_data_dir() -> str:
@@ -78,7 +92,9 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
           f'{data_cfg.name!r} has no split {name!r} for {split} ({e}). Fix: map it with '
           f"--config.data.splits, e.g. \"{{'{split}': 'test'}}\".") from e
   first = sources[splits[0]][0] if len(sources[splits[0]]) else {}
-  for field, key in text_fields(data_cfg):
+  fields = text_fields(data_cfg) + ([('label_key', data_cfg.label_key)]
+                                    if data_cfg.get('label_key') else [])
+  for field, key in fields:
     if key not in first:
       hint = (' The translation config needs a parallel dataset (e.g. bible_en_de, '
               'wmt14_translate/de-en).' if field != 'text_key' else '')
@@ -89,8 +105,11 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
 
 
 def text_fields(data_cfg) -> list[tuple[str, str]]:
-  """(config field, feature) pairs of the text the task reads: the LM's text, or a
-  translation's source and target (swapped with config.data.reverse)."""
+  """(config field, feature) pairs of the text the task reads: the LM's text, a
+  translation's source and target (swapped with config.data.reverse), or a classification
+  example's one or two texts."""
+  if data_cfg.get('text_keys'):
+    return [('text_keys', key) for key in data_cfg.text_keys]
   if data_cfg.get('source_key'):
     fields = [('source_key', data_cfg.source_key), ('target_key', data_cfg.target_key)]
     return fields[::-1] if data_cfg.get('reverse') else fields
@@ -119,16 +138,20 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkForLM(grain.experimental.FlatMapTransform):
-  """Turns one token document into (inputs, targets) chunks of at most seq_len.
+  """Turns one token document into chunks of at most seq_len.
 
-  The document is framed as [bos] + tokens + [eos]; inputs are shifted right by one, so each
-  chunk predicts up to seq_len next tokens. Every chunk starts again at position 0.
+  The document is framed as [bos] + tokens + [eos]. With `shift` (causal LM), inputs are
+  shifted right by one against targets, so each chunk predicts up to seq_len next tokens;
+  without it (masked LM) a chunk is just `inputs`. Every chunk starts again at position 0.
   """
   seq_len: int
+  shift: bool = True
   max_fan_out: int = 1 << 20  # Documents are never truncated.
 
   def flat_map(self, tokens):
     seq = np.concatenate([[tokenizer_lib.BOS_ID], tokens, [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    if not self.shift:
+      return [{'inputs': seq[s:s + self.seq_len]} for s in range(0, len(seq), self.seq_len)]
     inputs, targets = seq[:-1], seq[1:]  # Equal lengths: one target per input.
     return [{'inputs': inputs[s:s + self.seq_len], 'targets': targets[s:s + self.seq_len]}
             for s in range(0, len(inputs), self.seq_len)]
@@ -136,21 +159,23 @@ class ChunkForLM(grain.experimental.FlatMapTransform):
 
 def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: int,
                shuffle: bool, seed: int = 0, repeat: bool = False, shard_index: int = 0,
-               shard_count: int = 1, shuffle_window: int = 0) -> grain.IterDataset:
+               shard_count: int = 1, shuffle_window: int = 0,
+               shift: bool = True) -> grain.IterDataset:
   """Packed LM batches: dicts of int32 [batch_size, seq_len] arrays `inputs`, `targets`,
-  `inputs_segment_ids`, `inputs_positions` (and the same for targets)."""
+  `inputs_segment_ids`, `inputs_positions` (and the same for targets). With shift=False
+  (masked LM), only the `inputs` features."""
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:
     ds = ds.shuffle(seed=seed)
   if repeat:
     ds = ds.repeat(None)  # After shuffle: every epoch is reshuffled.
   ds = ds.map(lambda ex: tokenizer.encode(as_text(ex[text_key])))
-  it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), ChunkForLM(seq_len))
+  it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), ChunkForLM(seq_len, shift))
   if shuffle and shuffle_window > 1:
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window, seed=seed)
   # More bins than rows per batch: a document's short last chunk finds a partner more often.
   it = grain.experimental.FirstFitPackIterDataset(
-      it, length_struct={'inputs': seq_len, 'targets': seq_len},
+      it, length_struct={'inputs': seq_len, 'targets': seq_len} if shift else {'inputs': seq_len},
       num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
   return it.batch(batch_size, drop_remainder=repeat)
 
@@ -196,6 +221,64 @@ def translation_dataset(source, tokenizer, *, source_key: str, target_key: str, 
   return it.batch(batch_size, drop_remainder=repeat)
 
 
+@dataclasses.dataclass(frozen=True)
+class EncodeForClassification(grain.transforms.Map):
+  """One example per row: [bos] text [eos] (or [bos] a [eos] b [eos] for a sentence pair),
+  token types 0 for the first text and 1 for the second, padded to max_len; the longer text is
+  cut first when the pair does not fit. Labels are checked against the task."""
+  tokenizer: Any
+  text_keys: tuple[str, ...]
+  label_key: str
+  max_len: int
+  num_classes: int  # 1: regression.
+  split: str = ''
+
+  def map(self, example):
+    texts = [self.tokenizer.encode(as_text(example[k])) for k in self.text_keys]
+    budget = self.max_len - 1 - len(texts)
+    while sum(map(len, texts)) > budget:
+      longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+      texts[longest] = texts[longest][:-1]
+    ids, types = [tokenizer_lib.BOS_ID], [0]
+    for i, text in enumerate(texts):
+      part = list(text) + [tokenizer_lib.EOS_ID]
+      ids += part
+      types += [i] * len(part)
+    pad = self.max_len - len(ids)
+    label = example[self.label_key]
+    if self.num_classes == 1:
+      label = np.float32(label)
+    else:
+      label = int(label)
+      if not 0 <= label < self.num_classes and label != -1:  # -1: hidden (GLUE test sets).
+        raise errors.ConfigError(
+            f'{self.split or "an"} example has {self.label_key}={label}, outside [0, '
+            f'config.model.num_classes={self.num_classes}). Fix: set --config.model.num_classes '
+            'to the number of classes of this dataset.')
+      label = np.int32(label)
+    as_row = lambda values: np.asarray(values + [0] * pad, np.int32)
+    return {'inputs': as_row(ids), 'inputs_positions': as_row(list(range(len(ids)))),
+            'inputs_segment_ids': as_row([1] * len(ids)), 'token_types': as_row(types),
+            'label': label, 'weight': np.float32(1.0)}
+
+
+def classification_dataset(source, tokenizer, *, text_keys, label_key: str, max_len: int,
+                           num_classes: int, batch_size: int, shuffle: bool, seed: int = 0,
+                           repeat: bool = False, shard_index: int = 0, shard_count: int = 1,
+                           split: str = '') -> grain.IterDataset:
+  """Batches of single examples: int32 [batch, max_len] `inputs`, `inputs_positions`,
+  `inputs_segment_ids` (1 on tokens, 0 on padding), `token_types`; [batch] `label` (int32, or
+  float32 for regression) and `weight` (1.0; 0.0 on padding rows added by `pad_batch`)."""
+  ds = grain.MapDataset.source(source)[shard_index::shard_count]
+  if shuffle:
+    ds = ds.shuffle(seed=seed)
+  if repeat:
+    ds = ds.repeat(None)
+  ds = ds.map(EncodeForClassification(tokenizer, tuple(text_keys), label_key, max_len,
+                                      num_classes, split))
+  return ds.to_iter_dataset().batch(batch_size, drop_remainder=repeat)
+
+
 def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
   """Pads a final short eval batch with padding rows (segment id 0) to a fixed shape."""
   n = next(iter(batch.values())).shape[0]
@@ -205,3 +288,8 @@ def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.nda
     return batch
   return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])
           for k, v in batch.items()}
+
+
+def labels(source, label_key: str, limit: int = 100_000) -> np.ndarray:
+  """The labels of the first `limit` examples (for checks before training)."""
+  return np.asarray([source[i][label_key] for i in range(min(len(source), limit))])

@@ -15,6 +15,7 @@ import sentencepiece as spm
 from roformer import errors
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
+NUM_SPECIAL = 5  # Ids below this are never masked, replaced at random, or predicted as text.
 _NEWLINE_PIECE = '<n>'
 
 

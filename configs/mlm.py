@@ -1,0 +1,34 @@
+"""Masked-LM pretraining of a bidirectional encoder (BERT's objective), sized for a 2-core CPU.
+
+  python train.py --config configs/mlm.py:roformer --workdir runs/mlm_roformer   # RoPE
+  python train.py --config configs/mlm.py:bert --workdir runs/mlm_bert           # learned
+  python train.py --config configs/mlm.py:alibi --workdir ...                    # any kind
+
+`bert` and `roformer` differ only in the position scheme, as in the RoFormer paper's
+pretraining comparison. 15% of tokens are selected (80% [MASK], 10% random, 10% kept); the loss
+and accuracy are over the selected tokens. Any TFDS text dataset works by name, e.g.
+`--config.data.name=lm1b`.
+"""
+
+from configs import base
+from roformer import positions
+
+NAMED = {'bert': 'learned', 'roformer': 'rope'}
+
+
+def get_config(arg: str = 'roformer'):
+  arg = arg or 'roformer'
+  if arg not in NAMED and arg not in positions.kinds():
+    raise ValueError(f'configs/mlm.py:{arg}: use bert, roformer or a position kind '
+                     f'{positions.kinds()}.')
+  config = base.get_config()
+  config.model.type = 'mlm'
+  config.model.position.kind = NAMED.get(arg, arg)
+  if config.model.position.kind == 'learned':
+    config.model.position.learned.max_length = 512  # BERT's table.
+  config.model.type_vocab_size = 2  # Sentence A/B, used by sentence-pair fine-tuning.
+  config.data.update(seq_len=256, mask_rate=0.15, mask_fraction=0.8, random_fraction=0.1)
+  config.train.update(batch_size=8, steps=1000, warmup_steps=100, eval_every=100,
+                      checkpoint_every=250, eval_batches=40)
+  config.eval.length_multipliers = (1,)
+  return config

@@ -1,0 +1,165 @@
+"""Masked-LM pretraining: BERT's corruption, the loss on selected tokens only, a bidirectional
+encoder that stays inside its packed segment, and a tiny run end to end."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import attention
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+from roformer import tasks
+from roformer import train_lib
+from roformer.data import pipeline
+from roformer.data import tokenizer as tokenizer_lib
+
+
+def test_mask_tokens_follows_bert_proportions():
+  rng = np.random.default_rng(0)
+  inputs = rng.integers(tokenizer_lib.NUM_SPECIAL, 1000, (64, 512)).astype(np.int32)
+  inputs[:, 0], inputs[:, 100] = tokenizer_lib.BOS_ID, tokenizer_lib.EOS_ID
+  segments = np.ones_like(inputs)
+  segments[:, 400:] = 0  # Padding.
+  inputs[:, 400:] = 0
+  corrupted, selected = map(np.asarray, tasks.mask_tokens(
+      jax.random.key(0), jnp.asarray(inputs), jnp.asarray(segments), mask_id=1000))
+  real = (segments > 0) & (inputs > tokenizer_lib.BOS_ID)
+  assert not selected[~real].any()  # Never padding, bos or eos.
+  np.testing.assert_array_equal(corrupted[~selected], inputs[~selected])
+  assert abs(selected[real].mean() - 0.15) < 0.005  # ~25k tokens: 3 sigma is ~0.0007.
+  masked = corrupted[selected] == 1000
+  changed = (corrupted[selected] != inputs[selected]) & ~masked
+  kept = corrupted[selected] == inputs[selected]
+  assert abs(masked.mean() - 0.8) < 0.015
+  assert abs(kept.mean() - 0.1 - 0.1 / 995) < 0.015 and abs(changed.mean() - 0.1) < 0.015
+  random_ids = corrupted[selected][~masked]
+  assert random_ids.min() >= tokenizer_lib.NUM_SPECIAL and random_ids.max() < 1000
+
+
+@pytest.fixture(scope='module')
+def tiny_mlm():
+  cfg = test_config.get_config('mlm')
+  cfg.model.vocab_size = 64
+  return cfg, models.create(cfg.model, seed=0)
+
+
+def test_encoder_is_bidirectional_within_its_segment(tiny_mlm):
+  _, model = tiny_mlm
+  rng = np.random.default_rng(1)
+  tokens = jnp.asarray(rng.integers(5, 63, (1, 12)), jnp.int32)
+  segments = jnp.asarray([[1] * 6 + [2] * 6], jnp.int32)
+  positions = jnp.asarray([list(range(6)) * 2], jnp.int32)
+  base = np.asarray(model(tokens, positions, segments))
+  changed = np.asarray(model(tokens.at[0, 4].set(7 if tokens[0, 4] != 7 else 8), positions,
+                             segments))
+  diff = np.abs(changed - base).max(-1)[0]
+  assert (diff[:4] > 1e-6).all()  # Earlier tokens see a later one: not causal.
+  assert (diff[6:] == 0).all()  # The next packed document does not.
+
+
+def test_loss_counts_selected_tokens_only(tiny_mlm):
+  cfg, model = tiny_mlm
+  task = tasks.for_config(cfg)
+  rng = np.random.default_rng(2)
+  batch = {'inputs': jnp.asarray(rng.integers(5, 63, (4, 32)), jnp.int32),
+           'inputs_segment_ids': jnp.ones((4, 32), jnp.int32),
+           'inputs_positions': jnp.broadcast_to(jnp.arange(32), (4, 32))}
+  key = jax.random.key(3)
+  sums = task.sums(model, batch, key)
+  mask_key, _ = jax.random.split(key)
+  corrupted, selected = tasks.mask_tokens(mask_key, batch['inputs'], batch['inputs_segment_ids'],
+                                          mask_id=63)
+  logits = np.asarray(model(corrupted, batch['inputs_positions'], batch['inputs_segment_ids']),
+                      np.float64)
+  logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)
+                         ) - logits.max(-1, keepdims=True)
+  ce = -np.take_along_axis(logp, np.asarray(batch['inputs'])[..., None], -1)[..., 0]
+  sel = np.asarray(selected)
+  assert float(sums['weight']) == sel.sum() > 0 and float(sums['tokens']) == 128
+  np.testing.assert_allclose(float(sums['loss_sum']), ce[sel].sum(), rtol=1e-5)
+  # Evaluation masks depend on the batch only: the same batch, the same loss.
+  first, second = task.sums(model, batch), task.sums(model, batch)
+  assert float(first['loss_sum']) == float(second['loss_sum'])
+  # ... and other batches get other masks (counts of selected tokens differ somewhere).
+  counts = {float(task.sums(model, {**batch, 'inputs': batch['inputs'].at[0, 0].set(t)})[
+      'weight']) for t in range(5, 10)}
+  assert len(counts) > 1
+
+
+def test_mlm_chunks_are_unshifted_and_packed(data_dir):
+  cfg = test_config.get_config('mlm')
+  cfg.data.data_dir = data_dir
+  sources, tok = train_lib.setup_data(cfg, splits=('validation',))
+  assert cfg.model.vocab_size == tok.vocab_size + 1  # The [MASK] id.
+  batch = next(iter(tasks.for_config(cfg).batches(cfg, sources['validation'], tok,
+                                                  train=False)))
+  assert set(batch) == {'inputs', 'inputs_segment_ids', 'inputs_positions'}
+  first = pipeline.as_text(sources['validation'][0]['text'])
+  expected = np.concatenate([[tokenizer_lib.BOS_ID], tok.encode(first)])[:cfg.data.seq_len]
+  np.testing.assert_array_equal(batch['inputs'][0, :len(expected)], expected)
+
+
+def test_mlm_trains_and_evaluates(tmp_path, data_dir):
+  cfg = test_config.get_config('mlm')
+  cfg.data.data_dir = data_dir
+  cfg.train.update(steps=16, eval_every=8, learning_rate=1e-2)
+  last = train_lib.train_and_evaluate(cfg, str(tmp_path / 'mlm'))
+  assert last['validation']['loss'] < np.log(cfg.model.vocab_size)  # Better than uniform.
+  assert os.path.exists(tmp_path / 'mlm' / train_lib.TOKENIZER_FILE)
+  results = train_lib.evaluate_workdir(cfg, str(tmp_path / 'mlm'))
+  row = results['splits']['validation']['lengths'][0]
+  assert row['loss'] < np.log(cfg.model.vocab_size) and row['tokens'] > 0
+
+
+@pytest.mark.parametrize('field,value,match', [
+    ('data.mask_rate', 0.0, 'mask_rate'),
+    ('data.mask_fraction', 0.95, 'sum <= 1'),
+    ('model.norm', 'sandwich', 'config.model.norm'),
+    ('model.activation', 'swish', 'config.model.activation'),
+])
+def test_bad_mlm_options_are_refused(field, value, match):
+  cfg = test_config.get_config('mlm')
+  section, name = field.split('.')
+  cfg[section][name] = value
+  with pytest.raises(errors.ConfigError, match=match):
+    config_lib.validate(cfg)
+
+
+def test_post_norm_block_matches_its_formula():
+  """norm='post': LN(x + attn(x)) then LN(x + mlp(x)), checked against float64 numpy."""
+  cfg = test_config.get_config('mlm')
+  cfg.model.update(norm='post', activation='gelu', num_layers=1, vocab_size=40,
+                   position=cfg.model.position)
+  cfg.model.position.kind = 'none'
+  model = models.create(cfg.model, seed=1)
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(1, 5, 32))
+  block = model.blocks[0]
+  p = lambda m: (np.asarray(m.kernel.value, np.float64), np.asarray(m.bias.value, np.float64))
+
+  def ln(h, norm):
+    mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+    return (h - mu) / np.sqrt(var + 1e-6) * np.asarray(norm.scale.value) + np.asarray(
+        norm.bias.value)
+
+  w, b = p(block.attn.qkv)
+  q, k, v = np.split((x @ w + b).reshape(1, 5, 12, 8), 3, axis=2)
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  wo, bo = p(block.attn.out)
+  h = ln(x + np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(1, 5, 32) @ wo + bo, block.ln_attn)
+  (wu, bu), (wd, bd) = p(block.mlp.up), p(block.mlp.down)
+  import math  # pylint: disable=g-import-not-at-top
+  gelu = np.vectorize(lambda z: 0.5 * z * (1 + math.erf(z / math.sqrt(2))))
+  expected = ln(h + gelu(h @ wu + bu) @ wd + bd, block.ln_mlp)
+  mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
+                             causal=False)
+  out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None],
+                 model.position.for_layer(0))
+  np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
