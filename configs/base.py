@@ -40,6 +40,13 @@ def get_config() -> ml_collections.ConfigDict:
       'layer_norm_eps': 1e-6,
       'type_vocab_size': 0,  # > 0: a token-type (sentence A/B) embedding, as in BERT.
       'position': position_config('rope'),
+      'attention': {
+          'kind': 'softmax',  # Or 'favor': FAVOR+ linear attention (Performer).
+          'num_features': 256,  # FAVOR+ random features per head.
+          'redraw_interval': 1000,  # Steps between feature redraws; 0: never.
+          'rope_mode': 'features',  # RoPE with favor: rotate features (paper) or 'qk'.
+          'chunk': 128,  # Causal prefix sums: rows per scan step.
+      },
   })
 
   c.train = ml_collections.ConfigDict({

@@ -17,9 +17,11 @@ from configs import mlm
 from roformer import positions
 from roformer.data import pipeline
 
-# (dataset, text features, classes, metrics, sequence length) of the embedded tasks.
+# (text features, classes, metrics, sequence length) of the embedded tasks. With the
+# Shakespeare tokenizer of configs/mlm.py, 99% of rotten_tomatoes sentences fit in 96 tokens;
+# 28% of IMDB reviews are longer than 512 tokens and 7% longer than 1024.
 EMBEDDED = {
-    'rotten_tomatoes': (('text',), 2, ('accuracy', 'f1'), 128),
+    'rotten_tomatoes': (('text',), 2, ('accuracy', 'f1'), 96),
     'imdb': (('text',), 2, ('accuracy', 'f1'), 512),
 }
 
@@ -52,9 +54,13 @@ def get_config(arg: str = 'rotten_tomatoes'):
     del config.data[field]
   config.data.update(name=task, text_key='', text_keys=keys, label_key='label', seq_len=seq_len,
                      splits=splits)
-  config.train.update(batch_size=32, steps=600, learning_rate=3e-4, warmup_steps=60,
+  # About 2 epochs of rotten_tomatoes' 6,883 training sentences.
+  config.train.update(batch_size=32, steps=400, learning_rate=3e-4, warmup_steps=40,
                       eval_every=100, checkpoint_every=200, eval_batches=-1)
   config.eval.update(batch_size=32, metrics=metrics, splits=eval_splits)
+  if task == 'imdb':  # Long reviews: fewer rows per step on a CPU.
+    config.train.update(batch_size=8, steps=500, warmup_steps=50)
+    config.eval.batch_size = 8
   if config.model.position.kind == 'learned' and seq_len > 512:
     config.model.position.learned.max_length = seq_len
   return config

@@ -66,3 +66,132 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     return out, None
   raise errors.ConfigError(f'config.model.attention_impl={impl!r} is unknown. Fix: choose one of '
                    f'{IMPLEMENTATIONS}.')
+
+
+# ------------------------------------------------------------------------------ FAVOR+
+
+
+def orthogonal_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
+  """FAVOR+'s random projection [num_features, dim]: blocks of dim orthogonal rows (QR of a
+  Gaussian matrix), each row rescaled to the norm of an independent Gaussian vector, so every
+  row is marginally N(0, I) while rows within a block stay exactly orthogonal."""
+  blocks = -(-num_features // dim)
+  keys = jax.random.split(key, blocks + 1)
+  rows = [jnp.linalg.qr(jax.random.normal(k, (dim, dim), jnp.float32))[0].T for k in keys[:-1]]
+  norms = jnp.linalg.norm(jax.random.normal(keys[-1], (num_features, dim), jnp.float32), axis=1)
+  return jnp.concatenate(rows)[:num_features] * norms[:, None]
+
+
+def positive_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
+                      valid: jax.Array | None = None) -> jax.Array:
+  """Positive random features with E[phi(q).phi(k)] = exp(q.k / sqrt(d)) (times a per-query
+  constant), for x = input * d^-1/4 and rows w_r of the projection:
+
+    keys:    phi(k)_r = exp(w_r.k - |k|^2/2 - |w_r|^2/2) / sqrt(m) = exp(-|w_r - k|^2/2) / sqrt(m)
+    queries: phi(q)_r = exp(w_r.q - |q|^2/2 + |w_r|^2/2 - c_q) / sqrt(m)
+
+  The |w_r|^2/2 moved from keys to queries cancels in phi(q).phi(k), and c_q (the max over r of
+  the query's exponents) cancels between numerator and denominator. So every exponent is <= 0
+  (no overflow), and a key's features depend on that key alone: unlike a max over all keys,
+  nothing about future keys reaches a causal prefix sum. Rows where `valid` is False (padding
+  keys) become exactly 0 (phi(0) is not 0).
+  x: [batch, len, heads, d] -> float32 [batch, len, heads, m]."""
+  d = x.shape[-1]
+  x = x.astype(jnp.float32) * d ** -0.25
+  exponent = jnp.einsum('blhd,md->blhm', x, projection) - 0.5 * jnp.sum(
+      x * x, axis=-1, keepdims=True)
+  half_norms = 0.5 * jnp.sum(projection * projection, axis=-1)
+  if is_query:
+    exponent = exponent + half_norms
+    exponent = exponent - jax.lax.stop_gradient(jnp.max(exponent, axis=-1, keepdims=True))
+  else:
+    exponent = exponent - half_norms
+  phi = jnp.exp(exponent) * projection.shape[0] ** -0.5  # No additive eps: it would bias
+  # the many tiny key features; an all-zero denominator is guarded where it is divided.
+  return phi if valid is None else jnp.where(valid[:, :, None, None], phi, 0.0)
+
+
+def causal_linear_sums(qf, kf, v, segment_ids, chunk: int = 128):
+  """sum_{j <= i, same segment} (qf_i . kf_j) v_j for every i, in O(L) memory: a scan over
+  chunks carries the running sums of kf_j v_j^T [m, d] of the segment that reaches the chunk
+  boundary; inside a chunk a masked [chunk, chunk] product does the rest. Packed segments must
+  be contiguous runs (as packing makes them). qf, kf: [b, L, h, m]; v: [b, L, h, d];
+  segment_ids: [b, L]. Returns float32 [b, L, h, d]."""
+  b, length, h, m = qf.shape
+  d = v.shape[-1]
+  pad = -length % chunk
+  if pad:
+    widen = lambda x: jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    qf, kf, v, segment_ids = widen(qf), widen(kf), widen(v), widen(segment_ids)
+  n = qf.shape[1] // chunk
+  split = lambda x: jnp.moveaxis(x.reshape((b, n, chunk) + x.shape[2:]), 1, 0)
+  causal = jnp.tril(jnp.ones((chunk, chunk), bool))
+
+  def step(carry, xs):
+    state, carried = carry  # [b, h, m, d], [b]
+    q_c, k_c, v_c, s_c = xs
+    continues = (s_c == carried[:, None]).astype(jnp.float32)  # [b, c]
+    earlier = jnp.einsum('bchm,bhmd->bchd', q_c, state) * continues[:, :, None, None]
+    within = jnp.einsum('bihm,bjhm->bhij', q_c, k_c)
+    within = jnp.where(causal & (s_c[:, :, None] == s_c[:, None, :])[:, None], within, 0.0)
+    out = earlier + jnp.einsum('bhij,bjhd->bihd', within, v_c.astype(jnp.float32))
+    last = s_c[:, -1]
+    in_last = (s_c == last[:, None]).astype(jnp.float32)
+    chunk_state = jnp.einsum('bjhm,bjhd,bj->bhmd', k_c, v_c.astype(jnp.float32), in_last)
+    keep = (last == carried)[:, None, None, None]
+    return (jnp.where(keep, state + chunk_state, chunk_state), last), out
+
+  init = (jnp.zeros((b, h, m, d), jnp.float32), jnp.full((b,), -1, segment_ids.dtype))
+  _, out = jax.lax.scan(step, init, (split(qf), split(kf), split(v), split(segment_ids)))
+  return jnp.moveaxis(out, 0, 1).reshape(b, n * chunk, h, d)[:, :length]
+
+
+def linear_sums(qf, kf, v, segment_ids, *, causal: bool, chunk: int = 128):
+  """Causal sums, or bidirectional ones (every j of i's segment) as a forward pass plus a
+  backward pass without the diagonal, each O(L) in memory."""
+  forward = causal_linear_sums(qf, kf, v, segment_ids, chunk)
+  if causal:
+    return forward
+  flip = lambda x: jnp.flip(x, axis=1)
+  backward = flip(causal_linear_sums(flip(qf), flip(kf), flip(v), flip(segment_ids), chunk))
+  diagonal = jnp.einsum('blhm,blhm->blh', qf, kf)[..., None] * v.astype(jnp.float32)
+  return forward + backward - diagonal
+
+
+def favor_attend(q, k, v, segment_ids, projection, *, causal: bool, rotate=None,
+                 chunk: int = 128) -> jax.Array:
+  """FAVOR+ attention (Choromanski et al. 2021): D^-1 (phi(Q) (phi(K)^T V)), with the sums
+  restricted to each query's segment (and to j <= i when causal). `rotate(x)` rotates feature
+  vectors by their positions for RoPE as the RoFormer paper does it: in the numerator only, the
+  denominator keeps the unrotated (positive) features. q, k, v: [b, L, h, d]."""
+  valid = segment_ids > 0
+  qf = positive_features(q, projection, is_query=True)
+  kf = positive_features(k, projection, is_query=False, valid=valid)
+  ones = jnp.ones(v.shape[:-1] + (1,), jnp.float32)
+  if rotate is None:
+    sums = linear_sums(qf, kf, jnp.concatenate([v.astype(jnp.float32), ones], -1),
+                       segment_ids, causal=causal, chunk=chunk)
+    numerator, denominator = sums[..., :-1], sums[..., -1:]
+  else:
+    qr, kr = rotate(qf, kf)
+    numerator = linear_sums(qr, kr, v, segment_ids, causal=causal, chunk=chunk)
+    denominator = linear_sums(qf, kf, ones, segment_ids, causal=causal, chunk=chunk)
+  out = numerator / jnp.where(denominator > 0, denominator, 1.0)
+  return jnp.where(valid[:, :, None, None], out, 0.0).astype(v.dtype)
+
+
+def favor_attend_masked(q, k, v, mask, projection, *, rotate=None) -> jax.Array:
+  """FAVOR+ with an explicit boolean mask [b, 1, q_len, k_len]: the same estimator as
+  `favor_attend`, for a few queries over a key/value cache (decoding), where the q_len x k_len
+  products are small."""
+  valid = mask.any(axis=(1, 2))  # Keys some query may see: [b, k_len].
+  qf = positive_features(q, projection, is_query=True)
+  kf = positive_features(k, projection, is_query=False, valid=valid)
+  weights = jnp.einsum('bqhm,bkhm->bhqk', qf, kf) * mask
+  denominator = weights.sum(-1)  # [b, h, q]
+  if rotate is not None:
+    qf, kf = rotate(qf, kf)
+    weights = jnp.einsum('bqhm,bkhm->bhqk', qf, kf) * mask
+  numerator = jnp.einsum('bhqk,bkhd->bqhd', weights, v.astype(jnp.float32))
+  denominator = jnp.moveaxis(denominator, 1, 2)[..., None]
+  return (numerator / jnp.where(denominator > 0, denominator, 1.0)).astype(v.dtype)

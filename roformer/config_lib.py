@@ -110,6 +110,7 @@ def _validate_architecture(config) -> None:
                              'integer >= 0 (0: no token-type embedding).')
   if not m.get('layer_norm_eps', 1e-6) > 0:
     raise errors.ConfigError(f'config.model.layer_norm_eps={m.layer_norm_eps} must be > 0.')
+  _validate_attention(m)
   if m.type == 'mlm':
     if not 0.0 < d.mask_rate <= 1.0:
       raise errors.ConfigError(f'config.data.mask_rate={d.mask_rate} must be in (0, 1].')
@@ -145,6 +146,50 @@ def _validate_architecture(config) -> None:
   elif config.get('init_from'):
     raise errors.ConfigError(f'config.init_from is for fine-tuning a classifier, not '
                              f'{m.type!r}. Fix: leave it empty.')
+
+
+# Why a position scheme cannot be combined with FAVOR+ linear attention.
+_NOT_LINEAR = {
+    't5': 'it adds a learned bias to each of the L x L attention logits',
+    'alibi': 'it adds -m|i-j| to each of the L x L attention logits',
+    'shaw': 'it adds q_i.r(i-j) to each logit and a value term weighted by the probabilities',
+    'xl': 'it adds content- and position-dependent terms to each of the L x L logits',
+}
+
+
+def _validate_attention(m) -> None:
+  att = models.attention_config(m)
+  if att.kind not in ('softmax', 'favor'):
+    raise errors.ConfigError(f"config.model.attention.kind={att.kind!r} is unknown. Fix: "
+                             "'softmax' or 'favor'.")
+  if att.kind != 'favor':
+    return
+  _positive_int(att.num_features, 'config.model.attention.num_features')
+  _positive_int(att.chunk, 'config.model.attention.chunk')
+  if att.num_features % 2:
+    raise errors.ConfigError(f'config.model.attention.num_features={att.num_features} must be '
+                             'even (RoPE rotates pairs of features).')
+  if not isinstance(att.redraw_interval, int) or att.redraw_interval < 0:
+    raise errors.ConfigError(f'config.model.attention.redraw_interval={att.redraw_interval!r} '
+                             'must be an integer >= 0 (0: never redraw).')
+  if att.rope_mode not in ('features', 'qk'):
+    raise errors.ConfigError(f"config.model.attention.rope_mode={att.rope_mode!r}: use "
+                             "'features' (the RoFormer paper) or 'qk'.")
+  if m.type == 'encoder_decoder':
+    raise errors.ConfigError("config.model.attention.kind='favor' is offered for causal_lm, mlm "
+                             "and classifier. Fix: use 'softmax' for encoder_decoder.")
+  kind = m.position.kind
+  if kind in _NOT_LINEAR:
+    raise errors.ConfigError(
+        f"config.model.position.kind={kind!r} cannot be used with attention.kind='favor': "
+        f'{_NOT_LINEAR[kind]}, and linear attention never forms those logits. Fix: use rope, '
+        'none, sinusoidal or learned positions with favor, or softmax attention.')
+  if att.rope_mode == 'features' and (kind == 'xpos' or (
+      kind == 'rope' and m.position.rope.scaling.kind != 'none')):
+    raise errors.ConfigError(
+        f"{kind}{' with rope.scaling' if kind == 'rope' else ''} rotates queries and keys in "
+        "ways the feature rotation does not reproduce. Fix: "
+        "--config.model.attention.rope_mode=qk.")
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

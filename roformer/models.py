@@ -50,24 +50,47 @@ def residual(x, sublayer, norm: nnx.LayerNorm, post: bool, rate: float, key):
   return (norm(x) if post else x), extra
 
 
-class MultiHeadAttention(nnx.Module):
-  """Self-attention whose position information comes entirely from the scheme's hooks."""
+# Random features of layer i, draw n come from key(FEATURE_SEED) folded with i, then n.
+FEATURE_SEED = 1729
 
-  def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs):
+
+def attention_config(cfg) -> ml_collections.ConfigDict:
+  """`config.model.attention` (softmax when absent, as in configs saved before it existed)."""
+  return cfg.get('attention') or ml_collections.ConfigDict({'kind': 'softmax'})
+
+
+class MultiHeadAttention(nnx.Module):
+  """Self-attention whose position information comes entirely from the scheme's hooks:
+  softmax attention, or FAVOR+ linear attention (`config.model.attention.kind='favor'`)."""
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs, layer: int = 0,
+               causal: bool = True):
     d = cfg.d_model
     self.num_heads = cfg.num_heads
     self.head_dim = d // cfg.num_heads
     self.impl = cfg.attention_impl
+    att = attention_config(cfg)
+    self.favor = att.kind == 'favor'
+    if self.favor:
+      self.layer, self.num_features, self.chunk = layer, att.num_features, att.chunk
+      self.causal = causal
+      self.rope_mode = att.rope_mode
+      # The index of the current random-feature draw. It is a parameter only so that it
+      # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
+      # (it enters as an integer) and the train step sets it to step // redraw_interval.
+      self.feature_draw = nnx.Param(jnp.zeros((), jnp.float32))
     init = nnx.initializers.normal(stddev=d ** -0.5)
     self.qkv = nnx.Linear(d, 3 * d, kernel_init=init, dtype=dtype, rngs=rngs)
     self.out = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5 / (
         2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
 
-  def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme, cache=None):
+  def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme, cache=None,
+               segments=None):
     """Self-attention over x; with `cache` ({'k', 'v'} [batch, max_len, heads, head_dim],
     'positions' [batch, max_len], 'index'), x's keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
-    any position hook, so every scheme sees the same keys as without a cache.
+    any position hook, so every scheme sees the same keys as without a cache. `segments`
+    (packed segment ids) is what FAVOR+ reads instead of the dense mask.
     Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
@@ -78,12 +101,41 @@ class MultiHeadAttention(nnx.Module):
       v = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       cache = {'k': k, 'v': v}
+    if self.favor:
+      return self._favor(q, k, v, mask, pos, k_pos, scheme, cache, segments)
     q, k = scheme.rotate(q, k, pos, k_pos)
     v = scheme.rotate_value(v, k_pos)
     bias = scheme.logits_bias(q, k, pos, k_pos)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl)
     if scheme.has_value_term:
       out = out + scheme.value_term(probs, pos, k_pos)
+    return self.out(out.reshape(b, length, -1)), cache
+
+
+  def projection(self) -> jax.Array:
+    """This layer's random features for the current draw: [num_features, head_dim]."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(FEATURE_SEED), self.layer),
+                             self.feature_draw.value.astype(jnp.int32))
+    return attention.orthogonal_features(key, self.num_features, self.head_dim)
+
+  def _favor(self, q, k, v, mask, pos, k_pos, scheme, cache, segments):
+    b, length = q.shape[:2]
+    v = scheme.rotate_value(v, k_pos)
+    rotate = None
+    if scheme.rotates and self.rope_mode == 'qk':  # Rotate q, k; features stay positive.
+      q, k = scheme.rotate(q, k, pos, k_pos)
+    elif scheme.rotates:  # The RoFormer paper: rotate the features, numerator only.
+      freqs = positions_lib.rope_frequencies(self.num_features, scheme.base)
+      rotate = lambda qf, kf: (positions_lib.rotate_pairs(qf, pos, freqs),
+                               positions_lib.rotate_pairs(kf, k_pos, freqs))
+    projection = self.projection()
+    if cache is None:
+      if segments is None:
+        segments = jnp.ones((b, length), jnp.int32)
+      out = attention.favor_attend(q, k, v, segments, projection, causal=self.causal,
+                                   rotate=rotate, chunk=self.chunk)
+    else:  # Decoding: a few queries over the filled cache slots, with the dense mask.
+      out = attention.favor_attend_masked(q, k, v, mask, projection, rotate=rotate)
     return self.out(out.reshape(b, length, -1)), cache
 
 
@@ -104,21 +156,21 @@ class MLP(nnx.Module):
 class Block(nnx.Module):
   """Transformer block: self-attention and MLP, each a residual branch with LayerNorm."""
 
-  def __init__(self, cfg, *, dtype, rngs):
+  def __init__(self, cfg, *, dtype, rngs, layer: int = 0, causal: bool = True):
     self.ln_attn = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs)
+    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, layer=layer, causal=causal)
     self.ln_mlp = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.get('norm', 'pre') == 'post'
 
-  def __call__(self, x, mask, pos, scheme, key=None, cache=None):
+  def __call__(self, x, mask, pos, scheme, key=None, cache=None, segments=None):
     """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`).
     Returns (output, updated layer cache or None)."""
     k1, k2 = _split(key, 2)
     x = scheme.layer_input(x, pos)
-    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache), self.ln_attn,
-                        self.post_norm, self.dropout_rate, k1)
+    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache, segments),
+                        self.ln_attn, self.post_norm, self.dropout_rate, k1)
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
                     self.dropout_rate, k2)
     return x, cache
@@ -240,11 +292,13 @@ class Transformer(TiedEmbeddingModel):
     self.position = positions_lib.create(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, layer=i, causal=self.causal)
+                            for i in range(cfg.num_layers)])
     if not self.post_norm:
       self.ln_final = layer_norm(cfg, dtype=dtype, rngs=rngs)
 
-  def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None):
+  def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None,
+             segments=None):
     """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len]
     (and token types, for models with a token-type embedding; default all 0).
 
@@ -259,7 +313,8 @@ class Transformer(TiedEmbeddingModel):
     if self.post_norm:
       x = self.ln_embed(x)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache)
+    extra = {} if segments is None else {'segments': segments}
+    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache, **extra)
     if not self.post_norm:
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
@@ -276,7 +331,7 @@ class CausalLM(Transformer):
 
   def __call__(self, tokens, positions, segment_ids, key=None):
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
-    return self.logits(self.encode(tokens, positions, mask, key))
+    return self.logits(self.encode(tokens, positions, mask, key, segments=segment_ids))
 
   def decode(self, tokens, positions, cache):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
@@ -302,7 +357,8 @@ class MaskedLM(Transformer):
 
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
-    hidden = self.encode(tokens, positions, mask, key, token_types=token_types)
+    hidden = self.encode(tokens, positions, mask, key, token_types=token_types,
+                         segments=segment_ids)
     hidden = self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
     return self.logits(hidden) + self.output_bias.value
 
@@ -329,7 +385,8 @@ class Classifier(Transformer):
     """Float32 logits [batch, num_classes] for one example per row (segment id 1, 0 = pad)."""
     k1, k2 = _split(key, 2)
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
-    hidden = self.encode(tokens, positions, mask, k1, token_types=token_types)
+    hidden = self.encode(tokens, positions, mask, k1, token_types=token_types,
+                         segments=segment_ids)
     if self.pooling == 'mean':
       weights = (segment_ids > 0).astype(hidden.dtype)[..., None]
       pooled = (hidden * weights).sum(1) / jnp.maximum(weights.sum(1), 1)

@@ -64,6 +64,9 @@ class PositionScheme(nnx.Module):
     """Raises ConfigError naming the field and the fix for inconsistent options."""
     del cfg, model_cfg, seq_len, causal
 
+  rotates = False  # Whether `rotate` does anything (RoPE-like schemes).
+  linear_attention = True  # Whether it works with FAVOR+ (no hook on the L x L logits).
+
   def for_layer(self, index: int) -> 'PositionScheme':
     del index
     return self
@@ -330,10 +333,12 @@ class Rotary(PositionScheme):
   """
 
   fields = ('rope',)
+  rotates = True
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal, rngs
     cfg = model_cfg.position.rope
+    self.base = float(cfg.base)
     self.rotary_dim = int(round(_head_dim(model_cfg) * cfg.fraction))
     self.layout = cfg.layout
     self.rotate_values = bool(cfg.rotate_values)

@@ -72,8 +72,18 @@ def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformatio
 # ------------------------------------------------------------------------------ steps
 
 
-def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, label_smoothing):
-  """One optimizer update. Dropout keys derive from (seed, step), never from the data."""
+def set_feature_draw(params, draw):
+  """Sets FAVOR+'s feature-draw index (a parameter that is never trained) in every layer."""
+  def set_leaf(path, p):
+    named = any(str(getattr(k, 'key', k)) == 'feature_draw' for k in path)
+    return jnp.asarray(draw, p.dtype) if named else p
+  return jax.tree_util.tree_map_with_path(set_leaf, params)
+
+
+def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, label_smoothing,
+               redraw_interval: int = 0):
+  """One optimizer update. Dropout keys derive from (seed, step), never from the data; so do
+  FAVOR+'s random features, redrawn every `redraw_interval` steps."""
   key = jax.random.fold_in(jax.random.key(dropout_seed), state['step'])
 
   def loss_fn(params):
@@ -83,6 +93,8 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   grads, sums = jax.grad(loss_fn, has_aux=True)(state['params'])
   updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
   params = optax.apply_updates(state['params'], updates)
+  if redraw_interval:
+    params = set_feature_draw(params, (state['step'] + 1) // redraw_interval)
   weight = jnp.maximum(sums['weight'], 1.0)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': optax.global_norm(grads), 'learning_rate': schedule(state['step']),
@@ -101,6 +113,11 @@ def predict_step(params, batch, *, graphdef, task):
 
 
 # ------------------------------------------------------------------------------ state
+
+
+def _redraw_interval(model_cfg) -> int:
+  att = models.attention_config(model_cfg)
+  return att.redraw_interval if att.kind == 'favor' else 0
 
 
 class Trainer:
@@ -127,7 +144,8 @@ class Trainer:
     self.train_step = jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
                           schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
-                          label_smoothing=config.train.label_smoothing),
+                          label_smoothing=config.train.label_smoothing,
+                          redraw_interval=_redraw_interval(config.model)),
         in_shardings=(self.state_shardings, batch_sharding),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0)
     self.eval_step = jax.jit(
@@ -574,8 +592,8 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
 # extension applied to a checkpoint trained without it.
 _EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype', 'model.position.rope.scaling')
 # Data fields that fix the tokenizer (vocabulary) and the translation direction.
-_EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.source_key',
-                    'data.target_key', 'data.reverse')
+_EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.text_keys',
+                    'data.label_key', 'data.source_key', 'data.target_key', 'data.reverse')
 
 
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,

@@ -22,3 +22,14 @@ def config(data_dir):
   cfg = test_config.get_config()
   cfg.data.data_dir = data_dir
   return cfg
+
+
+@pytest.fixture(scope='session')
+def mlm_workdir(tmp_path_factory, data_dir):
+  """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune)."""
+  from roformer import train_lib  # pylint: disable=g-import-not-at-top
+  cfg = test_config.get_config('mlm')
+  cfg.data.data_dir = data_dir
+  cfg.train.update(steps=16, eval_every=8, checkpoint_every=8, learning_rate=1e-2)
+  workdir = str(tmp_path_factory.mktemp('pretrain') / 'mlm')
+  return workdir, train_lib.train_and_evaluate(cfg, workdir)

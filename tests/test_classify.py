@@ -76,18 +76,11 @@ def test_metrics_against_hand_computed_values():
 
 
 @pytest.fixture(scope='module')
-def pretrained(tmp_path_factory, data_dir):
-  """A tiny masked-LM run (the encoder to fine-tune) and a tiny causal-LM run (not one)."""
-  root = tmp_path_factory.mktemp('pretrain')
-  mlm = test_config.get_config('mlm')
-  mlm.data.data_dir = data_dir
-  mlm.train.update(steps=4, eval_every=4, checkpoint_every=4)
-  train_lib.train_and_evaluate(mlm, str(root / 'mlm'))
-  lm = test_config.get_config()
-  lm.data.data_dir = data_dir
-  lm.train.update(steps=2, eval_every=2, checkpoint_every=2)
-  train_lib.train_and_evaluate(lm, str(root / 'lm'))
-  return str(root / 'mlm'), str(root / 'lm')
+def pretrained(mlm_workdir, tmp_path_factory):
+  """The session's tiny masked-LM run, and a causal-LM workdir (not one to fine-tune from)."""
+  lm_dir = tmp_path_factory.mktemp('lm')
+  config_lib.save(test_config.get_config(), str(lm_dir))
+  return mlm_workdir[0], str(lm_dir)
 
 
 def classify_config(data_dir, **fields):
@@ -116,7 +109,7 @@ def test_fine_tuning_takes_over_the_encoder_and_its_tokenizer(pretrained, data_d
   source_cfg.model.vocab_size = mesh_cfg.model.vocab_size
   source = train_lib.Trainer(source_cfg, trainer.mesh)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(mlm_dir, 'checkpoints'))
-  original = ckpt.restore(4, source.abstract_state)['params'].to_pure_dict()
+  original = ckpt.restore(16, source.abstract_state)['params'].to_pure_dict()
   ckpt.close()
   for key in ('embed', 'blocks', 'ln_final', 'token_type'):
     for a, b in zip(*(jax_leaves(t[key]) for t in (tuned, original))):
@@ -192,6 +185,8 @@ def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
       train_lib.train_and_evaluate(cfg, str(tmp_path / 'a'))
     mnli = test_config._shrink(classify.get_config('glue/mnli'))  # pylint: disable=protected-access
     mnli.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64)
+    matched = pipeline.load_sources(mnli.data, splits=mnli.eval.splits)
+    assert len(matched['validation']) and len(matched['validation_mismatched'])
     mnli.model.num_classes = 2  # MNLI has 3.
     with pytest.raises(errors.ConfigError, match='num_classes=3'):
       train_lib.train_and_evaluate(mnli, str(tmp_path / 'b'))

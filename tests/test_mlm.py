@@ -104,16 +104,15 @@ def test_mlm_chunks_are_unshifted_and_packed(data_dir):
   np.testing.assert_array_equal(batch['inputs'][0, :len(expected)], expected)
 
 
-def test_mlm_trains_and_evaluates(tmp_path, data_dir):
-  cfg = test_config.get_config('mlm')
-  cfg.data.data_dir = data_dir
-  cfg.train.update(steps=16, eval_every=8, learning_rate=1e-2)
-  last = train_lib.train_and_evaluate(cfg, str(tmp_path / 'mlm'))
+def test_mlm_trains_and_evaluates(mlm_workdir):
+  workdir, last = mlm_workdir
+  cfg = config_lib.load(workdir)
   assert last['validation']['loss'] < np.log(cfg.model.vocab_size)  # Better than uniform.
-  assert os.path.exists(tmp_path / 'mlm' / train_lib.TOKENIZER_FILE)
-  results = train_lib.evaluate_workdir(cfg, str(tmp_path / 'mlm'))
+  assert os.path.exists(os.path.join(workdir, train_lib.TOKENIZER_FILE))
+  results = train_lib.evaluate_workdir(cfg, workdir)
   row = results['splits']['validation']['lengths'][0]
-  assert row['loss'] < np.log(cfg.model.vocab_size) and row['tokens'] > 0
+  assert row['loss'] == pytest.approx(last['validation']['loss'], rel=1e-5)  # Same masks.
+  assert row['tokens'] == last['validation']['tokens'] > 0
 
 
 @pytest.mark.parametrize('field,value,match', [

@@ -1,0 +1,74 @@
+"""Plot a metric against the step for several runs, from their metrics.jsonl files.
+
+  python scripts/plot_curves.py runs/mlm_bert runs/mlm_roformer --out docs/mlm_loss.png \
+      [--split validation] [--metric loss] [--labels bert,roformer] [--title ...]
+
+Prints the curves as a Markdown table too (one column per run), so a README can quote the
+numbers the plot shows.
+"""
+
+import argparse
+import os
+import sys
+import pathlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from roformer import metrics  # pylint: disable=wrong-import-position
+
+
+def curves(workdirs, split: str, metric: str) -> dict[str, dict[int, float]]:
+  out = {}
+  for workdir in workdirs:
+    path = os.path.join(workdir, 'metrics.jsonl')
+    if not os.path.exists(path):
+      raise SystemExit(f'error: {path} does not exist; is {workdir} a training workdir?')
+    records = [r for r in metrics.read_jsonl(path) if r['split'] == split and metric in r]
+    out[workdir] = {r['step']: r[metric] for r in records}  # A resumed step keeps its last.
+  return out
+
+
+def markdown(data: dict[str, dict[int, float]], labels: list[str]) -> str:
+  steps = sorted(set().union(*data.values()))
+  lines = ['| step | ' + ' | '.join(labels) + ' |', '|---' * (len(labels) + 1) + '|']
+  for step in steps:
+    cells = [f'{c[step]:.4f}' if step in c else '' for c in data.values()]
+    lines.append(f'| {step} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('workdirs', nargs='+')
+  parser.add_argument('--out', required=True, help='PNG file to write.')
+  parser.add_argument('--split', default='validation')
+  parser.add_argument('--metric', default='loss')
+  parser.add_argument('--labels', default='', help='Comma-separated, one per workdir.')
+  parser.add_argument('--title', default='')
+  args = parser.parse_args(argv)
+  labels = args.labels.split(',') if args.labels else [os.path.basename(os.path.normpath(w))
+                                                        for w in args.workdirs]
+  if len(labels) != len(args.workdirs):
+    raise SystemExit('error: --labels needs one label per workdir.')
+  data = curves(args.workdirs, args.split, args.metric)
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  for label, curve in zip(labels, data.values()):
+    steps = sorted(curve)
+    ax.plot(steps, [curve[s] for s in steps], marker='o', markersize=3, label=label)
+  ax.set_xlabel('step')
+  ax.set_ylabel(f'{args.split} {args.metric}')
+  ax.set_title(args.title or f'{args.split} {args.metric}')
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+  fig.savefig(args.out)
+  print(markdown(data, labels))
+  print(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+  main()
