@@ -59,7 +59,8 @@ def get_config(arg: str = 'rotten_tomatoes'):
                       eval_every=100, checkpoint_every=200, eval_batches=-1)
   config.eval.update(batch_size=32, metrics=metrics, splits=eval_splits)
   if task == 'imdb':  # Long reviews: fewer rows per step on a CPU.
-    config.train.update(batch_size=8, steps=500, warmup_steps=50)
+    config.train.update(batch_size=8, steps=300, warmup_steps=30, eval_every=100,
+                        eval_batches=50)  # 400 reviews during training; eval.py: all.
     config.eval.batch_size = 8
   if config.model.position.kind == 'learned' and seq_len > 512:
     config.model.position.learned.max_length = seq_len

@@ -28,7 +28,9 @@ def get_config(arg: str = 'roformer'):
     config.model.position.learned.max_length = 512  # BERT's table.
   config.model.type_vocab_size = 2  # Sentence A/B, used by sentence-pair fine-tuning.
   config.data.update(seq_len=256, mask_rate=0.15, mask_fraction=0.8, random_fraction=0.1)
-  config.train.update(batch_size=8, steps=1000, warmup_steps=100, eval_every=100,
-                      checkpoint_every=250, eval_batches=40)
+  # configs/lm.py's budget (600 steps of 8 x 256 tokens); validation every 50 steps on 40
+  # batches, for the loss curves.
+  config.train.update(batch_size=8, steps=600, warmup_steps=60, eval_every=50,
+                      checkpoint_every=200, eval_batches=40)
   config.eval.length_multipliers = (1,)
   return config

@@ -24,4 +24,5 @@ def get_config(arg: str = 'rope'):
   config = lm.get_config(kinds[0] if kinds else 'rope')
   config.model.attention.kind = 'favor'
   config.model.attention.rope_mode = 'qk' if 'qk' in parts else 'features'
+  config.model.attention.redraw_interval = 200  # Three draws over the 600 steps.
   return config

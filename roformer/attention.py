@@ -77,9 +77,15 @@ def orthogonal_features(key: jax.Array, num_features: int, dim: int) -> jax.Arra
   row is marginally N(0, I) while rows within a block stay exactly orthogonal."""
   blocks = -(-num_features // dim)
   keys = jax.random.split(key, blocks + 1)
-  rows = [jnp.linalg.qr(jax.random.normal(k, (dim, dim), jnp.float32))[0].T for k in keys[:-1]]
+  rows = []
+  for k in keys[:-1]:
+    q, r = jnp.linalg.qr(jax.random.normal(k, (dim, dim), jnp.float32))
+    rows.append((q * jnp.sign(jnp.diag(r))).T)  # Signs fixed: Haar-distributed, unbiased.
   norms = jnp.linalg.norm(jax.random.normal(keys[-1], (num_features, dim), jnp.float32), axis=1)
   return jnp.concatenate(rows)[:num_features] * norms[:, None]
+
+
+SHIFT_CAP = 40.0  # exp(40) ~ 2e17 and exp(-40) ~ 4e-18: far from float32's limits.
 
 
 def positive_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
@@ -87,25 +93,27 @@ def positive_features(x: jax.Array, projection: jax.Array, *, is_query: bool,
   """Positive random features with E[phi(q).phi(k)] = exp(q.k / sqrt(d)) (times a per-query
   constant), for x = input * d^-1/4 and rows w_r of the projection:
 
-    keys:    phi(k)_r = exp(w_r.k - |k|^2/2 - |w_r|^2/2) / sqrt(m) = exp(-|w_r - k|^2/2) / sqrt(m)
-    queries: phi(q)_r = exp(w_r.q - |q|^2/2 + |w_r|^2/2 - c_q) / sqrt(m)
+    keys:    phi(k)_r = exp(w_r.k - |k|^2/2 - s_r) / sqrt(m)
+    queries: phi(q)_r = exp(w_r.q - |q|^2/2 + s_r - c_q) / sqrt(m)
 
-  The |w_r|^2/2 moved from keys to queries cancels in phi(q).phi(k), and c_q (the max over r of
-  the query's exponents) cancels between numerator and denominator. So every exponent is <= 0
-  (no overflow), and a key's features depend on that key alone: unlike a max over all keys,
-  nothing about future keys reaches a causal prefix sum. Rows where `valid` is False (padding
+  The s_r moved from keys to queries cancels in phi(q).phi(k), and c_q (the max over r of
+  the query's exponents) cancels between numerator and denominator, so a key's features depend
+  on that key alone: unlike a max over all keys, nothing about future keys reaches a causal
+  prefix sum. Only the part of |w_r|^2/2 above SHIFT_CAP moves (s_r = max(|w_r|^2/2 - cap, 0)),
+  so key exponents stay <= cap (no overflow) and typical ones >= -cap (no underflow, even at
+  head_dim 128 where |w_r|^2/2 reaches ~90). Rows where `valid` is False (padding
   keys) become exactly 0 (phi(0) is not 0).
   x: [batch, len, heads, d] -> float32 [batch, len, heads, m]."""
   d = x.shape[-1]
   x = x.astype(jnp.float32) * d ** -0.25
   exponent = jnp.einsum('blhd,md->blhm', x, projection) - 0.5 * jnp.sum(
       x * x, axis=-1, keepdims=True)
-  half_norms = 0.5 * jnp.sum(projection * projection, axis=-1)
+  shift = jnp.maximum(0.5 * jnp.sum(projection * projection, axis=-1) - SHIFT_CAP, 0.0)
   if is_query:
-    exponent = exponent + half_norms
+    exponent = exponent + shift
     exponent = exponent - jax.lax.stop_gradient(jnp.max(exponent, axis=-1, keepdims=True))
   else:
-    exponent = exponent - half_norms
+    exponent = exponent - shift
   phi = jnp.exp(exponent) * projection.shape[0] ** -0.5  # No additive eps: it would bias
   # the many tiny key features; an all-zero denominator is guarded where it is divided.
   return phi if valid is None else jnp.where(valid[:, :, None, None], phi, 0.0)

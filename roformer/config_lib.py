@@ -184,12 +184,12 @@ def _validate_attention(m) -> None:
         f"config.model.position.kind={kind!r} cannot be used with attention.kind='favor': "
         f'{_NOT_LINEAR[kind]}, and linear attention never forms those logits. Fix: use rope, '
         'none, sinusoidal or learned positions with favor, or softmax attention.')
-  if att.rope_mode == 'features' and (kind == 'xpos' or (
-      kind == 'rope' and m.position.rope.scaling.kind != 'none')):
+  if att.rope_mode == 'features' and (kind == 'xpos' or (kind == 'rope' and (
+      m.position.rope.scaling.kind != 'none' or m.position.rope.fraction != 1.0))):
     raise errors.ConfigError(
-        f"{kind}{' with rope.scaling' if kind == 'rope' else ''} rotates queries and keys in "
-        "ways the feature rotation does not reproduce. Fix: "
-        "--config.model.attention.rope_mode=qk.")
+        f"{kind}{' with rope.scaling or rope.fraction' if kind == 'rope' else ''} rotates "
+        "queries and keys in ways the feature rotation (all features, plain frequencies) does "
+        "not reproduce. Fix: --config.model.attention.rope_mode=qk.")
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

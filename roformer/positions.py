@@ -65,7 +65,6 @@ class PositionScheme(nnx.Module):
     del cfg, model_cfg, seq_len, causal
 
   rotates = False  # Whether `rotate` does anything (RoPE-like schemes).
-  linear_attention = True  # Whether it works with FAVOR+ (no hook on the L x L logits).
 
   def for_layer(self, index: int) -> 'PositionScheme':
     del index

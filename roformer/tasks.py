@@ -194,9 +194,13 @@ class Classification:
   per_example = True
   extra_tokens = 1  # Same vocabulary as the masked LM it is fine-tuned from.
 
+  def __init__(self, regression: bool = False):
+    self.regression = regression
+
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     shapes = {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features[:4]}
-    return {**shapes, 'label': np.zeros((batch_size,), np.int32),
+    label = np.float32 if self.regression else np.int32
+    return {**shapes, 'label': np.zeros((batch_size,), label),
             'weight': np.zeros((batch_size,), np.float32)}
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None,
@@ -229,7 +233,7 @@ TASKS = {
     'encoder_decoder': lambda config: Translation(),
     'mlm': lambda config: MaskedLanguageModeling(
         config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction),
-    'classifier': lambda config: Classification(),
+    'classifier': lambda config: Classification(regression=config.model.num_classes == 1),
 }
 
 

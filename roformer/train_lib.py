@@ -90,11 +90,14 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
     sums = task.sums(nnx.merge(graphdef, params), batch, key, label_smoothing)
     return sums['objective_sum'] / jnp.maximum(sums['weight'], 1.0), sums
 
-  grads, sums = jax.grad(loss_fn, has_aux=True)(state['params'])
-  updates, opt_state = tx.update(grads, state['opt_state'], state['params'])
-  params = optax.apply_updates(state['params'], updates)
+  params = state['params']
+  if redraw_interval:  # This step's features; the saved params keep the draw used last.
+    params = set_feature_draw(params, state['step'] // redraw_interval)
+  grads, sums = jax.grad(loss_fn, has_aux=True)(params)
+  updates, opt_state = tx.update(grads, state['opt_state'], params)
+  params = optax.apply_updates(params, updates)
   if redraw_interval:
-    params = set_feature_draw(params, (state['step'] + 1) // redraw_interval)
+    params = set_feature_draw(params, state['step'] // redraw_interval)
   weight = jnp.maximum(sums['weight'], 1.0)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': optax.global_norm(grads), 'learning_rate': schedule(state['step']),
@@ -260,6 +263,8 @@ def evaluate_examples(trainer: Trainer, params, dataset, template: dict, max_bat
 
 
 TOKENIZER_FILE = 'tokenizer.model'
+# Written by converters of foreign weights: the ids belong to a tokenizer this project lacks.
+FOREIGN_VOCABULARY_FILE = 'FOREIGN_VOCABULARY'
 
 
 def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdir: str = ''):
@@ -268,6 +273,13 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   The tokenizer is the workdir's own copy if it has one (a fine-tuning run keeps its
   pretraining's), else that of the run in config.init_from, else the dataset's (trained on
   its train split on first use)."""
+  for d in (workdir, config.get('init_from')):
+    if d and os.path.exists(os.path.join(d, FOREIGN_VOCABULARY_FILE)) and not os.path.exists(
+        os.path.join(d, TOKENIZER_FILE)):
+      raise errors.ConfigError(
+          f'{d} holds weights converted from another library whose vocabulary is not a '
+          'tokenizer of this project, so its data pipeline cannot feed it. Fix: tokenize with '
+          'that library and call the model directly (see scripts/convert_hf_roformer.py).')
   sources = pipeline.load_sources(config.data, splits=splits)
   candidates = [os.path.join(d, TOKENIZER_FILE) for d in (workdir, config.get('init_from'))
                 if d]
@@ -286,10 +298,11 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   return sources, tokenizer
 
 
-def _keep_tokenizer(tokenizer, workdir: str) -> None:
-  """Copies the tokenizer into the workdir: evaluation and fine-tuning need exactly it."""
+def _keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
+  """Copies the tokenizer into the workdir (evaluation and fine-tuning need exactly it); a
+  new run replaces any copy left by an earlier attempt that saved no checkpoint."""
   path = os.path.join(workdir, TOKENIZER_FILE)
-  if not os.path.exists(path):
+  if not resumed or not os.path.exists(path):
     shutil.copyfile(tokenizer.path, path + '.tmp')
     os.replace(path + '.tmp', path)
 
@@ -298,7 +311,7 @@ def _keep_tokenizer(tokenizer, workdir: str) -> None:
 _MLM_HEAD = ('head', 'head_ln', 'output_bias')
 # Model fields that fix the encoder's parameters and what they compute.
 _ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'vocab_size', 'norm',
-                   'activation', 'layer_norm_eps', 'type_vocab_size', 'position')
+                   'activation', 'layer_norm_eps', 'type_vocab_size', 'position', 'attention')
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -469,7 +482,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   is_chief = jax.process_index() == 0
   if is_chief:
     _save_config(config, workdir, resumed_from)
-    _keep_tokenizer(tokenizer, workdir)
+    _keep_tokenizer(tokenizer, workdir, resumed_from is not None)
   start = int(jax.device_get(state['step']))
   log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
            config.model.type, trainer.num_params(), config.model.position.kind,

@@ -12,8 +12,11 @@ The result is a workdir (config.json + checkpoint at step 0) whose encoder compu
 `transformers.RoFormerModel` computes: post-LayerNorm blocks, exact GELU, token-type embeddings,
 and RoPE on interleaved pairs (x1, x2), (x3, x4), ... with theta_i = 10000^(-2(i-1)/d), which is
 this project's `rope` with `layout='interleaved'`; no permutation of the query/key columns is
-needed. Evaluate it or fine-tune from it (`--config.init_from`); note that the Hugging Face
-tokenizer is not a SentencePiece model of this project, so data must be tokenized to its ids.
+needed. Its ids are the Hugging Face tokenizer's (WordPiece for the Chinese checkpoints), which
+this project's SentencePiece pipeline cannot produce: the workdir is marked FOREIGN_VOCABULARY so
+that train.py/eval.py refuse to feed it their own tokens. Use it from Python: restore the
+checkpoint into `roformer.models.create(config.model)` and pass ids from the Hugging Face
+tokenizer (as tests/test_hf_roformer.py does with the weights directly).
 """
 
 import json
@@ -161,6 +164,9 @@ def write_workdir(params: dict, config, workdir: str) -> None:
   nnx.replace_by_pure_dict(state['params'], target)
   os.makedirs(workdir, exist_ok=True)
   config_lib.save(config, workdir)
+  with open(os.path.join(workdir, train_lib.FOREIGN_VOCABULARY_FILE), 'w', encoding='utf-8') as f:
+    f.write('Converted from Hugging Face RoFormer weights: token ids are those of the Hugging '
+            'Face tokenizer, not of a SentencePiece model of this project.\n')
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   ckpt.save(0, state)
   ckpt.close()

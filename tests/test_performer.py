@@ -46,6 +46,15 @@ def test_estimator_approaches_softmax_as_features_grow():
   assert errors_by_m[2] < errors_by_m[0] / 3 and errors_by_m[2] < 0.02
 
 
+def test_orthogonal_feature_rows_are_unbiased():
+  """With the QR signs fixed every row is an isotropic Gaussian direction (mean 0); without
+  the fix, LAPACK's signs make row i lean towards -e_i."""
+  draws = jax.vmap(lambda k: attention.orthogonal_features(k, 8, 8))(
+      jax.random.split(jax.random.key(0), 2000))
+  means = np.asarray(draws).mean(0)  # [8, 8]; each entry has std ~1/sqrt(2000) = 0.022.
+  assert np.abs(means).max() < 0.12, np.abs(means).max()
+
+
 def test_orthogonal_features_are_orthogonal_within_blocks():
   w = np.asarray(attention.orthogonal_features(jax.random.key(0), 40, 16), np.float64)
   unit = w / np.linalg.norm(w, axis=1, keepdims=True)
@@ -172,11 +181,12 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
   cfg = test_config.get_config()
   cfg.data.data_dir = data_dir
   cfg.model.attention.update(kind='favor', num_features=16, chunk=8, redraw_interval=5)
-  cfg.train.update(steps=12, eval_every=12, checkpoint_every=6)
+  cfg.train.update(steps=12, eval_every=12, checkpoint_every=2, max_to_keep=10)
   train_lib.train_and_evaluate(cfg, str(tmp_path / 'run'))
   trainer = train_lib.Trainer(cfg, train_lib.sharding.make_mesh(cfg.mesh))
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'run' / 'checkpoints'))
-  for step, draw in ((6, 1), (12, 2)):
+  # After s steps the weights hold the draw of the last step taken, (s - 1) // 5.
+  for step, draw in ((4, 0), (6, 1), (10, 1), (12, 2)):
     params = ckpt.restore(step, trainer.abstract_state)['params']
     model = jax.tree_util.tree_map(lambda x: x, models.create(cfg.model))
     models.nnx.update(model, params)

@@ -15,7 +15,7 @@ import sentencepiece as spm
 from roformer import errors
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
-NUM_SPECIAL = 5  # Ids below this are never masked, replaced at random, or predicted as text.
+NUM_SPECIAL = 5  # Ids below this are never drawn as BERT's random replacement tokens.
 _NEWLINE_PIECE = '<n>'
 
 

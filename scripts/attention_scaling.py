@@ -1,0 +1,112 @@
+"""Step time and memory of softmax vs FAVOR+ attention as the sequence length doubles.
+
+  python scripts/attention_scaling.py [--lengths 512,1024,2048,4096,8192] [--repeats 3] \
+      [--out docs/attention_scaling.json] [--config.model.num_layers=4 ...]
+
+For each attention kind and length, builds the train step of configs/performer.py (configs/lm.py
+sizes; RoPE) at batch 1 on synthetic tokens, compiles it, and reports the compiled executable's
+scratch memory (XLA's plan for intermediates: the L x L logits of softmax attention live here)
+and the median wall time of `--repeats` steps after one warm-up step (blocking on the result).
+Prints a Markdown table and writes the numbers as JSON.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+from configs import performer  # pylint: disable=wrong-import-position
+from roformer import config_lib  # pylint: disable=wrong-import-position
+from roformer import sharding  # pylint: disable=wrong-import-position
+from roformer import train_lib  # pylint: disable=wrong-import-position
+
+
+def measure(kind: str, length: int, repeats: int, overrides: dict) -> dict:
+  config = performer.get_config('rope')
+  config.model.attention.kind = kind
+  config.data.seq_len = length
+  config.train.batch_size = 1
+  config.mesh.num_devices = 1
+  for field, value in overrides.items():
+    section, name = field.split('.', 1)
+    node = config[section]
+    *parents, leaf = name.split('.')
+    for p in parents:
+      node = node[p]
+    node[leaf] = type(node[leaf])(value)
+  config_lib.validate(config)
+  trainer = train_lib.Trainer(config, sharding.make_mesh(config.mesh))
+  rng = np.random.default_rng(0)
+  batch = {'inputs': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32),
+           'targets': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32)}
+  for name in ('inputs', 'targets'):
+    batch[f'{name}_segment_ids'] = np.ones((1, length), np.int32)
+    batch[f'{name}_positions'] = np.arange(length, dtype=np.int32)[None]
+  batch = sharding.put_batch(batch, trainer.mesh)
+  state = trainer.init_state()
+  compiled = trainer.train_step.lower(state, batch).compile()
+  memory = compiled.memory_analysis()
+  state, metrics = trainer.train_step(state, batch)  # Warm-up.
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state, metrics = trainer.train_step(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+  return {'attention': kind, 'length': length, 'step_seconds': statistics.median(times),
+          'tokens_per_second': length / statistics.median(times),
+          'temp_bytes': int(memory.temp_size_in_bytes),
+          'argument_bytes': int(memory.argument_size_in_bytes),
+          'loss': float(metrics['loss'])}
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
+  parser.add_argument('--lengths', default='512,1024,2048,4096,8192')
+  parser.add_argument('--kinds', default='softmax,favor')
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--out', default='')
+  args, rest = parser.parse_known_args(argv)
+  overrides = {}
+  for arg in rest:
+    if not arg.startswith('--config.') or '=' not in arg:
+      raise SystemExit(f'error: unknown argument {arg!r}; use --config.section.field=value.')
+    field, value = arg[len('--config.'):].split('=', 1)
+    overrides[field] = value
+  rows = []
+  for length in [int(x) for x in args.lengths.split(',')]:
+    for kind in args.kinds.split(','):
+      rows.append(measure(kind, length, args.repeats, overrides))
+      r = rows[-1]
+      print(f"{kind:>8} L={length:>5}: {r['step_seconds']:.3f} s/step, "
+            f"{r['tokens_per_second']:,.0f} tok/s, scratch {r['temp_bytes'] / 2**20:,.1f} MiB",
+            flush=True)
+  print('\n| L | softmax s/step | favor s/step | softmax scratch MiB | favor scratch MiB |')
+  print('|---|---|---|---|---|')
+  by = {(r['attention'], r['length']): r for r in rows}
+  for length in sorted({r['length'] for r in rows}):
+    cells = []
+    for key in ('step_seconds', 'temp_bytes'):
+      for kind in ('softmax', 'favor'):
+        r = by.get((kind, length))
+        cells.append('' if r is None else (f'{r[key]:.3f}' if key == 'step_seconds'
+                                           else f'{r[key] / 2**20:,.1f}'))
+    print(f'| {length} | ' + ' | '.join(cells) + ' |')
+  if args.out:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, 'w', encoding='utf-8') as f:
+      json.dump({'device': str(jax.devices()[0]), 'rows': rows}, f, indent=2)
+    print(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+  main()
