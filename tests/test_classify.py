@@ -159,7 +159,8 @@ def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
     assert r['examples'] == 16 and 0 <= r['accuracy'] <= 1 and 'f1' in r
 
 
-@pytest.mark.parametrize('task', ['glue/mrpc', 'glue/stsb'])
+@pytest.mark.parametrize('task', [pytest.param('glue/mrpc', marks=pytest.mark.slow),
+                                  'glue/stsb'])
 def test_glue_by_name_with_mock_data(task, tmp_path):
   cfg = test_config._shrink(classify.get_config(task))  # pylint: disable=protected-access
   cfg.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64)

@@ -40,7 +40,7 @@ def test_estimator_approaches_softmax_as_features_grow():
   for m in (16, 128, 1024):
     err = [np.abs(np.asarray(attention.favor_attend(
         q, k, v, seg, attention.orthogonal_features(jax.random.key(s), m, 16), causal=False)
-        - reference))[valid].mean() for s in range(3)]
+        - reference))[valid].mean() for s in range(2)]
     errors_by_m.append(np.mean(err))
   assert errors_by_m[0] > errors_by_m[1] > errors_by_m[2]
   assert errors_by_m[2] < errors_by_m[0] / 3 and errors_by_m[2] < 0.02
@@ -121,8 +121,10 @@ def favor_model(kind='rope', rope_mode='features', **model):
   return models.create(cfg.model, seed=0)
 
 
-@pytest.mark.parametrize('kind,mode', [('rope', 'features'), ('rope', 'qk'), ('none', 'qk'),
-                                       ('learned', 'qk')])
+@pytest.mark.parametrize('kind,mode', [
+    ('rope', 'features'), ('none', 'qk'),
+    pytest.param('rope', 'qk', marks=pytest.mark.slow),
+    pytest.param('learned', 'qk', marks=pytest.mark.slow)])
 def test_causal_favor_leaks_nothing_from_the_future_or_other_segments(kind, mode):
   model = favor_model(kind, mode)
   rng = np.random.default_rng(0)
@@ -141,12 +143,12 @@ def test_causal_favor_leaks_nothing_from_the_future_or_other_segments(kind, mode
 def test_decoding_with_the_cache_matches_the_full_pass():
   model = favor_model('rope', 'features')
   rng = np.random.default_rng(1)
-  tokens = jnp.asarray(rng.integers(5, 60, (2, 10)), jnp.int32)
-  pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
+  tokens = jnp.asarray(rng.integers(5, 60, (2, 6)), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
   full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
-  cache = model.init_cache(2, 10)
+  cache = model.init_cache(2, 6)
   steps = []
-  for t in range(10):
+  for t in range(6):
     logits, cache = model.decode(tokens[:, t:t + 1], pos[:, t:t + 1], cache)
     steps.append(np.asarray(logits[:, 0]))
   np.testing.assert_allclose(np.stack(steps, 1), full, rtol=1e-4, atol=1e-4)
