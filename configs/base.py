@@ -44,7 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
           'kind': 'softmax',  # Or 'favor': FAVOR+ linear attention (Performer).
           'num_features': 256,  # FAVOR+ random features per head.
           'redraw_interval': 1000,  # Steps between feature redraws; 0: never.
-          'rope_mode': 'features',  # RoPE with favor: rotate features (paper) or 'qk'.
+          'rope_mode': 'qk',  # RoPE with favor: rotate q, k, or 'features' (the paper's eq. 19).
           'chunk': 128,  # Causal prefix sums: rows per scan step.
       },
   })

@@ -2,12 +2,13 @@
 
   python train.py --config configs/performer.py --workdir runs/performer_rope        # with RoPE
   python train.py --config configs/performer.py:none --workdir runs/performer_none   # without
-  python train.py --config configs/performer.py:rope,qk --workdir ...   # rotate q, k instead
+  python train.py --config configs/performer.py:rope,features --workdir ...  # the paper's form
 
-The RoFormer paper's comparison (its section 4.5.3): Performer with and without RoPE on the same
-steps. With `rope`, the feature vectors are rotated in the numerator and the denominator keeps
-the unrotated features (the paper's eq. 19); `,qk` rotates q and k before the feature map. All
-sizes equal configs/lm.py, so the numbers compare with softmax attention there.
+The RoFormer paper's comparison: Performer with and without RoPE on the same steps. By default
+RoPE rotates q and k before the positive feature map (`rope_mode='qk'`); `,features` rotates
+the feature vectors in the numerator and keeps the denominator unrotated, as the paper's eq. 19
+writes it (that ratio is not bounded, and at these sizes and learning rate it diverges: see the
+README). All sizes equal configs/lm.py, so the numbers compare with softmax attention there.
 """
 
 from configs import lm
@@ -17,12 +18,12 @@ from roformer import positions
 def get_config(arg: str = 'rope'):
   parts = [p for p in (arg or 'rope').split(',') if p]
   kinds = [p for p in parts if p in positions.kinds()]
-  unknown = [p for p in parts if p not in kinds and p != 'qk']
+  unknown = [p for p in parts if p not in kinds and p not in ('qk', 'features')]
   if unknown or len(kinds) > 1:
     raise ValueError(f'configs/performer.py:{arg}: give one position kind (rope, none, '
-                     "sinusoidal, learned) and optionally 'qk'.")
+                     "sinusoidal, learned) and optionally 'features' or 'qk'.")
   config = lm.get_config(kinds[0] if kinds else 'rope')
   config.model.attention.kind = 'favor'
-  config.model.attention.rope_mode = 'qk' if 'qk' in parts else 'features'
+  config.model.attention.rope_mode = 'features' if 'features' in parts else 'qk'
   config.model.attention.redraw_interval = 200  # Three draws over the 600 steps.
   return config

@@ -210,8 +210,8 @@ def test_bias_schemes_are_refused_with_a_reason(kind):
 
 
 def test_performer_config_is_valid_with_and_without_rope():
-  for arg in ('rope', 'none', 'rope,qk', 'sinusoidal', 'learned'):
+  for arg in ('rope', 'none', 'rope,features', 'sinusoidal', 'learned', 'xpos'):
     config_lib.validate(performer.get_config(arg))
-  xpos = performer.get_config('xpos')
+  xpos = performer.get_config('xpos,features')
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
     config_lib.validate(xpos)
