@@ -78,7 +78,9 @@ def test_prefix_sums_equal_the_quadratic_formula(causal):
   scores = np.einsum('bihm,bjhm->bhij', np.asarray(qf, np.float64), np.asarray(kf, np.float64))
   expected = np.einsum('bhij,bjhd->bihd', scores * allowed[:, None], np.asarray(v, np.float64))
   rows = s > 0
-  np.testing.assert_allclose(np.asarray(got)[rows], expected[rows], rtol=1e-5, atol=1e-7)
+  # float32 sums (the bidirectional form subtracts the diagonal) against float64.
+  scale = np.abs(expected).max()
+  np.testing.assert_allclose(np.asarray(got)[rows], expected[rows], rtol=1e-4, atol=1e-6 * scale)
 
 
 def rotation(positions, m, base=10000.0):
