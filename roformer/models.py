@@ -29,6 +29,17 @@ def _split(key, n):
   return [None] * n if key is None else list(jax.random.split(key, n))
 
 
+def dense(d_in: int, d_out: int, *, dtype, rngs, fan_in_scale: float = 1.0) -> nnx.Linear:
+  """A Linear layer with N(0, fan_in_scale^2 / d_in) weights, as every layer here uses."""
+  return nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.normal(
+      stddev=fan_in_scale * d_in ** -0.5), dtype=dtype, rngs=rngs)
+
+
+def residual_scale(cfg) -> float:
+  """1/sqrt(2 num_layers): the init scale of layers that write into the residual stream."""
+  return (2 * cfg.num_layers) ** -0.5
+
+
 ACTIVATIONS = {
     'gelu_tanh': lambda x: jax.nn.gelu(x, approximate=True),
     'gelu': lambda x: jax.nn.gelu(x, approximate=False),  # BERT's and Hugging Face's 'gelu'.
@@ -79,10 +90,8 @@ class MultiHeadAttention(nnx.Module):
       # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
       # (it enters as an integer) and the train step sets it to step // redraw_interval.
       self.feature_draw = nnx.Param(jnp.zeros((), jnp.float32))
-    init = nnx.initializers.normal(stddev=d ** -0.5)
-    self.qkv = nnx.Linear(d, 3 * d, kernel_init=init, dtype=dtype, rngs=rngs)
-    self.out = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5 / (
-        2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
+    self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs)
+    self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme, cache=None,
                segments=None):
@@ -144,10 +153,8 @@ class MLP(nnx.Module):
   def __init__(self, cfg, *, dtype, rngs):
     d, f = cfg.d_model, cfg.d_ff
     self.activation = cfg.get('activation', 'gelu_tanh')
-    self.up = nnx.Linear(d, f, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
-                         dtype=dtype, rngs=rngs)
-    self.down = nnx.Linear(f, d, kernel_init=nnx.initializers.normal(
-        stddev=f ** -0.5 / (2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
+    self.up = dense(d, f, dtype=dtype, rngs=rngs)
+    self.down = dense(f, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x):
     return self.down(ACTIVATIONS[self.activation](self.up(x)))
@@ -184,11 +191,9 @@ class CrossAttention(nnx.Module):
     d = cfg.d_model
     self.num_heads, self.head_dim, self.impl = cfg.num_heads, d // cfg.num_heads, (
         cfg.attention_impl)
-    init = nnx.initializers.normal(stddev=d ** -0.5)
-    self.q = nnx.Linear(d, d, kernel_init=init, dtype=dtype, rngs=rngs)
-    self.kv = nnx.Linear(d, 2 * d, kernel_init=init, dtype=dtype, rngs=rngs)
-    self.out = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5 / (
-        2 * cfg.num_layers) ** 0.5), dtype=dtype, rngs=rngs)
+    self.q = dense(d, d, dtype=dtype, rngs=rngs)
+    self.kv = dense(d, 2 * d, dtype=dtype, rngs=rngs)
+    self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x, memory, mask):
     b, length, _ = x.shape
@@ -323,6 +328,13 @@ class Transformer(TiedEmbeddingModel):
     return empty_cache(batch, max_len, len(self.blocks), self.num_heads,
                        self.d_model // self.num_heads, self.dtype)
 
+  def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
+    """Bidirectional hidden states where packed segments attend only within themselves
+    (the encoder of the masked LM and the classifier)."""
+    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
+    return self.encode(tokens, positions, mask, key, token_types=token_types,
+                       segments=segment_ids)
+
 
 class CausalLM(Transformer):
   """Decoder-only language model: causal mask plus segment masking for packed documents."""
@@ -350,15 +362,12 @@ class MaskedLM(Transformer):
     super().__init__(cfg, rngs=rngs)
     d = cfg.d_model
     self.activation = cfg.get('activation', 'gelu_tanh')
-    self.head = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
-                           dtype=self.dtype, rngs=rngs)
+    self.head = dense(d, d, dtype=self.dtype, rngs=rngs)
     self.head_ln = layer_norm(cfg, dtype=self.dtype, rngs=rngs)
     self.output_bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
 
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
-    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
-    hidden = self.encode(tokens, positions, mask, key, token_types=token_types,
-                         segments=segment_ids)
+    hidden = self.encode_segments(tokens, positions, segment_ids, key, token_types)
     hidden = self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
     return self.logits(hidden) + self.output_bias.value
 
@@ -370,23 +379,18 @@ class Classifier(Transformer):
   `MaskedLM`'s, so a pretrained encoder loads into it."""
 
   causal = False
-  head_params = ('pooler', 'classifier')  # Parameters that fine-tuning initialises afresh.
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     d = cfg.d_model
     self.pooling = cfg.get('pooling', 'first')
-    self.pooler = nnx.Linear(d, d, kernel_init=nnx.initializers.normal(stddev=d ** -0.5),
-                             dtype=self.dtype, rngs=rngs)
-    self.classifier = nnx.Linear(d, cfg.num_classes, kernel_init=nnx.initializers.normal(
-        stddev=d ** -0.5), dtype=self.dtype, rngs=rngs)
+    self.pooler = dense(d, d, dtype=self.dtype, rngs=rngs)
+    self.classifier = dense(d, cfg.num_classes, dtype=self.dtype, rngs=rngs)
 
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Float32 logits [batch, num_classes] for one example per row (segment id 1, 0 = pad)."""
     k1, k2 = _split(key, 2)
-    mask = attention.make_mask(segment_ids, segment_ids, causal=False)
-    hidden = self.encode(tokens, positions, mask, k1, token_types=token_types,
-                         segments=segment_ids)
+    hidden = self.encode_segments(tokens, positions, segment_ids, k1, token_types)
     if self.pooling == 'mean':
       weights = (segment_ids > 0).astype(hidden.dtype)[..., None]
       pooled = (hidden * weights).sum(1) / jnp.maximum(weights.sum(1), 1)

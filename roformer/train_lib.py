@@ -310,8 +310,9 @@ def _keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
 # Parameters of a masked LM that a classifier does not take over.
 _MLM_HEAD = ('head', 'head_ln', 'output_bias')
 # Model fields that fix the encoder's parameters and what they compute.
-_ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'vocab_size', 'norm',
-                   'activation', 'layer_norm_eps', 'type_vocab_size', 'position', 'attention')
+# (Not vocab_size: it is set from the tokenizer, which comes from that run.)
+_ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'norm', 'activation',
+                   'layer_norm_eps', 'type_vocab_size', 'position', 'attention')
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -333,8 +334,6 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
                              'let the pretraining run save one first.')
   diffs = []
   for field in _ENCODER_FIELDS:
-    if field == 'vocab_size':
-      continue  # Set from the tokenizer, which comes from that run.
     diffs += config_lib.differences({field: saved.model.get(field)},
                                     {field: config.model.get(field)}, 'model')
   if diffs:
@@ -348,7 +347,10 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
 def restore_encoder(trainer: Trainer, state, init_from: str, saved, step: int):
   """Copies the pretrained encoder of `init_from` into a fresh classifier state; the
   classifier head keeps its initialisation and the optimizer starts afresh."""
-  source_trainer = Trainer(saved_with_vocab(saved, trainer.config), trainer.mesh)
+  source_config = ml_collections.ConfigDict(saved.to_dict())
+  source_config.model.vocab_size = trainer.config.model.vocab_size
+  source_config.mesh = trainer.config.mesh
+  source_trainer = Trainer(source_config, trainer.mesh)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(os.path.abspath(init_from), 'checkpoints'))
   try:
     check_checkpoint_matches(ckpt, step, source_trainer)
@@ -368,13 +370,6 @@ def restore_encoder(trainer: Trainer, state, init_from: str, saved, step: int):
     opt_state = jax.jit(trainer.tx.init, out_shardings=trainer.state_shardings['opt_state'])(
         params)
   return {'params': params, 'opt_state': opt_state, 'step': state['step']}
-
-
-def saved_with_vocab(saved, config):
-  saved = ml_collections.ConfigDict(saved.to_dict())
-  saved.model.vocab_size = config.model.vocab_size
-  saved.mesh = config.mesh
-  return saved
 
 
 def check_classification_data(config, sources) -> None:
@@ -458,10 +453,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   _check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
 
   resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
-  if config.get('init_from') and not resuming:
-    if models.MODELS[config.model.type] is not models.Classifier:
-      raise errors.ConfigError(f'config.init_from is for fine-tuning a classifier, not '
-                               f'{config.model.type!r}. Fix: leave it empty.')
+  if config.get('init_from') and not resuming:  # config_lib.validate: classifiers only.
     pretrained = check_init_from(config)
   sources, tokenizer = setup_data(config, splits=('train', 'validation'),
                                   workdir=workdir if resuming else '')

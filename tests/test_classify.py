@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -112,15 +113,10 @@ def test_fine_tuning_takes_over_the_encoder_and_its_tokenizer(pretrained, data_d
   original = ckpt.restore(16, source.abstract_state)['params'].to_pure_dict()
   ckpt.close()
   for key in ('embed', 'blocks', 'ln_final', 'token_type'):
-    for a, b in zip(*(jax_leaves(t[key]) for t in (tuned, original))):
-      np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(tuned[key]), jax.tree.leaves(original[key])):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert 'head' not in tuned and 'classifier' in tuned
   del last
-
-
-def jax_leaves(tree):
-  import jax  # pylint: disable=g-import-not-at-top
-  return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
 def test_init_from_refuses_the_wrong_runs(pretrained, data_dir, tmp_path):

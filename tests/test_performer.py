@@ -192,7 +192,7 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
   # After s steps the weights hold the draw of the last step taken, (s - 1) // 5.
   for step, draw in ((4, 0), (6, 1), (10, 1), (12, 2)):
     params = ckpt.restore(step, trainer.abstract_state)['params']
-    model = jax.tree_util.tree_map(lambda x: x, models.create(cfg.model))
+    model = models.create(cfg.model)
     models.nnx.update(model, params)
     assert [float(b.attn.feature_draw.value) for b in model.blocks] == [draw, draw]
   ckpt.close()
