@@ -114,6 +114,11 @@ def default_fields() -> dict:
   }
 
 
+def scheme_fields(kind: str) -> tuple[str, ...]:
+  """The option groups of config.model.position that scheme `kind` reads."""
+  return tuple(_REGISTRY[kind].fields)
+
+
 def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = True) -> None:
   """Checks `model_cfg.position` before anything is built or compiled."""
   cfg = model_cfg.position

@@ -312,7 +312,22 @@ _MLM_HEAD = ('head', 'head_ln', 'output_bias')
 # Model fields that fix the encoder's parameters and what they compute.
 # (Not vocab_size: it is set from the tokenizer, which comes from that run.)
 _ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'norm', 'activation',
-                   'layer_norm_eps', 'type_vocab_size', 'position', 'attention')
+                   'layer_norm_eps', 'type_vocab_size')
+
+
+def _encoder_fields(model_cfg) -> dict:
+  """The model fields that decide what a pretrained encoder computes: the sizes, the position
+  kind with the options that kind reads, and the attention kind (with the FAVOR+ options only
+  when it is 'favor'; the chunk length only changes how the sums are computed)."""
+  fields = {name: model_cfg.get(name) for name in _ENCODER_FIELDS}
+  position = model_cfg.position
+  fields['position'] = {'kind': position.kind,
+                        **{name: position.get(name)
+                           for name in positions_lib.scheme_fields(position.kind)}}
+  attention = model_cfg.get('attention') or {'kind': 'softmax'}
+  fields['attention'] = ({k: v for k, v in attention.items() if k != 'chunk'}
+                         if attention['kind'] == 'favor' else {'kind': attention['kind']})
+  return fields
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -332,10 +347,8 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let the pretraining run save one first.')
-  diffs = []
-  for field in _ENCODER_FIELDS:
-    diffs += config_lib.differences({field: saved.model.get(field)},
-                                    {field: config.model.get(field)}, 'model')
+  diffs = config_lib.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
+                                 'model')
   if diffs:
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} was pretrained with a different encoder '

@@ -138,6 +138,20 @@ def test_init_from_refuses_the_wrong_runs(pretrained, data_dir, tmp_path):
   assert not os.path.exists(workdir)  # Nothing written.
 
 
+def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_dir):
+  mlm_dir, _ = pretrained
+  cfg = classify_config(data_dir, init_from=mlm_dir)
+  assert cfg.model.position.kind == 'rope' and cfg.model.attention.kind == 'softmax'
+  cfg.model.position.learned.max_length += 1  # Another scheme's option.
+  cfg.model.attention.rope_mode = 'features' if cfg.model.attention.rope_mode == 'qk' else 'qk'
+  cfg.model.attention.num_features += 1  # FAVOR+ options, read only by attention.kind='favor'.
+  _, step = train_lib.check_init_from(cfg)
+  assert step == 16
+  cfg.model.position.rope.base = 500.0  # An option RoPE reads.
+  with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
+    train_lib.check_init_from(cfg)
+
+
 def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
   cfg = classify_config(data_dir)
   workdir = str(tmp_path / 'rt')
