@@ -1,4 +1,5 @@
-"""Evaluate a training workdir: python eval.py --workdir runs/lm [--step N] [--config.a.b=v].
+"""Evaluate a training workdir: python eval.py --workdir runs/lm [--step N] [--config.a.b=v]
+[--splits validation,test] [--out eval_results.json].
 
 The config is the one saved in the workdir (config.json); `--config.*` flags override fields of
 it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json.
@@ -19,6 +20,12 @@ from roformer import train_lib
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.', required=True)
 _STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
+_SPLITS = flags.DEFINE_list('splits', ['validation', 'test'],
+                            'Splits of a language-model or translation run to evaluate '
+                            '(classification runs use config.eval.splits).')
+_OUT = flags.DEFINE_string('out', 'eval_results.json',
+                           'File name in the workdir for the results, e.g. '
+                           'eval_results.rope_yarn.json for an evaluation-time variant.')
 
 
 def _workdir_from_argv(argv) -> str | None:
@@ -34,12 +41,16 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logs.setup()
+  if os.path.basename(_OUT.value) != _OUT.value or not _OUT.value.endswith('.json'):
+    sys.exit(f'error: --out={_OUT.value!r} must be a file name ending in .json (it is written '
+             'inside --workdir).')
   try:
-    results = train_lib.evaluate_workdir(flags.FLAGS.config, _WORKDIR.value, _STEP.value)
+    results = train_lib.evaluate_workdir(flags.FLAGS.config, _WORKDIR.value, _STEP.value,
+                                         splits=tuple(_SPLITS.value))
   except errors.ConfigError as e:
     sys.exit(f'error: {e}')
   print(train_lib.format_results(results))
-  path = os.path.join(_WORKDIR.value, 'eval_results.json')
+  path = os.path.join(_WORKDIR.value, _OUT.value)
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     json.dump(results, f, indent=2)
   os.replace(path + '.tmp', path)

@@ -72,6 +72,9 @@ def get_config() -> ml_collections.ConfigDict:
       'length_multipliers': (1, 2, 4),
       'batch_size': 8,
       'max_batches': -1,
+      # eval.py with RoPE scaling: at each length L, rope.scaling.factor = L / data.seq_len
+      # (at least 1) instead of one fixed factor for every length.
+      'scale_rope_to_length': False,
   })
 
   # Mesh axis sizes; -1 takes the remaining devices. Every axis exists (size 1 if unused).

@@ -83,6 +83,14 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
     positions.validate(m, d.seq_len, causal=causal)
   for mult in config.eval.length_multipliers:
     _positive_int(mult, 'config.eval.length_multipliers[]')
+  if config.eval.get('scale_rope_to_length') and (
+      'rope' not in positions.scheme_fields(m.position.kind)
+      or m.position.rope.scaling.kind == 'none'):
+    raise errors.ConfigError(
+        'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each evaluation '
+        f'length / data.seq_len, but position.kind={m.position.kind!r} with '
+        f'rope.scaling.kind={m.position.rope.scaling.kind!r} has no RoPE scaling to set. Fix: '
+        "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn) or drop it.")
   if num_data_parallel is not None:
     for name, batch in (('train.batch_size', t.batch_size),
                         ('eval.batch_size', config.eval.batch_size)):

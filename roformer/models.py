@@ -8,6 +8,8 @@ Dropout is functional (an explicit key per call), so a train step stays a pure f
 inputs.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -481,3 +483,9 @@ def create(cfg: ml_collections.ConfigDict, *, seed: int = 0):
   if cfg.type not in MODELS:
     raise errors.ConfigError(f'config.model.type={cfg.type!r} is unknown. Fix: one of {sorted(MODELS)}.')
   return MODELS[cfg.type](cfg, rngs=nnx.Rngs(params=seed))
+
+
+def num_parameters(cfg: ml_collections.ConfigDict) -> int:
+  """Parameter count of the model `cfg` builds, from shapes only (nothing is allocated)."""
+  abstract = nnx.eval_shape(lambda: create(cfg, seed=0))
+  return sum(math.prod(p.shape) for p in jax.tree.leaves(nnx.state(abstract, nnx.Param)))

@@ -619,6 +619,10 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
   length in config.eval.length_multipliers x config.data.seq_len."""
   workdir = os.path.abspath(workdir)
+  unknown = [s for s in splits if s not in pipeline.SPLITS]
+  if unknown or not splits:
+    raise errors.ConfigError(f'splits {list(splits)}: evaluate some of {list(pipeline.SPLITS)}. '
+                             'Fix: e.g. --splits=validation,test.')
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   steps = checkpoint_lib.all_steps(ckpt_dir)
   if not steps:
@@ -672,19 +676,33 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                                           batch_size=config.eval.batch_size,
                                           max_batches=config.eval.max_batches)
     return results
+  per_length = {}  # Multiplier -> (trainer, config): one model per length when it rescales.
+  for mult in config.eval.length_multipliers:
+    per_length[mult] = (trainer, config)
+    if config.eval.get('scale_rope_to_length'):
+      scaled = ml_collections.ConfigDict(config.to_dict())
+      scaled.model.position.rope.scaling.factor = max(1.0, float(mult))
+      per_length[mult] = (Trainer(scaled, mesh), scaled)
+  if config.eval.get('scale_rope_to_length'):
+    results['rope_scaling']['factor'] = 'length / train_seq_len'
   for split in splits:
     rows = []
     for mult in config.eval.length_multipliers:
       length = config.data.seq_len * mult
       row = {'length': length, 'multiplier': mult}
+      length_trainer, length_config = per_length[mult]
+      if config.eval.get('scale_rope_to_length'):
+        row['rope_scaling_factor'] = length_config.model.position.rope.scaling.factor
       try:
-        positions_lib.validate(config.model, length, causal=models.is_causal(config.model))
+        positions_lib.validate(length_config.model, length,
+                               causal=models.is_causal(config.model))
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue
       batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
                                      seq_len=length, batch_size=config.eval.batch_size)
-      rows.append({**row, **evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
+      rows.append({**row, **evaluate(length_trainer, params, batches,
+                                     batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
     results['splits'][split] = {'lengths': rows}
     if isinstance(trainer.task, tasks.Translation):

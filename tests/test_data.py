@@ -1,6 +1,9 @@
 """The embedded corpus builder, the tokenizer and the packing pipeline."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import ml_collections
 import numpy as np
@@ -165,3 +168,18 @@ def test_bible_pairs_split_by_chapter_and_cleaned(data_dir):
   genesis = next(pipeline.as_text(src[i]['de']) for src in sources.values()
                  for i in range(len(src)) if pipeline.as_text(src[i]['key']) == '1/1/1')
   assert genesis == 'Im Anfang schuf Gott die Himmel und die Erde.'
+
+
+def test_runs_started_together_build_an_embedded_dataset_once(tmp_path):
+  """Two processes opening the same fresh data directory (a parallel sweep) both succeed."""
+  code = ('import sys, ml_collections; from roformer.data import pipeline; '
+          'cfg = ml_collections.ConfigDict({"name": "rotten_tomatoes", "data_dir": sys.argv[1]}); '
+          'print(pipeline._builder(cfg).info.splits["train"].num_examples)')
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  procs = [subprocess.Popen([sys.executable, '-c', code, str(tmp_path)], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+  counts = [out.split()[-1] for out, _ in outs]
+  assert counts[0] == counts[1] and int(counts[0]) > 1000

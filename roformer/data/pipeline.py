@@ -8,6 +8,7 @@ segment ids count 1..n per row; 0 is padding) and batches.
 """
 
 import dataclasses
+import fcntl
 import importlib
 import os
 import pathlib
@@ -67,7 +68,14 @@ def _builder(data_cfg):
   if name in EMBEDDED_BUILDERS:
     builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
     if not builder.is_prepared():
-      builder.download_and_prepare()
+      # Runs started together (a parallel sweep) build it once: the first holds the lock,
+      # the others wait and then find it prepared.
+      os.makedirs(ddir, exist_ok=True)
+      with open(os.path.join(ddir, f'.{name}.lock'), 'w', encoding='utf-8') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
+        if not builder.is_prepared():
+          builder.download_and_prepare()
     return builder
   try:
     return tfds.builder(name, data_dir=ddir, file_format='array_record')

@@ -1,0 +1,165 @@
+"""Config sweeps: a grid of override sets, one workdir per point, run by train.py and eval.py.
+
+A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part after `:` in
+`--sweep FILE:ARG` is `arg`), returning:
+
+  points:    list of {dotted config field: value}, one per run (e.g. kinds x seeds);
+  overrides: {field: value} applied to every point (optional; a point's own value wins);
+  evals:     {name: {'overrides': {...}, 'when': {field: value}}}: evaluations to run after
+             training, each written to eval_results.json ('' name) or eval_results.NAME.json;
+             `when` limits one to the points whose config has those values (optional; default
+             one plain evaluation);
+  eval_splits: splits eval.py evaluates (optional; default validation and test).
+
+A point's workdir is named from its own overrides (`kind=rope,seed=0`). Each stage is skipped
+when its output exists (train: the final checkpoint; eval: its results file), and train.py
+resumes an unfinished run from its checkpoints, so rerunning a sweep continues where it stopped.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import sys
+
+from roformer import errors
+
+EVAL_FILE = 'eval_results.json'
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  name: str
+  overrides: dict  # The point's own fields (its name).
+  fields: dict  # Everything passed to train.py: the sweep's overrides, then the point's.
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  config: str
+  points: list
+  overrides: dict
+  evals: dict  # name -> {'overrides': {...}, 'when': {...}}
+  eval_splits: tuple
+
+
+def load_module(path: str):
+  """Imports a Python file by path (config or sweep file)."""
+  if not os.path.isfile(path):
+    raise errors.ConfigError(f'{path} does not exist. Fix: give a sweep file such as '
+                             'configs/sweeps/positions.py (optionally with :ARG).')
+  name = 'sweep_' + re.sub(r'\W', '_', os.path.splitext(os.path.basename(path))[0])
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def format_value(value) -> str:
+  """A value as `--config.a.b=VALUE` takes it."""
+  if isinstance(value, (list, tuple)):
+    return '(' + ','.join(format_value(v) for v in value) + (',)' if len(value) == 1 else ')')
+  return str(value)
+
+
+def _short_names(keys) -> dict:
+  """Last component of each dotted key, or more components where that would be ambiguous."""
+  names = {}
+  for key in keys:
+    parts = key.split('.')
+    for n in range(1, len(parts) + 1):
+      short = '.'.join(parts[-n:])
+      if sum(k.split('.')[-n:] == parts[-n:] for k in keys) == 1:
+        break
+    names[key] = short
+  return names
+
+
+def point_name(overrides: dict, all_keys) -> str:
+  short = _short_names(sorted(all_keys))
+  cells = [f'{short[k]}={format_value(v)}' for k, v in overrides.items()]
+  return re.sub(r'[^\w.=,+-]', '_', ','.join(cells)) or 'default'
+
+
+def load(spec: str, config: str = '') -> Sweep:
+  """Reads `FILE[:ARG]`; `config` (train.py's --config) may also come from the sweep's 'config'."""
+  path, _, arg = spec.partition(':')
+  module = load_module(path)
+  if not hasattr(module, 'get_sweep'):
+    raise errors.ConfigError(f'{path} has no get_sweep(arg) function. Fix: define one returning '
+                             "{'points': [...], 'overrides': {...}, 'evals': {...}}.")
+  raw = module.get_sweep(arg) if arg else module.get_sweep()
+  unknown = set(raw) - {'points', 'overrides', 'evals', 'eval_splits', 'config'}
+  if unknown:
+    raise errors.ConfigError(f'{spec}: get_sweep() returned unknown keys {sorted(unknown)}; '
+                             "allowed: points, overrides, evals, eval_splits, config.")
+  points = raw.get('points') or []
+  if not points or not all(isinstance(p, dict) for p in points):
+    raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
+                             'dicts, one per run.')
+  common = dict(raw.get('overrides') or {})
+  keys = sorted({k for p in points for k in p})
+  built, seen = [], {}
+  for p in points:
+    name = point_name(p, keys)
+    if name in seen:
+      raise errors.ConfigError(f'{spec}: two points have the same fields ({name}). Fix: make '
+                               'each point differ, e.g. by seed.')
+    seen[name] = p
+    built.append(Point(name, dict(p), {**common, **p}))
+  evals = raw.get('evals')
+  if evals is None:
+    evals = {'': {}}
+  for name, ev in evals.items():
+    if not re.fullmatch(r'[\w.-]*', name) or set(ev) - {'overrides', 'when'}:
+      raise errors.ConfigError(f'{spec}: eval {name!r} needs a plain name and only the keys '
+                               "'overrides' and 'when'.")
+  config = config or raw.get('config', '')
+  if not config:
+    raise errors.ConfigError(f'{spec} names no config. Fix: pass --config configs/lm.py.')
+  return Sweep(config, built, common, dict(evals), tuple(raw.get('eval_splits') or ('validation',
+                                                                             'test')))
+
+
+def eval_file(name: str) -> str:
+  return EVAL_FILE if not name else f'eval_results.{name}.json'
+
+
+def applies(ev: dict, point: Point) -> bool:
+  return all(point.fields.get(k) == v for k, v in (ev.get('when') or {}).items())
+
+
+def train_command(sweep: Sweep, point: Point, workdir: str) -> list[str]:
+  return [sys.executable, 'train.py', f'--config={sweep.config}', f'--workdir={workdir}'] + [
+      f'--config.{k}={format_value(v)}' for k, v in point.fields.items()]
+
+
+def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[str]:
+  ev = sweep.evals[name]
+  return [sys.executable, 'eval.py', f'--workdir={workdir}',
+          f'--splits={",".join(sweep.eval_splits)}', f'--out={eval_file(name)}'] + [
+              f'--config.{k}={format_value(v)}' for k, v in (ev.get('overrides') or {}).items()]
+
+
+def stages(sweep: Sweep, point: Point, workdir: str) -> list[tuple[str, list[str]]]:
+  """(label, command) for each stage of a point still to run."""
+  todo = []
+  if not trained(workdir, point.fields.get('train.steps')):
+    todo.append(('train', train_command(sweep, point, workdir)))
+  for name, ev in sweep.evals.items():
+    if applies(ev, point) and not os.path.exists(os.path.join(workdir, eval_file(name))):
+      todo.append((f'eval {name or "(plain)"}', eval_command(sweep, point, workdir, name)))
+  return todo
+
+
+def trained(workdir: str, steps: int | None = None) -> bool:
+  """Whether the run in `workdir` has the checkpoint of its last step (`steps`, by default
+  config.json's train.steps)."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return False
+  if steps is None:
+    with open(path, encoding='utf-8') as f:
+      steps = json.load(f)['train']['steps']
+  return os.path.isdir(os.path.join(workdir, 'checkpoints', str(steps)))

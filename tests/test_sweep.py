@@ -1,0 +1,187 @@
+"""scripts/sweep.py and scripts/report.py: grids, names, resuming, failures, the report."""
+
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from configs.sweeps import positions as positions_sweep
+from roformer import errors
+from roformer import metrics as metrics_lib
+from roformer import sweeps
+from scripts import report
+from scripts import sweep as sweep_script
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write_sweep(tmp_path, body: str) -> str:
+  path = tmp_path / 'my_sweep.py'
+  path.write_text(body)
+  return str(path)
+
+
+def test_default_sweep_is_eight_schemes_at_two_seeds():
+  sweep = sweeps.load('configs/sweeps/positions.py', '')
+  assert sweep.config == 'configs/lm.py'
+  assert [p.name for p in sweep.points[:2]] == ['kind=none,seed=0', 'kind=none,seed=1']
+  assert len(sweep.points) == 16
+  kinds = {p.fields['model.position.kind'] for p in sweep.points}
+  assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'rope'}
+  rope, alibi = sweep.points[-1], sweep.points[-3]
+  assert rope.fields['model.position.kind'] == 'rope'
+  evals_of = lambda p: sorted(n for n, ev in sweep.evals.items() if sweeps.applies(ev, p))
+  assert evals_of(rope) == ['', 'rope_linear', 'rope_ntk', 'rope_yarn']
+  assert evals_of(alibi) == ['']
+  smoke = sweeps.load('configs/sweeps/positions.py:smoke,rope,alibi')
+  assert [p.name for p in smoke.points] == ['kind=rope,seed=0', 'kind=alibi,seed=0']
+  assert smoke.points[0].fields['train.steps'] < sweep.points[0].fields['train.steps']
+  with pytest.raises(ValueError, match='unknown kinds'):
+    positions_sweep.get_sweep('smoke,ropee')
+
+
+def test_names_values_and_commands(tmp_path):
+  assert sweeps.format_value((1, 2, 4)) == '(1,2,4)'
+  assert sweeps.format_value((8,)) == '(8,)'
+  # Last components that clash keep enough of the path to tell them apart.
+  keys = ['model.position.kind', 'model.attention.kind', 'seed']
+  assert sweeps.point_name({'model.position.kind': 'rope', 'model.attention.kind': 'favor',
+                            'seed': 1}, keys) == 'position.kind=rope,attention.kind=favor,seed=1'
+  path = write_sweep(tmp_path, 'def get_sweep(arg=""):\n  return {"points": [{"train.learning_'
+                     'rate": 1e-3}, {"train.learning_rate": 3e-4}], "overrides": {"train.steps"'
+                     ': 5}}\n')
+  sweep = sweeps.load(path, 'configs/lm.py')
+  assert [p.name for p in sweep.points] == ['learning_rate=0.001', 'learning_rate=0.0003']
+  cmd = sweeps.train_command(sweep, sweep.points[0], '/w/p')
+  assert cmd[1:] == ['train.py', '--config=configs/lm.py', '--workdir=/w/p',
+                     '--config.train.steps=5', '--config.train.learning_rate=0.001']
+  assert sweep.evals == {'': {}}  # One plain evaluation by default.
+  assert sweeps.eval_command(sweep, sweep.points[0], '/w/p', '')[1:] == [
+      'eval.py', '--workdir=/w/p', '--splits=validation,test', '--out=eval_results.json']
+
+
+@pytest.mark.parametrize('body, match', [
+    ('x = 1\n', 'no get_sweep'),
+    ('def get_sweep(arg=""):\n  return {"points": []}\n', 'non-empty list'),
+    ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}], "grid": 1}\n', 'unknown keys'),
+    ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}, {"seed": 0}]}\n', 'same fields'),
+    ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}], "evals": {"a b": {}}}\n',
+     'plain name'),
+])
+def test_bad_sweep_files(tmp_path, body, match):
+  with pytest.raises(errors.ConfigError, match=match):
+    sweeps.load(write_sweep(tmp_path, body), 'configs/lm.py')
+
+
+def test_bad_arguments_exit_before_running(tmp_path, capsys):
+  assert sweep_script.main(['--sweep', str(tmp_path / 'none.py'), '--workdir',
+                            str(tmp_path / 'w')]) == 2
+  assert 'does not exist' in capsys.readouterr().err
+  (tmp_path / 'file').write_text('')
+  assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--workdir',
+                            str(tmp_path / 'file')]) == 2
+  assert 'is a file' in capsys.readouterr().err
+  assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--config',
+                            'configs/nope.py', '--workdir', str(tmp_path / 'w')]) == 2
+  assert not (tmp_path / 'w').exists()
+  assert report.main([str(tmp_path / 'w')]) == 2
+
+
+def test_dry_run_prints_one_command_per_point(tmp_path, capsys):
+  assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--workdir',
+                            str(tmp_path / 's'), '--dry_run',
+                            '--extra_train_flags=--distributed']) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 16
+  rope = [line for line in lines if 'kind=rope,seed=1' in line][0]
+  steps = [shlex.split(part) for part in rope.split(' && ')]
+  assert [s[1] for s in steps] == ['train.py'] + ['eval.py'] * 4
+  assert '--distributed' in steps[0] and '--config.model.position.kind=rope' in steps[0]
+  assert '--out=eval_results.rope_yarn.json' in steps[4]
+  assert not (tmp_path / 's').exists()  # A dry run writes nothing.
+
+
+def _smoke_sweep(tmp_path, data_dir, kinds: str, extra_points: str = '',
+                 evals=('', 'rope_linear', 'rope_ntk', 'rope_yarn')) -> str:
+  """positions.py:smoke,KINDS on the session's data, with only `evals` and `extra_points`."""
+  return write_sweep(tmp_path, f'''
+from configs.sweeps import positions
+def get_sweep(arg=''):
+  sweep = positions.get_sweep('smoke,{kinds}')
+  sweep['overrides']['data.data_dir'] = {data_dir!r}
+  sweep['points'] += [{extra_points}]
+  sweep['evals'] = {{k: v for k, v in sweep['evals'].items() if k in {tuple(evals)!r}}}
+  return sweep
+''')
+
+
+def _run(args) -> subprocess.CompletedProcess:
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}  # One CPU device per run.
+  return subprocess.run([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT, env=env,
+                        capture_output=True, text=True, check=False)
+
+
+def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_dir):
+  spec = _smoke_sweep(tmp_path, data_dir, 'rope,alibi',
+                      "{'model.position.kind': 'alibi', 'seed': 1, 'model.d_model': 30}",
+                      evals=('', 'rope_yarn'))  # The slow test runs all three scalings.
+  root = str(tmp_path / 'sweep')
+  first = _run(['--sweep', spec, '--workdir', root, '--parallel', '2'])
+  assert first.returncode == 1, first.stdout + first.stderr  # One point failed ...
+  assert 'FAILED kind=alibi,seed=1,d_model=30 at train (exit 1)' in first.stdout
+  assert 'config.model.d_model' in first.stdout  # ... naming the cause from its log,
+  assert '2/3 points done, 1 failed' in first.stdout  # ... and the others finished.
+  assert sorted(os.listdir(root)) == ['kind=alibi,seed=0', 'kind=rope,seed=0', 'logs',
+                                      'sweep.json']
+  rope, alibi = os.path.join(root, 'kind=rope,seed=0'), os.path.join(root, 'kind=alibi,seed=0')
+  assert sorted(f for f in os.listdir(rope) if f.startswith('eval_results')) == [
+      'eval_results.json', 'eval_results.rope_yarn.json']
+  assert os.listdir(alibi).count('eval_results.json') == 1
+
+  # An interrupted point (final checkpoint and evaluation gone) resumes; finished ones are
+  # skipped without starting a process.
+  shutil.rmtree(os.path.join(alibi, 'checkpoints', '30'))
+  os.remove(os.path.join(alibi, 'eval_results.json'))
+  again = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope,alibi', evals=('', 'rope_yarn')),
+                '--workdir', root])
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert '1 points were already finished' in again.stdout
+  with open(os.path.join(root, 'logs', 'kind=alibi,seed=0.log')) as f:
+    assert 'checkpoints step 15.' in f.read()  # 'Resuming from ... step 15.'
+  assert os.path.exists(os.path.join(alibi, 'eval_results.json'))
+
+  assert report.main([root]) == 0
+  text = open(os.path.join(root, 'report.md')).read()
+  records = metrics_lib.read_jsonl(os.path.join(rope, 'metrics.jsonl'))
+  with open(os.path.join(rope, 'eval_results.json')) as f:
+    plain = json.load(f)['splits']['validation']['lengths']
+  loss = plain[0]['loss']
+  train_loss = [r for r in records if r['split'] == 'train'][-1]['loss']
+  row = [line for line in text.splitlines() if line.startswith(f'| {os.path.basename(rope)} ')]
+  assert row and f'| {train_loss:.4f} | {loss:.4f} | {math.exp(loss):.2f} |' in row[0]
+  assert [m['multiplier'] for m in plain] == [1, 2, 4, 8]
+  scaled = [line for line in text.splitlines() if line.startswith('| rope + yarn scaling |')]
+  assert len(scaled) == 1 and len(scaled[0].split('|')) == 7  # 1x .. 8x.
+  for png in ('validation_loss.png', 'length_extrapolation.png'):
+    with open(os.path.join(root, png), 'rb') as f:
+      assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.slow
+def test_smoke_sweep_of_every_scheme(tmp_path, data_dir):
+  root = str(tmp_path / 'sweep')
+  done = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, ''), '--workdir', root,
+               '--parallel', '2'])
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert '8/8 points done' in done.stdout
+  assert report.main([root]) == 0
+  text = open(os.path.join(root, 'report.md')).read()
+  for kind in positions_sweep.KINDS:
+    assert f'| {kind} | 1 |' in text
+  for scaling in positions_sweep.ROPE_SCALINGS:
+    assert f'| rope + {scaling} scaling |' in text
