@@ -33,7 +33,8 @@ def get_config() -> ml_collections.ConfigDict:
       'num_heads': 4,
       'd_ff': 1024,
       'dropout': 0.0,
-      'dtype': 'float32',
+      'dtype': 'float32',  # Activations; parameters, optimizer state and statistics: float32.
+      'remat': 'none',  # Recompute blocks in the backward pass: 'full', 'dots', 'dots_no_batch'.
       'attention_impl': 'einsum',  # 'einsum' (CPU, every scheme), 'xla' or 'cudnn'.
       'norm': 'pre',  # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
       'activation': 'gelu_tanh',  # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
@@ -51,6 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict({
       'batch_size': 8,  # Global, across all devices and processes.
+      'grad_accum_steps': 1,  # Micro-batches per step (batch_size / this rows each).
       'steps': 600,
       'learning_rate': 1e-3,
       'warmup_steps': 60,

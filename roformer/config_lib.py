@@ -41,6 +41,15 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if m.attention_impl not in attention.IMPLEMENTATIONS:
     raise errors.ConfigError(f'config.model.attention_impl={m.attention_impl!r} is unknown. Fix: one of '
                      f'{attention.IMPLEMENTATIONS}.')
+  if m.get('remat', 'none') not in models.REMAT_POLICIES:
+    raise errors.ConfigError(f'config.model.remat={m.remat!r} is unknown. Fix: one of '
+                             f'{sorted(models.REMAT_POLICIES)}.')
+  accum = t.get('grad_accum_steps', 1)
+  _positive_int(accum, 'config.train.grad_accum_steps')
+  if t.batch_size % accum:
+    raise errors.ConfigError(f'config.train.batch_size={t.batch_size} is not divisible by '
+                             f'config.train.grad_accum_steps={accum}. Fix: make the batch a '
+                             'multiple of the number of micro-batches.')
   if m.dtype not in ('float32', 'bfloat16', 'float16'):
     raise errors.ConfigError(f'config.model.dtype={m.dtype!r}: use float32, bfloat16 or float16.')
   if t.schedule not in SCHEDULES:
@@ -92,11 +101,13 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
         f'rope.scaling.kind={m.position.rope.scaling.kind!r} has no RoPE scaling to set. Fix: '
         "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn) or drop it.")
   if num_data_parallel is not None:
-    for name, batch in (('train.batch_size', t.batch_size),
+    # Each micro-batch is split over the devices.
+    train_name = 'train.batch_size' + (f' / train.grad_accum_steps ({accum})' if accum > 1 else '')
+    for name, batch in ((train_name, t.batch_size // accum),
                         ('eval.batch_size', config.eval.batch_size)):
       if batch % num_data_parallel or batch % process_count:
         raise errors.ConfigError(
-            f'config.{name}={batch} is not divisible by the data-parallel size '
+            f'config.{name} = {batch} is not divisible by the data-parallel size '
             f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
             f'use a multiple of {num_data_parallel * process_count}.')
 

@@ -226,17 +226,40 @@ class DecoderBlock(Block):
     return x, cache
 
 
-def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, **extra):
+# config.model.remat: what each block keeps for the backward pass ('none': everything; 'full':
+# only its input, recomputing the rest; 'dots': matmul outputs; 'dots_no_batch': matmul outputs
+# without batch dimensions, i.e. not the attention logits).
+REMAT_POLICIES = {
+    'none': None,
+    'full': None,
+    'dots': jax.checkpoint_policies.checkpoint_dots,
+    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _block_output(block, scheme, x, mask, positions, key, extra):
+  return block(x, mask, positions, scheme, key, None, **extra)[0]
+
+
+def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, remat: str = 'none',
+               **extra):
   """Runs x through `blocks`, each with its view of the position scheme. With a cache, the new
   positions are written at slot cache['index'] and every layer's keys/values are updated;
-  returns (x, updated cache or None). `extra` goes to every block (cross-attention memory)."""
+  returns (x, updated cache or None). `extra` goes to every block (cross-attention memory);
+  `remat` names a REMAT_POLICIES entry (used without a cache)."""
   if cache is not None:
     slot_positions = jax.lax.dynamic_update_slice(
         cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
   new_layers = []
+  policy = REMAT_POLICIES[remat]
   for i, (block, k) in enumerate(zip(blocks, keys)):
     layer_cache = None if cache is None else {
         **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
+    if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
+      x = nnx.remat(_block_output, policy=policy)(block, scheme.for_layer(i), x, mask, positions,
+                                                  k, extra)
+      new_layers.append(None)
+      continue
     x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
     new_layers.append(layer_cache)
   if cache is None:
@@ -274,6 +297,7 @@ class TiedEmbeddingModel(nnx.Module):
     # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.dtype = jnp.dtype(cfg.get('dtype', 'float32'))
+    self.remat = cfg.get('remat', 'none')
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
 
@@ -321,7 +345,8 @@ class Transformer(TiedEmbeddingModel):
       x = self.ln_embed(x)
     x = dropout(x, self.dropout_rate, keys[-1])
     extra = {} if segments is None else {'segments': segments}
-    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache, **extra)
+    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache,
+                          remat=self.remat, **extra)
     if not self.post_norm:
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
@@ -427,7 +452,8 @@ class EncoderDecoder(TiedEmbeddingModel):
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
     x = self.encoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, _ = run_blocks(self.encoder_blocks, self.encoder_position, x, positions, mask, keys)
+    x, _ = run_blocks(self.encoder_blocks, self.encoder_position, x, positions, mask, keys,
+                      remat=self.remat)
     return self.encoder_ln(x)
 
   def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
@@ -435,7 +461,7 @@ class EncoderDecoder(TiedEmbeddingModel):
     x = self.decoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
     x, cache = run_blocks(self.decoder_blocks, self.decoder_position, x, positions, mask, keys,
-                          cache, memory=memory, memory_mask=memory_mask)
+                          cache, remat=self.remat, memory=memory, memory_mask=memory_mask)
     return self.logits(self.decoder_ln(x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,

@@ -80,20 +80,45 @@ def set_feature_draw(params, draw):
   return jax.tree_util.tree_map_with_path(set_leaf, params)
 
 
+def micro_batches(batch: dict, count: int) -> dict:
+  """[rows, ...] -> [count, rows / count, ...]: micro-batch i takes rows i, i + count, ...,
+  so each device's contiguous share of the rows splits into its share of every micro-batch."""
+  def split(x):
+    x = x.reshape((x.shape[0] // count, count) + x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
 def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, label_smoothing,
-               redraw_interval: int = 0):
+               redraw_interval: int = 0, grad_accum_steps: int = 1):
   """One optimizer update. Dropout keys derive from (seed, step), never from the data; so do
-  FAVOR+'s random features, redrawn every `redraw_interval` steps."""
+  FAVOR+'s random features, redrawn every `redraw_interval` steps. With `grad_accum_steps` > 1
+  the batch is processed as that many micro-batches in a `lax.scan`, summing the gradients of the
+  token-weighted loss sums, so the update equals the one of the whole batch."""
   key = jax.random.fold_in(jax.random.key(dropout_seed), state['step'])
 
-  def loss_fn(params):
-    sums = task.sums(nnx.merge(graphdef, params), batch, key, label_smoothing)
-    return sums['objective_sum'] / jnp.maximum(sums['weight'], 1.0), sums
+  def sums_fn(params, micro, micro_key):
+    sums = task.sums(nnx.merge(graphdef, params), micro, micro_key, label_smoothing)
+    return sums['objective_sum'], sums
 
   params = state['params']
   if redraw_interval:  # This step's features; the saved params keep the draw used last.
     params = set_feature_draw(params, state['step'] // redraw_interval)
-  grads, sums = jax.grad(loss_fn, has_aux=True)(params)
+  grad_fn = jax.grad(sums_fn, has_aux=True)
+  if grad_accum_steps == 1:
+    grads, sums = grad_fn(params, batch, key)
+  else:
+    def accumulate(carry, inputs):
+      i, micro = inputs
+      grads, sums = grad_fn(params, micro, jax.random.fold_in(key, i))
+      return jax.tree.map(jnp.add, carry, (grads, sums)), None
+    zeros = jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], micro_batches(
+        batch, grad_accum_steps)), key)
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), zeros)
+    (grads, sums), _ = jax.lax.scan(
+        accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch,
+                                                                         grad_accum_steps)))
+  grads = jax.tree.map(lambda g: g / jnp.maximum(sums['weight'], 1.0), grads)
   updates, opt_state = tx.update(grads, state['opt_state'], params)
   params = optax.apply_updates(params, updates)
   if redraw_interval:
@@ -148,7 +173,8 @@ class Trainer:
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
                           schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
                           label_smoothing=config.train.label_smoothing,
-                          redraw_interval=_redraw_interval(config.model)),
+                          redraw_interval=_redraw_interval(config.model),
+                          grad_accum_steps=config.train.get('grad_accum_steps', 1)),
         in_shardings=(self.state_shardings, batch_sharding),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0)
     self.eval_step = jax.jit(
