@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -55,7 +56,7 @@ def test_bad_field_is_reported_before_building(config, tmp_path, no_model, field
                                                message):
   _set(config, field, value)
   workdir = tmp_path / 'run'
-  with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+  with pytest.raises(errors.ConfigError, match=re.escape(message)):
     train_lib.train_and_evaluate(config, str(workdir))
   assert not workdir.exists()
 
