@@ -1,0 +1,65 @@
+"""Analytic model FLOPs of a training step, the way MaxText and the PaLM paper count them.
+
+A matmul of an [n, a] by [a, b] matrix costs 2nab FLOPs; training costs 3x the forward pass
+(forward, gradient with respect to the activations, gradient with respect to the weights).
+Counted per token of the input sequence:
+
+  per layer     qkv and output projections  2 * 4 d^2
+                MLP up and down             2 * 2 d f
+                attention scores QK^T, PV   2 * 2 L d   (softmax; half of it when causal)
+                FAVOR+ instead              2 * 2 m d (q, k features) + 2 * 2 m d (sums)
+  per token     output layer (tied logits)  2 d V
+                masked-LM head dense        2 d^2
+  training      3 x the above
+
+L is the sequence length, d the model width, f the MLP width, V the vocabulary, m the FAVOR+
+features per head (summed over heads: m * num_heads columns of d / num_heads each). Element-wise
+work (LayerNorm, softmax, GELU, the position schemes' rotations and biases) and embedding
+lookups are not counted: "model FLOPs" are the same for every position scheme, so a scheme's
+extra cost shows up as a lower achieved FLOP rate.
+"""
+
+import ml_collections
+
+TRAIN_MULTIPLIER = 3  # Forward + two backward matmuls per forward matmul.
+
+
+def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
+                              causal: bool) -> float:
+  """Forward FLOPs per token of one layer's attention (scores and weighted values)."""
+  d = model_cfg.d_model
+  attention = model_cfg.get('attention') or {}
+  if attention.get('kind', 'softmax') == 'favor':
+    m = attention['num_features']
+    return 2 * 2 * m * d + 2 * 2 * m * d
+  full = 2 * 2 * seq_len * d
+  return full / 2 if causal else full
+
+
+def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
+                          causal: bool) -> float:
+  d, f = model_cfg.d_model, model_cfg.d_ff
+  return 2 * 4 * d * d + 2 * 2 * d * f + attention_flops_per_token(model_cfg, seq_len, causal)
+
+
+def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int) -> float:
+  """Training FLOPs per input token of the causal LM, masked LM or classifier built from
+  `model_cfg` (for the encoder-decoder, of its decoder side with cross-attention counted like
+  self-attention over `seq_len` source tokens and the encoder per source token)."""
+  d, v = model_cfg.d_model, model_cfg.vocab_size
+  kind = model_cfg.type
+  if kind == 'causal_lm':
+    forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, True) + 2 * d * v
+  elif kind == 'mlm':
+    forward = (model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
+               + 2 * d * d + 2 * d * v)
+  elif kind == 'classifier':  # The pooler and classifier act once per row: negligible.
+    forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
+  elif kind == 'encoder_decoder':
+    encoder = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
+    cross = 2 * 4 * d * d + 2 * 2 * seq_len * d
+    decoder = model_cfg.num_layers * (layer_flops_per_token(model_cfg, seq_len, True) + cross)
+    forward = encoder + decoder + 2 * d * v
+  else:
+    raise ValueError(f'no FLOP count for model type {kind!r}')
+  return TRAIN_MULTIPLIER * forward

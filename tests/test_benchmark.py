@@ -1,0 +1,64 @@
+"""scripts/benchmark.py and the analytic FLOP count behind its MFU."""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_collections
+import pytest
+
+from configs import lm
+from configs import mlm
+from roformer import flops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_flops_per_token_by_hand():
+  cfg = lm.get_config().model
+  cfg.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100)
+  seq = 16
+  # Per layer: qkv + out 2*4*64 = 512, MLP 2*2*8*32 = 1024, causal attention 2*2*16*8/2 = 256.
+  # Output layer 2*8*100 = 1600. Training: 3 x (2 * 1792 + 1600) = 15552.
+  assert flops.train_flops_per_token(cfg, seq) == 3 * (2 * (512 + 1024 + 256) + 1600)
+  enc = mlm.get_config().model
+  enc.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100)
+  # Bidirectional attention counts whole (512), plus the head's dense 2*8*8 = 128.
+  assert flops.train_flops_per_token(enc, seq) == 3 * (2 * (512 + 1024 + 512) + 128 + 1600)
+  enc.attention.update(kind='favor', num_features=4)
+  # FAVOR+: 2*2*4*8 for the q and k features, 2*2*4*8 for the sums: 256, whatever L is.
+  assert flops.train_flops_per_token(enc, 4096) == 3 * (2 * (512 + 1024 + 256) + 128 + 1600)
+
+
+def _benchmark(*args) -> subprocess.CompletedProcess:
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}  # One CPU device.
+  return subprocess.run([sys.executable, 'scripts/benchmark.py', '--config=configs/test.py',
+                         *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+
+
+def test_benchmark_reports_consistent_numbers(tmp_path):
+  out = tmp_path / 'bench.json'
+  done = _benchmark('--kinds=none,rope', '--steps=2', '--warmup=1', '--peak_size=256',
+                    f'--out={out}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert '| rope |' in done.stdout and '| none |' in done.stdout
+  result = json.loads(out.read_text())
+  assert [r['kind'] for r in result['rows']] == ['none', 'rope']
+  config = ml_collections.ConfigDict(result['config'])
+  tokens = config.train.batch_size * config.data.seq_len
+  for row in result['rows']:
+    assert row['tokens_per_s'] == pytest.approx(tokens / row['step_s'])
+    assert row['flops_per_token'] == flops.train_flops_per_token(config.model,
+                                                                 config.data.seq_len)
+    assert row['tflops_per_s'] == pytest.approx(row['flops_per_token'] * tokens / row['step_s']
+                                                / 1e12)
+    assert row['mfu'] == pytest.approx(row['tflops_per_s'] * 1e12 / result['peak_flops'])
+    assert 0 < row['mfu'] < 1.5 and row['peak_bytes'] > row['argument_bytes'] > 0
+    assert row['step_s_min'] <= row['step_s'] <= row['step_s_max']
+
+
+def test_benchmark_refuses_a_bad_kind_before_compiling():
+  done = _benchmark('--kinds=none,rotary')
+  assert done.returncode == 1 and 'config.model.position.kind' in done.stderr
+  assert '| none |' not in done.stdout
