@@ -3,6 +3,7 @@
 import ml_collections
 
 from roformer import positions
+from roformer import sharding
 
 
 def position_config(kind: str = 'rope') -> ml_collections.ConfigDict:
@@ -81,4 +82,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Mesh axis sizes; -1 takes the remaining devices. Every axis exists (size 1 if unused).
   c.mesh = ml_collections.ConfigDict({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1})
+  # Logical axis -> mesh axis (roformer/sharding.py): with fsdp > 1 parameters and optimizer
+  # state split along d_model (FSDP); with tensor > 1 heads, MLP columns and vocabulary split.
+  c.mesh.rules = ml_collections.ConfigDict(sharding.DEFAULT_RULES)
   return c

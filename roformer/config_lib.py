@@ -11,6 +11,7 @@ from roformer import metrics
 from roformer import models
 from roformer import errors
 from roformer import positions
+from roformer import sharding
 
 SCHEDULES = ('cosine', 'rsqrt')
 
@@ -100,6 +101,7 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
         f'length / data.seq_len, but position.kind={m.position.kind!r} with '
         f'rope.scaling.kind={m.position.rope.scaling.kind!r} has no RoPE scaling to set. Fix: '
         "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn) or drop it.")
+  sharding.rules_from_config(config.mesh)
   if num_data_parallel is not None:
     # Each micro-batch is split over the devices.
     train_name = 'train.batch_size' + (f' / train.grad_accum_steps ({accum})' if accum > 1 else '')

@@ -18,6 +18,7 @@ from flax import nnx
 from roformer import attention
 from roformer import errors
 from roformer import positions as positions_lib
+from roformer import sharding
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
@@ -105,6 +106,7 @@ class MultiHeadAttention(nnx.Module):
     Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
+    q, k, v = (sharding.constrain(t, ('batch', None, 'act_heads', None)) for t in (q, k, v))
     k_pos = pos
     if cache is not None:
       at = (0, cache['index'], 0, 0)
@@ -159,7 +161,8 @@ class MLP(nnx.Module):
     self.down = dense(f, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x):
-    return self.down(ACTIVATIONS[self.activation](self.up(x)))
+    hidden = sharding.constrain(self.up(x), ('batch', None, 'act_mlp'))
+    return self.down(ACTIVATIONS[self.activation](hidden))
 
 
 class Block(nnx.Module):
@@ -258,9 +261,11 @@ def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, remat: str 
     if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
       x = nnx.remat(_block_output, policy=policy)(block, scheme.for_layer(i), x, mask, positions,
                                                   k, extra)
+      x = sharding.constrain(x, ('batch', None, None))
       new_layers.append(None)
       continue
     x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
+    x = sharding.constrain(x, ('batch', None, None))
     new_layers.append(layer_cache)
   if cache is None:
     return x, None

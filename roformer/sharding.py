@@ -1,11 +1,28 @@
 """The device mesh and how arrays are laid out on it.
 
 The mesh always has the three named axes `data`, `fsdp` and `tensor` (size 1 when unused) so that
-partition annotations resolve on any mesh. Batches are split along (`data`, `fsdp`); parameters
-and optimizer state are replicated for now.
+partition annotations resolve on any mesh. Batches are split along (`data`, `fsdp`).
+
+Parameters carry logical axis names (PARAM_AXES: by parameter path, as big_vision does with its
+partitioning rules): `vocab`, `embed`, `heads`, `mlp`. Activations get logical names at block
+boundaries and inside attention and the MLP (`batch`, `act_heads`, `act_mlp`). The rules in
+`config.mesh.rules` map each logical name to a mesh axis (or none), so one config field set
+chooses the layout:
+
+  data parallel (pmap's layout)  mesh data=N                  every parameter replicated
+  FSDP (ZeRO-3)                  mesh fsdp=N  (embed -> fsdp)  parameters and optimizer state
+                                                              split along d_model, gathered
+                                                              by XLA per use
+  tensor parallel (Megatron)     mesh tensor=N (heads, mlp, vocab -> tensor)
+                                                              attention heads, MLP columns and
+                                                              the vocabulary split
+
+and any product of them (e.g. data=2, fsdp=2, tensor=2). The optimizer state follows its
+parameters. A dimension that its mesh axis does not divide stays whole (e.g. an odd vocabulary).
 """
 
 import math
+import re
 
 import jax
 import numpy as np
@@ -70,3 +87,130 @@ def put_batch(batch: dict, mesh: Mesh) -> dict:
   """Global device arrays from this process's share of a batch (numpy)."""
   sharding = batch_sharding(mesh)
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+# Logical axes of each parameter, by the end of its path ('/'-joined); the first match wins.
+# Unlisted parameters (LayerNorms, position-scheme tables, pooler, classifier) are replicated.
+PARAM_AXES = (
+    (r'(^|/)embed/embedding$', ('vocab', 'embed')),
+    (r'(^|/)(qkv|q|kv)/kernel$', ('embed', 'heads')),
+    (r'(^|/)(qkv|q|kv)/bias$', ('heads',)),
+    (r'(^|/)(attn|cross)/out/kernel$', ('heads', 'embed')),
+    (r'(^|/)mlp/up/kernel$', ('embed', 'mlp')),
+    (r'(^|/)mlp/up/bias$', ('mlp',)),
+    (r'(^|/)mlp/down/kernel$', ('mlp', 'embed')),
+    (r'(^|/)output_bias$', ('vocab',)),
+)
+
+# Default config.mesh.rules: logical axis -> mesh axis (or a list of them, or None).
+DEFAULT_RULES = {
+    'batch': ['data', 'fsdp'],
+    'vocab': 'tensor',
+    'embed': 'fsdp',
+    'heads': 'tensor',
+    'mlp': 'tensor',
+    'act_heads': 'tensor',
+    'act_mlp': 'tensor',
+}
+
+
+def param_axes(path: str, ndim: int) -> tuple:
+  for pattern, names in PARAM_AXES:
+    if re.search(pattern, path) and len(names) == ndim:
+      return names
+  return (None,) * ndim
+
+
+def _mesh_axes(name, rules):
+  axes = rules.get(name) if name else None
+  if axes in (None, '', 'none', 'None'):
+    return ()
+  return tuple(axes) if isinstance(axes, (list, tuple)) else (axes,)
+
+
+def rules_from_config(mesh_cfg) -> dict:
+  """config.mesh.rules ({logical axis: mesh axis, list of them, or '' for none}), checked."""
+  rules = dict(DEFAULT_RULES)
+  given = mesh_cfg.get('rules')
+  if given is not None:
+    rules.update(given.to_dict() if hasattr(given, 'to_dict') else dict(given))
+  for name, axes in rules.items():
+    bad = [a for a in _mesh_axes(name, rules) if a not in AXES]
+    if bad:
+      raise errors.ConfigError(f'config.mesh.rules.{name}={axes!r} names {bad}, not a mesh axis. '
+                               f"Fix: use {list(AXES)}, a list of them, or '' (not split).")
+  return rules
+
+
+class on_mesh:  # pylint: disable=invalid-name
+  """A jitted function called (and lowered) with `mesh` set, so the activations' logical axes
+  resolve against it."""
+
+  def __init__(self, mesh: Mesh, fn):
+    self.mesh, self.fn = mesh, fn
+
+  def __call__(self, *args, **kwargs):
+    with jax.set_mesh(self.mesh):
+      return self.fn(*args, **kwargs)
+
+  def lower(self, *args, **kwargs):
+    with jax.set_mesh(self.mesh):
+      return self.fn.lower(*args, **kwargs)
+
+
+def spec_for(names, shape, rules, mesh: Mesh) -> P:
+  """PartitionSpec of logical `names`; a dimension its mesh axes do not divide stays whole,
+  and a mesh axis is used once per array."""
+  used, out = set(), []
+  for name, size in zip(names, shape):
+    axes = tuple(a for a in _mesh_axes(name, rules) if a not in used and mesh.shape[a] > 1)
+    if axes and size % math.prod(mesh.shape[a] for a in axes) == 0:
+      used.update(axes)
+      out.append(axes[0] if len(axes) == 1 else axes)
+    else:
+      out.append(None)
+  return P(*out)
+
+
+def _path_str(path) -> str:
+  """'blocks/0/mlp/up/kernel' for a pytree path (an nnx Variable's trailing `.value` dropped)."""
+  parts = [str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path]
+  return '/'.join(parts[:-1] if parts and parts[-1] == 'value' else parts)
+
+
+def param_shardings(abstract_params, mesh: Mesh, rules) -> object:
+  """NamedShardings for a tree of (abstract) parameters, from PARAM_AXES and the rules."""
+  def one(path, leaf):
+    names = param_axes(_path_str(path), len(leaf.shape))
+    return NamedSharding(mesh, spec_for(names, leaf.shape, rules, mesh))
+  return jax.tree_util.tree_map_with_path(one, abstract_params)
+
+
+def state_shardings(abstract_state: dict, mesh: Mesh, rules) -> dict:
+  """Shardings of {'params', 'opt_state', 'step'}: every optimizer subtree shaped like the
+  parameters (Adam's moments) is laid out like them; other leaves are replicated."""
+  params = abstract_state['params']
+  by_param = param_shardings(params, mesh, rules)
+  structure = jax.tree.structure(params)
+  like_params = lambda node: jax.tree.structure(node) == structure  # pylint: disable=g-long-lambda
+  opt = jax.tree.map(lambda node: by_param if like_params(node) else replicated(mesh),
+                     abstract_state['opt_state'], is_leaf=like_params)
+  return {'params': by_param, 'opt_state': opt,
+          **{k: replicated(mesh) for k in abstract_state if k not in ('params', 'opt_state')}}
+
+
+_RULES = {'rules': DEFAULT_RULES}
+
+
+def set_rules(rules) -> None:
+  """The rules `constrain` uses (set by the Trainer from config.mesh.rules)."""
+  _RULES['rules'] = dict(rules)
+
+
+def constrain(x, names):
+  """Lays an activation out by its logical axis names when a multi-device mesh is active
+  (`jax.set_mesh`); a no-op otherwise."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or math.prod(mesh.shape.values()) == 1 or set(mesh.axis_names) != set(AXES):
+    return x
+  return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _RULES['rules'], mesh))

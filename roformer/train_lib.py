@@ -164,27 +164,29 @@ class Trainer:
     abstract = {'params': abstract_params,
                 'opt_state': jax.eval_shape(self.tx.init, abstract_params),
                 'step': jax.ShapeDtypeStruct((), jnp.int32)}
-    self.state_shardings = jax.tree.map(lambda _: replicated, abstract)
+    rules = sharding.rules_from_config(config.mesh)
+    sharding.set_rules(rules)
+    self.state_shardings = sharding.state_shardings(abstract, mesh, rules)
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
         self.state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
-    self.train_step = jax.jit(
+    self.train_step = sharding.on_mesh(mesh, jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
                           schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
                           label_smoothing=config.train.label_smoothing,
                           redraw_interval=_redraw_interval(config.model),
                           grad_accum_steps=config.train.get('grad_accum_steps', 1)),
         in_shardings=(self.state_shardings, batch_sharding),
-        out_shardings=(self.state_shardings, replicated), donate_argnums=0)
-    self.eval_step = jax.jit(
+        out_shardings=(self.state_shardings, replicated), donate_argnums=0))
+    self.eval_step = sharding.on_mesh(mesh, jax.jit(
         functools.partial(eval_step, graphdef=self.graphdef, task=self.task),
-        in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated)
+        in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated))
     if self.task.per_example:
-      self.predict_step = jax.jit(
+      self.predict_step = sharding.on_mesh(mesh, jax.jit(
           functools.partial(predict_step, graphdef=self.graphdef, task=self.task),
           in_shardings=(self.state_shardings['params'], batch_sharding),
-          out_shardings=replicated)
+          out_shardings=replicated))
 
   def init_state(self):
     def init():

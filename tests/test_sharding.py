@@ -1,0 +1,83 @@
+"""Logical axes on parameters and activations, mapped to the data/fsdp/tensor mesh by rules."""
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import errors
+from roformer import sharding
+from roformer import train_lib
+from tests.test_step import _batch
+
+MESHES = {
+    'fsdp': {'data': 1, 'fsdp': 8},
+    'tensor': {'data': 1, 'tensor': 8},
+    'data2_fsdp2_tensor2': {'data': 2, 'fsdp': 2, 'tensor': 2},
+}
+
+
+def test_parameter_paths_get_their_logical_axes():
+  assert sharding.param_axes('embed/embedding', 2) == ('vocab', 'embed')
+  assert sharding.param_axes('blocks/3/attn/qkv/kernel', 2) == ('embed', 'heads')
+  assert sharding.param_axes('decoder_blocks/0/cross/out/kernel', 2) == ('heads', 'embed')
+  assert sharding.param_axes('blocks/0/mlp/down/kernel', 2) == ('mlp', 'embed')
+  assert sharding.param_axes('blocks/0/ln_attn/scale', 1) == (None,)
+  assert sharding.param_axes('position/table', 2) == (None, None)
+
+
+def test_a_dimension_the_mesh_axis_does_not_divide_stays_whole():
+  mesh = jax.sharding.AbstractMesh((1, 2, 4), sharding.AXES)
+  rules = sharding.DEFAULT_RULES
+  assert sharding.spec_for(('vocab', 'embed'), (4096, 64), rules, mesh) == jax.P('tensor', 'fsdp')
+  assert sharding.spec_for(('vocab', 'embed'), (4097, 64), rules, mesh) == jax.P(None, 'fsdp')
+  # A mesh axis serves one dimension of an array only.
+  assert sharding.spec_for(('heads', 'mlp'), (8, 8), rules, mesh) == jax.P('tensor', None)
+  assert sharding.spec_for(('batch', None), (8, 3), rules, mesh) == jax.P('fsdp', None)
+
+
+def test_rules_naming_a_missing_mesh_axis_are_refused():
+  cfg = test_config.get_config()
+  cfg.mesh.rules.mlp = 'model'
+  with pytest.raises(errors.ConfigError, match="config.mesh.rules.mlp='model'"):
+    sharding.rules_from_config(cfg.mesh)
+  cfg.mesh.rules.mlp = ''  # Not split.
+  assert sharding.rules_from_config(cfg.mesh)['mlp'] == ''
+
+
+def _losses(config, mesh_fields: dict, steps: int = 3):
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
+  mesh = sharding.make_mesh(config.mesh)
+  trainer = train_lib.Trainer(config, mesh)
+  state = trainer.init_state()
+  batch = sharding.put_batch(_batch(config), mesh)
+  losses = []
+  for _ in range(steps):
+    state, metrics = trainer.train_step(state, batch)
+    losses.append(float(metrics['loss']))
+  return losses, state
+
+
+@pytest.mark.parametrize('layout', [
+    'fsdp', pytest.param('tensor', marks=pytest.mark.slow), 'data2_fsdp2_tensor2'])
+def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
+  config = test_config.get_config('rope')
+  config.model.vocab_size = config.data.vocab_size = 64
+  reference, _ = _losses(config, {'num_devices': 1})
+  losses, state = _losses(config, MESHES[layout])
+  np.testing.assert_allclose(losses, reference, rtol=2e-6)
+  fsdp, tensor = MESHES[layout].get('fsdp', 1) > 1, MESHES[layout].get('tensor', 1) > 1
+  params = state['params']
+  up = params['blocks'][0]['mlp']['up']['kernel'][...].sharding.spec
+  qkv = params['blocks'][1]['attn']['qkv']['kernel'][...].sharding.spec
+  assert up == jax.P('fsdp' if fsdp else None, 'tensor' if tensor else None)
+  assert qkv == up
+  # Adam's moments are laid out like their parameters.
+  moments = [leaf for leaf in jax.tree.leaves(state['opt_state']) if leaf.shape == (32, 64)]
+  assert moments and all(m.sharding.spec == up for m in moments)
+  # Each device holds its share only.
+  shard = params['blocks'][0]['mlp']['up']['kernel'][...].addressable_shards[0].data
+  assert shard.shape == (32 // (8 if fsdp and not tensor else 2 if fsdp else 1),
+                         64 // (8 if tensor and not fsdp else 2 if tensor else 1))
