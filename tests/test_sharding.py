@@ -60,8 +60,9 @@ def _losses(config, mesh_fields: dict, steps: int = 3):
   return losses, state
 
 
-@pytest.mark.parametrize('layout', [
-    'fsdp', pytest.param('tensor', marks=pytest.mark.slow), 'data2_fsdp2_tensor2'])
+@pytest.mark.parametrize('layout', [  # The mixed mesh has both; each alone under -m slow.
+    pytest.param('fsdp', marks=pytest.mark.slow), pytest.param('tensor', marks=pytest.mark.slow),
+    'data2_fsdp2_tensor2'])
 def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
   config = test_config.get_config('rope')
   config.model.vocab_size = config.data.vocab_size = 64

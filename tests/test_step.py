@@ -74,7 +74,9 @@ def test_micro_batches_take_strided_rows():
   np.testing.assert_array_equal(micro[1][:, 0], [10, 30, 50, 70])
 
 
-@pytest.mark.parametrize('policy', ['full', 'dots', 'dots_no_batch'])
+@pytest.mark.parametrize('policy', [
+    'full', pytest.param('dots', marks=pytest.mark.slow),
+    pytest.param('dots_no_batch', marks=pytest.mark.slow)])
 def test_remat_gives_the_same_step(lm_config, policy):
   batch = _batch(lm_config)
   plain_params, plain, _ = _step(lm_config, batch)
