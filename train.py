@@ -27,9 +27,12 @@ def main(argv):
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   try:
-    train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    last = train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.ConfigError as e:
     sys.exit(f'error: {e}')
+  if 'preempted' in last:
+    print(f'stopped by {last["preempted"]["signal"]} at step {last["preempted"]["step"]} with '
+          'a checkpoint; rerun the same command to resume.')
 
 
 if __name__ == '__main__':

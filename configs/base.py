@@ -68,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
       'eval_every': 100,
       'eval_batches': -1,  # -1: the whole validation split.
       'checkpoint_every': 200,
+      'grace_period_s': 60,  # After SIGTERM/SIGINT: save and exit within this, else exit 1.
+      'on_nonfinite': 'stop',  # Non-finite loss/gradient: 'stop' (keep the last checkpoint)
+                               # or 'skip' (drop that update, counted as skipped_steps).
       'max_to_keep': 3,
   })
 

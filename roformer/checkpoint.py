@@ -70,6 +70,20 @@ class Checkpointer:
       items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
     return self.manager.restore(step, args=ocp.args.Composite(**items))['state']
 
+  def set_aside(self, step: int) -> str:
+    """Renames an unreadable step's directory to STEP.unreadable (or .unreadable-N), so that
+    the step can be written again and the files stay for inspection. Returns the new path."""
+    source = os.path.join(self.directory, str(step))
+    target, n = source + '.unreadable', 1
+    while os.path.exists(target):
+      target, n = f'{source}.unreadable-{n}', n + 1
+    os.rename(source, target)
+    self.manager.reload()
+    return target
+
+  def set_aside_steps(self) -> list[str]:
+    return sorted(name for name in os.listdir(self.directory) if '.unreadable' in name)
+
   def wait(self) -> None:
     self.manager.wait_until_finished()
 

@@ -45,6 +45,12 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if m.get('remat', 'none') not in models.REMAT_POLICIES:
     raise errors.ConfigError(f'config.model.remat={m.remat!r} is unknown. Fix: one of '
                              f'{sorted(models.REMAT_POLICIES)}.')
+  if t.get('on_nonfinite', 'stop') not in ('stop', 'skip'):
+    raise errors.ConfigError(f"config.train.on_nonfinite={t.on_nonfinite!r}: use 'stop' or "
+                             "'skip'.")
+  if not isinstance(t.get('grace_period_s', 60), (int, float)) or t.get('grace_period_s', 60) < 0:
+    raise errors.ConfigError(f'config.train.grace_period_s={t.grace_period_s!r} must be a '
+                             'number of seconds >= 0 (0: no limit).')
   accum = t.get('grad_accum_steps', 1)
   _positive_int(accum, 'config.train.grad_accum_steps')
   if t.batch_size % accum:

@@ -4,11 +4,13 @@ The train state is a plain dict {'params', 'opt_state', 'step'}; the step is a p
 and a batch, jitted once with explicit shardings over the mesh and donating the old state.
 """
 
+import contextlib
 import functools
 import itertools
 import logging
 import os
 import shutil
+import tempfile
 import time
 
 import jax
@@ -25,6 +27,7 @@ from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
+from roformer import reliability
 from roformer import sharding
 from roformer import tasks
 from roformer.data import pipeline
@@ -119,13 +122,20 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
         accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch,
                                                                          grad_accum_steps)))
   grads = jax.tree.map(lambda g: g / jnp.maximum(sums['weight'], 1.0), grads)
+  grad_norm = optax.global_norm(grads)
   updates, opt_state = tx.update(grads, state['opt_state'], params)
-  params = optax.apply_updates(params, updates)
+  # A non-finite loss or gradient never reaches the state: that step leaves it unchanged, and
+  # the loop stops or counts it (config.train.on_nonfinite).
+  finite = jnp.isfinite(sums['loss_sum']) & jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  params = keep(optax.apply_updates(params, updates), params)
+  opt_state = keep(opt_state, state['opt_state'])
   if redraw_interval:
     params = set_feature_draw(params, state['step'] // redraw_interval)
   weight = jnp.maximum(sums['weight'], 1.0)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
-             'grad_norm': optax.global_norm(grads), 'learning_rate': schedule(state['step']),
+             'grad_norm': grad_norm, 'learning_rate': schedule(state['step']),
+             'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
              'tokens': sums.get('tokens', sums['weight'])}
   return {'params': params, 'opt_state': opt_state, 'step': state['step'] + 1}, metrics
 
@@ -444,9 +454,23 @@ def check_classification_data(config, sources) -> None:
 # ------------------------------------------------------------------------------ the loop
 
 
+def _probe_writable(directory: str) -> None:
+  """Creates and removes a file in `directory` (raises OSError if it cannot)."""
+  with tempfile.NamedTemporaryFile(dir=directory, prefix='.write-probe-'):
+    pass
+
+
 def _check_workdir(config, workdir, ckpt_step):
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
+  existing = workdir
+  while not os.path.exists(existing):  # The directory it will be created in.
+    existing = os.path.dirname(existing)
+  try:
+    _probe_writable(existing)
+  except OSError as e:
+    raise errors.ConfigError(f'--workdir={workdir!r} cannot be written ({existing}: '
+                             f'{e.strerror or e}). Fix: choose a writable directory.') from None
   if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
     return
   saved = config_lib.load(workdir)
@@ -501,17 +525,51 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if trainer_task_is_classifier(config):
     check_classification_data(config, sources)
   os.makedirs(workdir, exist_ok=True)
+  with contextlib.ExitStack() as stack:
+    if jax.process_index() == 0:  # One writer per workdir.
+      stack.enter_context(reliability.WorkdirLock(workdir))
+    preempt = stack.enter_context(reliability.Preemption(config.train.get('grace_period_s', 60)))
+    return _train(config, workdir, mesh, sources, tokenizer,
+                  pretrained if config.get('init_from') and not resuming else None,
+                  stop_at, preempt)
+
+
+def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: Trainer, make_iter):
+  """Restores the newest checkpoint that reads back (returns (step, state, data iterator)),
+  or (None, None, a fresh iterator) if there is none. An unreadable one (truncated, files
+  missing) is named in a warning and moved aside to STEP.unreadable, never deleted."""
+  for step in sorted(ckpt.all_steps(), reverse=True):
+    train_iter = make_iter()
+    try:
+      return step, ckpt.restore(step, trainer.abstract_state, train_iter), train_iter
+    except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
+      moved = ckpt.set_aside(step)
+      log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); moved it to %s '
+                  '(not deleted) and trying the previous one.', step, ckpt.directory,
+                  type(e).__name__, str(e).splitlines()[0][:300] if str(e) else '', moved)
+  if ckpt.set_aside_steps():
+    raise errors.ConfigError(
+        f'no checkpoint in {ckpt.directory} can be read (moved aside: '
+        f'{ckpt.set_aside_steps()}). Fix: repair or restore them, or start in a new --workdir.')
+  return None, None, make_iter()
+
+
+def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
+           preempt: reliability.Preemption) -> dict:
+  """The training loop of train_and_evaluate, inside the workdir lock and signal handlers."""
   trainer = Trainer(config, mesh)
   tc = config.train
-  train_iter = iter(trainer.task.batches(config, sources['train'], tokenizer, train=True))
+  make_iter = lambda: iter(trainer.task.batches(config, sources['train'], tokenizer,
+                                                train=True))
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
-  state = trainer.init_state()
-  resumed_from = ckpt.latest_step()
+  resumed_from, state, train_iter = restore_latest_readable(ckpt, trainer, make_iter)
   if resumed_from is not None:
     log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
-    state = ckpt.restore(resumed_from, trainer.abstract_state, train_iter)
-  elif config.get('init_from'):
-    state = restore_encoder(trainer, state, config.init_from, *pretrained)
+  else:
+    state = trainer.init_state()
+    if pretrained is not None:
+      state = restore_encoder(trainer, state, config.init_from, *pretrained)
   is_chief = jax.process_index() == 0
   if is_chief:
     _save_config(config, workdir, resumed_from)
@@ -522,37 +580,67 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
            dict(mesh.shape), tc.steps, start)
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
-  pending, last = [], {}
+  pending, recent, last = [], [], {}
+  skipped = _skipped_so_far(workdir)
   translating = isinstance(trainer.task, tasks.Translation)
   best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
       translating) else None
   best_bleu = _best_bleu_so_far(workdir)
+
+  def check_finite(fetched):
+    """Non-finite steps among the fetched ones: recorded, then stop or count (skip)."""
+    nonlocal skipped
+    bad = [(s, b) for (s, b), m in zip(recent, fetched) if m['nonfinite']]
+    for bad_step, host_batch in bad:
+      path = reliability.save_batch(workdir, bad_step, host_batch) if is_chief else ''
+      if tc.get('on_nonfinite', 'stop') == 'stop':
+        ckpt.close()
+        writer.close()
+        raise reliability.Diverged(
+            f'step {bad_step}: the loss or gradient norm is not finite; training stopped with '
+            f'no update from that step on saved (last checkpoint: step {ckpt.latest_step()}); '
+            f'the batch is in {path}. Fix: lower config.train.learning_rate, raise warmup_steps '
+            'or clip harder, then rerun to resume from the checkpoint; or set '
+            "config.train.on_nonfinite='skip' to drop such steps.")
+      skipped += 1
+      log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d so '
+                  'far); batch saved to %s.', bad_step, skipped, path)
+
   t_log, step_log = time.perf_counter(), start
+  step = start
   for step in range(start + 1, tc.steps + 1):
-    batch = sharding.put_batch(next(train_iter), mesh)
-    state, metrics = trainer.train_step(state, batch)
+    host_batch = next(train_iter)
+    state, metrics = trainer.train_step(state, sharding.put_batch(host_batch, mesh))
     pending.append(metrics)
+    recent.append((step, host_batch))
     if step == start + 1:  # Keep compilation out of the speed figures.
       jax.block_until_ready(metrics)
       t_log, step_log = time.perf_counter(), step
-    if step % tc.log_every == 0 or step == tc.steps:
+    saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or preempt.requested
+    if step % tc.log_every == 0 or step == tc.steps or saving:
       fetched = jax.device_get(pending)
-      now = time.perf_counter()
-      avg = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
-      avg['learning_rate'] = float(fetched[-1]['learning_rate'])
-      speed = '(compiling)'
-      if step > step_log:  # Not on the first step, whose time is mostly compilation.
-        rate = (step - step_log) / (now - t_log)
-        avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
-        speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
-                 f'{_fmt_time((tc.steps - step) / rate)}')
-      writer.write(step, 'train', avg)
-      log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps, avg['loss'],
-               avg['accuracy'], avg['learning_rate'], speed)
-      last['train'] = avg
-      pending, t_log, step_log = [], now, step
+      check_finite(fetched)
+      pending, recent = [], []
+      if step % tc.log_every == 0 or step == tc.steps:
+        now = time.perf_counter()
+        good = [m for m in fetched if not m['nonfinite']] or fetched
+        avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
+        avg['learning_rate'] = float(fetched[-1]['learning_rate'])
+        if tc.get('on_nonfinite', 'stop') == 'skip':
+          avg['skipped_steps'] = skipped
+        speed = '(compiling)'
+        if step > step_log:  # Not on the first step, whose time is mostly compilation.
+          rate = (step - step_log) / (now - t_log)
+          avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
+          speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
+                   f'{_fmt_time((tc.steps - step) / rate)}')
+        writer.write(step, 'train', avg)
+        log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps,
+                 avg['loss'], avg['accuracy'], avg['learning_rate'], speed)
+        last['train'] = avg
+        t_log, step_log = now, step
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
-    if step % tc.eval_every == 0 or step == tc.steps:
+    if (step % tc.eval_every == 0 or step == tc.steps) and not preempt.requested:
       result = evaluate(trainer, state['params'],
                         trainer.task.batches(config, sources['validation'], tokenizer,
                                              train=False, batch_size=config.eval.batch_size),
@@ -569,16 +657,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       writer.write(step, 'validation', result)
       log.info('step %d | validation %s', step, _format_metrics(result))
       last['validation'] = result
-    if step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at):
+    if saving:
       ckpt.save(step, state, train_iter)
     t_log += time.perf_counter() - paused
     if step == stop_at:
+      break
+    if preempt.requested:
+      if not saving:  # The signal came during this step's bookkeeping.
+        check_finite(jax.device_get(pending))
+        pending, recent = [], []
+        ckpt.save(step, state, train_iter)
+      ckpt.wait()
+      log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
+                  'resume.', preempt.requested, step)
+      last['preempted'] = {'signal': preempt.requested, 'step': step}
       break
   ckpt.close()
   if best is not None:
     best.close()
   writer.close()
   return last
+
+
+def _skipped_so_far(workdir: str) -> int:
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return 0
+  return int(max([r.get('skipped_steps', 0) for r in metrics_lib.read_jsonl(path)], default=0))
 
 
 def trainer_task_is_classifier(config) -> bool:
@@ -683,8 +788,17 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
   trainer = Trainer(config, mesh)
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
   try:
-    check_checkpoint_matches(ckpt, step, trainer)
-    params = ckpt.restore(step, trainer.abstract_state)['params']
+    try:
+      check_checkpoint_matches(ckpt, step, trainer)
+      params = ckpt.restore(step, trainer.abstract_state)['params']
+    except errors.ConfigError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  # Truncated or missing files.
+      others = [s for s in steps if s != step]
+      raise errors.ConfigError(
+          f'the checkpoint at step {step} in {ckpt_dir} cannot be read ({type(e).__name__}: '
+          f'{str(e).splitlines()[0][:200] if str(e) else ""}). Fix: evaluate another step with '
+          f'--step (available: {others}), or restore that directory.') from None
   finally:
     ckpt.close()
   results = {'step': step, 'position': config.model.position.kind,

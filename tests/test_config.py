@@ -40,6 +40,27 @@ BAD = [
     ('data.seq_len', 0, 'config.data.seq_len'),
     ('mesh.tensor', 3, 'config.mesh'),
     ('mesh.num_devices', 64, 'config.mesh.num_devices'),
+    ('mesh.rules.heads', 'model', "config.mesh.rules.heads='model'"),
+    ('model.d_ff', -4, 'config.model.d_ff'),
+    ('model.dtype', 'float64', 'config.model.dtype'),
+    ('model.norm', 'rms', 'config.model.norm'),
+    ('model.activation', 'swish', 'config.model.activation'),
+    ('model.attention.kind', 'linear', 'config.model.attention.kind'),
+    ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
+    ('model.position.rope.scaling.kind', 'dynamic', 'config.model.position.rope.scaling.kind'),
+    ('model.position.t5.num_buckets', 64, 'position.kind'),  # Another kind's option.
+    ('data.vocab_size', 8, 'config.data.vocab_size=8 is too small'),
+    ('data.shuffle_window', -1, 'config.data.shuffle_window'),
+    ('train.learning_rate', 0.0, 'config.train.learning_rate'),
+    ('train.warmup_steps', 100, 'config.train.warmup_steps'),
+    ('train.b2', 1.0, 'config.train.b2'),
+    ('train.label_smoothing', 1.0, 'config.train.label_smoothing'),
+    ('train.on_nonfinite', 'ignore', 'config.train.on_nonfinite'),
+    ('train.grace_period_s', -1, 'config.train.grace_period_s'),
+    ('eval.batch_size', 0, 'config.eval.batch_size'),
+    ('eval.max_batches', 0, 'config.eval.max_batches'),
+    ('eval.length_multipliers', (1, 0), 'config.eval.length_multipliers'),
+    ('data.name', 'no_such_dataset_xyz', "config.data.name='no_such_dataset_xyz'"),
 ]
 
 

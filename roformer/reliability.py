@@ -1,0 +1,113 @@
+"""What keeps a run safe on a shared machine: one writer per workdir, a clean exit on
+preemption signals, and a record of the batch that made the loss non-finite."""
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+
+from roformer import errors
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = '.train.lock'
+
+
+class WorkdirLock:
+  """An exclusive `flock` on workdir/.train.lock for the life of a training run. A second
+  train.py on the same workdir gets a ConfigError naming the holder; the kernel drops the lock
+  when the holder exits, however it exits (kill -9 included)."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, LOCK_FILE)
+    self.file = None
+
+  def __enter__(self):
+    f = open(self.path, 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      f.seek(0)
+      holder = f.read().strip() or 'another process'
+      f.close()
+      raise errors.ConfigError(
+          f'--workdir={os.path.dirname(self.path)!r} is in use by {holder}: two runs would '
+          'overwrite each other\'s checkpoints. Fix: wait for that run to finish (or stop it), '
+          'or use another --workdir.') from None
+    f.seek(0)
+    f.truncate()
+    f.write(f'train.py (pid {os.getpid()} on {socket.gethostname()}, since '
+            f'{time.strftime("%Y-%m-%d %H:%M:%S")})\n')
+    f.flush()
+    self.file = f
+    return self
+
+  def __exit__(self, *exc):
+    if self.file is not None:
+      fcntl.flock(self.file, fcntl.LOCK_UN)
+      self.file.close()
+      self.file = None
+
+
+class Preemption:
+  """Turns SIGTERM and SIGINT into a request the training loop sees after the current step
+  (`requested`), so it can checkpoint and return. A second signal acts at once (SIGINT raises
+  KeyboardInterrupt, SIGTERM terminates). If the run has not finished `grace_s` seconds after
+  the first signal, the process exits with status 1 so a scheduler's kill never finds it
+  half-way through a save (the last finished checkpoint stays valid either way)."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self, grace_s: float):
+    self.grace_s = grace_s
+    self.requested = None  # The signal's name once one arrived.
+    self._previous = {}
+    self._timer = None
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.requested is not None:  # Second signal: act now.
+      signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+      os.kill(os.getpid(), signum)
+      return
+    self.requested = signal.Signals(signum).name
+    log.warning('%s received: saving a checkpoint after this step and stopping (grace period '
+                '%.0f s).', self.requested, self.grace_s)
+    if self.grace_s > 0:
+      self._timer = threading.Timer(self.grace_s, self._expired)
+      self._timer.daemon = True
+      self._timer.start()
+
+  def _expired(self):
+    log.error('The grace period of %.0f s after %s ran out before the checkpoint was saved; '
+              'exiting.', self.grace_s, self.requested)
+    logging.shutdown()
+    os._exit(1)  # pylint: disable=protected-access
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():  # Only there can it be set.
+      for sig in self.SIGNALS:
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc):
+    if self._timer is not None:
+      self._timer.cancel()
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+class Diverged(errors.ConfigError):
+  """The loss or gradient norm was not finite (config.train.on_nonfinite='stop')."""
+
+
+def save_batch(workdir: str, step: int, batch: dict) -> str:
+  """Writes the token ids (and every other feature) of the batch of `step` for inspection."""
+  path = os.path.join(workdir, f'nonfinite_step_{step}.npz')
+  np.savez_compressed(path, step=step, **{k: np.asarray(v) for k, v in batch.items()})
+  return path

@@ -1,0 +1,226 @@
+"""Runs that survive: preemption signals, kill -9, unreadable checkpoints, non-finite losses,
+another mesh at restore time, a second train.py on the same workdir, hostile arguments."""
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import errors
+from roformer import metrics
+from roformer import reliability
+from roformer import train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(data_dir, **train):
+  """The tiny LM on one device with a schedule that does not depend on train.steps (rsqrt),
+  so a run stopped early and continued equals one run straight through."""
+  cfg = test_config.get_config()
+  cfg.data.data_dir = data_dir
+  cfg.mesh.num_devices = 1
+  cfg.train.update({'schedule': 'rsqrt', 'warmup_steps': 2, 'log_every': 1,
+                    'eval_every': 10_000, 'checkpoint_every': 10_000, **train})
+  return cfg
+
+
+def _cli_flags(cfg) -> list[str]:
+  return ['--config=configs/test.py', f'--config.data.data_dir={cfg.data.data_dir}',
+          '--config.mesh.num_devices=1'] + [
+              f'--config.train.{k}={cfg.train[k]}' for k in (
+                  'schedule', 'warmup_steps', 'log_every', 'eval_every', 'checkpoint_every',
+                  'steps')]
+
+
+def _losses(workdir) -> dict[int, float]:
+  return {r['step']: r['loss'] for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+          if r['split'] == 'train'}
+
+
+def _env():
+  return {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+
+
+def _start(cfg, workdir) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, 'train.py', f'--workdir={workdir}'] + _cli_flags(cfg),
+                          cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+
+
+def _wait_for_steps(workdir, count: int, proc, timeout=180.0) -> None:
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if os.path.exists(os.path.join(workdir, 'metrics.jsonl')) and len(_losses(workdir)) >= count:
+      return
+    if proc.poll() is not None:
+      raise AssertionError(f'train.py ended early: {proc.stdout.read()[-3000:]}')
+    time.sleep(0.2)
+  raise AssertionError('train.py made no progress')
+
+
+def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=100_000)  # Far more than it will run.
+  workdir = str(tmp_path / 'run')
+  proc = _start(cfg, workdir)
+  try:
+    _wait_for_steps(workdir, 5, proc)
+    # A second train.py on the same workdir refuses at once, naming the first.
+    second = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] +
+                            _cli_flags(cfg), cwd=REPO, env=_env(), capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert second.returncode == 1
+    assert f'is in use by train.py (pid {proc.pid}' in second.stderr
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=cfg.train.grace_period_s)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == 0, out[-3000:]
+  stopped = max(_losses(workdir))
+  assert f'stopped by SIGTERM at step {stopped}' in out
+  assert checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints')) == stopped
+  # The same command (with a reachable end) continues; the losses after the stop equal an
+  # uninterrupted run's.
+  end = stopped + 4
+  cfg.train.steps = end
+  done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] + _cli_flags(cfg),
+                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  straight = str(tmp_path / 'straight')
+  train_lib.train_and_evaluate(cfg, straight)
+  resumed, reference = _losses(workdir), _losses(straight)
+  np.testing.assert_allclose([resumed[s] for s in range(stopped + 1, end + 1)],
+                             [reference[s] for s in range(stopped + 1, end + 1)], rtol=1e-5)
+
+
+def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=100_000, checkpoint_every=5)
+  workdir = str(tmp_path / 'run')
+  proc = _start(cfg, workdir)
+  try:
+    _wait_for_steps(workdir, 23, proc)
+  finally:
+    proc.kill()  # SIGKILL: no handler runs, possibly in the middle of a save.
+    proc.communicate()
+  ran = max(_losses(workdir))
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  latest = checkpoint_lib.latest_step(ckpt_dir)
+  assert latest is not None and ran - 5 <= latest + 5 and latest % 5 == 0
+  cfg.train.steps = latest + 2
+  last = train_lib.train_and_evaluate(cfg, workdir)  # Restores cleanly and continues.
+  assert checkpoint_lib.latest_step(ckpt_dir) == latest + 2 and 'train' in last
+
+
+def _corrupt(step_dir: str) -> None:
+  """Truncates every data file of a saved state (as a full disk or a copy cut short would)."""
+  for root, _, files in os.walk(os.path.join(step_dir, 'state')):
+    for name in files:
+      with open(os.path.join(root, name), 'r+b') as f:
+        f.truncate(max(os.path.getsize(f.name) // 3, 1))
+
+
+def test_an_unreadable_latest_checkpoint_falls_back_and_is_kept(data_dir, tmp_path, caplog):
+  cfg = _config(data_dir, steps=4, checkpoint_every=2)
+  workdir = str(tmp_path / 'run')
+  train_lib.train_and_evaluate(cfg, workdir)
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  _corrupt(os.path.join(ckpt_dir, '4'))
+  with pytest.raises(errors.ConfigError, match=r'checkpoint at step 4 .* cannot be read.*--step '
+                     r'\(available: \[2\]\)'):
+    train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=4)
+  cfg.train.steps = 6
+  with caplog.at_level(logging.WARNING):
+    train_lib.train_and_evaluate(cfg, workdir)
+  assert any('step 4' in r.message and 'cannot be read' in r.message for r in caplog.records)
+  assert os.path.isdir(os.path.join(ckpt_dir, '4.unreadable'))  # Kept, not deleted.
+  assert checkpoint_lib.all_steps(ckpt_dir)[-1] == 6
+  losses = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  assert [r['step'] for r in losses if r['split'] == 'train'][-4:] == [3, 4, 5, 6]  # From 2.
+
+
+def test_nonfinite_loss_stops_keeping_the_last_good_checkpoint(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=6, checkpoint_every=1, learning_rate=1e30, warmup_steps=0)
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(reliability.Diverged, match=r'step (\d+): the loss or gradient norm is '
+                     'not finite') as info:
+    train_lib.train_and_evaluate(cfg, workdir)
+  bad = int(info.value.args[0].split(':')[0].split()[1])
+  assert checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints')) == bad - 1
+  saved = np.load(os.path.join(workdir, f'nonfinite_step_{bad}.npz'))
+  assert int(saved['step']) == bad and saved['inputs'].shape == (8, 32)
+
+
+def test_nonfinite_steps_can_be_skipped_and_counted(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=6, learning_rate=1e30, warmup_steps=0, on_nonfinite='skip')
+  workdir = str(tmp_path / 'run')
+  last = train_lib.train_and_evaluate(cfg, workdir)
+  assert last['train']['skipped_steps'] >= 1
+  trainer = train_lib.Trainer(cfg, train_lib.sharding.make_mesh(cfg.mesh))
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  state = ckpt.restore(6, trainer.abstract_state)
+  ckpt.close()
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state['params']))
+
+
+def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=3)
+  cfg.mesh.update(num_devices=-1, data=1, fsdp=8)  # Parameters split 8 ways.
+  cfg.eval.max_batches = 2
+  workdir = str(tmp_path / 'run')
+  train_lib.train_and_evaluate(cfg, workdir)
+  results = []
+  for mesh in ({'num_devices': 1, 'data': -1, 'fsdp': 1}, {'data': 4, 'fsdp': 1, 'tensor': 2}):
+    eval_cfg = config_lib.load(workdir)
+    eval_cfg.mesh.update(mesh)
+    out = train_lib.evaluate_workdir(eval_cfg, workdir, splits=('validation',))
+    results.append([row['loss'] for row in out['splits']['validation']['lengths']])
+  np.testing.assert_allclose(results[0], results[1], rtol=1e-5)
+
+
+def test_hostile_command_lines_get_one_line_errors_and_leave_the_workdir(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'keep.txt').write_text('results')
+  cases = [
+      (['--config.model.no_such_field=1'], 'no_such_field'),
+      (['--config.model.d_model=wide'], 'd_model'),
+      (['--config=configs/missing.py'], 'missing.py'),
+  ]
+  for flags, message in cases:
+    done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}',
+                           '--config=configs/test.py'] + flags, cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+    assert sorted(os.listdir(workdir)) == ['keep.txt']
+
+
+def test_a_workdir_that_cannot_be_written_is_reported_first(config, tmp_path, monkeypatch):
+  def refuse(*args, **kwargs):
+    raise PermissionError(13, 'Permission denied')
+  monkeypatch.setattr(train_lib, '_probe_writable', refuse)
+  with pytest.raises(errors.ConfigError, match='cannot be written'):
+    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_resuming_with_another_model_size_is_refused(data_dir, tmp_path):
+  cfg = _config(data_dir, steps=2)
+  workdir = str(tmp_path / 'run')
+  train_lib.train_and_evaluate(cfg, workdir)
+  before = sorted(os.listdir(workdir))
+  cfg.model.d_model = 64
+  with pytest.raises(errors.ConfigError, match='different run; changed fields .*model.d_model'):
+    train_lib.train_and_evaluate(cfg, workdir)
+  assert sorted(os.listdir(workdir)) == before
+  shutil.rmtree(workdir)
