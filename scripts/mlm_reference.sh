@@ -3,7 +3,7 @@
 #   1. masked-LM pretraining, BERT (learned positions) vs RoFormer (RoPE), same steps;
 #   2. the validation-loss plot of both;
 #   3. rotten_tomatoes fine-tuned from each pretrained encoder, and from scratch;
-#   4. imdb fine-tuned from the RoFormer encoder at 512 and 1024 tokens.
+#   4. imdb fine-tuned from the RoFormer encoder at 512 and 1024 tokens (test split).
 # Usage: bash scripts/mlm_reference.sh [runs_dir] [step ...]   (steps 1-4, default all)
 set -euo pipefail
 runs=${1:-runs}
@@ -29,7 +29,7 @@ for step in $steps; do
          python train.py --config configs/classify.py:imdb,roformer \
            --config.init_from="${runs}/mlm_roformer" --config.data.seq_len=${len} \
            --workdir "${runs}/imdb_${len}"
-         python eval.py --workdir "${runs}/imdb_${len}"
+         python eval.py --workdir "${runs}/imdb_${len}" --config.eval.splits='("test",)'
        done ;;
   esac
 done
