@@ -1,4 +1,5 @@
-"""Analytic model FLOPs of a training step, the way MaxText and the PaLM paper count them.
+"""Analytic model FLOPs of a training step, counted as MaxText does (PaLM's 6N + attention
+term, with causal attention counted as half).
 
 A matmul of an [n, a] by [a, b] matrix costs 2nab FLOPs; training costs 3x the forward pass
 (forward, gradient with respect to the activations, gradient with respect to the weights).

@@ -58,16 +58,33 @@ class Preemption:
   """Turns SIGTERM and SIGINT into a request the training loop sees after the current step
   (`requested`), so it can checkpoint and return. A second signal acts at once (SIGINT raises
   KeyboardInterrupt, SIGTERM terminates). If the run has not finished `grace_s` seconds after
-  the first signal, the process exits with status 1 so a scheduler's kill never finds it
-  half-way through a save (the last finished checkpoint stays valid either way)."""
+  the first signal (a long evaluation or save), the process exits with status 1 before a
+  scheduler's kill; a save cut short is never visible as a checkpoint, so the previous one
+  stays the latest."""
 
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-  def __init__(self, grace_s: float):
+  def __init__(self, grace_s: float, multihost: bool = False):
     self.grace_s = grace_s
-    self.requested = None  # The signal's name once one arrived.
+    self.requested = None  # The signal's name once one arrived (in this process).
+    self.multihost = multihost
+    self._agreed = None
     self._previous = {}
     self._timer = None
+
+  @property
+  def stop(self) -> str | None:
+    """Why to stop now, if so. With several processes, only what `agree` settled: every host
+    must take the same step to save (a collective) and leave the loop."""
+    return self._agreed if self.multihost else self.requested
+
+  def agree(self) -> None:
+    """Multi-host: stop if any process got a signal (a collective; call it on every host at
+    the same steps)."""
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    flags = multihost_utils.process_allgather(np.int32(self.requested is not None))
+    if np.any(flags) and self._agreed is None:
+      self._agreed = self.requested or 'a signal on another host'
 
   def _handle(self, signum, frame):
     del frame
@@ -92,6 +109,8 @@ class Preemption:
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():  # Only there can it be set.
       for sig in self.SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_IGN:  # E.g. SIGINT of a background job.
+          continue
         self._previous[sig] = signal.signal(sig, self._handle)
     return self
 

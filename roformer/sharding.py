@@ -13,14 +13,18 @@ chooses the layout:
   FSDP (ZeRO-3)                  mesh fsdp=N  (embed -> fsdp)  parameters and optimizer state
                                                               split along d_model, gathered
                                                               by XLA per use
-  tensor parallel (Megatron)     mesh tensor=N (heads, mlp, vocab -> tensor)
-                                                              attention heads, MLP columns and
-                                                              the vocabulary split
+  tensor parallel                mesh tensor=N (heads, mlp, vocab -> tensor)
+                                                              attention projections, MLP columns
+                                                              and the vocabulary split (the
+                                                              fused qkv columns in contiguous
+                                                              blocks, not yet per head as in
+                                                              Megatron: XLA regroups q/k/v)
 
 and any product of them (e.g. data=2, fsdp=2, tensor=2). The optimizer state follows its
 parameters. A dimension that its mesh axis does not divide stays whole (e.g. an odd vocabulary).
 """
 
+import contextvars
 import math
 import re
 
@@ -143,19 +147,25 @@ def rules_from_config(mesh_cfg) -> dict:
 
 
 class on_mesh:  # pylint: disable=invalid-name
-  """A jitted function called (and lowered) with `mesh` set, so the activations' logical axes
-  resolve against it."""
+  """A jitted function called (and lowered) with `mesh` set and `rules` in effect, so the
+  activations' logical axes resolve against them when it is traced."""
 
-  def __init__(self, mesh: Mesh, fn):
-    self.mesh, self.fn = mesh, fn
+  def __init__(self, mesh: Mesh, fn, rules=None):
+    self.mesh, self.fn, self.rules = mesh, fn, dict(rules or DEFAULT_RULES)
+
+  def _run(self, fn, *args, **kwargs):
+    token = _ACTIVE_RULES.set(self.rules)
+    try:
+      with jax.set_mesh(self.mesh):
+        return fn(*args, **kwargs)
+    finally:
+      _ACTIVE_RULES.reset(token)
 
   def __call__(self, *args, **kwargs):
-    with jax.set_mesh(self.mesh):
-      return self.fn(*args, **kwargs)
+    return self._run(self.fn, *args, **kwargs)
 
   def lower(self, *args, **kwargs):
-    with jax.set_mesh(self.mesh):
-      return self.fn.lower(*args, **kwargs)
+    return self._run(self.fn.lower, *args, **kwargs)
 
 
 def spec_for(names, shape, rules, mesh: Mesh) -> P:
@@ -199,12 +209,7 @@ def state_shardings(abstract_state: dict, mesh: Mesh, rules) -> dict:
           **{k: replicated(mesh) for k in abstract_state if k not in ('params', 'opt_state')}}
 
 
-_RULES = {'rules': DEFAULT_RULES}
-
-
-def set_rules(rules) -> None:
-  """The rules `constrain` uses (set by the Trainer from config.mesh.rules)."""
-  _RULES['rules'] = dict(rules)
+_ACTIVE_RULES = contextvars.ContextVar('logical_axis_rules', default=DEFAULT_RULES)
 
 
 def constrain(x, names):
@@ -213,4 +218,4 @@ def constrain(x, names):
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or math.prod(mesh.shape.values()) == 1 or set(mesh.axis_names) != set(AXES):
     return x
-  return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _RULES['rules'], mesh))
+  return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _ACTIVE_RULES.get(), mesh))

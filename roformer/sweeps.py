@@ -148,18 +148,36 @@ def stages(sweep: Sweep, point: Point, workdir: str) -> list[tuple[str, list[str
   if not trained(workdir, point.fields.get('train.steps')):
     todo.append(('train', train_command(sweep, point, workdir)))
   for name, ev in sweep.evals.items():
-    if applies(ev, point) and not os.path.exists(os.path.join(workdir, eval_file(name))):
+    if applies(ev, point) and not evaluated(workdir, name, point.fields.get('train.steps')):
       todo.append((f'eval {name or "(plain)"}', eval_command(sweep, point, workdir, name)))
   return todo
+
+
+def evaluated(workdir: str, name: str, steps: int | None = None) -> bool:
+  """Whether the evaluation `name` exists for the run's last step (an evaluation of a run
+  that was stopped early is redone once it has finished)."""
+  path = os.path.join(workdir, eval_file(name))
+  if not os.path.exists(path):
+    return False
+  with open(path, encoding='utf-8') as f:
+    step = json.load(f).get('step')
+  return step == final_step(workdir, steps)
+
+
+def final_step(workdir: str, steps: int | None = None) -> int | None:
+  if steps is not None:
+    return steps
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)['train']['steps']
 
 
 def trained(workdir: str, steps: int | None = None) -> bool:
   """Whether the run in `workdir` has the checkpoint of its last step (`steps`, by default
   config.json's train.steps)."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
-    return False
+  steps = final_step(workdir, steps)
   if steps is None:
-    with open(path, encoding='utf-8') as f:
-      steps = json.load(f)['train']['steps']
+    return False
   return os.path.isdir(os.path.join(workdir, 'checkpoints', str(steps)))

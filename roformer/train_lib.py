@@ -175,13 +175,12 @@ class Trainer:
                 'opt_state': jax.eval_shape(self.tx.init, abstract_params),
                 'step': jax.ShapeDtypeStruct((), jnp.int32)}
     rules = sharding.rules_from_config(config.mesh)
-    sharding.set_rules(rules)
     self.state_shardings = sharding.state_shardings(abstract, mesh, rules)
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
         self.state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
-    self.train_step = sharding.on_mesh(mesh, jax.jit(
+    self.train_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
         functools.partial(train_step, graphdef=self.graphdef, tx=self.tx,
                           schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
                           label_smoothing=config.train.label_smoothing,
@@ -189,11 +188,11 @@ class Trainer:
                           grad_accum_steps=config.train.get('grad_accum_steps', 1)),
         in_shardings=(self.state_shardings, batch_sharding),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0))
-    self.eval_step = sharding.on_mesh(mesh, jax.jit(
+    self.eval_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
         functools.partial(eval_step, graphdef=self.graphdef, task=self.task),
         in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated))
     if self.task.per_example:
-      self.predict_step = sharding.on_mesh(mesh, jax.jit(
+      self.predict_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
           functools.partial(predict_step, graphdef=self.graphdef, task=self.task),
           in_shardings=(self.state_shardings['params'], batch_sharding),
           out_shardings=replicated))
@@ -453,6 +452,13 @@ def check_classification_data(config, sources) -> None:
 
 # ------------------------------------------------------------------------------ the loop
 
+# Resuming may change these: they change how the model is computed, not what it computes.
+_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl')
+# Fields added after some workdirs were written, with the value those runs had in effect.
+_DEFAULTS_OF_NEW_FIELDS = {'model.attention.kind': 'softmax', 'model.norm': 'pre',
+                           'model.activation': 'gelu_tanh', 'model.layer_norm_eps': 1e-6,
+                           'model.type_vocab_size': 0}
+
 
 def _probe_writable(directory: str) -> None:
   """Creates and removes a file in `directory` (raises OSError if it cannot)."""
@@ -480,7 +486,11 @@ def _check_workdir(config, workdir, ckpt_step):
     for part in field.split('.'):
       a, b = a.get(part), b.get(part)
     diffs += config_lib.differences({field: a}, {field: b})
-  diffs = [d for d in diffs if not d.startswith('model.vocab_size')]
+  # How the same model is computed may change (attention_impl, remat); a field the saved
+  # config predates counts as its default.
+  diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)
+           and not d.split(':', 1)[1].strip().startswith('None vs ' + repr(
+               _DEFAULTS_OF_NEW_FIELDS.get(d.split(':', 1)[0], object())))]
   if diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
@@ -528,7 +538,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   with contextlib.ExitStack() as stack:
     if jax.process_index() == 0:  # One writer per workdir.
       stack.enter_context(reliability.WorkdirLock(workdir))
-    preempt = stack.enter_context(reliability.Preemption(config.train.get('grace_period_s', 60)))
+    preempt = stack.enter_context(reliability.Preemption(
+        config.train.get('grace_period_s', 60), multihost=jax.process_count() > 1))
     return _train(config, workdir, mesh, sources, tokenizer,
                   pretrained if config.get('init_from') and not resuming else None,
                   stop_at, preempt)
@@ -536,21 +547,36 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: Trainer, make_iter):
   """Restores the newest checkpoint that reads back (returns (step, state, data iterator)),
-  or (None, None, a fresh iterator) if there is none. An unreadable one (truncated, files
-  missing) is named in a warning and moved aside to STEP.unreadable, never deleted."""
+  or (None, None, a fresh iterator) if there is none. Newer ones that failed to read while an
+  older one reads fine are broken themselves (truncated, files missing): each is named in a
+  warning and moved aside to STEP.unreadable (by process 0), never deleted. If none reads,
+  nothing is moved and the first error is raised (a fault outside the checkpoints, such as
+  memory or a changed model, must not disown them all)."""
+  failed = []
   for step in sorted(ckpt.all_steps(), reverse=True):
     train_iter = make_iter()
     try:
-      return step, ckpt.restore(step, trainer.abstract_state, train_iter), train_iter
+      state = ckpt.restore(step, trainer.abstract_state, train_iter)
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
-      moved = ckpt.set_aside(step)
-      log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); moved it to %s '
-                  '(not deleted) and trying the previous one.', step, ckpt.directory,
-                  type(e).__name__, str(e).splitlines()[0][:300] if str(e) else '', moved)
-  if ckpt.set_aside_steps():
+      log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
+                  'previous one.', step, ckpt.directory, type(e).__name__,
+                  str(e).splitlines()[0][:300] if str(e) else '')
+      failed.append((step, e))
+      continue
+    if failed and jax.process_index() == 0:
+      for bad, _ in failed:
+        log.warning('Moved the unreadable checkpoint of step %d to %s (not deleted); resuming '
+                    'from step %d.', bad, ckpt.set_aside(bad), step)
+    if failed and jax.process_count() > 1:
+      multihost_utils.sync_global_devices('checkpoints set aside')
+    return step, state, train_iter
+  if failed:
+    step, error = failed[0]
     raise errors.ConfigError(
-        f'no checkpoint in {ckpt.directory} can be read (moved aside: '
-        f'{ckpt.set_aside_steps()}). Fix: repair or restore them, or start in a new --workdir.')
+        f'no checkpoint in {ckpt.directory} can be read (step {step}: {type(error).__name__}: '
+        f'{str(error).splitlines()[0][:300] if str(error) else ""}); none was moved. Fix: '
+        'check memory and that the config matches the run, repair the checkpoints, or start in '
+        'a new --workdir.') from error
   return None, None, make_iter()
 
 
@@ -580,7 +606,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
            dict(mesh.shape), tc.steps, start)
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
-  pending, recent, last = [], [], {}
+  pending, recent, window, last = [], [], [], {}
   skipped = _skipped_so_far(workdir)
   translating = isinstance(trainer.task, tasks.Translation)
   best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
@@ -616,13 +642,17 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     if step == start + 1:  # Keep compilation out of the speed figures.
       jax.block_until_ready(metrics)
       t_log, step_log = time.perf_counter(), step
-    saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or preempt.requested
+    if jax.process_count() > 1 and step % tc.log_every == 0:  # Every host stops together.
+      preempt.agree()
+    saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
     if step % tc.log_every == 0 or step == tc.steps or saving:
       fetched = jax.device_get(pending)
       check_finite(fetched)
+      window += fetched  # Every step since the last log line.
       pending, recent = [], []
       if step % tc.log_every == 0 or step == tc.steps:
         now = time.perf_counter()
+        fetched, window = window, []
         good = [m for m in fetched if not m['nonfinite']] or fetched
         avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
         avg['learning_rate'] = float(fetched[-1]['learning_rate'])
@@ -640,7 +670,8 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
         last['train'] = avg
         t_log, step_log = now, step
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
-    if (step % tc.eval_every == 0 or step == tc.steps) and not preempt.requested:
+    # A stop request skips an intermediate evaluation (to save in time), never the final one.
+    if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
       result = evaluate(trainer, state['params'],
                         trainer.task.batches(config, sources['validation'], tokenizer,
                                              train=False, batch_size=config.eval.batch_size),
@@ -662,15 +693,15 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     t_log += time.perf_counter() - paused
     if step == stop_at:
       break
-    if preempt.requested:
+    if preempt.stop:
       if not saving:  # The signal came during this step's bookkeeping.
         check_finite(jax.device_get(pending))
         pending, recent = [], []
         ckpt.save(step, state, train_iter)
       ckpt.wait()
       log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
-                  'resume.', preempt.requested, step)
-      last['preempted'] = {'signal': preempt.requested, 'step': step}
+                  'resume.', preempt.stop, step)
+      last['preempted'] = {'signal': preempt.stop, 'step': step}
       break
   ckpt.close()
   if best is not None:
@@ -823,7 +854,8 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
     per_length[mult] = (trainer, config)
     if config.eval.get('scale_rope_to_length'):
       scaled = ml_collections.ConfigDict(config.to_dict())
-      scaled.model.position.rope.scaling.factor = max(1.0, float(mult))
+      scaled.model.position.rope.scaling.factor = max(
+          1.0, config.data.seq_len * mult / saved.data.seq_len)
       per_length[mult] = (Trainer(scaled, mesh), scaled)
   if config.eval.get('scale_rope_to_length'):
     results['rope_scaling']['factor'] = 'length / train_seq_len'

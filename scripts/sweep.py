@@ -14,6 +14,7 @@ on a multi-host cluster add train.py's `--distributed` with `--extra_train_flags
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import shlex
@@ -84,6 +85,9 @@ def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
       code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+      if not code and label == 'train' and not sweeps.trained(workdir,
+                                                              point.fields.get('train.steps')):
+        code = 'stopped before its last step'  # E.g. preempted: evaluate once it finishes.
       if code:
         ok = False
         break
@@ -97,7 +101,7 @@ def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str
   if ok:
     progress.say(f'[sweep] finished {point.name} in {_fmt_time(time.perf_counter() - start)}')
   else:
-    progress.say(f'[sweep] FAILED {point.name} at {label} (exit {code}): '
+    progress.say(f'[sweep] FAILED {point.name} at {label} ({code if isinstance(code, str) else f"exit {code}"}): '
                  f'{_last_line(log_path)} (log: {log_path})')
   return ok
 
@@ -126,6 +130,9 @@ def main(argv=None) -> int:
       raise errors.ConfigError(f'--parallel={args.parallel} must be >= 1.')
     if os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
       raise errors.ConfigError(f'--workdir={args.workdir} is a file. Fix: give a directory.')
+    path, sep, arg = sweep.config.partition(':')
+    if os.path.exists(path):  # Children run in the repository: pass the caller's file.
+      sweep = dataclasses.replace(sweep, config=os.path.abspath(path) + sep + arg)
     sweeps.load_module(sweep.config.split(':')[0])  # The config file exists and imports.
   except errors.ConfigError as e:
     print(f'error: {e}', file=sys.stderr)

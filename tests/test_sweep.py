@@ -185,3 +185,17 @@ def test_smoke_sweep_of_every_scheme(tmp_path, data_dir):
     assert f'| {kind} | 1 |' in text
   for scaling in positions_sweep.ROPE_SCALINGS:
     assert f'| rope + {scaling} scaling |' in text
+
+
+def test_an_evaluation_of_a_stopped_run_is_redone(tmp_path):
+  workdir = tmp_path / 'p'
+  (workdir / 'checkpoints' / '5').mkdir(parents=True)
+  (workdir / 'config.json').write_text(json.dumps({'train': {'steps': 10}}))
+  (workdir / 'eval_results.json').write_text(json.dumps({'step': 5}))
+  sweep = sweeps.Sweep('configs/lm.py', [sweeps.Point('p', {}, {})], {}, {'': {}}, ('test',))
+  assert not sweeps.trained(str(workdir))
+  assert [label for label, _ in sweeps.stages(sweep, sweep.points[0], str(workdir))] == [
+      'train', 'eval (plain)']
+  (workdir / 'checkpoints' / '10').mkdir()
+  (workdir / 'eval_results.json').write_text(json.dumps({'step': 10}))
+  assert sweeps.stages(sweep, sweep.points[0], str(workdir)) == []
