@@ -454,10 +454,25 @@ def check_classification_data(config, sources) -> None:
 
 # Resuming may change these: they change how the model is computed, not what it computes.
 _RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl')
-# Fields added after some workdirs were written, with the value those runs had in effect.
-_DEFAULTS_OF_NEW_FIELDS = {'model.attention.kind': 'softmax', 'model.norm': 'pre',
-                           'model.activation': 'gelu_tanh', 'model.layer_norm_eps': 1e-6,
-                           'model.type_vocab_size': 0}
+
+
+def _with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:
+  """`saved` plus every field it predates (added to the code later) where `config` keeps that
+  field's default: such a run was trained with the behaviour the default names."""
+  from configs import base  # pylint: disable=g-import-not-at-top
+  default = base.get_config().to_dict()
+
+  def fill(old: dict, new: dict, dflt: dict) -> dict:
+    for key, value in new.items():
+      if key not in old:
+        if key in dflt and value == dflt[key]:
+          old[key] = value
+      elif isinstance(old[key], dict) and isinstance(value, dict) and isinstance(
+          dflt.get(key), dict):
+        fill(old[key], value, dflt[key])
+    return old
+  current = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  return ml_collections.ConfigDict(fill(saved.to_dict(), current, default))
 
 
 def _probe_writable(directory: str) -> None:
@@ -479,18 +494,15 @@ def _check_workdir(config, workdir, ckpt_step):
                              f'{e.strerror or e}). Fix: choose a writable directory.') from None
   if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
     return
-  saved = config_lib.load(workdir)
+  saved = _with_new_defaults(config_lib.load(workdir), config)
   diffs = []
   for field in _FIXED_ON_RESUME:
     a, b = saved, config
     for part in field.split('.'):
       a, b = a.get(part), b.get(part)
     diffs += config_lib.differences({field: a}, {field: b})
-  # How the same model is computed may change (attention_impl, remat); a field the saved
-  # config predates counts as its default.
-  diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)
-           and not d.split(':', 1)[1].strip().startswith('None vs ' + repr(
-               _DEFAULTS_OF_NEW_FIELDS.get(d.split(':', 1)[0], object())))]
+  # How the same model is computed may change (attention_impl, remat).
+  diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)]
   if diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '

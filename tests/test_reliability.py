@@ -10,6 +10,7 @@ import sys
 import time
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -224,3 +225,18 @@ def test_resuming_with_another_model_size_is_refused(data_dir, tmp_path):
     train_lib.train_and_evaluate(cfg, workdir)
   assert sorted(os.listdir(workdir)) == before
   shutil.rmtree(workdir)
+
+
+def test_a_workdir_from_before_newer_fields_still_resumes(tmp_path):
+  """A config.json written before fields existed resumes when they keep their defaults."""
+  cfg = test_config.get_config()
+  workdir = str(tmp_path / 'old')
+  os.makedirs(workdir)
+  config_lib.save(cfg, workdir)
+  saved = config_lib.load(workdir).to_dict()
+  del saved['model']['remat'], saved['model']['attention'], saved['train']['on_nonfinite']
+  config_lib.save(ml_collections.ConfigDict(saved), workdir)
+  train_lib._check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
+  cfg.model.attention.kind = 'favor'  # Not what that run trained with.
+  with pytest.raises(errors.ConfigError, match='model.attention'):
+    train_lib._check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
