@@ -58,6 +58,7 @@ def test_benchmark_reports_consistent_numbers(tmp_path):
     assert row['step_s_min'] <= row['step_s'] <= row['step_s_max']
 
 
+@pytest.mark.slow
 def test_benchmark_refuses_a_bad_kind_before_compiling():
   done = _benchmark('--kinds=none,rotary')
   assert done.returncode == 1 and 'config.model.position.kind' in done.stderr

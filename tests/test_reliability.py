@@ -106,6 +106,7 @@ def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_d
                              [reference[s] for s in range(stopped + 1, end + 1)], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(data_dir, tmp_path):
   cfg = _config(data_dir, steps=100_000, checkpoint_every=5)
   workdir = str(tmp_path / 'run')
@@ -163,6 +164,7 @@ def test_nonfinite_loss_stops_keeping_the_last_good_checkpoint(data_dir, tmp_pat
   assert int(saved['step']) == bad and saved['inputs'].shape == (8, 32)
 
 
+@pytest.mark.slow
 def test_nonfinite_steps_can_be_skipped_and_counted(data_dir, tmp_path):
   cfg = _config(data_dir, steps=6, learning_rate=1e30, warmup_steps=0, on_nonfinite='skip')
   workdir = str(tmp_path / 'run')
@@ -190,21 +192,21 @@ def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_
   np.testing.assert_allclose(results[0], results[1], rtol=1e-5)
 
 
-def test_hostile_command_lines_get_one_line_errors_and_leave_the_workdir(tmp_path):
+@pytest.mark.parametrize('flags, message', [
+    (['--config.model.no_such_field=1'], 'no_such_field'),  # An unknown field.
+    pytest.param(['--config.model.d_model=wide'], 'd_model', marks=pytest.mark.slow),  # Type.
+    pytest.param(['--config=configs/missing.py'], 'missing.py', marks=pytest.mark.slow),
+])
+def test_hostile_command_lines_get_one_line_errors_and_leave_the_workdir(tmp_path, flags,
+                                                                         message):
   workdir = tmp_path / 'run'
   workdir.mkdir()
   (workdir / 'keep.txt').write_text('results')
-  cases = [
-      (['--config.model.no_such_field=1'], 'no_such_field'),
-      (['--config.model.d_model=wide'], 'd_model'),
-      (['--config=configs/missing.py'], 'missing.py'),
-  ]
-  for flags, message in cases:
-    done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}',
-                           '--config=configs/test.py'] + flags, cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
-    assert sorted(os.listdir(workdir)) == ['keep.txt']
+  done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}',
+                         '--config=configs/test.py'] + flags, cwd=REPO, env=_env(),
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
+  assert sorted(os.listdir(workdir)) == ['keep.txt']
 
 
 def test_a_workdir_that_cannot_be_written_is_reported_first(config, tmp_path, monkeypatch):
