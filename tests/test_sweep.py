@@ -29,11 +29,12 @@ def write_sweep(tmp_path, body: str) -> str:
 def test_default_sweep_is_eight_schemes_at_two_seeds():
   sweep = sweeps.load('configs/sweeps/positions.py', '')
   assert sweep.config == 'configs/lm.py'
-  assert [p.name for p in sweep.points[:2]] == ['kind=none,seed=0', 'kind=none,seed=1']
+  assert [p.name for p in sweep.points[:2]] == ['kind=none,seed=0', 'kind=sinusoidal,seed=0']
+  assert sweep.points[8].name == 'kind=none,seed=1'
   assert len(sweep.points) == 16
   kinds = {p.fields['model.position.kind'] for p in sweep.points}
   assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'rope'}
-  rope, alibi = sweep.points[-1], sweep.points[-3]
+  rope, alibi = sweep.points[-1], sweep.points[-3]  # Seed 1 of rope and alibi.
   assert rope.fields['model.position.kind'] == 'rope'
   evals_of = lambda p: sorted(n for n, ev in sweep.evals.items() if sweeps.applies(ev, p))
   assert evals_of(rope) == ['', 'rope_linear', 'rope_ntk', 'rope_yarn']

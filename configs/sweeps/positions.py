@@ -44,7 +44,8 @@ def get_sweep(arg: str = ''):
   return {
       'config': 'configs/lm.py',
       'overrides': overrides,
-      'points': [{'model.position.kind': kind, 'seed': seed} for kind in kinds for seed in seeds],
+      # Seed-major: a sweep cut short has every scheme at the first seed.
+      'points': [{'model.position.kind': kind, 'seed': seed} for seed in seeds for kind in kinds],
       'evals': {'': {}, **rope_evals},
       'eval_splits': ('validation',),
   }
