@@ -191,10 +191,11 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       mults = sorted(curve)
       ax.plot(mults, [curve[m] for m in mults], marker='o', markersize=3, label=tag,
               linestyle='--' if 'scaling' in tag else '-')
-    ax.set(xscale='log', yscale='log', xlabel='evaluation length / training length',
+    ax.set(xscale='log', xlabel='evaluation length / training length',
            ylabel='validation perplexity', title='Length extrapolation')
     ax.set_xticks(sorted({m for c in curves.values() for m in c}))
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.grid(alpha=0.3, which='both')
     ax.legend(fontsize=7)
     fig.tight_layout()
