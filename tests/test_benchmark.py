@@ -37,6 +37,7 @@ def _benchmark(*args) -> subprocess.CompletedProcess:
                          *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
 
 
+@pytest.mark.slow
 def test_benchmark_reports_consistent_numbers(tmp_path):
   out = tmp_path / 'bench.json'
   done = _benchmark('--kinds=none,rope', '--steps=2', '--warmup=1', '--peak_size=256',

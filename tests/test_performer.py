@@ -124,7 +124,7 @@ def favor_model(kind='rope', rope_mode='features', **model):
 
 
 @pytest.mark.parametrize('kind,mode', [
-    ('rope', 'features'), ('none', 'qk'),
+    ('rope', 'features'), pytest.param('none', 'qk', marks=pytest.mark.slow),
     pytest.param('rope', 'qk', marks=pytest.mark.slow),
     pytest.param('learned', 'qk', marks=pytest.mark.slow)])
 def test_causal_favor_leaks_nothing_from_the_future_or_other_segments(kind, mode):

@@ -76,7 +76,7 @@ def test_micro_batches_take_strided_rows():
 
 
 @pytest.mark.parametrize('policy', [
-    'full', pytest.param('dots', marks=pytest.mark.slow),
+    pytest.param('full', marks=pytest.mark.slow), pytest.param('dots', marks=pytest.mark.slow),
     pytest.param('dots_no_batch', marks=pytest.mark.slow)])
 def test_remat_gives_the_same_step(lm_config, policy):
   batch = _batch(lm_config)
@@ -92,7 +92,8 @@ def _remat_equations(config) -> list:
   """The rematerialised regions (jax.checkpoint equations) of the train step's jaxpr."""
   mesh = sharding.make_mesh(config.mesh)
   trainer = train_lib.Trainer(config, mesh)
-  jaxpr = jax.make_jaxpr(trainer.train_step)(trainer.abstract_state, _batch(config))
+  with jax.set_mesh(mesh):  # The jitted step itself (on_mesh sets the mesh outside traces).
+    jaxpr = jax.make_jaxpr(trainer.train_step.fn)(trainer.abstract_state, _batch(config))
   found = []
 
   def walk(jpr):

@@ -146,7 +146,8 @@ def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
     train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=5)
 
 
-@pytest.mark.parametrize('kind', ['linear', 'ntk', 'yarn'])
+@pytest.mark.parametrize('kind', [pytest.param('linear', marks=pytest.mark.slow),
+                                  pytest.param('ntk', marks=pytest.mark.slow), 'yarn'])
 def test_rope_scaling_applies_at_evaluation_time(trained, kind):
   _, workdir, _ = trained
   plain = config_lib.load(workdir)
