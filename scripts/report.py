@@ -97,10 +97,11 @@ def _mean_std(values, digits: int = 4) -> str:
 
 
 def groups(points: list[dict]) -> dict:
-  """(scheme, options) -> its points (the seeds)."""
+  """(scheme, options) -> its finished points (the seeds); unfinished ones are only listed."""
   out = {}
   for p in points:
-    out.setdefault((p['scheme'], p['options']), []).append(p)
+    if p['status'] == 'done':
+      out.setdefault((p['scheme'], p['options']), []).append(p)
   return out
 
 
@@ -139,7 +140,7 @@ def markdown(points: list[dict], root: str) -> str:
                  f'{p["steps"]} | {_fmt(p["train_loss"])} | {_fmt(p["val_loss"])} | '
                  f'{_fmt(ppl, 2)} | {_fmt(p["steps_per_sec"], 2)} | {_fmt(p["parameters"])} | '
                  f'{p["status"]} |')
-  lines += ['', '## Per scheme (mean ± std over seeds)', '',
+  lines += ['', '## Per scheme (mean ± std over the finished seeds)', '',
             '| scheme | seeds | train loss | val loss | val ppl | steps/s | parameters |',
             '|---' * 7 + '|']
   table = sorted(groups(points).items(),
