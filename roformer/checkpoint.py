@@ -81,9 +81,6 @@ class Checkpointer:
     self.manager.reload()
     return target
 
-  def set_aside_steps(self) -> list[str]:
-    return sorted(name for name in os.listdir(self.directory) if '.unreadable' in name)
-
   def wait(self) -> None:
     self.manager.wait_until_finished()
 

@@ -6,6 +6,13 @@ import sys
 from absl import logging as absl_logging
 
 
+def duration(seconds: float) -> str:
+  """'1h05m' or '4m07s' for progress lines and ETAs."""
+  seconds = int(max(seconds, 0))
+  return f'{seconds // 3600}h{seconds // 60 % 60:02d}m' if seconds >= 3600 else (
+      f'{seconds // 60}m{seconds % 60:02d}s')
+
+
 def setup(verbose: bool = False) -> None:
   """Prints `roformer` messages to stdout; absl/orbax chatter only from WARNING up."""
   if not verbose:

@@ -261,10 +261,8 @@ def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, remat: str 
     if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
       x = nnx.remat(_block_output, policy=policy)(block, scheme.for_layer(i), x, mask, positions,
                                                   k, extra)
-      x = sharding.constrain(x, ('batch', None, None))
-      new_layers.append(None)
-      continue
-    x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
+    else:
+      x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
     x = sharding.constrain(x, ('batch', None, None))
     new_layers.append(layer_cache)
   if cache is None:
@@ -516,7 +514,11 @@ def create(cfg: ml_collections.ConfigDict, *, seed: int = 0):
   return MODELS[cfg.type](cfg, rngs=nnx.Rngs(params=seed))
 
 
+def parameter_count(params) -> int:
+  """Number of scalars in a tree of (abstract or concrete) parameters."""
+  return sum(math.prod(p.shape) for p in jax.tree.leaves(params))
+
+
 def num_parameters(cfg: ml_collections.ConfigDict) -> int:
   """Parameter count of the model `cfg` builds, from shapes only (nothing is allocated)."""
-  abstract = nnx.eval_shape(lambda: create(cfg, seed=0))
-  return sum(math.prod(p.shape) for p in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+  return parameter_count(nnx.state(nnx.eval_shape(lambda: create(cfg, seed=0)), nnx.Param))

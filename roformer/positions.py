@@ -127,7 +127,7 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
     raise errors.ConfigError(
         f'config.model.position.kind={kind!r} is not a known position scheme. '
         f'Fix: choose one of {kinds()}.')
-  used = set(_REGISTRY[kind].fields)
+  used = set(scheme_fields(kind))
   for name, default in default_fields().items():
     if name in used or name not in cfg:
       continue

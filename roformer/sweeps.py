@@ -130,9 +130,10 @@ def applies(ev: dict, point: Point) -> bool:
   return all(point.fields.get(k) == v for k, v in (ev.get('when') or {}).items())
 
 
-def train_command(sweep: Sweep, point: Point, workdir: str) -> list[str]:
+def train_command(sweep: Sweep, point: Point, workdir: str, extra=()) -> list[str]:
+  """train.py with the point's fields, then `extra` flags (e.g. --distributed)."""
   return [sys.executable, 'train.py', f'--config={sweep.config}', f'--workdir={workdir}'] + [
-      f'--config.{k}={format_value(v)}' for k, v in point.fields.items()]
+      f'--config.{k}={format_value(v)}' for k, v in point.fields.items()] + list(extra)
 
 
 def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[str]:
@@ -142,11 +143,12 @@ def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[st
               f'--config.{k}={format_value(v)}' for k, v in (ev.get('overrides') or {}).items()]
 
 
-def stages(sweep: Sweep, point: Point, workdir: str) -> list[tuple[str, list[str]]]:
+def stages(sweep: Sweep, point: Point, workdir: str,
+           extra_train=()) -> list[tuple[str, list[str]]]:
   """(label, command) for each stage of a point still to run."""
   todo = []
   if not trained(workdir, point.fields.get('train.steps')):
-    todo.append(('train', train_command(sweep, point, workdir)))
+    todo.append(('train', train_command(sweep, point, workdir, extra_train)))
   for name, ev in sweep.evals.items():
     if applies(ev, point) and not evaluated(workdir, name, point.fields.get('train.steps')):
       todo.append((f'eval {name or "(plain)"}', eval_command(sweep, point, workdir, name)))

@@ -24,6 +24,7 @@ from jax.experimental import multihost_utils
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
 from roformer import errors
+from roformer import logs
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
@@ -115,13 +116,12 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
       i, micro = inputs
       grads, sums = grad_fn(params, micro, jax.random.fold_in(key, i))
       return jax.tree.map(jnp.add, carry, (grads, sums)), None
-    zeros = jax.eval_shape(grad_fn, params, jax.tree.map(lambda x: x[0], micro_batches(
-        batch, grad_accum_steps)), key)
-    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), zeros)
-    (grads, sums), _ = jax.lax.scan(
-        accumulate, zeros, (jnp.arange(grad_accum_steps), micro_batches(batch,
-                                                                         grad_accum_steps)))
-  grads = jax.tree.map(lambda g: g / jnp.maximum(sums['weight'], 1.0), grads)
+    micros = micro_batches(batch, grad_accum_steps)
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), jax.eval_shape(
+        grad_fn, params, jax.tree.map(lambda x: x[0], micros), key))
+    (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micros))
+  weight = jnp.maximum(sums['weight'], 1.0)
+  grads = jax.tree.map(lambda g: g / weight, grads)
   grad_norm = optax.global_norm(grads)
   updates, opt_state = tx.update(grads, state['opt_state'], params)
   # A non-finite loss or gradient never reaches the state: that step leaves it unchanged, and
@@ -132,7 +132,6 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   opt_state = keep(opt_state, state['opt_state'])
   if redraw_interval:
     params = set_feature_draw(params, state['step'] // redraw_interval)
-  weight = jnp.maximum(sums['weight'], 1.0)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': grad_norm, 'learning_rate': schedule(state['step']),
              'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
@@ -205,7 +204,7 @@ class Trainer:
       return jax.jit(init, out_shardings=self.state_shardings)()
 
   def num_params(self) -> int:
-    return sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.abstract_state['params']))
+    return models.parameter_count(self.abstract_state['params'])
 
 
 def translation_scores(trainer: Trainer, params, source, tokenizer, *, limit: int = -1):
@@ -510,12 +509,6 @@ def _check_workdir(config, workdir, ckpt_step):
         'same config to resume.')
 
 
-def _fmt_time(seconds: float) -> str:
-  seconds = int(max(seconds, 0))
-  return f'{seconds // 3600}h{seconds // 60 % 60:02d}m' if seconds >= 3600 else (
-      f'{seconds // 60}m{seconds % 60:02d}s')
-
-
 def _save_config(config, workdir, resumed_from):
   """Writes config.json for a new run; a resumed run keeps the original and records what
   changed (schedule fields, logging, ...) as config.resume-STEP.json."""
@@ -618,17 +611,20 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
            dict(mesh.shape), tc.steps, start)
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
-  pending, recent, window, last = [], [], [], {}
+  pending, window, last = [], [], {}  # (step, host batch, device metrics) not yet fetched.
   skipped = _skipped_so_far(workdir)
   translating = isinstance(trainer.task, tasks.Translation)
   best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
       translating) else None
   best_bleu = _best_bleu_so_far(workdir)
 
-  def check_finite(fetched):
-    """Non-finite steps among the fetched ones: recorded, then stop or count (skip)."""
-    nonlocal skipped
-    bad = [(s, b) for (s, b), m in zip(recent, fetched) if m['nonfinite']]
+  def fetch() -> list[dict]:
+    """The pending steps' metrics on the host; a non-finite step is recorded with its batch,
+    then training stops or counts it (skip)."""
+    nonlocal pending, skipped
+    fetched = jax.device_get([metrics for _, _, metrics in pending])
+    bad = [(s, b) for (s, b, _), m in zip(pending, fetched) if m['nonfinite']]
+    pending = []
     for bad_step, host_batch in bad:
       path = reliability.save_batch(workdir, bad_step, host_batch) if is_chief else ''
       if tc.get('on_nonfinite', 'stop') == 'stop':
@@ -643,14 +639,13 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
       skipped += 1
       log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d so '
                   'far); batch saved to %s.', bad_step, skipped, path)
+    return fetched
 
   t_log, step_log = time.perf_counter(), start
-  step = start
   for step in range(start + 1, tc.steps + 1):
     host_batch = next(train_iter)
     state, metrics = trainer.train_step(state, sharding.put_batch(host_batch, mesh))
-    pending.append(metrics)
-    recent.append((step, host_batch))
+    pending.append((step, host_batch, metrics))
     if step == start + 1:  # Keep compilation out of the speed figures.
       jax.block_until_ready(metrics)
       t_log, step_log = time.perf_counter(), step
@@ -658,10 +653,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
       preempt.agree()
     saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
     if step % tc.log_every == 0 or step == tc.steps or saving:
-      fetched = jax.device_get(pending)
-      check_finite(fetched)
-      window += fetched  # Every step since the last log line.
-      pending, recent = [], []
+      window += fetch()  # Every step since the last log line.
       if step % tc.log_every == 0 or step == tc.steps:
         now = time.perf_counter()
         fetched, window = window, []
@@ -675,7 +667,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
           rate = (step - step_log) / (now - t_log)
           avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
           speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
-                   f'{_fmt_time((tc.steps - step) / rate)}')
+                   f'{logs.duration((tc.steps - step) / rate)}')
         writer.write(step, 'train', avg)
         log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps,
                  avg['loss'], avg['accuracy'], avg['learning_rate'], speed)
@@ -707,8 +699,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
       break
     if preempt.stop:
       if not saving:  # The signal came during this step's bookkeeping.
-        check_finite(jax.device_get(pending))
-        pending, recent = [], []
+        window += fetch()
         ckpt.save(step, state, train_iter)
       ckpt.wait()
       log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
@@ -861,15 +852,17 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                                           batch_size=config.eval.batch_size,
                                           max_batches=config.eval.max_batches)
     return results
-  per_length = {}  # Multiplier -> (trainer, config): one model per length when it rescales.
-  for mult in config.eval.length_multipliers:
-    per_length[mult] = (trainer, config)
-    if config.eval.get('scale_rope_to_length'):
-      scaled = ml_collections.ConfigDict(config.to_dict())
-      scaled.model.position.rope.scaling.factor = max(
-          1.0, config.data.seq_len * mult / saved.data.seq_len)
-      per_length[mult] = (Trainer(scaled, mesh), scaled)
-  if config.eval.get('scale_rope_to_length'):
+  rescale = config.eval.get('scale_rope_to_length')
+
+  def at_length(mult):  # (trainer, config) for one length: its own RoPE factor if rescaling.
+    if not rescale:
+      return trainer, config
+    scaled = ml_collections.ConfigDict(config.to_dict())
+    scaled.model.position.rope.scaling.factor = max(
+        1.0, config.data.seq_len * mult / saved.data.seq_len)
+    return Trainer(scaled, mesh), scaled
+  per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
+  if rescale:
     results['rope_scaling']['factor'] = 'length / train_seq_len'
   for split in splits:
     rows = []
@@ -877,7 +870,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
       length = config.data.seq_len * mult
       row = {'length': length, 'multiplier': mult}
       length_trainer, length_config = per_length[mult]
-      if config.eval.get('scale_rope_to_length'):
+      if rescale:
         row['rope_scaling_factor'] = length_config.model.position.rope.scaling.factor
       try:
         positions_lib.validate(length_config.model, length,

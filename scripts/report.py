@@ -60,8 +60,8 @@ def read_point(workdir: str, overrides: dict) -> dict:
       'options': ', '.join(f'{k}={sweeps.format_value(v)}' for k, v in options.items()),
       'seed': config.get('seed', 0),
       'steps': steps,
-      'status': 'done' if sweeps.trained(workdir, steps) and '' in evals else
-                f'incomplete ({done}/{steps} steps)',
+      'status': ('done' if sweeps.trained(workdir, steps) and sweeps.evaluated(workdir, '', steps)
+                 else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,
       'val_loss': evals.get('', {}).get('loss', {}).get(

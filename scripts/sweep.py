@@ -28,13 +28,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
-
-
-def _fmt_time(seconds: float) -> str:
-  seconds = int(round(seconds))
-  h, rem = divmod(seconds, 3600)
-  return f'{h}h{rem // 60:02d}m' if h else f'{rem // 60}m{rem % 60:02d}s'
 
 
 class Progress:
@@ -53,7 +48,7 @@ class Progress:
     if self.durations and finished < self.total:
       left = self.total - finished
       mean = sum(self.durations) / len(self.durations)
-      eta = f' | ETA {_fmt_time(mean * left / min(self.parallel, left))}'
+      eta = f' | ETA {logs.duration(mean * left / min(self.parallel, left))}'
     running = f' | running {", ".join(sorted(self.running))}' if self.running else ''
     failed = f', {len(self.failed)} failed' if self.failed else ''
     return f'[sweep] {self.done}/{self.total} points done{failed}{running}{eta}'
@@ -65,7 +60,7 @@ class Progress:
 
 def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str]) -> bool:
   workdir = os.path.join(root, point.name)
-  todo = sweeps.stages(sweep, point, workdir)
+  todo = sweeps.stages(sweep, point, workdir, extra_train)
   if not todo:
     with progress.lock:
       progress.done += 1
@@ -77,20 +72,19 @@ def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str
     progress.running.add(point.name)
   progress.say()
   start = time.perf_counter()
-  ok = True
+  failure = ''  # Which stage failed, and how.
   with open(log_path, 'a', encoding='utf-8') as log:
     for label, cmd in todo:
-      if label == 'train':
-        cmd = cmd + extra_train
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
       code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-      if not code and label == 'train' and not sweeps.trained(workdir,
-                                                              point.fields.get('train.steps')):
-        code = 'stopped before its last step'  # E.g. preempted: evaluate once it finishes.
       if code:
-        ok = False
+        failure = f'{label} (exit {code})'
+      elif label == 'train' and not sweeps.trained(workdir, point.fields.get('train.steps')):
+        failure = 'train (stopped before its last step)'  # E.g. preempted: evaluate later.
+      if failure:
         break
+  ok = not failure
   with progress.lock:
     progress.running.discard(point.name)
     if ok:
@@ -99,10 +93,10 @@ def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str
     else:
       progress.failed.append(point.name)
   if ok:
-    progress.say(f'[sweep] finished {point.name} in {_fmt_time(time.perf_counter() - start)}')
+    progress.say(f'[sweep] finished {point.name} in {logs.duration(time.perf_counter() - start)}')
   else:
-    progress.say(f'[sweep] FAILED {point.name} at {label} ({code if isinstance(code, str) else f"exit {code}"}): '
-                 f'{_last_line(log_path)} (log: {log_path})')
+    progress.say(f'[sweep] FAILED {point.name} at {failure}: {_last_line(log_path)} '
+                 f'(log: {log_path})')
   return ok
 
 
@@ -142,7 +136,7 @@ def main(argv=None) -> int:
   if args.dry_run:
     for point in sweep.points:
       workdir = os.path.join(root, point.name)
-      commands = [sweeps.train_command(sweep, point, workdir) + extra] + [
+      commands = [sweeps.train_command(sweep, point, workdir, extra)] + [
           sweeps.eval_command(sweep, point, workdir, name)
           for name, ev in sweep.evals.items() if sweeps.applies(ev, point)]
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))

@@ -48,6 +48,11 @@ def test_benchmark_reports_consistent_numbers(tmp_path):
   assert [r['kind'] for r in result['rows']] == ['none', 'rope']
   config = ml_collections.ConfigDict(result['config'])
   tokens = config.train.batch_size * config.data.seq_len
+  # configs/test.py: 2 layers, d 32, d_ff 64, vocab 512, L 32, causal. Per layer: projections
+  # 2*4*32*32 = 8192, MLP 2*2*32*64 = 8192, half of 2*2*32*32 = 2048; logits 2*32*512 = 32768.
+  assert (config.model.num_layers, config.model.d_model, config.model.d_ff,
+          config.model.vocab_size, config.data.seq_len) == (2, 32, 64, 512, 32)
+  assert result['rows'][0]['flops_per_token'] == 3 * (2 * (8192 + 8192 + 2048) + 32768)
   for row in result['rows']:
     assert row['tokens_per_s'] == pytest.approx(tokens / row['step_s'])
     assert row['flops_per_token'] == flops.train_flops_per_token(config.model,
