@@ -36,7 +36,9 @@ def get_config() -> ml_collections.ConfigDict:
       'dropout': 0.0,
       'dtype': 'float32',  # Activations; parameters, optimizer state and statistics: float32.
       'remat': 'none',  # Recompute blocks in the backward pass: 'full', 'dots', 'dots_no_batch'.
-      'attention_impl': 'einsum',  # 'einsum' (CPU, every scheme), 'xla' or 'cudnn'.
+      # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on CPU
+      # (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
+      'attention_impl': 'auto',
       'norm': 'pre',  # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
       'activation': 'gelu_tanh',  # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
       'layer_norm_eps': 1e-6,

@@ -3,6 +3,9 @@
 `impl='einsum'` is an explicit einsum/softmax path that supports every position scheme and is the
 fastest on CPU. `impl='xla'` or `'cudnn'` call `jax.nn.dot_product_attention` (cuDNN flash attention
 on GPU), for schemes without a value term; an additive logits bias is passed as its `bias`.
+`impl='auto'` (the default) is resolved per model by `resolve`: cuDNN on a GPU with half-precision
+activations, `jax.nn.dot_product_attention` on other accelerators, einsum on CPU or when the
+scheme adds a value term (Shaw).
 """
 
 import jax
@@ -10,7 +13,22 @@ import jax.numpy as jnp
 
 from roformer import errors
 
-IMPLEMENTATIONS = ('einsum', 'xla', 'cudnn')
+IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn')
+
+
+def resolve(impl: str, *, dtype, value_term: bool = False, backend: str | None = None) -> str:
+  """The implementation `attend` runs for `impl` (one of IMPLEMENTATIONS): 'auto' becomes
+  'einsum' for a scheme with a value term (it needs the probabilities) and on CPU, 'cudnn' on a
+  GPU with bfloat16/float16 activations (cuDNN's fused kernels take no float32), and 'xla'
+  otherwise (float32 on GPU, TPU). Explicit choices are returned unchanged."""
+  if impl != 'auto':
+    return impl
+  backend = backend or jax.default_backend()
+  if value_term or backend == 'cpu':
+    return 'einsum'
+  if backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
+    return 'cudnn'
+  return 'xla'
 
 
 def make_mask(q_segment_ids: jax.Array, k_segment_ids: jax.Array, *, causal: bool,

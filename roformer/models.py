@@ -82,7 +82,9 @@ class MultiHeadAttention(nnx.Module):
     d = cfg.d_model
     self.num_heads = cfg.num_heads
     self.head_dim = d // cfg.num_heads
-    self.impl = cfg.attention_impl
+    self.impl = attention.resolve(
+        cfg.attention_impl, dtype=dtype,
+        value_term=positions_lib.scheme_class(cfg.position.kind).has_value_term)
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
     if self.favor:
@@ -194,8 +196,8 @@ class CrossAttention(nnx.Module):
 
   def __init__(self, cfg, *, dtype, rngs):
     d = cfg.d_model
-    self.num_heads, self.head_dim, self.impl = cfg.num_heads, d // cfg.num_heads, (
-        cfg.attention_impl)
+    self.num_heads, self.head_dim = cfg.num_heads, d // cfg.num_heads
+    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype)
     self.q = dense(d, d, dtype=dtype, rngs=rngs)
     self.kv = dense(d, 2 * d, dtype=dtype, rngs=rngs)
     self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))

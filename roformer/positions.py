@@ -44,6 +44,10 @@ def kinds() -> list[str]:
   return sorted(_REGISTRY)
 
 
+def scheme_class(kind: str) -> type['PositionScheme']:
+  return _REGISTRY[kind]
+
+
 class PositionScheme(nnx.Module):
   """Base class: every hook leaves attention untouched.
 
@@ -515,7 +519,7 @@ class Shaw(PositionScheme):
     if cfg.shaw.max_distance < 1:
       raise errors.ConfigError(f'config.model.position.shaw.max_distance='
                                f'{cfg.shaw.max_distance} must be >= 1.')
-    if model_cfg.attention_impl != 'einsum':
+    if model_cfg.attention_impl not in ('einsum', 'auto'):
       raise errors.ConfigError(
           "config.model.position.kind='shaw' adds relative embeddings to the attention values, "
           "which jax.nn.dot_product_attention cannot do. Fix: "

@@ -84,6 +84,26 @@ def test_attend_implementations_agree_with_bias_and_padding():
   assert np.isfinite(np.asarray(ein)).all()  # Fully masked (padding) rows give no NaN.
 
 
+@pytest.mark.parametrize('backend,dtype,value_term,want', [
+    ('cpu', jnp.bfloat16, False, 'einsum'),
+    ('gpu', jnp.bfloat16, False, 'cudnn'),
+    ('gpu', jnp.float16, False, 'cudnn'),
+    ('gpu', jnp.float32, False, 'xla'),  # cuDNN's fused attention takes no float32.
+    ('gpu', jnp.bfloat16, True, 'einsum'),  # Shaw needs the probabilities.
+    ('tpu', jnp.bfloat16, False, 'xla'),
+])
+def test_auto_implementation_choice(backend, dtype, value_term, want):
+  assert attention.resolve('auto', dtype=dtype, value_term=value_term, backend=backend) == want
+  assert attention.resolve('einsum', dtype=dtype, backend=backend) == 'einsum'
+
+
+def test_default_model_uses_the_resolved_implementation():
+  cfg = test_config.get_config('shaw').model
+  assert cfg.attention_impl == 'auto'
+  model = models.create(cfg, seed=0)
+  assert {b.attn.impl for b in model.blocks} == {'einsum'}  # On this CPU, and for Shaw anywhere.
+
+
 def test_attend_matches_numpy_softmax_attention():
   rng = np.random.default_rng(3)
   q, k, v = (rng.normal(size=(1, 4, 2, 8)) for _ in range(3))
