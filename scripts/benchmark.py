@@ -38,25 +38,31 @@ from roformer import sharding
 from roformer import train_lib
 # pylint: enable=wrong-import-position
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training config file.',
-                                          lock_config=False)
-_KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
-_PRESET = flags.DEFINE_enum('preset', None, ['small', 'medium'],
-                            'Shapes of the PyTorch comparison (PRESETS); they replace the '
-                            "config's sizes, --config.* overrides included.")
-_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (median reported).')
-_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compilation.')
-_PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Matmul size n for the peak (n x n by n x n '
-                                  'per device); 0: 2048 on CPU, 8192 on accelerators.')
-_OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
-
-# Shapes of the PyTorch comparison (scripts/benchmark_torch.py takes the same names).
+# Benchmark shapes. scripts/benchmark_torch.py takes the TORCH_PRESETS names.
 PRESETS = {
     'small': {'num_layers': 2, 'd_model': 256, 'num_heads': 4, 'd_ff': 1024, 'vocab_size': 8000,
               'seq_len': 128, 'batch_size': 8},
     'medium': {'num_layers': 6, 'd_model': 512, 'num_heads': 8, 'd_ff': 2048,
                'vocab_size': 32000, 'seq_len': 512, 'batch_size': 8},
+    # The GPU target: a GPT-2-small-sized decoder (124M parameters with configs/lm.py) in
+    # bfloat16 at sequence 2048; no PyTorch counterpart.
+    'gpu_125m': {'num_layers': 12, 'd_model': 768, 'num_heads': 12, 'd_ff': 3072,
+                 'vocab_size': 50304, 'seq_len': 2048, 'batch_size': 16, 'dtype': 'bfloat16'},
 }
+TORCH_PRESETS = ('small', 'medium')
+
+_CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training config file.',
+                                          lock_config=False)
+_KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
+_PRESET = flags.DEFINE_enum('preset', None, list(PRESETS),
+                            'Shapes from PRESETS (small, medium: the PyTorch comparison; '
+                            'gpu_125m: the GPU target); they replace the config\'s sizes, '
+                            '--config.* overrides included.')
+_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (median reported).')
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compilation.')
+_PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Matmul size n for the peak (n x n by n x n '
+                                  'per device); 0: 2048 on CPU, 8192 on accelerators.')
+_OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
 
 
 def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
@@ -64,6 +70,8 @@ def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
   config.model.update(num_layers=p['num_layers'], d_model=p['d_model'],
                       num_heads=p['num_heads'], d_ff=p['d_ff'], vocab_size=p['vocab_size'],
                       dropout=0.0)
+  if 'dtype' in p:
+    config.model.dtype = p['dtype']
   config.data.update(seq_len=p['seq_len'], vocab_size=p['vocab_size'])
   config.train.batch_size = p['batch_size']
 

@@ -20,12 +20,12 @@ import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from scripts.benchmark import PRESETS  # pylint: disable=wrong-import-position
+from scripts.benchmark import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--preset', choices=sorted(PRESETS), default='small')
+  parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--steps', type=int, default=10)
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--threads', type=int, default=0, help='torch threads (0: default).')

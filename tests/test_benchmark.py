@@ -69,3 +69,22 @@ def test_benchmark_refuses_a_bad_kind_before_compiling():
   done = _benchmark('--kinds=none,rotary')
   assert done.returncode == 1 and 'config.model.position.kind' in done.stderr
   assert '| none |' not in done.stdout
+
+
+def test_gpu_preset_is_a_125m_decoder():
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  from roformer import models  # pylint: disable=g-import-not-at-top
+  config = lm.get_config()
+  benchmark.apply_preset(config, 'gpu_125m')
+  assert config.model.dtype == 'bfloat16' and config.data.seq_len == 2048
+  params = models.num_parameters(config.model)
+  assert 120e6 < params < 130e6, params
+  # Training FLOPs per token: 6 per weight of the matmuls (everything but the embedding table,
+  # tied to the output layer, counted once; norms and biases are negligible) plus causal
+  # attention 3 * 2 * 2 * L * d / 2 per layer.
+  m, L = config.model, config.data.seq_len
+  matmul_weights = m.num_layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff)
+  want = 6 * (matmul_weights + m.d_model * m.vocab_size) + m.num_layers * 6 * L * m.d_model
+  assert flops.train_flops_per_token(m, L) == want
+  assert benchmark.TORCH_PRESETS == ('small', 'medium')
