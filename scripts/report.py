@@ -130,7 +130,9 @@ def markdown(points: list[dict], root: str) -> str:
            f'Generated {datetime.date.today().isoformat()} by `python scripts/report.py {root}` '
            f'from {len(points)} points. Validation loss and perplexity are eval.py on the '
            'validation split at the training length (the last in-training evaluation where '
-           'eval.py has not run); steps/s is the median over the run\'s log intervals.', '',
+           'eval.py has not run); steps/s is the median over the run\'s log intervals, wall '
+           'clock: comparable between points only when each had the machine to itself '
+           '(`scripts/benchmark.py` measures speed).', '',
            '## Points', '',
            '| point | scheme | options | seed | steps | train loss | val loss | val ppl | '
            'steps/s | parameters | status |', '|---' * 11 + '|']
@@ -172,11 +174,13 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   written = []
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-  for (scheme, options), members in sorted(groups(points).items()):
+  # 18 distinct colours (tab10 alone repeats after 10 lines).
+  colors = plt.get_cmap('tab10').colors + plt.get_cmap('Dark2').colors
+  for i, ((scheme, options), members) in enumerate(sorted(groups(points).items())):
     steps = sorted(set.intersection(*[set(p['val_curve']) for p in members]))
     if steps:
       ax.plot(steps, [statistics.mean(p['val_curve'][s] for p in members) for s in steps],
-              marker='o', markersize=3, label=label(scheme, options))
+              marker='o', markersize=3, label=label(scheme, options), color=colors[i % len(colors)])
   ax.set(xlabel='step', ylabel='validation loss (mean over seeds)',
          title='Validation loss per position scheme')
   ax.grid(alpha=0.3)
@@ -188,10 +192,10 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   curves = extrapolation(points)
   if curves:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for tag, curve in curves.items():
+    for i, (tag, curve) in enumerate(curves.items()):
       mults = sorted(curve)
       ax.plot(mults, [curve[m] for m in mults], marker='o', markersize=3, label=tag,
-              linestyle='--' if 'scaling' in tag else '-')
+              linestyle='--' if 'scaling' in tag else '-', color=colors[i % len(colors)])
     ax.set(xscale='log', xlabel='evaluation length / training length',
            ylabel='validation perplexity', title='Length extrapolation')
     ax.set_xticks(sorted({m for c in curves.values() for m in c}))
