@@ -50,6 +50,32 @@ def make_mask(q_segment_ids: jax.Array, k_segment_ids: jax.Array, *, causal: boo
   return mask[:, None]
 
 
+@jax.custom_vjp
+def softmax(logits: jax.Array) -> jax.Array:
+  """Softmax over the last axis whose backward pass reads only its output p:
+  grad = p * (g - sum(g * p)). (jax.nn.softmax differentiates exp, sum and divide one by one
+  unless jax_softmax_custom_jvp is set, which keeps more [batch, heads, q, k] arrays alive and
+  makes more passes over them.)"""
+  return _softmax(logits)
+
+
+def _softmax(logits):
+  e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+  return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def _softmax_fwd(logits):
+  probs = _softmax(logits)
+  return probs, probs
+
+
+def _softmax_bwd(probs, grad):
+  return (probs * (grad - jnp.sum(grad * probs, axis=-1, keepdims=True)),)
+
+
+softmax.defvjp(_softmax_fwd, _softmax_bwd)
+
+
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
            bias: jax.Array | None = None, scale: float | None = None,
            impl: str = 'einsum') -> tuple[jax.Array, jax.Array | None]:
@@ -73,7 +99,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     if bias is not None:
       logits = logits + bias.astype(jnp.float32)
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    probs = softmax(logits).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
   if impl in ('xla', 'cudnn'):
     if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;

@@ -146,6 +146,11 @@ def _validate_architecture(config) -> None:
       raise errors.ConfigError(
           f'config.data.mask_fraction={d.mask_fraction} and random_fraction='
           f'{d.random_fraction} must be >= 0 with a sum <= 1 (the rest keeps the token).')
+    cap = d.get('max_predictions', -1)
+    if not isinstance(cap, int) or cap < -1:
+      raise errors.ConfigError(
+          f'config.data.max_predictions={cap!r} must be an integer: -1 (automatic), 0 (logits '
+          'at every position) or a count per row.')
   if m.type == 'classifier':
     _positive_int(m.num_classes, 'config.model.num_classes')
     if m.pooling not in models.POOLINGS:

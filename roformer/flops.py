@@ -13,6 +13,10 @@ Counted per token of the input sequence:
                 masked-LM head dense        2 d^2
   training      3 x the above
 
+The masked LM needs its head and output layer only at the selected tokens: they are counted for
+that fraction of the tokens (`predicted_fraction`, config.data.mask_rate), whether the model
+computes them there only (the default) or everywhere (config.data.max_predictions=0).
+
 L is the sequence length, d the model width, f the MLP width, V the vocabulary, m the FAVOR+
 features per head (summed over heads: m * num_heads columns of d / num_heads each). Element-wise
 work (LayerNorm, softmax, GELU, the position schemes' rotations and biases) and embedding
@@ -43,17 +47,19 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   return 2 * 4 * d * d + 2 * 2 * d * f + attention_flops_per_token(model_cfg, seq_len, causal)
 
 
-def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int) -> float:
+def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
+                          predicted_fraction: float = 1.0) -> float:
   """Training FLOPs per input token of the causal LM, masked LM or classifier built from
   `model_cfg` (for the encoder-decoder, of its decoder side with cross-attention counted like
-  self-attention over `seq_len` source tokens and the encoder per source token)."""
+  self-attention over `seq_len` source tokens and the encoder per source token). The masked
+  LM's head counts for `predicted_fraction` of the tokens."""
   d, v = model_cfg.d_model, model_cfg.vocab_size
   kind = model_cfg.type
   if kind == 'causal_lm':
     forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, True) + 2 * d * v
   elif kind == 'mlm':
     forward = (model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
-               + 2 * d * d + 2 * d * v)
+               + predicted_fraction * (2 * d * d + 2 * d * v))
   elif kind == 'classifier':  # The pooler and classifier act once per row: negligible.
     forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
   elif kind == 'encoder_decoder':

@@ -38,6 +38,26 @@ def dense(d_in: int, d_out: int, *, dtype, rngs, fan_in_scale: float = 1.0) -> n
       stddev=fan_in_scale * d_in ** -0.5), dtype=dtype, rngs=rngs)
 
 
+@jax.custom_vjp
+def add_bias(x: jax.Array, bias: jax.Array) -> jax.Array:
+  """x + bias over the last axis. Its gradient for `bias` is a product with a vector of ones,
+  not a reduction: XLA:CPU sums a [rows, 32000] gradient over its rows some 40x slower than
+  it multiplies it by ones (a vocabulary-sized output bias, measured with jax 0.10)."""
+  return x + bias
+
+
+def _add_bias_fwd(x, bias):
+  return x + bias, bias
+
+
+def _add_bias_bwd(bias, grad):
+  rows = grad.reshape(-1, grad.shape[-1])
+  return grad, jnp.dot(jnp.ones((rows.shape[0],), rows.dtype), rows).astype(bias.dtype)
+
+
+add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
+
+
 def residual_scale(cfg) -> float:
   """1/sqrt(2 num_layers): the init scale of layers that write into the residual stream."""
   return (2 * cfg.num_layers) ** -0.5
@@ -399,9 +419,13 @@ class MaskedLM(Transformer):
     self.output_bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
 
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
-    hidden = self.encode_segments(tokens, positions, segment_ids, key, token_types)
+    """Float32 logits [batch, len, vocab] at every position."""
+    return self.predict(self.encode_segments(tokens, positions, segment_ids, key, token_types))
+
+  def predict(self, hidden):
+    """The masked-LM head on encoder states [..., d_model] (any subset of the positions)."""
     hidden = self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
-    return self.logits(hidden) + self.output_bias.value
+    return add_bias(self.logits(hidden), self.output_bias.value)
 
 
 class Classifier(Transformer):

@@ -212,6 +212,17 @@ def state_shardings(abstract_state: dict, mesh: Mesh, rules) -> dict:
 _ACTIVE_RULES = contextvars.ContextVar('logical_axis_rules', default=DEFAULT_RULES)
 
 
+def shards(name: str, size: int) -> int:
+  """Into how many pieces the active mesh (`jax.set_mesh`) and rules split a dimension of
+  `size` whose logical axis is `name` (1 without a multi-device mesh)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or set(mesh.axis_names) != set(AXES):
+    return 1
+  spec = spec_for((name,), (size,), _ACTIVE_RULES.get(), mesh)[0]
+  axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
+  return math.prod(mesh.shape[a] for a in axes)
+
+
 def constrain(x, names):
   """Lays an activation out by its logical axis names when a multi-device mesh is active
   (`jax.set_mesh`); a no-op otherwise."""

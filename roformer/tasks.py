@@ -6,6 +6,7 @@ checkpointing in `train_lib` are shared by all tasks.
 
 import functools
 import logging
+import math
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from flax import nnx
 
 from roformer import decode
 from roformer import errors
+from roformer import sharding
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 
@@ -129,14 +131,21 @@ def _beam_translate(graphdef, params, src, beam_size, alpha, max_len):
 
 
 def mask_tokens(key, inputs, segment_ids, *, mask_id: int, rate: float = 0.15,
-                mask_fraction: float = 0.8, random_fraction: float = 0.1):
+                mask_fraction: float = 0.8, random_fraction: float = 0.1,
+                max_selected: int | None = None, groups: int = 1):
   """BERT's corruption: each real token (not padding, bos or eos) is selected with probability
   `rate`; a selected token becomes `mask_id` with probability mask_fraction, a random ordinary
   token (ids NUM_SPECIAL..mask_id-1) with probability random_fraction, and stays itself
-  otherwise. Returns (corrupted inputs, selected: bool)."""
+  otherwise. With `max_selected`, the rows are cut into `groups` equal blocks and a block keeps
+  only its first `max_selected` selections (the others stay unselected and uncorrupted).
+  Returns (corrupted inputs, selected: bool)."""
   k_select, k_how, k_random = jax.random.split(key, 3)
   real = (segment_ids > 0) & (inputs != tokenizer_lib.BOS_ID) & (inputs != tokenizer_lib.EOS_ID)
   selected = real & (jax.random.uniform(k_select, inputs.shape) < rate)
+  if max_selected is not None:
+    block = selected.reshape(groups, -1)
+    block &= jnp.cumsum(block, axis=1, dtype=jnp.int32) <= max_selected
+    selected = block.reshape(inputs.shape)
   how = jax.random.uniform(k_how, inputs.shape)
   random_tokens = jax.random.randint(k_random, inputs.shape, tokenizer_lib.NUM_SPECIAL, mask_id,
                                      dtype=inputs.dtype)
@@ -144,6 +153,22 @@ def mask_tokens(key, inputs, segment_ids, *, mask_id: int, rate: float = 0.15,
   corrupted = jnp.where(selected & (how >= mask_fraction) &
                         (how < mask_fraction + random_fraction), random_tokens, corrupted)
   return corrupted, selected
+
+
+def prediction_slots(max_predictions: int, rate: float, rows: int, length: int) -> int | None:
+  """How many positions of a block of `rows` x `length` tokens get masked-LM logits, or None
+  for all of them. `max_predictions` > 0: that many per row (BERT's max_predictions_per_seq);
+  -1: the mean number of selections plus 6 standard deviations (a Bernoulli(rate) selection
+  goes past it with probability below 1e-8), rounded up to a multiple of 8; 0: every position."""
+  tokens = rows * length
+  if max_predictions > 0:
+    slots = max_predictions * rows
+  elif max_predictions == -1:
+    mean = tokens * rate
+    slots = 8 * math.ceil((mean + 6 * math.sqrt(mean * (1 - rate))) / 8)
+  else:
+    return None
+  return None if slots >= tokens else slots
 
 
 # Evaluation batches are masked with a key derived from this seed and the batch's contents, so
@@ -160,8 +185,9 @@ class MaskedLanguageModeling(LanguageModeling):
   extra_tokens = 1  # The [MASK] id: tokenizer.vocab_size, the model's last id.
 
   def __init__(self, rate: float = 0.15, mask_fraction: float = 0.8,
-               random_fraction: float = 0.1):
+               random_fraction: float = 0.1, max_predictions: int = -1):
     self.rate, self.mask_fraction, self.random_fraction = rate, mask_fraction, random_fraction
+    self.max_predictions = max_predictions
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
     return pipeline.lm_dataset(
@@ -177,11 +203,27 @@ class MaskedLanguageModeling(LanguageModeling):
       mask_key, dropout_key = jax.random.fold_in(jax.random.key(EVAL_MASK_SEED), fingerprint), None
     else:
       mask_key, dropout_key = jax.random.split(key)
+    # The head runs only where a prediction can be (the vocabulary-sized output layer is most
+    # of a small model's cost), on `slots` gathered positions per block of rows; blocks follow
+    # the batch's shards so the gather stays on each device.
+    rows, length = inputs.shape
+    groups = sharding.shards('batch', rows)
+    slots = prediction_slots(self.max_predictions, self.rate, rows // groups, length)
     corrupted, selected = mask_tokens(
         mask_key, inputs, segments, mask_id=model.embed.num_embeddings - 1, rate=self.rate,
-        mask_fraction=self.mask_fraction, random_fraction=self.random_fraction)
-    logits = model(corrupted, batch['inputs_positions'], segments, dropout_key)
-    sums = token_sums(logits, inputs, selected.astype(jnp.float32), label_smoothing)
+        mask_fraction=self.mask_fraction, random_fraction=self.random_fraction,
+        max_selected=slots, groups=groups)
+    hidden = model.encode_segments(corrupted, batch['inputs_positions'], segments, dropout_key)
+    targets, weights = inputs, selected
+    if slots is not None:
+      block = lambda x: x.reshape((groups, rows // groups * length) + x.shape[2:])
+      _, index = jax.lax.top_k(block(selected).astype(jnp.float32), slots)  # Every selection.
+      take = lambda x: jnp.take_along_axis(block(x), index.reshape(index.shape + (1,) * (
+          x.ndim - 2)), axis=1)
+      hidden = sharding.constrain(take(hidden), ('batch', None, None))
+      targets, weights = take(inputs), take(selected)
+    sums = token_sums(model.predict(hidden), targets, weights.astype(jnp.float32),
+                      label_smoothing)
     return {**sums, 'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
 
 
@@ -232,7 +274,8 @@ TASKS = {
     'causal_lm': lambda config: LanguageModeling(),
     'encoder_decoder': lambda config: Translation(),
     'mlm': lambda config: MaskedLanguageModeling(
-        config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction),
+        config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction,
+        config.data.get('max_predictions', -1)),
     'classifier': lambda config: Classification(regression=config.model.num_classes == 1),
 }
 

@@ -8,9 +8,9 @@
 For each kind: builds the train step on all devices (config.mesh), compiles it, runs `--warmup`
 steps, then times `--steps` steps one by one (blocking on the result) and takes the median.
 Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, attention,
-output layer; causal attention counted as half), achieved TFLOP/s, MFU against a peak measured
-in the same run by a large matmul of the training dtype on the same devices, and the compiled
-executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
+output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
+achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
+dtype on the same devices, and the compiled executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
 the config's shapes (no data pipeline in the timing).
 """
 
@@ -124,6 +124,11 @@ def memory_bytes(compiled) -> dict:
           'argument_bytes': int(stats.argument_size_in_bytes)}
 
 
+def predicted_fraction(config) -> float:
+  """The tokens a masked LM needs logits for (its selection rate); 1 for other models."""
+  return config.data.mask_rate if config.model.type == 'mlm' else 1.0
+
+
 def benchmark_kind(config, mesh, steps: int, warmup: int, peak: float) -> dict:
   trainer = train_lib.Trainer(config, mesh)
   batch = sharding.put_batch(
@@ -143,7 +148,8 @@ def benchmark_kind(config, mesh, steps: int, warmup: int, peak: float) -> dict:
     times.append(time.perf_counter() - start)
   step_s = statistics.median(times)
   tokens = config.train.batch_size * config.data.seq_len
-  per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len)
+  per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
+                                              predicted_fraction(config))
   achieved = per_token * tokens / step_s
   return {'kind': config.model.position.kind, 'step_s': step_s,
           'step_s_min': min(times), 'step_s_max': max(times), 'tokens_per_s': tokens / step_s,

@@ -116,3 +116,18 @@ def test_attend_matches_numpy_softmax_attention():
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   np.testing.assert_allclose(np.asarray(out), np.einsum('bhqk,bkhd->bqhd', probs, v), atol=1e-5)
+
+
+def test_softmax_and_its_gradient_against_float64():
+  rng = np.random.default_rng(6)
+  x = rng.normal(size=(2, 3, 5, 7)) * 4
+  x[0, 0, 0] = np.finfo(np.float32).min  # A fully masked row: uniform, finite.
+  g = rng.normal(size=x.shape)
+  p = np.exp(x - x.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  out, vjp = jax.vjp(attention.softmax, jnp.asarray(x, jnp.float32))
+  np.testing.assert_allclose(np.asarray(out), p, atol=1e-6)
+  (grad,) = vjp(jnp.asarray(g, jnp.float32))
+  # d/dx_j sum_i g_i p_i = p_j (g_j - sum_i g_i p_i).
+  np.testing.assert_allclose(np.asarray(grad), p * (g - (g * p).sum(-1, keepdims=True)),
+                             atol=1e-5)

@@ -26,6 +26,9 @@ def test_flops_per_token_by_hand():
   enc.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100)
   # Bidirectional attention counts whole (512), plus the head's dense 2*8*8 = 128.
   assert flops.train_flops_per_token(enc, seq) == 3 * (2 * (512 + 1024 + 512) + 128 + 1600)
+  # Its head needed at the selected 15% only: (128 + 1600) * 0.15 = 259.2.
+  assert flops.train_flops_per_token(enc, seq, 0.15) == pytest.approx(
+      3 * (2 * (512 + 1024 + 512) + 259.2))
   enc.attention.update(kind='favor', num_features=4)
   # FAVOR+: 2*2*4*8 for the q and k features, 2*2*4*8 for the sums: 256, whatever L is.
   assert flops.train_flops_per_token(enc, 4096) == 3 * (2 * (512 + 1024 + 256) + 128 + 1600)

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
@@ -39,6 +40,60 @@ def test_mask_tokens_follows_bert_proportions():
   assert abs(kept.mean() - 0.1 - 0.1 / 995) < 0.015 and abs(changed.mean() - 0.1) < 0.015
   random_ids = corrupted[selected][~masked]
   assert random_ids.min() >= tokenizer_lib.NUM_SPECIAL and random_ids.max() < 1000
+
+
+def test_prediction_slots_by_hand():
+  # One row of 128 at 15%: mean 19.2, std sqrt(19.2 * 0.85) = 4.040; 19.2 + 24.24 -> 48.
+  assert tasks.prediction_slots(-1, 0.15, 1, 128) == 48
+  # Eight rows: mean 153.6, std 11.43; 153.6 + 68.56 = 222.2 -> 224 of 1024.
+  assert tasks.prediction_slots(-1, 0.15, 8, 128) == 224
+  assert tasks.prediction_slots(20, 0.15, 8, 128) == 160  # BERT's 20 per row of 128.
+  assert tasks.prediction_slots(0, 0.15, 8, 128) is None  # Every position.
+  assert tasks.prediction_slots(-1, 0.5, 1, 16) is None  # 8 + 12 >= 16: nothing to save.
+
+
+def test_mask_cap_keeps_the_first_selections_of_each_block():
+  inputs = jnp.asarray(np.arange(10, 34).reshape(4, 6), jnp.int32)
+  segments = jnp.ones_like(inputs)
+  corrupted, selected = map(np.asarray, tasks.mask_tokens(
+      jax.random.key(0), inputs, segments, mask_id=99, rate=1.0, mask_fraction=1.0,
+      random_fraction=0.0, max_selected=4, groups=2))
+  want = np.zeros((4, 6), bool)
+  want[0, :4] = want[2, :4] = True  # Blocks of two rows (12 tokens); the first 4 of each.
+  np.testing.assert_array_equal(selected, want)
+  np.testing.assert_array_equal(corrupted, np.where(want, 99, np.asarray(inputs)))
+
+
+def test_the_head_on_gathered_positions_equals_the_head_everywhere():
+  cfg = test_config.get_config('mlm')
+  cfg.model.vocab_size = 64
+  model = models.create(cfg.model, seed=1)
+  graphdef, params = nnx.split(model, nnx.Param)
+  rng = np.random.default_rng(5)
+  segments = np.ones((4, 32), np.int32)
+  segments[1, 20:] = 2
+  segments[3, 25:] = 0  # Padding.
+  batch = {'inputs': jnp.asarray(rng.integers(5, 63, (4, 32)) * (segments > 0), jnp.int32),
+           'inputs_segment_ids': jnp.asarray(segments),
+           'inputs_positions': jnp.broadcast_to(jnp.arange(32), (4, 32))}
+  key = jax.random.key(2)
+
+  def loss_and_grads(max_predictions):
+    task = tasks.MaskedLanguageModeling(max_predictions=max_predictions)
+    def loss(p):
+      sums = task.sums(nnx.merge(graphdef, p), batch, key)
+      return sums['loss_sum'], sums
+    (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return sums, grads
+
+  assert tasks.prediction_slots(-1, 0.15, 4, 32) == 48 < 128  # The gathered path is taken.
+  gathered, g_grads = loss_and_grads(-1)
+  everywhere, e_grads = loss_and_grads(0)
+  assert float(gathered['weight']) == float(everywhere['weight']) > 0
+  for name in ('loss_sum', 'objective_sum', 'correct'):
+    np.testing.assert_allclose(float(gathered[name]), float(everywhere[name]), rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g_grads), jax.tree.leaves(e_grads)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 @pytest.fixture(scope='module')
@@ -120,6 +175,7 @@ def test_mlm_trains_and_evaluates(mlm_workdir):
     ('data.mask_fraction', 0.95, 'sum <= 1'),
     ('model.norm', 'sandwich', 'config.model.norm'),
     ('model.activation', 'swish', 'config.model.activation'),
+    ('data.max_predictions', -2, 'config.data.max_predictions'),
 ])
 def test_bad_mlm_options_are_refused(field, value, match):
   cfg = test_config.get_config('mlm')
@@ -162,3 +218,13 @@ def test_post_norm_block_matches_its_formula():
   out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None],
                  model.position.for_layer(0))
   np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
+
+
+def test_output_bias_gradient_is_the_sum_over_rows():
+  rng = np.random.default_rng(7)
+  x, b, g = rng.normal(size=(3, 4, 6)), rng.normal(size=(6,)), rng.normal(size=(3, 4, 6))
+  out, vjp = jax.vjp(models.add_bias, jnp.asarray(x, jnp.float32), jnp.asarray(b, jnp.float32))
+  np.testing.assert_allclose(np.asarray(out), x + b, rtol=1e-6)
+  dx, db = vjp(jnp.asarray(g, jnp.float32))
+  np.testing.assert_allclose(np.asarray(dx), g, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(db), g.sum((0, 1)), rtol=1e-5)

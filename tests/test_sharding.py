@@ -82,3 +82,24 @@ def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
   shard = params['blocks'][0]['mlp']['up']['kernel'][...].addressable_shards[0].data
   assert shard.shape == (32 // (8 if fsdp and not tensor else 2 if fsdp else 1),
                          64 // (8 if tensor and not fsdp else 2 if tensor else 1))
+
+
+def test_masked_lm_gathers_per_device_and_trains_like_one_device():
+  config = test_config.get_config('mlm')
+  config.model.vocab_size = config.data.vocab_size = 64
+  features = ('inputs', 'inputs_segment_ids', 'inputs_positions')
+  def losses(mesh_fields):
+    config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
+    mesh = sharding.make_mesh(config.mesh)
+    trainer = train_lib.Trainer(config, mesh)
+    state = trainer.init_state()
+    batch = sharding.put_batch({k: v for k, v in _batch(config).items() if k in features}, mesh)
+    with jax.set_mesh(mesh):  # Rows split over data x fsdp = 4: four blocks of 2 rows.
+      assert sharding.shards('batch', 8) == (4 if mesh.devices.size == 8 else 1)
+    out = []
+    for _ in range(3):
+      state, metrics = trainer.train_step(state, batch)
+      out.append(float(metrics['loss']))
+    return out
+  np.testing.assert_allclose(losses(MESHES['data2_fsdp2_tensor2']), losses({'num_devices': 1}),
+                             rtol=2e-6)
