@@ -76,9 +76,57 @@ def _softmax_bwd(probs, grad):
 softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
+def _sum_to_shape(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """Sums x over the axes that `shape` broadcasts (the gradient of a broadcast)."""
+  x = x.sum(axis=tuple(range(x.ndim - len(shape))))
+  axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+  return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+@jax.custom_vjp
+def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                      bias: jax.Array | None) -> jax.Array:
+  """softmax(q k^T + bias, masked) v for already scaled q, written for fewer passes over the
+  [batch, heads, q_len, k_len] arrays: the forward keeps the unnormalised weights e = exp(l - max)
+  and divides the [.., head_dim] output by their sum instead of normalising e; the backward
+  uses the row sums D = rowsum(do * o) (as flash attention does) instead of reducing over the
+  probabilities, so it makes one elementwise pass over e and dp. Equal to the einsum/softmax
+  formula (tests/test_attention.py checks values and gradients against float64)."""
+  return _softmax_attention_fwd(q, k, v, mask, bias)[0]
+
+
+def _softmax_attention_fwd(q, k, v, mask, bias):
+  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+  total = jnp.swapaxes(jnp.sum(e, axis=-1), 1, 2)[..., None]  # [batch, q_len, heads, 1]
+  out = (jnp.einsum('bhqk,bkhd->bqhd', e.astype(v.dtype), v,
+                    preferred_element_type=jnp.float32) / total).astype(v.dtype)
+  return out, (q, k, v, mask, bias, e, total, out)
+
+
+def _softmax_attention_bwd(residuals, d_out):
+  q, k, v, mask, bias, e, total, out = residuals
+  scaled = d_out.astype(jnp.float32) / total  # d_out / rowsum(e): [batch, q_len, heads, d].
+  d_v = jnp.einsum('bhqk,bqhd->bkhd', e, scaled).astype(v.dtype)
+  d_e = jnp.einsum('bqhd,bkhd->bhqk', scaled, v, preferred_element_type=jnp.float32)
+  row = jnp.swapaxes(jnp.sum(scaled * out.astype(jnp.float32), axis=-1), 1, 2)[..., None]
+  d_logits = jnp.where(mask, e * (d_e - row), 0.0)
+  d_q = jnp.einsum('bhqk,bkhd->bqhd', d_logits, k.astype(jnp.float32)).astype(q.dtype)
+  d_k = jnp.einsum('bhqk,bqhd->bkhd', d_logits, q.astype(jnp.float32)).astype(k.dtype)
+  d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
+  return d_q, d_k, d_v, None, d_bias
+
+
+softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
+
+
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
            bias: jax.Array | None = None, scale: float | None = None,
-           impl: str = 'einsum') -> tuple[jax.Array, jax.Array | None]:
+           impl: str = 'einsum', return_probs: bool = True
+           ) -> tuple[jax.Array, jax.Array | None]:
   """Scaled dot-product attention.
 
   Args:
@@ -87,12 +135,17 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     bias: optional float additive logits bias, broadcastable like mask.
     scale: logits scale, default 1/sqrt(head_dim).
     impl: one of IMPLEMENTATIONS.
+    return_probs: the einsum path also returns the probabilities (a scheme with a value term
+      needs them); without, it runs `softmax_attention`, which never normalises them.
   Returns:
     (output [batch, q_len, heads, head_dim], probabilities [batch, heads, q_len, k_len] for the
-    einsum path, None otherwise). Fully masked rows average the values instead of giving NaN.
+    einsum path with return_probs, None otherwise). Fully masked rows average the values
+    instead of giving NaN.
   """
   if scale is None:
     scale = q.shape[-1] ** -0.5
+  if impl == 'einsum' and not return_probs:
+    return softmax_attention(q * jnp.asarray(scale, q.dtype), k, v, mask, bias), None
   if impl == 'einsum':
     logits = jnp.einsum('bqhd,bkhd->bhqk', q * jnp.asarray(scale, q.dtype), k,
                         preferred_element_type=jnp.float32)

@@ -141,7 +141,8 @@ class MultiHeadAttention(nnx.Module):
     q, k = scheme.rotate(q, k, pos, k_pos)
     v = scheme.rotate_value(v, k_pos)
     bias = scheme.logits_bias(q, k, pos, k_pos)
-    out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl)
+    out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
+                                  return_probs=scheme.has_value_term)
     if scheme.has_value_term:
       out = out + scheme.value_term(probs, pos, k_pos)
     return self.out(out.reshape(b, length, -1)), cache
@@ -227,7 +228,7 @@ class CrossAttention(nnx.Module):
     q = self.q(x).reshape(b, length, self.num_heads, self.head_dim)
     k, v = jnp.split(self.kv(memory).reshape(b, memory.shape[1], 2 * self.num_heads,
                                              self.head_dim), 2, axis=2)
-    out, _ = attention.attend(q, k, v, mask, impl=self.impl)
+    out, _ = attention.attend(q, k, v, mask, impl=self.impl, return_probs=False)
     return self.out(out.reshape(b, length, -1))
 
 

@@ -131,3 +131,32 @@ def test_softmax_and_its_gradient_against_float64():
   # d/dx_j sum_i g_i p_i = p_j (g_j - sum_i g_i p_i).
   np.testing.assert_allclose(np.asarray(grad), p * (g - (g * p).sum(-1, keepdims=True)),
                              atol=1e-5)
+
+
+@pytest.mark.parametrize('bias_shape', [None, (1, 2, 6, 6), (2, 2, 6, 6), (1, 1, 6, 6)])
+def test_softmax_attention_and_its_gradients_against_float64(bias_shape):
+  rng = np.random.default_rng(8)
+  q, k, v, d_out = (rng.normal(size=(2, 6, 2, 4)) for _ in range(4))
+  bias = None if bias_shape is None else rng.normal(size=bias_shape)
+  seg = np.asarray([[1, 1, 1, 2, 0, 0], [1, 1, 1, 1, 1, 1]])  # Padding: fully masked rows.
+  mask = np.asarray(attention.make_mask(jnp.asarray(seg), jnp.asarray(seg), causal=True))
+  # float64 reference: l = q k^T + bias, p = softmax over allowed keys, o = p v.
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) + (0 if bias is None else bias)
+  logits = np.where(mask, logits, -1e30)
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  o = np.einsum('bhqk,bkhd->bqhd', p, v)
+  d_p = np.einsum('bqhd,bkhd->bhqk', d_out, v)
+  d_l = np.where(mask, p * (d_p - (d_p * p).sum(-1, keepdims=True)), 0)
+  want = {'q': np.einsum('bhqk,bkhd->bqhd', d_l, k), 'k': np.einsum('bhqk,bqhd->bkhd', d_l, q),
+          'v': np.einsum('bhqk,bqhd->bkhd', p, d_out)}
+  if bias is not None:
+    want['bias'] = d_l.sum(axis=tuple(i for i, n in enumerate(bias_shape) if n == 1),
+                           keepdims=True)
+  f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)
+  out, vjp = jax.vjp(lambda q, k, v, b: attention.softmax_attention(q, k, v, jnp.asarray(mask), b),
+                     f32(q), f32(k), f32(v), f32(bias))
+  np.testing.assert_allclose(np.asarray(out), o, atol=1e-5)
+  got = dict(zip(('q', 'k', 'v', 'bias'), vjp(f32(d_out))))
+  for name, value in want.items():
+    np.testing.assert_allclose(np.asarray(got[name]), value, atol=1e-4, err_msg=name)
