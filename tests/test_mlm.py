@@ -83,7 +83,7 @@ def test_the_head_on_gathered_positions_equals_the_head_everywhere():
     def loss(p):
       sums = task.sums(nnx.merge(graphdef, p), batch, key)
       return sums['loss_sum'], sums
-    (_, sums), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (_, sums), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     return sums, grads
 
   assert tasks.prediction_slots(-1, 0.15, 4, 32) == 48 < 128  # The gathered path is taken.
