@@ -59,9 +59,22 @@ def softmax(logits: jax.Array) -> jax.Array:
   return _softmax(logits)
 
 
+def _unnormalized(logits):
+  """exp(logits - rowmax): the softmax weights before division by their row sums."""
+  return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+
+
 def _softmax(logits):
-  e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+  e = _unnormalized(logits)
   return e / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def _masked_logits(q, k, mask, bias):
+  """Float32 q k^T (q already scaled) plus the bias; masked entries the most negative float."""
+  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  return jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
 
 
 def _softmax_fwd(logits):
@@ -96,11 +109,7 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
 
 def _softmax_attention_fwd(q, k, v, mask, bias):
-  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-  e = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+  e = _unnormalized(_masked_logits(q, k, mask, bias))
   total = jnp.swapaxes(jnp.sum(e, axis=-1), 1, 2)[..., None]  # [batch, q_len, heads, 1]
   out = (jnp.einsum('bhqk,bkhd->bqhd', e.astype(v.dtype), v,
                     preferred_element_type=jnp.float32) / total).astype(v.dtype)
@@ -144,15 +153,11 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
   """
   if scale is None:
     scale = q.shape[-1] ** -0.5
-  if impl == 'einsum' and not return_probs:
-    return softmax_attention(q * jnp.asarray(scale, q.dtype), k, v, mask, bias), None
   if impl == 'einsum':
-    logits = jnp.einsum('bqhd,bkhd->bhqk', q * jnp.asarray(scale, q.dtype), k,
-                        preferred_element_type=jnp.float32)
-    if bias is not None:
-      logits = logits + bias.astype(jnp.float32)
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = softmax(logits).astype(v.dtype)
+    q = q * jnp.asarray(scale, q.dtype)
+    if not return_probs:
+      return softmax_attention(q, k, v, mask, bias), None
+    probs = softmax(_masked_logits(q, k, mask, bias)).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
   if impl in ('xla', 'cudnn'):
     if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;

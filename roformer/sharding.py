@@ -212,11 +212,19 @@ def state_shardings(abstract_state: dict, mesh: Mesh, rules) -> dict:
 _ACTIVE_RULES = contextvars.ContextVar('logical_axis_rules', default=DEFAULT_RULES)
 
 
-def shards(name: str, size: int) -> int:
-  """Into how many pieces the active mesh (`jax.set_mesh`) and rules split a dimension of
-  `size` whose logical axis is `name` (1 without a multi-device mesh)."""
+def _active_mesh():
+  """The multi-device data/fsdp/tensor mesh set by `jax.set_mesh`, or None."""
   mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or set(mesh.axis_names) != set(AXES):
+  if mesh.empty or math.prod(mesh.shape.values()) == 1 or set(mesh.axis_names) != set(AXES):
+    return None
+  return mesh
+
+
+def shards(name: str, size: int) -> int:
+  """Into how many pieces the active mesh and rules split a dimension of `size` whose logical
+  axis is `name` (1 without a multi-device mesh)."""
+  mesh = _active_mesh()
+  if mesh is None:
     return 1
   spec = spec_for((name,), (size,), _ACTIVE_RULES.get(), mesh)[0]
   axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
@@ -226,7 +234,7 @@ def shards(name: str, size: int) -> int:
 def constrain(x, names):
   """Lays an activation out by its logical axis names when a multi-device mesh is active
   (`jax.set_mesh`); a no-op otherwise."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or math.prod(mesh.shape.values()) == 1 or set(mesh.axis_names) != set(AXES):
+  mesh = _active_mesh()
+  if mesh is None:
     return x
   return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _ACTIVE_RULES.get(), mesh))

@@ -155,17 +155,44 @@ def mask_tokens(key, inputs, segment_ids, *, mask_id: int, rate: float = 0.15,
   return corrupted, selected
 
 
+# The automatic number of prediction slots is exceeded by a Bernoulli(rate) selection with
+# at most this probability per block and step (the selections past it stay unmasked).
+OVERFLOW_PROBABILITY = 1e-8
+
+
+def selection_bound(tokens: int, rate: float, overflow: float = OVERFLOW_PROBABILITY) -> int:
+  """The smallest multiple of 8 that X ~ Binomial(tokens, rate) exceeds with probability below
+  `overflow`, from the exact binomial tail (a normal approximation is too light-tailed at low
+  rates). The pmf is walked up from floor(tokens * rate), at or below the mode, until it
+  vanishes."""
+  if rate >= 1.0:
+    return 8 * math.ceil(tokens / 8)
+  start = int(tokens * rate)
+  log_pmf = (math.lgamma(tokens + 1) - math.lgamma(start + 1) - math.lgamma(tokens - start + 1)
+             + start * math.log(rate) + (tokens - start) * math.log1p(-rate))
+  pmf, k = [math.exp(log_pmf)], start
+  while k < tokens and (k <= tokens * rate + 1 or pmf[-1] > 1e-300):
+    pmf.append(pmf[-1] * (tokens - k) / (k + 1) * rate / (1 - rate))
+    k += 1
+  above = 0.0  # P(X > start + i), for i from the end of the walk down.
+  bound = 8 * math.ceil((start + len(pmf)) / 8)
+  for i in range(len(pmf) - 1, -1, -1):
+    if (start + i) % 8 == 0 and above < overflow:
+      bound = start + i
+    above += pmf[i]
+  return bound
+
+
 def prediction_slots(max_predictions: int, rate: float, rows: int, length: int) -> int | None:
   """How many positions of a block of `rows` x `length` tokens get masked-LM logits, or None
   for all of them. `max_predictions` > 0: that many per row (BERT's max_predictions_per_seq);
-  -1: the mean number of selections plus 6 standard deviations (a Bernoulli(rate) selection
-  goes past it with probability below 1e-8), rounded up to a multiple of 8; 0: every position."""
+  -1: `selection_bound` (a Bernoulli(rate) selection goes past it with probability below
+  OVERFLOW_PROBABILITY); 0: every position."""
   tokens = rows * length
   if max_predictions > 0:
     slots = max_predictions * rows
   elif max_predictions == -1:
-    mean = tokens * rate
-    slots = 8 * math.ceil((mean + 6 * math.sqrt(mean * (1 - rate))) / 8)
+    slots = selection_bound(tokens, rate)
   else:
     return None
   return None if slots >= tokens else slots

@@ -10,8 +10,8 @@ steps, then times `--steps` steps one by one (blocking on the result) and takes 
 Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, attention,
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
-dtype on the same devices, and the compiled executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
-the config's shapes (no data pipeline in the timing).
+dtype on the same devices, and the compiled executable's memory (arguments + outputs - aliased +
+temporaries). Batches are random tokens of the config's shapes (no data pipeline in the timing).
 """
 
 import json

@@ -174,13 +174,17 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   written = []
   fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-  # 18 distinct colours (tab10 alone repeats after 10 lines).
-  colors = plt.get_cmap('tab10').colors + plt.get_cmap('Dark2').colors
-  for i, ((scheme, options), members) in enumerate(sorted(groups(points).items())):
+  # One colour per line label, the same in both plots; 18 distinct ones (tab10 alone repeats
+  # after 10 lines).
+  palette = plt.get_cmap('tab10').colors + plt.get_cmap('Dark2').colors
+  colors = {}
+  color = lambda tag: colors.setdefault(tag, palette[len(colors) % len(palette)])
+  for (scheme, options), members in sorted(groups(points).items()):
     steps = sorted(set.intersection(*[set(p['val_curve']) for p in members]))
     if steps:
+      tag = label(scheme, options)
       ax.plot(steps, [statistics.mean(p['val_curve'][s] for p in members) for s in steps],
-              marker='o', markersize=3, label=label(scheme, options), color=colors[i % len(colors)])
+              marker='o', markersize=3, label=tag, color=color(tag))
   ax.set(xlabel='step', ylabel='validation loss (mean over seeds)',
          title='Validation loss per position scheme')
   ax.grid(alpha=0.3)
@@ -192,10 +196,10 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   curves = extrapolation(points)
   if curves:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for i, (tag, curve) in enumerate(curves.items()):
+    for tag, curve in curves.items():
       mults = sorted(curve)
       ax.plot(mults, [curve[m] for m in mults], marker='o', markersize=3, label=tag,
-              linestyle='--' if 'scaling' in tag else '-', color=colors[i % len(colors)])
+              linestyle='--' if 'scaling' in tag else '-', color=color(tag))
     ax.set(xscale='log', xlabel='evaluation length / training length',
            ylabel='validation perplexity', title='Length extrapolation')
     ax.set_xticks(sorted({m for c in curves.values() for m in c}))

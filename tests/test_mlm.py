@@ -1,6 +1,7 @@
 """Masked-LM pretraining: BERT's corruption, the loss on selected tokens only, a bidirectional
 encoder that stays inside its packed segment, and a tiny run end to end."""
 
+import math
 import os
 
 import jax
@@ -42,14 +43,30 @@ def test_mask_tokens_follows_bert_proportions():
   assert random_ids.min() >= tokenizer_lib.NUM_SPECIAL and random_ids.max() < 1000
 
 
+def _binomial_tail(n, p, s):
+  """P(X > s) for X ~ Binomial(n, p), every term from its closed form."""
+  return sum(math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                      + j * math.log(p) + (n - j) * math.log1p(-p)) for j in range(s + 1, n + 1))
+
+
 def test_prediction_slots_by_hand():
-  # One row of 128 at 15%: mean 19.2, std sqrt(19.2 * 0.85) = 4.040; 19.2 + 24.24 -> 48.
+  # One row of 128 at 15% (mean 19.2, std 4.04): P(X > 40) = 1e-6, P(X > 48) = 1e-10 -> 48.
   assert tasks.prediction_slots(-1, 0.15, 1, 128) == 48
-  # Eight rows: mean 153.6, std 11.43; 153.6 + 68.56 = 222.2 -> 224 of 1024.
+  # Eight rows (mean 153.6, std 11.4): P(X > 216) = 8e-8, P(X > 224) = 2e-9 -> 224 of 1024.
   assert tasks.prediction_slots(-1, 0.15, 8, 128) == 224
   assert tasks.prediction_slots(20, 0.15, 8, 128) == 160  # BERT's 20 per row of 128.
   assert tasks.prediction_slots(0, 0.15, 8, 128) is None  # Every position.
   assert tasks.prediction_slots(-1, 0.5, 1, 16) is None  # 8 + 12 >= 16: nothing to save.
+
+
+@pytest.mark.parametrize('rate', [0.01, 0.05, 0.15, 0.3, 0.7])
+def test_automatic_slots_are_the_smallest_multiple_of_8_past_the_binomial_tail(rate):
+  for tokens in (16, 40, 128, 512, 1024, 4096):
+    slots = tasks.selection_bound(tokens, rate)
+    assert slots % 8 == 0
+    assert _binomial_tail(tokens, rate, slots) < tasks.OVERFLOW_PROBABILITY
+    if slots >= 8:
+      assert _binomial_tail(tokens, rate, slots - 8) >= tasks.OVERFLOW_PROBABILITY
 
 
 def test_mask_cap_keeps_the_first_selections_of_each_block():
