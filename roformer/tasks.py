@@ -22,14 +22,46 @@ from roformer.data import tokenizer as tokenizer_lib
 log = logging.getLogger('roformer')
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def cross_entropy(logits: jax.Array, targets: jax.Array, label_smoothing: float = 0.0):
+  """Per-token cross-entropy -log p[target] and the label-smoothed objective
+  (1 - e) CE + e mean_v(-log p_v), from float32 logits [..., V] and integer targets [...].
+
+  Its backward is written out, d/dlogits = (g_ce + g_obj) p - (g_ce + (1 - e) g_obj) onehot -
+  (e / V) g_obj, one elementwise pass over the saved log-probabilities: differentiating the
+  gather of log p[target] would scatter into a zero [..., V] array and read it back.
+  """
+  (ce, objective), _ = _cross_entropy_fwd(logits, targets, label_smoothing)
+  return ce, objective
+
+
+def _cross_entropy_fwd(logits, targets, label_smoothing):
+  logp = jax.nn.log_softmax(logits)
+  ce = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  objective = ce if label_smoothing == 0 else (
+      (1.0 - label_smoothing) * ce - label_smoothing * logp.mean(axis=-1))
+  return (ce, objective), (logp, targets)
+
+
+def _cross_entropy_bwd(label_smoothing, residuals, cotangents):
+  logp, targets = residuals
+  g_ce, g_objective = cotangents
+  onehot = jax.lax.broadcasted_iota(targets.dtype, logp.shape, logp.ndim - 1) == targets[..., None]
+  on_target = (g_ce + (1.0 - label_smoothing) * g_objective)[..., None]
+  grad = ((g_ce + g_objective)[..., None] * jnp.exp(logp) - jnp.where(onehot, on_target, 0.0))
+  if label_smoothing:
+    grad = grad - (label_smoothing / logp.shape[-1]) * g_objective[..., None]
+  return grad, None
+
+
+cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+
+
 def token_sums(logits, targets, weights, label_smoothing: float = 0.0) -> dict[str, jax.Array]:
   """Summed cross-entropy (`loss_sum`), the label-smoothed training objective
   (`objective_sum`: (1 - e) CE + e mean_v(-log p_v)), correct argmax predictions and the
   number of weighted tokens. Logits are float32."""
-  logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-  ce = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-  objective = ce if label_smoothing == 0 else (
-      (1.0 - label_smoothing) * ce - label_smoothing * logp.mean(axis=-1))
+  ce, objective = cross_entropy(logits.astype(jnp.float32), targets, float(label_smoothing))
   correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
   return {'loss_sum': (ce * weights).sum(), 'objective_sum': (objective * weights).sum(),
           'correct': (correct * weights).sum(), 'weight': weights.sum()}

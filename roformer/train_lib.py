@@ -123,13 +123,18 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   weight = jnp.maximum(sums['weight'], 1.0)
   grads = jax.tree.map(lambda g: g / weight, grads)
   grad_norm = optax.global_norm(grads)
-  updates, opt_state = tx.update(grads, state['opt_state'], params)
   # A non-finite loss or gradient never reaches the state: that step leaves it unchanged, and
-  # the loop stops or counts it (config.train.on_nonfinite).
+  # the loop stops or counts it (config.train.on_nonfinite). A `lax.cond` rather than a
+  # `where` per leaf: selecting between the new and the old state makes XLA copy every donated
+  # buffer first (4x the optimizer's time on CPU), while a branch updates them in place.
   finite = jnp.isfinite(sums['loss_sum']) & jnp.isfinite(grad_norm)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-  params = keep(optax.apply_updates(params, updates), params)
-  opt_state = keep(opt_state, state['opt_state'])
+
+  def update(params, opt_state):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  params, opt_state = jax.lax.cond(finite, update, lambda p, o: (p, o), params,
+                                   state['opt_state'])
   if redraw_interval:
     params = set_feature_draw(params, state['step'] // redraw_interval)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,

@@ -8,6 +8,7 @@ import pytest
 from configs import test as test_config
 from roformer import models
 from roformer import sharding
+from roformer import tasks
 from roformer import train_lib
 
 
@@ -136,3 +137,53 @@ def test_bfloat16_activations_keep_float32_parameters_and_loss(lm_config):
   # The same step within bfloat16 rounding (8 bits of mantissa).
   np.testing.assert_allclose(metrics['loss'], f32['loss'], rtol=2e-2)
   assert abs(float(metrics['loss']) - float(f32['loss'])) > 0  # Really computed in bf16.
+
+
+@pytest.mark.parametrize('smoothing', [0.0, 0.1])
+def test_cross_entropy_and_its_gradient_match_float64(smoothing):
+  """tasks.cross_entropy's hand-written backward against a float64 numpy formula and central
+  differences of it, with per-token weights on both outputs."""
+  rng = np.random.default_rng(0)
+  logits = (3 * rng.normal(size=(3, 5, 11))).astype(np.float32)
+  targets = rng.integers(0, 11, (3, 5))
+  w_ce, w_obj = rng.random((3, 5)), rng.random((3, 5))
+
+  def reference(x):
+    x = x.astype(np.float64)
+    logp = x - x.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+    return (ce * w_ce).sum() + (((1 - smoothing) * ce - smoothing * logp.mean(-1)) * w_obj).sum()
+
+  def loss(x):
+    ce, objective = tasks.cross_entropy(x, jnp.asarray(targets), smoothing)
+    return (ce * w_ce).sum() + (objective * w_obj).sum()
+
+  value, grad = jax.value_and_grad(loss)(jnp.asarray(logits))
+  np.testing.assert_allclose(float(value), reference(logits), rtol=1e-6)
+  numeric = np.zeros(logits.shape)
+  x64 = logits.astype(np.float64)
+  for i in np.ndindex(logits.shape):
+    step = np.zeros(logits.shape)
+    step[i] = 1e-6
+    numeric[i] = (reference(x64 + step) - reference(x64 - step)) / 2e-6
+  np.testing.assert_allclose(np.asarray(grad), numeric, atol=2e-6)
+
+
+def test_a_nonfinite_step_leaves_the_state_as_it_was(lm_config):
+  """The update happens in a branch taken only when the loss and gradient norm are finite."""
+  mesh = sharding.make_mesh(lm_config.mesh)
+  trainer = train_lib.Trainer(lm_config, mesh)
+  state = trainer.init_state()
+  batch = sharding.put_batch(_batch(lm_config), mesh)
+  state, _ = trainer.train_step(state, batch)  # Adam moments that are not zero.
+  params = state['params'].to_pure_dict()
+  params['embed']['embedding'] = params['embed']['embedding'].at[0, 0].set(jnp.nan)
+  state['params'].replace_by_pure_dict(params)
+  before = jax.device_get(state)
+  after, metrics = trainer.train_step(state, batch)
+  assert int(metrics['nonfinite']) == 1 and not np.isfinite(float(metrics['loss']))
+  assert int(after['step']) == int(before['step']) + 1
+  for old, new in zip(jax.tree.leaves((before['params'], before['opt_state'])),
+                      jax.tree.leaves((after['params'], after['opt_state']))):
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
