@@ -5,8 +5,11 @@
   python scripts/benchmark.py --config configs/lm.py --config.model.dtype=bfloat16 \\
       --config.model.d_model=768 ... --out docs/bench.json
 
-For each kind: builds the train step on all devices (config.mesh), compiles it, runs `--warmup`
-steps, then times `--steps` steps one by one (blocking on the result) and takes the median.
+For each kind: builds the train step on all devices (config.mesh), compiles it and runs
+`--warmup` steps; then the kinds take turns in `--rounds` rounds, each timing its share of
+`--steps` steps one by one (blocking on the result), and each kind's median step is reported
+(`vs none` with the range of the per-round ratios), so that a shared host's changing load
+reaches every kind alike.
 Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, attention,
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
@@ -62,7 +65,12 @@ _STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (median reported).')
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compilation.')
 _PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Matmul size n for the peak (n x n by n x n '
                                   'per device); 0: 2048 on CPU, 8192 on accelerators.')
+_ROUNDS = flags.DEFINE_integer('rounds', 0, 'The kinds take turns in this many rounds of '
+                               '--steps/--rounds steps each (1: one kind after the other; 0: '
+                               'min(5, --steps)).')
 _OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
+_SERVE = flags.DEFINE_bool('serve', False, 'Compile and warm up, then take commands on stdin '
+                           '(the worker of scripts/compare_torch.py).')
 
 
 def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
@@ -129,46 +137,122 @@ def predicted_fraction(config) -> float:
   return config.data.mask_rate if config.model.type == 'mlm' else 1.0
 
 
-def benchmark_kind(config, mesh, steps: int, warmup: int, peak: float) -> dict:
-  trainer = train_lib.Trainer(config, mesh)
-  batch = sharding.put_batch(
-      synthetic_batch(trainer, config.train.batch_size, config.data.seq_len), mesh)
-  state = trainer.init_state()
-  start = time.perf_counter()
-  compiled = trainer.train_step.lower(state, batch).compile()
-  compile_s = time.perf_counter() - start
-  for _ in range(warmup):
-    state, metrics = compiled(state, batch)
-  jax.block_until_ready(state)
-  times = []
-  for _ in range(steps):
+class Runner:
+  """One position kind's compiled train step, its state and a fixed batch, ready to be timed."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh):
+    self.config = config
+    self.trainer = train_lib.Trainer(config, mesh)
+    self.batch = sharding.put_batch(
+        synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len), mesh)
+    self.state = self.trainer.init_state()
     start = time.perf_counter()
-    state, metrics = compiled(state, batch)
-    jax.block_until_ready((state, metrics))
-    times.append(time.perf_counter() - start)
-  step_s = statistics.median(times)
-  tokens = config.train.batch_size * config.data.seq_len
-  per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
-                                              predicted_fraction(config))
-  achieved = per_token * tokens / step_s
-  return {'kind': config.model.position.kind, 'step_s': step_s,
-          'step_s_min': min(times), 'step_s_max': max(times), 'tokens_per_s': tokens / step_s,
-          'flops_per_token': per_token, 'tflops_per_s': achieved / 1e12, 'mfu': achieved / peak,
-          'parameters': trainer.num_params(), 'compile_s': compile_s,
-          'loss': float(metrics['loss']), **memory_bytes(compiled)}
+    self.compiled = self.trainer.train_step.lower(self.state, self.batch).compile()
+    self.compile_s = time.perf_counter() - start
+    self.metrics = None
+    self.times: list[float] = []  # Every timed step, in order.
+
+  @property
+  def kind(self) -> str:
+    return self.config.model.position.kind
+
+  def warm(self, steps: int) -> None:
+    for _ in range(steps):
+      self.state, self.metrics = self.compiled(self.state, self.batch)
+    jax.block_until_ready(self.state)
+
+  def time(self, steps: int) -> list[float]:
+    """Runs `steps` steps one by one, blocking on each; returns (and records) their seconds."""
+    times = []
+    for _ in range(steps):
+      start = time.perf_counter()
+      self.state, self.metrics = self.compiled(self.state, self.batch)
+      jax.block_until_ready((self.state, self.metrics))
+      times.append(time.perf_counter() - start)
+    self.times.extend(times)
+    return times
+
+  def row(self, peak: float) -> dict:
+    config = self.config
+    step_s = statistics.median(self.times)
+    tokens = config.train.batch_size * config.data.seq_len
+    per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
+                                                predicted_fraction(config))
+    achieved = per_token * tokens / step_s
+    return {'kind': self.kind, 'step_s': step_s,
+            'step_s_min': min(self.times), 'step_s_max': max(self.times),
+            'steps': len(self.times), 'tokens_per_s': tokens / step_s,
+            'flops_per_token': per_token, 'tflops_per_s': achieved / 1e12,
+            'mfu': achieved / peak, 'parameters': self.trainer.num_params(),
+            'compile_s': self.compile_s, 'loss': float(self.metrics['loss']),
+            **memory_bytes(self.compiled)}
+
+
+def round_sizes(steps: int, rounds: int) -> list[int]:
+  """`steps` split into `rounds` near-equal positive parts."""
+  if not 1 <= rounds <= steps:
+    raise ValueError(f'--rounds={rounds} must be between 1 and --steps={steps}.')
+  return [steps // rounds + (r < steps % rounds) for r in range(rounds)]
+
+
+def interleave(timers: dict, steps: int, rounds: int) -> dict[str, list[list[float]]]:
+  """Times `steps` steps of every timer (name -> f(n) returning n step times) in `rounds` rounds.
+
+  The timers take turns, the first one rotating each round, so that a change in the machine's
+  load during the run reaches all of them alike: on a shared host, timing one after the other
+  moves their ratio by more than the differences being measured. Returns name -> the times of
+  each round.
+  """
+  names = list(timers)
+  out = {name: [] for name in names}
+  for r, size in enumerate(round_sizes(steps, rounds)):
+    first = r % len(names)
+    for name in names[first:] + names[:first]:
+      out[name].append(list(timers[name](size)))
+  return out
+
+
+def round_ratios(rounds_a: list[list[float]], rounds_b: list[list[float]]) -> list[float]:
+  """Per round, the median step of a over the median step of b."""
+  return [statistics.median(a) / statistics.median(b) for a, b in zip(rounds_a, rounds_b)]
 
 
 def table(rows: list[dict]) -> str:
-  base = next((r['step_s'] for r in rows if r['kind'] == 'none'), None)
+  """Markdown rows; `vs none` is the ratio of median steps, with the range of the per-round
+  ratios when the kinds were timed in several interleaved rounds."""
+  base = next((r for r in rows if r['kind'] == 'none'), None)
   lines = ['| kind | step (ms) | vs none | tokens/s | GFLOPs/token | TFLOP/s | MFU | peak '
            'memory (MiB) |', '|---' * 8 + '|']
   for r in rows:
-    rel = f'{r["step_s"] / base:.3f}x' if base else '-'
+    rel = '-'
+    if base:
+      rel = f'{r["step_s"] / base["step_s"]:.3f}x'
+      ratios = round_ratios(r['rounds'], base['rounds'])
+      if len(ratios) > 1 and r is not base:
+        rel += f' ({min(ratios):.3f}-{max(ratios):.3f})'
     mem = f'{r["peak_bytes"] / 2**20:,.0f}' if 'peak_bytes' in r else '-'
     lines.append(f'| {r["kind"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
                  f'{r["flops_per_token"] / 1e9:.4f} | {r["tflops_per_s"]:.3f} | '
                  f'{100 * r["mfu"]:.1f}% | {mem} |')
   return '\n'.join(lines)
+
+
+def serve(runners: dict[str, Runner], peak: float, meta: dict) -> None:
+  """The worker side of scripts/compare_torch.py: answers lines on stdin with `BENCH <json>`
+  lines on stdout. `time KIND N` -> the N step times; `report` -> the rows; `quit` (or EOF)."""
+  def reply(obj):
+    print('BENCH ' + json.dumps(obj), flush=True)
+  reply({'ready': sorted(runners)})
+  for line in sys.stdin:
+    words = line.split()
+    if not words or words[0] == 'quit':
+      break
+    if words[0] == 'time' and len(words) == 3 and words[1] in runners:
+      reply({'times': runners[words[1]].time(int(words[2]))})
+    elif words[0] == 'report':
+      reply({**meta, 'peak_flops': peak, 'rows': [r.row(peak) for r in runners.values()]})
+    else:
+      reply({'error': f'unknown command {line.strip()!r}'})
 
 
 def main(argv):
@@ -184,33 +268,43 @@ def main(argv):
     trial = ml_collections.ConfigDict(config.to_dict())
     trial.model.position.kind = kind
     trials.append(trial)
+  rounds = _ROUNDS.value or min(5, _STEPS.value)
   try:
+    round_sizes(_STEPS.value, rounds)
+    if len(set(kinds)) != len(kinds):
+      raise errors.ConfigError(f'--kinds={",".join(kinds)} names a kind twice.')
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials:  # Every kind is checked before anything is compiled.
       config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
-  except errors.ConfigError as e:
+  except (errors.ConfigError, ValueError) as e:
     sys.exit(f'error: {e}')
   n = _PEAK_SIZE.value or (2048 if jax.default_backend() == 'cpu' else 8192)
   peak = measure_peak(config.model.dtype, n, mesh)
-  rows = []
-  for trial in trials:
-    rows.append(benchmark_kind(trial, mesh, _STEPS.value, _WARMUP.value, peak))
-    print(f'{trial.model.position.kind}: {1e3 * rows[-1]["step_s"]:.1f} ms/step', flush=True)
+  runners = {}
+  for trial in trials:  # All compiled and warm first, then timed in interleaved rounds.
+    runners[trial.model.position.kind] = runner = Runner(trial, mesh)
+    runner.warm(_WARMUP.value)
+  meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
+          'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
+          'peak_flops': peak, 'peak_matmul_size': n, 'config': config.to_dict()}
+  if _SERVE.value:
+    serve(runners, peak, meta)
+    return
+  timed = interleave({kind: r.time for kind, r in runners.items()}, _STEPS.value, rounds)
+  rows = [{**r.row(peak), 'rounds': timed[kind]} for kind, r in runners.items()]
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
         f'{m.d_ff}, vocab {m.vocab_size}, seq {config.data.seq_len}, batch '
         f'{config.train.batch_size}, {m.dtype}, remat {m.get("remat", "none")}; '
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
-        f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps\n')
+        f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps per kind in '
+        f'{rounds} interleaved rounds\n')
   print(table(rows))
   if _OUT.value:
-    result = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
-              'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-              'peak_flops': peak, 'peak_matmul_size': n, 'config': config.to_dict(),
-              'rows': rows}
     pathlib.Path(_OUT.value).parent.mkdir(parents=True, exist_ok=True)
     with open(_OUT.value, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
+      json.dump({**meta, 'steps': _STEPS.value, 'rounds_count': rounds, 'rows': rows},
+                f, indent=2)
     print(f'wrote {_OUT.value}')
 
 

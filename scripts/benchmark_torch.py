@@ -3,6 +3,7 @@
   pip install torch transformers        # not in requirements.txt
   python scripts/benchmark_torch.py --preset small [--steps 10] [--threads 2] [--out t.json]
   python scripts/benchmark.py --config configs/mlm.py:roformer --preset small --kinds none,rope
+  python scripts/compare_torch.py --preset small     # both sides, taking turns in one run
 
 The model matches `scripts/benchmark.py --preset` on configs/mlm.py:roformer: post-norm
 encoder with RoPE, GELU MLP, tied MLM head, dropout 0, AdamW; the batch is random tokens with
@@ -23,24 +24,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from scripts.benchmark import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
-  parser.add_argument('--steps', type=int, default=10)
-  parser.add_argument('--warmup', type=int, default=2)
-  parser.add_argument('--threads', type=int, default=0, help='torch threads (0: default).')
-  parser.add_argument('--out', default='')
-  args = parser.parse_args(argv)
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    print('error: this benchmark needs torch and transformers (pip install torch '
-          'transformers); they are not in requirements.txt.', file=sys.stderr)
-    return 2
-  if args.threads:
-    torch.set_num_threads(args.threads)
-  p = PRESETS[args.preset]
+def build(preset: str, threads: int):
+  """The model, optimizer and batch of `preset`; returns (step, info). step() runs one
+  optimizer step and returns the loss tensor."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  if threads:
+    torch.set_num_threads(threads)
+  p = PRESETS[preset]
   config = transformers.RoFormerConfig(
       vocab_size=p['vocab_size'], embedding_size=p['d_model'], hidden_size=p['d_model'],
       num_hidden_layers=p['num_layers'], num_attention_heads=p['num_heads'],
@@ -65,23 +56,73 @@ def main(argv=None) -> int:
     optimizer.step()
     return loss
 
-  for _ in range(args.warmup):
-    step()
-  times = []
-  for _ in range(args.steps):
+  info = {'framework': f'torch {torch.__version__}, transformers {transformers.__version__}',
+          'preset': preset, 'threads': torch.get_num_threads(), 'tokens': b * length,
+          'parameters': sum(t.numel() for t in model.parameters())}
+  return step, info
+
+
+def time_steps(step, steps: int) -> tuple[list[float], float]:
+  times, loss = [], None
+  for _ in range(steps):
     start = time.perf_counter()
     loss = step()
     times.append(time.perf_counter() - start)
+  return times, float('nan') if loss is None else loss.item()
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
+  parser.add_argument('--steps', type=int, default=10)
+  parser.add_argument('--warmup', type=int, default=2)
+  parser.add_argument('--threads', type=int, default=0, help='torch threads (0: default).')
+  parser.add_argument('--out', default='')
+  parser.add_argument('--serve', action='store_true',
+                      help='Warm up, then take commands on stdin (the worker of '
+                      'scripts/compare_torch.py): `time torch N`, `report`, `quit`.')
+  args = parser.parse_args(argv)
+  try:
+    step, info = build(args.preset, args.threads)
+  except ImportError:
+    print('error: this benchmark needs torch and transformers (pip install torch '
+          'transformers); they are not in requirements.txt.', file=sys.stderr)
+    return 2
+  time_steps(step, args.warmup)
+  if args.serve:
+    return serve(step, info)
+  times, loss = time_steps(step, args.steps)
   step_s = statistics.median(times)
-  result = {'framework': f'torch {torch.__version__}, transformers {transformers.__version__}',
-            'preset': args.preset, 'threads': torch.get_num_threads(), 'step_s': step_s,
-            'tokens_per_s': b * length / step_s, 'loss': float(loss),
-            'parameters': sum(t.numel() for t in model.parameters()),
+  result = {**info, 'step_s': step_s, 'tokens_per_s': info['tokens'] / step_s, 'loss': loss,
             'date': time.strftime('%Y-%m-%d')}
   print(json.dumps(result, indent=2))
   if args.out:
     with open(args.out, 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=2)
+  return 0
+
+
+def serve(step, info: dict) -> int:
+  """Answers `time torch N` / `report` / `quit` with `BENCH <json>` lines (as
+  scripts/benchmark.py --serve does for the JAX side)."""
+  def reply(obj):
+    print('BENCH ' + json.dumps(obj), flush=True)
+  all_times, loss = [], float('nan')
+  reply({'ready': ['torch']})
+  for line in sys.stdin:
+    words = line.split()
+    if not words or words[0] == 'quit':
+      break
+    if words[:2] == ['time', 'torch'] and len(words) == 3:
+      times, loss = time_steps(step, int(words[2]))
+      all_times.extend(times)
+      reply({'times': times})
+    elif words[0] == 'report':
+      step_s = statistics.median(all_times)
+      reply({**info, 'step_s': step_s, 'tokens_per_s': info['tokens'] / step_s, 'loss': loss,
+             'steps': len(all_times), 'date': time.strftime('%Y-%m-%d')})
+    else:
+      reply({'error': f'unknown command {line.strip()!r}'})
   return 0
 
 

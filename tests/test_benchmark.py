@@ -43,8 +43,8 @@ def _benchmark(*args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_benchmark_reports_consistent_numbers(tmp_path):
   out = tmp_path / 'bench.json'
-  done = _benchmark('--kinds=none,rope', '--steps=2', '--warmup=1', '--peak_size=256',
-                    f'--out={out}')
+  done = _benchmark('--kinds=none,rope', '--steps=3', '--rounds=2', '--warmup=1',
+                    '--peak_size=256', f'--out={out}')
   assert done.returncode == 0, done.stderr[-3000:]
   assert '| rope |' in done.stdout and '| none |' in done.stdout
   result = json.loads(out.read_text())
@@ -65,6 +65,7 @@ def test_benchmark_reports_consistent_numbers(tmp_path):
     assert row['mfu'] == pytest.approx(row['tflops_per_s'] * 1e12 / result['peak_flops'])
     assert 0 < row['mfu'] < 1.5 and row['peak_bytes'] > row['argument_bytes'] > 0
     assert row['step_s_min'] <= row['step_s'] <= row['step_s_max']
+    assert [len(r) for r in row['rounds']] == [2, 1] and row['steps'] == 3  # Interleaved.
 
 
 @pytest.mark.slow
@@ -91,3 +92,80 @@ def test_gpu_preset_is_a_125m_decoder():
   want = 6 * (matmul_weights + m.d_model * m.vocab_size) + m.num_layers * 6 * L * m.d_model
   assert flops.train_flops_per_token(m, L) == want
   assert benchmark.TORCH_PRESETS == ('small', 'medium')
+
+
+def test_rounds_split_the_steps_and_rotate_who_goes_first():
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  assert benchmark.round_sizes(10, 4) == [3, 3, 2, 2]
+  assert benchmark.round_sizes(5, 1) == [5]
+  for bad in (0, 6):
+    with pytest.raises(ValueError, match='--rounds'):
+      benchmark.round_sizes(5, bad)
+  calls = []
+  def timer(name):
+    def run(n):
+      calls.append((name, n))
+      return [float(len(calls))] * n
+    return run
+  timed = benchmark.interleave({'a': timer('a'), 'b': timer('b'), 'c': timer('c')}, 7, 3)
+  assert calls == [('a', 3), ('b', 3), ('c', 3), ('b', 2), ('c', 2), ('a', 2),
+                   ('c', 2), ('a', 2), ('b', 2)]
+  assert timed['a'] == [[1.0] * 3, [6.0] * 2, [8.0] * 2]
+  assert benchmark.round_ratios(timed['b'], timed['a']) == [2.0, 4 / 6, 9 / 8]
+
+
+def test_compare_torch_summarizes_per_round_ratios():
+  sys.path.insert(0, ROOT)
+  from scripts import compare_torch  # pylint: disable=g-import-not-at-top
+  timed = {'none': [[1.0, 1.0, 3.0], [2.0]], 'rope': [[1.1], [2.0, 2.2, 2.4]],
+           'torch': [[2.0], [3.0, 3.0, 5.0]]}
+  s = compare_torch.summarize(timed, tokens=100)
+  # Medians over all steps: none 1.5 (of 1, 1, 2, 3), rope 2.1, torch 3.0.
+  assert s['none']['step_s'] == 1.5 and s['torch']['tokens_per_s'] == pytest.approx(100 / 3)
+  assert s['rope']['vs_torch'] == pytest.approx(3.0 / 2.1)
+  assert s['rope']['vs_torch_rounds'] == pytest.approx([2.0 / 1.1, 3.0 / 2.2])
+  assert s['rope']['vs_none_rounds'] == pytest.approx([1.1 / 1.0, 2.2 / 2.0])
+  assert s['rope']['vs_none'] == pytest.approx(2.1 / 1.5)
+  assert 'vs_torch' not in s['torch']
+  assert '| JAX `rope` | 2100.0 | 48 | **1.43x** (1.59x, 1.36-1.82) | 1.400x (1.100x, ' \
+      '1.100-1.100) |' in compare_torch.table(s)
+
+
+@pytest.mark.slow
+def test_benchmark_serves_timings_on_stdin():
+  """The worker protocol of scripts/compare_torch.py, on the JAX side."""
+  sys.path.insert(0, ROOT)
+  from scripts import compare_torch  # pylint: disable=g-import-not-at-top
+  worker = compare_torch.Worker([sys.executable, 'scripts/benchmark.py', '--config=configs/test.py',
+                                 '--kinds=none,alibi', '--warmup=1', '--peak_size=128',
+                                 '--serve'])
+  try:
+    assert worker.names == ['alibi', 'none']
+    assert len(worker.timer('alibi')(3)) == 3 and len(worker.timer('none')(2)) == 2
+    with pytest.raises(RuntimeError, match='unknown command'):
+      worker.ask('time rope 1')
+    report = worker.ask('report')
+  finally:
+    worker.close()
+  assert worker.process.returncode == 0
+  rows = {r['kind']: r for r in report['rows']}
+  assert rows['alibi']['steps'] == 3 and rows['none']['steps'] == 2
+  assert rows['none']['step_s_min'] <= rows['none']['step_s'] <= rows['none']['step_s_max']
+
+
+def test_compare_torch_needs_torch_and_says_so(tmp_path):
+  """Without torch installed (simulated by a shadowing package that fails to import) the
+  comparison stops before starting any worker, naming what to install."""
+  shadow = tmp_path / 'torch'
+  shadow.mkdir()
+  (shadow / '__init__.py').write_text('raise ImportError("no torch here")\n')
+  env = {**os.environ, 'PYTHONPATH': str(tmp_path)}
+  code = ('import importlib.util, sys; real = importlib.util.find_spec\n'
+          'importlib.util.find_spec = lambda n, *a: None if n == "torch" else real(n, *a)\n'
+          'sys.argv = ["compare_torch.py"]; from scripts import compare_torch\n'
+          'sys.exit(compare_torch.main())')
+  done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+                        text=True, check=False, timeout=120)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert 'needs torch' in done.stderr and 'pip install torch transformers' in done.stderr
