@@ -19,6 +19,7 @@ at the cache index when decoding); angles are computed in float32 from them and 
 activation dtype only at the end. A registry maps `config.model.position.kind` to a scheme class.
 """
 
+import functools
 from typing import Callable
 
 import jax
@@ -310,8 +311,17 @@ def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'in
   """Rotates pairs of x's last dimension by positions * inv_freq (float32 angles).
 
   `interleaved` pairs (x[2i], x[2i+1]) as the RoFormer paper; `half` pairs (x[i], x[i + d/2])
-  as GPT-NeoX/Llama. `scale` (float32 [..., seq, d/2]) multiplies each pair afterwards (xPos).
+  as GPT-NeoX/Llama. `scale` (float32 [..., seq, d/2]) multiplies each pair afterwards (xPos);
+  it is a function of the positions and gets no gradient. Without a scale the backward pass is
+  the rotation by the opposite angles (R(-a) = R(a)^T), one more pass of the same kind, instead
+  of the transposes of the slices and the stack.
   """
+  if scale is None:
+    return _rotation(x, positions, tuple(float(f) for f in np.asarray(inv_freq)), layout)
+  return _rotate_pairs(x, positions, inv_freq, layout, scale)
+
+
+def _rotate_pairs(x, positions, inv_freq, layout, scale=None):
   d = x.shape[-1]
   angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
   cos = jnp.cos(angles)[..., None, :]  # [..., seq, 1, d/2], broadcast over heads.
@@ -329,6 +339,22 @@ def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'in
   else:
     out = jnp.concatenate([r1, r2], axis=-1)
   return out.astype(x.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _rotation(x, positions, inv_freq: tuple[float, ...], layout: str):
+  return _rotate_pairs(x, positions, inv_freq, layout)
+
+
+def _rotation_fwd(x, positions, inv_freq, layout):
+  return _rotate_pairs(x, positions, inv_freq, layout), positions
+
+
+def _rotation_bwd(inv_freq, layout, positions, grad):
+  return _rotate_pairs(grad, -positions, inv_freq, layout), None
+
+
+_rotation.defvjp(_rotation_fwd, _rotation_bwd)
 
 
 @register('rope')

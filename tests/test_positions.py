@@ -35,6 +35,30 @@ def test_apply_rotary_equals_block_diagonal_matrix(base):
   np.testing.assert_allclose(small, want_small, atol=1e-5)
 
 
+@pytest.mark.parametrize('layout', ['interleaved', 'half'])
+def test_rotation_gradient_is_the_transposed_matrix(layout):
+  """rotate_pairs' backward (the rotation by -m) against R(m)^T g in float64; the `half`
+  layout is the paper's matrix with the dimensions permuted (pair i = (i, i + d/2))."""
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(2, 5, 3, 8)).astype(np.float32)
+  g = rng.normal(size=x.shape)
+  pos = rng.integers(0, 64, size=(2, 5))
+  perm = np.arange(8) if layout == 'interleaved' else np.stack(
+      [np.arange(4), np.arange(4) + 4], -1).reshape(-1)  # paper index -> layout index
+  inv_freq = positions.rope_frequencies(8)
+  _, vjp = jax.vjp(lambda y: positions.rotate_pairs(y, jnp.asarray(pos), inv_freq, layout),
+                   jnp.asarray(x))
+  got = np.asarray(vjp(jnp.asarray(g, jnp.float32))[0])
+  mats = np.zeros((2, 5, 8, 8))
+  for b, row in enumerate(pos):
+    for s, m in enumerate(row):
+      mats[b, s][np.ix_(perm, perm)] = rotation_matrix(m, 8)
+  np.testing.assert_allclose(got, np.einsum('bsji,bshj->bshi', mats, g), atol=2e-5)
+  forward = np.asarray(positions.rotate_pairs(jnp.asarray(x), jnp.asarray(pos), inv_freq,
+                                              layout))
+  np.testing.assert_allclose(forward, np.einsum('bsij,bshj->bshi', mats, x), atol=2e-5)
+
+
 def test_rope_frequencies_match_paper():
   d = 16
   want = [10000.0 ** (-2 * (i - 1) / d) for i in range(1, d // 2 + 1)]
