@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
 from roformer import config_lib
@@ -19,14 +20,24 @@ def model_for(kind):
   return models.create(cfg, seed=4)
 
 
+@nnx.jit
+def _forward(model, *inputs):
+  return model(*inputs)
+
+
+@nnx.jit
+def _decode(model, tokens, positions, cache):
+  return model.decode(tokens, positions, cache)
+
+
 def run(model, src, tgt, src_seg=None, tgt_seg=None, src_pos=None, tgt_pos=None):
   src, tgt = jnp.asarray(src), jnp.asarray(tgt)
   ones = lambda x: jnp.ones(x.shape, jnp.int32)
   arange = lambda x: jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape)
-  return np.asarray(model(src, arange(src) if src_pos is None else jnp.asarray(src_pos),
-                          ones(src) if src_seg is None else jnp.asarray(src_seg), tgt,
-                          arange(tgt) if tgt_pos is None else jnp.asarray(tgt_pos),
-                          ones(tgt) if tgt_seg is None else jnp.asarray(tgt_seg)))
+  return np.asarray(_forward(model, src, arange(src) if src_pos is None else jnp.asarray(src_pos),
+                             ones(src) if src_seg is None else jnp.asarray(src_seg), tgt,
+                             arange(tgt) if tgt_pos is None else jnp.asarray(tgt_pos),
+                             ones(tgt) if tgt_seg is None else jnp.asarray(tgt_seg)))
 
 
 @pytest.mark.parametrize('kind', kinds.params(KINDS))
@@ -65,7 +76,7 @@ def test_cached_decoding_equals_teacher_forcing(kind):
   memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
   cache = model.init_cache(memory, seg, max_len=8)
   for t in range(5):
-    logits, cache = model.decode(tgt[:, t:t + 1], jnp.full((2, 1), t), cache)
+    logits, cache = _decode(model, tgt[:, t:t + 1], jnp.full((2, 1), t), cache)
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
 
 
