@@ -13,8 +13,8 @@ reaches every kind alike.
 Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, attention,
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
-dtype on the same devices, and the compiled executable's memory (arguments + outputs - aliased +
-temporaries). Batches are random tokens of the config's shapes (no data pipeline in the timing).
+dtype on the same devices (the best of 5, before and after the timing), and the compiled
+executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of the config's shapes (no data pipeline in the timing).
 """
 
 import json
@@ -103,8 +103,9 @@ def synthetic_batch(trainer, batch_size: int, seq_len: int, seed: int = 0) -> di
   return batch
 
 
-def measure_peak(dtype: str, n: int, mesh) -> float:
-  """FLOP/s of an n x n by n x n matmul per device, all devices at once (median of 5)."""
+def measure_peak(dtype: str, n: int, mesh, repeats: int = 5) -> float:
+  """FLOP/s of an n x n by n x n matmul per device, all devices at once: the best of `repeats`
+  (a peak is what the hardware reaches; on a shared host the median moves with the load)."""
   devices = mesh.devices.size
   spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(sharding.AXES))
   key = jax.random.key(0)
@@ -115,11 +116,11 @@ def measure_peak(dtype: str, n: int, mesh) -> float:
                                            preferred_element_type=jnp.float32))
   jax.block_until_ready(matmul(a, b))
   times = []
-  for _ in range(5):
+  for _ in range(repeats):
     start = time.perf_counter()
     jax.block_until_ready(matmul(a, b))
     times.append(time.perf_counter() - start)
-  return 2 * devices * n ** 3 / statistics.median(times)
+  return 2 * devices * n ** 3 / min(times)
 
 
 def memory_bytes(compiled) -> dict:
@@ -237,11 +238,13 @@ def table(rows: list[dict]) -> str:
   return '\n'.join(lines)
 
 
-def serve(runners: dict[str, Runner], peak: float, meta: dict) -> None:
+def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
   """The worker side of scripts/compare_torch.py: answers lines on stdin with `BENCH <json>`
-  lines on stdout. `time KIND N` -> the N step times; `report` -> the rows; `quit` (or EOF)."""
+  lines on stdout. `time KIND N` -> the N step times; `report` -> the rows (MFU against the
+  better of `measure_peak_now()` then and at the start); `quit` (or EOF)."""
   def reply(obj):
     print('BENCH ' + json.dumps(obj), flush=True)
+  start_peak = measure_peak_now()
   reply({'ready': sorted(runners)})
   for line in sys.stdin:
     words = line.split()
@@ -250,7 +253,8 @@ def serve(runners: dict[str, Runner], peak: float, meta: dict) -> None:
     if words[0] == 'time' and len(words) == 3 and words[1] in runners:
       reply({'times': runners[words[1]].time(int(words[2]))})
     elif words[0] == 'report':
-      reply({**meta, 'peak_flops': peak, 'rows': [r.row(peak) for r in runners.values()]})
+      best = max(start_peak, measure_peak_now())
+      reply({**meta, 'peak_flops': best, 'rows': [r.row(best) for r in runners.values()]})
     else:
       reply({'error': f'unknown command {line.strip()!r}'})
 
@@ -279,18 +283,20 @@ def main(argv):
   except (errors.ConfigError, ValueError) as e:
     sys.exit(f'error: {e}')
   n = _PEAK_SIZE.value or (2048 if jax.default_backend() == 'cpu' else 8192)
-  peak = measure_peak(config.model.dtype, n, mesh)
+  measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
   for trial in trials:  # All compiled and warm first, then timed in interleaved rounds.
     runners[trial.model.position.kind] = runner = Runner(trial, mesh)
     runner.warm(_WARMUP.value)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-          'peak_flops': peak, 'peak_matmul_size': n, 'config': config.to_dict()}
+          'peak_matmul_size': n, 'config': config.to_dict()}
   if _SERVE.value:
-    serve(runners, peak, meta)
+    serve(runners, measure, meta)
     return
+  start_peak = measure()
   timed = interleave({kind: r.time for kind, r in runners.items()}, _STEPS.value, rounds)
+  peak = max(start_peak, measure())  # The better of before and after the timing.
   rows = [{**r.row(peak), 'rounds': timed[kind]} for kind, r in runners.items()]
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
@@ -303,8 +309,8 @@ def main(argv):
   if _OUT.value:
     pathlib.Path(_OUT.value).parent.mkdir(parents=True, exist_ok=True)
     with open(_OUT.value, 'w', encoding='utf-8') as f:
-      json.dump({**meta, 'steps': _STEPS.value, 'rounds_count': rounds, 'rows': rows},
-                f, indent=2)
+      json.dump({**meta, 'peak_flops': peak, 'steps': _STEPS.value, 'rounds_count': rounds,
+                 'rows': rows}, f, indent=2)
     print(f'wrote {_OUT.value}')
 
 
