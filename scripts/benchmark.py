@@ -14,7 +14,8 @@ Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, 
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
 dtype on the same devices (the best of 5, before and after the timing), and the compiled
-executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of the config's shapes (no data pipeline in the timing).
+executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
+the config's shapes (no data pipeline in the timing).
 """
 
 import json
