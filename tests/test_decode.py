@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
 from roformer import decode
@@ -23,6 +24,16 @@ def model_for(kind):
   return models.create(cfg, seed=5)
 
 
+@nnx.jit
+def _forward(model, tokens, positions, segments):
+  return model(tokens, positions, segments)
+
+
+@nnx.jit
+def _decode(model, tokens, positions, cache):
+  return model.decode(tokens, positions, cache)
+
+
 @pytest.mark.parametrize('kind', KINDS)
 def test_cached_logits_equal_full_forward(kind):
   """Prefill 4 tokens, then feed one token at a time: each step's logits equal the logits of
@@ -30,12 +41,12 @@ def test_cached_logits_equal_full_forward(kind):
   model = model_for(kind)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
   positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
-  full = np.asarray(model(tokens, positions, jnp.ones_like(tokens)))
+  full = np.asarray(_forward(model, tokens, positions, jnp.ones_like(tokens)))
   cache = model.init_cache(2, 12)
-  logits, cache = model.decode(tokens[:, :4], positions[:, :4], cache)
+  logits, cache = _decode(model, tokens[:, :4], positions[:, :4], cache)
   np.testing.assert_allclose(np.asarray(logits), full[:, :4], atol=1e-4)
   for t in range(4, 9):
-    logits, cache = model.decode(tokens[:, t:t + 1], positions[:, t:t + 1], cache)
+    logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
   assert int(cache['index']) == 9
 
@@ -44,8 +55,8 @@ def uncached_greedy(model, prompt, steps):
   tokens = np.asarray(prompt)
   for _ in range(steps):
     n = tokens.shape[1]
-    logits = model(jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(n), tokens.shape),
-                   jnp.ones(tokens.shape, jnp.int32))
+    logits = _forward(model, jnp.asarray(tokens), jnp.broadcast_to(jnp.arange(n), tokens.shape),
+                      jnp.ones(tokens.shape, jnp.int32))
     tokens = np.concatenate([tokens, np.asarray(jnp.argmax(logits[:, -1], -1))[:, None]], 1)
   return tokens[:, prompt.shape[1]:]
 

@@ -432,7 +432,7 @@ def test_weight_decay_spares_norms_and_bias_like_position_parameters():
   tc.update(weight_decay=0.5, learning_rate=1e-9, warmup_steps=0, grad_clip=1e9)
   tx = train_lib.make_optimizer(tc)
   zero = jax.tree.map(jnp.zeros_like, params)
-  updates, _ = tx.update(zero, tx.init(params), params)
+  updates, _ = jax.jit(tx.update)(zero, tx.init(params), params)
   name = lambda path: '/'.join(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path
                               if getattr(k, 'name', None) != 'value')
   decayed = {name(path): bool(np.any(u != 0))
