@@ -142,7 +142,7 @@ def test_loss_counts_selected_tokens_only(tiny_mlm):
            'inputs_segment_ids': jnp.ones((4, 32), jnp.int32),
            'inputs_positions': jnp.broadcast_to(jnp.arange(32), (4, 32))}
   key = jax.random.key(3)
-  sums = task.sums(model, batch, key)
+  sums = nnx.jit(task.sums)(model, batch, key)
   mask_key, _ = jax.random.split(key)
   corrupted, selected = tasks.mask_tokens(mask_key, batch['inputs'], batch['inputs_segment_ids'],
                                           mask_id=63)
@@ -155,10 +155,11 @@ def test_loss_counts_selected_tokens_only(tiny_mlm):
   assert float(sums['weight']) == sel.sum() > 0 and float(sums['tokens']) == 128
   np.testing.assert_allclose(float(sums['loss_sum']), ce[sel].sum(), rtol=1e-5)
   # Evaluation masks depend on the batch only: the same batch, the same loss.
-  first, second = task.sums(model, batch), task.sums(model, batch)
+  evaluate = nnx.jit(task.sums)
+  first, second = evaluate(model, batch), evaluate(model, batch)
   assert float(first['loss_sum']) == float(second['loss_sum'])
   # ... and other batches get other masks (counts of selected tokens differ somewhere).
-  counts = {float(task.sums(model, {**batch, 'inputs': batch['inputs'].at[0, 0].set(t)})[
+  counts = {float(evaluate(model, {**batch, 'inputs': batch['inputs'].at[0, 0].set(t)})[
       'weight']) for t in range(5, 10)}
   assert len(counts) > 1
 
