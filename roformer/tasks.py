@@ -268,10 +268,15 @@ class MaskedLanguageModeling(LanguageModeling):
     rows, length = inputs.shape
     groups = sharding.shards('batch', rows)
     slots = prediction_slots(self.max_predictions, self.rate, rows // groups, length)
+    # The cap on selections: N per row for max_predictions = N (a block of rows then never
+    # holds more than its slots), the slots per block for the automatic count.
+    cap, cap_groups = slots, groups
+    if slots is not None and self.max_predictions > 0:
+      cap, cap_groups = self.max_predictions, rows
     corrupted, selected = mask_tokens(
         mask_key, inputs, segments, mask_id=model.embed.num_embeddings - 1, rate=self.rate,
         mask_fraction=self.mask_fraction, random_fraction=self.random_fraction,
-        max_selected=slots, groups=groups)
+        max_selected=cap, groups=cap_groups)
     hidden = model.encode_segments(corrupted, batch['inputs_positions'], segments, dropout_key)
     targets, weights = inputs, selected
     if slots is not None:

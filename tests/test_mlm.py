@@ -81,6 +81,25 @@ def test_mask_cap_keeps_the_first_selections_of_each_block():
   np.testing.assert_array_equal(corrupted, np.where(want, 99, np.asarray(inputs)))
 
 
+def test_max_predictions_caps_each_row():
+  """BERT's max_predictions_per_seq is per row: with every token selected (rate 1) and N = 3,
+  a full row keeps 3 and a row with 2 real tokens keeps both: 5 in all (a cap on the whole
+  batch's 6 slots would give the full row all 6)."""
+  cfg = test_config.get_config('mlm')
+  cfg.model.vocab_size = 64
+  model = models.create(cfg.model, seed=1)
+  segments = np.zeros((2, 32), np.int32)
+  segments[0] = 1
+  segments[1, :2] = 1
+  batch = {'inputs': jnp.asarray(np.full((2, 32), 7) * (segments > 0), jnp.int32),
+           'inputs_segment_ids': jnp.asarray(segments),
+           'inputs_positions': jnp.broadcast_to(jnp.arange(32), (2, 32))}
+  task = tasks.MaskedLanguageModeling(rate=1.0, max_predictions=3)
+  assert tasks.prediction_slots(3, 1.0, 2, 32) == 6  # The gathered path is taken.
+  sums = nnx.jit(task.sums)(model, batch, jax.random.key(0))
+  assert float(sums['weight']) == 5
+
+
 def test_the_head_on_gathered_positions_equals_the_head_everywhere():
   cfg = test_config.get_config('mlm')
   cfg.model.vocab_size = 64
