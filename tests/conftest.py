@@ -1,19 +1,45 @@
-"""Test setup: 8 forced CPU devices (set before JAX starts) and a shared small data directory."""
+"""Test setup: 8 forced CPU devices (set before JAX starts), a compilation cache shared by the
+session's processes, and a shared small data directory."""
 
+import atexit
+import fcntl
+import json
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# Many tests compile the same step again: a resumed run, eval.py after train.py, the same model in
+# another test. JAX's persistent cache (keyed by the program, the flags and the devices) lets them
+# load the executable instead; it lives for this session only. The subprocesses inherit it.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix='roformer-tests-jax-cache-')
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _CACHE
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.1')
 
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import test as test_config  # pylint: disable=wrong-import-position
 
 
+def _shared_dir(tmp_path_factory, name: str):
+  """A directory for the whole run: pytest-xdist workers (pytest.ini starts two) share their
+  base temporary directory's parent, so what one builds the other reuses."""
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    root = root.parent
+  return root / name
+
+
 @pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
-  """Shakespeare built once per session (ArrayRecord + a 512-piece tokenizer)."""
-  return str(tmp_path_factory.mktemp('tfds'))
+  """Shakespeare built once per run (ArrayRecord + a 512-piece tokenizer); the data pipeline's
+  locks let the workers build it and the tokenizers together."""
+  path = _shared_dir(tmp_path_factory, 'tfds')
+  path.mkdir(exist_ok=True)
+  return str(path)
 
 
 @pytest.fixture
@@ -26,10 +52,18 @@ def config(data_dir):
 
 @pytest.fixture(scope='session')
 def mlm_workdir(tmp_path_factory, data_dir):
-  """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune)."""
+  """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune), trained
+  by the first worker that asks for it; its final metrics travel as JSON."""
   from roformer import train_lib  # pylint: disable=g-import-not-at-top
-  cfg = test_config.get_config('mlm')
-  cfg.data.data_dir = data_dir
-  cfg.train.update(steps=16, eval_every=8, checkpoint_every=8, learning_rate=1e-2)
-  workdir = str(tmp_path_factory.mktemp('pretrain') / 'mlm')
-  return workdir, train_lib.train_and_evaluate(cfg, workdir)
+  root = _shared_dir(tmp_path_factory, 'pretrain')
+  root.mkdir(exist_ok=True)
+  workdir, result = root / 'mlm', root / 'final_metrics.json'
+  with open(root / '.lock', 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not result.exists():
+      cfg = test_config.get_config('mlm')
+      cfg.data.data_dir = data_dir
+      cfg.train.update(steps=16, eval_every=8, checkpoint_every=8, learning_rate=1e-2)
+      last = train_lib.train_and_evaluate(cfg, str(workdir))
+      result.write_text(json.dumps(last))
+  return str(workdir), json.loads(result.read_text())

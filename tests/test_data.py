@@ -1,9 +1,13 @@
 """The embedded corpus builder, the tokenizer and the packing pipeline."""
 
+import fcntl
 import importlib.util
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import threading
 
 import ml_collections
 import numpy as np
@@ -129,6 +133,62 @@ def test_any_tfds_text_dataset_by_name(tmp_path):
                                           seq_len=16, batch_size=4, shuffle=False)))
   _check_packed(batch, 16)
   assert (batch['inputs_segment_ids'] > 0).sum() > 16
+
+
+class _Source:
+  """A random-access source of 2500 records that logs how it is read."""
+
+  def __init__(self, batched_signature_ok=True):
+    self.reads, self.ok = [], batched_signature_ok
+
+  def __len__(self):
+    return 2500
+
+  def __getitem__(self, i):
+    self.reads.append(1)
+    return {'text': f'record {i}'}
+
+  def __getitems__(self, keys, *required):
+    if not self.ok and not required:
+      raise TypeError("_getitems() missing 1 required positional argument: 'record_keys'")
+    self.reads.append(len(keys))
+    return [{'text': f'record {i}'} for i in keys]
+
+
+def test_records_are_read_in_blocks_in_order():
+  expected = [{'text': f'record {i}'} for i in range(2500)]
+  source = _Source()
+  assert list(pipeline._records(source, block=1024)) == expected
+  assert source.reads == [1024, 1024, 452]  # Three reads, not 2500.
+  mock = _Source(batched_signature_ok=False)  # TFDS's mock data: one record at a time.
+  assert list(pipeline._records(mock, block=1024)) == expected
+  assert mock.reads == [1] * 2500
+
+
+def test_a_tokenizer_written_while_waiting_for_the_lock_is_not_trained_again(
+    shakespeare_data, monkeypatch):
+  """Runs started together: the second waits for the first's tokenizer and loads it."""
+  cfg, sources, trained = shakespeare_data
+  cfg = ml_collections.ConfigDict(cfg.to_dict())
+  cfg.vocab_size = 333  # A tokenizer nobody has trained: its path, beside the 512 one.
+  path = pathlib.Path(trained.path.replace('_512.model', '_333.model'))
+  calls = []
+  monkeypatch.setattr(tokenizer_lib, 'train', lambda *a, **k: calls.append(a))
+  lock = open(path.with_suffix('.lock'), 'w', encoding='utf-8')  # The first run holds it ...
+  fcntl.flock(lock, fcntl.LOCK_EX)
+  result = {}
+  waiter = threading.Thread(target=lambda: result.update(
+      tok=pipeline.load_tokenizer(cfg, sources['train'])))
+  waiter.start()
+  try:
+    waiter.join(timeout=1.0)
+    assert waiter.is_alive()  # ... so the second waits,
+    shutil.copy(trained.path, path)  # ... while the first writes its tokenizer and lets go.
+  finally:
+    lock.close()
+    waiter.join(timeout=60)
+    path.unlink(missing_ok=True)
+  assert not calls and result['tok'].path == str(path)
 
 
 def test_bad_text_key_and_unknown_dataset(tmp_path):
