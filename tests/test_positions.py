@@ -35,6 +35,28 @@ def test_apply_rotary_equals_block_diagonal_matrix(base):
   np.testing.assert_allclose(small, want_small, atol=1e-5)
 
 
+@pytest.mark.parametrize('scaled', [False, True])
+def test_angles_are_evaluated_once_per_position_not_per_element(scaled):
+  """In the compiled forward and backward passes, no cosine or sine sits in a loop over the
+  [batch, seq, heads, head_dim] elements (XLA:CPU fused them there, evaluating both for every
+  element of every head); xPos's scale likewise stays out of it."""
+  x = jnp.ones((2, 16, 4, 8))
+  pos = jnp.tile(jnp.arange(16), (2, 1))
+  scale = jnp.exp(pos[..., None] * jnp.full(4, 0.01)) if scaled else None
+
+  def loss(y, pos):
+    s = None if scale is None else jnp.exp(pos[..., None] * jnp.full(4, 0.01))
+    return (positions.rotate_pairs(y, pos, positions.rope_frequencies(8), scale=s) ** 2).sum()
+
+  hlo = jax.jit(jax.grad(loss)).lower(x, pos).compile().as_text()
+  computations = hlo.split('\n\n')
+  transcendental = [c for c in computations if any(
+      f' {op}(' in c for op in ('cosine', 'sine', 'exponential'))]
+  assert transcendental  # Sanity: the angles and the scale are there ...
+  for c in transcendental:  # ... each on [batch, seq, d/2] arrays, no wider.
+    assert 'f32[2,16,4,8]' not in c and 'f32[2,16,4,4' not in c, c
+
+
 @pytest.mark.parametrize('layout', ['interleaved', 'half'])
 def test_rotation_gradient_is_the_transposed_matrix(layout):
   """rotate_pairs' backward (the rotation by -m) against R(m)^T g in float64; the `half`
