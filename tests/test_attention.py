@@ -133,12 +133,15 @@ def test_softmax_and_its_gradient_against_float64():
                              atol=1e-5)
 
 
-@pytest.mark.parametrize('bias_shape', [None, (1, 2, 6, 6), (2, 2, 6, 6), (1, 1, 6, 6)])
-def test_softmax_attention_and_its_gradients_against_float64(bias_shape):
+@pytest.mark.parametrize('blocks', [1, 2, 4])
+@pytest.mark.parametrize('bias_shape', [None, (1, 2, 6, 6), (4, 2, 6, 6), (1, 1, 6, 6)])
+def test_softmax_attention_and_its_gradients_against_float64(bias_shape, blocks):
+  """The attention core, whole and in blocks of batch rows (rows i, i + n, .. per block)."""
   rng = np.random.default_rng(8)
-  q, k, v, d_out = (rng.normal(size=(2, 6, 2, 4)) for _ in range(4))
+  q, k, v, d_out = (rng.normal(size=(4, 6, 2, 4)) for _ in range(4))
   bias = None if bias_shape is None else rng.normal(size=bias_shape)
-  seg = np.asarray([[1, 1, 1, 2, 0, 0], [1, 1, 1, 1, 1, 1]])  # Padding: fully masked rows.
+  seg = np.asarray([[1, 1, 1, 2, 0, 0], [1, 1, 1, 1, 1, 1],  # Padding: fully masked rows.
+                    [1, 2, 2, 2, 2, 0], [1, 1, 2, 2, 3, 3]])
   mask = np.asarray(attention.make_mask(jnp.asarray(seg), jnp.asarray(seg), causal=True))
   # float64 reference: l = q k^T + bias, p = softmax over allowed keys, o = p v.
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) + (0 if bias is None else bias)
@@ -154,9 +157,41 @@ def test_softmax_attention_and_its_gradients_against_float64(bias_shape):
     want['bias'] = d_l.sum(axis=tuple(i for i, n in enumerate(bias_shape) if n == 1),
                            keepdims=True)
   f32 = lambda x: None if x is None else jnp.asarray(x, jnp.float32)
-  out, vjp = jax.vjp(lambda q, k, v, b: attention.softmax_attention(q, k, v, jnp.asarray(mask), b),
-                     f32(q), f32(k), f32(v), f32(bias))
+  block_bytes = 4 // blocks * (2 * 6 * 6 * 4)  # Rows per block x one row's float32 logits.
+  assert attention.batch_blocks(4, 2 * 6 * 6 * 4, block_bytes) == blocks
+  out, vjp = jax.vjp(lambda q, k, v, b: attention.blocked_softmax_attention(
+      q, k, v, jnp.asarray(mask), b, block_bytes), f32(q), f32(k), f32(v), f32(bias))
   np.testing.assert_allclose(np.asarray(out), o, atol=1e-5)
   got = dict(zip(('q', 'k', 'v', 'bias'), vjp(f32(d_out))))
   for name, value in want.items():
     np.testing.assert_allclose(np.asarray(got[name]), value, atol=1e-4, err_msg=name)
+
+
+def test_batch_blocks_are_the_fewest_that_fit():
+  assert attention.batch_blocks(8, 4 * 2**20, 16 * 2**20) == 2
+  assert attention.batch_blocks(6, 10, 30) == 2  # Three rows of 10 bytes per block.
+  assert attention.batch_blocks(5, 10, 30) == 5  # No divisor of 5 fits: a row per block.
+  assert attention.batch_blocks(4, 100, 50) == 4  # A row larger than the budget: still one.
+  assert attention.batch_blocks(8, 10, 16 * 2**20) == 1
+
+
+def test_blocks_of_a_sharded_batch_stay_on_their_devices():
+  """Eight devices, two rows each, two blocks (rows i, i + 2, ..): the same output as one
+  device, and the compiled program moves nothing between devices."""
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]), ('data',))
+  rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  rng = np.random.default_rng(2)
+  q, k, v = (jnp.asarray(rng.normal(size=(16, 8, 2, 4)), jnp.float32) for _ in range(3))
+  seg = jnp.asarray(rng.integers(1, 3, size=(16, 8)))
+  mask = attention.make_mask(seg, seg, causal=False)
+  block_bytes = 8 * (2 * 8 * 8 * 4)  # Half the batch per block.
+  assert attention.batch_blocks(16, 2 * 8 * 8 * 4, block_bytes) == 2
+  f = jax.jit(lambda q, k, v, m: attention.blocked_softmax_attention(q, k, v, m, None,
+                                                                     block_bytes))
+  sharded = [jax.device_put(x, rows) for x in (q, k, v, mask)]
+  np.testing.assert_allclose(np.asarray(f(*sharded)),
+                             np.asarray(attention.softmax_attention(q, k, v, mask, None)),
+                             atol=1e-6)
+  hlo = f.lower(*sharded).compile().as_text()
+  for collective in ('all-gather', 'all-to-all', 'collective-permute', 'all-reduce'):
+    assert collective not in hlo, collective
