@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer import errors
+from roformer import sharding
 
 IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn')
 
@@ -132,9 +133,9 @@ def _softmax_attention_bwd(residuals, d_out):
 softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
 
 
-# The einsum path attends in blocks of batch rows whose float32 [rows, heads, q_len, k_len]
+# On CPU the einsum path attends in blocks of batch rows whose float32 [rows, heads, q_len, k_len]
 # logits take at most this many bytes, so that each block's passes over its logits, weights and
-# their gradients find them in a CPU's last-level cache instead of main memory (the medium
+# their gradients find them in the last-level cache instead of main memory (the medium
 # benchmark's 8 x 8 x 512 x 512 in four blocks: 5% off the whole train step).
 BLOCK_BYTES = 16 * 2**20
 
@@ -149,13 +150,14 @@ def batch_blocks(batch: int, row_bytes: int, block_bytes: int = BLOCK_BYTES) -> 
 def blocked_softmax_attention(q, k, v, mask, bias, block_bytes: int = BLOCK_BYTES):
   """softmax_attention over blocks of batch rows (see BLOCK_BYTES); the same values.
 
-  Block i holds rows i, i + n, i + 2n, ...: with the batch sharded over devices in contiguous
-  slices, every device holds its own rows of every block (when its slice is a multiple of n),
-  so blocking moves nothing between devices. A mask or bias without a batch dimension (size 1)
-  is shared by the blocks."""
+  The blocks divide the rows each device holds: block i takes rows i, i + n, i + 2n, ..., so with
+  the batch sharded over devices in contiguous slices every device keeps its own rows of every
+  block and blocking moves nothing between devices. A mask or bias without a batch dimension
+  (size 1) is shared by the blocks. Off CPU it runs in one block (the budget is a CPU cache's)."""
   b, q_len, heads, _ = q.shape
-  n = batch_blocks(b, heads * q_len * k.shape[1] * 4, block_bytes)
-  if n == 1:
+  local_rows = b // sharding.shards('batch', b)
+  n = batch_blocks(local_rows, heads * q_len * k.shape[1] * 4, block_bytes)
+  if n == 1 or jax.default_backend() != 'cpu':
     return softmax_attention(q, k, v, mask, bias)
 
   def rows(x, i):

@@ -61,6 +61,7 @@ def mlm_workdir(tmp_path_factory, data_dir):
   with open(root / '.lock', 'w', encoding='utf-8') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not result.exists():
+      shutil.rmtree(workdir, ignore_errors=True)  # A worker that failed here left no result.
       cfg = test_config.get_config('mlm')
       cfg.data.data_dir = data_dir
       cfg.train.update(steps=16, eval_every=8, checkpoint_every=8, learning_rate=1e-2)

@@ -8,6 +8,7 @@ import pytest
 from configs import test as test_config
 from roformer import attention
 from roformer import models
+from roformer import sharding
 
 KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi']
 NO_VALUE_TERM = [k for k in KINDS if k != 'shaw']
@@ -175,23 +176,27 @@ def test_batch_blocks_are_the_fewest_that_fit():
   assert attention.batch_blocks(8, 10, 16 * 2**20) == 1
 
 
-def test_blocks_of_a_sharded_batch_stay_on_their_devices():
-  """Eight devices, two rows each, two blocks (rows i, i + 2, ..): the same output as one
-  device, and the compiled program moves nothing between devices."""
-  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]), ('data',))
+@pytest.mark.parametrize('batch,blocks', [(16, 2), (8, 1)])
+def test_blocks_of_a_sharded_batch_stay_on_their_devices(batch, blocks):
+  """Eight devices holding 2 rows each (two blocks of one row per device: rows i, i + 2, ..) or
+  1 row each (one block, though the whole batch would make 8): the same output as one device,
+  and the compiled program moves nothing between devices."""
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(8, 1, 1), sharding.AXES)
   rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
   rng = np.random.default_rng(2)
-  q, k, v = (jnp.asarray(rng.normal(size=(16, 8, 2, 4)), jnp.float32) for _ in range(3))
-  seg = jnp.asarray(rng.integers(1, 3, size=(16, 8)))
+  q, k, v = (jnp.asarray(rng.normal(size=(batch, 8, 2, 4)), jnp.float32) for _ in range(3))
+  seg = jnp.asarray(rng.integers(1, 3, size=(batch, 8)))
   mask = attention.make_mask(seg, seg, causal=False)
-  block_bytes = 8 * (2 * 8 * 8 * 4)  # Half the batch per block.
-  assert attention.batch_blocks(16, 2 * 8 * 8 * 4, block_bytes) == 2
+  block_bytes = 2 * 8 * 8 * 4  # One row per block.
+  assert attention.batch_blocks(batch // 8, block_bytes, block_bytes) == blocks
   f = jax.jit(lambda q, k, v, m: attention.blocked_softmax_attention(q, k, v, m, None,
                                                                      block_bytes))
   sharded = [jax.device_put(x, rows) for x in (q, k, v, mask)]
-  np.testing.assert_allclose(np.asarray(f(*sharded)),
+  with jax.set_mesh(mesh):
+    got = f(*sharded)
+    hlo = f.lower(*sharded).compile().as_text()
+  np.testing.assert_allclose(np.asarray(got),
                              np.asarray(attention.softmax_attention(q, k, v, mask, None)),
                              atol=1e-6)
-  hlo = f.lower(*sharded).compile().as_text()
   for collective in ('all-gather', 'all-to-all', 'collective-permute', 'all-reduce'):
     assert collective not in hlo, collective
