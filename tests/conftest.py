@@ -2,7 +2,6 @@
 session's processes, and a shared small data directory."""
 
 import atexit
-import fcntl
 import json
 import os
 import shutil
@@ -55,11 +54,10 @@ def mlm_workdir(tmp_path_factory, data_dir):
   """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune), trained
   by the first worker that asks for it; its final metrics travel as JSON."""
   from roformer import train_lib  # pylint: disable=g-import-not-at-top
+  from roformer.data import pipeline  # pylint: disable=g-import-not-at-top
   root = _shared_dir(tmp_path_factory, 'pretrain')
-  root.mkdir(exist_ok=True)
   workdir, result = root / 'mlm', root / 'final_metrics.json'
-  with open(root / '.lock', 'w', encoding='utf-8') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
+  with pipeline.exclusive(root / '.lock'):
     if not result.exists():
       shutil.rmtree(workdir, ignore_errors=True)  # A worker that failed here left no result.
       cfg = test_config.get_config('mlm')

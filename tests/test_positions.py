@@ -42,10 +42,9 @@ def test_angles_are_evaluated_once_per_position_not_per_element(scaled):
   element of every head); xPos's scale likewise stays out of it."""
   x = jnp.ones((2, 16, 4, 8))
   pos = jnp.tile(jnp.arange(16), (2, 1))
-  scale = jnp.exp(pos[..., None] * jnp.full(4, 0.01)) if scaled else None
 
   def loss(y, pos):
-    s = None if scale is None else jnp.exp(pos[..., None] * jnp.full(4, 0.01))
+    s = jnp.exp(pos[..., None] * jnp.full(4, 0.01)) if scaled else None
     return (positions.rotate_pairs(y, pos, positions.rope_frequencies(8), scale=s) ** 2).sum()
 
   hlo = jax.jit(jax.grad(loss)).lower(x, pos).compile().as_text()

@@ -7,6 +7,7 @@ at most `seq_len` predictions, packs several chunks into one row (positions rest
 segment ids count 1..n per row; 0 is padding) and batches.
 """
 
+import contextlib
 import dataclasses
 import fcntl
 import importlib
@@ -60,6 +61,17 @@ _TFDS_MODULES = {'wmt14_translate': 'tensorflow_datasets.translate.wmt14',
                  'glue': 'tensorflow_datasets.text.glue'}
 
 
+@contextlib.contextmanager
+def exclusive(lock_path: str | os.PathLike):
+  """Holds an exclusive `flock` on lock_path (created with its directory) while the block runs:
+  runs started together (a parallel sweep, test workers) build what they share once; the
+  others wait, then find it built. The kernel releases it however the holder exits."""
+  os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+  with open(lock_path, 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
 def _builder(data_cfg):
   name, ddir = data_cfg.name, data_dir(data_cfg)
   module = _TFDS_MODULES.get(name.split('/')[0])
@@ -68,11 +80,7 @@ def _builder(data_cfg):
   if name in EMBEDDED_BUILDERS:
     builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
     if not builder.is_prepared():
-      # Runs started together (a parallel sweep) build it once: the first holds the lock,
-      # the others wait and then find it prepared.
-      os.makedirs(ddir, exist_ok=True)
-      with open(os.path.join(ddir, f'.{name}.lock'), 'w', encoding='utf-8') as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+      with exclusive(os.path.join(ddir, f'.{name}.lock')):
         builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
         if not builder.is_prepared():
           builder.download_and_prepare()
@@ -140,10 +148,7 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
                       f'spm_{"_".join(keys)}_{data_cfg.vocab_size}.model')
   if path.exists():
     return tokenizer_lib.Tokenizer(path)
-  # Runs started together train it once, as they build the data once (_builder).
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with open(path.with_suffix('.lock'), 'w', encoding='utf-8') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
+  with exclusive(path.with_suffix('.lock')):  # Trained once by runs started together.
     if path.exists():
       return tokenizer_lib.Tokenizer(path)
     texts = (as_text(record[key]) for record in _records(train_source) for key in keys)
