@@ -16,16 +16,41 @@ _CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training c
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.',
                                required=True)
 _DISTRIBUTED = flags.DEFINE_bool(
-    'distributed', False, 'Multi-host: call jax.distributed.initialize() first (coordinator and '
-    'process ids come from the cluster environment or JAX_COORDINATOR_ADDRESS etc.).')
+    'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On Slurm, Cloud '
+    'TPU, GKE or under Open MPI it finds the processes itself; elsewhere give the three flags '
+    'below on every process.')
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'With --distributed: host:port of process 0, the same on every '
+    'process (or JAX_COORDINATOR_ADDRESS).')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None,
+                                      'With --distributed: how many processes take part.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None,
+                                   'With --distributed: this process, 0 .. num_processes - 1.')
+
+
+def initialize_distributed() -> None:
+  """jax.distributed.initialize() with the flags that were given (the others detected)."""
+  given = [f'--{f.name}' for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)
+           if f.value is not None]
+  if not _DISTRIBUTED.value:
+    if given:
+      raise app.UsageError(f'{", ".join(given)} given without --distributed. Fix: add '
+                           '--distributed.')
+    return
+  if (_NUM_PROCESSES.value is None) != (_PROCESS_ID.value is None):
+    raise app.UsageError('--num_processes and --process_id go together. Fix: give both (or '
+                         'neither, where the cluster environment provides them).')
+  if _NUM_PROCESSES.value is not None and not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
+    raise app.UsageError(f'--process_id={_PROCESS_ID.value} is not in 0 .. '
+                         f'{_NUM_PROCESSES.value - 1}. Fix: number the processes from 0.')
+  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logs.setup()
-  if _DISTRIBUTED.value:
-    jax.distributed.initialize()
+  initialize_distributed()
   try:
     last = train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.ConfigError as e:
