@@ -21,7 +21,7 @@ import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from scripts.benchmark import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
+from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 
 def build(preset: str, threads: int):

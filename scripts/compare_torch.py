@@ -26,7 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # pylint: disable-next=wrong-import-position
-from scripts.benchmark import TORCH_PRESETS, interleave, round_ratios, round_sizes
+from scripts.timing import TORCH_PRESETS, interleave, round_ratios, round_sizes
 
 
 class Worker:

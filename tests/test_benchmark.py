@@ -77,7 +77,7 @@ def test_benchmark_refuses_a_bad_kind_before_compiling():
 
 def test_gpu_preset_is_a_125m_decoder():
   sys.path.insert(0, ROOT)
-  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  from scripts import benchmark, timing  # pylint: disable=g-import-not-at-top
   from roformer import models  # pylint: disable=g-import-not-at-top
   config = lm.get_config()
   benchmark.apply_preset(config, 'gpu_125m')
@@ -91,28 +91,28 @@ def test_gpu_preset_is_a_125m_decoder():
   matmul_weights = m.num_layers * (4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff)
   want = 6 * (matmul_weights + m.d_model * m.vocab_size) + m.num_layers * 6 * L * m.d_model
   assert flops.train_flops_per_token(m, L) == want
-  assert benchmark.TORCH_PRESETS == ('small', 'medium')
+  assert timing.TORCH_PRESETS == ('small', 'medium')  # No PyTorch counterpart.
 
 
 def test_rounds_split_the_steps_and_rotate_who_goes_first():
   sys.path.insert(0, ROOT)
-  from scripts import benchmark  # pylint: disable=g-import-not-at-top
-  assert benchmark.round_sizes(10, 4) == [3, 3, 2, 2]
-  assert benchmark.round_sizes(5, 1) == [5]
+  from scripts import timing  # pylint: disable=g-import-not-at-top
+  assert timing.round_sizes(10, 4) == [3, 3, 2, 2]
+  assert timing.round_sizes(5, 1) == [5]
   for bad in (0, 6):
     with pytest.raises(ValueError, match='--rounds'):
-      benchmark.round_sizes(5, bad)
+      timing.round_sizes(5, bad)
   calls = []
   def timer(name):
     def run(n):
       calls.append((name, n))
       return [float(len(calls))] * n
     return run
-  timed = benchmark.interleave({'a': timer('a'), 'b': timer('b'), 'c': timer('c')}, 7, 3)
+  timed = timing.interleave({'a': timer('a'), 'b': timer('b'), 'c': timer('c')}, 7, 3)
   assert calls == [('a', 3), ('b', 3), ('c', 3), ('b', 2), ('c', 2), ('a', 2),
                    ('c', 2), ('a', 2), ('b', 2)]
   assert timed['a'] == [[1.0] * 3, [6.0] * 2, [8.0] * 2]
-  assert benchmark.round_ratios(timed['b'], timed['a']) == [2.0, 4 / 6, 9 / 8]
+  assert timing.round_ratios(timed['b'], timed['a']) == [2.0, 4 / 6, 9 / 8]
 
 
 def test_compare_torch_summarizes_per_round_ratios():
@@ -165,3 +165,13 @@ def test_compare_torch_needs_torch_and_says_so():
                         check=False, timeout=120)
   assert done.returncode == 2, done.stderr[-2000:]
   assert 'needs torch' in done.stderr and 'pip install torch transformers' in done.stderr
+
+
+def test_the_pytorch_side_does_not_import_jax():
+  """The PyTorch worker and the comparison's parent process share the host with the JAX worker
+  being timed: neither loads JAX."""
+  code = ('import sys; from scripts import benchmark_torch, compare_torch\n'
+          'assert "jax" not in sys.modules, "jax imported"')
+  done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                        check=False, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
