@@ -16,9 +16,9 @@ _CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training c
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.',
                                required=True)
 _DISTRIBUTED = flags.DEFINE_bool(
-    'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On Slurm, Cloud '
-    'TPU, GKE or under Open MPI it finds the processes itself; elsewhere give the three flags '
-    'below on every process.')
+    'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On a cluster '
+    'that JAX detects (Slurm, Cloud TPU, GKE TPU, Open MPI 4) it finds the processes itself; '
+    'elsewhere give the three flags below in every process.')
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address', None, 'With --distributed: host:port of process 0, the same on every '
     'process (or JAX_COORDINATOR_ADDRESS).')
@@ -40,10 +40,18 @@ def initialize_distributed() -> None:
   if (_NUM_PROCESSES.value is None) != (_PROCESS_ID.value is None):
     raise app.UsageError('--num_processes and --process_id go together. Fix: give both (or '
                          'neither, where the cluster environment provides them).')
+  if _NUM_PROCESSES.value is not None and _NUM_PROCESSES.value < 1:
+    raise app.UsageError(f'--num_processes={_NUM_PROCESSES.value}. Fix: the number of processes '
+                         'taking part, at least 1.')
   if _NUM_PROCESSES.value is not None and not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
     raise app.UsageError(f'--process_id={_PROCESS_ID.value} is not in 0 .. '
                          f'{_NUM_PROCESSES.value - 1}. Fix: number the processes from 0.')
-  jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  try:
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  except ValueError as e:  # What no flag or detected cluster gave (JAX's message names it).
+    raise app.UsageError(f'--distributed: {e} No cluster environment was detected. Fix: give '
+                         'every process --coordinator_address=HOST:PORT (of process 0), '
+                         '--num_processes=N and --process_id=I.') from None
 
 
 def main(argv):

@@ -189,8 +189,8 @@ def mask_tokens(key, inputs, segment_ids, *, mask_id: int, rate: float = 0.15,
 
 # The automatic number of prediction slots leaves unmasked, in expectation, at most this fraction
 # of a Bernoulli(rate) selection (the selections past the slots stay unmasked): the masking rate
-# is then `rate` to within this relative error. Past the slots with probability ~1e-4 per block
-# and step at the benchmark shapes, dropping a few selections when it happens.
+# is then `rate` to within this relative error. A selection goes past the slots with
+# probability 4e-5 to 5e-5 per block and step at the benchmark shapes, losing a few then.
 LOST_FRACTION = 1e-6
 
 

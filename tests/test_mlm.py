@@ -58,12 +58,13 @@ def test_prediction_slots_by_hand():
   assert tasks.prediction_slots(-1, 0.15, 8, 128) == 200
   assert tasks.prediction_slots(20, 0.15, 8, 128) == 160  # BERT's 20 per row of 128.
   assert tasks.prediction_slots(0, 0.15, 8, 128) is None  # Every position.
-  assert tasks.prediction_slots(-1, 0.5, 1, 16) is None  # 8 + 12 >= 16: nothing to save.
+  assert tasks.prediction_slots(-1, 0.5, 1, 16) is None  # The bound is all 16: nothing to save.
+  assert tasks.selection_bound(20, 1.0) == 24  # Every token, rounded up to a multiple of 8.
 
 
-@pytest.mark.parametrize('rate', [0.01, 0.05, 0.15, 0.3, 0.7])
+@pytest.mark.parametrize('rate', [0.01, 0.05, 0.15, 0.3, 0.7, 0.9])
 def test_automatic_slots_are_the_smallest_multiple_of_8_losing_at_most_the_set_fraction(rate):
-  for tokens in (16, 40, 128, 512, 1024, 4096):
+  for tokens in (1, 16, 20, 40, 128, 512, 1024, 4096):
     slots = tasks.selection_bound(tokens, rate)
     assert slots % 8 == 0
     assert _expected_excess(tokens, rate, slots) <= tasks.LOST_FRACTION

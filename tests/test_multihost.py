@@ -2,6 +2,7 @@
 jax.distributed (CPU collectives over gloo), each with its own devices and its own share of
 the data, as on a cluster of hosts."""
 
+import contextlib
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import multihost_worker
 import numpy as np
 import pytest
 
-from roformer import metrics
+from tests.test_reliability import _losses
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,34 +27,50 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict:
+@contextlib.contextmanager
+def _processes(commands: list[list[str]], devices: int, log_dir):
+  """One process per command (with `devices` CPU devices each), its output in
+  log_dir/processI.log; any still running when the block ends, a failed test's included, is
+  killed."""
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
-  return env
+  log_dir.mkdir(parents=True, exist_ok=True)
+  procs = []
+  try:
+    for i, command in enumerate(commands):
+      with open(log_dir / f'process{i}.log', 'w', encoding='utf-8') as log:
+        procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
+                                      stderr=subprocess.STDOUT))
+      procs[-1].log = log_dir / f'process{i}.log'
+    yield procs
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+      proc.wait()
 
 
-def _wait_all(procs, timeout=300) -> list[str]:
-  outputs = []
-  for p in procs:
-    try:
-      out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-      for q in procs:
-        q.kill()
-      raise
-    outputs.append(out)
-    assert p.returncode == 0, out[-3000:]
+def _finish(procs, timeout: float = 300) -> list[str]:
+  """Waits until every process has exited 0 (at most `timeout` s) and returns their outputs;
+  fails as soon as one exits otherwise, with every process's last lines."""
+  deadline = time.time() + timeout
+  while any(p.poll() is None for p in procs) and time.time() < deadline:
+    if any(p.poll() not in (None, 0) for p in procs):
+      break
+    time.sleep(0.2)
+  outputs = [p.log.read_text(encoding='utf-8') for p in procs]
+  report = '\n'.join(f'process {i} ({"running" if p.poll() is None else f"exit {p.returncode}"})'
+                     f':\n{out[-2000:]}' for i, (p, out) in enumerate(zip(procs, outputs)))
+  assert all(p.poll() == 0 for p in procs), report
   return outputs
 
 
 def _two_processes(tmp_path, mesh: tuple[int, int, int]) -> dict:
-  out = str(tmp_path / 'two.json')
-  port = _free_port()
-  procs = [subprocess.Popen(
-      [sys.executable, 'tests/multihost_worker.py', out, str(i), '2', str(port)] +
-      [str(n) for n in mesh], cwd=REPO, env=_env(2), stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  _wait_all(procs)
+  out, port = str(tmp_path / 'two.json'), str(_free_port())
+  commands = [[sys.executable, 'tests/multihost_worker.py', out, str(i), '2', port] +
+              [str(n) for n in mesh] for i in range(2)]
+  with _processes(commands, 2, tmp_path / 'logs') as procs:
+    _finish(procs)
   with open(out, encoding='utf-8') as f:
     return json.load(f)
 
@@ -78,21 +95,15 @@ def test_two_processes_train_as_one_process_with_their_devices(tmp_path, mesh):
                                err_msg=name)
 
 
-def _train(workdir, data_dir, steps, port, processes=2, checkpoint_every=100_000):
-  """train.py started as README's multi-host command, once per process."""
-  return [subprocess.Popen(
-      [sys.executable, 'train.py', '--distributed', f'--coordinator_address=localhost:{port}',
-       f'--num_processes={processes}', f'--process_id={i}', '--config=configs/test.py',
-       f'--workdir={workdir}', f'--config.data.data_dir={data_dir}',
-       f'--config.train.steps={steps}', '--config.train.schedule=rsqrt',
-       '--config.train.eval_every=100000', f'--config.train.checkpoint_every={checkpoint_every}'],
-      cwd=REPO, env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-      for i in range(processes)]
-
-
-def _losses(workdir) -> dict[int, float]:
-  return {r['step']: r['loss'] for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
-          if r['split'] == 'train'}
+def _train_commands(workdir, data_dir, steps, checkpoint_every=100_000) -> list[list[str]]:
+  """README's multi-host command for each of two processes."""
+  port = _free_port()
+  return [[sys.executable, 'train.py', '--distributed', f'--coordinator_address=localhost:{port}',
+           '--num_processes=2', f'--process_id={i}', '--config=configs/test.py',
+           f'--workdir={workdir}', f'--config.data.data_dir={data_dir}',
+           f'--config.train.steps={steps}', '--config.train.schedule=rsqrt',
+           '--config.train.eval_every=100000',
+           f'--config.train.checkpoint_every={checkpoint_every}'] for i in range(2)]
 
 
 def test_the_readme_launch_trains_one_run_on_two_processes(data_dir, tmp_path):
@@ -100,7 +111,9 @@ def test_the_readme_launch_trains_one_run_on_two_processes(data_dir, tmp_path):
   process 0) with every step, both logging the same final loss, and a checkpoint holding each
   process's data position."""
   workdir = str(tmp_path / 'run')
-  outputs = _wait_all(_train(workdir, data_dir, 4, _free_port(), checkpoint_every=2))
+  with _processes(_train_commands(workdir, data_dir, 4, checkpoint_every=2), 1,
+                  tmp_path / 'logs') as procs:
+    outputs = _finish(procs)
   losses = _losses(workdir)
   assert sorted(losses) == [1, 2, 3, 4]
   for out in outputs:
@@ -116,23 +129,24 @@ def test_sigterm_on_one_host_stops_both_at_one_step_and_the_run_continues(data_d
   same step with one checkpoint (each process's data position in it); rerunning both continues
   with the losses of a run that was never stopped."""
   workdir = str(tmp_path / 'run')
-  procs = _train(workdir, data_dir, 100_000, _free_port())
-  deadline = time.time() + 180
-  while not (os.path.exists(os.path.join(workdir, 'metrics.jsonl')) and len(_losses(workdir)) >= 5):
-    assert time.time() < deadline and all(p.poll() is None for p in procs), (
-        procs[0].communicate()[0][-3000:] if procs[0].poll() is not None else 'no progress')
-    time.sleep(0.2)
-  procs[1].send_signal(signal.SIGTERM)
-  outputs = _wait_all(procs)
+  with _processes(_train_commands(workdir, data_dir, 100_000), 1, tmp_path / 'logs') as procs:
+    deadline = time.time() + 180
+    while not (os.path.exists(os.path.join(workdir, 'metrics.jsonl')) and
+               len(_losses(workdir)) >= 5):
+      assert time.time() < deadline and all(p.poll() is None for p in procs), 'no progress'
+      time.sleep(0.2)
+    procs[1].send_signal(signal.SIGTERM)
+    outputs = _finish(procs)
   stopped = int(os.listdir(os.path.join(workdir, 'checkpoints'))[0])
   assert f'stopped by a signal on another host at step {stopped}' in outputs[0]
   assert f'stopped by SIGTERM at step {stopped}' in outputs[1]
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints', str(stopped), 'data'))) == [
       'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
 
-  _wait_all(_train(workdir, data_dir, stopped + 3, _free_port()))
   straight = str(tmp_path / 'straight')
-  _wait_all(_train(straight, data_dir, stopped + 3, _free_port()))
+  for run, logs in ((workdir, 'resumed'), (straight, 'straight')):
+    with _processes(_train_commands(run, data_dir, stopped + 3), 1, tmp_path / logs) as procs:
+      _finish(procs)
   resumed, expected = _losses(workdir), _losses(straight)
   assert sorted(resumed) == sorted(expected) == list(range(1, stopped + 4))
   np.testing.assert_allclose([resumed[s] for s in expected], list(expected.values()), rtol=1e-6)
@@ -144,10 +158,14 @@ def test_sigterm_on_one_host_stops_both_at_one_step_and_the_run_continues(data_d
     (['--distributed', '--num_processes=2'], '--num_processes and --process_id go together.'),
     (['--distributed', '--num_processes=2', '--process_id=2'],
      '--process_id=2 is not in 0 .. 1. Fix: number the processes from 0.'),
+    (['--distributed', '--num_processes=0', '--process_id=0'], 'at least 1.'),
+    (['--distributed'], 'No cluster environment was detected. Fix: give every process '
+                        '--coordinator_address=HOST:PORT (of process 0), --num_processes=N'),
 ])
 def test_bad_process_flags_are_refused_before_anything_starts(tmp_path, flags, message):
   workdir = tmp_path / 'run'
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] + flags, cwd=REPO,
-                        env=_env(1), capture_output=True, text=True, timeout=120)
+                        env=env, capture_output=True, text=True, timeout=120)
   assert done.returncode != 0 and message in done.stderr + done.stdout
   assert not workdir.exists()
