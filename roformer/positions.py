@@ -321,6 +321,7 @@ def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'in
   return _rotate_by(x, *_cos_sin(positions, inv_freq, layout, scale), layout)
 
 
+@functools.lru_cache(maxsize=None)
 def _spread(layout: str, d: int) -> tuple[np.ndarray, np.ndarray]:
   """0/+-1 matrices [d/2, d] that place pair i's cosine on both its dimensions and its sine
   on them with the signs of the rotation: C = (c0, c0, c1, c1, ..), S = (-s0, s0, -s1, s1, ..)
@@ -330,6 +331,7 @@ def _spread(layout: str, d: int) -> tuple[np.ndarray, np.ndarray]:
   c, s = np.zeros((d // 2, d), np.float32), np.zeros((d // 2, d), np.float32)
   c[i, first] = c[i, second] = 1.0
   s[i, first], s[i, second] = -1.0, 1.0
+  c.flags.writeable = s.flags.writeable = False  # Cached: shared by every trace.
   return c, s
 
 

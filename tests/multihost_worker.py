@@ -23,6 +23,7 @@ from jax.experimental import multihost_utils
 from configs import test as test_config
 from roformer import sharding
 from roformer import train_lib
+from tests.test_step import _batch
 
 STEPS = 3
 BATCH = 8
@@ -38,18 +39,10 @@ def run(mesh_shape: tuple[int, int, int], devices=None) -> dict:
   mesh = sharding.make_mesh(cfg.mesh, devices)
   trainer = train_lib.Trainer(cfg, mesh)
 
-  rng = np.random.default_rng(7)
-  length, vocab = cfg.data.seq_len, cfg.model.vocab_size
-  tokens = rng.integers(5, vocab, (BATCH, length + 1)).astype(np.int32)
-  segments = np.ones((BATCH, length), np.int32)
-  segments[1, 20:] = 2  # A second document in row 1, and padding in row 6.
-  segments[6, 25:] = 0
-  positions = np.where(segments == 2, np.arange(length) - 20, np.arange(length)).astype(np.int32)
-  batch = {'inputs': tokens[:, :-1] * (segments > 0), 'targets': tokens[:, 1:] * (segments > 0),
-           'inputs_segment_ids': segments, 'targets_segment_ids': segments,
-           'inputs_positions': positions, 'targets_positions': positions}
+  batch = _batch(cfg, seed=7)  # Packed rows of two documents, one with padding.
   # The rows this process's devices hold, in order: its share of the global batch.
-  index_map = sharding.batch_sharding(mesh).addressable_devices_indices_map((BATCH, length))
+  index_map = sharding.batch_sharding(mesh).addressable_devices_indices_map(
+      batch['inputs'].shape)
   rows = sorted({r for index in index_map.values() for r in range(BATCH)[index[0]]})
   local = {k: v[rows] for k, v in batch.items()}
 

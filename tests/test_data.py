@@ -1,6 +1,5 @@
 """The embedded corpus builder, the tokenizer and the packing pipeline."""
 
-import fcntl
 import importlib.util
 import os
 import pathlib
@@ -174,19 +173,18 @@ def test_a_tokenizer_written_while_waiting_for_the_lock_is_not_trained_again(
   path = pathlib.Path(trained.path.replace('_512.model', '_333.model'))
   calls = []
   monkeypatch.setattr(tokenizer_lib, 'train', lambda *a, **k: calls.append(a))
-  lock = open(path.with_suffix('.lock'), 'w', encoding='utf-8')  # The first run holds it ...
-  fcntl.flock(lock, fcntl.LOCK_EX)
   result = {}
   waiter = threading.Thread(target=lambda: result.update(
       tok=pipeline.load_tokenizer(cfg, sources['train'])))
-  waiter.start()
   try:
-    waiter.join(timeout=1.0)
-    assert waiter.is_alive()  # ... so the second waits,
-    shutil.copy(trained.path, path)  # ... while the first writes its tokenizer and lets go.
+    with pipeline.exclusive(path.with_suffix('.lock')):  # The first run holds the lock ...
+      waiter.start()
+      waiter.join(timeout=1.0)
+      assert waiter.is_alive()  # ... so the second waits,
+      shutil.copy(trained.path, path)  # ... while the first writes its tokenizer and lets go.
   finally:
-    lock.close()
-    waiter.join(timeout=60)
+    if waiter.ident is not None:  # Started.
+      waiter.join(timeout=60)
     path.unlink(missing_ok=True)
   assert not calls and result['tok'].path == str(path)
 

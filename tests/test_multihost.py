@@ -16,6 +16,7 @@ import multihost_worker
 import numpy as np
 import pytest
 
+from tests.test_reliability import _env
 from tests.test_reliability import _losses
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,8 +33,7 @@ def _processes(commands: list[list[str]], devices: int, log_dir):
   """One process per command (with `devices` CPU devices each), its output in
   log_dir/processI.log; any still running when the block ends, a failed test's included, is
   killed."""
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
+  env = {**_env(), 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
   log_dir.mkdir(parents=True, exist_ok=True)
   procs = []
   try:
@@ -164,8 +164,7 @@ def test_sigterm_on_one_host_stops_both_at_one_step_and_the_run_continues(data_d
 ])
 def test_bad_process_flags_are_refused_before_anything_starts(tmp_path, flags, message):
   workdir = tmp_path / 'run'
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] + flags, cwd=REPO,
-                        env=env, capture_output=True, text=True, timeout=120)
+                        env=_env(), capture_output=True, text=True, timeout=120)
   assert done.returncode != 0 and message in done.stderr + done.stdout
   assert not workdir.exists()
