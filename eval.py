@@ -15,8 +15,8 @@ from ml_collections import config_flags
 
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
 from roformer import logs
-from roformer import train_lib
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A workdir written by train.py.', required=True)
 _STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
@@ -45,11 +45,11 @@ def main(argv):
     sys.exit(f'error: --out={_OUT.value!r} must be a file name ending in .json (it is written '
              'inside --workdir).')
   try:
-    results = train_lib.evaluate_workdir(flags.FLAGS.config, _WORKDIR.value, _STEP.value,
+    results = evaluate.evaluate_workdir(flags.FLAGS.config, _WORKDIR.value, _STEP.value,
                                          splits=tuple(_SPLITS.value))
   except errors.ConfigError as e:
     sys.exit(f'error: {e}')
-  print(train_lib.format_results(results))
+  print(evaluate.format_results(results))
   path = os.path.join(_WORKDIR.value, _OUT.value)
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     json.dump(results, f, indent=2)

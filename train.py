@@ -9,7 +9,7 @@ from ml_collections import config_flags
 
 from roformer import errors
 from roformer import logs
-from roformer import train_lib
+from roformer import loop
 
 _CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training config file.',
                                           lock_config=True)
@@ -60,7 +60,7 @@ def main(argv):
   logs.setup()
   initialize_distributed()
   try:
-    last = train_lib.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    last = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.ConfigError as e:
     sys.exit(f'error: {e}')
   if 'preempted' in last:

@@ -1,7 +1,7 @@
 """What each model type trains on: its batches and its loss, behind one small interface.
 
 `for_config(config)` picks the task from `config.model.type`; the training loop, evaluation and
-checkpointing in `train_lib` are shared by all tasks.
+checkpointing (`roformer.loop`, `roformer.evaluate`) are shared by all tasks.
 """
 
 import functools
@@ -350,3 +350,9 @@ TASKS = {
 
 def for_config(config):
   return TASKS[config.model.type](config)
+
+
+def per_example(config) -> bool:
+  """Whether the model's task scores whole examples (classification, regression) rather than
+  tokens."""
+  return config.model.type in TASKS and for_config(config).per_example

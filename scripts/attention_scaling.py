@@ -26,7 +26,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 from configs import performer  # pylint: disable=wrong-import-position
 from roformer import config_lib  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
-from roformer import train_lib  # pylint: disable=wrong-import-position
+from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
 
 def measure(kind: str, length: int, repeats: int, overrides: dict) -> dict:
@@ -43,7 +43,7 @@ def measure(kind: str, length: int, repeats: int, overrides: dict) -> dict:
       node = node[p]
     node[leaf] = type(node[leaf])(value)
   config_lib.validate(config)
-  trainer = train_lib.Trainer(config, sharding.make_mesh(config.mesh))
+  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   rng = np.random.default_rng(0)
   batch = {'inputs': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32),
            'targets': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32)}

@@ -39,7 +39,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import sharding
-from roformer import train_lib
+from roformer import trainer as trainer_lib
 from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
 
@@ -133,7 +133,7 @@ class Runner:
 
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config = config
-    self.trainer = train_lib.Trainer(config, mesh)
+    self.trainer = trainer_lib.Trainer(config, mesh)
     self.batch = sharding.put_batch(
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len), mesh)
     self.state = self.trainer.init_state()

@@ -150,13 +150,13 @@ def write_workdir(params: dict, config, workdir: str) -> None:
   from roformer import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
   from roformer import config_lib  # pylint: disable=g-import-not-at-top
   from roformer import sharding  # pylint: disable=g-import-not-at-top
-  from roformer import train_lib  # pylint: disable=g-import-not-at-top
+  from roformer import trainer as trainer_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   workdir = os.path.abspath(workdir)
   if os.path.exists(workdir) and os.listdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir} exists and is not empty. Fix: choose a new '
                              'directory; nothing was written.')
   config_lib.validate(config)
-  trainer = train_lib.Trainer(config, sharding.make_mesh(config.mesh))
+  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   state = trainer.init_state()
   target = state['params'].to_pure_dict()
   for key, value in params.items():
@@ -164,7 +164,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
   nnx.replace_by_pure_dict(state['params'], target)
   os.makedirs(workdir, exist_ok=True)
   config_lib.save(config, workdir)
-  with open(os.path.join(workdir, train_lib.FOREIGN_VOCABULARY_FILE), 'w', encoding='utf-8') as f:
+  with open(os.path.join(workdir, workdir_lib.FOREIGN_VOCABULARY_FILE), 'w', encoding='utf-8') as f:
     f.write('Converted from Hugging Face RoFormer weights: token ids are those of the Hugging '
             'Face tokenizer, not of a SentencePiece model of this project.\n')
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))

@@ -53,7 +53,7 @@ def config(data_dir):
 def mlm_workdir(tmp_path_factory, data_dir):
   """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune), trained
   by the first worker that asks for it; its final metrics travel as JSON."""
-  from roformer import train_lib  # pylint: disable=g-import-not-at-top
+  from roformer import loop  # pylint: disable=g-import-not-at-top
   from roformer.data import pipeline  # pylint: disable=g-import-not-at-top
   root = _shared_dir(tmp_path_factory, 'pretrain')
   workdir, result = root / 'mlm', root / 'final_metrics.json'
@@ -63,6 +63,6 @@ def mlm_workdir(tmp_path_factory, data_dir):
       cfg = test_config.get_config('mlm')
       cfg.data.data_dir = data_dir
       cfg.train.update(steps=16, eval_every=8, checkpoint_every=8, learning_rate=1e-2)
-      last = train_lib.train_and_evaluate(cfg, str(workdir))
+      last = loop.train_and_evaluate(cfg, str(workdir))
       result.write_text(json.dumps(last))
   return str(workdir), json.loads(result.read_text())

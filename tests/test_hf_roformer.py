@@ -79,10 +79,10 @@ def test_converter_writes_a_workdir_and_refuses_a_used_one(tmp_path):
   assert (tmp_path / 'run' / 'config.json').exists()
   assert (tmp_path / 'run' / 'checkpoints' / '0').exists()
   from configs import test as test_config  # pylint: disable=g-import-not-at-top
-  from roformer import errors, train_lib  # pylint: disable=g-import-not-at-top
+  from roformer import errors, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   cfg = test_config.get_config('classify')
   cfg.init_from = str(tmp_path / 'run')
   with pytest.raises(errors.ConfigError, match='vocabulary is not a tokenizer'):
-    train_lib.setup_data(cfg)
+    workdir_lib.setup_data(cfg)
   with pytest.raises(SystemExit, match='not empty'):
     convert.main(['--checkpoint', str(tmp_path / 'hf'), '--workdir', str(tmp_path / 'run')])

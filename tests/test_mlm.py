@@ -14,9 +14,10 @@ from configs import test as test_config
 from roformer import attention
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
 from roformer import models
 from roformer import tasks
-from roformer import train_lib
+from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 
@@ -177,11 +178,11 @@ def test_loss_counts_selected_tokens_only(tiny_mlm):
   assert float(sums['weight']) == sel.sum() > 0 and float(sums['tokens']) == 128
   np.testing.assert_allclose(float(sums['loss_sum']), ce[sel].sum(), rtol=1e-5)
   # Evaluation masks depend on the batch only: the same batch, the same loss.
-  evaluate = nnx.jit(task.sums)
-  first, second = evaluate(model, batch), evaluate(model, batch)
+  eval_sums = nnx.jit(task.sums)
+  first, second = eval_sums(model, batch), eval_sums(model, batch)
   assert float(first['loss_sum']) == float(second['loss_sum'])
   # ... and other batches get other masks (counts of selected tokens differ somewhere).
-  counts = {float(evaluate(model, {**batch, 'inputs': batch['inputs'].at[0, 0].set(t)})[
+  counts = {float(eval_sums(model, {**batch, 'inputs': batch['inputs'].at[0, 0].set(t)})[
       'weight']) for t in range(5, 10)}
   assert len(counts) > 1
 
@@ -189,7 +190,7 @@ def test_loss_counts_selected_tokens_only(tiny_mlm):
 def test_mlm_chunks_are_unshifted_and_packed(data_dir):
   cfg = test_config.get_config('mlm')
   cfg.data.data_dir = data_dir
-  sources, tok = train_lib.setup_data(cfg, splits=('validation',))
+  sources, tok = workdir_lib.setup_data(cfg, splits=('validation',))
   assert cfg.model.vocab_size == tok.vocab_size + 1  # The [MASK] id.
   batch = next(iter(tasks.for_config(cfg).batches(cfg, sources['validation'], tok,
                                                   train=False)))
@@ -203,8 +204,8 @@ def test_mlm_trains_and_evaluates(mlm_workdir):
   workdir, last = mlm_workdir
   cfg = config_lib.load(workdir)
   assert last['validation']['loss'] < np.log(cfg.model.vocab_size)  # Better than uniform.
-  assert os.path.exists(os.path.join(workdir, train_lib.TOKENIZER_FILE))
-  results = train_lib.evaluate_workdir(cfg, workdir)
+  assert os.path.exists(os.path.join(workdir, workdir_lib.TOKENIZER_FILE))
+  results = evaluate.evaluate_workdir(cfg, workdir)
   row = results['splits']['validation']['lengths'][0]
   assert row['loss'] == pytest.approx(last['validation']['loss'], rel=1e-5)  # Same masks.
   assert row['tokens'] == last['validation']['tokens'] > 0

@@ -16,8 +16,10 @@ from roformer import attention
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
 from roformer import errors
+from roformer import loop
 from roformer import models
-from roformer import train_lib
+from roformer import sharding
+from roformer import trainer as trainer_lib
 
 
 def random_qkv(b=2, length=37, h=2, d=16, scale=0.5, seed=0):
@@ -189,8 +191,8 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
   cfg.data.data_dir = data_dir
   cfg.model.attention.update(kind='favor', num_features=16, chunk=8, redraw_interval=5)
   cfg.train.update(steps=12, eval_every=12, checkpoint_every=2, max_to_keep=10)
-  train_lib.train_and_evaluate(cfg, str(tmp_path / 'run'))
-  trainer = train_lib.Trainer(cfg, train_lib.sharding.make_mesh(cfg.mesh))
+  loop.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'run' / 'checkpoints'))
   # After s steps the weights hold the draw of the last step taken, (s - 1) // 5.
   for step, draw in ((4, 0), (6, 1), (10, 1), (12, 2)):

@@ -18,9 +18,13 @@ from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
+from roformer import loop
 from roformer import metrics
 from roformer import reliability
-from roformer import train_lib
+from roformer import sharding
+from roformer import trainer as trainer_lib
+from roformer import workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -100,7 +104,7 @@ def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_d
                         check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   straight = str(tmp_path / 'straight')
-  train_lib.train_and_evaluate(cfg, straight)
+  loop.train_and_evaluate(cfg, straight)
   resumed, reference = _losses(workdir), _losses(straight)
   np.testing.assert_allclose([resumed[s] for s in range(stopped + 1, end + 1)],
                              [reference[s] for s in range(stopped + 1, end + 1)], rtol=1e-5)
@@ -121,7 +125,7 @@ def test_kill_9_loses_at_most_the_steps_since_the_last_checkpoint(data_dir, tmp_
   latest = checkpoint_lib.latest_step(ckpt_dir)
   assert latest is not None and ran - 5 <= latest + 5 and latest % 5 == 0
   cfg.train.steps = latest + 2
-  last = train_lib.train_and_evaluate(cfg, workdir)  # Restores cleanly and continues.
+  last = loop.train_and_evaluate(cfg, workdir)  # Restores cleanly and continues.
   assert checkpoint_lib.latest_step(ckpt_dir) == latest + 2 and 'train' in last
 
 
@@ -136,15 +140,15 @@ def _corrupt(step_dir: str) -> None:
 def test_an_unreadable_latest_checkpoint_falls_back_and_is_kept(data_dir, tmp_path, caplog):
   cfg = _config(data_dir, steps=4, checkpoint_every=2)
   workdir = str(tmp_path / 'run')
-  train_lib.train_and_evaluate(cfg, workdir)
+  loop.train_and_evaluate(cfg, workdir)
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   _corrupt(os.path.join(ckpt_dir, '4'))
   with pytest.raises(errors.ConfigError, match=r'checkpoint at step 4 .* cannot be read.*--step '
                      r'\(available: \[2\]\)'):
-    train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=4)
+    evaluate.evaluate_workdir(config_lib.load(workdir), workdir, step=4)
   cfg.train.steps = 6
   with caplog.at_level(logging.WARNING):
-    train_lib.train_and_evaluate(cfg, workdir)
+    loop.train_and_evaluate(cfg, workdir)
   assert any('step 4' in r.message and 'cannot be read' in r.message for r in caplog.records)
   assert os.path.isdir(os.path.join(ckpt_dir, '4.unreadable'))  # Kept, not deleted.
   assert checkpoint_lib.all_steps(ckpt_dir)[-1] == 6
@@ -157,7 +161,7 @@ def test_nonfinite_loss_stops_keeping_the_last_good_checkpoint(data_dir, tmp_pat
   workdir = str(tmp_path / 'run')
   with pytest.raises(reliability.Diverged, match=r'step (\d+): the loss or gradient norm is '
                      'not finite') as info:
-    train_lib.train_and_evaluate(cfg, workdir)
+    loop.train_and_evaluate(cfg, workdir)
   bad = int(info.value.args[0].split(':')[0].split()[1])
   assert checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints')) == bad - 1
   saved = np.load(os.path.join(workdir, f'nonfinite_step_{bad}.npz'))
@@ -168,9 +172,9 @@ def test_nonfinite_loss_stops_keeping_the_last_good_checkpoint(data_dir, tmp_pat
 def test_nonfinite_steps_can_be_skipped_and_counted(data_dir, tmp_path):
   cfg = _config(data_dir, steps=6, learning_rate=1e30, warmup_steps=0, on_nonfinite='skip')
   workdir = str(tmp_path / 'run')
-  last = train_lib.train_and_evaluate(cfg, workdir)
+  last = loop.train_and_evaluate(cfg, workdir)
   assert last['train']['skipped_steps'] >= 1
-  trainer = train_lib.Trainer(cfg, train_lib.sharding.make_mesh(cfg.mesh))
+  trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   state = ckpt.restore(6, trainer.abstract_state)
   ckpt.close()
@@ -182,12 +186,12 @@ def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_
   cfg.mesh.update(num_devices=-1, data=1, fsdp=8)  # Parameters split 8 ways.
   cfg.eval.max_batches = 2
   workdir = str(tmp_path / 'run')
-  train_lib.train_and_evaluate(cfg, workdir)
+  loop.train_and_evaluate(cfg, workdir)
   results = []
   for mesh in ({'num_devices': 1, 'data': -1, 'fsdp': 1}, {'data': 4, 'fsdp': 1, 'tensor': 2}):
     eval_cfg = config_lib.load(workdir)
     eval_cfg.mesh.update(mesh)
-    out = train_lib.evaluate_workdir(eval_cfg, workdir, splits=('validation',))
+    out = evaluate.evaluate_workdir(eval_cfg, workdir, splits=('validation',))
     results.append([row['loss'] for row in out['splits']['validation']['lengths']])
   np.testing.assert_allclose(results[0], results[1], rtol=1e-5)
 
@@ -212,19 +216,19 @@ def test_hostile_command_lines_get_one_line_errors_and_leave_the_workdir(tmp_pat
 def test_a_workdir_that_cannot_be_written_is_reported_first(config, tmp_path, monkeypatch):
   def refuse(*args, **kwargs):
     raise PermissionError(13, 'Permission denied')
-  monkeypatch.setattr(train_lib, '_probe_writable', refuse)
+  monkeypatch.setattr(workdir_lib, 'probe_writable', refuse)
   with pytest.raises(errors.ConfigError, match='cannot be written'):
-    train_lib.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
 def test_resuming_with_another_model_size_is_refused(data_dir, tmp_path):
   cfg = _config(data_dir, steps=2)
   workdir = str(tmp_path / 'run')
-  train_lib.train_and_evaluate(cfg, workdir)
+  loop.train_and_evaluate(cfg, workdir)
   before = sorted(os.listdir(workdir))
   cfg.model.d_model = 64
   with pytest.raises(errors.ConfigError, match='different run; changed fields .*model.d_model'):
-    train_lib.train_and_evaluate(cfg, workdir)
+    loop.train_and_evaluate(cfg, workdir)
   assert sorted(os.listdir(workdir)) == before
   shutil.rmtree(workdir)
 
@@ -238,7 +242,7 @@ def test_a_workdir_from_before_newer_fields_still_resumes(tmp_path):
   saved = config_lib.load(workdir).to_dict()
   del saved['model']['remat'], saved['model']['attention'], saved['train']['on_nonfinite']
   config_lib.save(ml_collections.ConfigDict(saved), workdir)
-  train_lib._check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
+  workdir_lib.check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
   cfg.model.attention.kind = 'favor'  # Not what that run trained with.
   with pytest.raises(errors.ConfigError, match='model.attention'):
-    train_lib._check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
+    workdir_lib.check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access

@@ -424,13 +424,13 @@ def test_xpos_applies_the_yarn_temperature():
 
 
 def test_weight_decay_spares_norms_and_bias_like_position_parameters():
-  from roformer import models, train_lib
+  from roformer import models, optim
   cfg = model_cfg('xl')
   cfg.vocab_size = 50
   params = nnx.state(models.create(cfg), nnx.Param)
   tc = test_config.get_config().train
   tc.update(weight_decay=0.5, learning_rate=1e-9, warmup_steps=0, grad_clip=1e9)
-  tx = train_lib.make_optimizer(tc)
+  tx = optim.make_optimizer(tc)
   zero = jax.tree.map(jnp.zeros_like, params)
   updates, _ = jax.jit(tx.update)(zero, tx.init(params), params)
   name = lambda path: '/'.join(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path

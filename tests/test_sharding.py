@@ -8,7 +8,7 @@ import pytest
 from configs import test as test_config
 from roformer import errors
 from roformer import sharding
-from roformer import train_lib
+from roformer import trainer as trainer_lib
 from tests.test_step import _batch
 
 MESHES = {
@@ -50,7 +50,7 @@ def _losses(config, mesh_fields: dict, steps: int = 3):
   config = ml_collections.ConfigDict(config.to_dict())
   config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
   mesh = sharding.make_mesh(config.mesh)
-  trainer = train_lib.Trainer(config, mesh)
+  trainer = trainer_lib.Trainer(config, mesh)
   state = trainer.init_state()
   batch = sharding.put_batch(_batch(config), mesh)
   losses = []
@@ -91,7 +91,7 @@ def test_masked_lm_gathers_per_device_and_trains_like_one_device():
   def losses(mesh_fields):
     config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
     mesh = sharding.make_mesh(config.mesh)
-    trainer = train_lib.Trainer(config, mesh)
+    trainer = trainer_lib.Trainer(config, mesh)
     state = trainer.init_state()
     batch = sharding.put_batch({k: v for k, v in _batch(config).items() if k in features}, mesh)
     with jax.set_mesh(mesh):  # Rows split over data x fsdp = 4: four blocks of 2 rows.

@@ -8,8 +8,9 @@ import pytest
 from configs import test as test_config
 from roformer import models
 from roformer import sharding
+from roformer import steps
 from roformer import tasks
-from roformer import train_lib
+from roformer import trainer as trainer_lib
 
 
 def _batch(config, seed=0):
@@ -31,7 +32,7 @@ def _batch(config, seed=0):
 def _step(config, batch, num_devices=1):
   config.mesh.num_devices = num_devices
   mesh = sharding.make_mesh(config.mesh)
-  trainer = train_lib.Trainer(config, mesh)
+  trainer = trainer_lib.Trainer(config, mesh)
   state = trainer.init_state()
   state, metrics = trainer.train_step(state, sharding.put_batch(batch, mesh))
   return jax.device_get(state['params'].to_pure_dict()), jax.device_get(metrics), trainer
@@ -70,7 +71,7 @@ def test_gradient_accumulation_equals_the_whole_batch(lm_config):
 
 def test_micro_batches_take_strided_rows():
   x = jnp.arange(8)[:, None] * 10 + jnp.arange(3)[None]
-  micro = train_lib.micro_batches({'x': x}, 2)['x']
+  micro = steps.micro_batches({'x': x}, 2)['x']
   assert micro.shape == (2, 4, 3)
   np.testing.assert_array_equal(micro[0][:, 0], [0, 20, 40, 60])
   np.testing.assert_array_equal(micro[1][:, 0], [10, 30, 50, 70])
@@ -92,7 +93,7 @@ def test_remat_gives_the_same_step(lm_config, policy):
 def _remat_equations(config) -> list:
   """The rematerialised regions (jax.checkpoint equations) of the train step's jaxpr."""
   mesh = sharding.make_mesh(config.mesh)
-  trainer = train_lib.Trainer(config, mesh)
+  trainer = trainer_lib.Trainer(config, mesh)
   with jax.set_mesh(mesh):  # The jitted step itself (on_mesh sets the mesh outside traces).
     jaxpr = jax.make_jaxpr(trainer.train_step.fn)(trainer.abstract_state, _batch(config))
   found = []
@@ -173,7 +174,7 @@ def test_cross_entropy_and_its_gradient_match_float64(smoothing):
 def test_a_nonfinite_step_leaves_the_state_as_it_was(lm_config):
   """The update happens in a branch taken only when the loss and gradient norm are finite."""
   mesh = sharding.make_mesh(lm_config.mesh)
-  trainer = train_lib.Trainer(lm_config, mesh)
+  trainer = trainer_lib.Trainer(lm_config, mesh)
   state = trainer.init_state()
   batch = sharding.put_batch(_batch(lm_config), mesh)
   state, _ = trainer.train_step(state, batch)  # Adam moments that are not zero.

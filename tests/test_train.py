@@ -12,8 +12,10 @@ import pytest
 
 from configs import test as test_config
 from roformer import config_lib
+from roformer import evaluate
+from roformer import loop
 from roformer import metrics
-from roformer import train_lib
+from roformer import optim
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +41,7 @@ def trained(tmp_path_factory, data_dir):
   """One uninterrupted 8-step run on all 8 devices."""
   workdir = str(tmp_path_factory.mktemp('run') / 'lm')
   cfg = small_config(data_dir)
-  last = train_lib.train_and_evaluate(cfg, workdir)
+  last = loop.train_and_evaluate(cfg, workdir)
   return cfg, workdir, last
 
 
@@ -61,7 +63,7 @@ def test_training_learns_and_writes_its_outputs(trained):
 def test_eight_device_mesh_matches_one_device(trained, tmp_path, data_dir):
   cfg = small_config(data_dir)
   cfg.mesh.num_devices = 1
-  train_lib.train_and_evaluate(cfg, str(tmp_path / 'one'))
+  loop.train_and_evaluate(cfg, str(tmp_path / 'one'))
   one, eight = train_losses(str(tmp_path / 'one')), train_losses(trained[1])
   np.testing.assert_allclose([one[s] for s in sorted(one)], [eight[s] for s in sorted(eight)],
                              rtol=2e-5)
@@ -69,9 +71,9 @@ def test_eight_device_mesh_matches_one_device(trained, tmp_path, data_dir):
 
 def test_resume_continues_the_same_trajectory(trained, tmp_path, data_dir):
   workdir = str(tmp_path / 'resumed')
-  train_lib.train_and_evaluate(small_config(data_dir), workdir, stop_at=3)
+  loop.train_and_evaluate(small_config(data_dir), workdir, stop_at=3)
   assert sorted(train_losses(workdir)) == [1, 2, 3]
-  train_lib.train_and_evaluate(small_config(data_dir), workdir)  # Same command again.
+  loop.train_and_evaluate(small_config(data_dir), workdir)  # Same command again.
   resumed, straight = train_losses(workdir), train_losses(trained[1])
   assert sorted(resumed) == list(range(1, 9))
   np.testing.assert_allclose([resumed[s] for s in range(4, 9)],
@@ -82,14 +84,14 @@ def test_eval_restores_what_train_saved(trained):
   cfg, workdir, last = trained
   saved = config_lib.load(workdir)
   saved.eval.max_batches = cfg.train.eval_batches
-  results = train_lib.evaluate_workdir(saved, workdir)
+  results = evaluate.evaluate_workdir(saved, workdir)
   at_1x = results['splits']['validation']['lengths'][0]
   assert results['step'] == 8 and at_1x['length'] == cfg.data.seq_len
   np.testing.assert_allclose(at_1x['loss'], last['validation']['loss'], rtol=1e-6)
   assert [r['length'] for r in results['splits']['test']['lengths']] == [32, 64]
   np.testing.assert_allclose(at_1x['perplexity'], math.exp(at_1x['loss']), rtol=1e-9)
   # An earlier checkpoint is a different model.
-  earlier = train_lib.evaluate_workdir(saved, workdir, step=4)
+  earlier = evaluate.evaluate_workdir(saved, workdir, step=4)
   assert earlier['splits']['validation']['lengths'][0]['loss'] != at_1x['loss']
 
 
@@ -115,7 +117,7 @@ def test_unigram_cross_entropy_by_hand():
 def test_rsqrt_schedule():
   tc = test_config.get_config().train
   tc.update(steps=100, warmup_steps=10, learning_rate=1e-3, schedule='rsqrt')
-  sched = train_lib.make_schedule(tc)
+  sched = optim.make_schedule(tc)
   assert float(sched(10)) == pytest.approx(1e-3)
   assert float(sched(40)) == pytest.approx(1e-3 * math.sqrt(10 / 40), rel=1e-5)
 
@@ -123,7 +125,7 @@ def test_rsqrt_schedule():
 def test_schedule_warmup_and_cosine_endpoints():
   tc = test_config.get_config().train
   tc.update(steps=100, warmup_steps=10, learning_rate=2e-3, end_lr_fraction=0.1)
-  sched = train_lib.make_schedule(tc)
+  sched = optim.make_schedule(tc)
   assert float(sched(0)) == 0.0 and float(sched(5)) == pytest.approx(1e-3)
   assert float(sched(10)) == pytest.approx(2e-3)
   mid = 10 + 45  # Half way through the decay: lr = end + (peak - end) / 2.
@@ -137,13 +139,13 @@ def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
   saved = config_lib.load(workdir)
   saved.model.d_ff = 48
   with pytest.raises(errors.ConfigError, match=r'does not match.*model\.d_ff: 64 vs 48'):
-    train_lib.evaluate_workdir(saved, workdir)
+    evaluate.evaluate_workdir(saved, workdir)
   saved = config_lib.load(workdir)
   saved.model.position.kind = 'none'  # Same shapes, different model: still refused.
   with pytest.raises(errors.ConfigError, match=r"model\.position\.kind: 'rope' vs 'none'"):
-    train_lib.evaluate_workdir(saved, workdir)
+    evaluate.evaluate_workdir(saved, workdir)
   with pytest.raises(errors.ConfigError, match=r'--step=5 has no checkpoint'):
-    train_lib.evaluate_workdir(config_lib.load(workdir), workdir, step=5)
+    evaluate.evaluate_workdir(config_lib.load(workdir), workdir, step=5)
 
 
 @pytest.mark.parametrize('kind', [pytest.param('linear', marks=pytest.mark.slow),
@@ -156,8 +158,8 @@ def test_rope_scaling_applies_at_evaluation_time(trained, kind):
   scaled.eval.max_batches = 1
   scaled.model.position.rope.scaling.kind = kind
   scaled.model.position.rope.scaling.factor = 2.0
-  base = train_lib.evaluate_workdir(plain, workdir, splits=('validation',))
-  got = train_lib.evaluate_workdir(scaled, workdir, splits=('validation',))
+  base = evaluate.evaluate_workdir(plain, workdir, splits=('validation',))
+  got = evaluate.evaluate_workdir(scaled, workdir, splits=('validation',))
   assert got['rope_scaling']['kind'] == kind
   if kind == 'yarn':  # Filled in from the trained sequence length.
     assert got['rope_scaling']['original_length'] == plain.data.seq_len
@@ -170,7 +172,7 @@ def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir,
   cfg = test_config.get_config(kind)
   cfg.data.data_dir = data_dir
   cfg.train.update(steps=3, eval_every=3, checkpoint_every=3, eval_batches=1)
-  last = train_lib.train_and_evaluate(cfg, str(tmp_path / kind))
+  last = loop.train_and_evaluate(cfg, str(tmp_path / kind))
   losses = train_losses(str(tmp_path / kind))
   assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
   assert math.isfinite(last['validation']['loss'])

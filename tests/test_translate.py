@@ -9,9 +9,10 @@ import tensorflow_datasets as tfds
 from configs import translate
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
+from roformer import loop
 from roformer import metrics
 from roformer import tasks
-from roformer import train_lib
 from roformer.data import pipeline
 
 
@@ -30,7 +31,7 @@ def tiny(data_dir, **data):
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory, data_dir):
   workdir = str(tmp_path_factory.mktemp('translate') / 'run')
-  last = train_lib.train_and_evaluate(tiny(data_dir), workdir)
+  last = loop.train_and_evaluate(tiny(data_dir), workdir)
   return workdir, last
 
 
@@ -47,7 +48,7 @@ def test_training_reports_bleu_and_keeps_the_best_checkpoint(trained):
 def test_eval_decodes_and_writes_translations(trained):
   workdir, _ = trained
   cfg = config_lib.load(workdir)
-  results = train_lib.evaluate_workdir(cfg, workdir)
+  results = evaluate.evaluate_workdir(cfg, workdir)
   test = results['splits']['test']
   assert test['direction'] == 'en->de' and test['sentences'] == 8
   assert test['bleu_signature'].startswith('nrefs:1|case:mixed') and 'chrf' in test
@@ -67,11 +68,11 @@ def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):
   cfg = config_lib.load(workdir)
   cfg.data.reverse = True
   with pytest.raises(errors.ConfigError, match='data.reverse: False vs True'):
-    train_lib.evaluate_workdir(cfg, workdir)
+    evaluate.evaluate_workdir(cfg, workdir)
   cfg = config_lib.load(workdir)
   cfg.data.vocab_size = 600
   with pytest.raises(errors.ConfigError, match='data.vocab_size: 512 vs 600'):
-    train_lib.evaluate_workdir(cfg, workdir)
+    evaluate.evaluate_workdir(cfg, workdir)
   assert pipeline.text_fields(tiny(data_dir, reverse=True).data) == [
       ('target_key', 'de'), ('source_key', 'en')]
 
@@ -79,7 +80,7 @@ def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):
 def test_translation_needs_a_parallel_dataset(tmp_path, data_dir):
   cfg = tiny(data_dir, name='shakespeare')
   with pytest.raises(errors.ConfigError, match='needs a parallel dataset'):
-    train_lib.train_and_evaluate(cfg, str(tmp_path / 'run'))
+    loop.train_and_evaluate(cfg, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
 
 

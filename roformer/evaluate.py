@@ -1,0 +1,266 @@
+"""Evaluation: token-weighted loss and accuracy over a split, per-example metrics for
+classifiers, BLEU for translation, and `evaluate_workdir`, what eval.py runs on a trained
+run (every split at every evaluation length, RoPE scaling applied at evaluation time)."""
+
+import itertools
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from roformer import config_lib
+from roformer import errors
+from roformer import metrics as metrics_lib
+from roformer import models
+from roformer import positions as positions_lib
+from roformer import sharding
+from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer import workdir as workdir_lib
+from roformer.data import pipeline
+from roformer.data import tokenizer as tokenizer_lib
+
+
+def translation_scores(trainer: trainer_lib.Trainer, params, source, tokenizer, *, limit: int = -1):
+  """Decodes up to `limit` pairs of `source` (-1: all) with beam search and scores them with
+  sacreBLEU and chrF. Returns (scores, hypotheses, references)."""
+  config = trainer.config
+  (_, src_key), (_, tgt_key) = pipeline.text_fields(config.data)
+  sources, references = [], []
+  for i in range(len(source)):
+    if 0 <= limit <= len(sources):
+      break
+    src, ref = (pipeline.as_text(source[i][k]) for k in (src_key, tgt_key))
+    if src.strip() and ref.strip():
+      sources.append(src)
+      references.append(ref)
+  hypotheses = trainer.task.translate(
+      trainer.graphdef, params, sources, tokenizer, max_len=config.data.seq_len,
+      beam_size=config.eval.beam_size, alpha=config.eval.alpha,
+      batch_size=config.eval.batch_size)
+  scores = metrics_lib.bleu_and_chrf(hypotheses, references)
+  scores.update(direction=f'{src_key}->{tgt_key}', sentences=len(sources),
+                copy_source_bleu=metrics_lib.bleu_and_chrf(sources, references)['bleu'])
+  return scores, hypotheses, references
+
+
+def _eval_batches(dataset, max_batches: int, template: dict):
+  """The dataset's batches (at most max_batches). With several processes, every process must
+  run the same number of global steps: shorter shards are topped up with padding batches."""
+  batches = itertools.islice(dataset, max_batches if max_batches >= 0 else None)
+  if jax.process_count() == 1:
+    yield from batches
+    return
+  batches = list(batches)
+  count = int(np.max(multihost_utils.process_allgather(np.int32(len(batches)))))
+  yield from batches
+  for _ in range(count - len(batches)):
+    yield {k: np.zeros_like(v) for k, v in template.items()}
+
+
+def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
+             max_batches: int = -1, seq_len: int | None = None):
+  """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches;
+  for per-example tasks, `evaluate_examples`."""
+  local = batch_size // jax.process_count()
+  length = seq_len or trainer.config.data.seq_len
+  template = trainer.task.feature_shapes(local, length)
+  if trainer.task.per_example:
+    return evaluate_examples(trainer, params, dataset, template, max_batches)
+  totals = None
+  for batch in _eval_batches(dataset, max_batches, template):
+    sums = trainer.eval_step(params, sharding.put_batch(pipeline.pad_batch(batch, local),
+                                                        trainer.mesh))
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  if totals is None:
+    raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
+                             'config.data.splits and that the split has text.')
+  totals = jax.device_get(totals)
+  loss = float(totals['loss_sum'] / max(totals['weight'], 1.0))
+  return {'loss': loss, 'accuracy': float(totals['correct'] / max(totals['weight'], 1.0)),
+          'perplexity': metrics_lib.perplexity(loss), 'tokens': float(totals['weight'])}
+
+
+def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: dict,
+                      max_batches: int = -1):
+  """Loss and the config's metrics (config.eval.metrics: accuracy, f1, mcc, pearson,
+  spearman) over every example of a classification or regression dataset."""
+  local = next(iter(template.values())).shape[0]
+  outputs, labels, weights = [], [], []
+  for batch in _eval_batches(dataset, max_batches, template):
+    out, label, weight = jax.device_get(trainer.predict_step(
+        params, sharding.put_batch(pipeline.pad_batch(batch, local), trainer.mesh)))
+    outputs.append(out)
+    labels.append(label)
+    weights.append(weight)
+  if not outputs:
+    raise errors.ConfigError('the evaluation split produced no examples. Fix: check '
+                             'config.data.splits.')
+  keep = np.concatenate(weights) > 0
+  outputs = np.concatenate(outputs)[keep].astype(np.float64)
+  labels = np.concatenate(labels)[keep]
+  if outputs.shape[1] == 1:
+    loss = float(np.mean((outputs[:, 0] - labels) ** 2))
+  else:
+    shifted = outputs - outputs.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    loss = float(-np.mean(logp[np.arange(len(labels)), labels]))
+  result = {'loss': loss, 'examples': float(len(labels))}
+  result.update(metrics_lib.classification_report(trainer.config.eval.metrics, labels, outputs))
+  return result
+
+
+def format_metrics(result: dict) -> str:
+  names = {'loss': 'loss %.4f', 'perplexity': 'perplexity %.2f', 'accuracy': 'acc %.3f',
+           'bleu': 'BLEU %.2f', 'f1': 'F1 %.3f', 'mcc': 'MCC %.3f', 'pearson': 'Pearson %.3f',
+           'spearman': 'Spearman %.3f'}
+  return ' | '.join(fmt % result[k] for k, fmt in names.items() if k in result)
+
+
+def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20000) -> float:
+  """Validation cross-entropy of a context-free unigram model fitted on the train split."""
+  def counts(source):
+    c = np.zeros(tokenizer.vocab_size, np.float64)
+    for i in range(min(len(source), max_docs)):
+      ids = tokenizer.encode(pipeline.as_text(source[i][text_key]))
+      c += np.bincount(np.append(ids, tokenizer_lib.EOS_ID), minlength=tokenizer.vocab_size)
+    return c
+  return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
+
+
+# Model fields an evaluation may override: how attention is computed, and RoPE context
+# extension applied to a checkpoint trained without it.
+_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype', 'model.position.rope.scaling')
+# Data fields that fix the tokenizer (vocabulary) and the translation direction.
+_EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.text_keys',
+                    'data.label_key', 'data.source_key', 'data.target_key', 'data.reverse')
+
+
+def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
+                     splits=('validation', 'test')) -> dict:
+  """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
+  length in config.eval.length_multipliers x config.data.seq_len."""
+  workdir = os.path.abspath(workdir)
+  unknown = [s for s in splits if s not in pipeline.SPLITS]
+  if unknown or not splits:
+    raise errors.ConfigError(f'splits {list(splits)}: evaluate some of {list(pipeline.SPLITS)}. '
+                             'Fix: e.g. --splits=validation,test.')
+  step = trainer_lib.checkpoint_step(workdir, step)
+  saved = config_lib.load(workdir)
+  changed = [d for d in config_lib.differences(saved.model, config.model, 'model')
+             if not d.split(':')[0].startswith(_EVAL_MAY_CHANGE)]
+  for field in _EVAL_FIXED_DATA:  # The tokenizer and the direction the model was trained on.
+    changed += config_lib.differences({field: saved.data.get(field.split('.')[1])},
+                                      {field: config.data.get(field.split('.')[1])})
+  if changed:
+    raise errors.ConfigError(
+        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
+        f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
+        'drop those --config.model/--config.data overrides.')
+  scaling = config.model.position.rope.scaling
+  if scaling.kind == 'yarn' and scaling.original_length < 1:
+    with config.unlocked():  # YaRN's ramp is relative to the length the model was trained at.
+      scaling.original_length = saved.data.seq_len
+  mesh = sharding.make_mesh(config.mesh)
+  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
+  classifying = tasks.per_example(config)
+  if classifying:
+    splits = tuple(config.eval.get('splits', splits))
+  sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),
+                                              workdir=workdir)
+  trainer = trainer_lib.Trainer(config, mesh)
+  params = trainer_lib.restore_params(trainer, workdir, step)
+  results = {'step': step, 'position': config.model.position.kind,
+             'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
+             'train_seq_len': config.data.seq_len,
+             'overrides': config_lib.differences(saved, config), 'splits': {}}
+  if classifying:
+    for split in splits:
+      hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)
+      if len(hidden) and (hidden == -1).all():
+        results['splits'][split] = {'skipped': f'the labels of {split} are hidden (-1), as in '
+                                               'GLUE test sets: submit predictions instead.'}
+        continue
+      batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
+                                     batch_size=config.eval.batch_size, split=split)
+      results['splits'][split] = evaluate(trainer, params, batches,
+                                          batch_size=config.eval.batch_size,
+                                          max_batches=config.eval.max_batches)
+    return results
+  rescale = config.eval.get('scale_rope_to_length')
+
+  def at_length(mult):  # (trainer, config) for one length: its own RoPE factor if rescaling.
+    if not rescale:
+      return trainer, config
+    scaled = ml_collections.ConfigDict(config.to_dict())
+    scaled.model.position.rope.scaling.factor = max(
+        1.0, config.data.seq_len * mult / saved.data.seq_len)
+    return trainer_lib.Trainer(scaled, mesh), scaled
+  per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
+  if rescale:
+    results['rope_scaling']['factor'] = 'length / train_seq_len'
+  for split in splits:
+    rows = []
+    for mult in config.eval.length_multipliers:
+      length = config.data.seq_len * mult
+      row = {'length': length, 'multiplier': mult}
+      length_trainer, length_config = per_length[mult]
+      if rescale:
+        row['rope_scaling_factor'] = length_config.model.position.rope.scaling.factor
+      try:
+        positions_lib.validate(length_config.model, length,
+                               causal=models.is_causal(config.model))
+      except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
+        rows.append({**row, 'skipped': str(e)})
+        continue
+      batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
+                                     seq_len=length, batch_size=config.eval.batch_size)
+      rows.append({**row, **evaluate(length_trainer, params, batches,
+                                     batch_size=config.eval.batch_size,
+                                     max_batches=config.eval.max_batches, seq_len=length)})
+    results['splits'][split] = {'lengths': rows}
+    if isinstance(trainer.task, tasks.Translation):
+      if split != 'test':  # Decodes the test split; validation BLEU is reported in training.
+        continue
+      scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,
+                                              limit=config.eval.bleu_sentences_test)
+      out_dir = os.path.join(workdir, 'translations')
+      os.makedirs(out_dir, exist_ok=True)
+      for name, lines in (('hyp', hyps), ('ref', refs)):
+        with open(os.path.join(out_dir, f'{split}-step{step}.{name}.txt'), 'w',
+                  encoding='utf-8') as f:
+          f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
+      results['splits'][split].update(scores)
+    else:
+      results['splits'][split]['unigram_loss'] = unigram_baseline(
+          tokenizer, sources['train'], sources[split], config.data.text_key)
+  return results
+
+
+def format_results(results: dict) -> str:
+  lines = [f"step {results['step']}, position={results['position']}, trained at length "
+           f"{results['train_seq_len']}"]
+  if all('lengths' not in r for r in results['splits'].values()):  # Classification.
+    for split, r in results['splits'].items():
+      lines.append(f"{split:<22} " + (r['skipped'] if 'skipped' in r else
+                                      f"{format_metrics(r)} | {r['examples']:.0f} examples"))
+    return '\n'.join(lines)
+  lines.append(f"{'split':<11} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}")
+  for split, r in results['splits'].items():
+    for row in r['lengths']:
+      if 'skipped' in row:
+        lines.append(f"{split:<11} {row['length']:>7}   skipped: {row['skipped'][:60]}")
+      else:
+        lines.append(f"{split:<11} {row['length']:>7} {row['loss']:>8.4f} "
+                     f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}")
+    if 'unigram_loss' in r:
+      lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
+                   f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
+    if 'bleu' in r:
+      lines.append(f"{split:<11} {r['direction']}: BLEU {r['bleu']:.2f} (copying the source: "
+                   f"{r['copy_source_bleu']:.2f}), chrF {r['chrf']:.2f} on {r['sentences']} "
+                   f"sentences  [{r['bleu_signature']}]")
+  return '\n'.join(lines)

@@ -1,0 +1,251 @@
+"""The training loop: checks before anything is built, then train steps with periodic
+logging, validation and checkpoints, resuming from the newest checkpoint that reads back and
+stopping cleanly on preemption signals or a non-finite step."""
+
+import contextlib
+import logging
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import errors
+from roformer import evaluate as evaluate_lib
+from roformer import logs
+from roformer import metrics as metrics_lib
+from roformer import reliability
+from roformer import sharding
+from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer import warm_start
+from roformer import workdir as workdir_lib
+from roformer.data import pipeline
+
+log = logging.getLogger('roformer')
+
+
+def check_classification_data(config, sources) -> None:
+  """Before anything is compiled: the labels fit the head, and a sentence-pair task gets
+  both of its sentences."""
+  pairs = {'glue/' + task for task, spec in pipeline.GLUE_TASKS.items() if len(spec[0]) == 2}
+  keys = tuple(config.data.text_keys)
+  if config.data.name in pairs and len(keys) != 2:
+    wanted = pipeline.GLUE_TASKS[config.data.name[5:]][0]
+    raise errors.ConfigError(
+        f'{config.data.name} is a sentence-pair task but config.data.text_keys={keys} names '
+        f'{len(keys)} text(s). Fix: --config.data.text_keys="{wanted}" (or use '
+        f'configs/classify.py:{config.data.name}).')
+  if not 1 <= len(keys) <= 2:
+    raise errors.ConfigError(f'config.data.text_keys={keys} must name one text or a pair.')
+  if config.model.num_classes == 1:
+    return
+  for split in ('train', 'validation'):
+    if split not in sources:
+      continue
+    labels = pipeline.labels(sources[split], config.data.label_key)
+    labels = labels[labels != -1]  # Hidden labels.
+    if len(labels) and (labels.min() < 0 or labels.max() >= config.model.num_classes):
+      raise errors.ConfigError(
+          f'the {split} split has labels {labels.min()}..{labels.max()}, outside [0, '
+          f'config.model.num_classes={config.model.num_classes}). Fix: '
+          f'--config.model.num_classes={int(labels.max()) + 1}.')
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       stop_at: int | None = None) -> dict:
+  """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
+  validation split; returns the last train and eval metrics. With `stop_at`, the run
+  checkpoints and returns after that step, as if interrupted."""
+  workdir = os.path.abspath(workdir)
+  mesh = sharding.make_mesh(config.mesh)
+  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  workdir_lib.check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
+
+  resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
+  if config.get('init_from') and not resuming:  # config_lib.validate: classifiers only.
+    pretrained = warm_start.check_init_from(config)
+  sources, tokenizer = workdir_lib.setup_data(config, splits=('train', 'validation'),
+                                  workdir=workdir if resuming else '')
+  if tasks.per_example(config):
+    check_classification_data(config, sources)
+  os.makedirs(workdir, exist_ok=True)
+  with contextlib.ExitStack() as stack:
+    if jax.process_index() == 0:  # One writer per workdir.
+      stack.enter_context(reliability.WorkdirLock(workdir))
+    preempt = stack.enter_context(reliability.Preemption(
+        config.train.get('grace_period_s', 60), multihost=jax.process_count() > 1))
+    return _train(config, workdir, mesh, sources, tokenizer,
+                  pretrained if config.get('init_from') and not resuming else None,
+                  stop_at, preempt)
+
+
+def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_lib.Trainer,
+                            make_iter):
+  """Restores the newest checkpoint that reads back (returns (step, state, data iterator)),
+  or (None, None, a fresh iterator) if there is none. Newer ones that failed to read while an
+  older one reads fine are broken themselves (truncated, files missing): each is named in a
+  warning and moved aside to STEP.unreadable (by process 0), never deleted. If none reads,
+  nothing is moved and the first error is raised (a fault outside the checkpoints, such as
+  memory or a changed model, must not disown them all)."""
+  failed = []
+  for step in sorted(ckpt.all_steps(), reverse=True):
+    train_iter = make_iter()
+    try:
+      state = ckpt.restore(step, trainer.abstract_state, train_iter)
+    except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
+      log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
+                  'previous one.', step, ckpt.directory, type(e).__name__,
+                  str(e).splitlines()[0][:300] if str(e) else '')
+      failed.append((step, e))
+      continue
+    if failed and jax.process_index() == 0:
+      for bad, _ in failed:
+        log.warning('Moved the unreadable checkpoint of step %d to %s (not deleted); resuming '
+                    'from step %d.', bad, ckpt.set_aside(bad), step)
+    if failed and jax.process_count() > 1:
+      multihost_utils.sync_global_devices('checkpoints set aside')
+    return step, state, train_iter
+  if failed:
+    step, error = failed[0]
+    raise errors.ConfigError(
+        f'no checkpoint in {ckpt.directory} can be read (step {step}: {type(error).__name__}: '
+        f'{str(error).splitlines()[0][:300] if str(error) else ""}); none was moved. Fix: '
+        'check memory and that the config matches the run, repair the checkpoints, or start in '
+        'a new --workdir.') from error
+  return None, None, make_iter()
+
+
+def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
+           preempt: reliability.Preemption) -> dict:
+  """The training loop of train_and_evaluate, inside the workdir lock and signal handlers."""
+  trainer = trainer_lib.Trainer(config, mesh)
+  tc = config.train
+  make_iter = lambda: iter(trainer.task.batches(config, sources['train'], tokenizer,
+                                                train=True))
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
+  resumed_from, state, train_iter = restore_latest_readable(ckpt, trainer, make_iter)
+  if resumed_from is not None:
+    log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
+  else:
+    state = trainer.init_state()
+    if pretrained is not None:
+      state = warm_start.restore_encoder(trainer, state, config.init_from, *pretrained)
+  is_chief = jax.process_index() == 0
+  if is_chief:
+    workdir_lib.save_config(config, workdir, resumed_from)
+    workdir_lib.keep_tokenizer(tokenizer, workdir, resumed_from is not None)
+  start = int(jax.device_get(state['step']))
+  log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
+           config.model.type, trainer.num_params(), config.model.position.kind,
+           dict(mesh.shape), tc.steps, start)
+
+  writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
+  pending, window, last = [], [], {}  # (step, host batch, device metrics) not yet fetched.
+  skipped = workdir_lib.skipped_so_far(workdir)
+  translating = isinstance(trainer.task, tasks.Translation)
+  best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
+      translating) else None
+  best_bleu = workdir_lib.best_bleu_so_far(workdir)
+
+  def fetch() -> list[dict]:
+    """The pending steps' metrics on the host; a non-finite step is recorded with its batch,
+    then training stops or counts it (skip)."""
+    nonlocal pending, skipped
+    fetched = jax.device_get([metrics for _, _, metrics in pending])
+    bad = [(s, b) for (s, b, _), m in zip(pending, fetched) if m['nonfinite']]
+    pending = []
+    for bad_step, host_batch in bad:
+      path = reliability.save_batch(workdir, bad_step, host_batch) if is_chief else ''
+      if tc.get('on_nonfinite', 'stop') == 'stop':
+        ckpt.close()
+        writer.close()
+        raise reliability.Diverged(
+            f'step {bad_step}: the loss or gradient norm is not finite; training stopped with '
+            f'no update from that step on saved (last checkpoint: step {ckpt.latest_step()}); '
+            f'the batch is in {path}. Fix: lower config.train.learning_rate, raise warmup_steps '
+            'or clip harder, then rerun to resume from the checkpoint; or set '
+            "config.train.on_nonfinite='skip' to drop such steps.")
+      skipped += 1
+      log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d so '
+                  'far); batch saved to %s.', bad_step, skipped, path)
+    return fetched
+
+  t_log, step_log = time.perf_counter(), start
+  for step in range(start + 1, tc.steps + 1):
+    host_batch = next(train_iter)
+    state, metrics = trainer.train_step(state, sharding.put_batch(host_batch, mesh))
+    pending.append((step, host_batch, metrics))
+    if step == start + 1:  # Keep compilation out of the speed figures.
+      jax.block_until_ready(metrics)
+      t_log, step_log = time.perf_counter(), step
+    if jax.process_count() > 1 and step % tc.log_every == 0:  # Every host stops together.
+      preempt.agree()
+    saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
+    if step % tc.log_every == 0 or step == tc.steps or saving:
+      window += fetch()  # Every step since the last log line.
+      if step % tc.log_every == 0 or step == tc.steps:
+        now = time.perf_counter()
+        fetched, window = window, []
+        good = [m for m in fetched if not m['nonfinite']] or fetched
+        avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
+        avg['learning_rate'] = float(fetched[-1]['learning_rate'])
+        if tc.get('on_nonfinite', 'stop') == 'skip':
+          avg['skipped_steps'] = skipped
+        speed = '(compiling)'
+        if step > step_log:  # Not on the first step, whose time is mostly compilation.
+          rate = (step - step_log) / (now - t_log)
+          avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
+          speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
+                   f'{logs.duration((tc.steps - step) / rate)}')
+        writer.write(step, 'train', avg)
+        log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps,
+                 avg['loss'], avg['accuracy'], avg['learning_rate'], speed)
+        last['train'] = avg
+        t_log, step_log = now, step
+    paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
+    # A stop request skips an intermediate evaluation (to save in time), never the final one.
+    if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
+      result = evaluate_lib.evaluate(
+          trainer, state['params'],
+          trainer.task.batches(config, sources['validation'], tokenizer, train=False,
+                               batch_size=config.eval.batch_size),
+          batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
+      if translating:
+        scores, _, _ = evaluate_lib.translation_scores(
+            trainer, state['params'], sources['validation'], tokenizer,
+            limit=config.eval.bleu_sentences)
+        result.update(bleu=scores['bleu'], chrf=scores['chrf'])
+        if scores['bleu'] > best_bleu:  # Kept apart, so max_to_keep never drops the latest.
+          best_bleu = scores['bleu']
+          best.save(step, state)
+          log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step,
+                   best_bleu, scores['direction'], best.directory)
+      writer.write(step, 'validation', result)
+      log.info('step %d | validation %s', step, evaluate_lib.format_metrics(result))
+      last['validation'] = result
+    if saving:
+      ckpt.save(step, state, train_iter)
+    t_log += time.perf_counter() - paused
+    if step == stop_at:
+      break
+    if preempt.stop:
+      if not saving:  # The signal came during this step's bookkeeping.
+        window += fetch()
+        ckpt.save(step, state, train_iter)
+      ckpt.wait()
+      log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
+                  'resume.', preempt.stop, step)
+      last['preempted'] = {'signal': preempt.stop, 'step': step}
+      break
+  ckpt.close()
+  if best is not None:
+    best.close()
+  writer.close()
+  return last

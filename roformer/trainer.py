@@ -1,0 +1,133 @@
+"""Everything a run needs that follows from (config, mesh): the model graph, the optimizer,
+the jitted steps with their shardings, a fresh state, and restoring parameters from a
+checkpoint onto that state's shardings."""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from roformer import checkpoint as checkpoint_lib
+from roformer import errors
+from roformer import models
+from roformer import optim
+from roformer import sharding
+from roformer import steps
+from roformer import tasks
+
+
+def _redraw_interval(model_cfg) -> int:
+  att = models.attention_config(model_cfg)
+  return att.redraw_interval if att.kind == 'favor' else 0
+
+
+class Trainer:
+  """Everything a run needs that follows from (config, mesh): model graph, optimizer, jitted
+  steps, and the state's shardings."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh):
+    self.config, self.mesh = config, mesh
+    self.task = tasks.for_config(config)
+    with jax.set_mesh(mesh):
+      abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
+    self.graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    self.tx = optim.make_optimizer(config.train)
+    self.schedule = optim.make_schedule(config.train)
+    replicated = sharding.replicated(mesh)
+    abstract = {'params': abstract_params,
+                'opt_state': jax.eval_shape(self.tx.init, abstract_params),
+                'step': jax.ShapeDtypeStruct((), jnp.int32)}
+    rules = sharding.rules_from_config(config.mesh)
+    self.state_shardings = sharding.state_shardings(abstract, mesh, rules)
+    self.abstract_state = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
+        self.state_shardings)
+    batch_sharding = sharding.batch_sharding(mesh)
+    self.train_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
+        functools.partial(steps.train_step, graphdef=self.graphdef, tx=self.tx,
+                          schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
+                          label_smoothing=config.train.label_smoothing,
+                          redraw_interval=_redraw_interval(config.model),
+                          grad_accum_steps=config.train.get('grad_accum_steps', 1)),
+        in_shardings=(self.state_shardings, batch_sharding),
+        out_shardings=(self.state_shardings, replicated), donate_argnums=0))
+    self.eval_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
+        functools.partial(steps.eval_step, graphdef=self.graphdef, task=self.task),
+        in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated))
+    if self.task.per_example:
+      self.predict_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
+          functools.partial(steps.predict_step, graphdef=self.graphdef, task=self.task),
+          in_shardings=(self.state_shardings['params'], batch_sharding),
+          out_shardings=replicated))
+
+  def init_state(self):
+    def init():
+      params = nnx.state(models.create(self.config.model, seed=self.config.seed), nnx.Param)
+      return {'params': params, 'opt_state': self.tx.init(params), 'step': jnp.int32(0)}
+    with jax.set_mesh(self.mesh):
+      return jax.jit(init, out_shardings=self.state_shardings)()
+
+  def num_params(self) -> int:
+    return models.parameter_count(self.abstract_state['params'])
+
+
+def _param_shapes(abstract_params) -> dict[str, tuple[int, ...]]:
+  shapes = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_params)[0]:
+    parts = [str(getattr(p, 'key', getattr(p, 'name', getattr(p, 'idx', p)))) for p in path]
+    shapes['/'.join(p for p in parts if p != 'value')] = tuple(leaf.shape)
+  return shapes
+
+
+def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int,
+                             trainer: Trainer) -> None:
+  """Compares saved parameter shapes with the model the config builds, from metadata only."""
+  saved = {k.removesuffix('/value'): v for k, v in ckpt.param_shapes(step).items()}
+  expected = _param_shapes(trainer.abstract_state['params'])
+  problems = [f'{k}: checkpoint {saved.get(k)} vs config {expected.get(k)}'
+              for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
+  if problems:
+    raise errors.ConfigError(
+        f'the checkpoint at step {step} in {ckpt.directory} does not match the model that the '
+        f'config builds ({len(problems)} parameters differ, e.g. {"; ".join(problems[:3])}). '
+        'Fix: evaluate with the config.json the checkpoint was trained with.')
+
+
+def checkpoint_step(workdir: str, step: int | None = None) -> int:
+  """`step` (default: the latest) if `workdir` has a finished checkpoint of it; otherwise a
+  ConfigError naming the steps there are."""
+  ckpt_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  available = checkpoint_lib.all_steps(ckpt_dir)
+  if not available:
+    raise errors.ConfigError(f'{workdir} has no checkpoint. Fix: train first (python train.py '
+                             f'--workdir {workdir} ...) or point --workdir at a trained run.')
+  if step is not None and step not in available:
+    raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: '
+                             f'{available}.')
+  return available[-1] if step is None else step
+
+
+def restore_params(trainer: Trainer, workdir: str, step: int):
+  """The parameters of `workdir`'s checkpoint at `step` (see checkpoint_step), restored onto
+  the trainer's shardings after checking their shapes against the model it builds (from
+  metadata, before reading any array). Raises ConfigError naming the fix when the checkpoint
+  holds another model or cannot be read."""
+  ckpt_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
+  try:
+    try:
+      check_checkpoint_matches(ckpt, step, trainer)
+      return ckpt.restore(step, trainer.abstract_state)['params']
+    except errors.ConfigError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except  # Truncated or missing files.
+      others = [s for s in ckpt.all_steps() if s != step]
+      raise errors.ConfigError(
+          f'the checkpoint at step {step} in {ckpt_dir} cannot be read ({type(e).__name__}: '
+          f'{str(e).splitlines()[0][:200] if str(e) else ""}). Fix: use another step with '
+          f'--step (available: {sorted(others)}), or restore that directory.') from None
+  finally:
+    ckpt.close()

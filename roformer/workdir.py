@@ -1,0 +1,159 @@
+"""A run's directory: what it holds (config.json, the tokenizer, metrics) and the checks made
+before a run writes into it or resumes from it."""
+
+import logging
+import os
+import shutil
+import tempfile
+
+import ml_collections
+
+from roformer import config_lib
+from roformer import errors
+from roformer import metrics as metrics_lib
+from roformer import tasks
+from roformer.data import pipeline
+from roformer.data import tokenizer as tokenizer_lib
+
+log = logging.getLogger('roformer')
+
+TOKENIZER_FILE = 'tokenizer.model'
+# Written by converters of foreign weights: the ids belong to a tokenizer this project lacks.
+FOREIGN_VOCABULARY_FILE = 'FOREIGN_VOCABULARY'
+
+
+def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdir: str = ''):
+  """Opens the dataset's splits and the tokenizer, and sets config.model.vocab_size from it.
+
+  The tokenizer is the workdir's own copy if it has one (a fine-tuning run keeps its
+  pretraining's), else that of the run in config.init_from, else the dataset's (trained on
+  its train split on first use)."""
+  for d in (workdir, config.get('init_from')):
+    if d and os.path.exists(os.path.join(d, FOREIGN_VOCABULARY_FILE)) and not os.path.exists(
+        os.path.join(d, TOKENIZER_FILE)):
+      raise errors.ConfigError(
+          f'{d} holds weights converted from another library whose vocabulary is not a '
+          'tokenizer of this project, so its data pipeline cannot feed it. Fix: tokenize with '
+          'that library and call the model directly (see scripts/convert_hf_roformer.py).')
+  sources = pipeline.load_sources(config.data, splits=splits)
+  candidates = [os.path.join(d, TOKENIZER_FILE) for d in (workdir, config.get('init_from'))
+                if d]
+  path = next((p for p in candidates if os.path.exists(p)), None)
+  if path:
+    tokenizer = tokenizer_lib.Tokenizer(path)
+  elif config.get('init_from'):
+    saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
+    tokenizer = pipeline.load_tokenizer(
+        saved.data, pipeline.load_sources(saved.data, splits=('train',))['train'])
+  else:
+    tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
+        iter(sources.values())))
+  with config.unlocked():
+    config.model.vocab_size = tokenizer.vocab_size + tasks.for_config(config).extra_tokens
+  return sources, tokenizer
+
+
+def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
+  """Copies the tokenizer into the workdir (evaluation and fine-tuning need exactly it); a
+  new run replaces any copy left by an earlier attempt that saved no checkpoint."""
+  path = os.path.join(workdir, TOKENIZER_FILE)
+  if not resumed or not os.path.exists(path):
+    shutil.copyfile(tokenizer.path, path + '.tmp')
+    os.replace(path + '.tmp', path)
+
+
+# Fields that must not change when a run resumes from an existing workdir.
+# The data pipeline's saved position only makes sense for the same pipeline and seed.
+_FIXED_ON_RESUME = ('model', 'seed', 'init_from', 'train.batch_size', 'data.name',
+                    'data.text_key', 'data.text_keys', 'data.label_key', 'data.source_key',
+                    'data.target_key', 'data.reverse', 'data.vocab_size', 'data.seq_len',
+                    'data.shuffle_window', 'data.splits', 'data.mask_rate',
+                    'data.mask_fraction', 'data.random_fraction')
+
+# Resuming may change these: they change how the model is computed, not what it computes.
+_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl')
+
+
+def with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:
+  """`saved` plus every field it predates (added to the code later) where `config` keeps that
+  field's default: such a run was trained with the behaviour the default names."""
+  from configs import base  # pylint: disable=g-import-not-at-top
+  default = base.get_config().to_dict()
+
+  def fill(old: dict, new: dict, dflt: dict) -> dict:
+    for key, value in new.items():
+      if key not in old:
+        if key in dflt and value == dflt[key]:
+          old[key] = value
+      elif isinstance(old[key], dict) and isinstance(value, dict) and isinstance(
+          dflt.get(key), dict):
+        fill(old[key], value, dflt[key])
+    return old
+  current = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
+  return ml_collections.ConfigDict(fill(saved.to_dict(), current, default))
+
+
+def probe_writable(directory: str) -> None:
+  """Creates and removes a file in `directory` (raises OSError if it cannot)."""
+  with tempfile.NamedTemporaryFile(dir=directory, prefix='.write-probe-'):
+    pass
+
+
+def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
+  """Before a run starts: `workdir` is a directory (or can be made) that can be written, and
+  if it holds a checkpoint, of the same run (_FIXED_ON_RESUME unchanged)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
+  existing = workdir
+  while not os.path.exists(existing):  # The directory it will be created in.
+    existing = os.path.dirname(existing)
+  try:
+    probe_writable(existing)
+  except OSError as e:
+    raise errors.ConfigError(f'--workdir={workdir!r} cannot be written ({existing}: '
+                             f'{e.strerror or e}). Fix: choose a writable directory.') from None
+  if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
+    return
+  saved = with_new_defaults(config_lib.load(workdir), config)
+  diffs = []
+  for field in _FIXED_ON_RESUME:
+    a, b = saved, config
+    for part in field.split('.'):
+      a, b = a.get(part), b.get(part)
+    diffs += config_lib.differences({field: a}, {field: b})
+  # How the same model is computed may change (attention_impl, remat).
+  diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)]
+  if diffs:
+    raise errors.ConfigError(
+        f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
+        f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
+        'same config to resume.')
+
+
+def save_config(config, workdir, resumed_from):
+  """Writes config.json for a new run; a resumed run keeps the original and records what
+  changed (schedule fields, logging, ...) as config.resume-STEP.json."""
+  if resumed_from is None or not os.path.exists(os.path.join(workdir, 'config.json')):
+    config_lib.save(config, workdir)
+    return
+  changed = config_lib.differences(config_lib.load(workdir), config)
+  if changed:
+    log.warning('Resuming with changed settings (saved vs now): %s', '; '.join(changed))
+    config_lib.save(config, workdir, f'config.resume-{resumed_from}.json')
+
+
+def skipped_so_far(workdir: str) -> int:
+  """Non-finite steps skipped before this attempt (config.train.on_nonfinite='skip')."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return 0
+  return int(max([r.get('skipped_steps', 0) for r in metrics_lib.read_jsonl(path)], default=0))
+
+
+def best_bleu_so_far(workdir: str) -> float:
+  """The best validation BLEU logged so far (-1 if none): a resumed translation run keeps
+  its best checkpoint only when it beats this."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return -1.0
+  return max([r['bleu'] for r in metrics_lib.read_jsonl(path) if 'bleu' in r], default=-1.0)
