@@ -1,0 +1,29 @@
+"""Position schemes: how a Transformer learns where each token is.
+
+`base` holds the interface (the hooks the shared stack calls) and the registry; each family of
+schemes is a module of its own, and importing it registers its kinds:
+
+| module        | kinds                                   |
+|---------------|-----------------------------------------|
+| `absolute`    | none, sinusoidal, learned               |
+| `rotary`      | rope, xpos (`scaling`: RoPE's context-extension frequencies) |
+| `relative`    | shaw, xl                                |
+| `bias`        | t5, alibi                               |
+
+Everything public is re-exported here, so `roformer.positions.apply_rotary`,
+`roformer.positions.create` and the rest keep one address.
+"""
+
+from roformer.positions import absolute
+from roformer.positions import bias
+from roformer.positions import relative
+from roformer.positions import rotary
+from roformer.positions import scaling
+from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
+from roformer.positions.base import (PositionScheme, create, default_fields, head_dim, kinds,
+                                     register, relative_positions, scheme_class, scheme_fields,
+                                     validate)
+from roformer.positions.bias import ALiBi, T5Bias, alibi_slopes, t5_buckets
+from roformer.positions.relative import Shaw, TransformerXL
+from roformer.positions.rotary import Rotary, XPos, apply_rotary, rotate_pairs, xpos_decay
+from roformer.positions.scaling import rope_frequencies, scaled_frequencies

@@ -1,0 +1,109 @@
+"""Absolute schemes: a code for each position added to the token embeddings (or to every
+layer's input): none, sinusoidal (Vaswani et al. 2017), learned (BERT, GPT-2)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from roformer import errors
+from roformer.positions import base
+
+
+@base.register('none')
+class NoPositions(base.PositionScheme):
+  """No position information at all (a causal mask still leaks some, Haviv et al. 2022)."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del model_cfg, causal, rngs
+
+
+# --------------------------------------------------------------------------------------------
+# Absolute schemes.
+
+
+def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
+  """Vaswani et al. 2017: PE[p, 2k] = sin(p * w_k), PE[p, 2k+1] = cos(p * w_k),
+  w_k = 1 / base^(2k/d). Returns float32 [..., len, dim] for integer positions [..., len]."""
+  if dim % 2:
+    raise errors.ConfigError(f'sinusoidal encodings need an even model dimension, got {dim}.')
+  omega = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(omega, jnp.float32)
+  # Interleave: sin on even dimensions, cos on odd ones.
+  return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
+
+
+@base.register('sinusoidal')
+class Sinusoidal(base.PositionScheme):
+  """Fixed sinusoidal absolute encodings added to the token embeddings."""
+
+  fields = ('sinusoidal',)
+  defaults = {'sinusoidal': {'base': 10000.0}}
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    self.dim = model_cfg.d_model
+    self.base = float(model_cfg.position.sinusoidal.base)
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if model_cfg.d_model % 2:
+      raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for '
+                               'sinusoidal positions. Fix: use an even d_model.')
+
+  def embed(self, x, positions):
+    return x + sinusoidal_table(positions, self.dim, self.base).astype(x.dtype)
+
+
+class _Table(nnx.Module):
+  """One learned table of absolute position embeddings, added to its input."""
+
+  def __init__(self, length, dim, rngs):
+    self.table = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
+
+  def __call__(self, x, positions):
+    return x + jnp.take(self.table[...], positions, axis=0).astype(x.dtype)
+
+
+class _LayerInput(base.PositionScheme):
+  """Per-layer view of `learned` with per_layer=True: its table is added at the layer input."""
+
+  def __init__(self, table: _Table):
+    self.table = table
+
+  def layer_input(self, x, positions):
+    return self.table(x, positions)
+
+
+@base.register('learned')
+class Learned(base.PositionScheme):
+  """Trained absolute position embeddings (BERT, GPT-2); with `per_layer`, one table per layer
+  added at every layer's input (Al-Rfou et al. 2019)."""
+
+  fields = ('learned',)
+  defaults = {'learned': {'max_length': 2048, 'per_layer': False}}
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    cfg = model_cfg.position.learned
+    self.per_layer = bool(cfg.per_layer)
+    n = model_cfg.num_layers if self.per_layer else 1
+    self.tables = nnx.List([_Table(cfg.max_length, model_cfg.d_model, rngs) for _ in range(n)])
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if cfg.learned.max_length < 1:
+      raise errors.ConfigError(
+          f'config.model.position.learned.max_length={cfg.learned.max_length} must be >= 1.')
+    if seq_len > cfg.learned.max_length:
+      raise errors.ConfigError(
+          f'sequence length {seq_len} is longer than the learned position table '
+          f'(config.model.position.learned.max_length={cfg.learned.max_length}). Fix: raise '
+          f'--config.model.position.learned.max_length to at least {seq_len}, or shorten the '
+          'sequence.')
+
+  def embed(self, x, positions):
+    return x if self.per_layer else self.tables[0](x, positions)
+
+  def for_layer(self, index):
+    return _LayerInput(self.tables[index]) if self.per_layer else self

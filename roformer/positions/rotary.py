@@ -1,0 +1,224 @@
+"""Rotary schemes: queries and keys rotated by their positions. RoPE (Su et al. 2021, RoFormer)
+with its options and scalings, and xPos (Sun et al. 2022)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from roformer import errors
+from roformer.positions import base
+from roformer.positions import scaling
+
+
+def apply_rotary(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
+  """Rotates x by the RoFormer matrix R(m): pairs (x1, x2), (x3, x4), ... are interleaved and
+  pair i is rotated by angle m * theta_i.
+
+  Args:
+    x: [..., seq, heads, head_dim] queries or keys; head_dim must be even.
+    positions: integer [..., seq] (broadcastable to x's leading dims).
+    base: the frequency base (10000 in the paper).
+  Returns:
+    The rotated array, same shape and dtype as x. Angles are computed in float32.
+  """
+  return rotate_pairs(x, positions, scaling.rope_frequencies(x.shape[-1], base))
+
+
+def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'interleaved',
+                 scale: jax.Array | None = None) -> jax.Array:
+  """Rotates pairs of x's last dimension by positions * inv_freq (float32 angles).
+
+  `interleaved` pairs (x[2i], x[2i+1]) as the RoFormer paper; `half` pairs (x[i], x[i + d/2])
+  as GPT-NeoX/Llama. `scale` (float32 [..., seq, d/2]) multiplies each pair afterwards (xPos);
+  it is a function of the positions and gets no gradient. Without a scale the backward pass is
+  the rotation by the opposite angles (R(-a) = R(a)^T), one more pass of the same kind, instead
+  of the transposes of the reshapes and the products.
+  """
+  if scale is None:
+    return _rotation(x, positions, tuple(float(f) for f in np.asarray(inv_freq)), layout)
+  return _rotate_by(x, *_cos_sin(positions, inv_freq, layout, scale), layout)
+
+
+@functools.lru_cache(maxsize=None)
+def _spread(layout: str, d: int) -> tuple[np.ndarray, np.ndarray]:
+  """0/+-1 matrices [d/2, d] that place pair i's cosine on both its dimensions and its sine
+  on them with the signs of the rotation: C = (c0, c0, c1, c1, ..), S = (-s0, s0, -s1, s1, ..)
+  (interleaved) or C = (c, c), S = (-s, s) (half)."""
+  i = np.arange(d // 2)
+  first, second = (2 * i, 2 * i + 1) if layout == 'interleaved' else (i, i + d // 2)
+  c, s = np.zeros((d // 2, d), np.float32), np.zeros((d // 2, d), np.float32)
+  c[i, first] = c[i, second] = 1.0
+  s[i, first], s[i, second] = -1.0, 1.0
+  c.flags.writeable = s.flags.writeable = False  # Cached: shared by every trace.
+  return c, s
+
+
+def _cos_sin(positions, inv_freq, layout, scale=None):
+  """The rotation's C and S (see _spread) as float32 [..., seq, 1, d], broadcast over heads.
+
+  The cosines and sines are computed once per position and frequency, and spread over the
+  head dimension by a product with _spread's matrices (exact: one nonzero term of +-1 per
+  entry). The product matters for speed: XLA does not fuse a matrix product into the
+  elementwise loop over q or k, where on CPU it would otherwise evaluate a cosine and a sine
+  again for every element of every head (7x the rotation's time at [8, 128, 4, 64]; an
+  optimization barrier does not stop it: XLA:CPU removes barriers before fusing)."""
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  if scale is not None:
+    cos, sin = cos * scale, sin * scale
+  to_c, to_s = _spread(layout, 2 * angles.shape[-1])
+  spread = lambda a, m: jnp.einsum('...k,kd->...d', a, m, precision=jax.lax.Precision.HIGHEST)
+  return spread(cos, to_c)[..., None, :], spread(sin, to_s)[..., None, :]
+
+
+def _swap(x, layout):
+  """Each pair's two members exchanged."""
+  d = x.shape[-1]
+  if layout == 'interleaved':
+    return x.reshape(x.shape[:-1] + (d // 2, 2))[..., ::-1].reshape(x.shape)
+  return jnp.concatenate([x[..., d // 2:], x[..., :d // 2]], axis=-1)
+
+
+def _rotate_by(x, cos, sin, layout):
+  """x rotated pair by pair: x * C + swap(x) * S, in float32."""
+  xf = x.astype(jnp.float32)
+  return (xf * cos + _swap(xf, layout) * sin).astype(x.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _rotation(x, positions, inv_freq: tuple[float, ...], layout: str):
+  return _rotate_by(x, *_cos_sin(positions, inv_freq, layout), layout)
+
+
+def _rotation_fwd(x, positions, inv_freq, layout):
+  # Saves the integer positions, not C and S: a remat policy that keeps products would
+  # otherwise keep two float32 [batch, seq, 1, d] arrays per rotation.
+  return _rotate_by(x, *_cos_sin(positions, inv_freq, layout), layout), positions
+
+
+def _rotation_bwd(inv_freq, layout, positions, grad):
+  cos, sin = _cos_sin(positions, inv_freq, layout)
+  return _rotate_by(grad, cos, -sin, layout), None  # R(a)^T = R(-a): the sines negated.
+
+
+_rotation.defvjp(_rotation_fwd, _rotation_bwd)
+
+
+@base.register('rope')
+class Rotary(base.PositionScheme):
+  """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n.
+
+  Options (`config.model.position.rope`): `base`; `fraction` of each head rotated (the first
+  dimensions; the rest pass through); `rotate_values` (Hugging Face's `rotary_value`); `layout`
+  `interleaved` (the paper) or `half` (GPT-NeoX/Llama weights); `scaling` for context extension.
+  """
+
+  fields = ('rope',)
+  defaults = {'rope': {
+      'base': 10000.0, 'fraction': 1.0, 'rotate_values': False, 'layout': 'interleaved',
+      'scaling': {'kind': 'none', 'factor': 1.0, 'original_length': 0, 'alpha': 1.0,
+                  'beta': 32.0}}}
+  rotates = True
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    cfg = model_cfg.position.rope
+    self.base = float(cfg.base)
+    self.rotary_dim = int(round(base.head_dim(model_cfg) * cfg.fraction))
+    self.layout = cfg.layout
+    self.rotate_values = bool(cfg.rotate_values)
+    inv_freq, mscale = scaling.scaled_frequencies(self.rotary_dim, float(cfg.base), cfg.scaling)
+    self.inv_freq = tuple(float(f) for f in inv_freq)  # Python floats: constants, not state.
+    self.mscale = float(mscale)
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    r = cfg.rope
+    head_dim = base.head_dim(model_cfg)
+    if not 0.0 < r.fraction <= 1.0:
+      raise errors.ConfigError(f'config.model.position.rope.fraction={r.fraction} must be in '
+                               '(0, 1].')
+    rotary_dim = int(round(head_dim * r.fraction))
+    if rotary_dim % 2 or rotary_dim == 0:
+      raise errors.ConfigError(
+          f'rope rotates pairs, but the rotated dimension is {rotary_dim} (head_dim '
+          f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim} x fraction {r.fraction}). '
+          'Fix: change --config.model.d_model, --config.model.num_heads or '
+          '--config.model.position.rope.fraction so that it is even.')
+    if r.base <= 1.0:
+      raise errors.ConfigError(f'config.model.position.rope.base={r.base} must be > 1.')
+    if r.layout not in ('interleaved', 'half'):
+      raise errors.ConfigError(f"config.model.position.rope.layout={r.layout!r}: use "
+                               "'interleaved' (the paper) or 'half' (GPT-NeoX/Llama).")
+    scaling.validate(r.scaling, rotary_dim)
+
+  def _rotate(self, x, positions, scale=None):
+    n = self.rotary_dim
+    rotated = rotate_pairs(x[..., :n], positions, self.inv_freq, self.layout, scale)
+    return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
+
+  def rotate(self, q, k, q_pos, k_pos):
+    q, k = self._rotate(q, q_pos), self._rotate(k, k_pos)
+    if self.mscale != 1.0:  # YaRN temperature, on both q and k.
+      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
+    return q, k
+
+  def rotate_value(self, v, k_pos):
+    return self._rotate(v, k_pos) if self.rotate_values else v
+
+
+def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
+  """xPos per-pair decay base zeta_i = (2i/d + gamma) / (1 + gamma), i = 0..d/2-1."""
+  return (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim + gamma) / (1.0 + gamma)
+
+
+@base.register('xpos')
+class XPos(Rotary):
+  """RoPE with xPos decay (Sun et al. 2022): q_n is scaled by zeta^(n/B) and k_m by
+  zeta^(-m/B) per pair, so q_n . k_m gains the factor zeta^((n-m)/B), decaying with distance
+  for causal attention (n >= m). Uses the `rope` fields for base, fraction and layout."""
+
+  fields = ('rope', 'xpos')
+  defaults = {'xpos': {'gamma': 0.4, 'scale_base': 512.0}}
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    super().__init__(model_cfg, causal=causal, rngs=rngs)
+    cfg = model_cfg.position.xpos
+    self.log_zeta = tuple(float(z) for z in np.log(xpos_decay(self.rotary_dim, cfg.gamma)))
+    self.scale_base = float(cfg.scale_base)
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    super().validate(cfg, model_cfg, seq_len, causal)
+    if not causal:
+      raise errors.ConfigError(
+          "config.model.position.kind='xpos' is for causal attention only: its decay "
+          'zeta^((n-m)/B) grows without bound for keys after the query. Fix: use rope for '
+          'bidirectional models.')
+    if cfg.xpos.scale_base <= 0 or cfg.xpos.gamma <= 0:
+      raise errors.ConfigError('config.model.position.xpos needs scale_base > 0, gamma > 0.')
+    # After centring, the largest exponent is (L/2) |ln zeta_0| / B; keep exp() in range.
+    exponent = seq_len / 2 * abs(np.log(cfg.xpos.gamma / (1 + cfg.xpos.gamma))) / (
+        cfg.xpos.scale_base)
+    limit = 8.0 if model_cfg.dtype == 'float16' else 60.0
+    if exponent > limit:
+      raise errors.ConfigError(
+          f'xpos at sequence length {seq_len} scales q and k by up to exp({exponent:.0f}), '
+          f'beyond {model_cfg.dtype} range. Fix: raise config.model.position.xpos.scale_base '
+          f'to at least {cfg.xpos.scale_base * exponent / limit:.0f}, or shorten the sequence.')
+
+  def _scale(self, positions, center, sign):
+    power = (positions - center).astype(jnp.float32)[..., None] * (sign / self.scale_base)
+    return jnp.exp(power * jnp.asarray(self.log_zeta, jnp.float32))
+
+  def rotate(self, q, k, q_pos, k_pos):
+    # Scales are taken relative to a per-row centre shared by q and k (it cancels in q . k),
+    # so zeta^(+-n/B) stays within float range for long sequences.
+    center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
+    q = self._rotate(q, q_pos, self._scale(q_pos, center, 1.0))
+    k = self._rotate(k, k_pos, self._scale(k_pos, center, -1.0))
+    if self.mscale != 1.0:  # YaRN temperature, as in Rotary.
+      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
+    return q, k
