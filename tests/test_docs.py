@@ -1,0 +1,128 @@
+"""The README and the pages under docs/: every relative link and image resolves (anchors
+included, by GitHub's heading slugs), every page is reachable from the README, and the README
+stays a front page."""
+
+import pathlib
+import re
+import urllib.parse
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / 'README.md'
+MAX_README_LINES = 260
+
+_FENCE = re.compile(r'^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$', re.M | re.S)
+_CODE_SPAN = re.compile(r'(`+).+?\1', re.S)
+# [text](target) and ![alt](target); the target may be followed by a "title".
+_LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
+_HEADING = re.compile(r'^ {0,3}#{1,6}[ \t]+(.*?)[ \t#]*$', re.M)
+
+
+def pages() -> list[pathlib.Path]:
+  return [README] + sorted((ROOT / 'docs').rglob('*.md'))
+
+
+def _prose(text: str) -> str:
+  """The text outside fenced code blocks and code spans, where links are links."""
+  return _CODE_SPAN.sub('', _FENCE.sub('', text))
+
+
+def slug(heading: str) -> str:
+  """GitHub's anchor for a heading: lowercase, markup and punctuation other than '-' and '_'
+  dropped, spaces to '-'."""
+  text = re.sub(r'!?\[([^\]]*)\]\([^)]*\)', r'\1', heading)  # a link keeps its text
+  return re.sub(r'[^\w\- ]', '', text.strip().lower()).replace(' ', '-')
+
+
+def anchors(page: pathlib.Path) -> set[str]:
+  """Every anchor of a page, with GitHub's -1, -2, ... suffixes for repeated headings."""
+  seen: dict[str, int] = {}
+  result = set()
+  for heading in _HEADING.findall(_FENCE.sub('', page.read_text(encoding='utf-8'))):
+    base = slug(heading)
+    count = seen.get(base, 0)
+    seen[base] = count + 1
+    result.add(base if count == 0 else f'{base}-{count}')
+  return result
+
+
+def relative_links(page: pathlib.Path) -> list[str]:
+  targets = _LINK.findall(_prose(page.read_text(encoding='utf-8')))
+  return [t for t in targets if t and not re.match(r'^[a-z][a-z0-9+.-]*:', t, re.I)]
+
+
+def broken_links(page: pathlib.Path) -> list[str]:
+  """Each relative link of `page` whose file, directory or anchor does not exist."""
+  broken = []
+  for target in relative_links(page):
+    path, _, anchor = target.partition('#')
+    resolved = (page.parent / urllib.parse.unquote(path)).resolve() if path else page
+    if not resolved.exists():
+      broken.append(f'{target}: no file or directory {resolved}')
+    elif anchor and resolved.suffix == '.md' and resolved.is_file():
+      if urllib.parse.unquote(anchor).lower() not in anchors(resolved):
+        broken.append(f'{target}: no heading with anchor #{anchor} in {resolved.name}')
+    elif anchor:
+      broken.append(f'{target}: #{anchor} on a target that is not a Markdown page')
+  return broken
+
+
+def _name(page: pathlib.Path) -> str:
+  return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize('page', pages(), ids=_name)
+def test_every_relative_link_in_the_docs_resolves(page):
+  broken = broken_links(page)
+  assert not broken, f'{_name(page)} has broken links:\n' + '\n'.join(broken)
+
+
+def test_every_docs_page_is_reachable_from_the_readme():
+  reached, queue = {README}, [README]
+  while queue:
+    page = queue.pop()
+    for target in relative_links(page):
+      path = target.partition('#')[0]
+      if not path.endswith('.md'):
+        continue
+      linked = (page.parent / urllib.parse.unquote(path)).resolve()
+      if linked.is_file() and linked not in reached:
+        reached.add(linked)
+        queue.append(linked)
+  unreached = [_name(p) for p in pages() if p.resolve() not in reached]
+  assert not unreached, f'pages no link from README.md leads to: {unreached}'
+
+
+def test_the_readme_is_a_front_page_of_at_most_260_lines():
+  lines = len(README.read_text(encoding='utf-8').splitlines())
+  assert lines <= MAX_README_LINES, (
+      f'README.md has {lines} lines; move long write-ups to docs/ (at most {MAX_README_LINES}).')
+
+
+def test_a_broken_link_or_anchor_is_reported(tmp_path):
+  (tmp_path / 'other.md').write_text('# Other page\n\n## Measured: the `rope` sweep, 2x\n')
+  page = tmp_path / 'page.md'
+  page.write_text(
+      '# Page\n\n'
+      '[fine](other.md#measured-the-rope-sweep-2x) [self](#page) [web](https://example.com)\n'
+      '`[in code](missing.md)`\n\n```\n[in a block](missing.md)\n```\n'
+      '[no file](missing.md) ![no image](img/missing.png) [no anchor](other.md#nothing)\n')
+  assert broken_links(page) == [
+      f'missing.md: no file or directory {tmp_path.resolve() / "missing.md"}',
+      f'img/missing.png: no file or directory {tmp_path.resolve() / "img" / "missing.png"}',
+      'other.md#nothing: no heading with anchor #nothing in other.md',
+  ]
+
+
+@pytest.mark.parametrize('heading, expected', [
+    ('Choosing a position scheme', 'choosing-a-position-scheme'),
+    ('Measured: BERT vs RoFormer pretraining, then fine-tuning',
+     'measured-bert-vs-roformer-pretraining-then-fine-tuning'),
+    ('Measured: softmax vs FAVOR+ as the sequence doubles',
+     'measured-softmax-vs-favor-as-the-sequence-doubles'),
+    ('Measured: fine-tuning on rotten_tomatoes', 'measured-fine-tuning-on-rotten_tomatoes'),
+    ('`rope` + `rope.scaling`', 'rope--ropescaling'),
+])
+def test_anchors_follow_githubs_heading_slugs(heading, expected):
+  assert slug(heading) == expected
