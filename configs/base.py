@@ -15,6 +15,9 @@ def position_config(kind: str = 'rope') -> ml_collections.ConfigDict:
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
+  # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM run
+  # to continue (every parameter; data.seq_len, train.* and RoPE's base and scaling may change).
+  c.init_from = ''
 
   c.data = ml_collections.ConfigDict({
       'name': 'shakespeare',  # An embedded dataset or any TFDS dataset name (e.g. 'lm1b').
@@ -73,6 +76,9 @@ def get_config() -> ml_collections.ConfigDict:
       'grace_period_s': 60,  # After SIGTERM/SIGINT: save and exit within this, else exit 1.
       'on_nonfinite': 'stop',  # Non-finite loss/gradient: 'stop' (keep the last checkpoint)
                                # or 'skip' (drop that update, counted as skipped_steps).
+      # Randomized positions (Ruoss et al. 2023): N > 0 gives each training row a sorted random
+      # subset of [0, N) as positions (evaluation keeps 0, 1, ...); 0: consecutive positions.
+      'random_positions': 0,
       'max_to_keep': 3,
   })
 
@@ -83,6 +89,8 @@ def get_config() -> ml_collections.ConfigDict:
       # eval.py with RoPE scaling: at each length L, rope.scaling.factor = L / data.seq_len
       # (at least 1) instead of one fixed factor for every length.
       'scale_rope_to_length': False,
+      # Loss per bucket of this many positions in eval_results.json (0: data.seq_len / 4).
+      'position_bucket': 0,
   })
 
   # Mesh axis sizes; -1 takes the remaining devices. Every axis exists (size 1 if unused).

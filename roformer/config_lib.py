@@ -12,6 +12,7 @@ from roformer import models
 from roformer import errors
 from roformer import positions
 from roformer import sharding
+from roformer.data import synthetic
 
 SCHEDULES = ('cosine', 'rsqrt')
 
@@ -99,6 +100,7 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
     positions.validate(m, d.seq_len, causal=causal)
   for mult in config.eval.length_multipliers:
     _positive_int(mult, 'config.eval.length_multipliers[]')
+  _validate_lengths(config)
   if config.eval.get('scale_rope_to_length') and (
       'rope' not in positions.scheme_fields(m.position.kind)
       or m.position.rope.scaling.kind == 'none'):
@@ -118,6 +120,42 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
             f'config.{name} = {batch} is not divisible by the data-parallel size '
             f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
             f'use a multiple of {num_data_parallel * process_count}.')
+
+
+def _validate_lengths(config) -> None:
+  """Synthetic tasks against the training and evaluation lengths; randomized positions."""
+  m, d, t = config.model, config.data, config.train
+  task = synthetic.task_name(d)
+  if task:
+    if m.type != 'causal_lm' or 'synthetic' not in d:
+      raise errors.ConfigError(
+          f'config.data.name={d.name!r} is a synthetic task for a causal LM with a '
+          f'config.data.synthetic group (model.type is {m.type!r}). Fix: start from '
+          'configs/synthetic.py.')
+    longest = d.seq_len * max(config.eval.length_multipliers, default=1)
+    synthetic.validate(task, d.synthetic, d.seq_len, longest)
+  top = t.get('random_positions', 0)
+  if not isinstance(top, int) or isinstance(top, bool) or top < 0:
+    raise errors.ConfigError(f'config.train.random_positions={top!r} must be an integer >= 0 '
+                             '(0: consecutive positions).')
+  if top:
+    if m.type != 'causal_lm':
+      raise errors.ConfigError('config.train.random_positions is offered for the causal LM '
+                               f'(model.type is {m.type!r}). Fix: set it to 0.')
+    if m.position.kind in ('none', 'cope'):
+      raise errors.ConfigError(
+          f'config.train.random_positions={top}, but position.kind={m.position.kind!r} reads '
+          'no integer positions. Fix: set it to 0, or choose a scheme that reads positions.')
+    if not d.seq_len <= top < 2**31 // (d.seq_len + 2):
+      raise errors.ConfigError(
+          f'config.train.random_positions={top} is below config.data.seq_len={d.seq_len} (a '
+          'row needs that many distinct positions) or too large. Fix: a value from '
+          f'{d.seq_len} (e.g. 8 x seq_len, the longest evaluation length).')
+    positions.validate(m, top, causal=True)  # E.g. a learned table shorter than that.
+  bucket = config.eval.get('position_bucket', 0)
+  if not isinstance(bucket, int) or isinstance(bucket, bool) or bucket < 0:
+    raise errors.ConfigError(f'config.eval.position_bucket={bucket!r} must be an integer >= 0 '
+                             '(0: data.seq_len / 4).')
 
 
 def _validate_architecture(config) -> None:
@@ -175,9 +213,10 @@ def _validate_architecture(config) -> None:
     if m.get('type_vocab_size', 0) == 1 and len(keys) == 2:
       raise errors.ConfigError('config.model.type_vocab_size=1 cannot tell two sentences apart. '
                                'Fix: 2 (or 0 for no token types).')
-  elif config.get('init_from'):
-    raise errors.ConfigError(f'config.init_from is for fine-tuning a classifier, not '
-                             f'{m.type!r}. Fix: leave it empty.')
+  elif config.get('init_from') and m.type != 'causal_lm':
+    raise errors.ConfigError(f'config.init_from starts a classifier from a masked LM or '
+                             f'continues a causal LM, not a {m.type!r} model. Fix: leave it '
+                             'empty.')
 
 
 # Why a position scheme cannot be combined with FAVOR+ linear attention.

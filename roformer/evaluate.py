@@ -21,6 +21,7 @@ from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
 from roformer.data import pipeline
+from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
 
 
@@ -78,10 +79,7 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
   if totals is None:
     raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
                              'config.data.splits and that the split has text.')
-  totals = jax.device_get(totals)
-  loss = float(totals['loss_sum'] / max(totals['weight'], 1.0))
-  return {'loss': loss, 'accuracy': float(totals['correct'] / max(totals['weight'], 1.0)),
-          'perplexity': metrics_lib.perplexity(loss), 'tokens': float(totals['weight'])}
+  return trainer.task.summarize(jax.device_get(totals))
 
 
 def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: dict,
@@ -234,7 +232,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                   encoding='utf-8') as f:
           f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
       results['splits'][split].update(scores)
-    else:
+    elif not synthetic.task_name(config.data):
       results['splits'][split]['unigram_loss'] = unigram_baseline(
           tokenizer, sources['train'], sources[split], config.data.text_key)
   return results
@@ -255,7 +253,9 @@ def format_results(results: dict) -> str:
         lines.append(f"{split:<11} {row['length']:>7}   skipped: {row['skipped'][:60]}")
       else:
         lines.append(f"{split:<11} {row['length']:>7} {row['loss']:>8.4f} "
-                     f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}")
+                     f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}"
+                     + (f"  sequences right {row['sequence_accuracy']:.3f}"
+                        if 'sequence_accuracy' in row else ''))
     if 'unigram_loss' in r:
       lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
                    f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")

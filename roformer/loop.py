@@ -62,13 +62,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   validation split; returns the last train and eval metrics. With `stop_at`, the run
   checkpoints and returns after that step, as if interrupted."""
   workdir = os.path.abspath(workdir)
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
+  if config.get('init_from') and not resuming:
+    warm_start.check_lengths(config)
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
-  ckpt_dir = os.path.join(workdir, 'checkpoints')
   workdir_lib.check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
-
-  resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
-  if config.get('init_from') and not resuming:  # config_lib.validate: classifiers only.
+  if config.get('init_from') and not resuming:  # config_lib.validate: which model types.
     pretrained = warm_start.check_init_from(config)
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train', 'validation'),
                                   workdir=workdir if resuming else '')
@@ -136,7 +137,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
   else:
     state = trainer.init_state()
     if pretrained is not None:
-      state = warm_start.restore_encoder(trainer, state, config.init_from, *pretrained)
+      state = warm_start.restore_from(trainer, state, config.init_from, *pretrained)
   is_chief = jax.process_index() == 0
   if is_chief:
     workdir_lib.save_config(config, workdir, resumed_from)
@@ -177,6 +178,26 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
                   'far); batch saved to %s.', bad_step, skipped, path)
     return fetched
 
+  def validate(step: int) -> dict:
+    """Validation loss (and BLEU for translation) of the current state, logged at `step`."""
+    result = evaluate_lib.evaluate(
+        trainer, state['params'],
+        trainer.task.batches(config, sources['validation'], tokenizer, train=False,
+                             batch_size=config.eval.batch_size),
+        batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
+    if translating:
+      scores, _, _ = evaluate_lib.translation_scores(
+          trainer, state['params'], sources['validation'], tokenizer,
+          limit=config.eval.bleu_sentences)
+      result.update(bleu=scores['bleu'], chrf=scores['chrf'], direction=scores['direction'])
+    writer.write(step, 'validation', result)
+    log.info('step %d | validation %s', step, evaluate_lib.format_metrics(result))
+    return result
+
+  if pretrained is not None and config.model.type == 'causal_lm':
+    # A continued model before any step at its new length or scaling: the extension without
+    # training, against which the continued steps are measured.
+    last['validation'] = validate(0)
   t_log, step_log = time.perf_counter(), start
   for step in range(start + 1, tc.steps + 1):
     host_batch = next(train_iter)
@@ -212,24 +233,12 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
     # A stop request skips an intermediate evaluation (to save in time), never the final one.
     if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
-      result = evaluate_lib.evaluate(
-          trainer, state['params'],
-          trainer.task.batches(config, sources['validation'], tokenizer, train=False,
-                               batch_size=config.eval.batch_size),
-          batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
-      if translating:
-        scores, _, _ = evaluate_lib.translation_scores(
-            trainer, state['params'], sources['validation'], tokenizer,
-            limit=config.eval.bleu_sentences)
-        result.update(bleu=scores['bleu'], chrf=scores['chrf'])
-        if scores['bleu'] > best_bleu:  # Kept apart, so max_to_keep never drops the latest.
-          best_bleu = scores['bleu']
-          best.save(step, state)
-          log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step,
-                   best_bleu, scores['direction'], best.directory)
-      writer.write(step, 'validation', result)
-      log.info('step %d | validation %s', step, evaluate_lib.format_metrics(result))
-      last['validation'] = result
+      last['validation'] = result = validate(step)
+      if translating and result['bleu'] > best_bleu:  # Kept apart: max_to_keep never drops it.
+        best_bleu = result['bleu']
+        best.save(step, state)
+        log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step, best_bleu,
+                 result['direction'], best.directory)
     if saving:
       ckpt.save(step, state, train_iter)
     t_log += time.perf_counter() - paused

@@ -104,9 +104,11 @@ class MetricsWriter:
       self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, split: str, values: dict) -> None:
+    """Writes the scalar values (per-bucket lists and other structures stay in eval_results)."""
     if not self.enabled:
       return
-    values = {k: float(v) for k, v in values.items()}
+    values = {k: float(v) for k, v in values.items() if np.ndim(v) == 0 and v is not None
+              and not isinstance(v, (str, dict))}
     with open(self.path, 'a', encoding='utf-8') as f:
       f.write(json.dumps({'step': int(step), 'split': split, **values}) + '\n')
     for k, v in values.items():

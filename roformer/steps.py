@@ -77,7 +77,8 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
 
 
 def eval_step(params, batch, *, graphdef, task):
-  return task.sums(nnx.merge(graphdef, params), batch)
+  """The task's evaluation sums of one batch (added up over a split by `evaluate`)."""
+  return task.eval_sums(nnx.merge(graphdef, params), batch)
 
 
 def predict_step(params, batch, *, graphdef, task):

@@ -15,8 +15,11 @@ from flax import nnx
 
 from roformer import decode
 from roformer import errors
+from roformer import metrics as metrics_lib
 from roformer import sharding
 from roformer.data import pipeline
+from roformer.data import synthetic
+from roformer.positions import randomized
 from roformer.data import tokenizer as tokenizer_lib
 
 log = logging.getLogger('roformer')
@@ -57,30 +60,90 @@ def _cross_entropy_bwd(label_smoothing, residuals, cotangents):
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
-def token_sums(logits, targets, weights, label_smoothing: float = 0.0) -> dict[str, jax.Array]:
+def token_sums(logits, targets, weights, label_smoothing: float = 0.0, *,
+               buckets: jax.Array | None = None, num_buckets: int = 0) -> dict[str, jax.Array]:
   """Summed cross-entropy (`loss_sum`), the label-smoothed training objective
   (`objective_sum`: (1 - e) CE + e mean_v(-log p_v)), correct argmax predictions and the
-  number of weighted tokens. Logits are float32."""
+  number of weighted tokens. Logits are float32. With integer `buckets` (the same shape as
+  targets, values in [0, num_buckets)), also the loss and weight summed per bucket
+  (`bucket_loss_sum`, `bucket_weight`: [num_buckets])."""
   ce, objective = cross_entropy(logits.astype(jnp.float32), targets, float(label_smoothing))
   correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
-  return {'loss_sum': (ce * weights).sum(), 'objective_sum': (objective * weights).sum(),
+  sums = {'loss_sum': (ce * weights).sum(), 'objective_sum': (objective * weights).sum(),
           'correct': (correct * weights).sum(), 'weight': weights.sum()}
+  if buckets is not None:
+    one_hot = jax.nn.one_hot(buckets, num_buckets, dtype=jnp.float32) * weights[..., None]
+    sums['bucket_loss_sum'] = jnp.einsum('...b,...->b', one_hot, ce)
+    sums['bucket_weight'] = one_hot.reshape(-1, num_buckets).sum(0)
+  return sums
+
+
+def summarize(totals: dict) -> dict:
+  """Metrics from token sums added up over an evaluation: loss (nats per weighted token),
+  accuracy, perplexity, tokens; with per-bucket sums, the loss per position bucket."""
+  weight = max(float(totals['weight']), 1.0)
+  loss = float(totals['loss_sum']) / weight
+  out = {'loss': loss, 'accuracy': float(totals['correct']) / weight,
+         'perplexity': metrics_lib.perplexity(loss), 'tokens': float(totals['weight'])}
+  if 'bucket_weight' in totals:
+    counts = np.asarray(totals['bucket_weight'], np.float64)
+    losses = np.asarray(totals['bucket_loss_sum'], np.float64)
+    out['position_loss'] = [float(l / c) if c else None for l, c in zip(losses, counts)]
+    out['position_tokens'] = [float(c) for c in counts]
+  return out
 
 
 def _batch_size(config, batch_size):
   return (batch_size or config.train.batch_size) // jax.process_count()
 
 
+# Randomized positions draw from the step's key folded with this constant (dropout keeps the
+# step's key as it is, so turning the option on changes nothing else).
+RANDOM_POSITIONS_SEED = 2305
+
+
 class LanguageModeling:
-  """Next-token prediction over packed documents (`causal_lm`)."""
+  """Next-token prediction over packed documents (`causal_lm`).
+
+  `position_bucket` > 0: evaluation also sums the loss per bucket of that many positions
+  (tokens 0..b-1, b..2b-1, ...: where a scheme breaks down beyond the training length).
+  `random_positions` > 0: training rows get sorted random positions from [0, that)
+  (`roformer.positions.randomized`); evaluation keeps consecutive ones."""
 
   features = ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
               'inputs_positions', 'targets_positions')
   per_example = False  # Token-level loss and accuracy (not per-example predictions).
   extra_tokens = 0  # Ids the model has beyond the tokenizer's vocabulary.
+  position_bucket = random_positions = 0
+
+  def __init__(self, position_bucket: int = 0, random_positions: int = 0):
+    self.position_bucket, self.random_positions = position_bucket, random_positions
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     return {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features}
+
+  def positions(self, batch, key):
+    """The positions the model reads: randomized while training if asked, else the batch's."""
+    if key is None or not self.random_positions:
+      return batch['inputs_positions']
+    return randomized.randomized_positions(jax.random.fold_in(key, RANDOM_POSITIONS_SEED),
+                                           batch['inputs_segment_ids'], self.random_positions)
+
+  def loss_weights(self, batch):
+    """Which targets count: every real token."""
+    return (batch['targets_segment_ids'] > 0).astype(jnp.float32)
+
+  def eval_sums(self, model, batch):
+    """`sums` for evaluation, with the loss per position bucket if asked for."""
+    if self.position_bucket:
+      return self.sums(model, batch, by_position=True)
+    return self.sums(model, batch)
+
+  def summarize(self, totals: dict) -> dict:
+    out = summarize(totals)
+    if 'position_loss' in out:
+      out['position_bucket'] = self.position_bucket
+    return out
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
     return pipeline.lm_dataset(
@@ -89,10 +152,19 @@ class LanguageModeling:
         seed=config.seed, shard_index=jax.process_index(), shard_count=jax.process_count(),
         shuffle_window=config.data.shuffle_window if train else 0)
 
-  def sums(self, model, batch, key=None, label_smoothing: float = 0.0):
-    logits = model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key)
-    weights = (batch['targets_segment_ids'] > 0).astype(jnp.float32)
-    return token_sums(logits, batch['targets'], weights, label_smoothing)
+  def sums(self, model, batch, key=None, label_smoothing: float = 0.0, by_position=False):
+    return self.logits_and_sums(model, batch, key, label_smoothing, by_position)[1]
+
+  def logits_and_sums(self, model, batch, key=None, label_smoothing: float = 0.0,
+                      by_position: bool = False):
+    positions = self.positions(batch, key)
+    logits = model(batch['inputs'], positions, batch['inputs_segment_ids'], key)
+    buckets, count = None, 0
+    if by_position:
+      buckets = batch['inputs_positions'] // self.position_bucket
+      count = -(-batch['inputs'].shape[1] // self.position_bucket)
+    return logits, token_sums(logits, batch['targets'], self.loss_weights(batch),
+                              label_smoothing, buckets=buckets, num_buckets=count)
 
 
 class Translation(LanguageModeling):
@@ -295,6 +367,59 @@ class MaskedLanguageModeling(LanguageModeling):
     return {**sums, 'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
 
 
+class SyntheticTask(LanguageModeling):
+  """A synthetic length-generalization task (`causal_lm` on `synthetic/TASK` data,
+  `roformer.data.synthetic`): loss and token accuracy over the answer tokens only, and the
+  share of rows whose answer is entirely right.
+
+  A row is right when the argmax at every answer token is the answer (teacher forcing). That is
+  exactly whether greedy decoding from the question reproduces the answer: as long as every
+  earlier answer token was right, greedy decoding sees the same inputs as teacher forcing, so the
+  first wrong token is the same in both. `depth_accuracy` splits passkey rows by the depth of the
+  key (`data.synthetic.depth_buckets` equal bands of the filler)."""
+
+  features = LanguageModeling.features + ('weights', 'bucket')
+
+  def __init__(self, task: str, num_buckets: int, position_bucket: int = 0,
+               random_positions: int = 0):
+    super().__init__(position_bucket, random_positions)
+    self.task, self.num_buckets = task, num_buckets
+
+  def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
+    shapes = super().feature_shapes(batch_size, seq_len)
+    return {**shapes, 'weights': np.zeros((batch_size, seq_len), np.float32),
+            'bucket': np.zeros((batch_size,), np.int32)}
+
+  def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
+    del tokenizer  # The rows are built as ids.
+    return pipeline.synthetic_dataset(
+        source, seq_len=seq_len or config.data.seq_len, batch_size=_batch_size(config, batch_size),
+        seed=config.seed, train=train, shard_index=jax.process_index(),
+        shard_count=jax.process_count())
+
+  def loss_weights(self, batch):
+    return batch['weights']
+
+  def eval_sums(self, model, batch):
+    logits, sums = self.logits_and_sums(model, batch, by_position=self.position_bucket > 0)
+    answer = batch['weights'] > 0
+    wrong = (jnp.argmax(logits, -1) != batch['targets']) & answer
+    scored = answer.any(-1).astype(jnp.float32)  # Padding rows have no answer.
+    right = scored * (~wrong.any(-1)).astype(jnp.float32)
+    per_bucket = jax.nn.one_hot(batch['bucket'], self.num_buckets, dtype=jnp.float32)
+    return {**sums, 'rows': scored.sum(), 'rows_correct': right.sum(),
+            'depth_rows': scored @ per_bucket, 'depth_correct': right @ per_bucket}
+
+  def summarize(self, totals: dict) -> dict:
+    out = super().summarize(totals)
+    rows = float(totals['rows'])
+    out.update(sequence_accuracy=float(totals['rows_correct']) / max(rows, 1.0), rows=rows)
+    if self.task == 'passkey':
+      out['depth_accuracy'] = [float(c / n) if n else None for c, n in zip(
+          np.asarray(totals['depth_correct']), np.asarray(totals['depth_rows']))]
+    return out
+
+
 class Classification:
   """Sentence (or sentence-pair) classification and regression (`classifier`), one example per
   row. `num_classes=1` is regression with a squared-error loss (STS-B)."""
@@ -326,6 +451,9 @@ class Classification:
     return model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key,
                  token_types=batch['token_types'])
 
+  def eval_sums(self, model, batch):
+    return self.sums(model, batch)
+
   def sums(self, model, batch, key=None, label_smoothing: float = 0.0):
     """Sums over examples (`weight` counts them); `tokens` counts their input tokens."""
     logits, weights = self.predict(model, batch, key), batch['weight']
@@ -338,8 +466,19 @@ class Classification:
     return {**token_sums(logits, batch['label'], weights, label_smoothing), 'tokens': tokens}
 
 
+def _language_modeling(config):
+  """The causal LM's task: packed text, or a synthetic task named by config.data.name."""
+  width = config.eval.get('position_bucket', 0) or max(config.data.seq_len // 4, 1)
+  random_positions = config.train.get('random_positions', 0)
+  task = synthetic.task_name(config.data)
+  if task:
+    return SyntheticTask(task, config.data.synthetic.get('depth_buckets', 1), width,
+                         random_positions)
+  return LanguageModeling(width, random_positions)
+
+
 TASKS = {
-    'causal_lm': lambda config: LanguageModeling(),
+    'causal_lm': _language_modeling,
     'encoder_decoder': lambda config: Translation(),
     'mlm': lambda config: MaskedLanguageModeling(
         config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction,

@@ -1,5 +1,6 @@
 """Starting a run from another run's weights (`config.init_from`): a classifier fine-tuned
-from a masked-LM encoder."""
+from a masked-LM encoder, or a causal LM continued at a new length or RoPE scaling (the
+context extension of Chen et al. 2023: train short, continue briefly at a longer length)."""
 
 import logging
 import os
@@ -13,6 +14,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import positions as positions_lib
 from roformer import trainer as trainer_lib
+from roformer import workdir as workdir_lib
 
 log = logging.getLogger('roformer')
 
@@ -39,36 +41,112 @@ def _encoder_fields(model_cfg) -> dict:
   return fields
 
 
-def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
-  """Checks that config.init_from is a masked-LM run whose encoder this model can take over;
-  returns (its config, its latest step). Reads metadata only."""
+# Model fields a continued causal LM may change: how it is computed, and RoPE's frequencies
+# (the context extension of Chen et al. 2023 and its successors). Everything else fixes the
+# parameters or what they compute.
+_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'dtype', 'dropout',
+                        'position.rope.base', 'position.rope.scaling')
+# Scalings that stretch the source's training length by `factor` (dynamic NTK follows the
+# current length instead).
+_STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
+
+
+def _source(config) -> ml_collections.ConfigDict:
+  """config.init_from's saved config, or a ConfigError naming the fix."""
   source = os.path.abspath(config.init_from)
   if not os.path.isdir(source):
-    raise errors.ConfigError(f'config.init_from={config.init_from!r} is not a directory. Fix: '
-                             'point it at a workdir of `train.py --config configs/mlm.py`.')
-  saved = config_lib.load(source)
-  if saved.model.type != 'mlm':
     raise errors.ConfigError(
-        f'config.init_from={config.init_from!r} is a {saved.model.type!r} run, not a masked-LM '
-        'pretraining run. Fix: pretrain with `python train.py --config configs/mlm.py '
-        '--workdir runs/mlm` and pass --config.init_from=runs/mlm.')
-  step = checkpoint_lib.latest_step(os.path.join(source, 'checkpoints'))
+        f'config.init_from={config.init_from!r} is not a directory. Fix: point it at a workdir '
+        'of train.py (a masked-LM run to fine-tune a classifier, a causal-LM run to continue).')
+  return config_lib.load(source)
+
+
+def check_lengths(config: ml_collections.ConfigDict) -> None:
+  """Before the config's own checks: a continued causal LM with learned positions cannot go
+  past the rows its table has (a longer table would change the parameters; the rows past the
+  old length would be untrained)."""
+  saved = _source(config)
+  if (config.model.type == 'causal_lm' and saved.model.type == 'causal_lm'
+      and saved.model.position.kind == 'learned'
+      and config.data.seq_len > saved.model.position.learned.max_length):
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} has learned positions with a table of '
+        f'{saved.model.position.learned.max_length} rows, fewer than config.data.seq_len='
+        f'{config.data.seq_len}: a model with learned positions cannot be continued past its '
+        'table. Fix: continue at a seq_len within the table, or train the source with a scheme '
+        'that has no length-dependent parameters (rope, alibi, ...).')
+
+
+def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
+  """Checks that config.init_from is a run this model can start from: a masked-LM run whose
+  encoder a classifier takes over, or a causal-LM run continued (every parameter) at another
+  length or RoPE scaling. Returns (its config, its latest step). Reads metadata only."""
+  saved = _source(config)
+  wanted = {'classifier': 'mlm', 'causal_lm': 'causal_lm'}[config.model.type]
+  if saved.model.type != wanted:
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is a {saved.model.type!r} run; a '
+        f'{config.model.type!r} model starts from a {wanted!r} run. Fix: '
+        + ('pretrain with `python train.py --config configs/mlm.py --workdir runs/mlm` and pass '
+           '--config.init_from=runs/mlm.' if wanted == 'mlm' else
+           'point it at a workdir of `train.py --config configs/lm.py`.'))
+  step = checkpoint_lib.latest_step(os.path.join(os.path.abspath(config.init_from),
+                                                 'checkpoints'))
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
-                             'let the pretraining run save one first.')
-  diffs = config_lib.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
-                                 'model')
-  if diffs:
-    raise errors.ConfigError(
-        f'config.init_from={config.init_from!r} was pretrained with a different encoder '
-        f'(pretrained vs now): {"; ".join(diffs)}. Fix: set those --config.model fields to the '
-        'pretrained values (position kind and options included).')
+                             'let that run save one first.')
+  if wanted == 'mlm':
+    diffs = config_lib.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
+                                   'model')
+    if diffs:
+      raise errors.ConfigError(
+          f'config.init_from={config.init_from!r} was pretrained with a different encoder '
+          f'(pretrained vs now): {"; ".join(diffs)}. Fix: set those --config.model fields to '
+          'the pretrained values (position kind and options included).')
+  else:
+    _check_continuation(config, saved)
   return saved, step
 
 
-def restore_encoder(trainer: trainer_lib.Trainer, state, init_from: str, saved, step: int):
-  """Copies the pretrained encoder of `init_from` into a fresh classifier state; the
-  classifier head keeps its initialisation and the optimizer starts afresh."""
+def _check_continuation(config, saved) -> None:
+  """The continued causal LM has the source's parameters, and a RoPE scaling that covers the
+  new length (its original length is the source's training length)."""
+  saved = workdir_lib.with_new_defaults(saved, config)  # Fields added since it was trained.
+  diffs = [d for d in config_lib.differences(saved.model, config.model, 'model')
+           if not d.split(':')[0].removeprefix('model.').startswith(_CONTINUE_MAY_CHANGE)]
+  if diffs:
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is a different model (source vs now): '
+        f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.seq_len, '
+        f'train.* and model.{", model.".join(_CONTINUE_MAY_CHANGE[1:])} may change. Fix: set '
+        'those --config.model fields to the source\'s values.')
+  if config.model.position.kind not in ('rope', 'xpos'):
+    return
+  scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
+  if scaling.kind not in _STRETCHING:
+    return
+  if scaling.original_length < 1:
+    with config.unlocked():  # The length the source was trained at.
+      scaling.original_length = trained
+  elif scaling.original_length != trained:
+    raise errors.ConfigError(
+        f'config.model.position.rope.scaling.original_length={scaling.original_length}, but '
+        f'config.init_from={config.init_from!r} was trained at {trained}. Fix: '
+        f'--config.model.position.rope.scaling.original_length={trained} (or 0 to take it '
+        'from the source).')
+  if scaling.factor * trained < config.data.seq_len:
+    raise errors.ConfigError(
+        f'config.model.position.rope.scaling.factor={scaling.factor} stretches the source\'s '
+        f'training length {trained} to {scaling.factor * trained:g}, short of '
+        f'config.data.seq_len={config.data.seq_len}. Fix: '
+        f'--config.model.position.rope.scaling.factor={config.data.seq_len / trained:g} (or '
+        'more).')
+
+
+def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, step: int):
+  """The state of a fresh run started from `init_from`: a classifier takes over the pretrained
+  encoder (its head keeps its initialisation), a continued causal LM every parameter. The
+  optimizer starts afresh."""
   source_config = ml_collections.ConfigDict(saved.to_dict())
   source_config.model.vocab_size = trainer.config.model.vocab_size
   source_config.mesh = trainer.config.mesh
@@ -76,12 +154,13 @@ def restore_encoder(trainer: trainer_lib.Trainer, state, init_from: str, saved, 
   pretrained = trainer_lib.restore_params(source_trainer, init_from, step).to_pure_dict()
   params = state['params']
   target = params.to_pure_dict()
-  taken = sorted(k for k in target if k in pretrained and k not in _MLM_HEAD)
+  skip = _MLM_HEAD if saved.model.type == 'mlm' else ()
+  taken = sorted(k for k in target if k in pretrained and k not in skip)
   for key in taken:
     target[key] = pretrained[key]
   nnx.replace_by_pure_dict(params, target)
   log.info('Initialised %s from %s step %d; new: %s.', ', '.join(taken), init_from, step,
-           ', '.join(sorted(set(target) - set(taken))))
+           ', '.join(sorted(set(target) - set(taken))) or 'nothing')
   with jax.set_mesh(trainer.mesh):
     params = jax.device_put(params, trainer.state_shardings['params'])
     opt_state = jax.jit(trainer.tx.init, out_shardings=trainer.state_shardings['opt_state'])(

@@ -55,7 +55,10 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
 
 def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
   """Copies the tokenizer into the workdir (evaluation and fine-tuning need exactly it); a
-  new run replaces any copy left by an earlier attempt that saved no checkpoint."""
+  new run replaces any copy left by an earlier attempt that saved no checkpoint. A vocabulary
+  that follows from the config alone (the synthetic tasks') has no file to keep."""
+  if tokenizer.path is None:
+    return
   path = os.path.join(workdir, TOKENIZER_FILE)
   if not resumed or not os.path.exists(path):
     shutil.copyfile(tokenizer.path, path + '.tmp')

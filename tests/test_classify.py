@@ -127,7 +127,8 @@ def test_fine_tuning_takes_over_the_encoder_and_its_tokenizer(pretrained, data_d
 def test_init_from_refuses_the_wrong_runs(pretrained, data_dir, tmp_path):
   mlm_dir, lm_dir = pretrained
   workdir = str(tmp_path / 'ft')
-  with pytest.raises(errors.ConfigError, match='not a masked-LM pretraining run'):
+  with pytest.raises(errors.ConfigError, match="'causal_lm' run; a 'classifier' model starts "
+                     "from a 'mlm' run"):
     loop.train_and_evaluate(classify_config(data_dir, init_from=lm_dir), workdir)
   with pytest.raises(errors.ConfigError, match='not a directory'):
     loop.train_and_evaluate(classify_config(data_dir, init_from=str(tmp_path / 'nope')),
@@ -211,8 +212,7 @@ def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
   bad.eval.metrics = ('pearson',)
   with pytest.raises(errors.ConfigError, match='do not apply to classification'):
     config_lib.validate(bad)
-  lm = test_config.get_config()
-  with lm.unlocked():
-    lm.init_from = '/tmp/x'
-  with pytest.raises(errors.ConfigError, match='init_from is for fine-tuning'):
-    config_lib.validate(lm)
+  mlm = test_config.get_config('mlm')
+  mlm.init_from = '/tmp/x'
+  with pytest.raises(errors.ConfigError, match="continues a causal LM, not a 'mlm' model"):
+    config_lib.validate(mlm)

@@ -23,6 +23,7 @@ from roformer.data import bible
 from roformer.data import embedded
 from roformer.data import movie_reviews
 from roformer.data import shakespeare
+from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
 
 from roformer import errors
@@ -94,7 +95,11 @@ def _builder(data_cfg):
 
 
 def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
-  """Random-access sources (sequences of feature dicts) for each split."""
+  """Random-access sources (sequences of feature dicts) for each split; for a synthetic task
+  (`synthetic/TASK`), each split's generator, whose rows are built at the length asked for."""
+  task = synthetic.task_name(data_cfg)
+  if task:
+    return {split: synthetic.Split(data_cfg.synthetic, task, split) for split in splits}
   builder = _builder(data_cfg)
   sources = {}
   for split in splits:
@@ -138,7 +143,10 @@ def as_text(value) -> str:
 
 
 def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
-  """The dataset's SentencePiece model, trained on its train split on first use."""
+  """The dataset's SentencePiece model, trained on its train split on first use (a synthetic
+  task's fixed word vocabulary)."""
+  if synthetic.task_name(data_cfg):
+    return synthetic.Vocabulary(data_cfg.synthetic)
   # Beside the data, keyed by the dataset's name, config and version: a new version of the data
   # gets a new tokenizer.
   builder = _builder(data_cfg)
@@ -312,6 +320,14 @@ def classification_dataset(source, tokenizer, *, text_keys, label_key: str, max_
   ds = ds.map(EncodeForClassification(tokenizer, tuple(text_keys), label_key, max_len,
                                       num_classes, split))
   return ds.to_iter_dataset().batch(batch_size, drop_remainder=repeat)
+
+
+def synthetic_dataset(split: synthetic.Split, *, seq_len: int, batch_size: int, seed: int,
+                      train: bool, shard_index: int = 0, shard_count: int = 1):
+  """Batches of a synthetic task's rows of seq_len predictions (see roformer.data.synthetic):
+  training rows drawn without end from the run's seed, evaluation rows the split's fixed set."""
+  ds = grain.MapDataset.source(synthetic.Source(split, seq_len, seed))[shard_index::shard_count]
+  return ds.to_iter_dataset().batch(batch_size, drop_remainder=train)
 
 
 def pad_batch(batch: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:

@@ -1,0 +1,57 @@
+"""Synthetic length-generalization tasks: train at one length, evaluate at 1x, 2x, 4x and 8x it.
+
+  python train.py --config configs/synthetic.py:passkey --workdir runs/passkey_rope
+  python train.py --config configs/synthetic.py:copy,alibi --workdir runs/copy_alibi
+  python eval.py --workdir runs/passkey_rope      # accuracy per length (and per key depth)
+
+The argument is a task (`passkey`, `associative_recall`, `copy`) optionally followed by a
+position kind (default rope). Rows are generated from a seed (roformer/data/synthetic.py): no
+files. Loss and accuracy count the answer tokens only; `sequence_accuracy` is the share of rows
+whose whole answer is right (exactly what greedy decoding from the question gets right). The
+model is small enough for a run of a few minutes on 2 CPU cores; configs/sweeps/length.py
+compares every scheme on every task at three seeds.
+"""
+
+import ml_collections
+
+from configs import base
+from roformer import positions
+from roformer.data import synthetic
+
+# Per task: the training length and steps (2 CPU cores: each run trains in a few minutes).
+TASKS = {
+    'passkey': {'seq_len': 128, 'steps': 600},
+    'associative_recall': {'seq_len': 64, 'steps': 600},
+    'copy': {'seq_len': 64, 'steps': 600},
+}
+
+
+def get_config(arg: str = 'passkey'):
+  parts = [p for p in (arg or 'passkey').split(',') if p]
+  task, kinds = parts[0], parts[1:]
+  if task not in TASKS or len(kinds) > 1 or (kinds and kinds[0] not in positions.kinds()):
+    raise ValueError(f'configs/synthetic.py:{arg}: use a task {sorted(TASKS)} optionally '
+                     f'followed by one position kind {positions.kinds()}.')
+  config = base.get_config()
+  config.model.type = 'causal_lm'
+  config.model.position.kind = kinds[0] if kinds else 'rope'
+  config.model.update(num_layers=2, d_model=128, num_heads=4, d_ff=512)
+  config.data.update(name=synthetic.PREFIX + task, seq_len=TASKS[task]['seq_len'])
+  config.data.synthetic = ml_collections.ConfigDict({
+      'seed': 0,  # Evaluation rows (the same for every run); training rows add config.seed.
+      'eval_examples': 256,  # Rows per evaluation split and length.
+      'key_digits': 5,  # passkey: digits of the key.
+      'depth_buckets': 5,  # passkey: accuracy reported per band of the key's depth.
+      'num_keys': 512,  # associative_recall: distinct keys (pairs fill the row: rows of 8x
+                        # the training length need as many keys as they hold pairs).
+      'num_values': 16,  # associative_recall: values.
+      'num_queries': 4,  # associative_recall: queries (answers) per row.
+      'num_symbols': 16,  # copy: alphabet.
+      'min_length': 1,  # copy: fewest symbols (the most is what fits the row).
+      'reverse': False,  # copy: the second half reversed.
+  })
+  config.train.update(batch_size=32, steps=TASKS[task]['steps'], learning_rate=1e-3,
+                      warmup_steps=50, log_every=50, eval_every=200, eval_batches=4,
+                      checkpoint_every=600)
+  config.eval.update(length_multipliers=(1, 2, 4, 8), batch_size=32, max_batches=-1)
+  return config

@@ -1,0 +1,228 @@
+"""Synthetic length-generalization tasks, generated row by row from a seed (no files, no download).
+
+Each task builds one row of exactly `seq_len` predictions from `np.random.default_rng(...)` keyed
+by (data seed, split, run seed for training rows, row index), so a row can be rebuilt anywhere,
+in any order, and the grain iterator's state is just an index: deterministic and resumable. A row
+is a single document: `inputs` = [bos] + tokens, `targets` the same shifted by one, positions
+0..L-1 and segment id 1 (0 on padding), plus `weights` (1.0 on the answer tokens only: the loss
+and accuracy count nothing else) and `bucket` (passkey's depth bucket; 0 elsewhere). The same
+generator serves every evaluation length, so a model trained at L is scored on rows of 2L, 4L, 8L.
+
+- `passkey` (Mohtashami & Jaggi 2023; Chen et al. 2023): "The pass key is 7 1 8 0 3 . Remember
+  it . 7 1 8 0 3 is the pass key ." hidden at a random depth of a repeated filler ("The grass is
+  green . The sky is blue . ..."), then "What is the pass key ? The pass key is" and the digits.
+- `associative_recall`: distinct keys each followed by a value, then queries `? key` each
+  followed by that key's value (the pairs fill the row, so longer rows hold more pairs).
+- `copy`: random symbols, a separator, then the same symbols (reversed with `reverse`); the
+  number of symbols is drawn per row, up to what fits.
+
+Tokens are words of a small fixed vocabulary (`Vocabulary`), one id per word, digit or symbol,
+with the special ids of `roformer.data.tokenizer`; `Vocabulary` has the tokenizer's interface
+(`encode`, `decode`, `vocab_size`), so generation and evaluation use it like a SentencePiece one.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from roformer import errors
+from roformer.data import tokenizer as tokenizer_lib
+
+TASKS = ('passkey', 'associative_recall', 'copy')
+PREFIX = 'synthetic/'  # config.data.name = 'synthetic/TASK'.
+SPLIT_IDS = {'train': 0, 'validation': 1, 'test': 2}
+TRAIN_ROWS = 2**31 - 1  # Training rows are drawn without end (as many as steps ask for).
+
+FILLER = ('The grass is green .', 'The sky is blue .', 'The sun is yellow .', 'Here we go .',
+          'There and back again .')
+KEY_SENTENCE = 'The pass key is {key} . Remember it . {key} is the pass key .'
+QUESTION = 'What is the pass key ? The pass key is'
+SEPARATOR, QUERY = '=>', '?'
+_WORDS = sorted({w for s in FILLER + (KEY_SENTENCE, QUESTION) for w in s.split()} - {'{key}'}
+                | {SEPARATOR, QUERY})
+
+
+def task_name(data_cfg) -> str | None:
+  """'passkey', ... for a config.data.name of 'synthetic/TASK', else None."""
+  name = data_cfg.name
+  return name[len(PREFIX):] if name.startswith(PREFIX) else None
+
+
+class Vocabulary:
+  """Word-level vocabulary of the synthetic tasks: the tokenizer's special ids, then words and
+  digits, then the keys, values and copy symbols the config asks for (k0.., v0.., s0..)."""
+
+  path = None  # Nothing to copy into a workdir: the vocabulary follows from the config.
+
+  def __init__(self, cfg):
+    specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<n>']
+    assert len(specials) == tokenizer_lib.NUM_SPECIAL
+    self.words = (specials + _WORDS + [str(d) for d in range(10)]
+                  + [f'k{i}' for i in range(cfg.num_keys)]
+                  + [f'v{i}' for i in range(cfg.num_values)]
+                  + [f's{i}' for i in range(cfg.num_symbols)])
+    self.ids = {w: i for i, w in enumerate(self.words)}
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.words)
+
+  def encode(self, text: str) -> np.ndarray:
+    """Whitespace-separated words to ids (unknown words: the unk id); no bos/eos added."""
+    return np.asarray([self.ids.get(w, tokenizer_lib.UNK_ID) for w in text.split()], np.int32)
+
+  def decode(self, ids) -> str:
+    skip = (tokenizer_lib.PAD_ID, tokenizer_lib.EOS_ID, tokenizer_lib.BOS_ID)
+    return ' '.join(self.words[int(i)] for i in ids if int(i) not in skip)
+
+
+def passkey_fixed_tokens(digits: int) -> int:
+  """Tokens of a passkey row besides the filler: bos, the key sentence, the question, the
+  answer digits and eos."""
+  key = ' '.join(['0'] * digits)
+  return 1 + len(KEY_SENTENCE.format(key=key).split()) + len(QUESTION.split()) + digits + 1
+
+
+def recall_pairs(seq_len: int, num_queries: int) -> int:
+  """Key-value pairs in an associative-recall row of seq_len predictions: [bos], the pairs,
+  `? key value` per query, [eos] (a final pad when the count is odd)."""
+  return (seq_len - 1 - 3 * num_queries) // 2
+
+
+def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
+  """Checks config.data.synthetic for `task` against the training length and the longest
+  evaluation length (config.data.seq_len x the largest eval length multiplier)."""
+  where = 'config.data.synthetic'
+  ranges = {'key_digits': (1, 10), 'depth_buckets': (1, 100), 'num_keys': (1, 100_000),
+            'num_values': (2, 100_000), 'num_queries': (1, 1000), 'num_symbols': (2, 100_000),
+            'min_length': (1, 100_000), 'eval_examples': (1, 10**9), 'seed': (0, 2**31 - 1)}
+  for name, (low, high) in ranges.items():
+    value = cfg.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+      raise errors.ConfigError(f'{where}.{name}={value!r} must be an integer in [{low}, '
+                               f'{high}].')
+  if task == 'passkey':
+    need = passkey_fixed_tokens(cfg.key_digits) + 1  # At least one filler token.
+    if seq_len + 1 < need:
+      raise errors.ConfigError(
+          f'config.data.seq_len={seq_len} cannot hold a passkey row with {cfg.key_digits} '
+          f'digits ({need} tokens). Fix: --config.data.seq_len={need} or more.')
+  elif task == 'associative_recall':
+    if recall_pairs(seq_len, cfg.num_queries) < cfg.num_queries:
+      raise errors.ConfigError(
+          f'config.data.seq_len={seq_len} holds {recall_pairs(seq_len, cfg.num_queries)} '
+          f'key-value pairs, fewer than {where}.num_queries={cfg.num_queries}. Fix: a longer '
+          'seq_len or fewer queries.')
+    most = recall_pairs(max_seq_len, cfg.num_queries)
+    if most > cfg.num_keys:
+      raise errors.ConfigError(
+          f'rows of {max_seq_len} tokens (the longest evaluation length) hold {most} pairs of '
+          f'distinct keys, but {where}.num_keys={cfg.num_keys}. Fix: '
+          f'--config.{where[7:]}.num_keys={most} or more, or shorter evaluation lengths.')
+  elif task == 'copy':
+    if (seq_len - 2) // 2 < cfg.min_length:
+      raise errors.ConfigError(
+          f'config.data.seq_len={seq_len} cannot hold a copy of {where}.min_length='
+          f'{cfg.min_length} symbols (2 x symbols + 3 tokens). Fix: --config.data.seq_len='
+          f'{2 * cfg.min_length + 2} or more, or a smaller min_length.')
+  else:
+    raise errors.ConfigError(f"config.data.name='synthetic/{task}' names no synthetic task. "
+                             f"Fix: 'synthetic/TASK' for a TASK in {TASKS}.")
+
+
+def _passkey(rng, cfg, vocab: Vocabulary, length: int):
+  """Token ids of one passkey row (length + 1 tokens), its answer span and depth bucket."""
+  digits = rng.integers(0, 10, cfg.key_digits)
+  key = ' '.join(str(d) for d in digits)
+  filler_count = length + 1 - passkey_fixed_tokens(cfg.key_digits)
+  cycle = [vocab.encode(s) for s in FILLER]
+  start = int(rng.integers(len(FILLER)))  # Where in the cycle of sentences the filler begins.
+  sentences, total = [], 0
+  while total < filler_count:
+    sentences.append(cycle[(start + len(sentences)) % len(FILLER)])
+    total += len(sentences[-1])
+  filler = np.concatenate(sentences)[:filler_count]
+  bounds = np.cumsum([0] + [len(s) for s in sentences])
+  bounds = bounds[bounds <= filler_count]  # Sentence starts: the key goes between sentences.
+  depth = rng.uniform()
+  cut = int(bounds[np.searchsorted(bounds, depth * filler_count, side='right') - 1])
+  answer = vocab.encode(key)
+  tokens = np.concatenate([[tokenizer_lib.BOS_ID], filler[:cut],
+                           vocab.encode(KEY_SENTENCE.format(key=key)), filler[cut:],
+                           vocab.encode(QUESTION), answer, [tokenizer_lib.EOS_ID]])
+  end = len(tokens) - 1
+  actual = cut / max(filler_count, 1)
+  return tokens, [(end - len(answer), end)], min(int(actual * cfg.depth_buckets),
+                                                 cfg.depth_buckets - 1)
+
+
+def _associative_recall(rng, cfg, vocab: Vocabulary, length: int):
+  pairs = recall_pairs(length, cfg.num_queries)
+  keys = rng.choice(cfg.num_keys, pairs, replace=False)
+  values = rng.integers(0, cfg.num_values, pairs)
+  asked = rng.choice(pairs, cfg.num_queries, replace=False)
+  key_ids = np.asarray([vocab.ids[f'k{k}'] for k in keys])
+  value_ids = np.asarray([vocab.ids[f'v{v}'] for v in values])
+  tokens = [tokenizer_lib.BOS_ID] + list(np.stack([key_ids, value_ids], 1).reshape(-1))
+  spans = []
+  for q in asked:
+    tokens += [vocab.ids[QUERY], key_ids[q], value_ids[q]]
+    spans.append((len(tokens) - 1, len(tokens)))
+  return np.asarray(tokens + [tokenizer_lib.EOS_ID]), spans, 0
+
+
+def _copy(rng, cfg, vocab: Vocabulary, length: int):
+  count = int(rng.integers(cfg.min_length, (length - 2) // 2 + 1))
+  symbols = np.asarray([vocab.ids[f's{s}'] for s in rng.integers(0, cfg.num_symbols, count)])
+  second = symbols[::-1] if cfg.reverse else symbols
+  tokens = np.concatenate([[tokenizer_lib.BOS_ID], symbols, [vocab.ids[SEPARATOR]], second,
+                           [tokenizer_lib.EOS_ID]])
+  return tokens, [(count + 2, 2 * count + 2)], 0
+
+
+_GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, 'copy': _copy}
+
+
+def make_row(tokens, spans, bucket: int, length: int) -> dict:
+  """The features of one row of `length` predictions from its token ids (at most length + 1,
+  the rest padding) and the [start, end) token spans of the answers (scored as targets)."""
+  inputs = np.zeros(length, np.int32)
+  targets = np.zeros(length, np.int32)
+  n = len(tokens) - 1
+  inputs[:n], targets[:n] = tokens[:-1], tokens[1:]
+  weights = np.zeros(length, np.float32)
+  for start, end in spans:  # Token t is the target of input t - 1.
+    weights[start - 1:end - 1] = 1.0
+  segments = (np.arange(length) < n).astype(np.int32)
+  positions = np.where(segments > 0, np.arange(length), 0).astype(np.int32)
+  return {'inputs': inputs, 'targets': targets, 'inputs_positions': positions,
+          'targets_positions': positions, 'inputs_segment_ids': segments,
+          'targets_segment_ids': segments, 'weights': weights, 'bucket': np.int32(bucket)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  """A split of a synthetic task before its length is chosen (what `load_sources` returns)."""
+  cfg: object  # config.data.synthetic
+  task: str
+  split: str
+
+
+class Source:
+  """Random-access rows of one split at one length: row i is built from the rng keyed by
+  (data seed, split, run seed (training rows only), i), never from any state."""
+
+  def __init__(self, split: Split, length: int, run_seed: int = 0):
+    self.cfg, self.task, self.length = split.cfg, split.task, length
+    self.vocab = Vocabulary(split.cfg)
+    self.key = (int(split.cfg.seed), SPLIT_IDS[split.split]) + (
+        (int(run_seed),) if split.split == 'train' else ())
+    self.rows = TRAIN_ROWS if split.split == 'train' else int(split.cfg.eval_examples)
+
+  def __len__(self) -> int:
+    return self.rows
+
+  def __getitem__(self, index: int) -> dict:
+    rng = np.random.default_rng(self.key + (int(index),))
+    tokens, spans, bucket = _GENERATORS[self.task](rng, self.cfg, self.vocab, self.length)
+    return make_row(tokens, spans, bucket, self.length)

@@ -1,0 +1,197 @@
+"""Synthetic length-generalization tasks: rows against hand-worked examples, determinism, the
+scored tokens, and accuracy against greedy decoding."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import synthetic as synthetic_config
+from roformer import config_lib
+from roformer import decode
+from roformer import errors
+from roformer import models
+from roformer import tasks
+from roformer.data import synthetic
+from roformer.data import tokenizer as tokenizer_lib
+
+BOS, EOS = tokenizer_lib.BOS_ID, tokenizer_lib.EOS_ID
+
+
+def options(**changes):
+  cfg = synthetic_config.get_config().data.synthetic
+  cfg.update(changes)
+  return cfg
+
+
+def source(task, split='validation', length=64, run_seed=0, **changes):
+  return synthetic.Source(synthetic.Split(options(**changes), task, split), length, run_seed)
+
+
+def words(vocab, ids):
+  return [vocab.words[int(i)] for i in ids]
+
+
+def test_a_row_scores_exactly_its_answer_tokens():
+  """Hand-worked: tokens [bos a b => a b eos] of a copy, answer span [4, 6), in a row of 8
+  predictions: inputs are the tokens but the last, targets the tokens but the first, and the
+  targets 'a', 'b' of the second half are the only ones scored."""
+  a, b, sep = 10, 11, 12
+  row = synthetic.make_row(np.asarray([BOS, a, b, sep, a, b, EOS]), [(4, 6)], 3, 8)
+  np.testing.assert_array_equal(row['inputs'], [BOS, a, b, sep, a, b, 0, 0])
+  np.testing.assert_array_equal(row['targets'], [a, b, sep, a, b, EOS, 0, 0])
+  np.testing.assert_array_equal(row['weights'], [0, 0, 0, 1, 1, 0, 0, 0])
+  np.testing.assert_array_equal(row['inputs_segment_ids'], [1, 1, 1, 1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(row['inputs_positions'], [0, 1, 2, 3, 4, 5, 0, 0])
+  assert row['bucket'] == 3
+
+
+@pytest.mark.parametrize('length', [64, 200])
+def test_passkey_answer_is_the_hidden_key_at_its_depth(length):
+  src = source('passkey', length=length)
+  vocab = src.vocab
+  for i in range(20):
+    row = src[i]
+    text = words(vocab, row['inputs'][row['inputs_segment_ids'] > 0])
+    assert text[0] == '<bos>' and len(row['inputs']) == length
+    # The key sentence, once, somewhere in the filler; the question at the very end.
+    start = next(j for j in range(len(text)) if text[j:j + 4] == ['The', 'pass', 'key', 'is'])
+    key = text[start + 4:start + 9]
+    assert all(w.isdigit() for w in key) and text[start + 9:start + 12] == ['.', 'Remember', 'it']
+    question = 'What is the pass key ? The pass key is'.split()
+    assert text[-len(question) - 5:-5] == question  # Then the 5 digits (the last input).
+    answer = words(vocab, row['targets'][row['weights'] > 0])
+    assert answer == key and row['targets'][-1] == EOS  # The row ends with the answer.
+    filler = len(text) + 1 - synthetic.passkey_fixed_tokens(5)
+    assert row['bucket'] == min(int((start - 1) / filler * 5), 4)
+
+
+def test_associative_recall_answers_are_the_values_of_the_queried_keys():
+  src = source('associative_recall', length=64)
+  vocab = src.vocab
+  for i in range(20):
+    row = src[i]
+    text = words(vocab, row['inputs'][row['inputs_segment_ids'] > 0]) + [
+        vocab.words[row['targets'][row['inputs_segment_ids'] > 0][-1]]]
+    pairs_end = text.index('?')
+    pairs = dict(zip(text[1:pairs_end:2], text[2:pairs_end:2]))
+    assert len(pairs) == (pairs_end - 1) // 2 == synthetic.recall_pairs(64, 4)  # Distinct keys.
+    queries = [text[j + 1] for j in range(pairs_end, len(text)) if text[j] == '?']
+    answer = words(vocab, row['targets'][row['weights'] > 0])
+    assert len(queries) == 4 and answer == [pairs[k] for k in queries]
+
+
+@pytest.mark.parametrize('reverse', [False, True])
+def test_copy_answer_is_the_sequence_again(reverse):
+  src = source('copy', length=64, reverse=reverse)
+  counts = set()
+  for i in range(30):
+    row = src[i]
+    text = words(src.vocab, row['inputs'][row['inputs_segment_ids'] > 0])
+    first = text[1:text.index('=>')]
+    answer = words(src.vocab, row['targets'][row['weights'] > 0])
+    assert answer == (first[::-1] if reverse else first)
+    counts.add(len(first))
+  assert len(counts) > 5 and max(counts) <= 31  # Lengths vary, up to what fits.
+
+
+@pytest.mark.parametrize('task', synthetic.TASKS)
+def test_rows_follow_from_the_seed_alone(task):
+  a, b = source(task, 'train', run_seed=1), source(task, 'train', run_seed=1)
+  for i in (0, 7, 1000):  # Any order, any index: the same row.
+    for key in a[i]:
+      np.testing.assert_array_equal(a[i][key], b[i][key])
+  other_seed, validation = source(task, 'train', run_seed=2), source(task, 'validation')
+  assert not np.array_equal(a[3]['inputs'], other_seed[3]['inputs'])
+  assert not np.array_equal(a[3]['inputs'], validation[3]['inputs'])
+  # Evaluation rows do not depend on the run's seed: every seed is scored on the same rows.
+  np.testing.assert_array_equal(source(task, run_seed=5)[3]['inputs'], validation[3]['inputs'])
+
+
+def test_the_vocabulary_round_trips_words():
+  vocab = synthetic.Vocabulary(options())
+  text = 'The pass key is 0 4 2 . k3 v7 s15 =>'
+  assert vocab.decode(vocab.encode(text)) == text
+  assert vocab.encode('unknown')[0] == tokenizer_lib.UNK_ID
+
+
+def _trained_like(task, seed=0):
+  """A tiny random model on the task's vocabulary, jitted forward and cached greedy decoding."""
+  cfg = synthetic_config.get_config(task)
+  cfg.model.update(num_layers=1, d_model=32, num_heads=2, d_ff=64,
+                   vocab_size=synthetic.Vocabulary(cfg.data.synthetic).vocab_size)
+  return cfg, models.create(cfg.model, seed=seed)
+
+
+def test_sequence_accuracy_is_greedy_decoding_exact_match():
+  """A row counts as right exactly when greedy decoding from the question reproduces the answer.
+  A random model whose output favours the 2 symbols of the alphabet (their embeddings scaled
+  up) gets some of the 1-2 symbol copies right and some wrong."""
+  cfg, model = _trained_like('copy', seed=3)
+  cfg.data.synthetic.update(num_symbols=2, min_length=1)
+  vocab = synthetic.Vocabulary(cfg.data.synthetic)
+  symbols = jnp.asarray([vocab.ids['s0'], vocab.ids['s1']])
+  model.embed.embedding.value = model.embed.embedding.value.at[symbols].multiply(6.0)
+  src = synthetic.Source(synthetic.Split(cfg.data.synthetic, 'copy', 'validation'), 6)
+  rows = [src[i] for i in range(64)]
+  batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
+  task = tasks.SyntheticTask('copy', 1)
+  sums = nnx.jit(task.eval_sums)(model, batch)
+  right = 0
+  for r in rows:
+    answer = np.flatnonzero(r['weights'])
+    prompt = r['inputs'][:answer[0] + 1][None]  # Up to the token that predicts the answer.
+    out = decode.generate(model, jnp.asarray(prompt), max_new_tokens=len(answer))
+    right += np.array_equal(np.asarray(out)[0], r['targets'][answer])
+  assert float(sums['rows']) == 64 and 0 < right < 64
+  assert float(sums['rows_correct']) == right
+
+
+def test_per_position_losses_average_to_the_loss():
+  """The loss per position bucket, weighted by its tokens, is the overall loss."""
+  cfg, model = _trained_like('copy')
+  src = synthetic.Source(synthetic.Split(cfg.data.synthetic, 'copy', 'validation'), 40)
+  rows = [src[i] for i in range(16)]
+  batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
+  task = tasks.SyntheticTask('copy', 1, position_bucket=8)
+  summary = task.summarize(jax.device_get(nnx.jit(task.eval_sums)(model, batch)))
+  losses, counts = summary['position_loss'], summary['position_tokens']
+  assert len(losses) == 5 and summary['position_bucket'] == 8
+  mean = sum(l * c for l, c in zip(losses, counts) if c) / sum(counts)
+  assert sum(counts) == summary['tokens'] and abs(mean - summary['loss']) < 1e-5
+
+
+@pytest.mark.parametrize('changes, match', [
+    ({'data.synthetic.key_digits': 0}, 'key_digits'),
+    ({'data.synthetic.key_digits': 11}, 'key_digits'),
+    ({'data.synthetic.depth_buckets': 0}, 'depth_buckets'),
+    ({'data.seq_len': 30}, 'cannot hold a passkey row'),
+    ({'data.name': 'synthetic/sorting'}, 'names no synthetic task'),
+])
+def test_bad_passkey_options_are_refused(changes, match):
+  cfg = synthetic_config.get_config('passkey')
+  for dotted, value in changes.items():
+    node, leaf = cfg, dotted.split('.')
+    for part in leaf[:-1]:
+      node = node[part]
+    node[leaf[-1]] = value
+  with pytest.raises(errors.ConfigError, match=match):
+    config_lib.validate(cfg)
+
+
+def test_recall_rows_longer_than_the_keys_allow_are_refused():
+  cfg = synthetic_config.get_config('associative_recall')
+  cfg.data.synthetic.num_keys = 100  # 8 x 64 = 512 tokens hold 249 pairs.
+  with pytest.raises(errors.ConfigError, match='num_keys=249 or more'):
+    config_lib.validate(cfg)
+  cfg.eval.length_multipliers = (1, 2)  # 128 tokens: 61 pairs fit.
+  config_lib.validate(cfg)
+
+
+def test_copy_rows_too_short_for_min_length_are_refused():
+  cfg = synthetic_config.get_config('copy')
+  cfg.data.synthetic.min_length = 40
+  with pytest.raises(errors.ConfigError, match='min_length'):
+    config_lib.validate(cfg)
