@@ -1,8 +1,10 @@
-"""Greedy and beam search with an incremental key/value cache.
+"""Greedy search, sampling and beam search with an incremental key/value cache.
 
-Both searches drive a `step_fn(tokens [N, 1], positions [N, 1], cache) -> (logits [N, V], cache)`
+All three drive a `step_fn(tokens [N, 1], positions [N, 1], cache) -> (logits [N, V], cache)`
 from the logits of the first generated token, so the same code serves the causal LM (`generate`)
-and, later, an encoder-decoder. Everything runs inside `lax.fori_loop` with fixed shapes.
+and the encoder-decoder (`tasks.Translation`). Everything runs inside one `lax.while_loop` with
+fixed shapes. Sampling draws from `filter_logits` (temperature, top-k, top-p) with a key folded
+from the seed and the step only, so a seed gives the same samples whatever the data.
 """
 
 import functools
@@ -12,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from roformer import errors
 from roformer.data import tokenizer as tokenizer_lib
 
 StepFn = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
@@ -27,11 +30,18 @@ def length_penalty(length, alpha: float):
 def greedy_search(step_fn: StepFn, first_logits, cache, start_positions, *, max_len: int,
                   eos_id: int):
   """Argmax decoding of up to max_len tokens [batch, max_len]; PAD after a row's EOS."""
+  return _extend(step_fn, lambda logits, i: jnp.argmax(logits, axis=-1), first_logits, cache,
+                 start_positions, max_len, eos_id)
+
+
+def _extend(step_fn: StepFn, choose, first_logits, cache, start_positions, max_len: int,
+            eos_id: int):
+  """Appends choose(logits [batch, V], step) -> tokens [batch] for up to max_len steps."""
   batch = first_logits.shape[0]
 
   def body(i, carry):
     tokens, logits, cache, done = carry
-    token = jnp.where(done, PAD_ID, jnp.argmax(logits, axis=-1)).astype(jnp.int32)
+    token = jnp.where(done, PAD_ID, choose(logits, i)).astype(jnp.int32)
     tokens = tokens.at[:, i].set(token)
     done = done | (token == eos_id)
     logits, cache = step_fn(token[:, None], (start_positions + i)[:, None], cache)
@@ -41,6 +51,80 @@ def greedy_search(step_fn: StepFn, first_logits, cache, start_positions, *, max_
           jnp.zeros((batch,), bool))
   # Stops early once every row has emitted EOS (the rest stays PAD either way).
   return _loop_until(lambda carry: jnp.all(carry[3]), body, max_len, init)[0]
+
+
+# A nucleus "reaches" top_p when its float32 cumulative probability is within this of top_p, so
+# that rounding of a sum that equals top_p exactly does not keep one token more.
+TOP_P_TOLERANCE = 1e-6
+
+
+def check_sampling(temperature, top_k, top_p, prefix: str = '') -> None:
+  """Raises ConfigError naming the argument (`prefix` + name, e.g. '--' for flags) and the
+  fix when a sampling setting is out of range."""
+  if not temperature >= 0:  # Also refuses NaN.
+    raise errors.ConfigError(f'{prefix}temperature={temperature} must be >= 0. Fix: 0 for '
+                             'greedy decoding, 1 to sample from the model as it is.')
+  if top_k < 0:
+    raise errors.ConfigError(f'{prefix}top_k={top_k} must be >= 0. Fix: 0 keeps every token, '
+                             'k > 0 the k most likely.')
+  if not 0 < top_p <= 1:
+    raise errors.ConfigError(f'{prefix}top_p={top_p} must be in (0, 1]. Fix: 1 keeps every '
+                             'token, e.g. 0.9 the smallest set holding 90% of the probability.')
+
+
+def filter_logits(logits, *, temperature=1.0, top_k: int = 0, top_p=None):
+  """The logits sampling draws from: logits / temperature (> 0), then -inf outside the top_k
+  most likely tokens (0: off; ties go to the lower id, as with argmax), then -inf outside the
+  nucleus: the smallest set of most likely tokens whose probability, renormalised after top-k,
+  reaches top_p (None or 1: off; within TOP_P_TOLERANCE). The most likely token always stays.
+
+  Args:
+    logits: [..., V] (any float dtype; the result is float32).
+    temperature: a float or a traced scalar.
+    top_k: static.
+    top_p: None, a float or a traced scalar in (0, 1].
+  """
+  logits = logits.astype(jnp.float32) / temperature
+  vocab = logits.shape[-1]
+  top_k = top_k if 0 < top_k < vocab else 0
+  if not top_k and top_p is None:
+    return logits
+  if top_p is None:  # Top-k alone: a partial sort is enough.
+    _, order = jax.lax.top_k(logits, top_k)
+    keep_sorted = jnp.ones(order.shape, bool)
+  else:
+    order = jnp.argsort(-logits, axis=-1, stable=True)  # Most likely first, ties by id.
+    ranked = jnp.take_along_axis(logits, order, axis=-1)
+    rank = jnp.arange(vocab)
+    if top_k:
+      ranked = jnp.where(rank < top_k, ranked, -jnp.inf)
+    probs = jax.nn.softmax(ranked, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # Probability of the more likely tokens.
+    keep_sorted = (before < top_p - TOP_P_TOLERANCE) | (rank == 0) | (top_p >= 1.0)
+    if top_k:
+      keep_sorted &= rank < top_k
+  keep = jnp.put_along_axis(jnp.zeros(logits.shape, bool), order, keep_sorted, axis=-1,
+                            inplace=False)
+  return jnp.where(keep, logits, -jnp.inf)
+
+
+def sample(step_fn: StepFn, first_logits, cache, start_positions, *, key: jax.Array,
+           max_len: int, eos_id: int, temperature=1.0, top_k: int = 0, top_p=None):
+  """Ancestral sampling of up to max_len tokens [batch, max_len] (PAD after a row's EOS): each
+  row draws its next token from filter_logits(logits, temperature, top_k, top_p), with the key
+  fold_in(key, step) shared by the rows (each row draws its own noise from it). Temperature 0
+  takes the argmax exactly. temperature and top_p may be traced (changing them or the key does
+  not recompile); top_k and whether top_p is None are static."""
+  temperature = jnp.asarray(temperature, jnp.float32)
+  hot = temperature > 0
+
+  def choose(logits, i):
+    filtered = filter_logits(logits, temperature=jnp.where(hot, temperature, 1.0), top_k=top_k,
+                             top_p=top_p)
+    drawn = jax.random.categorical(jax.random.fold_in(key, i), filtered, axis=-1)
+    return jnp.where(hot, drawn, jnp.argmax(logits, axis=-1))
+
+  return _extend(step_fn, choose, first_logits, cache, start_positions, max_len, eos_id)
 
 
 def _loop_until(finished, body, max_len, init):
@@ -125,16 +209,33 @@ def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_s
 
 
 def generate(model, prompt: jax.Array, *, max_new_tokens: int, beam_size: int = 1,
-             alpha: float = 0.6, eos_id: int = tokenizer_lib.EOS_ID):
+             alpha: float = 0.6, eos_id: int = tokenizer_lib.EOS_ID, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed=0):
   """Continues each row of `prompt` [batch, P] (positions 0..P-1) with a causal LM, jitted.
-  Returns tokens [batch, max_new_tokens] (the best beam with beam_size > 1)."""
+
+  temperature 0 (the default) decodes greedily, or with beam search for beam_size > 1 (the
+  best beam); temperature > 0 samples (see `sample`; top_k 0 and top_p 1 are off) with the key
+  `seed` (an int or a jax.random key). Changing the seed, temperature or top_p reuses the
+  compiled program. Returns tokens [batch, max_new_tokens], PAD after a row's EOS."""
+  check_sampling(temperature, top_k, top_p)
+  if max_new_tokens < 1:
+    raise errors.ConfigError(f'max_new_tokens={max_new_tokens} must be >= 1.')
   graphdef, state = nnx.split(model)
-  return _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id)
+  if temperature == 0:  # top_k and top_p cannot change the argmax.
+    return _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id)
+  if beam_size > 1:
+    raise errors.ConfigError(f'beam_size={beam_size} searches and temperature={temperature} '
+                             'samples: choose one. Fix: beam_size=1 or temperature=0.')
+  is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype,
+                                                                  jax.dtypes.prng_key)
+  key = seed if is_key else jax.random.key(seed)
+  return _sample(graphdef, state, prompt, key, jnp.float32(temperature), jnp.float32(top_p),
+                 max_new_tokens, eos_id, top_k, top_p < 1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
-def _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id):
-  model = nnx.merge(graphdef, state)
+def causal_lm_start(model, prompt, max_new_tokens: int):
+  """Runs a causal LM over `prompt` [batch, P] into a cache with room for max_new_tokens more.
+  Returns (step_fn, logits of the first new token [batch, V], cache, its positions [batch])."""
   batch, length = prompt.shape
   cache = model.init_cache(batch, length + max_new_tokens)
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
@@ -144,10 +245,24 @@ def _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id)
     logits, cache = model.decode(token, position, cache)
     return logits[:, -1], cache
 
-  start = jnp.full((batch,), length, jnp.int32)
+  return step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
+def _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id):
+  step_fn, logits, cache, start = causal_lm_start(nnx.merge(graphdef, state), prompt,
+                                                  max_new_tokens)
   if beam_size == 1:
-    return greedy_search(step_fn, logits[:, -1], cache, start, max_len=max_new_tokens,
-                         eos_id=eos_id)
-  tokens, _ = beam_search(step_fn, logits[:, -1], cache, start, beam_size=beam_size,
+    return greedy_search(step_fn, logits, cache, start, max_len=max_new_tokens, eos_id=eos_id)
+  tokens, _ = beam_search(step_fn, logits, cache, start, beam_size=beam_size,
                           max_len=max_new_tokens, eos_id=eos_id, alpha=alpha)
   return tokens[:, 0]
+
+
+@functools.partial(jax.jit, static_argnums=(0, 6, 7, 8, 9))
+def _sample(graphdef, state, prompt, key, temperature, top_p, max_new_tokens, eos_id, top_k,
+            use_top_p):
+  step_fn, logits, cache, start = causal_lm_start(nnx.merge(graphdef, state), prompt,
+                                                  max_new_tokens)
+  return sample(step_fn, logits, cache, start, key=key, max_len=max_new_tokens, eos_id=eos_id,
+                temperature=temperature, top_k=top_k, top_p=top_p if use_top_p else None)

@@ -22,19 +22,29 @@ TOKENIZER_FILE = 'tokenizer.model'
 FOREIGN_VOCABULARY_FILE = 'FOREIGN_VOCABULARY'
 
 
-def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdir: str = ''):
-  """Opens the dataset's splits and the tokenizer, and sets config.model.vocab_size from it.
-
-  The tokenizer is the workdir's own copy if it has one (a fine-tuning run keeps its
-  pretraining's), else that of the run in config.init_from, else the dataset's (trained on
-  its train split on first use)."""
-  for d in (workdir, config.get('init_from')):
+def _check_own_vocabulary(*dirs) -> None:
+  """Refuses runs whose ids belong to a tokenizer this project lacks (converted weights)."""
+  for d in dirs:
     if d and os.path.exists(os.path.join(d, FOREIGN_VOCABULARY_FILE)) and not os.path.exists(
         os.path.join(d, TOKENIZER_FILE)):
       raise errors.ConfigError(
           f'{d} holds weights converted from another library whose vocabulary is not a '
           'tokenizer of this project, so its data pipeline cannot feed it. Fix: tokenize with '
           'that library and call the model directly (see scripts/convert_hf_roformer.py).')
+
+
+def _set_vocab_size(config: ml_collections.ConfigDict, tokenizer) -> None:
+  with config.unlocked():
+    config.model.vocab_size = tokenizer.vocab_size + tasks.for_config(config).extra_tokens
+
+
+def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdir: str = ''):
+  """Opens the dataset's splits and the tokenizer, and sets config.model.vocab_size from it.
+
+  The tokenizer is the workdir's own copy if it has one (a fine-tuning run keeps its
+  pretraining's), else that of the run in config.init_from, else the dataset's (trained on
+  its train split on first use)."""
+  _check_own_vocabulary(workdir, config.get('init_from'))
   sources = pipeline.load_sources(config.data, splits=splits)
   candidates = [os.path.join(d, TOKENIZER_FILE) for d in (workdir, config.get('init_from'))
                 if d]
@@ -48,9 +58,22 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   else:
     tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
         iter(sources.values())))
-  with config.unlocked():
-    config.model.vocab_size = tokenizer.vocab_size + tasks.for_config(config).extra_tokens
+  _set_vocab_size(config, tokenizer)
   return sources, tokenizer
+
+
+def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
+  """The tokenizer a trained run keeps in its workdir (see keep_tokenizer), without opening
+  the dataset: a workdir copied to another machine still decodes. Sets
+  config.model.vocab_size from it, as setup_data does."""
+  _check_own_vocabulary(workdir)
+  path = os.path.join(workdir, TOKENIZER_FILE)
+  if not os.path.exists(path):
+    raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
+                             'when a run starts). Fix: point --workdir at a trained run.')
+  tokenizer = tokenizer_lib.Tokenizer(path)
+  _set_vocab_size(config, tokenizer)
+  return tokenizer
 
 
 def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:

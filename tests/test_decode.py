@@ -1,5 +1,7 @@
-"""Decoding with a key/value cache equals decoding without one; beam search finds the best."""
+"""Decoding with a key/value cache equals decoding without one; beam search finds the best;
+sampling follows its filtered distribution and is greedy where it should be."""
 
+import functools
 import itertools
 
 import jax
@@ -8,9 +10,11 @@ import kinds
 import numpy as np
 import pytest
 from flax import nnx
+from scipy import stats
 
 from configs import test as test_config
 from roformer import decode
+from roformer import errors
 from roformer import models
 
 KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi']
@@ -140,3 +144,194 @@ def test_early_stopping_changes_nothing(beam_size, alpha):
   (tokens, scores), (full_tokens, full_scores) = run(True), run(False)
   np.testing.assert_array_equal(np.asarray(tokens), np.asarray(full_tokens))
   np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores), rtol=1e-6)
+
+
+# Sampling (decode.sample, decode.filter_logits, generate's temperature/top_k/top_p/seed).
+
+
+@functools.partial(jax.jit, static_argnames=('step_fn', 'max_len', 'top_k', 'use_top_p'))
+def _sample_jit(first, cache, key, temperature, top_p, *, step_fn, max_len, top_k=0,
+                use_top_p=False):
+  """decode.sample from position 0, jitted; temperature and top_p traced."""
+  return decode.sample(step_fn, first, cache, jnp.zeros(first.shape[0], jnp.int32), key=key,
+                       max_len=max_len, eos_id=-1, temperature=temperature, top_k=top_k,
+                       top_p=top_p if use_top_p else None)
+
+
+def fixed_step(token, position, cache):
+  """Next-token logits that ignore the input: each row's own, kept in the cache."""
+  del token, position
+  return cache['logits'], cache
+
+
+# The model tests share one prompt shape and length, so each program compiles once.
+def _prompt(seed, rows=3, same=False):
+  tokens = np.random.default_rng(seed).integers(5, 40, (1 if same else rows, 5))
+  return jnp.asarray(np.repeat(tokens, rows, axis=0) if same else tokens)
+
+
+@functools.partial(nnx.jit, static_argnames=('steps',))
+def _sample_model(model, prompt, key, temperature, steps):
+  step_fn, first, cache, start = decode.causal_lm_start(model, prompt, steps)
+  return decode.sample(step_fn, first, cache, start, key=key, max_len=steps, eos_id=-1,
+                       temperature=temperature)
+
+
+def test_sampling_at_temperature_zero_is_greedy():
+  """A traced temperature of 0 takes the argmax: the same tokens as generate's greedy search
+  (itself checked against decoding without a cache above)."""
+  model, prompt = model_for('rope'), _prompt(4)
+  got = _sample_model(model, prompt, jax.random.key(0), jnp.float32(0.0), 6)
+  greedy = decode.generate(model, prompt, max_new_tokens=6, eos_id=-1)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(greedy))
+
+
+@pytest.mark.parametrize('temperature,top_k,top_p', [(0.7, 1, 1.0), (3.0, 1, 1.0),
+                                                     (3.0, 0, 1e-6)])
+def test_top_k_one_or_a_tiny_nucleus_is_greedy(temperature, top_k, top_p):
+  """Keeping one token (top_k=1, or a nucleus smaller than the top token) leaves no choice: on
+  the toy model whose distribution follows the history, sampling equals greedy search."""
+  first, cache = toy_start(64)
+  greedy = decode.greedy_search(toy_step, first, cache, jnp.zeros(64, jnp.int32), max_len=6,
+                                eos_id=-1)
+  run = lambda **kw: np.asarray(_sample_jit(first, cache, jax.random.key(11),
+                                            jnp.float32(temperature), jnp.float32(top_p),
+                                            step_fn=toy_step, max_len=6, **kw))
+  np.testing.assert_array_equal(run(top_k=top_k, use_top_p=top_p < 1), np.asarray(greedy))
+  assert (run() != np.asarray(greedy)).any()  # Unfiltered, the samples do vary.
+
+
+def test_a_seed_repeats_its_samples_and_another_seed_differs():
+  """On a random model (nearly uniform over 40 tokens), 3 rows x 6 tokens of one prompt: the
+  same seed gives the same tokens, another seed and another row different ones."""
+  model, prompt = model_for('rope'), _prompt(6, same=True)
+  run = lambda seed: np.asarray(decode.generate(model, prompt, max_new_tokens=6, eos_id=-1,
+                                                temperature=1.0, top_p=0.99, seed=seed))
+  first = run(0)
+  np.testing.assert_array_equal(run(0), first)
+  np.testing.assert_array_equal(run(jax.random.key(0)), first)  # An int seed is key(seed).
+  assert (run(1) != first).any()
+  assert len({tuple(row) for row in first}) == 3  # Rows of one prompt draw their own tokens.
+
+
+def test_changing_the_seed_temperature_or_top_p_does_not_recompile():
+  model, prompt = model_for('rope'), _prompt(7)
+  run = lambda **kw: decode.generate(model, prompt, max_new_tokens=6, eos_id=-1, **kw)
+  run(temperature=1.0, top_p=0.9, seed=0)
+  compiled = decode._sample._cache_size()  # pylint: disable=protected-access
+  run(temperature=0.5, top_p=0.8, seed=1)
+  run(temperature=2.0, top_p=0.5, seed=jax.random.key(9))
+  assert decode._sample._cache_size() == compiled  # pylint: disable=protected-access
+
+
+def test_sampling_refuses_bad_settings_and_beam_search():
+  model = model_for('rope')
+  prompt = jnp.ones((1, 3), jnp.int32)
+  for kw, match in [({'temperature': -0.5}, 'temperature=-0.5 must be >= 0'),
+                    ({'top_k': -1}, 'top_k=-1 must be >= 0'),
+                    ({'top_p': 0.0}, r'top_p=0.0 must be in \(0, 1\]'),
+                    ({'top_p': 1.5}, r'top_p=1.5 must be in \(0, 1\]'),
+                    ({'max_new_tokens': 0}, 'max_new_tokens=0 must be >= 1'),
+                    ({'temperature': 1.0, 'beam_size': 2}, 'choose one')]:
+    with pytest.raises(errors.ConfigError, match=match):
+      decode.generate(model, prompt, **{'max_new_tokens': 3, **kw})
+
+
+def _softmax64(logits):
+  z = np.asarray(logits, np.float64)
+  z = np.exp(z - z.max(-1, keepdims=True))
+  return z / z.sum(-1, keepdims=True)
+
+
+def kept_numpy(logits, temperature=1.0, top_k=0, top_p=1.0):
+  """The tokens sampling may emit, in float64 numpy: the top_k most likely (ties to the lower
+  id), then the fewest most likely of those whose renormalised probability reaches top_p."""
+  z = np.asarray(logits, np.float64) / temperature
+  order = np.argsort(-z, kind='stable')[:top_k or None]
+  if top_p < 1.0:
+    cumulative = np.cumsum(_softmax64(z[order]))
+    order = order[:int(np.argmax(cumulative >= top_p)) + 1]
+  keep = np.zeros(z.shape, bool)
+  keep[order] = True
+  return keep
+
+
+@pytest.mark.parametrize('probs,top_p,kept', [
+    ([0.5, 0.3, 0.15, 0.05], 0.8, [1, 1, 0, 0]),  # 0.5 + 0.3 reaches 0.8 exactly.
+    ([0.5, 0.3, 0.15, 0.05], 0.81, [1, 1, 1, 0]),
+    ([0.5, 0.3, 0.15, 0.05], 0.5, [1, 0, 0, 0]),
+    ([0.5, 0.3, 0.15, 0.05], 1e-9, [1, 0, 0, 0]),  # Never empty.
+    ([0.05, 0.3, 0.5, 0.15], 0.8, [0, 1, 1, 0]),  # Not sorted by id.
+    ([0.25, 0.25, 0.25, 0.25], 0.5, [1, 1, 0, 0]),  # Ties: lower ids first.
+    ([0.5, 0.3, 0.15, 0.05], 1.0, [1, 1, 1, 1]),
+])
+def test_top_p_keeps_the_smallest_set_reaching_p(probs, top_p, kept):
+  filtered = np.asarray(decode.filter_logits(jnp.log(jnp.asarray(probs)), top_p=top_p))
+  np.testing.assert_array_equal(np.isfinite(filtered), np.asarray(kept, bool))
+  np.testing.assert_allclose(filtered[np.isfinite(filtered)],
+                             np.log(np.asarray(probs))[np.asarray(kept, bool)], rtol=1e-6)
+
+
+def test_top_k_and_temperature_filter_examples():
+  logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0], [1.0, 1.0, 1.0, 0.0]])
+  np.testing.assert_array_equal(np.asarray(decode.filter_logits(logits, top_k=2)),
+                                [[-np.inf, 3.0, 2.0, -np.inf], [1.0, 1.0, -np.inf, -np.inf]])
+  np.testing.assert_array_equal(np.asarray(decode.filter_logits(logits, top_k=1))[1],
+                                [1.0, -np.inf, -np.inf, -np.inf])  # Like argmax.
+  np.testing.assert_allclose(np.asarray(decode.filter_logits(logits, temperature=2.0)),
+                             np.asarray(logits) / 2)
+  np.testing.assert_array_equal(np.asarray(decode.filter_logits(logits, top_k=4)), logits)
+  # Top-p applies to the distribution left by top-k: [.4, .3] renormalised is [4/7, 3/7], so
+  # p=0.5 keeps one token, where top-p alone would keep two.
+  probs = jnp.log(jnp.asarray([0.1, 0.4, 0.2, 0.3]))
+  assert np.isfinite(np.asarray(decode.filter_logits(probs, top_k=2, top_p=0.5))).sum() == 1
+  assert np.isfinite(np.asarray(decode.filter_logits(probs, top_p=0.5))).sum() == 2
+
+
+FIXED_PROBS = np.asarray([0.35, 0.25, 0.2, 0.1, 0.07, 0.03])
+
+
+@pytest.mark.parametrize('temperature', [1.0, 2.0, 0.5])
+def test_samples_follow_the_tempered_distribution(temperature):
+  """4,000 rows x 5 steps from fixed logits: a chi-square goodness-of-fit test against
+  softmax(logits / temperature) in float64; consecutive steps draw independently (step keys
+  differ: equal neighbours as often as sum p^2)."""
+  rows, steps = 4000, 5
+  logits = jnp.tile(jnp.log(jnp.asarray(FIXED_PROBS, jnp.float32)), (rows, 1))
+  tokens = np.asarray(_sample_jit(logits, {'logits': logits}, jax.random.key(2021),
+                                  jnp.float32(temperature), jnp.float32(1.0),
+                                  step_fn=fixed_step, max_len=steps))
+  expected = _softmax64(np.log(FIXED_PROBS) / temperature)
+  counts = np.bincount(tokens.ravel(), minlength=len(FIXED_PROBS))
+  assert counts.sum() == rows * steps
+  assert stats.chisquare(counts, expected * rows * steps).pvalue > 0.001
+  same = int((tokens[:, 0] == tokens[:, 1]).sum())
+  assert stats.binomtest(same, rows, float((expected ** 2).sum())).pvalue > 0.001
+
+
+@pytest.mark.parametrize('temperature,top_k,top_p', [(1.0, 3, 1.0), (1.0, 0, 0.7),
+                                                     (1.5, 5, 0.6), (0.8, 0, 0.9)])
+def test_top_k_and_top_p_never_leave_the_kept_set(temperature, top_k, top_p):
+  """Random logits per row (8 distributions x 500 rows x 4 steps): every sampled token is in
+  the kept set computed in numpy, every kept token likely enough to appear does, and within
+  the set the counts fit the renormalised distribution."""
+  base = np.random.default_rng(8).normal(0.0, 2.0, (8, 12)).astype(np.float32)
+  repeats, steps = 500, 4
+  logits = jnp.asarray(np.repeat(base, repeats, axis=0))
+  tokens = np.asarray(_sample_jit(logits, {'logits': logits}, jax.random.key(3),
+                                  jnp.float32(temperature), jnp.float32(top_p),
+                                  step_fn=fixed_step, max_len=steps, top_k=top_k,
+                                  use_top_p=top_p < 1.0))
+  for d in range(len(base)):
+    keep = kept_numpy(base[d], temperature, top_k, top_p)
+    counts = np.bincount(tokens[d * repeats:(d + 1) * repeats].ravel(), minlength=12)
+    assert not counts[~keep].any(), (d, counts, keep)
+    probs = _softmax64(np.where(keep, base[d] / temperature, -np.inf))
+    n = repeats * steps
+    assert (counts[probs * n > 30] > 0).all()
+    if keep.sum() > 1:
+      pooled = probs[keep] * n >= 5  # Cells with enough expected counts; the rest pooled.
+      obs = np.append(counts[keep][pooled], counts[keep][~pooled].sum())
+      exp = np.append(probs[keep][pooled] * n, probs[keep][~pooled].sum() * n)
+      obs, exp = obs[exp > 0], exp[exp > 0]
+      assert stats.chisquare(obs, exp).pvalue > 0.001, (d, counts, probs)

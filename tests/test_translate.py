@@ -10,9 +10,13 @@ from configs import translate
 from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
+from roformer import generation
 from roformer import loop
 from roformer import metrics
+from roformer import sharding
 from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 
 
@@ -61,6 +65,25 @@ def test_eval_decodes_and_writes_translations(trained):
   assert metrics.bleu_and_chrf(hyps, refs)['bleu'] == pytest.approx(test['bleu'])
   assert 0.0 <= test['copy_source_bleu'] < 10.0  # English copied as German scores near 0.
   json.dumps(results)  # Serialisable for eval_results.json.
+
+
+def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tmp_path):
+  """scripts/generate.py's library on a translation workdir: one line per --prompt, then per
+  line of --input, equal to what evaluation's beam search (config.eval.beam_size and alpha, on
+  the default mesh and batch) makes of the same sentences."""
+  workdir, _ = trained
+  cfg = config_lib.load(workdir)
+  sources, tokenizer = workdir_lib.setup_data(cfg, splits=('test',), workdir=workdir)
+  texts = [pipeline.as_text(sources['test'][i]['en']) for i in range(3)]
+  trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
+  params = trainer_lib.restore_params(trainer, workdir, trainer_lib.checkpoint_step(workdir))
+  expected = trainer.task.translate(trainer.graphdef, params, texts, tokenizer,
+                                    max_len=cfg.data.seq_len, beam_size=cfg.eval.beam_size,
+                                    alpha=cfg.eval.alpha, batch_size=cfg.eval.batch_size)
+  lines = tmp_path / 'input.txt'
+  lines.write_text('\n'.join(texts[1:]) + '\n', encoding='utf-8')
+  out = generation.run(workdir, texts[:1], input_file=str(lines))
+  assert out.split('\n') == [e.replace('\n', ' ') for e in expected]
 
 
 def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):

@@ -1,0 +1,137 @@
+"""scripts/generate.py and roformer.generation on a tiny trained causal LM: what it prints, and
+one clear error (naming the flag, no traceback) for each bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from configs import test as test_config
+from roformer import errors
+from roformer import generation
+from roformer import loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_LENGTH = 32  # The learned position table: prompt tokens + max_new_tokens must fit in it.
+
+
+@pytest.fixture(scope='module')
+def lm_workdir(tmp_path_factory, data_dir):
+  """A causal LM with `learned` positions (a scheme with a longest position), 2 steps."""
+  cfg = test_config.get_config('learned')
+  cfg.data.data_dir = data_dir
+  cfg.model.position.learned.max_length = MAX_LENGTH
+  cfg.mesh.num_devices = 1
+  cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
+  cfg.eval.update(length_multipliers=(1,))
+  workdir = str(tmp_path_factory.mktemp('generate') / 'lm')
+  loop.train_and_evaluate(cfg, workdir)
+  return workdir
+
+
+def _script(*args):
+  # The test process's environment, XLA_FLAGS included: generate.py decodes on one device
+  # anyway, and the same flags let it load what this process compiled from the shared
+  # compilation cache (conftest.py).
+  return subprocess.run([sys.executable, 'scripts/generate.py', *args], cwd=REPO,
+                        env=dict(os.environ), capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+def test_script_prints_each_sample_of_each_prompt_as_the_library_does(lm_workdir):
+  prompts = ['ROMEO:', 'To be']
+  args = dict(max_new_tokens=8, temperature=1.0, seed=3, num_samples=2)
+  expected = generation.run(lm_workdir, prompts, sampling=generation.Sampling(**args))
+  proc = _script(f'--workdir={lm_workdir}', *[f'--prompt={p}' for p in prompts],
+                 *[f'--{k}={v}' for k, v in args.items()])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'Traceback' not in proc.stderr
+  assert proc.stdout.rstrip('\n') == expected
+  blocks = expected.split('\n\n')
+  headers = [f'=== prompt {p}/2, sample {s}/2 ===' for p in (1, 2) for s in (1, 2)]
+  assert [b.split('\n', 1)[0] for b in blocks] == headers
+  bodies = [b.split('\n', 1)[1] for b in blocks]
+  for body, prompt in zip(bodies, ['ROMEO:'] * 2 + ['To be'] * 2):
+    assert body.startswith(prompt) and len(body) > len(prompt)  # The prompt, then new text.
+  assert bodies[0] != bodies[1]  # Two samples of 8 tokens from 512.
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('temperature', -1.0, '--temperature=-1.0 must be >= 0'),
+    ('top_p', 0.0, r'--top_p=0.0 must be in \(0, 1\]'),
+    ('top_p', 1.5, r'--top_p=1.5 must be in \(0, 1\]'),
+    ('top_k', -2, '--top_k=-2 must be >= 0'),
+    ('max_new_tokens', 0, '--max_new_tokens=0 must be >= 1'),
+    ('num_samples', 0, '--num_samples=0 must be >= 1'),
+])
+def test_bad_sampling_flags_name_the_flag(field, value, message):
+  with pytest.raises(errors.ConfigError, match=message):
+    generation.run('/nonexistent', ['ROMEO:'],
+                   sampling=generation.Sampling(**{field: value}))
+
+
+def test_missing_or_empty_prompts_are_refused(tmp_path):
+  blank = tmp_path / 'blank.txt'
+  blank.write_text('Hello.\n\nWorld.\n', encoding='utf-8')
+  for prompts, input_file, message in [
+      ([], None, 'nothing to generate from.*--prompt.*--input'),
+      (['ROMEO:', '  '], None, '--prompt 2 is empty'),
+      ([], str(blank), r"--input='.*blank.txt' line 2 is empty"),
+      (['ROMEO:'], str(tmp_path / 'missing.txt'), r"--input='.*missing.txt' cannot be read")]:
+    with pytest.raises(errors.ConfigError, match=message):
+      generation.run('/nonexistent', prompts, input_file=input_file)
+
+
+def test_a_prompt_past_the_learned_table_is_refused(lm_workdir):
+  """[bos] + 'ROMEO:' + 40 new tokens, or a long prompt + 1, exceed 32 positions."""
+  with pytest.raises(errors.ConfigError, match=(
+      r'--max_new_tokens=40 that is \d+ positions.*learned.max_length=32.*Fix: lower '
+      '--max_new_tokens or shorten the prompt')):
+    generation.run(lm_workdir, ['ROMEO:'], sampling=generation.Sampling(max_new_tokens=40))
+  with pytest.raises(errors.ConfigError, match='prompt 2 is'):
+    generation.run(lm_workdir, ['ROMEO:', 'ROMEO: ' * 30],
+                   sampling=generation.Sampling(max_new_tokens=1))
+
+
+@pytest.mark.parametrize('model_type', ['mlm', 'classifier'])
+def test_masked_lm_and_classifier_workdirs_are_refused(lm_workdir, tmp_path, model_type):
+  workdir = _copy_config(lm_workdir, tmp_path, type=model_type)
+  with pytest.raises(errors.ConfigError, match=(
+      f'holds a {model_type} model; scripts/generate.py serves causal_lm .*encoder_decoder')):
+    generation.run(workdir, ['ROMEO:'])
+
+
+def test_a_workdir_without_config_or_checkpoint_is_refused(lm_workdir, tmp_path):
+  with pytest.raises(errors.ConfigError, match='config.json does not exist'):
+    generation.run(str(tmp_path), ['ROMEO:'])
+  with pytest.raises(errors.ConfigError, match='has no checkpoint.*Fix: train first'):
+    generation.run(_copy_config(lm_workdir, tmp_path), ['ROMEO:'])
+  with pytest.raises(errors.ConfigError, match=r'--step=7 has no checkpoint.*available: \[2\]'):
+    generation.run(lm_workdir, ['ROMEO:'], step=7)
+
+
+def test_script_reports_bad_input_in_one_line_without_traceback(lm_workdir, tmp_path):
+  for args, message in [
+      (['--temperature=-1'], 'error: --temperature=-1.0 must be >= 0.'),
+      (['--workdir=' + _copy_config(lm_workdir, tmp_path, type='mlm')],
+       'error: --workdir='),
+  ]:
+    proc = _script(f'--workdir={lm_workdir}', '--prompt=ROMEO:', *args)
+    assert proc.returncode == 1
+    assert 'Traceback' not in proc.stderr and proc.stdout == ''
+    assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr[-2000:]
+
+
+def _copy_config(workdir, tmp_path, **model):
+  """A directory holding only `workdir`'s config.json and tokenizer, with model fields changed."""
+  target = tmp_path / ('copy-' + '-'.join(f'{k}{v}' for k, v in model.items()))
+  target.mkdir()
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    config = json.load(f)
+  config['model'].update(model)
+  (target / 'config.json').write_text(json.dumps(config), encoding='utf-8')
+  shutil.copy(os.path.join(workdir, 'tokenizer.model'), target / 'tokenizer.model')
+  return str(target)
