@@ -13,6 +13,7 @@ from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import tasks
 from roformer.data import pipeline
+from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
 
 log = logging.getLogger('roformer')
@@ -67,6 +68,10 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   the dataset: a workdir copied to another machine still decodes. Sets
   config.model.vocab_size from it, as setup_data does."""
   _check_own_vocabulary(workdir)
+  if synthetic.task_name(config.data):  # A vocabulary that follows from the config.
+    tokenizer = pipeline.load_tokenizer(config.data, None)
+    _set_vocab_size(config, tokenizer)
+    return tokenizer
   path = os.path.join(workdir, TOKENIZER_FILE)
   if not os.path.exists(path):
     raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
