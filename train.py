@@ -1,20 +1,22 @@
-"""Train a model: python train.py --config configs/lm.py --workdir runs/lm [--config.a.b=v]."""
+"""Train a model: python train.py --config configs/lm.py --workdir runs/lm [--config.a.b=v].
 
-import sys
+A bad flag, config file, override or workdir ends with one line `error: ...` naming it and the
+fix (--debug shows the traceback); see roformer/cli.py.
+"""
 
 import jax
 from absl import app
 from absl import flags
-from ml_collections import config_flags
 
-from roformer import errors
+from roformer import cli
+from roformer import config_args
 from roformer import logs
 from roformer import loop
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training config file.',
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.',
-                               required=True)
+_CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file FILE[:ARG]; '
+                              'override its fields with --config.a.b=VALUE.')
+_WORKDIR = cli.DEFINE_path('workdir', None, 'Directory for checkpoints and metrics.',
+                           required=True)
 _DISTRIBUTED = flags.DEFINE_bool(
     'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On a cluster '
     'that JAX detects (Slurm, Cloud TPU, GKE TPU, Open MPI 4) it finds the processes itself; '
@@ -55,18 +57,15 @@ def initialize_distributed() -> None:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  cli.no_arguments(argv)
+  config = config_args.load(_CONFIG.value, cli.overrides())
   logs.setup()
   initialize_distributed()
-  try:
-    last = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except errors.ConfigError as e:
-    sys.exit(f'error: {e}')
+  last = loop.train_and_evaluate(config, _WORKDIR.value)
   if 'preempted' in last:
     print(f'stopped by {last["preempted"]["signal"]} at step {last["preempted"]["step"]} with '
           'a checkpoint; rerun the same command to resume.')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main, config_overrides=True)

@@ -1,5 +1,50 @@
-"""The error type for bad configs and inputs: entry points print it as one line, no traceback."""
+"""The error types for problems a user can fix (entry points print them as one line, no
+traceback), and how to recognise a storage failure whatever library reported it."""
+
+import errno
+import re
 
 
 class ConfigError(ValueError):
-  """A user-fixable problem; the message names the field and the fix."""
+  """A user-fixable problem; the message names the field (or file) and the fix."""
+
+
+class DamagedFileError(ConfigError):
+  """A file this project wrote or reads (a workdir's config or tokenizer, the data cache, an
+  embedded corpus) is truncated, overwritten or missing; the message names it and the fix."""
+
+
+class StorageError(ConfigError):
+  """A write failed on the storage itself (a full disk, a quota, a read-only file system,
+  permissions); the message says what was kept and how to go on."""
+
+
+# errno -> how the storage failed.
+STORAGE_ERRNOS = {
+    errno.ENOSPC: 'no space left on device',
+    errno.EDQUOT: 'disk quota exceeded',
+    errno.EROFS: 'read-only file system',
+    errno.EACCES: 'permission denied',
+    errno.EPERM: 'operation not permitted',
+    errno.EIO: 'input/output error',
+    errno.EFBIG: 'file too large',
+}
+# TensorStore (orbax's writer) reports the errno inside a ValueError's text.
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+
+
+def storage_problem(exc: BaseException | None) -> str | None:
+  """How `exc`, or an exception it was raised from, failed on the storage ('no space left on
+  device: /path'), or None when it is something else."""
+  seen = set()
+  while exc is not None and id(exc) not in seen:
+    seen.add(id(exc))
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+      where = exc.filename or ''
+      return STORAGE_ERRNOS[exc.errno] + (f': {where}' if where else '')
+    code = _OS_ERROR_CODE.search(str(exc))
+    if code and int(code.group(1)) in STORAGE_ERRNOS:
+      path = re.search(r'"(/[^"]+)"', str(exc))
+      return STORAGE_ERRNOS[int(code.group(1))] + (f': {path.group(1)}' if path else '')
+    exc = exc.__cause__ or exc.__context__
+  return None

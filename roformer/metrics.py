@@ -6,6 +6,8 @@ import os
 
 import numpy as np
 
+from roformer import files
+
 
 def perplexity(loss: float) -> float:
   """exp(mean token cross-entropy in nats), inf when it overflows."""
@@ -121,5 +123,5 @@ class MetricsWriter:
 
 
 def read_jsonl(path: str) -> list[dict]:
-  with open(path, encoding='utf-8') as f:
-    return [json.loads(line) for line in f if line.strip()]
+  """The records of metrics.jsonl, skipping (with a warning) a line a cut-short write left."""
+  return files.read_jsonl(path)

@@ -17,13 +17,14 @@ resumes an unfinished run from its checkpoints, so rerunning a sweep continues w
 """
 
 import dataclasses
+import importlib.machinery
 import importlib.util
-import json
 import os
 import re
 import sys
 
 from roformer import errors
+from roformer import files
 
 EVAL_FILE = 'eval_results.json'
 
@@ -50,9 +51,14 @@ def load_module(path: str):
     raise errors.ConfigError(f'{path} does not exist. Fix: give a sweep file such as '
                              'configs/sweeps/positions.py (optionally with :ARG).')
   name = 'sweep_' + re.sub(r'\W', '_', os.path.splitext(os.path.basename(path))[0])
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    loader = importlib.machinery.SourceFileLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except  # The file's own error, named.
+    raise errors.ConfigError(f'{path} cannot be loaded ({type(e).__name__}: '
+                             f'{str(e).splitlines()[0] if str(e) else ""}). Fix: correct the '
+                             'file (--debug shows the traceback).') from e
   return module
 
 
@@ -89,7 +95,13 @@ def load(spec: str, config: str = '') -> Sweep:
   if not hasattr(module, 'get_sweep'):
     raise errors.ConfigError(f'{path} has no get_sweep(arg) function. Fix: define one returning '
                              "{'points': [...], 'overrides': {...}, 'evals': {...}}.")
-  raw = module.get_sweep(arg) if arg else module.get_sweep()
+  try:
+    raw = module.get_sweep(arg) if arg else module.get_sweep()
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.ConfigError(f'{spec}: get_sweep failed ({type(e).__name__}: {e}). Fix: correct '
+                             'the sweep file or its argument.') from e
+  if not isinstance(raw, dict):
+    raise errors.ConfigError(f'{spec}: get_sweep() returned {type(raw).__name__}, not a dict.')
   unknown = set(raw) - {'points', 'overrides', 'evals', 'eval_splits', 'config'}
   if unknown:
     raise errors.ConfigError(f'{spec}: get_sweep() returned unknown keys {sorted(unknown)}; '
@@ -161,9 +173,7 @@ def evaluated(workdir: str, name: str, steps: int | None = None) -> bool:
   path = os.path.join(workdir, eval_file(name))
   if not os.path.exists(path):
     return False
-  with open(path, encoding='utf-8') as f:
-    step = json.load(f).get('step')
-  return step == final_step(workdir, steps)
+  return files.read_json(path).get('step') == final_step(workdir, steps)
 
 
 def final_step(workdir: str, steps: int | None = None) -> int | None:
@@ -172,8 +182,7 @@ def final_step(workdir: str, steps: int | None = None) -> int | None:
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     return None
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)['train']['steps']
+  return files.read_json(path).get('train', {}).get('steps')
 
 
 def trained(workdir: str, steps: int | None = None) -> bool:

@@ -10,7 +10,6 @@ and the median wall time of `--repeats` steps after one warm-up step (blocking o
 Prints a Markdown table and writes the numbers as JSON.
 """
 
-import argparse
 import json
 import os
 import pathlib
@@ -24,25 +23,20 @@ import jax  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
 from configs import performer  # pylint: disable=wrong-import-position
+from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import config_lib  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
 from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
 
-def measure(kind: str, length: int, repeats: int, overrides: dict) -> dict:
+def measure(kind: str, length: int, repeats: int, overrides: list) -> dict:
   config = performer.get_config('rope')
   config.model.attention.kind = kind
   config.data.seq_len = length
   config.train.batch_size = 1
   config.mesh.num_devices = 1
-  for field, value in overrides.items():
-    section, name = field.split('.', 1)
-    node = config[section]
-    *parents, leaf = name.split('.')
-    for p in parents:
-      node = node[p]
-    node[leaf] = type(node[leaf])(value)
-  config_lib.validate(config)
+  config_lib.validate(config_args.apply(config, overrides))
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   rng = np.random.default_rng(0)
   batch = {'inputs': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32),
@@ -70,18 +64,17 @@ def measure(kind: str, length: int, repeats: int, overrides: dict) -> dict:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0])
+  parser = cli.ArgumentParser(description=__doc__.split('\n', 1)[0])
   parser.add_argument('--lengths', default='512,1024,2048,4096,8192')
   parser.add_argument('--kinds', default='softmax,favor')
   parser.add_argument('--repeats', type=int, default=3)
   parser.add_argument('--out', default='')
   args, rest = parser.parse_known_args(argv)
-  overrides = {}
-  for arg in rest:
-    if not arg.startswith('--config.') or '=' not in arg:
-      raise SystemExit(f'error: unknown argument {arg!r}; use --config.section.field=value.')
-    field, value = arg[len('--config.'):].split('=', 1)
-    overrides[field] = value
+  rest, overrides = config_args.split_argv(['attention_scaling.py'] + rest)
+  if rest[1:]:
+    parser.error(f'unknown arguments {rest[1:]}; config fields are set with '
+                 '--config.section.field=value')
+  config_args.apply(performer.get_config('rope'), overrides)  # Every override, checked first.
   rows = []
   for length in [int(x) for x in args.lengths.split(',')]:
     for kind in args.kinds.split(','):
@@ -109,4 +102,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  cli.guard(main)()

@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from roformer import cli
+from roformer import config_args
 from roformer import config_lib
 from roformer import errors
 from roformer import flops as flops_lib
@@ -44,8 +44,8 @@ from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
 
 
-_CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training config file.',
-                                          lock_config=False)
+_CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file FILE[:ARG]; '
+                              'override its fields with --config.a.b=VALUE.')
 _KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
 _PRESET = flags.DEFINE_enum('preset', None, list(PRESETS),
                             'Shapes from PRESETS (small, medium: the PyTorch comparison; '
@@ -221,9 +221,8 @@ def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  config = ml_collections.ConfigDict(_CONFIG.value.to_dict())
+  cli.no_arguments(argv)
+  config = config_args.load(_CONFIG.value, cli.overrides())
   if _PRESET.value:
     apply_preset(config, _PRESET.value)
   kinds = _KINDS.value or [config.model.position.kind]
@@ -241,8 +240,10 @@ def main(argv):
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials:  # Every kind is checked before anything is compiled.
       config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
-  except (errors.ConfigError, ValueError) as e:
-    sys.exit(f'error: {e}')
+  except ValueError as e:  # round_sizes' and the mesh's own messages name the flag.
+    if isinstance(e, errors.ConfigError):
+      raise
+    raise errors.ConfigError(str(e)) from e
   n = _PEAK_SIZE.value or (2048 if jax.default_backend() == 'cpu' else 8192)
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
@@ -276,4 +277,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main, config_overrides=True)

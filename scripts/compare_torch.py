@@ -13,7 +13,6 @@ alike. Reports each side's median step and tokens/s, JAX/PyTorch tokens/s per ki
 round (median and range), and each kind's step time against `none`.
 """
 
-import argparse
 import importlib.util
 import json
 import pathlib
@@ -25,8 +24,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# pylint: disable-next=wrong-import-position
+# pylint: disable=wrong-import-position
+from roformer import cli
 from scripts.timing import TORCH_PRESETS, interleave, round_ratios, round_sizes
+# pylint: enable=wrong-import-position
 
 
 class Worker:
@@ -106,7 +107,7 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
   parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--kinds', default='none,rope', help='JAX position kinds, comma-separated.')
   parser.add_argument('--steps', type=int, default=60, help='Timed steps per side.')
@@ -162,4 +163,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(cli.guard(main)())

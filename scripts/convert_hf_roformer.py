@@ -28,7 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 
 _DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'I64': np.int64,
            'I32': np.int32}
@@ -41,8 +43,16 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
   {name: {dtype, shape, data_offsets}}, then the raw little-endian data."""
   data = pathlib.Path(path).read_bytes()
   size = int.from_bytes(data[:8], 'little')
-  header = json.loads(data[8:8 + size])
+  try:
+    header = json.loads(data[8:8 + size])
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    header = None
   body = memoryview(data)[8 + size:]
+  if not isinstance(header, dict) or any(
+      not isinstance(spec, dict) or spec.get('data_offsets', [0, 0])[1] > len(body)
+      for name, spec in header.items() if name != '__metadata__'):
+    raise errors.DamagedFileError(f'{path} is not a complete .safetensors file (its header or '
+                                  'data is damaged or cut short). Fix: download it again.')
   tensors = {}
   for name, spec in header.items():
     if name == '__metadata__':
@@ -69,7 +79,7 @@ def locate(checkpoint: str) -> tuple[pathlib.Path, dict]:
     raise errors.ConfigError(f'--checkpoint={checkpoint!r}: expected model.safetensors and '
                              'config.json (save_pretrained writes both). Fix: point at that '
                              'directory.')
-  return weights, json.loads(config_path.read_text(encoding='utf-8'))
+  return weights, files.read_json(str(config_path), 'download the checkpoint again')
 
 
 def model_config(hf: dict):
@@ -173,21 +183,22 @@ def write_workdir(params: dict, config, workdir: str) -> None:
 
 
 def main(argv):
-  import argparse  # pylint: disable=g-import-not-at-top
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--checkpoint', required=True)
-  parser.add_argument('--workdir', required=True)
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--checkpoint', required=True, type=cli.path_arg)
+  parser.add_argument('--workdir', required=True, type=cli.path_arg)
   args = parser.parse_args(argv)
+  weights, hf = locate(args.checkpoint)
   try:
-    weights, hf = locate(args.checkpoint)
     config = model_config(hf)
     params, missing = convert(read_safetensors(weights), config)
-    write_workdir(params, config, args.workdir)
-  except errors.ConfigError as e:
-    sys.exit(f'error: {e}')
+  except KeyError as e:  # A field or tensor the file should have.
+    raise errors.DamagedFileError(f'--checkpoint={args.checkpoint!r} lacks {e} (not a complete '
+                                  'Hugging Face RoFormer checkpoint). Fix: point at a directory '
+                                  'written by save_pretrained.') from None
+  write_workdir(params, config, args.workdir)
   print(f'wrote {args.workdir}: {config.model.num_layers} layers, d_model '
         f'{config.model.d_model}' + (f'; initialised afresh: {missing}' if missing else ''))
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  cli.guard(main)(sys.argv[1:])

@@ -8,7 +8,8 @@
 
 A causal LM prints one block per sample (the prompt, then its continuation); a translation run
 prints one translation per line, with config.eval.beam_size and alpha. Bad inputs print
-`error: ...` naming the flag and exit with status 1. The logic is roformer/generation.py.
+`error: ...` naming the flag and exit with status 1 (2 for a bad command line). The logic is
+roformer/generation.py.
 """
 
 import pathlib
@@ -16,19 +17,18 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from absl import app  # pylint: disable=wrong-import-position
 from absl import flags  # pylint: disable=wrong-import-position
 from absl import logging as absl_logging  # pylint: disable=wrong-import-position
 
-from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import generation  # pylint: disable=wrong-import-position
 
 _DEFAULT = generation.Sampling()
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A causal_lm or encoder_decoder workdir written '
-                               'by train.py.', required=True)
+_WORKDIR = cli.DEFINE_path('workdir', None, 'A causal_lm or encoder_decoder workdir written by '
+                           'train.py.', required=True)
 _PROMPT = flags.DEFINE_multi_string('prompt', [], 'Text to continue (causal LM) or translate; '
                                     'may be given several times.')
-_INPUT = flags.DEFINE_string('input', None, 'A text file whose every line is a prompt.')
+_INPUT = cli.DEFINE_path('input', None, 'A text file whose every line is a prompt.')
 _STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
 _MAX_NEW_TOKENS = flags.DEFINE_integer('max_new_tokens', _DEFAULT.max_new_tokens,
                                        'Tokens to add to each prompt (causal LM).')
@@ -45,19 +45,14 @@ _NUM_SAMPLES = flags.DEFINE_integer('num_samples', _DEFAULT.num_samples,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  cli.no_arguments(argv)
   absl_logging.set_verbosity(absl_logging.WARNING)  # Warnings go to stderr, text to stdout.
   sampling = generation.Sampling(
       max_new_tokens=_MAX_NEW_TOKENS.value, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
       top_p=_TOP_P.value, seed=_SEED.value, num_samples=_NUM_SAMPLES.value)
-  try:
-    text = generation.run(_WORKDIR.value, _PROMPT.value, input_file=_INPUT.value,
-                          step=_STEP.value, sampling=sampling)
-  except errors.ConfigError as e:
-    sys.exit(f'error: {e}')
-  print(text)
+  print(generation.run(_WORKDIR.value, _PROMPT.value, input_file=_INPUT.value,
+                       step=_STEP.value, sampling=sampling))
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -7,13 +7,13 @@ Prints the curves as a Markdown table too (one column per run), so a README can 
 numbers the plot shows.
 """
 
-import argparse
 import os
 import sys
 import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import metrics  # pylint: disable=wrong-import-position
 
 
@@ -38,9 +38,9 @@ def markdown(data: dict[str, dict[int, float]], labels: list[str]) -> str:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('workdirs', nargs='+')
-  parser.add_argument('--out', required=True, help='PNG file to write.')
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('workdirs', nargs='+', type=cli.path_arg)
+  parser.add_argument('--out', required=True, type=cli.path_arg, help='PNG file to write.')
   parser.add_argument('--split', default='validation')
   parser.add_argument('--metric', default='loss')
   parser.add_argument('--labels', default='', help='Comma-separated, one per workdir.')
@@ -71,4 +71,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  cli.guard(main)()

@@ -8,10 +8,8 @@ failed are listed with what they have). Writes report.md, validation_loss.png an
 length_extrapolation.png next to it.
 """
 
-import argparse
 import datetime
 import glob
-import json
 import math
 import os
 import statistics
@@ -20,6 +18,8 @@ import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
@@ -28,14 +28,12 @@ def _point_overrides(root: str) -> dict:
   path = os.path.join(root, 'sweep.json')
   if not os.path.exists(path):
     return {}
-  with open(path, encoding='utf-8') as f:
-    return json.load(f).get('points', {})
+  return files.read_json(path).get('points', {})
 
 
 def read_point(workdir: str, overrides: dict) -> dict:
   """What a point's files say: its scheme, options, seed, curves and evaluations."""
-  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
-    config = json.load(f)
+  config = files.read_json(os.path.join(workdir, 'config.json'))
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
     records = metrics_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
@@ -44,8 +42,7 @@ def read_point(workdir: str, overrides: dict) -> dict:
   evals = {}
   for path in sorted(glob.glob(os.path.join(workdir, 'eval_results*.json'))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    with open(path, encoding='utf-8') as f:
-      result = json.load(f)
+    result = files.read_json(path)
     split = result['splits'].get('validation') or next(iter(result['splits'].values()))
     rows = [row for row in split.get('lengths', []) if 'loss' in row]  # Not the skipped ones.
     evals[name] = {'perplexity': {row['multiplier']: row['perplexity'] for row in rows},
@@ -215,8 +212,8 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('sweep_dir')
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('sweep_dir', type=cli.path_arg)
   parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md).')
   args = parser.parse_args(argv)
   root = args.sweep_dir
@@ -237,4 +234,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(cli.guard(main)())

@@ -12,7 +12,6 @@ point is reported and the sweep goes on; the exit status is 1 if any point faile
 on a multi-host cluster add train.py's `--distributed` with `--extra_train_flags=--distributed`.
 """
 
-import argparse
 import concurrent.futures
 import dataclasses
 import json
@@ -27,6 +26,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
@@ -107,11 +107,13 @@ def _last_line(path: str) -> str:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--config', default='', help="train.py's --config (the sweep file may "
                       'name one).')
-  parser.add_argument('--sweep', required=True, help='Sweep file, optionally FILE:ARG.')
-  parser.add_argument('--workdir', required=True, help='Directory holding one workdir per point.')
+  parser.add_argument('--sweep', required=True, type=cli.path_arg,
+                      help='Sweep file, optionally FILE:ARG.')
+  parser.add_argument('--workdir', required=True, type=cli.path_arg,
+                      help='Directory holding one workdir per point.')
   parser.add_argument('--parallel', type=int, default=1, help='Points run at the same time.')
   parser.add_argument('--dry_run', action='store_true',
                       help='Print one command per point instead of running them.')
@@ -161,4 +163,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(cli.guard(main)())

@@ -8,11 +8,21 @@ import sys
 
 import pytest
 
+from configs import classify
 from configs import lm
+from configs import mlm
+from configs import performer
+from configs import synthetic
+from configs import test as test_config
+from configs import translate
+from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
+from roformer import positions
 from roformer import trainer as trainer_lib
+from roformer.data import pipeline
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,7 +32,7 @@ def _set(cfg, dotted, value):
   node = cfg
   for p in parents:
     node = node[p]
-  with cfg.unlocked():
+  with cfg.unlocked(), cfg.ignore_type():  # Wrong types too: the checks must catch them.
     node[leaf] = value
 
 
@@ -51,7 +61,7 @@ BAD = [
     ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
     ('model.position.rope.scaling.kind', 'dynamic', 'config.model.position.rope.scaling.kind'),
     ('model.position.t5.num_buckets', 64, 'position.kind'),  # Another kind's option.
-    ('data.vocab_size', 8, 'config.data.vocab_size=8 is too small'),
+    ('data.vocab_size', 8, 'config.data.vocab_size=8 must be an integer in [16,'),
     ('data.shuffle_window', -1, 'config.data.shuffle_window'),
     ('train.learning_rate', 0.0, 'config.train.learning_rate'),
     ('train.warmup_steps', 100, 'config.train.warmup_steps'),
@@ -63,6 +73,15 @@ BAD = [
     ('eval.max_batches', 0, 'config.eval.max_batches'),
     ('eval.length_multipliers', (1, 0), 'config.eval.length_multipliers'),
     ('data.name', 'no_such_dataset_xyz', "config.data.name='no_such_dataset_xyz'"),
+    # Every number is finite and of its type (config_schema): refused before compiling.
+    ('model.position.rope.scaling.factor', float('nan'),
+     'config.model.position.rope.scaling.factor=nan must be a finite number'),
+    ('train.learning_rate', float('inf'), 'config.train.learning_rate=inf must be a finite'),
+    ('model.dropout', -float('inf'), 'config.model.dropout=-inf must be a finite'),
+    ('model.num_layers', True, 'config.model.num_layers=True is a bool; it must be an integer'),
+    ('model.d_model', 32.0, 'config.model.d_model=32.0 is a float; it must be an integer'),
+    ('data.seq_len', '32', "config.data.seq_len='32' is a str"),
+    ('model.learning_rate', 0.1, 'config.model.learning_rate is not a config field'),
 ]
 
 
@@ -115,7 +134,6 @@ def test_eval_without_checkpoint(config, tmp_path):
 
 
 def test_default_lm_config_is_valid():
-  from roformer import config_lib
   config_lib.validate(lm.get_config(), num_data_parallel=1)
   for kind in ('none', 'sinusoidal', 'learned', 'rope'):
     assert lm.get_config(kind).model.position.kind == kind
@@ -129,3 +147,59 @@ def test_train_cli_prints_one_line_error(tmp_path):
   assert proc.returncode != 0
   assert proc.stderr.strip().splitlines()[-1].startswith("error: config.model.position.kind='bogus'")
   assert 'Traceback' not in proc.stderr
+
+
+def config_variants():
+  """(name, config) for every config file in configs/ with each of its arguments (a file not
+  listed here: its default), so that every field any of them sets is seen."""
+  kinds = positions.kinds()
+  arguments = {
+      lm: kinds, mlm: ['bert', 'roformer'] + kinds, performer: ['rope', 'none', 'rope,features'],
+      classify: list(classify.EMBEDDED) + [f'glue/{t}' for t in pipeline.GLUE_TASKS] + [
+          f'rotten_tomatoes,{k}' for k in kinds],
+      translate: kinds + ['base'],
+      synthetic: list(synthetic.TASKS) + [f'copy,{k}' for k in kinds],
+      test_config: ['rope', 'mlm', 'classify'],
+  }
+  names = sorted(os.path.basename(p)[:-3] for p in os.listdir(os.path.join(REPO, 'configs'))
+                 if p.endswith('.py') and p not in ('__init__.py', 'base.py'))
+  for name in names:
+    module = importlib.import_module(f'configs.{name}')
+    for arg in arguments.get(module, [None]):
+      yield f'{name}.py:{arg}', module.get_config() if arg is None else module.get_config(arg)
+
+
+def test_every_config_file_validates_and_declares_every_field():
+  """config_schema declares every field of every config (a field added to a config without a
+  declared type and range fails here), and each config passes config_lib.validate."""
+  seen = 0
+  for name, config in config_variants():
+    config_schema.check(config)
+    if config.model.position.kind == 'xpos' and config.model.type != 'causal_lm':
+      with pytest.raises(errors.ConfigError, match='causal attention only'):
+        config_lib.validate(config)
+    else:
+      config_lib.validate(config)
+    seen += 1
+  assert seen > 50
+
+
+def test_a_field_nobody_declared_is_refused():
+  config = test_config.get_config()
+  with config.unlocked():
+    config.train.learning_rat = 0.1  # A typo in a config file.
+  with pytest.raises(errors.ConfigError, match=r'config.train.learning_rat is not a config field '
+                     r'\(did you mean config.train.learning_rate\?\).*config_schema.py'):
+    config_lib.validate(config)
+
+
+def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
+  """A scheme declares each option as a spec carrying its default; an option given as a plain
+  value still gets its default into configs/base.py but fails every config check."""
+  rope = dict(positions.Rotary.defaults['rope'], keep_fraction=1.0)
+  monkeypatch.setattr(positions.Rotary, 'defaults', {'rope': rope})
+  config = test_config.get_config()
+  assert config.model.position.rope.keep_fraction == 1.0
+  with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.keep_fraction has no '
+                     r'declared type and range.*roformer.positions.rotary.Rotary.defaults'):
+    config_lib.validate(config)

@@ -20,9 +20,9 @@ from roformer.positions import relative
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (PositionScheme, create, default_fields, head_dim, kinds,
-                                     register, relative_positions, scheme_class, scheme_fields,
-                                     validate)
+from roformer.positions.base import (PositionScheme, create, default_fields, field_specs, head_dim,
+                                     kinds, register, relative_positions, scheme_class,
+                                     scheme_fields, validate)
 from roformer.positions.bias import ALiBi, T5Bias, alibi_slopes, t5_buckets
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.rotary import Rotary, XPos, apply_rotary, rotate_pairs, xpos_decay

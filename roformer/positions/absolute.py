@@ -7,6 +7,7 @@ import numpy as np
 from flax import nnx
 
 from roformer import errors
+from roformer import specs
 from roformer.positions import base
 
 
@@ -38,7 +39,7 @@ class Sinusoidal(base.PositionScheme):
   """Fixed sinusoidal absolute encodings added to the token embeddings."""
 
   fields = ('sinusoidal',)
-  defaults = {'sinusoidal': {'base': 10000.0}}
+  defaults = {'sinusoidal': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal, rngs
@@ -81,7 +82,8 @@ class Learned(base.PositionScheme):
   added at every layer's input (Al-Rfou et al. 2019)."""
 
   fields = ('learned',)
-  defaults = {'learned': {'max_length': 2048, 'per_layer': False}}
+  defaults = {'learned': {'max_length': specs.Int(1, 2**24, default=2048),
+                          'per_layer': specs.Bool(default=False)}}
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal
@@ -92,9 +94,6 @@ class Learned(base.PositionScheme):
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
-    if cfg.learned.max_length < 1:
-      raise errors.ConfigError(
-          f'config.model.position.learned.max_length={cfg.learned.max_length} must be >= 1.')
     if seq_len > cfg.learned.max_length:
       raise errors.ConfigError(
           f'sequence length {seq_len} is longer than the learned position table '

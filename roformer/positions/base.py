@@ -28,6 +28,7 @@ import ml_collections
 from flax import nnx
 
 from roformer import errors
+from roformer import specs
 
 _REGISTRY: dict[str, type['PositionScheme']] = {}
 
@@ -61,8 +62,12 @@ class PositionScheme(nnx.Module):
   has_value_term = False  # True: needs the explicit einsum attention path.
   # Sub-configs of config.model.position that belong to this kind (checked for misuse).
   fields: tuple[str, ...] = ()
-  # The sub-configs this class introduces, with their default values (configs/base.py builds
-  # config.model.position from every registered class's defaults).
+  # The sub-configs this class introduces: {group: {option: spec}}, each option's type and
+  # range carrying its default (roformer/specs.py, e.g. `specs.Int(1, default=16)`).
+  # configs/base.py builds config.model.position from every registered class's defaults, and
+  # the config check (roformer/config_schema.py) holds each value to its spec. An option given
+  # as a plain value has a default but no declared range: every config check then fails,
+  # naming it, until it is declared.
   defaults: dict = {}
 
   @classmethod
@@ -110,8 +115,22 @@ def default_fields() -> dict:
   not silently ignored."""
   fields = {}
   for cls in _REGISTRY.values():
-    fields.update(copy.deepcopy(cls.defaults))
+    fields.update(copy.deepcopy(specs.defaults(cls.defaults)))
   return fields
+
+
+def field_specs() -> dict:
+  """The spec of every field of config.model.position: `kind` and each registered scheme's
+  options (an option without a spec becomes specs.Undeclared, which fails every check)."""
+  def declared(tree, where):
+    return {k: declared(v, where) if isinstance(v, dict) else
+            (v if isinstance(v, specs.Spec) else specs.Undeclared(v, where))
+            for k, v in tree.items()}
+  fields = {'kind': specs.Str(choices=kinds)}
+  for cls in _REGISTRY.values():
+    fields.update(declared(cls.defaults, f'{cls.__module__}.{cls.__name__}.defaults'))
+  return fields
+
 
 def scheme_fields(kind: str) -> tuple[str, ...]:
   """The option groups of config.model.position that scheme `kind` reads."""
@@ -119,9 +138,10 @@ def scheme_fields(kind: str) -> tuple[str, ...]:
 
 
 def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = True) -> None:
-  """Checks `model_cfg.position` before anything is built or compiled."""
+  """Checks `model_cfg.position` before anything is built or compiled: each option against
+  its spec, options of other kinds left at their defaults, then the scheme's own checks."""
   cfg = model_cfg.position
-  kind = cfg.kind
+  kind = cfg.get('kind')
   if kind not in _REGISTRY:
     raise errors.ConfigError(
         f'config.model.position.kind={kind!r} is not a known position scheme. '
@@ -136,6 +156,7 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
           f'config.model.position.{name} is changed from its defaults but '
           f'config.model.position.kind={kind!r} does not use it. Fix: set '
           f'--config.model.position.kind={name}, or drop the {name} overrides.')
+  specs.check_tree(cfg, field_specs(), 'config.model.position')
   _REGISTRY[kind].validate(cfg, model_cfg, seq_len, causal)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 from flax import nnx
 
 from roformer import errors
+from roformer import specs
 from roformer.positions import base
 
 
@@ -40,7 +41,9 @@ class T5Bias(base.PositionScheme):
   table shared by all layers unless `shared_across_layers` is False."""
 
   fields = ('t5',)
-  defaults = {'t5': {'num_buckets': 32, 'max_distance': 128, 'shared_across_layers': True}}
+  defaults = {'t5': {'num_buckets': specs.Int(2, 4096, default=32),
+                     'max_distance': specs.Int(1, 2**24, default=128),
+                     'shared_across_layers': specs.Bool(default=True)}}
 
   def __init__(self, model_cfg, *, causal, rngs):
     cfg = model_cfg.position.t5
@@ -55,9 +58,6 @@ class T5Bias(base.PositionScheme):
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     t = cfg.t5
-    if t.max_distance < 1:
-      raise errors.ConfigError(f'config.model.position.t5.max_distance={t.max_distance} must '
-                               'be >= 1.')
     per_side = t.num_buckets // (1 if causal else 2)
     if per_side < 2 or t.max_distance <= per_side // 2:
       raise errors.ConfigError(

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer import errors
+from roformer import specs
 from roformer.positions import absolute
 from roformer.positions import base
 
@@ -51,7 +52,7 @@ class Shaw(base.PositionScheme):
   clipped at k = `max_distance`, one pair of (2k+1)-row tables per layer shared by all heads."""
 
   fields = ('shaw',)
-  defaults = {'shaw': {'max_distance': 16}}
+  defaults = {'shaw': {'max_distance': specs.Int(1, 2**16, default=16)}}
   has_value_term = True
 
   def __init__(self, model_cfg, *, causal, rngs):
@@ -62,9 +63,6 @@ class Shaw(base.PositionScheme):
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
-    if cfg.shaw.max_distance < 1:
-      raise errors.ConfigError(f'config.model.position.shaw.max_distance='
-                               f'{cfg.shaw.max_distance} must be >= 1.')
     if model_cfg.attention_impl not in ('einsum', 'auto'):
       raise errors.ConfigError(
           "config.model.position.kind='shaw' adds relative embeddings to the attention values, "
@@ -108,7 +106,7 @@ class TransformerXL(base.PositionScheme):
   projection W_R per layer, and global content/position biases u, v shared by all layers."""
 
   fields = ('xl',)
-  defaults = {'xl': {'base': 10000.0}}
+  defaults = {'xl': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal

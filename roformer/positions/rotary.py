@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from roformer import errors
+from roformer import specs
 from roformer.positions import base
 from roformer.positions import scaling
 
@@ -117,9 +118,11 @@ class Rotary(base.PositionScheme):
 
   fields = ('rope',)
   defaults = {'rope': {
-      'base': 10000.0, 'fraction': 1.0, 'rotate_values': False, 'layout': 'interleaved',
-      'scaling': {'kind': 'none', 'factor': 1.0, 'original_length': 0, 'alpha': 1.0,
-                  'beta': 32.0}}}
+      'base': specs.Float(1, 1e12, min_open=True, default=10000.0),
+      'fraction': specs.Float(0, 1, min_open=True, default=1.0),
+      'rotate_values': specs.Bool(default=False),
+      'layout': specs.Str(('interleaved', 'half'), default='interleaved'),
+      'scaling': scaling.SPECS}}
   rotates = True
 
   def __init__(self, model_cfg, *, causal, rngs):
@@ -137,9 +140,6 @@ class Rotary(base.PositionScheme):
   def validate(cls, cfg, model_cfg, seq_len, causal):
     r = cfg.rope
     head_dim = base.head_dim(model_cfg)
-    if not 0.0 < r.fraction <= 1.0:
-      raise errors.ConfigError(f'config.model.position.rope.fraction={r.fraction} must be in '
-                               '(0, 1].')
     rotary_dim = int(round(head_dim * r.fraction))
     if rotary_dim % 2 or rotary_dim == 0:
       raise errors.ConfigError(
@@ -147,11 +147,6 @@ class Rotary(base.PositionScheme):
           f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim} x fraction {r.fraction}). '
           'Fix: change --config.model.d_model, --config.model.num_heads or '
           '--config.model.position.rope.fraction so that it is even.')
-    if r.base <= 1.0:
-      raise errors.ConfigError(f'config.model.position.rope.base={r.base} must be > 1.')
-    if r.layout not in ('interleaved', 'half'):
-      raise errors.ConfigError(f"config.model.position.rope.layout={r.layout!r}: use "
-                               "'interleaved' (the paper) or 'half' (GPT-NeoX/Llama).")
     scaling.validate(r.scaling, rotary_dim)
 
   def _rotate(self, x, positions, scale=None):
@@ -181,7 +176,8 @@ class XPos(Rotary):
   for causal attention (n >= m). Uses the `rope` fields for base, fraction and layout."""
 
   fields = ('rope', 'xpos')
-  defaults = {'xpos': {'gamma': 0.4, 'scale_base': 512.0}}
+  defaults = {'xpos': {'gamma': specs.Float(0, 1e6, min_open=True, default=0.4),
+                       'scale_base': specs.Float(0, 1e12, min_open=True, default=512.0)}}
 
   def __init__(self, model_cfg, *, causal, rngs):
     super().__init__(model_cfg, causal=causal, rngs=rngs)
@@ -197,8 +193,6 @@ class XPos(Rotary):
           "config.model.position.kind='xpos' is for causal attention only: its decay "
           'zeta^((n-m)/B) grows without bound for keys after the query. Fix: use rope for '
           'bidirectional models.')
-    if cfg.xpos.scale_base <= 0 or cfg.xpos.gamma <= 0:
-      raise errors.ConfigError('config.model.position.xpos needs scale_base > 0, gamma > 0.')
     # After centring, the largest exponent is (L/2) |ln zeta_0| / B; keep exp() in range.
     exponent = seq_len / 2 * abs(np.log(cfg.xpos.gamma / (1 + cfg.xpos.gamma))) / (
         cfg.xpos.scale_base)

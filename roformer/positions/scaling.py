@@ -6,6 +6,21 @@ and are turned into float32 angles only where positions meet them."""
 import numpy as np
 
 from roformer import errors
+from roformer import specs
+
+KINDS = ('none', 'linear', 'ntk', 'yarn')
+
+# `config.model.position.rope.scaling`: each option's type, range and default.
+SPECS = {
+    'kind': specs.Str(KINDS, default='none'),
+    # The new context length over the trained one (at least 1).
+    'factor': specs.Float(1, 1e6, default=1.0),
+    # yarn: the length the model was trained at (0: eval.py fills in the workdir's).
+    'original_length': specs.Int(0, 2**24, default=0),
+    # yarn's ramp, in rotations over original_length: alpha < beta.
+    'alpha': specs.Float(0, 1e6, min_open=True, default=1.0),
+    'beta': specs.Float(0, 1e6, min_open=True, default=32.0),
+}
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -40,20 +55,15 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
 
 def validate(sc, rotary_dim: int) -> None:
   """Checks `config.model.position.rope.scaling` for a rotation of `rotary_dim` dimensions."""
-  if sc.kind not in ('none', 'linear', 'ntk', 'yarn'):
-    raise errors.ConfigError(f'config.model.position.rope.scaling.kind={sc.kind!r} is '
-                             "unknown. Fix: one of 'none', 'linear', 'ntk', 'yarn'.")
   if sc.kind == 'ntk' and rotary_dim <= 2:
     raise errors.ConfigError('rope.scaling.kind=ntk needs a rotated dimension above 2 (it '
                              'scales the base by factor^(d/(d-2))).')
-  if sc.factor < 1.0:
-    raise errors.ConfigError(
-        f'config.model.position.rope.scaling.factor={sc.factor} must be >= 1 (it is the '
-        'ratio of the new context length to the trained one).')
   if sc.kind == 'yarn':
     if sc.original_length < 1:
       raise errors.ConfigError(
           'rope.scaling.kind=yarn needs config.model.position.rope.scaling.original_length '
           '(the training length; eval.py fills it in from the workdir).')
-    if not 0 < sc.alpha < sc.beta:
-      raise errors.ConfigError('config.model.position.rope.scaling needs 0 < alpha < beta.')
+    if not sc.alpha < sc.beta:
+      raise errors.ConfigError(
+          f'config.model.position.rope.scaling.alpha={sc.alpha} must be below beta={sc.beta} '
+          '(the ramp between them). Fix: change one of them.')

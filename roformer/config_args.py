@@ -1,0 +1,158 @@
+"""What the command line says about the config: the config file (`--config FILE[:ARG]`) and the
+field overrides (`--config.a.b=VALUE`), as train.py, eval.py and the scripts read them.
+
+Each override's text becomes a value of the field's declared type (roformer/config_schema.py;
+a field nobody declared: the type of its current value), so `--config.model.d_model=wide` or an
+override of a field that does not exist is a ConfigError naming the flag, never a traceback.
+Ranges are checked afterwards with the whole config (config_lib.validate). The same functions
+serve the tests, which apply overrides exactly as the command line does.
+"""
+
+import difflib
+import importlib.util
+import os
+import re
+from typing import Iterable, Sequence
+
+import ml_collections
+
+from roformer import config_schema
+from roformer import errors
+from roformer import specs
+
+# `--config.a.b=V`, `--config.a.b V`, `--config.a.b` (a bool: true), `--noconfig.a.b` (false).
+_OVERRIDE = re.compile(r'^--?(no)?config\.([^=]+)(=(.*))?$', re.S)
+
+Override = tuple[str, str | None]  # (dotted field, text; None for a bare boolean flag)
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[Override]]:
+  """(the other arguments, the config overrides in order) of a command line. A bare
+  `--config.a.b` takes the next argument as its value unless that is another flag."""
+  rest, overrides, i = [], [], 0
+  while i < len(argv):
+    arg = argv[i]
+    match = _OVERRIDE.match(arg) if i else None  # argv[0] is the program.
+    if arg == '--':
+      rest += argv[i:]
+      break
+    if not match:
+      rest.append(arg)
+    elif match.group(1):
+      overrides.append((match.group(2), 'false'))
+    elif match.group(3) is not None:
+      overrides.append((match.group(2), match.group(4)))
+    elif i + 1 < len(argv) and not argv[i + 1].startswith('--'):
+      overrides.append((match.group(2), argv[i + 1]))
+      i += 1
+    else:
+      overrides.append((match.group(2), None))
+    i += 1
+  return rest, overrides
+
+
+def load_file(spec: str) -> ml_collections.ConfigDict:
+  """The config of `FILE[:ARG]`: FILE's get_config(ARG) (get_config() without ':'). Raises
+  ConfigError naming the file when it is missing, does not import, has no get_config, or
+  get_config fails or returns something other than a ConfigDict."""
+  path, sep, arg = (spec or '').partition(':')
+  if not path.strip():
+    raise errors.ConfigError('--config is empty. Fix: give a config file, e.g. --config '
+                             'configs/lm.py (optionally FILE:ARG, e.g. configs/lm.py:alibi).')
+  if not os.path.isfile(path):
+    what = 'is a directory' if os.path.isdir(path) else 'does not exist'
+    raise errors.ConfigError(f'--config={spec}: {path} {what}. Fix: give a config file such as '
+                             'configs/lm.py (the files are in configs/; optionally FILE:ARG).')
+  name = 'config_file_' + re.sub(r'\W', '_', os.path.abspath(path))
+  try:
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except  # Any error of the file's own code.
+    raise errors.ConfigError(f'--config={spec}: {path} cannot be loaded ({_one_line(e)}). Fix: '
+                             'correct the file (--debug shows the traceback).') from e
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    raise errors.ConfigError(f'--config={spec}: {path} has no get_config() function. Fix: '
+                             'define get_config(arg) returning an ml_collections.ConfigDict, as '
+                             'configs/lm.py does.')
+  try:
+    config = get_config(arg) if sep else get_config()
+  except (errors.ConfigError, ValueError) as e:  # A bad ARG: the file's own message.
+    raise errors.ConfigError(f'--config={spec}: {e}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    call = f'get_config({arg!r})' if sep else 'get_config()'
+    raise errors.ConfigError(f'--config={spec}: {path}\'s {call} failed ({_one_line(e)}). Fix: '
+                             'correct the file or its argument (--debug shows the traceback).'
+                             ) from e
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise errors.ConfigError(f'--config={spec}: {path}\'s get_config returned '
+                             f'{type(config).__name__}, not an ml_collections.ConfigDict. Fix: '
+                             'return the config (a missing `return`?).')
+  return config
+
+
+def _one_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return f'{type(e).__name__}: {text[0][:300]}' if text else type(e).__name__
+
+
+def override(config: ml_collections.ConfigDict, field: str, text: str | None) -> None:
+  """Sets the dotted `field` of `config` from the text of `--config.FIELD=TEXT` (None: a bare
+  flag, true for a boolean). Raises ConfigError naming the flag if the field does not exist or
+  the text is not of its type. A dict field (data.splits, mesh.rules) also takes one entry at
+  a time: --config.data.splits.validation=test."""
+  flag = f'--config.{field}'
+  parts = field.split('.')
+  if not all(parts):
+    raise errors.ConfigError(f'{flag}: {field!r} is not a field name. Fix: --config.a.b=VALUE.')
+  node, tree = config, config_schema.schema()
+  for depth, part in enumerate(parts[:-1]):
+    _must_have(node, part, parts[:depth], flag)
+    if not hasattr(node[part], 'keys'):
+      raise errors.ConfigError(f'{flag}: config.{".".join(parts[:depth + 1])} is a value, not a '
+                               'group of fields. Fix: drop the part after it.')
+    node, tree = node[part], tree.get(part) if isinstance(tree, dict) else None
+  leaf = parts[-1]
+  if isinstance(tree, specs.Map):  # An entry of a dict field, new or not.
+    spec = tree.of
+  else:
+    _must_have(node, leaf, parts[:-1], flag)
+    spec = tree.get(leaf) if isinstance(tree, dict) else None
+  current = node.get(leaf)
+  if isinstance(spec, dict) or (spec is None and hasattr(current, 'keys')):
+    example = next(iter(current.keys()), 'FIELD') if hasattr(current, 'keys') else 'FIELD'
+    raise errors.ConfigError(f'{flag}: config.{field} is a group of fields. Fix: set its fields '
+                             f'one by one, e.g. {flag}.{example}=VALUE.')
+  spec = spec or specs.infer(current)
+  if text is None:
+    if not isinstance(spec, specs.Bool):
+      raise errors.ConfigError(f'{flag} needs a value. Fix: {flag}=<{spec.describe()}>.')
+    value = True
+  else:
+    value = spec.parse(text, f'config.{field}')
+  with config.unlocked(), config.ignore_type():
+    node[leaf] = value
+
+
+def _must_have(node, part: str, parents: list[str], flag: str) -> None:
+  if part in node:
+    return
+  where = '.'.join(['config'] + parents)
+  close = difflib.get_close_matches(part, list(node.keys()), n=1)
+  hint = f' (did you mean {where}.{close[0]}?)' if close else ''
+  raise errors.ConfigError(f'{flag}: {where} has no field {part!r}{hint}. Fix: check the name '
+                           'against configs/base.py and the config file.')
+
+
+def apply(config: ml_collections.ConfigDict, overrides: Iterable[Override]
+          ) -> ml_collections.ConfigDict:
+  """`config` with every override set, in order (a later one of a field wins)."""
+  for field, text in overrides:
+    override(config, field, text)
+  return config
+
+
+def load(spec: str, overrides: Iterable[Override] = ()) -> ml_collections.ConfigDict:
+  """The config of `--config SPEC` with the `--config.*` overrides applied."""
+  return apply(load_file(spec), overrides)

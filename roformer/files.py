@@ -1,0 +1,61 @@
+"""Reading the small files a run writes (config.json, eval_results*.json, metrics.jsonl) so
+that a damaged one is named with its fix instead of a decoder's traceback. Light on purpose:
+the sweep driver and the report read them without importing JAX."""
+
+import json
+import logging
+import os
+
+from roformer import errors
+
+log = logging.getLogger('roformer')
+
+
+def read_json(path: str, fix: str = '') -> dict:
+  """The JSON object in `path`. A file that cannot be read, is not JSON (truncated, overwritten)
+  or holds something other than an object raises DamagedFileError naming it and `fix` (by
+  default: restore it, or delete it to have it written again)."""
+  fix = fix or ('restore it from a copy, or delete it so that the step that writes it runs '
+                'again')
+  try:
+    with open(path, encoding='utf-8') as f:
+      value = json.load(f)
+  except FileNotFoundError:
+    raise
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+    raise errors.DamagedFileError(f'{path} cannot be read ({reason}). Fix: {fix}.') from None
+  if not isinstance(value, dict):
+    raise errors.DamagedFileError(f'{path} holds a JSON {type(value).__name__}, not an object '
+                                  f'(damaged or not written by this project). Fix: {fix}.')
+  return value
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a JSON-lines file. A line that does not parse (the last one of a write cut
+  short by a full disk or a kill) is skipped with a warning naming the file and the line; the
+  file itself is left as it is."""
+  records = []
+  with open(path, encoding='utf-8', errors='replace') as f:
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError:
+        record = None
+      if not isinstance(record, dict):
+        log.warning('%s line %d is not a JSON record (a write cut short?); skipped.', path,
+                    number)
+        continue
+      records.append(record)
+  return records
+
+
+def ends_with_newline(path: str) -> bool:
+  """Whether `path` is empty or ends with a newline (else a write was cut short)."""
+  if not os.path.exists(path) or not os.path.getsize(path):
+    return True
+  with open(path, 'rb') as f:
+    f.seek(-1, os.SEEK_END)
+    return f.read(1) == b'\n'
