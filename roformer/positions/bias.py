@@ -73,7 +73,8 @@ class _T5Layer(base.PositionScheme):
   def __init__(self, scheme: T5Bias, table: nnx.Param):
     self.scheme, self.table = scheme, table
 
-  def logits_bias(self, q, k, q_pos, k_pos):
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    del mask  # The bias does not depend on which keys are visible.
     s = self.scheme
     buckets = t5_buckets(-base.relative_positions(q_pos, k_pos), bidirectional=s.bidirectional,
                          num_buckets=s.num_buckets, max_distance=s.max_distance)
@@ -106,6 +107,7 @@ class ALiBi(base.PositionScheme):
     del causal, rngs
     self.slopes = tuple(float(m) for m in alibi_slopes(model_cfg.num_heads))
 
-  def logits_bias(self, q, k, q_pos, k_pos):
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    del mask  # The bias does not depend on which keys are visible.
     distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
     return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance
