@@ -86,6 +86,32 @@ def test_fire_bias_matches_the_formula():
   np.testing.assert_allclose(got, fire_numpy(layer, PACKED, PACKED, 3.0), rtol=1e-5, atol=1e-6)
 
 
+def test_fire_pieces_give_the_mlps_values_and_gradients():
+  """The bias evaluates f once per linear piece; the MLP applied to every pair's input gives the
+  same values and the same gradients for every parameter, units with w1 = 0 included."""
+  layer = make('fire', **{'fire.init_threshold': 3.0}).for_layer(0)
+  layer.hidden_kernel.value = layer.hidden_kernel.value.at[0, :2].set(0.0)
+  layer.hidden_bias.value = layer.hidden_bias.value.at[:2].set(jnp.asarray([0.5, -0.5]))
+  graphdef, state = nnx.split(layer)
+  weights = jnp.asarray(np.random.default_rng(25).normal(size=(2, HEADS, 7, 7)), jnp.float32)
+
+  def mlp_everywhere(lay):
+    x = lay.inputs(PACKED, PACKED)
+    hidden = jax.nn.relu(x[..., None] * lay.hidden_kernel[...][0] + lay.hidden_bias[...])
+    out = jnp.einsum('bqkm,mh->bhqk', hidden, lay.out_kernel[...])
+    return out + lay.out_bias[...][None, :, None, None]
+
+  loss = lambda bias_fn: lambda st: jnp.sum(bias_fn(nnx.merge(graphdef, st)) * weights)
+  pieces = lambda lay: lay.logits_bias(None, None, PACKED, PACKED)
+  np.testing.assert_allclose(pieces(layer), mlp_everywhere(layer), rtol=1e-5, atol=1e-6)
+  got = jax.jit(jax.grad(loss(pieces)))(state)
+  want = jax.jit(jax.grad(loss(mlp_everywhere)))(state)
+  for (path, g), (_, w) in zip(jax.tree_util.tree_flatten_with_path(got)[0],
+                               jax.tree_util.tree_flatten_with_path(want)[0]):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=str(path))
+  assert np.abs(np.asarray(got['c'].value)) > 0  # c and L get gradients through the inputs.
+
+
 def test_fire_normalises_by_the_query_position_above_the_threshold():
   """Below L the normaliser is psi(L) for every query, so equal distances give equal inputs;
   above L it is psi(i), so the same distance counts for less at later queries."""

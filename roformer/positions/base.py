@@ -9,15 +9,15 @@ Every scheme is a small `nnx.Module` that implements only the hooks it needs; th
 | `layer_input(x, positions)`            | learned (per layer)     | adds a code at a layer's input   |
 | `rotate(q, k, q_pos, k_pos)`           | rope, xpos              | rotates queries and keys         |
 | `rotate_value(v, k_pos)`               | rope (rotate_values)    | rotates values                   |
-| `logits_bias(q, k, q_pos, k_pos, mask)`| shaw, xl, t5, alibi,    | added to the attention logits    |
-|                                        | kerple, fire, cope      |                                  |
+| `logits_bias(q, k, q_pos, k_pos, mask)`| the bias schemes (*)    | added to the attention logits    |
 | `value_term(probs, q_pos, k_pos)`      | shaw                    | added to the attention output    |
 
+(*) shaw, xl, t5, alibi, kerple, fire, cope.
 `for_layer(i)` gives the view whose hooks layer i uses (per-layer parameters: shaw, xl, t5 when
-not shared, per-layer learned, kerple, fire, cope). `logits_bias` also receives the attention
-mask (bool, broadcastable to [batch, heads, q_len, k_len]), which only CoPE reads: its positions
-count the gates of the keys a query may see, so other segments, padding, unfilled cache slots
-and future keys must add nothing.
+not shared, per-layer learned, kerple, fire unless shared, cope). `logits_bias` also receives the
+attention mask (bool, broadcastable to [batch, heads, q_len, k_len]), which only CoPE reads: its
+positions count the gates of the keys a query may see, so other segments, padding, unfilled
+cache slots and future keys must add nothing.
 Positions are always explicit integer arrays (they restart at 0 in every packed segment and start
 at the cache index when decoding); angles are computed in float32 from them and cast to the
 activation dtype only at the end. A registry maps `config.model.position.kind` to a scheme class;
