@@ -349,3 +349,22 @@ def test_yarn_ramps_match_their_formulas(factor, length):
   assert not np.allclose(ratio, index)  # Two different ramps ...
   assert index[0] == theta[0] and index[-1] == pytest.approx(theta[-1] / factor)  # ... ends.
   assert mscale == pytest.approx(0.1 * math.log(factor) + 1)
+
+
+def test_configs_saved_before_the_new_options_still_validate_and_build():
+  """A config.json written before keep_fraction, the scaling's ramp and llama3 factors, and the
+  kerple/fire/cope groups existed reads their defaults instead of failing."""
+  for kind in ('rope', 'alibi'):
+    cfg = model_cfg(kind)
+    with cfg.unlocked():
+      del cfg.position['kerple'], cfg.position['fire'], cfg.position['cope']
+      del cfg.position.rope['keep_fraction']
+      for name in ('ramp', 'low_freq_factor', 'high_freq_factor'):
+        del cfg.position.rope.scaling[name]
+    positions.validate(cfg, 32, True)
+    scheme = positions.create(cfg, causal=True, rngs=nnx.Rngs(0))
+    if kind == 'rope':
+      q, k = random_qk(26)
+      pos = jnp.tile(jnp.arange(7)[None], (2, 1))
+      np.testing.assert_array_equal(scheme.rotate(q, k, pos, pos)[0],
+                                    make('rope').rotate(q, k, pos, pos)[0])

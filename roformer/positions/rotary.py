@@ -129,10 +129,10 @@ class Rotary(base.PositionScheme):
     frequencies spread over that width, theta_i = base^(-2i / (f d)): its rotated pairs still
     run from frequency 1 down to 1/base, and the last (1 - f) d dimensions pass through.
   - `keep_fraction` p (p-RoPE, Barbero et al. 2024) keeps RoPE's frequencies theta_i =
-    base^(-2i / d) of the first floor(p d / 2) pairs, the highest ones, and sets the rest to 0:
-    the lowest frequencies, which rotate by less than a turn over any practical context and so
-    act as nearly constant "semantic" channels that drift with distance, become exactly
-    unrotated. Those dimensions stay in place (cos 0 = 1, sin 0 = 0), in either layout.
+    base^(-2i / d) of the first floor(p d / 2) pairs, the highest ones, and sets the rest to 0.
+    Models use the lowest frequencies, which barely turn over a training context, as semantic
+    channels that the slow rotation corrupts at long range; p-RoPE leaves them exactly
+    unrotated (cos 0 = 1, sin 0 = 0), in either layout.
   `keep_fraction` applies to the rotated pairs, after any scaling.
   """
 
