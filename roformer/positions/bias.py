@@ -205,8 +205,8 @@ class _FireLayer(base.PositionScheme):
     self.hidden_kernel, self.hidden_bias = _torch_linear(rngs, 1, width)
     self.out_kernel, self.out_bias = _torch_linear(rngs, width, num_heads)
     self.c = nnx.Param(jnp.asarray(init_c, jnp.float32))
-    # L = |multiplier x init_threshold|: the reference learns a multiplier (initially 1) of a
-    # fixed initial threshold, so that L moves at the learning rate's relative scale.
+    # L = |multiplier x init_threshold|: as in the reference code, a multiplier (initially 1)
+    # of the fixed initial threshold is learned, so an update moves L in proportion to it.
     self.threshold_multiplier = nnx.Param(jnp.ones((), jnp.float32))
     self.init_threshold = float(init_threshold)
 
