@@ -49,7 +49,9 @@ BAD = [
     ('model.activation', 'swish', 'config.model.activation'),
     ('model.attention.kind', 'linear', 'config.model.attention.kind'),
     ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
-    ('model.position.rope.scaling.kind', 'dynamic', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.kind', 'longrope', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.ramp', 'cosine', 'config.model.position.rope.scaling.ramp'),
+    ('model.position.rope.keep_fraction', 1.5, 'config.model.position.rope.keep_fraction'),
     ('model.position.t5.num_buckets', 64, 'position.kind'),  # Another kind's option.
     ('data.vocab_size', 8, 'config.data.vocab_size=8 is too small'),
     ('data.shuffle_window', -1, 'config.data.shuffle_window'),

@@ -28,15 +28,16 @@ def write_sweep(tmp_path, body: str) -> str:
   return str(path)
 
 
-def test_default_sweep_is_eight_schemes_at_two_seeds():
+def test_default_sweep_is_eleven_schemes_at_two_seeds():
   sweep = sweeps.load('configs/sweeps/positions.py', '')
   assert sweep.config == 'configs/lm.py'
   assert [p.name for p in sweep.points[:2]] == ['kind=none,seed=0', 'kind=sinusoidal,seed=0']
-  assert sweep.points[8].name == 'kind=none,seed=1'
-  assert len(sweep.points) == 16
+  assert sweep.points[11].name == 'kind=none,seed=1'
+  assert len(sweep.points) == 22
   kinds = {p.fields['model.position.kind'] for p in sweep.points}
-  assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'rope'}
-  rope, alibi = sweep.points[-1], sweep.points[-3]  # Seed 1 of rope and alibi.
+  assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'kerple', 'fire',
+                   'cope', 'rope'}
+  rope, alibi = sweep.points[-1], sweep.points[-6]  # Seed 1 of rope and alibi.
   assert rope.fields['model.position.kind'] == 'rope'
   evals_of = lambda p: sorted(n for n, ev in sweep.evals.items() if sweeps.applies(ev, p))
   assert evals_of(rope) == ['', 'rope_linear', 'rope_ntk', 'rope_yarn']
@@ -100,7 +101,7 @@ def test_dry_run_prints_one_command_per_point(tmp_path, capsys):
                             str(tmp_path / 's'), '--dry_run',
                             '--extra_train_flags=--distributed']) == 0
   lines = capsys.readouterr().out.strip().splitlines()
-  assert len(lines) == 16
+  assert len(lines) == 22
   rope = [line for line in lines if 'kind=rope,seed=1' in line][0]
   steps = [shlex.split(part) for part in rope.split(' && ')]
   assert [s[1] for s in steps] == ['train.py'] + ['eval.py'] * 4
@@ -183,7 +184,7 @@ def test_smoke_sweep_of_every_scheme(tmp_path, data_dir):
   done = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, ''), '--workdir', root,
                '--parallel', '2'])
   assert done.returncode == 0, done.stdout + done.stderr
-  assert '8/8 points done' in done.stdout
+  assert '11/11 points done' in done.stdout
   assert report.main([root]) == 0
   text = open(os.path.join(root, 'report.md')).read()
   for kind in positions_sweep.KINDS:
