@@ -10,16 +10,21 @@ evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at three seeds.
 a check that the whole pipeline runs, not a result.
 
 Points are named TASK,SCHEME,seed=N. Besides the schemes, `rope+random` is RoPE trained with
-randomized positions from [0, 8 x the training length) (Ruoss et al. 2023). Evaluation rows are
+randomized positions from [0, 8 x the training length) (Ruoss et al. 2023) and `p-rope` RoPE
+with its lowest quarter of frequencies unrotated (Barbero et al. 2024). Evaluation rows are
 the same for every run (config.data.synthetic.seed), so seeds differ only in initialisation and
 training rows.
 """
 
 from configs import synthetic
 
-KINDS = ('none', 'sinusoidal', 'learned', 'shaw', 'xl', 't5', 'alibi', 'rope', 'xpos')
+KINDS = ('none', 'sinusoidal', 'learned', 'shaw', 'xl', 't5', 'alibi', 'kerple', 'fire', 'cope',
+         'rope', 'xpos')
 # Variants: name -> (kind, extra fields given the training length).
-VARIANTS = {'rope+random': ('rope', lambda length: {'train.random_positions': 8 * length})}
+VARIANTS = {
+    'rope+random': ('rope', lambda length: {'train.random_positions': 8 * length}),
+    'p-rope': ('rope', lambda length: {'model.position.rope.keep_fraction': 0.75}),
+}
 SEEDS = (0, 1, 2)
 SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16}
 SMOKE_SCHEMES = ('rope', 'alibi')  # What `:smoke` runs unless schemes are named.
