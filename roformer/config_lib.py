@@ -48,7 +48,8 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
         'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each evaluation '
         f'length / data.seq_len, but position.kind={m.position.kind!r} with '
         f'rope.scaling.kind={m.position.rope.scaling.kind!r} has no RoPE scaling to set. Fix: '
-        "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn) or drop it.")
+        "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn, llama3, dynamic) "
+        'or drop it.')
   sharding.rules_from_config(config.mesh)
   if num_data_parallel is not None:
     # Each micro-batch is split over the devices.
@@ -142,6 +143,9 @@ _NOT_LINEAR = {
     'alibi': 'it adds -m|i-j| to each of the L x L attention logits',
     'shaw': 'it adds q_i.r(i-j) to each logit and a value term weighted by the probabilities',
     'xl': 'it adds content- and position-dependent terms to each of the L x L logits',
+    'kerple': 'it adds a learned kernel of abs(i-j) to each of the L x L attention logits',
+    'fire': 'it adds a learned function of (i-j, i) to each of the L x L attention logits',
+    'cope': 'it adds q_i.e[p_ij] with p_ij a sum of gates sigmoid(q_i.k_t) over the L x L pairs',
 }
 
 
@@ -161,12 +165,14 @@ def _validate_attention(m) -> None:
         f"config.model.position.kind={kind!r} cannot be used with attention.kind='favor': "
         f'{_NOT_LINEAR[kind]}, and linear attention never forms those logits. Fix: use rope, '
         'none, sinusoidal or learned positions with favor, or softmax attention.')
-  if att.rope_mode == 'features' and (kind == 'xpos' or (kind == 'rope' and (
-      m.position.rope.scaling.kind != 'none' or m.position.rope.fraction != 1.0))):
+  rope = m.position.rope
+  plain_rope = (rope.scaling.kind == 'none' and rope.fraction == 1.0
+                and rope.get('keep_fraction', 1.0) == 1.0)
+  if att.rope_mode == 'features' and (kind == 'xpos' or (kind == 'rope' and not plain_rope)):
     raise errors.ConfigError(
-        f"{kind}{' with rope.scaling or rope.fraction' if kind == 'rope' else ''} rotates "
-        "queries and keys in ways the feature rotation (all features, plain frequencies) does "
-        "not reproduce. Fix: --config.model.attention.rope_mode=qk.")
+        f"{kind}{' with rope.scaling, fraction or keep_fraction' if kind == 'rope' else ''} "
+        'rotates queries and keys in ways the feature rotation (all features, plain '
+        'frequencies) does not reproduce. Fix: --config.model.attention.rope_mode=qk.')
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

@@ -159,8 +159,8 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
         f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
         'drop those --config.model/--config.data overrides.')
   scaling = config.model.position.rope.scaling
-  if scaling.kind == 'yarn' and scaling.original_length < 1:
-    with config.unlocked():  # YaRN's ramp is relative to the length the model was trained at.
+  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
+    with config.unlocked():  # Relative to the length the model was trained at.
       scaling.original_length = saved.data.seq_len
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())

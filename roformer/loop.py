@@ -65,7 +65,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
   if config.get('init_from') and not resuming:
-    warm_start.check_lengths(config)
+    warm_start.prepare(config)
   mesh = sharding.make_mesh(config.mesh)
   config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
   workdir_lib.check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))

@@ -140,7 +140,7 @@ class MultiHeadAttention(nnx.Module):
       return self._favor(q, k, v, mask, pos, k_pos, scheme, cache, segments)
     q, k = scheme.rotate(q, k, pos, k_pos)
     v = scheme.rotate_value(v, k_pos)
-    bias = scheme.logits_bias(q, k, pos, k_pos)
+    bias = scheme.logits_bias(q, k, pos, k_pos, mask=mask)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
                                   return_probs=scheme.has_value_term)
     if scheme.has_value_term:

@@ -11,9 +11,13 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
              one plain evaluation);
   eval_splits: splits eval.py evaluates (optional; default validation and test).
 
-A point's workdir is named from its own overrides (`kind=rope,seed=0`). Each stage is skipped
-when its output exists (train: the final checkpoint; eval: its results file), and train.py
-resumes an unfinished run from its checkpoints, so rerunning a sweep continues where it stopped.
+A point's workdir is named from its own overrides (`kind=rope,seed=0`), or by a `name` key in
+the point's dict. A value may name another point's workdir as `{sweep}/NAME` (e.g.
+`'init_from': '{sweep}/base'` to continue a run): the runner puts the sweep's directory in its
+place and runs that point only after NAME has finished; an evaluation's `when` may also match
+`name`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
+results file), and train.py resumes an unfinished run from its checkpoints, so rerunning a sweep
+continues where it stopped.
 """
 
 import dataclasses
@@ -29,11 +33,15 @@ from roformer import files
 EVAL_FILE = 'eval_results.json'
 
 
+SWEEP_DIR = '{sweep}'  # In a value: the sweep's directory (resolved by `resolve`).
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
   name: str
-  overrides: dict  # The point's own fields (its name).
+  overrides: dict  # The point's own fields (its name unless it has a `name`).
   fields: dict  # Everything passed to train.py: the sweep's overrides, then the point's.
+  needs: tuple = ()  # Points that must finish first (named in a `{sweep}/NAME` value).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +77,7 @@ def format_value(value) -> str:
   return str(value)
 
 
-def _short_names(keys) -> dict:
+def short_names(keys) -> dict:
   """Last component of each dotted key, or more components where that would be ambiguous."""
   names = {}
   for key in keys:
@@ -83,7 +91,7 @@ def _short_names(keys) -> dict:
 
 
 def point_name(overrides: dict, all_keys) -> str:
-  short = _short_names(sorted(all_keys))
+  short = short_names(sorted(all_keys))
   cells = [f'{short[k]}={format_value(v)}' for k, v in overrides.items()]
   return re.sub(r'[^\w.=,+-]', '_', ','.join(cells)) or 'default'
 
@@ -111,15 +119,24 @@ def load(spec: str, config: str = '') -> Sweep:
     raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
                              'dicts, one per run.')
   common = dict(raw.get('overrides') or {})
-  keys = sorted({k for p in points for k in p})
+  keys = sorted({k for p in points for k in p if k != 'name'})
   built, seen = [], {}
   for p in points:
-    name = point_name(p, keys)
-    if name in seen:
-      raise errors.ConfigError(f'{spec}: two points have the same fields ({name}). Fix: make '
-                               'each point differ, e.g. by seed.')
+    fields = {k: v for k, v in p.items() if k != 'name'}
+    name = p['name'] if 'name' in p else point_name(fields, keys)
+    if not re.fullmatch(r'[\w.=,+-]+', str(name)) or name in seen:
+      raise errors.ConfigError(f'{spec}: point name {name!r} is repeated or not a plain name '
+                               '(two points have the same fields?). Fix: make each point '
+                               'differ, e.g. by seed, or give each a distinct `name`.')
     seen[name] = p
-    built.append(Point(name, dict(p), {**common, **p}))
+    built.append(Point(name, fields, {**common, **fields}, _needs({**common, **fields})))
+  for i, point in enumerate(built):
+    earlier = {p.name for p in built[:i]}
+    unknown = [n for n in point.needs if n not in earlier]
+    if unknown:
+      raise errors.ConfigError(f'{spec}: point {point.name} refers to {SWEEP_DIR}/{unknown[0]}, '
+                               'which is not a point listed before it. Fix: list the points a '
+                               'point starts from before it.')
   evals = raw.get('evals')
   if evals is None:
     evals = {'': {}}
@@ -134,18 +151,36 @@ def load(spec: str, config: str = '') -> Sweep:
                                                                              'test')))
 
 
+def _needs(fields: dict) -> tuple:
+  """The points whose workdirs the values name as {sweep}/NAME."""
+  found = []
+  for value in fields.values():
+    for match in re.finditer(re.escape(SWEEP_DIR) + r'/([\w.=,+-]+)', str(value)):
+      found.append(match.group(1))
+  return tuple(dict.fromkeys(found))
+
+
+def resolve(value, root: str):
+  """`value` with {sweep} replaced by the sweep's directory."""
+  return value.replace(SWEEP_DIR, root) if isinstance(value, str) else value
+
+
 def eval_file(name: str) -> str:
   return EVAL_FILE if not name else f'eval_results.{name}.json'
 
 
 def applies(ev: dict, point: Point) -> bool:
-  return all(point.fields.get(k) == v for k, v in (ev.get('when') or {}).items())
+  """Whether an evaluation's `when` matches the point's fields (or its `name`)."""
+  value = lambda k: point.name if k == 'name' else point.fields.get(k)
+  return all(value(k) == v for k, v in (ev.get('when') or {}).items())
 
 
 def train_command(sweep: Sweep, point: Point, workdir: str, extra=()) -> list[str]:
   """train.py with the point's fields, then `extra` flags (e.g. --distributed)."""
+  root = os.path.dirname(workdir)
   return [sys.executable, 'train.py', f'--config={sweep.config}', f'--workdir={workdir}'] + [
-      f'--config.{k}={format_value(v)}' for k, v in point.fields.items()] + list(extra)
+      f'--config.{k}={format_value(resolve(v, root))}' for k, v in point.fields.items()
+  ] + list(extra)
 
 
 def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[str]:

@@ -61,13 +61,19 @@ def _source(config) -> ml_collections.ConfigDict:
   return config_lib.load(source)
 
 
-def check_lengths(config: ml_collections.ConfigDict) -> None:
-  """Before the config's own checks: a continued causal LM with learned positions cannot go
-  past the rows its table has (a longer table would change the parameters; the rows past the
-  old length would be untrained)."""
+def prepare(config: ml_collections.ConfigDict) -> None:
+  """Before the config's own checks, for a causal LM continued from another: a stretching RoPE
+  scaling without an original length takes the source's training length; learned positions
+  cannot go past the rows their table has (a longer table would change the parameters, and
+  the rows past the old length would be untrained)."""
   saved = _source(config)
-  if (config.model.type == 'causal_lm' and saved.model.type == 'causal_lm'
-      and saved.model.position.kind == 'learned'
+  if config.model.type != 'causal_lm' or saved.model.type != 'causal_lm':
+    return
+  scaling = config.model.position.get('rope', {}).get('scaling')
+  if scaling and scaling.kind in _STRETCHING and scaling.original_length < 1:
+    with config.unlocked():
+      scaling.original_length = saved.data.seq_len
+  if (saved.model.position.kind == 'learned'
       and config.data.seq_len > saved.model.position.learned.max_length):
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} has learned positions with a table of '
@@ -125,10 +131,7 @@ def _check_continuation(config, saved) -> None:
   scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
   if scaling.kind not in _STRETCHING:
     return
-  if scaling.original_length < 1:
-    with config.unlocked():  # The length the source was trained at.
-      scaling.original_length = trained
-  elif scaling.original_length != trained:
+  if scaling.original_length != trained:  # `prepare` filled it in if it was unset.
     raise errors.ConfigError(
         f'config.model.position.rope.scaling.original_length={scaling.original_length}, but '
         f'config.init_from={config.init_from!r} was trained at {trained}. Fix: '

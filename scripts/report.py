@@ -1,11 +1,17 @@
-"""Summarise a sweep: a Markdown table per point and per scheme (mean and std over seeds), and
-PNG plots of validation loss vs step and of perplexity vs evaluation length.
+"""Summarise a sweep: Markdown tables per point and per scheme (mean and spread over seeds), and
+PNG plots.
 
   python scripts/report.py runs/sweep [--out runs/sweep/report.md]
 
 Reads every point's config.json, metrics.jsonl and eval_results*.json (points still running or
-failed are listed with what they have). Writes report.md, validation_loss.png and
-length_extrapolation.png next to it.
+failed are listed with what they have) and writes report.md with, next to it:
+- language-model points: validation_loss.png (loss vs step), length_extrapolation.png
+  (perplexity vs evaluation length, evaluation-time RoPE scalings as their own curves) and
+  position_loss.png (loss per position bucket at the longest evaluated length: where a scheme
+  breaks down beyond the training length);
+- synthetic-task points (configs/synthetic.py): accuracy_TASK.png per task (the share of rows
+  answered exactly, mean over seeds with their range, vs evaluation length), the same as a table,
+  passkey accuracy per key depth, and which schemes separate by more than their seed spread.
 """
 
 import datetime
@@ -23,6 +29,10 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
+SYNTHETIC = 'synthetic/'
+# Point fields that group seeds into one line rather than naming a variant of a scheme.
+_GROUPING = ('model.position.kind', 'seed', 'data.name', 'data.seq_len', 'init_from')
+
 
 def _point_overrides(root: str) -> dict:
   path = os.path.join(root, 'sweep.json')
@@ -32,7 +42,8 @@ def _point_overrides(root: str) -> dict:
 
 
 def read_point(workdir: str, overrides: dict) -> dict:
-  """What a point's files say: its scheme, options, seed, curves and evaluations."""
+  """What a point's files say: its scheme, options, seed, curves and evaluations (each
+  evaluation's rows keyed by evaluation length)."""
   config = files.read_json(os.path.join(workdir, 'config.json'))
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
@@ -44,25 +55,33 @@ def read_point(workdir: str, overrides: dict) -> dict:
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
     result = files.read_json(path)
     split = result['splits'].get('validation') or next(iter(result['splits'].values()))
-    rows = [row for row in split.get('lengths', []) if 'loss' in row]  # Not the skipped ones.
-    evals[name] = {'perplexity': {row['multiplier']: row['perplexity'] for row in rows},
-                   'loss': {row['multiplier']: row['loss'] for row in rows}}
-  options = {k: v for k, v in overrides.items() if k not in ('model.position.kind', 'seed')}
+    evals[name] = {row['length']: row for row in split.get('lengths', []) if 'loss' in row}
+  kept = [k for k in overrides
+          if k not in _GROUPING and not k.startswith(('train.', 'eval.', 'data.'))]
+  short = sweeps.short_names(kept)
+  options = {short[k]: overrides[k] for k in kept}
+  if config.get('init_from'):
+    options['continued from'] = os.path.basename(config['init_from'].rstrip('/'))
+  if config['train'].get('random_positions'):
+    options['random_positions'] = config['train']['random_positions']
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
   steps = config['train']['steps']
   done = max((r['step'] for r in records), default=0)
+  plain = evals.get('', {})
   return {
       'name': os.path.basename(workdir),
       'scheme': config['model']['position']['kind'],
       'options': ', '.join(f'{k}={sweeps.format_value(v)}' for k, v in options.items()),
       'seed': config.get('seed', 0),
+      'task': config['data']['name'],
+      'seq_len': config['data']['seq_len'],
       'steps': steps,
       'status': ('done' if sweeps.trained(workdir, steps) and sweeps.evaluated(workdir, '', steps)
                  else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,
-      'val_loss': evals.get('', {}).get('loss', {}).get(
-          1, validation[max(validation)] if validation else None),
+      'val_loss': (plain[config['data']['seq_len']]['loss'] if config['data']['seq_len'] in plain
+                   else validation[max(validation)] if validation else None),
       'steps_per_sec': statistics.median(rates) if rates else None,
       'parameters': _parameters(config),
       'evals': evals,
@@ -93,6 +112,10 @@ def _mean_std(values, digits: int = 4) -> str:
   return f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}'
 
 
+def is_synthetic(point: dict) -> bool:
+  return point['task'].startswith(SYNTHETIC)
+
+
 def groups(points: list[dict]) -> dict:
   """(scheme, options) -> its finished points (the seeds); unfinished ones are only listed."""
   out = {}
@@ -106,20 +129,153 @@ def label(scheme: str, options: str) -> str:
   return scheme + (f' ({options})' if options else '')
 
 
-def extrapolation(points: list[dict]) -> dict:
-  """Curve label -> {multiplier: mean validation perplexity over seeds}; RoPE's scaled
-  evaluations (eval_results.rope_KIND.json) as their own curves."""
+def extrapolation(points: list[dict], value: str = 'perplexity') -> dict:
+  """Curve label -> {evaluation length: mean `value` over seeds}; evaluation-time variants
+  (eval_results.NAME.json, e.g. RoPE scalings) as their own curves."""
   curves = {}
   for (scheme, options), members in groups(points).items():
-    names = sorted({n for p in members for n in p['evals']})
-    for name in names:
-      per_mult = {}
+    for name in sorted({n for p in members for n in p['evals']}):
+      per_length = {}
       for p in members:
-        for mult, ppl in p['evals'].get(name, {}).get('perplexity', {}).items():
-          per_mult.setdefault(mult, []).append(ppl)
+        for length, row in p['evals'].get(name, {}).items():
+          per_length.setdefault(length, []).append(row[value])
       tag = label(scheme, options) + (f' + {name.split("_", 1)[-1]} scaling' if name else '')
-      curves[tag] = {m: statistics.mean(v) for m, v in sorted(per_mult.items())}
+      curves[tag] = {n: statistics.mean(v) for n, v in sorted(per_length.items())}
   return curves
+
+
+def position_curves(points: list[dict]) -> dict:
+  """Curve label -> (bucket width, [mean loss per bucket]) at each scheme's longest plainly
+  evaluated length (buckets without tokens left out as None)."""
+  curves = {}
+  for (scheme, options), members in groups(points).items():
+    rows = [p['evals'].get('', {}) for p in members]
+    if not all(rows):
+      continue
+    longest = min(max(r) for r in rows)
+    found = [r[longest] for r in rows if 'position_loss' in r.get(longest, {})]
+    if not found:
+      continue
+    per_bucket = list(zip(*[row['position_loss'] for row in found]))
+    mean = [statistics.mean([v for v in b if v is not None]) if any(
+        v is not None for v in b) else None for b in per_bucket]
+    curves[f'{label(scheme, options)} at {longest}'] = (found[0]['position_bucket'], mean)
+  return curves
+
+
+def accuracy_table(points: list[dict]) -> dict:
+  """For synthetic tasks: task -> {label: {length: [sequence accuracy per seed]}}."""
+  out = {}
+  for (scheme, options), members in groups(points).items():
+    for p in members:
+      per_length = out.setdefault(p['task'][len(SYNTHETIC):], {}).setdefault(
+          label(scheme, options), {})
+      for length, row in p['evals'].get('', {}).items():
+        per_length.setdefault(length, []).append(row['sequence_accuracy'])
+  return out
+
+
+def separations(table: dict) -> list[tuple]:
+  """(task, length, better, worse, gap) for every pair of lines whose seed ranges do not
+  overlap (every seed of `better` above every seed of `worse`), both with 2+ seeds: the
+  differences larger than the seed spread. `gap` is min(better) - max(worse)."""
+  found = []
+  for task, lines in table.items():
+    lengths = sorted({n for per_length in lines.values() for n in per_length})
+    for length in lengths:
+      scored = {k: v[length] for k, v in lines.items() if len(v.get(length, [])) >= 2}
+      for a, va in scored.items():
+        for b, vb in scored.items():
+          if a != b and min(va) > max(vb):
+            found.append((task, length, a, b, min(va) - max(vb)))
+  return found
+
+
+def _lm_sections(lm: list[dict]) -> list[str]:
+  lines = ['## Per scheme (mean ± std over the finished seeds)', '',
+           '| scheme | seeds | train loss | val loss | val ppl | steps/s | parameters |',
+           '|---' * 7 + '|']
+  table = sorted(groups(lm).items(),
+                 key=lambda kv: statistics.mean([p['val_loss'] for p in kv[1]
+                                                 if p['val_loss'] is not None] or [math.inf]))
+  for (scheme, options), members in table:
+    losses = [p['val_loss'] for p in members]
+    ppls = [math.exp(v) if v is not None else None for v in losses]
+    lines.append(f'| {label(scheme, options)} | {len(members)} | '
+                 f'{_mean_std([p["train_loss"] for p in members])} | {_mean_std(losses)} | '
+                 f'{_mean_std(ppls, 2)} | {_mean_std([p["steps_per_sec"] for p in members], 2)} | '
+                 f'{_fmt(members[0]["parameters"])} |')
+  curves = extrapolation(lm)
+  if curves:
+    lengths = sorted({n for c in curves.values() for n in c})
+    lines += ['', '## Validation perplexity vs evaluation length (tokens; mean over seeds)', '',
+              '| scheme | ' + ' | '.join(str(n) for n in lengths) + ' |',
+              '|---' * (len(lengths) + 1) + '|']
+    for tag, curve in curves.items():
+      lines.append(f'| {tag} | ' + ' | '.join(_fmt(curve.get(n), 2) for n in lengths) + ' |')
+  lines += ['', '![validation loss](validation_loss.png)', '',
+            '![length extrapolation](length_extrapolation.png)', '']
+  if position_curves(lm):
+    lines += ['![loss per position](position_loss.png)', '']
+  return lines
+
+
+def _synthetic_sections(synthetic: list[dict]) -> list[str]:
+  table = accuracy_table(synthetic)
+  lines = []
+  for task, rows in sorted(table.items()):
+    lengths = sorted({n for per_length in rows.values() for n in per_length})
+    lines += [f'## {task}: share of rows answered exactly (mean ± std over seeds)', '',
+              '| scheme | seeds | ' + ' | '.join(str(n) for n in lengths) + ' |',
+              '|---' * (len(lengths) + 2) + '|']
+    order = sorted(rows, key=lambda k: -statistics.mean(rows[k].get(lengths[0], [0])))
+    for tag in order:
+      seeds = max(len(v) for v in rows[tag].values())
+      lines.append(f'| {tag} | {seeds} | ' + ' | '.join(
+          _mean_std(rows[tag].get(n, []), 3) for n in lengths) + ' |')
+    lines += ['', f'![{task} accuracy vs length](accuracy_{task}.png)', '']
+    if task == 'passkey':
+      lines += _depth_table([p for p in synthetic if p['task'] == SYNTHETIC + task])
+  found = separations(table)
+  lines += ['## Differences larger than the seed spread', '',
+            'Pairs whose seed ranges do not overlap (every seed of the first above every seed '
+            'of the second), by task and length: '
+            f'{len(found)} pairs.', '']
+  if found:
+    lines += ['| task | length | higher | lower | gap (min of higher - max of lower) |',
+              '|---' * 5 + '|']
+    for task, length, a, b, gap in sorted(found, key=lambda f: (f[0], f[1], -f[4]))[:60]:
+      lines.append(f'| {task} | {length} | {a} | {b} | {gap:.3f} |')
+    if len(found) > 60:
+      lines.append(f'| ... | | | | ({len(found) - 60} more) |')
+  lines.append('')
+  return lines
+
+
+def _depth_table(points: list[dict]) -> list[str]:
+  """Passkey: exact-match accuracy per depth band of the key, mean over seeds, per length."""
+  per = {}
+  for (scheme, options), members in groups(points).items():
+    for p in members:
+      for length, row in p['evals'].get('', {}).items():
+        if row.get('depth_accuracy'):
+          per.setdefault(label(scheme, options), {}).setdefault(length, []).append(
+              row['depth_accuracy'])
+  if not per:
+    return []
+  lengths = sorted({n for v in per.values() for n in v})
+  lines = ['Passkey accuracy per depth of the key (bands from the start of the filler to its '
+           'end, mean over seeds):', '',
+           '| scheme | ' + ' | '.join(str(n) for n in lengths) + ' |',
+           '|---' * (len(lengths) + 1) + '|']
+  for tag, rows in sorted(per.items()):
+    cells = []
+    for n in lengths:
+      bands = list(zip(*rows.get(n, [])))
+      cells.append(' / '.join(f'{statistics.mean([v for v in b if v is not None]):.2f}'
+                              if any(v is not None for v in b) else '-' for b in bands))
+    lines.append(f'| {tag} | ' + ' | '.join(cells) + ' |')
+  return lines + ['']
 
 
 def markdown(points: list[dict], root: str) -> str:
@@ -131,37 +287,21 @@ def markdown(points: list[dict], root: str) -> str:
            'clock: comparable between points only when each had the machine to itself '
            '(`scripts/benchmark.py` measures speed).', '',
            '## Points', '',
-           '| point | scheme | options | seed | steps | train loss | val loss | val ppl | '
-           'steps/s | parameters | status |', '|---' * 11 + '|']
+           '| point | task | scheme | options | seed | steps | train loss | val loss | val ppl | '
+           'steps/s | parameters | status |', '|---' * 12 + '|']
   for p in points:
     ppl = math.exp(p['val_loss']) if p['val_loss'] is not None else None
-    lines.append(f'| {p["name"]} | {p["scheme"]} | {p["options"]} | {p["seed"]} | '
+    lines.append(f'| {p["name"]} | {p["task"]} | {p["scheme"]} | {p["options"]} | {p["seed"]} | '
                  f'{p["steps"]} | {_fmt(p["train_loss"])} | {_fmt(p["val_loss"])} | '
                  f'{_fmt(ppl, 2)} | {_fmt(p["steps_per_sec"], 2)} | {_fmt(p["parameters"])} | '
                  f'{p["status"]} |')
-  lines += ['', '## Per scheme (mean ± std over the finished seeds)', '',
-            '| scheme | seeds | train loss | val loss | val ppl | steps/s | parameters |',
-            '|---' * 7 + '|']
-  table = sorted(groups(points).items(),
-                 key=lambda kv: statistics.mean([p['val_loss'] for p in kv[1]
-                                                 if p['val_loss'] is not None] or [math.inf]))
-  for (scheme, options), members in table:
-    losses = [p['val_loss'] for p in members]
-    ppls = [math.exp(v) if v is not None else None for v in losses]
-    lines.append(f'| {label(scheme, options)} | {len(members)} | '
-                 f'{_mean_std([p["train_loss"] for p in members])} | {_mean_std(losses)} | '
-                 f'{_mean_std(ppls, 2)} | {_mean_std([p["steps_per_sec"] for p in members], 2)} | '
-                 f'{_fmt(members[0]["parameters"])} |')
-  curves = extrapolation(points)
-  if curves:
-    mults = sorted({m for c in curves.values() for m in c})
-    lines += ['', '## Validation perplexity vs evaluation length (mean over seeds)', '',
-              '| scheme | ' + ' | '.join(f'{m}x' for m in mults) + ' |',
-              '|---' * (len(mults) + 1) + '|']
-    for tag, curve in curves.items():
-      lines.append(f'| {tag} | ' + ' | '.join(_fmt(curve.get(m), 2) for m in mults) + ' |')
-  lines += ['', '![validation loss](validation_loss.png)', '',
-            '![length extrapolation](length_extrapolation.png)', '']
+  lines.append('')
+  lm = [p for p in points if not is_synthetic(p)]
+  if lm:
+    lines += _lm_sections(lm)
+  synthetic = [p for p in points if is_synthetic(p)]
+  if synthetic:
+    lines += _synthetic_sections(synthetic)
   return '\n'.join(lines)
 
 
@@ -170,44 +310,79 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   written = []
-  fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-  # One colour per line label, the same in both plots; 18 distinct ones (tab10 alone repeats
+  # One colour per line label, the same in every plot; 18 distinct ones (tab10 alone repeats
   # after 10 lines).
   palette = plt.get_cmap('tab10').colors + plt.get_cmap('Dark2').colors
   colors = {}
-  color = lambda tag: colors.setdefault(tag, palette[len(colors) % len(palette)])
-  for (scheme, options), members in sorted(groups(points).items()):
-    steps = sorted(set.intersection(*[set(p['val_curve']) for p in members]))
-    if steps:
-      tag = label(scheme, options)
-      ax.plot(steps, [statistics.mean(p['val_curve'][s] for p in members) for s in steps],
-              marker='o', markersize=3, label=tag, color=color(tag))
-  ax.set(xlabel='step', ylabel='validation loss (mean over seeds)',
-         title='Validation loss per position scheme')
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  written.append(os.path.join(out_dir, 'validation_loss.png'))
-  fig.savefig(written[-1])
-  plt.close(fig)
-  curves = extrapolation(points)
-  if curves:
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for tag, curve in curves.items():
-      mults = sorted(curve)
-      ax.plot(mults, [curve[m] for m in mults], marker='o', markersize=3, label=tag,
-              linestyle='--' if 'scaling' in tag else '-', color=color(tag))
-    ax.set(xscale='log', xlabel='evaluation length / training length',
-           ylabel='validation perplexity', title='Length extrapolation')
-    ax.set_xticks(sorted({m for c in curves.values() for m in c}))
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+  color = lambda tag: colors.setdefault(tag.split(' + ')[0].split(' at ')[0],
+                                        palette[len(colors) % len(palette)])
+
+  def save(fig, ax, name, legend=True):
     ax.grid(alpha=0.3, which='both')
-    ax.legend(fontsize=7)
+    if legend:
+      ax.legend(fontsize=6)
     fig.tight_layout()
-    written.append(os.path.join(out_dir, 'length_extrapolation.png'))
+    written.append(os.path.join(out_dir, name))
     fig.savefig(written[-1])
     plt.close(fig)
+
+  def log_lengths(ax, lengths):
+    ax.set_xscale('log', base=2)
+    ax.set_xticks(lengths)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+  lm = [p for p in points if not is_synthetic(p)]
+  if lm:
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for (scheme, options), members in sorted(groups(lm).items()):
+      steps = sorted(set.intersection(*[set(p['val_curve']) for p in members]))
+      if steps:
+        tag = label(scheme, options)
+        ax.plot(steps, [statistics.mean(p['val_curve'][s] for p in members) for s in steps],
+                marker='o', markersize=3, label=tag, color=color(tag))
+    ax.set(xlabel='step', ylabel='validation loss (mean over seeds)',
+           title='Validation loss per position scheme')
+    save(fig, ax, 'validation_loss.png')
+    curves = extrapolation(lm)
+    if curves:
+      fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+      for tag, curve in curves.items():
+        lengths = sorted(curve)
+        ax.plot(lengths, [curve[n] for n in lengths], marker='o', markersize=3, label=tag,
+                linestyle='--' if 'scaling' in tag else '-', color=color(tag))
+      log_lengths(ax, sorted({n for c in curves.values() for n in c}))
+      ax.set(xlabel='evaluation length (tokens)', ylabel='validation perplexity',
+             title='Length extrapolation')
+      save(fig, ax, 'length_extrapolation.png')
+    positions = position_curves(lm)
+    if positions:
+      fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+      for tag, (width, losses) in positions.items():
+        xs = [width * (i + 0.5) for i, v in enumerate(losses) if v is not None]
+        ax.plot(xs, [v for v in losses if v is not None], marker='.', markersize=3, label=tag,
+                color=color(tag))
+      trained = sorted({p['seq_len'] for p in lm})
+      for n in trained:
+        ax.axvline(n, color='grey', linestyle=':', linewidth=1)
+      ax.set(xlabel='position of the token (dotted: training lengths)',
+             ylabel='validation loss (mean over seeds)', title='Loss by position')
+      save(fig, ax, 'position_loss.png')
+  for task, rows in sorted(accuracy_table([p for p in points if is_synthetic(p)]).items()):
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    lengths = sorted({n for per_length in rows.values() for n in per_length})
+    for tag, per_length in sorted(rows.items()):
+      xs = sorted(per_length)
+      means = [statistics.mean(per_length[n]) for n in xs]
+      low = [m - min(per_length[n]) for m, n in zip(means, xs)]
+      high = [max(per_length[n]) - m for m, n in zip(means, xs)]
+      ax.errorbar(xs, means, yerr=[low, high], marker='o', markersize=3, capsize=2, label=tag,
+                  color=color(tag))
+    log_lengths(ax, lengths)
+    ax.set(xlabel='evaluation length (tokens)', ylim=(-0.02, 1.02),
+           ylabel='rows answered exactly (mean; bars: seed range)',
+           title=f'{task}: accuracy vs evaluation length')
+    save(fig, ax, f'accuracy_{task}.png')
   return written
 
 

@@ -8,7 +8,9 @@ Each point runs `train.py` then `eval.py` (once per evaluation the sweep file as
 child processes, logging to WORKDIR/logs/POINT.log. Finished stages are skipped and unfinished
 runs resume from their checkpoints, so the same command continues an interrupted sweep. A failed
 point is reported and the sweep goes on; the exit status is 1 if any point failed.
-`--dry_run` prints one shell command per point (train && evals) instead, for a job scheduler;
+Points that start from another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints
+one shell command per point (train && evals) instead, for a job scheduler (in order: a point
+after the points it starts from);
 on a multi-host cluster add train.py's `--distributed` with `--extra_train_flags=--distributed`.
 """
 
@@ -58,8 +60,18 @@ class Progress:
       print((message + '\n' if message else '') + self.line(), flush=True)
 
 
-def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str]) -> bool:
+def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str],
+              finished: dict | None = None) -> bool:
+  """Trains and evaluates one point (after the points it needs, each a threading.Event in
+  `finished` set with its success)."""
   workdir = os.path.join(root, point.name)
+  for need in point.needs:
+    finished[need].wait()
+    if not finished[need].ok:
+      with progress.lock:
+        progress.failed.append(point.name)
+      progress.say(f'[sweep] SKIPPED {point.name}: it starts from {need}, which failed.')
+      return False
   todo = sweeps.stages(sweep, point, workdir, extra_train)
   if not todo:
     with progress.lock:
@@ -144,6 +156,9 @@ def main(argv=None) -> int:
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
   os.makedirs(root, exist_ok=True)
+  # Points that differ only in their seed compile the same programs: the children share JAX's
+  # persistent compilation cache.
+  os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, '.jax_cache'))
   with open(os.path.join(root, 'sweep.json'), 'w', encoding='utf-8') as f:
     json.dump({'config': sweep.config, 'sweep': args.sweep,
                'points': {p.name: p.overrides for p in sweep.points},
@@ -151,8 +166,20 @@ def main(argv=None) -> int:
                'evals': sweep.evals}, f, indent=2, default=str)
   progress = Progress(len(sweep.points), args.parallel)
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}')
+  finished = {p.name: threading.Event() for p in sweep.points}
+
+  def run(point):
+    ok = False
+    try:
+      ok = run_point(sweep, point, root, progress, extra, finished)
+    finally:
+      finished[point.name].ok = ok
+      finished[point.name].set()
+    return ok
+  # Points that start from another point run after it (a pool thread waits for it), and the
+  # pool takes them in the order of the sweep file, so list such points after the ones they need.
   with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-    results = list(pool.map(lambda p: run_point(sweep, p, root, progress, extra), sweep.points))
+    results = list(pool.map(run, sweep.points))
   if progress.skipped:
     print(f'[sweep] {progress.skipped} points were already finished.')
   if progress.failed:

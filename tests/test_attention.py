@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -10,7 +11,8 @@ from roformer import attention
 from roformer import models
 from roformer import sharding
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi']
+KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
+         'fire', 'cope']
 NO_VALUE_TERM = [k for k in KINDS if k != 'shaw']
 
 
@@ -18,7 +20,7 @@ def model_for(kind, impl='einsum'):
   cfg = test_config.get_config(kind).model
   cfg.vocab_size = 50
   cfg.attention_impl = impl
-  return models.create(cfg, seed=3)
+  return kinds.visible_positions(models.create(cfg, seed=3))
 
 
 def test_make_mask_against_hand_table():

@@ -59,7 +59,9 @@ BAD = [
     ('model.activation', 'swish', 'config.model.activation'),
     ('model.attention.kind', 'linear', 'config.model.attention.kind'),
     ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
-    ('model.position.rope.scaling.kind', 'dynamic', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.kind', 'longrope', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.ramp', 'cosine', 'config.model.position.rope.scaling.ramp'),
+    ('model.position.rope.keep_fraction', 1.5, 'config.model.position.rope.keep_fraction'),
     ('model.position.t5.num_buckets', 64, 'position.kind'),  # Another kind's option.
     ('data.vocab_size', 8, 'config.data.vocab_size=8 must be an integer in [16,'),
     ('data.shuffle_window', -1, 'config.data.shuffle_window'),
@@ -175,7 +177,8 @@ def test_every_config_file_validates_and_declares_every_field():
   seen = 0
   for name, config in config_variants():
     config_schema.check(config)
-    if config.model.position.kind == 'xpos' and config.model.type != 'causal_lm':
+    if (config.model.position.kind in ('xpos', 'fire', 'cope')
+        and config.model.type != 'causal_lm'):
       with pytest.raises(errors.ConfigError, match='causal attention only'):
         config_lib.validate(config)
     else:
@@ -196,10 +199,10 @@ def test_a_field_nobody_declared_is_refused():
 def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
   """A scheme declares each option as a spec carrying its default; an option given as a plain
   value still gets its default into configs/base.py but fails every config check."""
-  rope = dict(positions.Rotary.defaults['rope'], keep_fraction=1.0)
+  rope = dict(positions.Rotary.defaults['rope'], new_option=1.0)
   monkeypatch.setattr(positions.Rotary, 'defaults', {'rope': rope})
   config = test_config.get_config()
-  assert config.model.position.rope.keep_fraction == 1.0
-  with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.keep_fraction has no '
+  assert config.model.position.rope.new_option == 1.0
+  with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.new_option has no '
                      r'declared type and range.*roformer.positions.rotary.Rotary.defaults'):
     config_lib.validate(config)

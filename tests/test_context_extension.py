@@ -16,6 +16,7 @@ from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import models
+from roformer import warm_start
 from roformer.positions import randomized
 
 
@@ -154,3 +155,12 @@ def test_relative_schemes_see_only_gaps_of_randomized_positions(kind):
 def test_bad_randomized_positions_are_refused(data_dir, fields, match):
   with pytest.raises(errors.ConfigError, match=match):
     config_lib.validate(_config(data_dir, **fields))
+
+
+def test_a_stretching_scaling_takes_the_source_training_length(source, data_dir):
+  cfg = _config(data_dir, **{'init_from': source, 'data.seq_len': 64,
+                             'model.position.rope.scaling.kind': 'yarn',
+                             'model.position.rope.scaling.factor': 2.0})
+  warm_start.prepare(cfg)
+  assert cfg.model.position.rope.scaling.original_length == 32
+  config_lib.validate(cfg)

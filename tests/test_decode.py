@@ -17,15 +17,23 @@ from roformer import decode
 from roformer import errors
 from roformer import models
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi']
+KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
+         'fire', 'cope']
 
 
-def model_for(kind):
+def model_for(kind, num_layers=None, **rope):
   cfg = test_config.get_config(kind).model
   cfg.vocab_size = 40
+  cfg.num_layers = num_layers or cfg.num_layers
   if kind == 'learned':
     cfg.position.learned.max_length = 64
-  return models.create(cfg, seed=5)
+  for name, value in rope.items():  # E.g. scaling__kind='dynamic': rope.scaling.kind.
+    *parents, leaf = name.split('__')
+    node = cfg.position.rope
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  return kinds.visible_positions(models.create(cfg, seed=5))
 
 
 @nnx.jit
@@ -53,6 +61,53 @@ def test_cached_logits_equal_full_forward(kind):
     logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
   assert int(cache['index']) == 9
+
+
+ROPE_VARIANTS = {
+    'p_rope': {'keep_fraction': 0.5},
+    'llama3': {'scaling__kind': 'llama3', 'scaling__factor': 4.0, 'scaling__original_length': 4},
+    'yarn_index': {'scaling__kind': 'yarn', 'scaling__factor': 4.0,
+                   'scaling__original_length': 4, 'scaling__ramp': 'index'},
+}
+
+
+@pytest.mark.parametrize('variant', [pytest.param(v, marks=pytest.mark.slow)
+                                     for v in ROPE_VARIANTS])
+def test_cached_logits_equal_full_forward_for_rope_variants(variant):
+  model = model_for('rope', **ROPE_VARIANTS[variant])
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
+  positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  full = np.asarray(_forward(model, tokens, positions, jnp.ones_like(tokens)))
+  cache = model.init_cache(2, 12)
+  logits, cache = _decode(model, tokens[:, :4], positions[:, :4], cache)
+  for t in range(4, 9):
+    logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+
+
+@pytest.mark.parametrize('num_layers,original_length', [(1, 3), (2, 9)])
+def test_dynamic_ntk_cached_step_equals_a_full_pass_over_the_same_prefix(num_layers,
+                                                                         original_length):
+  """Keys are cached before rotation, so each step rotates every cached key with the base of
+  the current length, as a full pass over the prefix does. Exact for one layer at any length,
+  and for any depth up to the original length (the base does not move). Beyond it, a deeper
+  layer's cached keys come from hidden states computed at shorter lengths (smaller bases),
+  which a full pass recomputes: there a cache cannot equal the full pass."""
+  model = model_for('rope', num_layers, scaling__kind='dynamic', scaling__factor=2.0,
+                    scaling__original_length=original_length)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
+  positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  cache = model.init_cache(2, 12)
+  logits, cache = _decode(model, tokens[:, :2], positions[:, :2], cache)
+  for t in range(2, 9):
+    logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
+    # The prefix 0..t alone, padded to one shape (padding: position 0, segment 0, masked).
+    in_prefix = jnp.arange(9) <= t
+    prefix = np.asarray(_forward(model, tokens, jnp.where(in_prefix, positions, 0),
+                                 jnp.broadcast_to(in_prefix, tokens.shape).astype(jnp.int32)))
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], prefix[:, t], atol=1e-4)
+  plain = _forward(model_for('rope', num_layers), tokens, positions, jnp.ones_like(tokens))
+  assert (original_length < 9) == (np.abs(prefix - np.asarray(plain)).max() > 1e-3)  # Scaled.
 
 
 def uncached_greedy(model, prompt, steps):

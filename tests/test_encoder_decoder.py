@@ -11,7 +11,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import models
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'shaw', 'xl', 't5', 'alibi']
+KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'shaw', 'xl', 't5', 'alibi', 'kerple']
 
 
 def model_for(kind):

@@ -208,7 +208,7 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
   assert not np.allclose(a.blocks[0].attn.projection(), a.blocks[1].attn.projection())
 
 
-@pytest.mark.parametrize('kind', ['t5', 'alibi', 'shaw', 'xl'])
+@pytest.mark.parametrize('kind', ['t5', 'alibi', 'shaw', 'xl', 'kerple', 'fire', 'cope'])
 def test_bias_schemes_are_refused_with_a_reason(kind):
   cfg = performer.get_config('rope')
   cfg.model.position.kind = kind
@@ -222,3 +222,7 @@ def test_performer_config_is_valid_with_and_without_rope():
   xpos = performer.get_config('xpos,features')
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
     config_lib.validate(xpos)
+  p_rope = performer.get_config('rope,features')
+  p_rope.model.position.rope.keep_fraction = 0.5  # The feature rotation rotates every pair.
+  with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
+    config_lib.validate(p_rope)

@@ -11,7 +11,7 @@ from roformer import errors
 from roformer import positions
 
 HEADS, HEAD_DIM = 4, 8
-RELATIVE = ['shaw', 'xl', 't5', 'alibi', 'rope', 'xpos']
+RELATIVE = ['shaw', 'xl', 't5', 'alibi', 'kerple', 'rope', 'xpos']
 
 
 def model_cfg(kind, **fields):
@@ -315,11 +315,14 @@ def test_xpos_matches_its_formula():
 def test_position_constants_are_not_parameters():
   for kind in ('rope', 'xpos', 'alibi', 'sinusoidal', 'none'):
     assert not jax.tree.leaves(nnx.state(make(kind), nnx.Param)), kind
+  for fields in ({'rope.keep_fraction': 0.5}, {'rope.scaling.kind': 'dynamic',
+                                               'rope.scaling.original_length': 16}):
+    assert not jax.tree.leaves(nnx.state(make('rope', **fields), nnx.Param)), fields
   assert jax.tree.leaves(nnx.state(make('t5'), nnx.Param))
 
 
 def test_bias_is_float32_for_bfloat16_activations():
-  for kind in ('t5', 'alibi', 'xl', 'shaw'):
+  for kind in ('t5', 'alibi', 'xl', 'shaw', 'kerple', 'fire', 'cope'):
     layer = make(kind).for_layer(0)
     q, k = (x.astype(jnp.bfloat16) for x in random_qk(11))
     pos = jnp.tile(jnp.arange(7)[None], (2, 1)) + 3000
@@ -342,6 +345,32 @@ BAD = [
     ('rope', {'rope.fraction': 0.25, 'rope.scaling.kind': 'ntk', 'rope.scaling.factor': 2.0},
      True, 'above 2'),
     ('xpos', {'xpos.scale_base': 1.0}, True, 'beyond float32 range'),
+    ('rope', {'rope.keep_fraction': 0.0}, True, 'keep_fraction=0.0'),
+    ('rope', {'rope.keep_fraction': 0.2}, True, 'keeps none of the 4'),  # floor(0.2 x 4) = 0.
+    ('rope', {'rope.scaling.kind': 'llama3', 'rope.scaling.factor': 8.0}, True,
+     'original_length'),
+    ('rope', {'rope.scaling.kind': 'llama3', 'rope.scaling.original_length': 16,
+              'rope.scaling.low_freq_factor': 4.0, 'rope.scaling.high_freq_factor': 1.0}, True,
+     'low_freq_factor < high_freq_factor'),
+    ('rope', {'rope.scaling.kind': 'linear', 'rope.scaling.high_freq_factor': 8.0}, True,
+     'shape llama3 only'),
+    ('rope', {'rope.scaling.kind': 'dynamic', 'rope.scaling.factor': 2.0}, True,
+     'original_length'),
+    ('rope', {'rope.fraction': 0.25, 'rope.scaling.kind': 'dynamic',
+              'rope.scaling.original_length': 16}, True, 'above 2'),
+    ('rope', {'rope.scaling.kind': 'yarn', 'rope.scaling.original_length': 16,
+              'rope.scaling.ramp': 'cosine'}, True, "ramp='cosine' is unknown"),
+    ('rope', {'rope.scaling.kind': 'ntk', 'rope.scaling.ramp': 'index'}, True,
+     'shapes YaRN only'),
+    ('kerple', {'kerple.variant': 'sqrt'}, True, 'kerple.variant'),
+    ('fire', {}, False, 'causal attention only'),
+    ('fire', {'fire.mlp_width': 0}, True, 'fire.mlp_width=0'),
+    ('fire', {'fire.init_c': -0.1}, True, 'fire.init_c=-0.1 must be a finite number'),
+    ('cope', {}, False, 'causal attention only'),
+    ('cope', {'cope.max_position': 0}, True, 'cope.max_position=0'),
+    ('rope', {'kerple.variant': 'power'}, True, 'position.kerple is changed'),
+    ('alibi', {'fire.mlp_width': 8}, True, 'position.fire is changed'),
+    ('kerple', {'cope.max_position': 8}, True, 'position.cope is changed'),
 ]
 
 
@@ -389,7 +418,7 @@ def test_learned_per_layer_adds_one_table_at_each_layer_input():
   assert len(single.tables) == 1 and single.for_layer(1) is single
 
 
-@pytest.mark.parametrize('kind', RELATIVE + ['learned', 'sinusoidal'])
+@pytest.mark.parametrize('kind', RELATIVE + ['learned', 'sinusoidal', 'fire'])
 def test_one_query_against_all_keys_matches_full_attention(kind):
   """Decoding: a single query at position p against keys 0..p (q_len != k_len) gives the row p
   of full self-attention logits."""

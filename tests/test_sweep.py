@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from configs.sweeps import context_extension
+from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
 from roformer import errors
 from roformer import metrics as metrics_lib
@@ -26,15 +28,16 @@ def write_sweep(tmp_path, body: str) -> str:
   return str(path)
 
 
-def test_default_sweep_is_eight_schemes_at_two_seeds():
+def test_default_sweep_is_eleven_schemes_at_two_seeds():
   sweep = sweeps.load('configs/sweeps/positions.py', '')
   assert sweep.config == 'configs/lm.py'
   assert [p.name for p in sweep.points[:2]] == ['kind=none,seed=0', 'kind=sinusoidal,seed=0']
-  assert sweep.points[8].name == 'kind=none,seed=1'
-  assert len(sweep.points) == 16
+  assert sweep.points[11].name == 'kind=none,seed=1'
+  assert len(sweep.points) == 22
   kinds = {p.fields['model.position.kind'] for p in sweep.points}
-  assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'rope'}
-  rope, alibi = sweep.points[-1], sweep.points[-3]  # Seed 1 of rope and alibi.
+  assert kinds == {'none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'kerple', 'fire',
+                   'cope', 'rope'}
+  rope, alibi = sweep.points[-1], sweep.points[-6]  # Seed 1 of rope and alibi.
   assert rope.fields['model.position.kind'] == 'rope'
   evals_of = lambda p: sorted(n for n, ev in sweep.evals.items() if sweeps.applies(ev, p))
   assert evals_of(rope) == ['', 'rope_linear', 'rope_ntk', 'rope_yarn']
@@ -98,7 +101,7 @@ def test_dry_run_prints_one_command_per_point(tmp_path, capsys):
                             str(tmp_path / 's'), '--dry_run',
                             '--extra_train_flags=--distributed']) == 0
   lines = capsys.readouterr().out.strip().splitlines()
-  assert len(lines) == 16
+  assert len(lines) == 22
   rope = [line for line in lines if 'kind=rope,seed=1' in line][0]
   steps = [shlex.split(part) for part in rope.split(' && ')]
   assert [s[1] for s in steps] == ['train.py'] + ['eval.py'] * 4
@@ -181,7 +184,7 @@ def test_smoke_sweep_of_every_scheme(tmp_path, data_dir):
   done = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, ''), '--workdir', root,
                '--parallel', '2'])
   assert done.returncode == 0, done.stdout + done.stderr
-  assert '8/8 points done' in done.stdout
+  assert '11/11 points done' in done.stdout
   assert report.main([root]) == 0
   text = open(os.path.join(root, 'report.md')).read()
   for kind in positions_sweep.KINDS:
@@ -202,3 +205,80 @@ def test_an_evaluation_of_a_stopped_run_is_redone(tmp_path):
   (workdir / 'checkpoints' / '10').mkdir()
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10}))
   assert sweeps.stages(sweep, sweep.points[0], str(workdir)) == []
+
+
+def test_points_named_in_values_run_after_the_points_they_name(tmp_path):
+  """A value '{sweep}/NAME' is that point's workdir: the runner substitutes the sweep's
+  directory, and the point needs NAME (listed before it) to finish first."""
+  path = write_sweep(tmp_path, """
+def get_sweep(arg=''):
+  return {'points': [{'name': 'base', 'seed': 0},
+                     {'name': 'next', 'init_from': '{sweep}/base', 'data.seq_len': 64}],
+          'evals': {'': {}, 'late': {'when': {'name': 'next'}}}}
+""")
+  sweep = sweeps.load(path, 'configs/lm.py')
+  base, after = sweep.points
+  assert (base.name, base.needs, after.name, after.needs) == ('base', (), 'next', ('base',))
+  assert '--config.init_from=/runs/s/base' in sweeps.train_command(sweep, after, '/runs/s/next')
+  assert [n for n, ev in sweep.evals.items() if sweeps.applies(ev, after)] == ['', 'late']
+  assert [n for n, ev in sweep.evals.items() if sweeps.applies(ev, base)] == ['']
+  for points, match in [("[{'name': 'a', 'init_from': '{sweep}/b'}, {'name': 'b'}]",
+                         'not a point listed before it'),
+                        ("[{'name': 'a b'}]", 'not a plain name'),
+                        ("[{'name': 'a'}, {'name': 'a', 'seed': 1}]", 'repeated')]:
+    bad = write_sweep(tmp_path, f"def get_sweep(arg=''):\n  return {{'points': {points}}}\n")
+    with pytest.raises(errors.ConfigError, match=match):
+      sweeps.load(bad, 'configs/lm.py')
+
+
+def test_length_sweep_is_every_scheme_on_every_task_at_three_seeds():
+  sweep = sweeps.load('configs/sweeps/length.py')
+  schemes = length_sweep.KINDS + tuple(length_sweep.VARIANTS)
+  assert sweep.config == 'configs/synthetic.py'
+  assert len(sweep.points) == 3 * 3 * len(schemes)
+  assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2}
+  assert {p.fields['model.position.kind'] for p in sweep.points} == set(length_sweep.KINDS)
+  random = [p for p in sweep.points if p.name == 'copy,rope+random,seed=1'][0]
+  assert random.fields['train.random_positions'] == 8 * random.fields['data.seq_len']
+  assert random.fields['data.name'] == 'synthetic/copy'
+  assert sweep.overrides['eval.length_multipliers'] == (1, 2, 4, 8)
+  smoke = sweeps.load('configs/sweeps/length.py:smoke,passkey,xl')
+  assert [p.name for p in smoke.points] == ['passkey,xl,seed=0']
+  with pytest.raises(ValueError, match='unknown parts'):
+    length_sweep.get_sweep('smoke,sorting')
+
+
+def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
+  root = str(tmp_path / 'length')
+  done = _run(['--sweep', 'configs/sweeps/length.py:smoke,passkey,rope', '--workdir', root])
+  assert done.returncode == 0, done.stdout + done.stderr
+  assert report.main([root]) == 0
+  text = open(os.path.join(root, 'report.md')).read()
+  assert '## passkey: share of rows answered exactly' in text
+  assert '| scheme | seeds | 48 | 96 | 192 | 384 |' in text
+  assert 'Passkey accuracy per depth of the key' in text
+  with open(os.path.join(root, 'accuracy_passkey.png'), 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+def test_context_extension_smoke_continues_the_base_and_reports_each_length(tmp_path,
+                                                                             data_dir):
+  spec = write_sweep(tmp_path, f"""
+from configs.sweeps import context_extension
+def get_sweep(arg=''):
+  sweep = context_extension.get_sweep('smoke')
+  sweep['overrides']['data.data_dir'] = {data_dir!r}
+  return sweep
+""")
+  root = str(tmp_path / 'extension')
+  done = _run(['--sweep', spec, '--workdir', root])
+  assert done.returncode == 0, done.stdout + done.stderr
+  continued = metrics_lib.read_jsonl(os.path.join(root, 'continue_linear', 'metrics.jsonl'))
+  assert min(r['step'] for r in continued if r['split'] == 'validation') == 0  # Before training.
+  assert report.main([root]) == 0
+  text = open(os.path.join(root, 'report.md')).read()
+  assert '| scheme | 32 | 128 | 256 |' in text  # The base's and the continued runs' lengths.
+  assert '| rope + linear scaling | - |' in text
+  assert '| rope (kind=linear, factor=4.0, continued from=base) | - |' in text
+  assert os.path.exists(os.path.join(root, 'position_loss.png'))
+  assert context_extension.get_sweep('')['points'][1]['init_from'] == '{sweep}/base'

@@ -176,3 +176,28 @@ def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir,
   losses = train_losses(str(tmp_path / kind))
   assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
   assert math.isfinite(last['validation']['loss'])
+
+
+ROPE_VARIANTS = {
+    'p_rope': {'keep_fraction': 0.5},
+    'dynamic': {'scaling.kind': 'dynamic', 'scaling.factor': 2.0, 'scaling.original_length': 16},
+    'llama3': {'scaling.kind': 'llama3', 'scaling.factor': 4.0, 'scaling.original_length': 16},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('variant', list(ROPE_VARIANTS))
+def test_rope_variants_train_on_the_eight_device_mesh(tmp_path, data_dir, variant):
+  cfg = test_config.get_config('rope')
+  cfg.data.data_dir = data_dir
+  cfg.train.update(steps=3, eval_every=3, checkpoint_every=3, eval_batches=1)
+  for dotted, value in ROPE_VARIANTS[variant].items():
+    *parents, leaf = dotted.split('.')
+    node = cfg.model.position.rope
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  last = loop.train_and_evaluate(cfg, str(tmp_path / variant))
+  losses = train_losses(str(tmp_path / variant))
+  assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
+  assert math.isfinite(last['validation']['loss'])

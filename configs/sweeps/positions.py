@@ -6,12 +6,13 @@
       --workdir runs/sweep_smoke                 # a few minutes on 2 CPU cores
   ...positions.py:smoke,rope,alibi               # only those schemes (also without smoke)
 
-Eight schemes at two seeds, trained at configs/lm.py's sizes for 200 steps, then evaluated on
+Eleven schemes at two seeds, trained at configs/lm.py's sizes for 200 steps, then evaluated on
 the validation split at 1, 2, 4 and 8 times the training length; RoPE points are evaluated
 again with linear, NTK and YaRN scaling set to each evaluation length (factor L / trained L).
 """
 
-KINDS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'rope')
+KINDS = ('none', 'sinusoidal', 'learned', 'shaw', 't5', 'alibi', 'xl', 'kerple', 'fire', 'cope',
+         'rope')
 SEEDS = (0, 1)
 LENGTHS = (1, 2, 4, 8)
 ROPE_SCALINGS = ('linear', 'ntk', 'yarn')

@@ -3,12 +3,14 @@
 `base` holds the interface (the hooks the shared stack calls) and the registry; each family of
 schemes is a module of its own, and importing it registers its kinds:
 
-| module        | kinds                                   |
-|---------------|-----------------------------------------|
-| `absolute`    | none, sinusoidal, learned               |
-| `rotary`      | rope, xpos (`scaling`: RoPE's context-extension frequencies) |
-| `relative`    | shaw, xl                                |
-| `bias`        | t5, alibi                               |
+| module       | kinds                                                          |
+|--------------|----------------------------------------------------------------|
+| `absolute`   | none, sinusoidal, learned                                      |
+| `rotary`     | rope (with p-RoPE's `keep_fraction`), xpos                     |
+| `scaling`    | RoPE's context extension: linear, ntk, yarn, llama3, dynamic   |
+| `relative`   | shaw, xl                                                       |
+| `bias`       | t5, alibi, kerple, fire                                        |
+| `contextual` | cope                                                           |
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.create` and the rest keep one address.
@@ -16,6 +18,7 @@ Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 
 from roformer.positions import absolute
 from roformer.positions import bias
+from roformer.positions import contextual
 from roformer.positions import relative
 from roformer.positions import rotary
 from roformer.positions import scaling
@@ -23,7 +26,10 @@ from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinuso
 from roformer.positions.base import (PositionScheme, create, default_fields, field_specs, head_dim,
                                      kinds, register, relative_positions, scheme_class,
                                      scheme_fields, validate)
-from roformer.positions.bias import ALiBi, T5Bias, alibi_slopes, t5_buckets
+from roformer.positions.bias import ALiBi, Fire, Kerple, T5Bias, alibi_slopes, t5_buckets
+from roformer.positions.contextual import CoPE
 from roformer.positions.relative import Shaw, TransformerXL
-from roformer.positions.rotary import Rotary, XPos, apply_rotary, rotate_pairs, xpos_decay
-from roformer.positions.scaling import rope_frequencies, scaled_frequencies
+from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
+                                      xpos_decay)
+from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
+                                       rope_frequencies, scaled_frequencies, yarn_ramp)

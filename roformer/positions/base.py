@@ -9,11 +9,15 @@ Every scheme is a small `nnx.Module` that implements only the hooks it needs; th
 | `layer_input(x, positions)`            | learned (per layer)     | adds a code at a layer's input   |
 | `rotate(q, k, q_pos, k_pos)`           | rope, xpos              | rotates queries and keys         |
 | `rotate_value(v, k_pos)`               | rope (rotate_values)    | rotates values                   |
-| `logits_bias(q, k, q_pos, k_pos)`      | shaw, xl, t5, alibi     | added to the attention logits    |
+| `logits_bias(q, k, q_pos, k_pos, mask)`| the bias schemes (*)    | added to the attention logits    |
 | `value_term(probs, q_pos, k_pos)`      | shaw                    | added to the attention output    |
 
+(*) shaw, xl, t5, alibi, kerple, fire, cope.
 `for_layer(i)` gives the view whose hooks layer i uses (per-layer parameters: shaw, xl, t5 when
-not shared, per-layer learned).
+not shared, per-layer learned, kerple, fire unless shared, cope). `logits_bias` also receives the
+attention mask (bool, broadcastable to [batch, heads, q_len, k_len]), which only CoPE reads: its
+positions count the gates of the keys a query may see, so other segments, padding, unfilled
+cache slots and future keys must add nothing.
 Positions are always explicit integer arrays (they restart at 0 in every packed segment and start
 at the cache index when decoding); angles are computed in float32 from them and cast to the
 activation dtype only at the end. A registry maps `config.model.position.kind` to a scheme class;
@@ -100,8 +104,11 @@ class PositionScheme(nnx.Module):
     del k_pos
     return v
 
-  def logits_bias(self, q, k, q_pos, k_pos):
-    del q, k, q_pos, k_pos
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    """Added to the logits. `mask` (bool, broadcastable to [batch, heads, q_len, k_len]) is the
+    attention mask MultiHeadAttention applies; schemes whose bias depends on which keys are
+    visible (CoPE) read it, the others ignore it."""
+    del q, k, q_pos, k_pos, mask
     return None
 
   def value_term(self, probs, q_pos, k_pos):
@@ -132,6 +139,13 @@ def field_specs() -> dict:
   return fields
 
 
+def _with_defaults(value, default):
+  """`value` with the options it lacks (a config saved before they existed) at their defaults."""
+  if not isinstance(value, dict) or not isinstance(default, dict):
+    return value
+  return {**default, **{k: _with_defaults(v, default.get(k)) for k, v in value.items()}}
+
+
 def scheme_fields(kind: str) -> tuple[str, ...]:
   """The option groups of config.model.position that scheme `kind` reads."""
   return tuple(_REGISTRY[kind].fields)
@@ -151,7 +165,7 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
     if name in used or name not in cfg:
       continue
     value = cfg[name].to_dict() if hasattr(cfg[name], 'to_dict') else cfg[name]
-    if value != default:
+    if _with_defaults(value, default) != default:
       raise errors.ConfigError(
           f'config.model.position.{name} is changed from its defaults but '
           f'config.model.position.kind={kind!r} does not use it. Fix: set '

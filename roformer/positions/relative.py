@@ -26,7 +26,8 @@ class _ShawLayer(base.PositionScheme):
     """Clipped relative position j - i shifted to a row index in [0, 2k]."""
     return jnp.clip(-base.relative_positions(q_pos, k_pos), -self.k, self.k) + self.k
 
-  def logits_bias(self, q, k, q_pos, k_pos):
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    del mask  # The bias does not depend on which keys are visible.
     # q . a^K for each of the 2k+1 distances ([b, h, L, 2k+1]), then gathered to [b, h, L, L].
     per_row = jnp.einsum('bqhd,rd->bhqr', q, self.keys[...].astype(q.dtype),
                          preferred_element_type=jnp.float32)
@@ -81,7 +82,8 @@ class _XLLayer(base.PositionScheme):
     self.w_r, self.u, self.v = w_r, u, v
     self.d_model, self.base = d_model, base
 
-  def logits_bias(self, q, k, q_pos, k_pos):
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    del mask  # The bias does not depend on which keys are visible.
     """(b) + (c) + (d) of Dai et al. 2019, eq. 3 (term (a), q . k, is the attention itself):
     (b) q_i . W_R R_{i-j}, (c) u . k_j, (d) v . W_R R_{i-j}, with R the sinusoidal encoding of
     the distance i - j. The relative shift is a gather from the 2M-1 distances |i - j| < M,

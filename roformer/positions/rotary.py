@@ -1,5 +1,6 @@
 """Rotary schemes: queries and keys rotated by their positions. RoPE (Su et al. 2021, RoFormer)
-with its options and scalings, and xPos (Sun et al. 2022)."""
+with its options (p-RoPE's `keep_fraction`, Barbero et al. 2024) and scalings, and xPos (Sun et
+al. 2022)."""
 
 import functools
 
@@ -33,11 +34,13 @@ def rotate_pairs(x: jax.Array, positions: jax.Array, inv_freq, layout: str = 'in
 
   `interleaved` pairs (x[2i], x[2i+1]) as the RoFormer paper; `half` pairs (x[i], x[i + d/2])
   as GPT-NeoX/Llama. `scale` (float32 [..., seq, d/2]) multiplies each pair afterwards (xPos);
-  it is a function of the positions and gets no gradient. Without a scale the backward pass is
-  the rotation by the opposite angles (R(-a) = R(a)^T), one more pass of the same kind, instead
-  of the transposes of the reshapes and the products.
+  it is a function of the positions and gets no gradient. With constant frequencies (a
+  sequence of numbers) and no scale the backward pass is the rotation by the opposite angles
+  (R(-a) = R(a)^T), one more pass of the same kind, instead of the transposes of the reshapes
+  and the products. Frequencies computed from the positions (a jax.Array broadcastable to
+  [..., 1, d/2]: dynamic NTK scaling) take the plain autodiff path.
   """
-  if scale is None:
+  if scale is None and not isinstance(inv_freq, jax.Array):
     return _rotation(x, positions, tuple(float(f) for f in np.asarray(inv_freq)), layout)
   return _rotate_by(x, *_cos_sin(positions, inv_freq, layout, scale), layout)
 
@@ -107,19 +110,38 @@ def _rotation_bwd(inv_freq, layout, positions, grad):
 _rotation.defvjp(_rotation_fwd, _rotation_bwd)
 
 
+def kept_pairs(rotary_dim: int, keep_fraction: float) -> int:
+  """p-RoPE's number of rotated pairs: floor(keep_fraction * rotary_dim / 2), as Barbero et al.
+  2024 compute it (`int(rope_percentage * head_dim // 2)`)."""
+  return int(keep_fraction * rotary_dim // 2)
+
+
 @base.register('rope')
 class Rotary(base.PositionScheme):
   """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n.
 
-  Options (`config.model.position.rope`): `base`; `fraction` of each head rotated (the first
-  dimensions; the rest pass through); `rotate_values` (Hugging Face's `rotary_value`); `layout`
-  `interleaved` (the paper) or `half` (GPT-NeoX/Llama weights); `scaling` for context extension.
+  Options (`config.model.position.rope`): `base`; `fraction` of each head rotated; `keep_fraction`
+  of the rotated pairs kept rotating (p-RoPE); `rotate_values` (Hugging Face's `rotary_value`);
+  `layout` `interleaved` (the paper) or `half` (GPT-NeoX/Llama weights); `scaling` for context
+  extension (scaling.py).
+
+  `fraction` and `keep_fraction` both leave part of each head unrotated, differently:
+  - `fraction` f (GPT-NeoX's rotary_pct) rotates the first f * d dimensions with RoPE's
+    frequencies spread over that width, theta_i = base^(-2i / (f d)): its rotated pairs still
+    run from frequency 1 down to 1/base, and the last (1 - f) d dimensions pass through.
+  - `keep_fraction` p (p-RoPE, Barbero et al. 2024) keeps RoPE's frequencies theta_i =
+    base^(-2i / d) of the first floor(p d / 2) pairs, the highest ones, and sets the rest to 0.
+    Models use the lowest frequencies, which barely turn over a training context, as semantic
+    channels that the slow rotation corrupts at long range; p-RoPE leaves them exactly
+    unrotated (cos 0 = 1, sin 0 = 0), in either layout.
+  `keep_fraction` applies to the rotated pairs, after any scaling.
   """
 
   fields = ('rope',)
   defaults = {'rope': {
       'base': specs.Float(1, 1e12, min_open=True, default=10000.0),
       'fraction': specs.Float(0, 1, min_open=True, default=1.0),
+      'keep_fraction': specs.Float(0, 1, min_open=True, default=1.0),
       'rotate_values': specs.Bool(default=False),
       'layout': specs.Str(('interleaved', 'half'), default='interleaved'),
       'scaling': scaling.SPECS}}
@@ -132,9 +154,16 @@ class Rotary(base.PositionScheme):
     self.rotary_dim = int(round(base.head_dim(model_cfg) * cfg.fraction))
     self.layout = cfg.layout
     self.rotate_values = bool(cfg.rotate_values)
+    self.kept = kept_pairs(self.rotary_dim, cfg.get('keep_fraction', 1.0))
     inv_freq, mscale = scaling.scaled_frequencies(self.rotary_dim, float(cfg.base), cfg.scaling)
+    inv_freq = np.where(np.arange(self.rotary_dim // 2) < self.kept, inv_freq, 0.0)
     self.inv_freq = tuple(float(f) for f in inv_freq)  # Python floats: constants, not state.
     self.mscale = float(mscale)
+    # Dynamic NTK: frequencies from each call's positions (plain fields: the graph stays
+    # hashable).
+    self.dynamic = cfg.scaling.kind == 'dynamic'
+    self.dynamic_factor = float(cfg.scaling.factor)
+    self.original_length = int(cfg.scaling.original_length)
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -147,21 +176,40 @@ class Rotary(base.PositionScheme):
           f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim} x fraction {r.fraction}). '
           'Fix: change --config.model.d_model, --config.model.num_heads or '
           '--config.model.position.rope.fraction so that it is even.')
+    keep = r.get('keep_fraction', 1.0)
+    if kept_pairs(rotary_dim, keep) == 0:
+      raise errors.ConfigError(
+          f'config.model.position.rope.keep_fraction={keep} keeps none of the {rotary_dim // 2} '
+          f'rotated pairs (p-RoPE rotates floor(keep_fraction x {rotary_dim // 2}) pairs). Fix: '
+          'raise it, or use --config.model.position.kind=none for no rotation at all.')
     scaling.validate(r.scaling, rotary_dim)
 
-  def _rotate(self, x, positions, scale=None):
+  def frequencies(self, *positions):
+    """The rotation's frequencies: constants (a tuple of floats), or with dynamic scaling
+    float32 [batch, 1, d/2] from each row's length, its largest position + 1."""
+    if not self.dynamic:
+      return self.inv_freq
+    length = functools.reduce(jnp.maximum, [p.max(axis=-1) for p in positions]) + 1
+    freqs = scaling.dynamic_frequencies(self.rotary_dim, self.base, self.dynamic_factor,
+                                        self.original_length, length)
+    kept = np.arange(self.rotary_dim // 2) < self.kept
+    return jnp.where(kept, freqs, 0.0)[..., None, :]
+
+  def _rotate(self, x, positions, inv_freq, scale=None):
     n = self.rotary_dim
-    rotated = rotate_pairs(x[..., :n], positions, self.inv_freq, self.layout, scale)
+    rotated = rotate_pairs(x[..., :n], positions, inv_freq, self.layout, scale)
     return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
 
   def rotate(self, q, k, q_pos, k_pos):
-    q, k = self._rotate(q, q_pos), self._rotate(k, k_pos)
+    inv_freq = self.frequencies(q_pos, k_pos)
+    q, k = self._rotate(q, q_pos, inv_freq), self._rotate(k, k_pos, inv_freq)
     if self.mscale != 1.0:  # YaRN temperature, on both q and k.
       q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
     return q, k
 
   def rotate_value(self, v, k_pos):
-    return self._rotate(v, k_pos) if self.rotate_values else v
+    # The keys include the queries' positions, so k_pos alone gives the same dynamic length.
+    return self._rotate(v, k_pos, self.frequencies(k_pos)) if self.rotate_values else v
 
 
 def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
@@ -211,8 +259,9 @@ class XPos(Rotary):
     # Scales are taken relative to a per-row centre shared by q and k (it cancels in q . k),
     # so zeta^(+-n/B) stays within float range for long sequences.
     center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
-    q = self._rotate(q, q_pos, self._scale(q_pos, center, 1.0))
-    k = self._rotate(k, k_pos, self._scale(k_pos, center, -1.0))
+    inv_freq = self.frequencies(q_pos, k_pos)
+    q = self._rotate(q, q_pos, inv_freq, self._scale(q_pos, center, 1.0))
+    k = self._rotate(k, k_pos, inv_freq, self._scale(k_pos, center, -1.0))
     if self.mscale != 1.0:  # YaRN temperature, as in Rotary.
       q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
     return q, k

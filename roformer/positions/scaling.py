@@ -1,26 +1,46 @@
 """RoPE's frequencies and their context-extension scalings (`config.model.position.rope.scaling`).
 
 Frequencies are float64 numpy constants, never parameters: they stay out of the optimizer state
-and are turned into float32 angles only where positions meet them."""
+and are turned into float32 angles only where positions meet them. The one exception is
+`dynamic`, whose frequencies follow the length of the input: `dynamic_frequencies` computes
+them in float32 from the (traced) largest position at every call.
+"""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from roformer import errors
 from roformer import specs
 
-KINDS = ('none', 'linear', 'ntk', 'yarn')
+KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic')
+RAMPS = ('ratio', 'index')
+# Scalings defined relative to the length the model was trained at (eval.py fills it in).
+NEEDS_ORIGINAL_LENGTH = ('yarn', 'llama3', 'dynamic')
 
-# `config.model.position.rope.scaling`: each option's type, range and default.
+# `config.model.position.rope.scaling`: each option's type, range and default (rotary.py puts
+# them in the config; roformer/config_schema.py checks them). Configs saved before an option
+# existed read its default.
 SPECS = {
     'kind': specs.Str(KINDS, default='none'),
     # The new context length over the trained one (at least 1).
     'factor': specs.Float(1, 1e6, default=1.0),
-    # yarn: the length the model was trained at (0: eval.py fills in the workdir's).
+    # yarn, llama3, dynamic: the length the model was trained at (0: eval.py fills it in).
     'original_length': specs.Int(0, 2**24, default=0),
-    # yarn's ramp, in rotations over original_length: alpha < beta.
+    # yarn's ramp between alpha and beta (alpha < beta), and how it is measured.
     'alpha': specs.Float(0, 1e6, min_open=True, default=1.0),
     'beta': specs.Float(0, 1e6, min_open=True, default=32.0),
+    'ramp': specs.Str(RAMPS, default='ratio'),
+    # llama3's wavelength band (low < high).
+    'low_freq_factor': specs.Float(0, 1e6, min_open=True, default=1.0),
+    'high_freq_factor': specs.Float(0, 1e6, min_open=True, default=4.0),
 }
+DEFAULTS = specs.defaults(SPECS)
+
+
+def option(scaling, name: str):
+  """`scaling.<name>`, or its default for configs saved before the option existed."""
+  return scaling.get(name, DEFAULTS[name])
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -28,42 +48,112 @@ def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
   return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
+def yarn_ramp(head_dim: int, base: float, scaling) -> np.ndarray:
+  """YaRN's share gamma_i in [0, 1] of pair i's original frequency (1: kept, 0: divided by s).
+
+  - `ratio` (Peng et al. 2023, eq. 18-19, the default): with r_i = L / lambda_i the number of
+    rotations pair i makes over the original length L (lambda_i = 2 pi / theta_i),
+    gamma_i = clip((r_i - alpha) / (beta - alpha), 0, 1). Linear in r, i.e. exponential in i.
+  - `index` (the released YaRN code and Hugging Face's `_compute_yarn_parameters`, which
+    checkpoints with YaRN were tuned with): the pair index at which r_i equals n rotations is
+    dim(n) = d ln(L / (2 pi n)) / (2 ln base); from low = max(floor(dim(beta)), 0) to
+    high = min(ceil(dim(alpha)), d - 1) (high += 0.001 if equal) gamma falls linearly in i:
+    gamma_i = 1 - clip((i - low) / (high - low), 0, 1).
+  Both keep the pairs that rotate more than beta times and interpolate those below alpha.
+  """
+  length, alpha, beta = scaling.original_length, scaling.alpha, scaling.beta
+  if option(scaling, 'ramp') == 'ratio':
+    ratio = length * rope_frequencies(head_dim, base) / (2 * np.pi)
+    return np.clip((ratio - alpha) / (beta - alpha), 0.0, 1.0)
+  dim = lambda rotations: head_dim * np.log(length / (2 * np.pi * rotations)) / (2 * np.log(base))
+  low, high = max(np.floor(dim(beta)), 0.0), min(np.ceil(dim(alpha)), head_dim - 1.0)
+  if low == high:
+    high += 0.001
+  return 1.0 - np.clip((np.arange(head_dim // 2) - low) / (high - low), 0.0, 1.0)
+
+
+def llama3_frequencies(theta: np.ndarray, scaling) -> np.ndarray:
+  """Llama 3.1's rule on wavelengths lambda = 2 pi / theta, with L the original length and
+  s the factor: lambda < L / high_freq_factor keeps theta; lambda > L / low_freq_factor gives
+  theta / s; in between, with smooth = (L / lambda - low_freq_factor) / (high_freq_factor -
+  low_freq_factor), theta' = (1 - smooth) theta / s + smooth theta (continuous at both ends)."""
+  s, length = float(scaling.factor), scaling.original_length
+  low, high = option(scaling, 'low_freq_factor'), option(scaling, 'high_freq_factor')
+  wavelength = 2 * np.pi / theta
+  smooth = (length / wavelength - low) / (high - low)
+  medium = (1 - smooth) * theta / s + smooth * theta
+  return np.where(wavelength < length / high, theta,
+                  np.where(wavelength > length / low, theta / s, medium))
+
+
 def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray, float]:
   """Frequencies and the q/k multiplier for RoPE context extension (`rope.scaling`).
 
   - linear (Chen et al. 2023, position interpolation): positions / s, i.e. theta_i / s.
   - ntk: the base becomes base * s^(d / (d - 2)).
-  - yarn (Peng et al. 2023): with r_i = original_length / (2 pi / theta_i) and the ramp
-    g(r) = clip((r - alpha) / (beta - alpha), 0, 1), theta_i' = (1 - g) theta_i / s + g theta_i;
-    logits are sharpened by t^-1 with sqrt(1/t) = 0.1 ln(s) + 1, applied to both q and k.
+  - yarn (Peng et al. 2023): theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i with
+    gamma from `yarn_ramp` (`ramp`: ratio or index); logits are sharpened by t^-1 with
+    sqrt(1/t) = 0.1 ln(s) + 1, applied to both q and k.
+  - llama3 (Llama 3.1): `llama3_frequencies`.
+  - dynamic: the plain frequencies; `dynamic_frequencies` scales them at each call.
   """
   kind, s = scaling.kind, float(scaling.factor)
-  if kind == 'none':
-    return rope_frequencies(head_dim, base), 1.0
+  theta = rope_frequencies(head_dim, base)
+  if kind in ('none', 'dynamic'):
+    return theta, 1.0
   if kind == 'linear':
-    return rope_frequencies(head_dim, base) / s, 1.0
+    return theta / s, 1.0
   if kind == 'ntk':
     return rope_frequencies(head_dim, base * s ** (head_dim / (head_dim - 2))), 1.0
   if kind == 'yarn':
-    theta = rope_frequencies(head_dim, base)
-    ratio = scaling.original_length * theta / (2 * np.pi)
-    ramp = np.clip((ratio - scaling.alpha) / (scaling.beta - scaling.alpha), 0.0, 1.0)
-    return (1 - ramp) * theta / s + ramp * theta, 0.1 * np.log(s) + 1.0
+    gamma = yarn_ramp(head_dim, base, scaling)
+    return (1 - gamma) * theta / s + gamma * theta, 0.1 * np.log(s) + 1.0
+  if kind == 'llama3':
+    return llama3_frequencies(theta, scaling), 1.0
   raise errors.ConfigError(f'config.model.position.rope.scaling.kind={kind!r} is unknown. '
-                           "Fix: one of 'none', 'linear', 'ntk', 'yarn'.")
+                           f'Fix: one of {KINDS}.')
+
+
+def dynamic_frequencies(head_dim: int, base: float, factor: float, original_length: int,
+                        length: jax.Array) -> jax.Array:
+  """Dynamically scaled NTK: float32 frequencies [..., d/2] for the current `length` (integer
+  [...], the largest position seen + 1). Up to the original length L the base is unchanged;
+  beyond, it is ntk's base with the factor s length / L - (s - 1), which grows linearly from 1
+  at L: base * (s length / L - (s - 1))^(d / (d - 2)) (the "dynamically scaled" NTK rule, as
+  Hugging Face's `_compute_dynamic_ntk_parameters`, made stateless: it depends on this call's
+  positions only, never on lengths seen before)."""
+  s, original = float(factor), float(original_length)
+  growth = jnp.maximum(s * length.astype(jnp.float32) / original - (s - 1.0), 1.0)
+  log_base = np.log(base) + head_dim / (head_dim - 2) * jnp.log(growth)
+  exponents = jnp.asarray(-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim, jnp.float32)
+  return jnp.exp(log_base[..., None] * exponents)
 
 
 def validate(sc, rotary_dim: int) -> None:
   """Checks `config.model.position.rope.scaling` for a rotation of `rotary_dim` dimensions."""
-  if sc.kind == 'ntk' and rotary_dim <= 2:
-    raise errors.ConfigError('rope.scaling.kind=ntk needs a rotated dimension above 2 (it '
-                             'scales the base by factor^(d/(d-2))).')
-  if sc.kind == 'yarn':
-    if sc.original_length < 1:
-      raise errors.ConfigError(
-          'rope.scaling.kind=yarn needs config.model.position.rope.scaling.original_length '
-          '(the training length; eval.py fills it in from the workdir).')
-    if not sc.alpha < sc.beta:
-      raise errors.ConfigError(
-          f'config.model.position.rope.scaling.alpha={sc.alpha} must be below beta={sc.beta} '
-          '(the ramp between them). Fix: change one of them.')
+  field = 'config.model.position.rope.scaling'
+  if sc.kind in ('ntk', 'dynamic') and rotary_dim <= 2:
+    raise errors.ConfigError(f'rope.scaling.kind={sc.kind} needs a rotated dimension above 2 '
+                             '(it scales the base by a power d/(d-2)).')
+  if sc.kind in NEEDS_ORIGINAL_LENGTH and sc.original_length < 1:
+    raise errors.ConfigError(
+        f'rope.scaling.kind={sc.kind} needs {field}.original_length (the training length; '
+        'eval.py fills it in from the workdir). Fix: set '
+        f'--{field}.original_length.')
+  ramp = option(sc, 'ramp')
+  if ramp != DEFAULTS['ramp'] and sc.kind != 'yarn':
+    raise errors.ConfigError(f'{field}.ramp={ramp!r} shapes YaRN only, but the scaling kind is '
+                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop the ramp override.')
+  if sc.kind == 'yarn' and not 0 < sc.alpha < sc.beta:
+    raise errors.ConfigError(f'{field} needs 0 < alpha < beta (got alpha={sc.alpha}, '
+                             f'beta={sc.beta}; the ramp runs between them). Fix: change one '
+                             'of them.')
+  low, high = option(sc, 'low_freq_factor'), option(sc, 'high_freq_factor')
+  if sc.kind != 'llama3' and (low, high) != (DEFAULTS['low_freq_factor'],
+                                            DEFAULTS['high_freq_factor']):
+    raise errors.ConfigError(
+        f'{field}.low_freq_factor/high_freq_factor shape llama3 only, but the scaling kind is '
+        f'{sc.kind!r}. Fix: --{field}.kind=llama3, or drop those overrides.')
+  if sc.kind == 'llama3' and not 0 < low < high:
+    raise errors.ConfigError(f'{field} needs 0 < low_freq_factor < high_freq_factor (got '
+                             f'{low}, {high}). Fix: change one of them.')

@@ -1,0 +1,67 @@
+"""Length generalization on the synthetic tasks: every position scheme, trained at one length and
+evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at three seeds.
+
+  python scripts/sweep.py --sweep configs/sweeps/length.py --workdir runs/length
+  python scripts/report.py runs/length       # accuracy vs length per task, with seed ranges
+  python scripts/sweep.py --sweep configs/sweeps/length.py:smoke --workdir runs/length_smoke
+  ...length.py:passkey,copy  ...length.py:smoke,xl,alibi     # only those tasks / schemes
+
+`:smoke` trains a tiny model for 10 steps at one seed (rope and alibi unless schemes are named):
+a check that the whole pipeline runs, not a result.
+
+Points are named TASK,SCHEME,seed=N. Besides the schemes, `rope+random` is RoPE trained with
+randomized positions from [0, 8 x the training length) (Ruoss et al. 2023) and `p-rope` RoPE
+with its lowest quarter of frequencies unrotated (Barbero et al. 2024). Evaluation rows are
+the same for every run (config.data.synthetic.seed), so seeds differ only in initialisation and
+training rows.
+"""
+
+from configs import synthetic
+
+KINDS = ('none', 'sinusoidal', 'learned', 'shaw', 'xl', 't5', 'alibi', 'kerple', 'fire', 'cope',
+         'rope', 'xpos')
+# Variants: name -> (kind, extra fields given the training length).
+VARIANTS = {
+    'rope+random': ('rope', lambda length: {'train.random_positions': 8 * length}),
+    'p-rope': ('rope', lambda length: {'model.position.rope.keep_fraction': 0.75}),
+}
+SEEDS = (0, 1, 2)
+SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16}
+SMOKE_SCHEMES = ('rope', 'alibi')  # What `:smoke` runs unless schemes are named.
+
+
+def _scheme(name: str, length: int) -> dict:
+  kind, extra = VARIANTS.get(name, (name, lambda length: {}))
+  return {'model.position.kind': kind, **extra(length)}
+
+
+def get_sweep(arg: str = ''):
+  parts = [p for p in (arg or '').split(',') if p]
+  smoke = 'smoke' in parts
+  tasks = [p for p in parts if p in synthetic.TASKS] or list(synthetic.TASKS)
+  schemes = [p for p in parts if p in KINDS or p in VARIANTS] or (
+      list(SMOKE_SCHEMES) if smoke else list(KINDS) + list(VARIANTS))
+  unknown = sorted(set(parts) - {'smoke'} - set(tasks) - set(schemes))
+  if unknown:
+    raise ValueError(f'configs/sweeps/length.py:{arg}: unknown parts {unknown}; choose tasks '
+                     f'{tuple(synthetic.TASKS)}, schemes {KINDS + tuple(VARIANTS)} and/or smoke.')
+  overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
+  seeds = SEEDS
+  if smoke:  # A tiny model for a few steps: seconds per point.
+    overrides.update({'model.num_layers': 1, 'model.d_model': 32, 'model.num_heads': 2,
+                      'model.d_ff': 64, 'train.batch_size': 8, 'train.warmup_steps': 2,
+                      'train.log_every': 5, 'train.eval_every': 10,
+                      'train.checkpoint_every': 10, 'train.eval_batches': 1,
+                      'data.synthetic.eval_examples': 16, 'eval.batch_size': 8})
+    seeds = (0,)
+  points = []
+  for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.
+    for task in tasks:
+      length = SMOKE_LENGTHS[task] if smoke else synthetic.TASKS[task]['seq_len']
+      steps = 10 if smoke else synthetic.TASKS[task]['steps']
+      for scheme in schemes:
+        points.append({'name': f'{task},{scheme},seed={seed}', 'data.name': 'synthetic/' + task,
+                       'data.seq_len': length, 'train.steps': steps, 'seed': seed,
+                       **_scheme(scheme, length)})
+  return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
+          'eval_splits': ('validation',)}
