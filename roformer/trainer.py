@@ -125,9 +125,10 @@ def restore_params(trainer: Trainer, workdir: str, step: int):
       raise
     except Exception as e:  # pylint: disable=broad-except  # Truncated or missing files.
       others = [s for s in ckpt.all_steps() if s != step]
-      raise errors.ConfigError(
-          f'the checkpoint at step {step} in {ckpt_dir} cannot be read ({type(e).__name__}: '
-          f'{str(e).splitlines()[0][:200] if str(e) else ""}). Fix: use another step with '
-          f'--step (available: {sorted(others)}), or restore that directory.') from None
+      raise errors.DamagedFileError(
+          f'the checkpoint at step {step} in {os.path.join(ckpt_dir, str(step))} cannot be '
+          f'read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""}). Fix: '
+          f'use another step with --step (available: {sorted(others)}), or restore that '
+          'directory from a copy.') from None
   finally:
     ckpt.close()

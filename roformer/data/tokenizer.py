@@ -22,12 +22,20 @@ _NEWLINE_PIECE = '<n>'
 class Tokenizer:
   """Thin wrapper over a SentencePiece model with the project's special ids."""
 
-  def __init__(self, model_path: str | os.PathLike):
+  def __init__(self, model_path: str | os.PathLike,
+               fix: str = 'delete it so that it is trained again'):
+    """Opens the SentencePiece model at `model_path`. One that does not read back (truncated,
+    overwritten, empty) or was not trained here is a DamagedFileError naming it and `fix`."""
     self.path = str(model_path)
-    self.sp = spm.SentencePieceProcessor(model_file=self.path)
+    try:
+      self.sp = spm.SentencePieceProcessor(model_file=self.path)
+    except (RuntimeError, OSError) as e:
+      reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise errors.DamagedFileError(f'{self.path} is not a readable SentencePiece model '
+                                    f'({reason}). Fix: {fix}.') from None
     if self.sp.piece_to_id(_NEWLINE_PIECE) != NEWLINE_ID or self.sp.pad_id() != PAD_ID:
-      raise errors.ConfigError(f'{self.path} was not trained by roformer.data.tokenizer (special ids '
-                       'differ). Fix: delete it so it is retrained.')
+      raise errors.DamagedFileError(f'{self.path} was not trained by roformer.data.tokenizer '
+                                    f'(special ids differ). Fix: {fix}.')
 
   @property
   def vocab_size(self) -> int:

@@ -1,0 +1,111 @@
+"""Checks of the data cache under config.data.data_dir: a dataset built in the ArrayRecord
+format (`NAME/VERSION/`: dataset_info.json, features.json and the shards of each split) and
+the tokenizers trained beside it.
+
+TFDS builds a dataset in a temporary directory and renames it into place, so a build cut short
+leaves no cache; what these checks catch is a cache damaged afterwards (a shard truncated or
+deleted, a copy cut short, a disk error) and a version directory without its dataset_info.json
+(a build or copy interrupted outside TFDS), which TFDS would take as built and then serve with
+no splits. Each is a DamagedFileError naming the file and the directory to delete: the next run
+builds the dataset again (an embedded corpus from its package, a TFDS dataset from its
+download). Nothing here deletes or rewrites anything.
+
+The checks are cheap: each shard's first and last record are read once when the sources are
+opened (a truncated ArrayRecord file fails on any read; a missing one on opening), and every
+later read goes through `CheckedSource`, which turns a read failure of the ArrayRecord reader
+(a damaged block in the middle of a shard) into the same error.
+"""
+
+import os
+
+from array_record.python import array_record_data_source
+
+from roformer import errors
+
+
+def rebuild_fix(directory: str, embedded: bool) -> str:
+  """How to rebuild a damaged dataset directory."""
+  how = ('it is built again from the installed corpus' if embedded else
+         'TFDS downloads and prepares it again')
+  return (f"delete {directory} (rm -rf '{directory}'); the next run rebuilds it ({how}); "
+          'its tokenizer is kept')
+
+
+def damaged(directory: str, embedded: bool, what: str) -> errors.DamagedFileError:
+  return errors.DamagedFileError(f'the data cache {directory} is damaged: {what}. Fix: '
+                                 f'{rebuild_fix(directory, embedded)}.')
+
+
+def check_not_half_written(directory: str, embedded: bool) -> None:
+  """A version directory that exists without its dataset_info.json: TFDS would reuse it as
+  built (and find no splits), so it is named instead."""
+  if os.path.isdir(directory) and not os.path.exists(
+      os.path.join(directory, 'dataset_info.json')):
+    raise damaged(directory, embedded, 'it has no dataset_info.json (a build or a copy cut '
+                  'short)')
+
+
+def check_shards(builder, embedded: bool) -> None:
+  """Every shard of every split that dataset_info.json lists exists, opens, holds the number
+  of records it lists, and its first and last records read back."""
+  directory = str(builder.data_dir)
+  if not os.path.exists(os.path.join(directory, 'dataset_info.json')):
+    return  # Not built here (e.g. TFDS's mock data in tests): nothing to check.
+  for split, info in builder.info.splits.items():
+    for path, expected in zip(info.filepaths, info.shard_lengths):
+      path = str(path)
+      if not os.path.exists(path):
+        raise damaged(directory, embedded, f'{path} is missing (split {split})')
+      try:
+        shard = array_record_data_source.ArrayRecordDataSource([path])
+        count = len(shard)
+        if count != expected:
+          raise damaged(directory, embedded, f'{path} holds {count} records, dataset_info.json '
+                        f'lists {expected}')
+        if count:
+          shard[0], shard[count - 1]  # pylint: disable=expression-not-assigned
+      except errors.DamagedFileError:
+        raise
+      except (RuntimeError, OSError, ValueError) as e:
+        raise damaged(directory, embedded, f'{path} cannot be read ({_first_line(e)})') from None
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return text[0][:300] if text else type(e).__name__
+
+
+class CheckedSource:
+  """A random-access source whose read failures (RuntimeError from the ArrayRecord reader)
+  are DamagedFileErrors naming the dataset directory and the fix."""
+
+  def __init__(self, source, directory: str, embedded: bool, split: str = ''):
+    self._source, self._directory, self._embedded = source, directory, embedded
+    self._split = split
+
+  def __len__(self):
+    return len(self._source)
+
+  def _error(self, e) -> errors.DamagedFileError:
+    return damaged(self._directory, self._embedded, f'a record of split {self._split or "?"} '
+                   f'cannot be read ({_first_line(e)})')
+
+  def __getitem__(self, key):
+    try:
+      return self._source[key]
+    except RuntimeError as e:
+      raise self._error(e) from None
+
+  def __getitems__(self, keys, *args):
+    read_many = getattr(self._source, '__getitems__', None)
+    if read_many is None:
+      return [self[k] for k in keys]
+    try:
+      return read_many(keys, *args)
+    except RuntimeError as e:
+      raise self._error(e) from None
+
+  def __getattr__(self, name):  # Anything else of the TFDS source (its dataset_info, ...).
+    if name.startswith('_'):
+      raise AttributeError(name)
+    return getattr(self._source, name)
