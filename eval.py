@@ -31,7 +31,7 @@ _OUT = flags.DEFINE_string('out', 'eval_results.json',
 
 def main(argv):
   cli.no_arguments(argv)
-  logs.setup()
+  logs.setup(tracebacks=cli.debug_requested())
   if os.path.basename(_OUT.value) != _OUT.value or not _OUT.value.endswith('.json'):
     raise errors.ConfigError(f'--out={_OUT.value!r} must be a file name ending in .json (it is '
                              'written inside --workdir).')

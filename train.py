@@ -59,7 +59,7 @@ def initialize_distributed() -> None:
 def main(argv):
   cli.no_arguments(argv)
   config = config_args.load(_CONFIG.value, cli.overrides())
-  logs.setup()
+  logs.setup(tracebacks=cli.debug_requested())
   initialize_distributed()
   last = loop.train_and_evaluate(config, _WORKDIR.value)
   if 'preempted' in last:

@@ -27,6 +27,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, max_to_keep: int = 3, async_save: bool = True):
     self.directory = os.path.abspath(directory)  # Orbax needs absolute paths.
+    self._closed = False
     self.manager = ocp.CheckpointManager(
         self.directory,
         item_handlers={'state': ocp.StandardCheckpointHandler(),
@@ -85,5 +86,16 @@ class Checkpointer:
     self.manager.wait_until_finished()
 
   def close(self) -> None:
+    if self._closed:
+      return
+    self._closed = True
     self.manager.wait_until_finished()
     self.manager.close()
+
+  def close_quietly(self) -> None:
+    """Closes after a failure: a pending save finishes or fails (its error was or will be
+    reported by whoever called save), and nothing raises here."""
+    try:
+      self.close()
+    except Exception:  # pylint: disable=broad-except
+      pass

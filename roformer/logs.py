@@ -13,10 +13,24 @@ def duration(seconds: float) -> str:
       f'{seconds // 60}m{seconds % 60:02d}s')
 
 
-def setup(verbose: bool = False) -> None:
-  """Prints `roformer` messages to stdout; absl/orbax chatter only from WARNING up."""
+class _NoTraceback(logging.Filter):
+  """Keeps a library's log line and drops the traceback attached to it (orbax logs one for a
+  save that failed in its background thread, which the run then reports in one line)."""
+
+  def filter(self, record):
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    return True
+
+
+def setup(verbose: bool = False, tracebacks: bool = False) -> None:
+  """Prints `roformer` messages to stdout; absl/orbax chatter only from WARNING up, and
+  without tracebacks unless `tracebacks` (the entry points' --debug)."""
   if not verbose:
     absl_logging.set_verbosity(absl_logging.WARNING)
+  if not tracebacks:
+    for handler in [absl_logging.get_absl_handler()] + logging.getLogger().handlers:
+      if not any(isinstance(f, _NoTraceback) for f in handler.filters):
+        handler.addFilter(_NoTraceback())
   logger = logging.getLogger('roformer')
   if not logger.handlers:
     handler = logging.StreamHandler(sys.stdout)

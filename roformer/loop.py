@@ -81,9 +81,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       stack.enter_context(reliability.WorkdirLock(workdir))
     preempt = stack.enter_context(reliability.Preemption(
         config.train.get('grace_period_s', 60), multihost=jax.process_count() > 1))
-    return _train(config, workdir, mesh, sources, tokenizer,
-                  pretrained if config.get('init_from') and not resuming else None,
-                  stop_at, preempt)
+    try:
+      return _train(config, workdir, mesh, sources, tokenizer,
+                    pretrained if config.get('init_from') and not resuming else None,
+                    stop_at, preempt, stack)
+    except Exception as e:  # pylint: disable=broad-except  # Only storage failures, below.
+      storage = errors.storage_problem(e)
+      if storage is None or isinstance(e, errors.ConfigError):
+        raise
+      stack.close()  # Pending saves finish or fail, the writers close, the lock goes.
+      raise errors.StorageError(storage_stop_message(storage, ckpt_dir)) from e
+
+
+def storage_stop_message(storage: str, ckpt_dir: str) -> str:
+  """What a run stopped by a failed write (a full disk, ...) says: what failed, what is kept
+  and how to go on. Orbax writes each checkpoint into a temporary directory and renames it
+  when complete, so a save cut short is never taken for a checkpoint."""
+  last = checkpoint_lib.latest_step(ckpt_dir)
+  kept = (f'the last complete checkpoint, step {last} in {ckpt_dir}, is kept and the run '
+          f'resumes from it' if last is not None else
+          'no checkpoint was complete yet, so the run starts again')
+  return (f'a write failed ({storage}); training stopped. Nothing was deleted: {kept}. Fix: '
+          'free space on that disk (or make it writable again), then rerun the same command.')
 
 
 def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_lib.Trainer,
@@ -123,14 +142,16 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
 
 
 def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
-           preempt: reliability.Preemption) -> dict:
-  """The training loop of train_and_evaluate, inside the workdir lock and signal handlers."""
+           preempt: reliability.Preemption, stack: contextlib.ExitStack) -> dict:
+  """The training loop of train_and_evaluate, inside the workdir lock and signal handlers;
+  `stack` closes the checkpointers and the metrics writer if the loop raises."""
   trainer = trainer_lib.Trainer(config, mesh)
   tc = config.train
   make_iter = lambda: iter(trainer.task.batches(config, sources['train'], tokenizer,
                                                 train=True))
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
+  stack.callback(ckpt.close_quietly)
   resumed_from, state, train_iter = restore_latest_readable(ckpt, trainer, make_iter)
   if resumed_from is not None:
     log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
@@ -148,11 +169,14 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
            dict(mesh.shape), tc.steps, start)
 
   writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
+  stack.callback(writer.close_quietly)
   pending, window, last = [], [], {}  # (step, host batch, device metrics) not yet fetched.
   skipped = workdir_lib.skipped_so_far(workdir)
   translating = isinstance(trainer.task, tasks.Translation)
   best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
       translating) else None
+  if best is not None:
+    stack.callback(best.close_quietly)
   best_bleu = workdir_lib.best_bleu_so_far(workdir)
 
   def fetch() -> list[dict]:

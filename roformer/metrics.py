@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import time
 
 import numpy as np
 
@@ -95,31 +96,56 @@ def classification_report(names, labels, outputs) -> dict[str, float]:
 
 
 class MetricsWriter:
-  """Appends {'step', 'split', ...} records to workdir/metrics.jsonl and TensorBoard events."""
+  """Appends {'step', 'split', ...} records to workdir/metrics.jsonl and the same scalars as
+  TensorBoard events to workdir/tensorboard/.
+
+  Both are written and flushed in the calling thread (TensorBoard's usual writer does it in a
+  background thread, where a full disk would go unnoticed and its queue would then block the
+  run), so a failed write raises here and the training loop stops cleanly. A record cut short
+  by such a failure is ended with a newline before the next one is appended: readers skip just
+  that line (roformer/files.py)."""
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.enabled = enabled
     self.path = os.path.join(workdir, 'metrics.jsonl')
-    self.tb = None
-    if enabled:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self.tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    self.tb_dir = os.path.join(workdir, 'tensorboard')
+    self._events = None
+
+  def _events_writer(self):
+    if self._events is None:
+      from tensorboardX.event_file_writer import EventsWriter  # pylint: disable=g-import-not-at-top
+      os.makedirs(self.tb_dir, exist_ok=True)
+      self._events = EventsWriter(os.path.join(self.tb_dir, 'events'))
+    return self._events
 
   def write(self, step: int, split: str, values: dict) -> None:
     """Writes the scalar values (per-bucket lists and other structures stay in eval_results)."""
     if not self.enabled:
       return
+    from tensorboardX.proto import event_pb2, summary_pb2  # pylint: disable=g-import-not-at-top
     values = {k: float(v) for k, v in values.items() if np.ndim(v) == 0 and v is not None
               and not isinstance(v, (str, dict))}
+    record = json.dumps({'step': int(step), 'split': split, **values}) + '\n'
+    complete = files.ends_with_newline(self.path)
     with open(self.path, 'a', encoding='utf-8') as f:
-      f.write(json.dumps({'step': int(step), 'split': split, **values}) + '\n')
-    for k, v in values.items():
-      self.tb.add_scalar(f'{split}/{k}', v, step)
-    self.tb.flush()
+      f.write(record if complete else '\n' + record)
+    summary = summary_pb2.Summary(value=[
+        summary_pb2.Summary.Value(tag=f'{split}/{k}', simple_value=v) for k, v in values.items()])
+    events = self._events_writer()
+    events.write_event(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
+    events.flush()
 
   def close(self) -> None:
-    if self.tb is not None:
-      self.tb.close()
+    if self._events is not None:
+      events, self._events = self._events, None
+      events.close()
+
+  def close_quietly(self) -> None:
+    """Closes after a failure (a full disk): nothing raises here."""
+    try:
+      self.close()
+    except OSError:
+      pass
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -1,6 +1,7 @@
 """Runs that survive: preemption signals, kill -9, unreadable checkpoints, non-finite losses,
 another mesh at restore time, a second train.py on the same workdir, hostile arguments."""
 
+import errno
 import logging
 import os
 import shutil
@@ -246,3 +247,60 @@ def test_a_workdir_from_before_newer_fields_still_resumes(tmp_path):
   cfg.model.attention.kind = 'favor'  # Not what that run trained with.
   with pytest.raises(errors.ConfigError, match='model.attention'):
     workdir_lib.check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
+
+
+def _no_space(path=''):
+  return OSError(errno.ENOSPC, 'No space left on device', path)
+
+
+def test_a_full_disk_stops_the_run_keeping_the_last_checkpoint_and_it_resumes_from_it(
+    data_dir, tmp_path, monkeypatch):
+  """The checkpoint writer, metrics.jsonl and TensorBoard each fail in turn with ENOSPC: each
+  time the run stops with a StorageError naming the failure and the checkpoint kept, and the
+  next run resumes from it (test_sigterm_... shows a resumed run's losses equal an
+  uninterrupted run's); once writes succeed it runs to the end."""
+  cfg = _config(data_dir, steps=8, checkpoint_every=2)
+  workdir = str(tmp_path / 'run')
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  real_save = checkpoint_lib.ocp.CheckpointManager.save
+
+  def save(manager, step, *args, **kwargs):
+    if step >= 4:
+      raise _no_space(os.path.join(ckpt_dir, f'{step}.orbax-checkpoint-tmp'))
+    return real_save(manager, step, *args, **kwargs)
+
+  def stopped_at(step, what):
+    with pytest.raises(errors.StorageError, match=f'no space left on device: .*{what}.*the last '
+                       f'complete checkpoint, step {step} in {ckpt_dir}, is kept'):
+      loop.train_and_evaluate(cfg, workdir)
+    assert checkpoint_lib.latest_step(ckpt_dir) == step
+
+  with monkeypatch.context() as patch:  # The checkpoint's writer, from step 4 on.
+    patch.setattr(checkpoint_lib.ocp.CheckpointManager, 'save', save)
+    stopped_at(2, 'orbax-checkpoint-tmp')
+  real_write = metrics.MetricsWriter.write
+
+  def write(writer, step, split, values):
+    if step < 5:
+      return real_write(writer, step, split, values)
+    with open(writer.path, 'a', encoding='utf-8') as f:
+      f.write('{"step": 5, "split": "tr')  # A record cut short, then the disk is full.
+    raise _no_space(writer.path)
+
+  with monkeypatch.context() as patch:  # metrics.jsonl, from step 5 on.
+    patch.setattr(metrics.MetricsWriter, 'write', write)
+    stopped_at(4, 'metrics.jsonl')
+  from tensorboardX import event_file_writer  # pylint: disable=g-import-not-at-top
+
+  def flush(events):
+    raise _no_space(events._file_name)  # pylint: disable=protected-access
+
+  with monkeypatch.context() as patch:  # TensorBoard's events.
+    patch.setattr(event_file_writer.EventsWriter, 'flush', flush)
+    stopped_at(4, 'tfevents')
+  loop.train_and_evaluate(cfg, workdir)  # Space is back: it resumes from step 4 and ends.
+  assert checkpoint_lib.latest_step(ckpt_dir) == 8
+  with open(os.path.join(workdir, 'metrics.jsonl'), encoding='utf-8') as f:
+    assert '{"step": 5, "split": "tr' in f.read().splitlines()  # Ended, not merged into the next.
+  records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))  # Skips the cut line.
+  assert [r['step'] for r in records if r['split'] == 'train'][-4:] == [5, 6, 7, 8]
