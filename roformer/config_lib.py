@@ -198,7 +198,14 @@ def load(workdir: str) -> ml_collections.ConfigDict:
   if missing:
     raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
                                   f'a config written by train.py. Fix: {fix}.')
-  return ml_collections.ConfigDict(_lists_to_tuples(saved))
+  config = ml_collections.ConfigDict(_lists_to_tuples(saved))
+  try:
+    config_schema.check(config)
+  except errors.ConfigError as e:
+    raise errors.DamagedFileError(f'{path} holds a value train.py never writes ('
+                                  f'{str(e).split(" Fix:")[0]}): it was edited or damaged. Fix: '
+                                  f'{fix}.') from None
+  return config
 
 
 def _lists_to_tuples(value):

@@ -12,6 +12,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import models
@@ -141,6 +142,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                      splits=('validation', 'test')) -> dict:
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
   length in config.eval.length_multipliers x config.data.seq_len."""
+  config_schema.check(config)  # Every field's type and range, before any is used.
   workdir = os.path.abspath(workdir)
   unknown = [s for s in splits if s not in pipeline.SPLITS]
   if unknown or not splits:

@@ -14,6 +14,7 @@ from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import evaluate as evaluate_lib
 from roformer import logs
@@ -61,6 +62,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
   validation split; returns the last train and eval metrics. With `stop_at`, the run
   checkpoints and returns after that step, as if interrupted."""
+  config_schema.check(config)  # Every field's type and range, before any is used.
   workdir = os.path.abspath(workdir)
   ckpt_dir = os.path.join(workdir, 'checkpoints')
   resuming = checkpoint_lib.latest_step(ckpt_dir) is not None

@@ -36,6 +36,7 @@ from absl import flags
 from roformer import cli
 from roformer import config_args
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import sharding
@@ -234,6 +235,7 @@ def main(argv):
     trials.append(trial)
   rounds = _ROUNDS.value or min(5, _STEPS.value)
   try:
+    config_schema.check(config)  # Before the mesh reads config.mesh.
     round_sizes(_STEPS.value, rounds)
     if len(set(kinds)) != len(kinds):
       raise errors.ConfigError(f'--kinds={",".join(kinds)} names a kind twice.')
