@@ -1,0 +1,120 @@
+"""The entry points as a user meets them, one subprocess per bad input: for a bad command line,
+config file, override, workdir or data cache, the output is one `error: ...` line naming the
+file or field, with no traceback, the exit status is 2 (command line) or 1, and every workdir
+and cache the command was pointed at is byte for byte as before.
+
+The commands importing JAX take a few seconds each: they run two at a time."""
+
+import concurrent.futures
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import ml_collections
+
+from roformer.data import pipeline
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARD = 'shakespeare-train.array_record-00000-of-00001'
+
+
+def _tree(root) -> dict:
+  """{relative path: bytes} of every file under root (nothing when it does not exist)."""
+  root = pathlib.Path(root)
+  return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob('*'))
+          if p.is_file()}
+
+
+def _run(args, cwd=REPO):
+  return subprocess.run([sys.executable] + args, cwd=cwd, env=dict(os.environ),
+                        capture_output=True, text=True, timeout=300, check=False)
+
+
+def _check(case, done, status, message, watched):
+  """One case's result: exit status, exactly one error line (the last) holding `message`, no
+  traceback, and every watched directory unchanged."""
+  out = done.stdout + done.stderr
+  lines = done.stderr.strip().splitlines()
+  errors_printed = [l for l in lines if l.startswith('error: ')]
+  assert done.returncode == status, (case, done.returncode, out[-3000:])
+  assert 'Traceback' not in out, (case, out[-3000:])
+  assert len(errors_printed) == 1 and lines[-1] == errors_printed[0], (case, out[-3000:])
+  assert message in errors_printed[0], (case, message, errors_printed[0])
+  for path, before in watched.items():
+    assert _tree(path) == before, (case, path)
+
+
+def _damage(path, text=b'{"model": {"d_mo'):
+  pathlib.Path(path).write_bytes(text)
+
+
+def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
+    mlm_workdir, data_dir, tmp_path):
+  workdir = str(tmp_path / 'kept')  # An existing workdir the commands must leave alone.
+  os.makedirs(workdir)
+  pathlib.Path(workdir, 'results.txt').write_text('earlier results')
+  configs = tmp_path / 'configs'
+  configs.mkdir()
+  (configs / 'returns_none.py').write_text('def get_config():\n  config = 1\n')
+  (configs / 'syntax.py').write_text('def get_config(:\n')
+  # Copies of a trained run, each with one damaged file.
+  runs = {}
+  for name, damaged in (('config', 'config.json'), ('tokenizer', 'tokenizer.model'),
+                        ('checkpoint', 'checkpoints/16/state/_METADATA')):
+    runs[name] = str(tmp_path / f'run-{name}')
+    shutil.copytree(mlm_workdir[0], runs[name])
+    _damage(os.path.join(runs[name], damaged))
+  # A data cache with a truncated shard.
+  pipeline.load_sources(ml_collections.ConfigDict(dict(
+      name='shakespeare', data_dir=data_dir, text_key='text', splits={})))
+  cache = tmp_path / 'data'
+  shutil.copytree(pathlib.Path(data_dir, 'shakespeare'), cache / 'shakespeare')
+  with open(cache / 'shakespeare' / '1.1.0' / SHARD, 'r+b') as f:
+    f.truncate(1000)
+  train = ['train.py', '--config=configs/test.py', f'--workdir={workdir}']
+  resume = ['train.py', '--config=configs/test.py:mlm', f'--workdir={runs["tokenizer"]}',
+            f'--config.data.data_dir={data_dir}', '--config.train.steps=18']
+  cases = {  # name: (command, exit status, in the error line)
+      'missing config': (['train.py', '--config=configs/missing.py', f'--workdir={workdir}'], 1,
+                         'configs/missing.py does not exist'),
+      'config returns None': (['train.py', f'--config={configs}/returns_none.py',
+                               f'--workdir={workdir}'], 1, "get_config returned NoneType"),
+      'config does not parse': (['train.py', f'--config={configs}/syntax.py',
+                                 f'--workdir={workdir}'], 1, 'syntax.py cannot be loaded'),
+      'no such field': (train + ['--config.model.no_such_field=1'], 1,
+                        "config.model has no field 'no_such_field'"),
+      'nan': (train + ['--config.model.position.rope.scaling.factor=nan'], 1,
+              'config.model.position.rope.scaling.factor=nan must be a finite number'),
+      'damaged data cache': (train + [f'--config.data.data_dir={cache}'], 1,
+                             f'{SHARD} cannot be read'),
+      'damaged tokenizer': (resume, 1, 'tokenizer.model is not a readable SentencePiece model'),
+      'eval blank workdir': (['eval.py', '--workdir='], 2, '--workdir is empty'),
+      'eval damaged config.json': (['eval.py', f'--workdir={runs["config"]}'], 1,
+                                   'config.json cannot be read'),
+      'eval damaged checkpoint': (['eval.py', f'--workdir={runs["checkpoint"]}',
+                                   f'--config.data.data_dir={data_dir}'], 1,
+                                  'checkpoints/16 cannot be read'),
+      'generate blank workdir': (['scripts/generate.py', '--workdir= ', '--prompt=a'], 2,
+                                 '--workdir is empty'),
+      'sweep blank workdir': (['scripts/sweep.py', '--sweep=configs/sweeps/positions.py',
+                               '--workdir='], 2, 'argument --workdir: is empty'),
+      'report blank directory': (['scripts/report.py', ' '], 2, 'argument sweep_dir: is empty'),
+      'plot blank out': (['scripts/plot_curves.py', workdir, '--out='], 2,
+                         'argument --out: is empty'),
+      'convert blank workdir': (['scripts/convert_hf_roformer.py', f'--checkpoint={workdir}',
+                                 '--workdir='], 2, 'argument --workdir: is empty'),
+  }
+  watched = {path: _tree(path) for path in [workdir, cache, *runs.values()]}
+  blank_cwd = tmp_path / 'cwd'  # Where an empty --workdir would have written.
+  blank_cwd.mkdir()
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    results = {case: pool.submit(_run, command) for case, (command, _, _) in cases.items()}
+    results['blank workdir'] = pool.submit(
+        _run, [os.path.join(REPO, 'train.py'), f'--config={REPO}/configs/test.py',
+               '--workdir=  '], blank_cwd)
+  for case, (_, status, message) in cases.items():
+    _check(case, results[case].result(), status, message, watched)
+  _check('blank workdir', results['blank workdir'].result(), 2, '--workdir is empty',
+         {blank_cwd: {}})
