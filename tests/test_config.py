@@ -21,6 +21,7 @@ from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import positions
+from roformer import specs
 from roformer import trainer as trainer_lib
 from roformer.data import pipeline
 
@@ -206,3 +207,21 @@ def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
   with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.new_option has no '
                      r'declared type and range.*roformer.positions.rotary.Rotary.defaults'):
     config_lib.validate(config)
+
+
+def test_every_numeric_field_declares_a_range():
+  """A number declared as a bare Int() or Float() (no bound on either side) is a field whose
+  range nobody thought about: each must bound at least one side (Floats are finite anyway)."""
+  unbounded = []
+
+  def walk(tree, name):
+    for key, spec in tree.items():
+      if isinstance(spec, dict):
+        walk(spec, f'{name}.{key}')
+        continue
+      while isinstance(spec, (specs.Seq, specs.Map)):
+        spec = spec.of
+      if isinstance(spec, (specs.Int, specs.Float)) and spec.min is None and spec.max is None:
+        unbounded.append(f'{name}.{key}')
+  walk(config_schema.schema(), 'config')
+  assert not unbounded

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import ml_collections
+import pytest
 
 from roformer.data import pipeline
 
@@ -118,3 +119,28 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
     _check(case, results[case].result(), status, message, watched)
   _check('blank workdir', results['blank workdir'].result(), 2, '--workdir is empty',
          {blank_cwd: {}})
+
+
+def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, capsys):
+  """cli.guard: a user's problem is one line and exit status 1, unless --debug; anything else
+  (a bug) keeps its traceback."""
+  from roformer import cli  # pylint: disable=g-import-not-at-top
+  from roformer import errors  # pylint: disable=g-import-not-at-top
+
+  def bad_config():
+    raise errors.ConfigError('config.x=1 is wrong. Fix: 2.')
+
+  def bug():
+    raise KeyError('a bug')
+
+  monkeypatch.setattr(sys, 'argv', ['train.py'])
+  with pytest.raises(SystemExit) as exited:
+    cli.guard(bad_config)()
+  assert exited.value.code == 1
+  assert capsys.readouterr().err == 'error: config.x=1 is wrong. Fix: 2.\n'
+  with pytest.raises(KeyError):
+    cli.guard(bug)()
+  monkeypatch.setattr(sys, 'argv', ['train.py', '--debug'])
+  with pytest.raises(errors.ConfigError):
+    cli.guard(bad_config)()
+  assert capsys.readouterr().err == ''
