@@ -190,8 +190,8 @@ def load(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.exists(path):
     raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
                             'workdir. Fix: point --workdir at a directory made by train.py.')
-  fix = (f'restore it from a copy of the run (a resumed run also wrote its config as '
-         f'config.resume-STEP.json there), or move it aside and rerun the train.py command '
+  fix = ('restore it from a copy of the run (a resumed run also wrote its config as '
+         'config.resume-STEP.json there), or move it aside and rerun the train.py command '
          'that made the run: it resumes and writes config.json again')
   saved = files.read_json(path, fix)
   missing = [k for k in ('model', 'data', 'train', 'eval') if not isinstance(saved.get(k), dict)]

@@ -111,13 +111,13 @@ def _builder(data_cfg):
   return builder
 
 
-def _open_builder(make, directory: str, embedded: bool, *args, **kwargs):
+def _open_builder(make, directory: str, is_embedded: bool, *args, **kwargs):
   """make(*args, **kwargs), a builder; its dataset_info.json or features.json not reading back
   (truncated, overwritten) is a DamagedFileError naming `directory` (the dataset's cache)."""
   try:
     return make(*args, **kwargs)
   except (json_format.ParseError, json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise cache.damaged(directory, embedded, f'its metadata does not read back '
+    raise cache.damaged(directory, is_embedded, f'its metadata does not read back '
                         f'({type(e).__name__}: {str(e).splitlines()[0][:200]})') from None
 
 
