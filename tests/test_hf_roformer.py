@@ -84,5 +84,5 @@ def test_converter_writes_a_workdir_and_refuses_a_used_one(tmp_path):
   cfg.init_from = str(tmp_path / 'run')
   with pytest.raises(errors.ConfigError, match='vocabulary is not a tokenizer'):
     workdir_lib.setup_data(cfg)
-  with pytest.raises(SystemExit, match='not empty'):
+  with pytest.raises(errors.ConfigError, match='not empty'):  # cli.guard prints it as one line.
     convert.main(['--checkpoint', str(tmp_path / 'hf'), '--workdir', str(tmp_path / 'run')])
