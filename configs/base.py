@@ -42,6 +42,9 @@ def get_config() -> ml_collections.ConfigDict:
       # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on CPU
       # (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
       'attention_impl': 'auto',
+      # Causal LM: the output layer and its loss this many sequence positions (of every row) at
+      # a time (roformer/losses.py), never the whole [tokens, vocabulary] logits; 0: all at once.
+      'loss_chunk': 32,
       'norm': 'pre',  # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
       'activation': 'gelu_tanh',  # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
       'layer_norm_eps': 1e-6,

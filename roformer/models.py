@@ -327,9 +327,14 @@ class TiedEmbeddingModel(nnx.Module):
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
 
+  @property
+  def logits_scale(self) -> float:
+    """The tied output layer's scale, 1/sqrt(d_model), matching the N(0, 1) init."""
+    return self.d_model ** -0.5
+
   def logits(self, hidden):
-    """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
-    logits = self.embed.attend(hidden) * jnp.asarray(self.d_model ** -0.5, hidden.dtype)
+    """Tied output layer; float32 logits scaled by `logits_scale`."""
+    logits = self.embed.attend(hidden) * jnp.asarray(self.logits_scale, hidden.dtype)
     return logits.astype(jnp.float32)
 
 
@@ -395,8 +400,12 @@ class CausalLM(Transformer):
   causal = True
 
   def __call__(self, tokens, positions, segment_ids, key=None):
+    return self.logits(self.hidden(tokens, positions, segment_ids, key))
+
+  def hidden(self, tokens, positions, segment_ids, key=None):
+    """The final hidden states [batch, len, d_model], before the output layer."""
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
-    return self.logits(self.encode(tokens, positions, mask, key, segments=segment_ids))
+    return self.encode(tokens, positions, mask, key, segments=segment_ids)
 
   def decode(self, tokens, positions, cache):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
