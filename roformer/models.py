@@ -107,9 +107,11 @@ class MultiHeadAttention(nnx.Module):
         value_term=positions_lib.scheme_class(cfg.position.kind).has_value_term)
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
+    self.causal = causal
+    # Causal self-attention without a cache skips the query blocks' keys past their last row.
+    self.causal_block = cfg.get('causal_block', 0) if causal else 0
     if self.favor:
       self.layer, self.num_features, self.chunk = layer, att.num_features, att.chunk
-      self.causal = causal
       self.rope_mode = att.rope_mode
       # The index of the current random-feature draw. It is a parameter only so that it
       # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
@@ -142,7 +144,8 @@ class MultiHeadAttention(nnx.Module):
     v = scheme.rotate_value(v, k_pos)
     bias = scheme.logits_bias(q, k, pos, k_pos, mask=mask)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
-                                  return_probs=scheme.has_value_term)
+                                  return_probs=scheme.has_value_term,
+                                  causal_block=self.causal_block if cache is None else 0)
     if scheme.has_value_term:
       out = out + scheme.value_term(probs, pos, k_pos)
     return self.out(out.reshape(b, length, -1)), cache
@@ -477,7 +480,7 @@ class EncoderDecoder(TiedEmbeddingModel):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
     self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
-    self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs)
+    self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=False)
                                     for _ in range(cfg.num_layers)])
     self.encoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = positions_lib.create(cfg, causal=True, rngs=rngs)

@@ -5,7 +5,7 @@
   python scripts/benchmark.py --config configs/lm.py --config.model.dtype=bfloat16 \\
       --config.model.d_model=768 ... --out docs/bench.json
   python scripts/benchmark.py --config configs/lm.py --preset small --kinds rope \\
-      --vary model.causal_blocks=1,4     # A/B of a config option, in turns
+      --vary model.causal_block=0,128     # A/B of a config option, in turns
 
 For each kind (and each value of every `--vary` option, crossed with the kinds): builds the
 train step on all devices (config.mesh), compiles it and runs `--warmup` steps; then they take
@@ -53,7 +53,7 @@ _CONFIG = config_flags.DEFINE_config_file('config', 'configs/lm.py', 'Training c
 _KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
 _VARY = flags.DEFINE_multi_string(
     'vary', [], 'FIELD=V1,V2,...: also time every kind with each value of the config field '
-    '(e.g. model.causal_blocks=1,4), named KIND[NAME=V] after the field\'s last part; repeat '
+    '(e.g. model.causal_block=0,128), named KIND[NAME=V] after the field\'s last part; repeat '
     'the flag to cross several fields. The variants take turns with the kinds.')
 _PRESET = flags.DEFINE_enum('preset', None, list(PRESETS),
                             'Shapes from PRESETS (small, medium: the PyTorch comparison; '
@@ -149,12 +149,12 @@ def parse_value(text: str):
 
 
 def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
-  """['model.causal_blocks=1,4'] -> [('model.causal_blocks', [1, 4])]."""
+  """['model.causal_block=0,128'] -> [('model.causal_block', [0, 128])]."""
   out = []
   for spec in specs:
     field, sep, values = spec.partition('=')
     if not sep or not field or not values:
-      raise ValueError(f'--vary={spec!r}: write FIELD=V1,V2,... (e.g. model.causal_blocks=1,4).')
+      raise ValueError(f'--vary={spec!r}: write FIELD=V1,V2,... (e.g. model.causal_block=0,128).')
     out.append((field, [parse_value(v) for v in values.split(',')]))
   return out
 
