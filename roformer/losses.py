@@ -13,6 +13,9 @@ again. Its memory is that of one chunk's logits instead of all of them.
 The label-smoothed objective's gradient differs from the cross-entropy's by
 e * (onehot - 1/V) per token, which needs no logits: the backward pass adds it from the
 embedding rows of the targets and the hidden states.
+
+The scale multiplies the embedding once instead of every chunk's logits, (h E^T) s = h (s E)^T:
+in float32 the same logits to rounding, in bfloat16 bfloat16 products either way.
 """
 
 import functools
@@ -44,22 +47,21 @@ def _pad(hidden, targets, weights, chunk):
   return widen(hidden), widen(targets), widen(weights)
 
 
-def _chunk_sums(h, embedding, t, w, scale, label_smoothing):
-  """One chunk: float32 logits [rows, V] (computed as the unchunked output layer computes
-  them), the four sums, and the softmax pieces the gradient needs."""
-  logits = (jnp.dot(h, embedding.T) * jnp.asarray(scale, h.dtype)).astype(jnp.float32)
+def _chunk_sums(h, scaled_embedding, t, w, label_smoothing):
+  """One chunk: float32 logits [rows, V], the three sums, and the log-normaliser the gradient
+  needs. Everything is written in terms of the logits and their log-sum-exp, so XLA computes
+  each [rows, V] quantity inside the pass that reads it instead of storing logits - max."""
+  logits = jnp.dot(h, scaled_embedding.T).astype(jnp.float32)
   top = jnp.max(logits, axis=-1, keepdims=True)
-  shifted = logits - top
-  log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
-  target_logit = jnp.take_along_axis(shifted, t[:, None], axis=-1)[:, 0]
-  ce = log_total[:, 0] - target_logit
+  lse = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
+  ce = lse[:, 0] - jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
   objective = ce
   if label_smoothing:
-    mean_logp = jnp.mean(shifted, axis=-1) - log_total[:, 0]
+    mean_logp = jnp.mean(logits, axis=-1) - lse[:, 0]
     objective = (1.0 - label_smoothing) * ce - label_smoothing * mean_logp
   correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
   sums = jnp.stack([(objective * w).sum(), (ce * w).sum(), (correct * w).sum()])
-  return sums, shifted, log_total
+  return sums, logits, lse
 
 
 def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk, grads):
@@ -67,7 +69,9 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
   respect to hidden [batch, L, d] and to the embedding [V, d] (for a unit cotangent of the
   weighted cross-entropy sum)."""
   b, length = hidden.shape[:2]
-  emb = embedding.astype(hidden.dtype)
+  # The scale goes into the embedding once, not into every chunk's logits and their gradient:
+  # (h E^T) s = h (s E)^T, and the logits' gradient g gives g (s E) and s (h^T g).
+  scaled = embedding.astype(hidden.dtype) * jnp.asarray(scale, hidden.dtype)
   hidden_p, targets_p, weights_p = _pad(hidden, targets, weights.astype(jnp.float32), chunk)
   h_chunks = _chunks(hidden_p, chunk)
   # Each chunk's hidden states also transposed, [d, rows], made once before the loop: the
@@ -79,18 +83,17 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
 
   def step(carry, x):
     h, h_t, t, w = x
-    sums, shifted, log_total = _chunk_sums(h, emb, t, w, scale, label_smoothing)
+    sums, logits, lse = _chunk_sums(h, scaled, t, w, label_smoothing)
     if not grads:
       return carry + sums, None
     totals, d_emb_t = carry
-    onehot = jax.lax.broadcasted_iota(t.dtype, shifted.shape, 1) == t[:, None]
-    d_logits = w[:, None] * (jnp.exp(shifted - log_total) - onehot.astype(jnp.float32))
-    d_logits = d_logits.astype(h.dtype) * jnp.asarray(scale, h.dtype)
-    d_h = jnp.dot(d_logits, emb)
+    onehot = jax.lax.broadcasted_iota(t.dtype, logits.shape, 1) == t[:, None]
+    d_logits = w[:, None] * (jnp.exp(logits - lse) - onehot.astype(jnp.float32))
+    d_logits = d_logits.astype(h.dtype)
+    d_h = jnp.dot(d_logits, scaled)
     # The embedding's gradient transposed, [d, V]: h^T d_logits reads d_logits in its own
-    # layout (d_logits^T h would copy the [rows, V] array transposed first).
-    # Each chunk's product in the activation dtype, as the unchunked layer's, then summed in
-    # float32.
+    # layout (d_logits^T h would copy the [rows, V] array transposed first). Each chunk's
+    # product in the activation dtype, as the unchunked layer's, then summed in float32.
     d_emb_t = d_emb_t + jnp.dot(h_t, d_logits).astype(jnp.float32)
     return (totals + sums, d_emb_t), d_h
 
@@ -101,7 +104,7 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
   init = (zeros, jnp.zeros((hidden.shape[-1], embedding.shape[0]), jnp.float32))
   (totals, d_emb_t), d_h = jax.lax.scan(step, init, xs)
   d_hidden = _unchunk(d_h, b)[:, :length]
-  return totals, d_hidden, d_emb_t.T
+  return totals, d_hidden, (d_emb_t * scale).T
 
 
 def _result(totals, weights):

@@ -55,13 +55,14 @@ def test_chunked_cross_entropy_equals_the_whole_one(chunk, smoothing):
 
 
 def test_chunked_cross_entropy_in_bfloat16_follows_the_whole_one():
-  """With bfloat16 activations both round the logits product the same way; sums and gradients
-  agree to bfloat16's precision."""
+  """With bfloat16 activations the logits are bfloat16 products in both (the chunked layer
+  scales the embedding instead of the logits); sums and gradients agree to bfloat16's
+  precision."""
   hidden, embedding, targets, weights = _inputs(jnp.bfloat16, seed=1)
   whole = lambda h, e: _objective(_whole(h, e, targets, weights, 0.25, 0.0))
   chunked = lambda h, e: _objective(losses.chunked_token_sums(h, e, targets, weights,
                                                               scale=0.25, chunk=4))
-  np.testing.assert_allclose(chunked(hidden, embedding), whole(hidden, embedding), rtol=1e-5)
+  np.testing.assert_allclose(chunked(hidden, embedding), whole(hidden, embedding), rtol=1e-3)
   got = jax.grad(chunked, argnums=(0, 1))(hidden, embedding)
   want = jax.grad(whole, argnums=(0, 1))(hidden, embedding)
   assert got[0].dtype == jnp.bfloat16 and got[1].dtype == jnp.float32
