@@ -23,6 +23,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from roformer import sharding
+
 
 def _chunks(x: jax.Array, chunk: int) -> jax.Array:
   """[batch, L, ...] -> [L / chunk, batch * chunk, ...] (L a multiple of chunk)."""
@@ -47,10 +49,11 @@ def _pad(hidden, targets, weights, chunk):
   return widen(hidden), widen(targets), widen(weights)
 
 
-def _chunk_sums(h, scaled_embedding, t, w, label_smoothing):
-  """One chunk: float32 logits [rows, V], the three sums, and the log-normaliser the gradient
-  needs. Everything is written in terms of the logits and their log-sum-exp, so XLA computes
-  each [rows, V] quantity inside the pass that reads it instead of storing logits - max."""
+def _chunk_sums(h, scaled_embedding, t, w, label_smoothing, shards):
+  """One chunk: float32 logits [rows, V], the three sums per batch shard [shards, 3], and the
+  log-normaliser the gradient needs. Everything is written in terms of the logits and their
+  log-sum-exp, so XLA computes each [rows, V] quantity inside the pass that reads it instead of
+  storing logits - max."""
   logits = jnp.dot(h, scaled_embedding.T).astype(jnp.float32)
   top = jnp.max(logits, axis=-1, keepdims=True)
   lse = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
@@ -60,8 +63,9 @@ def _chunk_sums(h, scaled_embedding, t, w, label_smoothing):
     mean_logp = jnp.mean(logits, axis=-1) - lse[:, 0]
     objective = (1.0 - label_smoothing) * ce - label_smoothing * mean_logp
   correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
-  sums = jnp.stack([(objective * w).sum(), (ce * w).sum(), (correct * w).sum()])
-  return sums, logits, lse
+  per_row = jnp.stack([objective * w, ce * w, correct * w], axis=-1)  # [rows, 3]
+  sums = per_row.reshape(shards, -1, 3).sum(axis=1)
+  return sharding.constrain(sums, ('batch', None)), logits, lse
 
 
 def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk, grads):
@@ -74,16 +78,22 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
   scaled = embedding.astype(hidden.dtype) * jnp.asarray(scale, hidden.dtype)
   hidden_p, targets_p, weights_p = _pad(hidden, targets, weights.astype(jnp.float32), chunk)
   h_chunks = _chunks(hidden_p, chunk)
-  # Each chunk's hidden states also transposed, [d, rows], made once before the loop: the
-  # embedding's gradient (transposed) h^T d_logits is then a product of two arrays in their own
-  # layouts, which XLA:CPU hands to its fast matmul (it computes a product that contracts the
-  # left operand's first axis with a slower one).
-  xs = (h_chunks, jnp.swapaxes(h_chunks, 1, 2), _chunks(targets_p, chunk),
-        _chunks(weights_p, chunk))
+  n, rows, d = h_chunks.shape
+  # The embedding's gradient and the sums are summed per batch shard inside the loop
+  # ([shards, d, V], [shards, 3]: each device its own rows' part) and over the shards once
+  # after it: summing them whole in every chunk would all-reduce them across the devices once
+  # per chunk.
+  shards = sharding.shards('batch', b)
+  # Each chunk's hidden states also transposed, [shards, d, rows / shards], made once before
+  # the loop: the embedding's gradient (transposed) h^T d_logits is then a product of two
+  # arrays in their own layouts, which XLA:CPU hands to its fast matmul (it computes a product
+  # that contracts the left operand's first axis with a slower one).
+  h_t = jnp.swapaxes(h_chunks.reshape(n, shards, rows // shards, d), 2, 3)
+  xs = (h_chunks, h_t, _chunks(targets_p, chunk), _chunks(weights_p, chunk))
 
   def step(carry, x):
     h, h_t, t, w = x
-    sums, logits, lse = _chunk_sums(h, scaled, t, w, label_smoothing)
+    sums, logits, lse = _chunk_sums(h, scaled, t, w, label_smoothing, shards)
     if not grads:
       return carry + sums, None
     totals, d_emb_t = carry
@@ -94,17 +104,19 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
     # The embedding's gradient transposed, [d, V]: h^T d_logits reads d_logits in its own
     # layout (d_logits^T h would copy the [rows, V] array transposed first). Each chunk's
     # product in the activation dtype, as the unchunked layer's, then summed in float32.
-    d_emb_t = d_emb_t + jnp.dot(h_t, d_logits).astype(jnp.float32)
+    part = jnp.einsum('sdr,srv->sdv', h_t, d_logits.reshape(shards, -1, d_logits.shape[-1]))
+    d_emb_t = sharding.constrain(d_emb_t + part.astype(jnp.float32), ('batch', None, None))
     return (totals + sums, d_emb_t), d_h
 
-  zeros = jnp.zeros((3,), jnp.float32)
+  zeros = sharding.constrain(jnp.zeros((shards, 3), jnp.float32), ('batch', None))
   if not grads:
     totals, _ = jax.lax.scan(step, zeros, xs)
-    return totals, None, None
-  init = (zeros, jnp.zeros((hidden.shape[-1], embedding.shape[0]), jnp.float32))
+    return totals.sum(axis=0), None, None
+  init = (zeros, sharding.constrain(jnp.zeros((shards, d, embedding.shape[0]), jnp.float32),
+                                    ('batch', None, None)))
   (totals, d_emb_t), d_h = jax.lax.scan(step, init, xs)
   d_hidden = _unchunk(d_h, b)[:, :length]
-  return totals, d_hidden, (d_emb_t * scale).T
+  return totals.sum(axis=0), d_hidden, (d_emb_t.sum(axis=0) * scale).T
 
 
 def _result(totals, weights):

@@ -1,5 +1,7 @@
 """The chunked output layer and cross-entropy (roformer/losses.py) equal the whole-logits ones."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import losses
 from roformer import models
+from roformer import sharding
 from roformer import tasks
 
 
@@ -99,6 +102,35 @@ def test_the_causal_lm_task_with_a_chunked_loss_equals_the_whole_logits_one():
     np.testing.assert_allclose(chunked[name], whole[name], rtol=1e-5, err_msg=name)
   for x, y in zip(jax.tree.leaves(chunked_grads), jax.tree.leaves(whole_grads)):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+def _loop_bodies(hlo: str) -> list[str]:
+  """The text of every while loop's body computation in compiled HLO."""
+  names = set(re.findall(r'while\(.*?body=%?([\w.\-]+)', hlo))
+  return [c for c in re.split(r'\n(?=\S)', hlo) if c.split(' ', 1)[0].lstrip('%') in names]
+
+
+def test_on_a_sharded_batch_the_embedding_gradient_crosses_devices_once():
+  """Batch rows on 8 devices: the same sums and gradients as one device, and the embedding's
+  gradient is summed per device inside the loop and across devices once after it."""
+  hidden, embedding, targets, weights = _inputs(batch=8, length=12)
+  mesh = sharding.make_mesh(test_config.get_config().mesh)
+  assert mesh.devices.size == 8
+  def grads(h, e, t, w):
+    sums = losses.chunked_token_sums(h, e, t, w, scale=0.25, chunk=4)
+    return jax.grad(lambda h, e: _objective(losses.chunked_token_sums(
+        h, e, t, w, scale=0.25, chunk=4)), argnums=(0, 1))(h, e), sums
+  batch = sharding.batch_sharding(mesh)
+  step = sharding.on_mesh(mesh, fn=jax.jit(grads, in_shardings=(
+      batch, sharding.replicated(mesh), batch, batch)))
+  got = step(hidden, embedding, targets, weights)
+  want = jax.jit(grads)(hidden, embedding, targets, weights)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+  hlo = step.lower(hidden, embedding, targets, weights).compile().as_text()
+  bodies = _loop_bodies(hlo)
+  assert bodies and not any('all-reduce' in body for body in bodies)
+  assert 'all-reduce' in hlo
 
 
 def test_loss_chunk_must_be_a_count():
