@@ -43,6 +43,14 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   if m.attention_impl not in attention.IMPLEMENTATIONS:
     raise errors.ConfigError(f'config.model.attention_impl={m.attention_impl!r} is unknown. Fix: one of '
                      f'{attention.IMPLEMENTATIONS}.')
+  loss_chunk = m.get('loss_chunk', 0)
+  if not isinstance(loss_chunk, int) or isinstance(loss_chunk, bool) or loss_chunk < 0:
+    raise errors.ConfigError(f'config.model.loss_chunk={loss_chunk!r} must be an integer >= 0 '
+                             '(sequence positions per chunk of the output layer; 0: all).')
+  causal_block = m.get('causal_block', 0)
+  if not isinstance(causal_block, int) or isinstance(causal_block, bool) or causal_block < 0:
+    raise errors.ConfigError(f'config.model.causal_block={causal_block!r} must be an integer >= 0 '
+                             '(query rows per block of causal attention; 0: the whole matrix).')
   if m.get('remat', 'none') not in models.REMAT_POLICIES:
     raise errors.ConfigError(f'config.model.remat={m.remat!r} is unknown. Fix: one of '
                              f'{sorted(models.REMAT_POLICIES)}.')
