@@ -42,6 +42,13 @@ def get_config() -> ml_collections.ConfigDict:
       # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on CPU
       # (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
       'attention_impl': 'auto',
+      # Causal LM: the output layer and its loss this many sequence positions (of every row) at
+      # a time (roformer/losses.py), never the whole [tokens, vocabulary] logits; 0: all at once.
+      'loss_chunk': 32,
+      # Causal self-attention (einsum path, no value term): queries in blocks of about this many
+      # rows, each attending only to keys up to its last row, so blocks above the diagonal are
+      # never computed (roformer/attention.py causal_block_attention); 0: the whole matrix.
+      'causal_block': 128,
       'norm': 'pre',  # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
       'activation': 'gelu_tanh',  # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
       'layer_norm_eps': 1e-6,

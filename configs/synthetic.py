@@ -20,9 +20,9 @@ from roformer.data import synthetic
 
 # Per task: the training length and steps (2 CPU cores: each run trains in a few minutes).
 TASKS = {
-    'passkey': {'seq_len': 128, 'steps': 600},
-    'associative_recall': {'seq_len': 64, 'steps': 600},
-    'copy': {'seq_len': 64, 'steps': 600},
+    'passkey': {'seq_len': 64, 'steps': 400},
+    'associative_recall': {'seq_len': 32, 'steps': 600},
+    'copy': {'seq_len': 32, 'steps': 600},
 }
 
 
@@ -35,23 +35,23 @@ def get_config(arg: str = 'passkey'):
   config = base.get_config()
   config.model.type = 'causal_lm'
   config.model.position.kind = kinds[0] if kinds else 'rope'
-  config.model.update(num_layers=2, d_model=128, num_heads=4, d_ff=512)
+  config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=256)
   config.data.update(name=synthetic.PREFIX + task, seq_len=TASKS[task]['seq_len'])
   config.data.synthetic = ml_collections.ConfigDict({
       'seed': 0,  # Evaluation rows (the same for every run); training rows add config.seed.
       'eval_examples': 256,  # Rows per evaluation split and length.
       'key_digits': 5,  # passkey: digits of the key.
       'depth_buckets': 5,  # passkey: accuracy reported per band of the key's depth.
-      'num_keys': 512,  # associative_recall: distinct keys (pairs fill the row: rows of 8x
+      'num_keys': 128,  # associative_recall: distinct keys (pairs fill the row: rows of 8x
                         # the training length need as many keys as they hold pairs).
       'num_values': 16,  # associative_recall: values.
       'num_queries': 4,  # associative_recall: queries (answers) per row.
-      'num_symbols': 16,  # copy: alphabet.
+      'num_symbols': 128,  # copy: alphabet.
       'min_length': 1,  # copy: fewest symbols (the most is what fits the row).
       'reverse': False,  # copy: the second half reversed.
   })
-  config.train.update(batch_size=32, steps=TASKS[task]['steps'], learning_rate=1e-3,
+  config.train.update(batch_size=32, steps=TASKS[task]['steps'], learning_rate=3e-3,
                       warmup_steps=50, log_every=50, eval_every=200, eval_batches=4,
-                      checkpoint_every=600)
+                      checkpoint_every=TASKS[task]['steps'])
   config.eval.update(length_multipliers=(1, 2, 4, 8), batch_size=32, max_batches=-1)
   return config

@@ -170,9 +170,48 @@ def blocked_softmax_attention(q, k, v, mask, bias, block_bytes: int = BLOCK_BYTE
   return jnp.stack(out, axis=1).reshape(b, q_len, heads, v.shape[-1])
 
 
+def query_blocks(length: int, rows: int) -> list[tuple[int, int]]:
+  """[start, end) of the fewest near-equal runs of at most `rows` query rows that cover
+  range(length)."""
+  blocks = -(-length // max(rows, 1))
+  bounds = [length * i // blocks for i in range(blocks + 1)]
+  return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _block_of(x: jax.Array | None, start: int, end: int) -> jax.Array | None:
+  """Rows start..end-1 and columns ..end-1 of a mask or bias [.., q_len, k_len]; an axis of
+  size 1 (broadcast) is kept whole."""
+  if x is None:
+    return None
+  if x.shape[-2] != 1:
+    x = x[..., start:end, :]
+  return x[..., :end] if x.shape[-1] != 1 else x
+
+
+def causal_block_attention(q, k, v, mask, bias, rows: int):
+  """`blocked_softmax_attention` of a causal self-attention, without its blocks above the
+  diagonal: the queries are split into n runs of at most `rows` rows (`query_blocks`) and each
+  attends only to the keys up to its last row, so the [q_len, k_len] logits, weights and their
+  gradients are computed for (n + 1) / (2 n) of the pairs (5/8 with four blocks).
+
+  Exact where the mask hides every key after the query (j > i by sequence index, as
+  `make_mask(causal=True)` builds without a cache): the skipped pairs are all masked, so each
+  query's softmax runs over the same visible keys with the same logits and bias (sliced from the
+  full ones; a bias that depends on the mask, CoPE's, is computed from the whole mask before).
+  A query that sees no key at all (padding, segment id 0) is the one exception: its output,
+  an average of the values that no loss reads, covers the keys of its block instead of all."""
+  if q.shape[1] != k.shape[1]:
+    raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
+                     f'{k.shape[1]}).')
+  out = [blocked_softmax_attention(q[:, start:end], k[:, :end], v[:, :end],
+                                   _block_of(mask, start, end), _block_of(bias, start, end))
+         for start, end in query_blocks(q.shape[1], rows)]
+  return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
+
+
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
            bias: jax.Array | None = None, scale: float | None = None,
-           impl: str = 'einsum', return_probs: bool = True
+           impl: str = 'einsum', return_probs: bool = True, causal_block: int = 0
            ) -> tuple[jax.Array, jax.Array | None]:
   """Scaled dot-product attention.
 
@@ -185,6 +224,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     return_probs: the einsum path also returns the probabilities (a scheme with a value term
       needs them); without, it runs `softmax_attention`, which never normalises them, in
       blocks of batch rows (`blocked_softmax_attention`).
+    causal_block: > 0, for the einsum path without probabilities: the mask is causal by
+      sequence index (q_len == k_len, no cache), so `causal_block_attention` skips the blocks
+      above the diagonal, in query blocks of at most this many rows.
   Returns:
     (output [batch, q_len, heads, head_dim], probabilities [batch, heads, q_len, k_len] for the
     einsum path with return_probs, None otherwise). Fully masked rows average the values
@@ -195,6 +237,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
   if impl == 'einsum':
     q = q * jnp.asarray(scale, q.dtype)
     if not return_probs:
+      if 0 < causal_block < q.shape[1]:
+        return causal_block_attention(q, k, v, mask, bias, causal_block), None
       return blocked_softmax_attention(q, k, v, mask, bias), None
     probs = softmax(_masked_logits(q, k, mask, bias)).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs

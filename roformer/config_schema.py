@@ -72,6 +72,8 @@ def schema() -> dict:
           'dtype': Str(('float32', 'bfloat16', 'float16')),
           'remat': Str(choices=lambda: models.REMAT_POLICIES),
           'attention_impl': Str(attention.IMPLEMENTATIONS),
+          'loss_chunk': Int(0, 2**20),  # Sequence positions per chunk of the output layer; 0: all.
+          'causal_block': Int(0, 2**20),  # Query rows per block of causal attention; 0: whole.
           'norm': Str(models.NORMS),
           'activation': Str(choices=lambda: models.ACTIVATIONS),
           'layer_norm_eps': Float(0, 1, min_open=True),

@@ -132,7 +132,8 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
 
 # Model fields an evaluation may override: how attention is computed, and RoPE context
 # extension applied to a checkpoint trained without it.
-_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.dtype', 'model.position.rope.scaling')
+_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.loss_chunk', 'model.causal_block',
+                    'model.dtype', 'model.position.rope.scaling')
 # Data fields that fix the tokenizer (vocabulary) and the translation direction.
 _EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.text_keys',
                     'data.label_key', 'data.source_key', 'data.target_key', 'data.reverse')

@@ -107,9 +107,11 @@ class MultiHeadAttention(nnx.Module):
         value_term=positions_lib.scheme_class(cfg.position.kind).has_value_term)
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
+    self.causal = causal
+    # Causal self-attention without a cache skips the query blocks' keys past their last row.
+    self.causal_block = cfg.get('causal_block', 0) if causal else 0
     if self.favor:
       self.layer, self.num_features, self.chunk = layer, att.num_features, att.chunk
-      self.causal = causal
       self.rope_mode = att.rope_mode
       # The index of the current random-feature draw. It is a parameter only so that it
       # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
@@ -142,7 +144,8 @@ class MultiHeadAttention(nnx.Module):
     v = scheme.rotate_value(v, k_pos)
     bias = scheme.logits_bias(q, k, pos, k_pos, mask=mask)
     out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
-                                  return_probs=scheme.has_value_term)
+                                  return_probs=scheme.has_value_term,
+                                  causal_block=self.causal_block if cache is None else 0)
     if scheme.has_value_term:
       out = out + scheme.value_term(probs, pos, k_pos)
     return self.out(out.reshape(b, length, -1)), cache
@@ -327,9 +330,14 @@ class TiedEmbeddingModel(nnx.Module):
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
 
+  @property
+  def logits_scale(self) -> float:
+    """The tied output layer's scale, 1/sqrt(d_model), matching the N(0, 1) init."""
+    return self.d_model ** -0.5
+
   def logits(self, hidden):
-    """Tied output layer; float32 logits scaled by 1/sqrt(d_model) to match the N(0, 1) init."""
-    logits = self.embed.attend(hidden) * jnp.asarray(self.d_model ** -0.5, hidden.dtype)
+    """Tied output layer; float32 logits scaled by `logits_scale`."""
+    logits = self.embed.attend(hidden) * jnp.asarray(self.logits_scale, hidden.dtype)
     return logits.astype(jnp.float32)
 
 
@@ -395,8 +403,12 @@ class CausalLM(Transformer):
   causal = True
 
   def __call__(self, tokens, positions, segment_ids, key=None):
+    return self.logits(self.hidden(tokens, positions, segment_ids, key))
+
+  def hidden(self, tokens, positions, segment_ids, key=None):
+    """The final hidden states [batch, len, d_model], before the output layer."""
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
-    return self.logits(self.encode(tokens, positions, mask, key, segments=segment_ids))
+    return self.encode(tokens, positions, mask, key, segments=segment_ids)
 
   def decode(self, tokens, positions, cache):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
@@ -468,7 +480,7 @@ class EncoderDecoder(TiedEmbeddingModel):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
     self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
-    self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs)
+    self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=False)
                                     for _ in range(cfg.num_layers)])
     self.encoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = positions_lib.create(cfg, causal=True, rngs=rngs)

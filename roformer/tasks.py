@@ -15,6 +15,7 @@ from flax import nnx
 
 from roformer import decode
 from roformer import errors
+from roformer import losses
 from roformer import metrics as metrics_lib
 from roformer import sharding
 from roformer.data import pipeline
@@ -108,16 +109,21 @@ class LanguageModeling:
   `position_bucket` > 0: evaluation also sums the loss per bucket of that many positions
   (tokens 0..b-1, b..2b-1, ...: where a scheme breaks down beyond the training length).
   `random_positions` > 0: training rows get sorted random positions from [0, that)
-  (`roformer.positions.randomized`); evaluation keeps consecutive ones."""
+  (`roformer.positions.randomized`); evaluation keeps consecutive ones.
+  `loss_chunk` > 0: `sums` computes the output layer and its cross-entropy that many sequence
+  positions at a time (`roformer.losses`), never holding the whole [tokens, vocabulary] logits;
+  what needs the logits themselves (per-position buckets, synthetic tasks' row accuracy) still
+  computes them whole."""
 
   features = ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
               'inputs_positions', 'targets_positions')
   per_example = False  # Token-level loss and accuracy (not per-example predictions).
   extra_tokens = 0  # Ids the model has beyond the tokenizer's vocabulary.
-  position_bucket = random_positions = 0
+  position_bucket = random_positions = loss_chunk = 0
 
-  def __init__(self, position_bucket: int = 0, random_positions: int = 0):
+  def __init__(self, position_bucket: int = 0, random_positions: int = 0, loss_chunk: int = 0):
     self.position_bucket, self.random_positions = position_bucket, random_positions
+    self.loss_chunk = loss_chunk
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     return {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features}
@@ -153,6 +159,12 @@ class LanguageModeling:
         shuffle_window=config.data.shuffle_window if train else 0)
 
   def sums(self, model, batch, key=None, label_smoothing: float = 0.0, by_position=False):
+    if self.loss_chunk and not by_position:
+      hidden = model.hidden(batch['inputs'], self.positions(batch, key),
+                            batch['inputs_segment_ids'], key)
+      return losses.chunked_token_sums(
+          hidden, model.embed.embedding.value, batch['targets'], self.loss_weights(batch),
+          scale=model.logits_scale, label_smoothing=label_smoothing, chunk=self.loss_chunk)
     return self.logits_and_sums(model, batch, key, label_smoothing, by_position)[1]
 
   def logits_and_sums(self, model, batch, key=None, label_smoothing: float = 0.0,
@@ -381,8 +393,8 @@ class SyntheticTask(LanguageModeling):
   features = LanguageModeling.features + ('weights', 'bucket')
 
   def __init__(self, task: str, num_buckets: int, position_bucket: int = 0,
-               random_positions: int = 0):
-    super().__init__(position_bucket, random_positions)
+               random_positions: int = 0, loss_chunk: int = 0):
+    super().__init__(position_bucket, random_positions, loss_chunk)
     self.task, self.num_buckets = task, num_buckets
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
@@ -470,11 +482,12 @@ def _language_modeling(config):
   """The causal LM's task: packed text, or a synthetic task named by config.data.name."""
   width = config.eval.get('position_bucket', 0) or max(config.data.seq_len // 4, 1)
   random_positions = config.train.get('random_positions', 0)
+  loss_chunk = config.model.get('loss_chunk', 0)
   task = synthetic.task_name(config.data)
   if task:
     return SyntheticTask(task, config.data.synthetic.get('depth_buckets', 1), width,
-                         random_positions)
-  return LanguageModeling(width, random_positions)
+                         random_positions, loss_chunk)
+  return LanguageModeling(width, random_positions, loss_chunk)
 
 
 TASKS = {

@@ -44,8 +44,8 @@ def _encoder_fields(model_cfg) -> dict:
 # Model fields a continued causal LM may change: how it is computed, and RoPE's frequencies
 # (the context extension of Chen et al. 2023 and its successors). Everything else fixes the
 # parameters or what they compute.
-_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'dtype', 'dropout',
-                        'position.rope.base', 'position.rope.scaling')
+_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'loss_chunk', 'causal_block',
+                        'dtype', 'dropout', 'position.rope.base', 'position.rope.scaling')
 # Scalings that stretch the source's training length by `factor` (dynamic NTK follows the
 # current length instead).
 _STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')

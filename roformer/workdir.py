@@ -117,7 +117,8 @@ _FIXED_ON_RESUME = ('model', 'seed', 'init_from', 'train.batch_size', 'data.name
                     'data.mask_fraction', 'data.random_fraction')
 
 # Resuming may change these: they change how the model is computed, not what it computes.
-_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl')
+_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl',
+                      'model.loss_chunk', 'model.causal_block')
 
 
 def with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:
@@ -167,7 +168,7 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
     for part in field.split('.'):
       a, b = a.get(part), b.get(part)
     diffs += config_lib.differences({field: a}, {field: b})
-  # How the same model is computed may change (attention_impl, remat).
+  # How the same model is computed may change (attention_impl, remat, ...).
   diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)]
   if diffs:
     raise errors.ConfigError(

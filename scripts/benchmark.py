@@ -4,12 +4,15 @@
   python scripts/benchmark.py --config configs/mlm.py:roformer --preset small --kinds none,rope
   python scripts/benchmark.py --config configs/lm.py --config.model.dtype=bfloat16 \\
       --config.model.d_model=768 ... --out docs/bench.json
+  python scripts/benchmark.py --config configs/lm.py --preset small --kinds rope \\
+      --vary model.causal_block=0,128     # A/B of a config option, in turns
 
-For each kind: builds the train step on all devices (config.mesh), compiles it and runs
-`--warmup` steps; then the kinds take turns in `--rounds` rounds, each timing its share of
-`--steps` steps one by one (blocking on the result), and each kind's median step is reported
-(`vs none` with the range of the per-round ratios), so that a shared host's changing load
-reaches every kind alike.
+For each kind (and each value of every `--vary` option, crossed with the kinds): builds the
+train step on all devices (config.mesh), compiles it and runs `--warmup` steps; then they take
+turns in `--rounds` rounds, each timing its share of `--steps` steps one by one (blocking on the
+result), and each one's median step is reported (against `none`, or the first one without a
+`none`, with the range of the per-round ratios), so that a shared host's changing load reaches
+all of them alike.
 Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, attention,
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
@@ -18,6 +21,7 @@ executable's memory (arguments + outputs - aliased + temporaries). Batches are r
 the config's shapes (no data pipeline in the timing).
 """
 
+import itertools
 import json
 import statistics
 import sys
@@ -48,6 +52,10 @@ from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 _CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file FILE[:ARG]; '
                               'override its fields with --config.a.b=VALUE.')
 _KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
+_VARY = flags.DEFINE_multi_string(
+    'vary', [], 'FIELD=V1,V2,...: also time every kind with each value of the config field '
+    '(e.g. model.causal_block=0,128), named KIND[NAME=V] after the field\'s last part; repeat '
+    'the flag to cross several fields. The variants take turns with the kinds.')
 _PRESET = flags.DEFINE_enum('preset', None, list(PRESETS),
                             'Shapes from PRESETS (small, medium: the PyTorch comparison; '
                             'gpu_125m: the GPU target); they replace the config\'s sizes, '
@@ -129,11 +137,76 @@ def predicted_fraction(config) -> float:
   return config.data.mask_rate if config.model.type == 'mlm' else 1.0
 
 
-class Runner:
-  """One position kind's compiled train step, its state and a fixed batch, ready to be timed."""
+def parse_value(text: str):
+  """A --vary value: an int, float or bool if it reads as one, else the string."""
+  if text in ('True', 'False'):
+    return text == 'True'
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return text
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh):
+
+def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
+  """['model.causal_block=0,128'] -> [('model.causal_block', [0, 128])]."""
+  out = []
+  for spec in specs:
+    field, sep, values = spec.partition('=')
+    if not sep or not field or not values:
+      raise ValueError(f'--vary={spec!r}: write FIELD=V1,V2,... (e.g. model.causal_block=0,128).')
+    out.append((field, [parse_value(v) for v in values.split(',')]))
+  return out
+
+
+def set_field(config: ml_collections.ConfigDict, field: str, value):
+  """config.<field> = value for a dotted field that exists in the config; returns the value it
+  had."""
+  *parents, last = field.split('.')
+  node = config
+  for part in parents:
+    node = node[part]
+  if last not in node:
+    raise ValueError(f'--vary: config.{field} does not exist.')
+  before = node[last]
+  node[last] = value
+  return before
+
+
+def variants(config: ml_collections.ConfigDict, kinds: list[str],
+             vary: list[tuple[str, list]]) -> dict[str, ml_collections.ConfigDict]:
+  """name -> config for every kind crossed with every combination of the --vary values; a
+  name is the kind followed by [FIELD=VALUE] (the field's last part) for each varied field whose
+  value is not the config's own, so the config as given keeps the kind's plain name."""
+  out = {}
+  for kind in kinds:
+    for values in itertools.product(*(v for _, v in vary)):
+      trial = ml_collections.ConfigDict(config.to_dict())
+      trial.model.position.kind = kind
+      name = kind
+      for (field, _), value in zip(vary, values):
+        if set_field(trial, field, value) != value:
+          name += f'[{field.rsplit(".", 1)[-1]}={value}]'
+      if name in out:
+        raise errors.ConfigError(f'{name} is asked for twice (--kinds or --vary repeat a value).')
+      out[name] = trial
+  return out
+
+
+def utilization(flops_per_token: float, tokens: int, step_s: float, peak_flops: float) -> dict:
+  """Achieved model FLOP/s of a step and its MFU: model FLOPs (roformer/flops.py) per second
+  over `peak_flops`, the matmul peak measured on the same devices in the same run."""
+  achieved = flops_per_token * tokens / step_s
+  return {'tflops_per_s': achieved / 1e12, 'mfu': achieved / peak_flops}
+
+
+class Runner:
+  """One configuration's compiled train step, its state and a fixed batch, ready to be timed."""
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh, name: str = ''):
     self.config = config
+    self.name = name or config.model.position.kind
     self.trainer = trainer_lib.Trainer(config, mesh)
     self.batch = sharding.put_batch(
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len), mesh)
@@ -170,31 +243,28 @@ class Runner:
     tokens = config.train.batch_size * config.data.seq_len
     per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
                                                 predicted_fraction(config))
-    achieved = per_token * tokens / step_s
-    return {'kind': self.kind, 'step_s': step_s,
+    return {'name': self.name, 'kind': self.kind, 'step_s': step_s,
             'step_s_min': min(self.times), 'step_s_max': max(self.times),
             'steps': len(self.times), 'tokens_per_s': tokens / step_s,
-            'flops_per_token': per_token, 'tflops_per_s': achieved / 1e12,
-            'mfu': achieved / peak, 'parameters': self.trainer.num_params(),
+            'flops_per_token': per_token, **utilization(per_token, tokens, step_s, peak),
+            'peak_flops': peak, 'parameters': self.trainer.num_params(),
             'compile_s': self.compile_s, 'loss': float(self.metrics['loss']),
             **memory_bytes(self.compiled)}
 
 
 def table(rows: list[dict]) -> str:
-  """Markdown rows; `vs none` is the ratio of median steps, with the range of the per-round
-  ratios when the kinds were timed in several interleaved rounds."""
-  base = next((r for r in rows if r['kind'] == 'none'), None)
-  lines = ['| kind | step (ms) | vs none | tokens/s | GFLOPs/token | TFLOP/s | MFU | peak '
-           'memory (MiB) |', '|---' * 8 + '|']
+  """Markdown rows; `vs` is the ratio of median steps to `none`'s (or the first row's without
+  one), with the range of the per-round ratios when they were timed in interleaved rounds."""
+  base = next((r for r in rows if r['name'] == 'none'), rows[0])
+  lines = [f'| kind | step (ms) | vs {base["name"]} | tokens/s | GFLOPs/token | TFLOP/s | MFU | '
+           'peak memory (MiB) |', '|---' * 8 + '|']
   for r in rows:
-    rel = '-'
-    if base:
-      rel = f'{r["step_s"] / base["step_s"]:.3f}x'
-      ratios = round_ratios(r['rounds'], base['rounds'])
-      if len(ratios) > 1 and r is not base:
-        rel += f' ({min(ratios):.3f}-{max(ratios):.3f})'
+    rel = f'{r["step_s"] / base["step_s"]:.3f}x'
+    ratios = round_ratios(r['rounds'], base['rounds'])
+    if len(ratios) > 1 and r is not base:
+      rel += f' ({min(ratios):.3f}-{max(ratios):.3f})'
     mem = f'{r["peak_bytes"] / 2**20:,.0f}' if 'peak_bytes' in r else '-'
-    lines.append(f'| {r["kind"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
+    lines.append(f'| {r["name"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
                  f'{r["flops_per_token"] / 1e9:.4f} | {r["tflops_per_s"]:.3f} | '
                  f'{100 * r["mfu"]:.1f}% | {mem} |')
   return '\n'.join(lines)
@@ -207,7 +277,8 @@ def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
   def reply(obj):
     print('BENCH ' + json.dumps(obj), flush=True)
   start_peak = measure_peak_now()
-  reply({'ready': sorted(runners)})
+  reply({'ready': sorted(runners),
+         'parameters': {name: r.trainer.num_params() for name, r in runners.items()}})
   for line in sys.stdin:
     words = line.split()
     if not words or words[0] == 'quit':
@@ -228,29 +299,25 @@ def main(argv):
     apply_preset(config, _PRESET.value)
   kinds = _KINDS.value or [config.model.position.kind]
   config.model.vocab_size = config.data.vocab_size  # No tokenizer here: the data's size.
-  trials = []
-  for kind in kinds:
-    trial = ml_collections.ConfigDict(config.to_dict())
-    trial.model.position.kind = kind
-    trials.append(trial)
   rounds = _ROUNDS.value or min(5, _STEPS.value)
   try:
     config_schema.check(config)  # Before the mesh reads config.mesh.
     round_sizes(_STEPS.value, rounds)
     if len(set(kinds)) != len(kinds):
       raise errors.ConfigError(f'--kinds={",".join(kinds)} names a kind twice.')
+    trials = variants(config, kinds, parse_vary(_VARY.value))
     mesh = sharding.make_mesh(config.mesh)
-    for trial in trials:  # Every kind is checked before anything is compiled.
+    for trial in trials.values():  # Every variant is checked before anything is compiled.
       config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
-  except ValueError as e:  # round_sizes' and the mesh's own messages name the flag.
+  except (ValueError, KeyError, TypeError) as e:  # --vary's, round_sizes' and the mesh's.
     if isinstance(e, errors.ConfigError):
       raise
     raise errors.ConfigError(str(e)) from e
   n = _PEAK_SIZE.value or (2048 if jax.default_backend() == 'cpu' else 8192)
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
-  for trial in trials:  # All compiled and warm first, then timed in interleaved rounds.
-    runners[trial.model.position.kind] = runner = Runner(trial, mesh)
+  for name, trial in trials.items():  # All compiled and warm first, then timed in turns.
+    runners[name] = runner = Runner(trial, mesh, name)
     runner.warm(_WARMUP.value)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
@@ -259,15 +326,15 @@ def main(argv):
     serve(runners, measure, meta)
     return
   start_peak = measure()
-  timed = interleave({kind: r.time for kind, r in runners.items()}, _STEPS.value, rounds)
+  timed = interleave({name: r.time for name, r in runners.items()}, _STEPS.value, rounds)
   peak = max(start_peak, measure())  # The better of before and after the timing.
-  rows = [{**r.row(peak), 'rounds': timed[kind]} for kind, r in runners.items()]
+  rows = [{**r.row(peak), 'rounds': timed[name]} for name, r in runners.items()]
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
         f'{m.d_ff}, vocab {m.vocab_size}, seq {config.data.seq_len}, batch '
         f'{config.train.batch_size}, {m.dtype}, remat {m.get("remat", "none")}; '
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
-        f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps per kind in '
+        f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps each in '
         f'{rounds} interleaved rounds\n')
   print(table(rows))
   if _OUT.value:

@@ -1,15 +1,31 @@
-"""The PyTorch side of the speed comparison: Hugging Face RoFormerForMaskedLM, same shapes.
+"""The PyTorch side of the speed comparison: transformers' models at the JAX benchmark's shapes.
 
   pip install torch transformers        # not in requirements.txt
-  python scripts/benchmark_torch.py --preset small [--steps 10] [--threads 2] [--out t.json]
-  python scripts/benchmark.py --config configs/mlm.py:roformer --preset small --kinds none,rope
-  python scripts/compare_torch.py --preset small     # both sides, taking turns in one run
+  python scripts/benchmark_torch.py --model causal --preset small [--steps 10] [--threads 2]
+  python scripts/benchmark_torch.py --model mlm --preset small
+  python scripts/compare_torch.py --model causal --preset small   # both sides, taking turns
 
-The model matches `scripts/benchmark.py --preset` on configs/mlm.py:roformer: post-norm
-encoder with RoPE, GELU MLP, tied MLM head, dropout 0, AdamW; the batch is random tokens with
-15% of positions selected (80/10/10 corruption done on the host, outside the timing, as the
-JAX side does it inside its step), loss on the selected ones. Reports the median step time and
-tokens/s over `--steps` after `--warmup` steps, in float32 eager mode.
+`--model causal` builds GPTNeoXForCausalLM as `scripts/benchmark.py --config configs/lm.py
+--preset P` builds this codebase's causal LM with RoPE: pre-norm blocks with a sequential
+residual (use_parallel_residual=False), biases in every projection, LayerNorm (eps 1e-6), a
+tanh-approximated GELU MLP, RoPE on the whole head dimension (partial_rotary_factor=1.0), tied
+input and output embeddings and dropout 0; the parameter counts are equal (`neox_parameters`,
+checked by compare_torch.py before it times anything). The loss is the mean cross-entropy of
+[batch, L] targets from [batch, L] inputs, as the JAX side's. Two differences in work that
+no option of GPTNeoX removes: the JAX model scales its tied logits by 1/sqrt(d_model) (one
+elementwise multiply) and rotates interleaved pairs where GPT-NeoX rotates halves (the same
+arithmetic, laid out differently).
+
+`--model mlm` builds RoFormerForMaskedLM as configs/mlm.py:roformer: post-norm encoder with RoPE,
+GELU MLP, tied MLM head, dropout 0; the batch is random tokens with 15% of positions selected
+(80/10/10 corruption done on the host, outside the timing, as the JAX side does it inside its
+step), loss on the selected ones. transformers computes that head's logits at every position.
+Its sinusoidal position table is a frozen parameter (sequence x head_dim), left out of the
+count that is compared: the trained parameters are as many as the JAX model's.
+
+Both: AdamW with weight decay, gradient clipping at 1.0, float32 eager mode; reports the median
+step time and tokens/s over `--steps` after `--warmup` steps. This module imports neither torch
+nor JAX at the top, so that its shape and parameter-count helpers run without them.
 """
 
 import argparse
@@ -23,8 +39,78 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
+MODELS = ('causal', 'mlm')
 
-def build(preset: str, threads: int):
+
+def neox_config(p: dict) -> dict:
+  """GPTNeoXConfig arguments for the shapes `p` (a PRESETS entry), mirroring configs/lm.py."""
+  return {'vocab_size': p['vocab_size'], 'hidden_size': p['d_model'],
+          'num_hidden_layers': p['num_layers'], 'num_attention_heads': p['num_heads'],
+          'intermediate_size': p['d_ff'], 'hidden_act': 'gelu_pytorch_tanh',
+          'attention_dropout': 0.0, 'hidden_dropout': 0.0,
+          'max_position_embeddings': p['seq_len'], 'layer_norm_eps': 1e-6,
+          'tie_word_embeddings': True, 'use_parallel_residual': False, 'attention_bias': True,
+          'rope_parameters': {'rope_type': 'default', 'rope_theta': 10000.0,
+                              'partial_rotary_factor': 1.0}}
+
+
+def neox_parameters(config: dict) -> int:
+  """The parameter count of GPTNeoXForCausalLM(GPTNeoXConfig(**config)), by hand: the tied
+  embedding, and per layer two LayerNorms, the fused qkv and output projections and the MLP
+  (with biases when attention_bias), then the final LayerNorm. A test checks it against the
+  built model when torch is installed, and against roformer.models.num_parameters."""
+  d, f, v = config['hidden_size'], config['intermediate_size'], config['vocab_size']
+  bias = config.get('attention_bias', True)
+  attention = 3 * d * d + d * d + (4 * d if bias else 0)
+  mlp = d * f + f + f * d + d
+  layer = 2 * 2 * d + attention + mlp
+  embeddings = v * d * (1 if config.get('tie_word_embeddings') else 2)
+  return embeddings + config['num_hidden_layers'] * layer + 2 * d
+
+
+def check_parameters(jax_counts: dict[str, int], torch_count: int) -> str:
+  """'' if every JAX model has `torch_count` parameters, else the error naming the counts."""
+  wrong = {name: n for name, n in jax_counts.items() if n != torch_count}
+  if not wrong:
+    return ''
+  listed = ', '.join(f'JAX {name} {n:,}' for name, n in sorted(wrong.items()))
+  return (f'the parameter counts differ ({listed}; PyTorch {torch_count:,}): not the same model, '
+          'so the timings would not compare like with like.')
+
+
+def _build_causal(torch, transformers, p):
+  config = transformers.GPTNeoXConfig(**neox_config(p))
+  model = transformers.GPTNeoXForCausalLM(config).train()
+  b, length = p['batch_size'], p['seq_len']
+  generator = torch.Generator().manual_seed(0)
+  tokens = torch.randint(5, p['vocab_size'] - 1, (b, length + 1), generator=generator)
+  inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+  def loss_fn():
+    logits = model(input_ids=inputs, use_cache=False).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1))
+  return model, loss_fn
+
+
+def _build_mlm(torch, transformers, p):
+  config = transformers.RoFormerConfig(
+      vocab_size=p['vocab_size'], embedding_size=p['d_model'], hidden_size=p['d_model'],
+      num_hidden_layers=p['num_layers'], num_attention_heads=p['num_heads'],
+      intermediate_size=p['d_ff'], hidden_act='gelu', hidden_dropout_prob=0.0,
+      attention_probs_dropout_prob=0.0, max_position_embeddings=p['seq_len'],
+      type_vocab_size=2, rotary_value=False)
+  model = transformers.RoFormerForMaskedLM(config).train()
+  b, length = p['batch_size'], p['seq_len']
+  generator = torch.Generator().manual_seed(0)
+  tokens = torch.randint(5, p['vocab_size'] - 1, (b, length), generator=generator)
+  selected = torch.rand((b, length), generator=generator) < 0.15
+  labels = torch.where(selected, tokens, torch.full_like(tokens, -100))
+  inputs = torch.where(selected, torch.full_like(tokens, p['vocab_size'] - 1), tokens)
+  return model, lambda: model(input_ids=inputs, labels=labels).loss
+
+
+def build(preset: str, threads: int, model_name: str = 'mlm'):
   """The model, optimizer and batch of `preset`; returns (step, info). step() runs one
   optimizer step and returns the loss tensor."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -32,33 +118,27 @@ def build(preset: str, threads: int):
   if threads:
     torch.set_num_threads(threads)
   p = PRESETS[preset]
-  config = transformers.RoFormerConfig(
-      vocab_size=p['vocab_size'], embedding_size=p['d_model'], hidden_size=p['d_model'],
-      num_hidden_layers=p['num_layers'], num_attention_heads=p['num_heads'],
-      intermediate_size=p['d_ff'], hidden_act='gelu', hidden_dropout_prob=0.0,
-      attention_probs_dropout_prob=0.0, max_position_embeddings=p['seq_len'],
-      type_vocab_size=2, rotary_value=False)
   torch.manual_seed(0)
-  model = transformers.RoFormerForMaskedLM(config).train()
+  model, loss_fn = (_build_causal if model_name == 'causal' else _build_mlm)(
+      torch, transformers, p)
   optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
-  b, length = p['batch_size'], p['seq_len']
-  generator = torch.Generator().manual_seed(0)
-  tokens = torch.randint(5, p['vocab_size'] - 1, (b, length), generator=generator)
-  selected = torch.rand((b, length), generator=generator) < 0.15
-  labels = torch.where(selected, tokens, torch.full_like(tokens, -100))
-  inputs = torch.where(selected, torch.full_like(tokens, p['vocab_size'] - 1), tokens)
 
   def step():
     optimizer.zero_grad(set_to_none=True)
-    loss = model(input_ids=inputs, labels=labels).loss
+    loss = loss_fn()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     return loss
 
   info = {'framework': f'torch {torch.__version__}, transformers {transformers.__version__}',
-          'preset': preset, 'threads': torch.get_num_threads(), 'tokens': b * length,
-          'parameters': sum(t.numel() for t in model.parameters())}
+          'model': type(model).__name__, 'preset': preset, 'threads': torch.get_num_threads(),
+          'attention': model.config._attn_implementation,  # pylint: disable=protected-access
+          'tokens': p['batch_size'] * p['seq_len'],
+          # Trained parameters; RoFormer's sinusoidal table is a frozen one (not in the count).
+          'parameters': sum(t.numel() for t in model.parameters() if t.requires_grad),
+          'frozen_parameters': sum(t.numel() for t in model.parameters()
+                                   if not t.requires_grad)}
   return step, info
 
 
@@ -73,6 +153,7 @@ def time_steps(step, steps: int) -> tuple[list[float], float]:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--model', choices=MODELS, default='mlm')
   parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--steps', type=int, default=10)
   parser.add_argument('--warmup', type=int, default=2)
@@ -83,7 +164,7 @@ def main(argv=None) -> int:
                       'scripts/compare_torch.py): `time torch N`, `report`, `quit`.')
   args = parser.parse_args(argv)
   try:
-    step, info = build(args.preset, args.threads)
+    step, info = build(args.preset, args.threads, args.model)
   except ImportError:
     print('error: this benchmark needs torch and transformers (pip install torch '
           'transformers); they are not in requirements.txt.', file=sys.stderr)
@@ -108,7 +189,7 @@ def serve(step, info: dict) -> int:
   def reply(obj):
     print('BENCH ' + json.dumps(obj), flush=True)
   all_times, loss = [], float('nan')
-  reply({'ready': ['torch']})
+  reply({'ready': ['torch'], 'parameters': {'torch': info['parameters']}})
   for line in sys.stdin:
     words = line.split()
     if not words or words[0] == 'quit':

@@ -175,3 +175,115 @@ def test_the_pytorch_side_does_not_import_jax():
   done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
                         check=False, timeout=120)
   assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_neox_parameter_count_equals_the_jax_causal_lm_at_each_preset():
+  """The GPT-NeoX config that compare_torch.py builds has, by hand, exactly as many parameters
+  as configs/lm.py at the same shapes (no torch needed)."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark, benchmark_torch, timing  # pylint: disable=g-import-not-at-top
+  from roformer import models  # pylint: disable=g-import-not-at-top
+  for preset in timing.TORCH_PRESETS:
+    config = lm.get_config()
+    benchmark.apply_preset(config, preset)
+    config.model.vocab_size = config.data.vocab_size
+    neox = benchmark_torch.neox_config(timing.PRESETS[preset])
+    assert benchmark_torch.neox_parameters(neox) == models.num_parameters(config.model)
+  small = benchmark_torch.neox_config(timing.PRESETS['small'])
+  assert benchmark_torch.neox_parameters(small) == 3_628_032
+  untied = {**small, 'tie_word_embeddings': False}
+  assert benchmark_torch.neox_parameters(untied) == 3_628_032 + 8000 * 256
+
+
+def test_neox_parameter_count_equals_the_built_model():
+  """The hand count against GPTNeoXForCausalLM itself, at a tiny shape (needs torch)."""
+  pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark_torch  # pylint: disable=g-import-not-at-top
+  shapes = {'num_layers': 2, 'd_model': 32, 'num_heads': 4, 'd_ff': 64, 'vocab_size': 100,
+            'seq_len': 16}
+  for bias in (True, False):
+    config = {**benchmark_torch.neox_config(shapes), 'attention_bias': bias}
+    model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**config))
+    assert model.lm_head.weight is model.gpt_neox.embed_in.weight  # Tied.
+    assert model.gpt_neox.layers[0].attention.rotary_ndims == 32 // 4  # The whole head.
+    assert sum(p.numel() for p in model.parameters()) == benchmark_torch.neox_parameters(config)
+
+
+def test_compare_torch_refuses_different_parameter_counts(monkeypatch, capsys):
+  """Workers reporting different counts stop the comparison before any step is timed."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark_torch, compare_torch  # pylint: disable=g-import-not-at-top
+  assert benchmark_torch.check_parameters({'none': 5, 'rope': 5}, 5) == ''
+  assert 'JAX rope 6' in benchmark_torch.check_parameters({'none': 5, 'rope': 6}, 5)
+  asked = []
+
+  class FakeWorker:
+    def __init__(self, command):
+      torch_side = 'benchmark_torch' in command[1]
+      self.names = ['torch'] if torch_side else ['none', 'rope']
+      self.parameters = {'torch': 3_628_032} if torch_side else {'none': 3_628_032,
+                                                                 'rope': 3_628_033}
+    def timer(self, name):
+      return lambda n: asked.append(name) or [1.0] * n
+    def ask(self, command):
+      asked.append(command)
+      return {}
+    def close(self):
+      pass
+
+  monkeypatch.setattr(compare_torch, 'Worker', FakeWorker)
+  monkeypatch.setattr(compare_torch.importlib.util, 'find_spec', lambda name: object())
+  assert compare_torch.main(['--model=causal', '--steps=2', '--rounds=1']) == 1
+  err = capsys.readouterr()
+  assert 'parameters: PyTorch 3,628,032; JAX none 3,628,032, rope 3,628,033' in err.out
+  assert 'the parameter counts differ (JAX rope 3,628,033; PyTorch 3,628,032)' in err.err
+  assert not asked
+
+
+def test_mfu_is_model_flops_over_the_peak_measured_in_the_run(monkeypatch, capsys):
+  """benchmark.py's report divides model FLOP/s by the better of the matmul peaks measured at
+  the start and at the report; compare_torch.py uses that peak and the JAX rows' FLOP count
+  for the PyTorch side as well."""
+  sys.path.insert(0, ROOT)
+  import io  # pylint: disable=g-import-not-at-top
+  from scripts import benchmark, compare_torch  # pylint: disable=g-import-not-at-top
+  assert benchmark.utilization(1e6, 1000, 0.5, 4e9) == {'tflops_per_s': 2e9 / 1e12, 'mfu': 0.5}
+
+  class FakeRunner:
+    class trainer:  # pylint: disable=invalid-name
+      num_params = staticmethod(lambda: 7)
+    def row(self, peak):
+      return {'name': 'rope', 'flops_per_token': 1e6, 'peak_flops': peak,
+              **benchmark.utilization(1e6, 1000, 0.5, peak)}
+  peaks = iter([3e9, 4e9])
+  monkeypatch.setattr(sys, 'stdin', io.StringIO('report\nquit\n'))
+  benchmark.serve({'rope': FakeRunner()}, lambda: next(peaks), {})
+  ready, report = (json.loads(line[len('BENCH '):])
+                   for line in capsys.readouterr().out.splitlines())
+  assert ready == {'ready': ['rope'], 'parameters': {'rope': 7}}
+  assert report['peak_flops'] == 4e9 and report['rows'][0]['mfu'] == 0.5
+  s = compare_torch.summarize({'rope': [[0.5]], 'torch': [[1.0]]}, 1000,
+                              {r['name']: r for r in report['rows']})
+  assert s['rope']['mfu'] == 0.5 and s['torch']['mfu'] == 0.25
+
+
+def test_vary_names_each_variant_after_the_fields_it_changes():
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  config = mlm.get_config()
+  vary = benchmark.parse_vary(['data.max_predictions=-1,0', 'train.label_smoothing=0.0,0.1'])
+  assert vary == [('data.max_predictions', [-1, 0]), ('train.label_smoothing', [0.0, 0.1])]
+  trials = benchmark.variants(config, ['none', 'rope'], vary)
+  assert list(trials)[:4] == ['none', 'none[label_smoothing=0.1]', 'none[max_predictions=0]',
+                              'none[max_predictions=0][label_smoothing=0.1]']
+  assert trials['rope[max_predictions=0]'].data.max_predictions == 0
+  assert trials['rope[max_predictions=0]'].model.position.kind == 'rope'
+  assert config.data.max_predictions == -1  # The config itself is left as it was.
+  for bad in (['data.max_predictions'], ['data.nothing=1']):
+    with pytest.raises(ValueError, match='--vary'):
+      benchmark.variants(config, ['rope'], benchmark.parse_vary(bad))
+  from scripts import compare_torch  # pylint: disable=g-import-not-at-top
+  assert compare_torch.base_of('rope[max_predictions=0]') == 'none[max_predictions=0]'
+  assert compare_torch.base_of('rope') == 'none'

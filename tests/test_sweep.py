@@ -231,11 +231,15 @@ def get_sweep(arg=''):
       sweeps.load(bad, 'configs/lm.py')
 
 
-def test_length_sweep_is_every_scheme_on_every_task_at_three_seeds():
+def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
   sweep = sweeps.load('configs/sweeps/length.py')
   schemes = length_sweep.KINDS + tuple(length_sweep.VARIANTS)
   assert sweep.config == 'configs/synthetic.py'
-  assert len(sweep.points) == 3 * 3 * len(schemes)
+  assert len(sweep.points) == 2 * 3 * len(schemes)
+  assert {p.fields['data.name'] for p in sweep.points} == {'synthetic/passkey', 'synthetic/copy'}
+  recall = sweeps.load('configs/sweeps/length.py:associative_recall,alibi')
+  assert [p.name for p in recall.points] == [f'associative_recall,alibi,seed={s}'
+                                             for s in (0, 1, 2)]
   assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2}
   assert {p.fields['model.position.kind'] for p in sweep.points} == set(length_sweep.KINDS)
   random = [p for p in sweep.points if p.name == 'copy,rope+random,seed=1'][0]

@@ -117,9 +117,10 @@ def test_the_vocabulary_round_trips_words():
   assert vocab.encode('unknown')[0] == tokenizer_lib.UNK_ID
 
 
-def _trained_like(task, seed=0):
+def _trained_like(task, seed=0, **synthetic_fields):
   """A tiny random model on the task's vocabulary, jitted forward and cached greedy decoding."""
   cfg = synthetic_config.get_config(task)
+  cfg.data.synthetic.update(synthetic_fields)
   cfg.model.update(num_layers=1, d_model=32, num_heads=2, d_ff=64,
                    vocab_size=synthetic.Vocabulary(cfg.data.synthetic).vocab_size)
   return cfg, models.create(cfg.model, seed=seed)
@@ -129,8 +130,8 @@ def test_sequence_accuracy_is_greedy_decoding_exact_match():
   """A row counts as right exactly when greedy decoding from the question reproduces the answer.
   A random model whose output favours the 2 symbols of the alphabet (their embeddings scaled
   up) gets some of the 1-2 symbol copies right and some wrong."""
-  cfg, model = _trained_like('copy', seed=3)
-  cfg.data.synthetic.update(num_symbols=2, min_length=1)
+  cfg, model = _trained_like('copy', seed=0, num_symbols=2, min_length=1, num_keys=128,
+                             num_values=16)
   vocab = synthetic.Vocabulary(cfg.data.synthetic)
   symbols = jnp.asarray([vocab.ids['s0'], vocab.ids['s1']])
   model.embed.embedding.value = model.embed.embedding.value.at[symbols].multiply(6.0)
@@ -183,10 +184,11 @@ def test_bad_passkey_options_are_refused(changes, match):
 
 def test_recall_rows_longer_than_the_keys_allow_are_refused():
   cfg = synthetic_config.get_config('associative_recall')
-  cfg.data.synthetic.num_keys = 100  # 8 x 64 = 512 tokens hold 249 pairs.
-  with pytest.raises(errors.ConfigError, match='num_keys=249 or more'):
+  cfg.data.seq_len = 32
+  cfg.data.synthetic.num_keys = 100  # 8 x 32 = 256 tokens hold (255 - 3 x 4) // 2 = 121 pairs.
+  with pytest.raises(errors.ConfigError, match='num_keys=121 or more'):
     config_lib.validate(cfg)
-  cfg.eval.length_multipliers = (1, 2)  # 128 tokens: 61 pairs fit.
+  cfg.eval.length_multipliers = (1, 2)  # 64 tokens: 25 pairs fit.
   config_lib.validate(cfg)
 
 
