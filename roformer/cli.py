@@ -52,8 +52,7 @@ def message(exc: BaseException) -> str | None:
     return str(exc)
   storage = errors.storage_problem(exc)
   if storage:
-    return (f'{storage}. Fix: free space there (or make it writable), then rerun the same '
-            'command.')
+    return f'{storage}. Fix: {errors.storage_fix(storage)}, then rerun the same command.'
   if isinstance(exc, OSError):
     where = f': {exc.filename}' if exc.filename else ''
     return (f'{exc.strerror or exc}{where}. Fix: check that path (--debug shows where it was '

@@ -29,6 +29,18 @@ STORAGE_ERRNOS = {
     errno.EIO: 'input/output error',
     errno.EFBIG: 'file too large',
 }
+# How to go on after each kind of failure (keyed like STORAGE_ERRNOS' descriptions).
+_SPACE = 'free space on that disk'
+_ACCESS = 'make that directory writable for this user (or give another directory)'
+STORAGE_FIXES = {
+    'no space left on device': _SPACE,
+    'disk quota exceeded': 'free space within your quota (or raise it)',
+    'read-only file system': 'remount that file system read-write (or give another directory)',
+    'permission denied': _ACCESS,
+    'operation not permitted': _ACCESS,
+    'input/output error': 'check the disk (its logs, its health) or give another directory',
+    'file too large': 'give a directory on a file system that takes large files',
+}
 # TensorStore (orbax's writer) reports the errno inside a ValueError's text.
 _OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
 
@@ -48,3 +60,8 @@ def storage_problem(exc: BaseException | None) -> str | None:
       return STORAGE_ERRNOS[int(code.group(1))] + (f': {path.group(1)}' if path else '')
     exc = exc.__cause__ or exc.__context__
   return None
+
+
+def storage_fix(storage: str) -> str:
+  """The fix for a failure described by `storage_problem` ('no space left on device: /p')."""
+  return STORAGE_FIXES.get(storage.split(':')[0], _SPACE + ' (or make it writable)')

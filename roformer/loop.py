@@ -104,7 +104,7 @@ def storage_stop_message(storage: str, ckpt_dir: str) -> str:
           f'resumes from it' if last is not None else
           'no checkpoint was complete yet, so the run starts again')
   return (f'a write failed ({storage}); training stopped. Nothing was deleted: {kept}. Fix: '
-          'free space on that disk (or make it writable again), then rerun the same command.')
+          f'{errors.storage_fix(storage)}, then rerun the same command.')
 
 
 def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_lib.Trainer,

@@ -144,3 +144,32 @@ def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, capsys):
   with pytest.raises(errors.ConfigError):
     cli.guard(bad_config)()
   assert capsys.readouterr().err == ''
+
+
+@pytest.mark.parametrize('code, failure, fix', [
+    ('ENOSPC', 'no space left on device', 'free space on that disk'),
+    ('EDQUOT', 'disk quota exceeded', 'within your quota'),
+    ('EACCES', 'permission denied', 'make that directory writable'),
+    ('EROFS', 'read-only file system', 'remount'),
+])
+def test_each_kind_of_failed_write_gets_its_own_fix(code, failure, fix):
+  """A failed write is one line naming the failure and the path, with the fix for that kind of
+  failure (a full disk is not fixed by permissions, nor a read-only disk by freeing space),
+  also when the OSError is the cause of another exception, as orbax raises them."""
+  import errno  # pylint: disable=g-import-not-at-top
+  from roformer import cli  # pylint: disable=g-import-not-at-top
+  from roformer import loop  # pylint: disable=g-import-not-at-top
+
+  os_error = OSError(getattr(errno, code), 'the system text', '/runs/lm/metrics.jsonl')
+  try:
+    raise RuntimeError('a writer failed') from os_error
+  except RuntimeError as wrapped:
+    line = cli.message(wrapped)
+  assert line.startswith(f'{failure}: /runs/lm/metrics.jsonl. Fix: '), line
+  assert fix in line.split('Fix: ')[1], line
+  assert line.endswith(', then rerun the same command.'), line
+  stop = loop.storage_stop_message(f'{failure}: /runs/lm/x', '/nonexistent/checkpoints')
+  assert fix in stop.split('Fix: ')[1] and 'no checkpoint was complete yet' in stop, stop
+  others = {'free space on that disk', 'within your quota', 'make that directory writable',
+            'remount'} - {fix}
+  assert not any(o in line for o in others), line
