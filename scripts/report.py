@@ -10,8 +10,9 @@ failed are listed with what they have) and writes report.md with, next to it:
   position_loss.png (loss per position bucket at the longest evaluated length: where a scheme
   breaks down beyond the training length);
 - synthetic-task points (configs/synthetic.py): accuracy_TASK.png per task (the share of rows
-  answered exactly, mean over seeds with their range, vs evaluation length), the same as a table,
-  passkey accuracy per key depth, and which schemes separate by more than their seed spread.
+  answered exactly, mean over seeds with their range, vs evaluation length), the same as a table
+  beside the share of answer tokens predicted right, passkey accuracy per key depth, and which
+  schemes separate by more than their seed spread on either measure.
 """
 
 import datetime
@@ -163,15 +164,20 @@ def position_curves(points: list[dict]) -> dict:
   return curves
 
 
-def accuracy_table(points: list[dict]) -> dict:
-  """For synthetic tasks: task -> {label: {length: [sequence accuracy per seed]}}."""
+# Synthetic-task metrics the report tabulates: eval_results.json key -> table title.
+ACCURACIES = {'sequence_accuracy': 'share of rows answered exactly',
+              'accuracy': 'share of answer tokens predicted right'}
+
+
+def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dict:
+  """For synthetic tasks: task -> {label: {length: [`metric` per seed]}} (an ACCURACIES key)."""
   out = {}
   for (scheme, options), members in groups(points).items():
     for p in members:
       per_length = out.setdefault(p['task'][len(SYNTHETIC):], {}).setdefault(
           label(scheme, options), {})
       for length, row in p['evals'].get('', {}).items():
-        per_length.setdefault(length, []).append(row['sequence_accuracy'])
+        per_length.setdefault(length, []).append(row[metric])
   return out
 
 
@@ -221,33 +227,38 @@ def _lm_sections(lm: list[dict]) -> list[str]:
 
 
 def _synthetic_sections(synthetic: list[dict]) -> list[str]:
-  table = accuracy_table(synthetic)
+  tables = {metric: accuracy_table(synthetic, metric) for metric in ACCURACIES}
   lines = []
-  for task, rows in sorted(table.items()):
-    lengths = sorted({n for per_length in rows.values() for n in per_length})
-    lines += [f'## {task}: share of rows answered exactly (mean ± std over seeds)', '',
-              '| scheme | seeds | ' + ' | '.join(str(n) for n in lengths) + ' |',
-              '|---' * (len(lengths) + 2) + '|']
-    order = sorted(rows, key=lambda k: -statistics.mean(rows[k].get(lengths[0], [0])))
-    for tag in order:
-      seeds = max(len(v) for v in rows[tag].values())
-      lines.append(f'| {tag} | {seeds} | ' + ' | '.join(
-          _mean_std(rows[tag].get(n, []), 3) for n in lengths) + ' |')
-    lines += ['', f'![{task} accuracy vs length](accuracy_{task}.png)', '']
+  for task in sorted(tables['sequence_accuracy']):
+    for metric, title in ACCURACIES.items():
+      rows = tables[metric][task]
+      lengths = sorted({n for per_length in rows.values() for n in per_length})
+      lines += [f'## {task}: {title} (mean ± std over seeds)', '',
+                '| scheme | seeds | ' + ' | '.join(str(n) for n in lengths) + ' |',
+                '|---' * (len(lengths) + 2) + '|']
+      order = sorted(rows, key=lambda k: -statistics.mean(rows[k].get(lengths[0], [0])))
+      for tag in order:
+        seeds = max(len(v) for v in rows[tag].values())
+        lines.append(f'| {tag} | {seeds} | ' + ' | '.join(
+            _mean_std(rows[tag].get(n, []), 3) for n in lengths) + ' |')
+      lines.append('')
+    lines += [f'![{task} accuracy vs length](accuracy_{task}.png)', '']
     if task == 'passkey':
       lines += _depth_table([p for p in synthetic if p['task'] == SYNTHETIC + task])
-  found = separations(table)
+  found = [(metric,) + f for metric in ACCURACIES for f in separations(tables[metric])]
   lines += ['## Differences larger than the seed spread', '',
             'Pairs whose seed ranges do not overlap (every seed of the first above every seed '
-            'of the second), by task and length: '
+            'of the second), by task, measure and length: '
             f'{len(found)} pairs.', '']
   if found:
-    lines += ['| task | length | higher | lower | gap (min of higher - max of lower) |',
-              '|---' * 5 + '|']
-    for task, length, a, b, gap in sorted(found, key=lambda f: (f[0], f[1], -f[4]))[:60]:
-      lines.append(f'| {task} | {length} | {a} | {b} | {gap:.3f} |')
-    if len(found) > 60:
-      lines.append(f'| ... | | | | ({len(found) - 60} more) |')
+    lines += ['| task | measure | length | higher | lower | gap (min of higher - max of lower) |',
+              '|---' * 6 + '|']
+    found.sort(key=lambda f: (f[1], f[0] != 'sequence_accuracy', f[2], -f[5]))
+    for metric, task, length, a, b, gap in found[:80]:
+      measure = 'rows exact' if metric == 'sequence_accuracy' else 'answer tokens'
+      lines.append(f'| {task} | {measure} | {length} | {a} | {b} | {gap:.3f} |')
+    if len(found) > 80:
+      lines.append(f'| ... | | | | | ({len(found) - 80} more) |')
   lines.append('')
   return lines
 

@@ -286,3 +286,35 @@ def get_sweep(arg=''):
   assert '| rope (kind=linear, factor=4.0, continued from=base) | - |' in text
   assert os.path.exists(os.path.join(root, 'position_loss.png'))
   assert context_extension.get_sweep('')['points'][1]['init_from'] == '{sweep}/base'
+
+
+def _synthetic_point(scheme, seed, rows_exact, tokens_right):
+  return {'scheme': scheme, 'options': '', 'seed': seed, 'task': 'synthetic/copy',
+          'status': 'done', 'evals': {'': {
+              n: {'sequence_accuracy': e, 'accuracy': t}
+              for n, e, t in zip((32, 64), rows_exact, tokens_right)}}}
+
+
+def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure():
+  """Hand-made copy results: `a` beats `b` on whole rows at 32 on every seed (0.5-0.6 against
+  0.1-0.2, gap 0.3) but their ranges overlap at 64; on answer tokens the ranges overlap at 32
+  and `a` is apart at 64 (gap 0.05). The tables show mean ± sample std over the seeds."""
+  points = [_synthetic_point('a', 0, (0.5, 0.1), (0.9, 0.40)),
+            _synthetic_point('a', 1, (0.6, 0.3), (0.7, 0.45)),
+            _synthetic_point('b', 0, (0.1, 0.2), (0.8, 0.30)),
+            _synthetic_point('b', 1, (0.2, 0.0), (0.6, 0.35))]
+  rows = report.accuracy_table(points)
+  assert rows == {'copy': {'a': {32: [0.5, 0.6], 64: [0.1, 0.3]},
+                           'b': {32: [0.1, 0.2], 64: [0.2, 0.0]}}}
+  found = report.separations(rows)
+  assert [f[:4] for f in found] == [('copy', 32, 'a', 'b')]
+  assert found[0][4] == pytest.approx(0.3)
+  tokens = report.separations(report.accuracy_table(points, 'accuracy'))
+  assert [f[:4] for f in tokens] == [('copy', 64, 'a', 'b')]
+  assert tokens[0][4] == pytest.approx(0.05)
+  text = '\n'.join(report._synthetic_sections(points))  # pylint: disable=protected-access
+  assert '## copy: share of answer tokens predicted right' in text
+  assert '| a | 2 | 0.550 ± 0.071 | 0.200 ± 0.141 |' in text
+  assert '| copy | rows exact | 32 | a | b | 0.300 |' in text
+  assert '| copy | answer tokens | 64 | a | b | 0.050 |' in text
+  assert 'by task, measure and length: 2 pairs' in text
