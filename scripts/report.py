@@ -169,6 +169,9 @@ ACCURACIES = {'sequence_accuracy': 'share of rows answered exactly',
               'accuracy': 'share of answer tokens predicted right'}
 
 
+SHOWN_PAIRS = 4  # The widest separations the report names per task, measure and length.
+
+
 def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dict:
   """For synthetic tasks: task -> {label: {length: [`metric` per seed]}} (an ACCURACIES key)."""
   out = {}
@@ -250,15 +253,18 @@ def _synthetic_sections(synthetic: list[dict]) -> list[str]:
             'Pairs whose seed ranges do not overlap (every seed of the first above every seed '
             'of the second), by task, measure and length: '
             f'{len(found)} pairs.', '']
-  if found:
-    lines += ['| task | measure | length | higher | lower | gap (min of higher - max of lower) |',
-              '|---' * 6 + '|']
-    found.sort(key=lambda f: (f[1], f[0] != 'sequence_accuracy', f[2], -f[5]))
-    for metric, task, length, a, b, gap in found[:80]:
-      measure = 'rows exact' if metric == 'sequence_accuracy' else 'answer tokens'
-      lines.append(f'| {task} | {measure} | {length} | {a} | {b} | {gap:.3f} |')
-    if len(found) > 80:
-      lines.append(f'| ... | | | | | ({len(found) - 80} more) |')
+  if found:  # Per task, measure and length: how many pairs, and the widest gaps.
+    lines += ['| task | measure | length | pairs | widest gaps (higher > lower: gap) |',
+              '|---' * 5 + '|']
+    cells = {}
+    for metric, task, length, a, b, gap in found:
+      cells.setdefault((task, metric != 'sequence_accuracy', length), []).append((gap, a, b))
+    for (task, tokens, length), pairs in sorted(cells.items()):
+      pairs.sort(reverse=True)
+      widest = '; '.join(f'{a} > {b}: {gap:.3f}' for gap, a, b in pairs[:SHOWN_PAIRS])
+      more = f'; {len(pairs) - SHOWN_PAIRS} more' if len(pairs) > SHOWN_PAIRS else ''
+      measure = 'answer tokens' if tokens else 'rows exact'
+      lines.append(f'| {task} | {measure} | {length} | {len(pairs)} | {widest}{more} |')
   lines.append('')
   return lines
 

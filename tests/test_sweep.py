@@ -315,6 +315,6 @@ def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure
   text = '\n'.join(report._synthetic_sections(points))  # pylint: disable=protected-access
   assert '## copy: share of answer tokens predicted right' in text
   assert '| a | 2 | 0.550 ± 0.071 | 0.200 ± 0.141 |' in text
-  assert '| copy | rows exact | 32 | a | b | 0.300 |' in text
-  assert '| copy | answer tokens | 64 | a | b | 0.050 |' in text
+  assert '| copy | rows exact | 32 | 1 | a > b: 0.300 |' in text
+  assert '| copy | answer tokens | 64 | 1 | a > b: 0.050 |' in text
   assert 'by task, measure and length: 2 pairs' in text
