@@ -1,18 +1,18 @@
 """The tied output layer and its cross-entropy, chunk by chunk along the sequence.
 
 `chunked_token_sums` returns what `tasks.token_sums` returns for the logits
-`(hidden @ embedding^T) * scale`, without ever holding the [tokens, vocabulary] float32 logits,
+`(hidden @ embedding^T) * scale (+ bias)`, without ever holding the [tokens, vocabulary] float32 logits,
 their softmax or their gradient: a `lax.scan` over chunks of `chunk` sequence positions (every
 row of the batch, so a batch sharded over devices keeps its rows on them) computes each chunk's
 logits, its sums and, when differentiated, its gradients with respect to the hidden states and
-the embedding right away. Only scalar sums leave the function, so each chunk's gradient is known
+the embedding (and the output bias, if any) right away. Only scalar sums leave the function, so each chunk's gradient is known
 up to the sums' cotangents in the forward pass; the backward pass scales what the forward pass
 left (d hidden [batch, L, d] and d embedding [vocabulary, d]) instead of computing the logits
 again. Its memory is that of one chunk's logits instead of all of them.
 
 The label-smoothed objective's gradient differs from the cross-entropy's by
 e * (onehot - 1/V) per token, which needs no logits: the backward pass adds it from the
-embedding rows of the targets and the hidden states.
+embedding rows of the targets and the hidden states (and, for the bias, the targets' counts).
 
 The scale multiplies the embedding once instead of every chunk's logits, (h E^T) s = h (s E)^T:
 in float32 the same logits to rounding, in bfloat16 bfloat16 products either way.
@@ -49,12 +49,14 @@ def _pad(hidden, targets, weights, chunk):
   return widen(hidden), widen(targets), widen(weights)
 
 
-def _chunk_sums(h, scaled_embedding, t, w, label_smoothing, shards):
+def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
   """One chunk: float32 logits [rows, V], the three sums per batch shard [shards, 3], and the
   log-normaliser the gradient needs. Everything is written in terms of the logits and their
   log-sum-exp, so XLA computes each [rows, V] quantity inside the pass that reads it instead of
   storing logits - max."""
   logits = jnp.dot(h, scaled_embedding.T).astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias
   top = jnp.max(logits, axis=-1, keepdims=True)
   lse = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
   ce = lse[:, 0] - jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
@@ -68,10 +70,10 @@ def _chunk_sums(h, scaled_embedding, t, w, label_smoothing, shards):
   return sharding.constrain(sums, ('batch', None)), logits, lse
 
 
-def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk, grads):
+def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk, grads):
   """The scan over chunks: the sums, and with `grads` the cross-entropy's gradients with
-  respect to hidden [batch, L, d] and to the embedding [V, d] (for a unit cotangent of the
-  weighted cross-entropy sum)."""
+  respect to hidden [batch, L, d], to the embedding [V, d] and to the bias [V] (None without
+  one), for a unit cotangent of the weighted cross-entropy sum."""
   b, length = hidden.shape[:2]
   # The scale goes into the embedding once, not into every chunk's logits and their gradient:
   # (h E^T) s = h (s E)^T, and the logits' gradient g gives g (s E) and s (h^T g).
@@ -93,10 +95,10 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
 
   def step(carry, x):
     h, h_t, t, w = x
-    sums, logits, lse = _chunk_sums(h, scaled, t, w, label_smoothing, shards)
+    sums, logits, lse = _chunk_sums(h, scaled, bias, t, w, label_smoothing, shards)
     if not grads:
       return carry + sums, None
-    totals, d_emb_t = carry
+    totals, d_emb_t, d_bias = carry
     onehot = jax.lax.broadcasted_iota(t.dtype, logits.shape, 1) == t[:, None]
     d_logits = w[:, None] * (jnp.exp(logits - lse) - onehot.astype(jnp.float32))
     d_logits = d_logits.astype(h.dtype)
@@ -106,17 +108,25 @@ def _forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
     # product in the activation dtype, as the unchunked layer's, then summed in float32.
     part = jnp.einsum('sdr,srv->sdv', h_t, d_logits.reshape(shards, -1, d_logits.shape[-1]))
     d_emb_t = sharding.constrain(d_emb_t + part.astype(jnp.float32), ('batch', None, None))
-    return (totals + sums, d_emb_t), d_h
+    if bias is not None:  # Rows summed as a product with ones (see models.add_bias).
+      ones = jnp.ones((shards, rows // shards), jnp.float32)
+      d_bias = d_bias + jnp.einsum('sr,srv->sv', ones, d_logits.astype(jnp.float32).reshape(
+          shards, -1, d_logits.shape[-1]))
+    return (totals + sums, d_emb_t, d_bias), d_h
 
   zeros = sharding.constrain(jnp.zeros((shards, 3), jnp.float32), ('batch', None))
   if not grads:
     totals, _ = jax.lax.scan(step, zeros, xs)
-    return totals.sum(axis=0), None, None
-  init = (zeros, sharding.constrain(jnp.zeros((shards, d, embedding.shape[0]), jnp.float32),
-                                    ('batch', None, None)))
-  (totals, d_emb_t), d_h = jax.lax.scan(step, init, xs)
+    return totals.sum(axis=0), None, None, None
+  vocab = embedding.shape[0]
+  init = (zeros, sharding.constrain(jnp.zeros((shards, d, vocab), jnp.float32),
+                                    ('batch', None, None)),
+          None if bias is None else sharding.constrain(jnp.zeros((shards, vocab), jnp.float32),
+                                                       ('batch', None)))
+  (totals, d_emb_t, d_bias), d_h = jax.lax.scan(step, init, xs)
   d_hidden = _unchunk(d_h, b)[:, :length]
-  return totals.sum(axis=0), d_hidden, (d_emb_t.sum(axis=0) * scale).T
+  d_bias = None if bias is None else d_bias.sum(axis=0)
+  return totals.sum(axis=0), d_hidden, (d_emb_t.sum(axis=0) * scale).T, d_bias
 
 
 def _result(totals, weights):
@@ -124,26 +134,27 @@ def _result(totals, weights):
           'weight': weights.astype(jnp.float32).sum()}
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _sums(hidden, embedding, targets, weights, scale, label_smoothing, chunk):
-  return _result(_forward(hidden, embedding, targets, weights, scale, label_smoothing, chunk,
-                          grads=False)[0], weights)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _sums(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk):
+  return _result(_forward(hidden, embedding, bias, targets, weights, scale, label_smoothing,
+                          chunk, grads=False)[0], weights)
 
 
-def _sums_fwd(hidden, embedding, targets, weights, scale, label_smoothing, chunk):
-  totals, d_hidden, d_embedding = _forward(hidden, embedding, targets, weights, scale,
-                                           label_smoothing, chunk, grads=True)
-  residuals = (d_hidden, d_embedding, hidden, embedding, targets, weights)
+def _sums_fwd(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk):
+  totals, d_hidden, d_embedding, d_bias = _forward(hidden, embedding, bias, targets, weights,
+                                                   scale, label_smoothing, chunk, grads=True)
+  residuals = (d_hidden, d_embedding, d_bias, hidden, embedding, targets, weights)
   return _result(totals, weights), residuals
 
 
 def _sums_bwd(scale, label_smoothing, chunk, residuals, cotangents):
   del chunk
-  d_hidden, d_embedding, hidden, embedding, targets, weights = residuals
+  d_hidden, d_embedding, d_bias, hidden, embedding, targets, weights = residuals
   g_objective, g_loss = cotangents['objective_sum'], cotangents['loss_sum']
   both = g_objective + g_loss  # Both sums share the cross-entropy part of the gradient.
   grad_hidden = both.astype(d_hidden.dtype) * d_hidden
   grad_embedding = both * d_embedding
+  grad_bias = None if d_bias is None else both * d_bias
   if label_smoothing:  # The objective's extra e * (onehot - 1/V) per token, times w * g.
     factor = g_objective * label_smoothing * scale
     w = weights.astype(jnp.float32)[..., None]
@@ -154,7 +165,12 @@ def _sums_bwd(scale, label_smoothing, chunk, residuals, cotangents):
     spread = jnp.zeros_like(d_embedding).at[targets.reshape(-1)].add(h.reshape(-1, h.shape[-1]))
     grad_embedding = grad_embedding + factor * (
         spread - jnp.sum(h, axis=(0, 1)) / embedding.shape[0])
-  return (grad_hidden.astype(hidden.dtype), grad_embedding.astype(embedding.dtype), None, None)
+    if grad_bias is not None:  # e * (onehot - 1/V) summed over the tokens, times w * g.
+      counts = jnp.zeros_like(d_bias).at[targets.reshape(-1)].add(w.reshape(-1))
+      grad_bias = grad_bias + g_objective * label_smoothing * (
+          counts - jnp.sum(w) / embedding.shape[0])
+  return (grad_hidden.astype(hidden.dtype), grad_embedding.astype(embedding.dtype), grad_bias,
+          None, None)
 
 
 _sums.defvjp(_sums_fwd, _sums_bwd)
@@ -162,9 +178,9 @@ _sums.defvjp(_sums_fwd, _sums_bwd)
 
 def chunked_token_sums(hidden: jax.Array, embedding: jax.Array, targets: jax.Array,
                        weights: jax.Array, *, scale: float, label_smoothing: float = 0.0,
-                       chunk: int = 64) -> dict[str, jax.Array]:
-  """`tasks.token_sums` of the logits (hidden @ embedding^T) * scale, `chunk` sequence positions
-  of every row at a time (see the module's docstring).
+                       chunk: int = 64, bias: jax.Array | None = None) -> dict[str, jax.Array]:
+  """`tasks.token_sums` of the logits (hidden @ embedding^T) * scale (+ bias), `chunk` sequence
+  positions of every row at a time (see the module's docstring).
 
   Args:
     hidden: [batch, L, d] final hidden states, in the activation dtype.
@@ -174,9 +190,10 @@ def chunked_token_sums(hidden: jax.Array, embedding: jax.Array, targets: jax.Arr
     scale: the logits' scale (1/sqrt(d_model) for the tied output layer).
     label_smoothing: e of the objective (1 - e) CE + e mean_v(-log p_v).
     chunk: sequence positions per chunk (L is padded with weight-0 positions to a multiple).
+    bias: an optional float32 [V] added to the float32 logits (the masked LM's output bias).
   Returns:
     {'objective_sum', 'loss_sum', 'correct', 'weight'}: float32 scalars, differentiable with
-    respect to hidden and embedding through the first two.
+    respect to hidden, embedding and bias through the first two.
   """
-  return _sums(hidden, embedding, targets, weights, float(scale), float(label_smoothing),
+  return _sums(hidden, embedding, bias, targets, weights, float(scale), float(label_smoothing),
                int(chunk))

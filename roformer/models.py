@@ -435,10 +435,13 @@ class MaskedLM(Transformer):
     """Float32 logits [batch, len, vocab] at every position."""
     return self.predict(self.encode_segments(tokens, positions, segment_ids, key, token_types))
 
+  def transform(self, hidden):
+    """The masked-LM head's dense layer, activation and LayerNorm, before the tied output."""
+    return self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
+
   def predict(self, hidden):
     """The masked-LM head on encoder states [..., d_model] (any subset of the positions)."""
-    hidden = self.head_ln(ACTIVATIONS[self.activation](self.head(hidden)))
-    return add_bias(self.logits(hidden), self.output_bias.value)
+    return add_bias(self.logits(self.transform(hidden)), self.output_bias.value)
 
 
 class Classifier(Transformer):

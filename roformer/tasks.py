@@ -326,15 +326,18 @@ EVAL_MASK_SEED = 20210420
 class MaskedLanguageModeling(LanguageModeling):
   """BERT-style masked-LM pretraining (`mlm`) on packed documents: the loss and accuracy are
   over the selected positions only. Masks are drawn on the device from the step's key (a new
-  draw every step, as in RoBERTa), and from the batch's contents during evaluation."""
+  draw every step, as in RoBERTa), and from the batch's contents during evaluation.
+
+  With the head at every position (`max_predictions=0`) and `loss_chunk` > 0, the tied output
+  layer and its cross-entropy run chunk by chunk (`roformer.losses`) as the causal LM's do."""
 
   features = ('inputs', 'inputs_segment_ids', 'inputs_positions')
   extra_tokens = 1  # The [MASK] id: tokenizer.vocab_size, the model's last id.
 
   def __init__(self, rate: float = 0.15, mask_fraction: float = 0.8,
-               random_fraction: float = 0.1, max_predictions: int = -1):
+               random_fraction: float = 0.1, max_predictions: int = -1, loss_chunk: int = 0):
     self.rate, self.mask_fraction, self.random_fraction = rate, mask_fraction, random_fraction
-    self.max_predictions = max_predictions
+    self.max_predictions, self.loss_chunk = max_predictions, loss_chunk
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
     return pipeline.lm_dataset(
@@ -367,6 +370,13 @@ class MaskedLanguageModeling(LanguageModeling):
         max_selected=cap, groups=cap_groups)
     hidden = model.encode_segments(corrupted, batch['inputs_positions'], segments, dropout_key)
     targets, weights = inputs, selected
+    tokens = {'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
+    if slots is None and self.loss_chunk:
+      sums = losses.chunked_token_sums(
+          model.transform(hidden), model.embed.embedding.value, targets,
+          weights.astype(jnp.float32), scale=model.logits_scale, label_smoothing=label_smoothing,
+          chunk=self.loss_chunk, bias=model.output_bias.value)
+      return {**sums, **tokens}
     if slots is not None:
       block = lambda x: x.reshape((groups, rows // groups * length) + x.shape[2:])
       _, index = jax.lax.top_k(block(selected).astype(jnp.float32), slots)  # Every selection.
@@ -376,7 +386,7 @@ class MaskedLanguageModeling(LanguageModeling):
       targets, weights = take(inputs), take(selected)
     sums = token_sums(model.predict(hidden), targets, weights.astype(jnp.float32),
                       label_smoothing)
-    return {**sums, 'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
+    return {**sums, **tokens}
 
 
 class SyntheticTask(LanguageModeling):
@@ -495,7 +505,7 @@ TASKS = {
     'encoder_decoder': lambda config: Translation(),
     'mlm': lambda config: MaskedLanguageModeling(
         config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction,
-        config.data.get('max_predictions', -1)),
+        config.data.get('max_predictions', -1), config.model.get('loss_chunk', 0)),
     'classifier': lambda config: Classification(regression=config.model.num_classes == 1),
 }
 

@@ -26,10 +26,12 @@ def _inputs(dtype=jnp.float32, seed=0, batch=3, length=10, d=16, vocab=37):
   return hidden, embedding, targets, weights
 
 
-def _whole(hidden, embedding, targets, weights, scale, smoothing):
-  """What the model and task compute without chunks: the tied logits, then token_sums."""
+def _whole(hidden, embedding, targets, weights, scale, smoothing, bias=None):
+  """What the model and task compute without chunks: the tied logits (plus the masked LM's
+  output bias, if any), then token_sums."""
   logits = (jnp.dot(hidden, embedding.astype(hidden.dtype).T) * jnp.asarray(scale, hidden.dtype))
-  return tasks.token_sums(logits.astype(jnp.float32), targets, weights, smoothing)
+  logits = logits.astype(jnp.float32)
+  return tasks.token_sums(logits if bias is None else logits + bias, targets, weights, smoothing)
 
 
 def _objective(sums):
@@ -37,20 +39,26 @@ def _objective(sums):
   return 0.7 * sums['objective_sum'] + 0.2 * sums['loss_sum'] + 0.0 * sums['correct']
 
 
+@pytest.mark.parametrize('with_bias', [False, True])
 @pytest.mark.parametrize('smoothing', [0.0, 0.1])
 @pytest.mark.parametrize('chunk', [3, 16])  # 3: L padded; 16: one chunk wider than L.
-def test_chunked_cross_entropy_equals_the_whole_one(chunk, smoothing):
+def test_chunked_cross_entropy_equals_the_whole_one(chunk, smoothing, with_bias):
   hidden, embedding, targets, weights = _inputs()
+  bias = jnp.asarray(np.random.default_rng(5).normal(size=embedding.shape[0]), jnp.float32)
+  bias = bias if with_bias else None
   scale = 16 ** -0.5
-  whole = lambda h, e: _whole(h, e, targets, weights, scale, smoothing)
-  chunked = lambda h, e: losses.chunked_token_sums(h, e, targets, weights, scale=scale,
-                                                   label_smoothing=smoothing, chunk=chunk)
-  want, got = whole(hidden, embedding), chunked(hidden, embedding)
+  whole = lambda h, e, b: _whole(h, e, targets, weights, scale, smoothing, b)
+  chunked = lambda h, e, b: losses.chunked_token_sums(h, e, targets, weights, scale=scale,
+                                                      label_smoothing=smoothing, chunk=chunk,
+                                                      bias=b)
+  want, got = whole(hidden, embedding, bias), chunked(hidden, embedding, bias)
   assert set(got) == set(want)
   for name in want:
     np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
-  want_grads = jax.grad(lambda h, e: _objective(whole(h, e)), argnums=(0, 1))(hidden, embedding)
-  got_grads = jax.grad(lambda h, e: _objective(chunked(h, e)), argnums=(0, 1))(hidden, embedding)
+  args = (hidden, embedding, bias)
+  argnums = (0, 1, 2) if with_bias else (0, 1)
+  want_grads = jax.grad(lambda *a: _objective(whole(*a)), argnums=argnums)(*args)
+  got_grads = jax.grad(lambda *a: _objective(chunked(*a)), argnums=argnums)(*args)
   for want_grad, got_grad in zip(want_grads, got_grads):
     np.testing.assert_allclose(got_grad, want_grad, rtol=1e-5, atol=1e-6)
   # Padding positions get no gradient.

@@ -104,7 +104,10 @@ def test_max_predictions_caps_each_row():
   assert float(sums['weight']) == 5
 
 
-def test_the_head_on_gathered_positions_equals_the_head_everywhere():
+def test_the_head_on_gathered_positions_or_in_chunks_equals_the_head_everywhere():
+  """Sums and every parameter's gradient (label smoothing on, so the output bias gets the
+  smoothing term too): the head at the gathered selections, and at every position chunk by
+  chunk (5 positions per chunk: 32 in 7, the last padded), against the whole head."""
   cfg = test_config.get_config('mlm')
   cfg.model.vocab_size = 64
   model = models.create(cfg.model, seed=1)
@@ -118,22 +121,26 @@ def test_the_head_on_gathered_positions_equals_the_head_everywhere():
            'inputs_positions': jnp.broadcast_to(jnp.arange(32), (4, 32))}
   key = jax.random.key(2)
 
-  def loss_and_grads(max_predictions):
-    task = tasks.MaskedLanguageModeling(max_predictions=max_predictions)
+  def loss_and_grads(max_predictions, loss_chunk=0):
+    task = tasks.MaskedLanguageModeling(max_predictions=max_predictions, loss_chunk=loss_chunk)
     def loss(p):
-      sums = task.sums(nnx.merge(graphdef, p), batch, key)
-      return sums['loss_sum'], sums
+      sums = task.sums(nnx.merge(graphdef, p), batch, key, label_smoothing=0.1)
+      return 0.7 * sums['objective_sum'] + 0.2 * sums['loss_sum'], sums
     (_, sums), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     return sums, grads
 
   assert tasks.prediction_slots(-1, 0.15, 4, 32) == 40 < 128  # The gathered path is taken.
-  gathered, g_grads = loss_and_grads(-1)
   everywhere, e_grads = loss_and_grads(0)
-  assert float(gathered['weight']) == float(everywhere['weight']) > 0
-  for name in ('loss_sum', 'objective_sum', 'correct'):
-    np.testing.assert_allclose(float(gathered[name]), float(everywhere[name]), rtol=1e-6)
-  for a, b in zip(jax.tree.leaves(g_grads), jax.tree.leaves(e_grads)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  assert float(everywhere['weight']) > 0
+  assert np.abs(np.asarray(e_grads['output_bias'].value)).max() > 0
+  for other in (loss_and_grads(-1), loss_and_grads(0, loss_chunk=5)):
+    sums, grads = other
+    assert float(sums['weight']) == float(everywhere['weight'])
+    assert float(sums['tokens']) == float(everywhere['tokens'])
+    for name in ('loss_sum', 'objective_sum', 'correct'):
+      np.testing.assert_allclose(float(sums[name]), float(everywhere[name]), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(e_grads)):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 @pytest.fixture(scope='module')
