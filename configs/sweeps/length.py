@@ -7,9 +7,9 @@ evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at three seeds.
   ...length.py:associative_recall  ...length.py:smoke,xl,alibi  # only those tasks / schemes
 
 The tasks are passkey and copy unless named: associative recall needs an induction circuit that
-the small model of configs/synthetic.py did not form within a few thousand steps at any setting
-tried (accuracy stays near 0.25 at the training length, see docs/length_generalization.md), so
-it would only add hours of runs that separate nothing. Name it to run it.
+the small model of configs/synthetic.py did not form within 12,000 steps or at any other setting
+tried (accuracy 0.23-0.28 at the training length; docs/length_generalization.md has the table),
+so it would only add hours of runs that separate nothing. Name it to run it.
 
 `:smoke` trains a tiny model for 10 steps at one seed (rope and alibi unless schemes are named):
 a check that the whole pipeline runs, not a result.
