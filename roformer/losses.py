@@ -59,12 +59,16 @@ def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
     logits = logits + bias
   top = jnp.max(logits, axis=-1, keepdims=True)
   lse = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
-  ce = lse[:, 0] - jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
+  target = jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
+  ce = lse[:, 0] - target
   objective = ce
   if label_smoothing:
     mean_logp = jnp.mean(logits, axis=-1) - lse[:, 0]
     objective = (1.0 - label_smoothing) * ce - label_smoothing * mean_logp
-  correct = (jnp.argmax(logits, axis=-1) == t).astype(jnp.float32)
+  # Right when the target's logit is the largest: the max is already at hand, where an argmax
+  # is one more pass over [rows, V] (XLA:CPU's variadic reduce with an iota: 8% of the small
+  # causal step). It differs from argmax == target only on an exact tie for the largest logit.
+  correct = (target >= top[:, 0]).astype(jnp.float32)
   per_row = jnp.stack([objective * w, ce * w, correct * w], axis=-1)  # [rows, 3]
   sums = per_row.reshape(shards, -1, 3).sum(axis=1)
   return sharding.constrain(sums, ('batch', None)), logits, lse

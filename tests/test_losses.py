@@ -65,6 +65,18 @@ def test_chunked_cross_entropy_equals_the_whole_one(chunk, smoothing, with_bias)
   np.testing.assert_array_equal(np.asarray(got_grads[0])[np.asarray(weights) == 0], 0.0)
 
 
+def test_a_target_tied_for_the_largest_logit_counts_as_right():
+  """`correct` is "the target's logit is the largest" (no argmax pass): with two identical
+  embedding rows the logits of ids 1 and 2 tie for the largest, and either as the target is
+  right, where argmax == target would credit id 1 only; any other target is wrong."""
+  embedding = jnp.asarray([[0.0, 0.0], [1.0, 2.0], [1.0, 2.0], [-1.0, 0.5]], jnp.float32)
+  hidden = jnp.asarray([[[1.0, 1.0]] * 4], jnp.float32)  # Logits 0, 3, 3, -0.5.
+  targets = jnp.asarray([[1, 2, 0, 3]], jnp.int32)
+  weights = jnp.ones((1, 4), jnp.float32)
+  sums = losses.chunked_token_sums(hidden, embedding, targets, weights, scale=1.0, chunk=2)
+  assert float(sums['correct']) == 2.0
+
+
 def test_chunked_cross_entropy_in_bfloat16_follows_the_whole_one():
   """With bfloat16 activations the logits are bfloat16 products in both (the chunked layer
   scales the embedding instead of the logits); sums and gradients agree to bfloat16's
