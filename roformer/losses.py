@@ -1,14 +1,19 @@
 """The tied output layer and its cross-entropy, chunk by chunk along the sequence.
 
 `chunked_token_sums` returns what `tasks.token_sums` returns for the logits
-`(hidden @ embedding^T) * scale (+ bias)`, without ever holding the [tokens, vocabulary] float32 logits,
-their softmax or their gradient: a `lax.scan` over chunks of `chunk` sequence positions (every
-row of the batch, so a batch sharded over devices keeps its rows on them) computes each chunk's
-logits, its sums and, when differentiated, its gradients with respect to the hidden states and
-the embedding (and the output bias, if any) right away. Only scalar sums leave the function, so each chunk's gradient is known
-up to the sums' cotangents in the forward pass; the backward pass scales what the forward pass
-left (d hidden [batch, L, d] and d embedding [vocabulary, d]) instead of computing the logits
-again. Its memory is that of one chunk's logits instead of all of them.
+`(hidden @ embedding^T) * scale (+ bias)`, without ever holding the [tokens, vocabulary] float32
+logits, their softmax or their gradient: a `lax.scan` over chunks of `chunk` sequence positions
+(every row of the batch, so a batch sharded over devices keeps its rows on them) computes each
+chunk's logits, its sums and, when differentiated, its gradients with respect to the hidden
+states, the embedding and the output bias (if any) right away. Only scalar sums leave the
+function, so each chunk's gradient is known up to the sums' cotangents in the forward pass; the
+backward pass scales what the forward pass left (d hidden [batch, L, d], d embedding
+[vocabulary, d], d bias [vocabulary]) instead of computing the logits again. Its memory is that
+of one chunk's logits instead of all of them.
+
+`correct` counts a token whose target's logit is the largest, read off the max that the
+log-sum-exp takes anyway; `tasks.token_sums` counts argmax == target, one more pass over the
+logits. The two differ only on an exact tie for the largest logit.
 
 The label-smoothed objective's gradient differs from the cross-entropy's by
 e * (onehot - 1/V) per token, which needs no logits: the backward pass adds it from the
@@ -65,9 +70,7 @@ def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
   if label_smoothing:
     mean_logp = jnp.mean(logits, axis=-1) - lse[:, 0]
     objective = (1.0 - label_smoothing) * ce - label_smoothing * mean_logp
-  # Right when the target's logit is the largest: the max is already at hand, where an argmax
-  # is one more pass over [rows, V] (XLA:CPU's variadic reduce with an iota: 8% of the small
-  # causal step). It differs from argmax == target only on an exact tie for the largest logit.
+  # Not an argmax: XLA:CPU runs it as one more reduce over [rows, V] (see the module docstring).
   correct = (target >= top[:, 0]).astype(jnp.float32)
   per_row = jnp.stack([objective * w, ce * w, correct * w], axis=-1)  # [rows, 3]
   sums = per_row.reshape(shards, -1, 3).sum(axis=1)
@@ -197,7 +200,8 @@ def chunked_token_sums(hidden: jax.Array, embedding: jax.Array, targets: jax.Arr
     bias: an optional float32 [V] added to the float32 logits (the masked LM's output bias).
   Returns:
     {'objective_sum', 'loss_sum', 'correct', 'weight'}: float32 scalars, differentiable with
-    respect to hidden, embedding and bias through the first two.
+    respect to hidden, embedding and bias through the first two; `correct` credits a target
+    tied for the largest logit (see the module docstring).
   """
   return _sums(hidden, embedding, bias, targets, weights, float(scale), float(label_smoothing),
                int(chunk))
