@@ -18,12 +18,25 @@ from configs import base
 from roformer import positions
 from roformer.data import synthetic
 
-# Per task: the training length and steps (2 CPU cores: each run trains in a few minutes).
+# Per task: the training length, and the training fields that differ from the shared ones in
+# get_config (2 CPU cores: each run trains in a few minutes). Associative recall is learned only
+# once an induction circuit forms: with 128 rows a step of 16 tokens (4 pairs, 2 queries) at a
+# constant learning rate of 1e-3 and no weight decay, that took 600-1,200 steps; with 32 rows a
+# step, or a decaying or larger rate, it stayed at guessing for up to 12,000 steps
+# (docs/length_generalization.md has every setting tried).
 TASKS = {
-    'passkey': {'seq_len': 64, 'steps': 400},
-    'associative_recall': {'seq_len': 32, 'steps': 600},
-    'copy': {'seq_len': 32, 'steps': 600},
+    'passkey': {'seq_len': 64, 'train': {'steps': 400}},
+    'associative_recall': {'seq_len': 16, 'train': {
+        'steps': 1500, 'batch_size': 128, 'learning_rate': 1e-3, 'weight_decay': 0.0,
+        'end_lr_fraction': 1.0}},
+    'copy': {'seq_len': 32, 'train': {'steps': 600}},
 }
+
+
+def train_fields(task: str) -> dict:
+  """`config.train` fields of `task` that differ from the shared ones (the sweeps pass these)."""
+  fields = {'checkpoint_every': TASKS[task]['train']['steps'], **TASKS[task]['train']}
+  return {f'train.{k}': v for k, v in fields.items()}
 
 
 def get_config(arg: str = 'passkey'):
@@ -45,13 +58,13 @@ def get_config(arg: str = 'passkey'):
       'num_keys': 128,  # associative_recall: distinct keys (pairs fill the row: rows of 8x
                         # the training length need as many keys as they hold pairs).
       'num_values': 16,  # associative_recall: values.
-      'num_queries': 4,  # associative_recall: queries (answers) per row.
+      'num_queries': 2,  # associative_recall: queries (answers) per row.
       'num_symbols': 128,  # copy: alphabet.
       'min_length': 1,  # copy: fewest symbols (the most is what fits the row).
       'reverse': False,  # copy: the second half reversed.
   })
-  config.train.update(batch_size=32, steps=TASKS[task]['steps'], learning_rate=3e-3,
-                      warmup_steps=50, log_every=50, eval_every=200, eval_batches=4,
-                      checkpoint_every=TASKS[task]['steps'])
+  config.train.update(batch_size=32, learning_rate=3e-3, warmup_steps=50, log_every=50,
+                      eval_every=200, eval_batches=4)
+  config.train.update({k[len('train.'):]: v for k, v in train_fields(task).items()})
   config.eval.update(length_multipliers=(1, 2, 4, 8), batch_size=32, max_batches=-1)
   return config

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
@@ -235,11 +236,21 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
   sweep = sweeps.load('configs/sweeps/length.py')
   schemes = length_sweep.KINDS + tuple(length_sweep.VARIANTS)
   assert sweep.config == 'configs/synthetic.py'
-  assert len(sweep.points) == 2 * 3 * len(schemes)
-  assert {p.fields['data.name'] for p in sweep.points} == {'synthetic/passkey', 'synthetic/copy'}
+  assert len(sweep.points) == 3 * 3 * len(schemes)
+  assert {p.fields['data.name'] for p in sweep.points} == {
+      'synthetic/passkey', 'synthetic/associative_recall', 'synthetic/copy'}
   recall = sweeps.load('configs/sweeps/length.py:associative_recall,alibi')
   assert [p.name for p in recall.points] == [f'associative_recall,alibi,seed={s}'
                                              for s in (0, 1, 2)]
+  for point in sweep.points:  # Each trains as the task's own config does.
+    task = point.fields['data.name'].split('/')[1]
+    own = synthetic_config.get_config(task)
+    assert point.fields['data.seq_len'] == own.data.seq_len
+    for field, value in point.fields.items():
+      if field.startswith('train.') and field != 'train.random_positions':
+        assert own.train[field[6:]] == value, (point.name, field)
+    assert {f[6:] for f in point.fields if f.startswith('train.')} - {'random_positions'} >= {
+        k for k in own.train if own.train[k] != synthetic_config.get_config('passkey').train[k]}
   assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2}
   assert {p.fields['model.position.kind'] for p in sweep.points} == set(length_sweep.KINDS)
   random = [p for p in sweep.points if p.name == 'copy,rope+random,seed=1'][0]
@@ -268,6 +279,7 @@ def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
 def test_context_extension_smoke_continues_the_base_and_reports_each_length(tmp_path,
                                                                              data_dir):
   spec = write_sweep(tmp_path, f"""
+from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 def get_sweep(arg=''):
   sweep = context_extension.get_sweep('smoke')

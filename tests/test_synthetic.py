@@ -69,7 +69,7 @@ def test_passkey_answer_is_the_hidden_key_at_its_depth(length):
 
 
 def test_associative_recall_answers_are_the_values_of_the_queried_keys():
-  src = source('associative_recall', length=64)
+  src = source('associative_recall', length=64, num_queries=4)  # 64 - 1 - 3 x 4 = 2 x 25 + 1.
   vocab = src.vocab
   for i in range(20):
     row = src[i]
@@ -77,7 +77,7 @@ def test_associative_recall_answers_are_the_values_of_the_queried_keys():
         vocab.words[row['targets'][row['inputs_segment_ids'] > 0][-1]]]
     pairs_end = text.index('?')
     pairs = dict(zip(text[1:pairs_end:2], text[2:pairs_end:2]))
-    assert len(pairs) == (pairs_end - 1) // 2 == synthetic.recall_pairs(64, 4)  # Distinct keys.
+    assert len(pairs) == (pairs_end - 1) // 2 == 25  # Distinct keys.
     queries = [text[j + 1] for j in range(pairs_end, len(text)) if text[j] == '?']
     answer = words(vocab, row['targets'][row['weights'] > 0])
     assert len(queries) == 4 and answer == [pairs[k] for k in queries]
@@ -185,6 +185,7 @@ def test_bad_passkey_options_are_refused(changes, match):
 def test_recall_rows_longer_than_the_keys_allow_are_refused():
   cfg = synthetic_config.get_config('associative_recall')
   cfg.data.seq_len = 32
+  cfg.data.synthetic.num_queries = 4
   cfg.data.synthetic.num_keys = 100  # 8 x 32 = 256 tokens hold (255 - 3 x 4) // 2 = 121 pairs.
   with pytest.raises(errors.ConfigError, match='num_keys=121 or more'):
     config_lib.validate(cfg)
