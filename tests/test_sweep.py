@@ -14,6 +14,7 @@ from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
+from roformer import config_args
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
@@ -251,6 +252,13 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
         assert own.train[field[6:]] == value, (point.name, field)
     assert {f[6:] for f in point.fields if f.startswith('train.')} - {'random_positions'} >= {
         k for k in own.train if own.train[k] != synthetic_config.get_config('passkey').train[k]}
+    # What train.py builds from the point's command line: the task's own data and training
+    # fields, whatever the sweep's config file gives by default.
+    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    ran = config_args.load(sweep.config, flags)
+    own.train.random_positions = ran.train.random_positions
+    assert ran.train.to_dict() == own.train.to_dict(), point.name
+    assert ran.data.to_dict() == own.data.to_dict(), point.name
   assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2}
   assert {p.fields['model.position.kind'] for p in sweep.points} == set(length_sweep.KINDS)
   random = [p for p in sweep.points if p.name == 'copy,rope+random,seed=1'][0]
@@ -279,7 +287,6 @@ def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
 def test_context_extension_smoke_continues_the_base_and_reports_each_length(tmp_path,
                                                                              data_dir):
   spec = write_sweep(tmp_path, f"""
-from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 def get_sweep(arg=''):
   sweep = context_extension.get_sweep('smoke')

@@ -58,8 +58,9 @@ def get_sweep(arg: str = ''):
   points = []
   for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.
     for task in tasks:
-      length = SMOKE_LENGTHS[task] if smoke else synthetic.TASKS[task]['seq_len']
-      train = {'train.steps': 10} if smoke else synthetic.train_fields(task)
+      length = SMOKE_LENGTHS[task] if smoke else TASKS[task]['seq_len']
+      train = {'steps': 10} if smoke else synthetic.train_fields(task)
+      train = {f'train.{k}': v for k, v in train.items()}
       for scheme in schemes:
         points.append({'name': f'{task},{scheme},seed={seed}', 'data.name': 'synthetic/' + task,
                        'data.seq_len': length, **train, 'seed': seed, **_scheme(scheme, length)})
