@@ -6,6 +6,8 @@ command line, 1 for the rest) and no traceback; `--debug` shows the traceback in
   `cli.run(main)`; with `config_overrides=True` the `--config.a.b=VALUE` overrides are taken out
   of the command line before absl parses the rest, and `cli.overrides()` returns them for
   roformer/config_args.py to apply.
+  `cli.run` first lets the process keep the host memory each train step frees for the next
+  (roformer/host_memory.py), before JAX starts.
 - argparse scripts build a `cli.ArgumentParser` and run `cli.guard(main)`.
 - path flags and arguments (`DEFINE_path`, `path_arg`) refuse an empty or blank value, which
   would otherwise mean the current directory.
@@ -25,6 +27,7 @@ from absl import app
 from absl import flags
 
 from roformer import errors
+from roformer import host_memory
 
 USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the user can fix.
 
@@ -89,6 +92,8 @@ def guard(main: Callable) -> Callable:
 
 def run(main: Callable, *, config_overrides: bool = False) -> None:
   """absl's app.run(main) with this project's errors; see the module docstring."""
+  host_memory.reuse_freed_memory()  # Before JAX's CPU client starts its threads.
+
   def parse(argv):
     rest = list(argv)
     if config_overrides:

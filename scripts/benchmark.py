@@ -18,7 +18,9 @@ output layer; causal attention counted as half; a masked LM's head at its select
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
 dtype on the same devices (the best of 5, before and after the timing), and the compiled
 executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
-the config's shapes (no data pipeline in the timing).
+the config's shapes (no data pipeline in the timing). As in train.py, host memory that a step
+frees is kept for the next (roformer/host_memory.py; ROFORMER_REUSE_FREED_MEMORY=0 times the step
+without, and the JSON's `malloc` says which).
 """
 
 import itertools
@@ -43,6 +45,7 @@ from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
+from roformer import host_memory
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
@@ -321,7 +324,8 @@ def main(argv):
     runner.warm(_WARMUP.value)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-          'peak_matmul_size': n, 'config': config.to_dict()}
+          'peak_matmul_size': n, 'config': config.to_dict(),
+          'malloc': 'reuse' if host_memory.applied() else 'default'}
   if _SERVE.value:
     serve(runners, measure, meta)
     return

@@ -158,13 +158,25 @@ def main(argv=None) -> int:
   parser.add_argument('--steps', type=int, default=10)
   parser.add_argument('--warmup', type=int, default=2)
   parser.add_argument('--threads', type=int, default=0, help='torch threads (0: default).')
+  parser.add_argument('--malloc', choices=('default', 'reuse'), default='default',
+                      help='reuse: set glibc malloc as this codebase\'s entry points do '
+                      '(roformer/host_memory.py), for a comparison on the same footing.')
   parser.add_argument('--out', default='')
   parser.add_argument('--serve', action='store_true',
                       help='Warm up, then take commands on stdin (the worker of '
                       'scripts/compare_torch.py): `time torch N`, `report`, `quit`.')
   args = parser.parse_args(argv)
+  malloc = 'default'
+  if args.malloc == 'reuse':
+    from roformer import host_memory  # pylint: disable=g-import-not-at-top
+    if not host_memory.reuse_freed_memory():
+      print('error: --malloc=reuse needs Linux with glibc (and ROFORMER_REUSE_FREED_MEMORY not '
+            '0). Fix: leave --malloc at default.', file=sys.stderr)
+      return 2
+    malloc = 'reuse'
   try:
     step, info = build(args.preset, args.threads, args.model)
+    info['malloc'] = malloc
   except ImportError:
     print('error: this benchmark needs torch and transformers (pip install torch '
           'transformers); they are not in requirements.txt.', file=sys.stderr)

@@ -21,6 +21,10 @@ load reaches all alike. Reports each side's median step and tokens/s, JAX/PyTorc
 (median and range over the rounds), each kind's step time against `none`'s, and MFU: model
 FLOPs (roformer/flops.py, the same count for both sides) per second over the float32 matmul
 peak that the JAX worker measured in the same run.
+
+The JAX worker keeps the host memory each step frees for the next, as every entry point of this
+codebase does (roformer/host_memory.py); PyTorch runs with glibc's malloc as it comes, or, with
+`--torch_malloc=reuse`, with the same settings, to show what they are worth to it.
 """
 
 import importlib.util
@@ -149,6 +153,10 @@ def main(argv=None) -> int:
   parser.add_argument('--rounds', type=int, default=12)
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--threads', type=int, default=2, help='PyTorch threads.')
+  parser.add_argument('--torch_malloc', choices=('default', 'reuse'), default='default',
+                      help='reuse: give the PyTorch worker the glibc malloc settings this '
+                      'codebase\'s entry points use (roformer/host_memory.py), so that both '
+                      'sides keep freed memory; default: PyTorch as it comes.')
   parser.add_argument('--out', default='')
   args = parser.parse_args(argv)
   kinds = [k for k in args.kinds.split(',') if k]
@@ -171,7 +179,8 @@ def main(argv=None) -> int:
                            f'--warmup={args.warmup}', *extra, '--serve']))
     workers.append(Worker([sys.executable, 'scripts/benchmark_torch.py',
                            f'--model={args.model}', f'--preset={args.preset}',
-                           f'--threads={args.threads}', f'--warmup={args.warmup}', '--serve']))
+                           f'--threads={args.threads}', f'--warmup={args.warmup}',
+                           f'--malloc={args.torch_malloc}', '--serve']))
     jax_counts, torch_count = workers[0].parameters, workers[1].parameters['torch']
     print(f'parameters: PyTorch {torch_count:,}; JAX ' + ', '.join(
         f'{name} {n:,}' for name, n in sorted(jax_counts.items())), flush=True)
@@ -192,7 +201,8 @@ def main(argv=None) -> int:
   print(f'\n{args.model} {args.preset}: {tokens} tokens per step; {torch_count:,} parameters '
         f'each side; {args.steps} steps per side in {args.rounds} rounds, taking turns; '
         f'{torch_report["model"]} ({torch_report["framework"]}, {torch_report["threads"]} '
-        f'threads, {torch_report["attention"]} attention); MFU against a '
+        f'threads, {torch_report["attention"]} attention); malloc: JAX '
+        f'{jax_report["malloc"]}, PyTorch {torch_report["malloc"]}; MFU against a '
         f'{jax_report["peak_flops"] / 1e9:.0f} GFLOP/s float32 matmul measured in this run\n')
   print(table(summary))
   if args.model == 'mlm':
