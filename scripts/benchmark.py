@@ -17,7 +17,8 @@ Reports step time, tokens/s, model FLOPs per token (roformer/flops.py: matmuls, 
 output layer; causal attention counted as half; a masked LM's head at its selected tokens only),
 achieved TFLOP/s, MFU against a peak measured in the same run by a large matmul of the training
 dtype on the same devices (the best of 5, before and after the timing), and the compiled
-executable's memory (arguments + outputs - aliased + temporaries). Batches are random tokens of
+executable's memory (arguments + outputs - aliased + temporaries), and the process's minor page
+faults per timed step (`getrusage`; see roformer/host_memory.py). Batches are random tokens of
 the config's shapes (no data pipeline in the timing). As in train.py, host memory that a step
 frees is kept for the next (roformer/host_memory.py; ROFORMER_REUSE_FREED_MEMORY=0 times the step
 without, and the JSON's `malloc` says which).
@@ -25,6 +26,7 @@ without, and the JSON's `malloc` says which).
 
 import itertools
 import json
+import resource
 import statistics
 import sys
 import time
@@ -219,6 +221,7 @@ class Runner:
     self.compile_s = time.perf_counter() - start
     self.metrics = None
     self.times: list[float] = []  # Every timed step, in order.
+    self.faults = 0  # The process's minor page faults while timed steps ran.
 
   @property
   def kind(self) -> str:
@@ -232,11 +235,13 @@ class Runner:
   def time(self, steps: int) -> list[float]:
     """Runs `steps` steps one by one, blocking on each; returns (and records) their seconds."""
     times = []
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
       start = time.perf_counter()
       self.state, self.metrics = self.compiled(self.state, self.batch)
       jax.block_until_ready((self.state, self.metrics))
       times.append(time.perf_counter() - start)
+    self.faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     self.times.extend(times)
     return times
 
@@ -252,6 +257,7 @@ class Runner:
             'flops_per_token': per_token, **utilization(per_token, tokens, step_s, peak),
             'peak_flops': peak, 'parameters': self.trainer.num_params(),
             'compile_s': self.compile_s, 'loss': float(self.metrics['loss']),
+            'minor_faults_per_step': self.faults / len(self.times),
             **memory_bytes(self.compiled)}
 
 
@@ -260,7 +266,7 @@ def table(rows: list[dict]) -> str:
   one), with the range of the per-round ratios when they were timed in interleaved rounds."""
   base = next((r for r in rows if r['name'] == 'none'), rows[0])
   lines = [f'| kind | step (ms) | vs {base["name"]} | tokens/s | GFLOPs/token | TFLOP/s | MFU | '
-           'peak memory (MiB) |', '|---' * 8 + '|']
+           'peak memory (MiB) | page faults / step |', '|---' * 9 + '|']
   for r in rows:
     rel = f'{r["step_s"] / base["step_s"]:.3f}x'
     ratios = round_ratios(r['rounds'], base['rounds'])
@@ -269,7 +275,7 @@ def table(rows: list[dict]) -> str:
     mem = f'{r["peak_bytes"] / 2**20:,.0f}' if 'peak_bytes' in r else '-'
     lines.append(f'| {r["name"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
                  f'{r["flops_per_token"] / 1e9:.4f} | {r["tflops_per_s"]:.3f} | '
-                 f'{100 * r["mfu"]:.1f}% | {mem} |')
+                 f'{100 * r["mfu"]:.1f}% | {mem} | {r["minor_faults_per_step"]:,.0f} |')
   return '\n'.join(lines)
 
 
