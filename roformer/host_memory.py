@@ -10,7 +10,8 @@ page faults per small step and 506,000 per medium step, 10-15% of the step's CPU
 2-core host.
 
 `reuse_freed_memory()` sets glibc's malloc so that such blocks come from the main heap and stay
-there after they are freed, which makes the second step onwards fault no page at all:
+there after they are freed: once the heap has grown to hold them (the first few steps), a step
+faults no page at all:
 
 - M_ARENA_MAX = 1: every thread allocates from the main arena, which grows with `brk` and has no
   size limit (the per-thread arenas cannot hold a block over 64 MiB and map it instead);
@@ -18,11 +19,13 @@ there after they are freed, which makes the second step onwards fault no page at
 - M_TRIM_THRESHOLD = -1: the top of the heap is never returned to the system.
 
 What it costs: the process keeps the most heap it ever used (the system gets it back when the
-process ends), and its threads share one arena's lock. It must run before JAX starts its CPU
-client (the client's threads pick their arena when they first allocate), which is why the entry
-points call it first, in `cli.run`. glibc's tunables (`GLIBC_TUNABLES`) do the same but are read
-only when a process starts; `mallopt` works from within. Set ROFORMER_REUSE_FREED_MEMORY=0 to
-leave malloc as it is.
+process ends), and its threads share one arena's lock, which makes XLA's compilation slower
+(the small causal step's 2.4-3.4 s became 3.1-4.7 s in turns on 2 cores): a run pays it back
+after some tens of steps, a run of a handful of steps does not (the test suite turns it off for
+the entry points it starts). It must run before JAX starts its CPU client (the client's threads
+pick their arena when they first allocate), which is why the entry points call it first, in
+`cli.run`. glibc's tunables (`GLIBC_TUNABLES`) do the same but are read only when a process
+starts; `mallopt` works from within. Set ROFORMER_REUSE_FREED_MEMORY=0 to leave malloc as it is.
 """
 
 import ctypes

@@ -9,6 +9,10 @@ import tempfile
 
 os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+# The entry points run as subprocesses here train a few steps each, where the one malloc arena
+# of roformer/host_memory.py costs more compile time than it saves (tests/test_host_memory.py
+# turns it on for its own subprocesses).
+os.environ.setdefault('ROFORMER_REUSE_FREED_MEMORY', '0')
 # Many tests compile the same step again: a resumed run, eval.py after train.py, the same model in
 # another test. JAX's persistent cache (keyed by the program, the flags and the devices) lets them
 # load the executable instead; it lives for this session only. The subprocesses inherit it.

@@ -177,6 +177,16 @@ def test_the_pytorch_side_does_not_import_jax():
   assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_the_pytorch_worker_refuses_malloc_reuse_it_cannot_set(monkeypatch, capsys):
+  """--malloc=reuse (compare_torch.py --torch_malloc=reuse) with the setting turned off ends
+  with one error line naming the flag, before torch is imported or anything is timed."""
+  from scripts import benchmark_torch  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('ROFORMER_REUSE_FREED_MEMORY', '0')
+  assert benchmark_torch.main(['--model=causal', '--malloc=reuse']) == 2
+  err = capsys.readouterr().err
+  assert err.startswith('error: --malloc=reuse') and 'Fix:' in err, err
+
+
 def test_neox_parameter_count_equals_the_jax_causal_lm_at_each_preset():
   """The GPT-NeoX config that compare_torch.py builds has, by hand, exactly as many parameters
   as configs/lm.py at the same shapes (no torch needed)."""
