@@ -47,12 +47,24 @@ def applied() -> bool:
   return _applied
 
 
+def supported() -> bool:
+  """Whether this process's malloc is glibc's (Linux), the one the settings are for."""
+  return platform.system() == 'Linux' and platform.libc_ver()[0] == 'glibc'
+
+
+def unavailable() -> str | None:
+  """Why `reuse_freed_memory` would do nothing here, or None if it can set malloc."""
+  if os.environ.get(ENV, '1') == '0':
+    return f'{ENV}=0 turns it off'
+  if not supported():
+    return 'it sets glibc\'s malloc, and this process does not run on Linux with glibc'
+  return None
+
+
 def reuse_freed_memory() -> bool:
   """Sets glibc's malloc as the module docstring says; True if it did. Does nothing (False) off
-  Linux/glibc or with ROFORMER_REUSE_FREED_MEMORY=0."""
-  if os.environ.get(ENV, '1') == '0':
-    return False
-  if platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc':
+  Linux/glibc or with ROFORMER_REUSE_FREED_MEMORY=0 (`unavailable` says which)."""
+  if unavailable():
     return False
   try:
     libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')

@@ -169,9 +169,10 @@ def main(argv=None) -> int:
   malloc = 'default'
   if args.malloc == 'reuse':
     from roformer import host_memory  # pylint: disable=g-import-not-at-top
-    if not host_memory.reuse_freed_memory():
-      print('error: --malloc=reuse needs Linux with glibc (and ROFORMER_REUSE_FREED_MEMORY not '
-            '0). Fix: leave --malloc at default.', file=sys.stderr)
+    why = host_memory.unavailable()
+    if why or not host_memory.reuse_freed_memory():
+      print(f'error: --malloc=reuse: {why or "mallopt refused the settings"}. Fix: leave '
+            f'--malloc at default, or unset {host_memory.ENV}.', file=sys.stderr)
       return 2
     malloc = 'reuse'
   try:

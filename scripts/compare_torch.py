@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 # pylint: disable=wrong-import-position
 from roformer import cli
+from roformer import host_memory
 from scripts.benchmark_torch import check_parameters
 from scripts.timing import TORCH_PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
@@ -166,6 +167,10 @@ def main(argv=None) -> int:
     parser.error(str(e))
   if 'torch' in kinds or not kinds:
     parser.error(f'--kinds={args.kinds!r}: name JAX position kinds, e.g. none,rope.')
+  why = host_memory.unavailable() if args.torch_malloc == 'reuse' else None
+  if why:  # Before the JAX worker compiles: the PyTorch worker would refuse it only after that.
+    parser.error(f'--torch_malloc=reuse: {why}. Fix: leave --torch_malloc at default, or unset '
+                 f'{host_memory.ENV}.')
   missing = [m for m in ('torch', 'transformers') if importlib.util.find_spec(m) is None]
   if missing:
     print(f'error: this comparison needs {" and ".join(missing)} (pip install torch '

@@ -187,6 +187,21 @@ def test_the_pytorch_worker_refuses_malloc_reuse_it_cannot_set(monkeypatch, caps
   assert err.startswith('error: --malloc=reuse') and 'Fix:' in err, err
 
 
+def test_compare_torch_refuses_torch_malloc_reuse_before_starting_a_worker(monkeypatch, capsys):
+  """--torch_malloc=reuse that cannot be set stops with one line before the JAX worker starts
+  compiling (the PyTorch worker, started after it, would refuse it minutes later)."""
+  from scripts import compare_torch  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('ROFORMER_REUSE_FREED_MEMORY', '0')
+  monkeypatch.setattr(compare_torch.importlib.util, 'find_spec', lambda name: object())
+  started = []
+  monkeypatch.setattr(compare_torch, 'Worker', lambda command: started.append(command))
+  with pytest.raises(SystemExit) as exit_info:
+    compare_torch.main(['--model=causal', '--torch_malloc=reuse'])
+  assert exit_info.value.code == 2 and not started
+  err = capsys.readouterr().err.strip()
+  assert err.startswith('error: --torch_malloc=reuse') and 'Fix:' in err and '\n' not in err, err
+
+
 def test_neox_parameter_count_equals_the_jax_causal_lm_at_each_preset():
   """The GPT-NeoX config that compare_torch.py builds has, by hand, exactly as many parameters
   as configs/lm.py at the same shapes (no torch needed)."""

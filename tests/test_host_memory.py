@@ -3,7 +3,6 @@ between executions instead of being faulted in again every time."""
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -12,9 +11,8 @@ import pytest
 
 from roformer import host_memory
 
-pytestmark = pytest.mark.skipif(
-    platform.system() != 'Linux' or platform.libc_ver()[0] != 'glibc',
-    reason='the setting is glibc malloc\'s; elsewhere it does nothing')
+pytestmark = pytest.mark.skipif(not host_memory.supported(),
+                                reason='the setting is glibc malloc\'s; elsewhere it does nothing')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,3 +70,4 @@ def test_without_the_setting_every_execution_faults_its_scratch_buffer_in_again(
 def test_the_opt_out_leaves_malloc_alone(monkeypatch):
   monkeypatch.setenv(host_memory.ENV, '0')
   assert host_memory.reuse_freed_memory() is False
+  assert host_memory.ENV in host_memory.unavailable()
