@@ -11,9 +11,10 @@ backward pass scales what the forward pass left (d hidden [batch, L, d], d embed
 [vocabulary, d], d bias [vocabulary]) instead of computing the logits again. Its memory is that
 of one chunk's logits instead of all of them.
 
-`correct` counts a token whose target's logit is the largest, read off the max that the
-log-sum-exp takes anyway; `tasks.token_sums` counts argmax == target, one more pass over the
-logits. The two differ only on an exact tie for the largest logit.
+`correct` counts a token whose target's logit is the largest (`target_is_top`: a target tied for
+the largest logit counts as right), read off the max that the log-sum-exp takes anyway. Every
+path that scores tokens (`tasks.token_sums`, the synthetic tasks' rows) uses the same definition,
+so the reported accuracy does not depend on `model.loss_chunk`.
 
 The label-smoothed objective's gradient differs from the cross-entropy's by
 e * (onehot - 1/V) per token, which needs no logits: the backward pass adds it from the
@@ -29,6 +30,14 @@ import jax
 import jax.numpy as jnp
 
 from roformer import sharding
+
+
+def target_is_top(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """Bool [...]: the target's logit is the largest of its row (ties count as right). The one
+  definition of a right token: unlike argmax == target, it does not depend on which of several
+  tied logits an argmax returns, and it reads off a max that a log-sum-exp computes anyway."""
+  target = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  return target >= jnp.max(logits, axis=-1)
 
 
 def _chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -70,7 +79,7 @@ def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
   if label_smoothing:
     mean_logp = jnp.mean(logits, axis=-1) - lse[:, 0]
     objective = (1.0 - label_smoothing) * ce - label_smoothing * mean_logp
-  # Not an argmax: XLA:CPU runs it as one more reduce over [rows, V] (see the module docstring).
+  # target_is_top from the max already taken (an argmax is one more reduce over [rows, V]).
   correct = (target >= top[:, 0]).astype(jnp.float32)
   per_row = jnp.stack([objective * w, ce * w, correct * w], axis=-1)  # [rows, 3]
   sums = per_row.reshape(shards, -1, 3).sum(axis=1)

@@ -64,12 +64,12 @@ cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 def token_sums(logits, targets, weights, label_smoothing: float = 0.0, *,
                buckets: jax.Array | None = None, num_buckets: int = 0) -> dict[str, jax.Array]:
   """Summed cross-entropy (`loss_sum`), the label-smoothed training objective
-  (`objective_sum`: (1 - e) CE + e mean_v(-log p_v)), correct argmax predictions and the
+  (`objective_sum`: (1 - e) CE + e mean_v(-log p_v)), right tokens (`losses.target_is_top`) and the
   number of weighted tokens. Logits are float32. With integer `buckets` (the same shape as
   targets, values in [0, num_buckets)), also the loss and weight summed per bucket
   (`bucket_loss_sum`, `bucket_weight`: [num_buckets])."""
   ce, objective = cross_entropy(logits.astype(jnp.float32), targets, float(label_smoothing))
-  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  correct = losses.target_is_top(logits, targets).astype(jnp.float32)
   sums = {'loss_sum': (ce * weights).sum(), 'objective_sum': (objective * weights).sum(),
           'correct': (correct * weights).sum(), 'weight': weights.sum()}
   if buckets is not None:
@@ -394,8 +394,9 @@ class SyntheticTask(LanguageModeling):
   `roformer.data.synthetic`): loss and token accuracy over the answer tokens only, and the
   share of rows whose answer is entirely right.
 
-  A row is right when the argmax at every answer token is the answer (teacher forcing). That is
-  exactly whether greedy decoding from the question reproduces the answer: as long as every
+  A row is right when every answer token is right (`losses.target_is_top`, teacher forcing). Up
+  to exact ties for the largest logit, that is whether greedy decoding from the question
+  reproduces the answer: as long as every
   earlier answer token was right, greedy decoding sees the same inputs as teacher forcing, so the
   first wrong token is the same in both. `depth_accuracy` splits passkey rows by the depth of the
   key (`data.synthetic.depth_buckets` equal bands of the filler)."""
@@ -425,7 +426,7 @@ class SyntheticTask(LanguageModeling):
   def eval_sums(self, model, batch):
     logits, sums = self.logits_and_sums(model, batch, by_position=self.position_bucket > 0)
     answer = batch['weights'] > 0
-    wrong = (jnp.argmax(logits, -1) != batch['targets']) & answer
+    wrong = ~losses.target_is_top(logits, batch['targets']) & answer
     scored = answer.any(-1).astype(jnp.float32)  # Padding rows have no answer.
     right = scored * (~wrong.any(-1)).astype(jnp.float32)
     per_bucket = jax.nn.one_hot(batch['bucket'], self.num_buckets, dtype=jnp.float32)

@@ -77,6 +77,21 @@ def test_a_target_tied_for_the_largest_logit_counts_as_right():
   assert float(sums['correct']) == 2.0
 
 
+def test_every_path_counts_a_tied_target_as_right():
+  """One accuracy: the whole-logits sums (tasks.token_sums) and the chunked ones credit the same
+  tokens on logits with ties (hand-computed: logits 0, 3, 3, -0.5 for every position, so targets
+  1 and 2 are right, 0 and 3 wrong), whichever index an argmax would return."""
+  embedding = jnp.asarray([[0.0, 0.0], [1.0, 2.0], [1.0, 2.0], [-1.0, 0.5]], jnp.float32)
+  hidden = jnp.asarray([[[1.0, 1.0]] * 4], jnp.float32)
+  targets = jnp.asarray([[2, 1, 0, 3]], jnp.int32)
+  weights = jnp.ones((1, 4), jnp.float32)
+  logits = jnp.einsum('bld,vd->blv', hidden, embedding)
+  whole = tasks.token_sums(logits, targets, weights)
+  chunked = losses.chunked_token_sums(hidden, embedding, targets, weights, scale=1.0, chunk=2)
+  assert float(whole['correct']) == float(chunked['correct']) == 2.0
+  np.testing.assert_array_equal(losses.target_is_top(logits, targets), [[True, True, False, False]])
+
+
 def test_chunked_cross_entropy_in_bfloat16_follows_the_whole_one():
   """With bfloat16 activations the logits are bfloat16 products in both (the chunked layer
   scales the embedding instead of the logits); sums and gradients agree to bfloat16's
