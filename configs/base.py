@@ -39,6 +39,9 @@ def get_config() -> ml_collections.ConfigDict:
       'dropout': 0.0,
       'dtype': 'float32',  # Activations; parameters, optimizer state and statistics: float32.
       'remat': 'none',  # Recompute blocks in the backward pass: 'full', 'dots', 'dots_no_batch'.
+      # Run the stack as one lax.scan over the blocks (one block compiled, whatever the depth;
+      # the same outputs, gradients and checkpoints as the loop). Decoding with a cache loops.
+      'scan_layers': False,
       # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on CPU
       # (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
       'attention_impl': 'auto',

@@ -253,6 +253,17 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
                    f'{IMPLEMENTATIONS}.')
 
 
+def attend_logits(logits: jax.Array, v: jax.Array, mask: jax.Array
+                  ) -> tuple[jax.Array, jax.Array]:
+  """softmax(logits, masked) v for logits a position scheme computed itself (its `logits`
+  hook: float32 [batch, heads, q_len, k_len], already scaled). Returns (output
+  [batch, q_len, heads, head_dim], probabilities), as `attend`'s einsum path with probabilities;
+  fully masked rows average the values."""
+  logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+  probs = softmax(logits).astype(v.dtype)
+  return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
+
+
 # ------------------------------------------------------------------------------ FAVOR+
 
 

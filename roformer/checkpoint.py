@@ -3,6 +3,7 @@
 import os
 
 import grain
+import jax
 import orbax.checkpoint as ocp
 
 
@@ -63,13 +64,36 @@ class Checkpointer:
     walk(meta.get('params', {}), '')
     return shapes
 
-  def restore(self, step: int, abstract_state, data_iterator=None):
+  def restore(self, step: int, abstract_state, data_iterator=None, rename=None):
     """Restores onto `abstract_state`'s shapes and shardings (any mesh); also rewinds the data
-    iterator in place when given."""
-    items = {'state': ocp.args.StandardRestore(abstract_state)}
+    iterator in place when given. `rename` (a saved '/'-joined path -> its path now) converts
+    a checkpoint written under an earlier layout of the parameters: it is read into a target
+    of its own structure, each array already on the sharding of the parameter it becomes, and
+    then rearranged. Checkpoints of the current layout are read as they are."""
+    target, rearrange = abstract_state, None
+    if rename is not None:
+      target, rearrange = self._renamed_target(step, abstract_state, rename)
+    items = {'state': ocp.args.StandardRestore(target)}
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
-    return self.manager.restore(step, args=ocp.args.Composite(**items))['state']
+    state = self.manager.restore(step, args=ocp.args.Composite(**items))['state']
+    return state if rearrange is None else rearrange(state)
+
+  def _renamed_target(self, step, abstract_state, rename):
+    """(target, rearrange) for `restore`: (abstract_state, None) when the saved paths are the
+    current ones."""
+    meta = self.manager.item_metadata(step)['state']
+    meta = getattr(meta, 'tree', meta)
+    saved = [path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta)[0]]
+    current = {path_str(p): a for p, a in jax.tree_util.tree_flatten_with_path(abstract_state)[0]}
+    if set(saved) == set(current) or set(map(rename, saved)) != set(current):
+      return abstract_state, None  # Nothing to convert, or no conversion fits: read as it is.
+    target = jax.tree_util.tree_map_with_path(lambda p, _: current[rename(path_str(p))], meta)
+
+    def rearrange(state):
+      by_path = {rename(path_str(p)): v for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}
+      return jax.tree_util.tree_map_with_path(lambda p, _: by_path[path_str(p)], abstract_state)
+    return target, rearrange
 
   def set_aside(self, step: int) -> str:
     """Renames an unreadable step's directory to STEP.unreadable (or .unreadable-N), so that
@@ -99,3 +123,9 @@ class Checkpointer:
       self.close()
     except Exception:  # pylint: disable=broad-except
       pass
+
+
+def path_str(path) -> str:
+  """'params/blocks/0/attn/qkv/kernel/value' for a pytree path (dict keys, sequence indices and
+  attribute names alike, so a saved tree's metadata and a live state give the same strings)."""
+  return '/'.join(str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path)

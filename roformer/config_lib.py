@@ -42,7 +42,7 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config)
   if config.eval.get('scale_rope_to_length') and (
-      'rope' not in positions.scheme_fields(m.position.kind)
+      not positions.capabilities(m.position.kind).rotary
       or m.position.rope.scaling.kind == 'none'):
     raise errors.ConfigError(
         'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each evaluation '
@@ -80,7 +80,7 @@ def _validate_lengths(config) -> None:
     if m.type != 'causal_lm':
       raise errors.ConfigError('config.train.random_positions is offered for the causal LM '
                                f'(model.type is {m.type!r}). Fix: set it to 0.')
-    if m.position.kind in ('none', 'cope'):
+    if not positions.capabilities(m.position.kind).reads_positions:
       raise errors.ConfigError(
           f'config.train.random_positions={top}, but position.kind={m.position.kind!r} reads '
           'no integer positions. Fix: set it to 0, or choose a scheme that reads positions.')
@@ -137,18 +137,6 @@ def _validate_architecture(config) -> None:
                              'empty.')
 
 
-# Why a position scheme cannot be combined with FAVOR+ linear attention.
-_NOT_LINEAR = {
-    't5': 'it adds a learned bias to each of the L x L attention logits',
-    'alibi': 'it adds -m|i-j| to each of the L x L attention logits',
-    'shaw': 'it adds q_i.r(i-j) to each logit and a value term weighted by the probabilities',
-    'xl': 'it adds content- and position-dependent terms to each of the L x L logits',
-    'kerple': 'it adds a learned kernel of abs(i-j) to each of the L x L attention logits',
-    'fire': 'it adds a learned function of (i-j, i) to each of the L x L attention logits',
-    'cope': 'it adds q_i.e[p_ij] with p_ij a sum of gates sigmoid(q_i.k_t) over the L x L pairs',
-}
-
-
 def _validate_attention(m) -> None:
   att = models.attention_config(m)
   if att.kind != 'favor':
@@ -160,19 +148,17 @@ def _validate_attention(m) -> None:
     raise errors.ConfigError("config.model.attention.kind='favor' is offered for causal_lm, mlm "
                              "and classifier. Fix: use 'softmax' for encoder_decoder.")
   kind = m.position.kind
-  if kind in _NOT_LINEAR:
+  caps = positions.capabilities(kind)
+  if not caps.linear_attention:
+    linear = [k for k in positions.kinds() if positions.capabilities(k).linear_attention]
     raise errors.ConfigError(
         f"config.model.position.kind={kind!r} cannot be used with attention.kind='favor': "
-        f'{_NOT_LINEAR[kind]}, and linear attention never forms those logits. Fix: use rope, '
-        'none, sinusoidal or learned positions with favor, or softmax attention.')
-  rope = m.position.rope
-  plain_rope = (rope.scaling.kind == 'none' and rope.fraction == 1.0
-                and rope.get('keep_fraction', 1.0) == 1.0)
-  if att.rope_mode == 'features' and (kind == 'xpos' or (kind == 'rope' and not plain_rope)):
+        f'{caps.logits_term or "it needs the attention probabilities"}, and linear attention '
+        f'never forms those logits. Fix: use one of {linear} with favor, or softmax attention.')
+  if att.rope_mode == 'features' and caps.rotary and not caps.feature_rotation:
     raise errors.ConfigError(
-        f"{kind}{' with rope.scaling, fraction or keep_fraction' if kind == 'rope' else ''} "
-        'rotates queries and keys in ways the feature rotation (all features, plain '
-        'frequencies) does not reproduce. Fix: --config.model.attention.rope_mode=qk.')
+        f'{kind} rotates queries and keys in a way that has no form on the random features '
+        '(attention.rope_mode=features). Fix: --config.model.attention.rope_mode=qk.')
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

@@ -71,6 +71,7 @@ def schema() -> dict:
           'dropout': Float(0, 1, max_open=True),
           'dtype': Str(('float32', 'bfloat16', 'float16')),
           'remat': Str(choices=lambda: models.REMAT_POLICIES),
+          'scan_layers': Bool(),
           'attention_impl': Str(attention.IMPLEMENTATIONS),
           'loss_chunk': Int(0, 2**20),  # Sequence positions per chunk of the output layer; 0: all.
           'causal_block': Int(0, 2**20),  # Query rows per block of causal attention; 0: whole.

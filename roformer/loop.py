@@ -119,7 +119,7 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   for step in sorted(ckpt.all_steps(), reverse=True):
     train_iter = make_iter()
     try:
-      state = ckpt.restore(step, trainer.abstract_state, train_iter)
+      state = ckpt.restore(step, trainer.abstract_state, train_iter, rename=trainer.rename)
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
       log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
                   'previous one.', step, ckpt.directory, type(e).__name__,

@@ -94,25 +94,28 @@ def attention_config(cfg) -> ml_collections.ConfigDict:
 
 
 class MultiHeadAttention(nnx.Module):
-  """Self-attention whose position information comes entirely from the scheme's hooks:
-  softmax attention, or FAVOR+ linear attention (`config.model.attention.kind='favor'`)."""
+  """Self-attention whose position information comes entirely from the scheme's hooks (the
+  block's position module): softmax attention, or FAVOR+ linear attention
+  (`config.model.attention.kind='favor'`). Every layer's is built alike, so the blocks of a
+  stack have one structure (`run_blocks` can scan them)."""
 
-  def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs, layer: int = 0,
+  def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs,
                causal: bool = True):
     d = cfg.d_model
     self.num_heads = cfg.num_heads
     self.head_dim = d // cfg.num_heads
-    self.impl = attention.resolve(
-        cfg.attention_impl, dtype=dtype,
-        value_term=positions_lib.scheme_class(cfg.position.kind).has_value_term)
+    caps = positions_lib.capabilities(cfg.position.kind)
+    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype,
+                                  value_term=caps.implementations == ('einsum',))
+    self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.
     self.causal_block = cfg.get('causal_block', 0) if causal else 0
     if self.favor:
-      self.layer, self.num_features, self.chunk = layer, att.num_features, att.chunk
-      self.rope_mode = att.rope_mode
+      self.num_features, self.chunk = att.num_features, att.chunk
+      self.rotate_features = att.rope_mode == 'features' and caps.feature_rotation
       # The index of the current random-feature draw. It is a parameter only so that it
       # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
       # (it enters as an integer) and the train step sets it to step // redraw_interval.
@@ -120,15 +123,17 @@ class MultiHeadAttention(nnx.Module):
     self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs)
     self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
 
-  def __call__(self, x, mask, pos, scheme: positions_lib.PositionScheme, cache=None,
-               segments=None):
-    """Self-attention over x; with `cache` ({'k', 'v'} [batch, max_len, heads, head_dim],
+  def __call__(self, x, mask, pos, position: positions_lib.Layer, shared=None, cache=None,
+               segments=None, layer=0):
+    """Self-attention over x with the block's `position` module (`shared`: what the stack's
+    Shared module returned). With `cache` ({'k', 'v'} [batch, max_len, heads, head_dim],
     'positions' [batch, max_len], 'index'), x's keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
     any position hook, so every scheme sees the same keys as without a cache. `segments`
-    (packed segment ids) is what FAVOR+ reads instead of the dense mask.
-    Returns (output, updated layer cache or None)."""
+    (packed segment ids) is what FAVOR+ reads instead of the dense mask; `layer` (an int or an
+    int32 scalar) seeds its random features. Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape
+    ctx = position.prepare(x, pos, shared)
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
     q, k, v = (sharding.constrain(t, ('batch', None, 'act_heads', None)) for t in (q, k, v))
     k_pos = pos
@@ -139,35 +144,36 @@ class MultiHeadAttention(nnx.Module):
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       cache = {'k': k, 'v': v}
     if self.favor:
-      return self._favor(q, k, v, mask, pos, k_pos, scheme, cache, segments)
-    q, k = scheme.rotate(q, k, pos, k_pos)
-    v = scheme.rotate_value(v, k_pos)
-    bias = scheme.logits_bias(q, k, pos, k_pos, mask=mask)
-    out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
-                                  return_probs=scheme.has_value_term,
-                                  causal_block=self.causal_block if cache is None else 0)
-    if scheme.has_value_term:
-      out = out + scheme.value_term(probs, pos, k_pos)
+      return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
+    q, k = position.rotate(q, k, pos, k_pos, ctx)
+    v = position.rotate_value(v, k_pos, ctx)
+    if self.computes_logits:
+      logits = position.logits(q, k, pos, k_pos, mask, ctx)
+      out, probs = attention.attend_logits(logits, v, mask)
+    else:
+      bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
+      out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
+                                    return_probs=self.value_term,
+                                    causal_block=self.causal_block if cache is None else 0)
+    if self.value_term:
+      out = out + position.value_term(probs, pos, k_pos, ctx)
     return self.out(out.reshape(b, length, -1)), cache
 
-
-  def projection(self) -> jax.Array:
-    """This layer's random features for the current draw: [num_features, head_dim]."""
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(FEATURE_SEED), self.layer),
+  def projection(self, layer=0) -> jax.Array:
+    """Layer `layer`'s random features for the current draw: [num_features, head_dim]."""
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(FEATURE_SEED), layer),
                              self.feature_draw.value.astype(jnp.int32))
     return attention.orthogonal_features(key, self.num_features, self.head_dim)
 
-  def _favor(self, q, k, v, mask, pos, k_pos, scheme, cache, segments):
+  def _favor(self, q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer):
     b, length = q.shape[:2]
-    v = scheme.rotate_value(v, k_pos)
+    v = position.rotate_value(v, k_pos, ctx)
     rotate = None
-    if scheme.rotates and self.rope_mode == 'qk':  # Rotate q, k; features stay positive.
-      q, k = scheme.rotate(q, k, pos, k_pos)
-    elif scheme.rotates:  # The RoFormer paper: rotate the features, numerator only.
-      freqs = positions_lib.rope_frequencies(self.num_features, scheme.base)
-      rotate = lambda qf, kf: (positions_lib.rotate_pairs(qf, pos, freqs),
-                               positions_lib.rotate_pairs(kf, k_pos, freqs))
-    projection = self.projection()
+    if self.rotate_features:  # The RoFormer paper: rotate the features, numerator only.
+      rotate = lambda qf, kf: position.rotate_features(qf, kf, pos, k_pos, ctx)
+    else:  # Rotate q, k (if the scheme rotates at all); the features stay positive.
+      q, k = position.rotate(q, k, pos, k_pos, ctx)
+    projection = self.projection(layer)
     if cache is None:
       if segments is None:
         segments = jnp.ones((b, length), jnp.int32)
@@ -192,23 +198,25 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-  """Transformer block: self-attention and MLP, each a residual branch with LayerNorm."""
+  """Transformer block: self-attention and MLP, each a residual branch with LayerNorm, and the
+  layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
 
-  def __init__(self, cfg, *, dtype, rngs, layer: int = 0, causal: bool = True):
+  def __init__(self, cfg, *, dtype, rngs, causal: bool = True):
     self.ln_attn = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, layer=layer, causal=causal)
+    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal)
     self.ln_mlp = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.get('norm', 'pre') == 'post'
+    self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
 
-  def __call__(self, x, mask, pos, scheme, key=None, cache=None, segments=None):
-    """`scheme` is this layer's view of the position scheme (`scheme.for_layer(i)`).
+  def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0):
+    """`shared`: what the stack's position Shared module returned; `layer`: this block's index.
     Returns (output, updated layer cache or None)."""
     k1, k2 = _split(key, 2)
-    x = scheme.layer_input(x, pos)
-    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache, segments),
-                        self.ln_attn, self.post_norm, self.dropout_rate, k1)
+    x = self.position.layer_input(x, pos, shared)
+    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
+    x, cache = residual(x, attend, self.ln_attn, self.post_norm, self.dropout_rate, k1)
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
                     self.dropout_rate, k2)
     return x, cache
@@ -243,12 +251,14 @@ class DecoderBlock(Block):
     self.ln_cross = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.cross = CrossAttention(cfg, dtype=dtype, rngs=rngs)
 
-  def __call__(self, x, mask, pos, scheme, key=None, cache=None, *, memory, memory_mask):
+  def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0,
+               *, memory, memory_mask):
+    del segments  # The decoder's self-attention is softmax attention (no FAVOR+).
     k1, k2, k3 = _split(key, 3)
-    x = scheme.layer_input(x, pos)
+    x = self.position.layer_input(x, pos, shared)
     post, rate = self.post_norm, self.dropout_rate
-    x, cache = residual(x, lambda h: self.attn(h, mask, pos, scheme, cache), self.ln_attn, post,
-                        rate, k1)
+    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, None, layer)
+    x, cache = residual(x, attend, self.ln_attn, post, rate, k1)
     x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
                     post, rate, k2)
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3)
@@ -266,16 +276,56 @@ REMAT_POLICIES = {
 }
 
 
-def _block_output(block, scheme, x, mask, positions, key, extra):
-  return block(x, mask, positions, scheme, key, None, **extra)[0]
+def _stacked(blocks):
+  """The blocks as one graph and their states stacked along a new leading axis. The blocks of a
+  stack are built alike, so their graphs are equal; a ValueError says so if one differs."""
+  graphdef, first = nnx.split(blocks[0])
+  states = [first]
+  for i, block in enumerate(blocks[1:], 1):
+    other, state = nnx.split(block)
+    if other != graphdef:
+      raise ValueError(f'block {i} differs in structure from block 0, so the stack cannot be '
+                       'scanned; run it with config.model.scan_layers=False.')
+    states.append(state)
+  return graphdef, jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
 
 
-def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, remat: str = 'none',
-               **extra):
-  """Runs x through `blocks`, each with its view of the position scheme. With a cache, the new
-  positions are written at slot cache['index'] and every layer's keys/values are updated;
-  returns (x, updated cache or None). `extra` goes to every block (cross-attention memory);
-  `remat` names a REMAT_POLICIES entry (used without a cache)."""
+def _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra):
+  """`run_blocks` without a cache as one `lax.scan` over the stacked block states: one block's
+  computation is traced and compiled once, whatever the depth. The states are stacked at every
+  call (the parameters keep the per-block layout of the loop, so checkpoints, the sharding rules
+  and decoding are the same either way); the stack is one copy of the blocks' parameters, and
+  its gradient is the slices of the stacked gradient."""
+  graphdef, stacked = _stacked(blocks)
+  n = len(blocks)
+  layer_keys = None if keys[0] is None else jnp.stack(keys[:n])
+
+  def body(h, xs):
+    state, key, index = xs
+    block = nnx.merge(graphdef, state)
+    h = block(h, mask, positions, shared, key, None, layer=index, **extra)[0]
+    return sharding.constrain(h, ('batch', None, None)), None
+
+  if remat != 'none':  # Training: recompute inside the backward pass.
+    body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
+  x, _ = jax.lax.scan(body, x, (stacked, layer_keys, jnp.arange(n, dtype=jnp.int32)))
+  return x
+
+
+def _block_output(block, x, mask, positions, shared, key, index, extra):
+  return block(x, mask, positions, shared, key, None, layer=index, **extra)[0]
+
+
+def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str = 'none',
+               scan: bool = False, **extra):
+  """Runs x through `blocks`, each with its own position module and `shared` (what the
+  stack's position Shared module returned). With a cache, the new positions are written at
+  slot cache['index'] and every layer's keys/values are updated; returns (x, updated cache or
+  None). `extra` goes to every block (cross-attention memory); `remat` names a REMAT_POLICIES
+  entry (used without a cache); `scan` runs the blocks as one `lax.scan` (without a cache: the
+  same outputs and gradients as the loop, one block compiled instead of all)."""
+  if scan and cache is None:
+    return _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra), None
   if cache is not None:
     slot_positions = jax.lax.dynamic_update_slice(
         cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
@@ -285,10 +335,10 @@ def run_blocks(blocks, scheme, x, positions, mask, keys, cache=None, remat: str 
     layer_cache = None if cache is None else {
         **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
     if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
-      x = nnx.remat(_block_output, policy=policy)(block, scheme.for_layer(i), x, mask, positions,
-                                                  k, extra)
+      x = nnx.remat(_block_output, policy=policy)(block, x, mask, positions, shared, k,
+                                                  jnp.int32(i), extra)
     else:
-      x, layer_cache = block(x, mask, positions, scheme.for_layer(i), k, layer_cache, **extra)
+      x, layer_cache = block(x, mask, positions, shared, k, layer_cache, layer=i, **extra)
     x = sharding.constrain(x, ('batch', None, None))
     new_layers.append(layer_cache)
   if cache is None:
@@ -317,16 +367,26 @@ def cache_mask(tokens, cache, *, q_segments=None):
       q_index=slots[None], k_index=jnp.arange(max_len)[None])
 
 
+def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shared:
+  """The position scheme's stack-wide module, after the scheme's checks."""
+  positions_lib.validate(cfg, seq_len=0, causal=causal)
+  return positions_lib.scheme(cfg.position.kind).Shared(cfg, causal=causal, rngs=rngs)
+
+
 class TiedEmbeddingModel(nnx.Module):
   """Shared by every model: the token embedding, also used (transposed) as the output layer."""
 
   causal = False  # Whether attention is causal: schemes such as t5 and xpos depend on it.
+  # Each stack's position Shared module and its blocks, by attribute name: checkpoints written
+  # when the per-layer position parameters lived beside the blocks are converted through them.
+  stacks = (('position', 'blocks'),)
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.dtype = jnp.dtype(cfg.get('dtype', 'float32'))
     self.remat = cfg.get('remat', 'none')
+    self.scan_layers = bool(cfg.get('scan_layers', False))
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
                            embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
 
@@ -354,11 +414,12 @@ class Transformer(TiedEmbeddingModel):
       self.token_type = nnx.Embed(cfg.type_vocab_size, cfg.d_model, dtype=dtype,
                                   embedding_init=nnx.initializers.normal(stddev=0.02),
                                   rngs=rngs)
-    self.position = positions_lib.create(cfg, causal=self.causal, rngs=rngs)
+    # The scheme's stack-wide module (embedding, shared parameters); each block has its own.
+    self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, layer=i, causal=self.causal)
-                            for i in range(cfg.num_layers)])
+    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=self.causal)
+                            for _ in range(cfg.num_layers)])
     if not self.post_norm:
       self.ln_final = layer_norm(cfg, dtype=dtype, rngs=rngs)
 
@@ -379,8 +440,8 @@ class Transformer(TiedEmbeddingModel):
       x = self.ln_embed(x)
     x = dropout(x, self.dropout_rate, keys[-1])
     extra = {} if segments is None else {'segments': segments}
-    x, cache = run_blocks(self.blocks, self.position, x, positions, mask, keys, cache,
-                          remat=self.remat, **extra)
+    x, cache = run_blocks(self.blocks, self.position(), x, positions, mask, keys, cache,
+                          remat=self.remat, scan=self.scan_layers, **extra)
     if not self.post_norm:
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
@@ -478,15 +539,16 @@ class EncoderDecoder(TiedEmbeddingModel):
   for each, a shared source/target vocabulary and tied embeddings."""
 
   causal = True  # The decoder's self-attention; the encoder's is bidirectional.
+  stacks = (('encoder_position', 'encoder_blocks'), ('decoder_position', 'decoder_blocks'))
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
-    self.encoder_position = positions_lib.create(cfg, causal=False, rngs=rngs)
+    self.encoder_position = _position_shared(cfg, causal=False, rngs=rngs)
     self.encoder_blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=False)
                                     for _ in range(cfg.num_layers)])
     self.encoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.decoder_position = positions_lib.create(cfg, causal=True, rngs=rngs)
+    self.decoder_position = _position_shared(cfg, causal=True, rngs=rngs)
     self.decoder_blocks = nnx.List([DecoderBlock(cfg, dtype=dtype, rngs=rngs)
                                     for _ in range(cfg.num_layers)])
     self.decoder_ln = layer_norm(cfg, dtype=dtype, rngs=rngs)
@@ -497,16 +559,17 @@ class EncoderDecoder(TiedEmbeddingModel):
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
     x = self.encoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, _ = run_blocks(self.encoder_blocks, self.encoder_position, x, positions, mask, keys,
-                      remat=self.remat)
+    x, _ = run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask, keys,
+                      remat=self.remat, scan=self.scan_layers)
     return self.encoder_ln(x)
 
   def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
     keys = _split(key, len(self.decoder_blocks) + 1)
     x = self.decoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, cache = run_blocks(self.decoder_blocks, self.decoder_position, x, positions, mask, keys,
-                          cache, remat=self.remat, memory=memory, memory_mask=memory_mask)
+    x, cache = run_blocks(self.decoder_blocks, self.decoder_position(), x, positions, mask, keys,
+                          cache, remat=self.remat, scan=self.scan_layers, memory=memory,
+                          memory_mask=memory_mask)
     return self.logits(self.decoder_ln(x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
@@ -554,6 +617,13 @@ def create(cfg: ml_collections.ConfigDict, *, seed: int = 0):
   if cfg.type not in MODELS:
     raise errors.ConfigError(f'config.model.type={cfg.type!r} is unknown. Fix: one of {sorted(MODELS)}.')
   return MODELS[cfg.type](cfg, rngs=nnx.Rngs(params=seed))
+
+
+def legacy_param_path(cfg: ml_collections.ConfigDict, path: str) -> str:
+  """Where a parameter of a checkpoint written under the earlier layout (every per-layer
+  position parameter in one module beside the blocks) is in the model `cfg` builds: a
+  '/'-joined path, any prefix (params/, opt_state/0/mu/) kept."""
+  return positions_lib.legacy_param_path(path, MODELS[cfg.type].stacks, cfg.position)
 
 
 def parameter_count(params) -> int:

@@ -34,6 +34,8 @@ class Trainer:
     with jax.set_mesh(mesh):
       abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
     self.graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    # A checkpoint path of an earlier parameter layout -> its path now (checkpoint.restore).
+    self.rename = functools.partial(models.legacy_param_path, config.model)
     self.tx = optim.make_optimizer(config.train)
     self.schedule = optim.make_schedule(config.train)
     replicated = sharding.replicated(mesh)
@@ -85,7 +87,8 @@ def _param_shapes(abstract_params) -> dict[str, tuple[int, ...]]:
 def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int,
                              trainer: Trainer) -> None:
   """Compares saved parameter shapes with the model the config builds, from metadata only."""
-  saved = {k.removesuffix('/value'): v for k, v in ckpt.param_shapes(step).items()}
+  saved = {trainer.rename(k).removesuffix('/value'): v
+           for k, v in ckpt.param_shapes(step).items()}
   expected = _param_shapes(trainer.abstract_state['params'])
   problems = [f'{k}: checkpoint {saved.get(k)} vs config {expected.get(k)}'
               for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
@@ -120,7 +123,7 @@ def restore_params(trainer: Trainer, workdir: str, step: int):
   try:
     try:
       check_checkpoint_matches(ckpt, step, trainer)
-      return ckpt.restore(step, trainer.abstract_state)['params']
+      return ckpt.restore(step, trainer.abstract_state, rename=trainer.rename)['params']
     except errors.ConfigError:
       raise
     except Exception as e:  # pylint: disable=broad-except  # Truncated or missing files.

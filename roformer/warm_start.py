@@ -44,8 +44,9 @@ def _encoder_fields(model_cfg) -> dict:
 # Model fields a continued causal LM may change: how it is computed, and RoPE's frequencies
 # (the context extension of Chen et al. 2023 and its successors). Everything else fixes the
 # parameters or what they compute.
-_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'loss_chunk', 'causal_block',
-                        'dtype', 'dropout', 'position.rope.base', 'position.rope.scaling')
+_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'scan_layers', 'loss_chunk',
+                        'causal_block', 'dtype', 'dropout', 'position.rope.base',
+                        'position.rope.scaling')
 # Scalings that stretch the source's training length by `factor` (dynamic NTK follows the
 # current length instead).
 _STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
@@ -69,18 +70,20 @@ def prepare(config: ml_collections.ConfigDict) -> None:
   saved = _source(config)
   if config.model.type != 'causal_lm' or saved.model.type != 'causal_lm':
     return
-  scaling = config.model.position.get('rope', {}).get('scaling')
+  position = config.model.position
+  scaling = position.rope.scaling if positions_lib.capabilities(position.kind).rotary else None
   if scaling and scaling.kind in _STRETCHING and scaling.original_length < 1:
     with config.unlocked():
       scaling.original_length = saved.data.seq_len
-  if (saved.model.position.kind == 'learned'
-      and config.data.seq_len > saved.model.position.learned.max_length):
+  longest = positions_lib.scheme(saved.model.position.kind).max_length(saved.model.position)
+  if longest is not None and config.data.seq_len > longest:
     raise errors.ConfigError(
-        f'config.init_from={config.init_from!r} has learned positions with a table of '
-        f'{saved.model.position.learned.max_length} rows, fewer than config.data.seq_len='
-        f'{config.data.seq_len}: a model with learned positions cannot be continued past its '
-        'table. Fix: continue at a seq_len within the table, or train the source with a scheme '
-        'that has no length-dependent parameters (rope, alibi, ...).')
+        f'config.init_from={config.init_from!r} has {saved.model.position.kind} positions, '
+        f'whose parameters cover {longest} positions, fewer than config.data.seq_len='
+        f'{config.data.seq_len}: it cannot be continued past them (more rows would change the '
+        'parameters, and they would be untrained). Fix: continue at a seq_len within them, or '
+        'train the source with a scheme that has no length-dependent parameters (rope, alibi, '
+        '...).')
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -126,7 +129,7 @@ def _check_continuation(config, saved) -> None:
         f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.seq_len, '
         f'train.* and model.{", model.".join(_CONTINUE_MAY_CHANGE[1:])} may change. Fix: set '
         'those --config.model fields to the source\'s values.')
-  if config.model.position.kind not in ('rope', 'xpos'):
+  if not positions_lib.capabilities(config.model.position.kind).rotary:
     return
   scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
   if scaling.kind not in _STRETCHING:

@@ -117,8 +117,8 @@ _FIXED_ON_RESUME = ('model', 'seed', 'init_from', 'train.batch_size', 'data.name
                     'data.mask_fraction', 'data.random_fraction')
 
 # Resuming may change these: they change how the model is computed, not what it computes.
-_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.attention_impl',
-                      'model.loss_chunk', 'model.causal_block')
+_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.scan_layers',
+                      'model.attention_impl', 'model.loss_chunk', 'model.causal_block')
 
 
 def with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:

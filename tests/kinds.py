@@ -1,13 +1,16 @@
-"""Position kinds for per-kind tests. The default run covers RoPE end to end (every scheme's
-math is checked on its own in test_positions/test_schemes); `python -m pytest -m slow` runs
-the end-to-end checks for the others as well."""
+"""Position kinds for per-kind tests, taken from the registry. The default run covers RoPE end
+to end in the heavier per-kind checks (every scheme's math is checked on its own in
+test_positions/test_schemes, and every kind trains end to end at a tiny size in
+test_every_kind); `python -m pytest -m slow` runs the heavier checks for the others as well."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-ALL = ('none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
-       'fire', 'cope')
+from roformer import positions
+
+ALL = tuple(positions.kinds())
 FAST = ('rope',)
 
 
@@ -15,13 +18,73 @@ def params(kinds=ALL):
   return [k if k in FAST else pytest.param(k, marks=pytest.mark.slow) for k in kinds]
 
 
+def with_capability(name: str, value=True) -> tuple[str, ...]:
+  """The registered kinds whose capability `name` is `value` (truthy for a string)."""
+  return tuple(k for k in ALL if bool(getattr(positions.capabilities(k), name)) == value)
+
+
 def visible_positions(model, seed: int = 0):
   """`model` with CoPE's position embeddings drawn at random: they start at zero (as in the
   paper), where CoPE's bias vanishes and a test of it would pass without checking anything."""
   rng = np.random.default_rng(seed)
-  for scheme in (getattr(model, name, None) for name in ('position', 'encoder_position',
-                                                          'decoder_position')):
-    for layer in getattr(scheme, 'layers', ()):
+  for stack in ('blocks', 'encoder_blocks', 'decoder_blocks'):
+    for block in getattr(model, stack, ()):
+      layer = block.position
       if hasattr(layer, 'embeddings'):
         layer.embeddings.value = jnp.asarray(rng.normal(size=layer.embeddings.shape), jnp.float32)
   return model
+
+
+class View:
+  """Layer i's position module with the stack's shared arrays bound, so that a test calls its
+  hooks as the attention does, on hand-made queries and keys."""
+
+  def __init__(self, module, shared):
+    self.module, self.shared = module, shared
+
+  def __getattr__(self, name):  # Its parameters and constants.
+    return getattr(self.module, name)
+
+  def _ctx(self, positions):
+    return self.module.prepare(None, positions, self.shared)
+
+  def layer_input(self, x, positions):
+    return self.module.layer_input(x, positions, self.shared)
+
+  def rotate(self, q, k, q_pos, k_pos):
+    return self.module.rotate(q, k, q_pos, k_pos, self._ctx(q_pos))
+
+  def rotate_value(self, v, k_pos):
+    return self.module.rotate_value(v, k_pos, self._ctx(k_pos))
+
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    return self.module.logits_bias(q, k, q_pos, k_pos, mask, self._ctx(q_pos))
+
+  def value_term(self, probs, q_pos, k_pos):
+    return self.module.value_term(probs, q_pos, k_pos, self._ctx(q_pos))
+
+
+class Built(nnx.Module):
+  """A scheme's modules as a stack of `model_cfg.num_layers` blocks builds them."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    positions.validate(model_cfg, 0, causal)
+    cls = positions.scheme(model_cfg.position.kind)
+    self.shared = cls.Shared(model_cfg, causal=causal, rngs=rngs)
+    self.layers = nnx.List([cls.Layer(model_cfg, causal=causal, rngs=rngs)
+                            for _ in range(model_cfg.num_layers)])
+
+  def embed(self, x, positions_):
+    return self.shared.embed(x, positions_)
+
+  def for_layer(self, index: int) -> View:
+    return View(self.layers[index], self.shared())
+
+  def rotate(self, q, k, q_pos, k_pos):  # Schemes without per-layer parameters: layer 0's.
+    return self.for_layer(0).rotate(q, k, q_pos, k_pos)
+
+  def rotate_value(self, v, k_pos):
+    return self.for_layer(0).rotate_value(v, k_pos)
+
+  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+    return self.for_layer(0).logits_bias(q, k, q_pos, k_pos, mask)

@@ -200,12 +200,12 @@ def test_a_field_nobody_declared_is_refused():
 def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
   """A scheme declares each option as a spec carrying its default; an option given as a plain
   value still gets its default into configs/base.py but fails every config check."""
-  rope = dict(positions.Rotary.defaults['rope'], new_option=1.0)
-  monkeypatch.setattr(positions.Rotary, 'defaults', {'rope': rope})
+  rope = dict(positions.Rotary.options['rope'], new_option=1.0)
+  monkeypatch.setattr(positions.Rotary, 'options', {'rope': rope})
   config = test_config.get_config()
   assert config.model.position.rope.new_option == 1.0
   with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.new_option has no '
-                     r'declared type and range.*roformer.positions.rotary.Rotary.defaults'):
+                     r'declared type and range.*roformer.positions.rotary.Rotary.options'):
     config_lib.validate(config)
 
 

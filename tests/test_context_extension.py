@@ -104,7 +104,7 @@ def test_learned_positions_cannot_continue_past_their_table(data_dir, tmp_path):
   cfg = _config(data_dir, **{'init_from': source, 'data.seq_len': 64,
                              'model.position.kind': 'learned',
                              'model.position.learned.max_length': 48})
-  with pytest.raises(errors.ConfigError, match='table of 48 rows.*cannot be continued'):
+  with pytest.raises(errors.ConfigError, match='cover 48 positions.*cannot be continued'):
     loop.train_and_evaluate(cfg, str(tmp_path / 'y'))
 
 

@@ -126,3 +126,14 @@ def test_a_broken_link_or_anchor_is_reported(tmp_path):
 ])
 def test_anchors_follow_githubs_heading_slugs(heading, expected):
   assert slug(heading) == expected
+
+
+def test_the_capability_table_in_the_docs_is_the_registrys():
+  """docs/positions.md shows what each kind supports as the registry declares it. Fix a failure
+  by pasting the output of `python -c "from roformer import positions;
+  print(positions.capability_table())"` between the page's markers."""
+  from roformer import positions  # pylint: disable=import-outside-toplevel
+  page = (ROOT / 'docs' / 'positions.md').read_text(encoding='utf-8')
+  table = page.split('<!-- capability table: generated -->\n', 1)[1].split(
+      '\n<!-- end of capability table -->', 1)[0]
+  assert table == positions.capability_table()

@@ -264,7 +264,7 @@ def test_post_norm_block_matches_its_formula():
   mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
                              causal=False)
   out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None],
-                 model.position.for_layer(0))
+                 model.position())
   np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
 
 

@@ -11,6 +11,7 @@ from flax import nnx
 
 from roformer import attention
 from roformer import positions
+from tests import kinds
 from tests.test_schemes import HEAD_DIM, HEADS, logits, make, model_cfg, random_qk
 
 PACKED = jnp.asarray([[0, 1, 2, 3, 4, 5, 6], [3, 4, 0, 1, 2, 3, 4]])
@@ -48,9 +49,9 @@ def test_kerple_clamps_its_parameters_and_passes_the_gradient_through():
   r1, r2 = [0.01, 0.3, 0.01, 1.0], [2.0, 1.5, 0.01, 0.5]
   for h in range(HEADS):
     assert bias[h, 4, 1] == pytest.approx(-r1[h] * 3 ** r2[h], rel=1e-5)
-  graphdef, state = nnx.split(layer)
-  grads = jax.grad(lambda s: nnx.merge(graphdef, s).logits_bias(None, None, pos, pos).sum())(
-      state)
+  graphdef, state = nnx.split(layer.module)
+  grads = jax.grad(lambda s: nnx.merge(graphdef, s).logits_bias(None, None, pos, pos, None,
+                                                                None).sum())(state)
   g1 = np.asarray(grads['r1'].value)
   # d/dr1 of -r1 sum |i-j|^r2 at the clamped r2, even for the clamped r1 of heads 0 and 2.
   distances = np.abs(np.arange(5)[:, None] - np.arange(5)[None])
@@ -65,10 +66,11 @@ def test_kerple_clamps_its_parameters_and_passes_the_gradient_through():
 def fire_numpy(layer, q_pos, k_pos, init_threshold):
   """b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(|c x| + 1), f = W2 relu(W1 x + b1)
   + b2, written out pair by pair."""
-  w1, b1 = as64(layer.hidden_kernel[...])[0], as64(layer.hidden_bias[...])
-  w2, b2 = as64(layer.out_kernel[...]), as64(layer.out_bias[...])
-  c = float(layer.c[...])
-  threshold = abs(float(layer.threshold_multiplier[...]) * init_threshold)
+  fn = layer.bias_function
+  w1, b1 = as64(fn.hidden_kernel[...])[0], as64(fn.hidden_bias[...])
+  w2, b2 = as64(fn.out_kernel[...]), as64(fn.out_bias[...])
+  c = float(fn.c[...])
+  threshold = abs(float(fn.threshold_multiplier[...]) * init_threshold)
   psi = lambda x: math.log(abs(c * x) + 1)
   qn, kn = np.asarray(q_pos), np.asarray(k_pos)
   out = np.zeros((qn.shape[0], w2.shape[1], qn.shape[1], kn.shape[1]))
@@ -80,8 +82,8 @@ def fire_numpy(layer, q_pos, k_pos, init_threshold):
 
 def test_fire_bias_matches_the_formula():
   layer = make('fire', **{'fire.init_threshold': 3.0}).for_layer(1)
-  layer.c.value = jnp.float32(0.7)
-  layer.threshold_multiplier.value = jnp.float32(1.5)  # L = 4.5.
+  layer.bias_function.c.value = jnp.float32(0.7)
+  layer.bias_function.threshold_multiplier.value = jnp.float32(1.5)  # L = 4.5.
   got = np.asarray(layer.logits_bias(None, None, PACKED, PACKED))
   np.testing.assert_allclose(got, fire_numpy(layer, PACKED, PACKED, 3.0), rtol=1e-5, atol=1e-6)
 
@@ -89,27 +91,28 @@ def test_fire_bias_matches_the_formula():
 def test_fire_pieces_give_the_mlps_values_and_gradients():
   """The bias evaluates f once per linear piece; the MLP applied to every pair's input gives the
   same values and the same gradients for every parameter, units with w1 = 0 included."""
-  layer = make('fire', **{'fire.init_threshold': 3.0}).for_layer(0)
-  layer.hidden_kernel.value = layer.hidden_kernel.value.at[0, :2].set(0.0)
-  layer.hidden_bias.value = layer.hidden_bias.value.at[:2].set(jnp.asarray([0.5, -0.5]))
+  layer = make('fire', **{'fire.init_threshold': 3.0}).for_layer(0).module
+  fn = layer.bias_function
+  fn.hidden_kernel.value = fn.hidden_kernel.value.at[0, :2].set(0.0)
+  fn.hidden_bias.value = fn.hidden_bias.value.at[:2].set(jnp.asarray([0.5, -0.5]))
   graphdef, state = nnx.split(layer)
   weights = jnp.asarray(np.random.default_rng(25).normal(size=(2, HEADS, 7, 7)), jnp.float32)
 
   def mlp_everywhere(lay):
-    x = lay.inputs(PACKED, PACKED)
-    hidden = jax.nn.relu(x[..., None] * lay.hidden_kernel[...][0] + lay.hidden_bias[...])
-    out = jnp.einsum('bqkm,mh->bhqk', hidden, lay.out_kernel[...])
-    return out + lay.out_bias[...][None, :, None, None]
+    x, fn = lay.inputs(PACKED, PACKED), lay.bias_function
+    hidden = jax.nn.relu(x[..., None] * fn.hidden_kernel[...][0] + fn.hidden_bias[...])
+    out = jnp.einsum('bqkm,mh->bhqk', hidden, fn.out_kernel[...])
+    return out + fn.out_bias[...][None, :, None, None]
 
   loss = lambda bias_fn: lambda st: jnp.sum(bias_fn(nnx.merge(graphdef, st)) * weights)
-  pieces = lambda lay: lay.logits_bias(None, None, PACKED, PACKED)
+  pieces = lambda lay: lay.logits_bias(None, None, PACKED, PACKED, None, None)
   np.testing.assert_allclose(pieces(layer), mlp_everywhere(layer), rtol=1e-5, atol=1e-6)
   got = jax.jit(jax.grad(loss(pieces)))(state)
   want = jax.jit(jax.grad(loss(mlp_everywhere)))(state)
   for (path, g), (_, w) in zip(jax.tree_util.tree_flatten_with_path(got)[0],
                                jax.tree_util.tree_flatten_with_path(want)[0]):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=str(path))
-  assert np.abs(np.asarray(got['c'].value)) > 0  # c and L get gradients through the inputs.
+  assert np.abs(np.asarray(got['bias_function']['c'].value)) > 0  # c and L get gradients through the inputs.
 
 
 def test_fire_normalises_by_the_query_position_above_the_threshold():
@@ -132,14 +135,17 @@ def test_fire_normalises_by_the_query_position_above_the_threshold():
 def test_fire_is_per_layer_unless_shared_and_spared_by_weight_decay():
   per_layer, shared = make('fire'), make('fire', **{'fire.shared_across_layers': True})
   layers = model_cfg('fire').num_layers
-  assert len(per_layer.bias_functions) == layers and len(shared.bias_functions) == 1
-  assert shared.for_layer(1) is shared.for_layer(0)
+  per_layer_state = nnx.state(nnx.List(per_layer.layers), nnx.Param)
+  assert not nnx.state(per_layer.shared, nnx.Param)  # Every function in its layer.
+  assert not nnx.state(nnx.List(shared.layers), nnx.Param)  # One function, in the stack's.
+  np.testing.assert_array_equal(shared.for_layer(1).arrays(shared.shared())['out_kernel'],
+                                shared.shared.bias_function.out_kernel[...])
   cfg = model_cfg('fire')
-  n = sum(x.size for x in jax.tree.leaves(nnx.state(per_layer, nnx.Param)))
+  n = sum(x.size for x in jax.tree.leaves(per_layer_state))
   width = cfg.position.fire.mlp_width
   assert n == layers * (2 * width + width * HEADS + HEADS + 2)  # MLP, c, L's multiplier.
   paths = ['/'.join(str(getattr(k, 'key', k)) for k in path) for path, _ in
-           jax.tree_util.tree_flatten_with_path(nnx.state(per_layer, nnx.Param))[0]]
+           jax.tree_util.tree_flatten_with_path(per_layer_state)[0]]
   assert all('bias' in p for p in paths)  # The optimizer decays no path that names a bias.
 
 
@@ -224,11 +230,11 @@ def test_cope_one_query_over_the_cache_equals_its_row_of_the_full_pass():
 def _cope_scratch_bytes(length, head_dim):
   cfg = model_cfg('cope')
   cfg.d_model, cfg.num_heads = head_dim, 1
-  layer = positions.create(cfg, causal=True, rngs=nnx.Rngs(0)).for_layer(0)
-  graphdef, state = nnx.split(layer)
+  layer = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0)).for_layer(0)
+  graphdef, state = nnx.split(layer.module)
 
   def loss(state, q, k):
-    return nnx.merge(graphdef, state).logits_bias(q, k, None, None).sum()
+    return nnx.merge(graphdef, state).logits_bias(q, k, None, None, None, None).sum()
 
   x = jax.ShapeDtypeStruct((1, length, 1, head_dim), jnp.float32)
   compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(state, x, x).compile()
@@ -362,7 +368,7 @@ def test_configs_saved_before_the_new_options_still_validate_and_build():
       for name in ('ramp', 'low_freq_factor', 'high_freq_factor'):
         del cfg.position.rope.scaling[name]
     positions.validate(cfg, 32, True)
-    scheme = positions.create(cfg, causal=True, rngs=nnx.Rngs(0))
+    scheme = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0))
     if kind == 'rope':
       q, k = random_qk(26)
       pos = jnp.tile(jnp.arange(7)[None], (2, 1))

@@ -18,8 +18,10 @@ from roformer import config_lib
 from roformer import errors
 from roformer import loop
 from roformer import models
+from roformer import positions
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from tests import kinds
 
 
 def random_qkv(b=2, length=37, h=2, d=16, scale=0.5, seed=0):
@@ -202,13 +204,13 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
     assert [float(b.attn.feature_draw.value) for b in model.blocks] == [draw, draw]
   ckpt.close()
   a, b = favor_model(), favor_model()
-  np.testing.assert_array_equal(a.blocks[0].attn.projection(), b.blocks[0].attn.projection())
+  np.testing.assert_array_equal(a.blocks[0].attn.projection(0), b.blocks[0].attn.projection(0))
   b.blocks[0].attn.feature_draw.value = jnp.float32(1)
-  assert not np.allclose(a.blocks[0].attn.projection(), b.blocks[0].attn.projection())
-  assert not np.allclose(a.blocks[0].attn.projection(), a.blocks[1].attn.projection())
+  assert not np.allclose(a.blocks[0].attn.projection(0), b.blocks[0].attn.projection(0))
+  assert not np.allclose(a.blocks[0].attn.projection(0), a.blocks[1].attn.projection(1))
 
 
-@pytest.mark.parametrize('kind', ['t5', 'alibi', 'shaw', 'xl', 'kerple', 'fire', 'cope'])
+@pytest.mark.parametrize('kind', kinds.with_capability('linear_attention', False))
 def test_bias_schemes_are_refused_with_a_reason(kind):
   cfg = performer.get_config('rope')
   cfg.model.position.kind = kind
@@ -222,7 +224,32 @@ def test_performer_config_is_valid_with_and_without_rope():
   xpos = performer.get_config('xpos,features')
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
     config_lib.validate(xpos)
-  p_rope = performer.get_config('rope,features')
-  p_rope.model.position.rope.keep_fraction = 0.5  # The feature rotation rotates every pair.
-  with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
-    config_lib.validate(p_rope)
+  yarn = performer.get_config('rope,features')
+  yarn.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=64)
+  with pytest.raises(errors.ConfigError, match='rope_mode=qk'):  # Its temperature.
+    config_lib.validate(yarn)
+
+
+def test_the_feature_rotation_is_the_schemes_own():
+  """rope_mode=features rotates the random features through the scheme's hook, with its
+  options: p-RoPE (keep_fraction 0.5) rotates the first half of the feature pairs by
+  p * base^(-2i / num_features) and leaves the rest exactly as they are (float64 reference)."""
+  cfg = performer.get_config('rope,features')
+  cfg.model.position.rope.keep_fraction = 0.5
+  config_lib.validate(cfg)
+  n = cfg.model.attention.num_features
+  layer = positions.scheme('rope').Layer(cfg.model, causal=True, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(3)
+  qf = jnp.asarray(rng.uniform(size=(1, 3, 2, n)), jnp.float32)
+  pos = jnp.asarray([[0, 5, 40]])
+  got, _ = layer.rotate_features(qf, qf, pos, pos, None)
+  x = np.asarray(qf, np.float64)
+  want = x.copy()
+  for t, p in enumerate((0, 5, 40)):
+    for i in range(n // 4):  # The kept half of the n / 2 pairs.
+      a = p * 10000.0 ** (-2 * i / n)
+      c, s_ = np.cos(a), np.sin(a)
+      x0, x1 = x[0, t, :, 2 * i], x[0, t, :, 2 * i + 1]
+      want[0, t, :, 2 * i], want[0, t, :, 2 * i + 1] = x0 * c - x1 * s_, x0 * s_ + x1 * c
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(got)[..., n // 2:], np.asarray(qf)[..., n // 2:])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from roformer import positions
+from tests import kinds
 
 
 def rotation_matrix(m: int, d: int, base: float = 10000.0) -> np.ndarray:
@@ -140,6 +141,6 @@ def test_rope_has_no_parameters_and_learned_does():
   for kind, n_params in (('rope', 0), ('sinusoidal', 0), ('none', 0),
                          ('learned', cfg.position.learned.max_length * cfg.d_model)):
     cfg.position.kind = kind
-    scheme = positions.create(cfg, causal=True, rngs=nnx.Rngs(0))
+    scheme = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0))
     leaves = jax.tree.leaves(nnx.state(scheme, nnx.Param))
     assert sum(x.size for x in leaves) == n_params, kind

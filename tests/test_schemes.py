@@ -9,6 +9,7 @@ from flax import nnx
 from configs import test as test_config
 from roformer import errors
 from roformer import positions
+from tests import kinds
 
 HEADS, HEAD_DIM = 4, 8
 RELATIVE = ['shaw', 'xl', 't5', 'alibi', 'kerple', 'rope', 'xpos']
@@ -26,7 +27,7 @@ def model_cfg(kind, **fields):
 
 
 def make(kind, causal=True, **fields):
-  return positions.create(model_cfg(kind, **fields), causal=causal, rngs=nnx.Rngs(7))
+  return kinds.Built(model_cfg(kind, **fields), causal=causal, rngs=nnx.Rngs(7))
 
 
 def logits(layer, q, k, q_pos, k_pos):
@@ -90,11 +91,11 @@ def _shaw_scratch_bytes(length, head_dim):
   """Compiled scratch memory of Shaw's logits bias and value term, forward and backward."""
   cfg = model_cfg('shaw')
   cfg.d_model, cfg.num_heads = head_dim, 1
-  layer = positions.create(cfg, causal=True, rngs=nnx.Rngs(0)).for_layer(0)
-  graphdef, state = nnx.split(layer)
+  layer = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0)).for_layer(0)
+  graphdef, state = nnx.split(layer.module)
 
   def loss(state, q, k, probs, pos):
-    lay = nnx.merge(graphdef, state)
+    lay = kinds.View(nnx.merge(graphdef, state), None)
     return lay.logits_bias(q, k, pos, pos).sum() + lay.value_term(probs, pos, pos).sum()
 
   x = jax.ShapeDtypeStruct((1, length, 1, head_dim), jnp.float32)
@@ -117,8 +118,9 @@ def test_xl_matches_the_four_term_formula():
   """A_ij = q_i.k_j + q_i.W_R R_{i-j} + u.k_j + v.W_R R_{i-j} (Dai et al. 2019, eq. 3)."""
   scheme = make('xl')
   layer = scheme.for_layer(1)
-  w_r = np.asarray(scheme.w_r[1][...], np.float64)  # [d_model, heads, head_dim]
-  u, v = np.asarray(scheme.u_bias[...], np.float64), np.asarray(scheme.v_bias[...], np.float64)
+  w_r = np.asarray(scheme.layers[1].w_r[...], np.float64)  # [d_model, heads, head_dim]
+  u = np.asarray(scheme.shared.u_bias[...], np.float64)
+  v = np.asarray(scheme.shared.v_bias[...], np.float64)
   d_model = w_r.shape[0]
   q, k = random_qk(3)
   pos = jnp.asarray([[0, 1, 2, 3, 0, 1, 2], [0, 1, 2, 3, 4, 5, 6]])
@@ -141,8 +143,10 @@ def test_xl_matches_the_four_term_formula():
 
 def test_xl_bias_is_global_and_projection_per_layer():
   scheme = make('xl')
-  assert scheme.for_layer(0).u is scheme.for_layer(1).u  # The layer views share u and v.
-  assert scheme.for_layer(0).w_r is not scheme.for_layer(1).w_r
+  assert set(nnx.state(scheme.shared, nnx.Param)) == {'u_bias', 'v_bias'}  # One u, v.
+  for layer in scheme.layers:
+    assert set(nnx.state(layer, nnx.Param)) == {'w_r'}
+  assert not np.allclose(scheme.layers[0].w_r[...], scheme.layers[1].w_r[...])
 
 
 # Relative position (key - query) -> bucket, by hand from T5's definition: e.g. causal, 32
@@ -162,13 +166,15 @@ def test_t5_buckets_against_hand_table(bidirectional, table):
 
 def test_t5_bias_table_shared_across_layers_by_default():
   shared, separate = make('t5'), make('t5', **{'t5.shared_across_layers': False})
-  assert len(shared.bias_tables) == 1
-  assert len(separate.bias_tables) == model_cfg('t5').num_layers
+  assert set(nnx.state(shared.shared, nnx.Param)) == {'bias_table'}
+  assert not any(nnx.state(layer, nnx.Param) for layer in shared.layers)
+  assert not nnx.state(separate.shared, nnx.Param)
+  assert all(set(nnx.state(layer, nnx.Param)) == {'bias_table'} for layer in separate.layers)
   layer = shared.for_layer(1)
   q, k = random_qk(4)
   pos = jnp.tile(jnp.arange(7)[None], (2, 1))
   bias = np.asarray(layer.logits_bias(q, k, pos, pos))
-  table = np.asarray(shared.bias_tables[0][...])
+  table = np.asarray(shared.shared.bias_table[...])
   buckets = np.asarray(positions.t5_buckets(
       jnp.arange(7)[None, :] - jnp.arange(7)[:, None], bidirectional=False, num_buckets=32,
       max_distance=128))
@@ -406,16 +412,17 @@ def test_shaw_refuses_dot_product_attention():
 def test_learned_per_layer_adds_one_table_at_each_layer_input():
   scheme = make('learned', **{'learned.per_layer': True, 'learned.max_length': 40})
   layers = model_cfg('learned').num_layers
-  assert len(scheme.tables) == layers
+  assert len(scheme.layers) == layers and not nnx.state(scheme.shared, nnx.Param)
   x = jnp.zeros((1, 3, model_cfg('learned').d_model))
   pos = jnp.asarray([[0, 5, 39]])
   np.testing.assert_array_equal(np.asarray(scheme.embed(x, pos)), 0.0)  # Nothing at the bottom.
   for i in range(layers):
-    table = np.asarray(scheme.tables[i].table[...])
+    table = np.asarray(scheme.layers[i].table[...])
     np.testing.assert_allclose(np.asarray(scheme.for_layer(i).layer_input(x, pos))[0],
                                table[[0, 5, 39]])
   single = make('learned', **{'learned.max_length': 40})
-  assert len(single.tables) == 1 and single.for_layer(1) is single
+  assert set(nnx.state(single.shared, nnx.Param)) == {'table'}
+  assert not any(nnx.state(layer, nnx.Param) for layer in single.layers)
 
 
 @pytest.mark.parametrize('kind', RELATIVE + ['learned', 'sinusoidal', 'fire'])
@@ -466,7 +473,7 @@ def test_weight_decay_spares_norms_and_bias_like_position_parameters():
                               if getattr(k, 'name', None) != 'value')
   decayed = {name(path): bool(np.any(u != 0))
              for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
-  assert decayed['blocks/0/attn/qkv/kernel'] and decayed['position/w_r/1']
+  assert decayed['blocks/0/attn/qkv/kernel'] and decayed['blocks/1/position/w_r']
   assert decayed['embed/embedding']
   for name in ('position/u_bias', 'position/v_bias', 'blocks/0/attn/qkv/bias',
                'blocks/0/ln_attn/scale'):

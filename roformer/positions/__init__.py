@@ -1,7 +1,9 @@
 """Position schemes: how a Transformer learns where each token is.
 
-`base` holds the interface (the hooks the shared stack calls) and the registry; each family of
-schemes is a module of its own, and importing it registers its kinds:
+`base` holds the interface (what a kind declares: options, checks, capabilities; the `Shared`
+module each stack builds and the `Layer` module each block builds, with the hooks the stack
+calls) and the registry; each family of schemes is a module of its own, and importing it
+registers its kinds:
 
 | module       | kinds                                                          |
 |--------------|----------------------------------------------------------------|
@@ -13,7 +15,7 @@ schemes is a module of its own, and importing it registers its kinds:
 | `contextual` | cope                                                           |
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
-`roformer.positions.create` and the rest keep one address.
+`roformer.positions.scheme` and the rest keep one address.
 """
 
 from roformer.positions import absolute
@@ -23,10 +25,13 @@ from roformer.positions import relative
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (PositionScheme, create, default_fields, field_specs, head_dim,
-                                     kinds, register, relative_positions, scheme_class,
+from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, capabilities,
+                                     default_fields, field_specs, head_dim, kinds,
+                                     legacy_param_path, register, relative_positions, scheme,
+                                     capability_table,
                                      scheme_fields, validate)
-from roformer.positions.bias import ALiBi, Fire, Kerple, T5Bias, alibi_slopes, t5_buckets
+from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
+                                     fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,

@@ -15,12 +15,7 @@ from roformer.positions import base
 class NoPositions(base.PositionScheme):
   """No position information at all (a causal mask still leaks some, Haviv et al. 2022)."""
 
-  def __init__(self, model_cfg, *, causal, rngs):
-    del model_cfg, causal, rngs
-
-
-# --------------------------------------------------------------------------------------------
-# Absolute schemes.
+  capabilities = base.Capabilities(reads_positions=False)
 
 
 def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
@@ -34,17 +29,23 @@ def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> j
   return jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1).reshape(*angles.shape[:-1], dim)
 
 
-@base.register('sinusoidal')
-class Sinusoidal(base.PositionScheme):
-  """Fixed sinusoidal absolute encodings added to the token embeddings."""
-
-  fields = ('sinusoidal',)
-  defaults = {'sinusoidal': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
+class _SinusoidalEmbedding(base.Shared):
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal, rngs
     self.dim = model_cfg.d_model
     self.base = float(model_cfg.position.sinusoidal.base)
+
+  def embed(self, x, positions):
+    return x + sinusoidal_table(positions, self.dim, self.base).astype(x.dtype)
+
+
+@base.register('sinusoidal')
+class Sinusoidal(base.PositionScheme):
+  """Fixed sinusoidal absolute encodings added to the token embeddings."""
+
+  options = {'sinusoidal': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
+  Shared = _SinusoidalEmbedding
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -52,28 +53,41 @@ class Sinusoidal(base.PositionScheme):
       raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for '
                                'sinusoidal positions. Fix: use an even d_model.')
 
+
+def _table(length, dim, rngs) -> nnx.Param:
+  return nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
+
+
+def _add_rows(table: nnx.Param, x, positions):
+  return x + jnp.take(table[...], positions, axis=0).astype(x.dtype)
+
+
+class _LearnedEmbedding(base.Shared):
+  """The table added to the token embeddings (none with `per_layer`: each layer has its own)."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    cfg = model_cfg.position.learned
+    self.per_layer = bool(cfg.per_layer)
+    if not self.per_layer:
+      self.table = _table(cfg.max_length, model_cfg.d_model, rngs)
+
   def embed(self, x, positions):
-    return x + sinusoidal_table(positions, self.dim, self.base).astype(x.dtype)
+    return x if self.per_layer else _add_rows(self.table, x, positions)
 
 
-class _Table(nnx.Module):
-  """One learned table of absolute position embeddings, added to its input."""
+class _LearnedLayerInput(base.Layer):
+  """With `per_layer`, this layer's table, added at its input."""
 
-  def __init__(self, length, dim, rngs):
-    self.table = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    cfg = model_cfg.position.learned
+    self.per_layer = bool(cfg.per_layer)
+    if self.per_layer:
+      self.table = _table(cfg.max_length, model_cfg.d_model, rngs)
 
-  def __call__(self, x, positions):
-    return x + jnp.take(self.table[...], positions, axis=0).astype(x.dtype)
-
-
-class _LayerInput(base.PositionScheme):
-  """Per-layer view of `learned` with per_layer=True: its table is added at the layer input."""
-
-  def __init__(self, table: _Table):
-    self.table = table
-
-  def layer_input(self, x, positions):
-    return self.table(x, positions)
+  def layer_input(self, x, positions, shared):
+    return _add_rows(self.table, x, positions) if self.per_layer else x
 
 
 @base.register('learned')
@@ -81,16 +95,15 @@ class Learned(base.PositionScheme):
   """Trained absolute position embeddings (BERT, GPT-2); with `per_layer`, one table per layer
   added at every layer's input (Al-Rfou et al. 2019)."""
 
-  fields = ('learned',)
-  defaults = {'learned': {'max_length': specs.Int(1, 2**24, default=2048),
-                          'per_layer': specs.Bool(default=False)}}
+  options = {'learned': {'max_length': specs.Int(1, 2**24, default=2048),
+                         'per_layer': specs.Bool(default=False)}}
+  Shared, Layer = _LearnedEmbedding, _LearnedLayerInput
 
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal
-    cfg = model_cfg.position.learned
-    self.per_layer = bool(cfg.per_layer)
-    n = model_cfg.num_layers if self.per_layer else 1
-    self.tables = nnx.List([_Table(cfg.max_length, model_cfg.d_model, rngs) for _ in range(n)])
+  @classmethod
+  def legacy_params(cls, cfg):
+    if cfg.learned.per_layer:
+      return ((r'tables/(\d+)/table', 'layer:table'),)
+    return ((r'tables/0/table', 'table'),)
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -101,8 +114,6 @@ class Learned(base.PositionScheme):
           f'--config.model.position.learned.max_length to at least {seq_len}, or shorten the '
           'sequence.')
 
-  def embed(self, x, positions):
-    return x if self.per_layer else self.tables[0](x, positions)
-
-  def for_layer(self, index):
-    return _LayerInput(self.tables[index]) if self.per_layer else self
+  @classmethod
+  def max_length(cls, cfg):
+    return int(cfg.learned.max_length)

@@ -1,31 +1,45 @@
-"""The position-scheme interface: the base class with its hooks, and the registry.
+"""The position-scheme interface: what a kind declares, the modules it builds, and the registry.
 
-Every scheme is a small `nnx.Module` that implements only the hooks it needs; the shared stack
-(`roformer.models`) calls all of them and the defaults are the identity:
+A kind is described once, by a `PositionScheme` subclass registered under its name:
+- `options`: its option groups under `config.model.position.<group>`, each option's type, range
+  and default (`roformer/specs.py`); configs/base.py and the config check read them from here;
+- `validate`: the checks that relate its options to the model and the sequence length;
+- `capabilities`: what it can be combined with (`Capabilities`), which is all that code outside
+  this package asks: no kind name appears in the stack, the config checks or the warm start;
+- two module classes: `Shared`, built once per stack (the embedding hook and any parameters
+  shared by the layers), and `Layer`, built by every block, which owns that layer's parameters.
+  Every block of a stack holds a `Layer` of the same structure, so the blocks are uniform and the
+  stack can be scanned (`models.run_blocks`).
 
-| hook                                   | used by                 | effect                           |
-|----------------------------------------|-------------------------|----------------------------------|
-| `embed(x, positions)`                  | sinusoidal, learned     | adds an absolute code to x       |
-| `layer_input(x, positions)`            | learned (per layer)     | adds a code at a layer's input   |
-| `rotate(q, k, q_pos, k_pos)`           | rope, xpos              | rotates queries and keys         |
-| `rotate_value(v, k_pos)`               | rope (rotate_values)    | rotates values                   |
-| `logits_bias(q, k, q_pos, k_pos, mask)`| the bias schemes (*)    | added to the attention logits    |
-| `value_term(probs, q_pos, k_pos)`      | shaw                    | added to the attention output    |
+The stack calls the hooks at fixed points; every hook defaults to the identity:
 
-(*) shaw, xl, t5, alibi, kerple, fire, cope.
-`for_layer(i)` gives the view whose hooks layer i uses (per-layer parameters: shaw, xl, t5 when
-not shared, per-layer learned, kerple, fire unless shared, cope). `logits_bias` also receives the
-attention mask (bool, broadcastable to [batch, heads, q_len, k_len]), which only CoPE reads: its
-positions count the gates of the keys a query may see, so other segments, padding, unfilled
-cache slots and future keys must add nothing.
-Positions are always explicit integer arrays (they restart at 0 in every packed segment and start
-at the cache index when decoding); angles are computed in float32 from them and cast to the
-activation dtype only at the end. A registry maps `config.model.position.kind` to a scheme class;
-each family of schemes lives in its own module of this package.
+| hook                                         | module | used by                | effect                          |
+|----------------------------------------------|--------|------------------------|---------------------------------|
+| `embed(x, positions)`                        | Shared | sinusoidal, learned    | adds an absolute code to x      |
+| `__call__()`                                 | Shared | xl, t5, fire (shared)  | the arrays every layer reads    |
+| `layer_input(x, positions, shared)`          | Layer  | learned (per layer)    | adds a code at a layer's input  |
+| `prepare(x, positions, shared)`              | Layer  | (data-dependent ones)  | the context the hooks below get |
+| `rotate(q, k, q_pos, k_pos, ctx)`            | Layer  | rope, xpos             | rotates queries and keys        |
+| `rotate_value(v, k_pos, ctx)`                | Layer  | rope (rotate_values)   | rotates values                  |
+| `rotate_features(qf, kf, q_pos, k_pos, ctx)` | Layer  | rope                   | FAVOR+'s rotation of features   |
+| `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
+| `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | (none yet)             | replaces q.k/sqrt(d) itself     |
+| `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
+
+(*) shaw, xl, t5, alibi, kerple, fire, cope. `prepare` receives the attention sublayer's input
+(after the LayerNorm in the pre-norm stack) and returns the per-layer context `ctx` that the
+other attention hooks receive; by default that context is `shared`, what the stack's `Shared`
+module returns. `logits_bias` also receives the attention mask (bool, broadcastable to
+[batch, heads, q_len, k_len]), which only CoPE reads: its positions count the gates of the keys
+a query may see. Positions are always explicit integer arrays (they restart at 0 in every
+packed segment and start at the cache index when decoding); angles are computed in float32 and
+cast to the activation dtype only at the end.
 """
 
 import copy
-from typing import Callable
+import dataclasses
+import re
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -37,7 +51,154 @@ from roformer import specs
 _REGISTRY: dict[str, type['PositionScheme']] = {}
 
 
-def register(kind: str) -> Callable[[type['PositionScheme']], type['PositionScheme']]:
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+  """What a scheme can be combined with, declared by the scheme and read everywhere else.
+
+  causal_only: it needs keys j <= i (FIRE's normaliser, CoPE's gate sums, xPos's decay), so
+    encoders (bidirectional attention) refuse it.
+  reads_positions: it reads the integer positions (randomised training positions change it).
+  logits_term: '' if it leaves the L x L logits alone, else what it adds to them (in words,
+    for the error): linear attention (FAVOR+) never forms the logits, so it cannot carry it.
+  value_term: it adds to the attention output from the probabilities (einsum path only).
+  computes_logits: its `logits` hook replaces q.k (einsum path only).
+  rotary: it rotates by RoPE's frequencies under config.model.position.rope, so RoPE's
+    scalings (and their continuation checks) apply to it.
+  feature_rotation: its `rotate_features` rotates FAVOR+'s random features (rope_mode
+    'features', the RoFormer paper's linear attention); otherwise only rope_mode 'qk'.
+  """
+  causal_only: bool = False
+  reads_positions: bool = True
+  logits_term: str = ''
+  value_term: bool = False
+  computes_logits: bool = False
+  rotary: bool = False
+  feature_rotation: bool = False
+
+  @property
+  def implementations(self) -> tuple[str, ...]:
+    """The attention implementations that can run it (attention.IMPLEMENTATIONS less 'auto')."""
+    if self.value_term or self.computes_logits:
+      return ('einsum',)
+    return ('einsum', 'xla', 'cudnn')
+
+  @property
+  def linear_attention(self) -> bool:
+    return not (self.logits_term or self.value_term or self.computes_logits)
+
+
+class Shared(nnx.Module):
+  """A stack's scheme-wide module: the embedding hook and any parameters its layers share."""
+
+  def __init__(self, model_cfg, *, causal: bool, rngs: nnx.Rngs):
+    del model_cfg, causal, rngs
+
+  def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """Added to the token embeddings at the bottom of the stack."""
+    del positions
+    return x
+
+  def __call__(self) -> Any:
+    """What every layer's hooks receive as `shared` (a pytree of arrays, or None): computed
+    once per forward pass, and passed unchanged through a scanned stack."""
+    return None
+
+
+class Layer(nnx.Module):
+  """One block's position module: its hooks leave attention untouched.
+
+  Hooks receive queries/keys as [batch, len, heads, head_dim] and integer positions as
+  [batch, len]; biases are [batch or 1, heads, q_len, k_len] in float32, already on the scale of
+  the (1/sqrt(head_dim)-scaled) attention logits.
+  """
+
+  def __init__(self, model_cfg, *, causal: bool, rngs: nnx.Rngs):
+    del model_cfg, causal, rngs
+
+  def layer_input(self, x, positions, shared):
+    """Added to the residual stream at the input of the layer."""
+    del positions, shared
+    return x
+
+  def prepare(self, x, positions, shared):
+    """The context of this layer's attention hooks, from its (normed) input x."""
+    del x, positions
+    return shared
+
+  def rotate(self, q, k, q_pos, k_pos, ctx):
+    del q_pos, k_pos, ctx
+    return q, k
+
+  def rotate_value(self, v, k_pos, ctx):
+    del k_pos, ctx
+    return v
+
+  def rotate_features(self, qf, kf, q_pos, k_pos, ctx):
+    """FAVOR+'s positive random features rotated like queries and keys (numerator only)."""
+    raise NotImplementedError(f'{type(self).__name__} does not rotate random features.')
+
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
+    """Added to the logits. `mask` (bool, broadcastable to [batch, heads, q_len, k_len]) is the
+    attention mask; schemes whose bias depends on which keys are visible (CoPE) read it."""
+    del q, k, q_pos, k_pos, mask, ctx
+    return None
+
+  def logits(self, q, k, q_pos, k_pos, mask, ctx):
+    """The attention logits [batch, heads, q_len, k_len] (float32, scaled) in place of
+    q.k/sqrt(d), for schemes whose capabilities say `computes_logits`."""
+    raise NotImplementedError(f'{type(self).__name__} does not compute logits.')
+
+  def value_term(self, probs, q_pos, k_pos, ctx):
+    del probs, q_pos, k_pos, ctx
+    return None
+
+
+class PositionScheme:
+  """A registered kind: its options, checks, capabilities and modules (see the module
+  docstring). Subclasses set the class attributes and override what they need."""
+
+  kind = 'base'
+  # The option groups of config.model.position that belong to this kind: {group: {option:
+  # spec}}, each spec's type and range carrying its default (e.g. `specs.Int(1, default=16)`).
+  # configs/base.py builds config.model.position from every registered kind's options, and the
+  # config check holds each value to its spec. An option given as a plain value has a default
+  # but no declared range: every config check then fails, naming it, until it is declared.
+  options: dict = {}
+  # Further option groups it reads that another kind introduced (xpos reads `rope`).
+  reads: tuple[str, ...] = ()
+  capabilities = Capabilities()
+  causal_reason = ''  # With capabilities.causal_only: why, for the error.
+  Shared: type[Shared] = Shared
+  Layer: type[Layer] = Layer
+
+  @classmethod
+  def legacy_params(cls, cfg: ml_collections.ConfigDict) -> tuple[tuple[str, str], ...]:
+    """Where the parameters of checkpoints written when every per-layer parameter lived in
+    one module beside the blocks are now: (pattern, replacement) on the path below that
+    module. A replacement that starts with 'layer:' names the layer (the pattern's first group)
+    and the path in that layer's module; otherwise the path in the stack's `Shared` module."""
+    del cfg
+    return ()
+
+  @classmethod
+  def fields(cls) -> tuple[str, ...]:
+    """The option groups of config.model.position that this kind reads."""
+    return tuple(cls.reads) + tuple(cls.options)
+
+  @classmethod
+  def validate(cls, cfg: ml_collections.ConfigDict, model_cfg: ml_collections.ConfigDict,
+               seq_len: int, causal: bool) -> None:
+    """Raises ConfigError naming the field and the fix for inconsistent options."""
+    del cfg, model_cfg, seq_len, causal
+
+  @classmethod
+  def max_length(cls, cfg: ml_collections.ConfigDict) -> int | None:
+    """The longest sequence its parameters cover (a learned table's rows), or None: no bound."""
+    del cfg
+    return None
+
+
+def register(kind: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
   def wrap(cls):
     cls.kind = kind
     _REGISTRY[kind] = cls
@@ -49,71 +210,17 @@ def kinds() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def scheme_class(kind: str) -> type['PositionScheme']:
+def scheme(kind: str) -> type[PositionScheme]:
+  """The registered description of `kind` (a ConfigError naming the choices if unknown)."""
+  if kind not in _REGISTRY:
+    raise errors.ConfigError(
+        f'config.model.position.kind={kind!r} is not a known position scheme. '
+        f'Fix: choose one of {kinds()}.')
   return _REGISTRY[kind]
 
 
-class PositionScheme(nnx.Module):
-  """Base class: every hook leaves attention untouched.
-
-  Hooks receive queries/keys as [batch, len, heads, head_dim] and integer positions as
-  [batch, len]; biases are [batch or 1, heads, q_len, k_len] in float32, already on the scale of
-  the (1/sqrt(head_dim)-scaled) attention logits. `for_layer(i)` returns the object whose hooks
-  layer i uses (itself unless the scheme has per-layer parameters).
-  """
-
-  kind = 'base'
-  has_value_term = False  # True: needs the explicit einsum attention path.
-  # Sub-configs of config.model.position that belong to this kind (checked for misuse).
-  fields: tuple[str, ...] = ()
-  # The sub-configs this class introduces: {group: {option: spec}}, each option's type and
-  # range carrying its default (roformer/specs.py, e.g. `specs.Int(1, default=16)`).
-  # configs/base.py builds config.model.position from every registered class's defaults, and
-  # the config check (roformer/config_schema.py) holds each value to its spec. An option given
-  # as a plain value has a default but no declared range: every config check then fails,
-  # naming it, until it is declared.
-  defaults: dict = {}
-
-  @classmethod
-  def validate(cls, cfg: ml_collections.ConfigDict, model_cfg: ml_collections.ConfigDict,
-               seq_len: int, causal: bool) -> None:
-    """Raises ConfigError naming the field and the fix for inconsistent options."""
-    del cfg, model_cfg, seq_len, causal
-
-  rotates = False  # Whether `rotate` does anything (RoPE-like schemes).
-
-  def for_layer(self, index: int) -> 'PositionScheme':
-    del index
-    return self
-
-  def embed(self, x: jax.Array, positions: jax.Array) -> jax.Array:
-    """Added to the token embeddings at the bottom of the stack."""
-    del positions
-    return x
-
-  def layer_input(self, x: jax.Array, positions: jax.Array) -> jax.Array:
-    """Added to the residual stream at the input of a layer."""
-    del positions
-    return x
-
-  def rotate(self, q, k, q_pos, k_pos):
-    del q_pos, k_pos
-    return q, k
-
-  def rotate_value(self, v, k_pos):
-    del k_pos
-    return v
-
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    """Added to the logits. `mask` (bool, broadcastable to [batch, heads, q_len, k_len]) is the
-    attention mask MultiHeadAttention applies; schemes whose bias depends on which keys are
-    visible (CoPE) read it, the others ignore it."""
-    del q, k, q_pos, k_pos, mask
-    return None
-
-  def value_term(self, probs, q_pos, k_pos):
-    del probs, q_pos, k_pos
-    return None
+def capabilities(kind: str) -> Capabilities:
+  return scheme(kind).capabilities
 
 
 def default_fields() -> dict:
@@ -122,7 +229,7 @@ def default_fields() -> dict:
   not silently ignored."""
   fields = {}
   for cls in _REGISTRY.values():
-    fields.update(copy.deepcopy(specs.defaults(cls.defaults)))
+    fields.update(copy.deepcopy(specs.defaults(cls.options)))
   return fields
 
 
@@ -135,7 +242,7 @@ def field_specs() -> dict:
             for k, v in tree.items()}
   fields = {'kind': specs.Str(choices=kinds)}
   for cls in _REGISTRY.values():
-    fields.update(declared(cls.defaults, f'{cls.__module__}.{cls.__name__}.defaults'))
+    fields.update(declared(cls.options, f'{cls.__module__}.{cls.__name__}.options'))
   return fields
 
 
@@ -148,19 +255,17 @@ def _with_defaults(value, default):
 
 def scheme_fields(kind: str) -> tuple[str, ...]:
   """The option groups of config.model.position that scheme `kind` reads."""
-  return tuple(_REGISTRY[kind].fields)
+  return scheme(kind).fields()
 
 
 def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = True) -> None:
   """Checks `model_cfg.position` before anything is built or compiled: each option against
-  its spec, options of other kinds left at their defaults, then the scheme's own checks."""
+  its spec, options of other kinds left at their defaults, the direction against the declared
+  capabilities, then the scheme's own checks."""
   cfg = model_cfg.position
   kind = cfg.get('kind')
-  if kind not in _REGISTRY:
-    raise errors.ConfigError(
-        f'config.model.position.kind={kind!r} is not a known position scheme. '
-        f'Fix: choose one of {kinds()}.')
-  used = set(scheme_fields(kind))
+  cls = scheme(kind)
+  used = set(cls.fields())
   for name, default in default_fields().items():
     if name in used or name not in cfg:
       continue
@@ -171,14 +276,43 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
           f'config.model.position.kind={kind!r} does not use it. Fix: set '
           f'--config.model.position.kind={name}, or drop the {name} overrides.')
   specs.check_tree(cfg, field_specs(), 'config.model.position')
-  _REGISTRY[kind].validate(cfg, model_cfg, seq_len, causal)
+  if not causal and cls.capabilities.causal_only:
+    raise errors.ConfigError(
+        f'config.model.position.kind={kind!r} is for causal attention only '
+        f'({cls.causal_reason}). Fix: choose a kind that encoders can use: '
+        f'{[k for k in kinds() if not capabilities(k).causal_only]}.')
+  impl = model_cfg.get('attention_impl', 'auto')
+  if impl != 'auto' and impl not in cls.capabilities.implementations:
+    raise errors.ConfigError(
+        f'config.model.position.kind={kind!r} needs the attention probabilities or computes the '
+        f'logits itself, which jax.nn.dot_product_attention (attention_impl={impl!r}) cannot do. '
+        f'Fix: --config.model.attention_impl=einsum (or auto).')
+  cls.validate(cfg, model_cfg, seq_len, causal)
 
 
-def create(model_cfg: ml_collections.ConfigDict, *, causal: bool,
-           rngs: nnx.Rngs) -> PositionScheme:
-  """Builds the scheme named by `model_cfg.position.kind`."""
-  validate(model_cfg, seq_len=0, causal=causal)
-  return _REGISTRY[model_cfg.position.kind](model_cfg, causal=causal, rngs=rngs)
+def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
+                      cfg: ml_collections.ConfigDict) -> str:
+  """The path that a parameter saved under an earlier layout has now ('/'-joined, any prefix
+  such as params/ or opt_state/0/mu/ kept). `stacks` pairs each stack's Shared attribute with
+  its blocks' attribute, e.g. (('position', 'blocks'),); `cfg` is config.model.position. Paths
+  that need no change come back unchanged."""
+  for shared_name, blocks_name in stacks:
+    match = re.search(rf'(^|/){shared_name}/(.+)$', path)
+    if not match:
+      continue
+    head, rest = path[:match.start(2)], match.group(2)
+    tail = '/value' if rest.endswith('/value') else ''  # A variable's value, kept as it is.
+    rest = rest.removesuffix(tail)
+    for pattern, replacement in scheme(cfg.kind).legacy_params(cfg):
+      found = re.fullmatch(pattern, rest)
+      if not found:
+        continue
+      if replacement.startswith('layer:'):
+        inner = found.expand(replacement.removeprefix('layer:'))
+        head = head[:len(head) - len(shared_name) - 1]
+        return f'{head}{blocks_name}/{found.group(1)}/position/{inner}{tail}'
+      return head + found.expand(replacement) + tail
+  return path
 
 
 def head_dim(model_cfg) -> int:
@@ -188,3 +322,23 @@ def head_dim(model_cfg) -> int:
 def relative_positions(q_pos, k_pos):
   """Integer distances q_pos - k_pos, [batch, q_len, k_len]."""
   return q_pos[:, :, None] - k_pos[:, None, :]
+
+
+def capability_table() -> str:
+  """The Markdown table of docs/positions.md: for every registered kind, the attention
+  implementations, FAVOR+, the key/value cache, encoders and continuation at a new length it
+  supports, from the declared capabilities (tests/test_docs.py keeps the page equal to it)."""
+  yes = lambda flag: 'yes' if flag else 'no'
+  lines = ['| kind | einsum | xla | cudnn | FAVOR+ | key/value cache | encoders '
+           '| continued at a new length |', '|' + '---|' * 8]
+  for kind in kinds():
+    cls, caps = scheme(kind), capabilities(kind)
+    favor = ('no' if not caps.linear_attention else
+             'rope_mode qk or features' if caps.feature_rotation else
+             'rope_mode qk' if caps.rotary else 'yes')
+    longer = ('yes' if cls.max_length.__func__ is PositionScheme.max_length.__func__ else
+              'within the lengths its parameters cover')
+    lines.append(f'| `{kind}` | ' + ' | '.join(
+        [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
+        + [favor, 'yes', yes(not caps.causal_only), longer]) + ' |')
+  return '\n'.join(lines)

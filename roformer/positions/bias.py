@@ -1,6 +1,8 @@
 """Additive biases: a function of the distance i - j added to every attention logit, learned
 (T5, Raffel et al. 2020) or fixed (ALiBi, Press et al. 2022)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,25 +37,63 @@ def t5_buckets(relative_position, *, bidirectional: bool, num_buckets: int,
   return bucket + jnp.where(n < exact, n, large)
 
 
+@dataclasses.dataclass(frozen=True)
+class _T5Buckets:
+  """T5's bucketing of distances (constants, hashable: part of a layer's static graph)."""
+  bidirectional: bool
+  num_buckets: int
+  max_distance: int
+
+  def bias(self, table, q_pos, k_pos):
+    """The bias [batch, heads, q_len, k_len] that `table` [num_buckets, heads] gives."""
+    buckets = t5_buckets(-base.relative_positions(q_pos, k_pos), bidirectional=self.bidirectional,
+                         num_buckets=self.num_buckets, max_distance=self.max_distance)
+    bias = jnp.take(table.astype(jnp.float32), buckets, axis=0)  # [b, q, k, heads]
+    return jnp.transpose(bias, (0, 3, 1, 2))
+
+
+def _t5_table(model_cfg, rngs) -> nnx.Param:
+  return nnx.Param(nnx.initializers.normal(stddev=0.02)(
+      rngs.params(), (model_cfg.position.t5.num_buckets, model_cfg.num_heads)))
+
+
+class _T5Shared(base.Shared):
+  """The table every layer reads, when `shared_across_layers` (T5's choice)."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    if model_cfg.position.t5.shared_across_layers:
+      self.bias_table = _t5_table(model_cfg, rngs)
+
+  def __call__(self):
+    return self.bias_table[...] if hasattr(self, 'bias_table') else None
+
+
+class _T5Layer(base.Layer):
+  """This layer's table, or the shared one (`ctx`, from _T5Shared)."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    cfg = model_cfg.position.t5
+    self.buckets = _T5Buckets(not causal, cfg.num_buckets, cfg.max_distance)
+    if not cfg.shared_across_layers:
+      self.bias_table = _t5_table(model_cfg, rngs)
+
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
+    table = self.bias_table[...] if hasattr(self, 'bias_table') else ctx
+    return self.buckets.bias(table, q_pos, k_pos)
+
+
 @base.register('t5')
 class T5Bias(base.PositionScheme):
   """T5 relative attention bias: a learned scalar per (bucket, head), added to the logits; one
   table shared by all layers unless `shared_across_layers` is False."""
 
-  fields = ('t5',)
-  defaults = {'t5': {'num_buckets': specs.Int(2, 4096, default=32),
-                     'max_distance': specs.Int(1, 2**24, default=128),
-                     'shared_across_layers': specs.Bool(default=True)}}
-
-  def __init__(self, model_cfg, *, causal, rngs):
-    cfg = model_cfg.position.t5
-    self.bidirectional = not causal
-    self.num_buckets, self.max_distance = cfg.num_buckets, cfg.max_distance
-    n = 1 if cfg.shared_across_layers else model_cfg.num_layers
-    init = nnx.initializers.normal(stddev=0.02)
-    self.bias_tables = nnx.List([nnx.Param(init(rngs.params(), (cfg.num_buckets,
-                                                                   model_cfg.num_heads)))
-                                 for _ in range(n)])
+  options = {'t5': {'num_buckets': specs.Int(2, 4096, default=32),
+                    'max_distance': specs.Int(1, 2**24, default=128),
+                    'shared_across_layers': specs.Bool(default=True)}}
+  capabilities = base.Capabilities(
+      logits_term='it adds a learned bias to each of the L x L attention logits')
+  Shared, Layer = _T5Shared, _T5Layer
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -64,22 +104,11 @@ class T5Bias(base.PositionScheme):
           f'config.model.position.t5.num_buckets={t.num_buckets} leaves {per_side} buckets per '
           f'side; need >= 2 and max_distance ({t.max_distance}) > {per_side // 2}.')
 
-  def for_layer(self, index):
-    return _T5Layer(self, self.bias_tables[index % len(self.bias_tables)])
-
-
-class _T5Layer(base.PositionScheme):
-
-  def __init__(self, scheme: T5Bias, table: nnx.Param):
-    self.scheme, self.table = scheme, table
-
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    del mask  # The bias does not depend on which keys are visible.
-    s = self.scheme
-    buckets = t5_buckets(-base.relative_positions(q_pos, k_pos), bidirectional=s.bidirectional,
-                         num_buckets=s.num_buckets, max_distance=s.max_distance)
-    bias = jnp.take(self.table[...].astype(jnp.float32), buckets, axis=0)  # [b, q, k, heads]
-    return jnp.transpose(bias, (0, 3, 1, 2))
+  @classmethod
+  def legacy_params(cls, cfg):
+    if cfg.t5.shared_across_layers:
+      return ((r'bias_tables/0', 'bias_table'),)
+    return ((r'bias_tables/(\d+)', 'layer:bias_table'),)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
@@ -95,22 +124,26 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   return np.asarray(geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest])
 
 
-@base.register('alibi')
-class ALiBi(base.PositionScheme):
-  """ALiBi: a fixed, head-specific linear penalty -m_h |i - j| on the logits. Causal models see
-  only j <= i (the paper's form); bidirectional models get the symmetric variant."""
-
-  fields = ('alibi',)
-  defaults = {'alibi': {}}
+class _ALiBiLayer(base.Layer):
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal, rngs
     self.slopes = tuple(float(m) for m in alibi_slopes(model_cfg.num_heads))
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    del mask  # The bias does not depend on which keys are visible.
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
     return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance
+
+
+@base.register('alibi')
+class ALiBi(base.PositionScheme):
+  """ALiBi: a fixed, head-specific linear penalty -m_h |i - j| on the logits. Causal models see
+  only j <= i (the paper's form); bidirectional models get the symmetric variant."""
+
+  options = {'alibi': {}}
+  capabilities = base.Capabilities(
+      logits_term='it adds -m|i-j| to each of the L x L attention logits')
+  Layer = _ALiBiLayer
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,19 +159,20 @@ def _clamped(x: jax.Array, low: float, high: float = np.inf) -> jax.Array:
   return x + jax.lax.stop_gradient(jnp.clip(x, low, high) - x)
 
 
-class _KerpleLayer(base.PositionScheme):
+class _KerpleLayer(base.Layer):
   """One layer's KERPLE kernel: r1, r2 [heads]."""
 
-  def __init__(self, variant: str, num_heads: int, rngs: nnx.Rngs):
-    self.variant = variant
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    self.variant = variant = model_cfg.position.kerple.variant
+    num_heads = model_cfg.num_heads
     # The reference's initialisation: the multiplier of the log kernel and the exponent of
     # the power kernel U(0, 2), the other parameter U(0, 1).
     r1_scale, r2_scale = (2.0, 1.0) if variant == 'log' else (1.0, 2.0)
     uniform = lambda scale: scale * jax.random.uniform(rngs.params(), (num_heads,))
     self.r1, self.r2 = nnx.Param(uniform(r1_scale)), nnx.Param(uniform(r2_scale))
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    del q, k, mask
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
     r1 = _clamped(self.r1[...].astype(jnp.float32), KERPLE_EPS)[None, :, None, None]
     if self.variant == 'log':
@@ -169,17 +203,14 @@ class Kerple(base.PositionScheme):
   """
 
   VARIANTS = ('log', 'power')
-  fields = ('kerple',)
-  defaults = {'kerple': {'variant': specs.Str(VARIANTS, default='log')}}
+  options = {'kerple': {'variant': specs.Str(VARIANTS, default='log')}}
+  capabilities = base.Capabilities(
+      logits_term='it adds a learned kernel of abs(i-j) to each of the L x L attention logits')
+  Layer = _KerpleLayer
 
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal
-    variant = model_cfg.position.kerple.variant
-    self.layers = nnx.List([_KerpleLayer(variant, model_cfg.num_heads, rngs)
-                            for _ in range(model_cfg.num_layers)])
-
-  def for_layer(self, index):
-    return self.layers[index]
+  @classmethod
+  def legacy_params(cls, cfg):
+    return ((r'layers/(\d+)/(.+)', r'layer:\2'),)
 
 
 def _torch_linear(rngs: nnx.Rngs, d_in: int, d_out: int) -> tuple[nnx.Param, nnx.Param]:
@@ -190,55 +221,102 @@ def _torch_linear(rngs: nnx.Rngs, d_in: int, d_out: int) -> tuple[nnx.Param, nnx
   return nnx.Param(draw((d_in, d_out))), nnx.Param(draw((d_out,)))
 
 
-class _FireLayer(base.PositionScheme):
+_FIRE_PARAMS = ('hidden_kernel', 'hidden_bias', 'out_kernel', 'out_bias', 'c',
+                'threshold_multiplier')
+
+
+class _FireFunction(nnx.Module):
   """One FIRE function: the MLP f (1 -> width -> heads, ReLU), c and the threshold's multiplier."""
 
-  def __init__(self, width: int, num_heads: int, init_c: float, init_threshold: float,
-               rngs: nnx.Rngs):
-    self.hidden_kernel, self.hidden_bias = _torch_linear(rngs, 1, width)
-    self.out_kernel, self.out_bias = _torch_linear(rngs, width, num_heads)
-    self.c = nnx.Param(jnp.asarray(init_c, jnp.float32))
+  def __init__(self, model_cfg, rngs: nnx.Rngs):
+    cfg = model_cfg.position.fire
+    self.hidden_kernel, self.hidden_bias = _torch_linear(rngs, 1, cfg.mlp_width)
+    self.out_kernel, self.out_bias = _torch_linear(rngs, cfg.mlp_width, model_cfg.num_heads)
+    self.c = nnx.Param(jnp.asarray(cfg.init_c, jnp.float32))
     # L = |multiplier x init_threshold|: as in the reference code, a multiplier (initially 1)
     # of the fixed initial threshold is learned, so an update moves L in proportion to it.
     self.threshold_multiplier = nnx.Param(jnp.ones((), jnp.float32))
-    self.init_threshold = float(init_threshold)
 
-  def inputs(self, q_pos, k_pos):
-    """The MLP's input psi(i - j) / psi(max(L, i)), float32 [batch, q_len, k_len]."""
-    c = jnp.abs(self.c[...].astype(jnp.float32))
-    threshold = jnp.abs(self.threshold_multiplier[...].astype(jnp.float32) * self.init_threshold)
-    distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)
-    normalizer = jnp.maximum(q_pos.astype(jnp.float32), threshold)[:, :, None]
-    return jnp.log1p(c * distance) / (jnp.log1p(c * normalizer) + FIRE_EPS)
+  def arrays(self) -> dict:
+    return {name: getattr(self, name)[...] for name in _FIRE_PARAMS}
 
-  def pieces(self):
-    """f as the piecewise-linear function it is: f(x) = b2 + sum_m W2[m] relu(w1_m x + b1_m)
-    is linear between the kinks t_m = -b1_m / w1_m. Returns the sorted kinks [width] and the
-    slope and intercept of each of the width + 1 pieces [width + 1, heads]: on piece s (s kinks
-    below x) unit m is active iff w1_m > 0 and t_m is among those s, or w1_m < 0 and it is
-    not, or w1_m = 0 and b1_m > 0. The pieces are differentiable in the MLP's parameters; which
-    units are active is not (as relu's derivative)."""
-    w1 = self.hidden_kernel[...].astype(jnp.float32)[0]
-    b1 = self.hidden_bias[...].astype(jnp.float32)
-    w2, b2 = self.out_kernel[...].astype(jnp.float32), self.out_bias[...].astype(jnp.float32)
-    nonzero = w1 != 0
-    kinks = jax.lax.stop_gradient(jnp.where(nonzero, -b1 / jnp.where(nonzero, w1, 1.0), jnp.inf))
-    order = jnp.argsort(kinks)
-    rank = jnp.argsort(order)  # Where each unit's kink falls among the sorted kinks.
-    below = rank[None, :] < jnp.arange(w1.shape[0] + 1)[:, None]  # [piece, unit]
-    active = jnp.where(w1 > 0, below, jnp.where(w1 < 0, ~below, b1 > 0)).astype(jnp.float32)
-    return kinks[order], (active * w1) @ w2, (active * b1) @ w2 + b2
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    """f at every pair's input, one linear piece each: the MLP itself runs once per piece, and
-    each pair costs a count of the kinks below its input, a gather and a multiply-add (no
-    [batch, L, L, width] hidden activations; about 9x faster than the MLP on every pair)."""
-    del q, k, mask
-    x = self.inputs(q_pos, k_pos)
-    kinks, slope, intercept = self.pieces()
-    piece = jnp.sum(x[..., None] > kinks, axis=-1)  # [batch, q_len, k_len]
-    out = x[..., None] * jnp.take(slope, piece, axis=0) + jnp.take(intercept, piece, axis=0)
-    return jnp.moveaxis(out, -1, 1)
+def fire_inputs(p: dict, init_threshold: float, q_pos, k_pos):
+  """The MLP's input psi(i - j) / psi(max(L, i)), float32 [batch, q_len, k_len], for a FIRE
+  function's arrays `p` (_FireFunction.arrays)."""
+  c = jnp.abs(p['c'].astype(jnp.float32))
+  threshold = jnp.abs(p['threshold_multiplier'].astype(jnp.float32) * init_threshold)
+  distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)
+  normalizer = jnp.maximum(q_pos.astype(jnp.float32), threshold)[:, :, None]
+  return jnp.log1p(c * distance) / (jnp.log1p(c * normalizer) + FIRE_EPS)
+
+
+def fire_pieces(p: dict):
+  """f as the piecewise-linear function it is: f(x) = b2 + sum_m W2[m] relu(w1_m x + b1_m)
+  is linear between the kinks t_m = -b1_m / w1_m. Returns the sorted kinks [width] and the
+  slope and intercept of each of the width + 1 pieces [width + 1, heads]: on piece s (s kinks
+  below x) unit m is active iff w1_m > 0 and t_m is among those s, or w1_m < 0 and it is
+  not, or w1_m = 0 and b1_m > 0. The pieces are differentiable in the MLP's parameters; which
+  units are active is not (as relu's derivative)."""
+  w1 = p['hidden_kernel'].astype(jnp.float32)[0]
+  b1 = p['hidden_bias'].astype(jnp.float32)
+  w2, b2 = p['out_kernel'].astype(jnp.float32), p['out_bias'].astype(jnp.float32)
+  nonzero = w1 != 0
+  kinks = jax.lax.stop_gradient(jnp.where(nonzero, -b1 / jnp.where(nonzero, w1, 1.0), jnp.inf))
+  order = jnp.argsort(kinks)
+  rank = jnp.argsort(order)  # Where each unit's kink falls among the sorted kinks.
+  below = rank[None, :] < jnp.arange(w1.shape[0] + 1)[:, None]  # [piece, unit]
+  active = jnp.where(w1 > 0, below, jnp.where(w1 < 0, ~below, b1 > 0)).astype(jnp.float32)
+  return kinks[order], (active * w1) @ w2, (active * b1) @ w2 + b2
+
+
+def fire_bias(p: dict, init_threshold: float, q_pos, k_pos):
+  """f at every pair's input, one linear piece each: the MLP itself runs once per piece, and
+  each pair costs a count of the kinks below its input, a gather and a multiply-add (no
+  [batch, L, L, width] hidden activations; about 9x faster than the MLP on every pair)."""
+  x = fire_inputs(p, init_threshold, q_pos, k_pos)
+  kinks, slope, intercept = fire_pieces(p)
+  piece = jnp.sum(x[..., None] > kinks, axis=-1)  # [batch, q_len, k_len]
+  out = x[..., None] * jnp.take(slope, piece, axis=0) + jnp.take(intercept, piece, axis=0)
+  return jnp.moveaxis(out, -1, 1)
+
+
+# 'bias' in the names: a bias function, spared by weight decay like T5's bias tables.
+class _FireShared(base.Shared):
+  """The function every layer uses, with `fire.shared_across_layers`."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    if model_cfg.position.fire.shared_across_layers:
+      self.bias_function = _FireFunction(model_cfg, rngs)
+
+  def __call__(self):
+    return self.bias_function.arrays() if hasattr(self, 'bias_function') else None
+
+
+class _FireLayer(base.Layer):
+  """This layer's FIRE function, or the shared one (`ctx`)."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    cfg = model_cfg.position.fire
+    self.init_threshold = float(cfg.init_threshold)
+    if not cfg.shared_across_layers:
+      self.bias_function = _FireFunction(model_cfg, rngs)
+
+  def arrays(self, ctx=None) -> dict:
+    """The FIRE function's arrays: this layer's, or the shared ones (`ctx`)."""
+    return self.bias_function.arrays() if hasattr(self, 'bias_function') else ctx
+
+  def inputs(self, q_pos, k_pos, ctx=None):
+    """The MLP's inputs at every pair (fire_inputs), e.g. to plot the learned function."""
+    return fire_inputs(self.arrays(ctx), self.init_threshold, q_pos, k_pos)
+
+  def pieces(self, ctx=None):
+    return fire_pieces(self.arrays(ctx))
+
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
+    return fire_bias(self.arrays(ctx), self.init_threshold, q_pos, k_pos)
 
 
 @base.register('fire')
@@ -260,30 +338,20 @@ class Fire(base.PositionScheme):
   after the query would leave. One function per layer (`fire.shared_across_layers` shares one).
   """
 
-  fields = ('fire',)
-  defaults = {'fire': {  # The paper's values.
+  options = {'fire': {  # The paper's values.
       'mlp_width': specs.Int(1, 4096, default=32),
       'init_c': specs.Float(0, 1e6, min_open=True, default=0.1),
       'init_threshold': specs.Float(0, 1e12, min_open=True, default=512.0),
       'shared_across_layers': specs.Bool(default=False)}}
-
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal
-    cfg = model_cfg.position.fire
-    n = 1 if cfg.shared_across_layers else model_cfg.num_layers
-    # 'bias' in the name: a bias function, spared by weight decay like T5's bias tables.
-    self.bias_functions = nnx.List([
-        _FireLayer(cfg.mlp_width, model_cfg.num_heads, cfg.init_c, cfg.init_threshold, rngs)
-        for _ in range(n)])
+  capabilities = base.Capabilities(
+      causal_only=True,
+      logits_term='it adds a learned function of (i-j, i) to each of the L x L attention logits')
+  causal_reason = ('it normalises the distance by the query position max(L, i), which bounds '
+                   'only the keys before the query')
+  Shared, Layer = _FireShared, _FireLayer
 
   @classmethod
-  def validate(cls, cfg, model_cfg, seq_len, causal):
-    del cfg, model_cfg, seq_len  # Each option's range: its spec in `defaults`.
-    if not causal:
-      raise errors.ConfigError(
-          "config.model.position.kind='fire' is for causal attention only: it normalises the "
-          'distance by the query position max(L, i), which bounds only the keys before the '
-          'query. Fix: use kerple, t5 or alibi for bidirectional models.')
-
-  def for_layer(self, index):
-    return self.bias_functions[index % len(self.bias_functions)]
+  def legacy_params(cls, cfg):
+    if cfg.fire.shared_across_layers:
+      return ((r'bias_functions/0/(.+)', r'bias_function/\1'),)
+    return ((r'bias_functions/(\d+)/(.+)', r'layer:bias_function/\2'),)

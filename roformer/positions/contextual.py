@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roformer import errors
 from roformer import specs
 from roformer.positions import base
 
@@ -16,13 +15,15 @@ def causal_mask(q_len: int, k_len: int) -> jax.Array:
   return (jnp.arange(k_len)[None, :] <= slots[:, None])[None, None]
 
 
-class _CoPELayer(base.PositionScheme):
+class _CoPELayer(base.Layer):
   """One layer's position embeddings e[0..max_position], [max_position + 1, head_dim], shared
-  by the heads (the reference folds the heads into the batch)."""
+  by the heads (the reference folds the heads into the batch). They start at zero."""
 
-  def __init__(self, max_position: int, head_dim: int):
-    self.max_position = max_position
-    self.embeddings = nnx.Param(jnp.zeros((max_position + 1, head_dim), jnp.float32))
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    self.max_position = max_position = model_cfg.position.cope.max_position
+    self.embeddings = nnx.Param(jnp.zeros((max_position + 1, base.head_dim(model_cfg)),
+                                          jnp.float32))
 
   def positions(self, q, k, mask=None):
     """p_ij = sum_{t=j..i} g_it with g_it = sigmoid(q_i . k_t / sqrt(d)) over the keys the
@@ -36,7 +37,7 @@ class _CoPELayer(base.PositionScheme):
     counts = jax.lax.cumsum(gates, axis=3, reverse=True)  # Sum over t >= j (t <= i: masked).
     return jnp.minimum(counts, float(self.max_position))
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     """q_i . e[p_ij] / sqrt(d), e interpolated linearly between the integers around p_ij.
     q_i . e[p] is computed for every integer p ([batch, heads, q_len, max_position + 1]) and
     then gathered and interpolated, so no [q_len, k_len, head_dim] tensor is formed. Scaled by
@@ -68,22 +69,14 @@ class CoPE(base.PositionScheme):
   product per head, then O(L^2) gathers; no [L, L, d] tensor.
   """
 
-  fields = ('cope',)
-  defaults = {'cope': {'max_position': specs.Int(1, 2**20, default=64)}}  # Clipped at it.
-
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal, rngs  # The embeddings start at zero.
-    self.layers = nnx.List([_CoPELayer(model_cfg.position.cope.max_position,
-                                       base.head_dim(model_cfg))
-                            for _ in range(model_cfg.num_layers)])
+  options = {'cope': {'max_position': specs.Int(1, 2**20, default=64)}}  # Clipped at it.
+  capabilities = base.Capabilities(
+      causal_only=True, reads_positions=False,
+      logits_term='it adds q_i.e[p_ij] with p_ij a sum of gates sigmoid(q_i.k_t) over the L x L '
+      'pairs')
+  causal_reason = "a key's contextual position sums the gates of the keys from it up to the query"
+  Layer = _CoPELayer
 
   @classmethod
-  def validate(cls, cfg, model_cfg, seq_len, causal):
-    if not causal:
-      raise errors.ConfigError(
-          "config.model.position.kind='cope' is for causal attention only: a key's contextual "
-          'position sums the gates of the keys from it up to the query. Fix: use kerple, t5 or '
-          'alibi for bidirectional models.')
-
-  def for_layer(self, index):
-    return self.layers[index]
+  def legacy_params(cls, cfg):
+    return ((r'layers/(\d+)/(.+)', r'layer:\2'),)

@@ -11,13 +11,13 @@ from roformer.positions import absolute
 from roformer.positions import base
 
 
-class _ShawLayer(base.PositionScheme):
+class _ShawLayer(base.Layer):
   """One layer's Shaw tables a^K and a^V: (2k+1) x head_dim each, shared by the heads."""
 
-  has_value_term = True
-
-  def __init__(self, max_distance, head_dim, rngs):
-    self.k = max_distance
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    self.k = max_distance = model_cfg.position.shaw.max_distance
+    head_dim = base.head_dim(model_cfg)
     init = nnx.initializers.normal(stddev=head_dim ** -0.5)
     self.keys = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
     self.values = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
@@ -26,8 +26,7 @@ class _ShawLayer(base.PositionScheme):
     """Clipped relative position j - i shifted to a row index in [0, 2k]."""
     return jnp.clip(-base.relative_positions(q_pos, k_pos), -self.k, self.k) + self.k
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    del mask  # The bias does not depend on which keys are visible.
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     # q . a^K for each of the 2k+1 distances ([b, h, L, 2k+1]), then gathered to [b, h, L, L].
     per_row = jnp.einsum('bqhd,rd->bhqr', q, self.keys[...].astype(q.dtype),
                          preferred_element_type=jnp.float32)
@@ -35,7 +34,7 @@ class _ShawLayer(base.PositionScheme):
                              per_row.shape[:3] + (k_pos.shape[1],))
     return jnp.take_along_axis(per_row, index, axis=-1) * q.shape[-1] ** -0.5
 
-  def value_term(self, probs, q_pos, k_pos):
+  def value_term(self, probs, q_pos, k_pos, ctx):
     # Sum the probabilities that fall on each clipped distance ([b, h, L, 2k+1], a scatter-add
     # over the L x L probabilities), then one matmul with a^V: never an L x L x d tensor.
     b, h, lq, _ = probs.shape
@@ -52,38 +51,41 @@ class Shaw(base.PositionScheme):
   """Shaw et al. 2018: learned relative position embeddings for keys and values, distances
   clipped at k = `max_distance`, one pair of (2k+1)-row tables per layer shared by all heads."""
 
-  fields = ('shaw',)
-  defaults = {'shaw': {'max_distance': specs.Int(1, 2**16, default=16)}}
-  has_value_term = True
+  options = {'shaw': {'max_distance': specs.Int(1, 2**16, default=16)}}
+  capabilities = base.Capabilities(
+      logits_term='it adds q_i.r(i-j) to each logit and a value term weighted by the '
+      'probabilities', value_term=True)
+  Layer = _ShawLayer
+
+  @classmethod
+  def legacy_params(cls, cfg):
+    return ((r'layers/(\d+)/(.+)', r'layer:\2'),)
+
+
+class _XLShared(base.Shared):
+  """The paper's global content and position biases u, v, shared by every layer (named *_bias:
+  no weight decay, like other biases)."""
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal
-    self.layers = nnx.List([_ShawLayer(model_cfg.position.shaw.max_distance,
-                                       base.head_dim(model_cfg), rngs)
-                            for _ in range(model_cfg.num_layers)])
+    h, hd = model_cfg.num_heads, base.head_dim(model_cfg)
+    self.u_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+    self.v_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
 
-  @classmethod
-  def validate(cls, cfg, model_cfg, seq_len, causal):
-    if model_cfg.attention_impl not in ('einsum', 'auto'):
-      raise errors.ConfigError(
-          "config.model.position.kind='shaw' adds relative embeddings to the attention values, "
-          "which jax.nn.dot_product_attention cannot do. Fix: "
-          "--config.model.attention_impl=einsum.")
-
-  def for_layer(self, index):
-    return self.layers[index]
+  def __call__(self):
+    return {'u': self.u_bias[...], 'v': self.v_bias[...]}
 
 
-class _XLLayer(base.PositionScheme):
-  """One layer's Transformer-XL relative terms with its own projection W_R and the model's
-  global biases u, v."""
+class _XLLayer(base.Layer):
+  """One layer's Transformer-XL relative terms: its projection W_R, with the shared u, v."""
 
-  def __init__(self, w_r: nnx.Param, u: nnx.Param, v: nnx.Param, d_model: int, base: float):
-    self.w_r, self.u, self.v = w_r, u, v
-    self.d_model, self.base = d_model, base
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal
+    d, h, hd = model_cfg.d_model, model_cfg.num_heads, base.head_dim(model_cfg)
+    self.d_model, self.base = d, float(model_cfg.position.xl.base)
+    self.w_r = nnx.Param(nnx.initializers.normal(stddev=d ** -0.5)(rngs.params(), (d, h, hd)))
 
-  def logits_bias(self, q, k, q_pos, k_pos, mask=None):
-    del mask  # The bias does not depend on which keys are visible.
+  def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     """(b) + (c) + (d) of Dai et al. 2019, eq. 3 (term (a), q . k, is the attention itself):
     (b) q_i . W_R R_{i-j}, (c) u . k_j, (d) v . W_R R_{i-j}, with R the sinusoidal encoding of
     the distance i - j. The relative shift is a gather from the 2M-1 distances |i - j| < M,
@@ -93,12 +95,12 @@ class _XLLayer(base.PositionScheme):
     distances = jnp.arange(-(m - 1), m)
     rel = jnp.einsum('rm,mhd->rhd', absolute.sinusoidal_table(distances, self.d_model, self.base),
                      self.w_r[...].astype(jnp.float32))  # [2M-1, heads, head_dim]
-    qv = q.astype(jnp.float32) + self.v[...].astype(jnp.float32)
+    qv = q.astype(jnp.float32) + ctx['v'].astype(jnp.float32)
     per_distance = jnp.einsum('bqhd,rhd->bhqr', qv, rel)  # (b) + (d) for every distance.
     index = jnp.clip(base.relative_positions(q_pos, k_pos), -(m - 1), m - 1) + (m - 1)
     index = jnp.broadcast_to(index[:, None], per_distance.shape[:3] + (k.shape[1],))
     bd = jnp.take_along_axis(per_distance, index, axis=-1)
-    c = jnp.einsum('hd,bkhd->bhk', self.u[...].astype(jnp.float32), k.astype(jnp.float32))
+    c = jnp.einsum('hd,bkhd->bhk', ctx['u'].astype(jnp.float32), k.astype(jnp.float32))
     return (bd + c[:, :, None, :]) * q.shape[-1] ** -0.5
 
 
@@ -107,24 +109,16 @@ class TransformerXL(base.PositionScheme):
   """Transformer-XL relative attention (Dai et al. 2019): sinusoidal relative encodings, a
   projection W_R per layer, and global content/position biases u, v shared by all layers."""
 
-  fields = ('xl',)
-  defaults = {'xl': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
-
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal
-    d, h, hd = model_cfg.d_model, model_cfg.num_heads, base.head_dim(model_cfg)
-    self.d_model, self.base = d, float(model_cfg.position.xl.base)
-    init = nnx.initializers.normal(stddev=d ** -0.5)
-    self.w_r = nnx.List([nnx.Param(init(rngs.params(), (d, h, hd)))
-                         for _ in range(model_cfg.num_layers)])
-    # The paper's global biases u and v (named *_bias: no weight decay, like other biases).
-    self.u_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
-    self.v_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+  options = {'xl': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
+  capabilities = base.Capabilities(
+      logits_term='it adds content- and position-dependent terms to each of the L x L logits')
+  Shared, Layer = _XLShared, _XLLayer
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     if model_cfg.d_model % 2:
       raise errors.ConfigError(f'config.model.d_model={model_cfg.d_model} must be even for xl.')
 
-  def for_layer(self, index):
-    return _XLLayer(self.w_r[index], self.u_bias, self.v_bias, self.d_model, self.base)
+  @classmethod
+  def legacy_params(cls, cfg):
+    return ((r'w_r/(\d+)', 'layer:w_r'),)

@@ -2,6 +2,7 @@
 with its options (p-RoPE's `keep_fraction`, Barbero et al. 2024) and scalings, and xPos (Sun et
 al. 2022)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -116,6 +117,106 @@ def kept_pairs(rotary_dim: int, keep_fraction: float) -> int:
   return int(keep_fraction * rotary_dim // 2)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rotation:
+  """RoPE's rotation of a `width`-wide vector with the scheme's options (frozen and compared by
+  value: it is part of a layer's static graph, the same in every layer). Built for the heads,
+  and for FAVOR+'s random features."""
+  base: float
+  rotary_dim: int
+  layout: str
+  kept: int
+  inv_freq: tuple[float, ...]  # Python floats: constants, not state.
+  mscale: float
+  dynamic: bool  # Dynamic NTK: frequencies from each call's positions.
+  dynamic_factor: float
+  original_length: int
+
+  @classmethod
+  def build(cls, width: int, cfg) -> '_Rotation':
+    rotary_dim = int(round(width * cfg.fraction))
+    kept = kept_pairs(rotary_dim, cfg.get('keep_fraction', 1.0))
+    inv_freq, mscale = scaling.scaled_frequencies(rotary_dim, float(cfg.base), cfg.scaling)
+    inv_freq = np.where(np.arange(rotary_dim // 2) < kept, inv_freq, 0.0)
+    return cls(float(cfg.base), rotary_dim, cfg.layout, kept,
+               tuple(float(f) for f in inv_freq), float(mscale),
+               cfg.scaling.kind == 'dynamic', float(cfg.scaling.factor),
+               int(cfg.scaling.original_length))
+
+  def frequencies(self, *positions):
+    """Constants (a tuple of floats), or with dynamic scaling float32 [batch, 1, d/2] from each
+    row's length, its largest position + 1."""
+    if not self.dynamic:
+      return self.inv_freq
+    length = functools.reduce(jnp.maximum, [p.max(axis=-1) for p in positions]) + 1
+    freqs = scaling.dynamic_frequencies(self.rotary_dim, self.base, self.dynamic_factor,
+                                        self.original_length, length)
+    kept = np.arange(self.rotary_dim // 2) < self.kept
+    return jnp.where(kept, freqs, 0.0)[..., None, :]
+
+  def __call__(self, x, positions, inv_freq, scale=None):
+    n = self.rotary_dim
+    rotated = rotate_pairs(x[..., :n], positions, inv_freq, self.layout, scale)
+    return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
+
+
+def _favor_features(model_cfg) -> int:
+  """FAVOR+'s random features per head when they are rotated (rope_mode 'features'), else 0."""
+  att = model_cfg.get('attention')
+  if att is None or att.get('kind') != 'favor' or att.get('rope_mode') != 'features':
+    return 0
+  return int(att.num_features)
+
+
+class _RotaryLayer(base.Layer):
+  """RoPE in one layer: no parameters, the rotation's constants."""
+
+  def __init__(self, model_cfg, *, causal, rngs):
+    del causal, rngs
+    cfg = model_cfg.position.rope
+    self.heads = _Rotation.build(base.head_dim(model_cfg), cfg)
+    features = _favor_features(model_cfg)
+    self.features = _Rotation.build(features, cfg) if features else None
+    self.rotate_values = bool(cfg.rotate_values)
+
+  def rotate(self, q, k, q_pos, k_pos, ctx):
+    r = self.heads
+    inv_freq = r.frequencies(q_pos, k_pos)
+    q, k = r(q, q_pos, inv_freq), r(k, k_pos, inv_freq)
+    if r.mscale != 1.0:  # YaRN temperature, on both q and k.
+      q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
+    return q, k
+
+  def rotate_value(self, v, k_pos, ctx):
+    # The keys include the queries' positions, so k_pos alone gives the same dynamic length.
+    return self.heads(v, k_pos, self.heads.frequencies(k_pos)) if self.rotate_values else v
+
+  def rotate_features(self, qf, kf, q_pos, k_pos, ctx):
+    """The RoFormer paper's linear attention: the positive features phi(q), phi(k) rotated by
+    the scheme's own frequencies over the feature width (scaling, keep_fraction, fraction and
+    layout included), in the numerator only."""
+    r = self.features
+    inv_freq = r.frequencies(q_pos, k_pos)
+    return r(qf, q_pos, inv_freq), r(kf, k_pos, inv_freq)
+
+
+def _validate_rotation(width: int, what: str, r) -> int:
+  rotary_dim = int(round(width * r.fraction))
+  if rotary_dim % 2 or rotary_dim == 0:
+    raise errors.ConfigError(
+        f'rope rotates pairs, but the rotated dimension is {rotary_dim} ({what} {width} x '
+        f'fraction {r.fraction}). Fix: change --config.model.d_model, --config.model.num_heads, '
+        '--config.model.attention.num_features or --config.model.position.rope.fraction so '
+        'that it is even.')
+  keep = r.get('keep_fraction', 1.0)
+  if kept_pairs(rotary_dim, keep) == 0:
+    raise errors.ConfigError(
+        f'config.model.position.rope.keep_fraction={keep} keeps none of the {rotary_dim // 2} '
+        f'rotated pairs (p-RoPE rotates floor(keep_fraction x {rotary_dim // 2}) pairs). Fix: '
+        'raise it, or use --config.model.position.kind=none for no rotation at all.')
+  return rotary_dim
+
+
 @base.register('rope')
 class Rotary(base.PositionScheme):
   """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n.
@@ -137,79 +238,31 @@ class Rotary(base.PositionScheme):
   `keep_fraction` applies to the rotated pairs, after any scaling.
   """
 
-  fields = ('rope',)
-  defaults = {'rope': {
+  options = {'rope': {
       'base': specs.Float(1, 1e12, min_open=True, default=10000.0),
       'fraction': specs.Float(0, 1, min_open=True, default=1.0),
       'keep_fraction': specs.Float(0, 1, min_open=True, default=1.0),
       'rotate_values': specs.Bool(default=False),
       'layout': specs.Str(('interleaved', 'half'), default='interleaved'),
       'scaling': scaling.SPECS}}
-  rotates = True
-
-  def __init__(self, model_cfg, *, causal, rngs):
-    del causal, rngs
-    cfg = model_cfg.position.rope
-    self.base = float(cfg.base)
-    self.rotary_dim = int(round(base.head_dim(model_cfg) * cfg.fraction))
-    self.layout = cfg.layout
-    self.rotate_values = bool(cfg.rotate_values)
-    self.kept = kept_pairs(self.rotary_dim, cfg.get('keep_fraction', 1.0))
-    inv_freq, mscale = scaling.scaled_frequencies(self.rotary_dim, float(cfg.base), cfg.scaling)
-    inv_freq = np.where(np.arange(self.rotary_dim // 2) < self.kept, inv_freq, 0.0)
-    self.inv_freq = tuple(float(f) for f in inv_freq)  # Python floats: constants, not state.
-    self.mscale = float(mscale)
-    # Dynamic NTK: frequencies from each call's positions (plain fields: the graph stays
-    # hashable).
-    self.dynamic = cfg.scaling.kind == 'dynamic'
-    self.dynamic_factor = float(cfg.scaling.factor)
-    self.original_length = int(cfg.scaling.original_length)
+  capabilities = base.Capabilities(rotary=True, feature_rotation=True)
+  Layer = _RotaryLayer
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     r = cfg.rope
     head_dim = base.head_dim(model_cfg)
-    rotary_dim = int(round(head_dim * r.fraction))
-    if rotary_dim % 2 or rotary_dim == 0:
-      raise errors.ConfigError(
-          f'rope rotates pairs, but the rotated dimension is {rotary_dim} (head_dim '
-          f'{model_cfg.d_model}/{model_cfg.num_heads} = {head_dim} x fraction {r.fraction}). '
-          'Fix: change --config.model.d_model, --config.model.num_heads or '
-          '--config.model.position.rope.fraction so that it is even.')
-    keep = r.get('keep_fraction', 1.0)
-    if kept_pairs(rotary_dim, keep) == 0:
-      raise errors.ConfigError(
-          f'config.model.position.rope.keep_fraction={keep} keeps none of the {rotary_dim // 2} '
-          f'rotated pairs (p-RoPE rotates floor(keep_fraction x {rotary_dim // 2}) pairs). Fix: '
-          'raise it, or use --config.model.position.kind=none for no rotation at all.')
+    rotary_dim = _validate_rotation(
+        head_dim, f'head_dim {model_cfg.d_model}/{model_cfg.num_heads} =', r)
     scaling.validate(r.scaling, rotary_dim)
-
-  def frequencies(self, *positions):
-    """The rotation's frequencies: constants (a tuple of floats), or with dynamic scaling
-    float32 [batch, 1, d/2] from each row's length, its largest position + 1."""
-    if not self.dynamic:
-      return self.inv_freq
-    length = functools.reduce(jnp.maximum, [p.max(axis=-1) for p in positions]) + 1
-    freqs = scaling.dynamic_frequencies(self.rotary_dim, self.base, self.dynamic_factor,
-                                        self.original_length, length)
-    kept = np.arange(self.rotary_dim // 2) < self.kept
-    return jnp.where(kept, freqs, 0.0)[..., None, :]
-
-  def _rotate(self, x, positions, inv_freq, scale=None):
-    n = self.rotary_dim
-    rotated = rotate_pairs(x[..., :n], positions, inv_freq, self.layout, scale)
-    return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
-
-  def rotate(self, q, k, q_pos, k_pos):
-    inv_freq = self.frequencies(q_pos, k_pos)
-    q, k = self._rotate(q, q_pos, inv_freq), self._rotate(k, k_pos, inv_freq)
-    if self.mscale != 1.0:  # YaRN temperature, on both q and k.
-      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
-    return q, k
-
-  def rotate_value(self, v, k_pos):
-    # The keys include the queries' positions, so k_pos alone gives the same dynamic length.
-    return self._rotate(v, k_pos, self.frequencies(k_pos)) if self.rotate_values else v
+    features = _favor_features(model_cfg)
+    if features and cls.capabilities.feature_rotation:
+      scaling.validate(r.scaling, _validate_rotation(features, 'attention.num_features', r))
+      if r.scaling.kind == 'yarn':
+        raise errors.ConfigError(
+            "rope.scaling.kind='yarn' scales the attention temperature, which FAVOR+'s rotated "
+            'features (attention.rope_mode=features) do not carry. Fix: '
+            '--config.model.attention.rope_mode=qk.')
 
 
 def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
@@ -217,30 +270,49 @@ def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
   return (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim + gamma) / (1.0 + gamma)
 
 
-@base.register('xpos')
-class XPos(Rotary):
-  """RoPE with xPos decay (Sun et al. 2022): q_n is scaled by zeta^(n/B) and k_m by
-  zeta^(-m/B) per pair, so q_n . k_m gains the factor zeta^((n-m)/B), decaying with distance
-  for causal attention (n >= m). Uses the `rope` fields for base, fraction and layout."""
-
-  fields = ('rope', 'xpos')
-  defaults = {'xpos': {'gamma': specs.Float(0, 1e6, min_open=True, default=0.4),
-                       'scale_base': specs.Float(0, 1e12, min_open=True, default=512.0)}}
+class _XPosLayer(_RotaryLayer):
 
   def __init__(self, model_cfg, *, causal, rngs):
     super().__init__(model_cfg, causal=causal, rngs=rngs)
     cfg = model_cfg.position.xpos
-    self.log_zeta = tuple(float(z) for z in np.log(xpos_decay(self.rotary_dim, cfg.gamma)))
+    self.log_zeta = tuple(float(z) for z in np.log(xpos_decay(self.heads.rotary_dim,
+                                                              cfg.gamma)))
     self.scale_base = float(cfg.scale_base)
+
+  def _scale(self, positions, center, sign):
+    power = (positions - center).astype(jnp.float32)[..., None] * (sign / self.scale_base)
+    return jnp.exp(power * jnp.asarray(self.log_zeta, jnp.float32))
+
+  def rotate(self, q, k, q_pos, k_pos, ctx):
+    # Scales are taken relative to a per-row centre shared by q and k (it cancels in q . k),
+    # so zeta^(+-n/B) stays within float range for long sequences.
+    r = self.heads
+    center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
+    inv_freq = r.frequencies(q_pos, k_pos)
+    q = r(q, q_pos, inv_freq, self._scale(q_pos, center, 1.0))
+    k = r(k, k_pos, inv_freq, self._scale(k_pos, center, -1.0))
+    if r.mscale != 1.0:  # YaRN temperature, as in RoPE.
+      q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
+    return q, k
+
+
+@base.register('xpos')
+class XPos(Rotary):
+  """RoPE with xPos decay (Sun et al. 2022): q_n is scaled by zeta^(n/B) and k_m by
+  zeta^(-m/B) per pair, so q_n . k_m gains the factor zeta^((n-m)/B), decaying with distance
+  for causal attention (n >= m). Uses the `rope` fields for base, fraction and layout. FAVOR+
+  takes it with rope_mode 'qk' only: the decay has no form on the random features."""
+
+  reads = ('rope',)
+  options = {'xpos': {'gamma': specs.Float(0, 1e6, min_open=True, default=0.4),
+                      'scale_base': specs.Float(0, 1e12, min_open=True, default=512.0)}}
+  capabilities = base.Capabilities(causal_only=True, rotary=True)
+  causal_reason = "its decay zeta^((n-m)/B) grows without bound for keys after the query"
+  Layer = _XPosLayer
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     super().validate(cfg, model_cfg, seq_len, causal)
-    if not causal:
-      raise errors.ConfigError(
-          "config.model.position.kind='xpos' is for causal attention only: its decay "
-          'zeta^((n-m)/B) grows without bound for keys after the query. Fix: use rope for '
-          'bidirectional models.')
     # After centring, the largest exponent is (L/2) |ln zeta_0| / B; keep exp() in range.
     exponent = seq_len / 2 * abs(np.log(cfg.xpos.gamma / (1 + cfg.xpos.gamma))) / (
         cfg.xpos.scale_base)
@@ -250,18 +322,3 @@ class XPos(Rotary):
           f'xpos at sequence length {seq_len} scales q and k by up to exp({exponent:.0f}), '
           f'beyond {model_cfg.dtype} range. Fix: raise config.model.position.xpos.scale_base '
           f'to at least {cfg.xpos.scale_base * exponent / limit:.0f}, or shorten the sequence.')
-
-  def _scale(self, positions, center, sign):
-    power = (positions - center).astype(jnp.float32)[..., None] * (sign / self.scale_base)
-    return jnp.exp(power * jnp.asarray(self.log_zeta, jnp.float32))
-
-  def rotate(self, q, k, q_pos, k_pos):
-    # Scales are taken relative to a per-row centre shared by q and k (it cancels in q . k),
-    # so zeta^(+-n/B) stays within float range for long sequences.
-    center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
-    inv_freq = self.frequencies(q_pos, k_pos)
-    q = self._rotate(q, q_pos, inv_freq, self._scale(q_pos, center, 1.0))
-    k = self._rotate(k, k_pos, inv_freq, self._scale(k_pos, center, -1.0))
-    if self.mscale != 1.0:  # YaRN temperature, as in Rotary.
-      q, k = q * jnp.asarray(self.mscale, q.dtype), k * jnp.asarray(self.mscale, k.dtype)
-    return q, k

@@ -1,0 +1,204 @@
+"""The position-scheme interface: what a kind declares is what the stack, the config checks and
+the checkpoints rely on, and nothing outside roformer/positions/ names a kind."""
+
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+from roformer import positions
+from roformer import sharding
+from roformer import trainer as trainer_lib
+from roformer.positions import base
+from tests import kinds
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEGACY = os.path.join(ROOT, 'tests', 'data', 'legacy_layout')
+TOKENS = jnp.asarray(np.random.default_rng(0).integers(1, 64, (2, 12)), jnp.int32)
+POS = jnp.asarray([list(range(12)), list(range(5)) + list(range(7))], jnp.int32)
+SEG = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
+
+
+def tiny(kind, model_type='causal_lm', **model):
+  config = test_config.get_config(kind)
+  config.model.vocab_size = config.data.vocab_size = 64
+  config.model.type = model_type
+  config.model.update(model)
+  return config
+
+
+def call(model, model_type):
+  if model_type == 'encoder_decoder':
+    return model(TOKENS, POS, SEG, TOKENS, POS, SEG)
+  return model(TOKENS, POS, SEG)
+
+
+def test_no_kind_name_is_tested_outside_the_positions_package():
+  """The stack, the checks and the warm start ask capabilities: no registered kind's name is a
+  string literal in roformer/ outside roformer/positions/ ('none' is also a value of other
+  fields, so for it only a comparison with a position kind counts)."""
+  named = [k for k in positions.kinds() if k != 'none']
+  literal = re.compile(r"""['"](%s)['"]""" % '|'.join(named))
+  compared = re.compile(r"position\.kind\s*(==|!=|in|not in)")
+  found = []
+  for folder, _, files in os.walk(os.path.join(ROOT, 'roformer')):
+    if os.path.basename(folder) == 'positions':
+      continue
+    for name in files:
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        with open(path, encoding='utf-8') as f:
+          for n, line in enumerate(f, 1):
+            if literal.search(line) or compared.search(line):
+              found.append(f'{os.path.relpath(path, ROOT)}:{n}: {line.strip()}')
+  assert not found, found
+
+
+@pytest.mark.parametrize('kind', kinds.ALL)
+def test_every_kinds_blocks_are_alike(kind):
+  """Each block owns its position module and every block of a stack has one structure (the
+  condition for scanning the stack)."""
+  model = models.create(tiny(kind).model, seed=0)
+  graphs = [nnx.split(block)[0] for block in model.blocks]
+  assert all(g == graphs[0] for g in graphs[1:])
+  assert all(isinstance(block.position, positions.scheme(kind).Layer) for block in model.blocks)
+
+
+@pytest.mark.parametrize('kind,model_type,remat', [
+    ('rope', 'causal_lm', 'none'), ('xl', 'causal_lm', 'full'), ('fire', 'causal_lm', 'dots'),
+    ('t5', 'encoder_decoder', 'none'), ('learned', 'mlm', 'none')])
+def test_the_scanned_stack_gives_the_loops_outputs_and_gradients(kind, model_type, remat):
+  """config.model.scan_layers runs the same computation: outputs and every parameter's gradient
+  agree with the loop's, with each remat policy inside the scan; the parameters are the same
+  tree either way."""
+  config = tiny(kind, 'causal_lm' if model_type == 'mlm' else model_type, remat=remat)
+  if model_type == 'mlm':
+    config = test_config.get_config('mlm,roformer')
+    config.model.update(vocab_size=64, remat=remat)
+    config.model.position.kind = 'learned'
+  config.model.position.kind = kind
+  if kind == 'learned':
+    config.model.position.learned.per_layer = True
+  model = models.create(config.model, seed=0)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def loss(params, scan):
+    m = nnx.merge(graphdef, params, rest)
+    m.scan_layers = scan
+    out = call(m, model_type)
+    return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
+
+  grad = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
+  (_, want), want_grads = grad(params, False)
+  (_, got), got_grads = grad(params, True)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  flat = lambda tree: {sharding._path_str(p): v for p, v in  # pylint: disable=protected-access
+                       jax.tree_util.tree_flatten_with_path(tree)[0]}
+  want_flat, got_flat = flat(want_grads), flat(got_grads)
+  assert set(want_flat) == set(got_flat)
+  for path, w in want_flat.items():
+    np.testing.assert_allclose(got_flat[path], w, rtol=1e-4, atol=1e-5, err_msg=path)
+
+
+def test_a_scheme_may_compute_the_logits_itself():
+  """A kind whose `logits` hook returns q.k/sqrt(d) plus ALiBi's bias gives ALiBi's model:
+  the hook replaces q.k, the stack needs no change, and the einsum path is chosen for it."""
+
+  class _Layer(positions.Layer):
+
+    def __init__(self, model_cfg, *, causal, rngs):
+      self.alibi = positions.scheme('alibi').Layer(model_cfg, causal=causal, rngs=rngs)
+
+    def logits(self, q, k, q_pos, k_pos, mask, ctx):
+      qk = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+      return qk * q.shape[-1] ** -0.5 + self.alibi.logits_bias(q, k, q_pos, k_pos, mask, ctx)
+
+  class _Scheme(positions.PositionScheme):
+    capabilities = positions.Capabilities(computes_logits=True)
+    Layer = _Layer
+
+  base.register('test_logits_alibi')(_Scheme)
+  try:
+    config = tiny('alibi')
+    want = models.create(config.model, seed=0)(TOKENS, POS, SEG)
+    config.model.position.kind = 'test_logits_alibi'
+    model = models.create(config.model, seed=0)
+    assert model.blocks[0].attn.impl == 'einsum'
+    np.testing.assert_allclose(model(TOKENS, POS, SEG), want, rtol=1e-5, atol=1e-5)
+    config.model.attention_impl = 'xla'
+    with pytest.raises(errors.ConfigError, match='attention_impl=einsum'):
+      positions.validate(config.model, 12, True)
+  finally:
+    del base._REGISTRY['test_logits_alibi']  # pylint: disable=protected-access
+
+
+def test_the_capabilities_decide_the_config_checks():
+  """Each refusal follows a declared capability: encoders refuse the causal-only kinds, FAVOR+
+  the kinds that add to the logits, random positions the kinds that read none."""
+  for kind in kinds.ALL:
+    caps = positions.capabilities(kind)
+    config = tiny(kind)
+    if caps.causal_only:
+      with pytest.raises(errors.ConfigError, match='causal attention only'):
+        positions.validate(config.model, 32, causal=False)
+    else:
+      positions.validate(config.model, 32, causal=False)
+    config.model.attention = {'kind': 'favor', 'num_features': 16, 'chunk': 8,
+                              'redraw_interval': 0, 'rope_mode': 'qk'}
+    config.model = config.model  # Attribute assignment keeps it a ConfigDict.
+    if caps.linear_attention:
+      config_lib._validate_attention(config.model)  # pylint: disable=protected-access
+    else:
+      with pytest.raises(errors.ConfigError, match="cannot be used with attention.kind='favor'"):
+        config_lib._validate_attention(config.model)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('name', sorted(os.listdir(LEGACY)) if os.path.isdir(LEGACY) else [])
+def test_checkpoints_of_the_earlier_layout_restore(name):
+  """Checkpoints written when every per-layer position parameter lived in one module beside the
+  blocks (tests/data/legacy_layout, written by that code with its model's outputs on a fixed
+  input) restore into the blocks' position modules and give the same outputs."""
+  workdir = os.path.join(LEGACY, name)
+  config = config_lib.load(workdir)
+  mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
+  trainer = trainer_lib.Trainer(config, mesh)
+  params = trainer_lib.restore_params(trainer, workdir, 6)
+  model = nnx.merge(trainer.graphdef, params)
+  want = np.load(os.path.join(workdir, 'logits.npy'))
+  np.testing.assert_allclose(call(model, config.model.type), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('kind', kinds.ALL)
+def test_every_kind_trains_end_to_end_at_a_tiny_size(kind):
+  """Every registered kind (from the registry, not a hand-written list) builds a causal LM whose
+  loss on packed rows is finite, has a finite gradient for every parameter, and falls after a
+  few gradient steps on the same batch. The stack runs scanned, which also needs the kind's
+  blocks to be alike (the loop against the scan: the test above)."""
+  config = tiny(kind)
+  model = models.create(config.model, seed=0)
+  graphdef, params = nnx.split(model, nnx.Param)
+  targets = jnp.roll(TOKENS, -1, axis=1)
+
+  def loss(params, scan):
+    m = nnx.merge(graphdef, params)
+    m.scan_layers = scan
+    logp = jax.nn.log_softmax(m(TOKENS, POS, SEG))
+    return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
+
+  step = jax.jit(jax.value_and_grad(lambda p: loss(p, True)))
+  first, grads = step(params)
+  assert np.isfinite(float(first))
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))
+  p = params
+  for _ in range(3):
+    p = jax.tree.map(lambda w, g: w - 0.5 * g, p, grads)
+    value, grads = step(p)
+  assert float(value) < float(first), kind
