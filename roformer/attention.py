@@ -17,15 +17,16 @@ from roformer import sharding
 IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn')
 
 
-def resolve(impl: str, *, dtype, value_term: bool = False, backend: str | None = None) -> str:
+def resolve(impl: str, *, dtype, einsum_only: bool = False, backend: str | None = None) -> str:
   """The implementation `attend` runs for `impl` (one of IMPLEMENTATIONS): 'auto' becomes
-  'einsum' for a scheme with a value term (it needs the probabilities) and on CPU, 'cudnn' on a
+  'einsum' for a scheme only the einsum path can run (a value term needs the probabilities, a
+  scheme may compute the logits itself) and on CPU, 'cudnn' on a
   GPU with bfloat16/float16 activations (cuDNN's fused kernels take no float32), and 'xla'
   otherwise (float32 on GPU, TPU). Explicit choices are returned unchanged."""
   if impl != 'auto':
     return impl
   backend = backend or jax.default_backend()
-  if value_term or backend == 'cpu':
+  if einsum_only or backend == 'cpu':
     return 'einsum'
   if backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
     return 'cudnn'

@@ -6,6 +6,8 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from roformer import sharding
+
 
 def all_steps(directory: str) -> list[int]:
   """Steps with a finished checkpoint in directory (none if it does not exist)."""
@@ -84,15 +86,15 @@ class Checkpointer:
     current ones."""
     meta = self.manager.item_metadata(step)['state']
     meta = getattr(meta, 'tree', meta)
-    saved = [path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta)[0]]
-    current = {path_str(p): a for p, a in jax.tree_util.tree_flatten_with_path(abstract_state)[0]}
+    saved = [_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta)[0]]
+    current = {_path(p): a for p, a in jax.tree_util.tree_flatten_with_path(abstract_state)[0]}
     if set(saved) == set(current) or set(map(rename, saved)) != set(current):
       return abstract_state, None  # Nothing to convert, or no conversion fits: read as it is.
-    target = jax.tree_util.tree_map_with_path(lambda p, _: current[rename(path_str(p))], meta)
+    target = jax.tree_util.tree_map_with_path(lambda p, _: current[rename(_path(p))], meta)
 
     def rearrange(state):
-      by_path = {rename(path_str(p)): v for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}
-      return jax.tree_util.tree_map_with_path(lambda p, _: by_path[path_str(p)], abstract_state)
+      by_path = {rename(_path(p)): v for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}
+      return jax.tree_util.tree_map_with_path(lambda p, _: by_path[_path(p)], abstract_state)
     return target, rearrange
 
   def set_aside(self, step: int) -> str:
@@ -125,7 +127,6 @@ class Checkpointer:
       pass
 
 
-def path_str(path) -> str:
-  """'params/blocks/0/attn/qkv/kernel/value' for a pytree path (dict keys, sequence indices and
-  attribute names alike, so a saved tree's metadata and a live state give the same strings)."""
-  return '/'.join(str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path)
+def _path(path) -> str:
+  """A pytree path as the '/'-joined string both trees share, variables' `value` kept."""
+  return sharding.path_str(path, keep_value=True)

@@ -16,6 +16,7 @@ from roformer import attention
 from roformer import metrics
 from roformer import models
 from roformer import positions
+from roformer import stack
 from roformer.specs import Bool, Float, Int, Map, Names, Seq, Str, check_tree
 
 _STEPS = 2**31 - 1  # Step counters are int32.
@@ -70,7 +71,7 @@ def schema() -> dict:
           'd_ff': Int(1, 2**18),
           'dropout': Float(0, 1, max_open=True),
           'dtype': Str(('float32', 'bfloat16', 'float16')),
-          'remat': Str(choices=lambda: models.REMAT_POLICIES),
+          'remat': Str(choices=lambda: stack.REMAT_POLICIES),
           'scan_layers': Bool(),
           'attention_impl': Str(attention.IMPLEMENTATIONS),
           'loss_chunk': Int(0, 2**20),  # Sequence positions per chunk of the output layer; 0: all.

@@ -1,7 +1,8 @@
 """The shared Transformer stack and the task models built on it.
 
 One stack (multi-head attention + MLP) serves every model; it is parameterized by a position
-scheme from `roformer.positions`, whose hooks it calls at fixed points. LayerNorm is pre-residual
+scheme from `roformer.positions`, whose hooks it calls at fixed points; `roformer.stack` runs the
+blocks (a loop, or one scan). LayerNorm is pre-residual
 by default (`config.model.norm='pre'`); 'post' gives the BERT/RoFormer layout (LayerNorm after
 each residual sum and after the embeddings), which pretrained Hugging Face RoFormer weights need.
 Dropout is functional (an explicit key per call), so a train step stays a pure function of its
@@ -19,6 +20,7 @@ from roformer import attention
 from roformer import errors
 from roformer import positions as positions_lib
 from roformer import sharding
+from roformer import stack
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
@@ -106,7 +108,7 @@ class MultiHeadAttention(nnx.Module):
     self.head_dim = d // cfg.num_heads
     caps = positions_lib.capabilities(cfg.position.kind)
     self.impl = attention.resolve(cfg.attention_impl, dtype=dtype,
-                                  value_term=caps.implementations == ('einsum',))
+                                  einsum_only=caps.implementations == ('einsum',))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
@@ -265,108 +267,6 @@ class DecoderBlock(Block):
     return x, cache
 
 
-# config.model.remat: what each block keeps for the backward pass ('none': everything; 'full':
-# only its input, recomputing the rest; 'dots': matmul outputs; 'dots_no_batch': matmul outputs
-# without batch dimensions, i.e. not the attention logits).
-REMAT_POLICIES = {
-    'none': None,
-    'full': None,
-    'dots': jax.checkpoint_policies.checkpoint_dots,
-    'dots_no_batch': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-}
-
-
-def _stacked(blocks):
-  """The blocks as one graph and their states stacked along a new leading axis. The blocks of a
-  stack are built alike, so their graphs are equal; a ValueError says so if one differs."""
-  graphdef, first = nnx.split(blocks[0])
-  states = [first]
-  for i, block in enumerate(blocks[1:], 1):
-    other, state = nnx.split(block)
-    if other != graphdef:
-      raise ValueError(f'block {i} differs in structure from block 0, so the stack cannot be '
-                       'scanned; run it with config.model.scan_layers=False.')
-    states.append(state)
-  return graphdef, jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
-
-
-def _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra):
-  """`run_blocks` without a cache as one `lax.scan` over the stacked block states: one block's
-  computation is traced and compiled once, whatever the depth. The states are stacked at every
-  call (the parameters keep the per-block layout of the loop, so checkpoints, the sharding rules
-  and decoding are the same either way); the stack is one copy of the blocks' parameters, and
-  its gradient is the slices of the stacked gradient."""
-  graphdef, stacked = _stacked(blocks)
-  n = len(blocks)
-  layer_keys = None if keys[0] is None else jnp.stack(keys[:n])
-
-  def body(h, xs):
-    state, key, index = xs
-    block = nnx.merge(graphdef, state)
-    h = block(h, mask, positions, shared, key, None, layer=index, **extra)[0]
-    return sharding.constrain(h, ('batch', None, None)), None
-
-  if remat != 'none':  # Training: recompute inside the backward pass.
-    body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
-  x, _ = jax.lax.scan(body, x, (stacked, layer_keys, jnp.arange(n, dtype=jnp.int32)))
-  return x
-
-
-def _block_output(block, x, mask, positions, shared, key, index, extra):
-  return block(x, mask, positions, shared, key, None, layer=index, **extra)[0]
-
-
-def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str = 'none',
-               scan: bool = False, **extra):
-  """Runs x through `blocks`, each with its own position module and `shared` (what the
-  stack's position Shared module returned). With a cache, the new positions are written at
-  slot cache['index'] and every layer's keys/values are updated; returns (x, updated cache or
-  None). `extra` goes to every block (cross-attention memory); `remat` names a REMAT_POLICIES
-  entry (used without a cache); `scan` runs the blocks as one `lax.scan` (without a cache: the
-  same outputs and gradients as the loop, one block compiled instead of all)."""
-  if scan and cache is None:
-    return _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra), None
-  if cache is not None:
-    slot_positions = jax.lax.dynamic_update_slice(
-        cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
-  new_layers = []
-  policy = REMAT_POLICIES[remat]
-  for i, (block, k) in enumerate(zip(blocks, keys)):
-    layer_cache = None if cache is None else {
-        **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
-    if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
-      x = nnx.remat(_block_output, policy=policy)(block, x, mask, positions, shared, k,
-                                                  jnp.int32(i), extra)
-    else:
-      x, layer_cache = block(x, mask, positions, shared, k, layer_cache, layer=i, **extra)
-    x = sharding.constrain(x, ('batch', None, None))
-    new_layers.append(layer_cache)
-  if cache is None:
-    return x, None
-  return x, {**cache, 'index': cache['index'] + x.shape[1], 'positions': slot_positions,
-             'layers': new_layers}
-
-
-def empty_cache(batch: int, max_len: int, num_layers: int, num_heads: int, head_dim: int,
-                dtype) -> dict:
-  """An empty key/value cache for `max_len` slots (a plain pytree of arrays)."""
-  shape = (batch, max_len, num_heads, head_dim)
-  return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),
-          'layers': [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
-                     for _ in range(num_layers)]}
-
-
-def cache_mask(tokens, cache, *, q_segments=None):
-  """Causal mask of new `tokens` (at slots index..) over every filled cache slot."""
-  max_len = cache['positions'].shape[1]
-  slots = cache['index'] + jnp.arange(tokens.shape[1])
-  filled = (jnp.arange(max_len) < cache['index'] + tokens.shape[1]).astype(jnp.int32)
-  return attention.make_mask(
-      jnp.ones_like(tokens) if q_segments is None else q_segments,
-      jnp.broadcast_to(filled, (tokens.shape[0], max_len)), causal=True,
-      q_index=slots[None], k_index=jnp.arange(max_len)[None])
-
-
 def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shared:
   """The position scheme's stack-wide module, after the scheme's checks."""
   positions_lib.validate(cfg, seq_len=0, causal=causal)
@@ -440,15 +340,15 @@ class Transformer(TiedEmbeddingModel):
       x = self.ln_embed(x)
     x = dropout(x, self.dropout_rate, keys[-1])
     extra = {} if segments is None else {'segments': segments}
-    x, cache = run_blocks(self.blocks, self.position(), x, positions, mask, keys, cache,
-                          remat=self.remat, scan=self.scan_layers, **extra)
+    x, cache = stack.run_blocks(self.blocks, self.position(), x, positions, mask, keys, cache,
+                                remat=self.remat, scan=self.scan_layers, **extra)
     if not self.post_norm:
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
 
   def init_cache(self, batch: int, max_len: int) -> dict:
-    return empty_cache(batch, max_len, len(self.blocks), self.num_heads,
-                       self.d_model // self.num_heads, self.dtype)
+    return stack.empty_cache(batch, max_len, len(self.blocks), self.num_heads,
+                             self.d_model // self.num_heads, self.dtype)
 
   def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Bidirectional hidden states where packed segments attend only within themselves
@@ -474,7 +374,7 @@ class CausalLM(Transformer):
   def decode(self, tokens, positions, cache):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
     sequence per row, occupying slots 0..index+len-1) and the updated cache."""
-    hidden, cache = self.encode(tokens, positions, cache_mask(tokens, cache), cache=cache)
+    hidden, cache = self.encode(tokens, positions, stack.cache_mask(tokens, cache), cache=cache)
     return self.logits(hidden), cache
 
 
@@ -559,17 +459,17 @@ class EncoderDecoder(TiedEmbeddingModel):
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
     x = self.encoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, _ = run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask, keys,
-                      remat=self.remat, scan=self.scan_layers)
+    x, _ = stack.run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask,
+                            keys, remat=self.remat, scan=self.scan_layers)
     return self.encoder_ln(x)
 
   def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
     keys = _split(key, len(self.decoder_blocks) + 1)
     x = self.decoder_position.embed(self.embed(tokens), positions)
     x = dropout(x, self.dropout_rate, keys[-1])
-    x, cache = run_blocks(self.decoder_blocks, self.decoder_position(), x, positions, mask, keys,
-                          cache, remat=self.remat, scan=self.scan_layers, memory=memory,
-                          memory_mask=memory_mask)
+    x, cache = stack.run_blocks(self.decoder_blocks, self.decoder_position(), x, positions,
+                                mask, keys, cache, remat=self.remat, scan=self.scan_layers,
+                                memory=memory, memory_mask=memory_mask)
     return self.logits(self.decoder_ln(x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
@@ -585,15 +485,15 @@ class EncoderDecoder(TiedEmbeddingModel):
   def init_cache(self, memory, memory_segment_ids, max_len: int) -> dict:
     """A decoder cache for one source per row; it carries the encoder memory so that beam
     search reorders it with the keys and values."""
-    cache = empty_cache(memory.shape[0], max_len, len(self.decoder_blocks), self.num_heads,
-                        self.d_model // self.num_heads, self.dtype)
+    cache = stack.empty_cache(memory.shape[0], max_len, len(self.decoder_blocks),
+                              self.num_heads, self.d_model // self.num_heads, self.dtype)
     return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
 
   def decode(self, tokens, positions, cache):
     """Incremental decoding of target `tokens` [batch, len] at the cache index."""
     cross_mask = attention.make_mask(jnp.ones_like(tokens), cache['memory_segment_ids'],
                                      causal=False)
-    return self._decode(tokens, positions, cache_mask(tokens, cache), cache['memory'],
+    return self._decode(tokens, positions, stack.cache_mask(tokens, cache), cache['memory'],
                         cross_mask, cache=cache)
 
 

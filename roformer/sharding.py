@@ -182,16 +182,20 @@ def spec_for(names, shape, rules, mesh: Mesh) -> P:
   return P(*out)
 
 
-def _path_str(path) -> str:
-  """'blocks/0/mlp/up/kernel' for a pytree path (an nnx Variable's trailing `.value` dropped)."""
+def path_str(path, *, keep_value: bool = False) -> str:
+  """'blocks/0/mlp/up/kernel' for a pytree path: dict keys, sequence indices and attribute names
+  alike, so a saved tree's metadata and a live state give the same strings. An nnx Variable's
+  trailing `value` is dropped unless `keep_value`."""
   parts = [str(getattr(k, 'key', getattr(k, 'idx', getattr(k, 'name', k)))) for k in path]
-  return '/'.join(parts[:-1] if parts and parts[-1] == 'value' else parts)
+  if parts and parts[-1] == 'value' and not keep_value:
+    parts = parts[:-1]
+  return '/'.join(parts)
 
 
 def param_shardings(abstract_params, mesh: Mesh, rules) -> object:
   """NamedShardings for a tree of (abstract) parameters, from PARAM_AXES and the rules."""
   def one(path, leaf):
-    names = param_axes(_path_str(path), len(leaf.shape))
+    names = param_axes(path_str(path), len(leaf.shape))
     return NamedSharding(mesh, spec_for(names, leaf.shape, rules, mesh))
   return jax.tree_util.tree_map_with_path(one, abstract_params)
 

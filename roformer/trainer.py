@@ -77,11 +77,8 @@ class Trainer:
 
 
 def _param_shapes(abstract_params) -> dict[str, tuple[int, ...]]:
-  shapes = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_params)[0]:
-    parts = [str(getattr(p, 'key', getattr(p, 'name', getattr(p, 'idx', p)))) for p in path]
-    shapes['/'.join(p for p in parts if p != 'value')] = tuple(leaf.shape)
-  return shapes
+  return {sharding.path_str(path): tuple(leaf.shape)
+          for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_params)[0]}
 
 
 def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int,

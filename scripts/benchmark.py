@@ -6,6 +6,8 @@
       --config.model.d_model=768 ... --out docs/bench.json
   python scripts/benchmark.py --config configs/lm.py --preset small --kinds rope \\
       --vary model.causal_block=0,128     # A/B of a config option, in turns
+  python scripts/benchmark.py --config configs/lm.py --kinds rope \\
+      --vary model.scan_layers=False,True --vary model.num_layers=4,12,24  # Compile and step
 
 For each kind (and each value of every `--vary` option, crossed with the kinds): builds the
 train step on all devices (config.mesh), compiles it and runs `--warmup` steps; then they take
@@ -266,7 +268,7 @@ def table(rows: list[dict]) -> str:
   one), with the range of the per-round ratios when they were timed in interleaved rounds."""
   base = next((r for r in rows if r['name'] == 'none'), rows[0])
   lines = [f'| kind | step (ms) | vs {base["name"]} | tokens/s | GFLOPs/token | TFLOP/s | MFU | '
-           'peak memory (MiB) | page faults / step |', '|---' * 9 + '|']
+           'peak memory (MiB) | page faults / step | compile (s) |', '|---' * 10 + '|']
   for r in rows:
     rel = f'{r["step_s"] / base["step_s"]:.3f}x'
     ratios = round_ratios(r['rounds'], base['rounds'])
@@ -275,7 +277,8 @@ def table(rows: list[dict]) -> str:
     mem = f'{r["peak_bytes"] / 2**20:,.0f}' if 'peak_bytes' in r else '-'
     lines.append(f'| {r["name"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
                  f'{r["flops_per_token"] / 1e9:.4f} | {r["tflops_per_s"]:.3f} | '
-                 f'{100 * r["mfu"]:.1f}% | {mem} | {r["minor_faults_per_step"]:,.0f} |')
+                 f'{100 * r["mfu"]:.1f}% | {mem} | {r["minor_faults_per_step"]:,.0f} | '
+                 f'{r["compile_s"]:.1f} |')
   return '\n'.join(lines)
 
 

@@ -1,7 +1,7 @@
 """Position kinds for per-kind tests, taken from the registry. The default run covers RoPE end
 to end in the heavier per-kind checks (every scheme's math is checked on its own in
-test_positions/test_schemes, and every kind trains end to end at a tiny size in
-test_every_kind); `python -m pytest -m slow` runs the heavier checks for the others as well."""
+test_positions/test_schemes, and every kind trains at a tiny size in
+test_scheme_interface.py); `python -m pytest -m slow` runs the heavier checks for the others as well."""
 
 import jax.numpy as jnp
 import numpy as np

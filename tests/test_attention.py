@@ -96,7 +96,7 @@ def test_attend_implementations_agree_with_bias_and_padding():
     ('tpu', jnp.bfloat16, False, 'xla'),
 ])
 def test_auto_implementation_choice(backend, dtype, value_term, want):
-  assert attention.resolve('auto', dtype=dtype, value_term=value_term, backend=backend) == want
+  assert attention.resolve('auto', dtype=dtype, einsum_only=value_term, backend=backend) == want
   assert attention.resolve('einsum', dtype=dtype, backend=backend) == 'einsum'
 
 

@@ -73,8 +73,11 @@ def test_every_kinds_blocks_are_alike(kind):
 
 
 @pytest.mark.parametrize('kind,model_type,remat', [
-    ('rope', 'causal_lm', 'none'), ('xl', 'causal_lm', 'full'), ('fire', 'causal_lm', 'dots'),
-    ('t5', 'encoder_decoder', 'none'), ('learned', 'mlm', 'none')])
+    # Per-layer and shared parameters, full remat; two stacks. The rest with -m slow.
+    ('xl', 'causal_lm', 'full'), ('t5', 'encoder_decoder', 'none'),
+    pytest.param('rope', 'causal_lm', 'none', marks=pytest.mark.slow),
+    pytest.param('fire', 'causal_lm', 'dots', marks=pytest.mark.slow),
+    pytest.param('learned', 'mlm', 'none', marks=pytest.mark.slow)])
 def test_the_scanned_stack_gives_the_loops_outputs_and_gradients(kind, model_type, remat):
   """config.model.scan_layers runs the same computation: outputs and every parameter's gradient
   agree with the loop's, with each remat policy inside the scan; the parameters are the same
@@ -100,7 +103,7 @@ def test_the_scanned_stack_gives_the_loops_outputs_and_gradients(kind, model_typ
   (_, want), want_grads = grad(params, False)
   (_, got), got_grads = grad(params, True)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  flat = lambda tree: {sharding._path_str(p): v for p, v in  # pylint: disable=protected-access
+  flat = lambda tree: {sharding.path_str(p): v for p, v in
                        jax.tree_util.tree_flatten_with_path(tree)[0]}
   want_flat, got_flat = flat(want_grads), flat(got_grads)
   assert set(want_flat) == set(got_flat)
@@ -153,12 +156,33 @@ def test_the_capabilities_decide_the_config_checks():
       positions.validate(config.model, 32, causal=False)
     config.model.attention = {'kind': 'favor', 'num_features': 16, 'chunk': 8,
                               'redraw_interval': 0, 'rope_mode': 'qk'}
-    config.model = config.model  # Attribute assignment keeps it a ConfigDict.
     if caps.linear_attention:
       config_lib._validate_attention(config.model)  # pylint: disable=protected-access
     else:
       with pytest.raises(errors.ConfigError, match="cannot be used with attention.kind='favor'"):
         config_lib._validate_attention(config.model)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('kind', kinds.ALL)
+def test_each_declared_capability_is_what_the_kind_does(kind):
+  """The declarations against behaviour: a kind adds to the logits (logits_term) exactly when
+  its layers return a bias, has a value term exactly when they return one, rotates exactly when
+  `rotary`, and its model's outputs change when the positions are doubled (every distance
+  changes, the tokens and segments do not) exactly when it reads positions."""
+  caps = positions.capabilities(kind)
+  config = tiny(kind)
+  built = kinds.Built(config.model, causal=True, rngs=nnx.Rngs(3))
+  layer = built.for_layer(0)
+  rng = np.random.default_rng(5)
+  q, k = (jnp.asarray(rng.normal(size=(2, 12, 4, 8)), jnp.float32) for _ in range(2))
+  assert (layer.logits_bias(q, k, POS, POS) is not None) == bool(caps.logits_term)
+  probs = jax.nn.softmax(jnp.asarray(rng.normal(size=(2, 4, 12, 12)), jnp.float32))
+  assert (layer.value_term(probs, POS, POS) is not None) == caps.value_term
+  rotated, _ = layer.rotate(q, k, POS, POS)
+  assert (not np.allclose(rotated, q)) == caps.rotary
+  model = kinds.visible_positions(models.create(config.model, seed=0))
+  moved = not np.allclose(model(TOKENS, POS, SEG), model(TOKENS, 2 * POS, SEG), atol=1e-6)
+  assert moved == caps.reads_positions
 
 
 @pytest.mark.parametrize('name', sorted(os.listdir(LEGACY)) if os.path.isdir(LEGACY) else [])

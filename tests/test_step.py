@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from configs import test as test_config
-from roformer import models
 from roformer import sharding
+from roformer import stack
 from roformer import steps
 from roformer import tasks
 from roformer import trainer as trainer_lib
@@ -122,7 +122,7 @@ def test_remat_wraps_every_block_with_its_policy(lm_config, policy):
     assert not found
     return
   assert len(found) == lm_config.model.num_layers
-  assert all(e.params['policy'] is models.REMAT_POLICIES[policy] for e in found)
+  assert all(e.params['policy'] is stack.REMAT_POLICIES[policy] for e in found)
 
 
 def test_bfloat16_activations_keep_float32_parameters_and_loss(lm_config):

@@ -9,7 +9,7 @@ A kind is described once, by a `PositionScheme` subclass registered under its na
 - two module classes: `Shared`, built once per stack (the embedding hook and any parameters
   shared by the layers), and `Layer`, built by every block, which owns that layer's parameters.
   Every block of a stack holds a `Layer` of the same structure, so the blocks are uniform and the
-  stack can be scanned (`models.run_blocks`).
+  stack can be scanned (`roformer.stack`).
 
 The stack calls the hooks at fixed points; every hook defaults to the identity:
 
