@@ -11,6 +11,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from roformer import config_changes
 from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
@@ -83,6 +84,22 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
   return trainer.task.summarize(jax.device_get(totals))
 
 
+def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
+  """What the training loop logs on the validation split `source`: the task's metrics over up
+  to config.train.eval_batches batches and, for a task that `decodes`, its BLEU and chrF on
+  config.eval.bleu_sentences decoded sentences."""
+  config = trainer.config
+  batches = trainer.task.batches(config, source, tokenizer, train=False,
+                                 batch_size=config.eval.batch_size)
+  result = evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
+                    max_batches=config.train.eval_batches)
+  if trainer.task.decodes:
+    scores, _, _ = translation_scores(trainer, params, source, tokenizer,
+                                      limit=config.eval.bleu_sentences)
+    result.update(bleu=scores['bleu'], chrf=scores['chrf'], direction=scores['direction'])
+  return result
+
+
 def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: dict,
                       max_batches: int = -1):
   """Loss and the config's metrics (config.eval.metrics: accuracy, f1, mcc, pearson,
@@ -130,15 +147,6 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
 
 
-# Model fields an evaluation may override: how attention is computed, and RoPE context
-# extension applied to a checkpoint trained without it.
-_EVAL_MAY_CHANGE = ('model.attention_impl', 'model.loss_chunk', 'model.causal_block',
-                    'model.dtype', 'model.position.rope.scaling')
-# Data fields that fix the tokenizer (vocabulary) and the translation direction.
-_EVAL_FIXED_DATA = ('data.name', 'data.vocab_size', 'data.text_key', 'data.text_keys',
-                    'data.label_key', 'data.source_key', 'data.target_key', 'data.reverse')
-
-
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
                      splits=('validation', 'test')) -> dict:
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
@@ -151,16 +159,13 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                              'Fix: e.g. --splits=validation,test.')
   step = trainer_lib.checkpoint_step(workdir, step)
   saved = config_lib.load(workdir)
-  changed = [d for d in config_lib.differences(saved.model, config.model, 'model')
-             if not d.split(':')[0].startswith(_EVAL_MAY_CHANGE)]
-  for field in _EVAL_FIXED_DATA:  # The tokenizer and the direction the model was trained on.
-    changed += config_lib.differences({field: saved.data.get(field.split('.')[1])},
-                                      {field: config.data.get(field.split('.')[1])})
+  changed = config_changes.changed(saved, config, config_changes.EVALUATE)
   if changed:
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
-        f'(saved vs now). Only {", ".join(_EVAL_MAY_CHANGE)} may change at evaluation. Fix: '
-        'drop those --config.model/--config.data overrides.')
+        f'(saved vs now). Of the model, only '
+        f'{", ".join(config_changes.may_change(config_changes.EVALUATE))} may change at '
+        'evaluation. Fix: drop those --config.model/--config.data overrides.')
   scaling = config.model.position.rope.scaling
   if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
     with config.unlocked():  # Relative to the length the model was trained at.
@@ -223,7 +228,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                                      batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
     results['splits'][split] = {'lengths': rows}
-    if isinstance(trainer.task, tasks.Translation):
+    if trainer.task.decodes:
       if split != 'test':  # Decodes the test split; validation BLEU is reported in training.
         continue
       scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,

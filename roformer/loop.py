@@ -25,36 +25,8 @@ from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import warm_start
 from roformer import workdir as workdir_lib
-from roformer.data import pipeline
 
 log = logging.getLogger('roformer')
-
-
-def check_classification_data(config, sources) -> None:
-  """Before anything is compiled: the labels fit the head, and a sentence-pair task gets
-  both of its sentences."""
-  pairs = {'glue/' + task for task, spec in pipeline.GLUE_TASKS.items() if len(spec[0]) == 2}
-  keys = tuple(config.data.text_keys)
-  if config.data.name in pairs and len(keys) != 2:
-    wanted = pipeline.GLUE_TASKS[config.data.name[5:]][0]
-    raise errors.ConfigError(
-        f'{config.data.name} is a sentence-pair task but config.data.text_keys={keys} names '
-        f'{len(keys)} text(s). Fix: --config.data.text_keys="{wanted}" (or use '
-        f'configs/classify.py:{config.data.name}).')
-  if not 1 <= len(keys) <= 2:
-    raise errors.ConfigError(f'config.data.text_keys={keys} must name one text or a pair.')
-  if config.model.num_classes == 1:
-    return
-  for split in ('train', 'validation'):
-    if split not in sources:
-      continue
-    labels = pipeline.labels(sources[split], config.data.label_key)
-    labels = labels[labels != -1]  # Hidden labels.
-    if len(labels) and (labels.min() < 0 or labels.max() >= config.model.num_classes):
-      raise errors.ConfigError(
-          f'the {split} split has labels {labels.min()}..{labels.max()}, outside [0, '
-          f'config.model.num_classes={config.model.num_classes}). Fix: '
-          f'--config.model.num_classes={int(labels.max()) + 1}.')
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
@@ -75,8 +47,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     pretrained = warm_start.check_init_from(config)
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train', 'validation'),
                                   workdir=workdir if resuming else '')
-  if tasks.per_example(config):
-    check_classification_data(config, sources)
+  tasks.for_config(config).check_data(config, sources)
   os.makedirs(workdir, exist_ok=True)
   with contextlib.ExitStack() as stack:
     if jax.process_index() == 0:  # One writer per workdir.
@@ -174,12 +145,12 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
   stack.callback(writer.close_quietly)
   pending, window, last = [], [], {}  # (step, host batch, device metrics) not yet fetched.
   skipped = workdir_lib.skipped_so_far(workdir)
-  translating = isinstance(trainer.task, tasks.Translation)
+  best_metric = trainer.task.best_metric  # Its best checkpoint is kept apart, in best/.
   best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
-      translating) else None
+      best_metric) else None
   if best is not None:
     stack.callback(best.close_quietly)
-  best_bleu = workdir_lib.best_bleu_so_far(workdir)
+    best_value = workdir_lib.best_so_far(workdir, best_metric)
 
   def fetch() -> list[dict]:
     """The pending steps' metrics on the host; a non-finite step is recorded with its batch,
@@ -205,22 +176,13 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     return fetched
 
   def validate(step: int) -> dict:
-    """Validation loss (and BLEU for translation) of the current state, logged at `step`."""
-    result = evaluate_lib.evaluate(
-        trainer, state['params'],
-        trainer.task.batches(config, sources['validation'], tokenizer, train=False,
-                             batch_size=config.eval.batch_size),
-        batch_size=config.eval.batch_size, max_batches=tc.eval_batches)
-    if translating:
-      scores, _, _ = evaluate_lib.translation_scores(
-          trainer, state['params'], sources['validation'], tokenizer,
-          limit=config.eval.bleu_sentences)
-      result.update(bleu=scores['bleu'], chrf=scores['chrf'], direction=scores['direction'])
+    """The task's validation metrics of the current state, logged at `step`."""
+    result = evaluate_lib.validation(trainer, state['params'], sources['validation'], tokenizer)
     writer.write(step, 'validation', result)
     log.info('step %d | validation %s', step, evaluate_lib.format_metrics(result))
     return result
 
-  if pretrained is not None and config.model.type == 'causal_lm':
+  if pretrained is not None and warm_start.continues(config):
     # A continued model before any step at its new length or scaling: the extension without
     # training, against which the continued steps are measured.
     last['validation'] = validate(0)
@@ -260,11 +222,11 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     # A stop request skips an intermediate evaluation (to save in time), never the final one.
     if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
       last['validation'] = result = validate(step)
-      if translating and result['bleu'] > best_bleu:  # Kept apart: max_to_keep never drops it.
-        best_bleu = result['bleu']
+      if best is not None and result[best_metric] > best_value:  # max_to_keep never drops it.
+        best_value = result[best_metric]
         best.save(step, state)
-        log.info('step %d | new best validation BLEU %.2f (%s) saved to %s', step, best_bleu,
-                 result['direction'], best.directory)
+        log.info('step %d | new best validation %s %.2f saved to %s', step, best_metric,
+                 best_value, best.directory)
     if saving:
       ckpt.save(step, state, train_iter)
     t_log += time.perf_counter() - paused

@@ -21,6 +21,7 @@ from roformer import errors
 from roformer import positions as positions_lib
 from roformer import sharding
 from roformer import stack
+from roformer import variables
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
@@ -34,10 +35,14 @@ def _split(key, n):
   return [None] * n if key is None else list(jax.random.split(key, n))
 
 
-def dense(d_in: int, d_out: int, *, dtype, rngs, fan_in_scale: float = 1.0) -> nnx.Linear:
-  """A Linear layer with N(0, fan_in_scale^2 / d_in) weights, as every layer here uses."""
-  return nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.normal(
-      stddev=fan_in_scale * d_in ** -0.5), dtype=dtype, rngs=rngs)
+def dense(d_in: int, d_out: int, *, dtype, rngs, axes=(None, None),
+          fan_in_scale: float = 1.0) -> nnx.Linear:
+  """A Linear layer with N(0, fan_in_scale^2 / d_in) weights, as every layer here uses. Its
+  kernel has the logical `axes` (input, output) and decays; its bias follows the output axis."""
+  kernel_init = nnx.initializers.normal(stddev=fan_in_scale * d_in ** -0.5)
+  return nnx.Linear(d_in, d_out, kernel_init=variables.init(kernel_init, axes, decay=True),
+                    bias_init=variables.init(nnx.initializers.zeros, axes[1:], decay=False),
+                    dtype=dtype, rngs=rngs)
 
 
 @jax.custom_vjp
@@ -74,8 +79,10 @@ NORMS = ('pre', 'post')
 
 
 def layer_norm(cfg, *, dtype, rngs) -> nnx.LayerNorm:
-  return nnx.LayerNorm(cfg.d_model, epsilon=cfg.get('layer_norm_eps', 1e-6), dtype=dtype,
-                       rngs=rngs)
+  return nnx.LayerNorm(
+      cfg.d_model, epsilon=cfg.get('layer_norm_eps', 1e-6), dtype=dtype, rngs=rngs,
+      scale_init=variables.init(nnx.initializers.ones, (None,), decay=False),
+      bias_init=variables.init(nnx.initializers.zeros, (None,), decay=False))
 
 
 def residual(x, sublayer, norm: nnx.LayerNorm, post: bool, rate: float, key):
@@ -118,12 +125,13 @@ class MultiHeadAttention(nnx.Module):
     if self.favor:
       self.num_features, self.chunk = att.num_features, att.chunk
       self.rotate_features = att.rope_mode == 'features' and caps.feature_rotation
-      # The index of the current random-feature draw. It is a parameter only so that it
-      # travels with the weights into checkpoints, evaluation and decoding: it gets no gradient
-      # (it enters as an integer) and the train step sets it to step // redraw_interval.
-      self.feature_draw = nnx.Param(jnp.zeros((), jnp.float32))
-    self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs)
-    self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
+      # The index of the current random-feature draw, travelling with the weights into
+      # checkpoints, evaluation and decoding; the train step sets it to step // redraw_interval.
+      self.feature_draw = variables.FeatureDraw(jnp.zeros((), jnp.float32), out_sharding=(),
+                                                eager_sharding=False)
+    self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.out = dense(d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
+                     fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x, mask, pos, position: positions_lib.Layer, shared=None, cache=None,
                segments=None, layer=0):
@@ -191,8 +199,9 @@ class MLP(nnx.Module):
   def __init__(self, cfg, *, dtype, rngs):
     d, f = cfg.d_model, cfg.d_ff
     self.activation = cfg.get('activation', 'gelu_tanh')
-    self.up = dense(d, f, dtype=dtype, rngs=rngs)
-    self.down = dense(f, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
+    self.up = dense(d, f, dtype=dtype, rngs=rngs, axes=('embed', 'mlp'))
+    self.down = dense(f, d, dtype=dtype, rngs=rngs, axes=('mlp', 'embed'),
+                      fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x):
     hidden = sharding.constrain(self.up(x), ('batch', None, 'act_mlp'))
@@ -232,9 +241,10 @@ class CrossAttention(nnx.Module):
     d = cfg.d_model
     self.num_heads, self.head_dim = cfg.num_heads, d // cfg.num_heads
     self.impl = attention.resolve(cfg.attention_impl, dtype=dtype)
-    self.q = dense(d, d, dtype=dtype, rngs=rngs)
-    self.kv = dense(d, 2 * d, dtype=dtype, rngs=rngs)
-    self.out = dense(d, d, dtype=dtype, rngs=rngs, fan_in_scale=residual_scale(cfg))
+    self.q = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.kv = dense(d, 2 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.out = dense(d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
+                     fan_in_scale=residual_scale(cfg))
 
   def __call__(self, x, memory, mask):
     b, length, _ = x.shape
@@ -287,8 +297,9 @@ class TiedEmbeddingModel(nnx.Module):
     self.dtype = jnp.dtype(cfg.get('dtype', 'float32'))
     self.remat = cfg.get('remat', 'none')
     self.scan_layers = bool(cfg.get('scan_layers', False))
-    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype,
-                           embedding_init=nnx.initializers.normal(stddev=1.0), rngs=rngs)
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
+                           embedding_init=variables.init(nnx.initializers.normal(stddev=1.0),
+                                                         ('vocab', 'embed'), decay=True))
 
   @property
   def logits_scale(self) -> float:
@@ -311,9 +322,10 @@ class Transformer(TiedEmbeddingModel):
     dtype = self.dtype
     self.post_norm = cfg.get('norm', 'pre') == 'post'
     if cfg.get('type_vocab_size', 0):
-      self.token_type = nnx.Embed(cfg.type_vocab_size, cfg.d_model, dtype=dtype,
-                                  embedding_init=nnx.initializers.normal(stddev=0.02),
-                                  rngs=rngs)
+      self.token_type = nnx.Embed(
+          cfg.type_vocab_size, cfg.d_model, dtype=dtype, rngs=rngs,
+          embedding_init=variables.init(nnx.initializers.normal(stddev=0.02), (None, 'embed'),
+                                        decay=True))
     # The scheme's stack-wide module (embedding, shared parameters); each block has its own.
     self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
@@ -390,7 +402,8 @@ class MaskedLM(Transformer):
     self.activation = cfg.get('activation', 'gelu_tanh')
     self.head = dense(d, d, dtype=self.dtype, rngs=rngs)
     self.head_ln = layer_norm(cfg, dtype=self.dtype, rngs=rngs)
-    self.output_bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32))
+    self.output_bias = variables.param(jnp.zeros((cfg.vocab_size,), jnp.float32), ('vocab',),
+                                       decay=False)
 
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Float32 logits [batch, len, vocab] at every position."""

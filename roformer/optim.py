@@ -5,6 +5,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from roformer import variables
+
 
 def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
   """Linear warmup to the peak learning rate, then cosine decay (to end_lr_fraction of the
@@ -19,12 +21,11 @@ def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
 
 
 def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """AdamW with global-norm clipping; weight decay on matrices only, not on norms or biases
-  (anything whose path names a bias: Linear biases, Transformer-XL's u/v, T5's bias tables)."""
+  """AdamW with global-norm clipping, over a model's trainable Params (see
+  `roformer.variables.trainable`). Weight decay applies to the Params that declared it where
+  they were created (matrices and embeddings; not norms, biases, bias tables or scalars)."""
   def decay_mask(params):
-    def decay(path, p):
-      return p.ndim >= 2 and not any('bias' in str(getattr(k, 'key', k)) for k in path)
-    return jax.tree_util.tree_map_with_path(decay, params)
+    return jax.tree.map(variables.decays, params, is_leaf=variables.is_variable)
   return optax.chain(
       optax.clip_by_global_norm(tc.grad_clip),
       optax.adamw(make_schedule(tc), b1=tc.b1, b2=tc.b2, weight_decay=tc.weight_decay,

@@ -3,8 +3,8 @@
 The mesh always has the three named axes `data`, `fsdp` and `tensor` (size 1 when unused) so that
 partition annotations resolve on any mesh. Batches are split along (`data`, `fsdp`).
 
-Parameters carry logical axis names (PARAM_AXES: by parameter path, as big_vision does with its
-partitioning rules): `vocab`, `embed`, `heads`, `mlp`. Activations get logical names at block
+Parameters carry logical axis names, declared where each is created (`roformer.variables`):
+`vocab`, `embed`, `heads`, `mlp`, or None. Activations get logical names at block
 boundaries and inside attention and the MLP (`batch`, `act_heads`, `act_mlp`). The rules in
 `config.mesh.rules` map each logical name to a mesh axis (or none), so one config field set
 chooses the layout:
@@ -26,13 +26,13 @@ parameters. A dimension that its mesh axis does not divide stays whole (e.g. an 
 
 import contextvars
 import math
-import re
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from roformer import errors
+from roformer import variables
 
 AXES = ('data', 'fsdp', 'tensor')
 BATCH_AXES = ('data', 'fsdp')
@@ -93,19 +93,6 @@ def put_batch(batch: dict, mesh: Mesh) -> dict:
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
-# Logical axes of each parameter, by the end of its path ('/'-joined); the first match wins.
-# Unlisted parameters (LayerNorms, position-scheme tables, pooler, classifier) are replicated.
-PARAM_AXES = (
-    (r'(^|/)embed/embedding$', ('vocab', 'embed')),
-    (r'(^|/)(qkv|q|kv)/kernel$', ('embed', 'heads')),
-    (r'(^|/)(qkv|q|kv)/bias$', ('heads',)),
-    (r'(^|/)(attn|cross)/out/kernel$', ('heads', 'embed')),
-    (r'(^|/)mlp/up/kernel$', ('embed', 'mlp')),
-    (r'(^|/)mlp/up/bias$', ('mlp',)),
-    (r'(^|/)mlp/down/kernel$', ('mlp', 'embed')),
-    (r'(^|/)output_bias$', ('vocab',)),
-)
-
 # Default config.mesh.rules: logical axis -> mesh axis (or a list of them, or None).
 DEFAULT_RULES = {
     'batch': ['data', 'fsdp'],
@@ -116,13 +103,6 @@ DEFAULT_RULES = {
     'act_heads': 'tensor',
     'act_mlp': 'tensor',
 }
-
-
-def param_axes(path: str, ndim: int) -> tuple:
-  for pattern, names in PARAM_AXES:
-    if re.search(pattern, path) and len(names) == ndim:
-      return names
-  return (None,) * ndim
 
 
 def _mesh_axes(name, rules):
@@ -192,24 +172,38 @@ def path_str(path, *, keep_value: bool = False) -> str:
   return '/'.join(parts)
 
 
-def param_shardings(abstract_params, mesh: Mesh, rules) -> object:
-  """NamedShardings for a tree of (abstract) parameters, from PARAM_AXES and the rules."""
+def declared_axes(abstract_variables) -> dict[str, tuple]:
+  """{path: logical axes} of a model state's variables, as each declared them at creation;
+  a ValueError names the first one that declared none."""
+  out = {}
+  for path, var in jax.tree_util.tree_flatten_with_path(
+      abstract_variables, is_leaf=variables.is_variable)[0]:
+    name = path_str(path)
+    if not variables.is_variable(var):
+      raise variables.undeclared_error(name)
+    out[name] = variables.axes(var, name)
+  return out
+
+
+def param_shardings(abstract_variables, mesh: Mesh, rules) -> object:
+  """NamedShardings for a model state's (abstract) variables, from their declared logical axes
+  and the rules."""
+  axes = declared_axes(abstract_variables)
   def one(path, leaf):
-    names = param_axes(path_str(path), len(leaf.shape))
-    return NamedSharding(mesh, spec_for(names, leaf.shape, rules, mesh))
-  return jax.tree_util.tree_map_with_path(one, abstract_params)
+    return NamedSharding(mesh, spec_for(axes[path_str(path)], leaf.shape, rules, mesh))
+  return jax.tree_util.tree_map_with_path(one, abstract_variables)
 
 
 def state_shardings(abstract_state: dict, mesh: Mesh, rules) -> dict:
   """Shardings of {'params', 'opt_state', 'step'}: every optimizer subtree shaped like the
-  parameters (Adam's moments) is laid out like them; other leaves are replicated."""
-  params = abstract_state['params']
-  by_param = param_shardings(params, mesh, rules)
-  structure = jax.tree.structure(params)
+  trainable parameters (Adam's moments) is laid out like them; other leaves are replicated."""
+  by_variable = param_shardings(abstract_state['params'], mesh, rules)
+  by_param, _ = variables.trainable(by_variable)
+  structure = jax.tree.structure(by_param)
   like_params = lambda node: jax.tree.structure(node) == structure  # pylint: disable=g-long-lambda
   opt = jax.tree.map(lambda node: by_param if like_params(node) else replicated(mesh),
                      abstract_state['opt_state'], is_leaf=like_params)
-  return {'params': by_param, 'opt_state': opt,
+  return {'params': by_variable, 'opt_state': opt,
           **{k: replicated(mesh) for k in abstract_state if k not in ('params', 'opt_state')}}
 
 

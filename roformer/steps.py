@@ -1,19 +1,14 @@
 """Pure train, evaluation and prediction steps over a train state {'params', 'opt_state',
-'step'}: functions of (state, batch) only, so that `roformer.trainer` can jit them once with
-explicit shardings and donate the old state."""
+'step'} ('params': every variable of the model; the optimizer's state covers its nnx.Params):
+functions of (state, batch) only, so that `roformer.trainer` can jit them once with explicit
+shardings and donate the old state."""
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
 
-
-def set_feature_draw(params, draw):
-  """Sets FAVOR+'s feature-draw index (a parameter that is never trained) in every layer."""
-  def set_leaf(path, p):
-    named = any(str(getattr(k, 'key', k)) == 'feature_draw' for k in path)
-    return jnp.asarray(draw, p.dtype) if named else p
-  return jax.tree_util.tree_map_with_path(set_leaf, params)
+from roformer import variables
 
 
 def micro_batches(batch: dict, count: int) -> dict:
@@ -33,13 +28,15 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   token-weighted loss sums, so the update equals the one of the whole batch."""
   key = jax.random.fold_in(jax.random.key(dropout_seed), state['step'])
 
+  # The optimizer updates the Params; the other variables (FAVOR+'s draw) are set here.
+  params, rest = variables.trainable(state['params'])
+  if redraw_interval:  # This step's features; the saved state keeps the draw used last.
+    rest = variables.set_feature_draw(rest, state['step'] // redraw_interval)
+
   def sums_fn(params, micro, micro_key):
-    sums = task.sums(nnx.merge(graphdef, params), micro, micro_key, label_smoothing)
+    sums = task.sums(nnx.merge(graphdef, params, rest), micro, micro_key, label_smoothing)
     return sums['objective_sum'], sums
 
-  params = state['params']
-  if redraw_interval:  # This step's features; the saved params keep the draw used last.
-    params = set_feature_draw(params, state['step'] // redraw_interval)
   grad_fn = jax.grad(sums_fn, has_aux=True)
   if grad_accum_steps == 1:
     grads, sums = grad_fn(params, batch, key)
@@ -67,13 +64,12 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
 
   params, opt_state = jax.lax.cond(finite, update, lambda p, o: (p, o), params,
                                    state['opt_state'])
-  if redraw_interval:
-    params = set_feature_draw(params, state['step'] // redraw_interval)
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': grad_norm, 'learning_rate': schedule(state['step']),
              'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
              'tokens': sums.get('tokens', sums['weight'])}
-  return {'params': params, 'opt_state': opt_state, 'step': state['step'] + 1}, metrics
+  return ({'params': nnx.merge_state(params, rest), 'opt_state': opt_state,
+           'step': state['step'] + 1}, metrics)
 
 
 def eval_step(params, batch, *, graphdef, task):

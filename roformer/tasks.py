@@ -1,7 +1,8 @@
-"""What each model type trains on: its batches and its loss, behind one small interface.
+"""What each model type trains on: its batches, its loss and its evaluation, behind one small
+interface (`Task`).
 
 `for_config(config)` picks the task from `config.model.type`; the training loop, evaluation and
-checkpointing (`roformer.loop`, `roformer.evaluate`) are shared by all tasks.
+checkpointing (`roformer.loop`, `roformer.evaluate`) are shared by all tasks and name none.
 """
 
 import functools
@@ -103,7 +104,32 @@ def _batch_size(config, batch_size):
 RANDOM_POSITIONS_SEED = 2305
 
 
-class LanguageModeling:
+class Task:
+  """What the loop and evaluation ask of a task.
+
+  Batches: `features`, `feature_shapes(batch_size, seq_len)` (the arrays of a batch, which
+  evaluation pads a short last batch with) and `batches(config, source, tokenizer, *, train,
+  seq_len=None, batch_size=None)` (an iterator of host batches; endless when training).
+  Loss: `sums(model, batch, key, label_smoothing)` returns summed `objective_sum` (what is
+  differentiated), `loss_sum`, `correct` and `weight` (and optionally `tokens`); the train step
+  divides by the weight. Evaluation: `eval_sums(model, batch)` added up over a split, then
+  `summarize(totals)`; a `per_example` task instead gives `predict(model, batch)` per example
+  (F1, correlations). `check_data(config, sources)` checks the data against the model before
+  anything is compiled. `decodes`: validation and the test split also decode and score text
+  (BLEU). `best_metric`: the validation metric (higher is better) for which the loop keeps the
+  best checkpoint apart, or None."""
+
+  features: tuple[str, ...] = ()
+  per_example = False  # Token-level loss and accuracy (not per-example predictions).
+  extra_tokens = 0  # Ids the model has beyond the tokenizer's vocabulary.
+  decodes = False
+  best_metric: str | None = None
+
+  def check_data(self, config, sources) -> None:
+    del config, sources
+
+
+class LanguageModeling(Task):
   """Next-token prediction over packed documents (`causal_lm`).
 
   `position_bucket` > 0: evaluation also sums the loss per bucket of that many positions
@@ -117,8 +143,6 @@ class LanguageModeling:
 
   features = ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
               'inputs_positions', 'targets_positions')
-  per_example = False  # Token-level loss and accuracy (not per-example predictions).
-  extra_tokens = 0  # Ids the model has beyond the tokenizer's vocabulary.
   position_bucket = random_positions = loss_chunk = 0
 
   def __init__(self, position_bucket: int = 0, random_positions: int = 0, loss_chunk: int = 0):
@@ -180,7 +204,11 @@ class LanguageModeling:
 
 
 class Translation(LanguageModeling):
-  """Teacher-forced translation of packed source/target pairs (`encoder_decoder`)."""
+  """Teacher-forced translation of packed source/target pairs (`encoder_decoder`); validation
+  also decodes with beam search and scores BLEU, and the best-BLEU checkpoint is kept."""
+
+  decodes = True
+  best_metric = 'bleu'
 
   features = ('inputs', 'decoder_inputs', 'targets', 'inputs_segment_ids',
               'decoder_inputs_segment_ids', 'targets_segment_ids', 'inputs_positions',
@@ -443,7 +471,7 @@ class SyntheticTask(LanguageModeling):
     return out
 
 
-class Classification:
+class Classification(Task):
   """Sentence (or sentence-pair) classification and regression (`classifier`), one example per
   row. `num_classes=1` is regression with a squared-error loss (STS-B)."""
 
@@ -454,6 +482,31 @@ class Classification:
 
   def __init__(self, regression: bool = False):
     self.regression = regression
+
+  def check_data(self, config, sources) -> None:
+    """The labels fit the head, and a sentence-pair task gets both of its sentences."""
+    pairs = {'glue/' + task for task, spec in pipeline.GLUE_TASKS.items() if len(spec[0]) == 2}
+    keys = tuple(config.data.text_keys)
+    if config.data.name in pairs and len(keys) != 2:
+      wanted = pipeline.GLUE_TASKS[config.data.name[5:]][0]
+      raise errors.ConfigError(
+          f'{config.data.name} is a sentence-pair task but config.data.text_keys={keys} names '
+          f'{len(keys)} text(s). Fix: --config.data.text_keys="{wanted}" (or use '
+          f'configs/classify.py:{config.data.name}).')
+    if not 1 <= len(keys) <= 2:
+      raise errors.ConfigError(f'config.data.text_keys={keys} must name one text or a pair.')
+    if config.model.num_classes == 1:
+      return
+    for split in ('train', 'validation'):
+      if split not in sources:
+        continue
+      labels = pipeline.labels(sources[split], config.data.label_key)
+      labels = labels[labels != -1]  # Hidden labels.
+      if len(labels) and (labels.min() < 0 or labels.max() >= config.model.num_classes):
+        raise errors.ConfigError(
+            f'the {split} split has labels {labels.min()}..{labels.max()}, outside [0, '
+            f'config.model.num_classes={config.model.num_classes}). Fix: '
+            f'--config.model.num_classes={int(labels.max()) + 1}.')
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     shapes = {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features[:4]}
@@ -511,7 +564,7 @@ TASKS = {
 }
 
 
-def for_config(config):
+def for_config(config) -> Task:
   return TASKS[config.model.type](config)
 
 

@@ -17,6 +17,7 @@ from roformer import optim
 from roformer import sharding
 from roformer import steps
 from roformer import tasks
+from roformer import variables
 
 
 def _redraw_interval(model_cfg) -> int:
@@ -31,16 +32,18 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
     self.task = tasks.for_config(config)
-    with jax.set_mesh(mesh):
-      abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
-    self.graphdef, abstract_params = nnx.split(abstract_model, nnx.Param)
+    # Shapes only, outside the mesh: the variables' logical axes are laid out below, by rules.
+    abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
+    # 'params' holds every variable of the model; the optimizer sees its trainable Params.
+    self.graphdef, abstract_params = nnx.split(abstract_model)
     # A checkpoint path of an earlier parameter layout -> its path now (checkpoint.restore).
     self.rename = functools.partial(models.legacy_param_path, config.model)
     self.tx = optim.make_optimizer(config.train)
     self.schedule = optim.make_schedule(config.train)
     replicated = sharding.replicated(mesh)
     abstract = {'params': abstract_params,
-                'opt_state': jax.eval_shape(self.tx.init, abstract_params),
+                'opt_state': jax.eval_shape(self.tx.init,
+                                            variables.trainable(abstract_params)[0]),
                 'step': jax.ShapeDtypeStruct((), jnp.int32)}
     rules = sharding.rules_from_config(config.mesh)
     self.state_shardings = sharding.state_shardings(abstract, mesh, rules)
@@ -67,13 +70,14 @@ class Trainer:
 
   def init_state(self):
     def init():
-      params = nnx.state(models.create(self.config.model, seed=self.config.seed), nnx.Param)
-      return {'params': params, 'opt_state': self.tx.init(params), 'step': jnp.int32(0)}
+      params = nnx.state(models.create(self.config.model, seed=self.config.seed))
+      return {'params': params, 'opt_state': self.tx.init(variables.trainable(params)[0]),
+              'step': jnp.int32(0)}
     with jax.set_mesh(self.mesh):
       return jax.jit(init, out_shardings=self.state_shardings)()
 
   def num_params(self) -> int:
-    return models.parameter_count(self.abstract_state['params'])
+    return models.parameter_count(variables.trainable(self.abstract_state['params'])[0])
 
 
 def _param_shapes(abstract_params) -> dict[str, tuple[int, ...]]:

@@ -10,10 +10,12 @@ import ml_collections
 from flax import nnx
 
 from roformer import checkpoint as checkpoint_lib
+from roformer import config_changes
 from roformer import config_lib
 from roformer import errors
 from roformer import positions as positions_lib
 from roformer import trainer as trainer_lib
+from roformer import variables
 from roformer import workdir as workdir_lib
 
 log = logging.getLogger('roformer')
@@ -41,12 +43,6 @@ def _encoder_fields(model_cfg) -> dict:
   return fields
 
 
-# Model fields a continued causal LM may change: how it is computed, and RoPE's frequencies
-# (the context extension of Chen et al. 2023 and its successors). Everything else fixes the
-# parameters or what they compute.
-_CONTINUE_MAY_CHANGE = ('vocab_size', 'attention_impl', 'remat', 'scan_layers', 'loss_chunk',
-                        'causal_block', 'dtype', 'dropout', 'position.rope.base',
-                        'position.rope.scaling')
 # Scalings that stretch the source's training length by `factor` (dynamic NTK follows the
 # current length instead).
 _STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
@@ -86,6 +82,12 @@ def prepare(config: ml_collections.ConfigDict) -> None:
         '...).')
 
 
+def continues(config: ml_collections.ConfigDict) -> bool:
+  """Whether config.init_from is continued as the same model (every parameter taken over, at
+  a new length or scaling), rather than its encoder fine-tuned under a new head."""
+  return config.model.type == 'causal_lm'
+
+
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
   """Checks that config.init_from is a run this model can start from: a masked-LM run whose
   encoder a classifier takes over, or a causal-LM run continued (every parameter) at another
@@ -121,14 +123,15 @@ def _check_continuation(config, saved) -> None:
   """The continued causal LM has the source's parameters, and a RoPE scaling that covers the
   new length (its original length is the source's training length)."""
   saved = workdir_lib.with_new_defaults(saved, config)  # Fields added since it was trained.
-  diffs = [d for d in config_lib.differences(saved.model, config.model, 'model')
-           if not d.split(':')[0].removeprefix('model.').startswith(_CONTINUE_MAY_CHANGE)]
+  diffs = config_changes.changed(saved, config, config_changes.CONTINUE)
   if diffs:
+    allowed = [f for f in config_changes.may_change(config_changes.CONTINUE)
+               if f != 'model.vocab_size']  # Set from the tokenizer, never by hand.
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} is a different model (source vs now): '
-        f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.seq_len, '
-        f'train.* and model.{", model.".join(_CONTINUE_MAY_CHANGE[1:])} may change. Fix: set '
-        'those --config.model fields to the source\'s values.')
+        f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.*, train.* '
+        f'and {", ".join(allowed)} may change. Fix: set those --config.model fields to the '
+        'source\'s values.')
   if not positions_lib.capabilities(config.model.position.kind).rotary:
     return
   scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
@@ -170,5 +173,5 @@ def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, ste
   with jax.set_mesh(trainer.mesh):
     params = jax.device_put(params, trainer.state_shardings['params'])
     opt_state = jax.jit(trainer.tx.init, out_shardings=trainer.state_shardings['opt_state'])(
-        params)
+        variables.trainable(params)[0])
   return {'params': params, 'opt_state': opt_state, 'step': state['step']}

@@ -2,12 +2,14 @@
 before a run writes into it or resumes from it."""
 
 import logging
+import math
 import os
 import shutil
 import tempfile
 
 import ml_collections
 
+from roformer import config_changes
 from roformer import config_lib
 from roformer import errors
 from roformer import metrics as metrics_lib
@@ -108,19 +110,6 @@ def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
     os.replace(path + '.tmp', path)
 
 
-# Fields that must not change when a run resumes from an existing workdir.
-# The data pipeline's saved position only makes sense for the same pipeline and seed.
-_FIXED_ON_RESUME = ('model', 'seed', 'init_from', 'train.batch_size', 'data.name',
-                    'data.text_key', 'data.text_keys', 'data.label_key', 'data.source_key',
-                    'data.target_key', 'data.reverse', 'data.vocab_size', 'data.seq_len',
-                    'data.shuffle_window', 'data.splits', 'data.mask_rate',
-                    'data.mask_fraction', 'data.random_fraction')
-
-# Resuming may change these: they change how the model is computed, not what it computes.
-_RESUME_MAY_CHANGE = ('model.vocab_size', 'model.remat', 'model.scan_layers',
-                      'model.attention_impl', 'model.loss_chunk', 'model.causal_block')
-
-
 def with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:
   """`saved` plus every field it predates (added to the code later) where `config` keeps that
   field's default: such a run was trained with the behaviour the default names."""
@@ -148,7 +137,7 @@ def probe_writable(directory: str) -> None:
 
 def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   """Before a run starts: `workdir` is a directory (or can be made) that can be written, and
-  if it holds a checkpoint, of the same run (_FIXED_ON_RESUME unchanged)."""
+  if it holds a checkpoint, of the same run (what config_changes fixes on resume unchanged)."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
   existing = workdir
@@ -162,14 +151,7 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
     return
   saved = with_new_defaults(config_lib.load(workdir), config)
-  diffs = []
-  for field in _FIXED_ON_RESUME:
-    a, b = saved, config
-    for part in field.split('.'):
-      a, b = a.get(part), b.get(part)
-    diffs += config_lib.differences({field: a}, {field: b})
-  # How the same model is computed may change (attention_impl, remat, ...).
-  diffs = [d for d in diffs if not d.startswith(_RESUME_MAY_CHANGE)]
+  diffs = config_changes.changed(saved, config, config_changes.RESUME)
   if diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
@@ -197,10 +179,11 @@ def skipped_so_far(workdir: str) -> int:
   return int(max([r.get('skipped_steps', 0) for r in metrics_lib.read_jsonl(path)], default=0))
 
 
-def best_bleu_so_far(workdir: str) -> float:
-  """The best validation BLEU logged so far (-1 if none): a resumed translation run keeps
-  its best checkpoint only when it beats this."""
+def best_so_far(workdir: str, metric: str) -> float:
+  """The best (largest) value of validation `metric` logged so far (-inf if none): a resumed
+  run keeps its best checkpoint only when it beats this."""
   path = os.path.join(workdir, 'metrics.jsonl')
   if not os.path.exists(path):
-    return -1.0
-  return max([r['bleu'] for r in metrics_lib.read_jsonl(path) if 'bleu' in r], default=-1.0)
+    return -math.inf
+  return max([r[metric] for r in metrics_lib.read_jsonl(path)
+              if r.get('split') == 'validation' and metric in r], default=-math.inf)

@@ -458,23 +458,3 @@ def test_xpos_applies_the_yarn_temperature():
                              logits(plain, q, k, pos, pos) * (0.1 * np.log(4) + 1) ** 2,
                              rtol=1e-4, atol=1e-5)
 
-
-def test_weight_decay_spares_norms_and_bias_like_position_parameters():
-  from roformer import models, optim
-  cfg = model_cfg('xl')
-  cfg.vocab_size = 50
-  params = nnx.state(models.create(cfg), nnx.Param)
-  tc = test_config.get_config().train
-  tc.update(weight_decay=0.5, learning_rate=1e-9, warmup_steps=0, grad_clip=1e9)
-  tx = optim.make_optimizer(tc)
-  zero = jax.tree.map(jnp.zeros_like, params)
-  updates, _ = jax.jit(tx.update)(zero, tx.init(params), params)
-  name = lambda path: '/'.join(str(getattr(k, 'key', getattr(k, 'name', k))) for k in path
-                              if getattr(k, 'name', None) != 'value')
-  decayed = {name(path): bool(np.any(u != 0))
-             for path, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
-  assert decayed['blocks/0/attn/qkv/kernel'] and decayed['blocks/1/position/w_r']
-  assert decayed['embed/embedding']
-  for name in ('position/u_bias', 'position/v_bias', 'blocks/0/attn/qkv/bias',
-               'blocks/0/ln_attn/scale'):
-    assert not decayed[name], name

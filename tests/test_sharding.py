@@ -18,15 +18,6 @@ MESHES = {
 }
 
 
-def test_parameter_paths_get_their_logical_axes():
-  assert sharding.param_axes('embed/embedding', 2) == ('vocab', 'embed')
-  assert sharding.param_axes('blocks/3/attn/qkv/kernel', 2) == ('embed', 'heads')
-  assert sharding.param_axes('decoder_blocks/0/cross/out/kernel', 2) == ('heads', 'embed')
-  assert sharding.param_axes('blocks/0/mlp/down/kernel', 2) == ('mlp', 'embed')
-  assert sharding.param_axes('blocks/0/ln_attn/scale', 1) == (None,)
-  assert sharding.param_axes('position/table', 2) == (None, None)
-
-
 def test_a_dimension_the_mesh_axis_does_not_divide_stays_whole():
   mesh = jax.sharding.AbstractMesh((1, 2, 4), sharding.AXES)
   rules = sharding.DEFAULT_RULES

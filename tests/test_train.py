@@ -201,3 +201,21 @@ def test_rope_variants_train_on_the_eight_device_mesh(tmp_path, data_dir, varian
   losses = train_losses(str(tmp_path / variant))
   assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
   assert math.isfinite(last['validation']['loss'])
+
+
+def test_the_loop_names_no_task_and_every_task_is_a_task():
+  """The loop asks the task interface (batches, loss, evaluation, the best metric), so a new
+  task is one class in roformer/tasks.py: no task class or model type appears in the loop."""
+  from roformer import tasks
+  source = open(os.path.join(REPO, 'roformer', 'loop.py'), encoding='utf-8').read()
+  named = [name for name in dir(tasks) if isinstance(getattr(tasks, name), type)
+           and issubclass(getattr(tasks, name), tasks.Task) and f'tasks.{name}' in source]
+  assert not named
+  assert not [t for t in tasks.TASKS if f"'{t}'" in source]
+  configs = {'mlm': 'mlm', 'classifier': 'classify'}
+  for model_type in tasks.TASKS:
+    cfg = test_config.get_config(configs.get(model_type, 'rope'))
+    cfg.model.type = model_type
+    task = tasks.for_config(cfg)
+    assert isinstance(task, tasks.Task)
+    assert set(task.feature_shapes(2, 8)) == set(task.features)

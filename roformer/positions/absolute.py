@@ -8,6 +8,7 @@ from flax import nnx
 
 from roformer import errors
 from roformer import specs
+from roformer import variables
 from roformer.positions import base
 
 
@@ -55,7 +56,8 @@ class Sinusoidal(base.PositionScheme):
 
 
 def _table(length, dim, rngs) -> nnx.Param:
-  return nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim)))
+  table = nnx.initializers.normal(stddev=0.02)(rngs.params(), (length, dim))
+  return variables.param(table, (None, None), decay=True)
 
 
 def _add_rows(table: nnx.Param, x, positions):

@@ -10,6 +10,7 @@ from flax import nnx
 
 from roformer import errors
 from roformer import specs
+from roformer import variables
 from roformer.positions import base
 
 
@@ -53,8 +54,9 @@ class _T5Buckets:
 
 
 def _t5_table(model_cfg, rngs) -> nnx.Param:
-  return nnx.Param(nnx.initializers.normal(stddev=0.02)(
-      rngs.params(), (model_cfg.position.t5.num_buckets, model_cfg.num_heads)))
+  table = nnx.initializers.normal(stddev=0.02)(
+      rngs.params(), (model_cfg.position.t5.num_buckets, model_cfg.num_heads))
+  return variables.param(table, (None, None), decay=False)
 
 
 class _T5Shared(base.Shared):
@@ -170,7 +172,8 @@ class _KerpleLayer(base.Layer):
     # the power kernel U(0, 2), the other parameter U(0, 1).
     r1_scale, r2_scale = (2.0, 1.0) if variant == 'log' else (1.0, 2.0)
     uniform = lambda scale: scale * jax.random.uniform(rngs.params(), (num_heads,))
-    self.r1, self.r2 = nnx.Param(uniform(r1_scale)), nnx.Param(uniform(r2_scale))
+    self.r1 = variables.param(uniform(r1_scale), (None,), decay=False)
+    self.r2 = variables.param(uniform(r2_scale), (None,), decay=False)
 
   def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
@@ -215,10 +218,12 @@ class Kerple(base.PositionScheme):
 
 def _torch_linear(rngs: nnx.Rngs, d_in: int, d_out: int) -> tuple[nnx.Param, nnx.Param]:
   """Kernel and bias drawn as torch.nn.Linear draws them (U(-1/sqrt(d_in), 1/sqrt(d_in)) both),
-  the initialisation FIRE's reference code gets."""
+  the initialisation FIRE's reference code gets. Not decayed: the MLP is a bias function, like
+  T5's and KERPLE's bias parameters."""
   bound = d_in ** -0.5
   draw = lambda shape: jax.random.uniform(rngs.params(), shape, minval=-bound, maxval=bound)
-  return nnx.Param(draw((d_in, d_out))), nnx.Param(draw((d_out,)))
+  return (variables.param(draw((d_in, d_out)), (None, None), decay=False),
+          variables.param(draw((d_out,)), (None,), decay=False))
 
 
 _FIRE_PARAMS = ('hidden_kernel', 'hidden_bias', 'out_kernel', 'out_bias', 'c',
@@ -232,10 +237,10 @@ class _FireFunction(nnx.Module):
     cfg = model_cfg.position.fire
     self.hidden_kernel, self.hidden_bias = _torch_linear(rngs, 1, cfg.mlp_width)
     self.out_kernel, self.out_bias = _torch_linear(rngs, cfg.mlp_width, model_cfg.num_heads)
-    self.c = nnx.Param(jnp.asarray(cfg.init_c, jnp.float32))
+    self.c = variables.param(jnp.asarray(cfg.init_c, jnp.float32), (), decay=False)
     # L = |multiplier x init_threshold|: as in the reference code, a multiplier (initially 1)
     # of the fixed initial threshold is learned, so an update moves L in proportion to it.
-    self.threshold_multiplier = nnx.Param(jnp.ones((), jnp.float32))
+    self.threshold_multiplier = variables.param(jnp.ones((), jnp.float32), (), decay=False)
 
   def arrays(self) -> dict:
     return {name: getattr(self, name)[...] for name in _FIRE_PARAMS}

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer import specs
+from roformer import variables
 from roformer.positions import base
 
 
@@ -22,8 +23,9 @@ class _CoPELayer(base.Layer):
   def __init__(self, model_cfg, *, causal, rngs):
     del causal, rngs
     self.max_position = max_position = model_cfg.position.cope.max_position
-    self.embeddings = nnx.Param(jnp.zeros((max_position + 1, base.head_dim(model_cfg)),
-                                          jnp.float32))
+    self.embeddings = variables.param(
+        jnp.zeros((max_position + 1, base.head_dim(model_cfg)), jnp.float32), (None, None),
+        decay=True)
 
   def positions(self, q, k, mask=None):
     """p_ij = sum_{t=j..i} g_it with g_it = sigmoid(q_i . k_t / sqrt(d)) over the keys the

@@ -7,6 +7,7 @@ from flax import nnx
 
 from roformer import errors
 from roformer import specs
+from roformer import variables
 from roformer.positions import absolute
 from roformer.positions import base
 
@@ -19,8 +20,10 @@ class _ShawLayer(base.Layer):
     self.k = max_distance = model_cfg.position.shaw.max_distance
     head_dim = base.head_dim(model_cfg)
     init = nnx.initializers.normal(stddev=head_dim ** -0.5)
-    self.keys = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
-    self.values = nnx.Param(init(rngs.params(), (2 * max_distance + 1, head_dim)))
+    rows = 2 * max_distance + 1
+    self.keys = variables.param(init(rngs.params(), (rows, head_dim)), (None, None), decay=True)
+    self.values = variables.param(init(rngs.params(), (rows, head_dim)), (None, None),
+                                  decay=True)
 
   def _bucket(self, q_pos, k_pos):
     """Clipped relative position j - i shifted to a row index in [0, 2k]."""
@@ -63,14 +66,15 @@ class Shaw(base.PositionScheme):
 
 
 class _XLShared(base.Shared):
-  """The paper's global content and position biases u, v, shared by every layer (named *_bias:
-  no weight decay, like other biases)."""
+  """The paper's global content and position biases u, v, shared by every layer (no weight
+  decay, like other biases)."""
 
   def __init__(self, model_cfg, *, causal, rngs):
     del causal
     h, hd = model_cfg.num_heads, base.head_dim(model_cfg)
-    self.u_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
-    self.v_bias = nnx.Param(nnx.initializers.normal(stddev=0.02)(rngs.params(), (h, hd)))
+    init = nnx.initializers.normal(stddev=0.02)
+    self.u_bias = variables.param(init(rngs.params(), (h, hd)), (None, None), decay=False)
+    self.v_bias = variables.param(init(rngs.params(), (h, hd)), (None, None), decay=False)
 
   def __call__(self):
     return {'u': self.u_bias[...], 'v': self.v_bias[...]}
@@ -83,7 +87,8 @@ class _XLLayer(base.Layer):
     del causal
     d, h, hd = model_cfg.d_model, model_cfg.num_heads, base.head_dim(model_cfg)
     self.d_model, self.base = d, float(model_cfg.position.xl.base)
-    self.w_r = nnx.Param(nnx.initializers.normal(stddev=d ** -0.5)(rngs.params(), (d, h, hd)))
+    w_r = nnx.initializers.normal(stddev=d ** -0.5)(rngs.params(), (d, h, hd))
+    self.w_r = variables.param(w_r, (None, None, None), decay=True)
 
   def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     """(b) + (c) + (d) of Dai et al. 2019, eq. 3 (term (a), q . k, is the attention itself):

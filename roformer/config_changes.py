@@ -1,0 +1,111 @@
+"""What may differ between a saved run's config and the config that reads that run, on each of
+the three occasions that read one, with the reason for every field, in one place.
+
+- resume: `train.py` again in a workdir that holds a checkpoint of the run;
+- continue: a causal LM trained on from another run's weights (`config.init_from`; the context
+  extension of Chen et al. 2023);
+- evaluate: `eval.py` restoring a checkpoint.
+
+`FIXED` lists the fields that must equal the saved run's on an occasion; `MAY_CHANGE` the fields
+inside them that may differ anyway. Fields outside `FIXED` (the schedule, logging, evaluation
+settings, ...) may always change. docs/configuration.md shows this table (`table()`), and a
+test keeps the two equal.
+"""
+
+from roformer import config_lib
+
+RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
+OCCASIONS = (RESUME, CONTINUE, EVALUATE)
+_ALL = OCCASIONS
+
+_MODEL = 'the parameters and what they compute'
+_TOKENIZER = 'the tokenizer and the texts the weights were trained on'
+_PIPELINE = "the data pipeline's saved position counts batches of this exact stream"
+
+FIXED = (  # (field, the occasions on which it must equal the saved run's, why)
+    ('model', _ALL, _MODEL),
+    ('seed', (RESUME,), "the run's data order and dropout keys"),
+    ('init_from', (RESUME,), 'the weights the run started from'),
+    ('train.batch_size', (RESUME,), _PIPELINE),
+    ('data.name', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.vocab_size', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.text_key', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.text_keys', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.label_key', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.source_key', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.target_key', (RESUME, EVALUATE), _TOKENIZER),
+    ('data.reverse', (RESUME, EVALUATE), 'the translation direction the model learned'),
+    ('data.seq_len', (RESUME,), _PIPELINE),
+    ('data.shuffle_window', (RESUME,), _PIPELINE),
+    ('data.splits', (RESUME,), _PIPELINE),
+    ('data.mask_rate', (RESUME,), _PIPELINE),
+    ('data.mask_fraction', (RESUME,), _PIPELINE),
+    ('data.random_fraction', (RESUME,), _PIPELINE),
+)
+
+MAY_CHANGE = (  # (field inside a FIXED one, the occasions on which it may differ, why)
+    ('model.vocab_size', (RESUME, CONTINUE),
+     "set from the tokenizer that comes with the run, never by hand"),
+    ('model.attention_impl', _ALL,
+     'which kernel computes attention (einsum, xla, cudnn): the same function'),
+    ('model.remat', (RESUME, CONTINUE), 'what the backward pass recomputes: the same gradients'),
+    ('model.scan_layers', (RESUME, CONTINUE),
+     'the stack as a loop or one scan: the same outputs from the same checkpoint layout'),
+    ('model.loss_chunk', _ALL,
+     'how many positions the output layer computes at a time: the same loss'),
+    ('model.causal_block', _ALL, 'query rows per block of causal attention: the same outputs'),
+    ('model.dtype', (CONTINUE, EVALUATE),
+     'the compute precision, a choice of the study; one run keeps one precision'),
+    ('model.dropout', (CONTINUE,), 'the regularisation of a new phase of training'),
+    ('model.position.rope.base', (CONTINUE,),
+     "RoPE's base: raising it extends the context, and the continued steps train it"),
+    ('model.position.rope.scaling', (CONTINUE, EVALUATE),
+     "RoPE's context-extension scaling: trained by a continued model, or applied to a "
+     'checkpoint at evaluation'),
+)
+
+
+def fixed(occasion: str) -> tuple[str, ...]:
+  return tuple(field for field, when, _ in FIXED if occasion in when)
+
+
+def may_change(occasion: str) -> tuple[str, ...]:
+  return tuple(field for field, when, _ in MAY_CHANGE if occasion in when)
+
+
+def _get(config, dotted: str):
+  node = config
+  for part in dotted.split('.'):
+    node = node.get(part) if node is not None else None
+  return node
+
+
+def changed(saved, config, occasion: str) -> list[str]:
+  """The differences ('field: saved vs now', as config_lib.differences writes them) in the
+  fields that `occasion` keeps fixed and does not let change."""
+  allowed = may_change(occasion)
+  out = []
+  for field in fixed(occasion):
+    out += config_lib.differences({field: _get(saved, field)}, {field: _get(config, field)})
+  return [d for d in out if not _within(d.split(':')[0], allowed)]
+
+
+def _within(name: str, fields) -> bool:
+  return any(name == f or name.startswith(f + '.') for f in fields)
+
+
+def status(field: str, occasion: str) -> str:
+  """'fixed' or 'may change': what `occasion` allows for `field`."""
+  held = _within(field, fixed(occasion)) and not _within(field, may_change(occasion))
+  return 'fixed' if held else 'may change'
+
+
+def table() -> str:
+  """The Markdown table of docs/configuration.md: every field that is fixed or may change
+  on some occasion, what each occasion allows, and why."""
+  rows = ['| field | resume | continue (`init_from`) | evaluate | why |',
+          '|---|---|---|---|---|']
+  for field, _, why in FIXED + MAY_CHANGE:
+    rows.append(f'| `{field}` | ' + ' | '.join(status(field, o) for o in OCCASIONS)
+                + f' | {why} |')
+  return '\n'.join(rows)

@@ -1,0 +1,79 @@
+"""What every model variable declares where it is created: its logical axes and whether AdamW
+decays it (as metadata on the nnx.Param), and the variable type of FAVOR+'s redraw counter.
+
+The mesh layout (`roformer.sharding`) and the optimizer (`roformer.optim`) read these
+declarations instead of matching parameter names, so a new module's weights need no rule
+elsewhere: a Param created without them is refused, naming its path, when a run lays out its
+state. The axes are logical names (`vocab`, `embed`, `heads`, `mlp`, or None for a dimension
+that is never split) that `config.mesh.rules` maps to mesh axes.
+
+Metadata rather than flax's `with_partitioning` defaults: the layout is applied once, by the
+train state's jit shardings, so creating a model needs no mesh (`eager_sharding=False`).
+"""
+
+from typing import Callable, Sequence
+
+import jax
+from flax import nnx
+
+Axes = Sequence[str | None]
+
+
+class FeatureDraw(nnx.Variable):
+  """FAVOR+'s random-feature draw index: saved with the weights (checkpoints, evaluation and
+  decoding use the draw the model was trained with last), never trained, never decayed, and
+  given no optimizer state. The train step sets it to step // redraw_interval."""
+
+
+def _metadata(axes: Axes, decay: bool) -> dict:
+  return {'out_sharding': tuple(axes), 'weight_decay': bool(decay), 'eager_sharding': False}
+
+
+def init(initializer: Callable, axes: Axes, *, decay: bool) -> Callable:
+  """`initializer` (e.g. a Linear's kernel_init) whose Param declares `axes` and `decay`."""
+  return nnx.with_metadata(initializer, **_metadata(axes, decay))
+
+
+def param(value: jax.Array, axes: Axes, *, decay: bool) -> nnx.Param:
+  """An nnx.Param of `value` that declares its logical `axes` (one per dimension) and whether
+  AdamW decays it (matrices that multiply activations or embed ids do; norms, biases, bias
+  tables and scalars do not)."""
+  return nnx.Param(value, **_metadata(axes, decay))
+
+
+def is_variable(x) -> bool:
+  return isinstance(x, nnx.Variable)
+
+
+def undeclared_error(path: str) -> ValueError:
+  return ValueError(
+      f'the model variable {path} declares no logical axes. Fix: create it with '
+      'roformer.variables.param(value, axes, decay=...) or pass roformer.variables.init(...) as '
+      "the layer's initializer, so that the mesh layout and the optimizer know it.")
+
+
+def axes(variable: nnx.Variable, path: str) -> tuple:
+  """The logical axes `variable` (at `path`, for the error) declared at creation."""
+  names = variable.get_metadata().get('out_sharding')
+  ndim = len(variable.get_value().shape)
+  if names is None or len(names) != ndim:
+    raise undeclared_error(path)
+  return tuple(names)
+
+
+def decays(variable: nnx.Variable) -> bool:
+  """Whether AdamW's weight decay applies: only to Params that declared it."""
+  return isinstance(variable, nnx.Param) and bool(variable.get_metadata().get('weight_decay'))
+
+
+def trainable(state: nnx.State) -> tuple[nnx.State, nnx.State]:
+  """(the Params the optimizer updates, every other variable) of a model's state."""
+  return nnx.split_state(state, nnx.Param, ...)
+
+
+def set_feature_draw(state: nnx.State, draw) -> nnx.State:
+  """`state` with every FeatureDraw set to `draw`."""
+  def one(v):
+    return v.replace(jax.numpy.asarray(draw, v.get_value().dtype)) if isinstance(
+        v, FeatureDraw) else v
+  return jax.tree.map(one, state, is_leaf=is_variable)

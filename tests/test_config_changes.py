@@ -1,0 +1,60 @@
+"""One table says what may differ between a saved run and the config that reads it, on resume,
+continuation and evaluation; the three checks follow it."""
+
+import ml_collections
+import pytest
+
+from configs import test as test_config
+from roformer import config_changes as cc
+from roformer import config_schema
+
+
+def pair(**changes):
+  """(saved, now): the test config and a copy with dotted `changes`."""
+  saved = test_config.get_config()
+  now = ml_collections.ConfigDict(saved.to_dict())
+  for dotted, value in changes.items():
+    *parents, leaf = dotted.split('.')
+    node = now
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return saved, now
+
+
+@pytest.mark.parametrize('field,value,allowed', [
+    ('model.attention_impl', 'xla', {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
+    ('model.remat', 'full', {cc.RESUME, cc.CONTINUE}),
+    ('model.dtype', 'bfloat16', {cc.CONTINUE, cc.EVALUATE}),
+    ('model.position.rope.base', 20000.0, {cc.CONTINUE}),
+    ('model.position.rope.scaling.factor', 4.0, {cc.CONTINUE, cc.EVALUATE}),
+    ('model.d_model', 64, set()),
+    ('seed', 7, {cc.CONTINUE, cc.EVALUATE}),
+    ('train.batch_size', 4, {cc.CONTINUE, cc.EVALUATE}),
+    ('data.seq_len', 64, {cc.CONTINUE, cc.EVALUATE}),
+    ('data.vocab_size', 300, {cc.CONTINUE}),
+    ('train.learning_rate', 0.5, {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
+])
+def test_each_occasion_refuses_exactly_what_the_table_fixes(field, value, allowed):
+  saved, now = pair(**{field: value})
+  for occasion in cc.OCCASIONS:
+    found = cc.changed(saved, now, occasion)
+    if occasion in allowed:
+      assert not found, (occasion, found)
+    else:
+      assert [d.split(':')[0] for d in found] == [field], (occasion, found)
+    assert cc.status(field, occasion) == ('may change' if occasion in allowed else 'fixed')
+
+
+def test_every_listed_field_is_a_declared_config_field():
+  for field, when, why in cc.FIXED + cc.MAY_CHANGE:
+    assert config_schema.spec_at(field) is not None, field
+    assert when and set(when) <= set(cc.OCCASIONS) and why, field
+  for field, _, _ in cc.MAY_CHANGE:  # An exception lies inside something fixed.
+    assert any(field.startswith(f + '.') for f, _, _ in cc.FIXED), field
+
+
+def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set():
+  saved, now = pair()
+  del saved.model['scan_layers']  # A run saved before the field existed.
+  assert [d.split(':')[0] for d in cc.changed(saved, now, cc.EVALUATE)] == ['model.scan_layers']
