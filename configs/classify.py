@@ -49,8 +49,6 @@ def get_config(arg: str = 'rotten_tomatoes'):
   config = mlm.get_config(kinds[0] if kinds else 'roformer')
   config.model.type = 'classifier'
   config.model.update(num_classes=classes, pooling='first', dropout=0.1)
-  for field in ('mask_rate', 'mask_fraction', 'random_fraction'):
-    del config.data[field]
   config.data.update(name=task, text_key='', text_keys=keys, label_key='label', seq_len=seq_len,
                      splits=splits)
   # About 2 epochs of rotten_tomatoes' 6,883 training sentences.

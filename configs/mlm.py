@@ -27,11 +27,9 @@ def get_config(arg: str = 'roformer'):
   if config.model.position.kind == 'learned':
     config.model.position.learned.max_length = 512  # BERT's table.
   config.model.type_vocab_size = 2  # Sentence A/B, used by sentence-pair fine-tuning.
-  config.data.update(seq_len=256, mask_rate=0.15, mask_fraction=0.8, random_fraction=0.1)
-  # Positions that get output logits: -1 as many as the selection can need (per batch shard, from
-  # the binomial tail; the selections beyond, an expected 1e-6 of them, stay unmasked), 0 every
-  # position, N at most N per row (BERT's max_predictions_per_seq).
-  config.data.max_predictions = -1
+  config.data.seq_len = 256
+  # BERT's masking is the default (config.data.mask_rate, mask_fraction, random_fraction,
+  # max_predictions: roformer/config_schema.py).
   # configs/lm.py's budget (600 steps of 8 x 256 tokens); validation every 50 steps on 40
   # batches, for the loss curves.
   config.train.update(batch_size=8, steps=600, warmup_steps=60, eval_every=50,

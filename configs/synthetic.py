@@ -12,8 +12,6 @@ model is small enough for a run of a few minutes on 2 CPU cores; configs/sweeps/
 compares every scheme on every task at three seeds.
 """
 
-import ml_collections
-
 from configs import base
 from roformer import positions
 from roformer.data import synthetic
@@ -49,19 +47,8 @@ def get_config(arg: str = 'passkey'):
   config.model.position.kind = kinds[0] if kinds else 'rope'
   config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=256)
   config.data.update(name=synthetic.PREFIX + task, seq_len=TASKS[task]['seq_len'])
-  config.data.synthetic = ml_collections.ConfigDict({
-      'seed': 0,  # Evaluation rows (the same for every run); training rows add config.seed.
-      'eval_examples': 256,  # Rows per evaluation split and length.
-      'key_digits': 5,  # passkey: digits of the key.
-      'depth_buckets': 5,  # passkey: accuracy reported per band of the key's depth.
-      'num_keys': 128,  # associative_recall: distinct keys (pairs fill the row: rows of 8x
-                        # the training length need as many keys as they hold pairs).
-      'num_values': 16,  # associative_recall: values.
-      'num_queries': 2,  # associative_recall: queries (answers) per row.
-      'num_symbols': 128,  # copy: alphabet.
-      'min_length': 1,  # copy: fewest symbols (the most is what fits the row).
-      'reverse': False,  # copy: the second half reversed.
-  })
+  # The rows' fields (config.data.synthetic: the evaluation seed, rows per evaluation, each
+  # task's sizes) keep their defaults (roformer/config_schema.py).
   config.train.update(batch_size=32, learning_rate=3e-3, warmup_steps=50, log_every=50,
                       eval_every=200, eval_batches=4)
   config.train.update(train_fields(task))

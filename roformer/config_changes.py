@@ -49,7 +49,7 @@ MAY_CHANGE = (  # (field inside a FIXED one, the occasions on which it may diffe
     ('model.attention_impl', _ALL,
      'which kernel computes attention (einsum, xla, cudnn): the same function'),
     ('model.remat', (RESUME, CONTINUE), 'what the backward pass recomputes: the same gradients'),
-    ('model.scan_layers', (RESUME, CONTINUE),
+    ('model.scan_layers', _ALL,
      'the stack as a loop or one scan: the same outputs from the same checkpoint layout'),
     ('model.loss_chunk', _ALL,
      'how many positions the output layer computes at a time: the same loss'),

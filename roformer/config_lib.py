@@ -17,15 +17,37 @@ from roformer.data import synthetic
 
 def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
              process_count: int = 1) -> None:
-  """Raises ConfigError naming the offending field and the fix. Every field is first held to
-  its declared type and range (roformer/config_schema.py); then the checks that relate fields.
-  With `num_data_parallel`, also that the batches split over the devices and processes."""
+  """Raises ConfigError naming the offending field and the fix: `check_fields`, then
+  `check_relations`. (roformer/resolve.py runs the two apart, with the warm start's settings
+  taken from its source between them.)"""
+  check_fields(config)
+  check_relations(config, num_data_parallel, process_count)
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every field present and held to its declared type and range (roformer/config_schema.py),
+  and none that this run does not read changed from its default (it would be ignored)."""
   config_schema.check(config)
+  for name, spec in config_schema.unread_changes(config):
+    value = config
+    for part in name.split('.')[1:]:
+      value = value[part]
+    raise errors.ConfigError(
+        f'{name}={value!r} is read only by {spec.reader.what}, and this run '
+        f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
+        f'them. Fix: drop the override (its default is {spec.default!r}), or '
+        f'{spec.reader.fix}.')
+
+
+def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
+                    process_count: int = 1) -> None:
+  """The checks that relate fields, on a config that passed `check_fields`. With
+  `num_data_parallel`, also that the batches split over the devices and processes."""
   m, t, d = config.model, config.train, config.data
   if m.d_model % m.num_heads:
     raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
                              f'config.model.num_heads={m.num_heads}. Fix: change one of them.')
-  accum = t.get('grad_accum_steps', 1)
+  accum = t.grad_accum_steps
   if t.batch_size % accum:
     raise errors.ConfigError(f'config.train.batch_size={t.batch_size} is not divisible by '
                              f'config.train.grad_accum_steps={accum}. Fix: make the batch a '
@@ -41,7 +63,7 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   for causal in models.attention_directions(m):
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config)
-  if config.eval.get('scale_rope_to_length') and (
+  if config.eval.scale_rope_to_length and (
       not positions.capabilities(m.position.kind).rotary
       or m.position.rope.scaling.kind == 'none'):
     raise errors.ConfigError(
@@ -68,14 +90,13 @@ def _validate_lengths(config) -> None:
   m, d, t = config.model, config.data, config.train
   task = synthetic.task_name(d)
   if task:
-    if m.type != 'causal_lm' or 'synthetic' not in d:
+    if m.type != 'causal_lm':
       raise errors.ConfigError(
-          f'config.data.name={d.name!r} is a synthetic task for a causal LM with a '
-          f'config.data.synthetic group (model.type is {m.type!r}). Fix: start from '
-          'configs/synthetic.py.')
+          f'config.data.name={d.name!r} is a synthetic task for a causal LM (model.type is '
+          f'{m.type!r}). Fix: start from configs/synthetic.py.')
     longest = d.seq_len * max(config.eval.length_multipliers, default=1)
     synthetic.validate(task, d.synthetic, d.seq_len, longest)
-  top = t.get('random_positions', 0)
+  top = t.random_positions
   if top:
     if m.type != 'causal_lm':
       raise errors.ConfigError('config.train.random_positions is offered for the causal LM '
@@ -95,43 +116,41 @@ def _validate_lengths(config) -> None:
 def _validate_architecture(config) -> None:
   """The stack's options and each model type's own fields."""
   m, d = config.model, config.data
-  if m.get('norm', 'pre') == 'post' and m.type == 'encoder_decoder':
+  if m.norm == 'post' and m.type == 'encoder_decoder':
     raise errors.ConfigError("config.model.norm='post' is offered for encoder and decoder-only "
                              "models. Fix: use norm='pre' for encoder_decoder.")
   _validate_attention(m)
   if m.type == 'mlm':
-    missing = [f for f in ('mask_rate', 'mask_fraction', 'random_fraction') if f not in d]
-    if missing:
-      raise errors.ConfigError(f'a masked LM needs config.data.{missing[0]} (the masking). '
-                               'Fix: start from configs/mlm.py.')
     if d.mask_fraction + d.random_fraction > 1.0:
       raise errors.ConfigError(
           f'config.data.mask_fraction={d.mask_fraction} and random_fraction='
           f'{d.random_fraction} must have a sum <= 1 (the rest keeps the token).')
   if m.type == 'classifier':
-    if 'num_classes' not in m or 'pooling' not in m:
-      raise errors.ConfigError('a classifier needs config.model.num_classes and pooling. Fix: '
-                               'start from configs/classify.py.')
-    keys = d.get('text_keys') or ()
-    if not 1 <= len(keys) <= 2 or not d.get('label_key'):
+    keys = d.text_keys
+    if not 1 <= len(keys) <= 2 or not d.label_key:
       raise errors.ConfigError(
-          f'config.data.text_keys={tuple(keys)} and label_key={d.get("label_key")!r}: a '
-          'classifier needs one or two text features and a label feature. Fix: start from '
+          f'config.data.text_keys={tuple(keys)} and label_key={d.label_key!r}: a classifier '
+          'needs one or two text features and a label feature. Fix: start from '
           'configs/classify.py.')
     if d.seq_len < len(keys) + 2:
       raise errors.ConfigError(f'config.data.seq_len={d.seq_len} leaves no room for text.')
     regression = m.num_classes == 1
     allowed = metrics.REGRESSION_METRICS if regression else metrics.CLASSIFICATION_METRICS
-    bad = [name for name in config.eval.get('metrics', ()) if name not in allowed]
+    bad = [name for name in config.eval.metrics if name not in allowed]
     if bad:
       raise errors.ConfigError(
           f'config.eval.metrics has {bad}, which do not apply to '
           f'{"regression" if regression else "classification"} (num_classes={m.num_classes}). '
           f'Fix: choose from {sorted(allowed)}.')
-    if m.get('type_vocab_size', 0) == 1 and len(keys) == 2:
+    if m.type_vocab_size == 1 and len(keys) == 2:
       raise errors.ConfigError('config.model.type_vocab_size=1 cannot tell two sentences apart. '
                                'Fix: 2 (or 0 for no token types).')
-  elif config.get('init_from') and m.type != 'causal_lm':
+  elif m.type == 'encoder_decoder' and not (d.source_key and d.target_key):
+    raise errors.ConfigError(
+        f'config.data.source_key={d.source_key!r} and target_key={d.target_key!r}: a '
+        'translation model needs the features of both languages. Fix: start from '
+        'configs/translate.py.')
+  if config.init_from and m.type not in ('causal_lm', 'classifier'):
     raise errors.ConfigError(f'config.init_from starts a classifier from a masked LM or '
                              f'continues a causal LM, not a {m.type!r} model. Fix: leave it '
                              'empty.')
@@ -170,7 +189,8 @@ def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.js
 
 
 def load(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run saved in `workdir`. Raises ConfigError if there is none, and
+  """The config a run saved in `workdir`, brought up to date (config_schema.migrate: a field
+  added since the run was saved at its default). Raises ConfigError if there is none, and
   DamagedFileError naming the file and the fix if it does not read back as a config."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
@@ -184,7 +204,7 @@ def load(workdir: str) -> ml_collections.ConfigDict:
   if missing:
     raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
                                   f'a config written by train.py. Fix: {fix}.')
-  config = ml_collections.ConfigDict(_lists_to_tuples(saved))
+  config = config_schema.migrate(_lists_to_tuples(saved))  # Fields added since it was saved.
   try:
     config_schema.check(config)
   except errors.ConfigError as e:

@@ -1,143 +1,252 @@
-"""Every config field's type and range, declared once: the fields of configs/base.py and those
-the task configs add (configs/mlm.py, classify.py, translate.py, synthetic.py).
+"""Every config field, declared once: its default, its type and range, and which runs read it.
 
-`check(config)` holds every field of a config to its spec (roformer/specs.py) before anything is
-built: the type, the range, finiteness for every number. A field that is present but declared
-nowhere is an error too, which catches a typo in a config file and a new field added without a
-spec. The position schemes declare their options in their own classes (`defaults`), so
-`config.model.position` comes from the registry. The checks that relate several fields (d_model
-divisible by num_heads, warmup_steps <= steps, ...) stay in roformer/config_lib.py.
+`default_config()` is the config with every field at its default (configs/base.py returns it;
+the task configs in configs/ change fields of it). `check(config)` holds every field to its spec
+(roformer/specs.py) before anything is built: the type, the range, finiteness for every number;
+a field declared nowhere is an error (a typo in a config file, a new field added without a
+spec), and so is a declared field that is missing. `migrate(saved)` brings a config saved by an
+earlier version up to date: a field added since then takes its default, which is the behaviour
+the code had before the field existed (a new field's default keeps that behaviour, e.g.
+`model.scan_layers=False`: the loop).
 
-A field missing from a config is not an error here: configs saved before a field existed lack
-it, and the code reads it with its default.
+Fields that only some runs read (a masked LM's masking, a classifier's labels, translation's
+beam, a synthetic task's rows) declare their `reader`; `unread_changes(config)` lists those
+changed from their defaults in a run that does not read them, so that such a setting is refused
+rather than silently ignored, as position-scheme options of another kind are. The position
+schemes declare their options in their own classes (`options`), so `config.model.position`
+comes from the registry. The checks that relate several fields (d_model divisible by num_heads,
+warmup_steps <= steps, ...) are in roformer/config_lib.py.
 """
+
+import copy
+import dataclasses
+from typing import Callable
+
+import ml_collections
 
 from roformer import attention
 from roformer import metrics
 from roformer import models
 from roformer import positions
+from roformer import sharding
 from roformer import stack
-from roformer.specs import Bool, Float, Int, Map, Names, Seq, Str, check_tree
+from roformer.data import synthetic
+from roformer.specs import Bool, Float, Int, Map, Names, Seq, Spec, Str, check_tree, defaults
 
 _STEPS = 2**31 - 1  # Step counters are int32.
 _BIG = 2**24  # Sizes and counts beyond any model this project trains on one host.
 
 
+@dataclasses.dataclass(frozen=True)
+class Reader:
+  """The runs that read a group of fields: `what` names them in messages, `fix` says how to
+  get such a run."""
+  what: str
+  reads: Callable[[ml_collections.ConfigDict], bool]
+  fix: str
+
+
+MLM = Reader("masked LMs (model.type='mlm')", lambda c: c.model.type == 'mlm',
+             'start from configs/mlm.py')
+CLASSIFIER = Reader("classifiers (model.type='classifier')",
+                    lambda c: c.model.type == 'classifier', 'start from configs/classify.py')
+TRANSLATION = Reader("translation models (model.type='encoder_decoder')",
+                     lambda c: c.model.type == 'encoder_decoder',
+                     'start from configs/translate.py')
+SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK')",
+                   lambda c: synthetic.task_name(c.data) is not None,
+                   'start from configs/synthetic.py')
+
+
+def _read_by(reader: Reader, tree: dict) -> dict:
+  """`tree` (specs and groups of specs) with every spec marked as read by `reader` only."""
+  out = {}
+  for key, spec in tree.items():
+    if isinstance(spec, dict):
+      out[key] = _read_by(reader, spec)
+    else:
+      out[key] = copy.copy(spec)
+      out[key].reader = reader
+  return out
+
+
 def schema() -> dict:
   """{field: spec or group}, built on each call: position schemes may register later."""
   return {
-      'seed': Int(0, 2**31 - 2),  # seed + 1 seeds dropout.
-      'init_from': Str(),  # A workdir, or '' for none.
+      'seed': Int(0, 2**31 - 2, default=0),  # seed + 1 seeds dropout.
+      # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM
+      # run to continue (every parameter; what may change: roformer/config_changes.py). '': none.
+      'init_from': Str(default=''),
       'data': {
-          'name': Str(nonempty=True),
-          'data_dir': Str(),
-          'text_key': Str(),  # '' where the task reads other features.
-          'splits': Map(Str(nonempty=True)),
-          'vocab_size': Int(16, 2**20),
-          'seq_len': Int(1, 2**20),
-          'shuffle_window': Int(0, _BIG),
-          # configs/mlm.py
-          'mask_rate': Float(0, 1, min_open=True),
-          'mask_fraction': Float(0, 1),
-          'random_fraction': Float(0, 1),
-          'max_predictions': Int(-1, _BIG),  # -1 automatic, 0 every position, N per row.
-          # configs/classify.py
-          'text_keys': Seq(Str(nonempty=True), 1, 2),
-          'label_key': Str(nonempty=True),
-          # configs/translate.py
-          'source_key': Str(nonempty=True),
-          'target_key': Str(nonempty=True),
-          'reverse': Bool(),
-          # configs/synthetic.py
-          'synthetic': {
-              'seed': Int(0, 2**31 - 1),
-              'eval_examples': Int(1, 10**9),
-              'key_digits': Int(1, 10),
-              'depth_buckets': Int(1, 100),
-              'num_keys': Int(1, 100_000),
-              'num_values': Int(2, 100_000),
-              'num_queries': Int(1, 1000),
-              'num_symbols': Int(2, 100_000),
-              'min_length': Int(1, 100_000),
-              'reverse': Bool(),
-          },
+          # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic
+          # task (synthetic/TASK) or any TFDS dataset name (e.g. 'lm1b').
+          'name': Str(nonempty=True, default='shakespeare'),
+          'data_dir': Str(default=''),  # '': $ROFORMER_DATA_DIR or ~/.cache/roformer/tfds.
+          'text_key': Str(default='text'),  # '' where the task reads other features.
+          # Optional renames, e.g. {'validation': 'test'} for datasets without a validation split.
+          'splits': Map(Str(nonempty=True), default={}),
+          'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.
+          'seq_len': Int(1, 2**20, default=256),
+          # Chunks shuffled in a window so that one batch mixes documents.
+          'shuffle_window': Int(0, _BIG, default=512),
+          **_read_by(MLM, {
+              # BERT's masking: this share of tokens is selected; of those, mask_fraction become
+              # [MASK], random_fraction a random token, the rest stay.
+              'mask_rate': Float(0, 1, min_open=True, default=0.15),
+              'mask_fraction': Float(0, 1, default=0.8),
+              'random_fraction': Float(0, 1, default=0.1),
+              # Positions that get output logits: -1 as many as the selection can need (per
+              # batch shard, from the binomial tail; the selections beyond, an expected 1e-6 of
+              # them, stay unmasked), 0 every position, N at most N per row (BERT's
+              # max_predictions_per_seq).
+              'max_predictions': Int(-1, _BIG, default=-1),
+          }),
+          # The features a classifier reads (one text or a pair, and the label) and those a
+          # translation model reads; empty where the run reads plain text (data.text_key), which
+          # is how the data pipeline tells what to read.
+          **_read_by(CLASSIFIER, {
+              'text_keys': Seq(Str(nonempty=True), 0, 2, default=()),
+              'label_key': Str(default=''),
+          }),
+          **_read_by(TRANSLATION, {
+              'source_key': Str(default=''),
+              'target_key': Str(default=''),
+              'reverse': Bool(default=False),  # Translate target -> source.
+          }),
+          'synthetic': _read_by(SYNTHETIC, {
+              # Evaluation rows (the same for every run); training rows add config.seed.
+              'seed': Int(0, 2**31 - 1, default=0),
+              'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
+              'key_digits': Int(1, 10, default=5),  # passkey: digits of the key.
+              # passkey: accuracy reported per band of the key's depth.
+              'depth_buckets': Int(1, 100, default=5),
+              # associative_recall: distinct keys (pairs fill the row: rows of 8x the training
+              # length need as many keys as they hold pairs), values, queries per row.
+              'num_keys': Int(1, 100_000, default=128),
+              'num_values': Int(2, 100_000, default=16),
+              'num_queries': Int(1, 1000, default=2),
+              'num_symbols': Int(2, 100_000, default=128),  # copy: alphabet.
+              # copy: fewest symbols (the most is what fits the row).
+              'min_length': Int(1, 100_000, default=1),
+              'reverse': Bool(default=False),  # copy: the second half reversed.
+          }),
       },
       'model': {
-          'type': Str(choices=lambda: models.MODELS),
-          'vocab_size': Int(1, _BIG),
-          'num_layers': Int(1, 1024),
-          'd_model': Int(1, 2**16),
-          'num_heads': Int(1, 1024),
-          'd_ff': Int(1, 2**18),
-          'dropout': Float(0, 1, max_open=True),
-          'dtype': Str(('float32', 'bfloat16', 'float16')),
-          'remat': Str(choices=lambda: stack.REMAT_POLICIES),
-          'scan_layers': Bool(),
-          'attention_impl': Str(attention.IMPLEMENTATIONS),
-          'loss_chunk': Int(0, 2**20),  # Sequence positions per chunk of the output layer; 0: all.
-          'causal_block': Int(0, 2**20),  # Query rows per block of causal attention; 0: whole.
-          'norm': Str(models.NORMS),
-          'activation': Str(choices=lambda: models.ACTIVATIONS),
-          'layer_norm_eps': Float(0, 1, min_open=True),
-          'type_vocab_size': Int(0, 1024),
-          'position': positions.field_specs(),
+          'type': Str(choices=lambda: models.MODELS, default='causal_lm'),
+          'vocab_size': Int(1, _BIG, default=4096),  # Set from the tokenizer.
+          'num_layers': Int(1, 1024, default=4),
+          'd_model': Int(1, 2**16, default=256),
+          'num_heads': Int(1, 1024, default=4),
+          'd_ff': Int(1, 2**18, default=1024),
+          'dropout': Float(0, 1, max_open=True, default=0.0),
+          # Activations; parameters, optimizer state and statistics stay float32.
+          'dtype': Str(('float32', 'bfloat16', 'float16'), default='float32'),
+          # Recompute blocks in the backward pass: 'none', 'full', 'dots', 'dots_no_batch'.
+          'remat': Str(choices=lambda: stack.REMAT_POLICIES, default='none'),
+          # Run the stack as one nnx.scan over the blocks (one block compiled, whatever the
+          # depth; the same outputs, gradients and checkpoints as the loop). Decoding loops.
+          'scan_layers': Bool(default=False),
+          # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on
+          # CPU (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
+          'attention_impl': Str(attention.IMPLEMENTATIONS, default='auto'),
+          # Causal LM: the output layer and its loss this many sequence positions (of every
+          # row) at a time (roformer/losses.py), never the whole [tokens, vocabulary] logits;
+          # 0: all at once.
+          'loss_chunk': Int(0, 2**20, default=32),
+          # Causal self-attention (einsum path, no value term): queries in blocks of about this
+          # many rows, each attending only to keys up to its last row, so blocks above the
+          # diagonal are never computed (attention.causal_block_attention); 0: the whole matrix.
+          'causal_block': Int(0, 2**20, default=128),
+          # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
+          'norm': Str(models.NORMS, default='pre'),
+          # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
+          'activation': Str(choices=lambda: models.ACTIVATIONS, default='gelu_tanh'),
+          'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),
+          'type_vocab_size': Int(0, 1024, default=0),  # > 0: token types (sentence A/B), BERT.
+          'position': positions.field_specs(),  # The kind and every kind's own options.
           'attention': {
-              'kind': Str(('softmax', 'favor')),
-              'num_features': Int(1, 2**16),
-              'redraw_interval': Int(0, _STEPS),
-              'rope_mode': Str(('features', 'qk')),
-              'chunk': Int(1, 2**20),
+              # 'softmax', or 'favor': FAVOR+ linear attention (Performer).
+              'kind': Str(('softmax', 'favor'), default='softmax'),
+              'num_features': Int(1, 2**16, default=256),  # FAVOR+ random features per head.
+              'redraw_interval': Int(0, _STEPS, default=1000),  # Steps between redraws; 0: never.
+              # RoPE with favor: rotate q and k, or the features (the paper's eq. 19).
+              'rope_mode': Str(('features', 'qk'), default='qk'),
+              'chunk': Int(1, 2**20, default=128),  # Causal prefix sums: rows per scan step.
           },
-          # configs/classify.py
-          'num_classes': Int(1, 2**20),  # 1: regression.
-          'pooling': Str(models.POOLINGS),
+          **_read_by(CLASSIFIER, {
+              'num_classes': Int(1, 2**20, default=2),  # 1: regression (squared error).
+              'pooling': Str(models.POOLINGS, default='first'),
+          }),
       },
       'train': {
-          'batch_size': Int(1, _BIG),
-          'grad_accum_steps': Int(1, 2**16),
-          'steps': Int(1, _STEPS),
-          'learning_rate': Float(0, min_open=True),
-          'warmup_steps': Int(0, _STEPS),
-          'schedule': Str(('cosine', 'rsqrt')),
-          'end_lr_fraction': Float(0, 1),
-          'weight_decay': Float(0),
-          'b1': Float(0, 1, max_open=True),
-          'b2': Float(0, 1, max_open=True),
-          'grad_clip': Float(0, min_open=True),
-          'label_smoothing': Float(0, 1, max_open=True),
-          'log_every': Int(1, _STEPS),
-          'eval_every': Int(1, _STEPS),
-          'eval_batches': Int(1, _STEPS, also=(-1,)),  # -1: the whole split.
-          'checkpoint_every': Int(1, _STEPS),
-          'grace_period_s': Float(0, 10**7),  # 0: no limit.
-          'on_nonfinite': Str(('stop', 'skip')),
-          'random_positions': Int(0, _STEPS),  # 0: consecutive positions.
-          'max_to_keep': Int(1, 10**6),
+          'batch_size': Int(1, _BIG, default=8),  # Global, across all devices and processes.
+          'grad_accum_steps': Int(1, 2**16, default=1),  # Micro-batches per step.
+          'steps': Int(1, _STEPS, default=600),
+          'learning_rate': Float(0, min_open=True, default=1e-3),
+          'warmup_steps': Int(0, _STEPS, default=60),
+          'schedule': Str(('cosine', 'rsqrt'), default='cosine'),
+          'end_lr_fraction': Float(0, 1, default=0.1),  # Of the peak, at the last step.
+          'weight_decay': Float(0, default=0.1),
+          'b1': Float(0, 1, max_open=True, default=0.9),
+          'b2': Float(0, 1, max_open=True, default=0.98),
+          'grad_clip': Float(0, min_open=True, default=1.0),  # Global norm.
+          'label_smoothing': Float(0, 1, max_open=True, default=0.0),
+          'log_every': Int(1, _STEPS, default=25),
+          'eval_every': Int(1, _STEPS, default=100),
+          'eval_batches': Int(1, _STEPS, also=(-1,), default=-1),  # -1: the whole split.
+          'checkpoint_every': Int(1, _STEPS, default=200),
+          # After SIGTERM/SIGINT: save and exit within this, else exit 1; 0: no limit.
+          'grace_period_s': Float(0, 10**7, default=60),
+          # A non-finite loss or gradient: 'stop' (keep the last checkpoint) or 'skip' (drop
+          # that update, counted as skipped_steps).
+          'on_nonfinite': Str(('stop', 'skip'), default='stop'),
+          # Randomized positions (Ruoss et al. 2023): N > 0 gives each training row a sorted
+          # random subset of [0, N) as positions (evaluation keeps 0, 1, ...); 0: consecutive.
+          'random_positions': Int(0, _STEPS, default=0),
+          'max_to_keep': Int(1, 10**6, default=3),  # Checkpoints kept (the best one apart).
       },
       'eval': {
-          'length_multipliers': Seq(Int(1, 1024), 1),
-          'batch_size': Int(1, _BIG),
-          'max_batches': Int(1, _STEPS, also=(-1,)),  # -1: the whole split.
-          'scale_rope_to_length': Bool(),
-          'position_bucket': Int(0, 2**20),  # 0: data.seq_len / 4.
-          # configs/classify.py
-          'metrics': Seq(Str(choices=lambda: {**metrics.CLASSIFICATION_METRICS,
-                                              **metrics.REGRESSION_METRICS}), 1),
-          'splits': Seq(Str(nonempty=True), 1),
-          # configs/translate.py
-          'beam_size': Int(1, 1024),
-          'alpha': Float(0, 100),  # GNMT length penalty.
-          'bleu_sentences': Int(1, _BIG, also=(-1,)),  # -1: the whole split.
-          'bleu_sentences_test': Int(1, _BIG, also=(-1,)),
+          'length_multipliers': Seq(Int(1, 1024), 1, default=(1, 2, 4)),  # x data.seq_len.
+          'batch_size': Int(1, _BIG, default=8),
+          'max_batches': Int(1, _STEPS, also=(-1,), default=-1),  # -1: the whole split.
+          # eval.py with RoPE scaling: at each length L, rope.scaling.factor = L / data.seq_len
+          # (at least 1) instead of one fixed factor for every length.
+          'scale_rope_to_length': Bool(default=False),
+          # Loss per bucket of this many positions in eval_results.json (0: data.seq_len / 4).
+          'position_bucket': Int(0, 2**20, default=0),
+          **_read_by(CLASSIFIER, {
+              'metrics': Seq(Str(choices=lambda: {**metrics.CLASSIFICATION_METRICS,
+                                                  **metrics.REGRESSION_METRICS}), 1,
+                             default=('accuracy',)),
+              'splits': Seq(Str(nonempty=True), 1, default=('validation', 'test')),
+          }),
+          **_read_by(TRANSLATION, {
+              'beam_size': Int(1, 1024, default=4),
+              'alpha': Float(0, 100, default=0.6),  # GNMT length penalty.
+              # Sentences decoded for BLEU: in training's validation, and by eval.py on the test
+              # split; -1: the whole split.
+              'bleu_sentences': Int(1, _BIG, also=(-1,), default=200),
+              'bleu_sentences_test': Int(1, _BIG, also=(-1,), default=-1),
+          }),
       },
-      'mesh': {  # -1: the remaining devices (num_devices: all).
-          'data': Int(1, 2**20, also=(-1,)),
-          'fsdp': Int(1, 2**20, also=(-1,)),
-          'tensor': Int(1, 2**20, also=(-1,)),
-          'num_devices': Int(1, 2**20, also=(-1,)),
-          'rules': Map(Names()),  # Logical axis -> mesh axes (sharding.rules_from_config).
+      # Mesh axis sizes; -1 takes the remaining devices (num_devices: all). Every axis exists
+      # (size 1 if unused).
+      'mesh': {
+          'data': Int(1, 2**20, also=(-1,), default=-1),
+          'fsdp': Int(1, 2**20, also=(-1,), default=1),
+          'tensor': Int(1, 2**20, also=(-1,), default=1),
+          'num_devices': Int(1, 2**20, also=(-1,), default=-1),
+          # Logical axis -> mesh axes (roformer/sharding.py): with fsdp > 1 parameters and
+          # optimizer state split along d_model (FSDP); with tensor > 1 heads, MLP columns and
+          # vocabulary split.
+          'rules': Map(Names(), default=sharding.DEFAULT_RULES),
       },
   }
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every field at its default."""
+  return ml_collections.ConfigDict(copy.deepcopy(defaults(schema())))
 
 
 def spec_at(path: str):
@@ -151,5 +260,44 @@ def spec_at(path: str):
 
 
 def check(config) -> None:
-  """Raises ConfigError naming the first field that is undeclared or outside its spec."""
-  check_tree(config, schema(), 'config')
+  """Raises ConfigError naming the first field that is undeclared, missing or outside its
+  spec."""
+  check_tree(config, schema(), 'config', complete=True)
+
+
+def _plain(value):
+  value = value.to_dict() if hasattr(value, 'to_dict') else value
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  return list(value) if isinstance(value, tuple) else value
+
+
+def unread_changes(config) -> list[tuple[str, Spec]]:
+  """(dotted field, spec) of every field that `config`'s run does not read but that differs
+  from its default."""
+  out = []
+
+  def walk(tree, node, name):
+    for key, spec in tree.items():
+      if isinstance(spec, dict):
+        walk(spec, node[key], f'{name}.{key}')
+      elif spec.reader is not None and not spec.reader.reads(config) and (
+          _plain(node[key]) != _plain(spec.default)):
+        out.append((f'{name}.{key}', spec))
+  walk(schema(), config, 'config')
+  return out
+
+
+def migrate(saved) -> ml_collections.ConfigDict:
+  """A config saved by any earlier version (a dict or ConfigDict), brought up to date: every
+  field added since it was saved at its default (the behaviour the code had before the field
+  existed). Fields it has keep their values; nothing is checked here."""
+  def fill(node: dict, tree: dict) -> dict:
+    for key, spec in tree.items():
+      if key not in node:
+        node[key] = copy.deepcopy(defaults(spec) if isinstance(spec, dict) else spec.default)
+      elif isinstance(spec, dict) and isinstance(node[key], dict):
+        fill(node[key], spec)
+    return node
+  plain = saved.to_dict() if hasattr(saved, 'to_dict') else copy.deepcopy(dict(saved))
+  return ml_collections.ConfigDict(fill(plain, schema()))

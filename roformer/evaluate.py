@@ -11,17 +11,15 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from roformer import config_changes
 from roformer import config_lib
-from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
+from roformer import resolve
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
-from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -150,33 +148,14 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
 def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
                      splits=('validation', 'test')) -> dict:
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
-  length in config.eval.length_multipliers x config.data.seq_len."""
-  config_schema.check(config)  # Every field's type and range, before any is used.
-  workdir = os.path.abspath(workdir)
-  unknown = [s for s in splits if s not in pipeline.SPLITS]
-  if unknown or not splits:
-    raise errors.ConfigError(f'splits {list(splits)}: evaluate some of {list(pipeline.SPLITS)}. '
-                             'Fix: e.g. --splits=validation,test.')
-  step = trainer_lib.checkpoint_step(workdir, step)
-  saved = config_lib.load(workdir)
-  changed = config_changes.changed(saved, config, config_changes.EVALUATE)
-  if changed:
-    raise errors.ConfigError(
-        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
-        f'(saved vs now). Of the model, only '
-        f'{", ".join(config_changes.may_change(config_changes.EVALUATE))} may change at '
-        'evaluation. Fix: drop those --config.model/--config.data overrides.')
+  length in config.eval.length_multipliers x config.data.seq_len. Every check runs first, in
+  roformer/resolve.py."""
+  run = resolve.for_evaluation(config, workdir, step, splits)
+  config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
+                                               run.tokenizer)
+  step, saved, splits = run.step, run.saved, run.splits
   scaling = config.model.position.rope.scaling
-  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
-    with config.unlocked():  # Relative to the length the model was trained at.
-      scaling.original_length = saved.data.seq_len
-  mesh = sharding.make_mesh(config.mesh)
-  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
   classifying = tasks.per_example(config)
-  if classifying:
-    splits = tuple(config.eval.get('splits', splits))
-  sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),
-                                              workdir=workdir)
   trainer = trainer_lib.Trainer(config, mesh)
   params = trainer_lib.restore_params(trainer, workdir, step)
   results = {'step': step, 'position': config.model.position.kind,
@@ -196,7 +175,7 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
                                           batch_size=config.eval.batch_size,
                                           max_batches=config.eval.max_batches)
     return results
-  rescale = config.eval.get('scale_rope_to_length')
+  rescale = config.eval.scale_rope_to_length
 
   def at_length(mult):  # (trainer, config) for one length: its own RoPE factor if rescaling.
     if not rescale:

@@ -33,9 +33,9 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
                               causal: bool) -> float:
   """Forward FLOPs per token of one layer's attention (scores and weighted values)."""
   d = model_cfg.d_model
-  attention = model_cfg.get('attention') or {}
-  if attention.get('kind', 'softmax') == 'favor':
-    m = attention['num_features']
+  attention = model_cfg.attention
+  if attention.kind == 'favor':
+    m = attention.num_features
     return 2 * 2 * m * d + 2 * 2 * m * d
   full = 2 * 2 * seq_len * d
   return full / 2 if causal else full

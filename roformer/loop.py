@@ -13,15 +13,13 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
-from roformer import config_schema
 from roformer import errors
 from roformer import evaluate as evaluate_lib
 from roformer import logs
 from roformer import metrics as metrics_lib
 from roformer import reliability
+from roformer import resolve
 from roformer import sharding
-from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import warm_start
 from roformer import workdir as workdir_lib
@@ -33,37 +31,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        stop_at: int | None = None) -> dict:
   """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
   validation split; returns the last train and eval metrics. With `stop_at`, the run
-  checkpoints and returns after that step, as if interrupted."""
-  config_schema.check(config)  # Every field's type and range, before any is used.
-  workdir = os.path.abspath(workdir)
-  ckpt_dir = os.path.join(workdir, 'checkpoints')
-  resuming = checkpoint_lib.latest_step(ckpt_dir) is not None
-  if config.get('init_from') and not resuming:
-    warm_start.prepare(config)
-  mesh = sharding.make_mesh(config.mesh)
-  config_lib.validate(config, sharding.data_parallel_size(mesh), jax.process_count())
-  workdir_lib.check_workdir(config, workdir, checkpoint_lib.latest_step(ckpt_dir))
-  if config.get('init_from') and not resuming:  # config_lib.validate: which model types.
-    pretrained = warm_start.check_init_from(config)
-  sources, tokenizer = workdir_lib.setup_data(config, splits=('train', 'validation'),
-                                  workdir=workdir if resuming else '')
-  tasks.for_config(config).check_data(config, sources)
-  os.makedirs(workdir, exist_ok=True)
+  checkpoints and returns after that step, as if interrupted. Every check runs first, in
+  roformer/resolve.py."""
+  run = resolve.for_training(config, workdir)
+  os.makedirs(run.workdir, exist_ok=True)
   with contextlib.ExitStack() as stack:
     if jax.process_index() == 0:  # One writer per workdir.
-      stack.enter_context(reliability.WorkdirLock(workdir))
+      stack.enter_context(reliability.WorkdirLock(run.workdir))
     preempt = stack.enter_context(reliability.Preemption(
-        config.train.get('grace_period_s', 60), multihost=jax.process_count() > 1))
+        run.config.train.grace_period_s, multihost=jax.process_count() > 1))
     try:
-      return _train(config, workdir, mesh, sources, tokenizer,
-                    pretrained if config.get('init_from') and not resuming else None,
-                    stop_at, preempt, stack)
+      return _train(run, stop_at, preempt, stack)
     except Exception as e:  # pylint: disable=broad-except  # Only storage failures, below.
       storage = errors.storage_problem(e)
       if storage is None or isinstance(e, errors.ConfigError):
         raise
       stack.close()  # Pending saves finish or fail, the writers close, the lock goes.
-      raise errors.StorageError(storage_stop_message(storage, ckpt_dir)) from e
+      raise errors.StorageError(storage_stop_message(storage, run.ckpt_dir)) from e
 
 
 def storage_stop_message(storage: str, ckpt_dir: str) -> str:
@@ -114,15 +98,18 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   return None, None, make_iter()
 
 
-def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
-           preempt: reliability.Preemption, stack: contextlib.ExitStack) -> dict:
+def _train(run: resolve.Run, stop_at, preempt: reliability.Preemption,
+           stack: contextlib.ExitStack) -> dict:
   """The training loop of train_and_evaluate, inside the workdir lock and signal handlers;
   `stack` closes the checkpointers and the metrics writer if the loop raises."""
+  config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
+                                               run.tokenizer)
+  pretrained = run.init_from
   trainer = trainer_lib.Trainer(config, mesh)
   tc = config.train
   make_iter = lambda: iter(trainer.task.batches(config, sources['train'], tokenizer,
                                                 train=True))
-  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  ckpt_dir = run.ckpt_dir
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
   stack.callback(ckpt.close_quietly)
   resumed_from, state, train_iter = restore_latest_readable(ckpt, trainer, make_iter)
@@ -161,7 +148,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
     pending = []
     for bad_step, host_batch in bad:
       path = reliability.save_batch(workdir, bad_step, host_batch) if is_chief else ''
-      if tc.get('on_nonfinite', 'stop') == 'stop':
+      if tc.on_nonfinite == 'stop':
         ckpt.close()
         writer.close()
         raise reliability.Diverged(
@@ -205,7 +192,7 @@ def _train(config, workdir, mesh, sources, tokenizer, pretrained, stop_at,
         good = [m for m in fetched if not m['nonfinite']] or fetched
         avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
         avg['learning_rate'] = float(fetched[-1]['learning_rate'])
-        if tc.get('on_nonfinite', 'stop') == 'skip':
+        if tc.on_nonfinite == 'skip':
           avg['skipped_steps'] = skipped
         speed = '(compiling)'
         if step > step_log:  # Not on the first step, whose time is mostly compilation.

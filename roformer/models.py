@@ -80,7 +80,7 @@ NORMS = ('pre', 'post')
 
 def layer_norm(cfg, *, dtype, rngs) -> nnx.LayerNorm:
   return nnx.LayerNorm(
-      cfg.d_model, epsilon=cfg.get('layer_norm_eps', 1e-6), dtype=dtype, rngs=rngs,
+      cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs,
       scale_init=variables.init(nnx.initializers.ones, (None,), decay=False),
       bias_init=variables.init(nnx.initializers.zeros, (None,), decay=False))
 
@@ -121,7 +121,7 @@ class MultiHeadAttention(nnx.Module):
     self.favor = att.kind == 'favor'
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.
-    self.causal_block = cfg.get('causal_block', 0) if causal else 0
+    self.causal_block = cfg.causal_block if causal else 0
     if self.favor:
       self.num_features, self.chunk = att.num_features, att.chunk
       self.rotate_features = att.rope_mode == 'features' and caps.feature_rotation
@@ -198,7 +198,7 @@ class MLP(nnx.Module):
 
   def __init__(self, cfg, *, dtype, rngs):
     d, f = cfg.d_model, cfg.d_ff
-    self.activation = cfg.get('activation', 'gelu_tanh')
+    self.activation = cfg.activation
     self.up = dense(d, f, dtype=dtype, rngs=rngs, axes=('embed', 'mlp'))
     self.down = dense(f, d, dtype=dtype, rngs=rngs, axes=('mlp', 'embed'),
                       fan_in_scale=residual_scale(cfg))
@@ -218,7 +218,7 @@ class Block(nnx.Module):
     self.ln_mlp = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
-    self.post_norm = cfg.get('norm', 'pre') == 'post'
+    self.post_norm = cfg.norm == 'post'
     self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0):
@@ -278,8 +278,7 @@ class DecoderBlock(Block):
 
 
 def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shared:
-  """The position scheme's stack-wide module, after the scheme's checks."""
-  positions_lib.validate(cfg, seq_len=0, causal=causal)
+  """The position scheme's stack-wide module (the config was checked before: resolve.py)."""
   return positions_lib.scheme(cfg.position.kind).Shared(cfg, causal=causal, rngs=rngs)
 
 
@@ -294,9 +293,9 @@ class TiedEmbeddingModel(nnx.Module):
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
-    self.dtype = jnp.dtype(cfg.get('dtype', 'float32'))
-    self.remat = cfg.get('remat', 'none')
-    self.scan_layers = bool(cfg.get('scan_layers', False))
+    self.dtype = jnp.dtype(cfg.dtype)
+    self.remat = cfg.remat
+    self.scan_layers = bool(cfg.scan_layers)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
                            embedding_init=variables.init(nnx.initializers.normal(stddev=1.0),
                                                          ('vocab', 'embed'), decay=True))
@@ -320,8 +319,8 @@ class Transformer(TiedEmbeddingModel):
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
-    self.post_norm = cfg.get('norm', 'pre') == 'post'
-    if cfg.get('type_vocab_size', 0):
+    self.post_norm = cfg.norm == 'post'
+    if cfg.type_vocab_size:
       self.token_type = nnx.Embed(
           cfg.type_vocab_size, cfg.d_model, dtype=dtype, rngs=rngs,
           embedding_init=variables.init(nnx.initializers.normal(stddev=0.02), (None, 'embed'),
@@ -399,7 +398,7 @@ class MaskedLM(Transformer):
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     d = cfg.d_model
-    self.activation = cfg.get('activation', 'gelu_tanh')
+    self.activation = cfg.activation
     self.head = dense(d, d, dtype=self.dtype, rngs=rngs)
     self.head_ln = layer_norm(cfg, dtype=self.dtype, rngs=rngs)
     self.output_bias = variables.param(jnp.zeros((cfg.vocab_size,), jnp.float32), ('vocab',),
@@ -429,7 +428,7 @@ class Classifier(Transformer):
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
     d = cfg.d_model
-    self.pooling = cfg.get('pooling', 'first')
+    self.pooling = cfg.pooling
     self.pooler = dense(d, d, dtype=self.dtype, rngs=rngs)
     self.classifier = dense(d, cfg.num_classes, dtype=self.dtype, rngs=rngs)
 

@@ -63,7 +63,7 @@ def make_mesh(mesh_cfg, devices=None) -> Mesh:
   """A mesh over `devices` (default: the first config.mesh.num_devices, -1 for all)."""
   if devices is None:
     devices = jax.devices()
-    n = int(mesh_cfg.get('num_devices', -1))
+    n = int(mesh_cfg.num_devices)
     if n > 0 and jax.process_count() > 1:
       raise errors.ConfigError('config.mesh.num_devices selects devices on one host only. Fix: '
                                'keep it -1 for multi-host runs.')

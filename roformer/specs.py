@@ -33,7 +33,11 @@ def _flag(name: str) -> str:
 
 
 class Spec:
-  """A field's type and range; `default` is the field's default where the spec declares one."""
+  """A field's type and range; `default` is the field's default where the spec declares one.
+  `reader`: the runs that read the field, where only some do (roformer/config_schema.py sets
+  it); None for every run."""
+
+  reader = None
 
   def __init__(self, default: Any = _UNSET):
     self.default = default
@@ -376,9 +380,10 @@ def unknown_field(name: str, known: Iterable[str]) -> errors.ConfigError:
       "class's `defaults`).")
 
 
-def check_tree(value, tree: dict, name: str) -> None:
+def check_tree(value, tree: dict, name: str, complete: bool = False) -> None:
   """Checks a nested config (ConfigDict or dict) against a nested dict of specs: every field is
-  declared (a group is a dict of specs), every value holds to its spec."""
+  declared (a group is a dict of specs), every value holds to its spec and, if `complete`,
+  every declared field is present."""
   items = _items(value)
   if items is None:
     raise errors.ConfigError(f'{name}={value!r} must be a group of fields ({sorted(tree)}). '
@@ -389,6 +394,12 @@ def check_tree(value, tree: dict, name: str) -> None:
     if spec is None:
       raise unknown_field(full, tree)
     if isinstance(spec, dict):
-      check_tree(item, spec, full)
+      check_tree(item, spec, full, complete)
     else:
       spec.check(item, full)
+  missing = sorted(set(tree) - {key for key, _ in items}) if complete else []
+  if missing:
+    raise errors.ConfigError(
+        f'{name}.{missing[0]} is missing. Fix: build the config from configs/base.py '
+        "(get_config() holds every field at its default) and change fields there, rather than "
+        'removing them.')

@@ -544,12 +544,12 @@ class Classification(Task):
 
 def _language_modeling(config):
   """The causal LM's task: packed text, or a synthetic task named by config.data.name."""
-  width = config.eval.get('position_bucket', 0) or max(config.data.seq_len // 4, 1)
-  random_positions = config.train.get('random_positions', 0)
-  loss_chunk = config.model.get('loss_chunk', 0)
+  width = config.eval.position_bucket or max(config.data.seq_len // 4, 1)
+  random_positions = config.train.random_positions
+  loss_chunk = config.model.loss_chunk
   task = synthetic.task_name(config.data)
   if task:
-    return SyntheticTask(task, config.data.synthetic.get('depth_buckets', 1), width,
+    return SyntheticTask(task, config.data.synthetic.depth_buckets, width,
                          random_positions, loss_chunk)
   return LanguageModeling(width, random_positions, loss_chunk)
 
@@ -559,7 +559,7 @@ TASKS = {
     'encoder_decoder': lambda config: Translation(),
     'mlm': lambda config: MaskedLanguageModeling(
         config.data.mask_rate, config.data.mask_fraction, config.data.random_fraction,
-        config.data.get('max_predictions', -1), config.model.get('loss_chunk', 0)),
+        config.data.max_predictions, config.model.loss_chunk),
     'classifier': lambda config: Classification(regression=config.model.num_classes == 1),
 }
 

@@ -56,7 +56,7 @@ class Trainer:
                           schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
                           label_smoothing=config.train.label_smoothing,
                           redraw_interval=_redraw_interval(config.model),
-                          grad_accum_steps=config.train.get('grad_accum_steps', 1)),
+                          grad_accum_steps=config.train.grad_accum_steps),
         in_shardings=(self.state_shardings, batch_sharding),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0))
     self.eval_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(

@@ -16,7 +16,6 @@ from roformer import errors
 from roformer import positions as positions_lib
 from roformer import trainer as trainer_lib
 from roformer import variables
-from roformer import workdir as workdir_lib
 
 log = logging.getLogger('roformer')
 
@@ -122,7 +121,6 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
 def _check_continuation(config, saved) -> None:
   """The continued causal LM has the source's parameters, and a RoPE scaling that covers the
   new length (its original length is the source's training length)."""
-  saved = workdir_lib.with_new_defaults(saved, config)  # Fields added since it was trained.
   diffs = config_changes.changed(saved, config, config_changes.CONTINUE)
   if diffs:
     allowed = [f for f in config_changes.may_change(config_changes.CONTINUE)

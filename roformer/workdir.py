@@ -110,25 +110,6 @@ def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
     os.replace(path + '.tmp', path)
 
 
-def with_new_defaults(saved: ml_collections.ConfigDict, config) -> ml_collections.ConfigDict:
-  """`saved` plus every field it predates (added to the code later) where `config` keeps that
-  field's default: such a run was trained with the behaviour the default names."""
-  from configs import base  # pylint: disable=g-import-not-at-top
-  default = base.get_config().to_dict()
-
-  def fill(old: dict, new: dict, dflt: dict) -> dict:
-    for key, value in new.items():
-      if key not in old:
-        if key in dflt and value == dflt[key]:
-          old[key] = value
-      elif isinstance(old[key], dict) and isinstance(value, dict) and isinstance(
-          dflt.get(key), dict):
-        fill(old[key], value, dflt[key])
-    return old
-  current = config.to_dict() if hasattr(config, 'to_dict') else dict(config)
-  return ml_collections.ConfigDict(fill(saved.to_dict(), current, default))
-
-
 def probe_writable(directory: str) -> None:
   """Creates and removes a file in `directory` (raises OSError if it cannot)."""
   with tempfile.NamedTemporaryFile(dir=directory, prefix='.write-probe-'):
@@ -150,7 +131,7 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
                              f'{e.strerror or e}). Fix: choose a writable directory.') from None
   if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
     return
-  saved = with_new_defaults(config_lib.load(workdir), config)
+  saved = config_lib.load(workdir)
   diffs = config_changes.changed(saved, config, config_changes.RESUME)
   if diffs:
     raise errors.ConfigError(

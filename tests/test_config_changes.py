@@ -6,6 +6,7 @@ import pytest
 
 from configs import test as test_config
 from roformer import config_changes as cc
+from roformer import config_lib
 from roformer import config_schema
 
 
@@ -25,6 +26,7 @@ def pair(**changes):
 @pytest.mark.parametrize('field,value,allowed', [
     ('model.attention_impl', 'xla', {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
     ('model.remat', 'full', {cc.RESUME, cc.CONTINUE}),
+    ('model.scan_layers', True, {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
     ('model.dtype', 'bfloat16', {cc.CONTINUE, cc.EVALUATE}),
     ('model.position.rope.base', 20000.0, {cc.CONTINUE}),
     ('model.position.rope.scaling.factor', 4.0, {cc.CONTINUE, cc.EVALUATE}),
@@ -54,7 +56,16 @@ def test_every_listed_field_is_a_declared_config_field():
     assert any(field.startswith(f + '.') for f, _, _ in cc.FIXED), field
 
 
-def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set():
+def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set(tmp_path):
+  """A run saved before a field existed was trained with the behaviour its default names:
+  loading it (config_lib.load migrates) fills the default, so keeping the default is no
+  change and setting another value is one."""
   saved, now = pair()
-  del saved.model['scan_layers']  # A run saved before the field existed.
-  assert [d.split(':')[0] for d in cc.changed(saved, now, cc.EVALUATE)] == ['model.scan_layers']
+  del saved.train['on_nonfinite']  # A run saved before these fields existed.
+  del saved.model['norm']
+  config_lib.save(saved, str(tmp_path))
+  loaded = config_lib.load(str(tmp_path))
+  assert loaded.train.on_nonfinite == 'stop' and loaded.model.norm == 'pre'
+  assert not cc.changed(loaded, now, cc.RESUME)
+  now.model.norm = 'post'
+  assert [d.split(':')[0] for d in cc.changed(loaded, now, cc.EVALUATE)] == ['model.norm']

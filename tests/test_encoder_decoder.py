@@ -7,6 +7,7 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
+from configs import translate
 from roformer import config_lib
 from roformer import errors
 from roformer import models
@@ -81,7 +82,6 @@ def test_cached_decoding_equals_teacher_forcing(kind):
 
 
 def test_xpos_is_refused_for_the_bidirectional_encoder():
-  cfg = test_config.get_config('xpos')
-  cfg.model.type = 'encoder_decoder'
+  cfg = translate.get_config('xpos')
   with pytest.raises(errors.ConfigError, match='causal attention only'):
     config_lib.validate(cfg)

@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from roformer import attention
+from roformer import config_schema
 from roformer import positions
 from tests import kinds
 from tests.test_schemes import HEAD_DIM, HEADS, logits, make, model_cfg, random_qk
@@ -359,14 +360,17 @@ def test_yarn_ramps_match_their_formulas(factor, length):
 
 def test_configs_saved_before_the_new_options_still_validate_and_build():
   """A config.json written before keep_fraction, the scaling's ramp and llama3 factors, and the
-  kerple/fire/cope groups existed reads their defaults instead of failing."""
+  kerple/fire/cope groups existed reads their defaults (config_schema.migrate, which every read
+  of a saved config runs) instead of failing."""
   for kind in ('rope', 'alibi'):
-    cfg = model_cfg(kind)
-    with cfg.unlocked():
-      del cfg.position['kerple'], cfg.position['fire'], cfg.position['cope']
-      del cfg.position.rope['keep_fraction']
+    saved = model_cfg(kind)
+    with saved.unlocked():
+      del saved.position['kerple'], saved.position['fire'], saved.position['cope']
+      del saved.position.rope['keep_fraction']
       for name in ('ramp', 'low_freq_factor', 'high_freq_factor'):
-        del cfg.position.rope.scaling[name]
+        del saved.position.rope.scaling[name]
+    cfg = config_schema.migrate({'model': saved.to_dict()}).model
+    assert cfg.position.rope.keep_fraction == 1.0 and 'kerple' in cfg.position
     positions.validate(cfg, 32, True)
     scheme = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0))
     if kind == 'rope':

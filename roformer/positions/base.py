@@ -206,6 +206,9 @@ def register(kind: str) -> Callable[[type[PositionScheme]], type[PositionScheme]
   return wrap
 
 
+DEFAULT_KIND = 'rope'  # config.model.position.kind unless a config chooses another.
+
+
 def kinds() -> list[str]:
   return sorted(_REGISTRY)
 
@@ -240,7 +243,7 @@ def field_specs() -> dict:
     return {k: declared(v, where) if isinstance(v, dict) else
             (v if isinstance(v, specs.Spec) else specs.Undeclared(v, where))
             for k, v in tree.items()}
-  fields = {'kind': specs.Str(choices=kinds)}
+  fields = {'kind': specs.Str(choices=kinds, default=DEFAULT_KIND)}
   for cls in _REGISTRY.values():
     fields.update(declared(cls.options, f'{cls.__module__}.{cls.__name__}.options'))
   return fields
@@ -281,7 +284,7 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
         f'config.model.position.kind={kind!r} is for causal attention only '
         f'({cls.causal_reason}). Fix: choose a kind that encoders can use: '
         f'{[k for k in kinds() if not capabilities(k).causal_only]}.')
-  impl = model_cfg.get('attention_impl', 'auto')
+  impl = model_cfg.attention_impl
   if impl != 'auto' and impl not in cls.capabilities.implementations:
     raise errors.ConfigError(
         f'config.model.position.kind={kind!r} needs the attention probabilities or computes the '

@@ -135,7 +135,7 @@ class _Rotation:
   @classmethod
   def build(cls, width: int, cfg) -> '_Rotation':
     rotary_dim = int(round(width * cfg.fraction))
-    kept = kept_pairs(rotary_dim, cfg.get('keep_fraction', 1.0))
+    kept = kept_pairs(rotary_dim, cfg.keep_fraction)
     inv_freq, mscale = scaling.scaled_frequencies(rotary_dim, float(cfg.base), cfg.scaling)
     inv_freq = np.where(np.arange(rotary_dim // 2) < kept, inv_freq, 0.0)
     return cls(float(cfg.base), rotary_dim, cfg.layout, kept,
@@ -208,7 +208,7 @@ def _validate_rotation(width: int, what: str, r) -> int:
         f'fraction {r.fraction}). Fix: change --config.model.d_model, --config.model.num_heads, '
         '--config.model.attention.num_features or --config.model.position.rope.fraction so '
         'that it is even.')
-  keep = r.get('keep_fraction', 1.0)
+  keep = r.keep_fraction
   if kept_pairs(rotary_dim, keep) == 0:
     raise errors.ConfigError(
         f'config.model.position.rope.keep_fraction={keep} keeps none of the {rotary_dim // 2} '

@@ -1,0 +1,113 @@
+"""From a config and a workdir to a resolved run: every check, once, in one place.
+
+`for_training` and `for_evaluation` run the checks in the order their inputs become known (the
+fields alone; then, for a warm start, the settings taken from its source; the fields against
+each other and the mesh; the workdir and the saved run; the data against the model) and open
+what the run needs. Whatever they return is checked: the training loop (`roformer.loop`) and
+evaluation (`roformer.evaluate`) consume it and check nothing again. Every check raises one
+ConfigError naming the field or file and the fix, before anything is compiled.
+"""
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import ml_collections
+from jax.sharding import Mesh
+
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_changes
+from roformer import config_lib
+from roformer import errors
+from roformer import positions as positions_lib
+from roformer import sharding
+from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer import warm_start
+from roformer import workdir as workdir_lib
+from roformer.data import pipeline
+
+
+@dataclasses.dataclass
+class Run:
+  """A checked run. `config` is complete and valid (config.model.vocab_size set from the
+  tokenizer); `sources` are the dataset's splits that the run reads, `tokenizer` the one its
+  model was (or will be) trained with.
+
+  Training: `resume_step` is the newest checkpoint in the workdir (None for a fresh run);
+  `init_from` is (the source's saved config, its step) for a fresh run that starts from
+  config.init_from, else None. Evaluation: `step` is the checkpoint evaluated, `saved` the
+  config the run was trained with, `splits` the splits to evaluate."""
+  config: ml_collections.ConfigDict
+  workdir: str
+  mesh: Mesh
+  sources: dict[str, Any]
+  tokenizer: Any
+  resume_step: int | None = None
+  init_from: tuple[ml_collections.ConfigDict, int] | None = None
+  step: int | None = None
+  saved: ml_collections.ConfigDict | None = None
+  splits: tuple[str, ...] = ()
+
+  @property
+  def ckpt_dir(self) -> str:
+    return os.path.join(self.workdir, 'checkpoints')
+
+
+def _mesh(config) -> Mesh:
+  """The mesh of config.mesh, with the fields that relate to each other and to it checked."""
+  mesh = sharding.make_mesh(config.mesh)
+  config_lib.check_relations(config, sharding.data_parallel_size(mesh), jax.process_count())
+  return mesh
+
+
+def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
+  """The run that `train.py` starts or resumes in `workdir`."""
+  config_lib.check_fields(config)
+  workdir = os.path.abspath(workdir)
+  resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
+  starting_from = bool(config.init_from) and resume_step is None
+  if starting_from:  # Settings the config leaves to the source (its training length).
+    warm_start.prepare(config)
+  mesh = _mesh(config)
+  workdir_lib.check_workdir(config, workdir, resume_step)
+  init_from = warm_start.check_init_from(config) if starting_from else None
+  sources, tokenizer = workdir_lib.setup_data(
+      config, splits=('train', 'validation'), workdir=workdir if resume_step is not None else '')
+  tasks.for_config(config).check_data(config, sources)
+  return Run(config, workdir, mesh, sources, tokenizer, resume_step=resume_step,
+             init_from=init_from)
+
+
+def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
+                   splits=('validation', 'test')) -> Run:
+  """The run that `eval.py` evaluates: `workdir`'s checkpoint at `step` (default: the latest)
+  under `config` (the saved config with the command line's overrides), on `splits` (a
+  classifier's come from config.eval.splits)."""
+  config_lib.check_fields(config)
+  workdir = os.path.abspath(workdir)
+  unknown = [s for s in splits if s not in pipeline.SPLITS]
+  if unknown or not splits:
+    raise errors.ConfigError(f'splits {list(splits)}: evaluate some of {list(pipeline.SPLITS)}. '
+                             'Fix: e.g. --splits=validation,test.')
+  step = trainer_lib.checkpoint_step(workdir, step)
+  saved = config_lib.load(workdir)
+  changed = config_changes.changed(saved, config, config_changes.EVALUATE)
+  if changed:
+    raise errors.ConfigError(
+        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
+        f'(saved vs now). Of the model, only '
+        f'{", ".join(config_changes.may_change(config_changes.EVALUATE))} may change at '
+        'evaluation. Fix: drop those --config.model/--config.data overrides.')
+  scaling = config.model.position.rope.scaling
+  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
+    with config.unlocked():  # Relative to the length the model was trained at.
+      scaling.original_length = saved.data.seq_len
+  mesh = _mesh(config)
+  if tasks.per_example(config):
+    splits = tuple(config.eval.splits)
+  sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),
+                                              workdir=workdir)
+  return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
+             splits=tuple(splits))

@@ -1,0 +1,162 @@
+"""One config pass: every field's default, type and range declared once; saved configs brought up
+to date in one step; a field no part of the run reads refused when changed; the run checked
+once, in roformer/resolve.py, before anything is built."""
+
+import json
+import os
+import re
+
+import pytest
+
+from configs import base
+from configs import test as test_config
+from roformer import config_lib
+from roformer import config_schema
+from roformer import errors
+from roformer import positions
+from roformer import resolve
+from roformer import trainer as trainer_lib
+from roformer import workdir as workdir_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEGACY = os.path.join(REPO, 'tests', 'data', 'legacy_layout')
+
+
+def _leaves(tree, name='config'):
+  for key, spec in tree.items():
+    if isinstance(spec, dict):
+      yield from _leaves(spec, f'{name}.{key}')
+    else:
+      yield f'{name}.{key}', spec
+
+
+def test_every_field_declares_a_default_that_passes_its_own_spec():
+  for name, spec in _leaves(config_schema.schema()):
+    assert spec.has_default, name
+    spec.check(spec.default, name)  # A default outside its own range would be a bug.
+
+
+def test_the_base_config_is_every_field_at_its_default_and_passes():
+  config = base.get_config()
+  config_schema.check(config)
+  config_lib.validate(config)
+  for name, spec in _leaves(config_schema.schema()):
+    value = config
+    for part in name.split('.')[1:]:
+      value = value[part]
+    value = value.to_dict() if hasattr(value, 'to_dict') else value
+    assert (list(value) if isinstance(value, tuple) else value) == (
+        list(spec.default) if isinstance(spec.default, tuple) else spec.default), name
+
+
+def test_no_module_writes_a_config_fields_default_again():
+  """The defaults live in roformer/config_schema.py only: no `cfg.get('field', default)` for a
+  declared field anywhere in roformer/ (a config reaching the code is complete: built from
+  configs/base.py or migrated when loaded)."""
+  names = {name.rsplit('.', 1)[1] for name, _ in _leaves(config_schema.schema())}
+  found = []
+  for root, _, files in os.walk(os.path.join(REPO, 'roformer')):
+    for file in files:
+      if not file.endswith('.py'):
+        continue
+      path = os.path.join(root, file)
+      text = open(path, encoding='utf-8').read()
+      for match in re.finditer(r"\.get\('([a-z_]+)', ", text):
+        if match.group(1) in names:
+          found.append(f'{os.path.relpath(path, REPO)}: {match.group(0)}')
+  assert not found
+
+
+@pytest.mark.parametrize('run', sorted(os.listdir(LEGACY)))
+def test_a_config_saved_by_an_earlier_version_loads_complete_and_valid(run):
+  """tests/data/legacy_layout holds configs written by earlier code (before model.scan_layers,
+  the classifier's and translation's fields in every config, ...): loading migrates them."""
+  raw = json.load(open(os.path.join(LEGACY, run, 'config.json'), encoding='utf-8'))
+  assert 'scan_layers' not in raw['model'] and 'beam_size' not in raw['eval']
+  config = config_lib.load(os.path.join(LEGACY, run))
+  config_schema.check(config)
+  assert config.model.scan_layers is False and config.eval.beam_size == 4
+  for section in ('model', 'data', 'train'):  # What it had is kept.
+    for key, value in raw[section].items():
+      if not isinstance(value, (dict, list)):
+        assert config[section][key] == value, (section, key)
+
+
+def test_a_missing_field_is_named_with_the_fix():
+  config = test_config.get_config()
+  del config.train['warmup_steps']
+  with pytest.raises(errors.ConfigError, match=r'config.train.warmup_steps is missing. Fix: '
+                     r'build the config from configs/base.py'):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize('arg,field,value,reader', [
+    ('rope', 'data.mask_rate', 0.3, 'configs/mlm.py'),
+    ('rope', 'data.synthetic.num_keys', 64, 'configs/synthetic.py'),
+    ('rope', 'eval.beam_size', 8, 'configs/translate.py'),
+    ('mlm', 'model.num_classes', 3, 'configs/classify.py'),
+    ('classify', 'data.mask_fraction', 0.5, 'configs/mlm.py'),
+])
+def test_a_field_this_run_does_not_read_is_refused_when_changed(arg, field, value, reader):
+  """As with another position kind's options: a setting the run would ignore is an error that
+  names the field and the runs that read it, not a silent no-op."""
+  config = test_config.get_config(arg)
+  config_lib.validate(config)  # At its default: fine.
+  *parents, leaf = field.split('.')
+  node = config
+  for part in parents:
+    node = node[part]
+  node[leaf] = value
+  with pytest.raises(errors.ConfigError, match=rf'config.{re.escape(field)}={value!r} is read '
+                     rf'only by .*Fix: drop the override.*{re.escape(reader)}'):
+    config_lib.validate(config)
+
+
+def test_a_changed_field_the_run_reads_is_accepted():
+  config = test_config.get_config('mlm')
+  config.data.mask_rate = 0.3
+  config_lib.validate(config)
+
+
+def test_a_training_run_is_checked_once_before_anything_is_built(tmp_path, monkeypatch,
+                                                                 data_dir):
+  """Every field's spec and the position scheme's checks run once per training run, in
+  roformer/resolve.py; building the model checks nothing again."""
+  calls = {'schema': 0, 'positions': 0}
+  schema_check, positions_validate = config_schema.check, positions.validate
+
+  def counted(name, fn):
+    def wrapped(*args, **kwargs):
+      calls[name] += 1
+      return fn(*args, **kwargs)
+    return wrapped
+  monkeypatch.setattr(config_schema, 'check', counted('schema', schema_check))
+  monkeypatch.setattr(positions, 'validate', counted('positions', positions_validate))
+  config = test_config.get_config()
+  config.data.data_dir = data_dir
+  run = resolve.for_training(config, str(tmp_path / 'run'))
+  assert calls == {'schema': 1, 'positions': 1}  # One attention direction: causal.
+  assert run.resume_step is None and run.init_from is None
+  assert run.config.model.vocab_size == run.tokenizer.vocab_size
+  trainer = trainer_lib.Trainer(run.config, run.mesh)  # What the loop builds from the run.
+  trainer.init_state()
+  assert calls == {'schema': 1, 'positions': 1}
+
+
+def test_a_run_written_before_a_field_existed_resumes(tmp_path):
+  """A workdir whose config.json predates fields that exist now (here model.scan_layers,
+  eval.beam_size and the synthetic group) is the same run as the command's: the saved config
+  is brought up to date before the resume check compares them, and nothing is recorded as
+  changed. A field that may not change on resume is still refused."""
+  config = test_config.get_config()
+  workdir = str(tmp_path)
+  saved = config.to_dict()
+  del saved['model']['scan_layers'], saved['eval']['beam_size'], saved['data']['synthetic']
+  with open(os.path.join(workdir, 'config.json'), 'w', encoding='utf-8') as f:
+    json.dump(saved, f)
+  workdir_lib.check_workdir(config, workdir, ckpt_step=6)
+  workdir_lib.save_config(config, workdir, resumed_from=6)
+  assert sorted(os.listdir(workdir)) == ['config.json']  # No config.resume-6.json.
+  config.seed = 3
+  with pytest.raises(errors.ConfigError, match=r'seed: 0 vs 3'):
+    workdir_lib.check_workdir(config, workdir, ckpt_step=6)
