@@ -1,5 +1,11 @@
 """Train a model: python train.py --config configs/lm.py --workdir runs/lm [--config.a.b=v].
 
+  python train.py --config configs/synthetic.py:passkey --workdir 'runs/passkey/seed={seed}' \
+      --seeds=0,1,2 --eval_splits=validation
+
+trains the config at three seeds in one program (each its own workdir, as three runs would
+write it), then evaluates each as eval.py would.
+
 A bad flag, config file, override or workdir ends with one line `error: ...` naming it and the
 fix (--debug shows the traceback); see roformer/cli.py.
 """
@@ -17,6 +23,12 @@ _CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file F
                               'override its fields with --config.a.b=VALUE.')
 _WORKDIR = cli.DEFINE_path('workdir', None, 'Directory for checkpoints and metrics.',
                            required=True)
+_SEEDS = flags.DEFINE_list(
+    'seeds', [], 'Train the config at each of these seeds in one program (one compilation; '
+    'vmapped on accelerators); --workdir names each run with {seed}.')
+_EVAL_SPLITS = flags.DEFINE_list(
+    'eval_splits', [], 'After the last step, evaluate on these splits as eval.py --splits=... '
+    'would (eval_results.json), in this process.')
 _DISTRIBUTED = flags.DEFINE_bool(
     'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On a cluster '
     'that JAX detects (Slurm, Cloud TPU, GKE TPU, Open MPI 4) it finds the processes itself; '
@@ -60,11 +72,16 @@ def main(argv):
   cli.no_arguments(argv)
   config = config_args.load(_CONFIG.value, cli.overrides())
   logs.setup(tracebacks=cli.debug_requested())
+  seeds = cli.int_list('seeds', _SEEDS.value)
+  eval_splits = tuple(_EVAL_SPLITS.value)
   initialize_distributed()
-  last = loop.train_and_evaluate(config, _WORKDIR.value)
-  if 'preempted' in last:
-    print(f'stopped by {last["preempted"]["signal"]} at step {last["preempted"]["step"]} with '
-          'a checkpoint; rerun the same command to resume.')
+  if seeds:
+    lasts = loop.train_seeds(config, _WORKDIR.value, seeds, eval_splits=eval_splits)
+  else:
+    lasts = [loop.train_and_evaluate(config, _WORKDIR.value, eval_splits=eval_splits)]
+  if 'preempted' in lasts[0]:
+    print(f'stopped by {lasts[0]["preempted"]["signal"]} at step '
+          f'{lasts[0]["preempted"]["step"]} with a checkpoint; rerun the same command to resume.')
 
 
 if __name__ == '__main__':

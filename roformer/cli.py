@@ -63,6 +63,15 @@ def message(exc: BaseException) -> str | None:
   return None
 
 
+def int_list(name: str, values) -> list[int]:
+  """The integers of a list flag (`--seeds=0,1,2`); a UsageError names the flag otherwise."""
+  try:
+    return [int(v) for v in values]
+  except ValueError:
+    raise app.UsageError(f'--{name}={",".join(values)}: give integers, e.g. --{name}=0,1,2.'
+                         ) from None
+
+
 def _prog() -> str:
   return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else 'the command'
 

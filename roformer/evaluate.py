@@ -151,13 +151,19 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int 
   length in config.eval.length_multipliers x config.data.seq_len. Every check runs first, in
   roformer/resolve.py."""
   run = resolve.for_evaluation(config, workdir, step, splits)
+  trainer = trainer_lib.Trainer(run.config, run.mesh)
+  return evaluate_run(run, trainer, trainer_lib.restore_params(trainer, run.workdir, run.step))
+
+
+def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict:
+  """What evaluate_workdir returns, for the resolved evaluation `run` with `params` (its
+  checkpoint's) and `trainer` (built for its model: a training process passes its own, whose
+  evaluation programs are compiled already)."""
   config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
                                                run.tokenizer)
   step, saved, splits = run.step, run.saved, run.splits
   scaling = config.model.position.rope.scaling
   classifying = tasks.per_example(config)
-  trainer = trainer_lib.Trainer(config, mesh)
-  params = trainer_lib.restore_params(trainer, workdir, step)
   results = {'step': step, 'position': config.model.position.kind,
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'train_seq_len': config.data.seq_len,

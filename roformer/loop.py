@@ -1,8 +1,18 @@
 """The training loop: checks before anything is built, then train steps with periodic
 logging, validation and checkpoints, resuming from the newest checkpoint that reads back and
-stopping cleanly on preemption signals or a non-finite step."""
+stopping cleanly on preemption signals or a non-finite step.
+
+One loop serves one run and a group of runs that differ only in their seed (`train_seeds`:
+one process, one compilation, the states advanced by `roformer.members.Members`). Each member
+writes the workdir a run of its own writes (config, tokenizer, checkpoints, metrics, best
+checkpoint, and with `eval_splits` the eval_results.json that eval.py would write), so
+evaluation, reports and resuming cannot tell the difference. A member that fails (a non-finite
+step, a workdir that does not fit it) stops alone: the others finish, and the failure is raised
+at the end, naming it."""
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import time
@@ -16,38 +26,128 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import evaluate as evaluate_lib
 from roformer import logs
+from roformer import members as members_lib
 from roformer import metrics as metrics_lib
 from roformer import reliability
 from roformer import resolve
-from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import warm_start
 from roformer import workdir as workdir_lib
+from roformer.data import pipeline
 
 log = logging.getLogger('roformer')
 
+SEED_FIELD = '{seed}'  # In train_seeds' workdir: each member's seed.
+
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       stop_at: int | None = None) -> dict:
+                       stop_at: int | None = None, eval_splits=()) -> dict:
   """Trains (resuming from the latest checkpoint in workdir if any) and evaluates on the
   validation split; returns the last train and eval metrics. With `stop_at`, the run
-  checkpoints and returns after that step, as if interrupted. Every check runs first, in
-  roformer/resolve.py."""
-  run = resolve.for_training(config, workdir)
-  os.makedirs(run.workdir, exist_ok=True)
+  checkpoints and returns after that step, as if interrupted. With `eval_splits`, a run that
+  reaches its last step is then evaluated on them as eval.py would (eval_results.json). Every
+  check runs first, in roformer/resolve.py."""
+  return train_members([config], [workdir], stop_at, eval_splits)[0]
+
+
+def train_seeds(config: ml_collections.ConfigDict, workdir: str, seeds, stop_at=None,
+                eval_splits=(), vmapped=None) -> list[dict]:
+  """`config` at each of `seeds`, trained together (see the module docstring); `workdir`
+  names each member's workdir with {seed} in place of its seed."""
+  if SEED_FIELD not in workdir:
+    raise errors.ConfigError(f'--workdir={workdir!r} is shared by the seeds {list(seeds)}: '
+                             f'each needs its own. Fix: put {SEED_FIELD} in it, e.g. '
+                             f'--workdir=runs/passkey/seed={SEED_FIELD}.')
+  if len(set(seeds)) != len(seeds) or not seeds:
+    raise errors.ConfigError(f'--seeds={list(seeds)}: give distinct seeds. Fix: e.g. '
+                             '--seeds=0,1,2.')
+  configs = []
+  for seed in seeds:
+    member = ml_collections.ConfigDict(config.to_dict())
+    member.seed = seed
+    configs.append(member)
+  workdirs = [workdir.replace(SEED_FIELD, str(seed)) for seed in seeds]
+  return train_members(configs, workdirs, stop_at, eval_splits, vmapped)
+
+
+def _same_but_seed(configs) -> None:
+  def without_seed(config):
+    plain = config.to_dict()
+    plain.pop('seed')
+    return plain
+  if any(without_seed(c) != without_seed(configs[0]) for c in configs[1:]):
+    raise errors.ConfigError('the configs of one group differ in more than their seed. Fix: '
+                             'train them as separate runs.')
+
+
+def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None) -> list[dict]:
+  """Trains runs whose configs differ only in the seed in one program (see the module
+  docstring); returns each one's last metrics. A single run's error is raised as it comes; in
+  a group, each member that fails is named at the end, after the others have finished."""
+  unknown = [s for s in eval_splits if s not in pipeline.SPLITS]
+  if unknown:
+    raise errors.ConfigError(f'--eval_splits={",".join(eval_splits)}: {unknown[0]!r} is not a '
+                             f'split. Fix: some of {",".join(pipeline.SPLITS)}.')
+  _same_but_seed(configs)
+  group = len(configs) > 1
+  runs, failures = [], []  # failures: (workdir, why)
+  for config, workdir in zip(configs, workdirs):
+    try:
+      runs.append(resolve.for_training(config, workdir))
+    except errors.ConfigError as e:
+      if not group:
+        raise
+      failures.append((os.path.abspath(workdir), str(e)))
+      log.error('%s: %s', workdir, e)
+  lasts = {}
+  if runs:
+    resumed = {checkpoint_lib.latest_step(r.ckpt_dir) for r in runs}
+    # Members at different steps (a stop between their saves) are trained one by one.
+    parts = [runs] if len(resumed) == 1 else [[r] for r in runs]
+    while parts:
+      part = parts.pop(0)
+      try:
+        done = _train_group(part, stop_at, eval_splits, vmapped, group)
+      except _StepsDiffer:  # A newer checkpoint of one did not read back.
+        parts = [[r] for r in part] + parts
+        continue
+      lasts.update({run.workdir: last for run, last in zip(part, done)})
+  failures += [(w, last['failed']) for w, last in lasts.items() if last.get('failed')]
+  if failures:
+    if not group:
+      raise reliability.Diverged(failures[0][1])
+    finished = [w for w, last in lasts.items() if not last.get('failed')]
+    raise reliability.MembersFailed(
+        f'{len(failures)} of {len(configs)} runs failed: '
+        f'{"; ".join(f"{w}: {why}" for w, why in failures)}. The others finished: '
+        f'{", ".join(finished) or "none"}. Fix: see each message; rerun the same command to '
+        'retry the failed ones (the finished ones are kept).')
+  return [lasts[os.path.abspath(w)] for w in workdirs]
+
+
+class _StepsDiffer(Exception):
+  """The members of a group restored different steps."""
+
+
+def _train_group(runs, stop_at, eval_splits, vmapped, group: bool) -> list[dict]:
+  """Trains `runs` together inside their workdir locks and the signal handlers."""
+  for run in runs:
+    os.makedirs(run.workdir, exist_ok=True)
   with contextlib.ExitStack() as stack:
     if jax.process_index() == 0:  # One writer per workdir.
-      stack.enter_context(reliability.WorkdirLock(run.workdir))
+      for run in runs:
+        stack.enter_context(reliability.WorkdirLock(run.workdir))
     preempt = stack.enter_context(reliability.Preemption(
-        run.config.train.grace_period_s, multihost=jax.process_count() > 1))
+        runs[0].config.train.grace_period_s, multihost=jax.process_count() > 1))
     try:
-      return _train(run, stop_at, preempt, stack)
+      return _train(runs, stop_at, preempt, stack, eval_splits, vmapped, group)
     except Exception as e:  # pylint: disable=broad-except  # Only storage failures, below.
       storage = errors.storage_problem(e)
       if storage is None or isinstance(e, errors.ConfigError):
         raise
       stack.close()  # Pending saves finish or fail, the writers close, the lock goes.
-      raise errors.StorageError(storage_stop_message(storage, run.ckpt_dir)) from e
+      raise errors.StorageError(' '.join(storage_stop_message(storage, run.ckpt_dir)
+                                         for run in runs)) from e
 
 
 def storage_stop_message(storage: str, ckpt_dir: str) -> str:
@@ -98,86 +198,130 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   return None, None, make_iter()
 
 
-def _train(run: resolve.Run, stop_at, preempt: reliability.Preemption,
-           stack: contextlib.ExitStack) -> dict:
-  """The training loop of train_and_evaluate, inside the workdir lock and signal handlers;
-  `stack` closes the checkpointers and the metrics writer if the loop raises."""
-  config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
-                                               run.tokenizer)
-  pretrained = run.init_from
+@dataclasses.dataclass
+class _Member:
+  """One run of a group: what it writes and where its training stands."""
+  run: resolve.Run
+  ckpt: checkpoint_lib.Checkpointer
+  writer: metrics_lib.MetricsWriter
+  iterator: object = None
+  best: checkpoint_lib.Checkpointer | None = None
+  best_value: float = float('-inf')
+  skipped: int = 0
+  window: list = dataclasses.field(default_factory=list)  # Fetched steps since the last log.
+  last: dict = dataclasses.field(default_factory=dict)
+  failed: str = ''
+
+  @property
+  def name(self) -> str:
+    return os.path.basename(self.run.workdir)
+
+
+def _diverged(member: _Member, step: int, path: str) -> str:
+  return (f'step {step}: the loss or gradient norm is not finite; training stopped with no '
+          f'update from that step on saved (last checkpoint: step '
+          f'{member.ckpt.latest_step()}); the batch is in {path}. Fix: lower '
+          'config.train.learning_rate, raise warmup_steps or clip harder, then rerun to resume '
+          "from the checkpoint; or set config.train.on_nonfinite='skip' to drop such steps.")
+
+
+def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.ExitStack,
+           eval_splits, vmapped, group: bool) -> list[dict]:
+  """The training loop of train_members, inside the workdir locks and signal handlers;
+  `stack` closes the checkpointers and the metrics writers if the loop raises."""
+  config, mesh = runs[0].config, runs[0].mesh
   trainer = trainer_lib.Trainer(config, mesh)
   tc = config.train
-  make_iter = lambda: iter(trainer.task.batches(config, sources['train'], tokenizer,
-                                                train=True))
-  ckpt_dir = run.ckpt_dir
-  ckpt = checkpoint_lib.Checkpointer(ckpt_dir, max_to_keep=tc.max_to_keep)
-  stack.callback(ckpt.close_quietly)
-  resumed_from, state, train_iter = restore_latest_readable(ckpt, trainer, make_iter)
-  if resumed_from is not None:
-    log.info('Resuming from %s step %d.', ckpt_dir, resumed_from)
-  else:
-    state = trainer.init_state()
-    if pretrained is not None:
-      state = warm_start.restore_from(trainer, state, config.init_from, *pretrained)
   is_chief = jax.process_index() == 0
-  if is_chief:
-    workdir_lib.save_config(config, workdir, resumed_from)
-    workdir_lib.keep_tokenizer(tokenizer, workdir, resumed_from is not None)
-  start = int(jax.device_get(state['step']))
-  log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d.',
+  members, states, starts = [], [], []
+  for run in runs:
+    member = _Member(run, checkpoint_lib.Checkpointer(run.ckpt_dir, max_to_keep=tc.max_to_keep),
+                     metrics_lib.MetricsWriter(run.workdir, enabled=is_chief))
+    stack.callback(member.ckpt.close_quietly)
+    stack.callback(member.writer.close_quietly)
+    make_iter = lambda run=run: iter(trainer.task.batches(
+        run.config, run.sources['train'], run.tokenizer, train=True))
+    resumed_from, state, member.iterator = restore_latest_readable(member.ckpt, trainer,
+                                                                   make_iter)
+    if resumed_from is not None:
+      log.info('Resuming from %s step %d.', run.ckpt_dir, resumed_from)
+    else:
+      state = trainer.init_state(run.config.seed)
+      if run.init_from is not None:
+        state = warm_start.restore_from(trainer, state, run.config.init_from, *run.init_from)
+    if is_chief:
+      workdir_lib.save_config(run.config, run.workdir, resumed_from)
+      workdir_lib.keep_tokenizer(run.tokenizer, run.workdir, resumed_from is not None)
+    member.skipped = workdir_lib.skipped_so_far(run.workdir)
+    if trainer.task.best_metric:  # Its best checkpoint is kept apart, in best/.
+      member.best = checkpoint_lib.Checkpointer(os.path.join(run.workdir, 'best'), max_to_keep=1)
+      stack.callback(member.best.close_quietly)
+      member.best_value = workdir_lib.best_so_far(run.workdir, trainer.task.best_metric)
+    members.append(member)
+    states.append(state)
+    starts.append(int(jax.device_get(state['step'])))
+  if len(set(starts)) > 1:
+    raise _StepsDiffer(starts)
+  start = starts[0]
+  group_states = members_lib.Members(
+      trainer, [trainer_lib.dropout_seed(m.run.config) for m in members], states, vmapped)
+  del states
+  log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d%s.',
            config.model.type, trainer.num_params(), config.model.position.kind,
-           dict(mesh.shape), tc.steps, start)
+           dict(mesh.shape), tc.steps, start,
+           f'; {len(members)} runs (seeds {", ".join(str(m.run.config.seed) for m in members)})'
+           f', {"vmapped" if group_states.vmapped else "one by one"}' if group else '')
+  pending = []  # (step, host batches, device metrics) not yet fetched.
+  alive = lambda: [i for i, m in enumerate(members) if not m.failed]
 
-  writer = metrics_lib.MetricsWriter(workdir, enabled=is_chief)
-  stack.callback(writer.close_quietly)
-  pending, window, last = [], [], {}  # (step, host batch, device metrics) not yet fetched.
-  skipped = workdir_lib.skipped_so_far(workdir)
-  best_metric = trainer.task.best_metric  # Its best checkpoint is kept apart, in best/.
-  best = checkpoint_lib.Checkpointer(os.path.join(workdir, 'best'), max_to_keep=1) if (
-      best_metric) else None
-  if best is not None:
-    stack.callback(best.close_quietly)
-    best_value = workdir_lib.best_so_far(workdir, best_metric)
-
-  def fetch() -> list[dict]:
-    """The pending steps' metrics on the host; a non-finite step is recorded with its batch,
-    then training stops or counts it (skip)."""
-    nonlocal pending, skipped
+  def fetch() -> None:
+    """The pending steps' metrics on the host, into each member's window; a non-finite step
+    is recorded with its batch, then that member stops or counts it (skip)."""
+    nonlocal pending
     fetched = jax.device_get([metrics for _, _, metrics in pending])
-    bad = [(s, b) for (s, b, _), m in zip(pending, fetched) if m['nonfinite']]
+    for (step, host_batches, _), result in zip(pending, fetched):
+      for i, metrics in enumerate(group_states.split(result)):
+        member = members[i]
+        if member.failed or metrics is None:
+          continue
+        if metrics['nonfinite']:
+          path = (reliability.save_batch(member.run.workdir, step, host_batches[i])
+                  if is_chief else '')
+          if tc.on_nonfinite == 'stop':
+            member.failed = _diverged(member, step, path)
+            group_states.failed[i] = True
+            log.error('%s%s', f'{member.name}: ' if group else '', member.failed)
+            continue
+          member.skipped += 1
+          log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d '
+                      'so far); batch saved to %s.', step, member.skipped, path)
+        member.window.append(metrics)
     pending = []
-    for bad_step, host_batch in bad:
-      path = reliability.save_batch(workdir, bad_step, host_batch) if is_chief else ''
-      if tc.on_nonfinite == 'stop':
-        ckpt.close()
-        writer.close()
-        raise reliability.Diverged(
-            f'step {bad_step}: the loss or gradient norm is not finite; training stopped with '
-            f'no update from that step on saved (last checkpoint: step {ckpt.latest_step()}); '
-            f'the batch is in {path}. Fix: lower config.train.learning_rate, raise warmup_steps '
-            'or clip harder, then rerun to resume from the checkpoint; or set '
-            "config.train.on_nonfinite='skip' to drop such steps.")
-      skipped += 1
-      log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d so '
-                  'far); batch saved to %s.', bad_step, skipped, path)
-    return fetched
 
-  def validate(step: int) -> dict:
-    """The task's validation metrics of the current state, logged at `step`."""
-    result = evaluate_lib.validation(trainer, state['params'], sources['validation'], tokenizer)
-    writer.write(step, 'validation', result)
-    log.info('step %d | validation %s', step, evaluate_lib.format_metrics(result))
+  def validate(i: int, step: int) -> dict:
+    """Member i's validation metrics, logged at `step`."""
+    member = members[i]
+    result = evaluate_lib.validation(trainer, group_states.params(i),
+                                     member.run.sources['validation'], member.run.tokenizer)
+    member.writer.write(step, 'validation', result)
+    log.info('%sstep %d | validation %s', f'{member.name}: ' if group else '', step,
+             evaluate_lib.format_metrics(result))
     return result
 
-  if pretrained is not None and warm_start.continues(config):
+  if runs[0].init_from is not None and warm_start.continues(config):
     # A continued model before any step at its new length or scaling: the extension without
     # training, against which the continued steps are measured.
-    last['validation'] = validate(0)
+    for i in alive():
+      members[i].last['validation'] = validate(i, 0)
   t_log, step_log = time.perf_counter(), start
+  reached = start  # The last step taken.
   for step in range(start + 1, tc.steps + 1):
-    host_batch = next(train_iter)
-    state, metrics = trainer.train_step(state, sharding.put_batch(host_batch, mesh))
-    pending.append((step, host_batch, metrics))
+    if not alive():
+      break
+    reached = step
+    host_batches = [next(m.iterator) for m in members]
+    metrics = group_states.step(host_batches)
+    pending.append((step, host_batches, metrics))
     if step == start + 1:  # Keep compilation out of the speed figures.
       jax.block_until_ready(metrics)
       t_log, step_log = time.perf_counter(), step
@@ -185,51 +329,90 @@ def _train(run: resolve.Run, stop_at, preempt: reliability.Preemption,
       preempt.agree()
     saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
     if step % tc.log_every == 0 or step == tc.steps or saving:
-      window += fetch()  # Every step since the last log line.
+      fetch()  # Every step since the last log line.
       if step % tc.log_every == 0 or step == tc.steps:
         now = time.perf_counter()
-        fetched, window = window, []
-        good = [m for m in fetched if not m['nonfinite']] or fetched
-        avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
-        avg['learning_rate'] = float(fetched[-1]['learning_rate'])
-        if tc.on_nonfinite == 'skip':
-          avg['skipped_steps'] = skipped
-        speed = '(compiling)'
-        if step > step_log:  # Not on the first step, whose time is mostly compilation.
-          rate = (step - step_log) / (now - t_log)
-          avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'])
-          speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s | ETA '
-                   f'{logs.duration((tc.steps - step) / rate)}')
-        writer.write(step, 'train', avg)
-        log.info('step %d/%d | loss %.4f | acc %.3f | lr %.2e | %s', step, tc.steps,
-                 avg['loss'], avg['accuracy'], avg['learning_rate'], speed)
-        last['train'] = avg
+        rate = (step - step_log) / (now - t_log) if step > step_log else None
+        for i in alive():
+          _log_train(members[i], step, tc, rate, group)
         t_log, step_log = now, step
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
     # A stop request skips an intermediate evaluation (to save in time), never the final one.
     if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
-      last['validation'] = result = validate(step)
-      if best is not None and result[best_metric] > best_value:  # max_to_keep never drops it.
-        best_value = result[best_metric]
-        best.save(step, state)
-        log.info('step %d | new best validation %s %.2f saved to %s', step, best_metric,
-                 best_value, best.directory)
+      for i in alive():
+        member = members[i]
+        member.last['validation'] = result = validate(i, step)
+        metric = trainer.task.best_metric
+        if member.best is not None and result[metric] > member.best_value:
+          member.best_value = result[metric]  # Kept apart: max_to_keep never drops it.
+          member.best.save(step, group_states.state(i))
+          log.info('step %d | new best validation %s %.2f saved to %s', step, metric,
+                   member.best_value, member.best.directory)
     if saving:
-      ckpt.save(step, state, train_iter)
+      for i in alive():
+        members[i].ckpt.save(step, group_states.state(i), members[i].iterator)
     t_log += time.perf_counter() - paused
     if step == stop_at:
       break
     if preempt.stop:
       if not saving:  # The signal came during this step's bookkeeping.
-        window += fetch()
-        ckpt.save(step, state, train_iter)
-      ckpt.wait()
+        fetch()
+        for i in alive():
+          members[i].ckpt.save(step, group_states.state(i), members[i].iterator)
+      for member in members:
+        member.ckpt.wait()
+        member.last['preempted'] = {'signal': preempt.stop, 'step': step}
       log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
                   'resume.', preempt.stop, step)
-      last['preempted'] = {'signal': preempt.stop, 'step': step}
       break
-  ckpt.close()
-  if best is not None:
-    best.close()
-  writer.close()
-  return last
+  for member in members:
+    member.ckpt.close()
+    if member.best is not None:
+      member.best.close()
+    member.writer.close()
+  if eval_splits and reached == tc.steps and not preempt.stop:
+    for i in alive():
+      _evaluate_in_process(members[i], trainer, group_states.params(i), eval_splits)
+  for member in members:
+    if member.failed:
+      member.last['failed'] = member.failed
+  return [member.last for member in members]
+
+
+def _log_train(member: _Member, step: int, tc, rate: float | None, group: bool) -> None:
+  """Averages member's fetched steps since its last log line, and logs and writes them."""
+  fetched, member.window = member.window, []
+  if not fetched:
+    return
+  good = [m for m in fetched if not m['nonfinite']] or fetched
+  avg = {k: float(np.mean([m[k] for m in good])) for k in good[0] if k != 'nonfinite'}
+  avg['learning_rate'] = float(fetched[-1]['learning_rate'])
+  if tc.on_nonfinite == 'skip':
+    avg['skipped_steps'] = member.skipped
+  speed = '(compiling)'
+  if rate is not None:  # Not on the first step, whose time is mostly compilation.
+    avg.update(steps_per_sec=rate, tokens_per_sec=rate * avg['tokens'],
+               loss_tokens_per_sec=rate * avg['loss_tokens'])
+    weighed = (f' ({avg["loss_tokens_per_sec"]:,.0f} in the loss)'
+               if avg['loss_tokens'] != avg['tokens'] else '')
+    speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s{weighed} | ETA '
+             f'{logs.duration((tc.steps - step) / rate)}')
+  member.writer.write(step, 'train', avg)
+  log.info('%sstep %d/%d | loss %.4f | acc %.3f | lr %.2e | %s',
+           f'{member.name}: ' if group else '', step, tc.steps, avg['loss'], avg['accuracy'],
+           avg['learning_rate'], speed)
+  member.last['train'] = avg
+
+
+def _evaluate_in_process(member: _Member, trainer, params, splits) -> None:
+  """What `eval.py --workdir=W --splits=...` writes (eval_results.json), from the parameters
+  in memory and the programs this process compiled already."""
+  run = resolve.evaluation_of(member.run, member.run.config.train.steps, splits)
+  results = evaluate_lib.evaluate_run(run, trainer, params)
+  path = os.path.join(run.workdir, 'eval_results.json')
+  if jax.process_index() == 0:
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(results, f, indent=2)
+    os.replace(path + '.tmp', path)
+  log.info('%s\nwrote %s', evaluate_lib.format_results(results), path)
+  member.last['eval'] = results

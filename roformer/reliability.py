@@ -125,6 +125,10 @@ class Diverged(errors.ConfigError):
   """The loss or gradient norm was not finite (config.train.on_nonfinite='stop')."""
 
 
+class MembersFailed(errors.ConfigError):
+  """Some runs of a group trained together failed (each named); the others finished."""
+
+
 def save_batch(workdir: str, step: int, batch: dict) -> str:
   """Writes the token ids (and every other feature) of the batch of `step` for inspection."""
   path = os.path.join(workdir, f'nonfinite_step_{step}.npz')

@@ -100,14 +100,35 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
         f'(saved vs now). Of the model, only '
         f'{", ".join(config_changes.may_change(config_changes.EVALUATE))} may change at '
         'evaluation. Fix: drop those --config.model/--config.data overrides.')
-  scaling = config.model.position.rope.scaling
-  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
-    with config.unlocked():  # Relative to the length the model was trained at.
-      scaling.original_length = saved.data.seq_len
+  _scale_from(config, saved)
   mesh = _mesh(config)
   if tasks.per_example(config):
     splits = tuple(config.eval.splits)
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),
                                               workdir=workdir)
   return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
+             splits=tuple(splits))
+
+
+def _scale_from(config, saved) -> None:
+  """A RoPE scaling whose original length is unset takes the length `saved` was trained at."""
+  scaling = config.model.position.rope.scaling
+  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
+    with config.unlocked():
+      scaling.original_length = saved.data.seq_len
+
+
+def evaluation_of(run: Run, step: int, splits) -> Run:
+  """The evaluation that `eval.py --workdir=run.workdir --splits=...` resolves, for a run this
+  process has just trained to `step`: the config it saved, with nothing overridden (so nothing
+  to check again), and its sources opened for `splits`."""
+  config = ml_collections.ConfigDict(run.config.to_dict())
+  saved = ml_collections.ConfigDict(run.config.to_dict())
+  _scale_from(config, saved)
+  if tasks.per_example(config):
+    splits = tuple(config.eval.splits)
+  missing = [s for s in ('train',) + tuple(splits) if s not in run.sources]
+  sources = {**run.sources, **(pipeline.load_sources(config.data, splits=missing)
+                               if missing else {})}
+  return Run(config, run.workdir, run.mesh, sources, run.tokenizer, step=step, saved=saved,
              splits=tuple(splits))

@@ -20,9 +20,17 @@ def micro_batches(batch: dict, count: int) -> dict:
   return jax.tree.map(split, batch)
 
 
-def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, label_smoothing,
+def input_tokens(batch) -> jax.Array:
+  """The tokens a step reads: every non-padding position of the model's inputs (a translation
+  pair's source and target), whether the loss weighs it or not."""
+  keys = [k for k in ('inputs_segment_ids', 'decoder_inputs_segment_ids') if k in batch]
+  return sum(jnp.sum(batch[k] > 0).astype(jnp.float32) for k in keys)
+
+
+def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, label_smoothing,
                redraw_interval: int = 0, grad_accum_steps: int = 1):
-  """One optimizer update. Dropout keys derive from (seed, step), never from the data; so do
+  """One optimizer update. Dropout keys derive from (dropout_seed, step), never from the data
+  (the seed is an int32 argument, not a constant, so that one program serves every seed); so do
   FAVOR+'s random features, redrawn every `redraw_interval` steps. With `grad_accum_steps` > 1
   the batch is processed as that many micro-batches in a `lax.scan`, summing the gradients of the
   token-weighted loss sums, so the update equals the one of the whole batch."""
@@ -67,7 +75,7 @@ def train_step(state, batch, *, graphdef, tx, schedule, task, dropout_seed, labe
   metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
              'grad_norm': grad_norm, 'learning_rate': schedule(state['step']),
              'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
-             'tokens': sums.get('tokens', sums['weight'])}
+             'tokens': input_tokens(batch), 'loss_tokens': sums['weight']}
   return ({'params': nnx.merge_state(params, rest), 'opt_state': opt_state,
            'step': state['step'] + 1}, metrics)
 

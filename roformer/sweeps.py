@@ -176,11 +176,12 @@ def applies(ev: dict, point: Point) -> bool:
 
 
 def train_command(sweep: Sweep, point: Point, workdir: str, extra=()) -> list[str]:
-  """train.py with the point's fields, then `extra` flags (e.g. --distributed)."""
+  """train.py with the point's fields (and its plain evaluation, `folds_plain_eval`), then
+  `extra` flags (e.g. --distributed)."""
   root = os.path.dirname(workdir)
   return [sys.executable, 'train.py', f'--config={sweep.config}', f'--workdir={workdir}'] + [
       f'--config.{k}={format_value(resolve(v, root))}' for k, v in point.fields.items()
-  ] + list(extra)
+  ] + _eval_flag(sweep, point) + list(extra)
 
 
 def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[str]:
@@ -190,16 +191,90 @@ def eval_command(sweep: Sweep, point: Point, workdir: str, name: str) -> list[st
               f'--config.{k}={format_value(v)}' for k, v in (ev.get('overrides') or {}).items()]
 
 
+def folds_plain_eval(sweep: Sweep, point: Point) -> bool:
+  """Whether the point's plain evaluation (name '', no overrides) runs in its training process
+  (train.py --eval_splits), where the programs it needs are compiled already."""
+  plain = sweep.evals.get('')
+  return plain is not None and not plain.get('overrides') and applies(plain, point)
+
+
 def stages(sweep: Sweep, point: Point, workdir: str,
            extra_train=()) -> list[tuple[str, list[str]]]:
-  """(label, command) for each stage of a point still to run."""
+  """(label, command) for each stage of a point still to run. Training also runs the plain
+  evaluation when it can (`folds_plain_eval`); it is listed apart only when the run is trained
+  already."""
   todo = []
-  if not trained(workdir, point.fields.get('train.steps')):
+  training = not trained(workdir, point.fields.get('train.steps'))
+  if training:
     todo.append(('train', train_command(sweep, point, workdir, extra_train)))
   for name, ev in sweep.evals.items():
+    if name == '' and training and folds_plain_eval(sweep, point):
+      continue
     if applies(ev, point) and not evaluated(workdir, name, point.fields.get('train.steps')):
       todo.append((f'eval {name or "(plain)"}', eval_command(sweep, point, workdir, name)))
   return todo
+
+
+SEED_TEMPLATE = '{seed}'  # train.py --seeds: each member's workdir.
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+  """Points that differ only in their seed, trained by one train.py process (--seeds): `name`
+  is their common name with {seed} in place of the seed."""
+  name: str
+  points: tuple
+
+
+def seed_groups(sweep: Sweep, points) -> list:
+  """`points` (in order) as Groups of the points that differ only in the seed and whose names
+  differ only in it (`seed=N`), each at the place of its first member; a point that starts from
+  another, or that another starts from, stays alone."""
+  needed = {n for p in sweep.points for n in p.needs}
+  keyed, order = {}, []
+  for point in points:
+    seed = point.fields.get('seed')
+    cell = f'seed={format_value(seed)}'
+    key = None
+    if (seed is not None and not point.needs and point.name not in needed
+        and point.name.count(cell) == 1):
+      rest = tuple(sorted((k, str(v)) for k, v in point.fields.items() if k != 'seed'))
+      key = (point.name.replace(cell, f'seed={SEED_TEMPLATE}'), rest)
+    if key is None or key not in keyed:
+      order.append(key if key is not None else point)
+      if key is not None:
+        keyed[key] = []
+    if key is not None:
+      keyed[key].append(point)
+  return [Group(item[0] if len(keyed[item]) > 1 else keyed[item][0].name, tuple(keyed[item]))
+          if isinstance(item, tuple) else Group(item.name, (item,)) for item in order]
+
+
+def group_train_command(sweep: Sweep, group: Group, root: str, extra=()) -> list[str]:
+  """One train.py for the group's points (train.py --seeds), running their plain evaluation
+  too when it can."""
+  if len(group.points) == 1:
+    point = group.points[0]
+    return train_command(sweep, point, os.path.join(root, point.name), extra)
+  first = group.points[0]
+  seeds = ','.join(format_value(p.fields['seed']) for p in group.points)
+  fields = {k: v for k, v in first.fields.items() if k != 'seed'}
+  return [sys.executable, 'train.py', f'--config={sweep.config}',
+          f'--workdir={os.path.join(root, group.name)}', f'--seeds={seeds}'] + [
+              f'--config.{k}={format_value(resolve(v, root))}' for k, v in fields.items()
+          ] + _eval_flag(sweep, first) + list(extra)
+
+
+def _eval_flag(sweep: Sweep, point: Point) -> list[str]:
+  return ([f'--eval_splits={",".join(sweep.eval_splits)}'] if folds_plain_eval(sweep, point)
+          else [])
+
+
+def done(sweep: Sweep, point: Point, workdir: str) -> bool:
+  """Whether the point is trained and has every evaluation that applies to it."""
+  steps = point.fields.get('train.steps')
+  return trained(workdir, steps) and all(
+      evaluated(workdir, name, steps) for name, ev in sweep.evals.items() if applies(ev, point))
 
 
 def evaluated(workdir: str, name: str, steps: int | None = None) -> bool:

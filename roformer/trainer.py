@@ -8,6 +8,7 @@ import os
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from roformer import checkpoint as checkpoint_lib
@@ -23,6 +24,32 @@ from roformer import variables
 def _redraw_interval(model_cfg) -> int:
   att = models.attention_config(model_cfg)
   return att.redraw_interval if att.kind == 'favor' else 0
+
+
+def dropout_seed(config) -> int:
+  """The seed of a run's dropout keys (and of nothing else in the step)."""
+  return config.seed + 1
+
+
+class SeededStep:
+  """The jitted train step called as step(state, batch), with the run's dropout seed, or as
+  step(state, batch, dropout_seed) for another run of the same model."""
+
+  def __init__(self, jitted: sharding.on_mesh, seed: int):
+    self.jitted, self.seed = jitted, seed
+
+  @property
+  def fn(self):
+    return self.jitted.fn
+
+  def _seed(self, seed):
+    return np.int32(self.seed if seed is None else seed)
+
+  def __call__(self, state, batch, dropout_seed: int | None = None):
+    return self.jitted(state, batch, self._seed(dropout_seed))
+
+  def lower(self, state, batch, dropout_seed: int | None = None):
+    return self.jitted.lower(state, batch, self._seed(dropout_seed))
 
 
 class Trainer:
@@ -51,14 +78,17 @@ class Trainer:
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
         self.state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
-    self.train_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
-        functools.partial(steps.train_step, graphdef=self.graphdef, tx=self.tx,
-                          schedule=self.schedule, task=self.task, dropout_seed=config.seed + 1,
-                          label_smoothing=config.train.label_smoothing,
-                          redraw_interval=_redraw_interval(config.model),
-                          grad_accum_steps=config.train.grad_accum_steps),
-        in_shardings=(self.state_shardings, batch_sharding),
-        out_shardings=(self.state_shardings, replicated), donate_argnums=0))
+    # The step as a pure function of (state, batch, dropout seed): the seed is an argument, so
+    # one compiled program serves runs that differ only in their seed (roformer/members.py).
+    self.step_fn = functools.partial(
+        steps.train_step, graphdef=self.graphdef, tx=self.tx, schedule=self.schedule,
+        task=self.task, label_smoothing=config.train.label_smoothing,
+        redraw_interval=_redraw_interval(config.model),
+        grad_accum_steps=config.train.grad_accum_steps)
+    self.train_step = SeededStep(sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
+        self.step_fn, in_shardings=(self.state_shardings, batch_sharding, replicated),
+        out_shardings=(self.state_shardings, replicated), donate_argnums=0)),
+                                 dropout_seed(config))
     self.eval_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
         functools.partial(steps.eval_step, graphdef=self.graphdef, task=self.task),
         in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated))
@@ -68,9 +98,12 @@ class Trainer:
           in_shardings=(self.state_shardings['params'], batch_sharding),
           out_shardings=replicated))
 
-  def init_state(self):
+  def init_state(self, seed: int | None = None):
+    """A fresh train state, its parameters drawn from `seed` (default: config.seed)."""
+    seed = self.config.seed if seed is None else seed
+
     def init():
-      params = nnx.state(models.create(self.config.model, seed=self.config.seed))
+      params = nnx.state(models.create(self.config.model, seed=seed))
       return {'params': params, 'opt_state': self.tx.init(variables.trainable(params)[0]),
               'step': jnp.int32(0)}
     with jax.set_mesh(self.mesh):

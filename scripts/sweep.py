@@ -1,17 +1,22 @@
 """Run a sweep of training configs: one workdir per point, then its evaluations.
 
   python scripts/sweep.py --config configs/lm.py --sweep configs/sweeps/positions.py \\
-      --workdir runs/sweep [--parallel 2] [--dry_run]
+      --workdir runs/sweep [--parallel N] [--dry_run] [--no_group_seeds]
   python scripts/report.py runs/sweep
 
-Each point runs `train.py` then `eval.py` (once per evaluation the sweep file asks for) as
-child processes, logging to WORKDIR/logs/POINT.log. Finished stages are skipped and unfinished
-runs resume from their checkpoints, so the same command continues an interrupted sweep. A failed
-point is reported and the sweep goes on; the exit status is 1 if any point failed.
-Points that start from another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints
-one shell command per point (train && evals) instead, for a job scheduler (in order: a point
-after the points it starts from);
-on a multi-host cluster add train.py's `--distributed` with `--extra_train_flags=--distributed`.
+Points that differ only in their seed train in one `train.py --seeds=...` process (one start-up
+and one compilation for all of them; vmapped on an accelerator), which also runs each one's
+plain evaluation as eval.py would (`--eval_splits`); evaluations with overrides run `eval.py`
+afterwards. Children log to WORKDIR/logs/NAME.log (a group's name has {seed} in place of the
+seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache). Finished stages are
+skipped and unfinished runs resume from their checkpoints, so the same command continues an
+interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
+members included); the exit status is 1 if any point failed. The work is ordered longest first
+and `--parallel` (default: one process per CPU core on the CPU, one on an accelerator) keeps
+that many processes running. Points that start from another point (a `{sweep}/NAME` value) wait
+for it. `--dry_run` prints one shell command per group (train && evals) instead, for a job
+scheduler (in order: a point after the points it starts from); on a multi-host cluster add
+train.py's `--distributed` with `--extra_train_flags=--distributed`.
 """
 
 import concurrent.futures
@@ -29,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
@@ -60,56 +66,95 @@ class Progress:
       print((message + '\n' if message else '') + self.line(), flush=True)
 
 
-def run_point(sweep, point, root: str, progress: Progress, extra_train: list[str],
+def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str],
               finished: dict | None = None) -> bool:
-  """Trains and evaluates one point (after the points it needs, each a threading.Event in
-  `finished` set with its success)."""
-  workdir = os.path.join(root, point.name)
-  for need in point.needs:
-    finished[need].wait()
-    if not finished[need].ok:
-      with progress.lock:
-        progress.failed.append(point.name)
-      progress.say(f'[sweep] SKIPPED {point.name}: it starts from {need}, which failed.')
-      return False
-  todo = sweeps.stages(sweep, point, workdir, extra_train)
-  if not todo:
+  """Trains one group (its points that still need it, in one train.py) and runs each point's
+  remaining evaluations, after the points they need (each a threading.Event in `finished`,
+  set with its success). True if every point of the group finished."""
+  for point in group.points:
+    for need in point.needs:
+      finished[need].wait()
+      if not finished[need].ok:
+        with progress.lock:
+          progress.failed.append(point.name)
+        progress.say(f'[sweep] SKIPPED {point.name}: it starts from {need}, which failed.')
+        return False
+  todo = {p.name: sweeps.stages(sweep, p, os.path.join(root, p.name), extra_train)
+          for p in group.points}
+  if not any(todo.values()):
     with progress.lock:
-      progress.done += 1
-      progress.skipped += 1
+      progress.done += len(group.points)
+      progress.skipped += len(group.points)
     return True
   os.makedirs(os.path.join(root, 'logs'), exist_ok=True)
-  log_path = os.path.join(root, 'logs', f'{point.name}.log')
+  log_path = os.path.join(root, 'logs', f'{group.name}.log')
   with progress.lock:
-    progress.running.add(point.name)
+    progress.running.add(group.name)
   progress.say()
   start = time.perf_counter()
-  failure = ''  # Which stage failed, and how.
+  failures = {}  # Point -> which stage failed, and how.
+  training = [p for p in group.points if any(label == 'train' for label, _ in todo[p.name])]
   with open(log_path, 'a', encoding='utf-8') as log:
-    for label, cmd in todo:
+    def call(label, cmd) -> str:
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
       code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-      if code:
-        failure = f'{label} (exit {code})'
-      elif label == 'train' and not sweeps.trained(workdir, point.fields.get('train.steps')):
-        failure = 'train (stopped before its last step)'  # E.g. preempted: evaluate later.
-      if failure:
-        break
-  ok = not failure
+      return f'{label} (exit {code})' if code else ''
+    if training:
+      members = sweeps.Group(group.name, tuple(training))
+      failure = call('train', sweeps.group_train_command(sweep, members, root, extra_train))
+      for point in training:  # A member that failed is named; the others go on.
+        if not sweeps.trained(os.path.join(root, point.name), point.fields.get('train.steps')):
+          failures[point.name] = failure or 'train (stopped before its last step)'
+    for point in group.points:
+      if point.name in failures:
+        continue
+      for label, cmd in sweeps.stages(sweep, point, os.path.join(root, point.name), extra_train):
+        failures[point.name] = call(label, cmd)
+        if failures[point.name]:
+          break
+      else:
+        failures.pop(point.name, None)
+  elapsed = time.perf_counter() - start
   with progress.lock:
-    progress.running.discard(point.name)
-    if ok:
-      progress.done += 1
-      progress.durations.append(time.perf_counter() - start)
-    else:
-      progress.failed.append(point.name)
-  if ok:
-    progress.say(f'[sweep] finished {point.name} in {logs.duration(time.perf_counter() - start)}')
-  else:
-    progress.say(f'[sweep] FAILED {point.name} at {failure}: {_last_line(log_path)} '
-                 f'(log: {log_path})')
-  return ok
+    progress.running.discard(group.name)
+    for point in group.points:
+      if point.name in failures:
+        progress.failed.append(point.name)
+      else:
+        progress.done += 1
+        progress.durations.append(elapsed / len(group.points))
+  for point in group.points:
+    if point.name in failures:
+      progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: '
+                   f'{_last_line(log_path)} (log: {log_path})')
+  if len(failures) < len(group.points):
+    progress.say(f'[sweep] finished {group.name} in {logs.duration(elapsed)}')
+  return not failures
+
+
+def default_parallel() -> int:
+  """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
+  trains keeps to about one core), one on an accelerator (which a vmapped group keeps busy)."""
+  accelerator = any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0')) or any(
+      name in os.environ.get('JAX_PLATFORMS', '') for name in ('cuda', 'gpu', 'tpu', 'rocm'))
+  return 1 if accelerator else max(1, os.cpu_count() or 1)
+
+
+def longest_first(sweep, groups) -> list:
+  """The groups in the order that ends a sweep soonest on N processes: the most work (steps x
+  batch x length x members) first, so that the last to start are short; groups that start from
+  another point keep their place after the ones they need."""
+  base = config_args.load_file(sweep.config)
+
+  def work(group) -> float:
+    fields = group.points[0].fields
+    get = lambda key: fields.get(key, base[key.split('.')[0]][key.split('.')[1]])
+    return float(get('train.steps')) * get('train.batch_size') * get('data.seq_len') * len(
+        group.points)
+  free = [g for g in groups if not any(p.needs for p in g.points)]
+  bound = [g for g in groups if any(p.needs for p in g.points)]
+  return sorted(free, key=work, reverse=True) + bound
 
 
 def _last_line(path: str) -> str:
@@ -126,16 +171,21 @@ def main(argv=None) -> int:
                       help='Sweep file, optionally FILE:ARG.')
   parser.add_argument('--workdir', required=True, type=cli.path_arg,
                       help='Directory holding one workdir per point.')
-  parser.add_argument('--parallel', type=int, default=1, help='Points run at the same time.')
+  parser.add_argument('--parallel', type=int, default=0,
+                      help='Training processes at the same time; 0: one per CPU core when the '
+                      'runs use the CPU, 1 on an accelerator.')
+  parser.add_argument('--no_group_seeds', action='store_true',
+                      help='Train each point in its own process, instead of the points that '
+                      'differ only in their seed in one (train.py --seeds).')
   parser.add_argument('--dry_run', action='store_true',
-                      help='Print one command per point instead of running them.')
+                      help='Print one command per group of points instead of running them.')
   parser.add_argument('--extra_train_flags', default='',
                       help="Extra train.py flags for every point, e.g. '--distributed'.")
   args = parser.parse_args(argv)
   try:
     sweep = sweeps.load(args.sweep, args.config)
-    if args.parallel < 1:
-      raise errors.ConfigError(f'--parallel={args.parallel} must be >= 1.')
+    if args.parallel < 0:
+      raise errors.ConfigError(f'--parallel={args.parallel} must be >= 1 (or 0: automatic).')
     if os.path.exists(args.workdir) and not os.path.isdir(args.workdir):
       raise errors.ConfigError(f'--workdir={args.workdir} is a file. Fix: give a directory.')
     path, sep, arg = sweep.config.partition(':')
@@ -147,39 +197,48 @@ def main(argv=None) -> int:
     return 2
   root = os.path.abspath(args.workdir)
   extra = shlex.split(args.extra_train_flags)
+  groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points] if args.no_group_seeds else
+            sweeps.seed_groups(sweep, sweep.points))
   if args.dry_run:
-    for point in sweep.points:
-      workdir = os.path.join(root, point.name)
-      commands = [sweeps.train_command(sweep, point, workdir, extra)] + [
-          sweeps.eval_command(sweep, point, workdir, name)
-          for name, ev in sweep.evals.items() if sweeps.applies(ev, point)]
+    for group in groups:
+      commands = [sweeps.group_train_command(sweep, group, root, extra)] + [
+          sweeps.eval_command(sweep, point, os.path.join(root, point.name), name)
+          for point in group.points for name, ev in sweep.evals.items()
+          if sweeps.applies(ev, point) and not (name == '' and sweeps.folds_plain_eval(
+              sweep, point))]
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
+  parallel = args.parallel or default_parallel()
+  groups = longest_first(sweep, groups)
   os.makedirs(root, exist_ok=True)
-  # Points that differ only in their seed compile the same programs: the children share JAX's
-  # persistent compilation cache.
+  # Runs of one shape compile the same programs: the children share JAX's persistent
+  # compilation cache (keyed by the program and the compiler's options: another shape or
+  # option is another entry), small programs included.
   os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, '.jax_cache'))
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
   with open(os.path.join(root, 'sweep.json'), 'w', encoding='utf-8') as f:
     json.dump({'config': sweep.config, 'sweep': args.sweep,
                'points': {p.name: p.overrides for p in sweep.points},
                'overrides': sweep.overrides,
                'evals': sweep.evals}, f, indent=2, default=str)
-  progress = Progress(len(sweep.points), args.parallel)
-  progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}')
+  progress = Progress(len(sweep.points), parallel)
+  progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
+               f' ({len(groups)} training processes, {parallel} at a time)')
   finished = {p.name: threading.Event() for p in sweep.points}
 
-  def run(point):
+  def run(group):
     ok = False
     try:
-      ok = run_point(sweep, point, root, progress, extra, finished)
+      ok = run_group(sweep, group, root, progress, extra, finished)
     finally:
-      finished[point.name].ok = ok
-      finished[point.name].set()
+      for point in group.points:
+        finished[point.name].ok = ok or sweeps.done(sweep, point, os.path.join(root, point.name))
+        finished[point.name].set()
     return ok
   # Points that start from another point run after it (a pool thread waits for it), and the
-  # pool takes them in the order of the sweep file, so list such points after the ones they need.
-  with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-    results = list(pool.map(run, sweep.points))
+  # pool takes them in order, so such points come after the ones they need.
+  with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+    results = list(pool.map(run, groups))
   if progress.skipped:
     print(f'[sweep] {progress.skipped} points were already finished.')
   if progress.failed:

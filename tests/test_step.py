@@ -95,7 +95,8 @@ def _remat_equations(config) -> list:
   mesh = sharding.make_mesh(config.mesh)
   trainer = trainer_lib.Trainer(config, mesh)
   with jax.set_mesh(mesh):  # The jitted step itself (on_mesh sets the mesh outside traces).
-    jaxpr = jax.make_jaxpr(trainer.train_step.fn)(trainer.abstract_state, _batch(config))
+    jaxpr = jax.make_jaxpr(trainer.train_step.fn)(trainer.abstract_state, _batch(config),
+                                                   np.int32(1))
   found = []
 
   def walk(jpr):

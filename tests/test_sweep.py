@@ -65,7 +65,8 @@ def test_names_values_and_commands(tmp_path):
   assert [p.name for p in sweep.points] == ['learning_rate=0.001', 'learning_rate=0.0003']
   cmd = sweeps.train_command(sweep, sweep.points[0], '/w/p')
   assert cmd[1:] == ['train.py', '--config=configs/lm.py', '--workdir=/w/p',
-                     '--config.train.steps=5', '--config.train.learning_rate=0.001']
+                     '--config.train.steps=5', '--config.train.learning_rate=0.001',
+                     '--eval_splits=validation,test']  # The plain evaluation, in process.
   assert sweep.evals == {'': {}}  # One plain evaluation by default.
   assert sweeps.eval_command(sweep, sweep.points[0], '/w/p', '')[1:] == [
       'eval.py', '--workdir=/w/p', '--splits=validation,test', '--out=eval_results.json']
@@ -98,17 +99,24 @@ def test_bad_arguments_exit_before_running(tmp_path, capsys):
   assert report.main([str(tmp_path / 'w')]) == 2
 
 
-def test_dry_run_prints_one_command_per_point(tmp_path, capsys):
+def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):
   assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--workdir',
                             str(tmp_path / 's'), '--dry_run',
                             '--extra_train_flags=--distributed']) == 0
   lines = capsys.readouterr().out.strip().splitlines()
-  assert len(lines) == 22
-  rope = [line for line in lines if 'kind=rope,seed=1' in line][0]
+  assert len(lines) == 11  # 11 schemes, each trained at seeds 0 and 1 by one train.py.
+  rope = [line for line in lines if 'kind=rope,seed={seed}' in line][0]
   steps = [shlex.split(part) for part in rope.split(' && ')]
-  assert [s[1] for s in steps] == ['train.py'] + ['eval.py'] * 4
+  # Training evaluates each seed as eval.py would; the three scaled evaluations run apart.
+  assert [s[1] for s in steps] == ['train.py'] + ['eval.py'] * 6
+  assert '--seeds=0,1' in steps[0] and '--eval_splits=validation' in steps[0]
   assert '--distributed' in steps[0] and '--config.model.position.kind=rope' in steps[0]
-  assert '--out=eval_results.rope_yarn.json' in steps[4]
+  assert not any(s.startswith('--config.seed') for s in steps[0])
+  assert f'--workdir={tmp_path}/s/kind=rope,seed=1' in steps[6]
+  assert '--out=eval_results.rope_yarn.json' in steps[6]
+  assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--workdir',
+                            str(tmp_path / 's'), '--dry_run', '--no_group_seeds']) == 0
+  assert len(capsys.readouterr().out.strip().splitlines()) == 22
   assert not (tmp_path / 's').exists()  # A dry run writes nothing.
 
 
@@ -202,9 +210,11 @@ def test_an_evaluation_of_a_stopped_run_is_redone(tmp_path):
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 5}))
   sweep = sweeps.Sweep('configs/lm.py', [sweeps.Point('p', {}, {})], {}, {'': {}}, ('test',))
   assert not sweeps.trained(str(workdir))
-  assert [label for label, _ in sweeps.stages(sweep, sweep.points[0], str(workdir))] == [
-      'train', 'eval (plain)']
+  (label, train), = sweeps.stages(sweep, sweep.points[0], str(workdir))
+  assert label == 'train' and '--eval_splits=test' in train  # Training evaluates again.
   (workdir / 'checkpoints' / '10').mkdir()
+  assert [label for label, _ in sweeps.stages(sweep, sweep.points[0], str(workdir))] == [
+      'eval (plain)']
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10}))
   assert sweeps.stages(sweep, sweep.points[0], str(workdir)) == []
 

@@ -1,0 +1,243 @@
+"""Runs that differ only in their seed, trained by one program (train.py --seeds): each member
+ends where the same run on its own ends and writes what it writes; an interrupted group resumes;
+a member that fails is named and does not take the others with it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import synthetic
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import errors
+from roformer import loop
+from roformer import metrics
+from roformer import members as members_lib
+from roformer import reliability
+from roformer import sharding
+from roformer import sweeps
+from roformer import trainer as trainer_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 6
+
+
+def tiny(kind='rope', **train):
+  """configs/synthetic.py:copy at a few steps: rows generated from a seed, no files."""
+  config = synthetic.get_config(f'copy,{kind}')
+  config.data.seq_len = 16
+  config.data.synthetic.eval_examples = 16
+  config.model.update(d_model=32, d_ff=64)
+  config.train.update(batch_size=8, steps=STEPS, warmup_steps=1, log_every=1, eval_every=3,
+                      checkpoint_every=3, eval_batches=1, **train)
+  config.eval.update(batch_size=8, length_multipliers=(1, 2))
+  return config
+
+
+def outputs(workdir: str) -> dict:
+  """What a run leaves behind: its train and validation metrics, its evaluation, and its final
+  parameters."""
+  records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  saved = config_lib.load(workdir)
+  trainer = trainer_lib.Trainer(saved, sharding.make_mesh(saved.mesh))
+  params = trainer_lib.restore_params(trainer, workdir, STEPS)
+  with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
+    evaluation = json.load(f)
+  return {'train': {r['step']: (r['loss'], r['grad_norm']) for r in records
+                    if r['split'] == 'train'},
+          'validation': {r['step']: r['loss'] for r in records if r['split'] == 'validation'},
+          'eval': [(row['loss'], row['accuracy'])
+                   for row in evaluation['splits']['validation']['lengths']],
+          'params': {sharding.path_str(path): np.asarray(value) for path, value in
+                     jax.tree_util.tree_flatten_with_path(params)[0]}}
+
+
+def assert_same(got: dict, want: dict, rtol: float) -> None:
+  assert sorted(got['train']) == list(range(1, STEPS + 1)) == sorted(want['train'])
+  for step in want['train']:
+    np.testing.assert_allclose(got['train'][step], want['train'][step], rtol=rtol, atol=1e-6)
+  assert sorted(got['validation']) == sorted(want['validation']) == [3, 6]
+  np.testing.assert_allclose(list(got['validation'].values()),
+                             list(want['validation'].values()), rtol=rtol)
+  np.testing.assert_allclose(got['eval'], want['eval'], rtol=rtol, atol=1e-6)
+  # Parameters: equal to float rounding, except that Adam turns the rounding-level gradient of
+  # a parameter whose exact gradient is zero (a key bias under softmax adds the same q . b to
+  # every logit of a row) into steps of the learning rate: such a parameter may differ by up to
+  # a step while everything the model computes agrees (the losses above).
+  step = tiny().train.learning_rate if rtol else 0.0
+  assert sorted(got['params']) == sorted(want['params'])
+  for path, value in want['params'].items():
+    np.testing.assert_allclose(got['params'][path], value, rtol=rtol, atol=max(step, 1e-7),
+                               err_msg=path)
+
+
+@pytest.fixture(scope='module')
+def alone(tmp_path_factory):
+  """Seeds 0 and 1 of rope and alibi, each trained and evaluated on its own as a sweep's
+  points were before: train.py, then eval.py's evaluation."""
+  root = tmp_path_factory.mktemp('alone')
+  out = {}
+  for kind in ('rope', 'alibi'):
+    for seed in (0, 1):
+      config = tiny(kind)
+      config.seed = seed
+      workdir = str(root / f'{kind},seed={seed}')
+      loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
+      out[kind, seed] = outputs(workdir)
+  return out
+
+
+@pytest.mark.parametrize('kind', ['rope', 'alibi'])
+def test_each_vmapped_member_ends_where_its_run_alone_ends(alone, tmp_path, kind):
+  """Vmapped, the members' arithmetic is batched: equal to float rounding. (Stepped one by one
+  they run the very program of a run alone: test_an_interrupted_group_resumes_... .)"""
+  lasts = loop.train_seeds(tiny(kind), str(tmp_path / 'seed={seed}'), [0, 1],
+                           eval_splits=('validation',), vmapped=True)
+  assert [sorted(last) for last in lasts] == [['eval', 'train', 'validation']] * 2
+  for seed in (0, 1):
+    got = outputs(str(tmp_path / f'seed={seed}'))
+    assert_same(got, alone[kind, seed], rtol=1e-5)
+    with open(tmp_path / f'seed={seed}' / 'config.json', encoding='utf-8') as f:
+      assert json.load(f)['seed'] == seed
+  # The two seeds really differ (initialisation and data order).
+  assert alone[kind, 0]['train'][1] != alone[kind, 1]['train'][1]
+
+
+def test_the_evaluation_in_process_is_eval_pys(alone, tmp_path):
+  """`train.py --eval_splits` writes the eval_results.json that eval.py writes afterwards."""
+  workdir = str(tmp_path / 'rope,seed=0')
+  config = tiny('rope')
+  loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
+  with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
+    in_process = json.load(f)
+  subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}', '--splits=validation',
+                  '--out=again.json'], cwd=REPO, check=True, capture_output=True)  # Same devices.
+  with open(os.path.join(workdir, 'again.json'), encoding='utf-8') as f:
+    assert json.load(f) == in_process
+
+
+def test_an_interrupted_group_resumes_where_it_stopped(alone, tmp_path):
+  """Stepped one by one (the CPU's default), members run the program of a run alone: after a
+  stop and a resume each equals its run alone to the bit."""
+  template = str(tmp_path / 'seed={seed}')
+  lasts = loop.train_seeds(tiny('rope'), template, [0, 1], stop_at=3, vmapped=False)
+  assert all('eval' not in last for last in lasts)  # Not at its last step: no evaluation.
+  for seed in (0, 1):
+    assert checkpoint_lib.latest_step(os.path.join(template.format(seed=seed),
+                                                   'checkpoints')) == 3
+  loop.train_seeds(tiny('rope'), template, [0, 1], eval_splits=('validation',), vmapped=False)
+  for seed in (0, 1):
+    assert_same(outputs(template.format(seed=seed)), alone['rope', seed], rtol=0)
+
+
+def test_members_at_different_steps_are_trained_one_by_one(alone, tmp_path):
+  """A stop between the members' saves leaves them at different steps: each then resumes on
+  its own, and both end as their runs alone."""
+  template = str(tmp_path / 'seed={seed}')
+  loop.train_seeds(tiny('rope'), template, [0, 1], stop_at=3)
+  config = tiny('rope')
+  config.seed = 1
+  loop.train_and_evaluate(config, template.format(seed=1))  # Seed 1 goes on alone.
+  loop.train_seeds(tiny('rope'), template, [0, 1], eval_splits=('validation',))
+  for seed in (0, 1):
+    assert_same(outputs(template.format(seed=seed)), alone['rope', seed], rtol=1e-6)
+
+
+def test_a_member_that_diverges_is_named_and_the_others_finish(tmp_path, monkeypatch):
+  """Member 1's third step is made non-finite: it stops with its batch saved and its last
+  checkpoint kept; member 0 trains to the end and is evaluated; the error names member 1."""
+  split = members_lib.Members.split
+  calls = {'n': 0}
+
+  def poisoned(self, fetched):
+    out = split(self, fetched)
+    calls['n'] += 1
+    if calls['n'] == 3 and out[1] is not None:
+      out[1] = {**out[1], 'nonfinite': np.int32(1)}
+    return out
+  monkeypatch.setattr(members_lib.Members, 'split', poisoned)
+  template = str(tmp_path / 'seed={seed}')
+  with pytest.raises(reliability.MembersFailed, match=r"1 of 2 runs failed: .*seed=1: step 3: "
+                     r"the loss or gradient norm is not finite.*The others finished: .*seed=0"):
+    loop.train_seeds(tiny('rope'), template, [0, 1], eval_splits=('validation',))
+  zero, one = template.format(seed=0), template.format(seed=1)
+  assert os.path.exists(os.path.join(zero, 'eval_results.json'))
+  assert checkpoint_lib.latest_step(os.path.join(zero, 'checkpoints')) == STEPS
+  assert not os.path.exists(os.path.join(one, 'eval_results.json'))
+  assert os.path.exists(os.path.join(one, 'nonfinite_step_3.npz'))
+  assert checkpoint_lib.latest_step(os.path.join(one, 'checkpoints')) is None  # Step 3 unsaved.
+
+
+def test_a_member_whose_workdir_is_unusable_is_named_and_the_others_finish(tmp_path):
+  template = str(tmp_path / 'seed={seed}')
+  with open(template.format(seed=1), 'w', encoding='utf-8') as f:
+    f.write('not a directory')
+  with pytest.raises(reliability.MembersFailed, match=r'1 of 2 runs failed: .*seed=1: '
+                     r'--workdir=.* is a file.*The others finished: .*seed=0'):
+    loop.train_seeds(tiny('rope'), template, [0, 1], eval_splits=('validation',))
+  assert os.path.exists(os.path.join(template.format(seed=0), 'eval_results.json'))
+
+
+def test_bad_group_arguments_are_one_clear_error(tmp_path):
+  with pytest.raises(errors.ConfigError, match=r'each needs its own. Fix: put \{seed\}'):
+    loop.train_seeds(tiny(), str(tmp_path / 'shared'), [0, 1])
+  with pytest.raises(errors.ConfigError, match='distinct seeds'):
+    loop.train_seeds(tiny(), str(tmp_path / '{seed}'), [1, 1])
+  with pytest.raises(errors.ConfigError, match=r"'tset' is not a split"):
+    loop.train_seeds(tiny(), str(tmp_path / '{seed}'), [0, 1], eval_splits=('tset',))
+  assert not os.listdir(tmp_path)
+
+
+def test_a_sweep_groups_exactly_the_points_that_differ_only_in_their_seed():
+  sweep = sweeps.load('configs/sweeps/length.py:passkey,copy,rope,alibi')
+  groups = sweeps.seed_groups(sweep, sweep.points)
+  assert [g.name for g in groups] == ['passkey,rope,seed={seed}', 'passkey,alibi,seed={seed}',
+                                      'copy,rope,seed={seed}', 'copy,alibi,seed={seed}']
+  assert all([p.fields['seed'] for p in g.points] == [0, 1, 2] for g in groups)
+  context = sweeps.load('configs/sweeps/context_extension.py')  # Points that start from others.
+  assert all(len(g.points) == 1 for g in sweeps.seed_groups(context, context.points))
+
+
+def _cache_losses(tmp_path, name: str, flags: list[str], cache: bool) -> list[float]:
+  """The train losses of a 3-step copy run in its own process (the test's devices), sharing
+  tmp_path/cache as JAX's persistent compilation cache if `cache`."""
+  env = dict(os.environ)
+  if cache:
+    env.update(JAX_COMPILATION_CACHE_DIR=str(tmp_path / 'cache'),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0')
+  workdir = tmp_path / name
+  subprocess.run([sys.executable, 'train.py', '--config=configs/synthetic.py:copy',
+                  f'--workdir={workdir}', '--config.train.steps=3', '--config.model.d_model=32',
+                  '--config.train.batch_size=8', '--config.train.warmup_steps=1',
+                  '--config.train.log_every=1', '--config.data.seq_len=16'] + flags,
+                 cwd=REPO, env=env, check=True, capture_output=True)
+  return [r['loss'] for r in metrics.read_jsonl(str(workdir / 'metrics.jsonl'))
+          if r['split'] == 'train']
+
+
+def test_the_compilation_cache_serves_no_program_to_other_options(tmp_path):
+  """Two runs of the same shapes that differ in one option (RoPE's base, a constant of the
+  program), sharing the persistent cache as a sweep's children do: the second gets its own
+  program, and ends as it does with no cache."""
+  base = _cache_losses(tmp_path, 'base', [], cache=True)
+  other = ['--config.model.position.rope.base=500.0']
+  with_cache = _cache_losses(tmp_path, 'other', other, cache=True)
+  assert os.listdir(tmp_path / 'cache') and with_cache != base
+  assert with_cache == _cache_losses(tmp_path, 'other_alone', other, cache=False)
+
+
+@pytest.mark.slow
+def test_the_compilation_cache_serves_a_program_only_to_its_own_shapes_and_options(tmp_path):
+  variants = {'base': [], 'longer': ['--config.data.seq_len=24'],
+              'other_base': ['--config.model.position.rope.base=500.0']}
+  cached = {name: _cache_losses(tmp_path, name, flags, True) for name, flags in variants.items()}
+  cached['base_again'] = _cache_losses(tmp_path, 'base_again', [], True)  # Served from it.
+  assert cached['base_again'] == cached['base']
+  assert cached['longer'] != cached['base'] != cached['other_base']
+  for name, flags in variants.items():
+    assert _cache_losses(tmp_path, f'{name}_alone', flags, False) == cached[name], name
