@@ -151,7 +151,7 @@ def schema() -> dict:
           'attention_impl': Str(attention.IMPLEMENTATIONS, default='auto'),
           # Causal LM: the output layer and its loss this many sequence positions (of every
           # row) at a time (roformer/losses.py), never the whole [tokens, vocabulary] logits;
-          # 0: all at once.
+          # 0, or a chunk as long as the row or longer: all at once (tasks.chunks).
           'loss_chunk': Int(0, 2**20, default=32),
           # Causal self-attention (einsum path, no value term): queries in blocks of about this
           # many rows, each attending only to keys up to its last row, so blocks above the

@@ -1,7 +1,11 @@
 """Console logging for the entry points: the project's own lines at INFO, libraries quieter."""
 
+import collections
+import contextlib
 import logging
+import os
 import sys
+import time
 
 from absl import logging as absl_logging
 
@@ -11,6 +15,37 @@ def duration(seconds: float) -> str:
   seconds = int(max(seconds, 0))
   return f'{seconds // 3600}h{seconds // 60 % 60:02d}m' if seconds >= 3600 else (
       f'{seconds // 60}m{seconds % 60:02d}s')
+
+
+def process_age() -> float | None:
+  """Seconds since this process started (Linux /proc; None elsewhere): its start-up time, Python
+  and library imports included, when read at the start of a run."""
+  try:
+    with open('/proc/self/stat', encoding='ascii') as f:
+      started = int(f.read().rsplit(')', 1)[1].split()[19]) / os.sysconf('SC_CLK_TCK')
+    with open('/proc/uptime', encoding='ascii') as f:
+      return float(f.read().split()[0]) - started
+  except (OSError, ValueError, IndexError):
+    return None
+
+
+class Phases:
+  """Wall time per phase of a run (`with phases('steps'): ...`), for the line that says where a
+  run's time went."""
+
+  def __init__(self):
+    self.seconds = collections.Counter()
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.seconds[name] += time.perf_counter() - start
+
+  def line(self) -> str:
+    return ', '.join(f'{name} {seconds:.1f} s' for name, seconds in self.seconds.items())
 
 
 class _NoTraceback(logging.Filter):

@@ -90,10 +90,12 @@ def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None)
                              f'split. Fix: some of {",".join(pipeline.SPLITS)}.')
   _same_but_seed(configs)
   group = len(configs) > 1
+  startup, phases = logs.process_age(), logs.Phases()
   runs, failures = [], []  # failures: (workdir, why)
   for config, workdir in zip(configs, workdirs):
     try:
-      runs.append(resolve.for_training(config, workdir))
+      with phases('setup'):
+        runs.append(resolve.for_training(config, workdir))
     except errors.ConfigError as e:
       if not group:
         raise
@@ -107,11 +109,13 @@ def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None)
     while parts:
       part = parts.pop(0)
       try:
-        done = _train_group(part, stop_at, eval_splits, vmapped, group)
+        done = _train_group(part, stop_at, eval_splits, vmapped, group, phases)
       except _StepsDiffer:  # A newer checkpoint of one did not read back.
         parts = [[r] for r in part] + parts
         continue
       lasts.update({run.workdir: last for run, last in zip(part, done)})
+  log.info('Time: %s%s.', f'start-up {startup:.1f} s (to the first check), '
+           if startup is not None else '', phases.line())
   failures += [(w, last['failed']) for w, last in lasts.items() if last.get('failed')]
   if failures:
     if not group:
@@ -129,7 +133,8 @@ class _StepsDiffer(Exception):
   """The members of a group restored different steps."""
 
 
-def _train_group(runs, stop_at, eval_splits, vmapped, group: bool) -> list[dict]:
+def _train_group(runs, stop_at, eval_splits, vmapped, group: bool,
+                 phases: logs.Phases) -> list[dict]:
   """Trains `runs` together inside their workdir locks and the signal handlers."""
   for run in runs:
     os.makedirs(run.workdir, exist_ok=True)
@@ -140,7 +145,7 @@ def _train_group(runs, stop_at, eval_splits, vmapped, group: bool) -> list[dict]
     preempt = stack.enter_context(reliability.Preemption(
         runs[0].config.train.grace_period_s, multihost=jax.process_count() > 1))
     try:
-      return _train(runs, stop_at, preempt, stack, eval_splits, vmapped, group)
+      return _train(runs, stop_at, preempt, stack, eval_splits, vmapped, group, phases)
     except Exception as e:  # pylint: disable=broad-except  # Only storage failures, below.
       storage = errors.storage_problem(e)
       if storage is None or isinstance(e, errors.ConfigError):
@@ -226,9 +231,12 @@ def _diverged(member: _Member, step: int, path: str) -> str:
 
 
 def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.ExitStack,
-           eval_splits, vmapped, group: bool) -> list[dict]:
+           eval_splits, vmapped, group: bool, phases: logs.Phases) -> list[dict]:
   """The training loop of train_members, inside the workdir locks and signal handlers;
-  `stack` closes the checkpointers and the metrics writers if the loop raises."""
+  `stack` closes the checkpointers and the metrics writers if the loop raises. `phases` gets
+  the time of each part."""
+  setup = phases('setup')
+  setup.__enter__()
   config, mesh = runs[0].config, runs[0].mesh
   trainer = trainer_lib.Trainer(config, mesh)
   tc = config.train
@@ -273,6 +281,8 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
            f', {"vmapped" if group_states.vmapped else "one by one"}' if group else '')
   pending = []  # (step, host batches, device metrics) not yet fetched.
   alive = lambda: [i for i, m in enumerate(members) if not m.failed]
+  setup.__exit__(None, None, None)
+  loop_start, others = time.perf_counter(), sum(phases.seconds.values())
 
   def fetch() -> None:
     """The pending steps' metrics on the host, into each member's window; a non-finite step
@@ -325,6 +335,7 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
     if step == start + 1:  # Keep compilation out of the speed figures.
       jax.block_until_ready(metrics)
       t_log, step_log = time.perf_counter(), step
+      phases.seconds['compilation and first step'] += t_log - loop_start
     if jax.process_count() > 1 and step % tc.log_every == 0:  # Every host stops together.
       preempt.agree()
     saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
@@ -352,6 +363,7 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
       for i in alive():
         members[i].ckpt.save(step, group_states.state(i), members[i].iterator)
     t_log += time.perf_counter() - paused
+    phases.seconds['validation and checkpoints'] += time.perf_counter() - paused
     if step == stop_at:
       break
     if preempt.stop:
@@ -365,14 +377,20 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
       log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
                   'resume.', preempt.stop, step)
       break
-  for member in members:
-    member.ckpt.close()
-    if member.best is not None:
-      member.best.close()
-    member.writer.close()
+  jax.block_until_ready(group_states.state(0)['step'])
+  # The steps: the loop's time but for the other phases (and the logging inside it).
+  phases.seconds[f'{reached - start} steps'] += (
+      time.perf_counter() - loop_start - (sum(phases.seconds.values()) - others))
+  with phases('validation and checkpoints'):
+    for member in members:
+      member.ckpt.close()
+      if member.best is not None:
+        member.best.close()
+      member.writer.close()
   if eval_splits and reached == tc.steps and not preempt.stop:
-    for i in alive():
-      _evaluate_in_process(members[i], trainer, group_states.params(i), eval_splits)
+    with phases('evaluation'):
+      for i in alive():
+        _evaluate_in_process(members[i], trainer, group_states.params(i), eval_splits)
   for member in members:
     if member.failed:
       member.last['failed'] = member.failed

@@ -52,6 +52,7 @@ from roformer import flops as flops_lib
 from roformer import host_memory
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from roformer.data import synthetic
 from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
 
@@ -219,7 +220,8 @@ class Runner:
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len), mesh)
     self.state = self.trainer.init_state()
     start = time.perf_counter()
-    self.compiled = self.trainer.train_step.lower(self.state, self.batch).compile()
+    self.seed = np.int32(trainer_lib.dropout_seed(config))
+    self.compiled = self.trainer.train_step.lower(self.state, self.batch, self.seed).compile()
     self.compile_s = time.perf_counter() - start
     self.metrics = None
     self.times: list[float] = []  # Every timed step, in order.
@@ -231,7 +233,7 @@ class Runner:
 
   def warm(self, steps: int) -> None:
     for _ in range(steps):
-      self.state, self.metrics = self.compiled(self.state, self.batch)
+      self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
     jax.block_until_ready(self.state)
 
   def time(self, steps: int) -> list[float]:
@@ -240,7 +242,7 @@ class Runner:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
       start = time.perf_counter()
-      self.state, self.metrics = self.compiled(self.state, self.batch)
+      self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
       jax.block_until_ready((self.state, self.metrics))
       times.append(time.perf_counter() - start)
     self.faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
@@ -310,7 +312,10 @@ def main(argv):
   if _PRESET.value:
     apply_preset(config, _PRESET.value)
   kinds = _KINDS.value or [config.model.position.kind]
-  config.model.vocab_size = config.data.vocab_size  # No tokenizer here: the data's size.
+  # No tokenizer here: the data's size, or a synthetic task's vocabulary (it follows from the
+  # config).
+  config.model.vocab_size = (synthetic.Vocabulary(config.data.synthetic).vocab_size
+                             if synthetic.task_name(config.data) else config.data.vocab_size)
   rounds = _ROUNDS.value or min(5, _STEPS.value)
   try:
     config_schema.check(config)  # Before the mesh reads config.mesh.

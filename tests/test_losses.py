@@ -139,6 +139,27 @@ def test_the_causal_lm_task_with_a_chunked_loss_equals_the_whole_logits_one():
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
+def test_a_chunk_as_long_as_the_row_or_longer_computes_the_whole_logits():
+  """A chunk shorter than the row chunks; one as long or longer would be a loop of one step or
+  pad the row, so the task takes the whole-logits path: the very program of loss_chunk=0."""
+  assert [tasks.chunks(chunk, 16) for chunk in (0, 8, 15, 16, 32)] == [
+      False, True, True, False, False]
+  config = test_config.get_config('rope')
+  config.model.vocab_size = 64
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(5, 64, (2, 16)).astype(np.int32)
+  ones, positions = np.ones((2, 16), np.int32), np.arange(16, dtype=np.int32)[None].repeat(2, 0)
+  batch = {'inputs': tokens, 'targets': np.roll(tokens, -1, 1), 'inputs_segment_ids': ones,
+           'targets_segment_ids': ones, 'inputs_positions': positions,
+           'targets_positions': positions}
+  model = models.create(config.model, seed=0)
+  sums = {chunk: jax.jit(lambda b, chunk=chunk: tasks.LanguageModeling(loss_chunk=chunk).sums(
+      model, b))(batch) for chunk in (0, 16, 32)}
+  for chunk in (16, 32):
+    for name, value in sums[0].items():
+      assert np.asarray(sums[chunk][name]) == np.asarray(value), (chunk, name)
+
+
 def _loop_bodies(hlo: str) -> list[str]:
   """The text of every while loop's body computation in compiled HLO."""
   names = set(re.findall(r'while\(.*?body=%?([\w.\-]+)', hlo))
