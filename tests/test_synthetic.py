@@ -198,3 +198,42 @@ def test_copy_rows_too_short_for_min_length_are_refused():
   cfg.data.synthetic.min_length = 40
   with pytest.raises(errors.ConfigError, match='min_length'):
     config_lib.validate(cfg)
+
+
+@pytest.mark.parametrize('split,train,batch,shard', [
+    ('train', True, 8, (0, 1)), ('train', True, 4, (1, 2)), ('validation', False, 100, (0, 1)),
+    ('validation', False, 30, (1, 2))])
+def test_batches_are_grains_batches_of_the_same_rows_with_its_state(split, train, batch, shard):
+  """pipeline.synthetic_dataset builds batches itself (for speed): the same batches as grain's
+  MapDataset -> batch of the same rows (this process's share, a short last evaluation batch),
+  and the same iterator state, so a checkpoint of either resumes in the other."""
+  import grain  # pylint: disable=import-outside-toplevel
+  from roformer.data import pipeline  # pylint: disable=import-outside-toplevel
+  index, count = shard
+  cfg = options(eval_examples=250)
+  rows = synthetic.Source(synthetic.Split(cfg, 'associative_recall', split), 16, 3)
+  reference = iter(grain.MapDataset.source(rows)[index::count].to_iter_dataset().batch(
+      batch, drop_remainder=train))
+  make = lambda: iter(pipeline.synthetic_dataset(
+      synthetic.Split(cfg, 'associative_recall', split), seq_len=16, batch_size=batch, seed=3,
+      train=train, shard_index=index, shard_count=count))
+  ours, seen = make(), 0
+  for expected in reference:
+    got = next(ours)
+    assert sorted(got) == sorted(expected)
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
+    assert ours.get_state() == reference.get_state()
+    seen += 1
+    if train and seen == 5:
+      break
+  if not train:
+    assert seen == -(-len(range(index, 250, count)) // batch)
+    with pytest.raises(StopIteration):
+      next(ours)
+  resumed = make()
+  resumed.set_state({'next_index': batch})  # Grain's state after one batch.
+  reference = iter(grain.MapDataset.source(rows)[index::count].to_iter_dataset().batch(
+      batch, drop_remainder=train))
+  next(reference)
+  got, expected = next(resumed), next(reference)
+  assert all(np.array_equal(got[k], expected[k]) for k in expected)

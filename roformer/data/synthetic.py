@@ -22,6 +22,7 @@ with the special ids of `roformer.data.tokenizer`; `Vocabulary` has the tokenize
 """
 
 import dataclasses
+import types
 
 import numpy as np
 
@@ -57,11 +58,20 @@ class Vocabulary:
   def __init__(self, cfg):
     specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<n>']
     assert len(specials) == tokenizer_lib.NUM_SPECIAL
-    self.words = (specials + _WORDS + [str(d) for d in range(10)]
-                  + [f'k{i}' for i in range(cfg.num_keys)]
+    digits = [str(d) for d in range(10)]
+    self.words = (specials + _WORDS + digits + [f'k{i}' for i in range(cfg.num_keys)]
                   + [f'v{i}' for i in range(cfg.num_values)]
                   + [f's{i}' for i in range(cfg.num_symbols)])
     self.ids = {w: i for i, w in enumerate(self.words)}
+    # The id of digit d, key k, value v and symbol s is the first one's plus d, k, v or s.
+    self.digit0, self.key0 = self.ids['0'], self.ids['k0'] if cfg.num_keys else None
+    self.value0 = self.ids['v0'] if cfg.num_values else None
+    self.symbol0 = self.ids['s0'] if cfg.num_symbols else None
+    self.separator, self.query = self.ids[SEPARATOR], self.ids[QUERY]
+    self.filler = [self.encode(s) for s in FILLER]
+    self.question = self.encode(QUESTION)
+    before, after = KEY_SENTENCE.split('{key}', 1)[0], KEY_SENTENCE.split('{key}')[1:]
+    self.key_sentence = [self.encode(before)] + [self.encode(part) for part in after]
 
   @property
   def vocab_size(self) -> int:
@@ -125,9 +135,8 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
 def _passkey(rng, cfg, vocab: Vocabulary, length: int):
   """Token ids of one passkey row (length + 1 tokens), its answer span and depth bucket."""
   digits = rng.integers(0, 10, cfg.key_digits)
-  key = ' '.join(str(d) for d in digits)
   filler_count = length + 1 - passkey_fixed_tokens(cfg.key_digits)
-  cycle = [vocab.encode(s) for s in FILLER]
+  cycle = vocab.filler
   start = int(rng.integers(len(FILLER)))  # Where in the cycle of sentences the filler begins.
   sentences, total = [], 0
   while total < filler_count:
@@ -138,10 +147,12 @@ def _passkey(rng, cfg, vocab: Vocabulary, length: int):
   bounds = bounds[bounds <= filler_count]  # Sentence starts: the key goes between sentences.
   depth = rng.uniform()
   cut = int(bounds[np.searchsorted(bounds, depth * filler_count, side='right') - 1])
-  answer = vocab.encode(key)
-  tokens = np.concatenate([[tokenizer_lib.BOS_ID], filler[:cut],
-                           vocab.encode(KEY_SENTENCE.format(key=key)), filler[cut:],
-                           vocab.encode(QUESTION), answer, [tokenizer_lib.EOS_ID]])
+  answer = (vocab.digit0 + digits).astype(np.int32)
+  key_sentence = [vocab.key_sentence[0]]
+  for part in vocab.key_sentence[1:]:  # The sentence with the key's digits in each gap.
+    key_sentence += [answer, part]
+  tokens = np.concatenate([[tokenizer_lib.BOS_ID], filler[:cut]] + key_sentence + [
+      filler[cut:], vocab.question, answer, [tokenizer_lib.EOS_ID]])
   end = len(tokens) - 1
   actual = cut / max(filler_count, 1)
   return tokens, [(end - len(answer), end)], min(int(actual * cfg.depth_buckets),
@@ -153,21 +164,22 @@ def _associative_recall(rng, cfg, vocab: Vocabulary, length: int):
   keys = rng.choice(cfg.num_keys, pairs, replace=False)
   values = rng.integers(0, cfg.num_values, pairs)
   asked = rng.choice(pairs, cfg.num_queries, replace=False)
-  key_ids = np.asarray([vocab.ids[f'k{k}'] for k in keys])
-  value_ids = np.asarray([vocab.ids[f'v{v}'] for v in values])
-  tokens = [tokenizer_lib.BOS_ID] + list(np.stack([key_ids, value_ids], 1).reshape(-1))
-  spans = []
-  for q in asked:
-    tokens += [vocab.ids[QUERY], key_ids[q], value_ids[q]]
-    spans.append((len(tokens) - 1, len(tokens)))
-  return np.asarray(tokens + [tokenizer_lib.EOS_ID]), spans, 0
+  key_ids, value_ids = vocab.key0 + keys, vocab.value0 + values
+  queries = len(asked)
+  tokens = np.empty(2 + 2 * pairs + 3 * queries, np.int64)
+  tokens[0], tokens[-1] = tokenizer_lib.BOS_ID, tokenizer_lib.EOS_ID
+  tokens[1:1 + 2 * pairs:2], tokens[2:2 + 2 * pairs:2] = key_ids, value_ids
+  asking = tokens[1 + 2 * pairs:-1].reshape(queries, 3)  # `? key value` per query.
+  asking[:, 0], asking[:, 1], asking[:, 2] = vocab.query, key_ids[asked], value_ids[asked]
+  ends = 1 + 2 * pairs + 3 * np.arange(1, queries + 1)
+  return tokens, [(end - 1, end) for end in ends.tolist()], 0
 
 
 def _copy(rng, cfg, vocab: Vocabulary, length: int):
   count = int(rng.integers(cfg.min_length, (length - 2) // 2 + 1))
-  symbols = np.asarray([vocab.ids[f's{s}'] for s in rng.integers(0, cfg.num_symbols, count)])
+  symbols = vocab.symbol0 + rng.integers(0, cfg.num_symbols, count)
   second = symbols[::-1] if cfg.reverse else symbols
-  tokens = np.concatenate([[tokenizer_lib.BOS_ID], symbols, [vocab.ids[SEPARATOR]], second,
+  tokens = np.concatenate([[tokenizer_lib.BOS_ID], symbols, [vocab.separator], second,
                            [tokenizer_lib.EOS_ID]])
   return tokens, [(count + 2, 2 * count + 2)], 0
 
@@ -178,18 +190,17 @@ _GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, '
 def make_row(tokens, spans, bucket: int, length: int) -> dict:
   """The features of one row of `length` predictions from its token ids (at most length + 1,
   the rest padding) and the [start, end) token spans of the answers (scored as targets)."""
-  inputs = np.zeros(length, np.int32)
-  targets = np.zeros(length, np.int32)
+  ids = np.zeros((2, length), np.int32)  # inputs, targets
   n = len(tokens) - 1
-  inputs[:n], targets[:n] = tokens[:-1], tokens[1:]
+  ids[0, :n], ids[1, :n] = tokens[:-1], tokens[1:]
   weights = np.zeros(length, np.float32)
   for start, end in spans:  # Token t is the target of input t - 1.
     weights[start - 1:end - 1] = 1.0
-  segments = (np.arange(length) < n).astype(np.int32)
-  positions = np.where(segments > 0, np.arange(length), 0).astype(np.int32)
-  return {'inputs': inputs, 'targets': targets, 'inputs_positions': positions,
-          'targets_positions': positions, 'inputs_segment_ids': segments,
-          'targets_segment_ids': segments, 'weights': weights, 'bucket': np.int32(bucket)}
+  layout = np.zeros((2, length), np.int32)  # positions, segment ids
+  layout[0, :n], layout[1, :n] = np.arange(n), 1
+  return {'inputs': ids[0], 'targets': ids[1], 'inputs_positions': layout[0],
+          'targets_positions': layout[0], 'inputs_segment_ids': layout[1],
+          'targets_segment_ids': layout[1], 'weights': weights, 'bucket': np.int32(bucket)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +216,12 @@ class Source:
   (data seed, split, run seed (training rows only), i), never from any state."""
 
   def __init__(self, split: Split, length: int, run_seed: int = 0):
-    self.cfg, self.task, self.length = split.cfg, split.task, length
-    self.vocab = Vocabulary(split.cfg)
+    # The fields as a plain object: a ConfigDict's attribute lookups cost more than a row's
+    # arithmetic.
+    self.cfg = types.SimpleNamespace(**split.cfg.to_dict()) if hasattr(
+        split.cfg, 'to_dict') else split.cfg
+    self.task, self.length = split.task, length
+    self.vocab = Vocabulary(self.cfg)
     self.key = (int(split.cfg.seed), SPLIT_IDS[split.split]) + (
         (int(run_seed),) if split.split == 'train' else ())
     self.rows = TRAIN_ROWS if split.split == 'train' else int(split.cfg.eval_examples)
