@@ -41,22 +41,33 @@ from roformer import sweeps  # pylint: disable=wrong-import-position
 
 
 class Progress:
-  """Counts points and prints `[sweep] done/total ... ETA` lines (thread-safe)."""
+  """Counts points and prints `[sweep] done/total ... ETA` lines (thread-safe).
 
-  def __init__(self, total: int, parallel: int):
+  The ETA weighs each group by its work (`group_work`: a sweep's groups differ in steps and
+  shapes, and the longest run first): the seconds per unit of work of the groups finished so
+  far, times the work of the groups not finished, over the processes that share it."""
+
+  def __init__(self, total: int, parallel: int, work: dict[str, float] | None = None):
     self.total, self.parallel = total, parallel
     self.done, self.failed, self.skipped = 0, [], 0
-    self.durations = []
+    self.work_left = dict(work or {})  # Group name -> its work, until it ends.
+    self.timed_work = self.timed_seconds = 0.0  # Of the groups that trained here.
     self.running = set()
     self.lock = threading.Lock()
 
+  def ended(self, group: str, seconds: float | None = None) -> None:
+    """Group `group` ended (call under the lock); `seconds` if it ran here."""
+    work = self.work_left.pop(group, 0.0)
+    if seconds is not None and work > 0:
+      self.timed_work += work
+      self.timed_seconds += seconds
+
   def line(self) -> str:
-    finished = self.done + len(self.failed)
     eta = ''
-    if self.durations and finished < self.total:
-      left = self.total - finished
-      mean = sum(self.durations) / len(self.durations)
-      eta = f' | ETA {logs.duration(mean * left / min(self.parallel, left))}'
+    if self.timed_work > 0 and self.work_left:
+      per_work = self.timed_seconds / self.timed_work
+      processes = min(self.parallel, len(self.work_left))
+      eta = f' | ETA {logs.duration(per_work * sum(self.work_left.values()) / processes)}'
     running = f' | running {", ".join(sorted(self.running))}' if self.running else ''
     failed = f', {len(self.failed)} failed' if self.failed else ''
     return f'[sweep] {self.done}/{self.total} points done{failed}{running}{eta}'
@@ -77,6 +88,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
       if not finished[need].ok:
         with progress.lock:
           progress.failed.append(point.name)
+          progress.ended(group.name)
         progress.say(f'[sweep] SKIPPED {point.name}: it starts from {need}, which failed.')
         return False
   todo = {p.name: sweeps.stages(sweep, p, os.path.join(root, p.name), extra_train)
@@ -85,6 +97,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
     with progress.lock:
       progress.done += len(group.points)
       progress.skipped += len(group.points)
+      progress.ended(group.name)
     return True
   os.makedirs(os.path.join(root, 'logs'), exist_ok=True)
   log_path = os.path.join(root, 'logs', f'{group.name}.log')
@@ -123,7 +136,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
         progress.failed.append(point.name)
       else:
         progress.done += 1
-        progress.durations.append(elapsed / len(group.points))
+    progress.ended(group.name, elapsed)
   for point in group.points:
     if point.name in failures:
       progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: '
@@ -141,10 +154,8 @@ def default_parallel() -> int:
   return 1 if accelerator else max(1, os.cpu_count() or 1)
 
 
-def longest_first(sweep, groups) -> list:
-  """The groups in the order that ends a sweep soonest on N processes: the most work (steps x
-  batch x length x members) first, so that the last to start are short; groups that start from
-  another point keep their place after the ones they need."""
+def group_work(sweep, groups) -> dict[str, float]:
+  """Each group's work, in tokens trained: steps x batch x length x members."""
   base = config_args.load_file(sweep.config)
 
   def work(group) -> float:
@@ -152,9 +163,16 @@ def longest_first(sweep, groups) -> list:
     get = lambda key: fields.get(key, base[key.split('.')[0]][key.split('.')[1]])
     return float(get('train.steps')) * get('train.batch_size') * get('data.seq_len') * len(
         group.points)
+  return {g.name: work(g) for g in groups}
+
+
+def longest_first(groups, work: dict[str, float]) -> list:
+  """The groups in the order that ends a sweep soonest on N processes: the most work first, so
+  that the last to start are short; groups that start from another point keep their place
+  after the ones they need."""
   free = [g for g in groups if not any(p.needs for p in g.points)]
   bound = [g for g in groups if any(p.needs for p in g.points)]
-  return sorted(free, key=work, reverse=True) + bound
+  return sorted(free, key=lambda g: work[g.name], reverse=True) + bound
 
 
 def _last_line(path: str) -> str:
@@ -209,7 +227,8 @@ def main(argv=None) -> int:
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
   parallel = args.parallel or default_parallel()
-  groups = longest_first(sweep, groups)
+  work = group_work(sweep, groups)
+  groups = longest_first(groups, work)
   os.makedirs(root, exist_ok=True)
   # Runs of one shape compile the same programs: the children share JAX's persistent
   # compilation cache (keyed by the program and the compiler's options: another shape or
@@ -221,7 +240,7 @@ def main(argv=None) -> int:
                'points': {p.name: p.overrides for p in sweep.points},
                'overrides': sweep.overrides,
                'evals': sweep.evals}, f, indent=2, default=str)
-  progress = Progress(len(sweep.points), parallel)
+  progress = Progress(len(sweep.points), parallel, work)
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
                f' ({len(groups)} training processes, {parallel} at a time)')
   finished = {p.name: threading.Event() for p in sweep.points}

@@ -347,3 +347,28 @@ def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure
   assert '| copy | rows exact | 32 | 1 | a > b: 0.300 |' in text
   assert '| copy | answer tokens | 64 | 1 | a > b: 0.050 |' in text
   assert 'by task, measure and length: 2 pairs' in text
+
+
+def test_the_eta_weighs_the_groups_left_by_their_work():
+  """A group of work 1 took 10 s: the groups left (work 3 and 1) take 10 s per unit, on as
+  many processes as there are groups left, up to --parallel."""
+  progress = sweep_script.Progress(total=6, parallel=2, work={'a': 1.0, 'b': 3.0, 'c': 1.0,
+                                                              'd': 2.0})
+  assert 'ETA' not in progress.line()  # Nothing timed yet.
+  progress.ended('d')  # Finished before this sweep started: it sets no rate.
+  assert 'ETA' not in progress.line()
+  progress.ended('a', seconds=10.0)
+  assert progress.line().endswith('ETA 0m20s')  # (3 + 1) x 10 s over 2 processes.
+  progress.ended('c', seconds=30.0)  # Now 40 s for work 2: 20 s per unit, one group left.
+  assert progress.line().endswith('ETA 1m00s')
+  progress.ended('b', seconds=1.0)
+  assert 'ETA' not in progress.line()
+
+
+def test_the_longest_work_starts_first_and_points_that_need_others_come_after_them():
+  point = lambda name, needs=(): sweeps.Point(name, {}, {}, tuple(needs))
+  groups = [sweeps.Group('short', (point('short'),)),
+            sweeps.Group('after', (point('after', ['long']),)),
+            sweeps.Group('long', (point('long'),)), sweeps.Group('mid', (point('mid'),))]
+  order = sweep_script.longest_first(groups, {'short': 1, 'after': 9, 'long': 5, 'mid': 3})
+  assert [g.name for g in order] == ['long', 'mid', 'short', 'after']
