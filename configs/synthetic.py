@@ -39,9 +39,11 @@ def train_fields(task: str) -> dict:
 def get_config(arg: str = 'passkey'):
   parts = [p for p in (arg or 'passkey').split(',') if p]
   task, kinds = parts[0], parts[1:]
-  if task not in TASKS or len(kinds) > 1 or (kinds and kinds[0] not in positions.kinds()):
+  known = positions.kinds() + positions.combined_kinds()
+  if task not in TASKS or len(kinds) > 1 or (kinds and kinds[0] not in known):
     raise ValueError(f'configs/synthetic.py:{arg}: use a task {sorted(TASKS)} optionally '
-                     f'followed by one position kind {positions.kinds()}.')
+                     f'followed by one position kind {positions.kinds()} or a combination '
+                     f'such as rope+fox.')
   config = base.get_config()
   config.model.type = 'causal_lm'
   config.model.position.kind = kinds[0] if kinds else 'rope'

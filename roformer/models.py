@@ -152,7 +152,8 @@ class MultiHeadAttention(nnx.Module):
       k = jax.lax.dynamic_update_slice(cache['k'], k.astype(cache['k'].dtype), at)
       v = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
-      cache = {'k': k, 'v': v}
+      ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
+      cache = {'k': k, 'v': v, **({} if state is None else {'position': state})}
     if self.favor:
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
     q, k = position.rotate(q, k, pos, k_pos, ctx)
@@ -358,7 +359,7 @@ class Transformer(TiedEmbeddingModel):
     return x if cache is None else (x, cache)
 
   def init_cache(self, batch: int, max_len: int) -> dict:
-    return stack.empty_cache(batch, max_len, len(self.blocks), self.num_heads,
+    return stack.empty_cache(batch, max_len, self.blocks, self.num_heads,
                              self.d_model // self.num_heads, self.dtype)
 
   def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
@@ -497,7 +498,7 @@ class EncoderDecoder(TiedEmbeddingModel):
   def init_cache(self, memory, memory_segment_ids, max_len: int) -> dict:
     """A decoder cache for one source per row; it carries the encoder memory so that beam
     search reorders it with the keys and values."""
-    cache = stack.empty_cache(memory.shape[0], max_len, len(self.decoder_blocks),
+    cache = stack.empty_cache(memory.shape[0], max_len, self.decoder_blocks,
                               self.num_heads, self.d_model // self.num_heads, self.dtype)
     return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
 

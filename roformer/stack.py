@@ -92,13 +92,18 @@ def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str 
              'layers': new_layers}
 
 
-def empty_cache(batch: int, max_len: int, num_layers: int, num_heads: int, head_dim: int,
+def empty_cache(batch: int, max_len: int, blocks, num_heads: int, head_dim: int,
                 dtype) -> dict:
-  """An empty key/value cache for `max_len` slots (a plain pytree of arrays)."""
+  """An empty key/value cache for `max_len` slots of each of `blocks` (a plain pytree of
+  arrays): keys, values, and the state a block's position scheme keeps per slot, if any."""
   shape = (batch, max_len, num_heads, head_dim)
+  layers = []
+  for block in blocks:
+    layer = {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
+    state = block.position.cache_state(batch, max_len)
+    layers.append(layer if state is None else {**layer, 'position': state})
   return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),
-          'layers': [{'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(shape, dtype)}
-                     for _ in range(num_layers)]}
+          'layers': layers}
 
 
 def cache_mask(tokens, cache, *, q_segments=None):

@@ -3,6 +3,7 @@ to end in the heavier per-kind checks (every scheme's math is checked on its own
 test_positions/test_schemes, and every kind trains at a tiny size in
 test_scheme_interface.py); `python -m pytest -m slow` runs the heavier checks for the others as well."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -39,14 +40,16 @@ class View:
   """Layer i's position module with the stack's shared arrays bound, so that a test calls its
   hooks as the attention does, on hand-made queries and keys."""
 
-  def __init__(self, module, shared):
-    self.module, self.shared = module, shared
+  def __init__(self, module, shared, d_model):
+    self.module, self.shared, self.d_model = module, shared, d_model
 
   def __getattr__(self, name):  # Its parameters and constants.
     return getattr(self.module, name)
 
   def _ctx(self, positions):
-    return self.module.prepare(None, positions, self.shared)
+    """The layer's context for a fixed random input (schemes that read it: FoX's gates)."""
+    x = jax.random.normal(jax.random.key(0), positions.shape + (self.d_model,))
+    return self.module.prepare(x, positions, self.shared)
 
   def layer_input(self, x, positions):
     return self.module.layer_input(x, positions, self.shared)
@@ -70,6 +73,7 @@ class Built(nnx.Module):
   def __init__(self, model_cfg, *, causal, rngs):
     positions.validate(model_cfg, 0, causal)
     cls = positions.scheme(model_cfg.position.kind)
+    self.d_model = model_cfg.d_model
     self.shared = cls.Shared(model_cfg, causal=causal, rngs=rngs)
     self.layers = nnx.List([cls.Layer(model_cfg, causal=causal, rngs=rngs)
                             for _ in range(model_cfg.num_layers)])
@@ -78,7 +82,7 @@ class Built(nnx.Module):
     return self.shared.embed(x, positions_)
 
   def for_layer(self, index: int) -> View:
-    return View(self.layers[index], self.shared())
+    return View(self.layers[index], self.shared(), self.d_model)
 
   def rotate(self, q, k, q_pos, k_pos):  # Schemes without per-layer parameters: layer 0's.
     return self.for_layer(0).rotate(q, k, q_pos, k_pos)

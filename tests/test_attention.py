@@ -12,7 +12,7 @@ from roformer import models
 from roformer import sharding
 
 KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
-         'fire', 'cope']
+         'fire', 'cope', 'fox', 'rope+fox']
 NO_VALUE_TERM = [k for k in KINDS if k != 'shaw']
 
 

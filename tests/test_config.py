@@ -178,7 +178,7 @@ def test_every_config_file_validates_and_declares_every_field():
   seen = 0
   for name, config in config_variants():
     config_schema.check(config)
-    if (config.model.position.kind in ('xpos', 'fire', 'cope')
+    if (positions.capabilities(config.model.position.kind).causal_only
         and config.model.type != 'causal_lm'):
       with pytest.raises(errors.ConfigError, match='causal attention only'):
         config_lib.validate(config)

@@ -18,7 +18,7 @@ from roformer import errors
 from roformer import models
 
 KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
-         'fire', 'cope']
+         'fire', 'cope', 'fox', 'rope+fox']
 
 
 def model_for(kind, num_layers=None, **rope):

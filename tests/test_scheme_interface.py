@@ -180,6 +180,12 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
   assert (layer.value_term(probs, POS, POS) is not None) == caps.value_term
   rotated, _ = layer.rotate(q, k, POS, POS)
   assert (not np.allclose(rotated, q)) == caps.rotary
+  if caps.bias_only:  # Only a bias: another kind may add it (kind 'A+B').
+    x = jnp.asarray(rng.normal(size=(2, 12, config.model.d_model)), jnp.float32)
+    assert caps.logits_term and not (caps.rotary or caps.value_term or caps.computes_logits)
+    np.testing.assert_array_equal(rotated, q)
+    np.testing.assert_array_equal(built.embed(x, POS), x)
+    np.testing.assert_array_equal(layer.layer_input(x, POS), x)
   model = kinds.visible_positions(models.create(config.model, seed=0))
   moved = not np.allclose(model(TOKENS, POS, SEG), model(TOKENS, 2 * POS, SEG), atol=1e-6)
   assert moved == caps.reads_positions

@@ -13,6 +13,7 @@ registers its kinds:
 | `relative`   | shaw, xl                                                       |
 | `bias`       | t5, alibi, kerple, fire                                        |
 | `contextual` | cope                                                           |
+| `forgetting` | fox (data-dependent forget gates)                              |
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.scheme` and the rest keep one address.
@@ -21,18 +22,20 @@ Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 from roformer.positions import absolute
 from roformer.positions import bias
 from roformer.positions import contextual
+from roformer.positions import forgetting
 from roformer.positions import relative
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, capabilities,
+from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, bias_kinds,
+                                     capabilities, capability_table, combine, combined_kinds,
                                      default_fields, field_specs, head_dim, kinds,
                                      legacy_param_path, register, relative_positions, scheme,
-                                     capability_table,
                                      scheme_fields, validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE
+from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
                                       xpos_decay)

@@ -25,6 +25,8 @@ The stack calls the hooks at fixed points; every hook defaults to the identity:
 | `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
 | `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | (none yet)             | replaces q.k/sqrt(d) itself     |
 | `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
+| `cache_state(batch, max_len)`                | Layer  | fox                    | its per-slot state in the cache |
+| `extend_cache(ctx, state, index)`            | Layer  | fox                    | the context over every slot     |
 
 (*) shaw, xl, t5, alibi, kerple, fire, cope. `prepare` receives the attention sublayer's input
 (after the LayerNorm in the pre-norm stack) and returns the per-layer context `ctx` that the
@@ -34,6 +36,11 @@ module returns. `logits_bias` also receives the attention mask (bool, broadcasta
 a query may see. Positions are always explicit integer arrays (they restart at 0 in every
 packed segment and start at the cache index when decoding); angles are computed in float32 and
 cast to the activation dtype only at the end.
+
+With a key/value cache, a scheme whose context is computed from the tokens (FoX's cumulative
+gates) keeps it per slot: `cache_state` allocates it with the cache (batch first, so that beam
+search reorders it with the keys), and `extend_cache` receives `prepare`'s context for the new
+tokens, writes them at slot `index` and returns the context over every slot with the new state.
 """
 
 import copy
@@ -62,6 +69,8 @@ class Capabilities:
     for the error): linear attention (FAVOR+) never forms the logits, so it cannot carry it.
   value_term: it adds to the attention output from the probabilities (einsum path only).
   computes_logits: its `logits` hook replaces q.k (einsum path only).
+  bias_only: it changes attention only through `logits_bias` (and `prepare`, `cache_state`,
+    `extend_cache`), so it can be added to another scheme: kind 'A+B' (see `scheme`).
   rotary: it rotates by RoPE's frequencies under config.model.position.rope, so RoPE's
     scalings (and their continuation checks) apply to it.
   feature_rotation: its `rotate_features` rotates FAVOR+'s random features (rope_mode
@@ -72,6 +81,7 @@ class Capabilities:
   logits_term: str = ''
   value_term: bool = False
   computes_logits: bool = False
+  bias_only: bool = False
   rotary: bool = False
   feature_rotation: bool = False
 
@@ -152,6 +162,18 @@ class Layer(nnx.Module):
     del probs, q_pos, k_pos, ctx
     return None
 
+  def cache_state(self, batch: int, max_len: int):
+    """What this layer keeps per cache slot besides keys and values (arrays with the batch
+    first), or None."""
+    del batch, max_len
+    return None
+
+  def extend_cache(self, ctx, state, index):
+    """Decoding: `ctx` is `prepare`'s context for the new tokens (at slots index..); returns the
+    context over every slot and the updated `state`."""
+    del index
+    return ctx, state
+
 
 class PositionScheme:
   """A registered kind: its options, checks, capabilities and modules (see the module
@@ -214,12 +236,124 @@ def kinds() -> list[str]:
 
 
 def scheme(kind: str) -> type[PositionScheme]:
-  """The registered description of `kind` (a ConfigError naming the choices if unknown)."""
-  if kind not in _REGISTRY:
-    raise errors.ConfigError(
-        f'config.model.position.kind={kind!r} is not a known position scheme. '
-        f'Fix: choose one of {kinds()}.')
-  return _REGISTRY[kind]
+  """The description of `kind`: a registered kind, or 'A+B', kind A with the bias of a
+  bias-only kind B added (`combine`). A ConfigError names the choices if unknown."""
+  if kind in _REGISTRY:
+    return _REGISTRY[kind]
+  if kind in combined_kinds():
+    first, second = kind.split('+')
+    return combine(_REGISTRY[first], _REGISTRY[second])
+  raise errors.ConfigError(
+      f'config.model.position.kind={kind!r} is not a known position scheme. '
+      f'Fix: choose one of {kinds()}, or A+B with B one of {bias_kinds()} (e.g. rope+fox).')
+
+
+def bias_kinds() -> list[str]:
+  """The kinds that change attention only by a bias, so that any other kind can add them."""
+  return [k for k in kinds() if _REGISTRY[k].capabilities.bias_only]
+
+
+def combined_kinds() -> list[str]:
+  """Every 'A+B': A a kind that is not bias-only (nor 'none': B alone is that), B bias-only."""
+  return [f'{a}+{b}' for a in kinds() if a != 'none' and not _REGISTRY[a].capabilities.bias_only
+          for b in bias_kinds()]
+
+
+_COMBINED: dict[tuple, type[PositionScheme]] = {}
+
+
+def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[PositionScheme]:
+  """Kind `first` with the bias of the bias-only kind `second` added to its logits: one
+  description, built from the two (their options, checks and capabilities), with modules that
+  hold one of each. This is how a multiplicative scheme (a rotation, or logits computed by the
+  scheme) takes an additive one, e.g. rope+fox, without a class per pair."""
+  if (first, second) in _COMBINED:
+    return _COMBINED[(first, second)]
+  a, b = first.capabilities, second.capabilities
+  assert b.bias_only and not a.bias_only, (first.kind, second.kind)
+
+  class CombinedShared(Shared):
+    def __init__(self, model_cfg, *, causal, rngs):
+      self.first = first.Shared(model_cfg, causal=causal, rngs=rngs)
+      self.second = second.Shared(model_cfg, causal=causal, rngs=rngs)
+
+    def embed(self, x, positions):
+      return self.first.embed(x, positions)
+
+    def __call__(self):
+      return (self.first(), self.second())
+
+  class CombinedLayer(Layer):
+    def __init__(self, model_cfg, *, causal, rngs):
+      self.first = first.Layer(model_cfg, causal=causal, rngs=rngs)
+      self.second = second.Layer(model_cfg, causal=causal, rngs=rngs)
+
+    def layer_input(self, x, positions, shared):
+      return self.first.layer_input(x, positions, shared[0])
+
+    def prepare(self, x, positions, shared):
+      return (self.first.prepare(x, positions, shared[0]),
+              self.second.prepare(x, positions, shared[1]))
+
+    def rotate(self, q, k, q_pos, k_pos, ctx):
+      return self.first.rotate(q, k, q_pos, k_pos, ctx[0])
+
+    def rotate_value(self, v, k_pos, ctx):
+      return self.first.rotate_value(v, k_pos, ctx[0])
+
+    def rotate_features(self, qf, kf, q_pos, k_pos, ctx):
+      return self.first.rotate_features(qf, kf, q_pos, k_pos, ctx[0])
+
+    def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
+      biases = [self.first.logits_bias(q, k, q_pos, k_pos, mask, ctx[0]),
+                self.second.logits_bias(q, k, q_pos, k_pos, mask, ctx[1])]
+      biases = [x for x in biases if x is not None]
+      return None if not biases else biases[0] if len(biases) == 1 else biases[0] + biases[1]
+
+    def logits(self, q, k, q_pos, k_pos, mask, ctx):
+      return (self.first.logits(q, k, q_pos, k_pos, mask, ctx[0])
+              + self.second.logits_bias(q, k, q_pos, k_pos, mask, ctx[1]))
+
+    def value_term(self, probs, q_pos, k_pos, ctx):
+      return self.first.value_term(probs, q_pos, k_pos, ctx[0])
+
+    def cache_state(self, batch, max_len):
+      states = (self.first.cache_state(batch, max_len), self.second.cache_state(batch, max_len))
+      return None if states[0] is None and states[1] is None else states
+
+    def extend_cache(self, ctx, state, index):
+      state = state or (None, None)
+      (ctx_a, a), (ctx_b, b) = (self.first.extend_cache(ctx[0], state[0], index),
+                                self.second.extend_cache(ctx[1], state[1], index))
+      return (ctx_a, ctx_b), (None if a is None and b is None else (a, b))
+
+  class Combined(PositionScheme):
+    options = {}
+    reads = tuple(first.fields()) + tuple(second.fields())
+    capabilities = Capabilities(
+        causal_only=a.causal_only or b.causal_only,
+        reads_positions=a.reads_positions or b.reads_positions,
+        logits_term='; '.join(t for t in (a.logits_term, b.logits_term) if t),
+        value_term=a.value_term, computes_logits=a.computes_logits, rotary=a.rotary,
+        feature_rotation=False)
+    causal_reason = first.causal_reason if a.causal_only else second.causal_reason
+    Shared = CombinedShared
+    Layer = CombinedLayer
+
+    @classmethod
+    def validate(cls, cfg, model_cfg, seq_len, causal):
+      first.validate(cfg, model_cfg, seq_len, causal)
+      second.validate(cfg, model_cfg, seq_len, causal)
+
+    @classmethod
+    def max_length(cls, cfg):
+      bounds = [n for n in (first.max_length(cfg), second.max_length(cfg)) if n is not None]
+      return min(bounds) if bounds else None
+
+  Combined.kind = f'{first.kind}+{second.kind}'
+  Combined.__name__ = Combined.__qualname__ = f'{first.__name__}Plus{second.__name__}'
+  _COMBINED[(first, second)] = Combined
+  return Combined
 
 
 def capabilities(kind: str) -> Capabilities:
@@ -236,6 +370,16 @@ def default_fields() -> dict:
   return fields
 
 
+class _KindSpec(specs.Str):
+  """config.model.position.kind: a registered kind or a combination, refused with the
+  registry's message (the kinds, and how combinations are formed) rather than every name."""
+
+  def check(self, value, name):
+    if isinstance(value, str):
+      scheme(value)
+    super().check(value, name)
+
+
 def field_specs() -> dict:
   """The spec of every field of config.model.position: `kind` and each registered scheme's
   options (an option without a spec becomes specs.Undeclared, which fails every check)."""
@@ -243,7 +387,7 @@ def field_specs() -> dict:
     return {k: declared(v, where) if isinstance(v, dict) else
             (v if isinstance(v, specs.Spec) else specs.Undeclared(v, where))
             for k, v in tree.items()}
-  fields = {'kind': specs.Str(choices=kinds, default=DEFAULT_KIND)}
+  fields = {'kind': _KindSpec(choices=lambda: kinds() + combined_kinds(), default=DEFAULT_KIND)}
   for cls in _REGISTRY.values():
     fields.update(declared(cls.options, f'{cls.__module__}.{cls.__name__}.options'))
   return fields
