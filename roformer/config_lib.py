@@ -158,6 +158,18 @@ def _validate_architecture(config) -> None:
 
 def _validate_attention(m) -> None:
   att = models.attention_config(m)
+  if att.kind == 'stick_breaking':
+    if m.type != 'causal_lm':
+      raise errors.ConfigError(
+          f"config.model.attention.kind='stick_breaking' is for causal LMs (each query breaks "
+          f"its stick over the keys before it), not model.type={m.type!r}. Fix: "
+          "--config.model.attention.kind=softmax.")
+    if m.attention_impl not in ('auto', 'einsum'):
+      raise errors.ConfigError(
+          f"config.model.attention.kind='stick_breaking' runs on the einsum path, not "
+          f"attention_impl={m.attention_impl!r} (jax.nn.dot_product_attention is a softmax). "
+          'Fix: --config.model.attention_impl=einsum (or auto).')
+    return
   if att.kind != 'favor':
     return
   if att.num_features % 2:

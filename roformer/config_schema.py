@@ -165,8 +165,12 @@ def schema() -> dict:
           'type_vocab_size': Int(0, 1024, default=0),  # > 0: token types (sentence A/B), BERT.
           'position': positions.field_specs(),  # The kind and every kind's own options.
           'attention': {
-              # 'softmax', or 'favor': FAVOR+ linear attention (Performer).
-              'kind': Str(('softmax', 'favor'), default='softmax'),
+              # 'softmax', 'favor': FAVOR+ linear attention (Performer), or 'stick_breaking'
+              # (Tan et al. 2025: sigmoid weights, each query's stick broken from its nearest key
+              # outwards; causal LMs, einsum path).
+              'kind': Str(('softmax', 'favor', 'stick_breaking'), default='softmax'),
+              # stick_breaking: a query may attend to its own token (the product then runs to it).
+              'attend_current': Bool(default=False),
               'num_features': Int(1, 2**16, default=256),  # FAVOR+ random features per head.
               'redraw_interval': Int(0, _STEPS, default=1000),  # Steps between redraws; 0: never.
               # RoPE with favor: rotate q and k, or the features (the paper's eq. 19).

@@ -114,11 +114,15 @@ class MultiHeadAttention(nnx.Module):
     self.num_heads = cfg.num_heads
     self.head_dim = d // cfg.num_heads
     caps = positions_lib.capabilities(cfg.position.kind)
-    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype,
-                                  einsum_only=caps.implementations == ('einsum',))
-    self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     att = attention_config(cfg)
     self.favor = att.kind == 'favor'
+    # Stick-breaking attention: sigmoid weights from the logits, on the einsum path.
+    self.stick_breaking = att.kind == 'stick_breaking'
+    self.attend_current = self.stick_breaking and att.attend_current
+    self.impl = attention.resolve(
+        cfg.attention_impl, dtype=dtype,
+        einsum_only=caps.implementations == ('einsum',) or self.stick_breaking)
+    self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.
     self.causal_block = cfg.causal_block if causal else 0
@@ -147,6 +151,7 @@ class MultiHeadAttention(nnx.Module):
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
     q, k, v = (sharding.constrain(t, ('batch', None, 'act_heads', None)) for t in (q, k, v))
     k_pos = pos
+    first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
     if cache is not None:
       at = (0, cache['index'], 0, 0)
       k = jax.lax.dynamic_update_slice(cache['k'], k.astype(cache['k'].dtype), at)
@@ -158,7 +163,18 @@ class MultiHeadAttention(nnx.Module):
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
     q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
-    if self.computes_logits:
+    if self.stick_breaking:
+      if self.computes_logits:
+        logits = position.logits(q, k, pos, k_pos, mask, ctx)
+      else:
+        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32
+                            ) * self.head_dim ** -0.5
+        bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
+        logits = logits if bias is None else logits + bias
+      out, probs = attention.stick_breaking_attend(
+          logits, v, mask, attend_current=self.attend_current,
+          query_slots=first_slot + jnp.arange(length))
+    elif self.computes_logits:
       logits = position.logits(q, k, pos, k_pos, mask, ctx)
       out, probs = attention.attend_logits(logits, v, mask)
     else:
