@@ -158,6 +158,10 @@ def _validate_architecture(config) -> None:
 
 def _validate_attention(m) -> None:
   att = models.attention_config(m)
+  if att.ssmax and att.kind != 'softmax':
+    raise errors.ConfigError(
+        f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "
+        'has none. Fix: --config.model.attention.ssmax=False, or attention.kind=softmax.')
   if att.kind == 'stick_breaking':
     if m.type != 'causal_lm':
       raise errors.ConfigError(

@@ -171,6 +171,13 @@ def schema() -> dict:
               'kind': Str(('softmax', 'favor', 'stick_breaking'), default='softmax'),
               # stick_breaking: a query may attend to its own token (the product then runs to it).
               'attend_current': Bool(default=False),
+              # RMSNorm of each head's queries and keys (a learned scale per dimension, shared by
+              # the heads), before any rotation.
+              'qk_norm': Bool(default=False),
+              # Scalable-Softmax (Nakanishi 2025): logits times s_h log n_i, n_i the keys query i
+              # sees, s_h learned per head from `ssmax_init` (the paper's 0.43).
+              'ssmax': Bool(default=False),
+              'ssmax_init': Float(0, 100, min_open=True, default=0.43),
               'num_features': Int(1, 2**16, default=256),  # FAVOR+ random features per head.
               'redraw_interval': Int(0, _STEPS, default=1000),  # Steps between redraws; 0: never.
               # RoPE with favor: rotate q and k, or the features (the paper's eq. 19).

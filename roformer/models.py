@@ -98,8 +98,25 @@ FEATURE_SEED = 1729
 
 
 def attention_config(cfg) -> ml_collections.ConfigDict:
-  """`config.model.attention` (softmax when absent, as in configs saved before it existed)."""
-  return cfg.get('attention') or ml_collections.ConfigDict({'kind': 'softmax'})
+  """`config.model.attention`, its declared defaults where a model config has none."""
+  if 'attention' in cfg:
+    return cfg.attention
+  from roformer import config_schema  # pylint: disable=import-outside-toplevel (a cycle)
+  return config_schema.default_config().model.attention
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
+  """x / rms(x) * scale over the last axis, in float32, returned in x's dtype."""
+  y = x.astype(jnp.float32)
+  y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
+  return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def ssmax_factor(scale: jax.Array, mask: jax.Array) -> jax.Array:
+  """Scalable-Softmax's factor s_h log n_i [batch or 1, heads, q_len]: n_i is the number of keys
+  query i may see (its row of the mask), s_h the head's learned scale."""
+  n = jnp.sum(mask, axis=-1, dtype=jnp.float32)  # [batch or 1, 1 or heads, q_len]
+  return scale.astype(jnp.float32)[None, :, None] * jnp.log(jnp.maximum(n, 1.0))
 
 
 class MultiHeadAttention(nnx.Module):
@@ -123,6 +140,14 @@ class MultiHeadAttention(nnx.Module):
         cfg.attention_impl, dtype=dtype,
         einsum_only=caps.implementations == ('einsum',) or self.stick_breaking)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
+    self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
+    if self.qk_norm:  # RMSNorm of each head's query and key, one scale shared by the heads.
+      self.q_scale, self.k_scale = (
+          variables.param(jnp.ones((self.head_dim,), jnp.float32), (None,), decay=False)
+          for _ in range(2))
+    if self.ssmax:  # Scalable-Softmax: logits times s_h log n, s_h learned per head.
+      self.ssmax_scale = variables.param(
+          jnp.full((cfg.num_heads,), att.ssmax_init, jnp.float32), (None,), decay=False)
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.
     self.causal_block = cfg.causal_block if causal else 0
@@ -150,6 +175,8 @@ class MultiHeadAttention(nnx.Module):
     ctx = position.prepare(x, pos, shared)
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
     q, k, v = (sharding.constrain(t, ('batch', None, 'act_heads', None)) for t in (q, k, v))
+    if self.qk_norm:  # Before the cache and any rotation: cached keys are normed keys.
+      q, k = rms_norm(q, self.q_scale[...]), rms_norm(k, self.k_scale[...])
     k_pos = pos
     first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
     if cache is not None:
@@ -176,9 +203,15 @@ class MultiHeadAttention(nnx.Module):
           query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits:
       logits = position.logits(q, k, pos, k_pos, mask, ctx)
+      if self.ssmax:
+        logits = logits * ssmax_factor(self.ssmax_scale[...], mask)[..., None]
       out, probs = attention.attend_logits(logits, v, mask)
     else:
       bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
+      if self.ssmax:  # (q.k + bias) s log n, with q scaled so that every kernel can run it.
+        factor = ssmax_factor(self.ssmax_scale[...], mask)
+        q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
+        bias = None if bias is None else bias * factor[..., None]
       out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
                                     return_probs=self.value_term,
                                     causal_block=self.causal_block if cache is None else 0)

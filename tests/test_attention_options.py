@@ -1,0 +1,97 @@
+"""Options any position scheme can take: QK-norm (attention.qk_norm) and Scalable-Softmax
+(attention.ssmax), each against its formula written out in float64, on every attention
+implementation, with the cache, and refused where they mean nothing."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import attention
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+
+
+def tiny(kind='alibi', impl='einsum', **att):
+  config = test_config.get_config(kind)
+  config.model.update(vocab_size=50, num_layers=1, attention_impl=impl)
+  config.data.vocab_size = 50
+  config.model.attention.update(att)
+  config_lib.validate(config)
+  return config
+
+
+def reference(attn, x, mask, alibi_bias, *, qk_norm, ssmax):
+  """One attention layer in float64: optional RMSNorm of each head's q and k (scale per
+  dimension), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i the visible keys,
+  softmax over the visible keys, values, output projection."""
+  heads, dim = attn.num_heads, attn.head_dim
+  b, length, _ = x.shape
+  qkv = np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64) + np.asarray(
+      attn.qkv.bias[...], np.float64)
+  q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
+  if qk_norm:
+    rms = lambda t: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6)
+    q = rms(q) * np.asarray(attn.q_scale[...], np.float64)
+    k = rms(k) * np.asarray(attn.k_scale[...], np.float64)
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + alibi_bias
+  mask = np.broadcast_to(np.asarray(mask), logits.shape)
+  if ssmax:
+    n = mask.sum(-1, keepdims=True)
+    logits = logits * np.asarray(attn.ssmax_scale[...], np.float64)[None, :, None, None] * np.log(
+        np.maximum(n, 1))
+  logits = np.where(mask, logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
+  return out @ np.asarray(attn.out.kernel[...], np.float64) + np.asarray(attn.out.bias[...])
+
+
+@pytest.mark.parametrize('impl', ['einsum', 'xla'])
+@pytest.mark.parametrize('qk_norm,ssmax', [(True, False), (False, True), (True, True)])
+def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
+  """ALiBi's bias (scaled with the logits under SSMax), packed segments of 5 and 7 tokens (so
+  n_i counts within the segment), per-head scales drawn at random."""
+  config = tiny('alibi', impl, qk_norm=qk_norm, ssmax=ssmax)
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  rng = np.random.default_rng(0)
+  if ssmax:
+    attn.ssmax_scale.value = jnp.asarray(rng.uniform(0.2, 2.0, attn.num_heads), jnp.float32)
+  if qk_norm:
+    attn.q_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, attn.head_dim), jnp.float32)
+    attn.k_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, attn.head_dim), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 12, config.model.d_model)), jnp.float32)
+  seg = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
+  pos = jnp.asarray([list(range(12)), list(range(5)) + list(range(7))], jnp.int32)
+  mask = attention.make_mask(seg, seg, causal=True)
+  out, _ = attn(x, mask, pos, layer)
+  q_stub = jnp.zeros((2, 12, attn.num_heads, attn.head_dim))
+  bias = np.asarray(layer.logits_bias(q_stub, q_stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
+  want = reference(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
+  np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+
+
+def test_the_cache_equals_the_full_pass_with_both_options():
+  config = tiny('rope', qk_norm=True, ssmax=True)
+  config.model.num_layers = 2
+  model = models.create(config.model, seed=3)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 10)))
+  pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
+  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+  cache, start = model.init_cache(2, 12), 0
+  for size in (4, 1, 5):
+    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
+    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
+    start += size
+
+
+@pytest.mark.parametrize('kind', ['favor', 'stick_breaking'])
+def test_ssmax_without_a_softmax_is_refused(kind):
+  config = test_config.get_config('none')
+  config.model.attention.update(kind=kind, ssmax=True)
+  with pytest.raises(errors.ConfigError, match='attention.ssmax'):
+    config_lib.validate(config)
