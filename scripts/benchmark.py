@@ -314,7 +314,8 @@ def main(argv):
   kinds = _KINDS.value or [config.model.position.kind]
   # No tokenizer here: the data's size, or a synthetic task's vocabulary (it follows from the
   # config).
-  config.model.vocab_size = (synthetic.Vocabulary(config.data.synthetic).vocab_size
+  config.model.vocab_size = (synthetic.Vocabulary(config.data.synthetic,
+                                                  synthetic.task_name(config.data)).vocab_size
                              if synthetic.task_name(config.data) else config.data.vocab_size)
   rounds = _ROUNDS.value or min(5, _STEPS.value)
   try:

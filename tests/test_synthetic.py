@@ -97,6 +97,48 @@ def test_copy_answer_is_the_sequence_again(reverse):
   assert len(counts) > 5 and max(counts) <= 31  # Lengths vary, up to what fits.
 
 
+@pytest.mark.parametrize('length', [4, 31, 64, 257])
+def test_flip_flop_scores_each_read_bit_and_it_is_the_last_written_bit(length):
+  """Replays each row's instructions word by word: it starts with a write, every scored target
+  is the bit after a `read` and equals the bit of the last `write` before it, every such bit
+  is scored, nothing else is, and a row fills its length."""
+  src = source('flip_flop', length=length)
+  kinds, reads = {}, 0
+  for i in range(40):
+    row = src[i]
+    real = row['inputs_segment_ids'] > 0
+    tokens = words(src.vocab, np.append(row['inputs'][real][:1], row['targets'][real]))
+    assert tokens[0] == '<bos>' and tokens[1] == 'write'
+    assert real.sum() in (length, length - 1)  # Only the final eos may not fit.
+    scored = np.flatnonzero(row['weights'] > 0) + 1  # Token index of each scored target.
+    expected, memory = [], None
+    for t in range(1, len(tokens) - 1, 2):
+      instruction, bit = tokens[t], tokens[t + 1]
+      if bit == '<eos>':
+        break
+      kinds[instruction] = kinds.get(instruction, 0) + 1
+      assert bit in ('0', '1')
+      if instruction == 'write':
+        memory = bit
+      elif instruction == 'read':
+        assert bit == memory
+        expected.append(t + 1)
+    assert scored.tolist() == expected
+    reads += len(expected)
+  if length >= 64:  # FFL(0.8): about 80% ignores, writes and reads alike.
+    total = sum(kinds.values())
+    assert 0.7 < kinds['ignore'] / total < 0.9 and reads > 0
+    assert set(kinds) == {'write', 'ignore', 'read'}
+
+
+def test_only_flip_flop_adds_its_instruction_words_to_the_vocabulary():
+  """The other tasks' ids (and so their models) are what they were without flip-flop."""
+  plain, flip = synthetic.Vocabulary(options()), synthetic.Vocabulary(options(), 'flip_flop')
+  assert flip.words[:plain.vocab_size] == plain.words
+  assert flip.words[plain.vocab_size:] == ['write', 'ignore', 'read']
+  assert synthetic.Vocabulary(options(), 'copy').words == plain.words
+
+
 @pytest.mark.parametrize('task', synthetic.TASKS)
 def test_rows_follow_from_the_seed_alone(task):
   a, b = source(task, 'train', run_seed=1), source(task, 'train', run_seed=1)

@@ -193,7 +193,7 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   task's fixed word vocabulary). A damaged cached model is named with its fix: delete it, and
   the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
-    return synthetic.Vocabulary(data_cfg.synthetic)
+    return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
   path = tokenizer_path(data_cfg, _builder(data_cfg))
   fix = (f"delete it (rm '{path}'); the next run trains it again from the same data (a run's "
          'workdir keeps its own copy)')

@@ -15,6 +15,10 @@ generator serves every evaluation length, so a model trained at L is scored on r
   followed by that key's value (the pairs fill the row, so longer rows hold more pairs).
 - `copy`: random symbols, a separator, then the same symbols (reversed with `reverse`); the
   number of symbols is drawn per row, up to what fits.
+- `flip_flop` (Liu et al. 2023, flip-flop language modelling): pairs of an instruction and a
+  bit, `write b`, `ignore b` or `read b`; the first is a write, each is `ignore` with
+  probability `flip_flop_ignore` (the paper's FFL(0.8) by default) and otherwise a write or a
+  read alike; the bit after `read` is the last written bit, and only those bits are scored.
 
 Tokens are words of a small fixed vocabulary (`Vocabulary`), one id per word, digit or symbol,
 with the special ids of `roformer.data.tokenizer`; `Vocabulary` has the tokenizer's interface
@@ -29,7 +33,7 @@ import numpy as np
 from roformer import errors
 from roformer.data import tokenizer as tokenizer_lib
 
-TASKS = ('passkey', 'associative_recall', 'copy')
+TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop')
 PREFIX = 'synthetic/'  # config.data.name = 'synthetic/TASK'.
 SPLIT_IDS = {'train': 0, 'validation': 1, 'test': 2}
 TRAIN_ROWS = 2**31 - 1  # Training rows are drawn without end (as many as steps ask for).
@@ -39,6 +43,8 @@ FILLER = ('The grass is green .', 'The sky is blue .', 'The sun is yellow .', 'H
 KEY_SENTENCE = 'The pass key is {key} . Remember it . {key} is the pass key .'
 QUESTION = 'What is the pass key ? The pass key is'
 SEPARATOR, QUERY = '=>', '?'
+# Flip-flop's instructions: words of its vocabulary only (the other tasks' ids stay as they were).
+FLIP_FLOP_WORDS = ('write', 'ignore', 'read')
 _WORDS = sorted({w for s in FILLER + (KEY_SENTENCE, QUESTION) for w in s.split()} - {'{key}'}
                 | {SEPARATOR, QUERY})
 
@@ -51,23 +57,26 @@ def task_name(data_cfg) -> str | None:
 
 class Vocabulary:
   """Word-level vocabulary of the synthetic tasks: the tokenizer's special ids, then words and
-  digits, then the keys, values and copy symbols the config asks for (k0.., v0.., s0..)."""
+  digits, then the keys, values and copy symbols the config asks for (k0.., v0.., s0..), then
+  flip-flop's instructions when `task` is flip_flop."""
 
   path = None  # Nothing to copy into a workdir: the vocabulary follows from the config.
 
-  def __init__(self, cfg):
+  def __init__(self, cfg, task: str | None = None):
     specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<n>']
     assert len(specials) == tokenizer_lib.NUM_SPECIAL
     digits = [str(d) for d in range(10)]
     self.words = (specials + _WORDS + digits + [f'k{i}' for i in range(cfg.num_keys)]
                   + [f'v{i}' for i in range(cfg.num_values)]
-                  + [f's{i}' for i in range(cfg.num_symbols)])
+                  + [f's{i}' for i in range(cfg.num_symbols)]
+                  + (list(FLIP_FLOP_WORDS) if task == 'flip_flop' else []))
     self.ids = {w: i for i, w in enumerate(self.words)}
     # The id of digit d, key k, value v and symbol s is the first one's plus d, k, v or s.
     self.digit0, self.key0 = self.ids['0'], self.ids['k0'] if cfg.num_keys else None
     self.value0 = self.ids['v0'] if cfg.num_values else None
     self.symbol0 = self.ids['s0'] if cfg.num_symbols else None
     self.separator, self.query = self.ids[SEPARATOR], self.ids[QUERY]
+    self.write = self.ids.get('write')  # write, ignore, read: consecutive ids.
     self.filler = [self.encode(s) for s in FILLER]
     self.question = self.encode(QUESTION)
     before, after = KEY_SENTENCE.split('{key}', 1)[0], KEY_SENTENCE.split('{key}')[1:]
@@ -127,6 +136,11 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
           f'config.data.seq_len={seq_len} cannot hold a copy of {where}.min_length='
           f'{cfg.min_length} symbols (2 x symbols + 3 tokens). Fix: --config.data.seq_len='
           f'{2 * cfg.min_length + 2} or more, or a smaller min_length.')
+  elif task == 'flip_flop':
+    if seq_len < 4:
+      raise errors.ConfigError(
+          f'config.data.seq_len={seq_len} cannot hold a flip-flop row with a write and a read '
+          '(bos and two pairs). Fix: --config.data.seq_len=4 or more.')
   else:
     raise errors.ConfigError(f"config.data.name='synthetic/{task}' names no synthetic task. "
                              f"Fix: 'synthetic/TASK' for a TASK in {TASKS}.")
@@ -184,7 +198,26 @@ def _copy(rng, cfg, vocab: Vocabulary, length: int):
   return tokens, [(count + 2, 2 * count + 2)], 0
 
 
-_GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, 'copy': _copy}
+def _flip_flop(rng, cfg, vocab: Vocabulary, length: int):
+  """[bos], (instruction, bit) pairs, [eos] when it fits: read bits copy the last write."""
+  pairs = length // 2
+  move = (1.0 - cfg.flip_flop_ignore) / 2
+  instructions = rng.choice(3, pairs, p=[move, cfg.flip_flop_ignore, move])  # write, ignore, read
+  instructions[0] = 0
+  bits = rng.integers(0, 2, pairs)
+  reads = np.flatnonzero(instructions == 2)
+  last_write = np.maximum.accumulate(np.where(instructions == 0, np.arange(pairs), 0))
+  bits[reads] = bits[last_write[reads]]
+  tokens = np.empty(1 + 2 * pairs, np.int64)
+  tokens[0] = tokenizer_lib.BOS_ID
+  tokens[1::2], tokens[2::2] = vocab.write + instructions, vocab.digit0 + bits
+  if len(tokens) <= length:
+    tokens = np.append(tokens, tokenizer_lib.EOS_ID)
+  return tokens, [(2 + 2 * r, 3 + 2 * r) for r in reads.tolist()], 0
+
+
+_GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, 'copy': _copy,
+               'flip_flop': _flip_flop}
 
 
 def make_row(tokens, spans, bucket: int, length: int) -> dict:
@@ -221,7 +254,7 @@ class Source:
     self.cfg = types.SimpleNamespace(**split.cfg.to_dict()) if hasattr(
         split.cfg, 'to_dict') else split.cfg
     self.task, self.length = split.task, length
-    self.vocab = Vocabulary(self.cfg)
+    self.vocab = Vocabulary(self.cfg, self.task)
     self.key = (int(split.cfg.seed), SPLIT_IDS[split.split]) + (
         (int(run_seed),) if split.split == 'train' else ())
     self.rows = TRAIN_ROWS if split.split == 'train' else int(split.cfg.eval_examples)
