@@ -179,17 +179,23 @@ def query_blocks(length: int, rows: int) -> list[tuple[int, int]]:
   return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _block_of(x: jax.Array | None, start: int, end: int) -> jax.Array | None:
-  """Rows start..end-1 and columns ..end-1 of a mask or bias [.., q_len, k_len]; an axis of
-  size 1 (broadcast) is kept whole."""
+def _block_of(x: jax.Array | None, start: int, end: int, first: int = 0) -> jax.Array | None:
+  """Rows start..end-1 and columns first..end-1 of a mask or bias [.., q_len, k_len]; an axis
+  of size 1 (broadcast) is kept whole."""
   if x is None:
     return None
   if x.shape[-2] != 1:
     x = x[..., start:end, :]
-  return x[..., :end] if x.shape[-1] != 1 else x
+  return x[..., first:end] if x.shape[-1] != 1 else x
 
 
-def causal_block_attention(q, k, v, mask, bias, rows: int):
+def window_mask(query_slots: jax.Array, k_len: int, window: int) -> jax.Array:
+  """[q_len, k_len]: True where key slot j is within the `window` slots ending at the query's
+  slot (i - window < j; the causal mask bounds j <= i)."""
+  return jnp.arange(k_len)[None, :] > query_slots[:, None] - window
+
+
+def causal_block_attention(q, k, v, mask, bias, rows: int, window: int = 0):
   """`blocked_softmax_attention` of a causal self-attention, without its blocks above the
   diagonal: the queries are split into n runs of at most `rows` rows (`query_blocks`) and each
   attends only to the keys up to its last row, so the [q_len, k_len] logits, weights and their
@@ -200,20 +206,26 @@ def causal_block_attention(q, k, v, mask, bias, rows: int):
   query's softmax runs over the same visible keys with the same logits and bias (sliced from the
   full ones; a bias that depends on the mask, CoPE's, is computed from the whole mask before).
   A query that sees no key at all (padding, segment id 0) is the one exception: its output,
-  an average of the values that no loss reads, covers the keys of its block instead of all."""
+  an average of the values that no loss reads, covers the keys of its block instead of all.
+
+  With a sliding `window` (the mask hides keys j <= i - window), each block also starts at the
+  first key its first row sees, so no key block wholly outside the window is computed."""
   if q.shape[1] != k.shape[1]:
     raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
                      f'{k.shape[1]}).')
-  out = [blocked_softmax_attention(q[:, start:end], k[:, :end], v[:, :end],
-                                   _block_of(mask, start, end), _block_of(bias, start, end))
-         for start, end in query_blocks(q.shape[1], rows)]
+  out = []
+  for start, end in query_blocks(q.shape[1], rows):
+    first = max(0, start - window + 1) if window else 0
+    out.append(blocked_softmax_attention(
+        q[:, start:end], k[:, first:end], v[:, first:end], _block_of(mask, start, end, first),
+        _block_of(bias, start, end, first)))
   return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
            bias: jax.Array | None = None, scale: float | None = None,
-           impl: str = 'einsum', return_probs: bool = True, causal_block: int = 0
-           ) -> tuple[jax.Array, jax.Array | None]:
+           impl: str = 'einsum', return_probs: bool = True, causal_block: int = 0,
+           window: int = 0) -> tuple[jax.Array, jax.Array | None]:
   """Scaled dot-product attention.
 
   Args:
@@ -228,6 +240,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     causal_block: > 0, for the einsum path without probabilities: the mask is causal by
       sequence index (q_len == k_len, no cache), so `causal_block_attention` skips the blocks
       above the diagonal, in query blocks of at most this many rows.
+    window: > 0 with causal_block: the mask also hides keys j <= i - window (a sliding window),
+      so the blocks skip the keys before their window too.
   Returns:
     (output [batch, q_len, heads, head_dim], probabilities [batch, heads, q_len, k_len] for the
     einsum path with return_probs, None otherwise). Fully masked rows average the values
@@ -239,7 +253,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     q = q * jnp.asarray(scale, q.dtype)
     if not return_probs:
       if 0 < causal_block < q.shape[1]:
-        return causal_block_attention(q, k, v, mask, bias, causal_block), None
+        return causal_block_attention(q, k, v, mask, bias, causal_block, window), None
       return blocked_softmax_attention(q, k, v, mask, bias), None
     probs = softmax(_masked_logits(q, k, mask, bias)).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs

@@ -158,6 +158,21 @@ def _validate_architecture(config) -> None:
 
 def _validate_attention(m) -> None:
   att = models.attention_config(m)
+  windows = tuple(m.layer_windows)
+  if any(windows):
+    if m.type != 'causal_lm':
+      raise errors.ConfigError(
+          f'config.model.layer_windows={windows} slides a causal window; model.type='
+          f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')
+    if att.kind == 'favor':
+      raise errors.ConfigError(
+          f"config.model.layer_windows={windows} needs the attention mask, which FAVOR+ "
+          "(attention.kind='favor') never forms. Fix: softmax attention or no windows.")
+    if m.scan_layers and len(set(models.layer_window(m, i) for i in range(m.num_layers))) > 1:
+      raise errors.ConfigError(
+          f'config.model.layer_windows={windows} gives the layers different windows, so the '
+          'blocks differ and the stack cannot be scanned. Fix: '
+          '--config.model.scan_layers=False, or one window for every layer.')
   if att.ssmax and att.kind != 'softmax':
     raise errors.ConfigError(
         f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "

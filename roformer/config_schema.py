@@ -167,6 +167,10 @@ def schema() -> dict:
           'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),
           'type_vocab_size': Int(0, 1024, default=0),  # > 0: token types (sentence A/B), BERT.
           'position': positions.field_specs(),  # The kind and every kind's own options.
+          # Sliding-window attention per layer, cycled over the layers: layer i's query sees
+          # the last layer_windows[i % n] keys (itself included); 0: the whole causal context.
+          # E.g. (128, 0) alternates windowed and global layers. Causal LMs.
+          'layer_windows': Seq(Int(0, 2**24), default=()),
           'attention': {
               # 'softmax', 'favor': FAVOR+ linear attention (Performer), or 'stick_breaking'
               # (Tan et al. 2025: sigmoid weights, each query's stick broken from its nearest key

@@ -97,6 +97,13 @@ def residual(x, sublayer, norm: nnx.LayerNorm, post: bool, rate: float, key):
 FEATURE_SEED = 1729
 
 
+def layer_window(cfg, layer: int) -> int:
+  """Layer `layer`'s sliding window from `model.layer_windows` (cycled over the layers; 0 and
+  an empty pattern: the whole causal context)."""
+  windows = tuple(cfg.layer_windows) if 'layer_windows' in cfg else ()
+  return int(windows[layer % len(windows)]) if windows else 0
+
+
 def attention_config(cfg) -> ml_collections.ConfigDict:
   """`config.model.attention`, its declared defaults where a model config has none."""
   if 'attention' in cfg:
@@ -126,8 +133,9 @@ class MultiHeadAttention(nnx.Module):
   stack have one structure (`run_blocks` can scan them)."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs,
-               causal: bool = True):
+               causal: bool = True, window: int = 0):
     d = cfg.d_model
+    self.window = window  # > 0: query i sees keys i - window + 1 .. i (a sliding window).
     self.num_heads = cfg.num_heads
     self.head_dim = d // cfg.num_heads
     caps = positions_lib.capabilities(cfg.position.kind)
@@ -186,6 +194,9 @@ class MultiHeadAttention(nnx.Module):
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {'k': k, 'v': v, **({} if state is None else {'position': state})}
+    if self.window:
+      mask = mask & attention.window_mask(first_slot + jnp.arange(length), k.shape[1],
+                                          self.window)
     if self.favor:
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
     q, k = position.rotate(q, k, pos, k_pos, ctx)
@@ -214,7 +225,8 @@ class MultiHeadAttention(nnx.Module):
         bias = None if bias is None else bias * factor[..., None]
       out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
                                     return_probs=self.value_term,
-                                    causal_block=self.causal_block if cache is None else 0)
+                                    causal_block=self.causal_block if cache is None else 0,
+                                    window=self.window)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
     return self.out(out.reshape(b, length, -1)), cache
@@ -262,9 +274,9 @@ class Block(nnx.Module):
   """Transformer block: self-attention and MLP, each a residual branch with LayerNorm, and the
   layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
 
-  def __init__(self, cfg, *, dtype, rngs, causal: bool = True):
+  def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0):
     self.ln_attn = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal)
+    self.attn = MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal, window=window)
     self.ln_mlp = layer_norm(cfg, dtype=dtype, rngs=rngs)
     self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
@@ -379,8 +391,8 @@ class Transformer(TiedEmbeddingModel):
     self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=self.causal)
-                            for _ in range(cfg.num_layers)])
+    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=self.causal,
+                                  window=layer_window(cfg, i)) for i in range(cfg.num_layers)])
     if not self.post_norm:
       self.ln_final = layer_norm(cfg, dtype=dtype, rngs=rngs)
 
