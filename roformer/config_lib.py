@@ -64,7 +64,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config)
   if config.eval.scale_rope_to_length and (
-      not positions.capabilities(m.position.kind).rotary
+      not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):
     raise errors.ConfigError(
         'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each evaluation '
@@ -101,7 +101,7 @@ def _validate_lengths(config) -> None:
     if m.type != 'causal_lm':
       raise errors.ConfigError('config.train.random_positions is offered for the causal LM '
                                f'(model.type is {m.type!r}). Fix: set it to 0.')
-    if not positions.capabilities(m.position.kind).reads_positions:
+    if not positions.model_scheme(m).capabilities.reads_positions:
       raise errors.ConfigError(
           f'config.train.random_positions={top}, but position.kind={m.position.kind!r} reads '
           'no integer positions. Fix: set it to 0, or choose a scheme that reads positions.')
@@ -158,6 +158,24 @@ def _validate_architecture(config) -> None:
 
 def _validate_attention(m) -> None:
   att = models.attention_config(m)
+  pattern = tuple(m.layer_kinds)
+  if pattern:
+    positions.model_scheme(m)  # Each named kind exists (an error names its index).
+    if m.type != 'causal_lm':
+      raise errors.ConfigError(
+          f'config.model.layer_kinds={pattern} is offered for causal LMs (model.type is '
+          f'{m.type!r}). Fix: --config.model.layer_kinds=() and one position.kind.')
+    if m.scan_layers and len(set(pattern)) > 1:
+      raise errors.ConfigError(
+          f'config.model.layer_kinds={pattern} builds blocks of different kinds, which cannot '
+          'be scanned. Fix: --config.model.scan_layers=False.')
+    absolute = [k for k in pattern if positions.scheme(k).Shared.embed
+                is not positions.Shared.embed]
+    if absolute and len(set(pattern)) > 1:
+      raise errors.ConfigError(
+          f'config.model.layer_kinds={pattern} names {absolute[0]!r}, which adds its code to '
+          'the embeddings below every layer, not to a layer. Fix: per-layer kinds that act in '
+          'attention.')
   windows = tuple(m.layer_windows)
   if any(windows):
     if m.type != 'causal_lm':
@@ -197,8 +215,8 @@ def _validate_attention(m) -> None:
   if m.type == 'encoder_decoder':
     raise errors.ConfigError("config.model.attention.kind='favor' is offered for causal_lm, mlm "
                              "and classifier. Fix: use 'softmax' for encoder_decoder.")
-  kind = m.position.kind
-  caps = positions.capabilities(kind)
+  kind = positions.model_scheme(m).kind
+  caps = positions.model_scheme(m).capabilities
   if not caps.linear_attention:
     linear = [k for k in positions.kinds() if positions.capabilities(k).linear_attention]
     raise errors.ConfigError(

@@ -167,6 +167,10 @@ def schema() -> dict:
           'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),
           'type_vocab_size': Int(0, 1024, default=0),  # > 0: token types (sentence A/B), BERT.
           'position': positions.field_specs(),  # The kind and every kind's own options.
+          # Each layer's position kind, cycled over the layers, in place of position.kind
+          # (which is then unused): three RoPE layers then one without positions is Llama 4's
+          # iRoPE (docs/positions.md). Empty: every layer position.kind. Causal LMs.
+          'layer_kinds': Seq(Str(nonempty=True), default=()),
           # Sliding-window attention per layer, cycled over the layers: layer i's query sees
           # the last layer_windows[i % n] keys (itself included); 0: the whole causal context.
           # E.g. (128, 0) alternates windowed and global layers. Causal LMs.

@@ -164,7 +164,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   step, saved, splits = run.step, run.saved, run.splits
   scaling = config.model.position.rope.scaling
   classifying = tasks.per_example(config)
-  results = {'step': step, 'position': config.model.position.kind,
+  results = {'step': step, 'position': positions_lib.model_scheme(config.model).kind,
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'train_seq_len': config.data.seq_len,
              'overrides': config_lib.differences(saved, config), 'splits': {}}

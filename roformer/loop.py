@@ -28,6 +28,7 @@ from roformer import evaluate as evaluate_lib
 from roformer import logs
 from roformer import members as members_lib
 from roformer import metrics as metrics_lib
+from roformer import positions
 from roformer import reliability
 from roformer import resolve
 from roformer import trainer as trainer_lib
@@ -275,7 +276,7 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
       trainer, [trainer_lib.dropout_seed(m.run.config) for m in members], states, vmapped)
   del states
   log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d%s.',
-           config.model.type, trainer.num_params(), config.model.position.kind,
+           config.model.type, trainer.num_params(), positions.model_scheme(config.model).kind,
            dict(mesh.shape), tc.steps, start,
            f'; {len(members)} runs (seeds {", ".join(str(m.run.config.seed) for m in members)})'
            f', {"vmapped" if group_states.vmapped else "one by one"}' if group else '')

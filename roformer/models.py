@@ -9,6 +9,7 @@ Dropout is functional (an explicit key per call), so a train step stays a pure f
 inputs.
 """
 
+import copy
 import math
 
 import jax
@@ -341,7 +342,19 @@ class DecoderBlock(Block):
 
 def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shared:
   """The position scheme's stack-wide module (the config was checked before: resolve.py)."""
-  return positions_lib.scheme(cfg.position.kind).Shared(cfg, causal=causal, rngs=rngs)
+  return positions_lib.model_scheme(cfg).Shared(cfg, causal=causal, rngs=rngs)
+
+
+def layer_config(cfg, layer: int) -> ml_collections.ConfigDict:
+  """The model config that block `layer` is built from: `cfg` with its layer's position kind
+  (`model.layer_kinds`), or `cfg` itself."""
+  kind = positions_lib.layer_kinds(cfg)[layer]
+  if kind == cfg.position.kind:
+    return cfg
+  layer_cfg = copy.deepcopy(cfg)
+  with layer_cfg.unlocked():
+    layer_cfg.position.kind = kind
+  return layer_cfg
 
 
 class TiedEmbeddingModel(nnx.Module):
@@ -391,8 +404,9 @@ class Transformer(TiedEmbeddingModel):
     self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layer_norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([Block(cfg, dtype=dtype, rngs=rngs, causal=self.causal,
-                                  window=layer_window(cfg, i)) for i in range(cfg.num_layers)])
+    self.blocks = nnx.List([Block(layer_config(cfg, i), dtype=dtype, rngs=rngs,
+                                  causal=self.causal, window=layer_window(cfg, i))
+                            for i in range(cfg.num_layers)])
     if not self.post_norm:
       self.ln_final = layer_norm(cfg, dtype=dtype, rngs=rngs)
 

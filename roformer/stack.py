@@ -76,14 +76,17 @@ def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str 
         cache['positions'], positions.astype(jnp.int32), (0, cache['index']))
   new_layers = []
   policy = REMAT_POLICIES[remat]
+  per_layer = isinstance(shared, list)  # One value per block (positions.per_layer).
   for i, (block, k) in enumerate(zip(blocks, keys)):
+    block_shared = shared[i] if per_layer else shared
     layer_cache = None if cache is None else {
         **cache['layers'][i], 'index': cache['index'], 'positions': slot_positions}
     if remat != 'none' and cache is None:  # Training: recompute inside the backward pass.
-      x = nnx.remat(_block_output, policy=policy)(block, x, mask, positions, shared, k,
+      x = nnx.remat(_block_output, policy=policy)(block, x, mask, positions, block_shared, k,
                                                   jnp.int32(i), extra)
     else:
-      x, layer_cache = block(x, mask, positions, shared, k, layer_cache, layer=i, **extra)
+      x, layer_cache = block(x, mask, positions, block_shared, k, layer_cache, layer=i,
+                             **extra)
     x = sharding.constrain(x, ('batch', None, None))
     new_layers.append(layer_cache)
   if cache is None:

@@ -66,11 +66,12 @@ def prepare(config: ml_collections.ConfigDict) -> None:
   if config.model.type != 'causal_lm' or saved.model.type != 'causal_lm':
     return
   position = config.model.position
-  scaling = position.rope.scaling if positions_lib.capabilities(position.kind).rotary else None
+  rotary = positions_lib.model_scheme(config.model).capabilities.rotary
+  scaling = position.rope.scaling if rotary else None
   if scaling and scaling.kind in _STRETCHING and scaling.original_length < 1:
     with config.unlocked():
       scaling.original_length = saved.data.seq_len
-  longest = positions_lib.scheme(saved.model.position.kind).max_length(saved.model.position)
+  longest = positions_lib.model_scheme(saved.model).max_length(saved.model.position)
   if longest is not None and config.data.seq_len > longest:
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} has {saved.model.position.kind} positions, '
@@ -130,7 +131,7 @@ def _check_continuation(config, saved) -> None:
         f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.*, train.* '
         f'and {", ".join(allowed)} may change. Fix: set those --config.model fields to the '
         'source\'s values.')
-  if not positions_lib.capabilities(config.model.position.kind).rotary:
+  if not positions_lib.model_scheme(config.model).capabilities.rotary:
     return
   scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
   if scaling.kind not in _STRETCHING:

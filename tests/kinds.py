@@ -40,15 +40,17 @@ class View:
   """Layer i's position module with the stack's shared arrays bound, so that a test calls its
   hooks as the attention does, on hand-made queries and keys."""
 
-  def __init__(self, module, shared, d_model):
+  def __init__(self, module, shared, d_model=None):
     self.module, self.shared, self.d_model = module, shared, d_model
 
   def __getattr__(self, name):  # Its parameters and constants.
     return getattr(self.module, name)
 
   def _ctx(self, positions):
-    """The layer's context for a fixed random input (schemes that read it: FoX's gates)."""
-    x = jax.random.normal(jax.random.key(0), positions.shape + (self.d_model,))
+    """The layer's context for a fixed random input (schemes that read it: FoX's gates), or
+    for none when built without `d_model`."""
+    x = None if self.d_model is None else jax.random.normal(
+        jax.random.key(0), positions.shape + (self.d_model,))
     return self.module.prepare(x, positions, self.shared)
 
   def layer_input(self, x, positions):

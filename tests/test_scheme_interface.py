@@ -154,8 +154,8 @@ def test_the_capabilities_decide_the_config_checks():
         positions.validate(config.model, 32, causal=False)
     else:
       positions.validate(config.model, 32, causal=False)
-    config.model.attention = {'kind': 'favor', 'num_features': 16, 'chunk': 8,
-                              'redraw_interval': 0, 'rope_mode': 'qk'}
+    config.model.attention.update({'kind': 'favor', 'num_features': 16, 'chunk': 8,
+                                   'redraw_interval': 0, 'rope_mode': 'qk'})
     if caps.linear_attention:
       config_lib._validate_attention(config.model)  # pylint: disable=protected-access
     else:

@@ -30,8 +30,9 @@ from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinuso
 from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, bias_kinds,
                                      capabilities, capability_table, combine, combined_kinds,
                                      default_fields, field_specs, head_dim, kinds,
-                                     legacy_param_path, register, relative_positions, scheme,
-                                     scheme_fields, validate)
+                                     layer_kinds, legacy_param_path, model_scheme, per_layer,
+                                     register, relative_positions, scheme, scheme_fields,
+                                     validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE

@@ -235,17 +235,92 @@ def kinds() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def scheme(kind: str) -> type[PositionScheme]:
+def scheme(kind: str, field: str = 'config.model.position.kind') -> type[PositionScheme]:
   """The description of `kind`: a registered kind, or 'A+B', kind A with the bias of a
-  bias-only kind B added (`combine`). A ConfigError names the choices if unknown."""
+  bias-only kind B added (`combine`). A ConfigError naming `field` and the choices if
+  unknown."""
   if kind in _REGISTRY:
     return _REGISTRY[kind]
   if kind in combined_kinds():
     first, second = kind.split('+')
     return combine(_REGISTRY[first], _REGISTRY[second])
   raise errors.ConfigError(
-      f'config.model.position.kind={kind!r} is not a known position scheme. '
+      f'{field}={kind!r} is not a known position scheme. '
       f'Fix: choose one of {kinds()}, or A+B with B one of {bias_kinds()} (e.g. rope+fox).')
+
+
+def layer_kinds(model_cfg) -> tuple[str, ...]:
+  """Each layer's kind: `model.layer_kinds` cycled over the layers, or `model.position.kind`
+  for every layer when that pattern is empty."""
+  pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
+  if not pattern:
+    return (model_cfg.position.kind,) * model_cfg.num_layers
+  return tuple(pattern[i % len(pattern)] for i in range(model_cfg.num_layers))
+
+
+def model_scheme(model_cfg) -> type[PositionScheme]:
+  """The description of a model's positions: its kind's, or with `model.layer_kinds` one made
+  from the layers' kinds (`per_layer`)."""
+  pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
+  if not pattern:
+    return scheme(model_cfg.position.kind)
+  parts = {k: scheme(k, f'config.model.layer_kinds[{i}]') for i, k in enumerate(pattern)}
+  return per_layer(tuple(parts[k] for k in dict.fromkeys(layer_kinds(model_cfg))),
+                   ','.join(pattern))
+
+
+_PER_LAYER: dict[tuple, type[PositionScheme]] = {}
+
+
+def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
+  """The description of a stack whose layers use the kinds `parts` (a hybrid layout such as
+  three RoPE layers and one without positions): the union of their options and checks, the
+  capabilities any of them has (causal only if one is, FAVOR+ only if all can), and a `Shared`
+  module holding each kind's (its `__call__` returns one value per layer). Each block builds
+  its own kind's `Layer`; blocks of different kinds differ, so such a stack is not scanned."""
+  key = (parts, name)
+  if key in _PER_LAYER:
+    return _PER_LAYER[key]
+  caps = [p.capabilities for p in parts]
+
+  class LayerShared(Shared):
+    def __init__(self, model_cfg, *, causal, rngs):
+      self.kinds = list(layer_kinds(model_cfg))
+      self.parts = nnx.Dict({p.kind: p.Shared(model_cfg, causal=causal, rngs=rngs)
+                             for p in parts})
+
+    def __call__(self):
+      values = {kind: self.parts[kind]() for kind in dict.fromkeys(self.kinds)}
+      return [values[kind] for kind in self.kinds]
+
+  class PerLayer(PositionScheme):
+    options = {}
+    reads = tuple(dict.fromkeys(f for p in parts for f in p.fields()))
+    capabilities = Capabilities(
+        causal_only=any(c.causal_only for c in caps),
+        reads_positions=any(c.reads_positions for c in caps),
+        logits_term='; '.join(dict.fromkeys(c.logits_term for c in caps if c.logits_term)),
+        value_term=any(c.value_term for c in caps),
+        computes_logits=any(c.computes_logits for c in caps),
+        rotary=any(c.rotary for c in caps),
+        feature_rotation=all(c.feature_rotation or not c.rotary for c in caps) and any(
+            c.feature_rotation for c in caps))
+    causal_reason = '; '.join(p.causal_reason for p in parts if p.capabilities.causal_only)
+    Shared = LayerShared
+
+    @classmethod
+    def validate(cls, cfg, model_cfg, seq_len, causal):
+      for part in parts:
+        part.validate(cfg, model_cfg, seq_len, causal)
+
+    @classmethod
+    def max_length(cls, cfg):
+      bounds = [n for n in (p.max_length(cfg) for p in parts) if n is not None]
+      return min(bounds) if bounds else None
+
+  PerLayer.kind = name
+  _PER_LAYER[key] = PerLayer
+  return PerLayer
 
 
 def bias_kinds() -> list[str]:
@@ -410,8 +485,13 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
   its spec, options of other kinds left at their defaults, the direction against the declared
   capabilities, then the scheme's own checks."""
   cfg = model_cfg.position
-  kind = cfg.get('kind')
-  cls = scheme(kind)
+  pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
+  for i, layer_kind in enumerate(pattern):
+    scheme(layer_kind, f'config.model.layer_kinds[{i}]')
+  cls = model_scheme(model_cfg)
+  kind = cls.kind
+  field = (f'config.model.layer_kinds={pattern}' if pattern else
+           f'config.model.position.kind={kind!r}')
   used = set(cls.fields())
   for name, default in default_fields().items():
     if name in used or name not in cfg:
@@ -420,18 +500,18 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
     if _with_defaults(value, default) != default:
       raise errors.ConfigError(
           f'config.model.position.{name} is changed from its defaults but '
-          f'config.model.position.kind={kind!r} does not use it. Fix: set '
+          f'{field} does not use it. Fix: set '
           f'--config.model.position.kind={name}, or drop the {name} overrides.')
   specs.check_tree(cfg, field_specs(), 'config.model.position')
   if not causal and cls.capabilities.causal_only:
     raise errors.ConfigError(
-        f'config.model.position.kind={kind!r} is for causal attention only '
+        f'{field} is for causal attention only '
         f'({cls.causal_reason}). Fix: choose a kind that encoders can use: '
         f'{[k for k in kinds() if not capabilities(k).causal_only]}.')
   impl = model_cfg.attention_impl
   if impl != 'auto' and impl not in cls.capabilities.implementations:
     raise errors.ConfigError(
-        f'config.model.position.kind={kind!r} needs the attention probabilities or computes the '
+        f'{field} needs the attention probabilities or computes the '
         f'logits itself, which jax.nn.dot_product_attention (attention_impl={impl!r}) cannot do. '
         f'Fix: --config.model.attention_impl=einsum (or auto).')
   cls.validate(cfg, model_cfg, seq_len, causal)

@@ -1,0 +1,97 @@
+"""Hybrid layouts (config.model.layer_kinds): each layer built with its own position kind,
+cycled over the layers, the stack-wide modules passed to the layers of their kind, the cache,
+and the settings refused before compiling."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+from roformer import positions
+
+TOKENS = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 11)))
+POS = jnp.asarray([list(range(11)), list(range(4)) + list(range(7))])
+SEG = jnp.asarray([[1] * 11, [1] * 4 + [2] * 7])
+
+
+def tiny(pattern, num_layers, kind='rope', **model):
+  config = test_config.get_config(kind)
+  config.model.update(vocab_size=50, num_layers=num_layers, layer_kinds=pattern, **model)
+  config.data.vocab_size = 50
+  config_lib.validate(config)
+  return config
+
+
+def test_each_layer_is_built_with_its_kind_in_a_cycle():
+  """Llama 4's iRoPE over 5 layers: rope, rope, rope, none, rope (the pattern names each
+  layer's kind, so it cannot be read the other way round)."""
+  config = tiny(('rope', 'rope', 'rope', 'none'), 5)
+  model = models.create(config.model, seed=0)
+  assert positions.layer_kinds(config.model) == ('rope', 'rope', 'rope', 'none', 'rope')
+  built = [type(block.position) for block in model.blocks]
+  rope, none = positions.scheme('rope').Layer, positions.scheme('none').Layer
+  assert built == [rope, rope, rope, none, rope]
+  assert positions.model_scheme(config.model).capabilities.rotary
+
+
+@pytest.mark.parametrize('kind', ['alibi', 'xl', 't5'])
+def test_a_pattern_of_one_kind_is_that_kind(kind):
+  """Every layer of one kind through the pattern (the stack-wide module held per kind, its
+  value handed to each layer) gives the plain kind's outputs with the same parameters."""
+  plain = models.create(tiny((), 2, kind).model, seed=1)
+  hybrid = models.create(tiny((kind, kind), 2, kind).model, seed=1)
+  nnx.update(hybrid.position.parts[kind], nnx.state(plain.position))
+  nnx.update(hybrid.blocks, nnx.state(plain.blocks))
+  nnx.update(hybrid.embed, nnx.state(plain.embed))
+  np.testing.assert_allclose(hybrid(TOKENS, POS, SEG), plain(TOKENS, POS, SEG), atol=1e-6)
+
+
+def test_the_layers_of_a_mixed_pattern_each_get_their_own_kinds_arrays():
+  """xl then t5, both with stack-wide parameters: block i receives its own kind's arrays (xl's
+  u and v, then t5's shared table)."""
+  config = tiny(('xl', 't5'), 2)
+  config.model.position.t5.shared_across_layers = True
+  model = models.create(config.model, seed=2)
+  shared = model.position()
+  assert isinstance(shared, list) and len(shared) == 2
+  jax.tree.map(np.testing.assert_array_equal, shared[0], model.position.parts['xl']())
+  jax.tree.map(np.testing.assert_array_equal, shared[1], model.position.parts['t5']())
+  assert shared[1] is not None
+  assert np.isfinite(np.asarray(model(TOKENS, POS, SEG))).all()
+
+
+def test_the_cache_equals_the_full_pass_for_a_hybrid_with_windows():
+  """RNoPE-SWA: RoPE layers with a window of 3, NoPE layers global (and a third kind)."""
+  config = tiny(('rope', 'none', 'alibi'), 3, layer_windows=(3, 0, 4))
+  model = models.create(config.model, seed=3)
+  pos = jnp.broadcast_to(jnp.arange(11), (2, 11))
+  full = np.asarray(model(TOKENS, pos, jnp.ones_like(TOKENS)))
+  cache, start = model.init_cache(2, 16), 0
+  for size in (5, 1, 5):
+    logits, cache = model.decode(TOKENS[:, start:start + size], pos[:, start:start + size], cache)
+    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
+    start += size
+
+
+@pytest.mark.parametrize('change,match', [
+    ({'layer_kinds': ('rope', 'nope')}, r'config.model.layer_kinds\[1\]=.nope. is not a known'),
+    ({'type': 'mlm'}, 'offered for causal LMs'),
+    ({'scan_layers': True}, 'cannot be scanned'),
+    ({'layer_kinds': ('rope', 'sinusoidal')}, 'embeddings below every layer'),
+    ({'layer_kinds': ('rope', 'none'), 'position.t5.num_buckets': 8}, 'does not use it'),
+])
+def test_bad_patterns_are_refused_naming_the_field(change, match):
+  config = test_config.get_config('mlm') if 'type' in change else test_config.get_config()
+  config.model.layer_kinds = ('rope', 'none')
+  for key, value in change.items():
+    if key == 'position.t5.num_buckets':
+      config.model.position.t5.num_buckets = value
+    elif key != 'type':
+      config.model[key] = value
+  with pytest.raises(errors.ConfigError, match=match):
+    config_lib.validate(config)
