@@ -12,6 +12,8 @@ from flax import nnx
 from roformer import positions
 
 ALL = tuple(positions.kinds())
+# The registry's kinds and one combination of each bias-only kind with RoPE (kind 'A+B').
+WITH_COMBINED = ALL + tuple(f'rope+{b}' for b in positions.bias_kinds())
 FAST = ('rope',)
 
 

@@ -11,8 +11,7 @@ from roformer import attention
 from roformer import models
 from roformer import sharding
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
-         'fire', 'cope', 'fox', 'rope+fox']
+KINDS = kinds.WITH_COMBINED  # From the registry.
 NO_VALUE_TERM = [k for k in KINDS if k != 'shaw']
 
 

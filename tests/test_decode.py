@@ -17,8 +17,7 @@ from roformer import decode
 from roformer import errors
 from roformer import models
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'xpos', 'shaw', 'xl', 't5', 'alibi', 'kerple',
-         'fire', 'cope', 'fox', 'rope+fox']
+KINDS = kinds.WITH_COMBINED  # From the registry.
 
 
 def model_for(kind, num_layers=None, **rope):

@@ -12,7 +12,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import models
 
-KINDS = ['none', 'sinusoidal', 'learned', 'rope', 'shaw', 'xl', 't5', 'alibi', 'kerple']
+KINDS = kinds.with_capability('causal_only', False)  # Both stacks: encoders too.
 
 
 def model_for(kind):
