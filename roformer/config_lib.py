@@ -191,6 +191,16 @@ def _validate_attention(m) -> None:
           f'config.model.layer_windows={windows} gives the layers different windows, so the '
           'blocks differ and the stack cannot be scanned. Fix: '
           '--config.model.scan_layers=False, or one window for every layer.')
+  if att.nope_temperature:
+    caps = [positions.capabilities(k) for k in dict.fromkeys(positions.layer_kinds(m))]
+    plain = [c for c in caps if not (c.reads_positions or c.logits_term or c.rotary)]
+    if not plain or att.kind == 'favor':
+      why = 'FAVOR+ forms no logits' if plain else 'no layer is one'
+      raise errors.ConfigError(
+          'config.model.attention.nope_temperature scales the queries of layers without any '
+          f'position signal in softmax attention; here {why}. Fix: '
+          '--config.model.attention.nope_temperature=False, or give some layers no positions '
+          '(model.layer_kinds).')
   if att.ssmax and att.kind != 'softmax':
     raise errors.ConfigError(
         f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "

@@ -189,6 +189,12 @@ def schema() -> dict:
               # sees, s_h learned per head from `ssmax_init` (the paper's 0.43).
               'ssmax': Bool(default=False),
               'ssmax_init': Float(0, 100, min_open=True, default=0.43),
+              # Llama 4's attention temperature on the layers without positions (NoPE): their
+              # queries times 1 + scale log(floor((p + 1) / floor) + 1) at position p (1 below
+              # `floor`), so that attention sharpens with the distance it must cover.
+              'nope_temperature': Bool(default=False),
+              'nope_temperature_floor': Int(1, 2**30, default=8192),
+              'nope_temperature_scale': Float(0, 100, default=0.1),
               'num_features': Int(1, 2**16, default=256),  # FAVOR+ random features per head.
               'redraw_interval': Int(0, _STEPS, default=1000),  # Steps between redraws; 0: never.
               # RoPE with favor: rotate q and k, or the features (the paper's eq. 19).

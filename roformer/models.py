@@ -120,6 +120,13 @@ def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
   return (y * scale.astype(jnp.float32)).astype(x.dtype)
 
 
+def nope_temperature(positions: jax.Array, floor: int, scale: float) -> jax.Array:
+  """Llama 4's query temperature at integer `positions`: 1 + scale log(floor((p + 1) / floor)
+  + 1), float32 (exactly 1 below `floor`)."""
+  p = positions.astype(jnp.float32)
+  return 1.0 + scale * jnp.log(jnp.floor((p + 1.0) / floor) + 1.0)
+
+
 def ssmax_factor(scale: jax.Array, mask: jax.Array) -> jax.Array:
   """Scalable-Softmax's factor s_h log n_i [batch or 1, heads, q_len]: n_i is the number of keys
   query i may see (its row of the mask), s_h the head's learned scale."""
@@ -150,6 +157,10 @@ class MultiHeadAttention(nnx.Module):
         einsum_only=caps.implementations == ('einsum',) or self.stick_breaking)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
+    # Llama 4's temperature, on layers whose scheme gives no position signal at all.
+    no_positions = not (caps.reads_positions or caps.logits_term or caps.rotary)
+    self.temperature = ((att.nope_temperature_floor, att.nope_temperature_scale)
+                        if att.nope_temperature and no_positions else None)
     if self.qk_norm:  # RMSNorm of each head's query and key, one scale shared by the heads.
       self.q_scale, self.k_scale = (
           variables.param(jnp.ones((self.head_dim,), jnp.float32), (None,), decay=False)
@@ -202,6 +213,8 @@ class MultiHeadAttention(nnx.Module):
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
     q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
+    if self.temperature:
+      q = (q * nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(q.dtype)
     if self.stick_breaking:
       if self.computes_logits:
         logits = position.logits(q, k, pos, k_pos, mask, ctx)

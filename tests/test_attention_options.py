@@ -14,16 +14,16 @@ from roformer import errors
 from roformer import models
 
 
-def tiny(kind='alibi', impl='einsum', **att):
+def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
   config = test_config.get_config(kind)
-  config.model.update(vocab_size=50, num_layers=1, attention_impl=impl)
+  config.model.update(vocab_size=50, num_layers=1, attention_impl=impl, layer_kinds=layer_kinds)
   config.data.vocab_size = 50
   config.model.attention.update(att)
   config_lib.validate(config)
   return config
 
 
-def reference(attn, x, mask, alibi_bias, *, qk_norm, ssmax):
+def reference(attn, x, mask, alibi_bias, *, qk_norm, ssmax, query_factor=None):
   """One attention layer in float64: optional RMSNorm of each head's q and k (scale per
   dimension), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i the visible keys,
   softmax over the visible keys, values, output projection."""
@@ -36,6 +36,8 @@ def reference(attn, x, mask, alibi_bias, *, qk_norm, ssmax):
     rms = lambda t: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6)
     q = rms(q) * np.asarray(attn.q_scale[...], np.float64)
     k = rms(k) * np.asarray(attn.k_scale[...], np.float64)
+  if query_factor is not None:  # Per query position (Llama 4's temperature).
+    q = q * np.asarray(query_factor)[None, :, None, None]
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + alibi_bias
   mask = np.broadcast_to(np.asarray(mask), logits.shape)
   if ssmax:
@@ -95,3 +97,35 @@ def test_ssmax_without_a_softmax_is_refused(kind):
   config.model.attention.update(kind=kind, ssmax=True)
   with pytest.raises(errors.ConfigError, match='attention.ssmax'):
     config_lib.validate(config)
+
+
+def test_the_nope_temperature_against_hand_values():
+  got = np.asarray(models.nope_temperature(jnp.asarray([0, 8190, 8191, 16383, 24575]), 8192, 0.1))
+  np.testing.assert_allclose(got, [1.0, 1.0, 1 + 0.1 * np.log(2), 1 + 0.1 * np.log(3),
+                                   1 + 0.1 * np.log(4)], rtol=1e-6)
+
+
+def test_the_nope_temperature_scales_only_the_layers_without_positions():
+  """Llama 4's temperature (floor 4, scale 0.5 to show at these lengths): a layer without
+  positions is the formula with each query's logits times its temperature; a RoPE layer is
+  unchanged."""
+  config = tiny('none', nope_temperature=True, nope_temperature_floor=4,
+                nope_temperature_scale=0.5)
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(1, 12, config.model.d_model)), jnp.float32)
+  pos = jnp.arange(12)[None]
+  mask = attention.make_mask(jnp.ones((1, 12), jnp.int32), jnp.ones((1, 12), jnp.int32),
+                             causal=True)
+  out, _ = attn(x, mask, pos, layer)
+  factor = 1 + 0.5 * np.log(np.floor((np.arange(12) + 1) / 4) + 1)
+  want = reference(attn, x, mask, 0.0, qk_norm=False, ssmax=False, query_factor=factor)
+  np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  hybrid = test_config.get_config('rope')
+  hybrid.model.update(vocab_size=50, num_layers=2, layer_kinds=('rope', 'none'))
+  hybrid.model.attention.nope_temperature = True
+  config_lib.validate(hybrid)
+  blocks = models.create(hybrid.model, seed=0).blocks
+  assert [b.attn.temperature is not None for b in blocks] == [False, True]
+  with pytest.raises(errors.ConfigError, match='no layer is one'):
+    tiny('rope', nope_temperature=True)
