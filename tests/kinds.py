@@ -26,6 +26,21 @@ def with_capability(name: str, value=True) -> tuple[str, ...]:
   return tuple(k for k in ALL if bool(getattr(positions.capabilities(k), name)) == value)
 
 
+def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, atol=1e-4):
+  """Feeds `tokens` [batch, len] through the key/value cache in steps of `sizes` and checks
+  every step's logits against one full pass over the whole row (positions 0..len-1). Returns
+  the final cache."""
+  batch, length = tokens.shape
+  pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+  cache, start = model.init_cache(batch, max_len), 0
+  for size in sizes:
+    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
+    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=atol)
+    start += size
+  return cache
+
+
 def visible_positions(model, seed: int = 0):
   """`model` with CoPE's position embeddings drawn at random: they start at zero (as in the
   paper), where CoPE's bias vanishes and a test of it would pass without checking anything."""

@@ -2,8 +2,8 @@
 (attention.ssmax), each against its formula written out in float64, on every attention
 implementation, with the cache, and refused where they mean nothing."""
 
-import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -82,13 +82,7 @@ def test_the_cache_equals_the_full_pass_with_both_options():
   config.model.num_layers = 2
   model = models.create(config.model, seed=3)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 10)))
-  pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
-  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
-  cache, start = model.init_cache(2, 12), 0
-  for size in (4, 1, 5):
-    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
-    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
-    start += size
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 5), max_len=12)
 
 
 @pytest.mark.parametrize('kind', ['favor', 'stick_breaking'])

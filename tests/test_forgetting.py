@@ -4,6 +4,7 @@ attention against the same formula, the cache, and the config checks."""
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 from flax import nnx
@@ -101,16 +102,9 @@ def test_the_cache_continues_the_gates_sums_across_calls(kind):
   config = tiny(kind)
   config.model.position.fox.gate_bias_init = 0.5
   model = models.create(config.model, seed=4)
+  assert model.init_cache(2, 16)['layers'][0]['position'] is not None
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 12)))
-  pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
-  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
-  cache = model.init_cache(2, 16)
-  assert cache['layers'][0]['position'] is not None
-  start = 0
-  for size in (5, 1, 3, 3):
-    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
-    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
-    start += size
+  kinds.assert_decoding_equals_full_pass(model, tokens, (5, 1, 3, 3))
 
 
 def test_gates_that_never_close_give_the_scheme_without_fox():

@@ -4,6 +4,7 @@ and the settings refused before compiling."""
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 from flax import nnx
@@ -69,13 +70,7 @@ def test_the_cache_equals_the_full_pass_for_a_hybrid_with_windows():
   """RNoPE-SWA: RoPE layers with a window of 3, NoPE layers global (and a third kind)."""
   config = tiny(('rope', 'none', 'alibi'), 3, layer_windows=(3, 0, 4))
   model = models.create(config.model, seed=3)
-  pos = jnp.broadcast_to(jnp.arange(11), (2, 11))
-  full = np.asarray(model(TOKENS, pos, jnp.ones_like(TOKENS)))
-  cache, start = model.init_cache(2, 16), 0
-  for size in (5, 1, 5):
-    logits, cache = model.decode(TOKENS[:, start:start + size], pos[:, start:start + size], cache)
-    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
-    start += size
+  kinds.assert_decoding_equals_full_pass(model, TOKENS, (5, 1, 5))
 
 
 @pytest.mark.parametrize('change,match', [

@@ -4,6 +4,7 @@ the cache), and the checks that refuse it where it has no meaning."""
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -90,11 +91,7 @@ def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind
   changed = np.asarray(model(tokens.at[:, 7].set(4), pos, jnp.ones_like(tokens)))
   np.testing.assert_array_equal(changed[:, :7], full[:, :7])
   assert np.abs(changed[:, 7:] - full[:, 7:]).max() > 1e-4
-  cache, start = model.init_cache(2, 16), 0
-  for size in (4, 1, 3, 3):
-    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
-    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
-    start += size
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 3, 3))
 
 
 def test_the_layer_is_the_formula_on_its_own_logits():

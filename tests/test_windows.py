@@ -3,6 +3,7 @@ blocks it skips, the cache, and the settings refused before compiling."""
 
 import jax
 import jax.numpy as jnp
+import kinds
 import numpy as np
 import pytest
 
@@ -77,13 +78,7 @@ def test_windowed_causal_blocks_equal_the_whole_matrix_and_skip_the_keys_outside
 def test_the_cache_equals_the_full_pass_with_windows():
   model = models.create(tiny((3, 0, 2), num_layers=3).model, seed=2)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 11)))
-  pos = jnp.broadcast_to(jnp.arange(11), (2, 11))
-  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
-  cache, start = model.init_cache(2, 16), 0
-  for size in (4, 1, 1, 5):
-    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
-    np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=1e-4)
-    start += size
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 5))
   assert [b.attn.window for b in model.blocks] == [3, 0, 2]
 
 
