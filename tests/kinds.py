@@ -1,7 +1,12 @@
 """Position kinds for per-kind tests, taken from the registry. The default run covers RoPE end
 to end in the heavier per-kind checks (every scheme's math is checked on its own in
 test_positions/test_schemes, and every kind trains at a tiny size in
-test_scheme_interface.py); `python -m pytest -m slow` runs the heavier checks for the others as well."""
+test_scheme_interface.py); `python -m pytest -m slow` runs the heavier checks for the others as well.
+The structural checks that run for many kinds (no leak, packed rows, the cache, the attention
+implementations) run by default for one kind of each set of declared capabilities (`by_capabilities`),
+so that every combination of capabilities the registry holds is covered; the others under -m slow."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -17,13 +22,52 @@ WITH_COMBINED = ALL + tuple(f'rope+{b}' for b in positions.bias_kinds())
 FAST = ('rope',)
 
 
-def params(kinds=ALL):
-  return [k if k in FAST else pytest.param(k, marks=pytest.mark.slow) for k in kinds]
+def params(kinds=ALL, fast=FAST):
+  return [k if k in fast else pytest.param(k, marks=pytest.mark.slow) for k in kinds]
+
+
+def by_capabilities(kinds=WITH_COMBINED):
+  """`kinds` as parameters: the first of each set of equal capabilities runs by default, the
+  rest under -m slow."""
+  first = {}
+  for kind in kinds:
+    first.setdefault(dataclasses.astuple(positions.capabilities(kind)), kind)
+  return params(kinds, fast=tuple(first.values()))
 
 
 def with_capability(name: str, value=True) -> tuple[str, ...]:
   """The registered kinds whose capability `name` is `value` (truthy for a string)."""
   return tuple(k for k in ALL if bool(getattr(positions.capabilities(k), name)) == value)
+
+
+@nnx.jit
+def _full_pass(model, tokens, positions):
+  return model(tokens, positions, jnp.ones_like(tokens))
+
+
+@nnx.jit
+def _decode(model, tokens, positions, cache):  # Compiled: far faster than op by op.
+  return model.decode(tokens, positions, cache)
+
+
+@nnx.jit
+def _call(model, *args):
+  return model(*args)
+
+
+class Compiled:
+  """`model` called through one jitted function (a few compiled programs per test instead of
+  every operation dispatched and compiled on its own: several times faster at these sizes);
+  its attributes are the model's."""
+
+  def __init__(self, model):
+    self.model = model
+
+  def __call__(self, *args):
+    return _call(self.model, *args)
+
+  def __getattr__(self, name):
+    return getattr(self.model, name)
 
 
 def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, atol=1e-4):
@@ -32,10 +76,11 @@ def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, at
   the final cache."""
   batch, length = tokens.shape
   pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+  full = np.asarray(_full_pass(model, tokens, pos))
   cache, start = model.init_cache(batch, max_len), 0
   for size in sizes:
-    logits, cache = model.decode(tokens[:, start:start + size], pos[:, start:start + size], cache)
+    logits, cache = _decode(model, tokens[:, start:start + size], pos[:, start:start + size],
+                            cache)
     np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=atol)
     start += size
   return cache

@@ -19,7 +19,7 @@ def model_for(kind, impl='einsum'):
   cfg = test_config.get_config(kind).model
   cfg.vocab_size = 50
   cfg.attention_impl = impl
-  return kinds.visible_positions(models.create(cfg, seed=3))
+  return kinds.Compiled(kinds.visible_positions(models.create(cfg, seed=3)))
 
 
 def test_make_mask_against_hand_table():
@@ -34,7 +34,7 @@ def test_make_mask_against_hand_table():
   assert bidir[0, 1] and bidir[3, 2] and not bidir[1, 2] and not bidir[4].any()
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.by_capabilities(KINDS))
 def test_causal_lm_future_tokens_do_not_leak(kind):
   model = model_for(kind)
   rng = np.random.default_rng(0)
@@ -46,7 +46,7 @@ def test_causal_lm_future_tokens_do_not_leak(kind):
   assert np.abs(changed[0, 8:] - base[0, 8:]).max() > 1e-4  # The change is visible after.
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.by_capabilities(KINDS))
 def test_packed_documents_equal_separate_documents(kind):
   """Two documents packed into one row (positions restart, segment ids differ) give the same
   logits as each document alone: nothing crosses segments and positions are per document."""
@@ -63,7 +63,7 @@ def test_packed_documents_equal_separate_documents(kind):
   np.testing.assert_allclose(out[0, :5], alone_a[0], atol=1e-4)
 
 
-@pytest.mark.parametrize('kind', NO_VALUE_TERM)
+@pytest.mark.parametrize('kind', kinds.by_capabilities(NO_VALUE_TERM))
 def test_einsum_and_xla_attention_agree(kind):
   einsum_model, xla_model = model_for(kind, 'einsum'), model_for(kind, 'xla')
   rng = np.random.default_rng(2)

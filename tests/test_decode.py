@@ -45,7 +45,7 @@ def _decode(model, tokens, positions, cache):
   return model.decode(tokens, positions, cache)
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', kinds.by_capabilities(KINDS))
 def test_cached_logits_equal_full_forward(kind):
   """Prefill 4 tokens, then feed one token at a time: each step's logits equal the logits of
   a full forward pass over the whole prefix (positions from the cache index)."""

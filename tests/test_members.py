@@ -70,30 +70,42 @@ def assert_same(got: dict, want: dict, rtol: float) -> None:
   # a parameter whose exact gradient is zero (a key bias under softmax adds the same q . b to
   # every logit of a row) into steps of the learning rate: such a parameter may differ by up to
   # a step while everything the model computes agrees (the losses above).
+  # With rtol=0 (the same program), a parameter may still differ by a rounding step of its own
+  # float32 value: the embedding's gradient is a scatter-add, whose order of addition XLA:CPU
+  # does not promise.
   step = tiny().train.learning_rate if rtol else 0.0
   assert sorted(got['params']) == sorted(want['params'])
   for path, value in want['params'].items():
-    np.testing.assert_allclose(got['params'][path], value, rtol=rtol, atol=max(step, 1e-7),
-                               err_msg=path)
+    if rtol:
+      np.testing.assert_allclose(got['params'][path], value, rtol=rtol, atol=step, err_msg=path)
+    else:
+      np.testing.assert_array_max_ulp(got['params'][path], value, maxulp=2)
+
+
+class _Alone(dict):
+  """(kind, seed) -> the outputs of that point trained and evaluated on its own, as a sweep's
+  points were before (train.py, then eval.py's evaluation); each trained when first asked for."""
+
+  def __init__(self, root):
+    super().__init__()
+    self.root = root
+
+  def __missing__(self, key):
+    kind, seed = key
+    config = tiny(kind)
+    config.seed = seed
+    workdir = str(self.root / f'{kind},seed={seed}')
+    loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
+    self[key] = outputs(workdir)
+    return self[key]
 
 
 @pytest.fixture(scope='module')
 def alone(tmp_path_factory):
-  """Seeds 0 and 1 of rope and alibi, each trained and evaluated on its own as a sweep's
-  points were before: train.py, then eval.py's evaluation."""
-  root = tmp_path_factory.mktemp('alone')
-  out = {}
-  for kind in ('rope', 'alibi'):
-    for seed in (0, 1):
-      config = tiny(kind)
-      config.seed = seed
-      workdir = str(root / f'{kind},seed={seed}')
-      loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
-      out[kind, seed] = outputs(workdir)
-  return out
+  return _Alone(tmp_path_factory.mktemp('alone'))
 
 
-@pytest.mark.parametrize('kind', ['rope', 'alibi'])
+@pytest.mark.parametrize('kind', ['rope', pytest.param('alibi', marks=pytest.mark.slow)])
 def test_each_vmapped_member_ends_where_its_run_alone_ends(alone, tmp_path, kind):
   """Vmapped, the members' arithmetic is batched: equal to float rounding. (Stepped one by one
   they run the very program of a run alone: test_an_interrupted_group_resumes_... .)"""
@@ -124,7 +136,7 @@ def test_the_evaluation_in_process_is_eval_pys(alone, tmp_path):
 
 def test_an_interrupted_group_resumes_where_it_stopped(alone, tmp_path):
   """Stepped one by one (the CPU's default), members run the program of a run alone: after a
-  stop and a resume each equals its run alone to the bit."""
+  stop and a resume each equals its run alone, every metric to the bit."""
   template = str(tmp_path / 'seed={seed}')
   lasts = loop.train_seeds(tiny('rope'), template, [0, 1], stop_at=3, vmapped=False)
   assert all('eval' not in last for last in lasts)  # Not at its last step: no evaluation.
@@ -235,6 +247,7 @@ def _losses_alone(tmp_path, name: str, extra: list[str]) -> list[float]:
   return _losses(tmp_path / name)
 
 
+@pytest.mark.slow  # Two processes and one run here; the sweep test shares a cache by default.
 def test_the_compilation_cache_serves_no_program_to_other_options(tmp_path):
   """Two runs of the same shapes that differ in one option (RoPE's base, a constant of the
   program) share the persistent cache: the second gets its own program, and ends as it does

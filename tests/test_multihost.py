@@ -106,6 +106,7 @@ def _train_commands(workdir, data_dir, steps, checkpoint_every=100_000) -> list[
            f'--config.train.checkpoint_every={checkpoint_every}'] for i in range(2)]
 
 
+@pytest.mark.slow  # Two processes again: the test above trains two as one by default.
 def test_the_readme_launch_trains_one_run_on_two_processes(data_dir, tmp_path):
   """Both processes of README's multi-host command finish the same run: one metrics file (by
   process 0) with every step, both logging the same final loss, and a checkpoint holding each

@@ -188,6 +188,7 @@ def test_causal_favor_memory_is_linear_in_length_at_8192():
   assert large < softmax / 4, (large, softmax)
 
 
+@pytest.mark.slow  # A training run, a resume and an evaluation.
 def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_dir):
   cfg = test_config.get_config()
   cfg.data.data_dir = data_dir

@@ -186,7 +186,7 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
     np.testing.assert_array_equal(rotated, q)
     np.testing.assert_array_equal(built.embed(x, POS), x)
     np.testing.assert_array_equal(layer.layer_input(x, POS), x)
-  model = kinds.visible_positions(models.create(config.model, seed=0))
+  model = kinds.Compiled(kinds.visible_positions(models.create(config.model, seed=0)))
   moved = not np.allclose(model(TOKENS, POS, SEG), model(TOKENS, 2 * POS, SEG), atol=1e-6)
   assert moved == caps.reads_positions
 

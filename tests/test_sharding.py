@@ -75,6 +75,7 @@ def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
                          64 // (8 if tensor and not fsdp else 2 if tensor else 1))
 
 
+@pytest.mark.slow  # The causal LM's mixed mesh above runs by default.
 def test_masked_lm_gathers_per_device_and_trains_like_one_device():
   config = test_config.get_config('mlm')
   config.model.vocab_size = config.data.vocab_size = 64

@@ -294,10 +294,12 @@ def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
+@pytest.mark.slow  # test_context_extension.py continues a base by default.
 def test_context_extension_smoke_continues_the_base_and_reports_each_length(tmp_path,
                                                                              data_dir):
   spec = write_sweep(tmp_path, f"""
 from configs.sweeps import context_extension
+from configs.sweeps import frontier as frontier_sweep
 def get_sweep(arg=''):
   sweep = context_extension.get_sweep('smoke')
   sweep['overrides']['data.data_dir'] = {data_dir!r}
