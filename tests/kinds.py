@@ -127,6 +127,9 @@ class View:
   def logits_bias(self, q, k, q_pos, k_pos, mask=None):
     return self.module.logits_bias(q, k, q_pos, k_pos, mask, self._ctx(q_pos))
 
+  def logits(self, q, k, q_pos, k_pos, mask):
+    return self.module.logits(q, k, q_pos, k_pos, mask, self._ctx(q_pos))
+
   def value_term(self, probs, q_pos, k_pos):
     return self.module.value_term(probs, q_pos, k_pos, self._ctx(q_pos))
 

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
+from roformer import attention
 from roformer import config_lib
 from roformer import errors
 from roformer import models
@@ -166,7 +167,8 @@ def test_the_capabilities_decide_the_config_checks():
 @pytest.mark.parametrize('kind', kinds.ALL)
 def test_each_declared_capability_is_what_the_kind_does(kind):
   """The declarations against behaviour: a kind adds to the logits (logits_term) exactly when
-  its layers return a bias, has a value term exactly when they return one, rotates exactly when
+  its layers return a bias or compute the logits (`computes_logits`: then they differ from
+  q.k/sqrt(d)), has a value term exactly when they return one, rotates exactly when
   `rotary`, and its model's outputs change when the positions are doubled (every distance
   changes, the tokens and segments do not) exactly when it reads positions."""
   caps = positions.capabilities(kind)
@@ -175,7 +177,13 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
   layer = built.for_layer(0)
   rng = np.random.default_rng(5)
   q, k = (jnp.asarray(rng.normal(size=(2, 12, 4, 8)), jnp.float32) for _ in range(2))
-  assert (layer.logits_bias(q, k, POS, POS) is not None) == bool(caps.logits_term)
+  bias = layer.logits_bias(q, k, POS, POS)
+  assert (bias is not None or caps.computes_logits) == bool(caps.logits_term)
+  if caps.computes_logits:
+    mask = np.asarray(attention.make_mask(SEG, SEG, causal=True))
+    plain = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
+    own = np.asarray(layer.logits(q, k, POS, POS, jnp.asarray(mask)))
+    assert not np.allclose(np.broadcast_to(mask, own.shape) * (own - plain), 0.0, atol=1e-3)
   probs = jax.nn.softmax(jnp.asarray(rng.normal(size=(2, 4, 12, 12)), jnp.float32))
   assert (layer.value_term(probs, POS, POS) is not None) == caps.value_term
   rotated, _ = layer.rotate(q, k, POS, POS)

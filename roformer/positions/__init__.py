@@ -14,6 +14,7 @@ registers its kinds:
 | `bias`       | t5, alibi, kerple, fire                                        |
 | `contextual` | cope                                                           |
 | `forgetting` | fox (data-dependent forget gates)                              |
+| `householder`| path (data-dependent Householder transforms, PaTH)             |
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.scheme` and the rest keep one address.
@@ -23,6 +24,7 @@ from roformer.positions import absolute
 from roformer.positions import bias
 from roformer.positions import contextual
 from roformer.positions import forgetting
+from roformer.positions import householder
 from roformer.positions import relative
 from roformer.positions import rotary
 from roformer.positions import scaling
@@ -37,6 +39,7 @@ from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, 
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE
 from roformer.positions.forgetting import Forgetting, forgetting_bias
+from roformer.positions.householder import Path, path_logits, short_convolution
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
                                       xpos_decay)
