@@ -71,9 +71,11 @@ def load_module(path: str):
 
 
 def format_value(value) -> str:
-  """A value as `--config.a.b=VALUE` takes it."""
+  """A value as `--config.a.b=VALUE` takes it (strings inside a tuple quoted, as the tuple
+  parser needs them: ('a','b'))."""
   if isinstance(value, (list, tuple)):
-    return '(' + ','.join(format_value(v) for v in value) + (',)' if len(value) == 1 else ')')
+    items = [repr(v) if isinstance(v, str) else format_value(v) for v in value]
+    return '(' + ','.join(items) + (',)' if len(value) == 1 else ')')
   return str(value)
 
 

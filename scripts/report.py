@@ -118,11 +118,19 @@ def is_synthetic(point: dict) -> bool:
 
 
 def groups(points: list[dict]) -> dict:
-  """(scheme, options) -> its finished points (the seeds); unfinished ones are only listed."""
+  """(scheme, options) -> its finished points (the seeds); unfinished ones are only listed.
+  Where one scheme and options were trained for several step counts on one task (a training-
+  budget axis), the step count joins the options, so that each budget is its own line."""
+  budgets = {}
+  for p in points:
+    budgets.setdefault((p['scheme'], p['options'], p['task']), set()).add(p.get('steps'))
   out = {}
   for p in points:
     if p['status'] == 'done':
-      out.setdefault((p['scheme'], p['options']), []).append(p)
+      options = p['options']
+      if len(budgets[p['scheme'], options, p['task']]) > 1:
+        options = ', '.join(filter(None, (options, f'steps={p.get("steps")}')))
+      out.setdefault((p['scheme'], options), []).append(p)
   return out
 
 

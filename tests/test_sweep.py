@@ -12,9 +12,11 @@ import pytest
 
 from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
+from configs.sweeps import frontier as frontier_sweep
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
 from roformer import config_args
+from roformer import config_lib
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
@@ -54,6 +56,7 @@ def test_default_sweep_is_eleven_schemes_at_two_seeds():
 def test_names_values_and_commands(tmp_path):
   assert sweeps.format_value((1, 2, 4)) == '(1,2,4)'
   assert sweeps.format_value((8,)) == '(8,)'
+  assert sweeps.format_value(('rope', 'none')) == "('rope','none')"  # As the parser reads it.
   # Last components that clash keep enough of the path to tell them apart.
   keys = ['model.position.kind', 'model.attention.kind', 'seed']
   assert sweeps.point_name({'model.position.kind': 'rope', 'model.attention.kind': 'favor',
@@ -281,6 +284,35 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
     length_sweep.get_sweep('smoke,sorting')
 
 
+def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
+  """Every scheme on every task at three seeds, each point a config that passes the checks;
+  the budget axis trains five schemes at half, once and twice each task's steps."""
+  sweep = sweeps.load('configs/sweeps/frontier.py')
+  assert len(sweep.points) == 4 * 3 * len(frontier_sweep.SCHEMES)
+  assert {p.fields['data.name'] for p in sweep.points} == {
+      'synthetic/' + t for t in ('passkey', 'associative_recall', 'copy', 'flip_flop')}
+  for point in sweep.points[:len(sweep.points) // 3]:  # The first seed: every task and scheme.
+    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    config_lib.validate(config_args.load(sweep.config, flags))
+  swa = [p for p in sweep.points if p.name == 'copy,rnope_swa,seed=2'][0]
+  assert swa.fields['model.layer_windows'] == (8, 0)  # A quarter of copy's 32 tokens.
+  budget = sweeps.load('configs/sweeps/frontier.py:budget,passkey,path')
+  assert [(p.name, p.fields['train.steps']) for p in budget.points[:3]] == [
+      ('passkey,path,steps=0.5x,seed=0', 200), ('passkey,path,seed=0', 400),
+      ('passkey,path,steps=2x,seed=0', 800)]
+  assert len(sweeps.load('configs/sweeps/frontier.py:budget').points) == 5 * 2 * 3 * 3
+  with pytest.raises(ValueError, match='unknown parts'):
+    frontier_sweep.get_sweep('pathh')
+
+
+def test_report_gives_each_training_budget_of_a_scheme_its_own_line():
+  points = [{**_synthetic_point('a', seed, (0.5, 0.1), (0.9, 0.4)), 'steps': steps}
+            for seed in (0, 1) for steps in (200, 400)]
+  points.append({**_synthetic_point('b', 0, (0.5, 0.1), (0.9, 0.4)), 'steps': 400})
+  assert sorted(report.accuracy_table(points)['copy']) == ['a (steps=200)', 'a (steps=400)', 'b']
+
+
+@pytest.mark.slow  # The sweep run above and the report's tables from hand-made points by default.
 def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
   root = str(tmp_path / 'length')
   done = _run(['--sweep', 'configs/sweeps/length.py:smoke,passkey,rope', '--workdir', root])

@@ -1,0 +1,83 @@
+"""The position schemes of 2025 beside the earlier ones, on the synthetic length tasks: trained at
+one length and evaluated at 1x, 2x, 4x and 8x it, at three seeds (the sibling of length.py, with
+flip-flop as a fourth task).
+
+  python scripts/sweep.py --sweep configs/sweeps/frontier.py --workdir runs/frontier
+  python scripts/report.py runs/frontier
+  ...frontier.py:flip_flop,path,rope        # only those tasks / schemes
+  ...frontier.py:budget                     # the training-budget axis (0.5x, 1x, 2x the steps)
+  ...frontier.py:smoke                      # a tiny model for a few steps: a pipeline check
+
+Schemes (points are named TASK,SCHEME,seed=N, with `,steps=Kx` on the budget axis):
+- the data-dependent ones: `fox`, `rope+fox`, `path`, `path+fox` (position kinds), and
+  `stick_breaking` (attention.kind=stick_breaking with no other positions);
+- hybrid layouts over the two layers: `rnope` (a RoPE layer, then one without positions; Yang
+  et al. 2025) and `rnope_swa` (the RoPE layer with a sliding window of a quarter of the training
+  length, the other global);
+- the baselines they are compared with: `rope`, `none`, `alibi`, `xl`.
+The earlier schemes on passkey, associative recall and copy are in length.py's sweep (the same
+points, so their runs can be shared by pointing both sweeps at one workdir).
+"""
+
+from configs import synthetic
+
+BASELINES = ('rope', 'none', 'alibi', 'xl')
+# Scheme name -> the fields it sets, given the training length.
+SCHEMES = {
+    **{kind: (lambda kind: lambda length: {'model.position.kind': kind})(kind)
+       for kind in BASELINES + ('fox', 'rope+fox', 'path', 'path+fox')},
+    'stick_breaking': lambda length: {'model.position.kind': 'none',
+                                      'model.attention.kind': 'stick_breaking'},
+    'rnope': lambda length: {'model.layer_kinds': ('rope', 'none')},
+    'rnope_swa': lambda length: {'model.layer_kinds': ('rope', 'none'),
+                                 'model.layer_windows': (max(length // 4, 2), 0)},
+}
+TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop')
+SEEDS = (0, 1, 2)
+# The training-budget axis: these schemes on these tasks at each multiple of the task's steps.
+BUDGET_SCHEMES = ('rope', 'fox', 'path', 'xl', 'rnope')
+BUDGET_TASKS = ('passkey', 'associative_recall')
+BUDGETS = (0.5, 1.0, 2.0)
+SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16, 'flip_flop': 16}
+
+
+def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) -> dict:
+  length = SMOKE_LENGTHS[task] if smoke else synthetic.TASKS[task]['seq_len']
+  train = {'steps': 10} if smoke else synthetic.train_fields(task)
+  name = f'{task},{scheme},seed={seed}'
+  if budget != 1.0:
+    steps = int(round(train['steps'] * budget))
+    train = {**train, 'steps': steps, 'checkpoint_every': steps}
+    name = f'{task},{scheme},steps={budget:g}x,seed={seed}'
+  return {'name': name, 'data.name': 'synthetic/' + task, 'data.seq_len': length,
+          **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
+          **SCHEMES[scheme](length)}
+
+
+def get_sweep(arg: str = ''):
+  parts = [p for p in (arg or '').split(',') if p]
+  smoke, budget = 'smoke' in parts, 'budget' in parts
+  unknown = sorted(set(parts) - {'smoke', 'budget'} - set(TASKS) - set(SCHEMES))
+  if unknown:
+    raise ValueError(f'configs/sweeps/frontier.py:{arg}: unknown parts {unknown}; choose tasks '
+                     f'{TASKS}, schemes {tuple(SCHEMES)}, budget and/or smoke.')
+  tasks = [p for p in parts if p in TASKS] or list(BUDGET_TASKS if budget else TASKS)
+  schemes = [p for p in parts if p in SCHEMES] or list(
+      BUDGET_SCHEMES if budget else ('rope', 'alibi') if smoke else SCHEMES)
+  overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
+  seeds = SEEDS
+  if smoke:  # A tiny model for a few steps: seconds per point.
+    overrides.update({'model.d_model': 32, 'model.num_heads': 2, 'model.d_ff': 64,
+                      'train.batch_size': 8, 'train.warmup_steps': 2, 'train.log_every': 5,
+                      'train.eval_every': 10, 'train.checkpoint_every': 10,
+                      'train.eval_batches': 1, 'data.synthetic.eval_examples': 16,
+                      'eval.batch_size': 8})
+    seeds = (0,)
+  points = []
+  for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.
+    for task in tasks:
+      for scheme in schemes:
+        for factor in (BUDGETS if budget else (1.0,)):
+          points.append(_point(task, scheme, seed, smoke, factor))
+  return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
+          'eval_splits': ('validation',)}
