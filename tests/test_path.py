@@ -75,6 +75,40 @@ def test_long_rows_keep_every_logit_bounded_by_the_plain_dot_products_scale():
   np.testing.assert_allclose(got[-1], want, rtol=1e-4, atol=1e-4)
 
 
+def test_the_gradients_are_those_of_the_float64_products():
+  """d/d(q, k, w, beta) of sum(sin(logits)) against central differences of the explicit
+  products in float64 (w as given: the directions' normalisation is the layer's)."""
+  rng = np.random.default_rng(3)
+  q, k, w = (rng.normal(size=(5, 3)) for _ in range(3))
+  beta = rng.uniform(0.2, 1.8, 5)
+  below = np.tril(np.ones((5, 5), bool))
+  objective = lambda *t: np.sum(np.sin(paper_logits(*t)[below]))
+  got = jax.grad(lambda *t: jnp.sum(jnp.where(below, jnp.sin(positions.path_logits(*t)), 0.0)),
+                 argnums=(0, 1, 2, 3))(*(jnp.asarray(t, jnp.float32) for t in (q, k, w, beta)))
+  inputs = [q, k, w, beta]
+  for n, value in enumerate(inputs):
+    want = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+      step = np.zeros_like(value)
+      step[index] = 1e-6
+      up = [t + step if i == n else t for i, t in enumerate(inputs)]
+      down = [t - step if i == n else t for i, t in enumerate(inputs)]
+      want[index] = (objective(*up) - objective(*down)) / 2e-6
+    np.testing.assert_allclose(np.asarray(got[n]), want, rtol=1e-3, atol=1e-4)
+
+
+def test_the_step_calls_no_lapack_kernel():
+  """The triangular solve is matmuls: XLA:CPU's LAPACK trsm runs on the host BLAS, and several
+  at once in one train step (each layer's forward and backward solves) hung it."""
+  model = models.create(tiny('path', num_layers=2).model, seed=0)
+  tokens = jnp.ones((2, 40), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(40), (2, 40))
+  graphdef, params = nnx.split(model, nnx.Param)
+  loss = lambda p: jnp.sum(nnx.merge(graphdef, p)(tokens, pos, jnp.ones_like(tokens)) ** 2)
+  text = jax.jit(jax.grad(loss)).lower(params).as_text()
+  assert 'lapack' not in text.lower() and 'trsm' not in text.lower()
+
+
 def test_the_short_convolution_never_reaches_across_a_segment_start():
   """Tap s of token t reads token t - s only inside t's segment (two packed segments here)."""
   rng = np.random.default_rng(0)

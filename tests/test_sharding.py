@@ -75,6 +75,23 @@ def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
                          64 // (8 if tensor and not fsdp else 2 if tensor else 1))
 
 
+@pytest.mark.slow  # The mixed mesh above runs by default; this adds the 2025 schemes.
+def test_the_data_dependent_schemes_windows_and_hybrids_train_like_one_device():
+  """PaTH with FoX's gates in one layer, windowed RoPE in the other, stick-breaking attention
+  and QK-norm: their parameters (w, beta, the gates, the norms' scales) are laid out by their
+  declared axes, and three steps on the mixed 8-device mesh give one device's losses."""
+  config = test_config.get_config('rope')
+  config.model.vocab_size = config.data.vocab_size = 64
+  config.model.update(layer_kinds=('path+fox', 'rope'), layer_windows=(0, 8))
+  config.model.attention.update(kind='stick_breaking', qk_norm=True)
+  reference, _ = _losses(config, {'num_devices': 1})
+  losses, state = _losses(config, MESHES['data2_fsdp2_tensor2'])
+  np.testing.assert_allclose(losses, reference, rtol=2e-6)
+  position = state['params']['blocks'][0]['position']
+  assert position['first']['w_up'][...].sharding.spec == jax.P(None, 'tensor')
+  assert position['first']['beta_kernel'][...].sharding.spec == jax.P('fsdp', None)
+
+
 @pytest.mark.slow  # The causal LM's mixed mesh above runs by default.
 def test_masked_lm_gathers_per_device_and_trains_like_one_device():
   config = test_config.get_config('mlm')

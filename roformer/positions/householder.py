@@ -23,7 +23,7 @@ H's to the query from the right, p_t = H_{t+1} ... H_i q_i satisfies p_{t-1} = p
   x_it = q_i . w_t - sum_{s > t} x_is beta_s (w_s . w_t),  i.e.  X (I + M) = R,
 
 R_it = q_i . w_t (t <= i) and M_st = beta_s (w_s . w_t) for s > t, a unit lower triangular
-system solved by substitution; then
+system solved by blocked substitution (matmuls; see `_solve_rows`); then
 
   s_ij = q_i . k_j - sum_{t > j} x_it beta_t (w_t . k_j).
 
@@ -52,12 +52,68 @@ from roformer import variables
 from roformer.positions import base
 
 
+_BLOCK = 32  # Columns solved together: the substitution's matmuls are [T, B] by [B, S].
+
+
+def _unit_lower_inverse(m: jax.Array) -> jax.Array:
+  """(I + M)^-1 for M [..., B, B] strictly lower triangular, row by row (forward
+  substitution: row i is e_i minus M[i, :i] times the rows before it)."""
+  size = m.shape[-1]
+  eye = jnp.eye(size, dtype=m.dtype)
+
+  def row(i, inverse):
+    below = jnp.where(jnp.arange(size) < i, m[..., i, :], 0.0)
+    value = eye[i] - jnp.einsum('...j,...jk->...k', below, inverse)
+    return inverse.at[..., i, :].set(value)
+
+  return jax.lax.fori_loop(1, size, row, jnp.broadcast_to(eye, m.shape))
+
+
+def _substitute(r: jax.Array, m: jax.Array) -> jax.Array:
+  """X with X (I + M) = R by blocked back substitution: the last block of columns first,
+  X_J = (R_J - X_{>J} M_{>J,J}) (I + M_JJ)^-1."""
+  size = m.shape[-1]
+  starts = list(range(0, size, _BLOCK))
+  blocks = {}
+  for start in reversed(starts):
+    stop = min(start + _BLOCK, size)
+    rhs = r[..., start:stop]
+    if stop < size:
+      later = jnp.concatenate([blocks[s] for s in starts if s >= stop], axis=-1)
+      rhs = rhs - jnp.einsum('...ts,...sj->...tj', later, m[..., stop:, start:stop])
+    blocks[start] = jnp.einsum('...tj,...jk->...tk', rhs,
+                               _unit_lower_inverse(m[..., start:stop, start:stop]))
+  return jnp.concatenate([blocks[s] for s in starts], axis=-1)
+
+
+@jax.custom_vjp
 def _solve_rows(r: jax.Array, m: jax.Array) -> jax.Array:
   """X with X (I + M) = R, for M strictly lower triangular: [..., T, S] from R [..., T, S] and
-  M [..., S, S]."""
-  eye = jnp.eye(m.shape[-1], dtype=m.dtype)
-  return jax.lax.linalg.triangular_solve(eye + m, r, left_side=False, lower=True,
-                                         unit_diagonal=True)
+  M [..., S, S]. Written with matmuls rather than LAPACK's trsm, which XLA:CPU calls through
+  the host BLAS: several of them running at once in one step (the forward and backward
+  solves of the layers) hung the train step."""
+  return _substitute(r, m)
+
+
+def _solve_rows_fwd(r, m):
+  x = _substitute(r, m)
+  return x, (x, m)
+
+
+def _solve_rows_bwd(residuals, g):
+  """With A = I + M: dR = G A^-T (the transposed system, solved by reversing the order of
+  both axes, which makes A^T lower triangular again) and dM = -X^T dR below the diagonal."""
+  x, m = residuals
+  flip = lambda t, axes: jnp.flip(t, axes)
+  m_t = flip(jnp.swapaxes(m, -1, -2), (-1, -2))
+  dr = flip(_substitute(flip(g, (-1,)), m_t), (-1,))
+  size = m.shape[-1]
+  lower = jnp.arange(size)[:, None] > jnp.arange(size)[None, :]
+  dm = jnp.where(lower, -jnp.einsum('...ts,...tu->...su', x, dr), 0.0)
+  return dr, dm
+
+
+_solve_rows.defvjp(_solve_rows_fwd, _solve_rows_bwd)
 
 
 def path_scores(q, k, w, beta, visible, query_slots):
