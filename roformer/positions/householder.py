@@ -104,9 +104,8 @@ def _solve_rows_bwd(residuals, g):
   """With A = I + M: dR = G A^-T (the transposed system, solved by reversing the order of
   both axes, which makes A^T lower triangular again) and dM = -X^T dR below the diagonal."""
   x, m = residuals
-  flip = lambda t, axes: jnp.flip(t, axes)
-  m_t = flip(jnp.swapaxes(m, -1, -2), (-1, -2))
-  dr = flip(_substitute(flip(g, (-1,)), m_t), (-1,))
+  m_t = jnp.flip(jnp.swapaxes(m, -1, -2), (-1, -2))
+  dr = jnp.flip(_substitute(jnp.flip(g, -1), m_t), -1)
   size = m.shape[-1]
   lower = jnp.arange(size)[:, None] > jnp.arange(size)[None, :]
   dm = jnp.where(lower, -jnp.einsum('...ts,...tu->...su', x, dr), 0.0)
