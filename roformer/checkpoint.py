@@ -1,5 +1,6 @@
 """Orbax checkpointing of the train state together with the data iterator's position."""
 
+import functools
 import os
 
 import grain
@@ -25,6 +26,7 @@ def latest_step(directory: str) -> int | None:
   return steps[-1] if steps else None
 
 
+@functools.cache  # Once per process: the handler is registered globally.
 def _write_each_array_once() -> None:
   """In one process, each array is written from one copy. Orbax's default on CPU and TPU,
   replica-parallel writing, splits a replicated array into one slice per device so that hosts

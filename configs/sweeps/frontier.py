@@ -20,6 +20,7 @@ points, so their runs can be shared by pointing both sweeps at one workdir).
 """
 
 from configs import synthetic
+from configs.sweeps import length
 
 BASELINES = ('rope', 'none', 'alibi', 'xl')
 # Scheme name -> the fields it sets, given the training length.
@@ -38,7 +39,7 @@ SEEDS = (0, 1, 2)
 BUDGET_SCHEMES = ('rope', 'fox', 'path', 'xl', 'rnope')
 BUDGET_TASKS = ('passkey', 'associative_recall')
 BUDGETS = (0.5, 1.0, 2.0)
-SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16, 'flip_flop': 16}
+SMOKE_LENGTHS = length.SMOKE_LENGTHS
 
 
 def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) -> dict:
@@ -66,12 +67,8 @@ def get_sweep(arg: str = ''):
       BUDGET_SCHEMES if budget else ('rope', 'alibi') if smoke else SCHEMES)
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
   seeds = SEEDS
-  if smoke:  # A tiny model for a few steps: seconds per point.
-    overrides.update({'model.d_model': 32, 'model.num_heads': 2, 'model.d_ff': 64,
-                      'train.batch_size': 8, 'train.warmup_steps': 2, 'train.log_every': 5,
-                      'train.eval_every': 10, 'train.checkpoint_every': 10,
-                      'train.eval_batches': 1, 'data.synthetic.eval_examples': 16,
-                      'eval.batch_size': 8})
+  if smoke:  # length.py's tiny model, with both layers kept for the hybrid layouts.
+    overrides.update(length.SMOKE_OVERRIDES)
     seeds = (0,)
   points = []
   for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.

@@ -31,6 +31,12 @@ TASKS = synthetic.TASKS  # The tasks that can be named.
 DEFAULT_TASKS = ('passkey', 'associative_recall', 'copy')
 SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16, 'flip_flop': 16}
 SMOKE_SCHEMES = ('rope', 'alibi')  # What `:smoke` runs unless schemes are named.
+# `:smoke`: a tiny model for a few steps (frontier.py's smoke points use it too).
+SMOKE_OVERRIDES = {'model.d_model': 32, 'model.num_heads': 2, 'model.d_ff': 64,
+                   'train.batch_size': 8, 'train.warmup_steps': 2, 'train.log_every': 5,
+                   'train.eval_every': 10, 'train.checkpoint_every': 10,
+                   'train.eval_batches': 1, 'data.synthetic.eval_examples': 16,
+                   'eval.batch_size': 8}
 
 
 def _scheme(name: str, length: int) -> dict:
@@ -51,11 +57,7 @@ def get_sweep(arg: str = ''):
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
   seeds = SEEDS
   if smoke:  # A tiny model for a few steps: seconds per point.
-    overrides.update({'model.num_layers': 1, 'model.d_model': 32, 'model.num_heads': 2,
-                      'model.d_ff': 64, 'train.batch_size': 8, 'train.warmup_steps': 2,
-                      'train.log_every': 5, 'train.eval_every': 10,
-                      'train.checkpoint_every': 10, 'train.eval_batches': 1,
-                      'data.synthetic.eval_examples': 16, 'eval.batch_size': 8})
+    overrides.update({'model.num_layers': 1, **SMOKE_OVERRIDES})
     seeds = (0,)
   points = []
   for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.

@@ -61,9 +61,8 @@ def _unit_lower_inverse(m: jax.Array) -> jax.Array:
   size = m.shape[-1]
   eye = jnp.eye(size, dtype=m.dtype)
 
-  def row(i, inverse):
-    below = jnp.where(jnp.arange(size) < i, m[..., i, :], 0.0)
-    value = eye[i] - jnp.einsum('...j,...jk->...k', below, inverse)
+  def row(i, inverse):  # M's row i is zero from column i on: only the rows before it count.
+    value = eye[i] - jnp.einsum('...j,...jk->...k', m[..., i, :], inverse)
     return inverse.at[..., i, :].set(value)
 
   return jax.lax.fori_loop(1, size, row, jnp.broadcast_to(eye, m.shape))
