@@ -7,11 +7,12 @@ import os
 import shutil
 import tempfile
 
+import processes  # tests/processes.py: the flags below, for the subprocesses too.
+
 # XLA's backend optimisation level 0: the programs here are tiny and run a few steps, so LLVM's
 # optimisation passes cost more compile time than they save (about a third of the suite's time);
 # the numbers every test compares are computed the same way on both sides.
-os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8 '
-                      '--xla_backend_optimization_level=0')
+os.environ.setdefault('XLA_FLAGS', processes.xla_flags(8))
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # The entry points run as subprocesses here train a few steps each, where the one malloc arena
 # of roformer/host_memory.py costs more compile time than it saves (tests/test_host_memory.py

@@ -31,8 +31,14 @@ def by_capabilities(kinds=WITH_COMBINED):
   rest under -m slow."""
   first = {}
   for kind in kinds:
-    first.setdefault(dataclasses.astuple(positions.capabilities(kind)), kind)
+    first.setdefault(signature(kind), kind)
   return params(kinds, fast=tuple(first.values()))
+
+
+def signature(kind: str) -> tuple[bool, ...]:
+  """The kind's declared capabilities, each as whether it holds (`logits_term` is a
+  description: kinds that add different terms to the logits take the same code paths)."""
+  return tuple(bool(v) for v in dataclasses.astuple(positions.capabilities(kind)))
 
 
 def with_capability(name: str, value=True) -> tuple[str, ...]:

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import ml_collections
+import processes
 import pytest
-
 from configs import lm
 from configs import mlm
 from roformer import flops
@@ -35,7 +35,7 @@ def test_flops_per_token_by_hand():
 
 
 def _benchmark(*args) -> subprocess.CompletedProcess:
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}  # One CPU device.
+  env = processes.env(devices=1)
   return subprocess.run([sys.executable, 'scripts/benchmark.py', '--config=configs/test.py',
                          *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
 

@@ -14,6 +14,7 @@ import time
 import jax
 import multihost_worker
 import numpy as np
+import processes
 import pytest
 
 from tests.test_reliability import _env
@@ -33,7 +34,7 @@ def _processes(commands: list[list[str]], devices: int, log_dir):
   """One process per command (with `devices` CPU devices each), its output in
   log_dir/processI.log; any still running when the block ends, a failed test's included, is
   killed."""
-  env = {**_env(), 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
+  env = {**_env(), 'XLA_FLAGS': processes.xla_flags(devices)}
   log_dir.mkdir(parents=True, exist_ok=True)
   procs = []
   try:

@@ -13,8 +13,8 @@ import time
 import jax
 import ml_collections
 import numpy as np
+import processes
 import pytest
-
 from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
@@ -55,7 +55,7 @@ def _losses(workdir) -> dict[int, float]:
 
 
 def _env():
-  return {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  return processes.env(devices=1)
 
 
 def _start(cfg, workdir) -> subprocess.Popen:
@@ -185,7 +185,7 @@ def test_nonfinite_steps_can_be_skipped_and_counted(data_dir, tmp_path):
 def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_dir, tmp_path):
   cfg = _config(data_dir, steps=3)
   cfg.mesh.update(num_devices=-1, data=1, fsdp=8)  # Parameters split 8 ways.
-  cfg.eval.max_batches = 2
+  cfg.eval.update(max_batches=2, length_multipliers=(1,))
   workdir = str(tmp_path / 'run')
   loop.train_and_evaluate(cfg, workdir)
   results = []

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import processes
 import pytest
-
 from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 from configs.sweeps import frontier as frontier_sweep
@@ -138,12 +138,16 @@ def get_sweep(arg=''):
 
 
 def _run(args) -> subprocess.CompletedProcess:
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}  # One CPU device per run.
-  return subprocess.run([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT, env=env,
+  return subprocess.run([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
+                        env=processes.env(devices=1),
                         capture_output=True, text=True, check=False)
 
 
-def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_dir):
+@pytest.mark.parametrize('resume', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_dir, resume):
+  """Two points, one failing: the other finishes and the report reads its files. Resuming an
+  interrupted point (-m slow; the stages a point still needs: test_an_evaluation_of_a_stopped_
+  run_is_redone) continues its training and redoes only the evaluation it lost."""
   spec = _smoke_sweep(tmp_path, data_dir, 'rope',
                       "{'model.position.kind': 'alibi', 'seed': 1, 'model.d_model': 30}",
                       evals=('', 'rope_yarn'))  # The slow test runs every scheme and scaling.
@@ -175,6 +179,8 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
     with open(os.path.join(root, png), 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
+  if not resume:
+    return
   # An interrupted point (final checkpoint and plain evaluation gone) resumes from step 15;
   # the evaluation that still matches the final step is not redone.
   shutil.rmtree(os.path.join(rope, 'checkpoints', '30'))
@@ -265,6 +271,8 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
         assert own.train[field[6:]] == value, (point.name, field)
     assert {f[6:] for f in point.fields if f.startswith('train.')} - {'random_positions'} >= {
         k for k in own.train if own.train[k] != synthetic_config.get_config('passkey').train[k]}
+    if point.fields['seed']:
+      continue  # The seeds' command lines differ only in the seed.
     # What train.py builds from the point's command line: the task's own data and training
     # fields, whatever the sweep's config file gives by default.
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])

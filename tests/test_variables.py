@@ -82,8 +82,13 @@ def _decayed(state) -> dict[str, bool]:
   tc.update(weight_decay=0.5, learning_rate=1e-3, warmup_steps=0, grad_clip=1e9)
   tx = optim.make_optimizer(tc)
   params = jax.tree.map(lambda a: jnp.ones(a.shape, a.dtype), params)
-  zero = jax.tree.map(jnp.zeros_like, params)
-  updates, _ = tx.update(zero, tx.init(params), params)
+
+  @jax.jit  # One program instead of one per operation and shape.
+  def update(params):
+    zero = jax.tree.map(jnp.zeros_like, params)
+    return tx.update(zero, tx.init(params), params)[0]
+
+  updates = update(params)
   return {sharding.path_str(p): bool(np.any(u != 0))
           for p, u in jax.tree_util.tree_flatten_with_path(updates)[0]}
 
