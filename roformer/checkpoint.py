@@ -1,6 +1,7 @@
 """Orbax checkpointing of the train state together with the data iterator's position."""
 
 import functools
+import logging
 import os
 
 import grain
@@ -34,8 +35,14 @@ def _write_each_array_once() -> None:
   small program each, for every array) made each save of a tiny model's state take about 2 s
   on 8 devices. Several processes keep the default."""
   if jax.process_count() == 1:
-    ocp.type_handlers.register_type_handler(
-        jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True)
+    absl_logger = logging.getLogger('absl')
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)  # Orbax warns that its default is replaced: intended.
+    try:
+      ocp.type_handlers.register_type_handler(
+          jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True)
+    finally:
+      absl_logger.setLevel(level)
 
 
 class Checkpointer:
