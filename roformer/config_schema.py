@@ -30,6 +30,7 @@ from roformer import models
 from roformer import positions
 from roformer import sharding
 from roformer import stack
+from roformer.data import corpus
 from roformer.data import synthetic
 from roformer.specs import Bool, Float, Int, Map, Names, Seq, Spec, Str, check_tree, defaults
 
@@ -53,6 +54,8 @@ CLASSIFIER = Reader("classifiers (model.type='classifier')",
 TRANSLATION = Reader("translation models (model.type='encoder_decoder')",
                      lambda c: c.model.type == 'encoder_decoder',
                      'start from configs/translate.py')
+FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
+               lambda c: corpus.is_files(c.data), f'set --config.data.name={corpus.NAME}')
 SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK')",
                    lambda c: synthetic.task_name(c.data) is not None,
                    'start from configs/synthetic.py')
@@ -79,10 +82,24 @@ def schema() -> dict:
       'init_from': Str(default=''),
       'data': {
           # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic
-          # task (synthetic/TASK) or any TFDS dataset name (e.g. 'lm1b').
+          # task (synthetic/TASK), your own files ('files': data.files) or any TFDS dataset name
+          # (e.g. 'lm1b').
           'name': Str(nonempty=True, default='shakespeare'),
           'data_dir': Str(default=''),  # '': $ROFORMER_DATA_DIR or ~/.cache/roformer/tfds.
           'text_key': Str(default='text'),  # '' where the task reads other features.
+          # Your own documents (roformer/data/corpus.py): comma-separated globs of .txt and .md
+          # (one document per file), .jsonl/.jsonl.gz/.json.gz (text under data.text_key) and
+          # .parquet files, converted once into the cache under data.data_dir.
+          **_read_by(FILES, {
+              'files': Str(default=''),
+              # Globs of their own for validation and test; both '': carved out of data.files
+              # by a hash of each document's text, in these fractions.
+              'validation_files': Str(default=''),
+              'test_files': Str(default=''),
+              'validation_fraction': Float(0, 0.5, default=0.05),
+              'test_fraction': Float(0, 0.5, default=0.05),
+              'skip_bad_documents': Bool(default=False),  # Documents that are not UTF-8.
+          }),
           # Optional renames, e.g. {'validation': 'test'} for datasets without a validation split.
           'splits': Map(Str(nonempty=True), default={}),
           'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.

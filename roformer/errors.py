@@ -14,6 +14,11 @@ class DamagedFileError(ConfigError):
   embedded corpus) is truncated, overwritten or missing; the message names it and the fix."""
 
 
+class DataError(ConfigError):
+  """A user's data file that does not read as documents (not UTF-8, not JSON, no text field,
+  empty, damaged): the message names the file, the line or byte, and the fix."""
+
+
 class StorageError(ConfigError):
   """A write failed on the storage itself (a full disk, a quota, a read-only file system,
   permissions); the message says what was kept and how to go on."""

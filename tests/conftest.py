@@ -76,10 +76,10 @@ def mlm_workdir(tmp_path_factory, data_dir):
   """A tiny masked-LM run of 16 steps (the encoder the classification tests fine-tune), trained
   by the first worker that asks for it; its final metrics travel as JSON."""
   from roformer import loop  # pylint: disable=g-import-not-at-top
-  from roformer.data import pipeline  # pylint: disable=g-import-not-at-top
+  from roformer.data import cache  # pylint: disable=g-import-not-at-top
   root = _shared_dir(tmp_path_factory, 'pretrain')
   workdir, result = root / 'mlm', root / 'final_metrics.json'
-  with pipeline.exclusive(root / '.lock'):
+  with cache.exclusive(root / '.lock'):
     if not result.exists():
       shutil.rmtree(workdir, ignore_errors=True)  # A worker that failed here left no result.
       cfg = test_config.get_config('mlm')

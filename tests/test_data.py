@@ -14,6 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from roformer import errors
+from roformer.data import cache
 from roformer.data import embedded
 from roformer.data import pipeline
 from roformer.data import shakespeare
@@ -177,7 +178,7 @@ def test_a_tokenizer_written_while_waiting_for_the_lock_is_not_trained_again(
   waiter = threading.Thread(target=lambda: result.update(
       tok=pipeline.load_tokenizer(cfg, sources['train'])))
   try:
-    with pipeline.exclusive(path.with_suffix('.lock')):  # The first run holds the lock ...
+    with cache.exclusive(path.with_suffix('.lock')):  # The first run holds the lock ...
       waiter.start()
       waiter.join(timeout=1.0)
       assert waiter.is_alive()  # ... so the second waits,

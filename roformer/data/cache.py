@@ -14,8 +14,13 @@ The checks are cheap: each shard's first and last record are read once when the 
 opened (a truncated ArrayRecord file fails on any read; a missing one on opening), and every
 later read goes through `CheckedSource`, which turns a read failure of the ArrayRecord reader
 (a damaged block in the middle of a shard) into the same error.
+
+`exclusive` is the lock under which a dataset, a converted corpus or a tokenizer is built once
+by runs started together.
 """
 
+import contextlib
+import fcntl
 import os
 
 from array_record.python import array_record_data_source
@@ -109,3 +114,14 @@ class CheckedSource:
     if name.startswith('_'):
       raise AttributeError(name)
     return getattr(self._source, name)
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: str | os.PathLike):
+  """Holds an exclusive `flock` on lock_path (created with its directory) while the block runs:
+  runs started together (a parallel sweep, test workers) build what they share once; the
+  others wait, then find it built. The kernel releases it however the holder exits."""
+  os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+  with open(lock_path, 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield

@@ -7,11 +7,10 @@ at most `seq_len` predictions, packs several chunks into one row (positions rest
 segment ids count 1..n per row; 0 is padding) and batches.
 """
 
-import contextlib
 import dataclasses
-import fcntl
 import importlib
 import json
+import logging
 import os
 import pathlib
 from typing import Any, Sequence
@@ -23,6 +22,7 @@ from google.protobuf import json_format
 
 from roformer.data import bible
 from roformer.data import cache
+from roformer.data import corpus
 from roformer.data import embedded
 from roformer.data import movie_reviews
 from roformer.data import shakespeare
@@ -30,6 +30,8 @@ from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
 
 from roformer import errors
+
+log = logging.getLogger('roformer')
 
 # Datasets defined in this project, built locally from pip-installed corpora.
 EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bible.BibleEnDe,
@@ -65,17 +67,6 @@ _TFDS_MODULES = {'wmt14_translate': 'tensorflow_datasets.translate.wmt14',
                  'glue': 'tensorflow_datasets.text.glue'}
 
 
-@contextlib.contextmanager
-def exclusive(lock_path: str | os.PathLike):
-  """Holds an exclusive `flock` on lock_path (created with its directory) while the block runs:
-  runs started together (a parallel sweep, test workers) build what they share once; the
-  others wait, then find it built. The kernel releases it however the holder exits."""
-  os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
-  with open(lock_path, 'w', encoding='utf-8') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    yield
-
-
 def _builder(data_cfg):
   """The dataset's TFDS builder, an embedded dataset built on first use; its cache on disk
   checked (roformer/data/cache.py): a damaged one is a DamagedFileError naming the directory
@@ -91,7 +82,7 @@ def _builder(data_cfg):
                                  file_format='array_record')
     builder = make()
     if not builder.is_prepared():
-      with exclusive(os.path.join(ddir, f'.{name}.lock')):
+      with cache.exclusive(os.path.join(ddir, f'.{name}.lock')):
         builder = make()
         if not builder.is_prepared():
           cache.check_not_half_written(directory, embedded=True)
@@ -127,6 +118,8 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
   task = synthetic.task_name(data_cfg)
   if task:
     return {split: synthetic.Split(data_cfg.synthetic, task, split) for split in splits}
+  if corpus.is_files(data_cfg):
+    return corpus.load_sources(data_cfg, data_dir(data_cfg), splits, log)
   builder = _builder(data_cfg)
   sources = {}
   for split in splits:
@@ -174,6 +167,9 @@ def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
   """Where the dataset's tokenizer is cached: beside the data, keyed by the dataset's name,
   config and version (a new version of the data gets a new tokenizer) and the vocabulary size.
   Without `builder`, worked out without opening or building the dataset."""
+  if corpus.is_files(data_cfg):  # Keyed by the files' cache key: changed files, new pieces.
+    return pathlib.Path(data_dir(data_cfg), 'tokenizers', corpus.NAME, corpus.cache_key(data_cfg),
+                        f'spm_{data_cfg.text_key}_{data_cfg.vocab_size}.model')
   if builder is None:
     builder = EMBEDDED_BUILDERS.get(data_cfg.name)
     if builder is None:
@@ -194,12 +190,12 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
-  path = tokenizer_path(data_cfg, _builder(data_cfg))
+  path = tokenizer_path(data_cfg, None if corpus.is_files(data_cfg) else _builder(data_cfg))
   fix = (f"delete it (rm '{path}'); the next run trains it again from the same data (a run's "
          'workdir keeps its own copy)')
   if path.exists():
     return tokenizer_lib.Tokenizer(path, fix)
-  with exclusive(path.with_suffix('.lock')):  # Trained once by runs started together.
+  with cache.exclusive(path.with_suffix('.lock')):  # Trained once by runs started together.
     if path.exists():
       return tokenizer_lib.Tokenizer(path, fix)
     keys = sorted(key for _, key in text_fields(data_cfg))
