@@ -13,6 +13,7 @@ from roformer import models
 from roformer import positions
 from roformer import sharding
 from roformer.data import synthetic
+from roformer.data import vocabularies
 
 
 def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
@@ -63,6 +64,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   for causal in models.attention_directions(m):
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config)
+  vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
   if config.eval.scale_rope_to_length and (
       not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):

@@ -102,7 +102,15 @@ def schema() -> dict:
           }),
           # Optional renames, e.g. {'validation': 'test'} for datasets without a validation split.
           'splits': Map(Str(nonempty=True), default={}),
+          # 'sentencepiece' (trained on the train split), 'bytes' (256 ids, nothing trained) or
+          # the path of a SentencePiece .model or a Hugging Face tokenizer.json
+          # (roformer/data/vocabularies.py).
+          'tokenizer': Str(nonempty=True, default='sentencepiece'),
           'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.
+          # The trained tokenizer reads at most this many documents, taken evenly over the train
+          # split (0: every one), and at most this many characters of them.
+          'tokenizer_documents': Int(0, 2**31 - 1, default=0),
+          'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
           'seq_len': Int(1, 2**20, default=256),
           # Chunks shuffled in a window so that one batch mixes documents.
           'shuffle_window': Int(0, _BIG, default=512),

@@ -4,7 +4,6 @@ before a run writes into it or resumes from it."""
 import logging
 import math
 import os
-import shutil
 import tempfile
 
 import ml_collections
@@ -16,7 +15,7 @@ from roformer import metrics as metrics_lib
 from roformer import tasks
 from roformer.data import pipeline
 from roformer.data import synthetic
-from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import vocabularies
 
 log = logging.getLogger('roformer')
 
@@ -28,8 +27,8 @@ FOREIGN_VOCABULARY_FILE = 'FOREIGN_VOCABULARY'
 def _check_own_vocabulary(*dirs) -> None:
   """Refuses runs whose ids belong to a tokenizer this project lacks (converted weights)."""
   for d in dirs:
-    if d and os.path.exists(os.path.join(d, FOREIGN_VOCABULARY_FILE)) and not os.path.exists(
-        os.path.join(d, TOKENIZER_FILE)):
+    if d and os.path.exists(os.path.join(d, FOREIGN_VOCABULARY_FILE)) and (
+        vocabularies.kept(d)[0] is None):
       raise errors.ConfigError(
           f'{d} holds weights converted from another library whose vocabulary is not a '
           'tokenizer of this project, so its data pipeline cannot feed it. Fix: tokenize with '
@@ -49,11 +48,11 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   its train split on first use)."""
   _check_own_vocabulary(workdir, config.get('init_from'))
   sources = pipeline.load_sources(config.data, splits=splits)
-  candidates = [os.path.join(d, TOKENIZER_FILE) for d in (workdir, config.get('init_from'))
-                if d]
-  path = next((p for p in candidates if os.path.exists(p)), None)
+  path, cls = vocabularies.kept(workdir)
+  if path is None:
+    path, cls = vocabularies.kept(config.get('init_from'))
   if path:
-    tokenizer = tokenizer_lib.Tokenizer(path, _restore_tokenizer_fix(config, path))
+    tokenizer = cls(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):
     saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
     tokenizer = pipeline.load_tokenizer(
@@ -70,15 +69,14 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   the dataset: a workdir copied to another machine still decodes. Sets
   config.model.vocab_size from it, as setup_data does."""
   _check_own_vocabulary(workdir)
-  if synthetic.task_name(config.data):  # A vocabulary that follows from the config.
-    tokenizer = pipeline.load_tokenizer(config.data, None)
-    _set_vocab_size(config, tokenizer)
-    return tokenizer
-  path = os.path.join(workdir, TOKENIZER_FILE)
-  if not os.path.exists(path):
+  path, cls = vocabularies.kept(workdir)
+  if path:
+    tokenizer = cls(path, _restore_tokenizer_fix(config, path))
+  elif synthetic.task_name(config.data) or config.data.get('tokenizer') == vocabularies.BYTES:
+    tokenizer = pipeline.load_tokenizer(config.data, None)  # Follows from the config.
+  else:
     raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
                              'when a run starts). Fix: point --workdir at a trained run.')
-  tokenizer = tokenizer_lib.Tokenizer(path, _restore_tokenizer_fix(config, path))
   _set_vocab_size(config, tokenizer)
   return tokenizer
 
@@ -87,7 +85,9 @@ def _restore_tokenizer_fix(config, path: str) -> str:
   """How to put back a run's damaged tokenizer.model: its checkpoints' ids belong to exactly
   the tokenizer it was trained with, which train.py copied from the dataset's cache."""
   try:
-    cached = pipeline.tokenizer_path(config.data)
+    name = config.data.get('tokenizer', vocabularies.TRAINED)
+    cached = (pipeline.tokenizer_path(config.data) if vocabularies.kind(name) ==
+              vocabularies.TRAINED else os.path.abspath(os.path.expanduser(name)))
   except Exception:  # pylint: disable=broad-except  # Only a hint: any failure leaves it out.
     cached = None
   source = (f"copy the one it was made from back (cp '{cached}' '{path}')"
@@ -99,15 +99,9 @@ def _restore_tokenizer_fix(config, path: str) -> str:
 
 
 def keep_tokenizer(tokenizer, workdir: str, resumed: bool) -> None:
-  """Copies the tokenizer into the workdir (evaluation and fine-tuning need exactly it); a
-  new run replaces any copy left by an earlier attempt that saved no checkpoint. A vocabulary
-  that follows from the config alone (the synthetic tasks') has no file to keep."""
-  if tokenizer.path is None:
-    return
-  path = os.path.join(workdir, TOKENIZER_FILE)
-  if not resumed or not os.path.exists(path):
-    shutil.copyfile(tokenizer.path, path + '.tmp')
-    os.replace(path + '.tmp', path)
+  """Copies the tokenizer into the workdir: evaluation and fine-tuning need exactly it
+  (roformer/data/vocabularies.py `keep`)."""
+  vocabularies.keep(tokenizer, workdir, resumed)
 
 
 def probe_writable(directory: str) -> None:

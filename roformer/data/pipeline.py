@@ -28,6 +28,7 @@ from roformer.data import movie_reviews
 from roformer.data import shakespeare
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import vocabularies
 
 from roformer import errors
 
@@ -38,6 +39,7 @@ EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bibl
                      'rotten_tomatoes': movie_reviews.RottenTomatoes, 'imdb': movie_reviews.Imdb}
 SPLITS = ('train', 'validation', 'test')
 PACKING_BINS_PER_ROW = 4
+_DEFAULT_CHARS = 20_000_000  # config.data.tokenizer_chars's default.
 
 # GLUE tasks in TFDS: (text features, number of classes (1: regression), metrics).
 GLUE_TASKS = {
@@ -169,7 +171,7 @@ def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
   Without `builder`, worked out without opening or building the dataset."""
   if corpus.is_files(data_cfg):  # Keyed by the files' cache key: changed files, new pieces.
     return pathlib.Path(data_dir(data_cfg), 'tokenizers', corpus.NAME, corpus.cache_key(data_cfg),
-                        f'spm_{data_cfg.text_key}_{data_cfg.vocab_size}.model')
+                        _tokenizer_file(data_cfg, data_cfg.text_key))
   if builder is None:
     builder = EMBEDDED_BUILDERS.get(data_cfg.name)
     if builder is None:
@@ -181,7 +183,16 @@ def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
   parts = [builder.name] + ([config.name] if config else [])
   keys = sorted(key for _, key in text_fields(data_cfg))  # Shared by source and target.
   return pathlib.Path(data_dir(data_cfg), 'tokenizers', *parts, str(version),
-                      f'spm_{"_".join(keys)}_{data_cfg.vocab_size}.model')
+                      _tokenizer_file(data_cfg, '_'.join(keys)))
+
+
+def _tokenizer_file(data_cfg, keys: str) -> str:
+  """The trained tokenizer's file name: what it was trained on and its size."""
+  sample = ''
+  if data_cfg.get('tokenizer_documents') or data_cfg.get('tokenizer_chars',
+                                                         _DEFAULT_CHARS) != _DEFAULT_CHARS:
+    sample = f'_d{data_cfg.tokenizer_documents}_c{data_cfg.tokenizer_chars}'
+  return f'spm_{keys}_{data_cfg.vocab_size}{sample}.model'
 
 
 def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
@@ -190,6 +201,9 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
+  given = vocabularies.given(data_cfg.get('tokenizer', vocabularies.TRAINED))
+  if given is not None:  # Bytes, or a file: nothing to train.
+    return given
   path = tokenizer_path(data_cfg, None if corpus.is_files(data_cfg) else _builder(data_cfg))
   fix = (f"delete it (rm '{path}'); the next run trains it again from the same data (a run's "
          'workdir keeps its own copy)')
@@ -199,8 +213,32 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
     if path.exists():
       return tokenizer_lib.Tokenizer(path, fix)
     keys = sorted(key for _, key in text_fields(data_cfg))
-    texts = (as_text(record[key]) for record in _records(train_source) for key in keys)
-    return tokenizer_lib.train(texts, path, data_cfg.vocab_size)
+    texts = (as_text(record[key]) for record in _records(
+        _Evenly(train_source, data_cfg.get('tokenizer_documents', 0))) for key in keys)
+    return tokenizer_lib.train(texts, path, data_cfg.vocab_size,
+                               max_chars=data_cfg.get('tokenizer_chars', _DEFAULT_CHARS))
+
+
+class _Evenly:
+  """At most `count` records of `source` (0: all), taken at even strides over the whole of it
+  (a sample of a large corpus that is not just its first files)."""
+
+  def __init__(self, source, count: int):
+    self.source = source
+    n = len(source)
+    self.indices = range(n) if not count or count >= n else [i * n // count
+                                                              for i in range(count)]
+
+  def __len__(self):
+    return len(self.indices)
+
+  def __getitem__(self, i):
+    return self.source[self.indices[i]]
+
+  def __getitems__(self, positions, *args):
+    read_many = getattr(self.source, '__getitems__', None)
+    wanted = [self.indices[i] for i in positions]
+    return read_many(wanted, *args) if read_many else [self.source[i] for i in wanted]
 
 
 def _records(source, block: int = 1024):

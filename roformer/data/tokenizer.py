@@ -21,6 +21,7 @@ _NEWLINE_PIECE = '<n>'
 
 class Tokenizer:
   """Thin wrapper over a SentencePiece model with the project's special ids."""
+  workdir_file = 'tokenizer.model'  # A run's copy (roformer/workdir.py).
 
   def __init__(self, model_path: str | os.PathLike,
                fix: str = 'delete it so that it is trained again'):
