@@ -19,7 +19,6 @@ checkpoint into `roformer.models.create(config.model)` and pass ids from the Hug
 tokenizer (as tests/test_hf_roformer.py does with the weights directly).
 """
 
-import json
 import os
 import pathlib
 import sys
@@ -32,42 +31,28 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 
-_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16, 'I64': np.int64,
-           'I32': np.int32}
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
                 'relu': 'relu'}
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
-  """Tensors of a .safetensors file: an 8-byte little-endian header size, a JSON header of
-  {name: {dtype, shape, data_offsets}}, then the raw little-endian data."""
-  data = pathlib.Path(path).read_bytes()
-  size = int.from_bytes(data[:8], 'little')
+  """Tensors of a .safetensors file as float32 (the `safetensors` package's numpy reader; its
+  bfloat16 tensors come as ml_dtypes arrays)."""
+  import safetensors  # pylint: disable=g-import-not-at-top
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
   try:
-    header = json.loads(data[8:8 + size])
-  except (UnicodeDecodeError, json.JSONDecodeError):
-    header = None
-  body = memoryview(data)[8 + size:]
-  if not isinstance(header, dict) or any(
-      not isinstance(spec, dict) or spec.get('data_offsets', [0, 0])[1] > len(body)
-      for name, spec in header.items() if name != '__metadata__'):
-    raise errors.DamagedFileError(f'{path} is not a complete .safetensors file (its header or '
-                                  'data is damaged or cut short). Fix: download it again.')
-  tensors = {}
-  for name, spec in header.items():
-    if name == '__metadata__':
-      continue
-    start, end = spec['data_offsets']
-    if spec['dtype'] == 'BF16':
-      import ml_dtypes  # pylint: disable=g-import-not-at-top
-      dtype = ml_dtypes.bfloat16
-    elif spec['dtype'] in _DTYPES:
-      dtype = _DTYPES[spec['dtype']]
-    else:
-      raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {spec["dtype"]}.')
-    array = np.frombuffer(body[start:end], dtype=np.dtype(dtype).newbyteorder('<'))
-    tensors[name] = array.reshape(spec['shape']).astype(np.float32)
-  return tensors
+    tensors = safetensors_numpy.load_file(str(path))
+  except (safetensors.SafetensorError, OSError, ValueError) as e:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise errors.DamagedFileError(f'{path} is not a complete .safetensors file ({reason}). '
+                                  'Fix: download it again.') from None
+  out = {}
+  for name, array in tensors.items():
+    if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == 'bfloat16' or
+            np.issubdtype(array.dtype, np.integer)):
+      raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {array.dtype}.')
+    out[name] = array.astype(np.float32)
+  return out
 
 
 def locate(checkpoint: str) -> tuple[pathlib.Path, dict]:
