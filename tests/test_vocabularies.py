@@ -139,7 +139,18 @@ def test_each_kind_is_kept_under_its_own_name_and_opened_again_from_it(tmp_path)
   assert vocabularies.kept(str(tmp_path / 'nothing')) == (None, None)
 
 
-@pytest.mark.parametrize('which', ['bytes', pytest.param('huggingface', marks=pytest.mark.slow)])
+def test_a_workdir_without_a_file_opens_the_bytes_its_config_names(tmp_path):
+  cfg = test_config.get_config()
+  cfg.data.tokenizer = 'bytes'
+  tok = workdir_lib.open_tokenizer(cfg, str(tmp_path))
+  assert isinstance(tok, vocabularies.Bytes) and cfg.model.vocab_size == 261
+  cfg.data.tokenizer = 'sentencepiece'
+  with pytest.raises(errors.ConfigError, match='has no tokenizer.model'):
+    workdir_lib.open_tokenizer(cfg, str(tmp_path))
+
+
+@pytest.mark.slow  # Keeping and opening each kind: the two tests above.
+@pytest.mark.parametrize('which', ['bytes', 'huggingface'])
 def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, which):
   """A run with each tokenizer trains; its workdir keeps the file (bytes: none, they follow
   from the config), from which evaluation and decoding open it again."""
