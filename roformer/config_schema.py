@@ -56,6 +56,9 @@ TRANSLATION = Reader("translation models (model.type='encoder_decoder')",
                      'start from configs/translate.py')
 FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
                lambda c: corpus.is_files(c.data), f'set --config.data.name={corpus.NAME}')
+TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not a synthetic "
+                 'task)', lambda c: c.model.type in ('causal_lm', 'mlm') and
+                 not synthetic.task_name(c.data), 'start from configs/lm.py or configs/mlm.py')
 SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK')",
                    lambda c: synthetic.task_name(c.data) is not None,
                    'start from configs/synthetic.py')
@@ -111,6 +114,9 @@ def schema() -> dict:
           # split (0: every one), and at most this many characters of them.
           'tokenizer_documents': Int(0, 2**31 - 1, default=0),
           'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
+          # Tokenize each split once into the cache (ids in the smallest type the vocabulary
+          # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
+          **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),
           'seq_len': Int(1, 2**20, default=256),
           # Chunks shuffled in a window so that one batch mixes documents.
           'shuffle_window': Int(0, _BIG, default=512),

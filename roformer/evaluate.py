@@ -139,7 +139,7 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   def counts(source):
     c = np.zeros(tokenizer.vocab_size, np.float64)
     for i in range(min(len(source), max_docs)):
-      ids = tokenizer.encode(pipeline.as_text(source[i][text_key]))
+      ids = pipeline.document_ids(source[i], tokenizer, text_key)
       c += np.bincount(np.append(ids, tokenizer_lib.EOS_ID), minlength=tokenizer.vocab_size)
     return c
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))

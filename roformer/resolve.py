@@ -128,7 +128,9 @@ def evaluation_of(run: Run, step: int, splits) -> Run:
   if tasks.per_example(config):
     splits = tuple(config.eval.splits)
   missing = [s for s in ('train',) + tuple(splits) if s not in run.sources]
-  sources = {**run.sources, **(pipeline.load_sources(config.data, splits=missing)
-                               if missing else {})}
+  opened = pipeline.load_sources(config.data, splits=missing) if missing else {}
+  if opened and config.data.token_cache:
+    opened = pipeline.token_cached(config.data, opened, run.tokenizer)
+  sources = {**run.sources, **opened}
   return Run(config, run.workdir, run.mesh, sources, run.tokenizer, step=step, saved=saved,
              splits=tuple(splits))

@@ -61,6 +61,8 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
     tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
         iter(sources.values())))
   _set_vocab_size(config, tokenizer)
+  if config.data.token_cache:
+    sources = pipeline.token_cached(config.data, sources, tokenizer)
   return sources, tokenizer
 
 
@@ -72,7 +74,7 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   path, cls = vocabularies.kept(workdir)
   if path:
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
-  elif synthetic.task_name(config.data) or config.data.get('tokenizer') == vocabularies.BYTES:
+  elif synthetic.task_name(config.data) or config.data.tokenizer == vocabularies.BYTES:
     tokenizer = pipeline.load_tokenizer(config.data, None)  # Follows from the config.
   else:
     raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
@@ -85,7 +87,7 @@ def _restore_tokenizer_fix(config, path: str) -> str:
   """How to put back a run's damaged tokenizer.model: its checkpoints' ids belong to exactly
   the tokenizer it was trained with, which train.py copied from the dataset's cache."""
   try:
-    name = config.data.get('tokenizer', vocabularies.TRAINED)
+    name = config.data.tokenizer
     cached = (pipeline.tokenizer_path(config.data) if vocabularies.kind(name) ==
               vocabularies.TRAINED else os.path.abspath(os.path.expanduser(name)))
   except Exception:  # pylint: disable=broad-except  # Only a hint: any failure leaves it out.

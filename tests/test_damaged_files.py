@@ -6,10 +6,10 @@ import os
 import pathlib
 import shutil
 
-import ml_collections
 import pytest
 
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
@@ -19,8 +19,9 @@ from roformer.data import pipeline
 
 
 def _data_cfg(data_dir, vocab_size=512):
-  return ml_collections.ConfigDict(dict(name='shakespeare', data_dir=str(data_dir),
-                                        text_key='text', vocab_size=vocab_size, splits={}))
+  cfg = config_schema.default_config().data
+  cfg.update(name='shakespeare', data_dir=str(data_dir), vocab_size=vocab_size)
+  return cfg
 
 
 def _tree(root) -> dict:

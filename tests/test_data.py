@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from roformer import config_schema
 from roformer import errors
 from roformer.data import cache
 from roformer.data import embedded
@@ -21,10 +22,16 @@ from roformer.data import shakespeare
 from roformer.data import tokenizer as tokenizer_lib
 
 
+def data_config(**fields):
+  """config.data with every field at its default but `fields` (as a config file gives it)."""
+  cfg = config_schema.default_config().data
+  cfg.update(fields)
+  return cfg
+
+
 @pytest.fixture(scope='module')
 def shakespeare_data(data_dir):
-  cfg = ml_collections.ConfigDict(dict(name='shakespeare', data_dir=data_dir, text_key='text',
-                                       vocab_size=512, splits={}))
+  cfg = data_config(name='shakespeare', data_dir=data_dir, vocab_size=512)
   sources = pipeline.load_sources(cfg)
   return cfg, sources, pipeline.load_tokenizer(cfg, sources['train'])
 
@@ -123,8 +130,8 @@ def test_shuffle_is_seeded_and_shards_are_disjoint():
 
 
 def test_any_tfds_text_dataset_by_name(tmp_path):
-  cfg = ml_collections.ConfigDict(dict(name='lm1b', data_dir=str(tmp_path), text_key='text',
-                                       vocab_size=64, splits={'validation': 'test'}))
+  cfg = data_config(name='lm1b', data_dir=str(tmp_path), vocab_size=64,
+                    splits={'validation': 'test'})
   with tfds.testing.mock_data(num_examples=24):
     sources = pipeline.load_sources(cfg, splits=('train', 'validation'))
     tok = pipeline.load_tokenizer(cfg, sources['train'])
@@ -191,8 +198,7 @@ def test_a_tokenizer_written_while_waiting_for_the_lock_is_not_trained_again(
 
 
 def test_bad_text_key_and_unknown_dataset(tmp_path):
-  cfg = ml_collections.ConfigDict(dict(name='lm1b', data_dir=str(tmp_path), text_key='body',
-                                       vocab_size=64, splits={}))
+  cfg = data_config(name='lm1b', data_dir=str(tmp_path), text_key='body', vocab_size=64)
   with tfds.testing.mock_data(num_examples=4):
     with pytest.raises(errors.ConfigError, match="config.data.text_key='body'"):
       pipeline.load_sources(cfg, splits=('train',))
@@ -210,8 +216,7 @@ def test_missing_corpus_package_is_a_clear_error(monkeypatch):
 
 
 def test_bible_pairs_split_by_chapter_and_cleaned(data_dir):
-  cfg = ml_collections.ConfigDict(dict(name='bible_en_de', data_dir=data_dir, text_key='en',
-                                       vocab_size=512, splits={}))
+  cfg = data_config(name='bible_en_de', data_dir=data_dir, text_key='en', vocab_size=512)
   sources = pipeline.load_sources(cfg)
   total = sum(len(s) for s in sources.values())
   assert total == 31102  # Every verse of both versions, joined on book/chapter/verse.

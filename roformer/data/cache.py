@@ -87,6 +87,7 @@ class CheckedSource:
   def __init__(self, source, directory: str, embedded: bool, split: str = ''):
     self._source, self._directory, self._embedded = source, directory, embedded
     self._split = split
+    self.identity = f'{directory}:{split}'  # Which split of which build (the token cache's key).
 
   def __len__(self):
     return len(self._source)

@@ -105,7 +105,7 @@ class Plan:
 
 def plan(data_cfg) -> Plan:
   """The files and settings of config.data (no file is read but for its size and time)."""
-  own = {split: data_cfg.get(f'{split}_files', '') for split in SPLITS[1:]}
+  own = {split: data_cfg[f'{split}_files'] for split in SPLITS[1:]}
   if any(own.values()) and not all(own.values()):
     missing = [f'config.data.{s}_files' for s, g in own.items() if not g]
     raise errors.ConfigError(
@@ -335,6 +335,7 @@ class Source:
 
   def __init__(self, directory: str, split: str, text_key: str):
     self.path = os.path.join(directory, f'{split}.array_record')
+    self.identity = self.path  # The directory is the files' key.
     self._directory, self._split, self._text_key = directory, split, text_key
     try:
       self._records = array_record_data_source.ArrayRecordDataSource([self.path])
@@ -374,10 +375,13 @@ def load_sources(data_cfg, data_dir: str, splits, log=None) -> dict[str, Source]
   sources = {split: Source(directory, split, data_cfg.text_key) for split in splits}
   for split, source in sources.items():
     if not len(source):
-      how = (f'give config.data.{split}_files documents' if data_cfg.get(f'{split}_files') else
-             f'raise config.data.{split}_fraction (now {data_cfg.get(f"{split}_fraction")}) '
-             'or add documents' if split != 'train' else
-             'lower config.data.validation_fraction and test_fraction, or add documents')
+      if split == 'train':
+        how = 'lower config.data.validation_fraction and test_fraction, or add documents'
+      elif data_cfg[f'{split}_files']:
+        how = f'give config.data.{split}_files documents'
+      else:
+        how = (f'raise config.data.{split}_fraction (now {data_cfg[f"{split}_fraction"]}) or '
+               'add documents')
       raise errors.DataError(f'the {split} split of config.data.files has no document '
                              f'({directory}/info.json counts each split). Fix: {how}.')
   return sources

@@ -28,8 +28,10 @@ from roformer.data import movie_reviews
 from roformer.data import shakespeare
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens
 from roformer.data import vocabularies
 
+from roformer import config_schema
 from roformer import errors
 
 log = logging.getLogger('roformer')
@@ -39,7 +41,6 @@ EMBEDDED_BUILDERS = {'shakespeare': shakespeare.Shakespeare, 'bible_en_de': bibl
                      'rotten_tomatoes': movie_reviews.RottenTomatoes, 'imdb': movie_reviews.Imdb}
 SPLITS = ('train', 'validation', 'test')
 PACKING_BINS_PER_ROW = 4
-_DEFAULT_CHARS = 20_000_000  # config.data.tokenizer_chars's default.
 
 # GLUE tasks in TFDS: (text features, number of classes (1: regression), metrics).
 GLUE_TASKS = {
@@ -160,6 +161,29 @@ def text_fields(data_cfg) -> list[tuple[str, str]]:
   return [('text_key', data_cfg.text_key)]
 
 
+def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
+  """A document's token ids: read from the token cache (roformer/data/tokens.py) when the
+  source holds them, else encoded from its text."""
+  ids = example.get(tokens.TOKEN_IDS) if isinstance(example, dict) else None
+  return ids if ids is not None else tokenizer.encode(as_text(example[text_key]))
+
+
+def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
+  """`sources` with each split read from the token cache, written on first use."""
+  out = {}
+  for split, source in sources.items():
+    identity = getattr(source, 'identity', None)
+    if identity is None:
+      raise errors.ConfigError(f'config.data.token_cache: the {split} split of '
+                               f'{data_cfg.name!r} is not read from a cache this project wrote '
+                               '(e.g. TFDS mock data). Fix: set --config.data.token_cache=False.')
+    out[split] = tokens.cached(
+        source, tokenizer, lambda record: tokenizer.encode(as_text(record[data_cfg.text_key])),
+        data_dir=data_dir(data_cfg), split_identity=f'{data_cfg.name}:{identity}:{len(source)}',
+        text_key=data_cfg.text_key, log=log)
+  return out
+
+
 def as_text(value) -> str:
   """Real TFDS data gives bytes, mock data gives str: normalise to str."""
   return value.decode('utf-8') if isinstance(value, (bytes, np.bytes_)) else str(value)
@@ -189,8 +213,9 @@ def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
 def _tokenizer_file(data_cfg, keys: str) -> str:
   """The trained tokenizer's file name: what it was trained on and its size."""
   sample = ''
-  if data_cfg.get('tokenizer_documents') or data_cfg.get('tokenizer_chars',
-                                                         _DEFAULT_CHARS) != _DEFAULT_CHARS:
+  default = config_schema.default_config().data
+  if (data_cfg.tokenizer_documents, data_cfg.tokenizer_chars) != (
+      default.tokenizer_documents, default.tokenizer_chars):  # The default keeps its old name.
     sample = f'_d{data_cfg.tokenizer_documents}_c{data_cfg.tokenizer_chars}'
   return f'spm_{keys}_{data_cfg.vocab_size}{sample}.model'
 
@@ -201,7 +226,7 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
-  given = vocabularies.given(data_cfg.get('tokenizer', vocabularies.TRAINED))
+  given = vocabularies.given(data_cfg.tokenizer)
   if given is not None:  # Bytes, or a file: nothing to train.
     return given
   path = tokenizer_path(data_cfg, None if corpus.is_files(data_cfg) else _builder(data_cfg))
@@ -214,9 +239,9 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
       return tokenizer_lib.Tokenizer(path, fix)
     keys = sorted(key for _, key in text_fields(data_cfg))
     texts = (as_text(record[key]) for record in _records(
-        _Evenly(train_source, data_cfg.get('tokenizer_documents', 0))) for key in keys)
+        _Evenly(train_source, data_cfg.tokenizer_documents)) for key in keys)
     return tokenizer_lib.train(texts, path, data_cfg.vocab_size,
-                               max_chars=data_cfg.get('tokenizer_chars', _DEFAULT_CHARS))
+                               max_chars=data_cfg.tokenizer_chars)
 
 
 class _Evenly:
@@ -290,7 +315,7 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
     ds = ds.shuffle(seed=seed)
   if repeat:
     ds = ds.repeat(None)  # After shuffle: every epoch is reshuffled.
-  ds = ds.map(lambda ex: tokenizer.encode(as_text(ex[text_key])))
+  ds = ds.map(lambda ex: document_ids(ex, tokenizer, text_key))
   it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), ChunkForLM(seq_len, shift))
   if shuffle and shuffle_window > 1:
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window, seed=seed)

@@ -1,0 +1,107 @@
+"""The token cache (config.data.token_cache, roformer/data/tokens.py): ids equal to encoding
+the text, in the smallest type; written once per split and tokenizer; a cut write leaves
+nothing; a run reads it end to end."""
+
+import os
+
+import numpy as np
+import pytest
+
+from configs import test as test_config
+from roformer import config_schema
+from roformer import errors
+from roformer import loop
+from roformer import metrics
+from roformer import workdir as workdir_lib
+from roformer.data import pipeline
+from roformer.data import tokens
+
+
+@pytest.mark.parametrize('vocab, dtype', [(256, np.uint8), (257, np.uint16), (65536, np.uint16),
+                                          (65537, np.uint32), (2**32, np.uint32)])
+def test_ids_take_the_smallest_unsigned_type_the_vocabulary_fits(vocab, dtype):
+  assert tokens.id_dtype(vocab) == np.dtype(dtype)
+
+
+def test_a_vocabulary_beyond_the_largest_type_is_refused():
+  with pytest.raises(errors.ConfigError, match='does not fit the token cache'):
+    tokens.id_dtype(2**32 + 1)
+
+
+def _setup(data_dir, token_cache: bool, splits=('train', 'validation')):
+  cfg = test_config.get_config()
+  cfg.data.update(data_dir=data_dir, token_cache=token_cache)
+  return workdir_lib.setup_data(cfg, splits=splits)
+
+
+def test_the_cached_ids_are_the_encoded_text_and_make_the_same_batches(data_dir):
+  text_sources, tokenizer = _setup(data_dir, False)
+  id_sources, _ = _setup(data_dir, True)
+  for split in ('train', 'validation'):
+    cached, text = id_sources[split], text_sources[split]
+    assert isinstance(cached, tokens.Source) and len(cached) == len(text)
+    assert cached.dtype == np.uint16  # 512 pieces.
+    for i in (0, len(text) // 2, len(text) - 1):
+      want = tokenizer.encode(pipeline.as_text(text[i]['text']))
+      got = cached[i][tokens.TOKEN_IDS]
+      assert got.dtype == np.int32
+      np.testing.assert_array_equal(got, want)
+  make = lambda source: pipeline.lm_dataset(source, tokenizer, text_key='text', seq_len=32,
+                                            batch_size=4, shuffle=True, seed=3, repeat=True)
+  for a, b in zip(iter(make(text_sources['train'])), iter(make(id_sources['train']))):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+    break
+
+
+def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_dir, tmp_path,
+                                                                           monkeypatch):
+  cfg = test_config.get_config()
+  cfg.data.update(data_dir=data_dir)
+  sources, tokenizer = workdir_lib.setup_data(cfg, splits=('validation',))
+  local = {'data_dir': str(tmp_path), 'split_identity': 'v', 'text_key': 'text'}
+  encode = lambda record: tokenizer.encode(pipeline.as_text(record['text']))
+  calls = []
+
+  def cut(record):
+    calls.append(1)
+    if len(calls) == 5:
+      raise KeyboardInterrupt  # As a kill would, halfway.
+    return encode(record)
+
+  with pytest.raises(KeyboardInterrupt):
+    tokens.cached(sources['validation'], tokenizer, cut, **local)
+  assert sorted(os.listdir(tmp_path / 'tokens')) == [
+      f'.{tokens.key("v", tokenizer, "text")}.lock']  # Nothing half-written.
+  first = tokens.cached(sources['validation'], tokenizer, encode, **local)
+  written = os.path.getmtime(first.path)
+  again = tokens.cached(sources['validation'], tokenizer, lambda r: 1 / 0, **local)  # Not read.
+  assert again.path == first.path and os.path.getmtime(again.path) == written
+  other = tokens.cached(sources['validation'], tokenizer, encode,
+                        **{**local, 'split_identity': 'another split'})
+  assert other.path != first.path
+
+
+def test_a_run_on_the_token_cache_trains_as_on_the_text(data_dir, tmp_path):
+  """Two steps and their evaluation: the losses equal those of the same run reading text."""
+  losses = {}
+  for token_cache in (False, True):
+    cfg = test_config.get_config()
+    cfg.data.update(data_dir=data_dir, token_cache=token_cache)
+    cfg.mesh.num_devices = 1
+    cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
+    cfg.eval.length_multipliers = (1,)
+    workdir = str(tmp_path / str(token_cache))
+    loop.train_and_evaluate(cfg, workdir)
+    losses[token_cache] = [(r['split'], r['loss']) for r in metrics.read_jsonl(
+        os.path.join(workdir, 'metrics.jsonl'))]
+  assert losses[True] == losses[False] and len(losses[True]) >= 3
+
+
+def test_the_token_cache_is_refused_where_no_text_lm_reads_it():
+  cfg = config_schema.default_config()
+  cfg.data.token_cache = True
+  cfg.model.type = 'encoder_decoder'
+  (field, _), = config_schema.unread_changes(cfg)
+  assert field == 'config.data.token_cache'
