@@ -160,7 +160,7 @@ def test_the_attention_logits_of_a_path_layer_are_the_papers_recipe():
   np.testing.assert_allclose(got[below], want[below], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize('kind', ['path', 'path+fox'])
+@pytest.mark.parametrize('kind', ['path', pytest.param('path+fox', marks=pytest.mark.slow)])
 def test_the_cache_equals_the_full_pass_in_steps_of_every_size(kind):
   """Prefill 5 tokens, then 1 and 3 at a time: the cache keeps each slot's convolution input
   and beta, and every step's logits equal the full pass."""
