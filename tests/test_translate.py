@@ -23,7 +23,8 @@ from roformer.data import pipeline
 def tiny(data_dir, **data):
   cfg = translate.get_config()
   cfg.data.data_dir = data_dir
-  cfg.data.update({'vocab_size': 512, 'seq_len': 48, **data})
+  # The tokenizer from every 8th pair: a tenth of the time, the same 512 pieces' kind of text.
+  cfg.data.update({'vocab_size': 512, 'seq_len': 48, 'tokenizer_documents': 3500, **data})
   cfg.model.update(num_layers=2, d_model=32, num_heads=4, d_ff=64)
   cfg.train.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, eval_every=2,
                    eval_batches=1, checkpoint_every=2, learning_rate=3e-3)

@@ -40,7 +40,7 @@ def id_dtype(vocab_size: int) -> np.dtype:
 def tokenizer_identity(tokenizer) -> str:
   """What the ids depend on in the tokenizer: its class, and its file's bytes if it has one."""
   digest = hashlib.sha256(type(tokenizer).__name__.encode())
-  if getattr(tokenizer, 'path', None):
+  if tokenizer.path:
     with open(tokenizer.path, 'rb') as f:
       for block in iter(lambda: f.read(1 << 20), b''):
         digest.update(block)
