@@ -71,6 +71,14 @@ def _softmax(logits):
   return e / jnp.sum(e, axis=-1, keepdims=True)
 
 
+def scaled_logits(q: jax.Array, k: jax.Array, bias: jax.Array | None = None) -> jax.Array:
+  """Float32 q k^T / sqrt(head_dim) [batch, heads, q_len, k_len], plus the bias: the logits an
+  attention other than the softmax kernels reads (stick-breaking)."""
+  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32
+                      ) * q.shape[-1] ** -0.5
+  return logits if bias is None else logits + bias
+
+
 def _masked_logits(q, k, mask, bias):
   """Float32 q k^T (q already scaled) plus the bias; masked entries the most negative float."""
   logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
@@ -457,3 +465,24 @@ def favor_attend_masked(q, k, v, mask, projection, *, rotate=None) -> jax.Array:
   numerator = jnp.einsum('bhqk,bkhd->bqhd', weights, v.astype(jnp.float32))
   denominator = jnp.moveaxis(denominator, 1, 2)[..., None]
   return (numerator / jnp.where(denominator > 0, denominator, 1.0)).astype(v.dtype)
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
+  """x / rms(x) * scale over the last axis, in float32, returned in x's dtype."""
+  y = x.astype(jnp.float32)
+  y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
+  return (y * scale.astype(jnp.float32)).astype(x.dtype)
+
+
+def nope_temperature(positions: jax.Array, floor: int, scale: float) -> jax.Array:
+  """Llama 4's query temperature at integer `positions`: 1 + scale log(floor((p + 1) / floor)
+  + 1), float32 (exactly 1 below `floor`)."""
+  p = positions.astype(jnp.float32)
+  return 1.0 + scale * jnp.log(jnp.floor((p + 1.0) / floor) + 1.0)
+
+
+def ssmax_factor(scale: jax.Array, mask: jax.Array) -> jax.Array:
+  """Scalable-Softmax's factor s_h log n_i [batch or 1, heads, q_len]: n_i is the number of keys
+  query i may see (its row of the mask), s_h the head's learned scale."""
+  n = jnp.sum(mask, axis=-1, dtype=jnp.float32)  # [batch or 1, 1 or heads, q_len]
+  return scale.astype(jnp.float32)[None, :, None] * jnp.log(jnp.maximum(n, 1.0))

@@ -113,27 +113,6 @@ def attention_config(cfg) -> ml_collections.ConfigDict:
   return config_schema.default_config().model.attention
 
 
-def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
-  """x / rms(x) * scale over the last axis, in float32, returned in x's dtype."""
-  y = x.astype(jnp.float32)
-  y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
-  return (y * scale.astype(jnp.float32)).astype(x.dtype)
-
-
-def nope_temperature(positions: jax.Array, floor: int, scale: float) -> jax.Array:
-  """Llama 4's query temperature at integer `positions`: 1 + scale log(floor((p + 1) / floor)
-  + 1), float32 (exactly 1 below `floor`)."""
-  p = positions.astype(jnp.float32)
-  return 1.0 + scale * jnp.log(jnp.floor((p + 1.0) / floor) + 1.0)
-
-
-def ssmax_factor(scale: jax.Array, mask: jax.Array) -> jax.Array:
-  """Scalable-Softmax's factor s_h log n_i [batch or 1, heads, q_len]: n_i is the number of keys
-  query i may see (its row of the mask), s_h the head's learned scale."""
-  n = jnp.sum(mask, axis=-1, dtype=jnp.float32)  # [batch or 1, 1 or heads, q_len]
-  return scale.astype(jnp.float32)[None, :, None] * jnp.log(jnp.maximum(n, 1.0))
-
-
 class MultiHeadAttention(nnx.Module):
   """Self-attention whose position information comes entirely from the scheme's hooks (the
   block's position module): softmax attention, or FAVOR+ linear attention
@@ -196,7 +175,7 @@ class MultiHeadAttention(nnx.Module):
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)
     q, k, v = (sharding.constrain(t, ('batch', None, 'act_heads', None)) for t in (q, k, v))
     if self.qk_norm:  # Before the cache and any rotation: cached keys are normed keys.
-      q, k = rms_norm(q, self.q_scale[...]), rms_norm(k, self.k_scale[...])
+      q, k = attention.rms_norm(q, self.q_scale[...]), attention.rms_norm(k, self.k_scale[...])
     k_pos = pos
     first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
     if cache is not None:
@@ -214,27 +193,26 @@ class MultiHeadAttention(nnx.Module):
     q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
     if self.temperature:
-      q = (q * nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(q.dtype)
+      q = (q * attention.nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(
+          q.dtype)
     if self.stick_breaking:
       if self.computes_logits:
         logits = position.logits(q, k, pos, k_pos, mask, ctx)
       else:
-        logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32
-                            ) * self.head_dim ** -0.5
-        bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
-        logits = logits if bias is None else logits + bias
+        logits = attention.scaled_logits(
+            q, k, position.logits_bias(q, k, pos, k_pos, mask, ctx))
       out, probs = attention.stick_breaking_attend(
           logits, v, mask, attend_current=self.attend_current,
           query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits:
       logits = position.logits(q, k, pos, k_pos, mask, ctx)
       if self.ssmax:
-        logits = logits * ssmax_factor(self.ssmax_scale[...], mask)[..., None]
+        logits = logits * attention.ssmax_factor(self.ssmax_scale[...], mask)[..., None]
       out, probs = attention.attend_logits(logits, v, mask)
     else:
       bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
       if self.ssmax:  # (q.k + bias) s log n, with q scaled so that every kernel can run it.
-        factor = ssmax_factor(self.ssmax_scale[...], mask)
+        factor = attention.ssmax_factor(self.ssmax_scale[...], mask)
         q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
         bias = None if bias is None else bias * factor[..., None]
       out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,

@@ -94,7 +94,7 @@ def test_ssmax_without_a_softmax_is_refused(kind):
 
 
 def test_the_nope_temperature_against_hand_values():
-  got = np.asarray(models.nope_temperature(jnp.asarray([0, 8190, 8191, 16383, 24575]), 8192, 0.1))
+  got = np.asarray(attention.nope_temperature(jnp.asarray([0, 8190, 8191, 16383, 24575]), 8192, 0.1))
   np.testing.assert_allclose(got, [1.0, 1.0, 1 + 0.1 * np.log(2), 1 + 0.1 * np.log(3),
                                    1 + 0.1 * np.log(4)], rtol=1e-6)
 
