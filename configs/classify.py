@@ -12,7 +12,6 @@ rope). The encoder's sizes equal configs/mlm.py's, so `--config.init_from` takes
 pretrained encoder (its tokenizer too) and drops the MLM head.
 """
 
-from configs import base
 from configs import mlm
 from roformer import positions
 from roformer.data import pipeline

@@ -2,7 +2,6 @@
 quadratic formula, RoPE in the numerator only (the RoFormer paper's eq. 19), no leaks from the
 future or across packed segments, O(L) memory at L = 8192, and redraws seeded by the step."""
 
-import os
 
 import jax
 import jax.numpy as jnp

@@ -3,7 +3,6 @@ scored tokens, and accuracy against greedy decoding."""
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx

@@ -23,7 +23,6 @@ from google.protobuf import json_format
 from roformer.data import bible
 from roformer.data import cache
 from roformer.data import corpus
-from roformer.data import embedded
 from roformer.data import movie_reviews
 from roformer.data import shakespeare
 from roformer.data import synthetic

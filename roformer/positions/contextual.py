@@ -3,7 +3,6 @@ the keys in between that the query's gates select, instead of every token."""
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from roformer import specs
 from roformer import variables
