@@ -19,8 +19,8 @@ depth) and every block is rematerialised to its matmuls ('dots').
 Differences from GPT-3 that this project keeps on purpose: the position scheme is an argument
 (RoPE by default, where GPT-3 learned absolute positions), attention is dense in every layer
 (GPT-3 alternated dense and locally banded sparse layers), and the tokenizer is the data's
-(a SentencePiece model of data.vocab_size pieces, 50,304 = GPT-2's 50,257 rounded up to a
-multiple of 128, or any tokenizer config.data.tokenizer names).
+(a SentencePiece model of up to data.vocab_size pieces, 50,304 = GPT-2's 50,257 rounded up to a
+multiple of 128, or any tokenizer config.data.tokenizer names; model.vocab_size follows it).
 """
 
 from configs import lm

@@ -12,6 +12,7 @@ from roformer import metrics
 from roformer import models
 from roformer import positions
 from roformer import sharding
+from roformer.data import corpus
 from roformer.data import synthetic
 from roformer.data import vocabularies
 
@@ -65,6 +66,11 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config)
   vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
+  if corpus.is_files(config.data) and m.type not in ('causal_lm', 'mlm'):
+    raise errors.ConfigError(
+        f"config.data.name='files' holds documents for language models (model.type "
+        f"'causal_lm' or 'mlm'), not {m.type!r} (labels, sentence pairs). Fix: a dataset with "
+        'those features (TFDS or embedded), or model.type causal_lm or mlm.')
   if config.eval.scale_rope_to_length and (
       not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):

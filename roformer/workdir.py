@@ -55,7 +55,7 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):
     saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
-    tokenizer = pipeline.load_tokenizer(
+    tokenizer = vocabularies.given(saved.data.tokenizer) or pipeline.load_tokenizer(
         saved.data, pipeline.load_sources(saved.data, splits=('train',))['train'])
   else:
     tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
@@ -77,8 +77,9 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   elif synthetic.task_name(config.data) or config.data.tokenizer == vocabularies.BYTES:
     tokenizer = pipeline.load_tokenizer(config.data, None)  # Follows from the config.
   else:
-    raise errors.ConfigError(f'{workdir} has no {TOKENIZER_FILE} (train.py copies it there '
-                             'when a run starts). Fix: point --workdir at a trained run.')
+    raise errors.ConfigError(
+        f'{workdir} has no tokenizer file (one of {", ".join(vocabularies.WORKDIR_FILES)}; '
+        'train.py copies it there when a run starts). Fix: point --workdir at a trained run.')
   _set_vocab_size(config, tokenizer)
   return tokenizer
 

@@ -72,7 +72,8 @@ def main(argv=None) -> int:
   parser.add_argument('--out', default='', help='Also write the results as JSON here.')
   args = parser.parse_args(argv)
   corpus_dir, data_dir = os.path.join(args.dir, 'corpus'), os.path.join(args.dir, 'data')
-  shutil.rmtree(data_dir, ignore_errors=True)
+  for made in (corpus_dir, data_dir):  # Only what this script makes: nothing else in --dir.
+    shutil.rmtree(made, ignore_errors=True)
   started = time.time()
   size = generate(corpus_dir, int(args.gigabytes * 2**30), args.files)
   generated = time.time() - started
@@ -96,7 +97,8 @@ def main(argv=None) -> int:
     with open(args.out, 'w', encoding='utf-8') as f:
       json.dump(result, f, indent=1)
   if not args.keep:
-    shutil.rmtree(args.dir, ignore_errors=True)
+    for made in (corpus_dir, data_dir):
+      shutil.rmtree(made, ignore_errors=True)
   return 0
 
 

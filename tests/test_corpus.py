@@ -185,6 +185,12 @@ def _bad_inputs(tmp_path):
   write_parquet(tmp_path / 'other.parquet', ['a'], key='body')
   (tmp_path / 'cut.jsonl.gz').write_bytes(gzip.compress(b'{"text": "a"}\n' * 50)[:40])
   (tmp_path / 'table.csv').write_text('text\na\n')
+  (tmp_path / 'surrogate.jsonl').write_text('{"text": "ok"}\n{"text": "\\ud83d alone"}\n')
+  whole_gz = gzip.compress(b'{"text": "a"}\n' * 400)
+  # A byte of the first deflate block after the 10-byte header: zlib's 'invalid block type'.
+  (tmp_path / 'garbled.jsonl.gz').write_bytes(whole_gz[:10] + b'\xff' + whole_gz[11:])
+  (tmp_path / 'held').mkdir()
+  write_jsonl(tmp_path / 'held' / 'v.jsonl', ['held out'])
   return {  # case: (fields, the error names)
       'no match': ({'files': f'{tmp_path}/nothing/*.txt'}, 'nothing/*.txt\' matches no file'),
       'no files': ({'files': ' , '}, 'config.data.files names no files'),
@@ -204,6 +210,18 @@ def _bad_inputs(tmp_path):
       'one split glob': ({'files': f'{tmp_path}/good.parquet',
                           'validation_files': f'{tmp_path}/good.parquet'},
                          'config.data.test_files is empty while another split has its own'),
+      'lone surrogate': ({'files': f'{tmp_path}/surrogate.jsonl'},
+                         "surrogate.jsonl line 2 is not UTF-8 text (a lone surrogate '\\ud83d'"),
+      'garbled gzip': ({'files': f'{tmp_path}/garbled.jsonl.gz'},
+                       'garbled.jsonl.gz cannot be read'),
+      'same file twice': ({'files': f'{tmp_path}/good.parquet',
+                           'validation_files': f'{tmp_path}/held/*.jsonl',
+                           'test_files': f'{tmp_path}/held/v.jsonl'},
+                          'v.jsonl is matched by both config.data.validation_files and test_files'),
+      'only held out': ({'files': f'{tmp_path}/held/*.jsonl',
+                         'validation_files': f'{tmp_path}/held/*.jsonl',
+                         'test_files': f'{tmp_path}/good.parquet'},
+                        'every file config.data.files matches is a validation or test file'),
       'empty split': ({'files': f'{tmp_path}/good.parquet', 'validation_fraction': 0.0},
                       'the validation split of config.data.files has no document'),
   }
@@ -265,3 +283,22 @@ def test_files_fields_are_refused_for_another_dataset():
   cfg.data.files = 'docs/*.txt'
   (field, spec), = config_schema.unread_changes(cfg)
   assert field == 'config.data.files' and spec.reader.fix == 'set --config.data.name=files'
+
+
+def test_files_a_split_of_their_own_matches_are_not_trained_on(tmp_path):
+  (tmp_path / 'd' / 'val').mkdir(parents=True)
+  write_jsonl(tmp_path / 'd' / 'train.jsonl', ['to train on'])
+  write_jsonl(tmp_path / 'd' / 'val' / 'v.jsonl', ['held out'])
+  write_jsonl(tmp_path / 't.jsonl', ['tested'])
+  cfg = data_cfg(tmp_path, files=f'{tmp_path}/d/**/*.jsonl',
+                 validation_files=f'{tmp_path}/d/val/*.jsonl', test_files=f'{tmp_path}/t.jsonl')
+  sources = pipeline.load_sources(cfg)
+  assert [texts(sources[s]) for s in corpus.SPLITS] == [['to train on'], ['held out'], ['tested']]
+
+
+def test_your_files_are_refused_for_a_classifier_before_anything_is_read():
+  from configs import classify  # pylint: disable=g-import-not-at-top
+  cfg = classify.get_config()
+  cfg.data.update(name='files', files='nowhere/*.txt')
+  with pytest.raises(errors.ConfigError, match="holds documents for language models"):
+    config_lib.validate(cfg)

@@ -135,8 +135,13 @@ def test_each_kind_is_kept_under_its_own_name_and_opened_again_from_it(tmp_path)
     assert type(tok) is cls and pathlib.Path(kept).read_bytes() == pathlib.Path(
         path).read_bytes()
     assert cls(kept).encode(TEXT[:50]).tolist() == tok.encode(TEXT[:50]).tolist()
-  vocabularies.keep(vocabularies.Bytes(), str(tmp_path / 'json'), resumed=False)  # No file.
-  assert vocabularies.kept(str(tmp_path / 'nothing')) == (None, None)
+  # A new run with bytes in the HF run's workdir: a marker, and the other kind's file gone (it
+  # would be read in the bytes' place).
+  vocabularies.keep(vocabularies.Bytes(), str(tmp_path / 'json'), resumed=False)
+  assert sorted(p.name for p in (tmp_path / 'json').iterdir()) == ['tokenizer.bytes']
+  assert vocabularies.kept(str(tmp_path / 'json'))[1] is vocabularies.Bytes
+  (tmp_path / 'empty').mkdir()
+  assert vocabularies.kept(str(tmp_path / 'empty')) == (None, None)
 
 
 def test_a_workdir_without_a_file_opens_the_bytes_its_config_names(tmp_path):
@@ -145,7 +150,7 @@ def test_a_workdir_without_a_file_opens_the_bytes_its_config_names(tmp_path):
   tok = workdir_lib.open_tokenizer(cfg, str(tmp_path))
   assert isinstance(tok, vocabularies.Bytes) and cfg.model.vocab_size == 261
   cfg.data.tokenizer = 'sentencepiece'
-  with pytest.raises(errors.ConfigError, match='has no tokenizer.model'):
+  with pytest.raises(errors.ConfigError, match='has no tokenizer file'):
     workdir_lib.open_tokenizer(cfg, str(tmp_path))
 
 
@@ -162,7 +167,7 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
   workdir = str(tmp_path / 'run')
   loop.train_and_evaluate(cfg, workdir)
   kept = sorted(p.name for p in pathlib.Path(workdir).glob('tokenizer*'))
-  assert kept == ([] if which == 'bytes' else ['tokenizer.json'])
+  assert kept == (['tokenizer.bytes'] if which == 'bytes' else ['tokenizer.json'])
   opened = workdir_lib.open_tokenizer(cfg, workdir)
   assert opened.encode('To be').tolist() == vocabularies.given(name).encode('To be').tolist()
   cfg.eval.update(max_batches=1, length_multipliers=(1,))

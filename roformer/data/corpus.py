@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import time
+import zlib
 from typing import Iterator
 
 from array_record.python import array_record_data_source
@@ -112,10 +113,22 @@ def plan(data_cfg) -> Plan:
         f'{" and ".join(missing)} is empty while another split has its own files. Fix: give '
         'each of validation_files and test_files a glob, or neither (then both are carved out '
         'of config.data.files by hash).')
-  files = {'train' if any(own.values()) else '': tuple(matched(data_cfg.files, 'files'))}
+  files = {}
   for split, globs in own.items():
     if globs:
       files[split] = tuple(matched(globs, f'{split}_files'))
+  if files and set(files['validation']) & set(files['test']):
+    both = sorted(set(files['validation']) & set(files['test']))
+    raise errors.ConfigError(
+        f'{both[0]} is matched by both config.data.validation_files and test_files. Fix: give '
+        'the two splits globs that match different files.')
+  held_out = set(files.get('validation', ())) | set(files.get('test', ()))
+  # Files that a split of their own matches are not trained on, whatever data.files matches.
+  train = tuple(p for p in matched(data_cfg.files, 'files') if p not in held_out)
+  if not train:
+    raise errors.ConfigError('every file config.data.files matches is a validation or test '
+                             'file. Fix: give config.data.files the training files.')
+  files = {'train' if files else '': train, **files}
   carved = '' in files
   return Plan(files, data_cfg.text_key,
               float(data_cfg.validation_fraction) if carved else 0.0,
@@ -175,7 +188,8 @@ def documents(path: str, text_key: str, skip_bad: bool = False,
           where = f'{path} line {number}'
           if line.strip():
             try:
-              text = _json_text(_decode(line, where, offset, skip_bad), where, text_key)
+              text = _json_text(_decode(line, where, offset, skip_bad), where, text_key,
+                                skip_bad)
             except _Skipped:
               skipped.append(where)
             else:
@@ -196,13 +210,13 @@ def documents(path: str, text_key: str, skip_bad: bool = False,
 def _lines(f, path: str) -> Iterator[bytes]:
   try:
     yield from f
-  except (OSError, EOFError, gzip.BadGzipFile) as e:
+  except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
     raise errors.DataError(f'{path} cannot be read ({type(e).__name__}: {e}). Fix: replace it '
                            'with a complete copy, or narrow the glob so that it does not match '
                            'it.') from None
 
 
-def _json_text(line: str, where: str, text_key: str) -> str:
+def _json_text(line: str, where: str, text_key: str, skip: bool = False) -> str:
   try:
     record = json.loads(line)
   except json.JSONDecodeError as e:
@@ -214,10 +228,20 @@ def _json_text(line: str, where: str, text_key: str) -> str:
     raise errors.DataError(f'{where} has no {text_key!r} (it holds {keys}). Fix: set '
                            '--config.data.text_key to the field holding the text, or fix the '
                            'line.')
-  if not isinstance(record[text_key], str):
-    raise errors.DataError(f'{where}: {text_key!r} holds a {type(record[text_key]).__name__}, '
+  text = record[text_key]
+  if not isinstance(text, str):
+    raise errors.DataError(f'{where}: {text_key!r} holds a {type(text).__name__}, '
                            'not a string. Fix: point --config.data.text_key at the text.')
-  return record[text_key]
+  try:
+    text.encode('utf-8')
+  except UnicodeEncodeError as e:  # A lone surrogate escaped in the JSON (\ud83d).
+    if skip:
+      raise _Skipped() from None
+    raise errors.DataError(
+        f'{where} is not UTF-8 text (a lone surrogate {text[e.start]!r} at character '
+        f'{e.start} of {text_key!r}). Fix: repair that line, or skip such documents with '
+        f'{_SKIP_FLAG}.') from None
+  return text
 
 
 def _parquet(path: str, text_key: str, skip_bad: bool,
@@ -323,6 +347,7 @@ def prepare(data_cfg, data_dir: str, log=None) -> str:
     shutil.rmtree(partial, ignore_errors=True)  # A conversion cut short: start again.
     try:
       convert(p, partial, log)
+      shutil.rmtree(directory, ignore_errors=True)  # One left without its info.json.
       os.replace(partial, directory)
     except BaseException:
       shutil.rmtree(partial, ignore_errors=True)

@@ -60,7 +60,7 @@ class Vocabulary:
   digits, then the keys, values and copy symbols the config asks for (k0.., v0.., s0..), then
   flip-flop's instructions when `task` is flip_flop."""
 
-  path = None  # Nothing to copy into a workdir: the vocabulary follows from the config.
+  path = workdir_file = None  # Nothing to keep in a workdir: it follows from the config.
 
   def __init__(self, cfg, task: str | None = None):
     specials = ['<pad>', '<eos>', '<bos>', '<unk>', '<n>']

@@ -130,6 +130,7 @@ def cached(source, tokenizer, encode, *, data_dir: str, split_identity: str, tex
                       seconds=round(time.time() - started, 3))
           with open(os.path.join(partial, 'info.json'), 'w', encoding='utf-8') as f:
             json.dump(info, f, indent=1)
+          shutil.rmtree(directory, ignore_errors=True)  # One left without its info.json.
           os.replace(partial, directory)
         except BaseException:
           shutil.rmtree(partial, ignore_errors=True)

@@ -50,10 +50,15 @@ def _unshift(ids) -> list[int]:
 
 
 class Bytes:
-  """UTF-8 bytes, each its own id (byte b is b + 5): 261 ids, no training, no file; the usual
-  vocabulary of length-generalization work, where a token is a character of ASCII text."""
-  path = workdir_file = None
+  """UTF-8 bytes, each its own id (byte b is b + 5): 261 ids, no training; the usual vocabulary
+  of length-generalization work, where a token is a character of ASCII text. A workdir keeps a
+  one-line marker file, so that a run fine-tuned from this one finds its vocabulary there."""
+  path = None
+  workdir_file = 'tokenizer.bytes'
   vocab_size = 256 + _SHIFT
+
+  def __init__(self, path: str | None = None, fix: str = ''):
+    del path, fix  # The marker holds nothing to read.
 
   def encode(self, text: str) -> np.ndarray:
     return _shift(np.frombuffer(text.encode('utf-8', 'surrogatepass'), np.uint8))
@@ -129,12 +134,16 @@ class HuggingFace:
     return self.tok.decode(_unshift(ids), skip_special_tokens=False)
 
 
+WORKDIR_FILES = ('tokenizer.model', 'tokenizer.sentencepiece.model', 'tokenizer.json',
+                 'tokenizer.bytes')
+
+
 def kept(directory: str):
   """The path of the tokenizer a run keeps in `directory` and its class ((None, None) if none):
   the file's name says which kind it is."""
   for name, cls in ((tokenizer_lib.Tokenizer.workdir_file, tokenizer_lib.Tokenizer),
                     (SentencePieceFile.workdir_file, SentencePieceFile),
-                    (HuggingFace.workdir_file, HuggingFace)):
+                    (HuggingFace.workdir_file, HuggingFace), (Bytes.workdir_file, Bytes)):
     path = os.path.join(directory, name) if directory else ''
     if path and os.path.exists(path):
       return path, cls
@@ -156,9 +165,17 @@ def keep(tokenizer, workdir: str, resumed: bool) -> None:
   """Copies the tokenizer's file into the workdir under its kind's name, atomically; a new run
   replaces any copy left by an earlier attempt that saved no checkpoint. A vocabulary that
   follows from the config alone (bytes, the synthetic tasks') has no file to keep."""
-  if tokenizer.path is None:
+  if not resumed:  # An earlier attempt's file of another kind would be read in its place.
+    for name in WORKDIR_FILES:
+      if name != tokenizer.workdir_file and os.path.exists(os.path.join(workdir, name)):
+        os.remove(os.path.join(workdir, name))
+  if tokenizer.workdir_file is None:  # A synthetic task's: it follows from the config.
     return
   path = os.path.join(workdir, tokenizer.workdir_file)
   if not resumed or not os.path.exists(path):
-    shutil.copyfile(tokenizer.path, path + '.tmp')
+    if tokenizer.path is None:
+      with open(path + '.tmp', 'w', encoding='utf-8') as f:
+        f.write('UTF-8 bytes: byte b is id b + 5 (roformer/data/vocabularies.py).\n')
+    else:
+      shutil.copyfile(tokenizer.path, path + '.tmp')
     os.replace(path + '.tmp', path)
