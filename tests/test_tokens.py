@@ -17,6 +17,7 @@ from roformer import metrics
 from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 from roformer.data import tokens
+from roformer.data import vocabularies
 
 
 @pytest.mark.parametrize('vocab, dtype', [(256, np.uint8), (257, np.uint16), (65536, np.uint16),
@@ -50,11 +51,11 @@ def test_the_cached_ids_are_the_encoded_text_and_make_the_same_batches(data_dir)
       np.testing.assert_array_equal(got, want)
   make = lambda source: pipeline.lm_dataset(source, tokenizer, text_key='text', seq_len=32,
                                             batch_size=4, shuffle=True, seed=3, repeat=True)
-  for a, b in zip(iter(make(text_sources['train'])), iter(make(id_sources['train']))):
-    assert a.keys() == b.keys()
+  for step, a, b in zip(range(6), iter(make(text_sources['train'])),
+                        iter(make(id_sources['train']))):
+    assert a.keys() == b.keys(), step
     for k in a:
-      np.testing.assert_array_equal(a[k], b[k])
-    break
+      np.testing.assert_array_equal(a[k], b[k], err_msg=f'batch {step}, {k}')
 
 
 def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_dir, tmp_path,
@@ -83,6 +84,12 @@ def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_
   other = tokens.cached(sources['validation'], tokenizer, encode,
                         **{**local, 'split_identity': 'another split'})
   assert other.path != first.path
+  by_bytes = tokens.cached(sources['validation'], vocabularies.Bytes(),
+                           lambda r: vocabularies.Bytes().encode(pipeline.as_text(r['text'])),
+                           **local)  # Another tokenizer: its own ids, in uint16.
+  assert by_bytes.path not in (first.path, other.path) and by_bytes.dtype == np.uint16
+  assert by_bytes[0][tokens.TOKEN_IDS].tolist() == vocabularies.Bytes().encode(
+      pipeline.as_text(sources['validation'][0]['text'])).tolist()
 
 
 def test_a_run_reads_the_token_cache_in_training_and_evaluation(data_dir, tmp_path):
