@@ -1,14 +1,15 @@
 """Tokens per second that the training data pipeline delivers, from text and from the token
-cache (config.data.token_cache), at a model's batch shape.
+cache (config.data.token_cache), at the config's batch shape.
 
-  python scripts/data_throughput.py --config configs/lm.py --seq_len 512 --batch_size 8
-  python scripts/data_throughput.py --config configs/lm.py --config.data.name=files \\
+  python scripts/data_throughput.py --config configs/lm.py --config.data.seq_len=512 \\
+      --config.train.batch_size=8     # The medium preset's rows
+  python scripts/data_throughput.py --config configs/mlm.py --config.data.name=files \\
       --config.data.files='DIR/*.jsonl.gz' --batches 400
 
-For each form the script opens the train split as train.py does (the tokenizer and, for the
-token cache, the cached ids built first and not timed), takes `--warmup` batches, then times
-`--batches` more, in the calling thread as the training loop reads them: tokens/s counts the
-target tokens that are not padding. No model runs; compare with the step's tokens/s
+For each form the script opens the train split and builds its training batches as train.py
+does (the task's own pipeline; the tokenizer and, for the token cache, the cached ids built
+first and not timed), takes `--warmup` batches, then times `--batches` more, in the calling
+thread as the training loop reads them: tokens/s counts the tokens that are not padding. No model runs; compare with the step's tokens/s
 (scripts/benchmark.py) to see how far ahead of the model the pipeline is.
 """
 
@@ -26,13 +27,11 @@ from absl import flags
 from roformer import cli
 from roformer import config_args
 from roformer import config_lib
+from roformer import tasks
 from roformer import workdir as workdir_lib
-from roformer.data import pipeline
 
 _CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Config file FILE[:ARG]; '
                               '--config.a.b=VALUE overrides its fields.')
-_SEQ_LEN = flags.DEFINE_integer('seq_len', 512, 'Tokens per row (the medium preset\'s).')
-_BATCH = flags.DEFINE_integer('batch_size', 8, 'Rows per batch (the medium preset\'s).')
 _BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed per form.')
 _WARMUP = flags.DEFINE_integer('warmup', 10, 'Batches taken before the timing.')
 _OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
@@ -41,15 +40,15 @@ _OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
 def measure(config, token_cache: bool) -> dict:
   config.data.token_cache = token_cache
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',))
-  batches = iter(pipeline.lm_dataset(
-      sources['train'], tokenizer, text_key=config.data.text_key, seq_len=_SEQ_LEN.value,
-      batch_size=_BATCH.value, shuffle=True, seed=0, repeat=True,
-      shuffle_window=config.data.shuffle_window))
+  batches = iter(tasks.for_config(config).batches(config, sources['train'], tokenizer,
+                                                   train=True))
   for _ in range(_WARMUP.value):
     next(batches)
   tokens, started = 0, time.perf_counter()
   for _ in range(_BATCHES.value):
-    tokens += int((next(batches)['targets_segment_ids'] > 0).sum())
+    batch = next(batches)
+    segments = batch.get('targets_segment_ids', batch.get('inputs_segment_ids'))
+    tokens += int((segments > 0).sum())
   seconds = time.perf_counter() - started
   return {'form': 'token cache' if token_cache else 'text', 'batches': _BATCHES.value,
           'tokens': tokens, 'seconds': round(seconds, 3), 'tokens_per_s': round(tokens / seconds)}
@@ -61,7 +60,7 @@ def main(argv):
   config = config_args.load(_CONFIG.value, cli.overrides())
   config_lib.validate(config)
   results = [measure(config, cache) for cache in (False, True)]
-  print(f'{config.data.name}, rows of {_SEQ_LEN.value} x {_BATCH.value}:')
+  print(f'{config.data.name}, rows of {config.data.seq_len} x {config.train.batch_size}:')
   for r in results:
     print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s ({r['tokens']:,} tokens in "
           f"{r['seconds']:.2f} s)")

@@ -35,6 +35,16 @@ def by_capabilities(kinds=WITH_COMBINED):
   return params(kinds, fast=tuple(first.values()))
 
 
+def tiny_config(kind: str, **model):
+  """configs/test.py with `kind`, a 50-id vocabulary and the `model` fields given: the small
+  causal LM the per-scheme tests build their layers from."""
+  from configs import test as test_config  # pylint: disable=g-import-not-at-top
+  config = test_config.get_config(kind)
+  config.model.vocab_size = config.data.vocab_size = 50
+  config.model.update(model)
+  return config
+
+
 def signature(kind: str) -> tuple[bool, ...]:
   """The kind's declared capabilities, each as whether it holds (`logits_term` is a
   description: kinds that add different terms to the logits take the same code paths)."""

@@ -45,10 +45,7 @@ def test_forgetting_bias_is_the_sum_of_the_log_gates_between_key_and_query(lengt
 
 
 def tiny(kind='fox', **model):
-  config = test_config.get_config(kind)
-  config.model.vocab_size = config.data.vocab_size = 50
-  config.model.update(model)
-  return config
+  return kinds.tiny_config(kind, **model)
 
 
 def test_the_attention_of_a_fox_layer_is_the_papers_formula():

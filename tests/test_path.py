@@ -126,10 +126,7 @@ def test_the_short_convolution_never_reaches_across_a_segment_start():
 
 
 def tiny(kind='path', **model):
-  config = test_config.get_config(kind)
-  config.model.vocab_size = config.data.vocab_size = 50
-  config.model.update(model)
-  return config
+  return kinds.tiny_config(kind, **model)
 
 
 def test_the_attention_logits_of_a_path_layer_are_the_papers_recipe():

@@ -71,10 +71,8 @@ def test_masked_keys_neither_take_nor_break_the_stick():
 
 
 def tiny(kind='none', attend_current=False):
-  config = test_config.get_config(kind)
-  config.model.vocab_size = config.data.vocab_size = 50
-  config.model.attention.kind = 'stick_breaking'
-  config.model.attention.attend_current = attend_current
+  config = kinds.tiny_config(kind)
+  config.model.attention.update(kind='stick_breaking', attend_current=attend_current)
   return config
 
 

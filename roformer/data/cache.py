@@ -72,12 +72,42 @@ def check_shards(builder, embedded: bool) -> None:
       except errors.DamagedFileError:
         raise
       except (RuntimeError, OSError, ValueError) as e:
-        raise damaged(directory, embedded, f'{path} cannot be read ({_first_line(e)})') from None
+        raise damaged(directory, embedded, f'{path} cannot be read ({first_line(e)})') from None
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
+  """The first line of an exception's message (its type's name if it has none), for the
+  one-line errors that name a file."""
   text = str(e).strip().splitlines()
   return text[0][:300] if text else type(e).__name__
+
+
+class RecordFile:
+  """One ArrayRecord file this project wrote (a converted corpus's split, a token-cache
+  split), read at random, each record through `decode`; a file that does not open or a record
+  that does not read is the DamagedFileError `damaged(reason)` returns."""
+
+  def __init__(self, path: str, decode, damaged):
+    self.path, self._decode, self._damaged = path, decode, damaged
+    try:
+      self._records = array_record_data_source.ArrayRecordDataSource([path])
+    except (RuntimeError, OSError, ValueError) as e:
+      raise damaged(first_line(e)) from None
+
+  def __len__(self):
+    return len(self._records)
+
+  def __getitem__(self, index):
+    try:
+      return self._decode(self._records[index])
+    except RuntimeError as e:
+      raise self._damaged(first_line(e)) from None
+
+  def __getitems__(self, indices, *args):
+    try:
+      return [self._decode(r) for r in self._records.__getitems__(indices, *args)]
+    except RuntimeError as e:
+      raise self._damaged(first_line(e)) from None
 
 
 class CheckedSource:
@@ -94,7 +124,7 @@ class CheckedSource:
 
   def _error(self, e) -> errors.DamagedFileError:
     return damaged(self._directory, self._embedded, f'a record of split {self._split or "?"} '
-                   f'cannot be read ({_first_line(e)})')
+                   f'cannot be read ({first_line(e)})')
 
   def __getitem__(self, key):
     try:

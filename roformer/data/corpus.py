@@ -36,7 +36,6 @@ import time
 import zlib
 from typing import Iterator
 
-from array_record.python import array_record_data_source
 from array_record.python import array_record_module
 
 from roformer import errors
@@ -273,8 +272,7 @@ def _parquet(path: str, text_key: str, skip_bad: bool,
         yield value, size * number // rows
       done += batch.num_rows
   except (pyarrow.ArrowException, OSError) as e:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise errors.DataError(f'{path} is not a readable parquet file ({reason}). Fix: '
+    raise errors.DataError(f'{path} is not a readable parquet file ({cache.first_line(e)}). Fix: '
                            f'{fix}.') from None
 
 
@@ -355,42 +353,17 @@ def prepare(data_cfg, data_dir: str, log=None) -> str:
   return directory
 
 
-class Source:
+class Source(cache.RecordFile):
   """A split of a converted corpus: random access to {text_key: document}."""
 
   def __init__(self, directory: str, split: str, text_key: str):
-    self.path = os.path.join(directory, f'{split}.array_record')
-    self.identity = self.path  # The directory is the files' key.
-    self._directory, self._split, self._text_key = directory, split, text_key
-    try:
-      self._records = array_record_data_source.ArrayRecordDataSource([self.path])
-    except (RuntimeError, OSError, ValueError) as e:
-      raise self._damaged(e) from None
-
-  def _damaged(self, e) -> errors.DamagedFileError:
-    reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-    return errors.DamagedFileError(
-        f'the converted corpus {self._directory} is damaged: {self.path} cannot be read '
-        f"({reason}). Fix: delete it (rm -rf '{self._directory}'); the next run converts the "
-        'files again.')
-
-  def __len__(self):
-    return len(self._records)
-
-  def _as_example(self, record: bytes) -> dict:
-    return {self._text_key: record.decode('utf-8', 'surrogatepass')}
-
-  def __getitem__(self, index):
-    try:
-      return self._as_example(self._records[index])
-    except RuntimeError as e:
-      raise self._damaged(e) from None
-
-  def __getitems__(self, indices, *args):
-    try:
-      return [self._as_example(r) for r in self._records.__getitems__(indices, *args)]
-    except RuntimeError as e:
-      raise self._damaged(e) from None
+    path = os.path.join(directory, f'{split}.array_record')
+    self.identity = path  # The directory is the files' key.
+    super().__init__(
+        path, lambda record: {text_key: record.decode('utf-8', 'surrogatepass')},
+        lambda reason: errors.DamagedFileError(
+            f'the converted corpus {directory} is damaged: {path} cannot be read ({reason}). '
+            f"Fix: delete it (rm -rf '{directory}'); the next run converts the files again."))
 
 
 def load_sources(data_cfg, data_dir: str, splits, log=None) -> dict[str, Source]:

@@ -170,15 +170,11 @@ def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
 def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
   """`sources` with each split read from the token cache, written on first use."""
   out = {}
-  for split, source in sources.items():
-    identity = getattr(source, 'identity', None)
-    if identity is None:
-      raise errors.ConfigError(f'config.data.token_cache: the {split} split of '
-                               f'{data_cfg.name!r} is not read from a cache this project wrote '
-                               '(e.g. TFDS mock data). Fix: set --config.data.token_cache=False.')
+  for split, source in sources.items():  # Each split of load_sources knows its identity.
     out[split] = tokens.cached(
-        source, tokenizer, lambda record: tokenizer.encode(as_text(record[data_cfg.text_key])),
-        data_dir=data_dir(data_cfg), split_identity=f'{data_cfg.name}:{identity}:{len(source)}',
+        source, tokenizer, lambda record: document_ids(record, tokenizer, data_cfg.text_key),
+        data_dir=data_dir(data_cfg),
+        split_identity=f'{data_cfg.name}:{source.identity}:{len(source)}',
         text_key=data_cfg.text_key, log=log)
   return out
 

@@ -44,23 +44,34 @@ class Tokenizer:
 
   def encode(self, text: str) -> np.ndarray:
     """Token ids (int32) of text, newlines kept as NEWLINE_ID; no bos/eos added."""
-    ids = []
-    for i, line_ids in enumerate(self.sp.encode(text.split('\n'))):
-      if i:
-        ids.append(NEWLINE_ID)
-      ids.extend(line_ids)
-    return np.asarray(ids, np.int32)
+    return encode_lines(self.sp, text)
 
   def decode(self, ids) -> str:
-    ids = [int(i) for i in ids if int(i) not in (PAD_ID, EOS_ID, BOS_ID)]
-    lines, line = [], []
-    for i in ids + [NEWLINE_ID]:
-      if i == NEWLINE_ID:
-        lines.append(self.sp.decode(line))
-        line = []
-      else:
-        line.append(i)
-    return '\n'.join(lines)
+    return decode_lines(self.sp, ids)
+
+
+def encode_lines(sp, text: str, shift: int = 0) -> np.ndarray:
+  """SentencePiece `sp`'s ids (+ shift) of each line of `text`, NEWLINE_ID between lines:
+  SentencePiece's normalisation would drop the newlines."""
+  ids = []
+  for i, line_ids in enumerate(sp.encode(text.split('\n'))):
+    if i:
+      ids.append(NEWLINE_ID - shift)
+    ids.extend(line_ids)
+  return np.asarray(ids, np.int32) + shift
+
+
+def decode_lines(sp, ids, shift: int = 0) -> str:
+  """The text of `encode_lines`' ids: pad, bos and eos (and, shifted, every id below `shift`:
+  the project's specials before the model's own) dropped, lines joined by newlines."""
+  lines, line = [], []
+  for i in [int(i) for i in ids] + [NEWLINE_ID]:
+    if i == NEWLINE_ID:
+      lines.append(sp.decode(line))
+      line = []
+    elif i not in (PAD_ID, EOS_ID, BOS_ID) and i >= shift:
+      line.append(i - shift)
+  return '\n'.join(lines)
 
 
 def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,

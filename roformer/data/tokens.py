@@ -18,7 +18,6 @@ import shutil
 import time
 
 import numpy as np
-from array_record.python import array_record_data_source
 from array_record.python import array_record_module
 
 from roformer import errors
@@ -72,40 +71,16 @@ def _write(source, encode, path: str, dtype: np.dtype, block: int = 512) -> dict
   return {'documents': documents, 'tokens': tokens}
 
 
-class Source:
+class Source(cache.RecordFile):
   """A split of the token cache: random access to {TOKEN_IDS: int32 ids of document i}."""
 
   def __init__(self, path: str, dtype: np.dtype):
-    self.path, self.dtype = path, np.dtype(dtype)
-    self._directory = os.path.dirname(path)
-    try:
-      self._records = array_record_data_source.ArrayRecordDataSource([path])
-    except (RuntimeError, OSError, ValueError) as e:
-      raise self._damaged(e) from None
-
-  def _damaged(self, e) -> errors.DamagedFileError:
-    reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-    return errors.DamagedFileError(
-        f'the token cache {self._directory} is damaged: {self.path} cannot be read ({reason}). '
-        f"Fix: delete it (rm -rf '{self._directory}'); the next run tokenizes the split again.")
-
-  def __len__(self):
-    return len(self._records)
-
-  def _example(self, record: bytes) -> dict:
-    return {TOKEN_IDS: np.frombuffer(record, self.dtype).astype(np.int32)}
-
-  def __getitem__(self, index):
-    try:
-      return self._example(self._records[index])
-    except RuntimeError as e:
-      raise self._damaged(e) from None
-
-  def __getitems__(self, indices, *args):
-    try:
-      return [self._example(r) for r in self._records.__getitems__(indices, *args)]
-    except RuntimeError as e:
-      raise self._damaged(e) from None
+    self.dtype, directory = np.dtype(dtype), os.path.dirname(path)
+    super().__init__(
+        path, lambda record: {TOKEN_IDS: np.frombuffer(record, self.dtype).astype(np.int32)},
+        lambda reason: errors.DamagedFileError(
+            f'the token cache {directory} is damaged: {path} cannot be read ({reason}). Fix: '
+            f"delete it (rm -rf '{directory}'); the next run tokenizes the split again."))
 
 
 def cached(source, tokenizer, encode, *, data_dir: str, split_identity: str, text_key: str,

@@ -19,6 +19,7 @@ import shutil
 import numpy as np
 
 from roformer import errors
+from roformer.data import cache
 from roformer.data import tokenizer as tokenizer_lib
 
 TRAINED = 'sentencepiece'
@@ -68,46 +69,41 @@ class Bytes:
 
 
 def _unreadable(path: str, what: str, e: BaseException, fix: str) -> errors.ConfigError:
-  reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+  reason = cache.first_line(e)
   cls = errors.DamagedFileError if fix else errors.ConfigError
   return cls(f'{path} is not a readable {what} ({reason}). Fix: '
              f'{fix or "point config.data.tokenizer at one"}.')
 
 
+def _open(path: str, what: str, load, fix: str, failures=(RuntimeError, OSError)):
+  """load(path), a tokenizer file of kind `what`; a path that is not a file, or a file that
+  does not load, is one error naming it (with `fix` for a run's damaged copy)."""
+  if not os.path.isfile(path):
+    raise errors.ConfigError(f'config.data.tokenizer: {path} does not exist. Fix: give the '
+                             f'path of a {what}.')
+  try:
+    return load(path)
+  except failures as e:
+    raise _unreadable(path, what, e, fix) from None
+
+
 class SentencePieceFile:
-  """An existing SentencePiece model: lines encoded one by one with the newline id between
-  them (SentencePiece's default normalisation drops newlines), as the trained one does."""
+  """An existing SentencePiece model, applied line by line as the trained one is
+  (tokenizer.encode_lines), its ids shifted past the project's."""
   workdir_file = 'tokenizer.sentencepiece.model'  # Not tokenizer.model: the trained kind's.
 
   def __init__(self, path: str, fix: str = ''):
     import sentencepiece as spm  # pylint: disable=g-import-not-at-top
     self.path = str(path)
-    if not os.path.isfile(self.path):
-      raise errors.ConfigError(f'config.data.tokenizer: {self.path} does not exist. Fix: give '
-                               'the path of a SentencePiece .model file.')
-    try:
-      self.sp = spm.SentencePieceProcessor(model_file=self.path)
-    except (RuntimeError, OSError) as e:
-      raise _unreadable(self.path, 'SentencePiece model', e, fix) from None
+    self.sp = _open(self.path, 'SentencePiece model',
+                    lambda p: spm.SentencePieceProcessor(model_file=p), fix)
     self.vocab_size = self.sp.get_piece_size() + _SHIFT
 
   def encode(self, text: str) -> np.ndarray:
-    ids = []
-    for i, line in enumerate(self.sp.encode(text.split('\n'))):
-      if i:
-        ids.append(tokenizer_lib.NEWLINE_ID - _SHIFT)
-      ids.extend(line)
-    return _shift(ids)
+    return tokenizer_lib.encode_lines(self.sp, text, _SHIFT)
 
   def decode(self, ids) -> str:
-    lines, line = [], []
-    for i in [int(i) for i in ids] + [tokenizer_lib.NEWLINE_ID]:
-      if i == tokenizer_lib.NEWLINE_ID:
-        lines.append(self.sp.decode(line))
-        line = []
-      elif i >= _SHIFT:
-        line.append(i - _SHIFT)
-    return '\n'.join(lines)
+    return tokenizer_lib.decode_lines(self.sp, ids, _SHIFT)
 
 
 class HuggingFace:
@@ -118,13 +114,9 @@ class HuggingFace:
   def __init__(self, path: str, fix: str = ''):
     import tokenizers  # pylint: disable=g-import-not-at-top
     self.path = str(path)
-    if not os.path.isfile(self.path):
-      raise errors.ConfigError(f'config.data.tokenizer: {self.path} does not exist. Fix: give '
-                               "the path of a Hugging Face tokenizer.json.")
-    try:
-      self.tok = tokenizers.Tokenizer.from_file(self.path)
-    except Exception as e:  # pylint: disable=broad-except  # The package raises plain Exception.
-      raise _unreadable(self.path, 'Hugging Face tokenizer.json', e, fix) from None
+    # The package raises plain Exception for a file that is not a tokenizer.
+    self.tok = _open(self.path, 'Hugging Face tokenizer.json', tokenizers.Tokenizer.from_file,
+                     fix, failures=(Exception,))
     self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True) + _SHIFT
 
   def encode(self, text: str) -> np.ndarray:
