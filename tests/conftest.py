@@ -9,9 +9,10 @@ import tempfile
 
 import processes  # tests/processes.py: the flags below, for the subprocesses too.
 
-# XLA's backend optimisation level 0: the programs here are tiny and run a few steps, so LLVM's
-# optimisation passes cost more compile time than they save (about a third of the suite's time);
-# the numbers every test compares are computed the same way on both sides.
+# Cheap compilation (tests/processes.py): the programs here are tiny and run a few steps, so
+# XLA's optimisation passes and its MLIR fusion emitters cost more compile time than they save
+# (together about half of the suite's time); the numbers every test compares are computed the
+# same way on both sides.
 os.environ.setdefault('XLA_FLAGS', processes.xla_flags(8))
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # The entry points run as subprocesses here train a few steps each, where the one malloc arena
