@@ -25,6 +25,7 @@ import importlib.machinery
 import importlib.util
 import os
 import re
+import subprocess
 import sys
 
 from roformer import errors
@@ -304,3 +305,40 @@ def trained(workdir: str, steps: int | None = None) -> bool:
   if steps is None:
     return False
   return os.path.isdir(os.path.join(workdir, 'checkpoints', str(steps)))
+
+
+def usable_cpus() -> list[int]:
+  """The CPU cores this process may run on (its affinity where the OS has one)."""
+  if hasattr(os, 'sched_getaffinity'):
+    return sorted(os.sched_getaffinity(0))
+  return list(range(os.cpu_count() or 1))
+
+
+def core_sets(parallel: int, cpus) -> list[frozenset] | None:
+  """The cores that each of `parallel` concurrent CPU runs is pinned to: disjoint sets that
+  together cover `cpus`; None where pinning does not apply (a single run keeps every core, and
+  more runs than cores share them).
+
+  Why pin: XLA:CPU spreads a step's ops over a thread pool as large as the process's cores, and
+  a sweep's steps are tiny (2,048 tokens of a 2-layer model), so N processes with N-thread
+  pools on N cores spend much of their time switching threads and waiting for each other's
+  slices. Pinned, each process's pool has the size of its own cores (XLA sizes it from the
+  affinity): 12 passkey points, two processes at a time on 2 cores, took 249 s instead of
+  279-289 s (docs/performance.md)."""
+  cpus = sorted(cpus)
+  if parallel < 2 or parallel > len(cpus):
+    return None
+  return [frozenset(cpus[i::parallel]) for i in range(parallel)]
+
+
+def call(command: list[str], cores=None, **popen_args) -> int:
+  """subprocess.call(command, **popen_args), the child pinned to `cores` (None: not pinned).
+  The affinity is set as soon as the child exists, before the Python it starts has imported
+  anything, so every thread it creates (XLA's pool included) inherits it."""
+  with subprocess.Popen(command, **popen_args) as process:
+    if cores and hasattr(os, 'sched_setaffinity'):
+      try:
+        os.sched_setaffinity(process.pid, cores)
+      except ProcessLookupError:  # It has already ended: nothing left to pin.
+        pass
+    return process.wait()

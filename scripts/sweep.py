@@ -13,7 +13,8 @@ skipped and unfinished runs resume from their checkpoints, so the same command c
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
 and `--parallel` (default: one process per CPU core on the CPU, one on an accelerator) keeps
-that many processes running. Points that start from another point (a `{sweep}/NAME` value) wait
+that many processes running; on the CPU each is pinned to cores of its own (`--no_pin` leaves
+them on every core: see sweeps.core_sets for why). Points that start from another point (a `{sweep}/NAME` value) wait
 for it. `--dry_run` prints one shell command per group (train && evals) instead, for a job
 scheduler (in order: a point after the points it starts from); on a multi-host cluster add
 train.py's `--distributed` with `--extra_train_flags=--distributed`.
@@ -23,6 +24,7 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import queue
 import shlex
 import subprocess
 import sys
@@ -78,10 +80,11 @@ class Progress:
 
 
 def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str],
-              finished: dict | None = None) -> bool:
+              finished: dict | None = None, cores=None) -> bool:
   """Trains one group (its points that still need it, in one train.py) and runs each point's
   remaining evaluations, after the points they need (each a threading.Event in `finished`,
-  set with its success). True if every point of the group finished."""
+  set with its success), its processes pinned to `cores` (None: not pinned). True if every
+  point of the group finished."""
   for point in group.points:
     for need in point.needs:
       finished[need].wait()
@@ -111,7 +114,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
     def call(label, cmd) -> str:
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
-      code = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+      code = sweeps.call(cmd, cores, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
       return f'{label} (exit {code})' if code else ''
     if training:
       members = sweeps.Group(group.name, tuple(training))
@@ -146,12 +149,16 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   return not failures
 
 
+def on_accelerator() -> bool:
+  """Whether the children's runs will use an accelerator rather than the CPU."""
+  return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0')) or any(
+      name in os.environ.get('JAX_PLATFORMS', '') for name in ('cuda', 'gpu', 'tpu', 'rocm'))
+
+
 def default_parallel() -> int:
   """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
   trains keeps to about one core), one on an accelerator (which a vmapped group keeps busy)."""
-  accelerator = any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/accel0')) or any(
-      name in os.environ.get('JAX_PLATFORMS', '') for name in ('cuda', 'gpu', 'tpu', 'rocm'))
-  return 1 if accelerator else max(1, os.cpu_count() or 1)
+  return 1 if on_accelerator() else len(sweeps.usable_cpus())
 
 
 def group_work(sweep, groups) -> dict[str, float]:
@@ -192,6 +199,9 @@ def main(argv=None) -> int:
   parser.add_argument('--parallel', type=int, default=0,
                       help='Training processes at the same time; 0: one per CPU core when the '
                       'runs use the CPU, 1 on an accelerator.')
+  parser.add_argument('--no_pin', action='store_true',
+                      help='Leave the training processes on every core, instead of pinning '
+                      'each of the --parallel processes to its own cores (CPU runs only).')
   parser.add_argument('--no_group_seeds', action='store_true',
                       help='Train each point in its own process, instead of the points that '
                       'differ only in their seed in one (train.py --seeds).')
@@ -241,15 +251,25 @@ def main(argv=None) -> int:
                'overrides': sweep.overrides,
                'evals': sweep.evals}, f, indent=2, default=str)
   progress = Progress(len(sweep.points), parallel, work)
+  # Each running group takes a set of cores of its own (none to take on an accelerator, with
+  # --no_pin, or where the cores cannot be split among the processes).
+  pinned = None if args.no_pin or on_accelerator() else sweeps.core_sets(
+      parallel, sweeps.usable_cpus())
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
-               f' ({len(groups)} training processes, {parallel} at a time)')
+               f' ({len(groups)} training processes, {parallel} at a time'
+               f'{", each on its own cores" if pinned else ""})')
   finished = {p.name: threading.Event() for p in sweep.points}
+  slots = queue.Queue()
+  for cores in pinned or [None] * parallel:
+    slots.put(cores)
 
   def run(group):
     ok = False
+    cores = slots.get()
     try:
-      ok = run_group(sweep, group, root, progress, extra, finished)
+      ok = run_group(sweep, group, root, progress, extra, finished, cores)
     finally:
+      slots.put(cores)
       for point in group.points:
         finished[point.name].ok = ok or sweeps.done(sweep, point, os.path.join(root, point.name))
         finished[point.name].set()

@@ -414,3 +414,35 @@ def test_the_longest_work_starts_first_and_points_that_need_others_come_after_th
             sweeps.Group('long', (point('long'),)), sweeps.Group('mid', (point('mid'),))]
   order = sweep_script.longest_first(groups, {'short': 1, 'after': 9, 'long': 5, 'mid': 3})
   assert [g.name for g in order] == ['long', 'mid', 'short', 'after']
+
+
+@pytest.mark.parametrize('parallel, cpus', [(2, [0, 1]), (2, [0, 1, 2, 3]), (3, [2, 5, 7, 8, 9]),
+                                            (4, [0, 1, 2, 3])])
+def test_each_parallel_run_gets_cores_of_its_own_and_every_core_is_used(parallel, cpus):
+  sets = sweeps.core_sets(parallel, cpus)
+  assert len(sets) == parallel and all(sets)
+  assert sorted(c for s in sets for c in s) == sorted(cpus)  # Disjoint, and covering them all.
+  assert max(map(len, sets)) - min(map(len, sets)) <= 1
+
+
+def test_one_run_or_more_runs_than_cores_are_not_pinned():
+  assert sweeps.core_sets(1, [0, 1]) is None
+  assert sweeps.core_sets(3, [0, 1]) is None
+
+
+@pytest.mark.skipif(not hasattr(os, 'sched_setaffinity'), reason='no CPU affinity here')
+def test_a_pinned_child_and_the_threads_it_starts_run_on_its_cores_only(tmp_path):
+  core = sweeps.usable_cpus()[-1]
+  script = ('import os, threading\n'
+            'seen = []\n'
+            't = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))\n'
+            't.start(); t.join()\n'
+            'print(sorted(os.sched_getaffinity(0)), sorted(seen[0]))\n')
+  out = tmp_path / 'out.txt'
+  with open(out, 'w', encoding='utf-8') as f:
+    assert sweeps.call([sys.executable, '-c', script], {core}, stdout=f) == 0
+  assert out.read_text().split('\n')[0] == f'[{core}] [{core}]'
+  with open(out, 'w', encoding='utf-8') as f:  # Unpinned: every core this process has.
+    assert sweeps.call([sys.executable, '-c', script], None, stdout=f) == 0
+  every = sweeps.usable_cpus()
+  assert out.read_text().split('\n')[0] == f'{every} {every}'
