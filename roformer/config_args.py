@@ -112,10 +112,14 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None) ->
     if not hasattr(node[part], 'keys'):
       raise errors.ConfigError(f'{flag}: config.{".".join(parts[:depth + 1])} is a value, not a '
                                'group of fields. Fix: drop the part after it.')
-    node, tree = node[part], tree.get(part) if isinstance(tree, dict) else None
+    node, tree = node[part], _inner(tree, part)
   leaf = parts[-1]
   if isinstance(tree, specs.Map):  # An entry of a dict field, new or not.
     spec = tree.of
+  elif isinstance(tree, specs.Record):  # A field of a record, set or not yet.
+    spec = tree.fields.get(leaf)
+    if spec is None:
+      raise specs.unknown_field(f'config.{field}', tree.fields)
   else:
     _must_have(node, leaf, parts[:-1], flag)
     spec = tree.get(leaf) if isinstance(tree, dict) else None
@@ -133,6 +137,18 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None) ->
     value = spec.parse(text, f'config.{field}')
   with config.unlocked(), config.ignore_type():
     node[leaf] = value
+
+
+def _inner(tree, part: str):
+  """The spec or group of specs of field `part` inside `tree` (None where nobody declared it):
+  a group's field, a dict field's entry, a record's field."""
+  if isinstance(tree, dict):
+    return tree.get(part)
+  if isinstance(tree, specs.Map):
+    return tree.of
+  if isinstance(tree, specs.Record):
+    return tree.fields.get(part)
+  return None
 
 
 def _must_have(node, part: str, parents: list[str], flag: str) -> None:

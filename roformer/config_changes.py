@@ -47,6 +47,7 @@ FIXED = (  # (field, the occasions on which it must equal the saved run's, why)
     ('data.validation_fraction', (RESUME,), _PIPELINE),
     ('data.test_fraction', (RESUME,), _PIPELINE),
     ('data.skip_bad_documents', (RESUME,), _PIPELINE),
+    ('data.mixture', (RESUME,), _PIPELINE),
     ('data.mask_rate', (RESUME,), _PIPELINE),
     ('data.mask_fraction', (RESUME,), _PIPELINE),
     ('data.random_fraction', (RESUME,), _PIPELINE),

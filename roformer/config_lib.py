@@ -13,6 +13,7 @@ from roformer import models
 from roformer import positions
 from roformer import sharding
 from roformer.data import corpus
+from roformer.data import mixture
 from roformer.data import synthetic
 from roformer.data import vocabularies
 
@@ -34,6 +35,7 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
     value = config
     for part in name.split('.')[1:]:
       value = value[part]
+    value = value.to_dict() if hasattr(value, 'to_dict') else value  # One line, not YAML.
     raise errors.ConfigError(
         f'{name}={value!r} is read only by {spec.reader.what}, and this run '
         f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
@@ -71,6 +73,8 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
         f"config.data.name='files' holds documents for language models (model.type "
         f"'causal_lm' or 'mlm'), not {m.type!r} (labels, sentence pairs). Fix: a dataset with "
         'those features (TFDS or embedded), or model.type causal_lm or mlm.')
+  if mixture.is_mixture(config.data):
+    mixture.validate(config)
   if config.eval.scale_rope_to_length and (
       not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):

@@ -31,8 +31,9 @@ from roformer import positions
 from roformer import sharding
 from roformer import stack
 from roformer.data import corpus
+from roformer.data import mixture
 from roformer.data import synthetic
-from roformer.specs import Bool, Float, Int, Map, Names, Seq, Spec, Str, check_tree, defaults
+from roformer.specs import Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree, defaults
 
 _STEPS = 2**31 - 1  # Step counters are int32.
 _BIG = 2**24  # Sizes and counts beyond any model this project trains on one host.
@@ -59,8 +60,10 @@ FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
 TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not a synthetic "
                  'task)', lambda c: c.model.type in ('causal_lm', 'mlm') and
                  not synthetic.task_name(c.data), 'start from configs/lm.py or configs/mlm.py')
-SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK')",
-                   lambda c: synthetic.task_name(c.data) is not None,
+SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK', or a source of "
+                   'data.mixture)',
+                   lambda c: synthetic.task_name(c.data) is not None or (
+                       mixture.has_synthetic(c.data) and TEXT_LM.reads(c)),
                    'start from configs/synthetic.py')
 
 
@@ -76,6 +79,24 @@ def _read_by(reader: Reader, tree: dict) -> dict:
   return out
 
 
+def _with_mixture(data: dict) -> dict:
+  """The data group with data.mixture after data.token_cache: a dict of entries, each its
+  weight and the source fields it sets over config.data's (held to the same specs as those,
+  without their defaults: an entry sets only what it names)."""
+  fields = {'weight': Float(0, 1e6, min_open=True, default=1.0)}
+  for key in mixture.ENTRY_FIELDS:
+    spec = copy.copy(data[key])
+    spec.reader = None  # Read whenever the entry is.
+    fields[key] = spec
+  entry = Record(fields, required=('weight',))
+  out = {}
+  for key, spec in data.items():
+    out[key] = spec
+    if key == 'token_cache':
+      out.update(_read_by(TEXT_LM, {'mixture': Map(entry, default={})}))
+  return out
+
+
 def schema() -> dict:
   """{field: spec or group}, built on each call: position schemes may register later."""
   return {
@@ -83,7 +104,7 @@ def schema() -> dict:
       # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM
       # run to continue (every parameter; what may change: roformer/config_changes.py). '': none.
       'init_from': Str(default=''),
-      'data': {
+      'data': _with_mixture({
           # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic
           # task (synthetic/TASK), your own files ('files': data.files) or any TFDS dataset name
           # (e.g. 'lm1b').
@@ -117,6 +138,11 @@ def schema() -> dict:
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
           **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),
+          # (data.mixture follows here, `_with_mixture`: several sources trained on together,
+          # roformer/data/mixture.py. NAME -> {'weight': its share of the training rows, and any
+          # of name, text_key, splits and the files' fields that it sets over these}, e.g.
+          # {'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}};
+          # each source is evaluated on its own. {}: the one source these fields name.)
           'seq_len': Int(1, 2**20, default=256),
           # Chunks shuffled in a window so that one batch mixes documents.
           'shuffle_window': Int(0, _BIG, default=512),
@@ -164,7 +190,7 @@ def schema() -> dict:
               # the rest alike); the paper's FFL(0.8).
               'flip_flop_ignore': Float(0, 1, max_open=True, default=0.8),
           }),
-      },
+      }),
       'model': {
           'type': Str(choices=lambda: models.MODELS, default='causal_lm'),
           'vocab_size': Int(1, _BIG, default=4096),  # Set from the tokenizer.

@@ -20,6 +20,7 @@ from roformer import resolve
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
+from roformer.data import mixture
 from roformer.data import pipeline
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -85,8 +86,16 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
 def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
   """What the training loop logs on the validation split `source`: the task's metrics over up
   to config.train.eval_batches batches and, for a task that `decodes`, its BLEU and chrF on
-  config.eval.bleu_sentences decoded sentences."""
-  config = trainer.config
+  config.eval.bleu_sentences decoded sentences. A mixture's: each source's, and their mean
+  weighted by the mixture's weights (roformer/data/mixture.py `weighted`)."""
+  if isinstance(source, mixture.Mixture):
+    return mixture.weighted(
+        {name: _validation(trainer, params, member, tokenizer, source.config_for(
+            trainer.config, name)) for name, member in source.members.items()}, source.weights)
+  return _validation(trainer, params, source, tokenizer, trainer.config)
+
+
+def _validation(trainer: trainer_lib.Trainer, params, source, tokenizer, config) -> dict:
   batches = trainer.task.batches(config, source, tokenizer, train=False,
                                  batch_size=config.eval.batch_size)
   result = evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
@@ -193,7 +202,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
   if rescale:
     results['rope_scaling']['factor'] = 'length / train_seq_len'
-  for split in splits:
+  for split, source, split_config in _each_source(config, splits, sources):
     rows = []
     for mult in config.eval.length_multipliers:
       length = config.data.seq_len * mult
@@ -207,7 +216,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue
-      batches = trainer.task.batches(config, sources[split], tokenizer, train=False,
+      batches = trainer.task.batches(split_config, source, tokenizer, train=False,
                                      seq_len=length, batch_size=config.eval.batch_size)
       rows.append({**row, **evaluate(length_trainer, params, batches,
                                      batch_size=config.eval.batch_size,
@@ -216,7 +225,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
     if trainer.task.decodes:
       if split != 'test':  # Decodes the test split; validation BLEU is reported in training.
         continue
-      scores, hyps, refs = translation_scores(trainer, params, sources[split], tokenizer,
+      scores, hyps, refs = translation_scores(trainer, params, source, tokenizer,
                                               limit=config.eval.bleu_sentences_test)
       out_dir = os.path.join(workdir, 'translations')
       os.makedirs(out_dir, exist_ok=True)
@@ -225,10 +234,29 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
                   encoding='utf-8') as f:
           f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
       results['splits'][split].update(scores)
-    elif not synthetic.task_name(config.data):
+    elif not synthetic.task_name(split_config.data):
       results['splits'][split]['unigram_loss'] = unigram_baseline(
-          tokenizer, sources['train'], sources[split], config.data.text_key)
+          tokenizer, _source_of(sources['train'], split), source, split_config.data.text_key)
   return results
+
+
+def _each_source(config, splits, sources):
+  """(name in the results, source, the config that reads it) for each split: a mixture's
+  sources each on their own, as `validation/NAME` (roformer/data/mixture.py)."""
+  for split in splits:
+    source = sources[split]
+    if not isinstance(source, mixture.Mixture):
+      yield split, source, config
+      continue
+    for name, member in source.members.items():
+      yield mixture.source_split(split, name), member, source.config_for(config, name)
+
+
+def _source_of(train, split_name: str):
+  """The train split that goes with `split_name` ('validation/NAME': NAME's of a mixture)."""
+  if isinstance(train, mixture.Mixture):
+    return train.members[split_name.split('/', 1)[1]]
+  return train
 
 
 def format_results(results: dict) -> str:
@@ -239,21 +267,22 @@ def format_results(results: dict) -> str:
       lines.append(f"{split:<22} " + (r['skipped'] if 'skipped' in r else
                                       f"{format_metrics(r)} | {r['examples']:.0f} examples"))
     return '\n'.join(lines)
-  lines.append(f"{'split':<11} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}")
+  w = max([11] + [len(split) for split in results['splits']])  # A mixture's 'validation/NAME'.
+  lines.append(f"{'split':<{w}} {'length':>7} {'loss':>8} {'ppl':>10} {'acc':>7} {'tokens':>9}")
   for split, r in results['splits'].items():
     for row in r['lengths']:
       if 'skipped' in row:
-        lines.append(f"{split:<11} {row['length']:>7}   skipped: {row['skipped'][:60]}")
+        lines.append(f"{split:<{w}} {row['length']:>7}   skipped: {row['skipped'][:60]}")
       else:
-        lines.append(f"{split:<11} {row['length']:>7} {row['loss']:>8.4f} "
+        lines.append(f"{split:<{w}} {row['length']:>7} {row['loss']:>8.4f} "
                      f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}"
                      + (f"  sequences right {row['sequence_accuracy']:.3f}"
                         if 'sequence_accuracy' in row else ''))
     if 'unigram_loss' in r:
-      lines.append(f"{split:<11} {'unigram':>7} {r['unigram_loss']:>8.4f} "
+      lines.append(f"{split:<{w}} {'unigram':>7} {r['unigram_loss']:>8.4f} "
                    f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")
     if 'bleu' in r:
-      lines.append(f"{split:<11} {r['direction']}: BLEU {r['bleu']:.2f} (copying the source: "
+      lines.append(f"{split:<{w}} {r['direction']}: BLEU {r['bleu']:.2f} (copying the source: "
                    f"{r['copy_source_bleu']:.2f}), chrF {r['chrf']:.2f} on {r['sentences']} "
                    f"sentences  [{r['bleu_signature']}]")
   return '\n'.join(lines)

@@ -34,6 +34,7 @@ from roformer import resolve
 from roformer import trainer as trainer_lib
 from roformer import warm_start
 from roformer import workdir as workdir_lib
+from roformer.data import mixture
 from roformer.data import pipeline
 
 log = logging.getLogger('roformer')
@@ -315,8 +316,12 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
     result = evaluate_lib.validation(trainer, group_states.params(i),
                                      member.run.sources['validation'], member.run.tokenizer)
     member.writer.write(step, 'validation', result)
-    log.info('%sstep %d | validation %s', f'{member.name}: ' if group else '', step,
-             evaluate_lib.format_metrics(result))
+    for name, own in result.get('sources', {}).items():  # A mixture's sources, each its own.
+      member.writer.write(step, mixture.source_split('validation', name), own)
+    log.info('%sstep %d | validation %s%s', f'{member.name}: ' if group else '', step,
+             evaluate_lib.format_metrics(result),
+             ''.join(f' | {name}: {evaluate_lib.format_metrics(own)}'
+                     for name, own in result.get('sources', {}).items()))
     return result
 
   if runs[0].init_from is not None and warm_start.continues(config):

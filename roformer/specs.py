@@ -281,6 +281,44 @@ class Map(Spec):
     return value
 
 
+class Record(Spec):
+  """A dict of named fields, each held to its own spec, some of them `required` (an entry of
+  config.data.mixture: its weight and the data fields it sets). On the command line a Python
+  dict literal, or one field at a time: --config.data.mixture.plays.weight=0.8."""
+
+  def __init__(self, fields: dict, required: Iterable[str] = (), *, default: Any = _UNSET):
+    super().__init__(default)
+    self.fields, self.required = dict(fields), tuple(required)
+
+  def describe(self) -> str:
+    need = f' ({", ".join(self.required)} required)' if self.required else ''
+    return f'a dict of some of the fields {", ".join(self.fields)}{need}'
+
+  def type_ok(self, value) -> bool:
+    return isinstance(value, dict) or hasattr(value, 'to_dict')
+
+  def check(self, value, name):
+    super().check(value, name)
+    items = value.to_dict() if hasattr(value, 'to_dict') else value
+    for key, item in items.items():
+      if key not in self.fields:
+        raise unknown_field(f'{name}.{key}', self.fields)
+      self.fields[key].check(item, f'{name}.{key}')
+    missing = [key for key in self.required if key not in items]
+    if missing:
+      raise errors.ConfigError(f'{name} has no {missing[0]}. Fix: {_flag(name)}.{missing[0]}='
+                               f'<{self.fields[missing[0]].describe()}>.')
+
+  def parse(self, text, name):
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+      value = None
+    if not isinstance(value, dict):
+      raise self._not(text, name, f"a dict such as \"{{'{next(iter(self.fields))}': ...}}\"")
+    return value
+
+
 class Names(Spec):
   """A name, or a tuple of names ('' or 'none' for no name): a sharding rule's mesh axes."""
 

@@ -221,6 +221,9 @@ def test_every_numeric_field_declares_a_range():
         continue
       while isinstance(spec, (specs.Seq, specs.Map)):
         spec = spec.of
+      if isinstance(spec, specs.Record):
+        walk(spec.fields, f'{name}.{key}.ENTRY')
+        continue
       if isinstance(spec, (specs.Int, specs.Float)) and spec.min is None and spec.max is None:
         unbounded.append(f'{name}.{key}')
   walk(config_schema.schema(), 'config')

@@ -8,6 +8,7 @@ segment ids count 1..n per row; 0 is padding) and batches.
 """
 
 import dataclasses
+import functools
 import importlib
 import json
 import logging
@@ -23,6 +24,7 @@ from google.protobuf import json_format
 from roformer.data import bible
 from roformer.data import cache
 from roformer.data import corpus
+from roformer.data import mixture
 from roformer.data import movie_reviews
 from roformer.data import shakespeare
 from roformer.data import synthetic
@@ -116,7 +118,10 @@ def _open_builder(make, directory: str, is_embedded: bool, *args, **kwargs):
 
 def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
   """Random-access sources (sequences of feature dicts) for each split; for a synthetic task
-  (`synthetic/TASK`), each split's generator, whose rows are built at the length asked for."""
+  (`synthetic/TASK`), each split's generator, whose rows are built at the length asked for;
+  for a mixture (config.data.mixture), each split's `mixture.Mixture` of its sources'."""
+  if mixture.is_mixture(data_cfg):
+    return mixture.load(data_cfg, splits, load_sources)
   task = synthetic.task_name(data_cfg)
   if task:
     return {split: synthetic.Split(data_cfg.synthetic, task, split) for split in splits}
@@ -168,9 +173,16 @@ def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
 
 
 def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
-  """`sources` with each split read from the token cache, written on first use."""
+  """`sources` with each split read from the token cache, written on first use (a mixture's
+  sources each in its own cache; a synthetic task's rows are generated, not cached)."""
   out = {}
   for split, source in sources.items():  # Each split of load_sources knows its identity.
+    if isinstance(source, mixture.Mixture):
+      out[split] = mixture.Mixture(
+          {name: member if isinstance(member, synthetic.Split) else token_cached(
+              source.configs[name], {split: member}, tokenizer)[split]
+           for name, member in source.members.items()}, source.configs, source.weights)
+      continue
     out[split] = tokens.cached(
         source, tokenizer, lambda record: document_ids(record, tokenizer, data_cfg.text_key),
         data_dir=data_dir(data_cfg),
@@ -221,6 +233,10 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   the next run trains it again (the same pieces and scores: training is deterministic)."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
+  if mixture.is_mixture(data_cfg):  # config.data's own, whatever the sources read.
+    data_cfg = mixture.base_config(data_cfg)
+    if train_source is not None:
+      train_source = load_sources(data_cfg, splits=('train',))['train']
   given = vocabularies.given(data_cfg.tokenizer)
   if given is not None:  # Bytes, or a file: nothing to train.
     return given
@@ -304,7 +320,27 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
                shift: bool = True) -> grain.IterDataset:
   """Packed LM batches: dicts of int32 [batch_size, seq_len] arrays `inputs`, `targets`,
   `inputs_segment_ids`, `inputs_positions` (and the same for targets). With shift=False
-  (masked LM), only the `inputs` features."""
+  (masked LM), only the `inputs` features. A `mixture.Mixture` source gives each of its
+  sources' packed rows (each with its own shuffle) interleaved by weight."""
+  rows = functools.partial(
+      _packed_rows, tokenizer=tokenizer, seq_len=seq_len, batch_size=batch_size,
+      shuffle=shuffle, repeat=repeat, shard_index=shard_index, shard_count=shard_count,
+      shuffle_window=shuffle_window, shift=shift)
+  if isinstance(source, mixture.Mixture):
+    it = mixture.mix({name: rows(member, text_key=source.configs[name].text_key,
+                                 seed=mixture.member_seed(seed, name))
+                      for name, member in source.members.items()}, source.weights)
+  else:
+    it = rows(source, text_key=text_key, seed=seed)
+  return it.batch(batch_size, drop_remainder=repeat)
+
+
+def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: int,
+                 shuffle: bool, seed: int, repeat: bool, shard_index: int, shard_count: int,
+                 shuffle_window: int, shift: bool) -> grain.IterDataset:
+  """lm_dataset's rows before batching (a synthetic task's split: its rows as text)."""
+  if isinstance(source, synthetic.Split):
+    source = synthetic.TextRows(source, seq_len, seed, text_key)
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:
     ds = ds.shuffle(seed=seed)
@@ -318,7 +354,7 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
   it = grain.experimental.FirstFitPackIterDataset(
       it, length_struct={'inputs': seq_len, 'targets': seq_len} if shift else {'inputs': seq_len},
       num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
-  return it.batch(batch_size, drop_remainder=repeat)
+  return it
 
 
 @dataclasses.dataclass(frozen=True)

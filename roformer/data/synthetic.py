@@ -266,3 +266,20 @@ class Source:
     rng = np.random.default_rng(self.key + (int(index),))
     tokens, spans, bucket = _GENERATORS[self.task](rng, self.cfg, self.vocab, self.length)
     return make_row(tokens, spans, bucket, self.length)
+
+
+class TextRows:
+  """Random-access documents of a split's rows in words (`{text_key: 'The grass is green .
+  ...'}`): what a mixture of text sources (roformer/data/mixture.py) reads a synthetic task as.
+  Row i is the row `Source(split, length, run_seed)[i]` holds, without its special ids."""
+
+  def __init__(self, split: Split, length: int, run_seed: int = 0, text_key: str = 'text'):
+    self.source, self.text_key = Source(split, length, run_seed), text_key
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def __getitem__(self, index: int) -> dict:
+    row = self.source[index]
+    tokens = np.append(row['inputs'][:1], row['targets'][row['targets_segment_ids'] > 0])
+    return {self.text_key: self.source.vocab.decode(tokens)}

@@ -1,0 +1,168 @@
+"""Mixtures of text sources (config.data.mixture, roformer/data/mixture.py): the rows follow the
+weights, each source reads as a run on it alone would, the data position resumes, each source is
+evaluated on its own, and bad entries are refused before anything is built."""
+
+import json
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from roformer import config_args
+from roformer import config_lib
+from roformer import errors
+from roformer import evaluate
+from roformer import loop
+from roformer import metrics
+from roformer.data import mixture
+from roformer.data import pipeline
+from roformer.data import synthetic
+from roformer.data import vocabularies
+
+BYTES = vocabularies.given('bytes')
+
+
+def _documents(letter: str, count: int) -> list[dict]:
+  """Documents of one letter only, of lengths 3..20: a row's bytes say which source it is."""
+  rng = np.random.default_rng(ord(letter))
+  return [{'text': letter * int(n)} for n in rng.integers(3, 21, count)]
+
+
+def _mixture(weights: dict, count: int = 400) -> mixture.Mixture:
+  cfg = ml_collections.ConfigDict({'text_key': 'text'})
+  return mixture.Mixture({name: _documents(name, count) for name in weights},
+                         {name: cfg for name in weights}, weights)
+
+
+def _batches(source, seed=0, **kwargs):
+  return pipeline.lm_dataset(source, BYTES, text_key='text', seq_len=32, batch_size=8,
+                             shuffle=True, seed=seed, repeat=True, **kwargs)
+
+
+def _row_sources(batch) -> list[str]:
+  """The letter of each row (every real token of a row comes from one source)."""
+  out = []
+  for row, segments in zip(batch['inputs'], batch['inputs_segment_ids']):
+    text = BYTES.decode(row[(segments > 0) & (row >= vocabularies._SHIFT)])  # pylint: disable=protected-access
+    assert len(set(text)) == 1, text
+    out.append(text[0])
+  return out
+
+
+def test_the_rows_follow_the_weights_over_many_batches():
+  it = iter(_batches(_mixture({'a': 3.0, 'b': 1.0})))  # Weights need not sum to 1.
+  rows = [s for _ in range(100) for s in _row_sources(next(it))]
+  share = rows.count('a') / len(rows)
+  assert abs(share - 0.75) < 0.01, share  # 800 rows; grain interleaves by weight.
+
+
+def test_each_source_gives_the_rows_it_gives_alone_with_its_own_seed():
+  """Source a's rows in the mixed stream, in order, are the rows of a run on a alone whose
+  seed is a's own (mixture.member_seed): each source keeps its own shuffle and packing."""
+  mixed = _mixture({'a': 0.5, 'b': 0.5})
+  it = iter(_batches(mixed, seed=7))
+  rows_a = []
+  while len(rows_a) < 40:
+    batch = next(it)
+    for i, name in enumerate(_row_sources(batch)):
+      if name == 'a':
+        rows_a.append(batch['inputs'][i])
+  alone = iter(pipeline.lm_dataset(mixed.members['a'], BYTES, text_key='text', seq_len=32,
+                                   batch_size=8, shuffle=True, seed=mixture.member_seed(7, 'a'),
+                                   repeat=True))
+  alone_rows = [row for _ in range(5) for row in next(alone)['inputs']]
+  for got, want in zip(rows_a, alone_rows):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_saved_data_position_continues_every_source_where_it_was():
+  make = lambda: iter(_batches(_mixture({'a': 0.7, 'b': 0.3})))
+  it = make()
+  for _ in range(9):
+    next(it)
+  state = it.get_state()
+  expected = [next(it) for _ in range(5)]
+  resumed = make()
+  resumed.set_state(state)
+  for want in expected:
+    got = next(resumed)
+    for key in want:
+      np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_synthetic_source_reads_its_rows_as_words():
+  cfg = config_args.load('configs/synthetic.py:associative_recall').data.synthetic
+  split = synthetic.Split(cfg, 'associative_recall', 'validation')
+  rows, texts = synthetic.Source(split, 16), synthetic.TextRows(split, 16, text_key='body')
+  for i in range(5):
+    row = rows[i]
+    tokens = row['targets'][row['targets_segment_ids'] > 0][:-1]  # Without [eos].
+    assert list(rows.vocab.encode(texts[i]['body'])) == list(tokens)
+    assert texts[i]['body'].split()[0].startswith('k')  # A key first: no special ids.
+
+
+def _config(config, entries):
+  config.data.mixture = entries
+  config.train.update(steps=4, eval_every=2, checkpoint_every=4, log_every=2)
+  config.eval.update(length_multipliers=(1,), max_batches=1)
+  return config
+
+
+def test_a_run_on_a_mixture_reports_each_source_and_their_weighted_mean(config, tmp_path):
+  config = _config(config, {'plays': {'weight': 0.75},
+                            'keys': {'weight': 0.25, 'name': 'synthetic/passkey'}})
+  config.data.seq_len = 64
+  workdir = str(tmp_path / 'run')
+  loop.train_and_evaluate(config, workdir)
+  records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  at = lambda split: [r for r in records if r['split'] == split and r['step'] == 4][0]
+  whole, plays, keys = at('validation'), at('validation/plays'), at('validation/keys')
+  assert whole['loss'] == pytest.approx(0.75 * plays['loss'] + 0.25 * keys['loss'], rel=1e-6)
+  assert plays['loss'] != keys['loss']
+  # eval.py's per-source splits: a source alone gives what a run on it alone is scored on.
+  results = evaluate.evaluate_workdir(config_lib.load(workdir), workdir, splits=('validation',))
+  assert sorted(results['splits']) == ['validation/keys', 'validation/plays']
+  assert 'unigram_loss' in results['splits']['validation/plays']
+  assert 'unigram_loss' not in results['splits']['validation/keys']  # Generated rows.
+  json.dumps(results)
+  text = evaluate.format_results(results)
+  assert 'validation/plays      64' in text
+
+
+@pytest.mark.parametrize('entries, message', [
+    ({'plays': {}}, 'config.data.mixture.plays has no weight'),
+    ({'plays': {'weight': 0.0}}, 'config.data.mixture.plays.weight=0.0 must be'),
+    ({'plays': {'weight': 1, 'seq_len': 8}}, 'config.data.mixture.plays.seq_len is not a'),
+    ({'plays': {'weight': 1, 'name': ''}}, 'config.data.mixture.plays.name'),
+    ({'plays': {'weight': 1, 'files': 'x/*.txt'}},
+     "config.data.mixture.plays.files is read only by a source of your own files"),
+])
+def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
+  config.data.mixture = entries
+  with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+    config_lib.validate(config)
+
+
+def test_a_mixture_on_a_run_that_reads_no_text_is_refused():
+  config = config_args.load('configs/synthetic.py:passkey')
+  config.data.mixture = {'plays': {'weight': 1.0, 'name': 'shakespeare'}}
+  with pytest.raises(errors.ConfigError, match='is read only by language models on text') as e:
+    config_lib.validate(config)
+  assert str(e.value).startswith("config.data.mixture={'plays': {'name': 'shakespeare', "
+                                 "'weight': 1.0}} is read only") and '\n' not in str(e.value)
+
+
+def test_the_command_line_sets_a_mixture_and_one_field_of_an_entry():
+  config = config_args.load('configs/test.py', [
+      ('data.mixture', "{'plays': {'weight': 0.8}, 'keys': {'weight': 0.2}}"),
+      ('data.mixture.keys.name', 'synthetic/passkey'),
+      ('data.mixture.plays.weight', '0.6')])
+  assert mixture.entries(config.data) == {'plays': {'weight': 0.6},
+                                          'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}}
+  with pytest.raises(errors.ConfigError, match='config.data.mixture.keys.weight'):
+    config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
+                                         ('data.mixture.keys.weight', 'heavy')])
+  with pytest.raises(errors.ConfigError, match='data.mixture.keys.wieght is not a config field'):
+    config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
+                                         ('data.mixture.keys.wieght', '0.3')])
