@@ -7,7 +7,6 @@ flag, override or workdir (a damaged config.json, tokenizer or checkpoint includ
 one line `error: ...` naming it and the fix (--debug shows the traceback).
 """
 
-import json
 import os
 
 from absl import flags
@@ -17,6 +16,7 @@ from roformer import config_args
 from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
+from roformer import files
 from roformer import logs
 
 _WORKDIR = cli.DEFINE_path('workdir', None, 'A workdir written by train.py.', required=True)
@@ -40,9 +40,7 @@ def main(argv):
                                       splits=tuple(_SPLITS.value))
   print(evaluate.format_results(results))
   path = os.path.join(_WORKDIR.value, _OUT.value)
-  with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(results, f, indent=2)
-  os.replace(path + '.tmp', path)
+  files.write_json_atomic(path, results)
   print(f'wrote {path}')
 
 

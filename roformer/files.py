@@ -31,6 +31,14 @@ def read_json(path: str, fix: str = '') -> dict:
   return value
 
 
+def write_json_atomic(path: str, value) -> None:
+  """Writes `value` as JSON to `path` through a temporary file renamed over it: a reader never
+  sees half of it, whenever the write is cut."""
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=2)
+  os.replace(path + '.tmp', path)
+
+
 def read_jsonl(path: str) -> list[dict]:
   """The records of a JSON-lines file. A line that does not parse (the last one of a write cut
   short by a full disk or a kill) is skipped with a warning naming the file and the line; the

@@ -12,7 +12,6 @@ at the end, naming it."""
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -25,6 +24,7 @@ from jax.experimental import multihost_utils
 from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import evaluate as evaluate_lib
+from roformer import files
 from roformer import logs
 from roformer import members as members_lib
 from roformer import metrics as metrics_lib
@@ -261,6 +261,8 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
         state = warm_start.restore_from(trainer, state, run.config.init_from, *run.init_from)
     if is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
+      if resumed_from is None:
+        workdir_lib.record_train_data(run.config, run.workdir)
       workdir_lib.keep_tokenizer(run.tokenizer, run.workdir, resumed_from is not None)
     member.skipped = workdir_lib.skipped_so_far(run.workdir)
     if trainer.task.best_metric:  # Its best checkpoint is kept apart, in best/.
@@ -435,8 +437,6 @@ def _evaluate_in_process(member: _Member, trainer, params, splits) -> None:
   results = evaluate_lib.evaluate_run(run, trainer, params)
   path = os.path.join(run.workdir, 'eval_results.json')
   if jax.process_index() == 0:
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=2)
-    os.replace(path + '.tmp', path)
+    files.write_json_atomic(path, results)
   log.info('%s\nwrote %s', evaluate_lib.format_results(results), path)
   member.last['eval'] = results

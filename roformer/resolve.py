@@ -75,6 +75,8 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   init_from = warm_start.check_init_from(config) if starting_from else None
   sources, tokenizer = workdir_lib.setup_data(
       config, splits=('train', 'validation'), workdir=workdir if resume_step is not None else '')
+  if resume_step is not None:
+    workdir_lib.check_train_data(config, workdir)
   tasks.for_config(config).check_data(config, sources)
   return Run(config, workdir, mesh, sources, tokenizer, resume_step=resume_step,
              init_from=init_from)

@@ -11,6 +11,7 @@ import ml_collections
 from roformer import config_changes
 from roformer import config_lib
 from roformer import errors
+from roformer import files
 from roformer import metrics as metrics_lib
 from roformer import tasks
 from roformer.data import pipeline
@@ -135,6 +136,37 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
         f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
         'same config to resume.')
+
+
+TRAIN_DATA_FILE = 'train_data.json'
+
+
+def record_train_data(config, workdir: str) -> None:
+  """Writes what the run's train split holds (`pipeline.train_content`: your own files' text)
+  for a resumed run to check; nothing for data that the config fixes."""
+  content = pipeline.train_content(config.data)
+  if content:
+    files.write_json_atomic(os.path.join(workdir, TRAIN_DATA_FILE), content)
+
+
+def check_train_data(config, workdir: str) -> None:
+  """A resumed run reads the documents it started on: its saved data position counts batches
+  of that stream, so files changed since (other text, not merely touched or copied) are
+  refused. A run that recorded nothing (data fixed by its config, or an earlier version) is
+  not checked."""
+  path = os.path.join(workdir, TRAIN_DATA_FILE)
+  if not os.path.exists(path):
+    return
+  saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
+  now = pipeline.train_content(config.data)
+  changed = [f'{name or "config.data.files"}: {saved.get(name)} vs {now.get(name)}'
+             for name in sorted(set(saved) | set(now)) if saved.get(name) != now.get(name)]
+  if changed:
+    raise errors.ConfigError(
+        f'--workdir={workdir!r} was trained on other documents than the files hold now '
+        f'({"; ".join(changed)}; saved vs now), so its saved data position would count batches '
+        'of another stream. Fix: put the files back as they were to resume, or train on the '
+        f'new files in a new --workdir (--config.init_from={workdir} continues its weights).')
 
 
 def save_config(config, workdir, resumed_from):

@@ -302,3 +302,38 @@ def test_your_files_are_refused_for_a_classifier_before_anything_is_read():
   cfg.data.update(name='files', files='nowhere/*.txt')
   with pytest.raises(errors.ConfigError, match="holds documents for language models"):
     config_lib.validate(cfg)
+
+
+def test_a_splits_content_is_its_text_wherever_the_files_are_and_whatever_their_times(tmp_path):
+  for folder in ('a', 'b'):
+    (tmp_path / folder).mkdir()
+    write_jsonl(tmp_path / folder / 'x.jsonl', [f'document {i}' for i in range(50)])
+  os.utime(tmp_path / 'b' / 'x.jsonl', ns=(1, 1))  # A copy elsewhere, another time.
+  a = data_cfg(tmp_path, files=f'{tmp_path}/a/*.jsonl')
+  b = data_cfg(tmp_path, files=f'{tmp_path}/b/*.jsonl')
+  assert corpus.cache_key(a) != corpus.cache_key(b)  # Converted twice ...
+  assert corpus.content(a, a.data_dir, 'train') == corpus.content(b, b.data_dir, 'train')
+  write_jsonl(tmp_path / 'b' / 'x.jsonl', [f'document {i}' for i in range(49)] + ['other'])
+  assert corpus.content(a, a.data_dir, 'train') != corpus.content(b, b.data_dir, 'train')
+
+
+def test_resuming_on_files_whose_text_changed_is_refused_naming_them(tmp_path):
+  from roformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'docs').mkdir()
+  write_jsonl(tmp_path / 'docs' / 'x.jsonl', [f'document {i}' for i in range(50)])
+  config = config_schema.default_config()
+  config.data = data_cfg(tmp_path, files=f'{tmp_path}/docs/*.jsonl')
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  workdir_lib.record_train_data(config, str(workdir))
+  workdir_lib.check_train_data(config, str(workdir))  # The same text: resumes.
+  os.utime(tmp_path / 'docs' / 'x.jsonl', ns=(1, 1))
+  workdir_lib.check_train_data(config, str(workdir))  # Touched only: resumes.
+  write_jsonl(tmp_path / 'docs' / 'x.jsonl', [f'document {i}' for i in range(60)])
+  with pytest.raises(errors.ConfigError, match='was trained on other documents than the files '
+                     'hold now .config.data.files: .* documents, sha256') as e:
+    workdir_lib.check_train_data(config, str(workdir))
+  assert f'--config.init_from={workdir}' in str(e.value)
+  plain = config_schema.default_config()  # Data the config fixes: nothing recorded.
+  workdir_lib.record_train_data(plain, str(tmp_path / 'other'))
+  assert not (tmp_path / 'other').exists()

@@ -291,6 +291,7 @@ def convert(p: Plan, directory: str, log=None) -> dict:
                                                       'group_size:1') for s in SPLITS
              if s in p.files or '' in p.files}
   counts = {s: 0 for s in writers}
+  digests = {s: hashlib.sha256() for s in writers}  # Of each split's documents, in order.
   skipped: list[str] = []
   paths = [(split, path) for split, group in p.files.items() for path in group]
   total = sum(os.path.getsize(path) for _, path in paths)
@@ -301,7 +302,9 @@ def convert(p: Plan, directory: str, log=None) -> dict:
       read = 0
       for text, read_now in documents(path, p.text_key, p.skip_bad_documents, skipped):
         target = split or carve(text, p.validation_fraction, p.test_fraction)
-        writers[target].write(text.encode('utf-8', 'surrogatepass'))
+        record = text.encode('utf-8', 'surrogatepass')
+        writers[target].write(record)
+        digests[target].update(len(record).to_bytes(8, 'little') + record)
         counts[target] += 1
         bar.update(read_now - read)
         read = read_now
@@ -313,6 +316,7 @@ def convert(p: Plan, directory: str, log=None) -> dict:
     for writer in writers.values():
       writer.close()
   info = {'documents': counts, 'bytes': done_bytes, 'skipped': len(skipped),
+          'digests': {split: d.hexdigest()[:20] for split, d in digests.items()},
           'skipped_first': skipped[:20], 'seconds': round(time.time() - started, 3),
           'files': {s or 'carved': list(g) for s, g in p.files.items()},
           'text_key': p.text_key, 'validation_fraction': p.validation_fraction,
@@ -388,3 +392,15 @@ def load_sources(data_cfg, data_dir: str, splits, log=None) -> dict[str, Source]
 def cache_key(data_cfg) -> str:
   """The key of config.data's converted corpus (for the tokenizer trained on it)."""
   return plan(data_cfg).key()
+
+
+def content(data_cfg, data_dir: str, split: str) -> str:
+  """What a converted split holds: a hash of its documents in order (the same text gives the
+  same hash wherever its files were copied to, whatever their modification times), or, for a
+  corpus converted before hashes were kept, its cache key."""
+  directory = prepare(data_cfg, data_dir)
+  with open(os.path.join(directory, 'info.json'), encoding='utf-8') as f:
+    info = json.load(f)
+  digest = info.get('digests', {}).get(split)
+  return (f'{info["documents"].get(split, 0)} documents, sha256 {digest}' if digest else
+          f'files and settings {os.path.basename(directory)}')
