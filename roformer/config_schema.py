@@ -33,7 +33,8 @@ from roformer import stack
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
-from roformer.specs import Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree, defaults
+from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
+                            defaults)
 
 _STEPS = 2**31 - 1  # Step counters are int32.
 _BIG = 2**24  # Sizes and counts beyond any model this project trains on one host.

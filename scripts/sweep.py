@@ -14,8 +14,8 @@ interrupted sweep. A failed point is reported by name and the sweep goes on (a g
 members included); the exit status is 1 if any point failed. The work is ordered longest first
 and `--parallel` (default: one process per CPU core on the CPU, one on an accelerator) keeps
 that many processes running; on the CPU each is pinned to cores of its own (`--no_pin` leaves
-them on every core: see sweeps.core_sets for why). Points that start from another point (a `{sweep}/NAME` value) wait
-for it. `--dry_run` prints one shell command per group (train && evals) instead, for a job
+them on every core: see sweeps.core_sets for why). Points that start from another point (a
+`{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per group (train && evals) instead, for a job
 scheduler (in order: a point after the points it starts from); on a multi-host cluster add
 train.py's `--distributed` with `--extra_train_flags=--distributed`.
 """

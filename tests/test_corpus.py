@@ -337,3 +337,14 @@ def test_resuming_on_files_whose_text_changed_is_refused_naming_them(tmp_path):
   plain = config_schema.default_config()  # Data the config fixes: nothing recorded.
   workdir_lib.record_train_data(plain, str(tmp_path / 'other'))
   assert not (tmp_path / 'other').exists()
+
+
+def test_parquet_rows_whose_text_is_null_are_left_out_and_counted(tmp_path):
+  write_parquet(tmp_path / 'a.parquet', ['one', None, 'three', None, 'five'])
+  cfg = data_cfg(tmp_path, files=f'{tmp_path}/a.parquet', validation_fraction=0.0,
+                 test_fraction=0.0)
+  directory = corpus.prepare(cfg, cfg.data_dir)
+  assert texts(corpus.Source(directory, 'train', 'text')) == ['one', 'three', 'five']
+  info = json.loads((pathlib.Path(directory) / 'info.json').read_text())
+  assert info['null_rows'] == 2
+  assert info['null_rows_first'] == [f'{tmp_path}/a.parquet row 2', f'{tmp_path}/a.parquet row 4']

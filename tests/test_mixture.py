@@ -18,6 +18,7 @@ from roformer import metrics
 from roformer.data import mixture
 from roformer.data import pipeline
 from roformer.data import synthetic
+from roformer.data import tokenizer
 from roformer.data import vocabularies
 
 BYTES = vocabularies.given('bytes')
@@ -44,7 +45,7 @@ def _row_sources(batch) -> list[str]:
   """The letter of each row (every real token of a row comes from one source)."""
   out = []
   for row, segments in zip(batch['inputs'], batch['inputs_segment_ids']):
-    text = BYTES.decode(row[(segments > 0) & (row >= vocabularies._SHIFT)])  # pylint: disable=protected-access
+    text = BYTES.decode(row[(segments > 0) & (row >= tokenizer.NUM_SPECIAL)])
     assert len(set(text)) == 1, text
     out.append(text[0])
   return out

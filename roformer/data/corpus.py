@@ -161,13 +161,16 @@ def _decode(data: bytes, where: str, offset: int, skip: bool) -> str:
 
 
 def documents(path: str, text_key: str, skip_bad: bool = False,
-              skipped: list | None = None) -> Iterator[tuple[str, int]]:
+              skipped: list | None = None,
+              nulls: list | None = None) -> Iterator[tuple[str, int]]:
   """(text, bytes of the file read so far) for each document of `path`, one at a time. A file
   with no document, a line that is not a JSON object holding a string under `text_key`, a
   parquet file that does not read or has no such column: a DataError naming the file (and line)
   and the fix. A document that is not UTF-8 is such an error too, or with `skip_bad` skipped
-  and counted in `skipped`."""
+  and counted in `skipped`. A parquet row whose text is null (a column of web text often has
+  some) holds no document: it is left out and named in `nulls`."""
   kind, count, skipped = _format(path), 0, skipped if skipped is not None else []
+  nulls = nulls if nulls is not None else []
   before = len(skipped)
   if kind == 'text':
     with open(path, 'rb') as f:
@@ -196,7 +199,7 @@ def documents(path: str, text_key: str, skip_bad: bool = False,
               yield text, raw.tell()
           offset += len(line)
   else:
-    for text, done in _parquet(path, text_key, skip_bad, skipped):
+    for text, done in _parquet(path, text_key, skip_bad, skipped, nulls):
       count += 1
       yield text, done
   if not count and len(skipped) == before:
@@ -243,8 +246,8 @@ def _json_text(line: str, where: str, text_key: str, skip: bool = False) -> str:
   return text
 
 
-def _parquet(path: str, text_key: str, skip_bad: bool,
-             skipped: list) -> Iterator[tuple[str, int]]:
+def _parquet(path: str, text_key: str, skip_bad: bool, skipped: list,
+             nulls: list) -> Iterator[tuple[str, int]]:
   import pyarrow  # pylint: disable=g-import-not-at-top  # Only runs on parquet files need it.
   from pyarrow import parquet  # pylint: disable=g-import-not-at-top
   fix = ('replace it with a complete copy, or narrow the glob so that it does not match it')
@@ -265,6 +268,7 @@ def _parquet(path: str, text_key: str, skip_bad: bool,
             skipped.append(where)
             continue
         if value is None:
+          nulls.append(where)
           continue
         if not isinstance(value, str):
           raise errors.DataError(f'{where}: column {text_key!r} holds {type(value).__name__}, '
@@ -293,6 +297,7 @@ def convert(p: Plan, directory: str, log=None) -> dict:
   counts = {s: 0 for s in writers}
   digests = {s: hashlib.sha256() for s in writers}  # Of each split's documents, in order.
   skipped: list[str] = []
+  nulls: list[str] = []  # Parquet rows whose text is null.
   paths = [(split, path) for split, group in p.files.items() for path in group]
   total = sum(os.path.getsize(path) for _, path in paths)
   started, done_bytes = time.time(), 0
@@ -300,7 +305,8 @@ def convert(p: Plan, directory: str, log=None) -> dict:
   try:
     for split, path in paths:
       read = 0
-      for text, read_now in documents(path, p.text_key, p.skip_bad_documents, skipped):
+      for text, read_now in documents(path, p.text_key, p.skip_bad_documents, skipped,
+                                      nulls):
         target = split or carve(text, p.validation_fraction, p.test_fraction)
         record = text.encode('utf-8', 'surrogatepass')
         writers[target].write(record)
@@ -317,7 +323,8 @@ def convert(p: Plan, directory: str, log=None) -> dict:
       writer.close()
   info = {'documents': counts, 'bytes': done_bytes, 'skipped': len(skipped),
           'digests': {split: d.hexdigest()[:20] for split, d in digests.items()},
-          'skipped_first': skipped[:20], 'seconds': round(time.time() - started, 3),
+          'skipped_first': skipped[:20], 'null_rows': len(nulls),
+          'null_rows_first': nulls[:20], 'seconds': round(time.time() - started, 3),
           'files': {s or 'carved': list(g) for s, g in p.files.items()},
           'text_key': p.text_key, 'validation_fraction': p.validation_fraction,
           'test_fraction': p.test_fraction}
@@ -326,7 +333,9 @@ def convert(p: Plan, directory: str, log=None) -> dict:
   if log:
     log.info('Converted %d documents (%s) from %d files in %.1f s%s.', sum(counts.values()),
              ', '.join(f'{s} {n}' for s, n in counts.items()), len(paths), info['seconds'],
-             f'; skipped {len(skipped)} that are not UTF-8' if skipped else '')
+             (f'; skipped {len(skipped)} that are not UTF-8' if skipped else '')
+             + (f'; left out {len(nulls)} parquet rows whose text is null (first: {nulls[0]})'
+                if nulls else ''))
   return info
 
 
