@@ -33,6 +33,7 @@ from roformer import stack
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
+from roformer.data import vocabularies
 from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
                             defaults)
 
@@ -61,6 +62,13 @@ FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
 TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not a synthetic "
                  'task)', lambda c: c.model.type in ('causal_lm', 'mlm') and
                  not synthetic.task_name(c.data), 'start from configs/lm.py or configs/mlm.py')
+TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
+              'vocabulary follows from the task)', lambda c: not synthetic.task_name(c.data),
+              'train on text (data.name) instead of a synthetic task')
+TRAINED_TOKENIZER = Reader(
+    f"runs that train their tokenizer (data.tokenizer='{vocabularies.TRAINED}', on text)",
+    lambda c: TEXT.reads(c) and c.data.tokenizer == vocabularies.TRAINED,
+    f'set --config.data.tokenizer={vocabularies.TRAINED}')
 SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK', or a source of "
                    'data.mixture)',
                    lambda c: synthetic.task_name(c.data) is not None or (
@@ -130,12 +138,14 @@ def schema() -> dict:
           # 'sentencepiece' (trained on the train split), 'bytes' (256 ids, nothing trained) or
           # the path of a SentencePiece .model or a Hugging Face tokenizer.json
           # (roformer/data/vocabularies.py).
-          'tokenizer': Str(nonempty=True, default='sentencepiece'),
-          'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.
-          # The trained tokenizer reads at most this many documents, taken evenly over the train
-          # split (0: every one), and at most this many characters of them.
-          'tokenizer_documents': Int(0, 2**31 - 1, default=0),
-          'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
+          **_read_by(TEXT, {'tokenizer': Str(nonempty=True, default='sentencepiece')}),
+          **_read_by(TRAINED_TOKENIZER, {
+              'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.
+              # The trained tokenizer reads at most this many documents, taken evenly over the
+              # train split (0: every one), and at most this many characters of them.
+              'tokenizer_documents': Int(0, 2**31 - 1, default=0),
+              'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
+          }),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
           **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),

@@ -161,7 +161,7 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
   from the config), from which evaluation and decoding open it again."""
   name = 'bytes' if which == 'bytes' else huggingface_json(tmp_path)
   cfg = test_config.get_config()
-  cfg.data.update(data_dir=data_dir, tokenizer=name)
+  cfg.data.update(data_dir=data_dir, tokenizer=name, vocab_size=4096)  # Its default: unread.
   cfg.mesh.num_devices = 1
   cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
   workdir = str(tmp_path / 'run')
@@ -174,3 +174,25 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
   results = evaluate.evaluate_workdir(cfg, workdir, splits=('validation',))
   assert np.isfinite(results['splits']['validation']['lengths'][0]['loss'])
   assert cfg.model.vocab_size == opened.vocab_size
+
+
+@pytest.mark.parametrize('config_arg, field, value, reader', [
+    ('rope', 'vocab_size', 512, "runs that train their tokenizer (data.tokenizer='sentencepiece'"),
+    ('rope', 'tokenizer_documents', 100, 'runs that train their tokenizer'),
+    ('synthetic', 'tokenizer', 'bytes', 'runs on text'),
+])
+def test_a_tokenizer_setting_the_run_does_not_read_is_refused(config_arg, field, value, reader):
+  """data.vocab_size and the sample sizes shape only a trained tokenizer (bytes have 261 ids
+  whatever they say); a synthetic task's vocabulary follows from the task."""
+  from roformer import config_args  # pylint: disable=g-import-not-at-top
+  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  if config_arg == 'synthetic':
+    config = config_args.load('configs/synthetic.py:passkey')
+  else:
+    config = test_config.get_config(config_arg)
+    config.data.vocab_size = 4096  # Its default: configs/test.py shrinks it.
+    config.data.tokenizer = 'bytes'
+  config.data[field] = value
+  with pytest.raises(errors.ConfigError, match=f'config.data.{field}=.* is read only by '
+                     + reader.replace('(', r'\(')):
+    config_lib.check_fields(config)
