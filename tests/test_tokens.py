@@ -116,3 +116,23 @@ def test_the_token_cache_is_refused_where_no_text_lm_reads_it():
   cfg.model.type = 'encoder_decoder'
   (field, _), = config_schema.unread_changes(cfg)
   assert field == 'config.data.token_cache'
+
+
+def test_a_data_position_saved_on_the_text_resumes_on_the_ids_and_back(data_dir):
+  """data.token_cache may change between a run and its resumption: the data position that one
+  form saves continues the same batches in the other."""
+  text_sources, tokenizer = _setup(data_dir, False, splits=('train',))
+  id_sources, _ = _setup(data_dir, True, splits=('train',))
+  make = lambda source: iter(pipeline.lm_dataset(
+      source, tokenizer, text_key='text', seq_len=32, batch_size=4, shuffle=True, seed=5,
+      repeat=True))
+  for first, then in ((text_sources, id_sources), (id_sources, text_sources)):
+    before = make(first['train'])
+    for _ in range(5):
+      next(before)
+    after = make(then['train'])
+    after.set_state(before.get_state())
+    for step in range(3):
+      a, b = next(before), next(after)
+      for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=f'batch {step}, {k}')
