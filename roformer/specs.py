@@ -272,13 +272,7 @@ class Map(Spec):
       self.of.check(item, f'{name}.{key}')
 
   def parse(self, text, name):
-    try:
-      value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-      value = None
-    if not isinstance(value, dict):
-      raise self._not(text, name, "a dict such as \"{'validation': 'test'}\"")
-    return value
+    return _dict_literal(self, text, name, "{'validation': 'test'}")
 
 
 class Record(Spec):
@@ -310,13 +304,19 @@ class Record(Spec):
                                f'<{self.fields[missing[0]].describe()}>.')
 
   def parse(self, text, name):
-    try:
-      value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-      value = None
-    if not isinstance(value, dict):
-      raise self._not(text, name, f"a dict such as \"{{'{next(iter(self.fields))}': ...}}\"")
-    return value
+    return _dict_literal(self, text, name, f"{{'{next(iter(self.fields))}': ...}}")
+
+
+def _dict_literal(spec: Spec, text: str, name: str, example: str) -> dict:
+  """The dict that a command line's Python literal `text` holds; anything else is `spec`'s
+  error for `--name`, with `example` as what to write."""
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    value = None
+  if not isinstance(value, dict):
+    raise spec._not(text, name, f'a dict such as "{example}"')  # pylint: disable=protected-access
+  return value
 
 
 class Names(Spec):
