@@ -116,7 +116,7 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None) ->
   leaf = parts[-1]
   if isinstance(tree, specs.Map):  # An entry of a dict field, new or not.
     spec = tree.of
-  elif isinstance(tree, specs.Record):  # A field of a record, set or not yet.
+  elif isinstance(tree, specs.Record):  # A field of an entry that exists, set or not yet.
     spec = tree.fields.get(leaf)
     if spec is None:
       raise specs.unknown_field(f'config.{field}', tree.fields)

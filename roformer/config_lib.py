@@ -74,7 +74,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
         f"'causal_lm' or 'mlm'), not {m.type!r} (labels, sentence pairs). Fix: a dataset with "
         'those features (TFDS or embedded), or model.type causal_lm or mlm.')
   if mixture.is_mixture(config.data):
-    mixture.validate(config)
+    mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
   if config.eval.scale_rope_to_length and (
       not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):

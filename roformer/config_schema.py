@@ -33,7 +33,6 @@ from roformer import stack
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
-from roformer.data import vocabularies
 from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
                             defaults)
 
@@ -65,10 +64,6 @@ TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not 
 TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
               'vocabulary follows from the task)', lambda c: not synthetic.task_name(c.data),
               'train on text (data.name) instead of a synthetic task')
-TRAINED_TOKENIZER = Reader(
-    f"runs that train their tokenizer (data.tokenizer='{vocabularies.TRAINED}', on text)",
-    lambda c: TEXT.reads(c) and c.data.tokenizer == vocabularies.TRAINED,
-    f'set --config.data.tokenizer={vocabularies.TRAINED}')
 SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK', or a source of "
                    'data.mixture)',
                    lambda c: synthetic.task_name(c.data) is not None or (
@@ -139,13 +134,12 @@ def schema() -> dict:
           # the path of a SentencePiece .model or a Hugging Face tokenizer.json
           # (roformer/data/vocabularies.py).
           **_read_by(TEXT, {'tokenizer': Str(nonempty=True, default='sentencepiece')}),
-          **_read_by(TRAINED_TOKENIZER, {
-              'vocab_size': Int(16, 2**20, default=4096),  # Of the tokenizer trained on the data.
-              # The trained tokenizer reads at most this many documents, taken evenly over the
-              # train split (0: every one), and at most this many characters of them.
-              'tokenizer_documents': Int(0, 2**31 - 1, default=0),
-              'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
-          }),
+          # The size of a tokenizer trained on the data (bytes and given files have their own).
+          'vocab_size': Int(16, 2**20, default=4096),
+          # The trained tokenizer reads at most this many documents, taken evenly over the train
+          # split (0: every one), and at most this many characters of them.
+          'tokenizer_documents': Int(0, 2**31 - 1, default=0),
+          'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
           **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),

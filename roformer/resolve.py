@@ -73,10 +73,10 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)
   init_from = warm_start.check_init_from(config) if starting_from else None
+  if resume_step is not None:  # Before any tokenizing of files whose text changed.
+    workdir_lib.check_train_data(config, workdir)
   sources, tokenizer = workdir_lib.setup_data(
       config, splits=('train', 'validation'), workdir=workdir if resume_step is not None else '')
-  if resume_step is not None:
-    workdir_lib.check_train_data(config, workdir)
   tasks.for_config(config).check_data(config, sources)
   return Run(config, workdir, mesh, sources, tokenizer, resume_step=resume_step,
              init_from=init_from)

@@ -278,7 +278,8 @@ class Map(Spec):
 class Record(Spec):
   """A dict of named fields, each held to its own spec, some of them `required` (an entry of
   config.data.mixture: its weight and the data fields it sets). On the command line a Python
-  dict literal, or one field at a time: --config.data.mixture.plays.weight=0.8."""
+  dict literal, or, for an entry that exists, one field at a time:
+  --config.data.mixture.plays.weight=0.8."""
 
   def __init__(self, fields: dict, required: Iterable[str] = (), *, default: Any = _UNSET):
     super().__init__(default)
@@ -316,7 +317,22 @@ def _dict_literal(spec: Spec, text: str, name: str, example: str) -> dict:
     value = None
   if not isinstance(value, dict):
     raise spec._not(text, name, f'a dict such as "{example}"')  # pylint: disable=protected-access
+  dotted = _dotted_key(value)
+  if dotted is not None:
+    raise errors.ConfigError(f'{_flag(name)}: the key {dotted!r} holds a dot, which separates '
+                             'fields in a config. Fix: name it without dots.')
   return value
+
+
+def _dotted_key(value):
+  """The first key of a (nested) dict that holds a dot, or None."""
+  for key, item in value.items():
+    if isinstance(key, str) and '.' in key:
+      return key
+    inner = _dotted_key(item) if isinstance(item, dict) else None
+    if inner is not None:
+      return inner
+  return None
 
 
 class Names(Spec):

@@ -333,12 +333,16 @@ def core_sets(parallel: int, cpus) -> list[frozenset] | None:
 
 def call(command: list[str], cores=None, **popen_args) -> int:
   """subprocess.call(command, **popen_args), the child pinned to `cores` (None: not pinned).
-  The affinity is set as soon as the child exists, before the Python it starts has imported
-  anything, so every thread it creates (XLA's pool included) inherits it."""
+  The affinity is set as soon as the child exists: the threads it starts later (XLA's pool,
+  seconds later, after Python has imported JAX) inherit it."""
   with subprocess.Popen(command, **popen_args) as process:
-    if cores and hasattr(os, 'sched_setaffinity'):
-      try:
-        os.sched_setaffinity(process.pid, cores)
-      except ProcessLookupError:  # It has already ended: nothing left to pin.
-        pass
-    return process.wait()
+    try:
+      if cores and hasattr(os, 'sched_setaffinity'):
+        try:
+          os.sched_setaffinity(process.pid, cores)
+        except ProcessLookupError:  # It has already ended: nothing left to pin.
+          pass
+      return process.wait()
+    except BaseException:  # As subprocess.call: an interrupted wait takes the child with it.
+      process.kill()
+      raise

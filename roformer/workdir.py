@@ -56,11 +56,10 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):
     saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
-    tokenizer = vocabularies.given(saved.data.tokenizer) or pipeline.load_tokenizer(
-        saved.data, pipeline.load_sources(saved.data, splits=('train',))['train'])
+    tokenizer = pipeline.load_tokenizer(saved.data, None)  # Its data opened if it must train.
   else:
-    tokenizer = pipeline.load_tokenizer(config.data, sources.get('train') or next(
-        iter(sources.values())))
+    tokenizer = pipeline.load_tokenizer(
+        config.data, sources['train'] if 'train' in sources else next(iter(sources.values())))
   _set_vocab_size(config, tokenizer)
   if config.data.token_cache:
     sources = pipeline.token_cached(config.data, sources, tokenizer)

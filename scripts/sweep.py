@@ -13,11 +13,12 @@ skipped and unfinished runs resume from their checkpoints, so the same command c
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
 and `--parallel` (default: one process per CPU core on the CPU, one on an accelerator) keeps
-that many processes running; on the CPU each is pinned to cores of its own (`--no_pin` leaves
-them on every core: see sweeps.core_sets for why). Points that start from another point (a
-`{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per group (train && evals) instead, for a job
-scheduler (in order: a point after the points it starts from); on a multi-host cluster add
-train.py's `--distributed` with `--extra_train_flags=--distributed`.
+that many processes running (at most one per group); on the CPU each is pinned to cores of its
+own (`--no_pin` leaves them on every core: see sweeps.core_sets for why). Points that start from
+another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per
+group (train && evals) instead, for a job scheduler (in order: a point after the points it
+starts from); on a multi-host cluster add train.py's `--distributed` with
+`--extra_train_flags=--distributed`.
 """
 
 import concurrent.futures
@@ -236,7 +237,8 @@ def main(argv=None) -> int:
               sweep, point))]
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
-  parallel = args.parallel or default_parallel()
+  # No more processes than groups: fewer processes each get more cores when pinned.
+  parallel = max(1, min(args.parallel or default_parallel(), len(groups)))
   work = group_work(sweep, groups)
   groups = longest_first(groups, work)
   os.makedirs(root, exist_ok=True)
@@ -265,6 +267,9 @@ def main(argv=None) -> int:
 
   def run(group):
     ok = False
+    for point in group.points:  # Its cores are taken once the points it starts from are done.
+      for need in point.needs:
+        finished[need].wait()
     cores = slots.get()
     try:
       ok = run_group(sweep, group, root, progress, extra, finished, cores)

@@ -313,6 +313,11 @@ def test_a_splits_content_is_its_text_wherever_the_files_are_and_whatever_their_
   b = data_cfg(tmp_path, files=f'{tmp_path}/b/*.jsonl')
   assert corpus.cache_key(a) != corpus.cache_key(b)  # Converted twice ...
   assert corpus.content(a, a.data_dir, 'train') == corpus.content(b, b.data_dir, 'train')
+  info = pathlib.Path(corpus.prepare(a, a.data_dir), 'info.json')  # Converted before hashes:
+  recorded = corpus.content(a, a.data_dir, 'train')
+  info.write_text(json.dumps({k: v for k, v in json.loads(info.read_text()).items()
+                              if k != 'digests'}))
+  assert corpus.content(a, a.data_dir, 'train') == recorded  # ... hashed from its records.
   write_jsonl(tmp_path / 'b' / 'x.jsonl', [f'document {i}' for i in range(49)] + ['other'])
   assert corpus.content(a, a.data_dir, 'train') != corpus.content(b, b.data_dir, 'train')
 

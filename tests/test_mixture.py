@@ -103,6 +103,14 @@ def test_a_synthetic_source_reads_its_rows_as_words():
     assert texts[i]['body'].split()[0].startswith('k')  # A key first: no special ids.
 
 
+def test_a_synthetic_sources_training_rows_follow_the_run_seed():
+  cfg = config_args.load('configs/synthetic.py:copy').data.synthetic
+  split = synthetic.Split(cfg, 'copy', 'train')
+  one, again, other = (synthetic.TextRows(split, 32, seed) for seed in (1, 1, 2))
+  assert [one[i] for i in range(4)] == [again[i] for i in range(4)]
+  assert [one[i] for i in range(4)] != [other[i] for i in range(4)]
+
+
 def _config(config, entries):
   config.data.mixture = entries
   config.train.update(steps=4, eval_every=2, checkpoint_every=4, log_every=2)
@@ -110,9 +118,10 @@ def _config(config, entries):
   return config
 
 
-def test_a_run_on_a_mixture_reports_each_source_and_their_weighted_mean(config, tmp_path):
-  config = _config(config, {'plays': {'weight': 0.75},
-                            'keys': {'weight': 0.25, 'name': 'synthetic/passkey'}})
+def test_a_run_on_a_mixture_reports_each_source_as_a_run_on_it_alone_is_scored(config,
+                                                                                tmp_path):
+  config = _config(config, {'plays': {'weight': 3.0},
+                            'keys': {'weight': 1.0, 'name': 'synthetic/passkey'}})
   config.data.seq_len = 64
   workdir = str(tmp_path / 'run')
   loop.train_and_evaluate(config, workdir)
@@ -121,14 +130,21 @@ def test_a_run_on_a_mixture_reports_each_source_and_their_weighted_mean(config, 
   whole, plays, keys = at('validation'), at('validation/plays'), at('validation/keys')
   assert whole['loss'] == pytest.approx(0.75 * plays['loss'] + 0.25 * keys['loss'], rel=1e-6)
   assert plays['loss'] != keys['loss']
-  # eval.py's per-source splits: a source alone gives what a run on it alone is scored on.
-  results = evaluate.evaluate_workdir(config_lib.load(workdir), workdir, splits=('validation',))
+  saved = config_lib.load(workdir)
+  saved.eval.update(max_batches=saved.train.eval_batches)  # The batches training scored.
+  results = evaluate.evaluate_workdir(saved, workdir, splits=('validation',))
   assert sorted(results['splits']) == ['validation/keys', 'validation/plays']
   assert 'unigram_loss' in results['splits']['validation/plays']
   assert 'unigram_loss' not in results['splits']['validation/keys']  # Generated rows.
+  assert 'validation/plays      64' in evaluate.format_results(results)
   json.dumps(results)
-  text = evaluate.format_results(results)
-  assert 'validation/plays      64' in text
+  # The plays scored as data.name=shakespeare alone (no mixture) give the same loss.
+  alone = config_lib.load(workdir)
+  alone.data.mixture = {}
+  alone.eval.update(max_batches=alone.train.eval_batches)
+  plain = evaluate.evaluate_workdir(alone, workdir, splits=('validation',))
+  for result in (plain['splits']['validation'], results['splits']['validation/plays']):
+    np.testing.assert_allclose(result['lengths'][0]['loss'], plays['loss'], rtol=1e-5)
 
 
 @pytest.mark.parametrize('entries, message', [
@@ -142,6 +158,24 @@ def test_a_run_on_a_mixture_reports_each_source_and_their_weighted_mean(config, 
 def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
   config.data.mixture = entries
   with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize('entries, message', [
+    ({'docs': {'weight': 1, 'name': 'files'}, 'plays': {'weight': 1}},
+     "config.data.mixture.docs reads your own files but names none"),
+    ({'keys': {'weight': 1, 'name': 'synthetic/bogus'}, 'plays': {'weight': 1}},
+     "config.data.mixture.keys: config.data.name='synthetic/bogus' names no synthetic task"),
+    ({'keys': {'weight': 1, 'name': 'synthetic/copy'}},
+     "the tokenizer is trained on the train split of config.data.name='shakespeare'"),
+])
+def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(config, entries,
+                                                                           message):
+  config.data.mixture = entries
+  with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+    config_lib.validate(config)
+  if 'tokenizer is trained' in message:  # Bytes need no source of config.data's.
+    config.data.update(tokenizer='bytes')
     config_lib.validate(config)
 
 
@@ -164,6 +198,8 @@ def test_the_command_line_sets_a_mixture_and_one_field_of_an_entry():
   with pytest.raises(errors.ConfigError, match='config.data.mixture.keys.weight'):
     config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
                                          ('data.mixture.keys.weight', 'heavy')])
+  with pytest.raises(errors.ConfigError, match="the key 'a.b' holds a dot"):
+    config_args.load('configs/test.py', [('data.mixture', "{'a.b': {'weight': 0.2}}")])
   with pytest.raises(errors.ConfigError, match='data.mixture.keys.wieght is not a config field'):
     config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
                                          ('data.mixture.keys.wieght', '0.3')])

@@ -430,7 +430,8 @@ def test_one_run_or_more_runs_than_cores_are_not_pinned():
   assert sweeps.core_sets(3, [0, 1]) is None
 
 
-@pytest.mark.skipif(not hasattr(os, 'sched_setaffinity'), reason='no CPU affinity here')
+@pytest.mark.skipif(not hasattr(os, 'sched_setaffinity') or len(sweeps.usable_cpus()) < 2,
+                    reason='no CPU affinity, or one core only (nothing to narrow)')
 def test_a_pinned_child_and_the_threads_it_starts_run_on_its_cores_only(tmp_path):
   core = sweeps.usable_cpus()[-1]
   script = ('import os, threading\n'

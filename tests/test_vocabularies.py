@@ -161,7 +161,7 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
   from the config), from which evaluation and decoding open it again."""
   name = 'bytes' if which == 'bytes' else huggingface_json(tmp_path)
   cfg = test_config.get_config()
-  cfg.data.update(data_dir=data_dir, tokenizer=name, vocab_size=4096)  # Its default: unread.
+  cfg.data.update(data_dir=data_dir, tokenizer=name)
   cfg.mesh.num_devices = 1
   cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
   workdir = str(tmp_path / 'run')
@@ -176,23 +176,12 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
   assert cfg.model.vocab_size == opened.vocab_size
 
 
-@pytest.mark.parametrize('config_arg, field, value, reader', [
-    ('rope', 'vocab_size', 512, "runs that train their tokenizer (data.tokenizer='sentencepiece'"),
-    ('rope', 'tokenizer_documents', 100, 'runs that train their tokenizer'),
-    ('synthetic', 'tokenizer', 'bytes', 'runs on text'),
-])
-def test_a_tokenizer_setting_the_run_does_not_read_is_refused(config_arg, field, value, reader):
-  """data.vocab_size and the sample sizes shape only a trained tokenizer (bytes have 261 ids
-  whatever they say); a synthetic task's vocabulary follows from the task."""
+def test_a_tokenizer_named_for_a_synthetic_task_is_refused():
+  """A synthetic task's vocabulary follows from the task: data.tokenizer would be ignored."""
   from roformer import config_args  # pylint: disable=g-import-not-at-top
   from roformer import config_lib  # pylint: disable=g-import-not-at-top
-  if config_arg == 'synthetic':
-    config = config_args.load('configs/synthetic.py:passkey')
-  else:
-    config = test_config.get_config(config_arg)
-    config.data.vocab_size = 4096  # Its default: configs/test.py shrinks it.
-    config.data.tokenizer = 'bytes'
-  config.data[field] = value
-  with pytest.raises(errors.ConfigError, match=f'config.data.{field}=.* is read only by '
-                     + reader.replace('(', r'\(')):
+  config = config_args.load('configs/synthetic.py:passkey')
+  config.data.tokenizer = 'bytes'
+  with pytest.raises(errors.ConfigError, match="config.data.tokenizer='bytes' is read only by "
+                     'runs on text'):
     config_lib.check_fields(config)

@@ -39,6 +39,7 @@ from typing import Iterator
 from array_record.python import array_record_module
 
 from roformer import errors
+from roformer import files as files_lib
 from roformer.data import cache
 
 NAME = 'files'  # config.data.name.
@@ -404,12 +405,20 @@ def cache_key(data_cfg) -> str:
 
 
 def content(data_cfg, data_dir: str, split: str) -> str:
-  """What a converted split holds: a hash of its documents in order (the same text gives the
-  same hash wherever its files were copied to, whatever their modification times), or, for a
-  corpus converted before hashes were kept, its cache key."""
+  """What a converted split holds: its number of documents and a hash of them in order (the
+  same text gives the same hash wherever its files were copied to, whatever their modification
+  times). A corpus converted before the hashes were kept is hashed here, from its records."""
   directory = prepare(data_cfg, data_dir)
-  with open(os.path.join(directory, 'info.json'), encoding='utf-8') as f:
-    info = json.load(f)
+  path = os.path.join(directory, 'info.json')
+  info = files_lib.read_json(path, f"delete the converted corpus (rm -rf '{directory}'); the next "
+                               'run converts the files again')
   digest = info.get('digests', {}).get(split)
-  return (f'{info["documents"].get(split, 0)} documents, sha256 {digest}' if digest else
-          f'files and settings {os.path.basename(directory)}')
+  source = Source(directory, split, data_cfg.text_key)
+  if digest is None:
+    hashed = hashlib.sha256()
+    for i in range(len(source)):
+      record = source[i][data_cfg.text_key].encode('utf-8', 'surrogatepass')
+      hashed.update(len(record).to_bytes(8, 'little') + record)
+    digest = hashed.hexdigest()[:20]
+  return f'{len(source)} documents, sha256 {digest}'
+

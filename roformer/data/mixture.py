@@ -21,6 +21,7 @@ row that takes more tokens than a training row holds continues in the next chunk
 counts every token, not only the answer.
 """
 
+import contextlib
 import zlib
 
 import grain
@@ -45,7 +46,7 @@ def is_mixture(data_cfg) -> bool:
 
 
 def entries(data_cfg) -> dict[str, dict]:
-  """{source name: its entry}, in the order written."""
+  """{source name: its entry}, by name (a config keeps its keys sorted)."""
   mixture = data_cfg.get('mixture') or {}
   return {name: dict(entry.to_dict() if hasattr(entry, 'to_dict') else entry)
           for name, entry in (mixture.items() if hasattr(mixture, 'items') else [])}
@@ -77,9 +78,10 @@ def has_synthetic(data_cfg) -> bool:
   return any(is_synthetic(e, data_cfg) for e in entries(data_cfg).values())
 
 
-def validate(config) -> None:
+def validate(config, trained_tokenizer: bool) -> None:
   """The entries' fields against each other, the model and the evaluation lengths (their types
-  and ranges are checked with every field, roformer/config_schema.py)."""
+  and ranges are checked with every field, roformer/config_schema.py). `trained_tokenizer`:
+  the run trains its tokenizer on config.data's own source, which an entry must then read."""
   data = config.data
   longest = data.seq_len * max(config.eval.length_multipliers)
   for name, entry in entries(data).items():
@@ -92,9 +94,34 @@ def validate(config) -> None:
             f'{where}.{given[0]} is read only by a source of your own files, and this one is '
             f"{member.name!r}. Fix: add 'name': '{corpus.NAME}' to the entry, or drop "
             f"'{given[0]}'.")
+    elif not member.files:
+      raise errors.ConfigError(f"{where} reads your own files but names none. Fix: add 'files': "
+                               "'GLOB' to the entry.")
     task = synthetic.task_name(member)
     if task:
-      synthetic.validate(task, member.synthetic, data.seq_len, longest)
+      with named(name):
+        synthetic.validate(task, member.synthetic, data.seq_len, longest)
+  base = base_config(data)
+  if trained_tokenizer and not any(_same_source(member_config(data, e), base)
+                                   for e in entries(data).values()):
+    raise errors.ConfigError(
+        f'the tokenizer is trained on the train split of config.data.name={data.name!r} (with '
+        'config.data\'s own source fields), which no entry of config.data.mixture reads. Fix: '
+        'set config.data.name (and its fields) to the source of one entry, or give '
+        'config.data.tokenizer (bytes, or a tokenizer file).')
+
+
+def _same_source(member, base) -> bool:
+  return all(member[key] == base[key] for key in ENTRY_FIELDS)
+
+
+@contextlib.contextmanager
+def named(name: str):
+  """A ConfigError raised for an entry's own data config names the entry first."""
+  try:
+    yield
+  except errors.ConfigError as e:
+    raise type(e)(f'config.data.mixture.{name}: {e}') from e
 
 
 class Mixture:
@@ -105,9 +132,6 @@ class Mixture:
     self.members, self.configs = dict(members), dict(configs)
     total = sum(weights.values())
     self.weights = {name: weights[name] / total for name in self.members}
-
-  def __len__(self) -> int:
-    return sum(len(m) for m in self.members.values() if not isinstance(m, synthetic.Split))
 
   def config_for(self, config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
     """The run's config with source `name`'s data config in place of the mixture's."""
@@ -120,7 +144,10 @@ def load(data_cfg, splits, load_sources) -> dict[str, Mixture]:
   """{split: Mixture} of the entries' sources; `load_sources(member_cfg, splits)` opens one."""
   configs = {name: member_config(data_cfg, e) for name, e in entries(data_cfg).items()}
   weights = {name: float(e[WEIGHT]) for name, e in entries(data_cfg).items()}
-  opened = {name: load_sources(cfg, splits) for name, cfg in configs.items()}
+  opened = {}
+  for name, cfg in configs.items():
+    with named(name):
+      opened[name] = load_sources(cfg, splits)
   return {split: Mixture({name: opened[name][split] for name in configs}, configs, weights)
           for split in splits}
 

@@ -241,17 +241,17 @@ def _tokenizer_file(data_cfg, keys: str) -> str:
 
 def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   """The dataset's SentencePiece model, trained on its train split on first use (a synthetic
-  task's fixed word vocabulary). A damaged cached model is named with its fix: delete it, and
-  the next run trains it again (the same pieces and scores: training is deterministic)."""
+  task's fixed word vocabulary; bytes or a file that config.data.tokenizer names). A damaged
+  cached model is named with its fix: delete it, and the next run trains it again (the same
+  pieces and scores: training is deterministic). `train_source` None: the train split is
+  opened only if the model must be trained; a mixture's is config.data's own source."""
   if synthetic.task_name(data_cfg):
     return synthetic.Vocabulary(data_cfg.synthetic, synthetic.task_name(data_cfg))
-  if mixture.is_mixture(data_cfg):  # config.data's own, whatever the sources read.
-    data_cfg = mixture.base_config(data_cfg)
-    if train_source is not None:
-      train_source = load_sources(data_cfg, splits=('train',))['train']
   given = vocabularies.given(data_cfg.tokenizer)
   if given is not None:  # Bytes, or a file: nothing to train.
     return given
+  if mixture.is_mixture(data_cfg):  # config.data's own, whatever the sources read.
+    data_cfg, train_source = mixture.base_config(data_cfg), None  # Opened if it must train.
   path = tokenizer_path(data_cfg, None if corpus.is_files(data_cfg) else _builder(data_cfg))
   fix = (f"delete it (rm '{path}'); the next run trains it again from the same data (a run's "
          'workdir keeps its own copy)')
@@ -260,6 +260,8 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
   with cache.exclusive(path.with_suffix('.lock')):  # Trained once by runs started together.
     if path.exists():
       return tokenizer_lib.Tokenizer(path, fix)
+    if train_source is None:
+      train_source = load_sources(data_cfg, splits=('train',))['train']
     keys = sorted(key for _, key in text_fields(data_cfg))
     texts = (as_text(record[key]) for record in _records(
         _Evenly(train_source, data_cfg.tokenizer_documents)) for key in keys)
