@@ -31,11 +31,11 @@ def read_json(path: str, fix: str = '') -> dict:
   return value
 
 
-def write_json_atomic(path: str, value) -> None:
+def write_json_atomic(path: str, value, default=None) -> None:
   """Writes `value` as JSON to `path` through a temporary file renamed over it: a reader never
-  sees half of it, whenever the write is cut."""
+  sees half of it, whenever the write is cut. `default`: json.dump's, for other values."""
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=2)
+    json.dump(value, f, indent=2, default=default)
   os.replace(path + '.tmp', path)
 
 

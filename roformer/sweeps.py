@@ -12,7 +12,8 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
   eval_splits: splits eval.py evaluates (optional; default validation and test).
 
 A point's workdir is named from its own overrides (`kind=rope,seed=0`), or by a `name` key in
-the point's dict. A value may name another point's workdir as `{sweep}/NAME` (e.g.
+the point's dict; a `label` key names its scheme in reports (scripts/report.py: in place of
+the position kind and the options its overrides set, e.g. `rnope` for a layout of layers). A value may name another point's workdir as `{sweep}/NAME` (e.g.
 `'init_from': '{sweep}/base'` to continue a run): the runner puts the sweep's directory in its
 place and runs that point only after NAME has finished; an evaluation's `when` may also match
 `name`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
@@ -35,6 +36,7 @@ EVAL_FILE = 'eval_results.json'
 
 
 SWEEP_DIR = '{sweep}'  # In a value: the sweep's directory (resolved by `resolve`).
+_NOT_FIELDS = ('name', 'label')  # A point's keys that are not config fields.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Point:
   overrides: dict  # The point's own fields (its name unless it has a `name`).
   fields: dict  # Everything passed to train.py: the sweep's overrides, then the point's.
   needs: tuple = ()  # Points that must finish first (named in a `{sweep}/NAME` value).
+  label: str = ''  # Its scheme's name in reports ('': the position kind and options).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,17 +125,18 @@ def load(spec: str, config: str = '') -> Sweep:
     raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
                              'dicts, one per run.')
   common = dict(raw.get('overrides') or {})
-  keys = sorted({k for p in points for k in p if k != 'name'})
+  keys = sorted({k for p in points for k in p if k not in _NOT_FIELDS})
   built, seen = [], {}
   for p in points:
-    fields = {k: v for k, v in p.items() if k != 'name'}
+    fields = {k: v for k, v in p.items() if k not in _NOT_FIELDS}
     name = p['name'] if 'name' in p else point_name(fields, keys)
     if not re.fullmatch(r'[\w.=,+-]+', str(name)) or name in seen:
       raise errors.ConfigError(f'{spec}: point name {name!r} is repeated or not a plain name '
                                '(two points have the same fields?). Fix: make each point '
                                'differ, e.g. by seed, or give each a distinct `name`.')
     seen[name] = p
-    built.append(Point(name, fields, {**common, **fields}, _needs({**common, **fields})))
+    built.append(Point(name, fields, {**common, **fields}, _needs({**common, **fields}),
+                       str(p.get('label', ''))))
   for i, point in enumerate(built):
     earlier = {p.name for p in built[:i]}
     unknown = [n for n in point.needs if n not in earlier]

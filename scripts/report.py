@@ -35,16 +35,19 @@ SYNTHETIC = 'synthetic/'
 _GROUPING = ('model.position.kind', 'seed', 'data.name', 'data.seq_len', 'init_from')
 
 
-def _point_overrides(root: str) -> dict:
+def _sweep_record(root: str) -> tuple[dict, dict]:
+  """(each point's own overrides, each labelled point's label) from WORKDIR/sweep.json."""
   path = os.path.join(root, 'sweep.json')
   if not os.path.exists(path):
-    return {}
-  return files.read_json(path).get('points', {})
+    return {}, {}
+  record = files.read_json(path)
+  return record.get('points', {}), record.get('labels', {})
 
 
-def read_point(workdir: str, overrides: dict) -> dict:
-  """What a point's files say: its scheme, options, seed, curves and evaluations (each
-  evaluation's rows keyed by evaluation length)."""
+def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
+  """What a point's files say: its scheme (its sweep's `label`, else its position kind with
+  the options its overrides set), seed, curves and evaluations (each evaluation's rows keyed
+  by evaluation length)."""
   config = files.read_json(os.path.join(workdir, 'config.json'))
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
@@ -71,8 +74,9 @@ def read_point(workdir: str, overrides: dict) -> dict:
   plain = evals.get('', {})
   return {
       'name': os.path.basename(workdir),
-      'scheme': config['model']['position']['kind'],
-      'options': ', '.join(f'{k}={sweeps.format_value(v)}' for k, v in options.items()),
+      'scheme': label or config['model']['position']['kind'],
+      'options': '' if label else ', '.join(f'{k}={sweeps.format_value(v)}'
+                                            for k, v in options.items()),
       'seed': config.get('seed', 0),
       'task': config['data']['name'],
       'seq_len': config['data']['seq_len'],
@@ -422,8 +426,9 @@ def main(argv=None) -> int:
     print(f'error: {root} holds no run (no */config.json). Fix: run scripts/sweep.py with '
           f'--workdir {root} first.', file=sys.stderr)
     return 2
-  overrides = _point_overrides(root)
-  points = [read_point(w, overrides.get(os.path.basename(w), {})) for w in workdirs]
+  overrides, labels = _sweep_record(root)
+  points = [read_point(w, overrides.get(os.path.basename(w), {}),
+                       labels.get(os.path.basename(w), '')) for w in workdirs]
   out = args.out or os.path.join(root, 'report.md')
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   written = plot(points, os.path.dirname(os.path.abspath(out)))

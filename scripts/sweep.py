@@ -23,7 +23,6 @@ starts from); on a multi-host cluster add train.py's `--distributed` with
 
 import concurrent.futures
 import dataclasses
-import json
 import os
 import queue
 import shlex
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
@@ -162,6 +162,19 @@ def default_parallel() -> int:
   return 1 if on_accelerator() else len(sweeps.usable_cpus())
 
 
+def record_sweep(root: str, spec: str, sweep) -> None:
+  """WORKDIR/sweep.json: the sweep's points (each one's own overrides and label) for
+  scripts/report.py. Sweeps pointed at one workdir share their points' runs (frontier.py's
+  `:budget` beside frontier.py), so the points of earlier sweeps there are kept."""
+  path = os.path.join(root, 'sweep.json')
+  earlier = files.read_json(path) if os.path.exists(path) else {}
+  files.write_json_atomic(path, {
+      'config': sweep.config, 'sweep': spec, 'overrides': sweep.overrides, 'evals': sweep.evals,
+      'points': {**earlier.get('points', {}), **{p.name: p.overrides for p in sweep.points}},
+      'labels': {**earlier.get('labels', {}),
+                 **{p.name: p.label for p in sweep.points if p.label}}}, default=str)
+
+
 def group_work(sweep, groups) -> dict[str, float]:
   """Each group's work, in tokens trained: steps x batch x length x members."""
   base = config_args.load_file(sweep.config)
@@ -247,11 +260,7 @@ def main(argv=None) -> int:
   # option is another entry), small programs included.
   os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, '.jax_cache'))
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
-  with open(os.path.join(root, 'sweep.json'), 'w', encoding='utf-8') as f:
-    json.dump({'config': sweep.config, 'sweep': args.sweep,
-               'points': {p.name: p.overrides for p in sweep.points},
-               'overrides': sweep.overrides,
-               'evals': sweep.evals}, f, indent=2, default=str)
+  record_sweep(root, args.sweep, sweep)
   progress = Progress(len(sweep.points), parallel, work)
   # Each running group takes a set of cores of its own (none to take on an accelerator, with
   # --no_pin, or where the cores cannot be split among the processes).

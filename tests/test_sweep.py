@@ -447,3 +447,20 @@ def test_a_pinned_child_and_the_threads_it_starts_run_on_its_cores_only(tmp_path
     assert sweeps.call([sys.executable, '-c', script], None, stdout=f) == 0
   every = sweeps.usable_cpus()
   assert out.read_text().split('\n')[0] == f'{every} {every}'
+
+
+def test_a_label_names_a_points_scheme_and_sweeps_sharing_a_workdir_keep_each_others_points(
+    tmp_path):
+  main = sweeps.load('configs/sweeps/frontier.py:smoke')
+  assert {p.label for p in main.points} == {'rope', 'alibi'}
+  assert all('label' not in p.fields for p in main.points)  # Not a config field.
+  budget = sweeps.load('configs/sweeps/frontier.py:budget,passkey,rnope')
+  root = str(tmp_path)
+  sweep_script.record_sweep(root, 'frontier.py:smoke', main)
+  sweep_script.record_sweep(root, 'frontier.py:budget', budget)
+  with open(os.path.join(root, 'sweep.json'), encoding='utf-8') as f:
+    record = json.load(f)
+  names = {p.name for p in main.points} | {p.name for p in budget.points}
+  assert set(record['points']) == names and set(record['labels']) == names
+  assert record['labels']['passkey,rnope,steps=2x,seed=1'] == 'rnope'
+  assert record['sweep'] == 'frontier.py:budget'

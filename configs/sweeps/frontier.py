@@ -50,8 +50,8 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) 
     steps = int(round(train['steps'] * budget))
     train = {**train, 'steps': steps, 'checkpoint_every': steps}
     name = f'{task},{scheme},steps={budget:g}x,seed={seed}'
-  return {'name': name, 'data.name': 'synthetic/' + task, 'data.seq_len': length,
-          **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
+  return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task,
+          'data.seq_len': length, **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
           **SCHEMES[scheme](length)}
 
 

@@ -66,7 +66,8 @@ def get_sweep(arg: str = ''):
       train = {'steps': 10} if smoke else synthetic.train_fields(task)
       train = {f'train.{k}': v for k, v in train.items()}
       for scheme in schemes:
-        points.append({'name': f'{task},{scheme},seed={seed}', 'data.name': 'synthetic/' + task,
-                       'data.seq_len': length, **train, 'seed': seed, **_scheme(scheme, length)})
+        points.append({'name': f'{task},{scheme},seed={seed}', 'label': scheme,
+                       'data.name': 'synthetic/' + task, 'data.seq_len': length, **train,
+                       'seed': seed, **_scheme(scheme, length)})
   return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
           'eval_splits': ('validation',)}
