@@ -113,7 +113,7 @@ def test_a_synthetic_sources_training_rows_follow_the_run_seed():
 
 def _config(config, entries):
   config.data.mixture = entries
-  config.train.update(steps=4, eval_every=2, checkpoint_every=4, log_every=2)
+  config.train.update(steps=4, eval_every=4, checkpoint_every=4, log_every=2)
   config.eval.update(length_multipliers=(1,), max_batches=1)
   return config
 
