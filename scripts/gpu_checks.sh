@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU checks of docs/performance.md's GPU section, in one go, each stage with its own time
+# limit so that a slow stage costs only its own results:
+#   1. the environment (GPU, driver, CUDA, cuDNN, JAX);
+#   2. tests/test_gpu.py (-m gpu): every scheme against the CPU and the einsum path, cuDNN and
+#      XLA attention in bfloat16 and float32, decoding with the cache, block skipping, RoPE in
+#      bfloat16 at 32k positions, a resume;
+#   3. scripts/rope_precision.py: RoPE's bfloat16 error per band of positions up to 32k;
+#   4. scripts/benchmark.py --preset gpu_125m for none, rope and alibi, then the levers (the
+#      attention implementation, the batch size, rematerialisation) for rope;
+#   5. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
+#
+#   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
+#   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR     (some of: env tests rope bench levers suite)
+set -u
+OUT=${1:?usage: scripts/gpu_checks.sh OUTDIR}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+# JAX sees the GPU and the CPU (tests compare the two); no forced host devices or cheap-compile
+# flags from tests/conftest.py, which sets them only when XLA_FLAGS is unset.
+export JAX_PLATFORMS=cuda,cpu XLA_FLAGS=--xla_force_host_platform_device_count=1
+export PYTHONUNBUFFERED=1
+
+STAGES=${STAGES:-env tests rope bench levers suite}
+stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+
+if want env; then
+stage environment
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  $PY -c 'import jax; jax.print_environment_info()
+import flax, optax, orbax.checkpoint as ocp
+print("flax", flax.__version__, "optax", optax.__version__, "orbax", ocp.__version__)
+from jax._src.lib import cuda_versions as v
+print("cudnn", v.cudnn_get_version() if v else None, "devices", jax.devices())'
+  git log -1 --format='commit %H %cd' 2>/dev/null; } 2>&1 | tee "$OUT/environment.txt"
+fi
+
+if want tests; then
+stage tests/test_gpu.py
+XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${TEST_LIMIT:-200}" $PY -m pytest -m gpu \
+    -n "${WORKERS:-6}" --dist load tests/test_gpu.py -q -rfEs --durations=5 2>&1 \
+    | tee "$OUT/test_gpu.log" | tail -40
+fi
+
+if want rope; then
+stage rope_precision
+timeout 60 $PY scripts/rope_precision.py --out "$OUT/rope_precision.json" 2>&1 | grep -v '^I1\|^W1'
+fi
+
+if want bench; then
+stage benchmark
+timeout "${BENCH_LIMIT:-170}" $PY scripts/benchmark.py --preset gpu_125m --kinds none,rope,alibi \
+    --steps 20 --out "$OUT/benchmark.json" 2>&1 | grep -v '^I1\|^W1' | tail -30
+fi
+
+if want levers; then
+stage levers
+timeout "${LEVER_LIMIT:-150}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope --steps 10 \
+    --vary model.attention_impl=cudnn,xla --vary train.batch_size=16,32 \
+    --out "$OUT/levers.json" 2>&1 | grep -v '^I1\|^W1' | tail -30
+fi
+
+if want suite; then
+stage 'device-independent test files on the GPU'
+JAX_DEFAULT_MATMUL_PRECISION=highest XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    timeout "${SUITE_LIMIT:-120}" $PY -m pytest -n "${WORKERS:-6}" --dist loadfile -q -rf \
+    tests/test_attention.py tests/test_causal_blocks.py tests/test_losses.py \
+    tests/test_positions.py tests/test_schemes.py tests/test_stick_breaking.py \
+    tests/test_forgetting.py tests/test_path.py tests/test_decode.py tests/test_performer.py \
+    2>&1 | tee "$OUT/suite_on_gpu.log" | tail -40
+fi
+stage done
