@@ -336,7 +336,11 @@ def main(argv):
   runners = {}
   for name, trial in trials.items():  # All compiled and warm first, then timed in turns.
     runners[name] = runner = Runner(trial, mesh, name)
+    start = time.perf_counter()
     runner.warm(_WARMUP.value)
+    # As it goes, so that a run stopped by a time limit still says how far it got.
+    print(f'[benchmark] {name}: compiled in {runner.compile_s:.1f} s, {_WARMUP.value} warm-up '
+          f'steps in {time.perf_counter() - start:.2f} s', file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'config': config.to_dict(),

