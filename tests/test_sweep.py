@@ -309,6 +309,12 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
       ('passkey,path,steps=0.5x,seed=0', 200), ('passkey,path,seed=0', 400),
       ('passkey,path,steps=2x,seed=0', 800)]
   assert len(sweeps.load('configs/sweeps/frontier.py:budget').points) == 5 * 2 * 3 * 3
+  assert not {p.fields.get('model.position.fox.gate_bias_init') for p in sweep.points} - {None}
+  gate = sweeps.load('configs/sweeps/frontier.py:passkey,fox_gate5').points  # Only when named.
+  assert [(p.name, p.fields['model.position.fox.gate_bias_init']) for p in gate] == [
+      (f'passkey,fox_gate5,seed={s}', 5.0) for s in (0, 1, 2)]
+  _, flags = config_args.split_argv(sweeps.train_command(sweep, gate[0], '/w/g')[1:])
+  assert config_args.load(sweep.config, flags).model.position.fox.gate_bias_init == 5.0
   with pytest.raises(ValueError, match='unknown parts'):
     frontier_sweep.get_sweep('pathh')
 

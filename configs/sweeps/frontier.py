@@ -14,7 +14,9 @@ Schemes (points are named TASK,SCHEME,seed=N, with `,steps=Kx` on the budget axi
 - hybrid layouts over the two layers: `rnope` (a RoPE layer, then one without positions; Yang
   et al. 2025) and `rnope_swa` (the RoPE layer with a sliding window of a quarter of the training
   length, the other global);
-- the baselines they are compared with: `rope`, `none`, `alibi`, `xl`.
+- the baselines they are compared with: `rope`, `none`, `alibi`, `xl`;
+- follow-ups run only when named: `fox_gate5` and `path+fox_gate5` (FoX's gate bias starting at
+  5 instead of 0).
 The earlier schemes on passkey, associative recall and copy are in length.py's sweep (the same
 points, so their runs can be shared by pointing both sweeps at one workdir).
 """
@@ -33,6 +35,13 @@ SCHEMES = {
     'rnope_swa': lambda length: {'model.layer_kinds': ('rope', 'none'),
                                  'model.layer_windows': (max(length // 4, 2), 0)},
 }
+# Follow-ups, run only when named: FoX with its forget gates starting near 1 instead of 1/2
+# (bias 5: sigmoid(5) = 0.993, a decay of exp(-0.0067) per token instead of 1/2), to tell the
+# gate's starting point from the scheme where FoX fails to learn a task.
+FOLLOW_UPS = {
+    f'{kind}_gate5': (lambda kind: lambda length: {
+        'model.position.kind': kind, 'model.position.fox.gate_bias_init': 5.0})(kind)
+    for kind in ('fox', 'path+fox')}
 TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop')
 SEEDS = (0, 1, 2)
 # The training-budget axis: these schemes on these tasks at each multiple of the task's steps.
@@ -52,18 +61,20 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) 
     name = f'{task},{scheme},steps={budget:g}x,seed={seed}'
   return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task,
           'data.seq_len': length, **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
-          **SCHEMES[scheme](length)}
+          **{**SCHEMES, **FOLLOW_UPS}[scheme](length)}
 
 
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
   smoke, budget = 'smoke' in parts, 'budget' in parts
-  unknown = sorted(set(parts) - {'smoke', 'budget'} - set(TASKS) - set(SCHEMES))
+  known = set(SCHEMES) | set(FOLLOW_UPS)
+  unknown = sorted(set(parts) - {'smoke', 'budget'} - set(TASKS) - known)
   if unknown:
     raise ValueError(f'configs/sweeps/frontier.py:{arg}: unknown parts {unknown}; choose tasks '
-                     f'{TASKS}, schemes {tuple(SCHEMES)}, budget and/or smoke.')
+                     f'{TASKS}, schemes {tuple(SCHEMES) + tuple(FOLLOW_UPS)}, budget and/or '
+                     'smoke.')
   tasks = [p for p in parts if p in TASKS] or list(BUDGET_TASKS if budget else TASKS)
-  schemes = [p for p in parts if p in SCHEMES] or list(
+  schemes = [p for p in parts if p in known] or list(
       BUDGET_SCHEMES if budget else ('rope', 'alibi') if smoke else SCHEMES)
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
   seeds = SEEDS
