@@ -147,11 +147,13 @@ def checkpoint_step(workdir: str, step: int | None = None) -> int:
   return available[-1] if step is None else step
 
 
-def restore_params(trainer: Trainer, workdir: str, step: int):
+def restore_params(trainer: Trainer, workdir: str, step: int,
+                   other_step: str = 'use another step with --step'):
   """The parameters of `workdir`'s checkpoint at `step` (see checkpoint_step), restored onto
   the trainer's shardings after checking their shapes against the model it builds (from
   metadata, before reading any array). Raises ConfigError naming the fix when the checkpoint
-  holds another model or cannot be read."""
+  holds another model or cannot be read; `other_step` says how the caller's user picks another
+  step (eval.py and generate.py: --step)."""
   ckpt_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
   try:
@@ -165,7 +167,7 @@ def restore_params(trainer: Trainer, workdir: str, step: int):
       raise errors.DamagedFileError(
           f'the checkpoint at step {step} in {os.path.join(ckpt_dir, str(step))} cannot be '
           f'read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""}). Fix: '
-          f'use another step with --step (available: {sorted(others)}), or restore that '
+          f'{other_step} (available: {sorted(others)}), or restore that '
           'directory from a copy.') from None
   finally:
     ckpt.close()

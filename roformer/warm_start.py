@@ -159,7 +159,10 @@ def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, ste
   source_config.model.vocab_size = trainer.config.model.vocab_size
   source_config.mesh = trainer.config.mesh
   source_trainer = trainer_lib.Trainer(source_config, trainer.mesh)
-  pretrained = trainer_lib.restore_params(source_trainer, init_from, step).to_pure_dict()
+  pretrained = trainer_lib.restore_params(
+      source_trainer, init_from, step,
+      other_step='config.init_from reads the latest step; to start from another, point it at a '
+      'copy of the run without the later steps').to_pure_dict()
   params = state['params']
   target = params.to_pure_dict()
   skip = _MLM_HEAD if saved.model.type == 'mlm' else ()

@@ -97,6 +97,10 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
       'eval damaged checkpoint': (['eval.py', f'--workdir={runs["checkpoint"]}',
                                    f'--config.data.data_dir={data_dir}'], 1,
                                   'checkpoints/16 cannot be read'),
+      'init_from damaged checkpoint': (
+          ['train.py', '--config=configs/test.py:classify', f'--workdir={tmp_path / "fresh"}',
+           f'--config.data.data_dir={data_dir}', f'--config.init_from={runs["checkpoint"]}'], 1,
+          'config.init_from reads the latest step; to start from another'),
       'generate blank workdir': (['scripts/generate.py', '--workdir= ', '--prompt=a'], 2,
                                  '--workdir is empty'),
       'sweep blank workdir': (['scripts/sweep.py', '--sweep=configs/sweeps/positions.py',

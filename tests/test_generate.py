@@ -59,6 +59,20 @@ def test_script_prints_each_sample_of_each_prompt_as_the_library_does(lm_workdir
   assert bodies[0] != bodies[1]  # Two samples of 8 tokens from 512.
 
 
+def test_an_unreadable_checkpoint_is_one_line_and_nothing_after_it(lm_workdir, tmp_path):
+  """generate.py meeting a damaged checkpoint while orbax's threads run: the whole output is
+  the one error line naming the step and the fix, no traceback at exit."""
+  damaged = str(tmp_path / 'lm')
+  shutil.copytree(lm_workdir, damaged)
+  with open(os.path.join(damaged, 'checkpoints', '2', 'state', '_METADATA'), 'w') as f:
+    f.write('{"tree')
+  proc = _script(f'--workdir={damaged}', '--prompt=ROMEO:', '--max_new_tokens=2')
+  assert proc.returncode == 1 and proc.stdout == ''
+  assert proc.stderr.startswith('error: the checkpoint at step 2 in ') and proc.stderr.count(
+      '\n') == 1, proc.stderr[-3000:]
+  assert 'cannot be read' in proc.stderr and '--step' in proc.stderr
+
+
 @pytest.mark.parametrize('field,value,message', [
     ('temperature', -1.0, '--temperature=-1.0 must be >= 0'),
     ('top_p', 0.0, r'--top_p=0.0 must be in \(0, 1\]'),
