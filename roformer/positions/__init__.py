@@ -15,6 +15,7 @@ registers its kinds:
 | `contextual` | cope                                                           |
 | `forgetting` | fox (data-dependent forget gates)                              |
 | `householder`| path (data-dependent Householder transforms, PaTH)             |
+| `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA)|
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.scheme` and the rest keep one address.
@@ -26,6 +27,7 @@ from roformer.positions import contextual
 from roformer.positions import forgetting
 from roformer.positions import householder
 from roformer.positions import relative
+from roformer.positions import remap
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
@@ -41,6 +43,7 @@ from roformer.positions.contextual import CoPE
 from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.householder import Path, path_logits, short_convolution
 from roformer.positions.relative import Shaw, TransformerXL
+from roformer.positions.remap import relative_distances
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
                                       xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,

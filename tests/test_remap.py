@@ -1,0 +1,133 @@
+"""relative_distances against references written pair by pair from each paper's description
+(position ids of queries and keys, as the papers build them), hand-computed entries, and the
+properties every remap must keep."""
+
+import numpy as np
+import pytest
+
+from roformer import errors
+from roformer.positions import relative_distances
+
+
+def _pairs(length, distance):
+  """[length, length] float64 from distance(i, j) for j <= i, zeros above the diagonal."""
+  out = np.zeros((length, length))
+  for i in range(length):
+    for j in range(i + 1):
+      out[i, j] = distance(i, j)
+  return out
+
+
+def self_extend_reference(length, neighbor_window, group_size):
+  """Jin et al. 2024: neighbour tokens keep their positions; outside the window, queries and
+  keys use grouped positions pos // G, the queries' shifted by W - W // G so that the grouped
+  distances continue from the window's edge."""
+  shift = neighbor_window - neighbor_window // group_size
+  def distance(i, j):
+    if i - j < neighbor_window:
+      return i - j
+    return (i // group_size + shift) - j // group_size
+  return _pairs(length, distance)
+
+
+def dca_reference(length, chunk_size, local_window):
+  """An et al. 2024: keys carry position ids j mod s; queries carry one id per kind of
+  attention: intra-chunk i mod s, successive-chunk [s, s + 1, ..., s + w - 1, c - 1, ...] by
+  their index in the chunk, inter-chunk c - 1."""
+  s, c = chunk_size, chunk_size + local_window
+  key_id = [j % s for j in range(length)]
+  intra = [i % s for i in range(length)]
+  successive = [s + i % s if i % s < local_window else c - 1 for i in range(length)]
+  inter = [c - 1] * length
+  def distance(i, j):
+    if i // s == j // s:
+      return intra[i] - key_id[j]
+    if i // s == j // s + 1:
+      return successive[i] - key_id[j]
+    return inter[i] - key_id[j]
+  return _pairs(length, distance)
+
+
+def test_none_is_the_plain_distance():
+  got = relative_distances('none', 5)
+  assert got.dtype == np.float64
+  np.testing.assert_array_equal(got, np.tril(np.arange(5)[:, None] - np.arange(5)[None, :]))
+
+
+def test_rerope_and_its_leaky_form_against_their_definitions():
+  np.testing.assert_array_equal(relative_distances('rerope', 12, window=4),
+                                _pairs(12, lambda i, j: min(i - j, 4)))
+  np.testing.assert_allclose(
+      relative_distances('leaky_rerope', 12, window=4, k=3.0),
+      _pairs(12, lambda i, j: i - j if i - j < 4 else 4 + (i - j - 4) / 3), rtol=1e-15)
+  assert relative_distances('leaky_rerope', 12, window=4, k=3.0)[11, 0] == 4 + 7 / 3  # By hand.
+
+
+@pytest.mark.parametrize('length,window,group', [(10, 4, 2), (37, 8, 3), (64, 16, 4), (20, 5, 1)])
+def test_self_extend_against_grouped_positions(length, window, group):
+  got = relative_distances('self_extend', length, neighbor_window=window, group_size=group)
+  np.testing.assert_array_equal(got, self_extend_reference(length, window, group))
+
+
+def test_self_extend_by_hand():
+  got = relative_distances('self_extend', 10, neighbor_window=4, group_size=2)
+  # i=5, j=0: d=5 >= 4, so 5//2 - 0//2 + 4 - 4//2 = 2 + 2 = 4; i=9, j=0: 4 + 2 = 6.
+  assert got[5, 0] == 4 and got[9, 0] == 6 and got[9, 6] == 3  # d=3 < 4 stays.
+
+
+def test_string_shifts_the_distances_past_the_shift():
+  np.testing.assert_array_equal(relative_distances('string', 16, shift=10, local_window=3),
+                                _pairs(16, lambda i, j: i - j if i - j < 10 else i - j - 7))
+
+
+@pytest.mark.parametrize('length,chunk,window', [(10, 4, 2), (40, 8, 4), (33, 6, 6), (24, 5, 0)])
+def test_dca_against_the_papers_position_ids(length, chunk, window):
+  got = relative_distances('dca', length, chunk_size=chunk, local_window=window)
+  np.testing.assert_array_equal(got, dca_reference(length, chunk, window))
+  below = np.tril(np.ones((length, length), bool))
+  assert got[below].min() >= 0 and got[below].max() <= chunk + window - 1  # Trained distances.
+
+
+def test_dca_by_hand():
+  got = relative_distances('dca', 10, chunk_size=4, local_window=2)  # c = 6, top seat 5.
+  assert got[6, 4] == 2  # Same chunk: 6 mod 4 - 4 mod 4.
+  assert got[5, 3] == 2  # Previous chunk, 5 mod 4 = 1 < w: seat 4 + 1 = 5, key 3.
+  assert got[6, 3] == 2  # Previous chunk, 6 mod 4 = 2 = w: seat c - 1 = 5, key 3.
+  assert got[9, 1] == 4  # Two chunks back: seat 5, key 1.
+
+
+@pytest.mark.parametrize('method,options', [
+    ('rerope', {'window': 6}), ('leaky_rerope', {'window': 6, 'k': 2.0}),
+    ('self_extend', {'neighbor_window': 6, 'group_size': 3}),
+    ('string', {'shift': 6, 'local_window': 2}), ('dca', {'chunk_size': 6, 'local_window': 0})])
+def test_every_remap_keeps_short_distances_and_never_lengthens_one(method, options):
+  got, plain = relative_distances(method, 30, **options), relative_distances('none', 30)
+  short = (plain < 6) & (np.arange(30)[:, None] // 6 == np.arange(30)[None, :] // 6)
+  np.testing.assert_array_equal(got[short], plain[short])  # DCA: within a chunk only.
+  assert (got <= plain).all() and (got >= 0).all() and not np.triu(got, 1).any()
+
+
+def test_identity_settings_give_the_plain_distances():
+  plain = relative_distances('none', 20)
+  np.testing.assert_array_equal(relative_distances('rerope', 20, window=20), plain)
+  np.testing.assert_array_equal(
+      relative_distances('self_extend', 20, neighbor_window=3, group_size=1), plain)
+  np.testing.assert_array_equal(relative_distances('string', 20, shift=20, local_window=5), plain)
+  np.testing.assert_array_equal(relative_distances('dca', 20, chunk_size=20, local_window=0),
+                                plain)
+
+
+@pytest.mark.parametrize('method,options,message', [
+    ('yarn', {}, r"unknown method. Fix: one of \('none'"),
+    ('rerope', {}, r"missing \['window'\]"),
+    ('rerope', {'window': 4, 'k': 2}, r"unknown options \['k'\]"),
+    ('self_extend', {'neighbor_window': 4, 'group_size': 0}, 'group_size=0 must be an integer >= 1'),
+    ('self_extend', {'neighbor_window': 4, 'group_size': 1.5}, 'group_size=1.5 must be an integer'),
+    ('rerope', {'window': 0}, 'window=0 must be an integer >= 1'),
+    ('leaky_rerope', {'window': 2, 'k': 0.5}, 'k=0.5 must be a number >= 1'),
+    ('string', {'shift': 4, 'local_window': 4}, 'local_window=4 must be below shift=4'),
+    ('dca', {'chunk_size': 0, 'local_window': 2}, 'chunk_size=0 must be an integer >= 1'),
+])
+def test_bad_arguments_name_the_option(method, options, message):
+  with pytest.raises(errors.ConfigError, match=message):
+    relative_distances(method, 8, **options)
