@@ -131,3 +131,38 @@ def test_identity_settings_give_the_plain_distances():
 def test_bad_arguments_name_the_option(method, options, message):
   with pytest.raises(errors.ConfigError, match=message):
     relative_distances(method, 8, **options)
+
+
+def rope_logits_reference(q, k, distances, base=10000.0):
+  """float64 q_i^T R(r_ij) k_j for one head: q_i rotated by r_ij theta (RoFormer's interleaved
+  pairs), dotted with the unrotated k_j, for j <= i."""
+  length, d = q.shape
+  theta = base ** (-np.arange(0, d, 2) / d)
+  out = np.zeros((length, length))
+  for i in range(length):
+    for j in range(i + 1):
+      c, s = np.cos(distances[i, j] * theta), np.sin(distances[i, j] * theta)
+      rotated = np.empty(d)
+      rotated[0::2] = q[i, 0::2] * c - q[i, 1::2] * s
+      rotated[1::2] = q[i, 1::2] * c + q[i, 0::2] * s
+      out[i, j] = rotated @ k[j]
+  return out
+
+
+@pytest.mark.parametrize('method,options', [
+    ('none', {}), ('rerope', {'window': 5}), ('leaky_rerope', {'window': 5, 'k': 4.0}),
+    ('self_extend', {'neighbor_window': 6, 'group_size': 3}),
+    ('string', {'shift': 9, 'local_window': 4}), ('dca', {'chunk_size': 7, 'local_window': 3})])
+def test_remapped_logits_are_rope_at_the_remapped_distances(method, options):
+  """The per-region rotations give, for every pair, RoPE's float64 logit at the distance
+  relative_distances returns (so the regions partition the pairs and each one's positions
+  differ by that distance)."""
+  from roformer.positions import remapped_rope_logits, rope_frequencies  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  length, heads, d = 26, 2, 16
+  q, k = rng.normal(size=(2, 1, length, heads, d))
+  got = np.asarray(remapped_rope_logits(q, k, rope_frequencies(d, 10000.0), method, **options))
+  distances = relative_distances(method, length, **options)
+  for h in range(heads):
+    want = rope_logits_reference(q[0, :, h], k[0, :, h], distances)
+    np.testing.assert_allclose(got[0, h], want, atol=2e-5 * np.abs(want).max())

@@ -43,7 +43,7 @@ from roformer.positions.contextual import CoPE
 from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.householder import Path, path_logits, short_convolution
 from roformer.positions.relative import Shaw, TransformerXL
-from roformer.positions.remap import relative_distances
+from roformer.positions.remap import relative_distances, remapped_rope_logits
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
                                       xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,

@@ -20,11 +20,20 @@ and at c - 1 for a key in any older chunk. Every distance it gives lies in [0, c
 
 The matrices are float64 [length, length] with zeros above the diagonal (keys after the
 query), computed with numpy: they are small, exact, and the attention converts what it needs.
+
+Every method is piecewise a difference of positions: in each region of (i, j) the distance is
+p(i) - p'(j) for a query position p and a key position p' (`regions`). RoPE's logits under a
+remap are therefore one rotation of the queries and one of the keys per region, the regions'
+logits selected by their masks before one softmax (`remapped_rope_logits`): two passes for
+ReRoPE, Self-Extend and STRING, three for DCA, instead of a rotation per (i, j) pair.
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from roformer import errors
+from roformer.positions import rotary
 
 # method -> {option: (smallest value, whether it must be an integer)}
 OPTIONS = {
@@ -93,3 +102,55 @@ def relative_distances(method: str, length: int, **options) -> np.ndarray:
                     np.where(chunk_j == chunk_i - 1, np.minimum(s + i % s, top), top))
     out = (seat - j % s).astype(np.float64)
   return np.where(j <= i, out, 0.0)
+
+
+def regions(method: str, length: int, **options) -> list[tuple[np.ndarray, np.ndarray,
+                                                                 np.ndarray]]:
+  """(query positions [length], key positions [length], mask [length, length]) per region of
+  `method`: within a region's mask the distance of relative_distances is q_pos[i] - k_pos[j];
+  the masks partition the pairs j <= i. Positions are float64 (Leaky ReRoPE's are fractional)."""
+  check(method, length, options)
+  pos = np.arange(length, dtype=np.float64)
+  i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+  d, causal = i - j, j <= i
+  if method == 'none':
+    return [(pos, pos, causal)]
+  if method in ('rerope', 'leaky_rerope'):
+    w = options['window']
+    k = float(options.get('k', np.inf))  # ReRoPE: every distance from w on is w.
+    far_q = np.full(length, float(w)) if k == np.inf else pos / k + w - w / k
+    far_k = np.zeros(length) if k == np.inf else pos / k
+    return [(pos, pos, causal & (d < w)), (far_q, far_k, causal & (d >= w))]
+  if method == 'self_extend':
+    w, g = int(options['neighbor_window']), int(options['group_size'])
+    grouped = np.floor(pos / g)
+    return [(pos, pos, causal & (d < w)), (grouped + w - w // g, grouped, causal & (d >= w))]
+  if method == 'string':
+    s, w = options['shift'], options['local_window']
+    return [(pos, pos, causal & (d < s)), (pos - s + w, pos, causal & (d >= s))]
+  s, w = int(options['chunk_size']), int(options['local_window'])
+  top, within = s + w - 1, pos % s
+  chunk_i, chunk_j = i // s, j // s
+  return [(within, within, causal & (chunk_j == chunk_i)),
+          (np.minimum(s + within, top), within, causal & (chunk_j == chunk_i - 1)),
+          (np.full(length, float(top)), within, causal & (chunk_j < chunk_i - 1))]
+
+
+def remapped_rope_logits(q: jax.Array, k: jax.Array, inv_freq, method: str, /,
+                         layout: str = 'interleaved', **options) -> jax.Array:
+  """RoPE logits q_i^T R(r_ij) k_j at the distances r of relative_distances(method, ...), for
+  queries and keys [batch, length, heads, d] (the same length: a full pass) and RoPE's
+  frequencies `inv_freq` [d/2]: float32 [batch, heads, length, length], unscaled, 0 above the
+  diagonal. One rotation of q and k per region (`regions`), the regions' products selected by
+  their masks. The arguments before `layout` are positional (Leaky ReRoPE's option `k` is
+  not the keys)."""
+  length = q.shape[1]
+  out = jnp.zeros((q.shape[0], q.shape[2], length, length), jnp.float32)
+  for q_pos, k_pos, mask in regions(method, length, **options):
+    qr = rotary.rotate_pairs(q.astype(jnp.float32), jnp.asarray(q_pos, jnp.float32), inv_freq,
+                             layout)
+    kr = rotary.rotate_pairs(k.astype(jnp.float32), jnp.asarray(k_pos, jnp.float32), inv_freq,
+                             layout)
+    logits = jnp.einsum('bihd,bjhd->bhij', qr, kr)
+    out = jnp.where(jnp.asarray(mask), logits, out)
+  return out
