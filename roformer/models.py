@@ -131,9 +131,15 @@ class MultiHeadAttention(nnx.Module):
     # Stick-breaking attention: sigmoid weights from the logits, on the einsum path.
     self.stick_breaking = att.kind == 'stick_breaking'
     self.attend_current = self.stick_breaking and att.attend_current
+    # A training-free distance remap of RoPE (positions/remap.py): its logits, einsum path.
+    remap = cfg.position.rope.remap if 'rope' in cfg.position else None
+    self.remap = None
+    if remap is not None and remap.method != 'none' and cfg.position.kind == 'rope':
+      self.remap = (remap.method, tuple(sorted(positions_lib.remap.options_of(remap).items())))
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
-        einsum_only=caps.implementations == ('einsum',) or self.stick_breaking)
+        einsum_only=(caps.implementations == ('einsum',) or self.stick_breaking
+                     or self.remap is not None))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
     # Llama 4's temperature, on layers whose scheme gives no position signal at all.
@@ -190,7 +196,8 @@ class MultiHeadAttention(nnx.Module):
                                           self.window)
     if self.favor:
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
-    q, k = position.rotate(q, k, pos, k_pos, ctx)
+    if self.remap is None:
+      q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
     if self.temperature:
       q = (q * attention.nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(
@@ -204,8 +211,9 @@ class MultiHeadAttention(nnx.Module):
       out, probs = attention.stick_breaking_attend(
           logits, v, mask, attend_current=self.attend_current,
           query_slots=first_slot + jnp.arange(length))
-    elif self.computes_logits:
-      logits = position.logits(q, k, pos, k_pos, mask, ctx)
+    elif self.computes_logits or self.remap is not None:
+      logits = (self._remapped_logits(q, k, pos, k_pos, position) if self.remap is not None
+                else position.logits(q, k, pos, k_pos, mask, ctx))
       if self.ssmax:
         logits = logits * attention.ssmax_factor(self.ssmax_scale[...], mask)[..., None]
       out, probs = attention.attend_logits(logits, v, mask)
@@ -222,6 +230,17 @@ class MultiHeadAttention(nnx.Module):
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
     return self.out(out.reshape(b, length, -1)), cache
+
+  def _remapped_logits(self, q, k, pos, k_pos, position):
+    """RoPE's scaled logits with the distances of `self.remap`, rotated by the layer's own
+    rotation (its scaling, fraction and layout; YaRN's temperature on q and k)."""
+    rotation = position.heads
+    freqs = rotation.frequencies(pos, k_pos)
+    rotate = lambda x, p: rotation(x, p, freqs)
+    method, options = self.remap
+    logits = positions_lib.remap.remapped_logits(q, k, pos, k_pos, rotate, method,
+                                                 **dict(options))
+    return logits * (self.head_dim ** -0.5 * rotation.mscale ** 2)
 
   def projection(self, layer=0) -> jax.Array:
     """Layer `layer`'s random features for the current draw: [num_features, head_dim]."""

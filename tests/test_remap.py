@@ -166,3 +166,68 @@ def test_remapped_logits_are_rope_at_the_remapped_distances(method, options):
   for h in range(heads):
     want = rope_logits_reference(q[0, :, h], k[0, :, h], distances)
     np.testing.assert_allclose(got[0, h], want, atol=2e-5 * np.abs(want).max())
+
+
+def _model(method='none', seed=5, **options):
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import models  # pylint: disable=g-import-not-at-top
+  cfg = kinds.tiny_config('rope', dropout=0.0).model
+  cfg.position.rope.remap.method = method
+  cfg.position.rope.remap.update(options)
+  return models.create(cfg, seed=seed)
+
+
+def _full(model, tokens):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return np.asarray(nnx.jit(lambda m, t, p: m(t, p, jnp.ones_like(t)))(model, tokens, pos))
+
+
+def test_a_remap_that_moves_no_distance_leaves_the_model_unchanged():
+  """ReRoPE with a window past the row and Self-Extend with groups of 1 are RoPE itself: the
+  model's logits equal the plain model's (same parameters)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 14)))
+  plain = _full(_model(), tokens)
+  np.testing.assert_allclose(_full(_model('rerope', window=14), tokens), plain, atol=1e-5)
+  np.testing.assert_allclose(
+      _full(_model('self_extend', neighbor_window=2, group_size=1), tokens), plain, atol=1e-5)
+  moved = _full(_model('rerope', window=3), tokens)
+  np.testing.assert_allclose(moved[:, :4], plain[:, :4], atol=1e-5)  # Distances below 3 only.
+  assert np.abs(moved[:, 6:] - plain[:, 6:]).max() > 1e-3
+
+
+@pytest.mark.parametrize('method,options', [
+    ('self_extend', {'neighbor_window': 4, 'group_size': 3}), ('rerope', {'window': 5}),
+    ('leaky_rerope', {'window': 4, 'k': 2.0}), ('string', {'shift': 6, 'local_window': 2}),
+    ('dca', {'chunk_size': 5, 'local_window': 2})])
+def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, options):
+  """The cache holds keys before any rotation, so each decoding step remaps its own
+  distances to every cached key as the full pass does."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import kinds  # pylint: disable=g-import-not-at-top
+  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 13)))
+  kinds.assert_decoding_equals_full_pass(_model(method, **options), tokens, (5, 1, 1, 3, 1, 2),
+                                         max_len=16)
+
+
+@pytest.mark.parametrize('model,message', [
+    ({'position.kind': 'xpos'}, 'it is for plain rope'),
+    ({'attention.kind': 'stick_breaking'}, "attention.kind='stick_breaking' has no softmax"),
+    ({'position.rope.rotate_values': True}, 'rotate_values rotates values'),
+    ({'position.rope.remap.local_window': 9}, 'local_window=9 must be below shift=6'),
+])
+def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, message):
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  cfg = kinds.tiny_config('rope')
+  cfg.model.position.rope.remap.update(method='string', shift=6, local_window=2)
+  for name, value in model.items():
+    *parents, leaf = name.split('.')
+    node = cfg.model
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    config_lib.validate(cfg)

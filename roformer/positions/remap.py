@@ -33,7 +33,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from roformer import errors
-from roformer.positions import rotary
 
 # method -> {option: (smallest value, whether it must be an integer)}
 OPTIONS = {
@@ -104,53 +103,72 @@ def relative_distances(method: str, length: int, **options) -> np.ndarray:
   return np.where(j <= i, out, 0.0)
 
 
-def regions(method: str, length: int, **options) -> list[tuple[np.ndarray, np.ndarray,
-                                                                 np.ndarray]]:
-  """(query positions [length], key positions [length], mask [length, length]) per region of
-  `method`: within a region's mask the distance of relative_distances is q_pos[i] - k_pos[j];
-  the masks partition the pairs j <= i. Positions are float64 (Leaky ReRoPE's are fractional)."""
-  check(method, length, options)
-  pos = np.arange(length, dtype=np.float64)
-  i, j = np.arange(length)[:, None], np.arange(length)[None, :]
-  d, causal = i - j, j <= i
+def regions(method: str, q_pos, k_pos, **options) -> list[tuple[jax.Array, jax.Array,
+                                                                jax.Array]]:
+  """(query positions [..., Lq], key positions [..., Lk], mask [..., Lq, Lk]) per region of
+  `method` for integer positions q_pos [..., Lq] and k_pos [..., Lk] (a row's own positions:
+  packed documents restart theirs): within a region's mask the distance of relative_distances
+  is q[i] - k[j]; the masks partition the pairs whose key is not after the query (the caller's
+  mask removes the rest). Positions are float32 (Leaky ReRoPE's are fractional)."""
+  check(method, 1, options)
+  qp, kp = jnp.asarray(q_pos).astype(jnp.float32), jnp.asarray(k_pos).astype(jnp.float32)
+  i, j = qp[..., :, None], kp[..., None, :]
+  d = i - j
   if method == 'none':
-    return [(pos, pos, causal)]
+    return [(qp, kp, d >= 0)]
   if method in ('rerope', 'leaky_rerope'):
-    w = options['window']
-    k = float(options.get('k', np.inf))  # ReRoPE: every distance from w on is w.
-    far_q = np.full(length, float(w)) if k == np.inf else pos / k + w - w / k
-    far_k = np.zeros(length) if k == np.inf else pos / k
-    return [(pos, pos, causal & (d < w)), (far_q, far_k, causal & (d >= w))]
+    w = float(options['window'])
+    if method == 'rerope':  # Every distance from w on is w: the query at w, the key at 0.
+      far = (jnp.full_like(qp, w), jnp.zeros_like(kp))
+    else:
+      k = float(options['k'])
+      far = (qp / k + w - w / k, kp / k)
+    return [(qp, kp, (d >= 0) & (d < w)), (*far, d >= w)]
   if method == 'self_extend':
     w, g = int(options['neighbor_window']), int(options['group_size'])
-    grouped = np.floor(pos / g)
-    return [(pos, pos, causal & (d < w)), (grouped + w - w // g, grouped, causal & (d >= w))]
+    return [(qp, kp, (d >= 0) & (d < w)),
+            (jnp.floor(qp / g) + (w - w // g), jnp.floor(kp / g), d >= w)]
   if method == 'string':
-    s, w = options['shift'], options['local_window']
-    return [(pos, pos, causal & (d < s)), (pos - s + w, pos, causal & (d >= s))]
+    s, w = float(options['shift']), float(options['local_window'])
+    return [(qp, kp, (d >= 0) & (d < s)), (qp - s + w, kp, d >= s)]
   s, w = int(options['chunk_size']), int(options['local_window'])
-  top, within = s + w - 1, pos % s
-  chunk_i, chunk_j = i // s, j // s
-  return [(within, within, causal & (chunk_j == chunk_i)),
-          (np.minimum(s + within, top), within, causal & (chunk_j == chunk_i - 1)),
-          (np.full(length, float(top)), within, causal & (chunk_j < chunk_i - 1))]
+  top = float(s + w - 1)
+  chunk_i, chunk_j = jnp.floor(i / s), jnp.floor(j / s)
+  within_q, within_k = jnp.mod(qp, s), jnp.mod(kp, s)
+  return [(within_q, within_k, (d >= 0) & (chunk_j == chunk_i)),
+          (jnp.minimum(s + within_q, top), within_k, chunk_j == chunk_i - 1),
+          (jnp.full_like(qp, top), within_k, chunk_j < chunk_i - 1)]
+
+
+def remapped_logits(q: jax.Array, k: jax.Array, q_pos, k_pos, rotate, method: str, /,
+                    **options) -> jax.Array:
+  """q_i^T R(r_ij) k_j for queries [batch, Lq, heads, d] and keys [batch, Lk, heads, d] at
+  positions q_pos [batch, Lq] and k_pos [batch, Lk], with r the distance of `method`:
+  float32 [batch, heads, Lq, Lk], unscaled, 0 where no region holds (keys after the query).
+  `rotate(x, positions)` is RoPE's rotation of x at (float) positions. One rotation of q and k
+  per region, the regions' products selected by their masks. The arguments before the options
+  are positional (Leaky ReRoPE's option `k` is not the keys)."""
+  out = jnp.zeros((q.shape[0], q.shape[2], q.shape[1], k.shape[1]), jnp.float32)
+  for region_q, region_k, mask in regions(method, q_pos, k_pos, **options):
+    qr = rotate(q, region_q).astype(jnp.float32)
+    kr = rotate(k, region_k).astype(jnp.float32)
+    logits = jnp.einsum('bihd,bjhd->bhij', qr, kr)
+    out = jnp.where(mask[:, None], logits, out)
+  return out
 
 
 def remapped_rope_logits(q: jax.Array, k: jax.Array, inv_freq, method: str, /,
                          layout: str = 'interleaved', **options) -> jax.Array:
-  """RoPE logits q_i^T R(r_ij) k_j at the distances r of relative_distances(method, ...), for
-  queries and keys [batch, length, heads, d] (the same length: a full pass) and RoPE's
-  frequencies `inv_freq` [d/2]: float32 [batch, heads, length, length], unscaled, 0 above the
-  diagonal. One rotation of q and k per region (`regions`), the regions' products selected by
-  their masks. The arguments before `layout` are positional (Leaky ReRoPE's option `k` is
-  not the keys)."""
-  length = q.shape[1]
-  out = jnp.zeros((q.shape[0], q.shape[2], length, length), jnp.float32)
-  for q_pos, k_pos, mask in regions(method, length, **options):
-    qr = rotary.rotate_pairs(q.astype(jnp.float32), jnp.asarray(q_pos, jnp.float32), inv_freq,
-                             layout)
-    kr = rotary.rotate_pairs(k.astype(jnp.float32), jnp.asarray(k_pos, jnp.float32), inv_freq,
-                             layout)
-    logits = jnp.einsum('bihd,bjhd->bhij', qr, kr)
-    out = jnp.where(jnp.asarray(mask), logits, out)
-  return out
+  """remapped_logits for a full pass (positions 0..length-1 in every row) with RoPE's
+  frequencies `inv_freq` [d/2] over the whole head."""
+  from roformer.positions import rotary  # pylint: disable=g-import-not-at-top  # It imports this.
+  batch, length = q.shape[:2]
+  pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  rotate = lambda x, p: rotary.rotate_pairs(x.astype(jnp.float32), p, jnp.asarray(
+      inv_freq, jnp.float32), layout)
+  return remapped_logits(q, k, pos, pos, rotate, method, **options)
+
+
+def options_of(cfg) -> dict:
+  """The options `cfg` (config.model.position.rope.remap) gives its method."""
+  return {name: cfg[name] for name in OPTIONS[cfg.method]}

@@ -12,6 +12,7 @@ import numpy as np
 from roformer import errors
 from roformer import specs
 from roformer.positions import base
+from roformer.positions import remap
 from roformer.positions import scaling
 
 
@@ -244,7 +245,19 @@ class Rotary(base.PositionScheme):
       'keep_fraction': specs.Float(0, 1, min_open=True, default=1.0),
       'rotate_values': specs.Bool(default=False),
       'layout': specs.Str(('interleaved', 'half'), default='interleaved'),
-      'scaling': scaling.SPECS}}
+      'scaling': scaling.SPECS,
+      # A training-free distance remap at evaluation (remap.py; eval.py overrides, like the
+      # scalings): the method and the options it reads, the others ignored.
+      'remap': {
+          'method': specs.Str(remap.METHODS, default='none'),
+          'window': specs.Int(1, 2**30, default=256),  # rerope, leaky_rerope
+          'k': specs.Float(1, 1e9, default=16.0),  # leaky_rerope
+          'neighbor_window': specs.Int(1, 2**30, default=256),  # self_extend
+          'group_size': specs.Int(1, 2**30, default=8),  # self_extend
+          'shift': specs.Int(1, 2**30, default=256),  # string
+          'local_window': specs.Int(0, 2**30, default=32),  # string, dca
+          'chunk_size': specs.Int(1, 2**30, default=256),  # dca
+      }}}
   capabilities = base.Capabilities(rotary=True, feature_rotation=True)
   Layer = _RotaryLayer
 
@@ -256,6 +269,7 @@ class Rotary(base.PositionScheme):
         head_dim, f'head_dim {model_cfg.d_model}/{model_cfg.num_heads} =', r)
     scaling.validate(r.scaling, rotary_dim)
     features = _favor_features(model_cfg)
+    _validate_remap(cls, r.remap, model_cfg, causal)
     if features and cls.capabilities.feature_rotation:
       scaling.validate(r.scaling, _validate_rotation(features, 'attention.num_features', r))
       if r.scaling.kind == 'yarn':
@@ -263,6 +277,25 @@ class Rotary(base.PositionScheme):
             "rope.scaling.kind='yarn' scales the attention temperature, which FAVOR+'s rotated "
             'features (attention.rope_mode=features) do not carry. Fix: '
             '--config.model.attention.rope_mode=qk.')
+
+
+def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
+  """A distance remap needs a causal softmax over RoPE's logits, which it computes itself."""
+  if cfg.method == 'none':
+    return
+  field = 'config.model.position.rope.remap.method'
+  att = model_cfg.get('attention')
+  att_kind = att.kind if att is not None else 'softmax'
+  reason = ('it is for plain rope (position.kind=rope)'
+            if cls is not Rotary or model_cfg.position.kind != 'rope' else
+            'it is for causal attention (a decoder)' if not causal else
+            f'attention.kind={att_kind!r} has no softmax logits to remap' if att_kind != 'softmax'
+            else 'rope.rotate_values rotates values by absolute positions'
+            if model_cfg.position.rope.rotate_values else '')
+  if reason:
+    raise errors.ConfigError(f'{field}={cfg.method!r}: {reason}. Fix: leave it '
+                             "'none' here.")
+  remap.check(cfg.method, 1, remap.options_of(cfg))
 
 
 def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
