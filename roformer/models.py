@@ -212,8 +212,12 @@ class MultiHeadAttention(nnx.Module):
           logits, v, mask, attend_current=self.attend_current,
           query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits or self.remap is not None:
-      logits = (self._remapped_logits(q, k, pos, k_pos, position) if self.remap is not None
-                else position.logits(q, k, pos, k_pos, mask, ctx))
+      if self.remap is not None:
+        logits = self._remapped_logits(q, k, pos, k_pos, position)
+        seen = positions_lib.remap.visible(self.remap[0], pos, k_pos, **dict(self.remap[1]))
+        mask = mask if seen is None else mask & seen[:, None]
+      else:
+        logits = position.logits(q, k, pos, k_pos, mask, ctx)
       if self.ssmax:
         logits = logits * attention.ssmax_factor(self.ssmax_scale[...], mask)[..., None]
       out, probs = attention.attend_logits(logits, v, mask)

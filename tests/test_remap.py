@@ -48,6 +48,19 @@ def dca_reference(length, chunk_size, local_window):
   return _pairs(length, distance)
 
 
+def sinks_reference(length, sink_tokens, window):
+  """Xiao et al. 2023: the cache keeps the first S tokens and the last W (the query among
+  them) and numbers them by slot; a key not in the query's cache is not seen (NaN)."""
+  out = np.zeros((length, length))
+  for i in range(length):
+    kept = list(range(i + 1)) if i < sink_tokens + window else (
+        list(range(sink_tokens)) + list(range(i - window + 1, i + 1)))
+    slot = {token: n for n, token in enumerate(kept)}
+    for j in range(i + 1):
+      out[i, j] = slot[i] - slot[j] if j in slot else np.nan
+  return out
+
+
 def test_none_is_the_plain_distance():
   got = relative_distances('none', 5)
   assert got.dtype == np.float64
@@ -86,6 +99,12 @@ def test_dca_against_the_papers_position_ids(length, chunk, window):
   np.testing.assert_array_equal(got, dca_reference(length, chunk, window))
   below = np.tril(np.ones((length, length), bool))
   assert got[below].min() >= 0 and got[below].max() <= chunk + window - 1  # Trained distances.
+
+
+@pytest.mark.parametrize('length,sinks,window', [(12, 2, 4), (30, 4, 8), (20, 0, 5), (9, 3, 8)])
+def test_sinks_against_a_streaming_cache(length, sinks, window):
+  got = relative_distances('sinks', length, sink_tokens=sinks, window=window)
+  np.testing.assert_array_equal(got, sinks_reference(length, sinks, window))  # NaN where unseen.
 
 
 def test_dca_by_hand():
@@ -152,7 +171,8 @@ def rope_logits_reference(q, k, distances, base=10000.0):
 @pytest.mark.parametrize('method,options', [
     ('none', {}), ('rerope', {'window': 5}), ('leaky_rerope', {'window': 5, 'k': 4.0}),
     ('self_extend', {'neighbor_window': 6, 'group_size': 3}),
-    ('string', {'shift': 9, 'local_window': 4}), ('dca', {'chunk_size': 7, 'local_window': 3})])
+    ('string', {'shift': 9, 'local_window': 4}), ('dca', {'chunk_size': 7, 'local_window': 3}),
+    ('sinks', {'sink_tokens': 3, 'window': 6})])
 def test_remapped_logits_are_rope_at_the_remapped_distances(method, options):
   """The per-region rotations give, for every pair, RoPE's float64 logit at the distance
   relative_distances returns (so the regions partition the pairs and each one's positions
@@ -163,15 +183,16 @@ def test_remapped_logits_are_rope_at_the_remapped_distances(method, options):
   q, k = rng.normal(size=(2, 1, length, heads, d))
   got = np.asarray(remapped_rope_logits(q, k, rope_frequencies(d, 10000.0), method, **options))
   distances = relative_distances(method, length, **options)
+  seen = ~np.isnan(distances)
   for h in range(heads):
-    want = rope_logits_reference(q[0, :, h], k[0, :, h], distances)
-    np.testing.assert_allclose(got[0, h], want, atol=2e-5 * np.abs(want).max())
+    want = rope_logits_reference(q[0, :, h], k[0, :, h], np.where(seen, distances, 0.0))
+    np.testing.assert_allclose(got[0, h][seen], want[seen], atol=2e-5 * np.abs(want).max())
 
 
-def _model(method='none', seed=5, **options):
+def _model(method='none', seed=5, num_layers=2, **options):
   import kinds  # pylint: disable=g-import-not-at-top
   from roformer import models  # pylint: disable=g-import-not-at-top
-  cfg = kinds.tiny_config('rope', dropout=0.0).model
+  cfg = kinds.tiny_config('rope', dropout=0.0, num_layers=num_layers).model
   cfg.position.rope.remap.method = method
   cfg.position.rope.remap.update(options)
   return models.create(cfg, seed=seed)
@@ -193,15 +214,28 @@ def test_a_remap_that_moves_no_distance_leaves_the_model_unchanged():
   np.testing.assert_allclose(_full(_model('rerope', window=14), tokens), plain, atol=1e-5)
   np.testing.assert_allclose(
       _full(_model('self_extend', neighbor_window=2, group_size=1), tokens), plain, atol=1e-5)
+  np.testing.assert_allclose(_full(_model('sinks', sink_tokens=4, window=10), tokens), plain,
+                             atol=1e-5)  # 4 + 10 slots hold the whole row: nothing evicted.
   moved = _full(_model('rerope', window=3), tokens)
   np.testing.assert_allclose(moved[:, :4], plain[:, :4], atol=1e-5)  # Distances below 3 only.
   assert np.abs(moved[:, 6:] - plain[:, 6:]).max() > 1e-3
 
 
+def test_a_token_the_streaming_cache_evicted_is_not_seen():
+  """One layer with 2 sinks and a window of 4: the output at position 12 reads tokens 0, 1
+  and 9-12 only; changing token 5 leaves it, changing a sink does not."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  model = _model('sinks', num_layers=1, sink_tokens=2, window=4)
+  tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (1, 13)))
+  base = _full(model, tokens)
+  np.testing.assert_array_equal(_full(model, tokens.at[0, 5].set(4))[0, 12], base[0, 12])
+  assert np.abs(_full(model, tokens.at[0, 1].set(4))[0, 12] - base[0, 12]).max() > 1e-4
+
+
 @pytest.mark.parametrize('method,options', [
     ('self_extend', {'neighbor_window': 4, 'group_size': 3}), ('rerope', {'window': 5}),
     ('leaky_rerope', {'window': 4, 'k': 2.0}), ('string', {'shift': 6, 'local_window': 2}),
-    ('dca', {'chunk_size': 5, 'local_window': 2})])
+    ('dca', {'chunk_size': 5, 'local_window': 2}), ('sinks', {'sink_tokens': 2, 'window': 4})])
 def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, options):
   """The cache holds keys before any rotation, so each decoding step remaps its own
   distances to every cached key as the full pass does."""

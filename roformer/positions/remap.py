@@ -12,11 +12,17 @@ With d = i - j:
 | `self_extend` (Jin et al. 2024) | `neighbor_window` W, `group_size` G | d below W, floor(i/G) - floor(j/G) + W - floor(W/G) from W on |
 | `string` (An et al. 2025) | `shift` S, `local_window` W | d below S, d - S + W from S on |
 | `dca` (An et al. 2024) | `chunk_size` s, `local_window` w | the query's seat minus the key's, below |
+| `sinks` (Xiao et al. 2023) | `sink_tokens` S, `window` W | d below W; min(i, S + W - 1) - j for a sink j < S; other keys unseen |
 
 Dual Chunk Attention seats key j at j mod s. The query i sits at i mod s for a key in its own
 chunk, at min(s + (i mod s), c - 1) for a key in the chunk before (c = s + w, the trained
 length: the first w queries of a chunk keep their true distance to the previous chunk's tail),
 and at c - 1 for a key in any older chunk. Every distance it gives lies in [0, c - 1].
+
+Attention sinks (StreamingLLM) keep the first S tokens and the last W in a cache and number the
+keys by their slot in it: a query past S + W - 1 tokens sits at slot S + W - 1, so the window's
+distances are true and a sink j is S + W - 1 - j away. Keys that are neither sinks nor in the
+window are not seen: relative_distances gives NaN there, and `visible` says which pairs are.
 
 The matrices are float64 [length, length] with zeros above the diagonal (keys after the
 query), computed with numpy: they are small, exact, and the attention converts what it needs.
@@ -42,6 +48,7 @@ OPTIONS = {
     'self_extend': {'neighbor_window': (1, True), 'group_size': (1, True)},
     'string': {'shift': (1, True), 'local_window': (0, True)},
     'dca': {'chunk_size': (1, True), 'local_window': (0, True)},
+    'sinks': {'sink_tokens': (0, True), 'window': (1, True)},
 }
 METHODS = tuple(OPTIONS)
 
@@ -93,6 +100,9 @@ def relative_distances(method: str, length: int, **options) -> np.ndarray:
   elif method == 'string':
     s, w = options['shift'], options['local_window']
     out = np.where(d < s, d, d - s + w)
+  elif method == 'sinks':
+    sinks, w = int(options['sink_tokens']), int(options['window'])
+    out = np.where(d < w, d, np.where(j < sinks, np.minimum(i, sinks + w - 1) - j, np.nan))
   else:  # dca
     s, w = int(options['chunk_size']), int(options['local_window'])
     top = s + w - 1
@@ -131,6 +141,10 @@ def regions(method: str, q_pos, k_pos, **options) -> list[tuple[jax.Array, jax.A
   if method == 'string':
     s, w = float(options['shift']), float(options['local_window'])
     return [(qp, kp, (d >= 0) & (d < s)), (qp - s + w, kp, d >= s)]
+  if method == 'sinks':  # Keys in neither region are not seen (`visible`).
+    sinks, w = int(options['sink_tokens']), int(options['window'])
+    return [(qp, kp, (d >= 0) & (d < w)),
+            (jnp.minimum(qp, float(sinks + w - 1)), kp, (d >= w) & (j < sinks))]
   s, w = int(options['chunk_size']), int(options['local_window'])
   top = float(s + w - 1)
   chunk_i, chunk_j = jnp.floor(i / s), jnp.floor(j / s)
@@ -140,11 +154,21 @@ def regions(method: str, q_pos, k_pos, **options) -> list[tuple[jax.Array, jax.A
           (jnp.full_like(qp, top), within_k, chunk_j < chunk_i - 1)]
 
 
+def visible(method: str, q_pos, k_pos, **options) -> jax.Array | None:
+  """Bool [..., Lq, Lk]: the pairs `method` lets a query see (the union of its regions), or
+  None when it hides none (every method but `sinks`)."""
+  if method != 'sinks':
+    return None
+  masks = [m for _, _, m in regions(method, q_pos, k_pos, **options)]
+  return masks[0] | masks[1]
+
+
 def remapped_logits(q: jax.Array, k: jax.Array, q_pos, k_pos, rotate, method: str, /,
                     **options) -> jax.Array:
   """q_i^T R(r_ij) k_j for queries [batch, Lq, heads, d] and keys [batch, Lk, heads, d] at
   positions q_pos [batch, Lq] and k_pos [batch, Lk], with r the distance of `method`:
-  float32 [batch, heads, Lq, Lk], unscaled, 0 where no region holds (keys after the query).
+  float32 [batch, heads, Lq, Lk], unscaled, 0 where no region holds (keys after the query,
+  keys `visible` hides).
   `rotate(x, positions)` is RoPE's rotation of x at (float) positions. One rotation of q and k
   per region, the regions' products selected by their masks. The arguments before the options
   are positional (Leaky ReRoPE's option `k` is not the keys)."""

@@ -250,13 +250,14 @@ class Rotary(base.PositionScheme):
       # scalings): the method and the options it reads, the others ignored.
       'remap': {
           'method': specs.Str(remap.METHODS, default='none'),
-          'window': specs.Int(1, 2**30, default=256),  # rerope, leaky_rerope
+          'window': specs.Int(1, 2**30, default=256),  # rerope, leaky_rerope, sinks
           'k': specs.Float(1, 1e9, default=16.0),  # leaky_rerope
           'neighbor_window': specs.Int(1, 2**30, default=256),  # self_extend
           'group_size': specs.Int(1, 2**30, default=8),  # self_extend
           'shift': specs.Int(1, 2**30, default=256),  # string
           'local_window': specs.Int(0, 2**30, default=32),  # string, dca
           'chunk_size': specs.Int(1, 2**30, default=256),  # dca
+          'sink_tokens': specs.Int(0, 2**30, default=4),  # sinks (with window)
       }}}
   capabilities = base.Capabilities(rotary=True, feature_rotation=True)
   Layer = _RotaryLayer
