@@ -173,8 +173,11 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   step, saved, splits = run.step, run.saved, run.splits
   scaling = config.model.position.rope.scaling
   classifying = tasks.per_example(config)
+  remap = config.model.position.rope.remap
   results = {'step': step, 'position': positions_lib.model_scheme(config.model).kind,
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
+             'rope_remap': ({'method': remap.method, **positions_lib.remap.options_of(remap)}
+                            if remap.method != 'none' else None),
              'train_seq_len': config.data.seq_len,
              'overrides': config_lib.differences(saved, config), 'splits': {}}
   if classifying:
@@ -260,8 +263,10 @@ def _source_of(train, split_name: str):
 
 
 def format_results(results: dict) -> str:
+  remap = results.get('rope_remap')
   lines = [f"step {results['step']}, position={results['position']}, trained at length "
-           f"{results['train_seq_len']}"]
+           f"{results['train_seq_len']}" + ('' if not remap else ', distances remapped by ' +
+                                            ', '.join(f'{k}={v}' for k, v in remap.items()))]
   if all('lengths' not in r for r in results['splits'].values()):  # Classification.
     for split, r in results['splits'].items():
       lines.append(f"{split:<22} " + (r['skipped'] if 'skipped' in r else

@@ -167,6 +167,22 @@ def test_rope_scaling_applies_at_evaluation_time(trained, kind):
   assert all(math.isfinite(x) for x in loss(got)) and loss(got) != loss(base)
 
 
+def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):
+  """ReRoPE at window 8 changes nothing within 8 tokens' distance and every longer one: the
+  trained length's loss moves, and the results say which remap ran."""
+  _, workdir, _ = trained
+  plain, remapped = config_lib.load(workdir), config_lib.load(workdir)
+  for c in (plain, remapped):
+    c.eval.update(max_batches=1, length_multipliers=(1,))
+  remapped.model.position.rope.remap.update(method='rerope', window=8)
+  base = evaluate.evaluate_workdir(plain, workdir, splits=('validation',))
+  got = evaluate.evaluate_workdir(remapped, workdir, splits=('validation',))
+  assert base['rope_remap'] is None and got['rope_remap'] == {'method': 'rerope', 'window': 8}
+  assert 'distances remapped by method=rerope, window=8' in evaluate.format_results(got)
+  loss = lambda r: r['splits']['validation']['lengths'][0]['loss']
+  assert math.isfinite(loss(got)) and loss(got) != loss(base)
+
+
 @pytest.mark.parametrize('kind', kinds.params())
 def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir, kind):
   cfg = test_config.get_config(kind)

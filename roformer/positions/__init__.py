@@ -15,7 +15,7 @@ registers its kinds:
 | `contextual` | cope                                                           |
 | `forgetting` | fox (data-dependent forget gates)                              |
 | `householder`| path (data-dependent Householder transforms, PaTH)             |
-| `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA)|
+| `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA, sinks)|
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.scheme` and the rest keep one address.
