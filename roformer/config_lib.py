@@ -75,6 +75,18 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
         'those features (TFDS or embedded), or model.type causal_lm or mlm.')
   if mixture.is_mixture(config.data):
     mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
+  if config_schema.TEXT_CAUSAL_LM.reads(config):
+    shortest = config.data.seq_len * min(config.eval.length_multipliers)
+    if config.eval.protocol == 'windows' and config.eval.stride:
+      raise errors.ConfigError(
+          f'config.eval.stride={config.eval.stride} is read by eval.protocol=sliding only. Fix: '
+          "add --config.eval.protocol=sliding, or drop the stride.")
+    if config.eval.stride > shortest:
+      raise errors.ConfigError(
+          f'config.eval.stride={config.eval.stride} is longer than the shortest evaluated '
+          f'length, {shortest} (data.seq_len x the smallest eval.length_multipliers): windows '
+          f'would skip tokens. Fix: --config.eval.stride={shortest} or less (0: half of each '
+          'length).')
   if config.eval.scale_rope_to_length and (
       not positions.model_scheme(m).capabilities.rotary
       or m.position.rope.scaling.kind == 'none'):

@@ -61,6 +61,9 @@ FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
 TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not a synthetic "
                  'task)', lambda c: c.model.type in ('causal_lm', 'mlm') and
                  not synthetic.task_name(c.data), 'start from configs/lm.py or configs/mlm.py')
+TEXT_CAUSAL_LM = Reader("causal LMs on text (model.type='causal_lm', not a synthetic task)",
+                        lambda c: c.model.type == 'causal_lm' and not synthetic.task_name(c.data),
+                        'start from configs/lm.py')
 TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
               'vocabulary follows from the task)', lambda c: not synthetic.task_name(c.data),
               'train on text (data.name) instead of a synthetic task')
@@ -304,6 +307,14 @@ def schema() -> dict:
           'scale_rope_to_length': Bool(default=False),
           # Loss per bucket of this many positions in eval_results.json (0: data.seq_len / 4).
           'position_bucket': Int(0, 2**20, default=0),
+          **_read_by(TEXT_CAUSAL_LM, {
+              # 'windows': each evaluation length's rows cut one after the other, a token's
+              # context whatever precedes it in its row. 'sliding': rows every `stride` tokens,
+              # each token scored once with at least L - stride tokens of context (the protocol
+              # long-context papers report; eval.stride 0: half the evaluated length L).
+              'protocol': Str(('windows', 'sliding'), default='windows'),
+              'stride': Int(0, 2**24, default=0),
+          }),
           **_read_by(CLASSIFIER, {
               'metrics': Seq(Str(choices=lambda: {**metrics.CLASSIFICATION_METRICS,
                                                   **metrics.REGRESSION_METRICS}), 1,

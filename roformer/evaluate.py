@@ -12,6 +12,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import models
@@ -57,6 +58,7 @@ def _eval_batches(dataset, max_batches: int, template: dict):
     yield from batches
     return
   batches = list(batches)
+  template = batches[0] if batches else template  # The features the batches really have.
   count = int(np.max(multihost_utils.process_allgather(np.int32(len(batches)))))
   yield from batches
   for _ in range(count - len(batches)):
@@ -174,7 +176,8 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   scaling = config.model.position.rope.scaling
   classifying = tasks.per_example(config)
   remap = config.model.position.rope.remap
-  results = {'step': step, 'position': positions_lib.model_scheme(config.model).kind,
+  protocol = config.eval.protocol if config_schema.TEXT_CAUSAL_LM.reads(config) else 'windows'
+  results = {'step': step, 'protocol': protocol, 'position': positions_lib.model_scheme(config.model).kind,
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'rope_remap': ({'method': remap.method, **positions_lib.remap.options_of(remap)}
                             if remap.method != 'none' else None),
@@ -219,8 +222,13 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue
+      stride = {}
+      if protocol == 'sliding':
+        stride = {'stride': config.eval.stride or length // 2}
+        row.update(stride)
       batches = trainer.task.batches(split_config, source, tokenizer, train=False,
-                                     seq_len=length, batch_size=config.eval.batch_size)
+                                     seq_len=length, batch_size=config.eval.batch_size,
+                                     **stride)
       rows.append({**row, **evaluate(length_trainer, params, batches,
                                      batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length)})
@@ -266,7 +274,9 @@ def format_results(results: dict) -> str:
   remap = results.get('rope_remap')
   lines = [f"step {results['step']}, position={results['position']}, trained at length "
            f"{results['train_seq_len']}" + ('' if not remap else ', distances remapped by ' +
-                                            ', '.join(f'{k}={v}' for k, v in remap.items()))]
+                                            ', '.join(f'{k}={v}' for k, v in remap.items()))
+           + (', sliding windows (each token scored once, stride per length below)'
+              if results.get('protocol') == 'sliding' else '')]
   if all('lengths' not in r for r in results['splits'].values()):  # Classification.
     for split, r in results['splits'].items():
       lines.append(f"{split:<22} " + (r['skipped'] if 'skipped' in r else
@@ -282,7 +292,8 @@ def format_results(results: dict) -> str:
         lines.append(f"{split:<{w}} {row['length']:>7} {row['loss']:>8.4f} "
                      f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}"
                      + (f"  sequences right {row['sequence_accuracy']:.3f}"
-                        if 'sequence_accuracy' in row else ''))
+                        if 'sequence_accuracy' in row else '')
+                     + (f"  stride {row['stride']}" if 'stride' in row else ''))
     if 'unigram_loss' in r:
       lines.append(f"{split:<{w}} {'unigram':>7} {r['unigram_loss']:>8.4f} "
                    f"{metrics_lib.perplexity(r['unigram_loss']):>10.2f}")

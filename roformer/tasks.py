@@ -168,8 +168,10 @@ class LanguageModeling(Task):
                                            batch['inputs_segment_ids'], self.random_positions)
 
   def loss_weights(self, batch):
-    """Which targets count: every real token."""
-    return (batch['targets_segment_ids'] > 0).astype(jnp.float32)
+    """Which targets count: every real token, or with evaluation's sliding windows those
+    the row scores (`scored`)."""
+    weights = (batch['targets_segment_ids'] > 0).astype(jnp.float32)
+    return weights * batch['scored'] if 'scored' in batch else weights
 
   def eval_sums(self, model, batch):
     """`sums` for evaluation, with the loss per position bucket if asked for."""
@@ -183,12 +185,16 @@ class LanguageModeling(Task):
       out['position_bucket'] = self.position_bucket
     return out
 
-  def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
+  def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None,
+              stride: int = 0):
+    """`stride` > 0 (evaluation): overlapping windows, each token scored once
+    (pipeline.SlidingWindowsForLM)."""
     return pipeline.lm_dataset(
         source, tokenizer, text_key=config.data.text_key, seq_len=seq_len or config.data.seq_len,
         batch_size=_batch_size(config, batch_size), shuffle=train, repeat=train,
         seed=config.seed, shard_index=jax.process_index(), shard_count=jax.process_count(),
-        shuffle_window=config.data.shuffle_window if train else 0)
+        shuffle_window=config.data.shuffle_window if train else 0,
+        stride=0 if train else stride)
 
   def sums(self, model, batch, key=None, label_smoothing: float = 0.0, by_position=False):
     if chunks(self.loss_chunk, batch['inputs'].shape[1]) and not by_position:

@@ -183,6 +183,23 @@ def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):
   assert math.isfinite(loss(got)) and loss(got) != loss(base)
 
 
+def test_sliding_windows_with_a_stride_of_the_length_are_the_plain_windows(trained):
+  """eval.protocol=sliding scores each token once; with the stride equal to the length its
+  windows are the plain ones, so the loss is the same, and the results name the protocol."""
+  _, workdir, _ = trained
+  plain, sliding = config_lib.load(workdir), config_lib.load(workdir)
+  for c in (plain, sliding):
+    c.eval.update(max_batches=2, length_multipliers=(1,))
+  sliding.eval.update(protocol='sliding', stride=plain.data.seq_len)
+  base = evaluate.evaluate_workdir(plain, workdir, splits=('validation',))
+  got = evaluate.evaluate_workdir(sliding, workdir, splits=('validation',))
+  row, base_row = (r['splits']['validation']['lengths'][0] for r in (got, base))
+  assert got['protocol'] == 'sliding' and base['protocol'] == 'windows'
+  assert row['stride'] == plain.data.seq_len and 'stride' not in base_row
+  np.testing.assert_allclose(row['loss'], base_row['loss'], rtol=1e-6)
+  assert row['tokens'] == base_row['tokens']
+
+
 @pytest.mark.parametrize('kind', kinds.params())
 def test_every_position_kind_trains_on_the_eight_device_mesh(tmp_path, data_dir, kind):
   cfg = test_config.get_config(kind)

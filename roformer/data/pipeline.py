@@ -328,18 +328,46 @@ class ChunkForLM(grain.experimental.FlatMapTransform):
             for s in range(0, len(inputs), self.seq_len)]
 
 
+@dataclasses.dataclass(frozen=True)
+class SlidingWindowsForLM(grain.experimental.FlatMapTransform):
+  """One token document as overlapping causal-LM windows of at most seq_len, one every
+  `stride` tokens, for evaluation: each target is scored (`scored` 1) in exactly one window,
+  the first window's all of them and every later window's last `stride`, so that a scored
+  target has at least seq_len - stride tokens of context (or all of the document before it).
+  The document is framed as ChunkForLM frames it."""
+  seq_len: int
+  stride: int
+  max_fan_out: int = 1 << 20
+
+  def flat_map(self, tokens):
+    seq = np.concatenate([[tokenizer_lib.BOS_ID], tokens, [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    inputs, targets = seq[:-1], seq[1:]
+    n, windows, end = len(inputs), [], self.seq_len
+    first_scored = 0
+    while True:
+      start = max(0, end - self.seq_len)
+      scored = (np.arange(start, min(end, n)) >= first_scored).astype(np.int32)
+      windows.append({'inputs': inputs[start:end], 'targets': targets[start:end],
+                      'scored': scored})
+      if end >= n:
+        return windows
+      first_scored, end = end, end + self.stride
+
+
 def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: int,
                shuffle: bool, seed: int = 0, repeat: bool = False, shard_index: int = 0,
                shard_count: int = 1, shuffle_window: int = 0,
-               shift: bool = True) -> grain.IterDataset:
+               shift: bool = True, stride: int = 0) -> grain.IterDataset:
   """Packed LM batches: dicts of int32 [batch_size, seq_len] arrays `inputs`, `targets`,
   `inputs_segment_ids`, `inputs_positions` (and the same for targets). With shift=False
-  (masked LM), only the `inputs` features. A `mixture.Mixture` source gives each of its
-  sources' packed rows (each with its own shuffle) interleaved by weight."""
+  (masked LM), only the `inputs` features. With a `stride` (causal LM evaluation), the
+  documents' overlapping windows of SlidingWindowsForLM, with their `scored` feature. A
+  `mixture.Mixture` source gives each of its sources' packed rows (each with its own shuffle)
+  interleaved by weight."""
   rows = functools.partial(
       _packed_rows, tokenizer=tokenizer, seq_len=seq_len, batch_size=batch_size,
       shuffle=shuffle, repeat=repeat, shard_index=shard_index, shard_count=shard_count,
-      shuffle_window=shuffle_window, shift=shift)
+      shuffle_window=shuffle_window, shift=shift, stride=stride)
   if isinstance(source, mixture.Mixture):
     it = mixture.mix({name: rows(member, text_key=source.configs[name].text_key,
                                  seed=mixture.member_seed(seed, name))
@@ -351,7 +379,7 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
 
 def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: int,
                  shuffle: bool, seed: int, repeat: bool, shard_index: int, shard_count: int,
-                 shuffle_window: int, shift: bool) -> grain.IterDataset:
+                 shuffle_window: int, shift: bool, stride: int = 0) -> grain.IterDataset:
   """lm_dataset's rows before batching (a synthetic task's split: its rows as text)."""
   if isinstance(source, synthetic.Split):
     source = synthetic.TextRows(source, seq_len, seed, text_key)
@@ -361,13 +389,20 @@ def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: 
   if repeat:
     ds = ds.repeat(None)  # After shuffle: every epoch is reshuffled.
   ds = ds.map(lambda ex: document_ids(ex, tokenizer, text_key))
-  it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), ChunkForLM(seq_len, shift))
+  chunk = SlidingWindowsForLM(seq_len, stride) if stride else ChunkForLM(seq_len, shift)
+  it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), chunk)
   if shuffle and shuffle_window > 1:
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window, seed=seed)
+  lengths = {'inputs': seq_len, 'targets': seq_len} if shift else {'inputs': seq_len}
+  if stride:
+    lengths['scored'] = seq_len
   # More bins than rows per batch: a document's short last chunk finds a partner more often.
   it = grain.experimental.FirstFitPackIterDataset(
-      it, length_struct={'inputs': seq_len, 'targets': seq_len} if shift else {'inputs': seq_len},
-      num_packing_bins=PACKING_BINS_PER_ROW * batch_size, shuffle_bins=False)
+      it, length_struct=lengths, num_packing_bins=PACKING_BINS_PER_ROW * batch_size,
+      shuffle_bins=False)
+  if stride:  # The packer numbers `scored` like a feature of its own: the targets' do.
+    it = it.map(lambda row: {k: v for k, v in row.items()
+                             if k not in ('scored_segment_ids', 'scored_positions')})
   return it
 
 
