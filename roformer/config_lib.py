@@ -135,6 +135,29 @@ def _validate_lengths(config) -> None:
           'row needs that many distinct positions) or too large. Fix: a value from '
           f'{d.seq_len} (e.g. 8 x seq_len, the longest evaluation length).')
     positions.validate(m, top, causal=True)  # E.g. a learned table shorter than that.
+  target = t.pose_target_length
+  if target:
+    field = f'config.train.pose_target_length={target}'
+    if m.type != 'causal_lm':
+      raise errors.ConfigError(f'{field}: PoSE is offered for the causal LM (model.type is '
+                               f'{m.type!r}). Fix: set it to 0.')
+    if top:
+      raise errors.ConfigError(f'{field} and config.train.random_positions={top} both choose '
+                               'the training positions. Fix: set one of them to 0.')
+    if not positions.model_scheme(m).capabilities.reads_positions:
+      raise errors.ConfigError(
+          f'{field}, but position.kind={m.position.kind!r} reads no integer positions. Fix: '
+          'set it to 0, or choose a scheme that reads positions.')
+    if target <= d.seq_len:
+      raise errors.ConfigError(
+          f'{field} is not above config.data.seq_len={d.seq_len}: PoSE trains rows of seq_len '
+          f'to cover a longer length. Fix: a target above {d.seq_len} (e.g. 4 x seq_len).')
+    if t.pose_chunks > d.seq_len:
+      raise errors.ConfigError(
+          f'config.train.pose_chunks={t.pose_chunks} is more chunks than a row of '
+          f'config.data.seq_len={d.seq_len} tokens has. Fix: 2 (the paper\'s) or at most '
+          f'{d.seq_len}.')
+    positions.validate(m, target, causal=True)  # E.g. a learned table shorter than that.
 
 
 def _validate_architecture(config) -> None:

@@ -296,6 +296,12 @@ def schema() -> dict:
           # Randomized positions (Ruoss et al. 2023): N > 0 gives each training row a sorted
           # random subset of [0, N) as positions (evaluation keeps 0, 1, ...); 0: consecutive.
           'random_positions': Int(0, _STEPS, default=0),
+          # PoSE (Zhu et al. 2024, arXiv 2309.10400): T > 0 cuts each training row into
+          # pose_chunks chunks of random lengths and moves chunk i's positions up by a random,
+          # non-decreasing skip, so that rows of data.seq_len cover positions up to T - 1;
+          # evaluation keeps 0, 1, ... (roformer/positions/randomized.py). 0: off.
+          'pose_target_length': Int(0, _STEPS, default=0),
+          'pose_chunks': Int(1, 1024, default=2),
           'max_to_keep': Int(1, 10**6, default=3),  # Checkpoints kept (the best one apart).
       },
       'eval': {

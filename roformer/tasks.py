@@ -102,6 +102,7 @@ def _batch_size(config, batch_size):
 # Randomized positions draw from the step's key folded with this constant (dropout keeps the
 # step's key as it is, so turning the option on changes nothing else).
 RANDOM_POSITIONS_SEED = 2305
+POSE_SEED = 2309  # PoSE's draws: another stream of the step's key.
 
 
 def chunks(loss_chunk: int, length: int) -> bool:
@@ -143,7 +144,8 @@ class LanguageModeling(Task):
   `position_bucket` > 0: evaluation also sums the loss per bucket of that many positions
   (tokens 0..b-1, b..2b-1, ...: where a scheme breaks down beyond the training length).
   `random_positions` > 0: training rows get sorted random positions from [0, that)
-  (`roformer.positions.randomized`); evaluation keeps consecutive ones.
+  (`roformer.positions.randomized`); `pose` (target length, chunks): training rows get PoSE's
+  skipped chunks; evaluation keeps consecutive positions either way.
   `loss_chunk` > 0: `sums` computes the output layer and its cross-entropy that many sequence
   positions at a time (`roformer.losses`), never holding the whole [tokens, vocabulary] logits;
   what needs the logits themselves (per-position buckets, synthetic tasks' row accuracy) still
@@ -153,15 +155,22 @@ class LanguageModeling(Task):
               'inputs_positions', 'targets_positions')
   position_bucket = random_positions = loss_chunk = 0
 
-  def __init__(self, position_bucket: int = 0, random_positions: int = 0, loss_chunk: int = 0):
+  pose = None
+
+  def __init__(self, position_bucket: int = 0, random_positions: int = 0, loss_chunk: int = 0,
+               pose: tuple[int, int] | None = None):
     self.position_bucket, self.random_positions = position_bucket, random_positions
-    self.loss_chunk = loss_chunk
+    self.loss_chunk, self.pose = loss_chunk, pose
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     return {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features}
 
   def positions(self, batch, key):
     """The positions the model reads: randomized while training if asked, else the batch's."""
+    if key is not None and self.pose:
+      return randomized.pose_positions(jax.random.fold_in(key, POSE_SEED),
+                                       batch['inputs_positions'], batch['inputs_segment_ids'],
+                                       *self.pose)
     if key is None or not self.random_positions:
       return batch['inputs_positions']
     return randomized.randomized_positions(jax.random.fold_in(key, RANDOM_POSITIONS_SEED),
@@ -446,8 +455,8 @@ class SyntheticTask(LanguageModeling):
   features = LanguageModeling.features + ('weights', 'bucket')
 
   def __init__(self, task: str, num_buckets: int, position_bucket: int = 0,
-               random_positions: int = 0, loss_chunk: int = 0):
-    super().__init__(position_bucket, random_positions, loss_chunk)
+               random_positions: int = 0, loss_chunk: int = 0, pose=None):
+    super().__init__(position_bucket, random_positions, loss_chunk, pose)
     self.task, self.num_buckets = task, num_buckets
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
@@ -562,10 +571,12 @@ def _language_modeling(config):
   random_positions = config.train.random_positions
   loss_chunk = config.model.loss_chunk
   task = synthetic.task_name(config.data)
+  t = config.train
+  pose = (t.pose_target_length, t.pose_chunks) if t.pose_target_length else None
   if task:
     return SyntheticTask(task, config.data.synthetic.depth_buckets, width,
-                         random_positions, loss_chunk)
-  return LanguageModeling(width, random_positions, loss_chunk)
+                         random_positions, loss_chunk, pose)
+  return LanguageModeling(width, random_positions, loss_chunk, pose)
 
 
 TASKS = {

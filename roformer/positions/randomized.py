@@ -1,5 +1,6 @@
-"""Randomized positions (Ruoss et al. 2023, arXiv 2305.16843): a training option for any scheme
-that reads integer positions.
+"""Training positions other than 0, 1, ..., n - 1, for any scheme that reads integer positions:
+randomized positions (Ruoss et al. 2023, arXiv 2305.16843) and PoSE's skipped chunks
+(`pose_positions`, Zhu et al. 2024).
 
 Instead of 0, 1, ..., n - 1, a training sequence of n tokens gets a sorted random subset of
 [0, max_position), so the model meets the larger positions (and gaps) that evaluation on longer
@@ -31,3 +32,35 @@ def randomized_positions(key: jax.Array, segment_ids: jax.Array, max_position: i
   group = jnp.where(segment_ids > 0, segment_ids, length + 1).astype(jnp.int32)
   ordered = jnp.sort(group * max_position + draw, axis=-1)
   return jnp.where(segment_ids > 0, ordered % max_position, 0)
+
+
+def pose_positions(key: jax.Array, positions: jax.Array, segment_ids: jax.Array,
+                   target_length: int, chunks: int = 2) -> jax.Array:
+  """PoSE (Zhu et al., ICLR 2024, arXiv 2309.10400): int32 [batch, len] training positions
+  that skip, so that a window of len tokens covers positions up to `target_length` - 1.
+
+  Each row is cut into `chunks` contiguous chunks at chunks - 1 distinct cut points drawn
+  uniformly from 1..len-1; chunk i's positions are moved up by a skip u_i, with u_0 = 0 and
+  u_i drawn uniformly from u_{i-1}..target_length - len (the paper's sampling, so the skips do
+  not decrease). `positions` (a row's packed documents restart theirs at 0) keep their order
+  within each chunk; padding (segment id 0) stays at 0. Evaluation uses consecutive positions.
+  """
+  batch, length = positions.shape
+  if not length < target_length < 2**31 - 1 or not 1 <= chunks <= length:
+    raise ValueError(f'PoSE needs len {length} < target_length {target_length} and 1 <= '
+                     f'chunks {chunks} <= len.')
+  room = target_length - length
+
+  def row(k):
+    k_cut, k_skip = jax.random.split(k)
+    cuts = jnp.sort(jax.random.choice(k_cut, jnp.arange(1, length), (chunks - 1,),
+                                      replace=False))
+    skips, skip = [jnp.zeros((), jnp.int32)], jnp.zeros((), jnp.int32)
+    for sub in jax.random.split(k_skip, chunks - 1):
+      skip = jax.random.randint(sub, (), skip, room + 1, jnp.int32)
+      skips.append(skip)
+    chunk_of = jnp.searchsorted(cuts, jnp.arange(length), side='right')
+    return jnp.stack(skips)[chunk_of]
+
+  skip = jax.vmap(row)(jax.random.split(key, batch))
+  return jnp.where(segment_ids > 0, positions.astype(jnp.int32) + skip, 0)
