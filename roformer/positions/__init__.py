@@ -15,6 +15,7 @@ registers its kinds:
 | `contextual` | cope                                                           |
 | `forgetting` | fox (data-dependent forget gates)                              |
 | `householder`| path (data-dependent Householder transforms, PaTH)             |
+| `polar`      | pope (content magnitudes, position phases: PoPE)               |
 | `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA, sinks)|
 
 Everything public is re-exported here, so `roformer.positions.apply_rotary`,
@@ -26,6 +27,7 @@ from roformer.positions import bias
 from roformer.positions import contextual
 from roformer.positions import forgetting
 from roformer.positions import householder
+from roformer.positions import polar
 from roformer.positions import relative
 from roformer.positions import remap
 from roformer.positions import rotary
@@ -42,6 +44,7 @@ from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, 
 from roformer.positions.contextual import CoPE
 from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.householder import Path, path_logits, short_convolution
+from roformer.positions.polar import Polar, pope_frequencies, pope_logits
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.remap import relative_distances, remapped_rope_logits
 from roformer.positions.rotary import (Rotary, XPos, apply_rotary, kept_pairs, rotate_pairs,
