@@ -248,6 +248,11 @@ def _validate_attention(m) -> None:
           f'position signal in softmax attention; here {why}. Fix: '
           '--config.model.attention.nope_temperature=False, or give some layers no positions '
           '(model.layer_kinds).')
+  if att.output_gate and att.kind == 'favor':
+    raise errors.ConfigError(
+        "config.model.attention.output_gate gates each head's output, which is not built for "
+        "FAVOR+ (attention.kind='favor'). Fix: --config.model.attention.output_gate=False, or "
+        'softmax or stick-breaking attention.')
   if att.ssmax and att.kind != 'softmax':
     raise errors.ConfigError(
         f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "

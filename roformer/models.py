@@ -163,6 +163,9 @@ class MultiHeadAttention(nnx.Module):
       # checkpoints, evaluation and decoding; the train step sets it to step // redraw_interval.
       self.feature_draw = variables.FeatureDraw(jnp.zeros((), jnp.float32), out_sharding=(),
                                                 eager_sharding=False)
+    if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output.
+      self.gate = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.output_gate = att.output_gate
     self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.out = dense(d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
                      fan_in_scale=residual_scale(cfg))
@@ -233,7 +236,10 @@ class MultiHeadAttention(nnx.Module):
                                     window=self.window)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
-    return self.out(out.reshape(b, length, -1)), cache
+    out = out.reshape(b, length, -1)
+    if self.output_gate:
+      out = out * jax.nn.sigmoid(self.gate(x)).astype(out.dtype)
+    return self.out(out), cache
 
   def _remapped_logits(self, q, k, pos, k_pos, position):
     """RoPE's scaled logits with the distances of `self.remap`, rotated by the layer's own

@@ -1,0 +1,64 @@
+"""Gated attention (attention.output_gate): each head's output times sigmoid(x W_g + b) before
+the output projection."""
+
+import jax.numpy as jnp
+import kinds
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+
+
+def _model(kind='rope', **attention):
+  cfg = kinds.tiny_config(kind, dropout=0.0).model
+  cfg.attention.update(output_gate=True, **attention)
+  return models.create(cfg, seed=4)
+
+
+def _logits(model, tokens):
+  pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return np.asarray(nnx.jit(lambda m: m(tokens, pos, jnp.ones_like(tokens)))(model))
+
+
+def test_a_gate_of_one_half_is_the_output_projection_halved():
+  """With W_g = 0 and b = 0 every gate is sigmoid(0) = 1/2: the model equals the same model
+  without gates whose output projections are halved (exactly: a product by 1/2)."""
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 10)))
+  model = _model()
+  for block in model.blocks:
+    block.attn.gate.kernel[...] = jnp.zeros_like(block.attn.gate.kernel[...])
+    block.attn.gate.bias[...] = jnp.zeros_like(block.attn.gate.bias[...])
+  gated = _logits(model, tokens)
+  for block in model.blocks:
+    block.attn.output_gate = False
+    block.attn.out.kernel[...] = block.attn.out.kernel[...] * 0.5
+  np.testing.assert_allclose(_logits(model, tokens), gated, atol=1e-6)
+
+
+def test_the_gate_reads_the_layer_input_per_head_and_dimension():
+  model = _model()
+  d = model.blocks[0].attn.gate.kernel[...].shape
+  assert d == (32, 32) and model.blocks[0].attn.gate.bias[...].shape == (32,)
+  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (1, 8)))
+  base = _logits(model, tokens)
+  block = model.blocks[0].attn
+  noise = jnp.asarray(np.random.default_rng(3).normal(size=32), jnp.float32) * 3
+  block.gate.kernel[...] = block.gate.kernel[...].at[:, 5].add(noise)  # One head's dimension.
+  assert np.abs(_logits(model, tokens) - base).max() > 1e-4
+
+
+@pytest.mark.parametrize('kind', ['rope', 'none', 'alibi'])
+def test_decoding_a_gated_model_with_the_cache_equals_the_full_pass(kind):
+  tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))
+  kinds.assert_decoding_equals_full_pass(_model(kind), tokens, (4, 1, 1, 3))
+
+
+def test_gating_favor_is_refused_naming_the_field():
+  cfg = test_config.get_config('rope')
+  cfg.model.attention.update(output_gate=True, kind='favor')
+  with pytest.raises(errors.ConfigError, match='output_gate gates each head'):
+    config_lib.validate(cfg)
