@@ -73,8 +73,8 @@ MAY_CHANGE = (  # (field inside a FIXED one, the occasions on which it may diffe
      "RoPE's context-extension scaling: trained by a continued model, or applied to a "
      'checkpoint at evaluation'),
     ('model.position.rope.remap', (EVALUATE,),
-     "a training-free remap of RoPE's distances (ReRoPE, Self-Extend, STRING, DCA), applied "
-     'to a checkpoint at evaluation'),
+     "a training-free remap of RoPE's distances (ReRoPE, Self-Extend, STRING, DCA, sinks), "
+     'applied to a checkpoint at evaluation'),
 )
 
 

@@ -256,7 +256,7 @@ def schema() -> dict:
               'ssmax_init': Float(0, 100, min_open=True, default=0.43),
               # Gated attention (Qiu et al. 2025): each head's output times sigmoid(x W_g + b),
               # x the layer's (normed) input, elementwise per head and dimension, before the
-              # output projection (W_g: d_model x d_model more parameters per layer).
+              # output projection (W_g: d_model x d_model more parameters and matmul per layer).
               'output_gate': Bool(default=False),
               # Llama 4's attention temperature on the layers without positions (NoPE): their
               # queries times 1 + scale log(floor((p + 1) / floor) + 1) at position p (1 below

@@ -58,7 +58,6 @@ def _eval_batches(dataset, max_batches: int, template: dict):
     yield from batches
     return
   batches = list(batches)
-  template = batches[0] if batches else template  # The features the batches really have.
   count = int(np.max(multihost_utils.process_allgather(np.int32(len(batches)))))
   yield from batches
   for _ in range(count - len(batches)):
@@ -66,12 +65,15 @@ def _eval_batches(dataset, max_batches: int, template: dict):
 
 
 def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
-             max_batches: int = -1, seq_len: int | None = None):
+             max_batches: int = -1, seq_len: int | None = None, scored: bool = False):
   """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches;
-  for per-example tasks, `evaluate_examples`."""
+  for per-example tasks, `evaluate_examples`. `scored`: the batches carry sliding windows'
+  `scored` feature (every process's batches must have the same features)."""
   local = batch_size // jax.process_count()
   length = seq_len or trainer.config.data.seq_len
   template = trainer.task.feature_shapes(local, length)
+  if scored:
+    template['scored'] = np.zeros((local, length), np.int32)
   if trainer.task.per_example:
     return evaluate_examples(trainer, params, dataset, template, max_batches)
   totals = None
@@ -177,7 +179,8 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   classifying = tasks.per_example(config)
   remap = config.model.position.rope.remap
   protocol = config.eval.protocol if config_schema.TEXT_CAUSAL_LM.reads(config) else 'windows'
-  results = {'step': step, 'protocol': protocol, 'position': positions_lib.model_scheme(config.model).kind,
+  results = {'step': step, **({} if classifying else {'protocol': protocol}),
+             'position': positions_lib.model_scheme(config.model).kind,
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'rope_remap': ({'method': remap.method, **positions_lib.remap.options_of(remap)}
                             if remap.method != 'none' else None),
@@ -231,7 +234,8 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
                                      **stride)
       rows.append({**row, **evaluate(length_trainer, params, batches,
                                      batch_size=config.eval.batch_size,
-                                     max_batches=config.eval.max_batches, seq_len=length)})
+                                     max_batches=config.eval.max_batches, seq_len=length,
+                                     scored=bool(stride))})
     results['splits'][split] = {'lengths': rows}
     if trainer.task.decodes:
       if split != 'test':  # Decodes the test split; validation BLEU is reported in training.

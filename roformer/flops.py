@@ -44,7 +44,9 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
 def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           causal: bool) -> float:
   d, f = model_cfg.d_model, model_cfg.d_ff
-  return 2 * 4 * d * d + 2 * 2 * d * f + attention_flops_per_token(model_cfg, seq_len, causal)
+  gate = 2 * d * d if model_cfg.attention.get('output_gate') else 0  # Gated attention's W_g.
+  return (2 * 4 * d * d + gate + 2 * 2 * d * f
+          + attention_flops_per_token(model_cfg, seq_len, causal))
 
 
 def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,

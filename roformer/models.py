@@ -163,7 +163,7 @@ class MultiHeadAttention(nnx.Module):
       # checkpoints, evaluation and decoding; the train step sets it to step // redraw_interval.
       self.feature_draw = variables.FeatureDraw(jnp.zeros((), jnp.float32), out_sharding=(),
                                                 eager_sharding=False)
-    if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output.
+    if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output, b from 0.
       self.gate = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.output_gate = att.output_gate
     self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))

@@ -57,6 +57,14 @@ def test_decoding_a_gated_model_with_the_cache_equals_the_full_pass(kind):
   kinds.assert_decoding_equals_full_pass(_model(kind), tokens, (4, 1, 1, 3))
 
 
+def test_the_gate_is_counted_in_the_flops():
+  from roformer import flops  # pylint: disable=g-import-not-at-top
+  cfg = test_config.get_config('rope').model
+  plain = flops.layer_flops_per_token(cfg, 32, causal=True)
+  cfg.attention.output_gate = True
+  assert flops.layer_flops_per_token(cfg, 32, causal=True) - plain == 2 * 32 * 32
+
+
 def test_gating_favor_is_refused_naming_the_field():
   cfg = test_config.get_config('rope')
   cfg.model.attention.update(output_gate=True, kind='favor')

@@ -247,10 +247,12 @@ def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, o
 
 
 @pytest.mark.parametrize('model,message', [
-    ({'position.kind': 'xpos'}, 'it is for plain rope'),
+    ({'position.kind': 'xpos'}, 'it remaps plain RoPE'),
     ({'attention.kind': 'stick_breaking'}, "attention.kind='stick_breaking' has no softmax"),
     ({'position.rope.rotate_values': True}, 'rotate_values rotates values'),
-    ({'position.rope.remap.local_window': 9}, 'local_window=9 must be below shift=6'),
+    ({'position.rope.remap.local_window': 9},
+     r'config.model.position.rope.remap: local_window=9 must be below shift=6.*Fix: '),
+    ({'attention_impl': 'xla'}, "on the einsum path, not attention_impl='xla'"),
 ])
 def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, message):
   import kinds  # pylint: disable=g-import-not-at-top

@@ -42,8 +42,10 @@ def pose_positions(key: jax.Array, positions: jax.Array, segment_ids: jax.Array,
   Each row is cut into `chunks` contiguous chunks at chunks - 1 distinct cut points drawn
   uniformly from 1..len-1; chunk i's positions are moved up by a skip u_i, with u_0 = 0 and
   u_i drawn uniformly from u_{i-1}..target_length - len (the paper's sampling, so the skips do
-  not decrease). `positions` (a row's packed documents restart theirs at 0) keep their order
-  within each chunk; padding (segment id 0) stays at 0. Evaluation uses consecutive positions.
+  not decrease). `positions` (a row's packed documents restart theirs at 0) get the skip of the
+  chunk each token falls in: they keep their order within a chunk, and a document after a cut
+  starts at that chunk's skip; padding (segment id 0) stays at 0. Evaluation uses consecutive
+  positions.
   """
   batch, length = positions.shape
   if not length < target_length < 2**31 - 1 or not 1 <= chunks <= length:

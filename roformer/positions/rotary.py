@@ -287,16 +287,25 @@ def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   field = 'config.model.position.rope.remap.method'
   att = model_cfg.get('attention')
   att_kind = att.kind if att is not None else 'softmax'
-  reason = ('it is for plain rope (position.kind=rope)'
+  impl = model_cfg.get('attention_impl', 'auto')
+  reason = ('it remaps plain RoPE, the kind of config.model.position.kind=rope (with '
+            'model.layer_kinds, its rope layers)'
             if cls is not Rotary or model_cfg.position.kind != 'rope' else
             'it is for causal attention (a decoder)' if not causal else
             f'attention.kind={att_kind!r} has no softmax logits to remap' if att_kind != 'softmax'
             else 'rope.rotate_values rotates values by absolute positions'
-            if model_cfg.position.rope.rotate_values else '')
+            if model_cfg.position.rope.rotate_values else
+            f'it computes its logits on the einsum path, not attention_impl={impl!r}'
+            if impl not in ('auto', 'einsum') else '')
   if reason:
     raise errors.ConfigError(f'{field}={cfg.method!r}: {reason}. Fix: leave it '
                              "'none' here.")
-  remap.check(cfg.method, 1, remap.options_of(cfg))
+  try:
+    remap.check(cfg.method, 1, remap.options_of(cfg))
+  except errors.ConfigError as e:  # Only STRING's pair of options reaches here.
+    raise errors.ConfigError(
+        f'config.model.position.rope.remap: {str(e).split(": ", 1)[1]} Fix: '
+        '--config.model.position.rope.remap.local_window=<below shift>.') from None
 
 
 def xpos_decay(rotary_dim: int, gamma: float) -> np.ndarray:
