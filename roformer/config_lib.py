@@ -238,6 +238,19 @@ def _validate_attention(m) -> None:
           f'config.model.layer_windows={windows} gives the layers different windows, so the '
           'blocks differ and the stack cannot be scanned. Fix: '
           '--config.model.scan_layers=False, or one window for every layer.')
+  bases = tuple(m.layer_rope_bases)
+  if bases:
+    rotary = [k for k in dict.fromkeys(positions.layer_kinds(m))
+              if positions.capabilities(k).rotary]
+    if not rotary:
+      raise errors.ConfigError(
+          f'config.model.layer_rope_bases={bases} sets RoPE bases, but no layer rotates '
+          f'(layer kinds {positions.layer_kinds(m)}). Fix: --config.model.layer_rope_bases=(), '
+          'or a rotary kind on some layers.')
+    if m.scan_layers and len(set(bases)) > 1:
+      raise errors.ConfigError(
+          f'config.model.layer_rope_bases={bases} gives the layers different rotations, so the '
+          'blocks differ and the stack cannot be scanned. Fix: --config.model.scan_layers=False.')
   if att.nope_temperature:
     caps = [positions.capabilities(k) for k in dict.fromkeys(positions.layer_kinds(m))]
     plain = [c for c in caps if not (c.reads_positions or c.logits_term or c.rotary)]

@@ -240,6 +240,10 @@ def schema() -> dict:
           # the last layer_windows[i % n] keys (itself included); 0: the whole causal context.
           # E.g. (128, 0) alternates windowed and global layers. Causal LMs.
           'layer_windows': Seq(Int(0, 2**24), default=()),
+          # RoPE's base per layer, cycled over the layers, in place of position.rope.base:
+          # Gemma 3 uses 10,000 on its windowed layers and 1,000,000 on its global ones
+          # (configs/lm.py:gemma3). Empty: every layer position.rope.base.
+          'layer_rope_bases': Seq(Float(1, 1e12, min_open=True), default=()),
           'attention': {
               # 'softmax', 'favor': FAVOR+ linear attention (Performer), or 'stick_breaking'
               # (Tan et al. 2025: sigmoid weights, each query's stick broken from its nearest key

@@ -365,15 +365,24 @@ def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shar
   return positions_lib.model_scheme(cfg).Shared(cfg, causal=causal, rngs=rngs)
 
 
+def layer_rope_base(cfg, layer: int) -> float:
+  """Layer `layer`'s RoPE base: `model.layer_rope_bases` cycled over the layers, or
+  `position.rope.base`."""
+  bases = tuple(cfg.layer_rope_bases) if 'layer_rope_bases' in cfg else ()
+  return float(bases[layer % len(bases)]) if bases else float(cfg.position.rope.base)
+
+
 def layer_config(cfg, layer: int) -> ml_collections.ConfigDict:
   """The model config that block `layer` is built from: `cfg` with its layer's position kind
-  (`model.layer_kinds`), or `cfg` itself."""
+  (`model.layer_kinds`) and RoPE base (`model.layer_rope_bases`), or `cfg` itself."""
   kind = positions_lib.layer_kinds(cfg)[layer]
-  if kind == cfg.position.kind:
+  base = layer_rope_base(cfg, layer)
+  if kind == cfg.position.kind and base == float(cfg.position.rope.base):
     return cfg
   layer_cfg = copy.deepcopy(cfg)
   with layer_cfg.unlocked():
     layer_cfg.position.kind = kind
+    layer_cfg.position.rope.base = base
   return layer_cfg
 
 

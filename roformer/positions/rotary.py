@@ -287,7 +287,7 @@ def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   field = 'config.model.position.rope.remap.method'
   att = model_cfg.get('attention')
   att_kind = att.kind if att is not None else 'softmax'
-  impl = model_cfg.get('attention_impl', 'auto')
+  impl = model_cfg.attention_impl
   reason = ('it remaps plain RoPE, the kind of config.model.position.kind=rope (with '
             'model.layer_kinds, its rope layers)'
             if cls is not Rotary or model_cfg.position.kind != 'rope' else
