@@ -51,7 +51,8 @@ def test_the_gate_reads_the_layer_input_per_head_and_dimension():
   assert np.abs(_logits(model, tokens) - base).max() > 1e-4
 
 
-@pytest.mark.parametrize('kind', ['rope', 'none', 'alibi'])
+@pytest.mark.parametrize('kind', ['rope', pytest.param('none', marks=pytest.mark.slow),
+                                  pytest.param('alibi', marks=pytest.mark.slow)])
 def test_decoding_a_gated_model_with_the_cache_equals_the_full_pass(kind):
   tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))
   kinds.assert_decoding_equals_full_pass(_model(kind), tokens, (4, 1, 1, 3))

@@ -232,9 +232,14 @@ def test_a_token_the_streaming_cache_evicted_is_not_seen():
   assert np.abs(_full(model, tokens.at[0, 1].set(4))[0, 12] - base[0, 12]).max() > 1e-4
 
 
+_SLOW = pytest.mark.slow  # The same code path as the default cases (regions over the cache).
+
+
 @pytest.mark.parametrize('method,options', [
-    ('self_extend', {'neighbor_window': 4, 'group_size': 3}), ('rerope', {'window': 5}),
-    ('leaky_rerope', {'window': 4, 'k': 2.0}), ('string', {'shift': 6, 'local_window': 2}),
+    ('self_extend', {'neighbor_window': 4, 'group_size': 3}),
+    pytest.param('rerope', {'window': 5}, marks=_SLOW),
+    pytest.param('leaky_rerope', {'window': 4, 'k': 2.0}, marks=_SLOW),
+    pytest.param('string', {'shift': 6, 'local_window': 2}, marks=_SLOW),
     ('dca', {'chunk_size': 5, 'local_window': 2}), ('sinks', {'sink_tokens': 2, 'window': 4})])
 def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, options):
   """The cache holds keys before any rotation, so each decoding step remaps its own
