@@ -276,6 +276,18 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
                    f'{IMPLEMENTATIONS}.')
 
 
+def dape_logits(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2) -> jax.Array:
+  """DAPE's logits: logits + bias + f([logits; bias]) for logits [batch, heads, q, k] (scaled)
+  and a bias broadcastable to them, f a two-layer MLP over each (query, key) pair's 2 x heads
+  values: gelu(x w1 + b1) w2 + b2 with w1 [2 heads, width] and w2 [width, heads]. Float32; the
+  mask is applied after, by the softmax."""
+  logits = logits.astype(jnp.float32)
+  bias = jnp.broadcast_to(bias.astype(jnp.float32), logits.shape)
+  pairs = jnp.concatenate([logits, bias], axis=1)  # [batch, 2 heads, q, k]
+  hidden = jax.nn.gelu(jnp.einsum('bcqk,cw->bqkw', pairs, w1) + b1)
+  return logits + bias + jnp.einsum('bqkw,wh->bhqk', hidden, w2) + b2[:, None, None]
+
+
 def attend_logits(logits: jax.Array, v: jax.Array, mask: jax.Array
                   ) -> tuple[jax.Array, jax.Array]:
   """softmax(logits, masked) v for logits a position scheme computed itself (its `logits`

@@ -160,6 +160,35 @@ def _validate_lengths(config) -> None:
     positions.validate(m, target, causal=True)  # E.g. a learned table shorter than that.
 
 
+DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 2 heads + width] map, per layer.
+
+
+def _check_dape(config, m, att) -> None:
+  """DAPE needs a bias in every layer's logits on softmax's einsum path, and a map that fits."""
+  field = 'config.model.attention.dape'
+  no_bias = [k for k in dict.fromkeys(positions.layer_kinds(m))
+             if not positions.capabilities(k).logits_term
+             or positions.capabilities(k).computes_logits or positions.capabilities(k).value_term]
+  reason = (f'position kinds {no_bias} add no bias to q.k for it to read' if no_bias else
+            f"attention.kind={att.kind!r} has no softmax logits" if att.kind != 'softmax' else
+            'attention.ssmax scales the same logits (not combined)' if att.ssmax else
+            f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
+            if m.attention_impl not in ('auto', 'einsum') else '')
+  if reason:
+    raise errors.ConfigError(f'{field}=True: {reason}. Fix: --config.model.attention.dape=False,'
+                             ' or a scheme that adds a bias (alibi, kerple, fire, t5) with '
+                             'softmax attention.')
+  longest = config.data.seq_len * max(config.eval.length_multipliers, default=1)
+  batch = max(config.train.batch_size, config.eval.batch_size)
+  size = batch * longest ** 2 * (3 * m.num_heads + att.dape_width) * 4
+  if size > DAPE_LIMIT_BYTES:
+    raise errors.ConfigError(
+        f'{field}=True materialises [batch, L, L, 3 heads + width] float32 per layer: '
+        f'{size / 2**30:.0f} GiB at batch {batch} and the longest evaluated length {longest}, '
+        f'over {DAPE_LIMIT_BYTES // 2**30} GiB. Fix: fewer eval.length_multipliers, a smaller '
+        'batch or attention.dape_width.')
+
+
 def _validate_architecture(config) -> None:
   """The stack's options and each model type's own fields."""
   m, d = config.model, config.data
@@ -167,6 +196,8 @@ def _validate_architecture(config) -> None:
     raise errors.ConfigError("config.model.norm='post' is offered for encoder and decoder-only "
                              "models. Fix: use norm='pre' for encoder_decoder.")
   _validate_attention(m)
+  if models.attention_config(m).dape:
+    _check_dape(config, m, models.attention_config(m))
   if m.type == 'mlm':
     if d.mask_fraction + d.random_fraction > 1.0:
       raise errors.ConfigError(

@@ -262,6 +262,12 @@ def schema() -> dict:
               # x the layer's (normed) input, elementwise per head and dimension, before the
               # output projection (W_g: d_model x d_model more parameters and matmul per layer).
               'output_gate': Bool(default=False),
+              # DAPE (Zheng et al. 2024): logits q.k/sqrt(d) + B + f([q.k/sqrt(d); B]) with f a
+              # two-layer MLP (2 heads -> dape_width -> heads, GELU) applied to each query-key
+              # pair's logits and biases over the heads; schemes that add a bias (alibi, kerple,
+              # fire, t5, ...). It materialises [batch, L, L, 2 heads + width] per layer.
+              'dape': Bool(default=False),
+              'dape_width': Int(1, 4096, default=32),
               # Llama 4's attention temperature on the layers without positions (NoPE): their
               # queries times 1 + scale log(floor((p + 1) / floor) + 1) at position p (1 below
               # `floor`), so that attention sharpens with the distance it must cover.

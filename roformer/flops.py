@@ -44,8 +44,13 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
 def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           causal: bool) -> float:
   d, f = model_cfg.d_model, model_cfg.d_ff
-  gate = 2 * d * d if model_cfg.attention.get('output_gate') else 0  # Gated attention's W_g.
-  return (2 * 4 * d * d + gate + 2 * 2 * d * f
+  att = model_cfg.attention
+  gate = 2 * d * d if att.get('output_gate') else 0  # Gated attention's W_g.
+  dape = 0
+  if att.get('dape'):  # DAPE's MLP on each (query, key) pair: 2h -> width -> h.
+    h, width = model_cfg.num_heads, att.dape_width
+    dape = (seq_len / 2 if causal else seq_len) * 2 * (2 * h * width + width * h)
+  return (2 * 4 * d * d + gate + dape + 2 * 2 * d * f
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 

@@ -139,7 +139,7 @@ class MultiHeadAttention(nnx.Module):
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
         einsum_only=(caps.implementations == ('einsum',) or self.stick_breaking
-                     or self.remap is not None))
+                     or self.remap is not None or att.dape))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
     # Llama 4's temperature, on layers whose scheme gives no position signal at all.
@@ -163,6 +163,16 @@ class MultiHeadAttention(nnx.Module):
       # checkpoints, evaluation and decoding; the train step sets it to step // redraw_interval.
       self.feature_draw = variables.FeatureDraw(jnp.zeros((), jnp.float32), out_sharding=(),
                                                 eager_sharding=False)
+    self.dape = att.dape
+    if self.dape:  # DAPE's MLP over each pair's logits and biases (attention.dape_logits).
+      h, width = cfg.num_heads, att.dape_width
+      init = lambda key, shape, fan_in: jax.random.normal(key, shape, jnp.float32) * fan_in ** -0.5
+      self.dape_w1 = variables.param(init(rngs.params(), (2 * h, width), 2 * h), (None, None),
+                                     decay=True)
+      self.dape_b1 = variables.param(jnp.zeros((width,), jnp.float32), (None,), decay=False)
+      self.dape_w2 = variables.param(init(rngs.params(), (width, h), width), (None, None),
+                                     decay=True)
+      self.dape_b2 = variables.param(jnp.zeros((h,), jnp.float32), (None,), decay=False)
     if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output, b from 0.
       self.gate = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.output_gate = att.output_gate
@@ -223,6 +233,11 @@ class MultiHeadAttention(nnx.Module):
         logits = position.logits(q, k, pos, k_pos, mask, ctx)
       if self.ssmax:
         logits = logits * attention.ssmax_factor(self.ssmax_scale[...], mask)[..., None]
+      out, probs = attention.attend_logits(logits, v, mask)
+    elif self.dape:
+      bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
+      logits = attention.dape_logits(attention.scaled_logits(q, k), bias, self.dape_w1[...],
+                                     self.dape_b1[...], self.dape_w2[...], self.dape_b2[...])
       out, probs = attention.attend_logits(logits, v, mask)
     else:
       bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)

@@ -1,0 +1,80 @@
+"""DAPE (attention.dape): logits + bias + an MLP over each pair's logits and biases."""
+
+import jax.numpy as jnp
+import kinds
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import attention
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+
+
+def test_dape_logits_against_the_formula_in_float64():
+  rng = np.random.default_rng(0)
+  b, h, lq, lk, width = 2, 3, 4, 5, 6
+  logits, bias = rng.normal(size=(b, h, lq, lk)), rng.normal(size=(1, h, lq, lk))
+  w1, b1 = rng.normal(size=(2 * h, width)), rng.normal(size=width)
+  w2, b2 = rng.normal(size=(width, h)), rng.normal(size=h)
+  got = np.asarray(attention.dape_logits(logits, bias, w1, b1, w2, b2))
+  gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+  for n in range(b):
+    for i in range(lq):
+      for j in range(lk):
+        pair = np.concatenate([logits[n, :, i, j], bias[0, :, i, j]])  # The 2h values.
+        f = gelu(pair @ w1 + b1) @ w2 + b2
+        want = logits[n, :, i, j] + bias[0, :, i, j] + f
+        np.testing.assert_allclose(got[n, :, i, j], want, rtol=1e-4, atol=1e-4)
+
+
+def _logits(model, tokens):
+  pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return np.asarray(nnx.jit(lambda m: m(tokens, pos, jnp.ones_like(tokens)))(model))
+
+
+def test_an_mlp_that_outputs_zero_leaves_the_scheme_as_it_was():
+  """With f's last layer zero, DAPE's logits are q.k/sqrt(d) + B: the model equals the plain
+  scheme's with the same parameters (the MLP's parameters removed)."""
+  cfg = kinds.tiny_config('alibi', dropout=0.0).model
+  cfg.attention.dape = True
+  model = models.create(cfg, seed=2)
+  for block in model.blocks:
+    block.attn.dape_w2[...] = jnp.zeros_like(block.attn.dape_w2[...])
+  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 11)))
+  with_dape = _logits(model, tokens)
+  for block in model.blocks:
+    block.attn.dape = False
+  np.testing.assert_allclose(with_dape, _logits(model, tokens), atol=1e-5)
+
+
+@pytest.mark.parametrize('kind', ['alibi', pytest.param('kerple', marks=pytest.mark.slow),
+                                  pytest.param('t5', marks=pytest.mark.slow)])
+def test_decoding_with_dape_and_the_cache_equals_the_full_pass(kind):
+  cfg = kinds.tiny_config(kind, dropout=0.0).model
+  cfg.attention.dape = True
+  tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))
+  kinds.assert_decoding_equals_full_pass(models.create(cfg, seed=3), tokens, (4, 1, 1, 3))
+
+
+@pytest.mark.parametrize('kind,fields,message', [
+    ('rope', {}, r"position kinds \['rope'\] add no bias"),
+    ('alibi', {'model.attention.kind': 'stick_breaking'},
+     "attention.kind='stick_breaking' has no softmax"),
+    ('alibi', {'model.attention.ssmax': True}, 'ssmax scales the same logits'),
+    ('alibi', {'eval.length_multipliers': (1, 1024), 'train.batch_size': 64},
+     'GiB at batch 64 and the longest evaluated length 32768'),
+])
+def test_dape_where_it_cannot_run_is_one_error_naming_the_field(kind, fields, message):
+  cfg = test_config.get_config(kind)
+  cfg.model.attention.dape = True
+  for name, value in fields.items():
+    *parents, leaf = name.split('.')
+    node = cfg
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    config_lib.validate(cfg)
