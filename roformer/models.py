@@ -132,10 +132,7 @@ class MultiHeadAttention(nnx.Module):
     self.stick_breaking = att.kind == 'stick_breaking'
     self.attend_current = self.stick_breaking and att.attend_current
     # A training-free distance remap of RoPE (positions/remap.py): its logits, einsum path.
-    remap = cfg.position.rope.remap if 'rope' in cfg.position else None
-    self.remap = None
-    if remap is not None and remap.method != 'none' and cfg.position.kind == 'rope':
-      self.remap = (remap.method, tuple(sorted(positions_lib.remap.options_of(remap).items())))
+    self.remap = positions_lib.layer_remap(cfg)
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
         einsum_only=(caps.implementations == ('einsum',) or self.stick_breaking

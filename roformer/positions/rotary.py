@@ -280,6 +280,15 @@ class Rotary(base.PositionScheme):
             '--config.model.attention.rope_mode=qk.')
 
 
+def layer_remap(model_cfg) -> tuple[str, tuple] | None:
+  """(method, sorted option items) of the distance remap a layer built from `model_cfg`
+  applies to RoPE's logits (positions/remap.py), or None: plain rope layers only."""
+  rope = model_cfg.position.get('rope')
+  if rope is None or rope.remap.method == 'none' or model_cfg.position.kind != 'rope':
+    return None
+  return rope.remap.method, tuple(sorted(remap.options_of(rope.remap).items()))
+
+
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   """A distance remap needs a causal softmax over RoPE's logits, which it computes itself."""
   if cfg.method == 'none':
