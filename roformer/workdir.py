@@ -158,8 +158,8 @@ def check_train_data(config, workdir: str) -> None:
     return
   saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
   now = pipeline.train_content(config.data)
-  changed = [f'{name or "config.data.files"}: {saved.get(name)} vs {now.get(name)}'
-             for name in sorted(set(saved) | set(now)) if saved.get(name) != now.get(name)]
+  named = lambda content: {name or 'config.data.files': text for name, text in content.items()}
+  changed = config_lib.differences(named(saved), named(now))
   if changed:
     raise errors.ConfigError(
         f'--workdir={workdir!r} was trained on other documents than the files hold now '

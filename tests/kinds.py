@@ -45,6 +45,16 @@ def tiny_config(kind: str, **model):
   return config
 
 
+def set_fields(node, fields: dict) -> None:
+  """Sets each dotted field of `fields` ('attention.kind': value) under the config `node`."""
+  for dotted, value in fields.items():
+    *parents, leaf = dotted.split('.')
+    target = node
+    for parent in parents:
+      target = target[parent]
+    target[leaf] = value
+
+
 def signature(kind: str) -> tuple[bool, ...]:
   """The kind's declared capabilities, each as whether it holds (`logits_term` is a
   description: kinds that add different terms to the logits take the same code paths)."""

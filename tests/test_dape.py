@@ -70,11 +70,6 @@ def test_decoding_with_dape_and_the_cache_equals_the_full_pass(kind):
 def test_dape_where_it_cannot_run_is_one_error_naming_the_field(kind, fields, message):
   cfg = test_config.get_config(kind)
   cfg.model.attention.dape = True
-  for name, value in fields.items():
-    *parents, leaf = name.split('.')
-    node = cfg
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  kinds.set_fields(cfg, fields)
   with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(cfg)

@@ -59,11 +59,6 @@ def test_decoding_a_layout_with_bases_and_windows_equals_the_full_pass():
 ])
 def test_bases_that_cannot_apply_are_refused_naming_the_field(fields, message):
   cfg = test_config.get_config('rope')
-  for name, value in fields.items():
-    *parents, leaf = name.split('.')
-    node = cfg.model
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  kinds.set_fields(cfg.model, fields)
   with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(cfg)

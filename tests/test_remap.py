@@ -264,11 +264,6 @@ def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, messag
   from roformer import config_lib  # pylint: disable=g-import-not-at-top
   cfg = kinds.tiny_config('rope')
   cfg.model.position.rope.remap.update(method='string', shift=6, local_window=2)
-  for name, value in model.items():
-    *parents, leaf = name.split('.')
-    node = cfg.model
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  kinds.set_fields(cfg.model, model)
   with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(cfg)

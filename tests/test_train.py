@@ -224,12 +224,7 @@ def test_rope_variants_train_on_the_eight_device_mesh(tmp_path, data_dir, varian
   cfg = test_config.get_config('rope')
   cfg.data.data_dir = data_dir
   cfg.train.update(steps=3, eval_every=3, checkpoint_every=3, eval_batches=1)
-  for dotted, value in ROPE_VARIANTS[variant].items():
-    *parents, leaf = dotted.split('.')
-    node = cfg.model.position.rope
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  kinds.set_fields(cfg.model.position.rope, ROPE_VARIANTS[variant])
   last = loop.train_and_evaluate(cfg, str(tmp_path / variant))
   losses = train_losses(str(tmp_path / variant))
   assert sorted(losses) == [1, 2, 3] and all(math.isfinite(x) for x in losses.values())
