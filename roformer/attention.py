@@ -230,10 +230,41 @@ def causal_block_attention(q, k, v, mask, bias, rows: int, window: int = 0):
   return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
 
 
+def single_document_lengths(segments: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """For packed segment ids [batch, L]: each row's number of tokens (int32 [batch]) and whether
+  every row is one document followed by padding (ids s > 0, then 0s, at least one token).
+
+  In that case the causal segment mask equals a kernel's causal mode with per-row sequence
+  lengths, which cuDNN runs without reading an L x L mask and skipping the upper triangle."""
+  lengths = jnp.sum(segments > 0, axis=-1, dtype=jnp.int32)
+  one = jnp.where(jnp.arange(segments.shape[-1]) < lengths[:, None], segments[:, :1], 0)
+  return lengths, jnp.all(segments == one) & jnp.all(lengths > 0)
+
+
+def _fused(q, k, v, mask, bias, scale, impl, segments, causal, window):
+  """jax.nn.dot_product_attention; with `segments` (the mask is the segment mask, causal by
+  index with `causal`), sequence lengths (and the causal mode) where every row is one document,
+  the mask otherwise (chosen at run time by lax.cond: both are compiled, one runs)."""
+  if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
+    bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
+        bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
+  masked = lambda: jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
+                                                implementation=impl)
+  if segments is None or (window and not causal):
+    return masked()
+  lengths, single = single_document_lengths(segments)
+  by_lengths = lambda: jax.nn.dot_product_attention(
+      q, k, v, bias=bias, scale=scale, is_causal=causal, query_seq_lengths=lengths,
+      key_value_seq_lengths=lengths, local_window_size=(window - 1, 0) if window else None,
+      implementation=impl)
+  return jax.lax.cond(single, by_lengths, masked)
+
+
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
            bias: jax.Array | None = None, scale: float | None = None,
            impl: str = 'einsum', return_probs: bool = True, causal_block: int = 0,
-           window: int = 0) -> tuple[jax.Array, jax.Array | None]:
+           window: int = 0, segments: jax.Array | None = None, causal: bool = False
+           ) -> tuple[jax.Array, jax.Array | None]:
   """Scaled dot-product attention.
 
   Args:
@@ -248,8 +279,14 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     causal_block: > 0, for the einsum path without probabilities: the mask is causal by
       sequence index (q_len == k_len, no cache), so `causal_block_attention` skips the blocks
       above the diagonal, in query blocks of at most this many rows.
-    window: > 0 with causal_block: the mask also hides keys j <= i - window (a sliding window),
-      so the blocks skip the keys before their window too.
+    window: > 0 with causal_block or segments: the mask also hides keys j <= i - window (a
+      sliding window), so the blocks skip the keys before their window too.
+    segments, causal: for 'xla' and 'cudnn': the packed segment ids [batch, L] of a
+      self-attention without a cache whose mask is `make_mask(segments, segments,
+      causal=causal)` (and the window, when causal). Where every row holds one document, the
+      kernel runs with sequence lengths (in its causal mode) instead of reading the mask as an
+      additive bias. The outputs at padding queries (which no loss or later token reads) may
+      differ.
   Returns:
     (output [batch, q_len, heads, head_dim], probabilities [batch, heads, q_len, k_len] for the
     einsum path with return_probs, None otherwise). Fully masked rows average the values
@@ -266,12 +303,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     probs = softmax(_masked_logits(q, k, mask, bias)).astype(v.dtype)
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
   if impl in ('xla', 'cudnn'):
-    if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
-      bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
-          bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
-    out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
-                                       implementation=impl)
-    return out, None
+    return _fused(q, k, v, mask, bias, scale, impl, segments, causal, window), None
   raise errors.ConfigError(f'config.model.attention_impl={impl!r} is unknown. Fix: choose one of '
                    f'{IMPLEMENTATIONS}.')
 

