@@ -218,7 +218,7 @@ def test_single_document_rows_against_hand_table(segments, lengths, single):
 def numpy_attention(q, k, v, mask):
   """float64 softmax attention, [batch, L, heads, d] inputs, [batch, 1, L, L] mask."""
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(q.shape[-1])
-  logits = np.where(mask, logits, -np.inf)
+  logits = np.where(mask, logits, -1e30)  # Fully masked (padding) rows: uniform, not NaN.
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   return np.einsum('bhqk,bkhd->bqhd', probs / probs.sum(-1, keepdims=True), v)
 
@@ -244,11 +244,14 @@ def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal
                              atol=1e-5)
 
 
-def test_fused_attention_chooses_the_lengths_path_at_run_time():
-  """With segments, one program holds both paths (lax.cond on the rows' layout)."""
+def test_fused_attention_chooses_the_lengths_path_at_run_time_without_a_bias():
+  """With segments and no bias, one program holds both paths (lax.cond on the rows' layout);
+  without segments, or with a bias (whose cond would keep both paths' buffers), the mask."""
   x = jnp.zeros((1, 4, 1, 4))
   seg = jnp.ones((1, 4), jnp.int32)
   mask = attention.make_mask(seg, seg, causal=True)
-  run = lambda s: attention.attend(x, x, x, mask, impl='xla', segments=s, causal=True)[0]
+  run = lambda s=None, b=None: attention.attend(x, x, x, mask, bias=b, impl='xla', segments=s,
+                                                causal=True)[0]
   assert 'cond' in str(jax.make_jaxpr(run)(seg))
-  assert 'cond' not in str(jax.make_jaxpr(lambda: attention.attend(x, x, x, mask, impl='xla')[0])())
+  assert 'cond' not in str(jax.make_jaxpr(run)())
+  assert 'cond' not in str(jax.make_jaxpr(run)(seg, jnp.zeros((1, 1, 4, 4))))
