@@ -189,6 +189,25 @@ def _check_dape(config, m, att) -> None:
         'batch or attention.dape_width.')
 
 
+def _check_differential(m, att) -> None:
+  """Differential attention pairs the heads, differences two softmax maps over values of twice
+  the head width, and runs on the einsum path."""
+  with_values = [k for k in dict.fromkeys(positions.layer_kinds(m))
+                 if positions.capabilities(k).value_term]
+  reason = (f'num_heads={m.num_heads} is odd (its heads pair up into num_heads / 2 '
+            'differential heads)' if m.num_heads % 2 else
+            f'position kinds {with_values} add a value term of the head width to each map '
+            'output' if with_values else
+            f"attention.kind={att.kind!r} forms no softmax maps" if att.kind != 'softmax' else
+            f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
+            if m.attention_impl not in ('auto', 'einsum') else '')
+  if reason:
+    raise errors.ConfigError(
+        f'config.model.attention.differential=True: {reason}. Fix: '
+        '--config.model.attention.differential=False, or an even num_heads with softmax '
+        'attention and a scheme without a value term (rope, none, alibi, pope, ...).')
+
+
 def _validate_architecture(config) -> None:
   """The stack's options and each model type's own fields."""
   m, d = config.model, config.data
@@ -297,6 +316,8 @@ def _validate_attention(m) -> None:
         "config.model.attention.output_gate gates each head's output, which is not built for "
         "FAVOR+ (attention.kind='favor'). Fix: --config.model.attention.output_gate=False, or "
         'softmax or stick-breaking attention.')
+  if att.differential:
+    _check_differential(m, att)
   if att.ssmax and att.kind != 'softmax':
     raise errors.ConfigError(
         f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "

@@ -37,7 +37,9 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
   if attention.kind == 'favor':
     m = attention.num_features
     return 2 * 2 * m * d + 2 * 2 * m * d
-  full = 2 * 2 * seq_len * d
+  # Scores (2 L d) and weighted values (2 L d); differential attention weights values of twice
+  # the head width once per map (roformer/differential.py): 2 L 2d.
+  full = 2 * seq_len * d * (3 if attention.get('differential') else 2)
   return full / 2 if causal else full
 
 

@@ -18,6 +18,7 @@ import ml_collections
 from flax import nnx
 
 from roformer import attention
+from roformer import differential
 from roformer import errors
 from roformer import positions as positions_lib
 from roformer import sharding
@@ -136,7 +137,7 @@ class MultiHeadAttention(nnx.Module):
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
         einsum_only=(caps.implementations == ('einsum',) or self.stick_breaking
-                     or self.remap is not None or att.dape))
+                     or self.remap is not None or att.dape or att.differential))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
     # Llama 4's temperature, on layers whose scheme gives no position signal at all.
@@ -170,6 +171,14 @@ class MultiHeadAttention(nnx.Module):
       self.dape_w2 = variables.param(init(rngs.params(), (width, h), width), (None, None),
                                      decay=True)
       self.dape_b2 = variables.param(jnp.zeros((h,), jnp.float32), (None,), decay=False)
+    self.differential = att.differential
+    if self.differential:  # Differential attention: heads pair up (differential.py).
+      init = lambda: jax.random.normal(rngs.params(), (cfg.num_heads // 2, self.head_dim),
+                                       jnp.float32) * differential.LAMBDA_STD
+      self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+          variables.param(init(), (None, None), decay=False) for _ in range(4))
+      self.diff_scale = variables.param(jnp.ones((2 * self.head_dim,), jnp.float32), (None,),
+                                        decay=False)
     if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output, b from 0.
       self.gate = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.output_gate = att.output_gate
@@ -209,6 +218,8 @@ class MultiHeadAttention(nnx.Module):
     if self.remap is None:
       q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
+    if self.differential:  # Each map weights its differential head's values.
+      v = differential.paired_values(v)
     if self.temperature:
       q = (q * attention.nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(
           q.dtype)
@@ -250,6 +261,11 @@ class MultiHeadAttention(nnx.Module):
                                     causal=self.causal)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
+    if self.differential:
+      init = differential.lambda_init(layer)
+      lam = differential.lambdas(self.lambda_q1[...], self.lambda_k1[...], self.lambda_q2[...],
+                                 self.lambda_k2[...], init)
+      out = differential.combine(out, lam, init, self.diff_scale[...])
     out = out.reshape(b, length, -1)
     if self.output_gate:
       out = out * jax.nn.sigmoid(self.gate(x)).astype(out.dtype)
