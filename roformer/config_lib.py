@@ -158,6 +158,9 @@ def _validate_lengths(config) -> None:
           f'config.data.seq_len={d.seq_len} tokens has. Fix: 2 (the paper\'s) or at most '
           f'{d.seq_len}.')
     positions.validate(m, target, causal=True)  # E.g. a learned table shorter than that.
+  trained, where = max((d.seq_len, 'config.data.seq_len'), (top, 'config.train.random_positions'),
+                       (target, 'config.train.pose_target_length'))
+  positions.check_remap_length(m, trained, f'{where}={trained}')
 
 
 DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 2 heads + width] map, per layer.

@@ -267,3 +267,41 @@ def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, messag
   kinds.set_fields(cfg.model, model)
   with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(cfg)
+
+
+@pytest.mark.parametrize('options,fine', [
+    ({'method': 'rerope', 'window': 31}, True),  # Distances up to 31 of a 32-token training.
+    ({'method': 'rerope', 'window': 32}, False),
+    ({'method': 'leaky_rerope', 'window': 40}, False),
+    ({'method': 'self_extend', 'neighbor_window': 32}, False),
+    ({'method': 'string', 'shift': 32, 'local_window': 2}, True),
+    ({'method': 'string', 'shift': 33, 'local_window': 2}, False),
+    ({'method': 'dca', 'chunk_size': 30, 'local_window': 2}, True),
+    ({'method': 'dca', 'chunk_size': 30, 'local_window': 3}, False),
+    ({'method': 'sinks', 'sink_tokens': 4, 'window': 29}, False),
+])
+def test_a_window_chunk_or_shift_past_the_trained_length_is_refused(options, fine):
+  """Trained at 32 tokens, a remap may keep true distances up to 31 and no further."""
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  cfg = kinds.tiny_config('rope')
+  cfg.model.position.rope.remap.update(options)
+  if fine:
+    config_lib.validate(cfg)
+    return
+  with pytest.raises(errors.ConfigError, match=r'past the 32 positions the model was trained on '
+                     r'\(config.data.seq_len=32\).*Fix: ') as e:
+    config_lib.validate(cfg)
+  assert '\n' not in str(e.value)
+
+
+def test_pose_training_covers_the_remap_window_it_trained_for():
+  """With PoSE's ids covering 64 positions, a window of 40 is within what was trained."""
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  cfg = kinds.tiny_config('rope')
+  cfg.model.position.rope.remap.update(method='rerope', window=40)
+  with pytest.raises(errors.ConfigError, match='trained on'):
+    config_lib.validate(cfg)
+  cfg.train.pose_target_length = 64
+  config_lib.validate(cfg)

@@ -79,6 +79,24 @@ def check(method: str, length: int, options: dict) -> None:
         'which must be smaller than d.')
 
 
+def longest_kept(method: str, options: dict) -> tuple[str, int] | None:
+  """(the options in words, the least trained length they need): the length up to whose
+  distances a method keeps RoPE's own (its window, chunk or shift), which the model must have
+  been trained on for the method to mean what it says; None for `none`."""
+  o = options
+  needs = {
+      'rerope': lambda: (f"window={o['window']}", o['window'] + 1),
+      'leaky_rerope': lambda: (f"window={o['window']}", o['window'] + 1),
+      'self_extend': lambda: (f"neighbor_window={o['neighbor_window']}", o['neighbor_window'] + 1),
+      'string': lambda: (f"shift={o['shift']}", o['shift']),
+      'dca': lambda: (f"chunk_size={o['chunk_size']} + local_window={o['local_window']}",
+                      o['chunk_size'] + o['local_window']),
+      'sinks': lambda: (f"sink_tokens={o['sink_tokens']} + window={o['window']}",
+                        o['sink_tokens'] + o['window']),
+  }
+  return needs[method]() if method in needs else None
+
+
 def relative_distances(method: str, length: int, **options) -> np.ndarray:
   """The [length, length] float64 matrix of the relative distance RoPE sees between query i
   (row) and key j <= i (column) under `method` (see the module's table); 0 above the diagonal.

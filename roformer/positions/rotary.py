@@ -289,6 +289,20 @@ def layer_remap(model_cfg) -> tuple[str, tuple] | None:
   return rope.remap.method, tuple(sorted(remap.options_of(rope.remap).items()))
 
 
+def check_remap_length(model_cfg, trained: int, trained_field: str) -> None:
+  """Refuses a distance remap whose window, chunk or shift keeps RoPE's distances past the
+  `trained` positions (`trained_field` says where that number comes from)."""
+  layer = layer_remap(model_cfg)
+  kept = layer and remap.longest_kept(layer[0], dict(layer[1]))
+  if kept and kept[1] > trained:
+    words, needed = kept
+    raise errors.ConfigError(
+        f'config.model.position.rope.remap: {layer[0]} with {words} keeps true distances up to '
+        f'{needed - 1}, past the {trained} positions the model was trained on ({trained_field}); '
+        'the remap would run RoPE at distances it never saw. Fix: a smaller window, chunk or '
+        f'shift (together at most {trained}).')
+
+
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   """A distance remap needs a causal softmax over RoPE's logits, which it computes itself."""
   if cfg.method == 'none':
