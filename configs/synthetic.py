@@ -4,8 +4,9 @@
   python train.py --config configs/synthetic.py:copy,alibi --workdir runs/copy_alibi
   python eval.py --workdir runs/passkey_rope      # accuracy per length (and per key depth)
 
-The argument is a task (`passkey`, `associative_recall`, `copy`, `flip_flop`) optionally followed by a
-position kind (default rope). Rows are generated from a seed (roformer/data/synthetic.py): no
+The argument is a task (`passkey`, `associative_recall`, `copy`, `flip_flop`, or RULER's
+`niah_multikey`, `niah_multivalue`, `niah_multiquery`, `variable_tracking`, `common_words`)
+optionally followed by a position kind (default rope). Rows are generated from a seed (roformer/data/synthetic.py): no
 files. Loss and accuracy count the answer tokens only; `sequence_accuracy` is the share of rows
 whose whole answer is right (exactly what greedy decoding from the question gets right). The
 model is small enough for a run of a few minutes on 2 CPU cores; configs/sweeps/length.py
@@ -33,12 +34,27 @@ TASKS = {
     # at step 600 and 90% at step 1,500 (docs/length_generalization.md). configs/sweeps/frontier.py
     # runs it for every scheme it compares; length.py only when named (length.py:flip_flop).
     'flip_flop': {'seq_len': 64, 'train': {'steps': 600}},
+    # RULER (roformer/data/ruler.py) at its defaults: 4 needles, 4 values, 2 queries, 2 chains
+    # of 3 hops, 3 common words 4 times each. Training settings not tuned yet: the length
+    # sweep runs them only when named (length.py:niah_multikey, ...).
+    'niah_multikey': {'seq_len': 64, 'train': {'steps': 600}},
+    'niah_multivalue': {'seq_len': 64, 'train': {'steps': 600}},
+    'niah_multiquery': {'seq_len': 64, 'train': {'steps': 600}},
+    'variable_tracking': {'seq_len': 64, 'train': {'steps': 600}},
+    # Rows of 8 x 64 tokens list 497 distinct words.
+    'common_words': {'seq_len': 64, 'train': {'steps': 600}, 'data': {'num_symbols': 512}},
 }
 
 
 def train_fields(task: str) -> dict:
   """`config.train` fields of `task` that differ from the shared ones (the sweeps pass these)."""
   return {'checkpoint_every': TASKS[task]['train']['steps'], **TASKS[task]['train']}
+
+
+def data_fields(task: str) -> dict:
+  """`config.data.synthetic` fields of `task` that differ from their defaults (the sweeps pass
+  these too)."""
+  return dict(TASKS[task].get('data', {}))
 
 
 def get_config(arg: str = 'passkey'):
@@ -59,5 +75,6 @@ def get_config(arg: str = 'passkey'):
   config.train.update(batch_size=32, learning_rate=3e-3, warmup_steps=50, log_every=50,
                       eval_every=200, eval_batches=4)
   config.train.update(train_fields(task))
+  config.data.synthetic.update(data_fields(task))
   config.eval.update(length_multipliers=(1, 2, 4, 8), batch_size=32, max_batches=-1)
   return config

@@ -197,6 +197,19 @@ def schema() -> dict:
               # flip_flop: the probability of an `ignore` instruction (writes and reads share
               # the rest alike); the paper's FFL(0.8).
               'flip_flop_ignore': Float(0, 1, max_open=True, default=0.8),
+              # RULER (roformer/data/ruler.py): needles of distinct keys (niah_multikey,
+              # niah_multiquery), values of the one key (niah_multivalue), keys asked
+              # (niah_multiquery), variable-tracking chains and hops per chain, common words
+              # and how often each appears (common_words; every other word appears once).
+              'needles': Int(1, 10_000, default=4),
+              'needle_values': Int(1, 10_000, default=4),
+              'needle_queries': Int(1, 10_000, default=2),
+              'chains': Int(1, 1000, default=2),
+              'hops': Int(1, 1000, default=3),
+              'common_words': Int(1, 10_000, default=3),
+              'common_count': Int(2, 10_000, default=4),
+              # The asked needle's depth in [0, 1] (-1: uniform at random, like the others).
+              'needle_depth': Float(-1, 1, default=-1.0),
           }),
       }),
       'model': {

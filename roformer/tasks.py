@@ -488,7 +488,7 @@ class SyntheticTask(LanguageModeling):
     out = super().summarize(totals)
     rows = float(totals['rows'])
     out.update(sequence_accuracy=float(totals['rows_correct']) / max(rows, 1.0), rows=rows)
-    if self.task == 'passkey':
+    if self.task in synthetic.DEPTH_TASKS:
       out['depth_accuracy'] = [float(c / n) if n else None for c, n in zip(
           np.asarray(totals['depth_correct']), np.asarray(totals['depth_rows']))]
     return out

@@ -61,6 +61,7 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) 
     name = f'{task},{scheme},steps={budget:g}x,seed={seed}'
   return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task,
           'data.seq_len': length, **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
+          **{f'data.synthetic.{k}': v for k, v in synthetic.data_fields(task).items()},
           **{**SCHEMES, **FOLLOW_UPS}[scheme](length)}
 
 

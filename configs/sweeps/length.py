@@ -29,7 +29,9 @@ SEEDS = (0, 1, 2)
 TASKS = synthetic.TASKS  # The tasks that can be named.
 # Run unless tasks are named: flip_flop joins them once its training settings are tuned.
 DEFAULT_TASKS = ('passkey', 'associative_recall', 'copy')
-SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16, 'flip_flop': 16}
+SMOKE_LENGTHS = {'passkey': 48, 'associative_recall': 24, 'copy': 16, 'flip_flop': 16,
+                 'niah_multikey': 32, 'niah_multivalue': 32, 'niah_multiquery': 32,
+                 'variable_tracking': 48, 'common_words': 32}
 SMOKE_SCHEMES = ('rope', 'alibi')  # What `:smoke` runs unless schemes are named.
 # `:smoke`: a tiny model for a few steps (frontier.py's smoke points use it too).
 SMOKE_OVERRIDES = {'model.d_model': 32, 'model.num_heads': 2, 'model.d_ff': 64,
@@ -65,9 +67,10 @@ def get_sweep(arg: str = ''):
       length = SMOKE_LENGTHS[task] if smoke else TASKS[task]['seq_len']
       train = {'steps': 10} if smoke else synthetic.train_fields(task)
       train = {f'train.{k}': v for k, v in train.items()}
+      data = {f'data.synthetic.{k}': v for k, v in synthetic.data_fields(task).items()}
       for scheme in schemes:
         points.append({'name': f'{task},{scheme},seed={seed}', 'label': scheme,
-                       'data.name': 'synthetic/' + task, 'data.seq_len': length, **train,
+                       'data.name': 'synthetic/' + task, 'data.seq_len': length, **train, **data,
                        'seed': seed, **_scheme(scheme, length)})
   return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
           'eval_splits': ('validation',)}

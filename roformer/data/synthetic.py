@@ -19,6 +19,8 @@ generator serves every evaluation length, so a model trained at L is scored on r
   bit, `write b`, `ignore b` or `read b`; the first is a write, each is `ignore` with
   probability `flip_flop_ignore` (the paper's FFL(0.8) by default) and otherwise a write or a
   read alike; the bit after `read` is the last written bit, and only those bits are scored.
+- RULER's `niah_multikey`, `niah_multivalue`, `niah_multiquery`, `variable_tracking` and
+  `common_words` (Hsieh et al. 2024): roformer/data/ruler.py.
 
 Tokens are words of a small fixed vocabulary (`Vocabulary`), one id per word, digit or symbol,
 with the special ids of `roformer.data.tokenizer`; `Vocabulary` has the tokenizer's interface
@@ -31,9 +33,11 @@ import types
 import numpy as np
 
 from roformer import errors
+from roformer.data import ruler
 from roformer.data import tokenizer as tokenizer_lib
 
-TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop')
+TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop') + ruler.TASKS
+DEPTH_TASKS = ('passkey',) + ruler.DEPTH_TASKS  # Rows scored per band of the needle's depth.
 PREFIX = 'synthetic/'  # config.data.name = 'synthetic/TASK'.
 SPLIT_IDS = {'train': 0, 'validation': 1, 'test': 2}
 TRAIN_ROWS = 2**31 - 1  # Training rows are drawn without end (as many as steps ask for).
@@ -141,6 +145,8 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
       raise errors.ConfigError(
           f'config.data.seq_len={seq_len} cannot hold a flip-flop row with a write and a read '
           '(bos and two pairs). Fix: --config.data.seq_len=4 or more.')
+  elif task in ruler.TASKS:
+    ruler.validate(task, cfg, seq_len, max_seq_len)
   else:
     raise errors.ConfigError(f"config.data.name='synthetic/{task}' names no synthetic task. "
                              f"Fix: 'synthetic/TASK' for a TASK in {TASKS}.")
@@ -217,7 +223,7 @@ def _flip_flop(rng, cfg, vocab: Vocabulary, length: int):
 
 
 _GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, 'copy': _copy,
-               'flip_flop': _flip_flop}
+               'flip_flop': _flip_flop, **ruler.GENERATORS}
 
 
 def make_row(tokens, spans, bucket: int, length: int) -> dict:
