@@ -41,6 +41,30 @@ def test_the_weights_are_the_papers_products(length, attend_current):
   assert (got.sum(-1) <= 1 + 1e-6).all()  # A stick: what is left weighs nothing.
 
 
+@pytest.mark.parametrize('attend_current', [False, True])
+def test_the_gradient_is_the_papers_products_differentiated(attend_current):
+  """The written-out gradient against central differences of the float64 products, with a
+  mask that removes some keys."""
+  rng = np.random.default_rng(7)
+  z = rng.normal(0, 2, (2, 6, 6))
+  g = rng.normal(size=z.shape)
+  mask = rng.uniform(size=(6, 6)) > 0.25
+
+  def reference(z):
+    return np.sum(g * np.where(mask, paper_weights(np.where(mask, z, -np.inf),
+                                                   attend_current), 0.0))
+
+  got = np.asarray(jax.grad(lambda z: jnp.sum(jnp.asarray(g, jnp.float32) * (
+      attention.stick_breaking_weights(z, attend_current, jnp.asarray(mask)))))(
+          jnp.asarray(z, jnp.float32)))
+  want, eps = np.zeros_like(z), 1e-6
+  for index in np.ndindex(z.shape):
+    step = np.zeros_like(z)
+    step[index] = eps
+    want[index] = (reference(z + step) - reference(z - step)) / (2 * eps)
+  np.testing.assert_allclose(got, want, atol=2e-5)
+
+
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 def test_extreme_logits_give_finite_weights_and_gradients(dtype):
   """Logits of +-60 (and 1e4): no NaN or inf in the weights or their gradient; a key with a
