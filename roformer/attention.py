@@ -377,6 +377,26 @@ def stick_breaking_attend(logits: jax.Array, v: jax.Array, mask: jax.Array, *,
   return jnp.einsum('bhqk,bkhd->bqhd', weights, v), weights
 
 
+def causal_block_stick_breaking(q, k, v, mask, bias, rows: int, *, attend_current: bool,
+                                window: int = 0) -> jax.Array:
+  """`stick_breaking_attend` of q.k/sqrt(d) + bias for a causal self-attention without its
+  blocks above the diagonal, as `causal_block_attention` does for the softmax: each run of at
+  most `rows` queries computes its logits, weights and weighted values over the keys up to its
+  last row only (from the first key its window sees, with a sliding `window`). Exact: a key
+  after the query, like any masked key, neither takes nor breaks its stick. Returns the
+  output [batch, q_len, heads, head_dim]."""
+  if q.shape[1] != k.shape[1]:
+    raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
+                     f'{k.shape[1]}).')
+  out = []
+  for start, end in query_blocks(q.shape[1], rows):
+    first = max(0, start - window + 1) if window else 0
+    logits = scaled_logits(q[:, start:end], k[:, first:end], _block_of(bias, start, end, first))
+    out.append(stick_breaking_attend(logits, v[:, first:end], _block_of(mask, start, end, first),
+                                     attend_current=attend_current)[0])
+  return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
+
+
 # ------------------------------------------------------------------------------ FAVOR+
 
 

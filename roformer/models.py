@@ -223,7 +223,13 @@ class MultiHeadAttention(nnx.Module):
     if self.temperature:
       q = (q * attention.nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(
           q.dtype)
-    if self.stick_breaking:
+    if (self.stick_breaking and not (self.computes_logits or self.value_term) and cache is None
+        and 0 < self.causal_block < length):  # Skips the key blocks after each query block.
+      bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
+      out, probs = attention.causal_block_stick_breaking(
+          q, k, v, mask, bias, self.causal_block, attend_current=self.attend_current,
+          window=self.window), None
+    elif self.stick_breaking:
       if self.computes_logits:
         logits = position.logits(q, k, pos, k_pos, mask, ctx)
       else:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
@@ -116,11 +117,12 @@ def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind
   kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 3, 3))
 
 
-def test_the_layer_is_the_formula_on_its_own_logits():
+@pytest.mark.parametrize('causal_block', [0, 2, 4])
+def test_the_layer_is_the_formula_on_its_own_logits(causal_block):
   """One layer's output: the stick-breaking weights (float64 reference) of its q.k/sqrt(d)
-  times its values."""
+  times its values, whole or in causal blocks of queries."""
   config = tiny('none')
-  config.model.num_layers = 1
+  config.model.update(num_layers=1, causal_block=causal_block)
   model = models.create(config.model, seed=1)
   attn = model.blocks[0].attn
   x = jax.random.normal(jax.random.key(0), (1, 6, config.model.d_model))
@@ -134,6 +136,41 @@ def test_the_layer_is_the_formula_on_its_own_logits():
   mixed = np.einsum('bhqk,bkhd->bqhd', paper_weights(z, False), v).reshape(1, 6, -1)
   want = mixed @ np.asarray(attn.out.kernel[...], np.float64) + np.asarray(attn.out.bias[...])
   np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('kind,fields', [
+    ('none', {'model.attention.attend_current': True}),
+    ('alibi', {}),
+    ('rope', {'model.layer_kinds': ('rope', 'none'), 'model.layer_windows': (3, 0)}),
+])
+def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):
+  """Blocks of 3 query rows (their keys up to the block's last row, from the window's first)
+  give the whole matrix's logits and gradients, packed documents and padding included."""
+  results = []
+  for causal_block in (0, 3):
+    config = tiny(kind)
+    kinds.set_fields(config, {**fields, 'model.causal_block': causal_block})
+    config_lib.validate(config)
+    model = models.create(config.model, seed=2)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(5, 50, (2, 10)))
+    pos = jnp.asarray(np.tile(np.r_[np.arange(6), np.arange(2), [0, 0]], (2, 1)))
+    seg = jnp.asarray(np.tile([1] * 6 + [2] * 2 + [0, 0], (2, 1)))
+    weights = jnp.asarray(rng.normal(size=(2, 10, 50)) * (np.asarray(seg) > 0)[..., None],
+                          jnp.float32)
+
+    def loss(params):
+      logits = nnx.merge(graphdef, params, rest)(tokens, pos, seg)
+      return jnp.sum(logits * weights), logits
+
+    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    results.append((np.asarray(logits)[np.asarray(seg) > 0],
+                    [np.asarray(g) for g in jax.tree.leaves(grads)]))
+  (whole, whole_grads), (blocks, block_grads) = results
+  np.testing.assert_allclose(blocks, whole, atol=1e-5)
+  for a, b in zip(block_grads, whole_grads):
+    np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 @pytest.mark.parametrize('change,match', [
