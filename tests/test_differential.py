@@ -108,8 +108,8 @@ def test_with_rope_the_output_depends_only_on_relative_positions():
   np.testing.assert_allclose(np.asarray(run(model, 11 + jnp.arange(7)[None])), base, atol=2e-4)
 
 
-@pytest.mark.parametrize('kind', ['rope', 'none', 'alibi',
-                                  pytest.param('pope', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('kind', ['rope'] + [pytest.param(k, marks=pytest.mark.slow)
+                                             for k in ('none', 'alibi', 'pope')])
 def test_decoding_a_differential_model_with_the_cache_equals_the_full_pass(kind):
   tokens = jnp.asarray(np.random.default_rng(5).integers(5, 50, (2, 9)))
   kinds.assert_decoding_equals_full_pass(models.create(_config(kind).model, seed=6), tokens,
@@ -137,6 +137,7 @@ def test_bad_pairings_are_refused_in_one_line(fields, message):
   assert '\n' not in str(e.value) and 'differential' in str(e.value)
 
 
+@pytest.mark.slow  # The formula tests above cover the same code; this one differentiates it.
 def test_a_differential_model_trains_its_lambdas():
   model = models.create(_config('rope').model, seed=7)
   tokens = jnp.asarray(np.random.default_rng(8).integers(5, 50, (2, 8)))

@@ -117,7 +117,7 @@ def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind
   kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 3, 3))
 
 
-@pytest.mark.parametrize('causal_block', [0, 2, 4])
+@pytest.mark.parametrize('causal_block', [0, 2, pytest.param(4, marks=pytest.mark.slow)])
 def test_the_layer_is_the_formula_on_its_own_logits(causal_block):
   """One layer's output: the stick-breaking weights (float64 reference) of its q.k/sqrt(d)
   times its values, whole or in causal blocks of queries."""
@@ -139,7 +139,7 @@ def test_the_layer_is_the_formula_on_its_own_logits(causal_block):
 
 
 @pytest.mark.parametrize('kind,fields', [
-    ('none', {'model.attention.attend_current': True}),
+    pytest.param('none', {'model.attention.attend_current': True}, marks=pytest.mark.slow),
     ('alibi', {}),
     ('rope', {'model.layer_kinds': ('rope', 'none'), 'model.layer_windows': (3, 0)}),
 ])

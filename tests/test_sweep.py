@@ -13,6 +13,7 @@ import pytest
 from configs import synthetic as synthetic_config
 from configs.sweeps import context_extension
 from configs.sweeps import frontier as frontier_sweep
+from configs.sweeps import options as options_sweep
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
 from roformer import config_args
@@ -319,6 +320,23 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
     frontier_sweep.get_sweep('pathh')
 
 
+def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
+  """Every scheme on passkey, two RULER tasks and flip-flop at three seeds, each a valid
+  config; a point it shares with frontier.py has the same name and fields."""
+  sweep = sweeps.load('configs/sweeps/options.py')
+  assert len(sweep.points) == 4 * 3 * len(options_sweep.SCHEMES)
+  for point in sweep.points[:len(sweep.points) // 3]:
+    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    config_lib.validate(config_args.load(sweep.config, flags))
+  frontier = {p.name: p.fields for p in sweeps.load('configs/sweeps/frontier.py').points}
+  shared = [p for p in sweep.points if p.name in frontier]
+  assert {p.name.split(',')[1] for p in shared} == {'rope', 'none', 'alibi', 'fox', 'path',
+                                                    'stick_breaking'}
+  assert all(p.fields == frontier[p.name] for p in shared)
+  diff = [p for p in sweep.points if p.name == 'niah_multikey,rope+diff,seed=1'][0]
+  assert diff.fields['model.attention.differential'] is True
+
+
 def test_report_gives_each_training_budget_of_a_scheme_its_own_line():
   points = [{**_synthetic_point('a', seed, (0.5, 0.1), (0.9, 0.4)), 'steps': steps}
             for seed in (0, 1) for steps in (200, 400)]
@@ -346,6 +364,7 @@ def test_context_extension_smoke_continues_the_base_and_reports_each_length(tmp_
   spec = write_sweep(tmp_path, f"""
 from configs.sweeps import context_extension
 from configs.sweeps import frontier as frontier_sweep
+from configs.sweeps import options as options_sweep
 def get_sweep(arg=''):
   sweep = context_extension.get_sweep('smoke')
   sweep['overrides']['data.data_dir'] = {data_dir!r}

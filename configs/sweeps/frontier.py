@@ -51,7 +51,9 @@ BUDGETS = (0.5, 1.0, 2.0)
 SMOKE_LENGTHS = length.SMOKE_LENGTHS
 
 
-def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) -> dict:
+def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0,
+           schemes: dict | None = None) -> dict:
+  """One point: `scheme`'s fields (from `schemes`, default this sweep's) on `task`."""
   length = SMOKE_LENGTHS[task] if smoke else synthetic.TASKS[task]['seq_len']
   train = {'steps': 10} if smoke else synthetic.train_fields(task)
   name = f'{task},{scheme},seed={seed}'
@@ -62,7 +64,7 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0) 
   return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task,
           'data.seq_len': length, **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
           **{f'data.synthetic.{k}': v for k, v in synthetic.data_fields(task).items()},
-          **{**SCHEMES, **FOLLOW_UPS}[scheme](length)}
+          **(schemes or {**SCHEMES, **FOLLOW_UPS})[scheme](length)}
 
 
 def get_sweep(arg: str = ''):

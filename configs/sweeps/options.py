@@ -1,0 +1,57 @@
+"""PoPE, DAPE, gated and differential attention beside the schemes they are compared with, on
+the synthetic length tasks where their claims can show: passkey, RULER's multi-key needles and
+variable tracking, and flip-flop; trained at one length, evaluated at 1x, 2x, 4x and 8x it, at
+three seeds.
+
+  python scripts/sweep.py --sweep configs/sweeps/options.py --workdir runs/options
+  python scripts/report.py runs/options
+  ...options.py:niah_multikey,pope,rope      # only those tasks / schemes
+  ...options.py:smoke                        # a tiny model for a few steps: a pipeline check
+
+Schemes (points are named TASK,SCHEME,seed=N):
+- the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
+  `rope+gate` (RoPE with gated attention), `rope+diff` and `none+diff` (differential
+  attention with RoPE and without positions);
+- the baselines: `rope`, `none`, `alibi`, `fire`, `fox`, `path`, `stick_breaking`.
+The points that are frontier.py's (same task, scheme and seed) have the same names and fields,
+so pointing both sweeps at one workdir shares their runs.
+"""
+
+from configs.sweeps import frontier
+from configs.sweeps import length
+
+_kind = lambda kind: lambda length: {'model.position.kind': kind}
+SCHEMES = {
+    **{kind: _kind(kind) for kind in ('rope', 'none', 'alibi', 'fire', 'fox', 'path', 'pope')},
+    'stick_breaking': frontier.SCHEMES['stick_breaking'],
+    'alibi+dape': lambda length: {'model.position.kind': 'alibi', 'model.attention.dape': True},
+    'rope+gate': lambda length: {'model.position.kind': 'rope',
+                                 'model.attention.output_gate': True},
+    'rope+diff': lambda length: {'model.position.kind': 'rope',
+                                 'model.attention.differential': True},
+    'none+diff': lambda length: {'model.position.kind': 'none',
+                                 'model.attention.differential': True},
+}
+TASKS = ('passkey', 'niah_multikey', 'variable_tracking', 'flip_flop')
+SEEDS = (0, 1, 2)
+
+
+def get_sweep(arg: str = ''):
+  parts = [p for p in (arg or '').split(',') if p]
+  smoke = 'smoke' in parts
+  unknown = sorted(set(parts) - {'smoke'} - set(TASKS) - set(SCHEMES))
+  if unknown:
+    raise ValueError(f'configs/sweeps/options.py:{arg}: unknown parts {unknown}; choose tasks '
+                     f'{TASKS}, schemes {tuple(SCHEMES)} and/or smoke.')
+  tasks = [p for p in parts if p in TASKS] or list(TASKS)
+  schemes = [p for p in parts if p in SCHEMES] or list(
+      ('rope', 'pope', 'rope+diff', 'alibi+dape') if smoke else SCHEMES)
+  overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
+  seeds = SEEDS
+  if smoke:
+    overrides.update(length.SMOKE_OVERRIDES)
+    seeds = (0,)
+  points = [frontier._point(task, scheme, seed, smoke, schemes=SCHEMES)  # pylint: disable=protected-access
+            for seed in seeds for task in tasks for scheme in schemes]
+  return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
+          'eval_splits': ('validation',)}
