@@ -11,6 +11,10 @@
 #      (the segment mask), then the levers (the batch size, rematerialisation, XLA's attention
 #      against cuDNN) for rope;
 #   5. configs/lm.py trained for its 600 steps on the GPU (metrics and the log come back);
+#      `lm125`: configs/lm_125m.py's own step (batch 256 as 8 micro-batches of 32, remat dots,
+#      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
+#      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
+#      with the scheme that needs the einsum path and a value term);
 #   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
@@ -18,7 +22,7 @@
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm suite; TESTS=-k... selects tests)
+#       (some of: env tests rope bench packed levers lm lm125 point suite; TESTS=-k...)
 set -u
 OUT=${1:?usage: scripts/gpu_checks.sh OUTDIR}
 PY=${PYTHON:-python3}
@@ -29,7 +33,7 @@ cd "$(dirname "$0")/.."
 export JAX_PLATFORMS=cuda,cpu XLA_FLAGS=--xla_force_host_platform_device_count=1
 export PYTHONUNBUFFERED=1
 
-STAGES=${STAGES:-env tests rope bench packed levers lm suite}
+STAGES=${STAGES:-env tests rope bench packed levers lm lm125 point suite}
 stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 
@@ -86,6 +90,22 @@ timeout "${LM_LIMIT:-120}" $PY train.py --config configs/lm.py --workdir /tmp/lm
     | grep -v '^I1\|^W1' > "$OUT/lm.log"
 echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$OUT/lm.log"; tail -5 "$OUT/lm.log"
 cp /tmp/lm_gpu/metrics.jsonl "$OUT/lm_metrics.jsonl" 2>/dev/null
+fi
+
+if want lm125; then
+stage 'configs/lm_125m.py step'
+timeout "${LM125_LIMIT:-150}" $PY scripts/benchmark.py --config configs/lm_125m.py --kinds none,rope \
+    --steps 6 --out "$OUT/lm_125m.json" 2>&1 | grep -v '^I1\|^W1' | tail -8
+fi
+
+if want point; then
+stage "length-sweep point ${SWEEP_POINT:=associative_recall,shaw}"
+rm -rf /tmp/point_gpu
+start=$(date +%s)
+timeout "${POINT_LIMIT:-150}" $PY train.py --config "configs/synthetic.py:$SWEEP_POINT" \
+    --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -4 > "$OUT/point.log"
+timeout 60 $PY eval.py --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -12 >> "$OUT/point.log"
+echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/point.log"; tail -14 "$OUT/point.log"
 fi
 
 if want suite; then
