@@ -71,7 +71,7 @@ def get_config(arg: str = 'passkey'):
   config.model.update(num_layers=2, d_model=64, num_heads=4, d_ff=256)
   config.data.update(name=synthetic.PREFIX + task, seq_len=TASKS[task]['seq_len'])
   # The rows' fields (config.data.synthetic: the evaluation seed, rows per evaluation, each
-  # task's sizes) keep their defaults (roformer/config_schema.py).
+  # task's sizes) keep their defaults (roformer/config_schema.py) but for TASKS' 'data'.
   config.train.update(batch_size=32, learning_rate=3e-3, warmup_steps=50, log_every=50,
                       eval_every=200, eval_batches=4)
   config.train.update(train_fields(task))

@@ -246,8 +246,8 @@ def _fused(q, k, v, mask, bias, scale, impl, segments, causal, window):
   index with `causal`) and no bias, sequence lengths (and the causal mode) where every row is
   one document, the mask otherwise (chosen at run time by lax.cond: both are compiled, one
   runs). With a bias, the mask always: the gradient of a cond keeps buffers for both paths, and
-  for a [batch, heads, L, L] bias that doubled the compiled memory (ALiBi at 124M on a GPU:
-  17.5 to 34.4 GiB) for a 6% shorter step."""
+  for a [batch, heads, L, L] bias that doubled the compiled memory (a bias scheme at 124M on a
+  GPU: 17.5 to 34.4 GiB) for a 6% shorter step."""
   if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
     bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
         bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
@@ -257,7 +257,7 @@ def _fused(q, k, v, mask, bias, scale, impl, segments, causal, window):
     return masked()
   lengths, single = single_document_lengths(segments)
   by_lengths = lambda: jax.nn.dot_product_attention(
-      q, k, v, bias=bias, scale=scale, is_causal=causal, query_seq_lengths=lengths,
+      q, k, v, scale=scale, is_causal=causal, query_seq_lengths=lengths,
       key_value_seq_lengths=lengths, local_window_size=(window - 1, 0) if window else None,
       implementation=impl)
   return jax.lax.cond(single, by_lengths, masked)

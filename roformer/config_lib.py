@@ -204,11 +204,14 @@ def _check_differential(m, att) -> None:
             f"attention.kind={att.kind!r} forms no softmax maps" if att.kind != 'softmax' else
             f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
             if m.attention_impl not in ('auto', 'einsum') else '')
+  fix = ('--config.model.attention_impl=auto (or einsum)' if reason.startswith('it runs') else
+         'an even num_heads (and d_model a multiple of it)' if m.num_heads % 2 else
+         'softmax attention (attention.kind=softmax)' if att.kind != 'softmax' and not
+         with_values else 'a scheme without a value term')
   if reason:
     raise errors.ConfigError(
-        f'config.model.attention.differential=True: {reason}. Fix: '
-        '--config.model.attention.differential=False, or an even num_heads with softmax '
-        'attention and a scheme without a value term (rope, none, alibi, pope, ...).')
+        f'config.model.attention.differential=True: {reason}. Fix: {fix}, or '
+        '--config.model.attention.differential=False.')
 
 
 def _validate_architecture(config) -> None:

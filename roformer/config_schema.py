@@ -276,8 +276,9 @@ def schema() -> dict:
               # output projection (W_g: d_model x d_model more parameters and matmul per layer).
               'output_gate': Bool(default=False),
               # Differential attention (Ye et al. 2025): num_heads / 2 heads, each the difference
-              # of two softmax maps (lambda learned per head) over values of twice the head width,
-              # RMS-normed per head (roformer/differential.py); the parameter count stays.
+              # of two softmax maps (one learned lambda per layer) over values of twice the head
+              # width, RMS-normed per head (roformer/differential.py); adds 6 x head_dim
+              # parameters per layer.
               'differential': Bool(default=False),
               # DAPE (Zheng et al. 2024): logits q.k/sqrt(d) + B + f([q.k/sqrt(d); B]) with f a
               # two-layer MLP (2 heads -> dape_width -> heads, GELU) applied to each query-key

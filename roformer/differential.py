@@ -4,13 +4,13 @@ A differential head subtracts two softmax maps over the same values:
 
   head_i = (1 - lambda_init) RMSNorm((softmax(Q1 K1^T / sqrt(d)) - lambda softmax(Q2 K2^T / sqrt(d))) V)
 
-with Q1, Q2, K1, K2 of width d (the model's head width), V of width 2d, and
-lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init learned per head, lambda_init =
-0.8 - 0.6 exp(-0.3 (l - 1)) for layer l (1-based). As in the paper, a layer with `num_heads`
-heads of width d has num_heads / 2 differential heads: the projections keep their shapes (and the
-parameter count), heads 2i and 2i + 1 of the usual split give head i's two maps, and their values
-together are its V. Only the lambda vectors (4 x d per differential head) and the norm's scale
-(2d per layer) are added.
+with Q1, Q2, K1, K2 of width d (the model's head width), V of width 2d, and one learned scalar
+per layer, lambda = exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init from four vectors of width d
+(shared by the layer's heads, as in the paper's code), lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1))
+for layer l (1-based). As in the paper, a layer with `num_heads` heads of width d has
+num_heads / 2 differential heads: the projections keep their shapes, heads 2i and 2i + 1 of the
+usual split give head i's two maps, and their values together are its V. Only the lambda
+vectors (4d) and the norm's scale (2d, shared by the heads) are added per layer.
 
 Each of the num_heads maps runs as an ordinary attention head (every position scheme's hooks,
 the key/value cache, causal blocks) whose values are its differential head's V; `combine` then
@@ -34,7 +34,8 @@ def lambda_init(layer) -> jax.Array:
 
 
 def lambdas(lq1: jax.Array, lk1: jax.Array, lq2: jax.Array, lk2: jax.Array, init) -> jax.Array:
-  """Each differential head's lambda from its vectors [heads / 2, d]: [heads / 2] float32."""
+  """The layer's lambda from its vectors [d] (or one lambda per row of [n, d] vectors):
+  float32, a scalar (or [n])."""
   dot = lambda a, b: jnp.sum(a.astype(jnp.float32) * b.astype(jnp.float32), axis=-1)
   return jnp.exp(dot(lq1, lk1)) - jnp.exp(dot(lq2, lk2)) + init
 
@@ -50,7 +51,8 @@ def paired_values(v: jax.Array) -> jax.Array:
 def combine(out: jax.Array, lam: jax.Array, init, scale: jax.Array) -> jax.Array:
   """The maps' outputs [batch, len, heads, 2d] (even heads: softmax(Q1 K1^T) V, odd:
   softmax(Q2 K2^T) V) -> the differential heads [batch, len, heads / 2, 2d]: their difference
-  with weight lambda [heads / 2], RMS-normed per head (`scale` [2d]) and times 1 - lambda_init."""
+  with weight lambda (a scalar, or [heads / 2]), RMS-normed per head (`scale` [2d]) and times
+  1 - lambda_init."""
   first, second = out[:, :, 0::2].astype(jnp.float32), out[:, :, 1::2].astype(jnp.float32)
-  diff = first - lam[:, None] * second
+  diff = first - jnp.asarray(lam, jnp.float32)[..., None] * second
   return (attention.rms_norm(diff, scale, eps=1e-5) * (1.0 - init)).astype(out.dtype)

@@ -173,10 +173,10 @@ class MultiHeadAttention(nnx.Module):
       self.dape_b2 = variables.param(jnp.zeros((h,), jnp.float32), (None,), decay=False)
     self.differential = att.differential
     if self.differential:  # Differential attention: heads pair up (differential.py).
-      init = lambda: jax.random.normal(rngs.params(), (cfg.num_heads // 2, self.head_dim),
+      init = lambda: jax.random.normal(rngs.params(), (self.head_dim,),
                                        jnp.float32) * differential.LAMBDA_STD
       self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
-          variables.param(init(), (None, None), decay=False) for _ in range(4))
+          variables.param(init(), (None,), decay=False) for _ in range(4))
       self.diff_scale = variables.param(jnp.ones((2 * self.head_dim,), jnp.float32), (None,),
                                         decay=False)
     if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output, b from 0.
@@ -193,8 +193,10 @@ class MultiHeadAttention(nnx.Module):
     'positions' [batch, max_len], 'index'), x's keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
     any position hook, so every scheme sees the same keys as without a cache. `segments`
-    (packed segment ids) is what FAVOR+ reads instead of the dense mask; `layer` (an int or an
-    int32 scalar) seeds its random features. Returns (output, updated layer cache or None)."""
+    (packed segment ids) is what FAVOR+ reads instead of the dense mask, and what lets the
+    fused kernels run with sequence lengths when every row is one document; `layer` (an int or
+    an int32 scalar) seeds FAVOR+'s random features and sets differential attention's
+    lambda_init. Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape
     ctx = position.prepare(x, pos, shared)
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, 3 * self.num_heads, self.head_dim), 3, axis=2)

@@ -449,8 +449,9 @@ class SyntheticTask(LanguageModeling):
   to exact ties for the largest logit, that is whether greedy decoding from the question
   reproduces the answer: as long as every
   earlier answer token was right, greedy decoding sees the same inputs as teacher forcing, so the
-  first wrong token is the same in both. `depth_accuracy` splits passkey rows by the depth of the
-  key (`data.synthetic.depth_buckets` equal bands of the filler)."""
+  first wrong token is the same in both. `depth_accuracy` splits the rows of passkey and RULER's
+  needle tasks by the depth of the key or asked needle (`data.synthetic.depth_buckets` equal
+  bands of the filler)."""
 
   features = LanguageModeling.features + ('weights', 'bucket')
 

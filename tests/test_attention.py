@@ -223,8 +223,10 @@ def numpy_attention(q, k, v, mask):
   return np.einsum('bhqk,bkhd->bqhd', probs / probs.sum(-1, keepdims=True), v)
 
 
-@pytest.mark.parametrize('causal,window', [(True, 0), (True, 3), (False, 0)])
-@pytest.mark.parametrize('rows', ['one document each', 'packed'])
+@pytest.mark.parametrize('causal,window,rows', [
+    (True, 3, 'one document each'), (False, 0, 'one document each'), (True, 0, 'packed'),
+    *[pytest.param(*case, marks=pytest.mark.slow) for case in (
+        (True, 0, 'one document each'), (True, 3, 'packed'), (False, 0, 'packed'))]])
 def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal, window, rows):
   """The lengths path (one document per row) and the mask path (packed rows) both give the
   float64 attention of the segment mask at every query that is not padding."""

@@ -29,7 +29,8 @@ def _softmax(x):
 
 def reference(q, k, v, mask, lq1, lk1, lq2, lk2, scale, layer):
   """The paper's differential heads in float64, for q, k, v [batch, L, heads, d] split as
-  heads 2i, 2i + 1 = head i's (Q1, K1), (Q2, K2) and V = [v_2i, v_2i+1]: [batch, L, heads/2, 2d]."""
+  heads 2i, 2i + 1 = head i's (Q1, K1), (Q2, K2) and V = [v_2i, v_2i+1], and the layer's
+  lambda vectors [d]: [batch, L, heads/2, 2d]."""
   init = 0.8 - 0.6 * np.exp(-0.3 * layer)  # The paper's l - 1 = layer (0-based).
   b, length, heads, d = q.shape
   out = np.zeros((b, length, heads // 2, 2 * d))
@@ -38,7 +39,7 @@ def reference(q, k, v, mask, lq1, lk1, lq2, lk2, scale, layer):
     for h in (2 * i, 2 * i + 1):
       logits = np.einsum('bqd,bkd->bqk', q[:, :, h], k[:, :, h]) / np.sqrt(d)
       maps.append(_softmax(np.where(mask, logits, -1e30)))  # Padding rows: uniform.
-    lam = np.exp(lq1[i] @ lk1[i]) - np.exp(lq2[i] @ lk2[i]) + init
+    lam = np.exp(lq1 @ lk1) - np.exp(lq2 @ lk2) + init  # One scalar for the layer.
     values = np.concatenate([v[:, :, 2 * i], v[:, :, 2 * i + 1]], axis=-1)
     heads_out = np.einsum('bqk,bkd->bqd', maps[0] - lam * maps[1], values)
     rms = np.sqrt(np.mean(heads_out ** 2, axis=-1, keepdims=True) + 1e-5)
@@ -51,7 +52,7 @@ def reference(q, k, v, mask, lq1, lk1, lq2, lk2, scale, layer):
 def test_differential_heads_equal_the_float64_formula(layer, causal_block):
   rng = np.random.default_rng(0)
   q, k, v = (rng.normal(size=(2, 6, 4, 8)) for _ in range(3))
-  lq1, lk1, lq2, lk2 = (rng.normal(size=(2, 8)) * 0.3 for _ in range(4))
+  lq1, lk1, lq2, lk2 = (rng.normal(size=8) * 0.3 for _ in range(4))
   scale = rng.uniform(0.5, 1.5, 16)
   seg = np.array([[1] * 6, [1] * 4 + [0] * 2])
   mask = np.asarray(attention.make_mask(jnp.asarray(seg), jnp.asarray(seg), causal=True))[:, 0]
@@ -65,6 +66,31 @@ def test_differential_heads_equal_the_float64_formula(layer, causal_block):
   want = reference(q, k, v, mask, lq1, lk1, lq2, lk2, scale, layer)
   real = seg > 0
   np.testing.assert_allclose(got[real], want[real], atol=2e-5, rtol=1e-4)
+
+
+def test_a_layer_scales_by_its_own_lambda_init_and_the_scan_equals_the_loop():
+  """Layer l's heads are scaled by 1 - lambda_init(l): the second layer's output projection
+  sees the formula at layer 1 (not 0), in the loop and in the scanned stack alike."""
+  outs = []
+  for scan in (False, True):
+    config = _config('none', num_layers=2, scan_layers=scan)
+    model = models.create(config.model, seed=1)
+    tokens = jnp.asarray(np.random.default_rng(9).integers(5, 50, (1, 6)))
+    outs.append(np.asarray(model(tokens, jnp.arange(6)[None], jnp.ones_like(tokens))))
+  np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)
+  model = models.create(_config('none', num_layers=2).model, seed=1)
+  block = model.blocks[1]
+  x = jnp.asarray(np.random.default_rng(2).normal(size=(1, 5, 32)), jnp.float32)
+  seg = jnp.ones((1, 5), jnp.int32)
+  mask = attention.make_mask(seg, seg, causal=True)
+  got, _ = block.attn(x, mask, jnp.arange(5)[None], block.position, layer=1)
+  qkv = np.asarray(block.attn.qkv(x), np.float64).reshape(1, 5, 12, 8)
+  params = [np.asarray(p[...], np.float64) for p in (
+      block.attn.lambda_q1, block.attn.lambda_k1, block.attn.lambda_q2, block.attn.lambda_k2,
+      block.attn.diff_scale)]
+  heads = reference(*np.split(qkv, 3, axis=2), np.asarray(mask)[:, 0], *params, layer=1)
+  want = block.attn.out(jnp.asarray(heads.reshape(1, 5, 32), jnp.float32))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
 def test_lambda_init_against_hand_values():
@@ -96,7 +122,7 @@ def test_the_parameter_count_grows_only_by_the_lambdas_and_the_norm():
   diff = _config('rope').model
   d, heads, layers = plain.d_model, plain.num_heads, plain.num_layers
   head = d // heads
-  extra = layers * (4 * (heads // 2) * head + 2 * head)
+  extra = layers * (4 * head + 2 * head)  # The lambda vectors and the norm's scale.
   assert models.num_parameters(diff) == models.num_parameters(plain) + extra
 
 

@@ -110,6 +110,8 @@ def test_common_words_are_strictly_the_most_frequent():
      'needs 10 distinct values'),
     ('common_words', {'data.synthetic.num_symbols': 128}, 'list 497 distinct words'),
     ('niah_multikey', {'data.synthetic.needle_depth': -0.5}, 'needle_depth=-0.5'),
+    ('common_words', {'data.synthetic.needle_depth': 0.5}, "not of 'common_words'"),
+    ('passkey', {'data.synthetic.needle_depth': 0.5}, "not of 'passkey'"),
 ])
 def test_a_task_that_cannot_fit_is_refused_in_one_line(task, fields, message):
   import kinds  # pylint: disable=g-import-not-at-top

@@ -44,8 +44,8 @@ def test_the_weights_are_the_papers_products(length, attend_current):
 
 @pytest.mark.parametrize('attend_current', [False, True])
 def test_the_gradient_is_the_papers_products_differentiated(attend_current):
-  """The written-out gradient against central differences of the float64 products, with a
-  mask that removes some keys."""
+  """The gradient against central differences of the float64 products, with a mask that
+  removes some keys."""
   rng = np.random.default_rng(7)
   z = rng.normal(0, 2, (2, 6, 6))
   g = rng.normal(size=z.shape)
@@ -140,7 +140,7 @@ def test_the_layer_is_the_formula_on_its_own_logits(causal_block):
 
 @pytest.mark.parametrize('kind,fields', [
     pytest.param('none', {'model.attention.attend_current': True}, marks=pytest.mark.slow),
-    ('alibi', {}),
+    pytest.param('alibi', {}, marks=pytest.mark.slow),
     ('rope', {'model.layer_kinds': ('rope', 'none'), 'model.layer_windows': (3, 0)}),
 ])
 def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):

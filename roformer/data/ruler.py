@@ -32,7 +32,8 @@ from roformer.data import tokenizer as tokenizer_lib
 
 TASKS = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracking',
          'common_words')
-DEPTH_TASKS = TASKS[:4]  # Those whose rows have a depth bucket.
+# Those whose rows have a depth bucket (and read data.synthetic.needle_depth).
+DEPTH_TASKS = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracking')
 
 
 def fixed_tokens(task: str, cfg) -> int:
@@ -47,7 +48,9 @@ def fixed_tokens(task: str, cfg) -> int:
   if task == 'variable_tracking':
     names = cfg.hops + 1
     return 1 + needle * cfg.chains * names + 3 + names + 1
-  return 1 + cfg.common_words * cfg.common_count + 2 + cfg.common_words + 1
+  if task == 'common_words':
+    return 1 + cfg.common_words * cfg.common_count + 2 + cfg.common_words + 1
+  raise ValueError(f'{task!r} is not one of RULER\'s tasks {TASKS}.')
 
 
 def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
@@ -120,7 +123,7 @@ def _bucket(cfg, depth: float) -> int:
   return min(int(depth * cfg.depth_buckets), cfg.depth_buckets - 1)
 
 
-def _row(body, question, answers, eos: bool = True):
+def _row(body, question, answers):
   """[bos] body, then each (question, answer) in turn, then eos; the answers' spans."""
   tokens, spans = [np.asarray([tokenizer_lib.BOS_ID]), body], []
   at = 1 + len(body)
@@ -129,8 +132,7 @@ def _row(body, question, answers, eos: bool = True):
     at += len(q)
     spans.append((at, at + len(a)))
     at += len(a)
-  if eos:
-    tokens.append([tokenizer_lib.EOS_ID])
+  tokens.append([tokenizer_lib.EOS_ID])
   return np.concatenate(tokens).astype(np.int64), spans
 
 

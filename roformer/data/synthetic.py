@@ -5,7 +5,8 @@ by (data seed, split, run seed for training rows, row index), so a row can be re
 in any order, and the grain iterator's state is just an index: deterministic and resumable. A row
 is a single document: `inputs` = [bos] + tokens, `targets` the same shifted by one, positions
 0..L-1 and segment id 1 (0 on padding), plus `weights` (1.0 on the answer tokens only: the loss
-and accuracy count nothing else) and `bucket` (passkey's depth bucket; 0 elsewhere). The same
+and accuracy count nothing else) and `bucket` (the needle's depth bucket for passkey and RULER's
+needle tasks; 0 elsewhere). The same
 generator serves every evaluation length, so a model trained at L is scored on rows of 2L, 4L, 8L.
 
 - `passkey` (Mohtashami & Jaggi 2023; Chen et al. 2023): "The pass key is 7 1 8 0 3 . Remember
@@ -116,6 +117,11 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
   """Checks config.data.synthetic for `task` against the training length and the longest
   evaluation length (config.data.seq_len x the largest eval length multiplier)."""
   where = 'config.data.synthetic'  # Each field's range: roformer/config_schema.py.
+  if cfg.needle_depth != -1 and task not in ruler.DEPTH_TASKS:
+    raise errors.ConfigError(
+        f'{where}.needle_depth={cfg.needle_depth} places the asked needle of '
+        f'{ruler.DEPTH_TASKS}, not of {task!r} (whose rows it would leave as they are). Fix: '
+        'leave it at -1.')
   if task == 'passkey':
     need = passkey_fixed_tokens(cfg.key_digits) + 1  # At least one filler token.
     if seq_len + 1 < need:

@@ -79,20 +79,20 @@ def check(method: str, length: int, options: dict) -> None:
         'which must be smaller than d.')
 
 
-def longest_kept(method: str, options: dict) -> tuple[str, int] | None:
-  """(the options in words, the least trained length they need): the length up to whose
-  distances a method keeps RoPE's own (its window, chunk or shift), which the model must have
-  been trained on for the method to mean what it says; None for `none`."""
+def longest_kept(method: str, options: dict) -> tuple[str, int, int] | None:
+  """(the options in words, their value, how many positions more than it they need): a
+  method's window, chunk or shift sets the distances it lets RoPE see at their own value, which
+  the model must have been trained on for the method to mean what it says (a window w reaches
+  distance w, so it needs w + 1 trained positions; DCA's chunk plus local window and the sinks
+  plus window are lengths, so they need as many). None for `none`."""
   o = options
   needs = {
-      'rerope': lambda: (f"window={o['window']}", o['window'] + 1),
-      'leaky_rerope': lambda: (f"window={o['window']}", o['window'] + 1),
-      'self_extend': lambda: (f"neighbor_window={o['neighbor_window']}", o['neighbor_window'] + 1),
-      'string': lambda: (f"shift={o['shift']}", o['shift']),
-      'dca': lambda: (f"chunk_size={o['chunk_size']} + local_window={o['local_window']}",
-                      o['chunk_size'] + o['local_window']),
-      'sinks': lambda: (f"sink_tokens={o['sink_tokens']} + window={o['window']}",
-                        o['sink_tokens'] + o['window']),
+      'rerope': lambda: ('window', o['window'], 1),
+      'leaky_rerope': lambda: ('window', o['window'], 1),
+      'self_extend': lambda: ('neighbor_window', o['neighbor_window'], 1),
+      'string': lambda: ('shift', o['shift'], 0),
+      'dca': lambda: ('chunk_size + local_window', o['chunk_size'] + o['local_window'], 0),
+      'sinks': lambda: ('sink_tokens + window', o['sink_tokens'] + o['window'], 0),
   }
   return needs[method]() if method in needs else None
 

@@ -294,13 +294,13 @@ def check_remap_length(model_cfg, trained: int, trained_field: str) -> None:
   `trained` positions (`trained_field` says where that number comes from)."""
   layer = layer_remap(model_cfg)
   kept = layer and remap.longest_kept(layer[0], dict(layer[1]))
-  if kept and kept[1] > trained:
-    words, needed = kept
+  if kept and kept[1] + kept[2] > trained:
+    words, value, extra = kept
     raise errors.ConfigError(
-        f'config.model.position.rope.remap: {layer[0]} with {words} keeps true distances up to '
-        f'{needed - 1}, past the {trained} positions the model was trained on ({trained_field}); '
-        'the remap would run RoPE at distances it never saw. Fix: a smaller window, chunk or '
-        f'shift (together at most {trained}).')
+        f'config.model.position.rope.remap: {layer[0]} with {words} = {value} needs '
+        f'{value + extra} trained positions, past the {trained} positions the model was trained '
+        f'on ({trained_field}); the remap would run RoPE at distances it never saw. Fix: '
+        f'{words} at most {trained - extra}.')
 
 
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
