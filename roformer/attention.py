@@ -218,15 +218,22 @@ def causal_block_attention(q, k, v, mask, bias, rows: int, window: int = 0):
 
   With a sliding `window` (the mask hides keys j <= i - window), each block also starts at the
   first key its first row sees, so no key block wholly outside the window is computed."""
+  return _over_causal_blocks(blocked_softmax_attention, q, k, v, mask, bias, rows, window)
+
+
+def _over_causal_blocks(attend_block, q, k, v, mask, bias, rows: int, window: int):
+  """`attend_block(q, k, v, mask, bias)` for each run of at most `rows` queries over the keys
+  from the first its window sees to its last row (mask and bias sliced alike), concatenated
+  along the queries: the block skipping shared by the softmax and stick-breaking."""
   if q.shape[1] != k.shape[1]:
     raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
                      f'{k.shape[1]}).')
   out = []
   for start, end in query_blocks(q.shape[1], rows):
     first = max(0, start - window + 1) if window else 0
-    out.append(blocked_softmax_attention(
-        q[:, start:end], k[:, first:end], v[:, first:end], _block_of(mask, start, end, first),
-        _block_of(bias, start, end, first)))
+    out.append(attend_block(q[:, start:end], k[:, first:end], v[:, first:end],
+                            _block_of(mask, start, end, first),
+                            _block_of(bias, start, end, first)))
   return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
 
 
@@ -385,16 +392,9 @@ def causal_block_stick_breaking(q, k, v, mask, bias, rows: int, *, attend_curren
   last row only (from the first key its window sees, with a sliding `window`). Exact: a key
   after the query, like any masked key, neither takes nor breaks its stick. Returns the
   output [batch, q_len, heads, head_dim]."""
-  if q.shape[1] != k.shape[1]:
-    raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
-                     f'{k.shape[1]}).')
-  out = []
-  for start, end in query_blocks(q.shape[1], rows):
-    first = max(0, start - window + 1) if window else 0
-    logits = scaled_logits(q[:, start:end], k[:, first:end], _block_of(bias, start, end, first))
-    out.append(stick_breaking_attend(logits, v[:, first:end], _block_of(mask, start, end, first),
-                                     attend_current=attend_current)[0])
-  return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
+  block = lambda q, k, v, mask, bias: stick_breaking_attend(
+      scaled_logits(q, k, bias), v, mask, attend_current=attend_current)[0]
+  return _over_causal_blocks(block, q, k, v, mask, bias, rows, window)
 
 
 # ------------------------------------------------------------------------------ FAVOR+

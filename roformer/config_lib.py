@@ -169,17 +169,18 @@ DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 2 heads + width] map, per lay
 def _check_dape(config, m, att) -> None:
   """DAPE needs a bias in every layer's logits on softmax's einsum path, and a map that fits."""
   field = 'config.model.attention.dape'
-  no_bias = [k for k in dict.fromkeys(positions.layer_kinds(m))
-             if not positions.capabilities(k).logits_term
-             or positions.capabilities(k).computes_logits or positions.capabilities(k).value_term]
+  adds_bias = lambda k: (positions.capabilities(k).logits_term and not (
+      positions.capabilities(k).computes_logits or positions.capabilities(k).value_term))
+  no_bias = [k for k in dict.fromkeys(positions.layer_kinds(m)) if not adds_bias(k)]
   reason = (f'position kinds {no_bias} add no bias to q.k for it to read' if no_bias else
             f"attention.kind={att.kind!r} has no softmax logits" if att.kind != 'softmax' else
             'attention.ssmax scales the same logits (not combined)' if att.ssmax else
             f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
             if m.attention_impl not in ('auto', 'einsum') else '')
   if reason:
+    biased = [k for k in positions.kinds() if adds_bias(k)]
     raise errors.ConfigError(f'{field}=True: {reason}. Fix: --config.model.attention.dape=False,'
-                             ' or a scheme that adds a bias (alibi, kerple, fire, t5) with '
+                             f' or a scheme that adds a bias ({", ".join(biased)}) with '
                              'softmax attention.')
   longest = config.data.seq_len * max(config.eval.length_multipliers, default=1)
   batch = max(config.train.batch_size, config.eval.batch_size)
@@ -197,21 +198,20 @@ def _check_differential(m, att) -> None:
   the head width, and runs on the einsum path."""
   with_values = [k for k in dict.fromkeys(positions.layer_kinds(m))
                  if positions.capabilities(k).value_term]
-  reason = (f'num_heads={m.num_heads} is odd (its heads pair up into num_heads / 2 '
-            'differential heads)' if m.num_heads % 2 else
-            f'position kinds {with_values} add a value term of the head width to each map '
-            'output' if with_values else
-            f"attention.kind={att.kind!r} forms no softmax maps" if att.kind != 'softmax' else
-            f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
-            if m.attention_impl not in ('auto', 'einsum') else '')
-  fix = ('--config.model.attention_impl=auto (or einsum)' if reason.startswith('it runs') else
-         'an even num_heads (and d_model a multiple of it)' if m.num_heads % 2 else
-         'softmax attention (attention.kind=softmax)' if att.kind != 'softmax' and not
-         with_values else 'a scheme without a value term')
-  if reason:
-    raise errors.ConfigError(
-        f'config.model.attention.differential=True: {reason}. Fix: {fix}, or '
-        '--config.model.attention.differential=False.')
+  refusals = [  # (refused, why, the fix), the first that applies is given.
+      (m.num_heads % 2, f'num_heads={m.num_heads} is odd (its heads pair up into num_heads / 2 '
+       'differential heads)', 'an even num_heads (and d_model a multiple of it)'),
+      (with_values, f'position kinds {with_values} add a value term of the head width to each '
+       'map output', 'a scheme without a value term'),
+      (att.kind != 'softmax', f'attention.kind={att.kind!r} forms no softmax maps',
+       '--config.model.attention.kind=softmax'),
+      (m.attention_impl not in ('auto', 'einsum'),
+       f'it runs on the einsum path, not attention_impl={m.attention_impl!r}',
+       '--config.model.attention_impl=auto (or einsum)')]
+  for refused, why, fix in refusals:
+    if refused:
+      raise errors.ConfigError(f'config.model.attention.differential=True: {why}. Fix: {fix}, '
+                               'or --config.model.attention.differential=False.')
 
 
 def _validate_architecture(config) -> None:

@@ -242,8 +242,7 @@ class MultiHeadAttention(nnx.Module):
           query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits or self.remap is not None:
       if self.remap is not None:
-        logits = self._remapped_logits(q, k, pos, k_pos, position)
-        seen = positions_lib.remap.visible(self.remap[0], pos, k_pos, **dict(self.remap[1]))
+        logits, seen = position.remapped_logits(q, k, pos, k_pos, self.remap)
         mask = mask if seen is None else mask & seen[:, None]
       else:
         logits = position.logits(q, k, pos, k_pos, mask, ctx)
@@ -278,17 +277,6 @@ class MultiHeadAttention(nnx.Module):
     if self.output_gate:
       out = out * jax.nn.sigmoid(self.gate(x)).astype(out.dtype)
     return self.out(out), cache
-
-  def _remapped_logits(self, q, k, pos, k_pos, position):
-    """RoPE's scaled logits with the distances of `self.remap`, rotated by the layer's own
-    rotation (its scaling, fraction and layout; YaRN's temperature on q and k)."""
-    rotation = position.heads
-    freqs = rotation.frequencies(pos, k_pos)
-    rotate = lambda x, p: rotation(x, p, freqs)
-    method, options = self.remap
-    logits = positions_lib.remap.remapped_logits(q, k, pos, k_pos, rotate, method,
-                                                 **dict(options))
-    return logits * (self.head_dim ** -0.5 * rotation.mscale ** 2)
 
   def projection(self, layer=0) -> jax.Array:
     """Layer `layer`'s random features for the current draw: [num_features, head_dim]."""

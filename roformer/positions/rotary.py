@@ -188,6 +188,19 @@ class _RotaryLayer(base.Layer):
       q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
     return q, k
 
+  def remapped_logits(self, q, k, q_pos, k_pos, method_options):
+    """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of a remap
+    (`layer_remap`'s (method, option items)), rotated by this layer's own rotation (its
+    scaling, fraction and layout; YaRN's temperature on q and k), and the [batch, q_len, k_len]
+    pairs the method lets a query see (None: all)."""
+    r = self.heads
+    freqs = r.frequencies(q_pos, k_pos)
+    method, options = method_options[0], dict(method_options[1])
+    logits = remap.remapped_logits(q, k, q_pos, k_pos, lambda x, p: r(x, p, freqs), method,
+                                   **options)
+    return (logits * (q.shape[-1] ** -0.5 * r.mscale ** 2),
+            remap.visible(method, q_pos, k_pos, **options))
+
   def rotate_value(self, v, k_pos, ctx):
     # The keys include the queries' positions, so k_pos alone gives the same dynamic length.
     return self.heads(v, k_pos, self.heads.frequencies(k_pos)) if self.rotate_values else v
