@@ -157,10 +157,13 @@ def test_sigterm_on_one_host_stops_both_at_one_step_and_the_run_continues(data_d
 @pytest.mark.parametrize('flags, message', [
     (['--num_processes=2', '--process_id=0'], '--num_processes, --process_id given without '
                                               '--distributed. Fix: add --distributed.'),
-    (['--distributed', '--num_processes=2'], '--num_processes and --process_id go together.'),
-    (['--distributed', '--num_processes=2', '--process_id=2'],
-     '--process_id=2 is not in 0 .. 1. Fix: number the processes from 0.'),
-    (['--distributed', '--num_processes=0', '--process_id=0'], 'at least 1.'),
+    pytest.param(['--distributed', '--num_processes=2'],
+                 '--num_processes and --process_id go together.', marks=pytest.mark.slow),
+    pytest.param(['--distributed', '--num_processes=2', '--process_id=2'],
+                 '--process_id=2 is not in 0 .. 1. Fix: number the processes from 0.',
+                 marks=pytest.mark.slow),
+    pytest.param(['--distributed', '--num_processes=0', '--process_id=0'], 'at least 1.',
+                 marks=pytest.mark.slow),
     (['--distributed'], 'No cluster environment was detected. Fix: give every process '
                         '--coordinator_address=HOST:PORT (of process 0), --num_processes=N'),
 ])

@@ -164,7 +164,7 @@ def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):
       logits = nnx.merge(graphdef, params, rest)(tokens, pos, seg)
       return jnp.sum(logits * weights), logits
 
-    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (_, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     results.append((np.asarray(logits)[np.asarray(seg) > 0],
                     [np.asarray(g) for g in jax.tree.leaves(grads)]))
   (whole, whole_grads), (blocks, block_grads) = results

@@ -125,13 +125,16 @@ def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):
 
 
 def _smoke_sweep(tmp_path, data_dir, kinds: str, extra_points: str = '',
-                 evals=('', 'rope_linear', 'rope_ntk', 'rope_yarn')) -> str:
-  """positions.py:smoke,KINDS on the session's data, with only `evals` and `extra_points`."""
+                 evals=('', 'rope_linear', 'rope_ntk', 'rope_yarn'),
+                 lengths=positions_sweep.LENGTHS) -> str:
+  """positions.py:smoke,KINDS on the session's data, with only `evals`, `extra_points` and
+  evaluation at `lengths` times the training length."""
   return write_sweep(tmp_path, f'''
 from configs.sweeps import positions
 def get_sweep(arg=''):
   sweep = positions.get_sweep('smoke,{kinds}')
   sweep['overrides']['data.data_dir'] = {data_dir!r}
+  sweep['overrides']['eval.length_multipliers'] = {tuple(lengths)!r}
   sweep['points'] += [{extra_points}]
   sweep['evals'] = {{k: v for k, v in sweep['evals'].items() if k in {tuple(evals)!r}}}
   return sweep
@@ -151,7 +154,7 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   run_is_redone) continues its training and redoes only the evaluation it lost."""
   spec = _smoke_sweep(tmp_path, data_dir, 'rope',
                       "{'model.position.kind': 'alibi', 'seed': 1, 'model.d_model': 30}",
-                      evals=('', 'rope_yarn'))  # The slow test runs every scheme and scaling.
+                      evals=('', 'rope_yarn'), lengths=(1, 2))  # -m slow: all of them.
   root = str(tmp_path / 'sweep')
   first = _run(['--sweep', spec, '--workdir', root, '--parallel', '2'])
   assert first.returncode == 1, first.stdout + first.stderr  # One point failed ...
@@ -173,9 +176,9 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   loss = plain[0]['loss']
   row = [line for line in text.splitlines() if line.startswith('| kind=rope,seed=0 ')]
   assert row and f'| {train_loss:.4f} | {loss:.4f} | {math.exp(loss):.2f} |' in row[0]
-  assert [m['multiplier'] for m in plain] == [1, 2, 4, 8]
+  assert [m['multiplier'] for m in plain] == [1, 2]
   scaled = [line for line in text.splitlines() if line.startswith('| rope + yarn scaling |')]
-  assert len(scaled) == 1 and len(scaled[0].split('|')) == 7  # 1x .. 8x.
+  assert len(scaled) == 1 and len(scaled[0].split('|')) == 5  # 1x, 2x.
   for png in ('validation_loss.png', 'length_extrapolation.png'):
     with open(os.path.join(root, png), 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
@@ -186,16 +189,17 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   # the evaluation that still matches the final step is not redone.
   shutil.rmtree(os.path.join(rope, 'checkpoints', '30'))
   os.remove(os.path.join(rope, 'eval_results.json'))
-  again = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn')),
-                '--workdir', root])
+  again = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
+                                        lengths=(1, 2)), '--workdir', root])
   assert again.returncode == 0, again.stdout + again.stderr
   with open(os.path.join(root, 'logs', 'kind=rope,seed=0.log')) as f:
     log = f.read()
   assert 'checkpoints step 15.' in log  # 'Resuming from ... step 15.'
   assert log.count('--out=eval_results.rope_yarn.json') == 1
   assert os.path.exists(os.path.join(rope, 'eval_results.json'))
-  assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn')),
-               '--workdir', root]).stdout.count('1 points were already finished') == 1
+  assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
+                                       lengths=(1, 2)), '--workdir', root]).stdout.count(
+                                           '1 points were already finished') == 1
 
 
 @pytest.mark.slow
@@ -263,6 +267,7 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
   recall = sweeps.load('configs/sweeps/length.py:associative_recall,alibi')
   assert [p.name for p in recall.points] == [f'associative_recall,alibi,seed={s}'
                                              for s in (0, 1, 2)]
+  passkey = synthetic_config.get_config('passkey')
   for point in sweep.points:  # Each trains as the task's own config does.
     task = point.fields['data.name'].split('/')[1]
     own = synthetic_config.get_config(task)
@@ -271,7 +276,7 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
       if field.startswith('train.') and field != 'train.random_positions':
         assert own.train[field[6:]] == value, (point.name, field)
     assert {f[6:] for f in point.fields if f.startswith('train.')} - {'random_positions'} >= {
-        k for k in own.train if own.train[k] != synthetic_config.get_config('passkey').train[k]}
+        k for k in own.train if own.train[k] != passkey.train[k]}
     if point.fields['seed']:
       continue  # The seeds' command lines differ only in the seed.
     # What train.py builds from the point's command line: the task's own data and training

@@ -69,6 +69,7 @@ def test_eight_device_mesh_matches_one_device(trained, tmp_path, data_dir):
                              rtol=2e-5)
 
 
+@pytest.mark.slow  # The same property end to end: tests/test_kill_points.py, test_reliability.py.
 def test_resume_continues_the_same_trajectory(trained, tmp_path, data_dir):
   workdir = str(tmp_path / 'resumed')
   loop.train_and_evaluate(small_config(data_dir), workdir, stop_at=3)
@@ -183,6 +184,7 @@ def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):
   assert math.isfinite(loss(got)) and loss(got) != loss(base)
 
 
+@pytest.mark.slow  # The same windows from the pipeline: tests/test_protocols.py.
 def test_sliding_windows_with_a_stride_of_the_length_are_the_plain_windows(trained):
   """eval.protocol=sliding scores each token once; with the stride equal to the length its
   windows are the plain ones, so the loss is the same, and the results name the protocol."""

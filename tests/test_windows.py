@@ -62,10 +62,10 @@ def test_windowed_causal_blocks_equal_the_whole_matrix_and_skip_the_keys_outside
 
   whole = lambda q, k, v: attention.blocked_softmax_attention(q, k, v, mask, bias)
   blocks = lambda q, k, v: attention.causal_block_attention(q, k, v, mask, bias, 8, window=5)
-  (_, want), want_grads = jax.value_and_grad(lambda *a: loss(whole, *a), (0, 1, 2),
-                                             has_aux=True)(q, k, v)
-  (_, got), got_grads = jax.value_and_grad(lambda *a: loss(blocks, *a), (0, 1, 2),
-                                           has_aux=True)(q, k, v)
+  (_, want), want_grads = jax.jit(jax.value_and_grad(lambda *a: loss(whole, *a), (0, 1, 2),
+                                                     has_aux=True))(q, k, v)
+  (_, got), got_grads = jax.jit(jax.value_and_grad(lambda *a: loss(blocks, *a), (0, 1, 2),
+                                                   has_aux=True))(q, k, v)
   np.testing.assert_allclose(got, want, atol=1e-5)
   for g, w in zip(got_grads, want_grads):
     np.testing.assert_allclose(g, w, atol=1e-5)
