@@ -8,6 +8,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from roformer import killpoints
 from roformer import sharding
 
 
@@ -69,6 +70,7 @@ class Checkpointer:
     items = {'state': ocp.args.StandardSave(state)}
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
+    killpoints.reach('checkpoint.save')
     self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:

@@ -28,6 +28,7 @@ from absl import flags
 
 from roformer import errors
 from roformer import host_memory
+from roformer import reliability
 
 USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the user can fix.
 
@@ -102,6 +103,7 @@ def guard(main: Callable) -> Callable:
 def run(main: Callable, *, config_overrides: bool = False) -> None:
   """absl's app.run(main) with this project's errors; see the module docstring."""
   host_memory.reuse_freed_memory()  # Before JAX's CPU client starts its threads.
+  reliability.exit_with_parent()  # Only in a process a sweep driver started.
 
   def parse(argv):
     rest = list(argv)

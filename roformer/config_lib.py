@@ -363,11 +363,7 @@ def _validate_attention(m) -> None:
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:
-  path = os.path.join(workdir, name)
-  tmp = path + '.tmp'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(config.to_json(indent=2, sort_keys=True))
-  os.replace(tmp, path)
+  files.write_text_atomic(os.path.join(workdir, name), config.to_json(indent=2, sort_keys=True))
 
 
 def load(workdir: str) -> ml_collections.ConfigDict:

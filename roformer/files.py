@@ -7,6 +7,7 @@ import logging
 import os
 
 from roformer import errors
+from roformer import killpoints
 
 log = logging.getLogger('roformer')
 
@@ -34,8 +35,14 @@ def read_json(path: str, fix: str = '') -> dict:
 def write_json_atomic(path: str, value, default=None) -> None:
   """Writes `value` as JSON to `path` through a temporary file renamed over it: a reader never
   sees half of it, whenever the write is cut. `default`: json.dump's, for other values."""
+  write_text_atomic(path, json.dumps(value, indent=2, default=default))
+
+
+def write_text_atomic(path: str, text: str) -> None:
+  """Writes `text` to `path` through a temporary file renamed over it (see write_json_atomic)."""
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=2, default=default)
+    killpoints.write(f, text, 'json.partial')  # f.write(text), or cut there by a test.
+  killpoints.reach('json.written')
   os.replace(path + '.tmp', path)
 
 

@@ -253,6 +253,26 @@ def _no_space(path=''):
   return OSError(errno.ENOSPC, 'No space left on device', path)
 
 
+@pytest.mark.slow
+def test_a_failed_asynchronous_save_ends_with_one_error_line_and_nothing_after(data_dir,
+                                                                             tmp_path):
+  """A save that fails in orbax's background thread (no space left) stops train.py with one
+  `error:` line naming it and the checkpoint kept, as its last line: no traceback from the
+  background thread, nothing printed at exit."""
+  cfg = _config(data_dir, steps=8, checkpoint_every=2)
+  workdir = str(tmp_path / 'run')
+  done = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'failing_save.py'),
+                         f'--workdir={workdir}'] + _cli_flags(cfg), cwd=REPO, env=_env(),
+                        capture_output=True, text=True, timeout=300, check=False)
+  out = (done.stdout + done.stderr).strip().splitlines()
+  assert done.returncode == 1, out[-20:]
+  assert not any('Traceback' in line or 'Exception in thread' in line for line in out), out
+  errors_ = [line for line in out if line.startswith('error: ')]
+  assert len(errors_) == 1 and out[-1] == errors_[0], out[-20:]
+  assert 'no space left on device' in errors_[0] and 'step 2' in errors_[0]
+  assert checkpoint_lib.all_steps(os.path.join(workdir, 'checkpoints')) == [2]
+
+
 def test_a_full_disk_stops_the_run_keeping_the_last_checkpoint_and_it_resumes_from_it(
     data_dir, tmp_path, monkeypatch):
   """The checkpoint writer, metrics.jsonl and TensorBoard each fail in turn with ENOSPC: each

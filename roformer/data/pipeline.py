@@ -34,6 +34,7 @@ from roformer.data import vocabularies
 
 from roformer import config_schema
 from roformer import errors
+from roformer import killpoints
 
 log = logging.getLogger('roformer')
 
@@ -90,6 +91,7 @@ def _builder(data_cfg):
         builder = make()
         if not builder.is_prepared():
           cache.check_not_half_written(directory, embedded=True)
+          killpoints.reach('dataset.build')
           builder.download_and_prepare()
   else:
     try:

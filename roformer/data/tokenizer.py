@@ -13,6 +13,7 @@ import numpy as np
 import sentencepiece as spm
 
 from roformer import errors
+from roformer import killpoints
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5  # Ids below this are never drawn as BERT's random replacement tokens.
@@ -95,11 +96,13 @@ def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,
       raise errors.ConfigError('cannot train a tokenizer on an empty train split. Fix: check '
                                'config.data.name, config.data.text_key and config.data.splits.')
     prefix = pathlib.Path(tmp) / 'spm'
+    killpoints.reach('tokenizer.train')
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size,
         model_type='unigram', character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
         bos_id=BOS_ID, unk_id=UNK_ID, user_defined_symbols=[_NEWLINE_PIECE],
         input_sentence_size=2_000_000, shuffle_input_sentence=False, num_threads=2,
         hard_vocab_limit=False, minloglevel=2)
+    killpoints.reach('tokenizer.written')
     os.replace(f'{prefix}.model', model_path)  # Atomic: readers never see half a file.
   return Tokenizer(model_path)
