@@ -27,8 +27,6 @@ POINTS = {
     'tokenizer.train': 'the tokenizer\'s training begun (with a delay: inside SentencePiece)',
     'tokenizer.written': 'the tokenizer written to its temporary name, before the rename',
     'dataset.build': 'an embedded dataset\'s build begun (with a delay: inside TFDS\'s write)',
-    'sweep.stage': 'a sweep driver starting a point\'s training or evaluation (with a delay: '
-                   'while that process runs)',
 }
 
 

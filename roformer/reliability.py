@@ -22,19 +22,21 @@ PARENT_ENV = 'ROFORMER_PARENT_PID'  # Set by a sweep driver for the processes it
 
 def exit_with_parent() -> None:
   """In a process a sweep driver started (PARENT_ENV names the driver), asks the kernel to
-  SIGKILL this process when the driver ends, however it ends: a driver killed with -9 leaves
-  no run still training and holding its workdir's lock when the sweep is run again. That run
-  loses at most the steps since its last checkpoint, as under any kill -9. Linux only (prctl
-  PR_SET_PDEATHSIG); elsewhere nothing changes."""
-  parent = os.environ.get(PARENT_ENV, '')
+  send this process SIGTERM when the driver ends, however it ends (kill -9 included): the run
+  then saves a checkpoint and exits as on any SIGTERM, and no run is left training and
+  holding its workdir's lock when the sweep is run again. The kernel sends it when the
+  driver's thread that started this process ends, so the driver starts and waits for each
+  process in one thread (`sweeps.call`). Linux only (prctl PR_SET_PDEATHSIG); elsewhere, or
+  if the request fails, nothing changes."""
+  parent = os.environ.pop(PARENT_ENV, '')  # Not for this process's own children.
   if not parent.isdigit() or not sys.platform.startswith('linux'):
     return
   import ctypes  # pylint: disable=g-import-not-at-top
-  libc = ctypes.CDLL(None, use_errno=True)
   pr_set_pdeathsig = 1
-  libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+  if ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0) != 0:
+    return
   if os.getppid() != int(parent):  # The driver ended before the request took effect.
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class WorkdirLock:

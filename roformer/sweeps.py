@@ -340,10 +340,13 @@ def core_sets(parallel: int, cpus) -> list[frozenset] | None:
 def call(command: list[str], cores=None, **popen_args) -> int:
   """subprocess.call(command, **popen_args), the child pinned to `cores` (None: not pinned).
   The affinity is set as soon as the child exists: the threads it starts later (XLA's pool,
-  seconds later, after Python has imported JAX) inherit it. The child ends with the driver,
-  however the driver ends (kill -9 included; `reliability.exit_with_parent`), so that a sweep
-  run again never meets its own earlier runs still holding their workdirs."""
-  env = dict(popen_args.pop('env', None) or os.environ)
+  seconds later, after Python has imported JAX) inherit it. The child stops (SIGTERM: it saves
+  and exits) when the driver ends, however the driver ends (kill -9 included;
+  `reliability.exit_with_parent`), so that a sweep run again does not meet its own earlier runs
+  still training. The kernel ties that to the thread that starts the child: this one, which
+  also waits for it."""
+  env = popen_args.pop('env', None)
+  env = dict(os.environ if env is None else env)
   env.pop(killpoints.ENV, None)  # A test's kill point is for the driver, not its children.
   env[reliability.PARENT_ENV] = str(os.getpid())
   with subprocess.Popen(command, env=env, **popen_args) as process:
@@ -353,7 +356,6 @@ def call(command: list[str], cores=None, **popen_args) -> int:
           os.sched_setaffinity(process.pid, cores)
         except ProcessLookupError:  # It has already ended: nothing left to pin.
           pass
-      killpoints.reach('sweep.stage')
       return process.wait()
     except BaseException:  # As subprocess.call: an interrupted wait takes the child with it.
       process.kill()

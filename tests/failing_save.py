@@ -1,5 +1,7 @@
 """train.py whose checkpoint saves from step 4 on fail in orbax's background thread, as a
-full disk would fail them there (tests/test_reliability.py runs it as a subprocess)."""
+full disk would fail them there (tests/test_reliability.py runs it as a subprocess). It
+patches a private orbax class (the step directory's rename at the end of a save), so a new
+orbax may need it pointed elsewhere."""
 
 import errno
 import os

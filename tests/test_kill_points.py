@@ -11,7 +11,6 @@ The default suite runs one case (an asynchronous save cut, checked against the s
 killed run had already computed); `-m slow` runs every case (docs/reliability.md counts them).
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -175,7 +174,14 @@ def test_a_data_build_killed_midway_is_built_again(reference, tmp_path, point, d
   """The embedded dataset and the tokenizer built from nothing, killed while they are
   written: the same command builds them again and trains as on data built in one go."""
   data_dir, workdir = str(tmp_path / 'data'), str(tmp_path / 'run')
-  _killed_then_again(_train_command(workdir, data_dir), f'{point}:1:{delay}', workdir)
+
+  def unfinished():  # The kill landed before the write it is inside of had finished.
+    built = [f for _, _, names in os.walk(data_dir) for f in names if f == 'dataset_info.json']
+    models = [f for f in os.listdir(data_dir) if f.endswith('.model')]
+    assert not (models if point.startswith('tokenizer') else built), (point, delay)
+
+  _killed_then_again(_train_command(workdir, data_dir), f'{point}:1:{delay}', workdir,
+                     between=unfinished)
   _assert_same_run(workdir, reference)
 
 
@@ -234,13 +240,8 @@ def _all_gone(path: str, within: float = 2.0) -> bool:
   return True
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('point,delay', [('json.partial', 0), ('sweep.stage', 4.0)])
-def test_a_sweep_killed_midway_finishes_when_run_again(reference, data_dir, tmp_path, point,
-                                                        delay):
-  """The driver killed while writing sweep.json, or while its point trains: its training
-  process dies with it (no run keeps the workdir's lock), and the same command finishes the
-  point with the results of a run never killed."""
+def _one_point_sweep(tmp_path, data_dir) -> tuple[list[str], str]:
+  """(the command, the point's workdir) of a sweep of one point trained as _train_command."""
   spec = tmp_path / 'sweep.py'
   overrides = {'data.data_dir': data_dir, 'mesh.num_devices': 1, 'train.schedule': 'rsqrt',
                'train.warmup_steps': 2, 'train.steps': STEPS, 'train.checkpoint_every': EVERY,
@@ -252,22 +253,66 @@ def test_a_sweep_killed_midway_finishes_when_run_again(reference, data_dir, tmp_
                  'eval_splits': ('validation',)}}
       '''))
   root = str(tmp_path / 'sweep')
-  command = [sys.executable, 'scripts/sweep.py', '--sweep', str(spec), '--workdir', root,
-             '--parallel', '1']
-  killed = _run(command, f'{point}:1:{delay}')
-  assert killed.returncode == -9, killed.stdout[-3000:] + killed.stderr[-3000:]
-  point_dir = os.path.join(root, 'p')
-  assert _all_gone(point_dir)  # The training process died with the driver, at once.
+  return [sys.executable, 'scripts/sweep.py', '--sweep', str(spec), '--workdir', root,
+          '--parallel', '1'], os.path.join(root, 'p')
+
+
+def _finishes_as_never_killed(command, point_dir, reference) -> None:
   again = _run(command)
   assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
   assert 'Traceback' not in again.stdout + again.stderr
-  json.loads(open(os.path.join(root, 'sweep.json'), encoding='utf-8').read())
+  files.read_json(os.path.join(os.path.dirname(point_dir), 'sweep.json'))
   _assert_same_run(point_dir, reference)
 
 
-def test_kill_points_are_inert_unless_armed_and_name_a_known_point(monkeypatch):
+@pytest.mark.slow
+def test_a_sweep_killed_while_writing_its_record_finishes_when_run_again(reference, data_dir,
+                                                                        tmp_path):
+  command, point_dir = _one_point_sweep(tmp_path, data_dir)
+  killed = _run(command, 'json.partial:1:0')  # sweep.json, before any point starts.
+  assert killed.returncode == -9, killed.stdout[-3000:] + killed.stderr[-3000:]
+  _assert_no_json_is_half_there(os.path.dirname(point_dir))
+  _finishes_as_never_killed(command, point_dir, reference)
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_while_its_point_trains_stops_that_run_and_finishes_when_run_again(
+    reference, data_dir, tmp_path):
+  """The driver killed with -9 once its point has logged a step: the kernel stops the point's
+  training too (SIGTERM: it saves and exits), so no run is left holding the workdir, and the
+  same command finishes the point with the results of a run never killed."""
+  command, point_dir = _one_point_sweep(tmp_path, data_dir)
+  env = processes.env(devices=1)
+  env.pop(killpoints.ENV, None)
+  driver = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 180
+    while not os.path.exists(os.path.join(point_dir, 'metrics.jsonl')):
+      assert driver.poll() is None and time.time() < deadline, 'the point never trained'
+      time.sleep(0.02)
+    assert _processes_using(point_dir)  # Training, when the driver is killed.
+  finally:
+    driver.kill()
+    driver.wait()
+  assert _all_gone(point_dir, within=30)
+  _finishes_as_never_killed(command, point_dir, reference)
+
+
+def test_a_kill_point_kills_at_its_visit_and_cuts_a_write_in_two(monkeypatch, tmp_path):
   killpoints.reach('checkpoint.save')  # Not armed: nothing happens.
   assert not killpoints.armed('checkpoint.save')
   with pytest.raises(ValueError, match="no kill point 'nosuch'"):
     killpoints._parse('nosuch:1')  # pylint: disable=protected-access
-  assert killpoints._parse('checkpoint.save:3:0.5') == ('checkpoint.save', 3, 0.5)  # pylint: disable=protected-access
+  kills = []
+  monkeypatch.setattr(killpoints.os, 'kill', lambda pid, sig: kills.append((pid, sig)))
+  monkeypatch.setattr(killpoints, '_ARMED', killpoints._parse('json.partial:2'))  # pylint: disable=protected-access
+  monkeypatch.setattr(killpoints, '_reached', {})
+  path = tmp_path / 'f.txt'
+  for text in ('abcd', 'efghij'):
+    with open(path, 'a', encoding='utf-8') as f:
+      killpoints.write(f, text, 'json.partial')
+      if len(kills) == 1:  # Killed on the second visit, with half of it on disk.
+        assert path.read_text() == 'abcdefg'
+  assert kills == [(os.getpid(), killpoints.signal.SIGKILL)]
+  assert path.read_text() == 'abcdefghij'  # (Here the kill was only recorded.)

@@ -148,6 +148,7 @@ def test_an_interrupted_group_resumes_where_it_stopped(alone, tmp_path):
     assert_same(outputs(template.format(seed=seed)), alone['rope', seed], rtol=0)
 
 
+@pytest.mark.slow  # A group's resume by default: test_an_interrupted_group_resumes_...
 def test_members_at_different_steps_are_trained_one_by_one(alone, tmp_path):
   """A stop between the members' saves leaves them at different steps: each then resumes on
   its own, and both end as their runs alone."""

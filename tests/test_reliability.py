@@ -273,6 +273,25 @@ def test_a_failed_asynchronous_save_ends_with_one_error_line_and_nothing_after(d
   assert checkpoint_lib.all_steps(os.path.join(workdir, 'checkpoints')) == [2]
 
 
+@pytest.mark.slow
+def test_data_failing_mid_run_ends_with_one_error_line_and_nothing_after(data_dir, tmp_path):
+  """Reads of the data cache failing after the run has started (tests/failing_data.py: from the
+  40th read on, while grain's iterators run) stop train.py with one `error:` line naming the
+  cache and its fix, as its last line: no traceback, nothing printed at exit."""
+  cfg = _config(data_dir, steps=30, checkpoint_every=10, eval_every=6)
+  done = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'failing_data.py'),
+                         f'--workdir={tmp_path / "run"}'] + _cli_flags(cfg), cwd=REPO,
+                        env=processes.env(devices=1, FAIL_AFTER='40'), capture_output=True,
+                        text=True, timeout=300, check=False)
+  out = (done.stdout + done.stderr).strip().splitlines()
+  assert done.returncode == 1, out[-20:]
+  assert any(line.startswith('step 1') or ' step 1/' in line for line in out)  # It had started.
+  assert not any('Traceback' in line or 'Exception in thread' in line for line in out), out
+  errors_ = [line for line in out if line.startswith('error: ')]
+  assert len(errors_) == 1 and out[-1] == errors_[0], out[-20:]
+  assert 'DATA_LOSS' in errors_[0] and 'is damaged' in errors_[0]
+
+
 def test_a_full_disk_stops_the_run_keeping_the_last_checkpoint_and_it_resumes_from_it(
     data_dir, tmp_path, monkeypatch):
   """The checkpoint writer, metrics.jsonl and TensorBoard each fail in turn with ENOSPC: each

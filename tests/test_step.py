@@ -62,7 +62,13 @@ def test_gradient_accumulation_equals_the_whole_batch(lm_config):
   for name in ('loss', 'accuracy', 'grad_norm', 'tokens'):
     np.testing.assert_allclose(accum[name], whole[name], rtol=1e-5)
   _close(accum_params, whole_params)
-  # Micro-batches split each device's rows: the same on a 4-device data-parallel mesh.
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_on_a_data_parallel_mesh_equals_the_whole_batch(lm_config):
+  """Micro-batches split each device's rows: the same update on a 4-device mesh."""
+  batch = _batch(lm_config)
+  whole_params, whole, _ = _step(lm_config, batch)
   lm_config.train.grad_accum_steps = 2  # 4 rows per micro-batch, one per device.
   mesh_params, mesh_metrics, _ = _step(lm_config, batch, num_devices=4)
   np.testing.assert_allclose(mesh_metrics['loss'], whole['loss'], rtol=1e-5)
