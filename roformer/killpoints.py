@@ -15,6 +15,8 @@ import os
 import signal
 import threading
 
+from roformer import errors
+
 ENV = 'ROFORMER_KILL_AT'
 
 POINTS = {
@@ -31,22 +33,31 @@ POINTS = {
 
 
 def _parse(value: str) -> tuple[str, int, float] | None:
+  """(point, visit, delay) of ROFORMER_KILL_AT's value; a ConfigError naming what is wrong."""
   if not value:
     return None
   name, _, rest = value.partition(':')
   count, _, delay = rest.partition(':')
-  if name not in POINTS:
-    raise ValueError(f'{ENV}={value!r}: no kill point {name!r} (the points: {sorted(POINTS)}).')
-  return name, int(count or 1), float(delay or 0)
+  try:
+    visit, seconds = int(count or 1), float(delay or 0)
+  except ValueError:
+    visit = seconds = None
+  if name not in POINTS or visit is None or visit < 1:
+    raise errors.ConfigError(f'{ENV}={value!r} is not POINT[:VISIT[:DELAY]] with POINT one of '
+                             f'{sorted(POINTS)} and VISIT >= 1. Fix: correct it, or unset it.')
+  return name, visit, seconds
 
 
-_ARMED = _parse(os.environ.get(ENV, ''))
+_ARMED = None  # Read from the environment at the first visit of any point (not at import).
 _reached: dict[str, int] = {}
 
 
 def armed(point: str) -> bool:
   """Whether this process is to be killed at some visit of `point` (writers that cut their
   write in two to be killed in the middle ask this first)."""
+  global _ARMED
+  if _ARMED is None and os.environ.get(ENV):
+    _ARMED = _parse(os.environ[ENV])
   return _ARMED is not None and _ARMED[0] == point
 
 

@@ -23,6 +23,7 @@ import processes
 import pytest
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_args
+from roformer import errors
 from roformer import files
 from roformer import killpoints
 from roformer import loop
@@ -310,17 +311,18 @@ def test_a_sweep_killed_while_its_point_trains_stops_that_run_and_finishes_when_
 def test_a_kill_point_kills_at_its_visit_and_cuts_a_write_in_two(monkeypatch, tmp_path):
   killpoints.reach('checkpoint.save')  # Not armed: nothing happens.
   assert not killpoints.armed('checkpoint.save')
-  with pytest.raises(ValueError, match="no kill point 'nosuch'"):
-    killpoints._parse('nosuch:1')  # pylint: disable=protected-access
-  kills = []
-  monkeypatch.setattr(killpoints.os, 'kill', lambda pid, sig: kills.append((pid, sig)))
-  monkeypatch.setattr(killpoints, '_ARMED', killpoints._parse('json.partial:2'))  # pylint: disable=protected-access
-  monkeypatch.setattr(killpoints, '_reached', {})
+  for bad in ('nosuch:1', 'json.partial:x', 'json.partial:0'):
+    with pytest.raises(errors.ConfigError, match=f'{killpoints.ENV}='):
+      killpoints._parse(bad)  # pylint: disable=protected-access
   path = tmp_path / 'f.txt'
+  on_disk_at_kill = []  # What the file holds when the kill comes: the flushed first half.
+  monkeypatch.setattr(killpoints.os, 'kill',
+                      lambda pid, sig: on_disk_at_kill.append((pid, sig, path.read_text())))
+  monkeypatch.setenv(killpoints.ENV, 'json.partial:2')
+  monkeypatch.setattr(killpoints, '_ARMED', None)
+  monkeypatch.setattr(killpoints, '_reached', {})
   for text in ('abcd', 'efghij'):
     with open(path, 'a', encoding='utf-8') as f:
       killpoints.write(f, text, 'json.partial')
-      if len(kills) == 1:  # Killed on the second visit, with half of it on disk.
-        assert path.read_text() == 'abcdefg'
-  assert kills == [(os.getpid(), killpoints.signal.SIGKILL)]
+  assert on_disk_at_kill == [(os.getpid(), killpoints.signal.SIGKILL, 'abcdefg')]  # Visit 2.
   assert path.read_text() == 'abcdefghij'  # (Here the kill was only recorded.)
