@@ -118,6 +118,13 @@ def _validate_lengths(config) -> None:
       raise errors.ConfigError(
           f'config.data.name={d.name!r} is a synthetic task for a causal LM (model.type is '
           f'{m.type!r}). Fix: start from configs/synthetic.py.')
+    if d.synthetic.filler == 'text':
+      raise errors.ConfigError(
+          "config.data.synthetic.filler='text' hides the key in config.data.name's text, but "
+          f'config.data.name={d.name!r} is the task itself. Fix: make the task a source of a '
+          "mixture (config.data.name='shakespeare', config.data.mixture={'text': "
+          "{'weight': 0.9}, 'keys': {'weight': 0.1, 'name': 'synthetic/passkey'}}), or leave "
+          "filler at 'words'.")
     longest = d.seq_len * max(config.eval.length_multipliers, default=1)
     synthetic.validate(task, d.synthetic, d.seq_len, longest)
   top = t.random_positions

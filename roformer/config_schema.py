@@ -183,6 +183,10 @@ def schema() -> dict:
               'seed': Int(0, 2**31 - 1, default=0),
               'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
               'key_digits': Int(1, 10, default=5),  # passkey: digits of the key.
+              # passkey: what hides the key: the task's own few sentences ('words'), or, as a
+              # source of a mixture, config.data.name's text in the run's tokenizer ('text':
+              # roformer/data/passkey_text.py).
+              'filler': Str(('words', 'text'), default='words'),
               # passkey: accuracy reported per band of the key's depth.
               'depth_buckets': Int(1, 100, default=5),
               # associative_recall: distinct keys (pairs fill the row: rows of 8x the training

@@ -22,6 +22,7 @@ from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer.data import mixture
+from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -99,7 +100,23 @@ def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
   return _validation(trainer, params, source, tokenizer, trainer.config)
 
 
+def scorer(trainer: trainer_lib.Trainer, source, config) -> trainer_lib.Trainer:
+  """The trainer whose task scores `source` (read with `config`): the run's own, or for passkey
+  rows in a corpus's text (a mixture's source, roformer/data/passkey_text.py) one of the same
+  model whose task scores the answer as the synthetic passkey task does. Kept with `trainer`,
+  so that its programs compile once."""
+  if not isinstance(source, passkey_text.Split):
+    return trainer
+  kept = trainer.__dict__.setdefault('_scorers', {})
+  if config.data.name not in kept:
+    answers = ml_collections.ConfigDict(trainer.config.to_dict())
+    answers.data = ml_collections.ConfigDict(config.data.to_dict())
+    kept[config.data.name] = trainer_lib.Trainer(answers, trainer.mesh)
+  return kept[config.data.name]
+
+
 def _validation(trainer: trainer_lib.Trainer, params, source, tokenizer, config) -> dict:
+  trainer = scorer(trainer, source, config)
   batches = trainer.task.batches(config, source, tokenizer, train=False,
                                  batch_size=config.eval.batch_size)
   result = evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
@@ -143,7 +160,7 @@ def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: d
 def format_metrics(result: dict) -> str:
   names = {'loss': 'loss %.4f', 'perplexity': 'perplexity %.2f', 'accuracy': 'acc %.3f',
            'bleu': 'BLEU %.2f', 'f1': 'F1 %.3f', 'mcc': 'MCC %.3f', 'pearson': 'Pearson %.3f',
-           'spearman': 'Spearman %.3f'}
+           'spearman': 'Spearman %.3f', 'sequence_accuracy': 'rows right %.3f'}
   return ' | '.join(fmt % result[k] for k, fmt in names.items() if k in result)
 
 
@@ -225,13 +242,14 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         rows.append({**row, 'skipped': str(e)})
         continue
+      length_trainer = scorer(length_trainer, source, split_config)
       stride = {}
-      if protocol == 'sliding':
+      if protocol == 'sliding' and length_trainer is per_length[mult][0]:  # Not rows of a task.
         stride = {'stride': config.eval.stride or length // 2}
         row.update(stride)
-      batches = trainer.task.batches(split_config, source, tokenizer, train=False,
-                                     seq_len=length, batch_size=config.eval.batch_size,
-                                     **stride)
+      batches = length_trainer.task.batches(split_config, source, tokenizer, train=False,
+                                            seq_len=length, batch_size=config.eval.batch_size,
+                                            **stride)
       rows.append({**row, **evaluate(length_trainer, params, batches,
                                      batch_size=config.eval.batch_size,
                                      max_batches=config.eval.max_batches, seq_len=length,

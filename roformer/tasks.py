@@ -466,11 +466,10 @@ class SyntheticTask(LanguageModeling):
             'bucket': np.zeros((batch_size,), np.int32)}
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
-    del tokenizer  # The rows are built as ids.
     return pipeline.synthetic_dataset(
         source, seq_len=seq_len or config.data.seq_len, batch_size=_batch_size(config, batch_size),
         seed=config.seed, train=train, shard_index=jax.process_index(),
-        shard_count=jax.process_count())
+        shard_count=jax.process_count(), tokenizer=tokenizer)
 
   def loss_weights(self, batch):
     return batch['weights']

@@ -30,6 +30,7 @@ import ml_collections
 from roformer import errors
 from roformer import metrics
 from roformer.data import corpus
+from roformer.data import passkey_text
 from roformer.data import synthetic
 
 WEIGHT = 'weight'
@@ -144,10 +145,15 @@ def load(data_cfg, splits, load_sources) -> dict[str, Mixture]:
   """{split: Mixture} of the entries' sources; `load_sources(member_cfg, splits)` opens one."""
   configs = {name: member_config(data_cfg, e) for name, e in entries(data_cfg).items()}
   weights = {name: float(e[WEIGHT]) for name, e in entries(data_cfg).items()}
-  opened = {}
+  opened, text = {}, None
   for name, cfg in configs.items():
     with named(name):
       opened[name] = load_sources(cfg, splits)
+      if synthetic.task_name(cfg) and passkey_text.reads_text(cfg.synthetic):
+        # The key is hidden in config.data's own source: that split's text, opened once.
+        text = text or load_sources(base_config(data_cfg), splits)
+        opened[name] = {split: passkey_text.Split(cfg.synthetic, split, text[split],
+                                                  data_cfg.text_key) for split in splits}
   return {split: Mixture({name: opened[name][split] for name in configs}, configs, weights)
           for split in splits}
 

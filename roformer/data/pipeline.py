@@ -26,6 +26,7 @@ from roformer.data import cache
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import movie_reviews
+from roformer.data import passkey_text
 from roformer.data import shakespeare
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -186,6 +187,10 @@ def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
   return ids if ids is not None else tokenizer.encode(as_text(example[text_key]))
 
 
+# A mixture's sources whose rows are generated, not read from a cache.
+GENERATED = (synthetic.Split, passkey_text.Split)
+
+
 def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
   """`sources` with each split read from the token cache, written on first use (a mixture's
   sources each in its own cache; a synthetic task's rows are generated, not cached)."""
@@ -193,7 +198,7 @@ def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
   for split, source in sources.items():  # Each split of load_sources knows its identity.
     if isinstance(source, mixture.Mixture):
       out[split] = mixture.Mixture(
-          {name: member if isinstance(member, synthetic.Split) else token_cached(
+          {name: member if isinstance(member, GENERATED) else token_cached(
               source.configs[name], {split: member}, tokenizer)[split]
            for name, member in source.members.items()}, source.configs, source.weights)
       continue
@@ -382,9 +387,12 @@ def lm_dataset(source, tokenizer, *, text_key: str, seq_len: int, batch_size: in
 def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: int,
                  shuffle: bool, seed: int, repeat: bool, shard_index: int, shard_count: int,
                  shuffle_window: int, shift: bool, stride: int = 0) -> grain.IterDataset:
-  """lm_dataset's rows before batching (a synthetic task's split: its rows as text)."""
+  """lm_dataset's rows before batching (a synthetic task's split: its rows as text; passkey
+  rows in text: each row one document of its ids)."""
   if isinstance(source, synthetic.Split):
     source = synthetic.TextRows(source, seq_len, seed, text_key)
+  elif isinstance(source, passkey_text.Split):
+    source = passkey_text.Documents(source, tokenizer, seq_len, seed)
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:
     ds = ds.shuffle(seed=seed)
@@ -507,12 +515,15 @@ def classification_dataset(source, tokenizer, *, text_keys, label_key: str, max_
   return ds.to_iter_dataset().batch(batch_size, drop_remainder=repeat)
 
 
-def synthetic_dataset(split: synthetic.Split, *, seq_len: int, batch_size: int, seed: int,
-                      train: bool, shard_index: int = 0, shard_count: int = 1):
-  """Batches of a synthetic task's rows of seq_len predictions (see roformer.data.synthetic):
-  training rows drawn without end from the run's seed, evaluation rows the split's fixed set
-  (the last batch shorter)."""
-  source = synthetic.Source(split, seq_len, seed)
+def synthetic_dataset(split, *, seq_len: int, batch_size: int, seed: int, train: bool,
+                      shard_index: int = 0, shard_count: int = 1, tokenizer=None):
+  """Batches of a synthetic task's rows of seq_len predictions (see roformer.data.synthetic;
+  a `passkey_text.Split`'s in `tokenizer`'s ids): training rows drawn without end from the
+  run's seed, evaluation rows the split's fixed set (the last batch shorter)."""
+  if isinstance(split, passkey_text.Split):
+    source = passkey_text.Rows(split, tokenizer, seq_len, seed)
+  else:
+    source = synthetic.Source(split, seq_len, seed)
   return _Iterable(lambda: SyntheticBatches(source, batch_size, shard_index, shard_count,
                                             drop_remainder=train))
 

@@ -122,6 +122,10 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
         f'{where}.needle_depth={cfg.needle_depth} places the asked needle of '
         f'{ruler.DEPTH_TASKS}, not of {task!r} (whose rows it would leave as they are). Fix: '
         'leave it at -1.')
+  if cfg.filler != 'words' and task != 'passkey':
+    raise errors.ConfigError(
+        f"{where}.filler={cfg.filler!r} hides passkey's key in text, and this task is "
+        f"{task!r}. Fix: leave filler at 'words'.")
   if task == 'passkey':
     need = passkey_fixed_tokens(cfg.key_digits) + 1  # At least one filler token.
     if seq_len + 1 < need:

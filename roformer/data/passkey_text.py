@@ -1,0 +1,140 @@
+"""Passkey rows hidden in a corpus's own text (config.data.synthetic.filler='text').
+
+The synthetic passkey task (roformer/data/synthetic.py) hides its key in a few repeated
+sentences of a 300-word vocabulary. A language model trained on a corpus is asked for the key
+in that corpus's text instead: row i is a window of the split's tokens (config.data.name's own
+source, the one the run's tokenizer is trained on) with the key sentence inserted at a random
+depth, then the question and the answer,
+
+  [bos] <text> The pass key is 71803. Remember it. 71803 is the pass key. <text> What is the
+  pass key? The pass key is 71803 [eos]
+
+all in the run's tokenizer's ids, exactly `length` predictions long (a window of the text
+continues from its start when the split is shorter). The answer's ids are the same in the key
+sentence and after the question (each part is encoded on its own). As in the synthetic task, a
+row is built from `np.random.default_rng((data seed, split, run seed for training rows, i))`:
+random access, deterministic, resumable.
+
+A mixture entry reads these rows (`'keys': {'weight': 0.1, 'name': 'synthetic/passkey'}`):
+training packs each row as one document of its source (its loss counts every token, like any
+text), and evaluation scores it like the synthetic task (`tasks.SyntheticTask`: accuracy over
+the answer's tokens, the share of rows answered in full, and by depth band of the key).
+"""
+
+import numpy as np
+
+from roformer import errors
+from roformer.data import synthetic
+from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens as tokens_lib
+
+WORDS, TEXT = 'words', 'text'  # config.data.synthetic.filler
+# Around the key's two copies; the key is encoded with a space before it (' 71803'). The
+# spaces at the ends keep the parts apart from the text around them with any tokenizer.
+KEY_PARTS = (' The pass key is', '. Remember it.', ' is the pass key. ')
+QUESTION = ' What is the pass key? The pass key is'
+# The filler is read from the split's first documents up to this many characters: enough
+# for windows of any evaluation length, without encoding a whole large corpus per run.
+MAX_TEXT_CHARS = 4_000_000
+
+
+def reads_text(synthetic_cfg) -> bool:
+  return synthetic_cfg.filler == TEXT
+
+
+class Split:
+  """A split of passkey rows in text: the synthetic config, the split's name, and that split of
+  config.data's own source (documents under `text_key`) whose text fills the rows."""
+
+  def __init__(self, cfg, split: str, text, text_key: str):
+    self.cfg, self.split, self.text, self.text_key = cfg, split, text, text_key
+    self._streams = {}
+
+  def stream(self, tokenizer) -> np.ndarray:
+    """The split's documents' ids, one after another (encoded once per tokenizer)."""
+    key = id(tokenizer)
+    if key not in self._streams:
+      parts, chars = [], 0
+      for i in range(len(self.text)):
+        example = self.text[i]
+        ids = example.get(tokens_lib.TOKEN_IDS) if isinstance(example, dict) else None
+        if ids is None:
+          text = example[self.text_key]
+          text = text.decode('utf-8') if isinstance(text, (bytes, np.bytes_)) else str(text)
+          chars += len(text)
+          ids = tokenizer.encode(text)
+        else:
+          chars += 4 * len(ids)  # About 4 characters a token: the same bound, roughly.
+        parts.append(np.asarray(ids, np.int32))
+        if chars >= MAX_TEXT_CHARS:
+          break
+      stream = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+      if not len(stream):
+        raise errors.ConfigError(
+            f'the {self.split} split of the passkey rows\' text (config.data.name) has no '
+            "text. Fix: check config.data.splits, or set config.data.synthetic.filler='words'.")
+      self._streams[key] = stream
+    return self._streams[key]
+
+
+class Rows:
+  """Random-access rows of `length` predictions (synthetic.make_row's features: `weights` on
+  the answer's ids, `bucket` the key's depth band)."""
+
+  def __init__(self, split: Split, tokenizer, length: int, run_seed: int = 0):
+    self.cfg, self.length, self.tokenizer = split.cfg, length, tokenizer
+    self.stream = split.stream(tokenizer)
+    self.key = (int(self.cfg.seed), synthetic.SPLIT_IDS[split.split]) + (
+        (int(run_seed),) if split.split == 'train' else ())
+    self.rows = synthetic.TRAIN_ROWS if split.split == 'train' else int(self.cfg.eval_examples)
+    self.parts = [tokenizer.encode(part) for part in KEY_PARTS]
+    self.question = tokenizer.encode(QUESTION)
+    longest = self.fixed_tokens(tokenizer.encode(' ' + '9' * self.cfg.key_digits)) + 1
+    if length + 1 < longest:
+      raise errors.ConfigError(
+          f'rows of {length} tokens cannot hold a passkey in text with '
+          f'config.data.synthetic.key_digits={self.cfg.key_digits} ({longest} tokens of '
+          'this tokenizer with one of text). Fix: --config.data.seq_len='
+          f'{longest - 1} or more, or fewer key_digits.')
+
+  def fixed_tokens(self, answer) -> int:
+    """Tokens of a row besides the text: bos, the key sentence, the question, the answer, eos."""
+    return 2 + sum(map(len, self.parts)) + len(self.question) + 3 * len(answer)
+
+  def __len__(self) -> int:
+    return self.rows
+
+  def tokens(self, index: int):
+    """Row `index`'s ids (length + 1 of them), its answer's span and its depth band."""
+    rng = np.random.default_rng(self.key + (int(index),))
+    digits = rng.integers(0, 10, self.cfg.key_digits)
+    answer = np.asarray(self.tokenizer.encode(' ' + ''.join(map(str, digits))), np.int32)
+    count = self.length + 1 - self.fixed_tokens(answer)
+    start = int(rng.integers(len(self.stream)))
+    text = np.take(self.stream, np.arange(start, start + count), mode='wrap')
+    cut = int(rng.integers(count + 1))  # The key sentence goes before text token `cut`.
+    before, middle, after = self.parts
+    ids = np.concatenate([[tokenizer_lib.BOS_ID], text[:cut], before, answer, middle, answer,
+                          after, text[cut:], self.question, answer,
+                          [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    end = len(ids) - 1
+    bucket = min(int(cut / max(count, 1) * self.cfg.depth_buckets), self.cfg.depth_buckets - 1)
+    return ids, (end - len(answer), end), bucket
+
+  def __getitem__(self, index: int) -> dict:
+    ids, span, bucket = self.tokens(index)
+    return synthetic.make_row(ids, [span], bucket, self.length)
+
+
+class Documents:
+  """The rows as documents of token ids (without bos and eos, which packing adds): what a
+  mixture trains on, each row exactly one packed row of `length` predictions."""
+
+  def __init__(self, split: Split, tokenizer, length: int, run_seed: int = 0):
+    self.rows = Rows(split, tokenizer, length, run_seed)
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  def __getitem__(self, index: int) -> dict:
+    return {tokens_lib.TOKEN_IDS: self.rows.tokens(index)[0][1:-1]}
