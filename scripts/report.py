@@ -8,7 +8,9 @@ failed are listed with what they have) and writes report.md with, next to it:
 - language-model points: validation_loss.png (loss vs step), length_extrapolation.png
   (perplexity vs evaluation length, evaluation-time RoPE scalings as their own curves) and
   position_loss.png (loss per position bucket at the longest evaluated length: where a scheme
-  breaks down beyond the training length);
+  breaks down beyond the training length); for a mixture with passkey rows in text
+  (configs/sweeps/passkey_extension.py), its text source's perplexity, and passkey_accuracy.png
+  with tables of the rows answered in full per length and per depth of the key;
 - synthetic-task points (configs/synthetic.py): accuracy_TASK.png per task (the share of rows
   answered exactly, mean over seeds with their range, vs evaluation length), the same as a table
   beside the share of answer tokens predicted right, passkey accuracy per key depth, and which
@@ -19,6 +21,7 @@ import datetime
 import glob
 import math
 import os
+import re
 import statistics
 import sys
 import pathlib
@@ -54,18 +57,22 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     records = metrics_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
   train = [r for r in records if r['split'] == 'train']
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
-  evals = {}
+  evals, retrieval = {}, {}
   for path in sorted(glob.glob(os.path.join(workdir, 'eval_results*.json'))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    result = files.read_json(path)
-    split = result['splits'].get('validation') or next(iter(result['splits'].values()))
-    evals[name] = {row['length']: row for row in split.get('lengths', []) if 'loss' in row}
+    text, answers = _text_and_answers(files.read_json(path)['splits'])
+    evals[name] = _by_length(text)
+    if answers:
+      retrieval[name] = _by_length(answers)
   kept = [k for k in overrides
           if k not in _GROUPING and not k.startswith(('train.', 'eval.', 'data.'))]
   short = sweeps.short_names(kept)
   options = {short[k]: overrides[k] for k in kept}
   if config.get('init_from'):
-    options['continued from'] = os.path.basename(config['init_from'].rstrip('/'))
+    # The run it continues, without its seed: the continuations of each seed's run are seeds
+    # of one line.
+    options['continued from'] = re.sub(r',?seed=\d+', '',
+                                       os.path.basename(config['init_from'].rstrip('/')))
   if config['train'].get('random_positions'):
     options['random_positions'] = config['train']['random_positions']
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
@@ -90,7 +97,23 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       'steps_per_sec': statistics.median(rates) if rates else None,
       'parameters': _parameters(config),
       'evals': evals,
+      'retrieval': retrieval,
   }
+
+
+def _by_length(split: dict) -> dict:
+  return {row['length']: row for row in split.get('lengths', []) if 'loss' in row}
+
+
+def _text_and_answers(splits: dict) -> tuple[dict, dict]:
+  """(the validation split's results, {}); for a mixture (`validation/NAME` per source), its
+  first text source's and its first source scored by answers (passkey rows in text), if any."""
+  if 'validation' in splits or not splits:
+    return splits.get('validation') or next(iter(splits.values()), {}), {}
+  answered = lambda split: any('sequence_accuracy' in r for r in split.get('lengths', []))
+  text = [v for _, v in sorted(splits.items()) if not answered(v)]
+  answers = [v for _, v in sorted(splits.items()) if answered(v)]
+  return (text or answers)[0], answers[0] if answers and text else {}
 
 
 def _parameters(config: dict):
@@ -142,19 +165,33 @@ def label(scheme: str, options: str) -> str:
   return scheme + (f' ({options})' if options else '')
 
 
-def extrapolation(points: list[dict], value: str = 'perplexity') -> dict:
-  """Curve label -> {evaluation length: mean `value` over seeds}; evaluation-time variants
+def variant(name: str) -> str:
+  """How a curve names an evaluation-time variant (eval_results.NAME.json): `rope_KIND` a RoPE
+  scaling, `remap_METHOD` a distance remap, anything else by its name."""
+  kind, _, rest = name.partition('_')
+  return {'': '', 'rope': f' + {rest} scaling', 'remap': f' + {rest} remap'}.get(
+      kind if rest else name, f' + {name}')
+
+
+def variant_table(points: list[dict], value: str = 'perplexity', key: str = 'evals') -> dict:
+  """Curve label -> {evaluation length: [`value` per seed]} from each point's `key` results
+  (`evals`, or `retrieval`: a mixture's passkey rows); evaluation-time variants
   (eval_results.NAME.json, e.g. RoPE scalings) as their own curves."""
   curves = {}
   for (scheme, options), members in groups(points).items():
-    for name in sorted({n for p in members for n in p['evals']}):
+    for name in sorted({n for p in members for n in p[key]}):
       per_length = {}
       for p in members:
-        for length, row in p['evals'].get(name, {}).items():
+        for length, row in p[key].get(name, {}).items():
           per_length.setdefault(length, []).append(row[value])
-      tag = label(scheme, options) + (f' + {name.split("_", 1)[-1]} scaling' if name else '')
-      curves[tag] = {n: statistics.mean(v) for n, v in sorted(per_length.items())}
+      curves[label(scheme, options) + variant(name)] = dict(sorted(per_length.items()))
   return curves
+
+
+def extrapolation(points: list[dict], value: str = 'perplexity') -> dict:
+  """Curve label -> {evaluation length: mean `value` over seeds} (see variant_table)."""
+  return {tag: {n: statistics.mean(v) for n, v in curve.items()}
+          for tag, curve in variant_table(points, value).items()}
 
 
 def position_curves(points: list[dict]) -> dict:
@@ -238,7 +275,35 @@ def _lm_sections(lm: list[dict]) -> list[str]:
             '![length extrapolation](length_extrapolation.png)', '']
   if position_curves(lm):
     lines += ['![loss per position](position_loss.png)', '']
-  return lines
+  return lines + _retrieval_sections(lm)
+
+
+def _retrieval_sections(lm: list[dict]) -> list[str]:
+  """A mixture's passkey rows in text: the share answered in full per variant and length
+  (mean ± std over seeds), and per depth band of the key."""
+  rows = variant_table(lm, 'sequence_accuracy', 'retrieval')
+  if not rows:
+    return []
+  lengths = sorted({n for per_length in rows.values() for n in per_length})
+  lines = ['## Passkey in text: rows answered in full vs evaluation length (mean ± std over '
+           'seeds)', '', '| scheme | seeds | ' + ' | '.join(str(n) for n in lengths) + ' |',
+           '|---' * (len(lengths) + 2) + '|']
+  for tag, per_length in rows.items():
+    seeds = max(len(v) for v in per_length.values())
+    lines.append(f'| {tag} | {seeds} | ' + ' | '.join(
+        _mean_std(per_length.get(n, []), 3) for n in lengths) + ' |')
+  depths = variant_table(lm, 'depth_accuracy', 'retrieval')
+  lines += ['', 'The same per depth band of the key (from the start of the text to its end, '
+            'mean over seeds):', '', '| scheme | ' + ' | '.join(str(n) for n in lengths) + ' |',
+            '|---' * (len(lengths) + 1) + '|']
+  for tag, per_length in depths.items():
+    cells = []
+    for n in lengths:
+      bands = list(zip(*per_length.get(n, [])))
+      cells.append(' / '.join(f'{statistics.mean([v for v in b if v is not None]):.2f}'
+                              if any(v is not None for v in b) else '-' for b in bands))
+    lines.append(f'| {tag} | ' + ' | '.join(cells) + ' |')
+  return lines + ['', '![passkey accuracy vs length](passkey_accuracy.png)', '']
 
 
 def _synthetic_sections(synthetic: list[dict]) -> list[str]:
@@ -379,7 +444,7 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       for tag, curve in curves.items():
         lengths = sorted(curve)
         ax.plot(lengths, [curve[n] for n in lengths], marker='o', markersize=3, label=tag,
-                linestyle='--' if 'scaling' in tag else '-', color=color(tag))
+                linestyle='--' if ' + ' in tag else '-', color=color(tag))
       log_lengths(ax, sorted({n for c in curves.values() for n in c}))
       ax.set(xlabel='evaluation length (tokens)', ylabel='validation perplexity',
              title='Length extrapolation')
@@ -397,6 +462,18 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       ax.set(xlabel='position of the token (dotted: training lengths)',
              ylabel='validation loss (mean over seeds)', title='Loss by position')
       save(fig, ax, 'position_loss.png')
+    answered = variant_table(lm, 'sequence_accuracy', 'retrieval')
+    if answered:
+      fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+      for tag, per_length in answered.items():
+        xs = sorted(per_length)
+        ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
+                label=tag, linestyle='--' if ' + ' in tag else '-', color=color(tag))
+      log_lengths(ax, sorted({n for c in answered.values() for n in c}))
+      ax.set(xlabel='evaluation length (tokens)', ylim=(-0.02, 1.02),
+             ylabel='passkey rows answered in full (mean over seeds)',
+             title='Passkey retrieval in text vs evaluation length')
+      save(fig, ax, 'passkey_accuracy.png')
   for task, rows in sorted(accuracy_table([p for p in points if is_synthetic(p)]).items()):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     lengths = sorted({n for per_length in rows.values() for n in per_length})

@@ -5,22 +5,28 @@ trains on each row as one packed row and scores it like the synthetic task; bad 
 one error."""
 
 import json
+import math
 import os
 import re
 
 import ml_collections
 import numpy as np
 import pytest
+from configs.sweeps import passkey_extension
 
 from roformer import config_args
 from roformer import config_lib
 from roformer import errors
 from roformer import loop
 from roformer import metrics
+from roformer import positions
+from roformer import sweeps
 from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
+from scripts import report
+from scripts import sweep as sweep_script
 
 BYTES = vocabularies.given('bytes')  # One id per byte: a row's text is its ids' bytes.
 TEXT = ('Now is the winter of our discontent made glorious summer by this sun of York; ',
@@ -132,3 +138,77 @@ def test_a_run_on_the_mixture_scores_the_key_rows_like_the_synthetic_task(config
     assert r['sequence_accuracy'] <= r['accuracy'] + 1e-9  # A row right has both digits right.
   assert 'unigram_loss' in results['splits']['validation/plays']
   assert 'unigram_loss' not in results['splits']['validation/keys']
+
+
+def test_the_extension_sweeps_remaps_keep_distances_within_the_trained_length_up_to_16x():
+  """configs/sweeps/passkey_extension.py: each remap that can bound RoPE's distances does so
+  at the longest evaluation length, by the float64 definition (positions.relative_distances);
+  STRING and the sinks' window are the methods that do not (their rows show what follows)."""
+  length = passkey_extension.TRAIN_LENGTH
+  longest = length * max(passkey_extension.MULTIPLIERS)
+  for method, options in passkey_extension.remaps(length, longest).items():
+    if method == 'sinks':  # Keys outside the window are dropped, not moved.
+      continue
+    distances = positions.relative_distances(method, longest, **options)
+    bounded = distances.max() < length
+    assert bounded == (method != 'string'), (method, distances.max())
+
+
+def test_the_extension_sweep_continues_each_seeds_base_and_evaluates_variants_on_the_base():
+  sweep = sweeps.load('configs/sweeps/passkey_extension.py')
+  names = [p.name for p in sweep.points]
+  assert len(names) == len(passkey_extension.SEEDS) * (1 + len(passkey_extension.CONTINUED))
+  for point in sweep.points:
+    if point.name.startswith('continue_'):
+      assert point.needs == ('base,seed=' + point.name.rsplit('=', 1)[1],)
+  base, continued = sweep.points[0], sweep.points[1]
+  on_base = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, base)}
+  on_continued = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, continued)}
+  assert on_base == {''} | {f'rope_{k}' for k in passkey_extension.EVAL_SCALINGS} | {
+      f'remap_{m}' for m in passkey_extension.remaps(128, 2048)}
+  assert on_continued == {'', 'short'}
+
+
+def test_the_report_reads_a_mixtures_text_perplexity_and_its_passkey_rows_by_variant():
+  def split(ppl, exact=None):
+    row = {'length': 128, 'loss': math.log(ppl), 'perplexity': ppl}
+    if exact is not None:
+      row.update(sequence_accuracy=exact, depth_accuracy=[exact, 1.0])
+    return {'lengths': [row]}
+  points = []
+  for seed, (plain, remap) in enumerate([(0.5, 0.9), (0.7, 1.0)]):
+    evals, retrieval = {}, {}
+    for name, exact in (('', plain), ('remap_rerope', remap)):
+      text, answers = report._text_and_answers(  # pylint: disable=protected-access
+          {'validation/keys': split(3.0, exact), 'validation/plays': split(90.0 + seed)})
+      evals[name], retrieval[name] = report._by_length(text), report._by_length(answers)  # pylint: disable=protected-access
+    points.append({'name': f'base,seed={seed}', 'scheme': 'rope', 'options': '', 'seed': seed,
+                   'task': 'shakespeare', 'status': 'done', 'evals': evals,
+                   'retrieval': retrieval})
+  assert report.extrapolation(points) == {'rope': {128: 90.5}, 'rope + rerope remap': {128: 90.5}}
+  text = '\n'.join(report._retrieval_sections(points))  # pylint: disable=protected-access
+  assert '| rope | 2 | 0.600 ± 0.141 |' in text
+  assert '| rope + rerope remap | 2 | 0.950 ± 0.071 |' in text
+  assert '| rope + rerope remap | 0.95 / 1.00 |' in text
+
+
+@pytest.mark.slow  # A tiny base, two continuations and eight evaluations: about 2 minutes.
+def test_the_extension_sweeps_smoke_run_reports_perplexity_and_passkey_per_variant(tmp_path,
+                                                                                    data_dir):
+  spec = tmp_path / 'smoke.py'
+  spec.write_text(f"""
+from configs.sweeps import passkey_extension
+def get_sweep(arg=''):
+  sweep = passkey_extension.get_sweep('smoke')
+  sweep['overrides']['data.data_dir'] = {data_dir!r}
+  return sweep
+""")
+  root = str(tmp_path / 'extension')
+  assert sweep_script.main(['--sweep', str(spec), '--workdir', root]) == 0
+  assert report.main([root]) == 0
+  text = open(os.path.join(root, 'report.md'), encoding='utf-8').read()
+  assert '## Passkey in text: rows answered in full' in text
+  for line in ('| rope | 1 |', '| rope + dca remap | 1 |', '| rope + linear scaling | 1 |',
+               '| rope (continued from=base) + short | 1 |'):
+    assert line in text, line
+  assert os.path.exists(os.path.join(root, 'passkey_accuracy.png'))

@@ -1,0 +1,112 @@
+"""Context extension as the papers measure it: perplexity and passkey retrieval beyond the
+trained length, with extension at evaluation only and after a short continuation.
+
+  python scripts/sweep.py --sweep configs/sweeps/passkey_extension.py --workdir runs/passkey_ext
+  python scripts/report.py runs/passkey_ext
+  ...passkey_extension.py:base          # the base models only (item 1 and 2: where it breaks)
+  ...passkey_extension.py:smoke         # a tiny model for a few steps: a pipeline check
+
+The base (`base,seed=N`) is configs/lm.py's RoPE model trained at TRAIN_LENGTH tokens on
+Shakespeare mixed with passkey rows hidden in Shakespeare's own text (a share KEY_WEIGHT of the
+rows; roformer/data/passkey_text.py), so that it retrieves at its training length. Every run is
+evaluated on the validation split's plays (perplexity, sliding windows: each token scored once
+with at least half the window as context) and its passkey rows (the share answered in full, by
+depth band of the key), at 1x-16x the training length:
+
+- as trained (plain extrapolation) and, at evaluation only, with each RoPE scaling at the
+  length's own factor (length / TRAIN_LENGTH: linear, NTK, YaRN, llama3) or dynamic NTK;
+- with each training-free remap of the distances (ReRoPE and its leaky form, Self-Extend,
+  STRING, Dual Chunk Attention, attention sinks with a window), options in REMAPS, each
+  keeping RoPE's distances within what the base was trained on up to 16x where the method can;
+- after CONTINUE_STEPS steps at CONTINUE_FACTOR x the length with each scaling
+  (`continue_KIND,seed=N`, `init_from` its seed's base, as many tokens per step, passkey rows
+  too), evaluated at 4x-16x and at the original length (an extension that costs short-context
+  quality shows it there).
+"""
+
+TRAIN_LENGTH = 128
+MULTIPLIERS = (1, 2, 4, 8, 16)
+SEEDS = (0, 1, 2)
+BASE_STEPS = 2000
+KEY_WEIGHT = 0.2  # The share of training rows that are passkey rows.
+CONTINUE_FACTOR = 4
+CONTINUE_STEPS = 200
+CONTINUED = ('none', 'linear', 'ntk', 'yarn')
+EVAL_SCALINGS = ('linear', 'ntk', 'yarn', 'llama3', 'dynamic')
+
+
+def remaps(length: int, longest: int) -> dict:
+  """Each training-free method's options for a model trained at `length` and evaluated up to
+  `longest`: windows within the trained distances, and Self-Extend's groups and leaky ReRoPE's
+  slope large enough that the longest row's distances stay below `length`."""
+  half = length // 2
+  group = -(-longest // half)  # floor(i/G) - floor(j/G) + W - floor(W/G) < length, W = length/2.
+  return {
+      'rerope': {'window': half},
+      'leaky_rerope': {'window': half, 'k': float(-(-(longest - half) // (length - 1 - half)))},
+      'self_extend': {'neighbor_window': half, 'group_size': group},
+      'string': {'shift': half, 'local_window': length // 8},
+      'dca': {'chunk_size': length - length // 4, 'local_window': length // 4},
+      'sinks': {'sink_tokens': 4, 'window': length - 4},
+  }
+
+
+def get_sweep(arg: str = ''):
+  if arg not in ('', 'base', 'smoke'):
+    raise ValueError(f'configs/sweeps/passkey_extension.py:{arg}: use no argument, base or '
+                     'smoke.')
+  smoke = arg == 'smoke'
+  length = 80 if smoke else TRAIN_LENGTH
+  seeds = (0,) if smoke else SEEDS
+  overrides = {
+      'model.position.kind': 'rope', 'data.seq_len': length,
+      'data.mixture': {'plays': {'weight': 1.0 - KEY_WEIGHT},
+                       'keys': {'weight': KEY_WEIGHT, 'name': 'synthetic/passkey'}},
+      'data.synthetic.filler': 'text',
+      'train.batch_size': 16, 'train.steps': BASE_STEPS, 'train.warmup_steps': 100,
+      'train.eval_every': 500, 'train.checkpoint_every': 500, 'train.eval_batches': 8,
+      'eval.length_multipliers': MULTIPLIERS, 'eval.protocol': 'sliding',
+      'eval.batch_size': 16, 'eval.max_batches': 16, 'eval.position_bucket': length // 2}
+  continued = {'init_from': '{sweep}/base,seed={seed}',
+               'data.seq_len': length * CONTINUE_FACTOR,
+               'train.batch_size': 16 // CONTINUE_FACTOR, 'train.steps': CONTINUE_STEPS,
+               'train.warmup_steps': 20, 'train.learning_rate': 3e-4,
+               'train.eval_every': CONTINUE_STEPS, 'train.checkpoint_every': CONTINUE_STEPS,
+               'eval.length_multipliers': (1, 2, 4)}
+  if smoke:  # Tiny model, a few steps: seconds per point.
+    overrides.update({'data.vocab_size': 512, 'model.num_layers': 2, 'model.d_model': 32,
+                      'model.d_ff': 64, 'train.steps': 6, 'train.warmup_steps': 1,
+                      'train.eval_every': 6, 'train.checkpoint_every': 6,
+                      'train.eval_batches': 1, 'train.log_every': 3, 'eval.max_batches': 1,
+                      'eval.length_multipliers': (1, 4), 'data.synthetic.eval_examples': 16})
+    continued.update({'train.steps': 2, 'train.warmup_steps': 1, 'train.eval_every': 2,
+                      'train.checkpoint_every': 2, 'eval.length_multipliers': (1,)})
+  points = []
+  for seed in seeds:
+    points.append({'name': f'base,seed={seed}', 'seed': seed})
+    if arg != 'base':
+      for kind in (('none', 'linear') if smoke else CONTINUED):
+        scaling = {} if kind == 'none' else {
+            'model.position.rope.scaling.kind': kind,
+            'model.position.rope.scaling.factor': float(CONTINUE_FACTOR),
+            'model.position.rope.scaling.original_length': length}
+        points.append({'name': f'continue_{kind},seed={seed}', 'seed': seed, **continued,
+                       'init_from': continued['init_from'].format(sweep='{sweep}', seed=seed),
+                       **scaling})
+  base = {'data.seq_len': length}  # `when`: the base models (the continued ones are longer).
+  evals = {'': {}}
+  if arg != 'base':
+    evals['short'] = {'when': {'data.seq_len': length * CONTINUE_FACTOR}, 'overrides': {
+        'data.seq_len': length, 'eval.length_multipliers': (1,)}}
+    for kind in (EVAL_SCALINGS[:1] if smoke else EVAL_SCALINGS):
+      scaled = {'model.position.rope.scaling.kind': kind}
+      if kind != 'dynamic':
+        scaled['eval.scale_rope_to_length'] = True
+      evals[f'rope_{kind}'] = {'when': base, 'overrides': scaled}
+    longest = length * max(overrides['eval.length_multipliers'])
+    for method, options in remaps(length, longest).items():
+      evals[f'remap_{method}'] = {'when': base, 'overrides': {
+          'model.position.rope.remap.method': method,
+          **{f'model.position.rope.remap.{k}': v for k, v in options.items()}}}
+  return {'config': 'configs/lm.py', 'overrides': overrides, 'points': points, 'evals': evals,
+          'eval_splits': ('validation',)}
