@@ -15,8 +15,8 @@ A point's workdir is named from its own overrides (`kind=rope,seed=0`), or by a 
 the point's dict; a `label` key names its scheme in reports (scripts/report.py: in place of
 the position kind and the options its overrides set, e.g. `rnope` for a layout of layers). A value may name another point's workdir as `{sweep}/NAME` (e.g.
 `'init_from': '{sweep}/base'` to continue a run): the runner puts the sweep's directory in its
-place and runs that point only after NAME has finished; an evaluation's `when` may also match
-`name`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
+place and runs that point only after NAME has trained (NAME's evaluations run meanwhile); an
+evaluation's `when` may also match `name`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
 results file), and train.py resumes an unfinished run from its checkpoints, so rerunning a sweep
 continues where it stopped.
 """
@@ -46,7 +46,7 @@ class Point:
   name: str
   overrides: dict  # The point's own fields (its name unless it has a `name`).
   fields: dict  # Everything passed to train.py: the sweep's overrides, then the point's.
-  needs: tuple = ()  # Points that must finish first (named in a `{sweep}/NAME` value).
+  needs: tuple = ()  # Points that must train first (named in a `{sweep}/NAME` value).
   label: str = ''  # Its scheme's name in reports ('': the position kind and options).
 
 

@@ -80,23 +80,38 @@ class Progress:
       print((message + '\n' if message else '') + self.line(), flush=True)
 
 
+def mark_trained(trained: dict | None, point_name: str, ok: bool) -> None:
+  """Lets the points that start from `point_name` go (its threading.Event in `trained`, set
+  once, with whether its training finished)."""
+  event = (trained or {}).get(point_name)
+  if event is not None and not event.is_set():
+    event.ok = ok
+    event.set()
+
+
 def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str],
-              finished: dict | None = None, cores=None) -> bool:
+              trained: dict | None = None, cores=None) -> bool:
   """Trains one group (its points that still need it, in one train.py) and runs each point's
-  remaining evaluations, after the points they need (each a threading.Event in `finished`,
-  set with its success), its processes pinned to `cores` (None: not pinned). True if every
-  point of the group finished."""
+  remaining evaluations, after the points they start from have trained (each a
+  threading.Event in `trained`, set with its success; their evaluations may still run), its
+  processes pinned to `cores` (None: not pinned). Sets its own points' events once their
+  training has ended. True if every point of the group finished."""
   for point in group.points:
     for need in point.needs:
-      finished[need].wait()
-      if not finished[need].ok:
+      trained[need].wait()
+      if not trained[need].ok:
         with progress.lock:
           progress.failed.append(point.name)
           progress.ended(group.name)
         progress.say(f'[sweep] SKIPPED {point.name}: it starts from {need}, which failed.')
+        for member in group.points:
+          mark_trained(trained, member.name, False)
         return False
   todo = {p.name: sweeps.stages(sweep, p, os.path.join(root, p.name), extra_train)
           for p in group.points}
+  for point in group.points:  # Already trained: the points that start from it may go.
+    if not any(label == 'train' for label, _ in todo[point.name]):
+      mark_trained(trained, point.name, True)
   if not any(todo.values()):
     with progress.lock:
       progress.done += len(group.points)
@@ -123,6 +138,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
       for point in training:  # A member that failed is named; the others go on.
         if not sweeps.trained(os.path.join(root, point.name), point.fields.get('train.steps')):
           failures[point.name] = failure or 'train (stopped before its last step)'
+        mark_trained(trained, point.name, point.name not in failures)
     for point in group.points:
       if point.name in failures:
         continue
@@ -269,26 +285,28 @@ def main(argv=None) -> int:
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
                f' ({len(groups)} training processes, {parallel} at a time'
                f'{", each on its own cores" if pinned else ""})')
-  finished = {p.name: threading.Event() for p in sweep.points}
+  # A point's event is set once its training has ended: the points that start from it train
+  # while its own evaluations run.
+  trained = {p.name: threading.Event() for p in sweep.points}
   slots = queue.Queue()
   for cores in pinned or [None] * parallel:
     slots.put(cores)
 
   def run(group):
     ok = False
-    for point in group.points:  # Its cores are taken once the points it starts from are done.
+    for point in group.points:  # Its cores are taken once the points it starts from trained.
       for need in point.needs:
-        finished[need].wait()
+        trained[need].wait()
     cores = slots.get()
     try:
-      ok = run_group(sweep, group, root, progress, extra, finished, cores)
+      ok = run_group(sweep, group, root, progress, extra, trained, cores)
     finally:
       slots.put(cores)
-      for point in group.points:
-        finished[point.name].ok = ok or sweeps.done(sweep, point, os.path.join(root, point.name))
-        finished[point.name].set()
+      for point in group.points:  # Whatever ended the group (an exception included).
+        mark_trained(trained, point.name, ok or sweeps.trained(
+            os.path.join(root, point.name), point.fields.get('train.steps')))
     return ok
-  # Points that start from another point run after it (a pool thread waits for it), and the
+  # Points that start from another point train after it (a pool thread waits for it), and the
   # pool takes them in order, so such points come after the ones they need.
   with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
     results = list(pool.map(run, groups))

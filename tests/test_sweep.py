@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import processes
 import pytest
@@ -444,6 +445,43 @@ def test_the_longest_work_starts_first_and_points_that_need_others_come_after_th
             sweeps.Group('long', (point('long'),)), sweeps.Group('mid', (point('mid'),))]
   order = sweep_script.longest_first(groups, {'short': 1, 'after': 9, 'long': 5, 'mid': 3})
   assert [g.name for g in order] == ['long', 'mid', 'short', 'after']
+
+
+def test_a_point_that_starts_from_another_trains_while_the_others_evaluations_run(
+    tmp_path, monkeypatch):
+  """The runner with its commands faked (each records when it ran): `cont` starts as soon as
+  `base` has trained, while base's second evaluation still runs on the other process."""
+  spec = write_sweep(tmp_path, """
+def get_sweep(arg=''):
+  return {'config': 'configs/test.py', 'overrides': {'train.steps': 3},
+          'points': [{'name': 'base'}, {'name': 'cont', 'init_from': '{sweep}/base'}],
+          'evals': {'': {}, 'slow': {'when': {'name': 'base'}}}}
+""")
+  spans = {}
+
+  def fake_call(command, cores=None, **kwargs):
+    del cores, kwargs
+    flag = lambda name: next(a.split('=', 1)[1] for a in command if a.startswith(name + '='))
+    workdir = flag('--workdir')
+    out = next((a.split('=', 1)[1] for a in command if a.startswith('--out=')), '')
+    start = time.monotonic()
+    time.sleep(1.0 if out == 'eval_results.slow.json' else 0.2)
+    if command[1].endswith('train.py'):
+      os.makedirs(os.path.join(workdir, 'checkpoints', '3'))
+      out = 'eval_results.json'  # The plain evaluation runs in the training process.
+    with open(os.path.join(workdir, out), 'w', encoding='utf-8') as f:
+      f.write('{"step": 3}')
+    spans[(os.path.basename(workdir), out, command[1])] = (start, time.monotonic())
+    return 0
+
+  monkeypatch.setattr(sweeps, 'call', fake_call)
+  root = str(tmp_path / 'sweep')
+  assert sweep_script.main(['--sweep', spec, '--workdir', root, '--parallel', '2',
+                            '--no_pin']) == 0
+  base_train = [v for k, v in spans.items() if k[0] == 'base' and k[2].endswith('train.py')]
+  cont_train = [v for k, v in spans.items() if k[0] == 'cont' and k[2].endswith('train.py')]
+  slow = spans[('base', 'eval_results.slow.json', 'eval.py')]
+  assert base_train[0][1] <= cont_train[0][0] < slow[1]  # After base trained, before it ended.
 
 
 @pytest.mark.parametrize('parallel, cpus', [(2, [0, 1]), (2, [0, 1, 2, 3]), (3, [2, 5, 7, 8, 9]),

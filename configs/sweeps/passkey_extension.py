@@ -3,7 +3,8 @@ trained length, with extension at evaluation only and after a short continuation
 
   python scripts/sweep.py --sweep configs/sweeps/passkey_extension.py --workdir runs/passkey_ext
   python scripts/report.py runs/passkey_ext
-  ...passkey_extension.py:base          # the base models only (item 1 and 2: where it breaks)
+  ...passkey_extension.py:base          # the base models only, evaluated plainly
+  ...passkey_extension.py:seed=0        # one seed (seed=N as often as wanted; with base too)
   ...passkey_extension.py:smoke         # a tiny model for a few steps: a pipeline check
 
 The base (`base,seed=N`) is configs/lm.py's RoPE model trained at TRAIN_LENGTH tokens on
@@ -52,19 +53,26 @@ def remaps(length: int, longest: int) -> dict:
 
 
 def get_sweep(arg: str = ''):
-  if arg not in ('', 'base', 'smoke'):
-    raise ValueError(f'configs/sweeps/passkey_extension.py:{arg}: use no argument, base or '
-                     'smoke.')
+  parts = [part for part in arg.split(',') if part]
+  chosen = [part for part in parts if part.startswith('seed=')]
+  rest = sorted(set(parts) - set(chosen))
+  if rest not in ([], ['base'], ['smoke']) or not all(
+      part[5:].isdigit() for part in chosen):
+    raise ValueError(f'configs/sweeps/passkey_extension.py:{arg}: use base or smoke, and '
+                     'seed=N for each seed to run (default: all of SEEDS), e.g. base,seed=0.')
+  arg = rest[0] if rest else ''
   smoke = arg == 'smoke'
   length = 80 if smoke else TRAIN_LENGTH
-  seeds = (0,) if smoke else SEEDS
+  seeds = tuple(int(part[5:]) for part in chosen) or ((0,) if smoke else SEEDS)
   overrides = {
       'model.position.kind': 'rope', 'data.seq_len': length,
       'data.mixture': {'plays': {'weight': 1.0 - KEY_WEIGHT},
                        'keys': {'weight': KEY_WEIGHT, 'name': 'synthetic/passkey'}},
       'data.synthetic.filler': 'text',
+      'data.synthetic.eval_examples': 64,  # Passkey rows per length: a share to 1/64.
       'train.batch_size': 16, 'train.steps': BASE_STEPS, 'train.warmup_steps': 100,
-      'train.eval_every': 500, 'train.checkpoint_every': 500, 'train.eval_batches': 8,
+      'train.eval_every': 250, 'train.checkpoint_every': 500, 'train.eval_batches': 8,
+      'train.log_every': 50,
       'eval.length_multipliers': MULTIPLIERS, 'eval.protocol': 'sliding',
       'eval.batch_size': 16, 'eval.max_batches': 16, 'eval.position_bucket': length // 2}
   continued = {'init_from': '{sweep}/base,seed={seed}',
@@ -78,7 +86,7 @@ def get_sweep(arg: str = ''):
                       'model.d_ff': 64, 'train.steps': 6, 'train.warmup_steps': 1,
                       'train.eval_every': 6, 'train.checkpoint_every': 6,
                       'train.eval_batches': 1, 'train.log_every': 3, 'eval.max_batches': 1,
-                      'eval.length_multipliers': (1, 4), 'data.synthetic.eval_examples': 16})
+                      'eval.length_multipliers': (1, 4)})
     continued.update({'train.steps': 2, 'train.warmup_steps': 1, 'train.eval_every': 2,
                       'train.checkpoint_every': 2, 'eval.length_multipliers': (1,)})
   points = []

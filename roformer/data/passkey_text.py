@@ -92,8 +92,9 @@ class Rows:
     longest = self.fixed_tokens(tokenizer.encode(' ' + '9' * self.cfg.key_digits)) + 1
     if length + 1 < longest:
       raise errors.ConfigError(
-          f'rows of {length} tokens cannot hold a passkey in text with '
-          f'config.data.synthetic.key_digits={self.cfg.key_digits} ({longest} tokens of '
+          f"passkey rows in text (config.data.synthetic.filler='text') of {length} tokens "
+          f'cannot hold a key of config.data.synthetic.key_digits={self.cfg.key_digits} '
+          f'({longest} tokens of '
           'this tokenizer with one of text). Fix: --config.data.seq_len='
           f'{longest - 1} or more, or fewer key_digits.')
 
