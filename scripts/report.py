@@ -463,17 +463,19 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
              ylabel='validation loss (mean over seeds)', title='Loss by position')
       save(fig, ax, 'position_loss.png')
     answered = variant_table(lm, 'sequence_accuracy', 'retrieval')
-    if answered:
-      fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-      for tag, per_length in answered.items():
+    if answered:  # One colour per line: here the variants of one scheme are what differs.
+      fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
+      for i, (tag, per_length) in enumerate(answered.items()):
         xs = sorted(per_length)
         ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
-                label=tag, linestyle='--' if ' + ' in tag else '-', color=color(tag))
+                label=tag, linestyle='--' if 'continued' in tag else '-',
+                color=palette[i % len(palette)])
       log_lengths(ax, sorted({n for c in answered.values() for n in c}))
       ax.set(xlabel='evaluation length (tokens)', ylim=(-0.02, 1.02),
              ylabel='passkey rows answered in full (mean over seeds)',
              title='Passkey retrieval in text vs evaluation length')
-      save(fig, ax, 'passkey_accuracy.png')
+      ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.01, 1.0))
+      save(fig, ax, 'passkey_accuracy.png', legend=False)
   for task, rows in sorted(accuracy_table([p for p in points if is_synthetic(p)]).items()):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     lengths = sorted({n for per_length in rows.values() for n in per_length})
