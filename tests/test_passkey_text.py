@@ -9,6 +9,7 @@ import math
 import os
 import re
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -17,10 +18,15 @@ from configs.sweeps import passkey_extension
 from roformer import config_args
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import positions
+from roformer import sharding
 from roformer import sweeps
+from roformer import tasks
+from roformer import trainer as trainer_lib
+from roformer.data import mixture
 from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
@@ -117,18 +123,51 @@ def test_the_text_filler_is_refused_outside_a_mixture_and_for_other_tasks(config
     config_lib.validate(config)
 
 
-def test_a_run_on_the_mixture_scores_the_key_rows_like_the_synthetic_task(config, tmp_path):
+def _key_mixture(config):
   config.data.mixture = {'plays': {'weight': 3.0},
                          'keys': {'weight': 1.0, 'name': 'synthetic/passkey'}}
   config.data.update(seq_len=112, tokenizer='bytes')
   config.data.synthetic.update(filler='text', key_digits=2, depth_buckets=2, eval_examples=8)
-  config.train.update(steps=2, eval_every=2, checkpoint_every=2, log_every=1)
+  config.train.update(steps=1, warmup_steps=0, eval_every=1, checkpoint_every=1, log_every=1,
+                      eval_batches=-1)
   config.eval.update(length_multipliers=(1,), max_batches=-1)
+  return config
+
+
+def test_the_key_rows_are_scored_by_a_trainer_of_the_same_model_with_the_tasks_scoring(config):
+  run = _key_mixture(config)
+  run.model.vocab_size = BYTES.vocab_size
+  trainer = trainer_lib.Trainer(run, sharding.make_mesh(run.mesh))
+  keys_config = ml_collections.ConfigDict(run.to_dict())
+  keys_config.data = mixture.member_config(run.data, mixture.entries(run.data)['keys'])
+  scorer = evaluate.scorer(trainer, _split(), keys_config)
+  assert isinstance(scorer.task, tasks.SyntheticTask) and scorer.task.task == 'passkey'
+  assert not isinstance(trainer.task, tasks.SyntheticTask)
+  shapes = lambda t: jax.tree.map(lambda a: a.shape, t.abstract_state['params'])
+  assert shapes(scorer) == shapes(trainer)  # The run's own parameters fit it.
+  assert evaluate.scorer(trainer, _split(), keys_config) is scorer  # Compiled once.
+  assert evaluate.scorer(trainer, [{'text': 'plays'}], run) is trainer  # Text: the run's own.
+
+
+@pytest.mark.slow  # A run of one step with its validation: about 10 s.
+def test_a_run_on_the_mixture_validates_the_key_rows_by_their_answers(config, tmp_path):
+  workdir = str(tmp_path / 'run')
+  loop.train_and_evaluate(_key_mixture(config), workdir)
+  records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+  keys = [r for r in records if r['split'] == 'validation/keys' and r['step'] == 1][0]
+  plays = [r for r in records if r['split'] == 'validation/plays' and r['step'] == 1][0]
+  # 8 rows, each answer a space and 2 digits (bytes: one id each), scored as passkey rows;
+  # the plays as text.
+  assert keys['rows'] == 8 and keys['tokens'] == 24
+  assert keys['sequence_accuracy'] <= keys['accuracy'] + 1e-9
+  assert 'rows' not in plays and plays['tokens'] > 24
+
+
+@pytest.mark.slow  # A run and eval.py's evaluation of it: about 15 s.
+def test_eval_py_scores_the_mixtures_key_rows_like_the_synthetic_task(config, tmp_path):
+  config = _key_mixture(config)
   workdir = str(tmp_path / 'run')
   loop.train_and_evaluate(config, workdir, eval_splits=('validation',))  # eval.py's results.
-  logged = [r for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
-            if r['split'] == 'validation/keys']
-  assert logged and 'sequence_accuracy' in logged[-1]
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
     results = json.load(f)
   keys = results['splits']['validation/keys']['lengths']
