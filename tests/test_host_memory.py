@@ -51,6 +51,7 @@ def _faults(reuse: bool) -> dict:
   return json.loads(line[len('RESULT '):])
 
 
+@pytest.mark.slow  # A training process measured from outside: about 10 s.
 def test_an_entry_point_faults_no_scratch_page_after_the_first_steps():
   kept = _faults(reuse=True)
   pages = kept['temp_bytes'] / 4096
