@@ -297,13 +297,18 @@ def _retrieval_sections(lm: list[dict]) -> list[str]:
             'mean over seeds):', '', '| scheme | ' + ' | '.join(str(n) for n in lengths) + ' |',
             '|---' * (len(lengths) + 1) + '|']
   for tag, per_length in depths.items():
-    cells = []
-    for n in lengths:
-      bands = list(zip(*per_length.get(n, [])))
-      cells.append(' / '.join(f'{statistics.mean([v for v in b if v is not None]):.2f}'
-                              if any(v is not None for v in b) else '-' for b in bands))
-    lines.append(f'| {tag} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {tag} | ' + ' | '.join(band_cells(per_length, lengths)) + ' |')
   return lines + ['', '![passkey accuracy vs length](passkey_accuracy.png)', '']
+
+
+def band_cells(per_length: dict, lengths) -> list[str]:
+  """One cell per length: each depth band's accuracy, mean over seeds ('a / b / ...')."""
+  cells = []
+  for n in lengths:
+    bands = list(zip(*per_length.get(n, [])))
+    cells.append(' / '.join(f'{statistics.mean([v for v in b if v is not None]):.2f}'
+                            if any(v is not None for v in b) else '-' for b in bands))
+  return cells
 
 
 def _synthetic_sections(synthetic: list[dict]) -> list[str]:
@@ -363,12 +368,7 @@ def _depth_table(points: list[dict]) -> list[str]:
            '| scheme | ' + ' | '.join(str(n) for n in lengths) + ' |',
            '|---' * (len(lengths) + 1) + '|']
   for tag, rows in sorted(per.items()):
-    cells = []
-    for n in lengths:
-      bands = list(zip(*rows.get(n, [])))
-      cells.append(' / '.join(f'{statistics.mean([v for v in b if v is not None]):.2f}'
-                              if any(v is not None for v in b) else '-' for b in bands))
-    lines.append(f'| {tag} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {tag} | ' + ' | '.join(band_cells(rows, lengths)) + ' |')
   return lines + ['']
 
 

@@ -12,6 +12,7 @@ import re
 import jax
 import ml_collections
 import numpy as np
+import processes
 import pytest
 from configs.sweeps import passkey_extension
 
@@ -232,8 +233,9 @@ def test_the_report_reads_a_mixtures_text_perplexity_and_its_passkey_rows_by_var
 
 
 @pytest.mark.slow  # A tiny base, two continuations and eight evaluations: about 2 minutes.
-def test_the_extension_sweeps_smoke_run_reports_perplexity_and_passkey_per_variant(tmp_path,
-                                                                                    data_dir):
+def test_the_extension_sweeps_smoke_run_reports_perplexity_and_passkey_per_variant(
+    tmp_path, data_dir, monkeypatch):
+  monkeypatch.setenv('XLA_FLAGS', processes.xla_flags(1))  # The children: one CPU device.
   spec = tmp_path / 'smoke.py'
   spec.write_text(f"""
 from configs.sweeps import passkey_extension
