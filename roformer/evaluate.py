@@ -107,7 +107,7 @@ def scorer(trainer: trainer_lib.Trainer, source, config) -> trainer_lib.Trainer:
   so that its programs compile once."""
   if not isinstance(source, passkey_text.Split):
     return trainer
-  kept = trainer.__dict__.setdefault('_scorers', {})
+  kept = trainer.scorers
   if config.data.name not in kept:
     answers = ml_collections.ConfigDict(trainer.config.to_dict())
     answers.data = ml_collections.ConfigDict(config.data.to_dict())
@@ -244,7 +244,8 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
         continue
       length_trainer = scorer(length_trainer, source, split_config)
       stride = {}
-      if protocol == 'sliding' and length_trainer is per_length[mult][0]:  # Not rows of a task.
+      rows_of_a_task = isinstance(source, passkey_text.Split)  # Whole rows, no windows.
+      if protocol == 'sliding' and not rows_of_a_task:
         stride = {'stride': config.eval.stride or length // 2}
         row.update(stride)
       batches = length_trainer.task.batches(split_config, source, tokenizer, train=False,

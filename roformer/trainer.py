@@ -59,6 +59,9 @@ class Trainer:
   def __init__(self, config: ml_collections.ConfigDict, mesh):
     self.config, self.mesh = config, mesh
     self.task = tasks.for_config(config)
+    # Trainers of the same model for sources another task scores (evaluate.scorer), kept so
+    # that their programs compile once.
+    self.scorers = {}
     # Shapes only, outside the mesh: the variables' logical axes are laid out below, by rules.
     abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
     # 'params' holds every variable of the model; the optimizer sees its trainable Params.

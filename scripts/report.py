@@ -168,9 +168,12 @@ def label(scheme: str, options: str) -> str:
 def variant(name: str) -> str:
   """How a curve names an evaluation-time variant (eval_results.NAME.json): `rope_KIND` a RoPE
   scaling, `remap_METHOD` a distance remap, anything else by its name."""
+  if not name:
+    return ''
   kind, _, rest = name.partition('_')
-  return {'': '', 'rope': f' + {rest} scaling', 'remap': f' + {rest} remap'}.get(
-      kind if rest else name, f' + {name}')
+  if rest and kind in ('rope', 'remap'):
+    return f' + {rest} {"scaling" if kind == "rope" else "remap"}'
+  return f' + {name}'
 
 
 def variant_table(points: list[dict], value: str = 'perplexity', key: str = 'evals') -> dict:

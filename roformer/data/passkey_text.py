@@ -33,9 +33,9 @@ WORDS, TEXT = 'words', 'text'  # config.data.synthetic.filler
 # spaces at the ends keep the parts apart from the text around them with any tokenizer.
 KEY_PARTS = (' The pass key is', '. Remember it.', ' is the pass key. ')
 QUESTION = ' What is the pass key? The pass key is'
-# The filler is read from the split's first documents up to this many characters: enough
-# for windows of any evaluation length, without encoding a whole large corpus per run.
-MAX_TEXT_CHARS = 4_000_000
+# The filler is read from the split's first documents up to this many tokens: enough for
+# windows of any evaluation length, without encoding a whole large corpus per run.
+MAX_TEXT_TOKENS = 1_000_000
 
 
 def reads_text(synthetic_cfg) -> bool:
@@ -54,26 +54,18 @@ class Split:
     """The split's documents' ids, one after another (encoded once per tokenizer)."""
     key = id(tokenizer)
     if key not in self._streams:
-      parts, chars = [], 0
+      parts, count = [], 0
       for i in range(len(self.text)):
-        example = self.text[i]
-        ids = example.get(tokens_lib.TOKEN_IDS) if isinstance(example, dict) else None
-        if ids is None:
-          text = example[self.text_key]
-          text = text.decode('utf-8') if isinstance(text, (bytes, np.bytes_)) else str(text)
-          chars += len(text)
-          ids = tokenizer.encode(text)
-        else:
-          chars += 4 * len(ids)  # About 4 characters a token: the same bound, roughly.
-        parts.append(np.asarray(ids, np.int32))
-        if chars >= MAX_TEXT_CHARS:
+        parts.append(np.asarray(tokens_lib.document_ids(self.text[i], tokenizer, self.text_key),
+                                np.int32))
+        count += len(parts[-1])
+        if count >= MAX_TEXT_TOKENS:
           break
-      stream = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-      if not len(stream):
+      if not count:
         raise errors.ConfigError(
             f'the {self.split} split of the passkey rows\' text (config.data.name) has no '
             "text. Fix: check config.data.splits, or set config.data.synthetic.filler='words'.")
-      self._streams[key] = stream
+      self._streams[key] = np.concatenate(parts)
     return self._streams[key]
 
 

@@ -180,11 +180,8 @@ def text_fields(data_cfg) -> list[tuple[str, str]]:
   return [('text_key', data_cfg.text_key)]
 
 
-def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
-  """A document's token ids: read from the token cache (roformer/data/tokens.py) when the
-  source holds them, else encoded from its text."""
-  ids = example.get(tokens.TOKEN_IDS) if isinstance(example, dict) else None
-  return ids if ids is not None else tokenizer.encode(as_text(example[text_key]))
+document_ids = tokens.document_ids  # Where the pipeline's callers find them.
+as_text = tokens.as_text
 
 
 # A mixture's sources whose rows are generated, not read from a cache.
@@ -208,11 +205,6 @@ def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
         split_identity=f'{data_cfg.name}:{source.identity}:{len(source)}',
         text_key=data_cfg.text_key, log=log)
   return out
-
-
-def as_text(value) -> str:
-  """Real TFDS data gives bytes, mock data gives str: normalise to str."""
-  return value.decode('utf-8') if isinstance(value, (bytes, np.bytes_)) else str(value)
 
 
 def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:

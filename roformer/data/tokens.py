@@ -27,6 +27,18 @@ TOKEN_IDS = 'token_ids'  # The feature of a cached document: its ids, int32.
 _LAYOUT = 1
 
 
+def as_text(value) -> str:
+  """Real TFDS data gives bytes, mock data gives str: normalise to str."""
+  return value.decode('utf-8') if isinstance(value, (bytes, np.bytes_)) else str(value)
+
+
+def document_ids(example, tokenizer, text_key: str) -> np.ndarray:
+  """A document's token ids: read from the token cache (this module) when the source holds
+  them, else encoded from its text."""
+  ids = example.get(TOKEN_IDS) if isinstance(example, dict) else None
+  return ids if ids is not None else tokenizer.encode(as_text(example[text_key]))
+
+
 def id_dtype(vocab_size: int) -> np.dtype:
   """The smallest unsigned integer type that holds ids 0 .. vocab_size - 1."""
   for dtype in (np.uint8, np.uint16, np.uint32):
