@@ -8,9 +8,13 @@
       --vary model.causal_block=0,128     # A/B of a config option, in turns
   python scripts/benchmark.py --config configs/lm.py --kinds rope \\
       --vary model.scan_layers=False,True --vary model.num_layers=4,12,24  # Compile and step
+  python scripts/benchmark.py --config configs/lm.py --kinds rope --step eval \\
+      --vary model.position.rope.remap.method=none,rerope  # An evaluation-time option's cost
 
 For each kind (and each value of every `--vary` option, crossed with the kinds): builds the
-train step on all devices (config.mesh), compiles it and runs `--warmup` steps; then they take
+train step (or with `--step eval`, the evaluation step: the forward pass and the loss, for the
+options that act at evaluation only, such as RoPE's distance remaps) on all devices
+(config.mesh), compiles it and runs `--warmup` steps; then they take
 turns in `--rounds` rounds, each timing its share of `--steps` steps one by one (blocking on the
 result), and each one's median step is reported (against `none`, or the first one without a
 `none`, with the range of the per-round ratios), so that a shared host's changing load reaches
@@ -79,6 +83,10 @@ _DOCUMENTS = flags.DEFINE_integer('documents', 1, 'Documents packed in each row 
                                   '(1: one causal sequence per row, which fused attention runs '
                                   'with sequence lengths; more: with the segment mask).',
                                   lower_bound=1)
+_STEP = flags.DEFINE_enum('step', 'train', ['train', 'eval'],
+                          'The step to time: train (forward, backward and the update) or eval '
+                          '(the forward pass and the loss, on the same parameters each time; '
+                          'its FLOPs are the forward third of the training count).')
 _OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
 _SERVE = flags.DEFINE_bool('serve', False, 'Compile and warm up, then take commands on stdin '
                            '(the worker of scripts/compare_torch.py).')
@@ -222,11 +230,14 @@ def utilization(flops_per_token: float, tokens: int, step_s: float, peak_flops: 
 
 
 class Runner:
-  """One configuration's compiled train step, its state and a fixed batch, ready to be timed."""
+  """One configuration's compiled step (`step`: train or eval), its state and a fixed batch,
+  ready to be timed."""
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh, name: str = ''):
+  def __init__(self, config: ml_collections.ConfigDict, mesh, name: str = '',
+               step: str = 'train'):
     self.config = config
     self.name = name or config.model.position.kind
+    self.step = step
     self.trainer = trainer_lib.Trainer(config, mesh)
     self.batch = sharding.put_batch(
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len,
@@ -234,7 +245,10 @@ class Runner:
     self.state = self.trainer.init_state()
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
-    self.compiled = self.trainer.train_step.lower(self.state, self.batch, self.seed).compile()
+    if step == 'eval':
+      self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
+    else:
+      self.compiled = self.trainer.train_step.lower(self.state, self.batch, self.seed).compile()
     self.compile_s = time.perf_counter() - start
     self.metrics = None
     self.times: list[float] = []  # Every timed step, in order.
@@ -244,10 +258,16 @@ class Runner:
   def kind(self) -> str:
     return self.config.model.position.kind
 
+  def _run(self) -> None:
+    if self.step == 'eval':
+      self.metrics = self.compiled(self.state['params'], self.batch)
+    else:
+      self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
+
   def warm(self, steps: int) -> None:
     for _ in range(steps):
-      self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
-    jax.block_until_ready(self.state)
+      self._run()
+    jax.block_until_ready((self.state, self.metrics))
 
   def time(self, steps: int) -> list[float]:
     """Runs `steps` steps one by one, blocking on each; returns (and records) their seconds."""
@@ -255,12 +275,17 @@ class Runner:
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
       start = time.perf_counter()
-      self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
+      self._run()
       jax.block_until_ready((self.state, self.metrics))
       times.append(time.perf_counter() - start)
     self.faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     self.times.extend(times)
     return times
+
+  def loss(self) -> float:
+    """The last step's loss (an evaluation step's: its summed loss over its weight)."""
+    m = self.metrics
+    return float(m['loss']) if 'loss' in m else float(m['loss_sum'] / m['weight'])
 
   def row(self, peak: float) -> dict:
     config = self.config
@@ -268,12 +293,14 @@ class Runner:
     tokens = config.train.batch_size * config.data.seq_len
     per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
                                                 predicted_fraction(config))
+    if self.step == 'eval':
+      per_token /= flops_lib.TRAIN_MULTIPLIER
     return {'name': self.name, 'kind': self.kind, 'step_s': step_s,
             'step_s_min': min(self.times), 'step_s_max': max(self.times),
             'steps': len(self.times), 'tokens_per_s': tokens / step_s,
             'flops_per_token': per_token, **utilization(per_token, tokens, step_s, peak),
             'peak_flops': peak, 'parameters': self.trainer.num_params(),
-            'compile_s': self.compile_s, 'loss': float(self.metrics['loss']),
+            'compile_s': self.compile_s, 'loss': self.loss(),
             'minor_faults_per_step': self.faults / len(self.times),
             **memory_bytes(self.compiled)}
 
@@ -348,7 +375,7 @@ def main(argv):
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
   for name, trial in trials.items():  # All compiled and warm first, then timed in turns.
-    runners[name] = runner = Runner(trial, mesh, name)
+    runners[name] = runner = Runner(trial, mesh, name, _STEP.value)
     start = time.perf_counter()
     runner.warm(_WARMUP.value)
     # As it goes, so that a run stopped by a time limit still says how far it got.
@@ -356,7 +383,7 @@ def main(argv):
           f'steps in {time.perf_counter() - start:.2f} s', file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-          'peak_matmul_size': n, 'documents_per_row': _DOCUMENTS.value,
+          'peak_matmul_size': n, 'documents_per_row': _DOCUMENTS.value, 'step': _STEP.value,
           'config': config.to_dict(),
           'malloc': 'reuse' if host_memory.applied() else 'default'}
   if _SERVE.value:
@@ -373,7 +400,7 @@ def main(argv):
         f'{_DOCUMENTS.value} document(s) per row; '
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
         f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps each in '
-        f'{rounds} interleaved rounds\n')
+        f'{rounds} interleaved rounds; {_STEP.value} step\n')
   print(table(rows))
   if _OUT.value:
     pathlib.Path(_OUT.value).parent.mkdir(parents=True, exist_ok=True)

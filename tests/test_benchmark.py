@@ -69,6 +69,26 @@ def test_benchmark_reports_consistent_numbers(tmp_path):
 
 
 @pytest.mark.slow
+def test_benchmark_times_the_evaluation_step_at_a_third_of_the_training_flops(tmp_path):
+  out = tmp_path / 'bench.json'
+  # ReRoPE with a window of L - 1 leaves every distance of an L-token row as it is: the same
+  # loss as plain RoPE, computed by the remap's two passes.
+  done = _benchmark('--kinds=rope', '--step=eval', '--steps=2', '--rounds=2', '--warmup=1',
+                    '--peak_size=256', '--config.model.position.rope.remap.window=31',
+                    '--vary=model.position.rope.remap.method=none,rerope', f'--out={out}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'eval step' in done.stdout and '| rope[method=rerope] |' in done.stdout
+  result = json.loads(out.read_text())
+  config = ml_collections.ConfigDict(result['config'])
+  plain, remapped = result['rows']
+  assert result['step'] == 'eval'
+  assert plain['flops_per_token'] == remapped['flops_per_token'] == (
+      flops.train_flops_per_token(config.model, config.data.seq_len) / 3)
+  assert remapped['loss'] == pytest.approx(plain['loss'], rel=1e-5)
+  assert 5.0 < plain['loss'] < 7.5  # About log(512) = 6.2 for random tokens at initialisation.
+
+
+@pytest.mark.slow
 def test_benchmark_refuses_a_bad_kind_before_compiling():
   done = _benchmark('--kinds=none,rotary')
   assert done.returncode == 1 and 'config.model.position.kind' in done.stderr

@@ -197,16 +197,24 @@ def test_the_extension_sweeps_remaps_keep_distances_within_the_trained_length_up
 def test_the_extension_sweep_continues_each_seeds_base_and_evaluates_variants_on_the_base():
   sweep = sweeps.load('configs/sweeps/passkey_extension.py')
   names = [p.name for p in sweep.points]
-  assert len(names) == len(passkey_extension.SEEDS) * (1 + len(passkey_extension.CONTINUED))
+  assert len(names) == len(passkey_extension.SEEDS) * (2 + len(passkey_extension.CONTINUED))
   for point in sweep.points:
     if point.name.startswith('continue_'):
       assert point.needs == ('base,seed=' + point.name.rsplit('=', 1)[1],)
   base, continued = sweep.points[0], sweep.points[1]
+  posed, = [p for p in sweep.points if p.name == 'continue_pose,seed=0']
   on_base = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, base)}
   on_continued = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, continued)}
+  on_posed = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, posed)}
   assert on_base == {''} | {f'rope_{k}' for k in passkey_extension.EVAL_SCALINGS} | {
       f'remap_{m}' for m in passkey_extension.remaps(128, 2048)}
   assert on_continued == {'', 'short'}
+  # PoSE trains at the base's length with positions covering the longest evaluation, and is
+  # evaluated plainly at every multiple.
+  assert on_posed == {''}
+  assert posed.fields['data.seq_len'] == passkey_extension.TRAIN_LENGTH
+  assert posed.fields['train.pose_target_length'] == 128 * max(passkey_extension.MULTIPLIERS)
+  assert posed.fields['eval.length_multipliers'] == passkey_extension.MULTIPLIERS
 
 
 def test_the_report_reads_a_mixtures_text_perplexity_and_its_passkey_rows_by_variant():

@@ -22,7 +22,10 @@ depth band of the key), at 1x-16x the training length:
 - after CONTINUE_STEPS steps at CONTINUE_FACTOR x the length with each scaling
   (`continue_KIND,seed=N`, `init_from` its seed's base, as many tokens per step, passkey rows
   too), evaluated at 4x-16x and at the original length (an extension that costs short-context
-  quality shows it there).
+  quality shows it there);
+- after CONTINUE_STEPS steps of PoSE (`continue_pose,seed=N`): rows of the trained length whose
+  position ids skip to cover the longest evaluation length (Zhu et al. 2024; roformer/positions/randomized.py),
+  evaluated at 1x-16x like the base.
 """
 
 TRAIN_LENGTH = 128
@@ -36,6 +39,7 @@ CONTINUE_FACTOR = 4
 CONTINUE_STEPS = 200
 CONTINUED = ('none', 'linear', 'ntk', 'yarn')
 EVAL_SCALINGS = ('linear', 'ntk', 'yarn', 'llama3', 'dynamic')
+POSE_CHUNKS = 2  # The paper's.
 
 
 def remaps(length: int, longest: int) -> dict:
@@ -74,7 +78,7 @@ def get_sweep(arg: str = ''):
       'data.synthetic.eval_examples': 64,  # Passkey rows per length: a share to 1/64.
       'train.batch_size': 16, 'train.steps': BASE_STEPS, 'train.warmup_steps': 100,
       'train.eval_every': 250, 'train.checkpoint_every': 500, 'train.eval_batches': 8,
-      'train.log_every': 50,
+      'train.log_every': 50, 'train.pose_target_length': 0,
       'eval.length_multipliers': MULTIPLIERS, 'eval.protocol': 'sliding',
       'eval.batch_size': 16, 'eval.max_batches': 16, 'eval.position_bucket': length // 2}
   continued = {'init_from': '{sweep}/base,seed={seed}',
@@ -83,6 +87,11 @@ def get_sweep(arg: str = ''):
                'train.warmup_steps': 20, 'train.learning_rate': 3e-4,
                'train.eval_every': CONTINUE_STEPS, 'train.checkpoint_every': CONTINUE_STEPS,
                'eval.length_multipliers': (1, 2, 4)}
+  # PoSE continues at the trained length, as many rows per step as the base, and is evaluated
+  # at every multiple like it.
+  posed = {**continued, 'data.seq_len': length, 'train.batch_size': 16,
+           'train.pose_target_length': length * max(MULTIPLIERS), 'train.pose_chunks': POSE_CHUNKS,
+           'eval.length_multipliers': MULTIPLIERS}
   if smoke:  # Tiny model, a few steps: seconds per point.
     overrides.update({'data.vocab_size': 512, 'model.num_layers': 2, 'model.d_model': 32,
                       'model.d_ff': 64, 'train.steps': 6, 'train.warmup_steps': 1,
@@ -91,6 +100,8 @@ def get_sweep(arg: str = ''):
                       'eval.length_multipliers': (1, 4)})
     continued.update({'train.steps': 2, 'train.warmup_steps': 1, 'train.eval_every': 2,
                       'train.checkpoint_every': 2, 'eval.length_multipliers': (1,)})
+    posed.update({**continued, 'data.seq_len': length, 'train.batch_size': 16,
+                  'eval.length_multipliers': (1, 4)})
   points = []
   for seed in seeds:
     points.append({'name': f'base,seed={seed}', 'seed': seed})
@@ -103,7 +114,10 @@ def get_sweep(arg: str = ''):
         points.append({'name': f'continue_{kind},seed={seed}', 'seed': seed, **continued,
                        'init_from': continued['init_from'].format(sweep='{sweep}', seed=seed),
                        **scaling})
-  base = {'data.seq_len': length}  # `when`: the base models (the continued ones are longer).
+      points.append({'name': f'continue_pose,seed={seed}', 'seed': seed, **posed,
+                     'init_from': continued['init_from'].format(sweep='{sweep}', seed=seed)})
+  # `when`: the base models (the continued ones are longer, or PoSE's).
+  base = {'data.seq_len': length, 'train.pose_target_length': 0}
   evals = {'': {}}
   if arg != 'base':
     evals['short'] = {'when': {'data.seq_len': length * CONTINUE_FACTOR}, 'overrides': {
