@@ -242,7 +242,9 @@ def single_document_lengths(segments: jax.Array) -> tuple[jax.Array, jax.Array]:
   every row is one document followed by padding (ids s > 0, then 0s, at least one token).
 
   In that case the causal segment mask equals a kernel's causal mode with per-row sequence
-  lengths, which cuDNN runs without reading an L x L mask and skipping the upper triangle."""
+  lengths, which cuDNN runs without reading an L x L mask and skipping the upper triangle. A
+  row of padding only (in an evaluation's last batch) makes the batch take the mask: its
+  length would be 0, a softmax over no keys, whose output the kernels do not define."""
   lengths = jnp.sum(segments > 0, axis=-1, dtype=jnp.int32)
   one = jnp.where(jnp.arange(segments.shape[-1]) < lengths[:, None], segments[:, :1], 0)
   return lengths, jnp.all(segments == one) & jnp.all(lengths > 0)

@@ -73,8 +73,9 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     # of one line.
     options['continued from'] = re.sub(r',?seed=\d+', '',
                                        os.path.basename(config['init_from'].rstrip('/')))
-  if config['train'].get('random_positions'):
-    options['random_positions'] = config['train']['random_positions']
+  for field in ('random_positions', 'pose_target_length'):  # Training positions, as options.
+    if config['train'].get(field):
+      options[field] = config['train'][field]
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
   steps = config['train']['steps']
   done = max((r['step'] for r in records), default=0)

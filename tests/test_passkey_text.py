@@ -258,6 +258,9 @@ def get_sweep(arg=''):
   text = open(os.path.join(root, 'report.md'), encoding='utf-8').read()
   assert '## Passkey in text: rows answered in full' in text
   for line in ('| rope | 1 |', '| rope + dca remap | 1 |', '| rope + linear scaling | 1 |',
-               '| rope (continued from=base) + short | 1 |'):
+               '| rope (continued from=base) + short | 1 |',
+               # PoSE's continuation is its own line, not a seed of the plain continuation's.
+               '| rope (continued from=base) | 1 |',
+               '| rope (continued from=base, pose_target_length=1280) | 1 |'):
     assert line in text, line
   assert os.path.exists(os.path.join(root, 'passkey_accuracy.png'))
