@@ -386,17 +386,22 @@ def stick_breaking_attend(logits: jax.Array, v: jax.Array, mask: jax.Array, *,
   return jnp.einsum('bhqk,bkhd->bqhd', weights, v), weights
 
 
-def causal_block_stick_breaking(q, k, v, mask, bias, rows: int, *, attend_current: bool,
-                                window: int = 0) -> jax.Array:
-  """`stick_breaking_attend` of q.k/sqrt(d) + bias for a causal self-attention without its
-  blocks above the diagonal, as `causal_block_attention` does for the softmax: each run of at
-  most `rows` queries computes its logits, weights and weighted values over the keys up to its
-  last row only (from the first key its window sees, with a sliding `window`). Exact: a key
-  after the query, like any masked key, neither takes nor breaks its stick. Returns the
-  output [batch, q_len, heads, head_dim]."""
-  block = lambda q, k, v, mask, bias: stick_breaking_attend(
-      scaled_logits(q, k, bias), v, mask, attend_current=attend_current)[0]
-  return _over_causal_blocks(block, q, k, v, mask, bias, rows, window)
+def stick_breaking(q, k, v, mask, bias, *, attend_current: bool, causal_block: int = 0,
+                   window: int = 0, query_slots: jax.Array | None = None
+                   ) -> tuple[jax.Array, jax.Array | None]:
+  """`stick_breaking_attend` of q.k/sqrt(d) + bias, as `attend` is for the softmax: with
+  0 < `causal_block` < q_len (a causal self-attention without a cache), without the blocks
+  above the diagonal; each run of at most `causal_block` queries computes its logits, weights
+  and weighted values over the keys up to its last row only (from the first key its window
+  sees, with a sliding `window`). Exact: a key after the query, like any masked key, neither
+  takes nor breaks its stick. Returns (output [batch, q_len, heads, head_dim], the weights, or
+  None from the blocks)."""
+  if 0 < causal_block < q.shape[1]:
+    block = lambda q, k, v, mask, bias: stick_breaking_attend(
+        scaled_logits(q, k, bias), v, mask, attend_current=attend_current)[0]
+    return _over_causal_blocks(block, q, k, v, mask, bias, causal_block, window), None
+  return stick_breaking_attend(scaled_logits(q, k, bias), v, mask,
+                               attend_current=attend_current, query_slots=query_slots)
 
 
 # ------------------------------------------------------------------------------ FAVOR+

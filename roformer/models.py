@@ -225,21 +225,16 @@ class MultiHeadAttention(nnx.Module):
     if self.temperature:
       q = (q * attention.nope_temperature(pos, *self.temperature)[:, :, None, None]).astype(
           q.dtype)
-    if (self.stick_breaking and not (self.computes_logits or self.value_term) and cache is None
-        and 0 < self.causal_block < length):  # Skips the key blocks after each query block.
-      bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
-      out, probs = attention.causal_block_stick_breaking(
-          q, k, v, mask, bias, self.causal_block, attend_current=self.attend_current,
-          window=self.window), None
-    elif self.stick_breaking:
-      if self.computes_logits:
-        logits = position.logits(q, k, pos, k_pos, mask, ctx)
-      else:
-        logits = attention.scaled_logits(
-            q, k, position.logits_bias(q, k, pos, k_pos, mask, ctx))
+    if self.stick_breaking and self.computes_logits:
       out, probs = attention.stick_breaking_attend(
-          logits, v, mask, attend_current=self.attend_current,
-          query_slots=first_slot + jnp.arange(length))
+          position.logits(q, k, pos, k_pos, mask, ctx), v, mask,
+          attend_current=self.attend_current, query_slots=first_slot + jnp.arange(length))
+    elif self.stick_breaking:  # In causal blocks where no value term needs the weights.
+      out, probs = attention.stick_breaking(
+          q, k, v, mask, position.logits_bias(q, k, pos, k_pos, mask, ctx),
+          attend_current=self.attend_current,
+          causal_block=0 if cache is not None or self.value_term else self.causal_block,
+          window=self.window, query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits or self.remap is not None:
       if self.remap is not None:
         logits, seen = position.remapped_logits(q, k, pos, k_pos, self.remap)
