@@ -394,8 +394,9 @@ def stick_breaking(q, k, v, mask, bias, *, attend_current: bool, causal_block: i
   above the diagonal; each run of at most `causal_block` queries computes its logits, weights
   and weighted values over the keys up to its last row only (from the first key its window
   sees, with a sliding `window`). Exact: a key after the query, like any masked key, neither
-  takes nor breaks its stick. Returns (output [batch, q_len, heads, head_dim], the weights, or
-  None from the blocks)."""
+  takes nor breaks its stick. `query_slots` (the queries' cache slots) is for the whole
+  matrix: the blocks are a full causal pass, slots 0..q_len-1. Returns (output [batch, q_len,
+  heads, head_dim], the weights, or None from the blocks)."""
   if 0 < causal_block < q.shape[1]:
     block = lambda q, k, v, mask, bias: stick_breaking_attend(
         scaled_logits(q, k, bias), v, mask, attend_current=attend_current)[0]

@@ -1,4 +1,5 @@
-"""Time the compiled train step of a config for each position scheme, against the hardware.
+"""Time the compiled train (or evaluation) step of a config for each position scheme, against the
+hardware.
 
   python scripts/benchmark.py --config configs/lm.py --kinds none,rope,alibi [--steps 20]
   python scripts/benchmark.py --config configs/mlm.py:roformer --preset small --kinds none,rope
@@ -86,7 +87,8 @@ _DOCUMENTS = flags.DEFINE_integer('documents', 1, 'Documents packed in each row 
 _STEP = flags.DEFINE_enum('step', 'train', ['train', 'eval'],
                           'The step to time: train (forward, backward and the update) or eval '
                           '(the forward pass and the loss, on the same parameters each time; '
-                          'its FLOPs are the forward third of the training count).')
+                          'its FLOPs are the forward third of the training count, which, like '
+                          'it, leaves out extra passes such as a distance remap\'s).')
 _OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
 _SERVE = flags.DEFINE_bool('serve', False, 'Compile and warm up, then take commands on stdin '
                            '(the worker of scripts/compare_torch.py).')

@@ -73,9 +73,12 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     # of one line.
     options['continued from'] = re.sub(r',?seed=\d+', '',
                                        os.path.basename(config['init_from'].rstrip('/')))
-  for field in ('random_positions', 'pose_target_length'):  # Training positions, as options.
-    if config['train'].get(field):
-      options[field] = config['train'][field]
+  trained = config['train']
+  if trained.get('random_positions'):  # Training positions, as options.
+    options['random_positions'] = trained['random_positions']
+  if trained.get('pose_target_length'):
+    options.update(pose_target_length=trained['pose_target_length'],
+                   pose_chunks=trained['pose_chunks'])
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
   steps = config['train']['steps']
   done = max((r['step'] for r in records), default=0)

@@ -209,12 +209,17 @@ def test_the_extension_sweep_continues_each_seeds_base_and_evaluates_variants_on
   assert on_base == {''} | {f'rope_{k}' for k in passkey_extension.EVAL_SCALINGS} | {
       f'remap_{m}' for m in passkey_extension.remaps(128, 2048)}
   assert on_continued == {'', 'short'}
-  # PoSE trains at the base's length with positions covering the longest evaluation, and is
-  # evaluated plainly at every multiple.
+  # PoSE trains at the base's length with positions covering its own longest evaluation (the
+  # base's), and is evaluated plainly there.
   assert on_posed == {''}
-  assert posed.fields['data.seq_len'] == passkey_extension.TRAIN_LENGTH
-  assert posed.fields['train.pose_target_length'] == 128 * max(passkey_extension.MULTIPLIERS)
-  assert posed.fields['eval.length_multipliers'] == passkey_extension.MULTIPLIERS
+  for arg in ('', 'smoke'):
+    points = sweeps.load(f'configs/sweeps/passkey_extension.py:{arg}').points
+    base, = [p for p in points if p.name == 'base,seed=0']
+    posed, = [p for p in points if p.name == 'continue_pose,seed=0']
+    assert posed.fields['data.seq_len'] == base.fields['data.seq_len']
+    assert posed.fields['eval.length_multipliers'] == base.fields['eval.length_multipliers']
+    assert posed.fields['train.pose_target_length'] == base.fields['data.seq_len'] * max(
+        base.fields['eval.length_multipliers'])
 
 
 def test_the_report_reads_a_mixtures_text_perplexity_and_its_passkey_rows_by_variant():
@@ -261,6 +266,6 @@ def get_sweep(arg=''):
                '| rope (continued from=base) + short | 1 |',
                # PoSE's continuation is its own line, not a seed of the plain continuation's.
                '| rope (continued from=base) | 1 |',
-               '| rope (continued from=base, pose_target_length=1280) | 1 |'):
+               '| rope (continued from=base, pose_target_length=320, pose_chunks=2) | 1 |'):
     assert line in text, line
   assert os.path.exists(os.path.join(root, 'passkey_accuracy.png'))

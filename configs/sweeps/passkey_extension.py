@@ -23,9 +23,9 @@ depth band of the key), at 1x-16x the training length:
   (`continue_KIND,seed=N`, `init_from` its seed's base, as many tokens per step, passkey rows
   too), evaluated at 4x-16x and at the original length (an extension that costs short-context
   quality shows it there);
-- after CONTINUE_STEPS steps of PoSE (`continue_pose,seed=N`): rows of the trained length whose
-  position ids skip to cover the longest evaluation length (Zhu et al. 2024; roformer/positions/randomized.py),
-  evaluated at 1x-16x like the base.
+- after CONTINUE_STEPS steps of PoSE (`continue_pose,seed=N`, Zhu et al. 2024,
+  roformer/positions/randomized.py): rows of the trained length whose position ids skip to cover
+  the longest evaluation length, evaluated at 1x-16x like the base.
 """
 
 TRAIN_LENGTH = 128
@@ -87,11 +87,6 @@ def get_sweep(arg: str = ''):
                'train.warmup_steps': 20, 'train.learning_rate': 3e-4,
                'train.eval_every': CONTINUE_STEPS, 'train.checkpoint_every': CONTINUE_STEPS,
                'eval.length_multipliers': (1, 2, 4)}
-  # PoSE continues at the trained length, as many rows per step as the base, and is evaluated
-  # at every multiple like it.
-  posed = {**continued, 'data.seq_len': length, 'train.batch_size': 16,
-           'train.pose_target_length': length * max(MULTIPLIERS), 'train.pose_chunks': POSE_CHUNKS,
-           'eval.length_multipliers': MULTIPLIERS}
   if smoke:  # Tiny model, a few steps: seconds per point.
     overrides.update({'data.vocab_size': 512, 'model.num_layers': 2, 'model.d_model': 32,
                       'model.d_ff': 64, 'train.steps': 6, 'train.warmup_steps': 1,
@@ -100,8 +95,12 @@ def get_sweep(arg: str = ''):
                       'eval.length_multipliers': (1, 4)})
     continued.update({'train.steps': 2, 'train.warmup_steps': 1, 'train.eval_every': 2,
                       'train.checkpoint_every': 2, 'eval.length_multipliers': (1,)})
-    posed.update({**continued, 'data.seq_len': length, 'train.batch_size': 16,
-                  'eval.length_multipliers': (1, 4)})
+  # PoSE continues at the trained length, as many rows per step as the base, with positions
+  # covering the longest evaluation, and is evaluated at every multiple like the base.
+  multipliers = overrides['eval.length_multipliers']
+  posed = {**continued, 'data.seq_len': length, 'train.batch_size': overrides['train.batch_size'],
+           'train.pose_target_length': length * max(multipliers),
+           'train.pose_chunks': POSE_CHUNKS, 'eval.length_multipliers': multipliers}
   points = []
   for seed in seeds:
     points.append({'name': f'base,seed={seed}', 'seed': seed})
