@@ -15,6 +15,10 @@ from roformer import errors
 from roformer import sharding
 
 IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn')
+# The implementations that run one-document rows with sequence lengths (`_fused`): cuDNN's
+# kernels skip the masked blocks; XLA builds the same mask from the lengths, so a second path
+# would only add a compiled branch (and, under a gradient, buffers for both).
+LENGTHS_PATH_IMPLS = ('cudnn',)
 
 
 def resolve(impl: str, *, dtype, einsum_only: bool = False, backend: str | None = None) -> str:
@@ -251,18 +255,19 @@ def single_document_lengths(segments: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def _fused(q, k, v, mask, bias, scale, impl, segments, causal, window):
-  """jax.nn.dot_product_attention; with `segments` (the mask is the segment mask, causal by
-  index with `causal`) and no bias, sequence lengths (and the causal mode) where every row is
-  one document, the mask otherwise (chosen at run time by lax.cond: both are compiled, one
-  runs). With a bias, the mask always: the gradient of a cond keeps buffers for both paths, and
-  for a [batch, heads, L, L] bias that doubled the compiled memory (a bias scheme at 124M on a
-  GPU: 17.5 to 34.4 GiB) for a 6% shorter step."""
+  """jax.nn.dot_product_attention; for an implementation in LENGTHS_PATH_IMPLS with `segments`
+  (the mask is the segment mask, causal by index with `causal`) and no bias, sequence lengths
+  (and the causal mode) where every row is one document, the mask otherwise (chosen at run
+  time by lax.cond: both are compiled, one runs). With a bias, the mask always: the gradient
+  of a cond keeps buffers for both paths, and for a [batch, heads, L, L] bias that doubled the
+  compiled memory (a bias scheme at 124M on a GPU: 17.5 to 34.4 GiB) for a 6% shorter step."""
   if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
     bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
         bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
   masked = lambda: jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
                                                 implementation=impl)
-  if segments is None or bias is not None or (window and not causal):
+  if (impl not in LENGTHS_PATH_IMPLS or segments is None or bias is not None
+      or (window and not causal)):
     return masked()
   lengths, single = single_document_lengths(segments)
   by_lengths = lambda: jax.nn.dot_product_attention(
@@ -296,8 +301,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     segments, causal: for 'xla' and 'cudnn': the packed segment ids [batch, L] of a
       self-attention without a cache whose mask is `make_mask(segments, segments,
       causal=causal)` (and the window, when causal). Without a bias, where every row holds one
-      document, the kernel runs with sequence lengths (in its causal mode) instead of reading
-      the mask as an additive bias. The outputs at padding queries (which no loss or later
+      document, cuDNN (LENGTHS_PATH_IMPLS) runs with sequence lengths (in its causal mode)
+      instead of reading the mask as an additive bias. The outputs at padding queries (which no loss or later
       token reads) may differ.
   Returns:
     (output [batch, q_len, heads, head_dim], probabilities [batch, heads, q_len, k_len] for the

@@ -227,9 +227,12 @@ def numpy_attention(q, k, v, mask):
     (True, 3, 'one document each'), (False, 0, 'one document each'), (True, 0, 'packed'),
     *[pytest.param(*case, marks=pytest.mark.slow) for case in (
         (True, 0, 'one document each'), (True, 3, 'packed'), (False, 0, 'packed'))]])
-def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal, window, rows):
+def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal, window, rows,
+                                                                          monkeypatch):
   """The lengths path (one document per row) and the mask path (packed rows) both give the
-  float64 attention of the segment mask at every query that is not padding."""
+  float64 attention of the segment mask at every query that is not padding (the lengths path
+  is cuDNN's; XLA runs it here, on the CPU)."""
+  monkeypatch.setattr(attention, 'LENGTHS_PATH_IMPLS', ('xla', 'cudnn'))
   rng = np.random.default_rng(5)
   q, k, v = (rng.normal(size=(2, 8, 2, 4)) for _ in range(3))
   seg = np.asarray([[1] * 6 + [0] * 2, [3] * 8] if rows == 'one document each'
@@ -246,14 +249,18 @@ def test_fused_attention_with_segments_equals_float64_on_every_real_query(causal
                              atol=1e-5)
 
 
-def test_fused_attention_chooses_the_lengths_path_at_run_time_without_a_bias():
+def test_fused_attention_chooses_the_lengths_path_at_run_time_without_a_bias(monkeypatch):
   """With segments and no bias, one program holds both paths (lax.cond on the rows' layout);
-  without segments, or with a bias (whose cond would keep both paths' buffers), the mask."""
+  without segments, or with a bias (whose cond would keep both paths' buffers), the mask. Only
+  for the implementations whose kernels gain from the lengths (cuDNN): XLA gets the mask."""
   x = jnp.zeros((1, 4, 1, 4))
   seg = jnp.ones((1, 4), jnp.int32)
   mask = attention.make_mask(seg, seg, causal=True)
   run = lambda s=None, b=None: attention.attend(x, x, x, mask, bias=b, impl='xla', segments=s,
                                                 causal=True)[0]
+  # A fresh function each time: make_jaxpr caches its trace per function.
+  assert 'cond' not in str(jax.make_jaxpr(lambda s: run(s))(seg))
+  monkeypatch.setattr(attention, 'LENGTHS_PATH_IMPLS', ('xla', 'cudnn'))
   assert 'cond' in str(jax.make_jaxpr(run)(seg))
   assert 'cond' not in str(jax.make_jaxpr(run)())
   assert 'cond' not in str(jax.make_jaxpr(run)(seg, jnp.zeros((1, 1, 4, 4))))
