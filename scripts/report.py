@@ -411,9 +411,11 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   written = []
-  # One colour per line label, the same in every plot; 18 distinct ones (tab10 alone repeats
-  # after 10 lines).
-  palette = plt.get_cmap('tab10').colors + plt.get_cmap('Dark2').colors
+  # One colour per line label, the same in every plot; 28 distinct ones (tab10 alone repeats
+  # after 10 lines; a context-extension sweep draws 19): tab20's dark shades, Dark2's, then
+  # tab20's light shades.
+  pairs = plt.get_cmap('tab20').colors
+  palette = pairs[0::2] + plt.get_cmap('Dark2').colors + pairs[1::2]
   colors = {}
   color = lambda tag: colors.setdefault(tag.split(' + ')[0].split(' at ')[0],
                                         palette[len(colors) % len(palette)])
