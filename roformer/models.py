@@ -193,8 +193,8 @@ class MultiHeadAttention(nnx.Module):
     'positions' [batch, max_len], 'index'), x's keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
     any position hook, so every scheme sees the same keys as without a cache. `segments`
-    (packed segment ids) is what FAVOR+ reads instead of the dense mask, and what lets the
-    fused kernels run with sequence lengths when every row is one document; `layer` (an int or
+    (packed segment ids) is what FAVOR+ reads instead of the dense mask, and what lets
+    cuDNN run with sequence lengths when every row is one document; `layer` (an int or
     an int32 scalar) seeds FAVOR+'s random features and sets differential attention's
     lambda_init. Returns (output, updated layer cache or None)."""
     b, length, _ = x.shape

@@ -81,8 +81,8 @@ _ROUNDS = flags.DEFINE_integer('rounds', 0, 'The kinds take turns in this many r
                                '--steps/--rounds steps each (1: one kind after the other; 0: '
                                'min(5, --steps)).')
 _DOCUMENTS = flags.DEFINE_integer('documents', 1, 'Documents packed in each row of the batch '
-                                  '(1: one causal sequence per row, which fused attention runs '
-                                  'with sequence lengths; more: with the segment mask).',
+                                  '(1: one causal sequence per row, which cuDNN runs with '
+                                  'sequence lengths; more: with the segment mask).',
                                   lower_bound=1)
 _STEP = flags.DEFINE_enum('step', 'train', ['train', 'eval'],
                           'The step to time: train (forward, backward and the update) or eval '

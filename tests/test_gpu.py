@@ -60,8 +60,8 @@ def _config(kind='rope', dtype='float32', impl='einsum', **model):
 
 
 def _batch(length=10, seed=2, packed=True):
-  """Two rows of two packed documents (or of one, with `packed=False`: the fused kernels' path
-  with sequence lengths) and two padding slots; the loss weights are random on the documents'
+  """Two rows of two packed documents (or of one, with `packed=False`: cuDNN's path with
+  sequence lengths) and two padding slots; the loss weights are random on the documents'
   tokens and zero on padding (whose outputs no implementation defines alike)."""
   rng = np.random.default_rng(seed)
   tokens = rng.integers(5, 50, (2, length))
@@ -113,8 +113,8 @@ def test_every_scheme_on_the_gpu_equals_the_cpu(kind):
 def test_fused_attention_follows_the_einsum_path(kind, packed):
   """'xla' in float32 equals einsum; 'xla' and 'cudnn' in bfloat16 are off the float32 result
   by at most twice the einsum path's bfloat16 error (forward and gradient), for every kind
-  whose attention they can run, with the mask (packed rows) and with sequence lengths in the
-  kernels' causal mode (one document per row)."""
+  whose attention they can run, with the mask (packed rows) and, for cuDNN, with sequence lengths
+  in its causal mode (one document per row)."""
   scheme, extra = (kind, {}) if kind in KINDS else ('rope', VARIANTS[kind])
   impls = [i for i in positions.capabilities(scheme).implementations if i != 'einsum']
   if not impls:
