@@ -26,6 +26,7 @@ from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens as tokens_lib
 
 
 def translation_scores(trainer: trainer_lib.Trainer, params, source, tokenizer, *, limit: int = -1):
@@ -37,7 +38,7 @@ def translation_scores(trainer: trainer_lib.Trainer, params, source, tokenizer, 
   for i in range(len(source)):
     if 0 <= limit <= len(sources):
       break
-    src, ref = (pipeline.as_text(source[i][k]) for k in (src_key, tgt_key))
+    src, ref = (tokens_lib.as_text(source[i][k]) for k in (src_key, tgt_key))
     if src.strip() and ref.strip():
       sources.append(src)
       references.append(ref)
@@ -169,7 +170,7 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   def counts(source):
     c = np.zeros(tokenizer.vocab_size, np.float64)
     for i in range(min(len(source), max_docs)):
-      ids = pipeline.document_ids(source[i], tokenizer, text_key)
+      ids = tokens_lib.document_ids(source[i], tokenizer, text_key)
       c += np.bincount(np.append(ids, tokenizer_lib.EOS_ID), minlength=tokenizer.vocab_size)
     return c
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))

@@ -20,6 +20,7 @@ from roformer.data import embedded
 from roformer.data import pipeline
 from roformer.data import shakespeare
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens as tokens_lib
 
 
 def data_config(**fields):
@@ -38,7 +39,7 @@ def shakespeare_data(data_dir):
 
 def test_splits_are_deterministic_disjoint_and_complete(shakespeare_data):
   _, sources, _ = shakespeare_data
-  keys = {s: {pipeline.as_text(src[i]['key']) for i in range(len(src))}
+  keys = {s: {tokens_lib.as_text(src[i]['key']) for i in range(len(src))}
           for s, src in sources.items()}
   assert not keys['train'] & keys['validation'] and not keys['train'] & keys['test']
   assert not keys['validation'] & keys['test']
@@ -59,7 +60,7 @@ def test_splits_are_deterministic_disjoint_and_complete(shakespeare_data):
 
 def test_scene_text_is_clean(shakespeare_data):
   _, sources, _ = shakespeare_data
-  text = pipeline.as_text(sources['train'][0]['text'])
+  text = tokens_lib.as_text(sources['train'][0]['text'])
   assert text.startswith('SCENE') and '**' not in text and '#' not in text
   assert any(line.endswith(':') for line in text.split('\n'))  # Speaker lines.
 
@@ -98,7 +99,7 @@ def test_pipeline_packs_with_restarting_positions(shakespeare_data):
   # Every validation token is predicted exactly once: bos + tokens + eos per document.
   n_targets = sum(int((b['targets_segment_ids'] > 0).sum()) for b in batches)
   src = sources['validation']
-  assert n_targets == sum(len(tok.encode(pipeline.as_text(src[i]['text']))) + 1
+  assert n_targets == sum(len(tok.encode(tokens_lib.as_text(src[i]['text']))) + 1
                           for i in range(len(src)))
 
 
@@ -225,13 +226,13 @@ def test_bible_pairs_split_by_chapter_and_cleaned(data_dir):
   for split, src in sources.items():
     for i in range(0, len(src), 7):
       ex = src[i]
-      chapters.setdefault(pipeline.as_text(ex['key']).rsplit('/', 1)[0], set()).add(split)
+      chapters.setdefault(tokens_lib.as_text(ex['key']).rsplit('/', 1)[0], set()).add(split)
       for lang in ('en', 'de'):
-        text = pipeline.as_text(ex[lang])
+        text = tokens_lib.as_text(ex[lang])
         assert text and '[' not in text and ']' not in text and '`' not in text
   assert all(len(s) == 1 for s in chapters.values())  # A chapter lies in one split only.
-  genesis = next(pipeline.as_text(src[i]['de']) for src in sources.values()
-                 for i in range(len(src)) if pipeline.as_text(src[i]['key']) == '1/1/1')
+  genesis = next(tokens_lib.as_text(src[i]['de']) for src in sources.values()
+                 for i in range(len(src)) if tokens_lib.as_text(src[i]['key']) == '1/1/1')
   assert genesis == 'Im Anfang schuf Gott die Himmel und die Erde.'
 
 

@@ -18,8 +18,8 @@ from roformer import evaluate
 from roformer import models
 from roformer import tasks
 from roformer import workdir as workdir_lib
-from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens as tokens_lib
 
 
 def test_mask_tokens_follows_bert_proportions():
@@ -202,7 +202,7 @@ def test_mlm_chunks_are_unshifted_and_packed(data_dir):
   batch = next(iter(tasks.for_config(cfg).batches(cfg, sources['validation'], tok,
                                                   train=False)))
   assert set(batch) == {'inputs', 'inputs_segment_ids', 'inputs_positions'}
-  first = pipeline.as_text(sources['validation'][0]['text'])
+  first = tokens_lib.as_text(sources['validation'][0]['text'])
   expected = np.concatenate([[tokenizer_lib.BOS_ID], tok.encode(first)])[:cfg.data.seq_len]
   np.testing.assert_array_equal(batch['inputs'][0, :len(expected)], expected)
 

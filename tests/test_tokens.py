@@ -45,7 +45,7 @@ def test_the_cached_ids_are_the_encoded_text_and_make_the_same_batches(data_dir)
     assert isinstance(cached, tokens.Source) and len(cached) == len(text)
     assert cached.dtype == np.uint16  # 512 pieces.
     for i in (0, len(text) // 2, len(text) - 1):
-      want = tokenizer.encode(pipeline.as_text(text[i]['text']))
+      want = tokenizer.encode(tokens.as_text(text[i]['text']))
       got = cached[i][tokens.TOKEN_IDS]
       assert got.dtype == np.int32
       np.testing.assert_array_equal(got, want)
@@ -64,7 +64,7 @@ def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_
   cfg.data.update(data_dir=data_dir)
   sources, tokenizer = workdir_lib.setup_data(cfg, splits=('validation',))
   local = {'data_dir': str(tmp_path), 'split_identity': 'v', 'text_key': 'text'}
-  encode = lambda record: tokenizer.encode(pipeline.as_text(record['text']))
+  encode = lambda record: tokenizer.encode(tokens.as_text(record['text']))
   calls = []
 
   def cut(record):
@@ -85,11 +85,11 @@ def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_
                         **{**local, 'split_identity': 'another split'})
   assert other.path != first.path
   by_bytes = tokens.cached(sources['validation'], vocabularies.Bytes(),
-                           lambda r: vocabularies.Bytes().encode(pipeline.as_text(r['text'])),
+                           lambda r: vocabularies.Bytes().encode(tokens.as_text(r['text'])),
                            **local)  # Another tokenizer: its own ids, in uint16.
   assert by_bytes.path not in (first.path, other.path) and by_bytes.dtype == np.uint16
   assert by_bytes[0][tokens.TOKEN_IDS].tolist() == vocabularies.Bytes().encode(
-      pipeline.as_text(sources['validation'][0]['text'])).tolist()
+      tokens.as_text(sources['validation'][0]['text'])).tolist()
 
 
 def test_a_run_reads_the_token_cache_in_training_and_evaluation(data_dir, tmp_path):

@@ -18,6 +18,7 @@ from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
 from roformer.data import pipeline
+from roformer.data import tokens as tokens_lib
 
 
 def tiny(data_dir, **data):
@@ -75,7 +76,7 @@ def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tm
   workdir, _ = trained
   cfg = config_lib.load(workdir)
   sources, tokenizer = workdir_lib.setup_data(cfg, splits=('test',), workdir=workdir)
-  texts = [pipeline.as_text(sources['test'][i]['en']) for i in range(3)]
+  texts = [tokens_lib.as_text(sources['test'][i]['en']) for i in range(3)]
   trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
   params = trainer_lib.restore_params(trainer, workdir, trainer_lib.checkpoint_step(workdir))
   expected = trainer.task.translate(trainer.graphdef, params, texts, tokenizer,

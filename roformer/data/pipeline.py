@@ -180,10 +180,6 @@ def text_fields(data_cfg) -> list[tuple[str, str]]:
   return [('text_key', data_cfg.text_key)]
 
 
-document_ids = tokens.document_ids  # Where the pipeline's callers find them.
-as_text = tokens.as_text
-
-
 # A mixture's sources whose rows are generated, not read from a cache.
 GENERATED = (synthetic.Split, passkey_text.Split)
 
@@ -200,7 +196,7 @@ def token_cached(data_cfg, sources: dict, tokenizer) -> dict:
            for name, member in source.members.items()}, source.configs, source.weights)
       continue
     out[split] = tokens.cached(
-        source, tokenizer, lambda record: document_ids(record, tokenizer, data_cfg.text_key),
+        source, tokenizer, lambda record: tokens.document_ids(record, tokenizer, data_cfg.text_key),
         data_dir=data_dir(data_cfg),
         split_identity=f'{data_cfg.name}:{source.identity}:{len(source)}',
         text_key=data_cfg.text_key, log=log)
@@ -262,7 +258,7 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
     if train_source is None:
       train_source = load_sources(data_cfg, splits=('train',))['train']
     keys = sorted(key for _, key in text_fields(data_cfg))
-    texts = (as_text(record[key]) for record in _records(
+    texts = (tokens.as_text(record[key]) for record in _records(
         _Evenly(train_source, data_cfg.tokenizer_documents)) for key in keys)
     return tokenizer_lib.train(texts, path, data_cfg.vocab_size,
                                max_chars=data_cfg.tokenizer_chars)
@@ -390,7 +386,7 @@ def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: 
     ds = ds.shuffle(seed=seed)
   if repeat:
     ds = ds.repeat(None)  # After shuffle: every epoch is reshuffled.
-  ds = ds.map(lambda ex: document_ids(ex, tokenizer, text_key))
+  ds = ds.map(lambda ex: tokens.document_ids(ex, tokenizer, text_key))
   chunk = SlidingWindowsForLM(seq_len, stride) if stride else ChunkForLM(seq_len, shift)
   it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), chunk)
   if shuffle and shuffle_window > 1:
@@ -418,8 +414,8 @@ class PairForTranslation(grain.transforms.Map):
   max_len: int
 
   def map(self, example):
-    src = self.tokenizer.encode(as_text(example[self.source_key]))[:self.max_len - 1]
-    tgt = self.tokenizer.encode(as_text(example[self.target_key]))[:self.max_len - 1]
+    src = self.tokenizer.encode(tokens.as_text(example[self.source_key]))[:self.max_len - 1]
+    tgt = self.tokenizer.encode(tokens.as_text(example[self.target_key]))[:self.max_len - 1]
     if not len(src) or not len(tgt):
       return None
     eos, bos = [tokenizer_lib.EOS_ID], [tokenizer_lib.BOS_ID]
@@ -462,7 +458,7 @@ class EncodeForClassification(grain.transforms.Map):
   split: str = ''
 
   def map(self, example):
-    texts = [self.tokenizer.encode(as_text(example[k])) for k in self.text_keys]
+    texts = [self.tokenizer.encode(tokens.as_text(example[k])) for k in self.text_keys]
     budget = self.max_len - 1 - len(texts)
     while sum(map(len, texts)) > budget:
       longest = max(range(len(texts)), key=lambda i: len(texts[i]))
