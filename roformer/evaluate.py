@@ -93,11 +93,14 @@ def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
   """What the training loop logs on the validation split `source`: the task's metrics over up
   to config.train.eval_batches batches and, for a task that `decodes`, its BLEU and chrF on
   config.eval.bleu_sentences decoded sentences. A mixture's: each source's, and their mean
-  weighted by the mixture's weights (roformer/data/mixture.py `weighted`)."""
+  weighted by the mixture's weights (roformer/data/mixture.py `weighted`) over the sources
+  scored on every token, as training counts them (not passkey rows in text: see `scorer`)."""
   if isinstance(source, mixture.Mixture):
     return mixture.weighted(
         {name: _validation(trainer, params, member, tokenizer, source.config_for(
-            trainer.config, name)) for name, member in source.members.items()}, source.weights)
+            trainer.config, name)) for name, member in source.members.items()}, source.weights,
+        apart=frozenset(name for name, member in source.members.items()
+                        if isinstance(member, passkey_text.Split)))
   return _validation(trainer, params, source, tokenizer, trainer.config)
 
 

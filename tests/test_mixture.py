@@ -111,6 +111,22 @@ def test_a_synthetic_sources_training_rows_follow_the_run_seed():
   assert [one[i] for i in range(4)] != [other[i] for i in range(4)]
 
 
+def test_the_mean_leaves_out_the_sources_scored_on_other_tokens():
+  """Sources in `apart` are reported but not averaged; the others' weights are renormalised
+  (hand-computed: (0.5 * 2.0 + 0.25 * 4.0) / 0.75)."""
+  results = {'a': {'loss': 2.0, 'accuracy': 0.5}, 'b': {'loss': 4.0, 'accuracy': 0.25},
+             'keys': {'loss': 0.01, 'accuracy': 1.0}}
+  weights = {'a': 0.5, 'b': 0.25, 'keys': 0.25}
+  out = mixture.weighted(results, weights, apart=frozenset({'keys'}))
+  assert out['loss'] == pytest.approx((0.5 * 2.0 + 0.25 * 4.0) / 0.75)
+  assert out['accuracy'] == pytest.approx((0.5 * 0.5 + 0.25 * 0.25) / 0.75)
+  assert out['perplexity'] == pytest.approx(np.exp(out['loss']))
+  assert out['sources'] == results
+  everything = mixture.weighted(results, weights)
+  assert everything['loss'] == pytest.approx(0.5 * 2.0 + 0.25 * 4.0 + 0.25 * 0.01)
+  assert set(mixture.weighted(results, weights, apart=frozenset(results))) == {'sources'}
+
+
 def _config(config, entries):
   config.data.mixture = entries
   config.train.update(steps=4, eval_every=4, checkpoint_every=4, log_every=2)

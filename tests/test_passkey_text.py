@@ -162,6 +162,9 @@ def test_a_run_on_the_mixture_validates_the_key_rows_by_their_answers(config, tm
   assert keys['rows'] == 8 and keys['tokens'] == 24
   assert keys['sequence_accuracy'] <= keys['accuracy'] + 1e-9
   assert 'rows' not in plays and plays['tokens'] > 24
+  # The run's validation is the text's alone: the key rows' answer loss is another quantity.
+  whole = [r for r in records if r['split'] == 'validation' and r['step'] == 1][0]
+  assert whole['loss'] == pytest.approx(plays['loss'], rel=1e-6) != keys['loss']
 
 
 @pytest.mark.slow  # A run and eval.py's evaluation of it: about 15 s.

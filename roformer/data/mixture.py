@@ -11,8 +11,9 @@ shuffle, chunks and packed rows), and grain's `IterDataset.mix` interleaves the 
 weight: a weight is a share of the training rows (each row holds seq_len tokens up to its
 padding), and the data position saved with a checkpoint holds every source's own position.
 Evaluation scores each source's splits on their own (`validation/plays`, `validation/keys`);
-the validation that the training loop logs is the sources' mean weighted by the weights, with
-each source's own line beside it.
+the validation that the training loop logs is the sources' mean weighted by the weights (of the
+sources whose loss counts every token, as training does: not passkey rows in a corpus's text,
+scored on their answer), with each source's own line beside it.
 
 The tokenizer is config.data's own, whatever the entries read: trained on config.data.name's
 train split unless data.tokenizer names one. A synthetic task's rows become documents in words
@@ -170,14 +171,20 @@ def mix(rows: dict, weights: dict) -> grain.IterDataset:
   return grain.IterDataset.mix(rows, {name: weights[name] for name in rows})
 
 
-def weighted(results: dict[str, dict], weights: dict[str, float]) -> dict:
+def weighted(results: dict[str, dict], weights: dict[str, float],
+             apart: frozenset[str] = frozenset()) -> dict:
   """The mixture's validation: each metric's mean over the sources weighted by their weights
   (loss and accuracy; perplexity from the mean loss), with every source's result under
-  'sources'."""
+  'sources'. The sources in `apart` are scored on other tokens than training counts (passkey
+  rows in a corpus's text: the answer only), so their loss is not the same quantity as the
+  others'. They stay out of the mean (the other weights renormalised; no mean when none is
+  left) and are reported under 'sources' only."""
+  mean = {name: r for name, r in results.items() if name not in apart}
+  total = sum(weights[name] for name in mean)
   out = {}
   for key in ('loss', 'accuracy'):
-    if all(key in r for r in results.values()):
-      out[key] = sum(weights[name] * float(r[key]) for name, r in results.items())
+    if mean and all(key in r for r in mean.values()):
+      out[key] = sum(weights[name] * float(r[key]) for name, r in mean.items()) / total
   if 'loss' in out:
     out['perplexity'] = metrics.perplexity(out['loss'])
   out['sources'] = results
