@@ -100,8 +100,14 @@ def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
         {name: _validation(trainer, params, member, tokenizer, source.config_for(
             trainer.config, name)) for name, member in source.members.items()}, source.weights,
         apart=frozenset(name for name, member in source.members.items()
-                        if isinstance(member, passkey_text.Split)))
+                        if scored_on_answers(member)))
   return _validation(trainer, params, source, tokenizer, trainer.config)
+
+
+def scored_on_answers(source) -> bool:
+  """Whether `source` is scored on its answers only (passkey rows in a corpus's text), not on
+  every token as training counts it."""
+  return isinstance(source, passkey_text.Split)
 
 
 def scorer(trainer: trainer_lib.Trainer, source, config) -> trainer_lib.Trainer:
@@ -109,7 +115,7 @@ def scorer(trainer: trainer_lib.Trainer, source, config) -> trainer_lib.Trainer:
   rows in a corpus's text (a mixture's source, roformer/data/passkey_text.py) one of the same
   model whose task scores the answer as the synthetic passkey task does. Kept with `trainer`,
   so that its programs compile once."""
-  if not isinstance(source, passkey_text.Split):
+  if not scored_on_answers(source):
     return trainer
   kept = trainer.scorers
   if config.data.name not in kept:
