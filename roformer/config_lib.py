@@ -59,6 +59,15 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   if t.warmup_steps > t.steps:
     raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
                              f'config.train.steps={t.steps}].')
+  if t.schedule == 'wsd' and not 1 <= t.decay_steps <= t.steps - t.warmup_steps:
+    raise errors.ConfigError(
+        f"config.train.schedule='wsd' decays over config.train.decay_steps={t.decay_steps}, "
+        f'which must be in [1, steps - warmup_steps = {t.steps - t.warmup_steps}]. Fix: set '
+        'config.train.decay_steps.')
+  if t.schedule != 'wsd' and t.decay_steps:
+    raise errors.ConfigError(
+        f'config.train.decay_steps={t.decay_steps} is read by the wsd schedule only '
+        f"(config.train.schedule='{t.schedule}'). Fix: set it to 0 or use schedule='wsd'.")
   if m.attention_impl == 'cudnn' and (jax.default_backend() != 'gpu' or m.dtype == 'float32'):
     raise errors.ConfigError(
         "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations "

@@ -313,8 +313,9 @@ def schema() -> dict:
           'steps': Int(1, _STEPS, default=600),
           'learning_rate': Float(0, min_open=True, default=1e-3),
           'warmup_steps': Int(0, _STEPS, default=60),
-          'schedule': Str(('cosine', 'rsqrt'), default='cosine'),
+          'schedule': Str(('cosine', 'rsqrt', 'wsd'), default='cosine'),
           'end_lr_fraction': Float(0, 1, default=0.1),  # Of the peak, at the last step.
+          'decay_steps': Int(0, _STEPS, default=0),  # 'wsd' only: the final decay's steps.
           'weight_decay': Float(0, default=0.1),
           'b1': Float(0, 1, max_open=True, default=0.9),
           'b2': Float(0, 1, max_open=True, default=0.98),

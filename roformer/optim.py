@@ -8,13 +8,34 @@ import optax
 from roformer import variables
 
 
+def _one_minus_sqrt(peak: float, end: float, steps: int) -> optax.Schedule:
+  """peak * (end + (1 - end) (1 - sqrt(s / steps))): from peak at s = 0 to end * peak at
+  s = steps. The cooldown shape that Hagele et al. 2024 (arXiv 2405.18392) found best after
+  a constant rate; optax (0.2.8) has no warmup-stable-decay schedule, hence this one."""
+  def schedule(s):
+    frac = jnp.clip(s / steps, 0.0, 1.0)
+    return peak * (end + (1.0 - end) * (1.0 - jnp.sqrt(frac)))
+  return schedule
+
+
 def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
-  """Linear warmup to the peak learning rate, then cosine decay (to end_lr_fraction of the
-  peak at the last step) or reciprocal-square-root decay."""
+  """Linear warmup to the peak learning rate, then one of:
+  - 'cosine': cosine decay to end_lr_fraction of the peak at the last step;
+  - 'rsqrt': reciprocal-square-root decay;
+  - 'wsd' (warmup-stable-decay): the peak held until the last decay_steps steps, which decay
+    as 1 - sqrt to end_lr_fraction of the peak. A longer run with the same decay_steps is the
+    shorter run's constant phase continued, so a checkpoint from the stable phase resumes into
+    any length."""
   peak, warmup = tc.learning_rate, tc.warmup_steps
   warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
   if tc.schedule == 'cosine':
     decay = optax.cosine_decay_schedule(peak, max(tc.steps - warmup, 1), alpha=tc.end_lr_fraction)
+  elif tc.schedule == 'wsd':
+    stable_end = tc.steps - tc.decay_steps
+    return optax.join_schedules(
+        [warm, optax.constant_schedule(peak),
+         _one_minus_sqrt(peak, tc.end_lr_fraction, tc.decay_steps)],
+        [warmup, stable_end])
   else:
     decay = lambda s: peak * jnp.sqrt(max(warmup, 1) / (s + max(warmup, 1)))
   return optax.join_schedules([warm, decay], [warmup])

@@ -68,6 +68,8 @@ BAD = [
     ('data.shuffle_window', -1, 'config.data.shuffle_window'),
     ('train.learning_rate', 0.0, 'config.train.learning_rate'),
     ('train.warmup_steps', 100, 'config.train.warmup_steps'),
+    ('train.schedule', 'wsd', "config.train.schedule='wsd' decays over config.train.decay_steps=0"),
+    ('train.decay_steps', 5, 'config.train.decay_steps=5 is read by the wsd schedule only'),
     ('train.b2', 1.0, 'config.train.b2'),
     ('train.label_smoothing', 1.0, 'config.train.label_smoothing'),
     ('train.on_nonfinite', 'ignore', 'config.train.on_nonfinite'),

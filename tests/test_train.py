@@ -134,6 +134,35 @@ def test_schedule_warmup_and_cosine_endpoints():
   assert float(sched(100)) == pytest.approx(2e-4, rel=1e-4)
 
 
+def test_wsd_schedule_against_its_formula():
+  tc = test_config.get_config().train
+  tc.update(steps=100, warmup_steps=10, learning_rate=2e-3, end_lr_fraction=0.1,
+            schedule='wsd', decay_steps=30)
+  sched = optim.make_schedule(tc)
+  def reference(s):  # float64: warmup, the peak held to step 70, then 1 - sqrt down to 2e-4.
+    if s < 10:
+      return 2e-3 * s / 10
+    if s < 70:
+      return 2e-3
+    return 2e-3 * (0.1 + 0.9 * (1 - math.sqrt((s - 70) / 30)))
+  for s in (0, 5, 10, 40, 69, 70, 71, 77.5, 85, 99, 100):
+    assert float(sched(s)) == pytest.approx(reference(s), rel=1e-5, abs=1e-9), s
+  assert float(sched(100)) == pytest.approx(2e-4, rel=1e-5)
+
+
+def test_wsd_stable_phase_is_a_constant_rate_run_continued():
+  """A wsd run's steps before its decay are those of a constant-rate run of any length, so a
+  constant-rate checkpoint resumes into it."""
+  const = test_config.get_config().train
+  const.update(steps=40, warmup_steps=10, learning_rate=1e-3, end_lr_fraction=1.0)
+  wsd = test_config.get_config().train
+  wsd.update(steps=90, warmup_steps=10, learning_rate=1e-3, schedule='wsd', decay_steps=30)
+  a, b = optim.make_schedule(const), optim.make_schedule(wsd)
+  for s in range(0, 41):
+    assert float(a(s)) == pytest.approx(float(b(s)), rel=1e-6), s
+  assert float(b(75)) < 1e-3
+
+
 def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
   from roformer import errors
   _, workdir, _ = trained

@@ -9,11 +9,12 @@ trained length, with extension at evaluation only and after a short continuation
 
 The base (`base,seed=N`) is configs/lm.py's RoPE model trained at TRAIN_LENGTH tokens on
 Shakespeare mixed with passkey rows hidden in Shakespeare's own text (a share KEY_WEIGHT of the
-rows; roformer/data/passkey_text.py), for BASE_STEPS steps at a constant learning rate after
-the warmup: a recipe meant to retrieve at its training length at every seed, where a fifth of
-the rows and a decaying rate did at one seed of three (docs/length_generalization.md says how
-far each seed has got). A constant rate makes a run with more steps the same run continued,
-so raising BASE_STEPS resumes the bases. Every run is
+rows; roformer/data/passkey_text.py), for BASE_STEPS steps: a constant learning rate after the
+warmup, then a decay over the last BASE_DECAY_STEPS (train.schedule='wsd'). A recipe meant to
+retrieve at its training length at every seed, where a fifth of the rows and a cosine decay did
+at one seed of three (docs/length_generalization.md says how far each seed has got). The
+constant phase is the same computation for any BASE_STEPS, so a checkpoint from it resumes
+into a longer base. Every run is
 evaluated on the validation split's plays (perplexity, sliding windows: each token scored once
 with at least half the window as context) and its passkey rows (the share answered in full, by
 depth band of the key), at 1x-16x the training length:
@@ -38,7 +39,8 @@ MULTIPLIERS = (1, 2, 4, 8, 16)
 # evaluations about 4.5, each of the 5 continuations with its evaluations 10-14): about 10
 # core-hours, 5 hours on 2 cores. `:seed=N` runs only the seeds named.
 SEEDS = (0, 1, 2)
-BASE_STEPS = 4000  # At a constant learning rate (train.end_lr_fraction=1 below).
+BASE_STEPS = 4500
+BASE_DECAY_STEPS = 500  # The base's last steps, decaying from 1e-3 to 1e-4 (1 - sqrt).
 KEY_WEIGHT = 0.5  # The share of training rows that are passkey rows.
 CONTINUE_FACTOR = 4
 CONTINUE_STEPS = 200
@@ -82,7 +84,8 @@ def get_sweep(arg: str = ''):
       'data.synthetic.filler': 'text',
       'data.synthetic.eval_examples': 64,  # Passkey rows per length: a share to 1/64.
       'train.batch_size': 16, 'train.steps': BASE_STEPS, 'train.warmup_steps': 100,
-      'train.end_lr_fraction': 1.0,
+      'train.schedule': 'wsd', 'train.decay_steps': BASE_DECAY_STEPS,
+      'train.end_lr_fraction': 0.1,
       'train.eval_every': 250, 'train.checkpoint_every': 500, 'train.eval_batches': 8,
       'train.log_every': 50, 'train.pose_target_length': 0,
       'eval.length_multipliers': MULTIPLIERS, 'eval.protocol': 'sliding',
@@ -91,12 +94,13 @@ def get_sweep(arg: str = ''):
                'data.seq_len': length * CONTINUE_FACTOR,
                'train.batch_size': 16 // CONTINUE_FACTOR, 'train.steps': CONTINUE_STEPS,
                'train.warmup_steps': 20, 'train.learning_rate': 3e-4,
-               'train.end_lr_fraction': 0.1,  # A continuation decays, unlike the base.
+               'train.schedule': 'cosine', 'train.decay_steps': 0,  # Over all its steps.
                'train.eval_every': CONTINUE_STEPS, 'train.checkpoint_every': CONTINUE_STEPS,
                'eval.length_multipliers': (1, 2, 4)}
   if smoke:  # Tiny model, a few steps: seconds per point.
     overrides.update({'data.vocab_size': 512, 'model.num_layers': 2, 'model.d_model': 32,
                       'model.d_ff': 64, 'train.steps': 6, 'train.warmup_steps': 1,
+                      'train.decay_steps': 2,
                       'train.eval_every': 6, 'train.checkpoint_every': 6,
                       'train.eval_batches': 1, 'train.log_every': 3, 'eval.max_batches': 1,
                       'eval.length_multipliers': (1, 4)})
