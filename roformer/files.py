@@ -32,6 +32,22 @@ def read_json(path: str, fix: str = '') -> dict:
   return value
 
 
+def current_config(workdir: str) -> dict:
+  """The config a run trains under now: config.json (the run as it started) with the newest
+  config.resume-STEP.json in its place when the run was resumed with changed settings (more
+  steps, another schedule). What a run was started as stays in config.json; how long it runs,
+  and so when it is finished, is the latest of these."""
+  latest = os.path.join(workdir, 'config.json')
+  resumed = []
+  for name in os.listdir(workdir) if os.path.isdir(workdir) else ():
+    middle = name[len('config.resume-'):-len('.json')]
+    if name.startswith('config.resume-') and name.endswith('.json') and middle.isdigit():
+      resumed.append((int(middle), name))
+  if resumed:
+    latest = os.path.join(workdir, max(resumed)[1])
+  return read_json(latest)
+
+
 def write_json_atomic(path: str, value, default=None) -> None:
   """Writes `value` as JSON to `path` through a temporary file renamed over it: a reader never
   sees half of it, whenever the write is cut. `default`: json.dump's, for other values."""

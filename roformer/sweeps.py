@@ -298,15 +298,14 @@ def evaluated(workdir: str, name: str, steps: int | None = None) -> bool:
 def final_step(workdir: str, steps: int | None = None) -> int | None:
   if steps is not None:
     return steps
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
     return None
-  return files.read_json(path).get('train', {}).get('steps')
+  return files.current_config(workdir).get('train', {}).get('steps')
 
 
 def trained(workdir: str, steps: int | None = None) -> bool:
   """Whether the run in `workdir` has the checkpoint of its last step (`steps`, by default
-  config.json's train.steps)."""
+  the train.steps it trains under now: files.current_config)."""
   steps = final_step(workdir, steps)
   if steps is None:
     return False

@@ -80,7 +80,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     options.update(pose_target_length=trained['pose_target_length'],
                    pose_chunks=trained['pose_chunks'])
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
-  steps = config['train']['steps']
+  steps = files.current_config(workdir)['train']['steps']  # With resumes' changes.
   done = max((r['step'] for r in records), default=0)
   plain = evals.get('', {})
   return {

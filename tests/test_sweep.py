@@ -532,3 +532,17 @@ def test_a_label_names_a_points_scheme_and_sweeps_sharing_a_workdir_keep_each_ot
   assert set(record['points']) == names and set(record['labels']) == names
   assert record['labels']['passkey,rnope,steps=2x,seed=1'] == 'rnope'
   assert record['sweep'] == 'frontier.py:budget'
+
+
+def test_a_run_resumed_with_more_steps_is_finished_at_its_new_last_step(tmp_path):
+  """config.json keeps the run as it started; the newest config.resume-STEP.json (by step, not
+  by name: 500 before 3000) says how long it trains now, for the sweep and the report."""
+  workdir = tmp_path / 'run'
+  os.makedirs(workdir / 'checkpoints' / '4500')
+  for name, steps in (('config.json', 500), ('config.resume-500.json', 3000),
+                      ('config.resume-3000.json', 4500)):
+    (workdir / name).write_text(json.dumps({'train': {'steps': steps}}))
+  assert sweeps.final_step(str(workdir)) == 4500
+  assert sweeps.trained(str(workdir))
+  os.rename(workdir / 'checkpoints' / '4500', workdir / 'checkpoints' / '3000')
+  assert not sweeps.trained(str(workdir))
