@@ -32,12 +32,12 @@ def solve(task, words):
   if task in ('niah_multikey', 'niah_multiquery'):
     value = dict(facts)
     assert len(value) == len(facts)  # Distinct keys.
-    return [value[k] for k in re.findall(r'\? (k\d+) =>', questions)]
+    return [value[k] for k in re.findall(r'\? (k\d+)', questions)]
   if task == 'niah_multivalue':
-    (key,) = re.findall(r'\? (k\d+) =>', questions)
+    (key,) = re.findall(r'\? (k\d+)', questions)
     return [v for k, v in facts if k == key]
   if task == 'variable_tracking':
-    (value,) = re.findall(r'\? (v\d+) =>', questions)
+    (value,) = re.findall(r'\? (v\d+)', questions)
     bound, names = {value}, []
     for name, source in facts:  # In text order: a name is bound after its source.
       if source in bound:

@@ -4,8 +4,13 @@ Long-Context Language Models?"), generated row by row like the other synthetic t
 Passkey retrieval saturates: a model that finds one needle in uniform filler says little about
 how much of its context it uses. RULER's harder retrieval, tracing and aggregation tasks do not.
 Here they are written in the synthetic tasks' word vocabulary (keys k0.., values v0.., words
-s0..) inside passkey's filler sentences; a needle is the four tokens `k is v .`, and questions
-are `? k =>` followed by the answer, whose tokens alone are scored:
+s0..) inside passkey's filler sentences; a needle is the four tokens `k is v .`, and a
+question is `? k` followed at once by the answer, whose tokens alone are scored. The question
+ends at the asked key so that the key is the token that predicts the answer: a 2-layer model
+then retrieves with one move in its first layer (each needle's value seeing its key two tokens
+back), where a separator after the key (`? k => v`) needs a second (the key moved onto the
+separator) before retrieval pays, and stayed at chance for 3,000-4,000 steps at 32 and 64 tokens
+(docs/length_generalization.md).
 
 - `niah_multikey`: `needles` needles with distinct keys; one is asked.
 - `niah_multivalue`: one key with `needle_values` distinct values, each its own needle; the
@@ -14,7 +19,7 @@ are `? k =>` followed by the answer, whose tokens alone are scored:
   one question and answer after another.
 - `variable_tracking`: `chains` chains of `hops` hops: `k_a is v .`, then `k_b is k_a .`, and so
   on, each chain's statements in order at rising depths and the chains interleaved; the question
-  `? v =>` asks for every name bound to v, in the order they were bound.
+  `? v` asks for every name bound to v, in the order they were bound.
 - `common_words`: a list of words (no filler) in which `common_words` words appear
   `common_count` times each and every other word once; the question `? =>` asks for the common
   ones, in increasing id order (one answer, whatever order they appeared in).
@@ -40,14 +45,14 @@ def fixed_tokens(task: str, cfg) -> int:
   """Tokens of a row of `task` besides the filler: bos, needles, questions, answers and eos."""
   needle = 4  # k is v .
   if task == 'niah_multikey':
-    return 1 + needle * cfg.needles + 3 + 1 + 1
+    return 1 + needle * cfg.needles + 2 + 1 + 1
   if task == 'niah_multivalue':
-    return 1 + needle * cfg.needle_values + 3 + cfg.needle_values + 1
+    return 1 + needle * cfg.needle_values + 2 + cfg.needle_values + 1
   if task == 'niah_multiquery':
-    return 1 + needle * cfg.needles + 4 * cfg.needle_queries + 1
+    return 1 + needle * cfg.needles + 3 * cfg.needle_queries + 1
   if task == 'variable_tracking':
     names = cfg.hops + 1
-    return 1 + needle * cfg.chains * names + 3 + names + 1
+    return 1 + needle * cfg.chains * names + 2 + names + 1
   if task == 'common_words':
     return 1 + cfg.common_words * cfg.common_count + 2 + cfg.common_words + 1
   raise ValueError(f'{task!r} is not one of RULER\'s tasks {TASKS}.')
@@ -141,7 +146,7 @@ def niah(task: str):
 
   def generate(rng, cfg, vocab, length):
     filler = length + 1 - fixed_tokens(task, cfg)
-    is_, stop, ask, arrow = vocab.ids['is'], vocab.ids['.'], vocab.query, vocab.separator
+    is_, stop, ask = vocab.ids['is'], vocab.ids['.'], vocab.query
     if task == 'niah_multivalue':
       key = vocab.key0 + int(rng.integers(cfg.num_keys))
       values = vocab.value0 + rng.choice(cfg.num_values, cfg.needle_values, replace=False)
@@ -151,7 +156,7 @@ def niah(task: str):
                                                              len(values) - 1)])
       needles = [np.asarray([key, is_, v, stop]) for v in values]
       body, placed = _haystack(rng, vocab, filler, needles, depths)
-      tokens, spans = _row(body, [np.asarray([ask, key, arrow])], [values])
+      tokens, spans = _row(body, [np.asarray([ask, key])], [values])
       return tokens, spans, _bucket(cfg, placed[0])
     keys = vocab.key0 + rng.choice(cfg.num_keys, cfg.needles, replace=False)
     values = vocab.value0 + rng.integers(0, cfg.num_values, cfg.needles)
@@ -161,10 +166,10 @@ def niah(task: str):
     body, placed = _haystack(rng, vocab, filler, needles, _depths(rng, cfg, cfg.needles,
                                                                   asked[0]))
     if task == 'niah_multikey':
-      tokens, spans = _row(body, [np.asarray([ask, keys[asked[0]], arrow])],
+      tokens, spans = _row(body, [np.asarray([ask, keys[asked[0]]])],
                            [values[asked[:1]]])
     else:
-      tokens, spans = _row(body, [np.asarray([ask, keys[a], arrow]) for a in asked],
+      tokens, spans = _row(body, [np.asarray([ask, keys[a]]) for a in asked],
                            [values[a:a + 1] for a in asked])
     return tokens, spans, _bucket(cfg, placed[asked[0]])
 
@@ -188,7 +193,7 @@ def variable_tracking(rng, cfg, vocab, length):
                 for h in range(1, cfg.hops + 1)]
     depths.extend(chain)
   body, placed = _haystack(rng, vocab, filler, needles, np.asarray(depths))
-  tokens, spans = _row(body, [np.asarray([vocab.query, values[asked], vocab.separator])],
+  tokens, spans = _row(body, [np.asarray([vocab.query, values[asked]])],
                        [names[asked]])
   return tokens, spans, _bucket(cfg, placed[asked * (cfg.hops + 1)])
 
