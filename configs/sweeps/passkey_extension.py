@@ -35,7 +35,7 @@ depth band of the key), at 1x-16x the training length:
 
 TRAIN_LENGTH = 128
 MULTIPLIERS = (1, 2, 4, 8, 16)
-# Seeds 0-2, from the times of the parts on one core (a base about 85 minutes, each of its 12
+# Seeds 0-2, from the times of the parts on one core (a base about 90 minutes, each of its 12
 # evaluations about 4.5, each of the 5 continuations with its evaluations 10-14): about 10
 # core-hours, 5 hours on 2 cores. `:seed=N` runs only the seeds named.
 SEEDS = (0, 1, 2)
