@@ -37,7 +37,7 @@ TASKS = {
     # RULER (roformer/data/ruler.py) at its defaults: 4 needles, 4 values, 2 queries, 2 chains
     # of 3 hops, 3 common words 4 times each; the length sweep runs them only when named
     # (length.py:niah_multikey, ...). Variable tracking on associative recall's recipe answered
-    # every validation row by step 1,000 (seed 0), so 2,000 leave a margin of 2x. The needle
+    # every validation row by step 1,000 (seeds 0 and 1), so 2,000 leave a margin of 2x. The needle
     # tasks' settings are not found yet: on the same recipe multikey stayed at choosing among
     # the row's values for 6,000 steps at 64 tokens (docs/length_generalization.md).
     'niah_multikey': {'seq_len': 64, 'train': {'steps': 600}},

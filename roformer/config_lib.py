@@ -59,10 +59,10 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   if t.warmup_steps > t.steps:
     raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
                              f'config.train.steps={t.steps}].')
-  if t.schedule == 'wsd' and not 1 <= t.decay_steps <= t.steps - t.warmup_steps:
-    raise errors.ConfigError(
+  if t.schedule == 'wsd' and not 2 <= t.decay_steps <= t.steps - t.warmup_steps:
+    raise errors.ConfigError(  # A step takes the rate before its update: 1 step never decays.
         f"config.train.schedule='wsd' decays over config.train.decay_steps={t.decay_steps}, "
-        f'which must be in [1, steps - warmup_steps = {t.steps - t.warmup_steps}]. Fix: set '
+        f'which must be in [2, steps - warmup_steps = {t.steps - t.warmup_steps}]. Fix: set '
         'config.train.decay_steps.')
   if t.schedule != 'wsd' and t.decay_steps:
     raise errors.ConfigError(

@@ -25,7 +25,10 @@ def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
   - 'wsd' (warmup-stable-decay): the peak held until the last decay_steps steps, which decay
     as 1 - sqrt to end_lr_fraction of the peak. A longer run with the same decay_steps is the
     shorter run's constant phase continued, so a checkpoint from the stable phase resumes into
-    any length."""
+    any length.
+  Step k is taken at the schedule's value at k - 1 (optax's update count before the step), as
+  for the cosine: the decay's first step is still at the peak, and its last within
+  1 - sqrt((D - 1) / D) of the end (D = decay_steps, at least 2)."""
   peak, warmup = tc.learning_rate, tc.warmup_steps
   warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
   if tc.schedule == 'cosine':
