@@ -382,10 +382,11 @@ def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.js
   files.write_text_atomic(os.path.join(workdir, name), config.to_json(indent=2, sort_keys=True))
 
 
-def load(workdir: str) -> ml_collections.ConfigDict:
-  """The config a run saved in `workdir`, brought up to date (config_schema.migrate: a field
-  added since the run was saved at its default). Raises ConfigError if there is none, and
-  DamagedFileError naming the file and the fix if it does not read back as a config."""
+def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
+  """The config a run saved in `workdir` (config.json; with `current`, the one it trains under
+  now: files.current_config), brought up to date (config_schema.migrate: a field added since
+  the run was saved at its default). Raises ConfigError if there is none, and DamagedFileError
+  naming the file and the fix if it does not read back as a config."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
     raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
@@ -393,6 +394,8 @@ def load(workdir: str) -> ml_collections.ConfigDict:
   fix = ('restore it from a copy of the run (a resumed run also wrote its config as '
          'config.resume-STEP.json there), or move it aside and rerun the train.py command '
          'that made the run: it resumes and writes config.json again')
+  if current:
+    path = files.current_config_path(workdir)
   saved = files.read_json(path, fix)
   missing = [k for k in ('model', 'data', 'train', 'eval') if not isinstance(saved.get(k), dict)]
   if missing:

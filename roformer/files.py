@@ -37,6 +37,11 @@ def current_config(workdir: str) -> dict:
   config.resume-STEP.json in its place when the run was resumed with changed settings (more
   steps, another schedule). What a run was started as stays in config.json; how long it runs,
   and so when it is finished, is the latest of these."""
+  return read_json(current_config_path(workdir))
+
+
+def current_config_path(workdir: str) -> str:
+  """The path of current_config's file."""
   latest = os.path.join(workdir, 'config.json')
   resumed = []
   for name in os.listdir(workdir) if os.path.isdir(workdir) else ():
@@ -45,7 +50,7 @@ def current_config(workdir: str) -> dict:
       resumed.append((int(middle), name))
   if resumed:
     latest = os.path.join(workdir, max(resumed)[1])
-  return read_json(latest)
+  return latest
 
 
 def write_json_atomic(path: str, value, default=None) -> None:

@@ -177,6 +177,8 @@ def save_config(config, workdir, resumed_from):
   changed = config_lib.differences(config_lib.load(workdir), config)
   if changed:
     log.warning('Resuming with changed settings (saved vs now): %s', '; '.join(changed))
+  # Also when the settings went back to config.json's: the newest file is what the run is now.
+  if changed or config_lib.differences(config_lib.load(workdir, current=True), config):
     config_lib.save(config, workdir, f'config.resume-{resumed_from}.json')
 
 

@@ -13,6 +13,7 @@ from configs import test as test_config
 from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
+from roformer import files
 from roformer import positions
 from roformer import resolve
 from roformer import trainer as trainer_lib
@@ -160,3 +161,20 @@ def test_a_run_written_before_a_field_existed_resumes(tmp_path):
   config.seed = 3
   with pytest.raises(errors.ConfigError, match=r'seed: 0 vs 3'):
     workdir_lib.check_workdir(config, workdir, ckpt_step=6)
+
+
+def test_a_resume_back_to_the_first_settings_is_what_the_run_trains_under(tmp_path):
+  """Resumed with more steps, then with config.json's steps again: the run's current config
+  (files.current_config, which the sweep and the report read) is config.json's again."""
+  config = test_config.get_config()
+  workdir = str(tmp_path)
+  workdir_lib.save_config(config, workdir, resumed_from=None)
+  first = config.train.steps
+  config.train.steps = first + 10
+  workdir_lib.save_config(config, workdir, resumed_from=2)
+  assert files.current_config(workdir)['train']['steps'] == first + 10
+  config.train.steps = first
+  workdir_lib.save_config(config, workdir, resumed_from=4)
+  assert files.current_config(workdir)['train']['steps'] == first
+  assert sorted(os.listdir(workdir)) == ['config.json', 'config.resume-2.json',
+                                         'config.resume-4.json']
