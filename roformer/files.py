@@ -40,13 +40,18 @@ def current_config(workdir: str) -> dict:
   return read_json(current_config_path(workdir))
 
 
+def resume_config_name(step: int) -> str:
+  """The file in which a run resumed at `step` with changed settings records its config."""
+  return f'config.resume-{step}.json'
+
+
 def current_config_path(workdir: str) -> str:
   """The path of current_config's file."""
   latest = os.path.join(workdir, 'config.json')
   resumed = []
   for name in os.listdir(workdir) if os.path.isdir(workdir) else ():
     middle = name[len('config.resume-'):-len('.json')]
-    if name.startswith('config.resume-') and name.endswith('.json') and middle.isdigit():
+    if middle.isdigit() and name == resume_config_name(int(middle)):
       resumed.append((int(middle), name))
   if resumed:
     latest = os.path.join(workdir, max(resumed)[1])

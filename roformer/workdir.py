@@ -179,7 +179,7 @@ def save_config(config, workdir, resumed_from):
     log.warning('Resuming with changed settings (saved vs now): %s', '; '.join(changed))
   # Also when the settings went back to config.json's: the newest file is what the run is now.
   if changed or config_lib.differences(config_lib.load(workdir, current=True), config):
-    config_lib.save(config, workdir, f'config.resume-{resumed_from}.json')
+    config_lib.save(config, workdir, files.resume_config_name(resumed_from))
 
 
 def skipped_so_far(workdir: str) -> int:
