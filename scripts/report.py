@@ -92,7 +92,9 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       'task': config['data']['name'],
       'seq_len': config['data']['seq_len'],
       'steps': steps,
-      'status': ('done' if sweeps.trained(workdir, steps) and sweeps.evaluated(workdir, '', steps)
+      # The plain evaluation of the last step exists only once that step's checkpoint did, so
+      # kept records (scripts/keep_records.py: no checkpoints) read as done too.
+      'status': ('done' if sweeps.evaluated(workdir, '', steps)
                  else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,

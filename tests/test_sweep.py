@@ -22,6 +22,7 @@ from roformer import config_lib
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
+from scripts import keep_records
 from scripts import report
 from scripts import sweep as sweep_script
 
@@ -184,6 +185,13 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
     with open(os.path.join(root, png), 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
+  # The kept records (no checkpoints) make the same report.
+  kept = str(tmp_path / 'kept')
+  assert keep_records.main([root, kept]) == 0
+  assert not os.path.exists(os.path.join(kept, 'kind=rope,seed=0', 'checkpoints'))
+  assert report.main([kept]) == 0
+  assert open(os.path.join(kept, 'report.md')).read() == text.replace(root, kept)
+
   if not resume:
     return
   # An interrupted point (final checkpoint and plain evaluation gone) resumes from step 15;
@@ -201,6 +209,51 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
                                        lengths=(1, 2)), '--workdir', root]).stdout.count(
                                            '1 points were already finished') == 1
+
+
+def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
+  """Seeds swept in two places join in one records directory: each point's config, metrics
+  and evaluations are copied byte for byte, nothing else is, and sweep.json holds both
+  sweeps' points (a point swept again replaces its earlier record)."""
+  def fake_sweep(root, seeds):
+    points = {}
+    for seed in seeds:
+      workdir = root / f'base,seed={seed}'
+      (workdir / 'checkpoints' / '10').mkdir(parents=True)
+      (workdir / 'checkpoints' / '10' / 'state').write_bytes(b'x' * 1000)
+      (workdir / 'tokenizer.model').write_bytes(b'y' * 100)
+      (workdir / 'config.json').write_text(json.dumps({'seed': seed, 'root': str(root)}))
+      (workdir / 'config.resume-10.json').write_text(json.dumps({'seed': seed, 'steps': 10}))
+      (workdir / 'metrics.jsonl').write_text(f'{{"step": 10, "seed": {seed}}}\n')
+      (workdir / 'eval_results.rope_yarn.json').write_text(json.dumps({'seed': seed}))
+      points[f'base,seed={seed}'] = {'seed': seed}
+    (root / 'logs').mkdir()
+    (root / 'sweep.json').write_text(json.dumps(
+        {'config': 'c.py', 'sweep': 's.py', 'points': points, 'labels': {}}))
+
+  first, second, kept = tmp_path / 'first', tmp_path / 'second', tmp_path / 'kept'
+  fake_sweep(first, (0, 1))
+  fake_sweep(second, (1, 2))
+  assert keep_records.keep(str(first), str(kept)) == ['base,seed=0', 'base,seed=1']
+  assert keep_records.keep(str(second), str(kept)) == ['base,seed=1', 'base,seed=2']
+  assert sorted(os.listdir(kept)) == ['base,seed=0', 'base,seed=1', 'base,seed=2', 'sweep.json']
+  for seed, source in ((0, first), (1, second), (2, second)):
+    name = f'base,seed={seed}'
+    assert sorted(os.listdir(kept / name)) == [
+        'config.json', 'config.resume-10.json', 'eval_results.rope_yarn.json', 'metrics.jsonl']
+    for file in os.listdir(kept / name):
+      assert (kept / name / file).read_bytes() == (source / name / file).read_bytes()
+  assert sorted(json.loads((kept / 'sweep.json').read_text())['points']) == [
+      'base,seed=0', 'base,seed=1', 'base,seed=2']
+
+
+def test_keeping_records_refuses_a_directory_that_is_not_a_sweep(tmp_path):
+  (tmp_path / 'run').mkdir()
+  assert subprocess.run([sys.executable, 'scripts/keep_records.py', str(tmp_path / 'run'),
+                         str(tmp_path / 'kept')], cwd=ROOT, capture_output=True, text=True,
+                        check=False).stderr.strip().splitlines()[-1].startswith(
+                            f'error: {tmp_path / "run"} has no sweep.json')
+  assert not os.path.exists(tmp_path / 'kept')
 
 
 @pytest.mark.slow
