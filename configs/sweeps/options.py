@@ -8,6 +8,10 @@ three seeds.
   ...options.py:niah_multikey,pope,rope      # only those tasks / schemes
   ...options.py:smoke                        # a tiny model for a few steps: a pipeline check
 
+About 20 core-hours in all (10 hours on 2 cores) by rope's step rates, most of it multi-key
+retrieval's 6,000 steps (about 23 minutes a run on one core); run a task at a time and join
+the runs with scripts/keep_records.py where one machine cannot hold it all.
+
 Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
   `rope+gate` (RoPE with gated attention), `rope+diff` and `none+diff` (differential
