@@ -1,16 +1,18 @@
 """Keep a sweep's results without its checkpoints, in a directory scripts/report.py reads.
 
-  python scripts/keep_records.py runs/pk_wsd docs/results/passkey_extension/records
+  python scripts/keep_records.py runs/passkey_ext docs/results/passkey_extension/records
   python scripts/report.py docs/results/passkey_extension/records \\
       --out docs/results/passkey_extension/report.md
 
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
 metrics.jsonl, eval_results*.json) into RECORDS/POINT, and merges the sweep's sweep.json into
-RECORDS/sweep.json (the points and labels already there are kept, the sweep's own replace those
-of the same name). Checkpoints, TensorBoard events and the tokenizer stay behind: a kept record
-is a few tens of kilobytes where a point's workdir is tens of megabytes. So the seeds of one
-sweep, run in different places or at different times (`:seed=1` here, `:seed=2` there), join
-in one RECORDS directory and one report, and that directory can be committed beside it.
+RECORDS/sweep.json: the points and labels already there are kept, and a point kept again is
+replaced whole, its files and its entry. Checkpoints, TensorBoard events and the tokenizer stay
+behind: a kept record is a few tens of kilobytes where a point's workdir is tens of megabytes.
+So the parts of one sweep run in different places or at different times
+(passkey_extension.py:seed=1 here and :seed=2 there; options.py a task at a time) join in one
+RECORDS directory and one report, and that directory can be committed beside it. RECORDS must
+not be a sweep's --workdir.
 """
 
 import glob
@@ -34,34 +36,49 @@ def point_records(workdir: str) -> list[str]:
   return sorted({path for pattern in KEPT for path in glob.glob(os.path.join(workdir, pattern))})
 
 
-def _copy_atomic(source: str, target: str) -> None:
-  """`source` to `target` through a temporary file, so a copy cut short never leaves a
-  truncated record in place of a whole one."""
-  temporary = target + '.partial'
-  shutil.copyfile(source, temporary)
-  os.replace(temporary, target)
+def _refuse(sweep_dir: str, records: str) -> None:
+  """One error for a pair of directories that keeping would harm or that holds nothing."""
+  if not os.path.exists(os.path.join(sweep_dir, 'sweep.json')):
+    raise errors.ConfigError(f"{sweep_dir} has no sweep.json, so it is not a sweep's "
+                             'directory. Fix: give the --workdir that scripts/sweep.py ran with.')
+  if os.path.realpath(sweep_dir) == os.path.realpath(records):
+    raise errors.ConfigError(f"{records} is the sweep's own directory. Fix: give another "
+                             'directory to keep the records in.')
+  if os.path.isdir(os.path.join(records, 'logs')) or glob.glob(
+      os.path.join(records, '*', 'checkpoints')):
+    raise errors.ConfigError(f"{records} holds a sweep's runs (logs/ or checkpoints), whose "
+                             'results keeping would overwrite and which the sweep would then '
+                             'retrain. Fix: keep the records in a directory of their own.')
+  if not glob.glob(os.path.join(sweep_dir, '*', 'config.json')):
+    raise errors.ConfigError(f'{sweep_dir} holds no run yet (no */config.json). Fix: keep its '
+                             'records once scripts/sweep.py has started its points.')
+
+
+def _keep_point(workdir: str, target: str) -> None:
+  """`workdir`'s records as `target`, whole: built beside it and then put in its place, so a
+  point kept again holds only its new files, and a keep cut short leaves the old ones."""
+  building = os.path.join(os.path.dirname(target), f'.{os.path.basename(target)}.partial')
+  shutil.rmtree(building, ignore_errors=True)
+  os.makedirs(building)
+  for path in point_records(workdir):
+    shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
+  if os.path.exists(target):
+    shutil.rmtree(target)
+  os.replace(building, target)
 
 
 def keep(sweep_dir: str, records: str) -> list[str]:
   """Copies `sweep_dir`'s records into `records` (see the module's docstring); returns the
   names of the points kept."""
-  sweep_json = os.path.join(sweep_dir, 'sweep.json')
-  if not os.path.exists(sweep_json):
-    raise errors.ConfigError(f'{sweep_dir} has no sweep.json, so it is not a sweep\'s directory. '
-                        'Fix: give the --workdir that scripts/sweep.py ran with.')
-  if os.path.abspath(sweep_dir) == os.path.abspath(records):
-    raise errors.ConfigError(f'{records} is the sweep\'s own directory. Fix: give another '
-                        'directory to keep the records in.')
-  ours = files.read_json(sweep_json)
+  _refuse(sweep_dir, records)
+  ours = files.read_json(os.path.join(sweep_dir, 'sweep.json'))
   kept_json = os.path.join(records, 'sweep.json')
   earlier = files.read_json(kept_json) if os.path.exists(kept_json) else {}
   names = sorted(name for name in os.listdir(sweep_dir)
                  if os.path.exists(os.path.join(sweep_dir, name, 'config.json')))
+  os.makedirs(records, exist_ok=True)
   for name in names:
-    os.makedirs(os.path.join(records, name), exist_ok=True)
-    for path in point_records(os.path.join(sweep_dir, name)):
-      _copy_atomic(path, os.path.join(records, name, os.path.basename(path)))
-  # Written last: a records directory whose sweep.json names a point holds that point's files.
+    _keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
   files.write_json_atomic(kept_json, {
       **ours,
       'points': {**earlier.get('points', {}), **ours.get('points', {})},

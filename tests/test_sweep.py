@@ -19,6 +19,7 @@ from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
 from roformer import config_args
 from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
@@ -190,7 +191,9 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert keep_records.main([root, kept]) == 0
   assert not os.path.exists(os.path.join(kept, 'kind=rope,seed=0', 'checkpoints'))
   assert report.main([kept]) == 0
-  assert open(os.path.join(kept, 'report.md')).read() == text.replace(root, kept)
+  body = lambda report_text: [line for line in report_text.splitlines()
+                              if not line.startswith('Generated ')]  # Its date.
+  assert body(open(os.path.join(kept, 'report.md')).read()) == body(text.replace(root, kept))
 
   if not resume:
     return
@@ -211,49 +214,93 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
                                            '1 points were already finished') == 1
 
 
+def _fake_sweep(root, seeds, resumed=True, label=''):
+  """A sweep directory as scripts/sweep.py leaves it, with made-up file contents."""
+  points = {}
+  for seed in seeds:
+    workdir = root / f'base,seed={seed}'
+    (workdir / 'checkpoints' / '10').mkdir(parents=True)
+    (workdir / 'checkpoints' / '10' / 'state').write_bytes(b'x' * 1000)
+    (workdir / 'tokenizer.model').write_bytes(b'y' * 100)
+    (workdir / 'config.json').write_text(json.dumps({'seed': seed, 'root': str(root)}))
+    if resumed:
+      (workdir / 'config.resume-10.json').write_text(json.dumps({'seed': seed, 'steps': 10}))
+      (workdir / 'eval_results.rope_yarn.json').write_text(json.dumps({'seed': seed}))
+    (workdir / 'metrics.jsonl').write_text(f'{{"step": 10, "root": "{root}"}}\n')
+    points[f'base,seed={seed}'] = {'seed': seed, 'root': str(root)}
+  (root / 'logs').mkdir()
+  (root / 'sweep.json').write_text(json.dumps(
+      {'config': 'c.py', 'sweep': 's.py', 'points': points,
+       'labels': {name: label for name in points} if label else {}}))
+
+
 def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   """Seeds swept in two places join in one records directory: each point's config, metrics
-  and evaluations are copied byte for byte, nothing else is, and sweep.json holds both
-  sweeps' points (a point swept again replaces its earlier record)."""
-  def fake_sweep(root, seeds):
-    points = {}
-    for seed in seeds:
-      workdir = root / f'base,seed={seed}'
-      (workdir / 'checkpoints' / '10').mkdir(parents=True)
-      (workdir / 'checkpoints' / '10' / 'state').write_bytes(b'x' * 1000)
-      (workdir / 'tokenizer.model').write_bytes(b'y' * 100)
-      (workdir / 'config.json').write_text(json.dumps({'seed': seed, 'root': str(root)}))
-      (workdir / 'config.resume-10.json').write_text(json.dumps({'seed': seed, 'steps': 10}))
-      (workdir / 'metrics.jsonl').write_text(f'{{"step": 10, "seed": {seed}}}\n')
-      (workdir / 'eval_results.rope_yarn.json').write_text(json.dumps({'seed': seed}))
-      points[f'base,seed={seed}'] = {'seed': seed}
-    (root / 'logs').mkdir()
-    (root / 'sweep.json').write_text(json.dumps(
-        {'config': 'c.py', 'sweep': 's.py', 'points': points, 'labels': {}}))
-
+  and evaluations are copied byte for byte, nothing else is, sweep.json holds both sweeps'
+  points and labels, and a point swept again replaces its earlier record whole (the files the
+  new run lacks are gone)."""
   first, second, kept = tmp_path / 'first', tmp_path / 'second', tmp_path / 'kept'
-  fake_sweep(first, (0, 1))
-  fake_sweep(second, (1, 2))
+  _fake_sweep(first, (0, 1), label='early')
+  _fake_sweep(second, (1, 2), resumed=False)
   assert keep_records.keep(str(first), str(kept)) == ['base,seed=0', 'base,seed=1']
+  assert sorted(os.listdir(kept / 'base,seed=1')) == [
+      'config.json', 'config.resume-10.json', 'eval_results.rope_yarn.json', 'metrics.jsonl']
   assert keep_records.keep(str(second), str(kept)) == ['base,seed=1', 'base,seed=2']
   assert sorted(os.listdir(kept)) == ['base,seed=0', 'base,seed=1', 'base,seed=2', 'sweep.json']
   for seed, source in ((0, first), (1, second), (2, second)):
     name = f'base,seed={seed}'
-    assert sorted(os.listdir(kept / name)) == [
-        'config.json', 'config.resume-10.json', 'eval_results.rope_yarn.json', 'metrics.jsonl']
+    assert sorted(os.listdir(kept / name)) == sorted(
+        f for f in os.listdir(source / name) if f.endswith(('.json', '.jsonl')))
     for file in os.listdir(kept / name):
       assert (kept / name / file).read_bytes() == (source / name / file).read_bytes()
-  assert sorted(json.loads((kept / 'sweep.json').read_text())['points']) == [
-      'base,seed=0', 'base,seed=1', 'base,seed=2']
+  record = json.loads((kept / 'sweep.json').read_text())
+  assert {name: point['root'] for name, point in record['points'].items()} == {
+      'base,seed=0': str(first), 'base,seed=1': str(second), 'base,seed=2': str(second)}
+  assert record['labels'] == {'base,seed=0': 'early', 'base,seed=1': 'early'}
 
 
-def test_keeping_records_refuses_a_directory_that_is_not_a_sweep(tmp_path):
-  (tmp_path / 'run').mkdir()
-  assert subprocess.run([sys.executable, 'scripts/keep_records.py', str(tmp_path / 'run'),
-                         str(tmp_path / 'kept')], cwd=ROOT, capture_output=True, text=True,
-                        check=False).stderr.strip().splitlines()[-1].startswith(
-                            f'error: {tmp_path / "run"} has no sweep.json')
-  assert not os.path.exists(tmp_path / 'kept')
+@pytest.mark.parametrize('case', ['not a sweep', 'its own directory', "another sweep's runs",
+                                  'no run yet'])
+def test_keeping_records_refuses_what_it_would_harm_with_one_line(tmp_path, case):
+  sweep, kept = tmp_path / 'sweep', tmp_path / 'kept'
+  if case == 'not a sweep':
+    sweep.mkdir()
+    expected = f'error: {sweep} has no sweep.json'
+  elif case == 'its own directory':
+    _fake_sweep(sweep, (0,))
+    kept, expected = sweep, f"error: {sweep} is the sweep's own directory"
+  elif case == "another sweep's runs":
+    _fake_sweep(sweep, (0,))
+    _fake_sweep(kept, (0,))
+    expected = f"error: {kept} holds a sweep's runs"
+  else:
+    sweep.mkdir()
+    (sweep / 'sweep.json').write_text('{}')
+    expected = f'error: {sweep} holds no run yet'
+  before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
+  done = subprocess.run([sys.executable, 'scripts/keep_records.py', str(sweep), str(kept)],
+                        cwd=ROOT, capture_output=True, text=True, check=False)
+  assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+      done.stderr.strip().splitlines()[0]] and done.stderr.startswith(expected), done.stderr
+  assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
+
+
+def test_report_calls_a_point_done_only_once_its_last_step_is_evaluated(tmp_path):
+  """With or without checkpoints: an evaluation of an earlier step (a run resumed for more
+  steps) or none leaves the point incomplete."""
+  workdir = tmp_path / 'p'
+  workdir.mkdir()
+  config = config_schema.default_config().to_dict()
+  config['train']['steps'] = 10
+  (workdir / 'config.json').write_text(json.dumps(config))
+  (workdir / 'metrics.jsonl').write_text(
+      json.dumps({'split': 'train', 'step': 10, 'loss': 1.0}) + '\n')
+  assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/10 steps)'
+  (workdir / 'eval_results.json').write_text(json.dumps({'step': 10, 'splits': {}}))
+  assert report.read_point(str(workdir), {})['status'] == 'done'
+  config['train']['steps'] = 20
+  (workdir / 'config.resume-10.json').write_text(json.dumps(config))
+  assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/20 steps)'
 
 
 @pytest.mark.slow
