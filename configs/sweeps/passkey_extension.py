@@ -35,9 +35,10 @@ depth band of the key), at 1x-16x the training length:
 
 TRAIN_LENGTH = 128
 MULTIPLIERS = (1, 2, 4, 8, 16)
-# Seeds 0-2, from the times of the parts on one core (a base about 90 minutes, each of its 12
-# evaluations about 4.5, each of the 5 continuations with its evaluations 10-14): about 10
-# core-hours, 5 hours on 2 cores. `:seed=N` runs only the seeds named.
+# Seeds 0-2. Measured on one core at seed 0 (docs/length_generalization.md): a base 68 minutes
+# with its plain evaluation, its 11 other evaluations 3-4 minutes each, each of the 5
+# continuations with its evaluations 6-7: 2 h 15 min per seed; about 3 h 25 min for the three
+# on 2 cores (2 h 15 min for two). `:seed=N` runs only the seeds named.
 SEEDS = (0, 1, 2)
 BASE_STEPS = 4500
 BASE_DECAY_STEPS = 500  # The base's last steps, decaying from 1e-3 to 1e-4 (1 - sqrt).
