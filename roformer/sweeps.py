@@ -9,7 +9,11 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
              training, each written to eval_results.json ('' name) or eval_results.NAME.json;
              `when` limits one to the points whose config has those values (optional; default
              one plain evaluation);
-  eval_splits: splits eval.py evaluates (optional; default validation and test).
+  eval_splits: splits eval.py evaluates (optional; default validation and test);
+  group_seeds: False to train every point in its own process (optional; default True: the points
+             that differ only in their seed train in one, `seed_groups`). On the CPU a group's
+             members take turns on one core, so a sweep of a few long runs per seed (a base to
+             continue from) would leave the other cores waiting.
 
 A point's workdir is named from its own overrides (`kind=rope,seed=0`), or by a `name` key in
 the point's dict; a `label` key names its scheme in reports (scripts/report.py: in place of
@@ -57,6 +61,7 @@ class Sweep:
   overrides: dict
   evals: dict  # name -> {'overrides': {...}, 'when': {...}}
   eval_splits: tuple
+  group_seeds: bool = True
 
 
 def load_module(path: str):
@@ -118,10 +123,14 @@ def load(spec: str, config: str = '') -> Sweep:
                              'the sweep file or its argument.') from e
   if not isinstance(raw, dict):
     raise errors.ConfigError(f'{spec}: get_sweep() returned {type(raw).__name__}, not a dict.')
-  unknown = set(raw) - {'points', 'overrides', 'evals', 'eval_splits', 'config'}
+  unknown = set(raw) - {'points', 'overrides', 'evals', 'eval_splits', 'config', 'group_seeds'}
   if unknown:
     raise errors.ConfigError(f'{spec}: get_sweep() returned unknown keys {sorted(unknown)}; '
-                             "allowed: points, overrides, evals, eval_splits, config.")
+                             'allowed: points, overrides, evals, eval_splits, config, '
+                             'group_seeds.')
+  if not isinstance(raw.get('group_seeds', True), bool):
+    raise errors.ConfigError(f"{spec}: group_seeds is {raw['group_seeds']!r}. Fix: True or "
+                             'False.')
   points = raw.get('points') or []
   if not points or not all(isinstance(p, dict) for p in points):
     raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
@@ -156,8 +165,9 @@ def load(spec: str, config: str = '') -> Sweep:
   config = config or raw.get('config', '')
   if not config:
     raise errors.ConfigError(f'{spec} names no config. Fix: pass --config configs/lm.py.')
-  return Sweep(config, built, common, dict(evals), tuple(raw.get('eval_splits') or ('validation',
-                                                                             'test')))
+  return Sweep(config, built, common, dict(evals),
+               tuple(raw.get('eval_splits') or ('validation', 'test')),
+               raw.get('group_seeds', True))
 
 
 def _needs(fields: dict) -> tuple:

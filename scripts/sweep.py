@@ -255,7 +255,8 @@ def main(argv=None) -> int:
     return 2
   root = os.path.abspath(args.workdir)
   extra = shlex.split(args.extra_train_flags)
-  groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points] if args.no_group_seeds else
+  groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points]
+            if args.no_group_seeds or not sweep.group_seeds else
             sweeps.seed_groups(sweep, sweep.points))
   if args.dry_run:
     for group in groups:

@@ -127,6 +127,23 @@ def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):
   assert not (tmp_path / 's').exists()  # A dry run writes nothing.
 
 
+def test_a_sweep_that_asks_for_it_trains_each_seed_in_its_own_process(tmp_path, capsys):
+  """passkey_extension.py says `group_seeds: False` (an hour-long base per seed): its seeds'
+  bases run as separate processes, so two cores train two of them at once."""
+  assert sweep_script.main(['--sweep', 'configs/sweeps/passkey_extension.py:base,seed=1,seed=2',
+                            '--workdir', str(tmp_path / 's'), '--dry_run']) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 2
+  for seed, line in zip((1, 2), lines):
+    train = shlex.split(line.split(' && ')[0])
+    assert f'--workdir={tmp_path}/s/base,seed={seed}' in train
+    assert f'--config.seed={seed}' in train and not any(a.startswith('--seeds') for a in train)
+  bad = write_sweep(tmp_path, "def get_sweep():\n  return {'config': 'configs/lm.py', "
+                    "'points': [{'seed': 0}], 'group_seeds': 'no'}\n")
+  with pytest.raises(errors.ConfigError, match="group_seeds is 'no'. Fix: True or False"):
+    sweeps.load(bad)
+
+
 def _smoke_sweep(tmp_path, data_dir, kinds: str, extra_points: str = '',
                  evals=('', 'rope_linear', 'rope_ntk', 'rope_yarn'),
                  lengths=positions_sweep.LENGTHS) -> str:

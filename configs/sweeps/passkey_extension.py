@@ -143,5 +143,7 @@ def get_sweep(arg: str = ''):
       evals[f'remap_{method}'] = {'when': base, 'overrides': {
           'model.position.rope.remap.method': method,
           **{f'model.position.rope.remap.{k}': v for k, v in options.items()}}}
+  # Each seed's base is an hour of one core: grouped, the seeds would take turns in one process
+  # while the other cores wait (sweeps.py, group_seeds).
   return {'config': 'configs/lm.py', 'overrides': overrides, 'points': points, 'evals': evals,
-          'eval_splits': ('validation',)}
+          'eval_splits': ('validation',), 'group_seeds': False}
