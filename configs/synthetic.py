@@ -40,8 +40,9 @@ TASKS = {
     # every validation row by step 1,000 (seeds 0 and 1), so 2,000 leave a margin of 2x.
     # Multi-key retrieval at 32 tokens with 256 rows a step (one answer token a row) jumped from
     # choosing among the row's values to 0.99-1.00 of the rows right, by steps 1,750-4,750 at
-    # seeds 0-2; with 128 rows, or at 64 tokens, it stayed there for 4,000-6,000 steps at some seeds
-    # (docs/length_generalization.md). 6,000 steps: a margin of a quarter over the latest seed.
+    # seeds 0-2; with 128 rows it stayed there for 4,000 steps at 32 tokens (one seed of two)
+    # and 6,000 at 64 (docs/length_generalization.md). 6,000 steps: a margin of a quarter over
+    # the latest seed.
     # The other needle tasks are not tuned.
     'niah_multikey': {'seq_len': 32, 'train': {
         'steps': 6000, 'batch_size': 256, 'learning_rate': 1e-3, 'weight_decay': 0.0,

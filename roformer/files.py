@@ -40,8 +40,9 @@ def current_config(workdir: str) -> dict:
   return read_json(current_config_path(workdir))
 
 
-def resume_config_name(step: int) -> str:
-  """The file in which a run resumed at `step` with changed settings records its config."""
+def resume_config_name(step: int | str) -> str:
+  """The file in which a run resumed at `step` with changed settings records its config
+  (`'*'`: the glob of every such file)."""
   return f'config.resume-{step}.json'
 
 

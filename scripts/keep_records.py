@@ -26,14 +26,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
-
-# What scripts/report.py reads of a point's workdir.
-KEPT = ('config.json', 'config.resume-*.json', 'metrics.jsonl', 'eval_results*.json')
+from scripts import report  # pylint: disable=wrong-import-position
 
 
 def point_records(workdir: str) -> list[str]:
   """The paths of `workdir`'s files that a report reads, sorted."""
-  return sorted({path for pattern in KEPT for path in glob.glob(os.path.join(workdir, pattern))})
+  return sorted({path for pattern in report.READS
+                 for path in glob.glob(os.path.join(workdir, pattern))})
 
 
 def _refuse(sweep_dir: str, records: str) -> None:

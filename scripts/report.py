@@ -34,6 +34,9 @@ from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-posi
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
 SYNTHETIC = 'synthetic/'
+EVAL_RESULTS = 'eval_results*.json'  # eval_results.json and each eval_results.NAME.json.
+# Every file of a point's workdir that read_point reads (scripts/keep_records.py keeps these).
+READS = ('config.json', files.resume_config_name('*'), 'metrics.jsonl', EVAL_RESULTS)
 # Point fields that group seeds into one line rather than naming a variant of a scheme.
 _GROUPING = ('model.position.kind', 'seed', 'data.name', 'data.seq_len', 'init_from')
 
@@ -58,7 +61,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   train = [r for r in records if r['split'] == 'train']
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
   evals, retrieval = {}, {}
-  for path in sorted(glob.glob(os.path.join(workdir, 'eval_results*.json'))):
+  for path in sorted(glob.glob(os.path.join(workdir, EVAL_RESULTS))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
     text, answers = _text_and_answers(files.read_json(path)['splits'])
     evals[name] = _by_length(text)
