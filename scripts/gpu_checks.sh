@@ -104,17 +104,18 @@ rm -rf /tmp/point_gpu
 start=$(date +%s)
 timeout "${POINT_LIMIT:-150}" $PY train.py --config "configs/synthetic.py:$SWEEP_POINT" \
     --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -4 > "$OUT/point.log"
-timeout 60 $PY eval.py --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -12 >> "$OUT/point.log"
+timeout "${POINT_EVAL_LIMIT:-150}" $PY eval.py --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -12 >> "$OUT/point.log"
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/point.log"; tail -14 "$OUT/point.log"
 fi
 
 if want suite; then
 stage 'device-independent test files on the GPU'
 JAX_DEFAULT_MATMUL_PRECISION=highest XLA_PYTHON_CLIENT_PREALLOCATE=false \
-    timeout "${SUITE_LIMIT:-120}" $PY -m pytest -n "${WORKERS:-6}" --dist loadfile -q -rf \
+    timeout "${SUITE_LIMIT:-240}" $PY -m pytest -n "${WORKERS:-10}" --dist loadfile -v -rfs \
+    -p no:benchmark --tb=short \
     tests/test_attention.py tests/test_causal_blocks.py tests/test_losses.py \
     tests/test_positions.py tests/test_schemes.py tests/test_stick_breaking.py \
     tests/test_forgetting.py tests/test_path.py tests/test_decode.py tests/test_performer.py \
-    2>&1 | tee "$OUT/suite_on_gpu.log" | tail -40
+    2>&1 | tee "$OUT/suite_on_gpu.log" | grep -E 'FAILED|ERROR|SKIPPED|passed|failed' | tail -40
 fi
 stage done

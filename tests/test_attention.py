@@ -178,11 +178,11 @@ def test_batch_blocks_are_the_fewest_that_fit():
 
 
 @pytest.mark.parametrize('batch,blocks', [(16, 2), (8, 1)])
-def test_blocks_of_a_sharded_batch_stay_on_their_devices(batch, blocks):
+def test_blocks_of_a_sharded_batch_stay_on_their_devices(batch, blocks, eight_devices):
   """Eight devices holding 2 rows each (two blocks of one row per device: rows i, i + 2, ..) or
   1 row each (one block, though the whole batch would make 8): the same output as one device,
   and the compiled program moves nothing between devices."""
-  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(8, 1, 1), sharding.AXES)
+  mesh = jax.sharding.Mesh(np.asarray(eight_devices).reshape(8, 1, 1), sharding.AXES)
   rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
   rng = np.random.default_rng(2)
   q, k, v = (jnp.asarray(rng.normal(size=(batch, 8, 2, 4)), jnp.float32) for _ in range(3))

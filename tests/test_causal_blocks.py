@@ -63,10 +63,10 @@ def test_block_skipping_equals_the_whole_masked_attention(bias_shape, rows):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
-def test_block_skipping_on_a_sharded_batch_moves_nothing_between_devices():
+def test_block_skipping_on_a_sharded_batch_moves_nothing_between_devices(eight_devices):
   """Rows on 8 devices: the same gradients as one device, and the compiled program (forward
   and backward) has no collective."""
-  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:8]).reshape(8, 1, 1), sharding.AXES)
+  mesh = jax.sharding.Mesh(np.asarray(eight_devices).reshape(8, 1, 1), sharding.AXES)
   rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
   rng = np.random.default_rng(4)
   q, k, v = (jnp.asarray(rng.normal(size=(8, 12, 2, 4)), jnp.float32) for _ in range(3))

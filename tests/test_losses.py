@@ -169,6 +169,7 @@ def _loop_bodies(hlo: str) -> list[str]:
   return [c for c in re.split(r'\n(?=\S)', hlo) if c.split(' ', 1)[0].lstrip('%') in names]
 
 
+@pytest.mark.usefixtures('eight_devices')
 def test_on_a_sharded_batch_the_embedding_gradient_crosses_devices_once():
   """Batch rows on 8 devices: the same sums and gradients as one device, and the embedding's
   gradient is summed per device inside the loop and across devices once after it."""
