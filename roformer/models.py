@@ -182,6 +182,9 @@ class MultiHeadAttention(nnx.Module):
     if att.output_gate:  # Gated attention: sigmoid(x W_g + b) on each head's output, b from 0.
       self.gate = dense(d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.output_gate = att.output_gate
+    # Set by roformer/sinks.py: the einsum path, and each call sows its attention weights
+    # [batch, heads, q_len, k_len] as the Intermediate `attention_probs`.
+    self.record_probs = False
     self.qkv = dense(d, 3 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
     self.out = dense(d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
                      fan_in_scale=residual_scale(cfg))
@@ -233,7 +236,8 @@ class MultiHeadAttention(nnx.Module):
       out, probs = attention.stick_breaking(
           q, k, v, mask, position.logits_bias(q, k, pos, k_pos, mask, ctx),
           attend_current=self.attend_current,
-          causal_block=0 if cache is not None or self.value_term else self.causal_block,
+          causal_block=(0 if cache is not None or self.value_term or self.record_probs
+                        else self.causal_block),
           window=self.window, query_slots=first_slot + jnp.arange(length))
     elif self.computes_logits or self.remap is not None:
       if self.remap is not None:
@@ -255,12 +259,15 @@ class MultiHeadAttention(nnx.Module):
         factor = attention.ssmax_factor(self.ssmax_scale[...], mask)
         q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
         bias = None if bias is None else bias * factor[..., None]
-      out, probs = attention.attend(q, k, v, mask, bias=bias, impl=self.impl,
-                                    return_probs=self.value_term,
+      out, probs = attention.attend(q, k, v, mask, bias=bias,
+                                    impl='einsum' if self.record_probs else self.impl,
+                                    return_probs=self.value_term or self.record_probs,
                                     causal_block=self.causal_block if cache is None else 0,
                                     window=self.window,
                                     segments=segments if cache is None else None,
                                     causal=self.causal)
+    if self.record_probs:
+      self.sow(nnx.Intermediate, 'attention_probs', probs)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
     if self.differential:

@@ -1,0 +1,152 @@
+"""Attention on the first token, by layer, for trained causal LMs (roformer/sinks.py).
+
+  python scripts/attention_sinks.py --out OUT \\
+      --workdir 'runs/options/passkey,rope,seed=0' --workdir 'runs/options/passkey,rope+gate,seed=0'
+
+Each workdir's latest checkpoint (or --step) runs the task's evaluation pass on up to
+--max_batches validation batches with every attention layer's weights recorded. Workdirs whose
+names differ only in `,seed=N` (a sweep's points) are one label, reported as mean ± std over
+them. Writes OUT/sinks.json (every run: per layer and per head), OUT/sinks.md (a table per
+label and layer, with uniform attention's share over the same queries) and OUT/sinks.png.
+Bad input prints one `error:` line and exits with status 1.
+"""
+
+import collections
+import json
+import os
+import pathlib
+import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+# pylint: disable=wrong-import-position
+import numpy as np
+from absl import flags
+from absl import logging as absl_logging
+
+from roformer import cli
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+from roformer import resolve
+from roformer import sinks
+from roformer import trainer as trainer_lib
+# pylint: enable=wrong-import-position
+
+_WORKDIRS = flags.DEFINE_multi_string('workdir', [], 'A causal LM run written by train.py; '
+                                      'give several (a sweep\'s points) to compare them.')
+_OUT = cli.DEFINE_path('out', None, 'Directory for sinks.json, sinks.md and sinks.png.',
+                       required=True)
+_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: each run\'s latest).')
+_MAX_BATCHES = flags.DEFINE_integer('max_batches', 8, 'Validation batches per run.',
+                                    lower_bound=1)
+
+
+def label_of(workdir: str) -> str:
+  """A run's label: its directory's name without the sweep's `,seed=N`."""
+  return re.sub(r',seed=\d+', '', os.path.basename(os.path.normpath(workdir)))
+
+
+def check(workdir: str):
+  """The run's saved config, refused before anything compiles where it cannot be measured."""
+  if not os.path.isfile(os.path.join(workdir, 'config.json')):
+    raise errors.ConfigError(f'--workdir={workdir!r} has no config.json. Fix: point it at a '
+                             'directory that train.py wrote.')
+  config = config_lib.load(workdir)
+  if not models.is_causal(config.model) or config.model.type != 'causal_lm':
+    raise errors.ConfigError(f'--workdir={workdir!r} holds a {config.model.type} model; the first '
+                             'token\'s share is measured for causal LMs. Fix: give causal_lm runs.')
+  if config.model.scan_layers:
+    raise errors.ConfigError(f'--workdir={workdir!r} was trained with model.scan_layers=True, '
+                             'whose layers cannot record their weights one by one. Fix: measure '
+                             'an unscanned run.')
+  if config.model.attention.kind == 'favor':
+    raise errors.ConfigError(f'--workdir={workdir!r} uses FAVOR+ attention, which never forms '
+                             'its weights. Fix: measure a softmax or stick-breaking run.')
+  trainer_lib.checkpoint_step(workdir, _STEP.value)  # No checkpoint: one error line.
+  return config
+
+
+def measure(workdir: str, config) -> dict:
+  run = resolve.for_evaluation(config, workdir, _STEP.value, ('validation',))
+  trainer = trainer_lib.Trainer(run.config, run.mesh)
+  params = trainer_lib.restore_params(trainer, run.workdir, run.step)
+  batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
+                                 train=False, batch_size=run.config.eval.batch_size)
+  got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value)
+  return {'workdir': workdir, 'label': label_of(workdir), 'step': run.step,
+          'mass': got.mass.tolist(), 'per_head': got.per_head.tolist(),
+          'uniform': got.uniform.tolist(), 'queries': got.queries}
+
+
+def summary(runs: list[dict]) -> str:
+  """The markdown tables: per label, the mean ± std over its runs of each layer's weight on
+  the first token (mean over heads, then the largest head's), and uniform attention's share."""
+  by_label = collections.defaultdict(list)
+  for r in runs:
+    by_label[r['label']].append(r)
+  layers = max(len(r['mass']) for r in runs)
+  head = ' | '.join(f'layer {i}' for i in range(layers))
+  lines = ['Mean attention weight on the row\'s first token (queries from slot 1 that see it; '
+           'mean over heads, then mean ± std over the runs of a label):', '',
+           f'| label | runs | {head} | uniform attention |',
+           '|' + '---|' * (layers + 3)]
+  def rows(value):
+    for label, group in by_label.items():
+      mass = np.array([value(r) for r in group])
+      cells = [f'{m:.3f} ± {s:.3f}' if len(group) > 1 else f'{m:.3f}'
+               for m, s in zip(mass.mean(0), mass.std(0))]
+      lines.append(f'| {label} | {len(group)} | {" | ".join(cells)} | '
+                   f'{np.mean([r["uniform"][0] for r in group]):.3f} |')
+  rows(lambda r: r['mass'])
+  lines += ['', 'The same for each layer\'s head with the most weight on the first token:', '',
+            lines[2], lines[3]]
+  rows(lambda r: np.max(r['per_head'], axis=1))
+  return '\n'.join(lines) + '\n'
+
+
+def plot(runs: list[dict], path: str) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  by_label = collections.defaultdict(list)
+  for r in runs:
+    by_label[r['label']].append(r['mass'])
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for label, masses in by_label.items():
+    m = np.array(masses)
+    ax.errorbar(np.arange(m.shape[1]), m.mean(0), yerr=m.std(0), marker='o', capsize=3,
+                label=f'{label} ({len(masses)})')
+  if len({round(r['uniform'][0], 6) for r in runs}) == 1:  # One length: one reference line.
+    ax.axhline(runs[0]['uniform'][0], color='gray', linestyle='--', label='uniform attention')
+  ax.set_xlabel('layer')
+  ax.set_ylabel('attention weight on the first token')
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  if not _WORKDIRS.value:
+    raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
+  configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile.
+  runs = []
+  for workdir, config in zip(_WORKDIRS.value, configs):
+    runs.append(measure(workdir, config))
+    print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
+  os.makedirs(_OUT.value, exist_ok=True)
+  with open(os.path.join(_OUT.value, 'sinks.json'), 'w') as f:
+    json.dump(runs, f, indent=1)
+  table = summary(runs)
+  with open(os.path.join(_OUT.value, 'sinks.md'), 'w') as f:
+    f.write(table)
+  plot(runs, os.path.join(_OUT.value, 'sinks.png'))
+  print(table)
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,187 @@
+"""roformer/sinks.py and scripts/attention_sinks.py: the weight on the row's first token,
+against hand-computed values and closed forms of attention with no query-key term."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import synthetic
+from roformer import config_lib
+from roformer import loop
+from roformer import resolve
+from roformer import sharding
+from roformer import sinks
+from roformer import trainer as trainer_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADS = 4
+
+
+def tiny(kind: str):
+  """configs/synthetic.py:copy, 2 layers of 4 heads, 2 steps."""
+  config = synthetic.get_config(f'copy,{kind}')
+  config.data.seq_len = 16
+  config.data.synthetic.eval_examples = 16
+  config.model.update(d_model=32, d_ff=64, num_heads=HEADS)
+  config.mesh.num_devices = 1
+  config.train.update(batch_size=8, steps=2, warmup_steps=1, eval_every=2, checkpoint_every=2,
+                      eval_batches=1)
+  config.eval.update(batch_size=8, length_multipliers=(1,))
+  return config
+
+
+@pytest.fixture(scope='module')
+def workdirs(tmp_path_factory):
+  """Trained copy runs: rope at seeds 0 and 1 (one label), alibi at seed 0."""
+  root = tmp_path_factory.mktemp('sinks')
+  out = {}
+  for kind, seed in (('rope', 0), ('rope', 1), ('alibi', 0)):
+    config = tiny(kind)
+    config.seed = seed
+    out[kind, seed] = str(root / f'copy,{kind},seed={seed}')
+    loop.train_and_evaluate(config, out[kind, seed])
+  return out
+
+
+def test_first_token_sums_counts_only_queries_in_the_first_tokens_document():
+  probs = np.zeros((1, 2, 4, 4), np.float32)
+  probs[0, 0, 1:, 0] = [0.5, 0.2, 0.9]
+  probs[0, 1, 1:, 0] = [0.3, 0.4, 0.7]
+  segments = np.array([[1, 1, 1, 2]])  # Query 3 is in another document: not counted.
+  got = jax.device_get(sinks.first_token_sums(probs, segments))
+  np.testing.assert_allclose(got['mass'], [0.5 + 0.2, 0.3 + 0.4], rtol=1e-6)
+  np.testing.assert_allclose(got['uniform'], 1 / 2 + 1 / 3, rtol=1e-6)
+  assert got['queries'] == 2
+  got = jax.device_get(sinks.first_token_sums(probs, None))  # One document: all of them.
+  np.testing.assert_allclose(got['mass'], [1.6, 1.4], rtol=1e-6)
+  np.testing.assert_allclose(got['uniform'], 1 / 2 + 1 / 3 + 1 / 4, rtol=1e-6)
+
+
+def _no_query_key_term(params):
+  """The parameters with every layer's query and key projections zeroed: q.k = 0."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  def zero(path, value):
+    name = sharding.path_str(path)
+    if 'qkv' not in name:
+      return value
+    value = np.array(value)
+    d = value.shape[-1] // 3  # Columns [q | k | v] (the heads split as 3 x heads).
+    value[..., :2 * d] = 0
+    return value
+  return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params),
+                                      [zero(p, v) for p, v in flat])
+
+
+def _measured(workdir, zero_qk=True):
+  config = config_lib.load(workdir)
+  run = resolve.for_evaluation(config, workdir, None, ('validation',))
+  trainer = trainer_lib.Trainer(run.config, run.mesh)
+  params = trainer_lib.restore_params(trainer, run.workdir, run.step)
+  if zero_qk:
+    params = _no_query_key_term(params)
+  batches = list(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
+                                      train=False, batch_size=8))
+  return sinks.measure(trainer.graphdef, params, trainer.task, batches), batches
+
+
+def _reference(batches, slope_of_head):
+  """float64: query slot i of slot 0's document puts exp(-m i) / sum_{j<=i} exp(-m j) on key 0
+  (uniform for m = 0), averaged over those queries of every row."""
+  per_head = []
+  for m in slope_of_head:
+    total = count = 0.0
+    for batch in batches:
+      seg = np.asarray(batch['inputs_segment_ids'])
+      for row in seg:
+        for i in range(1, len(row)):
+          if row[0] > 0 and row[i] == row[0]:
+            total += np.exp(-m * i) / np.exp(-m * np.arange(i + 1)).sum()
+            count += 1
+    per_head.append(total / count)
+  return np.array(per_head)
+
+
+def test_without_a_query_key_term_rope_attends_uniformly(workdirs):
+  got, batches = _measured(workdirs['rope', 0])
+  want = _reference(batches, [0.0] * HEADS)
+  for layer in got.per_head:
+    np.testing.assert_allclose(layer, want, rtol=1e-5)
+  np.testing.assert_allclose(got.uniform, want[0], rtol=1e-5)
+
+
+def test_without_a_query_key_term_alibi_gives_its_closed_form(workdirs):
+  got, batches = _measured(workdirs['alibi', 0])
+  slopes = [2.0 ** (-8.0 * (h + 1) / HEADS) for h in range(HEADS)]  # Press et al., 4 heads.
+  want = _reference(batches, slopes)
+  for layer in got.per_head:
+    np.testing.assert_allclose(layer, want, rtol=1e-5)
+  assert want[-1] > want[0]  # The flattest slope keeps the most on the far first token.
+
+
+def test_recording_leaves_the_models_loss_unchanged(workdirs):
+  workdir = workdirs['rope', 0]
+  config = config_lib.load(workdir)
+  run = resolve.for_evaluation(config, workdir, None, ('validation',))
+  trainer = trainer_lib.Trainer(run.config, run.mesh)
+  params = trainer_lib.restore_params(trainer, run.workdir, run.step)
+  batch = next(iter(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
+                                         train=False, batch_size=8)))
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  def loss(record):
+    model = nnx.merge(trainer.graphdef, params)
+    if record:
+      sinks.record(model)
+    sums = trainer.task.eval_sums(model, batch)
+    return float(sums['loss_sum'] / sums['weight'])
+  assert loss(True) == pytest.approx(loss(False), rel=1e-6)
+
+
+def _script(*args):
+  return subprocess.run([sys.executable, 'scripts/attention_sinks.py', *args], cwd=REPO,
+                        env=dict(os.environ), capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
+  out = tmp_path / 'out'
+  proc = _script(f'--out={out}', *[f'--workdir={workdirs[k]}' for k in
+                                    (('rope', 0), ('rope', 1), ('alibi', 0))])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  runs = json.loads((out / 'sinks.json').read_text())
+  assert [r['label'] for r in runs] == ['copy,rope', 'copy,rope', 'copy,alibi']
+  for r in runs:
+    heads = np.array(r['per_head'])
+    assert heads.shape == (2, HEADS) and ((heads >= 0) & (heads <= 1)).all()
+    np.testing.assert_allclose(r['mass'], heads.mean(axis=1), rtol=1e-6)
+  rope = np.array([runs[0]['mass'], runs[1]['mass']])
+  table = (out / 'sinks.md').read_text()
+  cells = ' | '.join(f'{m:.3f} ± {s:.3f}' for m, s in zip(rope.mean(0), rope.std(0)))
+  assert f'| copy,rope | 2 | {cells} |' in table
+  assert '| copy,alibi | 1 |' in table
+  assert (out / 'sinks.png').stat().st_size > 0
+
+
+@pytest.mark.parametrize('case', ['missing', 'favor', 'scanned'])
+def test_script_refuses_what_it_cannot_measure_with_one_line(case, workdirs, tmp_path):
+  workdir = str(tmp_path / 'run')
+  if case == 'missing':
+    workdir = str(tmp_path / 'nowhere')
+  else:
+    config = config_lib.load(workdirs['rope', 0])
+    if case == 'favor':  # FAVOR+ never forms the weights.
+      config.model.attention.kind = 'favor'
+    else:
+      config.model.scan_layers = True
+    os.makedirs(workdir)
+    config_lib.save(config, workdir)
+  proc = _script(f'--out={tmp_path / "out"}', f'--workdir={workdir}')
+  assert proc.returncode == 1
+  assert 'Traceback' not in proc.stderr
+  lines = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
+  assert len(lines) == 1 and '--workdir' in lines[0]
+  assert not (tmp_path / 'out').exists()  # Refused before anything was written.
