@@ -38,15 +38,19 @@ def record(model, on: bool = True) -> None:
     m.record_probs = on
 
 
-def first_token_sums(probs: jax.Array, segments: jax.Array | None) -> dict:
+def first_token_sums(probs: jax.Array, segments: jax.Array | None, window: int = 0) -> dict:
   """For weights [batch, heads, q, k] of a causal self-attention over rows whose packed
   documents are `segments` [batch, q] (None: one document per row): per head, the summed
   weight of the queries at slots 1.. on key slot 0, the summed uniform share 1 / (i + 1) of
-  those queries, and their count, over the queries in slot 0's document."""
+  those queries, and their count, over the queries that see slot 0 (in its document, and with
+  a sliding `window` > 0, the first `window` slots)."""
   b, _, length, _ = probs.shape
   if segments is None:
     segments = jnp.ones((b, length), jnp.int32)
-  sees = ((segments[:, 1:] == segments[:, :1]) & (segments[:, :1] > 0)).astype(jnp.float32)
+  sees = (segments[:, 1:] == segments[:, :1]) & (segments[:, :1] > 0)
+  if window:
+    sees = sees & (jnp.arange(1, length) < window)[None]
+  sees = sees.astype(jnp.float32)
   uniform = 1.0 / jnp.arange(2, length + 1, dtype=jnp.float32)
   return {'mass': jnp.einsum('bhq,bq->h', probs[:, :, 1:, 0].astype(jnp.float32), sees),
           'uniform': jnp.sum(sees * uniform),
@@ -74,7 +78,8 @@ def measure(graphdef, params, task, batches, max_batches: int = 8) -> Sinks:
     segments = batch.get('inputs_segment_ids')
     out = []
     for layer in attention_layers(model):
-      out.append(first_token_sums(layer.attention_probs.get_value()[0], segments))
+      out.append(first_token_sums(layer.attention_probs.get_value()[0], segments,
+                                  layer.window))
     return jax.tree.map(lambda *x: jnp.stack(x), *out)
 
   step = jax.jit(sums)

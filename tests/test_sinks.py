@@ -60,6 +60,9 @@ def test_first_token_sums_counts_only_queries_in_the_first_tokens_document():
   got = jax.device_get(sinks.first_token_sums(probs, None))  # One document: all of them.
   np.testing.assert_allclose(got['mass'], [1.6, 1.4], rtol=1e-6)
   np.testing.assert_allclose(got['uniform'], 1 / 2 + 1 / 3 + 1 / 4, rtol=1e-6)
+  got = jax.device_get(sinks.first_token_sums(probs, None, window=3))  # Query 3 cannot see it.
+  np.testing.assert_allclose(got['mass'], [0.7, 0.7], rtol=1e-6)
+  assert got['queries'] == 2
 
 
 def _no_query_key_term(params):
