@@ -4,11 +4,16 @@ A trained causal LM often sends a large share of every head's attention to the s
 first token whatever it is (Xiao et al. 2023, "Efficient Streaming Language Models with
 Attention Sinks"); gated attention (Qiu et al. 2025) is reported to remove that sink. This
 module measures it on a restored model: the attention layers are switched to the einsum path
-with their weights sown (`MultiHeadAttention.record_probs`), the task's evaluation pass runs,
-and each layer's weight on key slot 0 is averaged over the queries that can see it (slot 1 on,
-in slot 0's document), the rows and, separately, each head. Beside it, the share that uniform
-attention over the same keys would give (1 / (i + 1) at query slot i), so that a value can be
-read as "more than no preference" or not.
+with their weights sown (`MultiHeadAttention.record_probs`), the task's evaluation pass runs
+under `nnx.capture`, and each layer's weight on key slot 0 is averaged over the queries that
+see it (slot 1 on, in slot 0's document, within a sliding window), the rows and, separately,
+each head. Beside it, the share that uniform attention over the same keys would give (1 / (i + 1)
+at query slot i, or 1 / i where a query does not see itself), so that a value can be read as
+"more than no preference" or not.
+
+The einsum path computes the weights in float32 and rounds them to the values' dtype, as it
+does in training; a bfloat16 model measured here is therefore not bit-identical to its pass
+through cuDNN, whose weights are never formed.
 """
 
 import dataclasses
@@ -22,28 +27,41 @@ from roformer import errors
 from roformer import models
 
 
-def attention_layers(model) -> list:
-  """The model's self-attention modules in graph order (a stack's blocks in layer order)."""
-  return [m for _, m in nnx.iter_graph(model) if isinstance(m, models.MultiHeadAttention)]
+def record(model) -> list:
+  """Makes every self-attention layer of `model` sow its weights (`attention_probs`) and runs
+  its layers one by one (a scanned stack keeps the per-block parameter layout, so the same
+  parameters serve); returns the (path, layer) of each, in graph order (a stack's blocks in
+  layer order). This changes the model's graph: use it on a model merged for measuring.
+  Refuses layers whose weights are not one attention map per head over causal keys."""
+  for _, m in nnx.iter_graph(model):
+    if hasattr(m, 'scan_layers'):
+      m.scan_layers = False
+  layers = [(p, m) for p, m in nnx.iter_graph(model) if isinstance(m, models.MultiHeadAttention)]
+  for _, m in layers:
+    if m.favor:
+      raise errors.ConfigError('config.model.attention.kind=favor has no attention weights to '
+                               'measure (FAVOR+ never forms them). Fix: measure a softmax or '
+                               'stick-breaking run.')
+    if m.differential:
+      raise errors.ConfigError('config.model.attention.differential=True: each head\'s weights '
+                               'are the difference of two maps, not one attention map. Fix: '
+                               'measure a run without differential attention.')
+    if not m.causal:
+      raise errors.ConfigError('the model\'s self-attention is bidirectional: the first '
+                               'token\'s share is defined here for causal attention. Fix: '
+                               'measure a causal LM.')
+    m.record_probs = True
+  return layers
 
 
-def record(model, on: bool = True) -> None:
-  """Makes every self-attention layer sow its weights (`attention_probs`) on its next call."""
-  layers = attention_layers(model)
-  if any(m.favor for m in layers):
-    raise errors.ConfigError('config.model.attention.kind=favor has no attention weights to '
-                             'measure (FAVOR+ never forms them). Fix: measure a softmax or '
-                             'stick-breaking run.')
-  for m in layers:
-    m.record_probs = on
-
-
-def first_token_sums(probs: jax.Array, segments: jax.Array | None, window: int = 0) -> dict:
+def first_token_sums(probs: jax.Array, segments: jax.Array | None, window: int = 0,
+                     sees_itself: bool = True) -> dict:
   """For weights [batch, heads, q, k] of a causal self-attention over rows whose packed
   documents are `segments` [batch, q] (None: one document per row): per head, the summed
-  weight of the queries at slots 1.. on key slot 0, the summed uniform share 1 / (i + 1) of
-  those queries, and their count, over the queries that see slot 0 (in its document, and with
-  a sliding `window` > 0, the first `window` slots)."""
+  weight of the queries at slots 1.. on key slot 0, the summed uniform share of those queries
+  (1 / (i + 1), or 1 / i where a query does not see its own slot), and their count, over the
+  queries that see slot 0 (in its document and, with a sliding `window` > 0, the first
+  `window` slots)."""
   b, _, length, _ = probs.shape
   if segments is None:
     segments = jnp.ones((b, length), jnp.int32)
@@ -51,35 +69,39 @@ def first_token_sums(probs: jax.Array, segments: jax.Array | None, window: int =
   if window:
     sees = sees & (jnp.arange(1, length) < window)[None]
   sees = sees.astype(jnp.float32)
-  uniform = 1.0 / jnp.arange(2, length + 1, dtype=jnp.float32)
+  keys = jnp.arange(1, length, dtype=jnp.float32) + (1.0 if sees_itself else 0.0)
   return {'mass': jnp.einsum('bhq,bq->h', probs[:, :, 1:, 0].astype(jnp.float32), sees),
-          'uniform': jnp.sum(sees * uniform),
+          'uniform': jnp.sum(sees / keys),
           'queries': jnp.sum(sees)}
 
 
 @dataclasses.dataclass
 class Sinks:
-  """Per layer: the mean weight on the first token over heads ([layers]), per head
-  ([layers, heads]), and uniform attention's share over the same queries ([layers])."""
+  """Per layer: the mean weight on the first token over heads (`mass`, [layers]) and per head
+  (`per_head`, [layers, heads]), uniform attention's share over the same queries (`uniform`,
+  [layers]), and how many queries were averaged (`queries`, [layers])."""
   mass: np.ndarray
   per_head: np.ndarray
   uniform: np.ndarray
-  queries: int
+  queries: np.ndarray
 
 
 def measure(graphdef, params, task, batches, max_batches: int = 8) -> Sinks:
   """`Sinks` of the model (graphdef, params) over at most `max_batches` of `batches` (the
   task's evaluation batches), through the task's own evaluation pass."""
+  record(nnx.merge(graphdef, params))  # Its refusals, before anything compiles.
 
   def sums(params, batch):
     model = nnx.merge(graphdef, params)
-    record(model)
-    task.eval_sums(model, batch)
+    layers = record(model)
+    _, sown = nnx.capture(lambda m, b: task.eval_sums(m, b), nnx.Intermediate)(model, batch)
+    flat = dict(nnx.to_flat_state(sown))
     segments = batch.get('inputs_segment_ids')
     out = []
-    for layer in attention_layers(model):
-      out.append(first_token_sums(layer.attention_probs.get_value()[0], segments,
-                                  layer.window))
+    for path, layer in layers:
+      (probs,) = flat[(*path, 'attention_probs')].get_value()  # One call per layer.
+      sees_itself = not (layer.stick_breaking and not layer.attend_current)
+      out.append(first_token_sums(probs, segments, layer.window, sees_itself))
     return jax.tree.map(lambda *x: jnp.stack(x), *out)
 
   step = jax.jit(sums)
@@ -89,10 +111,12 @@ def measure(graphdef, params, task, batches, max_batches: int = 8) -> Sinks:
       break
     got = jax.device_get(step(params, batch))
     total = got if total is None else jax.tree.map(np.add, total, got)
-  if total is None or not total['queries'].any():
-    raise errors.ConfigError('the evaluation batches hold no query that sees the row\'s first '
-                             'token. Fix: use a split with documents longer than one token.')
-  count = total['queries'][:, None]
-  per_head = total['mass'] / count
+  empty = [] if total is None else [i for i, n in enumerate(total['queries']) if n == 0]
+  if total is None or empty:
+    raise errors.ConfigError(
+        f'no query of the evaluation batches sees the row\'s first token'
+        f'{f" in layer(s) {empty}" if empty else ""} (documents of one token, or a window '
+        'of 1). Fix: measure a split with longer documents, or a layout without such windows.')
+  per_head = total['mass'] / total['queries'][:, None]
   return Sinks(mass=per_head.mean(axis=1), per_head=per_head,
-               uniform=total['uniform'] / total['queries'], queries=int(total['queries'][0]))
+               uniform=total['uniform'] / total['queries'], queries=total['queries'])

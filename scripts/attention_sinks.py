@@ -28,7 +28,6 @@ from absl import logging as absl_logging
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
-from roformer import models
 from roformer import resolve
 from roformer import sinks
 from roformer import trainer as trainer_lib
@@ -54,35 +53,39 @@ def check(workdir: str):
     raise errors.ConfigError(f'--workdir={workdir!r} has no config.json. Fix: point it at a '
                              'directory that train.py wrote.')
   config = config_lib.load(workdir)
-  if not models.is_causal(config.model) or config.model.type != 'causal_lm':
+  if config.model.type != 'causal_lm':
     raise errors.ConfigError(f'--workdir={workdir!r} holds a {config.model.type} model; the first '
                              'token\'s share is measured for causal LMs. Fix: give causal_lm runs.')
-  if config.model.scan_layers:
-    raise errors.ConfigError(f'--workdir={workdir!r} was trained with model.scan_layers=True, '
-                             'whose layers cannot record their weights one by one. Fix: measure '
-                             'an unscanned run.')
   if config.model.attention.kind == 'favor':
     raise errors.ConfigError(f'--workdir={workdir!r} uses FAVOR+ attention, which never forms '
                              'its weights. Fix: measure a softmax or stick-breaking run.')
+  if config.model.attention.differential:
+    raise errors.ConfigError(f'--workdir={workdir!r} uses differential attention, whose heads '
+                             'are the difference of two maps. Fix: measure a run without it.')
   trainer_lib.checkpoint_step(workdir, _STEP.value)  # No checkpoint: one error line.
   return config
 
 
 def measure(workdir: str, config) -> dict:
+  """One run's measurement as the JSON record sinks.json keeps."""
   run = resolve.for_evaluation(config, workdir, _STEP.value, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                  train=False, batch_size=run.config.eval.batch_size)
-  got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value)
+  try:
+    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value)
+  except errors.ConfigError as e:
+    raise errors.ConfigError(f'--workdir={workdir!r}: {e}') from None
   return {'workdir': workdir, 'label': label_of(workdir), 'step': run.step,
           'mass': got.mass.tolist(), 'per_head': got.per_head.tolist(),
-          'uniform': got.uniform.tolist(), 'queries': got.queries}
+          'uniform': got.uniform.tolist(), 'queries': got.queries.tolist()}
 
 
 def summary(runs: list[dict]) -> str:
   """The markdown tables: per label, the mean ± std over its runs of each layer's weight on
-  the first token (mean over heads, then the largest head's), and uniform attention's share."""
+  the first token (mean over heads, then the largest head's; std over runs with ddof 0), and uniform
+  attention's share (one value per layer where windows make them differ)."""
   by_label = collections.defaultdict(list)
   for r in runs:
     by_label[r['label']].append(r)
@@ -92,13 +95,17 @@ def summary(runs: list[dict]) -> str:
            'mean over heads, then mean ± std over the runs of a label):', '',
            f'| label | runs | {head} | uniform attention |',
            '|' + '---|' * (layers + 3)]
+  def uniform(group):  # One value, or one per layer where windows make them differ.
+    shares = np.mean([r['uniform'] for r in group], axis=0)
+    return (f'{shares[0]:.3f}' if np.allclose(shares, shares[0], atol=5e-4)
+            else ' / '.join(f'{u:.3f}' for u in shares))
+
   def rows(value):
     for label, group in by_label.items():
       mass = np.array([value(r) for r in group])
       cells = [f'{m:.3f} ± {s:.3f}' if len(group) > 1 else f'{m:.3f}'
                for m, s in zip(mass.mean(0), mass.std(0))]
-      lines.append(f'| {label} | {len(group)} | {" | ".join(cells)} | '
-                   f'{np.mean([r["uniform"][0] for r in group]):.3f} |')
+      lines.append(f'| {label} | {len(group)} | {" | ".join(cells)} | {uniform(group)} |')
   rows(lambda r: r['mass'])
   lines += ['', 'The same for each layer\'s head with the most weight on the first token:', '',
             lines[2], lines[3]]
@@ -107,19 +114,22 @@ def summary(runs: list[dict]) -> str:
 
 
 def plot(runs: list[dict], path: str) -> None:
+  """Each label's weight on the first token by layer (mean and std over its runs), with
+  uniform attention's share dashed."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   by_label = collections.defaultdict(list)
   for r in runs:
-    by_label[r['label']].append(r['mass'])
+    by_label[r['label']].append(r)
   fig, ax = plt.subplots(figsize=(6, 4))
-  for label, masses in by_label.items():
-    m = np.array(masses)
-    ax.errorbar(np.arange(m.shape[1]), m.mean(0), yerr=m.std(0), marker='o', capsize=3,
-                label=f'{label} ({len(masses)})')
-  if len({round(r['uniform'][0], 6) for r in runs}) == 1:  # One length: one reference line.
-    ax.axhline(runs[0]['uniform'][0], color='gray', linestyle='--', label='uniform attention')
+  for label, group in by_label.items():
+    m = np.array([r['mass'] for r in group])
+    line = ax.errorbar(np.arange(m.shape[1]), m.mean(0), yerr=m.std(0), marker='o', capsize=3,
+                       label=f'{label} ({len(group)})')
+    ax.plot(np.arange(m.shape[1]), np.mean([r['uniform'] for r in group], axis=0), '--',
+            color=line[0].get_color(), alpha=0.6)
+  ax.plot([], [], '--', color='gray', label='uniform attention (each label\'s colour)')
   ax.set_xlabel('layer')
   ax.set_ylabel('attention weight on the first token')
   ax.legend(fontsize=8)
@@ -129,6 +139,7 @@ def plot(runs: list[dict], path: str) -> None:
 
 
 def main(argv):
+  """Checks every workdir, then measures each and writes the three files."""
   cli.no_arguments(argv)
   absl_logging.set_verbosity(absl_logging.WARNING)
   if not _WORKDIRS.value:

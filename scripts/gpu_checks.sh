@@ -105,6 +105,7 @@ start=$(date +%s)
 timeout "${POINT_LIMIT:-150}" $PY train.py --config "configs/synthetic.py:$SWEEP_POINT" \
     --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -4 > "$OUT/point.log"
 timeout "${POINT_EVAL_LIMIT:-150}" $PY eval.py --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -12 >> "$OUT/point.log"
+echo "eval.py exit ${PIPESTATUS[0]} (124: stopped by its time limit)" >> "$OUT/point.log"
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/point.log"; tail -14 "$OUT/point.log"
 fi
 

@@ -67,8 +67,8 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture
 def eight_devices():
-  """The first 8 devices, for the tests of a sharded batch; skipped where the backend has fewer
-  (a GPU run of these files: the 8 forced CPU devices above exist only when XLA_FLAGS is unset)."""
+  """The first 8 devices, for the tests of a sharded batch; skipped where the default backend
+  has fewer (a GPU run of these files, or XLA_FLAGS set without 8 forced CPU devices)."""
   import jax  # pylint: disable=g-import-not-at-top
   if jax.device_count() < 8:
     pytest.skip(f'needs 8 devices; {jax.default_backend()} has {jax.device_count()}')

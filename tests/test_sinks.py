@@ -3,12 +3,14 @@ against hand-computed values and closed forms of attention with no query-key ter
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import synthetic
 from roformer import config_lib
@@ -48,21 +50,23 @@ def workdirs(tmp_path_factory):
   return out
 
 
-def test_first_token_sums_counts_only_queries_in_the_first_tokens_document():
+def test_first_token_sums_counts_only_queries_that_see_the_first_token():
   probs = np.zeros((1, 2, 4, 4), np.float32)
   probs[0, 0, 1:, 0] = [0.5, 0.2, 0.9]
-  probs[0, 1, 1:, 0] = [0.3, 0.4, 0.7]
+  probs[0, 1, 1:, 0] = [0.3, 0.1, 0.7]
   segments = np.array([[1, 1, 1, 2]])  # Query 3 is in another document: not counted.
   got = jax.device_get(sinks.first_token_sums(probs, segments))
-  np.testing.assert_allclose(got['mass'], [0.5 + 0.2, 0.3 + 0.4], rtol=1e-6)
+  np.testing.assert_allclose(got['mass'], [0.5 + 0.2, 0.3 + 0.1], rtol=1e-6)
   np.testing.assert_allclose(got['uniform'], 1 / 2 + 1 / 3, rtol=1e-6)
   assert got['queries'] == 2
   got = jax.device_get(sinks.first_token_sums(probs, None))  # One document: all of them.
-  np.testing.assert_allclose(got['mass'], [1.6, 1.4], rtol=1e-6)
+  np.testing.assert_allclose(got['mass'], [1.6, 1.1], rtol=1e-6)
   np.testing.assert_allclose(got['uniform'], 1 / 2 + 1 / 3 + 1 / 4, rtol=1e-6)
-  got = jax.device_get(sinks.first_token_sums(probs, None, window=3))  # Query 3 cannot see it.
-  np.testing.assert_allclose(got['mass'], [0.7, 0.7], rtol=1e-6)
-  assert got['queries'] == 2
+  got = jax.device_get(sinks.first_token_sums(probs, None, window=2))  # Only query 1 sees it.
+  np.testing.assert_allclose(got['mass'], [0.5, 0.3], rtol=1e-6)
+  np.testing.assert_allclose(got['uniform'], 1 / 2, rtol=1e-6)
+  got = jax.device_get(sinks.first_token_sums(probs, None, sees_itself=False))  # Keys j < i.
+  np.testing.assert_allclose(got['uniform'], 1 + 1 / 2 + 1 / 3, rtol=1e-6)
 
 
 def _no_query_key_term(params):
@@ -80,9 +84,12 @@ def _no_query_key_term(params):
                                       [zero(p, v) for p, v in flat])
 
 
-def _measured(workdir, zero_qk=True):
+def _measured(workdir, zero_qk=True, **model):
+  """sinks.measure on the run's validation batches, with `model` fields changed (ones that add
+  no parameters) and, by default, no query-key term."""
   config = config_lib.load(workdir)
   run = resolve.for_evaluation(config, workdir, None, ('validation',))
+  run.config.model.update(model)
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   if zero_qk:
@@ -92,16 +99,17 @@ def _measured(workdir, zero_qk=True):
   return sinks.measure(trainer.graphdef, params, trainer.task, batches), batches
 
 
-def _reference(batches, slope_of_head):
-  """float64: query slot i of slot 0's document puts exp(-m i) / sum_{j<=i} exp(-m j) on key 0
-  (uniform for m = 0), averaged over those queries of every row."""
+def _reference(batches, slope_of_head, window=0):
+  """float64: query slot i of slot 0's document (i < window, if any) puts
+  exp(-m i) / sum_{j<=i} exp(-m j) on key 0 (uniform for m = 0), averaged over those queries
+  of every row."""
   per_head = []
   for m in slope_of_head:
     total = count = 0.0
     for batch in batches:
       seg = np.asarray(batch['inputs_segment_ids'])
       for row in seg:
-        for i in range(1, len(row)):
+        for i in range(1, window or len(row)):
           if row[0] > 0 and row[i] == row[0]:
             total += np.exp(-m * i) / np.exp(-m * np.arange(i + 1)).sum()
             count += 1
@@ -126,6 +134,21 @@ def test_without_a_query_key_term_alibi_gives_its_closed_form(workdirs):
   assert want[-1] > want[0]  # The flattest slope keeps the most on the far first token.
 
 
+def test_a_sliding_window_counts_only_the_queries_it_lets_see_the_first_token(workdirs):
+  got, batches = _measured(workdirs['rope', 0], layer_windows=[4])
+  want = _reference(batches, [0.0] * HEADS, window=4)
+  for layer in got.per_head:
+    np.testing.assert_allclose(layer, want, rtol=1e-5)
+  np.testing.assert_allclose(got.uniform, want[0], rtol=1e-5)
+
+
+def test_a_scanned_stack_measures_as_its_layers_one_by_one(workdirs):
+  looped, _ = _measured(workdirs['rope', 0], zero_qk=False)
+  scanned, _ = _measured(workdirs['rope', 0], zero_qk=False, scan_layers=True)
+  np.testing.assert_allclose(scanned.per_head, looped.per_head, rtol=1e-5)
+  assert (looped.per_head > 0).all()
+
+
 def test_recording_leaves_the_models_loss_unchanged(workdirs):
   workdir = workdirs['rope', 0]
   config = config_lib.load(workdir)
@@ -134,7 +157,6 @@ def test_recording_leaves_the_models_loss_unchanged(workdirs):
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   batch = next(iter(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                          train=False, batch_size=8)))
-  from flax import nnx  # pylint: disable=g-import-not-at-top
   def loss(record):
     model = nnx.merge(trainer.graphdef, params)
     if record:
@@ -146,8 +168,7 @@ def test_recording_leaves_the_models_loss_unchanged(workdirs):
 
 def _script(*args):
   return subprocess.run([sys.executable, 'scripts/attention_sinks.py', *args], cwd=REPO,
-                        env=dict(os.environ), capture_output=True, text=True, timeout=300,
-                        check=False)
+                        capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
@@ -161,6 +182,7 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
     heads = np.array(r['per_head'])
     assert heads.shape == (2, HEADS) and ((heads >= 0) & (heads <= 1)).all()
     np.testing.assert_allclose(r['mass'], heads.mean(axis=1), rtol=1e-6)
+    assert r['queries'][0] == r['queries'][1] > 0
   rope = np.array([runs[0]['mass'], runs[1]['mass']])
   table = (out / 'sinks.md').read_text()
   cells = ' | '.join(f'{m:.3f} ± {s:.3f}' for m, s in zip(rope.mean(0), rope.std(0)))
@@ -169,22 +191,24 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
   assert (out / 'sinks.png').stat().st_size > 0
 
 
-@pytest.mark.parametrize('case', ['missing', 'favor', 'scanned'])
-def test_script_refuses_what_it_cannot_measure_with_one_line(case, workdirs, tmp_path):
+@pytest.mark.parametrize('case,says', [('missing', 'no config.json'), ('favor', 'FAVOR+'),
+                                       ('differential', 'differential')])
+def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdirs, tmp_path):
   workdir = str(tmp_path / 'run')
   if case == 'missing':
-    workdir = str(tmp_path / 'nowhere')
-  else:
-    config = config_lib.load(workdirs['rope', 0])
-    if case == 'favor':  # FAVOR+ never forms the weights.
+    os.makedirs(workdir)
+  else:  # A trained run, so that only this case's check can refuse it.
+    shutil.copytree(workdirs['rope', 0], workdir)
+    config = config_lib.load(workdir)
+    if case == 'favor':
       config.model.attention.kind = 'favor'
     else:
-      config.model.scan_layers = True
-    os.makedirs(workdir)
+      config.model.attention.differential = True
     config_lib.save(config, workdir)
-  proc = _script(f'--out={tmp_path / "out"}', f'--workdir={workdir}')
+  proc = _script(f'--out={tmp_path / "out"}', f'--workdir={workdirs["rope", 1]}',
+                 f'--workdir={workdir}')
   assert proc.returncode == 1
   assert 'Traceback' not in proc.stderr
   lines = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
-  assert len(lines) == 1 and '--workdir' in lines[0]
-  assert not (tmp_path / 'out').exists()  # Refused before anything was written.
+  assert len(lines) == 1 and f'--workdir={workdir!r}' in lines[0] and says in lines[0]
+  assert not (tmp_path / 'out').exists()  # Refused before anything was measured or written.
