@@ -83,16 +83,16 @@ def measure(workdir: str, config) -> dict:
 
 
 def summary(runs: list[dict]) -> str:
-  """The markdown tables: per label, the mean ± std over its runs of each layer's weight on
-  the first token (mean over heads, then the largest head's; std over runs with ddof 0), and uniform
-  attention's share (one value per layer where windows make them differ)."""
+  """The markdown tables: per label, the mean ± sample std over its runs of each layer's
+  weight on the first token (mean over heads, then the largest head's), and uniform attention's
+  share (one value per layer where windows make them differ)."""
   by_label = collections.defaultdict(list)
   for r in runs:
     by_label[r['label']].append(r)
   layers = max(len(r['mass']) for r in runs)
   head = ' | '.join(f'layer {i}' for i in range(layers))
   lines = ['Mean attention weight on the row\'s first token (queries from slot 1 that see it; '
-           'mean over heads, then mean ± std over the runs of a label):', '',
+           'mean over heads, then mean ± sample std over the runs of a label):', '',
            f'| label | runs | {head} | uniform attention |',
            '|' + '---|' * (layers + 3)]
   def uniform(group):  # One value, or one per layer where windows make them differ.
@@ -104,7 +104,7 @@ def summary(runs: list[dict]) -> str:
     for label, group in by_label.items():
       mass = np.array([value(r) for r in group])
       cells = [f'{m:.3f} ± {s:.3f}' if len(group) > 1 else f'{m:.3f}'
-               for m, s in zip(mass.mean(0), mass.std(0))]
+               for m, s in zip(mass.mean(0), mass.std(0, ddof=min(1, len(group) - 1)))]
       lines.append(f'| {label} | {len(group)} | {" | ".join(cells)} | {uniform(group)} |')
   rows(lambda r: r['mass'])
   lines += ['', 'The same for each layer\'s head with the most weight on the first token:', '',
@@ -125,7 +125,8 @@ def plot(runs: list[dict], path: str) -> None:
   fig, ax = plt.subplots(figsize=(6, 4))
   for label, group in by_label.items():
     m = np.array([r['mass'] for r in group])
-    line = ax.errorbar(np.arange(m.shape[1]), m.mean(0), yerr=m.std(0), marker='o', capsize=3,
+    line = ax.errorbar(np.arange(m.shape[1]), m.mean(0), yerr=m.std(0, ddof=min(1, len(m) - 1)),
+                       marker='o', capsize=3,
                        label=f'{label} ({len(group)})')
     ax.plot(np.arange(m.shape[1]), np.mean([r['uniform'] for r in group], axis=0), '--',
             color=line[0].get_color(), alpha=0.6)

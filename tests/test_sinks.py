@@ -185,7 +185,7 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
     assert r['queries'][0] == r['queries'][1] > 0
   rope = np.array([runs[0]['mass'], runs[1]['mass']])
   table = (out / 'sinks.md').read_text()
-  cells = ' | '.join(f'{m:.3f} ± {s:.3f}' for m, s in zip(rope.mean(0), rope.std(0)))
+  cells = ' | '.join(f'{m:.3f} ± {s:.3f}' for m, s in zip(rope.mean(0), rope.std(0, ddof=1)))
   assert f'| copy,rope | 2 | {cells} |' in table
   assert '| copy,alibi | 1 |' in table
   assert (out / 'sinks.png').stat().st_size > 0

@@ -458,6 +458,15 @@ def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
   assert all(p.fields == frontier[p.name] for p in shared)
   diff = [p for p in sweep.points if p.name == 'niah_multikey,rope+diff,seed=1'][0]
   assert diff.fields['model.attention.differential'] is True
+  yarn = sweep.evals['rope_yarn']  # RoPE with YaRN, for PoPE's claim: plain rope's runs only.
+  assert {p.name.split(',')[1] for p in sweep.points
+          if sweeps.applies(yarn, p)} == {'rope'}
+  _, flags = config_args.split_argv(sweeps.eval_command(
+      sweep, [p for p in sweep.points if p.name == 'passkey,rope,seed=0'][0], '/w/p',
+      'rope_yarn')[1:])
+  evaluated = config_args.load(sweep.config, flags)
+  assert evaluated.model.position.rope.scaling.kind == 'yarn'
+  assert evaluated.eval.scale_rope_to_length
 
 
 def test_report_gives_each_training_budget_of_a_scheme_its_own_line():
