@@ -16,7 +16,9 @@ Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
   `rope+gate` (RoPE with gated attention), `rope+diff` and `none+diff` (differential
   attention with RoPE and without positions);
-- the baselines: `rope`, `none`, `alibi`, `fire`, `fox`, `path`, `stick_breaking`.
+- the baselines: `rope`, `none`, `alibi`, `fire`, `fox`, `path`, `stick_breaking`; plain
+  `rope`'s runs are evaluated again with YaRN at each length's factor (`eval_results.rope_yarn.json`),
+  the baseline of PoPE's extrapolation claim.
 The points that are frontier.py's (same task, scheme and seed) have the same names and fields,
 so pointing both sweeps at one workdir shares their runs.
 """
