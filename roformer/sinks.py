@@ -27,6 +27,23 @@ from roformer import errors
 from roformer import models
 
 
+def unmeasurable(*, favor: bool, differential: bool, causal: bool) -> str | None:
+  """Why attention with these options has no one causal map per head to measure (None: it
+  has). The script asks it of a run's saved config before anything compiles; `record`, of
+  each layer."""
+  if favor:
+    return ('config.model.attention.kind=favor has no attention weights to measure (FAVOR+ '
+            'never forms them). Fix: measure a softmax or stick-breaking run.')
+  if differential:
+    return ('config.model.attention.differential=True: each head\'s weights are the difference '
+            'of two maps, not one attention map. Fix: measure a run without differential '
+            'attention.')
+  if not causal:
+    return ('the self-attention is bidirectional: the first token\'s share is defined here for '
+            'causal attention. Fix: measure a causal LM.')
+  return None
+
+
 def record(model) -> list:
   """Makes every self-attention layer of `model` sow its weights (`attention_probs`) and runs
   its layers one by one (a scanned stack keeps the per-block parameter layout, so the same
@@ -38,18 +55,9 @@ def record(model) -> list:
       m.scan_layers = False
   layers = [(p, m) for p, m in nnx.iter_graph(model) if isinstance(m, models.MultiHeadAttention)]
   for _, m in layers:
-    if m.favor:
-      raise errors.ConfigError('config.model.attention.kind=favor has no attention weights to '
-                               'measure (FAVOR+ never forms them). Fix: measure a softmax or '
-                               'stick-breaking run.')
-    if m.differential:
-      raise errors.ConfigError('config.model.attention.differential=True: each head\'s weights '
-                               'are the difference of two maps, not one attention map. Fix: '
-                               'measure a run without differential attention.')
-    if not m.causal:
-      raise errors.ConfigError('the model\'s self-attention is bidirectional: the first '
-                               'token\'s share is defined here for causal attention. Fix: '
-                               'measure a causal LM.')
+    why = unmeasurable(favor=m.favor, differential=m.differential, causal=m.causal)
+    if why:
+      raise errors.ConfigError(why)
     m.record_probs = True
   return layers
 

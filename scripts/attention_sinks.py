@@ -56,12 +56,11 @@ def check(workdir: str):
   if config.model.type != 'causal_lm':
     raise errors.ConfigError(f'--workdir={workdir!r} holds a {config.model.type} model; the first '
                              'token\'s share is measured for causal LMs. Fix: give causal_lm runs.')
-  if config.model.attention.kind == 'favor':
-    raise errors.ConfigError(f'--workdir={workdir!r} uses FAVOR+ attention, which never forms '
-                             'its weights. Fix: measure a softmax or stick-breaking run.')
-  if config.model.attention.differential:
-    raise errors.ConfigError(f'--workdir={workdir!r} uses differential attention, whose heads '
-                             'are the difference of two maps. Fix: measure a run without it.')
+  attention = config.model.attention
+  why = sinks.unmeasurable(favor=attention.kind == 'favor', differential=attention.differential,
+                           causal=True)
+  if why:
+    raise errors.ConfigError(f'--workdir={workdir!r}: {why}')
   trainer_lib.checkpoint_step(workdir, _STEP.value)  # No checkpoint: one error line.
   return config
 
@@ -145,12 +144,12 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)
   if not _WORKDIRS.value:
     raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
-  configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile.
+  configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile,
+  os.makedirs(_OUT.value, exist_ok=True)  # and the output directory before any measurement.
   runs = []
   for workdir, config in zip(_WORKDIRS.value, configs):
     runs.append(measure(workdir, config))
     print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
-  os.makedirs(_OUT.value, exist_ok=True)
   with open(os.path.join(_OUT.value, 'sinks.json'), 'w') as f:
     json.dump(runs, f, indent=1)
   table = summary(runs)
