@@ -12,8 +12,9 @@ seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache). Finishe
 skipped and unfinished runs resume from their checkpoints, so the same command continues an
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
-and `--parallel` (default: one process per CPU core on the CPU, one on an accelerator) keeps
-that many processes running (at most one per group); on the CPU each is pinned to cores of its
+and `--parallel` (default: one process per CPU core; on an accelerator, one process in all
+unless every group's step is small enough to be host-bound: `default_parallel`) keeps that many
+processes running (at most one per group); on the CPU each is pinned to cores of its
 own (`--no_pin` leaves them on every core: see sweeps.core_sets for why). Points that start from
 another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per
 group (train && evals) instead, for a job scheduler (in order: a point after the points it
@@ -39,6 +40,7 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import flops  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
@@ -172,10 +174,44 @@ def on_accelerator() -> bool:
       name in os.environ.get('JAX_PLATFORMS', '') for name in ('cuda', 'gpu', 'tpu', 'rocm'))
 
 
-def default_parallel() -> int:
+# A step of fewer model FLOPs than this (all members together) is host-bound on an accelerator:
+# about 2.5 ms of arithmetic at 400 TFLOP/s, less than the host takes to build its batch.
+HOST_BOUND_STEP_FLOPS = 1e12
+
+
+def step_flops(sweep, group) -> float:
+  """Model FLOPs of one training step of `group`'s members together (roformer/flops.py), from
+  the sweep's config and the first point's fields for the model's size and the batch's shape."""
+  base = config_args.load_file(sweep.config)
+  fields = group.points[0].fields
+  get = lambda key: fields.get(key, base[key.split('.')[0]][key.split('.')[1]])
+  model = base.model.copy_and_resolve_references()
+  for name in ('d_model', 'd_ff', 'num_layers', 'vocab_size', 'type'):
+    model[name] = get(f'model.{name}')
+  seq_len, rows = get('data.seq_len'), get('train.batch_size')
+  return flops.train_flops_per_token(model, seq_len) * seq_len * rows * len(group.points)
+
+
+def default_parallel(sweep=None, groups=()) -> int:
   """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
-  trains keeps to about one core), one on an accelerator (which a vmapped group keeps busy)."""
-  return 1 if on_accelerator() else len(sweeps.usable_cpus())
+  trains keeps to about one core). On an accelerator, one per CPU core too when every group's
+  step is under HOST_BOUND_STEP_FLOPS: there a group's speed is its host thread building rows,
+  not the device (docs/performance.md: a multi-key retrieval group of 3 x 256 rows ran 6-10
+  steps/s on an H200 whether 3 or 12 groups shared it); else one, which a vmapped group of a
+  larger model keeps busy."""
+  cores = len(sweeps.usable_cpus())
+  if not on_accelerator():
+    return cores
+  if groups and all(step_flops(sweep, g) < HOST_BOUND_STEP_FLOPS for g in groups):
+    return cores
+  return 1
+
+
+def share_accelerator(parallel: int) -> None:
+  """Children that share one accelerator allocate its memory as they need it: by default each
+  JAX process takes 75% of it at start-up, and a second one would fail."""
+  if parallel > 1 and on_accelerator():
+    os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 
 def record_sweep(root: str, spec: str, sweep) -> None:
@@ -227,8 +263,8 @@ def main(argv=None) -> int:
   parser.add_argument('--workdir', required=True, type=cli.path_arg,
                       help='Directory holding one workdir per point.')
   parser.add_argument('--parallel', type=int, default=0,
-                      help='Training processes at the same time; 0: one per CPU core when the '
-                      'runs use the CPU, 1 on an accelerator.')
+                      help='Training processes at the same time; 0: one per CPU core, or on an '
+                      'accelerator 1 unless every step is small enough to be host-bound.')
   parser.add_argument('--no_pin', action='store_true',
                       help='Leave the training processes on every core, instead of pinning '
                       'each of the --parallel processes to its own cores (CPU runs only).')
@@ -268,7 +304,7 @@ def main(argv=None) -> int:
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
   # No more processes than groups: fewer processes each get more cores when pinned.
-  parallel = max(1, min(args.parallel or default_parallel(), len(groups)))
+  parallel = max(1, min(args.parallel or default_parallel(sweep, groups), len(groups)))
   work = group_work(sweep, groups)
   groups = longest_first(groups, work)
   os.makedirs(root, exist_ok=True)
@@ -277,6 +313,7 @@ def main(argv=None) -> int:
   # option is another entry), small programs included.
   os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, '.jax_cache'))
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+  share_accelerator(parallel)
   record_sweep(root, args.sweep, sweep)
   progress = Progress(len(sweep.points), parallel, work)
   # Each running group takes a set of cores of its own (none to take on an accelerator, with

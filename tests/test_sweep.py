@@ -624,6 +624,52 @@ def test_one_run_or_more_runs_than_cores_are_not_pinned():
   assert sweeps.core_sets(3, [0, 1]) is None
 
 
+def test_a_groups_step_flops_are_the_hand_count_of_its_members_step():
+  sweep = sweeps.load('configs/sweeps/options.py:niah_multikey,rope', '')
+  group, = sweeps.seed_groups(sweep, sweep.points)
+  # d 64, d_ff 256, 2 layers, vocabulary 4,096, 32 positions, causal: per token and layer the
+  # projections 8 d^2, the MLP 4 d f and half of attention's 4 L d; the tied output 2 d V;
+  # 3x for training; 256 rows of 32 tokens for each of 3 members.
+  d, f, layers, vocab, length = 64, 256, 2, 4096, 32
+  per_token = 3 * (layers * (8 * d * d + 4 * d * f + 2 * length * d) + 2 * d * vocab)
+  assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 3
+
+
+def test_on_an_accelerator_host_bound_groups_run_one_process_per_core_and_large_ones_alone(
+    tmp_path, monkeypatch):
+  monkeypatch.setattr(sweeps, 'usable_cpus', lambda: list(range(16)))
+  tiny = sweeps.load('configs/sweeps/options.py:niah_multikey', '')
+  tiny_groups = sweeps.seed_groups(tiny, tiny.points)
+  large = sweeps.load(write_sweep(tmp_path, (
+      "def get_sweep(arg=''):\n"
+      "  return {'config': 'configs/lm.py', 'overrides': {'model.d_model': 1024, "
+      "'model.d_ff': 4096, 'model.num_layers': 24, 'data.seq_len': 2048, "
+      "'train.batch_size': 64}, 'points': [{'seed': 0}, {'seed': 1}]}\n")), '')
+  large_groups = sweeps.seed_groups(large, large.points)
+  assert sweep_script.step_flops(large, large_groups[0]) > sweep_script.HOST_BOUND_STEP_FLOPS
+  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: True)
+  assert sweep_script.default_parallel(tiny, tiny_groups) == 16
+  assert sweep_script.default_parallel(large, large_groups) == 1
+  assert sweep_script.default_parallel(large, tiny_groups + large_groups) == 1
+  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: False)
+  assert sweep_script.default_parallel(large, large_groups) == 16
+
+
+def test_processes_sharing_an_accelerator_allocate_its_memory_as_they_need_it(monkeypatch):
+  monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE', raising=False)
+  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: False)
+  sweep_script.share_accelerator(4)
+  assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # The CPU preallocates nothing.
+  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: True)
+  sweep_script.share_accelerator(1)
+  assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # One process may take it all.
+  sweep_script.share_accelerator(4)
+  assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
+  monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'true')  # The user's choice stands.
+  sweep_script.share_accelerator(4)
+  assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'true'
+
+
 @pytest.mark.skipif(not hasattr(os, 'sched_setaffinity') or len(sweeps.usable_cpus()) < 2,
                     reason='no CPU affinity, or one core only (nothing to narrow)')
 def test_a_pinned_child_and_the_threads_it_starts_run_on_its_cores_only(tmp_path):
