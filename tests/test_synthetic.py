@@ -241,6 +241,35 @@ def test_copy_rows_too_short_for_min_length_are_refused():
     config_lib.validate(cfg)
 
 
+@pytest.mark.parametrize('task', synthetic.TASKS)
+def test_a_batch_is_its_rows_stacked(task):
+  cfg = synthetic_config.get_config(task)
+  source = synthetic.Source(synthetic.Split(cfg.data.synthetic, task, 'train'),
+                            2 * cfg.data.seq_len, 5)
+  indices = [3, 7, 100, 4]
+  batch, rows = source.batch(indices), [source[i] for i in indices]
+  assert sorted(batch) == sorted(rows[0])
+  for key, value in batch.items():
+    expected = np.stack([row[key] for row in rows])
+    assert value.dtype == expected.dtype and np.array_equal(value, expected), key
+
+
+def test_a_filler_run_is_the_cycle_of_sentences_from_its_start():
+  vocab = synthetic.Vocabulary(synthetic_config.get_config('passkey').data.synthetic, 'passkey')
+  cycle = vocab.filler
+  for start in range(len(cycle)):
+    for count in (0, 1, 9, 40, 333, 2000):
+      sentences, total, starts = [], 0, [0]  # One sentence after another from `start`.
+      while total < count:
+        sentences.append(cycle[(start + len(sentences)) % len(cycle)])
+        total += len(sentences[-1])
+        starts.append(total)
+      tokens, bounds = vocab.filler_run(start, count)
+      expected = np.concatenate(sentences)[:count] if sentences else np.zeros(0)
+      assert np.array_equal(tokens, expected)
+      assert bounds.tolist() == [b for b in starts if b <= count]
+
+
 @pytest.mark.parametrize('split,train,batch,shard', [
     ('train', True, 8, (0, 1)), ('train', True, 4, (1, 2)), ('validation', False, 100, (0, 1)),
     ('validation', False, 30, (1, 2))])

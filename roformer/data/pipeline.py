@@ -548,9 +548,11 @@ class SyntheticBatches(grain.DatasetIterator):
     if end <= self.next_index or (self.drop_remainder and end - self.next_index <
                                   self.batch_size):
       raise StopIteration
-    rows = [self.source[self.shard_index + self.shard_count * k]
-            for k in range(self.next_index, end)]
+    indices = [self.shard_index + self.shard_count * k for k in range(self.next_index, end)]
     self.next_index = end
+    if hasattr(self.source, 'batch'):  # Built as one set of arrays.
+      return self.source.batch(indices)
+    rows = [self.source[i] for i in indices]
     return {key: np.stack([row[key] for row in rows]) for key in rows[0]}
 
   def get_state(self) -> dict:

@@ -98,14 +98,7 @@ def _haystack(rng, vocab, filler_count: int, needles: list, depths: np.ndarray):
   """Filler sentences of `filler_count` tokens with each needle (token arrays) inserted at the
   sentence boundary at or before its depth (in [0, 1]); needles at the same boundary keep
   their order. Returns the tokens and each needle's depth as placed (boundary / filler)."""
-  cycle, start = vocab.filler, int(rng.integers(len(vocab.filler)))
-  sentences, total = [], 0
-  while total < filler_count:
-    sentences.append(cycle[(start + len(sentences)) % len(cycle)])
-    total += len(sentences[-1])
-  filler = np.concatenate(sentences)[:filler_count] if sentences else np.zeros(0, np.int64)
-  bounds = np.cumsum([0] + [len(s) for s in sentences])
-  bounds = bounds[bounds <= filler_count]
+  filler, bounds = vocab.filler_run(int(rng.integers(len(vocab.filler))), filler_count)
   cuts = bounds[np.searchsorted(bounds, depths * filler_count, side='right') - 1]
   order = np.argsort(cuts, kind='stable')
   parts, last = [], 0

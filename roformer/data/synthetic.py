@@ -83,6 +83,9 @@ class Vocabulary:
     self.separator, self.query = self.ids[SEPARATOR], self.ids[QUERY]
     self.write = self.ids.get('write')  # write, ignore, read: consecutive ids.
     self.filler = [self.encode(s) for s in FILLER]
+    self._cycle = np.concatenate(self.filler)  # The sentences back to back, and their starts.
+    self._starts = np.cumsum([0] + [len(s) for s in self.filler[:-1]])
+    self._tiled = self._tiled_starts = np.zeros(0, np.int32)
     self.question = self.encode(QUESTION)
     before, after = KEY_SENTENCE.split('{key}', 1)[0], KEY_SENTENCE.split('{key}')[1:]
     self.key_sentence = [self.encode(before)] + [self.encode(part) for part in after]
@@ -94,6 +97,22 @@ class Vocabulary:
   def encode(self, text: str) -> np.ndarray:
     """Whitespace-separated words to ids (unknown words: the unk id); no bos/eos added."""
     return np.asarray([self.ids.get(w, tokenizer_lib.UNK_ID) for w in text.split()], np.int32)
+
+  def filler_run(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """`count` tokens of the filler sentences in turn from sentence `start` (cycling), and the
+    offsets of the sentence starts among them, 0 to `count` inclusive: where a needle can go.
+
+    One slice of the cycle repeated, where building each row's sentences one by one cost more
+    than the row's random draws."""
+    offset = int(self._starts[start])
+    if offset + count >= len(self._tiled):
+      repeats = (offset + count) // len(self._cycle) + 2
+      self._tiled = np.tile(self._cycle, repeats)
+      self._tiled_starts = (self._starts[None, :] + len(self._cycle) * np.arange(repeats)[:, None]
+                            ).ravel()
+    first = np.searchsorted(self._tiled_starts, offset)
+    last = np.searchsorted(self._tiled_starts, offset + count, side='right')
+    return self._tiled[offset:offset + count], self._tiled_starts[first:last] - offset
 
   def decode(self, ids) -> str:
     skip = (tokenizer_lib.PAD_ID, tokenizer_lib.EOS_ID, tokenizer_lib.BOS_ID)
@@ -166,15 +185,8 @@ def _passkey(rng, cfg, vocab: Vocabulary, length: int):
   """Token ids of one passkey row (length + 1 tokens), its answer span and depth bucket."""
   digits = rng.integers(0, 10, cfg.key_digits)
   filler_count = length + 1 - passkey_fixed_tokens(cfg.key_digits)
-  cycle = vocab.filler
-  start = int(rng.integers(len(FILLER)))  # Where in the cycle of sentences the filler begins.
-  sentences, total = [], 0
-  while total < filler_count:
-    sentences.append(cycle[(start + len(sentences)) % len(FILLER)])
-    total += len(sentences[-1])
-  filler = np.concatenate(sentences)[:filler_count]
-  bounds = np.cumsum([0] + [len(s) for s in sentences])
-  bounds = bounds[bounds <= filler_count]  # Sentence starts: the key goes between sentences.
+  # From a random sentence of the cycle; the key goes between sentences.
+  filler, bounds = vocab.filler_run(int(rng.integers(len(FILLER))), filler_count)
   depth = rng.uniform()
   cut = int(bounds[np.searchsorted(bounds, depth * filler_count, side='right') - 1])
   answer = (vocab.digit0 + digits).astype(np.int32)
@@ -236,20 +248,32 @@ _GENERATORS = {'passkey': _passkey, 'associative_recall': _associative_recall, '
                'flip_flop': _flip_flop, **ruler.GENERATORS}
 
 
-def make_row(tokens, spans, bucket: int, length: int) -> dict:
-  """The features of one row of `length` predictions from its token ids (at most length + 1,
-  the rest padding) and the [start, end) token spans of the answers (scored as targets)."""
-  ids = np.zeros((2, length), np.int32)  # inputs, targets
-  n = len(tokens) - 1
-  ids[0, :n], ids[1, :n] = tokens[:-1], tokens[1:]
-  weights = np.zeros(length, np.float32)
-  for start, end in spans:  # Token t is the target of input t - 1.
-    weights[start - 1:end - 1] = 1.0
-  layout = np.zeros((2, length), np.int32)  # positions, segment ids
-  layout[0, :n], layout[1, :n] = np.arange(n), 1
+def make_rows(rows, length: int) -> dict:
+  """The features of rows of `length` predictions, stacked ([rows, length]; `bucket` [rows]),
+  from each row's (token ids (at most length + 1, the rest padding), the [start, end) token
+  spans of the answers (scored as targets), depth bucket). Filled in place: a batch built row
+  by row and then stacked took about a tenth of its rows' building again."""
+  count = len(rows)
+  ids = np.zeros((2, count, length), np.int32)  # inputs, targets
+  layout = np.zeros((2, count, length), np.int32)  # positions, segment ids
+  weights = np.zeros((count, length), np.float32)
+  buckets = np.zeros(count, np.int32)
+  positions = np.arange(length, dtype=np.int32)
+  for r, (tokens, spans, bucket) in enumerate(rows):
+    n = len(tokens) - 1
+    ids[0, r, :n], ids[1, r, :n] = tokens[:-1], tokens[1:]
+    for start, end in spans:  # Token t is the target of input t - 1.
+      weights[r, start - 1:end - 1] = 1.0
+    layout[0, r, :n], layout[1, r, :n] = positions[:n], 1
+    buckets[r] = bucket
   return {'inputs': ids[0], 'targets': ids[1], 'inputs_positions': layout[0],
-          'targets_positions': layout[0], 'inputs_segment_ids': layout[1],
-          'targets_segment_ids': layout[1], 'weights': weights, 'bucket': np.int32(bucket)}
+          'targets_positions': layout[0].copy(), 'inputs_segment_ids': layout[1],
+          'targets_segment_ids': layout[1].copy(), 'weights': weights, 'bucket': buckets}
+
+
+def make_row(tokens, spans, bucket: int, length: int) -> dict:
+  """One row's features (make_rows' for a single row, without the rows axis)."""
+  return {key: value[0] for key, value in make_rows([(tokens, spans, bucket)], length).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,10 +302,16 @@ class Source:
   def __len__(self) -> int:
     return self.rows
 
-  def __getitem__(self, index: int) -> dict:
+  def _generate(self, index: int):
     rng = np.random.default_rng(self.key + (int(index),))
-    tokens, spans, bucket = _GENERATORS[self.task](rng, self.cfg, self.vocab, self.length)
-    return make_row(tokens, spans, bucket, self.length)
+    return _GENERATORS[self.task](rng, self.cfg, self.vocab, self.length)
+
+  def __getitem__(self, index: int) -> dict:
+    return make_row(*self._generate(index), self.length)
+
+  def batch(self, indices) -> dict:
+    """The rows at `indices`, stacked: the same arrays as stacking `self[i]` for each."""
+    return make_rows([self._generate(i) for i in indices], self.length)
 
 
 class TextRows:
