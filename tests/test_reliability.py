@@ -75,7 +75,8 @@ def _wait_for_steps(workdir, count: int, proc, timeout=180.0) -> None:
   raise AssertionError('train.py made no progress')
 
 
-def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_dir, tmp_path):
+def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same_losses(
+    data_dir, tmp_path):
   cfg = _config(data_dir, steps=100_000)  # Far more than it will run.
   workdir = str(tmp_path / 'run')
   proc = _start(cfg, workdir)
@@ -87,6 +88,8 @@ def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_d
                             text=True, timeout=120, check=False)
     assert second.returncode == 1
     assert f'is in use by train.py (pid {proc.pid}' in second.stderr
+    # Twice, as a job's kill of every process and the sweep driver's end deliver it.
+    proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=cfg.train.grace_period_s)
   finally:
@@ -109,6 +112,23 @@ def test_sigterm_saves_and_exits_0_then_the_run_continues_the_same_losses(data_d
   resumed, reference = _losses(workdir), _losses(straight)
   np.testing.assert_allclose([resumed[s] for s in range(stopped + 1, end + 1)],
                              [reference[s] for s in range(stopped + 1, end + 1)], rtol=1e-5)
+
+
+def test_a_second_sigint_acts_at_once_and_a_second_sigterm_waits_for_the_save():
+  calls = []
+  previous = signal.signal(signal.SIGINT, lambda *_: calls.append('SIGINT'))
+  try:
+    with reliability.Preemption(grace_s=0) as preempt:
+      os.kill(os.getpid(), signal.SIGTERM)
+      os.kill(os.getpid(), signal.SIGTERM)  # Still here: the same stop, still saving.
+      assert preempt.requested == 'SIGTERM' and not calls
+    with reliability.Preemption(grace_s=0) as preempt:
+      os.kill(os.getpid(), signal.SIGINT)
+      assert preempt.requested == 'SIGINT' and not calls
+      os.kill(os.getpid(), signal.SIGINT)  # Handed to the handler that was there before.
+      assert calls == ['SIGINT']
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.slow
