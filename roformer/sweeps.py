@@ -7,8 +7,8 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
   overrides: {field: value} applied to every point (optional; a point's own value wins);
   evals:     {name: {'overrides': {...}, 'when': {field: value}}}: evaluations to run after
              training, each written to eval_results.json ('' name) or eval_results.NAME.json;
-             `when` limits one to the points whose config has those values (optional; default
-             one plain evaluation);
+             `when` limits one to the points whose config has those values, `name` and
+             `label` matching the point's own (optional; default one plain evaluation);
   eval_splits: splits eval.py evaluates (optional; default validation and test);
   group_seeds: False to train every point in its own process (optional; default True: the points
              that differ only in their seed train in one, `seed_groups`). On the CPU a group's
@@ -189,8 +189,8 @@ def eval_file(name: str) -> str:
 
 
 def applies(ev: dict, point: Point) -> bool:
-  """Whether an evaluation's `when` matches the point's fields (or its `name`)."""
-  value = lambda k: point.name if k == 'name' else point.fields.get(k)
+  """Whether an evaluation's `when` matches the point's fields (or its `name` or `label`)."""
+  value = lambda k: {'name': point.name, 'label': point.label}.get(k, point.fields.get(k))
   return all(value(k) == v for k, v in (ev.get('when') or {}).items())
 
 

@@ -59,11 +59,10 @@ def get_sweep(arg: str = ''):
     seeds = (0,)
   points = [frontier._point(task, scheme, seed, smoke, schemes=SCHEMES)  # pylint: disable=protected-access
             for seed in seeds for task in tasks for scheme in schemes]
-  # PoPE's extrapolation is claimed against RoPE with YaRN: plain RoPE's runs are evaluated
-  # again with YaRN at each length's factor (the points with an attention option have those
-  # fields; plain rope's have none, so None matches only them).
-  yarn = {'when': {'model.position.kind': 'rope', 'model.attention.output_gate': None,
-                   'model.attention.differential': None},
+  # PoPE's extrapolation is claimed against RoPE with YaRN: plain RoPE's runs (the scheme
+  # labelled `rope`, not rope+gate or rope+diff) are evaluated again with YaRN at each length's
+  # factor.
+  yarn = {'when': {'label': 'rope'},
           'overrides': {'model.position.rope.scaling.kind': 'yarn',
                         'eval.scale_rope_to_length': True}}
   return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
