@@ -85,7 +85,7 @@ class Vocabulary:
     self.filler = [self.encode(s) for s in FILLER]
     self._cycle = np.concatenate(self.filler)  # The sentences back to back, and their starts.
     self._starts = np.cumsum([0] + [len(s) for s in self.filler[:-1]])
-    self._tiled = self._tiled_starts = np.zeros(0, np.int32)
+    self._tiles = (np.zeros(0, np.int32), np.zeros(0, np.int64))  # See filler_run.
     self.question = self.encode(QUESTION)
     before, after = KEY_SENTENCE.split('{key}', 1)[0], KEY_SENTENCE.split('{key}')[1:]
     self.key_sentence = [self.encode(before)] + [self.encode(part) for part in after]
@@ -103,16 +103,20 @@ class Vocabulary:
     offsets of the sentence starts among them, 0 to `count` inclusive: where a needle can go.
 
     One slice of the cycle repeated, where building each row's sentences one by one cost more
-    than the row's random draws."""
+    than the row's random draws. The repeated cycle and its sentence starts are kept as one
+    read-only pair, replaced whole when a longer run is asked for, so that threads reading
+    rows at once (grain's readers of `TextRows`) never see one without the other."""
     offset = int(self._starts[start])
-    if offset + count >= len(self._tiled):
+    tiled, starts = self._tiles
+    if offset + count >= len(tiled):
       repeats = (offset + count) // len(self._cycle) + 2
-      self._tiled = np.tile(self._cycle, repeats)
-      self._tiled_starts = (self._starts[None, :] + len(self._cycle) * np.arange(repeats)[:, None]
-                            ).ravel()
-    first = np.searchsorted(self._tiled_starts, offset)
-    last = np.searchsorted(self._tiled_starts, offset + count, side='right')
-    return self._tiled[offset:offset + count], self._tiled_starts[first:last] - offset
+      tiled = np.tile(self._cycle, repeats)
+      starts = (self._starts[None, :] + len(self._cycle) * np.arange(repeats)[:, None]).ravel()
+      tiled.flags.writeable = starts.flags.writeable = False
+      self._tiles = (tiled, starts)
+    first = np.searchsorted(starts, offset)
+    last = np.searchsorted(starts, offset + count, side='right')
+    return tiled[offset:offset + count], starts[first:last] - offset
 
   def decode(self, ids) -> str:
     skip = (tokenizer_lib.PAD_ID, tokenizer_lib.EOS_ID, tokenizer_lib.BOS_ID)
