@@ -81,10 +81,11 @@ class Preemption:
   KeyboardInterrupt: Ctrl-C twice); a second SIGTERM does not, because one stop is often
   delivered more than once (a scheduler or `kill -- -PGID` signals every process of a job, and
   the sweep driver's end signals its runs again, `exit_with_parent`), and acting on the
-  repeat would lose the checkpoint being saved. If the run has not finished `grace_s` seconds after
-  the first signal (a long evaluation or save), the process exits with status 1 before a
-  scheduler's kill; a save cut short is never visible as a checkpoint, so the previous one
-  stays the latest."""
+  repeat would lose the checkpoint being saved (with no grace period, `grace_s` 0, nothing else
+  bounds the wait, so there the repeat acts at once). If the run has not finished `grace_s`
+  seconds after the first signal (a long evaluation or save), the process exits with status 1
+  before a scheduler's kill; a save cut short is never visible as a checkpoint, so the previous
+  one stays the latest."""
 
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -112,10 +113,10 @@ class Preemption:
 
   def _handle(self, signum, frame):
     del frame
-    if self.requested is not None and signum == signal.SIGTERM:  # The same stop again.
+    if self.requested is not None and signum == signal.SIGTERM and self.grace_s > 0:
       log.warning('SIGTERM received again: still saving a checkpoint and stopping.')
       return
-    if self.requested is not None:  # Second SIGINT: act now.
+    if self.requested is not None:  # A second SIGINT (or SIGTERM without a grace period).
       signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
       os.kill(os.getpid(), signum)
       return

@@ -88,8 +88,10 @@ def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same
                             text=True, timeout=120, check=False)
     assert second.returncode == 1
     assert f'is in use by train.py (pid {proc.pid}' in second.stderr
-    # Twice, as a job's kill of every process and the sweep driver's end deliver it.
+    # Twice, as a job's kill of every process and the sweep driver's end deliver it (apart, so
+    # that the run handles the first before the second arrives).
     proc.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=cfg.train.grace_period_s)
   finally:
@@ -115,20 +117,27 @@ def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same
 
 
 def test_a_second_sigint_acts_at_once_and_a_second_sigterm_waits_for_the_save():
+  """(Unless no grace period bounds the wait.)"""
   calls = []
   previous = signal.signal(signal.SIGINT, lambda *_: calls.append('SIGINT'))
+  previous_term = signal.signal(signal.SIGTERM, lambda *_: calls.append('SIGTERM'))
   try:
-    with reliability.Preemption(grace_s=0) as preempt:
+    with reliability.Preemption(grace_s=600) as preempt:
       os.kill(os.getpid(), signal.SIGTERM)
       os.kill(os.getpid(), signal.SIGTERM)  # Still here: the same stop, still saving.
       assert preempt.requested == 'SIGTERM' and not calls
-    with reliability.Preemption(grace_s=0) as preempt:
+    with reliability.Preemption(grace_s=600) as preempt:
       os.kill(os.getpid(), signal.SIGINT)
       assert preempt.requested == 'SIGINT' and not calls
       os.kill(os.getpid(), signal.SIGINT)  # Handed to the handler that was there before.
       assert calls == ['SIGINT']
+    with reliability.Preemption(grace_s=0) as preempt:  # No grace period to bound a wait:
+      os.kill(os.getpid(), signal.SIGTERM)
+      os.kill(os.getpid(), signal.SIGTERM)  # so the repeat acts at once.
+      assert preempt.requested == 'SIGTERM' and calls == ['SIGINT', 'SIGTERM']
   finally:
     signal.signal(signal.SIGINT, previous)
+    signal.signal(signal.SIGTERM, previous_term)
 
 
 @pytest.mark.slow
