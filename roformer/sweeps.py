@@ -20,7 +20,7 @@ the point's dict; a `label` key names its scheme in reports (scripts/report.py: 
 the position kind and the options its overrides set, e.g. `rnope` for a layout of layers). A value may name another point's workdir as `{sweep}/NAME` (e.g.
 `'init_from': '{sweep}/base'` to continue a run): the runner puts the sweep's directory in its
 place and runs that point only after NAME has trained (NAME's evaluations run meanwhile); an
-evaluation's `when` may also match `name`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
+evaluation's `when` may also match `name` or `label`. Each stage is skipped when its output exists (train: the final checkpoint; eval: its
 results file), and train.py resumes an unfinished run from its checkpoints, so rerunning a sweep
 continues where it stopped.
 """

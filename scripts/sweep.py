@@ -13,8 +13,8 @@ skipped and unfinished runs resume from their checkpoints, so the same command c
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
 and `--parallel` (default: one process per CPU core; on an accelerator, one process in all
-unless every group's step is small enough to be host-bound: `default_parallel`) keeps that many
-processes running (at most one per group); on the CPU each is pinned to cores of its
+unless it is a GPU and every group's step is small enough to be host-bound: `default_parallel`)
+keeps that many processes running (at most one per group); on the CPU each is pinned to cores of its
 own (`--no_pin` leaves them on every core: see sweeps.core_sets for why). Points that start from
 another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per
 group (train && evals) instead, for a job scheduler (in order: a point after the points it
@@ -43,6 +43,8 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import flops  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
+from roformer.data import passkey_text  # pylint: disable=wrong-import-position
+from roformer.data import synthetic  # pylint: disable=wrong-import-position
 
 
 class Progress:
@@ -174,43 +176,64 @@ def on_accelerator() -> bool:
       name in os.environ.get('JAX_PLATFORMS', '') for name in ('cuda', 'gpu', 'tpu', 'rocm'))
 
 
-# A step of fewer model FLOPs than this (all members together) is host-bound on an accelerator:
-# about 2.5 ms of arithmetic at 400 TFLOP/s, less than the host takes to build its batch.
+def on_gpu() -> bool:
+  """Whether that accelerator is a GPU, which several processes can share (a TPU chip is
+  opened by one process at a time)."""
+  platforms = os.environ.get('JAX_PLATFORMS', '')
+  if platforms:
+    return any(name in platforms for name in ('cuda', 'gpu', 'rocm'))
+  return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/kfd'))
+
+
+# A step of fewer model FLOPs than this (all members together) is taken as host-bound on a GPU:
+# about 2.5 ms of arithmetic at 400 TFLOP/s. A rough bound: models this small run far below
+# the peak, so some steps under it are device-bound; the one measured (a multi-key retrieval
+# group, 1.7e10) is 60 times under it and ran at its host's pace (docs/performance.md).
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
 def step_flops(sweep, group) -> float:
-  """Model FLOPs of one training step of `group`'s members together (roformer/flops.py), from
-  the sweep's config and the first point's fields for the model's size and the batch's shape."""
-  base = config_args.load_file(sweep.config)
-  fields = group.points[0].fields
-  get = lambda key: fields.get(key, base[key.split('.')[0]][key.split('.')[1]])
-  model = base.model.copy_and_resolve_references()
-  for name in ('d_model', 'd_ff', 'num_layers', 'vocab_size', 'type'):
-    model[name] = get(f'model.{name}')
-  seq_len, rows = get('data.seq_len'), get('train.batch_size')
+  """Model FLOPs of one training step of `group`'s members together (roformer/flops.py) from
+  the first point's whole config, with the vocabulary the run will have: a synthetic task's
+  own, else the tokenizer's size the data asks for (model.vocab_size is set from the
+  tokenizer when the run starts)."""
+  point = group.points[0]
+  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/unused')[1:])
+  config = config_args.load(sweep.config, flags)
+  model = config.model.copy_and_resolve_references()
+  task = synthetic.task_name(config.data)
+  if task and not passkey_text.reads_text(config.data.synthetic):
+    model.vocab_size = synthetic.Vocabulary(config.data.synthetic, task).vocab_size
+  elif config.data.get('vocab_size'):
+    model.vocab_size = config.data.vocab_size
+  seq_len, rows = config.data.seq_len, config.train.batch_size
   return flops.train_flops_per_token(model, seq_len) * seq_len * rows * len(group.points)
 
 
 def default_parallel(sweep=None, groups=()) -> int:
   """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
-  trains keeps to about one core). On an accelerator, one per CPU core too when every group's
-  step is under HOST_BOUND_STEP_FLOPS: there a group's speed is its host thread building rows,
-  not the device (docs/performance.md: a multi-key retrieval group of 3 x 256 rows ran 6-10
-  steps/s on an H200 whether 3 or 12 groups shared it); else one, which a vmapped group of a
-  larger model keeps busy."""
+  trains keeps to about one core). On a GPU, one per CPU core too when every group's step is
+  under HOST_BOUND_STEP_FLOPS: there a group's speed is its host thread building rows, not the
+  device (docs/performance.md: a multi-key retrieval group of 3 x 256 rows ran 6-10 steps/s on
+  an H200 whether 3 or 12 groups shared it); else, and on other accelerators, one, which a
+  vmapped group of a larger model keeps busy. One also where a step's size cannot be worked
+  out from the config."""
   cores = len(sweeps.usable_cpus())
   if not on_accelerator():
     return cores
-  if groups and all(step_flops(sweep, g) < HOST_BOUND_STEP_FLOPS for g in groups):
-    return cores
-  return 1
+  if not groups or not on_gpu():
+    return 1
+  try:
+    small = all(step_flops(sweep, g) < HOST_BOUND_STEP_FLOPS for g in groups)
+  except Exception:  # pylint: disable=broad-except  # Any config the count does not know.
+    return 1
+  return cores if small else 1
 
 
 def share_accelerator(parallel: int) -> None:
-  """Children that share one accelerator allocate its memory as they need it: by default each
-  JAX process takes 75% of it at start-up, and a second one would fail."""
-  if parallel > 1 and on_accelerator():
+  """Children that share one GPU allocate its memory as they need it: by default each JAX
+  process takes 75% of it at start-up, and a second one would fail."""
+  if parallel > 1 and on_gpu():
     os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 
@@ -264,7 +287,8 @@ def main(argv=None) -> int:
                       help='Directory holding one workdir per point.')
   parser.add_argument('--parallel', type=int, default=0,
                       help='Training processes at the same time; 0: one per CPU core, or on an '
-                      'accelerator 1 unless every step is small enough to be host-bound.')
+                      'accelerator 1 unless it is a GPU and every step is small enough to be '
+                      'host-bound.')
   parser.add_argument('--no_pin', action='store_true',
                       help='Leave the training processes on every core, instead of pinning '
                       'each of the --parallel processes to its own cores (CPU runs only).')

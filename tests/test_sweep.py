@@ -23,6 +23,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
+from roformer.data import synthetic
 from scripts import keep_records
 from scripts import report
 from scripts import sweep as sweep_script
@@ -624,13 +625,28 @@ def test_one_run_or_more_runs_than_cores_are_not_pinned():
   assert sweeps.core_sets(3, [0, 1]) is None
 
 
+def test_an_evaluations_when_can_name_the_points_label(tmp_path):
+  sweep = sweeps.load(write_sweep(tmp_path, (
+      "def get_sweep(arg=''):\n"
+      "  return {'config': 'configs/lm.py', 'points': [\n"
+      "      {'name': 'a', 'label': 'rope', 'model.position.kind': 'rope'},\n"
+      "      {'name': 'b', 'label': 'rope+gate', 'model.position.kind': 'rope'}],\n"
+      "    'evals': {'': {}, 'yarn': {'when': {'label': 'rope'}}}}\n")), '')
+  assert [p.name for p in sweep.points if sweeps.applies(sweep.evals['yarn'], p)] == ['a']
+  assert all(sweeps.applies(sweep.evals[''], p) for p in sweep.points)
+
+
 def test_a_groups_step_flops_are_the_hand_count_of_its_members_step():
   sweep = sweeps.load('configs/sweeps/options.py:niah_multikey,rope', '')
   group, = sweeps.seed_groups(sweep, sweep.points)
-  # d 64, d_ff 256, 2 layers, vocabulary 4,096, 32 positions, causal: per token and layer the
-  # projections 8 d^2, the MLP 4 d f and half of attention's 4 L d; the tied output 2 d V;
-  # 3x for training; 256 rows of 32 tokens for each of 3 members.
-  d, f, layers, vocab, length = 64, 256, 2, 4096, 32
+  # d 64, d_ff 256, 2 layers, 32 positions, causal: per token and layer the projections 8 d^2,
+  # the MLP 4 d f and half of attention's 4 L d; the tied output 2 d V over the task's own
+  # vocabulary (not the config's placeholder, which the tokenizer replaces); 3x for training;
+  # 256 rows of 32 tokens for each of 3 members.
+  vocab = synthetic.Vocabulary(synthetic_config.get_config('niah_multikey').data.synthetic,
+                               'niah_multikey').vocab_size
+  assert 200 < vocab < 4096
+  d, f, layers, length = 64, 256, 2, 32
   per_token = 3 * (layers * (8 * d * d + 4 * d * f + 2 * length * d) + 2 * d * vocab)
   assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 3
 
@@ -648,19 +664,22 @@ def test_on_an_accelerator_host_bound_groups_run_one_process_per_core_and_large_
   large_groups = sweeps.seed_groups(large, large.points)
   assert sweep_script.step_flops(large, large_groups[0]) > sweep_script.HOST_BOUND_STEP_FLOPS
   monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: True)
+  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: True)
   assert sweep_script.default_parallel(tiny, tiny_groups) == 16
   assert sweep_script.default_parallel(large, large_groups) == 1
   assert sweep_script.default_parallel(large, tiny_groups + large_groups) == 1
+  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: False)  # A TPU: one process per chip.
+  assert sweep_script.default_parallel(tiny, tiny_groups) == 1
   monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: False)
   assert sweep_script.default_parallel(large, large_groups) == 16
 
 
 def test_processes_sharing_an_accelerator_allocate_its_memory_as_they_need_it(monkeypatch):
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE', raising=False)
-  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: False)
+  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: False)
   sweep_script.share_accelerator(4)
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # The CPU preallocates nothing.
-  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: True)
+  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: True)
   sweep_script.share_accelerator(1)
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # One process may take it all.
   sweep_script.share_accelerator(4)
