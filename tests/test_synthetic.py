@@ -251,7 +251,7 @@ def test_a_batch_is_its_rows_stacked(task):
   source = synthetic.Source(synthetic.Split(cfg.data.synthetic, task, 'train'),
                             2 * cfg.data.seq_len, 5)
   indices = [3, 7, 100, 4]
-  batch, rows = source.batch(indices), [source[i] for i in indices]
+  batch, rows = source.stacked(indices), [source[i] for i in indices]
   assert sorted(batch) == sorted(rows[0])
   for key, value in batch.items():
     expected = np.stack([row[key] for row in rows])

@@ -550,8 +550,8 @@ class SyntheticBatches(grain.DatasetIterator):
       raise StopIteration
     indices = [self.shard_index + self.shard_count * k for k in range(self.next_index, end)]
     self.next_index = end
-    if hasattr(self.source, 'batch'):  # Built as one set of arrays.
-      return self.source.batch(indices)
+    if hasattr(self.source, 'stacked'):  # Built as one set of arrays.
+      return self.source.stacked(indices)
     rows = [self.source[i] for i in indices]
     return {key: np.stack([row[key] for row in rows]) for key in rows[0]}
 

@@ -313,7 +313,7 @@ class Source:
   def __getitem__(self, index: int) -> dict:
     return make_row(*self._generate(index), self.length)
 
-  def batch(self, indices) -> dict:
+  def stacked(self, indices) -> dict:
     """The rows at `indices`, stacked: the same arrays as stacking `self[i]` for each."""
     return make_rows([self._generate(i) for i in indices], self.length)
 
