@@ -146,7 +146,10 @@ class Preemption:
     if self._timer is not None:
       self._timer.cancel()
     for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+      # After a SIGTERM stop the process is on its way out: a repeat arriving now (a job's
+      # kill of every process, then the driver's end) must not turn a saved exit into -15.
+      repeat_ends_it = sig == signal.SIGTERM and self.requested == 'SIGTERM' and self.grace_s > 0
+      signal.signal(sig, signal.SIG_IGN if repeat_ends_it else handler)
 
 
 class Diverged(errors.ConfigError):

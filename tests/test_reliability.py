@@ -126,11 +126,13 @@ def test_a_second_sigint_acts_at_once_and_a_second_sigterm_waits_for_the_save():
       os.kill(os.getpid(), signal.SIGTERM)
       os.kill(os.getpid(), signal.SIGTERM)  # Still here: the same stop, still saving.
       assert preempt.requested == 'SIGTERM' and not calls
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN  # A late repeat ends nothing.
     with reliability.Preemption(grace_s=600) as preempt:
       os.kill(os.getpid(), signal.SIGINT)
       assert preempt.requested == 'SIGINT' and not calls
       os.kill(os.getpid(), signal.SIGINT)  # Handed to the handler that was there before.
       assert calls == ['SIGINT']
+    signal.signal(signal.SIGTERM, lambda *_: calls.append('SIGTERM'))  # Ignored after a stop.
     with reliability.Preemption(grace_s=0) as preempt:  # No grace period to bound a wait:
       os.kill(os.getpid(), signal.SIGTERM)
       os.kill(os.getpid(), signal.SIGTERM)  # so the repeat acts at once.
