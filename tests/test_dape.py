@@ -1,5 +1,6 @@
 """DAPE (attention.dape): logits + bias + an MLP over each pair's logits and biases."""
 
+import jax
 import jax.numpy as jnp
 import kinds
 import numpy as np
@@ -13,21 +14,50 @@ from roformer import errors
 from roformer import models
 
 
-def test_dape_logits_against_the_formula_in_float64():
-  rng = np.random.default_rng(0)
-  b, h, lq, lk, width = 2, 3, 4, 5, 6
-  logits, bias = rng.normal(size=(b, h, lq, lk)), rng.normal(size=(1, h, lq, lk))
-  w1, b1 = rng.normal(size=(2 * h, width)), rng.normal(size=width)
-  w2, b2 = rng.normal(size=(width, h)), rng.normal(size=h)
-  got = np.asarray(attention.dape_logits(logits, bias, w1, b1, w2, b2))
-  gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-  for n in range(b):
-    for i in range(lq):
-      for j in range(lk):
+def _gelu(x, xp=np):
+  return 0.5 * x * (1 + xp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _inputs(b=2, h=3, lq=6, lk=5, width=6, seed=0):
+  rng = np.random.default_rng(seed)
+  return (rng.normal(size=(b, h, lq, lk)), rng.normal(size=(1, h, lq, lk)),
+          rng.normal(size=(2 * h, width)), rng.normal(size=width),
+          rng.normal(size=(width, h)), rng.normal(size=h))
+
+
+# 2 x 5 x 6 float32 hidden values a query row: 240 bytes, so 480 bytes is 3 chunks of 2 rows
+# and 240 is 6 of 1.
+@pytest.mark.parametrize('chunk_bytes', [None, 480, 240])
+def test_dape_logits_against_the_formula_in_float64(chunk_bytes):
+  logits, bias, w1, b1, w2, b2 = _inputs()
+  got = np.asarray(attention.dape_logits(logits, bias, w1, b1, w2, b2, chunk_bytes=chunk_bytes))
+  for n in range(logits.shape[0]):
+    for i in range(logits.shape[2]):
+      for j in range(logits.shape[3]):
         pair = np.concatenate([logits[n, :, i, j], bias[0, :, i, j]])  # The 2h values.
-        f = gelu(pair @ w1 + b1) @ w2 + b2
+        f = _gelu(pair @ w1 + b1) @ w2 + b2
         want = logits[n, :, i, j] + bias[0, :, i, j] + f
         np.testing.assert_allclose(got[n, :, i, j], want, rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_dape_has_the_gradients_of_the_formula():
+  """The chunks' MLP is recomputed in the backward pass: its gradients with respect to the
+  logits, the bias and the MLP's parameters are those of the formula written out whole."""
+  args = [jnp.asarray(x, jnp.float32) for x in _inputs(seed=1)]
+
+  def formula(logits, bias, w1, b1, w2, b2):
+    x = jnp.concatenate([logits, jnp.broadcast_to(bias, logits.shape)], axis=1)
+    f = jnp.einsum('bqkw,wh->bhqk', _gelu(jnp.einsum('bcqk,cw->bqkw', x, w1) + b1, jnp), w2)
+    return logits + bias + f + b2[:, None, None]
+
+  def loss(fn):
+    return lambda *a: jnp.sum(jnp.sin(fn(*a)))  # Weighs every entry differently.
+
+  want = jax.grad(loss(formula), argnums=range(6))(*args)
+  got = jax.grad(loss(lambda *a: attention.dape_logits(*a, chunk_bytes=240)),
+                 argnums=range(6))(*args)
+  for name, g, w in zip(('logits', 'bias', 'w1', 'b1', 'w2', 'b2'), got, want):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5, err_msg=name)
 
 
 def _logits(model, tokens):
@@ -52,7 +82,9 @@ def test_an_mlp_that_outputs_zero_leaves_the_scheme_as_it_was():
 
 @pytest.mark.parametrize('kind', ['alibi', pytest.param('kerple', marks=pytest.mark.slow),
                                   pytest.param('t5', marks=pytest.mark.slow)])
-def test_decoding_with_dape_and_the_cache_equals_the_full_pass(kind):
+def test_decoding_with_dape_and_the_cache_equals_the_full_pass(kind, monkeypatch):
+  # Chunks of one query row in the full pass (decoding's steps have one or a few).
+  monkeypatch.setattr(attention, 'DAPE_CHUNK_BYTES', 1)
   cfg = kinds.tiny_config(kind, dropout=0.0).model
   cfg.attention.dape = True
   tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))
