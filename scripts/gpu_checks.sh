@@ -18,8 +18,9 @@
 #   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
 #   7. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
-#      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory comes
-#      back in 15 MiB pieces, OUT/sweep.tgz.*: `mkdir -p runs/DIR; cat sweep.tgz.* | tar xzf -
+#      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory (SWEEP_DIR,
+#      default /tmp/sweep_gpu; one brought along resumes) comes back with each run's newest
+#      checkpoint in 15 MiB pieces, OUT/sweep.tgz.*: `mkdir -p runs/DIR; cat sweep.tgz.* | tar xzf -
 #      -C runs/DIR` (a directory other sweeps share too), then the same scripts/sweep.py command
 #      there skips the finished points and resumes the rest. Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
 #
@@ -146,8 +147,16 @@ for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sle
 kill -KILL -- -$pid 2> /dev/null
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$OUT/sweep.log"
 # Not its sweep.json: unpacked into a directory that other sweeps share, it would replace their
-# record of points; the sweep command run there writes it again, keeping theirs.
-tar czf - -C "$dir" --exclude=./.jax_cache --exclude=./sweep.json . | split -b 15m - "$OUT/sweep.tgz."
+# record of points; the sweep command run there writes it again, keeping theirs. Only each
+# run's newest checkpoint travels (a resume needs no other): a resumed run keeps up to
+# train.max_to_keep of them, which would double or triple what comes back.
+excl=$(mktemp)
+for ckpts in "$dir"/*/checkpoints; do
+  ls "$ckpts" | grep -E '^[0-9]+$' | sort -n | head -n -1 \
+      | sed "s|^|./${ckpts#"$dir"/}/|" >> "$excl"
+done
+tar czf - -C "$dir" --exclude=./.jax_cache --exclude=./sweep.json -X "$excl" . \
+    | split -b 15m - "$OUT/sweep.tgz."
 ls -l "$OUT"/sweep.tgz.*
 fi
 stage done
