@@ -94,10 +94,10 @@ class Sinks:
   queries: np.ndarray
 
 
-def measure(graphdef, params, task, batches, max_batches: int = 8) -> Sinks:
-  """`Sinks` of the model (graphdef, params) over at most `max_batches` of `batches` (the
-  task's evaluation batches), through the task's own evaluation pass."""
-  record(nnx.merge(graphdef, params))  # Its refusals, before anything compiles.
+def evaluation_pass(graphdef, task):
+  """The jitted pass that `measure` runs: (params, batch) -> each layer's sums on the first
+  token, through the task's own evaluation pass. Runs whose model and task are the same (a
+  sweep's seeds) can share one, and with it one compilation per batch shape."""
 
   def sums(params, batch):
     model = nnx.merge(graphdef, params)
@@ -112,7 +112,15 @@ def measure(graphdef, params, task, batches, max_batches: int = 8) -> Sinks:
       out.append(first_token_sums(probs, segments, layer.window, sees_itself))
     return jax.tree.map(lambda *x: jnp.stack(x), *out)
 
-  step = jax.jit(sums)
+  return jax.jit(sums)
+
+
+def measure(graphdef, params, task, batches, max_batches: int = 8, step=None) -> Sinks:
+  """`Sinks` of the model (graphdef, params) over at most `max_batches` of `batches` (the
+  task's evaluation batches), through the task's own evaluation pass (`step`: one that
+  `evaluation_pass` made for the same model and task, else a new one)."""
+  record(nnx.merge(graphdef, params))  # Its refusals, before anything compiles.
+  step = step or evaluation_pass(graphdef, task)
   total = None
   for i, batch in enumerate(batches):
     if i == max_batches:

@@ -65,15 +65,28 @@ def check(workdir: str):
   return config
 
 
-def measure(workdir: str, config) -> dict:
-  """One run's measurement as the JSON record sinks.json keeps."""
+def same_model(config) -> str:
+  """What runs must share for one evaluation pass to serve them: their whole config but the
+  seed (which sets only their parameters, and those are the pass's arguments)."""
+  fields = config.to_dict()
+  fields.pop('seed', None)
+  return json.dumps(fields, sort_keys=True, default=repr)
+
+
+def measure(workdir: str, config, passes: dict) -> dict:
+  """One run's measurement as the JSON record sinks.json keeps; `passes` holds the compiled
+  evaluation passes by `same_model`, so that a sweep's seeds compile once."""
   run = resolve.for_evaluation(config, workdir, _STEP.value, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                  train=False, batch_size=run.config.eval.batch_size)
+  key = same_model(run.config)
   try:
-    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value)
+    if key not in passes:
+      passes[key] = sinks.evaluation_pass(trainer.graphdef, trainer.task)
+    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value,
+                        step=passes[key])
   except errors.ConfigError as e:
     raise errors.ConfigError(f'--workdir={workdir!r}: {e}') from None
   return {'workdir': workdir, 'label': label_of(workdir), 'step': run.step,
@@ -146,9 +159,9 @@ def main(argv):
     raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
   configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile,
   os.makedirs(_OUT.value, exist_ok=True)  # and the output directory before any measurement.
-  runs = []
+  runs, passes = [], {}
   for workdir, config in zip(_WORKDIRS.value, configs):
-    runs.append(measure(workdir, config))
+    runs.append(measure(workdir, config, passes))
     print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
   with open(os.path.join(_OUT.value, 'sinks.json'), 'w') as f:
     json.dump(runs, f, indent=1)

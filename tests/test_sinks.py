@@ -212,3 +212,35 @@ def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdir
   lines = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
   assert len(lines) == 1 and f'--workdir={workdir!r}' in lines[0] and says in lines[0]
   assert not (tmp_path / 'out').exists()  # Refused before anything was measured or written.
+
+
+def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workdirs, monkeypatch):
+  """The script keys its compiled passes by the config without the seed: the two rope seeds
+  share one (traced once for both), alibi gets its own, and a shared pass measures the second
+  seed exactly as a pass of its own does."""
+  from scripts import attention_sinks  # pylint: disable=g-import-not-at-top
+  def config(w):
+    return resolve.for_evaluation(config_lib.load(w), w, None, ('validation',)).config
+  keys = {k: attention_sinks.same_model(config(w)) for k, w in workdirs.items()}
+  assert keys['rope', 0] == keys['rope', 1] != keys['alibi', 0]
+
+  def prepared(workdir):
+    run = resolve.for_evaluation(config_lib.load(workdir), workdir, None, ('validation',))
+    trainer = trainer_lib.Trainer(run.config, run.mesh)
+    params = trainer_lib.restore_params(trainer, run.workdir, run.step)
+    batches = list(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
+                                        train=False, batch_size=8))
+    return trainer, params, batches
+
+  (t0, p0, b0), (t1, p1, b1) = prepared(workdirs['rope', 0]), prepared(workdirs['rope', 1])
+  alone = sinks.measure(t1.graphdef, p1, t1.task, b1)
+  traces = []
+  record = sinks.record
+  monkeypatch.setattr(sinks, 'record', lambda model: traces.append(1) or record(model))
+  shared = sinks.evaluation_pass(t0.graphdef, t0.task)
+  sinks.measure(t0.graphdef, p0, t0.task, b0, step=shared)
+  second = sinks.measure(t1.graphdef, p1, t1.task, b1, step=shared)
+  assert len(traces) == 3  # Each measure's refusal check, and one trace for both runs.
+  np.testing.assert_array_equal(second.per_head, alone.per_head)
+  np.testing.assert_array_equal(second.queries, alone.queries)
+
