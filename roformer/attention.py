@@ -342,7 +342,8 @@ def dape_logits(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2,
   The pairs are laid out [q, batch, k, 2 heads] so that both layers are plain matmuls over the
   last axis (contracting the heads axis in place made XLA transpose the width-sized hidden
   layer), and on CPU they go through the MLP in chunks of query rows (DAPE_CHUNK_BYTES,
-  or `chunk_bytes`); the batch axis, which a mesh shards, is not split."""
+  or `chunk_bytes` on any backend; 0: one piece); the batch axis, which a mesh shards, is not
+  split."""
   logits = logits.astype(jnp.float32)
   bias = jnp.broadcast_to(bias.astype(jnp.float32), logits.shape)
   b, h, q_len, k_len = logits.shape
@@ -353,9 +354,9 @@ def dape_logits(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2,
     return jax.nn.gelu(x @ w1 + b1) @ w2 + b2
 
   if chunk_bytes is None:
-    chunk_bytes = DAPE_CHUNK_BYTES if jax.default_backend() == 'cpu' else None
+    chunk_bytes = DAPE_CHUNK_BYTES if jax.default_backend() == 'cpu' else 0
   local_rows = b // sharding.shards('batch', b)
-  n = 1 if chunk_bytes is None else batch_blocks(q_len, local_rows * k_len * width * 4,
+  n = 1 if not chunk_bytes else batch_blocks(q_len, local_rows * k_len * width * 4,
                                                  chunk_bytes)
   if n == 1:
     f = mlp(pairs)

@@ -26,8 +26,8 @@ def _inputs(b=2, h=3, lq=6, lk=5, width=6, seed=0):
 
 
 # 2 x 5 x 6 float32 hidden values a query row: 240 bytes, so 480 bytes is 3 chunks of 2 rows
-# and 240 is 6 of 1.
-@pytest.mark.parametrize('chunk_bytes', [None, 480, 240])
+# and 240 is 6 of 1; 0 is one piece, None the backend's default.
+@pytest.mark.parametrize('chunk_bytes', [0, None, 480, 240])
 def test_dape_logits_against_the_formula_in_float64(chunk_bytes):
   logits, bias, w1, b1, w2, b2 = _inputs()
   got = np.asarray(attention.dape_logits(logits, bias, w1, b1, w2, b2, chunk_bytes=chunk_bytes))
@@ -38,6 +38,14 @@ def test_dape_logits_against_the_formula_in_float64(chunk_bytes):
         f = _gelu(pair @ w1 + b1) @ w2 + b2
         want = logits[n, :, i, j] + bias[0, :, i, j] + f
         np.testing.assert_allclose(got[n, :, i, j], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('chunk_bytes,pieces', [(0, 1), (480, 3), (240, 6)])
+def test_chunk_bytes_sets_how_many_pieces_of_query_rows_the_mlp_runs_over(chunk_bytes, pieces):
+  inputs = _inputs()
+  jaxpr = jax.make_jaxpr(lambda *a: attention.dape_logits(*a, chunk_bytes=chunk_bytes))(*inputs)
+  loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'scan']
+  assert [e.params['length'] for e in loops] == ([] if pieces == 1 else [pieces])
 
 
 def test_chunked_dape_has_the_gradients_of_the_formula():
