@@ -17,6 +17,7 @@ through cuDNN, whose weights are never formed.
 """
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -92,6 +93,14 @@ class Sinks:
   per_head: np.ndarray
   uniform: np.ndarray
   queries: np.ndarray
+
+
+def same_model(config) -> str:
+  """What runs must share for one `evaluation_pass` to serve them: their whole config but the
+  seed (which sets only their parameters, and those are the pass's arguments)."""
+  fields = config.to_dict()
+  fields.pop('seed', None)
+  return json.dumps(fields, sort_keys=True, default=repr)
 
 
 def evaluation_pass(graphdef, task):

@@ -65,23 +65,15 @@ def check(workdir: str):
   return config
 
 
-def same_model(config) -> str:
-  """What runs must share for one evaluation pass to serve them: their whole config but the
-  seed (which sets only their parameters, and those are the pass's arguments)."""
-  fields = config.to_dict()
-  fields.pop('seed', None)
-  return json.dumps(fields, sort_keys=True, default=repr)
-
-
 def measure(workdir: str, config, passes: dict) -> dict:
   """One run's measurement as the JSON record sinks.json keeps; `passes` holds the compiled
-  evaluation passes by `same_model`, so that a sweep's seeds compile once."""
+  evaluation passes by `sinks.same_model`, so that a sweep's seeds compile once."""
   run = resolve.for_evaluation(config, workdir, _STEP.value, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                  train=False, batch_size=run.config.eval.batch_size)
-  key = same_model(run.config)
+  key = sinks.same_model(run.config)
   try:
     if key not in passes:
       passes[key] = sinks.evaluation_pass(trainer.graphdef, trainer.task)

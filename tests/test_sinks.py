@@ -215,13 +215,12 @@ def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdir
 
 
 def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workdirs, monkeypatch):
-  """The script keys its compiled passes by the config without the seed: the two rope seeds
-  share one (traced once for both), alibi gets its own, and a shared pass measures the second
-  seed exactly as a pass of its own does."""
-  from scripts import attention_sinks  # pylint: disable=g-import-not-at-top
+  """The script keys its compiled passes by sinks.same_model (the config without the seed): the
+  two rope seeds share one (traced once for both), alibi gets its own, and a shared pass
+  measures the second seed exactly as a pass of its own does."""
   def config(w):
     return resolve.for_evaluation(config_lib.load(w), w, None, ('validation',)).config
-  keys = {k: attention_sinks.same_model(config(w)) for k, w in workdirs.items()}
+  keys = {k: sinks.same_model(config(w)) for k, w in workdirs.items()}
   assert keys['rope', 0] == keys['rope', 1] != keys['alibi', 0]
 
   def prepared(workdir):
