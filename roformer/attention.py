@@ -357,7 +357,7 @@ def dape_logits(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2,
     chunk_bytes = DAPE_CHUNK_BYTES if jax.default_backend() == 'cpu' else 0
   local_rows = b // sharding.shards('batch', b)
   n = 1 if not chunk_bytes else batch_blocks(q_len, local_rows * k_len * width * 4,
-                                                 chunk_bytes)
+                                              chunk_bytes)
   if n == 1:
     f = mlp(pairs)
   else:

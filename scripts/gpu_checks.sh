@@ -152,6 +152,7 @@ echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$
 # train.max_to_keep of them, which would double or triple what comes back.
 excl=$(mktemp)
 for ckpts in "$dir"/*/checkpoints; do
+  [[ -d $ckpts ]] || continue  # No run wrote one (the glob matched nothing).
   ls "$ckpts" | grep -E '^[0-9]+$' | sort -n | head -n -1 \
       | sed "s|^|./${ckpts#"$dir"/}/|" >> "$excl"
 done

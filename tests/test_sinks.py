@@ -87,16 +87,22 @@ def _no_query_key_term(params):
 def _measured(workdir, zero_qk=True, **model):
   """sinks.measure on the run's validation batches, with `model` fields changed (ones that add
   no parameters) and, by default, no query-key term."""
-  config = config_lib.load(workdir)
-  run = resolve.for_evaluation(config, workdir, None, ('validation',))
+  trainer, params, batches = _prepared(workdir, **model)
+  if zero_qk:
+    params = _no_query_key_term(params)
+  return sinks.measure(trainer.graphdef, params, trainer.task, batches), batches
+
+
+def _prepared(workdir, **model):
+  """(trainer, restored params, validation batches of 8 rows) of the run, with `model` fields
+  changed."""
+  run = resolve.for_evaluation(config_lib.load(workdir), workdir, None, ('validation',))
   run.config.model.update(model)
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
-  if zero_qk:
-    params = _no_query_key_term(params)
   batches = list(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                       train=False, batch_size=8))
-  return sinks.measure(trainer.graphdef, params, trainer.task, batches), batches
+  return trainer, params, batches
 
 
 def _reference(batches, slope_of_head, window=0):
@@ -223,15 +229,7 @@ def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workd
   keys = {k: sinks.same_model(config(w)) for k, w in workdirs.items()}
   assert keys['rope', 0] == keys['rope', 1] != keys['alibi', 0]
 
-  def prepared(workdir):
-    run = resolve.for_evaluation(config_lib.load(workdir), workdir, None, ('validation',))
-    trainer = trainer_lib.Trainer(run.config, run.mesh)
-    params = trainer_lib.restore_params(trainer, run.workdir, run.step)
-    batches = list(trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
-                                        train=False, batch_size=8))
-    return trainer, params, batches
-
-  (t0, p0, b0), (t1, p1, b1) = prepared(workdirs['rope', 0]), prepared(workdirs['rope', 1])
+  (t0, p0, b0), (t1, p1, b1) = _prepared(workdirs['rope', 0]), _prepared(workdirs['rope', 1])
   alone = sinks.measure(t1.graphdef, p1, t1.task, b1)
   traces = []
   record = sinks.record
@@ -242,4 +240,3 @@ def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workd
   assert len(traces) == 3  # Each measure's refusal check, and one trace for both runs.
   np.testing.assert_array_equal(second.per_head, alone.per_head)
   np.testing.assert_array_equal(second.queries, alone.queries)
-
