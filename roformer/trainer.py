@@ -62,6 +62,7 @@ class Trainer:
     # Trainers of the same model for sources another task scores (evaluate.scorer), kept so
     # that their programs compile once.
     self.scorers = {}
+    self._init = None  # The jitted initialisation (init_state).
     # Shapes only, outside the mesh: the variables' logical axes are laid out below, by rules.
     abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
     # 'params' holds every variable of the model; the optimizer sees its trainable Params.
@@ -104,13 +105,16 @@ class Trainer:
   def init_state(self, seed: int | None = None):
     """A fresh train state, its parameters drawn from `seed` (default: config.seed)."""
     seed = self.config.seed if seed is None else seed
-
-    def init():
-      params = nnx.state(models.create(self.config.model, seed=seed))
-      return {'params': params, 'opt_state': self.tx.init(variables.trainable(params)[0]),
-              'step': jnp.int32(0)}
+    if self._init is None:  # Compiled once: the seed's key is an argument, so runs that
+      # differ only in their seed share it (a program per seed took 2 s of a group's set-up).
+      self._init = jax.jit(self._fresh_state, out_shardings=self.state_shardings)
     with jax.set_mesh(self.mesh):
-      return jax.jit(init, out_shardings=self.state_shardings)()
+      return self._init(jax.random.key(seed))
+
+  def _fresh_state(self, key):
+    params = nnx.state(models.create(self.config.model, seed=key))
+    return {'params': params, 'opt_state': self.tx.init(variables.trainable(params)[0]),
+            'step': jnp.int32(0)}
 
   def num_params(self) -> int:
     return models.parameter_count(variables.trainable(self.abstract_state['params'])[0])

@@ -1,11 +1,14 @@
-"""The train step's performance options: gradient accumulation, rematerialisation, bfloat16."""
+"""The train step's performance options: gradient accumulation, rematerialisation, bfloat16, and
+the initial state's one program for every seed."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
+from roformer import models
 from roformer import sharding
 from roformer import stack
 from roformer import steps
@@ -195,3 +198,22 @@ def test_a_nonfinite_step_leaves_the_state_as_it_was(lm_config):
   for old, new in zip(jax.tree.leaves((before['params'], before['opt_state'])),
                       jax.tree.leaves((after['params'], after['opt_state']))):
     np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+
+
+def test_initial_states_of_several_seeds_share_one_program_and_draw_each_seeds_parameters(
+    lm_config):
+  """init_state compiles once for any number of seeds (the key is an argument), and each
+  state's parameters are the ones a program with the seed built in draws."""
+  mesh = sharding.make_mesh(lm_config.mesh)
+  trainer = trainer_lib.Trainer(lm_config, mesh)
+  states = [trainer.init_state(seed) for seed in (0, 1, 7)]
+  assert trainer._init._cache_size() == 1  # pylint: disable=protected-access
+  for seed, state in zip((0, 1, 7), states):
+    # The draws the program made before the key became an argument (the seed a constant).
+    want = jax.jit(lambda seed=seed: nnx.state(models.create(lm_config.model, seed=seed)))()
+    want = want.to_pure_dict()
+    got = jax.device_get(state['params'].to_pure_dict())
+    jax.tree.map(np.testing.assert_array_equal, got, jax.device_get(want))
+    assert int(state['step']) == 0
+  first, second = (jax.tree.leaves(s['params']) for s in states[:2])
+  assert any(not np.array_equal(a, b) for a, b in zip(first, second))
