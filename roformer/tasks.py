@@ -8,6 +8,7 @@ checkpointing (`roformer.loop`, `roformer.evaluate`) are shared by all tasks and
 import functools
 import logging
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -456,9 +457,17 @@ class SyntheticTask(LanguageModeling):
   features = LanguageModeling.features + ('weights', 'bucket')
 
   def __init__(self, task: str, num_buckets: int, position_bucket: int = 0,
-               random_positions: int = 0, loss_chunk: int = 0, pose=None):
+               random_positions: int = 0, loss_chunk: int = 0, pose=None, answer_tokens=None):
     super().__init__(position_bucket, random_positions, loss_chunk, pose)
     self.task, self.num_buckets = task, num_buckets
+    self.answer_tokens = answer_tokens
+
+  def answer_slots(self, length: int) -> int | None:
+    """How many positions of a row of `length` the output layer runs at: the most answer
+    tokens such a row holds (`synthetic.answer_tokens`), or None for every position (when
+    that is no fewer, or no bound was given)."""
+    slots = self.answer_tokens(length) if self.answer_tokens else None
+    return slots if slots is not None and 0 < slots < length else None
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     shapes = super().feature_shapes(batch_size, seq_len)
@@ -474,10 +483,47 @@ class SyntheticTask(LanguageModeling):
   def loss_weights(self, batch):
     return batch['weights']
 
+  def sums(self, model, batch, key=None, label_smoothing: float = 0.0, by_position=False):
+    slots = self.answer_slots(batch['inputs'].shape[1])
+    if slots is None:
+      return super().sums(model, batch, key, label_smoothing, by_position)
+    return self.answer_logits_and_sums(model, batch, slots, key, label_smoothing,
+                                       by_position)[-1]
+
+  def answer_logits_and_sums(self, model, batch, slots: int, key=None,
+                             label_smoothing: float = 0.0, by_position: bool = False):
+    """The logits, targets and weights at `slots` positions of each row that include every
+    answer token, and `token_sums` over them. The loss and accuracy count the answer tokens
+    alone, so the output layer runs there only: at the length sweep's shapes the
+    vocabulary-sized layer and its cross-entropy at every position were about a tenth of the
+    step (docs/performance.md)."""
+    hidden = model.hidden(batch['inputs'], self.positions(batch, key),
+                          batch['inputs_segment_ids'], key)
+    # Every weighted position is among a row's `slots` largest weights (the data checks that
+    # no row holds more answer tokens); the other slots hold weight 0.
+    _, index = jax.lax.top_k(batch['weights'], slots)
+    take = lambda x: jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)),
+                                         axis=1)
+    logits, targets, weights = model.logits(take(hidden)), take(batch['targets']), take(
+        batch['weights'])
+    buckets, count = None, 0
+    if by_position:
+      buckets = take(batch['inputs_positions']) // self.position_bucket
+      count = -(-batch['inputs'].shape[1] // self.position_bucket)
+    return logits, targets, weights, token_sums(logits, targets, weights, label_smoothing,
+                                                buckets=buckets, num_buckets=count)
+
   def eval_sums(self, model, batch):
-    logits, sums = self.logits_and_sums(model, batch, by_position=self.position_bucket > 0)
-    answer = batch['weights'] > 0
-    wrong = ~losses.target_is_top(logits, batch['targets']) & answer
+    by_position = self.position_bucket > 0
+    slots = self.answer_slots(batch['inputs'].shape[1])
+    if slots is None:
+      logits, sums = self.logits_and_sums(model, batch, by_position=by_position)
+      targets, weights = batch['targets'], batch['weights']
+    else:
+      logits, targets, weights, sums = self.answer_logits_and_sums(model, batch, slots,
+                                                                   by_position=by_position)
+    answer = weights > 0
+    wrong = ~losses.target_is_top(logits, targets) & answer
     scored = answer.any(-1).astype(jnp.float32)  # Padding rows have no answer.
     right = scored * (~wrong.any(-1)).astype(jnp.float32)
     per_bucket = jax.nn.one_hot(batch['bucket'], self.num_buckets, dtype=jnp.float32)
@@ -574,8 +620,10 @@ def _language_modeling(config):
   t = config.train
   pose = (t.pose_target_length, t.pose_chunks) if t.pose_target_length else None
   if task:
+    answers = functools.partial(synthetic.answer_tokens, task,
+                                types.SimpleNamespace(**config.data.synthetic.to_dict()))
     return SyntheticTask(task, config.data.synthetic.depth_buckets, width,
-                         random_positions, loss_chunk, pose)
+                         random_positions, loss_chunk, pose, answers)
   return LanguageModeling(width, random_positions, loss_chunk, pose)
 
 

@@ -2,6 +2,7 @@
 scored tokens, and accuracy against greedy decoding."""
 
 import concurrent.futures
+import functools
 import hashlib
 import sys
 
@@ -387,3 +388,70 @@ def test_batches_are_grains_batches_of_the_same_rows_with_its_state(split, train
   next(reference)
   got, expected = next(resumed), next(reference)
   assert all(np.array_equal(got[k], expected[k]) for k in expected)
+
+
+# The lengths each task's answer bound is checked at: its training length (configs/synthetic.py)
+# and 2x and 4x it, as evaluation builds them.
+BOUND_LENGTHS = {task: [synthetic_config.TASKS[task]['seq_len'] * m for m in (1, 2, 4)]
+                 for task in synthetic.TASKS}
+
+
+@pytest.mark.parametrize('task', synthetic.TASKS)
+def test_no_row_holds_more_answer_tokens_than_the_bound_and_fixed_answers_meet_it(task):
+  """answer_tokens bounds every row's weighted targets (the gathered output layer leaves
+  nothing out); the tasks whose answers have a fixed size meet it on every row, copy's on its
+  longest copies."""
+  for length in BOUND_LENGTHS[task]:
+    src = source(task, 'train', length, run_seed=3,
+                 **synthetic_config.TASKS[task].get('data', {}))
+    bound = synthetic.answer_tokens(task, src.cfg, length)
+    counts = np.count_nonzero(src.stacked(range(300))['weights'], axis=-1)
+    assert counts.max() <= bound and counts.min() >= (task != 'flip_flop')  # It may read none.
+    if task not in ('copy', 'flip_flop'):
+      assert (counts == bound).all()
+  assert synthetic.answer_tokens('copy', options(), 32) == 15  # A copy of 15 fills 32.
+  row = synthetic.make_row(np.arange(33), [(17, 32)], 0, 32)  # 15 symbols copied.
+  assert np.count_nonzero(row['weights']) == 15
+
+
+def test_a_row_over_the_answer_bound_is_refused_by_name(monkeypatch):
+  monkeypatch.setattr(synthetic, 'answer_tokens', lambda task, cfg, length: 1)
+  with pytest.raises(errors.DataError, match='copy row of 32 tokens holds .* answer tokens'):
+    source('copy', length=32).stacked(range(8))
+
+
+GATHERED = [('passkey', 64), ('associative_recall', 16), ('copy', 32), ('flip_flop', 16),
+            ('niah_multikey', 48), ('variable_tracking', 64)]
+
+
+@pytest.mark.parametrize('task,length', GATHERED)
+def test_the_output_layer_at_the_answers_only_gives_the_sums_and_gradients_of_every_position(
+    task, length):
+  """The loss, accuracy and evaluation counts (rows right, per depth band, per position
+  bucket) with the output layer at the answer slots only equal those of the whole output
+  layer, and so does the training objective's gradient."""
+  cfg, model = _trained_like(task, **synthetic_config.TASKS[task].get('data', {}))
+  src = synthetic.Source(synthetic.Split(cfg.data.synthetic, task, 'validation'), length)
+  batch = {k: jnp.asarray(v) for k, v in src.stacked(range(24)).items()}
+  bound = functools.partial(synthetic.answer_tokens, task, src.cfg)
+  gathered = tasks.SyntheticTask(task, 4, position_bucket=8, answer_tokens=bound)
+  whole = tasks.SyntheticTask(task, 4, position_bucket=8)
+  assert gathered.answer_slots(length) == bound(length) < length
+  assert whole.answer_slots(length) is None
+  for fn in ('sums', 'eval_sums'):
+    ours, theirs = (jax.device_get(nnx.jit(getattr(t, fn))(model, batch))
+                    for t in (gathered, whole))
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+      np.testing.assert_allclose(ours[key], theirs[key], rtol=2e-6, atol=2e-5, err_msg=key)
+  grads = [nnx.state(nnx.grad(lambda m, t=t: t.sums(m, batch)['objective_sum'])(model),
+                     nnx.Param) for t in (gathered, whole)]
+  for a, b in zip(*(jax.tree.leaves(g) for g in grads)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_the_output_layer_runs_everywhere_when_answers_may_fill_the_row():
+  """answer_slots is None (every position) when the bound is no fewer than the positions."""
+  task = tasks.SyntheticTask('copy', 1, answer_tokens=lambda length: length)
+  assert task.answer_slots(8) is None
+  assert tasks.for_config(synthetic_config.get_config('copy')).answer_slots(32) == 15

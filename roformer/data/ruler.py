@@ -41,6 +41,13 @@ TASKS = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracki
 DEPTH_TASKS = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracking')
 
 
+def answer_tokens(task: str, cfg) -> int:
+  """The answer tokens of a row of `task` (the same at every length)."""
+  return {'niah_multikey': 1, 'niah_multivalue': cfg.needle_values,
+          'niah_multiquery': cfg.needle_queries, 'variable_tracking': cfg.hops + 1,
+          'common_words': cfg.common_words}[task]
+
+
 def fixed_tokens(task: str, cfg) -> int:
   """Tokens of a row of `task` besides the filler: bos, needles, questions, answers and eos."""
   needle = 4  # k is v .

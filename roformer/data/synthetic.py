@@ -136,6 +136,20 @@ def recall_pairs(seq_len: int, num_queries: int) -> int:
   return (seq_len - 1 - 3 * num_queries) // 2
 
 
+def answer_tokens(task: str, cfg, seq_len: int) -> int:
+  """The most answer tokens (weighted targets) a row of `task` with `seq_len` predictions can
+  hold: the loss needs the output layer at these positions only (tasks.SyntheticTask)."""
+  if task == 'passkey':
+    return cfg.key_digits
+  if task == 'associative_recall':
+    return cfg.num_queries
+  if task == 'copy':
+    return (seq_len - 2) // 2
+  if task == 'flip_flop':
+    return seq_len // 2 - 1  # Every pair but the first (a write) may be a read.
+  return ruler.answer_tokens(task, cfg)
+
+
 def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
   """Checks config.data.synthetic for `task` against the training length and the longest
   evaluation length (config.data.seq_len x the largest eval length multiplier)."""
@@ -311,11 +325,23 @@ class Source:
     return _GENERATORS[self.task](rng, self.cfg, self.vocab, self.length)
 
   def __getitem__(self, index: int) -> dict:
-    return make_row(*self._generate(index), self.length)
+    return self._checked(make_row(*self._generate(index), self.length))
 
   def stacked(self, indices) -> dict:
     """The rows at `indices`, stacked: the same arrays as stacking `self[i]` for each."""
-    return make_rows([self._generate(i) for i in indices], self.length)
+    return self._checked(make_rows([self._generate(i) for i in indices], self.length))
+
+  def _checked(self, features: dict) -> dict:
+    """`features`, after checking that no row holds more answer tokens than `answer_tokens`
+    says (the loss would leave the others out)."""
+    most = answer_tokens(self.task, self.cfg, self.length)
+    count = int(np.count_nonzero(features['weights'], axis=-1).max(initial=0))
+    if count > most:
+      raise errors.DataError(
+          f'a {self.task} row of {self.length} tokens holds {count} answer tokens, more than '
+          f'the {most} that synthetic.answer_tokens allows: its bound is wrong for these '
+          'settings. Fix: correct answer_tokens in roformer/data/synthetic.py.')
+    return features
 
 
 class TextRows:
