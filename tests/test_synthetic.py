@@ -450,8 +450,15 @@ def test_the_output_layer_at_the_answers_only_gives_the_sums_and_gradients_of_ev
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
-def test_the_output_layer_runs_everywhere_when_answers_may_fill_the_row():
-  """answer_slots is None (every position) when the bound is no fewer than the positions."""
+def test_the_output_layer_runs_everywhere_when_answers_may_fill_the_row_or_have_no_bound():
+  """answer_slots is None (every position) when the bound is no fewer than the positions, and
+  when there is none: passkey in a corpus's text, whose key takes as many ids as the run's
+  tokenizer makes of it."""
   task = tasks.SyntheticTask('copy', 1, answer_tokens=lambda length: length)
   assert task.answer_slots(8) is None
   assert tasks.for_config(synthetic_config.get_config('copy')).answer_slots(32) == 15
+  config = synthetic_config.get_config('passkey')
+  assert tasks.for_config(config).answer_slots(64) == 5
+  config.data.synthetic.filler = 'text'
+  assert synthetic.answer_tokens('passkey', config.data.synthetic, 64) is None
+  assert tasks.for_config(config).answer_slots(64) is None
