@@ -5,8 +5,8 @@ dW = x^T g, a product that contracts every leading axis of x and of g (tokens). 
 autodiff, XLA:CPU (jax 0.10) gives that product to Eigen in a layout it runs slowly: at the
 synthetic tasks' shapes (2,048 tokens, d_model 64, d_ff 256) it transposed g into a copy and
 ran x^T g^T at 27 GFLOP/s, where the same product in the plain form x2^T g2 (x2, g2: the
-tokens flattened into one axis) runs at 80-90 GFLOP/s. The six weight gradients of a layer pair
-took 15 ms of the 45 ms passkey step (docs/performance.md).
+tokens flattened into one axis) runs at 80-90 GFLOP/s. The eight weight gradients of its two blocks took
+15 ms of the 45 ms passkey step (docs/performance.md).
 
 `dot_general` is given to every `nnx.Linear` (models.dense). Its forward is lax.dot_general's,
 and its backward computes the same two products autodiff would, in the plain form: the input
@@ -27,6 +27,7 @@ the recall and passkey steps (the same on copy), which is why this module keeps 
 import functools
 
 import jax
+import jax.numpy as jnp
 
 
 def _plain(dimension_numbers, lhs_ndim: int) -> bool:
@@ -67,11 +68,14 @@ def _dense_fwd(x, w, precision, preferred_element_type):
 def _dense_bwd(precision, preferred_element_type, residuals, g):
   del preferred_element_type  # The gradients take their primals' dtypes.
   x, w = residuals
-  dx = jax.lax.dot_general(g, w, (((g.ndim - 1,), (1,)), ((), ())), precision=precision,
-                           preferred_element_type=x.dtype)
-  g2 = g.reshape(-1, g.shape[-1]).astype(x.dtype)
-  dw = weight_grad(x.reshape(-1, x.shape[-1]), g2, precision)
-  return dx, dw.astype(w.dtype)
+  # Products in the wider of the cotangent's and the inputs' dtypes (a float32 cotangent of a
+  # bfloat16 product with preferred_element_type=float32 is not rounded first), cast back after.
+  dtype = jnp.promote_types(g.dtype, x.dtype)
+  g, x, w_wide = g.astype(dtype), x.astype(dtype), w.astype(dtype)
+  dx = jax.lax.dot_general(g, w_wide, (((g.ndim - 1,), (1,)), ((), ())), precision=precision,
+                           preferred_element_type=dtype)
+  dw = weight_grad(x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1]), precision)
+  return dx.astype(residuals[0].dtype), dw.astype(w.dtype)
 
 
 _dense.defvjp(_dense_fwd, _dense_bwd)

@@ -58,8 +58,26 @@ def test_gradients_keep_their_primals_dtypes():
   _, vjp = jax.vjp(lambda x, w: dense_grad.dot_general(x, w, DENSE), xb, wb)
   dx, dw = vjp(gb)
   assert dx.dtype == dw.dtype == jnp.bfloat16
+  _, vjp_ref = jax.vjp(lambda x, w: jax.lax.dot_general(x, w, DENSE), xb, wb)
+  for got, want in zip((dx, dw), vjp_ref(gb)):
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                               rtol=1e-2, atol=1e-2)
   np.testing.assert_allclose(np.asarray(dw, np.float64), np.einsum('bsi,bso->io', x, g),
                              rtol=0.05, atol=0.1)
+
+
+def test_a_float32_cotangent_of_a_bfloat16_product_is_not_rounded_first():
+  """With preferred_element_type=float32 on bfloat16 inputs, the weight gradient multiplies the
+  float32 cotangent as it is, as autodiff does (then rounds to the weight's dtype)."""
+  x, w, g = _inputs(8, 16, seed=4)
+  xb, wb = jnp.asarray(x, jnp.bfloat16), jnp.asarray(w, jnp.bfloat16)
+  g32 = jnp.asarray(g, jnp.float32) * 1.001  # Not representable in bfloat16.
+  ours = lambda x, w: dense_grad.dot_general(x, w, DENSE, preferred_element_type=jnp.float32)
+  plain = lambda x, w: jax.lax.dot_general(x, w, DENSE, preferred_element_type=jnp.float32)
+  (dx, dw), (dx_ref, dw_ref) = (jax.vjp(f, xb, wb)[1](g32) for f in (ours, plain))
+  assert dw.dtype == dw_ref.dtype and dx.dtype == dx_ref.dtype
+  np.testing.assert_array_equal(np.asarray(dw, np.float32), np.asarray(dw_ref, np.float32))
+  np.testing.assert_array_equal(np.asarray(dx, np.float32), np.asarray(dx_ref, np.float32))
 
 
 def test_other_products_are_lax_dot_generals_own():
@@ -93,6 +111,21 @@ def test_the_weight_gradient_is_one_product_over_the_flattened_tokens():
   dots = _dots(jax.make_jaxpr(vjp)(g).jaxpr)
   assert ([2, 2], ((0,), (0,))) in dots and len(dots) == 2  # dW, and dx = g W^T.
   assert ([3, 2], ((2,), (1,))) in dots
+
+
+def test_on_the_cpu_a_wider_input_gets_the_transposed_product_behind_a_barrier():
+  """d_in > d_out: (g2^T x2)^T, the product with fewer result rows, kept from being folded
+  back by an optimization barrier; elsewhere the plain x2^T g2."""
+  x2, g2 = (jnp.asarray(a, jnp.float32) for a in (np.ones((6, 24)), np.ones((6, 8))))
+  cpu = jax.make_jaxpr(lambda x, g: dense_grad.weight_grad(x, g, on_cpu=True))(x2, g2).jaxpr
+  other = jax.make_jaxpr(lambda x, g: dense_grad.weight_grad(x, g, on_cpu=False))(x2, g2).jaxpr
+  names = lambda jaxpr: [e.primitive.name for e in jaxpr.eqns]
+  assert 'optimization_barrier' in names(cpu) and 'transpose' in names(cpu)
+  assert [e.outvars[0].aval.shape for e in cpu.eqns if e.primitive.name == 'dot_general'] == [
+      (8, 24)]
+  assert 'optimization_barrier' not in names(other)
+  assert [e.outvars[0].aval.shape for e in other.eqns if e.primitive.name == 'dot_general'] == [
+      (24, 8)]
 
 
 def test_every_dense_layer_of_a_model_gets_the_same_gradients_as_autodiff():
