@@ -1,5 +1,6 @@
 """Config checks (before anything is built or compiled) and the workdir's saved config."""
 
+import json
 import os
 
 import jax
@@ -426,6 +427,14 @@ def _as_dict(value):
   if isinstance(value, dict):
     return {k: _as_dict(v) for k, v in value.items()}
   return value
+
+
+def without_seed(config: ml_collections.ConfigDict) -> str:
+  """The whole config but its seed, as one canonical string: runs with equal keys differ only
+  in their seed (a group that trains in one program, a compiled pass that serves them all)."""
+  fields = config.to_dict()
+  fields.pop('seed', None)
+  return json.dumps(fields, sort_keys=True, default=repr)
 
 
 def differences(a, b, prefix='') -> list[str]:

@@ -22,6 +22,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
 from roformer import errors
 from roformer import evaluate as evaluate_lib
 from roformer import files
@@ -73,11 +74,7 @@ def train_seeds(config: ml_collections.ConfigDict, workdir: str, seeds, stop_at=
 
 
 def _same_but_seed(configs) -> None:
-  def without_seed(config):
-    plain = config.to_dict()
-    plain.pop('seed')
-    return plain
-  if any(without_seed(c) != without_seed(configs[0]) for c in configs[1:]):
+  if any(config_lib.without_seed(c) != config_lib.without_seed(configs[0]) for c in configs[1:]):
     raise errors.ConfigError('the configs of one group differ in more than their seed. Fix: '
                              'train them as separate runs.')
 

@@ -17,13 +17,13 @@ through cuDNN, whose weights are never formed.
 """
 
 import dataclasses
-import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from roformer import config_lib
 from roformer import errors
 from roformer import models
 
@@ -98,9 +98,7 @@ class Sinks:
 def same_model(config) -> str:
   """What runs must share for one `evaluation_pass` to serve them: their whole config but the
   seed (which sets only their parameters, and those are the pass's arguments)."""
-  fields = config.to_dict()
-  fields.pop('seed', None)
-  return json.dumps(fields, sort_keys=True, default=repr)
+  return config_lib.without_seed(config)
 
 
 def evaluation_pass(graphdef, task):

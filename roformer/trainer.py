@@ -62,7 +62,6 @@ class Trainer:
     # Trainers of the same model for sources another task scores (evaluate.scorer), kept so
     # that their programs compile once.
     self.scorers = {}
-    self._init = None  # The jitted initialisation (init_state).
     # Shapes only, outside the mesh: the variables' logical axes are laid out below, by rules.
     abstract_model = nnx.eval_shape(lambda: models.create(config.model, seed=config.seed))
     # 'params' holds every variable of the model; the optimizer sees its trainable Params.
@@ -81,6 +80,9 @@ class Trainer:
     self.abstract_state = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
         self.state_shardings)
+    # The initial state (init_state), compiled once: the seed's key is an argument, so runs
+    # that differ only in their seed share it (a program per seed took 2 s of a group's set-up).
+    self._init = jax.jit(self._fresh_state, out_shardings=self.state_shardings)
     batch_sharding = sharding.batch_sharding(mesh)
     # The step as a pure function of (state, batch, dropout seed): the seed is an argument, so
     # one compiled program serves runs that differ only in their seed (roformer/members.py).
@@ -105,9 +107,6 @@ class Trainer:
   def init_state(self, seed: int | None = None):
     """A fresh train state, its parameters drawn from `seed` (default: config.seed)."""
     seed = self.config.seed if seed is None else seed
-    if self._init is None:  # Compiled once: the seed's key is an argument, so runs that
-      # differ only in their seed share it (a program per seed took 2 s of a group's set-up).
-      self._init = jax.jit(self._fresh_state, out_shardings=self.state_shardings)
     with jax.set_mesh(self.mesh):
       return self._init(jax.random.key(seed))
 
