@@ -8,7 +8,9 @@ Points that differ only in their seed train in one `train.py --seeds=...` proces
 and one compilation for all of them; vmapped on an accelerator), which also runs each one's
 plain evaluation as eval.py would (`--eval_splits`); evaluations with overrides run `eval.py`
 afterwards. Children log to WORKDIR/logs/NAME.log (a group's name has {seed} in place of the
-seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache). Finished stages are
+seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache) and the synthetic rows
+the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--no_row_cache`
+leaves each run to build its own). Finished stages are
 skipped and unfinished runs resume from their checkpoints, so the same command continues an
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
@@ -23,6 +25,8 @@ starts from); on a multi-host cluster add train.py's `--distributed` with
 """
 
 import concurrent.futures
+import contextlib
+import concurrent.futures.process
 import dataclasses
 import os
 import queue
@@ -44,6 +48,7 @@ from roformer import flops  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from roformer.data import passkey_text  # pylint: disable=wrong-import-position
+from roformer.data import row_cache  # pylint: disable=wrong-import-position
 from roformer.data import synthetic  # pylint: disable=wrong-import-position
 
 
@@ -192,14 +197,19 @@ def on_gpu() -> bool:
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
+def point_config(sweep, point):
+  """The whole config `point` trains with (its train.py command's flags on the sweep's
+  config)."""
+  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/unused')[1:])
+  return config_args.load(sweep.config, flags)
+
+
 def step_flops(sweep, group) -> float:
   """Model FLOPs of one training step of `group`'s members together (roformer/flops.py) from
   the first point's whole config, with the vocabulary the run will have: a synthetic task's
   own, else the tokenizer's size the data asks for (model.vocab_size is set from the
   tokenizer when the run starts)."""
-  point = group.points[0]
-  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/unused')[1:])
-  config = config_args.load(sweep.config, flags)
+  config = point_config(sweep, group.points[0])
   model = config.model.copy_and_resolve_references()
   task = synthetic.task_name(config.data)
   if task and not passkey_text.reads_text(config.data.synthetic):
@@ -235,6 +245,37 @@ def share_accelerator(parallel: int) -> None:
   process takes 75% of it at start-up, and a second one would fail."""
   if parallel > 1 and on_gpu():
     os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+
+
+def prepare_rows(sweep, groups, root: str, extra_train, workers: int, progress) -> None:
+  """Builds the synthetic rows that the points still to run will read, each stream once, on
+  `workers` processes, into ROFORMER_ROW_CACHE (roformer/data/row_cache.py): points that
+  differ in their scheme alone read the same rows, and a run's batches become slices of them
+  instead of rows built in its own thread. A point whose config does not load is left to its
+  own run to report."""
+  streams = []
+  for group in groups:
+    for point in group.points:
+      if not sweeps.stages(sweep, point, os.path.join(root, point.name), extra_train):
+        continue
+      try:
+        config = point_config(sweep, point)
+      except Exception:  # pylint: disable=broad-except  # Its train.py says why, by name.
+        continue
+      streams += row_cache.streams(config, sweep.eval_splits)
+  if not streams:
+    return
+  start = time.perf_counter()
+  try:
+    built = row_cache.build(streams, os.environ[row_cache.ENV], workers)
+  except (OSError, concurrent.futures.process.BrokenProcessPool) as e:
+    progress.say(f'[sweep] the synthetic rows were not built beforehand ({e}); each run '
+                 'builds its own.')
+    return
+  if built:
+    progress.say(f'[sweep] {built:,} synthetic rows built in '
+                 f'{logs.duration(time.perf_counter() - start)} on {workers} processes '
+                 f'({os.environ[row_cache.ENV]}), read by every run')
 
 
 def record_sweep(root: str, spec: str, sweep) -> None:
@@ -295,6 +336,9 @@ def main(argv=None) -> int:
   parser.add_argument('--no_group_seeds', action='store_true',
                       help='Train each point in its own process, instead of the points that '
                       'differ only in their seed in one (train.py --seeds).')
+  parser.add_argument('--no_row_cache', action='store_true',
+                      help='Let each run build its synthetic rows itself, instead of building '
+                      'every stream once beforehand into WORKDIR/.rows.')
   parser.add_argument('--dry_run', action='store_true',
                       help='Print one command per group of points instead of running them.')
   parser.add_argument('--extra_train_flags', default='',
@@ -327,19 +371,43 @@ def main(argv=None) -> int:
               sweep, point))]
       print(' && '.join(shlex.join(['python'] + c[1:]) for c in commands))
     return 0
+  # Runs of one shape compile the same programs: the children share JAX's persistent
+  # compilation cache (keyed by the program and the compiler's options: another shape or
+  # option is another entry), small programs included, and the rows they read.
+  shared = {'JAX_COMPILATION_CACHE_DIR': os.path.join(root, '.jax_cache'),
+            'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+  if not args.no_row_cache:
+    shared[row_cache.ENV] = os.path.join(root, '.rows')
+  with child_environment(shared):
+    return run_sweep(args, sweep, groups, root, extra)
+
+
+@contextlib.contextmanager
+def child_environment(variables: dict):
+  """`variables` set in os.environ (which the children inherit) unless set already, and
+  removed again on leaving: a sweep run in-process leaves its caller's environment as it
+  was."""
+  added = {k: v for k, v in variables.items() if k not in os.environ}
+  os.environ.update(added)
+  try:
+    yield
+  finally:
+    for key in added:
+      os.environ.pop(key, None)
+
+
+def run_sweep(args, sweep, groups, root: str, extra) -> int:
+  """Trains and evaluates `groups` (main's, after its checks)."""
   # No more processes than groups: fewer processes each get more cores when pinned.
   parallel = max(1, min(args.parallel or default_parallel(sweep, groups), len(groups)))
   work = group_work(sweep, groups)
   groups = longest_first(groups, work)
   os.makedirs(root, exist_ok=True)
-  # Runs of one shape compile the same programs: the children share JAX's persistent
-  # compilation cache (keyed by the program and the compiler's options: another shape or
-  # option is another entry), small programs included.
-  os.environ.setdefault('JAX_COMPILATION_CACHE_DIR', os.path.join(root, '.jax_cache'))
-  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
   share_accelerator(parallel)
   record_sweep(root, args.sweep, sweep)
   progress = Progress(len(sweep.points), parallel, work)
+  if not args.no_row_cache:
+    prepare_rows(sweep, groups, root, extra, len(sweeps.usable_cpus()), progress)
   # Each running group takes a set of cores of its own (none to take on an accelerator, with
   # --no_pin, or where the cores cannot be split among the processes).
   pinned = None if args.no_pin or on_accelerator() else sweeps.core_sets(

@@ -23,6 +23,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import sweeps
+from roformer.data import row_cache
 from roformer.data import synthetic
 from scripts import keep_records
 from scripts import report
@@ -482,6 +483,11 @@ def test_length_sweep_smoke_runs_and_reports_accuracy_per_length(tmp_path):
   root = str(tmp_path / 'length')
   done = _run(['--sweep', 'configs/sweeps/length.py:smoke,passkey,rope', '--workdir', root])
   assert done.returncode == 0, done.stdout + done.stderr
+  # Its rows were built once beforehand (training, and validation at each length), and read.
+  assert 'synthetic rows built' in done.stdout
+  assert len(os.listdir(os.path.join(root, '.rows'))) == 5
+  log_text = open(os.path.join(root, 'logs', 'passkey,rope,seed=0.log')).read()
+  assert log_text.count(f'read from {root}/.rows/') == 5
   assert report.main([root]) == 0
   text = open(os.path.join(root, 'report.md')).read()
   assert '## passkey: share of rows answered exactly' in text
@@ -586,8 +592,11 @@ def get_sweep(arg=''):
 """)
   spans = {}
 
+  seen_env = []
+
   def fake_call(command, cores=None, **kwargs):
     del cores, kwargs
+    seen_env.append(os.environ.get(row_cache.ENV))
     flag = lambda name: next(a.split('=', 1)[1] for a in command if a.startswith(name + '='))
     workdir = flag('--workdir')
     out = next((a.split('=', 1)[1] for a in command if a.startswith('--out=')), '')
@@ -609,6 +618,9 @@ def get_sweep(arg=''):
   cont_train = [v for k, v in spans.items() if k[0] == 'cont' and k[2].endswith('train.py')]
   slow = spans[('base', 'eval_results.slow.json', 'eval.py')]
   assert base_train[0][1] <= cont_train[0][0] < slow[1]  # After base trained, before it ended.
+  # The children are pointed to the sweep's rows; the caller's environment is left as it was.
+  assert set(seen_env) == {os.path.join(root, '.rows')}
+  assert row_cache.ENV not in os.environ
 
 
 @pytest.mark.parametrize('parallel, cpus', [(2, [0, 1]), (2, [0, 1, 2, 3]), (3, [2, 5, 7, 8, 9]),
@@ -737,3 +749,35 @@ def test_a_run_resumed_with_more_steps_is_finished_at_its_new_last_step(tmp_path
   assert sweeps.trained(str(workdir))
   os.rename(workdir / 'checkpoints' / '4500', workdir / 'checkpoints' / '3000')
   assert not sweeps.trained(str(workdir))
+
+
+@pytest.mark.parametrize('cache', [True, False])
+def test_a_sweeps_rows_are_built_once_beforehand_unless_it_is_told_not_to(tmp_path, monkeypatch,
+                                                                         cache):
+  """Two schemes of one task (the smoke's one seed) read the same five streams, training rows
+  and validation rows at 1x-8x: each is built once before any run starts, or with
+  --no_row_cache not at all, the children then building their own."""
+  seen = []
+
+  def fake_call(command, cores=None, **kwargs):
+    del cores, kwargs
+    seen.append(os.environ.get(row_cache.ENV))
+    return 1  # Nothing trains: the rows are what is checked.
+
+  monkeypatch.setattr(sweeps, 'call', fake_call)
+  root = str(tmp_path / 'sweep')
+  args = ['--sweep', 'configs/sweeps/length.py:smoke,copy,rope,alibi', '--workdir', root]
+  sweep = sweeps.load('configs/sweeps/length.py:smoke,copy,rope,alibi')
+  assert sweep_script.main(args + ([] if cache else ['--no_row_cache'])) == 1
+  assert len(seen) == 2  # One training process per scheme.
+  rows = os.path.join(root, '.rows')
+  if not cache:
+    assert seen == [None, None] and not os.path.exists(rows)
+    return
+  assert seen == [rows, rows]
+  streams = [s for p in sweep.points
+             for s in row_cache.streams(sweep_script.point_config(sweep, p), sweep.eval_splits)]
+  assert len(streams) == 10
+  assert len({row_cache.digest(s) for s, _ in streams}) == len(os.listdir(rows)) == 5
+  for s, count in streams:
+    assert row_cache.read(s, rows).count == count

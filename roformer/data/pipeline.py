@@ -27,6 +27,7 @@ from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import movie_reviews
 from roformer.data import passkey_text
+from roformer.data import row_cache
 from roformer.data import shakespeare
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -511,7 +512,8 @@ def synthetic_dataset(split, *, seq_len: int, batch_size: int, seed: int, train:
   if isinstance(split, passkey_text.Split):
     source = passkey_text.Rows(split, tokenizer, seq_len, seed)
   else:
-    source = synthetic.Source(split, seq_len, seed)
+    # Read from the rows a sweep built beforehand, where it did (roformer/data/row_cache.py).
+    source = row_cache.read(synthetic.Source(split, seq_len, seed))
   return _Iterable(lambda: SyntheticBatches(source, batch_size, shard_index, shard_count,
                                             drop_remainder=train))
 

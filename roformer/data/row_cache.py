@@ -1,0 +1,269 @@
+"""Synthetic rows built once, in parallel, and read back by every run that trains or evaluates
+on them.
+
+A synthetic task's rows depend on the task's settings (config.data.synthetic), the split, the
+run seed (training rows only) and the length, never on the model: the length sweep's fourteen
+schemes train on the same rows seed by seed, and all its runs evaluate on the same rows. Built
+row by row in each run's own thread, they were about a quarter of an associative-recall step on
+the CPU and the whole pace of a multi-key group on a GPU, whose step takes the device a fraction
+of a millisecond (docs/performance.md). `build` makes each stream once, its chunks spread over
+worker processes; `read` serves a run's batches as slices of the memory-mapped arrays.
+
+A stream lives in DIRECTORY/DIGEST/ (`meta.json` and four .npy arrays), DIGEST hashing what
+the rows depend on plus the source of the modules that generate them, so another setting,
+length or seed, or changed generator code, is another entry and never served. Opening an entry
+also rebuilds three of its rows and compares them. Rows past what an entry holds are built as
+without a cache, so a run never depends on one: scripts/sweep.py fills WORKDIR/.rows before
+its runs start and points them to it with ROFORMER_ROW_CACHE; without the variable nothing
+here is read. An entry is written under a temporary name and renamed into place whole.
+
+Not grain's ArrayRecord (roformer/data/cache.py holds tokenized corpora in it): these rows are
+fixed-size arrays, and a batch is one slice of them, where a record file would decode each
+row.
+"""
+
+import concurrent.futures
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+
+import numpy as np
+
+from roformer.data import passkey_text
+from roformer.data import ruler
+from roformer.data import synthetic
+from roformer.data import tokenizer as tokenizer_lib
+
+ENV = 'ROFORMER_ROW_CACHE'
+FORMAT = 1
+CHUNK_ROWS = 4096  # Rows a worker builds at a time: a fraction of a second for every task.
+ARRAYS = ('tokens', 'lengths', 'weights', 'bucket')
+
+log = logging.getLogger('roformer')
+_announced = set()
+
+
+def _code_digest() -> str:
+  """Digest of the modules whose code decides the rows."""
+  h = hashlib.sha256()
+  for module in (synthetic, ruler, tokenizer_lib):
+    with open(module.__file__, 'rb') as f:
+      h.update(f.read())
+  return h.hexdigest()
+
+
+_CODE = _code_digest()
+
+
+def describe(source: synthetic.Source) -> dict:
+  """Everything the rows of `source` depend on."""
+  return {'format': FORMAT, 'code': _CODE, 'task': source.task, 'length': source.length,
+          'key': list(source.key), 'cfg': dict(sorted(vars(source.cfg).items()))}
+
+
+def digest(source: synthetic.Source) -> str:
+  return hashlib.sha256(json.dumps(describe(source), sort_keys=True, default=str).encode()
+                        ).hexdigest()[:24]
+
+
+def _compact(features: dict, dtype) -> dict:
+  """A batch's features (synthetic.make_rows) as the arrays an entry keeps: each row's tokens
+  (its inputs and then its last target, zero after), its count of predictions, its weights as
+  0/1 bytes and its depth bucket. Positions and segment ids follow from the count."""
+  lengths = features['inputs_segment_ids'].sum(axis=1).astype(np.int32)
+  rows, length = features['inputs'].shape
+  tokens = np.zeros((rows, length + 1), dtype)
+  tokens[:, :length] = features['inputs']
+  has = np.flatnonzero(lengths)
+  tokens[has, lengths[has]] = features['targets'][has, lengths[has] - 1]
+  return {'tokens': tokens, 'lengths': lengths,
+          'weights': features['weights'].astype(np.uint8), 'bucket': features['bucket']}
+
+
+def _features(tokens, lengths, weights, bucket) -> dict:
+  """The inverse of `_compact`: the arrays synthetic.make_rows returns for these rows."""
+  length = weights.shape[1]
+  positions = np.arange(length, dtype=np.int32)
+  inside = positions < np.asarray(lengths)[:, None]
+  segments = inside.astype(np.int32)
+  at = np.where(inside, positions, 0).astype(np.int32)
+  return {'inputs': np.where(inside, tokens[:, :length], 0).astype(np.int32),
+          'targets': np.where(inside, tokens[:, 1:], 0).astype(np.int32),
+          'inputs_positions': at, 'targets_positions': at.copy(),
+          'inputs_segment_ids': segments, 'targets_segment_ids': segments.copy(),
+          'weights': np.asarray(weights, np.float32), 'bucket': np.array(bucket, np.int32)}
+
+
+def _dtype(source) -> np.dtype:
+  return np.dtype(np.uint16 if source.vocab.vocab_size <= 2**16 else np.int32)
+
+
+class Rows:
+  """A source whose first `count` rows are read from an entry; the rest are built."""
+
+  def __init__(self, source: synthetic.Source, directory: str, count: int):
+    self.source, self.directory, self.count = source, directory, count
+    self.arrays = {name: np.load(os.path.join(directory, name + '.npy'), mmap_mode='r')
+                   for name in ARRAYS}
+
+  def __len__(self) -> int:
+    return len(self.source)
+
+  def __getitem__(self, index: int) -> dict:
+    return {key: value[0] for key, value in self.stacked([index]).items()}
+
+  def stacked(self, indices) -> dict:
+    indices = np.asarray(indices, np.int64)
+    if not len(indices) or indices.min() < 0 or indices.max() >= self.count:
+      return self.source.stacked(indices.tolist())
+    first = int(indices[0])
+    if np.array_equal(indices, np.arange(first, first + len(indices))):
+      take = lambda a: a[first:first + len(indices)]  # One slice of the map.
+    else:
+      take = lambda a: a[indices]
+    return _features(*(take(self.arrays[name]) for name in ARRAYS))
+
+
+def read(source: synthetic.Source, directory: str | None = None):
+  """`source` served from its entry under `directory` (default: $ROFORMER_ROW_CACHE) when one
+  exists and its rows check out, else `source` itself. A damaged or differing entry is named
+  in a warning and left unread."""
+  directory = directory or os.environ.get(ENV)
+  if not directory:
+    return source
+  path = os.path.join(directory, digest(source))
+  if not os.path.isdir(path):
+    return source
+  try:
+    with open(os.path.join(path, 'meta.json'), encoding='utf-8') as f:
+      meta = json.load(f)
+    if meta['describe'] != json.loads(json.dumps(describe(source), default=str)):
+      raise ValueError('it was written for other settings')
+    rows = Rows(source, path, int(meta['count']))
+    if any(len(rows.arrays[name]) != rows.count for name in ARRAYS):
+      raise ValueError('its arrays hold fewer rows than meta.json says')
+    for index in sorted({0, rows.count // 2, rows.count - 1}):  # Spot checks against the code.
+      built, cached = source.stacked([index]), rows.stacked([index])
+      if any(not np.array_equal(built[key], cached[key]) for key in built):
+        raise ValueError(f'its row {index} differs from the one the generator builds')
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    log.warning('Row cache %s is not used (%s); its rows are built instead. Fix: delete it '
+                "(rm -rf '%s'); a sweep writes it again.", path, e, path)
+    return source
+  if path not in _announced:  # Once per process: validation opens its source every time.
+    _announced.add(path)
+    log.info('Rows of synthetic/%s %s at length %d: the first %d read from %s.', source.task,
+             {0: 'train', 1: 'validation', 2: 'test'}[source.key[1]], source.length,
+             rows.count, path)
+  return rows
+
+
+def _build_chunk(source: synthetic.Source, path: str, start: int, stop: int) -> None:
+  """Writes rows [start, stop) of `source` into the entry's arrays at `path`."""
+  arrays = {name: np.load(os.path.join(path, name + '.npy'), mmap_mode='r+') for name in ARRAYS}
+  chunk = _compact(source.stacked(range(start, stop)), arrays['tokens'].dtype)
+  for name in ARRAYS:
+    arrays[name][start:stop] = chunk[name]
+    arrays[name].flush()
+
+
+def _allocate(source: synthetic.Source, path: str, count: int) -> None:
+  length = source.length
+  shapes = {'tokens': ((count, length + 1), _dtype(source)), 'lengths': ((count,), np.int32),
+            'weights': ((count, length), np.uint8), 'bucket': ((count,), np.int32)}
+  for name, (shape, dtype) in shapes.items():
+    np.lib.format.open_memmap(os.path.join(path, name + '.npy'), 'w+', dtype, shape).flush()
+
+
+def _remove_abandoned(directory: str) -> None:
+  """Removes temporary entries whose writing process has ended (a build cut short)."""
+  for name in os.listdir(directory):
+    if '.tmp-' not in name:
+      continue
+    try:
+      os.kill(int(name.rsplit('-', 1)[1]), 0)
+    except (ProcessLookupError, ValueError):
+      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    except PermissionError:
+      pass  # Another user's live process.
+
+
+def build(streams, directory: str, workers: int = 1) -> int:
+  """Writes an entry under `directory` for each (source, count) in `streams` that has none
+  with at least `count` rows, the first `count` rows of the source, chunks built on `workers`
+  processes (1: in this one). Returns the rows built."""
+  os.makedirs(directory, exist_ok=True)
+  _remove_abandoned(directory)
+  todo = {}
+  for source, count in streams:
+    name = digest(source)
+    final = os.path.join(directory, name)
+    if count <= 0 or count <= _count(final) or count <= todo.get(name, (None, 0))[1]:
+      continue
+    todo[name] = (source, count)
+  if not todo:
+    return 0
+  pending = []
+  for name, (source, count) in todo.items():
+    path = os.path.join(directory, f'{name}.tmp-{os.getpid()}')
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    _allocate(source, path, count)
+    pending += [(source, path, start, min(start + CHUNK_ROWS, count))
+                for start in range(0, count, CHUNK_ROWS)]
+  workers = min(workers, len(pending))
+  if workers > 1:
+    # Spawned, not forked: the caller may hold threads (a sweep's, JAX's) that a fork copies
+    # in whatever state they are.
+    with concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context('spawn')) as pool:
+      for future in [pool.submit(_build_chunk, *job) for job in pending]:
+        future.result()
+  else:
+    for job in pending:
+      _build_chunk(*job)
+  for name, (source, count) in todo.items():
+    path = os.path.join(directory, f'{name}.tmp-{os.getpid()}')
+    with open(os.path.join(path, 'meta.json'), 'w', encoding='utf-8') as f:
+      json.dump({'describe': describe(source), 'count': count}, f, default=str)
+    final = os.path.join(directory, name)
+    if os.path.isdir(final):  # A shorter entry, or one another process wrote meanwhile.
+      if _count(final) >= count:
+        shutil.rmtree(path)
+        continue
+      shutil.rmtree(final)
+    os.rename(path, final)
+  return sum(count for _, count in todo.values())
+
+
+def _count(path: str) -> int:
+  """Rows the entry at `path` holds (0 if there is none)."""
+  try:
+    with open(os.path.join(path, 'meta.json'), encoding='utf-8') as f:
+      return int(json.load(f)['count'])
+  except (OSError, ValueError, KeyError):
+    return 0
+
+
+def streams(config, eval_splits=('validation', 'test')) -> list:
+  """The (source, rows) a run of `config` reads, when its data is a synthetic task in the
+  task's own words: its training rows (steps x batch), the validation rows at the training
+  length, and each split of `eval_splits` at every evaluation length. [] otherwise."""
+  task = synthetic.task_name(config.data)
+  if task is None or passkey_text.reads_text(config.data.synthetic):
+    return []
+  split = lambda name: synthetic.Split(config.data.synthetic, task, name)
+  seq_len = config.data.seq_len
+  out = [(synthetic.Source(split('train'), seq_len, config.seed),
+          config.train.steps * config.train.batch_size)]
+  lengths = {'validation': {seq_len}}
+  for name in eval_splits:
+    lengths.setdefault(name, set()).update(seq_len * m for m in config.eval.length_multipliers)
+  for name, found in lengths.items():
+    for length in sorted(found):
+      source = synthetic.Source(split(name), length)
+      out.append((source, len(source)))
+  return out

@@ -1,0 +1,208 @@
+"""roformer/data/row_cache.py: rows read back are the rows built, an entry serves only the
+settings it was built for, and a damaged or stale entry is named and left unread."""
+
+import hashlib
+import itertools
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+import test_synthetic
+from configs import synthetic as synthetic_config
+from roformer import tasks
+from roformer.data import pipeline
+from roformer.data import row_cache
+from roformer.data import synthetic
+
+
+def source(task='associative_recall', split='train', multiple=1, run_seed=1, **changes):
+  cfg = synthetic_config.get_config(task)
+  cfg.data.synthetic.update(changes)
+  return synthetic.Source(synthetic.Split(cfg.data.synthetic, task, split),
+                          multiple * cfg.data.seq_len, run_seed)
+
+
+def assert_same(got: dict, expected: dict):
+  assert sorted(got) == sorted(expected)
+  for key, value in expected.items():
+    assert got[key].dtype == value.dtype and got[key].shape == value.shape, key
+    assert np.array_equal(got[key], value), key
+
+
+@pytest.fixture(autouse=True)
+def no_cache_from_the_environment(monkeypatch):
+  monkeypatch.delenv(row_cache.ENV, raising=False)
+
+
+@pytest.mark.parametrize('task', synthetic.TASKS)
+@pytest.mark.parametrize('split,multiple', [('train', 1), ('validation', 4)])
+def test_rows_read_back_are_the_rows_built(tmp_path, task, split, multiple):
+  built = source(task, split, multiple)
+  assert row_cache.build([(built, 70)], str(tmp_path)) == 70
+  cached = row_cache.read(source(task, split, multiple), str(tmp_path))
+  assert isinstance(cached, row_cache.Rows)
+  for indices in (range(0, 32), range(32, 70), [5, 3, 64, 0], range(60, 80), [69]):
+    assert_same(cached.stacked(list(indices)), built.stacked(list(indices)))
+  assert_same(cached[17], built[17])
+
+
+@pytest.mark.parametrize('key', [('associative_recall', 1, 'train'), ('passkey', 4, 'validation'),
+                                 ('niah_multikey', 1, 'train'), ('flip_flop', 4, 'train')])
+def test_cached_rows_hash_to_the_rows_recorded_runs_trained_on(tmp_path, key):
+  """The independent check: test_synthetic's digests of rows taken from the generators before
+  this cache existed."""
+  task, multiple, split = key
+  row_cache.build([(source(task, split, multiple), 20)], str(tmp_path))
+  cached = row_cache.read(source(task, split, multiple), str(tmp_path))
+  assert isinstance(cached, row_cache.Rows)
+  digest = hashlib.sha256()
+  for i in range(20):
+    row = cached[i]
+    for name in sorted(row):
+      value = np.asarray(row[name])
+      digest.update(f'{name} {value.dtype} {value.shape}'.encode())
+      digest.update(value.tobytes())
+  assert digest.hexdigest()[:16] == test_synthetic.ROW_DIGESTS[key]
+
+
+def test_batches_of_a_run_are_the_same_with_and_without_the_cache(tmp_path, monkeypatch):
+  """What a training run and its evaluation read (SyntheticTask.batches: this process's share,
+  its iterator state, a short last evaluation batch), and that the cached run builds no row
+  but the three each entry's opening checks."""
+  config = synthetic_config.get_config('associative_recall')
+  config.train.update(steps=6, batch_size=16)
+  config.data.synthetic.eval_examples = 40
+  task = tasks.for_config(config)
+  splits = pipeline.load_sources(config.data, ('train', 'validation'))
+  read = lambda split, **kw: list(itertools.islice(
+      task.batches(config, splits[split], None, **kw), 6))
+  plain = {'train': read('train', train=True), 'validation': read('validation', train=False),
+           'long': read('validation', train=False, seq_len=2 * config.data.seq_len)}
+  streams = row_cache.streams(config, ('validation',))
+  assert [(s.key, s.length, n) for s, n in streams] == [
+      ((0, 0, 0), 16, 96), ((0, 1), 16, 40), ((0, 1), 32, 40), ((0, 1), 64, 40),
+      ((0, 1), 128, 40)]
+  row_cache.build(streams, str(tmp_path))
+  generated = []
+  generate = synthetic.Source._generate
+  monkeypatch.setattr(synthetic.Source, '_generate',
+                      lambda self, i: generated.append(i) or generate(self, i))
+  monkeypatch.setenv(row_cache.ENV, str(tmp_path))
+  cached = {'train': read('train', train=True), 'validation': read('validation', train=False),
+            'long': read('validation', train=False, seq_len=2 * config.data.seq_len)}
+  assert len(generated) == 3 * 3  # Three rows checked as each of the three entries opens.
+  for name, batches in plain.items():
+    assert len(cached[name]) == len(batches)
+    for got, expected in zip(cached[name], batches):
+      assert_same(got, expected)
+
+
+def test_two_workers_write_the_entry_one_writes(tmp_path, monkeypatch):
+  monkeypatch.setattr(row_cache, 'CHUNK_ROWS', 40)  # Five chunks for the workers to share.
+  streams = [(source('niah_multikey'), 200), (source('copy'), 90)]
+  row_cache.build(streams, str(tmp_path / 'one'), workers=1)
+  row_cache.build(streams, str(tmp_path / 'two'), workers=2)
+  names = sorted(os.listdir(tmp_path / 'one'))
+  assert names == sorted(os.listdir(tmp_path / 'two')) and len(names) == 2
+  for name in names:
+    for array in row_cache.ARRAYS:
+      one = np.load(tmp_path / 'one' / name / f'{array}.npy')
+      assert np.array_equal(one, np.load(tmp_path / 'two' / name / f'{array}.npy'))
+
+
+@pytest.mark.parametrize('other', [
+    {'run_seed': 2}, {'split': 'validation'}, {'multiple': 2}, {'seed': 7}, {'num_queries': 3},
+    {'task': 'copy'}])
+def test_an_entry_serves_only_the_settings_it_was_built_for(tmp_path, other):
+  row_cache.build([(source(), 50)], str(tmp_path))
+  assert isinstance(row_cache.read(source(), str(tmp_path)), row_cache.Rows)
+  different = source(**other)
+  assert row_cache.digest(different) != row_cache.digest(source())
+  assert row_cache.read(different, str(tmp_path)) is different
+
+
+def test_changed_generator_code_is_another_entry(tmp_path, monkeypatch):
+  row_cache.build([(source(), 50)], str(tmp_path))
+  monkeypatch.setattr(row_cache, '_CODE', 'f' * 64)
+  fresh = source()
+  assert row_cache.read(fresh, str(tmp_path)) is fresh
+
+
+def _one_entry(tmp_path) -> str:
+  row_cache.build([(source(), 50)], str(tmp_path))
+  (name,) = os.listdir(tmp_path)
+  return str(tmp_path / name)
+
+
+@pytest.mark.parametrize('damage', ['generator', 'truncated', 'meta', 'settings'])
+def test_a_stale_or_damaged_entry_is_named_and_its_rows_built(tmp_path, monkeypatch, caplog,
+                                                              damage):
+  path = _one_entry(tmp_path)
+  if damage == 'generator':  # Code that changes rows without changing the modules' text.
+    recall = synthetic._GENERATORS['associative_recall']
+
+    def changed(rng, cfg, vocab, length):
+      tokens, spans, bucket = recall(rng, cfg, vocab, length)
+      return np.where(tokens == vocab.query, vocab.separator, tokens), spans, bucket
+    monkeypatch.setitem(synthetic._GENERATORS, 'associative_recall', changed)
+  elif damage == 'truncated':
+    with open(os.path.join(path, 'tokens.npy'), 'r+b') as f:
+      f.truncate(os.path.getsize(f.name) // 2)
+  elif damage == 'meta':
+    with open(os.path.join(path, 'meta.json'), 'w') as f:
+      f.write('{"count": ')
+  else:
+    with open(os.path.join(path, 'meta.json')) as f:
+      meta = json.load(f)
+    meta['describe']['cfg']['num_queries'] += 1
+    with open(os.path.join(path, 'meta.json'), 'w') as f:
+      json.dump(meta, f)
+  fresh = source()
+  with caplog.at_level(logging.WARNING, logger='roformer'):
+    assert row_cache.read(fresh, str(tmp_path)) is fresh
+  (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+  assert path in record.getMessage() and 'Fix: delete it' in record.getMessage()
+
+
+def test_a_build_cut_short_leaves_no_entry_and_is_cleared_by_the_next(tmp_path, monkeypatch):
+  monkeypatch.setattr(row_cache, 'CHUNK_ROWS', 20)
+  calls = []
+  chunk = row_cache._build_chunk
+
+  def fails_second(*args):
+    calls.append(args)
+    if len(calls) == 2:
+      raise OSError('No space left on device')
+    chunk(*args)
+  monkeypatch.setattr(row_cache, '_build_chunk', fails_second)
+  with pytest.raises(OSError):
+    row_cache.build([(source(), 60)], str(tmp_path))
+  fresh = source()
+  assert row_cache.read(fresh, str(tmp_path)) is fresh
+  (leftover,) = os.listdir(tmp_path)
+  assert '.tmp-' in leftover
+  os.rename(tmp_path / leftover, tmp_path / (leftover.rsplit('-', 1)[0] + '-999999999'))
+  monkeypatch.setattr(row_cache, '_build_chunk', chunk)
+  assert row_cache.build([(source(), 60)], str(tmp_path)) == 60
+  assert [n for n in os.listdir(tmp_path)] == [row_cache.digest(source())]
+
+
+def test_a_longer_stream_replaces_a_shorter_entry_and_a_shorter_one_is_not_built(tmp_path):
+  assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
+  assert row_cache.build([(source(), 20), (source(), 30)], str(tmp_path)) == 0
+  assert row_cache.build([(source(), 30), (source(), 50)], str(tmp_path)) == 50
+  cached = row_cache.read(source(), str(tmp_path))
+  assert cached.count == 50
+  assert_same(cached.stacked(range(40, 50)), source().stacked(range(40, 50)))
+
+
+def test_rows_hidden_in_text_have_no_streams():
+  config = synthetic_config.get_config('passkey')
+  config.data.synthetic.filler = 'text'
+  assert row_cache.streams(config) == []
+  config = synthetic_config.get_config('passkey')
+  config.data.name = 'shakespeare'
+  assert row_cache.streams(config) == []
