@@ -1,21 +1,25 @@
 """Tokens per second that the training data pipeline delivers, from text and from the token
-cache (config.data.token_cache), at the config's batch shape.
+cache (config.data.token_cache), or for a synthetic task from rows built in the loop and from
+the row cache a sweep fills (roformer/data/row_cache.py), at the config's batch shape.
 
   python scripts/data_throughput.py --config configs/lm.py --config.data.seq_len=512 \\
       --config.train.batch_size=8     # The medium preset's rows
   python scripts/data_throughput.py --config configs/mlm.py --config.data.name=files \\
       --config.data.files='DIR/*.jsonl.gz' --batches 400
+  python scripts/data_throughput.py --config configs/synthetic.py:niah_multikey
 
 For each form the script opens the train split and builds its training batches as train.py
-does (the task's own pipeline; the tokenizer and, for the token cache, the cached ids built
-first and not timed), takes `--warmup` batches, then times `--batches` more, in the calling
-thread as the training loop reads them: tokens/s counts the tokens that are not padding. No model runs; compare with the step's tokens/s
+does (the task's own pipeline; the tokenizer and, for the token cache or the row cache, the
+cached ids or rows built first and not timed), takes `--warmup` batches, then times
+`--batches` more, in the calling thread as the training loop reads them: tokens/s counts the
+tokens that are not padding. No model runs; compare with the step's tokens/s
 (scripts/benchmark.py) to see how far ahead of the model the pipeline is.
 """
 
 import json
 import os
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,6 +33,7 @@ from roformer import config_args
 from roformer import config_lib
 from roformer import tasks
 from roformer import workdir as workdir_lib
+from roformer.data import row_cache
 
 _CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Config file FILE[:ARG]; '
                               '--config.a.b=VALUE overrides its fields.')
@@ -37,9 +42,25 @@ _WARMUP = flags.DEFINE_integer('warmup', 10, 'Batches taken before the timing.')
 _OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
 
 
-def measure(config, token_cache: bool) -> dict:
-  config.data.token_cache = token_cache
+def measure(config, form: str) -> dict:
+  config.data.token_cache = form == 'token cache'
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',))
+  earlier = os.environ.pop(row_cache.ENV, None)
+  with tempfile.TemporaryDirectory() as rows:
+    if form == 'row cache':  # The training rows the timing reads, as a sweep builds them.
+      train = row_cache.streams(config, ())[0][0]
+      row_cache.build([(train, (_WARMUP.value + _BATCHES.value) * config.train.batch_size)],
+                      rows)
+      os.environ[row_cache.ENV] = rows
+    try:
+      return _timed(config, form, sources, tokenizer)
+    finally:
+      os.environ.pop(row_cache.ENV, None)
+      if earlier is not None:
+        os.environ[row_cache.ENV] = earlier
+
+
+def _timed(config, form: str, sources, tokenizer) -> dict:
   batches = iter(tasks.for_config(config).batches(config, sources['train'], tokenizer,
                                                    train=True))
   for _ in range(_WARMUP.value):
@@ -50,8 +71,9 @@ def measure(config, token_cache: bool) -> dict:
     segments = batch.get('targets_segment_ids', batch.get('inputs_segment_ids'))
     tokens += int((segments > 0).sum())
   seconds = time.perf_counter() - started
-  return {'form': 'token cache' if token_cache else 'text', 'batches': _BATCHES.value,
-          'tokens': tokens, 'seconds': round(seconds, 3), 'tokens_per_s': round(tokens / seconds)}
+  return {'form': form, 'batches': _BATCHES.value, 'tokens': tokens,
+          'seconds': round(seconds, 3), 'tokens_per_s': round(tokens / seconds),
+          'ms_per_batch': round(1e3 * seconds / _BATCHES.value, 3)}
 
 
 def main(argv):
@@ -59,11 +81,12 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config = config_args.load(_CONFIG.value, cli.overrides())
   config_lib.validate(config)
-  results = [measure(config, cache) for cache in (False, True)]
+  forms = ('built', 'row cache') if row_cache.streams(config, ()) else ('text', 'token cache')
+  results = [measure(config, form) for form in forms]
   print(f'{config.data.name}, rows of {config.data.seq_len} x {config.train.batch_size}:')
   for r in results:
-    print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s ({r['tokens']:,} tokens in "
-          f"{r['seconds']:.2f} s)")
+    print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s, {r['ms_per_batch']:.3f} ms a "
+          f"batch ({r['tokens']:,} tokens in {r['seconds']:.2f} s)")
   if _OUT.value:
     with open(_OUT.value, 'w', encoding='utf-8') as f:
       json.dump(results, f, indent=1)

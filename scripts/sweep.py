@@ -406,8 +406,6 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   share_accelerator(parallel)
   record_sweep(root, args.sweep, sweep)
   progress = Progress(len(sweep.points), parallel, work)
-  if not args.no_row_cache:
-    prepare_rows(sweep, groups, root, extra, len(sweeps.usable_cpus()), progress)
   # Each running group takes a set of cores of its own (none to take on an accelerator, with
   # --no_pin, or where the cores cannot be split among the processes).
   pinned = None if args.no_pin or on_accelerator() else sweeps.core_sets(
@@ -415,6 +413,8 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
                f' ({len(groups)} training processes, {parallel} at a time'
                f'{", each on its own cores" if pinned else ""})')
+  if not args.no_row_cache:
+    prepare_rows(sweep, groups, root, extra, len(sweeps.usable_cpus()), progress)
   # A point's event is set once its training has ended: the points that start from it train
   # while its own evaluations run.
   trained = {p.name: threading.Event() for p in sweep.points}

@@ -6,8 +6,11 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
 
 import numpy as np
+import processes
 import pytest
 
 import test_synthetic
@@ -16,6 +19,8 @@ from roformer import tasks
 from roformer.data import pipeline
 from roformer.data import row_cache
 from roformer.data import synthetic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def source(task='associative_recall', split='train', multiple=1, run_seed=1, **changes):
@@ -206,3 +211,18 @@ def test_rows_hidden_in_text_have_no_streams():
   config = synthetic_config.get_config('passkey')
   config.data.name = 'shakespeare'
   assert row_cache.streams(config) == []
+
+
+def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path):
+  """scripts/data_throughput.py's two forms for a synthetic task: the same rows, so the same
+  count of tokens that are not padding (copy's rows vary in length)."""
+  out = tmp_path / 'throughput.json'
+  done = subprocess.run(
+      [sys.executable, 'scripts/data_throughput.py', '--config', 'configs/synthetic.py:copy',
+       '--batches', '5', '--warmup', '2', '--out', str(out)], cwd=ROOT,
+      env=processes.env(devices=1), capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stdout + done.stderr
+  built, cached = json.loads(out.read_text())
+  assert (built['form'], cached['form']) == ('built', 'row cache')
+  assert built['tokens'] == cached['tokens'] < 5 * 32 * 32
+  assert 'ms a batch' in done.stdout

@@ -4,10 +4,11 @@ on them.
 A synthetic task's rows depend on the task's settings (config.data.synthetic), the split, the
 run seed (training rows only) and the length, never on the model: the length sweep's fourteen
 schemes train on the same rows seed by seed, and all its runs evaluate on the same rows. Built
-row by row in each run's own thread, they were about a quarter of an associative-recall step on
-the CPU and the whole pace of a multi-key group on a GPU, whose step takes the device a fraction
-of a millisecond (docs/performance.md). `build` makes each stream once, its chunks spread over
-worker processes; `read` serves a run's batches as slices of the memory-mapped arrays.
+row by row in each run's own thread, they were a sixth to a quarter of an associative-recall
+step on the CPU and set the pace of a multi-key group on a GPU, whose arithmetic is well under
+a millisecond of the device's (docs/performance.md). `build` makes each stream once, its chunks
+spread over worker processes; `read` serves a run's batches as slices of the memory-mapped
+arrays.
 
 A stream lives in DIRECTORY/DIGEST/ (`meta.json` and four .npy arrays), DIGEST hashing what
 the rows depend on plus the source of the modules that generate them, so another setting,
