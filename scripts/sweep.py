@@ -26,11 +26,11 @@ starts from); on a multi-host cluster add train.py's `--distributed` with
 
 import concurrent.futures
 import contextlib
-import concurrent.futures.process
 import dataclasses
 import os
 import queue
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -259,23 +259,32 @@ def prepare_rows(sweep, groups, root: str, extra_train, workers: int, progress) 
       if not sweeps.stages(sweep, point, os.path.join(root, point.name), extra_train):
         continue
       try:
-        config = point_config(sweep, point)
+        streams += row_cache.streams(point_config(sweep, point), sweep.eval_splits)
       except Exception:  # pylint: disable=broad-except  # Its train.py says why, by name.
         continue
-      streams += row_cache.streams(config, sweep.eval_splits)
-  if not streams:
-    return
+  directory = os.environ[row_cache.ENV]
   start = time.perf_counter()
   try:
-    built = row_cache.build(streams, os.environ[row_cache.ENV], workers)
-  except (OSError, concurrent.futures.process.BrokenProcessPool) as e:
-    progress.say(f'[sweep] the synthetic rows were not built beforehand ({e}); each run '
-                 'builds its own.')
+    streams = row_cache.missing(streams, directory)
+    if not streams:  # None to build: no directory is made.
+      return
+    os.makedirs(directory, exist_ok=True)
+    size, free = (sum(row_cache.entry_bytes(*s) for s in streams),
+                  shutil.disk_usage(directory).free)
+    if size > free // 2:  # Room is left for the runs' checkpoints and logs.
+      progress.say(f'[sweep] the synthetic rows were not built beforehand: they would take '
+                   f'{size / 2**30:.1f} GiB of the {free / 2**30:.1f} GiB free under '
+                   f'{directory}; each run builds its own.')
+      return
+    built = row_cache.build(streams, directory, workers)
+  except Exception as e:  # pylint: disable=broad-except  # The runs build their own rows.
+    progress.say(f'[sweep] the synthetic rows were not built beforehand ({type(e).__name__}: '
+                 f'{e}); each run builds its own.')
     return
   if built:
     progress.say(f'[sweep] {built:,} synthetic rows built in '
                  f'{logs.duration(time.perf_counter() - start)} on {workers} processes '
-                 f'({os.environ[row_cache.ENV]}), read by every run')
+                 f'({directory}), read by every run')
 
 
 def record_sweep(root: str, spec: str, sweep) -> None:
@@ -378,22 +387,25 @@ def main(argv=None) -> int:
             'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
   if not args.no_row_cache:
     shared[row_cache.ENV] = os.path.join(root, '.rows')
-  with child_environment(shared):
+  with child_environment(shared, unset=[row_cache.ENV] if args.no_row_cache else []):
     return run_sweep(args, sweep, groups, root, extra)
 
 
 @contextlib.contextmanager
-def child_environment(variables: dict):
-  """`variables` set in os.environ (which the children inherit) unless set already, and
-  removed again on leaving: a sweep run in-process leaves its caller's environment as it
-  was."""
-  added = {k: v for k, v in variables.items() if k not in os.environ}
-  os.environ.update(added)
+def child_environment(defaults: dict, unset=()):
+  """os.environ (which the children inherit) with `defaults` set where not set already and
+  `unset` removed, as it was again on leaving: a sweep run in-process leaves its caller's
+  environment alone."""
+  before = dict(os.environ)
+  for key in unset:
+    os.environ.pop(key, None)
+  for key, value in defaults.items():
+    os.environ.setdefault(key, value)
   try:
     yield
   finally:
-    for key in added:
-      os.environ.pop(key, None)
+    os.environ.clear()
+    os.environ.update(before)
 
 
 def run_sweep(args, sweep, groups, root: str, extra) -> int:

@@ -1,6 +1,7 @@
 """roformer/data/row_cache.py: rows read back are the rows built, an entry serves only the
 settings it was built for, and a damaged or stale entry is named and left unread."""
 
+import fcntl
 import hashlib
 import itertools
 import json
@@ -105,6 +106,23 @@ def test_batches_of_a_run_are_the_same_with_and_without_the_cache(tmp_path, monk
       assert_same(got, expected)
 
 
+def test_ids_past_two_bytes_and_empty_or_negative_indices_read_as_built(tmp_path):
+  """A vocabulary over 65,536 ids keeps its tokens in int32; no rows, and a negative index (no
+  row: the generator refuses it), are the generator's too."""
+  built = source('copy', num_symbols=70_000)
+  assert built.vocab.vocab_size > 2**16
+  row_cache.build([(built, 40)], str(tmp_path))
+  cached = row_cache.read(source('copy', num_symbols=70_000), str(tmp_path))
+  assert cached.arrays['tokens'].dtype == np.int32
+  batch = cached.stacked(range(40))
+  assert batch['inputs'].max() > 2**16
+  assert_same(batch, built.stacked(range(40)))
+  assert_same(cached.stacked([]), built.stacked([]))
+  for rows in (cached, built):
+    with pytest.raises(ValueError):
+      rows.stacked([3, -1])
+
+
 def test_two_workers_write_the_entry_one_writes(tmp_path, monkeypatch):
   monkeypatch.setattr(row_cache, 'CHUNK_ROWS', 40)  # Five chunks for the workers to share.
   streams = [(source('niah_multikey'), 200), (source('copy'), 90)]
@@ -142,7 +160,7 @@ def _one_entry(tmp_path) -> str:
   return str(tmp_path / name)
 
 
-@pytest.mark.parametrize('damage', ['generator', 'truncated', 'meta', 'settings'])
+@pytest.mark.parametrize('damage', ['generator', 'truncated', 'empty', 'meta', 'settings'])
 def test_a_stale_or_damaged_entry_is_named_and_its_rows_built(tmp_path, monkeypatch, caplog,
                                                               damage):
   path = _one_entry(tmp_path)
@@ -156,6 +174,8 @@ def test_a_stale_or_damaged_entry_is_named_and_its_rows_built(tmp_path, monkeypa
   elif damage == 'truncated':
     with open(os.path.join(path, 'tokens.npy'), 'r+b') as f:
       f.truncate(os.path.getsize(f.name) // 2)
+  elif damage == 'empty':
+    open(os.path.join(path, 'weights.npy'), 'w').close()
   elif damage == 'meta':
     with open(os.path.join(path, 'meta.json'), 'w') as f:
       f.write('{"count": ')
@@ -168,11 +188,12 @@ def test_a_stale_or_damaged_entry_is_named_and_its_rows_built(tmp_path, monkeypa
   fresh = source()
   with caplog.at_level(logging.WARNING, logger='roformer'):
     assert row_cache.read(fresh, str(tmp_path)) is fresh
+    assert row_cache.read(fresh, str(tmp_path)) is fresh  # Said once in a process.
   (record,) = [r for r in caplog.records if r.levelno == logging.WARNING]
   assert path in record.getMessage() and 'Fix: delete it' in record.getMessage()
 
 
-def test_a_build_cut_short_leaves_no_entry_and_is_cleared_by_the_next(tmp_path, monkeypatch):
+def test_a_build_that_fails_leaves_no_entry_and_no_temporary_one(tmp_path, monkeypatch):
   monkeypatch.setattr(row_cache, 'CHUNK_ROWS', 20)
   calls = []
   chunk = row_cache._build_chunk
@@ -187,12 +208,31 @@ def test_a_build_cut_short_leaves_no_entry_and_is_cleared_by_the_next(tmp_path, 
     row_cache.build([(source(), 60)], str(tmp_path))
   fresh = source()
   assert row_cache.read(fresh, str(tmp_path)) is fresh
-  (leftover,) = os.listdir(tmp_path)
-  assert '.tmp-' in leftover
-  os.rename(tmp_path / leftover, tmp_path / (leftover.rsplit('-', 1)[0] + '-999999999'))
-  monkeypatch.setattr(row_cache, '_build_chunk', chunk)
-  assert row_cache.build([(source(), 60)], str(tmp_path)) == 60
-  assert [n for n in os.listdir(tmp_path)] == [row_cache.digest(source())]
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_killed_builds_temporary_entry_is_removed_and_a_running_ones_kept(tmp_path):
+  killed, running = tmp_path / 'a.tmp-killed', tmp_path / 'b.tmp-running'
+  for path in (killed, running):
+    path.mkdir()
+    (path / row_cache.LOCK).touch()
+  with open(running / row_cache.LOCK, 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # As the build writing it holds it.
+    assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
+    assert sorted(os.listdir(tmp_path)) == sorted([row_cache.digest(source()), running.name])
+
+
+def test_an_entry_another_process_put_in_place_first_is_kept(tmp_path, monkeypatch):
+  run = row_cache._run
+
+  def another_process_wins(jobs, workers):
+    run(jobs, workers)
+    monkeypatch.setattr(row_cache, '_run', run)
+    assert row_cache.build([(source(), 40)], str(tmp_path)) == 40  # The other build.
+  monkeypatch.setattr(row_cache, '_run', another_process_wins)
+  assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
+  assert os.listdir(tmp_path) == [row_cache.digest(source())]
+  assert row_cache.read(source(), str(tmp_path)).count == 40
 
 
 def test_a_longer_stream_replaces_a_shorter_entry_and_a_shorter_one_is_not_built(tmp_path):

@@ -751,12 +751,13 @@ def test_a_run_resumed_with_more_steps_is_finished_at_its_new_last_step(tmp_path
   assert not sweeps.trained(str(workdir))
 
 
-@pytest.mark.parametrize('cache', [True, False])
-def test_a_sweeps_rows_are_built_once_beforehand_unless_it_is_told_not_to(tmp_path, monkeypatch,
-                                                                         cache):
+@pytest.mark.parametrize('case', ['cache', 'no_row_cache', 'full_disk'])
+def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_disk(
+    tmp_path, monkeypatch, capsys, case):
   """Two schemes of one task (the smoke's one seed) read the same five streams, training rows
-  and validation rows at 1x-8x: each is built once before any run starts, or with
-  --no_row_cache not at all, the children then building their own."""
+  and validation rows at 1x-8x: each is built once before any run starts; not at all with
+  --no_row_cache, or where they would take over half the free disk (said in one line), the
+  children then building their own."""
   seen = []
 
   def fake_call(command, cores=None, **kwargs):
@@ -768,11 +769,20 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_it_is_told_not_to(tmp_pa
   root = str(tmp_path / 'sweep')
   args = ['--sweep', 'configs/sweeps/length.py:smoke,copy,rope,alibi', '--workdir', root]
   sweep = sweeps.load('configs/sweeps/length.py:smoke,copy,rope,alibi')
-  assert sweep_script.main(args + ([] if cache else ['--no_row_cache'])) == 1
+  if case == 'full_disk':
+    free = 20 * 2**10  # The five streams take 16.4 KiB.
+    monkeypatch.setattr(sweep_script.shutil, 'disk_usage',
+                        lambda path: shutil._ntuple_diskusage(10 * free, 9 * free, free))
+  assert sweep_script.main(args + (['--no_row_cache'] if case == 'no_row_cache' else [])) == 1
   assert len(seen) == 2  # One training process per scheme.
   rows = os.path.join(root, '.rows')
-  if not cache:
+  if case == 'no_row_cache':
     assert seen == [None, None] and not os.path.exists(rows)
+    return
+  if case == 'full_disk':
+    assert seen == [rows, rows] and os.listdir(rows) == []
+    assert 'the synthetic rows were not built beforehand: they would take' in (
+        capsys.readouterr().out)
     return
   assert seen == [rows, rows]
   streams = [s for p in sweep.points
@@ -781,3 +791,39 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_it_is_told_not_to(tmp_pa
   assert len({row_cache.digest(s) for s, _ in streams}) == len(os.listdir(rows)) == 5
   for s, count in streams:
     assert row_cache.read(s, rows).count == count
+
+
+@pytest.mark.parametrize('no_row_cache', [False, True])
+def test_a_point_whose_rows_cannot_be_built_is_left_to_its_run_and_the_environment_restored(
+    tmp_path, monkeypatch, no_row_cache):
+  """One point's settings cannot make a row (copy's min_length over what a row holds): the
+  sweep still builds the other point's rows and starts both runs (the bad one then fails by
+  name in its own train.py). A caller's ROFORMER_ROW_CACHE is what the children see unless
+  --no_row_cache, which unsets it for them; either way os.environ is as it was afterwards."""
+  spec = write_sweep(tmp_path, f"""
+def get_sweep(arg=''):
+  return {{'config': 'configs/synthetic.py:copy', 'overrides': {length_sweep.SMOKE_OVERRIDES!r},
+          'points': [{{'name': 'good'}}, {{'name': 'bad', 'data.synthetic.min_length': 100}}]}}
+""")
+  elsewhere = str(tmp_path / 'elsewhere')
+  monkeypatch.setenv(row_cache.ENV, elsewhere)
+  before = dict(os.environ)
+  seen = []
+
+  def fake_call(command, cores=None, **kwargs):
+    del cores, kwargs
+    seen.append((command[1], os.environ.get(row_cache.ENV)))
+    return 1
+
+  monkeypatch.setattr(sweeps, 'call', fake_call)
+  root = str(tmp_path / 'sweep')
+  assert sweep_script.main(['--sweep', spec, '--workdir', root] +
+                           (['--no_row_cache'] if no_row_cache else [])) == 1
+  assert dict(os.environ) == before
+  assert seen == [('train.py', None if no_row_cache else elsewhere)] * 2
+  if not no_row_cache:  # The good point's training rows; validation and test at 1x-8x.
+    entries = os.listdir(elsewhere)
+    assert len(entries) == 9
+    for entry in entries:
+      with open(os.path.join(elsewhere, entry, 'meta.json')) as f:
+        assert json.load(f)['describe']['cfg']['min_length'] != 100

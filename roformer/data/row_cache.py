@@ -11,12 +11,14 @@ spread over worker processes; `read` serves a run's batches as slices of the mem
 arrays.
 
 A stream lives in DIRECTORY/DIGEST/ (`meta.json` and four .npy arrays), DIGEST hashing what
-the rows depend on plus the source of the modules that generate them, so another setting,
-length or seed, or changed generator code, is another entry and never served. Opening an entry
-also rebuilds three of its rows and compares them. Rows past what an entry holds are built as
-without a cache, so a run never depends on one: scripts/sweep.py fills WORKDIR/.rows before
-its runs start and points them to it with ROFORMER_ROW_CACHE; without the variable nothing
-here is read. An entry is written under a temporary name and renamed into place whole.
+the rows depend on plus the source of the modules that generate them and numpy's version, so
+another setting, length or seed, or changed generator code, is another entry and never served.
+Opening an entry also rebuilds three of its rows and compares them; an entry that fails to open
+or to compare is named in one warning and its rows are built. Rows past what an entry holds are
+built as without a cache, so a run never depends on one: scripts/sweep.py fills WORKDIR/.rows
+before its runs start and points them to it with ROFORMER_ROW_CACHE; without the variable
+nothing here is read. An entry is written in a temporary directory of its own, under a lock
+that tells a later build it is still being written, and renamed into place whole.
 
 Not grain's ArrayRecord (roformer/data/cache.py holds tokenized corpora in it): these rows are
 fixed-size arrays, and a batch is one slice of them, where a record file would decode each
@@ -24,12 +26,15 @@ row.
 """
 
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
@@ -42,16 +47,19 @@ ENV = 'ROFORMER_ROW_CACHE'
 FORMAT = 1
 CHUNK_ROWS = 4096  # Rows a worker builds at a time: a fraction of a second for every task.
 ARRAYS = ('tokens', 'lengths', 'weights', 'bucket')
+LOCK = 'building.lock'  # In a temporary entry: held by the build writing it.
 
 log = logging.getLogger('roformer')
-_announced = set()
+_announced, _unused = set(), set()  # Entries read, and not read, in this process.
+_SPLITS = {i: name for name, i in synthetic.SPLIT_IDS.items()}
 
 
 def _code_digest() -> str:
-  """Digest of the modules whose code decides the rows."""
-  h = hashlib.sha256()
-  for module in (synthetic, ruler, tokenizer_lib):
-    with open(module.__file__, 'rb') as f:
+  """Digest of what decides the rows and their layout here: the generators' modules, this one,
+  and numpy's version (its random streams may change between versions)."""
+  h = hashlib.sha256(np.__version__.encode())
+  for path in (synthetic.__file__, ruler.__file__, tokenizer_lib.__file__, __file__):
+    with open(path, 'rb') as f:
       h.update(f.read())
   return h.hexdigest()
 
@@ -136,7 +144,12 @@ def read(source: synthetic.Source, directory: str | None = None):
   if not directory:
     return source
   path = os.path.join(directory, digest(source))
+  if path in _unused:
+    return source
   if not os.path.isdir(path):
+    _unused.add(path)
+    log.info('Rows of synthetic/%s %s at length %d: no entry in %s; built in this run.',
+             source.task, _SPLITS[source.key[1]], source.length, directory)
     return source
   try:
     with open(os.path.join(path, 'meta.json'), encoding='utf-8') as f:
@@ -150,15 +163,15 @@ def read(source: synthetic.Source, directory: str | None = None):
       built, cached = source.stacked([index]), rows.stacked([index])
       if any(not np.array_equal(built[key], cached[key]) for key in built):
         raise ValueError(f'its row {index} differs from the one the generator builds')
-  except (OSError, ValueError, KeyError, TypeError) as e:
-    log.warning('Row cache %s is not used (%s); its rows are built instead. Fix: delete it '
-                "(rm -rf '%s'); a sweep writes it again.", path, e, path)
+  except Exception as e:  # pylint: disable=broad-except  # Any damage: the rows are built.
+    _unused.add(path)
+    log.warning('Row cache %s is not used (%s: %s); its rows are built instead. Fix: delete it '
+                "(rm -rf '%s'); a sweep writes it again.", path, type(e).__name__, e, path)
     return source
   if path not in _announced:  # Once per process: validation opens its source every time.
     _announced.add(path)
     log.info('Rows of synthetic/%s %s at length %d: the first %d read from %s.', source.task,
-             {0: 'train', 1: 'validation', 2: 'test'}[source.key[1]], source.length,
-             rows.count, path)
+             _SPLITS[source.key[1]], source.length, rows.count, path)
   return rows
 
 
@@ -180,16 +193,39 @@ def _allocate(source: synthetic.Source, path: str, count: int) -> None:
 
 
 def _remove_abandoned(directory: str) -> None:
-  """Removes temporary entries whose writing process has ended (a build cut short)."""
+  """Removes temporary entries that no build holds the lock of (a build cut short)."""
   for name in os.listdir(directory):
-    if '.tmp-' not in name:
-      continue
-    try:
-      os.kill(int(name.rsplit('-', 1)[1]), 0)
-    except (ProcessLookupError, ValueError):
-      shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
-    except PermissionError:
-      pass  # Another user's live process.
+    path = os.path.join(directory, name)
+    if '.tmp-' not in name or not os.path.exists(os.path.join(path, LOCK)):
+      continue  # Not a temporary entry, or one whose build is just starting.
+    with open(os.path.join(path, LOCK), 'a', encoding='utf-8') as lock:
+      try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError:
+        continue  # Its build is running.
+      shutil.rmtree(path, ignore_errors=True)
+
+
+def entry_bytes(source: synthetic.Source, count: int) -> int:
+  """The bytes an entry of `count` rows of `source` takes on disk (headers aside)."""
+  return count * ((source.length + 1) * _dtype(source).itemsize + source.length + 8)
+
+
+def distinct(streams) -> list:
+  """`streams` with one (source, count) per entry: the most rows asked of each."""
+  most = {}
+  for source, count in streams:
+    name = digest(source)
+    if count > most.get(name, (None, 0))[1]:
+      most[name] = (source, count)
+  return list(most.values())
+
+
+def missing(streams, directory: str) -> list:
+  """The (source, count) of `streams` (one each, `distinct`) that `directory` holds no entry
+  of `count` rows or more for."""
+  return [(source, count) for source, count in distinct(streams)
+          if count > _count(os.path.join(directory, digest(source)))]
 
 
 def build(streams, directory: str, workers: int = 1) -> int:
@@ -198,46 +234,64 @@ def build(streams, directory: str, workers: int = 1) -> int:
   processes (1: in this one). Returns the rows built."""
   os.makedirs(directory, exist_ok=True)
   _remove_abandoned(directory)
-  todo = {}
-  for source, count in streams:
-    name = digest(source)
-    final = os.path.join(directory, name)
-    if count <= 0 or count <= _count(final) or count <= todo.get(name, (None, 0))[1]:
-      continue
-    todo[name] = (source, count)
+  todo = {digest(source): (source, count) for source, count in missing(streams, directory)}
   if not todo:
     return 0
-  pending = []
-  for name, (source, count) in todo.items():
-    path = os.path.join(directory, f'{name}.tmp-{os.getpid()}')
-    shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(path)
-    _allocate(source, path, count)
-    pending += [(source, path, start, min(start + CHUNK_ROWS, count))
-                for start in range(0, count, CHUNK_ROWS)]
-  workers = min(workers, len(pending))
-  if workers > 1:
-    # Spawned, not forked: the caller may hold threads (a sweep's, JAX's) that a fork copies
-    # in whatever state they are.
-    with concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context('spawn')) as pool:
-      for future in [pool.submit(_build_chunk, *job) for job in pending]:
-        future.result()
-  else:
-    for job in pending:
-      _build_chunk(*job)
-  for name, (source, count) in todo.items():
-    path = os.path.join(directory, f'{name}.tmp-{os.getpid()}')
-    with open(os.path.join(path, 'meta.json'), 'w', encoding='utf-8') as f:
-      json.dump({'describe': describe(source), 'count': count}, f, default=str)
-    final = os.path.join(directory, name)
-    if os.path.isdir(final):  # A shorter entry, or one another process wrote meanwhile.
-      if _count(final) >= count:
-        shutil.rmtree(path)
-        continue
-      shutil.rmtree(final)
-    os.rename(path, final)
+  with contextlib.ExitStack() as stack:
+    paths, pending = {}, []
+    for name, (source, count) in todo.items():
+      paths[name] = path = tempfile.mkdtemp(prefix=f'{name}.tmp-', dir=directory)
+      lock = stack.enter_context(open(os.path.join(path, LOCK), 'w', encoding='utf-8'))
+      fcntl.flock(lock, fcntl.LOCK_EX)  # Held until the entry is in place or given up.
+      _allocate(source, path, count)
+      pending += [(source, path, start, min(start + CHUNK_ROWS, count))
+                  for start in range(0, count, CHUNK_ROWS)]
+    try:
+      _run(pending, workers)
+      for name, (source, count) in todo.items():
+        _put_in_place(paths[name], os.path.join(directory, name), source, count)
+    finally:
+      for path in paths.values():
+        shutil.rmtree(path, ignore_errors=True)  # Whatever was not put in place.
   return sum(count for _, count in todo.values())
+
+
+def _run(jobs, workers: int) -> None:
+  workers = min(workers, len(jobs))
+  if workers <= 1:
+    for job in jobs:
+      _build_chunk(*job)
+    return
+  # Spawned, not forked: the caller may hold threads (a sweep's, JAX's) that a fork copies in
+  # whatever state they are.
+  with concurrent.futures.ProcessPoolExecutor(
+      workers, mp_context=multiprocessing.get_context('spawn')) as pool:
+    futures = [pool.submit(_build_chunk, *job) for job in jobs]
+    try:
+      for future in futures:
+        future.result()
+    except BaseException:
+      pool.shutdown(cancel_futures=True)
+      raise
+
+
+def _put_in_place(path: str, final: str, source: synthetic.Source, count: int) -> None:
+  """Renames the finished temporary entry `path` to `final`, its files on disk first; an entry
+  another process put there meanwhile is kept if it holds as many rows."""
+  with open(os.path.join(path, 'meta.json'), 'w', encoding='utf-8') as f:
+    json.dump({'describe': describe(source), 'count': count}, f, default=str)
+  os.remove(os.path.join(path, LOCK))  # Its lock stays held until build returns.
+  for name in os.listdir(path):
+    with open(os.path.join(path, name), 'rb') as f:
+      os.fsync(f.fileno())
+  if _count(final) >= count:
+    return
+  shutil.rmtree(final, ignore_errors=True)  # A shorter entry (readers keep their maps).
+  try:
+    os.rename(path, final)
+  except OSError:
+    if _count(final) < count:  # Not another process's entry: a real failure.
+      raise
 
 
 def _count(path: str) -> int:
@@ -252,12 +306,15 @@ def _count(path: str) -> int:
 def streams(config, eval_splits=('validation', 'test')) -> list:
   """The (source, rows) a run of `config` reads, when its data is a synthetic task in the
   task's own words: its training rows (steps x batch), the validation rows at the training
-  length, and each split of `eval_splits` at every evaluation length. [] otherwise."""
+  length, and each split of `eval_splits` at every evaluation length. [] otherwise. Settings
+  no row can be built with are a ConfigError (synthetic.validate), as in the run."""
   task = synthetic.task_name(config.data)
   if task is None or passkey_text.reads_text(config.data.synthetic):
     return []
   split = lambda name: synthetic.Split(config.data.synthetic, task, name)
   seq_len = config.data.seq_len
+  synthetic.validate(task, config.data.synthetic, seq_len,
+                     seq_len * max(config.eval.length_multipliers, default=1))
   out = [(synthetic.Source(split('train'), seq_len, config.seed),
           config.train.steps * config.train.batch_size)]
   lengths = {'validation': {seq_len}}
