@@ -16,6 +16,9 @@
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
 #   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
+#      `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three multi-key
+#      seeds with a model of width 8, rows built in the loop and read from the row cache: how
+#      many group steps a second the host can drive;
 #   7. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
 #      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory (SWEEP_DIR,
@@ -32,7 +35,8 @@
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm lm125 point suite sweep; TESTS=-k...)
+#       (some of: env tests rope bench packed levers lm lm125 point suite grouprate sweep;
+#       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
 set -u
@@ -119,6 +123,12 @@ timeout "${POINT_LIMIT:-150}" $PY train.py --config "configs/synthetic.py:$SWEEP
 timeout "${POINT_EVAL_LIMIT:-150}" $PY eval.py --workdir /tmp/point_gpu 2>&1 | grep -v '^I1\|^W1' | tail -12 >> "$OUT/point.log"
 echo "eval.py exit ${PIPESTATUS[0]} (124: stopped by its time limit)" >> "$OUT/point.log"
 echo "$(( $(date +%s) - start )) s in all" | tee -a "$OUT/point.log"; tail -14 "$OUT/point.log"
+fi
+
+if want grouprate; then
+stage "a multi-key group with a model too small to cost anything: the loop's ceiling"
+timeout "${GROUPRATE_LIMIT:-240}" $PY scripts/group_rate.py --out "$OUT/group_rate.json" 2>&1 \
+    | grep -v '^I1\|^W1' | tail -3 | tee "$OUT/group_rate.log"
 fi
 
 if want suite; then

@@ -266,3 +266,19 @@ def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path)
   assert (built['form'], cached['form']) == ('built', 'row cache')
   assert built['tokens'] == cached['tokens'] < 5 * 32 * 32
   assert 'ms a batch' in done.stdout
+
+
+def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(tmp_path):
+  out = tmp_path / 'rate.json'
+  done = subprocess.run(
+      [sys.executable, 'scripts/group_rate.py', '--config', 'configs/synthetic.py:copy',
+       '--steps', '30', '--config.train.log_every=10', '--config.train.batch_size=8',
+       '--config.train.warmup_steps=5',
+       '--seeds', '0,1', '--out', str(out)], cwd=ROOT, env=processes.env(devices=1),
+      capture_output=True, text=True, check=False)
+  assert done.returncode == 0, done.stdout + done.stderr
+  built, cached = json.loads(out.read_text())
+  assert (built['form'], cached['form']) == ('built', 'row cache')
+  for result in (built, cached):
+    assert result['intervals'] == 2 and 0 < result['low'] <= result['steps_per_s']
+  assert 'group steps/s' in done.stdout

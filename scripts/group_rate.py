@@ -1,0 +1,99 @@
+"""How fast this host drives a group of seeds in one vmapped step, with the model made too small
+to cost anything: the loop's ceiling, with the rows built in the loop and read from the row
+cache (roformer/data/row_cache.py).
+
+  python scripts/group_rate.py                                   # multi-key retrieval, 3 seeds
+  python scripts/group_rate.py --config configs/synthetic.py:associative_recall --steps 400
+
+A sweep's group on an accelerator runs at the least of its device step and this rate (the
+batches, their transfer, the launch and the loop's bookkeeping, with one tiny model's step
+beside them; on the CPU that model's step is computed here too, so the rate is a lower bound of
+the ceiling). Each form trains `--seeds` as one group for `--steps` steps (vmapped, as on an
+accelerator) in a temporary directory, with the model set to one layer of width 8, and prints
+the group's steps per second over the log intervals after the first (its median and range). The
+config's batch shape, task and steps between log lines are kept.
+"""
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=wrong-import-position
+from absl import app
+from absl import flags
+
+from roformer import cli
+from roformer import config_args
+from roformer import config_lib
+from roformer import errors
+from roformer import loop
+from roformer import sweeps
+from roformer.data import row_cache
+
+_CONFIG = flags.DEFINE_string('config', 'configs/synthetic.py:niah_multikey',
+                              'Config file FILE[:ARG] of a synthetic task; --config.a.b=VALUE '
+                              'overrides its fields.')
+_SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'The group\'s seeds.')
+_STEPS = flags.DEFINE_integer('steps', 600, 'Steps per form.')
+_OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
+
+TINY = {'d_model': 8, 'num_heads': 1, 'd_ff': 8, 'num_layers': 1}
+
+
+def measure(config, seeds, cached: bool) -> dict:
+  earlier = os.environ.pop(row_cache.ENV, None)
+  with tempfile.TemporaryDirectory() as root:
+    if cached:
+      streams = []
+      for seed in seeds:
+        member = config.copy_and_resolve_references()
+        member.seed = seed
+        streams += row_cache.streams(member, ())[:1]  # Its training rows.
+      row_cache.build(streams, os.path.join(root, 'rows'), len(sweeps.usable_cpus()))
+      os.environ[row_cache.ENV] = os.path.join(root, 'rows')
+    try:
+      loop.train_seeds(config, os.path.join(root, 'seed={seed}'), seeds, vmapped=True)
+    finally:
+      os.environ.pop(row_cache.ENV, None)
+      if earlier is not None:
+        os.environ[row_cache.ENV] = earlier
+    with open(os.path.join(root, f'seed={seeds[0]}', 'metrics.jsonl'), encoding='utf-8') as f:
+      rates = [r['steps_per_sec'] for r in map(json.loads, f)
+               if r.get('split') == 'train' and 'steps_per_sec' in r][1:]
+  return {'form': 'row cache' if cached else 'built', 'steps_per_s': statistics.median(rates),
+          'low': min(rates), 'high': max(rates), 'intervals': len(rates)}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config = config_args.load(_CONFIG.value, cli.overrides())
+  config.model.update(TINY)
+  config.train.update(steps=_STEPS.value, eval_every=10 * _STEPS.value,
+                      checkpoint_every=10 * _STEPS.value)
+  config_lib.validate(config)
+  if not row_cache.streams(config, ()):
+    raise errors.ConfigError(f'--config={_CONFIG.value} is not a synthetic task in its own '
+                             "words (config.data.name='synthetic/TASK'): no rows to cache.")
+  if _STEPS.value < 3 * config.train.log_every:
+    raise errors.ConfigError(f'--steps={_STEPS.value} leaves fewer than two log intervals of '
+                             f'{config.train.log_every} steps after the first. Fix: --steps='
+                             f'{3 * config.train.log_every} or more.')
+  seeds = [int(s) for s in _SEEDS.value]
+  results = [measure(config, seeds, cached) for cached in (False, True)]
+  print(f'{config.data.name}: {len(seeds)} seeds of {config.train.batch_size} rows of '
+        f'{config.data.seq_len}, vmapped, model {TINY}:')
+  for r in results:
+    print(f"  {r['form']:>9}: {r['steps_per_s']:.1f} group steps/s ({r['low']:.1f}-"
+          f"{r['high']:.1f} over {r['intervals']} log intervals)")
+  if _OUT.value:
+    with open(_OUT.value, 'w', encoding='utf-8') as f:
+      json.dump(results, f, indent=1)
+
+
+if __name__ == '__main__':
+  cli.run(main, config_overrides=True)
