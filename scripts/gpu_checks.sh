@@ -15,11 +15,11 @@
 #      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
-#   6. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
-#      `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three multi-key
-#      seeds with a model of width 8, rows built in the loop and read from the row cache: how
-#      many group steps a second the host can drive;
-#   7. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
+#   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
+#      multi-key seeds with a model of width 8, rows built in the loop and read from the row
+#      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
+#   7. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
+#   8. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
 #      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory (SWEEP_DIR,
 #      default /tmp/sweep_gpu; one brought along resumes) comes back with each run's newest
@@ -127,8 +127,10 @@ fi
 
 if want grouprate; then
 stage "a multi-key group with a model too small to cost anything: the loop's ceiling"
-timeout "${GROUPRATE_LIMIT:-240}" $PY scripts/group_rate.py --out "$OUT/group_rate.json" 2>&1 \
-    | grep -v '^I1\|^W1' | tail -3 | tee "$OUT/group_rate.log"
+timeout "${GROUPRATE_LIMIT:-240}" $PY scripts/group_rate.py --out "$OUT/group_rate.json" \
+    > "$OUT/group_rate.log" 2>&1
+echo "group_rate.py exit $? (124: stopped by its time limit)" >> "$OUT/group_rate.log"
+grep -v '^I1\|^W1' "$OUT/group_rate.log" | tail -4
 fi
 
 if want suite; then

@@ -57,6 +57,9 @@ def measure(config, seeds, cached: bool) -> dict:
       os.environ[row_cache.ENV] = os.path.join(root, 'rows')
     try:
       loop.train_seeds(config, os.path.join(root, 'seed={seed}'), seeds, vmapped=True)
+      if cached and not any(os.path.basename(path) == row_cache.digest(s)
+                            for s, _ in streams for path in row_cache.entries_read()):
+        raise RuntimeError('the timed run did not read the row cache it was given')
     finally:
       os.environ.pop(row_cache.ENV, None)
       if earlier is not None:
@@ -71,19 +74,26 @@ def measure(config, seeds, cached: bool) -> dict:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    seeds = [int(s) for s in _SEEDS.value]
+  except ValueError:
+    seeds = []
+  if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    raise errors.ConfigError(f'--seeds={",".join(_SEEDS.value)}: give distinct seeds, whole '
+                             'numbers of 0 or more. Fix: e.g. --seeds=0,1,2.')
   config = config_args.load(_CONFIG.value, cli.overrides())
+  if _STEPS.value < 3 * config.train.log_every:
+    raise errors.ConfigError(f'--steps={_STEPS.value} leaves fewer than two log intervals of '
+                             f'config.train.log_every={config.train.log_every} steps after the '
+                             f'first. Fix: --steps={3 * config.train.log_every} or more.')
   config.model.update(TINY)
   config.train.update(steps=_STEPS.value, eval_every=10 * _STEPS.value,
-                      checkpoint_every=10 * _STEPS.value)
+                      checkpoint_every=10 * _STEPS.value,
+                      warmup_steps=min(config.train.warmup_steps, _STEPS.value))
   config_lib.validate(config)
   if not row_cache.streams(config, ()):
     raise errors.ConfigError(f'--config={_CONFIG.value} is not a synthetic task in its own '
                              "words (config.data.name='synthetic/TASK'): no rows to cache.")
-  if _STEPS.value < 3 * config.train.log_every:
-    raise errors.ConfigError(f'--steps={_STEPS.value} leaves fewer than two log intervals of '
-                             f'{config.train.log_every} steps after the first. Fix: --steps='
-                             f'{3 * config.train.log_every} or more.')
-  seeds = [int(s) for s in _SEEDS.value]
   results = [measure(config, seeds, cached) for cached in (False, True)]
   print(f'{config.data.name}: {len(seeds)} seeds of {config.train.batch_size} rows of '
         f'{config.data.seq_len}, vmapped, model {TINY}:')

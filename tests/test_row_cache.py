@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import processes
@@ -154,6 +155,18 @@ def test_changed_generator_code_is_another_entry(tmp_path, monkeypatch):
   assert row_cache.read(fresh, str(tmp_path)) is fresh
 
 
+def test_the_code_key_follows_numpys_version_and_this_modules_source(tmp_path, monkeypatch):
+  code = row_cache._code_digest()
+  assert code == row_cache._CODE
+  monkeypatch.setattr(np, '__version__', np.__version__ + '.post1')
+  assert row_cache._code_digest() != code
+  monkeypatch.undo()
+  changed = tmp_path / 'row_cache.py'
+  changed.write_text(open(row_cache.__file__).read() + '\nFORMAT = FORMAT\n')
+  monkeypatch.setattr(row_cache, '__file__', str(changed))
+  assert row_cache._code_digest() != code
+
+
 def _one_entry(tmp_path) -> str:
   row_cache.build([(source(), 50)], str(tmp_path))
   (name,) = os.listdir(tmp_path)
@@ -212,14 +225,21 @@ def test_a_build_that_fails_leaves_no_entry_and_no_temporary_one(tmp_path, monke
 
 
 def test_a_killed_builds_temporary_entry_is_removed_and_a_running_ones_kept(tmp_path):
+  """Killed: its lock file is there and free, or it has none an hour on. Running: its lock is
+  held, or it has none yet (and the cleaner makes none)."""
   killed, running = tmp_path / 'a.tmp-killed', tmp_path / 'b.tmp-running'
-  for path in (killed, running):
+  old, young = tmp_path / 'c.tmp-unlocked-old', tmp_path / 'd.tmp-unlocked-young'
+  for path in (killed, running, old, young):
     path.mkdir()
-    (path / row_cache.LOCK).touch()
+  (killed / row_cache.LOCK).touch()
+  (running / row_cache.LOCK).touch()
+  os.utime(old, (time.time() - 7200,) * 2)
   with open(running / row_cache.LOCK, 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)  # As the build writing it holds it.
     assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
-    assert sorted(os.listdir(tmp_path)) == sorted([row_cache.digest(source()), running.name])
+    assert sorted(os.listdir(tmp_path)) == sorted([row_cache.digest(source()), running.name,
+                                                   young.name])
+  assert os.listdir(young) == []
 
 
 def test_an_entry_another_process_put_in_place_first_is_kept(tmp_path, monkeypatch):
@@ -282,3 +302,4 @@ def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(
   for result in (built, cached):
     assert result['intervals'] == 2 and 0 < result['low'] <= result['steps_per_s']
   assert 'group steps/s' in done.stdout
+  assert f'the first {30 * 8} read from' in done.stderr  # The timed run read the cache.

@@ -751,7 +751,7 @@ def test_a_run_resumed_with_more_steps_is_finished_at_its_new_last_step(tmp_path
   assert not sweeps.trained(str(workdir))
 
 
-@pytest.mark.parametrize('case', ['cache', 'no_row_cache', 'full_disk'])
+@pytest.mark.parametrize('case', ['cache', 'no_row_cache', 'full_disk', 'build_fails'])
 def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_disk(
     tmp_path, monkeypatch, capsys, case):
   """Two schemes of one task (the smoke's one seed) read the same five streams, training rows
@@ -769,6 +769,10 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_
   root = str(tmp_path / 'sweep')
   args = ['--sweep', 'configs/sweeps/length.py:smoke,copy,rope,alibi', '--workdir', root]
   sweep = sweeps.load('configs/sweeps/length.py:smoke,copy,rope,alibi')
+  if case == 'build_fails':
+    def fails(*args, **kwargs):
+      raise RuntimeError('a worker could not start')
+    monkeypatch.setattr(row_cache, 'build', fails)
   if case == 'full_disk':
     free = 20 * 2**10  # The five streams take 16.4 KiB.
     monkeypatch.setattr(sweep_script.shutil, 'disk_usage',
@@ -779,10 +783,11 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_
   if case == 'no_row_cache':
     assert seen == [None, None] and not os.path.exists(rows)
     return
-  if case == 'full_disk':
+  if case in ('full_disk', 'build_fails'):  # The runs still go, building their own rows.
     assert seen == [rows, rows] and os.listdir(rows) == []
-    assert 'the synthetic rows were not built beforehand: they would take' in (
-        capsys.readouterr().out)
+    assert ('the synthetic rows were not built beforehand: they would take' if case ==
+            'full_disk' else 'not built beforehand (RuntimeError: a worker could not start); '
+            'each run builds its own.') in capsys.readouterr().out
     return
   assert seen == [rows, rows]
   streams = [s for p in sweep.points
@@ -827,3 +832,22 @@ def get_sweep(arg=''):
     for entry in entries:
       with open(os.path.join(elsewhere, entry, 'meta.json')) as f:
         assert json.load(f)['describe']['cfg']['min_length'] != 100
+
+
+def test_the_childrens_environment_is_undone_whole_whatever_the_sweep_set(monkeypatch):
+  """What the sweep sets while it runs (its defaults, and a GPU's XLA_PYTHON_CLIENT_PREALLOCATE
+  from share_accelerator) is gone afterwards, a caller's own values are kept, and an unset one
+  is back."""
+  monkeypatch.setenv('JAX_COMPILATION_CACHE_DIR', '/callers/cache')
+  monkeypatch.setenv(row_cache.ENV, '/callers/rows')
+  monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE', raising=False)
+  monkeypatch.delenv('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', raising=False)
+  before = dict(os.environ)
+  with sweep_script.child_environment({'JAX_COMPILATION_CACHE_DIR': '/sweep/cache',
+                                       'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'},
+                                      unset=[row_cache.ENV]):
+    assert os.environ['JAX_COMPILATION_CACHE_DIR'] == '/callers/cache'
+    assert os.environ['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] == '0'
+    assert row_cache.ENV not in os.environ
+    os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
+  assert dict(os.environ) == before

@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import time
 
 import numpy as np
 
@@ -47,7 +48,7 @@ ENV = 'ROFORMER_ROW_CACHE'
 FORMAT = 1
 CHUNK_ROWS = 4096  # Rows a worker builds at a time: a fraction of a second for every task.
 ARRAYS = ('tokens', 'lengths', 'weights', 'bucket')
-LOCK = 'building.lock'  # In a temporary entry: held by the build writing it.
+LOCK = 'building.lock'  # Held by the build writing the entry (kept in it afterwards).
 
 log = logging.getLogger('roformer')
 _announced, _unused = set(), set()  # Entries read, and not read, in this process.
@@ -175,6 +176,11 @@ def read(source: synthetic.Source, directory: str | None = None):
   return rows
 
 
+def entries_read() -> set:
+  """The entries this process has read rows from (their paths)."""
+  return set(_announced)
+
+
 def _build_chunk(source: synthetic.Source, path: str, start: int, stop: int) -> None:
   """Writes rows [start, stop) of `source` into the entry's arrays at `path`."""
   arrays = {name: np.load(os.path.join(path, name + '.npy'), mmap_mode='r+') for name in ARRAYS}
@@ -189,21 +195,50 @@ def _allocate(source: synthetic.Source, path: str, count: int) -> None:
   shapes = {'tokens': ((count, length + 1), _dtype(source)), 'lengths': ((count,), np.int32),
             'weights': ((count, length), np.uint8), 'bucket': ((count,), np.int32)}
   for name, (shape, dtype) in shapes.items():
-    np.lib.format.open_memmap(os.path.join(path, name + '.npy'), 'w+', dtype, shape).flush()
+    file = os.path.join(path, name + '.npy')
+    np.lib.format.open_memmap(file, 'w+', dtype, shape).flush()
+    # Its blocks taken now: a disk filling up is an OSError here, where writing a sparse
+    # file's pages through a memory map would kill the process (SIGBUS).
+    fd = os.open(file, os.O_RDWR)
+    try:
+      os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    finally:
+      os.close(fd)
 
 
 def _remove_abandoned(directory: str) -> None:
-  """Removes temporary entries that no build holds the lock of (a build cut short)."""
+  """Removes temporary entries that no build holds the lock of (a build cut short), and those
+  without a lock an hour after they were made (a build cut short before it took one)."""
   for name in os.listdir(directory):
     path = os.path.join(directory, name)
-    if '.tmp-' not in name or not os.path.exists(os.path.join(path, LOCK)):
-      continue  # Not a temporary entry, or one whose build is just starting.
-    with open(os.path.join(path, LOCK), 'a', encoding='utf-8') as lock:
+    if '.tmp-' not in name:
+      continue
+    try:
+      fd = os.open(os.path.join(path, LOCK), os.O_RDONLY)  # Never made here.
+    except OSError:
       try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if time.time() - os.path.getmtime(path) > 3600:
+          shutil.rmtree(path, ignore_errors=True)
       except OSError:
-        continue  # Its build is running.
+        pass  # Removed meanwhile.
+      continue
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
       shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+      pass  # Its build is running.
+    finally:
+      os.close(fd)
+
+
+def _locked(path: str):
+  """An open file holding the lock of the temporary entry at `path`: taken before the file
+  gets its name, so that no cleaner ever finds the name unlocked while the build runs."""
+  # pylint: disable-next=consider-using-with  # The caller closes it, releasing the lock.
+  lock = open(os.path.join(path, LOCK + '.new'), 'w', encoding='utf-8')
+  fcntl.flock(lock, fcntl.LOCK_EX)
+  os.rename(lock.name, os.path.join(path, LOCK))
+  return lock
 
 
 def entry_bytes(source: synthetic.Source, count: int) -> int:
@@ -241,19 +276,24 @@ def build(streams, directory: str, workers: int = 1) -> int:
     paths, pending = {}, []
     for name, (source, count) in todo.items():
       paths[name] = path = tempfile.mkdtemp(prefix=f'{name}.tmp-', dir=directory)
-      lock = stack.enter_context(open(os.path.join(path, LOCK), 'w', encoding='utf-8'))
-      fcntl.flock(lock, fcntl.LOCK_EX)  # Held until the entry is in place or given up.
+      stack.enter_context(_locked(path))  # Held until the entry is in place or given up.
       _allocate(source, path, count)
       pending += [(source, path, start, min(start + CHUNK_ROWS, count))
                   for start in range(0, count, CHUNK_ROWS)]
+    built = 0
     try:
       _run(pending, workers)
       for name, (source, count) in todo.items():
-        _put_in_place(paths[name], os.path.join(directory, name), source, count)
+        try:
+          _put_in_place(paths[name], os.path.join(directory, name), source, count)
+          built += count
+        except OSError as e:  # The others still go in place; this one's rows get built.
+          log.warning('Row cache entry %s was not put in place (%s).',
+                      os.path.join(directory, name), e)
     finally:
       for path in paths.values():
         shutil.rmtree(path, ignore_errors=True)  # Whatever was not put in place.
-  return sum(count for _, count in todo.values())
+  return built
 
 
 def _run(jobs, workers: int) -> None:
@@ -280,7 +320,7 @@ def _put_in_place(path: str, final: str, source: synthetic.Source, count: int) -
   another process put there meanwhile is kept if it holds as many rows."""
   with open(os.path.join(path, 'meta.json'), 'w', encoding='utf-8') as f:
     json.dump({'describe': describe(source), 'count': count}, f, default=str)
-  os.remove(os.path.join(path, LOCK))  # Its lock stays held until build returns.
+  os.chmod(path, 0o755)  # mkdtemp's 0700 would keep other users' runs out.
   for name in os.listdir(path):
     with open(os.path.join(path, name), 'rb') as f:
       os.fsync(f.fileno())
