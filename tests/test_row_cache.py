@@ -1,6 +1,7 @@
 """roformer/data/row_cache.py: rows read back are the rows built, an entry serves only the
 settings it was built for, and a damaged or stale entry is named and left unread."""
 
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -303,3 +304,19 @@ def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(
     assert result['intervals'] == 2 and 0 < result['low'] <= result['steps_per_s']
   assert 'group steps/s' in done.stdout
   assert f'the first {30 * 8} read from' in done.stderr  # The timed run read the cache.
+
+
+@pytest.mark.parametrize('error', [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_a_full_disk_fails_the_build_before_any_row_and_no_fallocate_is_no_error(
+    tmp_path, monkeypatch, error):
+  def fallocate(fd, offset, length):
+    raise OSError(error, os.strerror(error))
+  monkeypatch.setattr(os, 'posix_fallocate', fallocate)
+  if error == errno.ENOSPC:
+    with pytest.raises(OSError, match='No space left'):
+      row_cache.build([(source(), 30)], str(tmp_path))
+    assert os.listdir(tmp_path) == []
+  else:
+    assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
+    assert_same(row_cache.read(source(), str(tmp_path)).stacked(range(30)),
+                source().stacked(range(30)))

@@ -27,6 +27,7 @@ row.
 
 import concurrent.futures
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -202,6 +203,9 @@ def _allocate(source: synthetic.Source, path: str, count: int) -> None:
     fd = os.open(file, os.O_RDWR)
     try:
       os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+    except OSError as e:
+      if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+        raise  # A full disk, above all. A file system without it writes as it can.
     finally:
       os.close(fd)
 
@@ -273,15 +277,14 @@ def build(streams, directory: str, workers: int = 1) -> int:
   if not todo:
     return 0
   with contextlib.ExitStack() as stack:
-    paths, pending = {}, []
-    for name, (source, count) in todo.items():
-      paths[name] = path = tempfile.mkdtemp(prefix=f'{name}.tmp-', dir=directory)
-      stack.enter_context(_locked(path))  # Held until the entry is in place or given up.
-      _allocate(source, path, count)
-      pending += [(source, path, start, min(start + CHUNK_ROWS, count))
-                  for start in range(0, count, CHUNK_ROWS)]
-    built = 0
+    paths, pending, built = {}, [], 0
     try:
+      for name, (source, count) in todo.items():
+        paths[name] = path = tempfile.mkdtemp(prefix=f'{name}.tmp-', dir=directory)
+        stack.enter_context(_locked(path))  # Held until the entry is in place or given up.
+        _allocate(source, path, count)
+        pending += [(source, path, start, min(start + CHUNK_ROWS, count))
+                    for start in range(0, count, CHUNK_ROWS)]
       _run(pending, workers)
       for name, (source, count) in todo.items():
         try:
