@@ -320,3 +320,15 @@ def test_a_full_disk_fails_the_build_before_any_row_and_no_fallocate_is_no_error
     assert row_cache.build([(source(), 30)], str(tmp_path)) == 30
     assert_same(row_cache.read(source(), str(tmp_path)).stacked(range(30)),
                 source().stacked(range(30)))
+
+
+def test_rows_weighing_tokens_other_than_0_or_1_are_refused_not_rounded(tmp_path, monkeypatch):
+  stacked = synthetic.Source.stacked
+
+  def halved(self, indices):
+    batch = stacked(self, indices)
+    return {**batch, 'weights': batch['weights'] * 0.5}
+  monkeypatch.setattr(synthetic.Source, 'stacked', halved)
+  with pytest.raises(ValueError, match='other than 0 or 1'):
+    row_cache.build([(source(), 30)], str(tmp_path))
+  assert os.listdir(tmp_path) == []

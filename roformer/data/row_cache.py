@@ -84,6 +84,10 @@ def _compact(features: dict, dtype) -> dict:
   """A batch's features (synthetic.make_rows) as the arrays an entry keeps: each row's tokens
   (its inputs and then its last target, zero after), its count of predictions, its weights as
   0/1 bytes and its depth bucket. Positions and segment ids follow from the count."""
+  weights = features['weights']
+  if not np.isin(weights, (0.0, 1.0)).all():  # The format keeps a byte per weight.
+    raise ValueError('these rows weigh their tokens other than 0 or 1, which an entry cannot '
+                     'hold: a change to roformer/data/row_cache.py is needed to cache them')
   lengths = features['inputs_segment_ids'].sum(axis=1).astype(np.int32)
   rows, length = features['inputs'].shape
   tokens = np.zeros((rows, length + 1), dtype)
@@ -91,7 +95,7 @@ def _compact(features: dict, dtype) -> dict:
   has = np.flatnonzero(lengths)
   tokens[has, lengths[has]] = features['targets'][has, lengths[has] - 1]
   return {'tokens': tokens, 'lengths': lengths,
-          'weights': features['weights'].astype(np.uint8), 'bucket': features['bucket']}
+          'weights': weights.astype(np.uint8), 'bucket': features['bucket']}
 
 
 def _features(tokens, lengths, weights, bucket) -> dict:
