@@ -45,19 +45,13 @@ _OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
 def measure(config, form: str) -> dict:
   config.data.token_cache = form == 'token cache'
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',))
-  earlier = os.environ.pop(row_cache.ENV, None)
   with tempfile.TemporaryDirectory() as rows:
     if form == 'row cache':  # The training rows the timing reads, as a sweep builds them.
       train = row_cache.streams(config, ())[0][0]
       row_cache.build([(train, (_WARMUP.value + _BATCHES.value) * config.train.batch_size)],
                       rows)
-      os.environ[row_cache.ENV] = rows
-    try:
+    with row_cache.reading(rows if form == 'row cache' else None):
       return _timed(config, form, sources, tokenizer)
-    finally:
-      os.environ.pop(row_cache.ENV, None)
-      if earlier is not None:
-        os.environ[row_cache.ENV] = earlier
 
 
 def _timed(config, form: str, sources, tokenizer) -> dict:

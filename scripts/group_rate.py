@@ -45,25 +45,21 @@ TINY = {'d_model': 8, 'num_heads': 1, 'd_ff': 8, 'num_layers': 1}
 
 
 def measure(config, seeds, cached: bool) -> dict:
-  earlier = os.environ.pop(row_cache.ENV, None)
   with tempfile.TemporaryDirectory() as root:
+    rows = os.path.join(root, 'rows') if cached else None
+    streams = []
     if cached:
-      streams = []
       for seed in seeds:
         member = config.copy_and_resolve_references()
         member.seed = seed
         streams += row_cache.streams(member, ())[:1]  # Its training rows.
-      row_cache.build(streams, os.path.join(root, 'rows'), len(sweeps.usable_cpus()))
-      os.environ[row_cache.ENV] = os.path.join(root, 'rows')
-    try:
+      row_cache.build(streams, rows, len(sweeps.usable_cpus()))
+    with row_cache.reading(rows):
       loop.train_seeds(config, os.path.join(root, 'seed={seed}'), seeds, vmapped=True)
-      if cached and not any(os.path.basename(path) == row_cache.digest(s)
-                            for s, _ in streams for path in row_cache.entries_read()):
-        raise RuntimeError('the timed run did not read the row cache it was given')
-    finally:
-      os.environ.pop(row_cache.ENV, None)
-      if earlier is not None:
-        os.environ[row_cache.ENV] = earlier
+    if cached and not any(os.path.basename(path) == row_cache.digest(s)
+                          for s, _ in streams for path in row_cache.entries_read()):
+      raise errors.DataError(f'the timed run read none of the rows built for it in {rows}: '
+                             'its row cache entries did not open (see the warning above).')
     with open(os.path.join(root, f'seed={seeds[0]}', 'metrics.jsonl'), encoding='utf-8') as f:
       rates = [r['steps_per_sec'] for r in map(json.loads, f)
                if r.get('split') == 'train' and 'steps_per_sec' in r][1:]

@@ -302,19 +302,25 @@ ROW_DIGESTS = {
 }
 
 
+def rows_digest(rows, count: int = 20) -> str:
+  """The digest ROW_DIGESTS holds: every feature's name, dtype, shape and bytes of the first
+  `count` rows of `rows` (anything indexable by row)."""
+  digest = hashlib.sha256()
+  for i in range(count):
+    row = rows[i]
+    for key in sorted(row):
+      value = np.asarray(row[key])
+      digest.update(f'{key} {value.dtype} {value.shape}'.encode())
+      digest.update(value.tobytes())
+  return digest.hexdigest()[:16]
+
+
 @pytest.mark.parametrize('task,multiple,split', sorted(ROW_DIGESTS))
 def test_rows_are_the_rows_recorded_runs_trained_on(task, multiple, split):
   cfg = synthetic_config.get_config(task)
   source = synthetic.Source(synthetic.Split(cfg.data.synthetic, task, split),
                             multiple * cfg.data.seq_len, 1)
-  digest = hashlib.sha256()
-  for i in range(20):
-    row = source[i]
-    for key in sorted(row):
-      value = np.asarray(row[key])
-      digest.update(f'{key} {value.dtype} {value.shape}'.encode())
-      digest.update(value.tobytes())
-  assert digest.hexdigest()[:16] == ROW_DIGESTS[task, multiple, split]
+  assert rows_digest(source) == ROW_DIGESTS[task, multiple, split]
 
 
 def test_threads_reading_rows_at_once_get_every_rows_filler():
