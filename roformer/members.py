@@ -75,8 +75,8 @@ class Members:
             self.states[i], sharding.put_batch(batch, self.trainer.mesh), self.seeds[i])
         out.append(metrics)
       return out
-    batch = {k: jax.make_array_from_process_local_data(
-        self._batch_sharding, np.stack([b[k] for b in host_batches])) for k in host_batches[0]}
+    batch = jax.make_array_from_process_local_data(  # One transfer of every array.
+        self._batch_sharding, {k: np.stack([b[k] for b in host_batches]) for k in host_batches[0]})
     self.stacked, metrics = self._step(self.stacked, batch, self._seeds)
     return metrics
 
