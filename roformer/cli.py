@@ -14,7 +14,9 @@ command line, 1 for the rest) and no traceback; `--debug` shows the traceback in
 
 What counts as the user's problem: ConfigError (and its DamagedFileError, StorageError), an
 absl UsageError, and an OSError or a storage failure reported by a library (a full disk while
-writing results). Anything else is a bug, and its traceback stays.
+writing results). Anything else is a bug, and its traceback stays. Ctrl-C that reaches an entry
+point (a training run turns the first into a checkpoint and a clean stop) ends it with one line
+and exit status 130, as shells report a process that SIGINT ended.
 """
 
 import argparse
@@ -31,6 +33,7 @@ from roformer import host_memory
 from roformer import reliability
 
 USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the user can fix.
+INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT.
 
 flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of its '
                   'one-line summary.')
@@ -92,6 +95,11 @@ def guard(main: Callable) -> Callable:
       if debug_requested():
         raise
       fail(_with_fix(e, f'{_prog()} --help lists the flags.'), USAGE)
+    except KeyboardInterrupt:
+      if debug_requested():
+        raise
+      fail(f'{_prog()} interrupted (Ctrl-C). What it had finished writing is kept; rerun the '
+           'same command to go on.', INTERRUPTED)
     except Exception as e:  # pylint: disable=broad-except  # Bugs are re-raised below.
       text = message(e)
       if text is None or debug_requested():

@@ -9,6 +9,7 @@ import concurrent.futures
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -148,6 +149,26 @@ def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, capsys):
   with pytest.raises(errors.ConfigError):
     cli.guard(bad_config)()
   assert capsys.readouterr().err == ''
+
+
+def test_ctrl_c_is_one_line_and_the_status_shells_give_sigint(monkeypatch, capsys):
+  """Ctrl-C that reaches an entry point's main: one line naming the command and what to do,
+  exit status 130 (128 + SIGINT), no traceback; --debug keeps the traceback."""
+  from roformer import cli  # pylint: disable=g-import-not-at-top
+
+  def interrupted():
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(sys, 'argv', ['eval.py'])
+  with pytest.raises(SystemExit) as exited:
+    cli.guard(interrupted)()
+  assert exited.value.code == 128 + signal.SIGINT
+  err = capsys.readouterr().err
+  assert err.count('\n') == 1 and err.startswith('error: eval.py interrupted (Ctrl-C).')
+  assert 'rerun the same command' in err
+  monkeypatch.setattr(sys, 'argv', ['eval.py', '--debug'])
+  with pytest.raises(KeyboardInterrupt):
+    cli.guard(interrupted)()
 
 
 @pytest.mark.parametrize('code, failure, fix', [
