@@ -25,13 +25,17 @@ results file), and train.py resumes an unfinished run from its checkpoints, so r
 continues where it stopped.
 """
 
+import contextlib
 import dataclasses
 import importlib.machinery
 import importlib.util
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import threading
 
 from roformer import errors
 from roformer import files
@@ -346,19 +350,58 @@ def core_sets(parallel: int, cpus) -> list[frozenset] | None:
   return [frozenset(cpus[i::parallel]) for i in range(parallel)]
 
 
-def call(command: list[str], cores=None, **popen_args) -> int:
-  """subprocess.call(command, **popen_args), the child pinned to `cores` (None: not pinned).
-  The affinity is set as soon as the child exists: the threads it starts later (XLA's pool,
-  seconds later, after Python has imported JAX) inherit it. The child stops (SIGTERM: it saves
-  and exits) when the driver ends, however the driver ends (kill -9 included;
-  `reliability.exit_with_parent`), so that a sweep run again does not meet its own earlier runs
-  still training. The kernel ties that to the thread that starts the child: this one, which
-  also waits for it."""
+class Stopped(Exception):
+  """A child was to start after its driver's `Children.stop`."""
+
+
+class Children:
+  """The child processes that `call` has running for one driver, so that a driver told to stop
+  (Ctrl-C, SIGTERM) stops them all and waits for them: after `stop` no child starts (`call`
+  raises Stopped) and each running one gets SIGTERM (a training run saves a checkpoint and
+  stops; an evaluation ends, to be run again)."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._running = set()
+    self.stopped = False
+
+  def stop(self) -> None:
+    with self._lock:
+      self.stopped = True
+      for process in self._running:
+        with contextlib.suppress(ProcessLookupError):
+          process.send_signal(signal.SIGTERM)
+
+  @contextlib.contextmanager
+  def popen(self, command: list[str], **popen_args):
+    """subprocess.Popen(command, **popen_args), known to `stop` until it is left."""
+    with self._lock:  # A stop either sees this child or keeps it from starting.
+      if self.stopped:
+        raise Stopped(shlex.join(command))
+      process = subprocess.Popen(command, **popen_args)  # pylint: disable=consider-using-with
+      self._running.add(process)
+    try:
+      with process:
+        yield process
+    finally:
+      with self._lock:
+        self._running.discard(process)
+
+
+def call(command: list[str], cores=None, children: Children | None = None,
+         **popen_args) -> int:
+  """subprocess.call(command, **popen_args), the child pinned to `cores` (None: not pinned)
+  and one of `children` (None: of none). The affinity is set as soon as the child exists: the
+  threads it starts later (XLA's pool, seconds later, after Python has imported JAX) inherit
+  it. The child stops (SIGTERM: it saves and exits) when the driver ends, however the driver
+  ends (kill -9 included; `reliability.exit_with_parent`), so that a sweep run again does not
+  meet its own earlier runs still training. The kernel ties that to the thread that starts the
+  child: this one, which also waits for it."""
   env = popen_args.pop('env', None)
   env = dict(os.environ if env is None else env)
   env.pop(killpoints.ENV, None)  # A test's kill point is for the driver, not its children.
   env[reliability.PARENT_ENV] = str(os.getpid())
-  with subprocess.Popen(command, env=env, **popen_args) as process:
+  with (children or Children()).popen(command, env=env, **popen_args) as process:
     try:
       if cores and hasattr(os, 'sched_setaffinity'):
         try:

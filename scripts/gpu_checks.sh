@@ -148,7 +148,9 @@ stage "sweep ${SWEEP:=configs/sweeps/options.py:niah_multikey}"
 dir=${SWEEP_DIR:-/tmp/sweep_gpu}
 start=$(date +%s)
 set -m  # The sweep, its runs and their evaluations in a process group of their own: $pid's.
-$PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1 &
+# Appended to (O_APPEND), as this script adds its own lines to the same log meanwhile.
+: > "$OUT/sweep.log"
+$PY scripts/sweep.py --sweep "$SWEEP" --workdir "$dir" ${SWEEP_FLAGS:-} >> "$OUT/sweep.log" 2>&1 &
 pid=$!
 set +m
 # Whether the sweep keeps the GPU busy: the share of each second a kernel ran, every 2 s.

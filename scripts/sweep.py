@@ -31,6 +31,7 @@ import os
 import queue
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -99,15 +100,22 @@ def mark_trained(trained: dict | None, point_name: str, ok: bool) -> None:
 
 
 def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str],
-              trained: dict | None = None, cores=None) -> bool:
+              trained: dict | None = None, cores=None,
+              children: sweeps.Children | None = None) -> bool:
   """Trains one group (its points that still need it, in one train.py) and runs each point's
   remaining evaluations, after the points they start from have trained (each a
   threading.Event in `trained`, set with its success; their evaluations may still run), its
-  processes pinned to `cores` (None: not pinned). Sets its own points' events once their
-  training has ended. True if every point of the group finished."""
+  processes pinned to `cores` (None: not pinned) and among `children`. Sets its own points'
+  events once their training has ended. True if every point of the group finished; once
+  `children` are stopped, False with nothing said (the driver sums the stop up)."""
+  stopped = lambda: children is not None and children.stopped
   for point in group.points:
     for need in point.needs:
       trained[need].wait()
+      if not trained[need].ok and stopped():
+        for member in group.points:
+          mark_trained(trained, member.name, False)
+        return False
       if not trained[need].ok:
         with progress.lock:
           progress.failed.append(point.name)
@@ -137,9 +145,15 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   training = [p for p in group.points if any(label == 'train' for label, _ in todo[p.name])]
   with open(log_path, 'a', encoding='utf-8') as log:
     def call(label, cmd) -> str:
+      if stopped():  # Not logged as if it ran.
+        return f'{label} (not started: the sweep was stopped)'
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
-      code = sweeps.call(cmd, cores, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+      try:
+        code = sweeps.call(cmd, cores, children=children, cwd=ROOT, stdout=log,
+                           stderr=subprocess.STDOUT)
+      except sweeps.Stopped:
+        return f'{label} (not started: the sweep was stopped)'
       return f'{label} (exit {code})' if code else ''
     if training:
       members = sweeps.Group(group.name, tuple(training))
@@ -161,11 +175,13 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   with progress.lock:
     progress.running.discard(group.name)
     for point in group.points:
-      if point.name in failures:
-        progress.failed.append(point.name)
-      else:
+      if point.name not in failures:
         progress.done += 1
+      elif not stopped():  # A stopped point is not a failed one: it resumes.
+        progress.failed.append(point.name)
     progress.ended(group.name, elapsed)
+  if stopped():
+    return not failures
   for point in group.points:
     if point.name in failures:
       progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: '
@@ -425,6 +441,66 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
                f' ({len(groups)} training processes, {parallel} at a time'
                f'{", each on its own cores" if pinned else ""})')
+  children = sweeps.Children()
+  pool = concurrent.futures.ThreadPoolExecutor(parallel)
+  try:
+    with sigterm_handled(_raise_interrupted):
+      results = _run_groups(args, sweep, groups, root, extra, parallel, pinned, progress,
+                            children, pool)
+  except (KeyboardInterrupt, Interrupted) as e:
+    # Ctrl-C reaches the runs too (a terminal signals its whole foreground group); the driver
+    # stops them in any case (a scheduler may signal the driver alone) and waits for their
+    # checkpoints. A second Ctrl-C leaves at once; a repeated SIGTERM is ignored.
+    name, status = ('SIGTERM', 143) if isinstance(e, Interrupted) else ('Ctrl-C', 130)
+    with sigterm_handled(signal.SIG_IGN):
+      running = sorted(progress.running)
+      print(f'[sweep] {name}: stopping' + (f' {", ".join(running)}; each run saves a checkpoint '
+                                             'first.' if running else '.'), flush=True)
+      children.stop()
+      pool.shutdown(wait=True, cancel_futures=True)
+    print(f'[sweep] stopped by {name}: {progress.done}/{progress.total} points done. Rerun the '
+          'same command to go on: finished points are skipped, stopped runs resume from their '
+          'checkpoints.', flush=True)
+    return status
+  finally:
+    pool.shutdown(wait=True)
+  if progress.skipped:
+    print(f'[sweep] {progress.skipped} points were already finished.')
+  if progress.failed:
+    print(f'[sweep] failed: {", ".join(progress.failed)} (see {root}/logs); rerun the same '
+          'command to retry them.', flush=True)
+  print(f'[sweep] report: python scripts/report.py {args.workdir}')
+  return 0 if all(results) else 1
+
+
+class Interrupted(BaseException):
+  """SIGTERM to the sweep driver, raised in its main thread as Ctrl-C raises
+  KeyboardInterrupt (not an Exception: no `except Exception` on the way may swallow it)."""
+
+
+def _raise_interrupted(signum, frame):
+  del signum, frame
+  raise Interrupted()
+
+
+@contextlib.contextmanager
+def sigterm_handled(handler):
+  """SIGTERM handled by `handler` while inside, in the main thread (only there can a handler be
+  set; elsewhere it is left as it is)."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGTERM, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _run_groups(args, sweep, groups, root: str, extra, parallel: int, pinned, progress,
+                children: sweeps.Children, pool) -> list[bool]:
+  """run_sweep's rows, then its groups on `pool`, each group's processes among `children`;
+  each group's result."""
   if not args.no_row_cache:
     prepare_rows(sweep, groups, root, extra, len(sweeps.usable_cpus()), progress)
   # A point's event is set once its training has ended: the points that start from it train
@@ -441,7 +517,7 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
         trained[need].wait()
     cores = slots.get()
     try:
-      ok = run_group(sweep, group, root, progress, extra, trained, cores)
+      ok = run_group(sweep, group, root, progress, extra, trained, cores, children)
     finally:
       slots.put(cores)
       for point in group.points:  # Whatever ended the group (an exception included).
@@ -449,16 +525,9 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
             os.path.join(root, point.name), point.fields.get('train.steps')))
     return ok
   # Points that start from another point train after it (a pool thread waits for it), and the
-  # pool takes them in order, so such points come after the ones they need.
-  with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
-    results = list(pool.map(run, groups))
-  if progress.skipped:
-    print(f'[sweep] {progress.skipped} points were already finished.')
-  if progress.failed:
-    print(f'[sweep] failed: {", ".join(progress.failed)} (see {root}/logs); rerun the same '
-          'command to retry them.', flush=True)
-  print(f'[sweep] report: python scripts/report.py {args.workdir}')
-  return 0 if all(results) else 1
+  # pool takes them in order, so such points come after the ones they need (and a stop, which
+  # cancels the groups not started, never leaves a started one waiting for a cancelled one).
+  return [future.result() for future in [pool.submit(run, group) for group in groups]]
 
 
 if __name__ == '__main__':

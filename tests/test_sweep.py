@@ -1,10 +1,13 @@
 """scripts/sweep.py and scripts/report.py: grids, names, resuming, failures, the report."""
 
+import concurrent.futures
 import json
 import math
+import re
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -851,3 +854,124 @@ def test_the_childrens_environment_is_undone_whole_whatever_the_sweep_set(monkey
     assert row_cache.ENV not in os.environ
     os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'false'
   assert dict(os.environ) == before
+
+
+def test_a_stopped_driver_signals_its_running_children_and_starts_no_more(tmp_path):
+  """sweeps.Children: `stop` sends SIGTERM to each child that `call` has running (which then
+  ends on its own terms: a run saves a checkpoint) and lets no further child start."""
+  children = sweeps.Children()
+  ready, got, later = tmp_path / 'ready', tmp_path / 'got', tmp_path / 'later'
+  script = ('import pathlib, signal, sys, time\n'
+            f'def stop(*_):\n  pathlib.Path({str(got)!r}).write_text("SIGTERM")\n  sys.exit(3)\n'
+            'signal.signal(signal.SIGTERM, stop)\n'
+            f'pathlib.Path({str(ready)!r}).touch()\n'
+            'time.sleep(60)\n')
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    running = pool.submit(sweeps.call, [sys.executable, '-c', script], None, children)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+      assert time.monotonic() < deadline and not running.done(), 'the child did not start'
+      time.sleep(0.05)
+    children.stop()
+    assert running.result(timeout=60) == 3  # Its own exit, from its handler.
+  assert got.read_text() == 'SIGTERM'
+  with pytest.raises(sweeps.Stopped):
+    sweeps.call([sys.executable, '-c', f'open({str(later)!r}, "w")'], None, children)
+  assert not later.exists()
+
+
+def _interrupt_when(process: subprocess.Popen, ready, sig=signal.SIGINT, limit_s=120) -> str:
+  """Sends `sig` to `process`'s group (as a terminal's Ctrl-C reaches every process of the
+  foreground job) once `ready()` holds, and returns its output once it has ended."""
+  deadline = time.monotonic() + limit_s
+  while not ready():
+    assert process.poll() is None, process.communicate()[0]
+    assert time.monotonic() < deadline, 'never ready to be interrupted'
+    time.sleep(0.1)
+  os.killpg(process.pid, sig)
+  try:
+    return process.communicate(timeout=limit_s)[0]
+  finally:
+    if process.poll() is None:
+      os.killpg(process.pid, signal.SIGKILL)
+
+
+def _spawned(parent: int) -> list[int]:
+  """The processes that multiprocessing spawned for `parent` (its pool's workers)."""
+  found = []
+  for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+      with open(f'/proc/{pid}/stat', encoding='utf-8') as f:
+        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+      with open(f'/proc/{pid}/cmdline', 'rb') as f:
+        spawned = b'spawn_main' in f.read()
+    except (OSError, IndexError, ValueError):  # It ended meanwhile.
+      continue
+    if ppid == parent and spawned:
+      found.append(int(pid))
+  return found
+
+
+def _sweep_process(args) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
+                          env=processes.env(devices=1), start_new_session=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _log_has(root, pattern: str) -> bool:
+  logs = os.path.join(root, 'logs')
+  return os.path.isdir(logs) and any(
+      re.search(pattern, open(os.path.join(logs, name), encoding='utf-8').read())
+      for name in os.listdir(logs))
+
+
+def test_ctrl_c_stops_a_sweep_with_its_runs_checkpoints_and_starts_nothing_more(
+    tmp_path, data_dir):
+  """Ctrl-C while a point trains: its run saves a checkpoint, no other point starts, the
+  driver says how to go on in one line (exit status 130, no traceback), and the same command
+  then resumes the point from that checkpoint."""
+  spec = write_sweep(tmp_path, f'''
+from configs.sweeps import positions
+def get_sweep(arg=''):
+  sweep = positions.get_sweep('smoke,rope,alibi')
+  sweep['overrides'].update({{'data.data_dir': {data_dir!r}, 'train.steps': 100000,
+                              'train.eval_every': 100000, 'train.checkpoint_every': 100000}})
+  sweep['evals'] = {{'': {{}}}}
+  return sweep
+''')
+  root = str(tmp_path / 'sweep')
+  args = ['--sweep', spec, '--workdir', root, '--parallel', '1', '--no_pin']
+  out = _interrupt_when(_sweep_process(args), lambda: _log_has(root, r'step \d+/100000'))
+  assert 'stopped by Ctrl-C: 0/2 points done. Rerun the same command to go on' in out, out
+  assert 'Traceback' not in out and 'FAILED' not in out, out
+  started = [name for name in os.listdir(root) if name.startswith('kind=')]
+  assert len(started) == 1, started  # The other point never started.
+  steps = [int(s) for s in os.listdir(os.path.join(root, started[0], 'checkpoints'))
+           if s.isdigit()]
+  assert steps and 0 < max(steps) < 100000
+  process = _sweep_process(args)
+  out = _interrupt_when(process, lambda: _log_has(root, rf'Resuming from .* step {max(steps)}\.'))
+  assert process.returncode == 130 and 'stopped by Ctrl-C' in out, out
+
+
+def test_ctrl_c_while_the_rows_are_built_leaves_no_partial_entry_and_no_traceback(tmp_path):
+  """The sweep's rows are built by worker processes that leave Ctrl-C to the driver, from their
+  start: it cancels the rest, waits for the chunks being built, removes the unfinished entries
+  and ends with one line (exit status 130)."""
+  root = tmp_path / 'sweep'
+  rows = root / '.rows'
+  building = lambda: rows.is_dir() and any('.tmp-' in name for name in os.listdir(rows))
+  spec = write_sweep(tmp_path, '''
+def get_sweep(arg=''):
+  return {'config': 'configs/synthetic.py:niah_multikey', 'overrides': {'train.steps': 20000},
+          'points': [{'seed': 0}]}
+''')
+  process = _sweep_process(['--sweep', spec, '--workdir', str(root), '--parallel', '1'])
+  workers = len(sweeps.usable_cpus())  # The sweep's: one per core.
+  # Once every worker exists (the driver ignores Ctrl-C for the milliseconds it takes to start
+  # them) and while they still import (seconds).
+  out = _interrupt_when(process, lambda: building() and len(_spawned(process.pid)) == workers
+                        and not time.sleep(0.2))
+  assert process.returncode == 130, out
+  assert 'stopped by Ctrl-C: 0/1 points done' in out and 'Traceback' not in out, out
+  assert not building(), os.listdir(rows)

@@ -36,7 +36,9 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -323,6 +325,24 @@ def build(streams, directory: str, workers: int = 1) -> int:
   return built
 
 
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+  """Processes started inside ignore SIGINT from their first instruction (an ignored signal
+  stays ignored across exec, and Python then leaves it so): Ctrl-C is the caller's to act on,
+  by cancelling what is left and waiting for the chunks being built, not a traceback from each
+  worker, which imports for seconds before it could set a handler of its own. The caller
+  ignores it too while inside, the milliseconds that starting the workers takes. Only the
+  main thread can set it."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def _run(jobs, workers: int) -> None:
   workers = min(workers, len(jobs))
   if workers <= 1:
@@ -333,6 +353,9 @@ def _run(jobs, workers: int) -> None:
   # whatever state they are.
   with concurrent.futures.ProcessPoolExecutor(
       workers, mp_context=multiprocessing.get_context('spawn')) as pool:
+    with _workers_ignore_ctrl_c():  # A submit starts a worker while fewer than `workers` run.
+      for _ in range(workers):
+        pool.submit(int)
     futures = [pool.submit(_build_chunk, *job) for job in jobs]
     try:
       for future in futures:
