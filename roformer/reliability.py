@@ -1,6 +1,7 @@
 """What keeps a run safe on a shared machine: one writer per workdir, a clean exit on
 preemption signals, and a record of the batch that made the loss non-finite."""
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -78,14 +79,15 @@ class WorkdirLock:
 class Preemption:
   """Turns SIGTERM and SIGINT into a request the training loop sees after the current step
   (`requested`), so it can checkpoint and return. A second SIGINT acts at once (it raises
-  KeyboardInterrupt: Ctrl-C twice); a second SIGTERM does not, because one stop is often
-  delivered more than once (a scheduler or `kill -- -PGID` signals every process of a job, and
-  the sweep driver's end signals its runs again, `exit_with_parent`), and acting on the
-  repeat would lose the checkpoint being saved (with no grace period, `grace_s` 0, nothing else
-  bounds the wait, so there the repeat acts at once). If the run has not finished `grace_s`
-  seconds after the first signal (a long evaluation or save), the process exits with status 1
-  before a scheduler's kill; a save cut short is never visible as a checkpoint, so the previous
-  one stays the latest."""
+  KeyboardInterrupt: Ctrl-C twice); a SIGTERM after the first signal does not, because one
+  stop is often delivered more than once (a scheduler or `kill -- -PGID` signals every process
+  of a job, the sweep driver stops its runs with SIGTERM after a Ctrl-C at the terminal reached
+  them, and its end signals them again, `exit_with_parent`), and acting on the repeat would
+  lose the checkpoint being saved (with no grace period, `grace_s` 0, a repeated SIGTERM acts at
+  once: nothing else would bound the wait). If the run has not finished `grace_s` seconds after
+  the first signal (a long evaluation or save), the process exits with status 1 before a
+  scheduler's kill; a save cut short is never visible as a checkpoint, so the previous one
+  stays the latest."""
 
   SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -111,10 +113,17 @@ class Preemption:
     if np.any(flags) and self._agreed is None:
       self._agreed = self.requested or 'a signal on another host'
 
+  def _waits_out(self, signum) -> bool:
+    """Whether `signum`, after the first signal, is the same stop delivered again (waited out,
+    not acted on): a SIGTERM, unless a SIGTERM without a grace period came first."""
+    return self.requested is not None and signum == signal.SIGTERM and (
+        self.grace_s > 0 or self.requested == 'SIGINT')
+
   def _handle(self, signum, frame):
     del frame
-    if self.requested is not None and signum == signal.SIGTERM and self.grace_s > 0:
-      log.warning('SIGTERM received again: still saving a checkpoint and stopping.')
+    if self._waits_out(signum):
+      log.warning('SIGTERM received after %s: still saving a checkpoint and stopping.',
+                  self.requested)
       return
     if self.requested is not None:  # A second SIGINT (or SIGTERM without a grace period).
       signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
@@ -146,10 +155,23 @@ class Preemption:
     if self._timer is not None:
       self._timer.cancel()
     for sig, handler in self._previous.items():
-      # After a SIGTERM stop the process is on its way out: a repeat arriving now (a job's
-      # kill of every process, then the driver's end) must not turn a saved exit into -15.
-      repeat_ends_it = sig == signal.SIGTERM and self.requested == 'SIGTERM' and self.grace_s > 0
-      signal.signal(sig, signal.SIG_IGN if repeat_ends_it else handler)
+      # After a stop the process is on its way out: a SIGTERM arriving now (a job's kill of
+      # every process, then the driver's end) must not turn a saved exit into -15.
+      signal.signal(sig, signal.SIG_IGN if self._waits_out(sig) else handler)
+
+
+@contextlib.contextmanager
+def signal_handled(signum, handler):
+  """`signum` handled by `handler` (a function, signal.SIG_IGN, ...) while inside, in the main
+  thread, the only one that can set a handler; elsewhere it is left as it is."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signum, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signum, previous)
 
 
 class Diverged(errors.ConfigError):

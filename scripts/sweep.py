@@ -47,6 +47,7 @@ from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import flops  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
+from roformer import reliability  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from roformer.data import passkey_text  # pylint: disable=wrong-import-position
 from roformer.data import row_cache  # pylint: disable=wrong-import-position
@@ -112,11 +113,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   for point in group.points:
     for need in point.needs:
       trained[need].wait()
-      if not trained[need].ok and stopped():
-        for member in group.points:
-          mark_trained(trained, member.name, False)
-        return False
-      if not trained[need].ok:
+      if not trained[need].ok and not stopped():
         with progress.lock:
           progress.failed.append(point.name)
           progress.ended(group.name)
@@ -124,6 +121,10 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
         for member in group.points:
           mark_trained(trained, member.name, False)
         return False
+  if stopped():  # What it waited for was stopped, or the stop came meanwhile.
+    for member in group.points:
+      mark_trained(trained, member.name, False)
+    return False
   todo = {p.name: sweeps.stages(sweep, p, os.path.join(root, p.name), extra_train)
           for p in group.points}
   for point in group.points:  # Already trained: the points that start from it may go.
@@ -444,24 +445,33 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   children = sweeps.Children()
   pool = concurrent.futures.ThreadPoolExecutor(parallel)
   try:
-    with sigterm_handled(_raise_interrupted):
-      results = _run_groups(args, sweep, groups, root, extra, parallel, pinned, progress,
-                            children, pool)
-  except (KeyboardInterrupt, Interrupted) as e:
-    # Ctrl-C reaches the runs too (a terminal signals its whole foreground group); the driver
-    # stops them in any case (a scheduler may signal the driver alone) and waits for their
-    # checkpoints. A second Ctrl-C leaves at once; a repeated SIGTERM is ignored.
-    name, status = ('SIGTERM', 143) if isinstance(e, Interrupted) else ('Ctrl-C', 130)
-    with sigterm_handled(signal.SIG_IGN):
-      running = sorted(progress.running)
-      print(f'[sweep] {name}: stopping' + (f' {", ".join(running)}; each run saves a checkpoint '
-                                             'first.' if running else '.'), flush=True)
-      children.stop()
-      pool.shutdown(wait=True, cancel_futures=True)
-    print(f'[sweep] stopped by {name}: {progress.done}/{progress.total} points done. Rerun the '
-          'same command to go on: finished points are skipped, stopped runs resume from their '
-          'checkpoints.', flush=True)
-    return status
+    try:
+      with reliability.signal_handled(signal.SIGTERM, _raise_interrupted):
+        results = _run_groups(args, sweep, groups, root, extra, parallel, pinned, progress,
+                              children, pool)
+    except (KeyboardInterrupt, Interrupted) as e:
+      # Ctrl-C reaches the runs too (a terminal signals its whole foreground group); the
+      # driver stops them in any case (a scheduler may signal the driver alone) and waits for
+      # their checkpoints. A repeated SIGTERM is ignored meanwhile.
+      with reliability.signal_handled(signal.SIGTERM, signal.SIG_IGN):
+        running = sorted(progress.running)
+        children.stop()
+        pool.shutdown(wait=False, cancel_futures=True)
+        name, status = ('SIGTERM', 143) if isinstance(e, Interrupted) else ('Ctrl-C', 130)
+        print(f'[sweep] {name}: stopping' + (
+            f' {", ".join(running)}; each run saves a checkpoint first.' if running else '.'),
+              flush=True)
+        pool.shutdown(wait=True)
+      done = sum(not sweeps.stages(sweep, p, os.path.join(root, p.name), extra)
+                 for p in sweep.points)
+      print(f'[sweep] stopped by {name}: {done}/{len(sweep.points)} points finished. Rerun the '
+            'same command to go on: finished points are skipped, stopped runs resume from '
+            'their checkpoints.', flush=True)
+      return status
+  except BaseException:  # A second Ctrl-C while stopping, or a bug: nothing more starts.
+    children.stop()
+    pool.shutdown(wait=False, cancel_futures=True)
+    raise
   finally:
     pool.shutdown(wait=True)
   if progress.skipped:
@@ -481,20 +491,6 @@ class Interrupted(BaseException):
 def _raise_interrupted(signum, frame):
   del signum, frame
   raise Interrupted()
-
-
-@contextlib.contextmanager
-def sigterm_handled(handler):
-  """SIGTERM handled by `handler` while inside, in the main thread (only there can a handler be
-  set; elsewhere it is left as it is)."""
-  if threading.current_thread() is not threading.main_thread():
-    yield
-    return
-  previous = signal.signal(signal.SIGTERM, handler)
-  try:
-    yield
-  finally:
-    signal.signal(signal.SIGTERM, previous)
 
 
 def _run_groups(args, sweep, groups, root: str, extra, parallel: int, pinned, progress,

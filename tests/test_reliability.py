@@ -116,8 +116,8 @@ def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same
                              [reference[s] for s in range(stopped + 1, end + 1)], rtol=1e-5)
 
 
-def test_a_second_sigint_acts_at_once_and_a_second_sigterm_waits_for_the_save():
-  """(Unless no grace period bounds the wait.)"""
+def test_a_second_sigint_acts_at_once_and_a_later_sigterm_waits_for_the_save():
+  """(A SIGTERM after a SIGTERM acts at once where no grace period bounds the wait.)"""
   calls = []
   previous = signal.signal(signal.SIGINT, lambda *_: calls.append('SIGINT'))
   previous_term = signal.signal(signal.SIGTERM, lambda *_: calls.append('SIGTERM'))
@@ -133,9 +133,14 @@ def test_a_second_sigint_acts_at_once_and_a_second_sigterm_waits_for_the_save():
       os.kill(os.getpid(), signal.SIGINT)  # Handed to the handler that was there before.
       assert calls == ['SIGINT']
     signal.signal(signal.SIGTERM, lambda *_: calls.append('SIGTERM'))  # Ignored after a stop.
-    with reliability.Preemption(grace_s=0) as preempt:  # No grace period to bound a wait:
+    with reliability.Preemption(grace_s=0) as preempt:  # Ctrl-C, then a sweep's stop:
+      os.kill(os.getpid(), signal.SIGINT)
+      os.kill(os.getpid(), signal.SIGTERM)  # the same stop, still saving,
+      assert preempt.requested == 'SIGINT' and calls == ['SIGINT']
+    signal.signal(signal.SIGTERM, lambda *_: calls.append('SIGTERM'))
+    with reliability.Preemption(grace_s=0) as preempt:  # but with no grace period to bound a
+      os.kill(os.getpid(), signal.SIGTERM)            # wait, a repeated SIGTERM acts at once.
       os.kill(os.getpid(), signal.SIGTERM)
-      os.kill(os.getpid(), signal.SIGTERM)  # so the repeat acts at once.
       assert preempt.requested == 'SIGTERM' and calls == ['SIGINT', 'SIGTERM']
   finally:
     signal.signal(signal.SIGINT, previous)

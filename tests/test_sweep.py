@@ -912,6 +912,12 @@ def _spawned(parent: int) -> list[int]:
   return found
 
 
+def _ignores_sigint(pid: int) -> bool:
+  with open(f'/proc/{pid}/status', encoding='utf-8') as f:
+    ignored = next(line for line in f if line.startswith('SigIgn:')).split()[1]
+  return bool(int(ignored, 16) >> (signal.SIGINT - 1) & 1)
+
+
 def _sweep_process(args) -> subprocess.Popen:
   return subprocess.Popen([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
                           env=processes.env(devices=1), start_new_session=True,
@@ -941,8 +947,10 @@ def get_sweep(arg=''):
 ''')
   root = str(tmp_path / 'sweep')
   args = ['--sweep', spec, '--workdir', root, '--parallel', '1', '--no_pin']
-  out = _interrupt_when(_sweep_process(args), lambda: _log_has(root, r'step \d+/100000'))
-  assert 'stopped by Ctrl-C: 0/2 points done. Rerun the same command to go on' in out, out
+  process = _sweep_process(args)
+  out = _interrupt_when(process, lambda: _log_has(root, r'step \d+/100000'))
+  assert process.returncode == 130, out
+  assert 'stopped by Ctrl-C: 0/2 points finished. Rerun the same command to go on' in out, out
   assert 'Traceback' not in out and 'FAILED' not in out, out
   started = [name for name in os.listdir(root) if name.startswith('kind=')]
   assert len(started) == 1, started  # The other point never started.
@@ -968,10 +976,53 @@ def get_sweep(arg=''):
 ''')
   process = _sweep_process(['--sweep', spec, '--workdir', str(root), '--parallel', '1'])
   workers = len(sweeps.usable_cpus())  # The sweep's: one per core.
-  # Once every worker exists (the driver ignores Ctrl-C for the milliseconds it takes to start
-  # them) and while they still import (seconds).
+  # Once every worker exists and the driver heeds Ctrl-C again (it ignores it for the
+  # milliseconds that starting them takes), while the workers still import (seconds).
   out = _interrupt_when(process, lambda: building() and len(_spawned(process.pid)) == workers
-                        and not time.sleep(0.2))
+                        and not _ignores_sigint(process.pid))
   assert process.returncode == 130, out
-  assert 'stopped by Ctrl-C: 0/1 points done' in out and 'Traceback' not in out, out
+  assert 'stopped by Ctrl-C: 0/1 points finished' in out and 'Traceback' not in out, out
   assert not building(), os.listdir(rows)
+
+
+def test_sigterm_to_the_driver_alone_stops_its_runs_and_no_point_starts_after(tmp_path,
+                                                                             monkeypatch,
+                                                                             capsys):
+  """The runner with its commands faked: SIGTERM reaches the driver only (as a scheduler may
+  send it) while `base` and `other` train; the driver stops both, `cont` (which starts from
+  base and was waiting for it) never starts, nothing is called failed or skipped, the exit
+  status is 143 and the driver's SIGTERM handler is put back."""
+  spec = write_sweep(tmp_path, """
+def get_sweep(arg=''):
+  return {'config': 'configs/test.py', 'overrides': {'train.steps': 3},
+          'points': [{'name': 'base'}, {'name': 'cont', 'init_from': '{sweep}/base'},
+                     {'name': 'other'}]}
+""")
+  started = []
+
+  def fake_call(command, cores=None, children=None, **kwargs):
+    del cores, kwargs
+    workdir = next(a.split('=', 1)[1] for a in command if a.startswith('--workdir='))
+    started.append(os.path.basename(workdir))
+    deadline = time.monotonic() + 60
+    if started[-1] == 'base':
+      while len(started) < 2:  # Both runs started (and cont waiting for base).
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+      os.kill(os.getpid(), signal.SIGTERM)  # To the driver, from inside its run.
+    while not children.stopped:  # As a run goes on until its SIGTERM.
+      assert time.monotonic() < deadline
+      time.sleep(0.01)
+    os.makedirs(os.path.join(workdir, 'checkpoints', '1'))  # Saved where it stopped.
+    return 0
+
+  monkeypatch.setattr(sweeps, 'call', fake_call)
+  before = signal.getsignal(signal.SIGTERM)
+  status = sweep_script.main(['--sweep', spec, '--workdir', str(tmp_path / 'sweep'),
+                              '--parallel', '3', '--no_pin', '--no_row_cache'])
+  out = capsys.readouterr().out
+  assert status == 128 + signal.SIGTERM, out
+  assert sorted(started) == ['base', 'other'], out
+  assert 'stopped by SIGTERM: 0/3 points finished' in out, out
+  assert 'FAILED' not in out and 'SKIPPED' not in out and 'running cont' not in out, out
+  assert signal.getsignal(signal.SIGTERM) is before

@@ -38,11 +38,11 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 
 import numpy as np
 
+from roformer import reliability
 from roformer.data import passkey_text
 from roformer.data import ruler
 from roformer.data import synthetic
@@ -325,24 +325,6 @@ def build(streams, directory: str, workers: int = 1) -> int:
   return built
 
 
-@contextlib.contextmanager
-def _workers_ignore_ctrl_c():
-  """Processes started inside ignore SIGINT from their first instruction (an ignored signal
-  stays ignored across exec, and Python then leaves it so): Ctrl-C is the caller's to act on,
-  by cancelling what is left and waiting for the chunks being built, not a traceback from each
-  worker, which imports for seconds before it could set a handler of its own. The caller
-  ignores it too while inside, the milliseconds that starting the workers takes. Only the
-  main thread can set it."""
-  if threading.current_thread() is not threading.main_thread():
-    yield
-    return
-  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-  try:
-    yield
-  finally:
-    signal.signal(signal.SIGINT, previous)
-
-
 def _run(jobs, workers: int) -> None:
   workers = min(workers, len(jobs))
   if workers <= 1:
@@ -353,12 +335,16 @@ def _run(jobs, workers: int) -> None:
   # whatever state they are.
   with concurrent.futures.ProcessPoolExecutor(
       workers, mp_context=multiprocessing.get_context('spawn')) as pool:
-    with _workers_ignore_ctrl_c():  # A submit starts a worker while fewer than `workers` run.
+    # The workers ignore Ctrl-C from their first instruction (an ignored signal stays ignored
+    # across exec, and Python leaves it so): it is the caller's, which cancels what is left and
+    # waits for the chunks being built, not a traceback from each worker, which imports for
+    # seconds before it could set a handler. The caller ignores it too for the milliseconds
+    # that starting them takes (a submit starts one while fewer than `workers` run).
+    with reliability.signal_handled(signal.SIGINT, signal.SIG_IGN):
       for _ in range(workers):
         pool.submit(int)
-    futures = [pool.submit(_build_chunk, *job) for job in jobs]
     try:
-      for future in futures:
+      for future in [pool.submit(_build_chunk, *job) for job in jobs]:
         future.result()
     except BaseException:
       pool.shutdown(cancel_futures=True)
