@@ -98,7 +98,8 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       # The plain evaluation of the last step exists only once that step's checkpoint did, so
       # kept records (scripts/keep_records.py: no checkpoints) read as done too.
       'status': ('done' if sweeps.evaluated(workdir, '', steps)
-                 else f'incomplete ({done}/{steps} steps)'),
+                 else f'trained, not evaluated ({done}/{steps} steps)'
+                 if sweeps.trained(workdir, steps) else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,
       'val_loss': (plain[config['data']['seq_len']]['loss'] if config['data']['seq_len'] in plain

@@ -309,7 +309,8 @@ def test_keeping_records_refuses_what_it_would_harm_with_one_line(tmp_path, case
 
 def test_report_calls_a_point_done_only_once_its_last_step_is_evaluated(tmp_path):
   """With or without checkpoints: an evaluation of an earlier step (a run resumed for more
-  steps) or none leaves the point incomplete."""
+  steps) or none leaves the point incomplete; one trained to its last step but stopped before
+  its evaluation says so."""
   workdir = tmp_path / 'p'
   workdir.mkdir()
   config = config_schema.default_config().to_dict()
@@ -318,6 +319,8 @@ def test_report_calls_a_point_done_only_once_its_last_step_is_evaluated(tmp_path
   (workdir / 'metrics.jsonl').write_text(
       json.dumps({'split': 'train', 'step': 10, 'loss': 1.0}) + '\n')
   assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/10 steps)'
+  (workdir / 'checkpoints' / '10').mkdir(parents=True)  # Trained: stopped before evaluating.
+  assert report.read_point(str(workdir), {})['status'] == 'trained, not evaluated (10/10 steps)'
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10, 'splits': {}}))
   assert report.read_point(str(workdir), {})['status'] == 'done'
   config['train']['steps'] = 20
