@@ -85,6 +85,9 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
   steps = files.current_config(workdir)['train']['steps']  # With resumes' changes.
   done = max((r['step'] for r in records), default=0)
+  # Its last checkpoint; kept records have none, and their metrics say how far it trained.
+  trained_to_end = (sweeps.trained(workdir, steps)
+                    if os.path.isdir(os.path.join(workdir, 'checkpoints')) else done >= steps)
   plain = evals.get('', {})
   return {
       'name': os.path.basename(workdir),
@@ -98,8 +101,8 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       # The plain evaluation of the last step exists only once that step's checkpoint did, so
       # kept records (scripts/keep_records.py: no checkpoints) read as done too.
       'status': ('done' if sweeps.evaluated(workdir, '', steps)
-                 else f'trained, not evaluated ({done}/{steps} steps)'
-                 if sweeps.trained(workdir, steps) else f'incomplete ({done}/{steps} steps)'),
+                 else f'trained, not evaluated ({done}/{steps} steps)' if trained_to_end
+                 else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,
       'val_loss': (plain[config['data']['seq_len']]['loss'] if config['data']['seq_len'] in plain

@@ -444,16 +444,19 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
                f'{", each on its own cores" if pinned else ""})')
   children = sweeps.Children()
   pool = concurrent.futures.ThreadPoolExecutor(parallel)
-  try:
+  sigterm = _FirstSigterm()
+  # One handler throughout, restored only after the last wait: a SIGTERM repeated at any
+  # moment of the stop (a scheduler's, a job's kill of every process) is ignored.
+  with reliability.signal_handled(signal.SIGTERM, sigterm):
     try:
-      with reliability.signal_handled(signal.SIGTERM, _raise_interrupted):
+      try:
         results = _run_groups(args, sweep, groups, root, extra, parallel, pinned, progress,
                               children, pool)
-    except (KeyboardInterrupt, Interrupted) as e:
-      # Ctrl-C reaches the runs too (a terminal signals its whole foreground group); the
-      # driver stops them in any case (a scheduler may signal the driver alone) and waits for
-      # their checkpoints. A repeated SIGTERM is ignored meanwhile.
-      with reliability.signal_handled(signal.SIGTERM, signal.SIG_IGN):
+      except (KeyboardInterrupt, Interrupted) as e:
+        # Ctrl-C reaches the runs too (a terminal signals its whole foreground group); the
+        # driver stops them in any case (a scheduler may signal the driver alone) and waits
+        # for their checkpoints.
+        sigterm.seen = True
         running = sorted(progress.running)
         children.stop()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -462,18 +465,22 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
             f' {", ".join(running)}; each run saves a checkpoint first.' if running else '.'),
               flush=True)
         pool.shutdown(wait=True)
-      done = sum(not sweeps.stages(sweep, p, os.path.join(root, p.name), extra)
-                 for p in sweep.points)
-      print(f'[sweep] stopped by {name}: {done}/{len(sweep.points)} points finished. Rerun the '
-            'same command to go on: finished points are skipped, stopped runs resume from '
-            'their checkpoints.', flush=True)
-      return status
-  except BaseException:  # A second Ctrl-C while stopping, or a bug: nothing more starts.
-    children.stop()
-    pool.shutdown(wait=False, cancel_futures=True)
-    raise
-  finally:
-    pool.shutdown(wait=True)
+        done = sum(not sweeps.stages(sweep, p, os.path.join(root, p.name), extra)
+                   for p in sweep.points)
+        print(f'[sweep] stopped by {name}: {done}/{len(sweep.points)} points finished. Rerun '
+              'the same command to go on: finished points are skipped, stopped runs resume '
+              'from their checkpoints.', flush=True)
+        return status
+    except BaseException as e:  # A second Ctrl-C while stopping, or the driver's own error.
+      sigterm.seen = True
+      children.stop()
+      pool.shutdown(wait=False, cancel_futures=True)
+      if not isinstance(e, KeyboardInterrupt):
+        print(f'[sweep] stopping the runs after the error below ({type(e).__name__}); each '
+              'saves a checkpoint first.', flush=True)
+      raise
+    finally:
+      pool.shutdown(wait=True)
   if progress.skipped:
     print(f'[sweep] {progress.skipped} points were already finished.')
   if progress.failed:
@@ -488,9 +495,18 @@ class Interrupted(BaseException):
   KeyboardInterrupt (not an Exception: no `except Exception` on the way may swallow it)."""
 
 
-def _raise_interrupted(signum, frame):
-  del signum, frame
-  raise Interrupted()
+class _FirstSigterm:
+  """A SIGTERM handler that raises Interrupted the first time and ignores the signal once
+  `seen` (a stop is under way)."""
+
+  def __init__(self):
+    self.seen = False
+
+  def __call__(self, signum, frame):
+    del signum, frame
+    if not self.seen:
+      self.seen = True
+      raise Interrupted()
 
 
 def _run_groups(args, sweep, groups, root: str, extra, parallel: int, pinned, progress,
@@ -523,7 +539,13 @@ def _run_groups(args, sweep, groups, root: str, extra, parallel: int, pinned, pr
   # Points that start from another point train after it (a pool thread waits for it), and the
   # pool takes them in order, so such points come after the ones they need (and a stop, which
   # cancels the groups not started, never leaves a started one waiting for a cancelled one).
-  return [future.result() for future in [pool.submit(run, group) for group in groups]]
+  futures = [pool.submit(run, group) for group in groups]
+  # The driver's own error in one group (a failed run is not one) stops the sweep as it comes.
+  concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+  for future in futures:
+    if future.done() and future.exception() is not None:
+      raise future.exception()
+  return [future.result() for future in futures]
 
 
 if __name__ == '__main__':

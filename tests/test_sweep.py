@@ -318,8 +318,12 @@ def test_report_calls_a_point_done_only_once_its_last_step_is_evaluated(tmp_path
   (workdir / 'config.json').write_text(json.dumps(config))
   (workdir / 'metrics.jsonl').write_text(
       json.dumps({'split': 'train', 'step': 10, 'loss': 1.0}) + '\n')
+  # Trained to its last step, stopped before its evaluation: kept records (no checkpoints)
+  # read it from the metrics, a workdir from its last checkpoint.
+  assert report.read_point(str(workdir), {})['status'] == 'trained, not evaluated (10/10 steps)'
+  (workdir / 'checkpoints' / '5').mkdir(parents=True)
   assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/10 steps)'
-  (workdir / 'checkpoints' / '10').mkdir(parents=True)  # Trained: stopped before evaluating.
+  (workdir / 'checkpoints' / '10').mkdir()
   assert report.read_point(str(workdir), {})['status'] == 'trained, not evaluated (10/10 steps)'
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10, 'splits': {}}))
   assert report.read_point(str(workdir), {})['status'] == 'done'
@@ -1012,6 +1016,8 @@ def get_sweep(arg=''):
       while len(started) < 2:  # Both runs started (and cont waiting for base).
         assert time.monotonic() < deadline
         time.sleep(0.01)
+      # Trained (its last checkpoint): cont's wait ends well, after the stop.
+      os.makedirs(os.path.join(workdir, 'checkpoints', '3'))
       os.kill(os.getpid(), signal.SIGTERM)  # To the driver, from inside its run.
     while not children.stopped:  # As a run goes on until its SIGTERM.
       assert time.monotonic() < deadline
@@ -1029,3 +1035,35 @@ def get_sweep(arg=''):
   assert 'stopped by SIGTERM: 0/3 points finished' in out, out
   assert 'FAILED' not in out and 'SKIPPED' not in out and 'running cont' not in out, out
   assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_drivers_own_error_stops_the_other_runs_as_it_comes(tmp_path, monkeypatch, capsys):
+  """An error of the driver in one group (not a failed run: the faked call itself raises)
+  stops the runs of the others at once, with checkpoints, says so and is raised; a failed run
+  would only be reported."""
+  spec = write_sweep(tmp_path, """
+def get_sweep(arg=''):
+  return {'config': 'configs/test.py', 'overrides': {'train.steps': 3},
+          'points': [{'name': 'slow'}, {'name': 'broken'}]}
+""")
+  stopped_after = []
+
+  def fake_call(command, cores=None, children=None, **kwargs):
+    del cores, kwargs
+    if any(a.startswith('--workdir=') and a.endswith('broken') for a in command):
+      time.sleep(0.2)  # The other one runs by now.
+      raise OSError(28, 'No space left on device', 'the log of broken')
+    start = time.monotonic()
+    while not children.stopped:  # As a run goes on until its SIGTERM.
+      assert time.monotonic() - start < 60
+      time.sleep(0.01)
+    stopped_after.append(time.monotonic() - start)
+    return 0
+
+  monkeypatch.setattr(sweeps, 'call', fake_call)
+  with pytest.raises(OSError, match='No space left'):
+    sweep_script.main(['--sweep', spec, '--workdir', str(tmp_path / 'sweep'), '--parallel', '2',
+                       '--no_pin', '--no_row_cache'])
+  out = capsys.readouterr().out
+  assert 'stopping the runs after the error below (OSError)' in out, out
+  assert len(stopped_after) == 1 and stopped_after[0] < 30, stopped_after
