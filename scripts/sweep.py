@@ -273,7 +273,7 @@ def prepare_rows(sweep, groups, root: str, extra_train, workers: int, progress) 
   streams = []
   for group in groups:
     for point in group.points:
-      if not sweeps.stages(sweep, point, os.path.join(root, point.name), extra_train):
+      if sweeps.done(sweep, point, os.path.join(root, point.name)):
         continue
       try:
         streams += row_cache.streams(point_config(sweep, point), sweep.eval_splits)
@@ -465,8 +465,7 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
             f' {", ".join(running)}; each run saves a checkpoint first.' if running else '.'),
               flush=True)
         pool.shutdown(wait=True)
-        done = sum(not sweeps.stages(sweep, p, os.path.join(root, p.name), extra)
-                   for p in sweep.points)
+        done = sum(sweeps.done(sweep, p, os.path.join(root, p.name)) for p in sweep.points)
         print(f'[sweep] stopped by {name}: {done}/{len(sweep.points)} points finished. Rerun '
               'the same command to go on: finished points are skipped, stopped runs resume '
               'from their checkpoints.', flush=True)

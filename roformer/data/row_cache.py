@@ -59,12 +59,6 @@ _announced, _unused = set(), set()  # Entries read, and not read, in this proces
 _SPLITS = {i: name for name, i in synthetic.SPLIT_IDS.items()}
 
 
-@functools.cache
-def _code() -> str:
-  """`_code_digest()`, taken once a process first needs it (not when the module is imported)."""
-  return _code_digest()
-
-
 def _code_digest() -> str:
   """Digest of what decides the rows and their layout here: the generators' modules, this one,
   and numpy's version (its random streams may change between versions)."""
@@ -74,6 +68,8 @@ def _code_digest() -> str:
       h.update(f.read())
   return h.hexdigest()
 
+
+_code = functools.cache(_code_digest)  # Taken once a process first needs it, not at import.
 
 
 def describe(source: synthetic.Source) -> dict:
