@@ -15,7 +15,7 @@ skipped and unfinished runs resume from their checkpoints, so the same command c
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
 members included); the exit status is 1 if any point failed. The work is ordered longest first
 and `--parallel` (default: one process per CPU core; on an accelerator, one process in all
-unless it is a GPU and every group's step is small enough to be host-bound: `default_parallel`)
+unless it is a GPU and every group's step is too small to keep it busy: `default_parallel`)
 keeps that many processes running (at most one per group); on the CPU each is pinned to cores of its
 own (`--no_pin` leaves them on every core: see sweeps.core_sets for why). Points that start from
 another point (a `{sweep}/NAME` value) wait for it. `--dry_run` prints one shell command per
@@ -207,10 +207,11 @@ def on_gpu() -> bool:
   return any(os.path.exists(p) for p in ('/dev/nvidia0', '/dev/kfd'))
 
 
-# A step of fewer model FLOPs than this (all members together) is taken as host-bound on a GPU:
-# about 2.5 ms of arithmetic at 400 TFLOP/s. A rough bound: models this small run far below
-# the peak, so some steps under it are device-bound; the one measured (a multi-key retrieval
-# group, 1.7e10) is 60 times under it and ran at its host's pace (docs/performance.md).
+# A step of fewer model FLOPs than this (all members together) is taken as too small for one
+# group to keep a GPU busy: about 2.5 ms of arithmetic at 400 TFLOP/s. A rough bound: models
+# this small run far below the peak. The one measured (a multi-key retrieval group, 1.7e10, 60
+# times under it): 12 such groups at once kept an H200 running kernels all the time, at 65-70
+# steps/s each (docs/performance.md).
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
@@ -240,11 +241,11 @@ def step_flops(sweep, group) -> float:
 def default_parallel(sweep=None, groups=()) -> int:
   """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
   trains keeps to about one core). On a GPU, one per CPU core too when every group's step is
-  under HOST_BOUND_STEP_FLOPS: there a group's speed is its host thread building rows, not the
-  device (docs/performance.md: a multi-key retrieval group of 3 x 256 rows ran 6-10 steps/s on
-  an H200 whether 3 or 12 groups shared it); else, and on other accelerators, one, which a
-  vmapped group of a larger model keeps busy. One also where a step's size cannot be worked
-  out from the config."""
+  under HOST_BOUND_STEP_FLOPS, too small for one group to keep the device busy
+  (docs/performance.md: 12 multi-key retrieval groups of 3 x 256 rows at once ran 65-70 steps/s
+  each on an H200, with a kernel running all the time); else, and on other accelerators, one,
+  which a vmapped group of a larger model keeps busy. One also where a step's size cannot be
+  worked out from the config."""
   cores = len(sweeps.usable_cpus())
   if not on_accelerator():
     return cores
@@ -354,8 +355,8 @@ def main(argv=None) -> int:
                       help='Directory holding one workdir per point.')
   parser.add_argument('--parallel', type=int, default=0,
                       help='Training processes at the same time; 0: one per CPU core, or on an '
-                      'accelerator 1 unless it is a GPU and every step is small enough to be '
-                      'host-bound.')
+                      'accelerator 1 unless it is a GPU and every step is too small to keep '
+                      'it busy.')
   parser.add_argument('--no_pin', action='store_true',
                       help='Leave the training processes on every core, instead of pinning '
                       'each of the --parallel processes to its own cores (CPU runs only).')
