@@ -104,6 +104,39 @@ def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
   return _validation(trainer, params, source, tokenizer, trainer.config)
 
 
+def group_validation(trainer: trainer_lib.Trainer, group, sources: list, tokenizers: list):
+  """`validation` of every member of a vmapped group (`members.Members`), member i's on
+  sources[i] read with tokenizers[i], with one launch per batch for the whole group and one fetch: each member's
+  metrics are those `validation` gives its parameters, to float rounding. On a GPU that
+  several processes share, each launch and fetch waits its turn, and a member at a time made
+  the group's validation a quarter of its training time (docs/performance.md). None where the
+  group is stepped one by one or the validation is not one source's token sums (a mixture, a
+  task that decodes or scores per example, passkey rows in text): then `validation` per
+  member."""
+  config = trainer.config
+  if (not group.vmapped or trainer.task.decodes or trainer.task.per_example
+      or any(isinstance(s, mixture.Mixture) or scored_on_answers(s) for s in sources)):
+    return None
+  local = config.eval.batch_size // jax.process_count()
+  template = trainer.task.feature_shapes(local, config.data.seq_len)
+  batches = [list(_eval_batches(trainer.task.batches(config, source, tokenizer, train=False,
+                                                     batch_size=config.eval.batch_size),
+                                config.train.eval_batches, template))
+             for source, tokenizer in zip(sources, tokenizers)]
+  if len({len(b) for b in batches}) != 1:
+    return None  # Not one batch each at every launch: member by member instead.
+  if not batches[0]:
+    raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
+                             'config.data.splits and that the split has text.')
+  totals = None
+  for each in zip(*batches):
+    sums = group.eval_sums([pipeline.pad_batch(batch, local) for batch in each])
+    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+  totals = jax.device_get(totals)
+  return [trainer.task.summarize(jax.tree.map(lambda x, i=i: x[i], totals))
+          for i in range(len(sources))]
+
+
 def scored_on_answers(source) -> bool:
   """Whether `source` is scored on its answers only (passkey rows in a corpus's text), not on
   every token as training counts it."""

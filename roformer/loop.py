@@ -309,11 +309,17 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
         member.window.append(metrics)
     pending = []
 
-  def validate(i: int, step: int) -> dict:
-    """Member i's validation metrics, logged at `step`."""
+  def validate(step: int) -> dict[int, dict]:
+    """The living members' validation metrics (by member index), each logged at `step`."""
+    together = evaluate_lib.group_validation(  # Every member's, a failed one's unused.
+        trainer, group_states, [m.run.sources['validation'] for m in members],
+        [m.run.tokenizer for m in members])
+    return {i: log_validation(i, step, together[i] if together else evaluate_lib.validation(
+        trainer, group_states.params(i), members[i].run.sources['validation'],
+        members[i].run.tokenizer)) for i in alive()}
+
+  def log_validation(i: int, step: int, result: dict) -> dict:
     member = members[i]
-    result = evaluate_lib.validation(trainer, group_states.params(i),
-                                     member.run.sources['validation'], member.run.tokenizer)
     member.writer.write(step, 'validation', result)
     for name, own in result.get('sources', {}).items():  # A mixture's sources, each its own.
       member.writer.write(step, mixture.source_split('validation', name), own)
@@ -326,8 +332,8 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
   if runs[0].init_from is not None and warm_start.continues(config):
     # A continued model before any step at its new length or scaling: the extension without
     # training, against which the continued steps are measured.
-    for i in alive():
-      members[i].last['validation'] = validate(i, 0)
+    for i, result in validate(0).items():
+      members[i].last['validation'] = result
   t_log, step_log = time.perf_counter(), start
   reached = start  # The last step taken.
   for step in range(start + 1, tc.steps + 1):
@@ -355,9 +361,9 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
     paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
     # A stop request skips an intermediate evaluation (to save in time), never the final one.
     if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
-      for i in alive():
+      for i, result in validate(step).items():
         member = members[i]
-        member.last['validation'] = result = validate(i, step)
+        member.last['validation'] = result
         metric = trainer.task.best_metric
         if member.best is not None and result[metric] > member.best_value:
           member.best_value = result[metric]  # Kept apart: max_to_keep never drops it.

@@ -6,7 +6,8 @@ an argument (`trainer.SeededStep`). `Members` holds such runs' train states and 
 together, one compilation for all:
 
 - vmapped: one `jax.vmap` step over the stacked states and batches, a single launch per step
-  for every member (what keeps an accelerator busy with models this small);
+  for every member (what keeps an accelerator busy with models this small), and the same for
+  each validation batch (`eval_sums`, through evaluate.group_validation);
 - one by one: the same compiled step called for each member in turn.
 
 `vmapped=None` chooses: vmapped on accelerators, one by one on the CPU, where XLA runs a
@@ -50,6 +51,11 @@ class Members:
     # Member i's state, laid out as a run of its own lays it out (one program for every i).
     self._take = jax.jit(lambda stacked, i: jax.tree.map(lambda x: x[i], stacked),
                          out_shardings=trainer.state_shardings)
+    self._eval = sharding.on_mesh(mesh, rules=sharding.rules_from_config(
+        trainer.config.mesh), fn=jax.jit(
+            jax.vmap(trainer.eval_fn),
+            in_shardings=(_stacked(trainer.state_shardings['params']), self._batch_sharding),
+            out_shardings=sharding.replicated(mesh)))
     step = jax.vmap(trainer.step_fn)
     self._step = sharding.on_mesh(mesh, rules=sharding.rules_from_config(
         trainer.config.mesh), fn=jax.jit(
@@ -79,6 +85,13 @@ class Members:
         self._batch_sharding, {k: np.stack([b[k] for b in host_batches]) for k in host_batches[0]})
     self.stacked, metrics = self._step(self.stacked, batch, self._seeds)
     return metrics
+
+  def eval_sums(self, host_batches: list[dict]):
+    """Every member's evaluation sums (the task's `eval_sums`) of its own batch, in one launch
+    for the group (vmapped groups only); on the device, with a leading member axis."""
+    batch = jax.make_array_from_process_local_data(
+        self._batch_sharding, {k: np.stack([b[k] for b in host_batches]) for k in host_batches[0]})
+    return self._eval(self.stacked['params'], batch)
 
   def split(self, fetched) -> list[dict | None]:
     """Per member, the host metrics of one fetched `step` result (None for a failed member

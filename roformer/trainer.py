@@ -95,9 +95,12 @@ class Trainer:
         self.step_fn, in_shardings=(self.state_shardings, batch_sharding, replicated),
         out_shardings=(self.state_shardings, replicated), donate_argnums=0)),
                                  dropout_seed(config))
+    # Evaluation sums of one batch as a pure function of (params, batch), which a vmapped
+    # group evaluates for every member at once (roformer/members.py).
+    self.eval_fn = functools.partial(steps.eval_step, graphdef=self.graphdef, task=self.task)
     self.eval_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
-        functools.partial(steps.eval_step, graphdef=self.graphdef, task=self.task),
-        in_shardings=(self.state_shardings['params'], batch_sharding), out_shardings=replicated))
+        self.eval_fn, in_shardings=(self.state_shardings['params'], batch_sharding),
+        out_shardings=replicated))
     if self.task.per_example:
       self.predict_step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
           functools.partial(steps.predict_step, graphdef=self.graphdef, task=self.task),

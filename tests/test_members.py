@@ -16,10 +16,12 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import config_args
 from roformer import config_lib
 from roformer import errors
+from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import members as members_lib
 from roformer import reliability
+from roformer import resolve
 from roformer import sharding
 from roformer import sweeps
 from roformer import trainer as trainer_lib
@@ -162,6 +164,50 @@ def test_members_at_different_steps_are_trained_one_by_one(alone, tmp_path):
     assert_same(outputs(template.format(seed=seed)), alone['rope', seed], rtol=1e-6)
 
 
+@pytest.mark.parametrize('kind', ['rope', 'alibi'])
+def test_a_vmapped_groups_validation_is_each_members_in_one_launch_per_batch(tmp_path, kind,
+                                                                            monkeypatch):
+  """evaluate.group_validation gives each member what `validation` gives its parameters alone,
+  from one launch per batch for the whole group and no launch of the one-member program."""
+  config = tiny(kind)
+  config.train.eval_batches = 2  # Of the split's 16 rows, in batches of 8.
+  runs, states = [], []
+  for seed in (0, 1, 2):
+    member = config.copy_and_resolve_references()
+    member.seed = seed
+    runs.append(resolve.for_training(member, str(tmp_path / f'seed={seed}')))
+  trainer = trainer_lib.Trainer(config, runs[0].mesh)
+  states = [trainer.init_state(seed) for seed in (0, 1, 2)]
+  alone = [evaluate.validation(trainer, state['params'], run.sources['validation'], run.tokenizer)
+           for state, run in zip(states, runs)]
+  group = members_lib.Members(trainer, [0, 1, 2], states, vmapped=True)
+  launches = []
+  eval_sums = group.eval_sums
+  monkeypatch.setattr(group, 'eval_sums', lambda batches: launches.append(len(batches))
+                      or eval_sums(batches))
+  monkeypatch.setattr(trainer, 'eval_step', None)  # The one-member program is not called.
+  together = evaluate.group_validation(trainer, group, [r.sources['validation'] for r in runs],
+                                       [r.tokenizer for r in runs])
+  assert launches == [3, 3]  # eval_batches=2: two launches of three members' batches.
+  assert [sorted(r) for r in together] == [sorted(r) for r in alone]
+  for got, want in zip(together, alone):
+    assert got['tokens'] == want['tokens'] > 0
+    np.testing.assert_allclose([got['loss'], got['accuracy']], [want['loss'], want['accuracy']],
+                               rtol=1e-5)
+  # The members' parameters differ, and so do their metrics: each got its own.
+  assert len({round(r['loss'], 6) for r in together}) == 3
+
+
+def test_validation_member_by_member_where_a_group_is_not_vmapped(tmp_path):
+  config = tiny('rope')
+  run = resolve.for_training(config, str(tmp_path / 'seed=0'))
+  trainer = trainer_lib.Trainer(config, run.mesh)
+  one_by_one = members_lib.Members(trainer, [0, 1], [trainer.init_state(s) for s in (0, 1)],
+                                   vmapped=False)
+  assert evaluate.group_validation(trainer, one_by_one, [run.sources['validation']] * 2,
+                                   [run.tokenizer] * 2) is None
+
+
 def test_a_member_that_diverges_is_named_and_the_others_finish(tmp_path, monkeypatch):
   """Member 1's third step is made non-finite: it stops with its batch saved and its last
   checkpoint kept; member 0 trains to the end and is evaluated; the error names member 1."""
@@ -185,6 +231,26 @@ def test_a_member_that_diverges_is_named_and_the_others_finish(tmp_path, monkeyp
   assert not os.path.exists(os.path.join(one, 'eval_results.json'))
   assert os.path.exists(os.path.join(one, 'nonfinite_step_3.npz'))
   assert checkpoint_lib.latest_step(os.path.join(one, 'checkpoints')) is None  # Step 3 unsaved.
+
+
+def test_a_vmapped_groups_living_member_is_validated_as_its_own_after_another_fails(
+    alone, tmp_path, monkeypatch):
+  """Member 0 of a vmapped group is made to diverge at its second step: member 1 still ends
+  where its run alone ends, its validations included (its own metrics, not member 0's)."""
+  split = members_lib.Members.split
+  calls = {'n': 0}
+
+  def poisoned(self, fetched):
+    out = split(self, fetched)
+    calls['n'] += 1
+    if calls['n'] == 2:
+      out[0] = {**out[0], 'nonfinite': np.int32(1)}
+    return out
+  monkeypatch.setattr(members_lib.Members, 'split', poisoned)
+  template = str(tmp_path / 'seed={seed}')
+  with pytest.raises(reliability.MembersFailed, match=r'1 of 2 runs failed: .*seed=0: step 2'):
+    loop.train_seeds(tiny('rope'), template, [0, 1], eval_splits=('validation',), vmapped=True)
+  assert_same(outputs(template.format(seed=1)), alone['rope', 1], rtol=1e-5)
 
 
 def test_a_member_whose_workdir_is_unusable_is_named_and_the_others_finish(tmp_path):
