@@ -19,6 +19,9 @@
 #      multi-key seeds with a model of width 8, rows built in the loop and read from the row
 #      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
 #   7. the device-independent test files on the GPU backend (float32 matmuls at 'highest');
+#      `compile` (only when named): one multi-key group of three seeds alone, without the
+#      compilation cache, under each of COMPILE_VARIANTS' XLA flags: its compilation time and
+#      steps/s per variant, OUT/compile.log;
 #   8. `sweep` (only when named): scripts/sweep.py on SWEEP (default the options sweep's
 #      multi-key retrieval) for at most SWEEP_LIMIT seconds; at the limit the sweep and its
 #      runs get SIGTERM (each saves a checkpoint and stops), and the sweep's directory (SWEEP_DIR,
@@ -35,7 +38,7 @@
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm lm125 point suite grouprate sweep;
+#       (some of: env tests rope bench packed levers lm lm125 point suite grouprate compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -131,6 +134,32 @@ timeout "${GROUPRATE_LIMIT:-240}" $PY scripts/group_rate.py --out "$OUT/group_ra
     > "$OUT/group_rate.log" 2>&1
 echo "group_rate.py exit $? (124: stopped by its time limit)" >> "$OUT/group_rate.log"
 grep -v '^I1\|^W1' "$OUT/group_rate.log" | tail -4
+fi
+
+if want compile; then
+stage "one ${COMPILE_TASK:=niah_multikey} group of three seeds alone, cold, under XLA:GPU's options"
+# A sweep's groups each compiled for 70-110 s with 12 at once (docs/performance.md). Each
+# variant (COMPILE_VARIANTS, ';' between them, 'default' for none) adds its XLA flags to one
+# group's train.py without the compilation cache; compile.log gets its time line and its last
+# steps/s, so that a variant which compiles faster but steps slower shows. COMPILE_FLAGS: more
+# train.py flags.
+IFS=';' read -ra variants <<< \
+    "${COMPILE_VARIANTS:-default;--xla_gpu_autotune_level=0;--xla_gpu_enable_triton_gemm=false}"
+: > "$OUT/compile.log"
+for variant in "${variants[@]}"; do
+  extra=; [[ $variant == default ]] || extra=$variant
+  rm -rf /tmp/compile_gpu
+  env -u JAX_COMPILATION_CACHE_DIR XLA_FLAGS="$XLA_FLAGS $extra" timeout "${COMPILE_LIMIT:-150}" \
+      $PY train.py --config "configs/synthetic.py:$COMPILE_TASK" --seeds 0,1,2 \
+      --workdir '/tmp/compile_gpu/seed={seed}' --config.train.steps="${COMPILE_STEPS:-1000}" \
+      --config.train.eval_every=1000000 --config.train.checkpoint_every=1000000 \
+      ${COMPILE_FLAGS:-} > /tmp/compile_gpu.log 2>&1
+  status=$?
+  times=$(grep -h 'Time:' /tmp/compile_gpu.log | sed 's/.*Time: //')
+  rate=$(grep -h 'steps/s' /tmp/compile_gpu.log | tail -1 | grep -o '[0-9.]* steps/s')
+  echo "[$variant] exit $status | ${times:-$(grep -v '^\s*$' /tmp/compile_gpu.log | tail -1)} | $rate" \
+      | tee -a "$OUT/compile.log"
+done
 fi
 
 if want suite; then

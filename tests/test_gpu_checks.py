@@ -64,3 +64,23 @@ def test_a_stopped_sweep_comes_back_with_each_runs_newest_checkpoint_which_resto
   assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
   with open(unpacked / 'p' / 'eval_results.json') as f:
     assert json.load(f)['step'] == kept[-1]
+
+
+def test_the_compile_stage_times_each_variant_and_reports_one_that_fails(tmp_path):
+  """`compile` on the CPU with a tiny model: one line per variant with its time line and its
+  steps/s; a variant XLA refuses gets its error line and the next variant still runs."""
+  out = tmp_path / 'out'
+  tiny = ' '.join(f'--config.model.{k}={v}'
+                  for k, v in {'d_model': 8, 'num_heads': 1, 'd_ff': 8, 'num_layers': 1}.items())
+  env = processes.env(devices=1, STAGES='compile', PYTHON=sys.executable, JAX_PLATFORMS='cpu',
+                      COMPILE_TASK='passkey', COMPILE_STEPS='100', COMPILE_FLAGS=tiny,
+                      COMPILE_VARIANTS='--xla_no_such_flag=1;default')
+  done = subprocess.run(['bash', 'scripts/gpu_checks.sh', str(out)], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300, check=False)
+  assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+  refused, default = (out / 'compile.log').read_text().splitlines()
+  assert refused.startswith('[--xla_no_such_flag=1] exit 1 |')
+  assert 'Unknown flag in XLA_FLAGS: --xla_no_such_flag=1' in refused
+  assert default.startswith('[default] exit 0 | start-up ')
+  assert 'compilation and first step' in default and ', 100 steps ' in default
+  assert default.endswith(' steps/s') and float(default.split()[-2]) > 0
