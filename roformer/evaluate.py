@@ -66,6 +66,11 @@ def _eval_batches(dataset, max_batches: int, template: dict):
     yield {k: np.zeros_like(v) for k, v in template.items()}
 
 
+# Running totals of evaluation sums, one launch per batch (eagerly, one per leaf: ten for a
+# task with position buckets).
+_added = jax.jit(lambda totals, sums: jax.tree.map(jnp.add, totals, sums))
+
+
 def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
              max_batches: int = -1, seq_len: int | None = None, scored: bool = False):
   """Token-weighted loss, accuracy and perplexity over a (finite) dataset of packed batches;
@@ -82,7 +87,7 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
   for batch in _eval_batches(dataset, max_batches, template):
     sums = trainer.eval_step(params, sharding.put_batch(pipeline.pad_batch(batch, local),
                                                         trainer.mesh))
-    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    totals = sums if totals is None else _added(totals, sums)
   if totals is None:
     raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
                              'config.data.splits and that the split has text.')
@@ -106,32 +111,33 @@ def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
 
 def group_validation(trainer: trainer_lib.Trainer, group, sources: list, tokenizers: list):
   """`validation` of every member of a vmapped group (`members.Members`), member i's on
-  sources[i] read with tokenizers[i], with one launch per batch for the whole group and one fetch: each member's
-  metrics are those `validation` gives its parameters, to float rounding. On a GPU that
-  several processes share, each launch and fetch waits its turn, and a member at a time made
-  the group's validation a quarter of its training time (docs/performance.md). None where the
-  group is stepped one by one or the validation is not one source's token sums (a mixture, a
-  task that decodes or scores per example, passkey rows in text): then `validation` per
-  member."""
+  sources[i] read with tokenizers[i], in one vmapped launch per batch for the whole group (and
+  one to add it to the totals) and one fetch: each member's metrics are those `validation`
+  gives its parameters, to float rounding. On a GPU that several processes share, each launch
+  and fetch waits its turn, and a member at a time made the group's validation a quarter of
+  its training time (docs/performance.md). None where the group is stepped one by one, the
+  validation is not one source's token sums (a mixture, a task that decodes or scores per
+  example, passkey rows in text) or the members' splits differ in length: then `validation`
+  per member."""
   config = trainer.config
   if (not group.vmapped or trainer.task.decodes or trainer.task.per_example
       or any(isinstance(s, mixture.Mixture) or scored_on_answers(s) for s in sources)):
     return None
   local = config.eval.batch_size // jax.process_count()
   template = trainer.task.feature_shapes(local, config.data.seq_len)
-  batches = [list(_eval_batches(trainer.task.batches(config, source, tokenizer, train=False,
-                                                     batch_size=config.eval.batch_size),
-                                config.train.eval_batches, template))
+  streams = [_eval_batches(trainer.task.batches(config, source, tokenizer, train=False,
+                                                batch_size=config.eval.batch_size),
+                           config.train.eval_batches, template)
              for source, tokenizer in zip(sources, tokenizers)]
-  if len({len(b) for b in batches}) != 1:
-    return None  # Not one batch each at every launch: member by member instead.
-  if not batches[0]:
+  totals = None
+  for each in itertools.zip_longest(*streams):  # One batch of each member at a time.
+    if any(batch is None for batch in each):
+      return None  # Splits of different lengths: member by member instead.
+    sums = group.eval_sums([pipeline.pad_batch(batch, local) for batch in each])
+    totals = sums if totals is None else _added(totals, sums)
+  if totals is None:
     raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
                              'config.data.splits and that the split has text.')
-  totals = None
-  for each in zip(*batches):
-    sums = group.eval_sums([pipeline.pad_batch(batch, local) for batch in each])
-    totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
   totals = jax.device_get(totals)
   return [trainer.task.summarize(jax.tree.map(lambda x, i=i: x[i], totals))
           for i in range(len(sources))]

@@ -311,6 +311,8 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
 
   def validate(step: int) -> dict[int, dict]:
     """The living members' validation metrics (by member index), each logged at `step`."""
+    if not alive():
+      return {}
     together = evaluate_lib.group_validation(  # Every member's, a failed one's unused.
         trainer, group_states, [m.run.sources['validation'] for m in members],
         [m.run.tokenizer for m in members])

@@ -209,9 +209,9 @@ def on_gpu() -> bool:
 
 # A step of fewer model FLOPs than this (all members together) is taken as too small for one
 # group to keep a GPU busy: about 2.5 ms of arithmetic at 400 TFLOP/s. A rough bound: models
-# this small run far below the peak. The one measured (a multi-key retrieval group, 1.7e10, 60
+# this small run far below the peak. The one measured (a multi-key retrieval group, 1.8e10, 55
 # times under it): 12 such groups at once kept an H200 running kernels all the time, at 65-70
-# steps/s each (docs/performance.md).
+# steps/s each, 29-35 for the heaviest two (docs/performance.md; fewer at once not tried).
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
@@ -241,11 +241,10 @@ def step_flops(sweep, group) -> float:
 def default_parallel(sweep=None, groups=()) -> int:
   """One training process per CPU core when the runs use the CPU (a step of the sizes a sweep
   trains keeps to about one core). On a GPU, one per CPU core too when every group's step is
-  under HOST_BOUND_STEP_FLOPS, too small for one group to keep the device busy
-  (docs/performance.md: 12 multi-key retrieval groups of 3 x 256 rows at once ran 65-70 steps/s
-  each on an H200, with a kernel running all the time); else, and on other accelerators, one,
-  which a vmapped group of a larger model keeps busy. One also where a step's size cannot be
-  worked out from the config."""
+  under HOST_BOUND_STEP_FLOPS (docs/performance.md: 12 multi-key retrieval groups of 3 x 256
+  rows at once ran 29-70 steps/s each on an H200, with a kernel running all the time); else,
+  and on other accelerators, one, which a vmapped group of a larger model keeps busy. One also
+  where a step's size cannot be worked out from the config."""
   cores = len(sweeps.usable_cpus())
   if not on_accelerator():
     return cores

@@ -25,6 +25,7 @@ from roformer import resolve
 from roformer import sharding
 from roformer import sweeps
 from roformer import trainer as trainer_lib
+from roformer.data import mixture
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 6
@@ -164,48 +165,70 @@ def test_members_at_different_steps_are_trained_one_by_one(alone, tmp_path):
     assert_same(outputs(template.format(seed=seed)), alone['rope', seed], rtol=1e-6)
 
 
-@pytest.mark.parametrize('kind', ['rope', 'alibi'])
-def test_a_vmapped_groups_validation_is_each_members_in_one_launch_per_batch(tmp_path, kind,
-                                                                            monkeypatch):
-  """evaluate.group_validation gives each member what `validation` gives its parameters alone,
-  from one launch per batch for the whole group and no launch of the one-member program."""
+def _group_of_three(tmp_path, kind='rope', eval_examples=20, data_seeds=(0, 1, 2)):
+  """Three members' runs (seeds 0-2, each reading the validation rows of its own data seed),
+  their trainer, and their vmapped group; the split's 20 rows are batches of 8, 8 and 4
+  (padded)."""
   config = tiny(kind)
-  config.train.eval_batches = 2  # Of the split's 16 rows, in batches of 8.
-  runs, states = [], []
-  for seed in (0, 1, 2):
+  config.data.synthetic.eval_examples = eval_examples
+  config.train.eval_batches = 3
+  runs = []
+  for seed, data_seed in zip((0, 1, 2), data_seeds):
     member = config.copy_and_resolve_references()
-    member.seed = seed
+    member.seed, member.data.synthetic.seed = seed, data_seed
     runs.append(resolve.for_training(member, str(tmp_path / f'seed={seed}')))
   trainer = trainer_lib.Trainer(config, runs[0].mesh)
   states = [trainer.init_state(seed) for seed in (0, 1, 2)]
+  return runs, trainer, states, members_lib.Members(trainer, [0, 1, 2], states, vmapped=True)
+
+
+def _group_validation(trainer, group, runs):
+  return evaluate.group_validation(trainer, group, [r.sources['validation'] for r in runs],
+                                   [r.tokenizer for r in runs])
+
+
+@pytest.mark.parametrize('kind', ['rope', 'alibi'])
+def test_a_vmapped_groups_validation_is_each_members_in_one_launch_per_batch(tmp_path, kind,
+                                                                            monkeypatch):
+  """evaluate.group_validation gives each member what `validation` gives its parameters on its
+  own split (a short last batch padded), from one launch per batch for the whole group and no
+  launch of the one-member program."""
+  runs, trainer, states, group = _group_of_three(tmp_path, kind)
   alone = [evaluate.validation(trainer, state['params'], run.sources['validation'], run.tokenizer)
            for state, run in zip(states, runs)]
-  group = members_lib.Members(trainer, [0, 1, 2], states, vmapped=True)
   launches = []
   eval_sums = group.eval_sums
-  monkeypatch.setattr(group, 'eval_sums', lambda batches: launches.append(len(batches))
-                      or eval_sums(batches))
+  monkeypatch.setattr(group, 'eval_sums', lambda batches: launches.append(
+      [len(b['inputs']) for b in batches]) or eval_sums(batches))
   monkeypatch.setattr(trainer, 'eval_step', None)  # The one-member program is not called.
-  together = evaluate.group_validation(trainer, group, [r.sources['validation'] for r in runs],
-                                       [r.tokenizer for r in runs])
-  assert launches == [3, 3]  # eval_batches=2: two launches of three members' batches.
+  together = _group_validation(trainer, group, runs)
+  assert launches == [[8] * 3] * 3  # Batches of 8, 8 and 4 rows, the last padded to 8.
   assert [sorted(r) for r in together] == [sorted(r) for r in alone]
   for got, want in zip(together, alone):
     assert got['tokens'] == want['tokens'] > 0
     np.testing.assert_allclose([got['loss'], got['accuracy']], [want['loss'], want['accuracy']],
                                rtol=1e-5)
-  # The members' parameters differ, and so do their metrics: each got its own.
+  # Each member's parameters and rows differ, and so do their metrics: each got its own.
   assert len({round(r['loss'], 6) for r in together}) == 3
 
 
-def test_validation_member_by_member_where_a_group_is_not_vmapped(tmp_path):
+def test_group_validation_leaves_to_each_member_what_it_does_not_batch(tmp_path, monkeypatch):
+  """None (then `validation` member by member) for a group stepped one by one, a task that
+  decodes or scores per example, a mixture, and members' splits of different lengths."""
+  runs, trainer, states, group = _group_of_three(tmp_path)
+  one_by_one = members_lib.Members(trainer, [0, 1, 2], states, vmapped=False)
+  assert _group_validation(trainer, one_by_one, runs) is None
+  for attribute in ('decodes', 'per_example'):
+    with monkeypatch.context() as patch:
+      patch.setattr(trainer.task, attribute, True)
+      assert _group_validation(trainer, group, runs) is None
+  blend = object.__new__(mixture.Mixture)
+  assert evaluate.group_validation(trainer, group, [blend] * 3, [runs[0].tokenizer] * 3) is None
   config = tiny('rope')
-  run = resolve.for_training(config, str(tmp_path / 'seed=0'))
-  trainer = trainer_lib.Trainer(config, run.mesh)
-  one_by_one = members_lib.Members(trainer, [0, 1], [trainer.init_state(s) for s in (0, 1)],
-                                   vmapped=False)
-  assert evaluate.group_validation(trainer, one_by_one, [run.sources['validation']] * 2,
-                                   [run.tokenizer] * 2) is None
+  config.data.synthetic.eval_examples = 12  # Two batches where the others have three.
+  config.seed = 2
+  shorter = resolve.for_training(config, str(tmp_path / 'shorter'))
+  assert _group_validation(trainer, group, runs[:2] + [shorter]) is None
 
 
 def test_a_member_that_diverges_is_named_and_the_others_finish(tmp_path, monkeypatch):
