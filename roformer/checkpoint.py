@@ -3,6 +3,7 @@
 import functools
 import logging
 import os
+import weakref
 
 import grain
 import jax
@@ -46,6 +47,10 @@ def _write_each_array_once() -> None:
       absl_logger.setLevel(level)
 
 
+# This process's Checkpointers not yet closed (see Checkpointer.save).
+_OPEN = weakref.WeakSet()
+
+
 class Checkpointer:
   """Saves {'state': train state, 'data': grain iterator state} per step; async, max_to_keep."""
 
@@ -59,6 +64,7 @@ class Checkpointer:
                        'data': grain.checkpoint.CheckpointHandler()},
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save))
+    _OPEN.add(self)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -71,6 +77,13 @@ class Checkpointer:
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
     killpoints.reach('checkpoint.save')
+    if jax.process_count() > 1:
+      # With several processes, two managers saving at once (a group's members, a run's best/
+      # checkpoint beside its own) run orbax's multi-host barriers side by side, and they
+      # collide ('Barrier ... is already ongoing'): one save of this process's at a time.
+      for other in list(_OPEN):
+        if other is not self:
+          other.wait()
     self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
@@ -138,6 +151,7 @@ class Checkpointer:
     if self._closed:
       return
     self._closed = True
+    _OPEN.discard(self)
     self.manager.wait_until_finished()
     self.manager.close()
 

@@ -96,6 +96,37 @@ def test_two_processes_train_as_one_process_with_their_devices(tmp_path, mesh):
                                err_msg=name)
 
 
+def test_a_vmapped_group_on_two_processes_is_the_group_on_one(tmp_path):
+  """A vmapped group of two seeds over two processes of 2 devices (each with its share of
+  every batch, validation batches included) trains, validates, checkpoints both members at the
+  same steps and evaluates as the same group in one process of 4 devices."""
+  roots = {n: tmp_path / f'{n}_processes' for n in (1, 2)}
+  port = str(_free_port())
+  with _processes([[sys.executable, 'tests/multihost_group.py', str(roots[2]), str(i), '2',
+                    port] for i in range(2)], 2, tmp_path / 'logs2') as procs:
+    _finish(procs)
+  with _processes([[sys.executable, 'tests/multihost_group.py', str(roots[1]), '0', '1', '0']],
+                  4, tmp_path / 'logs1') as procs:
+    _finish(procs)
+  for seed in (0, 1):
+    two, one = (metrics_of(roots[n] / f'seed={seed}') for n in (2, 1))
+    assert sorted(two) == sorted(one) and len(one['validation']) == 2, (two, one)
+    for key in one:
+      np.testing.assert_allclose(two[key], one[key], rtol=1e-5, err_msg=f'seed {seed} {key}')
+
+
+def metrics_of(workdir) -> dict:
+  """A run's train losses, validation losses and accuracies, and evaluation losses."""
+  with open(workdir / 'metrics.jsonl', encoding='utf-8') as f:
+    records = [json.loads(line) for line in f]
+  with open(workdir / 'eval_results.json', encoding='utf-8') as f:
+    evaluation = json.load(f)
+  return {'train': [r['loss'] for r in records if r['split'] == 'train'],
+          'validation': [(r['loss'], r['accuracy']) for r in records
+                         if r['split'] == 'validation'],
+          'eval': [row['loss'] for row in evaluation['splits']['validation']['lengths']]}
+
+
 def _train_commands(workdir, data_dir, steps, checkpoint_every=100_000) -> list[list[str]]:
   """README's multi-host command for each of two processes."""
   port = _free_port()
