@@ -3,7 +3,6 @@
 import functools
 import logging
 import os
-import weakref
 
 import grain
 import jax
@@ -47,8 +46,8 @@ def _write_each_array_once() -> None:
       absl_logger.setLevel(level)
 
 
-# This process's Checkpointers not yet closed (see Checkpointer.save).
-_OPEN = weakref.WeakSet()
+# With several processes, the Checkpointer whose save this process started last (see save).
+_last_save = None
 
 
 class Checkpointer:
@@ -64,7 +63,6 @@ class Checkpointer:
                        'data': grain.checkpoint.CheckpointHandler()},
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save))
-    _OPEN.add(self)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -77,13 +75,15 @@ class Checkpointer:
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
     killpoints.reach('checkpoint.save')
+    global _last_save
     if jax.process_count() > 1:
       # With several processes, two managers saving at once (a group's members, a run's best/
       # checkpoint beside its own) run orbax's multi-host barriers side by side, and they
-      # collide ('Barrier ... is already ongoing'): one save of this process's at a time.
-      for other in list(_OPEN):
-        if other is not self:
-          other.wait()
+      # collide ('Barrier ... is already ongoing'): one save of this process's at a time. (A
+      # failed save of the other one is raised here, naming its directory.)
+      if _last_save is not None and _last_save is not self and not _last_save._closed:
+        _last_save.wait()
+      _last_save = self
     self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
@@ -141,8 +141,12 @@ class Checkpointer:
     while os.path.exists(target):
       target, n = f'{source}.unreadable-{n}', n + 1
     os.rename(source, target)
-    self.manager.reload()
+    self.reload()
     return target
+
+  def reload(self) -> None:
+    """Reads the steps on disk again (after another process moved one aside)."""
+    self.manager.reload()
 
   def wait(self) -> None:
     self.manager.wait_until_finished()
@@ -151,7 +155,6 @@ class Checkpointer:
     if self._closed:
       return
     self._closed = True
-    _OPEN.discard(self)
     self.manager.wait_until_finished()
     self.manager.close()
 

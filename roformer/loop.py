@@ -191,6 +191,7 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
                     'from step %d.', bad, ckpt.set_aside(bad), step)
     if failed and jax.process_count() > 1:
       multihost_utils.sync_global_devices('checkpoints set aside')
+      ckpt.reload()  # Each process's manager forgets the moved steps, or saving one fails.
     return step, state, train_iter
   if failed:
     step, error = failed[0]

@@ -17,6 +17,7 @@ import numpy as np
 import processes
 import pytest
 
+from tests.test_reliability import _corrupt
 from tests.test_reliability import _env
 from tests.test_reliability import _losses
 
@@ -154,6 +155,24 @@ def test_the_readme_launch_trains_one_run_on_two_processes(data_dir, tmp_path):
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints', '4', 'data'))) == [
       'commit_success.txt', 'process_0-of-2.json', 'process_1-of-2.json']
+
+
+@pytest.mark.slow  # Two launches of two processes.
+def test_an_unreadable_checkpoint_set_aside_on_two_processes_is_written_again(data_dir, tmp_path):
+  """Two processes resume from step 2 past an unreadable step 4, which process 0 moves aside,
+  and both save step 4 again: every process's checkpoint manager forgets the moved step."""
+  workdir = str(tmp_path / 'run')
+  with _processes(_train_commands(workdir, data_dir, 4, checkpoint_every=2), 1,
+                  tmp_path / 'logs1') as procs:
+    _finish(procs)
+  ckpt_dir = os.path.join(workdir, 'checkpoints')
+  _corrupt(os.path.join(ckpt_dir, '4'))
+  with _processes(_train_commands(workdir, data_dir, 6, checkpoint_every=2), 1,
+                  tmp_path / 'logs2') as procs:
+    outputs = _finish(procs)
+  assert 'cannot be read' in outputs[0] and 'cannot be read' in outputs[1]
+  assert sorted(os.listdir(ckpt_dir)) == ['2', '4', '4.unreadable', '6']
+  assert sorted(_losses(workdir)) == [1, 2, 3, 4, 5, 6]
 
 
 @pytest.mark.slow
