@@ -55,11 +55,15 @@ from roformer.data import synthetic  # pylint: disable=wrong-import-position
 
 
 class Progress:
-  """Counts points and prints `[sweep] done/total ... ETA` lines (thread-safe).
+  """Counts points and prints `[sweep] done/total ... ETA` lines (thread-safe), naming the
+  running groups while there are at most NAMED of them (a GPU runs a dozen at once: the line
+  then counts them, and each is named as it starts and ends).
 
   The ETA weighs each group by its work (`group_work`: a sweep's groups differ in steps and
   shapes, and the longest run first): the seconds per unit of work of the groups finished so
   far, times the work of the groups not finished, over the processes that share it."""
+
+  NAMED = 4
 
   def __init__(self, total: int, parallel: int, work: dict[str, float] | None = None):
     self.total, self.parallel = total, parallel
@@ -82,7 +86,9 @@ class Progress:
       per_work = self.timed_seconds / self.timed_work
       processes = min(self.parallel, len(self.work_left))
       eta = f' | ETA {logs.duration(per_work * sum(self.work_left.values()) / processes)}'
-    running = f' | running {", ".join(sorted(self.running))}' if self.running else ''
+    running = (f' | running {", ".join(sorted(self.running))}'
+               if len(self.running) <= self.NAMED else f' | {len(self.running)} running'
+               ) if self.running else ''
     failed = f', {len(self.failed)} failed' if self.failed else ''
     return f'[sweep] {self.done}/{self.total} points done{failed}{running}{eta}'
 
@@ -140,7 +146,8 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   log_path = os.path.join(root, 'logs', f'{group.name}.log')
   with progress.lock:
     progress.running.add(group.name)
-  progress.say()
+    named = len(progress.running) <= progress.NAMED
+  progress.say('' if named else f'[sweep] started {group.name}')
   start = time.perf_counter()
   failures = {}  # Point -> which stage failed, and how.
   training = [p for p in group.points if any(label == 'train' for label, _ in todo[p.name])]

@@ -1067,3 +1067,12 @@ def get_sweep(arg=''):
   out = capsys.readouterr().out
   assert 'stopping the runs after the error below (OSError)' in out, out
   assert len(stopped_after) == 1 and stopped_after[0] < 30, stopped_after
+
+
+def test_the_progress_line_names_a_few_running_groups_and_counts_many():
+  progress = sweep_script.Progress(total=36, parallel=12)
+  progress.running.update({'b,seed={seed}', 'a,seed={seed}'})
+  assert progress.line() == '[sweep] 0/36 points done | running a,seed={seed}, b,seed={seed}'
+  progress.running.update(f'g{i},seed={{seed}}' for i in range(10))
+  progress.done = 3
+  assert progress.line() == '[sweep] 3/36 points done | 12 running'
