@@ -339,12 +339,44 @@ def _run(jobs, workers: int) -> None:
     with reliability.signal_handled(signal.SIGINT, signal.SIG_IGN):
       for _ in range(workers):
         pool.submit(int)
-    try:
-      for future in [pool.submit(_build_chunk, *job) for job in jobs]:
-        future.result()
-    except BaseException:
-      pool.shutdown(cancel_futures=True)
-      raise
+    deferred = _DeferredSignals()
+    with contextlib.ExitStack() as handlers:
+      for signum in (signal.SIGINT, signal.SIGTERM):
+        if callable(signal.getsignal(signum)):
+          handlers.enter_context(reliability.signal_handled(
+              signum, deferred.note(signal.getsignal(signum))))
+      try:
+        pending = {pool.submit(_build_chunk, *job) for job in jobs}
+        while pending:
+          done, pending = concurrent.futures.wait(
+              pending, timeout=0.25, return_when=concurrent.futures.FIRST_EXCEPTION)
+          deferred.deliver()
+          for future in done:
+            future.result()
+        deferred.deliver()
+      except BaseException:
+        pool.shutdown(cancel_futures=True)
+        raise
+
+
+class _DeferredSignals:
+  """SIGINT and SIGTERM noted while the rows are built and handed to their own handlers
+  (KeyboardInterrupt, a sweep's stop) by `deliver`, in the loop that waits for the chunks.
+  Raised where the signal lands, their exception could land inside a garbage-collection
+  callback (JAX registers one), where Python prints it and drops it, so that a Ctrl-C was
+  lost and the rows went on building; or inside the pool's bookkeeping."""
+
+  def __init__(self):
+    self.pending = []  # (handler, signum) in the order they came.
+
+  def note(self, handler):
+    """A handler that notes the signal for `handler`."""
+    return lambda signum, frame: self.pending.append((handler, signum))
+
+  def deliver(self) -> None:
+    while self.pending:
+      handler, signum = self.pending.pop(0)
+      handler(signum, None)
 
 
 def _put_in_place(path: str, final: str, source: synthetic.Source, count: int) -> None:
