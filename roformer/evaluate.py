@@ -89,9 +89,13 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
                                                         trainer.mesh))
     totals = sums if totals is None else _added(totals, sums)
   if totals is None:
-    raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
-                             'config.data.splits and that the split has text.')
+    raise _no_batches()
   return trainer.task.summarize(jax.device_get(totals))
+
+
+def _no_batches() -> errors.ConfigError:
+  return errors.ConfigError('the evaluation split produced no batches. Fix: check '
+                            'config.data.splits and that the split has text.')
 
 
 def validation(trainer: trainer_lib.Trainer, params, source, tokenizer) -> dict:
@@ -125,8 +129,7 @@ def group_validation(trainer: trainer_lib.Trainer, group, sources: list, tokeniz
     return None
   local = config.eval.batch_size // jax.process_count()
   template = trainer.task.feature_shapes(local, config.data.seq_len)
-  streams = [_eval_batches(trainer.task.batches(config, source, tokenizer, train=False,
-                                                batch_size=config.eval.batch_size),
+  streams = [_eval_batches(_validation_batches(trainer, source, tokenizer, config),
                            config.train.eval_batches, template)
              for source, tokenizer in zip(sources, tokenizers)]
   totals = None
@@ -136,8 +139,7 @@ def group_validation(trainer: trainer_lib.Trainer, group, sources: list, tokeniz
     sums = group.eval_sums([pipeline.pad_batch(batch, local) for batch in each])
     totals = sums if totals is None else _added(totals, sums)
   if totals is None:
-    raise errors.ConfigError('the evaluation split produced no batches. Fix: check '
-                             'config.data.splits and that the split has text.')
+    raise _no_batches()
   totals = jax.device_get(totals)
   return [trainer.task.summarize(jax.tree.map(lambda x, i=i: x[i], totals))
           for i in range(len(sources))]
@@ -166,8 +168,7 @@ def scorer(trainer: trainer_lib.Trainer, source, config) -> trainer_lib.Trainer:
 
 def _validation(trainer: trainer_lib.Trainer, params, source, tokenizer, config) -> dict:
   trainer = scorer(trainer, source, config)
-  batches = trainer.task.batches(config, source, tokenizer, train=False,
-                                 batch_size=config.eval.batch_size)
+  batches = _validation_batches(trainer, source, tokenizer, config)
   result = evaluate(trainer, params, batches, batch_size=config.eval.batch_size,
                     max_batches=config.train.eval_batches)
   if trainer.task.decodes:
@@ -175,6 +176,12 @@ def _validation(trainer: trainer_lib.Trainer, params, source, tokenizer, config)
                                       limit=config.eval.bleu_sentences)
     result.update(bleu=scores['bleu'], chrf=scores['chrf'], direction=scores['direction'])
   return result
+
+
+def _validation_batches(trainer: trainer_lib.Trainer, source, tokenizer, config):
+  """The batches validation reads from `source` (config.eval.batch_size rows each)."""
+  return trainer.task.batches(config, source, tokenizer, train=False,
+                              batch_size=config.eval.batch_size)
 
 
 def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: dict,

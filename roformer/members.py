@@ -51,14 +51,13 @@ class Members:
     # Member i's state, laid out as a run of its own lays it out (one program for every i).
     self._take = jax.jit(lambda stacked, i: jax.tree.map(lambda x: x[i], stacked),
                          out_shardings=trainer.state_shardings)
-    self._eval = sharding.on_mesh(mesh, rules=sharding.rules_from_config(
-        trainer.config.mesh), fn=jax.jit(
-            jax.vmap(trainer.eval_fn),
-            in_shardings=(_stacked(trainer.state_shardings['params']), self._batch_sharding),
-            out_shardings=sharding.replicated(mesh)))
+    rules = sharding.rules_from_config(trainer.config.mesh)
+    self._eval = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
+        jax.vmap(trainer.eval_fn),
+        in_shardings=(_stacked(trainer.state_shardings['params']), self._batch_sharding),
+        out_shardings=sharding.replicated(mesh)))
     step = jax.vmap(trainer.step_fn)
-    self._step = sharding.on_mesh(mesh, rules=sharding.rules_from_config(
-        trainer.config.mesh), fn=jax.jit(
+    self._step = sharding.on_mesh(mesh, rules=rules, fn=jax.jit(
             step, in_shardings=(self._state_shardings, self._batch_sharding,
                                 sharding.replicated(mesh)),
             out_shardings=(self._state_shardings, sharding.replicated(mesh)),
@@ -81,17 +80,18 @@ class Members:
             self.states[i], sharding.put_batch(batch, self.trainer.mesh), self.seeds[i])
         out.append(metrics)
       return out
-    batch = jax.make_array_from_process_local_data(  # One transfer of every array.
-        self._batch_sharding, {k: np.stack([b[k] for b in host_batches]) for k in host_batches[0]})
-    self.stacked, metrics = self._step(self.stacked, batch, self._seeds)
+    self.stacked, metrics = self._step(self.stacked, self._put(host_batches), self._seeds)
     return metrics
 
   def eval_sums(self, host_batches: list[dict]):
     """Every member's evaluation sums (the task's `eval_sums`) of its own batch, in one launch
     for the group (vmapped groups only); on the device, with a leading member axis."""
-    batch = jax.make_array_from_process_local_data(
+    return self._eval(self.stacked['params'], self._put(host_batches))
+
+  def _put(self, host_batches: list[dict]) -> dict:
+    """The members' batches stacked on a leading member axis, in one transfer of every array."""
+    return jax.make_array_from_process_local_data(
         self._batch_sharding, {k: np.stack([b[k] for b in host_batches]) for k in host_batches[0]})
-    return self._eval(self.stacked['params'], batch)
 
   def split(self, fetched) -> list[dict | None]:
     """Per member, the host metrics of one fetched `step` result (None for a failed member

@@ -86,9 +86,11 @@ class Progress:
       per_work = self.timed_seconds / self.timed_work
       processes = min(self.parallel, len(self.work_left))
       eta = f' | ETA {logs.duration(per_work * sum(self.work_left.values()) / processes)}'
-    running = (f' | running {", ".join(sorted(self.running))}'
-               if len(self.running) <= self.NAMED else f' | {len(self.running)} running'
-               ) if self.running else ''
+    running = ''
+    if len(self.running) > self.NAMED:
+      running = f' | {len(self.running)} running'
+    elif self.running:
+      running = f' | running {", ".join(sorted(self.running))}'
     failed = f', {len(self.failed)} failed' if self.failed else ''
     return f'[sweep] {self.done}/{self.total} points done{failed}{running}{eta}'
 
