@@ -4,14 +4,36 @@
   python train.py --config configs/lm.py:sinusoidal --workdir runs/lm_sin
   python train.py --config configs/lm.py --config.model.position.kind=learned --workdir ...
   python train.py --config configs/lm.py:gemma3 --workdir runs/lm_gemma3   # Gemma 3's layout
+  python train.py --config configs/lm.py:llama --workdir runs/lm_llama     # Llama's block
+  python train.py --config configs/lm.py:llama,alibi --workdir ...         # ... another scheme
 """
 
 from configs import base
+from roformer import positions
+
+
+def llama(config):
+  """The Llama-family block ("Transformer++", the baseline of the FoX and PaTH papers): RMSNorm,
+  a SwiGLU MLP, grouped-query attention, no biases, an untied output layer and Llama's
+  initialisation, with RoPE in Llama's half layout (the same function as the interleaved one,
+its pairs in Llama's order, so that the weights export without a permutation). At the classic block's sizes: the gated MLP's
+  d_ff is 2/3 of the plain one's (three matrices for two: 522k MLP parameters a layer against
+  524k), two key/value heads serve the four query heads."""
+  config.model.update(normalization='rms_norm', layer_norm_eps=1e-5, mlp='gated',
+                      activation='silu', d_ff=680, num_kv_heads=2, biases='none',
+                      tie_embeddings=False, init='normal')
+  if 'rope' in positions.scheme_fields(config.model.position.kind):  # rope, xpos, rope+B.
+    config.model.position.rope.layout = 'half'
+  return config
 
 
 def get_config(position: str = 'rope'):
   config = base.get_config()
   config.model.type = 'causal_lm'
+  parts = (position or 'rope').split(',')
+  if parts[0] == 'llama':
+    config.model.position.kind = parts[1] if len(parts) > 1 else 'rope'
+    return llama(config)
   if position == 'gemma3':  # Gemma 3's layout: 5 windowed layers at base 10k, 1 global at 1M.
     config.model.position.kind = 'rope'
     config.model.num_layers = 6

@@ -11,6 +11,7 @@ from roformer import errors
 from roformer import files
 from roformer import metrics
 from roformer import models
+from roformer import self_attention
 from roformer import positions
 from roformer import sharding
 from roformer.data import corpus
@@ -237,9 +238,20 @@ def _validate_architecture(config) -> None:
   if m.norm == 'post' and m.type == 'encoder_decoder':
     raise errors.ConfigError("config.model.norm='post' is offered for encoder and decoder-only "
                              "models. Fix: use norm='pre' for encoder_decoder.")
+  kv = m.num_kv_heads
+  if kv and (kv > m.num_heads or m.num_heads % kv):
+    raise errors.ConfigError(
+        f'config.model.num_kv_heads={kv} must divide config.model.num_heads={m.num_heads} '
+        '(each key/value head serves an equal group of query heads). Fix: a divisor of '
+        'num_heads, or 0 for one per query head.')
+  if m.residual == 'parallel' and (m.norm == 'post' or m.type == 'encoder_decoder'):
+    raise errors.ConfigError(
+        "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
+        f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
+        f"type={m.type!r}. Fix: --config.model.residual=sequential.")
   _validate_attention(m)
-  if models.attention_config(m).dape:
-    _check_dape(config, m, models.attention_config(m))
+  if self_attention.attention_config(m).dape:
+    _check_dape(config, m, self_attention.attention_config(m))
   if m.type == 'mlm':
     if d.mask_fraction + d.random_fraction > 1.0:
       raise errors.ConfigError(
@@ -277,7 +289,7 @@ def _validate_architecture(config) -> None:
 
 
 def _validate_attention(m) -> None:
-  att = models.attention_config(m)
+  att = self_attention.attention_config(m)
   pattern = tuple(m.layer_kinds)
   if pattern:
     positions.model_scheme(m)  # Each named kind exists (an error names its index).
@@ -306,7 +318,7 @@ def _validate_attention(m) -> None:
       raise errors.ConfigError(
           f"config.model.layer_windows={windows} needs the attention mask, which FAVOR+ "
           "(attention.kind='favor') never forms. Fix: softmax attention or no windows.")
-    if m.scan_layers and len(set(models.layer_window(m, i) for i in range(m.num_layers))) > 1:
+    if m.scan_layers and len({self_attention.layer_window(m, i) for i in range(m.num_layers)}) > 1:
       raise errors.ConfigError(
           f'config.model.layer_windows={windows} gives the layers different windows, so the '
           'blocks differ and the stack cannot be scanned. Fix: '

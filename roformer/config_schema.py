@@ -25,6 +25,8 @@ from typing import Callable
 import ml_collections
 
 from roformer import attention
+from roformer import blocks
+from roformer import layers
 from roformer import metrics
 from roformer import models
 from roformer import positions
@@ -242,11 +244,34 @@ def schema() -> dict:
           # many rows, each attending only to keys up to its last row, so blocks above the
           # diagonal are never computed (attention.causal_block_attention); 0: the whole matrix.
           'causal_block': Int(0, 2**20, default=128),
-          # LayerNorm before each residual branch, or 'post' (BERT, HF RoFormer).
-          'norm': Str(models.NORMS, default='pre'),
-          # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu'.
-          'activation': Str(choices=lambda: models.ACTIVATIONS, default='gelu_tanh'),
+          # The norm before each residual branch, or 'post' (BERT, HF RoFormer).
+          'norm': Str(blocks.PLACEMENTS, default='pre'),
+          # The block's components (roformer/layers.py, roformer/blocks.py); the defaults are
+          # the classic block, configs/lm.py:llama sets Llama's. The norm: 'layer_norm' or
+          # 'rms_norm' (eps: layer_norm_eps).
+          'normalization': Str(choices=lambda: layers.NORMS, default='layer_norm'),
+          # The MLP: 'plain' down(act(up x)) or 'gated' down(act(gate x) * up x) (SwiGLU with
+          # activation 'silu', GeGLU with 'gelu').
+          'mlp': Str(choices=lambda: layers.MLPS, default='plain'),
+          # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu', 'silu'.
+          'activation': Str(choices=lambda: layers.ACTIVATIONS, default='gelu_tanh'),
           'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),
+          # Key/value heads shared by the query heads (grouped-query attention; 1: multi-query);
+          # 0: one per query head. The key/value cache keeps this many heads.
+          'num_kv_heads': Int(0, 1024, default=0),
+          # Which of a block's dense layers have a bias: 'all' (the classic block, GPT-NeoX),
+          # 'attention' (q, k, v and output), 'qkv' (Qwen2) or 'none' (Llama, Mistral).
+          'biases': Str(choices=lambda: layers.BIASES, default='all'),
+          # The residual branches: 'sequential', or 'parallel' (GPT-NeoX: x + attn(norm_1 x) +
+          # mlp(norm_2 x)).
+          'residual': Str(blocks.RESIDUALS, default='sequential'),
+          # The output layer: the embedding transposed (True), or a matrix of its own.
+          'tie_embeddings': Bool(default=True),
+          # How weights are drawn: 'classic' (T5's: N(0, 1) embedding read out at
+          # 1/sqrt(d_model), dense layers N(0, 1/fan_in)) or 'normal' (GPT-2, GPT-NeoX, Llama:
+          # every weight N(0, init_std^2), the output layer unscaled); roformer/layers.py.
+          'init': Str(choices=lambda: layers.INITS, default='classic'),
+          'init_std': Float(0, 10, min_open=True, default=0.02),
           'type_vocab_size': Int(0, 1024, default=0),  # > 0: token types (sentence A/B), BERT.
           'position': positions.field_specs(),  # The kind and every kind's own options.
           # Each layer's position kind, cycled over the layers, in place of position.kind

@@ -8,7 +8,7 @@ ran x^T g^T at 27 GFLOP/s, where the same product in the plain form x2^T g2 (x2,
 tokens flattened into one axis) runs at 80-90 GFLOP/s. The eight weight gradients of its two blocks took
 15 ms of the 45 ms passkey step (docs/performance.md).
 
-`dot_general` is given to every `nnx.Linear` (models.dense). Its forward is lax.dot_general's,
+`dot_general` is given to every `nnx.Linear` (layers.dense). Its forward is lax.dot_general's,
 and its backward computes the same two products autodiff would, in the plain form: the input
 gradient g W^T, and the weight gradient from the flattened tokens. Eigen's product with a
 transposed left side runs faster when the result has fewer rows than columns ([64, 256]: 0.8 ms

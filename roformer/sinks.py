@@ -25,7 +25,7 @@ from flax import nnx
 
 from roformer import config_lib
 from roformer import errors
-from roformer import models
+from roformer import self_attention
 
 
 def unmeasurable(*, favor: bool, differential: bool, causal: bool) -> str | None:
@@ -54,7 +54,8 @@ def record(model) -> list:
   for _, m in nnx.iter_graph(model):
     if hasattr(m, 'scan_layers'):
       m.scan_layers = False
-  layers = [(p, m) for p, m in nnx.iter_graph(model) if isinstance(m, models.MultiHeadAttention)]
+  layers = [(p, m) for p, m in nnx.iter_graph(model)
+            if isinstance(m, self_attention.MultiHeadAttention)]
   for _, m in layers:
     why = unmeasurable(favor=m.favor, differential=m.differential, causal=m.causal)
     if why:

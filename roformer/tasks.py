@@ -211,7 +211,7 @@ class LanguageModeling(Task):
       hidden = model.hidden(batch['inputs'], self.positions(batch, key),
                             batch['inputs_segment_ids'], key)
       return losses.chunked_token_sums(
-          hidden, model.embed.embedding.value, batch['targets'], self.loss_weights(batch),
+          hidden, model.readout(), batch['targets'], self.loss_weights(batch),
           scale=model.logits_scale, label_smoothing=label_smoothing, chunk=self.loss_chunk)
     return self.logits_and_sums(model, batch, key, label_smoothing, by_position)[1]
 
@@ -425,7 +425,7 @@ class MaskedLanguageModeling(LanguageModeling):
     tokens = {'tokens': (segments > 0).sum().astype(jnp.float32)}  # Input tokens.
     if slots is None and chunks(self.loss_chunk, length):
       sums = losses.chunked_token_sums(
-          model.transform(hidden), model.embed.embedding.value, targets,
+          model.transform(hidden), model.readout(), targets,
           weights.astype(jnp.float32), scale=model.logits_scale, label_smoothing=label_smoothing,
           chunk=self.loss_chunk, bias=model.output_bias.value)
       return {**sums, **tokens}

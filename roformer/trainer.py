@@ -14,6 +14,7 @@ from flax import nnx
 from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import models
+from roformer import self_attention
 from roformer import optim
 from roformer import sharding
 from roformer import steps
@@ -22,7 +23,7 @@ from roformer import variables
 
 
 def _redraw_interval(model_cfg) -> int:
-  att = models.attention_config(model_cfg)
+  att = self_attention.attention_config(model_cfg)
   return att.redraw_interval if att.kind == 'favor' else 0
 
 

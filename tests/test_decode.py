@@ -20,10 +20,11 @@ from roformer import models
 KINDS = kinds.WITH_COMBINED  # From the registry.
 
 
-def model_for(kind, num_layers=None, **rope):
+def model_for(kind, num_layers=None, num_kv_heads=0, **rope):
   cfg = test_config.get_config(kind).model
   cfg.vocab_size = 40
   cfg.num_layers = num_layers or cfg.num_layers
+  cfg.num_kv_heads = num_kv_heads
   if kind == 'learned':
     cfg.position.learned.max_length = 64
   for name, value in rope.items():  # E.g. scaling__kind='dynamic': rope.scaling.kind.
@@ -45,11 +46,14 @@ def _decode(model, tokens, positions, cache):
   return model.decode(tokens, positions, cache)
 
 
+@pytest.mark.parametrize('num_kv_heads', [0, 1, 2])
 @pytest.mark.parametrize('kind', kinds.by_capabilities(KINDS))
-def test_cached_logits_equal_full_forward(kind):
+def test_cached_logits_equal_full_forward(kind, num_kv_heads):
   """Prefill 4 tokens, then feed one token at a time: each step's logits equal the logits of
-  a full forward pass over the whole prefix (positions from the cache index)."""
-  model = model_for(kind)
+  a full forward pass over the whole prefix (positions from the cache index), with one
+  key/value head per query head, one for all four (multi-query) and one per two (grouped); the
+  cache holds the key/value heads only."""
+  model = model_for(kind, num_kv_heads=num_kv_heads)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
   positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
   full = np.asarray(_forward(model, tokens, positions, jnp.ones_like(tokens)))
@@ -60,6 +64,7 @@ def test_cached_logits_equal_full_forward(kind):
     logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
   assert int(cache['index']) == 9
+  assert cache['layers'][0]['k'].shape[2] == (num_kv_heads or 4)
 
 
 ROPE_VARIANTS = {

@@ -1,0 +1,81 @@
+"""The Transformer block: self-attention and an MLP as residual branches, each behind a norm,
+and the layer's own position module. The block composes the components its config names
+(roformer/layers.py: the norm and the MLP; roformer/self_attention.py: the head layout) and
+lays out its residual branches:
+
+- `model.norm`: 'pre' (the norm before each branch, the default) or 'post' (after each
+  residual sum: BERT, Hugging Face RoFormer);
+- `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): every family here but
+  one) or 'parallel' (GPT-NeoX, GPT-J: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read
+  the block's input).
+"""
+
+from flax import nnx
+
+from roformer import layers
+from roformer import positions as positions_lib
+from roformer import self_attention
+
+PLACEMENTS = ('pre', 'post')  # config.model.norm
+RESIDUALS = ('sequential', 'parallel')  # config.model.residual
+
+
+def residual(x, sublayer, norm, post: bool, rate: float, key):
+  """x + dropout(sublayer(norm(x))) (pre-norm), or norm(x + dropout(sublayer(x))) (post-norm).
+  `sublayer` returns (output, extra); returns (new x, extra)."""
+  out, extra = sublayer(x if post else norm(x))
+  x = x + layers.dropout(out, rate, key)
+  return (norm(x) if post else x), extra
+
+
+class Block(nnx.Module):
+  """Transformer block: self-attention and MLP, each a residual branch with its norm, and the
+  layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
+
+  def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0):
+    self.ln_attn = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.attn = self_attention.MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal,
+                                                  window=window)
+    self.ln_mlp = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs)
+    self.dropout_rate = cfg.dropout
+    self.post_norm = cfg.norm == 'post'
+    self.parallel = cfg.residual == 'parallel'
+    self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
+
+  def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0):
+    """`shared`: what the stack's position Shared module returned; `layer`: this block's index.
+    Returns (output, updated layer cache or None)."""
+    k1, k2 = layers.split_key(key, 2)
+    x = self.position.layer_input(x, pos, shared)
+    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
+    if self.parallel:  # Both branches read the block's input (pre-norm only: config_lib).
+      out, cache = attend(self.ln_attn(x))
+      return (x + layers.dropout(out, self.dropout_rate, k1)
+              + layers.dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)), cache
+    x, cache = residual(x, attend, self.ln_attn, self.post_norm, self.dropout_rate, k1)
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
+                    self.dropout_rate, k2)
+    return x, cache
+
+
+class DecoderBlock(Block):
+  """Decoder block: causal self-attention, cross-attention, MLP (sequential residuals)."""
+
+  def __init__(self, cfg, *, dtype, rngs):
+    super().__init__(cfg, dtype=dtype, rngs=rngs)
+    self.ln_cross = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.cross = self_attention.CrossAttention(cfg, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0,
+               *, memory, memory_mask):
+    del segments  # The decoder's self-attention is softmax attention (no FAVOR+).
+    k1, k2, k3 = layers.split_key(key, 3)
+    x = self.position.layer_input(x, pos, shared)
+    post, rate = self.post_norm, self.dropout_rate
+    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, None, layer)
+    x, cache = residual(x, attend, self.ln_attn, post, rate, k1)
+    x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
+                    post, rate, k2)
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3)
+    return x, cache

@@ -1,0 +1,157 @@
+"""The block's components (roformer/layers.py, blocks.py, self_attention.py) against their
+formulas: RMSNorm, the gated MLP, grouped-query attention, the parallel residual, the biases of
+each family, the untied output layer and the initialisations."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import lm
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import layers
+from roformer import models
+from roformer import tasks
+
+TOKENS = jnp.asarray(np.random.default_rng(0).integers(5, 60, (2, 10)), jnp.int32)
+POS = jnp.broadcast_to(jnp.arange(10), (2, 10))
+
+
+def _model_cfg(**fields):
+  cfg = test_config.get_config().model
+  cfg.vocab_size = 64
+  cfg.update(fields)
+  return cfg
+
+
+def _params(module) -> dict:
+  return nnx.state(module, nnx.Param).to_pure_dict()
+
+
+def test_rms_norm_matches_its_float64_formula():
+  cfg = _model_cfg(normalization='rms_norm', layer_norm_eps=1e-5)
+  norm = layers.norm(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0))
+  scale = np.random.default_rng(1).normal(size=32)
+  norm.scale.value = jnp.asarray(scale, jnp.float32)
+  x = np.random.default_rng(2).normal(size=(3, 32)) * 3 + 1
+  want = x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-5) * scale
+  np.testing.assert_allclose(np.asarray(norm(jnp.asarray(x, jnp.float32))), want, rtol=1e-5)
+  assert set(_params(norm)) == {'scale'}  # No bias, unlike LayerNorm.
+
+
+def test_gated_mlp_is_down_of_silu_gate_times_up():
+  cfg = _model_cfg(mlp='gated', activation='silu', biases='none')
+  mlp = layers.mlp(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0))
+  p = {k: np.asarray(v['kernel'], np.float64) for k, v in _params(mlp).items()}
+  assert set(p) == {'gate', 'up', 'down'} and p['gate'].shape == (32, 64)
+  x = np.random.default_rng(3).normal(size=(2, 5, 32))
+  gate = x @ p['gate']
+  want = (gate / (1 + np.exp(-gate)) * (x @ p['up'])) @ p['down']
+  np.testing.assert_allclose(np.asarray(mlp(jnp.asarray(x, jnp.float32))), want, rtol=2e-5,
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize('biases,want', [
+    ('all', {'qkv', 'out', 'up', 'down'}), ('attention', {'qkv', 'out'}), ('qkv', {'qkv'}),
+    ('none', set())])
+def test_each_bias_setting_gives_exactly_its_layers_a_bias(biases, want):
+  model = models.create(_model_cfg(biases=biases), seed=0)
+  block = _params(model.blocks[0])
+  have = {name for group in ('attn', 'mlp') for name, p in block[group].items()
+          if isinstance(p, dict) and 'bias' in p}
+  assert have == want
+
+
+def _kv_expanded(gqa_params: dict, num_heads: int, num_kv: int, head_dim: int) -> dict:
+  """The multi-head model's qkv kernel and bias equal to a grouped one's: each key/value head's
+  columns repeated for the query heads of its group."""
+  out = {}
+  for name, array in gqa_params.items():
+    a = np.asarray(array)
+    q, k, v = np.split(a, [num_heads * head_dim, (num_heads + num_kv) * head_dim], axis=-1)
+    grow = lambda t: np.repeat(t.reshape(t.shape[:-1] + (num_kv, head_dim)),
+                               num_heads // num_kv, axis=-2).reshape(t.shape[:-1] + (-1,))
+    out[name] = np.concatenate([q, grow(k), grow(v)], axis=-1)
+  return out
+
+
+@pytest.mark.parametrize('num_kv_heads', [1, 2])
+def test_grouped_query_attention_is_multi_head_attention_with_shared_keys(num_kv_heads):
+  """A model with num_kv_heads key/value heads computes what the multi-head model computes
+  when each query head's key and value projections are those of its group's head."""
+  gqa = models.create(_model_cfg(num_kv_heads=num_kv_heads), seed=0)
+  mha = models.create(_model_cfg(), seed=1)
+  params = _params(gqa)
+  for block in params['blocks'].values():
+    assert block['attn']['qkv']['kernel'].shape == (32, (4 + 2 * num_kv_heads) * 8)
+    block['attn']['qkv'] = _kv_expanded(block['attn']['qkv'], 4, num_kv_heads, 8)
+  nnx.update(mha, nnx.State(params))
+  np.testing.assert_allclose(np.asarray(gqa(TOKENS, POS, jnp.ones_like(TOKENS))),
+                             np.asarray(mha(TOKENS, POS, jnp.ones_like(TOKENS))), atol=2e-5)
+
+
+def test_parallel_residual_adds_both_branches_of_the_blocks_input():
+  cfg = _model_cfg(residual='parallel', num_layers=1)
+  model = models.create(cfg, seed=0)
+  block = model.blocks[0]
+  x = jax.random.normal(jax.random.key(0), (2, 10, 32))
+  mask = jnp.tril(jnp.ones((10, 10), bool))[None, None]
+  got, _ = block(x, mask, POS, model.position())
+  attn, _ = block.attn(block.ln_attn(x), mask, POS, block.position, model.position())
+  want = x + attn + block.mlp(block.ln_mlp(x))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
+def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it():
+  cfg = _model_cfg(tie_embeddings=False, init='normal')
+  model = models.create(cfg, seed=0)
+  assert model.unembed.shape == (64, 32)
+  hidden = model.hidden(TOKENS, POS, jnp.ones_like(TOKENS))
+  want = np.asarray(hidden, np.float64) @ np.asarray(model.unembed[...], np.float64).T
+  logits = np.asarray(model(TOKENS, POS, jnp.ones_like(TOKENS)))
+  np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
+  # The training loss (chunked through the output layer) equals the full logits' loss.
+  config = test_config.get_config()
+  config.model = cfg
+  config.model.loss_chunk = 4
+  batch = {'inputs': TOKENS, 'targets': jnp.roll(TOKENS, -1, 1), 'inputs_positions': POS,
+           'inputs_segment_ids': jnp.ones_like(TOKENS), 'targets_segment_ids': jnp.ones_like(TOKENS)}
+  sums = tasks.for_config(config).sums(model, batch)
+  logp = np.asarray(jax.nn.log_softmax(jnp.asarray(want), -1))
+  nll = -np.take_along_axis(logp, np.asarray(batch['targets'])[..., None], -1)
+  np.testing.assert_allclose(float(sums['loss_sum']) / float(sums['weight']), nll.mean(),
+                             rtol=1e-5)
+
+
+def test_tied_output_scale_follows_the_initialisation():
+  assert models.create(_model_cfg(), seed=0).logits_scale == pytest.approx(32 ** -0.5)
+  assert models.create(_model_cfg(init='normal'), seed=0).logits_scale == 1.0
+
+
+def test_normal_initialisation_draws_each_weight_at_its_std():
+  cfg = lm.get_config('llama').model
+  cfg.update(vocab_size=4096, num_layers=8)
+  model = models.create(cfg, seed=0)
+  p = _params(model)
+  std = cfg.init_std
+  np.testing.assert_allclose(np.std(p['embed']['embedding']), std, rtol=0.02)
+  np.testing.assert_allclose(np.std(p['unembed']), std, rtol=0.02)
+  block = p['blocks'][0]
+  np.testing.assert_allclose(np.std(block['mlp']['up']['kernel']), std, rtol=0.02)
+  np.testing.assert_allclose(np.std(block['mlp']['down']['kernel']), std / 4, rtol=0.02)
+  np.testing.assert_allclose(np.std(block['attn']['out']['kernel']), std / 4, rtol=0.05)
+
+
+@pytest.mark.parametrize('fields,message', [
+    ({'num_kv_heads': 3}, 'num_kv_heads=3 must divide config.model.num_heads=4'),
+    ({'num_kv_heads': 8}, 'num_kv_heads=8 must divide'),
+    ({'residual': 'parallel', 'norm': 'post'}, "residual='parallel'"),
+])
+def test_bad_block_settings_are_named(fields, message):
+  config = test_config.get_config()
+  config.model.update(fields)
+  with pytest.raises(errors.ConfigError, match=message):
+    config_lib.validate(config)
