@@ -12,16 +12,23 @@ from configs import base
 from roformer import positions
 
 
+def llama_fields(d_ff: int, num_heads: int) -> dict:
+  """The Llama-family block ("Transformer++", the baseline of the FoX and PaTH papers) as model
+  fields, at a classic block's sizes: RMSNorm, a SwiGLU MLP, grouped-query attention, no biases,
+  an untied output layer and Llama's initialisation. The gated MLP's d_ff is 2/3 of the plain
+  one's (three matrices for two: at d_model 256, 522k MLP parameters a layer against 524k),
+  rounded to a multiple of 8; half as many key/value heads as query heads."""
+  return {'normalization': 'rms_norm', 'layer_norm_eps': 1e-5, 'mlp': 'gated',
+          'activation': 'silu', 'd_ff': max(8, round(2 * d_ff / 3 / 8) * 8),
+          'num_kv_heads': num_heads // 2 if num_heads % 2 == 0 else 0, 'biases': 'none',
+          'tie_embeddings': False, 'init': 'normal'}
+
+
 def llama(config):
-  """The Llama-family block ("Transformer++", the baseline of the FoX and PaTH papers): RMSNorm,
-  a SwiGLU MLP, grouped-query attention, no biases, an untied output layer and Llama's
-  initialisation, with RoPE in Llama's half layout (the same function as the interleaved one,
-its pairs in Llama's order, so that the weights export without a permutation). At the classic block's sizes: the gated MLP's
-  d_ff is 2/3 of the plain one's (three matrices for two: 522k MLP parameters a layer against
-  524k), two key/value heads serve the four query heads."""
-  config.model.update(normalization='rms_norm', layer_norm_eps=1e-5, mlp='gated',
-                      activation='silu', d_ff=680, num_kv_heads=2, biases='none',
-                      tie_embeddings=False, init='normal')
+  """`config` with the Llama-family block (`llama_fields`) and RoPE in Llama's half layout (the
+  same function as the interleaved one, its pairs in Llama's order, so that the weights export
+  without a permutation)."""
+  config.model.update(llama_fields(config.model.d_ff, config.model.num_heads))
   if 'rope' in positions.scheme_fields(config.model.position.kind):  # rope, xpos, rope+B.
     config.model.position.rope.layout = 'half'
   return config

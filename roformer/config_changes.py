@@ -7,12 +7,14 @@ the three occasions that read one, with the reason for every field, in one place
 - evaluate: `eval.py` restoring a checkpoint.
 
 `FIXED` lists the fields that must equal the saved run's on an occasion; `MAY_CHANGE` the fields
-inside them that may differ anyway. Fields outside `FIXED` (the schedule, logging, evaluation
-settings, ...) may always change. docs/configuration.md shows this table (`table()`), and a
-test keeps the two equal.
+inside them that may differ anyway, and `MAY_CHANGE_IF` those that may differ when the saved run
+allows it (another text to evaluate on, where the tokenizer was not trained on the run's data).
+Fields outside `FIXED` (the schedule, logging, evaluation settings, ...) may always change.
+docs/configs_and_data.md shows this table (`table()`), and a test keeps the two equal.
 """
 
 from roformer import config_lib
+from roformer.data import synthetic
 
 RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
 OCCASIONS = (RESUME, CONTINUE, EVALUATE)
@@ -78,6 +80,25 @@ MAY_CHANGE = (  # (field inside a FIXED one, the occasions on which it may diffe
 )
 
 
+def _tokenizer_given(saved) -> bool:
+  """Whether the saved run's tokenizer was given rather than trained on its data (bytes, a
+  tokenizer file, a pretrained model's own): its ids then mean the same on any text."""
+  name, tokenizer = _get(saved, 'data.name'), _get(saved, 'data.tokenizer')
+  return bool(tokenizer) and tokenizer != 'sentencepiece' and not str(name).startswith(
+      synthetic.PREFIX)
+
+
+# (field inside a FIXED one, the occasions on which it may differ when `condition(saved)`
+# holds, the condition in words, why)
+MAY_CHANGE_IF = (
+    ('data.name', (EVALUATE,), _tokenizer_given, 'with a given tokenizer',
+     "a tokenizer that was not trained on the run's data (bytes, a file, a pretrained "
+     "model's) reads other text with the same ids: the model is evaluated on that text"),
+    ('data.text_key', (EVALUATE,), _tokenizer_given, 'with a given tokenizer',
+     'the feature that holds the text of the data evaluated on'),
+)
+
+
 def fixed(occasion: str) -> tuple[str, ...]:
   return tuple(field for field, when, _ in FIXED if occasion in when)
 
@@ -93,14 +114,21 @@ def _get(config, dotted: str):
   return node
 
 
+def allowed(saved, occasion: str) -> tuple[str, ...]:
+  """The fields inside FIXED ones that may differ from `saved`'s on `occasion`."""
+  return may_change(occasion) + tuple(
+      field for field, when, condition, _, _ in MAY_CHANGE_IF
+      if occasion in when and condition(saved))
+
+
 def changed(saved, config, occasion: str) -> list[str]:
   """The differences ('field: saved vs now', as config_lib.differences writes them) in the
   fields that `occasion` keeps fixed and does not let change."""
-  allowed = may_change(occasion)
+  allowed_fields = allowed(saved, occasion)
   out = []
   for field in fixed(occasion):
     out += config_lib.differences({field: _get(saved, field)}, {field: _get(config, field)})
-  return [d for d in out if not _within(d.split(':')[0], allowed)]
+  return [d for d in out if not _within(d.split(':')[0], allowed_fields)]
 
 
 def _within(name: str, fields) -> bool:
@@ -120,5 +148,9 @@ def table() -> str:
           '|---|---|---|---|---|']
   for field, _, why in FIXED + MAY_CHANGE:
     rows.append(f'| `{field}` | ' + ' | '.join(status(field, o) for o in OCCASIONS)
+                + f' | {why} |')
+  for field, when, _, words, why in MAY_CHANGE_IF:
+    rows.append(f'| `{field}` | ' + ' | '.join(
+        f'may change {words}' if o in when else status(field, o) for o in OCCASIONS)
                 + f' | {why} |')
   return '\n'.join(rows)

@@ -22,6 +22,7 @@ from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import vocabularies
 
 # The model types this serves, and what it does with each.
 SERVED = {'causal_lm': 'continues each prompt by sampling',
@@ -95,8 +96,16 @@ def open_workdir(workdir: str, step: int | None = None) -> Workdir:
 
 
 def encode_prompt(tokenizer, text: str) -> np.ndarray:
-  """Token ids as the causal LM was trained on them: documents start with [bos]."""
-  return np.concatenate([[tokenizer_lib.BOS_ID], tokenizer.encode(text)]).astype(np.int32)
+  """Token ids as the causal LM was trained on them: documents start with [bos] (the
+  tokenizer's own for a pretrained one, none where it has none)."""
+  bos, _ = vocabularies.framing(tokenizer)
+  return np.concatenate([bos, tokenizer.encode(text)]).astype(np.int32)
+
+
+def stop_id(tokenizer) -> int:
+  """The id that ends a continuation: the tokenizer's eos (-1, never drawn, where it has none)."""
+  _, eos = vocabularies.framing(tokenizer)
+  return eos[0] if eos else -1
 
 
 def check_length(model_cfg, prompt_ids: Sequence[np.ndarray], max_new_tokens: int) -> None:
@@ -135,7 +144,7 @@ def continue_prompt(graphdef, params, tokenizer, text: str, sampling: Sampling,
   tokens = np.asarray(decode.generate(
       nnx.merge(graphdef, params), prompt, max_new_tokens=sampling.max_new_tokens,
       temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-      seed=jax.random.fold_in(jax.random.key(sampling.seed), index)))
+      eos_id=stop_id(tokenizer), seed=jax.random.fold_in(jax.random.key(sampling.seed), index)))
   head = tokenizer.decode(ids)
   out = []
   for row in tokens:

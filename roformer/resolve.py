@@ -100,7 +100,7 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
         f'(saved vs now). Of the model, only '
-        f'{", ".join(config_changes.may_change(config_changes.EVALUATE))} may change at '
+        f'{", ".join(config_changes.allowed(saved, config_changes.EVALUATE))} may change at '
         'evaluation. Fix: drop those --config.model/--config.data overrides.')
   _scale_from(config, saved)
   mesh = _mesh(config)

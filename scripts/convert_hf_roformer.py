@@ -30,29 +30,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer.hf_weights import read_safetensors  # pylint: disable=wrong-import-position
 
 _ACTIVATIONS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh',
                 'relu': 'relu'}
-
-
-def read_safetensors(path) -> dict[str, np.ndarray]:
-  """Tensors of a .safetensors file as float32 (the `safetensors` package's numpy reader; its
-  bfloat16 tensors come as ml_dtypes arrays)."""
-  import safetensors  # pylint: disable=g-import-not-at-top
-  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
-  try:
-    tensors = safetensors_numpy.load_file(str(path))
-  except (safetensors.SafetensorError, OSError, ValueError) as e:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise errors.DamagedFileError(f'{path} is not a complete .safetensors file ({reason}). '
-                                  'Fix: download it again.') from None
-  out = {}
-  for name, array in tensors.items():
-    if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == 'bfloat16' or
-            np.issubdtype(array.dtype, np.integer)):
-      raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {array.dtype}.')
-    out[name] = array.astype(np.float32)
-  return out
 
 
 def locate(checkpoint: str) -> tuple[pathlib.Path, dict]:

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from configs import classify
+from configs import continued as continue_config
 from configs import lm
 from configs import mlm
 from configs import performer
@@ -159,12 +160,14 @@ def config_variants():
   listed here: its default), so that every field any of them sets is seen."""
   kinds = positions.kinds()
   arguments = {
-      lm: kinds, mlm: ['bert', 'roformer'] + kinds, performer: ['rope', 'none', 'rope,features'],
+      lm: kinds + ['llama'] + [f'llama,{k}' for k in kinds], mlm: ['bert', 'roformer'] + kinds, performer: ['rope', 'none', 'rope,features'],
       classify: list(classify.EMBEDDED) + [f'glue/{t}' for t in pipeline.GLUE_TASKS] + [
           f'rotten_tomatoes,{k}' for k in kinds],
       translate: kinds + ['base'],
       synthetic: list(synthetic.TASKS) + [f'copy,{k}' for k in kinds],
-      test_config: ['rope', 'mlm', 'classify'],
+      test_config: ['rope', 'mlm', 'classify', 'llama'],
+      # A saved run's own config (an earlier version's, brought up to date).
+      continue_config: [os.path.join(REPO, 'tests', 'data', 'legacy_layout', 'shaw')],
   }
   names = sorted(os.path.basename(p)[:-3] for p in os.listdir(os.path.join(REPO, 'configs'))
                  if p.endswith('.py') and p not in ('__init__.py', 'base.py'))

@@ -1076,3 +1076,19 @@ def test_the_progress_line_names_a_few_running_groups_and_counts_many():
   progress.running.update(f'g{i},seed={{seed}}' for i in range(10))
   progress.done = 3
   assert progress.line() == '[sweep] 3/36 points done | 12 running'
+
+
+@pytest.mark.parametrize('path', ['configs/sweeps/frontier.py', 'configs/sweeps/options.py'])
+def test_the_frontier_and_options_sweeps_run_on_the_llama_block(path):
+  """`:llama` gives every point the Llama-family block under its own name (the classic block's
+  runs can share the workdir), and each scheme's point is a config that passes the checks."""
+  sweep = sweeps.load(f'{path}:llama,passkey')
+  classic = {p.name for p in sweeps.load(f'{path}:passkey').points}
+  assert all(p.name.endswith(',block=llama') for p in sweep.points)
+  assert not {p.name for p in sweep.points} & classic
+  for point in sweep.points[:len(sweep.points) // 3]:  # Every scheme at the first seed.
+    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    config = config_args.load(sweep.config, flags)
+    config_lib.validate(config)
+    assert (config.model.normalization, config.model.mlp, config.model.num_kv_heads,
+            config.model.d_ff) == ('rms_norm', 'gated', 2, 168)

@@ -7,6 +7,7 @@ flip-flop as a fourth task).
   ...frontier.py:flip_flop,path,rope        # only those tasks / schemes
   ...frontier.py:budget                     # the training-budget axis (0.5x, 1x, 2x the steps)
   ...frontier.py:smoke                      # a tiny model for a few steps: a pipeline check
+  ...frontier.py:llama                      # every point with the Llama-family block
 
 Schemes (points are named TASK,SCHEME,seed=N, with `,steps=Kx` on the budget axis):
 - the data-dependent ones: `fox`, `rope+fox`, `path`, `path+fox` (position kinds), and
@@ -19,8 +20,14 @@ Schemes (points are named TASK,SCHEME,seed=N, with `,steps=Kx` on the budget axi
   5 instead of 0).
 The earlier schemes on passkey, associative recall and copy are in length.py's sweep (the same
 points, so their runs can be shared by pointing both sweeps at one workdir).
+
+With `llama`, every point has the Llama-family block (configs/lm.py:llama_fields: RMSNorm, SwiGLU
+at 2/3 of d_ff, two key/value heads for four query heads, no biases, untied output, Llama's
+initialisation) in place of the classic one, and its name ends in `,block=llama`, so that both
+blocks' runs can share one workdir.
 """
 
+from configs import lm
 from configs import synthetic
 from configs.sweeps import length
 
@@ -51,9 +58,20 @@ BUDGETS = (0.5, 1.0, 2.0)
 SMOKE_LENGTHS = length.SMOKE_LENGTHS
 
 
+def block_fields(smoke: bool) -> dict:
+  """The Llama-family block's fields at the sweep's model sizes (the synthetic tasks', or the
+  smoke model's)."""
+  sizes = length.SMOKE_OVERRIDES if smoke else {
+      f'model.{k}': v for k, v in synthetic.get_config('passkey').model.items()
+      if k in ('d_ff', 'num_heads')}
+  fields = lm.llama_fields(sizes['model.d_ff'], sizes['model.num_heads'])
+  return {f'model.{k}': v for k, v in fields.items()}
+
+
 def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0,
-           schemes: dict | None = None) -> dict:
-  """One point: `scheme`'s fields (from `schemes`, default this sweep's) on `task`."""
+           schemes: dict | None = None, llama: bool = False) -> dict:
+  """One point: `scheme`'s fields (from `schemes`, default this sweep's) on `task`, with the
+  Llama-family block if `llama`."""
   length = SMOKE_LENGTHS[task] if smoke else synthetic.TASKS[task]['seq_len']
   train = {'steps': 10} if smoke else synthetic.train_fields(task)
   name = f'{task},{scheme},seed={seed}'
@@ -61,7 +79,10 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0,
     steps = int(round(train['steps'] * budget))
     train = {**train, 'steps': steps, 'checkpoint_every': steps}
     name = f'{task},{scheme},steps={budget:g}x,seed={seed}'
-  return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task,
+  block = block_fields(smoke) if llama else {}
+  if llama:
+    name += ',block=llama'
+  return {'name': name, 'label': scheme, 'data.name': 'synthetic/' + task, **block,
           'data.seq_len': length, **{f'train.{k}': v for k, v in train.items()}, 'seed': seed,
           **{f'data.synthetic.{k}': v for k, v in synthetic.data_fields(task).items()},
           **(schemes or {**SCHEMES, **FOLLOW_UPS})[scheme](length)}
@@ -69,13 +90,13 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0,
 
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
-  smoke, budget = 'smoke' in parts, 'budget' in parts
+  smoke, budget, llama = 'smoke' in parts, 'budget' in parts, 'llama' in parts
   known = set(SCHEMES) | set(FOLLOW_UPS)
-  unknown = sorted(set(parts) - {'smoke', 'budget'} - set(TASKS) - known)
+  unknown = sorted(set(parts) - {'smoke', 'budget', 'llama'} - set(TASKS) - known)
   if unknown:
     raise ValueError(f'configs/sweeps/frontier.py:{arg}: unknown parts {unknown}; choose tasks '
-                     f'{TASKS}, schemes {tuple(SCHEMES) + tuple(FOLLOW_UPS)}, budget and/or '
-                     'smoke.')
+                     f'{TASKS}, schemes {tuple(SCHEMES) + tuple(FOLLOW_UPS)}, budget, llama '
+                     'and/or smoke.')
   tasks = [p for p in parts if p in TASKS] or list(BUDGET_TASKS if budget else TASKS)
   schemes = [p for p in parts if p in known] or list(
       BUDGET_SCHEMES if budget else ('rope', 'alibi') if smoke else SCHEMES)
@@ -89,6 +110,6 @@ def get_sweep(arg: str = ''):
     for task in tasks:
       for scheme in schemes:
         for factor in (BUDGETS if budget else (1.0,)):
-          points.append(_point(task, scheme, seed, smoke, factor))
+          points.append(_point(task, scheme, seed, smoke, factor, llama=llama))
   return {'config': 'configs/synthetic.py', 'overrides': overrides, 'points': points,
           'eval_splits': ('validation',)}

@@ -7,6 +7,7 @@ three seeds.
   python scripts/report.py runs/options
   ...options.py:niah_multikey,pope,rope      # only those tasks / schemes
   ...options.py:smoke                        # a tiny model for a few steps: a pipeline check
+  ...options.py:llama                        # every point with the Llama-family block
 
 About 20 core-hours in all (10 hours on 2 cores) by rope's step rates, most of it multi-key
 retrieval's 6,000 steps (about 23 minutes a run on one core); run a task at a time and join
@@ -44,11 +45,12 @@ SEEDS = (0, 1, 2)
 
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
-  smoke = 'smoke' in parts
-  unknown = sorted(set(parts) - {'smoke'} - set(TASKS) - set(SCHEMES))
+  smoke, llama = 'smoke' in parts, 'llama' in parts
+  unknown = sorted(set(parts) - {'smoke', 'llama'} - set(TASKS) - set(SCHEMES))
   if unknown:
     raise ValueError(f'configs/sweeps/options.py:{arg}: unknown parts {unknown}; choose tasks '
-                     f'{TASKS}, schemes {tuple(SCHEMES)} and/or smoke.')
+                     f'{TASKS}, schemes {tuple(SCHEMES)}, llama (frontier.py:llama\'s block) '
+                     'and/or smoke.')
   tasks = [p for p in parts if p in TASKS] or list(TASKS)
   schemes = [p for p in parts if p in SCHEMES] or list(
       ('rope', 'pope', 'rope+diff', 'alibi+dape') if smoke else SCHEMES)
@@ -57,7 +59,7 @@ def get_sweep(arg: str = ''):
   if smoke:
     overrides.update(length.SMOKE_OVERRIDES)
     seeds = (0,)
-  points = [frontier._point(task, scheme, seed, smoke, schemes=SCHEMES)  # pylint: disable=protected-access
+  points = [frontier._point(task, scheme, seed, smoke, schemes=SCHEMES, llama=llama)  # pylint: disable=protected-access
             for seed in seeds for task in tasks for scheme in schemes]
   # PoPE's extrapolation is claimed against RoPE with YaRN: plain RoPE's runs (the scheme
   # labelled `rope`, not rope+gate or rope+diff) are evaluated again with YaRN at each length's

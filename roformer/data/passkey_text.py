@@ -25,8 +25,8 @@ import numpy as np
 
 from roformer import errors
 from roformer.data import synthetic
-from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens as tokens_lib
+from roformer.data import vocabularies
 
 WORDS, TEXT = 'words', 'text'  # config.data.synthetic.filler
 # Around the key's two copies; the key is encoded with a space before it (' 71803'). The
@@ -92,7 +92,8 @@ class Rows:
 
   def fixed_tokens(self, answer) -> int:
     """Tokens of a row besides the text: bos, the key sentence, the question, the answer, eos."""
-    return 2 + sum(map(len, self.parts)) + len(self.question) + 3 * len(answer)
+    bos, eos = vocabularies.framing(self.tokenizer)
+    return len(bos) + len(eos) + sum(map(len, self.parts)) + len(self.question) + 3 * len(answer)
 
   def __len__(self) -> int:
     return self.rows
@@ -107,9 +108,9 @@ class Rows:
     text = np.take(self.stream, np.arange(start, start + count), mode='wrap')
     cut = int(rng.integers(count + 1))  # The key sentence goes before text token `cut`.
     before, middle, after = self.parts
-    ids = np.concatenate([[tokenizer_lib.BOS_ID], text[:cut], before, answer, middle, answer,
-                          after, text[cut:], self.question, answer,
-                          [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    bos, eos = vocabularies.framing(self.tokenizer)
+    ids = np.concatenate([bos, text[:cut], before, answer, middle, answer, after, text[cut:],
+                          self.question, answer, eos]).astype(np.int32)
     end = len(ids) - 1
     bucket = min(int(cut / max(count, 1) * self.cfg.depth_buckets), self.cfg.depth_buckets - 1)
     return ids, (end - len(answer), end), bucket

@@ -314,9 +314,12 @@ class ChunkForLM(grain.experimental.FlatMapTransform):
   seq_len: int
   shift: bool = True
   max_fan_out: int = 1 << 20  # Documents are never truncated.
+  # The framing ids (vocabularies.framing: a pretrained tokenizer's own, or none).
+  bos: tuple[int, ...] = (tokenizer_lib.BOS_ID,)
+  eos: tuple[int, ...] = (tokenizer_lib.EOS_ID,)
 
   def flat_map(self, tokens):
-    seq = np.concatenate([[tokenizer_lib.BOS_ID], tokens, [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    seq = np.concatenate([self.bos, tokens, self.eos]).astype(np.int32)
     if not self.shift:
       return [{'inputs': seq[s:s + self.seq_len]} for s in range(0, len(seq), self.seq_len)]
     inputs, targets = seq[:-1], seq[1:]  # Equal lengths: one target per input.
@@ -334,9 +337,11 @@ class SlidingWindowsForLM(grain.experimental.FlatMapTransform):
   seq_len: int
   stride: int
   max_fan_out: int = 1 << 20
+  bos: tuple[int, ...] = (tokenizer_lib.BOS_ID,)
+  eos: tuple[int, ...] = (tokenizer_lib.EOS_ID,)
 
   def flat_map(self, tokens):
-    seq = np.concatenate([[tokenizer_lib.BOS_ID], tokens, [tokenizer_lib.EOS_ID]]).astype(np.int32)
+    seq = np.concatenate([self.bos, tokens, self.eos]).astype(np.int32)
     inputs, targets = seq[:-1], seq[1:]
     n, windows, end = len(inputs), [], self.seq_len
     first_scored = 0
@@ -388,7 +393,9 @@ def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: 
   if repeat:
     ds = ds.repeat(None)  # After shuffle: every epoch is reshuffled.
   ds = ds.map(lambda ex: tokens.document_ids(ex, tokenizer, text_key))
-  chunk = SlidingWindowsForLM(seq_len, stride) if stride else ChunkForLM(seq_len, shift)
+  bos, eos = (tuple(ids) for ids in vocabularies.framing(tokenizer))
+  chunk = (SlidingWindowsForLM(seq_len, stride, bos=bos, eos=eos) if stride else
+           ChunkForLM(seq_len, shift, bos=bos, eos=eos))
   it = grain.experimental.FlatMapIterDataset(ds.to_iter_dataset(), chunk)
   if shuffle and shuffle_window > 1:
     it = grain.experimental.WindowShuffleIterDataset(it, window_size=shuffle_window, seed=seed)

@@ -5,20 +5,26 @@ chosen by `config.data.tokenizer`:
   'bytes'             UTF-8 bytes: 256 ids after the specials, nothing to train or keep
   PATH.model          an existing SentencePiece model
   PATH.json           a Hugging Face `tokenizer.json` (the `tokenizers` package)
+  hf:DIR              a pretrained model's own tokenizer (DIR's tokenizer.json and
+                      tokenizer_config.json), its ids unshifted: what an imported checkpoint
+                      reads (scripts/convert_hf.py)
 
-Every tokenizer keeps the project's special ids (0 pad, 1 eos, 2 bos, 3 unk, 4 newline), which
+The first four keep the project's special ids (0 pad, 1 eos, 2 bos, 3 unk, 4 newline), which
 the data pipeline, the masked LM and decoding rely on: a tokenizer from elsewhere has its own
 ids shifted up by NUM_SPECIAL, so its id n becomes n + 5 and nothing of its own collides with
 them. Its own special tokens (a `<s>`, an `[UNK]`) stay ordinary ids: the pipeline frames
-documents with the project's.
+documents with the project's. A pretrained tokenizer keeps its ids, since they index a trained
+embedding, and frames documents with its own bos and eos (`framing`).
 """
 
+import json
 import os
 import shutil
 
 import numpy as np
 
 from roformer import errors
+from roformer import files
 from roformer.data import cache
 from roformer.data import tokenizer as tokenizer_lib
 
@@ -32,6 +38,8 @@ def kind(name: str) -> str:
   anything else is an error naming the field."""
   if name in (TRAINED, BYTES):
     return name
+  if name.startswith(PRETRAINED_PREFIX):
+    return 'pretrained'
   if name.endswith('.model'):
     return 'sentencepiece_file'
   if name.endswith('.json'):
@@ -126,8 +134,90 @@ class HuggingFace:
     return self.tok.decode(_unshift(ids), skip_special_tokens=False)
 
 
+PRETRAINED_PREFIX = 'hf:'
+_KEPT_FORMAT = 'roformer pretrained tokenizer 1'
+
+
+def _special_token(value) -> str | None:
+  """A special token as tokenizer_config.json writes it: a string, or an AddedToken's dict."""
+  if isinstance(value, dict):
+    value = value.get('content')
+  return value if isinstance(value, str) else None
+
+
+class Pretrained:
+  """A pretrained model's own tokenizer: a Hugging Face model directory's `tokenizer.json`, with
+  the bos, eos and pad tokens its `tokenizer_config.json` names (`data.tokenizer='hf:DIR'`).
+  Its ids are used as they are, unshifted, so that they index the pretrained embedding; the
+  data pipeline frames documents with its own bos and eos (`bos_id` None: a model without one,
+  such as Qwen2, starts documents with their first token).
+
+  A workdir keeps it as one file (`workdir_file`, JSON: the tokenizer.json, the special ids and
+  `vocab_size`, the rows of the model's embedding, which may exceed the tokenizer's ids: Pythia
+  has 50,304 rows for 50,277 ids)."""
+  workdir_file = 'tokenizer.pretrained.json'
+
+  def __init__(self, path: str, fix: str = '', vocab_size: int | None = None):
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    self.path = str(path)
+    if os.path.isdir(self.path):
+      json_path = os.path.join(self.path, 'tokenizer.json')
+      self.tok = _open(json_path, 'Hugging Face tokenizer.json', tokenizers.Tokenizer.from_file,
+                       fix, failures=(Exception,))
+      config_path = os.path.join(self.path, 'tokenizer_config.json')
+      config = files.read_json(config_path, fix or 'copy it from the model') if os.path.exists(
+          config_path) else {}
+      names = {key: _special_token(config.get(f'{key}_token')) for key in ('bos', 'eos', 'pad')}
+      self.ids = {}
+      for key, name in names.items():
+        token_id = None if name is None else self.tok.token_to_id(name)
+        if name is not None and token_id is None:
+          raise errors.DamagedFileError(
+              f'{config_path}: its {key}_token {name!r} is not a token of {json_path}. Fix: '
+              'use the tokenizer files that came with the model.')
+        self.ids[key] = token_id
+      self.vocab_size = vocab_size or self.tok.get_vocab_size(with_added_tokens=True)
+    else:
+      kept = files.read_json(self.path, fix or 'import the model again')
+      if not isinstance(kept, dict) or kept.get('format') != _KEPT_FORMAT:
+        raise errors.DamagedFileError(f'{self.path} is not a kept pretrained tokenizer. Fix: '
+                                      f'{fix or "import the model again"}.')
+      try:
+        self.tok = tokenizers.Tokenizer.from_str(json.dumps(kept['tokenizer']))
+      except Exception as e:  # pylint: disable=broad-except  # The package raises Exception.
+        raise _unreadable(self.path, 'kept pretrained tokenizer', e,
+                          fix or 'import the model again') from None
+      self.ids = {key: kept[f'{key}_id'] for key in ('bos', 'eos', 'pad')}
+      self.vocab_size = int(kept['vocab_size'])
+    self.bos_id, self.eos_id, self.pad_id = self.ids['bos'], self.ids['eos'], self.ids['pad']
+    self.token_count = self.tok.get_vocab_size(with_added_tokens=True)
+
+  def encode(self, text: str) -> np.ndarray:
+    return np.asarray(self.tok.encode(text, add_special_tokens=False).ids, np.int32)
+
+  def decode(self, ids) -> str:
+    ids = [int(i) for i in ids]
+    return self.tok.decode([i for i in ids if 0 <= i < self.token_count],
+                           skip_special_tokens=True)
+
+  def save(self, path: str) -> None:
+    """Writes the kept form (one JSON file) to `path`."""
+    files.write_json_atomic(path, {
+        'format': _KEPT_FORMAT, 'tokenizer': json.loads(self.tok.to_str()),
+        **{f'{key}_id': value for key, value in self.ids.items()},
+        'vocab_size': self.vocab_size})
+
+
+def framing(tokenizer) -> tuple[list[int], list[int]]:
+  """The ids a document starts and ends with: the project's bos and eos, or a pretrained
+  tokenizer's own (none where it has none)."""
+  bos = getattr(tokenizer, 'bos_id', tokenizer_lib.BOS_ID)
+  eos = getattr(tokenizer, 'eos_id', tokenizer_lib.EOS_ID)
+  return ([] if bos is None else [bos]), ([] if eos is None else [eos])
+
+
 WORKDIR_FILES = ('tokenizer.model', 'tokenizer.sentencepiece.model', 'tokenizer.json',
-                 'tokenizer.bytes')
+                 'tokenizer.bytes', Pretrained.workdir_file)
 
 
 def kept(directory: str):
@@ -135,7 +225,8 @@ def kept(directory: str):
   the file's name says which kind it is."""
   for name, cls in ((tokenizer_lib.Tokenizer.workdir_file, tokenizer_lib.Tokenizer),
                     (SentencePieceFile.workdir_file, SentencePieceFile),
-                    (HuggingFace.workdir_file, HuggingFace), (Bytes.workdir_file, Bytes)):
+                    (HuggingFace.workdir_file, HuggingFace), (Bytes.workdir_file, Bytes),
+                    (Pretrained.workdir_file, Pretrained)):
     path = os.path.join(directory, name) if directory else ''
     if path and os.path.exists(path):
       return path, cls
@@ -149,6 +240,13 @@ def given(name: str):
     return None
   if k == BYTES:
     return Bytes()
+  if k == 'pretrained':
+    path = os.path.abspath(os.path.expanduser(name[len(PRETRAINED_PREFIX):]))
+    if not os.path.isdir(path):
+      raise errors.ConfigError(f'config.data.tokenizer={name!r}: {path} is not a directory. '
+                               'Fix: hf:DIR with DIR a Hugging Face model directory (its '
+                               'tokenizer.json and tokenizer_config.json).')
+    return Pretrained(path)
   path = os.path.abspath(os.path.expanduser(name))
   return (SentencePieceFile if k == 'sentencepiece_file' else HuggingFace)(path)
 
@@ -165,7 +263,9 @@ def keep(tokenizer, workdir: str, resumed: bool) -> None:
     return
   path = os.path.join(workdir, tokenizer.workdir_file)
   if not resumed or not os.path.exists(path):
-    if tokenizer.path is None:
+    if hasattr(tokenizer, 'save'):  # A kept form of its own (Pretrained).
+      tokenizer.save(path + '.tmp')
+    elif tokenizer.path is None:
       with open(path + '.tmp', 'w', encoding='utf-8') as f:
         f.write('UTF-8 bytes: byte b is id b + 5 (roformer/data/vocabularies.py).\n')
     else:

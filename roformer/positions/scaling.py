@@ -31,6 +31,8 @@ SPECS = {
     'alpha': specs.Float(0, 1e6, min_open=True, default=1.0),
     'beta': specs.Float(0, 1e6, min_open=True, default=32.0),
     'ramp': specs.Str(RAMPS, default='ratio'),
+    # yarn's q and k multiplier (transformers' attention_factor); 0: 0.1 ln(factor) + 1.
+    'attention_factor': specs.Float(0, 1e6, default=0.0),
     # llama3's wavelength band (low < high).
     'low_freq_factor': specs.Float(0, 1e6, min_open=True, default=1.0),
     'high_freq_factor': specs.Float(0, 1e6, min_open=True, default=4.0),
@@ -93,7 +95,7 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
   - ntk: the base becomes base * s^(d / (d - 2)).
   - yarn (Peng et al. 2023): theta_i' = (1 - gamma_i) theta_i / s + gamma_i theta_i with
     gamma from `yarn_ramp` (`ramp`: ratio or index); logits are sharpened by t^-1 with
-    sqrt(1/t) = 0.1 ln(s) + 1, applied to both q and k.
+    sqrt(1/t) = 0.1 ln(s) + 1 (or `attention_factor`), applied to both q and k.
   - llama3 (Llama 3.1): `llama3_frequencies`.
   - dynamic: the plain frequencies; `dynamic_frequencies` scales them at each call.
   """
@@ -107,7 +109,8 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
     return rope_frequencies(head_dim, base * s ** (head_dim / (head_dim - 2))), 1.0
   if kind == 'yarn':
     gamma = yarn_ramp(head_dim, base, scaling)
-    return (1 - gamma) * theta / s + gamma * theta, 0.1 * np.log(s) + 1.0
+    return ((1 - gamma) * theta / s + gamma * theta,
+            option(scaling, 'attention_factor') or 0.1 * np.log(s) + 1.0)
   if kind == 'llama3':
     return llama3_frequencies(theta, scaling), 1.0
   raise errors.ConfigError(f'config.model.position.rope.scaling.kind={kind!r} is unknown. '
@@ -148,6 +151,9 @@ def validate(sc, rotary_dim: int) -> None:
     raise errors.ConfigError(f'{field} needs 0 < alpha < beta (got alpha={sc.alpha}, '
                              f'beta={sc.beta}; the ramp runs between them). Fix: change one '
                              'of them.')
+  if option(sc, 'attention_factor') and sc.kind != 'yarn':
+    raise errors.ConfigError(f'{field}.attention_factor shapes YaRN only, but the scaling kind is '
+                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop it.')
   low, high = option(sc, 'low_freq_factor'), option(sc, 'high_freq_factor')
   if sc.kind != 'llama3' and (low, high) != (DEFAULTS['low_freq_factor'],
                                             DEFAULTS['high_freq_factor']):

@@ -1,0 +1,273 @@
+"""Hugging Face checkpoints in and out, and causal LMs from Python.
+
+- `import_checkpoint(hf_dir, workdir)`: a local Hugging Face model directory (config.json,
+  *.safetensors, tokenizer.json) as an ordinary workdir: config.json, the model's own tokenizer
+  (its ids unshifted) and a checkpoint at step 0. eval.py, scripts/generate.py, every
+  evaluation-time scaling and remap, and `train.py --config.init_from=WORKDIR` read it like a
+  run trained here.
+- `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
+  `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
+  Mistral, Qwen2 or GPT-NeoX, whichever computes the model; roformer/hf_config.py refuses, in
+  one line, a model that none computes).
+- `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
+
+    from roformer import hf
+    lm = hf.load('runs/llama')
+    ids = lm.tokenizer.encode('To be, or not to be')
+    logits = lm.logits([ids])                       # float32 [1, len, vocab]
+    out = lm.generate([ids], max_new_tokens=20)      # greedy at temperature 0
+
+Neither torch nor transformers is imported here: weights are read and written with
+`safetensors`, tokenizers with `tokenizers`.
+"""
+
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import decode
+from roformer import errors
+from roformer import generation
+from roformer import hf_config
+from roformer import hf_weights
+from roformer import sharding
+from roformer import trainer as trainer_lib
+from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import vocabularies
+
+
+def _check_new(directory: str, flag: str) -> str:
+  directory = os.path.abspath(os.path.expanduser(directory))
+  if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+    raise errors.ConfigError(f'{flag}={directory} exists. Fix: choose a new directory; nothing '
+                             'was written.')
+  return directory
+
+
+def _tokenizer(hf_dir: str, vocab_size: int) -> vocabularies.Pretrained:
+  if not os.path.isfile(os.path.join(hf_dir, 'tokenizer.json')):
+    raise errors.ConfigError(
+        f'--from_hf={hf_dir!r} has no tokenizer.json. Fix: write one with transformers '
+        "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) saves the fast tokenizer's "
+        'tokenizer.json).')
+  tokenizer = vocabularies.Pretrained(hf_dir, vocab_size=vocab_size)
+  if tokenizer.token_count > vocab_size:
+    raise errors.ConfigError(
+        f'{os.path.join(hf_dir, "tokenizer.json")} has {tokenizer.token_count} tokens, but the '
+        f'embedding has {vocab_size} rows (config.json vocab_size): ids past them would index '
+        'nothing. Fix: use the tokenizer that came with the model.')
+  return tokenizer
+
+
+def import_checkpoint(hf_dir: str, workdir: str):
+  """Writes `workdir` from the Hugging Face model directory `hf_dir`; every check (the
+  architecture, the scaling, the weight files, each tensor's shape, the tokenizer) comes
+  before anything is written. Returns the workdir's config."""
+  workdir = _check_new(workdir, '--workdir')
+  hf_dir = os.path.abspath(os.path.expanduser(hf_dir))
+  hf = hf_config.read(hf_dir)
+  config = hf_config.to_config(hf, hf_dir)
+  config_lib.validate(config)
+  tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
+  fam = hf_config.family(hf, hf_dir)
+  params = hf_weights.to_params(hf_weights.read(hf_dir), fam, config.model, hf_dir)
+  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
+  abstract = trainer.abstract_state
+  # A fresh optimizer state (zeros): the state of a run at step 0, which every entry point reads.
+  state = {'params': _filled(abstract['params'], params),
+           'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
+           'step': jnp.int32(0)}
+  os.makedirs(workdir, exist_ok=True)
+  config_lib.save(config, workdir)
+  tokenizer.save(os.path.join(workdir, tokenizer.workdir_file))
+  hf_weights.dump_json(hf, os.path.join(workdir, 'hf_config.json'))  # What it was made from.
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  try:
+    ckpt.save(0, state)
+  finally:
+    ckpt.close()
+  return config
+
+
+def _filled(abstract_params, params: dict):
+  """The model's parameter state (abstract shapes) with `params`' arrays, after checking that
+  they name exactly the same parameters with the same shapes."""
+  state = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract_params)
+  want = state.to_pure_dict()
+  flat_want = dict(_flatten(want))
+  flat_have = dict(_flatten(params))
+  if set(flat_want) != set(flat_have):
+    missing = sorted(set(flat_want) - set(flat_have))
+    extra = sorted(set(flat_have) - set(flat_want))
+    raise errors.ConfigError(f'the converted parameters do not match the model (missing '
+                             f'{missing[:3]}, extra {extra[:3]}).')
+  for path, array in flat_have.items():
+    if tuple(array.shape) != tuple(flat_want[path].shape):
+      raise errors.ConfigError(f'parameter {path} has shape {array.shape}, the model '
+                               f'{flat_want[path].shape}.')
+  nnx.replace_by_pure_dict(state, _unflatten({p: np.asarray(a, np.float32)
+                                              for p, a in flat_have.items()}, want))
+  return jax.tree.map(jnp.asarray, state)
+
+
+def _flatten(tree, prefix=''):
+  if isinstance(tree, dict):
+    for key, value in tree.items():
+      yield from _flatten(value, f'{prefix}/{key}' if prefix else str(key))
+  else:
+    yield prefix, tree
+
+
+def _unflatten(flat: dict, like: dict):
+  def build(node, prefix):
+    if isinstance(node, dict):
+      return {k: build(v, f'{prefix}/{k}' if prefix else str(k)) for k, v in node.items()}
+    return flat[prefix]
+  return build(like, '')
+
+
+def _restored(workdir: str, step: int | None):
+  """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device."""
+  opened = generation.open_workdir(workdir, step)
+  if opened.config.model.type != 'causal_lm':
+    raise errors.ConfigError(f'{workdir} holds a {opened.config.model.type} model, not a causal '
+                             'LM. Fix: point at a causal_lm workdir.')
+  trainer, params = generation.restore(opened)
+  return opened, trainer, params
+
+
+def _special_ids(tokenizer) -> dict:
+  bos, eos = vocabularies.framing(tokenizer)
+  return {'bos': bos[0] if bos else None, 'eos': eos[0] if eos else None,
+          'pad': getattr(tokenizer, 'pad_id', tokenizer_lib.PAD_ID)}
+
+
+def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str:
+  """Writes `hf_dir` (config.json, model.safetensors and, for a pretrained tokenizer, its
+  tokenizer files) from `workdir`'s checkpoint at `step` (the latest by default). Returns the
+  transformers architecture written."""
+  hf_dir = _check_new(hf_dir, '--to_hf')
+  config = config_lib.load(workdir)
+  fam = hf_config.export_family(config)  # Refuses before anything is restored.
+  opened, trainer, params = _restored(workdir, step)
+  model = nnx.merge(trainer.graphdef, params)
+  pure = jax.tree.map(np.asarray, nnx.state(model, nnx.Param).to_pure_dict())
+  tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
+  hf = hf_config.from_config(config, _special_ids(opened.tokenizer))
+  os.makedirs(hf_dir, exist_ok=True)
+  try:
+    hf_weights.write(tensors, hf_dir)
+    hf_weights.dump_json(hf, os.path.join(hf_dir, 'config.json'))
+    _write_tokenizer(opened.tokenizer, hf_dir)
+  except BaseException:
+    shutil.rmtree(hf_dir, ignore_errors=True)
+    raise
+  return hf['architectures'][0]
+
+
+def _bytes_tokenizer():
+  """The bytes tokenizer (vocabularies.Bytes) as a Hugging Face tokenizer: byte b is id b + 5
+  after the project's specials, each byte its own token (a byte-level BPE without merges)."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  specials = ['<pad>', '</s>', '<s>', '<unk>', '<n>']  # Ids 0..4 (roformer/data/tokenizer.py).
+  alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+                    key=lambda ch: _BYTE_OF[ch])
+  vocab = {name: i for i, name in enumerate(specials)}
+  vocab.update({ch: tokenizer_lib.NUM_SPECIAL + _BYTE_OF[ch] for ch in alphabet})
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[]))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                          use_regex=False)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  tok.add_special_tokens(specials[:4])
+  return tok
+
+
+def _byte_chars() -> dict[str, int]:
+  """GPT-2's byte-to-character map (the ByteLevel pre-tokenizer's), inverted."""
+  printable = (list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1))
+               + list(range(ord('®'), ord('ÿ') + 1)))
+  chars, extra = {}, 0
+  for b in range(256):
+    if b in printable:
+      chars[chr(b)] = b
+    else:
+      chars[chr(256 + extra)] = b
+      extra += 1
+  return chars
+
+
+_BYTE_OF = _byte_chars()
+
+
+def _write_tokenizer(tokenizer, hf_dir: str) -> None:
+  """tokenizer.json and tokenizer_config.json for a pretrained tokenizer (as imported) or the
+  bytes tokenizer; a SentencePiece model trained here has no exact form in them (it encodes
+  line by line with a newline piece of its own), so none is written: its ids are the model's
+  all the same (encode with roformer's tokenizer and pass ids)."""
+  if isinstance(tokenizer, vocabularies.Pretrained):
+    tok, ids = tokenizer.tok, _special_ids(tokenizer)
+  elif isinstance(tokenizer, vocabularies.Bytes):
+    tok = _bytes_tokenizer()
+    ids = {'bos': tokenizer_lib.BOS_ID, 'eos': tokenizer_lib.EOS_ID, 'pad': tokenizer_lib.PAD_ID}
+  else:
+    return
+  tok.save(os.path.join(hf_dir, 'tokenizer.json'))
+  name = lambda i: None if i is None else tok.id_to_token(i)
+  hf_weights.dump_json({'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']),
+                        'pad_token': name(ids['pad']), 'add_bos_token': ids['bos'] is not None,
+                        'tokenizer_class': 'PreTrainedTokenizerFast'},
+                       os.path.join(hf_dir, 'tokenizer_config.json'))
+
+
+class CausalLM:
+  """A causal-LM workdir's model restored for use from Python (see the module docstring)."""
+
+  def __init__(self, workdir: str, step: int | None = None):
+    opened, trainer, params = _restored(workdir, step)
+    self.workdir, self.step, self.config = workdir, opened.step, opened.config
+    self.tokenizer = opened.tokenizer
+    self.vocab_size = int(opened.config.model.vocab_size)
+    self.model = nnx.merge(trainer.graphdef, params)
+    self._logits = nnx.jit(lambda m, ids, pos: m(ids, pos, jnp.ones_like(ids)))
+
+  def _ids(self, ids) -> jax.Array:
+    array = np.asarray(ids)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+      raise errors.ConfigError(f'ids must be integer [batch, length] (got {array.dtype} '
+                               f'{array.shape}). Fix: pass a list of equal-length id lists.')
+    if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
+      raise errors.ConfigError(f'ids must be in [0, {self.vocab_size}) (got {array.min()}..'
+                               f'{array.max()}). Fix: ids from lm.tokenizer.')
+    return jnp.asarray(array, jnp.int32)
+
+  def logits(self, ids) -> np.ndarray:
+    """float32 logits [batch, length, vocab] of int ids [batch, length] at positions 0.."""
+    ids = self._ids(ids)
+    pos = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
+    return np.asarray(self._logits(self.model, ids, pos), np.float32)
+
+  def generate(self, ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+               stop_at_eos: bool = True) -> np.ndarray:
+    """The prompt ids [batch, P] followed by max_new_tokens new ones: greedy at temperature 0,
+    sampled above. With `stop_at_eos`, a row ends at the tokenizer's eos and continues with
+    its pad id (its eos where it has none)."""
+    ids = self._ids(ids)
+    eos = generation.stop_id(self.tokenizer) if stop_at_eos else -1
+    new = np.asarray(decode.generate(self.model, ids, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, eos_id=eos, seed=seed))
+    if eos >= 0:  # decode pads a finished row with id 0, a real token of most vocabularies.
+      pad = getattr(self.tokenizer, 'pad_id', tokenizer_lib.PAD_ID)
+      ended = np.cumsum(new == eos, axis=1) - (new == eos) > 0
+      new = np.where(ended, eos if pad is None else pad, new)
+    return np.concatenate([np.asarray(ids), new], axis=1)
+
+
+def load(path: str, step: int | None = None) -> CausalLM:
+  """The causal LM of the workdir `path` (imported or trained here) at `step` (latest)."""
+  return CausalLM(path, step)

@@ -1,0 +1,343 @@
+"""A Hugging Face `config.json` as this project's config, and back.
+
+Four architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
+window becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows) and
+GPTNeoXForCausalLM (partial rotary, parallel residual). Both forms of the rotary settings that
+the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
+`rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside); an export is
+written in the first form, which both versions read.
+
+The scalings map onto roformer/positions/scaling.py with transformers' semantics
+(modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
+from `max_position_embeddings` at the input's length; `yarn` uses the ramp between the pair
+indices of beta_fast and beta_slow rotations (`ramp='index'`) and multiplies q and k by its
+attention factor (given, from mscale and mscale_all_dim, or 0.1 ln(factor) + 1); `llama3` is
+Llama 3.1's smooth band. Any other scaling, and any setting this project does not compute,
+is refused in one line that names it.
+"""
+
+import math
+import os
+
+import ml_collections
+
+from roformer import config_schema
+from roformer import errors
+from roformer import files
+
+ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
+                 'Qwen2ForCausalLM': 'qwen2', 'GPTNeoXForCausalLM': 'gpt_neox'}
+MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
+LLAMA_FAMILY = ('llama', 'mistral', 'qwen2')
+# transformers' hidden_act -> model.activation, and back.
+ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
+               'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
+ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
+                    'relu': 'relu'}
+SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3')
+
+
+def read(directory: str) -> dict:
+  """The parsed config.json of a Hugging Face model directory."""
+  path = os.path.join(directory, 'config.json')
+  if not os.path.isfile(path):
+    raise errors.ConfigError(f'--from_hf={directory!r} has no config.json. Fix: point at a '
+                             'directory written by save_pretrained (config.json, *.safetensors, '
+                             'tokenizer.json).')
+  hf = files.read_json(path, 'copy it again from the model')
+  if not isinstance(hf, dict):
+    raise errors.DamagedFileError(f'{path} is not a JSON object. Fix: copy it again.')
+  return hf
+
+
+def family(hf: dict, where: str) -> str:
+  """'llama', 'mistral', 'qwen2' or 'gpt_neox' from the config's architecture."""
+  archs = hf.get('architectures') or [MODEL_TYPES.get(hf.get('model_type'), '')]
+  arch = archs[0] if archs else ''
+  if arch not in ARCHITECTURES:
+    raise errors.ConfigError(
+        f'{where}: architecture {arch or hf.get("model_type")!r} is not one this project reads. '
+        f'Fix: a checkpoint of {", ".join(ARCHITECTURES)}.')
+  return ARCHITECTURES[arch]
+
+
+def _read(hf: dict, name: str, default):
+  """A transformers config's `name`, or `default`: the value transformers' class assumes when
+  the file leaves it out."""
+  return hf[name] if name in hf else default
+
+
+def _field(hf: dict, name: str, where: str):
+  if name not in hf:
+    raise errors.DamagedFileError(f'{where} lacks {name!r}. Fix: use the config.json that came '
+                                  'with the weights.')
+  return hf[name]
+
+
+def rope_settings(hf: dict, fam: str, where: str) -> dict:
+  """The rotary settings of either form as one dict: rope_type, rope_theta,
+  partial_rotary_factor and the scaling's own keys."""
+  params = hf.get('rope_parameters')
+  if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
+    raise errors.ConfigError(f'{where}: rope_parameters differ per layer type '
+                             f'({sorted(params)}), which this project does not read. Fix: a '
+                             'checkpoint with one set of rotary settings.')
+  settings = dict(params or hf.get('rope_scaling') or {})
+  settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
+  settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', 10000.0)))
+  default_partial = 0.25 if fam == 'gpt_neox' else 1.0  # transformers' class defaults.
+  settings.setdefault('partial_rotary_factor',
+                      _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
+  return settings
+
+
+def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
+  """(config.model.position.rope.scaling fields, the length the model was trained at)."""
+  kind = settings['rope_type']
+  max_len = int(_field(hf, 'max_position_embeddings', where))
+  if kind not in SCALINGS:
+    raise errors.ConfigError(f'{where}: rope scaling {kind!r} is not one this project computes. '
+                             f'Fix: a checkpoint with one of {SCALINGS}.')
+  if kind == 'default':
+    return {'kind': 'none'}, max_len
+  original = int(settings.get('original_max_position_embeddings')
+                 or hf.get('original_max_position_embeddings') or max_len)
+  factor = settings.get('factor')
+  if factor is None and kind == 'yarn':
+    factor = max_len / original
+  if factor is None or float(factor) < 1:
+    raise errors.ConfigError(f'{where}: rope scaling {kind!r} has factor {factor!r}; this project '
+                             'extends contexts with factors of 1 or more. Fix: a checkpoint '
+                             'with such a factor.')
+  factor = float(factor)
+  if kind == 'linear':
+    return {'kind': 'linear', 'factor': factor}, max_len
+  if kind == 'dynamic':  # transformers grows the base from max_position_embeddings.
+    return {'kind': 'dynamic', 'factor': factor, 'original_length': max_len}, max_len
+  if kind == 'llama3':
+    return {'kind': 'llama3', 'factor': factor, 'original_length': original,
+            'low_freq_factor': float(settings['low_freq_factor']),
+            'high_freq_factor': float(settings['high_freq_factor'])}, original
+  if not _read(settings, 'truncate', True):
+    raise errors.ConfigError(f"{where}: yarn with truncate=false (an unrounded ramp) is not one "
+                             'this project computes. Fix: a checkpoint with the rounded ramp.')
+  attention = settings.get('attention_factor')
+  mscale, mscale_all = settings.get('mscale'), settings.get('mscale_all_dim')
+  if attention is None and mscale and mscale_all:
+    grow = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    attention = grow(mscale) / grow(mscale_all)
+  return {'kind': 'yarn', 'factor': factor, 'original_length': original, 'ramp': 'index',
+          'alpha': float(settings.get('beta_slow') or 1.0),
+          'beta': float(settings.get('beta_fast') or 32.0),
+          'attention_factor': float(attention or 0.0)}, original
+
+
+def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
+  window = hf.get('sliding_window')
+  if fam == 'mistral':
+    return (int(window),) if window else ()
+  if fam == 'qwen2' and window and hf.get('use_sliding_window'):
+    kinds = hf.get('layer_types') or [
+        'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
+        for i in range(layers)]
+    windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
+    return windows if any(windows) else ()
+  return ()
+
+
+def _biases(hf: dict, fam: str, where: str) -> str:
+  if fam == 'qwen2':
+    return 'qkv'
+  if fam == 'mistral':
+    return 'none'
+  attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
+      _read(hf, 'mlp_bias', fam == 'gpt_neox'))
+  if mlp and not attention:
+    raise errors.ConfigError(f'{where}: biases on the MLP but not on attention is not a layout '
+                             'this project builds. Fix: a checkpoint with attention_bias too.')
+  return {(True, True): 'all', (True, False): 'attention', (False, False): 'none'}[
+      (attention, mlp)]
+
+
+def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
+  """This project's config of a causal LM that computes what the checkpoint computes; the
+  tokenizer is the directory's own (`data.tokenizer='hf:DIR'`), data.seq_len the length the
+  model was pretrained at (before any context extension)."""
+  where = os.path.join(directory, 'config.json')
+  fam = family(hf, where)
+  d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
+  head_dim = d // heads if d % heads == 0 else None
+  if head_dim is None or hf.get('head_dim') not in (None, head_dim):
+    raise errors.ConfigError(
+        f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; this '
+        'project builds heads of hidden_size / num_attention_heads. Fix: a checkpoint whose '
+        'heads are so.')
+  act = _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu')
+  if act not in ACTIVATIONS:
+    raise errors.ConfigError(f'{where}: hidden_act {act!r} is not one this project computes. Fix: '
+                             f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
+  layers = int(_field(hf, 'num_hidden_layers', where))
+  kv = int(hf.get('num_key_value_heads') or heads)
+  settings = rope_settings(hf, fam, where)
+  scaling, trained = _scaling(settings, hf, where)
+  rotary = int(head_dim * float(settings['partial_rotary_factor']))  # transformers' rounding.
+  if rotary < 2:
+    raise errors.ConfigError(f'{where}: partial_rotary_factor {settings["partial_rotary_factor"]} '
+                             f'rotates {rotary} of {head_dim} dimensions. Fix: a checkpoint that '
+                             'rotates at least one pair.')
+  config = config_schema.default_config()
+  config.model.update(
+      type='causal_lm', vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
+      d_model=d, num_heads=heads, num_kv_heads=0 if kv == heads else kv,
+      d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
+      dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', False)),
+      biases=_biases(hf, fam, where), layer_windows=_windows(hf, fam, layers))
+  if fam == 'gpt_neox':
+    config.model.update(normalization='layer_norm', mlp='plain',
+                        layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
+                        residual='parallel' if _read(hf, 'use_parallel_residual', True)
+                        else 'sequential')
+  else:
+    config.model.update(normalization='rms_norm', mlp='gated',
+                        layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-6)))
+  rope = config.model.position.rope
+  config.model.position.kind = 'rope'
+  rope.update(base=float(settings['rope_theta']), layout='half', fraction=rotary / head_dim)
+  rope.scaling.update(scaling)
+  config.data.seq_len = trained
+  config.data.tokenizer = 'hf:' + os.path.abspath(directory)
+  return config
+
+
+def _refusal(config) -> str | None:
+  """Why no transformers class computes the model `config` builds, or None."""
+  m = config.model
+  att, rope = m.attention, m.position.rope
+  checks = (
+      (m.type != 'causal_lm', f"it is a {m.type} model; transformers' causal-LM classes take "
+                              'decoder-only models'),
+      (m.position.kind != 'rope' or m.layer_kinds,
+       f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
+                                               if m.layer_kinds else '') +
+       ': the Llama, Mistral, Qwen2 and GPT-NeoX classes compute RoPE in every layer and '
+       'nothing else'),
+      (bool(m.layer_rope_bases), 'per-layer RoPE bases (layer_rope_bases)'),
+      (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
+      (rope.rotate_values, 'rotated values (rope.rotate_values)'),
+      (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
+                                    'time change to attention'),
+      (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
+       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp)"),
+      (att.kind != 'softmax', f'attention.kind={att.kind!r}'),
+      (att.qk_norm or att.ssmax or att.output_gate or att.differential or att.dape
+       or att.nope_temperature, 'an attention option (qk_norm, ssmax, output_gate, '
+                                'differential, dape or nope_temperature)'),
+      (m.norm == 'post', "norm='post'"),
+      (m.type_vocab_size > 0, 'token-type embeddings'),
+      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
+       f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
+       'GPT-NeoX layer_norm with a plain one)'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  if m.normalization == 'rms_norm':
+    windows = {w for w in m.layer_windows if w}
+    if m.residual == 'parallel':
+      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
+    if rope.fraction < 1:
+      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
+    if len(windows) > 1:
+      return f'sliding windows of several sizes {sorted(windows)}'
+    if windows and m.biases not in ('none', 'qkv'):
+      return f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's)"
+    return None
+  if m.biases != 'all':
+    return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
+  if m.num_kv_heads not in (0, m.num_heads):
+    return 'grouped-query attention in a GPT-NeoX block'
+  if any(m.layer_windows):
+    return 'sliding windows in a GPT-NeoX block'
+  return None
+
+
+def export_family(config) -> str:
+  """The transformers family that computes `config`'s model, or ConfigError saying why none."""
+  reason = _refusal(config)
+  if reason:
+    raise errors.ConfigError(f'no transformers class computes this model: {reason}. Fix: export '
+                             'a causal LM with RoPE in the Llama or GPT-NeoX layout.')
+  m = config.model
+  if m.normalization == 'layer_norm':
+    return 'gpt_neox'
+  if any(m.layer_windows) and m.biases == 'none':
+    return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (
+        'qwen2')
+  return 'qwen2' if m.biases == 'qkv' else 'llama'
+
+
+def _rope_scaling(config) -> tuple[dict | None, int]:
+  """(rope_scaling in transformers 4's form, max_position_embeddings)."""
+  sc, trained = config.model.position.rope.scaling, config.data.seq_len
+  if sc.kind == 'none':
+    return None, trained
+  if sc.kind == 'ntk':  # A static NTK is a larger base; export writes it as rope_theta.
+    return None, trained
+  if sc.kind == 'linear':
+    return {'rope_type': 'linear', 'factor': sc.factor}, int(trained * sc.factor)
+  if sc.kind == 'dynamic':
+    return {'rope_type': 'dynamic', 'factor': sc.factor}, sc.original_length
+  extended = int(sc.original_length * sc.factor)
+  if sc.kind == 'llama3':
+    return {'rope_type': 'llama3', 'factor': sc.factor, 'low_freq_factor': sc.low_freq_factor,
+            'high_freq_factor': sc.high_freq_factor,
+            'original_max_position_embeddings': sc.original_length}, extended
+  out = {'rope_type': 'yarn', 'factor': sc.factor, 'beta_fast': sc.beta, 'beta_slow': sc.alpha,
+         'original_max_position_embeddings': sc.original_length}
+  if sc.attention_factor:
+    out['attention_factor'] = sc.attention_factor
+  return out, extended
+
+
+def from_config(config, special_ids: dict) -> dict:
+  """The config.json of the transformers class that computes `config`'s model (transformers
+  4's form: rope_theta and rope_scaling, which transformers 5 reads too). `special_ids`:
+  bos/eos/pad token ids (None where the tokenizer has none)."""
+  fam = export_family(config)
+  m, rope = config.model, config.model.position.rope
+  scaling, max_len = _rope_scaling(config)
+  head_dim = m.d_model // m.num_heads
+  rotary = int(round(head_dim * rope.fraction))
+  base = rope.base
+  if rope.scaling.kind == 'ntk':
+    base = base * rope.scaling.factor ** (rotary / (rotary - 2))
+  out = {
+      'architectures': [MODEL_TYPES[fam]], 'model_type': fam, 'vocab_size': m.vocab_size,
+      'hidden_size': m.d_model, 'intermediate_size': m.d_ff, 'num_hidden_layers': m.num_layers,
+      'num_attention_heads': m.num_heads, 'hidden_act': ACTIVATION_NAMES[m.activation],
+      'max_position_embeddings': max_len, 'initializer_range': m.init_std,
+      'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+      'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+      'pad_token_id': special_ids.get('pad'), 'use_cache': True, 'torch_dtype': 'float32',
+      'rope_scaling': scaling,
+  }
+  if fam == 'gpt_neox':
+    out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=rotary / head_dim,
+               rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
+               attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
+             rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
+  windows = tuple(m.layer_windows[i % len(m.layer_windows)] if m.layer_windows else 0
+                  for i in range(m.num_layers))
+  if fam == 'llama':
+    out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
+  elif fam == 'mistral':
+    out.update(sliding_window=windows[0])
+  else:  # qwen2
+    window = max(windows)
+    out.update(use_sliding_window=bool(window), sliding_window=window or None,
+               max_window_layers=m.num_layers,
+               layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
+  return out

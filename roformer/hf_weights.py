@@ -1,0 +1,257 @@
+"""Hugging Face weights (`*.safetensors`, sharded or not) as this project's parameters, and
+back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2) and of
+GPT-NeoX.
+
+The layouts that differ:
+- a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
+- queries, keys and values are one fused [q | k | v] kernel here (k and v of num_kv_heads
+  heads); Llama stores q_proj, k_proj and v_proj apart, GPT-NeoX one query_key_value whose
+  rows are [q_h, k_h, v_h] head by head;
+- the rotary pairs: transformers rotates (x_i, x_{i + r/2}) ("rotate_half"); an import keeps that
+  order (`rope.layout='half'`), and an export of a model trained with the interleaved pairs
+  (x_{2i}, x_{2i+1}) permutes the rotated columns of q and k to (0, 2, 4, .., 1, 3, 5, ..),
+  which leaves every q.k, and so the logits, unchanged.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from roformer import errors
+
+
+def read_safetensors(path) -> dict[str, np.ndarray]:
+  """Tensors of a .safetensors file as float32 (the `safetensors` package's numpy reader; its
+  bfloat16 tensors come as ml_dtypes arrays)."""
+  import safetensors  # pylint: disable=g-import-not-at-top
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  try:
+    tensors = safetensors_numpy.load_file(str(path))
+  except (safetensors.SafetensorError, OSError, ValueError) as e:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise errors.DamagedFileError(f'{path} is not a complete .safetensors file ({reason}). '
+                                  'Fix: download it again.') from None
+  out = {}
+  for name, array in tensors.items():
+    if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == 'bfloat16' or
+            np.issubdtype(array.dtype, np.integer)):
+      raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {array.dtype}.')
+    out[name] = array.astype(np.float32)
+  return out
+
+
+INDEX = 'model.safetensors.index.json'
+
+
+def weight_files(directory: str) -> list[str]:
+  """The .safetensors files of a model directory: model.safetensors, or every shard that
+  model.safetensors.index.json names (each must be there)."""
+  index = os.path.join(directory, INDEX)
+  if os.path.isfile(index):
+    from roformer import files  # pylint: disable=g-import-not-at-top
+    weight_map = files.read_json(index, 'copy it again from the model').get('weight_map')
+    if not isinstance(weight_map, dict) or not weight_map:
+      raise errors.DamagedFileError(f'{index} has no weight_map. Fix: copy it again.')
+    shards = sorted(set(weight_map.values()))
+    missing = [s for s in shards if not os.path.isfile(os.path.join(directory, s))]
+    if missing:
+      raise errors.ConfigError(
+          f'--from_hf={directory!r} lacks {len(missing)} of the {len(shards)} weight shards that '
+          f'{INDEX} names ({", ".join(missing[:3])}{"..." if len(missing) > 3 else ""}). Fix: '
+          'download every shard into that directory.')
+    return [os.path.join(directory, s) for s in shards]
+  single = os.path.join(directory, 'model.safetensors')
+  if not os.path.isfile(single):
+    raise errors.ConfigError(f'--from_hf={directory!r} has no model.safetensors nor {INDEX}. '
+                             'Fix: point at a directory with the safetensors weights '
+                             '(save_pretrained(..., safe_serialization=True) writes them).')
+  return [single]
+
+
+def read(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of a model directory's weights, float32."""
+  tensors = {}
+  for path in weight_files(directory):
+    tensors.update(read_safetensors(path))
+  return tensors
+
+
+def half_order(head_dim: int, rotary_dim: int) -> np.ndarray:
+  """The column order that takes interleaved rotary pairs to transformers' halves within one
+  head: (0, 2, .., r-2, 1, 3, .., r-1) then the unrotated columns r..head_dim-1."""
+  return np.concatenate([np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2),
+                         np.arange(rotary_dim, head_dim)])
+
+
+def _per_head(array: np.ndarray, heads: int, order: np.ndarray) -> np.ndarray:
+  """The last axis of `array` ([..., heads * head_dim]) reordered within each head."""
+  shape = array.shape
+  return array.reshape(shape[:-1] + (heads, -1))[..., order].reshape(shape)
+
+
+class _Tensors:
+  """The checkpoint's tensors, each taken once; reports a missing one or a wrong shape."""
+
+  def __init__(self, tensors: dict, where: str):
+    self.tensors, self.where, self.used = tensors, where, set()
+
+  def __call__(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    if name not in self.tensors:
+      raise errors.DamagedFileError(f'{self.where} lacks the tensor {name!r} that config.json '
+                                    'implies. Fix: download every weight file again.')
+    array = self.tensors[name]
+    if array.shape != tuple(shape):
+      raise errors.ConfigError(f'{self.where}: tensor {name!r} has shape {array.shape}, but '
+                               f'config.json implies {tuple(shape)}. Fix: use the config.json '
+                               'that came with these weights.')
+    self.used.add(name)
+    return array
+
+  def get(self, name: str, shape):
+    return self(name, shape) if name in self.tensors else None
+
+
+def _linear(t, name, d_in, d_out, bias: bool):
+  out = {'kernel': t(name + '.weight', (d_out, d_in)).T}
+  if bias:
+    out['bias'] = t(name + '.bias', (d_out,))
+  return out
+
+
+def _norm(t, name, d, bias: bool):
+  out = {'scale': t(name + '.weight', (d,))}
+  if bias:
+    out['bias'] = t(name + '.bias', (d,))
+  return out
+
+
+def to_params(tensors: dict, fam: str, m, where: str) -> dict:
+  """The CausalLM parameters (a nested dict of numpy arrays) of a checkpoint's tensors, for the
+  model config `m` that hf_config.to_config made from its config.json."""
+  from roformer import layers  # pylint: disable=g-import-not-at-top
+  t = _Tensors(tensors, where)
+  d, f, v = m.d_model, m.d_ff, m.vocab_size
+  h, hd = m.num_heads, m.d_model // m.num_heads
+  kv = m.num_kv_heads or h
+  qkv_bias, out_bias = layers.has_bias(m, 'qkv'), layers.has_bias(m, 'out')
+  mlp_bias, norm_bias = layers.has_bias(m, 'mlp'), m.normalization == 'layer_norm'
+  if fam == 'gpt_neox':
+    prefix, embed, final, head = 'gpt_neox.layers.', 'gpt_neox.embed_in', (
+        'gpt_neox.final_layer_norm'), 'embed_out'
+  else:
+    prefix, embed, final, head = 'model.layers.', 'model.embed_tokens', 'model.norm', 'lm_head'
+  params = {'embed': {'embedding': t(embed + '.weight', (v, d))},
+            'ln_final': _norm(t, final, d, norm_bias), 'blocks': {}}
+  if not m.tie_embeddings:
+    params['unembed'] = t(head + '.weight', (v, d))
+  for i in range(m.num_layers):
+    p = f'{prefix}{i}.'
+    block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
+             'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
+    if fam == 'gpt_neox':
+      fused = _linear(t, p + 'attention.query_key_value', d, 3 * d, qkv_bias)
+      # Columns [q_0 k_0 v_0 q_1 k_1 v_1 ..] (head-major) to [q_0 q_1 .. | k .. | v ..].
+      regroup = lambda a: a.reshape(a.shape[:-1] + (h, 3, hd)).swapaxes(-3, -2).reshape(a.shape)
+      block['attn'] = {'qkv': {k: regroup(a) for k, a in fused.items()},
+                       'out': _linear(t, p + 'attention.dense', d, d, out_bias)}
+      block['mlp'] = {'up': _linear(t, p + 'mlp.dense_h_to_4h', d, f, mlp_bias),
+                      'down': _linear(t, p + 'mlp.dense_4h_to_h', f, d, mlp_bias)}
+    else:
+      parts = [_linear(t, p + f'self_attn.{n}_proj', d, width, qkv_bias)
+               for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
+      block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
+                               for k in parts[0]},
+                       'out': _linear(t, p + 'self_attn.o_proj', d, d, out_bias)}
+      block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
+                      for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
+    params['blocks'][i] = block
+  ignored = {n for n in tensors if n.endswith(('rotary_emb.inv_freq', 'attention.bias',
+                                               'attention.masked_bias'))}
+  if m.tie_embeddings:
+    ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
+  unused = sorted(set(tensors) - t.used - ignored)
+  if unused:
+    raise errors.ConfigError(
+        f'{where} holds {len(unused)} tensors that config.json does not account for ('
+        f'{", ".join(unused[:3])}{"..." if len(unused) > 3 else ""}). Fix: use the config.json '
+        'that came with these weights.')
+  return params
+
+
+def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.ndarray]:
+  """The transformers tensors (float32 numpy, PyTorch's [out, in] layout) of a CausalLM's
+  parameters `params` (a nested dict), for the family hf_config.export_family chose. A layer
+  the transformers class has a bias for and this model has none gets a zero bias."""
+  d, f = m.d_model, m.d_ff
+  h, hd = m.num_heads, m.d_model // m.num_heads
+  kv = m.num_kv_heads or h
+  rope = m.position.rope
+  rotary = int(round(hd * rope.fraction))
+  order = (half_order(hd, rotary) if rope.layout == 'interleaved' else np.arange(hd))
+  out = {}
+
+  def linear(name, p, bias: bool, d_out):
+    out[name + '.weight'] = np.asarray(p['kernel'], np.float32).T
+    if bias:
+      out[name + '.bias'] = np.asarray(p.get('bias', np.zeros(d_out)), np.float32)
+
+  def norm(name, p):
+    out[name + '.weight'] = np.asarray(p['scale'], np.float32)
+    if 'bias' in p:
+      out[name + '.bias'] = np.asarray(p['bias'], np.float32)
+
+  embedding = np.asarray(params['embed']['embedding'], np.float32)
+  head = (np.asarray(params['unembed'], np.float32) if 'unembed' in params
+          else embedding * np.float32(logits_scale))
+  if fam == 'gpt_neox':
+    prefix = 'gpt_neox.layers.'
+    out['gpt_neox.embed_in.weight'] = embedding
+    norm('gpt_neox.final_layer_norm', params['ln_final'])
+    out['embed_out.weight'] = head
+  else:
+    prefix = 'model.layers.'
+    out['model.embed_tokens.weight'] = embedding
+    norm('model.norm', params['ln_final'])
+    if not (m.tie_embeddings and logits_scale == 1.0):
+      out['lm_head.weight'] = head
+  for i in range(m.num_layers):
+    b, p = params['blocks'][i], f'{prefix}{i}.'
+    norm(p + 'input_layernorm', b['ln_attn'])
+    norm(p + 'post_attention_layernorm', b['ln_mlp'])
+    qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
+    split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
+    for k in split:  # Queries and keys to transformers' rotary order.
+      split[k][0] = _per_head(split[k][0], h, order)
+      split[k][1] = _per_head(split[k][1], kv, order)
+    if fam == 'gpt_neox':
+      fused = {k: np.concatenate(parts, -1) for k, parts in split.items()}
+      # [q_0 q_1 .. | k .. | v ..] to head-major [q_0 k_0 v_0 q_1 ..].
+      mix = lambda a: a.reshape(a.shape[:-1] + (3, h, hd)).swapaxes(-3, -2).reshape(a.shape)
+      linear(p + 'attention.query_key_value', {k: mix(a) for k, a in fused.items()}, True, 3 * d)
+      linear(p + 'attention.dense', b['attn']['out'], True, d)
+      linear(p + 'mlp.dense_h_to_4h', b['mlp']['up'], True, f)
+      linear(p + 'mlp.dense_4h_to_h', b['mlp']['down'], True, d)
+      continue
+    qkv_bias = fam == 'qwen2' or m.biases in ('qkv', 'attention', 'all')
+    for n, index in (('q', 0), ('k', 1), ('v', 2)):
+      part = {k: split[k][index] for k in split}
+      linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
+    linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
+    for n in ('gate', 'up', 'down'):
+      linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)
+  return out
+
+
+def write(tensors: dict[str, np.ndarray], directory: str) -> None:
+  """model.safetensors (float32) in `directory`."""
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  safetensors_numpy.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                              os.path.join(directory, 'model.safetensors'),
+                              metadata={'format': 'pt'})
+
+
+def dump_json(value, path: str) -> None:
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=2)
+    f.write('\n')

@@ -1,0 +1,47 @@
+"""Hugging Face checkpoints in and out of workdirs (roformer/hf.py).
+
+  python scripts/convert_hf.py --from_hf path/to/Llama-3.2-1B --workdir runs/llama32
+  python scripts/convert_hf.py --to_hf exported/ --workdir runs/lm_llama [--step N]
+
+--from_hf reads a local directory as `save_pretrained` writes it (config.json, model.safetensors
+or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_config.json) of a
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or GPTNeoXForCausalLM, and writes a new
+workdir that eval.py, scripts/generate.py and train.py (--config.init_from) read. --to_hf writes
+a directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits.
+"""
+
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from roformer import cli  # pylint: disable=wrong-import-position
+
+
+def main(argv):
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  direction = parser.add_mutually_exclusive_group(required=True)
+  direction.add_argument('--from_hf', type=cli.path_arg,
+                         help='a Hugging Face model directory to import into --workdir')
+  direction.add_argument('--to_hf', type=cli.path_arg,
+                         help='a new directory to export --workdir into')
+  parser.add_argument('--workdir', required=True, type=cli.path_arg)
+  parser.add_argument('--step', type=int, default=None,
+                      help='--to_hf: the checkpoint to export (default: the latest)')
+  args = parser.parse_args(argv)
+  from roformer import hf  # pylint: disable=g-import-not-at-top  # After the flags' checks.
+  if args.from_hf:
+    config = hf.import_checkpoint(args.from_hf, args.workdir)
+    m = config.model
+    print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads '
+          f'({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, trained '
+          f'length {config.data.seq_len}, rope base {m.position.rope.base:g}, scaling '
+          f'{m.position.rope.scaling.kind}')
+  else:
+    arch = hf.export_checkpoint(args.workdir, args.to_hf, args.step)
+    print(f'wrote {args.to_hf}: {arch} (transformers.AutoModelForCausalLM.from_pretrained reads '
+          'it)')
+
+
+if __name__ == '__main__':
+  cli.guard(main)(sys.argv[1:])

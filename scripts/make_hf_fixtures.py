@@ -1,0 +1,202 @@
+"""Makes the Hugging Face fixtures of tests/test_hf_checkpoints.py: tiny random causal LMs saved
+by `transformers`, with transformers' own float32 logits and greedy ids beside each.
+
+  python -m venv /tmp/hf && /tmp/hf/bin/pip install torch==2.13.0 transformers==5.24.0
+  /tmp/hf/bin/python scripts/make_hf_fixtures.py            # writes tests/data/hf/
+
+Made with transformers 5.24.0 and torch 2.13.0 (CPU); the test suite reads the fixtures without
+either. Each fixture is a directory as `save_pretrained` writes it (config.json,
+model.safetensors in float16 to keep it small, tokenizer.json and tokenizer_config.json) and
+`reference.npz`:
+  ids      int64 [1, 40]: a row of token ids, past original_max_position_embeddings (16)
+  logits   float32 [1, 40, vocab]: transformers' logits for them (eager attention, float32)
+  prompt   int64 [1, 6]; greedy int64 [1, 6 + 14]: greedy decoding from the prompt, each step a
+           full forward pass (`use_cache=False`: dynamic NTK then reads every position at the
+           current length, as this project computes it; with a cache, transformers keeps the
+           keys rotated at the frequencies of the step that cached them)
+Every weight is drawn at random (biases and norm scales too, which transformers initialises to 0
+and 1: a mapping that dropped them would go unseen), and a seed is kept only if greedy decoding
+never has a top-two gap below 1e-2, so that float rounding cannot flip an id. Some configs are
+rewritten in transformers 4's form after saving (`rope_theta` and `rope_scaling`), and their
+reference comes from transformers reading that form back.
+
+This script is the only place that imports torch or transformers; it is not run by the tests.
+"""
+
+import json
+import pathlib
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+
+OUT = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'hf'
+ORIGINAL = 16  # original_max_position_embeddings of the scaled fixtures.
+LENGTH, PROMPT, NEW = 40, 6, 14
+TEXT = """When in the chronicle of wasted time I see descriptions of the fairest wights,
+And beauty making beautiful old rhyme in praise of ladies dead and lovely knights,
+Then, in the blazon of sweet beauty's best, of hand, of foot, of lip, of eye, of brow,
+I see their antique pen would have express'd even such a beauty as you master now.
+Shall I compare thee to a summer's day? Thou art more lovely and more temperate."""
+
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=ORIGINAL)
+
+# name: (config class, its fields, transformers 4 form?, tokenizer specials, embedding rows)
+FIXTURES = {
+    # Llama: grouped-query attention, llama3 scaling, transformers 5's rope_parameters.
+    'llama_gqa_llama3': ('LlamaConfig', dict(
+        SMALL, num_key_value_heads=2, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'llama3', 'rope_theta': 10000.0, 'factor': 4.0,
+                         'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # Llama with linear scaling written as transformers 4 writes it ('rope_type' key).
+    'llama_linear_v4': ('LlamaConfig', dict(
+        SMALL, num_key_value_heads=1, rope_parameters={'rope_type': 'linear', 'factor': 2.0,
+                                                        'rope_theta': 500.0}),
+                        True, 'llama', 0),
+    # Llama with dynamic NTK (transformers 5's form).
+    'llama_dynamic': ('LlamaConfig', dict(
+        SMALL, rope_parameters={'rope_type': 'dynamic', 'factor': 2.0, 'rope_theta': 10000.0}),
+                      False, 'llama', 0),
+    # Qwen2: q/k/v biases, tied embeddings, YaRN in transformers 4's form ('type' key).
+    'qwen2_yarn_v4': ('Qwen2Config', dict(
+        SMALL, num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), True, 'qwen', 0),
+    # Mistral: a sliding window on every layer.
+    'mistral_window': ('MistralConfig', dict(
+        SMALL, num_key_value_heads=2, sliding_window=8, max_position_embeddings=64,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
+    # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
+    # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
+    'gpt_neox_partial': ('GPTNeoXConfig', dict(
+        SMALL, num_attention_heads=2, use_parallel_residual=True,
+        max_position_embeddings=64, hidden_act='gelu',
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.25}), False, 'neox', 8),
+}
+
+SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).
+    'llama': ('<s>', '</s>', None),
+    'qwen': (None, '<|endoftext|>', '<|endoftext|>'),
+    'neox': ('<|endoftext|>', '<|endoftext|>', None),
+}
+
+
+def make_tokenizer(vocab_size: int) -> tokenizers.Tokenizer:
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token='<unk>'))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  trainer = tokenizers.trainers.BpeTrainer(
+      vocab_size=vocab_size, special_tokens=['<unk>', '<s>', '</s>', '<|endoftext|>'],
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()[:60], show_progress=False)
+  tok.train_from_iterator(TEXT.split('\n'), trainer)
+  return tok
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+  """Every parameter drawn afresh: matrices N(0, 1/fan_in) (embeddings N(0, 1)), biases
+  N(0, 0.1^2), norm scales 1 + N(0, 0.1^2)."""
+  gen = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      noise = torch.randn(p.shape, generator=gen)
+      if p.ndim == 1 and ('norm' in name or 'layernorm' in name):
+        p.copy_(1 + 0.1 * noise)
+      elif p.ndim == 1:
+        p.copy_(0.1 * noise)
+      elif 'embed' in name and 'embed_out' not in name:
+        p.copy_(noise)
+      else:
+        p.copy_(noise * p.shape[1] ** -0.5 * 1.5)
+
+
+def greedy(model, prompt: torch.Tensor) -> tuple[np.ndarray, float]:
+  """Greedy ids by full passes, and the smallest top-two gap of the logits it chose from."""
+  ids, gap = prompt, np.inf
+  for _ in range(NEW):
+    logits = model(ids, use_cache=False).logits[0, -1]
+    top = torch.topk(logits, 2).values
+    gap = min(gap, float(top[0] - top[1]))
+    ids = torch.cat([ids, logits.argmax().view(1, 1)], dim=1)
+  return ids.numpy(), gap
+
+
+def to_v4(config_path: pathlib.Path) -> None:
+  """config.json rewritten as transformers 4 wrote it: rope_theta at the top level and the
+  scaling in rope_scaling, keyed by 'type' (Qwen2's form) or 'rope_type' (Llama's)."""
+  config = json.loads(config_path.read_text())
+  params = dict(config.pop('rope_parameters'))
+  config['rope_theta'] = params.pop('rope_theta')
+  kind = params.pop('rope_type')
+  key = 'type' if config['model_type'] == 'qwen2' else 'rope_type'
+  config['rope_scaling'] = {key: kind, **params} if kind != 'default' else None
+  config['transformers_version'] = '4.57.6'
+  config_path.write_text(json.dumps(config, indent=2) + '\n')
+
+
+def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, padding: int,
+         tok: tokenizers.Tokenizer) -> None:
+  bos, eos, pad = SPECIALS[specials]
+  ids_of = lambda t: None if t is None else tok.token_to_id(t)
+  vocab = tok.get_vocab_size() + padding
+  config = getattr(transformers, cls_name)(vocab_size=vocab, bos_token_id=ids_of(bos),
+                                           eos_token_id=ids_of(eos), pad_token_id=ids_of(pad),
+                                           **fields)
+  config._attn_implementation = 'eager'  # pylint: disable=protected-access
+  for seed in range(100):
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation='eager')
+    randomize(model, seed)
+    model.eval()
+    with tempfile.TemporaryDirectory() as tmp:
+      model.to(torch.float16).save_pretrained(tmp)
+      if v4:
+        to_v4(pathlib.Path(tmp) / 'config.json')
+      # The reference is what transformers computes from the stored (float16) weights.
+      model = transformers.AutoModelForCausalLM.from_pretrained(
+          tmp, dtype=torch.float32, attn_implementation='eager').eval()
+      rng = np.random.default_rng(seed)
+      ids = torch.as_tensor(rng.integers(4, tok.get_vocab_size(), (1, LENGTH)))
+      prompt = ids[:, :PROMPT]
+      with torch.no_grad():
+        logits = model(ids, use_cache=False).logits.numpy()
+        out, gap = greedy(model, prompt)
+      if gap < 1e-2:
+        continue
+      target = OUT / name
+      shutil.rmtree(target, ignore_errors=True)
+      shutil.copytree(tmp, target)
+    tok.save(str(target / 'tokenizer.json'))
+    (target / 'tokenizer_config.json').write_text(json.dumps({
+        'bos_token': bos, 'eos_token': eos, 'pad_token': pad, 'unk_token': '<unk>',
+        'add_bos_token': bos is not None, 'model_max_length': fields['max_position_embeddings'],
+        'tokenizer_class': 'PreTrainedTokenizerFast'}, indent=2) + '\n')
+    (target / 'generation_config.json').unlink(missing_ok=True)
+    np.savez_compressed(target / 'reference.npz', ids=ids.numpy(), logits=logits,
+                        prompt=prompt.numpy(), greedy=out)
+    print(f'{name}: seed {seed}, smallest greedy gap {gap:.3f}, '
+          f'{sum(f.stat().st_size for f in target.iterdir()) / 1024:.0f} KB')
+    return
+  raise SystemExit(f'{name}: no seed of 100 gives greedy gaps of 1e-2')
+
+
+def main(argv):
+  names = argv or list(FIXTURES)
+  OUT.mkdir(parents=True, exist_ok=True)
+  tok = make_tokenizer(96)
+  (OUT / 'VERSIONS').write_text(f'transformers {transformers.__version__}\n'
+                                f'torch {torch.__version__}\n'
+                                f'tokenizers {tokenizers.__version__}\n')
+  for name in names:
+    make(name, *FIXTURES[name], tok)
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

@@ -1,0 +1,314 @@
+"""Hugging Face checkpoints (roformer/hf.py, hf_config.py, hf_weights.py): every fixture of
+tests/data/hf (tiny random models saved by transformers 5.24 with transformers' own logits and
+greedy ids, made by scripts/make_hf_fixtures.py) imports into a workdir that computes the same
+logits and greedy ids, decodes with its cache as without; exports give back the same logits;
+each bad input is one error naming it, before anything is written. Torch is not needed; where
+it is installed, transformers reads an export back."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import tokenizers
+from safetensors import numpy as safetensors_numpy
+
+import processes
+from configs import test as test_config
+from roformer import checkpoint as checkpoint_lib
+from roformer import config_lib
+from roformer import errors
+from roformer import hf
+from roformer import hf_config
+from roformer import sharding
+from roformer import trainer as trainer_lib
+from roformer.data import vocabularies
+from tests import kinds
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURES = REPO / 'tests' / 'data' / 'hf'
+NAMES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+
+
+def _imported(name, tmp_path) -> str:
+  workdir = str(tmp_path / name)
+  hf.import_checkpoint(str(FIXTURES / name), workdir)
+  return workdir
+
+
+def _relative_error(got, want) -> float:
+  return float(np.abs(np.asarray(got) - want).max() / np.abs(want).max())
+
+
+def test_the_fixtures_cover_each_architecture_scaling_and_config_form():
+  seen = {}
+  for name in NAMES:
+    config = json.loads((FIXTURES / name / 'config.json').read_text())
+    form = 'v5' if 'rope_parameters' in config else 'v4'
+    settings = hf_config.rope_settings(config, hf_config.family(config, name), name)
+    seen[name] = (config['architectures'][0], settings['rope_type'], form)
+  assert {a for a, _, _ in seen.values()} == set(hf_config.ARCHITECTURES)
+  assert {s for _, s, _ in seen.values()} == set(hf_config.SCALINGS)
+  assert {f for _, _, f in seen.values()} == {'v4', 'v5'}
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name, tmp_path):
+  """Logits within 1e-4 of the largest, over positions past original_max_position_embeddings;
+  greedy ids equal; decoding with the key/value cache equal to the full pass."""
+  lm = hf.load(_imported(name, tmp_path))
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
+  np.testing.assert_array_equal(
+      lm.generate(ref['prompt'], ref['greedy'].shape[1] - ref['prompt'].shape[1],
+                  stop_at_eos=False), ref['greedy'])
+  # Each step through the cache against a full pass over the prefix so far. Dynamic NTK
+  # scales by the length of each call's input: past its original 16 positions, the keys cached
+  # by an earlier, shorter call were computed at other frequencies (in transformers as here),
+  # so it is checked within them.
+  dynamic = lm.config.model.position.rope.scaling.kind == 'dynamic'
+  sizes = (7, 1, 1, 7) if dynamic else (7, 1, 1, 15)
+  ids = jax.numpy.asarray(ref['ids'][:, :sum(sizes)])
+  cache, start = lm.model.init_cache(1, sum(sizes)), 0
+  for size in sizes:
+    end = start + size
+    logits, cache = lm.model.decode(ids[:, start:end], jax.numpy.arange(start, end)[None], cache)
+    np.testing.assert_allclose(np.asarray(logits), lm.logits(ids[:, :end])[:, start:],
+                               atol=1e-4)
+    start = end
+
+
+def test_the_two_config_forms_give_the_same_model():
+  """transformers 4's rope_theta + rope_scaling ('type' or 'rope_type') and transformers 5's
+  rope_parameters are read alike."""
+  v4 = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {'rope_type': v4['rope_scaling']['type'],
+                           'rope_theta': v4['rope_theta'],
+                           **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}}
+  other = dict(v4, rope_scaling={'rope_type': 'yarn',
+                                 **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}})
+  configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, other)]
+  assert configs[0] == configs[1] == configs[2]
+  assert configs[0]['model']['position']['rope']['scaling']['kind'] == 'yarn'
+
+
+def test_yarn_attention_factor_follows_transformers():
+  base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
+  scaling = lambda **extra: hf_config.to_config(
+      dict(base, rope_scaling=dict(base['rope_scaling'], **extra)), 'dir').model.position.rope.scaling
+  assert scaling().attention_factor == 0.0  # 0.1 ln(factor) + 1, computed by scaling.py.
+  assert scaling(attention_factor=1.25).attention_factor == 1.25
+  deepseek = scaling(mscale=0.707, mscale_all_dim=0.707)
+  assert deepseek.attention_factor == pytest.approx(1.0)
+  grow = lambda m: 0.1 * m * np.log(4.0) + 1
+  assert scaling(mscale=1.0, mscale_all_dim=0.5).attention_factor == pytest.approx(
+      grow(1.0) / grow(0.5))
+
+
+def test_an_imported_tokenizer_keeps_its_ids_and_specials(tmp_path):
+  text = 'Shall I compare thee to a summer\'s day?'
+  own = tokenizers.Tokenizer.from_file(str(FIXTURES / 'llama_linear_v4' / 'tokenizer.json'))
+  for name, bos, eos in (('llama_linear_v4', '<s>', '</s>'),
+                         ('qwen2_yarn_v4', None, '<|endoftext|>')):
+    workdir = _imported(name, tmp_path)
+    kept, cls = vocabularies.kept(workdir)
+    tok = cls(kept)
+    assert list(tok.encode(text)) == own.encode(text, add_special_tokens=False).ids
+    frame = vocabularies.framing(tok)
+    assert frame == ([own.token_to_id(bos)] if bos else [], [own.token_to_id(eos)])
+    assert tok.decode(tok.encode(text)) == text
+  assert tok.vocab_size == 96
+
+
+def test_sharded_weights_read_as_one_file(tmp_path):
+  source = tmp_path / 'sharded'
+  shutil.copytree(FIXTURES / 'mistral_window', source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  os.remove(source / 'model.safetensors')
+  names = sorted(tensors)
+  shards = {'model-00001-of-00002.safetensors': names[::2],
+            'model-00002-of-00002.safetensors': names[1::2]}
+  for shard, members in shards.items():
+    safetensors_numpy.save_file({n: tensors[n] for n in members}, str(source / shard))
+  (source / 'model.safetensors.index.json').write_text(json.dumps(
+      {'weight_map': {n: s for s, members in shards.items() for n in members}}))
+  hf.import_checkpoint(str(source), str(tmp_path / 'w'))
+  ref = np.load(FIXTURES / 'mistral_window' / 'reference.npz')
+  assert _relative_error(hf.load(str(tmp_path / 'w')).logits(ref['ids']), ref['logits']) < 1e-4
+  os.remove(source / 'model-00002-of-00002.safetensors')
+  with pytest.raises(errors.ConfigError, match=r'lacks 1 of the 2 weight shards'):
+    hf.import_checkpoint(str(source), str(tmp_path / 'w2'))
+  assert not (tmp_path / 'w2').exists()
+
+
+def _edited(tmp_path, name, edit=None, remove=()):
+  source = tmp_path / f'edited_{name}'
+  shutil.copytree(FIXTURES / name, source)
+  if edit:
+    config = json.loads((source / 'config.json').read_text())
+    edit(config)
+    (source / 'config.json').write_text(json.dumps(config))
+  for file in remove:
+    os.remove(source / file)
+  return str(source)
+
+
+@pytest.mark.parametrize('name,edit,remove,message', [
+    ('llama_dynamic', lambda c: c.update(architectures=['PhiForCausalLM']), (),
+     "architecture 'PhiForCausalLM' is not one this project reads"),
+    ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='longrope'), (),
+     "rope scaling 'longrope' is not one this project computes"),
+    ('llama_dynamic', lambda c: c.update(intermediate_size=48), (),
+     r"tensor 'model.layers.0.mlp.gate_proj.weight' has shape \(64, 32\), but config.json "
+     r'implies \(48, 32\)'),
+    ('llama_dynamic', lambda c: c.update(vocab_size=80), (),
+     'has 96 tokens, but the embedding has 80 rows'),
+    ('llama_dynamic', lambda c: c.update(num_hidden_layers=3), (),
+     "lacks the tensor 'model.layers.2.input_layernorm.weight'"),
+    ('llama_dynamic', None, ('model.safetensors',), 'has no model.safetensors'),
+    ('llama_dynamic', None, ('tokenizer.json',), 'has no tokenizer.json'),
+    ('qwen2_yarn_v4', lambda c: c['rope_scaling'].update(truncate=False), (),
+     'yarn with truncate=false'),
+])
+def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
+                                                               message):
+  source = _edited(tmp_path, name, edit, remove)
+  with pytest.raises((errors.ConfigError, errors.DamagedFileError), match=message):
+    hf.import_checkpoint(source, str(tmp_path / 'w'))
+  assert not (tmp_path / 'w').exists()
+
+
+def _workdir(config, path, checkpoint: bool = True) -> str:
+  """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
+  random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
+  show); without `checkpoint`, its config alone."""
+  config.model.vocab_size = 256 + 5
+  config.data.tokenizer = 'bytes'
+  config_lib.validate(config)
+  os.makedirs(path)
+  config_lib.save(config, str(path))
+  if not checkpoint:
+    return str(path)
+  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
+  state = trainer.init_state(seed=3)
+  leaves, tree = jax.tree.flatten(state['params'])
+  keys = jax.random.split(jax.random.key(4), len(leaves))
+  state['params'] = jax.tree.unflatten(tree, [
+      leaf + 0.2 * jax.random.normal(key, leaf.shape, leaf.dtype) if leaf.ndim == 1 else leaf
+      for leaf, key in zip(leaves, keys)])
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(path, 'checkpoints'))
+  ckpt.save(0, state)
+  ckpt.close()
+  return str(path)
+
+
+@pytest.mark.parametrize('arg,arch', [('rope', 'GPTNeoXForCausalLM'),
+                                      ('llama', 'LlamaForCausalLM')])
+def test_a_model_trained_here_exports_with_the_same_logits(arg, arch, tmp_path):
+  """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
+  GPT-NeoX, the Llama preset to Llama; the export, read back, computes the same logits.
+  (tests/test_hf_checkpoints.py's last test reads it with transformers where torch is.)"""
+  config = test_config.get_config(arg)
+  config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
+                                            ramp='index')
+  workdir = _workdir(config, tmp_path / 'w')
+  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
+  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
+  back, here = hf.load(str(tmp_path / 'back')), hf.load(workdir)
+  ids = np.random.default_rng(0).integers(5, 261, (2, 40))
+  assert _relative_error(back.logits(ids), here.logits(ids)) < 1e-5
+  # The bytes tokenizer went with it: the same ids, the same framing.
+  text = 'Shall I compare thee?\n'
+  assert list(back.tokenizer.encode(text)) == list(here.tokenizer.encode(text))
+  assert vocabularies.framing(back.tokenizer) == vocabularies.framing(here.tokenizer)
+
+
+def test_an_imported_checkpoint_exports_as_it_came(tmp_path):
+  workdir = _imported('qwen2_yarn_v4', tmp_path)
+  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == 'Qwen2ForCausalLM'
+  assert (tmp_path / 'out' / 'tokenizer.json').exists()
+  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
+  ref = np.load(FIXTURES / 'qwen2_yarn_v4' / 'reference.npz')
+  assert _relative_error(hf.load(str(tmp_path / 'back')).logits(ref['ids']), ref['logits']) < 1e-4
+
+
+@pytest.mark.parametrize('fields,message', [
+    ({'position.kind': 'alibi'}, "position.kind='alibi'"),
+    ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
+    ({'attention.qk_norm': True}, 'an attention option'),
+    ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
+     'a parallel residual in a Llama-family block'),
+])
+def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, message, tmp_path):
+  config = test_config.get_config()
+  kinds.set_fields(config.model, fields)
+  workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
+  with pytest.raises(errors.ConfigError, match='no transformers class computes this model: '
+                     + message):
+    hf.export_checkpoint(workdir, str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
+
+
+def _run(args):
+  return subprocess.run([sys.executable] + args, cwd=REPO, env=processes.env(), text=True,
+                        capture_output=True, timeout=600, check=False)
+
+
+def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
+  """The command line on an imported model: convert_hf.py, eval.py on a text file of one's own
+  with sliding windows, and train.py continuing it at 4x its length with YaRN
+  (configs/continued.py); an existing workdir is one error line and stays as it was."""
+  workdir = str(tmp_path / 'llama')
+  done = _run(['scripts/convert_hf.py', '--from_hf', str(FIXTURES / 'llama_gqa_llama3'),
+               '--workdir', workdir])
+  assert done.returncode == 0, done.stderr[-2000:]
+  again = _run(['scripts/convert_hf.py', '--from_hf', str(FIXTURES / 'llama_gqa_llama3'),
+                '--workdir', workdir])
+  assert again.returncode == 1 and again.stderr.strip().startswith('error: --workdir=')
+  assert 'Traceback' not in again.stderr
+  text = pathlib.Path(tmp_path / 'text')
+  text.mkdir()
+  for i in range(3):
+    (text / f'{i}.txt').write_text('When in the chronicle of wasted time ' * (20 + i))
+  done = _run(['eval.py', '--workdir', workdir, '--config.data.name=files',
+               f'--config.data.files={text}/0.txt', f'--config.data.validation_files={text}/1.txt',
+               f'--config.data.test_files={text}/2.txt', f'--config.data.data_dir={data_dir}',
+               '--config.eval.protocol=sliding', '--config.eval.length_multipliers=1,4',
+               '--splits=test'])
+  assert done.returncode == 0, done.stderr[-2000:]
+  results = json.loads(pathlib.Path(workdir, 'eval_results.json').read_text())
+  assert [r['length'] for r in results['splits']['test']['lengths']] == [16, 64]
+  assert all(np.isfinite(r['loss']) for r in results['splits']['test']['lengths'])
+  done = _run(['train.py', f'--config=configs/continued.py:{workdir}', '--workdir',
+               str(tmp_path / 'yarn'), '--config.data.seq_len=64', '--config.train.steps=2',
+               '--config.train.batch_size=2', '--config.train.warmup_steps=1',
+               '--config.train.eval_every=2', '--config.train.eval_batches=1',
+               f'--config.data.data_dir={data_dir}',
+               '--config.model.position.rope.scaling.kind=yarn',
+               '--config.model.position.rope.scaling.factor=4'])
+  assert done.returncode == 0, done.stderr[-2000:]
+  continued = config_lib.load(str(tmp_path / 'yarn'))
+  assert continued.model.position.rope.scaling.original_length == 16
+  assert continued.data.tokenizer.startswith('hf:')
+
+
+@pytest.mark.parametrize('arg', ['rope', 'llama'])
+def test_transformers_reads_an_export_with_the_same_logits(arg, tmp_path):
+  torch = pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  config = test_config.get_config(arg)
+  config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
+  workdir = _workdir(config, tmp_path / 'w')
+  hf.export_checkpoint(workdir, str(tmp_path / 'out'))
+  model = transformers.AutoModelForCausalLM.from_pretrained(
+      str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
+  ids = np.random.default_rng(0).integers(5, 261, (2, 40))
+  with torch.no_grad():
+    got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()
+  assert _relative_error(got, hf.load(workdir).logits(ids)) < 1e-5
