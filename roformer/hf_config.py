@@ -24,6 +24,7 @@ import ml_collections
 from roformer import config_schema
 from roformer import errors
 from roformer import files
+from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Qwen2ForCausalLM': 'qwen2', 'GPTNeoXForCausalLM': 'gpt_neox'}
@@ -202,7 +203,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-6)))
   rope = config.model.position.rope
-  config.model.position.kind = 'rope'
+  config.model.position.kind = positions.ROPE
   rope.update(base=float(settings['rope_theta']), layout='half', fraction=rotary / head_dim)
   rope.scaling.update(scaling)
   config.data.seq_len = trained
@@ -217,7 +218,7 @@ def _refusal(config) -> str | None:
   checks = (
       (m.type != 'causal_lm', f"it is a {m.type} model; transformers' causal-LM classes take "
                               'decoder-only models'),
-      (m.position.kind != 'rope' or m.layer_kinds,
+      (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
        ': the Llama, Mistral, Qwen2 and GPT-NeoX classes compute RoPE in every layer and '

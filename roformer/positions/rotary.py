@@ -231,7 +231,17 @@ def _validate_rotation(width: int, what: str, r) -> int:
   return rotary_dim
 
 
-@base.register('rope')
+ROPE = 'rope'  # Rotary's registered kind: what a checkpoint of another library computes.
+
+
+def is_plain_rope(model_cfg) -> bool:
+  """Whether every layer of `model_cfg` is plain RoPE (the Rotary scheme itself, not xPos or a
+  combination): the one position scheme transformers' Llama and GPT-NeoX classes compute."""
+  return (not tuple(model_cfg.layer_kinds)
+          and base.scheme(model_cfg.position.kind) is Rotary)
+
+
+@base.register(ROPE)
 class Rotary(base.PositionScheme):
   """RoPE: queries and keys rotated by their absolute positions, so q_m . k_n depends on m - n.
 

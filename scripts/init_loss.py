@@ -1,0 +1,66 @@
+"""The loss a model starts at, against ln V: each initialisation (`model.init`) of a preset at
+step 0, over a few seeds, from a forward pass on token ids drawn uniformly (a model at step 0
+has learned nothing of any text, so its loss is the same on any ids up to the noise shown).
+
+  python scripts/init_loss.py --config configs/lm_125m.py --fields model.dtype=float32 \
+      --batch 1 --seq_len 2048
+  python scripts/init_loss.py --config configs/lm.py:llama
+
+Prints one row per initialisation: the mean and the range over --seeds of the step-0 loss, and
+ln V. The first steps of training are train.py's own log (docs/language_model.md shows both).
+"""
+
+import argparse
+import math
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax  # pylint: disable=wrong-import-position
+import jax.numpy as jnp  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+
+from roformer import config_args  # pylint: disable=wrong-import-position
+from roformer import layers  # pylint: disable=wrong-import-position
+from roformer import models  # pylint: disable=wrong-import-position
+
+
+def step0_loss(model_cfg, seed: int, batch: int, seq_len: int) -> float:
+  model = models.create(model_cfg, seed=seed)
+  ids = jax.random.randint(jax.random.key(1000 + seed), (batch, seq_len + 1), 5,
+                           model_cfg.vocab_size)
+  pos = jnp.broadcast_to(jnp.arange(seq_len), (batch, seq_len))
+  logits = jax.jit(lambda t, p: model(t, p, jnp.ones_like(t)))(ids[:, :-1], pos)
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  return float(-jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean())
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--config', required=True)
+  parser.add_argument('--fields', nargs='*', default=[], help='FIELD=VALUE overrides')
+  parser.add_argument('--seeds', type=int, default=3)
+  parser.add_argument('--batch', type=int, default=4)
+  parser.add_argument('--seq_len', type=int, default=0, help='0: data.seq_len')
+  args = parser.parse_args(argv)
+  config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
+  m = config.model
+  seq_len = args.seq_len or config.data.seq_len
+  print(f'{args.config} {" ".join(args.fields)}: d_model {m.d_model}, {m.num_layers} layers, '
+        f'vocabulary {m.vocab_size} (ln V = {math.log(m.vocab_size):.2f}), tied '
+        f'{m.tie_embeddings}; {args.batch} x {seq_len} uniform ids, seeds 0-{args.seeds - 1}')
+  print('| init | step-0 loss, mean | min - max | minus ln V |')
+  print('|---|---|---|---|')
+  configured = m.init
+  for init in layers.INITS:
+    with m.unlocked():
+      m.init = init
+    losses = [step0_loss(m, seed, args.batch, seq_len) for seed in range(args.seeds)]
+    mean = float(np.mean(losses))
+    print(f'| {init}{" (the config)" if init == configured else ""} | {mean:.2f} | '
+          f'{min(losses):.2f} - {max(losses):.2f} | {mean - math.log(m.vocab_size):+.2f} |')
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])
