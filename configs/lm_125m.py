@@ -40,8 +40,12 @@ def get_config(arg: str = '125m'):
   layers, d_model, heads, learning_rate = SIZES[size]
   config = lm.get_config(position)
   config.data.update(seq_len=2048, vocab_size=50_304)
+  # GPT-3's initialisation (GPT-2's): every weight N(0, 0.02^2), the residual writes at
+  # 0.02 / sqrt(2 layers), the tied output unscaled; the loss starts near ln V (T5's N(0, 1)
+  # embedding read out at 1/sqrt(d), the classic default, starts about 14 above it here).
   config.model.update(num_layers=layers, d_model=d_model, num_heads=heads, d_ff=4 * d_model,
-                      dtype='bfloat16', scan_layers=True, remat='dots')
+                      dtype='bfloat16', scan_layers=True, remat='dots', init='normal',
+                      init_std=0.02)
   config.train.update(
       batch_size=256, grad_accum_steps=8,  # 32 rows of 2048 per micro-batch.
       steps=300_000_000_000 // TOKENS_PER_STEP,

@@ -7,7 +7,10 @@ has learned nothing of any text, so its loss is the same on any ids up to the no
   python scripts/init_loss.py --config configs/lm.py:llama
 
 Prints one row per initialisation: the mean and the range over --seeds of the step-0 loss, and
-ln V. The first steps of training are train.py's own log (docs/language_model.md shows both).
+ln V. With --runs, instead: the training loss at --steps of each kept run's metrics.jsonl (the
+first steps of train.py runs that differ in model.init), one row per run.
+
+  python scripts/init_loss.py --runs docs/results/init_2026-11-28/* --steps 1,10,25,50,100
 """
 
 import argparse
@@ -36,14 +39,33 @@ def step0_loss(model_cfg, seed: int, batch: int, seq_len: int) -> float:
   return float(-jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean())
 
 
+def first_steps(runs, steps) -> None:
+  """The table of each run's training loss at `steps`, from its kept metrics.jsonl."""
+  from roformer import files  # pylint: disable=g-import-not-at-top
+  from roformer import metrics  # pylint: disable=g-import-not-at-top
+  print('| run | model.init | ' + ' | '.join(f'step {s}' for s in steps) + ' |')
+  print('|---|---|' + '---|' * len(steps))
+  for run in runs:
+    config = files.read_json(f'{run}/config.json')
+    loss = {r['step']: r['loss'] for r in metrics.read_jsonl(f'{run}/metrics.jsonl')
+            if r['split'] == 'train'}
+    cells = [f'{loss[s]:.3f}' if s in loss else '' for s in steps]
+    print(f'| {pathlib.Path(run).name} | {config["model"]["init"]} | ' + ' | '.join(cells) + ' |')
+
+
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--config', required=True)
+  parser.add_argument('--config')
+  parser.add_argument('--runs', nargs='*', default=[], help='kept runs to table instead')
+  parser.add_argument('--steps', default='1,10,25,50,100')
   parser.add_argument('--fields', nargs='*', default=[], help='FIELD=VALUE overrides')
   parser.add_argument('--seeds', type=int, default=3)
   parser.add_argument('--batch', type=int, default=4)
   parser.add_argument('--seq_len', type=int, default=0, help='0: data.seq_len')
   args = parser.parse_args(argv)
+  if args.runs:
+    first_steps(args.runs, [int(s) for s in args.steps.split(',')])
+    return
   config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
   m = config.model
   seq_len = args.seq_len or config.data.seq_len

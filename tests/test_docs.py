@@ -148,3 +148,15 @@ def test_the_table_of_what_may_change_is_the_codes():
   table = page.split('<!-- config changes: generated -->\n', 1)[1].split(
       '\n<!-- end of config changes -->', 1)[0]
   assert table == config_changes.table()
+
+
+def test_the_extension_table_is_the_kept_records():
+  """docs/hf_checkpoints.md's table of an imported model under every scaling and remap is
+  scripts/extension_table.py's output on the kept records."""
+  from scripts import extension_table  # pylint: disable=import-outside-toplevel
+  page = (ROOT / 'docs' / 'hf_checkpoints.md').read_text(encoding='utf-8')
+  records = ROOT / 'docs' / 'results' / 'hf_workflow_2026-11-28' / 'records'
+  for marker, run in (('extension table', 'imported'), ('continued table', 'imported_yarn')):
+    table = page.split(f'<!-- {marker}: generated -->\n', 1)[1].split(
+        f'\n<!-- end of {marker} -->', 1)[0]
+    assert table == extension_table.table(str(records / run)), marker

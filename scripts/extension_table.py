@@ -1,0 +1,45 @@
+"""The table of one model's evaluations at each length, as it is and under each evaluation-time
+RoPE scaling and distance remap (the eval_results*.json that scripts/evaluate_extensions.sh
+writes), from a workdir or its kept records.
+
+  python scripts/extension_table.py docs/results/hf_workflow_2026-11-28/records/imported
+
+Prints a Markdown table: one row per evaluation (`as trained`, `rope_<scaling>`,
+`remap_<method>`), one column per evaluated length, each cell the validation perplexity
+(the loss in nats in brackets).
+"""
+
+import glob
+import os
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from roformer import files  # pylint: disable=wrong-import-position
+
+# Rows in this order: as trained, the scalings, then the remaps (evaluate_extensions.sh's).
+ORDER = ('', 'rope_linear', 'rope_ntk', 'rope_yarn', 'rope_llama3', 'rope_dynamic',
+         'remap_rerope', 'remap_leaky_rerope', 'remap_self_extend', 'remap_string', 'remap_dca',
+         'remap_sinks')
+
+
+def table(workdir: str, split: str = 'validation') -> str:
+  results = {}
+  for path in glob.glob(os.path.join(workdir, 'eval_results*.json')):
+    name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
+    rows = files.read_json(path)['splits'][split]['lengths']
+    results[name] = {row['length']: row for row in rows}
+  names = sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+  lengths = sorted({length for rows in results.values() for length in rows})
+  lines = ['| evaluation | ' + ' | '.join(str(length) for length in lengths) + ' |',
+           '|---|' + '---|' * len(lengths)]
+  for name in names:
+    cells = [f'{results[name][n]["perplexity"]:.2f} ({results[name][n]["loss"]:.3f})'
+             if n in results[name] else '' for n in lengths]
+    lines.append(f'| {name or "as trained"} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+  print(table(sys.argv[1]))
