@@ -39,18 +39,20 @@ def step0_loss(model_cfg, seed: int, batch: int, seq_len: int) -> float:
   return float(-jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1).mean())
 
 
-def first_steps(runs, steps) -> None:
-  """The table of each run's training loss at `steps`, from its kept metrics.jsonl."""
+def first_steps(runs, steps) -> str:
+  """The Markdown table of each run's training loss at `steps`, from its kept metrics.jsonl."""
   from roformer import files  # pylint: disable=g-import-not-at-top
   from roformer import metrics  # pylint: disable=g-import-not-at-top
-  print('| run | model.init | ' + ' | '.join(f'step {s}' for s in steps) + ' |')
-  print('|---|---|' + '---|' * len(steps))
+  lines = ['| run | model.init | ' + ' | '.join(f'step {s}' for s in steps) + ' |',
+           '|---|---|' + '---|' * len(steps)]
   for run in runs:
     config = files.read_json(f'{run}/config.json')
     loss = {r['step']: r['loss'] for r in metrics.read_jsonl(f'{run}/metrics.jsonl')
             if r['split'] == 'train'}
     cells = [f'{loss[s]:.3f}' if s in loss else '' for s in steps]
-    print(f'| {pathlib.Path(run).name} | {config["model"]["init"]} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| {pathlib.Path(run).name} | {config["model"]["init"]} | '
+                 + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
 
 
 def main(argv):
@@ -64,7 +66,7 @@ def main(argv):
   parser.add_argument('--seq_len', type=int, default=0, help='0: data.seq_len')
   args = parser.parse_args(argv)
   if args.runs:
-    first_steps(args.runs, [int(s) for s in args.steps.split(',')])
+    print(first_steps(args.runs, [int(s) for s in args.steps.split(',')]))
     return
   config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
   m = config.model

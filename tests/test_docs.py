@@ -160,3 +160,15 @@ def test_the_extension_table_is_the_kept_records():
     table = page.split(f'<!-- {marker}: generated -->\n', 1)[1].split(
         f'\n<!-- end of {marker} -->', 1)[0]
     assert table == extension_table.table(str(records / run)), marker
+
+
+def test_the_first_steps_table_is_the_kept_records():
+  """docs/hf_checkpoints.md's first steps under each initialisation are scripts/init_loss.py's
+  table of the kept runs."""
+  from scripts import init_loss  # pylint: disable=import-outside-toplevel
+  page = (ROOT / 'docs' / 'hf_checkpoints.md').read_text(encoding='utf-8')
+  table = page.split('<!-- first steps: generated -->\n', 1)[1].split(
+      '\n<!-- end of first steps -->', 1)[0]
+  records = ROOT / 'docs' / 'results' / 'init_2026-11-28'
+  runs = [str(records / f'lm_init={init}') for init in ('classic', 'normal')]
+  assert table == init_loss.first_steps(runs, [1, 5, 10, 25, 50, 100])
