@@ -184,10 +184,11 @@ def schema() -> dict:
               # Evaluation rows (the same for every run); training rows add config.seed.
               'seed': Int(0, 2**31 - 1, default=0),
               'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
-              'key_digits': Int(1, 10, default=5),  # passkey: digits of the key.
-              # passkey: what hides the key: the task's own few sentences ('words'), or, as a
-              # source of a mixture, config.data.name's text in the run's tokenizer ('text':
-              # roformer/data/passkey_text.py).
+              # passkey: digits of the key; RULER's needle tasks in text: of a value.
+              'key_digits': Int(1, 10, default=5),
+              # passkey and RULER's needle tasks: what hides the needles: the task's own few
+              # sentences ('words'), or, as a source of a mixture, config.data.name's text in the
+              # run's tokenizer ('text': roformer/data/passkey_text.py, ruler_text.py).
               'filler': Str(('words', 'text'), default='words'),
               # passkey: accuracy reported per band of the key's depth.
               'depth_buckets': Int(1, 100, default=5),

@@ -15,6 +15,7 @@ from roformer import attention
 from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
+from roformer import masking
 from roformer import models
 from roformer import tasks
 from roformer import workdir as workdir_lib
@@ -29,7 +30,7 @@ def test_mask_tokens_follows_bert_proportions():
   segments = np.ones_like(inputs)
   segments[:, 400:] = 0  # Padding.
   inputs[:, 400:] = 0
-  corrupted, selected = map(np.asarray, tasks.mask_tokens(
+  corrupted, selected = map(np.asarray, masking.mask_tokens(
       jax.random.key(0), jnp.asarray(inputs), jnp.asarray(segments), mask_id=1000))
   real = (segments > 0) & (inputs > tokenizer_lib.BOS_ID)
   assert not selected[~real].any()  # Never padding, bos or eos.
@@ -54,29 +55,29 @@ def _expected_excess(n, p, s):
 def test_prediction_slots_by_hand():
   # One row of 128 at 15% (mean 19.2, std 4.04): E[(X - 32)+] = 1.0e-4 of the mean, 8e-8 past
   # 40 -> 40.
-  assert tasks.prediction_slots(-1, 0.15, 1, 128) == 40
+  assert masking.prediction_slots(-1, 0.15, 1, 128) == 40
   # Eight rows (mean 153.6, std 11.4): 1.1e-5 past 192, 8.0e-7 past 200 -> 200 of 1024.
-  assert tasks.prediction_slots(-1, 0.15, 8, 128) == 200
-  assert tasks.prediction_slots(20, 0.15, 8, 128) == 160  # BERT's 20 per row of 128.
-  assert tasks.prediction_slots(0, 0.15, 8, 128) is None  # Every position.
-  assert tasks.prediction_slots(-1, 0.5, 1, 16) is None  # The bound is all 16: nothing to save.
-  assert tasks.selection_bound(20, 1.0) == 24  # Every token, rounded up to a multiple of 8.
+  assert masking.prediction_slots(-1, 0.15, 8, 128) == 200
+  assert masking.prediction_slots(20, 0.15, 8, 128) == 160  # BERT's 20 per row of 128.
+  assert masking.prediction_slots(0, 0.15, 8, 128) is None  # Every position.
+  assert masking.prediction_slots(-1, 0.5, 1, 16) is None  # The bound is all 16: nothing to save.
+  assert masking.selection_bound(20, 1.0) == 24  # Every token, rounded up to a multiple of 8.
 
 
 @pytest.mark.parametrize('rate', [0.01, 0.05, 0.15, 0.3, 0.7, 0.9])
 def test_automatic_slots_are_the_smallest_multiple_of_8_losing_at_most_the_set_fraction(rate):
   for tokens in (1, 16, 20, 40, 128, 512, 1024, 4096):
-    slots = tasks.selection_bound(tokens, rate)
+    slots = masking.selection_bound(tokens, rate)
     assert slots % 8 == 0
-    assert _expected_excess(tokens, rate, slots) <= tasks.LOST_FRACTION
+    assert _expected_excess(tokens, rate, slots) <= masking.LOST_FRACTION
     if slots >= 8:
-      assert _expected_excess(tokens, rate, slots - 8) > tasks.LOST_FRACTION
+      assert _expected_excess(tokens, rate, slots - 8) > masking.LOST_FRACTION
 
 
 def test_mask_cap_keeps_the_first_selections_of_each_block():
   inputs = jnp.asarray(np.arange(10, 34).reshape(4, 6), jnp.int32)
   segments = jnp.ones_like(inputs)
-  corrupted, selected = map(np.asarray, tasks.mask_tokens(
+  corrupted, selected = map(np.asarray, masking.mask_tokens(
       jax.random.key(0), inputs, segments, mask_id=99, rate=1.0, mask_fraction=1.0,
       random_fraction=0.0, max_selected=4, groups=2))
   want = np.zeros((4, 6), bool)
@@ -99,7 +100,7 @@ def test_max_predictions_caps_each_row():
            'inputs_segment_ids': jnp.asarray(segments),
            'inputs_positions': jnp.broadcast_to(jnp.arange(32), (2, 32))}
   task = tasks.MaskedLanguageModeling(rate=1.0, max_predictions=3)
-  assert tasks.prediction_slots(3, 1.0, 2, 32) == 6  # The gathered path is taken.
+  assert masking.prediction_slots(3, 1.0, 2, 32) == 6  # The gathered path is taken.
   sums = nnx.jit(task.sums)(model, batch, jax.random.key(0))
   assert float(sums['weight']) == 5
 
@@ -129,7 +130,7 @@ def test_the_head_on_gathered_positions_or_in_chunks_equals_the_head_everywhere(
     (_, sums), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     return sums, grads
 
-  assert tasks.prediction_slots(-1, 0.15, 4, 32) == 40 < 128  # The gathered path is taken.
+  assert masking.prediction_slots(-1, 0.15, 4, 32) == 40 < 128  # The gathered path is taken.
   everywhere, e_grads = loss_and_grads(0)
   assert float(everywhere['weight']) > 0
   assert np.abs(np.asarray(e_grads['output_bias'].value)).max() > 0
@@ -174,7 +175,7 @@ def test_loss_counts_selected_tokens_only(tiny_mlm):
   key = jax.random.key(3)
   sums = nnx.jit(task.sums)(model, batch, key)
   mask_key, _ = jax.random.split(key)
-  corrupted, selected = tasks.mask_tokens(mask_key, batch['inputs'], batch['inputs_segment_ids'],
+  corrupted, selected = masking.mask_tokens(mask_key, batch['inputs'], batch['inputs_segment_ids'],
                                           mask_id=63)
   logits = np.asarray(model(corrupted, batch['inputs_positions'], batch['inputs_segment_ids']),
                       np.float64)

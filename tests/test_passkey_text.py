@@ -31,6 +31,7 @@ from roformer.data import mixture
 from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
+from roformer.data import tokens as tokens_lib
 from roformer.data import vocabularies
 from scripts import report
 from scripts import sweep as sweep_script
@@ -272,3 +273,16 @@ def get_sweep(arg=''):
                '| rope (continued from=base, pose_target_length=320, pose_chunks=2) | 1 |'):
     assert line in text, line
   assert os.path.exists(os.path.join(root, 'passkey_accuracy.png'))
+
+
+@pytest.mark.parametrize('name', ['llama_linear_v4', 'qwen2_yarn_v4'])
+def test_a_pretrained_tokenizer_frames_rows_with_its_own_bos_and_eos(name):
+  """A pretrained tokenizer's rows start with its bos (none for Qwen2) and end with its eos; as
+  a mixture's documents they carry neither (packing adds them), and no text token is lost."""
+  tok = vocabularies.Pretrained(os.path.join(os.path.dirname(__file__), 'data', 'hf', name))
+  bos, eos = vocabularies.framing(tok)
+  rows = passkey_text.Rows(_split(), tok, 200)
+  ids = rows.tokens(3)[0]
+  assert list(ids[:len(bos)]) == bos and list(ids[-1:]) == eos
+  document = passkey_text.Documents(_split(), tok, 200)[3][tokens_lib.TOKEN_IDS]
+  assert list(document) == list(ids[len(bos):-1])

@@ -154,7 +154,8 @@ def load(data_cfg, splits, load_sources) -> dict[str, Mixture]:
         # The key is hidden in config.data's own source: that split's text, opened once.
         text = text or load_sources(base_config(data_cfg), splits)
         opened[name] = {split: passkey_text.Split(cfg.synthetic, split, text[split],
-                                                  data_cfg.text_key) for split in splits}
+                                                  data_cfg.text_key, synthetic.task_name(cfg))
+                        for split in splits}
   return {split: Mixture({name: opened[name][split] for name in configs}, configs, weights)
           for split in splits}
 

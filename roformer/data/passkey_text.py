@@ -43,11 +43,13 @@ def reads_text(synthetic_cfg) -> bool:
 
 
 class Split:
-  """A split of passkey rows in text: the synthetic config, the split's name, and that split of
-  config.data's own source (documents under `text_key`) whose text fills the rows."""
+  """A split of retrieval rows in text: the synthetic config, the split's name, that split of
+  config.data's own source (documents under `text_key`) whose text fills the rows, and the task
+  (passkey here; RULER's needle tasks: roformer/data/ruler_text.py)."""
 
-  def __init__(self, cfg, split: str, text, text_key: str):
+  def __init__(self, cfg, split: str, text, text_key: str, task: str = 'passkey'):
     self.cfg, self.split, self.text, self.text_key = cfg, split, text, text_key
+    self.task = task
     self._streams = {}
 
   def stream(self, tokenizer) -> np.ndarray:
@@ -69,6 +71,14 @@ class Split:
     return self._streams[key]
 
 
+def rows(split: Split, tokenizer, length: int, run_seed: int = 0):
+  """The random-access rows of `split`'s task (passkey's Rows, or ruler_text's)."""
+  if split.task == 'passkey':
+    return Rows(split, tokenizer, length, run_seed)
+  from roformer.data import ruler_text  # pylint: disable=g-import-not-at-top  # It subclasses Rows.
+  return ruler_text.Rows(split, tokenizer, length, run_seed)
+
+
 class Rows:
   """Random-access rows of `length` predictions (synthetic.make_row's features: `weights` on
   the answer's ids, `bucket` the key's depth band)."""
@@ -79,6 +89,17 @@ class Rows:
     self.key = (int(self.cfg.seed), synthetic.SPLIT_IDS[split.split]) + (
         (int(run_seed),) if split.split == 'train' else ())
     self.rows = synthetic.TRAIN_ROWS if split.split == 'train' else int(self.cfg.eval_examples)
+    self.task = split.task
+    self.bos, self.eos = vocabularies.framing(tokenizer)
+    self.prepare(tokenizer, length)
+
+  def window(self, rng, count: int) -> np.ndarray:
+    """`count` tokens of the text from a random start (continuing from its beginning)."""
+    start = int(rng.integers(len(self.stream)))
+    return np.take(self.stream, np.arange(start, start + count), mode='wrap')
+
+  def prepare(self, tokenizer, length: int) -> None:
+    """The task's fixed parts in `tokenizer`'s ids; a row too short for them is refused."""
     self.parts = [tokenizer.encode(part) for part in KEY_PARTS]
     self.question = tokenizer.encode(QUESTION)
     longest = self.fixed_tokens(tokenizer.encode(' ' + '9' * self.cfg.key_digits)) + 1
@@ -92,43 +113,46 @@ class Rows:
 
   def fixed_tokens(self, answer) -> int:
     """Tokens of a row besides the text: bos, the key sentence, the question, the answer, eos."""
-    bos, eos = vocabularies.framing(self.tokenizer)
-    return len(bos) + len(eos) + sum(map(len, self.parts)) + len(self.question) + 3 * len(answer)
+    return (len(self.bos) + len(self.eos) + sum(map(len, self.parts)) + len(self.question)
+            + 3 * len(answer))
 
   def __len__(self) -> int:
     return self.rows
 
   def tokens(self, index: int):
-    """Row `index`'s ids (length + 1 of them), its answer's span and its depth band."""
+    """Row `index`'s ids (length + 1 of them), its answers' [start, end) spans and its depth
+    band."""
     rng = np.random.default_rng(self.key + (int(index),))
     digits = rng.integers(0, 10, self.cfg.key_digits)
     answer = np.asarray(self.tokenizer.encode(' ' + ''.join(map(str, digits))), np.int32)
     count = self.length + 1 - self.fixed_tokens(answer)
-    start = int(rng.integers(len(self.stream)))
-    text = np.take(self.stream, np.arange(start, start + count), mode='wrap')
+    text = self.window(rng, count)
     cut = int(rng.integers(count + 1))  # The key sentence goes before text token `cut`.
     before, middle, after = self.parts
-    bos, eos = vocabularies.framing(self.tokenizer)
-    ids = np.concatenate([bos, text[:cut], before, answer, middle, answer, after, text[cut:],
-                          self.question, answer, eos]).astype(np.int32)
-    end = len(ids) - 1
-    bucket = min(int(cut / max(count, 1) * self.cfg.depth_buckets), self.cfg.depth_buckets - 1)
-    return ids, (end - len(answer), end), bucket
+    ids = np.concatenate([self.bos, text[:cut], before, answer, middle, answer, after,
+                          text[cut:], self.question, answer, self.eos]).astype(np.int32)
+    end = len(ids) - len(self.eos)
+    return ids, [(end - len(answer), end)], self.bucket(cut / max(count, 1))
+
+  def bucket(self, depth: float) -> int:
+    """The depth band of a needle at `depth` in [0, 1] of the text."""
+    return min(int(depth * self.cfg.depth_buckets), self.cfg.depth_buckets - 1)
 
   def __getitem__(self, index: int) -> dict:
-    ids, span, bucket = self.tokens(index)
-    return synthetic.make_row(ids, [span], bucket, self.length)
+    ids, spans, bucket = self.tokens(index)
+    return synthetic.make_row(ids, spans, bucket, self.length)
 
 
 class Documents:
-  """The rows as documents of token ids (without bos and eos, which packing adds): what a
+  """The rows as documents of token ids (without the bos and eos that packing adds): what a
   mixture trains on, each row exactly one packed row of `length` predictions."""
 
   def __init__(self, split: Split, tokenizer, length: int, run_seed: int = 0):
-    self.rows = Rows(split, tokenizer, length, run_seed)
+    self.rows = rows(split, tokenizer, length, run_seed)
 
   def __len__(self) -> int:
     return len(self.rows)
 
   def __getitem__(self, index: int) -> dict:
-    return {tokens_lib.TOKEN_IDS: self.rows.tokens(index)[0][1:-1]}
+    ids = self.rows.tokens(index)[0]
+    return {tokens_lib.TOKEN_IDS: ids[len(self.rows.bos):len(ids) - len(self.rows.eos)]}

@@ -517,7 +517,7 @@ def synthetic_dataset(split, *, seq_len: int, batch_size: int, seed: int, train:
   a `passkey_text.Split`'s in `tokenizer`'s ids): training rows drawn without end from the
   run's seed, evaluation rows the split's fixed set (the last batch shorter)."""
   if isinstance(split, passkey_text.Split):
-    source = passkey_text.Rows(split, tokenizer, seq_len, seed)
+    source = passkey_text.rows(split, tokenizer, seq_len, seed)
   else:
     # Read from the rows a sweep built beforehand, where it did (roformer/data/row_cache.py).
     source = row_cache.read(synthetic.Source(split, seq_len, seed))

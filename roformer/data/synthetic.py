@@ -54,6 +54,11 @@ _WORDS = sorted({w for s in FILLER + (KEY_SENTENCE, QUESTION) for w in s.split()
                 | {SEPARATOR, QUERY})
 
 
+# The tasks whose rows can hide their needles in a corpus's text (filler='text', in a mixture):
+# roformer/data/passkey_text.py and ruler_text.py.
+TEXT_TASKS = ('passkey', 'niah_multikey', 'niah_multivalue', 'niah_multiquery')
+
+
 def task_name(data_cfg) -> str | None:
   """'passkey', ... for a config.data.name of 'synthetic/TASK', else None."""
   name = data_cfg.name
@@ -139,11 +144,13 @@ def recall_pairs(seq_len: int, num_queries: int) -> int:
 def answer_tokens(task: str, cfg, seq_len: int) -> int | None:
   """The most answer tokens (weighted targets) a row of `task` with `seq_len` predictions can
   hold: the loss needs the output layer at these positions only (tasks.SyntheticTask). None
-  when no bound follows from the config: passkey hidden in a corpus's text
-  (roformer/data/passkey_text.py), whose key is in the run's tokenizer's ids, as many as it
-  makes of the digits."""
+  when no bound follows from the config: rows hidden in a corpus's text
+  (roformer/data/passkey_text.py, ruler_text.py), whose answers are in the run's tokenizer's
+  ids, as many as it makes of the digits."""
+  if cfg.filler != 'words':
+    return None
   if task == 'passkey':
-    return cfg.key_digits if cfg.filler == 'words' else None
+    return cfg.key_digits
   if task == 'associative_recall':
     return cfg.num_queries
   if task == 'copy':
@@ -162,10 +169,14 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
         f'{where}.needle_depth={cfg.needle_depth} places the asked needle of '
         f'{ruler.DEPTH_TASKS}, not of {task!r} (whose rows it would leave as they are). Fix: '
         'leave it at -1.')
-  if cfg.filler != 'words' and task != 'passkey':
+  if cfg.filler != 'words' and task not in TEXT_TASKS:
     raise errors.ConfigError(
-        f"{where}.filler={cfg.filler!r} hides passkey's key in text, and this task is "
-        f"{task!r}. Fix: leave filler at 'words'.")
+        f"{where}.filler={cfg.filler!r} hides the needles of {TEXT_TASKS} in text, and this "
+        f"task is {task!r}. Fix: leave filler at 'words'.")
+  if cfg.filler != 'words' and task != 'passkey':
+    from roformer.data import ruler_text  # pylint: disable=g-import-not-at-top  # A cycle.
+    ruler_text.validate(task, cfg)  # Its lengths: in the run's tokenizer, when rows are built.
+    return
   if task == 'passkey':
     need = passkey_fixed_tokens(cfg.key_digits) + 1  # At least one filler token.
     if seq_len + 1 < need:
