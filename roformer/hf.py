@@ -96,24 +96,20 @@ def import_checkpoint(hf_dir: str, workdir: str):
 
 
 def _filled(abstract_params, params: dict):
-  """The model's parameter state (abstract shapes) with `params`' arrays, after checking that
-  they name exactly the same parameters with the same shapes."""
-  state = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract_params)
-  want = state.to_pure_dict()
-  flat_want = dict(_flatten(want))
-  flat_have = dict(_flatten(params))
-  if set(flat_want) != set(flat_have):
-    missing = sorted(set(flat_want) - set(flat_have))
-    extra = sorted(set(flat_have) - set(flat_want))
-    raise errors.ConfigError(f'the converted parameters do not match the model (missing '
-                             f'{missing[:3]}, extra {extra[:3]}).')
-  for path, array in flat_have.items():
-    if tuple(array.shape) != tuple(flat_want[path].shape):
-      raise errors.ConfigError(f'parameter {path} has shape {array.shape}, the model '
-                               f'{flat_want[path].shape}.')
-  nnx.replace_by_pure_dict(state, _unflatten({p: np.asarray(a, np.float32)
-                                              for p, a in flat_have.items()}, want))
-  return jax.tree.map(jnp.asarray, state)
+  """The model's parameter state (abstract shapes) holding `params`' arrays (a nested dict of
+  the same names), after checking that both name the same parameters with the same shapes."""
+  want = dict(_flatten(abstract_params.to_pure_dict()))
+  have = dict(_flatten(params))
+  if set(want) != set(have):  # A mapping of hf_weights that disagrees with the model: a bug.
+    raise ValueError(f'converted parameters missing {sorted(set(want) - set(have))[:3]}, '
+                     f'extra {sorted(set(have) - set(want))[:3]}')
+  for path, array in have.items():
+    if tuple(array.shape) != tuple(want[path].shape):
+      raise ValueError(f'converted parameter {path} has shape {array.shape}, the model '
+                       f'{want[path].shape}')
+  state = jax.tree.map(lambda a: a, abstract_params)
+  nnx.replace_by_pure_dict(state, jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), params))
+  return state
 
 
 def _flatten(tree, prefix=''):
@@ -122,14 +118,6 @@ def _flatten(tree, prefix=''):
       yield from _flatten(value, f'{prefix}/{key}' if prefix else str(key))
   else:
     yield prefix, tree
-
-
-def _unflatten(flat: dict, like: dict):
-  def build(node, prefix):
-    if isinstance(node, dict):
-      return {k: build(v, f'{prefix}/{k}' if prefix else str(k)) for k, v in node.items()}
-    return flat[prefix]
-  return build(like, '')
 
 
 def _restored(workdir: str, step: int | None):

@@ -39,8 +39,8 @@ LONGEST_FIRST = ('test_reliability.py', 'test_train.py', 'test_members.py',
                  'test_scheme_interface.py', 'test_sweep.py', 'test_multihost.py',
                  'test_classify.py', 'test_attention.py', 'test_decode.py', 'test_translate.py',
                  'test_entry_points.py', 'test_kill_points.py', 'test_mlm.py',
-                 'test_generate.py', 'test_path.py', 'test_step.py', 'test_performer.py',
-                 'test_sinks.py')
+                 'test_generate.py', 'test_hf_checkpoints.py', 'test_path.py', 'test_step.py',
+                 'test_performer.py', 'test_sinks.py')
 
 
 def pytest_collection_modifyitems(items):

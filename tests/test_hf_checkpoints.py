@@ -67,20 +67,13 @@ def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name
   np.testing.assert_array_equal(
       lm.generate(ref['prompt'], ref['greedy'].shape[1] - ref['prompt'].shape[1],
                   stop_at_eos=False), ref['greedy'])
-  # Each step through the cache against a full pass over the prefix so far. Dynamic NTK
-  # scales by the length of each call's input: past its original 16 positions, the keys cached
-  # by an earlier, shorter call were computed at other frequencies (in transformers as here),
-  # so it is checked within them.
+  # Decoding through the cache against one full pass. Dynamic NTK scales by the length of
+  # each call's input: past its original 16 positions, keys cached by an earlier, shorter call
+  # were computed at other frequencies (in transformers as here), so it is checked within them.
   dynamic = lm.config.model.position.rope.scaling.kind == 'dynamic'
-  sizes = (7, 1, 1, 7) if dynamic else (7, 1, 1, 15)
-  ids = jax.numpy.asarray(ref['ids'][:, :sum(sizes)])
-  cache, start = lm.model.init_cache(1, sum(sizes)), 0
-  for size in sizes:
-    end = start + size
-    logits, cache = lm.model.decode(ids[:, start:end], jax.numpy.arange(start, end)[None], cache)
-    np.testing.assert_allclose(np.asarray(logits), lm.logits(ids[:, :end])[:, start:],
-                               atol=1e-4)
-    start = end
+  sizes = (7, 1, 8) if dynamic else (7, 1, 16)
+  kinds.assert_decoding_equals_full_pass(lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]),
+                                         sizes, max_len=sum(sizes))
 
 
 def test_the_two_config_forms_give_the_same_model():
