@@ -33,6 +33,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import config_lib
 from roformer import decode
 from roformer import errors
+from roformer import files
 from roformer import generation
 from roformer import hf_config
 from roformer import hf_weights
@@ -76,7 +77,12 @@ def import_checkpoint(hf_dir: str, workdir: str):
   config_lib.validate(config)
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
-  params = hf_weights.to_params(hf_weights.read(hf_dir), fam, config.model, hf_dir)
+  tensors = hf_weights.read(hf_dir)
+  if config.model.tie_embeddings and hf_weights.head_differs(tensors, fam):
+    # transformers unties a checkpoint whose stored output layer is not its embedding.
+    with config.unlocked():
+      config.model.tie_embeddings = False
+  params = hf_weights.to_params(tensors, fam, config.model, hf_dir)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   abstract = trainer.abstract_state
   # A fresh optimizer state (zeros): the state of a run at step 0, which every entry point reads.
@@ -147,7 +153,9 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   model = nnx.merge(trainer.graphdef, params)
   pure = jax.tree.map(np.asarray, nnx.state(model, nnx.Param).to_pure_dict())
   tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
-  hf = hf_config.from_config(config, _special_ids(opened.tokenizer))
+  source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
+  hf = hf_config.from_config(config, _special_ids(opened.tokenizer),
+                             files.read_json(source) if os.path.exists(source) else None)
   os.makedirs(hf_dir, exist_ok=True)
   try:
     hf_weights.write(tensors, hf_dir)

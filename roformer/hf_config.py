@@ -83,7 +83,8 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
     raise errors.ConfigError(f'{where}: rope_parameters differ per layer type '
                              f'({sorted(params)}), which this project does not read. Fix: a '
                              'checkpoint with one set of rotary settings.')
-  settings = dict(params or hf.get('rope_scaling') or {})
+  # transformers takes rope_scaling over rope_parameters when a file has both.
+  settings = dict(hf.get('rope_scaling') or params or {})
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', 10000.0)))
   default_partial = 0.25 if fam == 'gpt_neox' else 1.0  # transformers' class defaults.
@@ -101,8 +102,9 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
                              f'Fix: a checkpoint with one of {SCALINGS}.')
   if kind == 'default':
     return {'kind': 'none'}, max_len
-  original = int(settings.get('original_max_position_embeddings')
-                 or hf.get('original_max_position_embeddings') or max_len)
+  # A top-level original_max_position_embeddings (Phi-3's) wins over the scaling's own.
+  original = int(hf.get('original_max_position_embeddings')
+                 or settings.get('original_max_position_embeddings') or max_len)
   factor = settings.get('factor')
   if factor is None and kind == 'yarn':
     factor = max_len / original
@@ -111,8 +113,8 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
                              'extends contexts with factors of 1 or more. Fix: a checkpoint '
                              'with such a factor.')
   factor = float(factor)
-  if kind == 'linear':
-    return {'kind': 'linear', 'factor': factor}, max_len
+  if kind == 'linear':  # max_position_embeddings is the interpolated length.
+    return {'kind': 'linear', 'factor': factor}, max(1, int(max_len / factor))
   if kind == 'dynamic':  # transformers grows the base from max_position_embeddings.
     return {'kind': 'dynamic', 'factor': factor, 'original_length': max_len}, max_len
   if kind == 'llama3':
@@ -134,7 +136,7 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
 
 
 def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
-  window = hf.get('sliding_window')
+  window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
     return (int(window),) if window else ()
   if fam == 'qwen2' and window and hf.get('use_sliding_window'):
@@ -181,11 +183,18 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   kv = int(hf.get('num_key_value_heads') or heads)
   settings = rope_settings(hf, fam, where)
   scaling, trained = _scaling(settings, hf, where)
-  rotary = int(head_dim * float(settings['partial_rotary_factor']))  # transformers' rounding.
+  # transformers' rounding; Llama, Mistral and Qwen2 rotate whole heads whatever the file says.
+  partial = float(settings['partial_rotary_factor']) if fam == 'gpt_neox' else 1.0
+  rotary = int(head_dim * partial)
+  if rotary < head_dim and scaling['kind'] == 'yarn':
+    raise errors.ConfigError(
+        f"{where}: yarn with partial rotary ({rotary} of {head_dim} dimensions): transformers "
+        "multiplies only the rotated dimensions by YaRN's attention factor, this project the "
+        'whole logits. Fix: a checkpoint that rotates whole heads, or another scaling.')
   if rotary < 2:
-    raise errors.ConfigError(f'{where}: partial_rotary_factor {settings["partial_rotary_factor"]} '
-                             f'rotates {rotary} of {head_dim} dimensions. Fix: a checkpoint that '
-                             'rotates at least one pair.')
+    raise errors.ConfigError(f'{where}: partial_rotary_factor {partial} rotates {rotary} of '
+                             f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '
+                             'pair.')
   config = config_schema.default_config()
   config.model.update(
       type='causal_lm', vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
@@ -256,6 +265,9 @@ def _refusal(config) -> str | None:
     return None
   if m.biases != 'all':
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
+  if rope.fraction < 1 and rope.scaling.kind == 'yarn':
+    return ("yarn with partial rotary (transformers' GPT-NeoX multiplies only the rotated "
+            "dimensions by YaRN's attention factor, this project the whole logits)")
   if m.num_kv_heads not in (0, m.num_heads):
     return 'grouped-query attention in a GPT-NeoX block'
   if any(m.layer_windows):
@@ -301,13 +313,16 @@ def _rope_scaling(config) -> tuple[dict | None, int]:
   return out, extended
 
 
-def from_config(config, special_ids: dict) -> dict:
+def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   """The config.json of the transformers class that computes `config`'s model (transformers
   4's form: rope_theta and rope_scaling, which transformers 5 reads too). `special_ids`:
-  bos/eos/pad token ids (None where the tokenizer has none)."""
+  bos/eos/pad token ids (None where the tokenizer has none); `source`: the config.json it was
+  imported from, whose max_position_embeddings it keeps."""
   fam = export_family(config)
   m, rope = config.model, config.model.position.rope
   scaling, max_len = _rope_scaling(config)
+  if source and 'max_position_embeddings' in source:
+    max_len = int(source['max_position_embeddings'])
   head_dim = m.d_model // m.num_heads
   rotary = int(round(head_dim * rope.fraction))
   base = rope.base
@@ -324,7 +339,7 @@ def from_config(config, special_ids: dict) -> dict:
       'rope_scaling': scaling,
   }
   if fam == 'gpt_neox':
-    out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=rotary / head_dim,
+    out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
                rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
     return out
@@ -338,7 +353,10 @@ def from_config(config, special_ids: dict) -> dict:
     out.update(sliding_window=windows[0])
   else:  # qwen2
     window = max(windows)
+    # transformers 5 reads layer_types; transformers 4 slides the layers from max_window_layers
+    # on, which says the same where the global layers come first (other layouts: 5 only).
+    first = next((i for i, w in enumerate(windows) if w), m.num_layers)
     out.update(use_sliding_window=bool(window), sliding_window=window or None,
-               max_window_layers=m.num_layers,
+               max_window_layers=first,
                layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
   return out

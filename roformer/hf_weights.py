@@ -35,7 +35,7 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
   out = {}
   for name, array in tensors.items():
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == 'bfloat16' or
-            np.issubdtype(array.dtype, np.integer)):
+            np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):  # Masks.
       raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {array.dtype}.')
     out[name] = array.astype(np.float32)
   return out
@@ -124,6 +124,20 @@ def _norm(t, name, d, bias: bool):
   if bias:
     out['bias'] = t(name + '.bias', (d,))
   return out
+
+
+def _names(fam: str) -> tuple[str, str]:
+  """(the embedding's tensor name, the output layer's)."""
+  if fam == 'gpt_neox':
+    return 'gpt_neox.embed_in.weight', 'embed_out.weight'
+  return 'model.embed_tokens.weight', 'lm_head.weight'
+
+
+def head_differs(tensors: dict, fam: str) -> bool:
+  """Whether a checkpoint stores an output layer other than its embedding."""
+  embed, head = _names(fam)
+  return head in tensors and embed in tensors and not np.array_equal(tensors[head],
+                                                                     tensors[embed])
 
 
 def to_params(tensors: dict, fam: str, m, where: str) -> dict:

@@ -119,6 +119,33 @@ def test_an_imported_tokenizer_keeps_its_ids_and_specials(tmp_path):
   assert tok.vocab_size == 96
 
 
+def test_a_tied_checkpoint_storing_another_output_layer_is_read_untied(tmp_path):
+  """transformers unties a checkpoint whose lm_head.weight is not its embedding; so does the
+  import (with the head twice the embedding, every logit doubles)."""
+  source = tmp_path / 'qwen'
+  shutil.copytree(FIXTURES / 'qwen2_yarn_v4', source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  tensors['lm_head.weight'] = tensors['model.embed_tokens.weight'] * 2
+  safetensors_numpy.save_file(tensors, str(source / 'model.safetensors'))
+  hf.import_checkpoint(str(source), str(tmp_path / 'w'))
+  lm = hf.load(str(tmp_path / 'w'))
+  assert not lm.config.model.tie_embeddings
+  ref = np.load(FIXTURES / 'qwen2_yarn_v4' / 'reference.npz')
+  assert _relative_error(lm.logits(ref['ids']), 2 * ref['logits']) < 1e-4
+
+
+def test_config_fields_left_out_read_as_transformers_defaults_them():
+  mistral = json.loads((FIXTURES / 'mistral_window' / 'config.json').read_text())
+  del mistral['sliding_window']  # MistralConfig's default is 4096.
+  assert tuple(hf_config.to_config(mistral, 'dir').model.layer_windows) == (4096,)
+  linear = json.loads((FIXTURES / 'llama_linear_v4' / 'config.json').read_text())
+  assert hf_config.to_config(linear, 'dir').data.seq_len == 8  # 16 interpolated by 2.
+  both = dict(linear, rope_parameters={'rope_type': 'default', 'rope_theta': 1.0})
+  assert hf_config.to_config(both, 'dir').model.position.rope.scaling.kind == 'linear'
+  partial = dict(linear, partial_rotary_factor=0.5)  # Llama rotates whole heads regardless.
+  assert hf_config.to_config(partial, 'dir').model.position.rope.fraction == 1.0
+
+
 def test_sharded_weights_read_as_one_file(tmp_path):
   source = tmp_path / 'sharded'
   shutil.copytree(FIXTURES / 'mistral_window', source)
@@ -168,6 +195,9 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('llama_dynamic', None, ('tokenizer.json',), 'has no tokenizer.json'),
     ('qwen2_yarn_v4', lambda c: c['rope_scaling'].update(truncate=False), (),
      'yarn with truncate=false'),
+    ('gpt_neox_partial', lambda c: c['rope_parameters'].update(
+        rope_type='yarn', factor=2.0, original_max_position_embeddings=32), (),
+     r'yarn with partial rotary \(4 of 16 dimensions\)'),
 ])
 def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
                                                                message):
@@ -226,6 +256,10 @@ def test_an_imported_checkpoint_exports_as_it_came(tmp_path):
   workdir = _imported('qwen2_yarn_v4', tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == 'Qwen2ForCausalLM'
   assert (tmp_path / 'out' / 'tokenizer.json').exists()
+  came, went = (json.loads(p.read_text()) for p in (FIXTURES / 'qwen2_yarn_v4' / 'config.json',
+                                                    tmp_path / 'out' / 'config.json'))
+  assert went['max_position_embeddings'] == came['max_position_embeddings']
+  assert went['rope_scaling']['original_max_position_embeddings'] == 16
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
   ref = np.load(FIXTURES / 'qwen2_yarn_v4' / 'reference.npz')
   assert _relative_error(hf.load(str(tmp_path / 'back')).logits(ref['ids']), ref['logits']) < 1e-4
