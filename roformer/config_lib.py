@@ -11,8 +11,8 @@ from roformer import errors
 from roformer import files
 from roformer import metrics
 from roformer import models
-from roformer import self_attention
 from roformer import positions
+from roformer import self_attention
 from roformer import sharding
 from roformer.data import corpus
 from roformer.data import mixture
@@ -244,6 +244,18 @@ def _validate_architecture(config) -> None:
         f'config.model.num_kv_heads={kv} must divide config.model.num_heads={m.num_heads} '
         '(each key/value head serves an equal group of query heads). Fix: a divisor of '
         'num_heads, or 0 for one per query head.')
+  default_std = config_schema.spec_at('model.init_std').default
+  if m.init == 'classic' and m.init_std != default_std:
+    raise errors.ConfigError(
+        f"config.model.init_std={m.init_std} sets the std of init='normal'; the classic "
+        'initialisation draws from fan-in and would ignore it. Fix: --config.model.init=normal, '
+        'or drop the override.')
+  if (vocabularies.kind(d.tokenizer) == 'pretrained' and m.type != 'causal_lm'):
+    raise errors.ConfigError(
+        f"config.data.tokenizer={d.tokenizer!r} is a pretrained model's own tokenizer, whose ids "
+        f'are its own; the {m.type} model frames and masks with this project\'s special ids '
+        "(bos, eos, the masked LM's [MASK]). Fix: a causal LM (model.type='causal_lm'), or a "
+        'tokenizer.json without the hf: prefix (its ids after the special ones).')
   if m.residual == 'parallel' and (m.norm == 'post' or m.type == 'encoder_decoder'):
     raise errors.ConfigError(
         "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "

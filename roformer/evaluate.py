@@ -25,8 +25,8 @@ from roformer.data import mixture
 from roformer.data import passkey_text
 from roformer.data import pipeline
 from roformer.data import synthetic
-from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens as tokens_lib
+from roformer.data import vocabularies
 
 
 def translation_scores(trainer: trainer_lib.Trainer, params, source, tokenizer, *, limit: int = -1):
@@ -222,11 +222,13 @@ def format_metrics(result: dict) -> str:
 
 def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20000) -> float:
   """Validation cross-entropy of a context-free unigram model fitted on the train split."""
+  _, eos = vocabularies.framing(tokenizer)  # The id each document ends with (none or its own).
+
   def counts(source):
     c = np.zeros(tokenizer.vocab_size, np.float64)
     for i in range(min(len(source), max_docs)):
       ids = tokens_lib.document_ids(source[i], tokenizer, text_key)
-      c += np.bincount(np.append(ids, tokenizer_lib.EOS_ID), minlength=tokenizer.vocab_size)
+      c += np.bincount(np.append(ids, eos).astype(np.int64), minlength=tokenizer.vocab_size)
     return c
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
 

@@ -144,10 +144,16 @@ def continue_prompt(graphdef, params, tokenizer, text: str, sampling: Sampling,
   tokens = np.asarray(decode.generate(
       nnx.merge(graphdef, params), prompt, max_new_tokens=sampling.max_new_tokens,
       temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-      eos_id=stop_id(tokenizer), seed=jax.random.fold_in(jax.random.key(sampling.seed), index)))
+      eos_id=stop_id(tokenizer),
+      seed=jax.random.fold_in(jax.random.key(sampling.seed), index)))
   head = tokenizer.decode(ids)
   out = []
+  stop = stop_id(tokenizer)
   for row in tokens:
+    # A row ends at its eos; decode fills the rest with id 0, a real token of a pretrained
+    # tokenizer's vocabulary.
+    ended = np.flatnonzero(row == stop)
+    row = row[:ended[0]] if len(ended) else row
     # Decoded together so that the piece joining prompt and continuation keeps its space.
     full = tokenizer.decode(np.concatenate([ids, row]))
     out.append(text + full[len(head):] if full.startswith(head) else full)

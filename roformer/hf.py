@@ -21,6 +21,7 @@ Neither torch nor transformers is imported here: weights are read and written wi
 `safetensors`, tokenizers with `tokenizers`.
 """
 
+import contextlib
 import os
 import shutil
 
@@ -51,6 +52,24 @@ def _check_new(directory: str, flag: str) -> str:
   return directory
 
 
+@contextlib.contextmanager
+def _staged(directory: str):
+  """A new directory beside `directory` to write into, renamed to it once everything is
+  written: a command that fails or is killed halfway leaves no `directory` that looks complete
+  (a failure removes the staging directory; a kill leaves `DIR.partial-PID` at most)."""
+  staging = f'{directory}.partial-{os.getpid()}'
+  shutil.rmtree(staging, ignore_errors=True)
+  os.makedirs(staging)
+  try:
+    yield staging
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+  if os.path.isdir(directory):
+    os.rmdir(directory)  # An empty one (_check_new refuses any other).
+  os.rename(staging, directory)
+
+
 def _tokenizer(hf_dir: str, vocab_size: int) -> vocabularies.Pretrained:
   if not os.path.isfile(os.path.join(hf_dir, 'tokenizer.json')):
     raise errors.ConfigError(
@@ -73,7 +92,12 @@ def import_checkpoint(hf_dir: str, workdir: str):
   workdir = _check_new(workdir, '--workdir')
   hf_dir = os.path.abspath(os.path.expanduser(hf_dir))
   hf = hf_config.read(hf_dir)
-  config = hf_config.to_config(hf, hf_dir)
+  try:
+    config = hf_config.to_config(hf, hf_dir)
+  except (TypeError, ValueError) as e:  # A field of the wrong type (a number as a list, ...).
+    raise errors.DamagedFileError(
+        f'{os.path.join(hf_dir, "config.json")} holds a value of the wrong type ({e}). Fix: use '
+        'the config.json that came with the weights.') from None
   config_lib.validate(config)
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
@@ -89,15 +113,15 @@ def import_checkpoint(hf_dir: str, workdir: str):
   state = {'params': _filled(abstract['params'], params),
            'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
            'step': jnp.int32(0)}
-  os.makedirs(workdir, exist_ok=True)
-  config_lib.save(config, workdir)
-  tokenizer.save(os.path.join(workdir, tokenizer.workdir_file))
-  hf_weights.dump_json(hf, os.path.join(workdir, 'hf_config.json'))  # What it was made from.
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  try:
-    ckpt.save(0, state)
-  finally:
-    ckpt.close()
+  with _staged(workdir) as staging:
+    config_lib.save(config, staging)
+    tokenizer.save(os.path.join(staging, tokenizer.workdir_file))
+    files.write_json_atomic(os.path.join(staging, 'hf_config.json'), hf)  # What it came from.
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
+    try:
+      ckpt.save(0, state)
+    finally:
+      ckpt.close()
   return config
 
 
@@ -156,14 +180,10 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_config.from_config(config, _special_ids(opened.tokenizer),
                              files.read_json(source) if os.path.exists(source) else None)
-  os.makedirs(hf_dir, exist_ok=True)
-  try:
-    hf_weights.write(tensors, hf_dir)
-    hf_weights.dump_json(hf, os.path.join(hf_dir, 'config.json'))
-    _write_tokenizer(opened.tokenizer, hf_dir)
-  except BaseException:
-    shutil.rmtree(hf_dir, ignore_errors=True)
-    raise
+  with _staged(hf_dir) as staging:
+    hf_weights.write(tensors, staging)
+    files.write_json_atomic(os.path.join(staging, 'config.json'), hf)
+    _write_tokenizer(opened.tokenizer, staging)
   return hf['architectures'][0]
 
 
@@ -215,10 +235,9 @@ def _write_tokenizer(tokenizer, hf_dir: str) -> None:
     return
   tok.save(os.path.join(hf_dir, 'tokenizer.json'))
   name = lambda i: None if i is None else tok.id_to_token(i)
-  hf_weights.dump_json({'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']),
-                        'pad_token': name(ids['pad']), 'add_bos_token': ids['bos'] is not None,
-                        'tokenizer_class': 'PreTrainedTokenizerFast'},
-                       os.path.join(hf_dir, 'tokenizer_config.json'))
+  files.write_json_atomic(os.path.join(hf_dir, 'tokenizer_config.json'), {
+      'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']), 'pad_token': name(ids['pad']),
+      'add_bos_token': ids['bos'] is not None, 'tokenizer_class': 'PreTrainedTokenizerFast'})
 
 
 class CausalLM:

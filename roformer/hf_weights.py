@@ -13,7 +13,6 @@ The layouts that differ:
   which leaves every q.k, and so the logits, unchanged.
 """
 
-import json
 import os
 
 import numpy as np
@@ -263,9 +262,3 @@ def write(tensors: dict[str, np.ndarray], directory: str) -> None:
   safetensors_numpy.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()},
                               os.path.join(directory, 'model.safetensors'),
                               metadata={'format': 'pt'})
-
-
-def dump_json(value, path: str) -> None:
-  with open(path, 'w', encoding='utf-8') as f:
-    json.dump(value, f, indent=2)
-    f.write('\n')

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from roformer import attention
 from roformer import dense_grad
 from roformer import sharding
 from roformer import variables
@@ -125,9 +126,7 @@ class RMSNorm(nnx.Module):
     self.eps, self.dtype = eps, dtype
 
   def __call__(self, x):
-    y = x.astype(jnp.float32)
-    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + self.eps)
-    return (y * self.scale[...]).astype(self.dtype)
+    return attention.rms_norm(x, self.scale[...], self.eps).astype(self.dtype)
 
 
 def layer_norm(cfg, *, dtype, rngs) -> nnx.LayerNorm:

@@ -14,8 +14,8 @@ from flax import nnx
 from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import models
-from roformer import self_attention
 from roformer import optim
+from roformer import self_attention
 from roformer import sharding
 from roformer import steps
 from roformer import tasks

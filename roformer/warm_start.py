@@ -58,8 +58,9 @@ def _source(config) -> ml_collections.ConfigDict:
 
 
 def prepare(config: ml_collections.ConfigDict) -> None:
-  """Before the config's own checks, for a causal LM continued from another: a stretching RoPE
-  scaling without an original length takes the source's training length; learned positions
+  """Before the config's own checks, for a causal LM continued from another: a RoPE scaling
+  relative to the trained length (a stretching one, or dynamic NTK) without an original length
+  takes the source's training length; learned positions
   cannot go past the rows their table has (a longer table would change the parameters, and
   the rows past the old length would be untrained)."""
   saved = _source(config)
@@ -68,7 +69,8 @@ def prepare(config: ml_collections.ConfigDict) -> None:
   position = config.model.position
   rotary = positions_lib.model_scheme(config.model).capabilities.rotary
   scaling = position.rope.scaling if rotary else None
-  if scaling and scaling.kind in _STRETCHING and scaling.original_length < 1:
+  needs = _STRETCHING + positions_lib.scaling.NEEDS_ORIGINAL_LENGTH  # Dynamic NTK's too.
+  if scaling and scaling.kind in needs and scaling.original_length < 1:
     with config.unlocked():
       scaling.original_length = saved.data.seq_len
   longest = positions_lib.model_scheme(saved.model).max_length(saved.model.position)

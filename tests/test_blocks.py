@@ -149,9 +149,14 @@ def test_normal_initialisation_draws_each_weight_at_its_std():
     ({'num_kv_heads': 3}, 'num_kv_heads=3 must divide config.model.num_heads=4'),
     ({'num_kv_heads': 8}, 'num_kv_heads=8 must divide'),
     ({'residual': 'parallel', 'norm': 'post'}, "residual='parallel'"),
+    ({'init_std': 0.05}, "init_std=0.05 sets the std of init='normal'"),
+    ({'type': 'mlm', 'tokenizer': 'hf:/models/x'}, "a pretrained model's own tokenizer"),
 ])
 def test_bad_block_settings_are_named(fields, message):
-  config = test_config.get_config()
+  config = test_config.get_config('mlm' if fields.get('type') == 'mlm' else 'rope')
+  fields = dict(fields)
+  if 'tokenizer' in fields:
+    config.data.tokenizer = fields.pop('tokenizer')
   config.model.update(fields)
   with pytest.raises(errors.ConfigError, match=message):
     config_lib.validate(config)

@@ -150,3 +150,20 @@ def _copy_config(workdir, tmp_path, **model):
   (target / 'config.json').write_text(json.dumps(config), encoding='utf-8')
   shutil.copy(os.path.join(workdir, 'tokenizer.model'), target / 'tokenizer.model')
   return str(target)
+
+
+def test_a_continuation_ends_at_the_pretrained_tokenizers_eos(monkeypatch):
+  """decode pads a finished row with id 0, a real token of most pretrained vocabularies (Llama
+  3's '!'): the text stops at the eos instead of spelling out what follows it (here a word)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from roformer import decode  # pylint: disable=import-outside-toplevel
+  from roformer.data import vocabularies  # pylint: disable=import-outside-toplevel
+  tok = vocabularies.Pretrained(os.path.join(os.path.dirname(__file__), 'data', 'hf',
+                                             'llama_linear_v4'))
+  word = tok.encode(' thee')
+  row = np.concatenate([word, [tok.eos_id], tok.encode(' rose')]).astype(np.int32)
+  monkeypatch.setattr(decode, 'generate', lambda *a, **k: row[None])
+  monkeypatch.setattr(generation.nnx, 'merge', lambda *a: None)
+  out = generation.continue_prompt(None, None, tok, 'Shall I compare',
+                                   generation.Sampling(max_new_tokens=len(row), num_samples=1))
+  assert out == ['Shall I compare thee']

@@ -195,6 +195,8 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('llama_dynamic', None, ('tokenizer.json',), 'has no tokenizer.json'),
     ('qwen2_yarn_v4', lambda c: c['rope_scaling'].update(truncate=False), (),
      'yarn with truncate=false'),
+    ('llama_dynamic', lambda c: c.update(hidden_size=[32]), (),
+     'config.json holds a value of the wrong type'),
     ('gpt_neox_partial', lambda c: c['rope_parameters'].update(
         rope_type='yarn', factor=2.0, original_max_position_embeddings=32), (),
      r'yarn with partial rotary \(4 of 16 dimensions\)'),
@@ -205,6 +207,40 @@ def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, ed
   with pytest.raises((errors.ConfigError, errors.DamagedFileError), match=message):
     hf.import_checkpoint(source, str(tmp_path / 'w'))
   assert not (tmp_path / 'w').exists()
+
+
+@pytest.mark.parametrize('kind', ['yarn', 'dynamic'])
+def test_a_continued_import_takes_its_scalings_original_length_from_it(kind, tmp_path):
+  """configs/continued.py leaves the original length to the source: a stretching scaling and
+  dynamic NTK alike take the length the imported model was pretrained at (16)."""
+  from configs import continued  # pylint: disable=import-outside-toplevel
+  from roformer import warm_start  # pylint: disable=import-outside-toplevel
+  config = continued.get_config(_imported('llama_gqa_llama3', tmp_path))
+  config.model.position.rope.scaling.update(kind=kind, factor=4.0)
+  warm_start.prepare(config)
+  assert config.model.position.rope.scaling.original_length == 16
+
+
+def test_an_import_cut_short_leaves_no_workdir(tmp_path, monkeypatch):
+  """The workdir appears only once complete: a write failing halfway (here the checkpoint's)
+  leaves neither it nor its staging directory."""
+  def fail(*args, **kwargs):
+    raise OSError(28, 'No space left on device')
+  monkeypatch.setattr(checkpoint_lib.Checkpointer, 'save', fail)
+  with pytest.raises(OSError):
+    hf.import_checkpoint(str(FIXTURES / 'llama_dynamic'), str(tmp_path / 'w'))
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_kept_tokenizer_is_named_with_its_fix(tmp_path):
+  workdir = _imported('llama_dynamic', tmp_path)
+  path = os.path.join(workdir, vocabularies.Pretrained.workdir_file)
+  kept = json.loads(open(path, encoding='utf-8').read())
+  del kept['vocab_size']
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(kept, f)
+  with pytest.raises(errors.DamagedFileError, match='is not a kept pretrained tokenizer. Fix: '):
+    vocabularies.Pretrained(path)
 
 
 def _workdir(config, path, checkpoint: bool = True) -> str:

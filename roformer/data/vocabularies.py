@@ -179,7 +179,9 @@ class Pretrained:
       self.vocab_size = vocab_size or self.tok.get_vocab_size(with_added_tokens=True)
     else:
       kept = files.read_json(self.path, fix or 'import the model again')
-      if not isinstance(kept, dict) or kept.get('format') != _KEPT_FORMAT:
+      keys = ('tokenizer', 'bos_id', 'eos_id', 'pad_id', 'vocab_size')
+      if (not isinstance(kept, dict) or kept.get('format') != _KEPT_FORMAT
+          or any(key not in kept for key in keys)):
         raise errors.DamagedFileError(f'{self.path} is not a kept pretrained tokenizer. Fix: '
                                       f'{fix or "import the model again"}.')
       try:
