@@ -184,9 +184,9 @@ def schema() -> dict:
               # Evaluation rows (the same for every run); training rows add config.seed.
               'seed': Int(0, 2**31 - 1, default=0),
               'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
-              # passkey: digits of the key; RULER's needle tasks in text: of a value.
+              # passkey: digits of the key; RULER's tasks in text: of a value.
               'key_digits': Int(1, 10, default=5),
-              # passkey and RULER's needle tasks: what hides the needles: the task's own few
+              # passkey and RULER's tasks: what hides the needles: the task's own few
               # sentences ('words'), or, as a source of a mixture, config.data.name's text in the
               # run's tokenizer ('text': roformer/data/passkey_text.py, ruler_text.py).
               'filler': Str(('words', 'text'), default='words'),

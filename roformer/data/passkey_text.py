@@ -45,7 +45,7 @@ def reads_text(synthetic_cfg) -> bool:
 class Split:
   """A split of retrieval rows in text: the synthetic config, the split's name, that split of
   config.data's own source (documents under `text_key`) whose text fills the rows, and the task
-  (passkey here; RULER's needle tasks: roformer/data/ruler_text.py)."""
+  (passkey here; RULER's tasks: roformer/data/ruler_text.py)."""
 
   def __init__(self, cfg, split: str, text, text_key: str, task: str = 'passkey'):
     self.cfg, self.split, self.text, self.text_key = cfg, split, text, text_key

@@ -56,7 +56,7 @@ _WORDS = sorted({w for s in FILLER + (KEY_SENTENCE, QUESTION) for w in s.split()
 
 # The tasks whose rows can hide their needles in a corpus's text (filler='text', in a mixture):
 # roformer/data/passkey_text.py and ruler_text.py.
-TEXT_TASKS = ('passkey', 'niah_multikey', 'niah_multivalue', 'niah_multiquery')
+TEXT_TASKS = ('passkey', *ruler.TASKS)
 
 
 def task_name(data_cfg) -> str | None:
