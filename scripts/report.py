@@ -19,6 +19,7 @@ failed are listed with what they have) and writes report.md with, next to it:
 
 import datetime
 import glob
+import itertools
 import math
 import os
 import re
@@ -31,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
+from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
 SYNTHETIC = 'synthetic/'
@@ -234,9 +236,6 @@ ACCURACIES = {'sequence_accuracy': 'share of rows answered exactly',
               'accuracy': 'share of answer tokens predicted right'}
 
 
-SHOWN_PAIRS = 4  # The widest separations the report names per task, measure and length.
-
-
 def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dict:
   """For synthetic tasks: task -> {label: {length: [`metric` per seed]}} (an ACCURACIES key)."""
   out = {}
@@ -249,20 +248,65 @@ def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dic
   return out
 
 
-def separations(table: dict) -> list[tuple]:
-  """(task, length, better, worse, gap) for every pair of lines whose seed ranges do not
-  overlap (every seed of `better` above every seed of `worse`), both with 2+ seeds: the
-  differences larger than the seed spread. `gap` is min(better) - max(worse)."""
+def separations(table: dict, higher_is_better: bool = True) -> list[tuple]:
+  """(task, length, better, worse, comparison) for every pair of lines of `table` (task ->
+  {label: {length: [value per seed]}}) with 2+ seeds each at a length: roformer/separations.py's
+  measures of the better line against the worse (by mean; `higher_is_better` says which)."""
   found = []
   for task, lines in table.items():
     lengths = sorted({n for per_length in lines.values() for n in per_length})
     for length in lengths:
       scored = {k: v[length] for k, v in lines.items() if len(v.get(length, [])) >= 2}
-      for a, va in scored.items():
-        for b, vb in scored.items():
-          if a != b and min(va) > max(vb):
-            found.append((task, length, a, b, min(va) - max(vb)))
+      for a, b in itertools.combinations(sorted(scored), 2):
+        va, vb = scored[a], scored[b]
+        if (statistics.mean(va) < statistics.mean(vb)) == higher_is_better:
+          a, b, va, vb = b, a, vb, va
+        found.append((task, length, a, b, separations_lib.compare(va, vb)))
   return found
+
+
+def _range(values, digits: int) -> str:
+  return f'{min(values):.{digits}f}-{max(values):.{digits}f}'
+
+
+def separations_section(measures: list[tuple]) -> list[str]:
+  """`## Separations`: every pair that separates (each measure: (name, table, higher is
+  better, digits)), with its interval and p, and how many do not."""
+  rows, total, overlapping, means_apart, smallest = [], 0, 0, 0, set()
+  for name, table, higher, digits in measures:
+    for task, length, better, worse, c in separations(table, higher):
+      total += 1
+      seeds = (len(table[task][better][length]), len(table[task][worse][length]))
+      smallest.add(seeds)
+      if not c.apart:
+        overlapping += 1
+        means_apart += c.interval[0] > 0 or c.interval[1] < 0
+        continue
+      low, high = sorted(abs(v) for v in c.interval)
+      rows.append((task, name, length, -abs(c.difference), better, worse, seeds, c, digits,
+                   f'{_range(table[task][better][length], digits)}',
+                   f'{_range(table[task][worse][length], digits)}', low, high))
+  lines = ['## Separations', '',
+           'For each task, measure, length and pair of lines with 2 or more seeds each at that '
+           'length (roformer/separations.py): a pair *separates* when every seed of one is on '
+           'the better side of every seed of the other. Each line gives the difference of the '
+           'means (better minus worse, in the better direction) with its bootstrap 95% interval, '
+           'and the exact two-sided Mann-Whitney p, whose smallest possible value is set by the '
+           'seed counts: ' + ', '.join(
+               f'{n} against {m} seeds: {separations_lib.smallest_p(n, m):.3f}'
+               for n, m in sorted(smallest)) + '.', '',
+           f'{len(rows)} of {total} pairs separate. Of the {overlapping} that do not, '
+           f'{means_apart} have a bootstrap interval that excludes 0 (means apart, seeds '
+           'overlapping).', '']
+  if rows:
+    lines += ['| task | measure | length | better | worse | seeds | better\'s seeds | '
+              'worse\'s seeds | difference [95% interval] | p |', '|---' * 10 + '|']
+    for (task, name, length, _, better, worse, seeds, c, digits, good, bad, low,
+         high) in sorted(rows, key=lambda r: r[:4]):
+      lines.append(f'| {task} | {name} | {length} | {better} | {worse} | {seeds[0]} v '
+                   f'{seeds[1]} | {good} | {bad} | {abs(c.difference):.{digits}f} '
+                   f'[{low:.{digits}f}, {high:.{digits}f}] | {c.p:.3f} |')
+  return lines + ['']
 
 
 def _lm_sections(lm: list[dict]) -> list[str]:
@@ -291,7 +335,13 @@ def _lm_sections(lm: list[dict]) -> list[str]:
             '![length extrapolation](length_extrapolation.png)', '']
   if position_curves(lm):
     lines += ['![loss per position](position_loss.png)', '']
-  return lines + _retrieval_sections(lm)
+  lines += _retrieval_sections(lm)
+  text = ' / '.join(sorted({p['task'] for p in lm}))
+  measures = [('perplexity', {text: variant_table(lm, 'perplexity')}, False, 2)]
+  retrieval = variant_table(lm, 'sequence_accuracy', 'retrieval')
+  if retrieval:
+    measures.append(('rows exact', {'passkey in text': retrieval}, True, 3))
+  return lines + separations_section(measures)
 
 
 def _retrieval_sections(lm: list[dict]) -> list[str]:
@@ -346,25 +396,9 @@ def _synthetic_sections(synthetic: list[dict]) -> list[str]:
     lines += [f'![{task} accuracy vs length](accuracy_{task}.png)', '']
     if task == 'passkey':
       lines += _depth_table([p for p in synthetic if p['task'] == SYNTHETIC + task])
-  found = [(metric,) + f for metric in ACCURACIES for f in separations(tables[metric])]
-  lines += ['## Differences larger than the seed spread', '',
-            'Pairs whose seed ranges do not overlap (every seed of the first above every seed '
-            'of the second), by task, measure and length: '
-            f'{len(found)} pairs.', '']
-  if found:  # Per task, measure and length: how many pairs, and the widest gaps.
-    lines += ['| task | measure | length | pairs | widest gaps (higher > lower: gap) |',
-              '|---' * 5 + '|']
-    cells = {}
-    for metric, task, length, a, b, gap in found:
-      cells.setdefault((task, metric != 'sequence_accuracy', length), []).append((gap, a, b))
-    for (task, tokens, length), pairs in sorted(cells.items()):
-      pairs.sort(reverse=True)
-      widest = '; '.join(f'{a} > {b}: {gap:.3f}' for gap, a, b in pairs[:SHOWN_PAIRS])
-      more = f'; {len(pairs) - SHOWN_PAIRS} more' if len(pairs) > SHOWN_PAIRS else ''
-      measure = 'answer tokens' if tokens else 'rows exact'
-      lines.append(f'| {task} | {measure} | {length} | {len(pairs)} | {widest}{more} |')
-  lines.append('')
-  return lines
+  return lines + separations_section(
+      [('rows exact' if metric == 'sequence_accuracy' else 'answer tokens', tables[metric], True,
+        3) for metric in ACCURACIES])
 
 
 def _depth_table(points: list[dict]) -> list[str]:

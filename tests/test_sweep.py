@@ -542,8 +542,9 @@ def _synthetic_point(scheme, seed, rows_exact, tokens_right):
 
 def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure():
   """Hand-made copy results: `a` beats `b` on whole rows at 32 on every seed (0.5-0.6 against
-  0.1-0.2, gap 0.3) but their ranges overlap at 64; on answer tokens the ranges overlap at 32
-  and `a` is apart at 64 (gap 0.05). The tables show mean ± sample std over the seeds."""
+  0.1-0.2) but their ranges overlap at 64; on answer tokens the ranges overlap at 32 and `a` is
+  apart at 64. The tables show mean ± sample std over the seeds; the separations give the
+  difference of means, its bootstrap interval and the exact p (1/3 at 2 against 2 seeds)."""
   points = [_synthetic_point('a', 0, (0.5, 0.1), (0.9, 0.40)),
             _synthetic_point('a', 1, (0.6, 0.3), (0.7, 0.45)),
             _synthetic_point('b', 0, (0.1, 0.2), (0.8, 0.30)),
@@ -552,17 +553,24 @@ def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure
   assert rows == {'copy': {'a': {32: [0.5, 0.6], 64: [0.1, 0.3]},
                            'b': {32: [0.1, 0.2], 64: [0.2, 0.0]}}}
   found = report.separations(rows)
-  assert [f[:4] for f in found] == [('copy', 32, 'a', 'b')]
-  assert found[0][4] == pytest.approx(0.3)
+  assert [(f[:4], f[4].apart) for f in found] == [(('copy', 32, 'a', 'b'), True),
+                                                  (('copy', 64, 'a', 'b'), False)]
+  assert found[0][4].difference == pytest.approx(0.4) and found[0][4].p == pytest.approx(1 / 3)
   tokens = report.separations(report.accuracy_table(points, 'accuracy'))
-  assert [f[:4] for f in tokens] == [('copy', 64, 'a', 'b')]
-  assert tokens[0][4] == pytest.approx(0.05)
+  assert [f[4].apart for f in tokens] == [False, True]
+  assert tokens[1][4].difference == pytest.approx(0.1)
+  # Lower is better (a perplexity): the same pair the other way round.
+  assert report.separations(rows, higher_is_better=False)[0][2:4] == ('b', 'a')
   text = '\n'.join(report._synthetic_sections(points))  # pylint: disable=protected-access
   assert '## copy: share of answer tokens predicted right' in text
   assert '| a | 2 | 0.550 ± 0.071 | 0.200 ± 0.141 |' in text
-  assert '| copy | rows exact | 32 | 1 | a > b: 0.300 |' in text
-  assert '| copy | answer tokens | 64 | 1 | a > b: 0.050 |' in text
-  assert 'by task, measure and length: 2 pairs' in text
+  assert '2 of 4 pairs separate. Of the 2 that do not, 0 have a bootstrap interval' in text
+  assert '2 against 2 seeds: 0.333' in text
+  # Resampled means of a lie in 0.5-0.6 and of b in 0.1-0.2: the interval within 0.3-0.5.
+  line = [l for l in text.splitlines() if l.startswith('| copy | rows exact | 32 | a | b |')]
+  assert len(line) == 1 and '| 2 v 2 | 0.500-0.600 | 0.100-0.200 | 0.400 [0.3' in line[0]
+  assert line[0].endswith('| 0.333 |')
+  assert '| copy | answer tokens | 64 | a | b | 2 v 2 | 0.400-0.450 | 0.300-0.350 | 0.100 [' in text
 
 
 def test_the_eta_weighs_the_groups_left_by_their_work():
