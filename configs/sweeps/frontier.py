@@ -1,5 +1,5 @@
 """The position schemes of 2025 beside the earlier ones, on the synthetic length tasks: trained at
-one length and evaluated at 1x, 2x, 4x and 8x it, at three seeds (the sibling of length.py, with
+one length and evaluated at 1x, 2x, 4x and 8x it, at five seeds (the sibling of length.py, with
 flip-flop as a fourth task).
 
   python scripts/sweep.py --sweep configs/sweeps/frontier.py --workdir runs/frontier
@@ -50,7 +50,7 @@ FOLLOW_UPS = {
         'model.position.kind': kind, 'model.position.fox.gate_bias_init': 5.0})(kind)
     for kind in ('fox', 'path+fox')}
 TASKS = ('passkey', 'associative_recall', 'copy', 'flip_flop')
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 # The training-budget axis: these schemes on these tasks at each multiple of the task's steps.
 BUDGET_SCHEMES = ('rope', 'fox', 'path', 'xl', 'rnope')
 BUDGET_TASKS = ('passkey', 'associative_recall')

@@ -1,5 +1,5 @@
 """Length generalization on the synthetic tasks: every position scheme, trained at one length and
-evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at three seeds.
+evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at five seeds.
 
   python scripts/sweep.py --sweep configs/sweeps/length.py --workdir runs/length
   python scripts/report.py runs/length       # accuracy vs length per task, with seed ranges
@@ -25,7 +25,7 @@ VARIANTS = {
     'rope+random': ('rope', lambda length: {'train.random_positions': 8 * length}),
     'p-rope': ('rope', lambda length: {'model.position.rope.keep_fraction': 0.75}),
 }
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 TASKS = synthetic.TASKS  # The tasks that can be named.
 # Run unless tasks are named: flip_flop joins them once its training settings are tuned.
 DEFAULT_TASKS = ('passkey', 'associative_recall', 'copy')

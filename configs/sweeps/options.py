@@ -1,7 +1,7 @@
 """PoPE, DAPE, gated and differential attention beside the schemes they are compared with, on
 the synthetic length tasks where their claims can show: passkey, RULER's multi-key needles and
 variable tracking, and flip-flop; trained at one length, evaluated at 1x, 2x, 4x and 8x it, at
-three seeds.
+five seeds.
 
   python scripts/sweep.py --sweep configs/sweeps/options.py --workdir runs/options
   python scripts/report.py runs/options
@@ -40,7 +40,7 @@ SCHEMES = {
                                  'model.attention.differential': True},
 }
 TASKS = ('passkey', 'niah_multikey', 'variable_tracking', 'flip_flop')
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 
 
 def get_sweep(arg: str = ''):
