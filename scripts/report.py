@@ -62,6 +62,8 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     records = metrics_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
   train = [r for r in records if r['split'] == 'train']
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
+  answered = {r['step']: r['sequence_accuracy'] for r in records
+              if r['split'] == 'validation' and 'sequence_accuracy' in r}
   evals, retrieval = {}, {}
   for path in sorted(glob.glob(os.path.join(workdir, EVAL_RESULTS))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
@@ -107,6 +109,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
                  else f'incomplete ({done}/{steps} steps)'),
       'train_loss': train[-1]['loss'] if train else None,
       'val_curve': validation,
+      'answered_curve': answered,  # Synthetic tasks: rows answered exactly in training.
       'val_loss': (plain[config['data']['seq_len']]['loss'] if config['data']['seq_len'] in plain
                    else validation[max(validation)] if validation else None),
       'steps_per_sec': statistics.median(rates) if rates else None,
@@ -237,14 +240,16 @@ ACCURACIES = {'sequence_accuracy': 'share of rows answered exactly',
 
 
 def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dict:
-  """For synthetic tasks: task -> {label: {length: [`metric` per seed]}} (an ACCURACIES key)."""
+  """For synthetic tasks: task -> {label: {length: [`metric` per seed]}} (an ACCURACIES key);
+  evaluation-time variants (eval_results.NAME.json, e.g. `rope_yarn`) as their own lines."""
   out = {}
   for (scheme, options), members in groups(points).items():
     for p in members:
-      per_length = out.setdefault(p['task'][len(SYNTHETIC):], {}).setdefault(
-          label(scheme, options), {})
-      for length, row in p['evals'].get('', {}).items():
-        per_length.setdefault(length, []).append(row[metric])
+      for name, rows in sorted(p['evals'].items()):
+        per_length = out.setdefault(p['task'][len(SYNTHETIC):], {}).setdefault(
+            label(scheme, options) + variant(name), {})
+        for length, row in rows.items():
+          per_length.setdefault(length, []).append(row[metric])
   return out
 
 

@@ -1,0 +1,288 @@
+"""Regenerate the results in the docs from the kept records of the runs (or check them).
+
+  python scripts/docs_from_records.py            # rewrite every block in README.md and docs/
+  python scripts/docs_from_records.py --check    # exit 1 naming each block that differs
+
+A result in a page is a block between two markers; the first names the records
+(`scripts/keep_records.py`'s folder, read by `scripts/report.py`), what to show and how:
+
+  <!-- records: docs/results/options_2026-11-27/records table tasks=flip_flop;passkey -->
+  (generated)
+  <!-- end of records -->
+
+Kinds, with their options (lists separated by `;`; quote a value holding spaces):
+- `table`: each line (a scheme, or an evaluation-time variant of one) against each task's
+  evaluation lengths: mean ± sample std (ddof 1) over its seeds, `ranges=1` adding each cell's
+  seed range. `tasks=` the synthetic tasks (all by default), `measure=` `rows` (rows answered
+  exactly, the default), `tokens` (answer tokens right), `perplexity` or `passkey` (a language
+  model's text, or its passkey rows in text), `lines=` which lines in which order (all by
+  default, best mean over the table's cells first), `learnt=0.9` a column with each seed's first
+  in-training validation step answering that share of the rows.
+- `separations`: for each named pair (`pairs=better:worse;...`, or `against=LINE` for every line
+  against one), task and length, whether every seed of one is on the better side of every seed
+  of the other, the difference of the means with its bootstrap 95% interval and the exact
+  Mann-Whitney p (roformer/separations.py); `tasks=` and `measure=` as for `table`.
+- `summary`: one row per task for the README: the reference line (`reference=`, `rope` by
+  default) at the training length and the longest, the best line at the longest, and the lines
+  that separate from the reference there.
+
+Nothing in a block is typed by hand: a page's numbers are these, and `tests/test_docs.py` fails
+when a block differs from what its records give.
+"""
+
+import glob
+import os
+import re
+import shlex
+import statistics
+import sys
+import pathlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
+from scripts import report  # pylint: disable=wrong-import-position
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGES = ('README.md', 'docs/*.md')
+BLOCK = re.compile(r'(<!-- records: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end of records -->)',
+                   re.S)
+# measure -> (what it reads, higher is better, digits, how a table names it).
+MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
+            'tokens': ('accuracy', True, 3, 'answer tokens right'),
+            'perplexity': ('perplexity', False, 1, 'validation perplexity'),
+            'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
+KINDS = ('table', 'separations', 'summary')
+
+
+def read_points(records: str) -> list[dict]:
+  """Every point kept under `records` (scripts/report.py's reading), finished or not."""
+  overrides, labels = report._sweep_record(records)  # pylint: disable=protected-access
+  workdirs = sorted(os.path.dirname(p)
+                    for p in glob.glob(os.path.join(records, '*', 'config.json')))
+  if not workdirs:
+    raise errors.ConfigError(f'{records} holds no kept run (no */config.json). Fix: name a '
+                             'folder written by scripts/keep_records.py.')
+  return [report.read_point(w, overrides.get(os.path.basename(w), {}),
+                            labels.get(os.path.basename(w), '')) for w in workdirs]
+
+
+def tables(points: list[dict], measure: str) -> dict:
+  """task -> {line: {length: [value per seed]}} for `measure`."""
+  metric = MEASURES[measure][0]
+  if measure in ('rows', 'tokens'):
+    return report.accuracy_table([p for p in points if report.is_synthetic(p)], metric)
+  lm = [p for p in points if not report.is_synthetic(p)]
+  if measure == 'perplexity':
+    return {'text': report.variant_table(lm, metric)}
+  return {'passkey in text': report.variant_table(lm, metric, 'retrieval')}
+
+
+def _cell(values, digits: int, ranges: bool) -> str:
+  if not values:
+    return '-'
+  mean = statistics.mean(values)
+  text = (f'{mean:.{digits}f} ± {statistics.stdev(values):.{digits}f}' if len(values) > 1
+          else f'{mean:.{digits}f}')
+  return text + (f' ({min(values):.{digits}f}-{max(values):.{digits}f})' if ranges else '')
+
+
+def _lengths(lines: dict) -> list[int]:
+  return sorted({n for per_length in lines.values() for n in per_length})
+
+
+def _chosen(by_task: dict, options: dict, spec: str) -> dict:
+  tasks = options.get('tasks', sorted(by_task))
+  missing = [t for t in tasks if t not in by_task]
+  if missing:
+    raise errors.ConfigError(f'"{spec}": no records of {missing} (kept: {sorted(by_task)}). '
+                             'Fix: name tasks the records hold.')
+  return {t: by_task[t] for t in tasks}
+
+
+def _order(lines: dict, options: dict, spec: str, higher: bool) -> list[str]:
+  if 'lines' in options:
+    missing = [k for k in options['lines'] if k not in lines]
+    if missing:
+      raise errors.ConfigError(f'"{spec}": no line {missing} in the records (kept: '
+                               f'{sorted(lines)}). Fix: name lines the records hold.')
+    return options['lines']
+  overall = lambda k: statistics.mean(statistics.mean(v) for v in lines[k].values())
+  return sorted(lines, key=lambda k: -overall(k) if higher else overall(k))
+
+
+def table(points, options: dict, spec: str) -> list[str]:
+  measure = options.get('measure', ['rows'])[0]
+  _, higher, digits, _ = MEASURES[measure]
+  by_task = _chosen(tables(points, measure), options, spec)
+  ranges = options.get('ranges', ['0'])[0] == '1'
+  columns = [(task, n) for task, lines in by_task.items() for n in _lengths(lines)]
+  many = len(by_task) > 1
+  head = '| line | seeds | ' + ' | '.join(f'{t} {n}' if many else str(n)
+                                          for t, n in columns) + ' |'
+  merged = {}
+  for task, lines in by_task.items():
+    for k, per_length in lines.items():
+      merged.setdefault(k, {}).update({(task, n): v for n, v in per_length.items()})
+  order = _order(merged, options, spec, higher)
+  learnt = float(options['learnt'][0]) if 'learnt' in options else None
+  out = [head, '|---' * (len(columns) + 2) + '|']
+  if learnt is not None:
+    out[0] += f' first validation step at {learnt:g} of rows, by seed |'
+    out[1] += '---|'
+  for k in order:
+    seeds = max(len(v) for v in merged[k].values())
+    out.append(f'| {k} | {seeds} | ' + ' | '.join(
+        _cell(merged[k].get(c, []), digits, ranges) for c in columns) + ' |')
+    if learnt is not None:
+      out[-1] += f' {_learnt(points, k, by_task, learnt)} |'
+  return out
+
+
+def _learnt(points, line: str, by_task: dict, threshold: float) -> str:
+  """Each seed's first in-training validation step with at least `threshold` of the rows
+  answered exactly ('-': never), for a line trained as such (not an evaluation variant)."""
+  members = [p for p in points if report.label(p['scheme'], p['options']) == line
+             and p['task'][len(report.SYNTHETIC):] in by_task]
+  if not members:
+    return '(an evaluation variant)'
+  steps = []
+  for p in sorted(members, key=lambda p: p['seed']):
+    reached = [s for s, v in sorted(p['answered_curve'].items()) if v >= threshold]
+    steps.append(f'{reached[0]:,}' if reached else '-')
+  return ', '.join(steps)
+
+
+def _pairs(lines: dict, options: dict, spec: str) -> list[tuple[str, str]]:
+  if 'against' in options:
+    base = options['against'][0]
+    return [(k, base) for k in sorted(lines) if k != base]
+  pairs = [tuple(p.split(':', 1)) for p in options.get('pairs', [])]
+  if not pairs or any(len(p) != 2 for p in pairs):
+    raise errors.ConfigError(f'"{spec}": a separations block names pairs=a:b;c:d or '
+                             'against=LINE. Fix: add one.')
+  return pairs
+
+
+def separations(points, options: dict, spec: str) -> list[str]:
+  measure = options.get('measure', ['rows'])[0]
+  digits = MEASURES[measure][2]
+  by_task = _chosen(tables(points, measure), options, spec)
+  out = ['| pair | task | length | seeds | first\'s seeds | second\'s seeds | separates | '
+         'first - second [95% interval] | p |', '|---' * 9 + '|']
+  for task, lines in by_task.items():
+    for a, b in _pairs(lines, options, spec):
+      for k in (a, b):
+        if k not in lines:
+          raise errors.ConfigError(f'"{spec}": no line {k!r} in {task}\'s records (kept: '
+                                   f'{sorted(lines)}). Fix: name lines the records hold.')
+      for n in sorted(set(lines[a]) & set(lines[b])):
+        va, vb = lines[a][n], lines[b][n]
+        if len(va) < 2 or len(vb) < 2:
+          continue
+        c = separations_lib.compare(va, vb)
+        verdict = ('every seed ' + ('above' if c.difference > 0 else 'below') if c.apart
+                   else 'no')
+        out.append(f'| {a} : {b} | {task} | {n} | {len(va)} v {len(vb)} | '
+                   f'{min(va):.{digits}f}-{max(va):.{digits}f} | '
+                   f'{min(vb):.{digits}f}-{max(vb):.{digits}f} | {verdict} | '
+                   f'{c.difference:+.{digits}f} [{c.interval[0]:+.{digits}f}, '
+                   f'{c.interval[1]:+.{digits}f}] | {c.p:.3f} |')
+  return out
+
+
+def summary(points, options: dict, spec: str) -> list[str]:
+  measure = options.get('measure', ['rows'])[0]
+  _, higher, digits, _ = MEASURES[measure]
+  by_task = _chosen(tables(points, measure), options, spec)
+  reference = options.get('reference', ['rope'])[0]
+  out = [f'| task | seeds | `{reference}` at 1x / the longest | best at the longest | on the '
+         f'better side of every `{reference}` seed at the longest | on the worse side |',
+         '|---' * 6 + '|']
+  for task, lines in by_task.items():
+    if reference not in lines:
+      raise errors.ConfigError(f'"{spec}": no line {reference!r} in {task}\'s records. Fix: '
+                               'reference=LINE.')
+    lengths = sorted(lines[reference])
+    first, last = lengths[0], lengths[-1]
+    at = {k: v[last] for k, v in lines.items() if len(v.get(last, [])) >= 2}
+    best = (max if higher else min)(at, key=lambda k: statistics.mean(at[k]))
+    sides = {True: [], False: []}
+    for k, values in sorted(at.items()):
+      if k != reference:
+        c = separations_lib.compare(values, at[reference])
+        if c.apart:
+          sides[(c.difference > 0) == higher].append(f'`{k}`')
+    seeds = len(lines[reference][last])
+    out.append(f'| {task} | {seeds} | {_cell(lines[reference][first], digits, False)} / '
+               f'{_cell(lines[reference][last], digits, False)} | `{best}` '
+               f'{_cell(at[best], digits, False)} | {", ".join(sides[True]) or "none"} | '
+               f'{", ".join(sides[False]) or "none"} |')
+  return out
+
+
+def parse(spec: str) -> tuple[str, str, dict]:
+  """`PATH KIND key=value ...` -> (path, kind, {key: [values]})."""
+  try:
+    words = shlex.split(spec)
+  except ValueError as e:
+    raise errors.ConfigError(f'"{spec}": {e}. Fix: close the quote.') from None
+  if len(words) < 2 or words[1] not in KINDS:
+    raise errors.ConfigError(f'"{spec}": a block is "PATH KIND key=value ...", KIND one of '
+                             f'{KINDS}. Fix: name the records and the kind.')
+  options = {}
+  for word in words[2:]:
+    key, sep, value = word.partition('=')
+    if not sep:
+      raise errors.ConfigError(f'"{spec}": {word!r} is not key=value. Fix: write it so.')
+    options[key] = value.split(';')
+  measure = options.get('measure', ['rows'])[0]
+  if measure not in MEASURES:
+    raise errors.ConfigError(f'"{spec}": measure={measure!r} is not one of {tuple(MEASURES)}. '
+                             'Fix: one of those.')
+  return words[0], words[1], options
+
+
+def render(spec: str, cache: dict) -> str:
+  path, kind, options = parse(spec)
+  if path not in cache:
+    cache[path] = read_points(str(ROOT / path))
+  lines = {'table': table, 'separations': separations, 'summary': summary}[kind](
+      cache[path], options, spec)
+  return '\n'.join(lines) + '\n'
+
+
+def regenerate(text: str, cache: dict) -> str:
+  """`text` with every block's body generated from its records."""
+  return BLOCK.sub(lambda m: m.group(1) + render(m.group('spec'), cache) + m.group(4), text)
+
+
+def pages() -> list[pathlib.Path]:
+  return sorted(p for pattern in PAGES for p in ROOT.glob(pattern))
+
+
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser.add_argument('--check', action='store_true',
+                      help='Change nothing; exit 1 naming each page whose blocks differ.')
+  args = parser.parse_args(argv)
+  cache, stale = {}, []
+  for page in pages():
+    text = page.read_text(encoding='utf-8')
+    new = regenerate(text, cache)
+    if new != text:
+      stale.append(str(page.relative_to(ROOT)))
+      if not args.check:
+        page.write_text(new, encoding='utf-8')
+  if args.check and stale:
+    print(f'error: {", ".join(stale)}: results differ from their records. Fix: python '
+          'scripts/docs_from_records.py', file=sys.stderr)
+    return 1
+  print(('rewrote ' + ', '.join(stale)) if stale else 'every block is current')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(cli.guard(main)())

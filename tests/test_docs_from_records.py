@@ -1,0 +1,92 @@
+"""scripts/docs_from_records.py: the results blocks of the README and docs/ are what their kept
+records give (regenerated here, the page must not differ), and each block kind computes its
+cells from the seeds: mean ± sample std, the seed range, separations with roformer/separations.py,
+the README summary's sides; a malformed block is one error naming it."""
+
+import re
+
+import pytest
+
+from roformer import errors
+from scripts import docs_from_records as docs
+
+
+def test_every_results_block_in_the_docs_is_what_its_records_give():
+  cache, blocks = {}, 0
+  for page in docs.pages():
+    text = page.read_text(encoding='utf-8')
+    blocks += len(docs.BLOCK.findall(text))
+    assert docs.regenerate(text, cache) == text, (
+        f'{page}: a results block differs from its records. Fix: python '
+        'scripts/docs_from_records.py')
+  assert blocks >= 10
+
+
+def _point(scheme, seed, task, values, curve=None):
+  return {'scheme': scheme, 'options': '', 'seed': seed, 'task': 'synthetic/' + task,
+          'status': 'done', 'steps': 100, 'answered_curve': curve or {},
+          'evals': {'': {n: {'sequence_accuracy': v, 'accuracy': v} for n, v in values.items()}}}
+
+
+POINTS = [_point('rope', 0, 'copy', {32: 0.5, 64: 0.1}, {20: 0.5, 40: 0.95}),
+          _point('rope', 1, 'copy', {32: 0.7, 64: 0.3}, {20: 0.92}),
+          _point('rope', 2, 'copy', {32: 0.6, 64: 0.2}, {20: 0.1}),
+          _point('fox', 0, 'copy', {32: 0.9, 64: 0.8}),
+          _point('fox', 1, 'copy', {32: 1.0, 64: 0.9}),
+          _point('fox', 2, 'copy', {32: 0.8, 64: 0.85}),
+          _point('none', 0, 'copy', {32: 0.1, 64: 0.0}),
+          _point('none', 1, 'copy', {32: 0.2, 64: 0.0}),
+          _point('none', 2, 'copy', {32: 0.6, 64: 0.3})]
+
+
+def test_a_table_gives_mean_sample_std_and_range_best_line_first_and_the_learning_step():
+  lines = docs.table(POINTS, {'ranges': ['1'], 'learnt': ['0.9']}, 'spec')
+  assert lines[0] == ('| line | seeds | 32 | 64 | first validation step at 0.9 of rows, by seed |')
+  # fox: mean 0.9, sample std 0.1 (ddof 1: population std would be 0.082).
+  assert lines[2] == '| fox | 3 | 0.900 ± 0.100 (0.800-1.000) | 0.850 ± 0.050 (0.800-0.900) | -, -, - |'
+  assert lines[3] == '| rope | 3 | 0.600 ± 0.100 (0.500-0.700) | 0.200 ± 0.100 (0.100-0.300) | 40, 20, - |'
+  assert lines[4].startswith('| none | 3 | 0.300 ± 0.265 (0.100-0.600) |')
+  chosen = docs.table(POINTS, {'lines': ['none', 'rope']}, 'spec')
+  assert [l.split(' | ')[0] for l in chosen[2:]] == ['| none', '| rope']
+
+
+def test_separations_name_every_seed_above_with_the_interval_and_exact_p():
+  lines = docs.separations(POINTS, {'pairs': ['fox:rope', 'none:rope']}, 'spec')
+  fox32, fox64, none32, none64 = lines[2:]
+  # fox 0.8-1.0 against rope 0.5-0.7: apart; 2 of the C(6, 3) = 20 splits as extreme: p 0.1.
+  assert fox32.startswith('| fox : rope | copy | 32 | 3 v 3 | 0.800-1.000 | 0.500-0.700 | '
+                          'every seed above | +0.300 [+0.')
+  assert fox32.endswith('| 0.100 |') and 'every seed above' in fox64
+  assert '| no |' in none32 and '| no |' in none64  # none's 0.6 meets rope's range.
+  low, high = map(float, re.search(r'\[([-+.\d]+), ([-+.\d]+)\]', fox32).groups())
+  assert 0.1 <= low < 0.3 < high <= 0.5  # Means of resamples lie within each range.
+
+
+def test_the_summary_names_the_lines_apart_from_the_reference_at_the_longest_length():
+  [head, _, row] = docs.summary(POINTS, {}, 'spec')
+  assert '`rope` at 1x / the longest' in head
+  assert row == ('| copy | 3 | 0.600 ± 0.100 / 0.200 ± 0.100 | `fox` 0.850 ± 0.050 | `fox` | '
+                 'none |')
+
+
+@pytest.mark.parametrize('spec, match', [
+    ('docs/results/x', 'a block is "PATH KIND'),
+    ('docs/results/x plot', 'a block is "PATH KIND'),
+    ('docs/results/x table measure=speed', "measure='speed' is not one of"),
+    ('docs/results/x table tasks', "'tasks' is not key=value"),
+    ('docs/results/x table lines="rope', 'close the quote'),
+])
+def test_a_malformed_block_is_one_error_naming_it(spec, match):
+  with pytest.raises(errors.ConfigError, match=match):
+    docs.parse(spec)
+
+
+def test_a_block_naming_what_the_records_lack_is_one_error():
+  with pytest.raises(errors.ConfigError, match=r"no line \['xl'\] in the records"):
+    docs.table(POINTS, {'lines': ['xl']}, 'spec')
+  with pytest.raises(errors.ConfigError, match=r"no records of \['passkey'\]"):
+    docs.table(POINTS, {'tasks': ['passkey']}, 'spec')
+  with pytest.raises(errors.ConfigError, match='names pairs=a:b'):
+    docs.separations(POINTS, {}, 'spec')
+  with pytest.raises(errors.ConfigError, match='holds no kept run'):
+    docs.read_points('/nonexistent')
