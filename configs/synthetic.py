@@ -10,7 +10,7 @@ optionally followed by a position kind (default rope). Rows are generated from a
 files. Loss and accuracy count the answer tokens only; `sequence_accuracy` is the share of rows
 whose whole answer is right (exactly what greedy decoding from the question gets right). The
 model is small enough for a run of a few minutes on 2 CPU cores; configs/sweeps/length.py
-compares every scheme on every task at three seeds.
+compares every scheme on every task at five seeds.
 """
 
 from configs import base

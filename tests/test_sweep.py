@@ -387,16 +387,16 @@ def get_sweep(arg=''):
       sweeps.load(bad, 'configs/lm.py')
 
 
-def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
+def test_length_sweep_is_every_scheme_on_each_default_task_at_five_seeds():
   sweep = sweeps.load('configs/sweeps/length.py')
   schemes = length_sweep.KINDS + tuple(length_sweep.VARIANTS)
   assert sweep.config == 'configs/synthetic.py'
-  assert len(sweep.points) == 3 * 3 * len(schemes)
+  assert len(sweep.points) == 3 * 5 * len(schemes)
   assert {p.fields['data.name'] for p in sweep.points} == {
       'synthetic/passkey', 'synthetic/associative_recall', 'synthetic/copy'}
   recall = sweeps.load('configs/sweeps/length.py:associative_recall,alibi')
   assert [p.name for p in recall.points] == [f'associative_recall,alibi,seed={s}'
-                                             for s in (0, 1, 2)]
+                                             for s in range(5)]
   passkey = synthetic_config.get_config('passkey')
   for point in sweep.points:  # Each trains as the task's own config does.
     task = point.fields['data.name'].split('/')[1]
@@ -416,7 +416,7 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
     own.train.random_positions = ran.train.random_positions
     assert ran.train.to_dict() == own.train.to_dict(), point.name
     assert ran.data.to_dict() == own.data.to_dict(), point.name
-  assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2}
+  assert {p.fields['seed'] for p in sweep.points} == {0, 1, 2, 3, 4}
   assert {p.fields['model.position.kind'] for p in sweep.points} == set(length_sweep.KINDS)
   random = [p for p in sweep.points if p.name == 'copy,rope+random,seed=1'][0]
   assert random.fields['train.random_positions'] == 8 * random.fields['data.seq_len']
@@ -429,13 +429,13 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_three_seeds():
 
 
 def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
-  """Every scheme on every task at three seeds, each point a config that passes the checks;
+  """Every scheme on every task at five seeds, each point a config that passes the checks;
   the budget axis trains five schemes at half, once and twice each task's steps."""
   sweep = sweeps.load('configs/sweeps/frontier.py')
-  assert len(sweep.points) == 4 * 3 * len(frontier_sweep.SCHEMES)
+  assert len(sweep.points) == 4 * 5 * len(frontier_sweep.SCHEMES)
   assert {p.fields['data.name'] for p in sweep.points} == {
       'synthetic/' + t for t in ('passkey', 'associative_recall', 'copy', 'flip_flop')}
-  for point in sweep.points[:len(sweep.points) // 3]:  # The first seed: every task and scheme.
+  for point in sweep.points[:len(sweep.points) // 5]:  # The first seed: every task and scheme.
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     config_lib.validate(config_args.load(sweep.config, flags))
   swa = [p for p in sweep.points if p.name == 'copy,rnope_swa,seed=2'][0]
@@ -444,11 +444,11 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
   assert [(p.name, p.fields['train.steps']) for p in budget.points[:3]] == [
       ('passkey,path,steps=0.5x,seed=0', 200), ('passkey,path,seed=0', 400),
       ('passkey,path,steps=2x,seed=0', 800)]
-  assert len(sweeps.load('configs/sweeps/frontier.py:budget').points) == 5 * 2 * 3 * 3
+  assert len(sweeps.load('configs/sweeps/frontier.py:budget').points) == 5 * 2 * 3 * 5
   assert not {p.fields.get('model.position.fox.gate_bias_init') for p in sweep.points} - {None}
   gate = sweeps.load('configs/sweeps/frontier.py:passkey,fox_gate5').points  # Only when named.
   assert [(p.name, p.fields['model.position.fox.gate_bias_init']) for p in gate] == [
-      (f'passkey,fox_gate5,seed={s}', 5.0) for s in (0, 1, 2)]
+      (f'passkey,fox_gate5,seed={s}', 5.0) for s in range(5)]
   _, flags = config_args.split_argv(sweeps.train_command(sweep, gate[0], '/w/g')[1:])
   assert config_args.load(sweep.config, flags).model.position.fox.gate_bias_init == 5.0
   with pytest.raises(ValueError, match='unknown parts'):
@@ -456,11 +456,11 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
 
 
 def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
-  """Every scheme on passkey, two RULER tasks and flip-flop at three seeds, each a valid
+  """Every scheme on passkey, two RULER tasks and flip-flop at five seeds, each a valid
   config; a point it shares with frontier.py has the same name and fields."""
   sweep = sweeps.load('configs/sweeps/options.py')
-  assert len(sweep.points) == 4 * 3 * len(options_sweep.SCHEMES)
-  for point in sweep.points[:len(sweep.points) // 3]:
+  assert len(sweep.points) == 4 * 5 * len(options_sweep.SCHEMES)
+  for point in sweep.points[:len(sweep.points) // 5]:
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     config_lib.validate(config_args.load(sweep.config, flags))
   frontier = {p.name: p.fields for p in sweeps.load('configs/sweeps/frontier.py').points}
@@ -672,13 +672,13 @@ def test_a_groups_step_flops_are_the_hand_count_of_its_members_step():
   # d 64, d_ff 256, 2 layers, 32 positions, causal: per token and layer the projections 8 d^2,
   # the MLP 4 d f and half of attention's 4 L d; the tied output 2 d V over the task's own
   # vocabulary (not the config's placeholder, which the tokenizer replaces); 3x for training;
-  # 256 rows of 32 tokens for each of 3 members.
+  # 256 rows of 32 tokens for each of 5 members.
   vocab = synthetic.Vocabulary(synthetic_config.get_config('niah_multikey').data.synthetic,
                                'niah_multikey').vocab_size
   assert 200 < vocab < 4096
   d, f, layers, length = 64, 256, 2, 32
   per_token = 3 * (layers * (8 * d * d + 4 * d * f + 2 * length * d) + 2 * d * vocab)
-  assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 3
+  assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 5
 
 
 def test_on_an_accelerator_host_bound_groups_run_one_process_per_core_and_large_ones_alone(
