@@ -147,8 +147,11 @@ def empty_path_message(flag: str) -> str:
 
 def DEFINE_path(name: str, default: str | None, help_text: str, *,  # pylint: disable=invalid-name
                 required: bool = False) -> flags.FlagHolder:
-  """A string flag holding a path; an empty or blank value is refused when flags are parsed."""
-  holder = flags.DEFINE_string(name, default, help_text, required=required)
+  """A string flag holding a path; an empty or blank value is refused when flags are parsed.
+  It is declared as the calling module's flag, so that the entry point's --help lists it."""
+  caller = sys._getframe(1).f_globals.get('__name__', '')  # pylint: disable=protected-access
+  holder = flags.DEFINE_string(name, default, help_text, required=required,
+                               module_name=sys.argv[0] if caller == '__main__' else caller)
   flags.register_validator(name, lambda value: value is None or bool(value.strip()),
                            message=empty_path_message(f'--{name}'))
   return holder

@@ -181,3 +181,14 @@ def test_the_step0_losses_shown_are_the_kept_output():
                                                                    1)[0]
   kept = (ROOT / 'docs' / 'results' / 'init_2026-11-28' / 'step0.md').read_text(encoding='utf-8')
   assert shown == kept.rstrip('\n')
+
+
+def test_the_layout_page_is_each_files_own_first_sentence():
+  """docs/layout.md's index is scripts/module_index.py's: every module, config and script,
+  with its docstring's first sentence (a new or renamed file makes it stale)."""
+  from scripts import module_index  # pylint: disable=import-outside-toplevel
+  assert module_index.main(['--check']) == 0
+  text = (ROOT / 'docs' / 'layout.md').read_text(encoding='utf-8')
+  for path in ('roformer/separations.py', 'roformer/positions/rotary.py', 'train.py',
+               'scripts/docs_from_records.py', 'configs/sweeps/length.py'):
+    assert f'- `{path}`: ' in text, path

@@ -198,3 +198,18 @@ def test_each_kind_of_failed_write_gets_its_own_fix(code, failure, fix):
   others = {'free space on that disk', 'within your quota', 'make that directory writable',
             'remount'} - {fix}
   assert not any(o in line for o in others), line
+
+
+def test_help_lists_every_flag_an_entry_point_needs():
+  """--workdir (and generate.py's --input) are declared through roformer/cli.py's path flag:
+  each entry point's --help shows them among its own flags."""
+  commands = {'train.py': ('--workdir:',), 'eval.py': ('--workdir:',),
+              'scripts/generate.py': ('--workdir:', '--input:')}
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    done = dict(zip(commands, pool.map(lambda c: _run([c, '--help']), commands)))
+  for command, wanted in commands.items():
+    own = done[command].stdout.split('\n\n')
+    listed = [part for part in own if part.startswith(f'{command}:')]
+    assert listed, (command, done[command].stdout[-500:])
+    for flag in wanted:
+      assert flag in listed[0], (command, flag)
