@@ -1,5 +1,4 @@
-"""Summarise a sweep: Markdown tables per point and per scheme (mean and spread over seeds), and
-PNG plots.
+"""Summarise a sweep as Markdown tables and PNG plots: per point, per scheme over seeds, and the separations.
 
   python scripts/report.py runs/sweep [--out runs/sweep/report.md]
 
