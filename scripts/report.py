@@ -453,6 +453,27 @@ def markdown(points: list[dict], root: str) -> str:
   return '\n'.join(lines)
 
 
+def panel(tag: str) -> str:
+  """The small multiple a retrieval line goes in: by what was done to the model."""
+  if 'continued' in tag:
+    return 'continued training'
+  if tag.endswith(' scaling'):
+    return 'RoPE scalings at evaluation'
+  if tag.endswith(' remap'):
+    return 'remaps at evaluation'
+  return 'as trained'
+
+
+def band(ax, per_length: dict, tag: str, color, linestyle: str = '-') -> None:
+  """A line's mean over seeds, with the seeds' range shaded (several seeds) around it."""
+  xs = sorted(per_length)
+  ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
+          label=tag, color=color, linestyle=linestyle)
+  if any(len(per_length[n]) > 1 for n in xs):
+    ax.fill_between(xs, [min(per_length[n]) for n in xs], [max(per_length[n]) for n in xs],
+                    color=color, alpha=0.15, linewidth=0)
+
+
 def plot(points: list[dict], out_dir: str) -> list[str]:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
@@ -494,15 +515,14 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
     ax.set(xlabel='step', ylabel='validation loss (mean over seeds)',
            title='Validation loss per position scheme')
     save(fig, ax, 'validation_loss.png')
-    curves = extrapolation(lm)
+    curves = variant_table(lm)
     if curves:
       fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
       for tag, curve in curves.items():
-        lengths = sorted(curve)
-        ax.plot(lengths, [curve[n] for n in lengths], marker='o', markersize=3, label=tag,
-                linestyle='--' if ' + ' in tag else '-', color=color(tag))
+        band(ax, curve, tag, color(tag), '--' if ' + ' in tag else '-')
       log_lengths(ax, sorted({n for c in curves.values() for n in c}))
-      ax.set(xlabel='evaluation length (tokens)', ylabel='validation perplexity',
+      ax.set(xlabel='evaluation length (tokens)',
+             ylabel='validation perplexity (mean; band: seed range)',
              title='Length extrapolation')
       save(fig, ax, 'length_extrapolation.png')
     positions = position_curves(lm)
@@ -519,19 +539,27 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
              ylabel='validation loss (mean over seeds)', title='Loss by position')
       save(fig, ax, 'position_loss.png')
     answered = variant_table(lm, 'sequence_accuracy', 'retrieval')
-    if answered:  # One colour per line: here the variants of one scheme are what differs.
-      fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
-      for i, (tag, per_length) in enumerate(answered.items()):
-        xs = sorted(per_length)
-        ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
-                label=tag, linestyle='--' if 'continued' in tag else '-',
-                color=palette[i % len(palette)])
-      log_lengths(ax, sorted({n for c in answered.values() for n in c}))
-      ax.set(xlabel='evaluation length (tokens)', ylim=(-0.02, 1.02),
-             ylabel='passkey rows answered in full (mean over seeds)',
-             title='Passkey retrieval in text vs evaluation length')
-      ax.legend(fontsize=6, loc='upper left', bbox_to_anchor=(1.01, 1.0))
-      save(fig, ax, 'passkey_accuracy.png', legend=False)
+    if answered:  # Small multiples: the lines as trained in every panel, for reference.
+      panels = {}
+      for tag in answered:
+        panels.setdefault(panel(tag), []).append(tag)
+      reference = panels.pop('as trained', [])
+      names = list(panels) or ['as trained']
+      lengths = sorted({n for c in answered.values() for n in c})
+      fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 4.2), dpi=120,
+                               sharey=True, squeeze=False)
+      for ax, name in zip(axes[0], names):
+        for i, tag in enumerate(panels.get(name, [])):
+          band(ax, answered[tag], tag, palette[i % len(palette)])
+        for tag in reference:
+          band(ax, answered[tag], tag, 'black', linestyle=':')
+        log_lengths(ax, lengths)
+        ax.set(xlabel='evaluation length (tokens)', ylim=(-0.02, 1.02), title=name)
+        ax.grid(alpha=0.3, which='both')
+        ax.legend(fontsize=5, loc='lower left')
+      axes[0][0].set_ylabel('passkey rows answered in full\n(mean over seeds; band: seed range)')
+      fig.suptitle('Passkey retrieval in text vs evaluation length', fontsize=10)
+      save(fig, axes[0][0], 'passkey_accuracy.png', legend=False)
   for task, rows in sorted(accuracy_table([p for p in points if is_synthetic(p)]).items()):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     lengths = sorted({n for per_length in rows.values() for n in per_length})

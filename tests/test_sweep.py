@@ -1100,3 +1100,11 @@ def test_the_frontier_and_options_sweeps_run_on_the_llama_block(path):
     config_lib.validate(config)
     assert (config.model.normalization, config.model.mlp, config.model.num_kv_heads,
             config.model.d_ff) == ('rms_norm', 'gated', 2, 168)
+
+
+def test_the_retrieval_plot_puts_each_line_in_the_panel_of_what_was_done_to_the_model():
+  assert report.panel('rope') == 'as trained'
+  assert report.panel('rope + yarn scaling') == 'RoPE scalings at evaluation'
+  assert report.panel('rope + dca remap') == 'remaps at evaluation'
+  assert report.panel('rope (kind=yarn, factor=4.0, continued from=base) + short') == (
+      'continued training')
