@@ -1108,3 +1108,15 @@ def test_the_retrieval_plot_puts_each_line_in_the_panel_of_what_was_done_to_the_
   assert report.panel('rope + dca remap') == 'remaps at evaluation'
   assert report.panel('rope (kind=yarn, factor=4.0, continued from=base) + short') == (
       'continued training')
+
+
+def test_a_point_shared_by_the_synthetic_sweeps_is_one_run():
+  """length.py, frontier.py and options.py name a shared point alike with the same fields, so
+  that one workdir serves all three and a shared point is trained once, not once per sweep."""
+  loaded = {name: {p.name: p.fields for p in sweeps.load(f'configs/sweeps/{name}.py').points}
+            for name in ('length', 'frontier', 'options')}
+  for a, b in (('length', 'frontier'), ('length', 'options'), ('frontier', 'options')):
+    shared = set(loaded[a]) & set(loaded[b])
+    assert shared, (a, b)
+    assert all(loaded[a][n] == loaded[b][n] for n in shared), (a, b)
+  assert 'passkey,rope,seed=4' in set(loaded['length']) & set(loaded['frontier'])
