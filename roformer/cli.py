@@ -30,6 +30,7 @@ from absl import flags
 
 from roformer import errors
 from roformer import host_memory
+from roformer import killpoints
 from roformer import reliability
 
 USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the user can fix.
@@ -90,6 +91,7 @@ def guard(main: Callable) -> Callable:
   @functools.wraps(main)
   def guarded(*args, **kwargs):
     try:
+      killpoints.check()  # The environment's settings, before anything is written.
       return main(*args, **kwargs)
     except app.UsageError as e:
       if debug_requested():

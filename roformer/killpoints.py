@@ -11,6 +11,7 @@ the whole mechanism is these few lines, and the points must sit inside this proj
 writes.
 """
 
+import math
 import os
 import signal
 import threading
@@ -42,22 +43,31 @@ def _parse(value: str) -> tuple[str, int, float] | None:
     visit, seconds = int(count or 1), float(delay or 0)
   except ValueError:
     visit = seconds = None
-  if name not in POINTS or visit is None or visit < 1:
+  if (name not in POINTS or visit is None or visit < 1 or not math.isfinite(seconds)
+      or seconds < 0):
     raise errors.ConfigError(f'{ENV}={value!r} is not POINT[:VISIT[:DELAY]] with POINT one of '
-                             f'{sorted(POINTS)} and VISIT >= 1. Fix: correct it, or unset it.')
+                             f'{sorted(POINTS)}, VISIT >= 1 and DELAY a finite number of seconds '
+                             '>= 0. Fix: correct it, or unset it.')
   return name, visit, seconds
 
 
-_ARMED = None  # Read from the environment at the first visit of any point (not at import).
+_UNREAD = object()
+_ARMED = _UNREAD  # ROFORMER_KILL_AT, parsed once: by `check` at start-up, else at first use.
 _reached: dict[str, int] = {}
+
+
+def check() -> None:
+  """Parses ROFORMER_KILL_AT now: every entry point calls this before it writes anything, so
+  that a malformed value is one error at start-up, not a surprise inside a write."""
+  global _ARMED
+  _ARMED = _parse(os.environ.get(ENV, ''))
 
 
 def armed(point: str) -> bool:
   """Whether this process is to be killed at some visit of `point` (writers that cut their
   write in two to be killed in the middle ask this first)."""
-  global _ARMED
-  if _ARMED is None and os.environ.get(ENV):
-    _ARMED = _parse(os.environ[ENV])
+  if _ARMED is _UNREAD:
+    check()
   return _ARMED is not None and _ARMED[0] == point
 
 

@@ -29,8 +29,8 @@ def _tree(root) -> dict:
           if p.is_file()}
 
 
-def _run(args, cwd=REPO):
-  return subprocess.run([sys.executable] + args, cwd=cwd, env=dict(os.environ),
+def _run(args, cwd=REPO, env=None):
+  return subprocess.run([sys.executable] + args, cwd=cwd, env={**os.environ, **(env or {})},
                         capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -213,3 +213,24 @@ def test_help_lists_every_flag_an_entry_point_needs():
     assert listed, (command, done[command].stdout[-500:])
     for flag in wanted:
       assert flag in listed[0], (command, flag)
+
+
+def test_a_malformed_kill_point_is_refused_at_start_up_before_anything_is_written(
+    mlm_workdir, tmp_path):
+  """ROFORMER_KILL_AT is parsed before an entry point's work: a malformed value, an infinite or
+  NaN delay is one line, and neither a trained workdir nor a new one gains a file."""
+  trained = str(tmp_path / 'trained')
+  shutil.copytree(mlm_workdir[0], trained)
+  fresh = tmp_path / 'fresh'
+  cases = {
+      'json.partial:x': ['eval.py', f'--workdir={trained}'],
+      'json.partial:1:inf': ['train.py', '--config=configs/test.py', f'--workdir={fresh}'],
+      'json.partial:1:nan': ['scripts/report.py', trained],
+  }
+  watched = {trained: _tree(trained), fresh: {}}
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    done = {value: pool.submit(_run, command, env={'ROFORMER_KILL_AT': value})
+            for value, command in cases.items()}
+  for value in cases:
+    _check(value, done[value].result(), 1, f'ROFORMER_KILL_AT={value!r} is not', watched)
+  assert not fresh.exists()

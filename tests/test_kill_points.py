@@ -311,7 +311,8 @@ def test_a_sweep_killed_while_its_point_trains_stops_that_run_and_finishes_when_
 def test_a_kill_point_kills_at_its_visit_and_cuts_a_write_in_two(monkeypatch, tmp_path):
   killpoints.reach('checkpoint.save')  # Not armed: nothing happens.
   assert not killpoints.armed('checkpoint.save')
-  for bad in ('nosuch:1', 'json.partial:x', 'json.partial:0'):
+  for bad in ('nosuch:1', 'json.partial:x', 'json.partial:0', 'json.partial:1:inf',
+              'json.partial:1:nan', 'json.partial:1:-1'):
     with pytest.raises(errors.ConfigError, match=f'{killpoints.ENV}='):
       killpoints._parse(bad)  # pylint: disable=protected-access
   path = tmp_path / 'f.txt'
@@ -319,7 +320,7 @@ def test_a_kill_point_kills_at_its_visit_and_cuts_a_write_in_two(monkeypatch, tm
   monkeypatch.setattr(killpoints.os, 'kill',
                       lambda pid, sig: on_disk_at_kill.append((pid, sig, path.read_text())))
   monkeypatch.setenv(killpoints.ENV, 'json.partial:2')
-  monkeypatch.setattr(killpoints, '_ARMED', None)
+  monkeypatch.setattr(killpoints, '_ARMED', killpoints._UNREAD)  # pylint: disable=protected-access
   monkeypatch.setattr(killpoints, '_reached', {})
   for text in ('abcd', 'efghij'):
     with open(path, 'a', encoding='utf-8') as f:
