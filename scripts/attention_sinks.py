@@ -149,6 +149,13 @@ def main(argv):
   absl_logging.set_verbosity(absl_logging.WARNING)
   if not _WORKDIRS.value:
     raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
+  seen = {}
+  for workdir in _WORKDIRS.value:  # One run given twice would count as two seeds.
+    first = seen.setdefault(os.path.realpath(workdir), workdir)
+    if first is not workdir:
+      raise errors.ConfigError(f'--workdir={workdir!r} is the run --workdir={first!r} names '
+                               'already: each run is one seed of its label. Fix: give each run '
+                               'once.')
   configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile,
   os.makedirs(_OUT.value, exist_ok=True)  # and the output directory before any measurement.
   runs, passes = [], {}

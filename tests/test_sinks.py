@@ -198,11 +198,14 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
 
 
 @pytest.mark.parametrize('case,says', [('missing', 'no config.json'), ('favor', 'FAVOR+'),
-                                       ('differential', 'differential')])
+                                       ('differential', 'differential'),
+                                       ('twice', 'names already')])
 def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdirs, tmp_path):
   workdir = str(tmp_path / 'run')
   if case == 'missing':
     os.makedirs(workdir)
+  elif case == 'twice':  # The same run as the first --workdir, by another path.
+    os.symlink(workdirs['rope', 1], workdir)
   else:  # A trained run, so that only this case's check can refuse it.
     shutil.copytree(workdirs['rope', 0], workdir)
     config = config_lib.load(workdir)
