@@ -66,11 +66,50 @@ def write_json_atomic(path: str, value, default=None) -> None:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-  """Writes `text` to `path` through a temporary file renamed over it (see write_json_atomic)."""
+  """Writes `text` to `path` through a temporary file renamed over it (see write_json_atomic),
+  durably: the file's bytes and then the rename are forced to the disk (`durable_replace`)."""
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     killpoints.write(f, text, 'json.partial')  # f.write(text), or cut there by a test.
+    sync(f)
   killpoints.reach('json.written')
-  os.replace(path + '.tmp', path)
+  durable_replace(path + '.tmp', path)
+
+
+def sync(f) -> None:
+  """Forces an open file's written bytes to the disk (a power loss after this keeps them)."""
+  f.flush()
+  os.fsync(f.fileno())
+
+
+def sync_directory(path: str) -> None:
+  """Forces a directory's entries (a rename or a new file in it) to the disk."""
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
+def sync_tree(root: str) -> None:
+  """Forces `root` to the disk: a file, or a directory built in a staging place with every file
+  and directory under it, before it is renamed into view."""
+  if not os.path.isdir(root):
+    with open(root, 'rb') as f:
+      os.fsync(f.fileno())
+    return
+  for directory, _, names in os.walk(root):
+    for name in names:
+      with open(os.path.join(directory, name), 'rb') as f:
+        os.fsync(f.fileno())
+    sync_directory(directory)
+
+
+def durable_replace(source: str, target: str) -> None:
+  """os.replace(source, target), then the parent directory synced, so that after a power loss
+  `target` is the new file or the old one. `source` must already be synced (`sync`,
+  `sync_tree`): a rename can reach the disk before the data it names."""
+  os.replace(source, target)
+  sync_directory(os.path.dirname(os.path.abspath(target)))
 
 
 def read_jsonl(path: str) -> list[dict]:

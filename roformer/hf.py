@@ -65,9 +65,11 @@ def _staged(directory: str):
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
     raise
+  files.sync_tree(staging)
   if os.path.isdir(directory):
     os.rmdir(directory)  # An empty one (_check_new refuses any other).
   os.rename(staging, directory)
+  files.sync_directory(os.path.dirname(os.path.abspath(directory)))
 
 
 def _tokenizer(hf_dir: str, vocab_size: int) -> vocabularies.Pretrained:

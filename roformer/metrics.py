@@ -130,6 +130,7 @@ class MetricsWriter:
     complete = files.ends_with_newline(self.path)
     with open(self.path, 'a', encoding='utf-8') as f:  # f.write, or cut there by a test:
       killpoints.write(f, record if complete else '\n' + record, 'jsonl.partial')
+      files.sync(f)
     summary = summary_pb2.Summary(value=[
         summary_pb2.Summary.Value(tag=f'{split}/{k}', simple_value=v) for k, v in values.items()])
     events = self._events_writer()

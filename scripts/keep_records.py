@@ -61,9 +61,10 @@ def _keep_point(workdir: str, target: str) -> None:
   os.makedirs(building)
   for path in point_records(workdir):
     shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
+  files.sync_tree(building)
   if os.path.exists(target):
     shutil.rmtree(target)
-  os.replace(building, target)
+  files.durable_replace(building, target)
 
 
 def keep(sweep_dir: str, records: str) -> list[str]:

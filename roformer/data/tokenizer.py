@@ -13,6 +13,7 @@ import numpy as np
 import sentencepiece as spm
 
 from roformer import errors
+from roformer import files
 from roformer import killpoints
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
@@ -104,5 +105,6 @@ def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,
         input_sentence_size=2_000_000, shuffle_input_sentence=False, num_threads=2,
         hard_vocab_limit=False, minloglevel=2)
     killpoints.reach('tokenizer.written')
-    os.replace(f'{prefix}.model', model_path)  # Atomic: readers never see half a file.
+    files.sync_tree(f'{prefix}.model')
+    files.durable_replace(f'{prefix}.model', model_path)  # Readers never see half a file.
   return Tokenizer(model_path)

@@ -272,4 +272,5 @@ def keep(tokenizer, workdir: str, resumed: bool) -> None:
         f.write('UTF-8 bytes: byte b is id b + 5 (roformer/data/vocabularies.py).\n')
     else:
       shutil.copyfile(tokenizer.path, path + '.tmp')
-    os.replace(path + '.tmp', path)
+    files.sync_tree(path + '.tmp')
+    files.durable_replace(path + '.tmp', path)

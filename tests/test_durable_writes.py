@@ -1,0 +1,66 @@
+"""Results and configs survive a power loss: each atomic write forces the new file's bytes to
+the disk before its rename, and the rename (the parent directory) after it; a staged directory
+is synced whole before it is renamed into view; a metrics record is synced once appended. Checked
+by recording every os.fsync with the path it was given, in order."""
+
+import os
+
+import numpy as np
+import pytest
+
+from roformer import files
+from roformer import metrics
+
+
+@pytest.fixture
+def synced(monkeypatch):
+  """The paths os.fsync is given, in order, with each os.replace / os.rename between them."""
+  events = []
+  real_fsync, real_replace, real_rename = os.fsync, os.replace, os.rename
+
+  def fsync(fd):
+    events.append(('fsync', os.readlink(f'/proc/self/fd/{fd}')))
+    return real_fsync(fd)
+
+  def replace(a, b):
+    events.append(('rename', os.path.abspath(b)))
+    return real_replace(a, b)
+
+  def rename(a, b):
+    events.append(('rename', os.path.abspath(b)))
+    return real_rename(a, b)
+
+  monkeypatch.setattr(os, 'fsync', fsync)
+  monkeypatch.setattr(os, 'replace', replace)
+  monkeypatch.setattr(os, 'rename', rename)
+  return events
+
+
+def test_an_atomic_json_write_syncs_the_file_then_renames_then_syncs_the_directory(
+    tmp_path, synced):
+  path = str(tmp_path / 'eval_results.json')
+  files.write_json_atomic(path, {'loss': 1.5})
+  assert synced == [('fsync', path + '.tmp'), ('rename', path), ('fsync', str(tmp_path))]
+  assert files.read_json(path) == {'loss': 1.5}
+
+
+def test_a_staged_directory_is_synced_whole_before_it_is_renamed_into_view(tmp_path, synced):
+  staging = tmp_path / 'run.partial'
+  (staging / 'checkpoints').mkdir(parents=True)
+  (staging / 'config.json').write_text('{}')
+  (staging / 'checkpoints' / 'data').write_bytes(b'x')
+  files.sync_tree(str(staging))
+  files.durable_replace(str(staging), str(tmp_path / 'run'))
+  renamed = synced.index(('rename', str(tmp_path / 'run')))
+  before = {path for _, path in synced[:renamed]}
+  assert before == {str(staging), str(staging / 'checkpoints'), str(staging / 'config.json'),
+                    str(staging / 'checkpoints' / 'data')}
+  assert synced[renamed + 1:] == [('fsync', str(tmp_path))]
+
+
+def test_a_metrics_record_is_synced_once_appended(tmp_path, synced):
+  writer = metrics.MetricsWriter(str(tmp_path))
+  writer.write(3, 'train', {'loss': np.float32(2.0)})
+  writer.close()
+  jsonl = [path for kind, path in synced if path.endswith('metrics.jsonl')]
+  assert jsonl == [str(tmp_path / 'metrics.jsonl')]
