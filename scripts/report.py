@@ -29,6 +29,7 @@ import pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
@@ -55,7 +56,8 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   """What a point's files say: its scheme (its sweep's `label`, else its position kind with
   the options its overrides set), seed, curves and evaluations (each evaluation's rows keyed
   by evaluation length)."""
-  config = files.read_json(os.path.join(workdir, 'config.json'))
+  from roformer import config_lib  # pylint: disable=g-import-not-at-top  # JAX: slow to import.
+  config = config_lib.load(workdir).to_dict()  # A damaged config.json: one DamagedFileError.
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
     records = metrics_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
@@ -66,7 +68,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   evals, retrieval = {}, {}
   for path in sorted(glob.glob(os.path.join(workdir, EVAL_RESULTS))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    text, answers = _text_and_answers(files.read_json(path)['splits'])
+    text, answers = _text_and_answers(checked_results(path))
     evals[name] = _by_length(text)
     if answers:
       retrieval[name] = _by_length(answers)
@@ -116,6 +118,41 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       'evals': evals,
       'retrieval': retrieval,
   }
+
+
+# The fields of an evaluation row that tables and plots read, each a number.
+_NUMBERS = ('length', 'loss', 'perplexity', 'accuracy', 'sequence_accuracy', 'tokens', 'rows')
+
+
+def checked_results(path: str) -> dict:
+  """An eval_results*.json's splits, each row's numbers checked: a file damaged or written by
+  something else is one DamagedFileError naming it and the field, not a traceback later."""
+  splits = files.read_json(path).get('splits')
+  fix = 'run eval.py on the point again (it rewrites the file whole)'
+  if not isinstance(splits, dict):
+    raise errors.DamagedFileError(f'{path} has no "splits" object. Fix: {fix}.')
+  for name, split in splits.items():
+    rows = split.get('lengths', []) if isinstance(split, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+      raise errors.DamagedFileError(f'{path}: split {name!r} has no list of rows per length. '
+                                    f'Fix: {fix}.')
+    for row in rows:
+      for key in _NUMBERS:
+        value = row.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+          raise errors.DamagedFileError(
+              f'{path}: split {name!r}, length {row.get("length")!r}: {key}={value!r} is not a '
+              f'number. Fix: {fix}.')
+  return splits
+
+
+def damaged_point(workdir: str) -> dict:
+  """A point whose files could not be read: listed, in no table or plot."""
+  return {'name': os.path.basename(workdir), 'scheme': '-', 'options': '', 'seed': '-',
+          'task': '-', 'seq_len': None, 'steps': '-', 'status': 'damaged (see the warning)',
+          'damaged': True, 'train_loss': None, 'val_curve': {}, 'answered_curve': {},
+          'val_loss': None, 'steps_per_sec': None, 'parameters': None, 'evals': {},
+          'retrieval': {}}
 
 
 def _by_length(split: dict) -> dict:
@@ -444,7 +481,7 @@ def markdown(points: list[dict], root: str) -> str:
                  f'{_fmt(ppl, 2)} | {_fmt(p["steps_per_sec"], 2)} | {_fmt(p["parameters"])} | '
                  f'{p["status"]} |')
   lines.append('')
-  lm = [p for p in points if not is_synthetic(p)]
+  lm = [p for p in points if not is_synthetic(p) and not p.get("damaged")]
   if lm:
     lines += _lm_sections(lm)
   synthetic = [p for p in points if is_synthetic(p)]
@@ -503,7 +540,7 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
-  lm = [p for p in points if not is_synthetic(p)]
+  lm = [p for p in points if not is_synthetic(p) and not p.get("damaged")]
   if lm:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for (scheme, options), members in sorted(groups(lm).items()):
@@ -590,8 +627,15 @@ def main(argv=None) -> int:
           f'--workdir {root} first.', file=sys.stderr)
     return 2
   overrides, labels = _sweep_record(root)
-  points = [read_point(w, overrides.get(os.path.basename(w), {}),
-                       labels.get(os.path.basename(w), '')) for w in workdirs]
+  points = []
+  for w in workdirs:
+    try:
+      points.append(read_point(w, overrides.get(os.path.basename(w), {}),
+                               labels.get(os.path.basename(w), '')))
+    except errors.ConfigError as e:  # One damaged point does not hide the others.
+      print(f'warning: {e} The point is listed as damaged and left out of the tables.',
+            file=sys.stderr)
+      points.append(damaged_point(w))
   out = args.out or os.path.join(root, 'report.md')
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   written = plot(points, os.path.dirname(os.path.abspath(out)))

@@ -1120,3 +1120,35 @@ def test_a_point_shared_by_the_synthetic_sweeps_is_one_run():
     assert shared, (a, b)
     assert all(loaded[a][n] == loaded[b][n] for n in shared), (a, b)
   assert 'passkey,rope,seed=4' in set(loaded['length']) & set(loaded['frontier'])
+
+
+@pytest.mark.parametrize('damage', ['no train section', 'config not an object', 'loss a string',
+                                    'rows not a list'])
+def test_the_report_names_a_damaged_point_and_reports_the_others(damage, tmp_path, capsys):
+  """A point whose config.json lacks a section or whose evaluation holds a wrongly typed value
+  is one warning naming the file and the fix, listed as damaged; the others are reported."""
+  kept = os.path.join(ROOT, 'docs', 'results', 'options_2026-11-27', 'records')
+  for seed in (0, 1, 2):
+    shutil.copytree(os.path.join(kept, f'flip_flop,rope,seed={seed}'),
+                    tmp_path / f'flip_flop,rope,seed={seed}')
+  broken = tmp_path / 'flip_flop,rope,seed=0'
+  config, results = broken / 'config.json', broken / 'eval_results.json'
+  if damage == 'no train section':
+    value = json.loads(config.read_text())
+    del value['train']
+    config.write_text(json.dumps(value))
+  elif damage == 'config not an object':
+    config.write_text('[1, 2]')
+  else:
+    value = json.loads(results.read_text())
+    if damage == 'loss a string':
+      value['splits']['validation']['lengths'][0]['loss'] = 'abc'
+    else:
+      value['splits']['validation']['lengths'] = {'64': 1}
+    results.write_text(json.dumps(value))
+  assert report.main([str(tmp_path)]) == 0
+  warnings = [l for l in capsys.readouterr().err.splitlines() if l.startswith('warning:')]
+  assert len(warnings) == 1 and str(broken) in warnings[0] and 'Fix:' in warnings[0]
+  text = (tmp_path / 'report.md').read_text()
+  assert '| flip_flop,rope,seed=0 | - |' in text and 'damaged (see the warning)' in text
+  assert '| rope | 2 |' in text  # The two readable seeds, as one line.
