@@ -125,33 +125,63 @@ def load(spec: str, config: str = '') -> Sweep:
   except Exception as e:  # pylint: disable=broad-except
     raise errors.ConfigError(f'{spec}: get_sweep failed ({type(e).__name__}: {e}). Fix: correct '
                              'the sweep file or its argument.') from e
+  return from_dict(raw, spec, config)
+
+
+_KEYS = ('points', 'overrides', 'evals', 'eval_splits', 'config', 'group_seeds')
+
+
+def _fields(value, where: str, spec: str) -> dict:
+  """A {dotted field: value} dict (None: empty), each key a non-empty string."""
+  if value is None:
+    return {}
+  if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+    raise errors.ConfigError(f'{spec}: {where} is {type(value).__name__} {_short(value)}, not a '
+                             '{field: value} dict with field names as strings. Fix: write it '
+                             "as {'model.position.kind': 'rope', ...}.")
+  return dict(value)
+
+
+def _short(value) -> str:
+  text = repr(value)
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def from_dict(raw, spec: str, config: str = '') -> Sweep:
+  """The sweep that get_sweep returned, each key checked for its type: a malformed sweep file is
+  one ConfigError naming the key and the fix, before anything runs."""
   if not isinstance(raw, dict):
     raise errors.ConfigError(f'{spec}: get_sweep() returned {type(raw).__name__}, not a dict.')
-  unknown = set(raw) - {'points', 'overrides', 'evals', 'eval_splits', 'config', 'group_seeds'}
+  unknown = [k for k in raw if k not in _KEYS]
   if unknown:
-    raise errors.ConfigError(f'{spec}: get_sweep() returned unknown keys {sorted(unknown)}; '
-                             'allowed: points, overrides, evals, eval_splits, config, '
-                             'group_seeds.')
+    raise errors.ConfigError(f'{spec}: get_sweep() returned unknown keys {unknown}; allowed: '
+                             f'{", ".join(_KEYS)}.')
   if not isinstance(raw.get('group_seeds', True), bool):
     raise errors.ConfigError(f"{spec}: group_seeds is {raw['group_seeds']!r}. Fix: True or "
                              'False.')
-  points = raw.get('points') or []
-  if not points or not all(isinstance(p, dict) for p in points):
+  points = raw.get('points')
+  if not isinstance(points, (list, tuple)) or not points:
     raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
                              'dicts, one per run.')
-  common = dict(raw.get('overrides') or {})
+  points = [_fields(p if p is not None else [], f'point {i}', spec) for i, p in enumerate(points)]
+  for i, p in enumerate(points):
+    for key in _NOT_FIELDS:
+      if key in p and not (isinstance(p[key], str) and p[key]):
+        raise errors.ConfigError(f'{spec}: point {i} has {key}={p[key]!r}. Fix: a non-empty '
+                                 'string.')
+  common = _fields(raw.get('overrides'), 'overrides', spec)
   keys = sorted({k for p in points for k in p if k not in _NOT_FIELDS})
   built, seen = [], {}
   for p in points:
     fields = {k: v for k, v in p.items() if k not in _NOT_FIELDS}
     name = p['name'] if 'name' in p else point_name(fields, keys)
-    if not re.fullmatch(r'[\w.=,+-]+', str(name)) or name in seen:
+    if not re.fullmatch(r'[\w.=,+-]+', name) or name in seen:
       raise errors.ConfigError(f'{spec}: point name {name!r} is repeated or not a plain name '
                                '(two points have the same fields?). Fix: make each point '
                                'differ, e.g. by seed, or give each a distinct `name`.')
     seen[name] = p
     built.append(Point(name, fields, {**common, **fields}, _needs({**common, **fields}),
-                       str(p.get('label', ''))))
+                       p.get('label', '')))
   for i, point in enumerate(built):
     earlier = {p.name for p in built[:i]}
     unknown = [n for n in point.needs if n not in earlier]
@@ -162,16 +192,28 @@ def load(spec: str, config: str = '') -> Sweep:
   evals = raw.get('evals')
   if evals is None:
     evals = {'': {}}
+  if not isinstance(evals, dict):
+    raise errors.ConfigError(f"{spec}: evals is {type(evals).__name__} {_short(evals)}. Fix: a "
+                             "dict {name: {'overrides': {...}, 'when': {...}}} ('' for the plain "
+                             'evaluation).')
   for name, ev in evals.items():
-    if not re.fullmatch(r'[\w.-]*', name) or set(ev) - {'overrides', 'when'}:
-      raise errors.ConfigError(f'{spec}: eval {name!r} needs a plain name and only the keys '
-                               "'overrides' and 'when'.")
+    if (not isinstance(name, str) or not re.fullmatch(r'[\w.-]*', name)
+        or not isinstance(ev, dict) or set(ev) - {'overrides', 'when'}):
+      raise errors.ConfigError(f'{spec}: eval {name!r} needs a plain name and a dict with only '
+                               "the keys 'overrides' and 'when'.")
+    for key in ('overrides', 'when'):
+      _fields(ev.get(key), f'eval {name!r} {key}', spec)
+  splits = raw.get('eval_splits') or ('validation', 'test')
+  if isinstance(splits, str) or not isinstance(splits, (list, tuple)) or not all(
+      isinstance(x, str) and x for x in splits):
+    raise errors.ConfigError(f'{spec}: eval_splits is {_short(splits)}. Fix: a list of split '
+                             "names, e.g. ['validation'].")
   config = config or raw.get('config', '')
+  if not isinstance(config, str):
+    raise errors.ConfigError(f'{spec}: config is {_short(config)}. Fix: a config file path.')
   if not config:
     raise errors.ConfigError(f'{spec} names no config. Fix: pass --config configs/lm.py.')
-  return Sweep(config, built, common, dict(evals),
-               tuple(raw.get('eval_splits') or ('validation', 'test')),
-               raw.get('group_seeds', True))
+  return Sweep(config, built, common, dict(evals), tuple(splits), raw.get('group_seeds', True))
 
 
 def _needs(fields: dict) -> tuple:

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import hypothesis
+import hypothesis.strategies
 import processes
 import pytest
 from configs import synthetic as synthetic_config
@@ -1152,3 +1154,50 @@ def test_the_report_names_a_damaged_point_and_reports_the_others(damage, tmp_pat
   text = (tmp_path / 'report.md').read_text()
   assert '| flip_flop,rope,seed=0 | - |' in text and 'damaged (see the warning)' in text
   assert '| rope | 2 |' in text  # The two readable seeds, as one line.
+
+
+MALFORMED = {  # What a sweep file's get_sweep may return by mistake, and what the error names.
+    'overrides as a list': ({'overrides': [('seed', 1)]}, 'overrides is list'),
+    'evals as a list': ({'evals': ['rope_yarn']}, 'evals is list'),
+    'a point named by a number': ({'points': [{'name': 5, 'seed': 0}]}, 'point 0 has name=5'),
+    'a label that is no string': ({'points': [{'label': ['a'], 'seed': 0}]}, 'has label='),
+    'a non-string key': ({'points': [{1: 'x'}]}, 'point 0 is dict'),
+    'a point that is no dict': ({'points': [('seed', 0)]}, 'point 0 is tuple'),
+    'a bad when': ({'evals': {'x': {'when': ['data.seq_len', 64]}}}, "eval 'x' when is list"),
+    'eval overrides not a dict': ({'evals': {'x': {'overrides': 3}}}, "eval 'x' overrides is int"),
+    'an eval that is no dict': ({'evals': {'x': 'yarn'}}, "eval 'x' needs a plain name"),
+    'a numeric eval name': ({'evals': {1: {}}}, 'eval 1 needs a plain name'),
+    'numeric eval_splits': ({'eval_splits': 3}, 'eval_splits is 3'),
+    'eval_splits as a string': ({'eval_splits': 'validation'}, "eval_splits is 'validation'"),
+    'a numeric config': ({'config': 7}, 'config is 7'),
+    'points not a list': ({'points': {'seed': 0}}, 'points must be a non-empty list'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(MALFORMED))
+def test_a_sweep_file_of_the_wrong_types_is_one_error_naming_the_key(case):
+  change, says = MALFORMED[case]
+  raw = {'points': [{'seed': 0}, {'seed': 1}], 'config': 'configs/test.py', **change}
+  with pytest.raises(errors.ConfigError, match=re.escape(says)):
+    sweeps.from_dict(raw, 'configs/sweeps/mine.py')
+
+
+_VALUES = hypothesis.strategies.recursive(
+    hypothesis.strategies.none() | hypothesis.strategies.booleans()
+    | hypothesis.strategies.integers() | hypothesis.strategies.text(max_size=8)
+    | hypothesis.strategies.floats(allow_nan=True),
+    lambda inner: hypothesis.strategies.lists(inner, max_size=3) | hypothesis.strategies.dictionaries(
+        hypothesis.strategies.text(max_size=6) | hypothesis.strategies.integers(), inner,
+        max_size=3), max_leaves=8)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(hypothesis.strategies.dictionaries(
+    hypothesis.strategies.sampled_from(sweeps._KEYS), _VALUES, max_size=6))  # pylint: disable=protected-access
+def test_any_malformed_sweep_file_is_a_sweep_or_one_config_error(raw):
+  """Whatever get_sweep returns (generated: every key, any nesting of any value), reading it
+  gives a Sweep or a ConfigError, never another exception."""
+  try:
+    sweeps.from_dict(raw, 'configs/sweeps/mine.py', 'configs/test.py')
+  except errors.ConfigError:
+    pass
