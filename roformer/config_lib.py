@@ -46,9 +46,12 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
 
 
 def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
-                    process_count: int = 1) -> None:
+                    process_count: int = 1, trained: tuple[int, str] | None = None) -> None:
   """The checks that relate fields, on a config that passed `check_fields`. With
-  `num_data_parallel`, also that the batches split over the devices and processes."""
+  `num_data_parallel`, also that the batches split over the devices and processes. `trained`:
+  (positions, where that number comes from) of a model already trained, for the bounds that
+  depend on how it was trained (evaluation reads them from the saved config: an override of
+  data.seq_len must not lift them); by default `trained_positions(config)`."""
   m, t, d = config.model, config.train, config.data
   if m.d_model % m.num_heads:
     raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
@@ -77,7 +80,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   _validate_architecture(config)
   for causal in models.attention_directions(m):
     positions.validate(m, d.seq_len, causal=causal)
-  _validate_lengths(config)
+  _validate_lengths(config, trained)
   vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
   if corpus.is_files(config.data) and m.type not in ('causal_lm', 'mlm'):
     raise errors.ConfigError(
@@ -120,8 +123,18 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
             f'use a multiple of {num_data_parallel * process_count}.')
 
 
-def _validate_lengths(config) -> None:
-  """Synthetic tasks against the training and evaluation lengths; randomized positions."""
+def trained_positions(config) -> tuple[int, str]:
+  """(the positions a run of `config` trains on, the field that sets them): data.seq_len, or
+  the range of randomized or PoSE positions when larger."""
+  t = config.train
+  return max((config.data.seq_len, 'config.data.seq_len'),
+             (t.random_positions, 'config.train.random_positions'),
+             (t.pose_target_length, 'config.train.pose_target_length'))
+
+
+def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
+  """Synthetic tasks against the training and evaluation lengths; randomized positions;
+  a distance remap against the positions trained on (`trained`, see check_relations)."""
   m, d, t = config.model, config.data, config.train
   task = synthetic.task_name(d)
   if task:
@@ -176,9 +189,8 @@ def _validate_lengths(config) -> None:
           f'config.data.seq_len={d.seq_len} tokens has. Fix: 2 (the paper\'s) or at most '
           f'{d.seq_len}.')
     positions.validate(m, target, causal=True)  # E.g. a learned table shorter than that.
-  trained, where = max((d.seq_len, 'config.data.seq_len'), (top, 'config.train.random_positions'),
-                       (target, 'config.train.pose_target_length'))
-  positions.check_remap_length(m, trained, f'{where}={trained}')
+  count, where = trained or trained_positions(config)
+  positions.check_remap_length(m, count, f'{where}={count}')
 
 
 DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 2 heads + width] map, per layer.

@@ -259,7 +259,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
              'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
              'rope_remap': ({'method': remap.method, **positions_lib.remap.options_of(remap)}
                             if remap.method != 'none' else None),
-             'train_seq_len': config.data.seq_len,
+             'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
              'overrides': config_lib.differences(saved, config), 'splits': {}}
   if classifying:
     for split in splits:

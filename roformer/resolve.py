@@ -55,10 +55,12 @@ class Run:
     return os.path.join(self.workdir, 'checkpoints')
 
 
-def _mesh(config) -> Mesh:
-  """The mesh of config.mesh, with the fields that relate to each other and to it checked."""
+def _mesh(config, trained: tuple[int, str] | None = None) -> Mesh:
+  """The mesh of config.mesh, with the fields that relate to each other and to it checked
+  (`trained`: config_lib.check_relations')."""
   mesh = sharding.make_mesh(config.mesh)
-  config_lib.check_relations(config, sharding.data_parallel_size(mesh), jax.process_count())
+  config_lib.check_relations(config, sharding.data_parallel_size(mesh), jax.process_count(),
+                             trained)
   return mesh
 
 
@@ -103,7 +105,8 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
         f'{", ".join(config_changes.allowed(saved, config_changes.EVALUATE))} may change at '
         'evaluation. Fix: drop those --config.model/--config.data overrides.')
   _scale_from(config, saved)
-  mesh = _mesh(config)
+  count, where = config_lib.trained_positions(saved)
+  mesh = _mesh(config, (count, f"the saved {where.removeprefix('config.')}"))
   if tasks.per_example(config):
     splits = tuple(config.eval.splits)
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),

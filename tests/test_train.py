@@ -12,6 +12,7 @@ import pytest
 
 from configs import test as test_config
 from roformer import config_lib
+from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
@@ -280,3 +281,24 @@ def test_the_loop_names_no_task_and_every_task_is_a_task():
     task = tasks.for_config(cfg)
     assert isinstance(task, tasks.Task)
     assert set(task.feature_shapes(2, 8)) == set(task.features)
+
+
+def test_a_remap_bound_reads_the_trained_length_from_the_saved_config(trained):
+  """The remap's window is checked against the length the model was trained at, from its saved
+  config: overriding data.seq_len at evaluation lifts nothing, and the results record the
+  trained length, not the override."""
+  _, workdir, _ = trained
+  saved = config_lib.load(workdir)
+  length = saved.data.seq_len
+  lifted = config_lib.load(workdir)
+  lifted.data.seq_len = 4 * length  # Evaluate at longer rows: allowed,
+  lifted.model.position.rope.remap.update(method='rerope', window=2 * length)  # this is not.
+  with pytest.raises(errors.ConfigError, match=rf'past the {length} positions the model was '
+                     rf'trained on \(the saved data.seq_len={length}\)'):
+    evaluate.evaluate_workdir(lifted, workdir, splits=('validation',))
+  longer = config_lib.load(workdir)
+  longer.data.seq_len = 2 * length
+  longer.eval.update(max_batches=1, length_multipliers=(1,))
+  got = evaluate.evaluate_workdir(longer, workdir, splits=('validation',))
+  assert got['train_seq_len'] == length
+  assert got['splits']['validation']['lengths'][0]['length'] == 2 * length
