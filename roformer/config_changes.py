@@ -6,14 +6,16 @@ the three occasions that read one, with the reason for every field, in one place
   extension of Chen et al. 2023);
 - evaluate: `eval.py` restoring a checkpoint.
 
-`FIXED` lists the fields that must equal the saved run's on an occasion; `MAY_CHANGE` the fields
-inside them that may differ anyway, and `MAY_CHANGE_IF` those that may differ when the saved run
+`fixed_rules()` lists the fields that must equal the saved run's on an occasion (each field
+declares it beside its spec, for what it decides of a trained run: the meaning of ids, the rows,
+the data stream); `MAY_CHANGE` the fields inside them that may differ anyway, and `MAY_CHANGE_IF` those that may differ when the saved run
 allows it (another text to evaluate on, where the tokenizer was not trained on the run's data).
-Fields outside `FIXED` (the schedule, logging, evaluation settings, ...) may always change.
+Fields outside those (the schedule, logging, evaluation settings, ...) may always change.
 docs/configs_and_data.md shows this table (`table()`), and a test keeps the two equal.
 """
 
 from roformer import config_lib
+from roformer import config_schema
 from roformer.data import synthetic
 
 RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
@@ -21,41 +23,15 @@ OCCASIONS = (RESUME, CONTINUE, EVALUATE)
 _ALL = OCCASIONS
 
 _MODEL = 'the parameters and what they compute'
-_TOKENIZER = 'the tokenizer and the texts the weights were trained on'
-_PIPELINE = "the data pipeline's saved position counts batches of this exact stream"
 
-FIXED = (  # (field, the occasions on which it must equal the saved run's, why)
-    ('model', _ALL, _MODEL),
-    ('seed', (RESUME,), "the run's data order and dropout keys"),
-    ('init_from', (RESUME,), 'the weights the run started from'),
-    ('train.batch_size', (RESUME,), _PIPELINE),
-    ('data.name', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.tokenizer', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.vocab_size', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.tokenizer_documents', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.tokenizer_chars', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.text_key', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.text_keys', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.label_key', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.source_key', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.target_key', (RESUME, EVALUATE), _TOKENIZER),
-    ('data.reverse', (RESUME, EVALUATE), 'the translation direction the model learned'),
-    ('data.seq_len', (RESUME,), _PIPELINE),
-    ('data.shuffle_window', (RESUME,), _PIPELINE),
-    ('data.splits', (RESUME,), _PIPELINE),
-    ('data.files', (RESUME,), _PIPELINE),
-    ('data.validation_files', (RESUME,), _PIPELINE),
-    ('data.test_files', (RESUME,), _PIPELINE),
-    ('data.validation_fraction', (RESUME,), _PIPELINE),
-    ('data.test_fraction', (RESUME,), _PIPELINE),
-    ('data.skip_bad_documents', (RESUME,), _PIPELINE),
-    ('data.mixture', (RESUME,), _PIPELINE),
-    ('data.mask_rate', (RESUME,), _PIPELINE),
-    ('data.mask_fraction', (RESUME,), _PIPELINE),
-    ('data.random_fraction', (RESUME,), _PIPELINE),
-)
 
-MAY_CHANGE = (  # (field inside a FIXED one, the occasions on which it may differ, why)
+def fixed_rules() -> tuple:
+  """(field, the occasions on which it must equal the saved run's, why): the model as a whole,
+  and every field that declares it beside its spec (roformer/config_schema.py, `_kept`)."""
+  return (('model', _ALL, _MODEL),) + tuple(config_schema.fixed_fields())
+
+
+MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may differ, why)
     ('model.vocab_size', (RESUME, CONTINUE),
      "set from the tokenizer that comes with the run, never by hand"),
     ('model.attention_impl', _ALL,
@@ -88,7 +64,7 @@ def _tokenizer_given(saved) -> bool:
       synthetic.PREFIX)
 
 
-# (field inside a FIXED one, the occasions on which it may differ when `condition(saved)`
+# (field inside a fixed one, the occasions on which it may differ when `condition(saved)`
 # holds, the condition in words, why)
 MAY_CHANGE_IF = (
     ('data.name', (EVALUATE,), _tokenizer_given, 'with a given tokenizer',
@@ -100,7 +76,7 @@ MAY_CHANGE_IF = (
 
 
 def fixed(occasion: str) -> tuple[str, ...]:
-  return tuple(field for field, when, _ in FIXED if occasion in when)
+  return tuple(field for field, when, _ in fixed_rules() if occasion in when)
 
 
 def may_change(occasion: str) -> tuple[str, ...]:
@@ -115,7 +91,7 @@ def _get(config, dotted: str):
 
 
 def allowed(saved, occasion: str) -> tuple[str, ...]:
-  """The fields inside FIXED ones that may differ from `saved`'s on `occasion`."""
+  """The fields inside fixed ones that may differ from `saved`'s on `occasion`."""
   return may_change(occasion) + tuple(
       field for field, when, condition, _, _ in MAY_CHANGE_IF
       if occasion in when and condition(saved))
@@ -146,7 +122,7 @@ def table() -> str:
   on some occasion, what each occasion allows, and why."""
   rows = ['| field | resume | continue (`init_from`) | evaluate | why |',
           '|---|---|---|---|---|']
-  for field, _, why in FIXED + MAY_CHANGE:
+  for field, _, why in fixed_rules() + MAY_CHANGE:
     rows.append(f'| `{field}` | ' + ' | '.join(status(field, o) for o in OCCASIONS)
                 + f' | {why} |')
   for field, when, _, words, why in MAY_CHANGE_IF:

@@ -88,6 +88,38 @@ def _read_by(reader: Reader, tree: dict) -> dict:
   return out
 
 
+# What a trained run's fields decide, for `_kept`: the occasions that read a saved run are
+# roformer/config_changes.py's (resume, continue, evaluate).
+_ALL = ('resume', 'continue', 'evaluate')
+_TOKENIZER = 'the tokenizer and the texts the weights were trained on'
+_PIPELINE = "the data pipeline's saved position counts batches of this exact stream"
+_WORDS = 'the synthetic vocabulary laid out from the task sizes: which word each id names'
+
+
+def _kept(occasions: tuple, why: str, tree):
+  """`tree` (a spec, or specs and groups of specs) with every spec fixed to the saved run's on
+  `occasions`, because of `why`."""
+  if isinstance(tree, dict):
+    return {key: _kept(occasions, why, spec) for key, spec in tree.items()}
+  spec = copy.copy(tree)
+  spec.fixed_on, spec.fixed_because = occasions, why
+  return spec
+
+
+def fixed_fields() -> list[tuple[str, tuple, str]]:
+  """(dotted field, occasions, why) of every field declared fixed on some occasion."""
+  out = []
+
+  def walk(tree, name):
+    for key, spec in tree.items():
+      if isinstance(spec, dict):
+        walk(spec, f'{name}{key}.')
+      elif spec.fixed_on:
+        out.append((f'{name}{key}', spec.fixed_on, spec.fixed_because))
+  walk(schema(), '')
+  return out
+
+
 def _with_mixture(data: dict) -> dict:
   """The data group with data.mixture after data.token_cache: a dict of entries, each its
   weight and the source fields it sets over config.data's (held to the same specs as those,
@@ -102,28 +134,31 @@ def _with_mixture(data: dict) -> dict:
   for key, spec in data.items():
     out[key] = spec
     if key == 'token_cache':
-      out.update(_read_by(TEXT_LM, {'mixture': Map(entry, default={})}))
+      out.update(_read_by(TEXT_LM, {'mixture': _kept(('resume',), _PIPELINE,
+                                                     Map(entry, default={}))}))
   return out
 
 
 def schema() -> dict:
   """{field: spec or group}, built on each call: position schemes may register later."""
   return {
-      'seed': Int(0, 2**31 - 2, default=0),  # seed + 1 seeds dropout.
+      'seed': _kept(('resume',), "the run's data order and dropout keys",
+                    Int(0, 2**31 - 2, default=0)),  # seed + 1 seeds dropout.
       # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM
       # run to continue (every parameter; what may change: roformer/config_changes.py). '': none.
-      'init_from': Str(default=''),
+      'init_from': _kept(('resume',), 'the weights the run started from', Str(default='')),
       'data': _with_mixture({
           # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic
           # task (synthetic/TASK), your own files ('files': data.files) or any TFDS dataset name
           # (e.g. 'lm1b').
-          'name': Str(nonempty=True, default='shakespeare'),
+          'name': _kept(('resume', 'evaluate'), _TOKENIZER, Str(nonempty=True, default='shakespeare')),
           'data_dir': Str(default=''),  # '': $ROFORMER_DATA_DIR or ~/.cache/roformer/tfds.
-          'text_key': Str(default='text'),  # '' where the task reads other features.
+          # '' where the task reads other features.
+          'text_key': _kept(('resume', 'evaluate'), _TOKENIZER, Str(default='text')),
           # Your own documents (roformer/data/corpus.py): comma-separated globs of .txt and .md
           # (one document per file), .jsonl/.jsonl.gz/.json.gz (text under data.text_key) and
           # .parquet files, converted once into the cache under data.data_dir.
-          **_read_by(FILES, {
+          **_read_by(FILES, _kept(('resume',), _PIPELINE, {
               'files': Str(default=''),
               # Globs of their own for validation and test; both '': carved out of data.files
               # by a hash of each document's text, in these fractions.
@@ -132,19 +167,21 @@ def schema() -> dict:
               'validation_fraction': Float(0, 0.5, default=0.05),
               'test_fraction': Float(0, 0.5, default=0.05),
               'skip_bad_documents': Bool(default=False),  # Documents that are not UTF-8.
-          }),
+          })),
           # Optional renames, e.g. {'validation': 'test'} for datasets without a validation split.
-          'splits': Map(Str(nonempty=True), default={}),
+          'splits': _kept(('resume',), _PIPELINE, Map(Str(nonempty=True), default={})),
           # 'sentencepiece' (trained on the train split), 'bytes' (256 ids, nothing trained) or
           # the path of a SentencePiece .model or a Hugging Face tokenizer.json
           # (roformer/data/vocabularies.py).
-          **_read_by(TEXT, {'tokenizer': Str(nonempty=True, default='sentencepiece')}),
+          **_read_by(TEXT, {'tokenizer': _kept(('resume', 'evaluate'), _TOKENIZER,
+                                              Str(nonempty=True, default='sentencepiece'))}),
           # The size of a tokenizer trained on the data (bytes and given files have their own).
-          'vocab_size': Int(16, 2**20, default=4096),
+          'vocab_size': _kept(('resume', 'evaluate'), _TOKENIZER, Int(16, 2**20, default=4096)),
           # The trained tokenizer reads at most this many documents, taken evenly over the train
           # split (0: every one), and at most this many characters of them.
-          'tokenizer_documents': Int(0, 2**31 - 1, default=0),
-          'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000),
+          **_kept(('resume', 'evaluate'), _TOKENIZER, {
+              'tokenizer_documents': Int(0, 2**31 - 1, default=0),
+              'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000)}),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
           **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),
@@ -153,15 +190,16 @@ def schema() -> dict:
           # of name, text_key, splits and the files' fields that it sets over these}, e.g.
           # {'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}};
           # each source is evaluated on its own. {}: the one source these fields name.)
-          'seq_len': Int(1, 2**20, default=256),
+          'seq_len': _kept(('resume',), _PIPELINE, Int(1, 2**20, default=256)),
           # Chunks shuffled in a window so that one batch mixes documents.
-          'shuffle_window': Int(0, _BIG, default=512),
+          'shuffle_window': _kept(('resume',), _PIPELINE, Int(0, _BIG, default=512)),
           **_read_by(MLM, {
               # BERT's masking: this share of tokens is selected; of those, mask_fraction become
               # [MASK], random_fraction a random token, the rest stay.
-              'mask_rate': Float(0, 1, min_open=True, default=0.15),
-              'mask_fraction': Float(0, 1, default=0.8),
-              'random_fraction': Float(0, 1, default=0.1),
+              **_kept(('resume',), _PIPELINE, {
+                  'mask_rate': Float(0, 1, min_open=True, default=0.15),
+                  'mask_fraction': Float(0, 1, default=0.8),
+                  'random_fraction': Float(0, 1, default=0.1)}),
               # Positions that get output logits: -1 as many as the selection can need (per
               # batch shard, from the binomial tail; the selections beyond, an expected 1e-6 of
               # them, stay unmasked), 0 every position, N at most N per row (BERT's
@@ -171,14 +209,17 @@ def schema() -> dict:
           # The features a classifier reads (one text or a pair, and the label) and those a
           # translation model reads; empty where the run reads plain text (data.text_key), which
           # is how the data pipeline tells what to read.
-          **_read_by(CLASSIFIER, {
+          **_read_by(CLASSIFIER, _kept(('resume', 'evaluate'), _TOKENIZER, {
               'text_keys': Seq(Str(nonempty=True), 0, 2, default=()),
               'label_key': Str(default=''),
-          }),
+          })),
           **_read_by(TRANSLATION, {
-              'source_key': Str(default=''),
-              'target_key': Str(default=''),
-              'reverse': Bool(default=False),  # Translate target -> source.
+              **_kept(('resume', 'evaluate'), _TOKENIZER, {
+                  'source_key': Str(default=''),
+                  'target_key': Str(default='')}),
+              # Translate target -> source.
+              'reverse': _kept(('resume', 'evaluate'), 'the translation direction the model '
+                               'learned', Bool(default=False)),
           }),
           'synthetic': _read_by(SYNTHETIC, {
               # Evaluation rows (the same for every run); training rows add config.seed.
@@ -194,10 +235,11 @@ def schema() -> dict:
               'depth_buckets': Int(1, 100, default=5),
               # associative_recall: distinct keys (pairs fill the row: rows of 8x the training
               # length need as many keys as they hold pairs), values, queries per row.
-              'num_keys': Int(1, 100_000, default=128),
-              'num_values': Int(2, 100_000, default=16),
+              **_kept(_ALL, _WORDS, {
+                  'num_keys': Int(1, 100_000, default=128),
+                  'num_values': Int(2, 100_000, default=16)}),
               'num_queries': Int(1, 1000, default=2),
-              'num_symbols': Int(2, 100_000, default=128),  # copy: alphabet.
+              'num_symbols': _kept(_ALL, _WORDS, Int(2, 100_000, default=128)),  # copy: alphabet.
               # copy: fewest symbols (the most is what fits the row).
               'min_length': Int(1, 100_000, default=1),
               'reverse': Bool(default=False),  # copy: the second half reversed.
@@ -334,7 +376,8 @@ def schema() -> dict:
           }),
       },
       'train': {
-          'batch_size': Int(1, _BIG, default=8),  # Global, across all devices and processes.
+          # Global, across all devices and processes.
+          'batch_size': _kept(('resume',), _PIPELINE, Int(1, _BIG, default=8)),
           'grad_accum_steps': Int(1, 2**16, default=1),  # Micro-batches per step.
           'steps': Int(1, _STEPS, default=600),
           'learning_rate': Float(0, min_open=True, default=1e-3),

@@ -38,6 +38,11 @@ class Spec:
   it); None for every run."""
 
   reader = None
+  # The occasions ('resume', 'continue', 'evaluate': roformer/config_changes.py) on which the
+  # field must equal the saved run's, and why (what the field decides of a trained run); set
+  # beside the field in roformer/config_schema.py.
+  fixed_on: tuple = ()
+  fixed_because = ''
 
   def __init__(self, default: Any = _UNSET):
     self.default = default

@@ -5,6 +5,7 @@ import ml_collections
 import pytest
 
 from configs import test as test_config
+from roformer import config_args
 from roformer import config_changes as cc
 from roformer import config_lib
 from roformer import config_schema
@@ -49,11 +50,11 @@ def test_each_occasion_refuses_exactly_what_the_table_fixes(field, value, allowe
 
 
 def test_every_listed_field_is_a_declared_config_field():
-  for field, when, why in cc.FIXED + cc.MAY_CHANGE:
+  for field, when, why in cc.fixed_rules() + cc.MAY_CHANGE:
     assert config_schema.spec_at(field) is not None, field
     assert when and set(when) <= set(cc.OCCASIONS) and why, field
   for field, _, _ in cc.MAY_CHANGE:  # An exception lies inside something fixed.
-    assert any(field.startswith(f + '.') for f, _, _ in cc.FIXED), field
+    assert any(field.startswith(f + '.') for f, _, _ in cc.fixed_rules()), field
 
 
 def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set(tmp_path):
@@ -69,3 +70,20 @@ def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set(tmp
   assert not cc.changed(loaded, now, cc.RESUME)
   now.model.norm = 'post'
   assert [d.split(':')[0] for d in cc.changed(loaded, now, cc.EVALUATE)] == ['model.norm']
+
+
+def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
+  """num_keys, num_values and num_symbols lay out the synthetic vocabulary: trading one for
+  another at the same total keeps the vocabulary's size but renames its ids, so each is fixed
+  beside its spec on resume, continuation and evaluation, and eval.py refuses the change."""
+  saved = config_args.load('configs/synthetic.py:associative_recall')
+  relabelled = config_args.load('configs/synthetic.py:associative_recall')
+  relabelled.data.synthetic.num_keys -= 8
+  relabelled.data.synthetic.num_values += 8  # The same total, the same vocab_size.
+  for occasion in cc.OCCASIONS:
+    found = cc.changed(saved, relabelled, occasion)
+    assert any(d.startswith('data.synthetic.num_keys') for d in found), occasion
+    assert any(d.startswith('data.synthetic.num_values') for d in found), occasion
+  for field in ('num_keys', 'num_values', 'num_symbols'):
+    assert cc.status(f'data.synthetic.{field}', cc.EVALUATE) == 'fixed'
+  assert cc.status('data.synthetic.eval_examples', cc.EVALUATE) == 'may change'
