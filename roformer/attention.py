@@ -151,6 +151,9 @@ softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
 # their gradients find them in the last-level cache instead of main memory (the medium
 # benchmark's 8 x 8 x 512 x 512 in four blocks: 5% off the whole train step).
 BLOCK_BYTES = 16 * 2**20
+# The blocks are unrolled in the traced program: past this many (a batch far beyond what a CPU
+# trains) one block runs instead, so that tracing stays bounded.
+MAX_BATCH_BLOCKS = 64
 
 
 def batch_blocks(batch: int, row_bytes: int, block_bytes: int = BLOCK_BYTES) -> int:
@@ -170,7 +173,7 @@ def blocked_softmax_attention(q, k, v, mask, bias, block_bytes: int = BLOCK_BYTE
   b, q_len, heads, _ = q.shape
   local_rows = b // sharding.shards('batch', b)
   n = batch_blocks(local_rows, heads * q_len * k.shape[1] * 4, block_bytes)
-  if n == 1 or jax.default_backend() != 'cpu':
+  if n == 1 or n > MAX_BATCH_BLOCKS or jax.default_backend() != 'cpu':
     return softmax_attention(q, k, v, mask, bias)
 
   def rows(x, i):
@@ -185,8 +188,9 @@ def blocked_softmax_attention(q, k, v, mask, bias, block_bytes: int = BLOCK_BYTE
 
 def query_blocks(length: int, rows: int) -> list[tuple[int, int]]:
   """[start, end) of the fewest near-equal runs of at most `rows` query rows that cover
-  range(length)."""
-  blocks = -(-length // max(rows, 1))
+  range(length); at most MAX_BATCH_BLOCKS runs (longer ones past 64 x rows: the runs are
+  unrolled in the traced program)."""
+  blocks = min(-(-length // max(rows, 1)), MAX_BATCH_BLOCKS)
   bounds = [length * i // blocks for i in range(blocks + 1)]
   return list(zip(bounds[:-1], bounds[1:]))
 

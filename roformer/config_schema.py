@@ -406,7 +406,8 @@ def schema() -> dict:
           # pose_chunks chunks of random lengths and moves chunk i's positions up by a random,
           # non-decreasing skip, so that rows of data.seq_len cover positions up to T - 1;
           # evaluation keeps 0, 1, ... (roformer/positions/randomized.py). 0: off.
-          'pose_target_length': Int(0, _STEPS, default=0),
+          # At most 2**31 - 2: the positions are int32 (randomized.pose_positions).
+          'pose_target_length': Int(0, 2**31 - 2, default=0),
           'pose_chunks': Int(1, 1024, default=2),
           'max_to_keep': Int(1, 10**6, default=3),  # Checkpoints kept (the best one apart).
       },
