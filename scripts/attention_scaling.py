@@ -76,7 +76,7 @@ def main(argv=None):
                  '--config.section.field=value')
   config_args.apply(performer.get_config('rope'), overrides)  # Every override, checked first.
   rows = []
-  for length in [int(x) for x in args.lengths.split(',')]:
+  for length in cli.int_list('lengths', args.lengths.split(',')):
     for kind in args.kinds.split(','):
       rows.append(measure(kind, length, args.repeats, overrides))
       r = rows[-1]

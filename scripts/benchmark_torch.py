@@ -37,6 +37,7 @@ import pathlib
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from roformer import cli  # pylint: disable=wrong-import-position
 from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 MODELS = ('causal', 'mlm')
@@ -152,7 +153,7 @@ def time_steps(step, steps: int) -> tuple[list[float], float]:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--model', choices=MODELS, default='mlm')
   parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--steps', type=int, default=10)
@@ -221,4 +222,4 @@ def serve(step, info: dict) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(cli.guard(main)())

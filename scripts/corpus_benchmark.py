@@ -23,6 +23,9 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from roformer import cli  # pylint: disable=wrong-import-position
 
 _CONVERT = '''
 import json, resource, sys, time
@@ -63,10 +66,20 @@ def generate(directory: str, total_bytes: int, files: int, seed: int = 0) -> int
   return written
 
 
+def _positive(kind):
+  """argparse `type=`: a number of `kind` above 0."""
+  def parse(text):
+    value = kind(text)
+    if not value > 0:
+      raise argparse.ArgumentTypeError(f'{text!r} is not above 0')
+    return value
+  return parse
+
+
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--gigabytes', type=float, default=1.0)
-  parser.add_argument('--files', type=int, default=64)
+  parser = cli.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--gigabytes', type=_positive(float), default=1.0)
+  parser.add_argument('--files', type=_positive(int), default=64)
   parser.add_argument('--dir', default='/tmp/roformer_corpus_benchmark')
   parser.add_argument('--keep', action='store_true', help='Keep the generated corpus.')
   parser.add_argument('--out', default='', help='Also write the results as JSON here.')
@@ -103,4 +116,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(cli.guard(main)())

@@ -16,6 +16,8 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 
 # Rows in this order: as trained, the scalings, then the remaps (evaluate_extensions.sh's).
@@ -26,7 +28,11 @@ ORDER = ('', 'rope_linear', 'rope_ntk', 'rope_yarn', 'rope_llama3', 'rope_dynami
 
 def table(workdir: str, split: str = 'validation') -> str:
   results = {}
-  for path in glob.glob(os.path.join(workdir, 'eval_results*.json')):
+  found = glob.glob(os.path.join(workdir, 'eval_results*.json'))
+  if not found:
+    raise errors.ConfigError(f'{workdir} holds no eval_results*.json. Fix: run '
+                             'scripts/evaluate_extensions.sh on the workdir first.')
+  for path in found:
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
     rows = files.read_json(path)['splits'][split]['lengths']
     results[name] = {row['length']: row for row in rows}
@@ -41,5 +47,12 @@ def table(workdir: str, split: str = 'validation') -> str:
   return '\n'.join(lines)
 
 
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser.add_argument('workdir', type=cli.path_arg, help='A workdir or its kept records.')
+  print(table(parser.parse_args(argv).workdir))
+  return 0
+
+
 if __name__ == '__main__':
-  print(table(sys.argv[1]))
+  sys.exit(cli.guard(main)())

@@ -15,6 +15,7 @@ first steps of train.py runs that differ in model.init), one row per run.
 
 import argparse
 import math
+import os
 import pathlib
 import sys
 
@@ -24,7 +25,9 @@ import jax  # pylint: disable=wrong-import-position
 import jax.numpy as jnp  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
+from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import layers  # pylint: disable=wrong-import-position
 from roformer import models  # pylint: disable=wrong-import-position
 
@@ -56,7 +59,7 @@ def first_steps(runs, steps) -> str:
 
 
 def main(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--config')
   parser.add_argument('--runs', nargs='*', default=[], help='kept runs to table instead')
   parser.add_argument('--steps', default='1,10,25,50,100')
@@ -66,7 +69,11 @@ def main(argv):
   parser.add_argument('--seq_len', type=int, default=0, help='0: data.seq_len')
   args = parser.parse_args(argv)
   if args.runs:
-    print(first_steps(args.runs, [int(s) for s in args.steps.split(',')]))
+    for run in args.runs:
+      if not os.path.isfile(os.path.join(run, 'config.json')):
+        raise errors.ConfigError(f'--runs: {run} has no config.json. Fix: give kept runs '
+                                 '(scripts/keep_records.py) or workdirs.')
+    print(first_steps(args.runs, cli.int_list('steps', args.steps.split(','))))
     return
   config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
   m = config.model
@@ -87,4 +94,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  cli.guard(main)(sys.argv[1:])

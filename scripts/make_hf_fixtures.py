@@ -31,8 +31,12 @@ import tempfile
 
 import numpy as np
 import tokenizers
-import torch
-import transformers
+try:
+  import torch
+  import transformers
+except ImportError:
+  sys.exit('error: this script needs torch and transformers (pip install torch '
+           'transformers==5.24.0); they are not in requirements.txt.')
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / 'tests' / 'data' / 'hf'
 ORIGINAL = 16  # original_max_position_embeddings of the scaled fixtures.

@@ -21,16 +21,18 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app
 from absl import flags
 
+from roformer import cli
 from roformer.positions import rotary
 from roformer.positions import scaling
 # pylint: enable=wrong-import-position
 
-_LENGTH = flags.DEFINE_integer('length', 32768, 'Positions 0..length-1.')
-_HEAD_DIM = flags.DEFINE_integer('head_dim', 128, 'Rotated width.')
+_LENGTH = flags.DEFINE_integer('length', 32768, 'Positions 0..length-1.', lower_bound=1)
+_HEAD_DIM = flags.DEFINE_integer('head_dim', 128, 'Rotated width (even).', lower_bound=2)
 _OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
+flags.register_validator('head_dim', lambda width: width % 2 == 0,
+                         message='--head_dim must be even (pairs of dimensions rotate)')
 
 
 def float64_rotation(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -104,4 +106,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -234,3 +234,50 @@ def test_a_malformed_kill_point_is_refused_at_start_up_before_anything_is_writte
   for value in cases:
     _check(value, done[value].result(), 1, f'ROFORMER_KILL_AT={value!r} is not', watched)
   assert not fresh.exists()
+
+
+# A bad input for every script (those that test_each_class_of_bad_input... covers too), and
+# the words its one error line holds. Modules of shared code, not entry points, are listed as
+# None.
+SCRIPT_CASES = {
+    'attention_scaling.py': (['--lengths=abc'], 2, '--lengths=abc'),
+    'attention_sinks.py': (['--out=/tmp/never'], 1, 'no --workdir given'),
+    'benchmark.py': (['--config=configs/missing.py'], 1, 'configs/missing.py does not exist'),
+    'benchmark_torch.py': (['--model=foo'], 2, "invalid choice: 'foo'"),
+    'compare_torch.py': (['--steps=x'], 2, "argument --steps: invalid int value: 'x'"),
+    'convert_hf.py': (['--from_hf=/nonexistent', '--workdir=/tmp/never'], 1, 'no config.json'),
+    'convert_hf_roformer.py': (['--checkpoint=/nonexistent', '--workdir=/tmp/never'], 1,
+                               '/nonexistent'),
+    'corpus_benchmark.py': (['--gigabytes=-1'], 2, "'-1' is not above 0"),
+    'data_throughput.py': (['--config=configs/missing.py'], 1, 'does not exist'),
+    'docs_from_records.py': (['--nosuch'], 2, 'unrecognized arguments: --nosuch'),
+    'extension_table.py': (['/nonexistent'], 1, 'holds no eval_results'),
+    'generate.py': (['--workdir=/nonexistent', '--prompt=a'], 1, '/nonexistent'),
+    'group_rate.py': (['--config=configs/missing.py'], 1, 'does not exist'),
+    'init_loss.py': (['--runs', '/nonexistent'], 1, '/nonexistent has no config.json'),
+    'keep_records.py': (['/nonexistent', '/tmp/never'], 1, 'has no sweep.json'),
+    'make_hf_fixtures.py': None,  # Needs torch: with it, it writes the fixtures; without, a line.
+    'module_index.py': (['--nosuch'], 2, 'unrecognized arguments'),
+    'plot_curves.py': (['/nonexistent', '--out=/tmp/never.png'], 1, '/nonexistent'),
+    'report.py': (['/nonexistent'], 2, 'holds no run'),
+    'rope_precision.py': (['--length=-5'], 2, '-5 is not a positive integer'),
+    'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
+    'timing.py': None,  # The shapes and rounds the benchmarks share.
+}
+
+
+def test_every_script_has_a_bad_input_case():
+  listed = set(SCRIPT_CASES)
+  found = {p.name for p in pathlib.Path(REPO, 'scripts').glob('*.py') if p.name != '__init__.py'}
+  assert found == listed, (found - listed, listed - found)
+
+
+@pytest.mark.parametrize('script', sorted(s for s, c in SCRIPT_CASES.items() if c))
+def test_every_script_ends_a_bad_input_with_one_line_and_then_silence(script):
+  args, status, message = SCRIPT_CASES[script]
+  done = _run([f'scripts/{script}'] + args)
+  out = (done.stdout + done.stderr).rstrip('\n').splitlines()
+  assert 'Traceback' not in done.stderr, done.stderr[-2000:]
+  assert out and out[-1].startswith('error: ') and message in out[-1], out[-3:]
+  assert sum(line.startswith('error: ') for line in out) == 1, out
+  assert done.returncode == status, done.returncode
