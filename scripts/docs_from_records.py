@@ -19,7 +19,7 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   default, best mean over the table's cells first), `learnt=0.9` a column with each seed's first
   in-training validation step answering that share of the rows.
 - `separations`: for each named pair (`pairs=better:worse;...`, or `against=LINE` for every line
-  against one), task and length, whether every seed of one is on the better side of every seed
+  against one), task and length (`at=1;8`: only those multiples of the shortest length), whether every seed of one is on the better side of every seed
   of the other, the difference of the means with its bootstrap 95% interval and the exact
   Mann-Whitney p (roformer/separations.py); `tasks=` and `measure=` as for `table`.
 - `summary`: one row per task for the README: the reference line (`reference=`, `rope` by
@@ -166,6 +166,14 @@ def _pairs(lines: dict, options: dict, spec: str) -> list[tuple[str, str]]:
   return pairs
 
 
+def _at(lengths: list[int], options: dict) -> list[int]:
+  """The lengths `at=` names as multiples of the shortest (`at=1;8`), or all of them."""
+  if 'at' not in options or not lengths:
+    return lengths
+  wanted = {lengths[0] * int(m) for m in options['at']}
+  return [n for n in lengths if n in wanted]
+
+
 def separations(points, options: dict, spec: str) -> list[str]:
   measure = options.get('measure', ['rows'])[0]
   digits = MEASURES[measure][2]
@@ -178,7 +186,7 @@ def separations(points, options: dict, spec: str) -> list[str]:
         if k not in lines:
           raise errors.ConfigError(f'"{spec}": no line {k!r} in {task}\'s records (kept: '
                                    f'{sorted(lines)}). Fix: name lines the records hold.')
-      for n in sorted(set(lines[a]) & set(lines[b])):
+      for n in _at(sorted(set(lines[a]) & set(lines[b])), options):
         va, vb = lines[a][n], lines[b][n]
         if len(va) < 2 or len(vb) < 2:
           continue

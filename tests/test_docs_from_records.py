@@ -58,6 +58,8 @@ def test_separations_name_every_seed_above_with_the_interval_and_exact_p():
                           'every seed above | +0.300 [+0.')
   assert fox32.endswith('| 0.100 |') and 'every seed above' in fox64
   assert '| no |' in none32 and '| no |' in none64  # none's 0.6 meets rope's range.
+  assert [l.split(' | ')[2] for l in docs.separations(
+      POINTS, {'pairs': ['fox:rope'], 'at': ['2']}, 'spec')[2:]] == ['64']  # 2 x 32 only.
   low, high = map(float, re.search(r'\[([-+.\d]+), ([-+.\d]+)\]', fox32).groups())
   assert 0.1 <= low < 0.3 < high <= 0.5  # Means of resamples lie within each range.
 
