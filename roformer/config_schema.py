@@ -242,7 +242,9 @@ def schema() -> dict:
               'num_symbols': _kept(_ALL, _WORDS, Int(2, 100_000, default=128)),  # copy: alphabet.
               # copy: fewest symbols (the most is what fits the row).
               'min_length': Int(1, 100_000, default=1),
-              'reverse': Bool(default=False),  # copy: the second half reversed.
+              # copy: the second half reversed (the answer each row asks for).
+              'reverse': _kept(('resume', 'evaluate'), 'the answer a row asks for',
+                               Bool(default=False)),
               # flip_flop: the probability of an `ignore` instruction (writes and reads share
               # the rest alike); the paper's FFL(0.8).
               'flip_flop_ignore': Float(0, 1, max_open=True, default=0.8),

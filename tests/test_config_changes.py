@@ -87,3 +87,6 @@ def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
   for field in ('num_keys', 'num_values', 'num_symbols'):
     assert cc.status(f'data.synthetic.{field}', cc.EVALUATE) == 'fixed'
   assert cc.status('data.synthetic.eval_examples', cc.EVALUATE) == 'may change'
+  # Copy's `reverse` decides the answer a row asks for: a reversed evaluation of a forward
+  # copier would score another task under the same name.
+  assert cc.status('data.synthetic.reverse', cc.EVALUATE) == 'fixed'
