@@ -218,8 +218,8 @@ def schema() -> dict:
                   'source_key': Str(default=''),
                   'target_key': Str(default='')}),
               # Translate target -> source.
-              'reverse': _kept(('resume', 'evaluate'), 'the translation direction the model '
-                               'learned', Bool(default=False)),
+              'reverse': _kept(('resume', 'evaluate'), 'the translation direction the weights '
+                               'were trained for', Bool(default=False)),
           }),
           'synthetic': _read_by(SYNTHETIC, {
               # Evaluation rows (the same for every run); training rows add config.seed.

@@ -138,7 +138,7 @@ def _fields(value, where: str, spec: str) -> dict:
   if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
     raise errors.ConfigError(f'{spec}: {where} is {type(value).__name__} {_short(value)}, not a '
                              '{field: value} dict with field names as strings. Fix: write it '
-                             "as {'model.position.kind': 'rope', ...}.")
+                             "as {'seed': 1, ...}.")
   return dict(value)
 
 

@@ -301,7 +301,7 @@ def test_a_sweep_groups_exactly_the_points_that_differ_only_in_their_seed():
   groups = sweeps.seed_groups(sweep, sweep.points)
   assert [g.name for g in groups] == ['passkey,rope,seed={seed}', 'passkey,alibi,seed={seed}',
                                       'copy,rope,seed={seed}', 'copy,alibi,seed={seed}']
-  assert all([p.fields['seed'] for p in g.points] == [0, 1, 2] for g in groups)
+  assert all([p.fields['seed'] for p in g.points] == [0, 1, 2, 3, 4] for g in groups)
   context = sweeps.load('configs/sweeps/context_extension.py')  # Points that start from others.
   assert all(len(g.points) == 1 for g in sweeps.seed_groups(context, context.points))
 
