@@ -9,8 +9,6 @@ one line `error: ...` naming it and the fix (--debug shows the traceback).
 
 import os
 
-from absl import flags
-
 from roformer import cli
 from roformer import config_args
 from roformer import config_lib
@@ -19,30 +17,35 @@ from roformer import evaluate
 from roformer import files
 from roformer import logs
 
-_WORKDIR = cli.DEFINE_path('workdir', None, 'A workdir written by train.py.', required=True)
-_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
-_SPLITS = flags.DEFINE_list('splits', ['validation', 'test'],
-                            'Splits of a language-model or translation run to evaluate '
-                            '(classification runs use config.eval.splits).')
-_OUT = flags.DEFINE_string('out', 'eval_results.json',
-                           'File name in the workdir for the results, e.g. '
-                           'eval_results.rope_yarn.json for an evaluation-time variant.')
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__)
+  p.add_argument('--workdir', type=cli.path_arg, required=True,
+                 help='A workdir written by train.py.')
+  p.add_argument('--step', type=int, default=None,
+                 help='Checkpoint step (default: the latest).')
+  p.add_argument('--splits', type=cli.comma_list, default=['validation', 'test'],
+                 help='Splits of a language-model or translation run to evaluate, '
+                 'comma-separated (classification runs use config.eval.splits).')
+  p.add_argument('--out', default='eval_results.json',
+                 help='File name in the workdir for the results, e.g. '
+                 'eval_results.rope_yarn.json for an evaluation-time variant.')
+  return p
 
 
-def main(argv):
-  cli.no_arguments(argv)
+def main(args):
   logs.setup(tracebacks=cli.debug_requested())
-  if os.path.basename(_OUT.value) != _OUT.value or not _OUT.value.endswith('.json'):
-    raise errors.ConfigError(f'--out={_OUT.value!r} must be a file name ending in .json (it is '
+  if os.path.basename(args.out) != args.out or not args.out.endswith('.json'):
+    raise errors.ConfigError(f'--out={args.out!r} must be a file name ending in .json (it is '
                              'written inside --workdir).')
-  config = config_args.apply(config_lib.load(_WORKDIR.value), cli.overrides())
-  results = evaluate.evaluate_workdir(config, _WORKDIR.value, _STEP.value,
-                                      splits=tuple(_SPLITS.value))
+  config = config_args.apply(config_lib.load(args.workdir), cli.overrides())
+  results = evaluate.evaluate_workdir(config, args.workdir, args.step,
+                                      splits=tuple(args.splits))
   print(evaluate.format_results(results))
-  path = os.path.join(_WORKDIR.value, _OUT.value)
+  path = os.path.join(args.workdir, args.out)
   files.write_json_atomic(path, results)
   print(f'wrote {path}')
 
 
 if __name__ == '__main__':
-  cli.run(main, config_overrides=True)
+  cli.run(main, parser(), config_overrides=True)

@@ -1,4 +1,4 @@
-"""Train a model: python train.py --config configs/lm.py --workdir runs/lm [--config.a.b=v].
+r"""Train a model: python train.py --config configs/lm.py --workdir runs/lm [--config.a.b=v].
 
   python train.py --config configs/synthetic.py:passkey --workdir 'runs/passkey/seed={seed}' \
       --seeds=0,1,2 --eval_splits=validation
@@ -11,78 +11,81 @@ fix (--debug shows the traceback); see roformer/cli.py.
 """
 
 import jax
-from absl import app
-from absl import flags
 
 from roformer import cli
 from roformer import config_args
 from roformer import logs
 from roformer import loop
 
-_CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file FILE[:ARG]; '
-                              'override its fields with --config.a.b=VALUE.')
-_WORKDIR = cli.DEFINE_path('workdir', None, 'Directory for checkpoints and metrics.',
-                           required=True)
-_SEEDS = flags.DEFINE_list(
-    'seeds', [], 'Train the config at each of these seeds in one program (one compilation; '
-    'vmapped on accelerators); --workdir names each run with {seed}.')
-_EVAL_SPLITS = flags.DEFINE_list(
-    'eval_splits', [], 'After the last step, evaluate on these splits as eval.py --splits=... '
-    'would (eval_results.json), in this process.')
-_DISTRIBUTED = flags.DEFINE_bool(
-    'distributed', False, 'Multi-host: call jax.distributed.initialize() first. On a cluster '
-    'that JAX detects (Slurm, Cloud TPU, GKE TPU, Open MPI 4) it finds the processes itself; '
-    'elsewhere give the three flags below in every process.')
-_COORDINATOR = flags.DEFINE_string(
-    'coordinator_address', None, 'With --distributed: host:port of process 0, the same on every '
-    'process (or JAX_COORDINATOR_ADDRESS).')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None,
-                                      'With --distributed: how many processes take part.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None,
-                                   'With --distributed: this process, 0 .. num_processes - 1.')
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__)
+  p.add_argument('--config', default='configs/lm.py',
+                 help='Training config file FILE[:ARG]; override its fields with '
+                 '--config.a.b=VALUE.')
+  p.add_argument('--workdir', type=cli.path_arg, required=True,
+                 help='Directory for checkpoints and metrics.')
+  p.add_argument('--seeds', type=cli.comma_list, default=[],
+                 help='Train the config at each of these seeds in one program (one '
+                 'compilation; vmapped on accelerators); --workdir names each run with {seed}.')
+  p.add_argument('--eval_splits', type=cli.comma_list, default=[],
+                 help='After the last step, evaluate on these splits as eval.py --splits=... '
+                 'would (eval_results.json), in this process.')
+  p.add_argument('--distributed', action='store_true',
+                 help='Multi-host: call jax.distributed.initialize() first. On a cluster that '
+                 'JAX detects (Slurm, Cloud TPU, GKE TPU, Open MPI 4) it finds the processes '
+                 'itself; elsewhere give the three flags below in every process.')
+  p.add_argument('--coordinator_address', default=None,
+                 help='With --distributed: host:port of process 0, the same on every process '
+                 '(or JAX_COORDINATOR_ADDRESS).')
+  p.add_argument('--num_processes', type=int, default=None,
+                 help='With --distributed: how many processes take part.')
+  p.add_argument('--process_id', type=int, default=None,
+                 help='With --distributed: this process, 0 .. num_processes - 1.')
+  return p
 
 
-def initialize_distributed() -> None:
+def initialize_distributed(args) -> None:
   """jax.distributed.initialize() with the flags that were given (the others detected)."""
-  given = [f'--{f.name}' for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)
-           if f.value is not None]
-  if not _DISTRIBUTED.value:
+  given = [f'--{name}' for name in ('coordinator_address', 'num_processes', 'process_id')
+           if getattr(args, name) is not None]
+  if not args.distributed:
     if given:
-      raise app.UsageError(f'{", ".join(given)} given without --distributed. Fix: add '
+      raise cli.UsageError(f'{", ".join(given)} given without --distributed. Fix: add '
                            '--distributed.')
     return
-  if (_NUM_PROCESSES.value is None) != (_PROCESS_ID.value is None):
-    raise app.UsageError('--num_processes and --process_id go together. Fix: give both (or '
+  count, index = args.num_processes, args.process_id
+  if (count is None) != (index is None):
+    raise cli.UsageError('--num_processes and --process_id go together. Fix: give both (or '
                          'neither, where the cluster environment provides them).')
-  if _NUM_PROCESSES.value is not None and _NUM_PROCESSES.value < 1:
-    raise app.UsageError(f'--num_processes={_NUM_PROCESSES.value}. Fix: the number of processes '
-                         'taking part, at least 1.')
-  if _NUM_PROCESSES.value is not None and not 0 <= _PROCESS_ID.value < _NUM_PROCESSES.value:
-    raise app.UsageError(f'--process_id={_PROCESS_ID.value} is not in 0 .. '
-                         f'{_NUM_PROCESSES.value - 1}. Fix: number the processes from 0.')
+  if count is not None and count < 1:
+    raise cli.UsageError(f'--num_processes={count}. Fix: the number of processes taking part, '
+                         'at least 1.')
+  if count is not None and not 0 <= index < count:
+    raise cli.UsageError(f'--process_id={index} is not in 0 .. {count - 1}. Fix: number the '
+                         'processes from 0.')
   try:
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    jax.distributed.initialize(args.coordinator_address, count, index)
   except ValueError as e:  # What no flag or detected cluster gave (JAX's message names it).
-    raise app.UsageError(f'--distributed: {e} No cluster environment was detected. Fix: give '
+    raise cli.UsageError(f'--distributed: {e} No cluster environment was detected. Fix: give '
                          'every process --coordinator_address=HOST:PORT (of process 0), '
                          '--num_processes=N and --process_id=I.') from None
 
 
-def main(argv):
-  cli.no_arguments(argv)
-  config = config_args.load(_CONFIG.value, cli.overrides())
+def main(args):
+  config = config_args.load(args.config, cli.overrides())
   logs.setup(tracebacks=cli.debug_requested())
-  seeds = cli.int_list('seeds', _SEEDS.value)
-  eval_splits = tuple(_EVAL_SPLITS.value)
-  initialize_distributed()
+  seeds = cli.int_list('seeds', args.seeds)
+  eval_splits = tuple(args.eval_splits)
+  initialize_distributed(args)
   if seeds:
-    lasts = loop.train_seeds(config, _WORKDIR.value, seeds, eval_splits=eval_splits)
+    lasts = loop.train_seeds(config, args.workdir, seeds, eval_splits=eval_splits)
   else:
-    lasts = [loop.train_and_evaluate(config, _WORKDIR.value, eval_splits=eval_splits)]
+    lasts = [loop.train_and_evaluate(config, args.workdir, eval_splits=eval_splits)]
   if 'preempted' in lasts[0]:
     print(f'stopped by {lasts[0]["preempted"]["signal"]} at step '
           f'{lasts[0]["preempted"]["step"]} with a checkpoint; rerun the same command to resume.')
 
 
 if __name__ == '__main__':
-  cli.run(main, config_overrides=True)
+  cli.run(main, parser(), config_overrides=True)

@@ -2,21 +2,21 @@
 file or the workdir ends with one line `error: ...` naming it and the fix (exit status 2 for the
 command line, 1 for the rest) and no traceback; `--debug` shows the traceback instead.
 
-- absl entry points (train.py, eval.py, scripts/generate.py, scripts/benchmark.py) call
-  `cli.run(main)`; with `config_overrides=True` the `--config.a.b=VALUE` overrides are taken out
-  of the command line before absl parses the rest, and `cli.overrides()` returns them for
-  roformer/config_args.py to apply.
-  `cli.run` first lets the process keep the host memory each train step frees for the next
-  (roformer/host_memory.py), before JAX starts.
-- argparse scripts build a `cli.ArgumentParser` and run `cli.guard(main)`.
-- path flags and arguments (`DEFINE_path`, `path_arg`) refuse an empty or blank value, which
-  would otherwise mean the current directory.
+Every entry point builds a `cli.ArgumentParser` (argparse with these errors and `--debug`):
+- `train.py`, `eval.py` and the scripts that load a config or a workdir call
+  `cli.run(main, parser)`; with `config_overrides=True` the `--config.a.b=VALUE` overrides are
+  taken out of the command line before argparse reads the rest, and `cli.overrides()` returns
+  them for roformer/config_args.py to apply. `cli.run` first lets the process keep the host
+  memory each train step frees for the next (roformer/host_memory.py), before JAX starts.
+- the other scripts run `cli.guard(main)`.
+- path arguments (`path_arg`) refuse an empty or blank value, which would otherwise mean the
+  current directory.
 
-What counts as the user's problem: ConfigError (and its DamagedFileError, StorageError), an
-absl UsageError, and an OSError or a storage failure reported by a library (a full disk while
-writing results). Anything else is a bug, and its traceback stays. Ctrl-C that reaches an entry
-point (a training run turns the first into a checkpoint and a clean stop) ends it with one line
-and exit status 130, as shells report a process that SIGINT ended.
+What counts as the user's problem: ConfigError (and its DamagedFileError, StorageError), a
+UsageError, and an OSError or a storage failure reported by a library (a full disk while writing
+results). Anything else is a bug, and its traceback stays. Ctrl-C that reaches an entry point (a
+training run turns the first into a checkpoint and a clean stop) ends it with one line and exit
+status 130, as shells report a process that SIGINT ended.
 """
 
 import argparse
@@ -24,9 +24,6 @@ import functools
 import os
 import sys
 from typing import Callable, NoReturn
-
-from absl import app
-from absl import flags
 
 from roformer import errors
 from roformer import host_memory
@@ -36,8 +33,11 @@ from roformer import reliability
 USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the user can fix.
 INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT.
 
-flags.DEFINE_bool('debug', False, 'Show the Python traceback of an error instead of its '
-                  'one-line summary.')
+
+
+class UsageError(Exception):
+  """A command line that does not make sense (flags that go together, a bad list): exit 2."""
+
 _OVERRIDES: list[tuple[str, str | None]] = []  # See config_args.split_argv.
 
 
@@ -73,8 +73,8 @@ def int_list(name: str, values) -> list[int]:
   try:
     return [int(v) for v in values]
   except ValueError:
-    raise app.UsageError(f'--{name}={",".join(values)}: give integers, e.g. --{name}=0,1,2.'
-                         ) from None
+    raise UsageError(f'--{name}={",".join(values)}: give integers, e.g. --{name}=0,1,2.'
+                     ) from None
 
 
 def _prog() -> str:
@@ -93,7 +93,7 @@ def guard(main: Callable) -> Callable:
     try:
       killpoints.check()  # The environment's settings, before anything is written.
       return main(*args, **kwargs)
-    except app.UsageError as e:
+    except UsageError as e:
       if debug_requested():
         raise
       fail(_with_fix(e, f'{_prog()} --help lists the flags.'), USAGE)
@@ -110,24 +110,18 @@ def guard(main: Callable) -> Callable:
   return guarded
 
 
-def run(main: Callable, *, config_overrides: bool = False) -> None:
-  """absl's app.run(main) with this project's errors; see the module docstring."""
+def run(main: Callable, parser: 'ArgumentParser', *, config_overrides: bool = False,
+        argv=None) -> None:
+  """main(args) with `parser`'s arguments and this project's errors, then exit with its status;
+  see the module docstring."""
   host_memory.reuse_freed_memory()  # Before JAX's CPU client starts its threads.
   reliability.exit_with_parent()  # Only in a process a sweep driver started.
-
-  def parse(argv):
-    rest = list(argv)
-    if config_overrides:
-      from roformer import config_args  # pylint: disable=g-import-not-at-top  # Heavy: JAX.
-      rest, found = config_args.split_argv(argv)
-      _OVERRIDES[:] = found
-    try:
-      return flags.FLAGS(rest)
-    except flags.Error as e:
-      if debug_requested(argv[1:]):
-        raise
-      fail(_with_fix(e, f'{_prog()} --help lists the flags.'), USAGE)
-  app.run(guard(main), flags_parser=parse)
+  argv = list(sys.argv if argv is None else argv)
+  if config_overrides:
+    from roformer import config_args  # pylint: disable=g-import-not-at-top  # Heavy: JAX.
+    argv, found = config_args.split_argv(argv)
+    _OVERRIDES[:] = found
+  sys.exit(guard(lambda: main(parser.parse_args(argv[1:])))() or 0)
 
 
 def overrides() -> list[tuple[str, str | None]]:
@@ -135,28 +129,20 @@ def overrides() -> list[tuple[str, str | None]]:
   return list(_OVERRIDES)
 
 
-def no_arguments(argv) -> None:
-  """Refuses positional arguments (the absl entry points take flags only)."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments {argv[1:]} (every setting is a --flag; a '
-                         'value with spaces needs quotes).')
+def comma_list(text: str) -> list[str]:
+  """argparse `type=` for a comma-separated list (`--splits=validation,test`)."""
+  return [part for part in text.split(',') if part]
 
 
-def empty_path_message(flag: str) -> str:
-  return (f'{flag} is empty. Fix: give a path (an empty one would mean the current '
-          'directory).')
-
-
-def DEFINE_path(name: str, default: str | None, help_text: str, *,  # pylint: disable=invalid-name
-                required: bool = False) -> flags.FlagHolder:
-  """A string flag holding a path; an empty or blank value is refused when flags are parsed.
-  It is declared as the calling module's flag, so that the entry point's --help lists it."""
-  caller = sys._getframe(1).f_globals.get('__name__', '')  # pylint: disable=protected-access
-  holder = flags.DEFINE_string(name, default, help_text, required=required,
-                               module_name=sys.argv[0] if caller == '__main__' else caller)
-  flags.register_validator(name, lambda value: value is None or bool(value.strip()),
-                           message=empty_path_message(f'--{name}'))
-  return holder
+def positive_int(text: str) -> int:
+  """argparse `type=` for an integer >= 1."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
+  return value
 
 
 def path_arg(text: str) -> str:
@@ -172,6 +158,7 @@ class ArgumentParser(argparse.ArgumentParser):
   argument and the fix, and a --debug flag (see `guard`)."""
 
   def __init__(self, *args, **kwargs):
+    kwargs.setdefault('formatter_class', argparse.RawDescriptionHelpFormatter)
     super().__init__(*args, **kwargs)
     self.add_argument('--debug', action='store_true',
                       help='Show the Python traceback of an error instead of its summary.')

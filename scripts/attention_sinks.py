@@ -22,7 +22,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 # pylint: disable=wrong-import-position
 import numpy as np
-from absl import flags
 from absl import logging as absl_logging
 
 from roformer import cli
@@ -33,13 +32,20 @@ from roformer import sinks
 from roformer import trainer as trainer_lib
 # pylint: enable=wrong-import-position
 
-_WORKDIRS = flags.DEFINE_multi_string('workdir', [], 'A causal LM run written by train.py; '
-                                      'give several (a sweep\'s points) to compare them.')
-_OUT = cli.DEFINE_path('out', None, 'Directory for sinks.json, sinks.md and sinks.png.',
-                       required=True)
-_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: each run\'s latest).')
-_MAX_BATCHES = flags.DEFINE_integer('max_batches', 8, 'Validation batches per run.',
-                                    lower_bound=1)
+
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--workdir', dest='workdirs', action='append', default=[],
+                 help="A causal LM run written by train.py; give several (a sweep's points) to "
+                 'compare them.')
+  p.add_argument('--out', type=cli.path_arg, required=True,
+                 help='Directory for sinks.json, sinks.md and sinks.png.')
+  p.add_argument('--step', type=int, default=None,
+                 help="Checkpoint step (default: each run's latest).")
+  p.add_argument('--max_batches', type=cli.positive_int, default=8,
+                 help='Validation batches per run.')
+  return p
 
 
 def label_of(workdir: str) -> str:
@@ -47,7 +53,7 @@ def label_of(workdir: str) -> str:
   return re.sub(r',seed=\d+', '', os.path.basename(os.path.normpath(workdir)))
 
 
-def check(workdir: str):
+def check(workdir: str, step):
   """The run's saved config, refused before anything compiles where it cannot be measured."""
   if not os.path.isfile(os.path.join(workdir, 'config.json')):
     raise errors.ConfigError(f'--workdir={workdir!r} has no config.json. Fix: point it at a '
@@ -61,14 +67,14 @@ def check(workdir: str):
                            causal=True)
   if why:
     raise errors.ConfigError(f'--workdir={workdir!r}: {why}')
-  trainer_lib.checkpoint_step(workdir, _STEP.value)  # No checkpoint: one error line.
+  trainer_lib.checkpoint_step(workdir, step)  # No checkpoint: one error line.
   return config
 
 
-def measure(workdir: str, config, passes: dict) -> dict:
+def measure(workdir: str, config, passes: dict, step, max_batches: int) -> dict:
   """One run's measurement as the JSON record sinks.json keeps; `passes` holds the compiled
   evaluation passes by `sinks.same_model`, so that a sweep's seeds compile once."""
-  run = resolve.for_evaluation(config, workdir, _STEP.value, ('validation',))
+  run = resolve.for_evaluation(config, workdir, step, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
   batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
@@ -77,7 +83,7 @@ def measure(workdir: str, config, passes: dict) -> dict:
   try:
     if key not in passes:
       passes[key] = sinks.evaluation_pass(trainer.graphdef, trainer.task)
-    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, _MAX_BATCHES.value,
+    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, max_batches,
                         step=passes[key])
   except errors.ConfigError as e:
     raise errors.ConfigError(f'--workdir={workdir!r}: {e}') from None
@@ -143,33 +149,32 @@ def plot(runs: list[dict], path: str) -> None:
   plt.close(fig)
 
 
-def main(argv):
+def main(args):
   """Checks every workdir, then measures each and writes the three files."""
-  cli.no_arguments(argv)
   absl_logging.set_verbosity(absl_logging.WARNING)
-  if not _WORKDIRS.value:
+  if not args.workdirs:
     raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
   seen = {}
-  for workdir in _WORKDIRS.value:  # One run given twice would count as two seeds.
+  for workdir in args.workdirs:  # One run given twice would count as two seeds.
     first = seen.setdefault(os.path.realpath(workdir), workdir)
     if first is not workdir:
       raise errors.ConfigError(f'--workdir={workdir!r} is the run --workdir={first!r} names '
                                'already: each run is one seed of its label. Fix: give each run '
                                'once.')
-  configs = [check(w) for w in _WORKDIRS.value]  # Every check before the first compile,
-  os.makedirs(_OUT.value, exist_ok=True)  # and the output directory before any measurement.
+  configs = [check(w, args.step) for w in args.workdirs]  # Every check before the first compile,
+  os.makedirs(args.out, exist_ok=True)  # and the output directory before any measurement.
   runs, passes = [], {}
-  for workdir, config in zip(_WORKDIRS.value, configs):
-    runs.append(measure(workdir, config, passes))
+  for workdir, config in zip(args.workdirs, configs):
+    runs.append(measure(workdir, config, passes, args.step, args.max_batches))
     print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
-  with open(os.path.join(_OUT.value, 'sinks.json'), 'w') as f:
+  with open(os.path.join(args.out, 'sinks.json'), 'w') as f:
     json.dump(runs, f, indent=1)
   table = summary(runs)
-  with open(os.path.join(_OUT.value, 'sinks.md'), 'w') as f:
+  with open(os.path.join(args.out, 'sinks.md'), 'w') as f:
     f.write(table)
-  plot(runs, os.path.join(_OUT.value, 'sinks.png'))
+  plot(runs, os.path.join(args.out, 'sinks.png'))
   print(table)
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, parser())

@@ -46,7 +46,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import flags
 
 from roformer import cli
 from roformer import config_args
@@ -62,36 +61,43 @@ from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
 
 
-_CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Training config file FILE[:ARG]; '
-                              'override its fields with --config.a.b=VALUE.')
-_KINDS = flags.DEFINE_list('kinds', [], 'Position kinds to time (default: the config\'s own).')
-_VARY = flags.DEFINE_multi_string(
-    'vary', [], 'FIELD=V1,V2,...: also time every kind with each value of the config field '
-    '(e.g. model.causal_block=0,128), named KIND[NAME=V] after the field\'s last part; repeat '
-    'the flag to cross several fields. The variants take turns with the kinds.')
-_PRESET = flags.DEFINE_enum('preset', None, list(PRESETS),
-                            'Shapes from PRESETS (small, medium: the PyTorch comparison; '
-                            'gpu_125m: the GPU target); they replace the config\'s sizes, '
-                            '--config.* overrides included.')
-_STEPS = flags.DEFINE_integer('steps', 10, 'Timed steps (median reported).')
-_WARMUP = flags.DEFINE_integer('warmup', 2, 'Untimed steps after compilation.')
-_PEAK_SIZE = flags.DEFINE_integer('peak_size', 0, 'Matmul size n for the peak (n x n by n x n '
-                                  'per device); 0: 2048 on CPU, 8192 on accelerators.')
-_ROUNDS = flags.DEFINE_integer('rounds', 0, 'The kinds take turns in this many rounds of '
-                               '--steps/--rounds steps each (1: one kind after the other; 0: '
-                               'min(5, --steps)).')
-_DOCUMENTS = flags.DEFINE_integer('documents', 1, 'Documents packed in each row of the batch '
-                                  '(1: one causal sequence per row, which cuDNN runs with '
-                                  'sequence lengths; more: with the segment mask).',
-                                  lower_bound=1)
-_STEP = flags.DEFINE_enum('step', 'train', ['train', 'eval'],
-                          'The step to time: train (forward, backward and the update) or eval '
-                          '(the forward pass and the loss, on the same parameters each time; '
-                          'its FLOPs are the forward third of the training count, which, like '
-                          'it, leaves out extra passes such as a distance remap\'s).')
-_OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
-_SERVE = flags.DEFINE_bool('serve', False, 'Compile and warm up, then take commands on stdin '
-                           '(the worker of scripts/compare_torch.py).')
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__)
+  p.add_argument('--config', default='configs/lm.py',
+                 help='Training config file FILE[:ARG]; override its fields with '
+                 '--config.a.b=VALUE.')
+  p.add_argument('--kinds', type=cli.comma_list, default=[],
+                 help="Position kinds to time, comma-separated (default: the config's own).")
+  p.add_argument('--vary', action='append', default=[],
+                 help='FIELD=V1,V2,...: also time every kind with each value of the config field '
+                 "(e.g. model.causal_block=0,128), named KIND[NAME=V] after the field's last "
+                 'part; repeat the flag to cross several fields. The variants take turns with '
+                 'the kinds.')
+  p.add_argument('--preset', choices=list(PRESETS), default=None,
+                 help='Shapes from PRESETS (small, medium: the PyTorch comparison; gpu_125m: the '
+                 "GPU target); they replace the config's sizes, --config.* overrides included.")
+  p.add_argument('--steps', type=cli.positive_int, default=10,
+                 help='Timed steps (median reported).')
+  p.add_argument('--warmup', type=int, default=2, help='Untimed steps after compilation.')
+  p.add_argument('--peak_size', type=int, default=0,
+                 help='Matmul size n for the peak (n x n by n x n per device); 0: 2048 on CPU, '
+                 '8192 on accelerators.')
+  p.add_argument('--rounds', type=int, default=0,
+                 help='The kinds take turns in this many rounds of --steps/--rounds steps each '
+                 '(1: one kind after the other; 0: min(5, --steps)).')
+  p.add_argument('--documents', type=cli.positive_int, default=1,
+                 help='Documents packed in each row of the batch (1: one causal sequence per '
+                 'row, which cuDNN runs with sequence lengths; more: with the segment mask).')
+  p.add_argument('--step', choices=('train', 'eval'), default='train',
+                 help='The step to time: train (forward, backward and the update) or eval (the '
+                 'forward pass and the loss, on the same parameters each time; its FLOPs are '
+                 'the forward third of the training count, which, like it, leaves out extra '
+                 "passes such as a distance remap's).")
+  p.add_argument('--out', default='', help='Write the results as JSON here.')
+  p.add_argument('--serve', action='store_true',
+                 help='Compile and warm up, then take commands on stdin (the worker of '
+                 'scripts/compare_torch.py).')
+  return p
 
 
 def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
@@ -236,14 +242,14 @@ class Runner:
   ready to be timed."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh, name: str = '',
-               step: str = 'train'):
+               step: str = 'train', documents: int = 1):
     self.config = config
     self.name = name or config.model.position.kind
     self.step = step
     self.trainer = trainer_lib.Trainer(config, mesh)
     self.batch = sharding.put_batch(
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len,
-                        documents=_DOCUMENTS.value), mesh)
+                        documents=documents), mesh)
     self.state = self.trainer.init_state()
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
@@ -348,24 +354,23 @@ def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
       reply({'error': f'unknown command {line.strip()!r}'})
 
 
-def main(argv):
-  cli.no_arguments(argv)
-  config = config_args.load(_CONFIG.value, cli.overrides())
-  if _PRESET.value:
-    apply_preset(config, _PRESET.value)
-  kinds = _KINDS.value or [config.model.position.kind]
+def main(args):
+  config = config_args.load(args.config, cli.overrides())
+  if args.preset:
+    apply_preset(config, args.preset)
+  kinds = args.kinds or [config.model.position.kind]
   # No tokenizer here: the data's size, or a synthetic task's vocabulary (it follows from the
   # config).
   config.model.vocab_size = (synthetic.Vocabulary(config.data.synthetic,
                                                   synthetic.task_name(config.data)).vocab_size
                              if synthetic.task_name(config.data) else config.data.vocab_size)
-  rounds = _ROUNDS.value or min(5, _STEPS.value)
+  rounds = args.rounds or min(5, args.steps)
   try:
     config_schema.check(config)  # Before the mesh reads config.mesh.
-    round_sizes(_STEPS.value, rounds)
+    round_sizes(args.steps, rounds)
     if len(set(kinds)) != len(kinds):
       raise errors.ConfigError(f'--kinds={",".join(kinds)} names a kind twice.')
-    trials = variants(config, kinds, parse_vary(_VARY.value))
+    trials = variants(config, kinds, parse_vary(args.vary))
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials.values():  # Every variant is checked before anything is compiled.
       config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
@@ -373,44 +378,44 @@ def main(argv):
     if isinstance(e, errors.ConfigError):
       raise
     raise errors.ConfigError(str(e)) from e
-  n = _PEAK_SIZE.value or (2048 if jax.default_backend() == 'cpu' else 8192)
+  n = args.peak_size or (2048 if jax.default_backend() == 'cpu' else 8192)
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
   for name, trial in trials.items():  # All compiled and warm first, then timed in turns.
-    runners[name] = runner = Runner(trial, mesh, name, _STEP.value)
+    runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents)
     start = time.perf_counter()
-    runner.warm(_WARMUP.value)
+    runner.warm(args.warmup)
     # As it goes, so that a run stopped by a time limit still says how far it got.
-    print(f'[benchmark] {name}: compiled in {runner.compile_s:.1f} s, {_WARMUP.value} warm-up '
+    print(f'[benchmark] {name}: compiled in {runner.compile_s:.1f} s, {args.warmup} warm-up '
           f'steps in {time.perf_counter() - start:.2f} s', file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
-          'peak_matmul_size': n, 'documents_per_row': _DOCUMENTS.value, 'step': _STEP.value,
+          'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,
           'config': config.to_dict(),
           'malloc': 'reuse' if host_memory.applied() else 'default'}
-  if _SERVE.value:
+  if args.serve:
     serve(runners, measure, meta)
     return
   start_peak = measure()
-  timed = interleave({name: r.time for name, r in runners.items()}, _STEPS.value, rounds)
+  timed = interleave({name: r.time for name, r in runners.items()}, args.steps, rounds)
   peak = max(start_peak, measure())  # The better of before and after the timing.
   rows = [{**r.row(peak), 'rounds': timed[name]} for name, r in runners.items()]
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
         f'{m.d_ff}, vocab {m.vocab_size}, seq {config.data.seq_len}, batch '
         f'{config.train.batch_size}, {m.dtype}, remat {m.get("remat", "none")}, '
-        f'{_DOCUMENTS.value} document(s) per row; '
+        f'{args.documents} document(s) per row; '
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
-        f'({m.dtype} {n}x{n} matmul); median of {_STEPS.value} steps each in '
-        f'{rounds} interleaved rounds; {_STEP.value} step\n')
+        f'({m.dtype} {n}x{n} matmul); median of {args.steps} steps each in '
+        f'{rounds} interleaved rounds; {args.step} step\n')
   print(table(rows))
-  if _OUT.value:
-    pathlib.Path(_OUT.value).parent.mkdir(parents=True, exist_ok=True)
-    with open(_OUT.value, 'w', encoding='utf-8') as f:
-      json.dump({**meta, 'peak_flops': peak, 'steps': _STEPS.value, 'rounds_count': rounds,
+  if args.out:
+    pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, 'w', encoding='utf-8') as f:
+      json.dump({**meta, 'peak_flops': peak, 'steps': args.steps, 'rounds_count': rounds,
                  'rows': rows}, f, indent=2)
-    print(f'wrote {_OUT.value}')
+    print(f'wrote {args.out}')
 
 
 if __name__ == '__main__':
-  cli.run(main, config_overrides=True)
+  cli.run(main, parser(), config_overrides=True)

@@ -25,9 +25,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=wrong-import-position
-from absl import app
-from absl import flags
-
 from roformer import cli
 from roformer import config_args
 from roformer import config_lib
@@ -35,56 +32,60 @@ from roformer import tasks
 from roformer import workdir as workdir_lib
 from roformer.data import row_cache
 
-_CONFIG = flags.DEFINE_string('config', 'configs/lm.py', 'Config file FILE[:ARG]; '
-                              '--config.a.b=VALUE overrides its fields.')
-_BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed per form.')
-_WARMUP = flags.DEFINE_integer('warmup', 10, 'Batches taken before the timing.')
-_OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
 
 
-def measure(config, form: str) -> dict:
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--config', default='configs/lm.py',
+                 help='Config file FILE[:ARG]; --config.a.b=VALUE overrides its fields.')
+  p.add_argument('--batches', type=cli.positive_int, default=200,
+                 help='Batches timed per form.')
+  p.add_argument('--warmup', type=int, default=10, help='Batches taken before the timing.')
+  p.add_argument('--out', default='', help='Also write the results as JSON here.')
+  return p
+
+
+def measure(config, form: str, args) -> dict:
   config.data.token_cache = form == 'token cache'
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',))
   with tempfile.TemporaryDirectory() as rows:
     if form == 'row cache':  # The training rows the timing reads, as a sweep builds them.
       train = row_cache.streams(config, ())[0][0]
-      row_cache.build([(train, (_WARMUP.value + _BATCHES.value) * config.train.batch_size)],
+      row_cache.build([(train, (args.warmup + args.batches) * config.train.batch_size)],
                       rows)
     with row_cache.reading(rows if form == 'row cache' else None):
-      return _timed(config, form, sources, tokenizer)
+      return _timed(config, form, sources, tokenizer, args)
 
 
-def _timed(config, form: str, sources, tokenizer) -> dict:
+def _timed(config, form: str, sources, tokenizer, args) -> dict:
   batches = iter(tasks.for_config(config).batches(config, sources['train'], tokenizer,
                                                    train=True))
-  for _ in range(_WARMUP.value):
+  for _ in range(args.warmup):
     next(batches)
   tokens, started = 0, time.perf_counter()
-  for _ in range(_BATCHES.value):
+  for _ in range(args.batches):
     batch = next(batches)
     segments = batch.get('targets_segment_ids', batch.get('inputs_segment_ids'))
     tokens += int((segments > 0).sum())
   seconds = time.perf_counter() - started
-  return {'form': form, 'batches': _BATCHES.value, 'tokens': tokens,
+  return {'form': form, 'batches': args.batches, 'tokens': tokens,
           'seconds': round(seconds, 3), 'tokens_per_s': round(tokens / seconds),
-          'ms_per_batch': round(1e3 * seconds / _BATCHES.value, 3)}
+          'ms_per_batch': round(1e3 * seconds / args.batches, 3)}
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  config = config_args.load(_CONFIG.value, cli.overrides())
+def main(args):
+  config = config_args.load(args.config, cli.overrides())
   config_lib.validate(config)
   forms = ('built', 'row cache') if row_cache.streams(config, ()) else ('text', 'token cache')
-  results = [measure(config, form) for form in forms]
+  results = [measure(config, form, args) for form in forms]
   print(f'{config.data.name}, rows of {config.data.seq_len} x {config.train.batch_size}:')
   for r in results:
     print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s, {r['ms_per_batch']:.3f} ms a "
           f"batch ({r['tokens']:,} tokens in {r['seconds']:.2f} s)")
-  if _OUT.value:
-    with open(_OUT.value, 'w', encoding='utf-8') as f:
+  if args.out:
+    with open(args.out, 'w', encoding='utf-8') as f:
       json.dump(results, f, indent=1)
 
 
 if __name__ == '__main__':
-  cli.run(main, config_overrides=True)
+  cli.run(main, parser(), config_overrides=True)

@@ -17,42 +17,47 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from absl import flags  # pylint: disable=wrong-import-position
 from absl import logging as absl_logging  # pylint: disable=wrong-import-position
 
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import generation  # pylint: disable=wrong-import-position
 
 _DEFAULT = generation.Sampling()
-_WORKDIR = cli.DEFINE_path('workdir', None, 'A causal_lm or encoder_decoder workdir written by '
-                           'train.py.', required=True)
-_PROMPT = flags.DEFINE_multi_string('prompt', [], 'Text to continue (causal LM) or translate; '
-                                    'may be given several times.')
-_INPUT = cli.DEFINE_path('input', None, 'A text file whose every line is a prompt.')
-_STEP = flags.DEFINE_integer('step', None, 'Checkpoint step (default: the latest).')
-_MAX_NEW_TOKENS = flags.DEFINE_integer('max_new_tokens', _DEFAULT.max_new_tokens,
-                                       'Tokens to add to each prompt (causal LM).')
-_TEMPERATURE = flags.DEFINE_float('temperature', _DEFAULT.temperature,
-                                  'Sampling temperature; 0 decodes greedily (causal LM).')
-_TOP_K = flags.DEFINE_integer('top_k', _DEFAULT.top_k,
-                              'Sample from the k most likely tokens only; 0: all (causal LM).')
-_TOP_P = flags.DEFINE_float('top_p', _DEFAULT.top_p,
-                            'Sample from the smallest set of most likely tokens holding this '
-                            'much probability (nucleus); 1: all (causal LM).')
-_SEED = flags.DEFINE_integer('seed', _DEFAULT.seed, 'Sampling seed (causal LM).')
-_NUM_SAMPLES = flags.DEFINE_integer('num_samples', _DEFAULT.num_samples,
-                                    'Continuations per prompt (causal LM).')
 
 
-def main(argv):
-  cli.no_arguments(argv)
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__)
+  p.add_argument('--workdir', type=cli.path_arg, required=True,
+                 help='A causal_lm or encoder_decoder workdir written by train.py.')
+  p.add_argument('--prompt', action='append', default=[],
+                 help='Text to continue (causal LM) or translate; may be given several times.')
+  p.add_argument('--input', type=cli.path_arg, default=None,
+                 help='A text file whose every line is a prompt.')
+  p.add_argument('--step', type=int, default=None,
+                 help='Checkpoint step (default: the latest).')
+  p.add_argument('--max_new_tokens', type=int, default=_DEFAULT.max_new_tokens,
+                 help='Tokens to add to each prompt (causal LM).')
+  p.add_argument('--temperature', type=float, default=_DEFAULT.temperature,
+                 help='Sampling temperature; 0 decodes greedily (causal LM).')
+  p.add_argument('--top_k', type=int, default=_DEFAULT.top_k,
+                 help='Sample from the k most likely tokens only; 0: all (causal LM).')
+  p.add_argument('--top_p', type=float, default=_DEFAULT.top_p,
+                 help='Sample from the smallest set of most likely tokens holding this much '
+                 'probability (nucleus); 1: all (causal LM).')
+  p.add_argument('--seed', type=int, default=_DEFAULT.seed, help='Sampling seed (causal LM).')
+  p.add_argument('--num_samples', type=int, default=_DEFAULT.num_samples,
+                 help='Continuations per prompt (causal LM).')
+  return p
+
+
+def main(args):
   absl_logging.set_verbosity(absl_logging.WARNING)  # Warnings go to stderr, text to stdout.
   sampling = generation.Sampling(
-      max_new_tokens=_MAX_NEW_TOKENS.value, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
-      top_p=_TOP_P.value, seed=_SEED.value, num_samples=_NUM_SAMPLES.value)
-  print(generation.run(_WORKDIR.value, _PROMPT.value, input_file=_INPUT.value,
-                       step=_STEP.value, sampling=sampling))
+      max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+      top_p=args.top_p, seed=args.seed, num_samples=args.num_samples)
+  print(generation.run(args.workdir, args.prompt, input_file=args.input, step=args.step,
+                       sampling=sampling))
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, parser())

@@ -23,9 +23,6 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=wrong-import-position
-from absl import app
-from absl import flags
-
 from roformer import cli
 from roformer import config_args
 from roformer import config_lib
@@ -34,12 +31,18 @@ from roformer import loop
 from roformer import sweeps
 from roformer.data import row_cache
 
-_CONFIG = flags.DEFINE_string('config', 'configs/synthetic.py:niah_multikey',
-                              'Config file FILE[:ARG] of a synthetic task; --config.a.b=VALUE '
-                              'overrides its fields.')
-_SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'The group\'s seeds.')
-_STEPS = flags.DEFINE_integer('steps', 600, 'Steps per form.')
-_OUT = flags.DEFINE_string('out', '', 'Also write the results as JSON here.')
+
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--config', default='configs/synthetic.py:niah_multikey',
+                 help='Config file FILE[:ARG] of a synthetic task; --config.a.b=VALUE '
+                 'overrides its fields.')
+  p.add_argument('--seeds', type=cli.comma_list, default=['0', '1', '2'],
+                 help="The group's seeds.")
+  p.add_argument('--steps', type=int, default=600, help='Steps per form.')
+  p.add_argument('--out', default='', help='Also write the results as JSON here.')
+  return p
 
 TINY = {'d_model': 8, 'num_heads': 1, 'd_ff': 8, 'num_layers': 1}
 
@@ -67,28 +70,26 @@ def measure(config, seeds, cached: bool) -> dict:
           'low': min(rates), 'high': max(rates), 'intervals': len(rates)}
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def main(args):
   try:
-    seeds = [int(s) for s in _SEEDS.value]
+    seeds = [int(s) for s in args.seeds]
   except ValueError:
     seeds = []
   if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-    raise errors.ConfigError(f'--seeds={",".join(_SEEDS.value)}: give distinct seeds, whole '
+    raise errors.ConfigError(f'--seeds={",".join(args.seeds)}: give distinct seeds, whole '
                              'numbers of 0 or more. Fix: e.g. --seeds=0,1,2.')
-  config = config_args.load(_CONFIG.value, cli.overrides())
-  if _STEPS.value < 3 * config.train.log_every:
-    raise errors.ConfigError(f'--steps={_STEPS.value} leaves fewer than two log intervals of '
+  config = config_args.load(args.config, cli.overrides())
+  if args.steps < 3 * config.train.log_every:
+    raise errors.ConfigError(f'--steps={args.steps} leaves fewer than two log intervals of '
                              f'config.train.log_every={config.train.log_every} steps after the '
                              f'first. Fix: --steps={3 * config.train.log_every} or more.')
   config.model.update(TINY)
-  config.train.update(steps=_STEPS.value, eval_every=10 * _STEPS.value,
-                      checkpoint_every=10 * _STEPS.value,
-                      warmup_steps=min(config.train.warmup_steps, _STEPS.value))
+  config.train.update(steps=args.steps, eval_every=10 * args.steps,
+                      checkpoint_every=10 * args.steps,
+                      warmup_steps=min(config.train.warmup_steps, args.steps))
   config_lib.validate(config)
   if not row_cache.streams(config, ()):
-    raise errors.ConfigError(f'--config={_CONFIG.value} is not a synthetic task in its own '
+    raise errors.ConfigError(f'--config={args.config} is not a synthetic task in its own '
                              "words (config.data.name='synthetic/TASK'): no rows to cache.")
   results = [measure(config, seeds, cached) for cached in (False, True)]
   print(f'{config.data.name}: {len(seeds)} seeds of {config.train.batch_size} rows of '
@@ -96,10 +97,10 @@ def main(argv):
   for r in results:
     print(f"  {r['form']:>9}: {r['steps_per_s']:.1f} group steps/s ({r['low']:.1f}-"
           f"{r['high']:.1f} over {r['intervals']} log intervals)")
-  if _OUT.value:
-    with open(_OUT.value, 'w', encoding='utf-8') as f:
+  if args.out:
+    with open(args.out, 'w', encoding='utf-8') as f:
       json.dump(results, f, indent=1)
 
 
 if __name__ == '__main__':
-  cli.run(main, config_overrides=True)
+  cli.run(main, parser(), config_overrides=True)

@@ -11,6 +11,7 @@ angles computed in bfloat16 (positions above 256 are not representable there), w
 the rotation must not do.
 """
 
+import argparse
 import json
 import pathlib
 import sys
@@ -21,18 +22,28 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import flags
 
 from roformer import cli
 from roformer.positions import rotary
 from roformer.positions import scaling
 # pylint: enable=wrong-import-position
 
-_LENGTH = flags.DEFINE_integer('length', 32768, 'Positions 0..length-1.', lower_bound=1)
-_HEAD_DIM = flags.DEFINE_integer('head_dim', 128, 'Rotated width (even).', lower_bound=2)
-_OUT = flags.DEFINE_string('out', '', 'Write the results as JSON here.')
-flags.register_validator('head_dim', lambda width: width % 2 == 0,
-                         message='--head_dim must be even (pairs of dimensions rotate)')
+
+
+def _even_width(text: str) -> int:
+  value = cli.positive_int(text)
+  if value % 2:
+    raise argparse.ArgumentTypeError(f'{text!r} is odd (pairs of dimensions rotate)')
+  return value
+
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--length', type=cli.positive_int, default=32768,
+                 help='Positions 0..length-1.')
+  p.add_argument('--head_dim', type=_even_width, default=128, help='Rotated width (even).')
+  p.add_argument('--out', default='', help='Write the results as JSON here.')
+  return p
 
 
 def float64_rotation(x: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -90,9 +101,8 @@ def measure(length: int, d: int, seed: int = 0) -> dict:
   return out
 
 
-def main(argv):
-  del argv
-  result = measure(_LENGTH.value, _HEAD_DIM.value)
+def main(args):
+  result = measure(args.length, args.head_dim)
   print(f"{result['device']} ({result['backend']}, jax {result['jax']}), head_dim "
         f"{result['head_dim']}: error relative to the pair's norm (max / mean), and the largest "
         "logit error / sqrt(d) against float64")
@@ -101,9 +111,9 @@ def main(argv):
                       f"{r['max_logit_error_over_sqrt_d']:.2e}"
                       for name, r in row.items() if name != 'positions')
     print(f"  {row['positions'][0]:>6}-{row['positions'][1]:<6} {cells}")
-  if _OUT.value:
-    pathlib.Path(_OUT.value).write_text(json.dumps(result, indent=1))
+  if args.out:
+    pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == '__main__':
-  cli.run(main)
+  cli.run(main, parser())

@@ -24,7 +24,7 @@ _PROGRAM = """
 import json, resource
 from roformer import cli, loop, trainer  # What train.py imports before cli.run.
 
-def main(argv):
+def main(args):
   import jax, jax.numpy as jnp
   x = jnp.linspace(-1.0, 1.0, 6144 * 64, dtype=jnp.float32).reshape(6144, 64)
   step = jax.jit(lambda x: jnp.tanh(x @ x.T) @ x).lower(x).compile()
@@ -38,7 +38,7 @@ def main(argv):
   print('RESULT ' + json.dumps({'temp_bytes': step.memory_analysis().temp_size_in_bytes,
                                 'faults': faults}))
 
-cli.run(main)
+cli.run(main, cli.ArgumentParser())
 """
 
 
