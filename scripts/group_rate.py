@@ -27,6 +27,7 @@ from roformer import cli
 from roformer import config_args
 from roformer import config_lib
 from roformer import errors
+from roformer import logs
 from roformer import loop
 from roformer import sweeps
 from roformer.data import row_cache
@@ -71,6 +72,7 @@ def measure(config, seeds, cached: bool) -> dict:
 
 
 def main(args):
+  logs.setup(tracebacks=cli.debug_requested())  # The timed run's lines, the cache's included.
   try:
     seeds = [int(s) for s in args.seeds]
   except ValueError:

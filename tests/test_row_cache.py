@@ -295,7 +295,7 @@ def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(
   for result in (built, cached):
     assert result['intervals'] == 2 and 0 < result['low'] <= result['steps_per_s']
   assert 'group steps/s' in done.stdout
-  assert f'the first {30 * 8} read from' in done.stderr  # The timed run read the cache.
+  assert f'the first {30 * 8} read from' in done.stdout  # The timed run read the cache.
 
 
 @pytest.mark.parametrize('error', [errno.ENOSPC, errno.EOPNOTSUPP])
