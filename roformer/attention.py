@@ -151,8 +151,8 @@ softmax_attention.defvjp(_softmax_attention_fwd, _softmax_attention_bwd)
 # their gradients find them in the last-level cache instead of main memory (the medium
 # benchmark's 8 x 8 x 512 x 512 in four blocks: 5% off the whole train step).
 BLOCK_BYTES = 16 * 2**20
-# The blocks are unrolled in the traced program: past this many (a batch far beyond what a CPU
-# trains) one block runs instead, so that tracing stays bounded.
+# The blocks are unrolled in the traced program: at most this many batch blocks (larger ones
+# past it: a batch far beyond what a CPU trains) and query blocks, so that tracing stays bounded.
 MAX_BATCH_BLOCKS = 64
 
 
@@ -173,7 +173,9 @@ def blocked_softmax_attention(q, k, v, mask, bias, block_bytes: int = BLOCK_BYTE
   b, q_len, heads, _ = q.shape
   local_rows = b // sharding.shards('batch', b)
   n = batch_blocks(local_rows, heads * q_len * k.shape[1] * 4, block_bytes)
-  if n == 1 or n > MAX_BATCH_BLOCKS or jax.default_backend() != 'cpu':
+  if n > MAX_BATCH_BLOCKS:  # The most blocks the trace unrolls: larger ones than the budget.
+    n = max(d for d in range(1, MAX_BATCH_BLOCKS + 1) if local_rows % d == 0)
+  if n == 1 or jax.default_backend() != 'cpu':
     return softmax_attention(q, k, v, mask, bias)
 
   def rows(x, i):

@@ -25,6 +25,8 @@ import os
 import sys
 from typing import Callable, NoReturn
 
+from absl import logging as absl_logging
+
 from roformer import errors
 from roformer import host_memory
 from roformer import killpoints
@@ -50,8 +52,7 @@ def fail(message: str, status: int = FAILURE) -> NoReturn:
 def debug_requested(argv=None) -> bool:
   """Whether the command line asks for tracebacks (read from argv: it may fail to parse)."""
   argv = sys.argv[1:] if argv is None else argv
-  return any(a in ('--debug', '-debug', '--debug=true', '--debug=True', '--debug=1')
-             for a in argv)
+  return '--debug' in argv
 
 
 def message(exc: BaseException) -> str | None:
@@ -116,6 +117,7 @@ def run(main: Callable, parser: 'ArgumentParser', *, config_overrides: bool = Fa
   see the module docstring."""
   host_memory.reuse_freed_memory()  # Before JAX's CPU client starts its threads.
   reliability.exit_with_parent()  # Only in a process a sweep driver started.
+  absl_logging.use_absl_handler()  # Libraries' (absl, orbax) lines through one handler.
   argv = list(sys.argv if argv is None else argv)
   if config_overrides:
     from roformer import config_args  # pylint: disable=g-import-not-at-top  # Heavy: JAX.
@@ -131,7 +133,7 @@ def overrides() -> list[tuple[str, str | None]]:
 
 def comma_list(text: str) -> list[str]:
   """argparse `type=` for a comma-separated list (`--splits=validation,test`)."""
-  return [part for part in text.split(',') if part]
+  return [part.strip() for part in text.split(',') if part.strip()]
 
 
 def positive_int(text: str) -> int:
@@ -159,6 +161,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def __init__(self, *args, **kwargs):
     kwargs.setdefault('formatter_class', argparse.RawDescriptionHelpFormatter)
+    kwargs.setdefault('allow_abbrev', False)  # --seed is not a prefix of --seeds.
     super().__init__(*args, **kwargs)
     self.add_argument('--debug', action='store_true',
                       help='Show the Python traceback of an error instead of its summary.')

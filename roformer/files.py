@@ -2,6 +2,7 @@
 that a damaged one is named with its fix instead of a decoder's traceback. Light on purpose:
 the sweep driver and the report read them without importing JAX."""
 
+import errno
 import json
 import logging
 import os
@@ -86,6 +87,9 @@ def sync_directory(path: str) -> None:
   fd = os.open(path, os.O_RDONLY)
   try:
     os.fsync(fd)
+  except OSError as e:  # Some network and FUSE file systems cannot sync a directory.
+    if e.errno != errno.EINVAL:
+      raise
   finally:
     os.close(fd)
 

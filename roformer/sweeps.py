@@ -163,7 +163,11 @@ def from_dict(raw, spec: str, config: str = '') -> Sweep:
   if not isinstance(points, (list, tuple)) or not points:
     raise errors.ConfigError(f'{spec}: points must be a non-empty list of {{field: value}} '
                              'dicts, one per run.')
-  points = [_fields(p if p is not None else [], f'point {i}', spec) for i, p in enumerate(points)]
+  for i, p in enumerate(points):
+    if not isinstance(p, dict):
+      raise errors.ConfigError(f'{spec}: point {i} is {type(p).__name__} {_short(p)}, not a '
+                               '{field: value} dict. Fix: one dict per run.')
+  points = [_fields(p, f'point {i}', spec) for i, p in enumerate(points)]
   for i, p in enumerate(points):
     for key in _NOT_FIELDS:
       if key in p and not (isinstance(p[key], str) and p[key]):

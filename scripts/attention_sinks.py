@@ -156,11 +156,12 @@ def main(args):
     raise errors.ConfigError('no --workdir given. Fix: pass one or more causal LM runs.')
   seen = {}
   for workdir in args.workdirs:  # One run given twice would count as two seeds.
-    first = seen.setdefault(os.path.realpath(workdir), workdir)
-    if first is not workdir:
-      raise errors.ConfigError(f'--workdir={workdir!r} is the run --workdir={first!r} names '
-                               'already: each run is one seed of its label. Fix: give each run '
-                               'once.')
+    real = os.path.realpath(workdir)
+    if real in seen:
+      raise errors.ConfigError(f'--workdir={workdir!r} is the run --workdir={seen[real]!r} '
+                               'names already: each run is one seed of its label. Fix: give '
+                               'each run once.')
+    seen[real] = workdir
   configs = [check(w, args.step) for w in args.workdirs]  # Every check before the first compile,
   os.makedirs(args.out, exist_ok=True)  # and the output directory before any measurement.
   runs, passes = [], {}

@@ -127,7 +127,11 @@ def table(points, options: dict, spec: str) -> list[str]:
     for k, per_length in lines.items():
       merged.setdefault(k, {}).update({(task, n): v for n, v in per_length.items()})
   order = _order(merged, options, spec, higher)
-  learnt = float(options['learnt'][0]) if 'learnt' in options else None
+  try:
+    learnt = float(options['learnt'][0]) if 'learnt' in options else None
+  except ValueError:
+    raise errors.ConfigError(f'"{spec}": learnt={options["learnt"][0]!r} is not a share of '
+                             'rows. Fix: e.g. learnt=0.9.') from None
   out = [head, '|---' * (len(columns) + 2) + '|']
   if learnt is not None:
     out[0] += f' first validation step at {learnt:g} of rows, by seed |'
@@ -170,7 +174,11 @@ def _at(lengths: list[int], options: dict) -> list[int]:
   """The lengths `at=` names as multiples of the shortest (`at=1;8`), or all of them."""
   if 'at' not in options or not lengths:
     return lengths
-  wanted = {lengths[0] * int(m) for m in options['at']}
+  try:
+    wanted = {lengths[0] * int(m) for m in options['at']}
+  except ValueError:
+    raise errors.ConfigError(f'at={";".join(options["at"])}: give whole multiples, e.g. '
+                             'at=1;8.') from None
   return [n for n in lengths if n in wanted]
 
 
@@ -216,6 +224,10 @@ def summary(points, options: dict, spec: str) -> list[str]:
     lengths = sorted(lines[reference])
     first, last = lengths[0], lengths[-1]
     at = {k: v[last] for k, v in lines.items() if len(v.get(last, [])) >= 2}
+    if reference not in at:
+      raise errors.ConfigError(f'"{spec}": {reference!r} has fewer than 2 seeds at {last} in '
+                               f"{task}'s records: nothing to compare with. Fix: another "
+                               'reference line.')
     best = (max if higher else min)(at, key=lambda k: statistics.mean(at[k]))
     sides = {True: [], False: []}
     for k, values in sorted(at.items()):

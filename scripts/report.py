@@ -60,7 +60,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   config = config_lib.load(workdir).to_dict()  # A damaged config.json: one DamagedFileError.
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
-    records = metrics_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+    records = checked_metrics(os.path.join(workdir, 'metrics.jsonl'))
   train = [r for r in records if r['split'] == 'train']
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
   answered = {r['step']: r['sequence_accuracy'] for r in records
@@ -124,6 +124,24 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
 _NUMBERS = ('length', 'loss', 'perplexity', 'accuracy', 'sequence_accuracy', 'tokens', 'rows')
 
 
+def checked_metrics(path: str) -> list[dict]:
+  """metrics.jsonl's records, each with its step, split and numbers checked (a DamagedFileError
+  naming the line otherwise)."""
+  records = metrics_lib.read_jsonl(path)
+  for number, record in enumerate(records, 1):
+    bad = [key for key in ('step', 'loss', 'steps_per_sec', 'sequence_accuracy')
+           if key in record and (isinstance(record[key], bool)
+                                 or not isinstance(record[key], (int, float)))]
+    if not isinstance(record.get('split'), str) or not isinstance(record.get('step'), int) or bad:
+      raise errors.DamagedFileError(
+          f'{path}: record {number} lacks a step and split or holds a non-number in '
+          f'{bad or "step"}. Fix: restore the file, or delete the record.')
+    if record['split'] in ('train', 'validation') and 'loss' not in record:
+      raise errors.DamagedFileError(f'{path}: {record["split"]} record {number} has no loss. '
+                                    'Fix: restore the file, or delete the record.')
+  return records
+
+
 def checked_results(path: str) -> dict:
   """An eval_results*.json's splits, each row's numbers checked: a file damaged or written by
   something else is one DamagedFileError naming it and the field, not a traceback later."""
@@ -137,6 +155,9 @@ def checked_results(path: str) -> dict:
       raise errors.DamagedFileError(f'{path}: split {name!r} has no list of rows per length. '
                                     f'Fix: {fix}.')
     for row in rows:
+      if 'length' not in row:
+        raise errors.DamagedFileError(f'{path}: split {name!r} has a row without its length. '
+                                      f'Fix: {fix}.')
       for key in _NUMBERS:
         value = row.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -36,6 +36,8 @@ def test_query_blocks_cover_the_rows_once():
   assert attention.query_blocks(10, 4) == [(0, 3), (3, 6), (6, 10)]  # Near-equal, at most 4.
   assert attention.query_blocks(512, 128) == [(0, 128), (128, 256), (256, 384), (384, 512)]
   assert attention.query_blocks(5, 8) == [(0, 5)]
+  # More batch blocks than the cap: the largest divisor of the rows within it, not one block.
+  assert attention.batch_blocks(96, 12 * 2**20) == 96
   assert len(attention.query_blocks(2**20, 128)) == attention.MAX_BATCH_BLOCKS  # Bounded.
 
 

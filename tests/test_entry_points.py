@@ -280,3 +280,15 @@ def test_every_script_ends_a_bad_input_with_one_line_and_then_silence(script):
   assert out and out[-1].startswith('error: ') and message in out[-1], out[-3:]
   assert sum(line.startswith('error: ') for line in out) == 1, out
   assert done.returncode == status, done.returncode
+
+
+def test_the_shared_parser_takes_no_prefixes_and_trims_lists(capsys):
+  """cli.ArgumentParser refuses a prefix of a longer flag (`--seed` is not `--seeds`), and a
+  comma list drops the spaces around its items."""
+  from roformer import cli  # pylint: disable=import-outside-toplevel
+  parser = cli.ArgumentParser(prog='train.py')
+  parser.add_argument('--seeds', type=cli.comma_list, default=[])
+  assert parser.parse_args(['--seeds=0, 1 ,2']).seeds == ['0', '1', '2']
+  with pytest.raises(SystemExit) as exit_info:
+    parser.parse_args(['--seed=3'])
+  assert exit_info.value.code == 2 and 'unrecognized arguments: --seed=3' in capsys.readouterr().err

@@ -183,8 +183,11 @@ def test_rows_too_short_for_the_chains_or_the_list_are_refused(task):
   with pytest.raises(errors.ConfigError, match=rf'{task} rows in text .* of 60 tokens cannot '
                      r'hold .*--config.data.seq_len=\d+ or more'):
     _rows(task, length=60)
-  cfg = ml_collections.ConfigDict({'chains': 300, 'hops': 3})
+  cfg = ml_collections.ConfigDict({'chains': 300, 'hops': 3, 'key_digits': 5})
   with pytest.raises(errors.ConfigError, match='bind 1200 distinct names'):
+    ruler_text.validate('variable_tracking', cfg)
+  cfg.update(chains=11, key_digits=1)  # Eleven chains, each its own value of one digit.
+  with pytest.raises(errors.ConfigError, match='of which there are 10. Fix: fewer chains'):
     ruler_text.validate('variable_tracking', cfg)
 
 

@@ -243,3 +243,11 @@ def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workd
   assert len(traces) == 3  # Each measure's refusal check, and one trace for both runs.
   np.testing.assert_array_equal(second.per_head, alone.per_head)
   np.testing.assert_array_equal(second.queries, alone.queries)
+
+
+def test_the_same_run_given_twice_by_the_same_path_is_refused(workdirs, tmp_path):
+  """Equal paths (argparse may hand them over as one string object) are one run."""
+  same = str(workdirs['rope', 0])
+  proc = _script(f'--out={tmp_path / "out"}', f'--workdir={same}', f'--workdir={same}')
+  assert proc.returncode == 1 and 'names already' in proc.stderr
+  assert not (tmp_path / 'out').exists()

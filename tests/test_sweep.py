@@ -1125,7 +1125,8 @@ def test_a_point_shared_by_the_synthetic_sweeps_is_one_run():
 
 
 @pytest.mark.parametrize('damage', ['no train section', 'config not an object', 'loss a string',
-                                    'rows not a list'])
+                                    'rows not a list', 'a row without length',
+                                    'a metrics record without split'])
 def test_the_report_names_a_damaged_point_and_reports_the_others(damage, tmp_path, capsys):
   """A point whose config.json lacks a section or whose evaluation holds a wrongly typed value
   is one warning naming the file and the fix, listed as damaged; the others are reported."""
@@ -1141,9 +1142,14 @@ def test_the_report_names_a_damaged_point_and_reports_the_others(damage, tmp_pat
     config.write_text(json.dumps(value))
   elif damage == 'config not an object':
     config.write_text('[1, 2]')
+  elif damage == 'a metrics record without split':
+    with open(broken / 'metrics.jsonl', 'a', encoding='utf-8') as f:
+      f.write(json.dumps({'step': 3, 'loss': 1.0}) + '\n')
   else:
     value = json.loads(results.read_text())
-    if damage == 'loss a string':
+    if damage == 'a row without length':
+      del value['splits']['validation']['lengths'][0]['length']
+    elif damage == 'loss a string':
       value['splits']['validation']['lengths'][0]['loss'] = 'abc'
     else:
       value['splits']['validation']['lengths'] = {'64': 1}

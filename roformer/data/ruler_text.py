@@ -82,6 +82,11 @@ def validate(task: str, cfg) -> None:
   """The fields a row in text reads, before the tokenizer is known (Rows checks the length)."""
   where = 'config.data.synthetic'
   if task == 'variable_tracking':
+    if cfg.chains > 10 ** cfg.key_digits:
+      raise errors.ConfigError(
+          f'variable_tracking rows in text give each of {where}.chains={cfg.chains} chains its '
+          f'own value of key_digits={cfg.key_digits} digits, of which there are '
+          f'{10 ** cfg.key_digits}. Fix: fewer chains or more key_digits.')
     if cfg.chains * (cfg.hops + 1) > NAMES:
       raise errors.ConfigError(
           f'variable_tracking rows in text bind {cfg.chains * (cfg.hops + 1)} distinct names '
