@@ -23,7 +23,7 @@ import argparse
 import functools
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 from absl import logging as absl_logging
 
@@ -136,15 +136,21 @@ def comma_list(text: str) -> list[str]:
   return [part.strip() for part in text.split(',') if part.strip()]
 
 
-def positive_int(text: str) -> int:
-  """argparse `type=` for an integer >= 1."""
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
-  if value < 1:
-    raise argparse.ArgumentTypeError(f'{text!r} is not a positive integer')
-  return value
+def positive(kind: type = int) -> Callable[[str], Any]:
+  """argparse `type=` for a number of `kind` (int or float) above 0."""
+  def parse(text: str):
+    try:
+      value = kind(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f'{text!r} is not a number') from None
+    if not value > 0:
+      raise argparse.ArgumentTypeError(
+          f"{text!r} is not a positive {'integer' if kind is int else 'number'}")
+    return value
+  return parse
+
+
+positive_int = positive(int)
 
 
 def path_arg(text: str) -> str:

@@ -10,7 +10,6 @@ and the median wall time of `--repeats` steps after one warm-up step (blocking o
 Prints a Markdown table and writes the numbers as JSON.
 """
 
-import json
 import os
 import pathlib
 import statistics
@@ -24,6 +23,7 @@ import numpy as np  # pylint: disable=wrong-import-position
 
 from configs import performer  # pylint: disable=wrong-import-position
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import config_lib  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
@@ -96,8 +96,7 @@ def main(argv=None):
     print(f'| {length} | ' + ' | '.join(cells) + ' |')
   if args.out:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump({'device': str(jax.devices()[0]), 'rows': rows}, f, indent=2)
+    files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows})
     print(f'wrote {args.out}')
 
 

@@ -12,7 +12,6 @@ Bad input prints one `error:` line and exits with status 1.
 """
 
 import collections
-import json
 import os
 import pathlib
 import re
@@ -27,6 +26,7 @@ from absl import logging as absl_logging
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
+from roformer import files
 from roformer import resolve
 from roformer import sinks
 from roformer import trainer as trainer_lib
@@ -168,11 +168,9 @@ def main(args):
   for workdir, config in zip(args.workdirs, configs):
     runs.append(measure(workdir, config, passes, args.step, args.max_batches))
     print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
-  with open(os.path.join(args.out, 'sinks.json'), 'w') as f:
-    json.dump(runs, f, indent=1)
+  files.write_json_atomic(os.path.join(args.out, 'sinks.json'), runs)
   table = summary(runs)
-  with open(os.path.join(args.out, 'sinks.md'), 'w') as f:
-    f.write(table)
+  files.write_text_atomic(os.path.join(args.out, 'sinks.md'), table)
   plot(runs, os.path.join(args.out, 'sinks.png'))
   print(table)
 

@@ -48,6 +48,7 @@ import ml_collections
 import numpy as np
 
 from roformer import cli
+from roformer import files
 from roformer import config_args
 from roformer import config_lib
 from roformer import config_schema
@@ -411,9 +412,8 @@ def main(args):
   print(table(rows))
   if args.out:
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump({**meta, 'peak_flops': peak, 'steps': args.steps, 'rounds_count': rounds,
-                 'rows': rows}, f, indent=2)
+    files.write_json_atomic(args.out, {**meta, 'peak_flops': peak, 'steps': args.steps,
+                                       'rounds_count': rounds, 'rows': rows})
     print(f'wrote {args.out}')
 
 

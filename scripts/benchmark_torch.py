@@ -38,6 +38,7 @@ import pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 MODELS = ('causal', 'mlm')
@@ -192,8 +193,7 @@ def main(argv=None) -> int:
             'date': time.strftime('%Y-%m-%d')}
   print(json.dumps(result, indent=2))
   if args.out:
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
+    files.write_json_atomic(args.out, result)
   return 0
 
 

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 # pylint: disable=wrong-import-position
 from roformer import cli
+from roformer import files
 from roformer import host_memory
 from scripts.benchmark_torch import check_parameters
 from scripts.timing import TORCH_PRESETS, interleave, round_ratios, round_sizes
@@ -218,8 +219,7 @@ def main(argv=None) -> int:
               'steps': args.steps, 'rounds': args.rounds, 'summary': summary, 'times': timed,
               'jax': jax_report, 'torch': torch_report}
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=2)
+    files.write_json_atomic(args.out, result)
     print(f'wrote {args.out}')
   return 0
 

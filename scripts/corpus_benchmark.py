@@ -11,7 +11,6 @@ memory (getrusage), against the size of the corpus. The corpus is generated on t
 deleted afterwards (--keep keeps it): nothing of it is committed.
 """
 
-import argparse
 import gzip
 import json
 import os
@@ -26,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 
 _CONVERT = '''
 import json, resource, sys, time
@@ -66,20 +66,10 @@ def generate(directory: str, total_bytes: int, files: int, seed: int = 0) -> int
   return written
 
 
-def _positive(kind):
-  """argparse `type=`: a number of `kind` above 0."""
-  def parse(text):
-    value = kind(text)
-    if not value > 0:
-      raise argparse.ArgumentTypeError(f'{text!r} is not above 0')
-    return value
-  return parse
-
-
 def main(argv=None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--gigabytes', type=_positive(float), default=1.0)
-  parser.add_argument('--files', type=_positive(int), default=64)
+  parser.add_argument('--gigabytes', type=cli.positive(float), default=1.0)
+  parser.add_argument('--files', type=cli.positive_int, default=64)
   parser.add_argument('--dir', default='/tmp/roformer_corpus_benchmark')
   parser.add_argument('--keep', action='store_true', help='Keep the generated corpus.')
   parser.add_argument('--out', default='', help='Also write the results as JSON here.')
@@ -107,8 +97,7 @@ def main(argv=None) -> int:
         f"{result['peak_rss_mib']:.0f} MiB ({result['rss_before_mib']:.0f} MiB before it "
         f"started); splits {result['documents']}")
   if args.out:
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(result, f, indent=1)
+    files.write_json_atomic(args.out, result)
   if not args.keep:
     for made in (corpus_dir, data_dir):
       shutil.rmtree(made, ignore_errors=True)

@@ -16,7 +16,6 @@ tokens that are not padding. No model runs; compare with the step's tokens/s
 (scripts/benchmark.py) to see how far ahead of the model the pipeline is.
 """
 
-import json
 import os
 import sys
 import tempfile
@@ -26,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=wrong-import-position
 from roformer import cli
+from roformer import files
 from roformer import config_args
 from roformer import config_lib
 from roformer import tasks
@@ -83,8 +83,7 @@ def main(args):
     print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s, {r['ms_per_batch']:.3f} ms a "
           f"batch ({r['tokens']:,} tokens in {r['seconds']:.2f} s)")
   if args.out:
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=1)
+    files.write_json_atomic(args.out, results)
 
 
 if __name__ == '__main__':

@@ -30,8 +30,6 @@ Nothing in a block is typed by hand: a page's numbers are these, and `tests/test
 when a block differs from what its records give.
 """
 
-import glob
-import os
 import re
 import shlex
 import statistics
@@ -41,6 +39,7 @@ import pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
@@ -59,14 +58,11 @@ KINDS = ('table', 'separations', 'summary')
 
 def read_points(records: str) -> list[dict]:
   """Every point kept under `records` (scripts/report.py's reading), finished or not."""
-  overrides, labels = report._sweep_record(records)  # pylint: disable=protected-access
-  workdirs = sorted(os.path.dirname(p)
-                    for p in glob.glob(os.path.join(records, '*', 'config.json')))
+  workdirs = report.workdirs_of(records)
   if not workdirs:
     raise errors.ConfigError(f'{records} holds no kept run (no */config.json). Fix: name a '
                              'folder written by scripts/keep_records.py.')
-  return [report.read_point(w, overrides.get(os.path.basename(w), {}),
-                            labels.get(os.path.basename(w), '')) for w in workdirs]
+  return report.read_points(records, workdirs)
 
 
 def tables(points: list[dict], measure: str) -> dict:
@@ -295,7 +291,7 @@ def main(argv=None) -> int:
     if new != text:
       stale.append(str(page.relative_to(ROOT)))
       if not args.check:
-        page.write_text(new, encoding='utf-8')
+        files.write_text_atomic(str(page), new)
   if args.check and stale:
     print(f'error: {", ".join(stale)}: results differ from their records. Fix: python '
           'scripts/docs_from_records.py', file=sys.stderr)

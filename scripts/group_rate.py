@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=wrong-import-position
 from roformer import cli
+from roformer import files
 from roformer import config_args
 from roformer import config_lib
 from roformer import errors
@@ -100,8 +101,7 @@ def main(args):
     print(f"  {r['form']:>9}: {r['steps_per_s']:.1f} group steps/s ({r['low']:.1f}-"
           f"{r['high']:.1f} over {r['intervals']} log intervals)")
   if args.out:
-    with open(args.out, 'w', encoding='utf-8') as f:
-      json.dump(results, f, indent=1)
+    files.write_json_atomic(args.out, results)
 
 
 if __name__ == '__main__':

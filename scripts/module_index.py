@@ -15,6 +15,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = ROOT / 'docs' / 'layout.md'
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
             file=sys.stderr)
       return 1
     return 0
-  PAGE.write_text(new, encoding='utf-8')
+  files.write_text_atomic(str(PAGE), new)
   print(f'wrote {PAGE.relative_to(ROOT)}')
   return 0
 

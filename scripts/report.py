@@ -52,6 +52,29 @@ def _sweep_record(root: str) -> tuple[dict, dict]:
   return record.get('points', {}), record.get('labels', {})
 
 
+def workdirs_of(root: str) -> list[str]:
+  """The runs under a sweep's directory or its kept records (each a */config.json)."""
+  return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, '*', 'config.json')))
+
+
+def read_points(root: str, workdirs: list[str], on_damage=None) -> list[dict]:
+  """`read_point` of each of `workdirs` with its sweep's overrides and label (root/sweep.json).
+  A damaged point raises its DamagedFileError, or, with `on_damage(workdir, error)`, is handed
+  to it and listed as damaged."""
+  overrides, labels = _sweep_record(root)
+  points = []
+  for w in workdirs:
+    try:
+      points.append(read_point(w, overrides.get(os.path.basename(w), {}),
+                               labels.get(os.path.basename(w), '')))
+    except errors.ConfigError as e:
+      if on_damage is None:
+        raise
+      on_damage(w, e)
+      points.append(damaged_point(w))
+  return points
+
+
 def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   """What a point's files say: its scheme (its sweep's `label`, else its position kind with
   the options its overrides set), seed, curves and evaluations (each evaluation's rows keyed
@@ -642,26 +665,20 @@ def main(argv=None) -> int:
   parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md).')
   args = parser.parse_args(argv)
   root = args.sweep_dir
-  workdirs = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, '*', 'config.json')))
+  workdirs = workdirs_of(root)
   if not workdirs:
     print(f'error: {root} holds no run (no */config.json). Fix: run scripts/sweep.py with '
           f'--workdir {root} first.', file=sys.stderr)
     return 2
-  overrides, labels = _sweep_record(root)
-  points = []
-  for w in workdirs:
-    try:
-      points.append(read_point(w, overrides.get(os.path.basename(w), {}),
-                               labels.get(os.path.basename(w), '')))
-    except errors.ConfigError as e:  # One damaged point does not hide the others.
-      print(f'warning: {e} The point is listed as damaged and left out of the tables.',
-            file=sys.stderr)
-      points.append(damaged_point(w))
+
+  def damaged(workdir, e):  # One damaged point does not hide the others.
+    print(f'warning: {e} The point is listed as damaged and left out of the tables.',
+          file=sys.stderr)
+  points = read_points(root, workdirs, on_damage=damaged)
   out = args.out or os.path.join(root, 'report.md')
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   written = plot(points, os.path.dirname(os.path.abspath(out)))
-  with open(out, 'w', encoding='utf-8') as f:
-    f.write(markdown(points, root))
+  files.write_text_atomic(out, markdown(points, root))
   print(f'wrote {out}, ' + ', '.join(written))
   return 0
 

@@ -12,7 +12,6 @@ the rotation must not do.
 """
 
 import argparse
-import json
 import pathlib
 import sys
 
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from roformer import cli
+from roformer import files
 from roformer.positions import rotary
 from roformer.positions import scaling
 # pylint: enable=wrong-import-position
@@ -112,7 +112,7 @@ def main(args):
                       for name, r in row.items() if name != 'positions')
     print(f"  {row['positions'][0]:>6}-{row['positions'][1]:<6} {cells}")
   if args.out:
-    pathlib.Path(args.out).write_text(json.dumps(result, indent=1))
+    files.write_json_atomic(args.out, result)
 
 
 if __name__ == '__main__':

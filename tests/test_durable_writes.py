@@ -64,3 +64,18 @@ def test_a_metrics_record_is_synced_once_appended(tmp_path, synced):
   writer.close()
   jsonl = [path for kind, path in synced if path.endswith('metrics.jsonl')]
   assert jsonl == [str(tmp_path / 'metrics.jsonl')]
+
+
+def test_a_reports_markdown_is_written_atomically_and_synced(tmp_path, synced):
+  """scripts/report.py's report.md (what the docs link to) goes through the same durable write."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  from scripts import report  # pylint: disable=import-outside-toplevel
+  kept = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'docs',
+                      'results', 'options_2026-11-27', 'records')
+  for seed in (0, 1):
+    shutil.copytree(os.path.join(kept, f'flip_flop,rope,seed={seed}'),
+                    tmp_path / f'flip_flop,rope,seed={seed}')
+  assert report.main([str(tmp_path)]) == 0
+  path = str(tmp_path / 'report.md')
+  at = synced.index(('fsync', path + '.tmp'))
+  assert synced[at + 1:at + 3] == [('rename', path), ('fsync', str(tmp_path))]

@@ -247,7 +247,7 @@ SCRIPT_CASES = {
     'convert_hf.py': (['--from_hf=/nonexistent', '--workdir=/tmp/never'], 1, 'no config.json'),
     'convert_hf_roformer.py': (['--checkpoint=/nonexistent', '--workdir=/tmp/never'], 1,
                                '/nonexistent'),
-    'corpus_benchmark.py': (['--gigabytes=-1'], 2, "'-1' is not above 0"),
+    'corpus_benchmark.py': (['--gigabytes=-1'], 2, "'-1' is not a positive number"),
     'data_throughput.py': (['--config=configs/missing.py'], 1, 'does not exist'),
     'docs_from_records.py': (['--nosuch'], 2, 'unrecognized arguments: --nosuch'),
     'extension_table.py': (['/nonexistent'], 1, 'holds no eval_results'),

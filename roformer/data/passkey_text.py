@@ -24,6 +24,7 @@ the answer's tokens, the share of rows answered in full, and by depth band of th
 import numpy as np
 
 from roformer import errors
+from roformer.data import ruler
 from roformer.data import synthetic
 from roformer.data import tokens as tokens_lib
 from roformer.data import vocabularies
@@ -50,25 +51,33 @@ class Split:
   def __init__(self, cfg, split: str, text, text_key: str, task: str = 'passkey'):
     self.cfg, self.split, self.text, self.text_key = cfg, split, text, text_key
     self.task = task
-    self._streams = {}
+    self._cached = {}
+
+  def cached(self, tokenizer, name: str, build):
+    """`build()`, computed once per tokenizer for this split (the text's ids, a task's pool of
+    words): every length's rows share it."""
+    key = (name, id(tokenizer))
+    if key not in self._cached:
+      self._cached[key] = build()
+    return self._cached[key]
 
   def stream(self, tokenizer) -> np.ndarray:
     """The split's documents' ids, one after another (encoded once per tokenizer)."""
-    key = id(tokenizer)
-    if key not in self._streams:
-      parts, count = [], 0
-      for i in range(len(self.text)):
-        parts.append(np.asarray(tokens_lib.document_ids(self.text[i], tokenizer, self.text_key),
-                                np.int32))
-        count += len(parts[-1])
-        if count >= MAX_TEXT_TOKENS:
-          break
-      if not count:
-        raise errors.ConfigError(
-            f'the {self.split} split of the passkey rows\' text (config.data.name) has no '
-            "text. Fix: check config.data.splits, or set config.data.synthetic.filler='words'.")
-      self._streams[key] = np.concatenate(parts)
-    return self._streams[key]
+    return self.cached(tokenizer, 'stream', lambda: self._encoded(tokenizer))
+
+  def _encoded(self, tokenizer) -> np.ndarray:
+    parts, count = [], 0
+    for i in range(len(self.text)):
+      parts.append(np.asarray(tokens_lib.document_ids(self.text[i], tokenizer, self.text_key),
+                              np.int32))
+      count += len(parts[-1])
+      if count >= MAX_TEXT_TOKENS:
+        break
+    if not count:
+      raise errors.ConfigError(
+          f'the {self.split} split of the passkey rows\' text (config.data.name) has no '
+          "text. Fix: check config.data.splits, or set config.data.synthetic.filler='words'.")
+    return np.concatenate(parts)
 
 
 def rows(split: Split, tokenizer, length: int, run_seed: int = 0):
@@ -84,7 +93,7 @@ class Rows:
   the answer's ids, `bucket` the key's depth band)."""
 
   def __init__(self, split: Split, tokenizer, length: int, run_seed: int = 0):
-    self.cfg, self.length, self.tokenizer = split.cfg, length, tokenizer
+    self.cfg, self.length, self.tokenizer, self.split = split.cfg, length, tokenizer, split
     self.stream = split.stream(tokenizer)
     self.key = (int(self.cfg.seed), synthetic.SPLIT_IDS[split.split]) + (
         (int(run_seed),) if split.split == 'train' else ())
@@ -136,7 +145,7 @@ class Rows:
 
   def bucket(self, depth: float) -> int:
     """The depth band of a needle at `depth` in [0, 1] of the text."""
-    return min(int(depth * self.cfg.depth_buckets), self.cfg.depth_buckets - 1)
+    return ruler.depth_bucket(self.cfg.depth_buckets, depth)
 
   def __getitem__(self, index: int) -> dict:
     ids, spans, bucket = self.tokens(index)

@@ -124,21 +124,37 @@ def _depths(rng, cfg, count: int, first: int = 0) -> np.ndarray:
   return depths
 
 
+def rising_depths(rng, depth: float, count: int) -> np.ndarray:
+  """`count` sorted uniform depths in [0, 1] (a chain's statements, a key's values, in order);
+  when `depth` >= 0, drawn again with the first at `depth` and the others after it."""
+  depths = np.sort(rng.uniform(size=count))
+  if depth >= 0:
+    depths = np.sort(np.r_[depth, rng.uniform(depth, 1, count - 1)])
+  return depths
+
+
+def depth_bucket(buckets: int, depth: float) -> int:
+  """The band of `buckets` equal bands of [0, 1] that `depth` falls in."""
+  return min(int(depth * buckets), buckets - 1)
+
+
 def _bucket(cfg, depth: float) -> int:
-  return min(int(depth * cfg.depth_buckets), cfg.depth_buckets - 1)
+  return depth_bucket(cfg.depth_buckets, depth)
 
 
-def _row(body, question, answers):
-  """[bos] body, then each (question, answer) in turn, then eos; the answers' spans."""
-  tokens, spans = [np.asarray([tokenizer_lib.BOS_ID]), body], []
-  at = 1 + len(body)
-  for q, a in zip(question, answers):
+def frame(body, questions, answers, bos=(tokenizer_lib.BOS_ID,), eos=(tokenizer_lib.EOS_ID,),
+          dtype=np.int64):
+  """bos, body, then each (question, answer) in turn, then eos (the project's ids by default, a
+  pretrained tokenizer's own in text rows); the answers' [start, end) spans."""
+  tokens, spans = [np.asarray(bos, dtype), np.asarray(body, dtype)], []
+  at = len(bos) + len(body)
+  for q, a in zip(questions, answers):
     tokens += [q, a]
     at += len(q)
     spans.append((at, at + len(a)))
     at += len(a)
-  tokens.append([tokenizer_lib.EOS_ID])
-  return np.concatenate(tokens).astype(np.int64), spans
+  tokens.append(np.asarray(eos, dtype))
+  return np.concatenate(tokens).astype(dtype), spans
 
 
 def niah(task: str):
@@ -150,13 +166,10 @@ def niah(task: str):
     if task == 'niah_multivalue':
       key = vocab.key0 + int(rng.integers(cfg.num_keys))
       values = vocab.value0 + rng.choice(cfg.num_values, cfg.needle_values, replace=False)
-      depths = np.sort(_depths(rng, cfg, len(values)))
-      if cfg.needle_depth >= 0:  # The first value at the asked depth, the others after it.
-        depths = np.sort(np.r_[cfg.needle_depth, rng.uniform(cfg.needle_depth, 1,
-                                                             len(values) - 1)])
+      depths = rising_depths(rng, cfg.needle_depth, len(values))  # The first at the depth.
       needles = [np.asarray([key, is_, v, stop]) for v in values]
       body, placed = _haystack(rng, vocab, filler, needles, depths)
-      tokens, spans = _row(body, [np.asarray([ask, key])], [values])
+      tokens, spans = frame(body, [np.asarray([ask, key])], [values])
       return tokens, spans, _bucket(cfg, placed[0])
     keys = vocab.key0 + rng.choice(cfg.num_keys, cfg.needles, replace=False)
     values = vocab.value0 + rng.integers(0, cfg.num_values, cfg.needles)
@@ -166,11 +179,11 @@ def niah(task: str):
     body, placed = _haystack(rng, vocab, filler, needles, _depths(rng, cfg, cfg.needles,
                                                                   asked[0]))
     if task == 'niah_multikey':
-      tokens, spans = _row(body, [np.asarray([ask, keys[asked[0]]])],
-                           [values[asked[:1]]])
+      tokens, spans = frame(body, [np.asarray([ask, keys[asked[0]]])],
+                            [values[asked[:1]]])
     else:
-      tokens, spans = _row(body, [np.asarray([ask, keys[a]]) for a in asked],
-                           [values[a:a + 1] for a in asked])
+      tokens, spans = frame(body, [np.asarray([ask, keys[a]]) for a in asked],
+                            [values[a:a + 1] for a in asked])
     return tokens, spans, _bucket(cfg, placed[asked[0]])
 
   return generate
@@ -185,16 +198,15 @@ def variable_tracking(rng, cfg, vocab, length):
   asked = int(rng.integers(cfg.chains))
   needles, depths = [], []
   for c in range(cfg.chains):
-    chain = np.sort(rng.uniform(size=cfg.hops + 1))  # A chain binds in order.
-    if c == asked and cfg.needle_depth >= 0:
-      chain = np.sort(np.r_[cfg.needle_depth, rng.uniform(cfg.needle_depth, 1, cfg.hops)])
+    # A chain binds in order; the asked one's first statement at the depth.
+    chain = rising_depths(rng, cfg.needle_depth if c == asked else -1.0, cfg.hops + 1)
     needles.append(np.asarray([names[c, 0], is_, values[c], stop]))
     needles += [np.asarray([names[c, h], is_, names[c, h - 1], stop])
                 for h in range(1, cfg.hops + 1)]
     depths.extend(chain)
   body, placed = _haystack(rng, vocab, filler, needles, np.asarray(depths))
-  tokens, spans = _row(body, [np.asarray([vocab.query, values[asked]])],
-                       [names[asked]])
+  tokens, spans = frame(body, [np.asarray([vocab.query, values[asked]])],
+                        [names[asked]])
   return tokens, spans, _bucket(cfg, placed[asked * (cfg.hops + 1)])
 
 
@@ -203,8 +215,8 @@ def common_words(rng, cfg, vocab, length):
   words = rng.choice(cfg.num_symbols, cfg.common_words + rare, replace=False)
   common = np.sort(words[:cfg.common_words])
   listed = rng.permutation(np.r_[np.repeat(common, cfg.common_count), words[cfg.common_words:]])
-  tokens, spans = _row(vocab.symbol0 + listed, [np.asarray([vocab.query, vocab.separator])],
-                       [vocab.symbol0 + common])
+  tokens, spans = frame(vocab.symbol0 + listed, [np.asarray([vocab.query, vocab.separator])],
+                        [vocab.symbol0 + common])
   return tokens, spans, 0
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from roformer import errors
 from roformer.data import passkey_text
+from roformer.data import ruler
 
 TASKS = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracking',
          'common_words')
@@ -125,8 +126,7 @@ class Rows(passkey_text.Rows):
                + len(self.encode(f' {hops + 1}')) + (hops + 1) * longest_name)
     elif self.task == 'common_words':
       self.intro, self.count = self.encode(LIST), encode_all(COUNT)
-      self.words = self._pool()
-      self.word_ids = [self.encode(' ' + word) for word in self.words]
+      self.words, self.word_ids = self.split.cached(tokenizer, 'words', self._pool)
       self.numbers = {}
       common, repeats = self.cfg.common_words, self.cfg.common_count
       if len(self.words) < common + 1:
@@ -191,23 +191,17 @@ class Rows(passkey_text.Rows):
     text = self.window(rng, count)
     cuts = np.minimum((depths * count).astype(np.int64), count)
     order = np.argsort(cuts, kind='stable')
-    parts, last = [np.asarray(self.bos, np.int32)], 0
+    parts, last = [], 0
     for n in order:
       parts += [text[last:cuts[n]], needles[n]]
       last = cuts[n]
     parts.append(text[last:])
-    ids, spans = self._ask(parts, questions, answers)
+    ids, spans = self._frame(parts, questions, answers)
     return ids, spans, self.bucket(cuts[first] / max(count, 1))
 
-  def _ask(self, parts, questions, answers):
-    """`parts`, then each question and its answer, then eos; the answers' spans."""
-    spans, at = [], sum(map(len, parts))
-    for question, answer in zip(questions, answers):
-      parts += [question, answer]
-      spans.append((at + len(question), at + len(question) + len(answer)))
-      at += len(question) + len(answer)
-    parts.append(np.asarray(self.eos, np.int32))
-    return np.concatenate(parts).astype(np.int32), spans
+  def _frame(self, parts, questions, answers):
+    """The tokenizer's bos, `parts`, each question and its answer, its eos; the spans."""
+    return ruler.frame(np.concatenate(parts), questions, answers, self.bos, self.eos, np.int32)
 
   def _value(self, rng) -> np.ndarray:
     return self.encode(' ' + ''.join(map(str, rng.integers(0, 10, self.cfg.key_digits))))
@@ -232,7 +226,7 @@ class Rows(passkey_text.Rows):
     questions = [self._question(self.key_ids[keys[group[0]]]) for group in asked]
     first = asked[0][0]
     if self.task == 'niah_multivalue':  # The values in order, the first at the asked depth.
-      depths = _rising(rng, cfg.needle_depth, len(needles))
+      depths = ruler.rising_depths(rng, cfg.needle_depth, len(needles))
     else:
       depths = rng.uniform(size=len(needles))
       if cfg.needle_depth >= 0:
@@ -259,7 +253,7 @@ class Rows(passkey_text.Rows):
       needles += [np.concatenate([var, names[h], equals, var, names[h - 1], stop])
                   for h in range(1, hops + 1)]
       depth = cfg.needle_depth if c == asked else -1.0
-      depths.extend(_rising(rng, depth, hops + 1))
+      depths.extend(ruler.rising_depths(rng, depth, hops + 1))
     first, second, third, fourth = self.trace
     question = np.concatenate([first, values[asked], second, self.encode(f' {hops + 1}'), third,
                                values[asked], fourth])
@@ -288,8 +282,7 @@ class Rows(passkey_text.Rows):
     listed = rng.permutation(listed)
     items = [np.concatenate([self._label(i + 1), self.word_ids[w]]) for i, w in enumerate(listed)]
     text = self.window(rng, budget - used)
-    parts = [np.asarray(self.bos, np.int32), text, self.intro, *items]
-    ids, spans = self._ask(parts, [self.question_ids], [answer])
+    ids, spans = self._frame([text, self.intro, *items], [self.question_ids], [answer])
     return ids, spans, 0
 
   def _label(self, number: int) -> np.ndarray:
@@ -302,10 +295,12 @@ class Rows(passkey_text.Rows):
     """The tokens of the first `count` items' labels."""
     return sum(len(self._label(i)) for i in range(1, count + 1))
 
-  def _pool(self) -> tuple[str, ...]:
-    """The common-words pool: distinct lower-case words of the split's text, and the keys."""
+  def _pool(self) -> tuple[tuple[str, ...], list[np.ndarray]]:
+    """The common-words pool: distinct lower-case words of the split's text and the keys, and
+    each one's ids (` word`)."""
     text = self.tokenizer.decode(self.stream[:WORD_POOL_TOKENS])
-    return tuple(sorted(set(re.findall(r'[a-z]{3,}', text.lower())) | set(KEY_WORDS)))
+    words = tuple(sorted(set(re.findall(r'[a-z]{3,}', text.lower())) | set(KEY_WORDS)))
+    return words, [self.encode(' ' + word) for word in words]
 
   def _list(self, values, separator) -> np.ndarray:
     pieces = []
@@ -316,11 +311,3 @@ class Rows(passkey_text.Rows):
   def _question(self, key) -> np.ndarray:
     first, second, third = self.question_parts
     return np.concatenate([first, key, second, key, third])
-
-
-def _rising(rng, depth: float, count: int) -> np.ndarray:
-  """`count` sorted uniform depths; when depth >= 0, all after it and the first at it."""
-  depths = np.sort(rng.uniform(max(depth, 0.0), 1, size=count))
-  if depth >= 0:
-    depths[0] = depth
-  return depths
