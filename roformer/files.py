@@ -2,10 +2,12 @@
 that a damaged one is named with its fix instead of a decoder's traceback. Light on purpose:
 the sweep driver and the report read them without importing JAX."""
 
+import contextlib
 import errno
 import json
 import logging
 import os
+import shutil
 
 from roformer import errors
 from roformer import killpoints
@@ -144,3 +146,24 @@ def ends_with_newline(path: str) -> bool:
   with open(path, 'rb') as f:
     f.seek(-1, os.SEEK_END)
     return f.read(1) == b'\n'
+
+
+@contextlib.contextmanager
+def staged_directory(directory: str):
+  """A new directory beside `directory` to write into, synced and renamed to it once everything
+  is written: a command that fails or is killed halfway leaves no `directory` that looks
+  complete (a failure removes the staging directory; a kill leaves `DIR.partial-PID` at most),
+  and a power loss after it leaves the whole one. `directory` may exist only empty."""
+  staging = f'{directory}.partial-{os.getpid()}'
+  shutil.rmtree(staging, ignore_errors=True)
+  os.makedirs(staging)
+  try:
+    yield staging
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+  sync_tree(staging)
+  if os.path.isdir(directory):
+    os.rmdir(directory)
+  os.rename(staging, directory)
+  sync_directory(os.path.dirname(os.path.abspath(directory)))

@@ -21,9 +21,7 @@ Neither torch nor transformers is imported here: weights are read and written wi
 `safetensors`, tokenizers with `tokenizers`.
 """
 
-import contextlib
 import os
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -50,26 +48,6 @@ def _check_new(directory: str, flag: str) -> str:
     raise errors.ConfigError(f'{flag}={directory} exists. Fix: choose a new directory; nothing '
                              'was written.')
   return directory
-
-
-@contextlib.contextmanager
-def _staged(directory: str):
-  """A new directory beside `directory` to write into, renamed to it once everything is
-  written: a command that fails or is killed halfway leaves no `directory` that looks complete
-  (a failure removes the staging directory; a kill leaves `DIR.partial-PID` at most)."""
-  staging = f'{directory}.partial-{os.getpid()}'
-  shutil.rmtree(staging, ignore_errors=True)
-  os.makedirs(staging)
-  try:
-    yield staging
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
-    raise
-  files.sync_tree(staging)
-  if os.path.isdir(directory):
-    os.rmdir(directory)  # An empty one (_check_new refuses any other).
-  os.rename(staging, directory)
-  files.sync_directory(os.path.dirname(os.path.abspath(directory)))
 
 
 def _tokenizer(hf_dir: str, vocab_size: int) -> vocabularies.Pretrained:
@@ -115,7 +93,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
   state = {'params': _filled(abstract['params'], params),
            'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
            'step': jnp.int32(0)}
-  with _staged(workdir) as staging:
+  with files.staged_directory(workdir) as staging:
     config_lib.save(config, staging)
     tokenizer.save(os.path.join(staging, tokenizer.workdir_file))
     files.write_json_atomic(os.path.join(staging, 'hf_config.json'), hf)  # What it came from.
@@ -182,7 +160,7 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_config.from_config(config, _special_ids(opened.tokenizer),
                              files.read_json(source) if os.path.exists(source) else None)
-  with _staged(hf_dir) as staging:
+  with files.staged_directory(hf_dir) as staging:
     hf_weights.write(tensors, staging)
     files.write_json_atomic(os.path.join(staging, 'config.json'), hf)
     _write_tokenizer(opened.tokenizer, staging)

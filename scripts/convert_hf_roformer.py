@@ -138,14 +138,15 @@ def write_workdir(params: dict, config, workdir: str) -> None:
   for key, value in params.items():
     target[key] = jax.tree.map(lambda old, new: np.asarray(new, old.dtype), target[key], value)
   nnx.replace_by_pure_dict(state['params'], target)
-  os.makedirs(workdir, exist_ok=True)
-  config_lib.save(config, workdir)
-  with open(os.path.join(workdir, workdir_lib.FOREIGN_VOCABULARY_FILE), 'w', encoding='utf-8') as f:
-    f.write('Converted from Hugging Face RoFormer weights: token ids are those of the Hugging '
-            'Face tokenizer, not of a SentencePiece model of this project.\n')
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  ckpt.save(0, state)
-  ckpt.close()
+  with files.staged_directory(workdir) as staging:  # All of it, or nothing.
+    config_lib.save(config, staging)
+    files.write_text_atomic(
+        os.path.join(staging, workdir_lib.FOREIGN_VOCABULARY_FILE),
+        'Converted from Hugging Face RoFormer weights: token ids are those of the Hugging Face '
+        'tokenizer, not of a SentencePiece model of this project.\n')
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
+    ckpt.save(0, state)
+    ckpt.close()
 
 
 def main(argv):
