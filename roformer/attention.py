@@ -11,6 +11,7 @@ scheme adds a value term (Shaw).
 import jax
 import jax.numpy as jnp
 
+from roformer import autodiff
 from roformer import errors
 from roformer import sharding
 
@@ -56,7 +57,7 @@ def make_mask(q_segment_ids: jax.Array, k_segment_ids: jax.Array, *, causal: boo
   return mask[:, None]
 
 
-@jax.custom_vjp
+@autodiff.custom_vjp('softmax', why='a backward that reads only the probabilities')
 def softmax(logits: jax.Array) -> jax.Array:
   """Softmax over the last axis whose backward pass reads only its output p:
   grad = p * (g - sum(g * p)). (jax.nn.softmax differentiates exp, sum and divide one by one
@@ -110,7 +111,7 @@ def _sum_to_shape(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
   return x.sum(axis=axes, keepdims=True) if axes else x
 
 
-@jax.custom_vjp
+@autodiff.custom_vjp('softmax_attention', why='one pass over the weights, flash-style row sums')
 def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                       bias: jax.Array | None) -> jax.Array:
   """softmax(q k^T + bias, masked) v for already scaled q, written for fewer passes over the

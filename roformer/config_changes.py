@@ -39,6 +39,8 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
     ('model.remat', (RESUME, CONTINUE), 'what the backward pass recomputes: the same gradients'),
     ('model.scan_layers', _ALL,
      'the stack as a loop or one scan: the same outputs from the same checkpoint layout'),
+    ('model.custom_gradients', _ALL,
+     'hand-written backward passes or autodiff: the same gradients to rounding'),
     ('model.loss_chunk', _ALL,
      'how many positions the output layer computes at a time: the same loss'),
     ('model.causal_block', _ALL, 'query rows per block of causal attention: the same outputs'),

@@ -278,6 +278,9 @@ def schema() -> dict:
           # Run the stack as one nnx.scan over the blocks (one block compiled, whatever the
           # depth; the same outputs, gradients and checkpoints as the loop). Decoding loops.
           'scan_layers': Bool(default=False),
+          # The hand-written backward passes (roformer/autodiff.py) where they are kept; False:
+          # autodiff throughout, which forward mode (jax.jvp, Hessian-vector products) needs.
+          'custom_gradients': Bool(default=True),
           # 'auto': cuDNN flash attention on GPU in bf16, XLA's on other accelerators, einsum on
           # CPU (and for Shaw). Or force 'einsum' (every scheme), 'xla' or 'cudnn'.
           'attention_impl': Str(attention.IMPLEMENTATIONS, default='auto'),

@@ -24,10 +24,10 @@ autodiff alone and keeps forward mode; without the orientation above it measured
 the recall and passkey steps (the same on copy), which is why this module keeps the custom VJP.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
+
+from roformer import autodiff
 
 
 def _plain(dimension_numbers, lhs_ndim: int) -> bool:
@@ -56,7 +56,7 @@ def weight_grad(x2: jax.Array, g2: jax.Array, precision=None, *,
                              preferred_element_type=x2.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+@autodiff.custom_vjp('dense', nondiff_argnums=(2, 3), why='the weight gradient as one 2-D product')
 def _dense(x, w, precision, preferred_element_type):
   return _forward(x, w, precision, preferred_element_type)
 

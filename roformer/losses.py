@@ -24,11 +24,10 @@ The scale multiplies the embedding once instead of every chunk's logits, (h E^T)
 in float32 the same logits to rounding, in bfloat16 bfloat16 products either way.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
+from roformer import autodiff
 from roformer import sharding
 
 
@@ -131,8 +130,8 @@ def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, 
     return (totals + sums, d_emb_t, d_bias), d_h
 
   zeros = sharding.constrain(jnp.zeros((shards, 3), jnp.float32), ('batch', None))
-  if not grads:
-    totals, _ = jax.lax.scan(step, zeros, xs)
+  if not grads:  # Rematerialised: autodiff through it (custom_gradients off) keeps one chunk.
+    totals, _ = jax.lax.scan(jax.checkpoint(step), zeros, xs)
     return totals.sum(axis=0), None, None, None
   vocab = embedding.shape[0]
   init = (zeros, sharding.constrain(jnp.zeros((shards, d, vocab), jnp.float32),
@@ -150,7 +149,7 @@ def _result(totals, weights):
           'weight': weights.astype(jnp.float32).sum()}
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+@autodiff.custom_vjp('chunked_loss', nondiff_argnums=(5, 6, 7), why="each chunk's gradient in the forward pass")
 def _sums(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk):
   return _result(_forward(hidden, embedding, bias, targets, weights, scale, label_smoothing,
                           chunk, grads=False)[0], weights)

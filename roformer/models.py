@@ -18,6 +18,7 @@ import ml_collections
 from flax import nnx
 
 from roformer import attention
+from roformer import autodiff
 from roformer import blocks
 from roformer import errors
 from roformer import layers
@@ -28,7 +29,7 @@ from roformer import variables
 
 
 
-@jax.custom_vjp
+@autodiff.custom_vjp('add_bias', why="the bias's gradient as a product with ones")
 def add_bias(x: jax.Array, bias: jax.Array) -> jax.Array:
   """x + bias over the last axis. Its gradient for `bias` is a product with a vector of ones,
   not a reduction: XLA:CPU sums a [rows, 32000] gradient over its rows some 40x slower than
@@ -93,6 +94,7 @@ class EmbeddingModel(nnx.Module):
     self.dtype = jnp.dtype(cfg.dtype)
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)
+    self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
     std = layers.embedding_std(cfg)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
                            embedding_init=variables.init(nnx.initializers.normal(stddev=std),
@@ -147,6 +149,7 @@ class Transformer(EmbeddingModel):
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
+  @autodiff.applying
   def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None,
              segments=None):
     """Hidden states [batch, len, d_model] for integer tokens and positions [batch, len]
@@ -225,6 +228,7 @@ class MaskedLM(Transformer):
     """The masked-LM head's dense layer, activation and LayerNorm, before the tied output."""
     return self.head_ln(layers.ACTIVATIONS[self.activation](self.head(hidden)))
 
+  @autodiff.applying
   def predict(self, hidden):
     """The masked-LM head on encoder states [..., d_model] (any subset of the positions)."""
     return add_bias(self.logits(self.transform(hidden)), self.output_bias.value)
@@ -245,6 +249,7 @@ class Classifier(Transformer):
     self.pooler = layers.dense(d, d, dtype=self.dtype, rngs=rngs)
     self.classifier = layers.dense(d, cfg.num_classes, dtype=self.dtype, rngs=rngs)
 
+  @autodiff.applying
   def __call__(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Float32 logits [batch, num_classes] for one example per row (segment id 1, 0 = pad)."""
     k1, k2 = layers.split_key(key, 2)
@@ -278,6 +283,7 @@ class EncoderDecoder(EmbeddingModel):
                                     for _ in range(cfg.num_layers)])
     self.decoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
+  @autodiff.applying
   def encode_source(self, tokens, positions, segment_ids, key=None):
     """Encoder states [batch, src_len, d_model]; packed sources attend within their segment."""
     keys = layers.split_key(key, len(self.encoder_blocks) + 1)
@@ -288,6 +294,7 @@ class EncoderDecoder(EmbeddingModel):
                             keys, remat=self.remat, scan=self.scan_layers)
     return self.encoder_ln(x)
 
+  @autodiff.applying
   def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
     keys = layers.split_key(key, len(self.decoder_blocks) + 1)
     x = self.decoder_position.embed(self.embed(tokens), positions)

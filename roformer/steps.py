@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from roformer import autodiff
 from roformer import variables
 
 
@@ -42,7 +43,9 @@ def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, labe
     rest = variables.set_feature_draw(rest, state['step'] // redraw_interval)
 
   def sums_fn(params, micro, micro_key):
-    sums = task.sums(nnx.merge(graphdef, params, rest), micro, micro_key, label_smoothing)
+    model = nnx.merge(graphdef, params, rest)
+    with autodiff.use(model.custom_gradients):  # The loss's own backward too.
+      sums = task.sums(model, micro, micro_key, label_smoothing)
     return sums['objective_sum'], sums
 
   grad_fn = jax.grad(sums_fn, has_aux=True)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from roformer import autodiff
 from roformer import decode
 from roformer import errors
 from roformer import losses
@@ -28,7 +29,7 @@ from roformer.data import tokenizer as tokenizer_lib
 log = logging.getLogger('roformer')
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+@autodiff.custom_vjp('cross_entropy', nondiff_argnums=(2,), why='one pass over the log-probabilities, no scatter')
 def cross_entropy(logits: jax.Array, targets: jax.Array, label_smoothing: float = 0.0):
   """Per-token cross-entropy -log p[target] and the label-smoothed objective
   (1 - e) CE + e mean_v(-log p_v), from float32 logits [..., V] and integer targets [...].

@@ -11,6 +11,8 @@ hardware.
       --vary model.scan_layers=False,True --vary model.num_layers=4,12,24  # Compile and step
   python scripts/benchmark.py --config configs/lm.py --kinds rope --step eval \\
       --vary model.position.rope.remap.method=none,rerope  # An evaluation-time option's cost
+  python scripts/benchmark.py --config configs/synthetic.py:copy \\
+      --without all,dense,softmax_attention      # What each hand-written backward pass buys
 
 For each kind (and each value of every `--vary` option, crossed with the kinds): builds the
 train step (or with `--step eval`, the evaluation step: the forward pass and the loss, for the
@@ -31,6 +33,7 @@ frees is kept for the next (roformer/host_memory.py; ROFORMER_REUSE_FREED_MEMORY
 without, and the JSON's `malloc` says which).
 """
 
+import contextlib
 import itertools
 import json
 import resource
@@ -47,6 +50,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from roformer import autodiff
 from roformer import cli
 from roformer import files
 from roformer import config_args
@@ -94,6 +98,11 @@ def parser() -> cli.ArgumentParser:
                  'forward pass and the loss, on the same parameters each time; its FLOPs are '
                  'the forward third of the training count, which, like it, leaves out extra '
                  "passes such as a distance remap's).")
+  p.add_argument('--without', type=cli.comma_list, default=[],
+                 help='Hand-written backward passes (roformer/autodiff.py names) to time '
+                 'without, one at a time: every variant is also timed with each of them '
+                 "differentiated by autodiff instead, named VARIANT-NAME; 'all': every one "
+                 '(model.custom_gradients=False).')
   p.add_argument('--out', default='', help='Write the results as JSON here.')
   p.add_argument('--serve', action='store_true',
                  help='Compile and warm up, then take commands on stdin (the worker of '
@@ -197,6 +206,26 @@ def parse_vary(specs: list[str]) -> list[tuple[str, list]]:
   return out
 
 
+def autodiff_passes(without: str):
+  """The setting under which a variant is traced: every hand-written backward pass but
+  `without` ('all': none of them; '': as declared)."""
+  if not without:
+    return contextlib.nullcontext()
+  return autodiff.only(() if without == 'all' else set(autodiff.REGISTRY) - {without})
+
+
+def without_variants(trials: dict, without: list[str]) -> dict[str, str]:
+  """Every trial name, and for each name in `without` the trial named NAME-WITHOUT -> the
+  backward pass it is timed without ('' for the trials as given)."""
+  known = set(autodiff.REGISTRY) | {'all'}
+  unknown = [w for w in without if w not in known]
+  if unknown or len(set(without)) != len(without):
+    raise errors.ConfigError(f'--without={",".join(without)}: each name once, one of '
+                             f'{sorted(known)}.')
+  return {**{name: '' for name in trials},
+          **{f'{name}-{w}': w for name in trials for w in without}}
+
+
 def set_field(config: ml_collections.ConfigDict, field: str, value):
   """config.<field> = value for a dotted field that exists in the config; returns the value it
   had."""
@@ -243,7 +272,7 @@ class Runner:
   ready to be timed."""
 
   def __init__(self, config: ml_collections.ConfigDict, mesh, name: str = '',
-               step: str = 'train', documents: int = 1):
+               step: str = 'train', documents: int = 1, without: str = ''):
     self.config = config
     self.name = name or config.model.position.kind
     self.step = step
@@ -254,10 +283,12 @@ class Runner:
     self.state = self.trainer.init_state()
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
-    if step == 'eval':
-      self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
-    else:
-      self.compiled = self.trainer.train_step.lower(self.state, self.batch, self.seed).compile()
+    with autodiff_passes(without):  # Traced (in lower) with them off.
+      if step == 'eval':
+        self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
+      else:
+        self.compiled = self.trainer.train_step.lower(self.state, self.batch,
+                                                      self.seed).compile()
     self.compile_s = time.perf_counter() - start
     self.metrics = None
     self.times: list[float] = []  # Every timed step, in order.
@@ -375,6 +406,7 @@ def main(args):
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials.values():  # Every variant is checked before anything is compiled.
       config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
+    passes = without_variants(trials, args.without)
   except (ValueError, KeyError, TypeError) as e:  # --vary's, round_sizes' and the mesh's.
     if isinstance(e, errors.ConfigError):
       raise
@@ -382,8 +414,9 @@ def main(args):
   n = args.peak_size or (2048 if jax.default_backend() == 'cpu' else 8192)
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
   runners = {}
-  for name, trial in trials.items():  # All compiled and warm first, then timed in turns.
-    runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents)
+  for name, without in passes.items():  # All compiled and warm first, then timed in turns.
+    trial = trials[name.removesuffix(f'-{without}') if without else name]
+    runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents, without)
     start = time.perf_counter()
     runner.warm(args.warmup)
     # As it goes, so that a run stopped by a time limit still says how far it got.
@@ -400,7 +433,8 @@ def main(args):
   start_peak = measure()
   timed = interleave({name: r.time for name, r in runners.items()}, args.steps, rounds)
   peak = max(start_peak, measure())  # The better of before and after the timing.
-  rows = [{**r.row(peak), 'rounds': timed[name]} for name, r in runners.items()]
+  rows = [{**r.row(peak), 'rounds': timed[name], 'without': passes[name]}
+          for name, r in runners.items()]
   m = config.model
   print(f'\n{m.type} {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads, d_ff '
         f'{m.d_ff}, vocab {m.vocab_size}, seq {config.data.seq_len}, batch '

@@ -10,6 +10,7 @@ import processes
 import pytest
 from configs import lm
 from configs import mlm
+from roformer import errors
 from roformer import flops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -332,3 +333,23 @@ def test_vary_names_each_variant_after_the_fields_it_changes():
   from scripts import compare_torch  # pylint: disable=g-import-not-at-top
   assert compare_torch.base_of('rope[max_predictions=0]') == 'none[max_predictions=0]'
   assert compare_torch.base_of('rope') == 'none'
+
+
+def test_without_names_a_variant_per_backward_pass_and_refuses_unknown_ones():
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  from roformer import autodiff  # pylint: disable=g-import-not-at-top
+  trials = {'rope': None, 'none': None}
+  assert benchmark.without_variants(trials, ['all', 'dense']) == {
+      'rope': '', 'none': '', 'rope-all': 'all', 'rope-dense': 'dense', 'none-all': 'all',
+      'none-dense': 'dense'}
+  for bad in (['densest'], ['dense', 'dense']):
+    with pytest.raises(errors.ConfigError, match='--without'):
+      benchmark.without_variants(trials, bad)
+  # What each variant is traced with: every pass but the named one, none for 'all'.
+  with benchmark.autodiff_passes('dense'):
+    assert not autodiff.enabled('dense') and autodiff.enabled('softmax_attention')
+  with benchmark.autodiff_passes('all'):
+    assert not any(autodiff.enabled(name) for name in autodiff.REGISTRY)
+  with benchmark.autodiff_passes(''):
+    assert autodiff.enabled('dense')

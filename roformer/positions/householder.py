@@ -47,6 +47,7 @@ key cache for every scheme). Causal only: the product runs from the key to the q
 import jax
 import jax.numpy as jnp
 
+from roformer import autodiff
 from roformer import specs
 from roformer import variables
 from roformer.positions import base
@@ -85,7 +86,7 @@ def _substitute(r: jax.Array, m: jax.Array) -> jax.Array:
   return jnp.concatenate([blocks[s] for s in starts], axis=-1)
 
 
-@jax.custom_vjp
+@autodiff.custom_vjp('householder_solve', why='the transposed system solved by the same substitution')
 def _solve_rows(r: jax.Array, m: jax.Array) -> jax.Array:
   """X with X (I + M) = R, for M strictly lower triangular: [..., T, S] from R [..., T, S] and
   M [..., S, S]. Written with matmuls rather than LAPACK's trsm, which XLA:CPU calls through

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from roformer import autodiff
 from roformer import errors
 from roformer import specs
 from roformer.positions import base
@@ -93,7 +94,7 @@ def _rotate_by(x, cos, sin, layout):
   return (xf * cos + _swap(xf, layout) * sin).astype(x.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+@autodiff.custom_vjp('rotation', nondiff_argnums=(2, 3), why='saves the positions, not the cosines and sines')
 def _rotation(x, positions, inv_freq: tuple[float, ...], layout: str):
   return _rotate_by(x, *_cos_sin(positions, inv_freq, layout), layout)
 
