@@ -189,27 +189,24 @@ def evaluate_examples(trainer: trainer_lib.Trainer, params, dataset, template: d
   """Loss and the config's metrics (config.eval.metrics: accuracy, f1, mcc, pearson,
   spearman) over every example of a classification or regression dataset."""
   local = next(iter(template.values())).shape[0]
-  outputs, labels, weights = [], [], []
+  predictions, losses, labels, weights = [], [], [], []
   for batch in _eval_batches(dataset, max_batches, template):
-    out, label, weight = jax.device_get(trainer.predict_step(
+    (prediction, loss), label, weight = jax.device_get(trainer.predict_step(
         params, sharding.put_batch(pipeline.pad_batch(batch, local), trainer.mesh)))
-    outputs.append(out)
+    predictions.append(prediction)
+    losses.append(loss)
     labels.append(label)
     weights.append(weight)
-  if not outputs:
+  if not predictions:
     raise errors.ConfigError('the evaluation split produced no examples. Fix: check '
                              'config.data.splits.')
   keep = np.concatenate(weights) > 0
-  outputs = np.concatenate(outputs)[keep].astype(np.float64)
   labels = np.concatenate(labels)[keep]
-  if outputs.shape[1] == 1:
-    loss = float(np.mean((outputs[:, 0] - labels) ** 2))
-  else:
-    shifted = outputs - outputs.max(-1, keepdims=True)
-    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    loss = float(-np.mean(logp[np.arange(len(labels)), labels]))
-  result = {'loss': loss, 'examples': float(len(labels))}
-  result.update(metrics_lib.classification_report(trainer.config.eval.metrics, labels, outputs))
+  # The per-example losses and predictions that training sums (tasks.Classification.scored).
+  result = {'loss': float(np.mean(np.concatenate(losses)[keep], dtype=np.float64)),
+            'examples': float(len(labels))}
+  result.update(metrics_lib.classification_report(trainer.config.eval.metrics, labels,
+                                                  np.concatenate(predictions)[keep]))
   return result
 
 

@@ -430,8 +430,9 @@ def _log_train(member: _Member, step: int, tc, rate: float | None, group: bool) 
     speed = (f'{rate:.2f} steps/s | {avg["tokens_per_sec"]:,.0f} tok/s{weighed} | ETA '
              f'{logs.duration((tc.steps - step) / rate)}')
   member.writer.write(step, 'train', avg)
-  log.info('%sstep %d/%d | loss %.4f | acc %.3f | lr %.2e | %s',
-           f'{member.name}: ' if group else '', step, tc.steps, avg['loss'], avg['accuracy'],
+  accuracy = f' | acc {avg["accuracy"]:.3f}' if 'accuracy' in avg else ''  # None: regression.
+  log.info('%sstep %d/%d | loss %.4f%s | lr %.2e | %s',
+           f'{member.name}: ' if group else '', step, tc.steps, avg['loss'], accuracy,
            avg['learning_rate'], speed)
   member.last['train'] = avg
 

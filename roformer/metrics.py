@@ -85,10 +85,9 @@ CLASSIFICATION_METRICS = {
 REGRESSION_METRICS = {'pearson': pearson, 'spearman': spearman}
 
 
-def classification_report(names, labels, outputs) -> dict[str, float]:
-  """The named metrics of `outputs` (logits [n, classes], or scores [n, 1] for regression)."""
-  outputs = np.asarray(outputs)
-  predictions = outputs[:, 0] if outputs.shape[1] == 1 else outputs.argmax(-1)
+def classification_report(names, labels, predictions) -> dict[str, float]:
+  """The named metrics of `predictions` (classes [n], or a regression's scores [n]; see
+  tasks.Classification.scored)."""
   report = {}
   for name in names:
     fn = CLASSIFICATION_METRICS.get(name) or REGRESSION_METRICS[name]

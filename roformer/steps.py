@@ -75,10 +75,12 @@ def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, labe
 
   params, opt_state = jax.lax.cond(finite, update, lambda p, o: (p, o), params,
                                    state['opt_state'])
-  metrics = {'loss': sums['loss_sum'] / weight, 'accuracy': sums['correct'] / weight,
-             'grad_norm': grad_norm, 'learning_rate': schedule(state['step']),
+  metrics = {'loss': sums['loss_sum'] / weight, 'grad_norm': grad_norm,
+             'learning_rate': schedule(state['step']),
              'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
              'tokens': input_tokens(batch), 'loss_tokens': sums['weight']}
+  if 'correct' in sums:  # Not for regression.
+    metrics['accuracy'] = sums['correct'] / weight
   return ({'params': nnx.merge_state(params, rest), 'opt_state': opt_state,
            'step': state['step'] + 1}, metrics)
 
@@ -89,6 +91,6 @@ def eval_step(params, batch, *, graphdef, task):
 
 
 def predict_step(params, batch, *, graphdef, task):
-  """Per-example outputs (classification logits or regression scores) with their labels and
+  """Per-example (prediction, loss) (a class, or a regression's score) with their labels and
   weights, for metrics that need every prediction (F1, correlations)."""
   return task.predict(nnx.merge(graphdef, params), batch), batch['label'], batch['weight']

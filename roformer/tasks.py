@@ -471,7 +471,12 @@ class SyntheticTask(LanguageModeling):
 
 class Classification(Task):
   """Sentence (or sentence-pair) classification and regression (`classifier`), one example per
-  row. `num_classes=1` is regression with a squared-error loss (STS-B)."""
+  row. `num_classes=1` is regression with a squared-error loss (STS-B), which has no accuracy.
+
+  Training and evaluation score an example with one function (`scored`): its prediction (the
+  class of the largest logit, the first of tied ones, as an argmax takes it; a regression's
+  score) and its loss (cross-entropy, or squared error). Training's accuracy and evaluation's
+  metrics read the same predictions, and both losses are the same per-example values."""
 
   features = ('inputs', 'inputs_positions', 'inputs_segment_ids', 'token_types', 'label',
               'weight')
@@ -521,23 +526,41 @@ class Classification(Task):
         seed=config.seed, shard_index=jax.process_index(), shard_count=jax.process_count(),
         split=split)
 
-  def predict(self, model, batch, key=None):
+  def logits(self, model, batch, key=None):
+    """The model's outputs [batch, num_classes] (regression: [batch, 1])."""
     return model(batch['inputs'], batch['inputs_positions'], batch['inputs_segment_ids'], key,
                  token_types=batch['token_types'])
+
+  def scored(self, logits, labels, label_smoothing: float = 0.0):
+    """Per example: (prediction, loss, objective): the class with the largest logit (the first
+    of tied ones) or the regression's score, the cross-entropy or squared error, and the
+    label-smoothed objective that training differentiates (the loss for regression)."""
+    if self.regression:
+      score = logits[:, 0]
+      squared = (score - labels.astype(jnp.float32)) ** 2
+      return score, squared, squared
+    ce, objective = cross_entropy(logits.astype(jnp.float32), labels, float(label_smoothing))
+    return jnp.argmax(logits, axis=-1), ce, objective
+
+  def predict(self, model, batch):
+    """Evaluation's per-example (prediction, loss), which its metrics read."""
+    return self.scored(self.logits(model, batch), batch['label'])[:2]
 
   def eval_sums(self, model, batch):
     return self.sums(model, batch)
 
   def sums(self, model, batch, key=None, label_smoothing: float = 0.0):
-    """Sums over examples (`weight` counts them); `tokens` counts their input tokens."""
-    logits, weights = self.predict(model, batch, key), batch['weight']
-    tokens = (batch['inputs_segment_ids'] > 0).sum().astype(jnp.float32)
-    if logits.shape[-1] == 1:  # Regression.
-      squared = (logits[:, 0] - batch['label'].astype(jnp.float32)) ** 2
-      zero = jnp.zeros((), jnp.float32)
-      return {'loss_sum': (squared * weights).sum(), 'objective_sum': (squared * weights).sum(),
-              'correct': zero, 'weight': weights.sum(), 'tokens': tokens}
-    return {**token_sums(logits, batch['label'], weights, label_smoothing), 'tokens': tokens}
+    """Sums over examples (`weight` counts them); `tokens` counts their input tokens; no
+    `correct` for regression."""
+    weights = batch['weight']
+    prediction, loss, objective = self.scored(self.logits(model, batch, key), batch['label'],
+                                              label_smoothing)
+    out = {'loss_sum': (loss * weights).sum(), 'objective_sum': (objective * weights).sum(),
+           'weight': weights.sum(),
+           'tokens': (batch['inputs_segment_ids'] > 0).sum().astype(jnp.float32)}
+    if not self.regression:
+      out['correct'] = ((prediction == batch['label']) * weights).sum()
+    return out
 
 
 def _language_modeling(config):

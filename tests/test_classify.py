@@ -76,8 +76,7 @@ def test_metrics_against_hand_computed_values():
   assert metrics.pearson(x, z) == pytest.approx(num / den)
   np.testing.assert_array_equal(metrics.ranks(z), [1, 2.5, 4, 2.5])  # Ties share a rank.
   assert metrics.spearman(x, z) == pytest.approx(metrics.pearson([1, 2, 3, 4], [1, 2.5, 4, 2.5]))
-  report = metrics.classification_report(('accuracy', 'f1'), np.asarray(y),
-                                         np.eye(2)[p] * 3.0)
+  report = metrics.classification_report(('accuracy', 'f1'), np.asarray(y), np.asarray(p))
   assert report == {'accuracy': pytest.approx(4 / 6), 'f1': pytest.approx(2 / 3)}
 
 
@@ -190,8 +189,40 @@ def test_glue_by_name_with_mock_data(task, tmp_path):
     last = loop.train_and_evaluate(cfg, str(tmp_path / 'run'))
   expected = {'pearson', 'spearman'} if task == 'glue/stsb' else {'accuracy', 'f1'}
   assert expected <= set(last['validation'])
-  if task == 'glue/stsb':
-    assert batch['label'].dtype == np.float32
+  with open(tmp_path / 'run' / 'metrics.jsonl', encoding='utf-8') as f:
+    train = [r for r in map(json.loads, f) if r['split'] == 'train']
+  assert train and all(('accuracy' in r) == (task != 'glue/stsb') for r in train)
+  if task == 'glue/stsb':  # Regression reports no accuracy, in training or evaluation.
+    assert batch['label'].dtype == np.float32 and 'accuracy' not in last['validation']
+
+
+def test_training_and_evaluation_score_an_example_alike():
+  """One prediction and one loss: training's accuracy and loss over a batch equal what
+  evaluation's metrics read from the same outputs, a tie going to the first class in both,
+  against a float64 numpy reference."""
+  logits = np.array([[1.0, 1.0, 0.0], [0.5, 2.0, 2.0], [3.0, -1.0, 0.0], [0.0, 0.0, 4.0]],
+                    np.float32)
+  labels = np.array([1, 1, 0, 0], np.int32)
+  task = tasks.Classification()
+  prediction, loss, _ = task.scored(logits, labels)
+  expected = logits.astype(np.float64).argmax(-1)  # numpy's argmax: the first of tied ones.
+  np.testing.assert_array_equal(prediction, expected)
+  np.testing.assert_array_equal(expected, [0, 1, 0, 2])
+  logp = logits - np.log(np.exp(logits.astype(np.float64)).sum(-1, keepdims=True))
+  np.testing.assert_allclose(loss, -logp[np.arange(4), labels], rtol=1e-6)
+  # Training's sums, through the model call replaced by these logits.
+  batch = {'label': labels, 'weight': np.ones(4, np.float32),
+           'inputs_segment_ids': np.ones((4, 3), np.int32)}
+  task.logits = lambda model, batch, key=None: logits
+  sums = task.sums(None, batch)
+  report = metrics.classification_report(('accuracy',), labels, np.asarray(prediction))
+  assert float(sums['correct']) / 4 == report['accuracy'] == 0.5
+  assert float(sums['loss_sum']) / 4 == pytest.approx(float(np.mean(loss)), rel=1e-6)
+  regression = tasks.Classification(regression=True)
+  regression.logits = lambda model, batch, key=None: logits[:, :1]
+  sums = regression.sums(None, {**batch, 'label': np.array([1.0, 0.0, 3.0, 0.5], np.float32)})
+  assert 'correct' not in sums
+  assert float(sums['loss_sum']) == pytest.approx(0.0 + 0.25 + 0.0 + 0.25)
 
 
 def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
