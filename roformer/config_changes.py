@@ -8,14 +8,16 @@ the three occasions that read one, with the reason for every field, in one place
 
 `fixed_rules()` lists the fields that must equal the saved run's on an occasion (each field
 declares it beside its spec, for what it decides of a trained run: the meaning of ids, the rows,
-the data stream); `MAY_CHANGE` the fields inside them that may differ anyway, and `MAY_CHANGE_IF` those that may differ when the saved run
-allows it (another text to evaluate on, where the tokenizer was not trained on the run's data).
+the data stream); `may_change_rules()` the fields inside them that may differ anyway (`MAY_CHANGE`
+and what each position scheme declares), and `MAY_CHANGE_IF` those that may differ when the
+saved run allows it (another text to evaluate on, where the tokenizer was not trained on the run's data).
 Fields outside those (the schedule, logging, evaluation settings, ...) may always change.
 docs/configs_and_data.md shows this table (`table()`), and a test keeps the two equal.
 """
 
 from roformer import config_lib
 from roformer import config_schema
+from roformer import positions
 from roformer.data import synthetic
 
 RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
@@ -47,15 +49,13 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
     ('model.dtype', (CONTINUE, EVALUATE),
      'the compute precision, a choice of the study; one run keeps one precision'),
     ('model.dropout', (CONTINUE,), 'the regularisation of a new phase of training'),
-    ('model.position.rope.base', (CONTINUE,),
-     "RoPE's base: raising it extends the context, and the continued steps train it"),
-    ('model.position.rope.scaling', (CONTINUE, EVALUATE),
-     "RoPE's context-extension scaling: trained by a continued model, or applied to a "
-     'checkpoint at evaluation'),
-    ('model.position.rope.remap', (EVALUATE,),
-     "a training-free remap of RoPE's distances (ReRoPE, Self-Extend, STRING, DCA, sinks), "
-     'applied to a checkpoint at evaluation'),
 )
+
+
+def may_change_rules() -> tuple:
+  """MAY_CHANGE and what each registered position scheme declares it lets change (its
+  `may_change`: RoPE's base, scaling and remap)."""
+  return MAY_CHANGE + positions.may_change()
 
 
 def _tokenizer_given(saved) -> bool:
@@ -82,7 +82,7 @@ def fixed(occasion: str) -> tuple[str, ...]:
 
 
 def may_change(occasion: str) -> tuple[str, ...]:
-  return tuple(field for field, when, _ in MAY_CHANGE if occasion in when)
+  return tuple(field for field, when, _ in may_change_rules() if occasion in when)
 
 
 def _get(config, dotted: str):
@@ -124,7 +124,7 @@ def table() -> str:
   on some occasion, what each occasion allows, and why."""
   rows = ['| field | resume | continue (`init_from`) | evaluate | why |',
           '|---|---|---|---|---|']
-  for field, _, why in fixed_rules() + MAY_CHANGE:
+  for field, _, why in fixed_rules() + may_change_rules():
     rows.append(f'| `{field}` | ' + ' | '.join(status(field, o) for o in OCCASIONS)
                 + f' | {why} |')
   for field, when, _, words, why in MAY_CHANGE_IF:

@@ -101,15 +101,8 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
           f'length, {shortest} (data.seq_len x the smallest eval.length_multipliers): windows '
           f'would skip tokens. Fix: --config.eval.stride={shortest} or less (0: half of each '
           'length).')
-  if config.eval.scale_rope_to_length and (
-      not positions.model_scheme(m).capabilities.rotary
-      or m.position.rope.scaling.kind == 'none'):
-    raise errors.ConfigError(
-        'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each evaluation '
-        f'length / data.seq_len, but position.kind={m.position.kind!r} with '
-        f'rope.scaling.kind={m.position.rope.scaling.kind!r} has no RoPE scaling to set. Fix: '
-        "add --config.model.position.rope.scaling.kind=linear (or ntk, yarn, llama3, dynamic) "
-        'or drop it.')
+  if config.eval.scale_rope_to_length:  # The scheme's factor to set, or its refusal.
+    positions.model_scheme(m).length_factor(m.position)
   sharding.rules_from_config(config.mesh)
   if num_data_parallel is not None:
     # Each micro-batch is split over the devices.

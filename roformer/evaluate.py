@@ -247,15 +247,11 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
                                                run.tokenizer)
   step, saved, splits = run.step, run.saved, run.splits
-  scaling = config.model.position.rope.scaling
+  scheme = positions_lib.model_scheme(config.model)
   classifying = tasks.per_example(config)
-  remap = config.model.position.rope.remap
   protocol = config.eval.protocol if config_schema.TEXT_CAUSAL_LM.reads(config) else 'windows'
   results = {'step': step, **({} if classifying else {'protocol': protocol}),
-             'position': positions_lib.model_scheme(config.model).kind,
-             'rope_scaling': scaling.to_dict() if scaling.kind != 'none' else None,
-             'rope_remap': ({'method': remap.method, **positions_lib.remap.options_of(remap)}
-                            if remap.method != 'none' else None),
+             'position': scheme.kind, **scheme.results_fields(config.model.position),
              'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
              'overrides': config_lib.differences(saved, config), 'splits': {}}
   if classifying:
@@ -271,26 +267,30 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
                                           batch_size=config.eval.batch_size,
                                           max_batches=config.eval.max_batches)
     return results
-  rescale = config.eval.scale_rope_to_length
+  # eval.scale_rope_to_length: the scheme's context-extension factor (an option under
+  # model.position) set to each length over the trained one, recorded in each row.
+  factor = (scheme.length_factor(config.model.position) if config.eval.scale_rope_to_length
+            else None)
 
-  def at_length(mult):  # (trainer, config) for one length: its own RoPE factor if rescaling.
-    if not rescale:
-      return trainer, config
+  def at_length(mult):  # (trainer, config, row fields) for one length.
+    if not factor:
+      return trainer, config, {}
     scaled = ml_collections.ConfigDict(config.to_dict())
-    scaled.model.position.rope.scaling.factor = max(
-        1.0, config.data.seq_len * mult / saved.data.seq_len)
-    return trainer_lib.Trainer(scaled, mesh), scaled
+    *groups, last = factor.split('.')
+    node = scaled.model.position
+    for group in groups:
+      node = node[group]
+    node[last] = max(1.0, config.data.seq_len * mult / saved.data.seq_len)
+    return trainer_lib.Trainer(scaled, mesh), scaled, {factor.replace('.', '_'): node[last]}
   per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
-  if rescale:
-    results['rope_scaling']['factor'] = 'length / train_seq_len'
+  if factor:
+    results['length_factor'] = f'model.position.{factor} = length / train_seq_len'
   for split, source, split_config in _each_source(config, splits, sources):
     rows = []
     for mult in config.eval.length_multipliers:
       length = config.data.seq_len * mult
-      row = {'length': length, 'multiplier': mult}
-      length_trainer, length_config = per_length[mult]
-      if rescale:
-        row['rope_scaling_factor'] = length_config.model.position.rope.scaling.factor
+      length_trainer, length_config, scaled = per_length[mult]
+      row = {'length': length, 'multiplier': mult, **scaled}
       try:
         positions_lib.validate(length_config.model, length,
                                causal=models.is_causal(config.model))

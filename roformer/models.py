@@ -9,7 +9,6 @@ Dropout is functional (an explicit key per call), so a train step stays a pure f
 inputs.
 """
 
-import copy
 import math
 
 import jax
@@ -53,27 +52,6 @@ add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
 def _position_shared(cfg, *, causal: bool, rngs: nnx.Rngs) -> positions_lib.Shared:
   """The position scheme's stack-wide module (the config was checked before: resolve.py)."""
   return positions_lib.model_scheme(cfg).Shared(cfg, causal=causal, rngs=rngs)
-
-
-def layer_rope_base(cfg, layer: int) -> float:
-  """Layer `layer`'s RoPE base: `model.layer_rope_bases` cycled over the layers, or
-  `position.rope.base`."""
-  bases = tuple(cfg.layer_rope_bases) if 'layer_rope_bases' in cfg else ()
-  return float(bases[layer % len(bases)]) if bases else float(cfg.position.rope.base)
-
-
-def layer_config(cfg, layer: int) -> ml_collections.ConfigDict:
-  """The model config that block `layer` is built from: `cfg` with its layer's position kind
-  (`model.layer_kinds`) and RoPE base (`model.layer_rope_bases`), or `cfg` itself."""
-  kind = positions_lib.layer_kinds(cfg)[layer]
-  base = layer_rope_base(cfg, layer)
-  if kind == cfg.position.kind and base == float(cfg.position.rope.base):
-    return cfg
-  layer_cfg = copy.deepcopy(cfg)
-  with layer_cfg.unlocked():
-    layer_cfg.position.kind = kind
-    layer_cfg.position.rope.base = base
-  return layer_cfg
 
 
 class EmbeddingModel(nnx.Module):
@@ -143,7 +121,7 @@ class Transformer(EmbeddingModel):
     self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layers.norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([blocks.Block(layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
+    self.blocks = nnx.List([blocks.Block(positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
                                          window=self_attention.layer_window(cfg, i))
                             for i in range(cfg.num_layers)])
     if not self.post_norm:

@@ -116,11 +116,10 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
 
 
 def _scale_from(config, saved) -> None:
-  """A RoPE scaling whose original length is unset takes the length `saved` was trained at."""
-  scaling = config.model.position.rope.scaling
-  if scaling.kind in positions_lib.scaling.NEEDS_ORIGINAL_LENGTH and scaling.original_length < 1:
-    with config.unlocked():
-      scaling.original_length = saved.data.seq_len
+  """What the position scheme takes from the checkpoint it evaluates (its `from_source`)."""
+  with config.unlocked():
+    positions_lib.model_scheme(config.model).from_source(
+        config.model.position, saved.data.seq_len, config_changes.EVALUATE)
 
 
 def evaluation_of(run: Run, step: int, splits) -> Run:

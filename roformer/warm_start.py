@@ -42,11 +42,6 @@ def _encoder_fields(model_cfg) -> dict:
   return fields
 
 
-# Scalings that stretch the source's training length by `factor` (dynamic NTK follows the
-# current length instead).
-_STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
-
-
 def _source(config) -> ml_collections.ConfigDict:
   """config.init_from's saved config, or a ConfigError naming the fix."""
   source = os.path.abspath(config.init_from)
@@ -58,21 +53,16 @@ def _source(config) -> ml_collections.ConfigDict:
 
 
 def prepare(config: ml_collections.ConfigDict) -> None:
-  """Before the config's own checks, for a causal LM continued from another: a RoPE scaling
-  relative to the trained length (a stretching one, or dynamic NTK) without an original length
-  takes the source's training length; learned positions
-  cannot go past the rows their table has (a longer table would change the parameters, and
+  """Before the config's own checks, for a causal LM continued from another: the position
+  scheme takes what it needs from the source (its `from_source`: RoPE's scaling its original
+  length); learned positions cannot go past the rows their table has (a longer table would change the parameters, and
   the rows past the old length would be untrained)."""
   saved = _source(config)
   if config.model.type != 'causal_lm' or saved.model.type != 'causal_lm':
     return
-  position = config.model.position
-  rotary = positions_lib.model_scheme(config.model).capabilities.rotary
-  scaling = position.rope.scaling if rotary else None
-  needs = _STRETCHING + positions_lib.scaling.NEEDS_ORIGINAL_LENGTH  # Dynamic NTK's too.
-  if scaling and scaling.kind in needs and scaling.original_length < 1:
-    with config.unlocked():
-      scaling.original_length = saved.data.seq_len
+  with config.unlocked():  # What the scheme takes from its source (its `from_source`).
+    positions_lib.model_scheme(config.model).from_source(
+        config.model.position, saved.data.seq_len, config_changes.CONTINUE)
   longest = positions_lib.model_scheme(saved.model).max_length(saved.model.position)
   if longest is not None and config.data.seq_len > longest:
     raise errors.ConfigError(
@@ -133,24 +123,9 @@ def _check_continuation(config, saved) -> None:
         f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.*, train.* '
         f'and {", ".join(allowed)} may change. Fix: set those --config.model fields to the '
         'source\'s values.')
-  if not positions_lib.model_scheme(config.model).capabilities.rotary:
-    return
-  scaling, trained = config.model.position.rope.scaling, saved.data.seq_len
-  if scaling.kind not in _STRETCHING:
-    return
-  if scaling.original_length != trained:  # `prepare` filled it in if it was unset.
-    raise errors.ConfigError(
-        f'config.model.position.rope.scaling.original_length={scaling.original_length}, but '
-        f'config.init_from={config.init_from!r} was trained at {trained}. Fix: '
-        f'--config.model.position.rope.scaling.original_length={trained} (or 0 to take it '
-        'from the source).')
-  if scaling.factor * trained < config.data.seq_len:
-    raise errors.ConfigError(
-        f'config.model.position.rope.scaling.factor={scaling.factor} stretches the source\'s '
-        f'training length {trained} to {scaling.factor * trained:g}, short of '
-        f'config.data.seq_len={config.data.seq_len}. Fix: '
-        f'--config.model.position.rope.scaling.factor={config.data.seq_len / trained:g} (or '
-        'more).')
+  positions_lib.model_scheme(config.model).check_continuation(
+      config.model.position, saved.data.seq_len, config.data.seq_len,
+      f'config.init_from={config.init_from!r}')
 
 
 def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, step: int):

@@ -1,8 +1,9 @@
 """Position schemes: how a Transformer learns where each token is.
 
-`base` holds the interface (what a kind declares: options, checks, capabilities; the `Shared`
-module each stack builds and the `Layer` module each block builds, with the hooks the stack
-calls) and the registry; each family of schemes is a module of its own, and importing it
+`base` holds the interface (what a kind declares: options, checks, capabilities, its life
+cycle; the `Shared` module each stack builds and the `Layer` module each block builds, with the
+hooks the stack calls) and the registry, `registry` the look-ups (combinations, per-layer
+layouts, the config's fields); each family of schemes is a module of its own, and importing it
 registers its kinds:
 
 | module       | kinds                                                          |
@@ -33,12 +34,14 @@ from roformer.positions import remap
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, bias_kinds,
-                                     capabilities, capability_table, combine, combined_kinds,
-                                     default_fields, field_specs, head_dim, kinds,
-                                     layer_kinds, legacy_param_path, model_scheme, per_layer,
-                                     register, relative_positions, scheme, scheme_fields,
-                                     validate)
+from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, head_dim,
+                                     kinds, register, relative_positions)
+from roformer.positions.registry import (bias_kinds, capabilities, capability_table, combine,
+                                         combined_kinds, default_fields, field_specs,
+                                         layer_config, layer_kinds, legacy_param_path,
+                                         may_change,
+                                         model_scheme,
+                                         per_layer, scheme, scheme_fields, validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE

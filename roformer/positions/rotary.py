@@ -13,6 +13,7 @@ from roformer import autodiff
 from roformer import errors
 from roformer import specs
 from roformer.positions import base
+from roformer.positions import registry
 from roformer.positions import remap
 from roformer.positions import scaling
 
@@ -239,7 +240,7 @@ def is_plain_rope(model_cfg) -> bool:
   """Whether every layer of `model_cfg` is plain RoPE (the Rotary scheme itself, not xPos or a
   combination): the one position scheme transformers' Llama and GPT-NeoX classes compute."""
   return (not tuple(model_cfg.layer_kinds)
-          and base.scheme(model_cfg.position.kind) is Rotary)
+          and registry.scheme(model_cfg.position.kind) is Rotary)
 
 
 @base.register(ROPE)
@@ -285,6 +286,68 @@ class Rotary(base.PositionScheme):
       }}}
   capabilities = base.Capabilities(rotary=True, feature_rotation=True)
   Layer = _RotaryLayer
+  may_change = (
+      ('rope.base', ('continue',),
+       "RoPE's base: raising it extends the context, and the continued steps train it"),
+      ('rope.scaling', ('continue', 'evaluate'),
+       "RoPE's context-extension scaling: trained by a continued model, or applied to a "
+       'checkpoint at evaluation'),
+      ('rope.remap', ('evaluate',),
+       "a training-free remap of RoPE's distances (ReRoPE, Self-Extend, STRING, DCA, sinks), "
+       'applied to a checkpoint at evaluation'),
+  )
+
+  @classmethod
+  def from_source(cls, cfg, trained, occasion):
+    """A scaling relative to the trained length whose original length is unset takes the
+    read run's: the kinds whose frequencies read it (yarn, llama3, dynamic), and on a
+    continuation every stretching kind too, whose factor is checked against it."""
+    sc = cfg.rope.scaling
+    relative = scaling.NEEDS_ORIGINAL_LENGTH + (
+        scaling.STRETCHING if occasion == 'continue' else ())
+    if sc.kind in relative and sc.original_length < 1:
+      sc.original_length = trained
+
+  @classmethod
+  def check_continuation(cls, cfg, trained, seq_len, source):
+    """A stretching scaling continues from the source's length and covers the new one."""
+    sc, field = cfg.rope.scaling, 'config.model.position.rope.scaling'
+    if sc.kind not in scaling.STRETCHING:
+      return
+    if sc.original_length != trained:  # from_source filled it in if it was unset.
+      raise errors.ConfigError(
+          f'{field}.original_length={sc.original_length}, but {source} was trained at '
+          f'{trained}. Fix: --{field}.original_length={trained} (or 0 to take it from the '
+          'source).')
+    if sc.factor * trained < seq_len:
+      raise errors.ConfigError(
+          f"{field}.factor={sc.factor} stretches the source's training length {trained} to "
+          f'{sc.factor * trained:g}, short of config.data.seq_len={seq_len}. Fix: '
+          f'--{field}.factor={seq_len / trained:g} (or more).')
+
+  @classmethod
+  def length_factor(cls, cfg):
+    if cfg.rope.scaling.kind == 'none':
+      raise errors.ConfigError(
+          'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each '
+          f'evaluation length / data.seq_len, but position.kind={cls.kind!r} with '
+          "rope.scaling.kind='none' has no RoPE scaling to set. Fix: add "
+          '--config.model.position.rope.scaling.kind=linear (or ntk, yarn, llama3, dynamic) or '
+          'drop it.')
+    return 'rope.scaling.factor'
+
+  @classmethod
+  def layer_options(cls, model_cfg, layer):
+    """`model.layer_rope_bases` cycled over the layers (Gemma 3's local and global bases)."""
+    bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
+    return {'rope.base': float(bases[layer % len(bases)])} if bases else {}
+
+  @classmethod
+  def results_fields(cls, cfg):
+    sc, rm = cfg.rope.scaling, cfg.rope.remap
+    return {'rope_scaling': sc.to_dict() if sc.kind != 'none' else None,
+            'rope_remap': ({'method': rm.method, **remap.options_of(rm)}
+                           if rm.method != 'none' else None)}
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):

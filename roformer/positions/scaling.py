@@ -17,6 +17,9 @@ KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic')
 RAMPS = ('ratio', 'index')
 # Scalings defined relative to the length the model was trained at (eval.py fills it in).
 NEEDS_ORIGINAL_LENGTH = ('yarn', 'llama3', 'dynamic')
+# Scalings that stretch the trained context by `factor` (a continued run's factor must cover
+# its new length from the source's).
+STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
 
 # `config.model.position.rope.scaling`: each option's type, range and default (rotary.py puts
 # them in the config; roformer/config_schema.py checks them). Configs saved before an option

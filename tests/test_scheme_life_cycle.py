@@ -1,0 +1,129 @@
+"""Position schemes own their life cycle (roformer/positions/base.py): what a run reading a
+trained one may change of their options, what they take from that run, what an evaluation
+records of them and what they set per layer, declared by each kind and read through the
+registry, so that no module outside roformer/positions/ reads a scheme's option group."""
+
+import pathlib
+import re
+
+import ml_collections
+import pytest
+
+from configs import test as test_config
+from roformer import config_changes
+from roformer import errors
+from roformer import positions
+from roformer import specs
+from roformer.positions import base
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Modules that translate transformers' RoPE settings and weights (`rope_theta`, `rope_scaling`,
+# the rotated halves' layout): the one scheme those checkpoints compute, named by definition.
+HF_TRANSLATION = ('hf_config.py', 'hf_weights.py')
+
+
+def _model(kind='rope', **position):
+  config = test_config.get_config(kind)
+  for path, value in position.items():
+    node = config.model.position
+    *groups, last = path.split('__')
+    for group in groups:
+      node = node[group]
+    node[last] = value
+  return config.model
+
+
+def test_every_declared_change_is_an_option_of_its_scheme():
+  specs_by_group = positions.field_specs()
+  for kind in positions.kinds():
+    cls = positions.scheme(kind)
+    for option, occasions, why in cls.may_change:
+      group = option.split('.')[0]
+      assert group in cls.fields(), (kind, option)
+      node = specs_by_group
+      for part in option.split('.'):
+        node = node[part]
+      assert isinstance(node, (dict, specs.Spec)), (kind, option)
+      assert set(occasions) <= {config_changes.CONTINUE, config_changes.EVALUATE} and why
+
+
+def test_the_config_changes_read_what_the_schemes_declare():
+  """A kind registered with its own life cycle is read by config_changes with nothing else
+  edited: its declared option may change at evaluation, and it fills what it takes from the
+  checkpoint."""
+
+  @positions.register('toy_life_cycle')
+  class Toy(positions.PositionScheme):
+    options = {'toy_life_cycle': {'reach': specs.Int(0, 100, default=0)}}
+    may_change = (('toy_life_cycle.reach', ('evaluate',), 'how far it reaches at evaluation'),)
+
+    @classmethod
+    def from_source(cls, cfg, trained, occasion):
+      cfg.toy_life_cycle.reach = trained
+
+  try:
+    assert 'model.position.toy_life_cycle.reach' in config_changes.may_change(
+        config_changes.EVALUATE)
+    assert 'model.position.toy_life_cycle.reach' not in config_changes.may_change(
+        config_changes.CONTINUE)
+    cfg = ml_collections.ConfigDict({'toy_life_cycle': {'reach': 0}})
+    positions.scheme('toy_life_cycle').from_source(cfg, 64, config_changes.EVALUATE)
+    assert cfg.toy_life_cycle.reach == 64 and Toy.results_fields(cfg) == {}
+  finally:
+    del base._REGISTRY['toy_life_cycle']  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('kind,layer_kinds', [('rope', ()), ('rope+fox', ()),
+                                              ('rope', ('rope', 'none'))])
+def test_a_scheme_and_its_composites_take_the_trained_length(kind, layer_kinds):
+  """RoPE's scaling takes the trained length where it is unset: at evaluation for the kinds
+  whose frequencies read it, on a continuation also for the stretching ones (whose factor is
+  checked against it); a combination or a per-layer layout does what its parts do."""
+  for scaling, occasion, filled in (('yarn', 'evaluate', True), ('dynamic', 'evaluate', True),
+                                    ('linear', 'evaluate', False), ('linear', 'continue', True),
+                                    ('none', 'continue', False)):
+    m = _model(kind, rope__scaling__kind=scaling)
+    m.layer_kinds = layer_kinds
+    cls = positions.model_scheme(m)
+    cls.from_source(m.position, 64, occasion)
+    assert m.position.rope.scaling.original_length == (64 if filled else 0), (scaling, occasion)
+  m = _model(kind, rope__scaling__kind='linear', rope__scaling__factor=2.0)
+  m.layer_kinds = layer_kinds
+  cls = positions.model_scheme(m)
+  cls.from_source(m.position, 64, 'continue')
+  cls.check_continuation(m.position, 64, 128, 'the source')  # 2 x 64 covers 128.
+  with pytest.raises(errors.ConfigError, match='factor=2.0 stretches'):
+    cls.check_continuation(m.position, 64, 256, 'the source')
+  assert cls.length_factor(m.position) == 'rope.scaling.factor'
+  assert cls.results_fields(m.position)['rope_scaling']['kind'] == 'linear'
+
+
+def test_a_scheme_without_a_factor_refuses_scaling_to_length():
+  for kind in ('alibi', 'rope'):  # rope with no scaling has no factor either.
+    with pytest.raises(errors.ConfigError, match='scale_rope_to_length'):
+      positions.model_scheme(_model(kind)).length_factor(_model(kind).position)
+  assert positions.model_scheme(_model('alibi')).results_fields(_model('alibi').position) == {}
+
+
+def test_layer_options_give_each_block_its_rope_base():
+  m = _model('rope')
+  m.layer_kinds, m.layer_rope_bases = ('rope', 'none'), (10000.0, 500.0)
+  m.num_layers = 4
+  layers = [positions.layer_config(m, i) for i in range(4)]
+  assert [c.position.kind for c in layers] == ['rope', 'none', 'rope', 'none']
+  assert layers[0].position.rope.base == 10000.0 and layers[2].position.rope.base == 10000.0
+  m.layer_kinds = ()
+  assert [positions.layer_config(m, i).position.rope.base for i in range(4)] == [
+      10000.0, 500.0, 10000.0, 500.0]
+  m.layer_rope_bases = ()
+  assert positions.layer_config(m, 1) is m  # Nothing per layer: the model's own config.
+
+
+def test_no_module_outside_positions_reads_a_schemes_option_group():
+  groups = sorted(positions.default_fields())
+  pattern = re.compile(r'\.position\.(' + '|'.join(groups) + r')\b')
+  readers = [f'{p.relative_to(ROOT)}:{n}' for p in (ROOT / 'roformer').rglob('*.py')
+             if 'positions' not in p.parts and p.name not in HF_TRANSLATION
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if pattern.search(line.split('#')[0]) and not line.strip().startswith(('"', "'"))]
+  assert not readers
