@@ -16,6 +16,7 @@ import ml_collections
 from flax import nnx
 
 from roformer import attention
+from roformer import attention_options
 from roformer import differential
 from roformer import layers
 from roformer import positions as positions_lib
@@ -50,8 +51,7 @@ def attention_config(cfg) -> ml_collections.ConfigDict:
   """`config.model.attention`, its declared defaults where a model config has none."""
   if 'attention' in cfg:
     return cfg.attention
-  from roformer import config_schema  # pylint: disable=import-outside-toplevel (a cycle)
-  return config_schema.default_config().model.attention
+  return ml_collections.ConfigDict(attention_options.DEFAULTS)
 
 
 class MultiHeadAttention(nnx.Module):
@@ -72,12 +72,12 @@ class MultiHeadAttention(nnx.Module):
     # Stick-breaking attention: sigmoid weights from the logits, on the einsum path.
     self.stick_breaking = att.kind == 'stick_breaking'
     self.attend_current = self.stick_breaking and att.attend_current
-    # A training-free distance remap of RoPE (positions/remap.py): its logits, einsum path.
-    self.remap = positions_lib.layer_remap(cfg)
+    # A training-free distance remap (the position layer's `remapped_logits`), einsum path.
+    self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
         einsum_only=(caps.implementations == ('einsum',) or self.stick_breaking
-                     or self.remap is not None or att.dape or att.differential))
+                     or self.remap or att.dape or att.differential))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.qk_norm, self.ssmax = att.qk_norm, att.ssmax
     # Llama 4's temperature, on layers whose scheme gives no position signal at all.
@@ -167,7 +167,7 @@ class MultiHeadAttention(nnx.Module):
                                           self.window)
     if self.favor:
       return self._favor(q, k, v, mask, pos, k_pos, position, ctx, cache, segments, layer)
-    if self.remap is None:
+    if not self.remap:
       q, k = position.rotate(q, k, pos, k_pos, ctx)
     v = position.rotate_value(v, k_pos, ctx)
     if self.differential:  # Each map weights its differential head's values.
@@ -186,9 +186,9 @@ class MultiHeadAttention(nnx.Module):
           causal_block=(0 if cache is not None or self.value_term or self.record_probs
                         else self.causal_block),
           window=self.window, query_slots=first_slot + jnp.arange(length))
-    elif self.computes_logits or self.remap is not None:
-      if self.remap is not None:
-        logits, seen = position.remapped_logits(q, k, pos, k_pos, self.remap)
+    elif self.computes_logits or self.remap:
+      if self.remap:
+        logits, seen = position.remapped_logits(q, k, pos, k_pos)
         mask = mask if seen is None else mask & seen[:, None]
       else:
         logits = position.logits(q, k, pos, k_pos, mask, ctx)

@@ -284,5 +284,5 @@ def test_a_pretrained_tokenizer_frames_rows_with_its_own_bos_and_eos(name):
   rows = passkey_text.Rows(_split(), tok, 200)
   ids = rows.tokens(3)[0]
   assert list(ids[:len(bos)]) == bos and list(ids[-1:]) == eos
-  document = passkey_text.Documents(_split(), tok, 200)[3][tokens_lib.TOKEN_IDS]
+  document = passkey_text.Documents(passkey_text.Rows(_split(), tok, 200))[3][tokens_lib.TOKEN_IDS]
   assert list(document) == list(ids[len(bos):-1])

@@ -35,7 +35,7 @@ def _rows(task, length=800, tokenizer=None, **fields):
                                    'chains': 2, 'hops': 3, 'common_words': 3, 'common_count': 4,
                                    **fields})
   split = passkey_text.Split(cfg, 'validation', [{'text': t} for t in TEXT], 'text', task)
-  return passkey_text.rows(split, tokenizer or BYTES, length)
+  return ruler_text.rows(split, tokenizer or BYTES, length)
 
 
 def _text(ids) -> str:

@@ -32,6 +32,7 @@ from roformer import errors
 from roformer import metrics
 from roformer.data import corpus
 from roformer.data import passkey_text
+from roformer.data import ruler_text
 from roformer.data import synthetic
 
 WEIGHT = 'weight'
@@ -103,6 +104,8 @@ def validate(config, trained_tokenizer: bool) -> None:
     if task:
       with named(name):
         synthetic.validate(task, member.synthetic, data.seq_len, longest)
+        if member.synthetic.filler != 'words':
+          ruler_text.validate(task, member.synthetic)
   base = base_config(data)
   if trained_tokenizer and not any(_same_source(member_config(data, e), base)
                                    for e in entries(data).values()):

@@ -80,14 +80,6 @@ class Split:
     return np.concatenate(parts)
 
 
-def rows(split: Split, tokenizer, length: int, run_seed: int = 0):
-  """The random-access rows of `split`'s task (passkey's Rows, or ruler_text's)."""
-  if split.task == 'passkey':
-    return Rows(split, tokenizer, length, run_seed)
-  from roformer.data import ruler_text  # pylint: disable=g-import-not-at-top  # It subclasses Rows.
-  return ruler_text.Rows(split, tokenizer, length, run_seed)
-
-
 class Rows:
   """Random-access rows of `length` predictions (synthetic.make_row's features: `weights` on
   the answer's ids, `bucket` the key's depth band)."""
@@ -153,11 +145,12 @@ class Rows:
 
 
 class Documents:
-  """The rows as documents of token ids (without the bos and eos that packing adds): what a
-  mixture trains on, each row exactly one packed row of `length` predictions."""
+  """`rows` (a task's Rows, ruler_text.rows) as documents of token ids (without the bos and eos
+  that packing adds): what a mixture trains on, each row exactly one packed row of its length's
+  predictions."""
 
-  def __init__(self, split: Split, tokenizer, length: int, run_seed: int = 0):
-    self.rows = rows(split, tokenizer, length, run_seed)
+  def __init__(self, rows: Rows):
+    self.rows = rows
 
   def __len__(self) -> int:
     return len(self.rows)

@@ -28,6 +28,7 @@ from roformer.data import mixture
 from roformer.data import movie_reviews
 from roformer.data import passkey_text
 from roformer.data import row_cache
+from roformer.data import ruler_text
 from roformer.data import shakespeare
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -386,7 +387,7 @@ def _packed_rows(source, *, tokenizer, text_key: str, seq_len: int, batch_size: 
   if isinstance(source, synthetic.Split):
     source = synthetic.TextRows(source, seq_len, seed, text_key)
   elif isinstance(source, passkey_text.Split):
-    source = passkey_text.Documents(source, tokenizer, seq_len, seed)
+    source = passkey_text.Documents(ruler_text.rows(source, tokenizer, seq_len, seed))
   ds = grain.MapDataset.source(source)[shard_index::shard_count]
   if shuffle:
     ds = ds.shuffle(seed=seed)
@@ -517,7 +518,7 @@ def synthetic_dataset(split, *, seq_len: int, batch_size: int, seed: int, train:
   a `passkey_text.Split`'s in `tokenizer`'s ids): training rows drawn without end from the
   run's seed, evaluation rows the split's fixed set (the last batch shorter)."""
   if isinstance(split, passkey_text.Split):
-    source = passkey_text.rows(split, tokenizer, seq_len, seed)
+    source = ruler_text.rows(split, tokenizer, seq_len, seed)
   else:
     # Read from the rows a sweep built beforehand, where it did (roformer/data/row_cache.py).
     source = row_cache.read(synthetic.Source(split, seq_len, seed))

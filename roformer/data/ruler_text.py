@@ -79,6 +79,13 @@ def _names() -> tuple[str, ...]:
   return tuple(names)
 
 
+def rows(split: passkey_text.Split, tokenizer, length: int, run_seed: int = 0):
+  """The random-access rows of `split`'s task in text: passkey's (passkey_text.Rows), or this
+  module's for RULER's tasks."""
+  cls = passkey_text.Rows if split.task == 'passkey' else Rows
+  return cls(split, tokenizer, length, run_seed)
+
+
 def validate(task: str, cfg) -> None:
   """The fields a row in text reads, before the tokenizer is known (Rows checks the length)."""
   where = 'config.data.synthetic'

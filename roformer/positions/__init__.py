@@ -49,9 +49,10 @@ from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.householder import Path, path_logits, short_convolution
 from roformer.positions.polar import Polar, pope_frequencies, pope_logits
 from roformer.positions.relative import Shaw, TransformerXL
-from roformer.positions.remap import relative_distances, remapped_rope_logits
+from roformer.positions.remap import relative_distances
 from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_remap_length,
-                                       is_plain_rope, kept_pairs, layer_remap, rotate_pairs,
+                                       is_plain_rope, kept_pairs, layer_remap,
+                                       remapped_rope_logits, rotate_pairs,
                                        xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
                                        rope_frequencies, scaled_frequencies, yarn_ramp)

@@ -159,6 +159,12 @@ class Layer(nnx.Module):
     q.k/sqrt(d), for schemes whose capabilities say `computes_logits`."""
     raise NotImplementedError(f'{type(self).__name__} does not compute logits.')
 
+  def remapped_logits(self, q, k, q_pos, k_pos):
+    """For a layer whose scheme `remaps`: the scaled logits [batch, heads, q_len, k_len]
+    (float32) under its training-free distance remap, and the [batch, q_len, k_len] pairs the
+    remap lets a query see (None: all)."""
+    raise NotImplementedError(f'{type(self).__name__} has no distance remap.')
+
   def value_term(self, probs, q_pos, k_pos, ctx):
     del probs, q_pos, k_pos, ctx
     return None
@@ -257,6 +263,14 @@ class PositionScheme:
     model's (RoPE's base from model.layer_rope_bases): none by default."""
     del model_cfg, layer
     return {}
+
+  @classmethod
+  def remaps(cls, model_cfg: ml_collections.ConfigDict) -> bool:
+    """Whether the layers it builds from `model_cfg` compute their logits under a
+    training-free distance remap (their `remapped_logits`, on the einsum path): no by
+    default."""
+    del model_cfg
+    return False
 
   @classmethod
   def results_fields(cls, cfg: ml_collections.ConfigDict) -> dict:

@@ -88,6 +88,10 @@ class Composite(PositionScheme):
     return super().length_factor(cfg)
 
   @classmethod
+  def remaps(cls, model_cfg):
+    return any(part.remaps(model_cfg) for part in cls.parts)
+
+  @classmethod
   def layer_options(cls, model_cfg, layer):
     return {k: v for part in cls.parts for k, v in part.layer_options(model_cfg, layer).items()}
 
@@ -229,6 +233,9 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
     def logits(self, q, k, q_pos, k_pos, mask, ctx):
       return (self.first.logits(q, k, q_pos, k_pos, mask, ctx[0])
               + self.second.logits_bias(q, k, q_pos, k_pos, mask, ctx[1]))
+
+    def remapped_logits(self, q, k, q_pos, k_pos):
+      return self.first.remapped_logits(q, k, q_pos, k_pos)
 
     def value_term(self, probs, q_pos, k_pos, ctx):
       return self.first.value_term(probs, q_pos, k_pos, ctx[0])

@@ -30,7 +30,7 @@ query), computed with numpy: they are small, exact, and the attention converts w
 Every method is piecewise a difference of positions: in each region of (i, j) the distance is
 p(i) - p'(j) for a query position p and a key position p' (`regions`). RoPE's logits under a
 remap are therefore one rotation of the queries and one of the keys per region, the regions'
-logits selected by their masks before one softmax (`remapped_rope_logits`): two passes for
+logits selected by their masks before one softmax (`remapped_logits`): two passes for
 ReRoPE, Self-Extend and STRING, three for DCA, instead of a rotation per (i, j) pair.
 """
 
@@ -39,18 +39,32 @@ import jax.numpy as jnp
 import numpy as np
 
 from roformer import errors
+from roformer import specs
 
-# method -> {option: (smallest value, whether it must be an integer)}
+# method -> the options it reads.
 OPTIONS = {
-    'none': {},
-    'rerope': {'window': (1, True)},
-    'leaky_rerope': {'window': (1, True), 'k': (1.0, False)},
-    'self_extend': {'neighbor_window': (1, True), 'group_size': (1, True)},
-    'string': {'shift': (1, True), 'local_window': (0, True)},
-    'dca': {'chunk_size': (1, True), 'local_window': (0, True)},
-    'sinks': {'sink_tokens': (0, True), 'window': (1, True)},
+    'none': (),
+    'rerope': ('window',),
+    'leaky_rerope': ('window', 'k'),
+    'self_extend': ('neighbor_window', 'group_size'),
+    'string': ('shift', 'local_window'),
+    'dca': ('chunk_size', 'local_window'),
+    'sinks': ('sink_tokens', 'window'),
 }
 METHODS = tuple(OPTIONS)
+# Each option's type, range and default, declared once: rotary.py puts them under
+# config.model.position.rope.remap, and `check` holds a call's options to their lower ends.
+SPECS = {
+    'method': specs.Str(METHODS, default='none'),
+    'window': specs.Int(1, 2**30, default=256),  # rerope, leaky_rerope, sinks
+    'k': specs.Float(1, 1e9, default=16.0),  # leaky_rerope
+    'neighbor_window': specs.Int(1, 2**30, default=256),  # self_extend
+    'group_size': specs.Int(1, 2**30, default=8),  # self_extend
+    'shift': specs.Int(1, 2**30, default=256),  # string
+    'local_window': specs.Int(0, 2**30, default=32),  # string, dca
+    'chunk_size': specs.Int(1, 2**30, default=256),  # dca
+    'sink_tokens': specs.Int(0, 2**30, default=4),  # sinks (with window)
+}
 
 
 def check(method: str, length: int, options: dict) -> None:
@@ -67,8 +81,9 @@ def check(method: str, length: int, options: dict) -> None:
     raise errors.ConfigError(
         f'{where}: ' + (f'unknown options {unknown}' if unknown else f'missing {missing}') +
         f'. Fix: give exactly {sorted(wanted) or "no options"}.')
-  for name, (low, integer) in wanted.items():
-    value = options[name]
+  for name in wanted:
+    value, spec = options[name], SPECS[name]
+    low, integer = spec.min, isinstance(spec, specs.Int)
     if (integer and (isinstance(value, bool) or value != int(value))) or not value >= low:
       kind = 'an integer' if integer else 'a number'
       raise errors.ConfigError(f'{where}: {name}={value!r} must be {kind} >= {low}.')
@@ -197,18 +212,6 @@ def remapped_logits(q: jax.Array, k: jax.Array, q_pos, k_pos, rotate, method: st
     logits = jnp.einsum('bihd,bjhd->bhij', qr, kr)
     out = jnp.where(mask[:, None], logits, out)
   return out
-
-
-def remapped_rope_logits(q: jax.Array, k: jax.Array, inv_freq, method: str, /,
-                         layout: str = 'interleaved', **options) -> jax.Array:
-  """remapped_logits for a full pass (positions 0..length-1 in every row) with RoPE's
-  frequencies `inv_freq` [d/2] over the whole head."""
-  from roformer.positions import rotary  # pylint: disable=g-import-not-at-top  # It imports this.
-  batch, length = q.shape[:2]
-  pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  rotate = lambda x, p: rotary.rotate_pairs(x.astype(jnp.float32), p, jnp.asarray(
-      inv_freq, jnp.float32), layout)
-  return remapped_logits(q, k, pos, pos, rotate, method, **options)
 
 
 def options_of(cfg) -> dict:

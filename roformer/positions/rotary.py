@@ -114,6 +114,17 @@ def _rotation_bwd(inv_freq, layout, positions, grad):
 _rotation.defvjp(_rotation_fwd, _rotation_bwd)
 
 
+def remapped_rope_logits(q: jax.Array, k: jax.Array, inv_freq, method: str, /,
+                         layout: str = 'interleaved', **options) -> jax.Array:
+  """remapped_logits for a full pass (positions 0..length-1 in every row) with RoPE's
+  frequencies `inv_freq` [d/2] over the whole head."""
+  batch, length = q.shape[:2]
+  pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  rotate = lambda x, p: rotate_pairs(x.astype(jnp.float32), p, jnp.asarray(
+      inv_freq, jnp.float32), layout)
+  return remap.remapped_logits(q, k, pos, pos, rotate, method, **options)
+
+
 def kept_pairs(rotary_dim: int, keep_fraction: float) -> int:
   """p-RoPE's number of rotated pairs: floor(keep_fraction * rotary_dim / 2), as Barbero et al.
   2024 compute it (`int(rope_percentage * head_dim // 2)`)."""
@@ -181,6 +192,7 @@ class _RotaryLayer(base.Layer):
     features = _favor_features(model_cfg)
     self.features = _Rotation.build(features, cfg) if features else None
     self.rotate_values = bool(cfg.rotate_values)
+    self.remap = layer_remap(model_cfg)  # (method, option items), or None.
 
   def rotate(self, q, k, q_pos, k_pos, ctx):
     r = self.heads
@@ -190,14 +202,14 @@ class _RotaryLayer(base.Layer):
       q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
     return q, k
 
-  def remapped_logits(self, q, k, q_pos, k_pos, method_options):
-    """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of a remap
-    (`layer_remap`'s (method, option items)), rotated by this layer's own rotation (its
-    scaling, fraction and layout; YaRN's temperature on q and k), and the [batch, q_len, k_len]
-    pairs the method lets a query see (None: all)."""
+  def remapped_logits(self, q, k, q_pos, k_pos):
+    """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of this layer's
+    remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; YaRN's
+    temperature on q and k), and the [batch, q_len, k_len] pairs the method lets a query see
+    (None: all)."""
     r = self.heads
     freqs = r.frequencies(q_pos, k_pos)
-    method, options = method_options[0], dict(method_options[1])
+    method, options = self.remap[0], dict(self.remap[1])
     logits = remap.remapped_logits(q, k, q_pos, k_pos, lambda x, p: r(x, p, freqs), method,
                                    **options)
     return (logits * (q.shape[-1] ** -0.5 * r.mscale ** 2),
@@ -273,17 +285,7 @@ class Rotary(base.PositionScheme):
       'scaling': scaling.SPECS,
       # A training-free distance remap at evaluation (remap.py; eval.py overrides, like the
       # scalings): the method and the options it reads, the others ignored.
-      'remap': {
-          'method': specs.Str(remap.METHODS, default='none'),
-          'window': specs.Int(1, 2**30, default=256),  # rerope, leaky_rerope, sinks
-          'k': specs.Float(1, 1e9, default=16.0),  # leaky_rerope
-          'neighbor_window': specs.Int(1, 2**30, default=256),  # self_extend
-          'group_size': specs.Int(1, 2**30, default=8),  # self_extend
-          'shift': specs.Int(1, 2**30, default=256),  # string
-          'local_window': specs.Int(0, 2**30, default=32),  # string, dca
-          'chunk_size': specs.Int(1, 2**30, default=256),  # dca
-          'sink_tokens': specs.Int(0, 2**30, default=4),  # sinks (with window)
-      }}}
+      'remap': remap.SPECS}}
   capabilities = base.Capabilities(rotary=True, feature_rotation=True)
   Layer = _RotaryLayer
   may_change = (
@@ -324,6 +326,10 @@ class Rotary(base.PositionScheme):
           f"{field}.factor={sc.factor} stretches the source's training length {trained} to "
           f'{sc.factor * trained:g}, short of config.data.seq_len={seq_len}. Fix: '
           f'--{field}.factor={seq_len / trained:g} (or more).')
+
+  @classmethod
+  def remaps(cls, model_cfg):
+    return layer_remap(model_cfg) is not None
 
   @classmethod
   def length_factor(cls, cfg):
