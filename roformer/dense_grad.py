@@ -21,7 +21,9 @@ A custom VJP has no forward-mode rule: jax.jvp, jacfwd and hessian through a den
 JAX's "can't apply forward-mode autodiff (jvp) to a custom_vjp function". A layer written as the
 plain 2-D product of the flattened tokens (x2 W, reshaped back) gets the same weight gradient from
 autodiff alone and keeps forward mode; without the orientation above it measured 3-6% slower on
-the recall and passkey steps (the same on copy), which is why this module keeps the custom VJP.
+the recall and passkey steps (the same on copy). So the custom VJP is declared for the CPU only
+(roformer/autodiff.py; docs/performance.md has what turning it off costs), and
+`model.custom_gradients=False` turns it off where forward mode is wanted.
 """
 
 import jax
@@ -56,7 +58,8 @@ def weight_grad(x2: jax.Array, g2: jax.Array, precision=None, *,
                              preferred_element_type=x2.dtype)
 
 
-@autodiff.custom_vjp('dense', nondiff_argnums=(2, 3), why='the weight gradient as one 2-D product')
+@autodiff.custom_vjp('dense', nondiff_argnums=(2, 3), backends=('cpu',),
+                     why='the weight gradient as one 2-D product, in the orientation XLA:CPU runs fastest')
 def _dense(x, w, precision, preferred_element_type):
   return _forward(x, w, precision, preferred_element_type)
 

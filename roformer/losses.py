@@ -123,7 +123,7 @@ def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, 
     # product in the activation dtype, as the unchunked layer's, then summed in float32.
     part = jnp.einsum('sdr,srv->sdv', h_t, d_logits.reshape(shards, -1, d_logits.shape[-1]))
     d_emb_t = sharding.constrain(d_emb_t + part.astype(jnp.float32), ('batch', None, None))
-    if bias is not None:  # Rows summed as a product with ones (see models.add_bias).
+    if bias is not None:  # The rows summed as a product with ones.
       ones = jnp.ones((shards, rows // shards), jnp.float32)
       d_bias = d_bias + jnp.einsum('sr,srv->sv', ones, d_logits.astype(jnp.float32).reshape(
           shards, -1, d_logits.shape[-1]))

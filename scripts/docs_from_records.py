@@ -25,11 +25,14 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
 - `summary`: one row per task for the README: the reference line (`reference=`, `rope` by
   default) at the training length and the longest, the best line at the longest, and the lines
   that separate from the reference there.
+- `benchmark`: PATH is a folder of `scripts/benchmark.py --without ... --out` records; a row per
+  hand-written backward pass turned off, against the step with all of them (roformer/autodiff.py).
 
 Nothing in a block is typed by hand: a page's numbers are these, and `tests/test_docs.py` fails
 when a block differs from what its records give.
 """
 
+import json
 import re
 import shlex
 import statistics
@@ -43,6 +46,7 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
+from scripts import timing  # pylint: disable=wrong-import-position
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ('README.md', 'docs/*.md')
@@ -53,7 +57,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary')
+KINDS = ('table', 'separations', 'summary', 'benchmark')
 
 
 def read_points(records: str) -> list[dict]:
@@ -261,8 +265,45 @@ def parse(spec: str) -> tuple[str, str, dict]:
   return words[0], words[1], options
 
 
+def benchmark(folder: pathlib.Path) -> list[str]:
+  """The `--without` rows of every scripts/benchmark.py record (*.json) in `folder`: each
+  hand-written backward pass turned off against the step with every pass on, timed in the same
+  interleaved rounds (the median step's ratio, with the range of the per-round ratios), and the
+  compiled step's peak memory with and without it."""
+  records = sorted(folder.glob('*.json'))
+  if not records:
+    raise errors.ConfigError(f'{folder} holds no benchmark record (*.json). Fix: name a folder '
+                             'of scripts/benchmark.py --out files.')
+  lines = ['| record | config | kind | without | step with (ms) | without / with | peak MiB '
+           'with / without |', '|---' * 7 + '|']
+  for path in records:
+    data = json.loads(path.read_text(encoding='utf-8'))
+    config, by_name = data['config'], {r['name']: r for r in data['rows']}
+    shape = (f"{config['model']['type']} L{config['model']['num_layers']} "
+             f"d{config['model']['d_model']} V{config['model']['vocab_size']} "
+             f"seq {config['data']['seq_len']} batch {config['train']['batch_size']}")
+    for row in data['rows']:
+      if not row.get('without'):
+        continue
+      with_it = by_name[row['name'].removesuffix('-' + row['without'])]
+      ratios = timing.round_ratios(row['rounds'], with_it['rounds'])
+      lines.append(
+          f"| {path.stem} | {shape} | {with_it['name']} | {row['without']} | "
+          f"{1e3 * with_it['step_s']:.1f} | {row['step_s'] / with_it['step_s']:.3f}x "
+          f"({min(ratios):.3f}-{max(ratios):.3f}) | {with_it['peak_bytes'] / 2**20:,.0f} / "
+          f"{row['peak_bytes'] / 2**20:,.0f} |")
+  first = json.loads(records[0].read_text(encoding='utf-8'))
+  lines.append('')
+  lines.append(f"{first['device_kind']} ({first['backend']}, {first['devices']} device), "
+               f"{first['date']}; median of {first['steps']} steps each in "
+               f"{first['rounds_count']} interleaved rounds.")
+  return lines
+
+
 def render(spec: str, cache: dict) -> str:
   path, kind, options = parse(spec)
+  if kind == 'benchmark':
+    return '\n'.join(benchmark(ROOT / path)) + '\n'
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](

@@ -63,7 +63,7 @@ CASES = {
     'rope, whole logits': (('rope',), {'loss_chunk': 0}, {'cross_entropy'}),
     'shaw (probabilities)': (('shaw',), {'loss_chunk': 0}, {'softmax'}),
     'path': (('path',), {'loss_chunk': 0}, {'householder_solve', 'softmax'}),
-    'masked LM': (('mlm,rope',), {}, {'add_bias'}),
+    'masked LM': (('mlm,rope',), {}, {'cross_entropy'}),
 }
 
 
@@ -142,8 +142,18 @@ def test_every_custom_vjp_is_declared_through_the_registry():
             if p.name != 'autodiff.py' and 'jax.custom_vjp' in p.read_text()]
   assert not direct
   declared = {d.name for d in autodiff.REGISTRY.values()}
-  assert declared == {'dense', 'softmax', 'softmax_attention', 'add_bias', 'rotation',
+  assert declared == {'dense', 'softmax', 'softmax_attention', 'rotation',
                       'chunked_loss', 'cross_entropy', 'householder_solve'}
+
+
+def test_a_pass_applies_only_on_the_backends_it_is_kept_on(monkeypatch):
+  """The dense layers' pass is kept on the CPU only (its reason is XLA:CPU's layout); the
+  others on every backend."""
+  assert autodiff.REGISTRY['dense'].backends == ('cpu',)
+  monkeypatch.setattr(autodiff, '_backend', lambda: 'gpu')
+  assert not autodiff.enabled('dense') and autodiff.enabled('softmax_attention')
+  monkeypatch.setattr(autodiff, '_backend', lambda: 'cpu')
+  assert autodiff.enabled('dense')
 
 
 def test_only_refuses_an_unknown_name():

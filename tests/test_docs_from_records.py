@@ -92,3 +92,25 @@ def test_a_block_naming_what_the_records_lack_is_one_error():
     docs.separations(POINTS, {}, 'spec')
   with pytest.raises(errors.ConfigError, match='holds no kept run'):
     docs.read_points('/nonexistent')
+
+
+def test_a_benchmark_block_gives_each_pass_turned_off_against_all_on(tmp_path):
+  """The ratio of the median steps and the range of the per-round ratios, computed by hand
+  for a record of two rows."""
+  import json  # pylint: disable=import-outside-toplevel
+  config = {'model': {'type': 'causal_lm', 'num_layers': 2, 'd_model': 8, 'vocab_size': 10},
+            'data': {'seq_len': 4}, 'train': {'batch_size': 2}}
+  row = lambda name, without, step, rounds: {'name': name, 'without': without, 'step_s': step,
+                                             'rounds': rounds, 'peak_bytes': 2**20}
+  record = {'config': config, 'device_kind': 'cpu', 'backend': 'cpu', 'devices': 1,
+            'date': '2026-11-28', 'steps': 4, 'rounds_count': 2,
+            'rows': [row('rope', '', 0.010, [[0.010, 0.010], [0.010, 0.012]]),
+                     row('rope-dense', 'dense', 0.013, [[0.012, 0.012], [0.015, 0.015]])]}
+  (tmp_path / 'one.json').write_text(json.dumps(record), encoding='utf-8')
+  lines = docs.benchmark(tmp_path)
+  # Per round: 0.012 / 0.010 = 1.2 and 0.015 / 0.011 = 1.364; medians 0.013 / 0.010 = 1.3.
+  assert lines[2] == ('| one | causal_lm L2 d8 V10 seq 4 batch 2 | rope | dense | 10.0 | '
+                      '1.300x (1.200-1.364) | 1 / 1 |')
+  assert len(lines) == 5 and '2026-11-28' in lines[-1]
+  with pytest.raises(errors.ConfigError, match='no benchmark record'):
+    docs.benchmark(tmp_path / 'missing')
