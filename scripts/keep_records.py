@@ -13,6 +13,12 @@ So the parts of one sweep run in different places or at different times
 (passkey_extension.py:seed=1 here and :seed=2 there; options.py a task at a time) join in one
 RECORDS directory and one report, and that directory can be committed beside it. RECORDS must
 not be a sweep's --workdir.
+
+  python scripts/keep_records.py runs/length docs/results/frontier/records \\
+      --sweep configs/sweeps/frontier.py --sweep configs/sweeps/frontier.py:budget
+
+With `--sweep` (repeatable), only the points those sweeps name are kept: a workdir that two
+sweeps share (their common points trained once) gives each sweep's records their own folder.
 """
 
 import glob
@@ -26,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import sweeps  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
 
 
@@ -67,15 +74,27 @@ def _keep_point(workdir: str, target: str) -> None:
   files.durable_replace(building, target)
 
 
-def keep(sweep_dir: str, records: str) -> list[str]:
-  """Copies `sweep_dir`'s records into `records` (see the module's docstring); returns the
-  names of the points kept."""
+def named_points(specs: list[str]) -> set[str]:
+  """The names of the points the sweep files `specs` (FILE[:ARG]) define."""
+  return {point.name for spec in specs for point in sweeps.load(spec).points}
+
+
+def keep(sweep_dir: str, records: str, only: set[str] | None = None) -> list[str]:
+  """Copies `sweep_dir`'s records into `records` (see the module's docstring), of the points
+  named in `only` if given; returns the names of the points kept."""
   _refuse(sweep_dir, records)
   ours = files.read_json(os.path.join(sweep_dir, 'sweep.json'))
   kept_json = os.path.join(records, 'sweep.json')
   earlier = files.read_json(kept_json) if os.path.exists(kept_json) else {}
   names = sorted(name for name in os.listdir(sweep_dir)
-                 if os.path.exists(os.path.join(sweep_dir, name, 'config.json')))
+                 if os.path.exists(os.path.join(sweep_dir, name, 'config.json'))
+                 and (only is None or name in only))
+  if only is not None:
+    if not names:
+      raise errors.ConfigError(f'{sweep_dir} holds none of the points --sweep names. Fix: name '
+                               'the sweep that ran there.')
+    ours = {**ours, **{key: {k: v for k, v in ours.get(key, {}).items() if k in only}
+                       for key in ('points', 'labels')}}
   os.makedirs(records, exist_ok=True)
   for name in names:
     _keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
@@ -90,8 +109,10 @@ def main(argv=None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('sweep_dir', type=cli.path_arg, help="scripts/sweep.py's --workdir.")
   parser.add_argument('records', type=cli.path_arg, help='Where to keep the records.')
+  parser.add_argument('--sweep', action='append', default=[], metavar='FILE[:ARG]',
+                      help='Keep only the points this sweep names (repeatable).')
   args = parser.parse_args(argv)
-  names = keep(args.sweep_dir, args.records)
+  names = keep(args.sweep_dir, args.records, named_points(args.sweep) if args.sweep else None)
   print(f'kept the records of {len(names)} points in {args.records}; report: '
         f'python scripts/report.py {args.records}')
   return 0

@@ -283,6 +283,22 @@ def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   assert record['labels'] == {'base,seed=0': 'early', 'base,seed=1': 'early'}
 
 
+def test_kept_records_of_one_sweep_leave_out_the_points_of_another_in_its_workdir(tmp_path):
+  """A workdir two sweeps share keeps, with --sweep, only the points those sweeps name: their
+  files and their entries in sweep.json."""
+  sweep, kept = tmp_path / 'sweep', tmp_path / 'kept'
+  _fake_sweep(sweep, (0, 1, 2), label='x')
+  assert keep_records.keep(str(sweep), str(kept), {'base,seed=1', 'other,seed=0'}) == [
+      'base,seed=1']
+  assert sorted(os.listdir(kept)) == ['base,seed=1', 'sweep.json']
+  record = json.loads((kept / 'sweep.json').read_text())
+  assert set(record['points']) == set(record['labels']) == {'base,seed=1'}
+  with pytest.raises(errors.ConfigError, match='none of the points --sweep names'):
+    keep_records.keep(str(sweep), str(tmp_path / 'elsewhere'), {'other,seed=0'})
+  names = keep_records.named_points(['configs/sweeps/frontier.py:smoke'])
+  assert names == {p.name for p in sweeps.load('configs/sweeps/frontier.py:smoke').points}
+
+
 @pytest.mark.parametrize('case', ['not a sweep', 'its own directory', "another sweep's runs",
                                   'no run yet'])
 def test_keeping_records_refuses_what_it_would_harm_with_one_line(tmp_path, case):
