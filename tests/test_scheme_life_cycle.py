@@ -127,3 +127,10 @@ def test_no_module_outside_positions_reads_a_schemes_option_group():
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if pattern.search(line.split('#')[0]) and not line.strip().startswith(('"', "'"))]
   assert not readers
+
+
+def test_every_module_of_the_package_is_loaded_so_a_new_scheme_needs_no_other_edit():
+  import sys  # pylint: disable=import-outside-toplevel
+  for path in (ROOT / 'roformer' / 'positions').glob('*.py'):
+    if path.stem != '__init__':
+      assert f'roformer.positions.{path.stem}' in sys.modules, path.name

@@ -19,9 +19,13 @@ registers its kinds:
 | `polar`      | pope (content magnitudes, position phases: PoPE)               |
 | `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA, sinks)|
 
-Everything public is re-exported here, so `roformer.positions.apply_rotary`,
+A new module in this package is imported with the others (no list to extend), so adding a
+scheme is one module and its tests. Everything public is re-exported here, so `roformer.positions.apply_rotary`,
 `roformer.positions.scheme` and the rest keep one address.
 """
+
+import importlib
+import pkgutil
 
 from roformer.positions import absolute
 from roformer.positions import bias
@@ -56,3 +60,8 @@ from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_r
                                        xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
                                        rope_frequencies, scaled_frequencies, yarn_ramp)
+
+# Every module of this package is imported, so that a scheme written in a module of its own (a
+# `PositionScheme` subclass under `register`) is registered with no edit anywhere else.
+for _module in pkgutil.iter_modules(__path__):
+  importlib.import_module(f'{__name__}.{_module.name}')
