@@ -235,20 +235,54 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
   """The training loop of train_members, inside the workdir locks and signal handlers;
   `stack` closes the checkpointers and the metrics writers if the loop raises. `phases` gets
   the time of each part."""
-  setup = phases('setup')
-  setup.__enter__()
-  config, mesh = runs[0].config, runs[0].mesh
-  trainer = trainer_lib.Trainer(config, mesh)
-  tc = config.train
-  is_chief = jax.process_index() == 0
-  members, states, starts = [], [], []
-  for run in runs:
+  with phases('setup'):
+    loop = _Loop(runs, stop_at, preempt, stack, vmapped, group, phases)
+  return loop.run(eval_splits)
+
+
+class _Loop:
+  """The runs of one group trained step by step: `run` reads top to bottom (each step, then
+  its logging, validation, checkpoints and stop requests); the methods below it are its parts.
+  Setting up restores or initialises every member's state and opens what it writes."""
+
+  def __init__(self, runs, stop_at, preempt, stack, vmapped, group: bool, phases):
+    self.runs, self.stop_at, self.preempt, self.group, self.phases = (runs, stop_at, preempt,
+                                                                       group, phases)
+    self.config, mesh = runs[0].config, runs[0].mesh
+    self.tc = self.config.train
+    self.trainer = trainer_lib.Trainer(self.config, mesh)
+    self.is_chief = jax.process_index() == 0
+    self.members, states, starts = [], [], []
+    for run in runs:
+      member, state = self._open(run, stack)
+      self.members.append(member)
+      states.append(state)
+      starts.append(int(jax.device_get(state['step'])))
+    if len(set(starts)) > 1:
+      raise _StepsDiffer(starts)
+    self.start = starts[0]
+    self.states = members_lib.Members(
+        self.trainer, [trainer_lib.dropout_seed(m.run.config) for m in self.members], states,
+        vmapped)
+    self.pending = []  # (step, host batches, device metrics) not yet fetched.
+    log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d%s.',
+             self.config.model.type, self.trainer.num_params(),
+             positions.model_scheme(self.config.model).kind, dict(mesh.shape), self.tc.steps,
+             self.start,
+             f'; {len(self.members)} runs (seeds '
+             f'{", ".join(str(m.run.config.seed) for m in self.members)})'
+             f', {"vmapped" if self.states.vmapped else "one by one"}' if group else '')
+
+  def _open(self, run, stack) -> tuple[_Member, dict]:
+    """A member for `run`, with its state: resumed from its latest readable checkpoint, or
+    fresh (from config.init_from if set); its config, data record and tokenizer written."""
+    tc, trainer = self.tc, self.trainer
     member = _Member(run, checkpoint_lib.Checkpointer(run.ckpt_dir, max_to_keep=tc.max_to_keep),
-                     metrics_lib.MetricsWriter(run.workdir, enabled=is_chief))
+                     metrics_lib.MetricsWriter(run.workdir, enabled=self.is_chief))
     stack.callback(member.ckpt.close_quietly)
     stack.callback(member.writer.close_quietly)
-    make_iter = lambda run=run: iter(trainer.task.batches(
-        run.config, run.sources['train'], run.tokenizer, train=True))
+    make_iter = lambda: iter(trainer.task.batches(run.config, run.sources['train'],
+                                                  run.tokenizer, train=True))
     resumed_from, state, member.iterator = restore_latest_readable(member.ckpt, trainer,
                                                                    make_iter)
     if resumed_from is not None:
@@ -257,7 +291,7 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
       state = trainer.init_state(run.config.seed)
       if run.init_from is not None:
         state = warm_start.restore_from(trainer, state, run.config.init_from, *run.init_from)
-    if is_chief:
+    if self.is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
       if resumed_from is None:
         workdir_lib.record_train_data(run.config, run.workdir)
@@ -267,148 +301,154 @@ def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.Exi
       member.best = checkpoint_lib.Checkpointer(os.path.join(run.workdir, 'best'), max_to_keep=1)
       stack.callback(member.best.close_quietly)
       member.best_value = workdir_lib.best_so_far(run.workdir, trainer.task.best_metric)
-    members.append(member)
-    states.append(state)
-    starts.append(int(jax.device_get(state['step'])))
-  if len(set(starts)) > 1:
-    raise _StepsDiffer(starts)
-  start = starts[0]
-  group_states = members_lib.Members(
-      trainer, [trainer_lib.dropout_seed(m.run.config) for m in members], states, vmapped)
-  del states
-  log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d%s.',
-           config.model.type, trainer.num_params(), positions.model_scheme(config.model).kind,
-           dict(mesh.shape), tc.steps, start,
-           f'; {len(members)} runs (seeds {", ".join(str(m.run.config.seed) for m in members)})'
-           f', {"vmapped" if group_states.vmapped else "one by one"}' if group else '')
-  pending = []  # (step, host batches, device metrics) not yet fetched.
-  alive = lambda: [i for i, m in enumerate(members) if not m.failed]
-  setup.__exit__(None, None, None)
-  loop_start, others = time.perf_counter(), sum(phases.seconds.values())
+    return member, state
 
-  def fetch() -> None:
+  def alive(self) -> list[int]:
+    return [i for i, m in enumerate(self.members) if not m.failed]
+
+  def run(self, eval_splits) -> list[dict]:
+    tc, phases, preempt = self.tc, self.phases, self.preempt
+    loop_start, others = time.perf_counter(), sum(phases.seconds.values())
+    if self.runs[0].init_from is not None and warm_start.continues(self.config):
+      # A continued model before any step at its new length or scaling: the extension without
+      # training, against which the continued steps are measured.
+      for i, result in self.validate(0).items():
+        self.members[i].last['validation'] = result
+    t_log, step_log = time.perf_counter(), self.start
+    reached = self.start  # The last step taken.
+    for step in range(self.start + 1, tc.steps + 1):
+      if not self.alive():
+        break
+      reached = step
+      host_batches = [next(m.iterator) for m in self.members]
+      metrics = self.states.step(host_batches)
+      self.pending.append((step, host_batches, metrics))
+      if step == self.start + 1:  # Keep compilation out of the speed figures.
+        jax.block_until_ready(metrics)
+        t_log, step_log = time.perf_counter(), step
+        phases.seconds['compilation and first step'] += t_log - loop_start
+      if jax.process_count() > 1 and step % tc.log_every == 0:  # Every host stops together.
+        preempt.agree()
+      saving = (step % tc.checkpoint_every == 0 or step in (tc.steps, self.stop_at)
+                or bool(preempt.stop))
+      if step % tc.log_every == 0 or step == tc.steps or saving:
+        self.fetch()  # Every step since the last log line.
+        if step % tc.log_every == 0 or step == tc.steps:
+          now = time.perf_counter()
+          rate = (step - step_log) / (now - t_log) if step > step_log else None
+          for i in self.alive():
+            _log_train(self.members[i], step, tc, rate, self.group)
+          t_log, step_log = now, step
+      paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
+      # A stop request skips an intermediate evaluation (to save in time), never the final one.
+      if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
+        self.validate_and_keep_best(step)
+      if saving:
+        self.save(step)
+      t_log += time.perf_counter() - paused
+      phases.seconds['validation and checkpoints'] += time.perf_counter() - paused
+      if step == self.stop_at:
+        break
+      if preempt.stop:
+        self.stop_for_signal(step, saved=saving)
+        break
+    jax.block_until_ready(self.states.state(0)['step'])
+    # The steps: the loop's time but for the other phases (and the logging inside it).
+    phases.seconds[f'{reached - self.start} steps'] += (
+        time.perf_counter() - loop_start - (sum(phases.seconds.values()) - others))
+    return self.finish(reached, eval_splits)
+
+  def fetch(self) -> None:
     """The pending steps' metrics on the host, into each member's window; a non-finite step
     is recorded with its batch, then that member stops or counts it (skip)."""
-    nonlocal pending
-    fetched = jax.device_get([metrics for _, _, metrics in pending])
-    for (step, host_batches, _), result in zip(pending, fetched):
-      for i, metrics in enumerate(group_states.split(result)):
-        member = members[i]
+    fetched = jax.device_get([metrics for _, _, metrics in self.pending])
+    for (step, host_batches, _), result in zip(self.pending, fetched):
+      for i, metrics in enumerate(self.states.split(result)):
+        member = self.members[i]
         if member.failed or metrics is None:
           continue
         if metrics['nonfinite']:
           path = (reliability.save_batch(member.run.workdir, step, host_batches[i])
-                  if is_chief else '')
-          if tc.on_nonfinite == 'stop':
+                  if self.is_chief else '')
+          if self.tc.on_nonfinite == 'stop':
             member.failed = _diverged(member, step, path)
-            group_states.failed[i] = True
-            log.error('%s%s', f'{member.name}: ' if group else '', member.failed)
+            self.states.failed[i] = True
+            log.error('%s%s', f'{member.name}: ' if self.group else '', member.failed)
             continue
           member.skipped += 1
           log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d '
                       'so far); batch saved to %s.', step, member.skipped, path)
         member.window.append(metrics)
-    pending = []
+    self.pending = []
 
-  def validate(step: int) -> dict[int, dict]:
+  def validate(self, step: int) -> dict[int, dict]:
     """The living members' validation metrics (by member index), each logged at `step`."""
-    if not alive():
+    if not self.alive():
       return {}
+    members, trainer = self.members, self.trainer
     together = evaluate_lib.group_validation(  # Every member's, a failed one's unused.
-        trainer, group_states, [m.run.sources['validation'] for m in members],
+        trainer, self.states, [m.run.sources['validation'] for m in members],
         [m.run.tokenizer for m in members])
-    return {i: log_validation(i, step, together[i] if together else evaluate_lib.validation(
-        trainer, group_states.params(i), members[i].run.sources['validation'],
-        members[i].run.tokenizer)) for i in alive()}
+    return {i: self._log_validation(i, step, together[i] if together else evaluate_lib.validation(
+        trainer, self.states.params(i), members[i].run.sources['validation'],
+        members[i].run.tokenizer)) for i in self.alive()}
 
-  def log_validation(i: int, step: int, result: dict) -> dict:
-    member = members[i]
+  def _log_validation(self, i: int, step: int, result: dict) -> dict:
+    member = self.members[i]
     member.writer.write(step, 'validation', result)
     for name, own in result.get('sources', {}).items():  # A mixture's sources, each its own.
       member.writer.write(step, mixture.source_split('validation', name), own)
-    log.info('%sstep %d | validation %s%s', f'{member.name}: ' if group else '', step,
+    log.info('%sstep %d | validation %s%s', f'{member.name}: ' if self.group else '', step,
              evaluate_lib.format_metrics(result),
              ''.join(f' | {name}: {evaluate_lib.format_metrics(own)}'
                      for name, own in result.get('sources', {}).items()))
     return result
 
-  if runs[0].init_from is not None and warm_start.continues(config):
-    # A continued model before any step at its new length or scaling: the extension without
-    # training, against which the continued steps are measured.
-    for i, result in validate(0).items():
-      members[i].last['validation'] = result
-  t_log, step_log = time.perf_counter(), start
-  reached = start  # The last step taken.
-  for step in range(start + 1, tc.steps + 1):
-    if not alive():
-      break
-    reached = step
-    host_batches = [next(m.iterator) for m in members]
-    metrics = group_states.step(host_batches)
-    pending.append((step, host_batches, metrics))
-    if step == start + 1:  # Keep compilation out of the speed figures.
-      jax.block_until_ready(metrics)
-      t_log, step_log = time.perf_counter(), step
-      phases.seconds['compilation and first step'] += t_log - loop_start
-    if jax.process_count() > 1 and step % tc.log_every == 0:  # Every host stops together.
-      preempt.agree()
-    saving = step % tc.checkpoint_every == 0 or step in (tc.steps, stop_at) or bool(preempt.stop)
-    if step % tc.log_every == 0 or step == tc.steps or saving:
-      fetch()  # Every step since the last log line.
-      if step % tc.log_every == 0 or step == tc.steps:
-        now = time.perf_counter()
-        rate = (step - step_log) / (now - t_log) if step > step_log else None
-        for i in alive():
-          _log_train(members[i], step, tc, rate, group)
-        t_log, step_log = now, step
-    paused = time.perf_counter()  # Evaluation and checkpointing are not training time.
-    # A stop request skips an intermediate evaluation (to save in time), never the final one.
-    if step == tc.steps or (step % tc.eval_every == 0 and not preempt.stop):
-      for i, result in validate(step).items():
-        member = members[i]
-        member.last['validation'] = result
-        metric = trainer.task.best_metric
-        if member.best is not None and result[metric] > member.best_value:
-          member.best_value = result[metric]  # Kept apart: max_to_keep never drops it.
-          member.best.save(step, group_states.state(i))
-          log.info('step %d | new best validation %s %.2f saved to %s', step, metric,
-                   member.best_value, member.best.directory)
-    if saving:
-      for i in alive():
-        members[i].ckpt.save(step, group_states.state(i), members[i].iterator)
-    t_log += time.perf_counter() - paused
-    phases.seconds['validation and checkpoints'] += time.perf_counter() - paused
-    if step == stop_at:
-      break
-    if preempt.stop:
-      if not saving:  # The signal came during this step's bookkeeping.
-        fetch()
-        for i in alive():
-          members[i].ckpt.save(step, group_states.state(i), members[i].iterator)
-      for member in members:
-        member.ckpt.wait()
-        member.last['preempted'] = {'signal': preempt.stop, 'step': step}
-      log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
-                  'resume.', preempt.stop, step)
-      break
-  jax.block_until_ready(group_states.state(0)['step'])
-  # The steps: the loop's time but for the other phases (and the logging inside it).
-  phases.seconds[f'{reached - start} steps'] += (
-      time.perf_counter() - loop_start - (sum(phases.seconds.values()) - others))
-  with phases('validation and checkpoints'):
-    for member in members:
-      member.ckpt.close()
-      if member.best is not None:
-        member.best.close()
-      member.writer.close()
-  if eval_splits and reached == tc.steps and not preempt.stop:
-    with phases('evaluation'):
-      for i in alive():
-        _evaluate_in_process(members[i], trainer, group_states.params(i), eval_splits)
-  for member in members:
-    if member.failed:
-      member.last['failed'] = member.failed
-  return [member.last for member in members]
+  def validate_and_keep_best(self, step: int) -> None:
+    """Validation at `step`, each member's best checkpoint (by the task's metric) kept apart."""
+    for i, result in self.validate(step).items():
+      member = self.members[i]
+      member.last['validation'] = result
+      metric = self.trainer.task.best_metric
+      if member.best is not None and result[metric] > member.best_value:
+        member.best_value = result[metric]  # Kept apart: max_to_keep never drops it.
+        member.best.save(step, self.states.state(i))
+        log.info('step %d | new best validation %s %.2f saved to %s', step, metric,
+                 member.best_value, member.best.directory)
+
+  def save(self, step: int) -> None:
+    for i in self.alive():
+      self.members[i].ckpt.save(step, self.states.state(i), self.members[i].iterator)
+
+  def stop_for_signal(self, step: int, saved: bool) -> None:
+    """A stop request (preemption): this step saved (if the signal came during its
+    bookkeeping, now), the saves finished, each member's results say so."""
+    if not saved:
+      self.fetch()
+      self.save(step)
+    for member in self.members:
+      member.ckpt.wait()
+      member.last['preempted'] = {'signal': self.preempt.stop, 'step': step}
+    log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
+                'resume.', self.preempt.stop, step)
+
+  def finish(self, reached: int, eval_splits) -> list[dict]:
+    """Closes what the members write, evaluates the finished ones on `eval_splits` (after the
+    last step, when no stop was asked), and returns each member's last results."""
+    with self.phases('validation and checkpoints'):
+      for member in self.members:
+        member.ckpt.close()
+        if member.best is not None:
+          member.best.close()
+        member.writer.close()
+    if eval_splits and reached == self.tc.steps and not self.preempt.stop:
+      with self.phases('evaluation'):
+        for i in self.alive():
+          _evaluate_in_process(self.members[i], self.trainer, self.states.params(i), eval_splits)
+    for member in self.members:
+      if member.failed:
+        member.last['failed'] = member.failed
+    return [member.last for member in self.members]
 
 
 def _log_train(member: _Member, step: int, tc, rate: float | None, group: bool) -> None:
