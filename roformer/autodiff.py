@@ -2,7 +2,7 @@
 
 A few functions on the core path carry a backward pass written by hand (`jax.custom_vjp`),
 each because autodiff's own was measured slower or larger on a device (the reason is in each
-function's docstring, the measurements in docs/performance_cpu.md). A custom VJP has a cost
+function's docstring, the measurements in docs/performance.md). A custom VJP has a cost
 besides its upkeep: it has no forward-mode rule, so `jax.jvp`, `jax.jacfwd` and
 Hessian-vector products fail through it. So every such function is declared here, through
 `custom_vjp`, rather than with `jax.custom_vjp` directly:
@@ -114,6 +114,5 @@ def custom_vjp(name: str, *, why: str, nondiff_argnums: tuple[int, ...] = (),
       return (custom if enabled(name) else fun)(*args)
 
     call.defvjp = custom.defvjp
-    call.plain = fun
     return call
   return decorate
