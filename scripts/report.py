@@ -17,8 +17,10 @@ failed are listed with what they have) and writes report.md with, next to it:
 """
 
 import datetime
+import functools
 import glob
 import itertools
+import json
 import math
 import os
 import re
@@ -215,10 +217,17 @@ def _text_and_answers(splits: dict) -> tuple[dict, dict]:
 
 
 def _parameters(config: dict):
+  """The parameter count of the point's model: counted once per distinct model config (the
+  seeds of a point, and the points of a sweep that share a model, build the same one)."""
+  return _count_parameters(json.dumps(config['model'], sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _count_parameters(model_json: str):
   try:
     import ml_collections  # pylint: disable=g-import-not-at-top
     from roformer import models  # pylint: disable=g-import-not-at-top
-    return models.num_parameters(ml_collections.ConfigDict(config['model']))
+    return models.num_parameters(ml_collections.ConfigDict(json.loads(model_json)))
   except Exception:  # pylint: disable=broad-except  # A model this code no longer builds.
     return None
 
