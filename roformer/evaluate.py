@@ -276,12 +276,9 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
     if not factor:
       return trainer, config, {}
     scaled = ml_collections.ConfigDict(config.to_dict())
-    *groups, last = factor.split('.')
-    node = scaled.model.position
-    for group in groups:
-      node = node[group]
-    node[last] = max(1.0, config.data.seq_len * mult / saved.data.seq_len)
-    return trainer_lib.Trainer(scaled, mesh), scaled, {factor.replace('.', '_'): node[last]}
+    value = max(1.0, config.data.seq_len * mult / saved.data.seq_len)
+    positions_lib.set_option(scaled.model.position, factor, value)
+    return trainer_lib.Trainer(scaled, mesh), scaled, {factor.replace('.', '_'): value}
   per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
   if factor:
     results['length_factor'] = f'model.position.{factor} = length / train_seq_len'

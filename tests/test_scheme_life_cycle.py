@@ -129,8 +129,25 @@ def test_no_module_outside_positions_reads_a_schemes_option_group():
   assert not readers
 
 
-def test_every_module_of_the_package_is_loaded_so_a_new_scheme_needs_no_other_edit():
+def test_a_scheme_in_a_new_module_registers_with_no_other_edit(tmp_path):
+  """A copy of the package with one more module in roformer/positions/ (a kind written there
+  and nowhere else) offers that kind, in a fresh process."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  for path in (ROOT / 'roformer' / 'positions').glob('*.py'):
-    if path.stem != '__init__':
-      assert f'roformer.positions.{path.stem}' in sys.modules, path.name
+  shutil.copytree(ROOT / 'roformer', tmp_path / 'roformer',
+                  ignore=shutil.ignore_patterns('__pycache__'))
+  (tmp_path / 'roformer' / 'positions' / 'toy_new_module.py').write_text(
+      'from roformer.positions import base\n\n\n'
+      "@base.register('toy_new_module')\n"
+      'class Toy(base.PositionScheme):\n'
+      '  """A kind written in a module of its own."""\n', encoding='utf-8')
+  done = subprocess.run(
+      [sys.executable, '-c', 'from roformer import positions; '
+       "print('toy_new_module' in positions.kinds(), positions.__file__)"],
+      cwd=tmp_path, env={'PYTHONPATH': str(tmp_path), 'JAX_PLATFORMS': 'cpu',
+                         'PATH': '/usr/bin:/bin'},
+      capture_output=True, text=True, check=False, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
+  found, where = done.stdout.split()
+  assert found == 'True' and where.startswith(str(tmp_path))

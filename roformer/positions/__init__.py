@@ -43,8 +43,7 @@ from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared
 from roformer.positions.registry import (bias_kinds, capabilities, capability_table, combine,
                                          combined_kinds, default_fields, field_specs,
                                          layer_config, layer_kinds, legacy_param_path,
-                                         may_change,
-                                         model_scheme,
+                                         may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)

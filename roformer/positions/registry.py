@@ -59,9 +59,14 @@ class Composite(PositionScheme):
   options = {}
 
   @classmethod
-  def validate(cls, cfg, model_cfg, seq_len, causal):
+  def _each(cls, hook: str, *args) -> None:
+    """Calls every part's `hook` with `args` (the checks and fills that each part does)."""
     for part in cls.parts:
-      part.validate(cfg, model_cfg, seq_len, causal)
+      getattr(part, hook)(*args)
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    cls._each('validate', cfg, model_cfg, seq_len, causal)
 
   @classmethod
   def max_length(cls, cfg):
@@ -70,13 +75,11 @@ class Composite(PositionScheme):
 
   @classmethod
   def from_source(cls, cfg, trained, occasion):
-    for part in cls.parts:
-      part.from_source(cfg, trained, occasion)
+    cls._each('from_source', cfg, trained, occasion)
 
   @classmethod
   def check_continuation(cls, cfg, trained, seq_len, source):
-    for part in cls.parts:
-      part.check_continuation(cfg, trained, seq_len, source)
+    cls._each('check_continuation', cfg, trained, seq_len, source)
 
   @classmethod
   def length_factor(cls, cfg):
@@ -100,11 +103,17 @@ class Composite(PositionScheme):
     return {k: v for part in cls.parts for k, v in part.results_fields(cfg).items()}
 
 
-def _option(cfg, path: str):
-  """cfg's option at the dotted `path` (a group, or a value)."""
+def option(cfg, path: str):
+  """config.model.position `cfg`'s option at the dotted `path` ('rope.scaling.factor')."""
   for part in path.split('.'):
     cfg = cfg[part]
   return cfg
+
+
+def set_option(cfg, path: str, value) -> None:
+  """Sets config.model.position `cfg`'s option at the dotted `path` to `value`."""
+  group, _, last = path.rpartition('.')
+  (option(cfg, group) if group else cfg)[last] = value
 
 
 def layer_config(model_cfg, layer: int) -> ml_collections.ConfigDict:
@@ -114,14 +123,13 @@ def layer_config(model_cfg, layer: int) -> ml_collections.ConfigDict:
   kind = layer_kinds(model_cfg)[layer]
   options = scheme(kind).layer_options(model_cfg, layer)
   if kind == model_cfg.position.kind and all(
-      _option(model_cfg.position, k) == v for k, v in options.items()):
+      option(model_cfg.position, k) == v for k, v in options.items()):
     return model_cfg
   layer_cfg = copy.deepcopy(model_cfg)
   with layer_cfg.unlocked():
     layer_cfg.position.kind = kind
     for path, value in options.items():
-      group, last = path.rsplit('.', 1) if '.' in path else ('', path)
-      (_option(layer_cfg.position, group) if group else layer_cfg.position)[last] = value
+      set_option(layer_cfg.position, path, value)
   return layer_cfg
 
 
