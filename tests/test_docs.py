@@ -139,6 +139,17 @@ def test_the_capability_table_in_the_docs_is_the_registrys():
   assert table == positions.capability_table()
 
 
+def test_the_readmes_list_of_kinds_is_the_registrys():
+  """The README lists every registered kind, as the registry has them. Fix a failure by pasting
+  the output of `python -c "from roformer import positions; print(positions.kinds_line())"`
+  between the README's markers."""
+  from roformer import positions  # pylint: disable=import-outside-toplevel
+  readme = (ROOT / 'README.md').read_text(encoding='utf-8')
+  listed = readme.split('<!-- kinds: generated -->\n', 1)[1].split('\n<!-- end of kinds -->', 1)[0]
+  assert listed == positions.kinds_line()
+  assert '`rope`' in listed and '`alibi`' in listed
+
+
 def test_the_table_of_what_may_change_is_the_codes():
   """docs/configs_and_data.md shows roformer/config_changes.py's table. Fix a failure by pasting
   the output of `python -c "from roformer import config_changes;

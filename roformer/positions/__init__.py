@@ -4,20 +4,8 @@
 cycle; the `Shared` module each stack builds and the `Layer` module each block builds, with the
 hooks the stack calls) and the registry, `registry` the look-ups (combinations, per-layer
 layouts, the config's fields); each family of schemes is a module of its own, and importing it
-registers its kinds:
-
-| module       | kinds                                                          |
-|--------------|----------------------------------------------------------------|
-| `absolute`   | none, sinusoidal, learned                                      |
-| `rotary`     | rope (with p-RoPE's `keep_fraction`), xpos                     |
-| `scaling`    | RoPE's context extension: linear, ntk, yarn, llama3, dynamic   |
-| `relative`   | shaw, xl                                                       |
-| `bias`       | t5, alibi, kerple, fire                                        |
-| `contextual` | cope                                                           |
-| `forgetting` | fox (data-dependent forget gates)                              |
-| `householder`| path (data-dependent Householder transforms, PaTH)             |
-| `polar`      | pope (content magnitudes, position phases: PoPE)               |
-| `remap`      | training-free distance remaps (ReRoPE, Self-Extend, STRING, DCA, sinks)|
+registers its kinds (docs/layout.md lists the modules, from their docstrings; the README
+and docs/positions.md list the kinds, generated from the registry).
 
 A new module in this package is imported with the others (no list to extend), so adding a
 scheme is one module and its tests. Everything public is re-exported here, so `roformer.positions.apply_rotary`,
@@ -38,10 +26,10 @@ from roformer.positions import remap
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, head_dim,
-                                     kinds, register, relative_positions)
+from roformer.positions.base import (TRAIN, Capabilities, Layer, PositionScheme, Shared,
+                                     head_dim, kinds, register, relative_positions)
 from roformer.positions.registry import (bias_kinds, capabilities, capability_table, combine,
-                                         combined_kinds, default_fields, field_specs,
+                                         combined_kinds, default_fields, field_specs, kinds_line,
                                          layer_config, layer_kinds, legacy_param_path,
                                          may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, validate)

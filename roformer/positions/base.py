@@ -236,8 +236,11 @@ class PositionScheme:
   @classmethod
   def from_source(cls, cfg: ml_collections.ConfigDict, trained: int, occasion: str) -> None:
     """Fills in, in `cfg` (config.model.position, unlocked), what this kind takes from the run
-    read on `occasion` ('continue' or 'evaluate'), which was trained on `trained` positions:
-    nothing by default."""
+    read on `occasion`, which was trained on `trained` positions: 'continue' or 'evaluate' (the
+    run continued or evaluated), or TRAIN (a run that starts or resumes from nothing reads its
+    own config: a value the kind derives from its own training length, such as FoPE's clipping
+    length, is then written into the saved config, fixed with the model). Nothing by
+    default."""
     del cfg, trained, occasion
 
   @classmethod
@@ -288,6 +291,7 @@ def register(kind: str) -> Callable[[type[PositionScheme]], type[PositionScheme]
   return wrap
 
 
+TRAIN = 'train'  # `from_source`'s occasion for a run's own training length.
 DEFAULT_KIND = 'rope'  # config.model.position.kind unless a config chooses another.
 
 

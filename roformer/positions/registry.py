@@ -8,6 +8,7 @@ options, checks, capabilities and life-cycle hooks are the parts', so no kind is
 
 import copy
 import re
+import textwrap
 
 import ml_collections
 from flax import nnx
@@ -407,6 +408,12 @@ def capability_table() -> str:
         [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
         + [favor, 'yes', yes(not caps.causal_only), longer]) + ' |')
   return '\n'.join(lines)
+
+
+def kinds_line() -> str:
+  """The README's list of the registered kinds, wrapped at 96 columns (tests/test_docs.py keeps
+  the README equal to it)."""
+  return textwrap.fill(', '.join(f'`{kind}`' for kind in kinds()) + '.', 96)
 
 
 def may_change() -> tuple[tuple[str, tuple[str, ...], str], ...]:
