@@ -169,7 +169,8 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
   """The declarations against behaviour: a kind adds to the logits (logits_term) exactly when
   its layers return a bias or compute the logits (`computes_logits`: then they differ from
   q.k/sqrt(d)), has a value term exactly when they return one, rotates exactly when
-  `rotary`, and its model's outputs change when the positions are doubled (every distance
+  `rotary` (by RoPE's options) or when its layer has a rotation of its own (FoPE), and its
+  model's outputs change when the positions are doubled (every distance
   changes, the tokens and segments do not) exactly when it reads positions."""
   caps = positions.capabilities(kind)
   config = tiny(kind)
@@ -187,7 +188,9 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
   probs = jax.nn.softmax(jnp.asarray(rng.normal(size=(2, 4, 12, 12)), jnp.float32))
   assert (layer.value_term(probs, POS, POS) is not None) == caps.value_term
   rotated, _ = layer.rotate(q, k, POS, POS)
-  assert (not np.allclose(rotated, q)) == caps.rotary
+  own_rotation = type(built.layers[0]).rotate is not positions.Layer.rotate
+  assert (not np.allclose(rotated, q)) == (caps.rotary or own_rotation)
+  assert own_rotation or not caps.rotary
   if caps.bias_only:  # Only a bias: another kind may add it (kind 'A+B').
     x = jnp.asarray(rng.normal(size=(2, 12, config.model.d_model)), jnp.float32)
     assert caps.logits_term and not (caps.rotary or caps.value_term or caps.computes_logits)
@@ -223,11 +226,11 @@ def test_every_kind_trains_end_to_end_at_a_tiny_size_with_grouped_query_attentio
   scan: the test above)."""
   config = tiny(kind, num_kv_heads=2)
   model = models.create(config.model, seed=0)
-  graphdef, params = nnx.split(model, nnx.Param)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # rest: constants (FoPE's).
   targets = jnp.roll(TOKENS, -1, axis=1)
 
   def loss(params, scan):
-    m = nnx.merge(graphdef, params)
+    m = nnx.merge(graphdef, params, rest)
     m.scan_layers = scan
     logp = jax.nn.log_softmax(m(TOKENS, POS, SEG))
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))

@@ -1,0 +1,177 @@
+"""FoPE against its formula in float64, its clipping and initialisation, its coefficients fixed or
+learned, and its clipping length taken from the run's own training length."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import kinds
+import numpy as np
+import pytest
+from flax import nnx
+
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+from roformer import positions
+from roformer import variables
+from roformer.positions import fourier
+
+
+def reference(x, pos, freqs, cos_coef, sin_coef):
+  """float64 FoPE, element by element: x [len, heads, d], pos [len], coefficients [heads, D, P];
+  pairs (j, j + d/2) for j < P turned by the series, the rest unchanged."""
+  out = np.array(x, np.float64)
+  half, pairs = x.shape[-1] // 2, cos_coef.shape[-1]
+  for t, p in enumerate(pos):
+    for h in range(x.shape[1]):
+      for j in range(pairs):
+        c = sum(cos_coef[h, i, j] * math.cos(f * p) for i, f in enumerate(freqs))
+        s = sum(sin_coef[h, i, j] * math.sin(f * p) for i, f in enumerate(freqs))
+        a, b = x[t, h, j], x[t, h, half + j]
+        out[t, h, j], out[t, h, half + j] = a * c - b * s, b * c + a * s
+  return out
+
+
+@pytest.mark.parametrize('d,clip', [(16, 0), (16, 40), (32, 300)])
+def test_fope_rotation_against_the_formula(d, clip):
+  rng = np.random.default_rng(d + clip)
+  heads, length = 3, 7
+  freqs = fourier.fope_frequencies(d, 10000.0, clip)
+  pairs = fourier.rotated_pairs(d, len(freqs))
+  x = rng.normal(size=(length, heads, d))
+  pos = rng.integers(0, 500, length)
+  cos_coef, sin_coef = (rng.normal(size=(heads, len(freqs), pairs)) for _ in range(2))
+  got = fourier.fope_rotate(jnp.asarray(x[None], jnp.float32), jnp.asarray(pos[None]), freqs,
+                            jnp.asarray(cos_coef), jnp.asarray(sin_coef))
+  np.testing.assert_allclose(np.asarray(got[0]), reference(x, pos, freqs, cos_coef, sin_coef),
+                             rtol=1e-4, atol=1e-4)
+
+
+def test_frequencies_below_one_turn_in_the_clipping_length_are_clipped():
+  """d = 64, L = 1024: base^(-i/32) >= 2 pi / 1024 for i <= 17 (10000^(-17/32) = 0.0075,
+  10000^(-18/32) = 0.0056, 2 pi / 1024 = 0.0061): 18 kept, of which 64 / 4 = 16 pairs turn."""
+  freqs = fourier.fope_frequencies(64, 10000.0, 1024)
+  assert len(freqs) == 18
+  np.testing.assert_allclose(freqs, 10000.0 ** (-np.arange(18) / 32), rtol=1e-12)
+  assert fourier.rotated_pairs(64, 18) == 16
+  assert len(fourier.fope_frequencies(64, 10000.0, 0)) == 32  # 0: none clipped.
+  assert fourier.rotated_pairs(8, 4) == 2
+
+
+def test_with_the_step_identity_the_logits_depend_only_on_the_distance():
+  """Coefficients with no noise select one frequency per pair: RoPE on those frequencies, so
+  q.k depends only on m - n."""
+  d, heads = 32, 2
+  freqs = fourier.fope_frequencies(d, 10000.0, 64)
+  pairs = fourier.rotated_pairs(d, len(freqs))
+  coef = fourier.initial_coefficients(jax.random.key(0), heads, len(freqs), pairs, 0.0)
+  rng = np.random.default_rng(0)
+  q, k = (jnp.asarray(rng.normal(size=(1, 6, heads, d)), jnp.float32) for _ in range(2))
+  logits = lambda p: jnp.einsum('blhd,bmhd->bhlm', fourier.fope_rotate(q, p, freqs, coef, coef),
+                                fourier.fope_rotate(k, p, freqs, coef, coef))
+  pos = jnp.arange(6)[None]
+  np.testing.assert_allclose(logits(pos), logits(pos + 333), atol=2e-4)
+  # And the unrotated pairs (past P) are untouched.
+  out = fourier.fope_rotate(q, pos + 5, freqs, coef, coef)
+  np.testing.assert_array_equal(out[..., pairs:d // 2], q[..., pairs:d // 2])
+  np.testing.assert_array_equal(out[..., d // 2 + pairs:], q[..., d // 2 + pairs:])
+
+
+def test_the_coefficients_start_as_the_step_identity_plus_xavier_noise():
+  heads, kept, pairs, gain = 16, 18, 16, 0.3
+  coef = np.asarray(fourier.initial_coefficients(jax.random.key(1), heads, kept, pairs, gain))
+  eye = np.zeros((kept, pairs))
+  for j in range(pairs):  # ceil(18 / 16) = 2: pair j takes frequency 2j while 2j < 18.
+    if 2 * j < kept:
+      eye[2 * j, j] = 1.0
+  noise = coef - eye
+  want = gain * math.sqrt(2.0 / (kept * pairs + heads * pairs))
+  assert abs(noise.std() / want - 1) < 0.05
+  assert abs(noise.mean()) < 3 * want / math.sqrt(noise.size)
+
+
+@pytest.mark.parametrize('learnable', [False, True])
+def test_coefficients_are_fixed_unless_learnable(learnable):
+  """Fixed: a constant saved with the weights, no Param (no optimizer state, no gradient);
+  learnable: Params that a gradient step moves."""
+  cfg = kinds.tiny_config('fope').model
+  cfg.position.fope.learnable = learnable
+  model = models.create(cfg, seed=0)
+  params = nnx.state(model, nnx.Param)
+  names = [str(p) for p, _ in params.flat_state()]
+  assert any('cos_coef' in n for n in names) == learnable
+  fixed = nnx.state(model, fourier.FixedCoefficients)
+  assert (len(fixed.flat_state()) == 0) == learnable
+  graphdef, trained, rest = nnx.split(model, nnx.Param, ...)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 12)))
+  pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
+
+  def loss(p):
+    return jnp.mean(nnx.merge(graphdef, p, rest)(tokens, pos, jnp.ones_like(tokens)) ** 2)
+
+  grads = jax.grad(loss)(trained)
+  coef_grads = [np.abs(np.asarray(g)).sum() for p, g in
+                jax.tree_util.tree_flatten_with_path(grads)[0] if 'coef' in str(p)]
+  assert (len(coef_grads) > 0 and all(g > 0 for g in coef_grads)) == learnable
+  _, rest_params = variables.trainable(nnx.state(model))
+  assert (len(rest_params.flat_state()) > 0) != learnable
+
+
+def test_cached_decoding_equals_the_full_pass():
+  cfg = kinds.tiny_config('fope').model
+  cfg.position.fope.clip_length = 16
+  model = kinds.visible_positions(models.create(cfg, seed=3))
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 9)))
+  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+  cache = model.init_cache(2, 12)
+  logits, cache = model.decode(tokens[:, :4], pos[:, :4], cache)
+  np.testing.assert_allclose(np.asarray(logits), full[:, :4], atol=1e-4)
+  for t in range(4, 9):
+    logits, cache = model.decode(tokens[:, t:t + 1], pos[:, t:t + 1], cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+
+
+def test_an_unset_clipping_length_takes_the_runs_training_positions():
+  """from_source on the run's own config (positions.TRAIN) writes the trained positions; a set
+  one is kept; the continuation and evaluation occasions fill it the same way."""
+  config = kinds.tiny_config('fope')
+  config.data.seq_len = 24
+  fope = positions.scheme('fope')
+  fope.from_source(config.model.position, config_lib.trained_positions(config)[0],
+                   positions.TRAIN)
+  assert config.model.position.fope.clip_length == 24
+  config.train.random_positions = 96
+  config.model.position.fope.clip_length = 0
+  fope.from_source(config.model.position, config_lib.trained_positions(config)[0],
+                   positions.TRAIN)
+  assert config.model.position.fope.clip_length == 96
+  fope.from_source(config.model.position, 10, 'evaluate')
+  assert config.model.position.fope.clip_length == 96
+
+
+def test_train_writes_the_clipping_length_into_the_saved_config(tmp_path):
+  from configs import test as test_config  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  config = test_config.get_config('fope')
+  config.data.seq_len = 32
+  run = resolve.for_training(config, str(tmp_path / 'w'))
+  assert run.config.model.position.fope.clip_length == 32
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('clip_length', 5, 'clips every frequency'),
+])
+def test_bad_options_are_refused_naming_the_field(field, value, message):
+  config = kinds.tiny_config('fope')
+  config.model.position.fope[field] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    config_lib.validate(config)
+
+
+def test_a_head_width_not_a_multiple_of_four_is_refused():
+  config = kinds.tiny_config('fope')
+  config.model.update(d_model=24, num_heads=4)  # head_dim 6.
+  with pytest.raises(errors.ConfigError, match='multiple of 4'):
+    config_lib.validate(config)
