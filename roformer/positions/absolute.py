@@ -46,6 +46,7 @@ class Sinusoidal(base.PositionScheme):
   """Fixed sinusoidal absolute encodings added to the token embeddings."""
 
   options = {'sinusoidal': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
+  capabilities = base.Capabilities(real_positions=True)
   Shared = _SinusoidalEmbedding
 
   @classmethod

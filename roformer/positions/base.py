@@ -37,7 +37,8 @@ The stack calls the hooks at fixed points; every hook defaults to the identity:
 other attention hooks receive; by default that context is `shared`, what the stack's `Shared`
 module returns. `logits_bias` also receives the attention mask (bool, broadcastable to
 [batch, heads, q_len, k_len]), which only CoPE reads: its positions count the gates of the keys
-a query may see. Positions are always explicit integer arrays (they restart at 0 in every
+a query may see. Positions are always explicit arrays, integer unless a training-position
+sampler draws real ones for a kind that declares `real_positions` (they restart at 0 in every
 packed segment and start at the cache index when decoding); angles are computed in float32 and
 cast to the activation dtype only at the end.
 
@@ -76,6 +77,9 @@ class Capabilities:
     scalings (and their continuation checks) apply to it.
   feature_rotation: its `rotate_features` rotates FAVOR+'s random features (rope_mode
     'features', the RoFormer paper's linear attention); otherwise only rope_mode 'qk'.
+  real_positions: it reads the positions as real numbers (angles proportional to them, functions
+    of their differences), never as indices into a table or buckets, so real-valued training
+    positions (random float sampling) mean to it what integer ones do.
   """
   causal_only: bool = False
   reads_positions: bool = True
@@ -85,6 +89,7 @@ class Capabilities:
   bias_only: bool = False
   rotary: bool = False
   feature_rotation: bool = False
+  real_positions: bool = False
 
   @property
   def implementations(self) -> tuple[str, ...]:

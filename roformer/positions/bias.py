@@ -144,7 +144,7 @@ class ALiBi(base.PositionScheme):
 
   options = {'alibi': {}}
   capabilities = base.Capabilities(
-      logits_term='it adds -m|i-j| to each of the L x L attention logits')
+      logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True)
   Layer = _ALiBiLayer
 
 
@@ -208,7 +208,8 @@ class Kerple(base.PositionScheme):
   VARIANTS = ('log', 'power')
   options = {'kerple': {'variant': specs.Str(VARIANTS, default='log')}}
   capabilities = base.Capabilities(
-      logits_term='it adds a learned kernel of abs(i-j) to each of the L x L attention logits')
+      logits_term='it adds a learned kernel of abs(i-j) to each of the L x L attention logits',
+      real_positions=True)
   Layer = _KerpleLayer
 
   @classmethod
@@ -350,7 +351,8 @@ class Fire(base.PositionScheme):
       'shared_across_layers': specs.Bool(default=False)}}
   capabilities = base.Capabilities(
       causal_only=True,
-      logits_term='it adds a learned function of (i-j, i) to each of the L x L attention logits')
+      logits_term='it adds a learned function of (i-j, i) to each of the L x L attention logits',
+      real_positions=True)
   causal_reason = ('it normalises the distance by the query position max(L, i), which bounds '
                    'only the keys before the query')
   Shared, Layer = _FireShared, _FireLayer

@@ -124,6 +124,7 @@ class Fourier(base.PositionScheme):
       'clip_length': specs.Int(0, 2**31 - 2, default=0),
       'init_gain': specs.Float(0, 10, default=0.3),
       'learnable': specs.Bool(default=False)}}
+  capabilities = base.Capabilities(real_positions=True)
   Layer = _FourierLayer
 
   @classmethod

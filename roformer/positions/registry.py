@@ -168,7 +168,8 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
         computes_logits=any(c.computes_logits for c in caps),
         rotary=any(c.rotary for c in caps),
         feature_rotation=all(c.feature_rotation or not c.rotary for c in caps) and any(
-            c.feature_rotation for c in caps))
+            c.feature_rotation for c in caps),
+        real_positions=all(c.real_positions or not c.reads_positions for c in caps))
     causal_reason = '; '.join(p.causal_reason for p in parts if p.capabilities.causal_only)
     Shared = LayerShared
 
@@ -266,7 +267,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
         reads_positions=a.reads_positions or b.reads_positions,
         logits_term='; '.join(t for t in (a.logits_term, b.logits_term) if t),
         value_term=a.value_term, computes_logits=a.computes_logits, rotary=a.rotary,
-        feature_rotation=False)
+        feature_rotation=False,
+        real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)))
     causal_reason = first.causal_reason if a.causal_only else second.causal_reason
     Shared = CombinedShared
     Layer = CombinedLayer

@@ -79,6 +79,7 @@ class RopeId(base.PositionScheme):
       'fastest_period': specs.Float(2, 1e9, default=2 * math.pi),
       'min_cycles': specs.Float(0, 1e9, min_open=True, default=2.0),
       'train_length': specs.Int(0, 2**31 - 2, default=0)}}
+  capabilities = base.Capabilities(real_positions=True)
   Layer = _RopeIdLayer
 
   @classmethod

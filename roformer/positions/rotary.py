@@ -286,7 +286,7 @@ class Rotary(base.PositionScheme):
       # A training-free distance remap at evaluation (remap.py; eval.py overrides, like the
       # scalings): the method and the options it reads, the others ignored.
       'remap': remap.SPECS}}
-  capabilities = base.Capabilities(rotary=True, feature_rotation=True)
+  capabilities = base.Capabilities(rotary=True, feature_rotation=True, real_positions=True)
   Layer = _RotaryLayer
   may_change = (
       ('rope.base', ('continue',),
@@ -467,7 +467,7 @@ class XPos(Rotary):
   reads = ('rope',)
   options = {'xpos': {'gamma': specs.Float(0, 1e6, min_open=True, default=0.4),
                       'scale_base': specs.Float(0, 1e12, min_open=True, default=512.0)}}
-  capabilities = base.Capabilities(causal_only=True, rotary=True)
+  capabilities = base.Capabilities(causal_only=True, rotary=True, real_positions=True)
   causal_reason = "its decay zeta^((n-m)/B) grows without bound for keys after the query"
   Layer = _XPosLayer
 

@@ -66,7 +66,8 @@ class Tapa(base.PositionScheme):
   capabilities = base.Capabilities(
       computes_logits=True,
       logits_term='its logits are an amplitude q_A.k_A times the cosine of a phase q_P.k_P '
-                  'grown by the distance, not q.k')
+                  'grown by the distance, not q.k',
+      real_positions=True)
   Layer = _TapaLayer
 
   @classmethod
