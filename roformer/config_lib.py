@@ -118,17 +118,14 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
 
 def trained_positions(config) -> tuple[int, str]:
   """(the positions a run of `config` trains on, the field that sets them): data.seq_len, or
-  the range of randomized or PoSE positions when larger."""
-  t = config.train
-  return max((config.data.seq_len, 'config.data.seq_len'),
-             (t.random_positions, 'config.train.random_positions'),
-             (t.pose_target_length, 'config.train.pose_target_length'))
+  the range its training-position sampler covers when larger."""
+  return max([(config.data.seq_len, 'config.data.seq_len'), *positions.training.covered(config)])
 
 
 def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
-  """Synthetic tasks against the training and evaluation lengths; randomized positions;
+  """Synthetic tasks against the training and evaluation lengths; the training positions;
   a distance remap against the positions trained on (`trained`, see check_relations)."""
-  m, d, t = config.model, config.data, config.train
+  m, d = config.model, config.data
   task = synthetic.task_name(d)
   if task:
     if m.type != 'causal_lm':
@@ -144,44 +141,7 @@ def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
           "filler at 'words'.")
     longest = d.seq_len * max(config.eval.length_multipliers, default=1)
     synthetic.validate(task, d.synthetic, d.seq_len, longest)
-  top = t.random_positions
-  if top:
-    if m.type != 'causal_lm':
-      raise errors.ConfigError('config.train.random_positions is offered for the causal LM '
-                               f'(model.type is {m.type!r}). Fix: set it to 0.')
-    if not positions.model_scheme(m).capabilities.reads_positions:
-      raise errors.ConfigError(
-          f'config.train.random_positions={top}, but position.kind={m.position.kind!r} reads '
-          'no integer positions. Fix: set it to 0, or choose a scheme that reads positions.')
-    if not d.seq_len <= top < 2**31 // (d.seq_len + 2):
-      raise errors.ConfigError(
-          f'config.train.random_positions={top} is below config.data.seq_len={d.seq_len} (a '
-          'row needs that many distinct positions) or too large. Fix: a value from '
-          f'{d.seq_len} (e.g. 8 x seq_len, the longest evaluation length).')
-    positions.validate(m, top, causal=True)  # E.g. a learned table shorter than that.
-  target = t.pose_target_length
-  if target:
-    field = f'config.train.pose_target_length={target}'
-    if m.type != 'causal_lm':
-      raise errors.ConfigError(f'{field}: PoSE is offered for the causal LM (model.type is '
-                               f'{m.type!r}). Fix: set it to 0.')
-    if top:
-      raise errors.ConfigError(f'{field} and config.train.random_positions={top} both choose '
-                               'the training positions. Fix: set one of them to 0.')
-    if not positions.model_scheme(m).capabilities.reads_positions:
-      raise errors.ConfigError(
-          f'{field}, but position.kind={m.position.kind!r} reads no integer positions. Fix: '
-          'set it to 0, or choose a scheme that reads positions.')
-    if target <= d.seq_len:
-      raise errors.ConfigError(
-          f'{field} is not above config.data.seq_len={d.seq_len}: PoSE trains rows of seq_len '
-          f'to cover a longer length. Fix: a target above {d.seq_len} (e.g. 4 x seq_len).')
-    if t.pose_chunks > d.seq_len:
-      raise errors.ConfigError(
-          f'config.train.pose_chunks={t.pose_chunks} is more chunks than a row of '
-          f'config.data.seq_len={d.seq_len} tokens has. Fix: 2 (the paper\'s) or at most '
-          f'{d.seq_len}.')
-    positions.validate(m, target, causal=True)  # E.g. a learned table shorter than that.
+  positions.training.validate(config)  # Its training positions: random, PoSE, floats.
   count, where = trained or trained_positions(config)
   positions.check_remap_length(m, count, f'{where}={count}')
 

@@ -365,16 +365,9 @@ def schema() -> dict:
           # A non-finite loss or gradient: 'stop' (keep the last checkpoint) or 'skip' (drop
           # that update, counted as skipped_steps).
           'on_nonfinite': Str(('stop', 'skip'), default='stop'),
-          # Randomized positions (Ruoss et al. 2023): N > 0 gives each training row a sorted
-          # random subset of [0, N) as positions (evaluation keeps 0, 1, ...); 0: consecutive.
-          'random_positions': Int(0, _STEPS, default=0),
-          # PoSE (Zhu et al. 2024, arXiv 2309.10400): T > 0 cuts each training row into
-          # pose_chunks chunks of random lengths and moves chunk i's positions up by a random,
-          # non-decreasing skip, so that rows of data.seq_len cover positions up to T - 1;
-          # evaluation keeps 0, 1, ... (roformer/positions/randomized.py). 0: off.
-          # At most 2**31 - 2: the positions are int32 (randomized.pose_positions).
-          'pose_target_length': Int(0, 2**31 - 2, default=0),
-          'pose_chunks': Int(1, 1024, default=2),
+          # Training positions other than 0, 1, ...: each sampler's own fields (randomized
+          # positions, PoSE, random float sampling), declared in roformer/positions/.
+          **positions.training.options(),
           'max_to_keep': Int(1, 10**6, default=3),  # Checkpoints kept (the best one apart).
       },
       'eval': {

@@ -20,10 +20,10 @@ from roformer import errors
 from roformer import losses
 from roformer import masking
 from roformer import metrics as metrics_lib
+from roformer import positions as positions_lib
 from roformer import sharding
 from roformer.data import pipeline
 from roformer.data import synthetic
-from roformer.positions import randomized
 from roformer.data import tokenizer as tokenizer_lib
 
 log = logging.getLogger('roformer')
@@ -101,12 +101,6 @@ def _batch_size(config, batch_size):
   return (batch_size or config.train.batch_size) // jax.process_count()
 
 
-# Randomized positions draw from the step's key folded with this constant (dropout keeps the
-# step's key as it is, so turning the option on changes nothing else).
-RANDOM_POSITIONS_SEED = 2305
-POSE_SEED = 2309  # PoSE's draws: another stream of the step's key.
-
-
 def chunks(loss_chunk: int, length: int) -> bool:
   """Whether the output layer runs in chunks of `loss_chunk` positions (config.model.loss_chunk)
   for rows of `length`: only when a chunk is shorter than the row. A chunk as long as the row
@@ -145,9 +139,9 @@ class LanguageModeling(Task):
 
   `position_bucket` > 0: evaluation also sums the loss per bucket of that many positions
   (tokens 0..b-1, b..2b-1, ...: where a scheme breaks down beyond the training length).
-  `random_positions` > 0: training rows get sorted random positions from [0, that)
-  (`roformer.positions.randomized`); `pose` (target length, chunks): training rows get PoSE's
-  skipped chunks; evaluation keeps consecutive positions either way.
+  `train` (config.train): training rows get the positions of the sampler it turns on, if any
+  (randomized, PoSE's skipped chunks, random floats: `roformer.positions.training`), and
+  evaluation the positions that sampler evaluates at (consecutive ones for the integer ones).
   `loss_chunk` > 0: `sums` computes the output layer and its cross-entropy that many sequence
   positions at a time (`roformer.losses`), never holding the whole [tokens, vocabulary] logits;
   what needs the logits themselves (per-position buckets, synthetic tasks' row accuracy) still
@@ -155,28 +149,19 @@ class LanguageModeling(Task):
 
   features = ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
               'inputs_positions', 'targets_positions')
-  position_bucket = random_positions = loss_chunk = 0
+  position_bucket = loss_chunk = 0
+  train_config = None
 
-  pose = None
-
-  def __init__(self, position_bucket: int = 0, random_positions: int = 0, loss_chunk: int = 0,
-               pose: tuple[int, int] | None = None):
-    self.position_bucket, self.random_positions = position_bucket, random_positions
-    self.loss_chunk, self.pose = loss_chunk, pose
+  def __init__(self, position_bucket: int = 0, train=None, loss_chunk: int = 0):
+    self.position_bucket, self.train_config, self.loss_chunk = position_bucket, train, loss_chunk
 
   def feature_shapes(self, batch_size: int, seq_len: int) -> dict:
     return {k: np.zeros((batch_size, seq_len), np.int32) for k in self.features}
 
   def positions(self, batch, key):
-    """The positions the model reads: randomized while training if asked, else the batch's."""
-    if key is not None and self.pose:
-      return randomized.pose_positions(jax.random.fold_in(key, POSE_SEED),
-                                       batch['inputs_positions'], batch['inputs_segment_ids'],
-                                       *self.pose)
-    if key is None or not self.random_positions:
-      return batch['inputs_positions']
-    return randomized.randomized_positions(jax.random.fold_in(key, RANDOM_POSITIONS_SEED),
-                                           batch['inputs_segment_ids'], self.random_positions)
+    """The positions the model reads: its sampler's while training (a key is given), its
+    evaluation positions otherwise; the batch's own without one."""
+    return positions_lib.training.positions(batch, key, self.train_config)
 
   def loss_weights(self, batch):
     """Which targets count: every real token, or with evaluation's sliding windows those
@@ -386,8 +371,8 @@ class SyntheticTask(LanguageModeling):
   features = LanguageModeling.features + ('weights', 'bucket')
 
   def __init__(self, task: str, num_buckets: int, position_bucket: int = 0,
-               random_positions: int = 0, loss_chunk: int = 0, pose=None, answer_tokens=None):
-    super().__init__(position_bucket, random_positions, loss_chunk, pose)
+               train=None, loss_chunk: int = 0, answer_tokens=None):
+    super().__init__(position_bucket, train, loss_chunk)
     self.task, self.num_buckets = task, num_buckets
     self.answer_tokens = answer_tokens
 
@@ -566,17 +551,14 @@ class Classification(Task):
 def _language_modeling(config):
   """The causal LM's task: packed text, or a synthetic task named by config.data.name."""
   width = config.eval.position_bucket or max(config.data.seq_len // 4, 1)
-  random_positions = config.train.random_positions
   loss_chunk = config.model.loss_chunk
   task = synthetic.task_name(config.data)
-  t = config.train
-  pose = (t.pose_target_length, t.pose_chunks) if t.pose_target_length else None
   if task:
     answers = functools.partial(synthetic.answer_tokens, task,
                                 types.SimpleNamespace(**config.data.synthetic.to_dict()))
-    return SyntheticTask(task, config.data.synthetic.depth_buckets, width,
-                         random_positions, loss_chunk, pose, answers)
-  return LanguageModeling(width, random_positions, loss_chunk, pose)
+    return SyntheticTask(task, config.data.synthetic.depth_buckets, width, config.train,
+                         loss_chunk, answers)
+  return LanguageModeling(width, config.train, loss_chunk)
 
 
 TASKS = {

@@ -34,6 +34,7 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
+from roformer import positions as positions_lib  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
@@ -106,12 +107,7 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
     # of one line.
     options['continued from'] = re.sub(r',?seed=\d+', '',
                                        os.path.basename(config['init_from'].rstrip('/')))
-  trained = config['train']
-  if trained.get('random_positions'):  # Training positions, as options.
-    options['random_positions'] = trained['random_positions']
-  if trained.get('pose_target_length'):
-    options.update(pose_target_length=trained['pose_target_length'],
-                   pose_chunks=trained['pose_chunks'])
+  options.update(positions_lib.training.labels(config['train']))  # Training positions, as options.
   rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
   steps = files.current_config(workdir)['train']['steps']  # With resumes' changes.
   done = max((r['step'] for r in records), default=0)

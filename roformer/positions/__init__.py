@@ -25,6 +25,7 @@ from roformer.positions import relative
 from roformer.positions import remap
 from roformer.positions import rotary
 from roformer.positions import scaling
+from roformer.positions import training
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
 from roformer.positions.base import (TRAIN, Capabilities, Layer, PositionScheme, Shared,
                                      head_dim, kinds, register, relative_positions)

@@ -1,6 +1,6 @@
-"""Training positions other than 0, 1, ..., n - 1, for any scheme that reads integer positions:
+"""Integer training positions other than 0, 1, ..., n - 1, for any scheme that reads positions:
 randomized positions (Ruoss et al. 2023, arXiv 2305.16843) and PoSE's skipped chunks
-(`pose_positions`, Zhu et al. 2024).
+(`pose_positions`, Zhu et al. 2024), each a training-position sampler (`training.py`).
 
 Instead of 0, 1, ..., n - 1, a training sequence of n tokens gets a sorted random subset of
 [0, max_position), so the model meets the larger positions (and gaps) that evaluation on longer
@@ -10,6 +10,10 @@ gaps, absolute ones random offsets. With packed rows, every segment draws its ow
 
 import jax
 import jax.numpy as jnp
+
+from roformer import errors
+from roformer import specs
+from roformer.positions import training
 
 
 def randomized_positions(key: jax.Array, segment_ids: jax.Array, max_position: int) -> jax.Array:
@@ -66,3 +70,58 @@ def pose_positions(key: jax.Array, positions: jax.Array, segment_ids: jax.Array,
 
   skip = jax.vmap(row)(jax.random.split(key, batch))
   return jnp.where(segment_ids > 0, positions.astype(jnp.int32) + skip, 0)
+
+
+@training.register('random')
+class RandomPositions(training.Sampler):
+  """`config.train.random_positions` N > 0: each training row's positions a sorted random
+  subset of [0, N) (`randomized_positions`); evaluation keeps 0, 1, ...; 0: off."""
+
+  options = {'random_positions': specs.Int(0, 2**31 - 1, default=0)}
+  switch = 'random_positions'
+  seed = 2305
+
+  @classmethod
+  def validate(cls, config):
+    top, seq_len = config.train.random_positions, config.data.seq_len
+    if not seq_len <= top < 2**31 // (seq_len + 2):
+      raise errors.ConfigError(
+          f'config.train.random_positions={top} is below config.data.seq_len={seq_len} (a '
+          'row needs that many distinct positions) or too large. Fix: a value from '
+          f'{seq_len} (e.g. 8 x seq_len, the longest evaluation length).')
+
+  @classmethod
+  def draw(cls, key, batch, train):
+    return randomized_positions(key, batch['inputs_segment_ids'], train.random_positions)
+
+
+@training.register('pose')
+class PoSE(training.Sampler):
+  """`config.train.pose_target_length` T > 0: PoSE cuts each training row into `pose_chunks`
+  chunks of random lengths and moves chunk i's positions up by a random, non-decreasing skip,
+  so that rows of data.seq_len cover positions up to T - 1 (`pose_positions`); evaluation keeps
+  0, 1, ...; 0: off. T is at most 2**31 - 2: the positions are int32."""
+
+  options = {'pose_target_length': specs.Int(0, 2**31 - 2, default=0),
+             'pose_chunks': specs.Int(1, 1024, default=2)}
+  switch = 'pose_target_length'
+  seed = 2309
+
+  @classmethod
+  def validate(cls, config):
+    t, seq_len = config.train, config.data.seq_len
+    if t.pose_target_length <= seq_len:
+      raise errors.ConfigError(
+          f'config.train.pose_target_length={t.pose_target_length} is not above '
+          f'config.data.seq_len={seq_len}: PoSE trains rows of seq_len to cover a longer '
+          f'length. Fix: a target above {seq_len} (e.g. 4 x seq_len).')
+    if t.pose_chunks > seq_len:
+      raise errors.ConfigError(
+          f'config.train.pose_chunks={t.pose_chunks} is more chunks than a row of '
+          f"config.data.seq_len={seq_len} tokens has. Fix: 2 (the paper's) or at most "
+          f'{seq_len}.')
+
+  @classmethod
+  def draw(cls, key, batch, train):
+    return pose_positions(key, batch['inputs_positions'], batch['inputs_segment_ids'],
+                          train.pose_target_length, train.pose_chunks)
