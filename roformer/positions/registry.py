@@ -395,10 +395,11 @@ def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
 def capability_table() -> str:
   """The Markdown table of docs/positions.md: for every registered kind, the attention
   implementations, FAVOR+, the key/value cache, encoders and continuation at a new length it
-  supports, from the declared capabilities (tests/test_docs.py keeps the page equal to it)."""
+  supports, and whether it reads real-valued positions (random float sampling), from the
+  declared capabilities (tests/test_docs.py keeps the page equal to it)."""
   yes = lambda flag: 'yes' if flag else 'no'
   lines = ['| kind | einsum | xla | cudnn | FAVOR+ | key/value cache | encoders '
-           '| continued at a new length |', '|' + '---|' * 8]
+           '| continued at a new length | real positions |', '|' + '---|' * 9]
   for kind in kinds():
     cls, caps = scheme(kind), capabilities(kind)
     favor = ('no' if not caps.linear_attention else
@@ -408,7 +409,8 @@ def capability_table() -> str:
               'within the lengths its parameters cover')
     lines.append(f'| `{kind}` | ' + ' | '.join(
         [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
-        + [favor, 'yes', yes(not caps.causal_only), longer]) + ' |')
+        + [favor, 'yes', yes(not caps.causal_only), longer,
+           yes(caps.real_positions) if caps.reads_positions else 'none read']) + ' |')
   return '\n'.join(lines)
 
 
