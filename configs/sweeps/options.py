@@ -17,6 +17,9 @@ Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
   `rope+gate` (RoPE with gated attention), `rope+diff` and `none+diff` (differential
   attention with RoPE and without positions);
+- the 2025-26 ones (`...options.py:new2026`: these and `rope` on passkey and flip-flop):
+  `fope`, `rope_id`, `tapa`, `rope+float` (random float sampling), with `rope+random`
+  (integer randomized positions) beside them;
 - the baselines: `rope`, `none`, `alibi`, `fire`, `fox`, `path`, `stick_breaking`; plain
   `rope`'s runs are evaluated again with YaRN at each length's factor (`eval_results.rope_yarn.json`),
   the baseline of PoPE's extrapolation claim.
@@ -38,7 +41,17 @@ SCHEMES = {
                                  'model.attention.differential': True},
     'none+diff': lambda length: {'model.position.kind': 'none',
                                  'model.attention.differential': True},
+    # The 2025-26 schemes, each at its paper's settings: FoPE, RoPE-ID and TAPA as kinds
+    # (FoPE's clipping length and RoPE-ID's training length are the run's own), random float
+    # sampling on RoPE over the training length, beside integer randomized positions over 8x it
+    # (length.py's rope+random), the sampling it is claimed against.
+    **{kind: _kind(kind) for kind in ('fope', 'rope_id', 'tapa')},
+    'rope+float': lambda length: {'model.position.kind': 'rope',
+                                  'train.float_positions': length},
+    'rope+random': lambda length: {'model.position.kind': 'rope',
+                                   'train.random_positions': 8 * length},
 }
+NEW_2026 = ('fope', 'rope_id', 'tapa', 'rope+float', 'rope+random')
 TASKS = ('passkey', 'niah_multikey', 'variable_tracking', 'flip_flop')
 SEEDS = (0, 1, 2, 3, 4)
 
@@ -46,11 +59,14 @@ SEEDS = (0, 1, 2, 3, 4)
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
   smoke, llama = 'smoke' in parts, 'llama' in parts
+  if 'new2026' in parts:  # The 2025-26 schemes beside RoPE on the two fastest tasks.
+    parts = [p for p in parts if p != 'new2026'] + ['passkey', 'flip_flop', 'rope',
+                                                      *NEW_2026]
   unknown = sorted(set(parts) - {'smoke', 'llama'} - set(TASKS) - set(SCHEMES))
   if unknown:
     raise ValueError(f'configs/sweeps/options.py:{arg}: unknown parts {unknown}; choose tasks '
-                     f'{TASKS}, schemes {tuple(SCHEMES)}, llama (frontier.py:llama\'s block) '
-                     'and/or smoke.')
+                     f'{TASKS}, schemes {tuple(SCHEMES)}, new2026, llama (frontier.py:llama\'s '
+                     'block) and/or smoke.')
   tasks = [p for p in parts if p in TASKS] or list(TASKS)
   schemes = [p for p in parts if p in SCHEMES] or list(
       ('rope', 'pope', 'rope+diff', 'alibi+dape') if smoke else SCHEMES)
