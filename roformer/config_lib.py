@@ -6,6 +6,7 @@ import os
 import jax
 import ml_collections
 
+from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
 from roformer import files
@@ -146,57 +147,6 @@ def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
   positions.check_remap_length(m, count, f'{where}={count}')
 
 
-DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 2 heads + width] map, per layer.
-
-
-def _check_dape(config, m, att) -> None:
-  """DAPE needs a bias in every layer's logits on softmax's einsum path, and a map that fits."""
-  field = 'config.model.attention.dape'
-  adds_bias = lambda k: (positions.capabilities(k).logits_term and not (
-      positions.capabilities(k).computes_logits or positions.capabilities(k).value_term))
-  no_bias = [k for k in dict.fromkeys(positions.layer_kinds(m)) if not adds_bias(k)]
-  reason = (f'position kinds {no_bias} add no bias to q.k for it to read' if no_bias else
-            f"attention.kind={att.kind!r} has no softmax logits" if att.kind != 'softmax' else
-            'attention.ssmax scales the same logits (not combined)' if att.ssmax else
-            f'it runs on the einsum path, not attention_impl={m.attention_impl!r}'
-            if m.attention_impl not in ('auto', 'einsum') else '')
-  if reason:
-    biased = [k for k in positions.kinds() if adds_bias(k)]
-    raise errors.ConfigError(f'{field}=True: {reason}. Fix: --config.model.attention.dape=False,'
-                             f' or a scheme that adds a bias ({", ".join(biased)}) with '
-                             'softmax attention.')
-  longest = config.data.seq_len * max(config.eval.length_multipliers, default=1)
-  batch = max(config.train.batch_size, config.eval.batch_size)
-  size = batch * longest ** 2 * (3 * m.num_heads + att.dape_width) * 4
-  if size > DAPE_LIMIT_BYTES:
-    raise errors.ConfigError(
-        f'{field}=True materialises [batch, L, L, 3 heads + width] float32 per layer: '
-        f'{size / 2**30:.0f} GiB at batch {batch} and the longest evaluated length {longest}, '
-        f'over {DAPE_LIMIT_BYTES // 2**30} GiB. Fix: fewer eval.length_multipliers, a smaller '
-        'batch or attention.dape_width.')
-
-
-def _check_differential(m, att) -> None:
-  """Differential attention pairs the heads, differences two softmax maps over values of twice
-  the head width, and runs on the einsum path."""
-  with_values = [k for k in dict.fromkeys(positions.layer_kinds(m))
-                 if positions.capabilities(k).value_term]
-  refusals = [  # (refused, why, the fix), the first that applies is given.
-      (m.num_heads % 2, f'num_heads={m.num_heads} is odd (its heads pair up into num_heads / 2 '
-       'differential heads)', 'an even num_heads (and d_model a multiple of it)'),
-      (with_values, f'position kinds {with_values} add a value term of the head width to each '
-       'map output', 'a scheme without a value term'),
-      (att.kind != 'softmax', f'attention.kind={att.kind!r} forms no softmax maps',
-       '--config.model.attention.kind=softmax'),
-      (m.attention_impl not in ('auto', 'einsum'),
-       f'it runs on the einsum path, not attention_impl={m.attention_impl!r}',
-       '--config.model.attention_impl=auto (or einsum)')]
-  for refused, why, fix in refusals:
-    if refused:
-      raise errors.ConfigError(f'config.model.attention.differential=True: {why}. Fix: {fix}, '
-                               'or --config.model.attention.differential=False.')
-
-
 def _validate_architecture(config) -> None:
   """The stack's options and each model type's own fields."""
   m, d = config.model, config.data
@@ -226,9 +176,7 @@ def _validate_architecture(config) -> None:
         "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
         f"type={m.type!r}. Fix: --config.model.residual=sequential.")
-  _validate_attention(m)
-  if self_attention.attention_config(m).dape:
-    _check_dape(config, m, self_attention.attention_config(m))
+  _validate_attention(config, m)
   if m.type == 'mlm':
     if d.mask_fraction + d.random_fraction > 1.0:
       raise errors.ConfigError(
@@ -265,7 +213,9 @@ def _validate_architecture(config) -> None:
                              'empty.')
 
 
-def _validate_attention(m) -> None:
+def _validate_attention(config, m) -> None:
+  """Per-layer kinds, windows and bases; the attention kind and options, as they declare
+  (roformer/attention_options.py)."""
   att = self_attention.attention_config(m)
   pattern = tuple(m.layer_kinds)
   if pattern:
@@ -313,59 +263,8 @@ def _validate_attention(m) -> None:
       raise errors.ConfigError(
           f'config.model.layer_rope_bases={bases} gives the layers different rotations, so the '
           'blocks differ and the stack cannot be scanned. Fix: --config.model.scan_layers=False.')
-  if att.nope_temperature:
-    caps = [positions.capabilities(k) for k in dict.fromkeys(positions.layer_kinds(m))]
-    plain = [c for c in caps if not (c.reads_positions or c.logits_term or c.rotary)]
-    if not plain or att.kind == 'favor':
-      why = 'FAVOR+ forms no logits' if plain else 'no layer is one'
-      raise errors.ConfigError(
-          'config.model.attention.nope_temperature scales the queries of layers without any '
-          f'position signal in softmax attention; here {why}. Fix: '
-          '--config.model.attention.nope_temperature=False, or give some layers no positions '
-          '(model.layer_kinds).')
-  if att.output_gate and att.kind == 'favor':
-    raise errors.ConfigError(
-        "config.model.attention.output_gate gates each head's output, which is not built for "
-        "FAVOR+ (attention.kind='favor'). Fix: --config.model.attention.output_gate=False, or "
-        'softmax or stick-breaking attention.')
-  if att.differential:
-    _check_differential(m, att)
-  if att.ssmax and att.kind != 'softmax':
-    raise errors.ConfigError(
-        f"config.model.attention.ssmax scales a softmax's logits; attention.kind={att.kind!r} "
-        'has none. Fix: --config.model.attention.ssmax=False, or attention.kind=softmax.')
-  if att.kind == 'stick_breaking':
-    if m.type != 'causal_lm':
-      raise errors.ConfigError(
-          f"config.model.attention.kind='stick_breaking' is for causal LMs (each query breaks "
-          f"its stick over the keys before it), not model.type={m.type!r}. Fix: "
-          "--config.model.attention.kind=softmax.")
-    if m.attention_impl not in ('auto', 'einsum'):
-      raise errors.ConfigError(
-          f"config.model.attention.kind='stick_breaking' runs on the einsum path, not "
-          f"attention_impl={m.attention_impl!r} (jax.nn.dot_product_attention is a softmax). "
-          'Fix: --config.model.attention_impl=einsum (or auto).')
-    return
-  if att.kind != 'favor':
-    return
-  if att.num_features % 2:
-    raise errors.ConfigError(f'config.model.attention.num_features={att.num_features} must be '
-                             'even (RoPE rotates pairs of features).')
-  if m.type == 'encoder_decoder':
-    raise errors.ConfigError("config.model.attention.kind='favor' is offered for causal_lm, mlm "
-                             "and classifier. Fix: use 'softmax' for encoder_decoder.")
-  kind = positions.model_scheme(m).kind
-  caps = positions.model_scheme(m).capabilities
-  if not caps.linear_attention:
-    linear = [k for k in positions.kinds() if positions.capabilities(k).linear_attention]
-    raise errors.ConfigError(
-        f"config.model.position.kind={kind!r} cannot be used with attention.kind='favor': "
-        f'{caps.logits_term or "it needs the attention probabilities"}, and linear attention '
-        f'never forms those logits. Fix: use one of {linear} with favor, or softmax attention.')
-  if att.rope_mode == 'features' and caps.rotary and not caps.feature_rotation:
-    raise errors.ConfigError(
-        f'{kind} rotates queries and keys in a way that has no form on the random features '
-        '(attention.rope_mode=features). Fix: --config.model.attention.rope_mode=qk.')
+  attention_options.check_kind(m, att)
+  attention_options.check(config, m, att)
 
 
 def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:

@@ -26,33 +26,32 @@ extra cost shows up as a lower achieved FLOP rate.
 
 import ml_collections
 
+from roformer import attention_options
+from roformer import self_attention
+
 TRAIN_MULTIPLIER = 3  # Forward + two backward matmuls per forward matmul.
 
 
 def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                               causal: bool) -> float:
-  """Forward FLOPs per token of one layer's attention (scores and weighted values)."""
-  d = model_cfg.d_model
-  attention = model_cfg.attention
-  if attention.kind == 'favor':
-    m = attention.num_features
-    return 2 * 2 * m * d + 2 * 2 * m * d
-  # Scores (2 L d) and weighted values (2 L d); differential attention weights values of twice
-  # the head width once per map (roformer/differential.py): 2 L 2d.
-  full = 2 * seq_len * d * (3 if attention.get('differential') else 2)
-  return full / 2 if causal else full
+  """Forward FLOPs per token of one layer's attention (scores and weighted values): the
+  attention kind's, and what its options add there (differential attention's values of twice
+  the head width), as roformer/attention_options.py declares them."""
+  att = self_attention.attention_config(model_cfg)
+  return (attention_options.KINDS[att.kind].flops(model_cfg, seq_len, causal)
+          + sum(o.attention_flops(model_cfg, seq_len, causal)
+                for o in attention_options.enabled(att) if o.attention_flops))
 
 
 def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           causal: bool) -> float:
+  """Forward FLOPs per token of one layer: projections, MLP, attention, and what the attention
+  options add beside it (gated attention's W_g, DAPE's MLP on each pair), as declared."""
   d, f = model_cfg.d_model, model_cfg.d_ff
-  att = model_cfg.attention
-  gate = 2 * d * d if att.get('output_gate') else 0  # Gated attention's W_g.
-  dape = 0
-  if att.get('dape'):  # DAPE's MLP on each (query, key) pair: 2h -> width -> h.
-    h, width = model_cfg.num_heads, att.dape_width
-    dape = (seq_len / 2 if causal else seq_len) * 2 * (2 * h * width + width * h)
-  return (2 * 4 * d * d + gate + dape + 2 * 2 * d * f
+  att = self_attention.attention_config(model_cfg)
+  extra = sum(o.layer_flops(model_cfg, seq_len, causal)
+              for o in attention_options.enabled(att) if o.layer_flops)
+  return (2 * 4 * d * d + extra + 2 * 2 * d * f
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 

@@ -123,3 +123,46 @@ def test_the_nope_temperature_scales_only_the_layers_without_positions():
   assert [b.attn.temperature is not None for b in blocks] == [False, True]
   with pytest.raises(errors.ConfigError, match='no layer is one'):
     tiny('rope', nope_temperature=True)
+
+
+# A position kind that meets each option's declared need of the layers' schemes.
+_FITTING_KIND = {'dape': 'alibi', 'nope_temperature': 'none', 'differential': 'rope'}
+
+
+@pytest.mark.parametrize('kind', ['softmax', 'favor', 'stick_breaking'])
+@pytest.mark.parametrize('field', ['qk_norm', 'ssmax', 'output_gate', 'differential', 'dape',
+                                   'nope_temperature'])
+def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
+  """The check follows the declarations: an option with an attention kind is refused, naming
+  the option, exactly when the kind lacks a feature it declares it needs (the table's 'no'),
+  and an option declared einsum-only is refused on another implementation."""
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  option, declared = attention_options.OPTIONS[field], attention_options.KINDS[kind]
+  config = test_config.get_config(_FITTING_KIND.get(field, 'rope'))
+  config.model.update(vocab_size=50, attention_impl='einsum')
+  config.model.attention.update({'kind': kind, field: True})
+  runs = all(f in declared.has for f in option.needs)
+  m, att = config.model, config.model.attention
+  if runs:
+    attention_options.check(config, m, att)
+  else:
+    with pytest.raises(errors.ConfigError, match=f'attention.{field}=True'):
+      attention_options.check(config, m, att)
+  if runs and option.einsum_only:
+    config.model.attention_impl = 'xla'
+    with pytest.raises(errors.ConfigError, match=f'attention.{field}=True.*einsum path'):
+      attention_options.check(config, m, att)
+
+
+@pytest.mark.parametrize('field,kind,why', [
+    ('dape', 'rope', 'add no bias'), ('differential', 'shaw', 'add a value term'),
+    ('nope_temperature', 'rope', 'no layer is one')])
+def test_an_option_that_needs_something_of_the_schemes_names_the_kinds_that_fit(field, kind,
+                                                                                  why):
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  config = test_config.get_config(kind)
+  config.model.attention[field] = True
+  with pytest.raises(errors.ConfigError, match=why) as e:
+    attention_options.check(config, config.model, config.model.attention)
+  fitting = str(e.value).split('position kinds that fit (', 1)[1].split(')', 1)[0].split(', ')
+  assert _FITTING_KIND[field] in fitting and kind not in fitting

@@ -152,7 +152,7 @@ def test_flops_count_the_values_weighted_per_map():
 @pytest.mark.parametrize('fields,message', [
     ({'model.num_heads': 5, 'model.d_model': 40}, 'num_heads=5 is odd'),
     ({'model.position.kind': 'shaw'}, 'add a value term'),
-    ({'model.attention.kind': 'favor'}, "attention.kind='favor' forms no softmax maps"),
+    ({'model.attention.kind': 'favor'}, "attention.kind='favor' has no softmax"),
     ({'model.attention_impl': 'xla'}, 'runs on the einsum path'),
 ])
 def test_bad_pairings_are_refused_in_one_line(fields, message):

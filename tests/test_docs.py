@@ -139,6 +139,18 @@ def test_the_capability_table_in_the_docs_is_the_registrys():
   assert table == positions.capability_table()
 
 
+def test_the_attention_options_table_is_the_declarations():
+  """docs/positions.md shows what each attention option needs as roformer/attention_options.py
+  declares it. Fix a failure by pasting the output of `python -c "from roformer import
+  attention_options; print(attention_options.table())"` between the page's markers."""
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  page = (ROOT / 'docs' / 'positions.md').read_text(encoding='utf-8')
+  table = page.split('<!-- attention options table: generated -->\n', 1)[1].split(
+      '\n<!-- end of attention options table -->', 1)[0]
+  assert table == attention_options.table()
+  assert all(f'`{field}`' in table for field in attention_options.OPTIONS)
+
+
 def test_the_readmes_list_of_kinds_is_the_registrys():
   """The README lists every registered kind, as the registry has them. Fix a failure by pasting
   the output of `python -c "from roformer import positions; print(positions.kinds_line())"`

@@ -69,5 +69,5 @@ def test_the_gate_is_counted_in_the_flops():
 def test_gating_favor_is_refused_naming_the_field():
   cfg = test_config.get_config('rope')
   cfg.model.attention.update(output_gate=True, kind='favor')
-  with pytest.raises(errors.ConfigError, match='output_gate gates each head'):
+  with pytest.raises(errors.ConfigError, match="output_gate=True .a sigmoid gate on each head's output.: attention.kind='favor' has no per-head outputs"):
     config_lib.validate(cfg)
