@@ -72,6 +72,7 @@ FEATURES = {
     'softmax': 'has no softmax: it forms no softmax maps over logits',
     'logits': 'forms no L x L logits',
     'head_outputs': 'has no per-head outputs formed as weights times values',
+    'mask': 'never forms the attention mask',
 }
 
 
@@ -127,7 +128,7 @@ KINDS = {k.name: k for k in (
     AttentionKind('favor', 'FAVOR+ linear attention (Choromanski et al. 2021)', frozenset(),
                   None, ('causal_lm', 'mlm', 'classifier'), _favor_flops, _favor_check),
     AttentionKind('stick_breaking', 'stick-breaking weights (Tan et al. 2025)',
-                  frozenset({'logits', 'head_outputs'}), ('einsum',), ('causal_lm',),
+                  frozenset({'logits', 'head_outputs', 'mask'}), ('einsum',), ('causal_lm',),
                   _scores_flops),
 )}
 

@@ -241,10 +241,11 @@ def _validate_attention(config, m) -> None:
       raise errors.ConfigError(
           f'config.model.layer_windows={windows} slides a causal window; model.type='
           f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')
-    if att.kind == 'favor':
+    if 'mask' not in attention_options.KINDS[att.kind].has:
       raise errors.ConfigError(
-          f"config.model.layer_windows={windows} needs the attention mask, which FAVOR+ "
-          "(attention.kind='favor') never forms. Fix: softmax attention or no windows.")
+          f'config.model.layer_windows={windows} needs the attention mask: attention.kind='
+          f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or no "
+          'windows.')
     if m.scan_layers and len({self_attention.layer_window(m, i) for i in range(m.num_layers)}) > 1:
       raise errors.ConfigError(
           f'config.model.layer_windows={windows} gives the layers different windows, so the '

@@ -166,3 +166,16 @@ def test_an_option_that_needs_something_of_the_schemes_names_the_kinds_that_fit(
     attention_options.check(config, config.model, config.model.attention)
   fitting = str(e.value).split('position kinds that fit (', 1)[1].split(')', 1)[0].split(', ')
   assert _FITTING_KIND[field] in fitting and kind not in fitting
+
+
+def test_windows_need_a_kind_that_forms_the_mask():
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  for kind, declared in attention_options.KINDS.items():
+    config = test_config.get_config('rope')
+    config.model.update(layer_windows=(8,), attention_impl='einsum')
+    config.model.attention.kind = kind
+    if 'mask' in declared.has:
+      config_lib.validate(config)
+    else:
+      with pytest.raises(errors.ConfigError, match='layer_windows=.8,. needs the attention mask'):
+        config_lib.validate(config)
