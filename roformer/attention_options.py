@@ -88,6 +88,7 @@ class AttentionKind:
   model_types: tuple[str, ...] | None
   flops: Callable[..., float]
   validate: Callable[..., None] | None = None  # Its own further checks, (model_cfg, att).
+  redraws: bool = False  # Random features redrawn every `redraw_interval` steps (FAVOR+).
 
 
 def _scores_flops(model_cfg, seq_len: int, causal: bool) -> float:
@@ -126,7 +127,8 @@ KINDS = {k.name: k for k in (
     AttentionKind('softmax', 'softmax over the scaled logits and the scheme\'s terms',
                   frozenset(FEATURES), ('einsum', 'xla', 'cudnn'), None, _scores_flops),
     AttentionKind('favor', 'FAVOR+ linear attention (Choromanski et al. 2021)', frozenset(),
-                  None, ('causal_lm', 'mlm', 'classifier'), _favor_flops, _favor_check),
+                  None, ('causal_lm', 'mlm', 'classifier'), _favor_flops, _favor_check,
+                  redraws=True),
     AttentionKind('stick_breaking', 'stick-breaking weights (Tan et al. 2025)',
                   frozenset({'logits', 'head_outputs', 'mask'}), ('einsum',), ('causal_lm',),
                   _scores_flops),

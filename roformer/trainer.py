@@ -11,6 +11,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import models
@@ -24,7 +25,7 @@ from roformer import variables
 
 def _redraw_interval(model_cfg) -> int:
   att = self_attention.attention_config(model_cfg)
-  return att.redraw_interval if att.kind == 'favor' else 0
+  return att.redraw_interval if attention_options.KINDS[att.kind].redraws else 0
 
 
 def dropout_seed(config) -> int:
