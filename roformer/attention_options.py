@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any, Callable
 
 from roformer import errors
+from roformer import model_types
 from roformer import positions
 from roformer.specs import Bool, Float, Int, Str, defaults
 
@@ -79,13 +80,14 @@ FEATURES = {
 @dataclasses.dataclass(frozen=True)
 class AttentionKind:
   """A value of `attention.kind`: what it forms (FEATURES), the implementations it runs on
-  (None: it has its own path and ignores `attention_impl`), the model types it serves (None:
-  every one), and its attention FLOPs per token and layer (forward)."""
+  (None: it has its own path and ignores `attention_impl`), the model types it serves (those
+  whose declaration, roformer/model_types.py, has the flag `model_flag`; '': every one), and
+  its attention FLOPs per token and layer (forward)."""
   name: str
   about: str
   has: frozenset
   implementations: tuple[str, ...] | None
-  model_types: tuple[str, ...] | None
+  model_flag: str
   flops: Callable[..., float]
   validate: Callable[..., None] | None = None  # Its own further checks, (model_cfg, att).
   redraws: bool = False  # Random features redrawn every `redraw_interval` steps (FAVOR+).
@@ -125,12 +127,12 @@ def _favor_check(m, att) -> None:
 
 KINDS = {k.name: k for k in (
     AttentionKind('softmax', 'softmax over the scaled logits and the scheme\'s terms',
-                  frozenset(FEATURES), ('einsum', 'xla', 'cudnn'), None, _scores_flops),
+                  frozenset(FEATURES), ('einsum', 'xla', 'cudnn'), '', _scores_flops),
     AttentionKind('favor', 'FAVOR+ linear attention (Choromanski et al. 2021)', frozenset(),
-                  None, ('causal_lm', 'mlm', 'classifier'), _favor_flops, _favor_check,
+                  None, 'linear_attention', _favor_flops, _favor_check,
                   redraws=True),
     AttentionKind('stick_breaking', 'stick-breaking weights (Tan et al. 2025)',
-                  frozenset({'logits', 'head_outputs', 'mask'}), ('einsum',), ('causal_lm',),
+                  frozenset({'logits', 'head_outputs', 'mask'}), ('einsum',), 'decoder_only',
                   _scores_flops),
 )}
 
@@ -281,10 +283,10 @@ def check_kind(m, att) -> None:
   """The attention kind against the model type and the implementation."""
   kind = KINDS[att.kind]
   field = f'config.model.attention.kind={kind.name!r}'
-  if kind.model_types is not None and m.type not in kind.model_types:
+  if kind.model_flag and not getattr(model_types.of(m), kind.model_flag):
     raise errors.ConfigError(
-        f'{field} ({kind.about}) is for {", ".join(kind.model_types)}, not model.type='
-        f'{m.type!r}. Fix: --config.model.attention.kind=softmax.')
+        f'{field} ({kind.about}) is for {model_types.offering(kind.model_flag)}, not '
+        f'model.type={m.type!r}. Fix: --config.model.attention.kind=softmax.')
   if kind.implementations is not None and m.attention_impl not in ('auto',) + kind.implementations:
     raise errors.ConfigError(
         f'{field} runs on the {"/".join(kind.implementations)} path, not attention_impl='

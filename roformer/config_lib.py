@@ -10,7 +10,7 @@ from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
 from roformer import files
-from roformer import metrics
+from roformer import model_types
 from roformer import models
 from roformer import positions
 from roformer import self_attention
@@ -83,11 +83,12 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
     positions.validate(m, d.seq_len, causal=causal)
   _validate_lengths(config, trained)
   vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
-  if corpus.is_files(config.data) and m.type not in ('causal_lm', 'mlm'):
+  if corpus.is_files(config.data) and not model_types.of(m).documents:
+    documents = ' or '.join(t.name for t in model_types.TYPES.values() if t.documents)
     raise errors.ConfigError(
         f"config.data.name='files' holds documents for language models (model.type "
-        f"'causal_lm' or 'mlm'), not {m.type!r} (labels, sentence pairs). Fix: a dataset with "
-        'those features (TFDS or embedded), or model.type causal_lm or mlm.')
+        f'{documents}), not {m.type!r} (labels, sentence pairs). Fix: a dataset with those '
+        f'features (TFDS or embedded), or model.type {documents}.')
   if mixture.is_mixture(config.data):
     mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
   if config_schema.TEXT_CAUSAL_LM.reads(config):
@@ -129,7 +130,7 @@ def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
   m, d = config.model, config.data
   task = synthetic.task_name(d)
   if task:
-    if m.type != 'causal_lm':
+    if not model_types.of(m).decoder_only:
       raise errors.ConfigError(
           f'config.data.name={d.name!r} is a synthetic task for a causal LM (model.type is '
           f'{m.type!r}). Fix: start from configs/synthetic.py.')
@@ -142,7 +143,8 @@ def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
           "filler at 'words'.")
     longest = d.seq_len * max(config.eval.length_multipliers, default=1)
     synthetic.validate(task, d.synthetic, d.seq_len, longest)
-  positions.training.validate(config)  # Its training positions: random, PoSE, floats.
+  # Its training positions (random, PoSE, floats): for a decoder-only model.
+  positions.training.validate(config, model_types.of(m).decoder_only)
   count, where = trained or trained_positions(config)
   positions.check_remap_length(m, count, f'{where}={count}')
 
@@ -150,9 +152,11 @@ def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
 def _validate_architecture(config) -> None:
   """The stack's options and each model type's own fields."""
   m, d = config.model, config.data
-  if m.norm == 'post' and m.type == 'encoder_decoder':
-    raise errors.ConfigError("config.model.norm='post' is offered for encoder and decoder-only "
-                             "models. Fix: use norm='pre' for encoder_decoder.")
+  declared = model_types.of(m)
+  if m.norm == 'post' and not declared.post_norm:
+    raise errors.ConfigError("config.model.norm='post' is offered for "
+                             f"{model_types.offering('post_norm')}. Fix: use norm='pre' for "
+                             f'{m.type}.')
   kv = m.num_kv_heads
   if kv and (kv > m.num_heads or m.num_heads % kv):
     raise errors.ConfigError(
@@ -165,49 +169,21 @@ def _validate_architecture(config) -> None:
         f"config.model.init_std={m.init_std} sets the std of init='normal'; the classic "
         'initialisation draws from fan-in and would ignore it. Fix: --config.model.init=normal, '
         'or drop the override.')
-  if (vocabularies.kind(d.tokenizer) == 'pretrained' and m.type != 'causal_lm'):
+  if vocabularies.kind(d.tokenizer) == 'pretrained' and not declared.decoder_only:
     raise errors.ConfigError(
         f"config.data.tokenizer={d.tokenizer!r} is a pretrained model's own tokenizer, whose ids "
         f'are its own; the {m.type} model frames and masks with this project\'s special ids '
         "(bos, eos, the masked LM's [MASK]). Fix: a causal LM (model.type='causal_lm'), or a "
         'tokenizer.json without the hf: prefix (its ids after the special ones).')
-  if m.residual == 'parallel' and (m.norm == 'post' or m.type == 'encoder_decoder'):
+  if m.residual == 'parallel' and (m.norm == 'post' or not declared.parallel_residual):
     raise errors.ConfigError(
         "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
         f"type={m.type!r}. Fix: --config.model.residual=sequential.")
   _validate_attention(config, m)
-  if m.type == 'mlm':
-    if d.mask_fraction + d.random_fraction > 1.0:
-      raise errors.ConfigError(
-          f'config.data.mask_fraction={d.mask_fraction} and random_fraction='
-          f'{d.random_fraction} must have a sum <= 1 (the rest keeps the token).')
-  if m.type == 'classifier':
-    keys = d.text_keys
-    if not 1 <= len(keys) <= 2 or not d.label_key:
-      raise errors.ConfigError(
-          f'config.data.text_keys={tuple(keys)} and label_key={d.label_key!r}: a classifier '
-          'needs one or two text features and a label feature. Fix: start from '
-          'configs/classify.py.')
-    if d.seq_len < len(keys) + 2:
-      raise errors.ConfigError(f'config.data.seq_len={d.seq_len} leaves no room for text.')
-    regression = m.num_classes == 1
-    allowed = metrics.REGRESSION_METRICS if regression else metrics.CLASSIFICATION_METRICS
-    bad = [name for name in config.eval.metrics if name not in allowed]
-    if bad:
-      raise errors.ConfigError(
-          f'config.eval.metrics has {bad}, which do not apply to '
-          f'{"regression" if regression else "classification"} (num_classes={m.num_classes}). '
-          f'Fix: choose from {sorted(allowed)}.')
-    if m.type_vocab_size == 1 and len(keys) == 2:
-      raise errors.ConfigError('config.model.type_vocab_size=1 cannot tell two sentences apart. '
-                               'Fix: 2 (or 0 for no token types).')
-  elif m.type == 'encoder_decoder' and not (d.source_key and d.target_key):
-    raise errors.ConfigError(
-        f'config.data.source_key={d.source_key!r} and target_key={d.target_key!r}: a '
-        'translation model needs the features of both languages. Fix: start from '
-        'configs/translate.py.')
-  if config.init_from and m.type not in ('causal_lm', 'classifier'):
+  if declared.validate:  # The type's own rules.
+    declared.validate(config)
+  if config.init_from and not declared.starts_from:
     raise errors.ConfigError(f'config.init_from starts a classifier from a masked LM or '
                              f'continues a causal LM, not a {m.type!r} model. Fix: leave it '
                              'empty.')
@@ -220,7 +196,7 @@ def _validate_attention(config, m) -> None:
   pattern = tuple(m.layer_kinds)
   if pattern:
     positions.model_scheme(m)  # Each named kind exists (an error names its index).
-    if m.type != 'causal_lm':
+    if not model_types.of(m).decoder_only:
       raise errors.ConfigError(
           f'config.model.layer_kinds={pattern} is offered for causal LMs (model.type is '
           f'{m.type!r}). Fix: --config.model.layer_kinds=() and one position.kind.')
@@ -237,7 +213,7 @@ def _validate_attention(config, m) -> None:
           'attention.')
   windows = tuple(m.layer_windows)
   if any(windows):
-    if m.type != 'causal_lm':
+    if not model_types.of(m).decoder_only:
       raise errors.ConfigError(
           f'config.model.layer_windows={windows} slides a causal window; model.type='
           f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')

@@ -27,6 +27,7 @@ extra cost shows up as a lower achieved FLOP rate.
 import ml_collections
 
 from roformer import attention_options
+from roformer import model_types
 from roformer import self_attention
 
 TRAIN_MULTIPLIER = 3  # Forward + two backward matmuls per forward matmul.
@@ -57,24 +58,9 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
 
 def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           predicted_fraction: float = 1.0) -> float:
-  """Training FLOPs per input token of the causal LM, masked LM or classifier built from
-  `model_cfg` (for the encoder-decoder, of its decoder side with cross-attention counted like
-  self-attention over `seq_len` source tokens and the encoder per source token). The masked
-  LM's head counts for `predicted_fraction` of the tokens."""
-  d, v = model_cfg.d_model, model_cfg.vocab_size
-  kind = model_cfg.type
-  if kind == 'causal_lm':
-    forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, True) + 2 * d * v
-  elif kind == 'mlm':
-    forward = (model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
-               + predicted_fraction * (2 * d * d + 2 * d * v))
-  elif kind == 'classifier':  # The pooler and classifier act once per row: negligible.
-    forward = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
-  elif kind == 'encoder_decoder':
-    encoder = model_cfg.num_layers * layer_flops_per_token(model_cfg, seq_len, False)
-    cross = 2 * 4 * d * d + 2 * 2 * seq_len * d
-    decoder = model_cfg.num_layers * (layer_flops_per_token(model_cfg, seq_len, True) + cross)
-    forward = encoder + decoder + 2 * d * v
-  else:
-    raise ValueError(f'no FLOP count for model type {kind!r}')
+  """Training FLOPs per input token of the model `model_cfg` builds, as its type declares them
+  (roformer/model_types.py: the encoder-decoder's per target token, the masked LM's head for
+  `predicted_fraction` of the tokens)."""
+  forward = model_types.of(model_cfg).forward_flops(model_cfg, seq_len, predicted_fraction,
+                                                    layer_flops_per_token)
   return TRAIN_MULTIPLIER * forward

@@ -17,6 +17,7 @@ from flax import nnx
 from roformer import config_lib
 from roformer import decode
 from roformer import errors
+from roformer import model_types
 from roformer import positions as positions_lib
 from roformer import sharding
 from roformer import trainer as trainer_lib
@@ -24,9 +25,8 @@ from roformer import workdir as workdir_lib
 from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
 
-# The model types this serves, and what it does with each.
-SERVED = {'causal_lm': 'continues each prompt by sampling',
-          'encoder_decoder': 'translates each prompt with beam search'}
+# The model types this serves, and what it does with each (as they declare it).
+SERVED = {t.name: t.generates for t in model_types.TYPES.values() if t.generates}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +89,8 @@ def open_workdir(workdir: str, step: int | None = None) -> Workdir:
     served = '; '.join(f'{k} (it {v})' for k, v in SERVED.items())
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a {kind} model; scripts/generate.py serves {served}. '
-        f'Fix: point --workdir at a causal_lm or encoder_decoder run (score a {kind} run '
-        'with eval.py).')
+        f'Fix: point --workdir at a {" or ".join(SERVED)} run (score a {kind} run with '
+        'eval.py).')
   step = trainer_lib.checkpoint_step(workdir, step)
   return Workdir(workdir, config, step, workdir_lib.open_tokenizer(config, workdir))
 
@@ -179,7 +179,7 @@ def run(workdir: str, prompts: Sequence[str] = (), *, input_file: str | None = N
   texts = read_prompts(prompts, input_file)
   opened = open_workdir(workdir, step)
   config, tokenizer = opened.config, opened.tokenizer
-  if config.model.type == 'encoder_decoder':
+  if not model_types.of(config.model).decoder_only:  # A translation model.
     trainer, params = restore(opened)
     lines = trainer.task.translate(
         trainer.graphdef, params, texts, tokenizer, max_len=config.data.seq_len,

@@ -36,6 +36,7 @@ from roformer import files
 from roformer import generation
 from roformer import hf_config
 from roformer import hf_weights
+from roformer import model_types
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.data import tokenizer as tokenizer_lib
@@ -133,7 +134,7 @@ def _flatten(tree, prefix=''):
 def _restored(workdir: str, step: int | None):
   """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device."""
   opened = generation.open_workdir(workdir, step)
-  if opened.config.model.type != 'causal_lm':
+  if not model_types.of(opened.config.model).decoder_only:
     raise errors.ConfigError(f'{workdir} holds a {opened.config.model.type} model, not a causal '
                              'LM. Fix: point at a causal_lm workdir.')
   trainer, params = generation.restore(opened)

@@ -24,6 +24,7 @@ import ml_collections
 from roformer import config_schema
 from roformer import errors
 from roformer import files
+from roformer import model_types
 from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
@@ -225,7 +226,7 @@ def _refusal(config) -> str | None:
   m = config.model
   att, rope = m.attention, m.position.rope
   checks = (
-      (m.type != 'causal_lm', f"it is a {m.type} model; transformers' causal-LM classes take "
+      (not model_types.of(m).decoder_only, f"it is a {m.type} model; transformers' causal-LM classes take "
                               'decoder-only models'),
       (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'

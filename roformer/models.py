@@ -21,6 +21,7 @@ from roformer import autodiff
 from roformer import blocks
 from roformer import errors
 from roformer import layers
+from roformer import model_types
 from roformer import positions as positions_lib
 from roformer import self_attention
 from roformer import stack
@@ -301,7 +302,7 @@ def is_causal(cfg: ml_collections.ConfigDict) -> bool:
 def attention_directions(cfg: ml_collections.ConfigDict) -> tuple[bool, ...]:
   """The causalities of the self-attention stacks of a model type (the position scheme must
   support each): (True,) for the causal LM, (False, True) for the encoder-decoder."""
-  return (False, True) if cfg.type == 'encoder_decoder' else (is_causal(cfg),)
+  return model_types.of(cfg).stacks
 
 
 def create(cfg: ml_collections.ConfigDict, *, seed: int | jax.Array = 0):

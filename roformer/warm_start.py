@@ -13,6 +13,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import config_changes
 from roformer import config_lib
 from roformer import errors
+from roformer import model_types
 from roformer import positions as positions_lib
 from roformer import trainer as trainer_lib
 from roformer import variables
@@ -58,7 +59,7 @@ def prepare(config: ml_collections.ConfigDict) -> None:
   length); learned positions cannot go past the rows their table has (a longer table would change the parameters, and
   the rows past the old length would be untrained)."""
   saved = _source(config)
-  if config.model.type != 'causal_lm' or saved.model.type != 'causal_lm':
+  if not (continues(config) and saved.model.type == config.model.type):
     return
   with config.unlocked():  # What the scheme takes from its source (its `from_source`).
     positions_lib.model_scheme(config.model).from_source(
@@ -77,7 +78,7 @@ def prepare(config: ml_collections.ConfigDict) -> None:
 def continues(config: ml_collections.ConfigDict) -> bool:
   """Whether config.init_from is continued as the same model (every parameter taken over, at
   a new length or scaling), rather than its encoder fine-tuned under a new head."""
-  return config.model.type == 'causal_lm'
+  return model_types.of(config.model).continues
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -85,20 +86,20 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   encoder a classifier takes over, or a causal-LM run continued (every parameter) at another
   length or RoPE scaling. Returns (its config, its latest step). Reads metadata only."""
   saved = _source(config)
-  wanted = {'classifier': 'mlm', 'causal_lm': 'causal_lm'}[config.model.type]
+  wanted = model_types.of(config.model).starts_from
   if saved.model.type != wanted:
+    start = model_types.TYPES[wanted].start
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} is a {saved.model.type!r} run; a '
-        f'{config.model.type!r} model starts from a {wanted!r} run. Fix: '
-        + ('pretrain with `python train.py --config configs/mlm.py --workdir runs/mlm` and pass '
-           '--config.init_from=runs/mlm.' if wanted == 'mlm' else
-           'point it at a workdir of `train.py --config configs/lm.py`.'))
+        f'{config.model.type!r} model starts from a {wanted!r} run. Fix: point it at a '
+        f'workdir of `python train.py --config {start}` (e.g. --workdir runs/{wanted}, then '
+        f'--config.init_from=runs/{wanted}).')
   step = checkpoint_lib.latest_step(os.path.join(os.path.abspath(config.init_from),
                                                  'checkpoints'))
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let that run save one first.')
-  if wanted == 'mlm':
+  if not continues(config):  # Fine-tuning: the encoder must be the pretrained one.
     diffs = config_lib.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
                                    'model')
     if diffs:
@@ -142,7 +143,7 @@ def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, ste
       'copy of the run without the later steps').to_pure_dict()
   params = state['params']
   target = params.to_pure_dict()
-  skip = _MLM_HEAD if saved.model.type == 'mlm' else ()
+  skip = () if model_types.of(trainer.config.model).continues else _MLM_HEAD
   taken = sorted(k for k in target if k in pretrained and k not in skip)
   for key in taken:
     target[key] = pretrained[key]

@@ -174,7 +174,7 @@ def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):
 
 
 @pytest.mark.parametrize('change,match', [
-    ({'type': 'mlm'}, "is for causal_lm, not model.type='mlm'"),
+    ({'type': 'mlm'}, "is for causal LMs, not model.type='mlm'"),
     ({'attention_impl': 'xla'}, 'einsum path'),
 ])
 def test_stick_breaking_is_refused_where_it_has_no_meaning(change, match):

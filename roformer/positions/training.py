@@ -107,9 +107,10 @@ def labels(train: dict) -> dict:
   return out
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-  """The checks every sampler shares, then its own, then the scheme against the positions it
-  will see (a learned table shorter than them)."""
+def validate(config: ml_collections.ConfigDict, decoder_only: bool) -> None:
+  """The checks every sampler shares (`decoder_only`: the model type predicts the next token
+  with one causal stack, roformer/model_types.py), then its own, then the scheme against the
+  positions it will see (a learned table shorter than them)."""
   on = [cls for cls in samplers() if cls.on(config.train)]
   if not on:
     return
@@ -119,7 +120,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise errors.ConfigError(f'{" and ".join(fields)} both choose the training positions. '
                              'Fix: set all but one of them to 0.')
   cls, field = on[0], fields[0]
-  if m.type != 'causal_lm':
+  if not decoder_only:
     raise errors.ConfigError(f'{field}: {cls.name} is offered for the causal LM (model.type is '
                              f'{m.type!r}). Fix: set it to 0.')
   caps = registry.model_scheme(m).capabilities

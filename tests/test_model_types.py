@@ -1,0 +1,61 @@
+"""The model types' declarations (roformer/model_types.py) are complete and decide the checks: a
+config is refused exactly where its type's declaration says it does not offer something."""
+
+import pytest
+
+from configs import test as test_config
+from roformer import config_lib
+from roformer import errors
+from roformer import model_types
+from roformer import models
+from roformer import tasks
+
+
+def test_every_type_is_declared_built_and_trained_alike():
+  assert set(model_types.TYPES) == set(models.MODELS) == set(tasks.TASKS)
+  for name, declared in model_types.TYPES.items():
+    assert declared.name == name
+    assert declared.stacks[-1] == models.MODELS[name].causal  # The stack that makes the output.
+    assert not declared.starts_from or declared.starts_from in model_types.TYPES
+
+
+def _config(name):
+  if name == 'encoder_decoder':
+    from configs import translate  # pylint: disable=import-outside-toplevel
+    return translate.get_config()
+  config = test_config.get_config({'causal_lm': 'rope', 'mlm': 'mlm', 'classifier': 'classify'}[name])
+  assert config.model.type == name
+  return config
+
+
+@pytest.mark.parametrize('name', sorted(model_types.TYPES))
+def test_the_declarations_decide_what_a_type_is_offered(name):
+  declared = model_types.TYPES[name]
+  config_lib.validate(_config(name))
+  cases = [  # (the declared flag, a change that needs it, what the refusal says)
+      ('decoder_only', {'model.layer_kinds': ('rope', 'none')}, 'layer_kinds'),
+      ('decoder_only', {'model.layer_windows': (8,)}, 'layer_windows'),
+      ('post_norm', {'model.norm': 'post'}, "norm='post'"),
+      ('starts_from', {'init_from': '/nonexistent'}, 'init_from'),
+  ]
+  for flag, change, what in cases:
+    config = _config(name)
+    for dotted, value in change.items():
+      *parents, leaf = dotted.split('.')
+      node = config
+      for parent in parents:
+        node = node[parent]
+      node[leaf] = value
+    if getattr(declared, flag):
+      if flag != 'starts_from':  # (A source is checked once it is read: test_context_extension.)
+        config_lib.validate(config)
+    else:
+      with pytest.raises(errors.ConfigError, match=what):
+        config_lib.validate(config)
+
+
+def test_an_unknown_type_is_one_error_naming_the_types():
+  config = _config('causal_lm')
+  config.model.type = 'seq2seq'
+  with pytest.raises(errors.ConfigError, match="one of"):
+    model_types.of(config.model)
