@@ -19,7 +19,8 @@ Schemes (points are named TASK,SCHEME,seed=N):
   attention with RoPE and without positions);
 - the 2025-26 ones (`...options.py:new2026`: these and `rope` on passkey and flip-flop):
   `fope`, `rope_id`, `tapa`, `rope+float` (random float sampling), with `rope+random`
-  (integer randomized positions) beside them;
+  (integer randomized positions) beside them, and `tapa_lr5` (TAPA at a fifth of the learning
+  rate, the ratio its paper trained it at);
 - the baselines: `rope`, `none`, `alibi`, `fire`, `fox`, `path`, `stick_breaking`; plain
   `rope`'s runs are evaluated again with YaRN at each length's factor (`eval_results.rope_yarn.json`),
   the baseline of PoPE's extrapolation claim.
@@ -27,6 +28,7 @@ The points that are frontier.py's (same task, scheme and seed) have the same nam
 so pointing both sweeps at one workdir shares their runs.
 """
 
+from configs import synthetic
 from configs.sweeps import frontier
 from configs.sweeps import length
 
@@ -50,8 +52,11 @@ SCHEMES = {
                                   'train.float_positions': length},
     'rope+random': lambda length: {'model.position.kind': 'rope',
                                    'train.random_positions': 8 * length},
+    # TAPA at a fifth of the learning rate: its paper trained it at 2e-5 where RoPE had 1e-4.
+    'tapa_lr5': lambda length: {'model.position.kind': 'tapa',
+                                'train.learning_rate': synthetic.LEARNING_RATE / 5},
 }
-NEW_2026 = ('fope', 'rope_id', 'tapa', 'rope+float', 'rope+random')
+NEW_2026 = ('fope', 'rope_id', 'tapa', 'tapa_lr5', 'rope+float', 'rope+random')
 TASKS = ('passkey', 'niah_multikey', 'variable_tracking', 'flip_flop')
 SEEDS = (0, 1, 2, 3, 4)
 
