@@ -57,8 +57,11 @@ def set_fields(node, fields: dict) -> None:
 
 def signature(kind: str) -> tuple[bool, ...]:
   """The kind's declared capabilities, each as whether it holds (`logits_term` is a
-  description: kinds that add different terms to the logits take the same code paths)."""
-  return tuple(bool(v) for v in dataclasses.astuple(positions.capabilities(kind)))
+  description: kinds that add different terms to the logits take the same code paths), but for
+  `real_positions`, which decides only which training positions a kind takes, not a path of
+  the model that the structural checks run."""
+  caps = dataclasses.replace(positions.capabilities(kind), real_positions=False)
+  return tuple(bool(v) for v in dataclasses.astuple(caps))
 
 
 def with_capability(name: str, value=True) -> tuple[str, ...]:

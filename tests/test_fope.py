@@ -123,14 +123,7 @@ def test_cached_decoding_equals_the_full_pass():
   cfg.position.fope.clip_length = 16
   model = kinds.visible_positions(models.create(cfg, seed=3))
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 9)))
-  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
-  full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
-  cache = model.init_cache(2, 12)
-  logits, cache = model.decode(tokens[:, :4], pos[:, :4], cache)
-  np.testing.assert_allclose(np.asarray(logits), full[:, :4], atol=1e-4)
-  for t in range(4, 9):
-    logits, cache = model.decode(tokens[:, t:t + 1], pos[:, t:t + 1], cache)
-    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 3), max_len=12)
 
 
 def test_an_unset_clipping_length_takes_the_runs_training_positions():

@@ -158,10 +158,10 @@ def test_the_capabilities_decide_the_config_checks():
     config.model.attention.update({'kind': 'favor', 'num_features': 16, 'chunk': 8,
                                    'redraw_interval': 0, 'rope_mode': 'qk'})
     if caps.linear_attention:
-      config_lib._validate_attention(config.model)  # pylint: disable=protected-access
+      config_lib._validate_attention(config, config.model)  # pylint: disable=protected-access
     else:
       with pytest.raises(errors.ConfigError, match="cannot be used with attention.kind='favor'"):
-        config_lib._validate_attention(config.model)  # pylint: disable=protected-access
+        config_lib._validate_attention(config, config.model)  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize('kind', kinds.ALL)
