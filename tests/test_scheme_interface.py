@@ -202,8 +202,9 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
   assert moved == caps.reads_positions
 
 
-@pytest.mark.parametrize('kind', [k for k in kinds.WITH_COMBINED
-                                  if positions.capabilities(k).real_positions])
+@pytest.mark.parametrize('kind', kinds.params(  # One of each way of reading them by default.
+    [k for k in kinds.WITH_COMBINED if positions.capabilities(k).real_positions],
+    fast=('rope', 'alibi', 'sinusoidal', 'tapa')))
 def test_kinds_that_read_real_positions_mean_by_them_what_integers_do(kind):
   """A kind that declares `real_positions` gives the same outputs for integer positions given as
   floats, finite ones for fractional positions, and different ones when they are stretched by
