@@ -91,6 +91,7 @@ class AttentionKind:
   flops: Callable[..., float]
   validate: Callable[..., None] | None = None  # Its own further checks, (model_cfg, att).
   redraws: bool = False  # Random features redrawn every `redraw_interval` steps (FAVOR+).
+  reads: tuple[str, ...] = ()  # Its own fields of config.model.attention.
 
 
 def _scores_flops(model_cfg, seq_len: int, causal: bool) -> float:
@@ -130,10 +131,10 @@ KINDS = {k.name: k for k in (
                   frozenset(FEATURES), ('einsum', 'xla', 'cudnn'), '', _scores_flops),
     AttentionKind('favor', 'FAVOR+ linear attention (Choromanski et al. 2021)', frozenset(),
                   None, 'linear_attention', _favor_flops, _favor_check,
-                  redraws=True),
+                  redraws=True, reads=('num_features', 'redraw_interval', 'rope_mode')),
     AttentionKind('stick_breaking', 'stick-breaking weights (Tan et al. 2025)',
                   frozenset({'logits', 'head_outputs', 'mask'}), ('einsum',), 'decoder_only',
-                  _scores_flops),
+                  _scores_flops, reads=('attend_current',)),
 )}
 
 
@@ -157,6 +158,7 @@ class AttentionOption:
   validate: Callable[..., None] | None = None
   attention_flops: Callable[..., float] | None = None
   layer_flops: Callable[..., float] | None = None
+  reads: tuple[str, ...] = ()  # Its fields besides its switch, read when it is on.
 
 
 def _layer_caps(model_cfg) -> dict:
@@ -215,7 +217,7 @@ def _dape_flops(m, seq_len: int, causal: bool) -> float:
 OPTIONS = {o.field: o for o in (
     AttentionOption('qk_norm', 'Dehghani et al. 2023', "RMSNorm of each head's queries and keys"),
     AttentionOption('ssmax', 'Nakanishi 2025', 'logits times s_h log n (Scalable-Softmax)',
-                    needs=('softmax',)),
+                    needs=('softmax',), reads=('ssmax_init',)),
     AttentionOption('output_gate', 'Qiu et al. 2025', "a sigmoid gate on each head's output",
                     needs=('head_outputs',),
                     layer_flops=lambda m, seq_len, causal: 2 * m.d_model * m.d_model),
@@ -229,15 +231,26 @@ OPTIONS = {o.field: o for o in (
                     needs=('softmax',), einsum_only=True,
                     excludes=(('ssmax', 'scales the same logits (not combined)'),),
                     positions=_dape_positions, positions_need='a bias in every layer',
-                    validate=_dape_check, layer_flops=_dape_flops),
+                    validate=_dape_check, layer_flops=_dape_flops, reads=('dape_width',)),
     AttentionOption('nope_temperature', 'Llama 4', 'a temperature on the layers without positions',
                     needs=('logits',), positions=_nope_positions,
-                    positions_need='some layer without positions'),
+                    positions_need='some layer without positions',
+                    reads=('nope_temperature_floor', 'nope_temperature_scale')),
 )}
 
 
 def enabled(att) -> list[AttentionOption]:
   return [o for o in OPTIONS.values() if att[o.field]]
+
+
+def fields_read(att) -> dict:
+  """The fields of config.model.attention `att` that decide what attention computes: the
+  kind and its own fields, every switch, and the fields of the switches that are on (not
+  FAVOR+'s `chunk`, which only orders its sums, nor the fields of what is off)."""
+  kind = KINDS[att.kind]
+  return {'kind': att.kind, **{f: att[f] for f in kind.reads},
+          **{o.field: bool(att[o.field]) for o in OPTIONS.values()},
+          **{f: att[f] for o in enabled(att) for f in o.reads}}
 
 
 def check(config, m, att) -> None:

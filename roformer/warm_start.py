@@ -9,12 +9,14 @@ import jax
 import ml_collections
 from flax import nnx
 
+from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_changes
 from roformer import config_lib
 from roformer import errors
 from roformer import model_types
 from roformer import positions as positions_lib
+from roformer import self_attention
 from roformer import trainer as trainer_lib
 from roformer import variables
 
@@ -30,16 +32,14 @@ _ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'norm', 'activa
 
 def _encoder_fields(model_cfg) -> dict:
   """The model fields that decide what a pretrained encoder computes: the sizes, the position
-  kind with the options that kind reads, and the attention kind (with the FAVOR+ options only
-  when it is 'favor'; the chunk length only changes how the sums are computed)."""
+  kind with the options that kind reads, and the attention fields that decide what it computes
+  (attention_options.fields_read: the kind's own, the switches and those of the switches on)."""
   fields = {name: model_cfg.get(name) for name in _ENCODER_FIELDS}
   position = model_cfg.position
   fields['position'] = {'kind': position.kind,
                         **{name: position.get(name)
                            for name in positions_lib.scheme_fields(position.kind)}}
-  attention = model_cfg.get('attention') or {'kind': 'softmax'}
-  fields['attention'] = ({k: v for k, v in attention.items() if k != 'chunk'}
-                         if attention['kind'] == 'favor' else {'kind': attention['kind']})
+  fields['attention'] = attention_options.fields_read(self_attention.attention_config(model_cfg))
   return fields
 
 

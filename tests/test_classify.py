@@ -150,8 +150,13 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   cfg.model.position.learned.max_length += 1  # Another scheme's option.
   cfg.model.attention.rope_mode = 'features' if cfg.model.attention.rope_mode == 'qk' else 'qk'
   cfg.model.attention.num_features += 1  # FAVOR+ options, read only by attention.kind='favor'.
+  cfg.model.attention.ssmax_init += 1  # Read only with attention.ssmax on.
   _, step = warm_start.check_init_from(cfg)
   assert step == 16
+  cfg.model.attention.qk_norm = True  # A switch: it adds parameters and changes the logits.
+  with pytest.raises(errors.ConfigError, match='model.attention.qk_norm'):
+    warm_start.check_init_from(cfg)
+  cfg.model.attention.qk_norm = False
   cfg.model.position.rope.base = 500.0  # An option RoPE reads.
   with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
     warm_start.check_init_from(cfg)
