@@ -29,6 +29,7 @@ from roformer import attention_options
 from roformer import blocks
 from roformer import layers
 from roformer import metrics
+from roformer import model_types
 from roformer import models
 from roformer import positions
 from roformer import sharding
@@ -61,12 +62,18 @@ TRANSLATION = Reader("translation models (model.type='encoder_decoder')",
                      'start from configs/translate.py')
 FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
                lambda c: corpus.is_files(c.data), f'set --config.data.name={corpus.NAME}')
-TEXT_LM = Reader("language models on text (model.type 'causal_lm' or 'mlm', not a synthetic "
-                 'task)', lambda c: c.model.type in ('causal_lm', 'mlm') and
-                 not synthetic.task_name(c.data), 'start from configs/lm.py or configs/mlm.py')
-TEXT_CAUSAL_LM = Reader("causal LMs on text (model.type='causal_lm', not a synthetic task)",
-                        lambda c: c.model.type == 'causal_lm' and not synthetic.task_name(c.data),
-                        'start from configs/lm.py')
+def _types_with(flag: str, what: str) -> Reader:
+  """The runs on text (not a synthetic task) of the model types that declare `flag`
+  (roformer/model_types.py), `what` in words."""
+  types = [t for t in model_types.TYPES.values() if getattr(t, flag)]
+  names = ' or '.join(repr(t.name) for t in types)
+  return Reader(f'{what} on text (model.type {names}, not a synthetic task)',
+                lambda c: c.model.type in {t.name for t in types} and not synthetic.task_name(
+                    c.data), 'start from ' + ' or '.join(t.start for t in types))
+
+
+TEXT_LM = _types_with('documents', 'language models')
+TEXT_CAUSAL_LM = _types_with('decoder_only', 'causal LMs')
 TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
               'vocabulary follows from the task)', lambda c: not synthetic.task_name(c.data),
               'train on text (data.name) instead of a synthetic task')
