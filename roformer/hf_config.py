@@ -21,6 +21,7 @@ import os
 
 import ml_collections
 
+from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
 from roformer import files
@@ -226,8 +227,11 @@ def _refusal(config) -> str | None:
   m = config.model
   att, rope = m.attention, m.position.rope
   checks = (
-      (not model_types.of(m).decoder_only, f"it is a {m.type} model; transformers' causal-LM classes take "
-                              'decoder-only models'),
+      (not model_types.of(m).decoder_only,
+       f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models"),
+      (config.train.float_positions > 0,
+       'it trained on real-valued positions (train.float_positions) and is evaluated on their '
+       'grid; transformers feeds integer positions'),
       (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
@@ -241,9 +245,8 @@ def _refusal(config) -> str | None:
       (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
        "YaRN's 'ratio' ramp (transformers computes the 'index' ramp)"),
       (att.kind != 'softmax', f'attention.kind={att.kind!r}'),
-      (att.qk_norm or att.ssmax or att.output_gate or att.differential or att.dape
-       or att.nope_temperature, 'an attention option (qk_norm, ssmax, output_gate, '
-                                'differential, dape or nope_temperature)'),
+      (bool(attention_options.enabled(att)),
+       f'an attention option ({", ".join(attention_options.OPTIONS)})'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),

@@ -72,10 +72,14 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   starting_from = bool(config.init_from) and resume_step is None
   if starting_from:  # Settings the config leaves to the source (its training length).
     warm_start.prepare(config)
-  else:  # Or to the run's own training length (what its scheme derives from it).
-    with config.unlocked():
-      positions_lib.model_scheme(config.model).from_source(
-          config.model.position, config_lib.trained_positions(config)[0], positions_lib.TRAIN)
+  # Options the scheme derives from the positions trained on (`derived`): a resumed run's
+  # saved values, or a new run's own.
+  saved = (config_lib.load(workdir) if resume_step is not None
+           and os.path.exists(os.path.join(workdir, 'config.json')) else None)
+  with config.unlocked():
+    if saved is not None:
+      positions_lib.take_derived(config.model, saved.model)
+    positions_lib.derive(config.model, config_lib.trained_positions(config)[0])
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)
   init_from = warm_start.check_init_from(config) if starting_from else None

@@ -54,11 +54,14 @@ def _source(config) -> ml_collections.ConfigDict:
 
 
 def prepare(config: ml_collections.ConfigDict) -> None:
-  """Before the config's own checks, for a causal LM continued from another: the position
-  scheme takes what it needs from the source (its `from_source`: RoPE's scaling its original
-  length); learned positions cannot go past the rows their table has (a longer table would change the parameters, and
+  """Before the config's own checks: the options the position scheme derived from the
+  source's training (`derived`: FoPE's clipping length) take the source's values, whatever the
+  model type; for a causal LM continued from another, the scheme takes what it needs from the
+  source (its `from_source`: RoPE's scaling its original length); learned positions cannot go past the rows their table has (a longer table would change the parameters, and
   the rows past the old length would be untrained)."""
   saved = _source(config)
+  with config.unlocked():  # What its scheme derived from the source's training (`derived`).
+    positions_lib.take_derived(config.model, saved.model)
   if not (continues(config) and saved.model.type == config.model.type):
     return
   with config.unlocked():  # What the scheme takes from its source (its `from_source`).

@@ -61,9 +61,9 @@ def test_the_task_draws_while_training_and_evaluates_on_the_grid():
 
 
 @pytest.mark.parametrize('fields,message', [
-    ({'train.float_positions': 64, 'model.position.kind': 't5'}, 'table rows or buckets'),
+    ({'train.float_positions': 64, 'model.position.kind': 't5'}, 'does not declare that it reads'),
     ({'train.float_positions': 64, 'train.random_positions': 64}, 'both choose'),
-    ({'train.float_positions': 1}, 'too short'),
+    ({'train.float_positions': 16}, 'below config.data.seq_len'),
     ({'train.float_positions': 64, 'model.position.kind': 'none'}, 'reads no integer'),
 ])
 def test_bad_settings_are_one_error_naming_the_field(fields, message):
@@ -87,3 +87,12 @@ def test_a_run_trains_and_evaluates_with_float_positions(tmp_path):
   assert np.isfinite(last['validation']['loss'])
   saved = config_lib.load(str(tmp_path / 'w'))
   assert saved.train.float_positions == cfg.data.seq_len
+
+
+def test_a_model_trained_on_real_positions_is_not_exported_to_transformers():
+  from roformer import hf_config  # pylint: disable=import-outside-toplevel
+  cfg = test_config.get_config()
+  plain = hf_config._refusal(cfg)  # pylint: disable=protected-access
+  cfg.train.float_positions = cfg.data.seq_len
+  assert 'real-valued positions' in hf_config._refusal(cfg)  # pylint: disable=protected-access
+  assert plain is None or 'real-valued' not in plain

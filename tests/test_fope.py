@@ -126,31 +126,68 @@ def test_cached_decoding_equals_the_full_pass():
   kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 3), max_len=12)
 
 
-def test_an_unset_clipping_length_takes_the_runs_training_positions():
-  """from_source on the run's own config (positions.TRAIN) writes the trained positions; a set
-  one is kept; the continuation and evaluation occasions fill it the same way."""
+def test_an_unset_clipping_length_takes_the_positions_the_run_trains_on():
+  """registry.derive fills a 0 with the trained positions (randomized ones when larger) and
+  keeps a set value; take_derived copies a saved run's value into a 0 only."""
   config = kinds.tiny_config('fope')
   config.data.seq_len = 24
-  fope = positions.scheme('fope')
-  fope.from_source(config.model.position, config_lib.trained_positions(config)[0],
-                   positions.TRAIN)
+  positions.derive(config.model, config_lib.trained_positions(config)[0])
   assert config.model.position.fope.clip_length == 24
   config.train.random_positions = 96
   config.model.position.fope.clip_length = 0
-  fope.from_source(config.model.position, config_lib.trained_positions(config)[0],
-                   positions.TRAIN)
+  positions.derive(config.model, config_lib.trained_positions(config)[0])
   assert config.model.position.fope.clip_length == 96
-  fope.from_source(config.model.position, 10, 'evaluate')
+  positions.derive(config.model, 10)
   assert config.model.position.fope.clip_length == 96
+  fresh = kinds.tiny_config('fope').model
+  positions.take_derived(fresh, config.model)
+  assert fresh.position.fope.clip_length == 96
+  other = kinds.tiny_config('rope').model  # A source of another kind gives nothing.
+  fresh.position.fope.clip_length = 0
+  positions.take_derived(fresh, other)
+  assert fresh.position.fope.clip_length == 0
 
 
-def test_train_writes_the_clipping_length_into_the_saved_config(tmp_path):
+def test_a_run_continued_at_a_longer_length_keeps_the_sources_clipping_and_resumes(tmp_path):
+  """Trained at 32, continued at 64 with clip_length left at 0: the continuation takes the
+  source's 32 (its coefficients' shape), not its own length, and resuming it with the same
+  command is the same run."""
   from configs import test as test_config  # pylint: disable=import-outside-toplevel
-  from roformer import resolve  # pylint: disable=import-outside-toplevel
-  config = test_config.get_config('fope')
-  config.data.seq_len = 32
-  run = resolve.for_training(config, str(tmp_path / 'w'))
-  assert run.config.model.position.fope.clip_length == 32
+  from roformer import loop  # pylint: disable=import-outside-toplevel
+
+  def config(**fields):
+    cfg = test_config.get_config('fope')
+    cfg.mesh.num_devices = 1
+    cfg.data.seq_len = 32
+    cfg.train.update(steps=2, eval_every=2, checkpoint_every=1, eval_batches=1)
+    cfg.update(fields)
+    return cfg
+
+  source = str(tmp_path / 'source')
+  loop.train_and_evaluate(config(), source)
+  assert config_lib.load(source).model.position.fope.clip_length == 32
+  longer = lambda: config(init_from=source, data=dict(config().data.to_dict(), seq_len=64))
+  target = str(tmp_path / 'longer')
+  loop.train_and_evaluate(longer(), target, stop_at=1)
+  assert config_lib.load(target).model.position.fope.clip_length == 32
+  last = loop.train_and_evaluate(longer(), target)  # Resumed from step 1.
+  assert np.isfinite(last['validation']['loss'])
+
+
+def test_fine_tuning_takes_the_pretrained_clipping_length(tmp_path):
+  from configs import test as test_config  # pylint: disable=import-outside-toplevel
+  from roformer import warm_start  # pylint: disable=import-outside-toplevel
+  pretrained = test_config.get_config('mlm')
+  pretrained.model.position.kind = 'fope'
+  pretrained.model.position.fope.clip_length = 48
+  source = tmp_path / 'mlm'
+  source.mkdir()
+  config_lib.save(pretrained, str(source))
+  tuned = test_config.get_config('classify')
+  tuned.model.position.kind = 'fope'
+  tuned.init_from = str(source)
+  warm_start.prepare(tuned)
+  assert tuned.model.position.fope.clip_length == 48
 
 
 @pytest.mark.parametrize('field,value,message', [

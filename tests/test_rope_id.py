@@ -72,7 +72,7 @@ def test_a_layer_rotates_as_the_formula_and_leaves_the_rest_alone():
 def test_an_unset_training_length_takes_the_runs_and_a_model_builds_without_it():
   config = kinds.tiny_config('rope_id')
   config.data.seq_len = 40
-  positions.scheme('rope_id').from_source(config.model.position, 40, positions.TRAIN)
+  positions.derive(config.model, 40)
   assert config.model.position.rope_id.train_length == 40
   fresh = kinds.tiny_config('rope_id').model
   model = models.create(fresh, seed=0)  # train_length 0: the released code's 4096.

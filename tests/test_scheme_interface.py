@@ -208,7 +208,8 @@ def test_each_declared_capability_is_what_the_kind_does(kind):
 def test_kinds_that_read_real_positions_mean_by_them_what_integers_do(kind):
   """A kind that declares `real_positions` gives the same outputs for integer positions given as
   floats, finite ones for fractional positions, and different ones when they are stretched by
-  1.5 (its positions are read as numbers, not floored to indices). Every other kind that reads
+  1.5 or nudged by a fraction that flooring would drop (its positions are read as numbers, not
+  floored to indices). Every other kind that reads
   positions is refused real ones by the training-position check (tests/test_float_sampling.py)."""
   caps = positions.capabilities(kind)
   model = kinds.Compiled(kinds.visible_positions(models.create(tiny(kind).model, seed=0)))
@@ -216,8 +217,11 @@ def test_kinds_that_read_real_positions_mean_by_them_what_integers_do(kind):
   np.testing.assert_allclose(model(TOKENS, POS.astype(jnp.float32), SEG), as_ints, atol=1e-5)
   stretched = np.asarray(model(TOKENS, POS.astype(jnp.float32) * 1.5 + 0.25, SEG))
   assert np.isfinite(stretched).all()
+  # A third of a step on every other position: floored, the positions would be the integers.
+  nudged = np.asarray(model(TOKENS, POS.astype(jnp.float32) + 0.3 * (POS % 2), SEG))
   if caps.reads_positions:
     assert not np.allclose(stretched, as_ints, atol=1e-6)
+    assert not np.allclose(nudged, as_ints, atol=1e-6)
 
 
 @pytest.mark.parametrize('name', sorted(os.listdir(LEGACY)) if os.path.isdir(LEGACY) else [])

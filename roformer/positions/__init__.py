@@ -27,13 +27,14 @@ from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions import training
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
-from roformer.positions.base import (TRAIN, Capabilities, Layer, PositionScheme, Shared,
-                                     head_dim, kinds, register, relative_positions)
+from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, head_dim,
+                                     kinds, register, relative_positions)
 from roformer.positions.registry import (bias_kinds, capabilities, capability_table, combine,
-                                         combined_kinds, default_fields, field_specs, kinds_line,
+                                         combined_kinds, default_fields, derive, field_specs, kinds_line,
                                          layer_config, layer_kinds, legacy_param_path,
                                          may_change, model_scheme, option, set_option,
-                                         per_layer, scheme, scheme_fields, validate)
+                                         per_layer, scheme, scheme_fields, take_derived,
+                                         validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE

@@ -237,15 +237,17 @@ class PositionScheme:
   # options that may differ from the trained run's; every other option of its groups is fixed
   # with the model (roformer/config_changes.py reads these).
   may_change: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+  # Options (dotted, under config.model.position) whose 0 means "the positions this model
+  # trains on" (FoPE's clipping length): a run that starts from nothing writes its trained
+  # positions into its config, and every run that reads a trained one (resumed, continued,
+  # fine-tuned, evaluated) takes the value saved there (registry.derive, registry.take_derived).
+  derived: tuple[str, ...] = ()
 
   @classmethod
   def from_source(cls, cfg: ml_collections.ConfigDict, trained: int, occasion: str) -> None:
     """Fills in, in `cfg` (config.model.position, unlocked), what this kind takes from the run
-    read on `occasion`, which was trained on `trained` positions: 'continue' or 'evaluate' (the
-    run continued or evaluated), or TRAIN (a run that starts or resumes from nothing reads its
-    own config: a value the kind derives from its own training length, such as FoPE's clipping
-    length, is then written into the saved config, fixed with the model). Nothing by
-    default."""
+    read on `occasion` ('continue' or 'evaluate'), which was trained on `trained` positions:
+    nothing by default."""
     del cfg, trained, occasion
 
   @classmethod
@@ -296,7 +298,6 @@ def register(kind: str) -> Callable[[type[PositionScheme]], type[PositionScheme]
   return wrap
 
 
-TRAIN = 'train'  # `from_source`'s occasion for a run's own training length.
 DEFAULT_KIND = 'rope'  # config.model.position.kind unless a config chooses another.
 
 

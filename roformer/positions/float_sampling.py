@@ -18,9 +18,14 @@ from [0, 1) and does not state the factor its encodings scale them by; S = data.
 spacing 1, as integer positions) is the natural choice and the one the configs here use.
 
 The positions are real numbers, so the scheme must read them as such (a kind that declares
-`real_positions`: RoPE, ALiBi, sinusoidal, ...; not a learned table or T5's buckets). The
-evaluation grid depends on the row's length, so a row is evaluated whole: decoding with a cache
-(generate.py) uses integer positions, which equal the grid (as distances) only up to S.
+`real_positions`: RoPE, ALiBi, sinusoidal, ...; not a learned table or T5's buckets). S is at
+least data.seq_len. The evaluation grid depends on the row's length, so a row is evaluated
+whole. Decoding with a cache (generate.py) feeds integer positions: for a kind that reads only
+distances they equal the grid up to S; an absolute one (sinusoidal, FoPE) sees them half a step
+off, and a row past S is not compressed. The Hugging Face export refuses such a model. With
+packed rows of text, each document draws over the whole range (spacing about S / m for m
+tokens) while evaluation spaces a row's tokens by the row's width: for short packed documents
+the two differ (the synthetic tasks hold one example a row, as the paper's do).
 """
 
 import jax
@@ -62,11 +67,13 @@ class FloatSampling(training.Sampler):
 
   @classmethod
   def validate(cls, config):
-    if config.train.float_positions < 2:
+    top, seq_len = config.train.float_positions, config.data.seq_len
+    if top < seq_len:
       raise errors.ConfigError(
-          f'config.train.float_positions={config.train.float_positions} is a range of '
-          'positions too short to tell tokens apart. Fix: config.data.seq_len '
-          f'({config.data.seq_len}), the mean spacing of integer positions.')
+          f'config.train.float_positions={top} is below config.data.seq_len={seq_len}: a row '
+          'would train on positions closer than integer ones, and the range the model trains '
+          f'on would be shorter than its rows. Fix: {seq_len} (the mean spacing of integer '
+          'positions) or more.')
 
   @classmethod
   def draw(cls, key, batch, train):

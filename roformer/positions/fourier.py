@@ -126,13 +126,7 @@ class Fourier(base.PositionScheme):
       'learnable': specs.Bool(default=False)}}
   capabilities = base.Capabilities(real_positions=True)
   Layer = _FourierLayer
-
-  @classmethod
-  def from_source(cls, cfg, trained, occasion):
-    """An unset clip_length takes the trained positions (the run's own, or its source's)."""
-    del occasion
-    if cfg.fope.clip_length < 1:
-      cfg.fope.clip_length = trained
+  derived = ('fope.clip_length',)  # 0: the positions the run trains on, then fixed.
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):

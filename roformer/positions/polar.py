@@ -79,6 +79,6 @@ class Polar(base.PositionScheme):
   options = {'pope': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0),
                       'delta_init': specs.Str(('zero', 'uniform'), default='zero')}}
   capabilities = base.Capabilities(
-      computes_logits=True,
+      computes_logits=True, real_positions=True,
       logits_term="its logits are content magnitudes times position phases, not q.k")
   Layer = _PolarLayer

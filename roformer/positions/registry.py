@@ -160,6 +160,7 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
 
   class PerLayer(Composite):
     reads = tuple(dict.fromkeys(f for p in parts for f in p.fields()))
+    derived = tuple(dict.fromkeys(d for p in parts for d in p.derived))
     capabilities = Capabilities(
         causal_only=any(c.causal_only for c in caps),
         reads_positions=any(c.reads_positions for c in caps),
@@ -262,6 +263,7 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
 
   class Combined(Composite):
     reads = tuple(first.fields()) + tuple(second.fields())
+    derived = tuple(dict.fromkeys(first.derived + second.derived))
     capabilities = Capabilities(
         causal_only=a.causal_only or b.causal_only,
         reads_positions=a.reads_positions or b.reads_positions,
@@ -412,6 +414,23 @@ def capability_table() -> str:
         + [favor, 'yes', yes(not caps.causal_only), longer,
            yes(caps.real_positions) if caps.reads_positions else 'none read']) + ' |')
   return '\n'.join(lines)
+
+
+def derive(model_cfg, trained: int) -> None:
+  """Sets each derived option (`PositionScheme.derived`) left at 0 in `model_cfg` (unlocked) to
+  `trained`, the positions the run trains on."""
+  for path in model_scheme(model_cfg).derived:
+    if not option(model_cfg.position, path):
+      set_option(model_cfg.position, path, trained)
+
+
+def take_derived(model_cfg, saved_model_cfg) -> None:
+  """Sets each derived option left at 0 in `model_cfg` (unlocked) to the value of the run
+  `saved_model_cfg` describes (the run resumed, continued or fine-tuned from), when it has one."""
+  saved = model_scheme(saved_model_cfg).derived
+  for path in model_scheme(model_cfg).derived:
+    if path in saved and not option(model_cfg.position, path):
+      set_option(model_cfg.position, path, option(saved_model_cfg.position, path))
 
 
 def kinds_line() -> str:

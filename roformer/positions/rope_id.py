@@ -81,13 +81,7 @@ class RopeId(base.PositionScheme):
       'train_length': specs.Int(0, 2**31 - 2, default=0)}}
   capabilities = base.Capabilities(real_positions=True)
   Layer = _RopeIdLayer
-
-  @classmethod
-  def from_source(cls, cfg, trained, occasion):
-    """An unset train_length takes the trained positions (the run's own, or its source's)."""
-    del occasion
-    if cfg.rope_id.train_length < 1:
-      cfg.rope_id.train_length = trained
+  derived = ('rope_id.train_length',)  # 0: the positions the run trains on, then fixed.
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):

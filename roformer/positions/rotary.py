@@ -304,8 +304,6 @@ class Rotary(base.PositionScheme):
     """A scaling relative to the trained length whose original length is unset takes the
     read run's: the kinds whose frequencies read it (yarn, llama3, dynamic), and on a
     continuation every stretching kind too, whose factor is checked against it."""
-    if occasion == base.TRAIN:  # A scaling's original length is another run's.
-      return
     sc = cfg.rope.scaling
     relative = scaling.NEEDS_ORIGINAL_LENGTH + (
         scaling.STRETCHING if occasion == 'continue' else ())

@@ -131,8 +131,9 @@ def validate(config: ml_collections.ConfigDict, decoder_only: bool) -> None:
   if cls.real and not caps.real_positions:
     real = [k for k in registry.kinds() if registry.capabilities(k).real_positions]
     raise errors.ConfigError(
-        f'{field} draws real-valued positions, and position.kind={m.position.kind!r} reads '
-        f'positions as table rows or buckets. Fix: one of {real}, or integer training '
+        f'{field} draws real-valued positions, and position.kind={m.position.kind!r} does not '
+        'declare that it reads positions as real numbers (Capabilities.real_positions: a '
+        f'table row or a bucket needs an integer). Fix: one of {real}, or integer training '
         'positions (config.train.random_positions).')
   cls.validate(config)
   registry.validate(m, cls.covers(config.train), causal=True)
