@@ -1,5 +1,7 @@
 """The model types' declarations (roformer/model_types.py) are complete and decide the checks: a
-config is refused exactly where its type's declaration says it does not offer something."""
+config is refused where its type's declaration says it does not offer something (decoder-only
+features, post-norm, the parallel residual, FAVOR+, a run to start from), and accepted where it
+does."""
 
 import pytest
 
@@ -36,6 +38,8 @@ def test_the_declarations_decide_what_a_type_is_offered(name):
       ('decoder_only', {'model.layer_kinds': ('rope', 'none')}, 'layer_kinds'),
       ('decoder_only', {'model.layer_windows': (8,)}, 'layer_windows'),
       ('post_norm', {'model.norm': 'post'}, "norm='post'"),
+      ('parallel_residual', {'model.residual': 'parallel'}, "residual='parallel'"),
+      ('linear_attention', {'model.attention.kind': 'favor'}, "attention.kind='favor'"),
       ('starts_from', {'init_from': '/nonexistent'}, 'init_from'),
   ]
   for flag, change, what in cases:
