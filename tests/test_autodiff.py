@@ -86,8 +86,8 @@ def test_both_settings_give_the_same_gradients(case):
   assert not _custom_calls(off, params)
   with autodiff.only(set(autodiff.REGISTRY) - reached):
     assert not reached & _custom_calls(on, params)
-  value_on, grads_on = jax.value_and_grad(on)(params)
-  value_off, grads_off = jax.value_and_grad(off)(params)
+  value_on, grads_on = jax.jit(jax.value_and_grad(on))(params)
+  value_off, grads_off = jax.jit(jax.value_and_grad(off))(params)
   np.testing.assert_allclose(value_on, value_off, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(grads_on), jax.tree.leaves(grads_off)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
@@ -105,12 +105,12 @@ def test_forward_mode_works_with_the_switch_off(case, hvp):
   keys = jax.random.split(jax.random.key(1), len(leaves))
   v = jax.tree.unflatten(treedef, [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)])
   dot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-  _, tangent = jax.jvp(f, (params,), (v,))
-  np.testing.assert_allclose(tangent, dot(jax.grad(f)(params), v), rtol=1e-4)
+  _, tangent = jax.jit(lambda p, t: jax.jvp(f, (p,), (t,)))(params, v)
+  np.testing.assert_allclose(tangent, dot(jax.jit(jax.grad(f))(params), v), rtol=1e-4)
   if not hvp:
     return
-  _, hvp_forward = jax.jvp(jax.grad(f), (params,), (v,))
-  hvp_reverse = jax.grad(lambda p: dot(jax.grad(f)(p), v))(params)
+  _, hvp_forward = jax.jit(lambda p, t: jax.jvp(jax.grad(f), (p,), (t,)))(params, v)
+  hvp_reverse = jax.jit(jax.grad(lambda p: dot(jax.grad(f)(p), v)))(params)
   for a, b in zip(jax.tree.leaves(hvp_forward), jax.tree.leaves(hvp_reverse)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-5)
 

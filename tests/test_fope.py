@@ -110,7 +110,7 @@ def test_coefficients_are_fixed_unless_learnable(learnable):
   def loss(p):
     return jnp.mean(nnx.merge(graphdef, p, rest)(tokens, pos, jnp.ones_like(tokens)) ** 2)
 
-  grads = jax.grad(loss)(trained)
+  grads = jax.jit(jax.grad(loss))(trained)
   coef_grads = [np.abs(np.asarray(g)).sum() for p, g in
                 jax.tree_util.tree_flatten_with_path(grads)[0] if 'coef' in str(p)]
   assert (len(coef_grads) > 0 and all(g > 0 for g in coef_grads)) == learnable
@@ -160,6 +160,7 @@ def test_a_run_continued_at_a_longer_length_keeps_the_sources_clipping_and_resum
     cfg.mesh.num_devices = 1
     cfg.data.seq_len = 32
     cfg.train.update(steps=2, eval_every=2, checkpoint_every=1, eval_batches=1)
+    cfg.eval.length_multipliers = (1,)
     cfg.update(fields)
     return cfg
 
