@@ -13,7 +13,8 @@ About 20 core-hours in all (10 hours on 2 cores) by rope's step rates before the
 lines joined (they add half as many points again, TAPA's at under half rope's step rate), most
 of it multi-key retrieval's 6,000 steps (about 23 minutes a run on one core); run a task at a
 time and join the runs with scripts/keep_records.py where one machine cannot hold it all.
-`:new2026` (70 points, passkey and flip-flop) took 21 minutes on 2 cores (2026-11-28).
+`:new2026` (70 points, passkey and flip-flop) took about 22 minutes on 2 cores in two legs
+(2026-11-28).
 
 Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
