@@ -38,7 +38,7 @@ from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
 from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
-                            defaults)
+                            defaults, kept)
 
 _STEPS = 2**31 - 1  # Step counters are int32.
 _BIG = 2**24  # Sizes and counts beyond any model this project trains on one host.
@@ -104,16 +104,6 @@ _PIPELINE = "the data pipeline's saved position counts batches of this exact str
 _WORDS = 'the synthetic vocabulary laid out from the task sizes: which word each id names'
 
 
-def _kept(occasions: tuple, why: str, tree):
-  """`tree` (a spec, or specs and groups of specs) with every spec fixed to the saved run's on
-  `occasions`, because of `why`."""
-  if isinstance(tree, dict):
-    return {key: _kept(occasions, why, spec) for key, spec in tree.items()}
-  spec = copy.copy(tree)
-  spec.fixed_on, spec.fixed_because = occasions, why
-  return spec
-
-
 def fixed_fields() -> list[tuple[str, tuple, str]]:
   """(dotted field, occasions, why) of every field declared fixed on some occasion."""
   out = []
@@ -142,7 +132,7 @@ def _with_mixture(data: dict) -> dict:
   for key, spec in data.items():
     out[key] = spec
     if key == 'token_cache':
-      out.update(_read_by(TEXT_LM, {'mixture': _kept(('resume',), _PIPELINE,
+      out.update(_read_by(TEXT_LM, {'mixture': kept(('resume',), _PIPELINE,
                                                      Map(entry, default={}))}))
   return out
 
@@ -150,23 +140,23 @@ def _with_mixture(data: dict) -> dict:
 def schema() -> dict:
   """{field: spec or group}, built on each call: position schemes may register later."""
   return {
-      'seed': _kept(('resume',), "the run's data order and dropout keys",
+      'seed': kept(('resume',), "the run's data order and dropout keys",
                     Int(0, 2**31 - 2, default=0)),  # seed + 1 seeds dropout.
       # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM
       # run to continue (every parameter; what may change: roformer/config_changes.py). '': none.
-      'init_from': _kept(('resume',), 'the weights the run started from', Str(default='')),
+      'init_from': kept(('resume',), 'the weights the run started from', Str(default='')),
       'data': _with_mixture({
           # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic
           # task (synthetic/TASK), your own files ('files': data.files) or any TFDS dataset name
           # (e.g. 'lm1b').
-          'name': _kept(('resume', 'evaluate'), _TOKENIZER, Str(nonempty=True, default='shakespeare')),
+          'name': kept(('resume', 'evaluate'), _TOKENIZER, Str(nonempty=True, default='shakespeare')),
           'data_dir': Str(default=''),  # '': $ROFORMER_DATA_DIR or ~/.cache/roformer/tfds.
           # '' where the task reads other features.
-          'text_key': _kept(('resume', 'evaluate'), _TOKENIZER, Str(default='text')),
+          'text_key': kept(('resume', 'evaluate'), _TOKENIZER, Str(default='text')),
           # Your own documents (roformer/data/corpus.py): comma-separated globs of .txt and .md
           # (one document per file), .jsonl/.jsonl.gz/.json.gz (text under data.text_key) and
           # .parquet files, converted once into the cache under data.data_dir.
-          **_read_by(FILES, _kept(('resume',), _PIPELINE, {
+          **_read_by(FILES, kept(('resume',), _PIPELINE, {
               'files': Str(default=''),
               # Globs of their own for validation and test; both '': carved out of data.files
               # by a hash of each document's text, in these fractions.
@@ -177,17 +167,17 @@ def schema() -> dict:
               'skip_bad_documents': Bool(default=False),  # Documents that are not UTF-8.
           })),
           # Optional renames, e.g. {'validation': 'test'} for datasets without a validation split.
-          'splits': _kept(('resume',), _PIPELINE, Map(Str(nonempty=True), default={})),
+          'splits': kept(('resume',), _PIPELINE, Map(Str(nonempty=True), default={})),
           # 'sentencepiece' (trained on the train split), 'bytes' (256 ids, nothing trained) or
           # the path of a SentencePiece .model or a Hugging Face tokenizer.json
           # (roformer/data/vocabularies.py).
-          **_read_by(TEXT, {'tokenizer': _kept(('resume', 'evaluate'), _TOKENIZER,
+          **_read_by(TEXT, {'tokenizer': kept(('resume', 'evaluate'), _TOKENIZER,
                                               Str(nonempty=True, default='sentencepiece'))}),
           # The size of a tokenizer trained on the data (bytes and given files have their own).
-          'vocab_size': _kept(('resume', 'evaluate'), _TOKENIZER, Int(16, 2**20, default=4096)),
+          'vocab_size': kept(('resume', 'evaluate'), _TOKENIZER, Int(16, 2**20, default=4096)),
           # The trained tokenizer reads at most this many documents, taken evenly over the train
           # split (0: every one), and at most this many characters of them.
-          **_kept(('resume', 'evaluate'), _TOKENIZER, {
+          **kept(('resume', 'evaluate'), _TOKENIZER, {
               'tokenizer_documents': Int(0, 2**31 - 1, default=0),
               'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000)}),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
@@ -198,13 +188,13 @@ def schema() -> dict:
           # of name, text_key, splits and the files' fields that it sets over these}, e.g.
           # {'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}};
           # each source is evaluated on its own. {}: the one source these fields name.)
-          'seq_len': _kept(('resume',), _PIPELINE, Int(1, 2**20, default=256)),
+          'seq_len': kept(('resume',), _PIPELINE, Int(1, 2**20, default=256)),
           # Chunks shuffled in a window so that one batch mixes documents.
-          'shuffle_window': _kept(('resume',), _PIPELINE, Int(0, _BIG, default=512)),
+          'shuffle_window': kept(('resume',), _PIPELINE, Int(0, _BIG, default=512)),
           **_read_by(MLM, {
               # BERT's masking: this share of tokens is selected; of those, mask_fraction become
               # [MASK], random_fraction a random token, the rest stay.
-              **_kept(('resume',), _PIPELINE, {
+              **kept(('resume',), _PIPELINE, {
                   'mask_rate': Float(0, 1, min_open=True, default=0.15),
                   'mask_fraction': Float(0, 1, default=0.8),
                   'random_fraction': Float(0, 1, default=0.1)}),
@@ -217,16 +207,16 @@ def schema() -> dict:
           # The features a classifier reads (one text or a pair, and the label) and those a
           # translation model reads; empty where the run reads plain text (data.text_key), which
           # is how the data pipeline tells what to read.
-          **_read_by(CLASSIFIER, _kept(('resume', 'evaluate'), _TOKENIZER, {
+          **_read_by(CLASSIFIER, kept(('resume', 'evaluate'), _TOKENIZER, {
               'text_keys': Seq(Str(nonempty=True), 0, 2, default=()),
               'label_key': Str(default=''),
           })),
           **_read_by(TRANSLATION, {
-              **_kept(('resume', 'evaluate'), _TOKENIZER, {
+              **kept(('resume', 'evaluate'), _TOKENIZER, {
                   'source_key': Str(default=''),
                   'target_key': Str(default='')}),
               # Translate target -> source.
-              'reverse': _kept(('resume', 'evaluate'), 'the translation direction the weights '
+              'reverse': kept(('resume', 'evaluate'), 'the translation direction the weights '
                                'were trained for', Bool(default=False)),
           }),
           'synthetic': _read_by(SYNTHETIC, {
@@ -243,15 +233,15 @@ def schema() -> dict:
               'depth_buckets': Int(1, 100, default=5),
               # associative_recall: distinct keys (pairs fill the row: rows of 8x the training
               # length need as many keys as they hold pairs), values, queries per row.
-              **_kept(_ALL, _WORDS, {
+              **kept(_ALL, _WORDS, {
                   'num_keys': Int(1, 100_000, default=128),
                   'num_values': Int(2, 100_000, default=16)}),
               'num_queries': Int(1, 1000, default=2),
-              'num_symbols': _kept(_ALL, _WORDS, Int(2, 100_000, default=128)),  # copy: alphabet.
+              'num_symbols': kept(_ALL, _WORDS, Int(2, 100_000, default=128)),  # copy: alphabet.
               # copy: fewest symbols (the most is what fits the row).
               'min_length': Int(1, 100_000, default=1),
               # copy: the second half reversed (the answer each row asks for).
-              'reverse': _kept(('resume', 'evaluate'), 'the answer a row asks for',
+              'reverse': kept(('resume', 'evaluate'), 'the answer a row asks for',
                                Bool(default=False)),
               # flip_flop: the probability of an `ignore` instruction (writes and reads share
               # the rest alike); the paper's FFL(0.8).
@@ -350,7 +340,7 @@ def schema() -> dict:
       },
       'train': {
           # Global, across all devices and processes.
-          'batch_size': _kept(('resume',), _PIPELINE, Int(1, _BIG, default=8)),
+          'batch_size': kept(('resume',), _PIPELINE, Int(1, _BIG, default=8)),
           'grad_accum_steps': Int(1, 2**16, default=1),  # Micro-batches per step.
           'steps': Int(1, _STEPS, default=600),
           'learning_rate': Float(0, min_open=True, default=1e-3),

@@ -15,6 +15,7 @@ options that way, so that the default, the type and the range sit together in th
 """
 
 import ast
+import copy
 import difflib
 import math
 from typing import Any, Callable, Iterable
@@ -40,7 +41,7 @@ class Spec:
   reader = None
   # The occasions ('resume', 'continue', 'evaluate': roformer/config_changes.py) on which the
   # field must equal the saved run's, and why (what the field decides of a trained run); set
-  # beside the field in roformer/config_schema.py.
+  # beside the field with `kept` (roformer/config_schema.py, or the module that declares it).
   fixed_on: tuple = ()
   fixed_because = ''
 
@@ -399,6 +400,16 @@ class Undeclared(Spec):
 
   def parse(self, text, name):
     return infer(self.default).parse(text, name)
+
+
+def kept(occasions: tuple, why: str, tree):
+  """`tree` (a spec, or specs and groups of specs) with every spec fixed to the saved run's on
+  `occasions` ('resume', 'continue', 'evaluate'), because of `why`."""
+  if isinstance(tree, dict):
+    return {key: kept(occasions, why, spec) for key, spec in tree.items()}
+  spec = copy.copy(tree)
+  spec.fixed_on, spec.fixed_because = occasions, why
+  return spec
 
 
 def infer(value) -> Spec:

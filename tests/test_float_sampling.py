@@ -57,6 +57,7 @@ def test_the_task_draws_while_training_and_evaluates_on_the_grid():
   np.testing.assert_allclose(task.positions(batch, None), batch['inputs_positions'] + 0.5)
   trained = np.asarray(task.positions(batch, jax.random.key(1)))
   assert trained.dtype == np.float32 and trained.max() < 64 and trained.max() > 31
+  assert (trained % 1 != 0).mean() > 0.99  # Real numbers, not integers.
   assert config_lib.trained_positions(cfg) == (64, 'config.train.float_positions')
 
 
@@ -96,3 +97,18 @@ def test_a_model_trained_on_real_positions_is_not_exported_to_transformers():
   cfg.train.float_positions = cfg.data.seq_len
   assert 'real-valued positions' in hf_config._refusal(cfg)  # pylint: disable=protected-access
   assert plain is None or 'real-valued' not in plain
+
+
+def test_the_range_is_fixed_once_trained_at_evaluation_and_on_resume():
+  """S decides the positions the model trained on and its evaluation grid: an evaluation or a
+  resumed run that changes it is refused (a continuation may train at another range)."""
+  from roformer import config_changes  # pylint: disable=import-outside-toplevel
+  saved = test_config.get_config()
+  saved.train.float_positions = 64
+  changed = test_config.get_config()
+  changed.train.float_positions = 128
+  for occasion in (config_changes.EVALUATE, config_changes.RESUME):
+    assert any('train.float_positions' in d
+               for d in config_changes.changed(saved, changed, occasion)), occasion
+  assert not any('float_positions' in d
+                 for d in config_changes.changed(saved, changed, config_changes.CONTINUE))

@@ -60,7 +60,10 @@ class FloatSampling(training.Sampler):
   """`config.train.float_positions` S > 0: training positions sorted uniform draws from [0, S),
   evaluation positions the grid (i + 1/2) S / max(S, n) (module docstring); 0: off."""
 
-  options = {'float_positions': specs.Int(0, 2**24, default=0)}
+  # Fixed with the run: S is the range the model trained on, and its evaluation grid's.
+  options = {'float_positions': specs.kept(
+      ('resume', 'evaluate'), 'the range of real positions the model trained on and is '
+      'evaluated on', specs.Int(0, 2**24, default=0))}
   switch = 'float_positions'
   real = True
   seed = 2311
