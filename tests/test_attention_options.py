@@ -128,12 +128,21 @@ def test_the_nope_temperature_scales_only_the_layers_without_positions():
 # A position kind that meets each option's declared need of the layers' schemes.
 _FITTING_KIND = {'dape': 'alibi', 'nope_temperature': 'none', 'differential': 'rope'}
 
+# The attention kinds each option runs with, written out from what each option computes (not
+# read from the declarations): a softmax's logits for SSMax, differential attention and DAPE;
+# per-head weighted values for the gate; logits for the NoPE temperature; QK-norm anywhere.
+RUNS_WITH = {'qk_norm': {'softmax', 'favor', 'stick_breaking'}, 'ssmax': {'softmax'},
+             'output_gate': {'softmax', 'stick_breaking'}, 'differential': {'softmax'},
+             'dape': {'softmax'}, 'nope_temperature': {'softmax', 'stick_breaking'}}
+EINSUM_ONLY = {'differential', 'dape'}
+
 
 @pytest.mark.parametrize('kind', ['softmax', 'favor', 'stick_breaking'])
 @pytest.mark.parametrize('field', ['qk_norm', 'ssmax', 'output_gate', 'differential', 'dape',
                                    'nope_temperature'])
 def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
-  """The check follows the declarations: an option with an attention kind is refused, naming
+  """The declarations say what each option computes (RUNS_WITH, written out apart from them),
+  and the check follows the declarations: an option with an attention kind is refused, naming
   the option, exactly when the kind lacks a feature it declares it needs (the table's 'no'),
   and an option declared einsum-only is refused on another implementation."""
   from roformer import attention_options  # pylint: disable=import-outside-toplevel
@@ -142,6 +151,8 @@ def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
   config.model.update(vocab_size=50, attention_impl='einsum')
   config.model.attention.update({'kind': kind, field: True})
   runs = all(f in declared.has for f in option.needs)
+  assert runs == (kind in RUNS_WITH[field])  # The declaration is what the option computes.
+  assert option.einsum_only == (field in EINSUM_ONLY)
   m, att = config.model, config.model.attention
   if runs:
     attention_options.check(config, m, att)
@@ -179,3 +190,22 @@ def test_windows_need_a_kind_that_forms_the_mask():
     else:
       with pytest.raises(errors.ConfigError, match='layer_windows=.8,. needs the attention mask'):
         config_lib.validate(config)
+
+
+@pytest.mark.parametrize('kind,model_type,impl,refused', [
+    ('stick_breaking', 'mlm', 'einsum', 'is for causal LMs'),
+    ('stick_breaking', 'causal_lm', 'xla', 'runs on the einsum path'),
+    ('favor', 'encoder_decoder', 'einsum', 'is for causal LMs, masked LMs, classifiers'),
+    ('stick_breaking', 'causal_lm', 'einsum', ''), ('favor', 'mlm', 'xla', ''),
+    ('softmax', 'encoder_decoder', 'cudnn', '')])
+def test_an_attention_kind_is_refused_where_it_serves_no_model_type_or_implementation(
+    kind, model_type, impl, refused):
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  config = test_config.get_config('none')
+  config.model.update(type=model_type, attention_impl=impl)
+  config.model.attention.kind = kind
+  if refused:
+    with pytest.raises(errors.ConfigError, match=refused):
+      attention_options.check_kind(config.model, config.model.attention)
+  else:
+    attention_options.check_kind(config.model, config.model.attention)
