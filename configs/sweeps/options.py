@@ -10,7 +10,8 @@ five seeds.
   ...options.py:llama                        # every point with the Llama-family block
 
 About 20 core-hours in all (10 hours on 2 cores) by rope's step rates before the 2025-26
-lines joined (they add half as many points again, TAPA's at under half rope's step rate), most
+lines joined (they add half as many points again, and TAPA's runs took over twice rope's
+wall-clock time in the sweep below, two groups sharing the cores), most
 of it multi-key retrieval's 6,000 steps (about 23 minutes a run on one core); run a task at a
 time and join the runs with scripts/keep_records.py where one machine cannot hold it all.
 `:new2026` (70 points, passkey and flip-flop) took about 22 minutes on 2 cores in two legs
