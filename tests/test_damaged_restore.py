@@ -62,14 +62,14 @@ class _Late(logging.Handler):
     self.seen.append(record.getMessage())
 
 
-RESTORES = int(os.environ.get('RESTORES', 8))  # Each failed restore takes about 3 s.
+RESTORES = int(os.environ.get('RESTORES', 4))  # Each failed restore takes about 3 s.
 
 
 def test_a_failed_restore_leaves_no_read_running_and_reports_nothing_after_its_error(
     mlm_workdir, tmp_path, monkeypatch):
   """The restore that eval.py, generate.py, a resume and init_from share, repeated in one
-  process (with Orbax's own loop runner it failed in 4 of 4 runs); RESTORES times (8 by
-  default: each takes about 3 s; RESTORES=16 as it was first run)."""
+  process (with Orbax's own loop runner it failed in 4 of 4 runs); RESTORES times (4 by
+  default, enough for that failure rate: each takes about 3 s; RESTORES=16 as first run)."""
   workdir = str(tmp_path / 'copy')
   shutil.copytree(mlm_workdir[0], workdir)  # Checkpoints at steps 8 and 16.
   _damage(os.path.join(workdir, 'checkpoints', '16'))
