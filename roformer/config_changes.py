@@ -40,7 +40,7 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
      'which kernel computes attention (einsum, xla, cudnn): the same function'),
     ('model.remat', (RESUME, CONTINUE), 'what the backward pass recomputes: the same gradients'),
     ('model.scan_layers', _ALL,
-     'the stack as a loop or one scan: the same outputs from the same checkpoint layout'),
+     'the stack as a loop or one scan: the same outputs, and checkpoints of one layout'),
     ('model.custom_gradients', _ALL,
      'hand-written backward passes or autodiff: the same gradients to rounding'),
     ('model.loss_chunk', _ALL,

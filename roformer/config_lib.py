@@ -200,10 +200,6 @@ def _validate_attention(config, m) -> None:
       raise errors.ConfigError(
           f'config.model.layer_kinds={pattern} is offered for causal LMs (model.type is '
           f'{m.type!r}). Fix: --config.model.layer_kinds=() and one position.kind.')
-    if m.scan_layers and len(set(pattern)) > 1:
-      raise errors.ConfigError(
-          f'config.model.layer_kinds={pattern} builds blocks of different kinds, which cannot '
-          'be scanned. Fix: --config.model.scan_layers=False.')
     absolute = [k for k in pattern if positions.scheme(k).Shared.embed
                 is not positions.Shared.embed]
     if absolute and len(set(pattern)) > 1:
@@ -222,11 +218,6 @@ def _validate_attention(config, m) -> None:
           f'config.model.layer_windows={windows} needs the attention mask: attention.kind='
           f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or no "
           'windows.')
-    if m.scan_layers and len({self_attention.layer_window(m, i) for i in range(m.num_layers)}) > 1:
-      raise errors.ConfigError(
-          f'config.model.layer_windows={windows} gives the layers different windows, so the '
-          'blocks differ and the stack cannot be scanned. Fix: '
-          '--config.model.scan_layers=False, or one window for every layer.')
   bases = tuple(m.layer_rope_bases)
   if bases:
     rotary = [k for k in dict.fromkeys(positions.layer_kinds(m))
@@ -236,10 +227,6 @@ def _validate_attention(config, m) -> None:
           f'config.model.layer_rope_bases={bases} sets RoPE bases, but no layer rotates '
           f'(layer kinds {positions.layer_kinds(m)}). Fix: --config.model.layer_rope_bases=(), '
           'or a rotary kind on some layers.')
-    if m.scan_layers and len(set(bases)) > 1:
-      raise errors.ConfigError(
-          f'config.model.layer_rope_bases={bases} gives the layers different rotations, so the '
-          'blocks differ and the stack cannot be scanned. Fix: --config.model.scan_layers=False.')
   attention_options.check_kind(m, att)
   attention_options.check(config, m, att)
 

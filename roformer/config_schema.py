@@ -273,8 +273,9 @@ def schema() -> dict:
           'dtype': Str(('float32', 'bfloat16', 'float16'), default='float32'),
           # Recompute blocks in the backward pass: 'none', 'full', 'dots', 'dots_no_batch'.
           'remat': Str(choices=lambda: stack.REMAT_POLICIES, default='none'),
-          # Run the stack as one nnx.scan over the blocks (one block compiled, whatever the
-          # depth; the same outputs, gradients and checkpoints as the loop). Decoding loops.
+          # Keep the blocks' parameters stacked and run the stack as one lax.scan (a period
+          # of blocks compiled, whatever the depth; the same outputs, gradients and
+          # checkpoints as the loop: roformer/scanned.py). Decoding runs layer by layer.
           'scan_layers': Bool(default=False),
           # The hand-written backward passes (roformer/autodiff.py) where they are kept; False:
           # autodiff throughout, which forward mode (jax.jvp, Hessian-vector products) needs.

@@ -39,6 +39,7 @@ from roformer import hf_weights
 from roformer import model_types
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from roformer import variables
 from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
 
@@ -89,7 +90,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
       config.model.tie_embeddings = False
   params = hf_weights.to_params(tensors, fam, config.model, hf_dir)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
-  abstract = trainer.abstract_state
+  abstract = trainer.saved_abstract_state  # Checkpoints hold the per-block layout.
   # A fresh optimizer state (zeros): the state of a run at step 0, which every entry point reads.
   state = {'params': _filled(abstract['params'], params),
            'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
@@ -156,7 +157,8 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   fam = hf_config.export_family(config)  # Refuses before anything is restored.
   opened, trainer, params = _restored(workdir, step)
   model = nnx.merge(trainer.graphdef, params)
-  pure = jax.tree.map(np.asarray, nnx.state(model, nnx.Param).to_pure_dict())
+  per_block = variables.trainable(trainer.saved_params(params))[0]
+  pure = jax.tree.map(np.asarray, per_block.to_pure_dict())
   tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_config.from_config(config, _special_ids(opened.tokenizer),

@@ -178,7 +178,8 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   for step in sorted(ckpt.all_steps(), reverse=True):
     train_iter = make_iter()
     try:
-      state = ckpt.restore(step, trainer.abstract_state, train_iter, rename=trainer.rename)
+      state = trainer.from_saved(ckpt.restore(step, trainer.saved_abstract_state, train_iter,
+                                              rename=trainer.rename))
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
       log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
                   'previous one.', step, ckpt.directory, type(e).__name__,
@@ -412,13 +413,14 @@ class _Loop:
       metric = self.trainer.task.best_metric
       if member.best is not None and result[metric] > member.best_value:
         member.best_value = result[metric]  # Kept apart: max_to_keep never drops it.
-        member.best.save(step, self.states.state(i))
+        member.best.save(step, self.trainer.saved(self.states.state(i)))
         log.info('step %d | new best validation %s %.2f saved to %s', step, metric,
                  member.best_value, member.best.directory)
 
   def save(self, step: int) -> None:
     for i in self.alive():
-      self.members[i].ckpt.save(step, self.states.state(i), self.members[i].iterator)
+      self.members[i].ckpt.save(step, self.trainer.saved(self.states.state(i)),
+                                self.members[i].iterator)
 
   def stop_for_signal(self, step: int, saved: bool) -> None:
     """A stop request (preemption): this step saved (if the signal came during its

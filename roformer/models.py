@@ -9,6 +9,7 @@ Dropout is functional (an explicit key per call), so a train step stays a pure f
 inputs.
 """
 
+import copy
 import math
 
 import jax
@@ -23,6 +24,7 @@ from roformer import errors
 from roformer import layers
 from roformer import model_types
 from roformer import positions as positions_lib
+from roformer import scanned
 from roformer import self_attention
 from roformer import stack
 from roformer import variables
@@ -104,9 +106,10 @@ class Transformer(EmbeddingModel):
     self.position = _position_shared(cfg, causal=self.causal, rngs=rngs)
     if self.post_norm:
       self.ln_embed = layers.norm(cfg, dtype=dtype, rngs=rngs)
-    self.blocks = nnx.List([blocks.Block(positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
-                                         window=self_attention.layer_window(cfg, i))
-                            for i in range(cfg.num_layers)])
+    self.blocks = stack.build(
+        [blocks.Block(positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs,
+                      causal=self.causal, window=self_attention.layer_window(cfg, i))
+         for i in range(cfg.num_layers)], self.scan_layers)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
@@ -129,7 +132,7 @@ class Transformer(EmbeddingModel):
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     extra = {} if segments is None else {'segments': segments}
     x, cache = stack.run_blocks(self.blocks, self.position(), x, positions, mask, keys, cache,
-                                remat=self.remat, scan=self.scan_layers, **extra)
+                                remat=self.remat, **extra)
     if not self.post_norm:
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
@@ -236,12 +239,12 @@ class EncoderDecoder(EmbeddingModel):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
     self.encoder_position = _position_shared(cfg, causal=False, rngs=rngs)
-    self.encoder_blocks = nnx.List([blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False)
-                                    for _ in range(cfg.num_layers)])
+    self.encoder_blocks = stack.build([blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False)
+                                       for _ in range(cfg.num_layers)], self.scan_layers)
     self.encoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = _position_shared(cfg, causal=True, rngs=rngs)
-    self.decoder_blocks = nnx.List([blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs)
-                                    for _ in range(cfg.num_layers)])
+    self.decoder_blocks = stack.build([blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs)
+                                       for _ in range(cfg.num_layers)], self.scan_layers)
     self.decoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
   @autodiff.applying
@@ -252,7 +255,7 @@ class EncoderDecoder(EmbeddingModel):
     x = self.encoder_position.embed(self.embed(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, _ = stack.run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask,
-                            keys, remat=self.remat, scan=self.scan_layers)
+                            keys, remat=self.remat)
     return self.encoder_ln(x)
 
   @autodiff.applying
@@ -261,7 +264,7 @@ class EncoderDecoder(EmbeddingModel):
     x = self.decoder_position.embed(self.embed(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, cache = stack.run_blocks(self.decoder_blocks, self.decoder_position(), x, positions,
-                                mask, keys, cache, remat=self.remat, scan=self.scan_layers,
+                                mask, keys, cache, remat=self.remat,
                                 memory=memory, memory_mask=memory_mask)
     return self.logits(self.decoder_ln(x)), cache
 
@@ -311,6 +314,24 @@ def create(cfg: ml_collections.ConfigDict, *, seed: int | jax.Array = 0):
   if cfg.type not in MODELS:
     raise errors.ConfigError(f'config.model.type={cfg.type!r} is unknown. Fix: one of {sorted(MODELS)}.')
   return MODELS[cfg.type](cfg, rngs=nnx.Rngs(params=seed))
+
+
+def layout(model) -> scanned.Layout | None:
+  """How `model`'s (or an abstract model's) stacked blocks map to the per-block paths that
+  checkpoints hold, or None when its stacks run as a loop (roformer/scanned.py)."""
+  stacks = {name: getattr(model, name) for _, name in model.stacks}
+  if not all(isinstance(s, scanned.ScannedBlocks) for s in stacks.values()):
+    return None
+  return scanned.Layout({name: (len(s), s.period) for name, s in stacks.items()})
+
+
+def per_block_config(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`cfg` (config.model) building the same model with its blocks as a loop: the layout that
+  checkpoints hold."""
+  per_block = copy.deepcopy(cfg)
+  with per_block.unlocked():
+    per_block.scan_layers = False
+  return per_block
 
 
 def legacy_param_path(cfg: ml_collections.ConfigDict, path: str) -> str:

@@ -57,8 +57,8 @@ def attention_config(cfg) -> ml_collections.ConfigDict:
 class MultiHeadAttention(nnx.Module):
   """Self-attention whose position information comes entirely from the scheme's hooks (the
   block's position module): softmax attention, or FAVOR+ linear attention
-  (`config.model.attention.kind='favor'`). Every layer's is built alike, so the blocks of a
-  stack have one structure (`run_blocks` can scan them)."""
+  (`config.model.attention.kind='favor'`). Every layer's is built alike but for its window, so
+  the blocks of a stack repeat with the period of the per-layer settings (roformer/scanned.py)."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs,
                causal: bool = True, window: int = 0):

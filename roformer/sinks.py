@@ -25,6 +25,7 @@ from flax import nnx
 
 from roformer import config_lib
 from roformer import errors
+from roformer import scanned
 from roformer import self_attention
 
 
@@ -46,14 +47,14 @@ def unmeasurable(*, favor: bool, differential: bool, causal: bool) -> str | None
 
 
 def record(model) -> list:
-  """Makes every self-attention layer of `model` sow its weights (`attention_probs`) and runs
-  its layers one by one (a scanned stack keeps the per-block parameter layout, so the same
-  parameters serve); returns the (path, layer) of each, in graph order (a stack's blocks in
-  layer order). This changes the model's graph: use it on a model merged for measuring.
-  Refuses layers whose weights are not one attention map per head over causal keys."""
-  for _, m in nnx.iter_graph(model):
-    if hasattr(m, 'scan_layers'):
-      m.scan_layers = False
+  """Makes every self-attention layer of `model` sow its weights (`attention_probs`); returns
+  the (path, layer) of each, in graph order (a stack's blocks in layer order). This changes the
+  model's graph: use it on a model merged for measuring, with its blocks as a loop (a scanned
+  run's `trainer.saved_graphdef` and `trainer.saved_params(params)`). Refuses layers whose
+  weights are not one attention map per head over causal keys."""
+  if any(isinstance(m, scanned.ScannedBlocks) for _, m in nnx.iter_graph(model)):
+    raise ValueError('sinks.record measures each layer apart: give it the model with its '
+                     'blocks as a loop (trainer.saved_graphdef, trainer.saved_params(params)).')
   layers = [(p, m) for p, m in nnx.iter_graph(model)
             if isinstance(m, self_attention.MultiHeadAttention)]
   for _, m in layers:

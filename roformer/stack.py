@@ -1,12 +1,13 @@
 """Running a stack of blocks: the Python loop (the reference, and decoding with a key/value
-cache), the same computation as one `lax.scan` over the blocks (`config.model.scan_layers`),
-rematerialisation policies, and the cache itself."""
+cache) or the blocks stored stacked and run as one `lax.scan` (`config.model.scan_layers`,
+roformer/scanned.py), rematerialisation policies, and the cache itself."""
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from roformer import attention
+from roformer import scanned
 from roformer import sharding
 
 
@@ -21,40 +22,11 @@ REMAT_POLICIES = {
 }
 
 
-def _stacked(blocks):
-  """The blocks as one graph and their states stacked along a new leading axis. The blocks of a
-  stack are built alike, so their graphs are equal; a ValueError says so if one differs."""
-  graphdef, first = nnx.split(blocks[0])
-  states = [first]
-  for i, block in enumerate(blocks[1:], 1):
-    other, state = nnx.split(block)
-    if other != graphdef:
-      raise ValueError(f'block {i} differs in structure from block 0, so the stack cannot be '
-                       'scanned; run it with config.model.scan_layers=False.')
-    states.append(state)
-  return graphdef, jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
-
-
-def _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra):
-  """`run_blocks` without a cache as one `lax.scan` over the stacked block states: one block's
-  computation is traced and compiled once, whatever the depth. The states are stacked at every
-  call (the parameters keep the per-block layout of the loop, so checkpoints, the sharding rules
-  and decoding are the same either way); the stack is one copy of the blocks' parameters, and
-  its gradient is the slices of the stacked gradient."""
-  graphdef, stacked = _stacked(blocks)
-  n = len(blocks)
-  layer_keys = None if keys[0] is None else jnp.stack(keys[:n])
-
-  def body(h, xs):
-    state, key, index = xs
-    block = nnx.merge(graphdef, state)
-    h = block(h, mask, positions, shared, key, None, layer=index, **extra)[0]
-    return sharding.constrain(h, ('batch', None, None)), None
-
-  if remat != 'none':  # Training: recompute inside the backward pass.
-    body = jax.checkpoint(body, policy=REMAT_POLICIES[remat])
-  x, _ = jax.lax.scan(body, x, (stacked, layer_keys, jnp.arange(n, dtype=jnp.int32)))
-  return x
+def build(blocks, scan: bool):
+  """The container a model keeps its built `blocks` in: an nnx.List run by the loop, or, with
+  `scan` (config.model.scan_layers), the same blocks stored stacked and run as one scan
+  (roformer/scanned.py)."""
+  return scanned.ScannedBlocks(blocks) if scan else nnx.List(blocks)
 
 
 def _block_output(block, x, mask, positions, shared, key, index, extra):
@@ -62,15 +34,17 @@ def _block_output(block, x, mask, positions, shared, key, index, extra):
 
 
 def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str = 'none',
-               scan: bool = False, **extra):
+               **extra):
   """Runs x through `blocks`, each with its own position module and `shared` (what the
   stack's position Shared module returned). With a cache, the new positions are written at
   slot cache['index'] and every layer's keys/values are updated; returns (x, updated cache or
   None). `extra` goes to every block (cross-attention memory); `remat` names a REMAT_POLICIES
-  entry (used without a cache); `scan` runs the blocks as one `lax.scan` (without a cache: the
-  same outputs and gradients as the loop, one block compiled instead of all)."""
-  if scan and cache is None:
-    return _scan_blocks(blocks, shared, x, positions, mask, keys, remat, extra), None
+  entry (used without a cache). Blocks kept stacked (`build`) run as one scan without a cache
+  (the same outputs and gradients as the loop) and layer by layer with one."""
+  if isinstance(blocks, scanned.ScannedBlocks) and cache is None:
+    checkpoint = (None if remat == 'none' else
+                  lambda f, **kw: jax.checkpoint(f, policy=REMAT_POLICIES[remat], **kw))
+    return blocks.run(shared, x, positions, mask, keys, checkpoint, extra), None
   if cache is not None:
     slot_positions = jax.lax.dynamic_update_slice(
         cache['positions'], positions.astype(jnp.int32), (0, cache['index']))

@@ -73,15 +73,25 @@ class Trainer:
     self.tx = optim.make_optimizer(config.train)
     self.schedule = optim.make_schedule(config.train)
     replicated = sharding.replicated(mesh)
-    abstract = {'params': abstract_params,
-                'opt_state': jax.eval_shape(self.tx.init,
-                                            variables.trainable(abstract_params)[0]),
-                'step': jax.ShapeDtypeStruct((), jnp.int32)}
     rules = sharding.rules_from_config(config.mesh)
-    self.state_shardings = sharding.state_shardings(abstract, mesh, rules)
-    self.abstract_state = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
-        self.state_shardings)
+    self.state_shardings, self.abstract_state = self._abstract(abstract_params, rules)
+    # Checkpoints hold the per-block layout; a scanned stack's stacked parameters are converted
+    # on saving and restoring (roformer/scanned.py, `saved` and `from_saved`).
+    self.layout = models.layout(abstract_model)
+    self.saved_abstract_state = self.abstract_state
+    # The same model with its blocks as a loop, which holds the per-block layout (what reads
+    # each layer apart, such as roformer/sinks.py, runs it).
+    self.saved_graphdef = self.graphdef
+    if self.layout is not None:
+      self.saved_graphdef, per_block = nnx.split(nnx.eval_shape(lambda: models.create(
+          models.per_block_config(config.model), seed=config.seed)))
+      saved_shardings, self.saved_abstract_state = self._abstract(per_block, rules)
+      self._to_saved = jax.jit(
+          functools.partial(self.layout.to_layers, target=self.saved_abstract_state),
+          out_shardings=saved_shardings)
+      self._from_saved = jax.jit(
+          functools.partial(self.layout.to_stacked, target=self.abstract_state),
+          out_shardings=self.state_shardings)
     # The initial state (init_state), compiled once: the seed's key is an argument, so runs
     # that differ only in their seed share it (a program per seed took 2 s of a group's set-up).
     self._init = jax.jit(self._fresh_state, out_shardings=self.state_shardings)
@@ -109,6 +119,38 @@ class Trainer:
           in_shardings=(self.state_shardings['params'], batch_sharding),
           out_shardings=replicated))
 
+  def _abstract(self, abstract_params, rules):
+    """(shardings, abstract state with them) of a train state holding `abstract_params`."""
+    abstract = {'params': abstract_params,
+                'opt_state': jax.eval_shape(self.tx.init,
+                                            variables.trainable(abstract_params)[0]),
+                'step': jax.ShapeDtypeStruct((), jnp.int32)}
+    shardings = sharding.state_shardings(abstract, self.mesh, rules)
+    return shardings, jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+  def saved(self, state):
+    """A train state as checkpoints hold it (the per-block layout): `state` itself unless the
+    stack is stored stacked."""
+    return state if self.layout is None else self._to_saved(state)
+
+  def saved_params(self, params):
+    """A state's 'params' in the per-block layout of checkpoints."""
+    if self.layout is None:
+      return params
+    return self.layout.to_layers(params, self.saved_abstract_state['params'])
+
+  def params_from_saved(self, params):
+    """Parameters in the per-block layout (`saved_params`) in this model's layout."""
+    if self.layout is None:
+      return params
+    return self.layout.to_stacked(params, self.abstract_state['params'])
+
+  def from_saved(self, state):
+    """A train state restored from a checkpoint (`saved_abstract_state`) in this model's
+    layout."""
+    return state if self.layout is None else self._from_saved(state)
+
   def init_state(self, seed: int | None = None):
     """A fresh train state, its parameters drawn from `seed` (default: config.seed)."""
     seed = self.config.seed if seed is None else seed
@@ -134,7 +176,7 @@ def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int,
   """Compares saved parameter shapes with the model the config builds, from metadata only."""
   saved = {trainer.rename(k).removesuffix('/value'): v
            for k, v in ckpt.param_shapes(step).items()}
-  expected = _param_shapes(trainer.abstract_state['params'])
+  expected = _param_shapes(trainer.saved_abstract_state['params'])
   problems = [f'{k}: checkpoint {saved.get(k)} vs config {expected.get(k)}'
               for k in sorted(set(saved) | set(expected)) if saved.get(k) != expected.get(k)]
   if problems:
@@ -170,7 +212,7 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
   try:
     try:
       check_checkpoint_matches(ckpt, step, trainer)
-      return ckpt.restore(step, trainer.abstract_state, rename=trainer.rename)['params']
+      state = ckpt.restore(step, trainer.saved_abstract_state, rename=trainer.rename)
     except errors.ConfigError:
       raise
     except Exception as e:  # pylint: disable=broad-except  # Truncated or missing files.
@@ -182,3 +224,4 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
           'directory from a copy.') from None
   finally:
     ckpt.close()
+  return trainer.from_saved(state)['params']

@@ -72,8 +72,10 @@ def trainable(state: nnx.State) -> tuple[nnx.State, nnx.State]:
 
 
 def set_feature_draw(state: nnx.State, draw) -> nnx.State:
-  """`state` with every FeatureDraw set to `draw`."""
+  """`state` with every FeatureDraw set to `draw` (each element of one stored stacked, one per
+  layer: roformer/scanned.py)."""
   def one(v):
-    return v.replace(jax.numpy.asarray(draw, v.get_value().dtype)) if isinstance(
-        v, FeatureDraw) else v
+    value = v.get_value()
+    return v.replace(jax.numpy.broadcast_to(jax.numpy.asarray(draw, value.dtype), value.shape)
+                     ) if isinstance(v, FeatureDraw) else v
   return jax.tree.map(one, state, is_leaf=is_variable)

@@ -140,17 +140,19 @@ def restore_from(trainer: trainer_lib.Trainer, state, init_from: str, saved, ste
   source_config.model.vocab_size = trainer.config.model.vocab_size
   source_config.mesh = trainer.config.mesh
   source_trainer = trainer_lib.Trainer(source_config, trainer.mesh)
-  pretrained = trainer_lib.restore_params(
+  pretrained = source_trainer.saved_params(trainer_lib.restore_params(
       source_trainer, init_from, step,
       other_step='config.init_from reads the latest step; to start from another, point it at a '
-      'copy of the run without the later steps').to_pure_dict()
-  params = state['params']
+      'copy of the run without the later steps')).to_pure_dict()
+  # Both in the per-block layout, whichever of them keeps its blocks stacked (scan_layers).
+  params = trainer.saved_params(state['params'])
   target = params.to_pure_dict()
   skip = () if model_types.of(trainer.config.model).continues else _MLM_HEAD
   taken = sorted(k for k in target if k in pretrained and k not in skip)
   for key in taken:
     target[key] = pretrained[key]
   nnx.replace_by_pure_dict(params, target)
+  params = trainer.params_from_saved(params)
   log.info('Initialised %s from %s step %d; new: %s.', ', '.join(taken), init_from, step,
            ', '.join(sorted(set(target) - set(taken))) or 'nothing')
   with jax.set_mesh(trainer.mesh):

@@ -76,14 +76,15 @@ def measure(workdir: str, config, passes: dict, step, max_batches: int) -> dict:
   evaluation passes by `sinks.same_model`, so that a sweep's seeds compile once."""
   run = resolve.for_evaluation(config, workdir, step, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
-  params = trainer_lib.restore_params(trainer, run.workdir, run.step)
+  # Each layer apart: the blocks as a loop, whether or not the run scanned them.
+  params = trainer.saved_params(trainer_lib.restore_params(trainer, run.workdir, run.step))
   batches = trainer.task.batches(run.config, run.sources['validation'], run.tokenizer,
                                  train=False, batch_size=run.config.eval.batch_size)
   key = sinks.same_model(run.config)
   try:
     if key not in passes:
-      passes[key] = sinks.evaluation_pass(trainer.graphdef, trainer.task)
-    got = sinks.measure(trainer.graphdef, params, trainer.task, batches, max_batches,
+      passes[key] = sinks.evaluation_pass(trainer.saved_graphdef, trainer.task)
+    got = sinks.measure(trainer.saved_graphdef, params, trainer.task, batches, max_batches,
                         step=passes[key])
   except errors.ConfigError as e:
     raise errors.ConfigError(f'--workdir={workdir!r}: {e}') from None

@@ -145,7 +145,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
         'Converted from Hugging Face RoFormer weights: token ids are those of the Hugging Face '
         'tokenizer, not of a SentencePiece model of this project.\n')
     ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
-    ckpt.save(0, state)
+    ckpt.save(0, trainer.saved(state))
     ckpt.close()
 
 

@@ -76,7 +76,6 @@ def test_the_cache_equals_the_full_pass_for_a_hybrid_with_windows():
 @pytest.mark.parametrize('change,match', [
     ({'layer_kinds': ('rope', 'nope')}, r'config.model.layer_kinds\[1\]=.nope. is not a known'),
     ({'type': 'mlm'}, 'offered for causal LMs'),
-    ({'scan_layers': True}, 'cannot be scanned'),
     ({'layer_kinds': ('rope', 'sinusoidal')}, 'embeddings below every layer'),
     ({'layer_kinds': ('rope', 'none'), 'position.t5.num_buckets': 8}, 'does not use it'),
 ])

@@ -55,7 +55,6 @@ def test_decoding_a_layout_with_bases_and_windows_equals_the_full_pass():
 
 @pytest.mark.parametrize('fields,message', [
     ({'position.kind': 'alibi', 'layer_rope_bases': (1e4,)}, 'but no layer rotates'),
-    ({'layer_rope_bases': (1e4, 1e6), 'scan_layers': True}, 'cannot be scanned'),
 ])
 def test_bases_that_cannot_apply_are_refused_naming_the_field(fields, message):
   cfg = test_config.get_config('rope')

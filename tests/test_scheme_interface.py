@@ -80,9 +80,9 @@ def test_every_kinds_blocks_are_alike(kind):
     pytest.param('fire', 'causal_lm', 'dots', marks=pytest.mark.slow),
     pytest.param('learned', 'mlm', 'none', marks=pytest.mark.slow)])
 def test_the_scanned_stack_gives_the_loops_outputs_and_gradients(kind, model_type, remat):
-  """config.model.scan_layers runs the same computation: outputs and every parameter's gradient
-  agree with the loop's, with each remat policy inside the scan; the parameters are the same
-  tree either way."""
+  """config.model.scan_layers builds the same parameters stored stacked and runs the same
+  computation: outputs and every parameter's gradient agree with the loop's (converted to the
+  per-block layout), with each remat policy inside the scan."""
   config = tiny(kind, 'causal_lm' if model_type == 'mlm' else model_type, remat=remat)
   if model_type == 'mlm':
     config = test_config.get_config('mlm,roformer')
@@ -91,23 +91,22 @@ def test_the_scanned_stack_gives_the_loops_outputs_and_gradients(kind, model_typ
   config.model.position.kind = kind
   if kind == 'learned':
     config.model.position.learned.per_layer = True
-  model = models.create(config.model, seed=0)
-  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  scanned_cfg = models.per_block_config(config.model)
+  scanned_cfg.scan_layers = True
 
-  def loss(params, scan):
-    m = nnx.merge(graphdef, params, rest)
-    m.scan_layers = scan
-    out = call(m, model_type)
+  def loss(model):
+    out = call(model, model_type)
     return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
 
-  grad = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
-  (_, want), want_grads = grad(params, False)
-  (_, got), got_grads = grad(params, True)
+  grad = nnx.jit(nnx.value_and_grad(loss, has_aux=True))
+  loop, scan = models.create(config.model, seed=0), models.create(scanned_cfg, seed=0)
+  (_, want), want_grads = grad(loop)
+  (_, got), got_grads = grad(scan)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  got_grads = models.layout(scan).to_layers(got_grads, want_grads)
   flat = lambda tree: {sharding.path_str(p): v for p, v in
                        jax.tree_util.tree_flatten_with_path(tree)[0]}
   want_flat, got_flat = flat(want_grads), flat(got_grads)
-  assert set(want_flat) == set(got_flat)
   for path, w in want_flat.items():
     np.testing.assert_allclose(got_flat[path], w, rtol=1e-4, atol=1e-5, err_msg=path)
 
@@ -244,20 +243,18 @@ def test_every_kind_trains_end_to_end_at_a_tiny_size_with_grouped_query_attentio
   """Every registered kind (from the registry, not a hand-written list) builds a causal LM with
   two key/value heads for its four query heads whose loss on packed rows is finite, has a
   finite gradient for every parameter, and falls after a few gradient steps on the same batch.
-  The stack runs scanned, which also needs the kind's blocks to be alike (the loop against the
-  scan: the test above)."""
-  config = tiny(kind, num_kv_heads=2)
+  The stack is stored stacked and runs scanned, which also needs the kind's blocks to be alike
+  (the loop against the scan: the test above)."""
+  config = tiny(kind, num_kv_heads=2, scan_layers=True)
   model = models.create(config.model, seed=0)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # rest: constants (FoPE's).
   targets = jnp.roll(TOKENS, -1, axis=1)
 
-  def loss(params, scan):
-    m = nnx.merge(graphdef, params, rest)
-    m.scan_layers = scan
-    logp = jax.nn.log_softmax(m(TOKENS, POS, SEG))
+  def loss(params):
+    logp = jax.nn.log_softmax(nnx.merge(graphdef, params, rest)(TOKENS, POS, SEG))
     return -jnp.mean(jnp.take_along_axis(logp, targets[..., None], axis=-1))
 
-  step = jax.jit(jax.value_and_grad(lambda p: loss(p, True)))
+  step = jax.jit(jax.value_and_grad(loss))
   first, grads = step(params)
   assert np.isfinite(float(first))
   assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))

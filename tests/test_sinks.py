@@ -90,7 +90,8 @@ def _measured(workdir, zero_qk=True, **model):
   trainer, params, batches = _prepared(workdir, **model)
   if zero_qk:
     params = _no_query_key_term(params)
-  return sinks.measure(trainer.graphdef, params, trainer.task, batches), batches
+  return sinks.measure(trainer.saved_graphdef, trainer.saved_params(params), trainer.task,
+                       batches), batches
 
 
 def _prepared(workdir, **model):
@@ -152,6 +153,9 @@ def test_a_scanned_stack_measures_as_its_layers_one_by_one(workdirs):
   looped, _ = _measured(workdirs['rope', 0], zero_qk=False)
   scanned, _ = _measured(workdirs['rope', 0], zero_qk=False, scan_layers=True)
   np.testing.assert_allclose(scanned.per_head, looped.per_head, rtol=1e-5)
+  trainer, params, _ = _prepared(workdirs['rope', 0], scan_layers=True)
+  with pytest.raises(ValueError, match='blocks as a loop'):  # Stacked, layers are not apart.
+    sinks.record(nnx.merge(trainer.graphdef, params))
   assert (looped.per_head > 0).all()
 
 

@@ -11,6 +11,7 @@ import kinds
 import pytest
 
 from configs import test as test_config
+from roformer import checkpoint
 from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
@@ -80,6 +81,29 @@ def test_resume_continues_the_same_trajectory(trained, tmp_path, data_dir):
   assert sorted(resumed) == list(range(1, 9))
   np.testing.assert_allclose([resumed[s] for s in range(4, 9)],
                              [straight[s] for s in range(4, 9)], rtol=1e-5)
+
+
+def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp_path,
+                                                                    data_dir):
+  """Stored stacked, the parameters and AdamW's moments are saved per block: the checkpoint has
+  the loop's paths and shapes, and the run resumed with the loop (scan_layers=False, which may
+  change on resume) follows the uninterrupted loop run's losses, dropout included."""
+  workdir = str(tmp_path / 'scanned')
+  cfg = small_config(data_dir)
+  cfg.model.scan_layers = True
+  loop.train_and_evaluate(cfg, workdir, stop_at=4)
+
+  def shapes(run):
+    ckpt = checkpoint.Checkpointer(os.path.join(run, 'checkpoints'))
+    try:
+      return ckpt.param_shapes(4)
+    finally:
+      ckpt.close()
+  assert shapes(workdir) == shapes(trained[1])
+  loop.train_and_evaluate(small_config(data_dir), workdir)
+  resumed, straight = train_losses(workdir), train_losses(trained[1])
+  np.testing.assert_allclose([resumed[s] for s in range(1, 9)],
+                             [straight[s] for s in range(1, 9)], rtol=1e-5)
 
 
 def test_eval_restores_what_train_saved(trained):

@@ -85,7 +85,6 @@ def test_the_cache_equals_the_full_pass_with_windows():
 @pytest.mark.parametrize('change,match', [
     ({'type': 'mlm'}, 'attends both ways'),
     ({'attention': {'kind': 'favor'}}, "attention.kind='favor' never forms the attention mask"),
-    ({'scan_layers': True}, 'cannot be scanned'),
     ({'layer_windows': (4, -1)}, r'layer_windows\[1\]'),
 ])
 def test_bad_window_settings_are_refused(change, match):

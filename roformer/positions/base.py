@@ -12,8 +12,8 @@ A kind is described once, by a `PositionScheme` subclass registered under its na
   options and takes from that run, what a block sets per layer, what an evaluation records;
 - two module classes: `Shared`, built once per stack (the embedding hook and any parameters
   shared by the layers), and `Layer`, built by every block, which owns that layer's parameters.
-  Every block of a stack holds a `Layer` of the same structure, so the blocks are uniform and the
-  stack can be scanned (`roformer.stack`).
+  A block's `Layer` is the same for every block of a kind, so a stack repeats with the period of
+  its per-layer settings and can be scanned by periods (`roformer.scanned`).
 
 The stack calls the hooks at fixed points; every hook defaults to the identity:
 

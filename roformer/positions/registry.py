@@ -142,7 +142,7 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
   three RoPE layers and one without positions): the union of their options and checks, the
   capabilities any of them has (causal only if one is, FAVOR+ only if all can), and a `Shared`
   module holding each kind's (its `__call__` returns one value per layer). Each block builds
-  its own kind's `Layer`; blocks of different kinds differ, so such a stack is not scanned."""
+  its own kind's `Layer`; a scanned stack runs each period of the layout as one step."""
   key = (parts, name)
   if key in _PER_LAYER:
     return _PER_LAYER[key]

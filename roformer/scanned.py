@@ -1,0 +1,182 @@
+"""A stack whose blocks' parameters are stored stacked, run as one `lax.scan`
+(`config.model.scan_layers`), and the conversion between that layout and the per-block one.
+
+The blocks are built one by one, exactly as the loop builds them (same random draws, so a
+scanned model and a looped one from the same seed hold the same numbers), and their states are
+then stacked once, at creation. The optimizer therefore sees one array per parameter for all
+the layers: the update, the gradient clipping and their compilation do not grow with depth,
+and no step copies the parameters into a stack.
+
+Layers that differ (a hybrid layout of kinds, per-layer windows, per-layer RoPE bases: any
+Python attribute of a block) are handled by their period: the smallest p such that block i has
+the structure of block i - p. Each scan step runs p blocks, block j of the step being layer
+t*p + j, so each of the p structures keeps its own static attributes (a window stays a static
+bound that the causal blocks skip by; a base stays a constant), and the stack compiles p blocks
+whatever its depth. Layers past the last whole period run after the scan, one by one.
+
+Checkpoints keep the per-block layout (`blocks/<i>/...`): `to_layers` and `to_stacked` convert
+any tree whose paths are a model state's (the parameters, and the optimizer's moments that
+mirror them), so `scan_layers` may change between a run and its resumption, a warm start or an
+export, and every reader of a checkpoint sees one layout.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from roformer import sharding
+
+
+def _stack(blocks):
+  """One module of `blocks`' shared structure whose variables hold the blocks' values stacked
+  along a new leading axis (declared unsplit: the mesh never splits the layers)."""
+  graphdef, first = nnx.split(blocks[0])
+  states = [first] + [nnx.split(block)[1] for block in blocks[1:]]
+  stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+  module = nnx.merge(graphdef, stacked)
+  for _, variable in nnx.iter_graph(module):
+    if isinstance(variable, nnx.Variable):
+      names = variable.get_metadata().get('out_sharding')
+      if names is not None:
+        variable.set_metadata('out_sharding', (None, *names))
+  return module
+
+
+def period(blocks) -> int:
+  """The smallest p >= 1 such that every block has the structure of the block p before it."""
+  graphdefs = [nnx.graphdef(block) for block in blocks]
+  n = len(graphdefs)
+  return next(p for p in range(1, n + 1)
+              if all(graphdefs[i] == graphdefs[i - p] for i in range(p, n)))
+
+
+class ScannedBlocks(nnx.Module):
+  """The blocks of one stack: `stacked[j]` holds layers j, p + j, 2p + j, ... (whole periods),
+  `rest` the layers after them. Iterating gives each layer as a block of its own (slices of the
+  stacked values), which is how decoding with a cache runs it."""
+
+  def __init__(self, blocks):
+    n, p = len(blocks), period(blocks)
+    self.num_layers, self.period, self.depth = n, p, n // p
+    whole = self.depth * p
+    self.stacked = nnx.List([_stack(blocks[j:whole:p]) for j in range(p)])
+    self.rest = nnx.List(blocks[whole:])
+
+  def __len__(self) -> int:
+    return self.num_layers
+
+  def layer(self, i: int):
+    """Layer `i` as a block of its own."""
+    whole = self.depth * self.period
+    if i >= whole:
+      return self.rest[i - whole]
+    graphdef, state = nnx.split(self.stacked[i % self.period])
+    return nnx.merge(graphdef, jax.tree.map(lambda a: a[i // self.period], state))
+
+  def __iter__(self):
+    return (self.layer(i) for i in range(self.num_layers))
+
+  def run(self, shared, x, positions, mask, keys, checkpoint, extra):
+    """The blocks on x without a cache: one scan over the whole periods, then the rest.
+    `shared` is the stack's position value (a list, one per layer, for hybrid layouts);
+    `keys` one dropout key (or None) per layer; `checkpoint` wraps each block's computation
+    (rematerialisation) or is None."""
+    p, depth = self.period, self.depth
+    layer_shared = (lambda i: shared[i]) if isinstance(shared, list) else (lambda i: shared)
+
+    def one(graphdef, state, h, key, index, block_shared):
+      block = nnx.merge(graphdef, state)
+      h = block(h, mask, positions, block_shared, key, None, layer=index, **extra)[0]
+      return sharding.constrain(h, ('batch', None, None))
+    if checkpoint is not None:
+      one = checkpoint(one, static_argnums=(0,))
+
+    graphdefs, states = zip(*(nnx.split(m) for m in self.stacked))
+
+    def body(h, xs):
+      step_states, step_keys, step = xs
+      for j in range(p):
+        key = None if step_keys is None else step_keys[j]
+        h = one(graphdefs[j], step_states[j], h, key, step * p + j, layer_shared(j))
+      return h, None
+
+    whole = depth * p
+    layer_keys = None
+    if keys[0] is not None:
+      layer_keys = jnp.stack(keys[:whole])
+      layer_keys = layer_keys.reshape(depth, p, *layer_keys.shape[1:])
+    x, _ = jax.lax.scan(body, x, (states, layer_keys, jnp.arange(depth, dtype=jnp.int32)))
+    for i in range(whole, self.num_layers):
+      graphdef, state = nnx.split(self.rest[i - whole])
+      x = one(graphdef, state, x, keys[i], jnp.int32(i), layer_shared(i))
+    return x
+
+
+class Layout:
+  """The correspondence between a scanned model's paths and the per-block ones. `stacks` maps
+  each stack's attribute name (a model's blocks) to (its number of layers, its period)."""
+
+  def __init__(self, stacks: dict[str, tuple[int, int]]):
+    self.stacks = dict(stacks)
+    # Paths of the two layouts ('/'-joined, any prefix such as params/ or opt_state/0/mu/ kept).
+    names = '|'.join(map(re.escape, self.stacks))
+    self._layer = re.compile(rf'(^|.*/)({names})/(\d+)/(.*)$')
+    self._scanned = re.compile(rf'(^|.*/)({names})/(stacked|rest)/(\d+)/(.*)$')
+
+  def layer_source(self, path: str):
+    """(scanned path, index along its stacked axis or None) holding per-block `path`."""
+    found = self._layer.match(path)
+    if not found:
+      return path, None
+    head, name, i, rest = found.group(1), found.group(2), int(found.group(3)), found.group(4)
+    n, p = self.stacks[name]
+    whole = n // p * p
+    if i < whole:
+      return f'{head}{name}/stacked/{i % p}/{rest}', i // p
+    return f'{head}{name}/rest/{i - whole}/{rest}', None
+
+  def stacked_sources(self, path: str):
+    """The per-block paths whose values scanned `path` holds: a list (stacked in this order),
+    one path (a layer after the whole periods), or None (not a block's path)."""
+    found = self._scanned.match(path)
+    if not found:
+      return None
+    head, name, part, j, rest = found.groups()
+    n, p = self.stacks[name]
+    j = int(j)
+    if part == 'rest':
+      return f'{head}{name}/{n // p * p + j}/{rest}'
+    return [f'{head}{name}/{t * p + j}/{rest}' for t in range(n // p)]
+
+  def to_layers(self, tree, target):
+    """`tree` (a scanned model's state, or any tree with its paths) in the per-block layout
+    whose structure `target` (abstract, per-block) gives."""
+    by_path = _by_path(tree)
+
+    def one(path, _):
+      source, index = self.layer_source(_path(path))
+      return by_path[source] if index is None else by_path[source][index]
+    return jax.tree_util.tree_map_with_path(one, target)
+
+  def to_stacked(self, tree, target):
+    """`tree` (per-block) in the scanned layout whose structure `target` gives."""
+    by_path = _by_path(tree)
+
+    def one(path, _):
+      sources = self.stacked_sources(_path(path))
+      if sources is None:
+        return by_path[_path(path)]
+      if isinstance(sources, str):
+        return by_path[sources]
+      return jnp.stack([by_path[s] for s in sources])
+    return jax.tree_util.tree_map_with_path(one, target)
+
+
+def _path(path) -> str:
+  return sharding.path_str(path, keep_value=True)
+
+
+def _by_path(tree) -> dict:
+  return {_path(p): v for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
