@@ -27,6 +27,10 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   that separate from the reference there.
 - `benchmark`: PATH is a folder of `scripts/benchmark.py --without ... --out` records; a row per
   hand-written backward pass turned off, against the step with all of them (roformer/autodiff.py).
+- `compare`: PATH is one `scripts/benchmark.py --vary ... --out` record; `field=` a varied field
+  (its last part, e.g. scan_layers) whose two values are compared, `by=` another varied field
+  (a row per value): the compile time, the median step and the compiled step's memory of each
+  value, and the second's step over the first's with the range of the per-round ratios.
 
 Nothing in a block is typed by hand: a page's numbers are these, and `tests/test_docs.py` fails
 when a block differs from what its records give.
@@ -57,7 +61,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary', 'benchmark')
+KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare')
 
 
 def read_points(records: str) -> list[dict]:
@@ -300,10 +304,52 @@ def benchmark(folder: pathlib.Path) -> list[str]:
   return lines
 
 
+def _varied(name: str, config: dict):
+  """A scripts/benchmark.py row's value of a varied field (named by its last part, under
+  config.model): the value its name carries (`kind[field=value]...`, benchmark.variants), or
+  the record config's own, which the name leaves out."""
+  named = dict(re.findall(r'\[([^=\]]+)=([^\]]+)\]', name))
+  return lambda field: named.get(field, str(config['model'].get(field, '')))
+
+
+def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
+  """The `compare` block of one benchmark record (see the module docstring)."""
+  if 'field' not in options or 'by' not in options:
+    raise errors.ConfigError(f'"{spec}": a compare block names field= and by=. Fix: add them.')
+  field, by = options['field'][0], options['by'][0]
+  data = json.loads(path.read_text(encoding='utf-8'))
+  cells = {}
+  for row in data['rows']:
+    value = _varied(row['name'], data['config'])
+    cells[(value(by), value(field))] = row
+  columns = list(dict.fromkeys(f for _, f in cells))
+  rows = sorted(dict.fromkeys(b for b, _ in cells), key=lambda v: float(v))
+  if len(columns) != 2 or len(cells) != len(rows) * 2:
+    raise errors.ConfigError(f'"{spec}": {path} holds {sorted(cells)}, not two values of '
+                             f'{field} for each {by}. Fix: name the fields it varies.')
+  a, b = columns
+  lines = [f'| {by} | compile, {field}={a} | compile, {field}={b} | step, {a} (ms) | '
+           f'step, {b} (ms) | {b} / {a} | memory, {a} / {b} (MiB) |', '|---' * 7 + '|']
+  for v in rows:
+    first, second = cells[(v, a)], cells[(v, b)]
+    ratios = timing.round_ratios(second['rounds'], first['rounds'])
+    lines.append(
+        f"| {v} | {first['compile_s']:.1f} s | {second['compile_s']:.1f} s | "
+        f"{1e3 * first['step_s']:,.0f} | {1e3 * second['step_s']:,.0f} | "
+        f"{second['step_s'] / first['step_s']:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | "
+        f"{first['peak_bytes'] / 2**20:,.0f} / {second['peak_bytes'] / 2**20:,.0f} |")
+  lines += ['', f"{data['device_kind']} ({data['backend']}, {data['devices']} device), "
+            f"{data['date']}; median of {data['steps']} steps each in {data['rounds_count']} "
+            'interleaved rounds; compile time is the whole train step\'s, optimizer included.']
+  return lines
+
+
 def render(spec: str, cache: dict) -> str:
   path, kind, options = parse(spec)
   if kind == 'benchmark':
     return '\n'.join(benchmark(ROOT / path)) + '\n'
+  if kind == 'compare':
+    return '\n'.join(compare(ROOT / path, options, spec)) + '\n'
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](

@@ -114,3 +114,29 @@ def test_a_benchmark_block_gives_each_pass_turned_off_against_all_on(tmp_path):
   assert len(lines) == 5 and '2026-11-28' in lines[-1]
   with pytest.raises(errors.ConfigError, match='no benchmark record'):
     docs.benchmark(tmp_path / 'missing')
+
+
+def test_a_compare_block_reads_the_varied_values_from_the_row_names(tmp_path):
+  """Rows named as benchmark.variants names them (the config's own value left out of the name)
+  pivot into one line per `by` value; the ratio and its round range by hand."""
+  import json  # pylint: disable=import-outside-toplevel
+  row = lambda name, step, rounds, compile_s: {
+      'name': name, 'step_s': step, 'rounds': rounds, 'compile_s': compile_s,
+      'peak_bytes': 3 * 2**20}
+  record = {'config': {'model': {'num_layers': 4, 'scan_layers': False}},
+            'device_kind': 'cpu', 'backend': 'cpu', 'devices': 1, 'date': '2026-11-28',
+            'steps': 4, 'rounds_count': 2,
+            'rows': [row('rope', 0.010, [[0.010], [0.010]], 4.0),
+                     row('rope[num_layers=12]', 0.030, [[0.030], [0.030]], 9.0),
+                     row('rope[scan_layers=True]', 0.009, [[0.008], [0.010]], 3.0),
+                     row('rope[scan_layers=True][num_layers=12]', 0.024, [[0.024], [0.027]],
+                         3.5)]}
+  path = tmp_path / 'scan.json'
+  path.write_text(json.dumps(record), encoding='utf-8')
+  lines = docs.compare(path, {'field': ['scan_layers'], 'by': ['num_layers']}, 'spec')
+  assert lines[0].startswith('| num_layers | compile, scan_layers=False | compile, '
+                             'scan_layers=True |')
+  assert lines[2] == '| 4 | 4.0 s | 3.0 s | 10 | 9 | 0.90x (0.80-1.00) | 3 / 3 |'
+  assert lines[3] == '| 12 | 9.0 s | 3.5 s | 30 | 24 | 0.80x (0.80-0.90) | 3 / 3 |'
+  with pytest.raises(errors.ConfigError, match='not two values of dtype'):
+    docs.compare(path, {'field': ['dtype'], 'by': ['num_layers']}, 'spec')
