@@ -357,6 +357,11 @@ def schema() -> dict:
           'log_every': Int(1, _STEPS, default=25),
           'eval_every': Int(1, _STEPS, default=100),
           'eval_batches': Int(1, _STEPS, also=(-1,), default=-1),  # -1: the whole split.
+          # Compile the evaluation passes in a background thread while training runs
+          # (roformer/compile_ahead.py): the same programs, off the critical path. 'auto': on
+          # a GPU or TPU, whose host cores are free while the device trains; not on the CPU,
+          # whose cores train.
+          'compile_ahead': Str(('auto', 'on', 'off'), default='auto'),
           'checkpoint_every': Int(1, _STEPS, default=200),
           # After SIGTERM/SIGINT: save and exit within this, else exit 1; 0: no limit.
           'grace_period_s': Float(0, 10**7, default=60),

@@ -11,6 +11,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from roformer import compile_ahead
 from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
@@ -249,7 +250,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   step, saved, splits = run.step, run.saved, run.splits
   scheme = positions_lib.model_scheme(config.model)
   classifying = tasks.per_example(config)
-  protocol = config.eval.protocol if config_schema.TEXT_CAUSAL_LM.reads(config) else 'windows'
+  protocol = _protocol(config)
   results = {'step': step, **({} if classifying else {'protocol': protocol}),
              'position': scheme.kind, **scheme.results_fields(config.model.position),
              'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
@@ -324,6 +325,45 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
       results['splits'][split]['unigram_loss'] = unigram_baseline(
           tokenizer, _source_of(sources['train'], split), source, split_config.data.text_key)
   return results
+
+
+def _protocol(config) -> str:
+  """How a text causal LM's longer lengths are read (eval.protocol); windows for the rest."""
+  return config.eval.protocol if config_schema.TEXT_CAUSAL_LM.reads(config) else 'windows'
+
+
+def programs_ahead(trainer: trainer_lib.Trainer, group, sources: list, final: bool) -> dict:
+  """The evaluation passes that a training run of `trainer` (its members `group`, validated on
+  `sources`) will call, as name -> (jitted pass, abstract arguments), for
+  roformer/compile_ahead.py: validation's (the group's vmapped pass or the run's own) and, with
+  `final`, the final evaluation's at each length of eval.length_multipliers. Passes that depend
+  on more than shapes are left to compile when they run: a mixture's sources, passkey rows in
+  text, translation's decoding, and lengths whose model eval.scale_rope_to_length rescales."""
+  config = trainer.config
+  if trainer.task.decodes or any(isinstance(s, mixture.Mixture) or scored_on_answers(s)
+                                 for s in sources):
+    return {}
+  local = config.eval.batch_size // jax.process_count()
+  params = trainer.abstract_state['params']
+  step = trainer.predict_step if trainer.task.per_example else trainer.eval_step
+  template = lambda length: trainer.task.feature_shapes(local, length)
+  out = {}
+  if group.vmapped and not trainer.task.per_example:  # group_validation's one launch.
+    out['validation'] = group.eval_program(template(config.data.seq_len))
+  else:
+    out['validation'] = (step, (params, compile_ahead.batch(template(config.data.seq_len),
+                                                            trainer.mesh)))
+  scheme = positions_lib.model_scheme(config.model)
+  if (final and not trainer.task.per_example
+      and not (config.eval.scale_rope_to_length and scheme.length_factor(config.model.position))):
+    for mult in config.eval.length_multipliers:
+      length = config.data.seq_len * mult
+      shapes = template(length)
+      if _protocol(config) == 'sliding':
+        shapes['scored'] = np.zeros((local, length), np.int32)
+      out[f'evaluation at {length}'] = (step, (params, compile_ahead.batch(shapes,
+                                                                           trainer.mesh)))
+  return out
 
 
 def _each_source(config, splits, sources):

@@ -22,6 +22,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
+from roformer import compile_ahead
 from roformer import config_lib
 from roformer import errors
 from roformer import evaluate as evaluate_lib
@@ -266,6 +267,10 @@ class _Loop:
         self.trainer, [trainer_lib.dropout_seed(m.run.config) for m in self.members], states,
         vmapped)
     self.pending = []  # (step, host batches, device metrics) not yet fetched.
+    # The evaluation passes, compiled in a background thread while the train step compiles
+    # and the steps run (roformer/compile_ahead.py); `run` submits them.
+    self.ahead = compile_ahead.Ahead(compile_ahead.enabled(self.tc.compile_ahead))
+    stack.callback(self.ahead.close)
     log.info('Model: %s, %d parameters, position=%s; mesh %s; %d steps from %d%s.',
              self.config.model.type, self.trainer.num_params(),
              positions.model_scheme(self.config.model).kind, dict(mesh.shape), self.tc.steps,
@@ -310,6 +315,10 @@ class _Loop:
   def run(self, eval_splits) -> list[dict]:
     tc, phases, preempt = self.tc, self.phases, self.preempt
     loop_start, others = time.perf_counter(), sum(phases.seconds.values())
+    for name, (jitted, args) in evaluate_lib.programs_ahead(
+        self.trainer, self.states, [m.run.sources['validation'] for m in self.members],
+        final=bool(eval_splits)).items():
+      self.ahead.submit(name, jitted, *args)
     if self.runs[0].init_from is not None and warm_start.continues(self.config):
       # A continued model before any step at its new length or scaling: the extension without
       # training, against which the continued steps are measured.
@@ -386,6 +395,7 @@ class _Loop:
     """The living members' validation metrics (by member index), each logged at `step`."""
     if not self.alive():
       return {}
+    self.ahead.wait('validation')  # Never compiled twice: its compilation ahead first.
     members, trainer = self.members, self.trainer
     together = evaluate_lib.group_validation(  # Every member's, a failed one's unused.
         trainer, self.states, [m.run.sources['validation'] for m in members],
@@ -445,6 +455,7 @@ class _Loop:
         member.writer.close()
     if eval_splits and reached == self.tc.steps and not self.preempt.stop:
       with self.phases('evaluation'):
+        self.ahead.wait_all()
         for i in self.alive():
           _evaluate_in_process(self.members[i], self.trainer, self.states.params(i), eval_splits)
     for member in self.members:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from roformer import compile_ahead
 from roformer import sharding
 from roformer import trainer as trainer_lib
 
@@ -87,6 +88,12 @@ class Members:
     """Every member's evaluation sums (the task's `eval_sums`) of its own batch, in one launch
     for the group (vmapped groups only); on the device, with a leading member axis."""
     return self._eval(self.stacked['params'], self._put(host_batches))
+
+  def eval_program(self, template: dict):
+    """(the jitted pass `eval_sums` calls, its abstract arguments) for host batches shaped like
+    `template`: what roformer/compile_ahead.py compiles before the first validation."""
+    return self._eval, (compile_ahead.abstract(self.stacked['params']),
+                        compile_ahead.batch(template, self.trainer.mesh, stacked=len(self)))
 
   def _put(self, host_batches: list[dict]) -> dict:
     """The members' batches stacked on a leading member axis, in one transfer of every array."""

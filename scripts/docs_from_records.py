@@ -27,6 +27,8 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   that separate from the reference there.
 - `benchmark`: PATH is a folder of `scripts/benchmark.py --without ... --out` records; a row per
   hand-written backward pass turned off, against the step with all of them (roformer/autodiff.py).
+- `phases`: PATH is one `scripts/point_time.py --out` record; a row per value of its varied
+  field: the runs' median wall time and median time of each phase, each with its range.
 - `compare`: PATH is one `scripts/benchmark.py --vary ... --out` record; `field=` a varied field
   (its last part, e.g. scan_layers) whose two values are compared, `by=` another varied field
   (a row per value): the compile time, the median step and the compiled step's memory of each
@@ -61,7 +63,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare')
+KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases')
 
 
 def read_points(records: str) -> list[dict]:
@@ -344,12 +346,33 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
   return lines
 
 
+def phases(path: pathlib.Path) -> list[str]:
+  """The `phases` block of one scripts/point_time.py record (see the module docstring)."""
+  data = json.loads(path.read_text(encoding='utf-8'))
+  names = list(dict.fromkeys(n for run in data['runs'] for n in run['phases']))
+  cell = lambda xs: (f'{statistics.median(xs):.1f}' if len(xs) == 1 else
+                     f'{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})')
+  lines = [f"| {data['field']} | runs | wall (s) | " + ' | '.join(f'{n} (s)' for n in names)
+           + ' |', '|---' * (len(names) + 3) + '|']
+  for value in data['values']:
+    runs = [r for r in data['runs'] if r['value'] == value]
+    lines.append(f'| {value} | {len(runs)} | {cell([r["wall_s"] for r in runs])} | ' + ' | '.join(
+        cell([r['phases'].get(n, 0.0) for r in runs]) for n in names) + ' |')
+  lines += ['', f"`{data['config']}` with {', '.join(data['set']) or 'its own settings'}, "
+            f"--eval_splits={data['eval_splits']}; {data['cpus']} CPUs, {data['date']}; each run a "
+            'fresh process with an empty compilation cache, the values in turns; median '
+            '(range) of the runs.']
+  return lines
+
+
 def render(spec: str, cache: dict) -> str:
   path, kind, options = parse(spec)
   if kind == 'benchmark':
     return '\n'.join(benchmark(ROOT / path)) + '\n'
   if kind == 'compare':
     return '\n'.join(compare(ROOT / path, options, spec)) + '\n'
+  if kind == 'phases':
+    return '\n'.join(phases(ROOT / path)) + '\n'
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](

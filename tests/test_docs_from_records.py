@@ -140,3 +140,19 @@ def test_a_compare_block_reads_the_varied_values_from_the_row_names(tmp_path):
   assert lines[3] == '| 12 | 9.0 s | 3.5 s | 30 | 24 | 0.80x (0.80-0.90) | 3 / 3 |'
   with pytest.raises(errors.ConfigError, match='not two values of dtype'):
     docs.compare(path, {'field': ['dtype'], 'by': ['num_layers']}, 'spec')
+
+
+def test_a_phases_block_gives_the_median_and_range_of_each_phase(tmp_path):
+  import json  # pylint: disable=import-outside-toplevel
+  run = lambda value, wall, compile_s: {'value': value, 'wall_s': wall,
+                                        'phases': {'setup': 1.0, 'compilation': compile_s}}
+  record = {'date': '2026-11-28', 'config': 'configs/synthetic.py:copy', 'field': 'x',
+            'values': ['False', 'True'], 'set': [], 'eval_splits': 'validation', 'cpus': 2,
+            'runs': [run('False', 10.0, 4.0), run('True', 8.0, 2.0), run('False', 12.0, 6.0),
+                     run('True', 9.0, 3.0)]}
+  path = tmp_path / 'point.json'
+  path.write_text(json.dumps(record), encoding='utf-8')
+  lines = docs.phases(path)
+  assert lines[0] == '| x | runs | wall (s) | setup (s) | compilation (s) |'
+  assert lines[2] == '| False | 2 | 11.0 (10.0-12.0) | 1.0 (1.0-1.0) | 5.0 (4.0-6.0) |'
+  assert lines[3] == '| True | 2 | 8.5 (8.0-9.0) | 1.0 (1.0-1.0) | 2.5 (2.0-3.0) |'

@@ -258,6 +258,8 @@ SCRIPT_CASES = {
     'make_hf_fixtures.py': None,  # Needs torch: with it, it writes the fixtures; without, a line.
     'module_index.py': (['--nosuch'], 2, 'unrecognized arguments'),
     'plot_curves.py': (['/nonexistent', '--out=/tmp/never.png'], 1, '/nonexistent'),
+    'point_time.py': (['--config=configs/synthetic.py:copy', '--vary=train.compile_ahead=on'],
+                      1, 'with two values or more'),
     'report.py': (['/nonexistent'], 2, 'holds no run'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),

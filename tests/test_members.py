@@ -111,8 +111,9 @@ def alone(tmp_path_factory):
 @pytest.mark.parametrize('kind', ['rope', pytest.param('alibi', marks=pytest.mark.slow)])
 def test_each_vmapped_member_ends_where_its_run_alone_ends(alone, tmp_path, kind):
   """Vmapped, the members' arithmetic is batched: equal to float rounding. (Stepped one by one
-  they run the very program of a run alone: test_an_interrupted_group_resumes_... .)"""
-  lasts = loop.train_seeds(tiny(kind), str(tmp_path / 'seed={seed}'), [0, 1],
+  they run the very program of a run alone: test_an_interrupted_group_resumes_... .) The
+  group's validation pass compiled ahead (train.compile_ahead) changes nothing."""
+  lasts = loop.train_seeds(tiny(kind, compile_ahead='on'), str(tmp_path / 'seed={seed}'), [0, 1],
                            eval_splits=('validation',), vmapped=True)
   assert [sorted(last) for last in lasts] == [['eval', 'train', 'validation']] * 2
   for seed in (0, 1):
@@ -125,9 +126,10 @@ def test_each_vmapped_member_ends_where_its_run_alone_ends(alone, tmp_path, kind
 
 
 def test_the_evaluation_in_process_is_eval_pys(alone, tmp_path):
-  """`train.py --eval_splits` writes the eval_results.json that eval.py writes afterwards."""
+  """`train.py --eval_splits` writes the eval_results.json that eval.py writes afterwards, also
+  with its evaluation passes compiled ahead in the background (train.compile_ahead)."""
   workdir = str(tmp_path / 'rope,seed=0')
-  config = tiny('rope')
+  config = tiny('rope', compile_ahead='on')
   loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
     in_process = json.load(f)

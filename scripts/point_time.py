@@ -1,0 +1,108 @@
+"""Where one training point's wall time goes (setup, compilation and first step, the steps,
+validation and checkpoints, the final evaluation), for each value of a config field, each run a
+fresh `train.py` process with an empty compilation cache (a cold start, as a sweep's first
+point of its shape).
+
+  python scripts/point_time.py --config configs/synthetic.py:copy \\
+      --vary train.compile_ahead=off,on --rounds 2 --out docs/results/x/copy.json
+
+The values take turns, `--rounds` times, so that a change in the host's load reaches each alike.
+Each run trains in a temporary directory with `--eval_splits` (a sweep's final evaluation);
+its phases are the `Time:` line the run logs (roformer/logs.py `Phases`), and the total is the
+process's wall time from start to exit. The record keeps every run's numbers, the command and
+the config overrides; scripts/docs_from_records.py renders it (`phases` blocks).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=wrong-import-position
+from roformer import cli
+from roformer import errors
+from roformer import files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PHASE = re.compile(r'(?:, |^)([^,]+?) ([0-9.]+) s')
+
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--config', required=True, help="train.py's --config, e.g. "
+                 'configs/synthetic.py:copy.')
+  p.add_argument('--vary', required=True,
+                 help='FIELD=V1,V2,...: a config field and the values compared.')
+  p.add_argument('--set', action='append', default=[],
+                 help='FIELD=VALUE given to every run (repeatable).')
+  p.add_argument('--eval_splits', default='validation', help="train.py's --eval_splits.")
+  p.add_argument('--rounds', type=cli.positive_int, default=2)
+  p.add_argument('--timeout', type=cli.positive_int, default=1800,
+                 help='Seconds one run may take.')
+  p.add_argument('--out', default='', help='Write the record (JSON) here.')
+  return p
+
+
+def parse_vary(text: str) -> tuple[str, list[str]]:
+  field, sep, values = text.partition('=')
+  values = [v for v in values.split(',') if v]
+  if not sep or not field or len(values) < 2:
+    raise errors.ConfigError(f'--vary={text!r} is not FIELD=V1,V2,... with two values or more. '
+                             'Fix: e.g. --vary train.compile_ahead=off,on.')
+  return field, values
+
+
+def phases(log: str) -> dict[str, float]:
+  """The phases of the last `Time:` line of a run's log (name -> seconds)."""
+  lines = [line for line in log.splitlines() if 'Time: ' in line]
+  if not lines:
+    raise errors.ConfigError('the run logged no "Time:" line (it did not finish). Fix: run '
+                             'the same train.py command alone and read its error.')
+  text = lines[-1].split('Time: ', 1)[1].rstrip('.')
+  startup = re.match(r'start-up ([0-9.]+) s \(to the first check\), ', text)
+  out = {'start-up': float(startup.group(1))} if startup else {}
+  text = text[startup.end():] if startup else text
+  return {**out, **{name: float(seconds) for name, seconds in _PHASE.findall(text)}}
+
+
+def one_run(args, field: str, value: str) -> dict:
+  with tempfile.TemporaryDirectory() as tmp:
+    command = [sys.executable, os.path.join(ROOT, 'train.py'), f'--config={args.config}',
+               f'--workdir={os.path.join(tmp, "run")}', f'--eval_splits={args.eval_splits}',
+               *(f'--config.{s}' for s in args.set), f'--config.{field}={value}']
+    env = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': os.path.join(tmp, 'jax_cache')}
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=args.timeout, check=False)
+    wall = time.perf_counter() - start
+  if proc.returncode:
+    raise errors.ConfigError(f'{field}={value}: train.py failed: '
+                             f'{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}')
+  return {'value': value, 'wall_s': wall, 'phases': phases(proc.stdout + proc.stderr)}
+
+
+def main(args) -> None:
+  field, values = parse_vary(args.vary)
+  runs = []
+  for r in range(args.rounds):
+    order = values[r % len(values):] + values[:r % len(values)]
+    for value in order:
+      run = one_run(args, field, value)
+      runs.append({'round': r, **run})
+      print(f'[point_time] round {r} {field}={value}: {run["wall_s"]:.1f} s '
+            f'({", ".join(f"{k} {v:.1f} s" for k, v in run["phases"].items())})', flush=True)
+  if args.out:
+    files.write_json_atomic(args.out, {
+        'date': time.strftime('%Y-%m-%d'), 'config': args.config, 'field': field,
+        'values': values, 'set': args.set, 'eval_splits': args.eval_splits,
+        'cpus': os.cpu_count(), 'command': ' '.join(sys.argv), 'runs': runs})
+    print(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+  cli.run(main, parser())
