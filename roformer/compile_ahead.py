@@ -11,7 +11,7 @@ compilation is mostly single-threaded, so two compilations use two cores) and th
 `auto` compiles ahead on a GPU or TPU only: there the host's cores are free while the device
 trains. On the CPU the same cores train, and the background compilation slows the train step's
 own compilation and the steps by about what it saves the evaluation
-(docs/performance.md#evaluation-passes-compiled-ahead).
+(docs/performance.md, "Evaluation passes compiled ahead").
 
 JAX keeps what a compilation produced in its in-memory cache (and in the persistent one, when
 set): the evaluation's own call later finds the executable there, and pays only its tracing.
