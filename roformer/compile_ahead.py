@@ -6,8 +6,8 @@ validation pass, and the final evaluation's pass at each length of `eval.length_
 one after the other on the critical path. The evaluation passes do not depend on anything the
 training computes, only on the shapes and shardings of the parameters and batches, so they are
 lowered and compiled (`jit(...).lower(...).compile()`) from abstract values in one background
-thread as soon as the run has its state: while the main thread compiles the train step (XLA's
-compilation is mostly single-threaded, so two compilations use two cores) and then trains.
+thread as soon as the run has its state, while the main thread compiles the train step and
+then trains.
 `auto` compiles ahead on a GPU or TPU only: there the host's cores are free while the device
 trains. On the CPU the same cores train, and the background compilation slows the train step's
 own compilation and the steps by about what it saves the evaluation
