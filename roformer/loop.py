@@ -179,8 +179,8 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   for step in sorted(ckpt.all_steps(), reverse=True):
     train_iter = make_iter()
     try:
-      state = trainer.from_saved(ckpt.restore(step, trainer.saved_abstract_state, train_iter,
-                                              rename=trainer.rename))
+      state = ckpt.restore(step, trainer.saved_abstract_state, train_iter,
+                           rename=trainer.rename)
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
       log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
                   'previous one.', step, ckpt.directory, type(e).__name__,
@@ -194,7 +194,8 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
     if failed and jax.process_count() > 1:
       multihost_utils.sync_global_devices('checkpoints set aside')
       ckpt.reload()  # Each process's manager forgets the moved steps, or saving one fails.
-    return step, state, train_iter
+    # In the model's layout after the read, so that a failure here is not taken for damage.
+    return step, trainer.from_saved(state), train_iter
   if failed:
     step, error = failed[0]
     raise errors.ConfigError(

@@ -35,12 +35,16 @@ def _stack(blocks):
   graphdef, first = nnx.split(blocks[0])
   states = [first] + [nnx.split(block)[1] for block in blocks[1:]]
   stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
-  module = nnx.merge(graphdef, stacked)
+  return _with_axes(nnx.merge(graphdef, stacked), lambda names: (None, *names))
+
+
+def _with_axes(module, change):
+  """`module` with each variable's declared logical axes changed by `change`."""
   for _, variable in nnx.iter_graph(module):
     if isinstance(variable, nnx.Variable):
       names = variable.get_metadata().get('out_sharding')
       if names is not None:
-        variable.set_metadata('out_sharding', (None, *names))
+        variable.set_metadata('out_sharding', change(tuple(names)))
   return module
 
 
@@ -73,7 +77,8 @@ class ScannedBlocks(nnx.Module):
     if i >= whole:
       return self.rest[i - whole]
     graphdef, state = nnx.split(self.stacked[i % self.period])
-    return nnx.merge(graphdef, jax.tree.map(lambda a: a[i // self.period], state))
+    return _with_axes(nnx.merge(graphdef, jax.tree.map(lambda a: a[i // self.period], state)),
+                      lambda names: names[1:])
 
   def __iter__(self):
     return (self.layer(i) for i in range(self.num_layers))

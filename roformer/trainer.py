@@ -92,6 +92,12 @@ class Trainer:
       self._from_saved = jax.jit(
           functools.partial(self.layout.to_stacked, target=self.abstract_state),
           out_shardings=self.state_shardings)
+      self._params_to_saved = jax.jit(
+          functools.partial(self.layout.to_layers, target=self.saved_abstract_state['params']),
+          out_shardings=saved_shardings['params'])
+      self._params_from_saved = jax.jit(
+          functools.partial(self.layout.to_stacked, target=self.abstract_state['params']),
+          out_shardings=self.state_shardings['params'])
     # The initial state (init_state), compiled once: the seed's key is an argument, so runs
     # that differ only in their seed share it (a program per seed took 2 s of a group's set-up).
     self._init = jax.jit(self._fresh_state, out_shardings=self.state_shardings)
@@ -136,15 +142,11 @@ class Trainer:
 
   def saved_params(self, params):
     """A state's 'params' in the per-block layout of checkpoints."""
-    if self.layout is None:
-      return params
-    return self.layout.to_layers(params, self.saved_abstract_state['params'])
+    return params if self.layout is None else self._params_to_saved(params)
 
   def params_from_saved(self, params):
     """Parameters in the per-block layout (`saved_params`) in this model's layout."""
-    if self.layout is None:
-      return params
-    return self.layout.to_stacked(params, self.abstract_state['params'])
+    return params if self.layout is None else self._params_from_saved(params)
 
   def from_saved(self, state):
     """A train state restored from a checkpoint (`saved_abstract_state`) in this model's
@@ -224,4 +226,4 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
           'directory from a copy.') from None
   finally:
     ckpt.close()
-  return trainer.from_saved(state)['params']
+  return trainer.params_from_saved(state['params'])

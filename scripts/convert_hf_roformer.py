@@ -133,7 +133,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
                              'directory; nothing was written.')
   config_lib.validate(config)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
-  state = trainer.init_state()
+  state = trainer.saved(trainer.init_state())  # The per-block layout that checkpoints hold.
   target = state['params'].to_pure_dict()
   for key, value in params.items():
     target[key] = jax.tree.map(lambda old, new: np.asarray(new, old.dtype), target[key], value)
@@ -145,7 +145,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
         'Converted from Hugging Face RoFormer weights: token ids are those of the Hugging Face '
         'tokenizer, not of a SentencePiece model of this project.\n')
     ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
-    ckpt.save(0, trainer.saved(state))
+    ckpt.save(0, state)
     ckpt.close()
 
 
