@@ -15,7 +15,7 @@ from roformer import autodiff
 from roformer import errors
 from roformer import sharding
 
-IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn')
+IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn', 'pallas')
 # The implementations that run one-document rows with sequence lengths (`_fused`): cuDNN's
 # kernels skip the masked blocks; XLA builds the same mask from the lengths, so a second path
 # would only add a compiled branch (and, under a gradient, buffers for both).
@@ -296,7 +296,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     mask: bool, broadcastable to [batch, heads, q_len, k_len].
     bias: optional float additive logits bias, broadcastable like mask.
     scale: logits scale, default 1/sqrt(head_dim).
-    impl: one of IMPLEMENTATIONS.
+    impl: one of IMPLEMENTATIONS ('pallas' runs the einsum path here: the self-attention layer
+      calls the fused kernel of roformer/fused_bias.py itself where it applies).
     return_probs: the einsum path also returns the probabilities (a scheme with a value term
       needs them); without, it runs `softmax_attention`, which never normalises them, in
       blocks of batch rows (`blocked_softmax_attention`).
@@ -328,6 +329,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
     return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
   if impl in ('xla', 'cudnn'):
     return _fused(q, k, v, mask, bias, scale, impl, segments, causal, window), None
+  if impl == 'pallas':  # The layer runs the kernel itself (fused_bias.py); here, the mask's.
+    return attend(q, k, v, mask, bias=bias, scale=scale, impl='einsum',
+                  return_probs=return_probs, causal_block=causal_block, window=window)
   raise errors.ConfigError(f'config.model.attention_impl={impl!r} is unknown. Fix: choose one of '
                    f'{IMPLEMENTATIONS}.')
 

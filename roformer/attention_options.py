@@ -128,7 +128,7 @@ def _favor_check(m, att) -> None:
 
 KINDS = {k.name: k for k in (
     AttentionKind('softmax', 'softmax over the scaled logits and the scheme\'s terms',
-                  frozenset(FEATURES), ('einsum', 'xla', 'cudnn'), '', _scores_flops),
+                  frozenset(FEATURES), ('einsum', 'xla', 'cudnn', 'pallas'), '', _scores_flops),
     AttentionKind('favor', 'FAVOR+ linear attention (Choromanski et al. 2021)', frozenset(),
                   None, 'linear_attention', _favor_flops, _favor_check,
                   redraws=True, reads=('num_features', 'redraw_interval', 'rope_mode')),
@@ -159,6 +159,7 @@ class AttentionOption:
   attention_flops: Callable[..., float] | None = None
   layer_flops: Callable[..., float] | None = None
   reads: tuple[str, ...] = ()  # Its fields besides its switch, read when it is on.
+  not_on: tuple[str, ...] = ()  # Implementations that cannot run it.
 
 
 def _layer_caps(model_cfg) -> dict:
@@ -217,7 +218,9 @@ def _dape_flops(m, seq_len: int, causal: bool) -> float:
 OPTIONS = {o.field: o for o in (
     AttentionOption('qk_norm', 'Dehghani et al. 2023', "RMSNorm of each head's queries and keys"),
     AttentionOption('ssmax', 'Nakanishi 2025', 'logits times s_h log n (Scalable-Softmax)',
-                    needs=('softmax',), reads=('ssmax_init',)),
+                    needs=('softmax',), reads=('ssmax_init',),
+                    # The fused kernel adds its bias unscaled; the factor would scale it too.
+                    not_on=('pallas',)),
     AttentionOption('output_gate', 'Qiu et al. 2025', "a sigmoid gate on each head's output",
                     needs=('head_outputs',),
                     layer_flops=lambda m, seq_len, causal: 2 * m.d_model * m.d_model),
@@ -271,6 +274,10 @@ def check(config, m, att) -> None:
       raise errors.ConfigError(
           f'{field} ({o.about}): it runs on the einsum path, not attention_impl='
           f'{m.attention_impl!r}. Fix: --config.model.attention_impl=auto (or einsum), or {off}.')
+    if m.attention_impl in o.not_on:
+      raise errors.ConfigError(
+          f'{field} ({o.about}) does not run on attention_impl={m.attention_impl!r}. Fix: '
+          f'--config.model.attention_impl=auto, or {off}.')
     for other, why in o.excludes:
       if att[other]:
         raise errors.ConfigError(f'{field} ({o.about}): attention.{other} {why}. Fix: {off}, or '
@@ -308,6 +315,12 @@ def check_kind(m, att) -> None:
     kind.validate(m, att)
 
 
+def _implementations(o: AttentionOption) -> str:
+  if o.einsum_only:
+    return 'einsum'
+  return 'not ' + ', '.join(o.not_on) if o.not_on else 'any'
+
+
 def table() -> str:
   """The Markdown table of docs/positions.md: each attention option, what it needs of the kind,
   the kinds and implementations it runs with, what it excludes and needs of the position
@@ -320,7 +333,7 @@ def table() -> str:
     runs = ['yes' if all(f in KINDS[k].has for f in o.needs) else 'no' for k in kinds]
     lines.append(
         f'| `{o.field}` | {o.paper} | {o.about} | ' + ' | '.join(runs)
-        + f' | {"einsum" if o.einsum_only else "any"} | '
+        + f' | {_implementations(o)} | '
         + (', '.join(f'`{other}`' for other, _ in o.excludes) or '-') + ' | '
         + (o.positions_need or 'any') + ' |')
   return '\n'.join(lines)

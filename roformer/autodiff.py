@@ -98,11 +98,14 @@ def applying(method: Callable) -> Callable:
 
 
 def custom_vjp(name: str, *, why: str, nondiff_argnums: tuple[int, ...] = (),
-               backends: tuple[str, ...] | None = None) -> Callable:
+               backends: tuple[str, ...] | None = None,
+               plain: Callable | None = None) -> Callable:
   """`jax.custom_vjp` for a function of positional arguments, registered as `name`: the
   decorated function differentiates with the backward given to its `defvjp` where `enabled`,
   and is the plain function, differentiated by autodiff (forward mode included), elsewhere.
-  `backends`: where the hand-written pass is kept ('cpu', 'gpu', 'tpu'; None: all)."""
+  `backends`: where the hand-written pass is kept ('cpu', 'gpu', 'tpu'; None: all). `plain`:
+  the same function written so that autodiff can differentiate it, for a function that cannot
+  be (a kernel); by default the decorated function itself."""
   def decorate(fun: Callable) -> Callable:
     if name in REGISTRY:
       raise ValueError(f'custom gradient {name!r} is declared twice')
@@ -111,7 +114,7 @@ def custom_vjp(name: str, *, why: str, nondiff_argnums: tuple[int, ...] = (),
 
     @functools.wraps(fun)
     def call(*args):
-      return (custom if enabled(name) else fun)(*args)
+      return (custom if enabled(name) else plain or fun)(*args)
 
     call.defvjp = custom.defvjp
     return call

@@ -37,7 +37,7 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
     ('model.vocab_size', (RESUME, CONTINUE),
      "set from the tokenizer that comes with the run, never by hand"),
     ('model.attention_impl', _ALL,
-     'which kernel computes attention (einsum, xla, cudnn): the same function'),
+     'which kernel computes attention (einsum, xla, cudnn, pallas): the same function'),
     ('model.remat', (RESUME, CONTINUE), 'what the backward pass recomputes: the same gradients'),
     ('model.scan_layers', _ALL,
      'the stack as a loop or one scan: the same outputs, and checkpoints of one layout'),

@@ -18,6 +18,7 @@ from flax import nnx
 from roformer import attention
 from roformer import attention_options
 from roformer import differential
+from roformer import fused_bias
 from roformer import layers
 from roformer import positions as positions_lib
 from roformer import sharding
@@ -195,6 +196,12 @@ class MultiHeadAttention(nnx.Module):
       if self.ssmax:
         logits = logits * attention.ssmax_factor(self.ssmax_scale[...], mask)[..., None]
       out, probs = attention.attend_logits(logits, v, mask)
+    elif self.impl == 'pallas' and cache is None and segments is not None and not self.record_probs:
+      # The fused kernel: the scheme's bias computed block by block, never materialised.
+      bias, params, row, col = position.fused_bias(pos, ctx) or (fused_bias.NONE, None, None,
+                                                                 None)
+      out, probs = fused_bias.attend(q, k, v, pos, segments, bias, params=params, row=row,
+                                     col=col, causal=self.causal, window=self.window), None
     elif self.dape:
       bias = position.logits_bias(q, k, pos, k_pos, mask, ctx)
       logits = attention.dape_logits(attention.scaled_logits(q, k), bias, self.dape_w1[...],

@@ -143,7 +143,8 @@ def test_every_custom_vjp_is_declared_through_the_registry():
   assert not direct
   declared = {d.name for d in autodiff.REGISTRY.values()}
   assert declared == {'dense', 'softmax', 'softmax_attention', 'rotation',
-                      'chunked_loss', 'cross_entropy', 'householder_solve'}
+                      'chunked_loss', 'cross_entropy', 'householder_solve',
+                      'fused_bias_attention'}
 
 
 def test_a_pass_applies_only_on_the_backends_it_is_kept_on(monkeypatch):

@@ -15,7 +15,9 @@ A kind is described once, by a `PositionScheme` subclass registered under its na
   A block's `Layer` is the same for every block of a kind, so a stack repeats with the period of
   its per-layer settings and can be scanned by periods (`roformer.scanned`).
 
-The stack calls the hooks at fixed points; every hook defaults to the identity:
+The stack calls the hooks at fixed points; every hook defaults to the identity (`fused_bias`:
+the same bias as `logits_bias`, as what roformer/fused_bias.py computes block by block, read
+with attention_impl='pallas'):
 
 | hook                                         | module | used by                | effect                          |
 |----------------------------------------------|--------|------------------------|---------------------------------|
@@ -27,6 +29,7 @@ The stack calls the hooks at fixed points; every hook defaults to the identity:
 | `rotate_value(v, k_pos, ctx)`                | Layer  | rope (rotate_values)   | rotates values                  |
 | `rotate_features(qf, kf, q_pos, k_pos, ctx)` | Layer  | rope                   | FAVOR+'s rotation of features   |
 | `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
+| `fused_bias(q_pos, ctx)`                     | Layer  | alibi, kerple, fox     | the bias for the fused kernel   |
 | `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | (none yet)             | replaces q.k/sqrt(d) itself     |
 | `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
 | `cache_state(batch, max_len)`                | Layer  | fox                    | its per-slot state in the cache |
@@ -80,6 +83,9 @@ class Capabilities:
   real_positions: it reads the positions as real numbers (angles proportional to them, functions
     of their differences), never as indices into a table or buckets, so real-valued training
     positions (random float sampling) mean to it what integer ones do.
+  fused_bias: its `fused_bias` hook gives its logits bias to the fused kernel
+    (roformer/fused_bias.py), so attention_impl='pallas' runs it; a scheme with no logits term
+    runs there without one.
   """
   causal_only: bool = False
   reads_positions: bool = True
@@ -90,13 +96,15 @@ class Capabilities:
   rotary: bool = False
   feature_rotation: bool = False
   real_positions: bool = False
+  fused_bias: bool = False
 
   @property
   def implementations(self) -> tuple[str, ...]:
     """The attention implementations that can run it (attention.IMPLEMENTATIONS less 'auto')."""
     if self.value_term or self.computes_logits:
       return ('einsum',)
-    return ('einsum', 'xla', 'cudnn')
+    return ('einsum', 'xla', 'cudnn') + (
+        ('pallas',) if self.fused_bias or not self.logits_term else ())
 
   @property
   def linear_attention(self) -> bool:
@@ -157,6 +165,13 @@ class Layer(nnx.Module):
     """Added to the logits. `mask` (bool, broadcastable to [batch, heads, q_len, k_len]) is the
     attention mask; schemes whose bias depends on which keys are visible (CoPE) read it."""
     del q, k, q_pos, k_pos, mask, ctx
+    return None
+
+  def fused_bias(self, q_pos, ctx):
+    """This layer's logits bias for the fused kernel (roformer/fused_bias.py), for schemes that
+    declare `Capabilities.fused_bias`: (fused_bias.Bias, per-head parameters [heads, P] or
+    None, row and col values [batch, heads, len] or None); None: no bias."""
+    del q_pos, ctx
     return None
 
   def logits(self, q, k, q_pos, k_pos, mask, ctx):

@@ -9,6 +9,7 @@ import numpy as np
 from flax import nnx
 
 from roformer import errors
+from roformer import fused_bias
 from roformer import specs
 from roformer import variables
 from roformer.positions import base
@@ -136,6 +137,9 @@ class _ALiBiLayer(base.Layer):
     distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
     return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance
 
+  def fused_bias(self, q_pos, ctx):
+    return fused_bias.ALIBI, jnp.asarray(self.slopes, jnp.float32)[:, None], None, None
+
 
 @base.register('alibi')
 class ALiBi(base.PositionScheme):
@@ -144,7 +148,8 @@ class ALiBi(base.PositionScheme):
 
   options = {'alibi': {}}
   capabilities = base.Capabilities(
-      logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True)
+      logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True,
+      fused_bias=True)
   Layer = _ALiBiLayer
 
 
@@ -188,6 +193,16 @@ class _KerpleLayer(base.Layer):
     power = jnp.exp(r2 * jnp.log(jnp.where(positive, distance, 1.0)))
     return -r1 * jnp.where(positive, power, 0.0)
 
+  def fused_bias(self, q_pos, ctx):
+    """(r1, r2) per head, clamped as in `logits_bias`: the same bias, block by block."""
+    r1 = _clamped(self.r1[...].astype(jnp.float32), KERPLE_EPS)
+    if self.variant == 'log':
+      return (fused_bias.KERPLE_LOG,
+              jnp.stack([r1, _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS)], 1),
+              None, None)
+    r2 = _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS, 2.0)
+    return fused_bias.KERPLE_POWER, jnp.stack([r1, r2], 1), None, None
+
 
 @base.register('kerple')
 class Kerple(base.PositionScheme):
@@ -209,7 +224,7 @@ class Kerple(base.PositionScheme):
   options = {'kerple': {'variant': specs.Str(VARIANTS, default='log')}}
   capabilities = base.Capabilities(
       logits_term='it adds a learned kernel of abs(i-j) to each of the L x L attention logits',
-      real_positions=True)
+      real_positions=True, fused_bias=True)
   Layer = _KerpleLayer
 
   @classmethod

@@ -25,6 +25,7 @@ anyway (a gate of 1/2 gives -0.69 per token).
 import jax
 import jax.numpy as jnp
 
+from roformer import fused_bias
 from roformer import specs
 from roformer import variables
 from roformer.positions import base
@@ -82,6 +83,12 @@ class _ForgetLayer(base.Layer):
     keys = jnp.transpose(ctx['keys'], (0, 2, 1))
     return queries[..., :, None] - keys[..., None, :]
 
+  def fused_bias(self, q_pos, ctx):
+    """c_i - c_j as the kernel's row and column values [batch, heads, len]."""
+    del q_pos
+    return (fused_bias.SEPARABLE, None, jnp.transpose(ctx['queries'], (0, 2, 1)),
+            jnp.transpose(ctx['keys'], (0, 2, 1)))
+
 
 @base.register('fox')
 class Forgetting(base.PositionScheme):
@@ -91,7 +98,8 @@ class Forgetting(base.PositionScheme):
   options = {'fox': {'gate_bias_init': specs.Float(-20.0, 20.0, default=0.0)}}
   capabilities = base.Capabilities(
       causal_only=True, reads_positions=False, bias_only=True,
-      logits_term='it adds each head\'s cumulative log forget gates between key and query')
+      logits_term='it adds each head\'s cumulative log forget gates between key and query',
+      fused_bias=True)
   causal_reason = 'the bias of key j sums the forget gates of the tokens from j + 1 to the query'
   Layer = _ForgetLayer
 

@@ -170,7 +170,8 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
         rotary=any(c.rotary for c in caps),
         feature_rotation=all(c.feature_rotation or not c.rotary for c in caps) and any(
             c.feature_rotation for c in caps),
-        real_positions=all(c.real_positions or not c.reads_positions for c in caps))
+        real_positions=all(c.real_positions or not c.reads_positions for c in caps),
+        fused_bias=all(c.fused_bias or not c.logits_term for c in caps))
     causal_reason = '; '.join(p.causal_reason for p in parts if p.capabilities.causal_only)
     Shared = LayerShared
 
@@ -241,6 +242,9 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
       biases = [x for x in biases if x is not None]
       return None if not biases else biases[0] if len(biases) == 1 else biases[0] + biases[1]
 
+    def fused_bias(self, q_pos, ctx):
+      return self.second.fused_bias(q_pos, ctx[1])  # `first` adds no bias where it runs.
+
     def logits(self, q, k, q_pos, k_pos, mask, ctx):
       return (self.first.logits(q, k, q_pos, k_pos, mask, ctx[0])
               + self.second.logits_bias(q, k, q_pos, k_pos, mask, ctx[1]))
@@ -270,7 +274,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
         logits_term='; '.join(t for t in (a.logits_term, b.logits_term) if t),
         value_term=a.value_term, computes_logits=a.computes_logits, rotary=a.rotary,
         feature_rotation=False,
-        real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)))
+        real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)),
+        fused_bias=b.fused_bias and not a.logits_term)
     causal_reason = first.causal_reason if a.causal_only else second.causal_reason
     Shared = CombinedShared
     Layer = CombinedLayer
@@ -396,12 +401,12 @@ def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
 
 def capability_table() -> str:
   """The Markdown table of docs/positions.md: for every registered kind, the attention
-  implementations, FAVOR+, the key/value cache, encoders and continuation at a new length it
+  implementations (pallas: the fused kernel of roformer/fused_bias.py), FAVOR+, the key/value cache, encoders and continuation at a new length it
   supports, and whether it reads real-valued positions (random float sampling), from the
   declared capabilities (tests/test_docs.py keeps the page equal to it)."""
   yes = lambda flag: 'yes' if flag else 'no'
-  lines = ['| kind | einsum | xla | cudnn | FAVOR+ | key/value cache | encoders '
-           '| continued at a new length | real positions |', '|' + '---|' * 9]
+  lines = ['| kind | einsum | xla | cudnn | pallas | FAVOR+ | key/value cache | encoders '
+           '| continued at a new length | real positions |', '|' + '---|' * 10]
   for kind in kinds():
     cls, caps = scheme(kind), capabilities(kind)
     favor = ('no' if not caps.linear_attention else
@@ -410,7 +415,7 @@ def capability_table() -> str:
     longer = ('yes' if cls.max_length.__func__ is PositionScheme.max_length.__func__ else
               'within the lengths its parameters cover')
     lines.append(f'| `{kind}` | ' + ' | '.join(
-        [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
+        [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn', 'pallas')]
         + [favor, 'yes', yes(not caps.causal_only), longer,
            yes(caps.real_positions) if caps.reads_positions else 'none read']) + ' |')
   return '\n'.join(lines)

@@ -1,0 +1,375 @@
+"""Flash attention whose logits receive an additive position bias computed block by block
+inside the kernel, never materialised (Pallas): `attend`.
+
+The schemes that change attention by a bias (ALiBi, KERPLE, FoX's forget gates) otherwise
+form their [batch, heads, q, k] bias and run on the masked einsum path, O(L^2) in memory per
+layer. Here each (query block, key block) tile computes its bias from what the scheme keeps per
+head or per position (`Bias`):
+
+- a function of the distance d = q_pos - k_pos with a few parameters per head (ALiBi's slope,
+  KERPLE's two), and its parameters' gradient summed over the tile;
+- and/or row_i - col_j of per-position values, per head (FoX: the prefix sums of the log
+  forget gates), whose gradients are the row and column sums of the logits' gradient.
+
+Masks are formed per tile from the packed segment ids (0: padding), causality by slot, and a
+sliding window; the causal and windowed loops visit only the key blocks a query block sees.
+
+The kernel is written once for every backend: on the CPU it runs in Pallas' interpret mode (a
+correctness check, not a fast path), on a GPU through Triton. Its backward pass is a second
+pair of kernels (flash attention 2's: the key/value gradients by key block, the query gradients
+by query block, both recomputing the weights from the saved log-sum-exp); with
+`model.custom_gradients=False` the plain formulation (`reference`, the bias materialised)
+runs instead, which autodiff differentiates in both modes.
+"""
+
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from roformer import autodiff
+
+_MASKED = float(jnp.finfo(jnp.float32).min)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bias:
+  """What a scheme adds to q.k * scale inside the kernel. `of_distance(params, d)`: the bias
+  [bq, bk] of float32 distances d = q_pos - k_pos, `params` a tuple of `num_params` scalars of
+  the head; `distance_grad(params, d, ds)`: the tuple of sum(ds * d bias / d param) over the
+  tile. `separable`: the bias also holds row_i - col_j of per-position values."""
+  name: str
+  num_params: int = 0
+  of_distance: Callable | None = None
+  distance_grad: Callable | None = None
+  separable: bool = False
+
+
+def _alibi_grad(params, d, ds):
+  del params
+  return (jnp.sum(-jnp.abs(d) * ds),)
+
+
+def _kerple_log(params, d):
+  return -params[0] * jnp.log1p(params[1] * jnp.abs(d))
+
+
+def _kerple_log_grad(params, d, ds):
+  a = jnp.abs(d)
+  return (jnp.sum(-jnp.log1p(params[1] * a) * ds),
+          jnp.sum(-params[0] * a / (1 + params[1] * a) * ds))
+
+
+def _kerple_power(params, d):
+  a = jnp.abs(d)
+  positive = a > 0
+  return -params[0] * jnp.where(positive, jnp.exp(params[1] * jnp.log(jnp.where(positive, a,
+                                                                                  1.0))), 0.0)
+
+
+def _kerple_power_grad(params, d, ds):
+  a = jnp.abs(d)
+  positive = a > 0
+  log_a = jnp.log(jnp.where(positive, a, 1.0))
+  power = jnp.where(positive, jnp.exp(params[1] * log_a), 0.0)
+  return (jnp.sum(-power * ds), jnp.sum(-params[0] * power * log_a * ds))
+
+
+# Plain flash attention: the scheme changes q and k only, or nothing.
+NONE = Bias('no bias')
+ALIBI = Bias('-m |d|', 1, lambda p, d: -p[0] * jnp.abs(d), _alibi_grad)
+KERPLE_LOG = Bias('-r1 log(1 + r2 |d|)', 2, _kerple_log, _kerple_log_grad)
+KERPLE_POWER = Bias('-r1 |d|^r2', 2, _kerple_power, _kerple_power_grad)
+SEPARABLE = Bias('row_i - col_j', separable=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  bias: Bias
+  scale: float
+  causal: bool
+  window: int
+  block_q: int
+  block_k: int
+  interpret: bool
+
+
+def _tile(cfg: _Static, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  """(logits with the bias, mask, distances) of one tile."""
+  s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * cfg.scale
+  d = q_pos[:, None] - k_pos[None, :]
+  if cfg.bias.of_distance is not None:
+    s = s + cfg.bias.of_distance(params, d)
+  if cfg.bias.separable:
+    s = s + row[:, None] - col[None, :]
+  mask = (q_seg[:, None] == k_seg[None, :]) & (q_seg[:, None] > 0)
+  if cfg.causal:
+    mask &= q_slots[:, None] >= k_slots[None, :]
+  if cfg.window:
+    mask &= k_slots[None, :] > q_slots[:, None] - cfg.window
+  return jnp.where(mask, s, _MASKED), mask, d
+
+
+def _key_blocks(cfg: _Static, i, num_k):
+  """[lo, hi): the key blocks query block i sees."""
+  lo, hi = 0, num_k
+  if cfg.causal:
+    hi = jnp.minimum(num_k, ((i + 1) * cfg.block_q + cfg.block_k - 1) // cfg.block_k)
+  if cfg.window:
+    lo = jnp.maximum(0, (i * cfg.block_q - cfg.window + 1) // cfg.block_k)
+  return lo, hi
+
+
+def _query_blocks(cfg: _Static, j, num_q):
+  """[lo, hi): the query blocks that see key block j."""
+  lo, hi = 0, num_q
+  if cfg.causal:
+    lo = (j * cfg.block_k) // cfg.block_q
+  if cfg.window:
+    hi = jnp.minimum(num_q, ((j + 1) * cfg.block_k + cfg.window - 2) // cfg.block_q + 1)
+  return lo, hi
+
+
+def _params(cfg, params_ref):
+  return tuple(params_ref[p] for p in range(cfg.bias.num_params))
+
+
+def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+                    row_ref, col_ref, o_ref, lse_ref, *, cfg: _Static):
+  i = pl.program_id(2)
+  bq, bk = cfg.block_q, cfg.block_k
+  q = q_ref[...]
+  q_slots = i * bq + jnp.arange(bq)
+  q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
+  params = _params(cfg, params_ref)
+
+  def body(j, carry):
+    acc, m, l = carry
+    keys = pl.ds(j * bk, bk)
+    s, _, _ = _tile(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk), q_pos,
+                    k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row, col_ref[keys])
+    m_new = jnp.maximum(m, jnp.max(s, axis=1))
+    correction = jnp.exp(m - m_new)
+    p = jnp.exp(s - m_new[:, None])
+    acc = acc * correction[:, None] + jnp.dot(p.astype(v_ref.dtype), v_ref[keys, :],
+                                              preferred_element_type=jnp.float32)
+    return acc, m_new, l * correction + jnp.sum(p, axis=1)
+
+  lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
+  init = (jnp.zeros((bq, q.shape[-1]), jnp.float32), jnp.full((bq,), _MASKED, jnp.float32),
+          jnp.zeros((bq,), jnp.float32))
+  acc, m, l = jax.lax.fori_loop(lo, hi, body, init)
+  l = jnp.maximum(l, 1e-30)  # A padding row's: no key, nothing to weigh.
+  o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+  lse_ref[...] = m + jnp.log(l)
+
+
+def _weights(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col, lse):
+  s, mask, d = _tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
+  return jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0), d
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+               row_ref, col_ref, do_ref, lse_ref, delta_ref, dq_ref, drow_ref, dparams_ref, *,
+               cfg: _Static):
+  i = pl.program_id(2)
+  bq, bk = cfg.block_q, cfg.block_k
+  q, do = q_ref[...], do_ref[...]
+  q_slots = i * bq + jnp.arange(bq)
+  q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
+  lse, delta = lse_ref[...], delta_ref[...]
+  params = _params(cfg, params_ref)
+
+  def body(j, carry):
+    dq, drow, dparams = carry
+    keys = pl.ds(j * bk, bk)
+    k = k_ref[keys, :]
+    p, d = _weights(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos, k_pos_ref[keys], q_seg,
+                    k_seg_ref[keys], params, row, col_ref[keys], lse)
+    dp = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
+    ds = p * (dp - delta[:, None])
+    dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
+    if cfg.bias.distance_grad is not None:
+      dparams = dparams + jnp.stack(cfg.bias.distance_grad(params, d, ds))
+    return dq, drow + jnp.sum(ds, axis=1), dparams
+
+  lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
+  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
+          jnp.zeros((max(cfg.bias.num_params, 1),), jnp.float32))
+  dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
+  dq_ref[...] = dq.astype(dq_ref.dtype)
+  drow_ref[...] = drow
+  dparams_ref[...] = dparams
+
+
+def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+                row_ref, col_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dcol_ref, *,
+                cfg: _Static):
+  j = pl.program_id(2)
+  bq, bk = cfg.block_q, cfg.block_k
+  k, v = k_ref[...], v_ref[...]
+  k_slots = j * bk + jnp.arange(bk)
+  k_pos, k_seg, col = k_pos_ref[...], k_seg_ref[...], col_ref[...]
+  params = _params(cfg, params_ref)
+
+  def body(i, carry):
+    dk, dv, dcol = carry
+    rows = pl.ds(i * bq, bq)
+    q, do = q_ref[rows, :], do_ref[rows, :]
+    p, _ = _weights(cfg, q, k, i * bq + jnp.arange(bq), k_slots, q_pos_ref[rows], k_pos,
+                    q_seg_ref[rows], k_seg, params, row_ref[rows], col, lse_ref[rows])
+    dv = dv + jnp.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
+    dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+    ds = p * (dp - delta_ref[rows][:, None])
+    dk = dk + jnp.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * cfg.scale
+    return dk, dv, dcol + jnp.sum(ds, axis=0)
+
+  lo, hi = _query_blocks(cfg, j, q_ref.shape[0] // bq)
+  init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
+          jnp.zeros((bk,), jnp.float32))
+  dk, dv, dcol = jax.lax.fori_loop(lo, hi, body, init)
+  dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
+  dcol_ref[...] = dcol
+
+
+def _specs(cfg: _Static, length: int, head_dim: int, by_query: bool):
+  """BlockSpecs over the grid (batch, head, block): the inputs of every kernel (q, k, v,
+  q_pos, k_pos, q_seg, k_seg, params, row, col, [do, lse, delta]); the blocked side is the
+  queries' (`by_query`) or the keys', the other side whole."""
+  sq, sk = (cfg.block_q, length) if by_query else (length, cfg.block_k)
+  at_q = (lambda b, h, i: (b, h, i, 0)) if by_query else (lambda b, h, i: (b, h, 0, 0))
+  at_k = (lambda b, h, i: (b, h, 0, 0)) if by_query else (lambda b, h, i: (b, h, i, 0))
+  vec_q = (lambda b, h, i: (b, h, i)) if by_query else (lambda b, h, i: (b, h, 0))
+  vec_k = (lambda b, h, i: (b, h, 0)) if by_query else (lambda b, h, i: (b, h, i))
+  pos_q = (lambda b, h, i: (b, i)) if by_query else (lambda b, h, i: (b, 0))
+  pos_k = (lambda b, h, i: (b, 0)) if by_query else (lambda b, h, i: (b, i))
+  q = pl.BlockSpec((None, None, sq, head_dim), at_q)
+  k = pl.BlockSpec((None, None, sk, head_dim), at_k)
+  params = pl.BlockSpec((None, max(cfg.bias.num_params, 1)), lambda b, h, i: (h, 0))
+  inputs = [q, k, k, pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k),
+            pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k), params,
+            pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sk), vec_k)]
+  backward = [q, pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sq), vec_q)]
+  return inputs, backward
+
+
+def _forward(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  b, h, length, dh = q.shape
+  inputs, _ = _specs(cfg, length, dh, by_query=True)
+  return pl.pallas_call(
+      functools.partial(_forward_kernel, cfg=cfg),
+      grid=(b, h, length // cfg.block_q), in_specs=inputs,
+      out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
+                 pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
+      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                 jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
+      interpret=cfg.interpret)(q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
+
+
+@autodiff.custom_vjp('fused_bias_attention', nondiff_argnums=(0,),
+                     why='the Pallas kernel has no autodiff rule: its backward is two kernels',
+                     plain=lambda cfg, *args: reference(cfg, *args))
+def _attend(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  return _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)[0]
+
+
+def _attend_fwd(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  out, lse = _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
+  return out, (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, out, lse)
+
+
+def _attend_bwd(cfg, residuals, g):
+  q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, out, lse = residuals
+  b, h, length, dh = q.shape
+  delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+  args = (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, g, lse, delta)
+  inputs, backward = _specs(cfg, length, dh, by_query=True)
+  num_p = max(cfg.bias.num_params, 1)
+  dq, drow, dparams = pl.pallas_call(
+      functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
+      in_specs=inputs + backward,
+      out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
+                 pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i)),
+                 pl.BlockSpec((None, None, None, num_p), lambda b, h, i: (b, h, i, 0))],
+      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
+                 jax.ShapeDtypeStruct((b, h, length), jnp.float32),
+                 jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
+      interpret=cfg.interpret)(*args)
+  inputs, backward = _specs(cfg, length, dh, by_query=False)
+  whole = lambda b, h, i: (b, h, 0, 0)
+  whole_vec = lambda b, h, i: (b, h, 0)
+  backward = [pl.BlockSpec((None, None, length, dh), whole),
+              pl.BlockSpec((None, None, length), whole_vec),
+              pl.BlockSpec((None, None, length), whole_vec)]
+  dk, dv, dcol = pl.pallas_call(
+      functools.partial(_dkv_kernel, cfg=cfg), grid=(b, h, length // cfg.block_k),
+      in_specs=inputs + backward,
+      out_specs=[pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
+                 pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
+                 pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
+      out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
+                 jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
+      interpret=cfg.interpret)(*args)
+  dparams = jnp.sum(dparams, axis=(0, 2))[:, :params.shape[1]].astype(params.dtype)
+  return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
+          (-dcol).astype(col.dtype))
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def reference(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  """The same attention with the bias and the mask materialised [batch, heads, q, k], in the
+  kernels' layout ([batch, heads, length, head_dim]): what runs when custom gradients are off."""
+  length = q.shape[2]
+  s = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32) * cfg.scale
+  d = q_pos[:, None, :, None] - k_pos[:, None, None, :]
+  if cfg.bias.of_distance is not None:
+    per_head = [cfg.bias.of_distance(tuple(params[hh, p] for p in range(cfg.bias.num_params)),
+                                     d[:, 0]) for hh in range(q.shape[1])]
+    s = s + jnp.stack(per_head, axis=1)
+  if cfg.bias.separable:
+    s = s + row[..., :, None] - col[..., None, :]
+  slots = jnp.arange(length)
+  mask = (q_seg[:, None, :, None] == k_seg[:, None, None, :]) & (q_seg[:, None, :, None] > 0)
+  if cfg.causal:
+    mask &= slots[:, None] >= slots[None, :]
+  if cfg.window:
+    mask &= slots[None, :] > slots[:, None] - cfg.window
+  s = jnp.where(mask, s, _MASKED)
+  p = jnp.where(mask, jax.nn.softmax(s, axis=-1), 0.0)
+  return jnp.einsum('bhqk,bhkd->bhqd', p.astype(v.dtype), v).astype(q.dtype)
+
+
+def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, col=None,
+           causal: bool = True, window: int = 0, scale: float | None = None,
+           block_q: int = 64, block_k: int = 64, interpret: bool | None = None):
+  """Softmax attention of q [batch, len, heads, head_dim] over k, v of the same shape (the
+  key/value heads already repeated for their queries) with `bias` computed per tile, as
+  [batch, len, heads, head_dim]. `positions`, `segments`: [batch, len] (segment 0: padding);
+  `params`: [heads, bias.num_params]; `row`, `col`: [batch, heads, len] (bias.separable);
+  the positions may be real numbers (the bias reads their differences as float32);
+  `window` > 0: query i sees keys i - window + 1 .. i. The length is padded to a multiple of
+  the blocks (padding is segment 0). `interpret`: Pallas' interpret mode (default: on the CPU)."""
+  b, length, h, dh = q.shape
+  block = max(block_q, block_k)
+  padded = -(-length // block) * block
+  cfg = _Static(bias, float(dh ** -0.5 if scale is None else scale), causal, int(window),
+                min(block_q, padded), min(block_k, padded),
+                jax.default_backend() == 'cpu' if interpret is None else interpret)
+  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+  pad = lambda x, axis: jnp.pad(x, [(0, padded - length) if a == axis else (0, 0)
+                                    for a in range(x.ndim)])
+  q, k, v = (pad(heads_first(x), 2) for x in (q, k, v))
+  positions = pad(positions.astype(jnp.float32), 1)
+  segments = pad(segments.astype(jnp.int32), 1)
+  if params is None:
+    params = jnp.zeros((h, 1), jnp.float32)
+  zeros = jnp.zeros((b, h, padded), jnp.float32)
+  row = zeros if row is None else pad(row.astype(jnp.float32), 2)
+  col = zeros if col is None else pad(col.astype(jnp.float32), 2)
+  out = _attend(cfg, q, k, v, positions, positions, segments, segments, params, row, col)
+  return heads_first(out[:, :, :length])

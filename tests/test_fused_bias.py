@@ -1,0 +1,188 @@
+"""The fused bias attention (roformer/fused_bias.py), run in Pallas' interpret mode: its outputs
+against a float64 numpy formula, its gradients (inputs, the bias's parameters, the per-position
+values) against autodiff of a formula written here, bfloat16 within bfloat16's error, and the
+key blocks its loops visit by hand."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import autodiff
+from roformer import config_lib
+from roformer import errors
+from roformer import fused_bias as fb
+from roformer import models
+from roformer import positions
+from tests import kinds
+
+B, L, H, D = 2, 21, 2, 8  # 21: padded to 24 for blocks of 8.
+RNG = np.random.default_rng(0)
+Q, K, V, W = (RNG.normal(size=(B, L, H, D)).astype(np.float32) for _ in range(4))
+POS = np.stack([np.arange(L), np.r_[np.arange(9), np.arange(12)]]).astype(np.int32)
+SEG = np.stack([np.ones(L), np.r_[np.ones(9), 2 * np.ones(10), np.zeros(2)]]).astype(np.int32)
+PARAMS = {'alibi': np.array([[0.5], [0.125]], np.float32),
+          'kerple_log': np.array([[0.8, 0.3], [0.2, 1.5]], np.float32),
+          'separable': None}
+ROW = RNG.normal(size=(B, H, L)).astype(np.float32)
+COL = RNG.normal(size=(B, H, L)).astype(np.float32)
+BIASES = {'alibi': fb.ALIBI, 'kerple_log': fb.KERPLE_LOG, 'separable': fb.SEPARABLE}
+
+
+def bias_of(name, d, params, row, col, xp):
+  """[b, h, q, k]: the scheme's bias by its formula (d: [b, q, k] distances)."""
+  if name == 'alibi':
+    return -params[None, :, 0, None, None] * xp.abs(d)[:, None]
+  if name == 'kerple_log':
+    return -params[None, :, 0, None, None] * xp.log1p(params[None, :, 1, None, None]
+                                                      * xp.abs(d)[:, None])
+  return row[..., :, None] - col[..., None, :]
+
+
+def mask_of(causal, window):
+  slots = np.arange(L)
+  mask = (SEG[:, :, None] == SEG[:, None, :]) & (SEG[:, :, None] > 0)
+  if causal:
+    mask &= slots[:, None] >= slots[None, :]
+  if window:
+    mask &= slots[None, :] > slots[:, None] - window
+  return mask[:, None]
+
+
+def numpy_attention(name, causal, window):
+  q, k, v = (np.swapaxes(x, 1, 2).astype(np.float64) for x in (Q, K, V))
+  d = (POS[:, :, None] - POS[:, None, :]).astype(np.float64)
+  params = None if PARAMS[name] is None else PARAMS[name].astype(np.float64)
+  s = q @ np.swapaxes(k, 2, 3) / np.sqrt(D) + bias_of(name, d, params, ROW, COL, np)
+  mask = mask_of(causal, window)
+  s = np.where(mask, s, -np.inf)
+  with np.errstate(invalid='ignore'):  # A padding row has no key: its output is not defined.
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p = np.where(mask, p / p.sum(-1, keepdims=True), 0.0)
+  return np.swapaxes(np.nan_to_num(p) @ v, 1, 2)
+
+
+def jax_attention(q, k, v, params, row, col, name, causal, window):
+  """The same formula in jnp, for autodiff."""
+  qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+  d = jnp.asarray(POS[:, :, None] - POS[:, None, :], jnp.float32)
+  s = qh @ jnp.swapaxes(kh, 2, 3) / np.sqrt(D) + bias_of(name, d, params, row, col, jnp)
+  mask = jnp.asarray(mask_of(causal, window))
+  p = jnp.where(mask, jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1), 0.0)
+  return jnp.swapaxes(p @ vh, 1, 2)
+
+
+def fused(q, k, v, params, row, col, name, causal, window, **kw):
+  separable = BIASES[name].separable
+  return fb.attend(q, k, v, jnp.asarray(POS), jnp.asarray(SEG), BIASES[name],
+                   params=params, row=row if separable else None,
+                   col=col if separable else None, causal=causal, window=window, block_q=8,
+                   block_k=8, **kw)
+
+
+CASES = [('alibi', True, 0), ('alibi', True, 5), ('kerple_log', True, 0),
+         ('kerple_log', False, 0), ('separable', True, 0), ('separable', True, 6)]
+REAL = SEG > 0  # Padding rows attend to nothing: no output is defined for them.
+
+
+@pytest.mark.parametrize('name,causal,window', CASES)
+def test_the_output_is_the_float64_formulas(name, causal, window):
+  got = np.asarray(fused(Q, K, V, PARAMS[name], ROW, COL, name, causal, window))
+  np.testing.assert_allclose(got[REAL], numpy_attention(name, causal, window)[REAL],
+                             rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize('name,causal,window', CASES)
+def test_the_gradients_are_autodiffs_of_the_formula(name, causal, window):
+  """Of q, k, v, the bias's per-head parameters and the per-position row and column values,
+  for a loss on the real rows only."""
+  weight = jnp.asarray(W * REAL[:, :, None, None])
+  params = jnp.asarray(PARAMS[name]) if PARAMS[name] is not None else jnp.zeros((H, 1))
+  argnums = (0, 1, 2) + ((4, 5) if BIASES[name].separable else (3,))
+  loss = lambda f: lambda *a: jnp.sum(f(*a, name, causal, window) * weight)
+  args = (jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V), params, jnp.asarray(ROW),
+          jnp.asarray(COL))
+  got = jax.grad(loss(fused), argnums)(*args)
+  want = jax.grad(loss(jax_attention), argnums)(*args)
+  for g, w in zip(got, want):
+    scale = float(np.max(np.abs(np.asarray(w))))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5 * max(scale, 1.0))
+
+
+def test_bfloat16_inputs_stay_within_bfloat16s_error():
+  args = [jnp.asarray(x, jnp.bfloat16) for x in (Q, K, V)]
+  got = np.asarray(fused(*args, PARAMS['alibi'], ROW, COL, 'alibi', True, 0), np.float32)
+  want = numpy_attention('alibi', True, 0)
+  np.testing.assert_allclose(got[REAL], want[REAL], atol=4e-2)
+
+
+def test_without_custom_gradients_the_plain_formulation_runs_forward_mode_too():
+  """model.custom_gradients=False: the materialised formulation, which jax.jvp can follow,
+  with the kernel's outputs."""
+  args = (jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V))
+  f = lambda q: fused(q, *args[1:], PARAMS['alibi'], ROW, COL, 'alibi', True, 0)
+  with autodiff.use(False):
+    out, tangent = jax.jvp(f, (args[0],), (jnp.ones_like(args[0]),))
+  np.testing.assert_allclose(np.asarray(out)[REAL], np.asarray(f(args[0]))[REAL], atol=1e-5)
+  assert np.isfinite(np.asarray(tangent)).all()
+
+
+def test_the_loops_visit_the_blocks_a_window_needs_by_hand():
+  """Blocks of 8, a window of 5: query block 2 (slots 16-23) sees keys 12-23 (blocks 1, 2);
+  key block 1 (slots 8-15) is seen by queries 8-19 (blocks 1, 2)."""
+  cfg = fb._Static(fb.ALIBI, 1.0, True, 5, 8, 8, True)  # pylint: disable=protected-access
+  assert [int(x) for x in fb._key_blocks(cfg, 2, 3)] == [1, 3]  # pylint: disable=protected-access
+  assert [int(x) for x in fb._query_blocks(cfg, 1, 3)] == [1, 3]  # pylint: disable=protected-access
+  plain = fb._Static(fb.ALIBI, 1.0, True, 0, 8, 8, True)  # pylint: disable=protected-access
+  assert [int(x) for x in fb._key_blocks(plain, 0, 3)] == [0, 1]  # pylint: disable=protected-access
+  assert [int(x) for x in fb._query_blocks(plain, 2, 3)] == [2, 3]  # pylint: disable=protected-access
+
+
+
+TOKENS = jnp.asarray(RNG.integers(5, 50, (2, 12)), jnp.int32)
+MODEL_POS = jnp.asarray([list(range(12)), list(range(5)) + list(range(7))], jnp.int32)
+MODEL_SEG = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
+
+
+@pytest.mark.parametrize('kind,fields', [
+    ('alibi', {'layer_windows': (4, 0)}), ('kerple', {'position.kerple.variant': 'power'}),
+    ('rope+fox', {'num_kv_heads': 2})])
+def test_a_model_on_the_fused_kernel_has_the_einsum_paths_outputs_and_gradients(kind, fields):
+  """attention_impl='pallas': each layer's bias comes from its scheme's `fused_bias` hook (a
+  window, grouped key/value heads, a rotation before it); the loss's gradient reaches every
+  parameter as on the einsum path."""
+  cfg = kinds.tiny_config(kind).model
+  kinds.set_fields(cfg, fields)
+  results = []
+  for impl in ('einsum', 'pallas'):
+    cfg.attention_impl = impl
+    model = models.create(cfg, seed=1)
+
+    def loss(model):
+      out = model(TOKENS, MODEL_POS, MODEL_SEG)
+      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
+    results.append(nnx.value_and_grad(loss, has_aux=True)(model))
+  ((_, want), want_grads), ((_, got), got_grads) = results
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+  for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5)
+
+
+def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term():
+  """The capability decides: every kind with a bias of its own declares the hook, or refuses
+  attention_impl='pallas' in one line; a scheme that needs ssmax's scaled bias is refused."""
+  runs = {k for k in positions.kinds() if 'pallas' in positions.capabilities(k).implementations}
+  assert {'alibi', 'kerple', 'fox', 'rope', 'none'} <= runs
+  assert not {'t5', 'fire', 'shaw', 'xl', 'cope'} & runs
+  config = test_config.get_config('t5')
+  config.model.attention_impl = 'pallas'
+  with pytest.raises(errors.ConfigError, match='attention_impl'):
+    config_lib.validate(config)
+  config = test_config.get_config('alibi')
+  config.model.attention_impl = 'pallas'
+  config_lib.validate(config)
+  config.model.attention.ssmax = True
+  with pytest.raises(errors.ConfigError, match="does not run on attention_impl='pallas'"):
+    config_lib.validate(config)
