@@ -15,6 +15,10 @@
 #      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
+#   5b. `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
+#      for rope, alibi and fox at gpu_125m, and FoX's longest length on it (8k-32k, one row);
+#      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
+#      passes compiled ahead (train.compile_ahead=on) or not;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
 #      multi-key seeds with a model of width 8, rows built in the loop and read from the row
 #      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
@@ -38,7 +42,8 @@
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm lm125 point suite grouprate compile sweep;
+#       (some of: env tests rope bench packed levers lm lm125 point suite fused ahead grouprate
+#       compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -109,6 +114,27 @@ timeout "${LM_LIMIT:-120}" $PY train.py --config configs/lm.py --workdir /tmp/lm
     | grep -v '^I1\|^W1' > "$OUT/lm.log"
 echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$OUT/lm.log"; tail -5 "$OUT/lm.log"
 cp /tmp/lm_gpu/metrics.jsonl "$OUT/lm_metrics.jsonl" 2>/dev/null
+fi
+
+if want fused; then
+stage 'the fused bias kernel (attention_impl=pallas) against cuDNN at 125M, seq 2048'
+timeout "${FUSED_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope,alibi,fox \
+    --vary model.attention_impl=cudnn,pallas --steps 10 --out "$OUT/fused.json" 2>&1 \
+    | grep -v '^I1\|^W1' | tail -10
+for length in 8192 16384 32768; do  # The longest FoX step that fits, one row.
+  timeout "${FUSED_LENGTH_LIMIT:-90}" $PY scripts/benchmark.py --preset gpu_125m --kinds fox \
+      --config.model.attention_impl=pallas --config.data.seq_len=$length \
+      --config.train.batch_size=1 --steps 3 --warmup 1 --out "$OUT/fused_fox_$length.json" \
+      > "$OUT/fused_fox_$length.log" 2>&1
+  echo "fox at $length on pallas: exit $? (124: time limit)"; tail -2 "$OUT/fused_fox_$length.log"
+done
+fi
+
+if want ahead; then
+stage 'a cold synthetic point with its evaluation passes compiled ahead or not'
+timeout "${AHEAD_LIMIT:-240}" $PY scripts/point_time.py --config configs/synthetic.py:copy \
+    --vary train.compile_ahead=off,on --rounds 1 --set "eval.length_multipliers=(1,2,4,8)" \
+    --out "$OUT/compile_ahead.json" 2>&1 | grep -v '^I1\|^W1' | tail -4
 fi
 
 if want lm125; then

@@ -25,10 +25,12 @@ POS = np.stack([np.arange(L), np.r_[np.arange(9), np.arange(12)]]).astype(np.int
 SEG = np.stack([np.ones(L), np.r_[np.ones(9), 2 * np.ones(10), np.zeros(2)]]).astype(np.int32)
 PARAMS = {'alibi': np.array([[0.5], [0.125]], np.float32),
           'kerple_log': np.array([[0.8, 0.3], [0.2, 1.5]], np.float32),
+          'kerple_power': np.array([[0.8, 0.3], [0.2, 1.5]], np.float32),
           'separable': None}
 ROW = RNG.normal(size=(B, H, L)).astype(np.float32)
 COL = RNG.normal(size=(B, H, L)).astype(np.float32)
-BIASES = {'alibi': fb.ALIBI, 'kerple_log': fb.KERPLE_LOG, 'separable': fb.SEPARABLE}
+BIASES = {'alibi': fb.ALIBI, 'kerple_log': fb.KERPLE_LOG, 'kerple_power': fb.KERPLE_POWER,
+          'separable': fb.SEPARABLE}
 
 
 def bias_of(name, d, params, row, col, xp):
@@ -38,6 +40,11 @@ def bias_of(name, d, params, row, col, xp):
   if name == 'kerple_log':
     return -params[None, :, 0, None, None] * xp.log1p(params[None, :, 1, None, None]
                                                       * xp.abs(d)[:, None])
+  if name == 'kerple_power':  # |d|^r2, 0 at d = 0.
+    a = xp.abs(d)[:, None]
+    power = xp.where(a > 0, xp.power(xp.where(a > 0, a, 1.0), params[None, :, 1, None, None]),
+                     0.0)
+    return -params[None, :, 0, None, None] * power
   return row[..., :, None] - col[..., None, :]
 
 
@@ -83,7 +90,11 @@ def fused(q, k, v, params, row, col, name, causal, window, **kw):
 
 
 CASES = [('alibi', True, 0), ('alibi', True, 5), ('kerple_log', True, 0),
-         ('kerple_log', False, 0), ('separable', True, 0), ('separable', True, 6)]
+         ('kerple_log', False, 0), ('kerple_power', True, 0), ('separable', True, 0),
+         ('separable', True, 6)]
+# The gradients of the windowed, bidirectional and power cases by default; the rest -m slow.
+GRADIENT_CASES = [c if c[2] or not c[1] or c[0] == 'kerple_power' else
+                  pytest.param(*c, marks=pytest.mark.slow) for c in CASES]
 REAL = SEG > 0  # Padding rows attend to nothing: no output is defined for them.
 
 
@@ -94,7 +105,7 @@ def test_the_output_is_the_float64_formulas(name, causal, window):
                              rtol=1e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize('name,causal,window', CASES)
+@pytest.mark.parametrize('name,causal,window', GRADIENT_CASES)
 def test_the_gradients_are_autodiffs_of_the_formula(name, causal, window):
   """Of q, k, v, the bias's per-head parameters and the per-position row and column values,
   for a loss on the real rows only."""
@@ -147,8 +158,9 @@ MODEL_SEG = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
 
 
 @pytest.mark.parametrize('kind,fields', [
-    ('alibi', {'layer_windows': (4, 0)}), ('kerple', {'position.kerple.variant': 'power'}),
-    ('rope+fox', {'num_kv_heads': 2})])
+    ('rope+fox', {'num_kv_heads': 2}),  # The kernels' own cases above; these -m slow.
+    pytest.param('alibi', {'layer_windows': (4, 0)}, marks=pytest.mark.slow),
+    pytest.param('kerple', {'position.kerple.variant': 'power'}, marks=pytest.mark.slow)])
 def test_a_model_on_the_fused_kernel_has_the_einsum_paths_outputs_and_gradients(kind, fields):
   """attention_impl='pallas': each layer's bias comes from its scheme's `fused_bias` hook (a
   window, grouped key/value heads, a rotation before it); the loss's gradient reaches every

@@ -230,3 +230,29 @@ def test_training_resumes_on_the_gpu_as_if_never_stopped(tmp_path, data_dir):
   assert sorted(resumed) == sorted(straight) == list(range(1, 9))
   np.testing.assert_allclose([resumed[s] for s in range(4, 9)],
                              [straight[s] for s in range(4, 9)], rtol=1e-5)
+
+
+@pytest.mark.parametrize('kind', ['alibi', 'kerple', 'rope+fox'])
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_the_fused_bias_kernel_compiles_on_the_gpu_to_the_einsum_paths_numbers(kind, dtype):
+  """attention_impl='pallas' through Triton (not interpret mode): the model's logits and
+  gradients against the einsum path on the GPU, a row of 200 tokens (blocks of 64, padded)."""
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 200)), jnp.int32)
+  pos = jnp.broadcast_to(jnp.arange(200), (2, 200))
+  seg = jnp.asarray(np.r_[np.ones(120), 2 * np.ones(80)][None].repeat(2, 0), jnp.int32)
+  results = []
+  for impl in ('einsum', 'pallas'):
+    model = models.create(_config(kind, dtype, impl, num_kv_heads=2), seed=1)
+
+    def loss(model):
+      out = model(tokens, pos, seg)
+      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
+    with jax.default_device(_gpus()[0]):
+      results.append(jax.device_get(nnx.jit(nnx.value_and_grad(loss, has_aux=True))(model)))
+  ((_, want), want_grads), ((_, got), got_grads) = results
+  tol = 2e-2 if dtype == 'bfloat16' else 1e-4
+  scale = float(np.max(np.abs(want)))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=tol * scale)
+  for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w),
+                               atol=tol * max(float(np.max(np.abs(w))), 1e-3))
