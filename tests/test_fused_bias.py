@@ -198,3 +198,15 @@ def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term
   config.model.attention.ssmax = True
   with pytest.raises(errors.ConfigError, match="does not run on attention_impl='pallas'"):
     config_lib.validate(config)
+
+
+@pytest.mark.parametrize('kind', kinds.by_capabilities(
+    [k for k in kinds.WITH_COMBINED if 'pallas' in positions.capabilities(k).implementations]))
+def test_every_kind_that_declares_the_kernel_gives_the_einsum_paths_logits_on_it(kind):
+  """From the registry: each kind whose capabilities offer attention_impl='pallas' (a fused
+  bias, or no logits term) computes its model's logits there as on the einsum path."""
+  cfg = kinds.tiny_config(kind).model
+  want = models.create(cfg, seed=1)(TOKENS, MODEL_POS, MODEL_SEG)
+  cfg.attention_impl = 'pallas'
+  got = models.create(cfg, seed=1)(TOKENS, MODEL_POS, MODEL_SEG)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)

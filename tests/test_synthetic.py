@@ -428,8 +428,12 @@ def test_a_row_over_the_answer_bound_is_refused_by_name(monkeypatch):
     source('copy', length=32).stacked(range(8))
 
 
-GATHERED = [('passkey', 64), ('associative_recall', 16), ('copy', 32), ('flip_flop', 16),
-            ('niah_multikey', 48), ('variable_tracking', 64)]
+# Two answer layouts by default (one answer at the end, an answer as long as the input); the
+# other tasks' with -m slow.
+GATHERED = [('passkey', 64), ('copy', 32)] + [
+    pytest.param(task, length, marks=pytest.mark.slow) for task, length in (
+        ('associative_recall', 16), ('flip_flop', 16), ('niah_multikey', 48),
+        ('variable_tracking', 64))]
 
 
 @pytest.mark.parametrize('task,length', GATHERED)
