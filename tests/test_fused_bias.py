@@ -3,6 +3,8 @@ against a float64 numpy formula, its gradients (inputs, the bias's parameters, t
 values) against autodiff of a formula written here, bfloat16 within bfloat16's error, and the
 key blocks its loops visit by hand."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,7 @@ from roformer import errors
 from roformer import fused_bias as fb
 from roformer import models
 from roformer import positions
+from roformer.positions import bias as bias_lib
 from tests import kinds
 
 B, L, H, D = 2, 21, 2, 8  # 21: padded to 24 for blocks of 8.
@@ -26,20 +29,71 @@ SEG = np.stack([np.ones(L), np.r_[np.ones(9), 2 * np.ones(10), np.zeros(2)]]).as
 PARAMS = {'alibi': np.array([[0.5], [0.125]], np.float32),
           'kerple_log': np.array([[0.8, 0.3], [0.2, 1.5]], np.float32),
           'kerple_power': np.array([[0.8, 0.3], [0.2, 1.5]], np.float32),
+          't5': RNG.normal(size=(H, 8)).astype(np.float32),
+          # FIRE's MLP (1 -> 4 -> heads), c and the threshold's multiplier (L = 6 x it).
+          'fire': {'hidden_kernel': RNG.normal(size=(1, 4)).astype(np.float32),
+                   'hidden_bias': RNG.normal(size=(4,)).astype(np.float32),
+                   'out_kernel': RNG.normal(size=(4, H)).astype(np.float32),
+                   'out_bias': RNG.normal(size=(H,)).astype(np.float32),
+                   'c': np.float32(0.7), 'threshold_multiplier': np.float32(1.5)},
           'separable': None}
+FIRE_THRESHOLD = 6.0
 ROW = RNG.normal(size=(B, H, L)).astype(np.float32)
 COL = RNG.normal(size=(B, H, L)).astype(np.float32)
+
+def t5_bucket(query_minus_key, bidirectional: bool, num_buckets: int = 8, max_distance: int = 12):
+  """T5's buckets (Raffel et al. 2020, its reference code), in numpy: exact below half the
+  buckets of a side, logarithmic up to max_distance, the sign a bit when bidirectional."""
+  n = np.asarray(query_minus_key, np.int64)
+  out = np.zeros_like(n)
+  if bidirectional:
+    num_buckets //= 2
+    out += (n < 0) * num_buckets
+    n = np.abs(n)
+  else:
+    n = np.maximum(n, 0)
+  exact = num_buckets // 2
+  with np.errstate(divide='ignore'):
+    large = exact + (np.log(np.maximum(n, 1) / exact) / np.log(max_distance / exact)
+                     * (num_buckets - exact)).astype(np.int64)
+  return out + np.where(n < exact, n, np.minimum(large, num_buckets - 1))
+
+
+class _Buckets:
+  """The bucket function the kernel receives (hashable, as a scheme's is)."""
+
+  def __init__(self, bidirectional):
+    self.bidirectional = bidirectional
+
+  def __call__(self, d):
+    from roformer.positions import bias  # pylint: disable=import-outside-toplevel
+    return bias.t5_buckets(-jnp.round(d).astype(jnp.int32), bidirectional=self.bidirectional,
+                           num_buckets=8, max_distance=12)
+
+
+T5_CAUSAL, T5_BOTH = _Buckets(False), _Buckets(True)
 BIASES = {'alibi': fb.ALIBI, 'kerple_log': fb.KERPLE_LOG, 'kerple_power': fb.KERPLE_POWER,
-          'separable': fb.SEPARABLE}
+          'separable': fb.SEPARABLE, 't5': None, 'fire': None}
 
 
-def bias_of(name, d, params, row, col, xp):
+def bias_of(name, d, params, row, col, xp, causal=True):
   """[b, h, q, k]: the scheme's bias by its formula (d: [b, q, k] distances)."""
   if name == 'alibi':
     return -params[None, :, 0, None, None] * xp.abs(d)[:, None]
   if name == 'kerple_log':
     return -params[None, :, 0, None, None] * xp.log1p(params[None, :, 1, None, None]
                                                       * xp.abs(d)[:, None])
+  if name == 'fire':  # Its MLP on every pair: f(log(1 + c|d|) / (log(1 + c max(i, L)) + eps)).
+    c = xp.abs(params['c'])
+    threshold = xp.abs(params['threshold_multiplier'] * FIRE_THRESHOLD)
+    q_pos = xp.asarray(POS, np.float32)[:, :, None]
+    x = xp.log1p(c * xp.abs(d)) / (xp.log1p(c * xp.maximum(q_pos, threshold)) + 1e-6)
+    hidden = xp.maximum(x[..., None] * params['hidden_kernel'][0] + params['hidden_bias'], 0)
+    return xp.moveaxis(hidden @ params['out_kernel'] + params['out_bias'], -1, 1)
+  if name == 't5':
+    buckets = t5_bucket(np.asarray(d), not causal)
+    return np.moveaxis(params.T[buckets], -1, 1) if xp is np else jnp.moveaxis(
+        params.T[jnp.asarray(buckets)], -1, 1)
   if name == 'kerple_power':  # |d|^r2, 0 at d = 0.
     a = xp.abs(d)[:, None]
     power = xp.where(a > 0, xp.power(xp.where(a > 0, a, 1.0), params[None, :, 1, None, None]),
@@ -61,8 +115,13 @@ def mask_of(causal, window):
 def numpy_attention(name, causal, window):
   q, k, v = (np.swapaxes(x, 1, 2).astype(np.float64) for x in (Q, K, V))
   d = (POS[:, :, None] - POS[:, None, :]).astype(np.float64)
-  params = None if PARAMS[name] is None else PARAMS[name].astype(np.float64)
-  s = q @ np.swapaxes(k, 2, 3) / np.sqrt(D) + bias_of(name, d, params, ROW, COL, np)
+  params = PARAMS[name]
+  if isinstance(params, dict):
+    params = {k: np.float64(v) if np.ndim(v) == 0 else v.astype(np.float64)
+              for k, v in params.items()}
+  elif params is not None:
+    params = params.astype(np.float64)
+  s = q @ np.swapaxes(k, 2, 3) / np.sqrt(D) + bias_of(name, d, params, ROW, COL, np, causal)
   mask = mask_of(causal, window)
   s = np.where(mask, s, -np.inf)
   with np.errstate(invalid='ignore'):  # A padding row has no key: its output is not defined.
@@ -75,23 +134,35 @@ def jax_attention(q, k, v, params, row, col, name, causal, window):
   """The same formula in jnp, for autodiff."""
   qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
   d = jnp.asarray(POS[:, :, None] - POS[:, None, :], jnp.float32)
-  s = qh @ jnp.swapaxes(kh, 2, 3) / np.sqrt(D) + bias_of(name, d, params, row, col, jnp)
+  s = qh @ jnp.swapaxes(kh, 2, 3) / np.sqrt(D) + bias_of(name, d, params, row, col, jnp,
+                                                         causal)
   mask = jnp.asarray(mask_of(causal, window))
   p = jnp.where(mask, jax.nn.softmax(jnp.where(mask, s, -1e30), axis=-1), 0.0)
   return jnp.swapaxes(p @ vh, 1, 2)
 
 
+def bias_kind(name, causal):
+  if name == 't5':
+    return fb.bucketed(T5_CAUSAL if causal else T5_BOTH, 8)
+  return BIASES[name]
+
+
 def fused(q, k, v, params, row, col, name, causal, window, **kw):
-  separable = BIASES[name].separable
-  return fb.attend(q, k, v, jnp.asarray(POS), jnp.asarray(SEG), BIASES[name],
+  separable = BIASES[name] is not None and BIASES[name].separable
+  bias = bias_kind(name, causal)
+  if name == 'fire':  # What the FIRE layer hands the kernel, from its MLP's arrays.
+    layer = types.SimpleNamespace(arrays=lambda ctx: params, init_threshold=FIRE_THRESHOLD)
+    bias, params, _, _ = bias_lib._FireLayer.fused_bias(  # pylint: disable=protected-access
+        layer, None, None)
+  return fb.attend(q, k, v, jnp.asarray(POS), jnp.asarray(SEG), bias,
                    params=params, row=row if separable else None,
                    col=col if separable else None, causal=causal, window=window, block_q=8,
                    block_k=8, **kw)
 
 
 CASES = [('alibi', True, 0), ('alibi', True, 5), ('kerple_log', True, 0),
-         ('kerple_log', False, 0), ('kerple_power', True, 0), ('separable', True, 0),
-         ('separable', True, 6)]
+         ('kerple_log', False, 0), ('kerple_power', True, 0), ('t5', True, 0), ('t5', False, 0),
+         ('fire', True, 0), ('fire', True, 5), ('separable', True, 0), ('separable', True, 6)]
 # The gradients of the windowed, bidirectional and power cases by default; the rest -m slow.
 GRADIENT_CASES = [c if c[2] or not c[1] or c[0] == 'kerple_power' else
                   pytest.param(*c, marks=pytest.mark.slow) for c in CASES]
@@ -110,14 +181,15 @@ def test_the_gradients_are_autodiffs_of_the_formula(name, causal, window):
   """Of q, k, v, the bias's per-head parameters and the per-position row and column values,
   for a loss on the real rows only."""
   weight = jnp.asarray(W * REAL[:, :, None, None])
-  params = jnp.asarray(PARAMS[name]) if PARAMS[name] is not None else jnp.zeros((H, 1))
-  argnums = (0, 1, 2) + ((4, 5) if BIASES[name].separable else (3,))
+  params = (jax.tree.map(jnp.asarray, PARAMS[name]) if PARAMS[name] is not None
+            else jnp.zeros((H, 1)))
+  argnums = (0, 1, 2) + ((4, 5) if name == 'separable' else (3,))
   loss = lambda f: lambda *a: jnp.sum(f(*a, name, causal, window) * weight)
   args = (jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V), params, jnp.asarray(ROW),
           jnp.asarray(COL))
   got = jax.grad(loss(fused), argnums)(*args)
   want = jax.grad(loss(jax_attention), argnums)(*args)
-  for g, w in zip(got, want):
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):  # FIRE's: the MLP's arrays.
     scale = float(np.max(np.abs(np.asarray(w))))
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-5 * max(scale, 1.0))
 
@@ -186,11 +258,17 @@ def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term
   """The capability decides: every kind with a bias of its own declares the hook, or refuses
   attention_impl='pallas' in one line; a scheme that needs ssmax's scaled bias is refused."""
   runs = {k for k in positions.kinds() if 'pallas' in positions.capabilities(k).implementations}
-  assert {'alibi', 'kerple', 'fox', 'rope', 'none'} <= runs
-  assert not {'t5', 'fire', 'shaw', 'xl', 'cope'} & runs
-  config = test_config.get_config('t5')
+  assert {'alibi', 'kerple', 'fox', 't5', 'rope', 'none'} <= runs
+  assert not {'shaw', 'xl', 'cope'} & runs
+  config = test_config.get_config('shaw')
   config.model.attention_impl = 'pallas'
   with pytest.raises(errors.ConfigError, match='attention_impl'):
+    config_lib.validate(config)
+  config = test_config.get_config('t5')
+  config.model.attention_impl = 'pallas'
+  config_lib.validate(config)
+  config.model.position.t5.num_buckets = 256  # Looped over in every tile.
+  with pytest.raises(errors.ConfigError, match='num_buckets=256'):
     config_lib.validate(config)
   config = test_config.get_config('alibi')
   config.model.attention_impl = 'pallas'

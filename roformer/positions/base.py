@@ -29,7 +29,7 @@ with attention_impl='pallas'):
 | `rotate_value(v, k_pos, ctx)`                | Layer  | rope (rotate_values)   | rotates values                  |
 | `rotate_features(qf, kf, q_pos, k_pos, ctx)` | Layer  | rope                   | FAVOR+'s rotation of features   |
 | `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
-| `fused_bias(q_pos, ctx)`                     | Layer  | alibi, kerple, fox     | the bias for the fused kernel   |
+| `fused_bias(q_pos, ctx)`                     | Layer  | alibi, kerple, t5, ... | the bias for the fused kernel   |
 | `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | (none yet)             | replaces q.k/sqrt(d) itself     |
 | `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
 | `cache_state(batch, max_len)`                | Layer  | fox                    | its per-slot state in the cache |

@@ -46,6 +46,11 @@ class _T5Buckets:
   num_buckets: int
   max_distance: int
 
+  def __call__(self, distance):
+    """The buckets of distances q_pos - k_pos given as floats (the fused kernel's tiles)."""
+    return t5_buckets(-jnp.round(distance).astype(jnp.int32), bidirectional=self.bidirectional,
+                      num_buckets=self.num_buckets, max_distance=self.max_distance)
+
   def bias(self, table, q_pos, k_pos):
     """The bias [batch, heads, q_len, k_len] that `table` [num_buckets, heads] gives."""
     buckets = t5_buckets(-base.relative_positions(q_pos, k_pos), bidirectional=self.bidirectional,
@@ -85,6 +90,11 @@ class _T5Layer(base.Layer):
     table = self.bias_table[...] if hasattr(self, 'bias_table') else ctx
     return self.buckets.bias(table, q_pos, k_pos)
 
+  def fused_bias(self, q_pos, ctx):
+    table = self.bias_table[...] if hasattr(self, 'bias_table') else ctx
+    return (fused_bias.bucketed(self.buckets, self.buckets.num_buckets),
+            table.astype(jnp.float32).T, None, None)
+
 
 @base.register('t5')
 class T5Bias(base.PositionScheme):
@@ -95,8 +105,19 @@ class T5Bias(base.PositionScheme):
                     'max_distance': specs.Int(1, 2**24, default=128),
                     'shared_across_layers': specs.Bool(default=True)}}
   capabilities = base.Capabilities(
-      logits_term='it adds a learned bias to each of the L x L attention logits')
+      logits_term='it adds a learned bias to each of the L x L attention logits',
+      fused_bias=True)
   Shared, Layer = _T5Shared, _T5Layer
+  FUSED_BUCKETS = 128  # The fused kernel loops over the buckets in every tile.
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    super().validate(cfg, model_cfg, seq_len, causal)
+    if model_cfg.attention_impl == 'pallas' and cfg.t5.num_buckets > cls.FUSED_BUCKETS:
+      raise errors.ConfigError(
+          f'config.model.position.t5.num_buckets={cfg.t5.num_buckets} on attention_impl='
+          f"'pallas': the fused kernel loops over the buckets in every tile, so it takes at most "
+          f'{cls.FUSED_BUCKETS}. Fix: fewer buckets, or --config.model.attention_impl=auto.')
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
@@ -339,6 +360,18 @@ class _FireLayer(base.Layer):
   def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
     return fire_bias(self.arrays(ctx), self.init_threshold, q_pos, k_pos)
 
+  def fused_bias(self, q_pos, ctx):
+    """c, L, the kinks (shared by the heads) and each head's slopes and intercepts."""
+    p = self.arrays(ctx)
+    c = jnp.abs(p['c'].astype(jnp.float32))
+    threshold = jnp.abs(p['threshold_multiplier'].astype(jnp.float32) * self.init_threshold)
+    kinks, slope, intercept = fire_pieces(p)
+    heads, width = slope.shape[1], kinks.shape[0]
+    shared = lambda x, n: jnp.broadcast_to(x, (heads, n))
+    params = jnp.concatenate([shared(c, 1), shared(threshold, 1), shared(kinks, width), slope.T,
+                              intercept.T], axis=1)
+    return fused_bias.piecewise(width, FIRE_EPS), params, None, None
+
 
 @base.register('fire')
 class Fire(base.PositionScheme):
@@ -367,7 +400,7 @@ class Fire(base.PositionScheme):
   capabilities = base.Capabilities(
       causal_only=True,
       logits_term='it adds a learned function of (i-j, i) to each of the L x L attention logits',
-      real_positions=True)
+      real_positions=True, fused_bias=True)
   causal_reason = ('it normalises the distance by the query position max(L, i), which bounds '
                    'only the keys before the query')
   Shared, Layer = _FireShared, _FireLayer
