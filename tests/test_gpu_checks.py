@@ -66,6 +66,7 @@ def test_a_stopped_sweep_comes_back_with_each_runs_newest_checkpoint_which_resto
     assert json.load(f)['step'] == kept[-1]
 
 
+@pytest.mark.slow  # A stage of the GPU script, run on the CPU: the sweep stage's test stays.
 def test_the_compile_stage_times_each_variant_and_reports_one_that_fails(tmp_path):
   """`compile` on the CPU with a tiny model: one line per variant with its time line and its
   steps/s; a variant XLA refuses gets its error line and the next variant still runs."""

@@ -97,6 +97,7 @@ def test_two_processes_train_as_one_process_with_their_devices(tmp_path, mesh):
                                err_msg=name)
 
 
+@pytest.mark.slow  # Two processes train as one by default (the test above); the group: -m slow.
 def test_a_vmapped_group_on_two_processes_is_the_group_on_one(tmp_path):
   """A vmapped group of two seeds over two processes of 2 devices (each with its share of
   every batch, validation batches included) trains, validates, checkpoints both members at the

@@ -281,6 +281,7 @@ def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path)
   assert 'ms a batch' in done.stdout
 
 
+@pytest.mark.slow  # The script's bad input runs by default (tests/test_entry_points.py).
 def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(tmp_path):
   out = tmp_path / 'rate.json'
   done = subprocess.run(
