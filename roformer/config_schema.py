@@ -53,13 +53,16 @@ class Reader:
   fix: str
 
 
-MLM = Reader("masked LMs (model.type='mlm')", lambda c: c.model.type == 'mlm',
-             'start from configs/mlm.py')
-CLASSIFIER = Reader("classifiers (model.type='classifier')",
-                    lambda c: c.model.type == 'classifier', 'start from configs/classify.py')
-TRANSLATION = Reader("translation models (model.type='encoder_decoder')",
-                     lambda c: c.model.type == 'encoder_decoder',
-                     'start from configs/translate.py')
+def _owned(group: str) -> Reader:
+  """The runs of the model type that owns the field group `group` (roformer/model_types.py)."""
+  t = model_types.owning(group)
+  return Reader(f'{t.about} (model.type={t.name!r})', lambda c: c.model.type == t.name,
+                f'start from {t.start}')
+
+
+MLM = _owned('masking')
+CLASSIFIER = _owned('labels and metrics')
+TRANSLATION = _owned('language pairs and decoding')
 FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
                lambda c: corpus.is_files(c.data), f'set --config.data.name={corpus.NAME}')
 def _types_with(flag: str, what: str) -> Reader:

@@ -32,6 +32,8 @@ class ModelType:
   starts_from: the type of run config.init_from names ('' : none), and `continues`: whether
     it takes over every parameter of that run (a continuation) or its encoder (fine-tuning).
   generates: what scripts/generate.py does with a run of it ('': it serves none).
+  own_fields: the group of config fields only its runs read ('': none), named in words; the
+    schema (roformer/config_schema.py) marks that group's fields as read by it.
   validate: its own config rules (ConfigError naming the field and the fix).
   forward_flops(model_cfg, seq_len, predicted_fraction, layer_flops): forward FLOPs per input
     token, with layer_flops(model_cfg, seq_len, causal) one layer's (roformer/flops.py).
@@ -49,6 +51,7 @@ class ModelType:
   starts_from: str = ''
   continues: bool = False
   generates: str = ''
+  own_fields: str = ''
   validate: Callable[[ml_collections.ConfigDict], None] | None = None
 
 
@@ -126,14 +129,19 @@ TYPES = {t.name: t for t in (
               decoder_only=True, documents=True, starts_from='causal_lm', continues=True,
               generates='continues each prompt by sampling'),
     ModelType('mlm', 'masked LMs', 'configs/mlm.py', (False,), _mlm_flops, documents=True,
-              validate=_mlm_rules),
+              own_fields='masking', validate=_mlm_rules),
     ModelType('classifier', 'classifiers', 'configs/classify.py', (False,), _classifier_flops,
-              starts_from='mlm', validate=_classifier_rules),
+              starts_from='mlm', own_fields='labels and metrics', validate=_classifier_rules),
     ModelType('encoder_decoder', 'translation models', 'configs/translate.py', (False, True),
               _translation_flops, post_norm=False, parallel_residual=False,
               linear_attention=False, generates='translates each prompt with beam search',
-              validate=_translation_rules),
+              own_fields='language pairs and decoding', validate=_translation_rules),
 )}
+
+
+def owning(group: str) -> ModelType:
+  """The type whose `own_fields` are `group`."""
+  return next(t for t in TYPES.values() if t.own_fields == group)
 
 
 def of(model_cfg: ml_collections.ConfigDict) -> ModelType:

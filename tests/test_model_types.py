@@ -63,3 +63,21 @@ def test_an_unknown_type_is_one_error_naming_the_types():
   config.model.type = 'seq2seq'
   with pytest.raises(errors.ConfigError, match="one of"):
     model_types.of(config.model)
+
+
+def test_a_types_own_fields_are_read_by_its_runs_only():
+  """The schema's readers of the masked LM's, the classifier's and translation's field groups
+  come from the declarations: each reads a config of its type and of no other, and its fix
+  names the type's starting config."""
+  from roformer import config_schema  # pylint: disable=import-outside-toplevel
+  readers = {'masking': config_schema.MLM, 'labels and metrics': config_schema.CLASSIFIER,
+             'language pairs and decoding': config_schema.TRANSLATION}
+  owners = {t.own_fields: t for t in model_types.TYPES.values() if t.own_fields}
+  assert set(owners) == set(readers)
+  for group, reader in readers.items():
+    owner = owners[group]
+    for name in model_types.TYPES:
+      config = test_config.get_config()
+      config.model.type = name
+      assert reader.reads(config) == (name == owner.name), (group, name)
+    assert owner.start in reader.fix and repr(owner.name) in reader.what
