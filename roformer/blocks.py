@@ -69,11 +69,11 @@ class DecoderBlock(Block):
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0,
                *, memory, memory_mask):
-    del segments  # The decoder's self-attention is softmax attention (no FAVOR+).
     k1, k2, k3 = layers.split_key(key, 3)
     x = self.position.layer_input(x, pos, shared)
     post, rate = self.post_norm, self.dropout_rate
-    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, None, layer)
+    # `segments`: the targets' packed segments, for the kernels that read them (without a cache).
+    attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
     x, cache = residual(x, attend, self.ln_attn, post, rate, k1)
     x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
                     post, rate, k2)

@@ -93,6 +93,7 @@ class Ahead:
       self.wait(name)
 
   def close(self) -> None:
-    """Drops what has not started; waits for the compilation under way."""
+    """Drops what has not started, without waiting for the compilation under way (a stop
+    request's grace period is not spent on it)."""
     if self._pool is not None:
-      self._pool.shutdown(wait=True, cancel_futures=True)
+      self._pool.shutdown(wait=False, cancel_futures=True)

@@ -25,11 +25,13 @@ runs instead, which autodiff differentiates in both modes.
 
 import dataclasses
 import functools
+import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from roformer import autodiff
 
@@ -42,7 +44,8 @@ class Bias:
   bias [bq, bk] of float32 distances d = q_pos - k_pos (and of the query positions, [bq, 1],
   for a bias normalised by them), `params` a tuple of `num_params` scalars of the head;
   `distance_grad(params, d, q_pos, ds)`: the tuple of sum(ds * d bias / d param) over the
-  tile. `separable`: the bias also holds row_i - col_j of per-position values."""
+  tile (None for a parameter without one). `separable`: the bias also holds row_i - col_j of
+  per-position values."""
   name: str
   num_params: int = 0
   of_distance: Callable | None = None
@@ -149,7 +152,7 @@ def piecewise(width: int, eps: float) -> Bias:
     # max(q_pos, L)'s derivative in L: 1 above q_pos, 1/2 at a tie (as jnp.maximum's).
     above = jnp.where(threshold > q_pos, 1.0, jnp.where(threshold == q_pos, 0.5, 0.0))
     dx_dl = -numerator * (c / (1 + c * normalizer)) * above / denominator ** 2
-    return ((jnp.sum(dx * dx_dc), jnp.sum(dx * dx_dl)) + (jnp.float32(0.0),) * width
+    return ((jnp.sum(dx * dx_dc), jnp.sum(dx * dx_dl)) + (None,) * width
             + tuple(jnp.sum(jnp.where(at[s], ds * x, 0.0)) for s in range(pieces))
             + tuple(jnp.sum(jnp.where(at[s], ds, 0.0)) for s in range(pieces)))
   return Bias(f'a piecewise-linear function of {pieces} pieces', 2 + width + 2 * pieces,
@@ -162,6 +165,16 @@ ALIBI = Bias('-m |d|', 1, _alibi, _alibi_grad)
 KERPLE_LOG = Bias('-r1 log(1 + r2 |d|)', 2, _kerple_log, _kerple_log_grad)
 KERPLE_POWER = Bias('-r1 |d|^r2', 2, _kerple_power, _kerple_power_grad)
 SEPARABLE = Bias('row_i - col_j', separable=True)
+
+
+# On a GPU the kernels lower through Triton (this JAX's default for pallas_call is Mosaic GPU,
+# whose copies these small per-head and per-row blocks do not fit).
+_TRITON = pltriton.CompilerParams(num_warps=4, num_stages=2)
+
+
+def _param_width(bias: Bias) -> int:
+  """The per-head parameters' block width: a power of 2 (Triton's blocks are), at least 1."""
+  return 1 << max(bias.num_params - 1, 0).bit_length()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,8 +253,9 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
   init = (jnp.zeros((bq, q.shape[-1]), jnp.float32), jnp.full((bq,), _MASKED, jnp.float32),
           jnp.zeros((bq,), jnp.float32))
   acc, m, l = jax.lax.fori_loop(lo, hi, body, init)
-  l = jnp.maximum(l, 1e-30)  # A padding row's: no key, nothing to weigh.
-  o_ref[...] = (acc / l[:, None]).astype(o_ref.dtype)
+  seen = m > _MASKED  # A row with no visible key (padding) outputs 0, as the plain form.
+  l = jnp.where(seen, l, 1.0)
+  o_ref[...] = jnp.where(seen[:, None], acc / l[:, None], 0.0).astype(o_ref.dtype)
   lse_ref[...] = m + jnp.log(l)
 
 
@@ -271,12 +285,16 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, 
     ds = p * (dp - delta[:, None])
     dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
     if cfg.bias.distance_grad is not None:
-      dparams = dparams + jnp.stack(cfg.bias.distance_grad(params, d, q_pos[:, None], ds))
+      grads = cfg.bias.distance_grad(params, d, q_pos[:, None], ds)
+      slot = jnp.arange(dparams.shape[0])  # Scalars into the vector by selection: no stack,
+      for p, g in enumerate(grads):  # which Triton lowers for two operands only.
+        if g is not None:
+          dparams = dparams + jnp.where(slot == p, g, 0.0)
     return dq, drow + jnp.sum(ds, axis=1), dparams
 
   lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
   init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
-          jnp.zeros((max(cfg.bias.num_params, 1),), jnp.float32))
+          jnp.zeros((_param_width(cfg.bias),), jnp.float32))
   dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
   dq_ref[...] = dq.astype(dq_ref.dtype)
   drow_ref[...] = drow
@@ -326,7 +344,7 @@ def _specs(cfg: _Static, length: int, head_dim: int, by_query: bool):
   pos_k = (lambda b, h, i: (b, 0)) if by_query else (lambda b, h, i: (b, i))
   q = pl.BlockSpec((None, None, sq, head_dim), at_q)
   k = pl.BlockSpec((None, None, sk, head_dim), at_k)
-  params = pl.BlockSpec((None, max(cfg.bias.num_params, 1)), lambda b, h, i: (h, 0))
+  params = pl.BlockSpec((None, _param_width(cfg.bias)), lambda b, h, i: (h, 0))
   inputs = [q, k, k, pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k),
             pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k), params,
             pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sk), vec_k)]
@@ -344,7 +362,8 @@ def _forward(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col
                  pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret)(q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
+      interpret=cfg.interpret, compiler_params=_TRITON)(q, k, v, q_pos, k_pos, q_seg, k_seg,
+                                                        params, row, col)
 
 
 @autodiff.custom_vjp('fused_bias_attention', nondiff_argnums=(0,),
@@ -365,7 +384,7 @@ def _attend_bwd(cfg, residuals, g):
   delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
   args = (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, g, lse, delta)
   inputs, backward = _specs(cfg, length, dh, by_query=True)
-  num_p = max(cfg.bias.num_params, 1)
+  num_p = _param_width(cfg.bias)
   dq, drow, dparams = pl.pallas_call(
       functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
       in_specs=inputs + backward,
@@ -375,7 +394,7 @@ def _attend_bwd(cfg, residuals, g):
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32),
                  jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
-      interpret=cfg.interpret)(*args)
+      interpret=cfg.interpret, compiler_params=_TRITON)(*args)
   inputs, backward = _specs(cfg, length, dh, by_query=False)
   whole = lambda b, h, i: (b, h, 0, 0)
   whole_vec = lambda b, h, i: (b, h, 0)
@@ -390,8 +409,8 @@ def _attend_bwd(cfg, residuals, g):
                  pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret)(*args)
-  dparams = jnp.sum(dparams, axis=(0, 2))[:, :params.shape[1]].astype(params.dtype)
+      interpret=cfg.interpret, compiler_params=_TRITON)(*args)
+  dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
   return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
           (-dcol).astype(col.dtype))
 
@@ -431,9 +450,10 @@ def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, c
   `params`: [heads, bias.num_params]; `row`, `col`: [batch, heads, len] (bias.separable);
   the positions may be real numbers (the bias reads their differences as float32);
   `window` > 0: query i sees keys i - window + 1 .. i. The length is padded to a multiple of
-  the blocks (padding is segment 0). `interpret`: Pallas' interpret mode (default: on the CPU)."""
+  the blocks' least common multiple (padding is segment 0; a query that sees no key, such as
+  padding, gets 0). `interpret`: Pallas' interpret mode (default: on the CPU)."""
   b, length, h, dh = q.shape
-  block = max(block_q, block_k)
+  block = math.lcm(block_q, block_k)
   padded = -(-length // block) * block
   cfg = _Static(bias, float(dh ** -0.5 if scale is None else scale), causal, int(window),
                 min(block_q, padded), min(block_k, padded),
@@ -446,6 +466,8 @@ def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, c
   segments = pad(segments.astype(jnp.int32), 1)
   if params is None:
     params = jnp.zeros((h, 1), jnp.float32)
+  params = jnp.pad(params.astype(jnp.float32),
+                   ((0, 0), (0, _param_width(bias) - params.shape[1])))
   zeros = jnp.zeros((b, h, padded), jnp.float32)
   row = zeros if row is None else pad(row.astype(jnp.float32), 2)
   col = zeros if col is None else pad(col.astype(jnp.float32), 2)

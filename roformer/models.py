@@ -255,17 +255,19 @@ class EncoderDecoder(EmbeddingModel):
     x = self.encoder_position.embed(self.embed(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, _ = stack.run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask,
-                            keys, remat=self.remat)
+                            keys, remat=self.remat, segments=segment_ids)
     return self.encoder_ln(x)
 
   @autodiff.applying
-  def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None):
+  def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None,
+              segments=None):
     keys = layers.split_key(key, len(self.decoder_blocks) + 1)
+    extra = {} if segments is None else {'segments': segments}
     x = self.decoder_position.embed(self.embed(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, cache = stack.run_blocks(self.decoder_blocks, self.decoder_position(), x, positions,
                                 mask, keys, cache, remat=self.remat,
-                                memory=memory, memory_mask=memory_mask)
+                                memory=memory, memory_mask=memory_mask, **extra)
     return self.logits(self.decoder_ln(x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
@@ -276,7 +278,8 @@ class EncoderDecoder(EmbeddingModel):
     memory = self.encode_source(inputs, inputs_positions, inputs_segment_ids, k1)
     self_mask = attention.make_mask(targets_segment_ids, targets_segment_ids, causal=True)
     cross_mask = attention.make_mask(targets_segment_ids, inputs_segment_ids, causal=False)
-    return self._decode(decoder_inputs, targets_positions, self_mask, memory, cross_mask, k2)[0]
+    return self._decode(decoder_inputs, targets_positions, self_mask, memory, cross_mask, k2,
+                        segments=targets_segment_ids)[0]
 
   def init_cache(self, memory, memory_segment_ids, max_len: int) -> dict:
     """A decoder cache for one source per row; it carries the encoder memory so that beam

@@ -215,12 +215,14 @@ def test_without_custom_gradients_the_plain_formulation_runs_forward_mode_too():
 def test_the_loops_visit_the_blocks_a_window_needs_by_hand():
   """Blocks of 8, a window of 5: query block 2 (slots 16-23) sees keys 12-23 (blocks 1, 2);
   key block 1 (slots 8-15) is seen by queries 8-19 (blocks 1, 2)."""
-  cfg = fb._Static(fb.ALIBI, 1.0, True, 5, 8, 8, True)  # pylint: disable=protected-access
-  assert [int(x) for x in fb._key_blocks(cfg, 2, 3)] == [1, 3]  # pylint: disable=protected-access
-  assert [int(x) for x in fb._query_blocks(cfg, 1, 3)] == [1, 3]  # pylint: disable=protected-access
-  plain = fb._Static(fb.ALIBI, 1.0, True, 0, 8, 8, True)  # pylint: disable=protected-access
-  assert [int(x) for x in fb._key_blocks(plain, 0, 3)] == [0, 1]  # pylint: disable=protected-access
-  assert [int(x) for x in fb._query_blocks(plain, 2, 3)] == [2, 3]  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  blocks = lambda f, *a: [int(x) for x in f(*a)]
+  cfg = fb._Static(fb.ALIBI, 1.0, True, 5, 8, 8, True)
+  assert blocks(fb._key_blocks, cfg, 2, 3) == [1, 3]
+  assert blocks(fb._query_blocks, cfg, 1, 3) == [1, 3]
+  plain = fb._Static(fb.ALIBI, 1.0, True, 0, 8, 8, True)
+  assert blocks(fb._key_blocks, plain, 0, 3) == [0, 1]
+  assert blocks(fb._query_blocks, plain, 2, 3) == [2, 3]
 
 
 
@@ -267,8 +269,13 @@ def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term
   config = test_config.get_config('t5')
   config.model.attention_impl = 'pallas'
   config_lib.validate(config)
-  config.model.position.t5.num_buckets = 256  # Looped over in every tile.
-  with pytest.raises(errors.ConfigError, match='num_buckets=256'):
+  config.model.position.t5.update(num_buckets=130, max_distance=4096)  # Looped over per tile.
+  with pytest.raises(errors.ConfigError, match='takes at most 128'):
+    config_lib.validate(config)
+  config = test_config.get_config('fire')
+  config.model.attention_impl = 'pallas'
+  config.model.position.fire.mlp_width = 65
+  with pytest.raises(errors.ConfigError, match='takes at most 64 units'):
     config_lib.validate(config)
   config = test_config.get_config('alibi')
   config.model.attention_impl = 'pallas'
@@ -287,4 +294,50 @@ def test_every_kind_that_declares_the_kernel_gives_the_einsum_paths_logits_on_it
   want = models.create(cfg, seed=1)(TOKENS, MODEL_POS, MODEL_SEG)
   cfg.attention_impl = 'pallas'
   got = models.create(cfg, seed=1)(TOKENS, MODEL_POS, MODEL_SEG)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
+@pytest.mark.parametrize('bias', [fb.ALIBI, fb.KERPLE_LOG, fb.SEPARABLE, fb.piecewise(4, 1e-6)])
+def test_the_kernels_lower_for_a_gpu_through_triton(bias):
+  """Lowered for CUDA from the CPU (jax.export): the forward and backward kernels go through
+  Triton, whose blocks must be powers of 2 and which lowers no stack of scalars nor rounding."""
+  from jax import export  # pylint: disable=import-outside-toplevel
+  x = jnp.zeros((1, 64, 2, 16), jnp.bfloat16)
+  pos, seg = jnp.broadcast_to(jnp.arange(64), (1, 64)), jnp.ones((1, 64), jnp.int32)
+  params = jnp.ones((2, max(bias.num_params, 1)), jnp.float32)
+  row = jnp.zeros((1, 2, 64)) if bias.separable else None
+
+  def loss(q, params):
+    out = fb.attend(q, x, x, pos, seg, bias, params=params, row=row, col=row, interpret=False)
+    return jnp.sum(out.astype(jnp.float32))
+  export.export(jax.jit(jax.grad(loss, argnums=(0, 1))), platforms=['cuda'], disabled_checks=[
+      export.DisabledSafetyCheck.custom_call('__gpu$xla.gpu.triton')])(x, params)
+
+
+def test_a_query_that_sees_no_key_outputs_zero_and_blocks_need_not_divide():
+  """Padding queries give 0 (as the materialised form), and blocks of 16 and 24 rows (the
+  length padded to their least common multiple, 48) give the formula's output."""
+  got = np.asarray(fused(Q, K, V, PARAMS['alibi'], ROW, COL, 'alibi', True, 0))
+  assert np.all(got[~REAL] == 0)
+  other = np.asarray(fb.attend(Q, K, V, jnp.asarray(POS), jnp.asarray(SEG), fb.ALIBI,
+                               params=PARAMS['alibi'], block_q=16, block_k=24))
+  np.testing.assert_allclose(other[REAL], numpy_attention('alibi', True, 0)[REAL], rtol=1e-5,
+                             atol=2e-6)
+  assert np.all(other[~REAL] == 0)
+
+
+def test_an_encoder_decoder_runs_both_self_attentions_on_the_kernel(monkeypatch):
+  """The encoder's and the decoder's self-attention get their packed segments, so both call
+  the kernel (cross-attention stays on the einsum path), with the einsum path's logits."""
+  cfg = kinds.tiny_config('t5').model
+  cfg.type = 'encoder_decoder'
+  tokens = TOKENS, MODEL_POS, MODEL_SEG
+  want = models.create(cfg, seed=1)(*tokens, *tokens)
+  cfg.attention_impl = 'pallas'
+  calls = []
+  attend = fb.attend
+  monkeypatch.setattr(fb, 'attend',
+                      lambda *a, **kw: calls.append(kw['causal']) or attend(*a, **kw))
+  got = models.create(cfg, seed=1)(*tokens, *tokens)
+  assert sorted(set(calls)) == [False, True]
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)

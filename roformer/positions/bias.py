@@ -48,7 +48,9 @@ class _T5Buckets:
 
   def __call__(self, distance):
     """The buckets of distances q_pos - k_pos given as floats (the fused kernel's tiles)."""
-    return t5_buckets(-jnp.round(distance).astype(jnp.int32), bidirectional=self.bidirectional,
+    # floor(d + 1/2), not round: Triton lowers no rounding primitive.
+    return t5_buckets(-jnp.floor(distance + 0.5).astype(jnp.int32),
+                      bidirectional=self.bidirectional,
                       num_buckets=self.num_buckets, max_distance=self.max_distance)
 
   def bias(self, table, q_pos, k_pos):
@@ -112,21 +114,17 @@ class T5Bias(base.PositionScheme):
 
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
-    super().validate(cfg, model_cfg, seq_len, causal)
-    if model_cfg.attention_impl == 'pallas' and cfg.t5.num_buckets > cls.FUSED_BUCKETS:
-      raise errors.ConfigError(
-          f'config.model.position.t5.num_buckets={cfg.t5.num_buckets} on attention_impl='
-          f"'pallas': the fused kernel loops over the buckets in every tile, so it takes at most "
-          f'{cls.FUSED_BUCKETS}. Fix: fewer buckets, or --config.model.attention_impl=auto.')
-
-  @classmethod
-  def validate(cls, cfg, model_cfg, seq_len, causal):
     t = cfg.t5
     per_side = t.num_buckets // (1 if causal else 2)
     if per_side < 2 or t.max_distance <= per_side // 2:
       raise errors.ConfigError(
           f'config.model.position.t5.num_buckets={t.num_buckets} leaves {per_side} buckets per '
           f'side; need >= 2 and max_distance ({t.max_distance}) > {per_side // 2}.')
+    if model_cfg.attention_impl == 'pallas' and t.num_buckets > cls.FUSED_BUCKETS:
+      raise errors.ConfigError(
+          f'config.model.position.t5.num_buckets={t.num_buckets} on attention_impl='
+          f"'pallas': the fused kernel loops over the buckets in every tile, so it takes at most "
+          f'{cls.FUSED_BUCKETS}. Fix: fewer buckets, or --config.model.attention_impl=auto.')
 
   @classmethod
   def legacy_params(cls, cfg):
@@ -404,6 +402,16 @@ class Fire(base.PositionScheme):
   causal_reason = ('it normalises the distance by the query position max(L, i), which bounds '
                    'only the keys before the query')
   Shared, Layer = _FireShared, _FireLayer
+  FUSED_WIDTH = 64  # The fused kernel loops over the linear pieces in every tile.
+
+  @classmethod
+  def validate(cls, cfg, model_cfg, seq_len, causal):
+    if model_cfg.attention_impl == 'pallas' and cfg.fire.mlp_width > cls.FUSED_WIDTH:
+      raise errors.ConfigError(
+          f'config.model.position.fire.mlp_width={cfg.fire.mlp_width} on attention_impl='
+          f"'pallas': the fused kernel loops over its {cfg.fire.mlp_width + 1} linear pieces in "
+          f'every tile, so it takes at most {cls.FUSED_WIDTH} units. Fix: a narrower MLP, or '
+          '--config.model.attention_impl=auto.')
 
   @classmethod
   def legacy_params(cls, cfg):
