@@ -8,7 +8,8 @@ keeps per head or per position (`Bias`):
 
 - a function of the distance d = q_pos - k_pos (and of the query position, for FIRE's
   normaliser) with parameters per head (ALiBi's slope, KERPLE's two, T5's table, FIRE's linear
-  pieces), and its parameters' gradient summed over the tile;
+  pieces), written once beside the scheme's layer and differentiated inside the backward
+  kernel, its parameters' gradient summed over the tile;
 - and/or row_i - col_j of per-position values, per head (FoX: the prefix sums of the log
   forget gates), whose gradients are the row and column sums of the logits' gradient.
 
@@ -33,6 +34,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
+from roformer import attention
 from roformer import autodiff
 
 _MASKED = float(jnp.finfo(jnp.float32).min)
@@ -42,128 +44,31 @@ _MASKED = float(jnp.finfo(jnp.float32).min)
 class Bias:
   """What a scheme adds to q.k * scale inside the kernel. `of_distance(params, d, q_pos)`: the
   bias [bq, bk] of float32 distances d = q_pos - k_pos (and of the query positions, [bq, 1],
-  for a bias normalised by them), `params` a tuple of `num_params` scalars of the head;
-  `distance_grad(params, d, q_pos, ds)`: the tuple of sum(ds * d bias / d param) over the
-  tile (None for a parameter without one). `separable`: the bias also holds row_i - col_j of
-  per-position values."""
+  for a bias normalised by them), `params` a tuple of `num_params` scalars of the head: written
+  with jnp, it is differentiated inside the backward kernel, so a scheme writes its formula
+  once. `separable`: the bias also holds row_i - col_j of per-position values. The schemes'
+  own are beside their layers (roformer/positions/)."""
   name: str
   num_params: int = 0
   of_distance: Callable | None = None
-  distance_grad: Callable | None = None
   separable: bool = False
-
-
-def _alibi(params, d, q_pos):
-  del q_pos
-  return -params[0] * jnp.abs(d)
-
-
-def _alibi_grad(params, d, q_pos, ds):
-  del params, q_pos
-  return (jnp.sum(-jnp.abs(d) * ds),)
-
-
-def _kerple_log(params, d, q_pos):
-  del q_pos
-  return -params[0] * jnp.log1p(params[1] * jnp.abs(d))
-
-
-def _kerple_log_grad(params, d, q_pos, ds):
-  del q_pos
-  a = jnp.abs(d)
-  return (jnp.sum(-jnp.log1p(params[1] * a) * ds),
-          jnp.sum(-params[0] * a / (1 + params[1] * a) * ds))
-
-
-def _kerple_power(params, d, q_pos):
-  del q_pos
-  a = jnp.abs(d)
-  positive = a > 0
-  return -params[0] * jnp.where(positive, jnp.exp(params[1] * jnp.log(jnp.where(positive, a,
-                                                                                  1.0))), 0.0)
-
-
-def _kerple_power_grad(params, d, q_pos, ds):
-  del q_pos
-  a = jnp.abs(d)
-  positive = a > 0
-  log_a = jnp.log(jnp.where(positive, a, 1.0))
-  power = jnp.where(positive, jnp.exp(params[1] * log_a), 0.0)
-  return (jnp.sum(-power * ds), jnp.sum(-params[0] * power * log_a * ds))
 
 
 @functools.lru_cache(maxsize=None)
 def bucketed(buckets: Callable, num_buckets: int) -> Bias:
   """A learned value per bucket of the distance and per head (T5's table): `buckets(d)` maps
   the float distances of a tile to integer buckets in [0, num_buckets); the parameters are the
-  head's column of the table. The tile's bias and gradient loop over the buckets (no gather, so
-  that every backend lowers it), which is why a scheme keeps the count small on this path."""
+  head's column of the table. The tile's bias loops over the buckets (no gather, so that every
+  backend lowers it), which is why a scheme keeps the count small on this path."""
   def of_distance(params, d, q_pos):
     del q_pos
     index = buckets(d)
     return sum(jnp.where(index == b, params[b], 0.0) for b in range(num_buckets))
-
-  def distance_grad(params, d, q_pos, ds):
-    del params, q_pos
-    index = buckets(d)
-    return tuple(jnp.sum(jnp.where(index == b, ds, 0.0)) for b in range(num_buckets))
-  return Bias(f'table of {num_buckets} buckets', num_buckets, of_distance, distance_grad)
-
-
-@functools.lru_cache(maxsize=None)
-def piecewise(width: int, eps: float) -> Bias:
-  """FIRE's bias (Li et al. 2023): f(x) of x = log(1 + c|d|) / (log(1 + c max(q_pos, L)) +
-  eps), f the MLP of `width` ReLU units, given as the piecewise-linear function it is
-  (positions/bias.py `fire_pieces`). The parameters of a head: c, L, the sorted kinks [width]
-  and each piece's slope and intercept [width + 1] each. The kinks' gradient is 0 (they only
-  choose the piece, as ReLU's derivative); c's and L's go through x."""
-  pieces = width + 1
-
-  def unpack(params):
-    c, threshold = params[0], params[1]
-    kinks = params[2:2 + width]
-    slopes, intercepts = params[2 + width:2 + width + pieces], params[2 + width + pieces:]
-    return c, threshold, kinks, slopes, intercepts
-
-  def inputs(c, threshold, d, q_pos):
-    normalizer = jnp.maximum(q_pos, threshold)
-    numerator = jnp.log1p(c * jnp.abs(d))
-    denominator = jnp.log1p(c * normalizer) + eps
-    return numerator / denominator, numerator, denominator, normalizer
-
-  def piece_of(x, kinks):
-    return sum((x > kink).astype(jnp.int32) for kink in kinks)
-
-  def of_distance(params, d, q_pos):
-    c, threshold, kinks, slopes, intercepts = unpack(params)
-    x = inputs(c, threshold, d, q_pos)[0]
-    piece = piece_of(x, kinks)
-    return sum(jnp.where(piece == s, slopes[s] * x + intercepts[s], 0.0) for s in range(pieces))
-
-  def distance_grad(params, d, q_pos, ds):
-    c, threshold, kinks, slopes, intercepts = unpack(params)
-    x, numerator, denominator, normalizer = inputs(c, threshold, d, q_pos)
-    piece = piece_of(x, kinks)
-    at = [piece == s for s in range(pieces)]
-    local_slope = sum(jnp.where(at[s], slopes[s], 0.0) for s in range(pieces))
-    dx = ds * local_slope
-    dx_dc = (jnp.abs(d) / (1 + c * jnp.abs(d))) / denominator - numerator * (
-        normalizer / (1 + c * normalizer)) / denominator ** 2
-    # max(q_pos, L)'s derivative in L: 1 above q_pos, 1/2 at a tie (as jnp.maximum's).
-    above = jnp.where(threshold > q_pos, 1.0, jnp.where(threshold == q_pos, 0.5, 0.0))
-    dx_dl = -numerator * (c / (1 + c * normalizer)) * above / denominator ** 2
-    return ((jnp.sum(dx * dx_dc), jnp.sum(dx * dx_dl)) + (None,) * width
-            + tuple(jnp.sum(jnp.where(at[s], ds * x, 0.0)) for s in range(pieces))
-            + tuple(jnp.sum(jnp.where(at[s], ds, 0.0)) for s in range(pieces)))
-  return Bias(f'a piecewise-linear function of {pieces} pieces', 2 + width + 2 * pieces,
-              of_distance, distance_grad)
+  return Bias(f'table of {num_buckets} buckets', num_buckets, of_distance)
 
 
 # Plain flash attention: the scheme changes q and k only, or nothing.
 NONE = Bias('no bias')
-ALIBI = Bias('-m |d|', 1, _alibi, _alibi_grad)
-KERPLE_LOG = Bias('-r1 log(1 + r2 |d|)', 2, _kerple_log, _kerple_log_grad)
-KERPLE_POWER = Bias('-r1 |d|^r2', 2, _kerple_power, _kerple_power_grad)
 SEPARABLE = Bias('row_i - col_j', separable=True)
 
 
@@ -284,12 +189,12 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, 
     dp = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
     ds = p * (dp - delta[:, None])
     dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
-    if cfg.bias.distance_grad is not None:
-      grads = cfg.bias.distance_grad(params, d, q_pos[:, None], ds)
+    if cfg.bias.num_params:  # sum(ds * d bias / d param), by autodiff of the tile's bias.
+      grads = jax.grad(lambda p: jnp.sum(ds * cfg.bias.of_distance(p, d, q_pos[:, None])))(
+          params)
       slot = jnp.arange(dparams.shape[0])  # Scalars into the vector by selection: no stack,
-      for p, g in enumerate(grads):  # which Triton lowers for two operands only.
-        if g is not None:
-          dparams = dparams + jnp.where(slot == p, g, 0.0)
+      for index, g in enumerate(grads):  # which Triton lowers for two operands only.
+        dparams = dparams + jnp.where(slot == index, g, 0.0)
     return dq, drow + jnp.sum(ds, axis=1), dparams
 
   lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
@@ -430,12 +335,9 @@ def reference(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, co
     s = s + jnp.stack(per_head, axis=1)
   if cfg.bias.separable:
     s = s + row[..., :, None] - col[..., None, :]
-  slots = jnp.arange(length)
-  mask = (q_seg[:, None, :, None] == k_seg[:, None, None, :]) & (q_seg[:, None, :, None] > 0)
-  if cfg.causal:
-    mask &= slots[:, None] >= slots[None, :]
+  mask = attention.make_mask(q_seg, k_seg, causal=cfg.causal)
   if cfg.window:
-    mask &= slots[None, :] > slots[:, None] - cfg.window
+    mask &= attention.window_mask(jnp.arange(length), length, cfg.window)
   s = jnp.where(mask, s, _MASKED)
   p = jnp.where(mask, jax.nn.softmax(s, axis=-1), 0.0)
   return jnp.einsum('bhqk,bhkd->bhqd', p.astype(v.dtype), v).astype(q.dtype)
@@ -455,9 +357,10 @@ def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, c
   b, length, h, dh = q.shape
   block = math.lcm(block_q, block_k)
   padded = -(-length // block) * block
+  if interpret is None:
+    interpret = jax.default_backend() == 'cpu'
   cfg = _Static(bias, float(dh ** -0.5 if scale is None else scale), causal, int(window),
-                min(block_q, padded), min(block_k, padded),
-                jax.default_backend() == 'cpu' if interpret is None else interpret)
+                block_q, block_k, interpret)
   heads_first = lambda x: jnp.swapaxes(x, 1, 2)
   pad = lambda x, axis: jnp.pad(x, [(0, padded - length) if a == axis else (0, 0)
                                     for a in range(x.ndim)])

@@ -72,7 +72,8 @@ class _Buckets:
 
 
 T5_CAUSAL, T5_BOTH = _Buckets(False), _Buckets(True)
-BIASES = {'alibi': fb.ALIBI, 'kerple_log': fb.KERPLE_LOG, 'kerple_power': fb.KERPLE_POWER,
+BIASES = {'alibi': bias_lib.ALIBI_FUSED, 'kerple_log': bias_lib.KERPLE_FUSED['log'],
+          'kerple_power': bias_lib.KERPLE_FUSED['power'],
           'separable': fb.SEPARABLE, 't5': None, 'fire': None}
 
 
@@ -217,10 +218,10 @@ def test_the_loops_visit_the_blocks_a_window_needs_by_hand():
   key block 1 (slots 8-15) is seen by queries 8-19 (blocks 1, 2)."""
   # pylint: disable=protected-access
   blocks = lambda f, *a: [int(x) for x in f(*a)]
-  cfg = fb._Static(fb.ALIBI, 1.0, True, 5, 8, 8, True)
+  cfg = fb._Static(bias_lib.ALIBI_FUSED, 1.0, True, 5, 8, 8, True)
   assert blocks(fb._key_blocks, cfg, 2, 3) == [1, 3]
   assert blocks(fb._query_blocks, cfg, 1, 3) == [1, 3]
-  plain = fb._Static(fb.ALIBI, 1.0, True, 0, 8, 8, True)
+  plain = fb._Static(bias_lib.ALIBI_FUSED, 1.0, True, 0, 8, 8, True)
   assert blocks(fb._key_blocks, plain, 0, 3) == [0, 1]
   assert blocks(fb._query_blocks, plain, 2, 3) == [2, 3]
 
@@ -297,7 +298,8 @@ def test_every_kind_that_declares_the_kernel_gives_the_einsum_paths_logits_on_it
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
-@pytest.mark.parametrize('bias', [fb.ALIBI, fb.KERPLE_LOG, fb.SEPARABLE, fb.piecewise(4, 1e-6)])
+@pytest.mark.parametrize('bias', [bias_lib.ALIBI_FUSED, bias_lib.KERPLE_FUSED['log'],
+                                  fb.SEPARABLE, bias_lib.fire_fused(4)])
 def test_the_kernels_lower_for_a_gpu_through_triton(bias):
   """Lowered for CUDA from the CPU (jax.export): the forward and backward kernels go through
   Triton, whose blocks must be powers of 2 and which lowers no stack of scalars nor rounding."""
@@ -319,7 +321,7 @@ def test_a_query_that_sees_no_key_outputs_zero_and_blocks_need_not_divide():
   length padded to their least common multiple, 48) give the formula's output."""
   got = np.asarray(fused(Q, K, V, PARAMS['alibi'], ROW, COL, 'alibi', True, 0))
   assert np.all(got[~REAL] == 0)
-  other = np.asarray(fb.attend(Q, K, V, jnp.asarray(POS), jnp.asarray(SEG), fb.ALIBI,
+  other = np.asarray(fb.attend(Q, K, V, jnp.asarray(POS), jnp.asarray(SEG), bias_lib.ALIBI_FUSED,
                                params=PARAMS['alibi'], block_q=16, block_k=24))
   np.testing.assert_allclose(other[REAL], numpy_attention('alibi', True, 0)[REAL], rtol=1e-5,
                              atol=2e-6)

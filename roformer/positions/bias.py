@@ -2,6 +2,7 @@
 (T5, Raffel et al. 2020) or fixed (ALiBi, Press et al. 2022)."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -146,6 +147,14 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
   return np.asarray(geometric(closest) + geometric(2 * closest)[0::2][:num_heads - closest])
 
 
+def alibi_bias(slope, distance):
+  """ALiBi's -m |d|: the einsum path's [batch, heads, q, k] and the fused kernel's tiles."""
+  return -slope * jnp.abs(distance)
+
+
+ALIBI_FUSED = fused_bias.Bias('alibi', 1, lambda p, d, q_pos: alibi_bias(p[0], d))
+
+
 class _ALiBiLayer(base.Layer):
 
   def __init__(self, model_cfg, *, causal, rngs):
@@ -153,11 +162,11 @@ class _ALiBiLayer(base.Layer):
     self.slopes = tuple(float(m) for m in alibi_slopes(model_cfg.num_heads))
 
   def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
-    distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
-    return -jnp.asarray(self.slopes, jnp.float32)[None, :, None, None] * distance
+    distance = base.relative_positions(q_pos, k_pos).astype(jnp.float32)[:, None]
+    return alibi_bias(jnp.asarray(self.slopes, jnp.float32)[None, :, None, None], distance)
 
   def fused_bias(self, q_pos, ctx):
-    return fused_bias.ALIBI, jnp.asarray(self.slopes, jnp.float32)[:, None], None, None
+    return ALIBI_FUSED, jnp.asarray(self.slopes, jnp.float32)[:, None], None, None
 
 
 @base.register('alibi')
@@ -185,6 +194,26 @@ def _clamped(x: jax.Array, low: float, high: float = np.inf) -> jax.Array:
   return x + jax.lax.stop_gradient(jnp.clip(x, low, high) - x)
 
 
+def _kerple_log(r1, r2, distance):
+  return -r1 * jnp.log1p(r2 * jnp.abs(distance))
+
+
+def _kerple_power(r1, r2, distance):
+  """-r1 |d|^r2 with |d|^r2 as exp(r2 ln|d|), 0 on the diagonal (a plain power's gradient in
+  r2 is 0 * log 0 = NaN there)."""
+  a = jnp.abs(distance)
+  positive = a > 0
+  return -r1 * jnp.where(positive, jnp.exp(r2 * jnp.log(jnp.where(positive, a, 1.0))), 0.0)
+
+
+# KERPLE's kernels by variant, for the einsum path's [batch, heads, q, k] and the fused
+# kernel's tiles alike.
+KERPLE_KERNELS = {'log': _kerple_log, 'power': _kerple_power}
+KERPLE_FUSED = {variant: fused_bias.Bias(f'kerple {variant}', 2,
+                                          lambda p, d, q_pos, f=f: f(p[0], p[1], d))
+                 for variant, f in KERPLE_KERNELS.items()}
+
+
 class _KerpleLayer(base.Layer):
   """One layer's KERPLE kernel: r1, r2 [heads]."""
 
@@ -199,28 +228,19 @@ class _KerpleLayer(base.Layer):
     self.r1 = variables.param(uniform(r1_scale), (None,), decay=False)
     self.r2 = variables.param(uniform(r2_scale), (None,), decay=False)
 
+  def _r(self):
+    """(r1, r2) [heads], clamped (the power's exponent also to 2)."""
+    high = np.inf if self.variant == 'log' else 2.0
+    return (_clamped(self.r1[...].astype(jnp.float32), KERPLE_EPS),
+            _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS, high))
+
   def logits_bias(self, q, k, q_pos, k_pos, mask, ctx):
-    distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)[:, None]
-    r1 = _clamped(self.r1[...].astype(jnp.float32), KERPLE_EPS)[None, :, None, None]
-    if self.variant == 'log':
-      r2 = _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS)[None, :, None, None]
-      return -r1 * jnp.log1p(r2 * distance)
-    r2 = _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS, 2.0)[None, :, None, None]
-    # |i - j|^r2 as exp(r2 ln|i - j|), 0 on the diagonal (a plain power's gradient in r2 is
-    # 0 * log 0 = NaN there).
-    positive = distance > 0
-    power = jnp.exp(r2 * jnp.log(jnp.where(positive, distance, 1.0)))
-    return -r1 * jnp.where(positive, power, 0.0)
+    distance = base.relative_positions(q_pos, k_pos).astype(jnp.float32)[:, None]
+    r1, r2 = (r[None, :, None, None] for r in self._r())
+    return KERPLE_KERNELS[self.variant](r1, r2, distance)
 
   def fused_bias(self, q_pos, ctx):
-    """(r1, r2) per head, clamped as in `logits_bias`: the same bias, block by block."""
-    r1 = _clamped(self.r1[...].astype(jnp.float32), KERPLE_EPS)
-    if self.variant == 'log':
-      return (fused_bias.KERPLE_LOG,
-              jnp.stack([r1, _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS)], 1),
-              None, None)
-    r2 = _clamped(self.r2[...].astype(jnp.float32), KERPLE_EPS, 2.0)
-    return fused_bias.KERPLE_POWER, jnp.stack([r1, r2], 1), None, None
+    return KERPLE_FUSED[self.variant], jnp.stack(self._r(), 1), None, None
 
 
 @base.register('kerple')
@@ -281,14 +301,40 @@ class _FireFunction(nnx.Module):
     return {name: getattr(self, name)[...] for name in _FIRE_PARAMS}
 
 
+def _fire_c_and_threshold(p: dict, init_threshold: float):
+  return (jnp.abs(p['c'].astype(jnp.float32)),
+          jnp.abs(p['threshold_multiplier'].astype(jnp.float32) * init_threshold))
+
+
+def fire_input(c, threshold, distance, q_pos):
+  """psi(|d|) / psi(max(L, i)), psi(x) = log(1 + c x), for distances and the query positions
+  broadcast against them: the einsum path's and the fused kernel's tiles alike."""
+  return jnp.log1p(c * jnp.abs(distance)) / (jnp.log1p(c * jnp.maximum(q_pos, threshold))
+                                             + FIRE_EPS)
+
+
 def fire_inputs(p: dict, init_threshold: float, q_pos, k_pos):
   """The MLP's input psi(i - j) / psi(max(L, i)), float32 [batch, q_len, k_len], for a FIRE
   function's arrays `p` (_FireFunction.arrays)."""
-  c = jnp.abs(p['c'].astype(jnp.float32))
-  threshold = jnp.abs(p['threshold_multiplier'].astype(jnp.float32) * init_threshold)
-  distance = jnp.abs(base.relative_positions(q_pos, k_pos)).astype(jnp.float32)
-  normalizer = jnp.maximum(q_pos.astype(jnp.float32), threshold)[:, :, None]
-  return jnp.log1p(c * distance) / (jnp.log1p(c * normalizer) + FIRE_EPS)
+  c, threshold = _fire_c_and_threshold(p, init_threshold)
+  distance = base.relative_positions(q_pos, k_pos).astype(jnp.float32)
+  return fire_input(c, threshold, distance, q_pos.astype(jnp.float32)[:, :, None])
+
+
+@functools.lru_cache(maxsize=None)
+def fire_fused(width: int) -> fused_bias.Bias:
+  """FIRE on the fused kernel, with the MLP as its linear pieces (fire_pieces). A head's
+  parameters: c, L, the sorted kinks [width] (their gradient is 0: they only choose the piece,
+  as ReLU's derivative), then each piece's slope and intercept [width + 1] each."""
+  pieces = width + 1
+
+  def of_distance(params, d, q_pos):
+    c, threshold, kinks = params[0], params[1], params[2:2 + width]
+    slopes, intercepts = params[2 + width:2 + width + pieces], params[2 + width + pieces:]
+    x = fire_input(c, threshold, d, q_pos)
+    piece = sum((x > kink).astype(jnp.int32) for kink in kinks)
+    return sum(jnp.where(piece == s, slopes[s] * x + intercepts[s], 0.0) for s in range(pieces))
+  return fused_bias.Bias(f'fire, {pieces} linear pieces', 2 + width + 2 * pieces, of_distance)
 
 
 def fire_pieces(p: dict):
@@ -361,14 +407,13 @@ class _FireLayer(base.Layer):
   def fused_bias(self, q_pos, ctx):
     """c, L, the kinks (shared by the heads) and each head's slopes and intercepts."""
     p = self.arrays(ctx)
-    c = jnp.abs(p['c'].astype(jnp.float32))
-    threshold = jnp.abs(p['threshold_multiplier'].astype(jnp.float32) * self.init_threshold)
+    c, threshold = _fire_c_and_threshold(p, self.init_threshold)
     kinks, slope, intercept = fire_pieces(p)
     heads, width = slope.shape[1], kinks.shape[0]
     shared = lambda x, n: jnp.broadcast_to(x, (heads, n))
     params = jnp.concatenate([shared(c, 1), shared(threshold, 1), shared(kinks, width), slope.T,
                               intercept.T], axis=1)
-    return fused_bias.piecewise(width, FIRE_EPS), params, None, None
+    return fire_fused(width), params, None, None
 
 
 @base.register('fire')
