@@ -27,8 +27,6 @@ import logging
 import jax
 import numpy as np
 
-from roformer import sharding
-
 log = logging.getLogger('roformer')
 
 
@@ -39,19 +37,14 @@ def abstract(tree):
                       tree)
 
 
-def batch(template: dict, mesh, stacked: int = 0) -> dict:
-  """The global device batch (abstract) that `sharding.put_batch` makes of host batches shaped
-  like `template` (this process's share), with a leading member axis of `stacked` members when
-  not 0 (members.Members stacks its members' batches so)."""
-  out = {}
-  for key, value in template.items():
-    shape = (value.shape[0] * jax.process_count(), *value.shape[1:])
-    if stacked:
-      shape = (stacked, *shape)
-    spec = sharding.batch_sharding(mesh) if not stacked else jax.sharding.NamedSharding(
-        mesh, jax.sharding.PartitionSpec(None, sharding.BATCH_AXES))
-    out[key] = jax.ShapeDtypeStruct(shape, np.dtype(value.dtype), sharding=spec)
-  return out
+def batch(template: dict, placed, members: int = 0) -> dict:
+  """The global device batch (abstract), laid out by the sharding `placed`, that host batches
+  shaped like `template` (this process's share) make, with a leading axis of `members` when not
+  0 (members.Members stacks its members' batches so)."""
+  lead = (members,) if members else ()
+  return {key: jax.ShapeDtypeStruct(
+      (*lead, value.shape[0] * jax.process_count(), *value.shape[1:]), np.dtype(value.dtype),
+      sharding=placed) for key, value in template.items()}
 
 
 def enabled(setting: str) -> bool:

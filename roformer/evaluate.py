@@ -78,10 +78,7 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
   for per-example tasks, `evaluate_examples`. `scored`: the batches carry sliding windows'
   `scored` feature (every process's batches must have the same features)."""
   local = batch_size // jax.process_count()
-  length = seq_len or trainer.config.data.seq_len
-  template = trainer.task.feature_shapes(local, length)
-  if scored:
-    template['scored'] = np.zeros((local, length), np.int32)
+  template = _template(trainer, local, seq_len or trainer.config.data.seq_len, scored)
   if trainer.task.per_example:
     return evaluate_examples(trainer, params, dataset, template, max_batches)
   totals = None
@@ -92,6 +89,15 @@ def evaluate(trainer: trainer_lib.Trainer, params, dataset, *, batch_size: int,
   if totals is None:
     raise _no_batches()
   return trainer.task.summarize(jax.device_get(totals))
+
+
+def _template(trainer: trainer_lib.Trainer, local: int, length: int, scored: bool = False):
+  """This process's share of an evaluation batch of `length`, as zeros: what short batches are
+  padded with (and the shapes the passes are compiled for ahead)."""
+  template = trainer.task.feature_shapes(local, length)
+  if scored:
+    template['scored'] = np.zeros((local, length), np.int32)
+  return template
 
 
 def _no_batches() -> errors.ConfigError:
@@ -129,7 +135,7 @@ def group_validation(trainer: trainer_lib.Trainer, group, sources: list, tokeniz
       or any(isinstance(s, mixture.Mixture) or scored_on_answers(s) for s in sources)):
     return None
   local = config.eval.batch_size // jax.process_count()
-  template = trainer.task.feature_shapes(local, config.data.seq_len)
+  template = _template(trainer, local, config.data.seq_len)
   streams = [_eval_batches(_validation_batches(trainer, source, tokenizer, config),
                            config.train.eval_batches, template)
              for source, tokenizer in zip(sources, tokenizers)]
@@ -346,23 +352,20 @@ def programs_ahead(trainer: trainer_lib.Trainer, group, sources: list, final: bo
   local = config.eval.batch_size // jax.process_count()
   params = trainer.abstract_state['params']
   step = trainer.predict_step if trainer.task.per_example else trainer.eval_step
-  template = lambda length: trainer.task.feature_shapes(local, length)
+  batch = lambda length, scored=False: compile_ahead.batch(
+      _template(trainer, local, length, scored), sharding.batch_sharding(trainer.mesh))
   out = {}
   if group.vmapped and not trainer.task.per_example:  # group_validation's one launch.
-    out['validation'] = group.eval_program(template(config.data.seq_len))
+    out['validation'] = group.eval_program(_template(trainer, local, config.data.seq_len))
   else:
-    out['validation'] = (step, (params, compile_ahead.batch(template(config.data.seq_len),
-                                                            trainer.mesh)))
+    out['validation'] = (step, (params, batch(config.data.seq_len)))
   scheme = positions_lib.model_scheme(config.model)
   if (final and not trainer.task.per_example
       and not (config.eval.scale_rope_to_length and scheme.length_factor(config.model.position))):
     for mult in config.eval.length_multipliers:
       length = config.data.seq_len * mult
-      shapes = template(length)
-      if _protocol(config) == 'sliding':
-        shapes['scored'] = np.zeros((local, length), np.int32)
-      out[f'evaluation at {length}'] = (step, (params, compile_ahead.batch(shapes,
-                                                                           trainer.mesh)))
+      out[f'evaluation at {length}'] = (step, (params, batch(length,
+                                                             _protocol(config) == 'sliding')))
   return out
 
 

@@ -316,10 +316,11 @@ class _Loop:
   def run(self, eval_splits) -> list[dict]:
     tc, phases, preempt = self.tc, self.phases, self.preempt
     loop_start, others = time.perf_counter(), sum(phases.seconds.values())
-    for name, (jitted, args) in evaluate_lib.programs_ahead(
-        self.trainer, self.states, [m.run.sources['validation'] for m in self.members],
-        final=bool(eval_splits)).items():
-      self.ahead.submit(name, jitted, *args)
+    if self.ahead.enabled:
+      for name, (jitted, args) in evaluate_lib.programs_ahead(
+          self.trainer, self.states, [m.run.sources['validation'] for m in self.members],
+          final=bool(eval_splits)).items():
+        self.ahead.submit(name, jitted, *args)
     if self.runs[0].init_from is not None and warm_start.continues(self.config):
       # A continued model before any step at its new length or scaling: the extension without
       # training, against which the continued steps are measured.

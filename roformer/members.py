@@ -93,7 +93,7 @@ class Members:
     """(the jitted pass `eval_sums` calls, its abstract arguments) for host batches shaped like
     `template`: what roformer/compile_ahead.py compiles before the first validation."""
     return self._eval, (compile_ahead.abstract(self.stacked['params']),
-                        compile_ahead.batch(template, self.trainer.mesh, stacked=len(self)))
+                        compile_ahead.batch(template, self._batch_sharding, len(self)))
 
   def _put(self, host_batches: list[dict]) -> dict:
     """The members' batches stacked on a leading member axis, in one transfer of every array."""
