@@ -64,18 +64,17 @@ class ScannedBlocks(nnx.Module):
   def __init__(self, blocks):
     n, p = len(blocks), period(blocks)
     self.num_layers, self.period, self.depth = n, p, n // p
-    whole = self.depth * p
-    self.stacked = nnx.List([_stack(blocks[j:whole:p]) for j in range(p)])
-    self.rest = nnx.List(blocks[whole:])
+    self.whole = self.depth * p  # The layers in whole periods, scanned; the rest follow.
+    self.stacked = nnx.List([_stack(blocks[j:self.whole:p]) for j in range(p)])
+    self.rest = nnx.List(blocks[self.whole:])
 
   def __len__(self) -> int:
     return self.num_layers
 
   def layer(self, i: int):
     """Layer `i` as a block of its own."""
-    whole = self.depth * self.period
-    if i >= whole:
-      return self.rest[i - whole]
+    if i >= self.whole:
+      return self.rest[i - self.whole]
     graphdef, state = nnx.split(self.stacked[i % self.period])
     return _with_axes(nnx.merge(graphdef, jax.tree.map(lambda a: a[i // self.period], state)),
                       lambda names: names[1:])
@@ -107,7 +106,7 @@ class ScannedBlocks(nnx.Module):
         h = one(graphdefs[j], step_states[j], h, key, step * p + j, layer_shared(j))
       return h, None
 
-    whole = depth * p
+    whole = self.whole
     layer_keys = None
     if keys[0] is not None:
       layer_keys = jnp.stack(keys[:whole])

@@ -81,8 +81,8 @@ def one_run(args, field: str, value: str) -> dict:
                           timeout=args.timeout, check=False)
     wall = time.perf_counter() - start
   if proc.returncode:
-    raise errors.ConfigError(f'{field}={value}: train.py failed: '
-                             f'{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}')
+    last = ((proc.stderr or proc.stdout).strip().splitlines() or ['(no output)'])[-1]
+    raise errors.ConfigError(f'{field}={value}: train.py failed: {last}')
   return {'value': value, 'wall_s': wall, 'phases': phases(proc.stdout + proc.stderr)}
 
 

@@ -403,9 +403,10 @@ def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
 
 def capability_table() -> str:
   """The Markdown table of docs/positions.md: for every registered kind, the attention
-  implementations (pallas: the fused kernel of roformer/fused_bias.py), FAVOR+, the key/value cache, encoders and continuation at a new length it
-  supports, and whether it reads real-valued positions (random float sampling), from the
-  declared capabilities (tests/test_docs.py keeps the page equal to it)."""
+  implementations (pallas: the fused kernel of roformer/fused_bias.py), FAVOR+, the key/value
+  cache, encoders and continuation at a new length it supports, and whether it reads
+  real-valued positions (random float sampling), from the declared capabilities
+  (tests/test_docs.py keeps the page equal to it)."""
   yes = lambda flag: 'yes' if flag else 'no'
   lines = ['| kind | einsum | xla | cudnn | pallas | FAVOR+ | key/value cache | encoders '
            '| continued at a new length | real positions |', '|' + '---|' * 10]
