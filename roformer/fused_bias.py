@@ -32,7 +32,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltriton
 
 from roformer import attention
 from roformer import autodiff
@@ -72,9 +71,13 @@ NONE = Bias('no bias')
 SEPARABLE = Bias('row_i - col_j', separable=True)
 
 
-# On a GPU the kernels lower through Triton (this JAX's default for pallas_call is Mosaic GPU,
-# whose copies these small per-head and per-row blocks do not fit).
-_TRITON = pltriton.CompilerParams(num_warps=4, num_stages=2)
+@functools.cache
+def _triton():
+  """On a GPU the kernels lower through Triton (this JAX's default for pallas_call is Mosaic
+  GPU, whose copies these small per-head and per-row blocks do not fit). Imported when a kernel
+  is first traced, not with the model."""
+  from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
+  return pltriton.CompilerParams(num_warps=4, num_stages=2)
 
 
 def _param_width(bias: Bias) -> int:
@@ -267,7 +270,7 @@ def _forward(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col
                  pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_TRITON)(q, k, v, q_pos, k_pos, q_seg, k_seg,
+      interpret=cfg.interpret, compiler_params=_triton())(q, k, v, q_pos, k_pos, q_seg, k_seg,
                                                         params, row, col)
 
 
@@ -299,7 +302,7 @@ def _attend_bwd(cfg, residuals, g):
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32),
                  jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_TRITON)(*args)
+      interpret=cfg.interpret, compiler_params=_triton())(*args)
   inputs, backward = _specs(cfg, length, dh, by_query=False)
   whole = lambda b, h, i: (b, h, 0, 0)
   whole_vec = lambda b, h, i: (b, h, 0)
@@ -314,7 +317,7 @@ def _attend_bwd(cfg, residuals, g):
                  pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_TRITON)(*args)
+      interpret=cfg.interpret, compiler_params=_triton())(*args)
   dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
   return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
           (-dcol).astype(col.dtype))
