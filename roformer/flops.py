@@ -37,11 +37,11 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
                               causal: bool) -> float:
   """Forward FLOPs per token of one layer's attention (scores and weighted values): the
   attention kind's, and what its options add there (differential attention's values of twice
-  the head width), as roformer/attention_options.py declares them."""
+  the head width), as roformer/attention_options/ declares them."""
   att = self_attention.attention_config(model_cfg)
   return (attention_options.KINDS[att.kind].flops(model_cfg, seq_len, causal)
           + sum(o.attention_flops(model_cfg, seq_len, causal)
-                for o in attention_options.enabled(att) if o.attention_flops))
+                for o in attention_options.enabled(att)))
 
 
 def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
@@ -51,7 +51,7 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   d, f = model_cfg.d_model, model_cfg.d_ff
   att = self_attention.attention_config(model_cfg)
   extra = sum(o.layer_flops(model_cfg, seq_len, causal)
-              for o in attention_options.enabled(att) if o.layer_flops)
+              for o in attention_options.enabled(att))
   return (2 * 4 * d * d + extra + 2 * 2 * d * f
           + attention_flops_per_token(model_cfg, seq_len, causal))
 

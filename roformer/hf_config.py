@@ -244,7 +244,7 @@ def _refusal(config) -> str | None:
                                     'time change to attention'),
       (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
        "YaRN's 'ratio' ramp (transformers computes the 'index' ramp)"),
-      (att.kind != 'softmax', f'attention.kind={att.kind!r}'),
+      (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
       (bool(attention_options.enabled(att)),
        f'an attention option ({", ".join(attention_options.OPTIONS)})'),
       (m.norm == 'post', "norm='post'"),

@@ -23,23 +23,20 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from roformer import attention_options
 from roformer import config_lib
 from roformer import errors
 from roformer import scanned
 from roformer import self_attention
 
 
-def unmeasurable(*, favor: bool, differential: bool, causal: bool) -> str | None:
-  """Why attention with these options has no one causal map per head to measure (None: it
-  has). The script asks it of a run's saved config before anything compiles; `record`, of
-  each layer."""
-  if favor:
-    return ('config.model.attention.kind=favor has no attention weights to measure (FAVOR+ '
-            'never forms them). Fix: measure a softmax or stick-breaking run.')
-  if differential:
-    return ('config.model.attention.differential=True: each head\'s weights are the difference '
-            'of two maps, not one attention map. Fix: measure a run without differential '
-            'attention.')
+def unmeasurable(att_kind: str, options, *, causal: bool) -> str | None:
+  """Why attention of kind `att_kind` with the switches `options` (their fields) has no one
+  causal map per head to measure (None: it has), from their declarations. The script asks it
+  of a run's saved config before anything compiles; `record`, of each layer."""
+  why = attention_options.unweighted(att_kind, options)
+  if why:
+    return why
   if not causal:
     return ('the self-attention is bidirectional: the first token\'s share is defined here for '
             'causal attention. Fix: measure a causal LM.')
@@ -58,7 +55,7 @@ def record(model) -> list:
   layers = [(p, m) for p, m in nnx.iter_graph(model)
             if isinstance(m, self_attention.MultiHeadAttention)]
   for _, m in layers:
-    why = unmeasurable(favor=m.favor, differential=m.differential, causal=m.causal)
+    why = unmeasurable(m.attention_kind, m.option_fields, causal=m.causal)
     if why:
       raise errors.ConfigError(why)
     m.record_probs = True
@@ -117,7 +114,7 @@ def evaluation_pass(graphdef, task):
     out = []
     for path, layer in layers:
       (probs,) = flat[(*path, 'attention_probs')].get_value()  # One call per layer.
-      sees_itself = not (layer.stick_breaking and not layer.attend_current)
+      sees_itself = layer.kind.sees_itself(layer)
       out.append(first_token_sums(probs, segments, layer.window, sees_itself))
     return jax.tree.map(lambda *x: jnp.stack(x), *out)
 

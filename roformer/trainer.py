@@ -25,7 +25,7 @@ from roformer import variables
 
 def _redraw_interval(model_cfg) -> int:
   att = self_attention.attention_config(model_cfg)
-  return att.redraw_interval if attention_options.KINDS[att.kind].redraws else 0
+  return attention_options.KINDS[att.kind].redraw_interval(att)
 
 
 def dropout_seed(config) -> int:

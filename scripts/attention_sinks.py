@@ -23,6 +23,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import numpy as np
 from absl import logging as absl_logging
 
+from roformer import attention_options
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
@@ -63,7 +64,7 @@ def check(workdir: str, step):
     raise errors.ConfigError(f'--workdir={workdir!r} holds a {config.model.type} model; the first '
                              'token\'s share is measured for causal LMs. Fix: give causal_lm runs.')
   attention = config.model.attention
-  why = sinks.unmeasurable(favor=attention.kind == 'favor', differential=attention.differential,
+  why = sinks.unmeasurable(attention.kind, [o.field for o in attention_options.enabled(attention)],
                            causal=True)
   if why:
     raise errors.ConfigError(f'--workdir={workdir!r}: {why}')

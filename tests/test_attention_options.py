@@ -2,6 +2,9 @@
 (attention.ssmax), each against its formula written out in float64, on every attention
 implementation, with the cache, and refused where they mean nothing."""
 
+import ast
+import pathlib
+
 import jax.numpy as jnp
 import kinds
 import numpy as np
@@ -9,9 +12,11 @@ import pytest
 
 from configs import test as test_config
 from roformer import attention
+from roformer import attention_options
 from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer.attention_options import nope_temperature
 
 
 def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
@@ -94,7 +99,8 @@ def test_ssmax_without_a_softmax_is_refused(kind):
 
 
 def test_the_nope_temperature_against_hand_values():
-  got = np.asarray(attention.nope_temperature(jnp.asarray([0, 8190, 8191, 16383, 24575]), 8192, 0.1))
+  got = np.asarray(nope_temperature.nope_temperature(
+      jnp.asarray([0, 8190, 8191, 16383, 24575]), 8192, 0.1))
   np.testing.assert_allclose(got, [1.0, 1.0, 1 + 0.1 * np.log(2), 1 + 0.1 * np.log(3),
                                    1 + 0.1 * np.log(4)], rtol=1e-6)
 
@@ -145,7 +151,6 @@ def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
   and the check follows the declarations: an option with an attention kind is refused, naming
   the option, exactly when the kind lacks a feature it declares it needs (the table's 'no'),
   and an option declared einsum-only is refused on another implementation."""
-  from roformer import attention_options  # pylint: disable=import-outside-toplevel
   option, declared = attention_options.OPTIONS[field], attention_options.KINDS[kind]
   config = test_config.get_config(_FITTING_KIND.get(field, 'rope'))
   config.model.update(vocab_size=50, attention_impl='einsum')
@@ -170,7 +175,6 @@ def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
     ('nope_temperature', 'rope', 'no layer is one')])
 def test_an_option_that_needs_something_of_the_schemes_names_the_kinds_that_fit(field, kind,
                                                                                   why):
-  from roformer import attention_options  # pylint: disable=import-outside-toplevel
   config = test_config.get_config(kind)
   config.model.attention[field] = True
   with pytest.raises(errors.ConfigError, match=why) as e:
@@ -180,7 +184,6 @@ def test_an_option_that_needs_something_of_the_schemes_names_the_kinds_that_fit(
 
 
 def test_windows_need_a_kind_that_forms_the_mask():
-  from roformer import attention_options  # pylint: disable=import-outside-toplevel
   for kind, declared in attention_options.KINDS.items():
     config = test_config.get_config('rope')
     config.model.update(layer_windows=(8,), attention_impl='einsum')
@@ -200,7 +203,6 @@ def test_windows_need_a_kind_that_forms_the_mask():
     ('softmax', 'encoder_decoder', 'cudnn', '')])
 def test_an_attention_kind_is_refused_where_it_serves_no_model_type_or_implementation(
     kind, model_type, impl, refused):
-  from roformer import attention_options  # pylint: disable=import-outside-toplevel
   config = test_config.get_config('none')
   config.model.update(type=model_type, attention_impl=impl)
   config.model.attention.kind = kind
@@ -209,3 +211,36 @@ def test_an_attention_kind_is_refused_where_it_serves_no_model_type_or_implement
       attention_options.check_kind(config.model, config.model.attention)
   else:
     attention_options.check_kind(config.model, config.model.attention)
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ATTENTION_FIELDS = set(attention_options.SPECS)
+
+
+def _reads_a_field(node) -> bool:
+  """`att.F`, `attention.F` or `<...>.attention.F` for F a field of config.model.attention."""
+  if not isinstance(node, ast.Attribute) or node.attr not in ATTENTION_FIELDS:
+    return False
+  value = node.value
+  return ((isinstance(value, ast.Name) and value.id in ('att', 'attention'))
+          or (isinstance(value, ast.Attribute) and value.attr == 'attention'))
+
+
+def test_no_module_outside_the_package_reads_an_attention_field():
+  """The attention layer, the checks, the FLOPs, the trainer and the export ask the kinds' and
+  switches' declarations and hooks: no module of roformer/ outside roformer/attention_options/
+  reads a field of config.model.attention (`att.ssmax`), the kind's name aside, which only
+  looks its declaration up (never compared with a name). RoPE's rotation of FAVOR+'s features
+  (its `rotate_features` hook) is the one exception: it checks its own width against the
+  number of features."""
+  found = []
+  for path in sorted(ROOT.glob('roformer/**/*.py')):
+    rel = path.relative_to(ROOT).as_posix()
+    if rel.startswith('roformer/attention_options/') or rel == 'roformer/positions/rotary.py':
+      continue
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+      compared = isinstance(node, ast.Compare) and any(
+          _reads_a_field(side) for side in [node.left, *node.comparators])
+      if (_reads_a_field(node) and node.attr != 'kind') or compared:
+        found.append(f'{rel}:{node.lineno}: {ast.unparse(node)}')
+  assert not found, found

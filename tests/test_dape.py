@@ -12,6 +12,7 @@ from roformer import attention
 from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer.attention_options import dape
 
 
 def _gelu(x, xp=np):
@@ -30,7 +31,7 @@ def _inputs(b=2, h=3, lq=6, lk=5, width=6, seed=0):
 @pytest.mark.parametrize('chunk_bytes', [0, None, 480, 240])
 def test_dape_logits_against_the_formula_in_float64(chunk_bytes):
   logits, bias, w1, b1, w2, b2 = _inputs()
-  got = np.asarray(attention.dape_logits(logits, bias, w1, b1, w2, b2, chunk_bytes=chunk_bytes))
+  got = np.asarray(dape.dape_logits(logits, bias, w1, b1, w2, b2, chunk_bytes=chunk_bytes))
   for n in range(logits.shape[0]):
     for i in range(logits.shape[2]):
       for j in range(logits.shape[3]):
@@ -43,7 +44,7 @@ def test_dape_logits_against_the_formula_in_float64(chunk_bytes):
 @pytest.mark.parametrize('chunk_bytes,pieces', [(0, 1), (480, 3), (240, 6)])
 def test_chunk_bytes_sets_how_many_pieces_of_query_rows_the_mlp_runs_over(chunk_bytes, pieces):
   inputs = _inputs()
-  jaxpr = jax.make_jaxpr(lambda *a: attention.dape_logits(*a, chunk_bytes=chunk_bytes))(*inputs)
+  jaxpr = jax.make_jaxpr(lambda *a: dape.dape_logits(*a, chunk_bytes=chunk_bytes))(*inputs)
   loops = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'scan']
   assert [e.params['length'] for e in loops] == ([] if pieces == 1 else [pieces])
 
@@ -62,7 +63,7 @@ def test_chunked_dape_has_the_gradients_of_the_formula():
     return lambda *a: jnp.sum(jnp.sin(fn(*a)))  # Weighs every entry differently.
 
   want = jax.grad(loss(formula), argnums=range(6))(*args)
-  got = jax.grad(loss(lambda *a: attention.dape_logits(*a, chunk_bytes=240)),
+  got = jax.grad(loss(lambda *a: dape.dape_logits(*a, chunk_bytes=240)),
                  argnums=range(6))(*args)
   for name, g, w in zip(('logits', 'bias', 'w1', 'b1', 'w2', 'b2'), got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5, err_msg=name)
@@ -84,7 +85,7 @@ def test_an_mlp_that_outputs_zero_leaves_the_scheme_as_it_was():
   tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 11)))
   with_dape = _logits(model, tokens)
   for block in model.blocks:
-    block.attn.dape = False
+    block.attn.option_fields = ()  # The same layer without DAPE.
   np.testing.assert_allclose(with_dape, _logits(model, tokens), atol=1e-5)
 
 
@@ -92,7 +93,7 @@ def test_an_mlp_that_outputs_zero_leaves_the_scheme_as_it_was():
                                   pytest.param('t5', marks=pytest.mark.slow)])
 def test_decoding_with_dape_and_the_cache_equals_the_full_pass(kind, monkeypatch):
   # Chunks of one query row in the full pass (decoding's steps have one or a few).
-  monkeypatch.setattr(attention, 'DAPE_CHUNK_BYTES', 1)
+  monkeypatch.setattr(dape, 'DAPE_CHUNK_BYTES', 1)
   cfg = kinds.tiny_config(kind, dropout=0.0).model
   cfg.attention.dape = True
   tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))

@@ -10,10 +10,10 @@ from flax import nnx
 
 from roformer import attention
 from roformer import config_lib
-from roformer import differential
 from roformer import errors
 from roformer import flops
 from roformer import models
+from roformer.attention_options import differential
 
 
 def _config(kind='rope', **model):

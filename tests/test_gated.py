@@ -34,7 +34,7 @@ def test_a_gate_of_one_half_is_the_output_projection_halved():
     block.attn.gate.bias[...] = jnp.zeros_like(block.attn.gate.bias[...])
   gated = _logits(model, tokens)
   for block in model.blocks:
-    block.attn.output_gate = False
+    block.attn.option_fields = ()  # The same layer without its gate.
     block.attn.out.kernel[...] = block.attn.out.kernel[...] * 0.5
   np.testing.assert_allclose(_logits(model, tokens), gated, atol=1e-6)
 

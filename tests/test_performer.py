@@ -20,6 +20,7 @@ from roformer import models
 from roformer import positions
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from roformer.attention_options import favor as favor_lib
 from tests import kinds
 
 
@@ -41,10 +42,10 @@ def test_estimator_approaches_softmax_as_features_grow():
   reference, _ = attention.attend(q, k, v, attention.make_mask(seg, seg, causal=False))
   valid = np.asarray(seg > 0)
   errors_by_m = []
-  favor = jax.jit(lambda projection: attention.favor_attend(q, k, v, seg, projection,
+  favor = jax.jit(lambda projection: favor_lib.favor_attend(q, k, v, seg, projection,
                                                             causal=False))
   for m in (16, 128, 1024):
-    err = [np.abs(np.asarray(favor(attention.orthogonal_features(jax.random.key(s), m, 16))
+    err = [np.abs(np.asarray(favor(favor_lib.orthogonal_features(jax.random.key(s), m, 16))
                              - reference))[valid].mean() for s in range(2)]
     errors_by_m.append(np.mean(err))
   assert errors_by_m[0] > errors_by_m[1] > errors_by_m[2]
@@ -54,14 +55,14 @@ def test_estimator_approaches_softmax_as_features_grow():
 def test_orthogonal_feature_rows_are_unbiased():
   """With the QR signs fixed every row is an isotropic Gaussian direction (mean 0); without
   the fix, LAPACK's signs make row i lean towards -e_i."""
-  draws = jax.vmap(lambda k: attention.orthogonal_features(k, 8, 8))(
+  draws = jax.vmap(lambda k: favor_lib.orthogonal_features(k, 8, 8))(
       jax.random.split(jax.random.key(0), 2000))
   means = np.asarray(draws).mean(0)  # [8, 8]; each entry has std ~1/sqrt(2000) = 0.022.
   assert np.abs(means).max() < 0.12, np.abs(means).max()
 
 
 def test_orthogonal_features_are_orthogonal_within_blocks():
-  w = np.asarray(attention.orthogonal_features(jax.random.key(0), 40, 16), np.float64)
+  w = np.asarray(favor_lib.orthogonal_features(jax.random.key(0), 40, 16), np.float64)
   unit = w / np.linalg.norm(w, axis=1, keepdims=True)
   np.testing.assert_allclose(unit[:16] @ unit[:16].T, np.eye(16), atol=1e-5)
   np.testing.assert_allclose(unit[16:32] @ unit[16:32].T, np.eye(16), atol=1e-5)
@@ -71,11 +72,11 @@ def test_orthogonal_features_are_orthogonal_within_blocks():
 def test_prefix_sums_equal_the_quadratic_formula(causal):
   q, k, v = random_qkv()
   seg = packed_segments()
-  w = attention.orthogonal_features(jax.random.key(0), 32, 16)
-  qf = attention.positive_features(q, w, is_query=True)
-  kf = attention.positive_features(k, w, is_query=False, valid=seg > 0)
+  w = favor_lib.orthogonal_features(jax.random.key(0), 32, 16)
+  qf = favor_lib.positive_features(q, w, is_query=True)
+  kf = favor_lib.positive_features(k, w, is_query=False, valid=seg > 0)
   assert float(jnp.abs(kf[1, 33:]).max()) == 0.0  # Padding keys contribute nothing.
-  got = attention.linear_sums(qf, kf, v, seg, causal=causal, chunk=8)  # 37 = 4 chunks + 5.
+  got = favor_lib.linear_sums(qf, kf, v, seg, causal=causal, chunk=8)  # 37 = 4 chunks + 5.
   s = np.asarray(seg)
   allowed = (s[:, :, None] == s[:, None, :]) & (s[:, :, None] > 0)
   if causal:
@@ -105,13 +106,13 @@ def test_rope_rotates_the_numerator_only():
   q, k, v = random_qkv(b=1, length=12)
   seg = jnp.ones((1, 12), jnp.int32)
   pos = jnp.arange(12)[None]
-  w = attention.orthogonal_features(jax.random.key(1), 8, 16)
+  w = favor_lib.orthogonal_features(jax.random.key(1), 8, 16)
   freqs = models.positions_lib.rope_frequencies(8, 10000.0)
   rotate = lambda qf, kf: (models.positions_lib.rotate_pairs(qf, pos, freqs),
                            models.positions_lib.rotate_pairs(kf, pos, freqs))
-  got = np.asarray(attention.favor_attend(q, k, v, seg, w, causal=True, rotate=rotate, chunk=4))
-  qf = np.asarray(attention.positive_features(q, w, is_query=True), np.float64)[0]
-  kf = np.asarray(attention.positive_features(k, w, is_query=False), np.float64)[0]
+  got = np.asarray(favor_lib.favor_attend(q, k, v, seg, w, causal=True, rotate=rotate, chunk=4))
+  qf = np.asarray(favor_lib.positive_features(q, w, is_query=True), np.float64)[0]
+  kf = np.asarray(favor_lib.positive_features(k, w, is_query=False), np.float64)[0]
   r = rotation(range(12), 8)
   qr, kr = np.einsum('lab,lhb->lha', r, qf), np.einsum('lab,lhb->lha', r, kf)
   causal = np.tril(np.ones((12, 12)))
@@ -172,7 +173,7 @@ def compiled_temp_bytes(length, kind='favor'):
 
   def loss(q, k, v, s, w):
     if kind == 'favor':
-      return attention.favor_attend(q, k, v, s, w, causal=True).sum()
+      return favor_lib.favor_attend(q, k, v, s, w, causal=True).sum()
     return attention.attend(q, k, v, attention.make_mask(s, s, causal=True))[0].sum()
   compiled = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(
       shape, shape, shape, seg, proj).compile()
@@ -204,10 +205,11 @@ def test_redraws_follow_the_step_and_travel_with_the_checkpoint(tmp_path, data_d
     assert [float(b.attn.feature_draw.value) for b in model.blocks] == [draw, draw]
   ckpt.close()
   a, b = favor_model(), favor_model()
-  np.testing.assert_array_equal(a.blocks[0].attn.projection(0), b.blocks[0].attn.projection(0))
+  features = lambda model, layer: favor_lib.projection(model.blocks[layer].attn, layer)
+  np.testing.assert_array_equal(features(a, 0), features(b, 0))
   b.blocks[0].attn.feature_draw.value = jnp.float32(1)
-  assert not np.allclose(a.blocks[0].attn.projection(0), b.blocks[0].attn.projection(0))
-  assert not np.allclose(a.blocks[0].attn.projection(0), a.blocks[1].attn.projection(1))
+  assert not np.allclose(features(a, 0), features(b, 0))
+  assert not np.allclose(features(a, 0), features(a, 1))
 
 
 @pytest.mark.parametrize('kind', kinds.with_capability('linear_attention', False))

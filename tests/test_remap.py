@@ -256,6 +256,7 @@ def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, o
 @pytest.mark.parametrize('model,message', [
     ({'position.kind': 'xpos'}, 'it remaps plain RoPE'),
     ({'attention.kind': 'stick_breaking'}, "attention.kind='stick_breaking' has no softmax"),
+    ({'attention.kind': 'favor'}, "attention.kind='favor' has no softmax.*distance remap"),
     ({'position.rope.rotate_values': True}, 'rotate_values rotates values'),
     ({'position.rope.remap.local_window': 9},
      r'config.model.position.rope.remap: local_window=9 must be below shift=6.*Fix: '),

@@ -397,19 +397,17 @@ def check_remap_length(model_cfg, trained: int, trained_field: str) -> None:
 
 
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
-  """A distance remap needs a causal softmax over RoPE's logits, which it computes itself."""
+  """A distance remap needs causal attention over RoPE's logits, which it computes itself (and
+  a softmax over them: roformer/attention_options' `check_kind`)."""
   if cfg.method == 'none':
     return
   field = 'config.model.position.rope.remap.method'
-  att = model_cfg.get('attention')
-  att_kind = att.kind if att is not None else 'softmax'
   impl = model_cfg.attention_impl
   reason = ('it remaps plain RoPE, the kind of config.model.position.kind=rope (with '
             'model.layer_kinds, its rope layers)'
             if cls is not Rotary or model_cfg.position.kind != 'rope' else
             'it is for causal attention (a decoder)' if not causal else
-            f'attention.kind={att_kind!r} has no softmax logits to remap' if att_kind != 'softmax'
-            else 'rope.rotate_values rotates values by absolute positions'
+            'rope.rotate_values rotates values by absolute positions'
             if model_cfg.position.rope.rotate_values else
             f'it computes its logits on the einsum path, not attention_impl={impl!r}'
             if impl not in ('auto', 'einsum') else '')

@@ -1,0 +1,204 @@
+"""The attention interface: what an attention kind (`config.model.attention.kind`) and a switch
+of `config.model.attention` declare, and the hooks roformer/self_attention.py calls.
+
+A kind or a switch is one module of this package: a subclass of `AttentionKind` or
+`AttentionOption` registered with `register`, holding its fields (type, range, default), what it
+needs of the others and of the position schemes, its FLOPs and its hooks. The config checks,
+roformer/flops.py and the table of docs/positions.md read the declarations (the package's
+`check`, `table`), so no pair of options is written out anywhere.
+
+A self-attention call runs the hooks in this order (each defaults to the identity; the
+switches' hooks run in the order the package registers them):
+
+- `init(module, cfg, att, caps, rngs, dtype)`, kind and switches: the layer's parameters and
+  settings, at construction;
+- `queries_keys(module, q, k)`, switches (qk_norm): before the cache and any rotation;
+- `rotate(module, q, k, site)`, kind: the position scheme's rotation, or none (a remap, FAVOR+'s
+  rotated features);
+- `values(module, v)`, switches (differential): the values the maps weight;
+- `queries(module, q, pos)`, switches (nope_temperature): the rotated queries;
+- `attend(module, q, k, v, mask, site)`, kind: the weights and the weighted values; softmax's
+  asks the switches' `logits` (dape: forms the logits, `forms_logits`) and `logits_factor`
+  (ssmax: a factor on each row's logits and bias);
+- `outputs(module, out, x, layer)`, switches (differential, output_gate): the heads' outputs.
+
+`init` sets parameters as attributes of the attention module, so that their paths in a
+checkpoint are the module's (`attn/q_scale`, `attn/gate`, ...) whatever module declares them.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from roformer import positions
+
+# Features an attention kind may form, and how a message says that one lacks it.
+FEATURES = {
+    'softmax': 'has no softmax: it forms no softmax maps over logits',
+    'logits': 'forms no L x L logits',
+    'head_outputs': 'has no per-head outputs formed as weights times values',
+    'mask': 'never forms the attention mask',
+}
+
+KINDS: dict[str, 'AttentionKind'] = {}
+OPTIONS: dict[str, 'AttentionOption'] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+  """What one self-attention call hands its kind's `attend` and `rotate`: the query and key
+  positions, the block's position module and its context, the layer's cache (None without
+  one), the packed segment ids (None where there are none), the layer index (an int or an int32
+  scalar) and the queries' first key slot (0, or the cache index)."""
+  pos: jax.Array
+  k_pos: jax.Array
+  position: Any
+  ctx: Any
+  cache: dict | None
+  segments: jax.Array | None
+  layer: Any
+  first_slot: Any
+
+
+def scores_flops(model_cfg, seq_len: int, causal: bool) -> float:
+  """q.k scores and weighted values, 2 L d each; half of it when causal."""
+  full = 2 * 2 * seq_len * model_cfg.d_model
+  return full / 2 if causal else full
+
+
+def layer_caps(model_cfg) -> dict:
+  """{kind: capabilities} of the distinct position kinds of the layers."""
+  return {k: positions.capabilities(k) for k in dict.fromkeys(positions.layer_kinds(model_cfg))}
+
+
+class AttentionKind:
+  """A value of `attention.kind`: what it forms (FEATURES), the implementations it runs on
+  (None: it has its own path and ignores `attention_impl`), the model types it serves (those
+  whose declaration, roformer/model_types.py, has the flag `model_flag`; '': every one), its own
+  fields of config.model.attention (`specs`), how often the train step redraws its random
+  features, and its hooks."""
+  name = ''
+  about = ''
+  has: frozenset = frozenset()
+  implementations: tuple[str, ...] | None = None
+  model_flag = ''
+  specs: dict = {}
+  in_transformers = False  # Whether transformers' attention computes it (roformer/hf_config.py).
+
+  @property
+  def reads(self) -> tuple[str, ...]:
+    return tuple(self.specs)
+
+  def redraw_interval(self, att) -> int:
+    """Steps between redraws of its random features (0: it has none, or never)."""
+    del att
+    return 0
+
+  def flops(self, model_cfg, seq_len: int, causal: bool) -> float:
+    """Its attention FLOPs per token and layer (forward)."""
+    return scores_flops(model_cfg, seq_len, causal)
+
+  def validate(self, model_cfg, att) -> None:
+    """Its own further checks: ConfigError or nothing."""
+
+  def init(self, module, cfg, att, caps, rngs, dtype) -> None:
+    """Sets the layer's parameters and settings of this kind on the attention `module`."""
+
+  def rotate(self, module, q, k, site: Site):
+    """Queries and keys with the scheme's rotation (none where a remap forms the logits)."""
+    if module.remap:
+      return q, k
+    return site.position.rotate(q, k, site.pos, site.k_pos, site.ctx)
+
+  def attend(self, module, q, k, v, mask, site: Site):
+    """(output [batch, q_len, heads, head_dim], the weights [batch, heads, q_len, k_len] or None
+    where they are not formed)."""
+    raise NotImplementedError
+
+  def sees_itself(self, module) -> bool:
+    """Whether a query's weights include its own key (the measure of attention sinks)."""
+    del module
+    return True
+
+
+class AttentionOption:
+  """A switch of `config.model.attention` (`field`, a Bool): what it needs of the attention kind
+  (FEATURES), whether it runs on the einsum path only or not on some implementations
+  (`not_on`), the switches it cannot be combined with ((field, why)), what it needs of the
+  layers' position schemes (`positions`: the reason they do not fit, or ''; `positions_need`
+  says it in words for the table), its fields besides the switch (`specs`, read when it is on),
+  why a head's weights are then not one attention map (`no_single_map`, '' where they are), its
+  FLOPs and its hooks."""
+  field = ''
+  paper = ''
+  about = ''
+  specs: dict = {}
+  needs: tuple[str, ...] = ()
+  einsum_only = False
+  not_on: tuple[str, ...] = ()
+  excludes: tuple[tuple[str, str], ...] = ()
+  positions_need = ''
+  no_single_map = ''
+  forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
+
+  @property
+  def reads(self) -> tuple[str, ...]:
+    return tuple(self.specs)
+
+  def positions(self, model_cfg) -> str:
+    del model_cfg
+    return ''
+
+  def validate(self, config, model_cfg, att) -> None:
+    """Its own further checks: ConfigError or nothing."""
+
+  def attention_flops(self, model_cfg, seq_len: int, causal: bool) -> float:
+    """Its FLOPs per token and layer in the scores and weighted values, beyond the kind's."""
+    del model_cfg, seq_len, causal
+    return 0.0
+
+  def layer_flops(self, model_cfg, seq_len: int, causal: bool) -> float:
+    """Its FLOPs per token and layer outside them."""
+    del model_cfg, seq_len, causal
+    return 0.0
+
+  def init(self, module, cfg, att, caps, rngs, dtype) -> None:
+    """Sets the layer's parameters and settings of this switch on the attention `module`."""
+
+  def queries_keys(self, module, q, k):
+    del module
+    return q, k
+
+  def values(self, module, v):
+    del module
+    return v
+
+  def queries(self, module, q, pos):
+    del module, pos
+    return q
+
+  def logits(self, module, scaled, bias):
+    """The logits [batch, heads, q_len, k_len] from q.k/sqrt(d) and the scheme's bias."""
+    raise NotImplementedError
+
+  def logits_factor(self, module, mask):
+    """A factor [batch or 1, heads, q_len] on each row's logits and bias, or None."""
+    del module, mask
+    return None
+
+  def outputs(self, module, out, x, layer):
+    """The heads' outputs [batch, q_len, heads, width] after the weighted values (`x`: the
+    layer's input)."""
+    del module, x, layer
+    return out
+
+
+def register(cls):
+  """Registers an AttentionKind or AttentionOption subclass (one instance) under its name."""
+  item = cls()
+  if isinstance(item, AttentionKind):
+    KINDS[item.name] = item
+  else:
+    OPTIONS[item.field] = item
+  return cls
