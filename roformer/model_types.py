@@ -4,7 +4,7 @@ config may combine with it, what a run of it may start from, its own config rule
 The config checks (roformer/config_lib.py), the warm start, the FLOP count, the attention and
 position options that only a decoder-only model can take, the Hugging Face import and export and
 generation ask these declarations; none of them names a type. What a type trains on (its
-batches, loss and evaluation) is its task in roformer/tasks.py, and the model it builds is in
+batches, loss and evaluation) is its task in roformer/tasks/, and the model it builds is in
 roformer/models.py (`models.MODELS`), both keyed by the same name.
 """
 

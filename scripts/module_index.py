@@ -22,6 +22,7 @@ PAGE = ROOT / 'docs' / 'layout.md'
 GROUPS = (('Entry points', ('*.py',)), ('roformer/', ('roformer/*.py',)),
           ('roformer/positions/', ('roformer/positions/*.py',)),
           ('roformer/attention_options/', ('roformer/attention_options/*.py',)),
+          ('roformer/tasks/', ('roformer/tasks/*.py',)),
           ('roformer/data/', ('roformer/data/*.py',)), ('configs/', ('configs/*.py',)),
           ('configs/sweeps/', ('configs/sweeps/*.py',)), ('scripts/', ('scripts/*.py',
                                                                       'scripts/*.sh')))

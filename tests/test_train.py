@@ -291,7 +291,7 @@ def test_rope_variants_train_on_the_eight_device_mesh(tmp_path, data_dir, varian
 
 def test_the_loop_names_no_task_and_every_task_is_a_task():
   """The loop asks the task interface (batches, loss, evaluation, the best metric), so a new
-  task is one class in roformer/tasks.py: no task class or model type appears in the loop."""
+  task is one class in roformer/tasks/: no task class or model type appears in the loop."""
   from roformer import tasks
   source = open(os.path.join(REPO, 'roformer', 'loop.py'), encoding='utf-8').read()
   named = [name for name in dir(tasks) if isinstance(getattr(tasks, name), type)
