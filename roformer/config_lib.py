@@ -84,7 +84,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   _validate_lengths(config, trained)
   vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
   if corpus.is_files(config.data) and not model_types.of(m).documents:
-    documents = ' or '.join(t.name for t in model_types.TYPES.values() if t.documents)
+    documents = ' or '.join(model_types.named('documents'))
     raise errors.ConfigError(
         f"config.data.name='files' holds documents for language models (model.type "
         f'{documents}), not {m.type!r} (labels, sentence pairs). Fix: a dataset with those '
@@ -173,8 +173,9 @@ def _validate_architecture(config) -> None:
     raise errors.ConfigError(
         f"config.data.tokenizer={d.tokenizer!r} is a pretrained model's own tokenizer, whose ids "
         f'are its own; the {m.type} model frames and masks with this project\'s special ids '
-        "(bos, eos, the masked LM's [MASK]). Fix: a causal LM (model.type='causal_lm'), or a "
-        'tokenizer.json without the hf: prefix (its ids after the special ones).')
+        f"(bos, eos, the masked LM's [MASK]). Fix: {model_types.offering('decoder_only')} "
+        f"(model.type={' or '.join(model_types.named('decoder_only'))}), or a tokenizer.json "
+        'without the hf: prefix (its ids after the special ones).')
   if m.residual == 'parallel' and (m.norm == 'post' or not declared.parallel_residual):
     raise errors.ConfigError(
         "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "

@@ -265,7 +265,7 @@ def schema() -> dict:
           }),
       }),
       'model': {
-          'type': Str(choices=lambda: models.MODELS, default='causal_lm'),
+          'type': Str(choices=lambda: models.MODELS, default=model_types.DEFAULT),
           'vocab_size': Int(1, _BIG, default=4096),  # Set from the tokenizer.
           'num_layers': Int(1, 1024, default=4),
           'd_model': Int(1, 2**16, default=256),

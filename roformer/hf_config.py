@@ -198,8 +198,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '
                              'pair.')
   config = config_schema.default_config()
+  decoder, = model_types.named('decoder_only')  # What transformers' causal-LM classes are.
   config.model.update(
-      type='causal_lm', vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
+      type=decoder, vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
       d_model=d, num_heads=heads, num_kv_heads=0 if kv == heads else kv,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
       dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),

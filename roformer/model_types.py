@@ -37,6 +37,8 @@ class ModelType:
   validate: its own config rules (ConfigError naming the field and the fix).
   forward_flops(model_cfg, seq_len, predicted_fraction, layer_flops): forward FLOPs per input
     token, with layer_flops(model_cfg, seq_len, causal) one layer's (roformer/flops.py).
+  predicted_fraction(config): the share of the tokens its output layer runs at (a masked LM's
+    selection rate), for the FLOPs of a measured step (scripts/benchmark.py).
   """
   name: str
   about: str
@@ -53,6 +55,7 @@ class ModelType:
   generates: str = ''
   own_fields: str = ''
   validate: Callable[[ml_collections.ConfigDict], None] | None = None
+  predicted_fraction: Callable[[ml_collections.ConfigDict], float] = lambda config: 1.0
 
 
 def _mlm_rules(config) -> None:
@@ -124,12 +127,14 @@ def _translation_flops(m, seq_len, predicted_fraction, layer):
   return encoder + decoder + 2 * d * m.vocab_size
 
 
+# The first is the default of config.model.type.
 TYPES = {t.name: t for t in (
     ModelType('causal_lm', 'causal LMs', 'configs/lm.py', (True,), _causal_lm_flops,
               decoder_only=True, documents=True, starts_from='causal_lm', continues=True,
               generates='continues each prompt by sampling'),
     ModelType('mlm', 'masked LMs', 'configs/mlm.py', (False,), _mlm_flops, documents=True,
-              own_fields='masking', validate=_mlm_rules),
+              own_fields='masking', validate=_mlm_rules,
+              predicted_fraction=lambda config: config.data.mask_rate),
     ModelType('classifier', 'classifiers', 'configs/classify.py', (False,), _classifier_flops,
               starts_from='mlm', own_fields='labels and metrics', validate=_classifier_rules),
     ModelType('encoder_decoder', 'translation models', 'configs/translate.py', (False, True),
@@ -137,6 +142,14 @@ TYPES = {t.name: t for t in (
               linear_attention=False, generates='translates each prompt with beam search',
               own_fields='language pairs and decoding', validate=_translation_rules),
 )}
+
+
+DEFAULT = next(iter(TYPES))
+
+
+def named(flag: str) -> list[str]:
+  """The names of the types that declare `flag` ("causal_lm")."""
+  return [t.name for t in TYPES.values() if getattr(t, flag)]
 
 
 def owning(group: str) -> ModelType:

@@ -28,6 +28,7 @@ from roformer import cli
 from roformer import config_lib
 from roformer import errors
 from roformer import files
+from roformer import model_types
 from roformer import resolve
 from roformer import sinks
 from roformer import trainer as trainer_lib
@@ -60,9 +61,11 @@ def check(workdir: str, step):
     raise errors.ConfigError(f'--workdir={workdir!r} has no config.json. Fix: point it at a '
                              'directory that train.py wrote.')
   config = config_lib.load(workdir)
-  if config.model.type != 'causal_lm':
-    raise errors.ConfigError(f'--workdir={workdir!r} holds a {config.model.type} model; the first '
-                             'token\'s share is measured for causal LMs. Fix: give causal_lm runs.')
+  if not model_types.of(config.model).decoder_only:
+    raise errors.ConfigError(
+        f'--workdir={workdir!r} holds a {config.model.type} model; the first token\'s share is '
+        f"measured for {model_types.offering('decoder_only')}. Fix: give "
+        f"{' or '.join(model_types.named('decoder_only'))} runs.")
   attention = config.model.attention
   why = sinks.unmeasurable(attention.kind, [o.field for o in attention_options.enabled(attention)],
                            causal=True)

@@ -59,6 +59,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
+from roformer import model_types
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.data import synthetic
@@ -180,7 +181,7 @@ def memory_bytes(compiled) -> dict:
 
 def predicted_fraction(config) -> float:
   """The tokens a masked LM needs logits for (its selection rate); 1 for other models."""
-  return config.data.mask_rate if config.model.type == 'mlm' else 1.0
+  return model_types.of(config.model).predicted_fraction(config)
 
 
 def parse_value(text: str):

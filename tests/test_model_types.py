@@ -3,6 +3,9 @@ config is refused where its type's declaration says it does not offer something 
 features, post-norm, the parallel residual, FAVOR+, a run to start from), and accepted where it
 does."""
 
+import ast
+import pathlib
+
 import pytest
 
 from configs import test as test_config
@@ -81,3 +84,26 @@ def test_a_types_own_fields_are_read_by_its_runs_only():
       config.model.type = name
       assert reader.reads(config) == (name == owner.name), (group, name)
     assert owner.start in reader.fix and repr(owner.name) in reader.what
+
+
+# The registries keyed by type name: the declarations, the models and the tasks (one module per
+# type, each saying in its docstring which type it serves).
+REGISTRIES = ('roformer/model_types.py', 'roformer/models.py', 'roformer/tasks/')
+# The PyTorch comparisons name the PyTorch models they build (their own --model choices).
+TORCH_PEERS = ('scripts/benchmark_torch.py', 'scripts/compare_torch.py')
+
+
+def test_no_module_outside_the_registries_names_a_model_type():
+  """The checks, the warm start, the FLOPs, the Hugging Face import and the scripts ask the
+  declarations: no string literal of roformer/ or scripts/ outside the registries is a model
+  type's name (a type added to the registries needs no edit elsewhere)."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  found = []
+  for path in sorted([*root.glob('roformer/**/*.py'), *root.glob('scripts/*.py')]):
+    rel = path.relative_to(root).as_posix()
+    if rel.startswith(REGISTRIES + TORCH_PEERS):
+      continue
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+      if isinstance(node, ast.Constant) and node.value in model_types.TYPES:
+        found.append(f'{rel}:{node.lineno}: {node.value!r}')
+  assert not found, found

@@ -203,6 +203,7 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
 
 @pytest.mark.parametrize('case,says', [('missing', 'no config.json'), ('favor', 'FAVOR+'),
                                        ('differential', 'differential'),
+                                       ('mlm', 'measured for causal LMs. Fix: give causal_lm'),
                                        ('twice', 'names already')])
 def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdirs, tmp_path):
   workdir = str(tmp_path / 'run')
@@ -215,6 +216,8 @@ def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdir
     config = config_lib.load(workdir)
     if case == 'favor':
       config.model.attention.kind = 'favor'
+    elif case == 'mlm':
+      config.model.type = 'mlm'
     else:
       config.model.attention.differential = True
     config_lib.save(config, workdir)
