@@ -347,6 +347,36 @@ def attend_logits(logits: jax.Array, v: jax.Array, mask: jax.Array
   return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
 
 
+def stick_breaking_weights(logits: jax.Array, attend_current: bool = False,
+                           mask: jax.Array | None = None,
+                           query_slots: jax.Array | None = None) -> jax.Array:
+  """Stick-breaking attention's weights (Tan et al., ICLR 2025) from logits [..., q_len, k_len]:
+  beta_ij = sigmoid(z_ij) and A_ij = beta_ij prod_{j<l<i} (1 - beta_il) for keys j < i (with
+  `attend_current`, keys j <= i and the product over j < l <= i). Each query takes what is left
+  of a unit stick from its nearest key outwards; no softmax, no normalisation.
+
+  Computed in log space: log A_ij = log sigmoid(z_ij) + sum_{l>j} log sigmoid(-z_il), the sum
+  over the keys the query may attend to, one reverse cumulative sum per row, so that logits of
+  +-60 and more give no NaN or overflow in float32 or bfloat16 (the weights are float32).
+  `mask` (bool, broadcastable to the logits) removes keys that neither take nor break the stick
+  (other packed segments, padding, unfilled cache slots); `query_slots` [q_len] is each query's
+  key slot (default: the last q_len keys, as in a full causal pass), which decides the diagonal.
+  """
+  z = logits.astype(jnp.float32)
+  q_len, k_len = z.shape[-2:]
+  if query_slots is None:
+    query_slots = k_len - q_len + jnp.arange(q_len)
+  keys = jnp.arange(k_len)
+  allowed = (keys[None, :] <= query_slots[:, None]) if attend_current else (
+      keys[None, :] < query_slots[:, None])
+  if mask is not None:
+    allowed = allowed & mask
+  allowed = jnp.broadcast_to(allowed, z.shape)
+  log_rest = jnp.where(allowed, jax.nn.log_sigmoid(-z), 0.0)  # log(1 - beta_il)
+  after = jnp.flip(jnp.cumsum(jnp.flip(log_rest, -1), axis=-1), -1) - log_rest  # l > j
+  return jnp.where(allowed, jnp.exp(jax.nn.log_sigmoid(z) + after), 0.0)
+
+
 def rms_norm(x: jax.Array, scale: jax.Array, eps: float = 1e-6) -> jax.Array:
   """x / rms(x) * scale over the last axis, in float32, returned in x's dtype."""
   y = x.astype(jnp.float32)

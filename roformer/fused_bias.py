@@ -36,7 +36,7 @@ from jax.experimental import pallas as pl
 from roformer import attention
 from roformer import autodiff
 
-_MASKED = float(jnp.finfo(jnp.float32).min)
+MASKED = float(jnp.finfo(jnp.float32).min)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ SEPARABLE = Bias('row_i - col_j', separable=True)
 
 
 @functools.cache
-def _triton():
+def compiler_params():
   """On a GPU the kernels lower through Triton (this JAX's default for pallas_call is Mosaic
   GPU, whose copies these small per-head and per-row blocks do not fit). Imported when a kernel
   is first traced, not with the model."""
@@ -80,13 +80,15 @@ def _triton():
   return pltriton.CompilerParams(num_warps=4, num_stages=2)
 
 
-def _param_width(bias: Bias) -> int:
+def param_width(bias: Bias) -> int:
   """The per-head parameters' block width: a power of 2 (Triton's blocks are), at least 1."""
   return 1 << max(bias.num_params - 1, 0).bit_length()
 
 
 @dataclasses.dataclass(frozen=True)
-class _Static:
+class Static:
+  """What a kernel is compiled for. `diagonal`: with `causal`, a query sees its own key (a
+  softmax's queries do; stick-breaking's only with attend_current)."""
   bias: Bias
   scale: float
   causal: bool
@@ -94,9 +96,10 @@ class _Static:
   block_q: int
   block_k: int
   interpret: bool
+  diagonal: bool = True
 
 
-def _tile(cfg: _Static, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col):
+def tile(cfg: Static, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col):
   """(logits with the bias, mask, distances) of one tile."""
   s = jnp.dot(q, k.T, preferred_element_type=jnp.float32) * cfg.scale
   d = q_pos[:, None] - k_pos[None, :]
@@ -106,13 +109,14 @@ def _tile(cfg: _Static, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, para
     s = s + row[:, None] - col[None, :]
   mask = (q_seg[:, None] == k_seg[None, :]) & (q_seg[:, None] > 0)
   if cfg.causal:
-    mask &= q_slots[:, None] >= k_slots[None, :]
+    mask &= (q_slots[:, None] >= k_slots[None, :]) if cfg.diagonal else (
+        q_slots[:, None] > k_slots[None, :])
   if cfg.window:
     mask &= k_slots[None, :] > q_slots[:, None] - cfg.window
-  return jnp.where(mask, s, _MASKED), mask, d
+  return jnp.where(mask, s, MASKED), mask, d
 
 
-def _key_blocks(cfg: _Static, i, num_k):
+def key_blocks(cfg: Static, i, num_k):
   """[lo, hi): the key blocks query block i sees."""
   lo, hi = 0, num_k
   if cfg.causal:
@@ -122,7 +126,7 @@ def _key_blocks(cfg: _Static, i, num_k):
   return lo, hi
 
 
-def _query_blocks(cfg: _Static, j, num_q):
+def query_blocks(cfg: Static, j, num_q):
   """[lo, hi): the query blocks that see key block j."""
   lo, hi = 0, num_q
   if cfg.causal:
@@ -132,23 +136,23 @@ def _query_blocks(cfg: _Static, j, num_q):
   return lo, hi
 
 
-def _params(cfg, params_ref):
+def tile_params(cfg, params_ref):
   return tuple(params_ref[p] for p in range(cfg.bias.num_params))
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-                    row_ref, col_ref, o_ref, lse_ref, *, cfg: _Static):
+                    row_ref, col_ref, o_ref, lse_ref, *, cfg: Static):
   i = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   q = q_ref[...]
   q_slots = i * bq + jnp.arange(bq)
   q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
-  params = _params(cfg, params_ref)
+  params = tile_params(cfg, params_ref)
 
   def body(j, carry):
     acc, m, l = carry
     keys = pl.ds(j * bk, bk)
-    s, _, _ = _tile(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk), q_pos,
+    s, _, _ = tile(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk), q_pos,
                     k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row, col_ref[keys])
     m_new = jnp.maximum(m, jnp.max(s, axis=1))
     correction = jnp.exp(m - m_new)
@@ -157,31 +161,43 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
                                               preferred_element_type=jnp.float32)
     return acc, m_new, l * correction + jnp.sum(p, axis=1)
 
-  lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
-  init = (jnp.zeros((bq, q.shape[-1]), jnp.float32), jnp.full((bq,), _MASKED, jnp.float32),
+  lo, hi = key_blocks(cfg, i, k_ref.shape[0] // bk)
+  init = (jnp.zeros((bq, q.shape[-1]), jnp.float32), jnp.full((bq,), MASKED, jnp.float32),
           jnp.zeros((bq,), jnp.float32))
   acc, m, l = jax.lax.fori_loop(lo, hi, body, init)
-  seen = m > _MASKED  # A row with no visible key (padding) outputs 0, as the plain form.
+  seen = m > MASKED  # A row with no visible key (padding) outputs 0, as the plain form.
   l = jnp.where(seen, l, 1.0)
   o_ref[...] = jnp.where(seen[:, None], acc / l[:, None], 0.0).astype(o_ref.dtype)
   lse_ref[...] = m + jnp.log(l)
 
 
 def _weights(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col, lse):
-  s, mask, d = _tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
+  s, mask, d = tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
   return jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0), d
+
+
+def add_param_grads(cfg: Static, dparams, ds, d, q_pos, params):
+  """dparams [param_width] plus sum(ds * d bias / d param) over a tile whose logits' gradient
+  is ds [bq, bk] (distances d, query positions q_pos), by autodiff of the tile's bias."""
+  if not cfg.bias.num_params:
+    return dparams
+  grads = jax.grad(lambda p: jnp.sum(ds * cfg.bias.of_distance(p, d, q_pos[:, None])))(params)
+  slot = jnp.arange(dparams.shape[0])  # Scalars into the vector by selection: no stack,
+  for index, g in enumerate(grads):  # which Triton lowers for two operands only.
+    dparams = dparams + jnp.where(slot == index, g, 0.0)
+  return dparams
 
 
 def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
                row_ref, col_ref, do_ref, lse_ref, delta_ref, dq_ref, drow_ref, dparams_ref, *,
-               cfg: _Static):
+               cfg: Static):
   i = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   q, do = q_ref[...], do_ref[...]
   q_slots = i * bq + jnp.arange(bq)
   q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
   lse, delta = lse_ref[...], delta_ref[...]
-  params = _params(cfg, params_ref)
+  params = tile_params(cfg, params_ref)
 
   def body(j, carry):
     dq, drow, dparams = carry
@@ -192,17 +208,12 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, 
     dp = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
     ds = p * (dp - delta[:, None])
     dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
-    if cfg.bias.num_params:  # sum(ds * d bias / d param), by autodiff of the tile's bias.
-      grads = jax.grad(lambda p: jnp.sum(ds * cfg.bias.of_distance(p, d, q_pos[:, None])))(
-          params)
-      slot = jnp.arange(dparams.shape[0])  # Scalars into the vector by selection: no stack,
-      for index, g in enumerate(grads):  # which Triton lowers for two operands only.
-        dparams = dparams + jnp.where(slot == index, g, 0.0)
+    dparams = add_param_grads(cfg, dparams, ds, d, q_pos, params)
     return dq, drow + jnp.sum(ds, axis=1), dparams
 
-  lo, hi = _key_blocks(cfg, i, k_ref.shape[0] // bk)
+  lo, hi = key_blocks(cfg, i, k_ref.shape[0] // bk)
   init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
-          jnp.zeros((_param_width(cfg.bias),), jnp.float32))
+          jnp.zeros((param_width(cfg.bias),), jnp.float32))
   dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
   dq_ref[...] = dq.astype(dq_ref.dtype)
   drow_ref[...] = drow
@@ -211,13 +222,13 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, 
 
 def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
                 row_ref, col_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dcol_ref, *,
-                cfg: _Static):
+                cfg: Static):
   j = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   k, v = k_ref[...], v_ref[...]
   k_slots = j * bk + jnp.arange(bk)
   k_pos, k_seg, col = k_pos_ref[...], k_seg_ref[...], col_ref[...]
-  params = _params(cfg, params_ref)
+  params = tile_params(cfg, params_ref)
 
   def body(i, carry):
     dk, dv, dcol = carry
@@ -231,7 +242,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref,
     dk = dk + jnp.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * cfg.scale
     return dk, dv, dcol + jnp.sum(ds, axis=0)
 
-  lo, hi = _query_blocks(cfg, j, q_ref.shape[0] // bq)
+  lo, hi = query_blocks(cfg, j, q_ref.shape[0] // bq)
   init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
           jnp.zeros((bk,), jnp.float32))
   dk, dv, dcol = jax.lax.fori_loop(lo, hi, body, init)
@@ -239,7 +250,7 @@ def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref,
   dcol_ref[...] = dcol
 
 
-def _specs(cfg: _Static, length: int, head_dim: int, by_query: bool):
+def specs(cfg: Static, length: int, head_dim: int, by_query: bool):
   """BlockSpecs over the grid (batch, head, block): the inputs of every kernel (q, k, v,
   q_pos, k_pos, q_seg, k_seg, params, row, col, [do, lse, delta]); the blocked side is the
   queries' (`by_query`) or the keys', the other side whole."""
@@ -252,7 +263,7 @@ def _specs(cfg: _Static, length: int, head_dim: int, by_query: bool):
   pos_k = (lambda b, h, i: (b, 0)) if by_query else (lambda b, h, i: (b, i))
   q = pl.BlockSpec((None, None, sq, head_dim), at_q)
   k = pl.BlockSpec((None, None, sk, head_dim), at_k)
-  params = pl.BlockSpec((None, _param_width(cfg.bias)), lambda b, h, i: (h, 0))
+  params = pl.BlockSpec((None, param_width(cfg.bias)), lambda b, h, i: (h, 0))
   inputs = [q, k, k, pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k),
             pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k), params,
             pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sk), vec_k)]
@@ -260,9 +271,9 @@ def _specs(cfg: _Static, length: int, head_dim: int, by_query: bool):
   return inputs, backward
 
 
-def _forward(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+def _forward(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   b, h, length, dh = q.shape
-  inputs, _ = _specs(cfg, length, dh, by_query=True)
+  inputs, _ = specs(cfg, length, dh, by_query=True)
   return pl.pallas_call(
       functools.partial(_forward_kernel, cfg=cfg),
       grid=(b, h, length // cfg.block_q), in_specs=inputs,
@@ -270,14 +281,14 @@ def _forward(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col
                  pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_triton())(q, k, v, q_pos, k_pos, q_seg, k_seg,
+      interpret=cfg.interpret, compiler_params=compiler_params())(q, k, v, q_pos, k_pos, q_seg, k_seg,
                                                         params, row, col)
 
 
 @autodiff.custom_vjp('fused_bias_attention', nondiff_argnums=(0,),
                      why='the Pallas kernel has no autodiff rule: its backward is two kernels',
                      plain=lambda cfg, *args: reference(cfg, *args))
-def _attend(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+def _attend(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   return _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)[0]
 
 
@@ -291,8 +302,8 @@ def _attend_bwd(cfg, residuals, g):
   b, h, length, dh = q.shape
   delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
   args = (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, g, lse, delta)
-  inputs, backward = _specs(cfg, length, dh, by_query=True)
-  num_p = _param_width(cfg.bias)
+  inputs, backward = specs(cfg, length, dh, by_query=True)
+  num_p = param_width(cfg.bias)
   dq, drow, dparams = pl.pallas_call(
       functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
       in_specs=inputs + backward,
@@ -302,8 +313,8 @@ def _attend_bwd(cfg, residuals, g):
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32),
                  jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_triton())(*args)
-  inputs, backward = _specs(cfg, length, dh, by_query=False)
+      interpret=cfg.interpret, compiler_params=compiler_params())(*args)
+  inputs, backward = specs(cfg, length, dh, by_query=False)
   whole = lambda b, h, i: (b, h, 0, 0)
   whole_vec = lambda b, h, i: (b, h, 0)
   backward = [pl.BlockSpec((None, None, length, dh), whole),
@@ -317,7 +328,7 @@ def _attend_bwd(cfg, residuals, g):
                  pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=_triton())(*args)
+      interpret=cfg.interpret, compiler_params=compiler_params())(*args)
   dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
   return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
           (-dcol).astype(col.dtype))
@@ -326,7 +337,7 @@ def _attend_bwd(cfg, residuals, g):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def reference(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+def reference(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   """The same attention with the bias and the mask materialised [batch, heads, q, k], in the
   kernels' layout ([batch, heads, length, head_dim]): what runs when custom gradients are off."""
   length = q.shape[2]
@@ -341,9 +352,37 @@ def reference(cfg: _Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, co
   mask = attention.make_mask(q_seg, k_seg, causal=cfg.causal)
   if cfg.window:
     mask &= attention.window_mask(jnp.arange(length), length, cfg.window)
-  s = jnp.where(mask, s, _MASKED)
+  s = jnp.where(mask, s, MASKED)
   p = jnp.where(mask, jax.nn.softmax(s, axis=-1), 0.0)
   return jnp.einsum('bhqk,bhkd->bhqd', p.astype(v.dtype), v).astype(q.dtype)
+
+
+def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, block: int):
+  """The kernels' arguments (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col) from an
+  `attend`'s: heads first, the length padded to a multiple of `block` (padding is segment 0),
+  positions as float32, the parameters padded to `param_width`, zeros for absent rows and
+  columns."""
+  b, length, h, _ = q.shape
+  padded = -(-length // block) * block
+  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
+  pad = lambda x, axis: jnp.pad(x, [(0, padded - length) if a == axis else (0, 0)
+                                    for a in range(x.ndim)])
+  q, k, v = (pad(heads_first(x), 2) for x in (q, k, v))
+  positions = pad(positions.astype(jnp.float32), 1)
+  segments = pad(segments.astype(jnp.int32), 1)
+  if params is None:
+    params = jnp.zeros((h, 1), jnp.float32)
+  params = jnp.pad(params.astype(jnp.float32),
+                   ((0, 0), (0, param_width(bias) - params.shape[1])))
+  zeros = jnp.zeros((b, h, padded), jnp.float32)
+  row = zeros if row is None else pad(row.astype(jnp.float32), 2)
+  col = zeros if col is None else pad(col.astype(jnp.float32), 2)
+  return q, k, v, positions, positions, segments, segments, params, row, col
+
+
+def kernel_output(out, length: int):
+  """A kernel's output [batch, heads, padded, head_dim] as [batch, length, heads, head_dim]."""
+  return jnp.swapaxes(out[:, :, :length], 1, 2)
 
 
 def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, col=None,
@@ -357,25 +396,10 @@ def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, c
   `window` > 0: query i sees keys i - window + 1 .. i. The length is padded to a multiple of
   the blocks' least common multiple (padding is segment 0; a query that sees no key, such as
   padding, gets 0). `interpret`: Pallas' interpret mode (default: on the CPU)."""
-  b, length, h, dh = q.shape
-  block = math.lcm(block_q, block_k)
-  padded = -(-length // block) * block
   if interpret is None:
     interpret = jax.default_backend() == 'cpu'
-  cfg = _Static(bias, float(dh ** -0.5 if scale is None else scale), causal, int(window),
-                block_q, block_k, interpret)
-  heads_first = lambda x: jnp.swapaxes(x, 1, 2)
-  pad = lambda x, axis: jnp.pad(x, [(0, padded - length) if a == axis else (0, 0)
-                                    for a in range(x.ndim)])
-  q, k, v = (pad(heads_first(x), 2) for x in (q, k, v))
-  positions = pad(positions.astype(jnp.float32), 1)
-  segments = pad(segments.astype(jnp.int32), 1)
-  if params is None:
-    params = jnp.zeros((h, 1), jnp.float32)
-  params = jnp.pad(params.astype(jnp.float32),
-                   ((0, 0), (0, _param_width(bias) - params.shape[1])))
-  zeros = jnp.zeros((b, h, padded), jnp.float32)
-  row = zeros if row is None else pad(row.astype(jnp.float32), 2)
-  col = zeros if col is None else pad(col.astype(jnp.float32), 2)
-  out = _attend(cfg, q, k, v, positions, positions, segments, segments, params, row, col)
-  return heads_first(out[:, :, :length])
+  cfg = Static(bias, float(q.shape[-1] ** -0.5 if scale is None else scale), causal,
+               int(window), block_q, block_k, interpret)
+  args = kernel_inputs(q, k, v, positions, segments, bias, params, row, col,
+                       math.lcm(block_q, block_k))
+  return kernel_output(_attend(cfg, *args), q.shape[1])

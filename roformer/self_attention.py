@@ -70,7 +70,7 @@ class MultiHeadAttention(nnx.Module):
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype,
         einsum_only=(caps.implementations == ('einsum',) or self.remap
-                     or self.kind.implementations == ('einsum',)
+                     or 'xla' not in (self.kind.implementations or ('xla',))
                      or any(o.einsum_only for o in self.options)))
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal

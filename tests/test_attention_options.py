@@ -197,7 +197,8 @@ def test_windows_need_a_kind_that_forms_the_mask():
 
 @pytest.mark.parametrize('kind,model_type,impl,refused', [
     ('stick_breaking', 'mlm', 'einsum', 'is for causal LMs'),
-    ('stick_breaking', 'causal_lm', 'xla', 'runs on the einsum path'),
+    ('stick_breaking', 'causal_lm', 'xla', 'runs on the einsum/pallas path'),
+    ('stick_breaking', 'causal_lm', 'pallas', ''),
     ('favor', 'encoder_decoder', 'einsum', 'is for causal LMs, masked LMs, classifiers'),
     ('stick_breaking', 'causal_lm', 'einsum', ''), ('favor', 'mlm', 'xla', ''),
     ('softmax', 'encoder_decoder', 'cudnn', '')])

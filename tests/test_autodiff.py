@@ -144,7 +144,7 @@ def test_every_custom_vjp_is_declared_through_the_registry():
   declared = {d.name for d in autodiff.REGISTRY.values()}
   assert declared == {'dense', 'softmax', 'softmax_attention', 'rotation',
                       'chunked_loss', 'cross_entropy', 'householder_solve',
-                      'fused_bias_attention'}
+                      'fused_bias_attention', 'fused_stick_breaking'}
 
 
 def test_a_pass_applies_only_on_the_backends_it_is_kept_on(monkeypatch):

@@ -216,14 +216,13 @@ def test_without_custom_gradients_the_plain_formulation_runs_forward_mode_too():
 def test_the_loops_visit_the_blocks_a_window_needs_by_hand():
   """Blocks of 8, a window of 5: query block 2 (slots 16-23) sees keys 12-23 (blocks 1, 2);
   key block 1 (slots 8-15) is seen by queries 8-19 (blocks 1, 2)."""
-  # pylint: disable=protected-access
   blocks = lambda f, *a: [int(x) for x in f(*a)]
-  cfg = fb._Static(bias_lib.ALIBI_FUSED, 1.0, True, 5, 8, 8, True)
-  assert blocks(fb._key_blocks, cfg, 2, 3) == [1, 3]
-  assert blocks(fb._query_blocks, cfg, 1, 3) == [1, 3]
-  plain = fb._Static(bias_lib.ALIBI_FUSED, 1.0, True, 0, 8, 8, True)
-  assert blocks(fb._key_blocks, plain, 0, 3) == [0, 1]
-  assert blocks(fb._query_blocks, plain, 2, 3) == [2, 3]
+  cfg = fb.Static(bias_lib.ALIBI_FUSED, 1.0, True, 5, 8, 8, True)
+  assert blocks(fb.key_blocks, cfg, 2, 3) == [1, 3]
+  assert blocks(fb.query_blocks, cfg, 1, 3) == [1, 3]
+  plain = fb.Static(bias_lib.ALIBI_FUSED, 1.0, True, 0, 8, 8, True)
+  assert blocks(fb.key_blocks, plain, 0, 3) == [0, 1]
+  assert blocks(fb.query_blocks, plain, 2, 3) == [2, 3]
 
 
 

@@ -14,7 +14,6 @@ from roformer import attention
 from roformer import config_lib
 from roformer import errors
 from roformer import models
-from roformer.attention_options.stick_breaking import stick_breaking_weights
 
 
 def paper_weights(z: np.ndarray, attend_current: bool) -> np.ndarray:
@@ -38,7 +37,7 @@ def paper_weights(z: np.ndarray, attend_current: bool) -> np.ndarray:
 @pytest.mark.parametrize('length', [1, 3, 9])
 def test_the_weights_are_the_papers_products(length, attend_current):
   z = np.random.default_rng(length).normal(0, 2, (2, 3, length, length))
-  got = np.asarray(stick_breaking_weights(jnp.asarray(z, jnp.float32), attend_current))
+  got = np.asarray(attention.stick_breaking_weights(jnp.asarray(z, jnp.float32), attend_current))
   np.testing.assert_allclose(got, paper_weights(z, attend_current), rtol=1e-5, atol=1e-6)
   assert (got.sum(-1) <= 1 + 1e-6).all()  # A stick: what is left weighs nothing.
 
@@ -57,7 +56,7 @@ def test_the_gradient_is_the_papers_products_differentiated(attend_current):
                                                    attend_current), 0.0))
 
   got = np.asarray(jax.grad(lambda z: jnp.sum(jnp.asarray(g, jnp.float32) * (
-      stick_breaking_weights(z, attend_current, jnp.asarray(mask)))))(
+      attention.stick_breaking_weights(z, attend_current, jnp.asarray(mask)))))(
           jnp.asarray(z, jnp.float32)))
   want, eps = np.zeros_like(z), 1e-6
   for index in np.ndindex(z.shape):
@@ -73,12 +72,12 @@ def test_extreme_logits_give_finite_weights_and_gradients(dtype):
   logit of +60 takes the whole stick, so every key before it gets nothing."""
   z = jnp.asarray(np.random.default_rng(0).choice([-60.0, 60.0, -1e4, 1e4, 0.5], (2, 7, 7)), dtype)
   for attend_current in (False, True):
-    weights = stick_breaking_weights(z, attend_current)
-    grad = jax.grad(lambda z: jnp.sum(stick_breaking_weights(z, attend_current)
+    weights = attention.stick_breaking_weights(z, attend_current)
+    grad = jax.grad(lambda z: jnp.sum(attention.stick_breaking_weights(z, attend_current)
                                       * jnp.arange(7.0)))(z)
     assert np.isfinite(np.asarray(weights)).all() and np.isfinite(np.asarray(grad, np.float32)).all()
   row = jnp.asarray([[-60.0, 0.0, 60.0, -60.0]], jnp.float32)
-  weights = np.asarray(stick_breaking_weights(
+  weights = np.asarray(attention.stick_breaking_weights(
       jnp.broadcast_to(row, (4, 4)), attend_current=True))[3]
   np.testing.assert_allclose(weights, [0.0, 0.0, 1.0, 0.0], atol=1e-12)
 
@@ -89,7 +88,7 @@ def test_masked_keys_neither_take_nor_break_the_stick():
   z = np.random.default_rng(3).normal(0, 2, (6, 6)).astype(np.float32)
   mask = np.ones((6, 6), bool)
   mask[:, 2] = False
-  got = np.asarray(stick_breaking_weights(jnp.asarray(z), False, jnp.asarray(mask)))
+  got = np.asarray(attention.stick_breaking_weights(jnp.asarray(z), False, jnp.asarray(mask)))
   keep = [0, 1, 3, 4, 5]
   want = paper_weights(z[np.ix_(keep, keep)], False)
   np.testing.assert_allclose(got[np.ix_(keep, keep)], want, rtol=1e-5, atol=1e-6)
@@ -176,7 +175,7 @@ def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):
 
 @pytest.mark.parametrize('change,match', [
     ({'type': 'mlm'}, "is for causal LMs, not model.type='mlm'"),
-    ({'attention_impl': 'xla'}, 'einsum path'),
+    ({'attention_impl': 'xla'}, 'einsum/pallas path'),
 ])
 def test_stick_breaking_is_refused_where_it_has_no_meaning(change, match):
   config = test_config.get_config('mlm') if change.get('type') else tiny()

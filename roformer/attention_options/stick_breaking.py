@@ -1,46 +1,19 @@
 """Stick-breaking attention (`attention.kind='stick_breaking'`; Tan et al., ICLR 2025,
 "Scaling Stick-Breaking Attention"): sigmoid weights from the logits, each query's stick broken
-from its nearest key outwards, with no softmax and no normalisation. Causal LMs, einsum path; in
-causal blocks (roformer/attention.py's `over_causal_blocks`) where no value term needs the
-weights.
+from its nearest key outwards, with no softmax and no normalisation. Causal LMs. On the einsum
+path in causal blocks (roformer/attention.py's `over_causal_blocks`) where no value term needs
+the weights; with attention_impl='pallas', on the kernels of roformer/fused_stick_breaking.py,
+which never form the weights.
 """
 
 import jax
 import jax.numpy as jnp
 
 from roformer import attention
+from roformer import fused_bias
+from roformer import fused_stick_breaking
 from roformer.attention_options import base
 from roformer.specs import Bool
-
-
-def stick_breaking_weights(logits: jax.Array, attend_current: bool = False,
-                           mask: jax.Array | None = None,
-                           query_slots: jax.Array | None = None) -> jax.Array:
-  """Stick-breaking attention's weights (Tan et al., ICLR 2025) from logits [..., q_len, k_len]:
-  beta_ij = sigmoid(z_ij) and A_ij = beta_ij prod_{j<l<i} (1 - beta_il) for keys j < i (with
-  `attend_current`, keys j <= i and the product over j < l <= i). Each query takes what is left
-  of a unit stick from its nearest key outwards; no softmax, no normalisation.
-
-  Computed in log space: log A_ij = log sigmoid(z_ij) + sum_{l>j} log sigmoid(-z_il), the sum
-  over the keys the query may attend to, one reverse cumulative sum per row, so that logits of
-  +-60 and more give no NaN or overflow in float32 or bfloat16 (the weights are float32).
-  `mask` (bool, broadcastable to the logits) removes keys that neither take nor break the stick
-  (other packed segments, padding, unfilled cache slots); `query_slots` [q_len] is each query's
-  key slot (default: the last q_len keys, as in a full causal pass), which decides the diagonal.
-  """
-  z = logits.astype(jnp.float32)
-  q_len, k_len = z.shape[-2:]
-  if query_slots is None:
-    query_slots = k_len - q_len + jnp.arange(q_len)
-  keys = jnp.arange(k_len)
-  allowed = (keys[None, :] <= query_slots[:, None]) if attend_current else (
-      keys[None, :] < query_slots[:, None])
-  if mask is not None:
-    allowed = allowed & mask
-  allowed = jnp.broadcast_to(allowed, z.shape)
-  log_rest = jnp.where(allowed, jax.nn.log_sigmoid(-z), 0.0)  # log(1 - beta_il)
-  after = jnp.flip(jnp.cumsum(jnp.flip(log_rest, -1), axis=-1), -1) - log_rest  # l > j
-  return jnp.where(allowed, jnp.exp(jax.nn.log_sigmoid(z) + after), 0.0)
 
 
 def stick_breaking_attend(logits: jax.Array, v: jax.Array, mask: jax.Array, *,
@@ -49,7 +22,8 @@ def stick_breaking_attend(logits: jax.Array, v: jax.Array, mask: jax.Array, *,
   """sum_j A_ij v_j with A the stick-breaking weights of `logits` [batch, heads, q_len, k_len]
   (scaled, biases added); what is left of the stick (1 - sum_j A_ij) weighs no value. Returns
   (output [batch, q_len, heads, head_dim], the weights) as `attend_logits` does."""
-  weights = stick_breaking_weights(logits, attend_current, mask, query_slots).astype(v.dtype)
+  weights = attention.stick_breaking_weights(logits, attend_current, mask, query_slots).astype(
+      v.dtype)
   return jnp.einsum('bhqk,bkhd->bqhd', weights, v), weights
 
 
@@ -77,7 +51,7 @@ class StickBreaking(base.AttentionKind):
   name = 'stick_breaking'
   about = 'stick-breaking weights (Tan et al. 2025)'
   has = frozenset({'logits', 'head_outputs', 'mask'})
-  implementations = ('einsum',)
+  implementations = ('einsum', 'pallas')
   model_flag = 'decoder_only'
   # A query may attend to its own token (the product then runs to it).
   specs = {'attend_current': Bool(default=False)}
@@ -88,6 +62,13 @@ class StickBreaking(base.AttentionKind):
 
   def attend(self, module, q, k, v, mask, site: base.Site):
     slots = site.first_slot + jnp.arange(q.shape[1])
+    if (module.impl == 'pallas' and site.cache is None and site.segments is not None
+        and not module.record_probs):
+      bias, params, row, col = site.position.fused_bias(site.pos, site.ctx) or (
+          fused_bias.NONE, None, None, None)
+      return fused_stick_breaking.attend(
+          q, k, v, site.pos, site.segments, bias, params=params, row=row, col=col,
+          attend_current=module.attend_current, window=module.window), None
     if module.computes_logits:
       return stick_breaking_attend(
           site.position.logits(q, k, site.pos, site.k_pos, mask, site.ctx), v, mask,
