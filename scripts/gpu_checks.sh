@@ -16,7 +16,8 @@
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
 #   5b. `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
-#      for rope, alibi and fox at gpu_125m, and FoX's longest length on it (8k-32k, one row);
+#      for rope, alibi and fox at gpu_125m, FoX's longest length on it (8k-32k, one row), and
+#      stick-breaking (no positions) on its Pallas kernels against its einsum path;
 #      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
 #      passes compiled ahead (train.compile_ahead=on) or not;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
@@ -128,6 +129,9 @@ for length in 8192 16384 32768; do  # The longest FoX step that fits, one row.
       > "$OUT/fused_fox_$length.log" 2>&1
   echo "fox at $length on pallas: exit $? (124: time limit)"; tail -2 "$OUT/fused_fox_$length.log"
 done
+timeout "${FUSED_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds none \
+    --config.model.attention.kind=stick_breaking --vary model.attention_impl=einsum,pallas \
+    --steps 10 --out "$OUT/fused_stick_breaking.json" 2>&1 | grep -v '^I1\|^W1' | tail -6
 fi
 
 if want ahead; then

@@ -232,17 +232,22 @@ def test_training_resumes_on_the_gpu_as_if_never_stopped(tmp_path, data_dir):
                              [straight[s] for s in range(4, 9)], rtol=1e-5)
 
 
-@pytest.mark.parametrize('kind', ['alibi', 'kerple', 'rope+fox'])
+@pytest.mark.parametrize('kind,attention', [
+    ('alibi', 'softmax'), ('kerple', 'softmax'), ('rope+fox', 'softmax'),
+    ('none', 'stick_breaking'), ('alibi', 'stick_breaking')])
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_the_fused_bias_kernel_compiles_on_the_gpu_to_the_einsum_paths_numbers(kind, dtype):
-  """attention_impl='pallas' through Triton (not interpret mode): the model's logits and
-  gradients against the einsum path on the GPU, a row of 200 tokens (blocks of 64, padded)."""
+def test_the_fused_kernels_compile_on_the_gpu_to_the_einsum_paths_numbers(kind, attention,
+                                                                           dtype):
+  """attention_impl='pallas' through Triton (not interpret mode), the fused bias kernel and
+  stick-breaking's: the model's logits and gradients against the einsum path on the GPU, a row
+  of 200 tokens (blocks of 64, padded)."""
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 200)), jnp.int32)
   pos = jnp.broadcast_to(jnp.arange(200), (2, 200))
   seg = jnp.asarray(np.r_[np.ones(120), 2 * np.ones(80)][None].repeat(2, 0), jnp.int32)
   results = []
   for impl in ('einsum', 'pallas'):
-    model = models.create(_config(kind, dtype, impl, num_kv_heads=2), seed=1)
+    model = models.create(_config(kind, dtype, impl, num_kv_heads=2,
+                                  attention={'kind': attention}), seed=1)
 
     def loss(model):
       out = model(tokens, pos, seg)
