@@ -35,6 +35,7 @@ from jax.experimental import pallas as pl
 
 from roformer import attention
 from roformer import autodiff
+from roformer import sharding
 
 MASKED = float(jnp.finfo(jnp.float32).min)
 
@@ -380,6 +381,19 @@ def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, bl
   return q, k, v, positions, positions, segments, segments, params, row, col
 
 
+# The logical axes of the kernels' arguments (kernel_inputs) and of their output: rows and heads
+# are split as the mesh splits the attention's activations, the rest whole.
+KERNEL_AXES = ((('batch', 'act_heads', None, None),) * 3 + (('batch', None),) * 4
+               + (('act_heads', None),) + (('batch', 'act_heads', None),) * 2)
+
+
+def run_kernel(kernel, cfg: Static, args, length: int):
+  """`kernel(cfg, *args)` on each shard of the active mesh (rows and heads), as
+  [batch, length, heads, head_dim]."""
+  out = sharding.per_shard(functools.partial(kernel, cfg), args, KERNEL_AXES, KERNEL_AXES[0])
+  return kernel_output(out, length)
+
+
 def kernel_output(out, length: int):
   """A kernel's output [batch, heads, padded, head_dim] as [batch, length, heads, head_dim]."""
   return jnp.swapaxes(out[:, :, :length], 1, 2)
@@ -402,4 +416,4 @@ def attend(q, k, v, positions, segments, bias: Bias, *, params=None, row=None, c
                int(window), block_q, block_k, interpret)
   args = kernel_inputs(q, k, v, positions, segments, bias, params, row, col,
                        math.lcm(block_q, block_k))
-  return kernel_output(_attend(cfg, *args), q.shape[1])
+  return run_kernel(_attend, cfg, args, q.shape[1])

@@ -276,4 +276,4 @@ def attend(q, k, v, positions, segments, bias: fb.Bias, *, params=None, row=None
                   int(window), block_q, block_k, interpret, diagonal=attend_current)
   args = fb.kernel_inputs(q, k, v, positions, segments, bias, params, row, col,
                           math.lcm(block_q, block_k))
-  return fb.kernel_output(_attend(cfg, *args), q.shape[1])
+  return fb.run_kernel(_attend, cfg, args, q.shape[1])

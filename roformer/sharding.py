@@ -236,3 +236,19 @@ def constrain(x, names):
   if mesh is None:
     return x
   return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _ACTIVE_RULES.get(), mesh))
+
+
+def per_shard(fn, args, names, out_names):
+  """fn(*args) run on each device's shard of the active mesh (`jax.shard_map`), every argument
+  laid out by its logical axis names (`names`: one tuple per argument, `out_names` for the
+  output, shaped like the first argument), where a multi-device mesh is active; fn(*args)
+  otherwise. For a kernel XLA cannot split (a Pallas call), which it would otherwise run whole
+  on gathered inputs: fn must compute each shard from that shard alone (per row and head)."""
+  mesh = _active_mesh()
+  if mesh is None:
+    return fn(*args)
+  rules = _ACTIVE_RULES.get()
+  in_specs = tuple(spec_for(n, a.shape, rules, mesh) for n, a in zip(names, args))
+  out_specs = spec_for(out_names, args[0].shape, rules, mesh)
+  # Pallas' outputs carry no varying-axes annotation, so the shard_map does not check them.
+  return jax.shard_map(fn, in_specs=in_specs, out_specs=out_specs, check_vma=False)(*args)

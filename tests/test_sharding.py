@@ -4,9 +4,11 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+from flax import nnx
 
 from configs import test as test_config
 from roformer import errors
+from roformer import models
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from tests.test_step import _batch
@@ -112,3 +114,36 @@ def test_masked_lm_gathers_per_device_and_trains_like_one_device():
     return out
   np.testing.assert_allclose(losses(MESHES['data2_fsdp2_tensor2']), losses({'num_devices': 1}),
                              rtol=2e-6)
+
+
+@pytest.mark.parametrize('kind,attention', [
+    ('kerple', 'softmax'), pytest.param('alibi', 'stick_breaking', marks=pytest.mark.slow)])
+def test_the_fused_kernels_run_per_shard_with_one_devices_gradients(kind, attention,
+                                                                    eight_devices):
+  """attention_impl='pallas' on the mixed mesh: each device runs the kernel on its rows and
+  heads (a manual computation in the program, no gathered inputs), and every parameter's
+  gradient is one device's (KERPLE's per-head parameters, split by head, take the gradient
+  of every row)."""
+  del eight_devices
+  cfg = test_config.get_config(kind).model
+  cfg.update(vocab_size=64, attention_impl='pallas')
+  cfg.attention.kind = attention
+  rng = np.random.default_rng(0)
+  tokens = jax.numpy.asarray(rng.integers(5, 60, (8, 16)), jax.numpy.int32)
+  pos = jax.numpy.broadcast_to(jax.numpy.arange(16), (8, 16))
+  seg = jax.numpy.asarray(np.repeat([[1] * 10 + [2] * 6], 8, axis=0), jax.numpy.int32)
+
+  def grads():
+    model = models.create(cfg, seed=1)
+
+    def loss(model):
+      out = model(tokens, pos, seg)
+      return jax.numpy.sum(out * jax.numpy.cos(jax.numpy.arange(out.size).reshape(out.shape)))
+    return nnx.state(nnx.grad(loss)(model))
+
+  mesh = jax.make_mesh((2, 2, 2), sharding.AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  sharded = sharding.on_mesh(mesh, jax.jit(grads))
+  assert 'manual_computation' in sharded.lower().as_text()
+  for got, want in zip(jax.tree.leaves(sharded()), jax.tree.leaves(grads())):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want),
+                               atol=2e-5 * max(float(np.max(np.abs(want))), 1.0))
