@@ -192,7 +192,7 @@ def _validate_architecture(config) -> None:
 
 def _validate_attention(config, m) -> None:
   """Per-layer kinds, windows and bases; the attention kind and options, as they declare
-  (roformer/attention_options.py)."""
+  (roformer/attention_options/)."""
   att = self_attention.attention_config(m)
   pattern = tuple(m.layer_kinds)
   if pattern:

@@ -336,7 +336,7 @@ def schema() -> dict:
           # Gemma 3 uses 10,000 on its windowed layers and 1,000,000 on its global ones
           # (configs/lm.py:gemma3). Empty: every layer position.rope.base.
           'layer_rope_bases': Seq(Float(1, 1e12, min_open=True), default=()),
-          'attention': attention_options.SPECS,  # roformer/attention_options.py
+          'attention': attention_options.SPECS,  # roformer/attention_options/
           **_read_by(CLASSIFIER, {
               'num_classes': Int(1, 2**20, default=2),  # 1: regression (squared error).
               'pooling': Str(models.POOLINGS, default='first'),

@@ -46,7 +46,7 @@ def index() -> str:
   lines = []
   for title, patterns in GROUPS:
     files = sorted({p for pattern in patterns for p in ROOT.glob(pattern)
-                    if p.name != '__init__.py' or p.parent.name == 'positions'})
+                    if p.name != '__init__.py' or p.parent.name in ('positions', 'attention_options')})
     lines += [f'**{title}**', '']
     lines += [f'- `{p.relative_to(ROOT)}`: {summary(p)}' for p in files]
     lines.append('')

@@ -218,30 +218,74 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 ATTENTION_FIELDS = set(attention_options.SPECS)
 
 
-def _reads_a_field(node) -> bool:
-  """`att.F`, `attention.F` or `<...>.attention.F` for F a field of config.model.attention."""
-  if not isinstance(node, ast.Attribute) or node.attr not in ATTENTION_FIELDS:
-    return False
-  value = node.value
-  return ((isinstance(value, ast.Name) and value.id in ('att', 'attention'))
-          or (isinstance(value, ast.Attribute) and value.attr == 'attention'))
+def _is_attention_config(node) -> bool:
+  """`att`, `attention`, `<...>.attention` or `attention_config(...)`: the attention group."""
+  return ((isinstance(node, ast.Name) and node.id in ('att', 'attention'))
+          or (isinstance(node, ast.Attribute) and node.attr == 'attention')
+          or (isinstance(node, ast.Call) and getattr(node.func, 'attr', getattr(
+              node.func, 'id', '')) == 'attention_config'))
+
+
+def _field_read(node) -> str:
+  """The field of config.model.attention that `node` reads (`att.F`, `att['F']`,
+  `att.get('F')`, `getattr(att, 'F')`), or ''."""
+  constant = lambda n: n.value if isinstance(n, ast.Constant) and n.value in ATTENTION_FIELDS \
+      else ''
+  if isinstance(node, ast.Attribute) and node.attr in ATTENTION_FIELDS:
+    return node.attr if _is_attention_config(node.value) else ''
+  if isinstance(node, ast.Subscript) and _is_attention_config(node.value):
+    return constant(node.slice)
+  if isinstance(node, ast.Call) and node.args:
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr == 'get' and _is_attention_config(
+        func.value):
+      return constant(node.args[0])
+    if (isinstance(func, ast.Name) and func.id == 'getattr' and len(node.args) > 1
+        and _is_attention_config(node.args[0])):
+      return constant(node.args[1])
+  return ''
+
+
+# RoPE's rotation of FAVOR+'s features (its `rotate_features` hook) checks its own width against
+# the number of features: the one reader outside the package.
+EXEMPT = {('roformer/positions/rotary.py', '_favor_features')}
+
+
+def _nodes(tree, rel):
+  """The nodes of a module, without those of its exempt functions."""
+  skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+             and (rel, f.name) in EXEMPT for n in ast.walk(f)}
+  return [n for n in ast.walk(tree) if id(n) not in skipped]
 
 
 def test_no_module_outside_the_package_reads_an_attention_field():
   """The attention layer, the checks, the FLOPs, the trainer and the export ask the kinds' and
   switches' declarations and hooks: no module of roformer/ outside roformer/attention_options/
-  reads a field of config.model.attention (`att.ssmax`), the kind's name aside, which only
-  looks its declaration up (never compared with a name). RoPE's rotation of FAVOR+'s features
-  (its `rotate_features` hook) is the one exception: it checks its own width against the
-  number of features."""
+  reads a field of config.model.attention (`att.ssmax`, `att['dape']`, `att.get(...)`,
+  `attention_config(cfg).differential`), the kind's name aside, which only looks its
+  declaration up (never compared with a name, nor matched)."""
   found = []
   for path in sorted(ROOT.glob('roformer/**/*.py')):
     rel = path.relative_to(ROOT).as_posix()
-    if rel.startswith('roformer/attention_options/') or rel == 'roformer/positions/rotary.py':
+    if rel.startswith('roformer/attention_options/'):
       continue
-    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'))):
+    for node in _nodes(ast.parse(path.read_text(encoding='utf-8')), rel):
+      field = _field_read(node)
       compared = isinstance(node, ast.Compare) and any(
-          _reads_a_field(side) for side in [node.left, *node.comparators])
-      if (_reads_a_field(node) and node.attr != 'kind') or compared:
+          _field_read(side) for side in [node.left, *node.comparators])
+      matched = isinstance(node, ast.Match) and _field_read(node.subject)
+      if (field and field != 'kind') or compared or matched:
         found.append(f'{rel}:{node.lineno}: {ast.unparse(node)}')
   assert not found, found
+
+
+def test_the_field_reads_the_check_looks_for_are_found():
+  """The check above finds each form of read it names, and passes a kind's look-up."""
+  reads = ["att.ssmax", "att['dape']", "m.attention.get('qk_norm')", "getattr(att, 'chunk')",
+           "self_attention.attention_config(cfg).differential", "att.kind == 'favor'"]
+  for source in reads:
+    tree = ast.parse(source)
+    assert any(_field_read(n) or (isinstance(n, ast.Compare) and _field_read(n.left))
+               for n in ast.walk(tree)), source
+  assert not any(_field_read(n) and _field_read(n) != 'kind'
+                 for n in ast.walk(ast.parse('KINDS[att.kind]')))

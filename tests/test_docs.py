@@ -140,7 +140,7 @@ def test_the_capability_table_in_the_docs_is_the_registrys():
 
 
 def test_the_attention_options_table_is_the_declarations():
-  """docs/positions.md shows what each attention option needs as roformer/attention_options.py
+  """docs/positions.md shows what each attention option needs as roformer/attention_options/
   declares it. Fix a failure by pasting the output of `python -c "from roformer import
   attention_options; print(attention_options.table())"` between the page's markers."""
   from roformer import attention_options  # pylint: disable=import-outside-toplevel

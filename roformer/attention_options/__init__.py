@@ -9,10 +9,12 @@ roformer/config_schema.py puts in the config; a model config without it, built b
 roformer/flops.py, the warm start's comparison (`fields_read`) and the table of
 docs/positions.md (`table`). None names a pair of options.
 
-A new kind or switch is a module of this package (imported with the others, no list to extend)
-and its tests. The modules below are imported first, in this order: the kinds give the order of
-`attention.kind`'s choices, and the switches the order in which their hooks run (differential
-attention's outputs before the output gate's) and in which they draw their initial parameters.
+A new kind or switch is a module of this package and its tests: every module here is imported.
+The ones below are imported first, in this order, which is the order of `attention.kind`'s
+choices and of the switches everywhere: their hooks run in it (differential attention's outputs
+before the output gate's), their initial parameters are drawn in it, `check` reports the first
+switch that does not fit in it, and the table lists them in it. A module not in the list comes
+after them, in alphabetical order.
 """
 
 import copy
@@ -22,7 +24,6 @@ import pkgutil
 from roformer import errors
 from roformer import model_types
 from roformer import positions
-from roformer.attention_options import base
 from roformer.attention_options import softmax  # pylint: disable=unused-import
 from roformer.attention_options import favor  # pylint: disable=unused-import
 from roformer.attention_options import stick_breaking  # pylint: disable=unused-import

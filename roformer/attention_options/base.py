@@ -7,8 +7,9 @@ needs of the others and of the position schemes, its FLOPs and its hooks. The co
 roformer/flops.py and the table of docs/positions.md read the declarations (the package's
 `check`, `table`), so no pair of options is written out anywhere.
 
-A self-attention call runs the hooks in this order (each defaults to the identity; the
-switches' hooks run in the order the package registers them):
+A self-attention call runs the hooks in this order (the switches' in the order the package
+registers them; a switch's hooks default to doing nothing, `logits` being called only where
+`forms_logits` says so, and a kind must define `attend`):
 
 - `init(module, cfg, att, caps, rngs, dtype)`, kind and switches: the layer's parameters and
   settings, at construction;

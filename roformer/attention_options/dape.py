@@ -56,6 +56,7 @@ def dape_logits(logits: jax.Array, bias: jax.Array, w1, b1, w2, b2,
     f = jax.lax.map(jax.checkpoint(mlp), chunks).reshape(q_len, b, k_len, h)
   return logits + bias + jnp.transpose(f, (1, 3, 0, 2))
 
+
 DAPE_LIMIT_BYTES = 32 * 2**30  # Its [batch, L, L, 3 heads + width] maps, per layer.
 
 

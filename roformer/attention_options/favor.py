@@ -25,7 +25,6 @@ _STEPS = 2**31 - 1  # Step counters are int32.
 FEATURE_SEED = 1729
 
 
-
 def orthogonal_features(key: jax.Array, num_features: int, dim: int) -> jax.Array:
   """FAVOR+'s random projection [num_features, dim]: blocks of dim orthogonal rows (QR of a
   Gaussian matrix), each row rescaled to the norm of an independent Gaussian vector, so every
