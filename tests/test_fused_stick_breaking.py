@@ -139,7 +139,7 @@ def test_a_model_on_the_kernels_has_the_einsum_paths_outputs_and_gradients(kind,
   """attention.kind='stick_breaking' with attention_impl='pallas': each layer's bias from its
   scheme's `fused_bias` hook; the loss's gradient reaches every parameter as on the einsum
   path."""
-  cfg = kinds.tiny_config(kind).model
+  cfg = kinds.tiny_config(kind, num_layers=1).model
   cfg.attention.kind = 'stick_breaking'
   kinds.set_fields(cfg, fields)
   results = []

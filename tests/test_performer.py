@@ -156,9 +156,10 @@ def test_decoding_with_the_cache_matches_the_full_pass():
   pos = jnp.broadcast_to(jnp.arange(6), (2, 6))
   full = np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
   cache = model.init_cache(2, 6)
+  decode = nnx.jit(lambda model, *args: model.decode(*args))  # One program for the 6 steps.
   steps = []
   for t in range(6):
-    logits, cache = model.decode(tokens[:, t:t + 1], pos[:, t:t + 1], cache)
+    logits, cache = decode(model, tokens[:, t:t + 1], pos[:, t:t + 1], cache)
     steps.append(np.asarray(logits[:, 0]))
   np.testing.assert_allclose(np.stack(steps, 1), full, rtol=1e-4, atol=1e-4)
 

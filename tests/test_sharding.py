@@ -126,7 +126,7 @@ def test_the_fused_kernels_run_per_shard_with_one_devices_gradients(kind, attent
   of every row)."""
   del eight_devices
   cfg = test_config.get_config(kind).model
-  cfg.update(vocab_size=64, attention_impl='pallas')
+  cfg.update(vocab_size=64, attention_impl='pallas', num_layers=1)
   cfg.attention.kind = attention
   rng = np.random.default_rng(0)
   tokens = jax.numpy.asarray(rng.integers(5, 60, (8, 16)), jax.numpy.int32)

@@ -203,7 +203,8 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
 
 @pytest.mark.parametrize('case,says', [('missing', 'no config.json'), ('favor', 'FAVOR+'),
                                        ('differential', 'differential'),
-                                       ('mlm', 'measured for causal LMs. Fix: give causal_lm'),
+                                       pytest.param('mlm', 'measured for causal LMs. Fix: give '
+                                                    'causal_lm', marks=pytest.mark.slow),
                                        ('twice', 'names already')])
 def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdirs, tmp_path):
   workdir = str(tmp_path / 'run')
