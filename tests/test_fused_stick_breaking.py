@@ -95,7 +95,9 @@ def test_the_output_is_the_papers_products(name, attend_current, window):
                              atol=2e-6)
 
 
-@pytest.mark.parametrize('name,attend_current,window', CASES[1:])
+# The two biases' gradients by default (the tiles without one are the same code); all -m slow.
+@pytest.mark.parametrize('name,attend_current,window', [
+    pytest.param(*CASES[1], marks=pytest.mark.slow), *CASES[2:]])
 def test_the_gradients_are_autodiffs_of_the_einsum_paths_weights(name, attend_current, window):
   """Of q, k, v, the bias's per-head parameters and the per-position row and column values."""
   weight = jnp.asarray(W)
@@ -157,7 +159,9 @@ def test_a_model_on_the_kernels_has_the_einsum_paths_outputs_and_gradients(kind,
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5)
 
 
-@pytest.mark.parametrize('bias', [fb.NONE, bias_lib.ALIBI_FUSED, fb.SEPARABLE])
+@pytest.mark.parametrize('bias', [  # The biases' tiles lower as the fused bias kernel's do.
+    fb.NONE, pytest.param(bias_lib.ALIBI_FUSED, marks=pytest.mark.slow),
+    pytest.param(fb.SEPARABLE, marks=pytest.mark.slow)])
 def test_the_kernels_lower_for_a_gpu_through_triton(bias):
   """Lowered for CUDA from the CPU (jax.export), at three key blocks (the carried prefixes'
   blocks are then not a power of 2 long): the forward and both backward kernels go through
