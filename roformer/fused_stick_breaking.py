@@ -11,19 +11,22 @@ tile), query i takes from key j < i (j <= i with `attend_current`) the weight
 Forward: each query block visits its key blocks from the nearest (the diagonal) outwards and
 carries, per row, the sum of r over the keys already visited (all of them later than the tile's
 keys); a tile adds the sum over its own later keys with one [block, block] triangular matmul.
-There is no normalisation and no running maximum (every weight is at most 1). The rows' totals
-of r are kept for the backward pass.
+There is no normalisation and no running maximum (every weight is at most 1).
 
 Backward: with G = dO V^T, the logits' gradient is
 
   dz_ij = sigmoid(-z_ij) G_ij W_ij - sigmoid(z_ij) sum_{m<j} G_im W_im
 
 on the keys a query takes (the first term through its own weight, the second through the
-weights of the earlier keys, whose sticks key j broke). The query-gradient kernel visits key
-blocks from the first, carrying each row's prefix of r (the weights are total - prefix) and of
-G W, and writes both at each key block's start ([batch, heads, key blocks, length]: O(L^2 /
-block) memory) for the key-gradient kernel, which then visits the query blocks of a key block
-without carrying anything. Masks, windows, positions, grouped heads and the bias are those of
+weights of the earlier keys, whose sticks key j broke). The query-gradient kernel visits the key
+blocks as the forward pass does, from the diagonal outwards, carrying each row's sum of r and of
+G W over the keys after the tile, and writes both at each key block ([batch, heads, key blocks,
+length]: O(L^2 / block) memory) for the key-gradient kernel, which then visits the query blocks
+of a key block without carrying anything. The sum over the keys before j is delta_i - the sum
+from j on, with delta_i = sum_j G_ij W_ij = dO_i . O_i as in flash attention: a difference
+bounded by max |G|, since the weights sum to at most 1. (Sums of r are never subtracted: on long
+rows or large logits they reach thousands, and a weight near the diagonal read as exp(total -
+prefix) would keep only the rounding of the total.) Masks, windows, positions, grouped heads and the bias are those of
 roformer/fused_bias.py; on the CPU the kernels run in Pallas' interpret mode.
 """
 
@@ -64,7 +67,7 @@ def _tile_weights(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, param
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-                    row_ref, col_ref, o_ref, total_ref, *, cfg: fb.Static):
+                    row_ref, col_ref, o_ref, *, cfg: fb.Static):
   i = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   q = q_ref[...]
@@ -85,82 +88,112 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
     return acc, later + jnp.sum(r, axis=1)
 
   init = (jnp.zeros((bq, q.shape[-1]), jnp.float32), jnp.zeros((bq,), jnp.float32))
-  acc, total = jax.lax.fori_loop(0, hi - lo, body, init)
+  acc, _ = jax.lax.fori_loop(0, hi - lo, body, init)
   o_ref[...] = acc.astype(o_ref.dtype)
-  total_ref[...] = total
 
 
-def _logits_grad(z, mask, w, g, taken):
-  """dz of a tile: G W and the prefix of G W over the row's earlier keys (`taken` [bq]: the
-  sum before the tile); returns (dz, G W)."""
+def _logits_grad(z, mask, w, g, before):
+  """dz of a tile and its G W, given each row's sum of G W over the keys before the tile
+  (`before` [bq])."""
   gw = g * w
-  before = taken[:, None] + _sums(gw, _triangle(gw.shape[1], jnp.less))  # keys m < j
-  dz = jnp.where(mask, jax.nn.sigmoid(-z) * gw - jax.nn.sigmoid(z) * before, 0.0)
+  earlier = before[:, None] + _sums(gw, _triangle(gw.shape[1], jnp.less))  # keys m < j
+  dz = jnp.where(mask, jax.nn.sigmoid(-z) * gw - jax.nn.sigmoid(z) * earlier, 0.0)
   return dz, gw
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-               row_ref, col_ref, do_ref, total_ref, dq_ref, drow_ref, dparams_ref, prefix_ref,
-               taken_ref, *, cfg: fb.Static):
+def _row(ref, j):
+  """Row j of a [key blocks, rows] ref: [rows]."""
+  return ref[pl.ds(j, 1), :][0]
+
+
+def _stats_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+                  row_ref, col_ref, do_ref, later_ref, sums_ref, *, cfg: fb.Static):
+  """Per row and key block: the sum of r over the keys after the block (carried from the
+  diagonal outwards, as the forward pass does) and the block's sum of G W; zeros for the
+  blocks the row does not see."""
   i = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   q, do = q_ref[...], do_ref[...]
   q_slots = i * bq + jnp.arange(bq)
-  q_pos, q_seg, row, total = q_pos_ref[...], q_seg_ref[...], row_ref[...], total_ref[...]
+  q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
   params = fb.tile_params(cfg, params_ref)
-  upto = _triangle(bk, jnp.less_equal)
+  num_k = k_ref.shape[0] // bk
+  lo, hi = fb.key_blocks(cfg, i, num_k)
+  zeros = jnp.zeros((1, bq), jnp.float32)
+
+  def unseen(j, _):
+    later_ref[pl.ds(j, 1), :] = zeros
+    sums_ref[pl.ds(j, 1), :] = zeros
+
+  jax.lax.fori_loop(0, lo, unseen, None)
+  jax.lax.fori_loop(hi, num_k, unseen, None)
+
+  def body(n, later):
+    j = hi - 1 - n
+    later_ref[pl.ds(j, 1), :] = later[None]
+    keys = pl.ds(j * bk, bk)
+    _, _, _, r, w = _tile_weights(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk),
+                                  q_pos, k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row,
+                                  col_ref[keys], later)
+    g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
+    sums_ref[pl.ds(j, 1), :] = jnp.sum(g * w, axis=1)[None]
+    return later + jnp.sum(r, axis=1)
+
+  jax.lax.fori_loop(0, hi - lo, body, jnp.zeros((bq,), jnp.float32))
+
+
+def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+               row_ref, col_ref, do_ref, later_ref, before_ref, dq_ref, drow_ref, dparams_ref,
+               *, cfg: fb.Static):
+  i = pl.program_id(2)
+  bq, bk = cfg.block_q, cfg.block_k
+  q, do = q_ref[...], do_ref[...]
+  q_slots = i * bq + jnp.arange(bq)
+  q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
+  params = fb.tile_params(cfg, params_ref)
 
   def body(j, carry):
-    dq, drow, dparams, prefix, taken = carry
-    prefix_ref[pl.ds(j, 1), :] = prefix[None]  # What the key-gradient kernel starts from.
-    taken_ref[pl.ds(j, 1), :] = taken[None]
+    dq, drow, dparams = carry
     keys = pl.ds(j * bk, bk)
     k = k_ref[keys, :]
-    z, mask, d = fb.tile(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos, k_pos_ref[keys],
-                         q_seg, k_seg_ref[keys], params, row, col_ref[keys])
-    r = jnp.where(mask, jax.nn.log_sigmoid(-z), 0.0)
-    later = total[:, None] - prefix[:, None] - _sums(r, upto)  # sum over keys l > j
-    w = jnp.where(mask, jnp.exp(jax.nn.log_sigmoid(z) + later), 0.0)
+    z, mask, d, _, w = _tile_weights(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos,
+                                     k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row,
+                                     col_ref[keys], _row(later_ref, j))
     g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
-    dz, gw = _logits_grad(z, mask, w, g, taken)
+    dz, _ = _logits_grad(z, mask, w, g, _row(before_ref, j))
     dq = dq + jnp.dot(dz.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
     dparams = fb.add_param_grads(cfg, dparams, dz, d, q_pos, params)
-    return (dq, drow + jnp.sum(dz, axis=1), dparams, prefix + jnp.sum(r, axis=1),
-            taken + jnp.sum(gw, axis=1))
+    return dq, drow + jnp.sum(dz, axis=1), dparams
 
   lo, hi = fb.key_blocks(cfg, i, k_ref.shape[0] // bk)
-  zeros = jnp.zeros((bq,), jnp.float32)
-  init = (jnp.zeros(q.shape, jnp.float32), zeros, jnp.zeros((fb.param_width(cfg.bias),),
-                                                            jnp.float32), zeros, zeros)
-  dq, drow, dparams, _, _ = jax.lax.fori_loop(lo, hi, body, init)
+  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
+          jnp.zeros((fb.param_width(cfg.bias),), jnp.float32))
+  dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
   dq_ref[...] = dq.astype(dq_ref.dtype)
   drow_ref[...] = drow
   dparams_ref[...] = dparams
 
 
 def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-                row_ref, col_ref, do_ref, total_ref, prefix_ref, taken_ref, dk_ref, dv_ref,
-                dcol_ref, *, cfg: fb.Static):
+                row_ref, col_ref, do_ref, later_ref, before_ref, dk_ref, dv_ref, dcol_ref, *,
+                cfg: fb.Static):
   j = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   k, v = k_ref[...], v_ref[...]
   k_slots = j * bk + jnp.arange(bk)
   k_pos, k_seg, col = k_pos_ref[...], k_seg_ref[...], col_ref[...]
   params = fb.tile_params(cfg, params_ref)
-  upto = _triangle(bk, jnp.less_equal)
 
   def body(i, carry):
     dk, dv, dcol = carry
     rows = pl.ds(i * bq, bq)
     q, do = q_ref[rows, :], do_ref[rows, :]
-    z, mask, _ = fb.tile(cfg, q, k, i * bq + jnp.arange(bq), k_slots, q_pos_ref[rows], k_pos,
-                         q_seg_ref[rows], k_seg, params, row_ref[rows], col)
-    r = jnp.where(mask, jax.nn.log_sigmoid(-z), 0.0)
-    later = (total_ref[rows] - prefix_ref[rows])[:, None] - _sums(r, upto)
-    w = jnp.where(mask, jnp.exp(jax.nn.log_sigmoid(z) + later), 0.0)
+    z, mask, _, _, w = _tile_weights(cfg, q, k, i * bq + jnp.arange(bq), k_slots,
+                                     q_pos_ref[rows], k_pos, q_seg_ref[rows], k_seg, params,
+                                     row_ref[rows], col, later_ref[rows])
     dv = dv + jnp.dot(w.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
     g = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
-    dz, _ = _logits_grad(z, mask, w, g, taken_ref[rows])
+    dz, _ = _logits_grad(z, mask, w, g, before_ref[rows])
     dk = dk + jnp.dot(dz.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * cfg.scale
     return dk, dv, dcol + jnp.sum(dz, axis=0)
 
@@ -178,10 +211,8 @@ def _forward(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, c
   return pl.pallas_call(
       functools.partial(_forward_kernel, cfg=cfg),
       grid=(b, h, length // cfg.block_q), in_specs=inputs,
-      out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
-                 pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
-      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                 jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
+      out_specs=pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
+      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       interpret=cfg.interpret, compiler_params=fb.compiler_params())(
           q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
 
@@ -210,51 +241,54 @@ def reference(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, 
                      why='the Pallas kernel has no autodiff rule: its backward is two kernels',
                      plain=lambda cfg, *args: reference(cfg, *args))
 def _attend(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
-  return _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)[0]
+  return _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
 
 
 def _attend_fwd(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
-  out, total = _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
-  return out, (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, total)
+  out = _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
+  return out, (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
 
 
 def _attend_bwd(cfg, residuals, g):
-  q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, total = residuals
-  b, h, length, dh = q.shape
+  b, h, length, dh = residuals[0].shape
+  q, k, v, _, _, _, _, params, row, col = residuals
   num_k = length // cfg.block_k
   num_p = fb.param_width(cfg.bias)
-  args = (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, g, total)
-  inputs, _ = fb.specs(cfg, length, dh, by_query=True)
+  args = (*residuals, g)
+  by_query, _ = fb.specs(cfg, length, dh, by_query=True)
+  by_query.append(pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)))
+  per_row = pl.BlockSpec((None, None, num_k, cfg.block_q), lambda b, h, i: (b, h, 0, i))
+  blocks_by_rows = jax.ShapeDtypeStruct((b, h, num_k, length), jnp.float32)
+  later, sums = pl.pallas_call(
+      functools.partial(_stats_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
+      in_specs=by_query, out_specs=[per_row, per_row], out_shape=[blocks_by_rows] * 2,
+      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args)
+  # Each row's sum of G W over the key blocks before each one: an exclusive running sum.
+  before = jnp.concatenate([jnp.zeros_like(sums[:, :, :1]),
+                            jnp.cumsum(sums, axis=2)[:, :, :-1]], axis=2)
   per_query = lambda b, h, i: (b, h, i)
-  carried = pl.BlockSpec((None, None, num_k, cfg.block_q), lambda b, h, i: (b, h, 0, i))
-  dq, drow, dparams, prefix, taken = pl.pallas_call(
+  dq, drow, dparams = pl.pallas_call(
       functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
-      in_specs=inputs + [pl.BlockSpec((None, None, cfg.block_q, dh),
-                                      lambda b, h, i: (b, h, i, 0)),
-                         pl.BlockSpec((None, None, cfg.block_q), per_query)],
+      in_specs=by_query + [per_row, per_row],
       out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
                  pl.BlockSpec((None, None, cfg.block_q), per_query),
-                 pl.BlockSpec((None, None, None, num_p), lambda b, h, i: (b, h, i, 0)),
-                 carried, carried],
+                 pl.BlockSpec((None, None, None, num_p), lambda b, h, i: (b, h, i, 0))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h, num_k, length), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h, num_k, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args)
-  inputs, _ = fb.specs(cfg, length, dh, by_query=False)
-  whole_vec = pl.BlockSpec((None, None, length), lambda b, h, j: (b, h, 0))
+                 jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
+      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args, later, before)
+  by_key, _ = fb.specs(cfg, length, dh, by_query=False)
   at_key_block = pl.BlockSpec((None, None, None, length), lambda b, h, j: (b, h, j, 0))
+  by_key += [pl.BlockSpec((None, None, length, dh), lambda b, h, j: (b, h, 0, 0)),
+             at_key_block, at_key_block]
   dk, dv, dcol = pl.pallas_call(
-      functools.partial(_dkv_kernel, cfg=cfg), grid=(b, h, num_k),
-      in_specs=inputs + [pl.BlockSpec((None, None, length, dh), lambda b, h, j: (b, h, 0, 0)),
-                         whole_vec, at_key_block, at_key_block],
+      functools.partial(_dkv_kernel, cfg=cfg), grid=(b, h, num_k), in_specs=by_key,
       out_specs=[pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
                  pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
                  pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args, prefix, taken)
+      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args, later, before)
   dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
   return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
           (-dcol).astype(col.dtype))

@@ -243,12 +243,18 @@ def per_shard(fn, args, names, out_names):
   laid out by its logical axis names (`names`: one tuple per argument, `out_names` for the
   output, shaped like the first argument), where a multi-device mesh is active; fn(*args)
   otherwise. For a kernel XLA cannot split (a Pallas call), which it would otherwise run whole
-  on gathered inputs: fn must compute each shard from that shard alone (per row and head)."""
+  on gathered inputs: fn must compute each shard from that shard alone (per row and head).
+
+  Each logical name is resolved once, on the first argument, whose names must include every
+  other argument's: every array is then split along the same mesh axes (per array, a rule
+  could otherwise give the heads of one array a mesh axis that another's rows took)."""
   mesh = _active_mesh()
   if mesh is None:
     return fn(*args)
-  rules = _ACTIVE_RULES.get()
-  in_specs = tuple(spec_for(n, a.shape, rules, mesh) for n, a in zip(names, args))
-  out_specs = spec_for(out_names, args[0].shape, rules, mesh)
+  first = spec_for(names[0], args[0].shape, _ACTIVE_RULES.get(), mesh)
+  resolved = dict(zip(names[0], first))
+  spec = lambda logical: P(*(resolved[n] if n else None for n in logical))
+  in_specs = tuple(spec(n) for n in names)
+  out_specs = spec(out_names)
   # Pallas' outputs carry no varying-axes annotation, so the shard_map does not check them.
   return jax.shard_map(fn, in_specs=in_specs, out_specs=out_specs, check_vma=False)(*args)

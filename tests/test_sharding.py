@@ -147,3 +147,25 @@ def test_the_fused_kernels_run_per_shard_with_one_devices_gradients(kind, attent
   for got, want in zip(jax.tree.leaves(sharded()), jax.tree.leaves(grads())):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want),
                                atol=2e-5 * max(float(np.max(np.abs(want))), 1.0))
+
+
+@pytest.mark.parametrize('rules', [{'batch': ['data', 'fsdp', 'tensor']},
+                                   {'act_heads': ['tensor', 'fsdp']}])
+def test_the_fused_kernel_splits_every_argument_alike_whatever_the_rules(rules, eight_devices):
+  """Rules under which the rows take the mesh axis the heads would take, or the heads two
+  axes: every argument (the per-head parameters too) is split along the same axes, so the
+  kernel's output on the mesh is one device's."""
+  del eight_devices
+  from roformer import fused_bias  # pylint: disable=import-outside-toplevel
+  from roformer.positions import bias as bias_lib  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  q, k, v = (jax.numpy.asarray(rng.normal(size=(8, 16, 4, 8)), jax.numpy.float32)
+             for _ in range(3))
+  positions = jax.numpy.broadcast_to(jax.numpy.arange(16), (8, 16))
+  segments = jax.numpy.ones((8, 16), jax.numpy.int32)
+  slopes = jax.numpy.asarray([[0.5], [0.25], [0.125], [0.0625]], jax.numpy.float32)
+  attend = lambda: fused_bias.attend(q, k, v, positions, segments, bias_lib.ALIBI_FUSED,
+                                     params=slopes, block_q=8, block_k=8)
+  mesh = jax.make_mesh((2, 2, 2), sharding.AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  on_mesh = sharding.on_mesh(mesh, jax.jit(attend), {**sharding.DEFAULT_RULES, **rules})
+  np.testing.assert_allclose(np.asarray(on_mesh()), np.asarray(attend()), atol=1e-6)
