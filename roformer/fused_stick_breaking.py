@@ -18,16 +18,18 @@ Backward: with G = dO V^T, the logits' gradient is
   dz_ij = sigmoid(-z_ij) G_ij W_ij - sigmoid(z_ij) sum_{m<j} G_im W_im
 
 on the keys a query takes (the first term through its own weight, the second through the
-weights of the earlier keys, whose sticks key j broke). The query-gradient kernel visits the key
-blocks as the forward pass does, from the diagonal outwards, carrying each row's sum of r and of
-G W over the keys after the tile, and writes both at each key block ([batch, heads, key blocks,
-length]: O(L^2 / block) memory) for the key-gradient kernel, which then visits the query blocks
-of a key block without carrying anything. The sum over the keys before j is delta_i - the sum
-from j on, with delta_i = sum_j G_ij W_ij = dO_i . O_i as in flash attention: a difference
-bounded by max |G|, since the weights sum to at most 1. (Sums of r are never subtracted: on long
-rows or large logits they reach thousands, and a weight near the diagonal read as exp(total -
-prefix) would keep only the rounding of the total.) Masks, windows, positions, grouped heads and the bias are those of
-roformer/fused_bias.py; on the CPU the kernels run in Pallas' interpret mode.
+weights of the earlier keys, whose sticks key j broke). It is three kernels. The first visits
+the key blocks as the forward pass does, from the diagonal outwards, and writes per row and key
+block the sum of r over the keys after the block and the block's sum of G W ([batch, heads, key
+blocks, length] each: O(L^2 / block) memory); a running sum over the blocks gives each row's
+sum of G W before every block. The query gradients (per query block) and the key and value
+gradients (per key block) then read both and carry nothing. No sum is subtracted from another:
+on long rows or large logits the sums of r reach thousands, and a weight near the diagonal
+computed as exp(total - prefix) would keep only the rounding of the total; the sum of G W
+before a key, computed as delta_i - the sum from the key on (flash attention's delta), loses
+the gradients where the weights are concentrated. Masks, windows, positions, grouped heads and
+the bias are those of roformer/fused_bias.py; on the CPU the kernels run in Pallas' interpret
+mode.
 """
 
 import functools
@@ -238,7 +240,7 @@ def reference(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, 
 
 
 @autodiff.custom_vjp('fused_stick_breaking', nondiff_argnums=(0,),
-                     why='the Pallas kernel has no autodiff rule: its backward is two kernels',
+                     why='the Pallas kernel has no autodiff rule: its backward is three kernels',
                      plain=lambda cfg, *args: reference(cfg, *args))
 def _attend(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   return _forward(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
