@@ -338,9 +338,11 @@ def _attend_bwd(cfg, residuals, g):
 _attend.defvjp(_attend_fwd, _attend_bwd)
 
 
-def reference(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
-  """The same attention with the bias and the mask materialised [batch, heads, q, k], in the
-  kernels' layout ([batch, heads, length, head_dim]): what runs when custom gradients are off."""
+def materialised_logits(cfg: Static, q, k, q_pos, k_pos, q_seg, k_seg, params, row, col,
+                        causal: bool):
+  """(logits with the bias [batch, heads, q, k] float32, the mask of segments, causality by
+  index when `causal`, and the window): what the kernels compute tile by tile, whole, in their
+  layout ([batch, heads, length, head_dim])."""
   length = q.shape[2]
   s = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32) * cfg.scale
   d = q_pos[:, None, :, None] - k_pos[:, None, None, :]
@@ -350,9 +352,17 @@ def reference(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col
     s = s + jnp.stack(per_head, axis=1)
   if cfg.bias.separable:
     s = s + row[..., :, None] - col[..., None, :]
-  mask = attention.make_mask(q_seg, k_seg, causal=cfg.causal)
+  mask = attention.make_mask(q_seg, k_seg, causal=causal)
   if cfg.window:
     mask &= attention.window_mask(jnp.arange(length), length, cfg.window)
+  return s, mask
+
+
+def reference(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
+  """The same attention with the bias and the mask materialised: what runs when custom
+  gradients are off."""
+  s, mask = materialised_logits(cfg, q, k, q_pos, k_pos, q_seg, k_seg, params, row, col,
+                                cfg.causal)
   s = jnp.where(mask, s, MASKED)
   p = jnp.where(mask, jax.nn.softmax(s, axis=-1), 0.0)
   return jnp.einsum('bhqk,bhkd->bhqd', p.astype(v.dtype), v).astype(q.dtype)

@@ -223,18 +223,8 @@ def reference(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, 
   """The same attention with the logits materialised [batch, heads, q, k] (the kernels'
   layout), the weights by `attention.stick_breaking_weights`: what runs with custom gradients
   off."""
-  length = q.shape[2]
-  s = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32) * cfg.scale
-  d = q_pos[:, None, :, None] - k_pos[:, None, None, :]
-  if cfg.bias.of_distance is not None:
-    per_head = [cfg.bias.of_distance(tuple(params[hh, p] for p in range(cfg.bias.num_params)),
-                                     d[:, 0], q_pos[:, :, None]) for hh in range(q.shape[1])]
-    s = s + jnp.stack(per_head, axis=1)
-  if cfg.bias.separable:
-    s = s + row[..., :, None] - col[..., None, :]
-  mask = attention.make_mask(q_seg, k_seg, causal=False)
-  if cfg.window:
-    mask &= attention.window_mask(jnp.arange(length), length, cfg.window)
+  s, mask = fb.materialised_logits(cfg, q, k, q_pos, k_pos, q_seg, k_seg, params, row, col,
+                                   causal=False)  # The weights take the causal keys.
   w = attention.stick_breaking_weights(s, cfg.diagonal, mask)
   return jnp.einsum('bhqk,bhkd->bhqd', w.astype(v.dtype), v).astype(q.dtype)
 
