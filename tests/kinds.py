@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from roformer import models
 from roformer import positions
 
 ALL = tuple(positions.kinds())
@@ -113,6 +114,26 @@ def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, at
     np.testing.assert_allclose(np.asarray(logits), full[:, start:start + size], atol=atol)
     start += size
   return cache
+
+
+def assert_implementations_agree(cfg, tokens, positions_, segments, impls=('einsum', 'pallas'),
+                                 atol=1e-5, grad_atol=5e-5):
+  """The model of `cfg` (its attention_impl set to each of `impls`, seed 1) gives the first
+  implementation's logits and every parameter's gradient of a fixed loss on the others."""
+  results = []
+  for impl in impls:
+    cfg.attention_impl = impl
+    model = models.create(cfg, seed=1)
+
+    def loss(model):
+      out = model(tokens, positions_, segments)
+      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
+    results.append(nnx.value_and_grad(loss, has_aux=True)(model))
+  (_, want), want_grads = results[0]
+  for (_, got), got_grads in results[1:]:
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=atol)
+    for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=grad_atol)
 
 
 def visible_positions(model, seed: int = 0):

@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from configs import test as test_config
 from roformer import autodiff
@@ -241,19 +240,7 @@ def test_a_model_on_the_fused_kernel_has_the_einsum_paths_outputs_and_gradients(
   parameter as on the einsum path."""
   cfg = kinds.tiny_config(kind).model
   kinds.set_fields(cfg, fields)
-  results = []
-  for impl in ('einsum', 'pallas'):
-    cfg.attention_impl = impl
-    model = models.create(cfg, seed=1)
-
-    def loss(model):
-      out = model(TOKENS, MODEL_POS, MODEL_SEG)
-      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
-    results.append(nnx.value_and_grad(loss, has_aux=True)(model))
-  ((_, want), want_grads), ((_, got), got_grads) = results
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-  for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5)
+  kinds.assert_implementations_agree(cfg, TOKENS, MODEL_POS, MODEL_SEG)
 
 
 def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term():

@@ -8,13 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from roformer import attention
 from roformer import autodiff
 from roformer import fused_bias as fb
 from roformer import fused_stick_breaking as fsb
-from roformer import models
 from roformer.positions import bias as bias_lib
 from tests import kinds
 
@@ -174,19 +172,7 @@ def test_a_model_on_the_kernels_has_the_einsum_paths_outputs_and_gradients(kind,
   cfg = kinds.tiny_config(kind, num_layers=1).model
   cfg.attention.kind = 'stick_breaking'
   kinds.set_fields(cfg, fields)
-  results = []
-  for impl in ('einsum', 'pallas'):
-    cfg.attention_impl = impl
-    model = models.create(cfg, seed=1)
-
-    def loss(model):
-      out = model(TOKENS, MODEL_POS, MODEL_SEG)
-      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
-    results.append(nnx.value_and_grad(loss, has_aux=True)(model))
-  ((_, want), want_grads), ((_, got), got_grads) = results
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
-  for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=5e-5)
+  kinds.assert_implementations_agree(cfg, TOKENS, MODEL_POS, MODEL_SEG)
 
 
 @pytest.mark.parametrize('bias', [  # The biases' tiles lower as the fused bias kernel's do.
