@@ -172,11 +172,6 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
   lse_ref[...] = m + jnp.log(l)
 
 
-def _weights(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col, lse):
-  s, mask, d = tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
-  return jnp.where(mask, jnp.exp(s - lse[:, None]), 0.0), d
-
-
 def add_param_grads(cfg: Static, dparams, ds, d, q_pos, params):
   """dparams [param_width] plus sum(ds * d bias / d param) over a tile whose logits' gradient
   is ds [bq, bk] (distances d, query positions q_pos), by autodiff of the tile's bias."""
@@ -189,25 +184,32 @@ def add_param_grads(cfg: Static, dparams, ds, d, q_pos, params):
   return dparams
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-               row_ref, col_ref, do_ref, lse_ref, delta_ref, dq_ref, drow_ref, dparams_ref, *,
-               cfg: Static):
+def dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+              row_ref, col_ref, do_ref, a_ref, b_ref, dq_ref, drow_ref, dparams_ref, *,
+              cfg: Static, tile_grad: Callable, per_key_block: bool = False):
+  """The query gradients of one query block, visiting the key blocks it sees: dq, the rows'
+  sums of the logits' gradient (a separable bias's row gradient) and the bias parameters'.
+  `tile_grad(z, mask, g, a, b)` gives a tile's (weights, logits' gradient) from its logits z
+  (bias and mask applied), mask, G = dO V^T and two per-row vectors of the attention's own,
+  `a_ref` and `b_ref` ([rows] of the query block, or with `per_key_block` [key blocks, rows]:
+  one row per key block). The attention's own part is tile_grad; the rest is shared."""
   i = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   q, do = q_ref[...], do_ref[...]
   q_slots = i * bq + jnp.arange(bq)
   q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
-  lse, delta = lse_ref[...], delta_ref[...]
   params = tile_params(cfg, params_ref)
+  read = (lambda ref, j: ref[pl.ds(j, 1), :][0]) if per_key_block else (
+      lambda ref, j: ref[...])
 
   def body(j, carry):
     dq, drow, dparams = carry
     keys = pl.ds(j * bk, bk)
     k = k_ref[keys, :]
-    p, d = _weights(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos, k_pos_ref[keys], q_seg,
-                    k_seg_ref[keys], params, row, col_ref[keys], lse)
-    dp = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
-    ds = p * (dp - delta[:, None])
+    z, mask, d = tile(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos, k_pos_ref[keys], q_seg,
+                      k_seg_ref[keys], params, row, col_ref[keys])
+    g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
+    _, ds = tile_grad(z, mask, g, read(a_ref, j), read(b_ref, j))
     dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
     dparams = add_param_grads(cfg, dparams, ds, d, q_pos, params)
     return dq, drow + jnp.sum(ds, axis=1), dparams
@@ -221,9 +223,12 @@ def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, 
   dparams_ref[...] = dparams
 
 
-def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-                row_ref, col_ref, do_ref, lse_ref, delta_ref, dk_ref, dv_ref, dcol_ref, *,
-                cfg: Static):
+def dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
+               row_ref, col_ref, do_ref, a_ref, b_ref, dk_ref, dv_ref, dcol_ref, *,
+               cfg: Static, tile_grad: Callable):
+  """The key and value gradients of one key block, visiting the query blocks that see it, and
+  the columns' sums of the logits' gradient; `tile_grad` as for `dq_kernel`, `a_ref` and
+  `b_ref` here [length] (the key block's row of a per-key-block vector)."""
   j = pl.program_id(2)
   bq, bk = cfg.block_q, cfg.block_k
   k, v = k_ref[...], v_ref[...]
@@ -235,11 +240,11 @@ def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref,
     dk, dv, dcol = carry
     rows = pl.ds(i * bq, bq)
     q, do = q_ref[rows, :], do_ref[rows, :]
-    p, _ = _weights(cfg, q, k, i * bq + jnp.arange(bq), k_slots, q_pos_ref[rows], k_pos,
-                    q_seg_ref[rows], k_seg, params, row_ref[rows], col, lse_ref[rows])
-    dv = dv + jnp.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
-    dp = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
-    ds = p * (dp - delta_ref[rows][:, None])
+    z, mask, _ = tile(cfg, q, k, i * bq + jnp.arange(bq), k_slots, q_pos_ref[rows], k_pos,
+                      q_seg_ref[rows], k_seg, params, row_ref[rows], col)
+    g = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
+    w, ds = tile_grad(z, mask, g, a_ref[rows], b_ref[rows])
+    dv = dv + jnp.dot(w.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
     dk = dk + jnp.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * cfg.scale
     return dk, dv, dcol + jnp.sum(ds, axis=0)
 
@@ -251,9 +256,16 @@ def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref,
   dcol_ref[...] = dcol
 
 
+def _softmax_grad(z, mask, g, lse, delta):
+  """Flash attention 2's tile: the weights from the saved log-sum-exp, and
+  dS = P (dP - delta) with delta = sum_j dP_ij P_ij = dO . O."""
+  p = jnp.where(mask, jnp.exp(z - lse[:, None]), 0.0)
+  return p, p * (g - delta[:, None])
+
+
 def specs(cfg: Static, length: int, head_dim: int, by_query: bool):
   """BlockSpecs over the grid (batch, head, block): the inputs of every kernel (q, k, v,
-  q_pos, k_pos, q_seg, k_seg, params, row, col, [do, lse, delta]); the blocked side is the
+  q_pos, k_pos, q_seg, k_seg, params, row, col); the blocked side is the
   queries' (`by_query`) or the keys', the other side whole."""
   sq, sk = (cfg.block_q, length) if by_query else (length, cfg.block_k)
   at_q = (lambda b, h, i: (b, h, i, 0)) if by_query else (lambda b, h, i: (b, h, 0, 0))
@@ -268,13 +280,12 @@ def specs(cfg: Static, length: int, head_dim: int, by_query: bool):
   inputs = [q, k, k, pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k),
             pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k), params,
             pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sk), vec_k)]
-  backward = [q, pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sq), vec_q)]
-  return inputs, backward
+  return inputs
 
 
 def _forward(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   b, h, length, dh = q.shape
-  inputs, _ = specs(cfg, length, dh, by_query=True)
+  inputs = specs(cfg, length, dh, by_query=True)
   return pl.pallas_call(
       functools.partial(_forward_kernel, cfg=cfg),
       grid=(b, h, length // cfg.block_q), in_specs=inputs,
@@ -282,8 +293,8 @@ def _forward(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
                  pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
                  jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=compiler_params())(q, k, v, q_pos, k_pos, q_seg, k_seg,
-                                                        params, row, col)
+      interpret=cfg.interpret, compiler_params=compiler_params())(
+          q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col)
 
 
 @autodiff.custom_vjp('fused_bias_attention', nondiff_argnums=(0,),
@@ -298,41 +309,51 @@ def _attend_fwd(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   return out, (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, out, lse)
 
 
-def _attend_bwd(cfg, residuals, g):
-  q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, out, lse = residuals
-  b, h, length, dh = q.shape
-  delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-  args = (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col, g, lse, delta)
-  inputs, backward = specs(cfg, length, dh, by_query=True)
+def backward(cfg: Static, tile_grad: Callable, inputs, g, a, b, *, a_by_query, a_by_key,
+             per_key_block: bool = False):
+  """The gradients of the kernels' inputs (kernel_inputs' order: q, k, v, four of positions
+  and segments, params, row, col) from `dq_kernel` and `dkv_kernel` with `tile_grad`: the
+  attention's per-row vectors `a` and `b` are laid out by the BlockSpecs `a_by_query` (the
+  query kernel's) and `a_by_key` (the key kernel's), as `dq_kernel` describes them."""
+  q, k, v, params, row, col = inputs[0], inputs[1], inputs[2], inputs[7], inputs[8], inputs[9]
+  batch, h, length, dh = q.shape
   num_p = param_width(cfg.bias)
+  args = (*inputs, g, a, b)
+  by_query = specs(cfg, length, dh, by_query=True)
+  do_by_query = pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0))
   dq, drow, dparams = pl.pallas_call(
-      functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
-      in_specs=inputs + backward,
-      out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
-                 pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i)),
+      functools.partial(dq_kernel, cfg=cfg, tile_grad=tile_grad, per_key_block=per_key_block),
+      grid=(batch, h, length // cfg.block_q),
+      in_specs=by_query + [do_by_query, a_by_query, a_by_query],
+      out_specs=[do_by_query, pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i)),
                  pl.BlockSpec((None, None, None, num_p), lambda b, h, i: (b, h, i, 0))],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                 jax.ShapeDtypeStruct((b, h, length), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
+                 jax.ShapeDtypeStruct((batch, h, length), jnp.float32),
+                 jax.ShapeDtypeStruct((batch, h, length // cfg.block_q, num_p), jnp.float32)],
       interpret=cfg.interpret, compiler_params=compiler_params())(*args)
-  inputs, backward = specs(cfg, length, dh, by_query=False)
-  whole = lambda b, h, i: (b, h, 0, 0)
-  whole_vec = lambda b, h, i: (b, h, 0)
-  backward = [pl.BlockSpec((None, None, length, dh), whole),
-              pl.BlockSpec((None, None, length), whole_vec),
-              pl.BlockSpec((None, None, length), whole_vec)]
+  by_key = specs(cfg, length, dh, by_query=False)
+  do_whole = pl.BlockSpec((None, None, length, dh), lambda b, h, j: (b, h, 0, 0))
+  by_block = pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0))
   dk, dv, dcol = pl.pallas_call(
-      functools.partial(_dkv_kernel, cfg=cfg), grid=(b, h, length // cfg.block_k),
-      in_specs=inputs + backward,
-      out_specs=[pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
-                 pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
+      functools.partial(dkv_kernel, cfg=cfg, tile_grad=tile_grad),
+      grid=(batch, h, length // cfg.block_k),
+      in_specs=by_key + [do_whole, a_by_key, a_by_key],
+      out_specs=[by_block, by_block,
                  pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
-                 jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
+                 jax.ShapeDtypeStruct((batch, h, length), jnp.float32)],
       interpret=cfg.interpret, compiler_params=compiler_params())(*args)
   dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
   return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
           (-dcol).astype(col.dtype))
+
+
+def _attend_bwd(cfg, residuals, g):
+  *inputs, out, lse = residuals
+  delta = jnp.sum(g.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+  return backward(cfg, _softmax_grad, inputs, g, lse, delta,
+                  a_by_query=pl.BlockSpec((None, None, cfg.block_q), lambda b, h, i: (b, h, i)),
+                  a_by_key=pl.BlockSpec((None, None, out.shape[2]), lambda b, h, j: (b, h, 0)))
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)

@@ -57,15 +57,19 @@ def _sums(x, triangle):
                  precision=jax.lax.Precision.HIGHEST)
 
 
+def _weights(z, mask, later):
+  """(r, weights) of a tile's logits z, given each row's sum of r over the keys after the tile
+  (`later` [bq])."""
+  r = jnp.where(mask, jax.nn.log_sigmoid(-z), 0.0)
+  after = _sums(r, _triangle(z.shape[1], jnp.greater))  # sum over the tile's keys l > j
+  return r, jnp.where(mask, jnp.exp(jax.nn.log_sigmoid(z) + later[:, None] + after), 0.0)
+
+
 def _tile_weights(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col,
                   later):
-  """(z, mask, distances, r, weights) of one tile, given each row's sum of r over the keys after
-  the tile (`later` [bq])."""
-  z, mask, d = fb.tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
-  r = jnp.where(mask, jax.nn.log_sigmoid(-z), 0.0)
-  after = _sums(r, _triangle(cfg.block_k, jnp.greater))  # sum over the tile's keys l > j
-  w = jnp.where(mask, jnp.exp(jax.nn.log_sigmoid(z) + later[:, None] + after), 0.0)
-  return z, mask, d, r, w
+  """(r, weights) of one tile."""
+  z, mask, _ = fb.tile(cfg, q, k, q_slots, k_slots, q_pos, k_pos, q_seg, k_seg, params, row, col)
+  return _weights(z, mask, later)
 
 
 def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
@@ -82,7 +86,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
     acc, later = carry
     j = hi - 1 - n  # Nearest key block first.
     keys = pl.ds(j * bk, bk)
-    _, _, _, r, w = _tile_weights(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk),
+    r, w = _tile_weights(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk),
                                   q_pos, k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row,
                                   col_ref[keys], later)
     acc = acc + jnp.dot(w.astype(v_ref.dtype), v_ref[keys, :],
@@ -94,18 +98,14 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
   o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _logits_grad(z, mask, w, g, before):
-  """dz of a tile and its G W, given each row's sum of G W over the keys before the tile
-  (`before` [bq])."""
+def _tile_grad(z, mask, g, later, before):
+  """(weights, dz) of a tile, given each row's sums of r over the keys after the tile and of
+  G W over the keys before it (`later`, `before` [bq]); for roformer/fused_bias.py's
+  `dq_kernel` and `dkv_kernel`."""
+  _, w = _weights(z, mask, later)
   gw = g * w
   earlier = before[:, None] + _sums(gw, _triangle(gw.shape[1], jnp.less))  # keys m < j
-  dz = jnp.where(mask, jax.nn.sigmoid(-z) * gw - jax.nn.sigmoid(z) * earlier, 0.0)
-  return dz, gw
-
-
-def _row(ref, j):
-  """Row j of a [key blocks, rows] ref: [rows]."""
-  return ref[pl.ds(j, 1), :][0]
+  return w, jnp.where(mask, jax.nn.sigmoid(-z) * gw - jax.nn.sigmoid(z) * earlier, 0.0)
 
 
 def _stats_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
@@ -134,7 +134,7 @@ def _stats_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_re
     j = hi - 1 - n
     later_ref[pl.ds(j, 1), :] = later[None]
     keys = pl.ds(j * bk, bk)
-    _, _, _, r, w = _tile_weights(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk),
+    r, w = _tile_weights(cfg, q, k_ref[keys, :], q_slots, j * bk + jnp.arange(bk),
                                   q_pos, k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row,
                                   col_ref[keys], later)
     g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
@@ -144,72 +144,9 @@ def _stats_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_re
   jax.lax.fori_loop(0, hi - lo, body, jnp.zeros((bq,), jnp.float32))
 
 
-def _dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-               row_ref, col_ref, do_ref, later_ref, before_ref, dq_ref, drow_ref, dparams_ref,
-               *, cfg: fb.Static):
-  i = pl.program_id(2)
-  bq, bk = cfg.block_q, cfg.block_k
-  q, do = q_ref[...], do_ref[...]
-  q_slots = i * bq + jnp.arange(bq)
-  q_pos, q_seg, row = q_pos_ref[...], q_seg_ref[...], row_ref[...]
-  params = fb.tile_params(cfg, params_ref)
-
-  def body(j, carry):
-    dq, drow, dparams = carry
-    keys = pl.ds(j * bk, bk)
-    k = k_ref[keys, :]
-    z, mask, d, _, w = _tile_weights(cfg, q, k, q_slots, j * bk + jnp.arange(bk), q_pos,
-                                     k_pos_ref[keys], q_seg, k_seg_ref[keys], params, row,
-                                     col_ref[keys], _row(later_ref, j))
-    g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
-    dz, _ = _logits_grad(z, mask, w, g, _row(before_ref, j))
-    dq = dq + jnp.dot(dz.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
-    dparams = fb.add_param_grads(cfg, dparams, dz, d, q_pos, params)
-    return dq, drow + jnp.sum(dz, axis=1), dparams
-
-  lo, hi = fb.key_blocks(cfg, i, k_ref.shape[0] // bk)
-  init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
-          jnp.zeros((fb.param_width(cfg.bias),), jnp.float32))
-  dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
-  dq_ref[...] = dq.astype(dq_ref.dtype)
-  drow_ref[...] = drow
-  dparams_ref[...] = dparams
-
-
-def _dkv_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, params_ref,
-                row_ref, col_ref, do_ref, later_ref, before_ref, dk_ref, dv_ref, dcol_ref, *,
-                cfg: fb.Static):
-  j = pl.program_id(2)
-  bq, bk = cfg.block_q, cfg.block_k
-  k, v = k_ref[...], v_ref[...]
-  k_slots = j * bk + jnp.arange(bk)
-  k_pos, k_seg, col = k_pos_ref[...], k_seg_ref[...], col_ref[...]
-  params = fb.tile_params(cfg, params_ref)
-
-  def body(i, carry):
-    dk, dv, dcol = carry
-    rows = pl.ds(i * bq, bq)
-    q, do = q_ref[rows, :], do_ref[rows, :]
-    z, mask, _, _, w = _tile_weights(cfg, q, k, i * bq + jnp.arange(bq), k_slots,
-                                     q_pos_ref[rows], k_pos, q_seg_ref[rows], k_seg, params,
-                                     row_ref[rows], col, later_ref[rows])
-    dv = dv + jnp.dot(w.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
-    g = jnp.dot(do, v.T, preferred_element_type=jnp.float32)
-    dz, _ = _logits_grad(z, mask, w, g, before_ref[rows])
-    dk = dk + jnp.dot(dz.T.astype(q.dtype), q, preferred_element_type=jnp.float32) * cfg.scale
-    return dk, dv, dcol + jnp.sum(dz, axis=0)
-
-  lo, hi = fb.query_blocks(cfg, j, q_ref.shape[0] // bq)
-  init = (jnp.zeros(k.shape, jnp.float32), jnp.zeros(v.shape, jnp.float32),
-          jnp.zeros((bk,), jnp.float32))
-  dk, dv, dcol = jax.lax.fori_loop(lo, hi, body, init)
-  dk_ref[...], dv_ref[...] = dk.astype(dk_ref.dtype), dv.astype(dv_ref.dtype)
-  dcol_ref[...] = dcol
-
-
 def _forward(cfg: fb.Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
   b, h, length, dh = q.shape
-  inputs, _ = fb.specs(cfg, length, dh, by_query=True)
+  inputs = fb.specs(cfg, length, dh, by_query=True)
   return pl.pallas_call(
       functools.partial(_forward_kernel, cfg=cfg),
       grid=(b, h, length // cfg.block_q), in_specs=inputs,
@@ -243,11 +180,9 @@ def _attend_fwd(cfg, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col):
 
 def _attend_bwd(cfg, residuals, g):
   b, h, length, dh = residuals[0].shape
-  q, k, v, _, _, _, _, params, row, col = residuals
   num_k = length // cfg.block_k
-  num_p = fb.param_width(cfg.bias)
   args = (*residuals, g)
-  by_query, _ = fb.specs(cfg, length, dh, by_query=True)
+  by_query = fb.specs(cfg, length, dh, by_query=True)
   by_query.append(pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)))
   per_row = pl.BlockSpec((None, None, num_k, cfg.block_q), lambda b, h, i: (b, h, 0, i))
   blocks_by_rows = jax.ShapeDtypeStruct((b, h, num_k, length), jnp.float32)
@@ -258,32 +193,10 @@ def _attend_bwd(cfg, residuals, g):
   # Each row's sum of G W over the key blocks before each one: an exclusive running sum.
   before = jnp.concatenate([jnp.zeros_like(sums[:, :, :1]),
                             jnp.cumsum(sums, axis=2)[:, :, :-1]], axis=2)
-  per_query = lambda b, h, i: (b, h, i)
-  dq, drow, dparams = pl.pallas_call(
-      functools.partial(_dq_kernel, cfg=cfg), grid=(b, h, length // cfg.block_q),
-      in_specs=by_query + [per_row, per_row],
-      out_specs=[pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0)),
-                 pl.BlockSpec((None, None, cfg.block_q), per_query),
-                 pl.BlockSpec((None, None, None, num_p), lambda b, h, i: (b, h, i, 0))],
-      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype),
-                 jax.ShapeDtypeStruct((b, h, length), jnp.float32),
-                 jax.ShapeDtypeStruct((b, h, length // cfg.block_q, num_p), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args, later, before)
-  by_key, _ = fb.specs(cfg, length, dh, by_query=False)
-  at_key_block = pl.BlockSpec((None, None, None, length), lambda b, h, j: (b, h, j, 0))
-  by_key += [pl.BlockSpec((None, None, length, dh), lambda b, h, j: (b, h, 0, 0)),
-             at_key_block, at_key_block]
-  dk, dv, dcol = pl.pallas_call(
-      functools.partial(_dkv_kernel, cfg=cfg), grid=(b, h, num_k), in_specs=by_key,
-      out_specs=[pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
-                 pl.BlockSpec((None, None, cfg.block_k, dh), lambda b, h, j: (b, h, j, 0)),
-                 pl.BlockSpec((None, None, cfg.block_k), lambda b, h, j: (b, h, j))],
-      out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype),
-                 jax.ShapeDtypeStruct((b, h, length), jnp.float32)],
-      interpret=cfg.interpret, compiler_params=fb.compiler_params())(*args, later, before)
-  dparams = jnp.sum(dparams, axis=(0, 2)).astype(params.dtype)
-  return (dq, dk, dv, None, None, None, None, dparams, drow.astype(row.dtype),
-          (-dcol).astype(col.dtype))
+  return fb.backward(cfg, _tile_grad, residuals, g, later, before, a_by_query=per_row,
+                     a_by_key=pl.BlockSpec((None, None, None, length),
+                                           lambda b, h, j: (b, h, j, 0)),
+                     per_key_block=True)
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
