@@ -417,12 +417,15 @@ def main(args):
   runners = {}
   for name, without in passes.items():  # All compiled and warm first, then timed in turns.
     trial = trials[name.removesuffix(f'-{without}') if without else name]
+    # Each phase as it ends, so that a run stopped by a time limit says which phase it was in.
+    start = time.perf_counter()
     runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents, without)
+    print(f'[benchmark] {name}: built in {time.perf_counter() - start - runner.compile_s:.1f} s, '
+          f'compiled in {runner.compile_s:.1f} s', file=sys.stderr, flush=True)
     start = time.perf_counter()
     runner.warm(args.warmup)
-    # As it goes, so that a run stopped by a time limit still says how far it got.
-    print(f'[benchmark] {name}: compiled in {runner.compile_s:.1f} s, {args.warmup} warm-up '
-          f'steps in {time.perf_counter() - start:.2f} s', file=sys.stderr, flush=True)
+    print(f'[benchmark] {name}: {args.warmup} warm-up steps in {time.perf_counter() - start:.2f} s',
+          file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,

@@ -17,7 +17,10 @@
 #      with the scheme that needs the einsum path and a value term);
 #   5b. `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
 #      for rope, alibi and fox at gpu_125m, FoX's longest length on it (8k-32k, one row), and
-#      stick-breaking (no positions) on its Pallas kernels against its einsum path;
+#      stick-breaking (no positions) on its Pallas kernels against its einsum path
+#      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried; on an H200 a
+#      process's first 125M compile took 74-93 s, autotuning included, and the six variants did
+#      not all compile within 170-218 s: FUSED_LIMIT 480 and FUSED_LENGTH_LIMIT 240 by default);
 #      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
 #      passes compiled ahead (train.compile_ahead=on) or not;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
@@ -119,19 +122,21 @@ fi
 
 if want fused; then
 stage 'the fused bias kernel (attention_impl=pallas) against cuDNN at 125M, seq 2048'
-timeout "${FUSED_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope,alibi,fox \
-    --vary model.attention_impl=cudnn,pallas --steps 10 --out "$OUT/fused.json" 2>&1 \
+timeout "${FUSED_LIMIT:-480}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope,alibi,fox \
+    --vary model.attention_impl=cudnn,pallas --steps "${FUSED_STEPS:-10}" --warmup 1 \
+    --out "$OUT/fused.json" 2>&1 \
     | grep -v '^I1\|^W1' | tail -10
-for length in 8192 16384 32768; do  # The longest FoX step that fits, one row.
-  timeout "${FUSED_LENGTH_LIMIT:-90}" $PY scripts/benchmark.py --preset gpu_125m --kinds fox \
+for length in ${FUSED_LENGTHS:-8192 16384 32768}; do  # The longest FoX step that fits, one row.
+  timeout "${FUSED_LENGTH_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds fox \
       --config.model.attention_impl=pallas --config.data.seq_len=$length \
       --config.train.batch_size=1 --steps 3 --warmup 1 --out "$OUT/fused_fox_$length.json" \
       > "$OUT/fused_fox_$length.log" 2>&1
   echo "fox at $length on pallas: exit $? (124: time limit)"; tail -2 "$OUT/fused_fox_$length.log"
 done
-timeout "${FUSED_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds none \
+timeout "${FUSED_LIMIT:-480}" $PY scripts/benchmark.py --preset gpu_125m --kinds none \
     --config.model.attention.kind=stick_breaking --vary model.attention_impl=einsum,pallas \
-    --steps 10 --out "$OUT/fused_stick_breaking.json" 2>&1 | grep -v '^I1\|^W1' | tail -6
+    --steps "${FUSED_STEPS:-10}" --warmup 1 --out "$OUT/fused_stick_breaking.json" 2>&1 \
+    | grep -v '^I1\|^W1' | tail -6
 fi
 
 if want ahead; then

@@ -235,29 +235,30 @@ def test_training_resumes_on_the_gpu_as_if_never_stopped(tmp_path, data_dir):
 @pytest.mark.parametrize('kind,attention', [
     ('alibi', 'softmax'), ('kerple', 'softmax'), ('rope+fox', 'softmax'),
     ('none', 'stick_breaking'), ('alibi', 'stick_breaking')])
-@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_the_fused_kernels_compile_on_the_gpu_to_the_einsum_paths_numbers(kind, attention,
-                                                                           dtype):
+def test_the_fused_kernels_compile_on_the_gpu_to_the_einsum_paths_numbers(kind, attention):
   """attention_impl='pallas' through Triton (not interpret mode), the fused bias kernel and
-  stick-breaking's: the model's logits and gradients against the einsum path on the GPU, a row
-  of 200 tokens (blocks of 64, padded)."""
-  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 200)), jnp.int32)
-  pos = jnp.broadcast_to(jnp.arange(200), (2, 200))
-  seg = jnp.asarray(np.r_[np.ones(120), 2 * np.ones(80)][None].repeat(2, 0), jnp.int32)
-  results = []
-  for impl in ('einsum', 'pallas'):
-    model = models.create(_config(kind, dtype, impl, num_kv_heads=2,
-                                  attention={'kind': attention}), seed=1)
+  stick-breaking's, with grouped key/value heads, on two rows of 200 tokens (two documents;
+  blocks of 64, padded): in float32 (matmuls at 'highest', the kernels' too) the logits and
+  gradients equal the einsum path's; in bfloat16 they are off the float32 result by at most
+  twice the einsum path's own bfloat16 error."""
+  rng = np.random.default_rng(0)
+  length, first = 200, 120
+  tokens = rng.integers(5, 50, (2, length))
+  pos = np.tile(np.r_[np.arange(first), np.arange(length - first)], (2, 1))
+  seg = np.tile(np.r_[np.ones(first), 2 * np.ones(length - first)], (2, 1)).astype(np.int32)
+  batch = (tokens, pos, seg, rng.normal(size=(2, length, 50)).astype(np.float32))
+  gpu = _gpus()[0]
 
-    def loss(model):
-      out = model(tokens, pos, seg)
-      return jnp.sum(out * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
-    with jax.default_device(_gpus()[0]):
-      results.append(jax.device_get(nnx.jit(nnx.value_and_grad(loss, has_aux=True))(model)))
-  ((_, want), want_grads), ((_, got), got_grads) = results
-  tol = 2e-2 if dtype == 'bfloat16' else 1e-4
-  scale = float(np.max(np.abs(want)))
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=tol * scale)
-  for g, w in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w),
-                               atol=tol * max(float(np.max(np.abs(w))), 1e-3))
+  def run(dtype, impl):
+    return _forward_and_grads(_config(kind, dtype, impl, num_kv_heads=2,
+                                      attention={'kind': attention}), batch, gpu)
+  ref_logits, ref_grads = run('float32', 'einsum')
+  logits, grads = run('float32', 'pallas')
+  assert _relative(logits, ref_logits) < 1e-5
+  assert _relative(grads, ref_grads) < 1e-4
+  ein_logits, ein_grads = run('bfloat16', 'einsum')
+  floor_logits, floor_grads = _relative(ein_logits, ref_logits), _relative(ein_grads, ref_grads)
+  assert 0 < floor_logits < 0.05 and 0 < floor_grads < 0.1  # bfloat16 did run.
+  logits, grads = run('bfloat16', 'pallas')
+  assert _relative(logits, ref_logits) <= 2 * floor_logits + 1e-3
+  assert _relative(grads, ref_grads) <= 2 * floor_grads + 1e-3
