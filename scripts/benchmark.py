@@ -81,7 +81,8 @@ def parser() -> cli.ArgumentParser:
                  'the kinds.')
   p.add_argument('--preset', choices=list(PRESETS), default=None,
                  help='Shapes from PRESETS (small, medium: the PyTorch comparison; gpu_125m: the '
-                 "GPU target); they replace the config's sizes, --config.* overrides included.")
+                 "GPU target); they replace the config's sizes, and --config.* overrides "
+                 'replace them.')
   p.add_argument('--steps', type=cli.positive_int, default=10,
                  help='Timed steps (median reported).')
   p.add_argument('--warmup', type=int, default=2, help='Untimed steps after compilation.')
@@ -120,6 +121,15 @@ def apply_preset(config: ml_collections.ConfigDict, name: str) -> None:
     config.model.dtype = p['dtype']
   config.data.update(seq_len=p['seq_len'], vocab_size=p['vocab_size'])
   config.train.batch_size = p['batch_size']
+
+
+def load_config(args, overrides) -> ml_collections.ConfigDict:
+  """--config's config with --preset's shapes, then the --config.* overrides, which win over
+  the preset (`--preset gpu_125m --config.model.num_layers=1`: one layer of the preset's width)."""
+  config = config_args.load_file(args.config)
+  if args.preset:
+    apply_preset(config, args.preset)
+  return config_args.apply(config, overrides)
 
 
 def synthetic_batch(trainer, batch_size: int, seq_len: int, seed: int = 0,
@@ -388,9 +398,7 @@ def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
 
 
 def main(args):
-  config = config_args.load(args.config, cli.overrides())
-  if args.preset:
-    apply_preset(config, args.preset)
+  config = load_config(args, cli.overrides())
   kinds = args.kinds or [config.model.position.kind]
   # No tokenizer here: the data's size, or a synthetic task's vocabulary (it follows from the
   # config).

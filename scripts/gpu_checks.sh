@@ -15,7 +15,9 @@
 #      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
-#   5b. `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
+#   5b. `fused` (only when named): first one layer at 125M width with a 512-token vocabulary
+#      (the kernels' own compilation and step: KERNELS_LIMIT, 240 s each), then
+#      the fused bias kernel (attention_impl=pallas) against cuDNN
 #      for rope, alibi and fox at gpu_125m, FoX's longest length on it (8k-32k, one row), and
 #      stick-breaking (no positions) on its Pallas kernels against its einsum path
 #      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried; on an H200 a
@@ -121,6 +123,16 @@ cp /tmp/lm_gpu/metrics.jsonl "$OUT/lm_metrics.jsonl" 2>/dev/null
 fi
 
 if want fused; then
+stage 'one layer: each kernel compiled and timed at 125M width, seq 2048, a small vocabulary'
+# The attention kernels' own compilation and step, without the 125M model's (74-93 s cold).
+ONE_LAYER="--config.model.num_layers=1 --config.data.vocab_size=512"
+timeout "${KERNELS_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m $ONE_LAYER \
+    --kinds rope,alibi,fox --vary model.attention_impl=cudnn,pallas --steps 20 --warmup 1 \
+    --out "$OUT/kernels.json" 2>&1 | grep -v '^I1\|^W1' | tail -16
+timeout "${KERNELS_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m $ONE_LAYER \
+    --kinds none --config.model.attention.kind=stick_breaking \
+    --vary model.attention_impl=einsum,pallas --steps 20 --warmup 1 \
+    --out "$OUT/kernels_stick_breaking.json" 2>&1 | grep -v '^I1\|^W1' | tail -8
 stage 'the fused bias kernel (attention_impl=pallas) against cuDNN at 125M, seq 2048'
 timeout "${FUSED_LIMIT:-480}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope,alibi,fox \
     --vary model.attention_impl=cudnn,pallas --steps "${FUSED_STEPS:-10}" --warmup 1 \

@@ -96,6 +96,18 @@ def test_benchmark_refuses_a_bad_kind_before_compiling():
   assert '| none |' not in done.stdout
 
 
+def test_the_command_lines_fields_win_over_the_preset():
+  """--preset sets the shapes and --config.* overrides then replace any of them, so that a
+  longer row or one layer of the preset's width can be timed."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  args = benchmark.parser().parse_args(['--preset', 'gpu_125m'])
+  config = benchmark.load_config(args, [('model.num_layers', '1'), ('data.seq_len', '32768'),
+                                        ('train.batch_size', '1')])
+  assert (config.model.num_layers, config.data.seq_len, config.train.batch_size) == (1, 32768, 1)
+  assert (config.model.d_model, config.model.dtype) == (768, 'bfloat16')  # The preset's.
+
+
 def test_gpu_preset_is_a_125m_decoder():
   sys.path.insert(0, ROOT)
   from scripts import benchmark, timing  # pylint: disable=g-import-not-at-top
