@@ -32,6 +32,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PHASE = re.compile(r'(?:, |^)([^,]+?) ([0-9.]+) s')
 
 
+def usable_cpus() -> int:
+  """The cores this process (and the runs it starts) may use: fewer than the machine's when
+  pinned, as a sweep pins each training process (`taskset -c 0 python scripts/point_time.py`)."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
 def parser() -> cli.ArgumentParser:
   p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
   p.add_argument('--config', required=True, help="train.py's --config, e.g. "
@@ -100,7 +106,7 @@ def main(args) -> None:
     files.write_json_atomic(args.out, {
         'date': time.strftime('%Y-%m-%d'), 'config': args.config, 'field': field,
         'values': values, 'set': args.set, 'eval_splits': args.eval_splits,
-        'cpus': os.cpu_count(), 'command': ' '.join(sys.argv), 'runs': runs})
+        'cpus': usable_cpus(), 'command': ' '.join(sys.argv), 'runs': runs})
     print(f'wrote {args.out}')
 
 

@@ -365,3 +365,15 @@ def test_without_names_a_variant_per_backward_pass_and_refuses_unknown_ones():
     assert not any(autodiff.enabled(name) for name in autodiff.REGISTRY)
   with benchmark.autodiff_passes(''):
     assert autodiff.enabled('dense')
+
+
+def test_point_time_records_the_cores_its_runs_may_use():
+  """A point timed pinned to one core (as a sweep pins each run) is recorded as one CPU."""
+  if not hasattr(os, 'sched_setaffinity') or len(os.sched_getaffinity(0)) < 2:
+    pytest.skip('needs CPU affinity and two cores')
+  code = ('import os, sys; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); '
+          f'sys.path.insert(0, {ROOT!r}); from scripts import point_time; '
+          'print(point_time.usable_cpus(), os.cpu_count())')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+  pinned, machine = map(int, done.stdout.split())
+  assert pinned == 1 and machine >= 2
