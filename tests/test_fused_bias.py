@@ -329,3 +329,16 @@ def test_an_encoder_decoder_runs_both_self_attentions_on_the_kernel(monkeypatch)
   got = models.create(cfg, seed=1)(*tokens, *tokens)
   assert sorted(set(calls)) == [False, True]
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
+def test_kernel_ir_lowers_each_kernel_for_cuda_and_counts_its_matmuls():
+  """scripts/kernel_ir.py, on the CPU: RoPE (no bias) and ALiBi each lower to the kernel's
+  forward (q k^T and p v), query-gradient (q k^T, dO v^T, dS k) and key/value-gradient
+  (q k^T, dO v^T, p^T dO, dS^T q) kernels, and the bias adds no matmul."""
+  from scripts import kernel_ir  # pylint: disable=g-import-not-at-top
+  args = kernel_ir.parser().parse_args(['--length=128', '--d_model=64', '--num_heads=2'])
+  for kind in ('rope', 'alibi'):
+    kernels = kernel_ir.kernel_ir(kind, args)
+    assert [name for name, _ in kernels] == ['_forward_kernel', 'dq_kernel', 'dkv_kernel'], kind
+    assert [kernel_ir.counts(ir)['dots'] for _, ir in kernels] == [2, 3, 4], kind
+  assert jax.default_backend() == 'cpu'  # Restored after lowering.

@@ -365,10 +365,12 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
         f'{[k for k in kinds() if not capabilities(k).causal_only]}.')
   impl = model_cfg.attention_impl
   if impl != 'auto' and impl not in cls.capabilities.implementations:
-    why = ('its bias has no form for the fused kernel (no fused_bias hook)'
-           if impl == 'pallas' and 'xla' in cls.capabilities.implementations else
-           'it needs the attention probabilities or computes the logits itself, which '
-           f'jax.nn.dot_product_attention (attention_impl={impl!r}) cannot do')
+    needs = 'it needs the attention probabilities or computes the logits itself, which '
+    why = (('its bias has no form for the fused kernel (no fused_bias hook)'
+            if 'xla' in cls.capabilities.implementations else
+            needs + "the fused kernel (attention_impl='pallas') cannot do")
+           if impl == 'pallas' else
+           needs + f'jax.nn.dot_product_attention (attention_impl={impl!r}) cannot do')
     raise errors.ConfigError(f'{field}: {why}. Fix: --config.model.attention_impl=einsum (or '
                              'auto).')
   cls.validate(cfg, model_cfg, seq_len, causal)

@@ -1,0 +1,142 @@
+"""Each fused attention kernel's Triton IR, lowered for CUDA on this machine (no GPU needed):
+its size in lines, matmuls, loops and reductions per kind, so that a kernel can be compared with
+RoPE's (the kernel with no bias) before a GPU compiles it.
+
+  python scripts/kernel_ir.py --kinds rope,alibi,kerple,fox
+  python scripts/kernel_ir.py --kinds none,alibi --attention stick_breaking --length 4096
+  python scripts/kernel_ir.py --kinds fire --dump /tmp/ir      # each kernel's IR as text too
+
+The model is one layer of --d_model and --num_heads (the 125M preset's by default) on one row
+of --length tokens in bfloat16, its gradient lowered with attention_impl='pallas' and
+interpret mode off: the kernels of roformer/fused_bias.py and roformer/fused_stick_breaking.py
+as a GPU run builds them. The IR is read where JAX's Pallas-to-Triton lowering makes it, a
+function inside `jax._src` (this JAX version's); should a version move it, the script says so.
+"""
+
+import collections
+import contextlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# pylint: disable=wrong-import-position
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from configs import base
+from roformer import cli
+from roformer import config_lib
+from roformer import errors
+from roformer import models
+
+
+def parser() -> cli.ArgumentParser:
+  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p.add_argument('--kinds', type=cli.comma_list, default=['rope', 'alibi', 'fox'],
+                 help='Position kinds, comma-separated (those whose implementations include '
+                 'pallas).')
+  p.add_argument('--attention', default='softmax',
+                 help="config.model.attention.kind: softmax (the fused bias kernel) or "
+                 'stick_breaking (its own kernels).')
+  p.add_argument('--length', type=cli.positive_int, default=2048, help='Tokens in the row.')
+  p.add_argument('--d_model', type=cli.positive_int, default=768)
+  p.add_argument('--num_heads', type=cli.positive_int, default=12)
+  p.add_argument('--dump', default='', help='Also write each kernel\'s IR to DIR/KIND.NAME.mlir.')
+  return p
+
+
+def _model_config(kind: str, args):
+  config = base.get_config()
+  config.model.update(type='causal_lm', num_layers=1, d_model=args.d_model,
+                      num_heads=args.num_heads, d_ff=4 * args.d_model, dropout=0.0,
+                      dtype='bfloat16', attention_impl='pallas', vocab_size=512)
+  config.model.position.kind = kind
+  config.model.attention.kind = args.attention
+  config.data.update(seq_len=args.length, vocab_size=512)
+  config_lib.validate(config)  # The kind, the attention kind and pallas must fit together.
+  return config.model
+
+
+@contextlib.contextmanager
+def _lowered_kernels():
+  """The Triton modules that Pallas lowers inside the block, as (kernel name, IR text)."""
+  try:
+    from jax._src.pallas.triton import lowering  # pylint: disable=g-import-not-at-top
+    original = lowering.lower_jaxpr_to_triton_module
+  except (ImportError, AttributeError) as e:
+    raise errors.ConfigError(
+        f'this JAX ({jax.__version__}) has no jax._src.pallas.triton.lowering.'
+        'lower_jaxpr_to_triton_module, where the script reads the IR. Fix: run it under '
+        'the JAX of requirements.txt.') from e
+  found = []
+
+  def spy(jaxpr, *rest, **kwargs):
+    result = original(jaxpr, *rest, **kwargs)
+    name = jaxpr.debug_info.func_name if jaxpr.debug_info else 'kernel'
+    found.append((name, result.module.operation.get_asm()))
+    return result
+
+  # The kernels choose interpret mode from the default backend: report a GPU while lowering.
+  backend = jax.default_backend
+  lowering.lower_jaxpr_to_triton_module, jax.default_backend = spy, lambda: 'gpu'
+  try:
+    yield found
+  finally:
+    lowering.lower_jaxpr_to_triton_module, jax.default_backend = original, backend
+
+
+def kernel_ir(kind: str, args) -> list[tuple[str, str]]:
+  """(kernel name, Triton IR) of each Pallas kernel in one layer's gradient for `kind`."""
+  cfg = _model_config(kind, args)
+  graphdef, params, rest = nnx.split(models.create(cfg, seed=0), nnx.Param, ...)
+  tokens = jnp.zeros((1, args.length), jnp.int32)
+  pos = jnp.arange(args.length)[None]
+  segments = jnp.ones((1, args.length), jnp.int32)
+
+  def loss(params):
+    out = nnx.merge(graphdef, params, rest)(tokens, pos, segments)
+    return jnp.sum(out.astype(jnp.float32))
+  with _lowered_kernels() as found:
+    jax.jit(jax.grad(loss)).trace(params).lower(lowering_platforms=('cuda',))
+  return found
+
+
+def _op(line: str) -> str:
+  """The operation a line of MLIR text starts (after its results, if any), or ''."""
+  text = line.split(' = ', 1)[1] if ' = ' in line else line.strip()
+  return text.split('(')[0].split(' ')[0].strip('"') if text[:1].isalpha() or text[:1] == '"' else ''
+
+
+def counts(ir: str) -> dict:
+  ops = collections.Counter(_op(line) for line in ir.splitlines())
+  return {'lines': ir.count('\n'), 'dots': ops['tt.dot'], 'loops': ops['scf.for'],
+          'reductions': ops['tt.reduce']}
+
+
+def main(args):
+  rows = []
+  for kind in args.kinds:
+    try:
+      kernels = kernel_ir(kind, args)
+    except (KeyError, ValueError) as e:
+      raise errors.ConfigError(f'--kinds: {kind}: {e}') from e
+    if not kernels:
+      raise errors.ConfigError(f'--kinds: {kind} ran no Pallas kernel. Fix: name kinds whose '
+                               "implementations include 'pallas' (docs/positions.md).")
+    for name, ir in kernels:
+      rows.append((kind, name, counts(ir)))
+      if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+        with open(os.path.join(args.dump, f'{kind}.{name}.mlir'), 'w') as f:
+          f.write(ir)
+  print(f'one layer, d_model {args.d_model}, {args.num_heads} heads, {args.length} tokens, '
+        f'bfloat16, attention {args.attention}; Triton IR lowered for CUDA, JAX {jax.__version__}')
+  print('\n| kind | kernel | IR lines | matmuls | loops | reductions |\n|---|---|---|---|---|---|')
+  for kind, name, c in rows:
+    print(f'| {kind} | {name} | {c["lines"]} | {c["dots"]} | {c["loops"]} | {c["reductions"]} |')
+
+
+if __name__ == '__main__':
+  cli.run(main, parser())
