@@ -292,6 +292,9 @@ class Runner:
         synthetic_batch(self.trainer, config.train.batch_size, config.data.seq_len,
                         documents=documents), mesh)
     self.state = self.trainer.init_state()
+    jax.block_until_ready(self.state)
+    # As each phase ends, so that a run stopped by a time limit says which phase it was in.
+    print(f'[benchmark] {self.name}: built, compiling', file=sys.stderr, flush=True)
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
     with autodiff_passes(without):  # Traced (in lower) with them off.
@@ -425,7 +428,6 @@ def main(args):
   runners = {}
   for name, without in passes.items():  # All compiled and warm first, then timed in turns.
     trial = trials[name.removesuffix(f'-{without}') if without else name]
-    # Each phase as it ends, so that a run stopped by a time limit says which phase it was in.
     start = time.perf_counter()
     runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents, without)
     print(f'[benchmark] {name}: built in {time.perf_counter() - start - runner.compile_s:.1f} s, '

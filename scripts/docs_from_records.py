@@ -359,7 +359,8 @@ def phases(path: pathlib.Path) -> list[str]:
     lines.append(f'| {value} | {len(runs)} | {cell([r["wall_s"] for r in runs])} | ' + ' | '.join(
         cell([r['phases'].get(n, 0.0) for r in runs]) for n in names) + ' |')
   lines += ['', f"`{data['config']}` with {', '.join(data['set']) or 'its own settings'}, "
-            f"--eval_splits={data['eval_splits']}; {data['cpus']} CPU{'s' if data['cpus'] != 1 else ''}, {data['date']}; each run a "
+            f"--eval_splits={data['eval_splits']}; {data['cpus']} "
+            f"CPU{'s' if data['cpus'] != 1 else ''}, {data['date']}; each run a "
             'fresh process with an empty compilation cache, the values in turns; median '
             '(range) of the runs.']
   return lines

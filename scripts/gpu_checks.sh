@@ -15,14 +15,17 @@
 #      scanned layers) for none and rope; `point`: one length-sweep point trained and evaluated
 #      (SWEEP_POINT, default associative_recall,shaw: the longest task, 1,500 steps of 128 rows,
 #      with the scheme that needs the einsum path and a value term);
-#   5b. `fused` (only when named): first one layer at 125M width with a 512-token vocabulary
-#      (the kernels' own compilation and step: KERNELS_LIMIT, 240 s each), then
-#      the fused bias kernel (attention_impl=pallas) against cuDNN
+#   5b. `kernels` (only when named): one layer at 125M width with a 512-token vocabulary, each
+#      attention kernel's own compilation and step (rope, alibi, fox on cuDNN and on the fused
+#      kernel; stick-breaking on einsum and on its kernels; KERNELS_LIMIT, 240 s each);
+#      `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
 #      for rope, alibi and fox at gpu_125m, FoX's longest length on it (8k-32k, one row), and
 #      stick-breaking (no positions) on its Pallas kernels against its einsum path
-#      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried; on an H200 a
-#      process's first 125M compile took 74-93 s, autotuning included, and the six variants did
-#      not all compile within 170-218 s: FUSED_LIMIT 480 and FUSED_LENGTH_LIMIT 240 by default);
+#      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried, empty for none; on
+#      an H200 a process's first 125M compile took 74-93 s, autotuning included, and the six
+#      variants did not all compile within 170-218 s: FUSED_LIMIT 480 and FUSED_LENGTH_LIMIT
+#      240 by default, up to 36 minutes in all, so a lease of 15 minutes runs it in parts with
+#      smaller limits);
 #      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
 #      passes compiled ahead (train.compile_ahead=on) or not;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
@@ -48,8 +51,8 @@
 #
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
-#       (some of: env tests rope bench packed levers lm lm125 point suite fused ahead grouprate
-#       compile sweep;
+#       (some of: env tests rope bench packed levers lm lm125 point suite kernels fused ahead
+#       grouprate compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -122,23 +125,29 @@ echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$OUT/l
 cp /tmp/lm_gpu/metrics.jsonl "$OUT/lm_metrics.jsonl" 2>/dev/null
 fi
 
-if want fused; then
+if want kernels; then
 stage 'one layer: each kernel compiled and timed at 125M width, seq 2048, a small vocabulary'
 # The attention kernels' own compilation and step, without the 125M model's (74-93 s cold).
 ONE_LAYER="--config.model.num_layers=1 --config.data.vocab_size=512"
 timeout "${KERNELS_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m $ONE_LAYER \
     --kinds rope,alibi,fox --vary model.attention_impl=cudnn,pallas --steps 20 --warmup 1 \
     --out "$OUT/kernels.json" 2>&1 | grep -v '^I1\|^W1' | tail -16
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
 timeout "${KERNELS_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m $ONE_LAYER \
     --kinds none --config.model.attention.kind=stick_breaking \
     --vary model.attention_impl=einsum,pallas --steps 20 --warmup 1 \
     --out "$OUT/kernels_stick_breaking.json" 2>&1 | grep -v '^I1\|^W1' | tail -8
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
+fi
+
+if want fused; then
 stage 'the fused bias kernel (attention_impl=pallas) against cuDNN at 125M, seq 2048'
 timeout "${FUSED_LIMIT:-480}" $PY scripts/benchmark.py --preset gpu_125m --kinds rope,alibi,fox \
     --vary model.attention_impl=cudnn,pallas --steps "${FUSED_STEPS:-10}" --warmup 1 \
     --out "$OUT/fused.json" 2>&1 \
     | grep -v '^I1\|^W1' | tail -10
-for length in ${FUSED_LENGTHS:-8192 16384 32768}; do  # The longest FoX step that fits, one row.
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
+for length in ${FUSED_LENGTHS-8192 16384 32768}; do  # The longest FoX step that fits, one row.
   timeout "${FUSED_LENGTH_LIMIT:-240}" $PY scripts/benchmark.py --preset gpu_125m --kinds fox \
       --config.model.attention_impl=pallas --config.data.seq_len=$length \
       --config.train.batch_size=1 --steps 3 --warmup 1 --out "$OUT/fused_fox_$length.json" \
@@ -149,6 +158,7 @@ timeout "${FUSED_LIMIT:-480}" $PY scripts/benchmark.py --preset gpu_125m --kinds
     --config.model.attention.kind=stick_breaking --vary model.attention_impl=einsum,pallas \
     --steps "${FUSED_STEPS:-10}" --warmup 1 --out "$OUT/fused_stick_breaking.json" 2>&1 \
     | grep -v '^I1\|^W1' | tail -6
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
 fi
 
 if want ahead; then

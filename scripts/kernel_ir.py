@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from configs import base
+from configs import lm
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
@@ -48,8 +48,8 @@ def parser() -> cli.ArgumentParser:
 
 
 def _model_config(kind: str, args):
-  config = base.get_config()
-  config.model.update(type='causal_lm', num_layers=1, d_model=args.d_model,
+  config = lm.get_config()  # A decoder: causal attention, as the kernels' kinds need.
+  config.model.update(num_layers=1, d_model=args.d_model,
                       num_heads=args.num_heads, d_ff=4 * args.d_model, dropout=0.0,
                       dtype='bfloat16', attention_impl='pallas', vocab_size=512)
   config.model.position.kind = kind
@@ -106,7 +106,9 @@ def kernel_ir(kind: str, args) -> list[tuple[str, str]]:
 def _op(line: str) -> str:
   """The operation a line of MLIR text starts (after its results, if any), or ''."""
   text = line.split(' = ', 1)[1] if ' = ' in line else line.strip()
-  return text.split('(')[0].split(' ')[0].strip('"') if text[:1].isalpha() or text[:1] == '"' else ''
+  if not (text[:1].isalpha() or text[:1] == '"'):
+    return ''
+  return text.split('(')[0].split(' ')[0].strip('"')
 
 
 def counts(ir: str) -> dict:
@@ -121,7 +123,7 @@ def main(args):
     try:
       kernels = kernel_ir(kind, args)
     except (KeyError, ValueError) as e:
-      raise errors.ConfigError(f'--kinds: {kind}: {e}') from e
+      raise errors.ConfigError(f'{kind} with --attention={args.attention}: {e}') from e
     if not kernels:
       raise errors.ConfigError(f'--kinds: {kind} ran no Pallas kernel. Fix: name kinds whose '
                                "implementations include 'pallas' (docs/positions.md).")
