@@ -28,6 +28,8 @@
 #      smaller limits);
 #      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
 #      passes compiled ahead (train.compile_ahead=on) or not;
+#      `gradients` (only when named): the gpu_125m step without each hand-written backward
+#      pass (roformer/autodiff.py) in turns with the step that has them (GRADIENTS_LIMIT, 300 s);
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
 #      multi-key seeds with a model of width 8, rows built in the loop and read from the row
 #      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
@@ -52,7 +54,7 @@
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
 #       (some of: env tests rope bench packed levers lm lm125 point suite kernels fused ahead
-#       grouprate compile sweep;
+#       gradients grouprate compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -188,6 +190,15 @@ stage 'a cold synthetic point with its evaluation passes compiled ahead or not'
 timeout "${AHEAD_LIMIT:-240}" $PY scripts/point_time.py --config configs/synthetic.py:copy \
     --vary train.compile_ahead=off,on --rounds 1 --set "eval.length_multipliers=(1,2,4,8)" \
     --out "$OUT/compile_ahead.json" 2>&1 | grep -v '^I1\|^W1' | tail -4
+fi
+
+if want gradients; then
+stage 'the hand-written backward passes at gpu_125m: the step without each, in turns'
+set_bench
+timeout "${GRADIENTS_LIMIT:-300}" "${BENCH[@]}" --preset gpu_125m --kinds rope \
+    --without all,softmax_attention,rotation,chunked_loss --steps 10 \
+    --out "$OUT/custom_gradients.json" 2>&1 | grep -v '^I1\|^W1' | tail -10
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
 fi
 
 if want lm125; then
