@@ -209,3 +209,22 @@ class Built(nnx.Module):
 
   def logits_bias(self, q, k, q_pos, k_pos, mask=None):
     return self.for_layer(0).logits_bias(q, k, q_pos, k_pos, mask)
+
+
+def assert_lowers_for_cuda(attend, bias, length: int, heads: int = 2, head_dim: int = 16):
+  """`attend` (roformer/fused_bias.py's or fused_stick_breaking.py's, interpret mode off) with
+  `bias`, forward and gradient of q and the bias parameters, lowered for CUDA from the CPU
+  (jax.export): its kernels go through Triton, which raises here on what it cannot lower
+  (blocks that are not powers of 2, a stack of scalars, rounding)."""
+  from jax import export  # pylint: disable=g-import-not-at-top
+  x = jnp.zeros((1, length, heads, head_dim), jnp.bfloat16)
+  pos = jnp.broadcast_to(jnp.arange(length), (1, length))
+  seg = jnp.ones((1, length), jnp.int32)
+  params = jnp.ones((heads, max(bias.num_params, 1)), jnp.float32)
+  row = jnp.zeros((1, heads, length)) if bias.separable else None
+
+  def loss(q, params):
+    out = attend(q, x, x, pos, seg, bias, params=params, row=row, col=row, interpret=False)
+    return jnp.sum(out.astype(jnp.float32))
+  export.export(jax.jit(jax.grad(loss, argnums=(0, 1))), platforms=['cuda'], disabled_checks=[
+      export.DisabledSafetyCheck.custom_call('__gpu$xla.gpu.triton')])(x, params)

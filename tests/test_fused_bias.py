@@ -290,17 +290,7 @@ def test_every_kind_that_declares_the_kernel_gives_the_einsum_paths_logits_on_it
 def test_the_kernels_lower_for_a_gpu_through_triton(bias):
   """Lowered for CUDA from the CPU (jax.export): the forward and backward kernels go through
   Triton, whose blocks must be powers of 2 and which lowers no stack of scalars nor rounding."""
-  from jax import export  # pylint: disable=import-outside-toplevel
-  x = jnp.zeros((1, 64, 2, 16), jnp.bfloat16)
-  pos, seg = jnp.broadcast_to(jnp.arange(64), (1, 64)), jnp.ones((1, 64), jnp.int32)
-  params = jnp.ones((2, max(bias.num_params, 1)), jnp.float32)
-  row = jnp.zeros((1, 2, 64)) if bias.separable else None
-
-  def loss(q, params):
-    out = fb.attend(q, x, x, pos, seg, bias, params=params, row=row, col=row, interpret=False)
-    return jnp.sum(out.astype(jnp.float32))
-  export.export(jax.jit(jax.grad(loss, argnums=(0, 1))), platforms=['cuda'], disabled_checks=[
-      export.DisabledSafetyCheck.custom_call('__gpu$xla.gpu.triton')])(x, params)
+  kinds.assert_lowers_for_cuda(fb.attend, bias, 64)
 
 
 def test_a_query_that_sees_no_key_outputs_zero_and_blocks_need_not_divide():

@@ -182,14 +182,4 @@ def test_the_kernels_lower_for_a_gpu_through_triton(bias):
   """Lowered for CUDA from the CPU (jax.export), at three key blocks (the carried prefixes'
   blocks are then not a power of 2 long): the forward and both backward kernels go through
   Triton."""
-  from jax import export  # pylint: disable=import-outside-toplevel
-  x = jnp.zeros((1, 192, 2, 16), jnp.bfloat16)
-  pos, seg = jnp.broadcast_to(jnp.arange(192), (1, 192)), jnp.ones((1, 192), jnp.int32)
-  params = jnp.ones((2, max(bias.num_params, 1)), jnp.float32)
-  row = jnp.zeros((1, 2, 192)) if bias.separable else None
-
-  def loss(q, params):
-    out = fsb.attend(q, x, x, pos, seg, bias, params=params, row=row, col=row, interpret=False)
-    return jnp.sum(out.astype(jnp.float32))
-  export.export(jax.jit(jax.grad(loss, argnums=(0, 1))), platforms=['cuda'], disabled_checks=[
-      export.DisabledSafetyCheck.custom_call('__gpu$xla.gpu.triton')])(x, params)
+  kinds.assert_lowers_for_cuda(fsb.attend, bias, 192)
