@@ -29,6 +29,7 @@ from configs import lm
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
+from roformer import files
 from roformer import models
 
 
@@ -127,16 +128,16 @@ def main(args):
     if not kernels:
       raise errors.ConfigError(f'--kinds: {kind} ran no Pallas kernel. Fix: name kinds whose '
                                "implementations include 'pallas' (docs/positions.md).")
-    for name, ir in kernels:
-      rows.append((kind, name, counts(ir)))
-      if args.dump:
-        os.makedirs(args.dump, exist_ok=True)
-        with open(os.path.join(args.dump, f'{kind}.{name}.mlir'), 'w') as f:
-          f.write(ir)
+    rows += [(kind, name, ir) for name, ir in kernels]
+  if args.dump:  # Only once every kind has lowered: a refused kind leaves nothing written.
+    os.makedirs(args.dump, exist_ok=True)
+    for kind, name, ir in rows:
+      files.write_text_atomic(os.path.join(args.dump, f'{kind}.{name}.mlir'), ir)
   print(f'one layer, d_model {args.d_model}, {args.num_heads} heads, {args.length} tokens, '
         f'bfloat16, attention {args.attention}; Triton IR lowered for CUDA, JAX {jax.__version__}')
   print('\n| kind | kernel | IR lines | matmuls | loops | reductions |\n|---|---|---|---|---|---|')
-  for kind, name, c in rows:
+  for kind, name, ir in rows:
+    c = counts(ir)
     print(f'| {kind} | {name} | {c["lines"]} | {c["dots"]} | {c["loops"]} | {c["reductions"]} |')
 
 
