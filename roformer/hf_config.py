@@ -198,7 +198,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '
                              'pair.')
   config = config_schema.default_config()
-  decoder, = model_types.named('decoder_only')  # What transformers' causal-LM classes are.
+  # What transformers' causal-LM classes are: the first decoder-only type declared.
+  decoder = model_types.named('decoder_only')[0]
   config.model.update(
       type=decoder, vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
       d_model=d, num_heads=heads, num_kv_heads=0 if kv == heads else kv,

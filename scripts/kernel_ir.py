@@ -2,6 +2,7 @@
 its size in lines, matmuls, loops and reductions per kind, so that a kernel can be compared with
 RoPE's (the kernel with no bias) before a GPU compiles it.
 
+  python scripts/kernel_ir.py                 # every kind that runs on the fused kernel
   python scripts/kernel_ir.py --kinds rope,alibi,kerple,fox
   python scripts/kernel_ir.py --kinds none,alibi --attention stick_breaking --length 4096
   python scripts/kernel_ir.py --kinds fire --dump /tmp/ir      # each kernel's IR as text too
@@ -26,21 +27,35 @@ import jax.numpy as jnp
 from flax import nnx
 
 from configs import lm
+from roformer import attention_options
 from roformer import cli
 from roformer import config_lib
 from roformer import errors
 from roformer import files
 from roformer import models
+from roformer import positions
+
+
+def _pallas_kinds() -> list[str]:
+  """The position kinds that declare the fused kernels (positions.capabilities)."""
+  return [k for k in positions.kinds() if 'pallas' in positions.capabilities(k).implementations]
+
+
+def _pallas_attention() -> list[str]:
+  """The attention kinds that run on Pallas kernels (roformer/attention_options/)."""
+  return [name for name, kind in attention_options.KINDS.items()
+          if 'pallas' in (kind.implementations or ())]
 
 
 def parser() -> cli.ArgumentParser:
   p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
-  p.add_argument('--kinds', type=cli.comma_list, default=['rope', 'alibi', 'fox'],
-                 help='Position kinds, comma-separated (those whose implementations include '
-                 'pallas).')
-  p.add_argument('--attention', default='softmax',
-                 help="config.model.attention.kind: softmax (the fused bias kernel) or "
-                 'stick_breaking (its own kernels).')
+  p.add_argument('--kinds', type=cli.comma_list, default=[],
+                 help='Position kinds, comma-separated (default: every kind whose '
+                 'implementations include pallas).')
+  p.add_argument('--attention', choices=_pallas_attention(),
+                 default=_pallas_attention()[0],
+                 help='config.model.attention.kind: the fused bias kernel (softmax) or an '
+                 'attention kind with kernels of its own.')
   p.add_argument('--length', type=cli.positive_int, default=2048, help='Tokens in the row.')
   p.add_argument('--d_model', type=cli.positive_int, default=768)
   p.add_argument('--num_heads', type=cli.positive_int, default=12)
@@ -120,14 +135,23 @@ def counts(ir: str) -> dict:
 
 def main(args):
   rows = []
-  for kind in args.kinds:
+  kinds = args.kinds or _pallas_kinds()
+  for kind in kinds:  # Combined kinds (rope+fox) too, as the registry declares them.
     try:
-      kernels = kernel_ir(kind, args)
+      runs = 'pallas' in positions.capabilities(kind).implementations
     except (KeyError, ValueError) as e:
+      raise errors.ConfigError(f'--kinds: {e}') from e
+    if not runs:
+      raise errors.ConfigError(f'--kinds: {kind} does not run on the fused kernels. Fix: name '
+                               f'some of {_pallas_kinds()} (docs/positions.md).')
+  for kind in kinds:
+    try:
+      _model_config(kind, args)  # The config's own checks, each one line; a bug keeps its trace.
+    except errors.ConfigError as e:
       raise errors.ConfigError(f'{kind} with --attention={args.attention}: {e}') from e
-    if not kernels:
-      raise errors.ConfigError(f'--kinds: {kind} ran no Pallas kernel. Fix: name kinds whose '
-                               "implementations include 'pallas' (docs/positions.md).")
+    kernels = kernel_ir(kind, args)
+    if not kernels:  # Every kind here declares the kernels: none lowered is a bug.
+      raise RuntimeError(f'{kind} with --attention={args.attention} lowered no Pallas kernel.')
     rows += [(kind, name, ir) for name, ir in kernels]
   if args.dump:  # Only once every kind has lowered: a refused kind leaves nothing written.
     os.makedirs(args.dump, exist_ok=True)

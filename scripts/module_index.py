@@ -42,11 +42,15 @@ def summary(path: pathlib.Path) -> str:
   return (match.group(1) if match else first) or '(no docstring)'
 
 
+# Packages whose __init__.py holds the registry itself, listed beside their modules.
+REGISTRY_PACKAGES = ('positions', 'attention_options', 'tasks')
+
+
 def index() -> str:
   lines = []
   for title, patterns in GROUPS:
     files = sorted({p for pattern in patterns for p in ROOT.glob(pattern)
-                    if p.name != '__init__.py' or p.parent.name in ('positions', 'attention_options')})
+                    if p.name != '__init__.py' or p.parent.name in REGISTRY_PACKAGES})
     lines += [f'**{title}**', '']
     lines += [f'- `{p.relative_to(ROOT)}`: {summary(p)}' for p in files]
     lines.append('')

@@ -27,15 +27,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from roformer import cli
 from roformer import errors
 from roformer import files
+from roformer import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PHASE = re.compile(r'(?:, |^)([^,]+?) ([0-9.]+) s')
 
 
 def usable_cpus() -> int:
-  """The cores this process (and the runs it starts) may use: fewer than the machine's when
-  pinned, as a sweep pins each training process (`taskset -c 0 python scripts/point_time.py`)."""
-  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  """How many cores this process (and the runs it starts) may use: fewer than the machine's
+  when pinned, as a sweep pins each training process (`taskset -c 0 python
+  scripts/point_time.py`)."""
+  return len(sweeps.usable_cpus())
 
 
 def parser() -> cli.ArgumentParser:

@@ -32,6 +32,7 @@ from typing import Any
 
 import jax
 
+from roformer import fused_bias
 from roformer import positions
 
 # Features an attention kind may form, and how a message says that one lacks it.
@@ -60,6 +61,16 @@ class Site:
   segments: jax.Array | None
   layer: Any
   first_slot: Any
+
+  def fused_inputs(self, module):
+    """(bias, params, row, col) for roformer/fused_bias.py's `attend` (and stick-breaking's)
+    where `module` runs the fused kernels on this call (attention_impl='pallas', no cache,
+    packed segments, no recorded probabilities; a scheme with no fused bias gives none), else
+    None."""
+    if (module.impl != 'pallas' or self.cache is not None or self.segments is None
+        or module.record_probs):
+      return None
+    return self.position.fused_bias(self.pos, self.ctx) or (fused_bias.NONE, None, None, None)
 
 
 def scores_flops(model_cfg, seq_len: int, causal: bool) -> float:

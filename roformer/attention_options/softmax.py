@@ -32,11 +32,10 @@ class Softmax(base.AttentionKind):
       for factor in factors(mask):
         logits = logits * factor[..., None]
       return attention.attend_logits(logits, v, mask)
-    if (module.impl == 'pallas' and cache is None and site.segments is not None
-        and not module.record_probs):
+    fused = site.fused_inputs(module)
+    if fused:
       # The fused kernel: the scheme's bias computed block by block, never materialised.
-      bias, params, row, col = position.fused_bias(site.pos, site.ctx) or (
-          fused_bias.NONE, None, None, None)
+      bias, params, row, col = fused
       return fused_bias.attend(q, k, v, site.pos, site.segments, bias, params=params, row=row,
                                col=col, causal=module.causal, window=module.window), None
     bias = position.logits_bias(q, k, *args, mask, site.ctx)

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from roformer import attention
-from roformer import fused_bias
 from roformer import fused_stick_breaking
 from roformer.attention_options import base
 from roformer.specs import Bool
@@ -62,10 +61,9 @@ class StickBreaking(base.AttentionKind):
 
   def attend(self, module, q, k, v, mask, site: base.Site):
     slots = site.first_slot + jnp.arange(q.shape[1])
-    if (module.impl == 'pallas' and site.cache is None and site.segments is not None
-        and not module.record_probs):
-      bias, params, row, col = site.position.fused_bias(site.pos, site.ctx) or (
-          fused_bias.NONE, None, None, None)
+    fused = site.fused_inputs(module)
+    if fused:
+      bias, params, row, col = fused
       return fused_stick_breaking.attend(
           q, k, v, site.pos, site.segments, bias, params=params, row=row, col=col,
           attend_current=module.attend_current, window=module.window), None
