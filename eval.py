@@ -11,11 +11,11 @@ import os
 
 from roformer import cli
 from roformer import config_args
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import files
 from roformer import logs
+from roformer import saved_config
 
 
 def parser() -> cli.ArgumentParser:
@@ -38,7 +38,7 @@ def main(args):
   if os.path.basename(args.out) != args.out or not args.out.endswith('.json'):
     raise errors.ConfigError(f'--out={args.out!r} must be a file name ending in .json (it is '
                              'written inside --workdir).')
-  config = config_args.apply(config_lib.load(args.workdir), cli.overrides())
+  config = config_args.apply(saved_config.load(args.workdir), cli.overrides())
   results = evaluate.evaluate_workdir(config, args.workdir, args.step,
                                       splits=tuple(args.splits))
   print(evaluate.format_results(results))

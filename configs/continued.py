@@ -8,21 +8,21 @@
 The config is the source workdir's own (its model, tokenizer and data) with init_from set to it,
 so that only what continuing changes needs a flag: data.seq_len, train.*, RoPE's base and
 scaling, train.pose_target_length (PoSE), the data (--config.data.name=files ...) and the
-compute settings (dtype, remat, ...). What may change is roformer/config_changes.py's
+compute settings (dtype, remat, ...). What may change is roformer/saved_config.py's
 'continue' column; any other model field differing from the source's is refused by train.py.
 """
 
-from roformer import config_lib
+from roformer import saved_config
 
 
 def get_config(workdir: str = ''):
   if not workdir:
     raise ValueError('configs/continued.py needs the source workdir: '
                      '--config configs/continued.py:WORKDIR')
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   with config.unlocked():
     config.init_from = workdir
     # The source's scaling is its own trained setting: a stretching one takes its original
-    # length from the source again (roformer/warm_start.py), so it is reset with it.
+    # length from the source again (roformer/resolve.py), so it is reset with it.
     config.model.position.rope.scaling.original_length = 0
   return config

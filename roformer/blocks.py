@@ -49,7 +49,7 @@ class Block(nnx.Module):
     k1, k2 = layers.split_key(key, 2)
     x = self.position.layer_input(x, pos, shared)
     attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
-    if self.parallel:  # Both branches read the block's input (pre-norm only: config_lib).
+    if self.parallel:  # Both branches read the block's input (pre-norm only: resolve).
       out, cache = attend(self.ln_attn(x))
       return (x + layers.dropout(out, self.dropout_rate, k1)
               + layers.dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)), cache

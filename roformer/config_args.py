@@ -4,7 +4,7 @@ field overrides (`--config.a.b=VALUE`), as train.py, eval.py and the scripts rea
 Each override's text becomes a value of the field's declared type (roformer/config_schema.py;
 a field nobody declared: the type of its current value), so `--config.model.d_model=wide` or an
 override of a field that does not exist is a ConfigError naming the flag, never a traceback.
-Ranges are checked afterwards with the whole config (config_lib.validate). The same functions
+Ranges are checked afterwards with the whole config (resolve.validate). The same functions
 serve the tests, which apply overrides exactly as the command line does.
 """
 

@@ -15,7 +15,7 @@ changed from their defaults in a run that does not read them, so that such a set
 rather than silently ignored, as position-scheme options of another kind are. The position
 schemes declare their options in their own classes (`options`), so `config.model.position`
 comes from the registry. The checks that relate several fields (d_model divisible by num_heads,
-warmup_steps <= steps, ...) are in roformer/config_lib.py.
+warmup_steps <= steps, ...) are in roformer/resolve.py.
 """
 
 import copy
@@ -100,7 +100,7 @@ def _read_by(reader: Reader, tree: dict) -> dict:
 
 
 # What a trained run's fields decide, for `_kept`: the occasions that read a saved run are
-# roformer/config_changes.py's (resume, continue, evaluate).
+# roformer/saved_config.py's (resume, continue, evaluate).
 _ALL = ('resume', 'continue', 'evaluate')
 _TOKENIZER = 'the tokenizer and the texts the weights were trained on'
 _PIPELINE = "the data pipeline's saved position counts batches of this exact stream"
@@ -146,7 +146,7 @@ def schema() -> dict:
       'seed': kept(('resume',), "the run's data order and dropout keys",
                     Int(0, 2**31 - 2, default=0)),  # seed + 1 seeds dropout.
       # A workdir to start from: a masked-LM run for a classifier (its encoder), or a causal-LM
-      # run to continue (every parameter; what may change: roformer/config_changes.py). '': none.
+      # run to continue (every parameter; what may change: roformer/saved_config.py). '': none.
       'init_from': kept(('resume',), 'the weights the run started from', Str(default='')),
       'data': _with_mixture({
           # An embedded dataset (shakespeare, bible_en_de, rotten_tomatoes, imdb), a synthetic

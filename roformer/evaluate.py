@@ -12,13 +12,13 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from roformer import compile_ahead
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
 from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
@@ -260,7 +260,7 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   results = {'step': step, **({} if classifying else {'protocol': protocol}),
              'position': scheme.kind, **scheme.results_fields(config.model.position),
              'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
-             'overrides': config_lib.differences(saved, config), 'splits': {}}
+             'overrides': saved_config.differences(saved, config), 'splits': {}}
   if classifying:
     for split in splits:
       hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)

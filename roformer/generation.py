@@ -14,11 +14,11 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer import config_lib
 from roformer import decode
 from roformer import errors
 from roformer import model_types
 from roformer import positions as positions_lib
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
@@ -83,7 +83,7 @@ class Workdir:
 def open_workdir(workdir: str, step: int | None = None) -> Workdir:
   """Reads config.json, checks the model type and that the checkpoint exists, opens the
   tokenizer; restores nothing."""
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   kind = config.model.type
   if kind not in SERVED:
     served = '; '.join(f'{k} (it {v})' for k, v in SERVED.items())

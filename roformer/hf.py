@@ -29,7 +29,6 @@ import numpy as np
 from flax import nnx
 
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
 from roformer import decode
 from roformer import errors
 from roformer import files
@@ -37,6 +36,8 @@ from roformer import generation
 from roformer import hf_config
 from roformer import hf_weights
 from roformer import model_types
+from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import variables
@@ -80,7 +81,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
     raise errors.DamagedFileError(
         f'{os.path.join(hf_dir, "config.json")} holds a value of the wrong type ({e}). Fix: use '
         'the config.json that came with the weights.') from None
-  config_lib.validate(config)
+  resolve.validate(config)
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
   tensors = hf_weights.read(hf_dir)
@@ -96,7 +97,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
            'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
            'step': jnp.int32(0)}
   with files.staged_directory(workdir) as staging:
-    config_lib.save(config, staging)
+    saved_config.save(config, staging)
     tokenizer.save(os.path.join(staging, tokenizer.workdir_file))
     files.write_json_atomic(os.path.join(staging, 'hf_config.json'), hf)  # What it came from.
     ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
@@ -153,7 +154,7 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   tokenizer files) from `workdir`'s checkpoint at `step` (the latest by default). Returns the
   transformers architecture written."""
   hf_dir = _check_new(hf_dir, '--to_hf')
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   fam = hf_config.export_family(config)  # Refuses before anything is restored.
   opened, trainer, params = _restored(workdir, step)
   model = nnx.merge(trainer.graphdef, params)

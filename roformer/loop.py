@@ -23,7 +23,6 @@ from jax.experimental import multihost_utils
 
 from roformer import checkpoint as checkpoint_lib
 from roformer import compile_ahead
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate as evaluate_lib
 from roformer import files
@@ -33,8 +32,8 @@ from roformer import metrics as metrics_lib
 from roformer import positions
 from roformer import reliability
 from roformer import resolve
+from roformer import saved_config
 from roformer import trainer as trainer_lib
-from roformer import warm_start
 from roformer import workdir as workdir_lib
 from roformer.data import mixture
 from roformer.data import pipeline
@@ -75,7 +74,8 @@ def train_seeds(config: ml_collections.ConfigDict, workdir: str, seeds, stop_at=
 
 
 def _same_but_seed(configs) -> None:
-  if any(config_lib.without_seed(c) != config_lib.without_seed(configs[0]) for c in configs[1:]):
+  first = saved_config.without_seed(configs[0])
+  if any(saved_config.without_seed(c) != first for c in configs[1:]):
     raise errors.ConfigError('the configs of one group differ in more than their seed. Fix: '
                              'train them as separate runs.')
 
@@ -297,7 +297,7 @@ class _Loop:
     else:
       state = trainer.init_state(run.config.seed)
       if run.init_from is not None:
-        state = warm_start.restore_from(trainer, state, run.config.init_from, *run.init_from)
+        state = trainer_lib.start_from(trainer, state, run.config.init_from, *run.init_from)
     if self.is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
       if resumed_from is None:
@@ -321,7 +321,7 @@ class _Loop:
           self.trainer, self.states, [m.run.sources['validation'] for m in self.members],
           final=bool(eval_splits)).items():
         self.ahead.submit(name, jitted, *args)
-    if self.runs[0].init_from is not None and warm_start.continues(self.config):
+    if self.runs[0].init_from is not None and resolve.continues(self.config):
       # A continued model before any step at its new length or scaling: the extension without
       # training, against which the continued steps are measured.
       for i, result in self.validate(0).items():

@@ -1,7 +1,7 @@
 """The model types (`config.model.type`), each declared once: what its stacks attend to, what the
 config may combine with it, what a run of it may start from, its own config rules and its FLOPs.
 
-The config checks (roformer/config_lib.py), the warm start, the FLOP count, the attention and
+The config checks (roformer/resolve.py), the warm start, the FLOP count, the attention and
 position options that only a decoder-only model can take, the Hugging Face import and export and
 generation ask these declarations; none of them names a type. What a type trains on (its
 batches, loss and evaluation) is its task in roformer/tasks/, and the model it builds is in

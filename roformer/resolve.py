@@ -1,11 +1,13 @@
 """From a config and a workdir to a resolved run: every check, once, in one place.
 
-`for_training` and `for_evaluation` run the checks in the order their inputs become known (the
-fields alone; then, for a warm start, the settings taken from its source; the fields against
-each other and the mesh; the workdir and the saved run; the data against the model) and open
-what the run needs. Whatever they return is checked: the training loop (`roformer.loop`) and
-evaluation (`roformer.evaluate`) consume it and check nothing again. Every check raises one
-ConfigError naming the field or file and the fix, before anything is compiled.
+`validate(config)` holds a config's fields to their specs (`check_fields`) and to each other
+(`check_relations`). `for_training` and `for_evaluation` run the checks in the order their
+inputs become known (the fields alone; then, for a warm start from `config.init_from`, the
+settings taken from its source; the fields against each other and the mesh; the workdir and the
+saved run; the source run; the data against the model) and open what the run needs. Whatever
+they return is checked: the training loop (`roformer.loop`) and evaluation
+(`roformer.evaluate`) consume it and check nothing again. Every check raises one ConfigError
+naming the field or file and the fix, before anything is compiled.
 """
 
 import dataclasses
@@ -16,17 +18,24 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
+from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_changes
-from roformer import config_lib
+from roformer import config_schema
 from roformer import errors
+from roformer import model_types
+from roformer import models
 from roformer import positions as positions_lib
+from roformer import saved_config
+from roformer import self_attention
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
-from roformer import warm_start
 from roformer import workdir as workdir_lib
+from roformer.data import corpus
+from roformer.data import mixture
 from roformer.data import pipeline
+from roformer.data import synthetic
+from roformer.data import vocabularies
 
 
 @dataclasses.dataclass
@@ -57,32 +66,31 @@ class Run:
 
 def _mesh(config, trained: tuple[int, str] | None = None) -> Mesh:
   """The mesh of config.mesh, with the fields that relate to each other and to it checked
-  (`trained`: config_lib.check_relations')."""
+  (`trained`: see check_relations)."""
   mesh = sharding.make_mesh(config.mesh)
-  config_lib.check_relations(config, sharding.data_parallel_size(mesh), jax.process_count(),
-                             trained)
+  check_relations(config, sharding.data_parallel_size(mesh), jax.process_count(), trained)
   return mesh
 
 
 def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   """The run that `train.py` starts or resumes in `workdir`."""
-  config_lib.check_fields(config)
+  check_fields(config)
   workdir = os.path.abspath(workdir)
   resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
   starting_from = bool(config.init_from) and resume_step is None
   if starting_from:  # Settings the config leaves to the source (its training length).
-    warm_start.prepare(config)
+    take_from_source(config)
   # Options the scheme derives from the positions trained on (`derived`): a resumed run's
   # saved values, or a new run's own.
-  saved = (config_lib.load(workdir) if resume_step is not None
+  saved = (saved_config.load(workdir) if resume_step is not None
            and os.path.exists(os.path.join(workdir, 'config.json')) else None)
   with config.unlocked():
     if saved is not None:
       positions_lib.take_derived(config.model, saved.model)
-    positions_lib.derive(config.model, config_lib.trained_positions(config)[0])
+    positions_lib.derive(config.model, trained_positions(config)[0])
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)
-  init_from = warm_start.check_init_from(config) if starting_from else None
+  init_from = check_init_from(config) if starting_from else None
   if resume_step is not None:  # Before any tokenizing of files whose text changed.
     workdir_lib.check_train_data(config, workdir)
   sources, tokenizer = workdir_lib.setup_data(
@@ -97,23 +105,23 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
   """The run that `eval.py` evaluates: `workdir`'s checkpoint at `step` (default: the latest)
   under `config` (the saved config with the command line's overrides), on `splits` (a
   classifier's come from config.eval.splits)."""
-  config_lib.check_fields(config)
+  check_fields(config)
   workdir = os.path.abspath(workdir)
   unknown = [s for s in splits if s not in pipeline.SPLITS]
   if unknown or not splits:
     raise errors.ConfigError(f'splits {list(splits)}: evaluate some of {list(pipeline.SPLITS)}. '
                              'Fix: e.g. --splits=validation,test.')
   step = trainer_lib.checkpoint_step(workdir, step)
-  saved = config_lib.load(workdir)
-  changed = config_changes.changed(saved, config, config_changes.EVALUATE)
+  saved = saved_config.load(workdir)
+  changed = saved_config.changed(saved, config, saved_config.EVALUATE)
   if changed:
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
         f'(saved vs now). Of the model, only '
-        f'{", ".join(config_changes.allowed(saved, config_changes.EVALUATE))} may change at '
+        f'{", ".join(saved_config.allowed(saved, saved_config.EVALUATE))} may change at '
         'evaluation. Fix: drop those --config.model/--config.data overrides.')
   _scale_from(config, saved)
-  count, where = config_lib.trained_positions(saved)
+  count, where = trained_positions(saved)
   mesh = _mesh(config, (count, f"the saved {where.removeprefix('config.')}"))
   if tasks.per_example(config):
     splits = tuple(config.eval.splits)
@@ -127,7 +135,7 @@ def _scale_from(config, saved) -> None:
   """What the position scheme takes from the checkpoint it evaluates (its `from_source`)."""
   with config.unlocked():
     positions_lib.model_scheme(config.model).from_source(
-        config.model.position, saved.data.seq_len, config_changes.EVALUATE)
+        config.model.position, saved.data.seq_len, saved_config.EVALUATE)
 
 
 def evaluation_of(run: Run, step: int, splits) -> Run:
@@ -146,3 +154,324 @@ def evaluation_of(run: Run, step: int, splits) -> Run:
   sources = {**run.sources, **opened}
   return Run(config, run.workdir, run.mesh, sources, run.tokenizer, step=step, saved=saved,
              splits=tuple(splits))
+
+
+def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
+             process_count: int = 1) -> None:
+  """Raises ConfigError naming the offending field and the fix: `check_fields`, then
+  `check_relations`. (`for_training` runs the two apart, with the warm start's settings taken
+  from its source between them.)"""
+  check_fields(config)
+  check_relations(config, num_data_parallel, process_count)
+
+
+def check_fields(config: ml_collections.ConfigDict) -> None:
+  """Every field present and held to its declared type and range (roformer/config_schema.py),
+  and none that this run does not read changed from its default (it would be ignored)."""
+  config_schema.check(config)
+  for name, spec in config_schema.unread_changes(config):
+    value = config
+    for part in name.split('.')[1:]:
+      value = value[part]
+    value = value.to_dict() if hasattr(value, 'to_dict') else value  # One line, not YAML.
+    raise errors.ConfigError(
+        f'{name}={value!r} is read only by {spec.reader.what}, and this run '
+        f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
+        f'them. Fix: drop the override (its default is {spec.default!r}), or '
+        f'{spec.reader.fix}.')
+
+
+def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
+                    process_count: int = 1, trained: tuple[int, str] | None = None) -> None:
+  """The checks that relate fields, on a config that passed `check_fields`. With
+  `num_data_parallel`, also that the batches split over the devices and processes. `trained`:
+  (positions, where that number comes from) of a model already trained, for the bounds that
+  depend on how it was trained (evaluation reads them from the saved config: an override of
+  data.seq_len must not lift them); by default `trained_positions(config)`."""
+  m, t, d = config.model, config.train, config.data
+  if m.d_model % m.num_heads:
+    raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
+                             f'config.model.num_heads={m.num_heads}. Fix: change one of them.')
+  accum = t.grad_accum_steps
+  if t.batch_size % accum:
+    raise errors.ConfigError(f'config.train.batch_size={t.batch_size} is not divisible by '
+                             f'config.train.grad_accum_steps={accum}. Fix: make the batch a '
+                             'multiple of the number of micro-batches.')
+  if t.warmup_steps > t.steps:
+    raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
+                             f'config.train.steps={t.steps}].')
+  if t.schedule == 'wsd' and not 2 <= t.decay_steps <= t.steps - t.warmup_steps:
+    raise errors.ConfigError(  # A step takes the rate before its update: 1 step never decays.
+        f"config.train.schedule='wsd' decays over config.train.decay_steps={t.decay_steps}, "
+        f'which must be in [2, steps - warmup_steps = {t.steps - t.warmup_steps}]. Fix: set '
+        'config.train.decay_steps.')
+  if t.schedule != 'wsd' and t.decay_steps:
+    raise errors.ConfigError(
+        f'config.train.decay_steps={t.decay_steps} is read by the wsd schedule only '
+        f"(config.train.schedule='{t.schedule}'). Fix: set it to 0 or use schedule='wsd'.")
+  if m.attention_impl == 'cudnn' and (jax.default_backend() != 'gpu' or m.dtype == 'float32'):
+    raise errors.ConfigError(
+        "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations "
+        f"(backend {jax.default_backend()}, dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
+  _validate_architecture(config)
+  for causal in models.attention_directions(m):
+    positions_lib.validate(m, d.seq_len, causal=causal)
+  _validate_lengths(config, trained)
+  vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
+  if corpus.is_files(config.data) and not model_types.of(m).documents:
+    documents = ' or '.join(model_types.named('documents'))
+    raise errors.ConfigError(
+        f"config.data.name='files' holds documents for language models (model.type "
+        f'{documents}), not {m.type!r} (labels, sentence pairs). Fix: a dataset with those '
+        f'features (TFDS or embedded), or model.type {documents}.')
+  if mixture.is_mixture(config.data):
+    mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
+  if config_schema.TEXT_CAUSAL_LM.reads(config):
+    shortest = config.data.seq_len * min(config.eval.length_multipliers)
+    if config.eval.protocol == 'windows' and config.eval.stride:
+      raise errors.ConfigError(
+          f'config.eval.stride={config.eval.stride} is read by eval.protocol=sliding only. Fix: '
+          "add --config.eval.protocol=sliding, or drop the stride.")
+    if config.eval.stride > shortest:
+      raise errors.ConfigError(
+          f'config.eval.stride={config.eval.stride} is longer than the shortest evaluated '
+          f'length, {shortest} (data.seq_len x the smallest eval.length_multipliers): windows '
+          f'would skip tokens. Fix: --config.eval.stride={shortest} or less (0: half of each '
+          'length).')
+  if config.eval.scale_rope_to_length:  # The scheme's factor to set, or its refusal.
+    positions_lib.model_scheme(m).length_factor(m.position)
+  sharding.rules_from_config(config.mesh)
+  if num_data_parallel is not None:
+    # Each micro-batch is split over the devices.
+    train_name = 'train.batch_size' + (f' / train.grad_accum_steps ({accum})' if accum > 1 else '')
+    for name, batch in ((train_name, t.batch_size // accum),
+                        ('eval.batch_size', config.eval.batch_size)):
+      if batch % num_data_parallel or batch % process_count:
+        raise errors.ConfigError(
+            f'config.{name} = {batch} is not divisible by the data-parallel size '
+            f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
+            f'use a multiple of {num_data_parallel * process_count}.')
+
+
+def trained_positions(config) -> tuple[int, str]:
+  """(the positions a run of `config` trains on, the field that sets them): data.seq_len, or
+  the range its training-position sampler covers when larger."""
+  return max([(config.data.seq_len, 'config.data.seq_len'),
+              *positions_lib.training.covered(config)])
+
+
+def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
+  """Synthetic tasks against the training and evaluation lengths; the training positions;
+  a distance remap against the positions trained on (`trained`, see check_relations)."""
+  m, d = config.model, config.data
+  task = synthetic.task_name(d)
+  if task:
+    if not model_types.of(m).decoder_only:
+      raise errors.ConfigError(
+          f'config.data.name={d.name!r} is a synthetic task for a causal LM (model.type is '
+          f'{m.type!r}). Fix: start from configs/synthetic.py.')
+    if d.synthetic.filler == 'text':
+      raise errors.ConfigError(
+          "config.data.synthetic.filler='text' hides the key in config.data.name's text, but "
+          f'config.data.name={d.name!r} is the task itself. Fix: make the task a source of a '
+          "mixture (config.data.name='shakespeare', config.data.mixture={'text': "
+          "{'weight': 0.9}, 'keys': {'weight': 0.1, 'name': 'synthetic/passkey'}}), or leave "
+          "filler at 'words'.")
+    longest = d.seq_len * max(config.eval.length_multipliers, default=1)
+    synthetic.validate(task, d.synthetic, d.seq_len, longest)
+  # Its training positions (random, PoSE, floats): for a decoder-only model.
+  positions_lib.training.validate(config, model_types.of(m).decoder_only)
+  count, where = trained or trained_positions(config)
+  positions_lib.check_remap_length(m, count, f'{where}={count}')
+
+
+def _validate_architecture(config) -> None:
+  """The stack's options and each model type's own fields."""
+  m, d = config.model, config.data
+  declared = model_types.of(m)
+  if m.norm == 'post' and not declared.post_norm:
+    raise errors.ConfigError("config.model.norm='post' is offered for "
+                             f"{model_types.offering('post_norm')}. Fix: use norm='pre' for "
+                             f'{m.type}.')
+  kv = m.num_kv_heads
+  if kv and (kv > m.num_heads or m.num_heads % kv):
+    raise errors.ConfigError(
+        f'config.model.num_kv_heads={kv} must divide config.model.num_heads={m.num_heads} '
+        '(each key/value head serves an equal group of query heads). Fix: a divisor of '
+        'num_heads, or 0 for one per query head.')
+  default_std = config_schema.spec_at('model.init_std').default
+  if m.init == 'classic' and m.init_std != default_std:
+    raise errors.ConfigError(
+        f"config.model.init_std={m.init_std} sets the std of init='normal'; the classic "
+        'initialisation draws from fan-in and would ignore it. Fix: --config.model.init=normal, '
+        'or drop the override.')
+  if vocabularies.kind(d.tokenizer) == 'pretrained' and not declared.decoder_only:
+    raise errors.ConfigError(
+        f"config.data.tokenizer={d.tokenizer!r} is a pretrained model's own tokenizer, whose ids "
+        f'are its own; the {m.type} model frames and masks with this project\'s special ids '
+        f"(bos, eos, the masked LM's [MASK]). Fix: {model_types.offering('decoder_only')} "
+        f"(model.type={' or '.join(model_types.named('decoder_only'))}), or a tokenizer.json "
+        'without the hf: prefix (its ids after the special ones).')
+  if m.residual == 'parallel' and (m.norm == 'post' or not declared.parallel_residual):
+    raise errors.ConfigError(
+        "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
+        f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
+        f"type={m.type!r}. Fix: --config.model.residual=sequential.")
+  _validate_attention(config, m)
+  if declared.validate:  # The type's own rules.
+    declared.validate(config)
+  if config.init_from and not declared.starts_from:
+    raise errors.ConfigError(f'config.init_from starts a classifier from a masked LM or '
+                             f'continues a causal LM, not a {m.type!r} model. Fix: leave it '
+                             'empty.')
+
+
+def _validate_attention(config, m) -> None:
+  """Per-layer kinds, windows and bases; the attention kind and options, as they declare
+  (roformer/attention_options/)."""
+  att = self_attention.attention_config(m)
+  pattern = tuple(m.layer_kinds)
+  if pattern:
+    positions_lib.model_scheme(m)  # Each named kind exists (an error names its index).
+    if not model_types.of(m).decoder_only:
+      raise errors.ConfigError(
+          f'config.model.layer_kinds={pattern} is offered for causal LMs (model.type is '
+          f'{m.type!r}). Fix: --config.model.layer_kinds=() and one position.kind.')
+    absolute = [k for k in pattern if positions_lib.scheme(k).Shared.embed
+                is not positions_lib.Shared.embed]
+    if absolute and len(set(pattern)) > 1:
+      raise errors.ConfigError(
+          f'config.model.layer_kinds={pattern} names {absolute[0]!r}, which adds its code to '
+          'the embeddings below every layer, not to a layer. Fix: per-layer kinds that act in '
+          'attention.')
+  windows = tuple(m.layer_windows)
+  if any(windows):
+    if not model_types.of(m).decoder_only:
+      raise errors.ConfigError(
+          f'config.model.layer_windows={windows} slides a causal window; model.type='
+          f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')
+    if 'mask' not in attention_options.KINDS[att.kind].has:
+      raise errors.ConfigError(
+          f'config.model.layer_windows={windows} needs the attention mask: attention.kind='
+          f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or no "
+          'windows.')
+  bases = tuple(m.layer_rope_bases)
+  if bases:
+    rotary = [k for k in dict.fromkeys(positions_lib.layer_kinds(m))
+              if positions_lib.capabilities(k).rotary]
+    if not rotary:
+      raise errors.ConfigError(
+          f'config.model.layer_rope_bases={bases} sets RoPE bases, but no layer rotates '
+          f'(layer kinds {positions_lib.layer_kinds(m)}). Fix: --config.model.layer_rope_bases=(), '
+          'or a rotary kind on some layers.')
+  attention_options.check_kind(m, att)
+  attention_options.check(config, m, att)
+
+
+# Model fields that fix the encoder's parameters and what they compute.
+# (Not vocab_size: it is set from the tokenizer, which comes from that run.)
+_ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'd_ff', 'norm', 'activation',
+                   'layer_norm_eps', 'type_vocab_size')
+
+
+def _encoder_fields(model_cfg) -> dict:
+  """The model fields that decide what a pretrained encoder computes: the sizes, the position
+  kind with the options that kind reads, and the attention fields that decide what it computes
+  (attention_options.fields_read: the kind's own, the switches and those of the switches on)."""
+  fields = {name: model_cfg.get(name) for name in _ENCODER_FIELDS}
+  position = model_cfg.position
+  fields['position'] = {'kind': position.kind,
+                        **{name: position.get(name)
+                           for name in positions_lib.scheme_fields(position.kind)}}
+  fields['attention'] = attention_options.fields_read(self_attention.attention_config(model_cfg))
+  return fields
+
+
+def _source(config) -> ml_collections.ConfigDict:
+  """config.init_from's saved config, or a ConfigError naming the fix."""
+  source = os.path.abspath(config.init_from)
+  if not os.path.isdir(source):
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is not a directory. Fix: point it at a workdir '
+        'of train.py (a masked-LM run to fine-tune a classifier, a causal-LM run to continue).')
+  return saved_config.load(source)
+
+
+def take_from_source(config: ml_collections.ConfigDict) -> None:
+  """Before the config's own checks: the options the position scheme derived from the
+  source's training (`derived`: FoPE's clipping length) take the source's values, whatever the
+  model type; for a causal LM continued from another, the scheme takes what it needs from the
+  source (its `from_source`: RoPE's scaling its original length); learned positions cannot go
+  past the rows their table has (a longer table would change the parameters, and the rows past
+  the old length would be untrained)."""
+  saved = _source(config)
+  with config.unlocked():  # What its scheme derived from the source's training (`derived`).
+    positions_lib.take_derived(config.model, saved.model)
+  if not (continues(config) and saved.model.type == config.model.type):
+    return
+  with config.unlocked():  # What the scheme takes from its source (its `from_source`).
+    positions_lib.model_scheme(config.model).from_source(
+        config.model.position, saved.data.seq_len, saved_config.CONTINUE)
+  longest = positions_lib.model_scheme(saved.model).max_length(saved.model.position)
+  if longest is not None and config.data.seq_len > longest:
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} has {saved.model.position.kind} positions, '
+        f'whose parameters cover {longest} positions, fewer than config.data.seq_len='
+        f'{config.data.seq_len}: it cannot be continued past them (more rows would change the '
+        'parameters, and they would be untrained). Fix: continue at a seq_len within them, or '
+        'train the source with a scheme that has no length-dependent parameters (rope, alibi, '
+        '...).')
+
+
+def continues(config: ml_collections.ConfigDict) -> bool:
+  """Whether config.init_from is continued as the same model (every parameter taken over, at
+  a new length or scaling), rather than its encoder fine-tuned under a new head."""
+  return model_types.of(config.model).continues
+
+
+def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
+  """Checks that config.init_from is a run this model can start from: a masked-LM run whose
+  encoder a classifier takes over, or a causal-LM run continued (every parameter) at another
+  length or RoPE scaling. Returns (its config, its latest step). Reads metadata only."""
+  saved = _source(config)
+  wanted = model_types.of(config.model).starts_from
+  if saved.model.type != wanted:
+    start = model_types.TYPES[wanted].start
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is a {saved.model.type!r} run; a '
+        f'{config.model.type!r} model starts from a {wanted!r} run. Fix: point it at a '
+        f'workdir of `python train.py --config {start}` (e.g. --workdir runs/{wanted}, then '
+        f'--config.init_from=runs/{wanted}).')
+  step = checkpoint_lib.latest_step(os.path.join(os.path.abspath(config.init_from),
+                                                 'checkpoints'))
+  if step is None:
+    raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
+                             'let that run save one first.')
+  if not continues(config):  # Fine-tuning: the encoder must be the pretrained one.
+    diffs = saved_config.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
+                                   'model')
+    if diffs:
+      raise errors.ConfigError(
+          f'config.init_from={config.init_from!r} was pretrained with a different encoder '
+          f'(pretrained vs now): {"; ".join(diffs)}. Fix: set those --config.model fields to '
+          'the pretrained values (position kind and options included).')
+  else:
+    _check_continuation(config, saved)
+  return saved, step
+
+
+def _check_continuation(config, saved) -> None:
+  """The continued causal LM has the source's parameters, and a RoPE scaling that covers the
+  new length (its original length is the source's training length)."""
+  diffs = saved_config.changed(saved, config, saved_config.CONTINUE)
+  if diffs:
+    allowed = [f for f in saved_config.may_change(saved_config.CONTINUE)
+               if f != 'model.vocab_size']  # Set from the tokenizer, never by hand.
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} is a different model (source vs now): '
+        f'{"; ".join(diffs)}. Continuing takes over every parameter, so only data.*, train.* '
+        f'and {", ".join(allowed)} may change. Fix: set those --config.model fields to the '
+        'source\'s values.')
+  positions_lib.model_scheme(config.model).check_continuation(
+      config.model.position, saved.data.seq_len, config.data.seq_len,
+      f'config.init_from={config.init_from!r}')

@@ -24,8 +24,8 @@ import numpy as np
 from flax import nnx
 
 from roformer import attention_options
-from roformer import config_lib
 from roformer import errors
+from roformer import saved_config
 from roformer import scanned
 from roformer import self_attention
 
@@ -97,7 +97,7 @@ class Sinks:
 def same_model(config) -> str:
   """What runs must share for one `evaluation_pass` to serve them: their whole config but the
   seed (which sets only their parameters, and those are the pass's arguments)."""
-  return config_lib.without_seed(config)
+  return saved_config.without_seed(config)
 
 
 def evaluation_pass(graphdef, task):

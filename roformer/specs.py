@@ -39,7 +39,7 @@ class Spec:
   it); None for every run."""
 
   reader = None
-  # The occasions ('resume', 'continue', 'evaluate': roformer/config_changes.py) on which the
+  # The occasions ('resume', 'continue', 'evaluate': roformer/saved_config.py) on which the
   # field must equal the saved run's, and why (what the field decides of a trained run); set
   # beside the field with `kept` (roformer/config_schema.py, or the module that declares it).
   fixed_on: tuple = ()

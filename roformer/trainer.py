@@ -1,8 +1,10 @@
 """Everything a run needs that follows from (config, mesh): the model graph, the optimizer,
 the jitted steps with their shardings, a fresh state, and restoring parameters from a
-checkpoint onto that state's shardings."""
+checkpoint onto that state's shardings (the run's own, or another run's that it starts from:
+`config.init_from`, checked by roformer/resolve.py)."""
 
 import functools
+import logging
 import os
 
 import jax
@@ -14,6 +16,7 @@ from flax import nnx
 from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
 from roformer import errors
+from roformer import model_types
 from roformer import models
 from roformer import optim
 from roformer import self_attention
@@ -21,6 +24,8 @@ from roformer import sharding
 from roformer import steps
 from roformer import tasks
 from roformer import variables
+
+log = logging.getLogger('roformer')
 
 
 def _redraw_interval(model_cfg) -> int:
@@ -227,3 +232,37 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
   finally:
     ckpt.close()
   return trainer.params_from_saved(state['params'])
+
+
+# Parameters of a masked LM that a classifier does not take over.
+_MLM_HEAD = ('head', 'head_ln', 'output_bias')
+
+
+def start_from(trainer: Trainer, state, init_from: str, saved, step: int):
+  """The state of a fresh run started from `init_from`: a classifier takes over the pretrained
+  encoder (its head keeps its initialisation), a continued causal LM every parameter. The
+  optimizer starts afresh."""
+  source_config = ml_collections.ConfigDict(saved.to_dict())
+  source_config.model.vocab_size = trainer.config.model.vocab_size
+  source_config.mesh = trainer.config.mesh
+  source_trainer = Trainer(source_config, trainer.mesh)
+  pretrained = source_trainer.saved_params(restore_params(
+      source_trainer, init_from, step,
+      other_step='config.init_from reads the latest step; to start from another, point it at a '
+      'copy of the run without the later steps')).to_pure_dict()
+  # Both in the per-block layout, whichever of them keeps its blocks stacked (scan_layers).
+  params = trainer.saved_params(state['params'])
+  target = params.to_pure_dict()
+  skip = () if model_types.of(trainer.config.model).continues else _MLM_HEAD
+  taken = sorted(k for k in target if k in pretrained and k not in skip)
+  for key in taken:
+    target[key] = pretrained[key]
+  nnx.replace_by_pure_dict(params, target)
+  params = trainer.params_from_saved(params)
+  log.info('Initialised %s from %s step %d; new: %s.', ', '.join(taken), init_from, step,
+           ', '.join(sorted(set(target) - set(taken))) or 'nothing')
+  with jax.set_mesh(trainer.mesh):
+    params = jax.device_put(params, trainer.state_shardings['params'])
+    opt_state = jax.jit(trainer.tx.init, out_shardings=trainer.state_shardings['opt_state'])(
+        variables.trainable(params)[0])
+  return {'params': params, 'opt_state': opt_state, 'step': state['step']}

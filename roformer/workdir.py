@@ -8,11 +8,10 @@ import tempfile
 
 import ml_collections
 
-from roformer import config_changes
-from roformer import config_lib
 from roformer import errors
 from roformer import files
 from roformer import metrics as metrics_lib
+from roformer import saved_config
 from roformer import tasks
 from roformer.data import pipeline
 from roformer.data import synthetic
@@ -55,7 +54,7 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   if path:
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):
-    saved = config_lib.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
+    saved = saved_config.load(config.init_from)  # Its dataset's tokenizer, rebuilt if needed.
     tokenizer = pipeline.load_tokenizer(saved.data, None)  # Its data opened if it must train.
   else:
     tokenizer = pipeline.load_tokenizer(
@@ -115,7 +114,7 @@ def probe_writable(directory: str) -> None:
 
 def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   """Before a run starts: `workdir` is a directory (or can be made) that can be written, and
-  if it holds a checkpoint, of the same run (what config_changes fixes on resume unchanged)."""
+  if it holds a checkpoint, of the same run (what saved_config fixes on resume unchanged)."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
   existing = workdir
@@ -128,8 +127,8 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
                              f'{e.strerror or e}). Fix: choose a writable directory.') from None
   if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
     return
-  saved = config_lib.load(workdir)
-  diffs = config_changes.changed(saved, config, config_changes.RESUME)
+  saved = saved_config.load(workdir)
+  diffs = saved_config.changed(saved, config, saved_config.RESUME)
   if diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
@@ -159,7 +158,7 @@ def check_train_data(config, workdir: str) -> None:
   saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
   now = pipeline.train_content(config.data)
   named = lambda content: {name or 'config.data.files': text for name, text in content.items()}
-  changed = config_lib.differences(named(saved), named(now))
+  changed = saved_config.differences(named(saved), named(now))
   if changed:
     raise errors.ConfigError(
         f'--workdir={workdir!r} was trained on other documents than the files hold now '
@@ -172,14 +171,14 @@ def save_config(config, workdir, resumed_from):
   """Writes config.json for a new run; a resumed run keeps the original and records what
   changed (schedule fields, logging, ...) as config.resume-STEP.json."""
   if resumed_from is None or not os.path.exists(os.path.join(workdir, 'config.json')):
-    config_lib.save(config, workdir)
+    saved_config.save(config, workdir)
     return
-  changed = config_lib.differences(config_lib.load(workdir), config)
+  changed = saved_config.differences(saved_config.load(workdir), config)
   if changed:
     log.warning('Resuming with changed settings (saved vs now): %s', '; '.join(changed))
   # Also when the settings went back to config.json's: the newest file is what the run is now.
-  if changed or config_lib.differences(config_lib.load(workdir, current=True), config):
-    config_lib.save(config, workdir, files.resume_config_name(resumed_from))
+  if changed or saved_config.differences(saved_config.load(workdir, current=True), config):
+    saved_config.save(config, workdir, files.resume_config_name(resumed_from))
 
 
 def skipped_so_far(workdir: str) -> int:

@@ -25,7 +25,7 @@ from configs import performer  # pylint: disable=wrong-import-position
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
-from roformer import config_lib  # pylint: disable=wrong-import-position
+from roformer import resolve  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
 from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
@@ -36,7 +36,7 @@ def measure(kind: str, length: int, repeats: int, overrides: list) -> dict:
   config.data.seq_len = length
   config.train.batch_size = 1
   config.mesh.num_devices = 1
-  config_lib.validate(config_args.apply(config, overrides))
+  resolve.validate(config_args.apply(config, overrides))
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   rng = np.random.default_rng(0)
   batch = {'inputs': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32),

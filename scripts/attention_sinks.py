@@ -25,11 +25,11 @@ from absl import logging as absl_logging
 
 from roformer import attention_options
 from roformer import cli
-from roformer import config_lib
 from roformer import errors
 from roformer import files
 from roformer import model_types
 from roformer import resolve
+from roformer import saved_config
 from roformer import sinks
 from roformer import trainer as trainer_lib
 # pylint: enable=wrong-import-position
@@ -60,7 +60,7 @@ def check(workdir: str, step):
   if not os.path.isfile(os.path.join(workdir, 'config.json')):
     raise errors.ConfigError(f'--workdir={workdir!r} has no config.json. Fix: point it at a '
                              'directory that train.py wrote.')
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   if not model_types.of(config.model).decoder_only:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a {config.model.type} model; the first token\'s share is '

@@ -54,12 +54,12 @@ from roformer import autodiff
 from roformer import cli
 from roformer import files
 from roformer import config_args
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
 from roformer import model_types
+from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.data import synthetic
@@ -417,7 +417,7 @@ def main(args):
     trials = variants(config, kinds, parse_vary(args.vary))
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials.values():  # Every variant is checked before anything is compiled.
-      config_lib.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
+      resolve.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
     passes = without_variants(trials, args.without)
   except (ValueError, KeyError, TypeError) as e:  # --vary's, round_sizes' and the mesh's.
     if isinstance(e, errors.ConfigError):

@@ -124,14 +124,15 @@ def write_workdir(params: dict, config, workdir: str) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from roformer import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
+  from roformer import saved_config  # pylint: disable=g-import-not-at-top
   from roformer import sharding  # pylint: disable=g-import-not-at-top
   from roformer import trainer as trainer_lib, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   workdir = os.path.abspath(workdir)
   if os.path.exists(workdir) and os.listdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir} exists and is not empty. Fix: choose a new '
                              'directory; nothing was written.')
-  config_lib.validate(config)
+  resolve.validate(config)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   state = trainer.saved(trainer.init_state())  # The per-block layout that checkpoints hold.
   target = state['params'].to_pure_dict()
@@ -139,7 +140,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
     target[key] = jax.tree.map(lambda old, new: np.asarray(new, old.dtype), target[key], value)
   nnx.replace_by_pure_dict(state['params'], target)
   with files.staged_directory(workdir) as staging:  # All of it, or nothing.
-    config_lib.save(config, staging)
+    saved_config.save(config, staging)
     files.write_text_atomic(
         os.path.join(staging, workdir_lib.FOREIGN_VOCABULARY_FILE),
         'Converted from Hugging Face RoFormer weights: token ids are those of the Hugging Face '

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from roformer import cli
 from roformer import files
 from roformer import config_args
-from roformer import config_lib
+from roformer import resolve
 from roformer import tasks
 from roformer import workdir as workdir_lib
 from roformer.data import row_cache
@@ -75,7 +75,7 @@ def _timed(config, form: str, sources, tokenizer, args) -> dict:
 
 def main(args):
   config = config_args.load(args.config, cli.overrides())
-  config_lib.validate(config)
+  resolve.validate(config)
   forms = ('built', 'row cache') if row_cache.streams(config, ()) else ('text', 'token cache')
   results = [measure(config, form, args) for form in forms]
   print(f'{config.data.name}, rows of {config.data.seq_len} x {config.train.batch_size}:')

@@ -18,8 +18,8 @@ workdir=${1:?usage: scripts/evaluate_extensions.sh WORKDIR [eval.py flags ...]}
 shift
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-trained=$($PY -c "import sys; sys.path.insert(0, '.'); from roformer import config_lib; \
-print(config_lib.load(sys.argv[1]).data.seq_len)" "$workdir")
+trained=$($PY -c "import sys; sys.path.insert(0, '.'); from roformer import saved_config; \
+print(saved_config.load(sys.argv[1]).data.seq_len)" "$workdir")
 half=$((trained / 2)) quarter=$((trained / 4))
 multipliers=${MULTIPLIERS:-1,2,4,8}
 variants=${VARIANTS:-plain linear ntk yarn llama3 dynamic rerope leaky_rerope self_extend string dca sinks}

@@ -26,10 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from roformer import cli
 from roformer import files
 from roformer import config_args
-from roformer import config_lib
 from roformer import errors
 from roformer import logs
 from roformer import loop
+from roformer import resolve
 from roformer import sweeps
 from roformer.data import row_cache
 
@@ -90,7 +90,7 @@ def main(args):
   config.train.update(steps=args.steps, eval_every=10 * args.steps,
                       checkpoint_every=10 * args.steps,
                       warmup_steps=min(config.train.warmup_steps, args.steps))
-  config_lib.validate(config)
+  resolve.validate(config)
   if not row_cache.streams(config, ()):
     raise errors.ConfigError(f'--config={args.config} is not a synthetic task in its own '
                              "words (config.data.name='synthetic/TASK'): no rows to cache.")

@@ -29,11 +29,11 @@ from flax import nnx
 from configs import lm
 from roformer import attention_options
 from roformer import cli
-from roformer import config_lib
 from roformer import errors
 from roformer import files
 from roformer import models
 from roformer import positions
+from roformer import resolve
 
 
 def _pallas_kinds() -> list[str]:
@@ -71,7 +71,7 @@ def _model_config(kind: str, args):
   config.model.position.kind = kind
   config.model.attention.kind = args.attention
   config.data.update(seq_len=args.length, vocab_size=512)
-  config_lib.validate(config)  # The kind, the attention kind and pallas must fit together.
+  resolve.validate(config)  # The kind, the attention kind and pallas must fit together.
   return config.model
 
 

@@ -82,8 +82,8 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   """What a point's files say: its scheme (its sweep's `label`, else its position kind with
   the options its overrides set), seed, curves and evaluations (each evaluation's rows keyed
   by evaluation length)."""
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top  # JAX: slow to import.
-  config = config_lib.load(workdir).to_dict()  # A damaged config.json: one DamagedFileError.
+  from roformer import saved_config  # pylint: disable=g-import-not-at-top  # JAX: slow to import.
+  config = saved_config.load(workdir).to_dict()  # A damaged config.json: one DamagedFileError.
   records = []
   if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
     records = checked_metrics(os.path.join(workdir, 'metrics.jsonl'))

@@ -13,9 +13,9 @@ import pytest
 from configs import test as test_config
 from roformer import attention
 from roformer import attention_options
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 from roformer.attention_options import nope_temperature
 
 
@@ -24,7 +24,7 @@ def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
   config.model.update(vocab_size=50, num_layers=1, attention_impl=impl, layer_kinds=layer_kinds)
   config.data.vocab_size = 50
   config.model.attention.update(att)
-  config_lib.validate(config)
+  resolve.validate(config)
   return config
 
 
@@ -95,7 +95,7 @@ def test_ssmax_without_a_softmax_is_refused(kind):
   config = test_config.get_config('none')
   config.model.attention.update(kind=kind, ssmax=True)
   with pytest.raises(errors.ConfigError, match='attention.ssmax'):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_the_nope_temperature_against_hand_values():
@@ -124,7 +124,7 @@ def test_the_nope_temperature_scales_only_the_layers_without_positions():
   hybrid = test_config.get_config('rope')
   hybrid.model.update(vocab_size=50, num_layers=2, layer_kinds=('rope', 'none'))
   hybrid.model.attention.nope_temperature = True
-  config_lib.validate(hybrid)
+  resolve.validate(hybrid)
   blocks = models.create(hybrid.model, seed=0).blocks
   assert [b.attn.temperature is not None for b in blocks] == [False, True]
   with pytest.raises(errors.ConfigError, match='no layer is one'):
@@ -189,10 +189,10 @@ def test_windows_need_a_kind_that_forms_the_mask():
     config.model.update(layer_windows=(8,), attention_impl='einsum')
     config.model.attention.kind = kind
     if 'mask' in declared.has:
-      config_lib.validate(config)
+      resolve.validate(config)
     else:
       with pytest.raises(errors.ConfigError, match='layer_windows=.8,. needs the attention mask'):
-        config_lib.validate(config)
+        resolve.validate(config)
 
 
 @pytest.mark.parametrize('kind,model_type,impl,refused', [

@@ -10,10 +10,10 @@ from flax import nnx
 
 from configs import lm
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import layers
 from roformer import models
+from roformer import resolve
 from roformer import tasks
 
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(5, 60, (2, 10)), jnp.int32)
@@ -160,4 +160,4 @@ def test_bad_block_settings_are_named(fields, message):
     config.data.tokenizer = fields.pop('tokenizer')
   config.model.update(fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(config)
+    resolve.validate(config)

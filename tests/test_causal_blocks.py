@@ -11,9 +11,9 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 from roformer import sharding
 
 
@@ -149,4 +149,4 @@ def test_causal_block_must_be_a_count():
   config = test_config.get_config('rope')
   config.model.causal_block = -1
   with pytest.raises(errors.ConfigError, match='config.model.causal_block'):
-    config_lib.validate(config)
+    resolve.validate(config)

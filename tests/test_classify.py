@@ -14,14 +14,14 @@ import tensorflow_datasets as tfds
 from configs import classify
 from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
 from roformer import errors
 from roformer import loop
 from roformer import metrics
+from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
-from roformer import warm_start
 from roformer import workdir as workdir_lib
 from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
@@ -84,7 +84,7 @@ def test_metrics_against_hand_computed_values():
 def pretrained(mlm_workdir, tmp_path_factory):
   """The session's tiny masked-LM run, and a causal-LM workdir (not one to fine-tune from)."""
   lm_dir = tmp_path_factory.mktemp('lm')
-  config_lib.save(test_config.get_config(), str(lm_dir))
+  saved_config.save(test_config.get_config(), str(lm_dir))
   return mlm_workdir[0], str(lm_dir)
 
 
@@ -105,12 +105,12 @@ def test_fine_tuning_takes_over_the_encoder_and_its_tokenizer(pretrained, data_d
       os.path.join(mlm_dir, workdir_lib.TOKENIZER_FILE), 'rb') as b:
     assert a.read() == b.read()  # The pretraining's vocabulary, not rotten_tomatoes'.
   # After one step at learning rate 0 (warmup), the encoder equals the pretrained one.
-  mesh_cfg = config_lib.load(workdir)
+  mesh_cfg = saved_config.load(workdir)
   trainer = trainer_lib.Trainer(mesh_cfg, sharding.make_mesh(mesh_cfg.mesh))
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   tuned = ckpt.restore(1, trainer.abstract_state)['params'].to_pure_dict()
   ckpt.close()
-  source_cfg = config_lib.load(mlm_dir)
+  source_cfg = saved_config.load(mlm_dir)
   source_cfg.model.vocab_size = mesh_cfg.model.vocab_size
   source = trainer_lib.Trainer(source_cfg, trainer.mesh)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(mlm_dir, 'checkpoints'))
@@ -151,15 +151,15 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   cfg.model.attention.rope_mode = 'features' if cfg.model.attention.rope_mode == 'qk' else 'qk'
   cfg.model.attention.num_features += 1  # FAVOR+ options, read only by attention.kind='favor'.
   cfg.model.attention.ssmax_init += 1  # Read only with attention.ssmax on.
-  _, step = warm_start.check_init_from(cfg)
+  _, step = resolve.check_init_from(cfg)
   assert step == 16
   cfg.model.attention.qk_norm = True  # A switch: it adds parameters and changes the logits.
   with pytest.raises(errors.ConfigError, match='model.attention.qk_norm'):
-    warm_start.check_init_from(cfg)
+    resolve.check_init_from(cfg)
   cfg.model.attention.qk_norm = False
   cfg.model.position.rope.base = 500.0  # An option RoPE reads.
   with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
-    warm_start.check_init_from(cfg)
+    resolve.check_init_from(cfg)
 
 
 def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
@@ -247,8 +247,8 @@ def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
   bad = test_config.get_config('classify')
   bad.eval.metrics = ('pearson',)
   with pytest.raises(errors.ConfigError, match='do not apply to classification'):
-    config_lib.validate(bad)
+    resolve.validate(bad)
   mlm = test_config.get_config('mlm')
   mlm.init_from = '/tmp/x'
   with pytest.raises(errors.ConfigError, match="continues a causal LM, not a 'mlm' model"):
-    config_lib.validate(mlm)
+    resolve.validate(mlm)

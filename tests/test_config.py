@@ -16,12 +16,12 @@ from configs import performer
 from configs import synthetic
 from configs import test as test_config
 from configs import translate
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import positions
+from roformer import resolve
 from roformer import specs
 from roformer import trainer as trainer_lib
 from roformer.data import pipeline
@@ -140,7 +140,7 @@ def test_eval_without_checkpoint(config, tmp_path):
 
 
 def test_default_lm_config_is_valid():
-  config_lib.validate(lm.get_config(), num_data_parallel=1)
+  resolve.validate(lm.get_config(), num_data_parallel=1)
   for kind in ('none', 'sinusoidal', 'learned', 'rope'):
     assert lm.get_config(kind).model.position.kind == kind
 
@@ -179,16 +179,16 @@ def config_variants():
 
 def test_every_config_file_validates_and_declares_every_field():
   """config_schema declares every field of every config (a field added to a config without a
-  declared type and range fails here), and each config passes config_lib.validate."""
+  declared type and range fails here), and each config passes resolve.validate."""
   seen = 0
   for name, config in config_variants():
     config_schema.check(config)
     if (positions.capabilities(config.model.position.kind).causal_only
         and config.model.type != 'causal_lm'):
       with pytest.raises(errors.ConfigError, match='causal attention only'):
-        config_lib.validate(config)
+        resolve.validate(config)
     else:
-      config_lib.validate(config)
+      resolve.validate(config)
     seen += 1
   assert seen > 50
 
@@ -199,7 +199,7 @@ def test_a_field_nobody_declared_is_refused():
     config.train.learning_rat = 0.1  # A typo in a config file.
   with pytest.raises(errors.ConfigError, match=r'config.train.learning_rat is not a config field '
                      r'\(did you mean config.train.learning_rate\?\).*config_schema.py'):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
@@ -211,7 +211,7 @@ def test_a_scheme_option_without_a_spec_is_refused(monkeypatch):
   assert config.model.position.rope.new_option == 1.0
   with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.new_option has no '
                      r'declared type and range.*roformer.positions.rotary.Rotary.options'):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_every_numeric_field_declares_a_range():

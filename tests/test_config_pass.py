@@ -10,12 +10,12 @@ import pytest
 
 from configs import base
 from configs import test as test_config
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import files
 from roformer import positions
 from roformer import resolve
+from roformer import saved_config
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
 
@@ -40,7 +40,7 @@ def test_every_field_declares_a_default_that_passes_its_own_spec():
 def test_the_base_config_is_every_field_at_its_default_and_passes():
   config = base.get_config()
   config_schema.check(config)
-  config_lib.validate(config)
+  resolve.validate(config)
   for name, spec in _leaves(config_schema.schema()):
     value = config
     for part in name.split('.')[1:]:
@@ -74,7 +74,7 @@ def test_a_config_saved_by_an_earlier_version_loads_complete_and_valid(run):
   the classifier's and translation's fields in every config, ...): loading migrates them."""
   raw = json.load(open(os.path.join(LEGACY, run, 'config.json'), encoding='utf-8'))
   assert 'scan_layers' not in raw['model'] and 'beam_size' not in raw['eval']
-  config = config_lib.load(os.path.join(LEGACY, run))
+  config = saved_config.load(os.path.join(LEGACY, run))
   config_schema.check(config)
   assert config.model.scan_layers is False and config.eval.beam_size == 4
   for section in ('model', 'data', 'train'):  # What it had is kept.
@@ -88,7 +88,7 @@ def test_a_missing_field_is_named_with_the_fix():
   del config.train['warmup_steps']
   with pytest.raises(errors.ConfigError, match=r'config.train.warmup_steps is missing. Fix: '
                      r'build the config from configs/base.py'):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 @pytest.mark.parametrize('arg,field,value,reader', [
@@ -102,7 +102,7 @@ def test_a_field_this_run_does_not_read_is_refused_when_changed(arg, field, valu
   """As with another position kind's options: a setting the run would ignore is an error that
   names the field and the runs that read it, not a silent no-op."""
   config = test_config.get_config(arg)
-  config_lib.validate(config)  # At its default: fine.
+  resolve.validate(config)  # At its default: fine.
   *parents, leaf = field.split('.')
   node = config
   for part in parents:
@@ -110,13 +110,13 @@ def test_a_field_this_run_does_not_read_is_refused_when_changed(arg, field, valu
   node[leaf] = value
   with pytest.raises(errors.ConfigError, match=rf'config.{re.escape(field)}={value!r} is read '
                      rf'only by .*Fix: drop the override.*{re.escape(reader)}'):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_a_changed_field_the_run_reads_is_accepted():
   config = test_config.get_config('mlm')
   config.data.mask_rate = 0.3
-  config_lib.validate(config)
+  resolve.validate(config)
 
 
 def test_a_training_run_is_checked_once_before_anything_is_built(tmp_path, monkeypatch,

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import strategies as st
 
 from roformer import config_args
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
+from roformer import resolve
 from roformer import sharding
 from roformer import specs
 from roformer import trainer as trainer_lib
@@ -116,7 +116,7 @@ def check_property(name: str, drawn) -> None:
       _apply(config, field, value, as_text)
     config_schema.check(config)  # What train.py and eval.py check first, before the mesh.
     mesh = sharding.make_mesh(config.mesh)
-    config_lib.validate(config, sharding.data_parallel_size(mesh), 1)
+    resolve.validate(config, sharding.data_parallel_size(mesh), 1)
   except errors.ConfigError:
     return  # Refused before anything was built.
   # Accepted: the model, optimizer and shardings build (abstractly: nothing is compiled).

@@ -10,13 +10,13 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import models
-from roformer import warm_start
+from roformer import resolve
+from roformer import saved_config
 from roformer.positions import randomized
 
 
@@ -58,7 +58,7 @@ def test_continuing_starts_from_exactly_the_saved_parameters(source, data_dir, t
   workdir = str(tmp_path / 'continued')
   loop.train_and_evaluate(cfg, workdir)
   first = _validation(workdir)[0]
-  eval_cfg = config_lib.load(source)  # What eval.py does, with these overrides:
+  eval_cfg = saved_config.load(source)  # What eval.py does, with these overrides:
   eval_cfg.data.seq_len, eval_cfg.eval.length_multipliers, eval_cfg.eval.max_batches = 64, (1,), 2
   eval_cfg.model.position.rope.scaling.update(kind='linear', factor=2.0)
   reference = evaluate.evaluate_workdir(eval_cfg, source, splits=('validation',))
@@ -100,7 +100,7 @@ def test_learned_positions_cannot_continue_past_their_table(data_dir, tmp_path):
                                     'model.position.learned.max_length': 48})
   source = str(tmp_path / 'learned')
   os.makedirs(source)
-  config_lib.save(source_cfg, source)
+  saved_config.save(source_cfg, source)
   cfg = _config(data_dir, **{'init_from': source, 'data.seq_len': 64,
                              'model.position.kind': 'learned',
                              'model.position.learned.max_length': 48})
@@ -154,13 +154,13 @@ def test_relative_schemes_see_only_gaps_of_randomized_positions(kind):
 ])
 def test_bad_randomized_positions_are_refused(data_dir, fields, match):
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(_config(data_dir, **fields))
+    resolve.validate(_config(data_dir, **fields))
 
 
 def test_a_stretching_scaling_takes_the_source_training_length(source, data_dir):
   cfg = _config(data_dir, **{'init_from': source, 'data.seq_len': 64,
                              'model.position.rope.scaling.kind': 'yarn',
                              'model.position.rope.scaling.factor': 2.0})
-  warm_start.prepare(cfg)
+  resolve.take_from_source(cfg)
   assert cfg.model.position.rope.scaling.original_length == 32
-  config_lib.validate(cfg)
+  resolve.validate(cfg)

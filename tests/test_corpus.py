@@ -14,11 +14,12 @@ import numpy as np
 import processes
 import pytest
 
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
 from roformer import metrics
+from roformer import resolve
+from roformer import saved_config
 from roformer.data import corpus
 from roformer.data import pipeline
 
@@ -271,7 +272,7 @@ def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_p
   assert 'Converted ' in done.stdout and 'from 186 files' in done.stdout
   records = metrics.read_jsonl(str(workdir / 'metrics.jsonl'))
   validation = [r for r in records if r['split'] == 'validation'][-1]
-  saved = config_lib.load(str(workdir))
+  saved = saved_config.load(str(workdir))
   saved.eval.update(max_batches=saved.train.eval_batches, length_multipliers=(1,))
   results = evaluate.evaluate_workdir(saved, str(workdir))
   np.testing.assert_allclose(results['splits']['validation']['lengths'][0]['loss'],
@@ -301,7 +302,7 @@ def test_your_files_are_refused_for_a_classifier_before_anything_is_read():
   cfg = classify.get_config()
   cfg.data.update(name='files', files='nowhere/*.txt')
   with pytest.raises(errors.ConfigError, match="holds documents for language models"):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_a_splits_content_is_its_text_wherever_the_files_are_and_whatever_their_times(tmp_path):

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
+from roformer import saved_config
 from roformer import workdir as workdir_lib
 from roformer.data import embedded
 from roformer.data import pipeline
@@ -111,20 +111,20 @@ def test_damaged_workdir_files_are_named_with_their_fix(mlm_workdir, tmp_path):
   _overwrite(config_path, b'{"model": {"d_model": 3')
   with pytest.raises(errors.DamagedFileError, match=f'{config_path} cannot be read .*Fix: '
                      'restore it'):
-    config_lib.load(workdir)
+    saved_config.load(workdir)
   _overwrite(config_path, b'[1, 2]')
   with pytest.raises(errors.DamagedFileError, match='holds a JSON list, not an object'):
-    config_lib.load(workdir)
+    saved_config.load(workdir)
   pathlib.Path(config_path).write_bytes(saved)
   # A checkpoint's metadata overwritten: evaluation names the step and the others.
   _overwrite(os.path.join(workdir, 'checkpoints', '16', 'state', '_METADATA'))
   with pytest.raises(errors.DamagedFileError, match=r'checkpoint at step 16 in .*checkpoints/16 '
                      r'cannot be read.*--step \(available: \[8\]\)'):
-    evaluate.evaluate_workdir(config_lib.load(workdir), workdir, step=16)
+    evaluate.evaluate_workdir(saved_config.load(workdir), workdir, step=16)
   # tokenizer.model truncated: resuming names it and the copy to put back, which then works.
   tokenizer = os.path.join(workdir, workdir_lib.TOKENIZER_FILE)
   _truncate(tokenizer)
-  resumed = config_lib.load(workdir)
+  resumed = saved_config.load(workdir)
   resumed.train.steps = 18
   with pytest.raises(errors.DamagedFileError, match=f'{tokenizer} is not a readable '
                      'SentencePiece model') as raised:
@@ -132,7 +132,7 @@ def test_damaged_workdir_files_are_named_with_their_fix(mlm_workdir, tmp_path):
   cached = str(pipeline.tokenizer_path(resumed.data))
   assert f"cp '{cached}' '{tokenizer}'" in str(raised.value)
   shutil.copy(cached, tokenizer)
-  workdir_lib.open_tokenizer(config_lib.load(workdir), workdir)  # Reads back.
+  workdir_lib.open_tokenizer(saved_config.load(workdir), workdir)  # Reads back.
 
 
 def test_a_damaged_embedded_corpus_names_the_file_and_the_reinstall(tmp_path, monkeypatch):

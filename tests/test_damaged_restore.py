@@ -21,9 +21,9 @@ import pytest
 
 import processes
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import loop
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 
@@ -73,7 +73,7 @@ def test_a_failed_restore_leaves_no_read_running_and_reports_nothing_after_its_e
   workdir = str(tmp_path / 'copy')
   shutil.copytree(mlm_workdir[0], workdir)  # Checkpoints at steps 8 and 16.
   _damage(os.path.join(workdir, 'checkpoints', '16'))
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   late = _Late()
   logging.getLogger('asyncio').addHandler(late)

@@ -9,9 +9,9 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 from roformer.attention_options import dape
 
 
@@ -113,4 +113,4 @@ def test_dape_where_it_cannot_run_is_one_error_naming_the_field(kind, fields, me
   cfg.model.attention.dape = True
   kinds.set_fields(cfg, fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)

@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import flops
 from roformer import models
+from roformer import resolve
 from roformer.attention_options import differential
 
 
@@ -159,7 +159,7 @@ def test_bad_pairings_are_refused_in_one_line(fields, message):
   config = _config('rope')
   kinds.set_fields(config, fields)
   with pytest.raises(errors.ConfigError, match=message) as e:
-    config_lib.validate(config)
+    resolve.validate(config)
   assert '\n' not in str(e.value) and 'differential' in str(e.value)
 
 

@@ -163,14 +163,14 @@ def test_the_readmes_list_of_kinds_is_the_registrys():
 
 
 def test_the_table_of_what_may_change_is_the_codes():
-  """docs/configs_and_data.md shows roformer/config_changes.py's table. Fix a failure by pasting
-  the output of `python -c "from roformer import config_changes;
-  print(config_changes.table())"` between the page's markers."""
-  from roformer import config_changes  # pylint: disable=import-outside-toplevel
+  """docs/configs_and_data.md shows roformer/saved_config.py's table. Fix a failure by pasting
+  the output of `python -c "from roformer import saved_config;
+  print(saved_config.table())"` between the page's markers."""
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   page = (ROOT / 'docs' / 'configs_and_data.md').read_text(encoding='utf-8')
   table = page.split('<!-- config changes: generated -->\n', 1)[1].split(
       '\n<!-- end of config changes -->', 1)[0]
-  assert table == config_changes.table()
+  assert table == saved_config.table()
 
 
 def test_the_extension_table_is_the_kept_records():

@@ -8,9 +8,9 @@ from flax import nnx
 
 from configs import test as test_config
 from configs import translate
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 
 KINDS = kinds.with_capability('causal_only', False)  # Both stacks: encoders too.
 
@@ -84,4 +84,4 @@ def test_cached_decoding_equals_teacher_forcing(kind):
 def test_xpos_is_refused_for_the_bidirectional_encoder():
   cfg = translate.get_config('xpos')
   with pytest.raises(errors.ConfigError, match='causal attention only'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)

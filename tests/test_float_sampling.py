@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
+from roformer import resolve
+from roformer import saved_config
 from roformer import tasks
 from roformer.positions import float_sampling
 
@@ -58,7 +59,7 @@ def test_the_task_draws_while_training_and_evaluates_on_the_grid():
   trained = np.asarray(task.positions(batch, jax.random.key(1)))
   assert trained.dtype == np.float32 and trained.max() < 64 and trained.max() > 31
   assert (trained % 1 != 0).mean() > 0.99  # Real numbers, not integers.
-  assert config_lib.trained_positions(cfg) == (64, 'config.train.float_positions')
+  assert resolve.trained_positions(cfg) == (64, 'config.train.float_positions')
 
 
 @pytest.mark.parametrize('fields,message', [
@@ -76,7 +77,7 @@ def test_bad_settings_are_one_error_naming_the_field(fields, message):
       node = node[part]
     node[name] = value
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_a_run_trains_and_evaluates_with_float_positions(tmp_path):
@@ -86,7 +87,7 @@ def test_a_run_trains_and_evaluates_with_float_positions(tmp_path):
   cfg.train.update(steps=2, eval_every=2, checkpoint_every=2, log_every=1, eval_batches=1)
   last = loop.train_and_evaluate(cfg, str(tmp_path / 'w'))
   assert np.isfinite(last['validation']['loss'])
-  saved = config_lib.load(str(tmp_path / 'w'))
+  saved = saved_config.load(str(tmp_path / 'w'))
   assert saved.train.float_positions == cfg.data.seq_len
 
 
@@ -102,13 +103,13 @@ def test_a_model_trained_on_real_positions_is_not_exported_to_transformers():
 def test_the_range_is_fixed_once_trained_at_evaluation_and_on_resume():
   """S decides the positions the model trained on and its evaluation grid: an evaluation or a
   resumed run that changes it is refused (a continuation may train at another range)."""
-  from roformer import config_changes  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   saved = test_config.get_config()
   saved.train.float_positions = 64
   changed = test_config.get_config()
   changed.train.float_positions = 128
-  for occasion in (config_changes.EVALUATE, config_changes.RESUME):
+  for occasion in (saved_config.EVALUATE, saved_config.RESUME):
     assert any('train.float_positions' in d
-               for d in config_changes.changed(saved, changed, occasion)), occasion
+               for d in saved_config.changed(saved, changed, occasion)), occasion
   assert not any('float_positions' in d
-                 for d in config_changes.changed(saved, changed, config_changes.CONTINUE))
+                 for d in saved_config.changed(saved, changed, saved_config.CONTINUE))

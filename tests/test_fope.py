@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
+from roformer import saved_config
 from roformer import variables
 from roformer.positions import fourier
 
@@ -131,11 +132,11 @@ def test_an_unset_clipping_length_takes_the_positions_the_run_trains_on():
   keeps a set value; take_derived copies a saved run's value into a 0 only."""
   config = kinds.tiny_config('fope')
   config.data.seq_len = 24
-  positions.derive(config.model, config_lib.trained_positions(config)[0])
+  positions.derive(config.model, resolve.trained_positions(config)[0])
   assert config.model.position.fope.clip_length == 24
   config.train.random_positions = 96
   config.model.position.fope.clip_length = 0
-  positions.derive(config.model, config_lib.trained_positions(config)[0])
+  positions.derive(config.model, resolve.trained_positions(config)[0])
   assert config.model.position.fope.clip_length == 96
   positions.derive(config.model, 10)
   assert config.model.position.fope.clip_length == 96
@@ -166,28 +167,29 @@ def test_a_run_continued_at_a_longer_length_keeps_the_sources_clipping_and_resum
 
   source = str(tmp_path / 'source')
   loop.train_and_evaluate(config(), source)
-  assert config_lib.load(source).model.position.fope.clip_length == 32
+  assert saved_config.load(source).model.position.fope.clip_length == 32
   longer = lambda: config(init_from=source, data=dict(config().data.to_dict(), seq_len=64))
   target = str(tmp_path / 'longer')
   loop.train_and_evaluate(longer(), target, stop_at=1)
-  assert config_lib.load(target).model.position.fope.clip_length == 32
+  assert saved_config.load(target).model.position.fope.clip_length == 32
   last = loop.train_and_evaluate(longer(), target)  # Resumed from step 1.
   assert np.isfinite(last['validation']['loss'])
 
 
 def test_fine_tuning_takes_the_pretrained_clipping_length(tmp_path):
   from configs import test as test_config  # pylint: disable=import-outside-toplevel
-  from roformer import warm_start  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   pretrained = test_config.get_config('mlm')
   pretrained.model.position.kind = 'fope'
   pretrained.model.position.fope.clip_length = 48
   source = tmp_path / 'mlm'
   source.mkdir()
-  config_lib.save(pretrained, str(source))
+  saved_config.save(pretrained, str(source))
   tuned = test_config.get_config('classify')
   tuned.model.position.kind = 'fope'
   tuned.init_from = str(source)
-  warm_start.prepare(tuned)
+  resolve.take_from_source(tuned)
   assert tuned.model.position.fope.clip_length == 48
 
 
@@ -198,11 +200,11 @@ def test_bad_options_are_refused_naming_the_field(field, value, message):
   config = kinds.tiny_config('fope')
   config.model.position.fope[field] = value
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_a_head_width_not_a_multiple_of_four_is_refused():
   config = kinds.tiny_config('fope')
   config.model.update(d_model=24, num_heads=4)  # head_dim 6.
   with pytest.raises(errors.ConfigError, match='multiple of 4'):
-    config_lib.validate(config)
+    resolve.validate(config)

@@ -10,10 +10,10 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
 
 
 def paper_bias(log_f: np.ndarray) -> np.ndarray:
@@ -134,7 +134,7 @@ def test_bad_settings_are_refused_naming_the_field(kind, change, match):
   config.model.position.kind = kind
   config.model.update({k: v for k, v in change.items() if k != 'type'})
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_options_of_a_combined_kinds_parts_are_its_own():
@@ -142,8 +142,8 @@ def test_options_of_a_combined_kinds_parts_are_its_own():
   config = tiny('rope+fox')
   config.model.position.rope.base = 500.0
   config.model.position.fox.gate_bias_init = 2.0
-  config_lib.validate(config)
+  resolve.validate(config)
   config = tiny('rope+fox')
   config.model.position.t5.num_buckets = 8
   with pytest.raises(errors.ConfigError, match='config.model.position.t5'):
-    config_lib.validate(config)
+    resolve.validate(config)

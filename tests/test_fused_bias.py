@@ -12,11 +12,11 @@ import pytest
 
 from configs import test as test_config
 from roformer import autodiff
-from roformer import config_lib
 from roformer import errors
 from roformer import fused_bias as fb
 from roformer import models
 from roformer import positions
+from roformer import resolve
 from roformer.positions import bias as bias_lib
 from tests import kinds
 
@@ -253,24 +253,24 @@ def test_the_kinds_the_kernel_runs_are_those_with_a_fused_bias_or_no_logits_term
   config.model.attention_impl = 'pallas'
   with pytest.raises(errors.ConfigError,
                      match=r"the fused kernel \(attention_impl='pallas'\) cannot do"):
-    config_lib.validate(config)
+    resolve.validate(config)
   config = test_config.get_config('t5')
   config.model.attention_impl = 'pallas'
-  config_lib.validate(config)
+  resolve.validate(config)
   config.model.position.t5.update(num_buckets=130, max_distance=4096)  # Looped over per tile.
   with pytest.raises(errors.ConfigError, match='takes at most 128'):
-    config_lib.validate(config)
+    resolve.validate(config)
   config = test_config.get_config('fire')
   config.model.attention_impl = 'pallas'
   config.model.position.fire.mlp_width = 65
   with pytest.raises(errors.ConfigError, match='takes at most 64 units'):
-    config_lib.validate(config)
+    resolve.validate(config)
   config = test_config.get_config('alibi')
   config.model.attention_impl = 'pallas'
-  config_lib.validate(config)
+  resolve.validate(config)
   config.model.attention.ssmax = True
   with pytest.raises(errors.ConfigError, match="does not run on attention_impl='pallas'"):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 @pytest.mark.parametrize('kind', kinds.by_capabilities(

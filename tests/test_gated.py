@@ -8,9 +8,9 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 
 
 def _model(kind='rope', **attention):
@@ -70,4 +70,4 @@ def test_gating_favor_is_refused_naming_the_field():
   cfg = test_config.get_config('rope')
   cfg.model.attention.update(output_gate=True, kind='favor')
   with pytest.raises(errors.ConfigError, match="output_gate=True .a sigmoid gate on each head's output.: attention.kind='favor' has no per-head outputs"):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)

@@ -21,10 +21,11 @@ from safetensors import numpy as safetensors_numpy
 import processes
 from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
+from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.data import vocabularies
@@ -214,10 +215,10 @@ def test_a_continued_import_takes_its_scalings_original_length_from_it(kind, tmp
   """configs/continued.py leaves the original length to the source: a stretching scaling and
   dynamic NTK alike take the length the imported model was pretrained at (16)."""
   from configs import continued  # pylint: disable=import-outside-toplevel
-  from roformer import warm_start  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
   config = continued.get_config(_imported('llama_gqa_llama3', tmp_path))
   config.model.position.rope.scaling.update(kind=kind, factor=4.0)
-  warm_start.prepare(config)
+  resolve.take_from_source(config)
   assert config.model.position.rope.scaling.original_length == 16
 
 
@@ -249,9 +250,9 @@ def _workdir(config, path, checkpoint: bool = True) -> str:
   show); without `checkpoint`, its config alone."""
   config.model.vocab_size = 256 + 5
   config.data.tokenizer = 'bytes'
-  config_lib.validate(config)
+  resolve.validate(config)
   os.makedirs(path)
-  config_lib.save(config, str(path))
+  saved_config.save(config, str(path))
   if not checkpoint:
     return str(path)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
@@ -356,7 +357,7 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
                '--config.model.position.rope.scaling.kind=yarn',
                '--config.model.position.rope.scaling.factor=4'])
   assert done.returncode == 0, done.stderr[-2000:]
-  continued = config_lib.load(str(tmp_path / 'yarn'))
+  continued = saved_config.load(str(tmp_path / 'yarn'))
   assert continued.model.position.rope.scaling.original_length == 16
   assert continued.data.tokenizer.startswith('hf:')
 

@@ -10,10 +10,10 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
 
 TOKENS = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 11)))
 POS = jnp.asarray([list(range(11)), list(range(4)) + list(range(7))])
@@ -24,7 +24,7 @@ def tiny(pattern, num_layers, kind='rope', **model):
   config = test_config.get_config(kind)
   config.model.update(vocab_size=50, num_layers=num_layers, layer_kinds=pattern, **model)
   config.data.vocab_size = 50
-  config_lib.validate(config)
+  resolve.validate(config)
   return config
 
 
@@ -88,4 +88,4 @@ def test_bad_patterns_are_refused_naming_the_field(change, match):
     elif key != 'type':
       config.model[key] = value
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(config)
+    resolve.validate(config)

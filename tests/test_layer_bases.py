@@ -8,9 +8,9 @@ from flax import nnx
 
 from configs import lm
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 
 
 def _logits(model, tokens):
@@ -40,7 +40,7 @@ def test_one_base_for_every_layer_is_that_base():
 
 def test_gemma3_is_five_windowed_layers_at_10k_then_one_global_at_1m():
   cfg = lm.get_config('gemma3')
-  config_lib.validate(cfg)
+  resolve.validate(cfg)
   model = models.create(cfg.model, seed=0)
   assert [b.attn.window for b in model.blocks] == [cfg.data.seq_len // 4] * 5 + [0]
   assert [b.position.heads.base for b in model.blocks] == [1e4] * 5 + [1e6]
@@ -60,4 +60,4 @@ def test_bases_that_cannot_apply_are_refused_naming_the_field(fields, message):
   cfg = test_config.get_config('rope')
   kinds.set_fields(cfg.model, fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)

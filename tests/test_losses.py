@@ -9,10 +9,10 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import losses
 from roformer import models
+from roformer import resolve
 from roformer import sharding
 from roformer import tasks
 
@@ -197,4 +197,4 @@ def test_loss_chunk_must_be_a_count():
   config = test_config.get_config('rope')
   config.model.loss_chunk = -1
   with pytest.raises(errors.ConfigError, match='config.model.loss_chunk'):
-    config_lib.validate(config)
+    resolve.validate(config)

@@ -14,7 +14,6 @@ import pytest
 from configs import synthetic
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_args
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
@@ -22,6 +21,7 @@ from roformer import metrics
 from roformer import members as members_lib
 from roformer import reliability
 from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import sweeps
 from roformer import trainer as trainer_lib
@@ -47,7 +47,7 @@ def outputs(workdir: str) -> dict:
   """What a run leaves behind: its train and validation metrics, its evaluation, and its final
   parameters."""
   records = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   trainer = trainer_lib.Trainer(saved, sharding.make_mesh(saved.mesh))
   params = trainer_lib.restore_params(trainer, workdir, STEPS)
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from roformer import config_args
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
+from roformer import resolve
+from roformer import saved_config
 from roformer.data import mixture
 from roformer.data import pipeline
 from roformer.data import synthetic
@@ -146,7 +147,7 @@ def test_a_run_on_a_mixture_reports_each_source_as_a_run_on_it_alone_is_scored(c
   whole, plays, keys = at('validation'), at('validation/plays'), at('validation/keys')
   assert whole['loss'] == pytest.approx(0.75 * plays['loss'] + 0.25 * keys['loss'], rel=1e-6)
   assert plays['loss'] != keys['loss']
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   saved.eval.update(max_batches=saved.train.eval_batches)  # The batches training scored.
   results = evaluate.evaluate_workdir(saved, workdir, splits=('validation',))
   assert sorted(results['splits']) == ['validation/keys', 'validation/plays']
@@ -155,7 +156,7 @@ def test_a_run_on_a_mixture_reports_each_source_as_a_run_on_it_alone_is_scored(c
   assert 'validation/plays      64' in evaluate.format_results(results)
   json.dumps(results)
   # The plays scored as data.name=shakespeare alone (no mixture) give the same loss.
-  alone = config_lib.load(workdir)
+  alone = saved_config.load(workdir)
   alone.data.mixture = {}
   alone.eval.update(max_batches=alone.train.eval_batches)
   plain = evaluate.evaluate_workdir(alone, workdir, splits=('validation',))
@@ -174,7 +175,7 @@ def test_a_run_on_a_mixture_reports_each_source_as_a_run_on_it_alone_is_scored(c
 def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
   config.data.mixture = entries
   with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 @pytest.mark.parametrize('entries, message', [
@@ -189,17 +190,17 @@ def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(confi
                                                                            message):
   config.data.mixture = entries
   with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
-    config_lib.validate(config)
+    resolve.validate(config)
   if 'tokenizer is trained' in message:  # Bytes need no source of config.data's.
     config.data.update(tokenizer='bytes')
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def test_a_mixture_on_a_run_that_reads_no_text_is_refused():
   config = config_args.load('configs/synthetic.py:passkey')
   config.data.mixture = {'plays': {'weight': 1.0, 'name': 'shakespeare'}}
   with pytest.raises(errors.ConfigError, match='is read only by language models on text') as e:
-    config_lib.validate(config)
+    resolve.validate(config)
   assert str(e.value).startswith("config.data.mixture={'plays': {'name': 'shakespeare', "
                                  "'weight': 1.0}} is read only") and '\n' not in str(e.value)
 

@@ -12,11 +12,12 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import masking
 from roformer import models
+from roformer import resolve
+from roformer import saved_config
 from roformer import tasks
 from roformer import workdir as workdir_lib
 from roformer.data import tokenizer as tokenizer_lib
@@ -210,7 +211,7 @@ def test_mlm_chunks_are_unshifted_and_packed(data_dir):
 
 def test_mlm_trains_and_evaluates(mlm_workdir):
   workdir, last = mlm_workdir
-  cfg = config_lib.load(workdir)
+  cfg = saved_config.load(workdir)
   assert last['validation']['loss'] < np.log(cfg.model.vocab_size)  # Better than uniform.
   assert os.path.exists(os.path.join(workdir, workdir_lib.TOKENIZER_FILE))
   results = evaluate.evaluate_workdir(cfg, workdir)
@@ -231,7 +232,7 @@ def test_bad_mlm_options_are_refused(field, value, match):
   section, name = field.split('.')
   cfg[section][name] = value
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_post_norm_block_matches_its_formula():

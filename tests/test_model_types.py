@@ -9,10 +9,10 @@ import pathlib
 import pytest
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
 from roformer import model_types
 from roformer import models
+from roformer import resolve
 from roformer import tasks
 
 
@@ -36,7 +36,7 @@ def _config(name):
 @pytest.mark.parametrize('name', sorted(model_types.TYPES))
 def test_the_declarations_decide_what_a_type_is_offered(name):
   declared = model_types.TYPES[name]
-  config_lib.validate(_config(name))
+  resolve.validate(_config(name))
   cases = [  # (the declared flag, a change that needs it, what the refusal says)
       ('decoder_only', {'model.layer_kinds': ('rope', 'none')}, 'layer_kinds'),
       ('decoder_only', {'model.layer_windows': (8,)}, 'layer_windows'),
@@ -55,10 +55,10 @@ def test_the_declarations_decide_what_a_type_is_offered(name):
       node[leaf] = value
     if getattr(declared, flag):
       if flag != 'starts_from':  # (A source is checked once it is read: test_context_extension.)
-        config_lib.validate(config)
+        resolve.validate(config)
     else:
       with pytest.raises(errors.ConfigError, match=what):
-        config_lib.validate(config)
+        resolve.validate(config)
 
 
 def test_an_unknown_type_is_one_error_naming_the_types():

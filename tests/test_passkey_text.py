@@ -17,12 +17,12 @@ import pytest
 from configs.sweeps import passkey_extension
 
 from roformer import config_args
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import positions
+from roformer import resolve
 from roformer import sharding
 from roformer import sweeps
 from roformer import tasks
@@ -117,12 +117,12 @@ def test_the_text_filler_is_refused_outside_a_mixture_and_for_other_tasks(config
   alone = config_args.load('configs/synthetic.py:passkey')
   alone.data.synthetic.filler = 'text'
   with pytest.raises(errors.ConfigError, match="filler='text' hides the key in config.data.name"):
-    config_lib.validate(alone)
+    resolve.validate(alone)
   config.data.mixture = {'plays': {'weight': 1.0},
                          'copies': {'weight': 1.0, 'name': 'synthetic/copy'}}
   config.data.synthetic.filler = 'text'
   with pytest.raises(errors.ConfigError, match=r"mixture.copies: config.data.synthetic.filler="):
-    config_lib.validate(config)
+    resolve.validate(config)
 
 
 def _key_mixture(config):

@@ -13,10 +13,10 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
 
 
 def paper_logits(q, k, w, beta):
@@ -216,4 +216,4 @@ def test_bad_settings_are_refused_naming_the_field(kind, change, match):
   config.model.position.kind = kind
   config.model.update({k: v for k, v in change.items() if k != 'type'})
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(config)
+    resolve.validate(config)

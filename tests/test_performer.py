@@ -13,11 +13,11 @@ from configs import performer
 from configs import test as test_config
 from roformer import attention
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
 from roformer import errors
 from roformer import loop
 from roformer import models
 from roformer import positions
+from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.attention_options import favor as favor_lib
@@ -125,7 +125,7 @@ def favor_model(kind='rope', rope_mode='features', **model):
   cfg = test_config.get_config(kind)
   cfg.model.update(vocab_size=64, **model)
   cfg.model.attention.update(kind='favor', num_features=16, chunk=8, rope_mode=rope_mode)
-  config_lib.validate(cfg)
+  resolve.validate(cfg)
   return models.create(cfg.model, seed=0)
 
 
@@ -218,19 +218,19 @@ def test_bias_schemes_are_refused_with_a_reason(kind):
   cfg = performer.get_config('rope')
   cfg.model.position.kind = kind
   with pytest.raises(errors.ConfigError, match='cannot be used with attention.kind=.favor.'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_performer_config_is_valid_with_and_without_rope():
   for arg in ('rope', 'none', 'rope,features', 'sinusoidal', 'learned', 'xpos'):
-    config_lib.validate(performer.get_config(arg))
+    resolve.validate(performer.get_config(arg))
   xpos = performer.get_config('xpos,features')
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
-    config_lib.validate(xpos)
+    resolve.validate(xpos)
   yarn = performer.get_config('rope,features')
   yarn.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=64)
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):  # Its temperature.
-    config_lib.validate(yarn)
+    resolve.validate(yarn)
 
 
 def test_the_feature_rotation_is_the_schemes_own():
@@ -239,7 +239,7 @@ def test_the_feature_rotation_is_the_schemes_own():
   p * base^(-2i / num_features) and leaves the rest exactly as they are (float64 reference)."""
   cfg = performer.get_config('rope,features')
   cfg.model.position.rope.keep_fraction = 0.5
-  config_lib.validate(cfg)
+  resolve.validate(cfg)
   n = cfg.model.attention.num_features
   layer = positions.scheme('rope').Layer(cfg.model, causal=True, rngs=nnx.Rngs(0))
   rng = np.random.default_rng(3)

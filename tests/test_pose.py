@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
+from roformer import resolve
 from roformer import tasks
 from roformer.positions import randomized
 
@@ -84,13 +84,13 @@ def test_bad_pose_settings_are_one_error_naming_the_field(fields, message):
   cfg = test_config.get_config()
   cfg.train.update(fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_pose_with_a_scheme_that_reads_no_positions_is_refused():
   cfg = test_config.get_config('none')
   cfg.train.pose_target_length = 128
   with pytest.raises(errors.ConfigError, match='reads no integer positions'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from configs import test as test_config
-from roformer import config_lib
 from roformer import errors
+from roformer import resolve
 from roformer.data import pipeline
 from roformer.data import vocabularies
 
@@ -67,4 +67,4 @@ def test_bad_protocol_settings_are_one_error_naming_the_field(arg, fields, messa
   cfg = test_config.get_config(arg)
   cfg.eval.update(fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)

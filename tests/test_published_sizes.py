@@ -8,9 +8,9 @@ import pytest
 
 from configs import lm_125m
 from configs import lm_350m
-from roformer import config_lib
 from roformer import flops
 from roformer import models
+from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
 
@@ -28,7 +28,7 @@ def _config(size: str):
 def test_the_shapes_and_the_parameter_count_are_the_published_models(size, layers, d, heads,
                                                                      rate, count):
   config = _config(size)
-  config_lib.validate(config)
+  resolve.validate(config)
   m = config.model
   assert (m.num_layers, m.d_model, m.num_heads, m.d_ff, config.data.seq_len) == (
       layers, d, heads, 4 * d, 2048)
@@ -65,7 +65,7 @@ def test_flops_per_token_are_six_times_the_weights_plus_attention():
 def test_one_step_builds_and_compiles_on_one_cpu_device(size):
   config = _config(size)
   config.mesh.num_devices = 1
-  config_lib.validate(config)
+  resolve.validate(config)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh, jax.devices()[:1]))
   shape = (config.train.batch_size, config.data.seq_len)
   batch = {f'{name}{suffix}': jax.ShapeDtypeStruct(shape, jnp.int32)

@@ -17,12 +17,12 @@ import processes
 import pytest
 from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import reliability
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
@@ -182,7 +182,7 @@ def test_an_unreadable_latest_checkpoint_falls_back_and_is_kept(data_dir, tmp_pa
   _corrupt(os.path.join(ckpt_dir, '4'))
   with pytest.raises(errors.ConfigError, match=r'checkpoint at step 4 .* cannot be read.*--step '
                      r'\(available: \[2\]\)'):
-    evaluate.evaluate_workdir(config_lib.load(workdir), workdir, step=4)
+    evaluate.evaluate_workdir(saved_config.load(workdir), workdir, step=4)
   cfg.train.steps = 6
   with caplog.at_level(logging.WARNING):
     loop.train_and_evaluate(cfg, workdir)
@@ -226,7 +226,7 @@ def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_
   loop.train_and_evaluate(cfg, workdir)
   results = []
   for mesh in ({'num_devices': 1, 'data': -1, 'fsdp': 1}, {'data': 4, 'fsdp': 1, 'tensor': 2}):
-    eval_cfg = config_lib.load(workdir)
+    eval_cfg = saved_config.load(workdir)
     eval_cfg.mesh.update(mesh)
     out = evaluate.evaluate_workdir(eval_cfg, workdir, splits=('validation',))
     results.append([row['loss'] for row in out['splits']['validation']['lengths']])
@@ -275,10 +275,10 @@ def test_a_workdir_from_before_newer_fields_still_resumes(tmp_path):
   cfg = test_config.get_config()
   workdir = str(tmp_path / 'old')
   os.makedirs(workdir)
-  config_lib.save(cfg, workdir)
-  saved = config_lib.load(workdir).to_dict()
+  saved_config.save(cfg, workdir)
+  saved = saved_config.load(workdir).to_dict()
   del saved['model']['remat'], saved['model']['attention'], saved['train']['on_nonfinite']
-  config_lib.save(ml_collections.ConfigDict(saved), workdir)
+  saved_config.save(ml_collections.ConfigDict(saved), workdir)
   workdir_lib.check_workdir(cfg, workdir, 5)  # pylint: disable=protected-access
   cfg.model.attention.kind = 'favor'  # Not what that run trained with.
   with pytest.raises(errors.ConfigError, match='model.attention'):

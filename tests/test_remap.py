@@ -264,12 +264,12 @@ def test_decoding_a_remapped_model_with_the_cache_equals_the_full_pass(method, o
 ])
 def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, message):
   import kinds  # pylint: disable=g-import-not-at-top
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
   cfg = kinds.tiny_config('rope')
   cfg.model.position.rope.remap.update(method='string', shift=6, local_window=2)
   kinds.set_fields(cfg.model, model)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 @pytest.mark.parametrize('options,fine', [
@@ -286,31 +286,31 @@ def test_a_remap_the_model_cannot_take_is_refused_naming_the_field(model, messag
 def test_a_window_chunk_or_shift_past_the_trained_length_is_refused(options, fine):
   """Trained at 32 tokens, a remap may keep true distances up to 31 and no further."""
   import kinds  # pylint: disable=g-import-not-at-top
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
   cfg = kinds.tiny_config('rope')
   cfg.model.position.rope.remap.update(options)
   if fine:
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
     return
   with pytest.raises(errors.ConfigError, match=r'past the 32 positions the model was trained '
                      r'on \(config.data.seq_len=32\).*Fix: .* at most 3[12]\.') as e:
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
   assert '\n' not in str(e.value)
   bound = int(re.search(r'at most (\d+)\.', str(e.value)).group(1))
   single = [name for name in ('window', 'neighbor_window', 'shift') if name in options
             and options['method'] not in ('dca', 'sinks')]  # Their bound is on a sum.
   if single:  # The fix it names is accepted.
     cfg.model.position.rope.remap[single[0]] = bound
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_pose_training_covers_the_remap_window_it_trained_for():
   """With PoSE's ids covering 64 positions, a window of 40 is within what was trained."""
   import kinds  # pylint: disable=g-import-not-at-top
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
   cfg = kinds.tiny_config('rope')
   cfg.model.position.rope.remap.update(method='rerope', window=40)
   with pytest.raises(errors.ConfigError, match='trained on'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
   cfg.train.pose_target_length = 64
-  config_lib.validate(cfg)
+  resolve.validate(cfg)

@@ -9,10 +9,10 @@ import kinds
 import numpy as np
 import pytest
 
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
 from roformer.positions import rope_id
 
 
@@ -88,4 +88,4 @@ def test_bad_options_are_refused_naming_the_field(fields, message):
   config = kinds.tiny_config('rope_id')
   config.model.position.rope_id.update(fields)
   with pytest.raises(errors.ConfigError, match=message):
-    config_lib.validate(config)
+    resolve.validate(config)

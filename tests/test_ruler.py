@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from configs import synthetic as synthetic_config
-from roformer import config_lib
 from roformer import errors
+from roformer import resolve
 from roformer.data import synthetic
 
 RULER = ('niah_multikey', 'niah_multivalue', 'niah_multiquery', 'variable_tracking',
@@ -118,7 +118,7 @@ def test_a_task_that_cannot_fit_is_refused_in_one_line(task, fields, message):
   config = synthetic_config.get_config(task)
   kinds.set_fields(config, fields)
   with pytest.raises(errors.ConfigError, match=message) as e:
-    config_lib.validate(config)
+    resolve.validate(config)
   assert '\n' not in str(e.value)
 
 

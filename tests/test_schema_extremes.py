@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from roformer import config_args
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
+from roformer import resolve
 from roformer import sharding
 from roformer import specs
 from roformer import trainer as trainer_lib
@@ -65,7 +65,7 @@ def _traces_or_refuses(field, value):
   try:
     config_schema.check(config)
     mesh = sharding.make_mesh(config.mesh)
-    config_lib.validate(config, sharding.data_parallel_size(mesh), 1)
+    resolve.validate(config, sharding.data_parallel_size(mesh), 1)
   except errors.ConfigError:
     return 'refused'
   trainer = trainer_lib.Trainer(ml_collections.ConfigDict(config.to_dict()), mesh)

@@ -12,10 +12,11 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
 from roformer import positions
+from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.positions import base
@@ -157,10 +158,10 @@ def test_the_capabilities_decide_the_config_checks():
     config.model.attention.update({'kind': 'favor', 'num_features': 16, 'chunk': 8,
                                    'redraw_interval': 0, 'rope_mode': 'qk'})
     if caps.linear_attention:
-      config_lib._validate_attention(config, config.model)  # pylint: disable=protected-access
+      resolve._validate_attention(config, config.model)  # pylint: disable=protected-access
     else:
       with pytest.raises(errors.ConfigError, match="cannot be used with attention.kind='favor'"):
-        config_lib._validate_attention(config, config.model)  # pylint: disable=protected-access
+        resolve._validate_attention(config, config.model)  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize('kind', kinds.ALL)
@@ -229,7 +230,7 @@ def test_checkpoints_of_the_earlier_layout_restore(name):
   blocks (tests/data/legacy_layout, written by that code with its model's outputs on a fixed
   input) restore into the blocks' position modules and give the same outputs."""
   workdir = os.path.join(LEGACY, name)
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
   trainer = trainer_lib.Trainer(config, mesh)
   params = trainer_lib.restore_params(trainer, workdir, 6)

@@ -10,9 +10,9 @@ import ml_collections
 import pytest
 
 from configs import test as test_config
-from roformer import config_changes
 from roformer import errors
 from roformer import positions
+from roformer import saved_config
 from roformer import specs
 from roformer.positions import base
 
@@ -44,11 +44,11 @@ def test_every_declared_change_is_an_option_of_its_scheme():
       for part in option.split('.'):
         node = node[part]
       assert isinstance(node, (dict, specs.Spec)), (kind, option)
-      assert set(occasions) <= {config_changes.CONTINUE, config_changes.EVALUATE} and why
+      assert set(occasions) <= {saved_config.CONTINUE, saved_config.EVALUATE} and why
 
 
-def test_the_config_changes_read_what_the_schemes_declare():
-  """A kind registered with its own life cycle is read by config_changes with nothing else
+def test_the_saved_config_rules_read_what_the_schemes_declare():
+  """A kind registered with its own life cycle is read by saved_config with nothing else
   edited: its declared option may change at evaluation, and it fills what it takes from the
   checkpoint."""
 
@@ -62,12 +62,12 @@ def test_the_config_changes_read_what_the_schemes_declare():
       cfg.toy_life_cycle.reach = trained
 
   try:
-    assert 'model.position.toy_life_cycle.reach' in config_changes.may_change(
-        config_changes.EVALUATE)
-    assert 'model.position.toy_life_cycle.reach' not in config_changes.may_change(
-        config_changes.CONTINUE)
+    assert 'model.position.toy_life_cycle.reach' in saved_config.may_change(
+        saved_config.EVALUATE)
+    assert 'model.position.toy_life_cycle.reach' not in saved_config.may_change(
+        saved_config.CONTINUE)
     cfg = ml_collections.ConfigDict({'toy_life_cycle': {'reach': 0}})
-    positions.scheme('toy_life_cycle').from_source(cfg, 64, config_changes.EVALUATE)
+    positions.scheme('toy_life_cycle').from_source(cfg, 64, saved_config.EVALUATE)
     assert cfg.toy_life_cycle.reach == 64 and Toy.results_fields(cfg) == {}
   finally:
     del base._REGISTRY['toy_life_cycle']  # pylint: disable=protected-access

@@ -13,9 +13,9 @@ import pytest
 from flax import nnx
 
 from configs import synthetic
-from roformer import config_lib
 from roformer import loop
 from roformer import resolve
+from roformer import saved_config
 from roformer import sharding
 from roformer import sinks
 from roformer import trainer as trainer_lib
@@ -97,7 +97,7 @@ def _measured(workdir, zero_qk=True, **model):
 def _prepared(workdir, **model):
   """(trainer, restored params, validation batches of 8 rows) of the run, with `model` fields
   changed."""
-  run = resolve.for_evaluation(config_lib.load(workdir), workdir, None, ('validation',))
+  run = resolve.for_evaluation(saved_config.load(workdir), workdir, None, ('validation',))
   run.config.model.update(model)
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
@@ -161,7 +161,7 @@ def test_a_scanned_stack_measures_as_its_layers_one_by_one(workdirs):
 
 def test_recording_leaves_the_models_loss_unchanged(workdirs):
   workdir = workdirs['rope', 0]
-  config = config_lib.load(workdir)
+  config = saved_config.load(workdir)
   run = resolve.for_evaluation(config, workdir, None, ('validation',))
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   params = trainer_lib.restore_params(trainer, run.workdir, run.step)
@@ -214,14 +214,14 @@ def test_script_refuses_what_it_cannot_measure_with_one_line(case, says, workdir
     os.symlink(workdirs['rope', 1], workdir)
   else:  # A trained run, so that only this case's check can refuse it.
     shutil.copytree(workdirs['rope', 0], workdir)
-    config = config_lib.load(workdir)
+    config = saved_config.load(workdir)
     if case == 'favor':
       config.model.attention.kind = 'favor'
     elif case == 'mlm':
       config.model.type = 'mlm'
     else:
       config.model.attention.differential = True
-    config_lib.save(config, workdir)
+    saved_config.save(config, workdir)
   proc = _script(f'--out={tmp_path / "out"}', f'--workdir={workdirs["rope", 1]}',
                  f'--workdir={workdir}')
   assert proc.returncode == 1
@@ -236,7 +236,7 @@ def test_seeds_of_one_model_share_one_evaluation_pass_and_measure_as_alone(workd
   two rope seeds share one (traced once for both), alibi gets its own, and a shared pass
   measures the second seed exactly as a pass of its own does."""
   def config(w):
-    return resolve.for_evaluation(config_lib.load(w), w, None, ('validation',)).config
+    return resolve.for_evaluation(saved_config.load(w), w, None, ('validation',)).config
   keys = {k: sinks.same_model(config(w)) for k, w in workdirs.items()}
   assert keys['rope', 0] == keys['rope', 1] != keys['alibi', 0]
 

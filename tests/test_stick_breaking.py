@@ -11,9 +11,9 @@ from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 
 
 def paper_weights(z: np.ndarray, attend_current: bool) -> np.ndarray:
@@ -105,7 +105,7 @@ def tiny(kind='none', attend_current=False):
 def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind,
                                                                             attend_current):
   config = tiny(kind, attend_current)
-  config_lib.validate(config)
+  resolve.validate(config)
   model = models.create(config.model, seed=1)
   rng = np.random.default_rng(0)
   tokens = jnp.asarray(rng.integers(5, 50, (2, 11)))
@@ -150,7 +150,7 @@ def test_causal_blocks_change_neither_outputs_nor_gradients(kind, fields):
   for causal_block in (0, 3):
     config = tiny(kind)
     kinds.set_fields(config, {**fields, 'model.causal_block': causal_block})
-    config_lib.validate(config)
+    resolve.validate(config)
     model = models.create(config.model, seed=2)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     rng = np.random.default_rng(3)
@@ -182,4 +182,4 @@ def test_stick_breaking_is_refused_where_it_has_no_meaning(change, match):
   config.model.attention.kind = 'stick_breaking'
   config.model.update({k: v for k, v in change.items() if k != 'type'})
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(config)
+    resolve.validate(config)

@@ -23,10 +23,10 @@ from configs.sweeps import options as options_sweep
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
 from roformer import config_args
-from roformer import config_lib
 from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
+from roformer import resolve
 from roformer import sweeps
 from roformer.data import row_cache
 from roformer.data import synthetic
@@ -455,7 +455,7 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
       'synthetic/' + t for t in ('passkey', 'associative_recall', 'copy', 'flip_flop')}
   for point in sweep.points[:len(sweep.points) // 5]:  # The first seed: every task and scheme.
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
-    config_lib.validate(config_args.load(sweep.config, flags))
+    resolve.validate(config_args.load(sweep.config, flags))
   swa = [p for p in sweep.points if p.name == 'copy,rnope_swa,seed=2'][0]
   assert swa.fields['model.layer_windows'] == (8, 0)  # A quarter of copy's 32 tokens.
   budget = sweeps.load('configs/sweeps/frontier.py:budget,passkey,path')
@@ -480,7 +480,7 @@ def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
   assert len(sweep.points) == 4 * 5 * len(options_sweep.SCHEMES)
   for point in sweep.points[:len(sweep.points) // 5]:
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
-    config_lib.validate(config_args.load(sweep.config, flags))
+    resolve.validate(config_args.load(sweep.config, flags))
   frontier = {p.name: p.fields for p in sweeps.load('configs/sweeps/frontier.py').points}
   shared = [p for p in sweep.points if p.name in frontier]
   assert {p.name.split(',')[1] for p in shared} == {'rope', 'none', 'alibi', 'fox', 'path',
@@ -1115,7 +1115,7 @@ def test_the_frontier_and_options_sweeps_run_on_the_llama_block(path):
   for point in sweep.points[:len(sweep.points) // 3]:  # Every scheme at the first seed.
     _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     config = config_args.load(sweep.config, flags)
-    config_lib.validate(config)
+    resolve.validate(config)
     assert (config.model.normalization, config.model.mlp, config.model.num_kv_heads,
             config.model.d_ff) == ('rms_norm', 'gated', 2, 168)
 

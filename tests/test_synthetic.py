@@ -13,10 +13,10 @@ import pytest
 from flax import nnx
 
 from configs import synthetic as synthetic_config
-from roformer import config_lib
 from roformer import decode
 from roformer import errors
 from roformer import models
+from roformer import resolve
 from roformer import tasks
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
@@ -225,7 +225,7 @@ def test_bad_passkey_options_are_refused(changes, match):
       node = node[part]
     node[leaf[-1]] = value
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 def test_recall_rows_longer_than_the_keys_allow_are_refused():
@@ -234,16 +234,16 @@ def test_recall_rows_longer_than_the_keys_allow_are_refused():
   cfg.data.synthetic.num_queries = 4
   cfg.data.synthetic.num_keys = 100  # 8 x 32 = 256 tokens hold (255 - 3 x 4) // 2 = 121 pairs.
   with pytest.raises(errors.ConfigError, match='num_keys=121 or more'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
   cfg.eval.length_multipliers = (1, 2)  # 64 tokens: 25 pairs fit.
-  config_lib.validate(cfg)
+  resolve.validate(cfg)
 
 
 def test_copy_rows_too_short_for_min_length_are_refused():
   cfg = synthetic_config.get_config('copy')
   cfg.data.synthetic.min_length = 40
   with pytest.raises(errors.ConfigError, match='min_length'):
-    config_lib.validate(cfg)
+    resolve.validate(cfg)
 
 
 @pytest.mark.parametrize('task', synthetic.TASKS)

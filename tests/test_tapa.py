@@ -8,9 +8,9 @@ import kinds
 import numpy as np
 import pytest
 
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 from roformer.positions import tapa
 
 
@@ -68,4 +68,4 @@ def test_a_split_that_leaves_either_part_empty_is_refused():
   config = kinds.tiny_config('tapa')
   config.model.position.tapa.amplitude_fraction = 0.05  # head_dim 8: 0 amplitude channels.
   with pytest.raises(errors.ConfigError, match='amplitude_fraction'):
-    config_lib.validate(config)
+    resolve.validate(config)

@@ -12,12 +12,12 @@ import pytest
 
 from configs import test as test_config
 from roformer import checkpoint
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import optim
+from roformer import saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,7 +57,7 @@ def test_training_learns_and_writes_its_outputs(trained):
   for name in ('config.json', 'metrics.jsonl', 'tensorboard', 'checkpoints/8'):
     assert os.path.exists(os.path.join(workdir, name)), name
   assert not os.path.exists(os.path.join(workdir, 'best'))  # Best-by-BLEU is translation's.
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   assert saved.model.position.kind == 'rope' and saved.model.vocab_size > 0
   assert math.isfinite(last['validation']['loss'])
 
@@ -108,7 +108,7 @@ def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp
 
 def test_eval_restores_what_train_saved(trained):
   cfg, workdir, last = trained
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   saved.eval.max_batches = cfg.train.eval_batches
   results = evaluate.evaluate_workdir(saved, workdir)
   at_1x = results['splits']['validation']['lengths'][0]
@@ -193,25 +193,25 @@ def test_wsd_stable_phase_is_a_constant_rate_run_continued():
 def test_eval_refuses_a_config_that_does_not_match_the_checkpoint(trained):
   from roformer import errors
   _, workdir, _ = trained
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   saved.model.d_ff = 48
   with pytest.raises(errors.ConfigError, match=r'does not match.*model\.d_ff: 64 vs 48'):
     evaluate.evaluate_workdir(saved, workdir)
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   saved.model.position.kind = 'none'  # Same shapes, different model: still refused.
   with pytest.raises(errors.ConfigError, match=r"model\.position\.kind: 'rope' vs 'none'"):
     evaluate.evaluate_workdir(saved, workdir)
   with pytest.raises(errors.ConfigError, match=r'--step=5 has no checkpoint'):
-    evaluate.evaluate_workdir(config_lib.load(workdir), workdir, step=5)
+    evaluate.evaluate_workdir(saved_config.load(workdir), workdir, step=5)
 
 
 @pytest.mark.parametrize('kind', [pytest.param('linear', marks=pytest.mark.slow),
                                   pytest.param('ntk', marks=pytest.mark.slow), 'yarn'])
 def test_rope_scaling_applies_at_evaluation_time(trained, kind):
   _, workdir, _ = trained
-  plain = config_lib.load(workdir)
+  plain = saved_config.load(workdir)
   plain.eval.max_batches = 1
-  scaled = config_lib.load(workdir)
+  scaled = saved_config.load(workdir)
   scaled.eval.max_batches = 1
   scaled.model.position.rope.scaling.kind = kind
   scaled.model.position.rope.scaling.factor = 2.0
@@ -228,7 +228,7 @@ def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):
   """ReRoPE at window 8 changes nothing within 8 tokens' distance and every longer one: the
   trained length's loss moves, and the results say which remap ran."""
   _, workdir, _ = trained
-  plain, remapped = config_lib.load(workdir), config_lib.load(workdir)
+  plain, remapped = saved_config.load(workdir), saved_config.load(workdir)
   for c in (plain, remapped):
     c.eval.update(max_batches=1, length_multipliers=(1,))
   remapped.model.position.rope.remap.update(method='rerope', window=8)
@@ -245,7 +245,7 @@ def test_sliding_windows_with_a_stride_of_the_length_are_the_plain_windows(train
   """eval.protocol=sliding scores each token once; with the stride equal to the length its
   windows are the plain ones, so the loss is the same, and the results name the protocol."""
   _, workdir, _ = trained
-  plain, sliding = config_lib.load(workdir), config_lib.load(workdir)
+  plain, sliding = saved_config.load(workdir), saved_config.load(workdir)
   for c in (plain, sliding):
     c.eval.update(max_batches=2, length_multipliers=(1,))
   sliding.eval.update(protocol='sliding', stride=plain.data.seq_len)
@@ -312,15 +312,15 @@ def test_a_remap_bound_reads_the_trained_length_from_the_saved_config(trained):
   config: overriding data.seq_len at evaluation lifts nothing, and the results record the
   trained length, not the override."""
   _, workdir, _ = trained
-  saved = config_lib.load(workdir)
+  saved = saved_config.load(workdir)
   length = saved.data.seq_len
-  lifted = config_lib.load(workdir)
+  lifted = saved_config.load(workdir)
   lifted.data.seq_len = 4 * length  # Evaluate at longer rows: allowed,
   lifted.model.position.rope.remap.update(method='rerope', window=2 * length)  # this is not.
   with pytest.raises(errors.ConfigError, match=rf'past the {length} positions the model was '
                      rf'trained on \(the saved data.seq_len={length}\)'):
     evaluate.evaluate_workdir(lifted, workdir, splits=('validation',))
-  longer = config_lib.load(workdir)
+  longer = saved_config.load(workdir)
   longer.data.seq_len = 2 * length
   longer.eval.update(max_batches=1, length_multipliers=(1,))
   got = evaluate.evaluate_workdir(longer, workdir, splits=('validation',))

@@ -7,12 +7,12 @@ import pytest
 import tensorflow_datasets as tfds
 
 from configs import translate
-from roformer import config_lib
 from roformer import errors
 from roformer import evaluate
 from roformer import generation
 from roformer import loop
 from roformer import metrics
+from roformer import saved_config
 from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
@@ -53,7 +53,7 @@ def test_training_reports_bleu_and_keeps_the_best_checkpoint(trained):
 
 def test_eval_decodes_and_writes_translations(trained):
   workdir, _ = trained
-  cfg = config_lib.load(workdir)
+  cfg = saved_config.load(workdir)
   results = evaluate.evaluate_workdir(cfg, workdir)
   test = results['splits']['test']
   assert test['direction'] == 'en->de' and test['sentences'] == 8
@@ -74,7 +74,7 @@ def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tm
   line of --input, equal to what evaluation's beam search (config.eval.beam_size and alpha, on
   the default mesh and batch) makes of the same sentences."""
   workdir, _ = trained
-  cfg = config_lib.load(workdir)
+  cfg = saved_config.load(workdir)
   sources, tokenizer = workdir_lib.setup_data(cfg, splits=('test',), workdir=workdir)
   texts = [tokens_lib.as_text(sources['test'][i]['en']) for i in range(3)]
   trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
@@ -90,11 +90,11 @@ def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tm
 
 def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):
   workdir, _ = trained
-  cfg = config_lib.load(workdir)
+  cfg = saved_config.load(workdir)
   cfg.data.reverse = True
   with pytest.raises(errors.ConfigError, match='data.reverse: False vs True'):
     evaluate.evaluate_workdir(cfg, workdir)
-  cfg = config_lib.load(workdir)
+  cfg = saved_config.load(workdir)
   cfg.data.vocab_size = 600
   with pytest.raises(errors.ConfigError, match='data.vocab_size: 512 vs 600'):
     evaluate.evaluate_workdir(cfg, workdir)

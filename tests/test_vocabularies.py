@@ -179,9 +179,9 @@ def test_a_run_keeps_its_tokenizer_and_evaluation_uses_it(tmp_path, data_dir, wh
 def test_a_tokenizer_named_for_a_synthetic_task_is_refused():
   """A synthetic task's vocabulary follows from the task: data.tokenizer would be ignored."""
   from roformer import config_args  # pylint: disable=g-import-not-at-top
-  from roformer import config_lib  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
   config = config_args.load('configs/synthetic.py:passkey')
   config.data.tokenizer = 'bytes'
   with pytest.raises(errors.ConfigError, match="config.data.tokenizer='bytes' is read only by "
                      'runs on text'):
-    config_lib.check_fields(config)
+    resolve.check_fields(config)

@@ -9,9 +9,9 @@ import pytest
 
 from configs import test as test_config
 from roformer import attention
-from roformer import config_lib
 from roformer import errors
 from roformer import models
+from roformer import resolve
 
 
 def test_the_window_mask_against_a_hand_table():
@@ -32,7 +32,7 @@ def tiny(windows, num_layers=1, kind='rope'):
   config = test_config.get_config(kind)
   config.model.update(vocab_size=50, num_layers=num_layers, layer_windows=windows)
   config.data.vocab_size = 50
-  config_lib.validate(config)
+  resolve.validate(config)
   return config
 
 
@@ -96,4 +96,4 @@ def test_bad_window_settings_are_refused(change, match):
     elif key != 'type':
       config.model[key] = value
   with pytest.raises(errors.ConfigError, match=match):
-    config_lib.validate(config)
+    resolve.validate(config)

@@ -250,7 +250,7 @@ class PositionScheme:
   # evaluation its checkpoint) may change of its options, and what it takes from that run.
   # (option under config.model.position, the occasions ('continue', 'evaluate'), why): the
   # options that may differ from the trained run's; every other option of its groups is fixed
-  # with the model (roformer/config_changes.py reads these).
+  # with the model (roformer/saved_config.py reads these).
   may_change: tuple[tuple[str, tuple[str, ...], str], ...] = ()
   # Options (dotted, under config.model.position) whose 0 means "the positions this model
   # trains on" (FoPE's clipping length): a run that starts from nothing writes its trained

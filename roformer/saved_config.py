@@ -1,5 +1,6 @@
-"""What may differ between a saved run's config and the config that reads that run, on each of
-the three occasions that read one, with the reason for every field, in one place.
+"""A run's saved config: written to its workdir and read back (brought up to date), compared
+with the config that reads it, and what may differ from it on each of the three occasions that
+read one, with the reason for every field, in one place.
 
 - resume: `train.py` again in a workdir that holds a checkpoint of the run;
 - continue: a causal LM trained on from another run's weights (`config.init_from`; the context
@@ -10,13 +11,20 @@ the three occasions that read one, with the reason for every field, in one place
 declares it beside its spec, for what it decides of a trained run: the meaning of ids, the rows,
 the data stream); `may_change_rules()` the fields inside them that may differ anyway (`MAY_CHANGE`
 and what each position scheme declares), and `MAY_CHANGE_IF` those that may differ when the
-saved run allows it (another text to evaluate on, where the tokenizer was not trained on the run's data).
-Fields outside those (the schedule, logging, evaluation settings, ...) may always change.
-docs/configs_and_data.md shows this table (`table()`), and a test keeps the two equal.
+saved run allows it (another text to evaluate on, where the tokenizer was not trained on the
+run's data). Fields outside those (the schedule, logging, evaluation settings, ...) may always
+change. docs/configs_and_data.md shows this table (`table()`), and a test keeps the two equal.
+The checks that refuse a change are in roformer/resolve.py (and the workdir's, for a resume).
 """
 
-from roformer import config_lib
+import json
+import os
+
+import ml_collections
+
 from roformer import config_schema
+from roformer import errors
+from roformer import files
 from roformer import positions
 from roformer.data import synthetic
 
@@ -100,12 +108,12 @@ def allowed(saved, occasion: str) -> tuple[str, ...]:
 
 
 def changed(saved, config, occasion: str) -> list[str]:
-  """The differences ('field: saved vs now', as config_lib.differences writes them) in the
+  """The differences ('field: saved vs now', as `differences` writes them) in the
   fields that `occasion` keeps fixed and does not let change."""
   allowed_fields = allowed(saved, occasion)
   out = []
   for field in fixed(occasion):
-    out += config_lib.differences({field: _get(saved, field)}, {field: _get(config, field)})
+    out += differences({field: _get(saved, field)}, {field: _get(config, field)})
   return [d for d in out if not _within(d.split(':')[0], allowed_fields)]
 
 
@@ -132,3 +140,75 @@ def table() -> str:
         f'may change {words}' if o in when else status(field, o) for o in OCCASIONS)
                 + f' | {why} |')
   return '\n'.join(rows)
+
+
+def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.json') -> None:
+  files.write_text_atomic(os.path.join(workdir, name), config.to_json(indent=2, sort_keys=True))
+
+
+def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
+  """The config a run saved in `workdir` (config.json; with `current`, the one it trains under
+  now: files.current_config), brought up to date (config_schema.migrate: a field added since
+  the run was saved at its default). Raises ConfigError if there is none, and DamagedFileError
+  naming the file and the fix if it does not read back as a config."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
+                            'workdir. Fix: point --workdir at a directory made by train.py.')
+  fix = ('restore it from a copy of the run (a resumed run also wrote its config as '
+         'config.resume-STEP.json there), or move it aside and rerun the train.py command '
+         'that made the run: it resumes and writes config.json again')
+  if current:
+    path = files.current_config_path(workdir)
+  saved = files.read_json(path, fix)
+  missing = [k for k in ('model', 'data', 'train', 'eval') if not isinstance(saved.get(k), dict)]
+  if missing:
+    raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
+                                  f'a config written by train.py. Fix: {fix}.')
+  config = config_schema.migrate(_lists_to_tuples(saved))  # Fields added since it was saved.
+  try:
+    config_schema.check(config)
+  except errors.ConfigError as e:
+    raise errors.DamagedFileError(f'{path} holds a value train.py never writes ('
+                                  f'{str(e).split(" Fix:")[0]}): it was edited or damaged. Fix: '
+                                  f'{fix}.') from None
+  return config
+
+
+def _lists_to_tuples(value):
+  """JSON has no tuples; configs use tuples so that flags can override them."""
+  if isinstance(value, dict):
+    return {k: _lists_to_tuples(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_lists_to_tuples(v) for v in value)
+  return value
+
+
+def _as_dict(value):
+  if hasattr(value, 'to_dict'):
+    value = value.to_dict()
+  if isinstance(value, dict):
+    return {k: _as_dict(v) for k, v in value.items()}
+  return value
+
+
+def without_seed(config: ml_collections.ConfigDict) -> str:
+  """The whole config but its seed, as one canonical string: runs with equal keys differ only
+  in their seed (a group that trains in one program, a compiled pass that serves them all)."""
+  fields = config.to_dict()
+  fields.pop('seed', None)
+  return json.dumps(fields, sort_keys=True, default=repr)
+
+
+def differences(a, b, prefix='') -> list[str]:
+  """Fields whose values differ between two configs (as nested dicts)."""
+  a, b = _as_dict(a), _as_dict(b)
+  out = []
+  for key in sorted(set(a) | set(b)):
+    va, vb = a.get(key), b.get(key)
+    name = f'{prefix}.{key}' if prefix else key
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += differences(va, vb, name)
+    elif va != vb and not (isinstance(va, (list, tuple)) and list(va) == list(vb or [])):
+      out.append(f'{name}: {va!r} vs {vb!r}')
+  return out

@@ -6,9 +6,10 @@ import pytest
 
 from configs import test as test_config
 from roformer import config_args
-from roformer import config_changes as cc
-from roformer import config_lib
 from roformer import config_schema
+from roformer import saved_config
+
+RESUME, CONTINUE, EVALUATE = saved_config.OCCASIONS
 
 
 def pair(**changes):
@@ -25,51 +26,52 @@ def pair(**changes):
 
 
 @pytest.mark.parametrize('field,value,allowed', [
-    ('model.attention_impl', 'xla', {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
-    ('model.remat', 'full', {cc.RESUME, cc.CONTINUE}),
-    ('model.scan_layers', True, {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
-    ('model.dtype', 'bfloat16', {cc.CONTINUE, cc.EVALUATE}),
-    ('model.position.rope.base', 20000.0, {cc.CONTINUE}),
-    ('model.position.rope.scaling.factor', 4.0, {cc.CONTINUE, cc.EVALUATE}),
+    ('model.attention_impl', 'xla', {RESUME, CONTINUE, EVALUATE}),
+    ('model.remat', 'full', {RESUME, CONTINUE}),
+    ('model.scan_layers', True, {RESUME, CONTINUE, EVALUATE}),
+    ('model.dtype', 'bfloat16', {CONTINUE, EVALUATE}),
+    ('model.position.rope.base', 20000.0, {CONTINUE}),
+    ('model.position.rope.scaling.factor', 4.0, {CONTINUE, EVALUATE}),
     ('model.d_model', 64, set()),
-    ('seed', 7, {cc.CONTINUE, cc.EVALUATE}),
-    ('train.batch_size', 4, {cc.CONTINUE, cc.EVALUATE}),
-    ('data.seq_len', 64, {cc.CONTINUE, cc.EVALUATE}),
-    ('data.vocab_size', 300, {cc.CONTINUE}),
-    ('train.learning_rate', 0.5, {cc.RESUME, cc.CONTINUE, cc.EVALUATE}),
+    ('seed', 7, {CONTINUE, EVALUATE}),
+    ('train.batch_size', 4, {CONTINUE, EVALUATE}),
+    ('data.seq_len', 64, {CONTINUE, EVALUATE}),
+    ('data.vocab_size', 300, {CONTINUE}),
+    ('train.learning_rate', 0.5, {RESUME, CONTINUE, EVALUATE}),
 ])
 def test_each_occasion_refuses_exactly_what_the_table_fixes(field, value, allowed):
   saved, now = pair(**{field: value})
-  for occasion in cc.OCCASIONS:
-    found = cc.changed(saved, now, occasion)
+  for occasion in saved_config.OCCASIONS:
+    found = saved_config.changed(saved, now, occasion)
     if occasion in allowed:
       assert not found, (occasion, found)
     else:
       assert [d.split(':')[0] for d in found] == [field], (occasion, found)
-    assert cc.status(field, occasion) == ('may change' if occasion in allowed else 'fixed')
+    expected = 'may change' if occasion in allowed else 'fixed'
+    assert saved_config.status(field, occasion) == expected
 
 
 def test_every_listed_field_is_a_declared_config_field():
-  for field, when, why in cc.fixed_rules() + cc.may_change_rules():
+  for field, when, why in saved_config.fixed_rules() + saved_config.may_change_rules():
     assert config_schema.spec_at(field) is not None, field
-    assert when and set(when) <= set(cc.OCCASIONS) and why, field
-  for field, _, _ in cc.may_change_rules():  # An exception lies inside something fixed.
-    assert any(field.startswith(f + '.') for f, _, _ in cc.fixed_rules()), field
+    assert when and set(when) <= set(saved_config.OCCASIONS) and why, field
+  for field, _, _ in saved_config.may_change_rules():  # An exception lies inside something fixed.
+    assert any(field.startswith(f + '.') for f, _, _ in saved_config.fixed_rules()), field
 
 
 def test_a_field_added_since_the_run_was_saved_counts_as_changed_only_if_set(tmp_path):
   """A run saved before a field existed was trained with the behaviour its default names:
-  loading it (config_lib.load migrates) fills the default, so keeping the default is no
+  loading it (saved_config.load migrates) fills the default, so keeping the default is no
   change and setting another value is one."""
   saved, now = pair()
   del saved.train['on_nonfinite']  # A run saved before these fields existed.
   del saved.model['norm']
-  config_lib.save(saved, str(tmp_path))
-  loaded = config_lib.load(str(tmp_path))
+  saved_config.save(saved, str(tmp_path))
+  loaded = saved_config.load(str(tmp_path))
   assert loaded.train.on_nonfinite == 'stop' and loaded.model.norm == 'pre'
-  assert not cc.changed(loaded, now, cc.RESUME)
+  assert not saved_config.changed(loaded, now, RESUME)
   now.model.norm = 'post'
-  assert [d.split(':')[0] for d in cc.changed(loaded, now, cc.EVALUATE)] == ['model.norm']
+  assert [d.split(':')[0] for d in saved_config.changed(loaded, now, EVALUATE)] == ['model.norm']
 
 
 def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
@@ -80,13 +82,13 @@ def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
   relabelled = config_args.load('configs/synthetic.py:associative_recall')
   relabelled.data.synthetic.num_keys -= 8
   relabelled.data.synthetic.num_values += 8  # The same total, the same vocab_size.
-  for occasion in cc.OCCASIONS:
-    found = cc.changed(saved, relabelled, occasion)
+  for occasion in saved_config.OCCASIONS:
+    found = saved_config.changed(saved, relabelled, occasion)
     assert any(d.startswith('data.synthetic.num_keys') for d in found), occasion
     assert any(d.startswith('data.synthetic.num_values') for d in found), occasion
   for field in ('num_keys', 'num_values', 'num_symbols'):
-    assert cc.status(f'data.synthetic.{field}', cc.EVALUATE) == 'fixed'
-  assert cc.status('data.synthetic.eval_examples', cc.EVALUATE) == 'may change'
+    assert saved_config.status(f'data.synthetic.{field}', EVALUATE) == 'fixed'
+  assert saved_config.status('data.synthetic.eval_examples', EVALUATE) == 'may change'
   # Copy's `reverse` decides the answer a row asks for: a reversed evaluation of a forward
   # copier would score another task under the same name.
-  assert cc.status('data.synthetic.reverse', cc.EVALUATE) == 'fixed'
+  assert saved_config.status('data.synthetic.reverse', EVALUATE) == 'fixed'
