@@ -56,6 +56,12 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 
+def predicted_fraction(config: ml_collections.ConfigDict) -> float:
+  """The share of the tokens the output layer runs at, as the model type declares it (a masked
+  LM's selection rate); 1 for the others."""
+  return model_types.of(config.model).predicted_fraction(config)
+
+
 def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           predicted_fraction: float = 1.0) -> float:
   """Training FLOPs per input token of the model `model_cfg` builds, as its type declares them

@@ -81,7 +81,7 @@ def compiler_params():
   return pltriton.CompilerParams(num_warps=4, num_stages=2)
 
 
-def param_width(bias: Bias) -> int:
+def _param_width(bias: Bias) -> int:
   """The per-head parameters' block width: a power of 2 (Triton's blocks are), at least 1."""
   return 1 << max(bias.num_params - 1, 0).bit_length()
 
@@ -172,8 +172,8 @@ def _forward_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_
   lse_ref[...] = m + jnp.log(l)
 
 
-def add_param_grads(cfg: Static, dparams, ds, d, q_pos, params):
-  """dparams [param_width] plus sum(ds * d bias / d param) over a tile whose logits' gradient
+def _add_param_grads(cfg: Static, dparams, ds, d, q_pos, params):
+  """dparams [_param_width] plus sum(ds * d bias / d param) over a tile whose logits' gradient
   is ds [bq, bk] (distances d, query positions q_pos), by autodiff of the tile's bias."""
   if not cfg.bias.num_params:
     return dparams
@@ -211,12 +211,12 @@ def dq_kernel(q_ref, k_ref, v_ref, q_pos_ref, k_pos_ref, q_seg_ref, k_seg_ref, p
     g = jnp.dot(do, v_ref[keys, :].T, preferred_element_type=jnp.float32)
     _, ds = tile_grad(z, mask, g, read(a_ref, j), read(b_ref, j))
     dq = dq + jnp.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32) * cfg.scale
-    dparams = add_param_grads(cfg, dparams, ds, d, q_pos, params)
+    dparams = _add_param_grads(cfg, dparams, ds, d, q_pos, params)
     return dq, drow + jnp.sum(ds, axis=1), dparams
 
   lo, hi = key_blocks(cfg, i, k_ref.shape[0] // bk)
   init = (jnp.zeros(q.shape, jnp.float32), jnp.zeros((bq,), jnp.float32),
-          jnp.zeros((param_width(cfg.bias),), jnp.float32))
+          jnp.zeros((_param_width(cfg.bias),), jnp.float32))
   dq, drow, dparams = jax.lax.fori_loop(lo, hi, body, init)
   dq_ref[...] = dq.astype(dq_ref.dtype)
   drow_ref[...] = drow
@@ -276,7 +276,7 @@ def specs(cfg: Static, length: int, head_dim: int, by_query: bool):
   pos_k = (lambda b, h, i: (b, 0)) if by_query else (lambda b, h, i: (b, i))
   q = pl.BlockSpec((None, None, sq, head_dim), at_q)
   k = pl.BlockSpec((None, None, sk, head_dim), at_k)
-  params = pl.BlockSpec((None, param_width(cfg.bias)), lambda b, h, i: (h, 0))
+  params = pl.BlockSpec((None, _param_width(cfg.bias)), lambda b, h, i: (h, 0))
   inputs = [q, k, k, pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k),
             pl.BlockSpec((None, sq), pos_q), pl.BlockSpec((None, sk), pos_k), params,
             pl.BlockSpec((None, None, sq), vec_q), pl.BlockSpec((None, None, sk), vec_k)]
@@ -317,7 +317,7 @@ def backward(cfg: Static, tile_grad: Callable, inputs, g, a, b, *, a_by_query, a
   query kernel's) and `a_by_key` (the key kernel's), as `dq_kernel` describes them."""
   q, k, v, params, row, col = inputs[0], inputs[1], inputs[2], inputs[7], inputs[8], inputs[9]
   batch, h, length, dh = q.shape
-  num_p = param_width(cfg.bias)
+  num_p = _param_width(cfg.bias)
   args = (*inputs, g, a, b)
   by_query = specs(cfg, length, dh, by_query=True)
   do_by_query = pl.BlockSpec((None, None, cfg.block_q, dh), lambda b, h, i: (b, h, i, 0))
@@ -392,7 +392,7 @@ def reference(cfg: Static, q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col
 def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, block: int):
   """The kernels' arguments (q, k, v, q_pos, k_pos, q_seg, k_seg, params, row, col) from an
   `attend`'s: heads first, the length padded to a multiple of `block` (padding is segment 0),
-  positions as float32, the parameters padded to `param_width`, zeros for absent rows and
+  positions as float32, the parameters padded to `_param_width`, zeros for absent rows and
   columns."""
   b, length, h, _ = q.shape
   padded = -(-length // block) * block
@@ -405,7 +405,7 @@ def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, bl
   if params is None:
     params = jnp.zeros((h, 1), jnp.float32)
   params = jnp.pad(params.astype(jnp.float32),
-                   ((0, 0), (0, param_width(bias) - params.shape[1])))
+                   ((0, 0), (0, _param_width(bias) - params.shape[1])))
   zeros = jnp.zeros((b, h, padded), jnp.float32)
   row = zeros if row is None else pad(row.astype(jnp.float32), 2)
   col = zeros if col is None else pad(col.astype(jnp.float32), 2)
@@ -414,18 +414,18 @@ def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, bl
 
 # The logical axes of the kernels' arguments (kernel_inputs) and of their output: rows and heads
 # are split as the mesh splits the attention's activations, the rest whole.
-KERNEL_AXES = ((('batch', 'act_heads', None, None),) * 3 + (('batch', None),) * 4
+_KERNEL_AXES = ((('batch', 'act_heads', None, None),) * 3 + (('batch', None),) * 4
                + (('act_heads', None),) + (('batch', 'act_heads', None),) * 2)
 
 
 def run_kernel(kernel, cfg: Static, args, length: int):
   """`kernel(cfg, *args)` on each shard of the active mesh (rows and heads), as
   [batch, length, heads, head_dim]."""
-  out = sharding.per_shard(functools.partial(kernel, cfg), args, KERNEL_AXES, KERNEL_AXES[0])
-  return kernel_output(out, length)
+  out = sharding.per_shard(functools.partial(kernel, cfg), args, _KERNEL_AXES, _KERNEL_AXES[0])
+  return _kernel_output(out, length)
 
 
-def kernel_output(out, length: int):
+def _kernel_output(out, length: int):
   """A kernel's output [batch, heads, padded, head_dim] as [batch, length, heads, head_dim]."""
   return jnp.swapaxes(out[:, :, :length], 1, 2)
 

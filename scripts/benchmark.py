@@ -58,7 +58,6 @@ from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
-from roformer import model_types
 from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
@@ -187,11 +186,6 @@ def memory_bytes(compiled) -> dict:
            - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
   return {'peak_bytes': int(total), 'temp_bytes': int(stats.temp_size_in_bytes),
           'argument_bytes': int(stats.argument_size_in_bytes)}
-
-
-def predicted_fraction(config) -> float:
-  """The tokens a masked LM needs logits for (its selection rate); 1 for other models."""
-  return model_types.of(config.model).predicted_fraction(config)
 
 
 def parse_value(text: str):
@@ -346,7 +340,7 @@ class Runner:
     step_s = statistics.median(self.times)
     tokens = config.train.batch_size * config.data.seq_len
     per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
-                                                predicted_fraction(config))
+                                                flops.predicted_fraction(config))
     if self.step == 'eval':
       per_token /= flops_lib.TRAIN_MULTIPLIER
     return {'name': self.name, 'kind': self.kind, 'step_s': step_s,

@@ -235,7 +235,8 @@ def step_flops(sweep, group) -> float:
   """Model FLOPs of one training step of `group`'s members together (roformer/flops.py) from
   the first point's whole config, with the vocabulary the run will have: a synthetic task's
   own, else the tokenizer's size the data asks for (model.vocab_size is set from the
-  tokenizer when the run starts)."""
+  tokenizer when the run starts), and the output layer at the tokens the model predicts (a
+  masked LM's selection)."""
   config = point_config(sweep, group.points[0])
   model = config.model.copy_and_resolve_references()
   task = synthetic.task_name(config.data)
@@ -244,7 +245,8 @@ def step_flops(sweep, group) -> float:
   elif config.data.get('vocab_size'):
     model.vocab_size = config.data.vocab_size
   seq_len, rows = config.data.seq_len, config.train.batch_size
-  return flops.train_flops_per_token(model, seq_len) * seq_len * rows * len(group.points)
+  per_token = flops.train_flops_per_token(model, seq_len, flops.predicted_fraction(config))
+  return per_token * seq_len * rows * len(group.points)
 
 
 def default_parallel(sweep=None, groups=()) -> int:

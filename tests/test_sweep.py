@@ -699,6 +699,28 @@ def test_a_groups_step_flops_are_the_hand_count_of_its_members_step():
   assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 5
 
 
+def test_a_masked_lms_step_flops_count_its_output_layer_at_the_predicted_tokens_only(tmp_path):
+  """The head (2 d^2) and the output layer (2 d V) run at the selected tokens: two sweeps that
+  differ only in data.mask_rate differ by 3 (r1 - r2) (2 d^2 + 2 d V) per token."""
+  def group_flops(rate, name):
+    sweep = sweeps.load(write_sweep(tmp_path / name, (
+        "def get_sweep(arg=''):\n"
+        "  return {'config': 'configs/mlm.py', 'overrides': {'model.d_model': 64, "
+        f"'model.d_ff': 128, 'model.num_layers': 1, 'data.mask_rate': {rate}}}, "
+        "'points': [{'seed': 0}, {'seed': 1}]}\n")), '')
+    group, = sweeps.seed_groups(sweep, sweep.points)
+    config = sweep_script.point_config(sweep, group.points[0])
+    tokens = config.data.seq_len * config.train.batch_size * 2
+    return sweep_script.step_flops(sweep, group), tokens, config.model.vocab_size
+
+  (tmp_path / 'a').mkdir()
+  (tmp_path / 'b').mkdir()
+  high, tokens, vocab = group_flops(0.5, 'a')
+  low, _, _ = group_flops(0.1, 'b')
+  d = 64
+  assert high - low == pytest.approx(3 * 0.4 * (2 * d * d + 2 * d * vocab) * tokens, rel=1e-12)
+
+
 def test_on_an_accelerator_host_bound_groups_run_one_process_per_core_and_large_ones_alone(
     tmp_path, monkeypatch):
   monkeypatch.setattr(sweeps, 'usable_cpus', lambda: list(range(16)))
