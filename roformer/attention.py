@@ -4,9 +4,11 @@
 fastest on CPU. `impl='xla'` or `'cudnn'` call `jax.nn.dot_product_attention` (cuDNN flash attention
 on GPU), for schemes without a value term; an additive logits bias is passed as its `bias`.
 `impl='auto'` (the default) is resolved per model by `resolve`: cuDNN on a GPU with half-precision
-activations, `jax.nn.dot_product_attention` on other accelerators, einsum on CPU or when the
-scheme adds a value term (Shaw).
+activations, `jax.nn.dot_product_attention` on other accelerators, einsum on CPU or where only
+einsum can run the layer (a scheme's value term, Shaw's; a remap; some attention options).
 """
+
+from typing import Iterable
 
 import jax
 import jax.numpy as jnp
@@ -22,20 +24,26 @@ IMPLEMENTATIONS = ('auto', 'einsum', 'xla', 'cudnn', 'pallas')
 LENGTHS_PATH_IMPLS = ('cudnn',)
 
 
-def resolve(impl: str, *, dtype, einsum_only: bool = False, backend: str | None = None) -> str:
-  """The implementation `attend` runs for `impl` (one of IMPLEMENTATIONS): 'auto' becomes
-  'einsum' for a scheme only the einsum path can run (a value term needs the probabilities, a
-  scheme may compute the logits itself) and on CPU, 'cudnn' on a
-  GPU with bfloat16/float16 activations (cuDNN's fused kernels take no float32), and 'xla'
-  otherwise (float32 on GPU, TPU). Explicit choices are returned unchanged."""
+def resolve(impl: str, *, dtype, allowed: Iterable[str] | None = None,
+            backend: str | None = None) -> str:
+  """The implementation `attend` runs for `impl` (one of IMPLEMENTATIONS). 'auto' takes the
+  first of the backend's preferences that `allowed` holds (the implementations that can run
+  the layer: its position scheme's, its attention kind's and its options'; None: every one):
+  'einsum' on CPU; on a GPU 'cudnn' with bfloat16/float16 activations (cuDNN's fused kernels
+  take no float32), then 'xla'; 'xla' elsewhere (TPU); 'einsum', which runs every layer,
+  last. Explicit choices are returned unchanged (the config checks refuse one the layer
+  cannot run)."""
   if impl != 'auto':
     return impl
   backend = backend or jax.default_backend()
-  if einsum_only or backend == 'cpu':
-    return 'einsum'
-  if backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
-    return 'cudnn'
-  return 'xla'
+  if backend == 'cpu':
+    preferred = ()
+  elif backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
+    preferred = ('cudnn', 'xla')
+  else:
+    preferred = ('xla',)
+  allowed = IMPLEMENTATIONS if allowed is None else tuple(allowed)
+  return next((i for i in preferred if i in allowed), 'einsum')
 
 
 def make_mask(q_segment_ids: jax.Array, k_segment_ids: jax.Array, *, causal: bool,

@@ -67,11 +67,11 @@ class MultiHeadAttention(nnx.Module):
     self.option_fields = tuple(o.field for o in attention_options.enabled(att))
     # A training-free distance remap (the position layer's `remapped_logits`), einsum path.
     self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
-    self.impl = attention.resolve(
-        cfg.attention_impl, dtype=dtype,
-        einsum_only=(caps.implementations == ('einsum',) or self.remap
-                     or 'xla' not in (self.kind.implementations or ('xla',))
-                     or any(o.einsum_only for o in self.options)))
+    allowed = set(caps.implementations) & set(self.kind.implementations
+                                              or caps.implementations)
+    if self.remap or any(o.einsum_only for o in self.options):
+      allowed &= {'einsum'}
+    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.

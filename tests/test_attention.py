@@ -86,16 +86,20 @@ def test_attend_implementations_agree_with_bias_and_padding():
   assert np.isfinite(np.asarray(ein)).all()  # Fully masked (padding) rows give no NaN.
 
 
-@pytest.mark.parametrize('backend,dtype,value_term,want', [
-    ('cpu', jnp.bfloat16, False, 'einsum'),
-    ('gpu', jnp.bfloat16, False, 'cudnn'),
-    ('gpu', jnp.float16, False, 'cudnn'),
-    ('gpu', jnp.float32, False, 'xla'),  # cuDNN's fused attention takes no float32.
-    ('gpu', jnp.bfloat16, True, 'einsum'),  # Shaw needs the probabilities.
-    ('tpu', jnp.bfloat16, False, 'xla'),
+@pytest.mark.parametrize('backend,dtype,allowed,want', [
+    ('cpu', jnp.bfloat16, None, 'einsum'),
+    ('gpu', jnp.bfloat16, None, 'cudnn'),
+    ('gpu', jnp.float16, None, 'cudnn'),
+    ('gpu', jnp.float32, None, 'xla'),  # cuDNN's fused attention takes no float32.
+    ('gpu', jnp.bfloat16, {'einsum'}, 'einsum'),  # Shaw needs the probabilities.
+    ('gpu', jnp.bfloat16, {'einsum', 'xla'}, 'xla'),  # The next preference it can run.
+    ('gpu', jnp.bfloat16, {'einsum', 'pallas'}, 'einsum'),  # auto never forces the kernel.
+    ('tpu', jnp.bfloat16, None, 'xla'),
+    ('tpu', jnp.bfloat16, {'einsum', 'cudnn'}, 'einsum'),
 ])
-def test_auto_implementation_choice(backend, dtype, value_term, want):
-  assert attention.resolve('auto', dtype=dtype, einsum_only=value_term, backend=backend) == want
+def test_auto_takes_the_backends_first_preference_the_layer_can_run(backend, dtype, allowed,
+                                                                     want):
+  assert attention.resolve('auto', dtype=dtype, allowed=allowed, backend=backend) == want
   assert attention.resolve('einsum', dtype=dtype, backend=backend) == 'einsum'
 
 
@@ -104,6 +108,22 @@ def test_default_model_uses_the_resolved_implementation():
   assert cfg.attention_impl == 'auto'
   model = models.create(cfg, seed=0)
   assert {b.attn.impl for b in model.blocks} == {'einsum'}  # On this CPU, and for Shaw anywhere.
+
+
+@pytest.mark.parametrize('kind,attention_fields,want', [
+    ('rope', {}, 'cudnn'),
+    ('shaw', {}, 'einsum'),  # A value term.
+    ('rope', {'dape': True}, 'einsum'),  # An option that only einsum runs.
+    ('none', {'kind': 'stick_breaking'}, 'einsum'),  # Its kernels are forced, never chosen.
+])
+def test_on_a_gpu_auto_gives_each_layer_an_implementation_it_can_run(
+    monkeypatch, kind, attention_fields, want):
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  cfg = test_config.get_config(kind).model
+  cfg.dtype = 'bfloat16'
+  cfg.attention.update(attention_fields)
+  model = models.create(cfg, seed=0)
+  assert {b.attn.impl for b in model.blocks} == {want}
 
 
 def test_attend_matches_numpy_softmax_attention():
