@@ -156,6 +156,9 @@ def evaluation_of(run: Run, step: int, splits) -> Run:
              splits=tuple(splits))
 
 
+# The config's own checks: each field alone, then the fields together.
+
+
 def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
              process_count: int = 1) -> None:
   """Raises ConfigError naming the offending field and the fix: `check_fields`, then
@@ -367,6 +370,11 @@ def _validate_attention(config, m) -> None:
   attention_options.check_kind(m, att)
   attention_options.check(config, m, att)
 
+
+# A run started from another run's weights (config.init_from): a classifier fine-tuned from a
+# masked-LM encoder, or a causal LM continued at a new length or RoPE scaling (the context
+# extension of Chen et al. 2023: train short, continue briefly at a longer length). The weights
+# are taken over by trainer.start_from.
 
 # Model fields that fix the encoder's parameters and what they compute.
 # (Not vocab_size: it is set from the tokenizer, which comes from that run.)
