@@ -37,6 +37,7 @@ from roformer import stack
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
+from roformer.data import tokenizer as tokenizer_lib
 from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
                             defaults, kept)
 
@@ -182,7 +183,7 @@ def schema() -> dict:
           # split (0: every one), and at most this many characters of them.
           **kept(('resume', 'evaluate'), _TOKENIZER, {
               'tokenizer_documents': Int(0, 2**31 - 1, default=0),
-              'tokenizer_chars': Int(1000, 2**31 - 1, default=20_000_000)}),
+              'tokenizer_chars': Int(1000, 2**31 - 1, default=tokenizer_lib.MAX_CHARS)}),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.
           **_read_by(TEXT_LM, {'token_cache': Bool(default=False)}),

@@ -35,7 +35,6 @@ from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens
 from roformer.data import vocabularies
 
-from roformer import config_schema
 from roformer import errors
 from roformer import killpoints
 
@@ -229,9 +228,8 @@ def tokenizer_path(data_cfg, builder=None) -> pathlib.Path:
 def _tokenizer_file(data_cfg, keys: str) -> str:
   """The trained tokenizer's file name: what it was trained on and its size."""
   sample = ''
-  default = config_schema.default_config().data
-  if (data_cfg.tokenizer_documents, data_cfg.tokenizer_chars) != (
-      default.tokenizer_documents, default.tokenizer_chars):  # The default keeps its old name.
+  # The default sample (every document, up to tokenizer.MAX_CHARS) keeps its old name.
+  if (data_cfg.tokenizer_documents, data_cfg.tokenizer_chars) != (0, tokenizer_lib.MAX_CHARS):
     sample = f'_d{data_cfg.tokenizer_documents}_c{data_cfg.tokenizer_chars}'
   return f'spm_{keys}_{data_cfg.vocab_size}{sample}.model'
 

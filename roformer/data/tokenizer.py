@@ -17,6 +17,8 @@ from roformer import files
 from roformer import killpoints
 
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
+# The characters of its training text a tokenizer reads by default (config.data.tokenizer_chars).
+MAX_CHARS = 20_000_000
 NUM_SPECIAL = 5  # Ids below this are never drawn as BERT's random replacement tokens.
 _NEWLINE_PIECE = '<n>'
 
@@ -77,7 +79,7 @@ def decode_lines(sp, ids, shift: int = 0) -> str:
 
 
 def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,
-          max_chars: int = 20_000_000) -> Tokenizer:
+          max_chars: int = MAX_CHARS) -> Tokenizer:
   """Trains a unigram SentencePiece model on the lines of `texts` (up to max_chars characters),
   writes it atomically to `model_path` and returns it. Deterministic for the same input."""
   model_path = pathlib.Path(model_path)
