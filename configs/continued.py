@@ -23,6 +23,6 @@ def get_config(workdir: str = ''):
   with config.unlocked():
     config.init_from = workdir
     # The source's scaling is its own trained setting: a stretching one takes its original
-    # length from the source again (roformer/resolve.py), so it is reset with it.
+    # length from the source again (roformer/resolve.py: take_from_source), so it is reset with it.
     config.model.position.rope.scaling.original_length = 0
   return config

@@ -5,7 +5,8 @@ fastest on CPU. `impl='xla'` or `'cudnn'` call `jax.nn.dot_product_attention` (c
 on GPU), for schemes without a value term; an additive logits bias is passed as its `bias`.
 `impl='auto'` (the default) is resolved per model by `resolve`: cuDNN on a GPU with half-precision
 activations, `jax.nn.dot_product_attention` on other accelerators, einsum on CPU or where only
-einsum can run the layer (a scheme's value term, Shaw's; a remap; some attention options).
+einsum can run the layer (a scheme's value term, Shaw's; a remap; stick-breaking attention, whose
+kernels are only ever forced; some attention options).
 """
 
 from typing import Iterable

@@ -415,7 +415,7 @@ def kernel_inputs(q, k, v, positions, segments, bias: Bias, params, row, col, bl
 # The logical axes of the kernels' arguments (kernel_inputs) and of their output: rows and heads
 # are split as the mesh splits the attention's activations, the rest whole.
 _KERNEL_AXES = ((('batch', 'act_heads', None, None),) * 3 + (('batch', None),) * 4
-               + (('act_heads', None),) + (('batch', 'act_heads', None),) * 2)
+                + (('act_heads', None),) + (('batch', 'act_heads', None),) * 2)
 
 
 def run_kernel(kernel, cfg: Static, args, length: int):

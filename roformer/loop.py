@@ -297,7 +297,7 @@ class _Loop:
     else:
       state = trainer.init_state(run.config.seed)
       if run.init_from is not None:
-        state = trainer_lib.start_from(trainer, state, run.config.init_from, *run.init_from)
+        state = trainer_lib.restore_init_from(trainer, state, run.config.init_from, *run.init_from)
     if self.is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
       if resumed_from is None:

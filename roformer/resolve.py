@@ -374,7 +374,7 @@ def _validate_attention(config, m) -> None:
 # A run started from another run's weights (config.init_from): a classifier fine-tuned from a
 # masked-LM encoder, or a causal LM continued at a new length or RoPE scaling (the context
 # extension of Chen et al. 2023: train short, continue briefly at a longer length). The weights
-# are taken over by trainer.start_from.
+# are taken over by trainer.restore_init_from.
 
 # Model fields that fix the encoder's parameters and what they compute.
 # (Not vocab_size: it is set from the tokenizer, which comes from that run.)
@@ -456,8 +456,8 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let that run save one first.')
   if not continues(config):  # Fine-tuning: the encoder must be the pretrained one.
-    diffs = saved_config.differences(_encoder_fields(saved.model), _encoder_fields(config.model),
-                                   'model')
+    diffs = saved_config.differences(_encoder_fields(saved.model),
+                                     _encoder_fields(config.model), 'model')
     if diffs:
       raise errors.ConfigError(
           f'config.init_from={config.init_from!r} was pretrained with a different encoder '

@@ -128,7 +128,7 @@ def status(field: str, occasion: str) -> str:
 
 
 def table() -> str:
-  """The Markdown table of docs/configuration.md: every field that is fixed or may change
+  """The Markdown table of docs/configs_and_data.md: every field that is fixed or may change
   on some occasion, what each occasion allows, and why."""
   rows = ['| field | resume | continue (`init_from`) | evaluate | why |',
           '|---|---|---|---|---|']

@@ -69,7 +69,11 @@ class MultiHeadAttention(nnx.Module):
     self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
     allowed = set(caps.implementations) & set(self.kind.implementations
                                               or caps.implementations)
-    if self.remap or any(o.einsum_only for o in self.options):
+    for option in self.options:
+      allowed -= set(option.not_on)
+      if option.einsum_only:
+        allowed &= {'einsum'}
+    if self.remap:
       allowed &= {'einsum'}
     self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits

@@ -238,7 +238,7 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
 _MLM_HEAD = ('head', 'head_ln', 'output_bias')
 
 
-def start_from(trainer: Trainer, state, init_from: str, saved, step: int):
+def restore_init_from(trainer: Trainer, state, init_from: str, saved, step: int):
   """The state of a fresh run started from `init_from`: a classifier takes over the pretrained
   encoder (its head keeps its initialisation), a continued causal LM every parameter. The
   optimizer starts afresh."""

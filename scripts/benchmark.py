@@ -340,7 +340,7 @@ class Runner:
     step_s = statistics.median(self.times)
     tokens = config.train.batch_size * config.data.seq_len
     per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
-                                                flops.predicted_fraction(config))
+                                                flops_lib.predicted_fraction(config))
     if self.step == 'eval':
       per_token /= flops_lib.TRAIN_MULTIPLIER
     return {'name': self.name, 'kind': self.kind, 'step_s': step_s,

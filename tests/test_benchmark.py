@@ -327,6 +327,34 @@ def test_mfu_is_model_flops_over_the_peak_measured_in_the_run(monkeypatch, capsy
   assert s['rope']['mfu'] == 0.5 and s['torch']['mfu'] == 0.25
 
 
+def test_a_rows_flops_count_a_masked_lms_head_at_its_predicted_tokens_only():
+  """A measured row of a masked LM (mask rate 0.3): the head (2 d^2) and output layer (2 d V)
+  at 30% of the tokens, the encoder at all of them, 3x for training; its MFU from those."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  config = mlm.get_config()
+  config.model.update(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=512)
+  config.data.update(seq_len=16, mask_rate=0.3)
+  config.train.batch_size = 2
+
+  class Compiled:
+    memory_analysis = staticmethod(lambda: None)
+
+  class Trainer:
+    num_params = staticmethod(lambda: 7)
+
+  runner = object.__new__(benchmark.Runner)
+  runner.__dict__.update(config=config, name='mlm', step='train', times=[0.5, 0.25, 1.0],
+                         trainer=Trainer(), compile_s=1.0, metrics={'loss': 2.0}, faults=0,
+                         compiled=Compiled())
+  row = runner.row(peak=1e9)
+  d, f, length, vocab = 32, 64, 16, 512
+  encoder = 2 * 4 * d * d + 2 * 2 * d * f + 2 * 2 * length * d  # Both ways: the whole L x L.
+  assert row['flops_per_token'] == pytest.approx(
+      3 * (encoder + 0.3 * (2 * d * d + 2 * d * vocab)), rel=1e-12)
+  assert row['mfu'] == pytest.approx(row['flops_per_token'] * 2 * 16 / 0.5 / 1e9)
+
+
 def test_vary_names_each_variant_after_the_fields_it_changes():
   sys.path.insert(0, ROOT)
   from scripts import benchmark  # pylint: disable=g-import-not-at-top

@@ -103,7 +103,6 @@ def test_a_model_trained_on_real_positions_is_not_exported_to_transformers():
 def test_the_range_is_fixed_once_trained_at_evaluation_and_on_resume():
   """S decides the positions the model trained on and its evaluation grid: an evaluation or a
   resumed run that changes it is refused (a continuation may train at another range)."""
-  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   saved = test_config.get_config()
   saved.train.float_positions = 64
   changed = test_config.get_config()

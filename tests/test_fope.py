@@ -178,8 +178,6 @@ def test_a_run_continued_at_a_longer_length_keeps_the_sources_clipping_and_resum
 
 def test_fine_tuning_takes_the_pretrained_clipping_length(tmp_path):
   from configs import test as test_config  # pylint: disable=import-outside-toplevel
-  from roformer import resolve  # pylint: disable=import-outside-toplevel
-  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   pretrained = test_config.get_config('mlm')
   pretrained.model.position.kind = 'fope'
   pretrained.model.position.fope.clip_length = 48

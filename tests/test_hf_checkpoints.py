@@ -215,7 +215,6 @@ def test_a_continued_import_takes_its_scalings_original_length_from_it(kind, tmp
   """configs/continued.py leaves the original length to the source: a stretching scaling and
   dynamic NTK alike take the length the imported model was pretrained at (16)."""
   from configs import continued  # pylint: disable=import-outside-toplevel
-  from roformer import resolve  # pylint: disable=import-outside-toplevel
   config = continued.get_config(_imported('llama_gqa_llama3', tmp_path))
   config.model.position.rope.scaling.update(kind=kind, factor=4.0)
   resolve.take_from_source(config)

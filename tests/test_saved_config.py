@@ -9,7 +9,7 @@ from roformer import config_args
 from roformer import config_schema
 from roformer import saved_config
 
-RESUME, CONTINUE, EVALUATE = saved_config.OCCASIONS
+RESUME, CONTINUE, EVALUATE = saved_config.RESUME, saved_config.CONTINUE, saved_config.EVALUATE
 
 
 def pair(**changes):

@@ -711,7 +711,7 @@ def test_a_masked_lms_step_flops_count_its_output_layer_at_the_predicted_tokens_
     group, = sweeps.seed_groups(sweep, sweep.points)
     config = sweep_script.point_config(sweep, group.points[0])
     tokens = config.data.seq_len * config.train.batch_size * 2
-    return sweep_script.step_flops(sweep, group), tokens, config.model.vocab_size
+    return sweep_script.step_flops(sweep, group), tokens, config.data.vocab_size
 
   (tmp_path / 'a').mkdir()
   (tmp_path / 'b').mkdir()
