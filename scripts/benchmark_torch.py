@@ -28,7 +28,6 @@ step time and tokens/s over `--steps` after `--warmup` steps. This module import
 nor JAX at the top, so that its shape and parameter-count helpers run without them.
 """
 
-import argparse
 import json
 import statistics
 import sys

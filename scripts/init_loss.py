@@ -13,7 +13,6 @@ first steps of train.py runs that differ in model.init), one row per run.
   python scripts/init_loss.py --runs docs/results/init_2026-11-28/* --steps 1,10,25,50,100
 """
 
-import argparse
 import math
 import os
 import pathlib

@@ -13,7 +13,6 @@ process's wall time from start to exit. The record keeps every run's numbers, th
 the config overrides; scripts/docs_from_records.py renders it (`phases` blocks).
 """
 
-import json
 import os
 import re
 import subprocess

@@ -8,7 +8,6 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
-from roformer import attention
 from roformer import errors
 from roformer import models
 from roformer import resolve

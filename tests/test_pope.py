@@ -3,7 +3,6 @@ and initialisation."""
 
 import math
 
-import jax
 import jax.numpy as jnp
 import kinds
 import numpy as np

@@ -5,7 +5,6 @@ rebuilt the same from its index; the asked needle's depth is placed and reported
 is one error naming the fix."""
 
 import collections
-import os
 import re
 
 import ml_collections
