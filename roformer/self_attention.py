@@ -67,12 +67,7 @@ class MultiHeadAttention(nnx.Module):
     self.option_fields = tuple(o.field for o in attention_options.enabled(att))
     # A training-free distance remap (the position layer's `remapped_logits`), einsum path.
     self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
-    allowed = set(caps.implementations) & set(self.kind.implementations
-                                              or caps.implementations)
-    for option in self.options:
-      allowed -= set(option.not_on)
-      if option.einsum_only:
-        allowed &= {'einsum'}
+    allowed = set(caps.implementations) & attention_options.implementations(att)
     if self.remap:
       allowed &= {'einsum'}
     self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed)

@@ -21,6 +21,7 @@ import copy
 import importlib
 import pkgutil
 
+from roformer import attention
 from roformer import errors
 from roformer import model_types
 from roformer import positions
@@ -47,6 +48,9 @@ SPECS = {
        for name, spec in {option.field: Bool(default=False), **option.specs}.items()},
 }
 DEFAULTS = defaults(SPECS)
+
+
+_ALL_IMPLEMENTATIONS = tuple(i for i in attention.IMPLEMENTATIONS if i != 'auto')
 
 
 def enabled(att) -> list[AttentionOption]:
@@ -95,6 +99,18 @@ def check(config, m, att) -> None:
       raise errors.ConfigError(f'{field} ({o.about}): {reason}. Fix: position kinds that fit '
                                f'({", ".join(fit)}), or {off}.')
     o.validate(config, m, att)
+
+
+def implementations(att) -> set[str]:
+  """The attention implementations that the kind and the switches on can run: what 'auto'
+  chooses among (roformer/attention.py `resolve`; `check` and `check_kind` refuse an explicit
+  choice outside it, each naming its cause)."""
+  allowed = set(KINDS[att.kind].implementations or _ALL_IMPLEMENTATIONS)
+  for o in enabled(att):
+    allowed -= set(o.not_on)
+    if o.einsum_only:
+      allowed &= {'einsum'}
+  return allowed
 
 
 def _with_kind(m, kind: str):
