@@ -182,7 +182,7 @@ def schema() -> dict:
           # The trained tokenizer reads at most this many documents, taken evenly over the train
           # split (0: every one), and at most this many characters of them.
           **kept(('resume', 'evaluate'), _TOKENIZER, {
-              'tokenizer_documents': Int(0, 2**31 - 1, default=0),
+              'tokenizer_documents': Int(0, 2**31 - 1, default=tokenizer_lib.EVERY_DOCUMENT),
               'tokenizer_chars': Int(1000, 2**31 - 1, default=tokenizer_lib.MAX_CHARS)}),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary
           # fits, roformer/data/tokens.py) instead of encoding the text again every epoch.

@@ -29,6 +29,7 @@ from roformer import files
 from roformer import logs
 from roformer import members as members_lib
 from roformer import metrics as metrics_lib
+from roformer import model_types
 from roformer import positions
 from roformer import reliability
 from roformer import resolve
@@ -321,7 +322,7 @@ class _Loop:
           self.trainer, self.states, [m.run.sources['validation'] for m in self.members],
           final=bool(eval_splits)).items():
         self.ahead.submit(name, jitted, *args)
-    if self.runs[0].init_from is not None and resolve.continues(self.config):
+    if self.runs[0].init_from is not None and model_types.of(self.config.model).continues:
       # A continued model before any step at its new length or scaling: the extension without
       # training, against which the continued steps are measured.
       for i, result in self.validate(0).items():

@@ -415,7 +415,7 @@ def take_from_source(config: ml_collections.ConfigDict) -> None:
   saved = _source(config)
   with config.unlocked():  # What its scheme derived from the source's training (`derived`).
     positions_lib.take_derived(config.model, saved.model)
-  if not (continues(config) and saved.model.type == config.model.type):
+  if not (model_types.of(config.model).continues and saved.model.type == config.model.type):
     return
   with config.unlocked():  # What the scheme takes from its source (its `from_source`).
     positions_lib.model_scheme(config.model).from_source(
@@ -429,12 +429,6 @@ def take_from_source(config: ml_collections.ConfigDict) -> None:
         'parameters, and they would be untrained). Fix: continue at a seq_len within them, or '
         'train the source with a scheme that has no length-dependent parameters (rope, alibi, '
         '...).')
-
-
-def continues(config: ml_collections.ConfigDict) -> bool:
-  """Whether config.init_from is continued as the same model (every parameter taken over, at
-  a new length or scaling), rather than its encoder fine-tuned under a new head."""
-  return model_types.of(config.model).continues
 
 
 def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, int]:
@@ -455,7 +449,7 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let that run save one first.')
-  if not continues(config):  # Fine-tuning: the encoder must be the pretrained one.
+  if not model_types.of(config.model).continues:  # Fine-tuning: the pretrained encoder.
     diffs = saved_config.differences(_encoder_fields(saved.model),
                                      _encoder_fields(config.model), 'model')
     if diffs:

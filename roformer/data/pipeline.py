@@ -229,7 +229,8 @@ def _tokenizer_file(data_cfg, keys: str) -> str:
   """The trained tokenizer's file name: what it was trained on and its size."""
   sample = ''
   # The default sample (every document, up to tokenizer.MAX_CHARS) keeps its old name.
-  if (data_cfg.tokenizer_documents, data_cfg.tokenizer_chars) != (0, tokenizer_lib.MAX_CHARS):
+  default = (tokenizer_lib.EVERY_DOCUMENT, tokenizer_lib.MAX_CHARS)
+  if (data_cfg.tokenizer_documents, data_cfg.tokenizer_chars) != default:
     sample = f'_d{data_cfg.tokenizer_documents}_c{data_cfg.tokenizer_chars}'
   return f'spm_{keys}_{data_cfg.vocab_size}{sample}.model'
 

@@ -19,6 +19,8 @@ from roformer import killpoints
 PAD_ID, EOS_ID, BOS_ID, UNK_ID, NEWLINE_ID = 0, 1, 2, 3, 4
 # The characters of its training text a tokenizer reads by default (config.data.tokenizer_chars).
 MAX_CHARS = 20_000_000
+# The documents it samples them from by default (config.data.tokenizer_documents): all of them.
+EVERY_DOCUMENT = 0
 NUM_SPECIAL = 5  # Ids below this are never drawn as BERT's random replacement tokens.
 _NEWLINE_PIECE = '<n>'
 
