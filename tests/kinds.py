@@ -100,6 +100,37 @@ class Compiled:
     return getattr(self.model, name)
 
 
+def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
+                      gate=None):
+  """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head) in
+  float64: optional RMSNorm of each head's q and k (scale per dimension), optional factor per
+  query position (Llama 4's temperature), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i
+  the visible keys (SSMax), softmax over the visible keys, values, each head's output times
+  sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
+  f64 = lambda a: np.asarray(a, np.float64)
+  heads, dim = attn.num_heads, attn.head_dim
+  b, length, _ = x.shape
+  qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
+  q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
+  if qk_norm:
+    rms = lambda t: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6)
+    q, k = rms(q) * f64(attn.q_scale[...]), rms(k) * f64(attn.k_scale[...])
+  if query_factor is not None:
+    q = q * f64(query_factor)[None, :, None, None]
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + bias
+  mask = np.broadcast_to(np.asarray(mask), logits.shape)
+  if ssmax:
+    n = mask.sum(-1, keepdims=True)
+    logits = logits * f64(attn.ssmax_scale[...])[None, :, None, None] * np.log(np.maximum(n, 1))
+  logits = np.where(mask, logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
+  if gate is not None:
+    out = out / (1 + np.exp(-(f64(x) @ f64(gate[0]) + f64(gate[1]))))
+  return out @ f64(attn.out.kernel[...]) + f64(attn.out.bias[...])
+
+
 def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, atol=1e-4):
   """Feeds `tokens` [batch, len] through the key/value cache in steps of `sizes` and checks
   every step's logits against one full pass over the whole row (positions 0..len-1). Returns

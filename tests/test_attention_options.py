@@ -28,34 +28,6 @@ def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
   return config
 
 
-def reference(attn, x, mask, alibi_bias, *, qk_norm, ssmax, query_factor=None):
-  """One attention layer in float64: optional RMSNorm of each head's q and k (scale per
-  dimension), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i the visible keys,
-  softmax over the visible keys, values, output projection."""
-  heads, dim = attn.num_heads, attn.head_dim
-  b, length, _ = x.shape
-  qkv = np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64) + np.asarray(
-      attn.qkv.bias[...], np.float64)
-  q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
-  if qk_norm:
-    rms = lambda t: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + 1e-6)
-    q = rms(q) * np.asarray(attn.q_scale[...], np.float64)
-    k = rms(k) * np.asarray(attn.k_scale[...], np.float64)
-  if query_factor is not None:  # Per query position (Llama 4's temperature).
-    q = q * np.asarray(query_factor)[None, :, None, None]
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + alibi_bias
-  mask = np.broadcast_to(np.asarray(mask), logits.shape)
-  if ssmax:
-    n = mask.sum(-1, keepdims=True)
-    logits = logits * np.asarray(attn.ssmax_scale[...], np.float64)[None, :, None, None] * np.log(
-        np.maximum(n, 1))
-  logits = np.where(mask, logits, -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
-  return out @ np.asarray(attn.out.kernel[...], np.float64) + np.asarray(attn.out.bias[...])
-
-
 @pytest.mark.parametrize('impl', ['einsum', 'xla'])
 @pytest.mark.parametrize('qk_norm,ssmax', [(True, False), (False, True), (True, True)])
 def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
@@ -78,7 +50,7 @@ def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
   q_stub = jnp.zeros((2, 12, attn.num_heads, attn.head_dim))
   bias = np.asarray(layer.logits_bias(q_stub, q_stub, pos, pos, mask, layer.prepare(x, pos, None)),
                     np.float64)
-  want = reference(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
   np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
 
 
@@ -119,7 +91,7 @@ def test_the_nope_temperature_scales_only_the_layers_without_positions():
                              causal=True)
   out, _ = attn(x, mask, pos, layer)
   factor = 1 + 0.5 * np.log(np.floor((np.arange(12) + 1) / 4) + 1)
-  want = reference(attn, x, mask, 0.0, qk_norm=False, ssmax=False, query_factor=factor)
+  want = kinds.attention_formula(attn, x, mask, 0.0, query_factor=factor)
   np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
   hybrid = test_config.get_config('rope')
   hybrid.model.update(vocab_size=50, num_layers=2, layer_kinds=('rope', 'none'))

@@ -177,6 +177,10 @@ def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
   for split in ('validation', 'test'):
     r = results['splits'][split]
     assert r['examples'] == 16 and 0 <= r['accuracy'] <= 1 and 'f1' in r
+  # eval.py scores the validation batches as the run's final evaluation did.
+  for metric in ('loss', 'accuracy', 'f1'):
+    np.testing.assert_allclose(results['splits']['validation'][metric],
+                               last['validation'][metric], rtol=1e-5, err_msg=metric)
 
 
 @pytest.mark.parametrize('task', [pytest.param('glue/mrpc', marks=pytest.mark.slow),

@@ -16,6 +16,7 @@ from roformer import files
 from roformer import positions
 from roformer import resolve
 from roformer import saved_config
+from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
 
@@ -56,8 +57,8 @@ def test_no_module_writes_a_config_fields_default_again():
   configs/base.py or migrated when loaded)."""
   names = {name.rsplit('.', 1)[1] for name, _ in _leaves(config_schema.schema())}
   found = []
-  for root, _, files in os.walk(os.path.join(REPO, 'roformer')):
-    for file in files:
+  for root, _, names_here in os.walk(os.path.join(REPO, 'roformer')):
+    for file in names_here:
       if not file.endswith('.py'):
         continue
       path = os.path.join(root, file)
@@ -113,10 +114,11 @@ def test_a_field_this_run_does_not_read_is_refused_when_changed(arg, field, valu
     resolve.validate(config)
 
 
-def test_a_changed_field_the_run_reads_is_accepted():
+def test_a_changed_field_the_run_reads_is_accepted_and_reaches_its_reader():
   config = test_config.get_config('mlm')
   config.data.mask_rate = 0.3
   resolve.validate(config)
+  assert tasks.for_config(config).rate == 0.3
 
 
 def test_a_training_run_is_checked_once_before_anything_is_built(tmp_path, monkeypatch,

@@ -49,8 +49,8 @@ def tiny(kind='fox', **model):
 
 
 def test_the_attention_of_a_fox_layer_is_the_papers_formula():
-  """One FoX layer's attention weights, from the model's own queries, keys and gates, against
-  softmax(q.k / sqrt(d) + D) with D from the paper's sum in float64 over log sigmoid(w.x + b)."""
+  """One FoX layer's bias D from the paper's sum in float64 over log sigmoid(w.x + b), and its
+  output: softmax(q.k / sqrt(d) + D) over the model's own queries, keys and values."""
   config = tiny('fox', num_layers=1)
   config.model.position.fox.gate_bias_init = 1.5
   model = models.create(config.model, seed=2)
@@ -66,6 +66,12 @@ def test_the_attention_of_a_fox_layer_is_the_papers_formula():
   below = np.isfinite(want)
   np.testing.assert_allclose(bias[below], want[below], rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.asarray(layer.gate_bias[...]), 1.5)  # fox.gate_bias_init.
+  # The layer's output: softmax(q.k/sqrt(d) + D) v through the output projection.
+  attn, pos = model.blocks[0].attn, jnp.broadcast_to(jnp.arange(9), (2, 9))
+  mask = jnp.tril(jnp.ones((9, 9), bool))[None, None]
+  out, _ = attn(x, mask, pos, layer)
+  np.testing.assert_allclose(np.asarray(out), kinds.attention_formula(attn, x, mask, want),
+                             rtol=2e-4, atol=2e-5)
 
 
 def test_rope_plus_fox_rotates_like_rope_and_adds_foxs_bias():

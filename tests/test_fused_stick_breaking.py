@@ -147,13 +147,17 @@ def test_bfloat16_inputs_stay_within_bfloat16s_error():
 
 def test_without_custom_gradients_the_plain_formulation_runs_forward_mode_too():
   """model.custom_gradients=False: the materialised weights, which jax.jvp can follow, with
-  the kernel's outputs."""
+  the kernel's outputs and the einsum path's directional derivative (along a drawn one)."""
   args = (jnp.asarray(Q), jnp.asarray(K), jnp.asarray(V))
+  direction = jnp.asarray(np.random.default_rng(5).normal(size=Q.shape), jnp.float32)
   f = lambda q: fused(q, *args[1:], SLOPES, ROW, COL, 'alibi', False, 5)
+  formula = lambda q: einsum_path(q, *args[1:], SLOPES, ROW, COL, 'alibi', False, 5)
   with autodiff.use(False):
-    out, tangent = jax.jvp(f, (args[0],), (jnp.ones_like(args[0]),))
+    out, tangent = jax.jvp(f, (args[0],), (direction,))
   np.testing.assert_allclose(np.asarray(out), np.asarray(f(args[0])), atol=1e-5)
-  assert np.isfinite(np.asarray(tangent)).all()
+  _, want = jax.jvp(formula, (args[0],), (direction,))
+  np.testing.assert_allclose(np.asarray(tangent), np.asarray(want),
+                             atol=1e-5 * np.abs(np.asarray(want)).max())
 
 
 TOKENS = jnp.asarray(RNG.integers(5, 50, (2, 12)), jnp.int32)

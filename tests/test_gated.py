@@ -8,6 +8,7 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
+from roformer import attention
 from roformer import errors
 from roformer import models
 from roformer import resolve
@@ -39,16 +40,26 @@ def test_a_gate_of_one_half_is_the_output_projection_halved():
   np.testing.assert_allclose(_logits(model, tokens), gated, atol=1e-6)
 
 
-def test_the_gate_reads_the_layer_input_per_head_and_dimension():
-  model = _model()
-  d = model.blocks[0].attn.gate.kernel[...].shape
-  assert d == (32, 32) and model.blocks[0].attn.gate.bias[...].shape == (32,)
-  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (1, 8)))
-  base = _logits(model, tokens)
-  block = model.blocks[0].attn
-  noise = jnp.asarray(np.random.default_rng(3).normal(size=32), jnp.float32) * 3
-  block.gate.kernel[...] = block.gate.kernel[...].at[:, 5].add(noise)  # One head's dimension.
-  assert np.abs(_logits(model, tokens) - base).max() > 1e-4
+def test_a_gated_layer_is_the_formula_with_a_gate_per_head_and_dimension():
+  """A drawn W_g [d_model, heads * head_dim] and b: the layer is float64 attention whose
+  heads' outputs are times sigmoid(x W_g + b) before the output projection (no positions, so
+  the logits are q.k/sqrt(d) alone); packed segments of 5 and 7 tokens."""
+  model = _model('none')
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  assert attn.gate.kernel[...].shape == (32, 32) and attn.gate.bias[...].shape == (32,)
+  rng = np.random.default_rng(1)
+  attn.gate.kernel[...] = jnp.asarray(rng.normal(size=(32, 32)) * 0.5, jnp.float32)
+  attn.gate.bias[...] = jnp.asarray(rng.normal(size=32), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 12, 32)), jnp.float32)
+  seg = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
+  pos = jnp.asarray([list(range(12)), list(range(5)) + list(range(7))], jnp.int32)
+  mask = attention.make_mask(seg, seg, causal=True)
+  out, _ = attn(x, mask, pos, layer)
+  want = kinds.attention_formula(attn, x, mask, 0.0, gate=(attn.gate.kernel[...],
+                                                           attn.gate.bias[...]))
+  np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  ungated = kinds.attention_formula(attn, x, mask, 0.0)  # The gate is not a no-op here.
+  assert np.abs(want - ungated).max() > 0.1 * np.abs(ungated).max()
 
 
 @pytest.mark.parametrize('kind', ['rope', pytest.param('none', marks=pytest.mark.slow),

@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from configs import test as test_config
+from roformer import attention
 from roformer import errors
 from roformer import models
 from roformer import positions
@@ -53,17 +54,29 @@ def test_a_pattern_of_one_kind_is_that_kind(kind):
 
 
 def test_the_layers_of_a_mixed_pattern_each_get_their_own_kinds_arrays():
-  """xl then t5, both with stack-wide parameters: block i receives its own kind's arrays (xl's
-  u and v, then t5's shared table)."""
+  """xl then t5, both with stack-wide parameters: changing xl's u and v changes block 0's
+  output and not block 1's, and changing t5's shared table the other way round."""
   config = tiny(('xl', 't5'), 2)
   config.model.position.t5.shared_across_layers = True
   model = models.create(config.model, seed=2)
-  shared = model.position()
-  assert isinstance(shared, list) and len(shared) == 2
-  jax.tree.map(np.testing.assert_array_equal, shared[0], model.position.parts['xl']())
-  jax.tree.map(np.testing.assert_array_equal, shared[1], model.position.parts['t5']())
-  assert shared[1] is not None
-  assert np.isfinite(np.asarray(model(TOKENS, POS, SEG))).all()
+  x = jnp.asarray(np.random.default_rng(4).normal(size=(2, 11, 32)), jnp.float32)
+  mask = attention.make_mask(SEG, SEG, causal=True)
+
+  def outputs():
+    shared = model.position()
+    assert isinstance(shared, list) and len(shared) == 2
+    return [np.asarray(block(x, mask, POS, shared[i], None, None, layer=i)[0])
+            for i, block in enumerate(model.blocks)]
+
+  rng = np.random.default_rng(5)
+  for kind, changed in (('xl', 0), ('t5', 1)):  # Drawn changes: a constant bias is no change.
+    before = outputs()
+    part = model.position.parts[kind]
+    nnx.update(part, jax.tree.map(lambda a: a + rng.normal(size=a.shape).astype(a.dtype),
+                                  nnx.state(part, nnx.Param)))
+    after = outputs()
+    assert np.abs(after[changed] - before[changed]).max() > 1e-3, kind
+    np.testing.assert_array_equal(after[1 - changed], before[1 - changed], err_msg=kind)
 
 
 def test_the_cache_equals_the_full_pass_for_a_hybrid_with_windows():

@@ -219,18 +219,18 @@ def test_nonfinite_steps_can_be_skipped_and_counted(data_dir, tmp_path):
 
 
 def test_a_checkpoint_from_eight_devices_restores_on_one_and_on_a_4x2_mesh(data_dir, tmp_path):
-  cfg = _config(data_dir, steps=3)
+  """Each restore scores the validation batches as the run that saved it did at its end."""
+  cfg = _config(data_dir, steps=3, eval_batches=2)
   cfg.mesh.update(num_devices=-1, data=1, fsdp=8)  # Parameters split 8 ways.
   cfg.eval.update(max_batches=2, length_multipliers=(1,))
   workdir = str(tmp_path / 'run')
-  loop.train_and_evaluate(cfg, workdir)
-  results = []
+  last = loop.train_and_evaluate(cfg, workdir)
   for mesh in ({'num_devices': 1, 'data': -1, 'fsdp': 1}, {'data': 4, 'fsdp': 1, 'tensor': 2}):
     eval_cfg = saved_config.load(workdir)
     eval_cfg.mesh.update(mesh)
     out = evaluate.evaluate_workdir(eval_cfg, workdir, splits=('validation',))
-    results.append([row['loss'] for row in out['splits']['validation']['lengths']])
-  np.testing.assert_allclose(results[0], results[1], rtol=1e-5)
+    np.testing.assert_allclose(out['splits']['validation']['lengths'][0]['loss'],
+                               last['validation']['loss'], rtol=1e-5, err_msg=str(mesh))
 
 
 @pytest.mark.parametrize('flags, message', [

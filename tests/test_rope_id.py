@@ -75,9 +75,18 @@ def test_an_unset_training_length_takes_the_runs_and_a_model_builds_without_it()
   positions.derive(config.model, 40)
   assert config.model.position.rope_id.train_length == 40
   fresh = kinds.tiny_config('rope_id').model
+  assert fresh.position.rope_id.train_length == 0
   model = models.create(fresh, seed=0)  # train_length 0: the released code's 4096.
   tokens = jnp.ones((1, 5), jnp.int32)
   assert np.isfinite(np.asarray(model(tokens, jnp.arange(5)[None], tokens))).all()
+  q = np.random.default_rng(1).normal(size=(1, 5, 4, 8))
+  pos = np.array([[0, 7, 300, 2000, 4095]])
+  rq, _ = model.blocks[0].position.rotate(jnp.asarray(q, jnp.float32), jnp.asarray(q, jnp.float32),
+                                          jnp.asarray(pos), jnp.asarray(pos), None)
+  freqs = rope_id.rope_id_frequencies(8, 0.5, 2 * math.pi, 2.0, rope_id.UNSET_LENGTH)
+  assert rope_id.UNSET_LENGTH == 4096
+  np.testing.assert_allclose(np.asarray(rq[0]), reference_rotation(q[0], pos[0], freqs),
+                             atol=1e-3)
 
 
 @pytest.mark.parametrize('fields,message', [

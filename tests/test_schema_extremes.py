@@ -50,6 +50,8 @@ def _extremes(spec):
 
 
 def _traces_or_refuses(field, value):
+  """Sets `field` to `value` in the test config; a ConfigError from the checks returns, else
+  the train step is lowered (any exception there fails the calling test)."""
   config = config_args.load_file('configs/test.py')
   *parents, leaf = field.split('.')
   node = config
@@ -67,26 +69,23 @@ def _traces_or_refuses(field, value):
     mesh = sharding.make_mesh(config.mesh)
     resolve.validate(config, sharding.data_parallel_size(mesh), 1)
   except errors.ConfigError:
-    return 'refused'
+    return
   trainer = trainer_lib.Trainer(ml_collections.ConfigDict(config.to_dict()), mesh)
   rows = config.train.batch_size // config.train.grad_accum_steps
   shapes = trainer.task.feature_shapes(1, 1)
   batch = {k: jax.ShapeDtypeStruct((rows, config.data.seq_len), np.asarray(v).dtype)
            for k, v in shapes.items()}
   trainer.train_step.lower(trainer.abstract_state, batch)
-  return 'traced'
 
 
 @pytest.mark.parametrize('field', STEP_FIELDS)
 def test_the_ends_of_a_step_fields_range_are_refused_or_trace(field):
-  spec = config_schema.spec_at(field)
-  for value in _extremes(spec):
-    assert _traces_or_refuses(field, value) in ('refused', 'traced'), (field, value)
+  for value in _extremes(config_schema.spec_at(field)):
+    _traces_or_refuses(field, value)  # Any exception but a ConfigError fails the test.
 
 
 @pytest.mark.slow
-def test_the_ends_of_every_numeric_range_are_refused_or_trace():
-  config = config_args.load_file('configs/test.py')
-  for field in sorted(_numeric_fields(config)):
-    for value in _extremes(config_schema.spec_at(field)):
-      _traces_or_refuses(field, value)
+@pytest.mark.parametrize('field', sorted(_numeric_fields(config_args.load_file('configs/test.py'))))
+def test_the_ends_of_every_numeric_range_are_refused_or_trace(field):
+  for value in _extremes(config_schema.spec_at(field)):
+    _traces_or_refuses(field, value)

@@ -336,7 +336,6 @@ def test_bias_is_float32_for_bfloat16_activations():
 
 
 BAD = [
-    ('rope', {'rope.fraction': 0.25}, True, 'rotated dimension is 2'),  # Fine: 8 * 0.25 = 2.
     ('rope', {'rope.fraction': 0.375}, True, 'rotated dimension is 3'),
     ('rope', {'rope.scaling.kind': 'linear', 'rope.scaling.factor': 0.5}, True, 'factor=0.5'),
     ('rope', {'rope.scaling.kind': 'yarn', 'rope.scaling.factor': 2.0}, True, 'original_length'),
@@ -380,6 +379,13 @@ BAD = [
 ]
 
 
+def test_a_partial_rotation_of_an_even_dimension_is_accepted():
+  cfg = model_cfg('rope')
+  with cfg.unlocked():
+    cfg.position.rope.fraction = 0.25  # 8 * 0.25 = 2 rotated dimensions: one pair.
+  positions.validate(cfg, 32, True)
+
+
 @pytest.mark.parametrize('kind,fields,causal,message', BAD)
 def test_bad_position_options(kind, fields, causal, message):
   cfg = model_cfg(kind)
@@ -390,9 +396,6 @@ def test_bad_position_options(kind, fields, causal, message):
       for p in parents:
         node = node[p]
       node[leaf] = value
-  if message == 'rotated dimension is 2':
-    positions.validate(cfg, 32, causal)  # Even: accepted.
-    return
   if message == 'beyond float32 range':
     positions.validate(cfg, 32, causal)  # exp(32/2 * 1.25 / 1) = exp(20): fine at L = 32.
     with pytest.raises(errors.ConfigError, match=message):
