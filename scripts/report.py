@@ -238,8 +238,8 @@ def _mean_std(values, digits: int = 4) -> str:
   values = [v for v in values if v is not None]
   if not values:
     return '-'
-  if len(values) == 1:
-    return f'{values[0]:.{digits}f}'
+  if len(values) == 1 or not all(math.isfinite(v) for v in values):  # A diverged seed: inf.
+    return f'{statistics.mean(values) if len(values) > 1 else values[0]:.{digits}f}'
   return f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}'
 
 
@@ -408,7 +408,7 @@ def _lm_sections(lm: list[dict]) -> list[str]:
                                                  if p['val_loss'] is not None] or [math.inf]))
   for (scheme, options), members in table:
     losses = [p['val_loss'] for p in members]
-    ppls = [math.exp(v) if v is not None else None for v in losses]
+    ppls = [metrics_lib.perplexity(v) if v is not None else None for v in losses]
     lines.append(f'| {label(scheme, options)} | {len(members)} | '
                  f'{_mean_std([p["train_loss"] for p in members])} | {_mean_std(losses)} | '
                  f'{_mean_std(ppls, 2)} | {_mean_std([p["steps_per_sec"] for p in members], 2)} | '
@@ -524,7 +524,7 @@ def markdown(points: list[dict], root: str) -> str:
            '| point | task | scheme | options | seed | steps | train loss | val loss | val ppl | '
            'steps/s | parameters | status |', '|---' * 12 + '|']
   for p in points:
-    ppl = math.exp(p['val_loss']) if p['val_loss'] is not None else None
+    ppl = metrics_lib.perplexity(p['val_loss']) if p['val_loss'] is not None else None
     lines.append(f'| {p["name"]} | {p["task"]} | {p["scheme"]} | {p["options"]} | {p["seed"]} | '
                  f'{p["steps"]} | {_fmt(p["train_loss"])} | {_fmt(p["val_loss"])} | '
                  f'{_fmt(ppl, 2)} | {_fmt(p["steps_per_sec"], 2)} | {_fmt(p["parameters"])} | '
@@ -670,6 +670,10 @@ def main(argv=None) -> int:
   parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md).')
   args = parser.parse_args(argv)
   root = args.sweep_dir
+  if args.out and (args.out.endswith(('/', os.sep)) or os.path.isdir(args.out)):
+    raise errors.ConfigError(f'--out={args.out} is a directory. Fix: name the report file, e.g. '
+                             f'--out={os.path.join(args.out, "report.md")} (the plots go beside '
+                             'it).')
   workdirs = workdirs_of(root)
   if not workdirs:
     print(f'error: {root} holds no run (no */config.json). Fix: run scripts/sweep.py with '
