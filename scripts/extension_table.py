@@ -34,23 +34,40 @@ def table(workdir: str, split: str = 'validation') -> str:
                              'scripts/evaluate_extensions.sh on the workdir first.')
   for path in found:
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    rows = files.read_json(path)['splits'][split]['lengths']
-    results[name] = {row['length']: row for row in rows}
+    splits = files.read_json(path).get('splits', {})
+    if split not in splits:
+      raise errors.ConfigError(f'{path} has no {split!r} split (it holds {sorted(splits)}). '
+                               'Fix: --split=NAME of one it holds, or run eval.py with '
+                               f'--splits={split.split("/")[0]} on the workdir.')
+    if 'lengths' not in splits[split]:
+      raise errors.ConfigError(f'{path}: the {split!r} split was not evaluated '
+                               f'({splits[split].get("skipped", "no lengths")}). Fix: --split=NAME '
+                               'of another.')
+    results[name] = {row['length']: row for row in splits[split]['lengths']}
   names = sorted(results, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
   lengths = sorted({length for rows in results.values() for length in rows})
   lines = ['| evaluation | ' + ' | '.join(str(length) for length in lengths) + ' |',
            '|---|' + '---|' * len(lengths)]
   for name in names:
-    cells = [f'{results[name][n]["perplexity"]:.2f} ({results[name][n]["loss"]:.3f})'
-             if n in results[name] else '' for n in lengths]
+    cells = [_cell(results[name][n]) if n in results[name] else '' for n in lengths]
     lines.append(f'| {name or "as trained"} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
+
+
+def _cell(row: dict) -> str:
+  """Perplexity (loss); a length the evaluation skipped (one the scheme cannot run) says so."""
+  if 'loss' not in row:
+    return 'skipped'
+  return f'{row["perplexity"]:.2f} ({row["loss"]:.3f})'
 
 
 def main(argv=None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
   parser.add_argument('workdir', type=cli.path_arg, help='A workdir or its kept records.')
-  print(table(parser.parse_args(argv).workdir))
+  parser.add_argument('--split', default='validation',
+                      help="The split's rows (a mixture's: validation/NAME).")
+  args = parser.parse_args(argv)
+  print(table(args.workdir, args.split))
   return 0
 
 
