@@ -1,6 +1,7 @@
 """A run's directory: what it holds (config.json, the tokenizer, metrics) and the checks made
 before a run writes into it or resumes from it."""
 
+import glob
 import logging
 import math
 import os
@@ -113,8 +114,9 @@ def probe_writable(directory: str) -> None:
 
 
 def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
-  """Before a run starts: `workdir` is a directory (or can be made) that can be written, and
-  if it holds a checkpoint, of the same run (what saved_config fixes on resume unchanged)."""
+  """Before a run starts: `workdir` is a directory (or can be made) that can be written; if
+  it holds a checkpoint, of the same run (what saved_config fixes on resume unchanged); if it
+  holds a run's records without one, none that training would replace or mix with another's."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise errors.ConfigError(f'--workdir={workdir!r} is a file. Fix: choose a directory path.')
   existing = workdir
@@ -125,15 +127,38 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   except OSError as e:
     raise errors.ConfigError(f'--workdir={workdir!r} cannot be written ({existing}: '
                              f'{e.strerror or e}). Fix: choose a writable directory.') from None
-  if ckpt_step is None or not os.path.exists(os.path.join(workdir, 'config.json')):
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
     return
   saved = saved_config.load(workdir)
   diffs = saved_config.changed(saved, config, saved_config.RESUME)
-  if diffs:
+  if ckpt_step is None:
+    _check_records_without_checkpoint(workdir, diffs)
+  elif diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
         f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
         'same config to resume.')
+
+
+def _check_records_without_checkpoint(workdir: str, diffs: list[str]) -> None:
+  """A workdir with a run's records but no checkpoint: an attempt stopped before its first
+  save starts again there, but a finished run's evaluations (its checkpoints deleted, or its
+  kept records) would be replaced by training again, and another config's metrics mixed into
+  its log."""
+  evaluations = sorted(os.path.basename(p)
+                       for p in glob.glob(os.path.join(workdir, 'eval_results*.json')))
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  logged = os.path.exists(metrics) and os.path.getsize(metrics) > 0
+  if evaluations:
+    raise errors.ConfigError(
+        f'--workdir={workdir!r} holds the evaluations of a finished run ({", ".join(evaluations)})'
+        ' but no checkpoint to resume: training there would replace them. Fix: use a new '
+        '--workdir (to train that run again there, move its files aside first).')
+  if diffs and logged:
+    raise errors.ConfigError(
+        f"--workdir={workdir!r} holds the metrics of another run (no checkpoint); changed "
+        f'fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or delete its '
+        'config.json and metrics.jsonl to start over there.')
 
 
 TRAIN_DATA_FILE = 'train_data.json'
