@@ -2,12 +2,15 @@
 [--splits validation,test] [--out eval_results.json].
 
 The config is the one saved in the workdir (config.json); `--config.*` flags override fields of
-it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json. A bad
+it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json, the
+run as trained; an override of the model (a RoPE scaling or remap, the precision) evaluates a
+variant, which names its own file (--out eval_results.NAME.json). A bad
 flag, override or workdir (a damaged config.json, tokenizer or checkpoint included) ends with
 one line `error: ...` naming it and the fix (--debug shows the traceback).
 """
 
 import os
+import re
 
 from roformer import cli
 from roformer import config_args
@@ -16,6 +19,8 @@ from roformer import evaluate
 from roformer import files
 from roformer import logs
 from roformer import saved_config
+
+PLAIN_OUT = 'eval_results.json'
 
 
 def parser() -> cli.ArgumentParser:
@@ -27,18 +32,31 @@ def parser() -> cli.ArgumentParser:
   p.add_argument('--splits', type=cli.comma_list, default=['validation', 'test'],
                  help='Splits of a language-model or translation run to evaluate, '
                  'comma-separated (classification runs use config.eval.splits).')
-  p.add_argument('--out', default='eval_results.json',
+  p.add_argument('--out', default=PLAIN_OUT,
                  help='File name in the workdir for the results, e.g. '
                  'eval_results.rope_yarn.json for an evaluation-time variant.')
   return p
 
 
+# The files an evaluation may write: eval_results.json (the run as trained, which sweeps and
+# reports read as such), eval_results.NAME.json (a variant) or another eval_*.json; never the
+# run's own config, tokenizer or records.
+OUT_FILE = re.compile(r'eval_[\w.,=+-]+\.json')
+
+
 def main(args):
   logs.setup(tracebacks=cli.debug_requested())
-  if os.path.basename(args.out) != args.out or not args.out.endswith('.json'):
-    raise errors.ConfigError(f'--out={args.out!r} must be a file name ending in .json (it is '
-                             'written inside --workdir).')
+  if not OUT_FILE.fullmatch(args.out):
+    raise errors.ConfigError(f'--out={args.out!r} must be a file name eval_*.json, e.g. '
+                             'eval_results.json or eval_results.NAME.json for a variant (it is '
+                             'written inside --workdir, beside the run\'s own files).')
+  saved = saved_config.load(args.workdir)
   config = config_args.apply(saved_config.load(args.workdir), cli.overrides())
+  changed = saved_config.variant(saved, config)
+  if changed and args.out == PLAIN_OUT:
+    raise errors.ConfigError(
+        f'{"; ".join(changed)} (saved vs now) is a variant of the run, and --out={PLAIN_OUT} '
+        'holds the run as trained. Fix: name the variant, e.g. --out=eval_results.NAME.json.')
   results = evaluate.evaluate_workdir(config, args.workdir, args.step,
                                       splits=tuple(args.splits))
   print(evaluate.format_results(results))

@@ -60,6 +60,24 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
 )
 
 
+# The fields that choose how the model is computed, not what: an evaluation that changes only
+# these (and eval.*) scores the model as trained, eval.py's plain eval_results.json.
+HOW_COMPUTED = ('model.attention_impl', 'model.remat', 'model.scan_layers',
+                'model.custom_gradients', 'model.loss_chunk', 'model.causal_block')
+
+
+def makes_a_variant(field: str) -> bool:
+  """Whether changing `field` at evaluation scores another model than the run trained (RoPE's
+  scaling or remap, the precision). Other text is not: the results name their data."""
+  return field.startswith('model.') and field not in HOW_COMPUTED
+
+
+def variant(saved, config) -> list[str]:
+  """The differences ('field: saved vs now') that make `config` a variant of the run `saved`
+  trained (`makes_a_variant`)."""
+  return [d for d in differences(saved, config) if makes_a_variant(d.split(':', 1)[0])]
+
+
 def may_change_rules() -> tuple:
   """MAY_CHANGE and what each registered position scheme declares it lets change (its
   `may_change`: RoPE's base, scaling and remap)."""

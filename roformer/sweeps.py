@@ -41,6 +41,7 @@ from roformer import errors
 from roformer import files
 from roformer import killpoints
 from roformer import reliability
+from roformer import saved_config
 
 EVAL_FILE = 'eval_results.json'
 
@@ -207,6 +208,11 @@ def from_dict(raw, spec: str, config: str = '') -> Sweep:
                                "the keys 'overrides' and 'when'.")
     for key in ('overrides', 'when'):
       _fields(ev.get(key), f'eval {name!r} {key}', spec)
+    variant = [k for k in ev.get('overrides') or {} if saved_config.makes_a_variant(k)]
+    if name == '' and variant:
+      raise errors.ConfigError(f"{spec}: the plain eval '' overrides {', '.join(variant)}, but "
+                               'its file (eval_results.json) holds each run as trained. Fix: '
+                               'give that evaluation a name.')
   splits = raw.get('eval_splits') or ('validation', 'test')
   if isinstance(splits, str) or not isinstance(splits, (list, tuple)) or not all(
       isinstance(x, str) and x for x in splits):

