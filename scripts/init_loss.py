@@ -43,16 +43,16 @@ def step0_loss(model_cfg, seed: int, batch: int, seq_len: int) -> float:
 
 def first_steps(runs, steps) -> str:
   """The Markdown table of each run's training loss at `steps`, from its kept metrics.jsonl."""
-  from roformer import files  # pylint: disable=g-import-not-at-top
   from roformer import metrics  # pylint: disable=g-import-not-at-top
+  from roformer import saved_config  # pylint: disable=g-import-not-at-top
   lines = ['| run | model.init | ' + ' | '.join(f'step {s}' for s in steps) + ' |',
            '|---|---|' + '---|' * len(steps)]
   for run in runs:
-    config = files.read_json(f'{run}/config.json')
+    config = saved_config.load(run)  # Migrated: records from before model.init read 'normal'.
     loss = {r['step']: r['loss'] for r in metrics.read_jsonl(f'{run}/metrics.jsonl')
             if r['split'] == 'train'}
     cells = [f'{loss[s]:.3f}' if s in loss else '' for s in steps]
-    lines.append(f'| {pathlib.Path(run).name} | {config["model"]["init"]} | '
+    lines.append(f'| {pathlib.Path(run).name} | {config.model.init} | '
                  + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
@@ -63,10 +63,16 @@ def main(argv):
   parser.add_argument('--runs', nargs='*', default=[], help='kept runs to table instead')
   parser.add_argument('--steps', default='1,10,25,50,100')
   parser.add_argument('--fields', nargs='*', default=[], help='FIELD=VALUE overrides')
-  parser.add_argument('--seeds', type=int, default=3)
-  parser.add_argument('--batch', type=int, default=4)
+  parser.add_argument('--seeds', type=cli.positive_int, default=3, help='how many (0 to N-1)')
+  parser.add_argument('--batch', type=cli.positive_int, default=4)
   parser.add_argument('--seq_len', type=int, default=0, help='0: data.seq_len')
   args = parser.parse_args(argv)
+  if args.seq_len < 0:
+    raise cli.UsageError(f'--seq_len={args.seq_len}: give a length, or 0 for data.seq_len.')
+  for field in args.fields:
+    if '=' not in field:
+      raise cli.UsageError(f'--fields {field}: write FIELD=VALUE, e.g. --fields '
+                           'model.dtype=float32.')
   if args.runs:
     for run in args.runs:
       if not os.path.isfile(os.path.join(run, 'config.json')):

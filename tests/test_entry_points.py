@@ -8,6 +8,7 @@ The commands importing JAX take a few seconds each: they run two at a time."""
 import concurrent.futures
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -312,3 +313,23 @@ def test_the_shared_parser_takes_no_prefixes_and_trims_lists(capsys):
   with pytest.raises(SystemExit) as exit_info:
     parser.parse_args(['--seed=3'])
   assert exit_info.value.code == 2 and 'unrecognized arguments: --seed=3' in capsys.readouterr().err
+
+
+def test_init_loss_reads_records_from_before_model_init_and_refuses_bad_counts(capsys):
+  """scripts/init_loss.py: a kept record whose config predates model.init reads as the init it
+  trained with (migrated: classic); a count of 0, a negative length or a field without its
+  value is one error naming the flag, before any model is built."""
+  from roformer import cli  # pylint: disable=import-outside-toplevel
+  from scripts import init_loss  # pylint: disable=import-outside-toplevel
+  old = 'docs/results/options_2026-11-27/records/flip_flop,alibi,seed=0'
+  row = init_loss.first_steps([os.path.join(REPO, old)], [100]).splitlines()[-1]
+  assert row.startswith('| flip_flop,alibi,seed=0 | classic | '), row
+  with pytest.raises(SystemExit) as exit_info:
+    init_loss.main(['--config=configs/test.py', '--seeds=0'])
+  assert exit_info.value.code == 2 and "--seeds: '0' is not a positive integer" in (
+      capsys.readouterr().err)
+  for argv, says in ((['--seq_len=-4'], '--seq_len=-4: give a length'),
+                     (['--fields', 'model.dtype', 'float32'], '--fields model.dtype: write '
+                                                               'FIELD=VALUE')):
+    with pytest.raises(cli.UsageError, match=re.escape(says)):
+      init_loss.main(['--config=configs/test.py'] + argv)
