@@ -16,13 +16,25 @@
 set -euo pipefail
 workdir=${1:?usage: scripts/evaluate_extensions.sh WORKDIR [eval.py flags ...]}
 shift
+known="plain linear ntk yarn llama3 dynamic rerope leaky_rerope self_extend string dca sinks"
+variants=${VARIANTS:-$known}
+for variant in $variants; do  # Every name checked before the first evaluation runs.
+  if [[ " $known " != *" $variant "* ]]; then
+    echo "error: VARIANTS names $variant, which is unknown. Fix: some of: $known." >&2; exit 2
+  fi
+done
+if [[ ! -d $workdir ]]; then
+  echo "error: $workdir is not a directory. Fix: give a workdir made by train.py or" \
+    "scripts/convert_hf.py." >&2; exit 1
+fi
+workdir=$(cd "$workdir" && pwd)  # The script runs from the repository's root.
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-trained=$($PY -c "import sys; sys.path.insert(0, '.'); from roformer import saved_config; \
-print(saved_config.load(sys.argv[1]).data.seq_len)" "$workdir")
+# The trained length, or one line naming what is wrong with the workdir (cli.guard).
+trained=$($PY -c "import sys; sys.path.insert(0, '.'); from roformer import cli, saved_config; \
+cli.guard(lambda: print(saved_config.load(sys.argv[1]).data.seq_len))()" "$workdir")
 half=$((trained / 2)) quarter=$((trained / 4))
 multipliers=${MULTIPLIERS:-1,2,4,8}
-variants=${VARIANTS:-plain linear ntk yarn llama3 dynamic rerope leaky_rerope self_extend string dca sinks}
 rope=--config.model.position.rope
 for variant in $variants; do
   case $variant in
@@ -38,7 +50,6 @@ for variant in $variants; do
       out=eval_results.remap_$variant.json ;;
     dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half")
       out=eval_results.remap_$variant.json ;;
-    *) echo "error: unknown variant $variant. Fix: see the header of $0." >&2; exit 2 ;;
   esac
   echo "=== $variant -> $workdir/$out"
   $PY eval.py --workdir "$workdir" --splits=validation --out "$out" \

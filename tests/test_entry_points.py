@@ -333,3 +333,20 @@ def test_init_loss_reads_records_from_before_model_init_and_refuses_bad_counts(c
                                                                'FIELD=VALUE')):
     with pytest.raises(cli.UsageError, match=re.escape(says)):
       init_loss.main(['--config=configs/test.py'] + argv)
+
+
+def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path):
+  """scripts/evaluate_extensions.sh: a directory that is no workdir, a path that is none, or
+  an unknown name in VARIANTS (checked before the first evaluation) is one error line."""
+  env = {**os.environ, 'PYTHON': sys.executable}
+  for workdir, variants, status, says in (
+      (tmp_path, '', 1, 'config.json does not exist'),
+      (tmp_path / 'missing', '', 1, 'is not a directory. Fix:'),
+      (tmp_path, 'plain favour', 2, 'VARIANTS names favour, which is unknown')):
+    done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
+                          env={**env, 'VARIANTS': variants} if variants else env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == status and len(lines) == 1 and lines[0].startswith('error: '), (
+        done.returncode, lines)
+    assert says in lines[0], lines
