@@ -84,8 +84,12 @@ def one_run(args, field: str, value: str) -> dict:
                *(f'--config.{s}' for s in args.set), f'--config.{field}={value}']
     env = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': os.path.join(tmp, 'jax_cache')}
     start = time.perf_counter()
-    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout, check=False)
+    try:
+      proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=args.timeout, check=False)
+    except subprocess.TimeoutExpired:
+      raise errors.ConfigError(f'{field}={value}: train.py ran past --timeout={args.timeout} s. '
+                               'Fix: raise --timeout.') from None
     wall = time.perf_counter() - start
   if proc.returncode:
     last = ((proc.stderr or proc.stdout).strip().splitlines() or ['(no output)'])[-1]
@@ -95,6 +99,8 @@ def one_run(args, field: str, value: str) -> dict:
 
 def main(args) -> None:
   field, values = parse_vary(args.vary)
+  if args.out:  # Its folder exists before the runs, not after them.
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   runs = []
   for r in range(args.rounds):
     order = values[r % len(values):] + values[:r % len(values)]

@@ -405,3 +405,16 @@ def test_point_time_records_the_cores_its_runs_may_use():
   done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
   pinned, machine = map(int, done.stdout.split())
   assert pinned == 1 and machine >= 2
+
+
+def test_point_time_names_a_run_past_its_timeout_and_makes_the_records_folder_first(tmp_path):
+  """A train.py run past --timeout is one error naming the flag (not a traceback that loses
+  the rounds), and --out's folder is made before any run, not after all of them."""
+  from scripts import point_time  # pylint: disable=import-outside-toplevel
+  out = tmp_path / 'new' / 'folder' / 'copy.json'
+  args = point_time.parser().parse_args(['--config=configs/test.py', '--timeout=1',
+                                         '--vary=train.compile_ahead=off,on', f'--out={out}'])
+  with pytest.raises(errors.ConfigError, match=r'train.compile_ahead=off: train.py ran past '
+                     r'--timeout=1 s\. Fix: raise --timeout'):
+    point_time.main(args)
+  assert out.parent.is_dir() and not out.exists()
