@@ -14,6 +14,7 @@ import pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import metrics  # pylint: disable=wrong-import-position
 
 
@@ -22,9 +23,16 @@ def curves(workdirs, split: str, metric: str) -> dict[str, dict[int, float]]:
   for workdir in workdirs:
     path = os.path.join(workdir, 'metrics.jsonl')
     if not os.path.exists(path):
-      raise SystemExit(f'error: {path} does not exist; is {workdir} a training workdir?')
-    records = [r for r in metrics.read_jsonl(path) if r['split'] == split and metric in r]
+      raise errors.ConfigError(f'{path} does not exist. Fix: give training workdirs (train.py '
+                               '--workdir).')
+    every = metrics.read_jsonl(path)
+    records = [r for r in every if r.get('split') == split and metric in r]
     out[workdir] = {r['step']: r[metric] for r in records}  # A resumed step keeps its last.
+  if not any(out.values()):
+    held = sorted({f'{r.get("split")}:{k}' for r in every for k in r if k not in ('step', 'split')})
+    raise errors.ConfigError(f'no {split!r} record holds {metric!r} (the last workdir holds '
+                             f'split:metric {", ".join(held[:12]) or "none"}). Fix: --split and '
+                             '--metric of one of those.')
   return out
 
 
@@ -49,12 +57,17 @@ def main(argv=None):
   labels = args.labels.split(',') if args.labels else [os.path.basename(os.path.normpath(w))
                                                         for w in args.workdirs]
   if len(labels) != len(args.workdirs):
-    raise SystemExit('error: --labels needs one label per workdir.')
-  data = curves(args.workdirs, args.split, args.metric)
+    raise errors.ConfigError(f'--labels gives {len(labels)} labels for {len(args.workdirs)} '
+                             'workdirs. Fix: one label per workdir.')
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+  kinds = fig.canvas.get_supported_filetypes()
+  if os.path.splitext(args.out)[1][1:].lower() not in kinds:
+    raise errors.ConfigError(f'--out={args.out}: matplotlib writes none of that kind. Fix: a '
+                             f'file ending in one of .{", .".join(sorted(kinds))} (e.g. .png).')
+  data = curves(args.workdirs, args.split, args.metric)
   for label, curve in zip(labels, data.values()):
     steps = sorted(curve)
     ax.plot(steps, [curve[s] for s in steps], marker='o', markersize=3, label=label)

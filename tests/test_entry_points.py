@@ -350,3 +350,19 @@ def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path
     assert done.returncode == status and len(lines) == 1 and lines[0].startswith('error: '), (
         done.returncode, lines)
     assert says in lines[0], lines
+
+
+def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_path):
+  """scripts/plot_curves.py: --out of a kind matplotlib cannot write, or a --split/--metric that
+  no record holds (which drew an empty plot), is one error naming the flag; a right one draws
+  the curve and tables the records."""
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from scripts import plot_curves  # pylint: disable=import-outside-toplevel
+  run = os.path.join(REPO, 'docs/results/options_2026-11-27/records/flip_flop,alibi,seed=0')
+  with pytest.raises(errors.ConfigError, match=r'--out=.*curves\.md: matplotlib writes none'):
+    plot_curves.main([run, f'--out={tmp_path / "curves.md"}'])
+  with pytest.raises(errors.ConfigError, match=r"no 'val' record holds 'loss' .*validation:"):
+    plot_curves.main([run, f'--out={tmp_path / "c.png"}', '--split=val'])
+  assert not (tmp_path / 'c.png').exists()
+  plot_curves.main([run, f'--out={tmp_path / "c.png"}'])
+  assert (tmp_path / 'c.png').stat().st_size > 1000
