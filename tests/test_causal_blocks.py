@@ -98,9 +98,10 @@ def _model(kind, model_type='causal_lm', rows=0):
 
 
 def _loss_and_grads(model, tokens, positions, seg, weights):
-  graphdef, params = nnx.split(model, nnx.Param)
+  """The gradients of the parameters; other state (FoPE's fixed coefficients) held constant."""
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   def loss(p):
-    logits = nnx.merge(graphdef, p)(tokens, positions, seg)
+    logits = nnx.merge(graphdef, p, rest)(tokens, positions, seg)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 7] * weights), logits
   (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   return value, logits, grads
