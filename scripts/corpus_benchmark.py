@@ -25,6 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 
 _CONVERT = '''
@@ -84,7 +85,14 @@ def main(argv=None) -> int:
   script = _CONVERT.format(repo=REPO, files=os.path.join(corpus_dir, '*.jsonl.gz'),
                            data_dir=data_dir)
   done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                        check=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+                        check=False, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  if done.returncode:
+    if not args.keep:
+      for made in (corpus_dir, data_dir):
+        shutil.rmtree(made, ignore_errors=True)
+    last = (done.stderr.strip().splitlines() or ['(no output)'])[-1]
+    raise errors.ConfigError(f'the conversion failed: {last} Fix: that error first (--keep '
+                             f'keeps the corpus in {args.dir} to convert it again).')
   result = json.loads(done.stdout.strip().splitlines()[-1])
   documents = sum(result['documents'].values())
   result.update(text_bytes=size, gzip_bytes=on_disk, files=args.files,

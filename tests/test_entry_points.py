@@ -366,3 +366,18 @@ def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_p
   assert not (tmp_path / 'c.png').exists()
   plot_curves.main([run, f'--out={tmp_path / "c.png"}'])
   assert (tmp_path / 'c.png').stat().st_size > 1000
+
+
+def test_corpus_benchmark_names_a_failed_conversion_and_removes_its_corpus(tmp_path,
+                                                                          monkeypatch):
+  """A conversion that fails (a full disk, a missing package) is one error with its own last
+  line, and the generated corpus is not left behind unless --keep."""
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from scripts import corpus_benchmark  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(corpus_benchmark, '_CONVERT', "raise SystemExit('no space left')")
+  with pytest.raises(errors.ConfigError, match='the conversion failed: no space left Fix:'):
+    corpus_benchmark.main(['--gigabytes=0.0005', '--files=1', f'--dir={tmp_path}'])
+  assert not os.listdir(tmp_path)
+  with pytest.raises(errors.ConfigError):
+    corpus_benchmark.main(['--gigabytes=0.0005', '--files=1', f'--dir={tmp_path}', '--keep'])
+  assert os.listdir(tmp_path / 'corpus')
