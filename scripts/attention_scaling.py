@@ -30,13 +30,19 @@ from roformer import sharding  # pylint: disable=wrong-import-position
 from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
 
-def measure(kind: str, length: int, repeats: int, overrides: list) -> dict:
+def _config(kind: str, length: int, overrides: list):
+  """The checked config of one row: one sequence of `length` tokens under attention `kind`."""
   config = performer.get_config('rope')
   config.model.attention.kind = kind
   config.data.seq_len = length
   config.train.batch_size = 1
   config.mesh.num_devices = 1
   resolve.validate(config_args.apply(config, overrides))
+  return config
+
+
+def measure(kind: str, length: int, repeats: int, overrides: list) -> dict:
+  config = _config(kind, length, overrides)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   rng = np.random.default_rng(0)
   batch = {'inputs': rng.integers(5, config.model.vocab_size, (1, length)).astype(np.int32),
@@ -67,17 +73,20 @@ def main(argv=None):
   parser = cli.ArgumentParser(description=__doc__.split('\n', 1)[0])
   parser.add_argument('--lengths', default='512,1024,2048,4096,8192')
   parser.add_argument('--kinds', default='softmax,favor')
-  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--repeats', type=cli.positive_int, default=3)
   parser.add_argument('--out', default='')
   args, rest = parser.parse_known_args(argv)
   rest, overrides = config_args.split_argv(['attention_scaling.py'] + rest)
   if rest[1:]:
     parser.error(f'unknown arguments {rest[1:]}; config fields are set with '
                  '--config.section.field=value')
-  config_args.apply(performer.get_config('rope'), overrides)  # Every override, checked first.
+  lengths, kinds = cli.int_list('lengths', args.lengths.split(',')), cli.comma_list(args.kinds)
+  for length in lengths:  # Every row's config checked before the first compiles.
+    for kind in kinds:
+      _config(kind, length, overrides)
   rows = []
-  for length in cli.int_list('lengths', args.lengths.split(',')):
-    for kind in args.kinds.split(','):
+  for length in lengths:
+    for kind in kinds:
       rows.append(measure(kind, length, args.repeats, overrides))
       r = rows[-1]
       print(f"{kind:>8} L={length:>5}: {r['step_seconds']:.3f} s/step, "

@@ -381,3 +381,15 @@ def test_corpus_benchmark_names_a_failed_conversion_and_removes_its_corpus(tmp_p
   with pytest.raises(errors.ConfigError):
     corpus_benchmark.main(['--gigabytes=0.0005', '--files=1', f'--dir={tmp_path}', '--keep'])
   assert os.listdir(tmp_path / 'corpus')
+
+
+def test_attention_scaling_checks_every_row_before_the_first_compiles(monkeypatch):
+  """scripts/attention_scaling.py: a misspelled kind in --kinds is refused before any row is
+  measured (it was found only after the rows before it had compiled and run)."""
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from scripts import attention_scaling  # pylint: disable=import-outside-toplevel
+  measured = []
+  monkeypatch.setattr(attention_scaling, 'measure', lambda *a: measured.append(a))
+  with pytest.raises(errors.ConfigError, match="attention.kind='favour' is unknown"):
+    attention_scaling.main(['--kinds=softmax,favour', '--lengths=64,128'])
+  assert not measured
