@@ -38,7 +38,6 @@ Nothing in a block is typed by hand: a page's numbers are these, and `tests/test
 when a block differs from what its records give.
 """
 
-import json
 import re
 import shlex
 import statistics
@@ -271,6 +270,24 @@ def parse(spec: str) -> tuple[str, str, dict]:
   return words[0], words[1], options
 
 
+def _record(path: pathlib.Path, made_by: str, keys: tuple[str, ...]) -> dict:
+  """The JSON record at `path`, with the top-level `keys` that a record `made_by` a script
+  holds; a damaged file or another kind of record is one error naming it."""
+  if not path.is_file():
+    raise errors.ConfigError(f'{path} does not exist. Fix: name a {made_by} --out file.')
+  data = files.read_json(str(path))
+  missing = [k for k in keys if k not in data]
+  if missing:
+    raise errors.ConfigError(f'{path} is not a {made_by} record (no {", ".join(missing)}). '
+                             f'Fix: name a {made_by} --out file.')
+  return data
+
+
+# What every scripts/benchmark.py record holds at its top level.
+_BENCHMARK_KEYS = ('config', 'rows', 'device_kind', 'backend', 'devices', 'date', 'steps',
+                   'rounds_count')
+
+
 def benchmark(folder: pathlib.Path) -> list[str]:
   """The `--without` rows of every scripts/benchmark.py record (*.json) in `folder`: each
   hand-written backward pass turned off against the step with every pass on, timed in the same
@@ -283,7 +300,7 @@ def benchmark(folder: pathlib.Path) -> list[str]:
   lines = ['| record | config | kind | without | step with (ms) | without / with | peak MiB '
            'with / without |', '|---' * 7 + '|']
   for path in records:
-    data = json.loads(path.read_text(encoding='utf-8'))
+    data = _record(path, 'scripts/benchmark.py', _BENCHMARK_KEYS)
     config, by_name = data['config'], {r['name']: r for r in data['rows']}
     shape = (f"{config['model']['type']} L{config['model']['num_layers']} "
              f"d{config['model']['d_model']} V{config['model']['vocab_size']} "
@@ -298,7 +315,7 @@ def benchmark(folder: pathlib.Path) -> list[str]:
           f"{1e3 * with_it['step_s']:.1f} | {row['step_s'] / with_it['step_s']:.3f}x "
           f"({min(ratios):.3f}-{max(ratios):.3f}) | {with_it['peak_bytes'] / 2**20:,.0f} / "
           f"{row['peak_bytes'] / 2**20:,.0f} |")
-  first = json.loads(records[0].read_text(encoding='utf-8'))
+  first = _record(records[0], 'scripts/benchmark.py', _BENCHMARK_KEYS)
   lines.append('')
   lines.append(f"{first['device_kind']} ({first['backend']}, {first['devices']} device), "
                f"{first['date']}; median of {first['steps']} steps each in "
@@ -319,7 +336,7 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
   if 'field' not in options or 'by' not in options:
     raise errors.ConfigError(f'"{spec}": a compare block names field= and by=. Fix: add them.')
   field, by = options['field'][0], options['by'][0]
-  data = json.loads(path.read_text(encoding='utf-8'))
+  data = _record(path, 'scripts/benchmark.py', _BENCHMARK_KEYS)
   cells = {}
   for row in data['rows']:
     value = _varied(row['name'], data['config'])
@@ -348,7 +365,8 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
 
 def phases(path: pathlib.Path) -> list[str]:
   """The `phases` block of one scripts/point_time.py record (see the module docstring)."""
-  data = json.loads(path.read_text(encoding='utf-8'))
+  data = _record(path, 'scripts/point_time.py', ('runs', 'values', 'field', 'config', 'set',
+                                                'eval_splits', 'cpus', 'date'))
   names = list(dict.fromkeys(n for run in data['runs'] for n in run['phases']))
   cell = lambda xs: (f'{statistics.median(xs):.1f}' if len(xs) == 1 else
                      f'{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})')

@@ -156,3 +156,21 @@ def test_a_phases_block_gives_the_median_and_range_of_each_phase(tmp_path):
   assert lines[0] == '| x | runs | wall (s) | setup (s) | compilation (s) |'
   assert lines[2] == '| False | 2 | 11.0 (10.0-12.0) | 1.0 (1.0-1.0) | 5.0 (4.0-6.0) |'
   assert lines[3] == '| True | 2 | 8.5 (8.0-9.0) | 1.0 (1.0-1.0) | 2.5 (2.0-3.0) |'
+
+
+def test_a_block_naming_a_damaged_file_or_another_kind_of_record_is_one_error(tmp_path):
+  """A truncated record, or a scripts/benchmark.py record named by a phases block (or a
+  point_time.py one by a compare block), is one error naming the file and the script whose
+  --out file the block needs."""
+  (tmp_path / 'cut.json').write_text('{"rows": [', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r'cut\.json cannot be read'):
+    docs.phases(tmp_path / 'cut.json')
+  (tmp_path / 'bench.json').write_text('{"config": {}, "rows": []}', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r'bench\.json is not a scripts/point_time\.py '
+                     r'record \(no runs, values, field, set, eval_splits, cpus, date\)'):
+    docs.phases(tmp_path / 'bench.json')
+  (tmp_path / 'point.json').write_text('{"runs": [], "values": []}', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r'point\.json is not a scripts/benchmark\.py'):
+    docs.compare(tmp_path / 'point.json', {'field': ['a'], 'by': ['b']}, 'spec')
+  with pytest.raises(errors.ConfigError, match=r'missing\.json does not exist'):
+    docs.phases(tmp_path / 'missing.json')
