@@ -395,7 +395,12 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 2
   root = os.path.abspath(args.workdir)
-  extra = shlex.split(args.extra_train_flags)
+  try:
+    extra = shlex.split(args.extra_train_flags)
+  except ValueError as e:  # An unclosed quote.
+    print(f'error: --extra_train_flags={args.extra_train_flags}: {e}. Fix: close the quote.',
+          file=sys.stderr)
+    return 2
   groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points]
             if args.no_group_seeds or not sweep.group_seeds else
             sweeps.seed_groups(sweep, sweep.points))

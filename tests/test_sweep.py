@@ -110,6 +110,9 @@ def test_bad_arguments_exit_before_running(tmp_path, capsys):
   assert 'is a file' in capsys.readouterr().err
   assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--config',
                             'configs/nope.py', '--workdir', str(tmp_path / 'w')]) == 2
+  assert sweep_script.main(['--sweep', 'configs/sweeps/positions.py', '--workdir',
+                            str(tmp_path / 'w'), "--extra_train_flags=--config.seed='1"]) == 2
+  assert 'No closing quotation. Fix: close the quote.' in capsys.readouterr().err
   assert not (tmp_path / 'w').exists()
   assert report.main([str(tmp_path / 'w')]) == 2
 
