@@ -3,14 +3,15 @@
 
 The config is the one saved in the workdir (config.json); `--config.*` flags override fields of
 it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json, the
-run as trained; an override of the model (a RoPE scaling or remap, the precision) evaluates a
-variant, which names its own file (--out eval_results.NAME.json). A bad
-flag, override or workdir (a damaged config.json, tokenizer or checkpoint included) ends with
-one line `error: ...` naming it and the fix (--debug shows the traceback).
+run as trained. An override that changes what is scored (a RoPE scaling or remap, the
+precision, other text, the protocol: saved_config.variant) is a variant, which names its own
+file (--out eval_results.NAME.json). A bad flag, override or workdir (a damaged config.json,
+tokenizer or checkpoint included) ends with one line `error: ...` naming it and the fix
+(--debug shows the traceback).
 """
 
+import copy
 import os
-import re
 
 from roformer import cli
 from roformer import config_args
@@ -19,6 +20,7 @@ from roformer import evaluate
 from roformer import files
 from roformer import logs
 from roformer import saved_config
+from roformer import workdir as workdir_lib
 
 PLAIN_OUT = 'eval_results.json'
 
@@ -38,25 +40,22 @@ def parser() -> cli.ArgumentParser:
   return p
 
 
-# The files an evaluation may write: eval_results.json (the run as trained, which sweeps and
-# reports read as such), eval_results.NAME.json (a variant) or another eval_*.json; never the
-# run's own config, tokenizer or records.
-OUT_FILE = re.compile(r'eval_[\w.,=+-]+\.json')
-
-
 def main(args):
   logs.setup(tracebacks=cli.debug_requested())
-  if not OUT_FILE.fullmatch(args.out):
-    raise errors.ConfigError(f'--out={args.out!r} must be a file name eval_*.json, e.g. '
-                             'eval_results.json or eval_results.NAME.json for a variant (it is '
-                             'written inside --workdir, beside the run\'s own files).')
+  if not workdir_lib.EVALUATION_FILE.fullmatch(args.out):
+    raise cli.UsageError(f'--out={args.out!r} must be a file name eval_*.json, e.g. '
+                         'eval_results.json or eval_results.NAME.json for a variant (it is '
+                         "written inside --workdir, beside the run's own files).")
   saved = saved_config.load(args.workdir)
-  config = config_args.apply(saved_config.load(args.workdir), cli.overrides())
+  config = config_args.apply(copy.deepcopy(saved), cli.overrides())
   changed = saved_config.variant(saved, config)
-  if changed and args.out == PLAIN_OUT:
+  # (A field that may not change at evaluation at all is refused by the evaluation itself.)
+  if (changed and args.out == PLAIN_OUT
+      and not saved_config.changed(saved, config, saved_config.EVALUATE)):
     raise errors.ConfigError(
-        f'{"; ".join(changed)} (saved vs now) is a variant of the run, and --out={PLAIN_OUT} '
-        'holds the run as trained. Fix: name the variant, e.g. --out=eval_results.NAME.json.')
+        f'{"; ".join(changed)} (saved vs now) makes this evaluation a variant of the run, and '
+        f'--out={PLAIN_OUT} holds the run as trained. Fix: name the variant, e.g. '
+        '--out=eval_results.NAME.json.')
   results = evaluate.evaluate_workdir(config, args.workdir, args.step,
                                       splits=tuple(args.splits))
   print(evaluate.format_results(results))

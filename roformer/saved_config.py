@@ -60,22 +60,38 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
 )
 
 
-# The fields that choose how the model is computed, not what: an evaluation that changes only
-# these (and eval.*) scores the model as trained, eval.py's plain eval_results.json.
-HOW_COMPUTED = ('model.attention_impl', 'model.remat', 'model.scan_layers',
-                'model.custom_gradients', 'model.loss_chunk', 'model.causal_block')
+# What an evaluation may change and still score the run as trained (eval.py's plain
+# eval_results.json): how the model is computed (MAY_CHANGE's rows for every occasion), how
+# much is evaluated and where from, and what only training reads. Anything else the
+# evaluation reads (a scaling, a remap, the precision, other text, the protocol) is a variant.
+SAME_SCORE = tuple(field for field, when, _ in MAY_CHANGE if when == _ALL) + (
+    'eval.batch_size', 'eval.max_batches', 'eval.length_multipliers', 'eval.position_bucket',
+    'eval.splits', 'data.data_dir', 'seed', 'init_from')
+_TRAINING_ONLY = ('train.', 'mesh.')
 
 
 def makes_a_variant(field: str) -> bool:
-  """Whether changing `field` at evaluation scores another model than the run trained (RoPE's
-  scaling or remap, the precision). Other text is not: the results name their data."""
-  return field.startswith('model.') and field not in HOW_COMPUTED
+  """Whether changing `field` (dotted, without 'config.') at evaluation can make the results
+  another quantity than the run's as trained (`SAME_SCORE`)."""
+  return field not in SAME_SCORE and not field.startswith(_TRAINING_ONLY)
 
 
 def variant(saved, config) -> list[str]:
-  """The differences ('field: saved vs now') that make `config` a variant of the run `saved`
-  trained (`makes_a_variant`)."""
-  return [d for d in differences(saved, config) if makes_a_variant(d.split(':', 1)[0])]
+  """The differences ('field: saved vs now') that make `config`'s evaluation a variant of the
+  run `saved` trained: fields that make one (`makes_a_variant`) and that `config` reads; of
+  the position scheme's, those its evaluations record (`results_fields`: RoPE's scaling and
+  remap while one is on, not the options of one that is off)."""
+  out = []
+  for difference in differences(saved, config):
+    field = difference.split(':', 1)[0]
+    spec = config_schema.spec_at(field)
+    reader = getattr(spec, 'reader', None)
+    if (makes_a_variant(field) and not field.startswith('model.position.')
+        and (reader is None or reader.reads(config))):
+      out.append(difference)
+  scheme = positions.model_scheme(config.model)
+  return out + differences(scheme.results_fields(saved.model.position),
+                           scheme.results_fields(config.model.position), 'model.position')
 
 
 def may_change_rules() -> tuple:

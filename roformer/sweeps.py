@@ -6,8 +6,9 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
   points:    list of {dotted config field: value}, one per run (e.g. kinds x seeds);
   overrides: {field: value} applied to every point (optional; a point's own value wins);
   evals:     {name: {'overrides': {...}, 'when': {field: value}}}: evaluations to run after
-             training, each written to eval_results.json ('' name) or eval_results.NAME.json;
-             `when` limits one to the points whose config has those values, `name` and
+             training, each written to eval_results.json ('' name: the run as trained, so
+             it overrides nothing that makes a variant, saved_config.makes_a_variant) or
+             eval_results.NAME.json; `when` limits one to the points whose config has those values, `name` and
              `label` matching the point's own (optional; default one plain evaluation);
   eval_splits: splits eval.py evaluates (optional; default validation and test);
   group_seeds: False to train every point in its own process (optional; default True: the points

@@ -1,10 +1,10 @@
 """A run's directory: what it holds (config.json, the tokenizer, metrics) and the checks made
 before a run writes into it or resumes from it."""
 
-import glob
 import logging
 import math
 import os
+import re
 import tempfile
 
 import ml_collections
@@ -127,38 +127,51 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   except OSError as e:
     raise errors.ConfigError(f'--workdir={workdir!r} cannot be written ({existing}: '
                              f'{e.strerror or e}). Fix: choose a writable directory.') from None
+  if ckpt_step is None:
+    _check_records_without_checkpoint(config, workdir)
+    return
   if not os.path.exists(os.path.join(workdir, 'config.json')):
     return
-  saved = saved_config.load(workdir)
-  diffs = saved_config.changed(saved, config, saved_config.RESUME)
-  if ckpt_step is None:
-    _check_records_without_checkpoint(workdir, diffs)
-  elif diffs:
+  diffs = saved_config.changed(saved_config.load(workdir), config, saved_config.RESUME)
+  if diffs:
     raise errors.ConfigError(
         f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
         f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
         'same config to resume.')
 
 
-def _check_records_without_checkpoint(workdir: str, diffs: list[str]) -> None:
+# The files an evaluation writes in a workdir (eval.py --out): eval_results.json, the run as
+# trained; eval_results.NAME.json, a variant; or another eval_*.json (eval_passkey.json).
+EVALUATION_FILE = re.compile(r'eval_[\w.,=+-]+\.json')
+
+
+def evaluations(workdir: str) -> list[str]:
+  """The names of the evaluation files in `workdir`, sorted."""
+  names = os.listdir(workdir) if os.path.isdir(workdir) else []
+  return sorted(n for n in names if EVALUATION_FILE.fullmatch(n))
+
+
+def _check_records_without_checkpoint(config, workdir: str) -> None:
   """A workdir with a run's records but no checkpoint: an attempt stopped before its first
   save starts again there, but a finished run's evaluations (its checkpoints deleted, or its
-  kept records) would be replaced by training again, and another config's metrics mixed into
-  its log."""
-  evaluations = sorted(os.path.basename(p)
-                       for p in glob.glob(os.path.join(workdir, 'eval_results*.json')))
-  metrics = os.path.join(workdir, 'metrics.jsonl')
-  logged = os.path.exists(metrics) and os.path.getsize(metrics) > 0
-  if evaluations:
+  kept records) would no longer describe the model there, and another config's metrics would
+  be mixed into its log."""
+  found = evaluations(workdir)
+  if found:
     raise errors.ConfigError(
-        f'--workdir={workdir!r} holds the evaluations of a finished run ({", ".join(evaluations)})'
-        ' but no checkpoint to resume: training there would replace them. Fix: use a new '
-        '--workdir (to train that run again there, move its files aside first).')
-  if diffs and logged:
+        f'--workdir={workdir!r} holds the evaluations of a finished run ({", ".join(found)}) '
+        'but no checkpoint to resume: training there would leave them describing another '
+        'model. Fix: use a new --workdir (or move this one aside).')
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  if not (os.path.exists(metrics) and os.path.getsize(metrics) > 0 and
+          os.path.exists(os.path.join(workdir, 'config.json'))):
+    return
+  diffs = saved_config.changed(saved_config.load(workdir), config, saved_config.RESUME)
+  if diffs:
     raise errors.ConfigError(
         f"--workdir={workdir!r} holds the metrics of another run (no checkpoint); changed "
-        f'fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or delete its '
-        'config.json and metrics.jsonl to start over there.')
+        f'fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir (or move this '
+        'one aside).')
 
 
 TRAIN_DATA_FILE = 'train_data.json'

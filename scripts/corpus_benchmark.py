@@ -91,8 +91,8 @@ def main(argv=None) -> int:
       for made in (corpus_dir, data_dir):
         shutil.rmtree(made, ignore_errors=True)
     last = (done.stderr.strip().splitlines() or ['(no output)'])[-1]
-    raise errors.ConfigError(f'the conversion failed: {last} Fix: that error first (--keep '
-                             f'keeps the corpus in {args.dir} to convert it again).')
+    raise errors.ConfigError(f'the conversion failed: {last} Fix: what that line names (free '
+                             'disk space under --dir, a missing package), then rerun.')
   result = json.loads(done.stdout.strip().splitlines()[-1])
   documents = sum(result['documents'].values())
   result.update(text_bytes=size, gzip_bytes=on_disk, files=args.files,

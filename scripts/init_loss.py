@@ -48,7 +48,7 @@ def first_steps(runs, steps) -> str:
   lines = ['| run | model.init | ' + ' | '.join(f'step {s}' for s in steps) + ' |',
            '|---|---|' + '---|' * len(steps)]
   for run in runs:
-    config = saved_config.load(run)  # Migrated: records from before model.init read 'normal'.
+    config = saved_config.load(run)  # Migrated: records from before model.init read 'classic'.
     loss = {r['step']: r['loss'] for r in metrics.read_jsonl(f'{run}/metrics.jsonl')
             if r['split'] == 'train'}
     cells = [f'{loss[s]:.3f}' if s in loss else '' for s in steps]

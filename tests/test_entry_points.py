@@ -100,13 +100,13 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
                                    f'--config.data.data_dir={data_dir}'], 1,
                                   'checkpoints/16 cannot be read'),
       'eval out not a results file': (['eval.py', f'--workdir={runs["tokenizer"]}',
-                                       '--out=config.json'], 1,
+                                       '--out=config.json'], 2,
                                       'must be a file name eval_*.json'),
       'eval variant as the plain results': (
           ['eval.py', f'--workdir={runs["tokenizer"]}',
            '--config.model.position.rope.scaling.kind=linear',
            '--config.model.position.rope.scaling.factor=2'], 1,
-          'is a variant of the run, and --out=eval_results.json holds the run as trained'),
+          'makes this evaluation a variant of the run, and --out=eval_results.json holds'),
       'init_from damaged checkpoint': (
           ['train.py', '--config=configs/test.py:classify', f'--workdir={tmp_path / "fresh"}',
            f'--config.data.data_dir={data_dir}', f'--config.init_from={runs["checkpoint"]}'], 1,

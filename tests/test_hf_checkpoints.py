@@ -343,9 +343,9 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
                f'--config.data.files={text}/0.txt', f'--config.data.validation_files={text}/1.txt',
                f'--config.data.test_files={text}/2.txt', f'--config.data.data_dir={data_dir}',
                '--config.eval.protocol=sliding', '--config.eval.length_multipliers=1,4',
-               '--splits=test'])
+               '--splits=test', '--out=eval_results.mine.json'])
   assert done.returncode == 0, done.stderr[-2000:]
-  results = json.loads(pathlib.Path(workdir, 'eval_results.json').read_text())
+  results = json.loads(pathlib.Path(workdir, 'eval_results.mine.json').read_text())
   assert [r['length'] for r in results['splits']['test']['lengths']] == [16, 64]
   assert all(np.isfinite(r['loss']) for r in results['splits']['test']['lengths'])
   done = _run(['train.py', f'--config=configs/continued.py:{workdir}', '--workdir',

@@ -134,8 +134,9 @@ def test_the_evaluation_in_process_is_eval_pys(alone, tmp_path):
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
     in_process = json.load(f)
   subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}', '--splits=validation',
-                  '--out=again.json'], cwd=REPO, check=True, capture_output=True)  # Same devices.
-  with open(os.path.join(workdir, 'again.json'), encoding='utf-8') as f:
+                  '--out=eval_again.json'], cwd=REPO, check=True,
+                 capture_output=True)  # Same devices.
+  with open(os.path.join(workdir, 'eval_again.json'), encoding='utf-8') as f:
     assert json.load(f) == in_process
 
 

@@ -270,28 +270,30 @@ def test_resuming_with_another_model_size_is_refused(data_dir, tmp_path):
   shutil.rmtree(workdir)
 
 
-def test_records_without_a_checkpoint_are_kept_from_a_new_training_run(tmp_path):
-  """No checkpoint: an attempt that stopped before its first save starts again with the same
-  config (or any config, if it logged nothing); another config's metrics, or a finished run's
-  evaluations (its checkpoints deleted, kept records), are refused and left as they were."""
-  cfg = test_config.get_config()
+def test_records_without_a_checkpoint_are_kept_from_a_new_training_run(data_dir, tmp_path):
+  """A finished run whose checkpoints are gone: training there again is refused while its
+  evaluations are there (they would describe another model), and leaves every file as it was;
+  without them, another config is refused (its metrics would mix into the log) and the same
+  command trains, as after an attempt stopped before its first save."""
+  cfg = _config(data_dir, steps=2)
   workdir = tmp_path / 'run'
-  workdir.mkdir()
-  saved_config.save(cfg, str(workdir))
-  other = test_config.get_config()
+  loop.train_and_evaluate(cfg, str(workdir), eval_splits=('validation',))
+  shutil.rmtree(workdir / 'checkpoints')
+  (workdir / 'eval_passkey.json').write_text('{}')
+  before = {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()}
+  with pytest.raises(errors.ConfigError, match=r'evaluations of a finished run '
+                     r'\(eval_passkey\.json, eval_results\.json\) but no checkpoint'):
+    loop.train_and_evaluate(cfg, str(workdir))
+  assert {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()} == before
+  for name in ('eval_passkey.json', 'eval_results.json'):
+    (workdir / name).unlink()
+  other = _config(data_dir, steps=2)
   other.model.d_model = 64
-  workdir_lib.check_workdir(other, str(workdir), None)  # Nothing logged yet.
-  (workdir / 'metrics.jsonl').write_text('{"step": 1, "split": "train", "loss": 3.0}\n')
-  workdir_lib.check_workdir(cfg, str(workdir), None)  # The same run, again.
   with pytest.raises(errors.ConfigError, match=r'metrics of another run .*model\.d_model.*Fix: '
                      'use a new --workdir'):
-    workdir_lib.check_workdir(other, str(workdir), None)
-  (workdir / 'eval_results.rope_yarn.json').write_text('{}')
-  with pytest.raises(errors.ConfigError, match=r'evaluations of a finished run '
-                     r'\(eval_results\.rope_yarn\.json\) but no checkpoint'):
-    workdir_lib.check_workdir(cfg, str(workdir), None)
-  assert sorted(os.listdir(workdir)) == ['config.json', 'eval_results.rope_yarn.json',
-                                         'metrics.jsonl']
+    loop.train_and_evaluate(other, str(workdir))
+  loop.train_and_evaluate(cfg, str(workdir))  # The same command: trained again from step 0.
+  assert sorted(os.listdir(workdir / 'checkpoints')) == ['2']
 
 
 def test_a_workdir_from_before_newer_fields_still_resumes(tmp_path):

