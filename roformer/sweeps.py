@@ -8,8 +8,9 @@ A sweep file is plain Python with `get_sweep(arg: str = '') -> dict` (the part a
   evals:     {name: {'overrides': {...}, 'when': {field: value}}}: evaluations to run after
              training, each written to eval_results.json ('' name: the run as trained, so
              it overrides nothing that makes a variant, saved_config.makes_a_variant) or
-             eval_results.NAME.json; `when` limits one to the points whose config has those values, `name` and
-             `label` matching the point's own (optional; default one plain evaluation);
+             eval_results.NAME.json; `when` limits one to the points whose config has those
+             values, `name` and `label` matching the point's own (optional; default one plain
+             evaluation);
   eval_splits: splits eval.py evaluates (optional; default validation and test);
   group_seeds: False to train every point in its own process (optional; default True: the points
              that differ only in their seed train in one, `seed_groups`). On the CPU a group's
