@@ -43,7 +43,6 @@ from roformer import errors
 from roformer import files
 from roformer import killpoints
 from roformer import reliability
-from roformer import saved_config
 
 EVAL_FILE = 'eval_results.json'
 
@@ -210,8 +209,13 @@ def from_dict(raw, spec: str, config: str = '') -> Sweep:
                                "the keys 'overrides' and 'when'.")
     for key in ('overrides', 'when'):
       _fields(ev.get(key), f'eval {name!r} {key}', spec)
-    variant = [k for k in ev.get('overrides') or {} if saved_config.makes_a_variant(k)]
-    if name == '' and variant:
+    if name == '' and ev.get('overrides'):
+      # Imported here: saved_config imports JAX, which readers of records (keep_records.py) skip.
+      from roformer import saved_config  # pylint: disable=import-outside-toplevel
+      variant = [k for k in ev['overrides'] if saved_config.makes_a_variant(k)]
+    else:
+      variant = []
+    if variant:
       raise errors.ConfigError(f"{spec}: the plain eval '' overrides {', '.join(variant)}, but "
                                'its file (eval_results.json) holds each run as trained. Fix: '
                                'give that evaluation a name.')
