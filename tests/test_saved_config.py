@@ -113,3 +113,16 @@ def test_an_evaluation_is_a_variant_of_the_run_exactly_when_it_changes_what_is_s
   it, however much of it is scored); a variant needs its own file."""
   saved, now = pair(**changes)
   assert [d.split(':')[0] for d in saved_config.variant(saved, now)] == variant
+
+
+def test_a_sweeps_plain_evaluation_may_change_how_the_run_is_computed_but_not_what():
+  """A sweep file's '' evaluation writes eval_results.json, the run as trained."""
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from roformer import sweeps  # pylint: disable=import-outside-toplevel
+  raw = {'points': [{'seed': 0}], 'config': 'configs/test.py',
+         'evals': {'': {'overrides': {'model.attention_impl': 'xla', 'eval.batch_size': 4}}}}
+  assert sweeps.from_dict(raw, 'configs/sweeps/mine.py').evals[''] == raw['evals']['']
+  raw['evals'][''] = {'overrides': {'model.position.rope.scaling.kind': 'linear'}}
+  with pytest.raises(errors.ConfigError, match="the plain eval '' overrides "
+                     'model.position.rope.scaling.kind, but its file'):
+    sweeps.from_dict(raw, 'configs/sweeps/mine.py')
