@@ -130,14 +130,18 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
   if ckpt_step is None:
     _check_records_without_checkpoint(config, workdir)
     return
-  if not os.path.exists(os.path.join(workdir, 'config.json')):
-    return
+  if os.path.exists(os.path.join(workdir, 'config.json')):
+    _refuse_another_run(config, workdir, f'a checkpoint (step {ckpt_step}) of a different run',
+                        'use a new --workdir, or the same config to resume')
+
+
+def _refuse_another_run(config, workdir: str, holds: str, fix: str) -> None:
+  """Refuses `config` where it differs from the run saved in `workdir` (config.json) in what
+  a resume keeps (saved_config's RESUME), naming what the workdir `holds` of that run."""
   diffs = saved_config.changed(saved_config.load(workdir), config, saved_config.RESUME)
   if diffs:
-    raise errors.ConfigError(
-        f'--workdir={workdir!r} holds a checkpoint (step {ckpt_step}) of a different run; '
-        f'changed fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir, or the '
-        'same config to resume.')
+    raise errors.ConfigError(f'--workdir={workdir!r} holds {holds}; changed fields (saved vs '
+                             f'now): {"; ".join(diffs)}. Fix: {fix}.')
 
 
 # The files an evaluation writes in a workdir (eval.py --out): eval_results.json, the run as
@@ -163,15 +167,10 @@ def _check_records_without_checkpoint(config, workdir: str) -> None:
         'but no checkpoint to resume: training there would leave them describing another '
         'model. Fix: use a new --workdir (or move this one aside).')
   metrics = os.path.join(workdir, 'metrics.jsonl')
-  if not (os.path.exists(metrics) and os.path.getsize(metrics) > 0 and
-          os.path.exists(os.path.join(workdir, 'config.json'))):
-    return
-  diffs = saved_config.changed(saved_config.load(workdir), config, saved_config.RESUME)
-  if diffs:
-    raise errors.ConfigError(
-        f"--workdir={workdir!r} holds the metrics of another run (no checkpoint); changed "
-        f'fields (saved vs now): {"; ".join(diffs)}. Fix: use a new --workdir (or move this '
-        'one aside).')
+  if (os.path.exists(metrics) and os.path.getsize(metrics) > 0 and
+      os.path.exists(os.path.join(workdir, 'config.json'))):
+    _refuse_another_run(config, workdir, 'the metrics of another run (no checkpoint)',
+                        'use a new --workdir (or move this one aside)')
 
 
 TRAIN_DATA_FILE = 'train_data.json'
