@@ -981,21 +981,22 @@ def _ignores_sigint(pid: int) -> bool:
   return bool(int(ignored, 16) >> (signal.SIGINT - 1) & 1)
 
 
-def _sigint_at_default():
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _sweep_process(args) -> subprocess.Popen:
   """The sweep driver as a terminal's foreground job starts it: with SIGINT at its default.
 
   A suite launched as a background job (`pytest ... &`) starts with SIGINT ignored, and an
   ignored signal stays ignored across exec; the sweep keeps an ignored SIGINT ignored on
   purpose (roformer/reliability.py), so the Ctrl-C tests would wait for a reaction that the
-  sweep rightly never has. The child resets it before exec."""
-  return subprocess.Popen([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
-                          env=processes.env(devices=1), start_new_session=True,
-                          preexec_fn=_sigint_at_default,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  sweep rightly never has. A handled signal is reset to its default at exec, so SIGINT is
+  handled here while the child starts (a `preexec_fn` would make subprocess fork this
+  multithreaded process instead of spawning)."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    return subprocess.Popen([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
+                            env=processes.env(devices=1), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 def _log_has(root, pattern: str) -> bool:
