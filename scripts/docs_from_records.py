@@ -51,6 +51,7 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
+from scripts import sweep_points  # pylint: disable=wrong-import-position
 from scripts import timing  # pylint: disable=wrong-import-position
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -67,19 +68,19 @@ KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases')
 
 def read_points(records: str) -> list[dict]:
   """Every point kept under `records` (scripts/report.py's reading), finished or not."""
-  workdirs = report.workdirs_of(records)
+  workdirs = sweep_points.workdirs_of(records)
   if not workdirs:
     raise errors.ConfigError(f'{records} holds no kept run (no */config.json). Fix: name a '
                              'folder written by scripts/keep_records.py.')
-  return report.read_points(records, workdirs)
+  return sweep_points.read_points(records, workdirs)
 
 
 def tables(points: list[dict], measure: str) -> dict:
   """task -> {line: {length: [value per seed]}} for `measure`."""
   metric = MEASURES[measure][0]
   if measure in ('rows', 'tokens'):
-    return report.accuracy_table([p for p in points if report.is_synthetic(p)], metric)
-  lm = [p for p in points if not report.is_synthetic(p)]
+    return report.accuracy_table([p for p in points if sweep_points.is_synthetic(p)], metric)
+  lm = [p for p in points if not sweep_points.is_synthetic(p)]
   if measure == 'perplexity':
     return {'text': report.variant_table(lm, metric)}
   return {'passkey in text': report.variant_table(lm, metric, 'retrieval')}
@@ -154,7 +155,7 @@ def _learnt(points, line: str, by_task: dict, threshold: float) -> str:
   """Each seed's first in-training validation step with at least `threshold` of the rows
   answered exactly ('-': never), for a line trained as such (not an evaluation variant)."""
   members = [p for p in points if report.label(p['scheme'], p['options']) == line
-             and p['task'][len(report.SYNTHETIC):] in by_task]
+             and p['task'][len(sweep_points.SYNTHETIC):] in by_task]
   if not members:
     return '(an evaluation variant)'
   steps = []

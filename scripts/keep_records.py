@@ -33,12 +33,12 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
-from scripts import report  # pylint: disable=wrong-import-position
+from scripts import sweep_points  # pylint: disable=wrong-import-position
 
 
 def point_records(workdir: str) -> list[str]:
   """The paths of `workdir`'s files that a report reads, sorted."""
-  return sorted({path for pattern in report.READS
+  return sorted({path for pattern in sweep_points.READS
                  for path in glob.glob(os.path.join(workdir, pattern))})
 
 

@@ -17,13 +17,9 @@ failed are listed with what they have) and writes report.md with, next to it:
 """
 
 import datetime
-import functools
-import glob
 import itertools
-import json
 import math
 import os
-import re
 import statistics
 import sys
 import pathlib
@@ -34,199 +30,8 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
-from roformer import positions as positions_lib  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
-from roformer import sweeps  # pylint: disable=wrong-import-position
-
-SYNTHETIC = 'synthetic/'
-EVAL_RESULTS = 'eval_results*.json'  # eval_results.json and each eval_results.NAME.json.
-# Every file of a point's workdir that read_point reads (scripts/keep_records.py keeps these).
-READS = ('config.json', files.resume_config_name('*'), 'metrics.jsonl', EVAL_RESULTS)
-# Point fields that group seeds into one line rather than naming a variant of a scheme.
-_GROUPING = ('model.position.kind', 'seed', 'data.name', 'data.seq_len', 'init_from')
-
-
-def _sweep_record(root: str) -> tuple[dict, dict]:
-  """(each point's own overrides, each labelled point's label) from WORKDIR/sweep.json."""
-  path = os.path.join(root, 'sweep.json')
-  if not os.path.exists(path):
-    return {}, {}
-  record = files.read_json(path)
-  return record.get('points', {}), record.get('labels', {})
-
-
-def workdirs_of(root: str) -> list[str]:
-  """The runs under a sweep's directory or its kept records (each a */config.json)."""
-  return sorted(os.path.dirname(p) for p in glob.glob(os.path.join(root, '*', 'config.json')))
-
-
-def read_points(root: str, workdirs: list[str], on_damage=None) -> list[dict]:
-  """`read_point` of each of `workdirs` with its sweep's overrides and label (root/sweep.json).
-  A damaged point raises its DamagedFileError, or, with `on_damage(workdir, error)`, is handed
-  to it and listed as damaged."""
-  overrides, labels = _sweep_record(root)
-  points = []
-  for w in workdirs:
-    try:
-      points.append(read_point(w, overrides.get(os.path.basename(w), {}),
-                               labels.get(os.path.basename(w), '')))
-    except errors.ConfigError as e:
-      if on_damage is None:
-        raise
-      on_damage(w, e)
-      points.append(damaged_point(w))
-  return points
-
-
-def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
-  """What a point's files say: its scheme (its sweep's `label`, else its position kind with
-  the options its overrides set), seed, curves and evaluations (each evaluation's rows keyed
-  by evaluation length)."""
-  from roformer import saved_config  # pylint: disable=g-import-not-at-top  # JAX: slow to import.
-  config = saved_config.load(workdir).to_dict()  # A damaged config.json: one DamagedFileError.
-  records = []
-  if os.path.exists(os.path.join(workdir, 'metrics.jsonl')):
-    records = checked_metrics(os.path.join(workdir, 'metrics.jsonl'))
-  train = [r for r in records if r['split'] == 'train']
-  validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
-  answered = {r['step']: r['sequence_accuracy'] for r in records
-              if r['split'] == 'validation' and 'sequence_accuracy' in r}
-  evals, retrieval = {}, {}
-  for path in sorted(glob.glob(os.path.join(workdir, EVAL_RESULTS))):
-    name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    text, answers = _text_and_answers(checked_results(path))
-    evals[name] = _by_length(text)
-    if answers:
-      retrieval[name] = _by_length(answers)
-  kept = [k for k in overrides
-          if k not in _GROUPING and not k.startswith(('train.', 'eval.', 'data.'))]
-  short = sweeps.short_names(kept)
-  options = {short[k]: overrides[k] for k in kept}
-  if config.get('init_from'):
-    # The run it continues, without its seed: the continuations of each seed's run are seeds
-    # of one line.
-    options['continued from'] = re.sub(r',?seed=\d+', '',
-                                       os.path.basename(config['init_from'].rstrip('/')))
-  options.update(positions_lib.training.labels(config['train']))  # Training positions, as options.
-  rates = [r['steps_per_sec'] for r in train if 'steps_per_sec' in r]
-  steps = files.current_config(workdir)['train']['steps']  # With resumes' changes.
-  done = max((r['step'] for r in records), default=0)
-  # Its last checkpoint; kept records have none, and their metrics say how far it trained.
-  trained_to_end = (sweeps.trained(workdir, steps)
-                    if os.path.isdir(os.path.join(workdir, 'checkpoints')) else done >= steps)
-  plain = evals.get('', {})
-  return {
-      'name': os.path.basename(workdir),
-      'scheme': label or config['model']['position']['kind'],
-      'options': '' if label else ', '.join(f'{k}={sweeps.format_value(v)}'
-                                            for k, v in options.items()),
-      'seed': config.get('seed', 0),
-      'task': config['data']['name'],
-      'seq_len': config['data']['seq_len'],
-      'steps': steps,
-      # The plain evaluation of the last step exists only once that step's checkpoint did, so
-      # kept records (scripts/keep_records.py: no checkpoints) read as done too.
-      'status': ('done' if sweeps.evaluated(workdir, '', steps)
-                 else f'trained, not evaluated ({done}/{steps} steps)' if trained_to_end
-                 else f'incomplete ({done}/{steps} steps)'),
-      'train_loss': train[-1]['loss'] if train else None,
-      'val_curve': validation,
-      'answered_curve': answered,  # Synthetic tasks: rows answered exactly in training.
-      'val_loss': (plain[config['data']['seq_len']]['loss'] if config['data']['seq_len'] in plain
-                   else validation[max(validation)] if validation else None),
-      'steps_per_sec': statistics.median(rates) if rates else None,
-      'parameters': _parameters(config),
-      'evals': evals,
-      'retrieval': retrieval,
-  }
-
-
-# The fields of an evaluation row that tables and plots read, each a number.
-_NUMBERS = ('length', 'loss', 'perplexity', 'accuracy', 'sequence_accuracy', 'tokens', 'rows')
-
-
-def checked_metrics(path: str) -> list[dict]:
-  """metrics.jsonl's records, each with its step, split and numbers checked (a DamagedFileError
-  naming the line otherwise)."""
-  records = metrics_lib.read_jsonl(path)
-  for number, record in enumerate(records, 1):
-    bad = [key for key in ('step', 'loss', 'steps_per_sec', 'sequence_accuracy')
-           if key in record and (isinstance(record[key], bool)
-                                 or not isinstance(record[key], (int, float)))]
-    if not isinstance(record.get('split'), str) or not isinstance(record.get('step'), int) or bad:
-      raise errors.DamagedFileError(
-          f'{path}: record {number} lacks a step and split or holds a non-number in '
-          f'{bad or "step"}. Fix: restore the file, or delete the record.')
-    if record['split'] in ('train', 'validation') and 'loss' not in record:
-      raise errors.DamagedFileError(f'{path}: {record["split"]} record {number} has no loss. '
-                                    'Fix: restore the file, or delete the record.')
-  return records
-
-
-def checked_results(path: str) -> dict:
-  """An eval_results*.json's splits, each row's numbers checked: a file damaged or written by
-  something else is one DamagedFileError naming it and the field, not a traceback later."""
-  splits = files.read_json(path).get('splits')
-  fix = 'run eval.py on the point again (it rewrites the file whole)'
-  if not isinstance(splits, dict):
-    raise errors.DamagedFileError(f'{path} has no "splits" object. Fix: {fix}.')
-  for name, split in splits.items():
-    rows = split.get('lengths', []) if isinstance(split, dict) else None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-      raise errors.DamagedFileError(f'{path}: split {name!r} has no list of rows per length. '
-                                    f'Fix: {fix}.')
-    for row in rows:
-      if 'length' not in row:
-        raise errors.DamagedFileError(f'{path}: split {name!r} has a row without its length. '
-                                      f'Fix: {fix}.')
-      for key in _NUMBERS:
-        value = row.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-          raise errors.DamagedFileError(
-              f'{path}: split {name!r}, length {row.get("length")!r}: {key}={value!r} is not a '
-              f'number. Fix: {fix}.')
-  return splits
-
-
-def damaged_point(workdir: str) -> dict:
-  """A point whose files could not be read: listed, in no table or plot."""
-  return {'name': os.path.basename(workdir), 'scheme': '-', 'options': '', 'seed': '-',
-          'task': '-', 'seq_len': None, 'steps': '-', 'status': 'damaged (see the warning)',
-          'damaged': True, 'train_loss': None, 'val_curve': {}, 'answered_curve': {},
-          'val_loss': None, 'steps_per_sec': None, 'parameters': None, 'evals': {},
-          'retrieval': {}}
-
-
-def _by_length(split: dict) -> dict:
-  return {row['length']: row for row in split.get('lengths', []) if 'loss' in row}
-
-
-def _text_and_answers(splits: dict) -> tuple[dict, dict]:
-  """(the validation split's results, {}); for a mixture (`validation/NAME` per source), its
-  first text source's and its first source scored by answers (passkey rows in text), if any."""
-  if 'validation' in splits or not splits:
-    return splits.get('validation') or next(iter(splits.values()), {}), {}
-  answered = lambda split: any('sequence_accuracy' in r for r in split.get('lengths', []))
-  text = [v for _, v in sorted(splits.items()) if not answered(v)]
-  answers = [v for _, v in sorted(splits.items()) if answered(v)]
-  return (text or answers)[0], answers[0] if answers and text else {}
-
-
-def _parameters(config: dict):
-  """The parameter count of the point's model: counted once per distinct model config (the
-  seeds of a point, and the points of a sweep that share a model, build the same one)."""
-  return _count_parameters(json.dumps(config['model'], sort_keys=True))
-
-
-@functools.lru_cache(maxsize=None)
-def _count_parameters(model_json: str):
-  try:
-    import ml_collections  # pylint: disable=g-import-not-at-top
-    from roformer import models  # pylint: disable=g-import-not-at-top
-    return models.num_parameters(ml_collections.ConfigDict(json.loads(model_json)))
-  except Exception:  # pylint: disable=broad-except  # A model this code no longer builds.
-    return None
-
+from scripts import sweep_points  # pylint: disable=wrong-import-position
 
 def _fmt(value, digits=4) -> str:
   if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -241,10 +46,6 @@ def _mean_std(values, digits: int = 4) -> str:
   if len(values) == 1 or not all(math.isfinite(v) for v in values):  # A diverged seed: inf.
     return f'{statistics.mean(values) if len(values) > 1 else values[0]:.{digits}f}'
   return f'{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}'
-
-
-def is_synthetic(point: dict) -> bool:
-  return point['task'].startswith(SYNTHETIC)
 
 
 def groups(points: list[dict]) -> dict:
@@ -331,7 +132,7 @@ def accuracy_table(points: list[dict], metric: str = 'sequence_accuracy') -> dic
   for (scheme, options), members in groups(points).items():
     for p in members:
       for name, rows in sorted(p['evals'].items()):
-        per_length = out.setdefault(p['task'][len(SYNTHETIC):], {}).setdefault(
+        per_length = out.setdefault(p['task'][len(sweep_points.SYNTHETIC):], {}).setdefault(
             label(scheme, options) + variant(name), {})
         for length, row in rows.items():
           per_length.setdefault(length, []).append(row[metric])
@@ -485,7 +286,7 @@ def _synthetic_sections(synthetic: list[dict]) -> list[str]:
       lines.append('')
     lines += [f'![{task} accuracy vs length](accuracy_{task}.png)', '']
     if task == 'passkey':
-      lines += _depth_table([p for p in synthetic if p['task'] == SYNTHETIC + task])
+      lines += _depth_table([p for p in synthetic if p['task'] == sweep_points.SYNTHETIC + task])
   return lines + separations_section(
       [('rows exact' if metric == 'sequence_accuracy' else 'answer tokens', tables[metric], True,
         3) for metric in ACCURACIES])
@@ -530,10 +331,10 @@ def markdown(points: list[dict], root: str) -> str:
                  f'{_fmt(ppl, 2)} | {_fmt(p["steps_per_sec"], 2)} | {_fmt(p["parameters"])} | '
                  f'{p["status"]} |')
   lines.append('')
-  lm = [p for p in points if not is_synthetic(p) and not p.get("damaged")]
+  lm = [p for p in points if not sweep_points.is_synthetic(p) and not p.get("damaged")]
   if lm:
     lines += _lm_sections(lm)
-  synthetic = [p for p in points if is_synthetic(p)]
+  synthetic = [p for p in points if sweep_points.is_synthetic(p)]
   if synthetic:
     lines += _synthetic_sections(synthetic)
   return '\n'.join(lines)
@@ -589,7 +390,7 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
-  lm = [p for p in points if not is_synthetic(p) and not p.get("damaged")]
+  lm = [p for p in points if not sweep_points.is_synthetic(p) and not p.get("damaged")]
   if lm:
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for (scheme, options), members in sorted(groups(lm).items()):
@@ -646,7 +447,8 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       axes[0][0].set_ylabel('passkey rows answered in full\n(mean over seeds; band: seed range)')
       fig.suptitle('Passkey retrieval in text vs evaluation length', fontsize=10)
       save(fig, axes[0][0], 'passkey_accuracy.png', legend=False)
-  for task, rows in sorted(accuracy_table([p for p in points if is_synthetic(p)]).items()):
+  synthetic = [p for p in points if sweep_points.is_synthetic(p)]
+  for task, rows in sorted(accuracy_table(synthetic).items()):
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     lengths = sorted({n for per_length in rows.values() for n in per_length})
     for tag, per_length in sorted(rows.items()):
@@ -674,7 +476,7 @@ def main(argv=None) -> int:
     raise errors.ConfigError(f'--out={args.out} is a directory. Fix: name the report file, e.g. '
                              f'--out={os.path.join(args.out, "report.md")} (the plots go beside '
                              'it).')
-  workdirs = workdirs_of(root)
+  workdirs = sweep_points.workdirs_of(root)
   if not workdirs:
     print(f'error: {root} holds no run (no */config.json). Fix: run scripts/sweep.py with '
           f'--workdir {root} first.', file=sys.stderr)
@@ -683,7 +485,7 @@ def main(argv=None) -> int:
   def damaged(workdir, e):  # One damaged point does not hide the others.
     print(f'warning: {e} The point is listed as damaged and left out of the tables.',
           file=sys.stderr)
-  points = read_points(root, workdirs, on_damage=damaged)
+  points = sweep_points.read_points(root, workdirs, on_damage=damaged)
   out = args.out or os.path.join(root, 'report.md')
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   written = plot(points, os.path.dirname(os.path.abspath(out)))

@@ -273,6 +273,7 @@ SCRIPT_CASES = {
     'report.py': (['/nonexistent'], 2, 'holds no run'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
+    'sweep_points.py': None,  # The report's reading of a sweep's points.
     'timing.py': None,  # The shapes and rounds the benchmarks share.
 }
 

@@ -34,6 +34,7 @@ from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens as tokens_lib
 from roformer.data import vocabularies
 from scripts import report
+from scripts import sweep_points
 from scripts import sweep as sweep_script
 
 BYTES = vocabularies.given('bytes')  # One id per byte: a row's text is its ids' bytes.
@@ -236,9 +237,10 @@ def test_the_report_reads_a_mixtures_text_perplexity_and_its_passkey_rows_by_var
   for seed, (plain, remap) in enumerate([(0.5, 0.9), (0.7, 1.0)]):
     evals, retrieval = {}, {}
     for name, exact in (('', plain), ('remap_rerope', remap)):
-      text, answers = report._text_and_answers(  # pylint: disable=protected-access
+      text, answers = sweep_points._text_and_answers(  # pylint: disable=protected-access
           {'validation/keys': split(3.0, exact), 'validation/plays': split(90.0 + seed)})
-      evals[name], retrieval[name] = report._by_length(text), report._by_length(answers)  # pylint: disable=protected-access
+      by_length = sweep_points._by_length  # pylint: disable=protected-access
+      evals[name], retrieval[name] = by_length(text), by_length(answers)
     points.append({'name': f'base,seed={seed}', 'scheme': 'rope', 'options': '', 'seed': seed,
                    'task': 'shakespeare', 'status': 'done', 'evals': evals,
                    'retrieval': retrieval})

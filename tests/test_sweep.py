@@ -33,6 +33,7 @@ from roformer.data import synthetic
 from scripts import keep_records
 from scripts import report
 from scripts import sweep as sweep_script
+from scripts import sweep_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -339,18 +340,19 @@ def test_report_calls_a_point_done_only_once_its_last_step_is_evaluated(tmp_path
   (workdir / 'config.json').write_text(json.dumps(config))
   (workdir / 'metrics.jsonl').write_text(
       json.dumps({'split': 'train', 'step': 10, 'loss': 1.0}) + '\n')
+  status = lambda: sweep_points.read_point(str(workdir), {})['status']
   # Trained to its last step, stopped before its evaluation: kept records (no checkpoints)
   # read it from the metrics, a workdir from its last checkpoint.
-  assert report.read_point(str(workdir), {})['status'] == 'trained, not evaluated (10/10 steps)'
+  assert status() == 'trained, not evaluated (10/10 steps)'
   (workdir / 'checkpoints' / '5').mkdir(parents=True)
-  assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/10 steps)'
+  assert status() == 'incomplete (10/10 steps)'
   (workdir / 'checkpoints' / '10').mkdir()
-  assert report.read_point(str(workdir), {})['status'] == 'trained, not evaluated (10/10 steps)'
+  assert status() == 'trained, not evaluated (10/10 steps)'
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10, 'splits': {}}))
-  assert report.read_point(str(workdir), {})['status'] == 'done'
+  assert status() == 'done'
   config['train']['steps'] = 20
   (workdir / 'config.resume-10.json').write_text(json.dumps(config))
-  assert report.read_point(str(workdir), {})['status'] == 'incomplete (10/20 steps)'
+  assert status() == 'incomplete (10/20 steps)'
 
 
 @pytest.mark.slow
