@@ -87,6 +87,8 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   with config.unlocked():
     if saved is not None:
       positions_lib.take_derived(config.model, saved.model)
+      if config.init_from:  # What the continuation took from its source when it started.
+        positions_lib.take_filled(config.model, saved.model)
     positions_lib.derive(config.model, trained_positions(config)[0])
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)

@@ -2,6 +2,7 @@
 (`config.init_from`), randomized positions, and evaluation per position bucket."""
 
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -155,6 +156,27 @@ def test_relative_schemes_see_only_gaps_of_randomized_positions(kind):
 def test_bad_randomized_positions_are_refused(data_dir, fields, match):
   with pytest.raises(errors.ConfigError, match=match):
     resolve.validate(_config(data_dir, **fields))
+
+
+def test_a_continuation_resumes_with_what_it_took_from_its_source_even_once_that_is_gone(
+    source, data_dir, tmp_path):
+  """YaRN's original length, left unset, is the source's training length (32) when the
+  continuation starts; rerunning the same command resumes with it from the run's own config,
+  after the source is deleted too, and trains on from the saved step."""
+  copy = str(tmp_path / 'source')
+  shutil.copytree(source, copy)
+  fields = {'init_from': copy, 'data.seq_len': 64, 'train.learning_rate': 1e-4,
+            'model.position.rope.scaling.kind': 'yarn', 'model.position.rope.scaling.factor': 2.0}
+  workdir = str(tmp_path / 'continued')
+  loop.train_and_evaluate(_config(data_dir, **fields, **{'train.steps': 2}), workdir)
+  shutil.rmtree(copy)
+  again = _config(data_dir, **fields, **{'train.steps': 4})
+  assert again.model.position.rope.scaling.original_length == 0
+  loop.train_and_evaluate(again, workdir)
+  assert saved_config.load(workdir).model.position.rope.scaling.original_length == 32
+  steps = [r['step'] for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+           if r['split'] == 'train']
+  assert steps == [1, 2, 3, 4]
 
 
 def test_a_stretching_scaling_takes_the_source_training_length(source, data_dir):

@@ -34,7 +34,7 @@ from roformer.positions.registry import (bias_kinds, capabilities, capability_ta
                                          layer_config, layer_kinds, legacy_param_path,
                                          may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, take_derived,
-                                         validate)
+                                         take_filled, validate)
 from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
                                      fire_inputs, fire_pieces, t5_buckets)
 from roformer.positions.contextual import CoPE

@@ -257,6 +257,10 @@ class PositionScheme:
   # positions into its config, and every run that reads a trained one (resumed, continued,
   # fine-tuned, evaluated) takes the value saved there (registry.derive, registry.take_derived).
   derived: tuple[str, ...] = ()
+  # Options that `from_source` fills in when they are left at 0 (RoPE's original length): a
+  # resumed continuation takes them from its own saved config, as its source may be gone
+  # (registry.take_filled).
+  filled_from_source: tuple[str, ...] = ()
 
   @classmethod
   def from_source(cls, cfg: ml_collections.ConfigDict, trained: int, occasion: str) -> None:

@@ -161,6 +161,7 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
   class PerLayer(Composite):
     reads = tuple(dict.fromkeys(f for p in parts for f in p.fields()))
     derived = tuple(dict.fromkeys(d for p in parts for d in p.derived))
+    filled_from_source = tuple(dict.fromkeys(f for p in parts for f in p.filled_from_source))
     capabilities = Capabilities(
         causal_only=any(c.causal_only for c in caps),
         reads_positions=any(c.reads_positions for c in caps),
@@ -268,6 +269,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
   class Combined(Composite):
     reads = tuple(first.fields()) + tuple(second.fields())
     derived = tuple(dict.fromkeys(first.derived + second.derived))
+    filled_from_source = tuple(dict.fromkeys(first.filled_from_source
+                                             + second.filled_from_source))
     capabilities = Capabilities(
         causal_only=a.causal_only or b.causal_only,
         reads_positions=a.reads_positions or b.reads_positions,
@@ -439,6 +442,16 @@ def take_derived(model_cfg, saved_model_cfg) -> None:
   `saved_model_cfg` describes (the run resumed, continued or fine-tuned from), when it has one."""
   saved = model_scheme(saved_model_cfg).derived
   for path in model_scheme(model_cfg).derived:
+    if path in saved and not option(model_cfg.position, path):
+      set_option(model_cfg.position, path, option(saved_model_cfg.position, path))
+
+
+def take_filled(model_cfg, saved_model_cfg) -> None:
+  """Sets each option that `from_source` fills in (`PositionScheme.filled_from_source`) left
+  at 0 in `model_cfg` (unlocked) to its value in `saved_model_cfg`, the resumed run's own config,
+  where that run filled it in when it started."""
+  saved = model_scheme(saved_model_cfg).filled_from_source
+  for path in model_scheme(model_cfg).filled_from_source:
     if path in saved and not option(model_cfg.position, path):
       set_option(model_cfg.position, path, option(saved_model_cfg.position, path))
 

@@ -299,6 +299,8 @@ class Rotary(base.PositionScheme):
        'applied to a checkpoint at evaluation'),
   )
 
+  filled_from_source = ('rope.scaling.original_length',)
+
   @classmethod
   def from_source(cls, cfg, trained, occasion):
     """A scaling relative to the trained length whose original length is unset takes the
