@@ -19,6 +19,7 @@ from roformer import errors
 from roformer import evaluate
 from roformer import files
 from roformer import logs
+from roformer import resolve
 from roformer import saved_config
 from roformer import workdir as workdir_lib
 
@@ -48,6 +49,7 @@ def main(args):
                          "written inside --workdir, beside the run's own files).")
   saved = saved_config.load(args.workdir)
   config = config_args.apply(copy.deepcopy(saved), cli.overrides())
+  resolve.check_fields(config)  # A bad value is named as such, not as a variant.
   changed = saved_config.variant(saved, config)
   # (A field that may not change at evaluation at all is refused by the evaluation itself.)
   if (changed and args.out == PLAIN_OUT

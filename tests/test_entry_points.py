@@ -107,6 +107,14 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
            '--config.model.position.rope.scaling.kind=linear',
            '--config.model.position.rope.scaling.factor=2'], 1,
           'makes this evaluation a variant of the run, and --out=eval_results.json holds'),
+      'eval unknown remap, before the variant rule': (
+          ['eval.py', f'--workdir={runs["tokenizer"]}',
+           '--config.model.position.rope.remap.method=rerop'], 1,
+          "config.model.position.rope.remap.method='rerop' is unknown. Fix: one of"),
+      'eval misspelt scaling, before the variant rule': (
+          ['eval.py', f'--workdir={runs["tokenizer"]}',
+           '--config.model.position.rope.scaling.kind=yarm'], 1,
+          "config.model.position.rope.scaling.kind='yarm' is unknown. Fix: one of"),
       'init_from damaged checkpoint': (
           ['train.py', '--config=configs/test.py:classify', f'--workdir={tmp_path / "fresh"}',
            f'--config.data.data_dir={data_dir}', f'--config.init_from={runs["checkpoint"]}'], 1,
