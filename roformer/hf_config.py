@@ -245,7 +245,9 @@ def _refusal(config) -> str | None:
       (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
                                     'time change to attention'),
       (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
-       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp)"),
+       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp). Fix: train or continue "
+       "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
+       'frequencies, so a model trained on one is not the other'),
       (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
       (bool(attention_options.enabled(att)),
        f'an attention option ({", ".join(attention_options.OPTIONS)})'),
@@ -285,8 +287,11 @@ def export_family(config) -> str:
   """The transformers family that computes `config`'s model, or ConfigError saying why none."""
   reason = _refusal(config)
   if reason:
-    raise errors.ConfigError(f'no transformers class computes this model: {reason}. Fix: export '
-                             'a causal LM with RoPE in the Llama or GPT-NeoX layout.')
+    fix = '' if '. Fix: ' in reason else (
+        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2 and GPT-NeoX '
+        'classes compute RoPE in every layer, in their blocks, with the linear, dynamic, yarn '
+        "('index' ramp) or llama3 scaling (docs/hf_checkpoints.md)")
+    raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
@@ -303,8 +308,9 @@ def _rope_scaling(config) -> tuple[dict | None, int]:
     return None, trained
   if sc.kind == 'ntk':  # A static NTK is a larger base; export writes it as rope_theta.
     return None, trained
-  if sc.kind == 'linear':
-    return {'rope_type': 'linear', 'factor': sc.factor}, int(trained * sc.factor)
+  if sc.kind == 'linear':  # The length it stretches to: a continuation's own seq_len.
+    return {'rope_type': 'linear', 'factor': sc.factor}, int(
+        (sc.original_length or trained) * sc.factor)
   if sc.kind == 'dynamic':
     return {'rope_type': 'dynamic', 'factor': sc.factor}, sc.original_length
   extended = int(sc.original_length * sc.factor)

@@ -306,7 +306,12 @@ def test_an_imported_checkpoint_exports_as_it_came(tmp_path):
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
     ({'attention.qk_norm': True}, 'an attention option'),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
-     'a parallel residual in a Llama-family block'),
+     r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
+     'without it'),
+    ({'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
+      'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'ratio'},
+     r"YaRN's 'ratio' ramp .*Fix: train or continue with "
+     r'--config.model.position.rope.scaling.ramp=index: [^.]*\.$'),
 ])
 def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, message, tmp_path):
   config = test_config.get_config()
@@ -316,6 +321,22 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                      + message):
     hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('original_length, seq_len, written', [
+    (64, 128, 128),  # Continued from 64 to 128: it stretches to its own length.
+    (0, 2048, 16384),  # As imported: seq_len is the length before the stretch.
+])
+def test_a_linear_exports_the_length_it_stretches_to(original_length, seq_len, written):
+  """max_position_embeddings, which lm-evaluation-harness takes as the longest input."""
+  config = test_config.get_config('llama')
+  config.data.seq_len = seq_len
+  config.model.position.rope.scaling.update(kind='linear', original_length=original_length,
+                                            factor=written / (original_length or seq_len))
+  hf = hf_config.from_config(config, {})
+  assert hf['max_position_embeddings'] == written
+  assert hf['rope_scaling'] == {'rope_type': 'linear',
+                                'factor': config.model.position.rope.scaling.factor}
 
 
 def _run(args):
