@@ -210,6 +210,21 @@ def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, ed
   assert not (tmp_path / 'w').exists()
 
 
+@pytest.mark.parametrize('name', ['llama_dynamic', 'qwen2_yarn_v4'])
+def test_without_tokenizer_config_the_special_ids_are_the_model_configs(name, tmp_path):
+  """tokenizer_config.json names the bos, eos and pad tokens; without it, config.json's ids
+  (which agree in every fixture: Llama's <s> and </s>, Qwen2's eos and pad and no bos)."""
+  ids = lambda directory: vocabularies.Pretrained(directory).ids
+  with_it = ids(str(FIXTURES / name))
+  without = ids(_edited(tmp_path, name, remove=('tokenizer_config.json',)))
+  model = json.loads((FIXTURES / name / 'config.json').read_text())
+  assert without == with_it == {k: model[f'{k}_token_id'] for k in ('bos', 'eos', 'pad')}
+  broken = _edited(tmp_path / 'broken', name, lambda c: c.update(eos_token_id=10**6),
+                   ('tokenizer_config.json',))
+  with pytest.raises(errors.DamagedFileError, match=r'eos_token_id=1000000 is not an id'):
+    ids(broken)
+
+
 @pytest.mark.parametrize('kind', ['yarn', 'dynamic'])
 def test_a_continued_import_takes_its_scalings_original_length_from_it(kind, tmp_path):
   """configs/continued.py leaves the original length to the source: a stretching scaling and

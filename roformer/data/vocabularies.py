@@ -145,9 +145,29 @@ def _special_token(value) -> str | None:
   return value if isinstance(value, str) else None
 
 
+def _model_special_ids(directory: str, tok, fix: str) -> dict:
+  """Without tokenizer_config.json: the bos, eos and pad ids of the model's own config.json
+  (transformers' `bos_token_id`, ...; the first of a list of eos ids), None where it has none."""
+  path = os.path.join(directory, 'config.json')
+  model = files.read_json(path, fix or 'copy it from the model') if os.path.exists(path) else {}
+  ids = {}
+  for key in ('bos', 'eos', 'pad'):
+    value = model.get(f'{key}_token_id') if isinstance(model, dict) else None
+    value = value[0] if isinstance(value, list) and value else value
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 0 <= value < tok.get_vocab_size(with_added_tokens=True)):
+      raise errors.DamagedFileError(
+          f'{path}: {key}_token_id={value!r} is not an id of its tokenizer.json, and there is '
+          'no tokenizer_config.json to name the token instead. Fix: use the tokenizer files '
+          'that came with the model.')
+    ids[key] = value
+  return ids
+
+
 class Pretrained:
   """A pretrained model's own tokenizer: a Hugging Face model directory's `tokenizer.json`, with
-  the bos, eos and pad tokens its `tokenizer_config.json` names (`data.tokenizer='hf:DIR'`).
+  the bos, eos and pad tokens its `tokenizer_config.json` names (`data.tokenizer='hf:DIR'`;
+  without that file, the ids its config.json gives).
   Its ids are used as they are, unshifted, so that they index the pretrained embedding; the
   data pipeline frames documents with its own bos and eos (`bos_id` None: a model without one,
   such as Qwen2, starts documents with their first token).
@@ -165,10 +185,13 @@ class Pretrained:
       self.tok = _open(json_path, 'Hugging Face tokenizer.json', tokenizers.Tokenizer.from_file,
                        fix, failures=(Exception,))
       config_path = os.path.join(self.path, 'tokenizer_config.json')
-      config = files.read_json(config_path, fix or 'copy it from the model') if os.path.exists(
-          config_path) else {}
-      names = {key: _special_token(config.get(f'{key}_token')) for key in ('bos', 'eos', 'pad')}
-      self.ids = {}
+      if not os.path.exists(config_path):
+        self.ids = _model_special_ids(self.path, self.tok, fix)
+        names = {}
+      else:
+        config = files.read_json(config_path, fix or 'copy it from the model')
+        names = {key: _special_token(config.get(f'{key}_token')) for key in ('bos', 'eos', 'pad')}
+        self.ids = {}
       for key, name in names.items():
         token_id = None if name is None else self.tok.token_to_id(name)
         if name is not None and token_id is None:
