@@ -11,7 +11,8 @@
 # leaky_rerope self_extend string dca sinks. MULTIPLIERS (default 1,2,4,8) sets the lengths.
 # The remaps' windows default to half the trained length (rerope, leaky_rerope, sinks, dca's
 # chunk), Self-Extend's neighbour window to a quarter with groups of 8, STRING's shift to a
-# half (their papers' proportions at 4k-8k; roformer/positions/remap.py); pass --config
+# half with its local window kept below it (their papers' proportions at 4k-8k;
+# roformer/positions/remap.py); pass --config
 # overrides after WORKDIR to change them.
 set -euo pipefail
 workdir=${1:?usage: scripts/evaluate_extensions.sh WORKDIR [eval.py flags ...]}
@@ -30,10 +31,14 @@ fi
 workdir=$(cd "$workdir" && pwd)  # The script runs from the repository's root.
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-# The trained length, or one line naming what is wrong with the workdir (cli.guard).
-trained=$($PY -c "import sys; sys.path.insert(0, '.'); from roformer import cli, saved_config; \
-cli.guard(lambda: print(saved_config.load(sys.argv[1]).data.seq_len))()" "$workdir")
+# The trained length and STRING's local window, or one line naming what is wrong with the
+# workdir (cli.guard).
+read -r trained local_window < <($PY -c "import sys; sys.path.insert(0, '.'); \
+from roformer import cli, saved_config; c = cli.guard(saved_config.load)(sys.argv[1]); \
+print(c.data.seq_len, c.model.position.rope.remap.local_window)" "$workdir") || exit 1
 half=$((trained / 2)) quarter=$((trained / 4))
+# STRING's local window must stay below its shift: a short model's half is below the default.
+if ((local_window >= half)); then local_window=$((half / 2 > 0 ? half / 2 : 1)); fi
 multipliers=${MULTIPLIERS:-1,2,4,8}
 rope=--config.model.position.rope
 for variant in $variants; do
@@ -46,7 +51,8 @@ for variant in $variants; do
       out=eval_results.remap_$variant.json ;;
     self_extend) flags=("$rope.remap.method=self_extend" "$rope.remap.neighbor_window=$quarter")
       out=eval_results.remap_$variant.json ;;
-    string) flags=("$rope.remap.method=string" "$rope.remap.shift=$half")
+    string) flags=("$rope.remap.method=string" "$rope.remap.shift=$half"
+                   "$rope.remap.local_window=$local_window")
       out=eval_results.remap_$variant.json ;;
     dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half")
       out=eval_results.remap_$variant.json ;;

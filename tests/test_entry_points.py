@@ -361,6 +361,32 @@ def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path
     assert says in lines[0], lines
 
 
+def test_evaluate_extensions_keeps_strings_local_window_below_its_shift(tmp_path):
+  """STRING's shift is half the trained length; for a model trained at 16 that is 8, below the
+  default local window (32), so the window is half the shift. eval.py is faked: it records the
+  flags each variant gets."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  config = config_args.load_file('configs/test.py')
+  config.data.seq_len = 16
+  workdir = tmp_path / 'w'
+  workdir.mkdir()
+  saved_config.save(config, str(workdir))
+  calls = tmp_path / 'calls'
+  fake = tmp_path / 'python'
+  fake.write_text(f'#!/bin/sh\nif [ "$1" = eval.py ]; then echo "$@" >> {calls}; exit 0; fi\n'
+                  f'exec {sys.executable} "$@"\n')
+  fake.chmod(0o755)
+  done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
+                        env={**os.environ, 'PYTHON': str(fake), 'VARIANTS': 'string plain'},
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 0, done.stderr
+  string, plain = calls.read_text().splitlines()
+  assert ('--config.model.position.rope.remap.shift=8' in string.split()
+          and '--config.model.position.rope.remap.local_window=4' in string.split()), string
+  assert 'remap' not in plain
+
+
 def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_path):
   """scripts/plot_curves.py: --out of a kind matplotlib cannot write, or a --split/--metric that
   no record holds (which drew an empty plot), is one error naming the flag; a right one draws
