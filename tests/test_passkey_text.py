@@ -114,6 +114,17 @@ def test_rows_too_short_for_the_key_are_one_error_naming_the_fix():
     passkey_text.Rows(_split(), BYTES, need - 2)
 
 
+def test_rows_in_text_are_not_held_to_the_word_rows_bound(config):
+  """The bound of passkey rows in words (41 tokens at 5 digits) is not that of rows in text,
+  which is checked in the run's tokenizer when the rows are built (above): a mixture's text
+  passkey is not refused by it, so the one refusal a user sees names the real bound."""
+  config.data.mixture = {'plays': {'weight': 0.8},
+                         'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}}
+  config.data.synthetic.filler = 'text'
+  config.data.seq_len = 24
+  resolve.validate(config)
+
+
 def test_the_text_filler_is_refused_outside_a_mixture_and_for_other_tasks(config):
   alone = config_args.load('configs/synthetic.py:passkey')
   alone.data.synthetic.filler = 'text'

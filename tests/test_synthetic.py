@@ -228,6 +228,18 @@ def test_bad_passkey_options_are_refused(changes, match):
     resolve.validate(cfg)
 
 
+def test_the_shortest_passkey_row_named_by_the_refusal_is_accepted():
+  """A row of seq_len predictions holds seq_len + 1 tokens: the bound the refusal names is the
+  shortest accepted, one below it is refused."""
+  cfg = synthetic_config.get_config('passkey')
+  shortest = synthetic.passkey_fixed_tokens(cfg.data.synthetic.key_digits)  # + 1 of filler - 1.
+  cfg.data.seq_len = shortest
+  resolve.validate(cfg)
+  cfg.data.seq_len = shortest - 1
+  with pytest.raises(errors.ConfigError, match=f'--config.data.seq_len={shortest} or more'):
+    resolve.validate(cfg)
+
+
 def test_recall_rows_longer_than_the_keys_allow_are_refused():
   cfg = synthetic_config.get_config('associative_recall')
   cfg.data.seq_len = 32

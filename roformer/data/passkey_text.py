@@ -108,8 +108,8 @@ class Rows:
       raise errors.ConfigError(
           f"passkey rows in text (config.data.synthetic.filler='text') of {length} tokens "
           f'cannot hold a key of config.data.synthetic.key_digits={self.cfg.key_digits} '
-          f'({longest} tokens of '
-          'this tokenizer with one of text). Fix: --config.data.seq_len='
+          f'({longest} tokens of this tokenizer with one of text, one more than its '
+          'predictions). Fix: --config.data.seq_len='
           f'{longest - 1} or more, or fewer key_digits.')
 
   def fixed_tokens(self, answer) -> int:

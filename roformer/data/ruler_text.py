@@ -172,7 +172,8 @@ class Rows(passkey_text.Rows):
       raise errors.ConfigError(
           f"{self.task} rows in text (config.data.synthetic.filler='text') of {length} tokens "
           f'cannot hold their needles, questions and answers ({fixed + 1} tokens of this '
-          'tokenizer with one of text). Fix: --config.data.seq_len='
+          'tokenizer with one of text, one more than its predictions). Fix: '
+          '--config.data.seq_len='
           f'{fixed} or more, or fewer needles, values, queries, chains, hops or common words.')
 
   def _counts(self) -> tuple[int, int, int]:

@@ -173,15 +173,16 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
     raise errors.ConfigError(
         f"{where}.filler={cfg.filler!r} hides the needles of {TEXT_TASKS} in text, and this "
         f"task is {task!r}. Fix: leave filler at 'words'.")
-  if cfg.filler != 'words' and task != 'passkey':
+  if cfg.filler != 'words':
     return  # Rows in text: ruler_text.validate (mixture.validate calls it), and their lengths
-    # in the run's tokenizer when rows are built.
+    # in the run's tokenizer when rows are built (a bound in these words would mislead).
   if task == 'passkey':
     need = passkey_fixed_tokens(cfg.key_digits) + 1  # At least one filler token.
-    if seq_len + 1 < need:
+    if seq_len + 1 < need:  # A row of seq_len predictions holds seq_len + 1 tokens.
       raise errors.ConfigError(
           f'config.data.seq_len={seq_len} cannot hold a passkey row with {cfg.key_digits} '
-          f'digits ({need} tokens). Fix: --config.data.seq_len={need} or more.')
+          f'digits ({need} tokens, one more than its predictions). Fix: '
+          f'--config.data.seq_len={need - 1} or more.')
   elif task == 'associative_recall':
     if recall_pairs(seq_len, cfg.num_queries) < cfg.num_queries:
       raise errors.ConfigError(
