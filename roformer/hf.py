@@ -77,6 +77,8 @@ def import_checkpoint(hf_dir: str, workdir: str):
   hf = hf_config.read(hf_dir)
   try:
     config = hf_config.to_config(hf, hf_dir)
+  except errors.ConfigError:  # Its own line: an architecture or scaling not read, ...
+    raise
   except (TypeError, ValueError) as e:  # A field of the wrong type (a number as a list, ...).
     raise errors.DamagedFileError(
         f'{os.path.join(hf_dir, "config.json")} holds a value of the wrong type ({e}). Fix: use '

@@ -205,8 +205,9 @@ def _edited(tmp_path, name, edit=None, remove=()):
 def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
                                                                message):
   source = _edited(tmp_path, name, edit, remove)
-  with pytest.raises((errors.ConfigError, errors.DamagedFileError), match=message):
+  with pytest.raises((errors.ConfigError, errors.DamagedFileError), match=message) as raised:
     hf.import_checkpoint(source, str(tmp_path / 'w'))
+  assert str(raised.value).count('Fix: ') == 1, raised.value  # One reason, one fix.
   assert not (tmp_path / 'w').exists()
 
 
