@@ -12,13 +12,22 @@ compute settings (dtype, remat, ...). What may change is roformer/saved_config.p
 'continue' column; any other model field differing from the source's is refused by train.py.
 """
 
+import os
+
+from roformer import errors
 from roformer import saved_config
 
 
 def get_config(workdir: str = ''):
   if not workdir:
-    raise ValueError('configs/continued.py needs the source workdir: '
-                     '--config configs/continued.py:WORKDIR')
+    raise errors.ConfigError('configs/continued.py continues a source run and names none. Fix: '
+                             '--config configs/continued.py:WORKDIR, with WORKDIR a causal LM '
+                             'trained here or imported by scripts/convert_hf.py.')
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
+    raise errors.ConfigError(f'{workdir} holds no config.json: it is no run to continue. Fix: '
+                             'configs/continued.py:WORKDIR, '
+                             'with WORKDIR a causal LM trained here or imported by '
+                             'scripts/convert_hf.py.')
   config = saved_config.load(workdir)
   with config.unlocked():
     config.init_from = workdir

@@ -238,7 +238,12 @@ class CausalLM:
     self._logits = nnx.jit(lambda m, ids, pos: m(ids, pos, jnp.ones_like(ids)))
 
   def _ids(self, ids) -> jax.Array:
-    array = np.asarray(ids)
+    try:
+      array = np.asarray(ids)
+    except ValueError:  # Rows of different lengths.
+      raise errors.ConfigError('ids must be integer [batch, length], and its rows have different '
+                               'lengths. Fix: pass rows of one length (score each row on its '
+                               'own, or cut them to the shortest).') from None
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
       raise errors.ConfigError(f'ids must be integer [batch, length] (got {array.dtype} '
                                f'{array.shape}). Fix: pass a list of equal-length id lists.')

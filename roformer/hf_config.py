@@ -43,6 +43,9 @@ SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3')
 def read(directory: str) -> dict:
   """The parsed config.json of a Hugging Face model directory."""
   path = os.path.join(directory, 'config.json')
+  if os.path.isfile(directory):
+    raise errors.ConfigError(f'--from_hf={directory!r} is a file. Fix: --from_hf='
+                             f'{os.path.dirname(directory) or "."}, the model\'s directory.')
   if not os.path.isfile(path):
     raise errors.ConfigError(f'--from_hf={directory!r} has no config.json. Fix: point at a '
                              'directory written by save_pretrained (config.json, *.safetensors, '

@@ -187,8 +187,9 @@ def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
   naming the file and the fix if it does not read back as a config."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.exists(path):
-    raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not a training '
-                            'workdir. Fix: point --workdir at a directory made by train.py.')
+    raise errors.ConfigError(f'{path} does not exist: --workdir={workdir!r} is not the workdir '
+                             'of a run. Fix: point --workdir at a directory made by train.py or '
+                             'scripts/convert_hf.py.')
   fix = ('restore it from a copy of the run (a resumed run also wrote its config as '
          'config.resume-STEP.json there), or move it aside and rerun the train.py command '
          'that made the run: it resumes and writes config.json again')

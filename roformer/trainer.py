@@ -203,7 +203,7 @@ def checkpoint_step(workdir: str, step: int | None = None) -> int:
                              f'--workdir {workdir} ...) or point --workdir at a trained run.')
   if step is not None and step not in available:
     raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: '
-                             f'{available}.')
+                             f'{available}. Fix: one of those, or no step for the latest.')
   return available[-1] if step is None else step
 
 

@@ -10,6 +10,7 @@ workdir that eval.py, scripts/generate.py and train.py (--config.init_from) read
 a directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits.
 """
 
+import os
 import pathlib
 import sys
 
@@ -41,6 +42,10 @@ def main(argv):
     arch = hf.export_checkpoint(args.workdir, args.to_hf, args.step)
     print(f'wrote {args.to_hf}: {arch} (transformers.AutoModelForCausalLM.from_pretrained reads '
           'it)')
+    if not os.path.exists(os.path.join(args.to_hf, 'tokenizer.json')):
+      print("  and no tokenizer: the run's has no transformers form (an imported tokenizer and "
+            f'the bytes one have). Encode with hf.load({args.workdir!r}).tokenizer and pass the '
+            'ids.')
 
 
 if __name__ == '__main__':

@@ -259,6 +259,37 @@ def test_a_damaged_kept_tokenizer_is_named_with_its_fix(tmp_path):
     vocabularies.Pretrained(path)
 
 
+def test_bad_ids_and_a_file_for_a_directory_are_one_error_with_its_fix(tmp_path):
+  lm = hf.load(_imported('llama_dynamic', tmp_path))
+  for ids, says in (([[5, 6, 7], [5, 6]], 'its rows have different lengths'),
+                    ([[0.5, 1.0]], 'ids must be integer'),
+                    ([[5, 10**6]], 'ids must be in')):
+    with pytest.raises(errors.ConfigError, match=f'{says}.* Fix: '):
+      lm.logits(ids)
+  with pytest.raises(errors.ConfigError, match=r"is a file\. Fix: --from_hf=.*llama_dynamic,"):
+    hf.import_checkpoint(str(FIXTURES / 'llama_dynamic' / 'config.json'), str(tmp_path / 'w'))
+  with pytest.raises(errors.ConfigError, match=r'--step=7 has no checkpoint.* Fix: one of'):
+    hf.load(lm.workdir, step=7)
+
+
+def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monkeypatch, capsys):
+  """A run whose tokenizer has no transformers form (a SentencePiece model trained here, say)
+  exports the model alone; the command's output says so, and how to get the ids."""
+  from scripts import convert_hf  # pylint: disable=import-outside-toplevel
+  written = {}
+  def export(workdir, hf_dir, step=None):
+    os.makedirs(hf_dir)
+    written[hf_dir] = workdir, step
+    return 'GPTNeoXForCausalLM'
+  monkeypatch.setattr(hf, 'export_checkpoint', export)
+  out = str(tmp_path / 'out')
+  convert_hf.main(['--to_hf', out, '--workdir', 'runs/lm'])
+  printed = capsys.readouterr().out
+  assert written == {out: ('runs/lm', None)}
+  assert "and no tokenizer: the run's has no transformers form" in printed
+  assert "hf.load('runs/lm').tokenizer" in printed
+
+
 def _workdir(config, path, checkpoint: bool = True) -> str:
   """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
   random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
