@@ -18,16 +18,15 @@ from roformer import errors
 from roformer import saved_config
 
 
+_FIX = ('Fix: --config configs/continued.py:WORKDIR, with WORKDIR a causal LM trained here or '
+        'imported by scripts/convert_hf.py.')
+
+
 def get_config(workdir: str = ''):
   if not workdir:
-    raise errors.ConfigError('configs/continued.py continues a source run and names none. Fix: '
-                             '--config configs/continued.py:WORKDIR, with WORKDIR a causal LM '
-                             'trained here or imported by scripts/convert_hf.py.')
+    raise errors.ConfigError(f'configs/continued.py continues a source run and names none. {_FIX}')
   if not os.path.exists(os.path.join(workdir, 'config.json')):
-    raise errors.ConfigError(f'{workdir} holds no config.json: it is no run to continue. Fix: '
-                             'configs/continued.py:WORKDIR, '
-                             'with WORKDIR a causal LM trained here or imported by '
-                             'scripts/convert_hf.py.')
+    raise errors.ConfigError(f'{workdir} holds no config.json: it is no run to continue. {_FIX}')
   config = saved_config.load(workdir)
   with config.unlocked():
     config.init_from = workdir

@@ -233,10 +233,12 @@ def _refusal(config) -> str | None:
   att, rope = m.attention, m.position.rope
   checks = (
       (not model_types.of(m).decoder_only,
-       f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models"),
+       f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
+       'Fix: export a causal LM'),
       (config.train.float_positions > 0,
        'it trained on real-valued positions (train.float_positions) and is evaluated on their '
-       'grid; transformers feeds integer positions'),
+       'grid; transformers feeds integer positions. Fix: export a model trained on integer '
+       'positions'),
       (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
@@ -246,7 +248,9 @@ def _refusal(config) -> str | None:
       (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
       (rope.rotate_values, 'rotated values (rope.rotate_values)'),
       (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
-                                    'time change to attention'),
+                                    'time change to attention. Fix: export a model whose saved '
+                                    'config has remap.method=none, and apply the remap with '
+                                    'eval.py'),
       (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
        "YaRN's 'ratio' ramp (transformers computes the 'index' ramp). Fix: train or continue "
        "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
@@ -292,8 +296,9 @@ def export_family(config) -> str:
   if reason:
     fix = '' if '. Fix: ' in reason else (
         '. Fix: export a model trained without it: the Llama, Mistral, Qwen2 and GPT-NeoX '
-        'classes compute RoPE in every layer, in their blocks, with the linear, dynamic, yarn '
-        "('index' ramp) or llama3 scaling (docs/hf_checkpoints.md)")
+        'classes compute RoPE in every layer, in their blocks, with no scaling or a linear, '
+        "ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
+        '(docs/hf_checkpoints.md)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
   if m.normalization == 'layer_norm':

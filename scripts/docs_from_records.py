@@ -67,7 +67,7 @@ KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases')
 
 
 def read_points(records: str) -> list[dict]:
-  """Every point kept under `records` (scripts/report.py's reading), finished or not."""
+  """Every point kept under `records` (scripts/sweep_points.py's reading), finished or not."""
   workdirs = sweep_points.workdirs_of(records)
   if not workdirs:
     raise errors.ConfigError(f'{records} holds no kept run (no */config.json). Fix: name a '

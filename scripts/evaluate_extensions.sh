@@ -11,7 +11,7 @@
 # leaky_rerope self_extend string dca sinks. MULTIPLIERS (default 1,2,4,8) sets the lengths.
 # The remaps' windows default to half the trained length (rerope, leaky_rerope, sinks, dca's
 # chunk), Self-Extend's neighbour window to a quarter with groups of 8, STRING's shift to a
-# half with its local window kept below it (their papers' proportions at 4k-8k;
+# half, with STRING's and DCA's local window kept below it (their papers' proportions at 4k-8k;
 # roformer/positions/remap.py); pass --config
 # overrides after WORKDIR to change them.
 set -euo pipefail
@@ -37,8 +37,9 @@ read -r trained local_window < <($PY -c "import sys; sys.path.insert(0, '.'); \
 from roformer import cli, saved_config; c = cli.guard(saved_config.load)(sys.argv[1]); \
 print(c.data.seq_len, c.model.position.rope.remap.local_window)" "$workdir") || exit 1
 half=$((trained / 2)) quarter=$((trained / 4))
-# STRING's local window must stay below its shift: a short model's half is below the default.
-if ((local_window >= half)); then local_window=$((half / 2 > 0 ? half / 2 : 1)); fi
+# STRING's local window must stay below its shift, and DCA's fit with its chunk in the trained
+# length: a short model's half is not above the default window, which then takes a quarter.
+if ((local_window >= half)); then local_window=$((half / 2)); fi
 multipliers=${MULTIPLIERS:-1,2,4,8}
 rope=--config.model.position.rope
 for variant in $variants; do
@@ -54,7 +55,8 @@ for variant in $variants; do
     string) flags=("$rope.remap.method=string" "$rope.remap.shift=$half"
                    "$rope.remap.local_window=$local_window")
       out=eval_results.remap_$variant.json ;;
-    dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half")
+    dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half"
+                "$rope.remap.local_window=$local_window")
       out=eval_results.remap_$variant.json ;;
   esac
   echo "=== $variant -> $workdir/$out"

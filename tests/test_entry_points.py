@@ -6,6 +6,7 @@ and cache the command was pointed at is byte for byte as before.
 The commands importing JAX take a few seconds each: they run two at a time."""
 
 import concurrent.futures
+import copy
 import os
 import pathlib
 import re
@@ -361,11 +362,13 @@ def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path
     assert says in lines[0], lines
 
 
-def test_evaluate_extensions_keeps_strings_local_window_below_its_shift(tmp_path):
-  """STRING's shift is half the trained length; for a model trained at 16 that is 8, below the
-  default local window (32), so the window is half the shift. eval.py is faked: it records the
-  flags each variant gets."""
+def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_path):
+  """STRING's shift and DCA's chunk are half the trained length; for a model trained at 16
+  that is 8, not above the default local window (32), so the window is a quarter of the length
+  and each remap passes the checks eval.py makes of it. eval.py is faked: it records the flags
+  each variant gets."""
   from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
   from roformer import saved_config  # pylint: disable=import-outside-toplevel
   config = config_args.load_file('configs/test.py')
   config.data.seq_len = 16
@@ -378,13 +381,20 @@ def test_evaluate_extensions_keeps_strings_local_window_below_its_shift(tmp_path
                   f'exec {sys.executable} "$@"\n')
   fake.chmod(0o755)
   done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
-                        env={**os.environ, 'PYTHON': str(fake), 'VARIANTS': 'string plain'},
+                        env={**os.environ, 'PYTHON': str(fake),
+                             'VARIANTS': 'string dca sinks plain'},
                         capture_output=True, text=True, timeout=120, check=False)
   assert done.returncode == 0, done.stderr
-  string, plain = calls.read_text().splitlines()
-  assert ('--config.model.position.rope.remap.shift=8' in string.split()
-          and '--config.model.position.rope.remap.local_window=4' in string.split()), string
-  assert 'remap' not in plain
+  calls = [line.split() for line in calls.read_text().splitlines()]
+  assert len(calls) == 4 and not any('remap' in flag for flag in calls[3])
+  rope = '--config.model.position.rope.remap'
+  for flags, sized in zip(calls, ['shift=8', 'chunk_size=8', 'window=8']):
+    assert f'{rope}.{sized}' in flags, flags
+    overrides = [flag[len('--config.'):].split('=', 1) for flag in flags
+                 if flag.startswith(f'{rope}.')]
+    # What eval.py checks of them: each field, then the remap against the 16 trained positions.
+    resolve.validate(config_args.apply(copy.deepcopy(config), overrides))
+  assert f'{rope}.local_window=4' in calls[0] and f'{rope}.local_window=4' in calls[1]
 
 
 def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_path):

@@ -220,9 +220,13 @@ def test_without_tokenizer_config_the_special_ids_are_the_model_configs(name, tm
   without = ids(_edited(tmp_path, name, remove=('tokenizer_config.json',)))
   model = json.loads((FIXTURES / name / 'config.json').read_text())
   assert without == with_it == {k: model[f'{k}_token_id'] for k in ('bos', 'eos', 'pad')}
-  broken = _edited(tmp_path / 'broken', name, lambda c: c.update(eos_token_id=10**6),
+  listed = _edited(tmp_path / 'listed', name,
+                   lambda c: c.update(eos_token_id=[with_it['eos'], 0], pad_token_id=-1,
+                                      bos_token_id=[]), ('tokenizer_config.json',))
+  assert ids(listed) == {'bos': None, 'eos': with_it['eos'], 'pad': None}  # The first eos.
+  broken = _edited(tmp_path / 'broken', name, lambda c: c.update(eos_token_id=[10**6]),
                    ('tokenizer_config.json',))
-  with pytest.raises(errors.DamagedFileError, match=r'eos_token_id=1000000 is not an id'):
+  with pytest.raises(errors.DamagedFileError, match=r'eos_token_id=\[1000000\] is not an id'):
     ids(broken)
 
 
@@ -288,6 +292,20 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert written == {out: ('runs/lm', None)}
   assert "and no tokenizer: the run's has no transformers form" in printed
   assert "hf.load('runs/lm').tokenizer" in printed
+  with_tokenizer = str(tmp_path / 'with')  # An export that wrote one says nothing of it.
+  monkeypatch.setattr(hf, 'export_checkpoint', lambda workdir, hf_dir, step=None: (
+      os.makedirs(hf_dir), open(os.path.join(hf_dir, 'tokenizer.json'), 'w').close(),
+      'LlamaForCausalLM')[-1])
+  convert_hf.main(['--to_hf', with_tokenizer, '--workdir', 'runs/lm'])
+  assert 'and no tokenizer' not in capsys.readouterr().out
+
+
+def test_continued_config_without_a_run_names_the_fix(tmp_path):
+  from configs import continued  # pylint: disable=import-outside-toplevel
+  for argument, says in (('', 'names none'), (str(tmp_path), 'holds no config.json')):
+    with pytest.raises(errors.ConfigError, match=f'{says}.*Fix: --config configs/continued.py:'
+                                                 'WORKDIR, with WORKDIR a causal LM'):
+      continued.get_config(argument)
 
 
 def _workdir(config, path, checkpoint: bool = True) -> str:

@@ -34,8 +34,8 @@ from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens as tokens_lib
 from roformer.data import vocabularies
 from scripts import report
-from scripts import sweep_points
 from scripts import sweep as sweep_script
+from scripts import sweep_points
 
 BYTES = vocabularies.given('bytes')  # One id per byte: a row's text is its ids' bytes.
 TEXT = ('Now is the winter of our discontent made glorious summer by this sun of York; ',

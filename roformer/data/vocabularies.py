@@ -147,17 +147,20 @@ def _special_token(value) -> str | None:
 
 def _model_special_ids(directory: str, tok, fix: str) -> dict:
   """Without tokenizer_config.json: the bos, eos and pad ids of the model's own config.json
-  (transformers' `bos_token_id`, ...; the first of a list of eos ids), None where it has none."""
+  (transformers' `bos_token_id`, ...; the first of a list of eos ids), None where it has none
+  (no field, null, an empty list, or a negative id such as early conversions' pad -1)."""
   path = os.path.join(directory, 'config.json')
   model = files.read_json(path, fix or 'copy it from the model') if os.path.exists(path) else {}
   ids = {}
   for key in ('bos', 'eos', 'pad'):
-    value = model.get(f'{key}_token_id') if isinstance(model, dict) else None
-    value = value[0] if isinstance(value, list) and value else value
+    given = model.get(f'{key}_token_id') if isinstance(model, dict) else None
+    value = (given[0] if given else None) if isinstance(given, list) else given
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+      value = None
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or not 0 <= value < tok.get_vocab_size(with_added_tokens=True)):
+                              or value >= tok.get_vocab_size(with_added_tokens=True)):
       raise errors.DamagedFileError(
-          f'{path}: {key}_token_id={value!r} is not an id of its tokenizer.json, and there is '
+          f'{path}: {key}_token_id={given!r} is not an id of its tokenizer.json, and there is '
           'no tokenizer_config.json to name the token instead. Fix: use the tokenizer files '
           'that came with the model.')
     ids[key] = value

@@ -437,23 +437,26 @@ def derive(model_cfg, trained: int) -> None:
       set_option(model_cfg.position, path, trained)
 
 
-def take_derived(model_cfg, saved_model_cfg) -> None:
-  """Sets each derived option left at 0 in `model_cfg` (unlocked) to the value of the run
-  `saved_model_cfg` describes (the run resumed, continued or fine-tuned from), when it has one."""
-  saved = model_scheme(saved_model_cfg).derived
-  for path in model_scheme(model_cfg).derived:
+def _take_unset(model_cfg, saved_model_cfg, declared: str) -> None:
+  """Sets each option the scheme lists in its `declared` attribute that is left at 0 in
+  `model_cfg` (unlocked) to its value in `saved_model_cfg`, where that run's scheme lists it."""
+  saved = getattr(model_scheme(saved_model_cfg), declared)
+  for path in getattr(model_scheme(model_cfg), declared):
     if path in saved and not option(model_cfg.position, path):
       set_option(model_cfg.position, path, option(saved_model_cfg.position, path))
+
+
+def take_derived(model_cfg, saved_model_cfg) -> None:
+  """Each derived option (`PositionScheme.derived`) left unset takes the value of the run
+  `saved_model_cfg` describes (the run resumed, continued or fine-tuned from)."""
+  _take_unset(model_cfg, saved_model_cfg, 'derived')
 
 
 def take_filled(model_cfg, saved_model_cfg) -> None:
-  """Sets each option that `from_source` fills in (`PositionScheme.filled_from_source`) left
-  at 0 in `model_cfg` (unlocked) to its value in `saved_model_cfg`, the resumed run's own config,
-  where that run filled it in when it started."""
-  saved = model_scheme(saved_model_cfg).filled_from_source
-  for path in model_scheme(model_cfg).filled_from_source:
-    if path in saved and not option(model_cfg.position, path):
-      set_option(model_cfg.position, path, option(saved_model_cfg.position, path))
+  """Each option that `from_source` fills in (`PositionScheme.filled_from_source`) left unset
+  takes its value in `saved_model_cfg`, the resumed run's own config, where that run filled it
+  in when it started."""
+  _take_unset(model_cfg, saved_model_cfg, 'filled_from_source')
 
 
 def kinds_line() -> str:
