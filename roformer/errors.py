@@ -9,6 +9,15 @@ class ConfigError(ValueError):
   """A user-fixable problem; the message names the field (or file) and the fix."""
 
 
+class TooShort(ConfigError):
+  """Rows of config.data.seq_len cannot hold a task's fixed parts; `shortest` is the least
+  seq_len that holds them, so that the bounds of several sources can be told as one."""
+
+  def __init__(self, message: str, shortest: int):
+    super().__init__(message)
+    self.shortest = shortest
+
+
 class DamagedFileError(ConfigError):
   """A file this project wrote or reads (a workdir's config or tokenizer, the data cache, an
   embedded corpus) is truncated, overwritten or missing; the message names it and the fix."""

@@ -90,6 +90,33 @@ def test_the_asked_needle_sits_at_needle_depth():
       assert abs(where - depth) < 0.15
 
 
+def _split(task):
+  return _rows(task).split  # The split, its text encoded (cached) by the rows built once.
+
+
+def test_several_sources_too_short_are_one_refusal_with_the_length_that_holds_them_all():
+  """Each source's shortest length is the one its own refusal names; the check of a mixture
+  names them all and their largest, which holds every source (and one below it does not)."""
+  splits = {'mk': _split('niah_multikey'), 'vt': _split('variable_tracking'),
+            'passkey': _split('passkey')}
+  shortest = {}
+  for name, split in splits.items():
+    with pytest.raises(errors.TooShort) as alone:
+      ruler_text.rows(split, BYTES, 20)
+    shortest[name] = alone.value.shortest
+    ruler_text.rows(split, BYTES, shortest[name])  # Its own bound holds it.
+  mixture = type('Mixture', (), {'members': splits})()
+  longest = max(shortest.values())
+  with pytest.raises(errors.TooShort, match=f'--config.data.seq_len={longest} or more') as both:
+    ruler_text.check_lengths({'validation': mixture, 'train': mixture}, BYTES, 20)
+  assert both.value.shortest == longest
+  for name, split in splits.items():
+    assert f'{name} ({split.task}) {shortest[name]}' in str(both.value)
+  ruler_text.check_lengths({'validation': mixture}, BYTES, longest)
+  with pytest.raises(errors.TooShort):
+    ruler_text.check_lengths({'validation': mixture}, BYTES, longest - 1)
+
+
 def test_rows_too_short_for_their_needles_are_refused_with_the_length_that_fits():
   with pytest.raises(errors.ConfigError, match=r'niah_multikey rows in text .* of 100 tokens '
                      r'cannot hold .*--config.data.seq_len=\d+ or more'):

@@ -105,12 +105,12 @@ class Rows:
     self.question = tokenizer.encode(QUESTION)
     longest = self.fixed_tokens(tokenizer.encode(' ' + '9' * self.cfg.key_digits)) + 1
     if length + 1 < longest:
-      raise errors.ConfigError(
+      raise errors.TooShort(
           f"passkey rows in text (config.data.synthetic.filler='text') of {length} tokens "
           f'cannot hold a key of config.data.synthetic.key_digits={self.cfg.key_digits} '
           f'({longest} tokens of this tokenizer with one of text, one more than its '
           'predictions). Fix: --config.data.seq_len='
-          f'{longest - 1} or more, or fewer key_digits.')
+          f'{longest - 1} or more, or fewer key_digits.', longest - 1)
 
   def fixed_tokens(self, answer) -> int:
     """Tokens of a row besides the text: bos, the key sentence, the question, the answer, eos."""
