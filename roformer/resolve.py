@@ -119,11 +119,16 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
   saved = saved_config.load(workdir)
   changed = saved_config.changed(saved, config, saved_config.EVALUATE)
   if changed:
+    unmet = {}  # A condition in words -> the fields that need it.
+    for field, words in saved_config.conditions_unmet(saved, saved_config.EVALUATE):
+      unmet.setdefault(words, []).append(field)
     raise errors.ConfigError(
         f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
-        f'(saved vs now). Of the model, only '
+        f'(saved vs now). Of the model and its data, only '
         f'{", ".join(saved_config.allowed(saved, saved_config.EVALUATE))} may change at '
-        'evaluation. Fix: drop those --config.model/--config.data overrides.')
+        'evaluation' + ''.join(f'; {" and ".join(fields)} only {words}, which this run has not'
+                               for words, fields in unmet.items())
+        + '. Fix: drop those --config.model/--config.data overrides.')
   _scale_from(config, saved)
   count, where = trained_positions(saved)
   mesh = _mesh(config, (count, f"the saved {where.removeprefix('config.')}"))
@@ -208,7 +213,9 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
                              'multiple of the number of micro-batches.')
   if t.warmup_steps > t.steps:
     raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
-                             f'config.train.steps={t.steps}].')
+                             f'config.train.steps={t.steps}]. Fix: '
+                             f'--config.train.warmup_steps={max(t.steps // 10, 0)} (a tenth '
+                             'of the steps), or more steps.')
   if t.schedule == 'wsd' and not 2 <= t.decay_steps <= t.steps - t.warmup_steps:
     raise errors.ConfigError(  # A step takes the rate before its update: 1 step never decays.
         f"config.train.schedule='wsd' decays over config.train.decay_steps={t.decay_steps}, "

@@ -141,6 +141,13 @@ def allowed(saved, occasion: str) -> tuple[str, ...]:
       if occasion in when and condition(saved))
 
 
+def conditions_unmet(saved, occasion: str) -> tuple[tuple[str, str], ...]:
+  """(field, its condition in words) for each field that may differ on `occasion` only under
+  a condition that `saved` does not meet (data.name: with a given tokenizer)."""
+  return tuple((field, words) for field, when, condition, words, _ in MAY_CHANGE_IF
+               if occasion in when and not condition(saved))
+
+
 def changed(saved, config, occasion: str) -> list[str]:
   """The differences ('field: saved vs now', as `differences` writes them) in the
   fields that `occasion` keeps fixed and does not let change."""

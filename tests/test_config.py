@@ -68,7 +68,8 @@ BAD = [
     ('data.vocab_size', 8, 'config.data.vocab_size=8 must be an integer in [16,'),
     ('data.shuffle_window', -1, 'config.data.shuffle_window'),
     ('train.learning_rate', 0.0, 'config.train.learning_rate'),
-    ('train.warmup_steps', 100, 'config.train.warmup_steps'),
+    ('train.warmup_steps', 100, 'config.train.warmup_steps=100 must be in [0, '
+     'config.train.steps=12]. Fix: --config.train.warmup_steps=1 (a tenth of the steps)'),
     ('train.decay_steps', 5, 'config.train.decay_steps=5 is read by the wsd schedule only'),
     ('train.schedule', 'wsd', "schedule='wsd' decays over config.train.decay_steps=0, which must be in [2,"),
     ('train.b2', 1.0, 'config.train.b2'),

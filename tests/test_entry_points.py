@@ -91,6 +91,8 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
                         "config.model has no field 'no_such_field'"),
       'nan': (train + ['--config.model.position.rope.scaling.factor=nan'], 1,
               'config.model.position.rope.scaling.factor=nan must be a finite number'),
+      'misspelt dataset': (train + ['--config.data.name=shakespear'], 1,
+                           "nor a TFDS dataset. Did you mean 'shakespeare'? Fix: one of"),
       'damaged data cache': (train + [f'--config.data.data_dir={cache}'], 1,
                              f'{SHARD} cannot be read'),
       'damaged tokenizer': (resume, 1, 'tokenizer.model is not a readable SentencePiece model'),

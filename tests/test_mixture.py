@@ -4,6 +4,7 @@ evaluated on its own, and bad entries are refused before anything is built."""
 
 import json
 import os
+import re
 
 import ml_collections
 import numpy as np
@@ -185,15 +186,31 @@ def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
      "config.data.mixture.keys: config.data.name='synthetic/bogus' names no synthetic task"),
     ({'keys': {'weight': 1, 'name': 'synthetic/copy'}},
      "the tokenizer is trained on the train split of config.data.name='shakespeare'"),
+    ({'plays': {'weight': 1, 'name': 'shakespear'}, 'keys': {'weight': 1,
+                                                            'name': 'synthetic/copy'}},
+     "which no entry of config.data.mixture reads (they read ['shakespear', 'synthetic/copy'])"),
 ])
 def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(config, entries,
                                                                            message):
   config.data.mixture = entries
-  with pytest.raises(errors.ConfigError, match=message.replace('.', r'\.').replace('(', r'\(')):
+  with pytest.raises(errors.ConfigError, match=re.escape(message)):
     resolve.validate(config)
   if 'tokenizer is trained' in message:  # Bytes need no source of config.data's.
     config.data.update(tokenizer='bytes')
     resolve.validate(config)
+
+
+def test_an_entrys_refusal_names_the_entrys_field_in_its_fix():
+  """A source's refusal says to set --config.data.text_key; inside a mixture, the field to set
+  is the entry's own."""
+  with pytest.raises(errors.ConfigError) as raised:
+    with mixture.named('docs'):
+      raise errors.DataError("x.jsonl line 1 has no 'text'. Fix: set --config.data.text_key to "
+                             'the field, or --config.data.files_other.')
+  assert str(raised.value) == (
+      "config.data.mixture.docs: x.jsonl line 1 has no 'text'. Fix: set 'text_key' of "
+      'config.data.mixture.docs to the field, or --config.data.files_other.')
+  assert isinstance(raised.value, errors.DataError)
 
 
 def test_a_mixture_on_a_run_that_reads_no_text_is_refused():

@@ -126,3 +126,28 @@ def test_a_sweeps_plain_evaluation_may_change_how_the_run_is_computed_but_not_wh
   with pytest.raises(errors.ConfigError, match="the plain eval '' overrides "
                      'model.position.rope.scaling.kind, but its file'):
     sweeps.from_dict(raw, 'configs/sweeps/mine.py')
+
+
+def test_an_evaluation_on_another_text_key_names_the_condition_this_run_lacks(tmp_path,
+                                                                               monkeypatch):
+  """data.name and data.text_key may change at evaluation only with a given tokenizer: a run
+  that trained its own is told so, and a bytes run may read another key."""
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  from roformer import trainer as trainer_lib  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(trainer_lib, 'checkpoint_step', lambda workdir, step=None: 0)
+  trained = test_config.get_config()
+  trained.data.tokenizer = 'sentencepiece'
+  assert saved_config.conditions_unmet(trained, saved_config.EVALUATE) == (
+      ('data.name', 'with a given tokenizer'), ('data.text_key', 'with a given tokenizer'))
+  saved_config.save(trained, str(tmp_path))
+  other = saved_config.load(str(tmp_path))
+  other.data.text_key = 'body'
+  with pytest.raises(errors.ConfigError, match=(
+      r"data\.text_key: 'text' vs 'body' \(saved vs now\)\. Of the model and its data, only .*; "
+      r'data\.name and data\.text_key only with a given tokenizer, which this run has not\. '
+      'Fix: ')):
+    resolve.for_evaluation(other, str(tmp_path))
+  given = test_config.get_config()
+  given.data.tokenizer = 'bytes'
+  assert saved_config.conditions_unmet(given, saved_config.EVALUATE) == ()

@@ -223,7 +223,7 @@ def _json_text(line: str, where: str, text_key: str, skip: bool = False) -> str:
   try:
     record = json.loads(line)
   except json.JSONDecodeError as e:
-    raise errors.DataError(f'{where} is not JSON ({e.msg} at column {e.colno}). Fix: repair '
+    raise errors.DataError(f'{where} is not JSON ({e.msg}; column {e.colno}). Fix: repair '
                            'or remove that line (each line of a .jsonl file is one JSON '
                            'object).') from None
   if not isinstance(record, dict) or text_key not in record:
@@ -233,7 +233,7 @@ def _json_text(line: str, where: str, text_key: str, skip: bool = False) -> str:
                            'line.')
   text = record[text_key]
   if not isinstance(text, str):
-    raise errors.DataError(f'{where}: {text_key!r} holds a {type(text).__name__}, '
+    raise errors.DataError(f'{where}: {text_key!r} holds a value of type {type(text).__name__}, '
                            'not a string. Fix: point --config.data.text_key at the text.')
   try:
     text.encode('utf-8')

@@ -23,6 +23,7 @@ counts every token, not only the answer.
 """
 
 import contextlib
+import re
 import zlib
 
 import grain
@@ -109,11 +110,12 @@ def validate(config, trained_tokenizer: bool) -> None:
   base = base_config(data)
   if trained_tokenizer and not any(_same_source(member_config(data, e), base)
                                    for e in entries(data).values()):
+    read = sorted({member_config(data, e).name for e in entries(data).values()})
     raise errors.ConfigError(
         f'the tokenizer is trained on the train split of config.data.name={data.name!r} (with '
-        'config.data\'s own source fields), which no entry of config.data.mixture reads. Fix: '
-        'set config.data.name (and its fields) to the source of one entry, or give '
-        'config.data.tokenizer (bytes, or a tokenizer file).')
+        'config.data\'s own source fields), which no entry of config.data.mixture reads (they '
+        f'read {read}). Fix: set config.data.name (and its fields) to the source of one entry, '
+        'or give config.data.tokenizer (bytes, or a tokenizer file).')
 
 
 def _same_source(member, base) -> bool:
@@ -122,11 +124,14 @@ def _same_source(member, base) -> bool:
 
 @contextlib.contextmanager
 def named(name: str):
-  """A ConfigError raised for an entry's own data config names the entry first."""
+  """A ConfigError raised for an entry's own data config names the entry first, and a fix that
+  names a field of config.data that the entry sets for itself names the entry's."""
   try:
     yield
   except errors.ConfigError as e:
-    raise type(e)(f'config.data.mixture.{name}: {e}') from e
+    text = re.sub(r'--config\.data\.(' + '|'.join(ENTRY_FIELDS) + r')\b',
+                  lambda m: f"'{m.group(1)}' of config.data.mixture.{name}", str(e))
+    raise type(e)(f'config.data.mixture.{name}: {text}') from e
 
 
 class Mixture:

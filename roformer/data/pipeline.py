@@ -8,12 +8,14 @@ segment ids count 1..n per row; 0 is padding) and batches.
 """
 
 import dataclasses
+import difflib
 import functools
 import importlib
 import json
 import logging
 import os
 import pathlib
+import re
 from typing import Any, Sequence
 
 import grain
@@ -102,12 +104,25 @@ def _builder(data_cfg):
     except (tfds.core.registered.DatasetNotFoundError, ValueError) as e:
       if isinstance(e, errors.ConfigError):
         raise
-      raise errors.ConfigError(
-          f'config.data.name={name!r} is not an embedded dataset ({sorted(EMBEDDED_BUILDERS)}) '
-          f'nor a TFDS dataset ({e}). Fix: pick one of those names.') from e
+      raise errors.ConfigError(_unknown_dataset(name, e)) from e
     cache.check_not_half_written(str(builder.data_dir), embedded=False)
   cache.check_shards(builder, embedded=bool(embedded_cls))
   return builder
+
+
+def _unknown_dataset(name: str, error: Exception) -> str:
+  """One line for a data.name that no builder knows: TFDS's own message lists every dataset it
+  has (hundreds of lines), so only its guess is kept, after the closest embedded name."""
+  text = str(error)
+  close = difflib.get_close_matches(name, sorted(EMBEDDED_BUILDERS), n=1)
+  guess = re.search(r'Did you mean: \S+ -> (\S+)', text)
+  suggestion = close[0] if close else guess.group(1) if guess else None
+  hint = f' Did you mean {suggestion!r}?' if suggestion else ''
+  cause = ('' if isinstance(error, tfds.core.registered.DatasetNotFoundError)
+           else f' ({text.strip().splitlines()[0] if text.strip() else type(error).__name__})')
+  return (f'config.data.name={name!r} is not an embedded dataset ({sorted(EMBEDDED_BUILDERS)}) '
+          f'nor a TFDS dataset{cause}.{hint} Fix: one of the embedded names, files (your own, '
+          'with config.data.files), synthetic/TASK, or the name of a TFDS dataset.')
 
 
 def _open_builder(make, directory: str, is_embedded: bool, *args, **kwargs):
