@@ -48,10 +48,12 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   pretraining's), else that of the run in config.init_from, else the dataset's (trained on
   its train split on first use)."""
   _check_own_vocabulary(workdir, config.get('init_from'))
-  sources = pipeline.load_sources(config.data, splits=splits)
   path, cls = vocabularies.kept(workdir)
   if path is None:
     path, cls = vocabularies.kept(config.get('init_from'))
+  if path is None and not config.get('init_from'):
+    vocabularies.check_given(config.data.tokenizer)  # Before any documents are read.
+  sources = pipeline.load_sources(config.data, splits=splits)
   if path:
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
   elif config.get('init_from'):

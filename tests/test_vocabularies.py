@@ -87,6 +87,20 @@ def test_a_name_of_no_tokenizer_is_refused(name, message):
     vocabularies.given(name)
 
 
+def test_a_missing_tokenizer_is_named_before_any_data_is_read(config, monkeypatch):
+  """Its path is checked before the documents are opened (and, for your own files,
+  converted), not after."""
+  def read(*args, **kwargs):
+    raise AssertionError('the data was read before the tokenizer path was checked')
+  monkeypatch.setattr(pipeline, 'load_sources', read)
+  for name, what in (('/no/such/spm.model', 'a SentencePiece model'),
+                     ('/no/such/tokenizer.json', 'a Hugging Face tokenizer.json'),
+                     ('hf:/no/such/model', 'a Hugging Face model directory')):
+    config.data.tokenizer = name
+    with pytest.raises(errors.ConfigError, match=f'does not exist. Fix: give the path of {what}'):
+      workdir_lib.setup_data(config)
+
+
 def test_a_file_that_is_not_a_tokenizer_is_named(tmp_path):
   (tmp_path / 'bad.model').write_bytes(b'\x00not a model')
   (tmp_path / 'bad.json').write_text('{"not": "a tokenizer"}')

@@ -261,6 +261,21 @@ def kept(directory: str):
   return None, None
 
 
+def check_given(name: str) -> None:
+  """The file or directory config.data.tokenizer names exists: checked before any data is
+  read, so that a wrong path is not found only after the documents are converted."""
+  k = kind(name)
+  if k in (TRAINED, BYTES):
+    return
+  path = os.path.abspath(os.path.expanduser(
+      name[len(PRETRAINED_PREFIX):] if k == 'pretrained' else name))
+  if not (os.path.isdir(path) if k == 'pretrained' else os.path.isfile(path)):
+    what = {'pretrained': 'a Hugging Face model directory', 'huggingface':
+            'a Hugging Face tokenizer.json', 'sentencepiece_file': 'a SentencePiece model'}[k]
+    raise errors.ConfigError(f'config.data.tokenizer={name!r}: {path} does not exist. Fix: give '
+                             f'the path of {what}.')
+
+
 def given(name: str):
   """The tokenizer config.data.tokenizer names without training (bytes, or a file), else None."""
   k = kind(name)
