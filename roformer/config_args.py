@@ -108,6 +108,14 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None) ->
     raise errors.ConfigError(f'{flag}: {field!r} is not a field name. Fix: --config.a.b=VALUE.')
   node, tree = config, config_schema.schema()
   for depth, part in enumerate(parts[:-1]):
+    if (isinstance(tree, specs.Map) and isinstance(tree.of, specs.Record)
+        and part not in node):  # A field of a dict field's entry that is not there yet.
+      where, have = '.'.join(parts[:depth]), sorted(node.keys())
+      raise errors.ConfigError(
+          f'{flag}: config.{where} has no entry {part!r} ('
+          + (f'its entries: {", ".join(have)}' if have else 'it has none')
+          + f'). Fix: give the entry whole, e.g. --config.{where}.{part}="{{\'{parts[depth + 1]}\''
+          f': VALUE}}", then its fields one by one.')
     _must_have(node, part, parts[:depth], flag)
     if not hasattr(node[part], 'keys'):
       raise errors.ConfigError(f'{flag}: config.{".".join(parts[:depth + 1])} is a value, not a '

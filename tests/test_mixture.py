@@ -237,3 +237,12 @@ def test_the_command_line_sets_a_mixture_and_one_field_of_an_entry():
   with pytest.raises(errors.ConfigError, match='data.mixture.keys.wieght is not a config field'):
     config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
                                          ('data.mixture.keys.wieght', '0.3')])
+  # A field of an entry not made yet: the entry is made whole first, and the message says how.
+  with pytest.raises(errors.ConfigError, match=re.escape(
+      "config.data.mixture has no entry 'plays' (its entries: keys). Fix: give the entry whole, "
+      """e.g. --config.data.mixture.plays="{'weight': VALUE}", then""")):
+    config_args.load('configs/test.py', [('data.mixture', "{'keys': {'weight': 0.2}}"),
+                                         ('data.mixture.plays.weight', '0.6')])
+  config = config_args.load('configs/test.py', [('data.mixture.plays', "{'weight': 0.6}"),
+                                                ('data.mixture.plays.weight', '0.7')])
+  assert mixture.entries(config.data) == {'plays': {'weight': 0.7}}
