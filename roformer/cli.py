@@ -173,4 +173,9 @@ class ArgumentParser(argparse.ArgumentParser):
                       help='Show the Python traceback of an error instead of its summary.')
 
   def error(self, message):  # pylint: disable=redefined-outer-name
-    fail(_with_fix(message, f'{self.prog} --help lists the arguments.'), USAGE)
+    fix = f'{self.prog} --help lists the arguments.'
+    extra = message.split('unrecognized arguments: ', 1)[1:]
+    if extra and any(os.path.exists(arg) for arg in extra[0].split()):
+      fix = ("quote a glob so that it reaches the flag whole (--config.data.files='DIR/*.txt'): "
+             'unquoted, the shell expands it into one argument per file.')
+    fail(_with_fix(message, fix), USAGE)

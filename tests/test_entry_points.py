@@ -146,6 +146,24 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
          {blank_cwd: {}})
 
 
+def test_a_glob_the_shell_expanded_is_told_to_be_quoted(tmp_path, capsys):
+  """`--config.data.files DIR/*.txt` unquoted reaches argparse as one argument per file: the
+  files past the first are unrecognized, and the fix says to quote the glob. Any other
+  unrecognized argument keeps the plain fix."""
+  from roformer import cli  # pylint: disable=g-import-not-at-top
+  for name in ('a.txt', 'b.txt'):
+    (tmp_path / name).write_text('x')
+  parser = cli.ArgumentParser(prog='train.py')
+  parser.add_argument('--files')
+  for argv, fix in (([f'--files={tmp_path}/a.txt', str(tmp_path / 'b.txt')], 'quote a glob'),
+                    (['--nosuch'], 'train.py --help lists the arguments')):
+    with pytest.raises(SystemExit) as exited:
+      parser.parse_args(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count('\n') == 1, err
+    assert err.startswith('error: unrecognized arguments: ') and f'Fix: {fix}' in err, err
+
+
 def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, capsys):
   """cli.guard: a user's problem is one line and exit status 1, unless --debug; anything else
   (a bug) keeps its traceback."""
