@@ -34,7 +34,6 @@ from roformer import workdir as workdir_lib
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import pipeline
-from roformer.data import ruler_text
 from roformer.data import synthetic
 from roformer.data import vocabularies
 
@@ -99,7 +98,7 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   sources, tokenizer = workdir_lib.setup_data(
       config, splits=('train', 'validation'), workdir=workdir if resume_step is not None else '')
   tasks.for_config(config).check_data(config, sources)
-  ruler_text.check_lengths(sources, tokenizer, config.data.seq_len)  # Rows in text, if any.
+  mixture.check_text_lengths(sources, tokenizer, config.data.seq_len)  # Rows in text, if any.
   return Run(config, workdir, mesh, sources, tokenizer, resume_step=resume_step,
              init_from=init_from)
 
@@ -136,8 +135,9 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
     splits = tuple(config.eval.splits)
   sources, tokenizer = workdir_lib.setup_data(config, splits=('train',) + tuple(splits),
                                               workdir=workdir)
-  ruler_text.check_lengths(  # Rows in text, if any, at the shortest length evaluated.
-      sources, tokenizer, config.data.seq_len * min(config.eval.length_multipliers, default=1))
+  scored = {s: sources[s] for s in splits if s in sources}  # Not the train split's text.
+  mixture.check_text_lengths(  # Rows in text, if any, at the shortest length evaluated.
+      scored, tokenizer, config.data.seq_len * min(config.eval.length_multipliers, default=1))
   return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
              splits=tuple(splits))
 

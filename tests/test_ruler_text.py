@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from roformer import errors
+from roformer.data import mixture
 from roformer.data import passkey_text
 from roformer.data import ruler_text
 from roformer.data import synthetic
@@ -104,17 +105,19 @@ def test_several_sources_too_short_are_one_refusal_with_the_length_that_holds_th
     with pytest.raises(errors.TooShort) as alone:
       ruler_text.rows(split, BYTES, 20)
     shortest[name] = alone.value.shortest
-    ruler_text.rows(split, BYTES, shortest[name])  # Its own bound holds it.
-  mixture = type('Mixture', (), {'members': splits})()
+    ids, spans, _ = ruler_text.rows(split, BYTES, shortest[name]).tokens(0)  # It holds one:
+    assert len(ids) == shortest[name] + 1 and spans and all(0 < a < b < len(ids)
+                                                            for a, b in spans), (name, spans)
+  source = mixture.Mixture(splits, {}, {name: 1.0 for name in splits})
   longest = max(shortest.values())
   with pytest.raises(errors.TooShort, match=f'--config.data.seq_len={longest} or more') as both:
-    ruler_text.check_lengths({'validation': mixture, 'train': mixture}, BYTES, 20)
+    mixture.check_text_lengths({'validation': source, 'train': source}, BYTES, 20)
   assert both.value.shortest == longest
   for name, split in splits.items():
     assert f'{name} ({split.task}) {shortest[name]}' in str(both.value)
-  ruler_text.check_lengths({'validation': mixture}, BYTES, longest)
+  mixture.check_text_lengths({'validation': source}, BYTES, longest)
   with pytest.raises(errors.TooShort):
-    ruler_text.check_lengths({'validation': mixture}, BYTES, longest - 1)
+    mixture.check_text_lengths({'validation': source}, BYTES, longest - 1)
 
 
 def test_rows_too_short_for_their_needles_are_refused_with_the_length_that_fits():

@@ -235,6 +235,10 @@ def test_the_shortest_passkey_row_named_by_the_refusal_is_accepted():
   shortest = synthetic.passkey_fixed_tokens(cfg.data.synthetic.key_digits)  # + 1 of filler - 1.
   cfg.data.seq_len = shortest
   resolve.validate(cfg)
+  row = synthetic.Source(synthetic.Split(cfg.data.synthetic, 'passkey', 'validation'),
+                         shortest)[0]  # And a row of that length holds the whole key:
+  assert row['inputs'].shape == (shortest,)
+  assert int(np.count_nonzero(row['weights'])) == cfg.data.synthetic.key_digits
   cfg.data.seq_len = shortest - 1
   with pytest.raises(errors.ConfigError, match=f'--config.data.seq_len={shortest} or more'):
     resolve.validate(cfg)

@@ -118,6 +118,31 @@ def validate(config, trained_tokenizer: bool) -> None:
         'or give config.data.tokenizer (bytes, or a tokenizer file).')
 
 
+def check_text_lengths(sources: dict, tokenizer, length: int) -> None:
+  """Rows of `length` hold the fixed parts of every mixture source of rows in text (passkey's
+  and RULER's, the only place such rows come from) in `sources` (split name -> source): one
+  refusal naming each source that is too short and the length that holds them all, instead of
+  one per source as its rows are built."""
+  short = {}  # Source name -> (its task, its TooShort).
+  for source in sources.values():
+    for name, member in (source.members.items() if isinstance(source, Mixture) else ()):
+      if isinstance(member, passkey_text.Split) and name not in short:
+        try:
+          ruler_text.rows(member, tokenizer, length)
+        except errors.TooShort as e:
+          short[name] = member.task, e
+  if len(short) == 1:
+    raise next(iter(short.values()))[1]
+  if short:
+    longest = max(e.shortest for _, e in short.values())
+    needs = ', '.join(f'{name} ({task}) {e.shortest}' for name, (task, e) in short.items())
+    raise errors.TooShort(
+        f"rows in text (config.data.synthetic.filler='text') of {length} tokens cannot hold "
+        f'the fixed parts of several sources, whose shortest lengths are: {needs}. Fix: '
+        f'--config.data.seq_len={longest} or more, or fewer needles, values, queries, chains, '
+        'hops, common words or key_digits.', longest)
+
+
 def _same_source(member, base) -> bool:
   return all(member[key] == base[key] for key in ENTRY_FIELDS)
 

@@ -86,30 +86,6 @@ def rows(split: passkey_text.Split, tokenizer, length: int, run_seed: int = 0):
   return cls(split, tokenizer, length, run_seed)
 
 
-def check_lengths(sources: dict, tokenizer, length: int) -> None:
-  """Rows of `length` hold the fixed parts of every source of rows in text in `sources` (split
-  name -> source; a mixture's members each): one refusal naming each source that is too short
-  and the length that holds them all, instead of one refusal per source as its rows are built."""
-  short = {}  # Source name -> (its task, its TooShort).
-  for split_name, source in sources.items():
-    for name, member in getattr(source, 'members', {split_name: source}).items():
-      if isinstance(member, passkey_text.Split) and name not in short:
-        try:
-          rows(member, tokenizer, length)
-        except errors.TooShort as e:
-          short[name] = member.task, e
-  if len(short) == 1:
-    raise next(iter(short.values()))[1]
-  if short:
-    longest = max(e.shortest for _, e in short.values())
-    needs = ', '.join(f'{name} ({task}) {e.shortest}' for name, (task, e) in short.items())
-    raise errors.TooShort(
-        f"rows in text (config.data.synthetic.filler='text') of {length} tokens cannot hold "
-        f'the fixed parts of several sources, whose shortest lengths are: {needs}. Fix: '
-        f'--config.data.seq_len={longest} or more, or fewer needles, values, queries, chains, '
-        'hops, common words or key_digits.', longest)
-
-
 def validate(task: str, cfg) -> None:
   """The fields a row in text reads, before the tokenizer is known (Rows checks the length)."""
   where = 'config.data.synthetic'

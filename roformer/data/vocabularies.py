@@ -261,19 +261,24 @@ def kept(directory: str):
   return None, None
 
 
-def check_given(name: str) -> None:
-  """The file or directory config.data.tokenizer names exists: checked before any data is
-  read, so that a wrong path is not found only after the documents are converted."""
+def check_given(name: str) -> str | None:
+  """The absolute path of the file or directory config.data.tokenizer names (None for a
+  trained or bytes tokenizer), refused if it does not exist: checked before any data is read,
+  so that a wrong path is not found only after the documents are converted."""
   k = kind(name)
   if k in (TRAINED, BYTES):
-    return
+    return None
   path = os.path.abspath(os.path.expanduser(
       name[len(PRETRAINED_PREFIX):] if k == 'pretrained' else name))
   if not (os.path.isdir(path) if k == 'pretrained' else os.path.isfile(path)):
-    what = {'pretrained': 'a Hugging Face model directory', 'huggingface':
-            'a Hugging Face tokenizer.json', 'sentencepiece_file': 'a SentencePiece model'}[k]
-    raise errors.ConfigError(f'config.data.tokenizer={name!r}: {path} does not exist. Fix: give '
-                             f'the path of {what}.')
+    what = {'pretrained': 'a Hugging Face model directory (its tokenizer.json and '
+                          'tokenizer_config.json)', 'huggingface': 'a Hugging Face tokenizer.json',
+            'sentencepiece_file': 'a SentencePiece model'}[k]
+    problem = ('does not exist' if not os.path.exists(path) else
+               'is not a directory' if k == 'pretrained' else 'is not a file')
+    raise errors.ConfigError(f'config.data.tokenizer={name!r}: {path} {problem}. Fix: give the '
+                             f'path of {what}.')
+  return path
 
 
 def given(name: str):
@@ -283,15 +288,9 @@ def given(name: str):
     return None
   if k == BYTES:
     return Bytes()
-  if k == 'pretrained':
-    path = os.path.abspath(os.path.expanduser(name[len(PRETRAINED_PREFIX):]))
-    if not os.path.isdir(path):
-      raise errors.ConfigError(f'config.data.tokenizer={name!r}: {path} is not a directory. '
-                               'Fix: hf:DIR with DIR a Hugging Face model directory (its '
-                               'tokenizer.json and tokenizer_config.json).')
-    return Pretrained(path)
-  path = os.path.abspath(os.path.expanduser(name))
-  return (SentencePieceFile if k == 'sentencepiece_file' else HuggingFace)(path)
+  path = check_given(name)
+  return {'pretrained': Pretrained, 'sentencepiece_file': SentencePieceFile,
+          'huggingface': HuggingFace}[k](path)
 
 
 def keep(tokenizer, workdir: str, resumed: bool) -> None:
