@@ -261,6 +261,13 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
              'position': scheme.kind, **scheme.results_fields(config.model.position),
              'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
              'overrides': saved_config.differences(saved, config), 'splits': {}}
+  # Your own files' documents in each split scored: the same config can read other text.
+  data = {split: content for split in splits
+          if (content := pipeline.split_content(config.data, split))}
+  if data:
+    results['data'] = data
+  if run.train_data_changed:
+    results['train_data_changed'] = list(run.train_data_changed)
   if classifying:
     for split in splits:
       hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)

@@ -11,6 +11,7 @@ naming the field or file and the fix, before anything is compiled.
 """
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -37,6 +38,8 @@ from roformer.data import pipeline
 from roformer.data import synthetic
 from roformer.data import vocabularies
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass
 class Run:
@@ -47,7 +50,8 @@ class Run:
   Training: `resume_step` is the newest checkpoint in the workdir (None for a fresh run);
   `init_from` is (the source's saved config, its step) for a fresh run that starts from
   config.init_from, else None. Evaluation: `step` is the checkpoint evaluated, `saved` the
-  config the run was trained with, `splits` the splits to evaluate."""
+  config the run was trained with, `splits` the splits to evaluate, `train_data_changed` how
+  the files' train documents differ from those it was trained on (none if they do not)."""
   config: ml_collections.ConfigDict
   workdir: str
   mesh: Mesh
@@ -58,6 +62,7 @@ class Run:
   step: int | None = None
   saved: ml_collections.ConfigDict | None = None
   splits: tuple[str, ...] = ()
+  train_data_changed: tuple[str, ...] = ()
 
   @property
   def ckpt_dir(self) -> str:
@@ -138,8 +143,15 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
   scored = {s: sources[s] for s in splits if s in sources}  # Not the train split's text.
   mixture.check_text_lengths(  # Rows in text, if any, at the shortest length evaluated.
       scored, tokenizer, config.data.seq_len * min(config.eval.length_multipliers, default=1))
+  data_changed = tuple(workdir_lib.train_data_changes(config, workdir))
+  if data_changed:
+    log.warning(
+        'The files hold other documents than %s was trained on (%s; saved vs now): the splits '
+        'scored are those of the files now, which may differ from the ones validated during '
+        "training. The results record each split's documents ('data') and this change.",
+        workdir, '; '.join(data_changed))
   return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
-             splits=tuple(splits))
+             splits=tuple(splits), train_data_changed=data_changed)
 
 
 def _scale_from(config, saved) -> None:

@@ -179,25 +179,31 @@ TRAIN_DATA_FILE = 'train_data.json'
 
 
 def record_train_data(config, workdir: str) -> None:
-  """Writes what the run's train split holds (`pipeline.train_content`: your own files' text)
+  """Writes what the run's train split holds (`pipeline.split_content`: your own files' text)
   for a resumed run to check; nothing for data that the config fixes."""
-  content = pipeline.train_content(config.data)
+  content = pipeline.split_content(config.data, 'train')
   if content:
     files.write_json_atomic(os.path.join(workdir, TRAIN_DATA_FILE), content)
+
+
+def train_data_changes(config, workdir: str) -> list[str]:
+  """How the train documents that config.data reads now differ from those the run in
+  `workdir` recorded ('FIELD: saved vs now'); none where it recorded nothing (data fixed by
+  its config, or a run of an earlier version)."""
+  path = os.path.join(workdir, TRAIN_DATA_FILE)
+  if not os.path.exists(path):
+    return []
+  saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
+  now = pipeline.split_content(config.data, 'train')
+  named = lambda content: {name or 'config.data.files': text for name, text in content.items()}
+  return saved_config.differences(named(saved), named(now))
 
 
 def check_train_data(config, workdir: str) -> None:
   """A resumed run reads the documents it started on: its saved data position counts batches
   of that stream, so files changed since (other text, not merely touched or copied) are
-  refused. A run that recorded nothing (data fixed by its config, or an earlier version) is
-  not checked."""
-  path = os.path.join(workdir, TRAIN_DATA_FILE)
-  if not os.path.exists(path):
-    return
-  saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
-  now = pipeline.train_content(config.data)
-  named = lambda content: {name or 'config.data.files': text for name, text in content.items()}
-  changed = saved_config.differences(named(saved), named(now))
+  refused."""
+  changed = train_data_changes(config, workdir)
   if changed:
     raise errors.ConfigError(
         f'--workdir={workdir!r} was trained on other documents than the files hold now '

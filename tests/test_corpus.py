@@ -1,11 +1,13 @@
 """Your own files as a dataset (roformer/data/corpus.py): every format reads back its documents,
 the splits, the cache key, a conversion cut short, and each bad input as one error."""
 
+import glob
 import gzip
 import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -258,13 +260,17 @@ def tfds_descriptions() -> str:
   return os.path.join(package, 'datasets', '*', 'README.md')
 
 
-def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_path):
+def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_path, caplog):
   """README's command on the TFDS descriptions (a few steps of the tiny model): train.py
-  converts them, trains and evaluates; evaluating the workdir again gives the same loss."""
-  workdir, cache = tmp_path / 'run', tmp_path / 'cache'
+  converts them, trains and evaluates; evaluating the workdir again gives the same loss. Once
+  the files change, an evaluation says so and records each split's documents."""
+  workdir, cache, docs = tmp_path / 'run', tmp_path / 'cache', tmp_path / 'docs'
+  for path in glob.glob(tfds_descriptions()):
+    (docs / path.split(os.sep)[-2]).mkdir(parents=True)
+    shutil.copy(path, docs / path.split(os.sep)[-2])
   done = subprocess.run(
       [sys.executable, 'train.py', '--config=configs/test.py', f'--workdir={workdir}',
-       '--config.data.name=files', f'--config.data.files={tfds_descriptions()}',
+       '--config.data.name=files', f'--config.data.files={docs}/*/README.md',
        f'--config.data.data_dir={cache}', '--config.data.vocab_size=256',
        '--config.train.steps=4', '--config.train.eval_every=4', '--config.train.checkpoint_every=4',
        '--config.mesh.num_devices=1'], cwd=REPO, env=processes.env(devices=1),
@@ -275,9 +281,22 @@ def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_p
   validation = [r for r in records if r['split'] == 'validation'][-1]
   saved = saved_config.load(str(workdir))
   saved.eval.update(max_batches=saved.train.eval_batches, length_multipliers=(1,))
-  results = evaluate.evaluate_workdir(saved, str(workdir))
+  results = evaluate.evaluate_workdir(saved, str(workdir), splits=('validation',))
   np.testing.assert_allclose(results['splits']['validation']['lengths'][0]['loss'],
                              validation['loss'], rtol=1e-5)
+  held_out = corpus.content(saved.data, str(cache), 'validation')
+  assert results['data'] == {'validation': {'': held_out}} and held_out.startswith(
+      f'{len(pipeline.load_sources(saved.data, ("validation",))["validation"])} documents')
+  assert 'train_data_changed' not in results and 'other documents' not in caplog.text
+  for i in range(40):  # 40 documents more: some are carved into each split.
+    (docs / f'more{i}').mkdir()
+    (docs / f'more{i}' / 'README.md').write_text(f'Another dataset, number {i}.')
+  changed = evaluate.evaluate_workdir(saved, str(workdir), splits=('validation',))
+  assert 'other documents than' in caplog.text
+  (change,) = changed['train_data_changed']
+  assert change.startswith('config.data.files: ') and '186 files' not in change
+  assert changed['data']['validation'][''] != held_out
+  assert changed['data']['validation'][''] == corpus.content(saved.data, str(cache), 'validation')
 
 
 def test_files_fields_are_refused_for_another_dataset():

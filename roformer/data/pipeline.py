@@ -172,15 +172,15 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
   return sources
 
 
-def train_content(data_cfg) -> dict[str, str]:
-  """What the train split holds, for the sources whose documents can change under the same
-  config (your own files, `corpus.content`): {'' or the mixture's source name: description}.
-  A dataset by name, an embedded corpus and a synthetic task are fixed by the config: none."""
+def split_content(data_cfg, split: str) -> dict[str, str]:
+  """What `split` holds, for the sources whose documents can change under the same config
+  (your own files, `corpus.content`): {'' or the mixture's source name: description}. A
+  dataset by name, an embedded corpus and a synthetic task are fixed by the config: none."""
   if mixture.is_mixture(data_cfg):
     return {name: text for name, entry in mixture.entries(data_cfg).items()
-            for text in train_content(mixture.member_config(data_cfg, entry)).values()}
+            for text in split_content(mixture.member_config(data_cfg, entry), split).values()}
   if corpus.is_files(data_cfg):
-    return {'': corpus.content(data_cfg, data_dir(data_cfg), 'train')}
+    return {'': corpus.content(data_cfg, data_dir(data_cfg), split)}
   return {}
 
 
