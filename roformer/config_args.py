@@ -97,16 +97,18 @@ def _one_line(e: BaseException) -> str:
   return f'{type(e).__name__}: {text[0][:300]}' if text else type(e).__name__
 
 
-def override(config: ml_collections.ConfigDict, field: str, text: str | None) -> None:
+def override(config: ml_collections.ConfigDict, field: str, text: str | None,
+             schema: dict | None = None) -> None:
   """Sets the dotted `field` of `config` from the text of `--config.FIELD=TEXT` (None: a bare
   flag, true for a boolean). Raises ConfigError naming the flag if the field does not exist or
   the text is not of its type. A dict field (data.splits, mesh.rules) also takes one entry at
-  a time: --config.data.splits.validation=test."""
+  a time: --config.data.splits.validation=test. `schema`: config_schema.schema(), if built
+  already."""
   flag = f'--config.{field}'
   parts = field.split('.')
   if not all(parts):
     raise errors.ConfigError(f'{flag}: {field!r} is not a field name. Fix: --config.a.b=VALUE.')
-  node, tree = config, config_schema.schema()
+  node, tree = config, schema or config_schema.schema()
   for depth, part in enumerate(parts[:-1]):
     if (isinstance(tree, specs.Map) and isinstance(tree.of, specs.Record)
         and part not in node):  # A field of a dict field's entry that is not there yet.
@@ -143,7 +145,7 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None) ->
     value = True
   else:
     value = spec.parse(text, f'config.{field}')
-  with config.unlocked(), config.ignore_type():
+  with node.unlocked(), node.ignore_type():  # Not the whole config's: each walks its tree.
     node[leaf] = value
 
 
@@ -172,8 +174,9 @@ def _must_have(node, part: str, parents: list[str], flag: str) -> None:
 def apply(config: ml_collections.ConfigDict, overrides: Iterable[Override]
           ) -> ml_collections.ConfigDict:
   """`config` with every override set, in order (a later one of a field wins)."""
+  schema = config_schema.schema()  # Once: it is built on each call.
   for field, text in overrides:
-    override(config, field, text)
+    override(config, field, text, schema)
   return config
 
 

@@ -117,16 +117,20 @@ def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None)
       lasts.update({run.workdir: last for run, last in zip(part, done)})
   log.info('Time: %s%s.', f'start-up {startup:.1f} s (to the first check), '
            if startup is not None else '', phases.line())
-  failures += [(w, last['failed']) for w, last in lasts.items() if last.get('failed')]
+  diverged = [(w, last['failed']) for w, last in lasts.items() if last.get('failed')]
+  if diverged and not group and not failures:
+    raise reliability.Diverged(diverged[0][1])
+  for w, why in diverged:  # One line each, as the members refused at setup have.
+    log.error('%s: %s', w, why)
+  failures += diverged
   if failures:
-    if not group:
-      raise reliability.Diverged(failures[0][1])
     finished = [w for w, last in lasts.items() if not last.get('failed')]
+    named = '; '.join(f'{w}: {why.rstrip(".")}' for w, why in failures)
     raise reliability.MembersFailed(
-        f'{len(failures)} of {len(configs)} runs failed: '
-        f'{"; ".join(f"{w}: {why}" for w, why in failures)}. The others finished: '
-        f'{", ".join(finished) or "none"}. Fix: see each message; rerun the same command to '
-        'retry the failed ones (the finished ones are kept).')
+        f'{len(failures)} of {len(configs)} runs failed: {named}. The others '
+        f'finished: {", ".join(finished) or "none"}. Fix: as each message says (a config '
+        'refused fails the same way until it is changed), then rerun the same command: the '
+        'failed ones start again and the finished ones are kept.')
   return [lasts[os.path.abspath(w)] for w in workdirs]
 
 
@@ -227,11 +231,14 @@ class _Member:
 
 
 def _diverged(member: _Member, step: int, path: str) -> str:
-  return (f'step {step}: the loss or gradient norm is not finite; training stopped with no '
-          f'update from that step on saved (last checkpoint: step '
-          f'{member.ckpt.latest_step()}); the batch is in {path}. Fix: lower '
-          'config.train.learning_rate, raise warmup_steps or clip harder, then rerun to resume '
-          "from the checkpoint; or set config.train.on_nonfinite='skip' to drop such steps.")
+  latest = member.ckpt.latest_step()
+  return (f'step {step}: the loss or gradient norm is not finite; training stopped, and no '
+          'update of that step or after it was saved ('
+          + (f'last checkpoint: step {latest}' if latest is not None else 'no checkpoint yet')
+          + f'); the batch is in {path}. Fix: lower config.train.learning_rate, raise '
+          'warmup_steps or clip harder, then rerun to '
+          + ('resume from the checkpoint' if latest is not None else 'start again')
+          + "; or set config.train.on_nonfinite='skip' to drop such steps.")
 
 
 def _train(runs, stop_at, preempt: reliability.Preemption, stack: contextlib.ExitStack,

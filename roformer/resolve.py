@@ -85,16 +85,7 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   starting_from = bool(config.init_from) and resume_step is None
   if starting_from:  # Settings the config leaves to the source (its training length).
     take_from_source(config)
-  # Options the scheme derives from the positions trained on (`derived`): a resumed run's
-  # saved values, or a new run's own.
-  saved = (saved_config.load(workdir) if resume_step is not None
-           and os.path.exists(os.path.join(workdir, 'config.json')) else None)
-  with config.unlocked():
-    if saved is not None:
-      positions_lib.take_derived(config.model, saved.model)
-      if config.init_from:  # What the continuation took from its source when it started.
-        positions_lib.take_filled(config.model, saved.model)
-    positions_lib.derive(config.model, trained_positions(config)[0])
+  _as_resumed(config, workdir, resume_step)
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)
   init_from = check_init_from(config) if starting_from else None
@@ -106,6 +97,34 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   mixture.check_text_lengths(sources, tokenizer, config.data.seq_len)  # Rows in text, if any.
   return Run(config, workdir, mesh, sources, tokenizer, resume_step=resume_step,
              init_from=init_from)
+
+
+def _as_resumed(config: ml_collections.ConfigDict, workdir: str, resume_step: int | None):
+  """Options the scheme derives from the positions trained on (`derived`): a resumed run's
+  saved values, or a new run's own; and what a resumed continuation took from its source
+  when it started."""
+  saved = (saved_config.load(workdir) if resume_step is not None
+           and os.path.exists(os.path.join(workdir, 'config.json')) else None)
+  with config.unlocked():
+    if saved is not None:
+      positions_lib.take_derived(config.model, saved.model)
+      if config.init_from:
+        positions_lib.take_filled(config.model, saved.model)
+    positions_lib.derive(config.model, trained_positions(config)[0])
+
+
+def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """What `for_training` checks before it opens any data or device, for `config` run in
+  `workdir`: its fields (and their relations, where no source run supplies settings first),
+  and that `workdir` holds no other run. A sweep checks every point with it before it starts
+  any, so that a changed sweep file cannot finish its runs under two configs."""
+  check_fields(config)
+  config = ml_collections.ConfigDict(config.to_dict())
+  resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
+  if not config.init_from:
+    check_relations(config)
+  _as_resumed(config, workdir, resume_step)
+  workdir_lib.check_workdir(config, workdir, resume_step)
 
 
 def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,

@@ -7,7 +7,9 @@
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
 metrics.jsonl, eval_results*.json) into RECORDS/POINT, and merges the sweep's sweep.json into
 RECORDS/sweep.json: the points and labels already there are kept, and a point kept again is
-replaced whole, its files and its entry. Checkpoints, TensorBoard events and the tokenizer stay
+replaced whole, its files and its entry, where that loses nothing: a kept record of another
+config, or with more steps trained or evaluations than the new run's, is refused unless
+--replace. Checkpoints, TensorBoard events and the tokenizer stay
 behind: a kept record is a few tens of kilobytes where a point's workdir is tens of megabytes.
 So the parts of one sweep run in different places or at different times
 (passkey_extension.py:seed=1 here and :seed=2 there; options.py a task at a time) join in one
@@ -22,6 +24,7 @@ sweeps share (their common points trained once) gives each sweep's records their
 """
 
 import glob
+import json
 import os
 import shutil
 import sys
@@ -74,14 +77,71 @@ def _keep_point(workdir: str, target: str) -> None:
   files.durable_replace(building, target)
 
 
+def _flat(value, prefix: str = '') -> dict:
+  """{dotted field: value} of a config's JSON."""
+  if not isinstance(value, dict):
+    return {prefix: value}
+  return {k: v for key, inner in value.items()
+          for k, v in _flat(inner, f'{prefix}.{key}' if prefix else key).items()}
+
+
+def _meaning(config: dict) -> dict:
+  """A point's config.json, less where its run lived: the data cache, and the directory of
+  the run it started from (its name is kept)."""
+  flat = _flat(config)
+  flat.pop('data.data_dir', None)
+  if flat.get('init_from'):
+    flat['init_from'] = os.path.basename(str(flat['init_from']).rstrip('/'))
+  return flat
+
+
+def _steps_trained(workdir: str) -> int:
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return 0
+  with open(path, encoding='utf-8', errors='replace') as f:
+    return max((_json_or_empty(line).get('step', 0) for line in f if line.strip()), default=0)
+
+
+def _json_or_empty(line: str) -> dict:
+  try:
+    record = json.loads(line)
+  except ValueError:  # A line cut short: the report names it; here it counts for nothing.
+    return {}
+  return record if isinstance(record, dict) else {}
+
+
+def _evaluations(workdir: str) -> set[str]:
+  return {os.path.basename(p) for p in glob.glob(os.path.join(workdir, sweep_points.EVAL_RESULTS))}
+
+
+def lost_by_replacing(kept: str, incoming: str) -> str:
+  """What keeping `incoming` (a point's workdir) in place of the record `kept` would lose:
+  the record of a run of another config, steps trained or evaluations; '' if nothing."""
+  old, new = (_meaning(files.read_json(os.path.join(d, 'config.json'))) for d in (kept, incoming))
+  differ = [f'{k}: {old.get(k, "(none)")} vs {new.get(k, "(none)")}'
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+  if differ:
+    return (f'a run of another config ({"; ".join(differ[:3])}'
+            + (f'; {len(differ) - 3} more' if len(differ) > 3 else '') + '; kept vs new)')
+  if _steps_trained(incoming) < _steps_trained(kept):
+    return f'{_steps_trained(kept)} steps trained, where the new run has {_steps_trained(incoming)}'
+  missing = sorted(_evaluations(kept) - _evaluations(incoming))
+  if missing:
+    return f'the evaluations {", ".join(missing)}, which the new run lacks'
+  return ''
+
+
 def named_points(specs: list[str]) -> set[str]:
   """The names of the points the sweep files `specs` (FILE[:ARG]) define."""
   return {point.name for spec in specs for point in sweeps.load(spec).points}
 
 
-def keep(sweep_dir: str, records: str, only: set[str] | None = None) -> list[str]:
+def keep(sweep_dir: str, records: str, only: set[str] | None = None,
+         replace: bool = False) -> list[str]:
   """Copies `sweep_dir`'s records into `records` (see the module's docstring), of the points
-  named in `only` if given; returns the names of the points kept."""
+  named in `only` if given; returns the names of the points kept. A point kept already is
+  replaced only where that loses nothing (`lost_by_replacing`), or with `replace`."""
   _refuse(sweep_dir, records)
   ours = files.read_json(os.path.join(sweep_dir, 'sweep.json'))
   kept_json = os.path.join(records, 'sweep.json')
@@ -95,6 +155,17 @@ def keep(sweep_dir: str, records: str, only: set[str] | None = None) -> list[str
                                'the sweep that ran there.')
     ours = {**ours, **{key: {k: v for k, v in ours.get(key, {}).items() if k in only}
                        for key in ('points', 'labels')}}
+  losses = [(name, lost) for name in names if os.path.exists(os.path.join(records, name,
+                                                                          'config.json'))
+            and (lost := lost_by_replacing(os.path.join(records, name),
+                                           os.path.join(sweep_dir, name)))]
+  if losses and not replace:
+    name, lost = losses[0]
+    raise errors.ConfigError(
+        f'{os.path.join(records, name)} keeps {lost}: keeping {os.path.join(sweep_dir, name)} '
+        f'would replace it' + (f' ({len(losses) - 1} more points likewise)' if len(losses) > 1
+                               else '') + '. Fix: keep these records in another directory, or '
+        'pass --replace to replace them whole.')
   os.makedirs(records, exist_ok=True)
   for name in names:
     _keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
@@ -111,8 +182,12 @@ def main(argv=None) -> int:
   parser.add_argument('records', type=cli.path_arg, help='Where to keep the records.')
   parser.add_argument('--sweep', action='append', default=[], metavar='FILE[:ARG]',
                       help='Keep only the points this sweep names (repeatable).')
+  parser.add_argument('--replace', action='store_true',
+                      help='Replace a kept point whole even where its record holds more (steps, '
+                      'evaluations) or is of another config.')
   args = parser.parse_args(argv)
-  names = keep(args.sweep_dir, args.records, named_points(args.sweep) if args.sweep else None)
+  names = keep(args.sweep_dir, args.records, named_points(args.sweep) if args.sweep else None,
+               args.replace)
   print(f'kept the records of {len(names)} points in {args.records}; report: '
         f'python scripts/report.py {args.records}')
   return 0

@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import os
 import queue
+import re
 import shlex
 import shutil
 import signal
@@ -48,6 +49,7 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import flops  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
 from roformer import reliability  # pylint: disable=wrong-import-position
+from roformer import resolve  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from roformer.data import passkey_text  # pylint: disable=wrong-import-position
 from roformer.data import row_cache  # pylint: disable=wrong-import-position
@@ -195,7 +197,8 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   for point in group.points:
     if point.name in failures:
       progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: '
-                   f'{_last_line(log_path)} (log: {log_path})')
+                   f'{failure_message(log_path, os.path.join(root, point.name))} '
+                   f'(log: {log_path})')
   if len(failures) < len(group.points):
     progress.say(f'[sweep] finished {group.name} in {logs.duration(elapsed)}')
   return not failures
@@ -224,11 +227,26 @@ def on_gpu() -> bool:
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
-def point_config(sweep, point):
-  """The whole config `point` trains with (its train.py command's flags on the sweep's
-  config)."""
-  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/unused')[1:])
+def point_config(sweep, point, workdir: str = '/unused'):
+  """The whole config `point` trains with in `workdir` (its train.py command's flags on the
+  sweep's config; {sweep} in a value is the directory `workdir` is in)."""
+  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, workdir)[1:])
   return config_args.load(sweep.config, flags)
+
+
+def check_points(spec: str, sweep, root: str) -> None:
+  """Before any point runs: every point's config passes train.py's own checks, and a point
+  started or finished in `root` was started with the config the sweep gives it now (a sweep
+  file changed between two runs would otherwise leave runs of two configs side by side in one
+  report). One ConfigError naming the point and the sweep file."""
+  for point in sweep.points:
+    workdir = os.path.join(root, point.name)
+    try:
+      resolve.check_rerun(point_config(sweep, point, workdir), workdir)
+    except errors.ConfigError as e:
+      raise errors.ConfigError(
+          f'{spec}, point {point.name} (the sweep\'s overrides and the point\'s fields on '
+          f'{sweep.config}): {e}') from None
 
 
 def step_flops(sweep, group) -> float:
@@ -349,10 +367,21 @@ def longest_first(groups, work: dict[str, float]) -> list:
   return sorted(free, key=lambda g: work[g.name], reverse=True) + bound
 
 
-def _last_line(path: str) -> str:
-  with open(path, encoding='utf-8', errors='replace') as f:
+def failure_message(log_path: str, workdir: str, limit: int = 400) -> str:
+  """Why the run in `workdir` failed, from its group's log (the last attempt: the lines after
+  the last command): the line that names it ('WORKDIR: why', each failed member of a group
+  has one), else the `error:` line of a run alone, else the last line; its start, at most
+  `limit` characters."""
+  with open(log_path, encoding='utf-8', errors='replace') as f:
     lines = [line.strip() for line in f if line.strip()]
-  return lines[-1][-300:] if lines else ''
+  commands = [i for i, line in enumerate(lines) if line.startswith('$ ')]
+  lines = lines[commands[-1] + 1:] if commands else lines
+  named = re.compile(r'(?:\d\d:\d\d:\d\d )?' + re.escape(workdir) + r': (.*)')
+  found = ([m.group(1) for line in lines if (m := named.fullmatch(line))]
+           or [line.removeprefix('error: ') for line in lines if line.startswith('error: ')]
+           or lines[-1:] or [''])
+  text = found[-1]
+  return text if len(text) <= limit else text[:limit - 3] + '...'
 
 
 def main(argv=None) -> int:
@@ -404,6 +433,11 @@ def main(argv=None) -> int:
   groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points]
             if args.no_group_seeds or not sweep.group_seeds else
             sweeps.seed_groups(sweep, sweep.points))
+  try:
+    check_points(args.sweep, sweep, root)
+  except errors.ConfigError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   if args.dry_run:
     for group in groups:
       commands = [sweeps.group_train_command(sweep, group, root, extra)] + [

@@ -94,6 +94,12 @@ def test_names_values_and_commands(tmp_path):
     ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}, {"seed": 0}]}\n', 'same fields'),
     ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}], "evals": {"a b": {}}}\n',
      'plain name'),
+    ('def get_sweep(arg=""):\n  return {"points": [{"model.position.kind": "rope"}], "evals": '
+     '{"x": {"when": {"model.positon.kind": "rope"}}}}\n',
+     "'model.positon.kind'.*never run.*did you mean 'model.position.kind'"),
+    ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}], "overrides": {"model.position'
+     '.kind": "rope"}, "evals": {"x": {"when": {"model.position.kind": "rope"}}}}\n',
+     'a field no point sets'),
 ])
 def test_bad_sweep_files(tmp_path, body, match):
   with pytest.raises(errors.ConfigError, match=match):
@@ -179,20 +185,24 @@ def _run(args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize('resume', [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_dir, resume):
+def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_dir, resume,
+                                                                capsys):
   """Two points, one failing: the other finishes and the report reads its files. Resuming an
   interrupted point (-m slow; the stages a point still needs: test_an_evaluation_of_a_stopped_
   run_is_redone) continues its training and redoes only the evaluation it lost."""
   spec = _smoke_sweep(tmp_path, data_dir, 'rope',
-                      "{'model.position.kind': 'alibi', 'seed': 1, 'model.d_model': 30}",
+                      "{'model.position.kind': 'alibi', 'seed': 1, 'train.learning_rate': 1e30}",
                       evals=('', 'rope_yarn'), lengths=(1, 2))  # -m slow: all of them.
   root = str(tmp_path / 'sweep')
   first = _run(['--sweep', spec, '--workdir', root, '--parallel', '2'])
   assert first.returncode == 1, first.stdout + first.stderr  # One point failed ...
-  assert 'FAILED kind=alibi,seed=1,d_model=30 at train (exit 1)' in first.stdout
-  assert 'config.model.d_model' in first.stdout  # ... naming the cause from its log,
+  failed = [line for line in first.stdout.splitlines() if 'FAILED' in line]
+  assert len(failed) == 1 and failed[0].startswith(
+      '[sweep] FAILED kind=alibi,seed=1,learning_rate=1e+30 at train (exit 1): ')
+  assert 'not finite' in failed[0]  # ... naming the cause from its log,
   assert '1/2 points done, 1 failed' in first.stdout  # ... and the other finished.
-  assert sorted(os.listdir(root)) == ['kind=rope,seed=0', 'logs', 'sweep.json']
+  assert sorted(os.listdir(root)) == ['kind=alibi,seed=1,learning_rate=1e+30',
+                                      'kind=rope,seed=0', 'logs', 'sweep.json']
   rope = os.path.join(root, 'kind=rope,seed=0')
   assert sorted(f for f in os.listdir(rope) if f.startswith('eval_results')) == [
       'eval_results.json', 'eval_results.rope_yarn.json']
@@ -222,6 +232,21 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   body = lambda report_text: [line for line in report_text.splitlines()
                               if not line.startswith('Generated ')]  # Its date.
   assert body(open(os.path.join(kept, 'report.md')).read()) == body(text.replace(root, kept))
+  kept_files = sorted(_files_under(kept))  # A sweep run there is refused, writing nothing.
+  assert sweep_script.main(['--sweep', spec, '--workdir', kept]) == 2
+  assert 'holds the evaluations of a finished run' in capsys.readouterr().err
+  assert sorted(_files_under(kept)) == kept_files
+
+  # The sweep file changed since: refused before anything runs, naming the point and field.
+  changed = str(tmp_path / 'changed.py')
+  with open(spec) as f, open(changed, 'w') as out:
+    out.write(f.read().replace("  sweep['points'] +=", "  sweep['overrides']['model.d_model'] "
+                               "= 48\n  sweep['points'] +="))
+  written = {path: os.path.getmtime(path) for path in _files_under(root)}
+  assert sweep_script.main(['--sweep', changed, '--workdir', root]) == 2
+  assert re.search(r'point kind=rope,seed=0 .*changed fields \(saved vs now\): '
+                   r'model.d_model: 64 vs 48', capsys.readouterr().err)
+  assert {path: os.path.getmtime(path) for path in _files_under(root)} == written
 
   if not resume:
     return
@@ -240,6 +265,25 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
                                        lengths=(1, 2)), '--workdir', root]).stdout.count(
                                            '1 points were already finished') == 1
+
+
+def _files_under(root) -> list[str]:
+  return [os.path.join(d, f) for d, _, names in os.walk(root) for f in names]
+
+
+def test_a_point_that_train_py_would_refuse_stops_the_sweep_before_anything_runs(tmp_path,
+                                                                                 capsys):
+  spec = write_sweep(tmp_path, """
+def get_sweep(arg=''):
+  return {'config': 'configs/synthetic.py:passkey', 'overrides': {'train.steps': 100},
+          'points': [{'seed': 0}, {'seed': 1, 'model.d_model': 30}]}
+""")
+  for dry_run in ([], ['--dry_run']):
+    assert sweep_script.main(['--sweep', spec, '--workdir', str(tmp_path / 'w')] + dry_run) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: {spec}, point seed=1,d_model=30 ') and err.count('\n') == 1
+    assert 'config.model.d_model=30' in err
+  assert not (tmp_path / 'w').exists()
 
 
 def _fake_sweep(root, seeds, resumed=True, label=''):
@@ -273,7 +317,11 @@ def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   assert keep_records.keep(str(first), str(kept)) == ['base,seed=0', 'base,seed=1']
   assert sorted(os.listdir(kept / 'base,seed=1')) == [
       'config.json', 'config.resume-10.json', 'eval_results.rope_yarn.json', 'metrics.jsonl']
-  assert keep_records.keep(str(second), str(kept)) == ['base,seed=1', 'base,seed=2']
+  with pytest.raises(errors.ConfigError, match=r"base,seed=1 keeps a run of another config "
+                     r"\(root: .*first vs .*second; kept vs new\).*Fix: .*--replace"):
+    keep_records.keep(str(second), str(kept))  # Nothing kept of second: seed=2 neither.
+  assert sorted(os.listdir(kept)) == ['base,seed=0', 'base,seed=1', 'sweep.json']
+  assert keep_records.keep(str(second), str(kept), replace=True) == ['base,seed=1', 'base,seed=2']
   assert sorted(os.listdir(kept)) == ['base,seed=0', 'base,seed=1', 'base,seed=2', 'sweep.json']
   for seed, source in ((0, first), (1, second), (2, second)):
     name = f'base,seed={seed}'
@@ -285,6 +333,32 @@ def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   assert {name: point['root'] for name, point in record['points'].items()} == {
       'base,seed=0': str(first), 'base,seed=1': str(second), 'base,seed=2': str(second)}
   assert record['labels'] == {'base,seed=0': 'early', 'base,seed=1': 'early'}
+
+
+def test_a_kept_record_is_replaced_by_a_run_that_holds_all_it_held_and_else_refused(tmp_path):
+  """A point kept again replaces its record when the new run has its config, steps and
+  evaluations (a run resumed to its end, kept again); a record of more steps or evaluations
+  is refused, naming what would be lost, unless --replace."""
+  sweep, kept = tmp_path / 'sweep', tmp_path / 'kept'
+  _fake_sweep(sweep, (0,))
+  point = sweep / 'base,seed=0'
+  assert keep_records.main([str(sweep), str(kept)]) == 0
+  with open(point / 'metrics.jsonl', 'a') as f:  # Resumed to step 20 and evaluated again.
+    f.write('{"step": 20}\n')
+  (point / 'eval_results.json').write_text('{}')
+  assert keep_records.keep(str(sweep), str(kept)) == ['base,seed=0']
+  assert (kept / 'base,seed=0' / 'eval_results.json').exists()
+  os.remove(point / 'eval_results.json')
+  with pytest.raises(errors.ConfigError, match='keeps the evaluations eval_results.json, which '
+                     'the new run lacks'):
+    keep_records.keep(str(sweep), str(kept))
+  (point / 'metrics.jsonl').write_text('{"step": 5}\n')
+  with pytest.raises(errors.ConfigError, match='keeps 20 steps trained, where the new run has 5'):
+    keep_records.keep(str(sweep), str(kept))
+  assert (kept / 'base,seed=0' / 'eval_results.json').exists()  # Nothing lost.
+  assert keep_records.main([str(sweep), str(kept), '--replace']) == 0
+  assert sorted(os.listdir(kept / 'base,seed=0')) == sorted(
+      f for f in os.listdir(point) if f.endswith(('.json', '.jsonl')))
 
 
 def test_kept_records_of_one_sweep_leave_out_the_points_of_another_in_its_workdir(tmp_path):
@@ -862,16 +936,18 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_
 
 
 @pytest.mark.parametrize('no_row_cache', [False, True])
-def test_a_point_whose_rows_cannot_be_built_is_left_to_its_run_and_the_environment_restored(
+def test_a_point_whose_rows_cannot_be_built_stops_the_sweep_and_the_rows_reach_the_children(
     tmp_path, monkeypatch, no_row_cache):
   """One point's settings cannot make a row (copy's min_length over what a row holds): the
-  sweep still builds the other point's rows and starts both runs (the bad one then fails by
-  name in its own train.py). A caller's ROFORMER_ROW_CACHE is what the children see unless
-  --no_row_cache, which unsets it for them; either way os.environ is as it was afterwards."""
-  spec = write_sweep(tmp_path, f"""
+  sweep stops before it builds any rows or starts any run. Without it, the rows are built once
+  for both points (they differ in their scheme alone), and a caller's ROFORMER_ROW_CACHE is
+  what the children see unless --no_row_cache, which unsets it for them; either way
+  os.environ is as it was afterwards."""
+  def write(points):
+    return write_sweep(tmp_path, f"""
 def get_sweep(arg=''):
   return {{'config': 'configs/synthetic.py:copy', 'overrides': {length_sweep.SMOKE_OVERRIDES!r},
-          'points': [{{'name': 'good'}}, {{'name': 'bad', 'data.synthetic.min_length': 100}}]}}
+          'points': {points}}}
 """)
   elsewhere = str(tmp_path / 'elsewhere')
   monkeypatch.setenv(row_cache.ENV, elsewhere)
@@ -885,16 +961,16 @@ def get_sweep(arg=''):
 
   monkeypatch.setattr(sweeps, 'call', fake_call)
   root = str(tmp_path / 'sweep')
-  assert sweep_script.main(['--sweep', spec, '--workdir', root] +
-                           (['--no_row_cache'] if no_row_cache else [])) == 1
+  flags = ['--no_row_cache'] if no_row_cache else []
+  bad = write([{'name': 'good'}, {'name': 'bad', 'data.synthetic.min_length': 100}])
+  assert sweep_script.main(['--sweep', bad, '--workdir', root] + flags) == 2
+  assert not seen and not os.path.exists(elsewhere) and not os.path.exists(root)
+  good = write([{'name': 'good'}, {'name': 'alibi', 'model.position.kind': 'alibi'}])
+  assert sweep_script.main(['--sweep', good, '--workdir', root] + flags) == 1
   assert dict(os.environ) == before
   assert seen == [('train.py', None if no_row_cache else elsewhere)] * 2
-  if not no_row_cache:  # The good point's training rows; validation and test at 1x-8x.
-    entries = os.listdir(elsewhere)
-    assert len(entries) == 9
-    for entry in entries:
-      with open(os.path.join(elsewhere, entry, 'meta.json')) as f:
-        assert json.load(f)['describe']['cfg']['min_length'] != 100
+  if not no_row_cache:  # The training rows; validation and test at 1x-8x: once for both.
+    assert len(os.listdir(elsewhere)) == 9
 
 
 def test_the_childrens_environment_is_undone_whole_whatever_the_sweep_set(monkeypatch):
