@@ -118,7 +118,7 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None,
           + (f'its entries: {", ".join(have)}' if have else 'it has none')
           + f'). Fix: give the entry whole, e.g. --config.{where}.{part}="{{\'{parts[depth + 1]}\''
           f': VALUE}}", then its fields one by one.')
-    _must_have(node, part, parts[:depth], flag)
+    _must_have(node, part, parts[:depth], flag, config)
     if not hasattr(node[part], 'keys'):
       raise errors.ConfigError(f'{flag}: config.{".".join(parts[:depth + 1])} is a value, not a '
                                'group of fields. Fix: drop the part after it.')
@@ -131,7 +131,7 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None,
     if spec is None:
       raise specs.unknown_field(f'config.{field}', tree.fields)
   else:
-    _must_have(node, leaf, parts[:-1], flag)
+    _must_have(node, leaf, parts[:-1], flag, config)
     spec = tree.get(leaf) if isinstance(tree, dict) else None
   current = node.get(leaf)
   if isinstance(spec, dict) or (spec is None and hasattr(current, 'keys')):
@@ -161,12 +161,25 @@ def _inner(tree, part: str):
   return None
 
 
-def _must_have(node, part: str, parents: list[str], flag: str) -> None:
+def _fields_named(node, name: str, prefix: str = 'config') -> list[str]:
+  """The dotted paths of every field called `name` in the config `node`."""
+  found = []
+  for key, value in node.items():
+    if key == name:
+      found.append(f'{prefix}.{key}')
+    if hasattr(value, 'keys'):
+      found += _fields_named(value, name, f'{prefix}.{key}')
+  return found
+
+
+def _must_have(node, part: str, parents: list[str], flag: str, root=None) -> None:
   if part in node:
     return
   where = '.'.join(['config'] + parents)
-  close = difflib.get_close_matches(part, list(node.keys()), n=1)
-  hint = f' (did you mean {where}.{close[0]}?)' if close else ''
+  close = [f'{where}.{c}' for c in difflib.get_close_matches(part, list(node.keys()), n=1)]
+  if not close and root is not None:  # The field exists in another group of fields.
+    close = _fields_named(root, part)[:1]
+  hint = f' (did you mean {close[0]}?)' if close else ''
   raise errors.ConfigError(f'{flag}: {where} has no field {part!r}{hint}. Fix: check the name '
                            'against configs/base.py and the config file.')
 

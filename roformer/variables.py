@@ -25,7 +25,16 @@ class FeatureDraw(nnx.Variable):
   given no optimizer state. The train step sets it to step // redraw_interval."""
 
 
+# The logical axes a parameter may declare (config.mesh.rules maps each to mesh axes).
+PARAM_AXES = ('vocab', 'embed', 'heads', 'mlp')
+
+
 def _metadata(axes: Axes, decay: bool) -> dict:
+  unknown = [a for a in axes if a is not None and a not in PARAM_AXES]
+  if unknown:  # A misspelt name would leave the dimension unsplit on every mesh, silently.
+    raise ValueError(f'logical axis {unknown[0]!r} of a model variable is not one of '
+                     f'{", ".join(PARAM_AXES)}. Fix: one of those, or None for a dimension '
+                     'that is never split.')
   return {'out_sharding': tuple(axes), 'weight_decay': bool(decay), 'eager_sharding': False}
 
 
@@ -56,8 +65,12 @@ def axes(variable: nnx.Variable, path: str) -> tuple:
   """The logical axes `variable` (at `path`, for the error) declared at creation."""
   names = variable.get_metadata().get('out_sharding')
   ndim = len(variable.get_value().shape)
-  if names is None or len(names) != ndim:
+  if names is None:
     raise undeclared_error(path)
+  if len(names) != ndim:
+    raise ValueError(f'the model variable {path} declares {len(names)} logical axes '
+                     f'{tuple(names)} for a value of {ndim} dimensions {variable.get_value().shape}. '
+                     'Fix: give one axis per dimension (None for one that is never split).')
   return tuple(names)
 
 

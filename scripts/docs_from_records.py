@@ -34,8 +34,8 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   (a row per value): the compile time, the median step and the compiled step's memory of each
   value, and the second's step over the first's with the range of the per-round ratios.
 
-Nothing in a block is typed by hand: a page's numbers are these, and `tests/test_docs.py` fails
-when a block differs from what its records give.
+Nothing in a block is typed by hand: a page's numbers are these, and
+`tests/test_docs_from_records.py` fails when a block differs from what its records give.
 """
 
 import re

@@ -150,3 +150,13 @@ def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name)
   def prop(drawn):
     check_property(name, drawn)
   prop()
+
+
+@pytest.mark.parametrize('field, meant', [
+    ('train.setps', 'config.train.steps'),  # Misspelt in its own group.
+    ('train.init_from', 'config.init_from'),  # In another group: found by its exact name.
+    ('model.seq_len', 'config.data.seq_len'),
+    ('data.position.kind', 'config.model.position')])
+def test_a_field_not_where_it_is_given_names_the_one_meant(field, meant):
+  with pytest.raises(errors.ConfigError, match=rf'no field .* \(did you mean {meant}\?\)'):
+    config_args.load('configs/lm.py', [(field, '1')])

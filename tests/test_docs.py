@@ -8,6 +8,8 @@ import urllib.parse
 
 import pytest
 
+from scripts import generated_docs
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / 'README.md'
 MAX_README_LINES = 260
@@ -128,49 +130,36 @@ def test_anchors_follow_githubs_heading_slugs(heading, expected):
   assert slug(heading) == expected
 
 
-def test_the_capability_table_in_the_docs_is_the_registrys():
-  """docs/positions.md shows what each kind supports as the registry declares it. Fix a failure
-  by pasting the output of `python -c "from roformer import positions;
-  print(positions.capability_table())"` between the page's markers."""
-  from roformer import positions  # pylint: disable=import-outside-toplevel
-  page = (ROOT / 'docs' / 'positions.md').read_text(encoding='utf-8')
-  table = page.split('<!-- capability table: generated -->\n', 1)[1].split(
-      '\n<!-- end of capability table -->', 1)[0]
-  assert table == positions.capability_table()
+@pytest.mark.parametrize('page, start, end, make', generated_docs.BLOCKS,
+                         ids=[f'{b[0]}:{b[1].strip()}' for b in generated_docs.BLOCKS])
+def test_each_generated_block_of_the_docs_is_what_the_code_says(page, start, end, make):
+  """The README's kinds, docs/positions.md's capability and attention options tables,
+  docs/configs_and_data.md's table of what may change and docs/layout.md's module index are
+  what the registries, roformer/saved_config.py and the modules' docstrings give now."""
+  assert generated_docs.shown(page, start, end) == make(), (
+      f'the {start.strip()} block of {page} is stale. Fix: python scripts/generated_docs.py')
 
 
-def test_the_attention_options_table_is_the_declarations():
-  """docs/positions.md shows what each attention option needs as roformer/attention_options/
-  declares it. Fix a failure by pasting the output of `python -c "from roformer import
-  attention_options; print(attention_options.table())"` between the page's markers."""
+def test_the_generated_blocks_hold_what_they_are_for():
+  """Not an empty registry's output: the kinds and options tables name what the code has."""
   from roformer import attention_options  # pylint: disable=import-outside-toplevel
-  page = (ROOT / 'docs' / 'positions.md').read_text(encoding='utf-8')
-  table = page.split('<!-- attention options table: generated -->\n', 1)[1].split(
-      '\n<!-- end of attention options table -->', 1)[0]
-  assert table == attention_options.table()
+  kinds_line = generated_docs.shown('README.md', *generated_docs.BLOCKS[0][1:3])
+  assert '`rope`' in kinds_line and '`alibi`' in kinds_line
+  table = generated_docs.shown('docs/positions.md', *generated_docs.BLOCKS[2][1:3])
   assert all(f'`{field}`' in table for field in attention_options.OPTIONS)
 
 
-def test_the_readmes_list_of_kinds_is_the_registrys():
-  """The README lists every registered kind, as the registry has them. Fix a failure by pasting
-  the output of `python -c "from roformer import positions; print(positions.kinds_line())"`
-  between the README's markers."""
-  from roformer import positions  # pylint: disable=import-outside-toplevel
-  readme = (ROOT / 'README.md').read_text(encoding='utf-8')
-  listed = readme.split('<!-- kinds: generated -->\n', 1)[1].split('\n<!-- end of kinds -->', 1)[0]
-  assert listed == positions.kinds_line()
-  assert '`rope`' in listed and '`alibi`' in listed
-
-
-def test_the_table_of_what_may_change_is_the_codes():
-  """docs/configs_and_data.md shows roformer/saved_config.py's table. Fix a failure by pasting
-  the output of `python -c "from roformer import saved_config;
-  print(saved_config.table())"` between the page's markers."""
-  from roformer import saved_config  # pylint: disable=import-outside-toplevel
-  page = (ROOT / 'docs' / 'configs_and_data.md').read_text(encoding='utf-8')
-  table = page.split('<!-- config changes: generated -->\n', 1)[1].split(
-      '\n<!-- end of config changes -->', 1)[0]
-  assert table == saved_config.table()
+def test_a_stale_generated_block_is_rewritten_and_the_rest_of_the_page_kept(tmp_path,
+                                                                           monkeypatch):
+  (tmp_path / 'docs').mkdir()
+  page = 'before\n<!-- kinds: generated -->\nold\n<!-- end of kinds -->\nafter\n'
+  (tmp_path / 'README.md').write_text(page)
+  monkeypatch.setattr(generated_docs, 'ROOT', tmp_path)
+  monkeypatch.setattr(generated_docs, 'BLOCKS', generated_docs.BLOCKS[:1])
+  assert generated_docs.main(['--check']) == 1
+  assert generated_docs.main([]) == 0
+  assert (tmp_path / 'README.md').read_text() == page.replace('old', generated_docs._kinds())
+  assert generated_docs.main(['--check']) == 0
 
 
 def test_the_extension_table_is_the_kept_records():
@@ -206,11 +195,8 @@ def test_the_step0_losses_shown_are_the_kept_output():
   assert shown == kept.rstrip('\n')
 
 
-def test_the_layout_page_is_each_files_own_first_sentence():
-  """docs/layout.md's index is scripts/module_index.py's: every module, config and script,
-  with its docstring's first sentence (a new or renamed file makes it stale)."""
-  from scripts import module_index  # pylint: disable=import-outside-toplevel
-  assert module_index.main(['--check']) == 0
+def test_the_layout_page_lists_each_file_with_its_own_first_sentence():
+  """docs/layout.md's index (a generated block) names every module, config and script."""
   text = (ROOT / 'docs' / 'layout.md').read_text(encoding='utf-8')
   for path in ('roformer/separations.py', 'roformer/positions/rotary.py', 'train.py',
                'scripts/docs_from_records.py', 'configs/sweeps/length.py'):

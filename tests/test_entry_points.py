@@ -295,7 +295,7 @@ SCRIPT_CASES = {
     'keep_records.py': (['/nonexistent', '/tmp/never'], 1, 'has no sweep.json'),
     'kernel_ir.py': (['--kinds=shaw'], 1, 'shaw does not run on the fused kernels'),
     'make_hf_fixtures.py': None,  # Needs torch: with it, it writes the fixtures; without, a line.
-    'module_index.py': (['--nosuch'], 2, 'unrecognized arguments'),
+    'generated_docs.py': (['--nosuch'], 2, 'unrecognized arguments'),
     'plot_curves.py': (['/nonexistent', '--out=/tmp/never.png'], 1, '/nonexistent'),
     'point_time.py': (['--config=configs/synthetic.py:copy', '--vary=train.compile_ahead=on'],
                       1, 'with two values or more'),

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from roformer import errors
 from roformer import positions
 from tests import kinds
 
@@ -144,3 +145,13 @@ def test_rope_has_no_parameters_and_learned_does():
     scheme = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0))
     leaves = jax.tree.leaves(nnx.state(scheme, nnx.Param))
     assert sum(x.size for x in leaves) == n_params, kind
+
+
+def test_a_misspelt_kind_is_refused_with_the_closest_kind_named():
+  with pytest.raises(errors.ConfigError, match=r"kind='alibbi' is not a known position scheme "
+                     r"\(did you mean 'alibi'\?\)\. Fix: choose one of"):
+    positions.scheme('alibbi')
+  with pytest.raises(errors.ConfigError, match=r"\(did you mean 'rope\+fox'\?\)"):
+    positions.scheme('rope+fx')
+  with pytest.raises(errors.ConfigError, match=r"kind='zzzz' is not a known position scheme\. "):
+    positions.scheme('zzzz')

@@ -144,6 +144,31 @@ def test_a_scheme_may_compute_the_logits_itself():
     del base._REGISTRY['test_logits_alibi']  # pylint: disable=protected-access
 
 
+@pytest.mark.parametrize('capability, hooks', [
+    ('rotary', 'rotate'), ('logits_term', 'logits_bias or logits'),
+    ('computes_logits', 'logits'), ('value_term', 'value_term'), ('fused_bias', 'fused_bias')])
+def test_a_capability_declared_without_its_hook_is_refused_at_registration(capability, hooks):
+  """A layer that leaves the capability's hook at its default would run as if the capability
+  were absent (a fused kernel with no bias, say): registering it fails, naming the hook, and
+  leaves the registry as it was. So does causal_only without the reason its error gives."""
+  value = 'its logits gain a term' if capability == 'logits_term' else True
+
+  class _Scheme(positions.PositionScheme):
+    capabilities = positions.Capabilities(**{capability: value})
+
+  before = positions.kinds()
+  with pytest.raises(TypeError, match=rf'declares Capabilities\({capability}=...\), but its '
+                     rf'Layer \(Layer\) does not override {hooks}\. Fix: write the hook'):
+    base.register('test_no_hook')(_Scheme)
+
+  class _Causal(positions.PositionScheme):
+    capabilities = positions.Capabilities(causal_only=True)
+
+  with pytest.raises(TypeError, match='declares causal_only without causal_reason'):
+    base.register('test_no_reason')(_Causal)
+  assert positions.kinds() == before
+
+
 def test_the_capabilities_decide_the_config_checks():
   """Each refusal follows a declared capability: encoders refuse the causal-only kinds, FAVOR+
   the kinds that add to the logits, random positions the kinds that read none."""

@@ -71,8 +71,18 @@ def test_a_variable_that_declares_no_axes_is_refused_by_name():
   with pytest.raises(ValueError, match='inner/table declares no logical axes'):
     sharding.param_shardings(state, jax.sharding.AbstractMesh((1, 1, 1), sharding.AXES), {})
   wrong = nnx.state(nnx.Dict(w=variables.param(jnp.zeros((4, 2)), ('embed',), decay=True)))
-  with pytest.raises(ValueError, match='w declares no logical axes'):
+  with pytest.raises(ValueError, match=r"w declares 1 logical axes \('embed',\) for a value of "
+                     r'2 dimensions \(4, 2\)\. Fix: give one axis per dimension'):
     sharding.declared_axes(wrong)
+
+
+def test_a_misspelt_logical_axis_is_refused_where_the_variable_is_made():
+  with pytest.raises(ValueError, match="logical axis 'head' of a model variable is not one of "
+                     'vocab, embed, heads, mlp'):
+    variables.param(jnp.zeros((4,)), ('head',), decay=False)
+  with pytest.raises(ValueError, match="logical axis 'emb' "):
+    variables.init(nnx.initializers.zeros, ('emb', None), decay=True)
+  assert set(variables.PARAM_AXES) <= set(sharding.DEFAULT_RULES)  # Each has a default rule.
 
 
 def _decayed(state) -> dict[str, bool]:

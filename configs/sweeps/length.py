@@ -1,5 +1,6 @@
-"""Length generalization on the synthetic tasks: every position scheme, trained at one length and
-evaluated at 1x, 2x, 4x and 8x it (configs/synthetic.py), at five seeds.
+"""Length generalization on the synthetic tasks: the position schemes of 2023 and before (with
+randomized positions and p-RoPE), trained at one length and evaluated at 1x, 2x, 4x and 8x it
+(configs/synthetic.py), at five seeds.
 
   python scripts/sweep.py --sweep configs/sweeps/length.py --workdir runs/length
   python scripts/report.py runs/length       # accuracy vs length per task, with seed ranges

@@ -24,18 +24,19 @@ with attention_impl='pallas'):
 | `embed(x, positions)`                        | Shared | sinusoidal, learned    | adds an absolute code to x      |
 | `__call__()`                                 | Shared | xl, t5, fire (shared)  | the arrays every layer reads    |
 | `layer_input(x, positions, shared)`          | Layer  | learned (per layer)    | adds a code at a layer's input  |
-| `prepare(x, positions, shared)`              | Layer  | (data-dependent ones)  | the context the hooks below get |
+| `prepare(x, positions, shared)`              | Layer  | fox, path              | the context the hooks below get |
 | `rotate(q, k, q_pos, k_pos, ctx)`            | Layer  | rope, xpos             | rotates queries and keys        |
 | `rotate_value(v, k_pos, ctx)`                | Layer  | rope (rotate_values)   | rotates values                  |
 | `rotate_features(qf, kf, q_pos, k_pos, ctx)` | Layer  | rope                   | FAVOR+'s rotation of features   |
 | `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
 | `fused_bias(q_pos, ctx)`                     | Layer  | alibi, kerple, t5, ... | the bias for the fused kernel   |
-| `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | (none yet)             | replaces q.k/sqrt(d) itself     |
+| `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | path, pope, tapa       | replaces q.k/sqrt(d) itself     |
+| `remapped_logits(q, k, q_pos, k_pos)`        | Layer  | rope                   | the logits under a remap        |
 | `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
-| `cache_state(batch, max_len)`                | Layer  | fox                    | its per-slot state in the cache |
-| `extend_cache(ctx, state, index)`            | Layer  | fox                    | the context over every slot     |
+| `cache_state(batch, max_len)`                | Layer  | fox, path              | its per-slot state in the cache |
+| `extend_cache(ctx, state, index)`            | Layer  | fox, path              | the context over every slot     |
 
-(*) shaw, xl, t5, alibi, kerple, fire, cope. `prepare` receives the attention sublayer's input
+(*) shaw, xl, t5, alibi, kerple, fire, cope, fox. `prepare` receives the attention sublayer's input
 (after the LayerNorm in the pre-norm stack) and returns the per-layer context `ctx` that the
 other attention hooks receive; by default that context is `shared`, what the stack's `Shared`
 module returns. `logits_bias` also receives the attention mask (bool, broadcastable to
@@ -309,8 +310,34 @@ class PositionScheme:
     return {}
 
 
+# What each capability promises (`Capabilities`), and the Layer hooks, one of which must
+# keep the promise: a hook left at its default would run as if the capability were absent.
+_CAPABILITY_HOOKS = (('rotary', ('rotate',)), ('feature_rotation', ('rotate_features',)),
+                     ('logits_term', ('logits_bias', 'logits')),
+                     ('computes_logits', ('logits',)), ('value_term', ('value_term',)),
+                     ('fused_bias', ('fused_bias',)))
+
+
+def check_declared(cls: type[PositionScheme]) -> None:
+  """Raises TypeError, naming the hook, where `cls` declares a capability that its Layer does
+  not implement, or causal_only without the reason its error gives."""
+  for capability, hooks in _CAPABILITY_HOOKS:
+    if getattr(cls.capabilities, capability) and all(
+        getattr(cls.Layer, hook) is getattr(Layer, hook) for hook in hooks):
+      raise TypeError(
+          f'position scheme {cls.__name__} declares Capabilities({capability}=...), but its '
+          f'Layer ({cls.Layer.__name__}) does not override {" or ".join(hooks)}. Fix: write '
+          f'the hook (docs/positions.md#adding-a-position-scheme), or drop the capability.')
+  if cls.capabilities.causal_only and not cls.causal_reason:
+    raise TypeError(f'position scheme {cls.__name__} declares causal_only without '
+                    "causal_reason, which its error gives as the reason. Fix: set "
+                    "causal_reason = 'why it needs causal attention'.")
+
+
 def register(kind: str) -> Callable[[type[PositionScheme]], type[PositionScheme]]:
+  """Adds the decorated PositionScheme to the registry as `kind`, once `check_declared`."""
   def wrap(cls):
+    check_declared(cls)
     cls.kind = kind
     _REGISTRY[kind] = cls
     return cls

@@ -7,6 +7,7 @@ options, checks, capabilities and life-cycle hooks are the parts', so no kind is
 """
 
 import copy
+import difflib
 import re
 import textwrap
 
@@ -27,8 +28,10 @@ def scheme(kind: str, field: str = 'config.model.position.kind') -> type[Positio
   if kind in combined_kinds():
     first, second = kind.split('+')
     return combine(_REGISTRY[first], _REGISTRY[second])
+  close = difflib.get_close_matches(str(kind), kinds() + combined_kinds(), n=1)
   raise errors.ConfigError(
-      f'{field}={kind!r} is not a known position scheme. '
+      f'{field}={kind!r} is not a known position scheme'
+      + (f' (did you mean {close[0]!r}?)' if close else '') + '. '
       f'Fix: choose one of {kinds()}, or A+B with B one of {bias_kinds()} (e.g. rope+fox).')
 
 
