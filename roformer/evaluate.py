@@ -416,7 +416,7 @@ def format_results(results: dict) -> str:
       else:
         lines.append(f"{split:<{w}} {row['length']:>7} {row['loss']:>8.4f} "
                      f"{row['perplexity']:>10.2f} {row['accuracy']:>7.3f} {row['tokens']:>9.0f}"
-                     + (f"  sequences right {row['sequence_accuracy']:.3f}"
+                     + (f"  rows right {row['sequence_accuracy']:.3f}"
                         if 'sequence_accuracy' in row else '')
                      + (f"  stride {row['stride']}" if 'stride' in row else ''))
     if 'unigram_loss' in r:

@@ -17,6 +17,7 @@ failed are listed with what they have) and writes report.md with, next to it:
 """
 
 import datetime
+import glob
 import itertools
 import math
 import os
@@ -177,6 +178,10 @@ def separations_section(measures: list[tuple]) -> list[str]:
       rows.append((task, name, length, -abs(c.difference), better, worse, seeds, c, digits,
                    f'{_range(table[task][better][length], digits)}',
                    f'{_range(table[task][worse][length], digits)}', low, high))
+  if not total:
+    return ['## Separations', '', 'No two lines have 2 or more seeds each at one task, measure '
+            'and length, so no pair is compared (roformer/separations.py compares seeds). Fix: '
+            'run more seeds of the lines to compare.', '']
   lines = ['## Separations', '',
            'For each task, measure, length and pair of lines with 2 or more seeds each at that '
            'length (roformer/separations.py): a pair *separates* when every seed of one is on '
@@ -186,7 +191,8 @@ def separations_section(measures: list[tuple]) -> list[str]:
            'seed counts: ' + ', '.join(
                f'{n} against {m} seeds: {separations_lib.smallest_p(n, m):.3f}'
                for n, m in sorted(smallest)) + '.', '',
-           f'{len(rows)} of {total} pairs separate. Of the {overlapping} that do not, '
+           f'{len(rows)} of {total} comparisons (a pair of lines at one task, measure and '
+           f'length) separate. Of the {overlapping} that do not, '
            f'{means_apart} have a bootstrap interval that excludes 0 (means apart, seeds '
            'overlapping).', '']
   if rows:
@@ -351,7 +357,11 @@ def panel(tag: str) -> str:
   return 'as trained'
 
 
-def band(ax, per_length: dict, tag: str, color, linestyle: str = '-') -> None:
+# Dash patterns of the variants of one line (solid: the line itself).
+_DASHES = ('--', ':', '-.', (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)))
+
+
+def band(ax, per_length: dict, tag: str, color, linestyle='-') -> None:
   """A line's mean over seeds, with the seeds' range shaded (several seeds) around it."""
   xs = sorted(per_length)
   ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
@@ -405,8 +415,11 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
     curves = variant_table(lm)
     if curves:
       fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-      for tag, curve in curves.items():
-        band(ax, curve, tag, color(tag), '--' if ' + ' in tag else '-')
+      variants = {}  # A line's variants (its scalings at evaluation) share its colour, and
+      for tag, curve in curves.items():  # each gets a dash pattern of its own.
+        shown_as = tag.split(' + ')[0].split(' at ')[0]
+        index = variants[shown_as] = variants.get(shown_as, -1) + (' + ' in tag)
+        band(ax, curve, tag, color(tag), _DASHES[index % len(_DASHES)] if ' + ' in tag else '-')
       log_lengths(ax, sorted({n for c in curves.values() for n in c}))
       ax.set(xlabel='evaluation length (tokens)',
              ylabel='validation perplexity (mean; band: seed range)',
@@ -466,10 +479,29 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
   return written
 
 
+def _not_a_sweep(root: str) -> str:
+  """Why `root`, which holds no point, cannot be reported, and the fix."""
+  if not os.path.exists(root):
+    return f'{root} does not exist. Fix: give the --workdir of scripts/sweep.py, or its kept records.'
+  if not os.path.isdir(root):
+    return f'{root} is a file. Fix: give the directory of a sweep (its --workdir) or of its records.'
+  if os.path.exists(os.path.join(root, 'config.json')):
+    return (f'{root} is one run, not a sweep. Fix: give the directory that holds its sweep\'s '
+            f'runs ({os.path.dirname(os.path.abspath(root))}?).')
+  below = sorted(os.path.dirname(os.path.relpath(p, root))
+                 for p in glob.glob(os.path.join(root, '*', '*', 'config.json')))
+  if below:
+    return (f'{root} holds no run itself, but {os.path.dirname(below[0])}/ in it does. Fix: '
+            f'python scripts/report.py {os.path.join(root, os.path.dirname(below[0]))}')
+  return (f'{root} holds no run (no */config.json). Fix: run scripts/sweep.py with --workdir '
+          f'{root} first.')
+
+
 def main(argv=None) -> int:
   parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('sweep_dir', type=cli.path_arg)
-  parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md).')
+  parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md); '
+                      'the PNG plots are written beside it, under fixed names.')
   args = parser.parse_args(argv)
   root = args.sweep_dir
   if args.out and (args.out.endswith(('/', os.sep)) or os.path.isdir(args.out)):
@@ -478,8 +510,7 @@ def main(argv=None) -> int:
                              'it).')
   workdirs = sweep_points.workdirs_of(root)
   if not workdirs:
-    print(f'error: {root} holds no run (no */config.json). Fix: run scripts/sweep.py with '
-          f'--workdir {root} first.', file=sys.stderr)
+    print(f'error: {_not_a_sweep(root)}', file=sys.stderr)
     return 2
 
   def damaged(workdir, e):  # One damaged point does not hide the others.

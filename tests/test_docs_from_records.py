@@ -3,12 +3,16 @@ records give (regenerated here, the page must not differ), and each block kind c
 cells from the seeds: mean ± sample std, the seed range, separations with roformer/separations.py,
 the README summary's sides; a malformed block is one error naming it."""
 
+import os
+import pathlib
 import re
 
 import pytest
 
 from roformer import errors
 from scripts import docs_from_records as docs
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_every_results_block_in_the_docs_is_what_its_records_give():
@@ -174,3 +178,22 @@ def test_a_block_naming_a_damaged_file_or_another_kind_of_record_is_one_error(tm
     docs.compare(tmp_path / 'point.json', {'field': ['a'], 'by': ['b']}, 'spec')
   with pytest.raises(errors.ConfigError, match=r'missing\.json does not exist'):
     docs.phases(tmp_path / 'missing.json')
+
+
+KEPT_REPORTS = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / 'docs' / 'results').glob(
+    '**/records/sweep.json') if 'unrecorded' not in p.parts)
+
+
+@pytest.mark.slow  # About a minute for all of them.
+@pytest.mark.parametrize('records', KEPT_REPORTS)
+def test_each_kept_report_is_what_its_records_give(records, tmp_path, monkeypatch):
+  """A report.md committed beside its records is report.py's output on them now (its date
+  line aside): regenerate it with the command its first lines give."""
+  from scripts import report  # pylint: disable=import-outside-toplevel
+  monkeypatch.chdir(ROOT)
+  assert report.main([records, '--out', str(tmp_path / 'report.md')]) == 0
+  body = lambda text: [line for line in text.splitlines() if not line.startswith('Generated ')]
+  kept = (ROOT / os.path.dirname(records) / 'report.md').read_text(encoding='utf-8')
+  assert body((tmp_path / 'report.md').read_text(encoding='utf-8')) == body(kept), (
+      f'{os.path.dirname(records)}/report.md is stale. Fix: python scripts/report.py {records} '
+      f'--out {os.path.dirname(records)}/report.md')

@@ -121,6 +121,21 @@ def test_bad_arguments_exit_before_running(tmp_path, capsys):
   assert 'No closing quotation. Fix: close the quote.' in capsys.readouterr().err
   assert not (tmp_path / 'w').exists()
   assert report.main([str(tmp_path / 'w')]) == 2
+  assert f'{tmp_path}/w does not exist.' in capsys.readouterr().err
+
+
+def test_a_report_of_what_is_not_a_sweep_says_what_it_is_and_what_to_give(tmp_path, capsys):
+  run = tmp_path / 'study' / 'records' / 'kind=rope,seed=0'
+  run.mkdir(parents=True)
+  (run / 'config.json').write_text('{}')
+  (tmp_path / 'file').write_text('')
+  for given, said in ((run, f'is one run, not a sweep. Fix: give the directory that holds its '
+                            f"sweep's runs ({run.parent}?)"),
+                      (tmp_path / 'file', 'is a file.'),
+                      (tmp_path / 'study', 'holds no run itself, but records/ in it does. Fix: '
+                       f'python scripts/report.py {tmp_path / "study" / "records"}')):
+    assert report.main([str(given)]) == 2
+    assert said in capsys.readouterr().err
 
 
 def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):
@@ -661,12 +676,15 @@ def test_report_separates_schemes_only_where_every_seed_is_apart_on_each_measure
   text = '\n'.join(report._synthetic_sections(points))  # pylint: disable=protected-access
   assert '## copy: share of answer tokens predicted right' in text
   assert '| a | 2 | 0.550 ± 0.071 | 0.200 ± 0.141 |' in text
-  assert '2 of 4 pairs separate. Of the 2 that do not, 0 have a bootstrap interval' in text
+  assert ('2 of 4 comparisons (a pair of lines at one task, measure and length) separate. Of '
+          'the 2 that do not, 0 have a bootstrap interval') in text
   assert '2 against 2 seeds: 0.333' in text
   # Resampled means of a lie in 0.5-0.6 and of b in 0.1-0.2: the interval within 0.3-0.5.
   line = [l for l in text.splitlines() if l.startswith('| copy | rows exact | 32 | a | b |')]
   assert len(line) == 1 and '| 2 v 2 | 0.500-0.600 | 0.100-0.200 | 0.400 [0.3' in line[0]
   assert line[0].endswith('| 0.333 |')
+  alone = '\n'.join(report._synthetic_sections([points[0], points[2]]))  # One seed each.
+  assert 'No two lines have 2 or more seeds each' in alone and 'seed counts: .' not in alone
   assert '| copy | answer tokens | 64 | a | b | 2 v 2 | 0.400-0.450 | 0.300-0.350 | 0.100 [' in text
 
 
