@@ -25,6 +25,16 @@ def all_steps(directory: str) -> list[int]:
     manager.close()
 
 
+def steps_on_disk(directory: str) -> list[int]:
+  """The steps with a finished checkpoint in `directory`, from its listing alone (orbax writes
+  a step under a temporary name and renames it to the step once written): for a process that
+  must not start a JAX backend, which orbax's manager does (a sweep's driver on a GPU host)."""
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(name) for name in os.listdir(directory)
+                if name.isdigit() and os.path.isdir(os.path.join(directory, name)))
+
+
 def latest_step(directory: str) -> int | None:
   steps = all_steps(directory)
   return steps[-1] if steps else None

@@ -176,10 +176,10 @@ def _must_have(node, part: str, parents: list[str], flag: str, root=None) -> Non
   if part in node:
     return
   where = '.'.join(['config'] + parents)
-  close = [f'{where}.{c}' for c in difflib.get_close_matches(part, list(node.keys()), n=1)]
-  if not close and root is not None:  # The field exists in another group of fields.
-    close = _fields_named(root, part)[:1]
-  hint = f' (did you mean {close[0]}?)' if close else ''
+  # The field by that exact name in other groups, else a close name in this one.
+  close = (_fields_named(root, part)[:3] if root is not None else []) or [
+      f'{where}.{c}' for c in difflib.get_close_matches(part, list(node.keys()), n=1)]
+  hint = f' (did you mean {" or ".join(close)}?)' if close else ''
   raise errors.ConfigError(f'{flag}: {where} has no field {part!r}{hint}. Fix: check the name '
                            'against configs/base.py and the config file.')
 

@@ -130,7 +130,8 @@ def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None)
         f'{len(failures)} of {len(configs)} runs failed: {named}. The others '
         f'finished: {", ".join(finished) or "none"}. Fix: as each message says (a config '
         'refused fails the same way until it is changed), then rerun the same command: the '
-        'failed ones start again and the finished ones are kept.')
+        'failed ones run again, from their last checkpoint if they have one, and the finished '
+        'ones are kept.')
   return [lasts[os.path.abspath(w)] for w in workdirs]
 
 

@@ -83,9 +83,7 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   workdir = os.path.abspath(workdir)
   resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
   starting_from = bool(config.init_from) and resume_step is None
-  if starting_from:  # Settings the config leaves to the source (its training length).
-    take_from_source(config)
-  _as_resumed(config, workdir, resume_step)
+  _take_from_runs(config, workdir, resume_step)
   mesh = _mesh(config)
   workdir_lib.check_workdir(config, workdir, resume_step)
   init_from = check_init_from(config) if starting_from else None
@@ -99,10 +97,15 @@ def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
              init_from=init_from)
 
 
-def _as_resumed(config: ml_collections.ConfigDict, workdir: str, resume_step: int | None):
-  """Options the scheme derives from the positions trained on (`derived`): a resumed run's
-  saved values, or a new run's own; and what a resumed continuation took from its source
-  when it started."""
+def _take_from_runs(config: ml_collections.ConfigDict, workdir: str,
+                    resume_step: int | None) -> None:
+  """What `config` takes from the runs it follows, before its relations are checked: a
+  continuation's settings that it leaves to its source (its training length), when it starts;
+  the options the scheme derives from the positions trained on (`derived`), a resumed run's
+  saved values or a new run's own; and what a resumed continuation took from its source when
+  it started."""
+  if config.init_from and resume_step is None:
+    take_from_source(config)
   saved = (saved_config.load(workdir) if resume_step is not None
            and os.path.exists(os.path.join(workdir, 'config.json')) else None)
   with config.unlocked():
@@ -114,17 +117,22 @@ def _as_resumed(config: ml_collections.ConfigDict, workdir: str, resume_step: in
 
 
 def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """What `for_training` checks before it opens any data or device, for `config` run in
-  `workdir`: its fields (and their relations, where no source run supplies settings first),
-  and that `workdir` holds no other run. A sweep checks every point with it before it starts
-  any, so that a changed sweep file cannot finish its runs under two configs."""
+  """What `for_training` checks before it opens any data, for `config` run in `workdir`, and
+  without a device (a sweep's driver checks every point with it before any starts, and starts
+  no JAX backend): the fields and their relations, and, where `workdir` exists, that it holds
+  no other run. A continuation whose source is not trained yet is left to its own run."""
   check_fields(config)
   config = ml_collections.ConfigDict(config.to_dict())
-  resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
-  if not config.init_from:
-    check_relations(config)
-  _as_resumed(config, workdir, resume_step)
-  workdir_lib.check_workdir(config, workdir, resume_step)
+  workdir = os.path.abspath(workdir)
+  steps = checkpoint_lib.steps_on_disk(os.path.join(workdir, 'checkpoints'))
+  resume_step = steps[-1] if steps else None
+  if (config.init_from and resume_step is None
+      and not os.path.exists(os.path.join(config.init_from, 'config.json'))):
+    return
+  _take_from_runs(config, workdir, resume_step)
+  check_relations(config, on_device=False)
+  if os.path.exists(workdir):
+    workdir_lib.check_workdir(config, workdir, resume_step)
 
 
 def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
@@ -165,9 +173,10 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | 
   data_changed = tuple(workdir_lib.train_data_changes(config, workdir))
   if data_changed:
     log.warning(
-        'The files hold other documents than %s was trained on (%s; saved vs now): the splits '
-        'scored are those of the files now, which may differ from the ones validated during '
-        "training. The results record each split's documents ('data') and this change.",
+        "config.data's files now hold other train documents than %s was trained on (%s; "
+        'saved vs now): the splits scored are those of the files now, which may differ from '
+        "the ones validated during training. The results record each split's documents "
+        "('data') and this change.",
         workdir, '; '.join(data_changed))
   return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
              splits=tuple(splits), train_data_changed=data_changed)
@@ -227,12 +236,14 @@ def check_fields(config: ml_collections.ConfigDict) -> None:
 
 
 def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
-                    process_count: int = 1, trained: tuple[int, str] | None = None) -> None:
+                    process_count: int = 1, trained: tuple[int, str] | None = None,
+                    on_device: bool = True) -> None:
   """The checks that relate fields, on a config that passed `check_fields`. With
   `num_data_parallel`, also that the batches split over the devices and processes. `trained`:
   (positions, where that number comes from) of a model already trained, for the bounds that
   depend on how it was trained (evaluation reads them from the saved config: an override of
-  data.seq_len must not lift them); by default `trained_positions(config)`."""
+  data.seq_len must not lift them); by default `trained_positions(config)`. `on_device`: also
+  what the device this process runs on allows (False: no JAX backend is started)."""
   m, t, d = config.model, config.train, config.data
   if m.d_model % m.num_heads:
     raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
@@ -256,10 +267,12 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
     raise errors.ConfigError(
         f'config.train.decay_steps={t.decay_steps} is read by the wsd schedule only '
         f"(config.train.schedule='{t.schedule}'). Fix: set it to 0 or use schedule='wsd'.")
-  if m.attention_impl == 'cudnn' and (jax.default_backend() != 'gpu' or m.dtype == 'float32'):
+  if m.attention_impl == 'cudnn' and (m.dtype == 'float32' or (
+      on_device and jax.default_backend() != 'gpu')):
     raise errors.ConfigError(
-        "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations "
-        f"(backend {jax.default_backend()}, dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
+        "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations ("
+        + (f'backend {jax.default_backend()}, ' if on_device else '')
+        + f"dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
   _validate_architecture(config)
   for causal in models.attention_directions(m):
     positions_lib.validate(m, d.seq_len, causal=causal)

@@ -210,13 +210,14 @@ def from_dict(raw, spec: str, config: str = '') -> Sweep:
                                "the keys 'overrides' and 'when'.")
     for key in ('overrides', 'when'):
       _fields(ev.get(key), f'eval {name!r} {key}', spec)
-    unset = [k for k in (ev.get('when') or {}) if k not in keys and k not in _NOT_FIELDS]
+    given = sorted(set(keys) | set(common))  # What a `when` can match (`applies`).
+    unset = [k for k in (ev.get('when') or {}) if k not in given and k not in _NOT_FIELDS]
     if unset:
-      close = difflib.get_close_matches(unset[0], keys, n=1)
+      close = difflib.get_close_matches(unset[0], given, n=1)
       raise errors.ConfigError(
-          f"{spec}: eval {name!r} has 'when': {{{unset[0]!r}: ...}}, a field no point sets, so "
-          'it would never run: a `when` matches what each point sets (or its name or label). '
-          f'Fix: one of {", ".join(keys + list(_NOT_FIELDS))}'
+          f"{spec}: eval {name!r} has 'when': {{{unset[0]!r}: ...}}, a field that neither the "
+          "sweep's overrides nor any point sets, so it would never run: a `when` matches those "
+          f'(or a point\'s name or label). Fix: one of {", ".join(given + list(_NOT_FIELDS))}'
           + (f' (did you mean {close[0]!r}?)' if close else '') + '.')
     if name == '' and ev.get('overrides'):
       # Imported here: saved_config imports JAX, which readers of records (keep_records.py) skip.

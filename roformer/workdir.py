@@ -193,7 +193,8 @@ def train_data_changes(config, workdir: str) -> list[str]:
   path = os.path.join(workdir, TRAIN_DATA_FILE)
   if not os.path.exists(path):
     return []
-  saved = files.read_json(path, f'delete it (rm {path}); the run then resumes unchecked')
+  saved = files.read_json(path, f'delete it (rm {path}): it records only what the run was '
+                          'trained on, which is then no longer checked')
   now = pipeline.split_content(config.data, 'train')
   named = lambda content: {name or 'config.data.files': text for name, text in content.items()}
   return saved_config.differences(named(saved), named(now))

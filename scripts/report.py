@@ -359,12 +359,13 @@ def panel(tag: str) -> str:
 
 # Dash patterns of the variants of one line (solid: the line itself).
 _DASHES = ('--', ':', '-.', (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 3)))
+_MARKERS = ('o', 's', '^', 'v', 'D')
 
 
-def band(ax, per_length: dict, tag: str, color, linestyle='-') -> None:
+def band(ax, per_length: dict, tag: str, color, linestyle='-', marker='o') -> None:
   """A line's mean over seeds, with the seeds' range shaded (several seeds) around it."""
   xs = sorted(per_length)
-  ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker='o', markersize=3,
+  ax.plot(xs, [statistics.mean(per_length[n]) for n in xs], marker=marker, markersize=3,
           label=tag, color=color, linestyle=linestyle)
   if any(len(per_length[n]) > 1 for n in xs):
     ax.fill_between(xs, [min(per_length[n]) for n in xs], [max(per_length[n]) for n in xs],
@@ -419,7 +420,11 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       for tag, curve in curves.items():  # each gets a dash pattern of its own.
         shown_as = tag.split(' + ')[0].split(' at ')[0]
         index = variants[shown_as] = variants.get(shown_as, -1) + (' + ' in tag)
-        band(ax, curve, tag, color(tag), _DASHES[index % len(_DASHES)] if ' + ' in tag else '-')
+        if ' + ' in tag:  # Past the dash patterns, the markers change too.
+          band(ax, curve, tag, color(tag), _DASHES[index % len(_DASHES)],
+               _MARKERS[index // len(_DASHES) % len(_MARKERS)])
+        else:
+          band(ax, curve, tag, color(tag))
       log_lengths(ax, sorted({n for c in curves.values() for n in c}))
       ax.set(xlabel='evaluation length (tokens)',
              ylabel='validation perplexity (mean; band: seed range)',

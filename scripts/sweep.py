@@ -154,13 +154,17 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   progress.say('' if named else f'[sweep] started {group.name}')
   start = time.perf_counter()
   failures = {}  # Point -> which stage failed, and how.
+  output = {}  # Point -> where the output of the stage that failed starts in the log.
   training = [p for p in group.points if any(label == 'train' for label, _ in todo[p.name])]
   with open(log_path, 'a', encoding='utf-8') as log:
+    started = [0]  # Where the output of the last command called starts.
+
     def call(label, cmd) -> str:
       if stopped():  # Not logged as if it ran.
         return f'{label} (not started: the sweep was stopped)'
       log.write(f'\n$ {shlex.join(cmd)}\n')
       log.flush()
+      started[0] = log.tell()
       try:
         code = sweeps.call(cmd, cores, children=children, cwd=ROOT, stdout=log,
                            stderr=subprocess.STDOUT)
@@ -173,12 +177,14 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
       for point in training:  # A member that failed is named; the others go on.
         if not sweeps.trained(os.path.join(root, point.name), point.fields.get('train.steps')):
           failures[point.name] = failure or 'train (stopped before its last step)'
+          output[point.name] = started[0]
         mark_trained(trained, point.name, point.name not in failures)
     for point in group.points:
       if point.name in failures:
         continue
       for label, cmd in sweeps.stages(sweep, point, os.path.join(root, point.name), extra_train):
         failures[point.name] = call(label, cmd)
+        output[point.name] = started[0]
         if failures[point.name]:
           break
       else:
@@ -196,8 +202,8 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
     return not failures
   for point in group.points:
     if point.name in failures:
-      progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: '
-                   f'{failure_message(log_path, os.path.join(root, point.name))} '
+      why = failure_message(log_path, os.path.join(root, point.name), output.get(point.name, 0))
+      progress.say(f'[sweep] FAILED {point.name} at {failures[point.name]}: {why} '
                    f'(log: {log_path})')
   if len(failures) < len(group.points):
     progress.say(f'[sweep] finished {group.name} in {logs.duration(elapsed)}')
@@ -227,14 +233,15 @@ def on_gpu() -> bool:
 HOST_BOUND_STEP_FLOPS = 1e12
 
 
-def point_config(sweep, point, workdir: str = '/unused'):
+def point_config(sweep, point, workdir: str = '/unused', extra=()):
   """The whole config `point` trains with in `workdir` (its train.py command's flags on the
-  sweep's config; {sweep} in a value is the directory `workdir` is in)."""
-  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, workdir)[1:])
+  sweep's config, then the --config flags of `extra`; {sweep} in a value is the directory
+  `workdir` is in)."""
+  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, workdir, extra)[1:])
   return config_args.load(sweep.config, flags)
 
 
-def check_points(spec: str, sweep, root: str) -> None:
+def check_points(spec: str, sweep, root: str, extra=()) -> None:
   """Before any point runs: every point's config passes train.py's own checks, and a point
   started or finished in `root` was started with the config the sweep gives it now (a sweep
   file changed between two runs would otherwise leave runs of two configs side by side in one
@@ -242,7 +249,7 @@ def check_points(spec: str, sweep, root: str) -> None:
   for point in sweep.points:
     workdir = os.path.join(root, point.name)
     try:
-      resolve.check_rerun(point_config(sweep, point, workdir), workdir)
+      resolve.check_rerun(point_config(sweep, point, workdir, extra), workdir)
     except errors.ConfigError as e:
       raise errors.ConfigError(
           f'{spec}, point {point.name} (the sweep\'s overrides and the point\'s fields on '
@@ -367,21 +374,29 @@ def longest_first(groups, work: dict[str, float]) -> list:
   return sorted(free, key=lambda g: work[g.name], reverse=True) + bound
 
 
-def failure_message(log_path: str, workdir: str, limit: int = 400) -> str:
-  """Why the run in `workdir` failed, from its group's log (the last attempt: the lines after
-  the last command): the line that names it ('WORKDIR: why', each failed member of a group
-  has one), else the `error:` line of a run alone, else the last line; its start, at most
-  `limit` characters."""
-  with open(log_path, encoding='utf-8', errors='replace') as f:
-    lines = [line.strip() for line in f if line.strip()]
-  commands = [i for i, line in enumerate(lines) if line.startswith('$ ')]
-  lines = lines[commands[-1] + 1:] if commands else lines
+def failure_message(log_path: str, workdir: str, start: int = 0, limit: int = 400) -> str:
+  """Why the run in `workdir` failed, from its group's log: the output of the stage that
+  failed (from byte `start` to the next command the group ran), the line that names it
+  ('WORKDIR: why', each failed member of a group has one), else the `error:` line of a run
+  alone, else the output's last line; its start, at most `limit` characters."""
+  with open(log_path, 'rb') as f:
+    f.seek(start)
+    text = f.read().decode('utf-8', errors='replace')
+  lines, ran = [], False
+  for line in text.splitlines():
+    if line.startswith('$ '):  # The next stage's command: its output is another's.
+      if ran:
+        break
+      ran = True  # Its own command (`start` at the log's start).
+    elif line.strip():
+      ran = True
+      lines.append(line.strip())
   named = re.compile(r'(?:\d\d:\d\d:\d\d )?' + re.escape(workdir) + r': (.*)')
   found = ([m.group(1) for line in lines if (m := named.fullmatch(line))]
            or [line.removeprefix('error: ') for line in lines if line.startswith('error: ')]
            or lines[-1:] or [''])
-  text = found[-1]
-  return text if len(text) <= limit else text[:limit - 3] + '...'
+  why = found[-1]
+  return why if len(why) <= limit else why[:limit - 3] + '...'
 
 
 def main(argv=None) -> int:
@@ -434,7 +449,7 @@ def main(argv=None) -> int:
             if args.no_group_seeds or not sweep.group_seeds else
             sweeps.seed_groups(sweep, sweep.points))
   try:
-    check_points(args.sweep, sweep, root)
+    check_points(args.sweep, sweep, root, extra)
   except errors.ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

@@ -156,7 +156,8 @@ def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name)
     ('train.setps', 'config.train.steps'),  # Misspelt in its own group.
     ('train.init_from', 'config.init_from'),  # In another group: found by its exact name.
     ('model.seq_len', 'config.data.seq_len'),
-    ('data.position.kind', 'config.model.position')])
+    ('data.position.kind', 'config.model.position'),
+    ('model.batch_size', 'config.eval.batch_size or config.train.batch_size')])  # Not vocab_size.
 def test_a_field_not_where_it_is_given_names_the_one_meant(field, meant):
   with pytest.raises(errors.ConfigError, match=rf'no field .* \(did you mean {meant}\?\)'):
     config_args.load('configs/lm.py', [(field, '1')])

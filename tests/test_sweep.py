@@ -98,12 +98,20 @@ def test_names_values_and_commands(tmp_path):
      '{"x": {"when": {"model.positon.kind": "rope"}}}}\n',
      "'model.positon.kind'.*never run.*did you mean 'model.position.kind'"),
     ('def get_sweep(arg=""):\n  return {"points": [{"seed": 0}], "overrides": {"model.position'
-     '.kind": "rope"}, "evals": {"x": {"when": {"model.position.kind": "rope"}}}}\n',
-     'a field no point sets'),
+     '.kind": "rope"}, "evals": {"x": {"when": {"model.positon.kind": "rope"}}}}\n',
+     "neither the sweep's overrides nor any point sets.*did you mean 'model.position.kind'"),
 ])
 def test_bad_sweep_files(tmp_path, body, match):
   with pytest.raises(errors.ConfigError, match=match):
     sweeps.load(write_sweep(tmp_path, body), 'configs/lm.py')
+
+
+def test_a_when_on_a_field_of_the_sweeps_overrides_matches_every_point(tmp_path):
+  sweep = sweeps.load(write_sweep(tmp_path, 'def get_sweep(arg=""):\n  return {"points": ['
+                                  '{"seed": 0}, {"seed": 1}], "overrides": {"model.position.kind":'
+                                  ' "rope"}, "evals": {"x": {"when": {"model.position.kind": '
+                                  '"rope"}}}}\n'), 'configs/lm.py')
+  assert all(sweeps.applies(sweep.evals['x'], point) for point in sweep.points)
 
 
 def test_bad_arguments_exit_before_running(tmp_path, capsys):
@@ -157,6 +165,13 @@ def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):
                             str(tmp_path / 's'), '--dry_run', '--no_group_seeds']) == 0
   assert len(capsys.readouterr().out.strip().splitlines()) == 22
   assert not (tmp_path / 's').exists()  # A dry run writes nothing.
+  # The driver checks every point without a JAX backend (on a GPU host, one would hold the
+  # memory its runs need): a platform that does not exist is never started.
+  done = subprocess.run([sys.executable, 'scripts/sweep.py', '--sweep',
+                         'configs/sweeps/context_extension.py:smoke', '--workdir',
+                         str(tmp_path / 's'), '--dry_run'], cwd=ROOT, capture_output=True,
+                        text=True, check=False, env={**os.environ, 'JAX_PLATFORMS': 'nosuch'})
+  assert done.returncode == 0 and 'train.py' in done.stdout, done.stderr[-2000:]
 
 
 def test_a_sweep_that_asks_for_it_trains_each_seed_in_its_own_process(tmp_path, capsys):
@@ -280,6 +295,72 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
                                        lengths=(1, 2)), '--workdir', root]).stdout.count(
                                            '1 points were already finished') == 1
+
+
+def test_the_check_before_a_sweep_takes_a_continuations_settings_from_its_source(tmp_path):
+  """context_extension.py:smoke's linear continuation stopped before its first checkpoint
+  (metrics and config.json written, the original length taken from its source) passes the
+  check as train.py would resume it; with another model saved there it is refused; before its
+  source has trained it is left to its own run."""
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  sweep = sweeps.load('configs/sweeps/context_extension.py:smoke')
+  points = {p.name: p for p in sweep.points}
+  root = tmp_path / 'ext'
+  sweep_script.check_points('ext.py', sweep, str(root))  # Nothing trained yet.
+  (root / 'base').mkdir(parents=True)
+  saved_config.save(sweep_script.point_config(sweep, points['base'], str(root / 'base')),
+                    str(root / 'base'))
+  workdir = root / 'continue_linear'
+  workdir.mkdir()
+  config = sweep_script.point_config(sweep, points['continue_linear'], str(workdir))
+  resolve.take_from_source(config)  # As train.py saved it when the continuation started.
+  assert config.model.position.rope.scaling.original_length == 32
+  saved_config.save(config, str(workdir))
+  (workdir / 'metrics.jsonl').write_text('{"step": 5, "split": "train", "loss": 3.0}\n')
+  sweep_script.check_points('ext.py', sweep, str(root))
+  config.model.d_ff = 96
+  saved_config.save(config, str(workdir))
+  with pytest.raises(errors.ConfigError, match=r'ext.py, point continue_linear .*holds the '
+                     r'metrics of another run .*model.d_ff: 96 vs 64'):
+    sweep_script.check_points('ext.py', sweep, str(root))
+
+
+def test_the_check_before_a_sweep_counts_the_extra_train_flags(tmp_path):
+  """A point started with --extra_train_flags='--config.model.dtype=bfloat16' is the same run
+  when the same command is given again; without the flag it is another."""
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  sweep = sweeps.load('configs/sweeps/context_extension.py:smoke')
+  base = [p for p in sweep.points if p.name == 'base']
+  sweep = sweeps.Sweep(sweep.config, base, sweep.overrides, sweep.evals, sweep.eval_splits)
+  extra = ['--config.model.dtype=bfloat16', '--distributed']
+  workdir = tmp_path / 'base'
+  workdir.mkdir()
+  saved_config.save(sweep_script.point_config(sweep, base[0], str(workdir), extra), str(workdir))
+  (workdir / 'metrics.jsonl').write_text('{"step": 5, "split": "train", "loss": 3.0}\n')
+  sweep_script.check_points('ext.py', sweep, str(tmp_path), extra)
+  with pytest.raises(errors.ConfigError, match="model.dtype: 'bfloat16' vs 'float32'"):
+    sweep_script.check_points('ext.py', sweep, str(tmp_path))
+
+
+def test_a_failed_points_message_is_its_own_stages_not_what_ran_after(tmp_path):
+  """A group's log: seed=1 diverges while training, then seed=0's evaluation runs. The FAILED
+  line of seed=1 is its own line of the training's output, not the evaluation's last line; a
+  run alone gives its `error:` line."""
+  log = tmp_path / 'group.log'
+  train = ('\n$ python train.py --workdir=/r/p,seed={seed} --seeds=0,1\n'
+           '06:00:01 /r/p,seed=0: step 3 | loss 2.0\n'
+           '06:00:02 /r/p,seed=1: step 3: the loss is not finite. Fix: lower it.\n'
+           'error: 1 of 2 runs failed: /r/p,seed=1: step 3: the loss is not finite\n')
+  log.write_text(train + '\n$ python eval.py --workdir=/r/p,seed=0\nvalidation 256 3.1 22.1\n')
+  start = len(train.split('\n', 2)[0]) + len(train.split('\n', 2)[1]) + 2  # After the command.
+  assert sweep_script.failure_message(str(log), '/r/p,seed=1', start) == (
+      'step 3: the loss is not finite. Fix: lower it.')
+  assert sweep_script.failure_message(str(log), '/r/p,seed=1') == (  # From the log's start.
+      'step 3: the loss is not finite. Fix: lower it.')
+  alone = tmp_path / 'alone.log'
+  alone.write_text('\n$ python train.py --workdir=/r/q\n06:00:01 step 1\nerror: '
+                   + 'x' * 500 + '\n')
+  assert sweep_script.failure_message(str(alone), '/r/q') == 'x' * 397 + '...'
 
 
 def _files_under(root) -> list[str]:
