@@ -299,7 +299,7 @@ SCRIPT_CASES = {
     'plot_curves.py': (['/nonexistent', '--out=/tmp/never.png'], 1, '/nonexistent'),
     'point_time.py': (['--config=configs/synthetic.py:copy', '--vary=train.compile_ahead=on'],
                       1, 'with two values or more'),
-    'report.py': (['/nonexistent'], 2, 'holds no run'),
+    'report.py': (['/nonexistent'], 2, 'does not exist'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
     'sweep_points.py': None,  # The report's reading of a sweep's points.
