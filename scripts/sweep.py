@@ -545,8 +545,10 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
       raise
     finally:
       pool.shutdown(wait=True)
-  if progress.skipped:
-    print(f'[sweep] {progress.skipped} points were already finished.')
+  if progress.skipped:  # Their groups end without a progress line of their own.
+    print(progress.line())
+    print(f'[sweep] {progress.skipped} point{"s were" if progress.skipped > 1 else " was"} '
+          'already finished.')
   if progress.failed:
     print(f'[sweep] failed: {", ".join(progress.failed)} (see {root}/logs); rerun the same '
           'command to retry them.', flush=True)

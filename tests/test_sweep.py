@@ -292,9 +292,10 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert 'checkpoints step 15.' in log  # 'Resuming from ... step 15.'
   assert log.count('--out=eval_results.rope_yarn.json') == 1
   assert os.path.exists(os.path.join(rope, 'eval_results.json'))
-  assert _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
-                                       lengths=(1, 2)), '--workdir', root]).stdout.count(
-                                           '1 points were already finished') == 1
+  finished = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
+                                           lengths=(1, 2)), '--workdir', root]).stdout
+  assert finished.endswith('[sweep] 1/1 points done\n[sweep] 1 point was already finished.\n'
+                           f'[sweep] report: python scripts/report.py {root}\n'), finished
 
 
 def test_the_check_before_a_sweep_takes_a_continuations_settings_from_its_source(tmp_path):
