@@ -504,9 +504,9 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   # --no_pin, or where the cores cannot be split among the processes).
   pinned = None if args.no_pin or on_accelerator() else sweeps.core_sets(
       parallel, sweeps.usable_cpus())
-  progress.say(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root}'
-               f' ({len(groups)} training processes, {parallel} at a time'
-               f'{", each on its own cores" if pinned else ""})')
+  print(f'[sweep] {len(sweep.points)} points of {args.sweep} on {sweep.config} in {root} '
+        f'({len(groups)} training processes, {parallel} at a time'
+        f'{", each on its own cores" if pinned else ""})', flush=True)  # Progress lines follow.
   children = sweeps.Children()
   pool = concurrent.futures.ThreadPoolExecutor(parallel)
   sigterm = _FirstSigterm()
