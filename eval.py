@@ -5,12 +5,14 @@ The config is the one saved in the workdir (config.json); `--config.*` flags ove
 it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json, the
 run as trained. An override that changes what is scored (a RoPE scaling or remap, the
 precision, other text, the protocol: saved_config.variant) is a variant, which names its own
-file (--out eval_results.NAME.json). A bad flag, override or workdir (a damaged config.json,
+file (--out eval_results.NAME.json). Evaluating fewer splits of the same checkpoint with the
+same settings adds them to the file, keeping the splits scored before. A bad flag, override or workdir (a damaged config.json,
 tokenizer or checkpoint included) ends with one line `error: ...` naming it and the fix
 (--debug shows the traceback).
 """
 
 import copy
+import json
 import os
 
 from roformer import cli
@@ -21,9 +23,11 @@ from roformer import files
 from roformer import logs
 from roformer import resolve
 from roformer import saved_config
+from roformer import tasks
 from roformer import workdir as workdir_lib
 
 PLAIN_OUT = 'eval_results.json'
+DEFAULT_SPLITS = ['validation', 'test']
 
 
 def parser() -> cli.ArgumentParser:
@@ -32,7 +36,7 @@ def parser() -> cli.ArgumentParser:
                  help='A workdir written by train.py.')
   p.add_argument('--step', type=int, default=None,
                  help='Checkpoint step (default: the latest).')
-  p.add_argument('--splits', type=cli.comma_list, default=['validation', 'test'],
+  p.add_argument('--splits', type=cli.comma_list, default=DEFAULT_SPLITS,
                  help='Splits of a language-model or translation run to evaluate, '
                  'comma-separated (classification runs use config.eval.splits).')
   p.add_argument('--out', default=PLAIN_OUT,
@@ -49,6 +53,11 @@ def main(args):
                          "written inside --workdir, beside the run's own files).")
   saved = saved_config.load(args.workdir)
   config = config_args.apply(copy.deepcopy(saved), cli.overrides())
+  if tasks.per_example(saved) and args.splits != DEFAULT_SPLITS:
+    raise cli.UsageError(
+        f'--splits={",".join(args.splits)} is for language-model and translation runs: '
+        f'{args.workdir} is a classifier, which evaluates config.eval.splits. Fix: '
+        f'--config.eval.splits="{tuple(args.splits)!r}".')
   resolve.check_fields(config)  # A bad value is named as such, not as a variant.
   changed = saved_config.variant(saved, config)
   # (A field that may not change at evaluation at all is refused by the evaluation itself.)
@@ -62,8 +71,35 @@ def main(args):
                                       splits=tuple(args.splits))
   print(evaluate.format_results(results))
   path = os.path.join(args.workdir, args.out)
-  files.write_json_atomic(path, results)
+  files.write_json_atomic(path, with_earlier_splits(path, results))
   print(f'wrote {path}')
+
+
+def _settings(results: dict) -> str:
+  """What an evaluation's results say besides its scores, as JSON (the splits it chose
+  aside)."""
+  text = json.loads(json.dumps(results, default=str))
+  text['overrides'] = [o for o in text.get('overrides', []) if not o.startswith('eval.splits')]
+  return json.dumps({k: v for k, v in text.items() if k not in ('splits', 'data')},
+                    sort_keys=True)
+
+
+def with_earlier_splits(path: str, results: dict) -> dict:
+  """`results` with the splits that the evaluation in `path` scored and this one did not,
+  where that one is of the same checkpoint with the same settings (a damaged or other file is
+  replaced)."""
+  if not os.path.exists(path):
+    return results
+  try:
+    earlier = files.read_json(path)
+  except errors.ConfigError:
+    return results
+  if not isinstance(earlier, dict) or _settings(earlier) != _settings(results):
+    return results
+  merged = {**results, 'splits': {**earlier.get('splits', {}), **results['splits']}}
+  if 'data' in earlier or 'data' in results:
+    merged['data'] = {**earlier.get('data', {}), **results.get('data', {})}
+  return merged
 
 
 if __name__ == '__main__':

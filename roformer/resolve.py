@@ -455,10 +455,16 @@ def _encoder_fields(model_cfg) -> dict:
 def _source(config) -> ml_collections.ConfigDict:
   """config.init_from's saved config, or a ConfigError naming the fix."""
   source = os.path.abspath(config.init_from)
+  fix = ('Fix: point it at a workdir of train.py (a masked-LM run to fine-tune a classifier, a '
+         'causal-LM run to continue), the directory that holds its config.json and checkpoints/.')
   if not os.path.isdir(source):
+    raise errors.ConfigError(f'config.init_from={config.init_from!r} is not a directory. {fix}')
+  if not os.path.exists(os.path.join(source, 'config.json')):
+    above = [d for d in (os.path.dirname(source), os.path.dirname(os.path.dirname(source)))
+             if os.path.exists(os.path.join(d, 'config.json'))]
     raise errors.ConfigError(
-        f'config.init_from={config.init_from!r} is not a directory. Fix: point it at a workdir '
-        'of train.py (a masked-LM run to fine-tune a classifier, a causal-LM run to continue).')
+        f'config.init_from={config.init_from!r} holds no config.json, so it is not the workdir '
+        'of a run' + (f' ({above[0]} is: did you mean it?)' if above else '') + f'. {fix}')
   return saved_config.load(source)
 
 

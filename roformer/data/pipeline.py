@@ -156,19 +156,31 @@ def load_sources(data_cfg, splits: Sequence[str] = SPLITS) -> dict[str, Any]:
           data_dir=data_dir(data_cfg), builder_kwargs={'file_format': 'array_record'}),
           str(builder.data_dir), data_cfg.name in EMBEDDED_BUILDERS, name)
     except (KeyError, ValueError) as e:
+      known = sorted(builder.info.splits) if hasattr(builder, 'info') else []
+      if split not in SPLITS:  # A misspelt split, not a dataset without it.
+        raise errors.ConfigError(
+            f'{split!r} is not a split this project evaluates. Fix: some of '
+            f'{", ".join(SPLITS)}' + (" (several as a tuple: --config.eval.splits=\"('validation', "
+                                      "'test')\")" if ',' in split else '') + '.') from e
       raise errors.ConfigError(
-          f'{data_cfg.name!r} has no split {name!r} for {split} ({e}). Fix: map it with '
-          f"--config.data.splits, e.g. \"{{'{split}': 'test'}}\".") from e
+          f'{data_cfg.name!r} has no split {name!r} for {split}'
+          + (f' (its splits: {", ".join(known)})' if known else f' ({e})') + '. Fix: map '
+          f"one of its splits to it with --config.data.splits, e.g. \"{{'{split}': "
+          f"'{known[-1] if known else 'test'}'}}\".") from e
   first = sources[splits[0]][0] if len(sources[splits[0]]) else {}
   fields = text_fields(data_cfg) + ([('label_key', data_cfg.label_key)]
                                     if data_cfg.get('label_key') else [])
   for field, key in fields:
     if key not in first:
-      hint = (' The translation config needs a parallel dataset (e.g. bible_en_de, '
-              'wmt14_translate/de-en).' if field != 'text_key' else '')
+      hint = {'source_key': ' The translation config needs a parallel dataset (e.g. '
+                            'bible_en_de, wmt14_translate/de-en).',
+              'label_key': ' A classifier needs a dataset with labels (e.g. rotten_tomatoes, '
+                           'glue/sst2).'}.get(field, '')
+      fix = (f'set --config.data.{field} to one of them' if not hint else
+             f'set --config.data.{field} to one of them, or use such a dataset')
       raise errors.ConfigError(
           f'config.data.{field}={key!r} is not a feature of {data_cfg.name!r} (features: '
-          f'{sorted(first)}).{hint} Fix: set --config.data.{field} to one of them.')
+          f'{sorted(first)}).{hint} Fix: {fix}.')
   return sources
 
 

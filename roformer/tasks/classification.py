@@ -45,6 +45,13 @@ class Classification(base.Task):
       if split not in sources:
         continue
       labels = pipeline.labels(sources[split], config.data.label_key)
+      if not np.issubdtype(labels.dtype, np.number):
+        held = 'text' if labels.dtype.kind in 'SUO' else str(labels.dtype)
+        example = labels[0].decode('utf-8', 'replace') if isinstance(labels[0], bytes) else labels[0]
+        raise errors.ConfigError(
+            f'config.data.label_key={config.data.label_key!r} of {config.data.name!r} holds '
+            f'{held} (e.g. {example!r}), not class ids. Fix: name its field of integer '
+            'labels, or use a dataset that has one (e.g. rotten_tomatoes).')
       labels = labels[labels != -1]  # Hidden labels.
       if len(labels) and (labels.min() < 0 or labels.max() >= config.model.num_classes):
         raise errors.ConfigError(

@@ -1,0 +1,86 @@
+"""eval.py's results file: an evaluation of fewer splits of the same checkpoint and settings
+adds to it instead of dropping what was scored before, and a classifier's splits are chosen
+by config.eval.splits, never silently by --splits."""
+
+import importlib
+import json
+
+import pytest
+
+from configs import classify
+from roformer import cli
+from roformer import saved_config
+
+eval_script = importlib.import_module('eval')
+
+
+def results(step, splits, overrides=()):
+  return {'step': step, 'position': 'rope', 'train_seq_len': 64, 'overrides': list(overrides),
+          'splits': {s: {'lengths': [{'length': 64, 'loss': float(i + 1)}]}
+                     for i, s in enumerate(splits)}}
+
+
+def test_fewer_splits_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_path):
+  path = tmp_path / 'eval_results.json'
+  path.write_text(json.dumps(results(20, ['validation', 'test'])))
+  merged = eval_script.with_earlier_splits(str(path), results(20, ['validation']))
+  assert list(merged['splits']) == ['validation', 'test']
+  assert merged['splits']['test'] == results(20, ['validation', 'test'])['splits']['test']
+  classifier = eval_script.with_earlier_splits(  # Which splits a classifier scores aside.
+      str(path), results(20, ['train'], ['eval.splits: (...) vs (...)']))
+  assert list(classifier['splits']) == ['validation', 'test', 'train']
+  # Another checkpoint, or other settings: the file describes this evaluation alone.
+  assert list(eval_script.with_earlier_splits(str(path), results(30, ['validation']))['splits']) == [
+      'validation']
+  other = results(20, ['validation'], ['eval.max_batches: 0 vs 2'])
+  assert eval_script.with_earlier_splits(str(path), other) == other
+  path.write_text('{"step": 2')  # Damaged: replaced.
+  assert eval_script.with_earlier_splits(str(path), other) == other
+
+
+def test_a_classifiers_splits_given_as_splits_are_refused_naming_its_field(tmp_path):
+  saved_config.save(classify.get_config('rotten_tomatoes'), str(tmp_path))
+  args = eval_script.parser().parse_args(['--workdir', str(tmp_path), '--splits', 'train'])
+  with pytest.raises(cli.UsageError, match=r'--splits=train is for language-model and '
+                     r'translation runs: .* is a classifier, which evaluates config.eval.splits. '
+                     r"Fix: --config.eval.splits=\"\('train',\)\""):
+    eval_script.main(args)
+
+
+def test_a_label_field_of_text_is_refused_as_such_before_training():
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from roformer import tasks  # pylint: disable=import-outside-toplevel
+  config = classify.get_config('rotten_tomatoes')
+  config.data.label_key = 'play'
+  sources = {'train': [{'text': b'a', 'play': b'Antony and Cleopatra'}] * 3}
+  with pytest.raises(errors.ConfigError, match="label_key='play' of 'rotten_tomatoes' holds text "
+                     r"\(e.g. 'Antony and Cleopatra'\), not class ids"):
+    tasks.for_config(config).check_data(config, sources)
+
+
+def test_init_from_a_runs_checkpoints_folder_names_the_run(tmp_path):
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  saved_config.save(classify.get_config('rotten_tomatoes'), str(tmp_path))
+  (tmp_path / 'checkpoints' / '20').mkdir(parents=True)
+  config = classify.get_config('rotten_tomatoes')
+  config.init_from = str(tmp_path / 'checkpoints' / '20')
+  with pytest.raises(errors.ConfigError, match=rf"holds no config.json, so it is not the workdir "
+                     rf"of a run \({tmp_path} is: did you mean it\?\)"):
+    resolve.take_from_source(config)
+
+
+def test_a_misspelt_split_is_named_with_the_splits_there_are(data_dir):
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  from roformer.data import pipeline  # pylint: disable=import-outside-toplevel
+  config = classify.get_config('rotten_tomatoes')
+  config.data.data_dir = data_dir
+  with pytest.raises(errors.ConfigError, match="'train2' is not a split this project evaluates. "
+                     'Fix: some of train, validation, test.$'):
+    pipeline.load_sources(config.data, splits=('train2',))
+  with pytest.raises(errors.ConfigError, match=r"several as a tuple: --config.eval.splits="):
+    pipeline.load_sources(config.data, splits=('validation,test',))
+  config.data.splits = {'validation': 'valid'}
+  with pytest.raises(errors.ConfigError, match=r"has no split 'valid' for validation \(its "
+                     r'splits: test, train, validation\)'):
+    pipeline.load_sources(config.data, splits=('validation',))
