@@ -30,7 +30,8 @@ def get_config(arg: str = 'rotten_tomatoes'):
   task, kinds = parts[0], parts[1:]
   if kinds and (len(kinds) > 1 or kinds[0] not in positions.kinds() + list(mlm.NAMED)):
     raise ValueError(f'configs/classify.py:{arg}: after the task, give one position kind '
-                     f'{positions.kinds()}.')
+                     f'{positions.kinds()} or a pretraining of configs/mlm.py '
+                     f'{sorted(mlm.NAMED)}.')
   if task in EMBEDDED:
     keys, classes, metrics, seq_len = EMBEDDED[task]
     splits, eval_splits = {}, ('validation', 'test')

@@ -515,11 +515,15 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if not model_types.of(config.model).continues:  # Fine-tuning: the pretrained encoder.
     diffs = saved_config.differences(_encoder_fields(saved.model),
                                      _encoder_fields(config.model), 'model')
+    if saved.model.position.kind != config.model.position.kind:  # Not each kind's options.
+      diffs = [d for d in diffs if not d.startswith('model.position.')
+               or d.startswith('model.position.kind:')]
     if diffs:
       raise errors.ConfigError(
           f'config.init_from={config.init_from!r} was pretrained with a different encoder '
           f'(pretrained vs now): {"; ".join(diffs)}. Fix: set those --config.model fields to '
-          'the pretrained values (position kind and options included).')
+          'the pretrained values (position kind and options included; configs/classify.py:'
+          'TASK,roformer or TASK,bert takes the encoder of configs/mlm.py:roformer or :bert).')
   else:
     _check_continuation(config, saved)
   return saved, step

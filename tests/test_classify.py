@@ -160,6 +160,11 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   cfg.model.position.rope.base = 500.0  # An option RoPE reads.
   with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
     resolve.check_init_from(cfg)
+  cfg.model.position.kind = 'learned'  # Another kind: the kinds named, not their options.
+  with pytest.raises(errors.ConfigError, match=r"\(pretrained vs now\): model.position.kind: "
+                     r"'rope' vs 'learned'\. Fix: .*configs/classify.py:TASK,roformer") as e:
+    resolve.check_init_from(cfg)
+  assert 'model.position.rope' not in str(e.value)
 
 
 def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
