@@ -515,7 +515,7 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if not model_types.of(config.model).continues:  # Fine-tuning: the pretrained encoder.
     diffs = saved_config.differences(_encoder_fields(saved.model),
                                      _encoder_fields(config.model), 'model')
-    if saved.model.position.kind != config.model.position.kind:  # Not each kind's options.
+    if any(d.startswith('model.position.kind:') for d in diffs):  # Not each kind's options.
       diffs = [d for d in diffs if not d.startswith('model.position.')
                or d.startswith('model.position.kind:')]
     if diffs:
