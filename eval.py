@@ -6,9 +6,9 @@ it, e.g. evaluation lengths. Results are printed and written to workdir/eval_res
 run as trained. An override that changes what is scored (a RoPE scaling or remap, the
 precision, other text, the protocol: saved_config.variant) is a variant, which names its own
 file (--out eval_results.NAME.json). Evaluating fewer splits of the same checkpoint with the
-same settings adds them to the file, keeping the splits scored before. A bad flag, override or workdir (a damaged config.json,
-tokenizer or checkpoint included) ends with one line `error: ...` naming it and the fix
-(--debug shows the traceback).
+same settings adds them to the file, keeping the splits scored before. A bad flag, override
+or workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line
+`error: ...` naming it and the fix (--debug shows the traceback).
 """
 
 import copy

@@ -69,7 +69,8 @@ def axes(variable: nnx.Variable, path: str) -> tuple:
     raise undeclared_error(path)
   if len(names) != ndim:
     raise ValueError(f'the model variable {path} declares {len(names)} logical axes '
-                     f'{tuple(names)} for a value of {ndim} dimensions {variable.get_value().shape}. '
+                     f'{tuple(names)} for a value of {ndim} dimensions '
+                     f'{variable.get_value().shape}. '
                      'Fix: give one axis per dimension (None for one that is never split).')
   return tuple(names)
 

@@ -52,10 +52,10 @@ REGISTRY_PACKAGES = ('positions', 'attention_options', 'tasks')
 def index() -> str:
   lines = []
   for title, patterns in GROUPS:
-    files = sorted({p for pattern in patterns for p in ROOT.glob(pattern)
+    found = sorted({p for pattern in patterns for p in ROOT.glob(pattern)
                     if p.name != '__init__.py' or p.parent.name in REGISTRY_PACKAGES})
     lines += [f'**{title}**', '']
-    lines += [f'- `{p.relative_to(ROOT)}`: {summary(p)}' for p in files]
+    lines += [f'- `{p.relative_to(ROOT)}`: {summary(p)}' for p in found]
     lines.append('')
   return '\n'.join(lines)
 

@@ -24,7 +24,6 @@ sweeps share (their common points trained once) gives each sweep's records their
 """
 
 import glob
-import json
 import os
 import shutil
 import sys
@@ -96,19 +95,11 @@ def _meaning(config: dict) -> dict:
 
 
 def _steps_trained(workdir: str) -> int:
+  """The last step metrics.jsonl records (0 without it)."""
   path = os.path.join(workdir, 'metrics.jsonl')
   if not os.path.exists(path):
     return 0
-  with open(path, encoding='utf-8', errors='replace') as f:
-    return max((_json_or_empty(line).get('step', 0) for line in f if line.strip()), default=0)
-
-
-def _json_or_empty(line: str) -> dict:
-  try:
-    record = json.loads(line)
-  except ValueError:  # A line cut short: the report names it; here it counts for nothing.
-    return {}
-  return record if isinstance(record, dict) else {}
+  return max((r.get('step', 0) for r in files.read_jsonl(path)), default=0)
 
 
 def _evaluations(workdir: str) -> set[str]:
@@ -124,8 +115,9 @@ def lost_by_replacing(kept: str, incoming: str) -> str:
   if differ:
     return (f'a run of another config ({"; ".join(differ[:3])}'
             + (f'; {len(differ) - 3} more' if len(differ) > 3 else '') + '; kept vs new)')
-  if _steps_trained(incoming) < _steps_trained(kept):
-    return f'{_steps_trained(kept)} steps trained, where the new run has {_steps_trained(incoming)}'
+  steps_kept, steps_new = _steps_trained(kept), _steps_trained(incoming)
+  if steps_new < steps_kept:
+    return f'{steps_kept} steps trained, where the new run has {steps_new}'
   missing = sorted(_evaluations(kept) - _evaluations(incoming))
   if missing:
     return f'the evaluations {", ".join(missing)}, which the new run lacks'

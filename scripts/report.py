@@ -416,15 +416,15 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
     curves = variant_table(lm)
     if curves:
       fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-      variants = {}  # A line's variants (its scalings at evaluation) share its colour, and
-      for tag, curve in curves.items():  # each gets a dash pattern of its own.
-        shown_as = tag.split(' + ')[0].split(' at ')[0]
-        index = variants[shown_as] = variants.get(shown_as, -1) + (' + ' in tag)
-        if ' + ' in tag:  # Past the dash patterns, the markers change too.
-          band(ax, curve, tag, color(tag), _DASHES[index % len(_DASHES)],
-               _MARKERS[index // len(_DASHES) % len(_MARKERS)])
-        else:
+      variants = {}  # Of each line: its variants (scalings at evaluation) drawn so far.
+      for tag, curve in curves.items():
+        if ' + ' not in tag:
           band(ax, curve, tag, color(tag))
+          continue
+        line = tag.split(' + ')[0].split(' at ')[0]  # Its colour; a dash (then marker) each.
+        index = variants[line] = variants.get(line, -1) + 1
+        band(ax, curve, tag, color(tag), _DASHES[index % len(_DASHES)],
+             _MARKERS[index // len(_DASHES) % len(_MARKERS)])
       log_lengths(ax, sorted({n for c in curves.values() for n in c}))
       ax.set(xlabel='evaluation length (tokens)',
              ylabel='validation perplexity (mean; band: seed range)',
@@ -487,9 +487,11 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
 def _not_a_sweep(root: str) -> str:
   """Why `root`, which holds no point, cannot be reported, and the fix."""
   if not os.path.exists(root):
-    return f'{root} does not exist. Fix: give the --workdir of scripts/sweep.py, or its kept records.'
+    return (f'{root} does not exist. Fix: give the --workdir of scripts/sweep.py, or its kept '
+            'records.')
   if not os.path.isdir(root):
-    return f'{root} is a file. Fix: give the directory of a sweep (its --workdir) or of its records.'
+    return (f'{root} is a file. Fix: give the directory of a sweep (its --workdir) or of its '
+            'records.')
   if os.path.exists(os.path.join(root, 'config.json')):
     return (f'{root} is one run, not a sweep. Fix: give the directory that holds its sweep\'s '
             f'runs ({os.path.dirname(os.path.abspath(root))}?).')

@@ -47,7 +47,9 @@ class Classification(base.Task):
       labels = pipeline.labels(sources[split], config.data.label_key)
       if not np.issubdtype(labels.dtype, np.number):
         held = 'text' if labels.dtype.kind in 'SUO' else str(labels.dtype)
-        example = labels[0].decode('utf-8', 'replace') if isinstance(labels[0], bytes) else labels[0]
+        example = labels[0]
+        if isinstance(example, bytes):
+          example = example.decode('utf-8', 'replace')
         raise errors.ConfigError(
             f'config.data.label_key={config.data.label_key!r} of {config.data.name!r} holds '
             f'{held} (e.g. {example!r}), not class ids. Fix: name its field of integer '
