@@ -1,4 +1,4 @@
-"""Evaluate a training workdir: python eval.py --workdir runs/lm [--step N] [--config.a.b=v]
+"""Evaluate a training workdir: python eval.py --workdir runs/lm [--step N|best] [--config.a.b=v]
 [--splits validation,test] [--out eval_results.json].
 
 The config is the one saved in the workdir (config.json); `--config.*` flags override fields of
@@ -34,8 +34,9 @@ def parser() -> cli.ArgumentParser:
   p = cli.ArgumentParser(description=__doc__)
   p.add_argument('--workdir', type=cli.path_arg, required=True,
                  help='A workdir written by train.py.')
-  p.add_argument('--step', type=int, default=None,
-                 help='Checkpoint step (default: the latest).')
+  p.add_argument('--step', type=cli.step_arg, default=None,
+                 help="Checkpoint step (default: the latest), or 'best': the checkpoint that "
+                 "the task's best metric kept in workdir/best/ (translation: BLEU).")
   p.add_argument('--splits', type=cli.comma_list, default=DEFAULT_SPLITS,
                  help='Splits of a language-model or translation run to evaluate, '
                  'comma-separated (classification runs use config.eval.splits).')

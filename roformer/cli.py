@@ -153,6 +153,21 @@ def positive(kind: type = int) -> Callable[[str], Any]:
 positive_int = positive(int)
 
 
+def step_arg(text: str) -> int | str:
+  """argparse `type=` for a checkpoint step: a number, or 'best' (the checkpoint kept in
+  workdir/best/ by the task's best metric)."""
+  if text.strip() == 'best':
+    return 'best'
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is neither a step number nor 'best'") from None
+  if value < 0:
+    raise argparse.ArgumentTypeError(f'{text!r} is not a step (steps count from 0)')
+  return value
+
+
 def path_arg(text: str) -> str:
   """argparse `type=` for a path: refuses an empty or blank one."""
   if not text.strip():

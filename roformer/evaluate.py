@@ -237,8 +237,8 @@ def unigram_baseline(tokenizer, train_source, eval_source, text_key, max_docs=20
   return metrics_lib.unigram_cross_entropy(counts(train_source), counts(eval_source))
 
 
-def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
-                     splits=('validation', 'test')) -> dict:
+def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str,
+                     step: int | str | None = None, splits=('validation', 'test')) -> dict:
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
   length in config.eval.length_multipliers x config.data.seq_len. Every check runs first, in
   roformer/resolve.py."""

@@ -80,7 +80,7 @@ class Workdir:
   tokenizer: tokenizer_lib.Tokenizer
 
 
-def open_workdir(workdir: str, step: int | None = None) -> Workdir:
+def open_workdir(workdir: str, step: int | str | None = None) -> Workdir:
   """Reads config.json, checks the model type and that the checkpoint exists, opens the
   tokenizer; restores nothing."""
   config = saved_config.load(workdir)
@@ -171,7 +171,7 @@ def format_samples(samples: list[list[str]]) -> str:
 
 
 def run(workdir: str, prompts: Sequence[str] = (), *, input_file: str | None = None,
-        step: int | None = None, sampling: Sampling = Sampling()) -> str:
+        step: int | str | None = None, sampling: Sampling = Sampling()) -> str:
   """The text scripts/generate.py prints: for a causal LM, one block per sample of each prompt
   (`format_samples`); for a translation run, one translation per line (config.eval.beam_size
   and alpha; the sampling settings are not used)."""

@@ -135,11 +135,11 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> None:
     workdir_lib.check_workdir(config, workdir, resume_step)
 
 
-def for_evaluation(config: ml_collections.ConfigDict, workdir: str, step: int | None = None,
-                   splits=('validation', 'test')) -> Run:
-  """The run that `eval.py` evaluates: `workdir`'s checkpoint at `step` (default: the latest)
-  under `config` (the saved config with the command line's overrides), on `splits` (a
-  classifier's come from config.eval.splits)."""
+def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
+                   step: int | str | None = None, splits=('validation', 'test')) -> Run:
+  """The run that `eval.py` evaluates: `workdir`'s checkpoint at `step` (default: the latest;
+  'best': the one kept in best/) under `config` (the saved config with the command line's
+  overrides), on `splits` (a classifier's come from config.eval.splits)."""
   check_fields(config)
   workdir = os.path.abspath(workdir)
   unknown = [s for s in splits if s not in pipeline.SPLITS]

@@ -193,18 +193,45 @@ def check_checkpoint_matches(ckpt: checkpoint_lib.Checkpointer, step: int,
         'Fix: evaluate with the config.json the checkpoint was trained with.')
 
 
-def checkpoint_step(workdir: str, step: int | None = None) -> int:
-  """`step` (default: the latest) if `workdir` has a finished checkpoint of it; otherwise a
-  ConfigError naming the steps there are."""
-  ckpt_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
-  available = checkpoint_lib.all_steps(ckpt_dir)
-  if not available:
+BEST = 'best'  # --step=best: the checkpoint that the task's best metric kept in workdir/best/.
+
+
+def checkpoint_step(workdir: str, step: int | str | None = None) -> int:
+  """`step` (default: the latest of checkpoints/; 'best': the one kept in best/) if `workdir`
+  has a finished checkpoint of it, in checkpoints/ or best/; otherwise a ConfigError naming
+  the steps there are."""
+  workdir = os.path.abspath(workdir)
+  available = checkpoint_lib.all_steps(os.path.join(workdir, 'checkpoints'))
+  best = checkpoint_lib.all_steps(os.path.join(workdir, BEST))
+  there = f'available: {available}' + (f', and {best[-1]} in best/ (--step=best)' if best else '')
+  if step == BEST:
+    if not best:
+      raise errors.ConfigError(
+          f'--step=best: {workdir} has no best checkpoint (best/ is kept by a run whose task has '
+          f'a best metric, such as translation\'s BLEU, once validated); {there}. Fix: one of '
+          'those, or no step for the latest.')
+    return best[-1]
+  if not available and not best:
     raise errors.ConfigError(f'{workdir} has no checkpoint. Fix: train first (python train.py '
                              f'--workdir {workdir} ...) or point --workdir at a trained run.')
-  if step is not None and step not in available:
-    raise errors.ConfigError(f'--step={step} has no checkpoint in {ckpt_dir}; available: '
-                             f'{available}. Fix: one of those, or no step for the latest.')
+  if step is None and not available:
+    raise errors.ConfigError(f'{workdir} has no checkpoint in checkpoints/, only the best one '
+                             f'in best/ (step {best[-1]}). Fix: --step=best.')
+  if step is not None and step not in available + best:
+    raise errors.ConfigError(f'--step={step} has no checkpoint in {workdir}; {there}. Fix: one '
+                             'of those, or no step for the latest.')
   return available[-1] if step is None else step
+
+
+def checkpoint_directory(workdir: str, step: int) -> str:
+  """The folder of `workdir` that holds `step`'s checkpoint: checkpoints/, or best/ for the
+  best checkpoint once its step has rotated out of checkpoints/."""
+  workdir = os.path.abspath(workdir)
+  rotating = os.path.join(workdir, 'checkpoints')
+  if step not in checkpoint_lib.all_steps(rotating) and step in checkpoint_lib.all_steps(
+      os.path.join(workdir, BEST)):
+    return os.path.join(workdir, BEST)
+  return rotating
 
 
 def restore_params(trainer: Trainer, workdir: str, step: int,
@@ -214,7 +241,7 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
   metadata, before reading any array). Raises ConfigError naming the fix when the checkpoint
   holds another model or cannot be read; `other_step` says how the caller's user picks another
   step (eval.py and generate.py: --step)."""
-  ckpt_dir = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  ckpt_dir = checkpoint_directory(workdir, step)
   ckpt = checkpoint_lib.Checkpointer(ckpt_dir)
   try:
     try:

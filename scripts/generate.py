@@ -1,6 +1,6 @@
 """Continue prompts with a trained causal LM, or translate with a trained translation run.
 
-  python scripts/generate.py --workdir runs/lm --prompt "ROMEO:" [--prompt ...] [--step N]
+  python scripts/generate.py --workdir runs/lm --prompt "ROMEO:" [--prompt ...] [--step N|best]
       [--max_new_tokens 100] [--temperature 1.0] [--top_k 0] [--top_p 1.0] [--seed 0]
       [--num_samples 1]
   python scripts/generate.py --workdir runs/translate --prompt "In the beginning ..." |
@@ -33,8 +33,9 @@ def parser() -> cli.ArgumentParser:
                  help='Text to continue (causal LM) or translate; may be given several times.')
   p.add_argument('--input', type=cli.path_arg, default=None,
                  help='A text file whose every line is a prompt.')
-  p.add_argument('--step', type=int, default=None,
-                 help='Checkpoint step (default: the latest).')
+  p.add_argument('--step', type=cli.step_arg, default=None,
+                 help="Checkpoint step (default: the latest), or 'best': the checkpoint that "
+                 "the task's best metric kept in workdir/best/ (translation: BLEU).")
   p.add_argument('--max_new_tokens', type=int, default=_DEFAULT.max_new_tokens,
                  help='Tokens to add to each prompt (causal LM).')
   p.add_argument('--temperature', type=float, default=_DEFAULT.temperature,

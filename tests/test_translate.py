@@ -2,7 +2,11 @@
 
 import json
 import os
+import shutil
 
+from flax import nnx
+import jax
+import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
@@ -86,6 +90,31 @@ def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tm
   lines.write_text('\n'.join(texts[1:]) + '\n', encoding='utf-8')
   out = generation.run(workdir, texts[:1], input_file=str(lines))
   assert out.split('\n') == [e.replace('\n', ' ') for e in expected]
+
+
+def test_step_best_reads_the_best_checkpoint_after_it_rotates_out(trained, tmp_path):
+  """--step=best (and the best step's number) restore the BLEU-best checkpoint from best/ once
+  checkpoints/ no longer holds its step, with the parameters saved at that step; a workdir
+  without best/ is refused naming the steps there are."""
+  workdir, _ = trained
+  best_step = int(os.listdir(os.path.join(workdir, 'best'))[0])
+  cfg = saved_config.load(workdir)
+  trainer = trainer_lib.Trainer(cfg, sharding.make_mesh(cfg.mesh))
+  expected = trainer_lib.restore_params(trainer, workdir, best_step)  # From checkpoints/.
+  rotated = str(tmp_path / 'rotated')
+  shutil.copytree(workdir, rotated)
+  shutil.rmtree(os.path.join(rotated, 'checkpoints', str(best_step)))
+  assert trainer_lib.checkpoint_step(rotated, 'best') == best_step
+  for step in ('best', best_step):
+    got = trainer_lib.restore_params(trainer, rotated, trainer_lib.checkpoint_step(rotated, step))
+    assert jax.tree.all(jax.tree.map(np.array_equal, nnx.to_pure_dict(got),
+                                     nnx.to_pure_dict(expected)))
+  assert evaluate.evaluate_workdir(cfg, rotated, 'best', splits=('test',))['step'] == best_step
+  shutil.rmtree(os.path.join(rotated, 'best'))
+  with pytest.raises(errors.ConfigError, match=r'--step=best: .* no best checkpoint.*available'):
+    trainer_lib.checkpoint_step(rotated, 'best')
+  with pytest.raises(errors.ConfigError, match=rf'--step={best_step} has no checkpoint'):
+    trainer_lib.checkpoint_step(rotated, best_step)
 
 
 def test_reverse_direction_and_vocabulary_mismatch(trained, data_dir):
