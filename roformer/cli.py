@@ -62,6 +62,10 @@ def message(exc: BaseException) -> str | None:
   storage = errors.storage_problem(exc)
   if storage:
     return f'{storage}. Fix: {errors.storage_fix(storage)}, then rerun the same command.'
+  if isinstance(exc, OSError) and type(exc).__module__.split('.')[0] in ('requests', 'urllib3'):
+    what = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return (f'a download failed ({what}). Fix: check the network (or the proxy), then rerun the '
+            'same command.')
   if isinstance(exc, OSError):
     where = f': {exc.filename}' if exc.filename else ''
     return (f'{exc.strerror or exc}{where}. Fix: check that path (--debug shows where it was '

@@ -8,8 +8,8 @@ import sys
 
 import jax
 import numpy as np
+import offline
 import pytest
-import tensorflow_datasets as tfds
 
 from configs import classify
 from configs import test as test_config
@@ -195,7 +195,7 @@ def test_glue_by_name_with_mock_data(task, tmp_path):
   cfg.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64)
   cfg.train.update(steps=2, eval_every=2, checkpoint_every=2)
   cfg.eval.length_multipliers = (1,)
-  with tfds.testing.mock_data(num_examples=24):
+  with offline.mock_data(num_examples=24):
     sources, tok = workdir_lib.setup_data(cfg, splits=('train', 'validation'))
     batch = next(iter(tasks.for_config(cfg).batches(
         cfg, sources['validation'], tok, train=False, batch_size=4)))
@@ -242,7 +242,7 @@ def test_training_and_evaluation_score_an_example_alike():
 def test_sentence_pair_task_with_one_sentence_and_bad_labels(tmp_path):
   cfg = test_config._shrink(classify.get_config('glue/mrpc'))  # pylint: disable=protected-access
   cfg.data.update(data_dir=str(tmp_path / 'tfds'), vocab_size=64, text_keys=('sentence1',))
-  with tfds.testing.mock_data(num_examples=24):
+  with offline.mock_data(num_examples=24):
     with pytest.raises(errors.ConfigError, match='sentence-pair task'):
       loop.train_and_evaluate(cfg, str(tmp_path / 'a'))
     mnli = test_config._shrink(classify.get_config('glue/mnli'))  # pylint: disable=protected-access

@@ -4,15 +4,18 @@ import importlib.util
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 
 import ml_collections
 import numpy as np
+import offline
 import pytest
-import tensorflow_datasets as tfds
+import requests
 
+from roformer import cli
 from roformer import config_schema
 from roformer import errors
 from roformer.data import cache
@@ -133,7 +136,7 @@ def test_shuffle_is_seeded_and_shards_are_disjoint():
 def test_any_tfds_text_dataset_by_name(tmp_path):
   cfg = data_config(name='lm1b', data_dir=str(tmp_path), vocab_size=64,
                     splits={'validation': 'test'})
-  with tfds.testing.mock_data(num_examples=24):
+  with offline.mock_data(num_examples=24):
     sources = pipeline.load_sources(cfg, splits=('train', 'validation'))
     tok = pipeline.load_tokenizer(cfg, sources['train'])
     assert tok.path.startswith(str(tmp_path))  # Cached under config.data.data_dir only.
@@ -200,12 +203,38 @@ def test_a_tokenizer_written_while_waiting_for_the_lock_is_not_trained_again(
 
 def test_bad_text_key_and_unknown_dataset(tmp_path):
   cfg = data_config(name='lm1b', data_dir=str(tmp_path), text_key='body', vocab_size=64)
-  with tfds.testing.mock_data(num_examples=4):
+  with offline.mock_data(num_examples=4):
     with pytest.raises(errors.ConfigError, match="config.data.text_key='body'"):
       pipeline.load_sources(cfg, splits=('train',))
   cfg.name = 'no_such_dataset_xyz'
   with pytest.raises(errors.ConfigError, match='config.data.name'):
     pipeline.load_sources(cfg, splits=('train',))
+
+
+def test_a_download_without_a_network_is_refused_at_once_and_behind_a_proxy_is_tried(
+    tmp_path, monkeypatch):
+  """A TFDS dataset not prepared in config.data.data_dir on a machine that resolves no host
+  name is one error naming the dataset, its directory and the fix, before TFDS's downloader
+  retries for minutes; behind a proxy (which resolves names itself) nothing is checked. A
+  download that fails anyway is named as such by the command line, not as a bad path."""
+  def no_network(host, port, *args, **kwargs):
+    raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
+  monkeypatch.setattr(socket, 'getaddrinfo', no_network)
+  for variable in cache._PROXY_VARIABLES:  # pylint: disable=protected-access
+    monkeypatch.delenv(variable, raising=False)
+  cfg = data_config(name='glue/mrpc', data_dir=str(tmp_path), vocab_size=64, text_key='sentence1')
+  with pytest.raises(errors.ConfigError,
+                     match=r"config.data.name='glue/mrpc' is not prepared in .*glue/mrpc.* "
+                     r'this machine has no network \(storage.googleapis.com: Name or service '
+                     r'not known\)\. Fix: run the same command once on a machine with a network'):
+    pipeline.load_sources(cfg, splits=('train',))
+  monkeypatch.setenv('HTTPS_PROXY', 'http://proxy.example:3128')
+  cache.check_can_download('glue/mrpc', str(tmp_path))  # Not refused.
+  failed = requests.exceptions.ConnectionError("HTTPSConnectionPool(host='x.example', port=443)")
+  assert cli.message(failed) == (
+      "a download failed (HTTPSConnectionPool(host='x.example', port=443)). Fix: check the "
+      'network (or the proxy), then rerun the same command.')
+  assert 'check that path' in cli.message(FileNotFoundError(2, 'No such file', 'a.txt'))
 
 
 def test_missing_corpus_package_is_a_clear_error(monkeypatch):

@@ -7,8 +7,8 @@ import shutil
 from flax import nnx
 import jax
 import numpy as np
+import offline
 import pytest
-import tensorflow_datasets as tfds
 
 from configs import translate
 from roformer import errors
@@ -145,7 +145,7 @@ def test_empty_source_sentence_is_refused():
 
 def test_wmt14_by_name_through_the_same_pipeline(tmp_path):
   cfg = tiny(str(tmp_path), name='wmt14_translate/de-en', vocab_size=64)
-  with tfds.testing.mock_data(num_examples=12):
+  with offline.mock_data(num_examples=12):
     sources = pipeline.load_sources(cfg.data, splits=('train', 'validation'))
     tok = pipeline.load_tokenizer(cfg.data, sources['train'])
     batch = next(iter(tasks.Translation().batches(cfg, sources['validation'], tok, train=False,

@@ -15,6 +15,10 @@ opened (a truncated ArrayRecord file fails on any read; a missing one on opening
 later read goes through `CheckedSource`, which turns a read failure of the ArrayRecord reader
 (a damaged block in the middle of a shard) into the same error.
 
+`check_can_download` refuses, at once, a TFDS dataset that must be downloaded on a machine that
+cannot resolve a host name: TFDS's downloader would otherwise retry each file for minutes and
+end on a connection error.
+
 `exclusive` is the lock under which a dataset, a converted corpus or a tokenizer is built once
 by runs started together.
 """
@@ -22,10 +26,33 @@ by runs started together.
 import contextlib
 import fcntl
 import os
+import socket
 
 from array_record.python import array_record_data_source
 
 from roformer import errors
+
+
+# The host of TFDS's own copies of prepared datasets, the first place its downloader tries.
+PROBE_HOST = 'storage.googleapis.com'
+_PROXY_VARIABLES = ('https_proxy', 'HTTPS_PROXY', 'http_proxy', 'HTTP_PROXY', 'all_proxy',
+                    'ALL_PROXY')
+
+
+def check_can_download(name: str, directory: str) -> None:
+  """Refuses the download of TFDS dataset `name` into `directory` where this machine resolves
+  no host name (no network). Behind a proxy, which resolves names itself, nothing is checked."""
+  if any(os.environ.get(v) for v in _PROXY_VARIABLES):
+    return
+  try:
+    socket.getaddrinfo(PROBE_HOST, 443)
+  except OSError as e:
+    raise errors.ConfigError(
+        f'config.data.name={name!r} is not prepared in {directory} and TFDS must download it, '
+        f'but this machine has no network ({PROBE_HOST}: {e.strerror or e}). Fix: run the same '
+        f'command once on a machine with a network and copy {directory} here (same '
+        'config.data.data_dir), or use an embedded dataset or your own files '
+        '(config.data.files).') from None
 
 
 def rebuild_fix(directory: str, embedded: bool) -> str:

@@ -106,6 +106,8 @@ def _builder(data_cfg):
         raise
       raise errors.ConfigError(_unknown_dataset(name, e)) from e
     cache.check_not_half_written(str(builder.data_dir), embedded=False)
+    if not builder.is_prepared():
+      cache.check_can_download(name, str(builder.data_dir))
   cache.check_shards(builder, embedded=bool(embedded_cls))
   return builder
 
