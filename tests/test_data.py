@@ -209,6 +209,13 @@ def test_bad_text_key_and_unknown_dataset(tmp_path):
   cfg.name = 'no_such_dataset_xyz'
   with pytest.raises(errors.ConfigError, match='config.data.name'):
     pipeline.load_sources(cfg, splits=('train',))
+  cfg.name = 'glue/mrcp'  # A dataset TFDS has, with a config it has not: its configs listed.
+  with pytest.raises(errors.ConfigError) as info:
+    pipeline.load_sources(cfg, splits=('train',))
+  assert str(info.value).startswith(
+      "config.data.name='glue/mrcp': the TFDS dataset 'glue' has no config 'mrcp'. Did you mean "
+      "'glue/mrpc'? Fix: one of glue/ax, glue/cola, ")
+  assert str(info.value).endswith('glue/wnli.') and '\n' not in str(info.value)
 
 
 def test_a_download_without_a_network_is_refused_at_once_and_behind_a_proxy_is_tried(

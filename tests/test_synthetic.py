@@ -19,6 +19,7 @@ from roformer import models
 from roformer import resolve
 from roformer import tasks
 from roformer.data import synthetic
+from roformer.data import synthetic_batches
 from roformer.data import tokenizer as tokenizer_lib
 
 BOS, EOS = tokenizer_lib.BOS_ID, tokenizer_lib.EOS_ID
@@ -377,17 +378,16 @@ def test_a_filler_run_is_the_cycle_of_sentences_from_its_start():
     ('train', True, 8, (0, 1)), ('train', True, 4, (1, 2)), ('validation', False, 100, (0, 1)),
     ('validation', False, 30, (1, 2))])
 def test_batches_are_grains_batches_of_the_same_rows_with_its_state(split, train, batch, shard):
-  """pipeline.synthetic_dataset builds batches itself (for speed): the same batches as grain's
-  MapDataset -> batch of the same rows (this process's share, a short last evaluation batch),
+  """synthetic_batches.synthetic_dataset builds batches itself (for speed): the same batches as
+  grain's MapDataset -> batch of the same rows (this process's share, a short last evaluation batch),
   and the same iterator state, so a checkpoint of either resumes in the other."""
   import grain  # pylint: disable=import-outside-toplevel
-  from roformer.data import pipeline  # pylint: disable=import-outside-toplevel
   index, count = shard
   cfg = options(eval_examples=250)
   rows = synthetic.Source(synthetic.Split(cfg, 'associative_recall', split), 16, 3)
   reference = iter(grain.MapDataset.source(rows)[index::count].to_iter_dataset().batch(
       batch, drop_remainder=train))
-  make = lambda: iter(pipeline.synthetic_dataset(
+  make = lambda: iter(synthetic_batches.synthetic_dataset(
       synthetic.Split(cfg, 'associative_recall', split), seq_len=16, batch_size=batch, seed=3,
       train=train, shard_index=index, shard_count=count))
   ours, seen = make(), 0

@@ -13,6 +13,7 @@ from roformer import losses
 from roformer import positions as positions_lib
 from roformer.data import pipeline
 from roformer.data import synthetic
+from roformer.data import synthetic_batches
 from roformer.tasks import base
 
 
@@ -129,7 +130,7 @@ class SyntheticTask(LanguageModeling):
             'bucket': np.zeros((batch_size,), np.int32)}
 
   def batches(self, config, source, tokenizer, *, train: bool, seq_len=None, batch_size=None):
-    return pipeline.synthetic_dataset(
+    return synthetic_batches.synthetic_dataset(
         source, seq_len=seq_len or config.data.seq_len,
         batch_size=base.batch_size(config, batch_size),
         seed=config.seed, train=train, shard_index=jax.process_index(),
