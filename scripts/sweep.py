@@ -13,7 +13,9 @@ the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--
 leaves each run to build its own). Finished stages are
 skipped and unfinished runs resume from their checkpoints, so the same command continues an
 interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
-members included); the exit status is 1 if any point failed. The work is ordered longest first
+members included). Exit status: 2 when nothing ran because a flag, the sweep file or a point's
+config was refused (one `error: ...` line, before anything is written), 1 if any point failed,
+130 after Ctrl-C. The work is ordered longest first
 and `--parallel` (default: one process per CPU core; on an accelerator, one process in all
 unless it is a GPU and every group's step is too small to keep it busy: `default_parallel`)
 keeps that many processes running (at most one per group); on the CPU each is pinned to cores of its
