@@ -78,6 +78,21 @@ def write_text_atomic(path: str, text: str) -> None:
   durable_replace(path + '.tmp', path)
 
 
+def save_figure_atomic(fig, path: str, **savefig_kwargs) -> None:
+  """matplotlib `fig` saved to `path` (its format from the extension) as write_text_atomic
+  writes text: through a temporary file renamed over it, which a failed save removes."""
+  temporary = path + '.tmp'
+  try:
+    with open(temporary, 'wb') as f:
+      fig.savefig(f, format=os.path.splitext(path)[1][1:] or 'png', **savefig_kwargs)
+      sync(f)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
+  durable_replace(temporary, path)
+
+
 def sync(f) -> None:
   """Forces an open file's written bytes to the disk (a power loss after this keeps them)."""
   f.flush()

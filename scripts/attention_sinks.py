@@ -150,7 +150,7 @@ def plot(runs: list[dict], path: str) -> None:
   ax.set_ylabel('attention weight on the first token')
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  files.save_figure_atomic(fig, path, dpi=120)
   plt.close(fig)
 
 

@@ -15,6 +15,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics  # pylint: disable=wrong-import-position
 
 
@@ -78,7 +79,7 @@ def main(argv=None):
   ax.legend()
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  fig.savefig(args.out)
+  files.save_figure_atomic(fig, args.out)
   print(markdown(data, labels))
   print(f'wrote {args.out}')
 

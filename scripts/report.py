@@ -392,7 +392,7 @@ def plot(points: list[dict], out_dir: str) -> list[str]:
       ax.legend(fontsize=6)
     fig.tight_layout()
     written.append(os.path.join(out_dir, name))
-    fig.savefig(written[-1])
+    files.save_figure_atomic(fig, written[-1])
     plt.close(fig)
 
   def log_lengths(ax, lengths):

@@ -79,3 +79,31 @@ def test_a_reports_markdown_is_written_atomically_and_synced(tmp_path, synced):
   path = str(tmp_path / 'report.md')
   at = synced.index(('fsync', path + '.tmp'))
   assert synced[at + 1:at + 3] == [('rename', path), ('fsync', str(tmp_path))]
+  pngs = sorted(p for p in os.listdir(tmp_path) if p.endswith('.png'))
+  assert pngs and all(('rename', str(tmp_path / p)) in synced for p in pngs)  # Its plots too.
+
+
+def test_a_figure_is_saved_whole_or_not_at_all(tmp_path, synced):
+  """A plot is written as the JSON is (synced, then renamed over the old one); a save that
+  fails halfway leaves the old file and no temporary one."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  from matplotlib import figure  # pylint: disable=import-outside-toplevel
+  path = str(tmp_path / 'curves.png')
+  fig = figure.Figure()
+  fig.add_subplot().plot([0, 1], [1, 0])
+  files.save_figure_atomic(fig, path)
+  assert synced == [('fsync', path + '.tmp'), ('rename', path), ('fsync', str(tmp_path))]
+  with open(path, 'rb') as f:
+    first = f.read()
+  assert first.startswith(b'\x89PNG\r\n')
+
+  def fails_halfway(f, **kwargs):
+    f.write(first[:100])
+    raise OSError(28, 'No space left on device')
+  fig.savefig = fails_halfway
+  with pytest.raises(OSError, match='No space left'):
+    files.save_figure_atomic(fig, path)
+  with open(path, 'rb') as f:
+    assert f.read() == first
+  assert sorted(os.listdir(tmp_path)) == ['curves.png']
