@@ -15,6 +15,10 @@ from roformer import killpoints
 log = logging.getLogger('roformer')
 
 
+# A run's record of the train documents its config.data files held (roformer/workdir.py).
+TRAIN_DATA_FILE = 'train_data.json'
+
+
 def read_json(path: str, fix: str = '') -> dict:
   """The JSON object in `path`. A file that cannot be read, is not JSON (truncated, overwritten)
   or holds something other than an object raises DamagedFileError naming it and `fix` (by

@@ -175,7 +175,7 @@ def _check_records_without_checkpoint(config, workdir: str) -> None:
                         'use a new --workdir (or move this one aside)')
 
 
-TRAIN_DATA_FILE = 'train_data.json'
+TRAIN_DATA_FILE = files.TRAIN_DATA_FILE
 
 
 def record_train_data(config, workdir: str) -> None:

@@ -5,11 +5,13 @@
       --out docs/results/passkey_extension/report.md
 
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
-metrics.jsonl, eval_results*.json) into RECORDS/POINT, and merges the sweep's sweep.json into
-RECORDS/sweep.json: the points and labels already there are kept, and a point kept again is
-replaced whole, its files and its entry, where that loses nothing: a kept record of another
-config, or with more steps trained or evaluations than the new run's, is refused unless
---replace. Checkpoints, TensorBoard events and the tokenizer stay
+metrics.jsonl, eval_results*.json, and train_data.json where the run trained on files of its
+own) into RECORDS/POINT, and merges the sweep's sweep.json into RECORDS/sweep.json: the points
+and labels already there are kept, and a point kept again is replaced whole, its files and its
+entry, where that loses nothing: a kept record of another config, or with more steps trained
+or evaluations than the new run's, is refused unless --replace. Where a run lived is not its
+config: the data cache, the folders of the run it started from and of a tokenizer file, and
+the glob of its own files (whose documents train_data.json records) may differ. Checkpoints, TensorBoard events and the tokenizer stay
 behind: a kept record is a few tens of kilobytes where a point's workdir is tens of megabytes.
 So the parts of one sweep run in different places or at different times
 (passkey_extension.py:seed=1 here and :seed=2 there; options.py a task at a time) join in one
@@ -39,8 +41,9 @@ from scripts import sweep_points  # pylint: disable=wrong-import-position
 
 
 def point_records(workdir: str) -> list[str]:
-  """The paths of `workdir`'s files that a report reads, sorted."""
-  return sorted({path for pattern in sweep_points.READS
+  """The paths of `workdir`'s files that a report reads, and its record of the documents its
+  own files held (files.TRAIN_DATA_FILE), sorted."""
+  return sorted({path for pattern in sweep_points.READS + (files.TRAIN_DATA_FILE,)
                  for path in glob.glob(os.path.join(workdir, pattern))})
 
 
@@ -84,13 +87,21 @@ def _flat(value, prefix: str = '') -> dict:
           for k, v in _flat(inner, f'{prefix}.{key}' if prefix else key).items()}
 
 
-def _meaning(config: dict) -> dict:
-  """A point's config.json, less where its run lived: the data cache, and the directory of
-  the run it started from (its name is kept)."""
-  flat = _flat(config)
+def _meaning(workdir: str) -> dict:
+  """A point's config.json, less where its run lived: the data cache; the directory of the
+  run it started from and a tokenizer given as a file (their names are kept); and the glob of
+  its own files where the run recorded what they held (files.TRAIN_DATA_FILE), which is
+  compared instead."""
+  flat = _flat(files.read_json(os.path.join(workdir, 'config.json')))
   flat.pop('data.data_dir', None)
-  if flat.get('init_from'):
-    flat['init_from'] = os.path.basename(str(flat['init_from']).rstrip('/'))
+  for field in ('init_from', 'data.tokenizer'):
+    if '/' in str(flat.get(field) or ''):
+      flat[field] = os.path.basename(str(flat[field]).rstrip('/'))
+  documents = os.path.join(workdir, files.TRAIN_DATA_FILE)
+  if os.path.exists(documents):
+    flat.pop('data.files', None)
+    flat.update({f'train documents{" of " + name if name else ""}': text
+                 for name, text in files.read_json(documents).items()})
   return flat
 
 
@@ -109,7 +120,7 @@ def _evaluations(workdir: str) -> set[str]:
 def lost_by_replacing(kept: str, incoming: str) -> str:
   """What keeping `incoming` (a point's workdir) in place of the record `kept` would lose:
   the record of a run of another config, steps trained or evaluations; '' if nothing."""
-  old, new = (_meaning(files.read_json(os.path.join(d, 'config.json'))) for d in (kept, incoming))
+  old, new = _meaning(kept), _meaning(incoming)
   differ = [f'{k}: {old.get(k, "(none)")} vs {new.get(k, "(none)")}'
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
   if differ:

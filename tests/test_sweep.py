@@ -458,6 +458,38 @@ def test_a_kept_record_is_replaced_by_a_run_that_holds_all_it_held_and_else_refu
       f for f in os.listdir(point) if f.endswith(('.json', '.jsonl')))
 
 
+def test_a_kept_record_is_the_same_run_wherever_its_files_lived(tmp_path):
+  """Keeping again the same run made on another machine (its own documents and its tokenizer
+  file at other paths, the same documents as its train_data.json records) replaces the record;
+  other documents under the same glob are another config, refused by their record."""
+  sweep, kept = tmp_path / 'sweep', tmp_path / 'kept'
+  _fake_sweep(sweep, (0,))
+  point = sweep / 'base,seed=0'
+
+  def ran_at(where: str, documents: str) -> None:
+    config = json.loads((point / 'config.json').read_text())
+    config['data'] = {'files': f'{where}/corpus/*.txt', 'tokenizer': f'{where}/tok/piece.model',
+                      'data_dir': f'{where}/cache'}
+    (point / 'config.json').write_text(json.dumps(config))
+    (point / 'train_data.json').write_text(json.dumps({'': documents}))
+
+  ran_at('/home/a', '120 documents, sha256 0123456789abcdef0123')
+  assert keep_records.keep(str(sweep), str(kept)) == ['base,seed=0']
+  assert 'train_data.json' in os.listdir(kept / 'base,seed=0')
+  ran_at('/scratch/b', '120 documents, sha256 0123456789abcdef0123')
+  assert keep_records.keep(str(sweep), str(kept)) == ['base,seed=0']
+  ran_at('/scratch/b', '121 documents, sha256 fedcba9876543210fedc')
+  with pytest.raises(errors.ConfigError, match=r'keeps a run of another config \(train '
+                     r'documents: 120 documents, sha256 0123.* vs 121 documents'):
+    keep_records.keep(str(sweep), str(kept))
+  ran_at('/scratch/b', '120 documents, sha256 0123456789abcdef0123')
+  config = json.loads((point / 'config.json').read_text())
+  config['data']['tokenizer'] = '/scratch/b/tok/other.model'
+  (point / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(errors.ConfigError, match=r'data.tokenizer: piece.model vs other.model'):
+    keep_records.keep(str(sweep), str(kept))
+
+
 def test_kept_records_of_one_sweep_leave_out_the_points_of_another_in_its_workdir(tmp_path):
   """A workdir two sweeps share keeps, with --sweep, only the points those sweeps name: their
   files and their entries in sweep.json."""
