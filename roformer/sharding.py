@@ -25,6 +25,7 @@ parameters. A dimension that its mesh axis does not divide stays whole (e.g. an 
 """
 
 import contextvars
+import difflib
 import math
 
 import jax
@@ -117,7 +118,15 @@ def rules_from_config(mesh_cfg) -> dict:
   rules = dict(DEFAULT_RULES)
   given = mesh_cfg.get('rules')
   if given is not None:
-    rules.update(given.to_dict() if hasattr(given, 'to_dict') else dict(given))
+    given = given.to_dict() if hasattr(given, 'to_dict') else dict(given)
+    for name in given:
+      if name not in DEFAULT_RULES:  # A rule no array reads: its axis would stay as it was.
+        close = difflib.get_close_matches(name, list(DEFAULT_RULES), n=1)
+        raise errors.ConfigError(
+            f'config.mesh.rules.{name} is not a logical axis of the model'
+            + (f' (did you mean {close[0]!r}?)' if close else '')
+            + f'. Fix: one of {", ".join(DEFAULT_RULES)}.')
+    rules.update(given)
   for name, axes in rules.items():
     bad = [a for a in _mesh_axes(name, rules) if a not in AXES]
     if bad:

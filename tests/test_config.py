@@ -55,6 +55,8 @@ BAD = [
     ('mesh.tensor', 3, 'config.mesh'),
     ('mesh.num_devices', 64, 'config.mesh.num_devices'),
     ('mesh.rules.heads', 'model', "config.mesh.rules.heads='model'"),
+    ('mesh.rules.head', 'tensor', "config.mesh.rules.head is not a logical axis of the model "
+     "(did you mean 'heads'?). Fix: one of batch, vocab"),
     ('model.d_ff', -4, 'config.model.d_ff'),
     ('model.dtype', 'float64', 'config.model.dtype'),
     ('model.norm', 'rms', 'config.model.norm'),
