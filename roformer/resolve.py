@@ -116,11 +116,14 @@ def _take_from_runs(config: ml_collections.ConfigDict, workdir: str,
     positions_lib.derive(config.model, trained_positions(config)[0])
 
 
-def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> None:
+def check_rerun(config: ml_collections.ConfigDict, workdir: str,
+                finished_records: bool = False) -> None:
   """What `for_training` checks before it opens any data, for `config` run in `workdir`, and
   without a device (a sweep's driver checks every point with it before any starts, and starts
   no JAX backend): the fields and their relations, and, where `workdir` exists, that it holds
-  no other run. A continuation whose source is not trained yet is left to its own run."""
+  no other run. A continuation whose source is not trained yet is left to its own run. With
+  `finished_records`, `workdir` holds a finished run whose checkpoints were deleted, which is
+  not trained again: its config is compared with `config` as a resume's would be."""
   check_fields(config)
   config = ml_collections.ConfigDict(config.to_dict())
   workdir = os.path.abspath(workdir)
@@ -131,7 +134,9 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str) -> None:
     return
   _take_from_runs(config, workdir, resume_step)
   check_relations(config, on_device=False)
-  if os.path.exists(workdir):
+  if finished_records:
+    workdir_lib.check_finished_records(config, workdir)
+  elif os.path.exists(workdir):
     workdir_lib.check_workdir(config, workdir, resume_step)
 
 

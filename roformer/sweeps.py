@@ -387,11 +387,29 @@ def final_step(workdir: str, steps: int | None = None) -> int | None:
 
 def trained(workdir: str, steps: int | None = None) -> bool:
   """Whether the run in `workdir` has the checkpoint of its last step (`steps`, by default
-  the train.steps it trains under now: files.current_config)."""
+  the train.steps it trains under now: files.current_config), or finished and then had its
+  checkpoints deleted (`finished_without_checkpoints`)."""
   steps = final_step(workdir, steps)
   if steps is None:
     return False
-  return os.path.isdir(os.path.join(workdir, 'checkpoints', str(steps)))
+  return (os.path.isdir(os.path.join(workdir, 'checkpoints', str(steps)))
+          or finished_without_checkpoints(workdir, steps))
+
+
+def finished_without_checkpoints(workdir: str, steps: int | None = None) -> bool:
+  """Whether the run in `workdir` holds no checkpoint but its metrics.jsonl records training
+  at its last step: a finished run whose checkpoints were deleted to free the disk. Its records
+  stand; an evaluation it lacks can no longer be made."""
+  steps = final_step(workdir, steps)
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if steps is None or not os.path.exists(path) or any(
+      name.isdigit() for name in _listing(os.path.join(workdir, 'checkpoints'))):
+    return False
+  return any(r.get('step') == steps and r.get('split') == 'train' for r in files.read_jsonl(path))
+
+
+def _listing(directory: str) -> list[str]:
+  return os.listdir(directory) if os.path.isdir(directory) else []
 
 
 def usable_cpus() -> list[int]:

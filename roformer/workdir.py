@@ -137,6 +137,14 @@ def check_workdir(config, workdir: str, ckpt_step: int | None) -> None:
                         'use a new --workdir, or the same config to resume')
 
 
+def check_finished_records(config, workdir: str) -> None:
+  """A finished run whose checkpoints were deleted (its records kept, sweeps skip it): refuses
+  `config` where it is not that run's config."""
+  _refuse_another_run(config, workdir, "the records of a finished run (its checkpoints deleted)",
+                      "give the point the config it was trained with, or move the workdir aside "
+                      "to train it again")
+
+
 def _refuse_another_run(config, workdir: str, holds: str, fix: str) -> None:
   """Refuses `config` where it differs from the run saved in `workdir` (config.json) in what
   a resume keeps (saved_config's RESUME), naming what the workdir `holds` of that run."""

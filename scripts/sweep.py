@@ -12,7 +12,7 @@ seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache) and the 
 the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--no_row_cache`
 leaves each run to build its own). Finished stages are
 skipped and unfinished runs resume from their checkpoints, so the same command continues an
-interrupted sweep. A failed point is reported by name and the sweep goes on (a group's other
+interrupted sweep (a finished point whose checkpoints were deleted stands on its records). A failed point is reported by name and the sweep goes on (a group's other
 members included). Exit status: 2 when nothing ran because a flag, the sweep file or a point's
 config was refused (one `error: ...` line, before anything is written), 1 if any point failed,
 130 after Ctrl-C. The work is ordered longest first
@@ -247,11 +247,31 @@ def check_points(spec: str, sweep, root: str, extra=()) -> None:
   """Before any point runs: every point's config passes train.py's own checks, and a point
   started or finished in `root` was started with the config the sweep gives it now (a sweep
   file changed between two runs would otherwise leave runs of two configs side by side in one
-  report). One ConfigError naming the point and the sweep file."""
+  report). A finished point whose checkpoints were deleted is skipped when it has every
+  evaluation that applies to it, and refused when it lacks one. One ConfigError naming the
+  point and the sweep file. A directory of kept records (scripts/keep_records.py: finished
+  points without checkpoints, and none of the logs/ that a sweep writes as its points run) is
+  refused as a whole."""
+  finished = [p.name for p in sweep.points if sweeps.finished_without_checkpoints(
+      os.path.join(root, p.name), p.fields.get('train.steps'))]
+  if finished and not os.path.isdir(os.path.join(root, 'logs')):
+    raise errors.ConfigError(
+        f'--workdir={root} holds kept records (finished points without checkpoints, such as '
+        f'{finished[0]}, and no logs/), not a sweep\'s runs. Fix: give the sweep its own '
+        f'--workdir; report the records with python scripts/report.py {root}.')
   for point in sweep.points:
     workdir = os.path.join(root, point.name)
     try:
-      resolve.check_rerun(point_config(sweep, point, workdir, extra), workdir)
+      without = point.name in finished
+      missing = [name or '(plain)' for name, ev in sweep.evals.items() if sweeps.applies(
+          ev, point) and not sweeps.evaluated(workdir, name, point.fields.get('train.steps'))]
+      if without and missing:
+        raise errors.ConfigError(
+            f'{workdir} finished training and its checkpoints were deleted, so its evaluations '
+            f'{", ".join(missing)} can no longer be made. Fix: restore its checkpoints/, or '
+            'move the workdir aside to train the point again.')
+      resolve.check_rerun(point_config(sweep, point, workdir, extra), workdir,
+                          finished_records=without)
     except errors.ConfigError as e:
       raise errors.ConfigError(
           f'{spec}, point {point.name} (the sweep\'s overrides and the point\'s fields on '

@@ -264,7 +264,7 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert body(open(os.path.join(kept, 'report.md')).read()) == body(text.replace(root, kept))
   kept_files = sorted(_files_under(kept))  # A sweep run there is refused, writing nothing.
   assert sweep_script.main(['--sweep', spec, '--workdir', kept]) == 2
-  assert 'holds the evaluations of a finished run' in capsys.readouterr().err
+  assert 'holds kept records (finished points without checkpoints' in capsys.readouterr().err
   assert sorted(_files_under(kept)) == kept_files
 
   # The sweep file changed since: refused before anything runs, naming the point and field.
@@ -277,6 +277,23 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert re.search(r'point kind=rope,seed=0 .*changed fields \(saved vs now\): '
                    r'model.d_model: 64 vs 48', capsys.readouterr().err)
   assert {path: os.path.getmtime(path) for path in _files_under(root)} == written
+
+  # Its checkpoints deleted once finished, the point stands on its records: nothing left to
+  # run, and the sweep is not refused; an evaluation it lacks can no longer be made: refused.
+  aside = str(tmp_path / 'aside')
+  os.makedirs(aside)
+  shutil.move(os.path.join(rope, 'checkpoints'), aside)
+  sweep = sweeps.load(spec)
+  point = next(p for p in sweep.points if p.name == 'kind=rope,seed=0')
+  assert sweeps.done(sweep, point, rope) and sweeps.stages(sweep, point, rope) == []
+  assert sweep_script.main(['--sweep', spec, '--workdir', root, '--dry_run']) == 0
+  shutil.move(os.path.join(rope, 'eval_results.rope_yarn.json'), aside)
+  assert sweep_script.main(['--sweep', spec, '--workdir', root, '--dry_run']) == 2
+  assert re.search(r'point kind=rope,seed=0 .*finished training and its checkpoints were '
+                   r'deleted, so its evaluations rope_yarn can no longer be made',
+                   capsys.readouterr().err)
+  for name in ('checkpoints', 'eval_results.rope_yarn.json'):
+    shutil.move(os.path.join(aside, name), rope)
 
   if not resume:
     return
