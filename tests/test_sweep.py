@@ -33,6 +33,7 @@ from roformer.data import synthetic
 from scripts import keep_records
 from scripts import report
 from scripts import sweep as sweep_script
+from scripts import sweep_plan
 from scripts import sweep_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -324,23 +325,23 @@ def test_the_check_before_a_sweep_takes_a_continuations_settings_from_its_source
   sweep = sweeps.load('configs/sweeps/context_extension.py:smoke')
   points = {p.name: p for p in sweep.points}
   root = tmp_path / 'ext'
-  sweep_script.check_points('ext.py', sweep, str(root))  # Nothing trained yet.
+  sweep_plan.check_points('ext.py', sweep, str(root))  # Nothing trained yet.
   (root / 'base').mkdir(parents=True)
-  saved_config.save(sweep_script.point_config(sweep, points['base'], str(root / 'base')),
+  saved_config.save(sweep_plan.point_config(sweep, points['base'], str(root / 'base')),
                     str(root / 'base'))
   workdir = root / 'continue_linear'
   workdir.mkdir()
-  config = sweep_script.point_config(sweep, points['continue_linear'], str(workdir))
+  config = sweep_plan.point_config(sweep, points['continue_linear'], str(workdir))
   resolve.take_from_source(config)  # As train.py saved it when the continuation started.
   assert config.model.position.rope.scaling.original_length == 32
   saved_config.save(config, str(workdir))
   (workdir / 'metrics.jsonl').write_text('{"step": 5, "split": "train", "loss": 3.0}\n')
-  sweep_script.check_points('ext.py', sweep, str(root))
+  sweep_plan.check_points('ext.py', sweep, str(root))
   config.model.d_ff = 96
   saved_config.save(config, str(workdir))
   with pytest.raises(errors.ConfigError, match=r'ext.py, point continue_linear .*holds the '
                      r'metrics of another run .*model.d_ff: 96 vs 64'):
-    sweep_script.check_points('ext.py', sweep, str(root))
+    sweep_plan.check_points('ext.py', sweep, str(root))
 
 
 def test_the_check_before_a_sweep_counts_the_extra_train_flags(tmp_path):
@@ -353,11 +354,11 @@ def test_the_check_before_a_sweep_counts_the_extra_train_flags(tmp_path):
   extra = ['--config.model.dtype=bfloat16', '--distributed']
   workdir = tmp_path / 'base'
   workdir.mkdir()
-  saved_config.save(sweep_script.point_config(sweep, base[0], str(workdir), extra), str(workdir))
+  saved_config.save(sweep_plan.point_config(sweep, base[0], str(workdir), extra), str(workdir))
   (workdir / 'metrics.jsonl').write_text('{"step": 5, "split": "train", "loss": 3.0}\n')
-  sweep_script.check_points('ext.py', sweep, str(tmp_path), extra)
+  sweep_plan.check_points('ext.py', sweep, str(tmp_path), extra)
   with pytest.raises(errors.ConfigError, match="model.dtype: 'bfloat16' vs 'float32'"):
-    sweep_script.check_points('ext.py', sweep, str(tmp_path))
+    sweep_plan.check_points('ext.py', sweep, str(tmp_path))
 
 
 def test_a_failed_points_message_is_its_own_stages_not_what_ran_after(tmp_path):
@@ -840,7 +841,7 @@ def test_the_longest_work_starts_first_and_points_that_need_others_come_after_th
   groups = [sweeps.Group('short', (point('short'),)),
             sweeps.Group('after', (point('after', ['long']),)),
             sweeps.Group('long', (point('long'),)), sweeps.Group('mid', (point('mid'),))]
-  order = sweep_script.longest_first(groups, {'short': 1, 'after': 9, 'long': 5, 'mid': 3})
+  order = sweep_plan.longest_first(groups, {'short': 1, 'after': 9, 'long': 5, 'mid': 3})
   assert [g.name for g in order] == ['long', 'mid', 'short', 'after']
 
 
@@ -924,7 +925,7 @@ def test_a_groups_step_flops_are_the_hand_count_of_its_members_step():
   assert 200 < vocab < 4096
   d, f, layers, length = 64, 256, 2, 32
   per_token = 3 * (layers * (8 * d * d + 4 * d * f + 2 * length * d) + 2 * d * vocab)
-  assert sweep_script.step_flops(sweep, group) == per_token * length * 256 * 5
+  assert sweep_plan.step_flops(sweep, group) == per_token * length * 256 * 5
 
 
 def test_a_masked_lms_step_flops_count_its_output_layer_at_the_predicted_tokens_only(tmp_path):
@@ -937,9 +938,9 @@ def test_a_masked_lms_step_flops_count_its_output_layer_at_the_predicted_tokens_
         f"'model.d_ff': 128, 'model.num_layers': 1, 'data.mask_rate': {rate}}}, "
         "'points': [{'seed': 0}, {'seed': 1}]}\n")), '')
     group, = sweeps.seed_groups(sweep, sweep.points)
-    config = sweep_script.point_config(sweep, group.points[0])
+    config = sweep_plan.point_config(sweep, group.points[0])
     tokens = config.data.seq_len * config.train.batch_size * 2
-    return sweep_script.step_flops(sweep, group), tokens, config.data.vocab_size
+    return sweep_plan.step_flops(sweep, group), tokens, config.data.vocab_size
 
   (tmp_path / 'a').mkdir()
   (tmp_path / 'b').mkdir()
@@ -960,30 +961,30 @@ def test_on_an_accelerator_host_bound_groups_run_one_process_per_core_and_large_
       "'model.d_ff': 4096, 'model.num_layers': 24, 'data.seq_len': 2048, "
       "'train.batch_size': 64}, 'points': [{'seed': 0}, {'seed': 1}]}\n")), '')
   large_groups = sweeps.seed_groups(large, large.points)
-  assert sweep_script.step_flops(large, large_groups[0]) > sweep_script.HOST_BOUND_STEP_FLOPS
-  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: True)
-  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: True)
-  assert sweep_script.default_parallel(tiny, tiny_groups) == 16
-  assert sweep_script.default_parallel(large, large_groups) == 1
-  assert sweep_script.default_parallel(large, tiny_groups + large_groups) == 1
-  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: False)  # A TPU: one process per chip.
-  assert sweep_script.default_parallel(tiny, tiny_groups) == 1
-  monkeypatch.setattr(sweep_script, 'on_accelerator', lambda: False)
-  assert sweep_script.default_parallel(large, large_groups) == 16
+  assert sweep_plan.step_flops(large, large_groups[0]) > sweep_plan.HOST_BOUND_STEP_FLOPS
+  monkeypatch.setattr(sweep_plan, 'on_accelerator', lambda: True)
+  monkeypatch.setattr(sweep_plan, 'on_gpu', lambda: True)
+  assert sweep_plan.default_parallel(tiny, tiny_groups) == 16
+  assert sweep_plan.default_parallel(large, large_groups) == 1
+  assert sweep_plan.default_parallel(large, tiny_groups + large_groups) == 1
+  monkeypatch.setattr(sweep_plan, 'on_gpu', lambda: False)  # A TPU: one process per chip.
+  assert sweep_plan.default_parallel(tiny, tiny_groups) == 1
+  monkeypatch.setattr(sweep_plan, 'on_accelerator', lambda: False)
+  assert sweep_plan.default_parallel(large, large_groups) == 16
 
 
 def test_processes_sharing_an_accelerator_allocate_its_memory_as_they_need_it(monkeypatch):
   monkeypatch.delenv('XLA_PYTHON_CLIENT_PREALLOCATE', raising=False)
-  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: False)
-  sweep_script.share_accelerator(4)
+  monkeypatch.setattr(sweep_plan, 'on_gpu', lambda: False)
+  sweep_plan.share_accelerator(4)
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # The CPU preallocates nothing.
-  monkeypatch.setattr(sweep_script, 'on_gpu', lambda: True)
-  sweep_script.share_accelerator(1)
+  monkeypatch.setattr(sweep_plan, 'on_gpu', lambda: True)
+  sweep_plan.share_accelerator(1)
   assert 'XLA_PYTHON_CLIENT_PREALLOCATE' not in os.environ  # One process may take it all.
-  sweep_script.share_accelerator(4)
+  sweep_plan.share_accelerator(4)
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
   monkeypatch.setenv('XLA_PYTHON_CLIENT_PREALLOCATE', 'true')  # The user's choice stands.
-  sweep_script.share_accelerator(4)
+  sweep_plan.share_accelerator(4)
   assert os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'true'
 
 
@@ -1077,7 +1078,7 @@ def test_a_sweeps_rows_are_built_once_beforehand_unless_told_not_to_or_short_of_
     return
   assert seen == [rows, rows]
   streams = [s for p in sweep.points
-             for s in row_cache.streams(sweep_script.point_config(sweep, p), sweep.eval_splits)]
+             for s in row_cache.streams(sweep_plan.point_config(sweep, p), sweep.eval_splits)]
   assert len(streams) == 10
   assert len({row_cache.digest(s) for s, _ in streams}) == len(os.listdir(rows)) == 5
   for s, count in streams:
