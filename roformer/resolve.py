@@ -534,9 +534,28 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   return saved, step
 
 
+def _ids_name(data_cfg) -> tuple[str, tuple[str, ...]]:
+  """What a causal LM's ids name when it reads `data_cfg`: a synthetic task's words (in their
+  order), or text through the tokenizer (a continuation keeps its source's)."""
+  task = synthetic.task_name(data_cfg)
+  if task:
+    return (f'the words of {data_cfg.name}',
+            tuple(synthetic.Vocabulary(data_cfg.synthetic, task).words))
+  return 'text through its tokenizer', ()
+
+
 def _check_continuation(config, saved) -> None:
-  """The continued causal LM has the source's parameters, and a RoPE scaling that covers the
-  new length (its original length is the source's training length)."""
+  """The continued causal LM has the source's parameters, reads ids that name what they named
+  in its source, and has a RoPE scaling that covers the new length (its original length is the
+  source's training length)."""
+  (before, words_before), (now, words_now) = _ids_name(saved.data), _ids_name(config.data)
+  if before.startswith('text') != now.startswith('text') or words_before != words_now:
+    raise errors.ConfigError(
+        f'config.init_from={config.init_from!r} was trained on {saved.data.name} (its ids name '
+        f'{before}), but config.data.name={config.data.name!r} gives ids that name {now}: the '
+        'weights would read other tokens than they learned. Fix: continue on data whose ids '
+        f'name the same (any text, with the source\'s tokenizer; or {saved.data.name} with the '
+        "source's data.synthetic sizes), or train a new run without config.init_from.")
   diffs = saved_config.changed(saved, config, saved_config.CONTINUE)
   if diffs:
     allowed = [f for f in saved_config.may_change(saved_config.CONTINUE)

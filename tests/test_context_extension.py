@@ -79,6 +79,9 @@ def test_continuing_starts_from_exactly_the_saved_parameters(source, data_dir, t
     ({'data.seq_len': 64, 'model.position.rope.scaling.kind': 'yarn',
       'model.position.rope.scaling.factor': 2.0,
       'model.position.rope.scaling.original_length': 16}, r'original_length=32'),
+    ({'data.name': 'synthetic/copy'}, r"trained on shakespeare \(its ids name text through its "
+     r"tokenizer\), but config.data.name='synthetic/copy' gives ids that name the words of "
+     r'synthetic/copy: the weights would read other tokens'),
 ])
 def test_a_continuation_that_does_not_fit_the_source_is_refused(source, data_dir, tmp_path,
                                                                 fields, match):
