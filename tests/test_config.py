@@ -65,6 +65,9 @@ BAD = [
     ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
     ('model.position.rope.scaling.kind', 'longrope', 'config.model.position.rope.scaling.kind'),
     ('model.position.rope.scaling.ramp', 'cosine', 'config.model.position.rope.scaling.ramp'),
+    ('model.position.rope.scaling.factor', 4.0, "scaling.factor=4 is read by a scaling, but "
+     "config.model.position.rope.scaling.kind is 'none', so nothing would be scaled"),
+    ('model.position.rope.scaling.beta', 16.0, 'alpha and beta shape YaRN only'),
     ('model.position.rope.keep_fraction', 1.5, 'config.model.position.rope.keep_fraction'),
     ('model.position.t5.num_buckets', 64, 'position.kind'),  # Another kind's option.
     ('data.vocab_size', 8, 'config.data.vocab_size=8 must be an integer in [16,'),

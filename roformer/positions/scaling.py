@@ -146,6 +146,14 @@ def validate(sc, rotary_dim: int) -> None:
         f'rope.scaling.kind={sc.kind} needs {field}.original_length (the training length; '
         'eval.py fills it in from the workdir). Fix: set '
         f'--{field}.original_length.')
+  if sc.kind == 'none' and sc.factor != DEFAULTS['factor']:
+    raise errors.ConfigError(
+        f'{field}.factor={sc.factor:g} is read by a scaling, but {field}.kind is \'none\', so '
+        f'nothing would be scaled. Fix: --{field}.kind=linear (or ntk, yarn, llama3, dynamic), '
+        'or drop the factor.')
+  if sc.kind != 'yarn' and (sc.alpha, sc.beta) != (DEFAULTS['alpha'], DEFAULTS['beta']):
+    raise errors.ConfigError(f'{field}.alpha and beta shape YaRN only, but the scaling kind is '
+                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop them.')
   ramp = option(sc, 'ramp')
   if ramp != DEFAULTS['ramp'] and sc.kind != 'yarn':
     raise errors.ConfigError(f'{field}.ramp={ramp!r} shapes YaRN only, but the scaling kind is '
