@@ -1,14 +1,17 @@
 """Evaluate a training workdir: python eval.py --workdir runs/lm [--step N|best] [--config.a.b=v]
-[--splits validation,test] [--out eval_results.json].
+[--splits validation,test] [--out eval_results.json] [--replace].
 
 The config is the one saved in the workdir (config.json); `--config.*` flags override fields of
 it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json, the
-run as trained. An override that changes what is scored (a RoPE scaling or remap, the
-precision, other text, the protocol: saved_config.variant) is a variant, which names its own
-file (--out eval_results.NAME.json). Evaluating fewer splits of the same checkpoint with the
-same settings adds them to the file, keeping the splits scored before. A bad flag, override
-or workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line
-`error: ...` naming it and the fix (--debug shows the traceback).
+run as trained. An override that changes what is scored (a RoPE scaling or remap, the precision,
+other text, the protocol: saved_config.variant) is a variant, which names its own file (--out
+eval_results.NAME.json). Evaluating fewer splits of the same checkpoint with the same settings
+adds them to the file, keeping the splits scored before; an evaluation of a later checkpoint
+replaces one of an earlier checkpoint. Anything else that would replace the results there (an
+earlier checkpoint's, or the same checkpoint's under other settings: fewer batches, other
+lengths) is refused before anything is computed, unless --replace. A bad flag, override or
+workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line `error:
+...` naming it and the fix (--debug shows the traceback).
 """
 
 import copy
@@ -40,6 +43,9 @@ def parser() -> cli.ArgumentParser:
   p.add_argument('--splits', type=cli.comma_list, default=DEFAULT_SPLITS,
                  help='Splits of a language-model or translation run to evaluate, '
                  'comma-separated (classification runs use config.eval.splits).')
+  p.add_argument('--replace', action='store_true',
+                 help='Replace the results in --out even where they are of a later checkpoint '
+                 'or of the same checkpoint under other settings.')
   p.add_argument('--out', default=PLAIN_OUT,
                  help='File name in the workdir for the results, e.g. '
                  'eval_results.rope_yarn.json for an evaluation-time variant.')
@@ -68,10 +74,15 @@ def main(args):
         f'{"; ".join(changed)} (saved vs now) makes this evaluation a variant of the run, and '
         f'--out={PLAIN_OUT} holds the run as trained. Fix: name the variant, e.g. '
         '--out=eval_results.NAME.json.')
-  results = evaluate.evaluate_workdir(config, args.workdir, args.step,
-                                      splits=tuple(args.splits))
-  print(evaluate.format_results(results))
+  run = resolve.for_evaluation(config, args.workdir, args.step, splits=tuple(args.splits))
   path = os.path.join(args.workdir, args.out)
+  lost = lost_by_writing(path, evaluate.results_header(run))
+  if lost and not args.replace:
+    raise errors.ConfigError(
+        f'{path} holds {lost}, which this evaluation would replace. Fix: --out='
+        f'{args.out.removesuffix(".json")}.NAME.json to keep both, or --replace.')
+  results = evaluate.evaluate_resolved(run)
+  print(evaluate.format_results(results))
   files.write_json_atomic(path, with_earlier_splits(path, results))
   print(f'wrote {path}')
 
@@ -85,17 +96,44 @@ def _settings(results: dict) -> str:
                     sort_keys=True)
 
 
+def _earlier(path: str) -> dict | None:
+  """The evaluation in `path`, or None where there is none (or a damaged file)."""
+  if not os.path.exists(path):
+    return None
+  try:
+    earlier = files.read_json(path)
+  except errors.ConfigError:
+    return None
+  return earlier if isinstance(earlier, dict) else None
+
+
+def lost_by_writing(path: str, header: dict) -> str:
+  """What writing an evaluation with results `header` (evaluate.results_header) over the
+  evaluation in `path` would lose, in words: a later checkpoint's evaluation, or the same
+  checkpoint's under other settings; '' where nothing (no file, a damaged one, the same
+  settings, whose splits are merged, or an earlier checkpoint's, which the run trained past)."""
+  earlier = _earlier(path)
+  if earlier is None or _settings(earlier) == _settings({**header, 'splits': {}}):
+    return ''
+  step, before = header['step'], earlier.get('step')
+  if not isinstance(before, int) or before < step:
+    return ''
+  scored = ', '.join(earlier.get('splits', {}))
+  if before > step:
+    return f'the evaluation of a later checkpoint (step {before}; {scored})'
+  old, new = (json.loads(_settings(r)) for r in (earlier, {**header, 'splits': {}}))
+  differ = [f'{k}: {old.get(k)} vs {new.get(k)}' for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)]
+  return (f'the evaluation of the same checkpoint (step {step}; {scored}) under other settings '
+          f'({"; ".join(differ)}; there vs now)')
+
+
 def with_earlier_splits(path: str, results: dict) -> dict:
   """`results` with the splits that the evaluation in `path` scored and this one did not,
   where that one is of the same checkpoint with the same settings (a damaged or other file is
   replaced)."""
-  if not os.path.exists(path):
-    return results
-  try:
-    earlier = files.read_json(path)
-  except errors.ConfigError:
-    return results
-  if not isinstance(earlier, dict) or _settings(earlier) != _settings(results):
+  earlier = _earlier(path)
+  if earlier is None or _settings(earlier) != _settings(results):
     return results
   merged = {**results, 'splits': {**earlier.get('splits', {}), **results['splits']}}
   if 'data' in earlier or 'data' in results:

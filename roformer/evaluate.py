@@ -242,9 +242,35 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str,
   """Restores a checkpoint of `workdir` and evaluates loss/perplexity on `splits` at every
   length in config.eval.length_multipliers x config.data.seq_len. Every check runs first, in
   roformer/resolve.py."""
-  run = resolve.for_evaluation(config, workdir, step, splits)
+  return evaluate_resolved(resolve.for_evaluation(config, workdir, step, splits))
+
+
+def evaluate_resolved(run: resolve.Run) -> dict:
+  """evaluate_workdir's results for the evaluation `run` that resolve.for_evaluation checked:
+  its model built and its checkpoint restored."""
   trainer = trainer_lib.Trainer(run.config, run.mesh)
   return evaluate_run(run, trainer, trainer_lib.restore_params(trainer, run.workdir, run.step))
+
+
+def results_header(run: resolve.Run) -> dict:
+  """What an evaluation's results say besides its scores (every key but 'splits'), known
+  before anything is computed: the checkpoint, the protocol, the scheme and its options, the
+  training length, the overrides and the documents of the user's own files scored."""
+  config, saved = run.config, run.saved
+  scheme = positions_lib.model_scheme(config.model)
+  results = {'step': run.step,
+             **({} if tasks.per_example(config) else {'protocol': _protocol(config)}),
+             'position': scheme.kind, **scheme.results_fields(config.model.position),
+             'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
+             'overrides': saved_config.differences(saved, config)}
+  # Your own files' documents in each split scored: the same config can read other text.
+  data = {split: content for split in run.splits
+          if (content := pipeline.split_content(config.data, split))}
+  if data:
+    results['data'] = data
+  if run.train_data_changed:
+    results['train_data_changed'] = list(run.train_data_changed)
+  return results
 
 
 def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict:
@@ -257,17 +283,9 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   scheme = positions_lib.model_scheme(config.model)
   classifying = tasks.per_example(config)
   protocol = _protocol(config)
-  results = {'step': step, **({} if classifying else {'protocol': protocol}),
-             'position': scheme.kind, **scheme.results_fields(config.model.position),
-             'train_seq_len': saved.data.seq_len,  # As trained, whatever the overrides.
-             'overrides': saved_config.differences(saved, config), 'splits': {}}
-  # Your own files' documents in each split scored: the same config can read other text.
-  data = {split: content for split in splits
-          if (content := pipeline.split_content(config.data, split))}
-  if data:
-    results['data'] = data
-  if run.train_data_changed:
-    results['train_data_changed'] = list(run.train_data_changed)
+  header = results_header(run)
+  results = {**{k: v for k, v in header.items() if k not in ('data', 'train_data_changed')},
+             'splits': {}, **{k: header[k] for k in ('data', 'train_data_changed') if k in header}}
   if classifying:
     for split in splits:
       hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)

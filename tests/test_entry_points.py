@@ -7,6 +7,7 @@ The commands importing JAX take a few seconds each: they run two at a time."""
 
 import concurrent.futures
 import copy
+import json
 import os
 import pathlib
 import re
@@ -70,6 +71,10 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
     runs[name] = str(tmp_path / f'run-{name}')
     shutil.copytree(mlm_workdir[0], runs[name])
     _damage(os.path.join(runs[name], damaged))
+  runs['evaluated'] = str(tmp_path / 'run-evaluated')  # Its final step evaluated.
+  shutil.copytree(mlm_workdir[0], runs['evaluated'])
+  pathlib.Path(runs['evaluated'], 'eval_results.json').write_text(json.dumps(
+      {'step': 16, 'position': 'rope', 'overrides': [], 'splits': {'validation': {}}}))
   # A data cache with a truncated shard.
   pipeline.load_sources(ml_collections.ConfigDict(dict(
       name='shakespeare', data_dir=data_dir, text_key='text', splits={})))
@@ -105,6 +110,12 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
       'eval step neither number nor best': (['eval.py', f'--workdir={runs["tokenizer"]}',
                                              '--step=last'], 2,
                                             "'last' is neither a step number nor 'best'"),
+      'eval of an earlier step over a later one': (
+          ['eval.py', f'--workdir={runs["evaluated"]}', '--step=8',
+           f'--config.data.data_dir={data_dir}'], 1,
+          'eval_results.json holds the evaluation of a later checkpoint (step 16; validation), '
+          'which this evaluation would replace. Fix: --out=eval_results.NAME.json to keep both, '
+          'or --replace.'),
       'eval best of a run without one': (['eval.py', f'--workdir={runs["tokenizer"]}',
                                           '--step=best'], 1,
                                          'has no best checkpoint (best/ is kept by a run whose'),

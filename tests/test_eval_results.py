@@ -1,5 +1,6 @@
 """eval.py's results file: an evaluation of fewer splits of the same checkpoint and settings
-adds to it instead of dropping what was scored before, and a classifier's splits are chosen
+adds to it instead of dropping what was scored before, one that would replace another
+checkpoint's or other settings' results is refused, and a classifier's splits are chosen
 by config.eval.splits, never silently by --splits."""
 
 import importlib
@@ -36,6 +37,27 @@ def test_fewer_splits_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_pa
   assert eval_script.with_earlier_splits(str(path), other) == other
   path.write_text('{"step": 2')  # Damaged: replaced.
   assert eval_script.with_earlier_splits(str(path), other) == other
+
+
+def test_results_of_a_later_checkpoint_or_other_settings_are_not_replaced_silently(tmp_path):
+  """What eval.py checks before it computes anything: writing over the evaluation of a later
+  checkpoint, or of the same checkpoint under other settings, would lose it (eval.py refuses
+  unless --replace); an earlier checkpoint's evaluation, the same settings (merged) or no file
+  lose nothing."""
+  path = tmp_path / 'eval_results.json'
+  header = lambda step, overrides=(): {k: v for k, v in results(step, [], overrides).items()
+                                       if k != 'splits'}
+  assert eval_script.lost_by_writing(str(path), header(20)) == ''  # No file.
+  path.write_text(json.dumps(results(20, ['validation', 'test'])))
+  assert eval_script.lost_by_writing(str(path), header(20)) == ''  # Merged.
+  assert eval_script.lost_by_writing(str(path), header(30, ['eval.max_batches: 0 vs 2'])) == ''
+  assert eval_script.lost_by_writing(str(path), header(10)) == (
+      'the evaluation of a later checkpoint (step 20; validation, test)')
+  assert eval_script.lost_by_writing(str(path), header(20, ['eval.max_batches: 0 vs 2'])) == (
+      'the evaluation of the same checkpoint (step 20; validation, test) under other settings '
+      "(overrides: [] vs ['eval.max_batches: 0 vs 2']; there vs now)")
+  path.write_text('{"step": 2')  # Damaged: nothing to lose.
+  assert eval_script.lost_by_writing(str(path), header(1)) == ''
 
 
 def test_a_classifiers_splits_given_as_splits_are_refused_naming_its_field(tmp_path):
