@@ -23,6 +23,7 @@ import argparse
 import functools
 import os
 import sys
+import threading
 from typing import Any, Callable, NoReturn
 
 from absl import logging as absl_logging
@@ -105,14 +106,46 @@ def guard(main: Callable) -> Callable:
     except KeyboardInterrupt:
       if debug_requested():
         raise
-      fail(f'{_prog()} interrupted (Ctrl-C). What it had finished writing is kept; rerun the '
-           'same command to go on.', INTERRUPTED)
+      fail(_interrupted(), INTERRUPTED)
     except Exception as e:  # pylint: disable=broad-except  # Bugs are re-raised below.
       text = message(e)
       if text is None or debug_requested():
         raise
       fail(text)
   return guarded
+
+
+def _interrupted() -> str:
+  return (f'{_prog()} interrupted (Ctrl-C). What it had finished writing is kept; rerun the '
+          'same command to go on.')
+
+
+def interruptible(work: Callable[[], Any]) -> Any:
+  """work() in a thread of its own, waited for in this one, so that Ctrl-C ends the process at
+  once: Python handles a signal only between its own instructions, so during one long XLA
+  program (a whole decoding in a lax.while_loop) Ctrl-C would wait for it to end. For work
+  that writes nothing: the process ends where it is, with guard's line and status 130."""
+  outcome = {}
+
+  def target():
+    try:
+      outcome['value'] = work()
+    except BaseException as e:  # pylint: disable=broad-except  # Raised in the caller's thread.
+      outcome['error'] = e
+
+  thread = threading.Thread(target=target, name='interruptible', daemon=True)
+  thread.start()
+  try:
+    while thread.is_alive():
+      thread.join(0.1)
+  except KeyboardInterrupt:
+    if debug_requested():
+      raise
+    print(f'error: {_interrupted()}', file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED)  # The thread is inside XLA: nothing can stop it but the exit.
+  if 'error' in outcome:
+    raise outcome['error']
+  return outcome['value']
 
 
 def run(main: Callable, parser: 'ArgumentParser', *, config_overrides: bool = False,

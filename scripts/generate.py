@@ -56,8 +56,9 @@ def main(args):
   sampling = generation.Sampling(
       max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
       top_p=args.top_p, seed=args.seed, num_samples=args.num_samples)
-  print(generation.run(args.workdir, args.prompt, input_file=args.input, step=args.step,
-                       sampling=sampling))
+  # A decoding is one XLA program: Ctrl-C during it ends the process at once.
+  print(cli.interruptible(lambda: generation.run(
+      args.workdir, args.prompt, input_file=args.input, step=args.step, sampling=sampling)))
 
 
 if __name__ == '__main__':

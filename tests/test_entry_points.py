@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import ml_collections
 import pytest
@@ -204,6 +205,41 @@ def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, capsys):
   with pytest.raises(errors.ConfigError):
     cli.guard(bad_config)()
   assert capsys.readouterr().err == ''
+
+
+_LONG_PROGRAM = """
+import sys, time
+import jax, jax.numpy as jnp
+from roformer import cli
+sys.argv = ['generate.py']
+loop = jax.jit(lambda n: jax.lax.while_loop(
+    lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] * 1.0000001 + 1e-9), (0, jnp.float32(1)))[1])
+loop(2).block_until_ready()  # Compiled: what follows is one program of about 7 s.
+def work():
+  print('started', flush=True)
+  return loop(2_000_000_000).block_until_ready()
+cli.guard(lambda: cli.interruptible(work))()
+"""
+
+
+def test_ctrl_c_during_one_long_program_ends_the_process_at_once():
+  """cli.interruptible (scripts/generate.py's decoding): Ctrl-C while one XLA program runs
+  (seconds of lax.while_loop, during which Python would hold the signal) ends the process
+  within a second with guard's one line and status 130, not when the program ends."""
+  process = subprocess.Popen([sys.executable, '-c', _LONG_PROGRAM], cwd=REPO, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    assert process.stdout.readline() == 'started\n'
+    time.sleep(0.5)  # Inside the program.
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    waited = time.monotonic() - sent
+  finally:
+    process.kill()
+  assert process.returncode == 130, err
+  assert err.count('\n') == 1 and err.startswith('error: generate.py interrupted (Ctrl-C).')
+  assert waited < 3.0, waited  # The program alone runs for about 7 s more.
 
 
 def test_ctrl_c_is_one_line_and_the_status_shells_give_sigint(monkeypatch, capsys):
