@@ -88,15 +88,35 @@ SYNTHETIC = Reader(f"synthetic tasks (data.name='{synthetic.PREFIX}TASK', or a s
                    'start from configs/synthetic.py')
 
 
+def _synthetic_tasks(c) -> set[str]:
+  """The synthetic tasks whose rows the run reads: its own, or its mixture's sources'."""
+  task = synthetic.task_name(c.data)
+  if task:
+    return {task}
+  if not TEXT_LM.reads(c):
+    return set()
+  return {synthetic.task_name(mixture.member_config(c.data, entry))
+          for entry in mixture.entries(c.data).values()} - {None}
+
+
+def _tasks(*tasks: str) -> Reader:
+  """The runs whose rows come from one of `tasks` (a field of config.data.synthetic that the
+  others never read)."""
+  return Reader(f"the synthetic task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)}",
+                lambda c: bool(_synthetic_tasks(c) & set(tasks)),
+                f'train one of them (configs/synthetic.py:{tasks[0]})')
+
+
 def _read_by(reader: Reader, tree: dict) -> dict:
-  """`tree` (specs and groups of specs) with every spec marked as read by `reader` only."""
+  """`tree` (specs and groups of specs) with every spec marked as read by `reader` only (a
+  spec marked already, by a narrower reader inside the group, keeps its own)."""
   out = {}
   for key, spec in tree.items():
     if isinstance(spec, dict):
       out[key] = _read_by(reader, spec)
     else:
       out[key] = copy.copy(spec)
-      out[key].reader = reader
+      out[key].reader = spec.reader or reader
   return out
 
 
@@ -228,39 +248,43 @@ def schema() -> dict:
               'seed': Int(0, 2**31 - 1, default=0),
               'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
               # passkey: digits of the key; RULER's tasks in text: of a value.
-              'key_digits': Int(1, 10, default=5),
+              **_read_by(_tasks(*synthetic.TEXT_TASKS), {'key_digits': Int(1, 10, default=5)}),
               # passkey and RULER's tasks: what hides the needles: the task's own few
               # sentences ('words'), or, as a source of a mixture, config.data.name's text in the
               # run's tokenizer ('text': roformer/data/passkey_text.py, ruler_text.py).
               'filler': Str(('words', 'text'), default='words'),
               # passkey: accuracy reported per band of the key's depth.
-              'depth_buckets': Int(1, 100, default=5),
+              **_read_by(_tasks(*synthetic.DEPTH_TASKS), {'depth_buckets': Int(1, 100, default=5)}),
               # associative_recall: distinct keys (pairs fill the row: rows of 8x the training
               # length need as many keys as they hold pairs), values, queries per row.
               **kept(_ALL, _WORDS, {
                   'num_keys': Int(1, 100_000, default=128),
                   'num_values': Int(2, 100_000, default=16)}),
-              'num_queries': Int(1, 1000, default=2),
+              **_read_by(_tasks('associative_recall'), {'num_queries': Int(1, 1000, default=2)}),
               'num_symbols': kept(_ALL, _WORDS, Int(2, 100_000, default=128)),  # copy: alphabet.
-              # copy: fewest symbols (the most is what fits the row).
-              'min_length': Int(1, 100_000, default=1),
-              # copy: the second half reversed (the answer each row asks for).
-              'reverse': kept(('resume', 'evaluate'), 'the answer a row asks for',
-                               Bool(default=False)),
+              **_read_by(_tasks('copy'), {
+                  # copy: fewest symbols (the most is what fits the row).
+                  'min_length': Int(1, 100_000, default=1),
+                  # copy: the second half reversed (the answer each row asks for).
+                  'reverse': kept(('resume', 'evaluate'), 'the answer a row asks for',
+                                   Bool(default=False))}),
               # flip_flop: the probability of an `ignore` instruction (writes and reads share
               # the rest alike); the paper's FFL(0.8).
-              'flip_flop_ignore': Float(0, 1, max_open=True, default=0.8),
+              **_read_by(_tasks('flip_flop'), {
+                  'flip_flop_ignore': Float(0, 1, max_open=True, default=0.8)}),
               # RULER (roformer/data/ruler.py): needles of distinct keys (niah_multikey,
               # niah_multiquery), values of the one key (niah_multivalue), keys asked
               # (niah_multiquery), variable-tracking chains and hops per chain, common words
               # and how often each appears (common_words; every other word appears once).
-              'needles': Int(1, 10_000, default=4),
-              'needle_values': Int(1, 10_000, default=4),
-              'needle_queries': Int(1, 10_000, default=2),
-              'chains': Int(1, 1000, default=2),
-              'hops': Int(1, 1000, default=3),
-              'common_words': Int(1, 10_000, default=3),
-              'common_count': Int(2, 10_000, default=4),
+              **_read_by(_tasks('niah_multikey', 'niah_multiquery'), {
+                  'needles': Int(1, 10_000, default=4)}),
+              **_read_by(_tasks('niah_multivalue'), {'needle_values': Int(1, 10_000, default=4)}),
+              **_read_by(_tasks('niah_multiquery'), {
+                  'needle_queries': Int(1, 10_000, default=2)}),
+              **_read_by(_tasks('variable_tracking'), {'chains': Int(1, 1000, default=2),
+                                                      'hops': Int(1, 1000, default=3)}),
+              **_read_by(_tasks('common_words'), {'common_words': Int(1, 10_000, default=3),
+                                                 'common_count': Int(2, 10_000, default=4)}),
               # The asked needle's depth in [0, 1] (-1: uniform at random, like the others).
               'needle_depth': Float(-1, 1, default=-1.0),
           }),

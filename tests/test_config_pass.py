@@ -114,6 +114,27 @@ def test_a_field_this_run_does_not_read_is_refused_when_changed(arg, field, valu
     resolve.validate(config)
 
 
+@pytest.mark.parametrize('field,value,task', [
+    ('needles', 6, 'niah_multikey'), ('needle_values', 3, 'niah_multivalue'),
+    ('hops', 2, 'variable_tracking'), ('common_count', 5, 'common_words'),
+    ('depth_buckets', 4, 'passkey'), ('key_digits', 4, 'passkey'),
+    ('num_queries', 3, 'associative_recall'), ('flip_flop_ignore', 0.5, 'flip_flop'),
+    ('min_length', 3, 'copy')])
+def test_a_synthetic_tasks_own_field_is_refused_for_the_other_tasks(field, value, task):
+  """data.synthetic holds every task's sizes; one that only some tasks read, changed for a
+  task that ignores it, is refused naming the tasks that read it."""
+  from configs import synthetic as synthetic_config  # pylint: disable=import-outside-toplevel
+  config = synthetic_config.get_config(task)
+  config.data.synthetic[field] = value
+  resolve.validate(config)  # Its own task reads it.
+  other = 'passkey' if task == 'copy' else 'copy'
+  config = synthetic_config.get_config(other)
+  config.data.synthetic[field] = value
+  with pytest.raises(errors.ConfigError, match=rf"config.data.synthetic.{field}={value!r} is read "
+                     rf"only by the synthetic tasks? .*{task}.*data.name='synthetic/{other}'"):
+    resolve.validate(config)
+
+
 def test_a_changed_field_the_run_reads_is_accepted_and_reaches_its_reader():
   config = test_config.get_config('mlm')
   config.data.mask_rate = 0.3
