@@ -332,6 +332,7 @@ def main(argv=None) -> int:
     print(f'error: --extra_train_flags={args.extra_train_flags}: {e}. Fix: close the quote.',
           file=sys.stderr)
     return 2
+  sweep = sweep_plan.with_extra_steps(sweep, extra)
   groups = ([sweeps.Group(p.name, (p,)) for p in sweep.points]
             if args.no_group_seeds or not sweep.group_seeds else
             sweeps.seed_groups(sweep, sweep.points))

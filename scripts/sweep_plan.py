@@ -3,6 +3,7 @@ checks it must pass (`check_points`), the work of each group and the order that 
 (`group_work`, `longest_first`), and how many processes share the machine (`default_parallel`).
 scripts/sweep.py runs the plan."""
 
+import dataclasses
 import os
 
 from roformer import config_args
@@ -43,6 +44,22 @@ def point_config(sweep, point, workdir: str = '/unused', extra=()):
   `workdir` is in)."""
   _, flags = config_args.split_argv(sweeps.train_command(sweep, point, workdir, extra)[1:])
   return config_args.load(sweep.config, flags)
+
+
+def with_extra_steps(sweep, extra):
+  """`sweep` with the train.steps that `extra` (--extra_train_flags) gives every point in its
+  points' fields, where they decide which points are finished (a point trained to its old last
+  step would otherwise be taken as finished). A value that is not a number is left to
+  check_points to name."""
+  given = [flag.split('=', 1)[1] for flag in extra if flag.startswith('--config.train.steps=')]
+  try:
+    steps = int(given[-1]) if given else None
+  except ValueError:
+    return sweep
+  if steps is None:
+    return sweep
+  return dataclasses.replace(sweep, points=[
+      dataclasses.replace(p, fields={**p.fields, 'train.steps': steps}) for p in sweep.points])
 
 
 def check_points(spec: str, sweep, root: str, extra=()) -> None:

@@ -421,6 +421,22 @@ def _fake_sweep(root, seeds, resumed=True, label=''):
        'labels': {name: label for name in points} if label else {}}))
 
 
+def test_more_steps_given_as_extra_train_flags_make_a_finished_point_train_on(tmp_path):
+  """--extra_train_flags=--config.train.steps=N reaches the points' last step: a point
+  finished at its old last step is trained on, not skipped as finished."""
+  sweep = sweeps.from_dict({'points': [{'seed': 0}], 'config': 'configs/test.py'},
+                           'configs/sweeps/mine.py')
+  point = sweep.points[0]
+  workdir = tmp_path / point.name
+  (workdir / 'checkpoints' / '10').mkdir(parents=True)
+  (workdir / 'config.json').write_text(json.dumps({'train': {'steps': 10}}))
+  (workdir / 'eval_results.json').write_text(json.dumps({'step': 10}))
+  assert sweeps.stages(sweep, point, str(workdir)) == []  # Finished at its 10 steps.
+  longer = sweep_plan.with_extra_steps(sweep, ['--distributed', '--config.train.steps=20'])
+  assert [label for label, _ in sweeps.stages(sweep, longer.points[0], str(workdir))] == ['train']
+  assert sweep_plan.with_extra_steps(sweep, ['--config.train.steps=x']) == sweep  # Named later.
+
+
 def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   """Seeds swept in two places join in one records directory: each point's config, metrics
   and evaluations are copied byte for byte, nothing else is, sweep.json holds both sweeps'
