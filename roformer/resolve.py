@@ -12,6 +12,7 @@ naming the field or file and the fix, before anything is compiled.
 
 import dataclasses
 import logging
+import math
 import os
 from typing import Any
 
@@ -166,6 +167,7 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
                                for words, fields in unmet.items())
         + '. Fix: drop those --config.model/--config.data overrides.')
   _scale_from(config, saved)
+  _fit_saved_mesh(config, saved)
   count, where = trained_positions(saved)
   mesh = _mesh(config, (count, f"the saved {where.removeprefix('config.')}"))
   if tasks.per_example(config):
@@ -185,6 +187,27 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
         workdir, '; '.join(data_changed))
   return Run(config, workdir, mesh, sources, tokenizer, step=step, saved=saved,
              splits=tuple(splits), train_data_changed=data_changed)
+
+
+def _fit_saved_mesh(config, saved) -> None:
+  """A run evaluated on other devices than it trained on: the mesh decides how the model is
+  computed, not what, so a saved mesh that the devices here cannot hold (8 devices' worth on
+  one) gives way to the default one (data parallel over every device), with a warning. A mesh
+  given on the command line is the user's own, and is checked as given."""
+  if config.mesh.to_dict() != saved.mesh.to_dict():
+    return
+  try:
+    sharding.make_mesh(config.mesh)
+    return
+  except errors.ConfigError as e:
+    reason = str(e).split(' Fix:')[0].rstrip('.')
+  default = config_schema.default_config().mesh
+  with config.unlocked():
+    for axis in (*sharding.AXES, 'num_devices'):
+      config.mesh[axis] = default[axis]
+  log.warning('the mesh the run trained on does not fit here (%s): evaluating on the default '
+              'mesh, data parallel over all %d devices (the same results; give --config.mesh.* '
+              'to choose another).', reason, len(jax.devices()))
 
 
 def _scale_from(config, saved) -> None:
@@ -312,10 +335,14 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
     for name, batch in ((train_name, t.batch_size // accum),
                         ('eval.batch_size', config.eval.batch_size)):
       if batch % num_data_parallel or batch % process_count:
+        step = math.lcm(num_data_parallel, process_count)
+        fix = (f'a train.batch_size that is a multiple of {step * accum} (train.grad_accum_steps '
+               f'x {step}), or fewer train.grad_accum_steps' if name == train_name and accum > 1
+               else f'a multiple of {step}')
         raise errors.ConfigError(
             f'config.{name} = {batch} is not divisible by the data-parallel size '
             f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
-            f'use a multiple of {num_data_parallel * process_count}.')
+            f'{fix}.')
 
 
 def trained_positions(config) -> tuple[int, str]:

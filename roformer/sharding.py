@@ -47,16 +47,23 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, ...]:
       raise errors.ConfigError(f'config.mesh.{axis}={size} must be a positive size or -1 (all remaining '
                        'devices).')
   if sizes.count(-1) > 1:
-    raise errors.ConfigError('config.mesh: at most one axis may be -1.')
+    raise errors.ConfigError(
+        f'config.mesh: {" and ".join(f"{a}" for a, s in zip(AXES, sizes) if s == -1)} are '
+        'each -1, and one axis at most may take the devices the others leave. Fix: give all '
+        'but one of them a size.')
   known = math.prod(s for s in sizes if s != -1)
+  fixed = ', '.join(f'config.mesh.{a}={s}' for a, s in zip(AXES, sizes) if s != -1)
   if -1 in sizes:
     if num_devices % known:
-      raise errors.ConfigError(f'config.mesh: {num_devices} devices are not divisible by the fixed axes '
-                       f'(product {known}). Fix: change config.mesh.fsdp / config.mesh.tensor.')
+      raise errors.ConfigError(
+          f'config.mesh: {num_devices} devices are not divisible by the fixed axes ({fixed}: '
+          f'{known}). Fix: fixed sizes whose product divides {num_devices}.')
     sizes[sizes.index(-1)] = num_devices // known
   if math.prod(sizes) != num_devices:
-    raise errors.ConfigError(f'config.mesh {dict(zip(AXES, sizes))} needs {math.prod(sizes)} devices but '
-                     f'{num_devices} are available. Fix: set one axis to -1.')
+    raise errors.ConfigError(
+        f'config.mesh {dict(zip(AXES, sizes))} needs {math.prod(sizes)} devices but '
+        f'{num_devices} are available. Fix: one axis at -1 and the others\' product dividing '
+        f'{num_devices}, e.g. --config.mesh.data=-1 --config.mesh.fsdp=1 --config.mesh.tensor=1.')
   return tuple(sizes)
 
 

@@ -49,6 +49,8 @@ BAD = [
     ('train.steps', -5, 'config.train.steps'),
     ('train.grad_accum_steps', 3, 'config.train.batch_size=8 is not divisible by config.train.grad_accum_steps=3'),
     ('train.grad_accum_steps', 2, 'config.train.batch_size / train.grad_accum_steps (2) = 4 is not divisible'),
+    ('train.grad_accum_steps', 4, 'Fix: a train.batch_size that is a multiple of 32 '
+     '(train.grad_accum_steps x 8), or fewer train.grad_accum_steps'),
     ('model.remat', 'everything', 'config.model.remat'),
     ('train.schedule', 'linear', 'config.train.schedule'),
     ('data.seq_len', 0, 'config.data.seq_len'),

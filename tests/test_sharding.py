@@ -30,6 +30,24 @@ def test_a_dimension_the_mesh_axis_does_not_divide_stays_whole():
   assert sharding.spec_for(('batch', None), (8, 3), rules, mesh) == jax.P('fsdp', None)
 
 
+def test_an_evaluation_on_fewer_devices_than_trained_takes_the_default_mesh(caplog):
+  """eval.py on a run trained over 16 devices, here 8: the saved mesh cannot be made, and as
+  it decides how the model is computed, not what, the default mesh (data parallel over every
+  device) takes its place with a warning; a mesh given on the command line stays as given."""
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  saved = test_config.get_config()
+  saved.mesh.update(data=4, fsdp=4, tensor=1)
+  config = ml_collections.ConfigDict(saved.to_dict())
+  resolve._fit_saved_mesh(config, saved)  # pylint: disable=protected-access
+  assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == (-1, 1, 1)
+  assert sharding.make_mesh(config.mesh).shape['data'] == len(jax.devices())
+  assert 'needs 16 devices but 8 are available): evaluating on the default mesh' in caplog.text
+  given = ml_collections.ConfigDict(saved.to_dict())
+  given.mesh.fsdp = 2  # The user's own: checked as given.
+  resolve._fit_saved_mesh(given, saved)  # pylint: disable=protected-access
+  assert (given.mesh.data, given.mesh.fsdp) == (4, 2)
+
+
 def test_rules_naming_a_missing_mesh_axis_are_refused():
   cfg = test_config.get_config()
   cfg.mesh.rules.mlp = 'model'
