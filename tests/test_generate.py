@@ -11,8 +11,10 @@ import pytest
 
 from configs import test as test_config
 from roformer import errors
+from roformer import evaluate
 from roformer import generation
 from roformer import loop
+from roformer import saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_LENGTH = 32  # The learned position table: prompt tokens + max_new_tokens must fit in it.
@@ -167,3 +169,17 @@ def test_a_continuation_ends_at_the_pretrained_tokenizers_eos(monkeypatch):
   out = generation.continue_prompt(None, None, tok, 'Shall I compare',
                                    generation.Sampling(max_new_tokens=len(row), num_samples=1))
   assert out == ['Shall I compare thee']
+
+
+def test_an_evaluation_length_past_the_learned_table_is_skipped_with_its_reason(lm_workdir):
+  """eval.py at 2x a 32-row learned table: that length is skipped, the row and the printed
+  table saying why in full, without the fix for a new run (a trained table cannot grow)."""
+  config = saved_config.load(lm_workdir)
+  config.eval.update(length_multipliers=(1, 2), max_batches=1)
+  results = evaluate.evaluate_workdir(config, lm_workdir, splits=('validation',))
+  rows = results['splits']['validation']['lengths']
+  assert 'skipped' not in rows[0] and rows[1]['length'] == 64
+  reason = ('sequence length 64 is longer than the learned position table '
+            '(config.model.position.learned.max_length=32).')
+  assert rows[1]['skipped'] == reason
+  assert f'validation       64   skipped: {reason}' in evaluate.format_results(results)

@@ -250,10 +250,16 @@ def test_recall_rows_longer_than_the_keys_allow_are_refused():
   cfg.data.seq_len = 32
   cfg.data.synthetic.num_queries = 4
   cfg.data.synthetic.num_keys = 100  # 8 x 32 = 256 tokens hold (255 - 3 x 4) // 2 = 121 pairs.
-  with pytest.raises(errors.ConfigError, match='num_keys=121 or more'):
+  # The longest length 100 keys fill: 2 x 100 + 2 + 3 x 4 = 214 tokens, 6 x 32.
+  with pytest.raises(errors.ConfigError, match=r'evaluation lengths of at most 214 tokens '
+                     r'\(config.eval.length_multipliers up to 6\); or, for a new run, '
+                     r'--config.data.synthetic.num_keys=121 or more'):
     resolve.validate(cfg)
-  cfg.eval.length_multipliers = (1, 2)  # 64 tokens: 25 pairs fit.
+  cfg.eval.length_multipliers = (1, 6)  # 192 tokens: 88 pairs fit.
   resolve.validate(cfg)
+  cfg.eval.length_multipliers = (1, 7)  # 224 tokens: 105 pairs do not.
+  with pytest.raises(errors.ConfigError, match='hold 105 pairs of distinct keys'):
+    resolve.validate(cfg)
 
 
 def test_copy_rows_too_short_for_min_length_are_refused():

@@ -95,10 +95,13 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
   if task == 'common_words':
     words = cfg.common_words + (max_seq_len + 1 - need)
     if words > cfg.num_symbols:
+      longest = cfg.num_symbols - cfg.common_words + need - 1  # The most num_symbols fills.
       raise errors.ConfigError(
           f'common_words rows of {max_seq_len} tokens (the longest evaluation length) list '
-          f'{words} distinct words but {where}.num_symbols={cfg.num_symbols}. Fix: '
-          f'--config.data.synthetic.num_symbols={words} or more, or shorter evaluation lengths.')
+          f'{words} distinct words but {where}.num_symbols={cfg.num_symbols}. Fix: evaluation '
+          f'lengths of at most {longest} tokens (config.eval.length_multipliers up to '
+          f'{longest // seq_len}); or, for a new run, --config.data.synthetic.num_symbols='
+          f'{words} or more (it is fixed once trained: which word each id names).')
 
 
 def _haystack(rng, vocab, filler_count: int, needles: list, depths: np.ndarray):

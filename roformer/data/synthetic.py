@@ -191,10 +191,13 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
           'seq_len or fewer queries.')
     most = recall_pairs(max_seq_len, cfg.num_queries)
     if most > cfg.num_keys:
+      longest = 2 * cfg.num_keys + 2 + 3 * cfg.num_queries  # The most that num_keys fills.
       raise errors.ConfigError(
           f'rows of {max_seq_len} tokens (the longest evaluation length) hold {most} pairs of '
-          f'distinct keys, but {where}.num_keys={cfg.num_keys}. Fix: '
-          f'--config.{where[7:]}.num_keys={most} or more, or shorter evaluation lengths.')
+          f'distinct keys, but {where}.num_keys={cfg.num_keys}. Fix: evaluation lengths of at '
+          f'most {longest} tokens (config.eval.length_multipliers up to {longest // seq_len}); '
+          f'or, for a new run, --config.{where[7:]}.num_keys={most} or more (it is fixed once '
+          'trained: which word each id names).')
   elif task == 'copy':
     if (seq_len - 2) // 2 < cfg.min_length:
       raise errors.ConfigError(
