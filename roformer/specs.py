@@ -247,7 +247,12 @@ class Seq(Spec):
   def check(self, value, name):
     super().check(value, name)
     for i, item in enumerate(value):
-      self.of.check(item, f'{name}[{i}]')
+      try:
+        self.of.check(item, f'{name}[{i}]')
+      except errors.ConfigError as e:  # Its fix names the tuple: an item has no flag.
+        raise errors.ConfigError(
+            f'{str(e).split(" Fix:")[0]} Fix: {_flag(name)}=\'(...)\' with every item '
+            f'{self.of.describe()}.') from None
 
   def parse(self, text, name):
     try:

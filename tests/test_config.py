@@ -60,6 +60,8 @@ BAD = [
     ('mesh.rules.head', 'tensor', "config.mesh.rules.head is not a logical axis of the model "
      "(did you mean 'heads'?). Fix: one of batch, vocab"),
     ('model.d_ff', -4, 'config.model.d_ff'),
+    ('eval.length_multipliers', (0, 2), "config.eval.length_multipliers[0]=0 must be an integer "
+     "in [1, 1024]. Fix: --config.eval.length_multipliers='(...)' with every item an integer"),
     ('model.dtype', 'float64', 'config.model.dtype'),
     ('model.norm', 'rms', 'config.model.norm'),
     ('model.activation', 'swish', 'config.model.activation'),
