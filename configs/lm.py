@@ -8,6 +8,8 @@
   python train.py --config configs/lm.py:llama,alibi --workdir ...         # ... another scheme
 """
 
+import difflib
+
 from configs import base
 from roformer import positions
 
@@ -34,9 +36,25 @@ def llama(config):
   return config
 
 
+def _check_arg(arg: str) -> None:
+  """configs/lm.py:ARG is KIND, gemma3, llama or llama,KIND; anything else names them."""
+  parts = arg.split(',')
+  known = positions.kinds() + positions.combined_kinds()
+  if (len(parts) == 1 and parts[0] in known + ['llama', 'gemma3']) or (
+      len(parts) == 2 and parts[0] == 'llama' and parts[1] in known):
+    return
+  names = known + ['llama', 'gemma3']
+  close = [] if parts[-1] in names else difflib.get_close_matches(parts[-1], names, n=1)
+  raise ValueError(f'configs/lm.py:{arg} is not an argument of this file'
+                   + (f' (did you mean {close[0]!r} for {parts[-1]!r}?)' if close else '')
+                   + f'. Fix: KIND (a position kind: {", ".join(positions.kinds())}, or A+B '
+                   'such as rope+fox), gemma3, llama, or llama,KIND.')
+
+
 def get_config(position: str = 'rope'):
   config = base.get_config()
   config.model.type = 'causal_lm'
+  _check_arg(position or 'rope')
   parts = (position or 'rope').split(',')
   if parts[0] == 'llama':
     config.model.position.kind = parts[1] if len(parts) > 1 else 'rope'

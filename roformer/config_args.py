@@ -20,6 +20,9 @@ from roformer import config_schema
 from roformer import errors
 from roformer import specs
 
+# The repository, where configs/ is: the relative paths of the docs are read from it.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # `--config.a.b=V`, `--config.a.b V`, `--config.a.b` (a bool: true), `--noconfig.a.b` (false).
 _OVERRIDE = re.compile(r'^--?(no)?config\.([^=]+)(=(.*))?$', re.S)
 
@@ -61,8 +64,16 @@ def load_file(spec: str) -> ml_collections.ConfigDict:
                              'configs/lm.py (optionally FILE:ARG, e.g. configs/lm.py:alibi).')
   if not os.path.isfile(path):
     what = 'is a directory' if os.path.isdir(path) else 'does not exist'
-    raise errors.ConfigError(f'--config={spec}: {path} {what}. Fix: give a config file such as '
-                             'configs/lm.py (the files are in configs/; optionally FILE:ARG).')
+    here = os.path.join(REPO, path)  # A relative path from outside the repository.
+    hint = (f' (a relative path is read from the current directory, {os.getcwd()}: did you '
+            f'mean {here}?)' if not os.path.isabs(path) and os.path.isfile(here)
+            and os.path.abspath(path) != here else '')
+    raise errors.ConfigError(f'--config={spec}: {path} {what}{hint}. Fix: give a config file '
+                             'such as configs/lm.py (the files are in configs/; optionally '
+                             'FILE:ARG).')
+  if not path.endswith('.py'):
+    raise errors.ConfigError(f'--config={spec}: {path} is not a Python file. Fix: give a .py '
+                             'file that defines get_config(arg), such as configs/lm.py.')
   name = 'config_file_' + re.sub(r'\W', '_', os.path.abspath(path))
   try:
     module_spec = importlib.util.spec_from_file_location(name, path)

@@ -386,6 +386,31 @@ def test_every_script_ends_a_bad_input_with_one_line_and_then_silence(script, sc
   assert done.returncode == status, done.returncode
 
 
+def test_a_config_file_or_argument_of_the_wrong_kind_is_named_with_what_is_taken(
+    tmp_path, monkeypatch):
+  """--config names a file that is not Python, a relative path given outside the repository,
+  or an argument configs/lm.py does not take: each one line saying what would work."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import errors  # pylint: disable=import-outside-toplevel
+  with pytest.raises(errors.ConfigError, match=r'README.md is not a Python file. Fix: give a '
+                     r'.py file that defines get_config'):
+    config_args.load_file(os.path.join(REPO, 'README.md'))
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(errors.ConfigError, match=r'configs/lm.py does not exist \(a relative path '
+                     rf'is read from the current directory, {tmp_path}: did you mean '
+                     rf'{REPO}/configs/lm.py\?\)'):
+    config_args.load_file('configs/lm.py')
+  monkeypatch.chdir(REPO)
+  for arg, hint in (('ropee', " (did you mean 'rope' for 'ropee'?)"), ('llama,alibi,extra', ''),
+                    ('gemma3,alibi', '')):
+    with pytest.raises(errors.ConfigError) as info:
+      config_args.load_file(f'configs/lm.py:{arg}')
+    assert str(info.value).startswith(
+        f'--config=configs/lm.py:{arg}: configs/lm.py:{arg} is not an argument of this '
+        f'file{hint}. Fix: KIND (a position kind: alibi, ')
+  assert config_args.load_file('configs/lm.py:llama,alibi').model.position.kind == 'alibi'
+
+
 def test_the_shared_parser_takes_no_prefixes_and_trims_lists(capsys):
   """cli.ArgumentParser refuses a prefix of a longer flag (`--seed` is not `--seeds`), and a
   comma list drops the spaces around its items."""
