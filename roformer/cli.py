@@ -20,6 +20,7 @@ status 130, as shells report a process that SIGINT ended.
 """
 
 import argparse
+import difflib
 import functools
 import os
 import sys
@@ -230,4 +231,12 @@ class ArgumentParser(argparse.ArgumentParser):
     if extra and any(os.path.exists(arg) for arg in extra[0].split()):
       fix = ("quote a glob so that it reaches the flag whole (--config.data.files='DIR/*.txt'): "
              'unquoted, the shell expands it into one argument per file.')
+    elif extra:
+      flags = [o for action in self._actions for o in action.option_strings]
+      meant = {arg.split('=')[0]: difflib.get_close_matches(arg.split('=')[0], flags, n=1)
+               for arg in extra[0].split() if arg.startswith('-')}
+      meant = {given: close[0] for given, close in meant.items() if close}
+      if meant:
+        fix = ('; '.join(f'{given}: did you mean {close}?' for given, close in meant.items())
+               + f' ({fix})')
     fail(_with_fix(message, fix), USAGE)

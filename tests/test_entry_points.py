@@ -412,15 +412,18 @@ def test_a_config_file_or_argument_of_the_wrong_kind_is_named_with_what_is_taken
 
 
 def test_the_shared_parser_takes_no_prefixes_and_trims_lists(capsys):
-  """cli.ArgumentParser refuses a prefix of a longer flag (`--seed` is not `--seeds`), and a
-  comma list drops the spaces around its items."""
+  """cli.ArgumentParser refuses a prefix of a longer flag (`--seed` is not `--seeds`), naming
+  the flag meant, and a comma list drops the spaces around its items."""
   from roformer import cli  # pylint: disable=import-outside-toplevel
   parser = cli.ArgumentParser(prog='train.py')
   parser.add_argument('--seeds', type=cli.comma_list, default=[])
   assert parser.parse_args(['--seeds=0, 1 ,2']).seeds == ['0', '1', '2']
   with pytest.raises(SystemExit) as exit_info:
     parser.parse_args(['--seed=3'])
-  assert exit_info.value.code == 2 and 'unrecognized arguments: --seed=3' in capsys.readouterr().err
+  err = capsys.readouterr().err
+  assert exit_info.value.code == 2 and err == (
+      'error: unrecognized arguments: --seed=3. Fix: --seed: did you mean --seeds? (train.py '
+      '--help lists the arguments.)\n')  # A misspelt flag gets the one meant.
 
 
 def test_init_loss_reads_records_from_before_model_init_and_refuses_bad_counts(capsys):
