@@ -79,3 +79,13 @@ def storage_problem(exc: BaseException | None) -> str | None:
 def storage_fix(storage: str) -> str:
   """The fix for a failure described by `storage_problem` ('no space left on device: /p')."""
   return STORAGE_FIXES.get(storage.split(':')[0], _SPACE + ' (or make it writable)')
+
+
+def read_failure(exc: BaseException, limit: int = 300) -> str:
+  """`exc` of a failed checkpoint read, in one line: its type and first line, without what
+  TensorStore appends for its own debugging (a pointer to its 'full details', the repr of a
+  bound C++ method)."""
+  text = str(exc).splitlines()[0] if str(exc) else ''
+  text = re.split(r'\s*See full TensorStore details', text)[0]
+  text = re.sub(r'<bound method [^>]*>?', '', text).strip().rstrip('.:')
+  return f'{type(exc).__name__}: {text[:limit]}' if text else type(exc).__name__

@@ -188,9 +188,8 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
       state = ckpt.restore(step, trainer.saved_abstract_state, train_iter,
                            rename=trainer.rename)
     except Exception as e:  # pylint: disable=broad-except  # Orbax/TensorStore raise many kinds.
-      log.warning('The checkpoint at step %d in %s cannot be read (%s: %s); trying the '
-                  'previous one.', step, ckpt.directory, type(e).__name__,
-                  str(e).splitlines()[0][:300] if str(e) else '')
+      log.warning('The checkpoint at step %d in %s cannot be read (%s); trying the '
+                  'previous one.', step, ckpt.directory, errors.read_failure(e))
       failed.append((step, e))
       continue
     if failed and jax.process_index() == 0:
@@ -205,8 +204,8 @@ def restore_latest_readable(ckpt: checkpoint_lib.Checkpointer, trainer: trainer_
   if failed:
     step, error = failed[0]
     raise errors.ConfigError(
-        f'no checkpoint in {ckpt.directory} can be read (step {step}: {type(error).__name__}: '
-        f'{str(error).splitlines()[0][:300] if str(error) else ""}); none was moved. Fix: '
+        f'no checkpoint in {ckpt.directory} can be read (step {step}: '
+        f'{errors.read_failure(error)}); none was moved. Fix: '
         'check memory and that the config matches the run, repair the checkpoints, or start in '
         'a new --workdir.') from error
   return None, None, make_iter()

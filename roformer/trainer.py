@@ -4,6 +4,7 @@ checkpoint onto that state's shardings (the run's own, or another run's that it 
 `config.init_from`, checked by roformer/resolve.py)."""
 
 import functools
+import glob
 import logging
 import os
 
@@ -218,8 +219,10 @@ def checkpoint_step(workdir: str, step: int | str | None = None) -> int:
     raise errors.ConfigError(f'{workdir} has no checkpoint in checkpoints/, only the best one '
                              f'in best/ (step {best[-1]}). Fix: --step=best.')
   if step is not None and step not in available + best:
-    raise errors.ConfigError(f'--step={step} has no checkpoint in {workdir}; {there}. Fix: one '
-                             'of those, or no step for the latest.')
+    aside = sorted(glob.glob(os.path.join(workdir, 'checkpoints', f'{step}.unreadable*')))
+    why = (f' (it was unreadable, and a resume set it aside as {aside[0]})' if aside else '')
+    raise errors.ConfigError(f'--step={step} has no checkpoint in {workdir}{why}; {there}. Fix: '
+                             'one of those, or no step for the latest.')
   return available[-1] if step is None else step
 
 
@@ -253,9 +256,9 @@ def restore_params(trainer: Trainer, workdir: str, step: int,
       others = [s for s in ckpt.all_steps() if s != step]
       raise errors.DamagedFileError(
           f'the checkpoint at step {step} in {os.path.join(ckpt_dir, str(step))} cannot be '
-          f'read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""}). Fix: '
-          f'{other_step} (available: {sorted(others)}), or restore that '
-          'directory from a copy.') from None
+          f'read ({errors.read_failure(e)}). Fix: '
+          + (f'{other_step} (available: {sorted(others)}), or restore' if others else 'restore')
+          + ' that directory from a copy.') from None
   finally:
     ckpt.close()
   return trainer.params_from_saved(state['params'])

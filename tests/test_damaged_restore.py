@@ -145,3 +145,14 @@ def test_a_resume_from_a_damaged_checkpoint_sets_it_aside_and_reports_nothing_la
   _repeat(lambda w: ['train.py', '--config', 'configs/test.py', '--workdir', w,
                      f'--config.data.data_dir={data_dir}', '--config.train.steps=13'],
           fresh, check)
+
+
+def test_a_failed_read_is_named_in_one_line_without_tensorstores_debugging_text():
+  """TensorStore's read errors end with a pointer to its details and the repr of a bound C++
+  method; the line a user reads keeps the error and drops those."""
+  raw = Exception('Encountered error while reading array index: (slice(0, 64, 1),). See full '
+                  'TensorStore details: <bound method pybind11_detail_function_record_v1_system'
+                  '_libstdcpp_gxx_abi_1xxx_use_cxx11_abi_1.spec of TensorStore({\n  "a": 1')
+  assert errors.read_failure(raw) == ('Exception: Encountered error while reading array index: '
+                                      '(slice(0, 64, 1),)')
+  assert errors.read_failure(FileNotFoundError()) == 'FileNotFoundError'

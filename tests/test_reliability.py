@@ -188,6 +188,11 @@ def test_an_unreadable_latest_checkpoint_falls_back_and_is_kept(data_dir, tmp_pa
     loop.train_and_evaluate(cfg, workdir)
   assert any('step 4' in r.message and 'cannot be read' in r.message for r in caplog.records)
   assert os.path.isdir(os.path.join(ckpt_dir, '4.unreadable'))  # Kept, not deleted.
+  # Step 4 was saved again as training went on; a step set aside and not saved again is named.
+  os.rename(os.path.join(ckpt_dir, '4.unreadable'), os.path.join(ckpt_dir, '5.unreadable'))
+  with pytest.raises(errors.ConfigError, match=r'--step=5 has no checkpoint in .* \(it was '
+                     r'unreadable, and a resume set it aside as .*checkpoints/5.unreadable\)'):
+    evaluate.evaluate_workdir(saved_config.load(workdir), workdir, step=5)
   assert checkpoint_lib.all_steps(ckpt_dir)[-1] == 6
   losses = metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
   assert [r['step'] for r in losses if r['split'] == 'train'][-4:] == [3, 4, 5, 6]  # From 2.
