@@ -9,6 +9,7 @@ import tempfile
 
 import ml_collections
 
+from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import files
 from roformer import metrics as metrics_lib
@@ -49,6 +50,8 @@ def setup_data(config: ml_collections.ConfigDict, splits=pipeline.SPLITS, workdi
   its train split on first use)."""
   _check_own_vocabulary(workdir, config.get('init_from'))
   path, cls = vocabularies.kept(workdir)
+  if workdir and path is None:
+    _refuse_lost_tokenizer(config, workdir)
   if path is None:
     path, cls = vocabularies.kept(config.get('init_from'))
   if path is None and not config.get('init_from'):
@@ -76,14 +79,30 @@ def open_tokenizer(config: ml_collections.ConfigDict, workdir: str):
   path, cls = vocabularies.kept(workdir)
   if path:
     tokenizer = cls(path, _restore_tokenizer_fix(config, path))
-  elif synthetic.task_name(config.data) or config.data.tokenizer == vocabularies.BYTES:
-    tokenizer = pipeline.load_tokenizer(config.data, None)  # Follows from the config.
   else:
-    raise errors.ConfigError(
-        f'{workdir} has no tokenizer file (one of {", ".join(vocabularies.WORKDIR_FILES)}; '
-        'train.py copies it there when a run starts). Fix: point --workdir at a trained run.')
+    _refuse_lost_tokenizer(config, workdir)
+    if not (synthetic.task_name(config.data) or config.data.tokenizer == vocabularies.BYTES):
+      raise errors.ConfigError(
+          f'{workdir} has no tokenizer file (one of {", ".join(vocabularies.WORKDIR_FILES)}; '
+          'train.py copies it there when a run starts). Fix: point --workdir at a trained run.')
+    tokenizer = pipeline.load_tokenizer(config.data, None)  # Follows from the config.
   _set_vocab_size(config, tokenizer)
   return tokenizer
+
+
+def _refuse_lost_tokenizer(config, workdir: str) -> None:
+  """A trained run (a checkpoint there) without the copy of its tokenizer that train.py made
+  when it started: its ids belong to exactly that tokenizer, so it is refused with the copy to
+  put back, rather than read with whatever the dataset's cache holds now. A synthetic task's
+  words and bytes follow from the config: nothing is lost."""
+  if (synthetic.task_name(config.data) or config.data.tokenizer == vocabularies.BYTES
+      or not checkpoint_lib.steps_on_disk(
+      os.path.join(workdir, 'checkpoints'))):
+    return
+  path = os.path.join(workdir, vocabularies.workdir_file(config.data.tokenizer))
+  raise errors.ConfigError(f'{path} is missing: the run keeps there the tokenizer its '
+                           f'checkpoints were trained with. Fix: '
+                           f'{_restore_tokenizer_fix(config, path)}.')
 
 
 def _restore_tokenizer_fix(config, path: str) -> str:

@@ -3,6 +3,7 @@ one clear error (naming the flag, no traceback) for each bad input."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -184,3 +185,20 @@ def test_an_evaluation_length_past_the_learned_table_is_skipped_with_its_reason(
             '(config.model.position.learned.max_length=32).')
   assert rows[1]['skipped'] == reason
   assert f'validation       64   skipped: {reason}' in evaluate.format_results(results)
+
+
+def test_a_trained_run_without_its_tokenizer_is_refused_with_the_copy_to_put_back(lm_workdir,
+                                                                                  tmp_path):
+  """Its checkpoints' ids belong to the tokenizer train.py copied in: eval.py and generate.py
+  refuse a workdir that lost it, naming the file and the cached copy to put back, rather than
+  reading the dataset's cache (which other data would have retrained) or saying the run is
+  not a trained one."""
+  lost = str(tmp_path / 'lm')
+  shutil.copytree(lm_workdir, lost)
+  os.remove(os.path.join(lost, 'tokenizer.model'))
+  message = (rf"{re.escape(lost)}/tokenizer.model is missing: the run keeps there the tokenizer "
+             r"its checkpoints were trained with. Fix: copy the one it was made from back \(cp '")
+  with pytest.raises(errors.ConfigError, match=message):
+    evaluate.evaluate_workdir(saved_config.load(lost), lost, splits=('validation',))
+  with pytest.raises(errors.ConfigError, match=message):
+    generation.open_workdir(lost)

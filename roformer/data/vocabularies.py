@@ -248,6 +248,14 @@ WORKDIR_FILES = ('tokenizer.model', 'tokenizer.sentencepiece.model', 'tokenizer.
                  'tokenizer.bytes', Pretrained.workdir_file)
 
 
+def workdir_file(name: str) -> str:
+  """The file name under which a run keeps the tokenizer config.data.tokenizer=`name` names."""
+  return {TRAINED: tokenizer_lib.Tokenizer.workdir_file, BYTES: Bytes.workdir_file,
+          'sentencepiece_file': SentencePieceFile.workdir_file,
+          'huggingface': HuggingFace.workdir_file, 'pretrained': Pretrained.workdir_file}[
+              kind(name)]
+
+
 def kept(directory: str):
   """The path of the tokenizer a run keeps in `directory` and its class ((None, None) if none):
   the file's name says which kind it is."""
