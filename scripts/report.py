@@ -493,8 +493,13 @@ def _not_a_sweep(root: str) -> str:
     return (f'{root} is a file. Fix: give the directory of a sweep (its --workdir) or of its '
             'records.')
   if os.path.exists(os.path.join(root, 'config.json')):
-    return (f'{root} is one run, not a sweep. Fix: give the directory that holds its sweep\'s '
-            f'runs ({os.path.dirname(os.path.abspath(root))}?).')
+    parent = os.path.dirname(os.path.abspath(root))
+    if os.path.exists(os.path.join(parent, 'sweep.json')):
+      return (f'{root} is one run of the sweep in {parent}. Fix: python scripts/report.py '
+              f'{parent}')
+    return (f'{root} is one run, not a sweep (report.py compares the runs of a sweep\'s '
+            f'--workdir). Fix: read its eval_results*.json, or plot its curves with python '
+            f'scripts/plot_curves.py {root} --out curves.png.')
   below = sorted(os.path.dirname(os.path.relpath(p, root))
                  for p in glob.glob(os.path.join(root, '*', '*', 'config.json')))
   if below:

@@ -138,8 +138,15 @@ def test_a_report_of_what_is_not_a_sweep_says_what_it_is_and_what_to_give(tmp_pa
   run.mkdir(parents=True)
   (run / 'config.json').write_text('{}')
   (tmp_path / 'file').write_text('')
-  for given, said in ((run, f'is one run, not a sweep. Fix: give the directory that holds its '
-                            f"sweep's runs ({run.parent}?)"),
+  single = tmp_path / 'single'  # A run of no sweep.
+  single.mkdir()
+  (single / 'config.json').write_text('{}')
+  (run.parent / 'sweep.json').write_text('{}')
+  for given, said in ((run, f'is one run of the sweep in {run.parent}. Fix: python '
+                            f'scripts/report.py {run.parent}'),
+                      (single, 'is one run, not a sweep (report.py compares the runs of a '
+                       "sweep's --workdir). Fix: read its eval_results*.json, or plot its curves "
+                       f'with python scripts/plot_curves.py {single} --out curves.png.'),
                       (tmp_path / 'file', 'is a file.'),
                       (tmp_path / 'study', 'holds no run itself, but records/ in it does. Fix: '
                        f'python scripts/report.py {tmp_path / "study" / "records"}')):
