@@ -76,6 +76,10 @@ def main(args):
   config = config_args.load(args.config, cli.overrides())
   logs.setup(tracebacks=cli.debug_requested())
   seeds = cli.int_list('seeds', args.seeds)
+  if loop.SEED_FIELD in args.workdir and not seeds:
+    raise cli.UsageError(
+        f'--workdir={args.workdir} names each seed\'s run with {loop.SEED_FIELD}, which --seeds '
+        f'fills in. Fix: add --seeds (e.g. --seeds={config.seed}), or give a plain --workdir.')
   eval_splits = tuple(args.eval_splits)
   initialize_distributed(args)
   if seeds:

@@ -287,6 +287,11 @@ class _Loop:
              f'; {len(self.members)} runs (seeds '
              f'{", ".join(str(m.run.config.seed) for m in self.members)})'
              f', {"vmapped" if self.states.vmapped else "one by one"}' if group else '')
+    if self.start >= self.tc.steps:  # Resumed at or past its last step: nothing to train.
+      log.info('The run is trained to step %d%s: no step to train. (More steps: rerun with a '
+               'larger --config.train.steps; results: python eval.py --workdir ...)',
+               self.start, '' if self.start == self.tc.steps else
+               f', past config.train.steps={self.tc.steps}')
 
   def _open(self, run, stack) -> tuple[_Member, dict]:
     """A member for `run`, with its state: resumed from its latest readable checkpoint, or

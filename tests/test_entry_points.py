@@ -102,6 +102,10 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
       'damaged data cache': (train + [f'--config.data.data_dir={cache}'], 1,
                              f'{SHARD} cannot be read'),
       'damaged tokenizer': (resume, 1, 'tokenizer.model is not a readable SentencePiece model'),
+      'seed template without seeds': (['train.py', '--config=configs/test.py',
+                                       f'--workdir={workdir}/seed={{seed}}'], 2,
+                                      'names each seed\'s run with {seed}, which --seeds fills '
+                                      'in. Fix: add --seeds (e.g. --seeds=0), or give a plain'),
       'eval blank workdir': (['eval.py', '--workdir='], 2, 'argument --workdir: is empty'),
       'eval damaged config.json': (['eval.py', f'--workdir={runs["config"]}'], 1,
                                    'config.json cannot be read'),

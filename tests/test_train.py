@@ -1,8 +1,10 @@
 """Training end to end on the tiny config: meshes, resume, evaluation of restored checkpoints."""
 
 import json
+import logging
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -81,6 +83,20 @@ def test_resume_continues_the_same_trajectory(trained, tmp_path, data_dir):
   assert sorted(resumed) == list(range(1, 9))
   np.testing.assert_allclose([resumed[s] for s in range(4, 9)],
                              [straight[s] for s in range(4, 9)], rtol=1e-5)
+
+
+def test_a_run_resumed_at_or_past_its_last_step_says_it_has_nothing_to_train(
+    trained, tmp_path, data_dir, caplog):
+  workdir = str(tmp_path / 'finished')
+  shutil.copytree(trained[1], workdir)
+  before = train_losses(workdir)
+  fewer = small_config(data_dir)
+  fewer.train.steps = 6
+  with caplog.at_level(logging.INFO, logger='roformer'):
+    loop.train_and_evaluate(fewer, workdir)
+  assert ('The run is trained to step 8, past config.train.steps=6: no step to train.'
+          in caplog.text)
+  assert train_losses(workdir) == before
 
 
 def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp_path,
