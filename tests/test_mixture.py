@@ -200,6 +200,17 @@ def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(confi
     resolve.validate(config)
 
 
+def test_a_misspelt_task_is_named_as_such_whatever_its_filler(config):
+  """A task name that is none is named first, with the task meant: not described by what
+  filler='text' does to the task it is not."""
+  config.data.mixture = {'keys': {'weight': 1, 'name': 'synthetic/paskey'}, 'plays': {'weight': 1}}
+  config.data.synthetic.filler = 'text'
+  with pytest.raises(errors.ConfigError, match=re.escape(
+      "config.data.mixture.keys: config.data.name='synthetic/paskey' names no synthetic task "
+      "(did you mean 'synthetic/passkey'?)")):
+    resolve.validate(config)
+
+
 def test_an_entrys_refusal_names_the_entrys_field_in_its_fix():
   """A source's refusal says to set --config.data.text_key; inside a mixture, the field to set
   is the entry's own."""

@@ -29,6 +29,7 @@ with the special ids of `roformer.data.tokenizer`; `Vocabulary` has the tokenize
 """
 
 import dataclasses
+import difflib
 import types
 
 import numpy as np
@@ -164,6 +165,11 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
   """Checks config.data.synthetic for `task` against the training length and the longest
   evaluation length (config.data.seq_len x the largest eval length multiplier)."""
   where = 'config.data.synthetic'  # Each field's range: roformer/config_schema.py.
+  if task not in TASKS:  # First: the other checks would describe the task it is not.
+    close = difflib.get_close_matches(task, TASKS, n=1)
+    raise errors.ConfigError(f"config.data.name='synthetic/{task}' names no synthetic task"
+                             + (f" (did you mean 'synthetic/{close[0]}'?)" if close else '')
+                             + f". Fix: 'synthetic/TASK' for a TASK in {TASKS}.")
   if cfg.needle_depth != -1 and task not in ruler.DEPTH_TASKS:
     raise errors.ConfigError(
         f'{where}.needle_depth={cfg.needle_depth} places the asked needle of '
@@ -211,9 +217,6 @@ def validate(task: str, cfg, seq_len: int, max_seq_len: int) -> None:
           '(bos and two pairs). Fix: --config.data.seq_len=4 or more.')
   elif task in ruler.TASKS:
     ruler.validate(task, cfg, seq_len, max_seq_len)
-  else:
-    raise errors.ConfigError(f"config.data.name='synthetic/{task}' names no synthetic task. "
-                             f"Fix: 'synthetic/TASK' for a TASK in {TASKS}.")
 
 
 def _passkey(rng, cfg, vocab: Vocabulary, length: int):
