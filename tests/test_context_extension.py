@@ -154,7 +154,9 @@ def test_relative_schemes_see_only_gaps_of_randomized_positions(kind):
     ({'train.random_positions': 16}, 'below config.data.seq_len=32'),
     ({'train.random_positions': 64, 'model.position.kind': 'none'}, 'reads no integer'),
     ({'train.random_positions': 256, 'model.position.kind': 'learned',
-      'model.position.learned.max_length': 128}, 'learned position table'),
+      'model.position.learned.max_length': 128},
+     r'config.train.random_positions=256 trains on positions up to 256: sequence length 256 is '
+     r'longer than the learned position table .* Fix: a smaller config.train.random_positions'),
 ])
 def test_bad_randomized_positions_are_refused(data_dir, fields, match):
   with pytest.raises(errors.ConfigError, match=match):

@@ -136,7 +136,13 @@ def validate(config: ml_collections.ConfigDict, decoder_only: bool) -> None:
         f'table row or a bucket needs an integer). Fix: one of {real}, or integer training '
         'positions (config.train.random_positions).')
   cls.validate(config)
-  registry.validate(m, cls.covers(config.train), causal=True)
+  try:
+    registry.validate(m, cls.covers(config.train), causal=True)
+  except errors.ConfigError as e:  # Named by the field that asks for those positions.
+    reason = str(e).split(' Fix:')[0]
+    raise errors.ConfigError(
+        f'{field} trains on positions up to {cls.covers(config.train)}: {reason} Fix: a '
+        f'smaller config.train.{cls.switch}, or a scheme that takes them.') from None
 
 
 def positions(batch: dict, key: jax.Array | None, train: ml_collections.ConfigDict | None):
