@@ -1033,7 +1033,7 @@ def test_a_pinned_child_and_the_threads_it_starts_run_on_its_cores_only(tmp_path
 def test_a_label_names_a_points_scheme_and_sweeps_sharing_a_workdir_keep_each_others_points(
     tmp_path):
   main = sweeps.load('configs/sweeps/frontier.py:smoke')
-  assert {p.label for p in main.points} == {'rope', 'alibi'}
+  assert {p.label for p in main.points} == {'rope', 'fox', 'path', 'stick_breaking', 'rnope_swa'}
   assert all('label' not in p.fields for p in main.points)  # Not a config field.
   budget = sweeps.load('configs/sweeps/frontier.py:budget,passkey,rnope')
   root = str(tmp_path)

@@ -7,6 +7,7 @@ flip-flop as a fourth task).
   ...frontier.py:flip_flop,path,rope        # only those tasks / schemes
   ...frontier.py:budget                     # the training-budget axis (0.5x, 1x, 2x the steps)
   ...frontier.py:smoke                      # a tiny model for a few steps: a pipeline check
+                                            # (SMOKE_SCHEMES: one scheme of each family)
   ...frontier.py:llama                      # every point with the Llama-family block
 
 Schemes (points are named TASK,SCHEME,seed=N, with `,steps=Kx` on the budget axis):
@@ -88,6 +89,11 @@ def _point(task: str, scheme: str, seed: int, smoke: bool, budget: float = 1.0,
           **(schemes or {**SCHEMES, **FOLLOW_UPS})[scheme](length)}
 
 
+# :smoke checks the pipeline of each family the sweep adds beside a baseline: a data-dependent
+# gate, a data-dependent rotation, stick-breaking attention and a hybrid layout.
+SMOKE_SCHEMES = ('rope', 'fox', 'path', 'stick_breaking', 'rnope_swa')
+
+
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
   smoke, budget, llama = 'smoke' in parts, 'budget' in parts, 'llama' in parts
@@ -99,7 +105,7 @@ def get_sweep(arg: str = ''):
                      'and/or smoke.')
   tasks = [p for p in parts if p in TASKS] or list(BUDGET_TASKS if budget else TASKS)
   schemes = [p for p in parts if p in known] or list(
-      BUDGET_SCHEMES if budget else ('rope', 'alibi') if smoke else SCHEMES)
+      BUDGET_SCHEMES if budget else SMOKE_SCHEMES if smoke else SCHEMES)
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
   seeds = SEEDS
   if smoke:  # length.py's tiny model, with both layers kept for the hybrid layouts.
