@@ -57,15 +57,26 @@ class _NoTraceback(logging.Filter):
     return True
 
 
+class _NoBuildNotice(logging.Filter):
+  """Drops TFDS's warning that a dataset's version folder has no dataset_info.json, which it
+  logs while a dataset that is not built yet is opened (the first run on a data directory),
+  just before it builds it: a notice about its own next step, not a problem of the user's. A
+  cache left half-built is caught by roformer/data/cache.py, which names the fix."""
+
+  def filter(self, record):
+    return 'has no dataset_info.json' not in record.getMessage()
+
+
 def setup(verbose: bool = False, tracebacks: bool = False) -> None:
   """Prints `roformer` messages to stdout; absl/orbax chatter only from WARNING up, and
   without tracebacks unless `tracebacks` (the entry points' --debug)."""
   if not verbose:
     absl_logging.set_verbosity(absl_logging.WARNING)
-  if not tracebacks:
-    for handler in [absl_logging.get_absl_handler()] + logging.getLogger().handlers:
-      if not any(isinstance(f, _NoTraceback) for f in handler.filters):
-        handler.addFilter(_NoTraceback())
+  handlers = [absl_logging.get_absl_handler()] + logging.getLogger().handlers
+  for kind in (_NoBuildNotice,) + (() if tracebacks else (_NoTraceback,)):
+    for handler in handlers:
+      if not any(isinstance(f, kind) for f in handler.filters):
+        handler.addFilter(kind())
   logger = logging.getLogger('roformer')
   if not logger.handlers:
     handler = logging.StreamHandler(sys.stdout)

@@ -398,7 +398,8 @@ class _Loop:
           if self.tc.on_nonfinite == 'stop':
             member.failed = _diverged(member, step, path)
             self.states.failed[i] = True
-            log.error('%s%s', f'{member.name}: ' if self.group else '', member.failed)
+            if self.group:  # When it happened, as the others train on; one run ends on it.
+              log.error('%s: %s', member.name, member.failed)
             continue
           member.skipped += 1
           log.warning('step %d: non-finite loss or gradient norm; the update was skipped (%d '
@@ -456,8 +457,8 @@ class _Loop:
     for member in self.members:
       member.ckpt.wait()
       member.last['preempted'] = {'signal': self.preempt.stop, 'step': step}
-    log.warning('Stopped by %s after step %d; checkpoint saved. Rerun the same command to '
-                'resume.', self.preempt.stop, step)
+    # The entry point says so in its last line (train.py), from member.last['preempted'].
+    log.debug('Stopped by %s after step %d; checkpoint saved.', self.preempt.stop, step)
 
   def finish(self, reached: int, eval_splits) -> list[dict]:
     """Closes what the members write, evaluates the finished ones on `eval_splits` (after the

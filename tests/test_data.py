@@ -244,6 +244,18 @@ def test_a_download_without_a_network_is_refused_at_once_and_behind_a_proxy_is_t
   assert 'check that path' in cli.message(FileNotFoundError(2, 'No such file', 'a.txt'))
 
 
+def test_tfds_notice_of_a_dataset_not_built_yet_is_not_shown_and_other_warnings_are():
+  """The first run on a data directory: TFDS warns that the version folder it is about to
+  build has no dataset_info.json; the entry points' log handlers drop that line only."""
+  import logging  # pylint: disable=import-outside-toplevel
+  from roformer import logs  # pylint: disable=import-outside-toplevel
+  record = lambda text: logging.LogRecord('absl', logging.WARNING, 'file_utils.py', 394, text,
+                                          (), None)
+  notice = logs._NoBuildNotice()  # pylint: disable=protected-access
+  assert not notice.filter(record('Variant folder /d/shakespeare/1.1.0 has no dataset_info.json'))
+  assert notice.filter(record('Some other TFDS warning'))
+
+
 def test_missing_corpus_package_is_a_clear_error(monkeypatch):
   real = importlib.util.find_spec
   monkeypatch.setattr(importlib.util, 'find_spec',

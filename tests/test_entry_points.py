@@ -48,6 +48,7 @@ def _check(case, done, status, message, watched):
   assert 'Traceback' not in out, (case, out[-3000:])
   assert len(errors_printed) == 1 and lines[-1] == errors_printed[0], (case, out[-3000:])
   assert message in errors_printed[0], (case, message, errors_printed[0])
+  assert out.count(message) == 1, (case, 'said twice', out[-3000:])  # Not also as a log line.
   for path, before in watched.items():
     assert _tree(path) == before, (case, path)
 
@@ -95,6 +96,10 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
                                  f'--workdir={workdir}'], 1, 'syntax.py cannot be loaded'),
       'no such field': (train + ['--config.model.no_such_field=1'], 1,
                         "config.model has no field 'no_such_field'"),
+      'diverged': (['train.py', '--config=configs/test.py', f'--workdir={tmp_path / "diverged"}',
+                    f'--config.data.data_dir={data_dir}', '--config.train.learning_rate=1e30',
+                    '--config.train.warmup_steps=0', '--config.train.steps=4'], 1,
+                   'the loss or gradient norm is not finite; training stopped'),
       'nan': (train + ['--config.model.position.rope.scaling.factor=nan'], 1,
               'config.model.position.rope.scaling.factor=nan must be a finite number'),
       'misspelt dataset': (train + ['--config.data.name=shakespear'], 1,
@@ -359,6 +364,7 @@ SCRIPT_CASES = {
     'report.py': (['/nonexistent'], 2, 'does not exist'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
+    'sweep_plan.py': None,  # What scripts/sweep.py settles before anything runs.
     'sweep_points.py': None,  # The report's reading of a sweep's points.
     'timing.py': None,  # The shapes and rounds the benchmarks share.
 }

@@ -7,10 +7,12 @@ at most `seq_len` predictions, packs several chunks into one row (positions rest
 segment ids count 1..n per row; 0 is padding) and batches.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import functools
 import importlib
+import io
 import json
 import logging
 import os
@@ -95,7 +97,7 @@ def _builder(data_cfg):
         if not builder.is_prepared():
           cache.check_not_half_written(directory, embedded=True)
           killpoints.reach('dataset.build')
-          builder.download_and_prepare()
+          _build_quietly(builder, name, directory)
   else:
     try:
       builder = _open_builder(tfds.builder, os.path.join(ddir, name.replace(':', '/')), False,
@@ -109,6 +111,19 @@ def _builder(data_cfg):
       cache.check_can_download(name, str(builder.data_dir))
   cache.check_shards(builder, embedded=bool(embedded_cls))
   return builder
+
+
+def _build_quietly(builder, name: str, directory: str) -> None:
+  """Builds an embedded dataset with one line of ours in place of TFDS's: its banner says
+  'Downloading and preparing dataset Unknown size' for a corpus that is installed, not
+  downloaded, and its progress bars print a screenful for a few seconds' work."""
+  log.info('Building the embedded dataset %s in %s (once; later runs read it).', name, directory)
+  tfds.display_progress_bar(False)
+  try:
+    with contextlib.redirect_stdout(io.StringIO()):  # TFDS's banners.
+      builder.download_and_prepare()
+  finally:
+    tfds.display_progress_bar(True)
 
 
 def _unknown_dataset(name: str, error: Exception) -> str:
@@ -301,6 +316,8 @@ def load_tokenizer(data_cfg, train_source) -> tokenizer_lib.Tokenizer:
       return tokenizer_lib.Tokenizer(path, fix)
     if train_source is None:
       train_source = load_sources(data_cfg, splits=('train',))['train']
+    log.info('Training a SentencePiece tokenizer of %d pieces on the train split of %s '
+             '(once; kept as %s).', data_cfg.vocab_size, data_cfg.name, path)
     keys = sorted(key for _, key in text_fields(data_cfg))
     texts = (tokens.as_text(record[key]) for record in _records(
         _Evenly(train_source, data_cfg.tokenizer_documents)) for key in keys)
