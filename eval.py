@@ -65,7 +65,7 @@ def main(args):
         f'--splits={",".join(args.splits)} is for language-model and translation runs: '
         f'{args.workdir} is a classifier, which evaluates config.eval.splits. Fix: '
         f'--config.eval.splits="{tuple(args.splits)!r}".')
-  resolve.check_fields(config)  # A bad value is named as such, not as a variant.
+  resolve.check_fields(config, saved)  # A bad value is named as such, not as a variant.
   changed = saved_config.variant(saved, config)
   # (A field that may not change at evaluation at all is refused by the evaluation itself.)
   if (changed and args.out == PLAIN_OUT

@@ -476,19 +476,23 @@ def _plain(value):
   return list(value) if isinstance(value, tuple) else value
 
 
-def unread_changes(config) -> list[tuple[str, Spec]]:
+def unread_changes(config, saved=None) -> list[tuple[str, Spec]]:
   """(dotted field, spec) of every field that `config`'s run does not read but that differs
-  from its default."""
+  from its default; with `saved` (the config of the trained run that `config` evaluates),
+  only those that also differ from its value there (a run trained before a field was found
+  unread keeps its value, ignored as it was)."""
   out = []
 
-  def walk(tree, node, name):
+  def walk(tree, node, before, name):
     for key, spec in tree.items():
       if isinstance(spec, dict):
-        walk(spec, node[key], f'{name}.{key}')
-      elif spec.reader is not None and not spec.reader.reads(config) and (
-          _plain(node[key]) != _plain(spec.default)):
+        walk(spec, node[key], before.get(key, {}) if before is not None else None,
+             f'{name}.{key}')
+      elif (spec.reader is not None and not spec.reader.reads(config)
+            and _plain(node[key]) != _plain(spec.default)
+            and (before is None or _plain(node[key]) != _plain(before.get(key)))):
         out.append((f'{name}.{key}', spec))
-  walk(schema(), config, 'config')
+  walk(schema(), config, None if saved is None else _plain(saved), 'config')
   return out
 
 

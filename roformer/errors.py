@@ -89,3 +89,13 @@ def read_failure(exc: BaseException, limit: int = 300) -> str:
   text = re.split(r'\s*See full TensorStore details', text)[0]
   text = re.sub(r'<bound method [^>]*>?', '', text).strip().rstrip('.:')
   return f'{type(exc).__name__}: {text[:limit]}' if text else type(exc).__name__
+
+
+def without_fix(exc: BaseException) -> str:
+  """`exc`'s message up to its ' Fix: ...': why, for a caller that names another fix."""
+  return str(exc).split(' Fix:')[0]
+
+
+def fix_of(exc: BaseException) -> str:
+  """The fix `exc`'s message names ('' if none), without its final period."""
+  return str(exc).split(' Fix:', 1)[1].strip().rstrip('.') if ' Fix:' in str(exc) else ''

@@ -270,7 +270,14 @@ def results_header(run: resolve.Run) -> dict:
     results['data'] = data
   if run.train_data_changed:
     results['train_data_changed'] = list(run.train_data_changed)
+  if config.eval.scale_rope_to_length and not tasks.per_example(config):
+    factor = scheme.length_factor(config.model.position)
+    results['length_factor'] = f'model.position.{factor} = length / train_seq_len'
   return results
+
+
+# results_header's keys that an evaluation's results hold after its scores ('splits').
+_AFTER_SCORES = ('data', 'train_data_changed', 'length_factor')
 
 
 def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict:
@@ -284,8 +291,8 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   classifying = tasks.per_example(config)
   protocol = _protocol(config)
   header = results_header(run)
-  results = {**{k: v for k, v in header.items() if k not in ('data', 'train_data_changed')},
-             'splits': {}, **{k: header[k] for k in ('data', 'train_data_changed') if k in header}}
+  results = {**{k: v for k, v in header.items() if k not in _AFTER_SCORES}, 'splits': {},
+             **{k: header[k] for k in _AFTER_SCORES if k in header}}
   if classifying:
     for split in splits:
       hidden = pipeline.labels(sources[split], config.data.label_key, limit=1000)
@@ -312,20 +319,21 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
     positions_lib.set_option(scaled.model.position, factor, value)
     return trainer_lib.Trainer(scaled, mesh), scaled, {factor.replace('.', '_'): value}
   per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}
-  if factor:
-    results['length_factor'] = f'model.position.{factor} = length / train_seq_len'
   for split, source, split_config in _each_source(config, splits, sources):
     rows = []
     for mult in config.eval.length_multipliers:
       length = config.data.seq_len * mult
       length_trainer, length_config, scaled = per_length[mult]
-      row = {'length': length, 'multiplier': mult, **scaled}
+      # Of the length trained at (the same as `mult` unless data.seq_len is overridden here).
+      times = length / saved.data.seq_len
+      row = {'length': length, 'multiplier': int(times) if times == int(times) else times,
+             **scaled}
       try:
         positions_lib.validate(length_config.model, length,
                                causal=models.is_causal(config.model))
       except errors.ConfigError as e:  # E.g. a learned table shorter than this length.
         # Why, without the fix for a new run: the trained model's sizes cannot change here.
-        rows.append({**row, 'skipped': str(e).split(' Fix:')[0]})
+        rows.append({**row, 'skipped': errors.without_fix(e)})
         continue
       length_trainer = scorer(length_trainer, source, split_config)
       stride = {}

@@ -82,19 +82,23 @@ def write_text_atomic(path: str, text: str) -> None:
   durable_replace(path + '.tmp', path)
 
 
-def save_figure_atomic(fig, path: str, **savefig_kwargs) -> None:
-  """matplotlib `fig` saved to `path` (its format from the extension) as write_text_atomic
-  writes text: through a temporary file renamed over it, which a failed save removes."""
+def save_figure_atomic(fig, path: str, **savefig_kwargs) -> str:
+  """matplotlib `fig` saved to `path` (its format from the extension; none: `path`.png, as
+  matplotlib names it) as write_text_atomic writes text: through a temporary file renamed over
+  it, which a failed save removes. Returns the path written."""
+  if not os.path.splitext(path)[1]:
+    path += '.png'
   temporary = path + '.tmp'
   try:
     with open(temporary, 'wb') as f:
-      fig.savefig(f, format=os.path.splitext(path)[1][1:] or 'png', **savefig_kwargs)
+      fig.savefig(f, format=os.path.splitext(path)[1][1:], **savefig_kwargs)
       sync(f)
   except BaseException:
     if os.path.exists(temporary):
       os.remove(temporary)
     raise
   durable_replace(temporary, path)
+  return path
 
 
 def sync(f) -> None:

@@ -116,7 +116,7 @@ def check_length(model_cfg, prompt_ids: Sequence[np.ndarray], max_new_tokens: in
     try:
       positions_lib.validate(model_cfg, total, causal=True)
     except errors.ConfigError as e:
-      reason = str(e).split(' Fix:')[0]
+      reason = errors.without_fix(e)
       raise errors.ConfigError(
           f'prompt {i + 1} is {len(ids)} tokens (with [bos]); with --max_new_tokens='
           f'{max_new_tokens} that is {total} positions, more than the trained model takes: '

@@ -120,9 +120,7 @@ def train_members(configs, workdirs, stop_at=None, eval_splits=(), vmapped=None)
   diverged = [(w, last['failed']) for w, last in lasts.items() if last.get('failed')]
   if diverged and not group and not failures:
     raise reliability.Diverged(diverged[0][1])
-  for w, why in diverged:  # One line each, as the members refused at setup have.
-    log.error('%s: %s', w, why)
-  failures += diverged
+  failures += diverged  # Each logged when it diverged; named again in the error below.
   if failures:
     finished = [w for w, last in lasts.items() if not last.get('failed')]
     named = '; '.join(f'{w}: {why.rstrip(".")}' for w, why in failures)

@@ -146,7 +146,6 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
   """The run that `eval.py` evaluates: `workdir`'s checkpoint at `step` (default: the latest;
   'best': the one kept in best/) under `config` (the saved config with the command line's
   overrides), on `splits` (a classifier's come from config.eval.splits)."""
-  check_fields(config)
   workdir = os.path.abspath(workdir)
   unknown = [s for s in splits if s not in pipeline.SPLITS]
   if unknown or not splits:
@@ -154,6 +153,7 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
                              'Fix: e.g. --splits=validation,test.')
   step = trainer_lib.checkpoint_step(workdir, step)
   saved = saved_config.load(workdir)
+  check_fields(config, saved)
   changed = saved_config.changed(saved, config, saved_config.EVALUATE)
   if changed:
     unmet = {}  # A condition in words -> the fields that need it.
@@ -200,7 +200,7 @@ def _fit_saved_mesh(config, saved) -> None:
     sharding.make_mesh(config.mesh)
     return
   except errors.ConfigError as e:
-    reason = str(e).split(' Fix:')[0].rstrip('.')
+    reason = errors.without_fix(e).rstrip('.')
   default = config_schema.default_config().mesh
   with config.unlocked():
     for axis in (*sharding.AXES, 'num_devices'):
@@ -247,11 +247,12 @@ def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = 
   check_relations(config, num_data_parallel, process_count)
 
 
-def check_fields(config: ml_collections.ConfigDict) -> None:
+def check_fields(config: ml_collections.ConfigDict, saved=None) -> None:
   """Every field present and held to its declared type and range (roformer/config_schema.py),
-  and none that this run does not read changed from its default (it would be ignored)."""
+  and none that this run does not read changed from its default (it would be ignored); for an
+  evaluation of the run `saved` trained, from the value saved there."""
   config_schema.check(config)
-  for name, spec in config_schema.unread_changes(config):
+  for name, spec in config_schema.unread_changes(config, saved):
     value = config
     for part in name.split('.')[1:]:
       value = value[part]

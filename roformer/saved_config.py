@@ -215,7 +215,7 @@ def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
     config_schema.check(config)
   except errors.ConfigError as e:
     raise errors.DamagedFileError(f'{path} holds a value train.py never writes ('
-                                  f'{str(e).split(" Fix:")[0]}): it was edited or damaged. Fix: '
+                                  f'{errors.without_fix(e)}): it was edited or damaged. Fix: '
                                   f'{fix}.') from None
   return config
 

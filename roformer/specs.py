@@ -251,7 +251,7 @@ class Seq(Spec):
         self.of.check(item, f'{name}[{i}]')
       except errors.ConfigError as e:  # Its fix names the tuple: an item has no flag.
         raise errors.ConfigError(
-            f'{str(e).split(" Fix:")[0]} Fix: {_flag(name)}=\'(...)\' with every item '
+            f'{errors.without_fix(e)} Fix: {_flag(name)}=\'(...)\' with every item '
             f'{self.of.describe()}.') from None
 
   def parse(self, text, name):

@@ -30,6 +30,7 @@ continues where it stopped.
 import contextlib
 import dataclasses
 import difflib
+import glob
 import importlib.machinery
 import importlib.util
 import os
@@ -397,15 +398,22 @@ def trained(workdir: str, steps: int | None = None) -> bool:
 
 
 def finished_without_checkpoints(workdir: str, steps: int | None = None) -> bool:
-  """Whether the run in `workdir` holds no checkpoint but its metrics.jsonl records training
-  at its last step: a finished run whose checkpoints were deleted to free the disk. Its records
-  stand; an evaluation it lacks can no longer be made."""
+  """Whether the run in `workdir` holds no checkpoint but an evaluation of its last step: a
+  finished run whose checkpoints were deleted to free the disk (an evaluation is written only
+  once the last checkpoint is; a run stopped before its first checkpoint has none). Its
+  records stand; an evaluation it lacks can no longer be made."""
   steps = final_step(workdir, steps)
-  path = os.path.join(workdir, 'metrics.jsonl')
-  if steps is None or not os.path.exists(path) or any(
-      name.isdigit() for name in _listing(os.path.join(workdir, 'checkpoints'))):
+  if steps is None or any(name.isdigit()
+                          for name in _listing(os.path.join(workdir, 'checkpoints'))):
     return False
-  return any(r.get('step') == steps and r.get('split') == 'train' for r in files.read_jsonl(path))
+  return any(_evaluated_at(path, steps) for path in glob.glob(os.path.join(workdir, 'eval_*.json')))
+
+
+def _evaluated_at(path: str, step: int) -> bool:
+  try:
+    return files.read_json(path).get('step') == step
+  except (errors.ConfigError, AttributeError):  # Damaged, or not an evaluation's results.
+    return False
 
 
 def _listing(directory: str) -> list[str]:

@@ -43,7 +43,7 @@ def parser() -> cli.ArgumentParser:
                  'compare them.')
   p.add_argument('--out', type=cli.path_arg, required=True,
                  help='Directory for sinks.json, sinks.md and sinks.png.')
-  p.add_argument('--step', type=cli.step_arg, default=None,
+  p.add_argument('--step', type=int, default=None,
                  help="Checkpoint step (default: each run's latest).")
   p.add_argument('--max_batches', type=cli.positive_int, default=8,
                  help='Validation batches per run.')

@@ -8,15 +8,15 @@ Copies what the report reads of each point (config.json and its config.resume-ST
 metrics.jsonl, eval_results*.json, and train_data.json where the run trained on files of its
 own) into RECORDS/POINT, and merges the sweep's sweep.json into RECORDS/sweep.json: the points
 and labels already there are kept, and a point kept again is replaced whole, its files and its
-entry, where that loses nothing: a kept record of another config, or with more steps trained
-or evaluations than the new run's, is refused unless --replace. Where a run lived is not its
-config: the data cache, the folders of the run it started from and of a tokenizer file, and
-the glob of its own files (whose documents train_data.json records) may differ. Checkpoints, TensorBoard events and the tokenizer stay
-behind: a kept record is a few tens of kilobytes where a point's workdir is tens of megabytes.
-So the parts of one sweep run in different places or at different times
-(passkey_extension.py:seed=1 here and :seed=2 there; options.py a task at a time) join in one
-RECORDS directory and one report, and that directory can be committed beside it. RECORDS must
-not be a sweep's --workdir.
+entry, where that loses nothing: a kept record of another config, or with more steps trained or
+evaluations than the new run's, is refused unless --replace. Where a run lived is not its
+config: the data cache and the folder of the run it started from may differ, and so may the
+globs of its own files where both runs recorded the documents they held (train_data.json).
+Checkpoints, TensorBoard events and the tokenizer stay behind: a kept record is a few tens of
+kilobytes where a point's workdir is tens of megabytes. So the parts of one sweep run in
+different places or at different times (passkey_extension.py:seed=1 here and :seed=2 there;
+options.py a task at a time) join in one RECORDS directory and one report, and that directory
+can be committed beside it. RECORDS must not be a sweep's --workdir.
 
   python scripts/keep_records.py runs/length docs/results/frontier/records \\
       --sweep configs/sweeps/frontier.py --sweep configs/sweeps/frontier.py:budget
@@ -87,21 +87,21 @@ def _flat(value, prefix: str = '') -> dict:
           for k, v in _flat(inner, f'{prefix}.{key}' if prefix else key).items()}
 
 
-def _meaning(workdir: str) -> dict:
-  """A point's config.json, less where its run lived: the data cache; the directory of the
-  run it started from and a tokenizer given as a file (their names are kept); and the glob of
-  its own files where the run recorded what they held (files.TRAIN_DATA_FILE), which is
-  compared instead."""
+def _meaning(workdir: str, by_documents: bool) -> dict:
+  """A point's config.json, less where its run lived: the data cache and the directory of the
+  run it started from (its name is kept). With `by_documents` (both runs recorded what their
+  own files held: files.TRAIN_DATA_FILE), the globs of those files are compared by that record
+  instead. A tokenizer file is compared by its path: two tokenizers of one name (every
+  tokenizer.json) need not be the same."""
   flat = _flat(files.read_json(os.path.join(workdir, 'config.json')))
   flat.pop('data.data_dir', None)
-  for field in ('init_from', 'data.tokenizer'):
-    if '/' in str(flat.get(field) or ''):
-      flat[field] = os.path.basename(str(flat[field]).rstrip('/'))
-  documents = os.path.join(workdir, files.TRAIN_DATA_FILE)
-  if os.path.exists(documents):
-    flat.pop('data.files', None)
-    flat.update({f'train documents{" of " + name if name else ""}': text
-                 for name, text in files.read_json(documents).items()})
+  if flat.get('init_from'):
+    flat['init_from'] = os.path.basename(str(flat['init_from']).rstrip('/'))
+  if by_documents:
+    recorded = files.read_json(os.path.join(workdir, files.TRAIN_DATA_FILE))
+    for name, text in recorded.items():  # '' for config.data's own files, else a source's.
+      flat.pop(f'data.mixture.{name}.files' if name else 'data.files', None)
+      flat[f'train documents{" of " + name if name else ""}'] = text
   return flat
 
 
@@ -120,7 +120,9 @@ def _evaluations(workdir: str) -> set[str]:
 def lost_by_replacing(kept: str, incoming: str) -> str:
   """What keeping `incoming` (a point's workdir) in place of the record `kept` would lose:
   the record of a run of another config, steps trained or evaluations; '' if nothing."""
-  old, new = _meaning(kept), _meaning(incoming)
+  by_documents = all(os.path.exists(os.path.join(d, files.TRAIN_DATA_FILE))
+                     for d in (kept, incoming))
+  old, new = _meaning(kept, by_documents), _meaning(incoming, by_documents)
   differ = [f'{k}: {old.get(k, "(none)")} vs {new.get(k, "(none)")}'
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
   if differ:

@@ -79,9 +79,9 @@ def main(argv=None):
   ax.legend()
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  files.save_figure_atomic(fig, args.out)
+  written = files.save_figure_atomic(fig, args.out)
   print(markdown(data, labels))
-  print(f'wrote {args.out}')
+  print(f'wrote {written}')
 
 
 if __name__ == '__main__':

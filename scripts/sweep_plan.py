@@ -47,19 +47,22 @@ def point_config(sweep, point, workdir: str = '/unused', extra=()):
 
 
 def with_extra_steps(sweep, extra):
-  """`sweep` with the train.steps that `extra` (--extra_train_flags) gives every point in its
-  points' fields, where they decide which points are finished (a point trained to its old last
-  step would otherwise be taken as finished). A value that is not a number is left to
-  check_points to name."""
-  given = [flag.split('=', 1)[1] for flag in extra if flag.startswith('--config.train.steps=')]
-  try:
-    steps = int(given[-1]) if given else None
-  except ValueError:
+  """`sweep` with the train.steps that `extra` (--extra_train_flags) gives its points in their
+  fields, where they decide which points are finished (a point trained to its old last step
+  would otherwise be taken as finished). Each point's steps are those of its whole config
+  (`point_config`, which reads the flags as train.py does); a config that does not load is
+  left to check_points to name."""
+  _, flags = config_args.split_argv(['train.py', *extra])
+  if not any(field == 'train.steps' for field, _ in flags):
     return sweep
-  if steps is None:
-    return sweep
-  return dataclasses.replace(sweep, points=[
-      dataclasses.replace(p, fields={**p.fields, 'train.steps': steps}) for p in sweep.points])
+  points = []
+  for p in sweep.points:
+    try:
+      steps = int(point_config(sweep, p, extra=extra).train.steps)
+    except Exception:  # pylint: disable=broad-except  # check_points names it.
+      return sweep
+    points.append(dataclasses.replace(p, fields={**p.fields, 'train.steps': steps}))
+  return dataclasses.replace(sweep, points=points)
 
 
 def check_points(spec: str, sweep, root: str, extra=()) -> None:
@@ -82,6 +85,12 @@ def check_points(spec: str, sweep, root: str, extra=()) -> None:
     workdir = os.path.join(root, point.name)
     try:
       without = point.name in finished
+      gone = [n for n in point.needs if n in finished]
+      if gone and not sweeps.trained(workdir, point.fields.get('train.steps')):
+        raise errors.ConfigError(
+            f'it starts from {gone[0]}, whose checkpoints were deleted once it finished, so it '
+            f'cannot start. Fix: restore {os.path.join(root, gone[0], "checkpoints")}, or move '
+            f'{os.path.join(root, gone[0])} aside to train it again.')
       missing = [name or '(plain)' for name, ev in sweep.evals.items() if sweeps.applies(
           ev, point) and not sweeps.evaluated(workdir, name, point.fields.get('train.steps'))]
       if without and missing:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 
+import ml_collections
 import pytest
 
 from configs import base
@@ -133,6 +134,21 @@ def test_a_synthetic_tasks_own_field_is_refused_for_the_other_tasks(field, value
   with pytest.raises(errors.ConfigError, match=rf"config.data.synthetic.{field}={value!r} is read "
                      rf"only by the synthetic tasks? .*{task}.*data.name='synthetic/{other}'"):
     resolve.validate(config)
+
+
+def test_an_unread_value_a_run_was_trained_with_does_not_stop_its_evaluation():
+  """A run trained with a field its task ignores (before such fields were refused) is still
+  evaluated: the value saved with it is not a change; another value given now is."""
+  from configs import synthetic as synthetic_config  # pylint: disable=import-outside-toplevel
+  saved = synthetic_config.get_config('copy')
+  saved.data.synthetic.needles = 8
+  config = ml_collections.ConfigDict(saved.to_dict())
+  with pytest.raises(errors.ConfigError, match='needles=8 is read only by'):
+    resolve.check_fields(config)  # A new run.
+  resolve.check_fields(config, saved)  # The trained run's own value.
+  config.data.synthetic.needles = 9
+  with pytest.raises(errors.ConfigError, match='needles=9 is read only by'):
+    resolve.check_fields(config, saved)
 
 
 def test_a_changed_field_the_run_reads_is_accepted_and_reaches_its_reader():

@@ -254,6 +254,10 @@ def test_tfds_notice_of_a_dataset_not_built_yet_is_not_shown_and_other_warnings_
   notice = logs._NoBuildNotice()  # pylint: disable=protected-access
   assert not notice.filter(record('Variant folder /d/shakespeare/1.1.0 has no dataset_info.json'))
   assert notice.filter(record('Some other TFDS warning'))
+  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+  logs.setup()  # What every entry point runs: the filter on the handler TFDS's lines reach.
+  assert any(isinstance(f, logs._NoBuildNotice)  # pylint: disable=protected-access
+             for f in absl_logging.get_absl_handler().filters)
 
 
 def test_missing_corpus_package_is_a_clear_error(monkeypatch):

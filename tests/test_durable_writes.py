@@ -107,3 +107,6 @@ def test_a_figure_is_saved_whole_or_not_at_all(tmp_path, synced):
   with open(path, 'rb') as f:
     assert f.read() == first
   assert sorted(os.listdir(tmp_path)) == ['curves.png']
+  del fig.savefig  # Matplotlib's own again. A name without an extension: PNG, as matplotlib
+  assert files.save_figure_atomic(fig, str(tmp_path / 'bare')) == str(tmp_path / 'bare.png')
+  assert (tmp_path / 'bare.png').read_bytes().startswith(b'\x89PNG')  # would name it.

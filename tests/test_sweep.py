@@ -27,6 +27,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
 from roformer import resolve
+from roformer import saved_config
 from roformer import sweeps
 from roformer.data import row_cache
 from roformer.data import synthetic
@@ -328,7 +329,6 @@ def test_the_check_before_a_sweep_takes_a_continuations_settings_from_its_source
   (metrics and config.json written, the original length taken from its source) passes the
   check as train.py would resume it; with another model saved there it is refused; before its
   source has trained it is left to its own run."""
-  from roformer import saved_config  # pylint: disable=import-outside-toplevel
   sweep = sweeps.load('configs/sweeps/context_extension.py:smoke')
   points = {p.name: p for p in sweep.points}
   root = tmp_path / 'ext'
@@ -439,9 +439,38 @@ def test_more_steps_given_as_extra_train_flags_make_a_finished_point_train_on(tm
   (workdir / 'config.json').write_text(json.dumps({'train': {'steps': 10}}))
   (workdir / 'eval_results.json').write_text(json.dumps({'step': 10}))
   assert sweeps.stages(sweep, point, str(workdir)) == []  # Finished at its 10 steps.
-  longer = sweep_plan.with_extra_steps(sweep, ['--distributed', '--config.train.steps=20'])
-  assert [label for label, _ in sweeps.stages(sweep, longer.points[0], str(workdir))] == ['train']
+  for extra in (['--distributed', '--config.train.steps=20'], ['--config.train.steps', '20']):
+    longer = sweep_plan.with_extra_steps(sweep, extra)
+    assert longer.points[0].fields['train.steps'] == 20
+    assert [label for label, _ in sweeps.stages(sweep, longer.points[0], str(workdir))] == [
+        'train']
   assert sweep_plan.with_extra_steps(sweep, ['--config.train.steps=x']) == sweep  # Named later.
+
+
+def test_only_an_evaluated_run_without_checkpoints_counts_as_finished_and_it_feeds_no_point(
+    tmp_path):
+  """A run with no checkpoint counts as finished (its checkpoints deleted) only with an
+  evaluation of its last step, written once its last checkpoint was: one killed before its
+  first save, whose metrics reach the last step, trains again. A point that would start from a
+  finished run without checkpoints is refused before anything runs, naming both."""
+  sweep = sweeps.from_dict({'config': 'configs/test.py', 'evals': {}, 'points': [
+      {'name': 'base'}, {'name': 'longer', 'init_from': '{sweep}/base', 'data.seq_len': 64}]},
+      'configs/sweeps/mine.py')
+  base, root = sweep.points[0], tmp_path / 'sweep'
+  workdir = root / 'base'
+  (root / 'logs').mkdir(parents=True)
+  workdir.mkdir()
+  saved_config.save(sweep_plan.point_config(sweep, base, str(workdir)), str(workdir))
+  steps = saved_config.load(str(workdir)).train.steps
+  (workdir / 'metrics.jsonl').write_text(json.dumps({'step': steps, 'split': 'train'}) + '\n')
+  assert not sweeps.finished_without_checkpoints(str(workdir))  # Killed before its save.
+  assert not sweeps.trained(str(workdir))
+  (workdir / 'eval_results.json').write_text(json.dumps({'step': steps}))
+  assert sweeps.finished_without_checkpoints(str(workdir)) and sweeps.trained(str(workdir))
+  with pytest.raises(errors.ConfigError, match=r'point longer .*it starts from base, whose '
+                     r'checkpoints were deleted once it finished, so it cannot start. Fix: '
+                     r'restore .*base/checkpoints'):
+    sweep_plan.check_points('configs/sweeps/mine.py', sweep, str(root))
 
 
 def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
@@ -500,16 +529,17 @@ def test_a_kept_record_is_replaced_by_a_run_that_holds_all_it_held_and_else_refu
 
 
 def test_a_kept_record_is_the_same_run_wherever_its_files_lived(tmp_path):
-  """Keeping again the same run made on another machine (its own documents and its tokenizer
-  file at other paths, the same documents as its train_data.json records) replaces the record;
-  other documents under the same glob are another config, refused by their record."""
+  """Keeping again the same run made on another machine (its own documents at other paths, the
+  same documents as its train_data.json records) replaces the record; other documents under
+  the same glob are another config, refused by their record, and so is another tokenizer file
+  of the same name. Records without train_data.json compare the globs, as before."""
   sweep, kept = tmp_path / 'sweep', tmp_path / 'kept'
   _fake_sweep(sweep, (0,))
   point = sweep / 'base,seed=0'
 
   def ran_at(where: str, documents: str) -> None:
     config = json.loads((point / 'config.json').read_text())
-    config['data'] = {'files': f'{where}/corpus/*.txt', 'tokenizer': f'{where}/tok/piece.model',
+    config['data'] = {'files': f'{where}/corpus/*.txt', 'tokenizer': '/shared/tok/piece.model',
                       'data_dir': f'{where}/cache'}
     (point / 'config.json').write_text(json.dumps(config))
     (point / 'train_data.json').write_text(json.dumps({'': documents}))
@@ -523,12 +553,17 @@ def test_a_kept_record_is_the_same_run_wherever_its_files_lived(tmp_path):
   with pytest.raises(errors.ConfigError, match=r'keeps a run of another config \(train '
                      r'documents: 120 documents, sha256 0123.* vs 121 documents'):
     keep_records.keep(str(sweep), str(kept))
-  ran_at('/scratch/b', '120 documents, sha256 0123456789abcdef0123')
+  ran_at('/home/a', '120 documents, sha256 0123456789abcdef0123')
   config = json.loads((point / 'config.json').read_text())
-  config['data']['tokenizer'] = '/scratch/b/tok/other.model'
+  config['data']['tokenizer'] = '/shared/other/piece.model'  # Another file of the same name.
   (point / 'config.json').write_text(json.dumps(config))
-  with pytest.raises(errors.ConfigError, match=r'data.tokenizer: piece.model vs other.model'):
+  with pytest.raises(errors.ConfigError, match=r'data.tokenizer: /shared/tok/piece.model vs '
+                     r'/shared/other/piece.model'):
     keep_records.keep(str(sweep), str(kept))
+  ran_at('/scratch/b', '120 documents, sha256 0123456789abcdef0123')  # As kept last.
+  os.remove(point / 'train_data.json')  # Kept before runs recorded their documents: by glob.
+  os.remove(kept / 'base,seed=0' / 'train_data.json')
+  assert keep_records.keep(str(sweep), str(kept)) == ['base,seed=0']
 
 
 def test_kept_records_of_one_sweep_leave_out_the_points_of_another_in_its_workdir(tmp_path):

@@ -131,7 +131,13 @@ def test_eval_restores_what_train_saved(trained):
   assert results['step'] == 8 and at_1x['length'] == cfg.data.seq_len
   np.testing.assert_allclose(at_1x['loss'], last['validation']['loss'], rtol=1e-6)
   assert [r['length'] for r in results['splits']['test']['lengths']] == [32, 64]
+  assert [r['multiplier'] for r in results['splits']['test']['lengths']] == [1, 2]
   np.testing.assert_allclose(at_1x['perplexity'], math.exp(at_1x['loss']), rtol=1e-9)
+  # Evaluated with data.seq_len doubled: the rows' multipliers are of the trained length.
+  longer = saved_config.load(workdir)
+  longer.data.seq_len, longer.eval.max_batches = 64, 1
+  rows = evaluate.evaluate_workdir(longer, workdir, splits=('test',))['splits']['test']['lengths']
+  assert [(r['length'], r['multiplier']) for r in rows] == [(64, 2), (128, 4)]
   # An earlier checkpoint is a different model.
   earlier = evaluate.evaluate_workdir(saved, workdir, step=4)
   assert earlier['splits']['validation']['lengths'][0]['loss'] != at_1x['loss']
@@ -238,6 +244,25 @@ def test_rope_scaling_applies_at_evaluation_time(trained, kind):
     assert got['rope_scaling']['original_length'] == plain.data.seq_len
   loss = lambda r: [row['loss'] for row in r['splits']['validation']['lengths']]
   assert all(math.isfinite(x) for x in loss(got)) and loss(got) != loss(base)
+
+
+@pytest.mark.parametrize('scale_to_length', [False, True])
+def test_what_an_evaluation_says_besides_its_scores_is_known_before_it_runs(trained,
+                                                                            scale_to_length):
+  """eval.py compares results_header with the results already written before it computes
+  anything (eval.lost_by_writing): the results then hold exactly that header besides 'splits',
+  with a scaling set to each length (eval.scale_rope_to_length) as without."""
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  _, workdir, _ = trained
+  config = saved_config.load(workdir)
+  config.eval.update(max_batches=1, scale_rope_to_length=scale_to_length)
+  if scale_to_length:
+    config.model.position.rope.scaling.kind = 'linear'
+  run = resolve.for_evaluation(config, workdir, splits=('test',))
+  header = evaluate.results_header(run)
+  results = evaluate.evaluate_resolved(run)
+  assert {k: v for k, v in results.items() if k != 'splits'} == header
+  assert ('length_factor' in header) == scale_to_length
 
 
 def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):

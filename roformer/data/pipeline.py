@@ -142,7 +142,8 @@ def _unknown_dataset(name: str, error: Exception) -> str:
     close = difflib.get_close_matches(config, configs, n=1)
     return (f'config.data.name={name!r}: the TFDS dataset {dataset!r} has no config {config!r}.'
             + (f' Did you mean {dataset + "/" + close[0]!r}?' if close else '')
-            + f' Fix: one of {", ".join(f"{dataset}/{c}" for c in configs)}.')
+            + (f' Fix: one of {", ".join(f"{dataset}/{c}" for c in configs)}.' if configs else
+               f' Fix: a config of {dataset!r} (its TFDS catalog page lists them).'))
   return (f'config.data.name={name!r} is not an embedded dataset ({sorted(EMBEDDED_BUILDERS)}) '
           f'nor a TFDS dataset{cause}.{hint} Fix: one of the embedded names, files (your own, '
           'with config.data.files), synthetic/TASK, or the name of a TFDS dataset.')

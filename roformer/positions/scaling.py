@@ -150,10 +150,12 @@ def validate(sc, rotary_dim: int) -> None:
     raise errors.ConfigError(
         f'{field}.factor={sc.factor:g} is read by a scaling, but {field}.kind is \'none\', so '
         f'nothing would be scaled. Fix: --{field}.kind=linear (or ntk, yarn, llama3, dynamic), '
-        'or drop the factor.')
+        f'or --{field}.factor=1.')
   if sc.kind != 'yarn' and (sc.alpha, sc.beta) != (DEFAULTS['alpha'], DEFAULTS['beta']):
-    raise errors.ConfigError(f'{field}.alpha and beta shape YaRN only, but the scaling kind is '
-                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop them.')
+    raise errors.ConfigError(
+        f'{field}.alpha and beta shape YaRN only, but the scaling kind is {sc.kind!r}. Fix: '
+        f'--{field}.kind=yarn, or --{field}.alpha={DEFAULTS["alpha"]:g} '
+        f'--{field}.beta={DEFAULTS["beta"]:g}.')
   ramp = option(sc, 'ramp')
   if ramp != DEFAULTS['ramp'] and sc.kind != 'yarn':
     raise errors.ConfigError(f'{field}.ramp={ramp!r} shapes YaRN only, but the scaling kind is '

@@ -139,10 +139,11 @@ def validate(config: ml_collections.ConfigDict, decoder_only: bool) -> None:
   try:
     registry.validate(m, cls.covers(config.train), causal=True)
   except errors.ConfigError as e:  # Named by the field that asks for those positions.
-    reason = str(e).split(' Fix:')[0]
+    own = errors.fix_of(e).replace(', or shorten the sequence', '')  # The sequence is not it.
     raise errors.ConfigError(
-        f'{field} trains on positions up to {cls.covers(config.train)}: {reason} Fix: a '
-        f'smaller config.train.{cls.switch}, or a scheme that takes them.') from None
+        f'{field} trains on positions up to {cls.covers(config.train)}: {errors.without_fix(e)} '
+        f'Fix: a smaller config.train.{cls.switch}' + (f', or {own}' if own else '')
+        + '.') from None
 
 
 def positions(batch: dict, key: jax.Array | None, train: ml_collections.ConfigDict | None):
