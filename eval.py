@@ -122,10 +122,8 @@ def lost_by_writing(path: str, header: dict) -> str:
   if before > step:
     return f'the evaluation of a later checkpoint (step {before}; {scored})'
   old, new = (json.loads(_settings(r)) for r in (earlier, {**header, 'splits': {}}))
-  differ = [f'{k}: {old.get(k)} vs {new.get(k)}' for k in sorted(set(old) | set(new))
-            if old.get(k) != new.get(k)]
   return (f'the evaluation of the same checkpoint (step {step}; {scored}) under other settings '
-          f'({"; ".join(differ)}; there vs now)')
+          f'({"; ".join(saved_config.differences(old, new))}; there vs now)')
 
 
 def with_earlier_splits(path: str, results: dict) -> dict:

@@ -66,6 +66,11 @@ def message(exc: BaseException) -> str | None:
     return f'{storage}. Fix: {errors.storage_fix(storage)}, then rerun the same command.'
   if isinstance(exc, OSError) and type(exc).__module__.split('.')[0] in ('requests', 'urllib3'):
     what = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    status = getattr(getattr(exc, 'response', None), 'status_code', None)
+    if status is not None:  # The server answered: the address, not the network.
+      return (f'a download failed with HTTP status {status} ({what}). Fix: the server refused '
+              'or lacks the file; check its address (a newer version of the library may '
+              'know the new one), then rerun the same command.')
     return (f'a download failed ({what}). Fix: check the network (or the proxy), then rerun the '
             'same command.')
   if isinstance(exc, OSError):

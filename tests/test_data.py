@@ -242,6 +242,11 @@ def test_a_download_without_a_network_is_refused_at_once_and_behind_a_proxy_is_t
       "a download failed (HTTPSConnectionPool(host='x.example', port=443)). Fix: check the "
       'network (or the proxy), then rerun the same command.')
   assert 'check that path' in cli.message(FileNotFoundError(2, 'No such file', 'a.txt'))
+  answer = requests.Response()
+  answer.status_code = 404
+  missing = requests.exceptions.HTTPError('404 Client Error: Not Found for url: x', response=answer)
+  assert cli.message(missing).startswith('a download failed with HTTP status 404 (404 Client '
+                                         'Error: Not Found for url: x). Fix: the server refused')
 
 
 def test_tfds_notice_of_a_dataset_not_built_yet_is_not_shown_and_other_warnings_are():
