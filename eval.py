@@ -5,11 +5,11 @@ The config is the one saved in the workdir (config.json); `--config.*` flags ove
 it, e.g. evaluation lengths. Results are printed and written to workdir/eval_results.json, the
 run as trained. An override that changes what is scored (a RoPE scaling or remap, the precision,
 other text, the protocol: saved_config.variant) is a variant, which names its own file (--out
-eval_results.NAME.json). Evaluating fewer splits of the same checkpoint with the same settings
-adds them to the file, keeping the splits scored before; an evaluation of a later checkpoint
-replaces one of an earlier checkpoint. Anything else that would replace the results there (an
-earlier checkpoint's, or the same checkpoint's under other settings: fewer batches, other
-lengths) is refused before anything is computed, unless --replace. A bad flag, override or
+eval_results.NAME.json). Evaluating other splits or lengths of the same checkpoint with the
+same settings adds them to the file, keeping the ones scored before; an evaluation of a later
+checkpoint replaces one of an earlier checkpoint. Anything else that would replace the results
+there (an earlier checkpoint's, or the same checkpoint's under other settings, such as fewer
+batches) is refused before anything is computed, unless --replace. A bad flag, override or
 workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line `error:
 ...` naming it and the fix (--debug shows the traceback).
 """
@@ -83,15 +83,19 @@ def main(args):
         f'{args.out.removesuffix(".json")}.NAME.json to keep both, or --replace.')
   results = evaluate.evaluate_resolved(run)
   print(evaluate.format_results(results))
-  files.write_json_atomic(path, with_earlier_splits(path, results))
+  files.write_json_atomic(path, with_earlier_scores(path, results))
   print(f'wrote {path}')
 
 
+# The overrides that choose what is scored, not how: evaluations apart in these alone merge.
+_CHOOSE = ('eval.splits', 'eval.length_multipliers')
+
+
 def _settings(results: dict) -> str:
-  """What an evaluation's results say besides its scores, as JSON (the splits it chose
-  aside)."""
+  """What an evaluation's results say besides its scores, as JSON (the splits and lengths it
+  chose aside)."""
   text = json.loads(json.dumps(results, default=str))
-  text['overrides'] = [o for o in text.get('overrides', []) if not o.startswith('eval.splits')]
+  text['overrides'] = [o for o in text.get('overrides', []) if not o.startswith(_CHOOSE)]
   return json.dumps({k: v for k, v in text.items() if k not in ('splits', 'data')},
                     sort_keys=True)
 
@@ -126,14 +130,28 @@ def lost_by_writing(path: str, header: dict) -> str:
           f'({"; ".join(saved_config.differences(old, new))}; there vs now)')
 
 
-def with_earlier_splits(path: str, results: dict) -> dict:
-  """`results` with the splits that the evaluation in `path` scored and this one did not,
-  where that one is of the same checkpoint with the same settings (a damaged or other file is
-  replaced)."""
+def _merged_split(earlier: dict, now: dict) -> dict:
+  """One split's scores: `now`'s, with the lengths only `earlier` scored added in order."""
+  if 'lengths' not in earlier or 'lengths' not in now:
+    return now
+  rows = {row['length']: row for row in earlier['lengths']}
+  rows.update({row['length']: row for row in now['lengths']})
+  return {**earlier, **now, 'lengths': [rows[n] for n in sorted(rows)]}
+
+
+def with_earlier_scores(path: str, results: dict) -> dict:
+  """`results` with the splits and lengths that the evaluation in `path` scored and this one
+  did not, where that one is of the same checkpoint with the same settings (a damaged or other
+  file is replaced). The overrides that chose them are left out of the merged results, whose
+  rows say what was scored."""
   earlier = _earlier(path)
   if earlier is None or _settings(earlier) != _settings(results):
     return results
-  merged = {**results, 'splits': {**earlier.get('splits', {}), **results['splits']}}
+  splits = dict(earlier.get('splits', {}))
+  for name, scores in results['splits'].items():
+    splits[name] = _merged_split(splits.get(name, {}), scores)
+  merged = {**results, 'splits': splits,
+            'overrides': [o for o in results.get('overrides', []) if not o.startswith(_CHOOSE)]}
   if 'data' in earlier or 'data' in results:
     merged['data'] = {**earlier.get('data', {}), **results.get('data', {})}
   return merged

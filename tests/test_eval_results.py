@@ -1,5 +1,5 @@
-"""eval.py's results file: an evaluation of fewer splits of the same checkpoint and settings
-adds to it instead of dropping what was scored before, one that would replace another
+"""eval.py's results file: an evaluation of other splits or lengths of the same checkpoint and
+settings adds to it instead of dropping what was scored before, one that would replace another
 checkpoint's or other settings' results is refused, and a classifier's splits are chosen
 by config.eval.splits, never silently by --splits."""
 
@@ -24,19 +24,39 @@ def results(step, splits, overrides=()):
 def test_fewer_splits_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_path):
   path = tmp_path / 'eval_results.json'
   path.write_text(json.dumps(results(20, ['validation', 'test'])))
-  merged = eval_script.with_earlier_splits(str(path), results(20, ['validation']))
+  merged = eval_script.with_earlier_scores(str(path), results(20, ['validation']))
   assert list(merged['splits']) == ['validation', 'test']
   assert merged['splits']['test'] == results(20, ['validation', 'test'])['splits']['test']
-  classifier = eval_script.with_earlier_splits(  # Which splits a classifier scores aside.
+  classifier = eval_script.with_earlier_scores(  # Which splits a classifier scores aside.
       str(path), results(20, ['train'], ['eval.splits: (...) vs (...)']))
   assert list(classifier['splits']) == ['validation', 'test', 'train']
   # Another checkpoint, or other settings: the file describes this evaluation alone.
-  assert list(eval_script.with_earlier_splits(str(path), results(30, ['validation']))['splits']) == [
-      'validation']
+  other_step = eval_script.with_earlier_scores(str(path), results(30, ['validation']))
+  assert list(other_step['splits']) == ['validation']
   other = results(20, ['validation'], ['eval.max_batches: 0 vs 2'])
-  assert eval_script.with_earlier_splits(str(path), other) == other
+  assert eval_script.with_earlier_scores(str(path), other) == other
   path.write_text('{"step": 2')  # Damaged: replaced.
-  assert eval_script.with_earlier_splits(str(path), other) == other
+  assert eval_script.with_earlier_scores(str(path), other) == other
+
+
+def test_other_lengths_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_path):
+  """Evaluated at 1x and 2x, then at 2x and 4x: the file holds the three lengths in order, the
+  2x row the newer one's, and no override naming the lengths (its rows say what was scored);
+  nothing is refused."""
+  path = tmp_path / 'eval_results.json'
+  row = lambda length, loss: {'length': length, 'loss': loss}
+  first = {**results(20, []), 'splits': {'validation': {'lengths': [row(64, 1.0), row(128, 2.0)],
+                                                        'unigram_loss': 5.0}}}
+  path.write_text(json.dumps(first))
+  later = {**results(20, [], ['eval.length_multipliers: (1, 2) vs (2, 4)']),
+           'splits': {'validation': {'lengths': [row(128, 2.5), row(256, 3.0)],
+                                     'unigram_loss': 5.0}}}
+  assert eval_script.lost_by_writing(
+      str(path), {k: v for k, v in later.items() if k != 'splits'}) == ''
+  merged = eval_script.with_earlier_scores(str(path), later)
+  assert merged['splits']['validation'] == {
+      'lengths': [row(64, 1.0), row(128, 2.5), row(256, 3.0)], 'unigram_loss': 5.0}
+  assert merged['overrides'] == []
 
 
 def test_results_of_a_later_checkpoint_or_other_settings_are_not_replaced_silently(tmp_path):
