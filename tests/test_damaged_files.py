@@ -7,6 +7,7 @@ import pathlib
 import shutil
 
 import pytest
+import tensorflow_datasets as tfds
 
 from roformer import config_schema
 from roformer import errors
@@ -76,7 +77,12 @@ def test_a_damaged_data_cache_names_the_directory_to_delete_and_deleting_it_rebu
     assert message in text and f"Fix: delete {version} (rm -rf '{version}')" in text, (name, text)
     assert _tree(cache) == before, name  # Nothing deleted or rewritten.
   shutil.rmtree(version)  # The fix, on the last one.
-  rebuilt = pipeline.load_sources(_data_cfg(cache))
+  tfds.disable_progress_bar()  # As a notebook might: the quiet build leaves it so.
+  try:
+    rebuilt = pipeline.load_sources(_data_cfg(cache))
+    assert not tfds.core.utils.tqdm_utils._active  # pylint: disable=protected-access
+  finally:
+    tfds.enable_progress_bar()
   assert {k: len(v) for k, v in rebuilt.items()} == {k: len(v) for k, v in built.items()}
   assert rebuilt['train'][5] == built['train'][5]
 

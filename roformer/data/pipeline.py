@@ -118,12 +118,15 @@ def _build_quietly(builder, name: str, directory: str) -> None:
   'Downloading and preparing dataset Unknown size' for a corpus that is installed, not
   downloaded, and its progress bars print a screenful for a few seconds' work."""
   log.info('Building the embedded dataset %s in %s (once; later runs read it).', name, directory)
+  # TFDS keeps the switch in a module global with no getter; left as it was found (on, its
+  # default, where that global is not there to read).
+  shown = getattr(tfds.core.utils.tqdm_utils, '_active', True)
   tfds.display_progress_bar(False)
   try:
     with contextlib.redirect_stdout(io.StringIO()):  # TFDS's banners.
       builder.download_and_prepare()
   finally:
-    tfds.display_progress_bar(True)
+    tfds.display_progress_bar(shown)
 
 
 def _unknown_dataset(name: str, error: Exception) -> str:
