@@ -34,6 +34,7 @@ without, and the JSON's `malloc` says which).
 """
 
 import contextlib
+import difflib
 import itertools
 import json
 import resource
@@ -224,9 +225,14 @@ def without_variants(trials: dict, without: list[str]) -> dict[str, str]:
   backward pass it is timed without ('' for the trials as given)."""
   known = set(autodiff.REGISTRY) | {'all'}
   unknown = [w for w in without if w not in known]
-  if unknown or len(set(without)) != len(without):
-    raise errors.ConfigError(f'--without={",".join(without)}: each name once, one of '
-                             f'{sorted(known)}.')
+  if unknown:
+    close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+    raise errors.ConfigError(
+        f'--without={",".join(without)}: {unknown[0]!r} is no hand-written backward pass'
+        + (f' (did you mean {close[0]!r}?)' if close else '')
+        + f'. Fix: names among {sorted(known)}.')
+  if len(set(without)) != len(without):
+    raise errors.ConfigError(f'--without={",".join(without)} names a pass twice. Fix: each once.')
   return {**{name: '' for name in trials},
           **{f'{name}-{w}': w for name in trials for w in without}}
 

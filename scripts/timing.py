@@ -20,8 +20,11 @@ TORCH_PRESETS = ('small', 'medium')
 
 def round_sizes(steps: int, rounds: int) -> list[int]:
   """`steps` split into `rounds` near-equal positive parts."""
+  if steps < 1:
+    raise ValueError(f'--steps={steps} must be a positive number of steps to time.')
   if not 1 <= rounds <= steps:
-    raise ValueError(f'--rounds={rounds} must be between 1 and --steps={steps}.')
+    raise ValueError(f'--rounds={rounds} must be between 1 and --steps={steps} (0 where a '
+                     'script takes it: its default share of the steps).')
   return [steps // rounds + (r < steps % rounds) for r in range(rounds)]
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -135,6 +136,8 @@ def test_rounds_split_the_steps_and_rotate_who_goes_first():
   for bad in (0, 6):
     with pytest.raises(ValueError, match='--rounds'):
       timing.round_sizes(5, bad)
+  with pytest.raises(ValueError, match='--steps=0 must be a positive number'):  # Not --rounds.
+    timing.round_sizes(0, 12)
   calls = []
   def timer(name):
     def run(n):
@@ -383,8 +386,10 @@ def test_without_names_a_variant_per_backward_pass_and_refuses_unknown_ones():
   assert benchmark.without_variants(trials, ['all', 'dense']) == {
       'rope': '', 'none': '', 'rope-all': 'all', 'rope-dense': 'dense', 'none-all': 'all',
       'none-dense': 'dense'}
-  for bad in (['densest'], ['dense', 'dense']):
-    with pytest.raises(errors.ConfigError, match='--without'):
+  for bad, said in ((['densest'], "'densest' is no hand-written backward pass (did you mean "
+                                  "'dense'?)"),
+                    (['dense', 'dense'], 'names a pass twice')):
+    with pytest.raises(errors.ConfigError, match=re.escape(said)):
       benchmark.without_variants(trials, bad)
   # What each variant is traced with: every pass but the named one, none for 'all'.
   with benchmark.autodiff_passes('dense'):
