@@ -10,6 +10,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
+from roformer import files
 from roformer import killpoints
 from roformer import sharding
 
@@ -25,14 +26,9 @@ def all_steps(directory: str) -> list[int]:
     manager.close()
 
 
-def steps_on_disk(directory: str) -> list[int]:
-  """The steps with a finished checkpoint in `directory`, from its listing alone (orbax writes
-  a step under a temporary name and renames it to the step once written): for a process that
-  must not start a JAX backend, which orbax's manager does (a sweep's driver on a GPU host)."""
-  if not os.path.isdir(directory):
-    return []
-  return sorted(int(name) for name in os.listdir(directory)
-                if name.isdigit() and os.path.isdir(os.path.join(directory, name)))
+# The steps with a finished checkpoint, from the directory's listing alone (files.py: for a
+# process that must not start a JAX backend, which orbax's manager does).
+steps_on_disk = files.checkpoint_steps
 
 
 def latest_step(directory: str) -> int | None:

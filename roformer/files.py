@@ -19,6 +19,17 @@ log = logging.getLogger('roformer')
 TRAIN_DATA_FILE = 'train_data.json'
 
 
+def checkpoint_steps(directory: str) -> list[int]:
+  """The steps with a finished checkpoint in `directory`, from its listing alone (orbax writes
+  a step under a temporary name and renames it to the step once written): for a process that
+  must not start a JAX backend, which orbax's manager does (a sweep's driver on a GPU host,
+  scripts/keep_records.py)."""
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(name) for name in os.listdir(directory)
+                if name.isdigit() and os.path.isdir(os.path.join(directory, name)))
+
+
 def read_json(path: str, fix: str = '') -> dict:
   """The JSON object in `path`. A file that cannot be read, is not JSON (truncated, overwritten)
   or holds something other than an object raises DamagedFileError naming it and `fix` (by

@@ -563,8 +563,9 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
 
 
 def _ids_name(data_cfg) -> tuple[str, tuple[str, ...]]:
-  """What a causal LM's ids name when it reads `data_cfg`: a synthetic task's words (in their
-  order), or text through the tokenizer (a continuation keeps its source's)."""
+  """What a causal LM's ids name when it reads `data_cfg`, in words and as the word of each id:
+  a synthetic task's words, or () for text through the tokenizer (a continuation keeps its
+  source's)."""
   task = synthetic.task_name(data_cfg)
   if task:
     return (f'the words of {data_cfg.name}',
@@ -577,7 +578,7 @@ def _check_continuation(config, saved) -> None:
   in its source, and has a RoPE scaling that covers the new length (its original length is the
   source's training length)."""
   (before, words_before), (now, words_now) = _ids_name(saved.data), _ids_name(config.data)
-  if before.startswith('text') != now.startswith('text') or words_before != words_now:
+  if words_before != words_now:
     raise errors.ConfigError(
         f'config.init_from={config.init_from!r} was trained on {saved.data.name} (its ids name '
         f'{before}), but config.data.name={config.data.name!r} gives ids that name {now}: the '

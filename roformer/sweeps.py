@@ -403,8 +403,7 @@ def finished_without_checkpoints(workdir: str, steps: int | None = None) -> bool
   once the last checkpoint is; a run stopped before its first checkpoint has none). Its
   records stand; an evaluation it lacks can no longer be made."""
   steps = final_step(workdir, steps)
-  if steps is None or any(name.isdigit()
-                          for name in _listing(os.path.join(workdir, 'checkpoints'))):
+  if steps is None or files.checkpoint_steps(os.path.join(workdir, 'checkpoints')):
     return False
   return any(_evaluated_at(path, steps) for path in glob.glob(os.path.join(workdir, 'eval_*.json')))
 
@@ -415,9 +414,6 @@ def _evaluated_at(path: str, step: int) -> bool:
   except (errors.ConfigError, AttributeError):  # Damaged, or not an evaluation's results.
     return False
 
-
-def _listing(directory: str) -> list[str]:
-  return os.listdir(directory) if os.path.isdir(directory) else []
 
 
 def usable_cpus() -> list[int]:

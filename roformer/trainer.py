@@ -231,7 +231,7 @@ def checkpoint_directory(workdir: str, step: int) -> str:
   best checkpoint once its step has rotated out of checkpoints/."""
   workdir = os.path.abspath(workdir)
   rotating = os.path.join(workdir, 'checkpoints')
-  if step not in checkpoint_lib.all_steps(rotating) and step in checkpoint_lib.all_steps(
+  if step not in checkpoint_lib.steps_on_disk(rotating) and step in checkpoint_lib.steps_on_disk(
       os.path.join(workdir, BEST)):
     return os.path.join(workdir, BEST)
   return rotating
