@@ -172,14 +172,16 @@ def _inner(tree, part: str):
   return None
 
 
-def _fields_named(node, name: str, prefix: str = 'config') -> list[str]:
-  """The dotted paths of every field called `name` in the config `node`."""
-  found = []
+def _fields_named(node, name: str, prefix: str = 'config', tree=...) -> list[str]:
+  """The dotted paths of every field called `name` in the config `node`; not the entries of a
+  dict field (mesh.rules.batch is a rule, not a field)."""
+  found, tree = [], config_schema.schema() if tree is ... else tree
   for key, value in node.items():
+    inner = _inner(tree, key)
     if key == name:
       found.append(f'{prefix}.{key}')
-    if hasattr(value, 'keys'):
-      found += _fields_named(value, name, f'{prefix}.{key}')
+    if hasattr(value, 'keys') and not isinstance(inner, specs.Map):
+      found += _fields_named(value, name, f'{prefix}.{key}', inner)
   return found
 
 

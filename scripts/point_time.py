@@ -24,8 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=wrong-import-position
 from roformer import cli
+from roformer import config_args
 from roformer import errors
 from roformer import files
+from roformer import resolve
 from roformer import sweeps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +66,24 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
   return field, values
 
 
+def check_values(args, field: str, values: list[str]) -> None:
+  """Before any run: the config of every value passes train.py's own checks of the fields
+  (a misspelt field is named with the closest one), so that a bad last value does not end the
+  command after the others' cold runs."""
+  sets = []
+  for text in args.set:
+    name, sep, value = text.partition('=')
+    if not sep or not name:
+      raise errors.ConfigError(f'--set={text!r} is not FIELD=VALUE. Fix: e.g. '
+                               '--set train.steps=100.')
+    sets.append((name, value))
+  for value in values:
+    try:
+      resolve.validate(config_args.load(args.config, [*sets, (field, value)]))
+    except errors.ConfigError as e:
+      raise errors.ConfigError(f'--vary {field}={value}: {e}') from None
+
+
 def phases(log: str) -> dict[str, float]:
   """The phases of the last `Time:` line of a run's log (name -> seconds)."""
   lines = [line for line in log.splitlines() if 'Time: ' in line]
@@ -99,6 +119,7 @@ def one_run(args, field: str, value: str) -> dict:
 
 def main(args) -> None:
   field, values = parse_vary(args.vary)
+  check_values(args, field, values)
   if args.out:  # Its folder exists before the runs, not after them.
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
   runs = []

@@ -423,3 +423,27 @@ def test_point_time_names_a_run_past_its_timeout_and_makes_the_records_folder_fi
                      r'--timeout=1 s\. Fix: raise --timeout'):
     point_time.main(args)
   assert out.parent.is_dir() and not out.exists()
+
+
+@pytest.mark.parametrize('vary, extra, message', [
+    ('train.compile_ahead=off,maybe', [], r"--vary train.compile_ahead=maybe: .*'maybe' is "
+     r"unknown"),
+    ('train.compile_ahed=off,on', [], r'--vary train.compile_ahed=off: .*did you mean '
+     r'config.train.compile_ahead\?'),
+    ('train.steps=100,200', ['--set=train.batch=3'], r'did you mean config.train.batch_size'),
+    ('train.steps=100,200', ['--set=train.batch_size'], r"--set='train.batch_size' is not "
+     r'FIELD=VALUE'),
+])
+def test_point_time_checks_every_value_before_the_first_run(tmp_path, monkeypatch, vary, extra,
+                                                             message):
+  """A bad value, field or --set is named before any train.py process starts (a bad last
+  value used to end the command after the other values' cold runs), and no record is made."""
+  from scripts import point_time  # pylint: disable=import-outside-toplevel
+  started = []
+  monkeypatch.setattr(point_time, 'one_run', lambda *a: started.append(a))
+  out = tmp_path / 'records' / 'copy.json'
+  args = point_time.parser().parse_args(['--config=configs/test.py', f'--vary={vary}',
+                                         f'--out={out}', *extra])
+  with pytest.raises(errors.ConfigError, match=message):
+    point_time.main(args)
+  assert not started and not out.parent.exists()
