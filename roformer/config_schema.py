@@ -107,6 +107,18 @@ def _tasks(*tasks: str) -> Reader:
                 f'train one of them (configs/synthetic.py:{tasks[0]})')
 
 
+def _key_digits() -> Reader:
+  """The runs that read config.data.synthetic.key_digits: passkey's key, and the values of
+  RULER's tasks in text (with the task's own words, a value is one word)."""
+  ruler_tasks = set(synthetic.TEXT_TASKS) - {'passkey'}
+  return Reader(
+      "the synthetic task passkey, and RULER's tasks with filler='text'",
+      lambda c: 'passkey' in _synthetic_tasks(c) or (
+          c.data.synthetic.filler == 'text' and bool(_synthetic_tasks(c) & ruler_tasks)),
+      'train passkey (configs/synthetic.py:passkey), or give a RULER task '
+      '--config.data.synthetic.filler=text')
+
+
 def _read_by(reader: Reader, tree: dict) -> dict:
   """`tree` (specs and groups of specs) with every spec marked as read by `reader` only (a
   spec marked already, by a narrower reader inside the group, keeps its own)."""
@@ -248,7 +260,7 @@ def schema() -> dict:
               'seed': Int(0, 2**31 - 1, default=0),
               'eval_examples': Int(1, 10**9, default=256),  # Rows per split and length.
               # passkey: digits of the key; RULER's tasks in text: of a value.
-              **_read_by(_tasks(*synthetic.TEXT_TASKS), {'key_digits': Int(1, 10, default=5)}),
+              **_read_by(_key_digits(), {'key_digits': Int(1, 10, default=5)}),
               # passkey and RULER's tasks: what hides the needles: the task's own few
               # sentences ('words'), or, as a source of a mixture, config.data.name's text in the
               # run's tokenizer ('text': roformer/data/passkey_text.py, ruler_text.py).

@@ -136,6 +136,20 @@ def test_a_synthetic_tasks_own_field_is_refused_for_the_other_tasks(field, value
     resolve.validate(config)
 
 
+def test_key_digits_is_read_by_ruler_tasks_only_in_text():
+  """A RULER task's value is a number of key_digits digits only with filler='text'; with the
+  task's own words a value is one word, so key_digits is refused there (passkey reads it with
+  either filler)."""
+  from configs import synthetic as synthetic_config  # pylint: disable=import-outside-toplevel
+  config = synthetic_config.get_config('niah_multikey')
+  config.data.synthetic.key_digits = 3
+  with pytest.raises(errors.ConfigError, match=r"key_digits=3 is read only by the synthetic "
+                     r"task passkey, and RULER's tasks with filler='text'.*filler=text"):
+    resolve.check_fields(config)
+  config.data.synthetic.filler = 'text'
+  resolve.check_fields(config)
+
+
 def test_an_unread_value_a_run_was_trained_with_does_not_stop_its_evaluation():
   """A run trained with a field its task ignores (before such fields were refused) is still
   evaluated: the value saved with it is not a change; another value given now is."""
