@@ -417,8 +417,9 @@ def schema() -> dict:
           'length_multipliers': Seq(Int(1, 1024), 1, default=(1, 2, 4)),  # x data.seq_len.
           'batch_size': Int(1, _BIG, default=8),
           'max_batches': Int(1, _STEPS, also=(-1,), default=-1),  # -1: the whole split.
-          # eval.py with RoPE scaling: at each length L, rope.scaling.factor = L / data.seq_len
-          # (at least 1) instead of one fixed factor for every length.
+          # eval.py with RoPE scaling: at each length L, rope.scaling.factor = L / the trained
+          # length (at least 1), instead of one fixed factor for every length; for a model
+          # trained with a scaling, L / its original_length (at least its own factor).
           'scale_rope_to_length': Bool(default=False),
           # Loss per bucket of this many positions in eval_results.json (0: data.seq_len / 4).
           'position_bucket': Int(0, 2**20, default=0),

@@ -271,8 +271,10 @@ def results_header(run: resolve.Run) -> dict:
   if run.train_data_changed:
     results['train_data_changed'] = list(run.train_data_changed)
   if config.eval.scale_rope_to_length and not tasks.per_example(config):
-    factor = scheme.length_factor(config.model.position)
-    results['length_factor'] = f'model.position.{factor} = length / train_seq_len'
+    factor, least, original = positions_lib.length_scaling(config.model, saved.data.seq_len)
+    rule = ('length / train_seq_len' if (least, original) == (1, saved.data.seq_len)
+            else f'max({least:g}, length / {original})')
+    results['length_factor'] = f'model.position.{factor} = {rule}'
   return results
 
 
@@ -287,7 +289,6 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
   config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
                                                run.tokenizer)
   step, saved, splits = run.step, run.saved, run.splits
-  scheme = positions_lib.model_scheme(config.model)
   classifying = tasks.per_example(config)
   protocol = _protocol(config)
   header = results_header(run)
@@ -307,15 +308,15 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
                                           max_batches=config.eval.max_batches)
     return results
   # eval.scale_rope_to_length: the scheme's context-extension factor (an option under
-  # model.position) set to each length over the trained one, recorded in each row.
-  factor = (scheme.length_factor(config.model.position) if config.eval.scale_rope_to_length
-            else None)
+  # model.position) set to each length over the one it stretches, recorded in each row.
+  factor, least, original = (positions_lib.length_scaling(config.model, saved.data.seq_len)
+                             if config.eval.scale_rope_to_length else (None, 1.0, 1))
 
   def at_length(mult):  # (trainer, config, row fields) for one length.
     if not factor:
       return trainer, config, {}
     scaled = ml_collections.ConfigDict(config.to_dict())
-    value = max(1.0, config.data.seq_len * mult / saved.data.seq_len)
+    value = max(least, config.data.seq_len * mult / original)
     positions_lib.set_option(scaled.model.position, factor, value)
     return trainer_lib.Trainer(scaled, mesh), scaled, {factor.replace('.', '_'): value}
   per_length = {mult: at_length(mult) for mult in config.eval.length_multipliers}

@@ -211,10 +211,13 @@ def _fit_saved_mesh(config, saved) -> None:
 
 
 def _scale_from(config, saved) -> None:
-  """What the position scheme takes from the checkpoint it evaluates (its `from_source`)."""
+  """What the scheme takes from the checkpoint (`from_source`); no factor given beside
+  eval.scale_rope_to_length, which sets one at each length."""
+  m = config.model
   with config.unlocked():
-    positions_lib.model_scheme(config.model).from_source(
-        config.model.position, saved.data.seq_len, saved_config.EVALUATE)
+    positions_lib.model_scheme(m).from_source(m.position, saved.data.seq_len, saved_config.EVALUATE)
+  if config.eval.scale_rope_to_length and not tasks.per_example(config):
+    positions_lib.check_length_factor(config.model, saved.model)
 
 
 def evaluation_of(run: Run, step: int, splits) -> Run:

@@ -151,3 +151,30 @@ def test_a_scheme_in_a_new_module_registers_with_no_other_edit(tmp_path):
   assert done.returncode == 0, done.stderr[-2000:]
   found, where = done.stdout.split()
   assert found == 'True' and where.startswith(str(tmp_path))
+
+
+@pytest.mark.parametrize('layer_kinds', [(), ('rope', 'none')])
+def test_scaling_to_length_keeps_a_trained_factor_and_stretches_its_original_length(layer_kinds):
+  """eval.scale_rope_to_length sets the factor at length L to max(least, L / length): for a
+  model trained without a scaling, L / trained; for one trained with one (continued with YaRN
+  at factor 4 from 64 to 256), its own factor up to the length it reaches, then L / 64."""
+  m = _model('rope', rope__scaling__kind='yarn')
+  m.layer_kinds = layer_kinds
+  assert positions.length_scaling(m, 64) == ('rope.scaling.factor', 1.0, 64)
+  m.position.rope.scaling.update(factor=4.0, original_length=64)
+  assert positions.length_scaling(m, 256) == ('rope.scaling.factor', 4.0, 64)
+  with pytest.raises(errors.ConfigError, match='scale_rope_to_length'):
+    positions.length_scaling(_model('alibi'), 64)
+
+
+def test_a_factor_given_with_scaling_to_length_is_refused():
+  """A factor on the command line beside eval.scale_rope_to_length would be recorded as an
+  override and replaced at every length; it is refused naming both fixes."""
+  saved = _model('rope', rope__scaling__kind='linear')
+  positions.check_length_factor(saved, saved)  # The trained factor itself: fine.
+  given = _model('rope', rope__scaling__kind='linear', rope__scaling__factor=3.0)
+  with pytest.raises(errors.ConfigError, match=r'config.model.position.rope.scaling.factor=3.0 '
+                     r'is set at each evaluated length .*trained with 1.0\). Fix: drop '
+                     r'--config.model.position.rope.scaling.factor .*or drop '
+                     r'--config.eval.scale_rope_to_length'):
+    positions.check_length_factor(given, saved)

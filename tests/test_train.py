@@ -265,6 +265,32 @@ def test_what_an_evaluation_says_besides_its_scores_is_known_before_it_runs(trai
   assert ('length_factor' in header) == scale_to_length
 
 
+def test_scaling_to_length_keeps_the_factor_a_run_trained_with(trained, tmp_path):
+  """A run trained with YaRN at factor 4 from a quarter of its length (a continuation's
+  config; the weights need no other shape) is evaluated at factor 4 at its own length and 8
+  at twice it, not 1 and 2 (which undid the trained scaling); a factor given beside
+  eval.scale_rope_to_length is refused before anything runs."""
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  _, workdir, _ = trained
+  scaled = str(tmp_path / 'yarn')
+  shutil.copytree(workdir, scaled)
+  config = saved_config.load(scaled)
+  seq_len = config.data.seq_len
+  config.model.position.rope.scaling.update(kind='yarn', factor=4.0,
+                                            original_length=seq_len // 4)
+  with open(os.path.join(scaled, 'config.json'), 'w') as f:
+    json.dump(config.to_dict(), f)
+  config.eval.update(max_batches=1, length_multipliers=(1, 2), scale_rope_to_length=True)
+  got = evaluate.evaluate_workdir(config, scaled, splits=('validation',))
+  rows = got['splits']['validation']['lengths']
+  assert [r['rope_scaling_factor'] for r in rows] == [4.0, 8.0]
+  assert got['length_factor'] == ('model.position.rope.scaling.factor = '
+                                  f'max(4, length / {seq_len // 4})')
+  config.model.position.rope.scaling.factor = 2.0
+  with pytest.raises(errors.ConfigError, match=r'factor=2.0 is set at each evaluated length'):
+    resolve.for_evaluation(config, scaled, splits=('validation',))
+
+
 def test_a_distance_remap_applies_at_evaluation_and_is_named(trained):
   """ReRoPE at window 8 changes nothing within 8 tokens' distance and every longer one: the
   trained length's loss moves, and the results say which remap ran."""

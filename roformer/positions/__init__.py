@@ -29,9 +29,11 @@ from roformer.positions import training
 from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
 from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, head_dim,
                                      kinds, register, relative_positions)
-from roformer.positions.registry import (bias_kinds, capabilities, capability_table, combine,
-                                         combined_kinds, default_fields, derive, field_specs, kinds_line,
+from roformer.positions.registry import (bias_kinds, capabilities, capability_table,
+                                         check_length_factor, combine, combined_kinds,
+                                         default_fields, derive, field_specs, kinds_line,
                                          layer_config, layer_kinds, legacy_param_path,
+                                         length_scaling,
                                          may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, take_derived,
                                          take_filled, validate)

@@ -288,6 +288,14 @@ class PositionScheme:
         'drop it, or evaluate a kind with a context-extension scaling (docs/positions.md).')
 
   @classmethod
+  def factor_basis(cls, cfg: ml_collections.ConfigDict, trained: int) -> tuple[float, int]:
+    """(the least factor, the length it stretches) of `length_factor` for a model trained on
+    `trained` positions: eval.scale_rope_to_length sets the factor at length L to
+    max(least, L / length). By default (1, trained): a factor of 1 where it was trained."""
+    del cfg
+    return 1.0, trained
+
+  @classmethod
   def layer_options(cls, model_cfg: ml_collections.ConfigDict, layer: int) -> dict:
     """{option under config.model.position: value} that block `layer` takes in place of the
     model's (RoPE's base from model.layer_rope_bases): none by default."""

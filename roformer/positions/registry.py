@@ -95,6 +95,16 @@ class Composite(PositionScheme):
     return super().length_factor(cfg)
 
   @classmethod
+  def factor_basis(cls, cfg, trained):
+    for part in cls.parts:
+      try:
+        part.length_factor(cfg)
+      except errors.ConfigError:
+        continue
+      return part.factor_basis(cfg, trained)
+    return super().factor_basis(cfg, trained)
+
+  @classmethod
   def remaps(cls, model_cfg):
     return any(part.remaps(model_cfg) for part in cls.parts)
 
@@ -118,6 +128,30 @@ def set_option(cfg, path: str, value) -> None:
   """Sets config.model.position `cfg`'s option at the dotted `path` to `value`."""
   group, _, last = path.rpartition('.')
   (option(cfg, group) if group else cfg)[last] = value
+
+
+def length_scaling(model_cfg, trained: int) -> tuple[str, float, int]:
+  """eval.scale_rope_to_length's rule for a model trained on `trained` positions: (the option
+  under config.model.position that it sets, the least factor, the length it stretches); an
+  evaluated length L takes max(least, L / length). A model trained with a scaling (continued
+  with YaRN from 64 to 256 at factor 4; Llama 3.1's llama3 at 8) keeps its factor up to the
+  length it reaches and stretches from its original length past it."""
+  scheme = model_scheme(model_cfg)
+  name = scheme.length_factor(model_cfg.position)
+  return (name, *scheme.factor_basis(model_cfg.position, trained))
+
+
+def check_length_factor(model_cfg, saved_model_cfg) -> None:
+  """eval.scale_rope_to_length sets the factor of each length: a factor given on the command
+  line as well would be recorded and not applied, so it is refused."""
+  name = model_scheme(model_cfg).length_factor(model_cfg.position)
+  given, saved = option(model_cfg.position, name), option(saved_model_cfg.position, name)
+  if given != saved:
+    field = f'config.model.position.{name}'
+    raise errors.ConfigError(
+        f'{field}={given} is set at each evaluated length by config.eval.scale_rope_to_length '
+        f'(the model was trained with {saved}). Fix: drop --{field} to scale each length, or '
+        f'drop --config.eval.scale_rope_to_length to evaluate every length at {given}.')
 
 
 def layer_config(model_cfg, layer: int) -> ml_collections.ConfigDict:

@@ -345,6 +345,12 @@ class Rotary(base.PositionScheme):
     return 'rope.scaling.factor'
 
   @classmethod
+  def factor_basis(cls, cfg, trained):
+    """A model trained with a scaling keeps its factor, stretching its original length."""
+    sc = cfg.rope.scaling
+    return float(sc.factor), int(sc.original_length) or trained
+
+  @classmethod
   def layer_options(cls, model_cfg, layer):
     """`model.layer_rope_bases` cycled over the layers (Gemma 3's local and global bases)."""
     bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
