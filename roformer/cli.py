@@ -23,6 +23,7 @@ import argparse
 import difflib
 import functools
 import os
+import re
 import sys
 import threading
 from typing import Any, Callable, NoReturn
@@ -217,6 +218,14 @@ def path_arg(text: str) -> str:
     raise argparse.ArgumentTypeError('is empty (an empty path would mean the current '
                                      'directory); give a path')
   return text
+
+
+def first_sentence(doc: str) -> str:
+  """The first sentence of a docstring's first paragraph, on one line: a script's --help
+  description, which its first line alone cuts where the sentence wraps."""
+  first = ' '.join((doc or '').split('\n\n')[0].split())
+  match = re.match(r'(.+?\.)(\s|$)', first)
+  return match.group(1) if match else first
 
 
 class ArgumentParser(argparse.ArgumentParser):

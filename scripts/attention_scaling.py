@@ -70,7 +70,7 @@ def measure(kind: str, length: int, repeats: int, overrides: list) -> dict:
 
 
 def main(argv=None):
-  parser = cli.ArgumentParser(description=__doc__.split('\n', 1)[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--lengths', default='512,1024,2048,4096,8192')
   parser.add_argument('--kinds', default='softmax,favor')
   parser.add_argument('--repeats', type=cli.positive_int, default=3)

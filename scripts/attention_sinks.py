@@ -37,7 +37,7 @@ from roformer import trainer as trainer_lib
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--workdir', dest='workdirs', action='append', default=[],
                  help="A causal LM run written by train.py; give several (a sweep's points) to "
                  'compare them.')

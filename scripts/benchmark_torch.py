@@ -153,7 +153,7 @@ def time_steps(step, steps: int) -> tuple[list[float], float]:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--model', choices=MODELS, default='mlm')
   parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--steps', type=int, default=10)

@@ -147,7 +147,7 @@ def table(summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--model', choices=sorted(JAX_SIDES), default='causal')
   parser.add_argument('--preset', choices=TORCH_PRESETS, default='small')
   parser.add_argument('--kinds', default='none,rope', help='JAX position kinds, comma-separated.')

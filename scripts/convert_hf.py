@@ -20,7 +20,7 @@ from roformer import cli  # pylint: disable=wrong-import-position
 
 
 def main(argv):
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   direction = parser.add_mutually_exclusive_group(required=True)
   direction.add_argument('--from_hf', type=cli.path_arg,
                          help='a Hugging Face model directory to import into --workdir')

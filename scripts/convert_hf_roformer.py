@@ -151,7 +151,7 @@ def write_workdir(params: dict, config, workdir: str) -> None:
 
 
 def main(argv):
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--checkpoint', required=True, type=cli.path_arg)
   parser.add_argument('--workdir', required=True, type=cli.path_arg)
   args = parser.parse_args(argv)

@@ -68,7 +68,7 @@ def generate(directory: str, total_bytes: int, files: int, seed: int = 0) -> int
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--gigabytes', type=cli.positive(float), default=1.0)
   parser.add_argument('--files', type=cli.positive_int, default=64)
   parser.add_argument('--dir', default='/tmp/roformer_corpus_benchmark')

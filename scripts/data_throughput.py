@@ -35,7 +35,7 @@ from roformer.data import row_cache
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--config', default='configs/lm.py',
                  help='Config file FILE[:ARG]; --config.a.b=VALUE overrides its fields.')
   p.add_argument('--batches', type=cli.positive_int, default=200,

@@ -410,7 +410,7 @@ def pages() -> list[pathlib.Path]:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--check', action='store_true',
                       help='Change nothing; exit 1 naming each page whose blocks differ.')
   args = parser.parse_args(argv)

@@ -1,29 +1,54 @@
 #!/usr/bin/env bash
 # Evaluates a RoPE causal LM (trained here or imported with scripts/convert_hf.py) at 1x-8x its
-# trained length as it is, under every RoPE scaling applied at evaluation (the factor of each
-# length: eval.scale_rope_to_length) and under every training-free distance remap, each into
-# its own WORKDIR/eval_results.VARIANT.json, which scripts/report.py tables and plots.
+# trained length as it is, under every RoPE scaling applied at evaluation and under every
+# training-free distance remap, each into its own WORKDIR/eval_results.VARIANT.json, which
+# scripts/extension_table.py tables.
 #
 #   bash scripts/evaluate_extensions.sh WORKDIR [eval.py flags ...]
 #   bash scripts/evaluate_extensions.sh runs/imported --config.eval.max_batches=4
 #
-# VARIANTS (default: all) names some of: plain linear ntk yarn llama3 dynamic rerope
-# leaky_rerope self_extend string dca sinks. MULTIPLIERS (default 1,2,4,8) sets the lengths.
+# VARIANTS (default: all; names separated by spaces) names some of: plain linear ntk yarn llama3
+# dynamic rerope leaky_rerope self_extend string dca sinks. MULTIPLIERS (default 1,2,4,8) sets
+# the lengths. TAG=NAME writes eval_results.NAME.json and eval_results.NAME.VARIANT.json
+# instead, beside evaluations made before (scripts/extension_table.py --tag NAME tables them).
+# A scaling's factor is set at each length (eval.scale_rope_to_length: length / the trained
+# length, or a model trained with a scaling keeps its own factor up to the length it reaches).
 # The remaps' windows default to half the trained length (rerope, leaky_rerope, sinks, dca's
-# chunk), Self-Extend's neighbour window to a quarter with groups of 8, STRING's shift to a
-# half, with STRING's and DCA's local window kept below it (their papers' proportions at 4k-8k;
-# roformer/positions/remap.py); pass --config
-# overrides after WORKDIR to change them.
+# chunk), Self-Extend's neighbour window to a quarter, STRING's shift to a half, with STRING's
+# and DCA's local window kept below it (their papers' proportions at 4k-8k;
+# roformer/positions/remap.py); Self-Extend's groups (8, the paper's) and leaky ReRoPE's k (16)
+# grow where the longest length's distances would otherwise pass the trained length. Pass
+# --config overrides after WORKDIR to change them.
 set -euo pipefail
-workdir=${1:?usage: scripts/evaluate_extensions.sh WORKDIR [eval.py flags ...]}
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # The comment above, as its help.
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0
+fi
+if (($# < 1)); then
+  echo "error: no WORKDIR given. Fix: bash scripts/evaluate_extensions.sh WORKDIR" \
+    "[eval.py flags ...] (--help says more)." >&2; exit 2
+fi
+workdir=$1
 shift
 known="plain linear ntk yarn llama3 dynamic rerope leaky_rerope self_extend string dca sinks"
 variants=${VARIANTS:-$known}
 for variant in $variants; do  # Every name checked before the first evaluation runs.
   if [[ " $known " != *" $variant "* ]]; then
-    echo "error: VARIANTS names $variant, which is unknown. Fix: some of: $known." >&2; exit 2
+    echo "error: VARIANTS names $variant, which is unknown. Fix: some of, separated by" \
+      "spaces: $known." >&2; exit 2
   fi
 done
+for arg in "$@"; do
+  if [[ $arg == --out || $arg == --out=* ]]; then
+    echo "error: $arg: the script names each variant's file (eval_results.VARIANT.json). Fix:" \
+      "TAG=NAME bash scripts/evaluate_extensions.sh ... writes eval_results.NAME.VARIANT.json" \
+      "instead." >&2; exit 2
+  fi
+done
+tag=${TAG:-}
+if [[ -n $tag && ! $tag =~ ^[A-Za-z0-9_-]+$ ]]; then
+  echo "error: TAG=$tag: a tag is letters, digits, _ and - (it becomes part of each file's" \
+    "name). Fix: e.g. TAG=mine." >&2; exit 2
+fi
 if [[ ! -d $workdir ]]; then
   echo "error: $workdir is not a directory. Fix: give a workdir made by train.py or" \
     "scripts/convert_hf.py." >&2; exit 1
@@ -31,35 +56,73 @@ fi
 workdir=$(cd "$workdir" && pwd)  # The script runs from the repository's root.
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-# The trained length and STRING's local window, or one line naming what is wrong with the
-# workdir (cli.guard).
-read -r trained local_window < <($PY -c "import sys; sys.path.insert(0, '.'); \
-from roformer import cli, saved_config; c = cli.guard(saved_config.load)(sys.argv[1]); \
-print(c.data.seq_len, c.model.position.rope.remap.local_window)" "$workdir") || exit 1
+multipliers=${MULTIPLIERS:-1,2,4,8}
+# The trained length, STRING's local window, Self-Extend's groups and leaky ReRoPE's k, or one
+# line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
+read -r trained local_window group leaky_k < <($PY - "$workdir" "$multipliers" <<'PYTHON'
+import math, sys
+sys.path.insert(0, '.')
+from roformer import cli, errors, positions, saved_config
+
+def options(workdir, multipliers):
+  c = saved_config.load(workdir)
+  if not any('rope' in kind.split('+') for kind in positions.layer_kinds(c.model)):
+    raise errors.ConfigError(
+        f'{workdir} is a model with position.kind={c.model.position.kind!r}: this script '
+        "evaluates RoPE's scalings and remaps. Fix: give it a RoPE run (position.kind=rope, or "
+        'a layout with rope layers); eval.py evaluates any run.')
+  try:
+    longest = c.data.seq_len * max(int(m) for m in multipliers.split(','))
+  except ValueError:
+    raise errors.ConfigError(f'MULTIPLIERS={multipliers}: not whole numbers separated by '
+                             'commas. Fix: e.g. MULTIPLIERS=1,2,4,8.') from None
+  t, window = c.data.seq_len, c.data.seq_len // 4
+  # The longest row's largest distance, floor((N-1)/G) + W - floor(W/G), below t.
+  group = next(g for g in range(8, longest + 1)
+               if (longest - 1) // g + window - window // g < t)
+  half = t // 2  # Leaky ReRoPE: W + (N - 1 - W) / k below t.
+  k = max(16, math.ceil((longest - 1 - half) / max(t - 1 - half, 1)))
+  print(t, c.model.position.rope.remap.local_window, group, k)
+
+cli.guard(options)(*sys.argv[1:])
+PYTHON
+) || exit 1
 half=$((trained / 2)) quarter=$((trained / 4))
 # STRING's local window must stay below its shift, and DCA's fit with its chunk in the trained
 # length: a short model's half is not above the default window, which then takes a quarter.
 if ((local_window >= half)); then local_window=$((half / 2)); fi
-multipliers=${MULTIPLIERS:-1,2,4,8}
 rope=--config.model.position.rope
+prefix=eval_results${tag:+.$tag}
 for variant in $variants; do
   case $variant in
-    plain) flags=() out=eval_results.json ;;
+    plain) flags=() out=$prefix.json ;;
     linear|ntk|yarn|llama3|dynamic)
       flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True)
-      out=eval_results.rope_$variant.json ;;
-    rerope|leaky_rerope|sinks) flags=("$rope.remap.method=$variant" "$rope.remap.window=$half")
-      out=eval_results.remap_$variant.json ;;
-    self_extend) flags=("$rope.remap.method=self_extend" "$rope.remap.neighbor_window=$quarter")
-      out=eval_results.remap_$variant.json ;;
+      out=$prefix.rope_$variant.json ;;
+    rerope|sinks) flags=("$rope.remap.method=$variant" "$rope.remap.window=$half")
+      out=$prefix.remap_$variant.json ;;
+    leaky_rerope) flags=("$rope.remap.method=$variant" "$rope.remap.window=$half"
+                         "$rope.remap.k=$leaky_k")
+      out=$prefix.remap_$variant.json ;;
+    self_extend) flags=("$rope.remap.method=self_extend" "$rope.remap.neighbor_window=$quarter"
+                        "$rope.remap.group_size=$group")
+      out=$prefix.remap_$variant.json ;;
     string) flags=("$rope.remap.method=string" "$rope.remap.shift=$half"
                    "$rope.remap.local_window=$local_window")
-      out=eval_results.remap_$variant.json ;;
+      out=$prefix.remap_$variant.json ;;
     dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half"
                 "$rope.remap.local_window=$local_window")
-      out=eval_results.remap_$variant.json ;;
+      out=$prefix.remap_$variant.json ;;
   esac
   echo "=== $variant -> $workdir/$out"
-  $PY eval.py --workdir "$workdir" --splits=validation --out "$out" \
-    "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} "$@"
+  there=$([[ -e $workdir/$out ]] && echo yes || true)
+  if ! $PY eval.py --workdir "$workdir" --splits=validation --out "$out" \
+      "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} "$@"; then
+    if [[ -n $there ]]; then
+      echo "(evaluate_extensions.sh: $out was there before; to keep it, TAG=NAME writes" \
+        "eval_results.NAME.VARIANT.json instead; --replace replaces it.)" >&2
+    fi
+    exit 1
+  fi
 done
+echo "table: python scripts/extension_table.py $workdir${tag:+ --tag $tag}"

@@ -13,7 +13,6 @@ makes a block stale; this script rewrites it, and tests/test_docs.py fails until
 
 import ast
 import pathlib
-import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -33,16 +32,18 @@ GROUPS = (('Entry points', ('*.py',)), ('roformer/', ('roformer/*.py',)),
 
 
 def summary(path: pathlib.Path) -> str:
-  """The first sentence of a module's docstring (a shell script's first comment line)."""
+  """The first sentence of a module's docstring (a shell script's first comment paragraph)."""
   text = path.read_text(encoding='utf-8')
   if path.suffix == '.sh':
-    lines = [l[1:].strip() for l in text.splitlines()[1:] if l.startswith('#')]
-    doc = ' '.join(lines[:3])
+    lines = []
+    for line in text.splitlines()[1:]:  # After the #! line, up to the first '#' alone.
+      if not line.startswith('#') or not line[1:].strip():
+        break
+      lines.append(line[1:].strip())
+    doc = ' '.join(lines)
   else:
     doc = ast.get_docstring(ast.parse(text)) or ''
-  first = ' '.join(doc.split('\n\n')[0].split())
-  match = re.match(r'(.+?\.)(\s|$)', first)
-  return (match.group(1) if match else first) or '(no docstring)'
+  return cli.first_sentence(doc) or '(no docstring)'
 
 
 # Packages whose __init__.py holds the registry itself, listed beside their modules.
@@ -113,7 +114,7 @@ def stale() -> list[tuple[str, str, str, str]]:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--check', action='store_true', help='Change nothing; exit 1 if stale.')
   args = parser.parse_args(argv)
   found = stale()

@@ -36,7 +36,7 @@ from roformer.data import row_cache
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--config', default='configs/synthetic.py:niah_multikey',
                  help='Config file FILE[:ARG] of a synthetic task; --config.a.b=VALUE '
                  'overrides its fields.')

@@ -58,7 +58,7 @@ def first_steps(runs, steps) -> str:
 
 
 def main(argv):
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--config')
   parser.add_argument('--runs', nargs='*', default=[], help='kept runs to table instead')
   parser.add_argument('--steps', default='1,10,25,50,100')

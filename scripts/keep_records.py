@@ -182,7 +182,7 @@ def keep(sweep_dir: str, records: str, only: set[str] | None = None,
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('sweep_dir', type=cli.path_arg, help="scripts/sweep.py's --workdir.")
   parser.add_argument('records', type=cli.path_arg, help='Where to keep the records.')
   parser.add_argument('--sweep', action='append', default=[], metavar='FILE[:ARG]',

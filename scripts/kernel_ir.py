@@ -48,7 +48,7 @@ def _pallas_attention() -> list[str]:
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--kinds', type=cli.comma_list, default=[],
                  help='Position kinds, comma-separated (default: every kind whose '
                  'implementations include pallas).')

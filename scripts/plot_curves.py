@@ -47,7 +47,7 @@ def markdown(data: dict[str, dict[int, float]], labels: list[str]) -> str:
 
 
 def main(argv=None):
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('workdirs', nargs='+', type=cli.path_arg)
   parser.add_argument('--out', required=True, type=cli.path_arg, help='PNG file to write.')
   parser.add_argument('--split', default='validation')

@@ -42,7 +42,7 @@ def usable_cpus() -> int:
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--config', required=True, help="train.py's --config, e.g. "
                  'configs/synthetic.py:copy.')
   p.add_argument('--vary', required=True,

@@ -497,9 +497,13 @@ def _not_a_sweep(root: str) -> str:
     if os.path.exists(os.path.join(parent, 'sweep.json')):
       return (f'{root} is one run of the sweep in {parent}. Fix: python scripts/report.py '
               f'{parent}')
+    variants = glob.glob(os.path.join(root, 'eval_results.r*_*.json'))  # rope_X, remap_X.
     return (f'{root} is one run, not a sweep (report.py compares the runs of a sweep\'s '
-            f'--workdir). Fix: read its eval_results*.json, or plot its curves with python '
-            f'scripts/plot_curves.py {root} --out curves.png.')
+            f'--workdir). Fix: read its eval_results*.json'
+            + (f', table its evaluations under each scaling and remap with python '
+               f'scripts/extension_table.py {root}' if variants else '')
+            + f', or plot its curves with python scripts/plot_curves.py {root} --out '
+            'curves.png.')
   below = sorted(os.path.dirname(os.path.relpath(p, root))
                  for p in glob.glob(os.path.join(root, '*', '*', 'config.json')))
   if below:
@@ -510,7 +514,7 @@ def _not_a_sweep(root: str) -> str:
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('sweep_dir', type=cli.path_arg)
   parser.add_argument('--out', default='', help='Report path (default SWEEP_DIR/report.md); '
                       'the PNG plots are written beside it, under fixed names.')

@@ -38,7 +38,7 @@ def _even_width(text: str) -> int:
 
 
 def parser() -> cli.ArgumentParser:
-  p = cli.ArgumentParser(description=__doc__.split('\n', maxsplit=1)[0])
+  p = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   p.add_argument('--length', type=cli.positive_int, default=32768,
                  help='Positions 0..length-1.')
   p.add_argument('--head_dim', type=_even_width, default=128, help='Rotated width (even).')

@@ -287,7 +287,7 @@ def failure_message(log_path: str, workdir: str, start: int = 0, limit: int = 40
 
 
 def main(argv=None) -> int:
-  parser = cli.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
   parser.add_argument('--config', default='', help="train.py's --config (the sweep file may "
                       'name one).')
   parser.add_argument('--sweep', required=True, type=cli.path_arg,

@@ -508,6 +508,54 @@ def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_pat
   assert f'{rope}.local_window=4' in calls[0] and f'{rope}.local_window=4' in calls[1]
 
 
+def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_length(tmp_path):
+  """At 8x a model's length, Self-Extend's groups of 8 and leaky ReRoPE's k of 16 would put
+  distances past the trained ones: the script raises them just enough (the largest distance
+  at the longest length, by remap.relative_distances, is at most the longest trained one);
+  TAG=NAME names every file after it; --out (which sent every variant to one file) and a
+  non-RoPE model are refused in one line. eval.py is faked: it records the flags."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  from roformer.positions import remap  # pylint: disable=import-outside-toplevel
+  config = config_args.load_file('configs/test.py')
+  config.data.seq_len = 64
+  workdir = tmp_path / 'w'
+  workdir.mkdir()
+  saved_config.save(config, str(workdir))
+  calls = tmp_path / 'calls'
+  fake = tmp_path / 'python'
+  fake.write_text(f'#!/bin/sh\nif [ "$1" = eval.py ]; then echo "$@" >> {calls}; exit 0; fi\n'
+                  f'exec {sys.executable} "$@"\n')
+  fake.chmod(0o755)
+  run = lambda *args, **env: subprocess.run(
+      ['bash', 'scripts/evaluate_extensions.sh', *map(str, args)], cwd=REPO,
+      env={**os.environ, 'PYTHON': str(fake), **env}, capture_output=True, text=True,
+      timeout=120, check=False)
+  done = run(workdir, VARIANTS='self_extend leaky_rerope plain', TAG='eight')
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip().endswith(f'extension_table.py {workdir} --tag eight')
+  flags = [dict(f[len('--config.model.position.rope.remap.'):].split('=') for f in line.split()
+                if f.startswith('--config.model.position.rope.remap.'))
+           for line in calls.read_text().splitlines()]
+  outs = [line.split('--out ')[1].split()[0] for line in calls.read_text().splitlines()]
+  assert outs == ['eval_results.eight.remap_self_extend.json',
+                  'eval_results.eight.remap_leaky_rerope.json', 'eval_results.eight.json']
+  for (method, options), shorter in zip([(f.pop('method'), f) for f in flags[:2]],
+                                        ('group_size', 'k')):
+    options = {k: float(v) if k == 'k' else int(v) for k, v in options.items()}
+    longest = remap.relative_distances(method, 8 * 64, **options).max()
+    assert longest <= 63, (method, options)  # The longest distance trained.
+    fewer = {**options, shorter: options[shorter] - 1}
+    assert remap.relative_distances(method, 8 * 64, **fewer).max() > 63, (method, fewer)
+  done = run(workdir, '--out=eval_results.mine.json')
+  assert done.returncode == 2 and "--out=eval_results.mine.json: the script names" in done.stderr
+  config.model.position.kind = 'alibi'
+  saved_config.save(config, str(workdir))
+  done = run(workdir)
+  assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+  assert "position.kind='alibi': this script evaluates RoPE's" in done.stderr
+
+
 def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_path):
   """scripts/plot_curves.py: --out of a kind matplotlib cannot write, or a --split/--metric that
   no record holds (which drew an empty plot), is one error naming the flag; a right one draws

@@ -314,3 +314,21 @@ def test_pose_training_covers_the_remap_window_it_trained_for():
     resolve.validate(cfg)
   cfg.train.pose_target_length = 64
   resolve.validate(cfg)
+
+
+@pytest.mark.parametrize('options,message', [
+    ({'window': 32}, r"remap.window=32 is read by the remap methods rerope, leaky_rerope, "
+                     r"sinks, and .*method is 'none'.*Fix: .*method=rerope, or drop it \(its "
+                     r"default is 256\)"),
+    ({'method': 'rerope', 'window': 8, 'group_size': 4},
+     r"remap.group_size=4 is read by the remap method self_extend, and .*method is 'rerope'"),
+])
+def test_a_remap_option_its_method_does_not_read_is_refused(options, message):
+  """An option set for another method (or with no method) would be recorded as an override
+  and change nothing, so it is refused naming the methods that read it."""
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
+  cfg = kinds.tiny_config('rope')
+  cfg.model.position.rope.remap.update(options)
+  with pytest.raises(errors.ConfigError, match=message):
+    resolve.validate(cfg)

@@ -153,6 +153,10 @@ def test_a_report_of_what_is_not_a_sweep_says_what_it_is_and_what_to_give(tmp_pa
                        f'python scripts/report.py {tmp_path / "study" / "records"}')):
     assert report.main([str(given)]) == 2
     assert said in capsys.readouterr().err
+  (single / 'eval_results.rope_yarn.json').write_text('{}')  # evaluate_extensions.sh's.
+  assert report.main([str(single)]) == 2
+  assert (f'table its evaluations under each scaling and remap with python '
+          f'scripts/extension_table.py {single}') in capsys.readouterr().err
 
 
 def test_dry_run_prints_one_command_per_group_of_seeds(tmp_path, capsys):

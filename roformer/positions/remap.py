@@ -217,3 +217,16 @@ def remapped_logits(q: jax.Array, k: jax.Array, q_pos, k_pos, rotate, method: st
 def options_of(cfg) -> dict:
   """The options `cfg` (config.model.position.rope.remap) gives its method."""
   return {name: cfg[name] for name in OPTIONS[cfg.method]}
+
+
+def check_unread(cfg, field: str = 'config.model.position.rope.remap') -> None:
+  """An option that `cfg`'s method does not read, set away from its default, would be
+  recorded as an override and change nothing: ConfigError naming the methods that read it."""
+  for name, spec in SPECS.items():
+    if name != 'method' and name not in OPTIONS[cfg.method] and cfg[name] != spec.default:
+      readers = [m for m, read in OPTIONS.items() if name in read]
+      raise errors.ConfigError(
+          f'{field}.{name}={cfg[name]} is read by the remap method{"s" * (len(readers) > 1)} '
+          f'{", ".join(readers)}, and {field}.method is {cfg.method!r}, so it would change '
+          f'nothing. Fix: --{field}.method={readers[0]}, or drop it (its default is '
+          f'{spec.default}).')

@@ -406,7 +406,8 @@ def check_remap_length(model_cfg, trained: int, trained_field: str) -> None:
 
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   """A distance remap needs causal attention over RoPE's logits, which it computes itself (and
-  a softmax over them: roformer/attention_options' `check_kind`)."""
+  a softmax over them: roformer/attention_options' `check_kind`), and no option it ignores."""
+  remap.check_unread(cfg)
   if cfg.method == 'none':
     return
   field = 'config.model.position.rope.remap.method'
