@@ -424,10 +424,14 @@ def _source_of(train, split_name: str):
 
 
 def format_results(results: dict) -> str:
-  remap = results.get('rope_remap')
+  remap, scaling = results.get('rope_remap'), results.get('rope_scaling')
+  factor = (results['length_factor'].split(' = ', 1)[1] if 'length_factor' in results
+            else scaling and (f"{scaling['factor']:g}" if isinstance(scaling['factor'], float)
+                              else scaling['factor']))
   lines = [f"step {results['step']}, position={results['position']}, trained at length "
            f"{results['train_seq_len']}" + ('' if not remap else ', distances remapped by ' +
                                             ', '.join(f'{k}={v}' for k, v in remap.items()))
+           + (f", RoPE scaling {scaling['kind']} at factor {factor}" if scaling else '')
            + (', sliding windows (each token scored once, stride per length below)'
               if results.get('protocol') == 'sliding' else '')]
   if all('lengths' not in r for r in results['splits'].values()):  # Classification.

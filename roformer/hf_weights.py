@@ -257,8 +257,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
 
 
 def write(tensors: dict[str, np.ndarray], directory: str) -> None:
-  """model.safetensors (float32) in `directory`."""
+  """model.safetensors (float32) in `directory`, with the permissions of any file written
+  here (safetensors' save_file makes it readable by its owner alone)."""
   from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
-  safetensors_numpy.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()},
-                              os.path.join(directory, 'model.safetensors'),
-                              metadata={'format': 'pt'})
+  data = safetensors_numpy.save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
+                                metadata={'format': 'pt'})
+  with open(os.path.join(directory, 'model.safetensors'), 'wb') as f:
+    f.write(data)

@@ -53,15 +53,14 @@ if [[ ! -d $workdir ]]; then
   echo "error: $workdir is not a directory. Fix: give a workdir made by train.py or" \
     "scripts/convert_hf.py." >&2; exit 1
 fi
-workdir=$(cd "$workdir" && pwd)  # The script runs from the repository's root.
-cd "$(dirname "$0")/.."
+root=$(cd "$(dirname "$0")/.." && pwd)  # The repository; the paths given are the caller's.
 PY=${PYTHON:-python}
 multipliers=${MULTIPLIERS:-1,2,4,8}
 # The trained length, STRING's local window, Self-Extend's groups and leaky ReRoPE's k, or one
 # line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
-read -r trained local_window group leaky_k < <($PY - "$workdir" "$multipliers" <<'PYTHON'
+read -r trained local_window group leaky_k < <($PY - "$root" "$workdir" "$multipliers" <<'PYTHON'
 import math, sys
-sys.path.insert(0, '.')
+sys.path.insert(0, sys.argv.pop(1))
 from roformer import cli, errors, positions, saved_config
 
 def options(workdir, multipliers):
@@ -93,6 +92,8 @@ half=$((trained / 2)) quarter=$((trained / 4))
 if ((local_window >= half)); then local_window=$((half / 2)); fi
 rope=--config.model.position.rope
 prefix=eval_results${tag:+.$tag}
+errors=$(mktemp)
+trap 'rm -f "$errors"' EXIT
 for variant in $variants; do
   case $variant in
     plain) flags=() out=$prefix.json ;;
@@ -115,12 +116,14 @@ for variant in $variants; do
       out=$prefix.remap_$variant.json ;;
   esac
   echo "=== $variant -> $workdir/$out"
-  there=$([[ -e $workdir/$out ]] && echo yes || true)
-  if ! $PY eval.py --workdir "$workdir" --splits=validation --out "$out" \
-      "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} "$@"; then
-    if [[ -n $there ]]; then
-      echo "(evaluate_extensions.sh: $out was there before; to keep it, TAG=NAME writes" \
-        "eval_results.NAME.VARIANT.json instead; --replace replaces it.)" >&2
+  # eval.py's errors pass through as they come, and are read once it ends: its refusal to
+  # replace $out names --out, which this script sets itself.
+  if ! { $PY "$root/eval.py" --workdir "$workdir" --splits=validation --out "$out" \
+      "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} "$@" \
+      2>&1 1>&3 3>&- | tee "$errors" >&2; } 3>&1; then
+    if grep -q -- '--out=' "$errors"; then
+      echo "(evaluate_extensions.sh: to keep $out, TAG=NAME writes eval_results.NAME.VARIANT.json" \
+        "instead; --replace replaces it.)" >&2
     fi
     exit 1
   fi

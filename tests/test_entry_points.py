@@ -488,7 +488,7 @@ def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_pat
   saved_config.save(config, str(workdir))
   calls = tmp_path / 'calls'
   fake = tmp_path / 'python'
-  fake.write_text(f'#!/bin/sh\nif [ "$1" = eval.py ]; then echo "$@" >> {calls}; exit 0; fi\n'
+  fake.write_text(f'#!/bin/sh\ncase "$1" in */eval.py) echo "$@" >> {calls}; exit 0;; esac\n'
                   f'exec {sys.executable} "$@"\n')
   fake.chmod(0o755)
   done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
@@ -524,7 +524,7 @@ def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_leng
   saved_config.save(config, str(workdir))
   calls = tmp_path / 'calls'
   fake = tmp_path / 'python'
-  fake.write_text(f'#!/bin/sh\nif [ "$1" = eval.py ]; then echo "$@" >> {calls}; exit 0; fi\n'
+  fake.write_text(f'#!/bin/sh\ncase "$1" in */eval.py) echo "$@" >> {calls}; exit 0;; esac\n'
                   f'exec {sys.executable} "$@"\n')
   fake.chmod(0o755)
   run = lambda *args, **env: subprocess.run(

@@ -357,6 +357,8 @@ def test_an_imported_checkpoint_exports_as_it_came(tmp_path):
   workdir = _imported('qwen2_yarn_v4', tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == 'Qwen2ForCausalLM'
   assert (tmp_path / 'out' / 'tokenizer.json').exists()
+  modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / 'out').iterdir()}
+  assert len(set(modes.values())) == 1, modes  # The weights as readable as the rest.
   came, went = (json.loads(p.read_text()) for p in (FIXTURES / 'qwen2_yarn_v4' / 'config.json',
                                                     tmp_path / 'out' / 'config.json'))
   assert went['max_position_embeddings'] == came['max_position_embeddings']

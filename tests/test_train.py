@@ -286,6 +286,8 @@ def test_scaling_to_length_keeps_the_factor_a_run_trained_with(trained, tmp_path
   assert [r['rope_scaling_factor'] for r in rows] == [4.0, 8.0]
   assert got['length_factor'] == ('model.position.rope.scaling.factor = '
                                   f'max(4, length / {seq_len // 4})')
+  assert (f'RoPE scaling yarn at factor max(4, length / {seq_len // 4})'
+          in evaluate.format_results(got).splitlines()[0])  # eval.py's first line says it.
   config.model.position.rope.scaling.factor = 2.0
   with pytest.raises(errors.ConfigError, match=r'factor=2.0 is set at each evaluated length'):
     resolve.for_evaluation(config, scaled, splits=('validation',))
