@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Reruns docs/hf_checkpoints.md's context-extension workflow end to end and keeps its records:
+# trains the small model that stands in for a checkpoint from the Hub, exports it with --to_hf,
+# then runs the page's steps 1, 2, 4 and 5 on the import, each command as the page gives it.
+#
+#   bash scripts/hf_workflow.sh RUNS RECORDS
+#   bash scripts/hf_workflow.sh /tmp/hf_runs docs/results/hf_workflow_2026-11-29/records
+#
+# RUNS (new) holds the runs; RECORDS receives what the page's tables and links read: each run's
+# config.json, the import's hf_config.json and eval_*.json files, the continued run's
+# metrics.jsonl, and steps.json (each step's command and seconds, the commit and the date).
+# About 15 minutes on 2 CPU cores. The page's tables are scripts/extension_table.py's output on
+# RECORDS/imported and RECORDS/imported_yarn.
+set -euo pipefail
+if (($# != 2)); then
+  echo "error: give RUNS and RECORDS. Fix: bash scripts/hf_workflow.sh /tmp/hf_runs" \
+    "docs/results/hf_workflow_DATE/records" >&2; exit 2
+fi
+runs=$(realpath -m "$1") records=$(realpath -m "$2")  # The caller's paths; it runs from the root.
+if [[ -e $runs ]]; then
+  echo "error: $runs exists; every step starts fresh. Fix: give a new RUNS (or move it" \
+    "aside)." >&2; exit 1
+fi
+if [[ -e $records ]]; then
+  echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
+fi
+PY=${PYTHON:-python}
+cd "$(dirname "$0")/.."
+mkdir -p "$runs"
+steps=$runs/steps.tsv
+step() {  # step NAME COMMAND...: runs it, timed, and notes it in $steps.
+  local name=$1 start
+  shift
+  echo "=== $name: $*"
+  start=$EPOCHREALTIME
+  "$@"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$start" "$EPOCHREALTIME" "$*" >> "$steps"
+}
+mixture="{'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}}"
+step train $PY train.py --config configs/lm.py:llama --workdir "$runs/shakespeare-llama" \
+  --config.data.tokenizer=bytes
+step export $PY scripts/convert_hf.py --to_hf "$runs/hub/shakespeare-llama" \
+  --workdir "$runs/shakespeare-llama"
+step import $PY scripts/convert_hf.py --from_hf "$runs/hub/shakespeare-llama" \
+  --workdir "$runs/imported"
+step extensions bash scripts/evaluate_extensions.sh "$runs/imported" --config.eval.max_batches=4
+step passkey $PY eval.py --workdir "$runs/imported" --splits=validation --out eval_passkey.json \
+  --config.data.mixture="$mixture" --config.data.synthetic.filler=text \
+  --config.data.synthetic.eval_examples=32 --config.eval.length_multipliers=1,2,4,8 \
+  --config.eval.max_batches=4
+step continue $PY train.py --config "configs/continued.py:$runs/imported" \
+  --workdir "$runs/imported_yarn" --config.data.seq_len=1024 --config.train.batch_size=2 \
+  --config.train.steps=200 --config.train.warmup_steps=20 --config.train.learning_rate=3e-4 \
+  --config.model.position.rope.scaling.kind=yarn --config.model.position.rope.scaling.factor=4
+step continued_eval $PY eval.py --workdir "$runs/imported_yarn" \
+  --config.eval.length_multipliers=1,2 --config.eval.max_batches=4
+mkdir -p "$records/imported" "$records/imported_yarn"
+cp "$runs"/imported/{config.json,hf_config.json} "$runs"/imported/eval_*.json "$records/imported/"
+cp "$runs"/imported_yarn/{config.json,metrics.jsonl,eval_results.json} "$records/imported_yarn/"
+$PY - "$steps" "$records/steps.json" <<'PYTHON'
+import json, subprocess, sys, time
+steps = []
+for line in open(sys.argv[1]):
+  name, start, end, command = line.rstrip('\n').split('\t')
+  steps.append({'step': name, 'seconds': round(float(end) - float(start), 1), 'command': command})
+commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+                        check=False).stdout.strip()
+with open(sys.argv[2], 'w') as f:
+  json.dump({'date': time.strftime('%Y-%m-%d'), 'commit': commit, 'steps': steps}, f, indent=2)
+PYTHON
+echo "kept: $records (tables: python scripts/extension_table.py $records/imported)"
