@@ -119,6 +119,22 @@ def _key_digits() -> Reader:
       '--config.data.synthetic.filler=text')
 
 
+def _attention_fields() -> dict:
+  """config.model.attention's specs, each kind's and switch's own fields read only by the
+  runs that have it on (attention.num_features without FAVOR+ would change nothing)."""
+  out = {}
+  for name, spec in attention_options.SPECS.items():
+    found = attention_options.owners(name)
+    out[name] = spec
+    if found:
+      out[name] = copy.copy(spec)
+      out[name].reader = Reader(
+          'runs with ' + ' or '.join(words for words, _ in found),
+          lambda c, found=found: any(has(c.model.attention) for _, has in found),
+          f'train with --config.model.{found[0][0]}')
+  return out
+
+
 def _read_by(reader: Reader, tree: dict) -> dict:
   """`tree` (specs and groups of specs) with every spec marked as read by `reader` only (a
   spec marked already, by a narrower reader inside the group, keeps its own)."""
@@ -373,7 +389,7 @@ def schema() -> dict:
           # Gemma 3 uses 10,000 on its windowed layers and 1,000,000 on its global ones
           # (configs/lm.py:gemma3). Empty: every layer position.rope.base.
           'layer_rope_bases': Seq(Float(1, 1e12, min_open=True), default=()),
-          'attention': attention_options.SPECS,  # roformer/attention_options/
+          'attention': _attention_fields(),  # roformer/attention_options/
           **_read_by(CLASSIFIER, {
               'num_classes': Int(1, 2**20, default=2),  # 1: regression (squared error).
               'pooling': Str(models.POOLINGS, default='first'),

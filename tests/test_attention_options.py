@@ -4,6 +4,7 @@ implementation, with the cache, and refused where they mean nothing."""
 
 import ast
 import pathlib
+import re
 
 import jax.numpy as jnp
 import kinds
@@ -16,6 +17,7 @@ from roformer import attention_options
 from roformer import errors
 from roformer import models
 from roformer import resolve
+from roformer import specs as specs_lib
 from roformer.attention_options import nope_temperature
 
 
@@ -261,3 +263,31 @@ def test_the_field_reads_the_check_looks_for_are_found():
                for n in ast.walk(tree)), source
   assert not any(_field_read(n) and _field_read(n) != 'kind'
                  for n in ast.walk(ast.parse('KINDS[att.kind]')))
+
+
+def _other_value(spec):
+  """A valid value of `spec` other than its default."""
+  if isinstance(spec, specs_lib.Bool):
+    return not spec.default
+  if isinstance(spec, specs_lib.Str):
+    return next(c for c in spec.choices if c != spec.default)
+  return spec.default + 1 if spec.max is None or spec.default + 1 <= spec.max else spec.default - 1
+
+
+@pytest.mark.parametrize('field', sorted(f for f in attention_options.SPECS
+                                         if attention_options.owners(f)))
+def test_a_kinds_or_switchs_own_field_is_refused_while_it_is_off(field):
+  """Each field that belongs to an attention kind or switch (FAVOR+'s num_features, SSMax's
+  ssmax_init, stick-breaking's attend_current...), changed while none of its owners is on,
+  would change nothing: it is refused naming them; with an owner on it is read."""
+  config = test_config.get_config('rope')
+  value = _other_value(attention_options.SPECS[field])
+  config.model.attention[field] = value
+  words = [w for w, _ in attention_options.owners(field)]
+  with pytest.raises(errors.ConfigError, match=rf'config.model.attention.{field}=.* is read only '
+                     rf'by runs with {re.escape(words[0])}.*Fix: drop the override'):
+    resolve.check_fields(config)
+  setting, _, on = words[0].partition('=')
+  name = setting.split('.')[1]
+  config.model.attention[name] = on if name == 'kind' else True
+  resolve.check_fields(config)

@@ -20,6 +20,7 @@ after them, in alphabetical order.
 import copy
 import importlib
 import pkgutil
+from typing import Any, Callable
 
 from roformer import attention
 from roformer import errors
@@ -55,6 +56,17 @@ _ALL_IMPLEMENTATIONS = tuple(i for i in attention.IMPLEMENTATIONS if i != 'auto'
 
 def enabled(att) -> list[AttentionOption]:
   return [o for o in OPTIONS.values() if att[o.field]]
+
+
+def owners(field: str) -> list[tuple[str, Callable[[Any], bool]]]:
+  """(the setting in words, whether config.model.attention `att` has it) of each kind or
+  switch whose own field `field` is (none for `kind` and the switches themselves): a field
+  changed while none of them is on would change nothing (roformer/config_schema.py refuses
+  it)."""
+  found = [(f'attention.kind={k.name}', lambda att, k=k: att.kind == k.name)
+           for k in KINDS.values() if field in k.specs]
+  return found + [(f'attention.{o.field}=True', lambda att, o=o: bool(att[o.field]))
+                  for o in OPTIONS.values() if field in o.specs]
 
 
 def fields_read(att) -> dict:
