@@ -91,6 +91,9 @@ def test_the_cache_equals_the_full_pass_for_a_hybrid_with_windows():
     ({'type': 'mlm'}, 'offered for causal LMs'),
     ({'layer_kinds': ('rope', 'sinusoidal')}, 'embeddings below every layer'),
     ({'layer_kinds': ('rope', 'none'), 'position.t5.num_buckets': 8}, 'does not use it'),
+    ({'layer_kinds': ('rope', 'none'), 'position.kind': 'alibi'},
+     r"position.kind='alibi' is not read: config.model.layer_kinds=\('rope', 'none'\) gives "
+     r'each layer its kind\. Fix: name alibi in layer_kinds'),
 ])
 def test_bad_patterns_are_refused_naming_the_field(change, match):
   config = test_config.get_config('mlm') if 'type' in change else test_config.get_config()
@@ -98,6 +101,8 @@ def test_bad_patterns_are_refused_naming_the_field(change, match):
   for key, value in change.items():
     if key == 'position.t5.num_buckets':
       config.model.position.t5.num_buckets = value
+    elif key == 'position.kind':
+      config.model.position.kind = value
     elif key != 'type':
       config.model[key] = value
   with pytest.raises(errors.ConfigError, match=match):

@@ -55,6 +55,9 @@ def test_decoding_a_layout_with_bases_and_windows_equals_the_full_pass():
 
 @pytest.mark.parametrize('fields,message', [
     ({'position.kind': 'alibi', 'layer_rope_bases': (1e4,)}, 'but no layer rotates'),
+    ({'layer_rope_bases': (1e4, 1e6), 'position.rope.base': 500.0},
+     r'rope.base=500 is not read: config.model.layer_rope_bases=\(10000.0, 1000000.0\) gives '
+     r'each layer its base\. Fix: put 500 in layer_rope_bases'),
 ])
 def test_bases_that_cannot_apply_are_refused_naming_the_field(fields, message):
   cfg = test_config.get_config('rope')

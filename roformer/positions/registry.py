@@ -383,6 +383,11 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
   pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
   for i, layer_kind in enumerate(pattern):
     scheme(layer_kind, f'config.model.layer_kinds[{i}]')
+  if pattern and cfg.kind not in (DEFAULT_KIND, *pattern):  # Naming a layer's kind is harmless.
+    raise errors.ConfigError(
+        f'config.model.position.kind={cfg.kind!r} is not read: config.model.layer_kinds='
+        f'{pattern} gives each layer its kind. Fix: name {cfg.kind} in layer_kinds, or drop '
+        f'--config.model.position.kind (its default is {DEFAULT_KIND!r}).')
   cls = model_scheme(model_cfg)
   kind = cls.kind
   field = (f'config.model.layer_kinds={pattern}' if pattern else

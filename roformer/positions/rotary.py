@@ -366,6 +366,14 @@ class Rotary(base.PositionScheme):
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     r = cfg.rope
+    bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
+    default = cls.options['rope']['base'].default
+    if bases and r.base != default:
+      raise errors.ConfigError(
+          f'config.model.position.rope.base={r.base:g} is not read: config.model.'
+          f'layer_rope_bases={bases} gives each layer its base. Fix: put {r.base:g} in '
+          f'layer_rope_bases, or drop --config.model.position.rope.base (its default is '
+          f'{default:g}).')
     head_dim = base.head_dim(model_cfg)
     rotary_dim = _validate_rotation(
         head_dim, f'head_dim {model_cfg.d_model}/{model_cfg.num_heads} =', r)
