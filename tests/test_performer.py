@@ -224,9 +224,15 @@ def test_bias_schemes_are_refused_with_a_reason(kind):
 def test_performer_config_is_valid_with_and_without_rope():
   for arg in ('rope', 'none', 'rope,features', 'sinusoidal', 'learned', 'xpos'):
     resolve.validate(performer.get_config(arg))
-  xpos = performer.get_config('xpos,features')
-  with pytest.raises(errors.ConfigError, match='rope_mode=qk'):
-    resolve.validate(xpos)
+  for kind in ('xpos', 'none'):  # Nothing rotated the RoPE way: the setting would do nothing.
+    with pytest.raises(errors.ConfigError, match=rf"position.kind='{kind}' has no such rotation "
+                       r'\(kinds that have: rope\)\. Fix: .*rope_mode=qk'):
+      resolve.validate(performer.get_config(f'{kind},features'))
+  for kind in ('fope', 'rope_id'):  # They rotate q and k, but not as RoPE's features can.
+    config = performer.get_config('rope,features')
+    config.model.position.kind = kind
+    with pytest.raises(errors.ConfigError, match='has no such rotation'):
+      resolve.validate(config)
   yarn = performer.get_config('rope,features')
   yarn.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=64)
   with pytest.raises(errors.ConfigError, match='rope_mode=qk'):  # Its temperature.

@@ -207,10 +207,12 @@ class Favor(base.AttentionKind):
           f"'favor': {caps.logits_term or 'it needs the attention probabilities'}, and linear "
           f'attention never forms those logits. Fix: use one of {linear} with favor, or '
           'softmax attention.')
-    if att.rope_mode == 'features' and caps.rotary and not caps.feature_rotation:
+    if att.rope_mode == 'features' and not caps.feature_rotation:  # fope, rope_id, xpos, none...
+      fit = [k for k in positions.kinds() if positions.capabilities(k).feature_rotation]
       raise errors.ConfigError(
-          f'{scheme.kind} rotates queries and keys in a way that has no form on the random '
-          'features (attention.rope_mode=features). Fix: --config.model.attention.rope_mode=qk.')
+          f'config.model.attention.rope_mode=features rotates the random features as RoPE '
+          f'rotates queries and keys, and position.kind={scheme.kind!r} has no such rotation '
+          f'(kinds that have: {", ".join(fit)}). Fix: --config.model.attention.rope_mode=qk.')
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     del cfg, rngs, dtype

@@ -367,7 +367,7 @@ class Rotary(base.PositionScheme):
   def validate(cls, cfg, model_cfg, seq_len, causal):
     r = cfg.rope
     bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
-    default = cls.options['rope']['base'].default
+    default = Rotary.options['rope']['base'].default
     if bases and r.base != default:
       raise errors.ConfigError(
           f'config.model.position.rope.base={r.base:g} is not read: config.model.'
