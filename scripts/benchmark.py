@@ -59,6 +59,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
+from roformer import positions
 from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
@@ -417,6 +418,8 @@ def main(args):
     trials = variants(config, kinds, parse_vary(args.vary))
     mesh = sharding.make_mesh(config.mesh)
     for trial in trials.values():  # Every variant is checked before anything is compiled.
+      with trial.unlocked():  # What a run derives from its length (FoPE's clipping).
+        positions.derive(trial.model, resolve.trained_positions(trial)[0])
       resolve.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
     passes = without_variants(trials, args.without)
   except (ValueError, KeyError, TypeError) as e:  # --vary's, round_sizes' and the mesh's.

@@ -29,6 +29,8 @@ from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import layers  # pylint: disable=wrong-import-position
 from roformer import models  # pylint: disable=wrong-import-position
+from roformer import positions  # pylint: disable=wrong-import-position
+from roformer import resolve  # pylint: disable=wrong-import-position
 
 
 def step0_loss(model_cfg, seed: int, batch: int, seq_len: int) -> float:
@@ -81,6 +83,9 @@ def main(argv):
     print(first_steps(args.runs, cli.int_list('steps', args.steps.split(','))))
     return
   config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
+  with config.unlocked():  # What a run derives from its length (FoPE's clipping), as train.py.
+    positions.derive(config.model, resolve.trained_positions(config)[0])
+  resolve.validate(config)
   m = config.model
   seq_len = args.seq_len or config.data.seq_len
   print(f'{args.config} {" ".join(args.fields)}: d_model {m.d_model}, {m.num_layers} layers, '

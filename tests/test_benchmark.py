@@ -447,3 +447,28 @@ def test_point_time_checks_every_value_before_the_first_run(tmp_path, monkeypatc
   with pytest.raises(errors.ConfigError, match=message):
     point_time.main(args)
   assert not started and not out.parent.exists()
+
+
+def test_the_benchmark_times_the_model_a_run_would_train(monkeypatch):
+  """What a run derives from its length before it builds the model (FoPE's clipping length,
+  config.model.position.fope.clip_length, at 0 meaning the positions trained) is derived
+  before the benchmark builds it too: unclipped, it timed a FoPE of every frequency."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  built = []
+
+  class Stop(Exception):
+    pass
+
+  def runner(trial, *args, **kwargs):
+    del args, kwargs
+    built.append(trial)
+    raise Stop()
+
+  monkeypatch.setattr(benchmark, 'Runner', runner)
+  monkeypatch.setattr(sys, 'argv', ['benchmark.py'])
+  args = benchmark.parser().parse_args(['--config=configs/test.py', '--kinds=fope',
+                                        '--steps=1'])
+  with pytest.raises(Stop):
+    benchmark.main(args)
+  assert built[0].model.position.fope.clip_length == built[0].data.seq_len > 0
