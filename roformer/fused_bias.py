@@ -72,6 +72,16 @@ NONE = Bias('no bias')
 SEPARABLE = Bias('row_i - col_j', separable=True)
 
 
+@functools.lru_cache(maxsize=None)
+def combined(first: Bias, second: Bias) -> Bias:
+  """One bias of `first`'s function of the distance and `second`'s row_i - col_j, each
+  computed as alone and summed in the tile (ALiBi's slopes with FoX's forget gates:
+  position.kind=alibi+fox); the parameters are `first`'s, the rows and columns `second`'s."""
+  assert first.of_distance is not None and not first.separable, first
+  assert second.separable and second.of_distance is None, second
+  return Bias(f'{first.name} + {second.name}', first.num_params, first.of_distance, True)
+
+
 @functools.cache
 def compiler_params():
   """On a GPU the kernels lower through Triton (this JAX's default for pallas_call is Mosaic

@@ -236,6 +236,8 @@ MODEL_SEG = jnp.asarray([[1] * 12, [1] * 5 + [2] * 7], jnp.int32)
 
 @pytest.mark.parametrize('kind,fields', [
     ('rope+fox', {'num_kv_heads': 2}),  # The kernels' own cases above; these -m slow.
+    ('alibi+fox', {}),  # Both biases in one tile: ALiBi's of the distance, FoX's separable.
+    pytest.param('fire+fox', {}, marks=pytest.mark.slow),
     pytest.param('alibi', {'layer_windows': (4, 0)}, marks=pytest.mark.slow),
     pytest.param('kerple', {'position.kerple.variant': 'power'}, marks=pytest.mark.slow)])
 def test_a_model_on_the_fused_kernel_has_the_einsum_paths_outputs_and_gradients(kind, fields):

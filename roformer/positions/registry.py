@@ -15,6 +15,7 @@ import ml_collections
 from flax import nnx
 
 from roformer import errors
+from roformer import fused_bias as fused_bias_lib
 from roformer import specs
 from roformer.positions.base import (DEFAULT_KIND, _REGISTRY, Capabilities, Layer,
                                      PositionScheme, Shared, kinds)
@@ -281,7 +282,11 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
       return None if not biases else biases[0] if len(biases) == 1 else biases[0] + biases[1]
 
     def fused_bias(self, q_pos, ctx):
-      return self.second.fused_bias(q_pos, ctx[1])  # `first` adds no bias where it runs.
+      bias, params, row, col = self.second.fused_bias(q_pos, ctx[1])
+      if not a.fused_bias:  # `first` adds no bias where it runs (RoPE rotates q and k).
+        return bias, params, row, col
+      first_bias, first_params, _, _ = self.first.fused_bias(q_pos, ctx[0])
+      return fused_bias_lib.combined(first_bias, bias), first_params, row, col
 
     def logits(self, q, k, q_pos, k_pos, mask, ctx):
       return (self.first.logits(q, k, q_pos, k_pos, mask, ctx[0])
@@ -315,7 +320,7 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
         value_term=a.value_term, computes_logits=a.computes_logits, rotary=a.rotary,
         feature_rotation=False,
         real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)),
-        fused_bias=b.fused_bias and not a.logits_term)
+        fused_bias=b.fused_bias and (a.fused_bias or not a.logits_term))
     causal_reason = first.causal_reason if a.causal_only else second.causal_reason
     Shared = CombinedShared
     Layer = CombinedLayer
