@@ -1555,3 +1555,15 @@ def test_any_malformed_sweep_file_is_a_sweep_or_one_config_error(raw):
     sweeps.from_dict(raw, 'configs/sweeps/mine.py', 'configs/test.py')
   except errors.ConfigError:
     pass
+
+
+def test_the_options_sweep_runs_only_the_seeds_named():
+  """options.py:...,seed=N (as in passkey_extension.py) names the seeds that a section of the
+  docs ran, so its command keeps to them as the sweep's seeds grow; a seed that is not a
+  whole number is refused naming the form."""
+  sweep = options_sweep.get_sweep('passkey,rope,seed=1,seed=3')
+  assert sorted(p['name'] for p in sweep['points']) == ['passkey,rope,seed=1',
+                                                        'passkey,rope,seed=3']
+  assert len(options_sweep.get_sweep('passkey,rope')['points']) == len(options_sweep.SEEDS)
+  with pytest.raises(ValueError, match=r'seed=N takes a whole number'):
+    options_sweep.get_sweep('passkey,seed=one')

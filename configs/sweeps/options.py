@@ -8,6 +8,7 @@ five seeds.
   ...options.py:niah_multikey,pope,rope      # only those tasks / schemes
   ...options.py:smoke                        # a tiny model for a few steps: a pipeline check
   ...options.py:llama                        # every point with the Llama-family block
+  ...options.py:passkey,seed=0,seed=1        # only those seeds (seed=N as often as wanted)
 
 About 20 core-hours in all (10 hours on 2 cores) by rope's step rates before the 2025-26
 lines joined (they add half as many points again, and TAPA's runs took over twice rope's
@@ -67,6 +68,11 @@ SEEDS = (0, 1, 2, 3, 4)
 
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
+  chosen = [p for p in parts if p.startswith('seed=')]
+  if not all(p[5:].isdigit() for p in chosen):
+    raise ValueError(f'configs/sweeps/options.py:{arg}: seed=N takes a whole number (one '
+                     'seed=N per seed), e.g. passkey,seed=0,seed=1.')
+  parts = [p for p in parts if p not in chosen]
   smoke, llama = 'smoke' in parts, 'llama' in parts
   if 'new2026' in parts:  # The 2025-26 schemes beside RoPE on the two fastest tasks.
     parts = [p for p in parts if p != 'new2026'] + ['passkey', 'flip_flop', 'rope',
@@ -75,15 +81,15 @@ def get_sweep(arg: str = ''):
   if unknown:
     raise ValueError(f'configs/sweeps/options.py:{arg}: unknown parts {unknown}; choose tasks '
                      f'{TASKS}, schemes {tuple(SCHEMES)}, new2026, llama (frontier.py:llama\'s '
-                     'block) and/or smoke.')
+                     'block), seed=N and/or smoke.')
   tasks = [p for p in parts if p in TASKS] or list(TASKS)
   schemes = [p for p in parts if p in SCHEMES] or list(
       ('rope', 'pope', 'rope+diff', 'alibi+dape') if smoke else SCHEMES)
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
-  seeds = SEEDS
+  seeds = tuple(int(p[5:]) for p in chosen) or SEEDS
   if smoke:
     overrides.update(length.SMOKE_OVERRIDES)
-    seeds = (0,)
+    seeds = tuple(int(p[5:]) for p in chosen) or (0,)
   points = [frontier._point(task, scheme, seed, smoke, schemes=SCHEMES, llama=llama)  # pylint: disable=protected-access
             for seed in seeds for task in tasks for scheme in schemes]
   # PoPE's extrapolation is claimed against RoPE with YaRN: plain RoPE's runs (the scheme

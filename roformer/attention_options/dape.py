@@ -2,8 +2,8 @@
 Encoding for Length Extrapolation"): logits q.k/sqrt(d) + B + f([q.k/sqrt(d); B]), with B the
 scheme's bias and f a two-layer MLP (2 heads -> dape_width -> heads, GELU) applied to each
 query-key pair's logits and biases over the heads. For the schemes that add a bias (alibi,
-kerple, fire, t5, ...); it materialises [batch, L, L, 2 heads + width] per layer, so the einsum
-path only.
+kerple, fire, t5, ...); it materialises [batch, L, L, 3 heads + width] per layer (the 2H
+inputs, the hidden units and the H outputs), so the einsum path only.
 """
 
 import jax
