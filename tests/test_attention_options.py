@@ -153,7 +153,8 @@ def test_an_option_that_needs_something_of_the_schemes_names_the_kinds_that_fit(
   config.model.attention[field] = True
   with pytest.raises(errors.ConfigError, match=why) as e:
     attention_options.check(config, config.model, config.model.attention)
-  fitting = str(e.value).split('position kinds that fit (', 1)[1].split(')', 1)[0].split(', ')
+  listed = str(e.value).split('a position kind that fits (', 1)[1].split(', or model.', 1)[0]
+  fitting = [k.strip("'") for k in listed.split(', ')]
   assert _FITTING_KIND[field] in fitting and kind not in fitting
 
 

@@ -155,3 +155,20 @@ def test_a_misspelt_kind_is_refused_with_the_closest_kind_named():
     positions.scheme('rope+fx')
   with pytest.raises(errors.ConfigError, match=r"kind='zzzz' is not a known position scheme\. "):
     positions.scheme('zzzz')
+
+
+@pytest.mark.parametrize('kind,message', [
+    ('none+fox', r"'none' gives no position signal for the bias to add to: fox alone is that "
+                 r'model\. Fix: .*A another kind than none'),
+    ('fox+fox', r"'fox' is itself a bias only: fox alone is its bias"),
+    ('rope+alibi', r"'alibi' adds no bias of its own to another kind's logits"),
+    ('nope', r"did you mean 'none'\? NoPE is position.kind=none"),
+    ('stick_breaking', r'stick_breaking is an attention kind: '
+                       r'--config.model.attention.kind=stick_breaking'),
+    ('rope,none', r"a list of them is a tuple, --config.model.layer_kinds=\"\('rope','none'\)\""),
+])
+def test_a_kind_meant_otherwise_is_refused_saying_what_was_meant(kind, message):
+  """Two known kinds that do not combine say why; NoPE's name, an attention kind and a list
+  typed where one kind goes each name the field that was meant."""
+  with pytest.raises(errors.ConfigError, match=message):
+    positions.scheme(kind)

@@ -108,8 +108,9 @@ def check(config, m, att) -> None:
     reason = o.positions(m)
     if reason:
       fit = [k for k in positions.kinds() if not o.positions(_with_kind(m, k))]
-      raise errors.ConfigError(f'{field} ({o.about}): {reason}. Fix: position kinds that fit '
-                               f'({", ".join(fit)}), or {off}.')
+      raise errors.ConfigError(f'{field} ({o.about}): {reason}. Fix: a position kind that fits '
+                               f'({", ".join(map(repr, fit))}, or model.layer_kinds with such '
+                               f'layers), or {off}.')
     o.validate(config, m, att)
 
 

@@ -29,11 +29,39 @@ def scheme(kind: str, field: str = 'config.model.position.kind') -> type[Positio
   if kind in combined_kinds():
     first, second = kind.split('+')
     return combine(_REGISTRY[first], _REGISTRY[second])
-  close = difflib.get_close_matches(str(kind), kinds() + combined_kinds(), n=1)
+  text = str(kind)
+  first, plus, second = text.partition('+')
+  if plus and first in _REGISTRY and second in _REGISTRY:  # Known parts, not combinable.
+    why = (f"{second!r} adds no bias of its own to another kind's logits"
+           if second not in bias_kinds() else
+           f'{first!r} is itself a bias only: {second} alone is its bias'
+           if first in bias_kinds() else
+           f'{first!r} gives no position signal for the bias to add to: {second} alone is '
+           'that model')
+    raise errors.ConfigError(
+        f'{field}={kind!r}: {why}. Fix: choose one of {kinds()}, or A+B with B one of '
+        f'{bias_kinds()} and A another kind than none (e.g. rope+fox).')
+  hint = ''
+  if ',' in text:
+    hint = (" (one kind: a list of them is a tuple, --config.model.layer_kinds=\"('rope',"
+            "'none')\")")
+  elif text.lower() == 'nope':
+    hint = " (did you mean 'none'? NoPE is position.kind=none)"
+  elif text in _attention_kinds():
+    hint = f' ({text} is an attention kind: --config.model.attention.kind={text})'
+  else:
+    close = difflib.get_close_matches(text, kinds() + combined_kinds(), n=1)
+    hint = f' (did you mean {close[0]!r}?)' if close else ''
   raise errors.ConfigError(
-      f'{field}={kind!r} is not a known position scheme'
-      + (f' (did you mean {close[0]!r}?)' if close else '') + '. '
+      f'{field}={kind!r} is not a known position scheme{hint}. '
       f'Fix: choose one of {kinds()}, or A+B with B one of {bias_kinds()} (e.g. rope+fox).')
+
+
+def _attention_kinds() -> tuple[str, ...]:
+  """config.model.attention.kind's choices (imported when asked: that registry reads this
+  one)."""
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  return tuple(attention_options.KINDS)
 
 
 def layer_kinds(model_cfg) -> tuple[str, ...]:
