@@ -2,7 +2,7 @@
 RoPE scaling and distance remap (the eval_results*.json that scripts/evaluate_extensions.sh
 writes), from a workdir or its kept records.
 
-  python scripts/extension_table.py docs/results/hf_workflow_2026-11-28/records/imported
+  python scripts/extension_table.py docs/results/hf_workflow_2026-11-29/records/imported
 
 Prints a Markdown table: one row per evaluation (`as trained`, `rope_<scaling>`,
 `remap_<method>`), one column per evaluated length, each cell the validation perplexity

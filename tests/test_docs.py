@@ -167,7 +167,7 @@ def test_the_extension_table_is_the_kept_records():
   scripts/extension_table.py's output on the kept records."""
   from scripts import extension_table  # pylint: disable=import-outside-toplevel
   page = (ROOT / 'docs' / 'hf_checkpoints.md').read_text(encoding='utf-8')
-  records = ROOT / 'docs' / 'results' / 'hf_workflow_2026-11-28' / 'records'
+  records = ROOT / 'docs' / 'results' / 'hf_workflow_2026-11-29' / 'records'
   for marker, run in (('extension table', 'imported'), ('continued table', 'imported_yarn')):
     table = page.split(f'<!-- {marker}: generated -->\n', 1)[1].split(
         f'\n<!-- end of {marker} -->', 1)[0]

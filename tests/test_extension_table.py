@@ -33,7 +33,7 @@ def test_the_extension_table_of_a_mixture_reads_its_sources_and_names_a_missing_
   assert row.startswith(f'| as trained | {want} | skipped |'), row
 
 
-IMPORTED = RECORDS.parents[1] / 'hf_workflow_2026-11-28' / 'records' / 'imported'
+IMPORTED = RECORDS.parents[1] / 'hf_workflow_2026-11-29' / 'records' / 'imported'
 
 
 def test_the_table_reads_only_the_evaluations_of_one_run_of_the_script(tmp_path):
