@@ -22,6 +22,7 @@ import jax  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 
 from configs import performer  # pylint: disable=wrong-import-position
+from roformer import attention_options  # pylint: disable=wrong-import-position
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
@@ -33,7 +34,12 @@ from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-posi
 def _config(kind: str, length: int, overrides: list):
   """The checked config of one row: one sequence of `length` tokens under attention `kind`."""
   config = performer.get_config('rope')
-  config.model.attention.kind = kind
+  att = config.model.attention
+  att.kind = kind
+  for field, spec in attention_options.SPECS.items():  # FAVOR+'s own fields, unread here.
+    found = attention_options.owners(field)
+    if found and not any(has(att) for _, has in found):
+      att[field] = spec.default
   config.data.seq_len = length
   config.train.batch_size = 1
   config.mesh.num_devices = 1

@@ -350,7 +350,7 @@ SCRIPT_CASES = {
     'corpus_benchmark.py': (['--gigabytes=-1'], 2, "'-1' is not a positive number"),
     'data_throughput.py': (['--config=configs/missing.py'], 1, 'does not exist'),
     'docs_from_records.py': (['--nosuch'], 2, 'unrecognized arguments: --nosuch'),
-    'extension_table.py': (['/nonexistent'], 1, 'holds no eval_results'),
+    'extension_table.py': (['/nonexistent'], 1, 'holds no evaluation of'),
     'generate.py': (['--workdir=/nonexistent', '--prompt=a'], 1, '/nonexistent'),
     'group_rate.py': (['--config=configs/missing.py'], 1, 'does not exist'),
     'init_loss.py': (['--runs', '/nonexistent'], 1, '/nonexistent has no config.json'),

@@ -129,7 +129,7 @@ def test_gates_that_never_close_give_the_scheme_without_fox():
     ('fox', {'type': 'mlm'}, 'causal attention only'),
     ('rope+fox', {'type': 'mlm'}, 'causal attention only'),
     ('fox+rope', {}, r'A\+B with B one of \[.*fox'),
-    ('fox+fox', {}, 'not a known position scheme'),
+    ('fox+fox', {}, 'is itself a bias only'),
     ('rope+fox', {'attention': {'kind': 'favor', 'num_features': 16, 'chunk': 8,
                                 'redraw_interval': 0, 'rope_mode': 'qk'}}, 'favor'),
 ])

@@ -163,7 +163,7 @@ def test_a_misspelt_kind_is_refused_with_the_closest_kind_named():
     ('fox+fox', r"'fox' is itself a bias only: fox alone is its bias"),
     ('rope+alibi', r"'alibi' adds no bias of its own to another kind's logits"),
     ('nope', r"did you mean 'none'\? NoPE is position.kind=none"),
-    ('stick_breaking', r'stick_breaking is an attention kind: '
+    ('stick_breaking', r'stick_breaking is a value of config.model.attention.kind: '
                        r'--config.model.attention.kind=stick_breaking'),
     ('rope,none', r"a list of them is a tuple, --config.model.layer_kinds=\"\('rope','none'\)\""),
 ])

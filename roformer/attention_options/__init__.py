@@ -49,6 +49,8 @@ SPECS = {
        for name, spec in {option.field: Bool(default=False), **option.specs}.items()},
 }
 DEFAULTS = defaults(SPECS)
+positions.registry.OTHER_FIELDS.update(  # A position kind typed for one of them is named.
+    {kind: 'config.model.attention.kind' for kind in KINDS})
 
 
 _ALL_IMPLEMENTATIONS = tuple(i for i in attention.IMPLEMENTATIONS if i != 'auto')

@@ -47,8 +47,8 @@ def scheme(kind: str, field: str = 'config.model.position.kind') -> type[Positio
             "'none')\")")
   elif text.lower() == 'nope':
     hint = " (did you mean 'none'? NoPE is position.kind=none)"
-  elif text in _attention_kinds():
-    hint = f' ({text} is an attention kind: --config.model.attention.kind={text})'
+  elif text in OTHER_FIELDS:
+    hint = f' ({text} is a value of {OTHER_FIELDS[text]}: --{OTHER_FIELDS[text]}={text})'
   else:
     close = difflib.get_close_matches(text, kinds() + combined_kinds(), n=1)
     hint = f' (did you mean {close[0]!r}?)' if close else ''
@@ -57,11 +57,9 @@ def scheme(kind: str, field: str = 'config.model.position.kind') -> type[Positio
       f'Fix: choose one of {kinds()}, or A+B with B one of {bias_kinds()} (e.g. rope+fox).')
 
 
-def _attention_kinds() -> tuple[str, ...]:
-  """config.model.attention.kind's choices (imported when asked: that registry reads this
-  one)."""
-  from roformer import attention_options  # pylint: disable=import-outside-toplevel
-  return tuple(attention_options.KINDS)
+# Values of other fields that a position kind may be mistaken for ({value: the field}): the
+# registries that import this one (roformer/attention_options) enter their kinds.
+OTHER_FIELDS: dict[str, str] = {}
 
 
 def layer_kinds(model_cfg) -> tuple[str, ...]:
