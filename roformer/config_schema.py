@@ -525,6 +525,22 @@ def unread_changes(config, saved=None) -> list[tuple[str, Spec]]:
   return out
 
 
+def unread_settings(config, saved=None) -> list[str]:
+  """Why each setting that the run leaves unread because of its other fields (which no spec's
+  reader sees: a position kind beside model.layer_kinds, RoPE's base beside
+  model.layer_rope_bases, a remap option its method ignores, FAVOR+'s rope_mode=features for a
+  kind without RoPE's rotation; positions.unread, attention_options.unread) would change
+  nothing; with `saved`, not those that hold its value there (as `unread_changes`)."""
+  found = [(f'model.position.{f}', why) for f, why in positions.unread(config.model)]
+  found += [(f'model.attention.{f}', why) for f, why in attention_options.unread(config.model)]
+
+  def at(node, dotted):
+    for part in dotted.split('.'):
+      node = node.get(part) if hasattr(node, 'get') else None
+    return _plain(node)
+  return [why for field, why in found if saved is None or at(config, field) != at(saved, field)]
+
+
 def migrate(saved) -> ml_collections.ConfigDict:
   """A config saved by any earlier version (a dict or ConfigDict), brought up to date: every
   field added since it was saved at its default (the behaviour the code had before the field

@@ -1,7 +1,7 @@
 """From a config and a workdir to a resolved run: every check, once, in one place.
 
 `validate(config)` holds a config's fields to their specs (`check_fields`) and to each other
-(`check_relations`). `for_training` and `for_evaluation` run the checks in the order their
+(`check_relations`), from roformer/config_checks.py and re-exported here. `for_training` and `for_evaluation` run the checks in the order their
 inputs become known (the fields alone; then, for a warm start from `config.init_from`, the
 settings taken from its source; the fields against each other and the mesh; the workdir and the
 saved run; the source run; the data against the model) and open what the run needs. Whatever
@@ -12,7 +12,6 @@ naming the field or file and the fix, before anything is compiled.
 
 import dataclasses
 import logging
-import math
 import os
 from typing import Any
 
@@ -23,9 +22,10 @@ from jax.sharding import Mesh
 from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_schema
+from roformer.config_checks import (check_fields, check_relations, trained_positions,  # pylint: disable=unused-import
+                                     validate)  # Re-exported: resolution runs them, callers read them here.
 from roformer import errors
 from roformer import model_types
-from roformer import models
 from roformer import positions as positions_lib
 from roformer import saved_config
 from roformer import self_attention
@@ -33,11 +33,9 @@ from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
-from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import pipeline
 from roformer.data import synthetic
-from roformer.data import vocabularies
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +78,7 @@ def _mesh(config, trained: tuple[int, str] | None = None) -> Mesh:
 
 def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   """The run that `train.py` starts or resumes in `workdir`."""
-  check_fields(config)
+  check_fields(config, _followed(config, workdir))
   workdir = os.path.abspath(workdir)
   resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
   starting_from = bool(config.init_from) and resume_step is None
@@ -117,6 +115,15 @@ def _take_from_runs(config: ml_collections.ConfigDict, workdir: str,
     positions_lib.derive(config.model, trained_positions(config)[0])
 
 
+def _followed(config, workdir: str) -> ml_collections.ConfigDict | None:
+  """The saved config of the run that `config` follows (the one it resumes in `workdir`, else
+  config.init_from's), whose values it keeps where this version refuses them for a new run."""
+  for run in (workdir, config.init_from):
+    if run and os.path.exists(os.path.join(run, 'config.json')):
+      return saved_config.load(run)
+  return None
+
+
 def check_rerun(config: ml_collections.ConfigDict, workdir: str,
                 finished_records: bool = False) -> None:
   """What `for_training` checks before it opens any data, for `config` run in `workdir`, and
@@ -125,7 +132,7 @@ def check_rerun(config: ml_collections.ConfigDict, workdir: str,
   no other run. A continuation whose source is not trained yet is left to its own run. With
   `finished_records`, `workdir` holds a finished run whose checkpoints were deleted, which is
   not trained again: its config is compared with `config` as a resume's would be."""
-  check_fields(config)
+  check_fields(config, _followed(config, workdir))
   config = ml_collections.ConfigDict(config.to_dict())
   workdir = os.path.abspath(workdir)
   steps = checkpoint_lib.steps_on_disk(os.path.join(workdir, 'checkpoints'))
@@ -236,232 +243,6 @@ def evaluation_of(run: Run, step: int, splits) -> Run:
   sources = {**run.sources, **opened}
   return Run(config, run.workdir, run.mesh, sources, run.tokenizer, step=step, saved=saved,
              splits=tuple(splits))
-
-
-# The config's own checks: each field alone, then the fields together.
-
-
-def validate(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
-             process_count: int = 1) -> None:
-  """Raises ConfigError naming the offending field and the fix: `check_fields`, then
-  `check_relations`. (`for_training` runs the two apart, with the warm start's settings taken
-  from its source between them.)"""
-  check_fields(config)
-  check_relations(config, num_data_parallel, process_count)
-
-
-def check_fields(config: ml_collections.ConfigDict, saved=None) -> None:
-  """Every field present and held to its declared type and range (roformer/config_schema.py),
-  and none that this run does not read changed from its default (it would be ignored); for an
-  evaluation of the run `saved` trained, from the value saved there."""
-  config_schema.check(config)
-  for name, spec in config_schema.unread_changes(config, saved):
-    value = config
-    for part in name.split('.')[1:]:
-      value = value[part]
-    value = value.to_dict() if hasattr(value, 'to_dict') else value  # One line, not YAML.
-    raise errors.ConfigError(
-        f'{name}={value!r} is read only by {spec.reader.what}, and this run '
-        f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
-        f'them. Fix: drop the override (its default is {spec.default!r}), or '
-        f'{spec.reader.fix}.')
-
-
-def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,
-                    process_count: int = 1, trained: tuple[int, str] | None = None,
-                    on_device: bool = True) -> None:
-  """The checks that relate fields, on a config that passed `check_fields`. With
-  `num_data_parallel`, also that the batches split over the devices and processes. `trained`:
-  (positions, where that number comes from) of a model already trained, for the bounds that
-  depend on how it was trained (evaluation reads them from the saved config: an override of
-  data.seq_len must not lift them); by default `trained_positions(config)`. `on_device`: also
-  what the device this process runs on allows (False: no JAX backend is started)."""
-  m, t, d = config.model, config.train, config.data
-  if m.d_model % m.num_heads:
-    raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
-                             f'config.model.num_heads={m.num_heads}. Fix: change one of them.')
-  accum = t.grad_accum_steps
-  if t.batch_size % accum:
-    raise errors.ConfigError(f'config.train.batch_size={t.batch_size} is not divisible by '
-                             f'config.train.grad_accum_steps={accum}. Fix: make the batch a '
-                             'multiple of the number of micro-batches.')
-  if t.warmup_steps > t.steps:
-    raise errors.ConfigError(f'config.train.warmup_steps={t.warmup_steps} must be in [0, '
-                             f'config.train.steps={t.steps}]. Fix: '
-                             f'--config.train.warmup_steps={max(t.steps // 10, 0)} (a tenth '
-                             'of the steps), or more steps.')
-  if t.schedule == 'wsd' and not 2 <= t.decay_steps <= t.steps - t.warmup_steps:
-    raise errors.ConfigError(  # A step takes the rate before its update: 1 step never decays.
-        f"config.train.schedule='wsd' decays over config.train.decay_steps={t.decay_steps}, "
-        f'which must be in [2, steps - warmup_steps = {t.steps - t.warmup_steps}]. Fix: set '
-        'config.train.decay_steps.')
-  if t.schedule != 'wsd' and t.decay_steps:
-    raise errors.ConfigError(
-        f'config.train.decay_steps={t.decay_steps} is read by the wsd schedule only '
-        f"(config.train.schedule='{t.schedule}'). Fix: set it to 0 or use schedule='wsd'.")
-  if m.attention_impl == 'cudnn' and (m.dtype == 'float32' or (
-      on_device and jax.default_backend() != 'gpu')):
-    raise errors.ConfigError(
-        "config.model.attention_impl='cudnn' needs a GPU and bfloat16/float16 activations ("
-        + (f'backend {jax.default_backend()}, ' if on_device else '')
-        + f"dtype {m.dtype}). Fix: use 'xla' or 'einsum'.")
-  _validate_architecture(config)
-  for causal in models.attention_directions(m):
-    positions_lib.validate(m, d.seq_len, causal=causal)
-  _validate_lengths(config, trained)
-  vocabularies.kind(config.data.tokenizer)  # A name of no tokenizer: refused here.
-  if corpus.is_files(config.data) and not model_types.of(m).documents:
-    documents = ' or '.join(model_types.named('documents'))
-    raise errors.ConfigError(
-        f"config.data.name='files' holds documents for language models (model.type "
-        f'{documents}), not {m.type!r} (labels, sentence pairs). Fix: a dataset with those '
-        f'features (TFDS or embedded), or model.type {documents}.')
-  if mixture.is_mixture(config.data):
-    mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
-  if config_schema.TEXT_CAUSAL_LM.reads(config):
-    shortest = config.data.seq_len * min(config.eval.length_multipliers)
-    if config.eval.protocol == 'windows' and config.eval.stride:
-      raise errors.ConfigError(
-          f'config.eval.stride={config.eval.stride} is read by eval.protocol=sliding only. Fix: '
-          "add --config.eval.protocol=sliding, or drop the stride.")
-    if config.eval.stride > shortest:
-      raise errors.ConfigError(
-          f'config.eval.stride={config.eval.stride} is longer than the shortest evaluated '
-          f'length, {shortest} (data.seq_len x the smallest eval.length_multipliers): windows '
-          f'would skip tokens. Fix: --config.eval.stride={shortest} or less (0: half of each '
-          'length).')
-  if config.eval.scale_rope_to_length:  # The scheme's factor to set, or its refusal.
-    positions_lib.model_scheme(m).length_factor(m.position)
-  sharding.rules_from_config(config.mesh)
-  if num_data_parallel is not None:
-    # Each micro-batch is split over the devices.
-    train_name = 'train.batch_size' + (f' / train.grad_accum_steps ({accum})' if accum > 1 else '')
-    for name, batch in ((train_name, t.batch_size // accum),
-                        ('eval.batch_size', config.eval.batch_size)):
-      if batch % num_data_parallel or batch % process_count:
-        step = math.lcm(num_data_parallel, process_count)
-        fix = (f'a train.batch_size that is a multiple of {step * accum} (train.grad_accum_steps '
-               f'x {step}), or fewer train.grad_accum_steps' if name == train_name and accum > 1
-               else f'a multiple of {step}')
-        raise errors.ConfigError(
-            f'config.{name} = {batch} is not divisible by the data-parallel size '
-            f'{num_data_parallel} (mesh data x fsdp) and process count {process_count}. Fix: '
-            f'{fix}.')
-
-
-def trained_positions(config) -> tuple[int, str]:
-  """(the positions a run of `config` trains on, the field that sets them): data.seq_len, or
-  the range its training-position sampler covers when larger."""
-  return max([(config.data.seq_len, 'config.data.seq_len'),
-              *positions_lib.training.covered(config)])
-
-
-def _validate_lengths(config, trained: tuple[int, str] | None = None) -> None:
-  """Synthetic tasks against the training and evaluation lengths; the training positions;
-  a distance remap against the positions trained on (`trained`, see check_relations)."""
-  m, d = config.model, config.data
-  task = synthetic.task_name(d)
-  if task:
-    if not model_types.of(m).decoder_only:
-      raise errors.ConfigError(
-          f'config.data.name={d.name!r} is a synthetic task for a causal LM (model.type is '
-          f'{m.type!r}). Fix: start from configs/synthetic.py.')
-    if d.synthetic.filler == 'text':
-      raise errors.ConfigError(
-          "config.data.synthetic.filler='text' hides the key in config.data.name's text, but "
-          f'config.data.name={d.name!r} is the task itself. Fix: make the task a source of a '
-          "mixture (config.data.name='shakespeare', config.data.mixture={'text': "
-          "{'weight': 0.9}, 'keys': {'weight': 0.1, 'name': 'synthetic/passkey'}}), or leave "
-          "filler at 'words'.")
-    longest = d.seq_len * max(config.eval.length_multipliers, default=1)
-    synthetic.validate(task, d.synthetic, d.seq_len, longest)
-  # Its training positions (random, PoSE, floats): for a decoder-only model.
-  positions_lib.training.validate(config, model_types.of(m).decoder_only)
-  count, where = trained or trained_positions(config)
-  positions_lib.check_remap_length(m, count, f'{where}={count}')
-
-
-def _validate_architecture(config) -> None:
-  """The stack's options and each model type's own fields."""
-  m, d = config.model, config.data
-  declared = model_types.of(m)
-  if m.norm == 'post' and not declared.post_norm:
-    raise errors.ConfigError("config.model.norm='post' is offered for "
-                             f"{model_types.offering('post_norm')}. Fix: use norm='pre' for "
-                             f'{m.type}.')
-  kv = m.num_kv_heads
-  if kv and (kv > m.num_heads or m.num_heads % kv):
-    raise errors.ConfigError(
-        f'config.model.num_kv_heads={kv} must divide config.model.num_heads={m.num_heads} '
-        '(each key/value head serves an equal group of query heads). Fix: a divisor of '
-        'num_heads, or 0 for one per query head.')
-  default_std = config_schema.spec_at('model.init_std').default
-  if m.init == 'classic' and m.init_std != default_std:
-    raise errors.ConfigError(
-        f"config.model.init_std={m.init_std} sets the std of init='normal'; the classic "
-        'initialisation draws from fan-in and would ignore it. Fix: --config.model.init=normal, '
-        'or drop the override.')
-  if vocabularies.kind(d.tokenizer) == 'pretrained' and not declared.decoder_only:
-    raise errors.ConfigError(
-        f"config.data.tokenizer={d.tokenizer!r} is a pretrained model's own tokenizer, whose ids "
-        f'are its own; the {m.type} model frames and masks with this project\'s special ids '
-        f"(bos, eos, the masked LM's [MASK]). Fix: {model_types.offering('decoder_only')} "
-        f"(model.type={' or '.join(model_types.named('decoder_only'))}), or a tokenizer.json "
-        'without the hf: prefix (its ids after the special ones).')
-  if m.residual == 'parallel' and (m.norm == 'post' or not declared.parallel_residual):
-    raise errors.ConfigError(
-        "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
-        f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
-        f"type={m.type!r}. Fix: --config.model.residual=sequential.")
-  _validate_attention(config, m)
-  if declared.validate:  # The type's own rules.
-    declared.validate(config)
-  if config.init_from and not declared.starts_from:
-    raise errors.ConfigError(f'config.init_from starts a classifier from a masked LM or '
-                             f'continues a causal LM, not a {m.type!r} model. Fix: leave it '
-                             'empty.')
-
-
-def _validate_attention(config, m) -> None:
-  """Per-layer kinds, windows and bases; the attention kind and options, as they declare
-  (roformer/attention_options/)."""
-  att = self_attention.attention_config(m)
-  pattern = tuple(m.layer_kinds)
-  if pattern:
-    positions_lib.model_scheme(m)  # Each named kind exists (an error names its index).
-    if not model_types.of(m).decoder_only:
-      raise errors.ConfigError(
-          f'config.model.layer_kinds={pattern} is offered for causal LMs (model.type is '
-          f'{m.type!r}). Fix: --config.model.layer_kinds=() and one position.kind.')
-    absolute = [k for k in pattern if positions_lib.scheme(k).Shared.embed
-                is not positions_lib.Shared.embed]
-    if absolute and len(set(pattern)) > 1:
-      raise errors.ConfigError(
-          f'config.model.layer_kinds={pattern} names {absolute[0]!r}, which adds its code to '
-          'the embeddings below every layer, not to a layer. Fix: per-layer kinds that act in '
-          'attention.')
-  windows = tuple(m.layer_windows)
-  if any(windows):
-    if not model_types.of(m).decoder_only:
-      raise errors.ConfigError(
-          f'config.model.layer_windows={windows} slides a causal window; model.type='
-          f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')
-    if 'mask' not in attention_options.KINDS[att.kind].has:
-      raise errors.ConfigError(
-          f'config.model.layer_windows={windows} needs the attention mask: attention.kind='
-          f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or no "
-          'windows.')
-  bases = tuple(m.layer_rope_bases)
-  if bases:
-    rotary = [k for k in dict.fromkeys(positions_lib.layer_kinds(m))
-              if positions_lib.capabilities(k).rotary]
-    if not rotary:
-      raise errors.ConfigError(
-          f'config.model.layer_rope_bases={bases} sets RoPE bases, but no layer rotates '
-          f'(layer kinds {positions_lib.layer_kinds(m)}). Fix: --config.model.layer_rope_bases=(), '
-          'or a rotary kind on some layers.')
-  attention_options.check_kind(m, att)
-  attention_options.check(config, m, att)
 
 
 # A run started from another run's weights (config.init_from): a classifier fine-tuned from a

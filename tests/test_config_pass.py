@@ -231,3 +231,39 @@ def test_a_resume_back_to_the_first_settings_is_what_the_run_trains_under(tmp_pa
   assert files.current_config(workdir)['train']['steps'] == first
   assert sorted(os.listdir(workdir)) == ['config.json', 'config.resume-2.json',
                                          'config.resume-4.json']
+
+
+@pytest.mark.parametrize('fields,said,other', [
+    ({'model.layer_kinds': ('rope', 'none'), 'model.position.kind': 'alibi'},
+     "position.kind='alibi' is not read", ('model.position.kind', 'xl')),
+    ({'model.layer_rope_bases': (1e4, 1e6), 'model.position.rope.base': 500.0},
+     'rope.base=500 is not read', ('model.position.rope.base', 700.0)),
+    ({'model.position.rope.remap.window': 16}, 'remap.window=16 is read by the remap methods',
+     ('model.position.rope.remap.window', 32)),
+    ({'model.attention.kind': 'favor', 'model.attention.rope_mode': 'features',
+      'model.position.kind': 'none'}, 'rope_mode=features rotates the random features', None),
+])
+def test_a_setting_left_unread_by_the_other_fields_is_refused_unless_the_run_was_saved_with_it(
+    tmp_path, fields, said, other):
+  """A setting that another field makes unread (a kind beside layer_kinds, a base beside
+  layer_rope_bases, a remap option without its method, rope_mode=features without RoPE) is
+  refused for a new run; a run saved with it before it was refused is still evaluated,
+  resumed or continued (its own value, as it ran), and another value given now is refused."""
+  import kinds  # pylint: disable=import-outside-toplevel
+  config = test_config.get_config()
+  kinds.set_fields(config, fields)
+  with pytest.raises(errors.ConfigError, match=said):
+    resolve.check_fields(config)
+  saved = ml_collections.ConfigDict(config.to_dict())
+  resolve.check_fields(config, saved)  # An evaluation of the run saved with it.
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  saved_config.save(saved, str(workdir))
+  resolve.check_rerun(config, str(workdir))  # Its resume.
+  follower = ml_collections.ConfigDict(config.to_dict())
+  follower.init_from = str(workdir)
+  resolve.check_fields(follower, resolve._followed(follower, str(tmp_path / 'new')))  # pylint: disable=protected-access
+  if other:
+    kinds.set_fields(config, dict([other]))
+    with pytest.raises(errors.ConfigError, match='is not read|is read by'):
+      resolve.check_fields(config, saved)

@@ -15,7 +15,7 @@ from roformer import attention
 from roformer import errors
 from roformer import models
 from roformer import positions
-from roformer import resolve
+from roformer import config_checks
 from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
@@ -183,10 +183,10 @@ def test_the_capabilities_decide_the_config_checks():
     config.model.attention.update({'kind': 'favor', 'num_features': 16, 'chunk': 8,
                                    'redraw_interval': 0, 'rope_mode': 'qk'})
     if caps.linear_attention:
-      resolve._validate_attention(config, config.model)  # pylint: disable=protected-access
+      config_checks._validate_attention(config, config.model)  # pylint: disable=protected-access
     else:
       with pytest.raises(errors.ConfigError, match="cannot be used with attention.kind='favor'"):
-        resolve._validate_attention(config, config.model)  # pylint: disable=protected-access
+        config_checks._validate_attention(config, config.model)  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize('kind', kinds.ALL)

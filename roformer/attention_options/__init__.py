@@ -60,6 +60,13 @@ def enabled(att) -> list[AttentionOption]:
   return [o for o in OPTIONS.values() if att[o.field]]
 
 
+def unread(model_cfg) -> list[tuple[str, str]]:
+  """(field under config.model.attention, why) of the attention kind's settings that the
+  model leaves unread (its `unread`)."""
+  att = model_cfg.attention
+  return KINDS[att.kind].unread(model_cfg, att) if att.kind in KINDS else []
+
+
 def owners(field: str) -> list[tuple[str, Callable[[Any], bool]]]:
   """(the setting in words, whether config.model.attention `att` has it) of each kind or
   switch whose own field `field` is (none for `kind` and the switches themselves): a field

@@ -102,6 +102,13 @@ class AttentionKind:
   def reads(self) -> tuple[str, ...]:
     return tuple(self.specs)
 
+  def unread(self, model_cfg, att) -> list[tuple[str, str]]:
+    """(field under config.model.attention, why) of each of its settings that the model's
+    other fields leave unread; checked with the fields, where a value saved with a trained
+    run is kept. None by default."""
+    del model_cfg, att
+    return []
+
   def redraw_interval(self, att) -> int:
     """Steps between redraws of its random features (0: it has none, or never)."""
     del att

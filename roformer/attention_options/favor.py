@@ -207,12 +207,18 @@ class Favor(base.AttentionKind):
           f"'favor': {caps.logits_term or 'it needs the attention probabilities'}, and linear "
           f'attention never forms those logits. Fix: use one of {linear} with favor, or '
           'softmax attention.')
-    if att.rope_mode == 'features' and not caps.feature_rotation:  # fope, rope_id, xpos, none...
-      fit = [k for k in positions.kinds() if positions.capabilities(k).feature_rotation]
-      raise errors.ConfigError(
-          f'config.model.attention.rope_mode=features rotates the random features as RoPE '
-          f'rotates queries and keys, and position.kind={scheme.kind!r} has no such rotation '
-          f'(kinds that have: {", ".join(fit)}). Fix: --config.model.attention.rope_mode=qk.')
+
+  def unread(self, model_cfg, att) -> list[tuple[str, str]]:
+    """rope_mode=features for a kind without RoPE's rotation of the features (fope, rope_id,
+    xpos, none...): it would run as qk."""
+    scheme = positions.model_scheme(model_cfg)
+    if att.rope_mode != 'features' or scheme.capabilities.feature_rotation:
+      return []
+    fit = [k for k in positions.kinds() if positions.capabilities(k).feature_rotation]
+    return [('rope_mode', f'config.model.attention.rope_mode=features rotates the random '
+                          f'features as RoPE rotates queries and keys, and position.kind='
+                          f'{scheme.kind!r} has no such rotation (kinds that have: '
+                          f'{", ".join(fit)}). Fix: --config.model.attention.rope_mode=qk.')]
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     del cfg, rngs, dtype

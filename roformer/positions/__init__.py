@@ -33,7 +33,7 @@ from roformer.positions.registry import (bias_kinds, capabilities, capability_ta
                                          check_length_factor, combine, combined_kinds,
                                          default_fields, derive, field_specs, kinds_line,
                                          layer_config, layer_kinds, legacy_param_path,
-                                         length_scaling,
+                                         length_scaling, unread,
                                          may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, take_derived,
                                          take_filled, validate)

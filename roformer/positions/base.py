@@ -288,6 +288,16 @@ class PositionScheme:
         'drop it, or evaluate a kind with a context-extension scaling (docs/positions.md).')
 
   @classmethod
+  def unread(cls, cfg: ml_collections.ConfigDict,
+             model_cfg: ml_collections.ConfigDict) -> list[tuple[str, str]]:
+    """(option under config.model.position, why) of each of its options set away from its
+    default that the model's other fields leave unread (it would change nothing); checked
+    with the fields (resolve.check_fields), where a value saved with a trained run is kept.
+    None by default."""
+    del cfg, model_cfg
+    return []
+
+  @classmethod
   def factor_basis(cls, cfg: ml_collections.ConfigDict, trained: int) -> tuple[float, int]:
     """(the least factor, the length it stretches) of `length_factor` for a model trained on
     `trained` positions: eval.scale_rope_to_length sets the factor at length L to

@@ -113,23 +113,29 @@ class Composite(PositionScheme):
     cls._each('check_continuation', cfg, trained, seq_len, source)
 
   @classmethod
-  def length_factor(cls, cfg):
-    for part in cls.parts:
-      try:
-        return part.length_factor(cfg)
-      except errors.ConfigError:
-        continue
-    return super().length_factor(cfg)
-
-  @classmethod
-  def factor_basis(cls, cfg, trained):
+  def _scaled_part(cls, cfg):
+    """The first part with a context-extension factor, or None."""
     for part in cls.parts:
       try:
         part.length_factor(cfg)
+        return part
       except errors.ConfigError:
         continue
-      return part.factor_basis(cfg, trained)
-    return super().factor_basis(cfg, trained)
+    return None
+
+  @classmethod
+  def length_factor(cls, cfg):
+    part = cls._scaled_part(cfg)
+    return part.length_factor(cfg) if part else super().length_factor(cfg)
+
+  @classmethod
+  def factor_basis(cls, cfg, trained):
+    part = cls._scaled_part(cfg)
+    return part.factor_basis(cfg, trained) if part else super().factor_basis(cfg, trained)
+
+  @classmethod
+  def unread(cls, cfg, model_cfg):
+    return list(dict.fromkeys(u for part in cls.parts for u in part.unread(cfg, model_cfg)))
 
   @classmethod
   def remaps(cls, model_cfg):
@@ -179,6 +185,20 @@ def check_length_factor(model_cfg, saved_model_cfg) -> None:
         f'{field}={given} is set at each evaluated length by config.eval.scale_rope_to_length '
         f'(the model was trained with {saved}). Fix: drop --{field} to scale each length, or '
         f'drop --config.eval.scale_rope_to_length to evaluate every length at {given}.')
+
+
+def unread(model_cfg) -> list[tuple[str, str]]:
+  """(field under config.model.position, why) of each setting the model leaves unread: the
+  kind beside model.layer_kinds that does not name it, and each scheme's own (`unread`)."""
+  cfg = model_cfg.position
+  pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
+  out = []
+  if pattern and cfg.kind not in (DEFAULT_KIND, *pattern):  # Naming a layer's kind is harmless.
+    out.append(('kind', f'config.model.position.kind={cfg.kind!r} is not read: '
+                        f'config.model.layer_kinds={pattern} gives each layer its kind. Fix: '
+                        f'name {cfg.kind} in layer_kinds, or drop --config.model.position.kind '
+                        f'(its default is {DEFAULT_KIND!r}).'))
+  return out + model_scheme(model_cfg).unread(cfg, model_cfg)
 
 
 def layer_config(model_cfg, layer: int) -> ml_collections.ConfigDict:
@@ -414,11 +434,6 @@ def validate(model_cfg: ml_collections.ConfigDict, seq_len: int, causal: bool = 
   pattern = tuple(model_cfg.layer_kinds) if 'layer_kinds' in model_cfg else ()
   for i, layer_kind in enumerate(pattern):
     scheme(layer_kind, f'config.model.layer_kinds[{i}]')
-  if pattern and cfg.kind not in (DEFAULT_KIND, *pattern):  # Naming a layer's kind is harmless.
-    raise errors.ConfigError(
-        f'config.model.position.kind={cfg.kind!r} is not read: config.model.layer_kinds='
-        f'{pattern} gives each layer its kind. Fix: name {cfg.kind} in layer_kinds, or drop '
-        f'--config.model.position.kind (its default is {DEFAULT_KIND!r}).')
   cls = model_scheme(model_cfg)
   kind = cls.kind
   field = (f'config.model.layer_kinds={pattern}' if pattern else

@@ -219,14 +219,16 @@ def options_of(cfg) -> dict:
   return {name: cfg[name] for name in OPTIONS[cfg.method]}
 
 
-def check_unread(cfg, field: str = 'config.model.position.rope.remap') -> None:
-  """An option that `cfg`'s method does not read, set away from its default, would be
-  recorded as an override and change nothing: ConfigError naming the methods that read it."""
+def unread(cfg, field: str = 'config.model.position.rope.remap') -> list[tuple[str, str]]:
+  """(option, why) of each option that `cfg`'s method does not read, set away from its
+  default: it would be recorded as an override and change nothing."""
+  out = []
   for name, spec in SPECS.items():
     if name != 'method' and name not in OPTIONS[cfg.method] and cfg[name] != spec.default:
       readers = [m for m, read in OPTIONS.items() if name in read]
-      raise errors.ConfigError(
-          f'{field}.{name}={cfg[name]} is read by the remap method{"s" * (len(readers) > 1)} '
-          f'{", ".join(readers)}, and {field}.method is {cfg.method!r}, so it would change '
-          f'nothing. Fix: --{field}.method={readers[0]}, or drop it (its default is '
-          f'{spec.default}).')
+      out.append((name, f'{field}.{name}={cfg[name]} is read by the remap '
+                        f'method{"s" * (len(readers) > 1)} {", ".join(readers)}, and '
+                        f'{field}.method is {cfg.method!r}, so it would change nothing. Fix: '
+                        f'--{field}.method={readers[0]}, or drop it (its default is '
+                        f'{spec.default}).'))
+  return out

@@ -345,6 +345,22 @@ class Rotary(base.PositionScheme):
     return 'rope.scaling.factor'
 
   @classmethod
+  def unread(cls, cfg, model_cfg):
+    """The base beside model.layer_rope_bases (which gives each layer its own), and the
+    remap's options that its method does not read."""
+    r = cfg.rope
+    bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
+    default = Rotary.options['rope']['base'].default
+    out = [('rope.remap.' + name, why) for name, why in remap.unread(r.remap)]
+    if bases and r.base != default:
+      out.append(('rope.base', f'config.model.position.rope.base={r.base:g} is not read: '
+                               f'config.model.layer_rope_bases={bases} gives each layer its '
+                               f'base. Fix: put {r.base:g} in layer_rope_bases, or drop '
+                               f'--config.model.position.rope.base (its default is '
+                               f'{default:g}).'))
+    return out
+
+  @classmethod
   def factor_basis(cls, cfg, trained):
     """A model trained with a scaling keeps its factor, stretching its original length."""
     sc = cfg.rope.scaling
@@ -366,14 +382,6 @@ class Rotary(base.PositionScheme):
   @classmethod
   def validate(cls, cfg, model_cfg, seq_len, causal):
     r = cfg.rope
-    bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
-    default = Rotary.options['rope']['base'].default
-    if bases and r.base != default:
-      raise errors.ConfigError(
-          f'config.model.position.rope.base={r.base:g} is not read: config.model.'
-          f'layer_rope_bases={bases} gives each layer its base. Fix: put {r.base:g} in '
-          f'layer_rope_bases, or drop --config.model.position.rope.base (its default is '
-          f'{default:g}).')
     head_dim = base.head_dim(model_cfg)
     rotary_dim = _validate_rotation(
         head_dim, f'head_dim {model_cfg.d_model}/{model_cfg.num_heads} =', r)
@@ -415,7 +423,6 @@ def check_remap_length(model_cfg, trained: int, trained_field: str) -> None:
 def _validate_remap(cls, cfg, model_cfg, causal: bool) -> None:
   """A distance remap needs causal attention over RoPE's logits, which it computes itself (and
   a softmax over them: roformer/attention_options' `check_kind`), and no option it ignores."""
-  remap.check_unread(cfg)
   if cfg.method == 'none':
     return
   field = 'config.model.position.rope.remap.method'
