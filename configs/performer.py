@@ -21,7 +21,7 @@ def get_config(arg: str = 'rope'):
   unknown = [p for p in parts if p not in kinds and p not in ('qk', 'features')]
   if unknown or len(kinds) > 1:
     raise ValueError(f'configs/performer.py:{arg}: give one position kind (rope, none, '
-                     "sinusoidal, learned) and optionally 'features' or 'qk'.")
+                     "sinusoidal, learned) and optionally 'qk', or 'features' with rope.")
   config = lm.get_config(kinds[0] if kinds else 'rope')
   config.model.attention.kind = 'favor'
   config.model.attention.rope_mode = 'features' if 'features' in parts else 'qk'

@@ -116,7 +116,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
           f'would skip tokens. Fix: --config.eval.stride={shortest} or less (0: half of each '
           'length).')
   if config.eval.scale_rope_to_length:  # The scheme's factor to set, or its refusal.
-    positions_lib.model_scheme(m).length_factor(m.position)
+    positions_lib.length_scaling(m, (trained or trained_positions(config))[0])
   sharding.rules_from_config(config.mesh)
   if num_data_parallel is not None:
     # Each micro-batch is split over the devices.

@@ -119,7 +119,8 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
                              'with such a factor.')
   factor = float(factor)
   if kind == 'linear':  # max_position_embeddings is the interpolated length.
-    return {'kind': 'linear', 'factor': factor}, max(1, int(max_len / factor))
+    trained = max(1, int(max_len / factor))  # The length the factor stretches.
+    return {'kind': 'linear', 'factor': factor, 'original_length': trained}, trained
   if kind == 'dynamic':  # transformers grows the base from max_position_embeddings.
     return {'kind': 'dynamic', 'factor': factor, 'original_length': max_len}, max_len
   if kind == 'llama3':

@@ -260,7 +260,16 @@ def write(tensors: dict[str, np.ndarray], directory: str) -> None:
   """model.safetensors (float32) in `directory`, with the permissions of any file written
   here (safetensors' save_file makes it readable by its owner alone)."""
   from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
-  data = safetensors_numpy.save({k: np.ascontiguousarray(v) for k, v in tensors.items()},
-                                metadata={'format': 'pt'})
-  with open(os.path.join(directory, 'model.safetensors'), 'wb') as f:
-    f.write(data)
+  path = os.path.join(directory, 'model.safetensors')
+  safetensors_numpy.save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path,
+                              metadata={'format': 'pt'})
+  os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+  """The process's umask, read without setting it (Linux: /proc; elsewhere, the common 022)."""
+  try:
+    with open('/proc/self/status', encoding='ascii') as f:
+      return next(int(line.split()[1], 8) for line in f if line.startswith('Umask:'))
+  except (OSError, StopIteration, ValueError):
+    return 0o022

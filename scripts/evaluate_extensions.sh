@@ -18,7 +18,8 @@
 # and DCA's local window kept below it (their papers' proportions at 4k-8k;
 # roformer/positions/remap.py); Self-Extend's groups (8, the paper's) and leaky ReRoPE's k (16)
 # grow where the longest length's distances would otherwise pass the trained length. Pass
-# --config overrides after WORKDIR to change them.
+# --config overrides after WORKDIR to change them: a remap option reaches only the method that
+# reads it, a scaling field only the scalings.
 set -euo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # The comment above, as its help.
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0
@@ -58,18 +59,30 @@ PY=${PYTHON:-python}
 multipliers=${MULTIPLIERS:-1,2,4,8}
 # The trained length, STRING's local window, Self-Extend's groups and leaky ReRoPE's k, or one
 # line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
-read -r trained local_window group leaky_k < <($PY - "$root" "$workdir" "$multipliers" <<'PYTHON'
+# Then each remap method's options, METHOD=OPTION,OPTION (the flags given after WORKDIR reach
+# only the variants that read them).
+{ read -r trained local_window group leaky_k; read -r -a method_options; } < <(
+  $PY - "$root" "$workdir" "$multipliers" "$variants" <<'PYTHON'
 import math, sys
 sys.path.insert(0, sys.argv.pop(1))
 from roformer import cli, errors, positions, saved_config
+from roformer.positions import remap
 
-def options(workdir, multipliers):
+def options(workdir, multipliers, variants):
   c = saved_config.load(workdir)
-  if not any('rope' in kind.split('+') for kind in positions.layer_kinds(c.model)):
+  layers = positions.layer_kinds(c.model)
+  wanted = set(variants.split())
+  scalings, remaps = wanted & {'linear', 'ntk', 'yarn', 'llama3', 'dynamic'}, wanted & set(remap.OPTIONS)
+  why = ("RoPE's scalings need RoPE in the position kind" if scalings and not any(
+      'rope' in kind.split('+') for kind in layers) else
+         'the remaps need layers of plain rope (not combined with a bias, not xpos)'
+         if remaps and 'rope' not in layers else '')
+  if why:
     raise errors.ConfigError(
-        f'{workdir} is a model with position.kind={c.model.position.kind!r}: this script '
-        "evaluates RoPE's scalings and remaps. Fix: give it a RoPE run (position.kind=rope, or "
-        'a layout with rope layers); eval.py evaluates any run.')
+        f'{workdir} is a model with position.kind={c.model.position.kind!r}'
+        + (f' (layers {sorted(set(layers))})' if c.model.get('layer_kinds') else '')
+        + f': {why}. Fix: VARIANTS=plain' + ('' if remaps else ' and the scalings')
+        + ', or a RoPE run; eval.py evaluates any run.')
   try:
     longest = c.data.seq_len * max(int(m) for m in multipliers.split(','))
   except ValueError:
@@ -82,10 +95,27 @@ def options(workdir, multipliers):
   half = t // 2  # Leaky ReRoPE: W + (N - 1 - W) / k below t.
   k = max(16, math.ceil((longest - 1 - half) / max(t - 1 - half, 1)))
   print(t, c.model.position.rope.remap.local_window, group, k)
+  print(' '.join(f'{m}={",".join(o)}' for m, o in remap.OPTIONS.items() if o))
 
 cli.guard(options)(*sys.argv[1:])
 PYTHON
 ) || exit 1
+if [[ -z ${trained:-} ]]; then exit 1; fi  # The error line is out already.
+declare -A reads
+for entry in "${method_options[@]}"; do reads[${entry%%=*}]=,${entry#*=},; done
+given() {  # given VARIANT: the flags after WORKDIR that VARIANT reads (a remap option only its
+  # method's; a scaling field only the scalings').
+  local arg name
+  for arg in "${@:2}"; do
+    if [[ $arg == --config.model.position.rope.remap.* ]]; then
+      name=${arg#--config.model.position.rope.remap.}; name=${name%%=*}
+      [[ ${reads[$1]:-} == *",$name,"* ]] || continue
+    elif [[ $arg == --config.model.position.rope.scaling.* ]]; then
+      [[ " linear ntk yarn llama3 dynamic " == *" $1 "* ]] || continue
+    fi
+    printf '%s\0' "$arg"
+  done
+}
 half=$((trained / 2)) quarter=$((trained / 4))
 # STRING's local window must stay below its shift, and DCA's fit with its chunk in the trained
 # length: a short model's half is not above the default window, which then takes a quarter.
@@ -118,9 +148,10 @@ for variant in $variants; do
   echo "=== $variant -> $workdir/$out"
   # eval.py's errors pass through as they come, and are read once it ends: its refusal to
   # replace $out names --out, which this script sets itself.
+  mapfile -d '' -t passed < <(given "$variant" "$@")
   if ! { $PY "$root/eval.py" --workdir "$workdir" --splits=validation --out "$out" \
-      "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} "$@" \
-      2>&1 1>&3 3>&- | tee "$errors" >&2; } 3>&1; then
+      "--config.eval.length_multipliers=$multipliers" ${flags[@]+"${flags[@]}"} \
+      ${passed[@]+"${passed[@]}"} 2>&1 1>&3 3>&- | tee "$errors" >&2; } 3>&1; then
     if grep -q -- '--out=' "$errors"; then
       echo "(evaluate_extensions.sh: to keep $out, TAG=NAME writes eval_results.NAME.VARIANT.json" \
         "instead; --replace replaces it.)" >&2
@@ -128,4 +159,4 @@ for variant in $variants; do
     exit 1
   fi
 done
-echo "table: python scripts/extension_table.py $workdir${tag:+ --tag $tag}"
+echo "table: python $root/scripts/extension_table.py $workdir${tag:+ --tag $tag}"

@@ -7,9 +7,9 @@
 #   bash scripts/hf_workflow.sh /tmp/hf_runs docs/results/hf_workflow_2026-11-29/records
 #
 # RUNS (new) holds the runs; RECORDS receives what the page's tables and links read: each run's
-# config.json, the import's hf_config.json and eval_*.json files, the continued run's
-# metrics.jsonl, and steps.json (each step's command and seconds, the commit and the date).
-# About 15 minutes on 2 CPU cores. The page's tables are scripts/extension_table.py's output on
+# config.json and metrics.jsonl (the stand-in's in stand_in/), the import's hf_config.json and
+# eval_*.json files, and steps.json (each step's command, quoted as a shell reads it, and its
+# seconds, the commit and the date). About 16 minutes on 2 CPU cores. The page's tables are scripts/extension_table.py's output on
 # RECORDS/imported and RECORDS/imported_yarn.
 set -euo pipefail
 if (($# != 2)); then
@@ -34,7 +34,7 @@ step() {  # step NAME COMMAND...: runs it, timed, and notes it in $steps.
   echo "=== $name: $*"
   start=$EPOCHREALTIME
   "$@"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$start" "$EPOCHREALTIME" "$*" >> "$steps"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$start" "$EPOCHREALTIME" "$(printf '%q ' "$@")" >> "$steps"
 }
 mixture="{'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}}"
 step train $PY train.py --config configs/lm.py:llama --workdir "$runs/shakespeare-llama" \
@@ -54,7 +54,8 @@ step continue $PY train.py --config "configs/continued.py:$runs/imported" \
   --config.model.position.rope.scaling.kind=yarn --config.model.position.rope.scaling.factor=4
 step continued_eval $PY eval.py --workdir "$runs/imported_yarn" \
   --config.eval.length_multipliers=1,2 --config.eval.max_batches=4
-mkdir -p "$records/imported" "$records/imported_yarn"
+mkdir -p "$records/stand_in" "$records/imported" "$records/imported_yarn"
+cp "$runs"/shakespeare-llama/{config.json,metrics.jsonl} "$records/stand_in/"
 cp "$runs"/imported/{config.json,hf_config.json} "$runs"/imported/eval_*.json "$records/imported/"
 cp "$runs"/imported_yarn/{config.json,metrics.jsonl,eval_results.json} "$records/imported_yarn/"
 $PY - "$steps" "$records/steps.json" <<'PYTHON'
@@ -62,7 +63,8 @@ import json, subprocess, sys, time
 steps = []
 for line in open(sys.argv[1]):
   name, start, end, command = line.rstrip('\n').split('\t')
-  steps.append({'step': name, 'seconds': round(float(end) - float(start), 1), 'command': command})
+  steps.append({'step': name, 'seconds': round(float(end) - float(start), 1),
+                'command': command.rstrip()})
 commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
                         check=False).stdout.strip()
 with open(sys.argv[2], 'w') as f:

@@ -83,11 +83,13 @@ def main(argv):
     print(first_steps(args.runs, cli.int_list('steps', args.steps.split(','))))
     return
   config = config_args.load(args.config, [tuple(f.split('=', 1)) for f in args.fields])
+  if args.seq_len:
+    config.data.seq_len = args.seq_len
   with config.unlocked():  # What a run derives from its length (FoPE's clipping), as train.py.
     positions.derive(config.model, resolve.trained_positions(config)[0])
   resolve.validate(config)
   m = config.model
-  seq_len = args.seq_len or config.data.seq_len
+  seq_len = config.data.seq_len
   print(f'{args.config} {" ".join(args.fields)}: d_model {m.d_model}, {m.num_layers} layers, '
         f'vocabulary {m.vocab_size} (ln V = {math.log(m.vocab_size):.2f}), tied '
         f'{m.tie_embeddings}; {args.batch} x {seq_len} uniform ids, seeds 0-{args.seeds - 1}')

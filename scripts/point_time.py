@@ -77,11 +77,13 @@ def check_values(args, field: str, values: list[str]) -> None:
       raise errors.ConfigError(f'--set={text!r} is not FIELD=VALUE. Fix: e.g. '
                                '--set train.steps=100.')
     sets.append((name, value))
-  for value in values:
-    try:
-      resolve.validate(config_args.load(args.config, [*sets, (field, value)]))
-    except errors.ConfigError as e:
-      raise errors.ConfigError(f'--vary {field}={value}: {e}') from None
+  with tempfile.TemporaryDirectory() as tmp:
+    for value in values:  # As train.py checks a new run (a continuation's source read too).
+      try:
+        resolve.check_rerun(config_args.load(args.config, [*sets, (field, value)]),
+                            os.path.join(tmp, 'run'))
+      except errors.ConfigError as e:
+        raise errors.ConfigError(f'--vary {field}={value}: {e}') from None
 
 
 def phases(log: str) -> dict[str, float]:

@@ -472,3 +472,23 @@ def test_the_benchmark_times_the_model_a_run_would_train(monkeypatch):
   with pytest.raises(Stop):
     benchmark.main(args)
   assert built[0].model.position.fope.clip_length == built[0].data.seq_len > 0
+
+
+def test_point_time_checks_a_continuation_as_train_py_does(tmp_path, monkeypatch):
+  """A continuation's config takes what it needs from its source before its checks (YaRN's
+  original length), as train.py's do: the pre-check accepts what train.py trains."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  from scripts import point_time  # pylint: disable=import-outside-toplevel
+  source = tmp_path / 'source'
+  source.mkdir()
+  saved_config.save(config_args.load_file('configs/test.py'), str(source))
+  started = []
+  monkeypatch.setattr(point_time, 'one_run', lambda *a: started.append(a[2]) or {
+      'value': a[2], 'wall_s': 1.0, 'phases': {}})
+  args = point_time.parser().parse_args([
+      f'--config=configs/continued.py:{source}', '--vary=train.compile_ahead=off,on',
+      '--set=model.position.rope.scaling.kind=yarn', '--set=model.position.rope.scaling.factor=4',
+      '--rounds=1'])
+  point_time.main(args)
+  assert started == ['off', 'on']

@@ -533,7 +533,7 @@ def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_leng
       timeout=120, check=False)
   done = run(workdir, VARIANTS='self_extend leaky_rerope plain', TAG='eight')
   assert done.returncode == 0, done.stderr
-  assert done.stdout.strip().endswith(f'extension_table.py {workdir} --tag eight')
+  assert done.stdout.strip().endswith(f'scripts/extension_table.py {workdir} --tag eight')
   flags = [dict(f[len('--config.model.position.rope.remap.'):].split('=') for f in line.split()
                 if f.startswith('--config.model.position.rope.remap.'))
            for line in calls.read_text().splitlines()]
@@ -549,11 +549,21 @@ def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_leng
     assert remap.relative_distances(method, 8 * 64, **fewer).max() > 63, (method, fewer)
   done = run(workdir, '--out=eval_results.mine.json')
   assert done.returncode == 2 and "--out=eval_results.mine.json: the script names" in done.stderr
-  config.model.position.kind = 'alibi'
-  saved_config.save(config, str(workdir))
-  done = run(workdir)
-  assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
-  assert "position.kind='alibi': this script evaluates RoPE's" in done.stderr
+  calls.unlink()  # A remap option given after WORKDIR reaches only the method that reads it.
+  group, beta = ('--config.model.position.rope.remap.group_size=16',
+                 '--config.model.position.rope.scaling.beta=16')
+  assert run(workdir, group, beta, VARIANTS='plain self_extend yarn rerope').returncode == 0
+  given = [{f for f in line.split() if f in (group, beta)}
+           for line in calls.read_text().splitlines()]
+  assert given == [set(), {group}, {beta}, set()], given
+  for kind, variants, said in (('alibi', 'plain yarn', "RoPE's scalings need RoPE"),
+                               ('rope+fox', 'plain rerope', 'the remaps need layers of plain rope')):
+    config.model.position.kind = kind
+    saved_config.save(config, str(workdir))
+    done = run(workdir, VARIANTS=variants)
+    assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+    assert f"position.kind='{kind}': {said}" in done.stderr, done.stderr
+  assert run(workdir, VARIANTS='plain yarn').returncode == 0  # rope+fox has RoPE's scalings.
 
 
 def test_plot_curves_names_an_unwritable_kind_and_a_metric_no_record_holds(tmp_path):

@@ -161,7 +161,7 @@ def test_a_misspelt_kind_is_refused_with_the_closest_kind_named():
     ('none+fox', r"'none' gives no position signal for the bias to add to: fox alone is that "
                  r'model\. Fix: .*A another kind than none'),
     ('fox+fox', r"'fox' is itself a bias only: fox alone is its bias"),
-    ('rope+alibi', r"'alibi' adds no bias of its own to another kind's logits"),
+    ('rope+alibi', r"only \['fox'\] can be added to another kind \(B in A\+B\), not 'alibi'"),
     ('nope', r"did you mean 'none'\? NoPE is position.kind=none"),
     ('stick_breaking', r'stick_breaking is a value of config.model.attention.kind: '
                        r'--config.model.attention.kind=stick_breaking'),

@@ -178,3 +178,17 @@ def test_a_factor_given_with_scaling_to_length_is_refused():
                      r'--config.model.position.rope.scaling.factor .*or drop '
                      r'--config.eval.scale_rope_to_length'):
     positions.check_length_factor(given, saved)
+
+
+def test_a_factor_without_the_length_it_stretches_is_refused_when_scaling_to_length():
+  """A linear factor of 4 with no original_length stretches data.seq_len in an imported
+  checkpoint and a quarter of it in a run trained from scratch at that factor: the saved config
+  cannot tell, so scaling to length is refused, naming both values (an import now records
+  its length)."""
+  m = _model('rope', rope__scaling__kind='linear', rope__scaling__factor=4.0)
+  with pytest.raises(errors.ConfigError, match=r'original_length=0\)\. Fix: .*original_length=N: '
+                     r'the trained length 64 for a checkpoint that stretches it, 16 for one '
+                     r'trained from scratch'):
+    positions.length_scaling(m, 64)
+  m.position.rope.scaling.original_length = 16
+  assert positions.length_scaling(m, 64) == ('rope.scaling.factor', 4.0, 16)

@@ -32,7 +32,7 @@ def scheme(kind: str, field: str = 'config.model.position.kind') -> type[Positio
   text = str(kind)
   first, plus, second = text.partition('+')
   if plus and first in _REGISTRY and second in _REGISTRY:  # Known parts, not combinable.
-    why = (f"{second!r} adds no bias of its own to another kind's logits"
+    why = (f'only {bias_kinds()} can be added to another kind (B in A+B), not {second!r}'
            if second not in bias_kinds() else
            f'{first!r} is itself a bias only: {second} alone is its bias'
            if first in bias_kinds() else
@@ -506,8 +506,7 @@ def capability_table() -> str:
   for kind in kinds():
     cls, caps = scheme(kind), capabilities(kind)
     favor = ('no' if not caps.linear_attention else
-             'rope_mode qk or features' if caps.feature_rotation else
-             'rope_mode qk' if caps.rotary else 'yes')
+             'rope_mode qk or features' if caps.feature_rotation else 'rope_mode qk')
     longer = ('yes' if cls.max_length.__func__ is PositionScheme.max_length.__func__ else
               'within the lengths its parameters cover')
     lines.append(f'| `{kind}` | ' + ' | '.join(

@@ -362,8 +362,17 @@ class Rotary(base.PositionScheme):
 
   @classmethod
   def factor_basis(cls, cfg, trained):
-    """A model trained with a scaling keeps its factor, stretching its original length."""
-    sc = cfg.rope.scaling
+    """A model trained with a scaling keeps its factor, stretching its original length. A
+    factor above 1 without that length is refused: a checkpoint imported with linear at 4
+    stretches its data.seq_len, a run trained from scratch at factor 4 a quarter of it."""
+    sc, field = cfg.rope.scaling, 'config.model.position.rope.scaling'
+    if sc.factor > 1 and not sc.original_length:
+      raise errors.ConfigError(
+          f'config.eval.scale_rope_to_length sets {field}.factor from the length the factor '
+          f'stretches, and the model, with factor={sc.factor:g}, does not say it ('
+          f'{field}.original_length=0). Fix: --{field}.original_length=N: the trained '
+          f'length {trained} for a checkpoint that stretches it, {trained / sc.factor:g} for one '
+          'trained from scratch at that factor.')
     return float(sc.factor), int(sc.original_length) or trained
 
   @classmethod
