@@ -81,7 +81,7 @@ def main(args):
     raise errors.ConfigError(
         f'{path} holds {lost}, which this evaluation would replace. Fix: --out='
         f'{args.out.removesuffix(".json")}.NAME.json to keep both, or --replace.')
-  results = evaluate.evaluate_resolved(run)
+  results = evaluate.evaluate_resolved(run, os.path.basename(args.out))
   print(evaluate.format_results(results))
   files.write_json_atomic(path, with_earlier_scores(path, results))
   print(f'wrote {path}')

@@ -18,6 +18,7 @@ from roformer import models
 from roformer import positions as positions_lib
 from roformer import self_attention
 from roformer import sharding
+from roformer import tasks
 from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
@@ -62,6 +63,13 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
   data.seq_len must not lift them); by default `trained_positions(config)`. `on_device`: also
   what the device this process runs on allows (False: no JAX backend is started)."""
   m, t, d = config.model, config.train, config.data
+  lengths = tuple(config.eval.length_multipliers)
+  if tasks.per_example(config) and lengths != (1,) and lengths != config_schema.default_config(
+      ).eval.length_multipliers:  # Set by hand: it would be ignored.
+    raise errors.ConfigError(
+        f'config.eval.length_multipliers={lengths}: a {m.type} scores each example at '
+        'data.seq_len, not at multiples of it. Fix: drop it; to score at another length, '
+        '--config.data.seq_len=N --out eval_results.N.json.')
   if m.d_model % m.num_heads:
     raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
                              f'config.model.num_heads={m.num_heads}. Fix: change one of them.')

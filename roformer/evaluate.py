@@ -14,6 +14,7 @@ from jax.experimental import multihost_utils
 from roformer import compile_ahead
 from roformer import config_schema
 from roformer import errors
+from roformer import files
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
@@ -245,11 +246,13 @@ def evaluate_workdir(config: ml_collections.ConfigDict, workdir: str,
   return evaluate_resolved(resolve.for_evaluation(config, workdir, step, splits))
 
 
-def evaluate_resolved(run: resolve.Run) -> dict:
+def evaluate_resolved(run: resolve.Run, results_name: str = 'eval_results.json') -> dict:
   """evaluate_workdir's results for the evaluation `run` that resolve.for_evaluation checked:
-  its model built and its checkpoint restored."""
+  its model built and its checkpoint restored. `results_name`: the file they go to (eval.py's
+  --out), which names the translations beside them."""
   trainer = trainer_lib.Trainer(run.config, run.mesh)
-  return evaluate_run(run, trainer, trainer_lib.restore_params(trainer, run.workdir, run.step))
+  return evaluate_run(run, trainer, trainer_lib.restore_params(trainer, run.workdir, run.step),
+                      results_name)
 
 
 def results_header(run: resolve.Run) -> dict:
@@ -282,10 +285,13 @@ def results_header(run: resolve.Run) -> dict:
 _AFTER_SCORES = ('data', 'train_data_changed', 'length_factor')
 
 
-def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict:
+def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,
+                 results_name: str = 'eval_results.json') -> dict:
   """What evaluate_workdir returns, for the resolved evaluation `run` with `params` (its
   checkpoint's) and `trainer` (built for its model: a training process passes its own, whose
-  evaluation programs are compiled already)."""
+  evaluation programs are compiled already). A translation's decoded test split goes to
+  translations/test-stepN[.NAME].{hyp,ref}.txt, NAME from `results_name`
+  (eval_results.NAME.json), so that a variant's evaluation keeps the plain one's files."""
   config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
                                                run.tokenizer)
   step, saved, splits = run.step, run.saved, run.splits
@@ -357,11 +363,13 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params) -> dict
                                               limit=config.eval.bleu_sentences_test)
       out_dir = os.path.join(workdir, 'translations')
       os.makedirs(out_dir, exist_ok=True)
+      variant = results_name.removesuffix('.json').removeprefix('eval_results')
       for name, lines in (('hyp', hyps), ('ref', refs)):
-        with open(os.path.join(out_dir, f'{split}-step{step}.{name}.txt'), 'w',
-                  encoding='utf-8') as f:
-          f.write(''.join(line.replace('\n', ' ') + '\n' for line in lines))
+        files.write_text_atomic(
+            os.path.join(out_dir, f'{split}-step{step}{variant}.{name}.txt'),
+            ''.join(line.replace('\n', ' ') + '\n' for line in lines))
       results['splits'][split].update(scores)
+      results['splits'][split]['hypotheses'] = f'translations/{split}-step{step}{variant}.hyp.txt'
     elif not synthetic.task_name(split_config.data):
       results['splits'][split]['unigram_loss'] = unigram_baseline(
           tokenizer, _source_of(sources['train'], split), source, split_config.data.text_key)
@@ -457,5 +465,6 @@ def format_results(results: dict) -> str:
     if 'bleu' in r:
       lines.append(f"{split:<{w}} {r['direction']}: BLEU {r['bleu']:.2f} (copying the source: "
                    f"{r['copy_source_bleu']:.2f}), chrF {r['chrf']:.2f} on {r['sentences']} "
-                   f"sentences  [{r['bleu_signature']}]")
+                   f"sentences  [{r['bleu_signature']}]"
+                   + (f"; hypotheses in {r['hypotheses']}" if 'hypotheses' in r else ''))
   return '\n'.join(lines)

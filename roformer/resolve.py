@@ -1,13 +1,14 @@
 """From a config and a workdir to a resolved run: every check, once, in one place.
 
 `validate(config)` holds a config's fields to their specs (`check_fields`) and to each other
-(`check_relations`), from roformer/config_checks.py and re-exported here. `for_training` and `for_evaluation` run the checks in the order their
-inputs become known (the fields alone; then, for a warm start from `config.init_from`, the
-settings taken from its source; the fields against each other and the mesh; the workdir and the
-saved run; the source run; the data against the model) and open what the run needs. Whatever
-they return is checked: the training loop (`roformer.loop`) and evaluation
-(`roformer.evaluate`) consume it and check nothing again. Every check raises one ConfigError
-naming the field or file and the fix, before anything is compiled.
+(`check_relations`), from roformer/config_checks.py and re-exported here. `for_training` and
+`for_evaluation` run the checks in the order their inputs become known (the fields alone;
+then, for a warm start from `config.init_from`, the settings taken from its source; the
+fields against each other and the mesh; the workdir and the saved run; the source run; the
+data against the model) and open what the run needs. Whatever they return is checked: the
+training loop (`roformer.loop`) and evaluation (`roformer.evaluate`) consume it and check
+nothing again. Every check raises one ConfigError naming the field or file and the fix,
+before anything is compiled.
 """
 
 import dataclasses
@@ -22,8 +23,9 @@ from jax.sharding import Mesh
 from roformer import attention_options
 from roformer import checkpoint as checkpoint_lib
 from roformer import config_schema
-from roformer.config_checks import (check_fields, check_relations, trained_positions,  # pylint: disable=unused-import
-                                     validate)  # Re-exported: resolution runs them, callers read them here.
+# Re-exported: resolution runs them, and callers read them here.
+from roformer.config_checks import (  # pylint: disable=unused-import
+    check_fields, check_relations, trained_positions, validate)
 from roformer import errors
 from roformer import model_types
 from roformer import positions as positions_lib
@@ -329,6 +331,12 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let that run save one first.')
+  for name in ('tokenizer', 'vocab_size'):  # The run takes the source's tokenizer whole.
+    if config.data[name] != saved.data[name]:
+      raise errors.ConfigError(
+          f'config.data.{name}={config.data[name]!r}, but the run takes its tokenizer from '
+          f'config.init_from={config.init_from!r} (its ids are the rows of the weights taken '
+          f'over), made with data.{name}={saved.data[name]!r}. Fix: drop the override.')
   if not model_types.of(config.model).continues:  # Fine-tuning: the pretrained encoder.
     diffs = saved_config.differences(_encoder_fields(saved.model),
                                      _encoder_fields(config.model), 'model')

@@ -107,7 +107,14 @@ def _refuse_lost_tokenizer(config, workdir: str) -> None:
 
 def _restore_tokenizer_fix(config, path: str) -> str:
   """How to put back a run's damaged tokenizer.model: its checkpoints' ids belong to exactly
-  the tokenizer it was trained with, which train.py copied from the dataset's cache."""
+  the tokenizer it was trained with, which train.py copied from the dataset's cache, or from
+  the run it started from (config.init_from), whose tokenizer it took."""
+  source_run = config.get('init_from')
+  if source_run:
+    kept, _ = vocabularies.kept(source_run)
+    return (f"copy it back from the run it started from (cp '{kept}' '{path}')" if kept else
+            f'copy it back from a copy of {source_run}, the run it started from, whose '
+            'tokenizer it took')
   try:
     name = config.data.tokenizer
     cached = (pipeline.tokenizer_path(config.data) if vocabularies.kind(name) ==

@@ -167,6 +167,18 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   assert 'model.position.rope' not in str(e.value)
 
 
+@pytest.mark.parametrize('field,value', [('tokenizer', 'bytes'), ('vocab_size', 2000)])
+def test_a_tokenizer_override_beside_init_from_is_refused(pretrained, data_dir, field, value):
+  """The run takes the pretrained run's tokenizer whole (its ids are the embedding's rows):
+  another tokenizer or size was saved as if applied and ignored; it is refused."""
+  mlm_dir, _ = pretrained
+  cfg = classify_config(data_dir, init_from=mlm_dir)
+  cfg.data[field] = value
+  with pytest.raises(errors.ConfigError, match=rf'config.data.{field}={value!r}, but the run '
+                     r'takes its tokenizer from config.init_from=.*Fix: drop the override'):
+    resolve.check_init_from(cfg)
+
+
 def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
   cfg = classify_config(data_dir)
   workdir = str(tmp_path / 'rt')

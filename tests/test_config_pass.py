@@ -267,3 +267,15 @@ def test_a_setting_left_unread_by_the_other_fields_is_refused_unless_the_run_was
     kinds.set_fields(config, dict([other]))
     with pytest.raises(errors.ConfigError, match='is not read|is read by'):
       resolve.check_fields(config, saved)
+
+
+def test_a_classifier_refuses_lengths_it_would_not_score():
+  """A classifier scores each example at data.seq_len: eval.length_multipliers set by hand
+  would be recorded and ignored, so it is refused naming the way to score another length."""
+  from configs import classify  # pylint: disable=import-outside-toplevel
+  config = classify.get_config()
+  resolve.validate(config)
+  config.eval.length_multipliers = (1, 2)
+  with pytest.raises(errors.ConfigError, match=r'length_multipliers=\(1, 2\): a classifier scores '
+                     r'each example at data.seq_len.*--config.data.seq_len=N --out'):
+    resolve.validate(config)

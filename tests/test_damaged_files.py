@@ -158,3 +158,19 @@ def test_a_damaged_embedded_corpus_names_the_file_and_the_reinstall(tmp_path, mo
       pipeline.load_sources(cfg)
     shutil.copy(installed / play.relative_to(copy), play)  # What the reinstall puts back.
   assert len(pipeline.load_sources(cfg)['train']) > 500
+
+
+def test_a_lost_tokenizer_of_a_run_that_took_its_source_s_is_restored_from_that_source(tmp_path):
+  """A fine-tuned or continued run (config.init_from) took its tokenizer from the run it
+  started from, not from its own dataset's cache: the fix names that run's copy."""
+  from configs import test as test_config  # pylint: disable=import-outside-toplevel
+  from roformer import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  source = tmp_path / 'mlm'
+  source.mkdir()
+  (source / 'tokenizer.model').write_bytes(b'')
+  config = test_config.get_config()
+  config.init_from = str(source)
+  lost = str(tmp_path / 'rt' / 'tokenizer.model')
+  fix = workdir_lib._restore_tokenizer_fix(config, lost)  # pylint: disable=protected-access
+  assert fix == (f"copy it back from the run it started from (cp '{source}/tokenizer.model' "
+                 f"'{lost}')")

@@ -70,7 +70,17 @@ def test_eval_decodes_and_writes_translations(trained):
   # The score is sacreBLEU of exactly these files.
   assert metrics.bleu_and_chrf(hyps, refs)['bleu'] == pytest.approx(test['bleu'])
   assert 0.0 <= test['copy_source_bleu'] < 10.0  # English copied as German scores near 0.
+  assert test['hypotheses'] == 'translations/test-step4.hyp.txt'
   json.dumps(results)  # Serialisable for eval_results.json.
+  # A variant written to eval_results.b3.json (3 sentences) keeps the plain files whole.
+  cfg.eval.bleu_sentences_test = 3
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  variant = evaluate.evaluate_resolved(resolve.for_evaluation(cfg, workdir),
+                                       'eval_results.b3.json')
+  assert variant['splits']['test']['hypotheses'] == 'translations/test-step4.b3.hyp.txt'
+  with (open(hyp, encoding='utf-8') as f,
+        open(hyp.replace('.hyp', '.b3.hyp'), encoding='utf-8') as g):
+    assert len(f.read().splitlines()) == 8 and len(g.read().splitlines()) == 3
 
 
 def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tmp_path):
