@@ -35,6 +35,9 @@ def get_config(arg: str = 'rope'):
     config.train.update(batch_size=256, steps=100_000, learning_rate=7e-4, warmup_steps=4000,
                         schedule='rsqrt', eval_every=5000, checkpoint_every=5000)
   unknown = [p for p in parts if p not in kinds and p != 'base']
+  if len(kinds) > 1:  # One run trains one kind; a sweep compares them.
+    raise ValueError(f'configs/translate.py:{arg}: one position kind a run, not {kinds}. Fix: '
+                     f'train each apart (configs/translate.py:{kinds[0]}, ...:{kinds[1]}).')
   if unknown:
     raise ValueError(f'configs/translate.py:{arg}: unknown parts {unknown}; use position kinds '
                      f'{positions.kinds()} and/or "base".')

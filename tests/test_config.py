@@ -243,3 +243,13 @@ def test_every_numeric_field_declares_a_range():
         unbounded.append(f'{name}.{key}')
   walk(config_schema.schema(), 'config')
   assert not unbounded
+
+
+def test_the_translation_config_refuses_two_kinds_in_one_argument():
+  """configs/translate.py:rope,sinusoidal trained rope and dropped sinusoidal without a word."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  with pytest.raises(errors.ConfigError, match=r"one position kind a run, not \['rope', "
+                     r"'sinusoidal'\]\. Fix: train each apart"):
+    config_args.load_file('configs/translate.py:rope,sinusoidal')
+  assert config_args.load_file('configs/translate.py:sinusoidal').model.position.kind == (
+      'sinusoidal')
