@@ -72,7 +72,8 @@ def options(workdir, multipliers, variants):
   c = saved_config.load(workdir)
   layers = positions.layer_kinds(c.model)
   wanted = set(variants.split())
-  scalings, remaps = wanted & {'linear', 'ntk', 'yarn', 'llama3', 'dynamic'}, wanted & set(remap.OPTIONS)
+  scalings = wanted & {'linear', 'ntk', 'yarn', 'llama3', 'dynamic'}
+  remaps = wanted & set(remap.OPTIONS)
   why = ("RoPE's scalings need RoPE in the position kind" if scalings and not any(
       'rope' in kind.split('+') for kind in layers) else
          'the remaps need layers of plain rope (not combined with a bias, not xpos)'
@@ -126,24 +127,19 @@ errors=$(mktemp)
 trap 'rm -f "$errors"' EXIT
 for variant in $variants; do
   case $variant in
-    plain) flags=() out=$prefix.json ;;
+    plain) flags=() ;;
     linear|ntk|yarn|llama3|dynamic)
-      flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True)
-      out=$prefix.rope_$variant.json ;;
-    rerope|sinks) flags=("$rope.remap.method=$variant" "$rope.remap.window=$half")
-      out=$prefix.remap_$variant.json ;;
-    leaky_rerope) flags=("$rope.remap.method=$variant" "$rope.remap.window=$half"
-                         "$rope.remap.k=$leaky_k")
-      out=$prefix.remap_$variant.json ;;
-    self_extend) flags=("$rope.remap.method=self_extend" "$rope.remap.neighbor_window=$quarter"
-                        "$rope.remap.group_size=$group")
-      out=$prefix.remap_$variant.json ;;
-    string) flags=("$rope.remap.method=string" "$rope.remap.shift=$half"
-                   "$rope.remap.local_window=$local_window")
-      out=$prefix.remap_$variant.json ;;
-    dca) flags=("$rope.remap.method=dca" "$rope.remap.chunk_size=$half"
-                "$rope.remap.local_window=$local_window")
-      out=$prefix.remap_$variant.json ;;
+      flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True) ;;
+    rerope|sinks) flags=("$rope.remap.window=$half") ;;
+    leaky_rerope) flags=("$rope.remap.window=$half" "$rope.remap.k=$leaky_k") ;;
+    self_extend) flags=("$rope.remap.neighbor_window=$quarter" "$rope.remap.group_size=$group") ;;
+    string) flags=("$rope.remap.shift=$half" "$rope.remap.local_window=$local_window") ;;
+    dca) flags=("$rope.remap.chunk_size=$half" "$rope.remap.local_window=$local_window") ;;
+  esac
+  case $variant in
+    plain) out=$prefix.json ;;
+    linear|ntk|yarn|llama3|dynamic) out=$prefix.rope_$variant.json ;;
+    *) out=$prefix.remap_$variant.json flags=("$rope.remap.method=$variant" "${flags[@]}") ;;
   esac
   echo "=== $variant -> $workdir/$out"
   # eval.py's errors pass through as they come, and are read once it ends: its refusal to

@@ -473,16 +473,13 @@ def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path
     assert says in lines[0], lines
 
 
-def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_path):
-  """STRING's shift and DCA's chunk are half the trained length; for a model trained at 16
-  that is 8, not above the default local window (32), so the window is a quarter of the length
-  and each remap passes the checks eval.py makes of it. eval.py is faked: it records the flags
-  each variant gets."""
+def _faked_eval(tmp_path, seq_len: int):
+  """(config, workdir, calls, python) for scripts/evaluate_extensions.sh: a saved run of
+  configs/test.py at `seq_len`, and a python whose eval.py records its flags in `calls`."""
   from roformer import config_args  # pylint: disable=import-outside-toplevel
-  from roformer import resolve  # pylint: disable=import-outside-toplevel
   from roformer import saved_config  # pylint: disable=import-outside-toplevel
   config = config_args.load_file('configs/test.py')
-  config.data.seq_len = 16
+  config.data.seq_len = seq_len
   workdir = tmp_path / 'w'
   workdir.mkdir()
   saved_config.save(config, str(workdir))
@@ -491,6 +488,17 @@ def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_pat
   fake.write_text(f'#!/bin/sh\ncase "$1" in */eval.py) echo "$@" >> {calls}; exit 0;; esac\n'
                   f'exec {sys.executable} "$@"\n')
   fake.chmod(0o755)
+  return config, workdir, calls, fake
+
+
+def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_path):
+  """STRING's shift and DCA's chunk are half the trained length; for a model trained at 16
+  that is 8, not above the default local window (32), so the window is a quarter of the length
+  and each remap passes the checks eval.py makes of it. eval.py is faked: it records the flags
+  each variant gets."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  config, workdir, calls, fake = _faked_eval(tmp_path, 16)
   done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
                         env={**os.environ, 'PYTHON': str(fake),
                              'VARIANTS': 'string dca sinks plain'},
@@ -514,19 +522,9 @@ def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_leng
   at the longest length, by remap.relative_distances, is at most the longest trained one);
   TAG=NAME names every file after it; --out (which sent every variant to one file) and a
   non-RoPE model are refused in one line. eval.py is faked: it records the flags."""
-  from roformer import config_args  # pylint: disable=import-outside-toplevel
   from roformer import saved_config  # pylint: disable=import-outside-toplevel
   from roformer.positions import remap  # pylint: disable=import-outside-toplevel
-  config = config_args.load_file('configs/test.py')
-  config.data.seq_len = 64
-  workdir = tmp_path / 'w'
-  workdir.mkdir()
-  saved_config.save(config, str(workdir))
-  calls = tmp_path / 'calls'
-  fake = tmp_path / 'python'
-  fake.write_text(f'#!/bin/sh\ncase "$1" in */eval.py) echo "$@" >> {calls}; exit 0;; esac\n'
-                  f'exec {sys.executable} "$@"\n')
-  fake.chmod(0o755)
+  config, workdir, calls, fake = _faked_eval(tmp_path, 64)
   run = lambda *args, **env: subprocess.run(
       ['bash', 'scripts/evaluate_extensions.sh', *map(str, args)], cwd=REPO,
       env={**os.environ, 'PYTHON': str(fake), **env}, capture_output=True, text=True,
