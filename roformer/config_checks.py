@@ -49,8 +49,15 @@ def check_fields(config: ml_collections.ConfigDict, saved=None) -> None:
     raise errors.ConfigError(
         f'{name}={value!r} is read only by {spec.reader.what}, and this run '
         f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
-        f'them. Fix: drop the override (its default is {spec.default!r}), or '
-        f'{spec.reader.fix}.')
+        f'them. Fix: drop the override (its default is {spec.default!r}; where the config '
+        f'file sets it, --{name}={_flag_text(spec.default)}), or {spec.reader.fix}.')
+
+
+def _flag_text(value) -> str:
+  """`value` as a --config.a.b=VALUE override writes it."""
+  if isinstance(value, tuple):
+    return '(' + ','.join(map(str, value)) + (',)' if len(value) == 1 else ')')
+  return str(value)
 
 
 def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,

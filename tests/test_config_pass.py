@@ -279,3 +279,19 @@ def test_a_classifier_refuses_lengths_it_would_not_score():
   with pytest.raises(errors.ConfigError, match=r'length_multipliers=\(1, 2\): a classifier scores '
                      r'each example at data.seq_len.*--config.data.seq_len=N --out'):
     resolve.validate(config)
+
+
+def test_an_unread_value_the_config_file_set_is_refused_with_the_flag_that_resets_it():
+  """configs/performer.py sets FAVOR+'s redraw_interval; switched to softmax attention, that
+  value is unread and refused, and since no override of the user's set it, the fix gives the
+  flag that puts the default back (which then runs)."""
+  from configs import performer  # pylint: disable=import-outside-toplevel
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  config = performer.get_config('rope')
+  config.model.attention.kind = 'softmax'
+  with pytest.raises(errors.ConfigError, match=r'where the config file sets it, '
+                     r'--config.model.attention.redraw_interval=1000\)') as e:
+    resolve.check_fields(config)
+  flag = re.search(r'--config\.(\S+)=(\S+?)\)', str(e.value))
+  config_args.apply(config, [(flag.group(1), flag.group(2))])
+  resolve.validate(config)
