@@ -174,12 +174,19 @@ def run(workdir: str, prompts: Sequence[str] = (), *, input_file: str | None = N
         step: int | str | None = None, sampling: Sampling = Sampling()) -> str:
   """The text scripts/generate.py prints: for a causal LM, one block per sample of each prompt
   (`format_samples`); for a translation run, one translation per line (config.eval.beam_size
-  and alpha; the sampling settings are not used)."""
+  and alpha; sampling settings given for it are refused: they would change nothing)."""
   sampling.check()
   texts = read_prompts(prompts, input_file)
   opened = open_workdir(workdir, step)
   config, tokenizer = opened.config, opened.tokenizer
   if not model_types.of(config.model).decoder_only:  # A translation model.
+    given = [f'--{f.name}={getattr(sampling, f.name)}' for f in dataclasses.fields(sampling)
+             if getattr(sampling, f.name) != f.default]
+    if given:
+      raise errors.ConfigError(
+          f'{" ".join(given)}: sampling flags are for a causal LM; a translation run decodes '
+          f'with beam search (config.eval.beam_size={config.eval.beam_size}, alpha='
+          f'{config.eval.alpha}). Fix: drop them.')
     trainer, params = restore(opened)
     lines = trainer.task.translate(
         trainer.graphdef, params, texts, tokenizer, max_len=config.data.seq_len,

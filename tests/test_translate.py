@@ -100,6 +100,11 @@ def test_generate_translates_each_prompt_and_input_line_as_eval_does(trained, tm
   lines.write_text('\n'.join(texts[1:]) + '\n', encoding='utf-8')
   out = generation.run(workdir, texts[:1], input_file=str(lines))
   assert out.split('\n') == [e.replace('\n', ' ') for e in expected]
+  # Sampling flags would change nothing here: refused, naming them and the beam search.
+  with pytest.raises(errors.ConfigError, match=r'--temperature=0.5 --num_samples=3: sampling '
+                     r'flags are for a causal LM; .*beam_size=.*Fix: drop them'):
+    generation.run(workdir, texts[:1], sampling=generation.Sampling(temperature=0.5,
+                                                                     num_samples=3))
 
 
 def test_step_best_reads_the_best_checkpoint_after_it_rotates_out(trained, tmp_path):
