@@ -16,6 +16,7 @@ from roformer import cli
 from roformer import config_args
 from roformer import logs
 from roformer import loop
+from roformer import tasks
 
 
 def parser() -> cli.ArgumentParser:
@@ -81,6 +82,11 @@ def main(args):
         f'--workdir={args.workdir} names each seed\'s run with {loop.SEED_FIELD}, which --seeds '
         f'fills in. Fix: add --seeds (e.g. --seeds={config.seed}), or give a plain --workdir.')
   eval_splits = tuple(args.eval_splits)
+  if eval_splits and tasks.per_example(config) and eval_splits != tuple(config.eval.splits):
+    raise cli.UsageError(
+        f'--eval_splits={",".join(eval_splits)}: a {config.model.type} evaluates '
+        f'config.eval.splits ({",".join(config.eval.splits)}), whatever the flag names. Fix: '
+        f'add --config.eval.splits="{eval_splits!r}".')
   initialize_distributed(args)
   if seeds:
     lasts = loop.train_seeds(config, args.workdir, seeds, eval_splits=eval_splits)

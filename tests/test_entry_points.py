@@ -605,3 +605,20 @@ def test_attention_scaling_checks_every_row_before_the_first_compiles(monkeypatc
   with pytest.raises(errors.ConfigError, match="attention.kind='favour' is unknown"):
     attention_scaling.main(['--kinds=softmax,favour', '--lengths=64,128'])
   assert not measured
+
+
+def test_train_refuses_eval_splits_a_classifier_would_not_evaluate(tmp_path, monkeypatch):
+  """A classifier evaluates config.eval.splits whatever --eval_splits names (eval.py refuses
+  --splits the same way): --eval_splits=test scored validation too without a word."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  from roformer import cli  # pylint: disable=import-outside-toplevel
+  monkeypatch.syspath_prepend(REPO)
+  monkeypatch.setattr(sys, 'argv', ['train.py'])
+  train = importlib.import_module('train')
+  args = train.parser().parse_args(['--config=configs/test.py:classify',
+                                    f'--workdir={tmp_path / "rt"}', '--eval_splits=test'])
+  with pytest.raises(cli.UsageError, match=r'--eval_splits=test: a classifier evaluates '
+                     r'config.eval.splits \(validation,test\).*Fix: add '
+                     r'--config.eval.splits="\(\'test\',\)"'):
+    train.main(args)
+  assert not (tmp_path / 'rt').exists()
