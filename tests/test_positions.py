@@ -2,6 +2,7 @@
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -172,3 +173,15 @@ def test_a_kind_meant_otherwise_is_refused_saying_what_was_meant(kind, message):
   typed where one kind goes each name the field that was meant."""
   with pytest.raises(errors.ConfigError, match=message):
     positions.scheme(kind)
+
+
+def test_a_sequence_past_the_learned_table_is_told_to_shorten_first():
+  """A fine-tune of a learned-position encoder past its table was told to raise max_length,
+  then refused for changing the pretrained table: shortening comes first, and raising the
+  table is for a new model."""
+  with pytest.raises(errors.ConfigError, match=r'Fix: shorten the sequence to at most 16 \(a '
+                     r'model that starts from a trained one, config.init_from, keeps its '
+                     r'table\), or, for a new model, raise .*max_length to at least 32\.'):
+    positions.scheme('learned').validate(
+        ml_collections.ConfigDict({'learned': {'max_length': 16, 'per_layer': False}}), None, 32,
+        True)

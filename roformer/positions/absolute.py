@@ -113,9 +113,10 @@ class Learned(base.PositionScheme):
     if seq_len > cfg.learned.max_length:
       raise errors.ConfigError(
           f'sequence length {seq_len} is longer than the learned position table '
-          f'(config.model.position.learned.max_length={cfg.learned.max_length}). Fix: raise '
-          f'--config.model.position.learned.max_length to at least {seq_len}, or shorten the '
-          'sequence.')
+          f'(config.model.position.learned.max_length={cfg.learned.max_length}). Fix: shorten the '
+          f'sequence to at most {cfg.learned.max_length} (a model that starts from a trained one, '
+          f'config.init_from, keeps its table), or, for a new model, raise '
+          f'--config.model.position.learned.max_length to at least {seq_len}.')
 
   @classmethod
   def max_length(cls, cfg):
