@@ -18,6 +18,7 @@ from roformer import models
 from roformer import positions as positions_lib
 from roformer import self_attention
 from roformer import sharding
+from roformer import sweeps
 from roformer import tasks
 from roformer.data import corpus
 from roformer.data import mixture
@@ -50,14 +51,8 @@ def check_fields(config: ml_collections.ConfigDict, saved=None) -> None:
         f'{name}={value!r} is read only by {spec.reader.what}, and this run '
         f'(model.type={config.model.type!r}, data.name={config.data.name!r}) is not one of '
         f'them. Fix: drop the override (its default is {spec.default!r}; where the config '
-        f'file sets it, --{name}={_flag_text(spec.default)}), or {spec.reader.fix}.')
+        f'file sets it, --{name}={sweeps.format_value(spec.default)}), or {spec.reader.fix}.')
 
-
-def _flag_text(value) -> str:
-  """`value` as a --config.a.b=VALUE override writes it."""
-  if isinstance(value, tuple):
-    return '(' + ','.join(map(str, value)) + (',)' if len(value) == 1 else ')')
-  return str(value)
 
 
 def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | None = None,

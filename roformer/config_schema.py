@@ -130,7 +130,7 @@ def _attention_fields() -> dict:
       out[name] = copy.copy(spec)
       out[name].reader = Reader(
           'runs with ' + ' or '.join(words for words, _ in found),
-          lambda c, found=found: any(has(c.model.attention) for _, has in found),
+          lambda c, name=name: attention_options.reads(c.model.attention, name),
           f'train with --config.model.{found[0][0]}')
   return out
 

@@ -37,8 +37,7 @@ def _config(kind: str, length: int, overrides: list):
   att = config.model.attention
   att.kind = kind
   for field, spec in attention_options.SPECS.items():  # FAVOR+'s own fields, unread here.
-    found = attention_options.owners(field)
-    if found and not any(has(att) for _, has in found):
+    if not attention_options.reads(att, field):
       att[field] = spec.default
   config.data.seq_len = length
   config.train.batch_size = 1

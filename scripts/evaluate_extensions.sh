@@ -66,13 +66,13 @@ multipliers=${MULTIPLIERS:-1,2,4,8}
 import math, sys
 sys.path.insert(0, sys.argv.pop(1))
 from roformer import cli, errors, positions, saved_config
-from roformer.positions import remap
+from roformer.positions import remap, scaling
 
 def options(workdir, multipliers, variants):
   c = saved_config.load(workdir)
   layers = positions.layer_kinds(c.model)
   wanted = set(variants.split())
-  scalings = wanted & {'linear', 'ntk', 'yarn', 'llama3', 'dynamic'}
+  scalings = wanted & (set(scaling.KINDS) - {'none'})
   remaps = wanted & set(remap.OPTIONS)
   why = ("RoPE's scalings need RoPE in the position kind" if scalings and not any(
       'rope' in kind.split('+') for kind in layers) else

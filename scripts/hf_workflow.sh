@@ -54,11 +54,14 @@ step continue $PY train.py --config "configs/continued.py:$runs/imported" \
   --config.model.position.rope.scaling.kind=yarn --config.model.position.rope.scaling.factor=4
 step continued_eval $PY eval.py --workdir "$runs/imported_yarn" \
   --config.eval.length_multipliers=1,2 --config.eval.max_batches=4
-mkdir -p "$records/stand_in" "$records/imported" "$records/imported_yarn"
-cp "$runs"/shakespeare-llama/{config.json,metrics.jsonl} "$records/stand_in/"
-cp "$runs"/imported/{config.json,hf_config.json} "$runs"/imported/eval_*.json "$records/imported/"
-cp "$runs"/imported_yarn/{config.json,metrics.jsonl,eval_results.json} "$records/imported_yarn/"
-$PY - "$steps" "$records/steps.json" <<'PYTHON'
+# Assembled beside RECORDS and renamed into place whole: a cut copy leaves no half-kept records.
+partial=$records.partial
+rm -rf "$partial"
+mkdir -p "$partial/stand_in" "$partial/imported" "$partial/imported_yarn"
+cp "$runs"/shakespeare-llama/{config.json,metrics.jsonl} "$partial/stand_in/"
+cp "$runs"/imported/{config.json,hf_config.json} "$runs"/imported/eval_*.json "$partial/imported/"
+cp "$runs"/imported_yarn/{config.json,metrics.jsonl,eval_results.json} "$partial/imported_yarn/"
+$PY - "$steps" "$partial/steps.json" <<'PYTHON'
 import json, subprocess, sys, time
 steps = []
 for line in open(sys.argv[1]):
@@ -70,4 +73,6 @@ commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=
 with open(sys.argv[2], 'w') as f:
   json.dump({'date': time.strftime('%Y-%m-%d'), 'commit': commit, 'steps': steps}, f, indent=2)
 PYTHON
+sync
+mv "$partial" "$records"
 echo "kept: $records (tables: python scripts/extension_table.py $records/imported)"

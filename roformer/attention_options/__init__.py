@@ -60,6 +60,13 @@ def enabled(att) -> list[AttentionOption]:
   return [o for o in OPTIONS.values() if att[o.field]]
 
 
+def reads(att, field: str) -> bool:
+  """Whether config.model.attention `att` reads `field`: a field of no kind or switch always,
+  one of theirs while one of its owners is on."""
+  found = owners(field)
+  return not found or any(has(att) for _, has in found)
+
+
 def unread(model_cfg) -> list[tuple[str, str]]:
   """(field under config.model.attention, why) of the attention kind's settings that the
   model leaves unread (its `unread`)."""
