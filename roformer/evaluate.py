@@ -363,13 +363,15 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,
                                               limit=config.eval.bleu_sentences_test)
       out_dir = os.path.join(workdir, 'translations')
       os.makedirs(out_dir, exist_ok=True)
-      variant = results_name.removesuffix('.json').removeprefix('eval_results')
+      stem = results_name.removesuffix('.json')  # eval_results[.NAME], or eval_OTHER.
+      variant = ('' if stem == 'eval_results' else '.' + stem.removeprefix('eval_results.'))
       for name, lines in (('hyp', hyps), ('ref', refs)):
         files.write_text_atomic(
             os.path.join(out_dir, f'{split}-step{step}{variant}.{name}.txt'),
             ''.join(line.replace('\n', ' ') + '\n' for line in lines))
       results['splits'][split].update(scores)
-      results['splits'][split]['hypotheses'] = f'translations/{split}-step{step}{variant}.hyp.txt'
+      results['splits'][split]['hypotheses'] = os.path.join(
+          'translations', f'{split}-step{step}{variant}.hyp.txt')
     elif not synthetic.task_name(split_config.data):
       results['splits'][split]['unigram_loss'] = unigram_baseline(
           tokenizer, _source_of(sources['train'], split), source, split_config.data.text_key)
