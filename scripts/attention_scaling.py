@@ -1,13 +1,14 @@
 """Step time and memory of softmax vs FAVOR+ attention as the sequence length doubles.
 
   python scripts/attention_scaling.py [--lengths 512,1024,2048,4096,8192] [--repeats 3] \
-      [--out docs/attention_scaling.json] [--config.model.num_layers=4 ...]
+      [--out RECORDS/attention_scaling.json] [--config.model.num_layers=4 ...]
 
 For each attention kind and length, builds the train step of configs/performer.py (configs/lm.py
 sizes; RoPE) at batch 1 on synthetic tokens, compiles it, and reports the compiled executable's
 scratch memory (XLA's plan for intermediates: the L x L logits of softmax attention live here)
 and the median wall time of `--repeats` steps after one warm-up step (blocking on the result).
-Prints a Markdown table and writes the numbers as JSON.
+Prints a Markdown table and writes the numbers as JSON, with the date and commit
+(scripts/docs_from_records.py's `scaling` blocks read it).
 """
 
 import os
@@ -28,6 +29,7 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import resolve  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
+from scripts import keep_run  # pylint: disable=wrong-import-position
 from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
 
@@ -110,7 +112,9 @@ def main(argv=None):
     print(f'| {length} | ' + ' | '.join(cells) + ' |')
   if args.out:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows})
+    files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows,
+                                       'date': time.strftime('%Y-%m-%d'),
+                                       'commit': keep_run.commit()})
     print(f'wrote {args.out}')
 
 

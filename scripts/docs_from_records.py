@@ -34,6 +34,9 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   (a row per value): the compile time, the median step and the compiled step's memory of each
   value, and the second's step over the first's with the range of the per-round ratios.
 
+- `runs` and `scaling`: a page's reference runs (scripts/keep_run.py's records) and
+  scripts/attention_scaling.py's record; scripts/run_tables.py describes their options.
+
 Nothing in a block is typed by hand: a page's numbers are these, and
 `tests/test_docs_from_records.py` fails when a block differs from what its records give.
 """
@@ -51,6 +54,7 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
+from scripts import run_tables  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
 from scripts import timing  # pylint: disable=wrong-import-position
 
@@ -63,7 +67,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases')
+KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'runs', 'scaling')
 
 
 def read_points(records: str) -> list[dict]:
@@ -393,6 +397,10 @@ def render(spec: str, cache: dict) -> str:
     return '\n'.join(compare(ROOT / path, options, spec)) + '\n'
   if kind == 'phases':
     return '\n'.join(phases(ROOT / path)) + '\n'
+  if kind == 'runs':
+    return '\n'.join(run_tables.runs(ROOT / path, options, spec)) + '\n'
+  if kind == 'scaling':
+    return '\n'.join(run_tables.scaling(ROOT / path)) + '\n'
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](

@@ -65,14 +65,17 @@ def _refuse(sweep_dir: str, records: str) -> None:
                              'records once scripts/sweep.py has started its points.')
 
 
-def _keep_point(workdir: str, target: str) -> None:
+def keep_point(workdir: str, target: str, extra: dict | None = None) -> None:
   """`workdir`'s records as `target`, whole: built beside it and then put in its place, so a
-  point kept again holds only its new files, and a keep cut short leaves the old ones."""
+  point kept again holds only its new files, and a keep cut short leaves the old ones. `extra`
+  ({name: path}) adds files from elsewhere under their names."""
   building = os.path.join(os.path.dirname(target), f'.{os.path.basename(target)}.partial')
   shutil.rmtree(building, ignore_errors=True)
   os.makedirs(building)
   for path in point_records(workdir):
     shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
+  for name, path in (extra or {}).items():
+    shutil.copyfile(path, os.path.join(building, name))
   files.sync_tree(building)
   if os.path.exists(target):
     shutil.rmtree(target)
@@ -173,7 +176,7 @@ def keep(sweep_dir: str, records: str, only: set[str] | None = None,
         'pass --replace to replace them whole.')
   os.makedirs(records, exist_ok=True)
   for name in names:
-    _keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
+    keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
   files.write_json_atomic(kept_json, {
       **ours,
       'points': {**earlier.get('points', {}), **ours.get('points', {})},

@@ -1,16 +1,41 @@
 #!/usr/bin/env bash
-# Reproduces the README's Performer numbers: configs/performer.py (300 steps) with RoPE on q/k
-# and without positions; softmax attention with RoPE on the same schedule; their validation-loss
-# plot; and the step time / memory scaling of softmax vs FAVOR+ attention from L = 512 to 8192.
-# Usage: bash scripts/performer_reference.sh [runs_dir]
+# Reruns docs/performer.md's measurements and keeps their records, which the page's tables are
+# generated from (scripts/docs_from_records.py): configs/performer.py (300 steps) with RoPE on
+# q/k and without positions; softmax attention with RoPE on the same schedule; their
+# validation-loss plot (RECORDS/performer_validation_loss.png); and the step time and memory of
+# softmax vs FAVOR+ attention from L = 512 to 8192 (RECORDS/attention_scaling.json). About 30
+# minutes on 2 CPU cores.
+#
+#   bash scripts/performer_reference.sh RUNS RECORDS
+#   bash scripts/performer_reference.sh /tmp/performer_runs docs/results/performer_DATE/records
+#
+# RECORDS/RUN receives each run's config, metrics and timed commands as it ends
+# (scripts/keep_run.py). A run whose workdir or records exist is refused before anything runs.
 set -euo pipefail
-runs=${1:-runs}
+if (($# != 2)); then
+  echo "error: give RUNS and RECORDS. Fix: bash scripts/performer_reference.sh" \
+    "/tmp/performer_runs docs/results/performer_DATE/records" >&2; exit 2
+fi
+runs=$(realpath -m "$1") records=$(realpath -m "$2")  # The caller's paths; it runs from the root.
+PY=${PYTHON:-python}
+cd "$(dirname "$0")/.."
+source scripts/reference_steps.sh
+fresh performer_rope performer_none softmax300
+if [[ -e $records/attention_scaling.json ]]; then
+  echo "error: $records/attention_scaling.json exists. Fix: give a new RECORDS (or move it" \
+    "aside)." >&2; exit 1
+fi
 for kind in rope none; do
-  python train.py --config "configs/performer.py:${kind}" --workdir "${runs}/performer_${kind}"
+  step "performer_$kind" train $PY train.py --config "configs/performer.py:${kind}" \
+    --workdir "$runs/performer_$kind"
+  keep "performer_$kind"
 done
-python train.py --config configs/lm.py:rope --config.train.steps=300 \
-  --config.train.warmup_steps=30 --config.train.eval_every=50 --workdir "${runs}/softmax300"
-python scripts/plot_curves.py "${runs}/performer_rope" "${runs}/performer_none" "${runs}/softmax300" \
+step softmax300 train $PY train.py --config configs/lm.py:rope --config.train.steps=300 \
+  --config.train.warmup_steps=30 --config.train.eval_every=50 --workdir "$runs/softmax300"
+keep softmax300
+$PY scripts/plot_curves.py "$runs/performer_rope" "$runs/performer_none" "$runs/softmax300" \
   --labels 'favor + rope,favor (no positions),softmax + rope' \
-  --out docs/performer_validation_loss.png --title 'Performer LM validation loss (Shakespeare)'
-python scripts/attention_scaling.py --out docs/attention_scaling.json
+  --out "$records/performer_validation_loss.png" \
+  --title 'Performer LM validation loss (Shakespeare)'
+$PY scripts/attention_scaling.py --out "$records/attention_scaling.json"
+echo "kept: $records"

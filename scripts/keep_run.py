@@ -1,0 +1,102 @@
+"""Keep one run's records, with the timed commands that made it, for a page's tables.
+
+  python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/steps.tsv
+
+Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json:
+keep_records.point_records) into RECORDS/NAME, and writes RECORDS/NAME/steps.json: the lines of
+--steps whose run is NAME (`run`, `phase`, start and end in seconds, the command as a shell
+reads it; scripts/reference_steps.sh's `step` writes them), each with its seconds, and the
+commit and date the run was kept at (the commit marked `+changes` where the work tree differed
+from it). The folder is assembled beside its place and renamed into it, so a cut copy leaves
+none half kept. A RECORDS/NAME that exists is refused: kept records are replaced only by hand.
+The reference scripts (scripts/mlm_reference.sh, scripts/performer_reference.sh) call it after
+each run; scripts/docs_from_records.py's `runs` blocks read what it keeps.
+"""
+
+import os
+import subprocess
+import sys
+import time
+import pathlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from roformer import cli  # pylint: disable=wrong-import-position
+from roformer import errors  # pylint: disable=wrong-import-position
+from roformer import files  # pylint: disable=wrong-import-position
+from scripts import keep_records  # pylint: disable=wrong-import-position
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STEPS_FILE = 'steps.json'
+
+
+def commit() -> str:
+  """The short commit of this checkout, `+changes` where tracked files differ from it ('' out
+  of a git checkout)."""
+  def git(*args):
+    return subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True, text=True,
+                          check=False)
+  head = git('rev-parse', '--short', 'HEAD')
+  if head.returncode:
+    return ''
+  dirty = git('status', '--porcelain', '--untracked-files=no').stdout.strip()
+  return head.stdout.strip() + ('+changes' if dirty else '')
+
+
+def read_steps(path: str, name: str) -> list[dict]:
+  """The lines of a steps file (tab-separated run, phase, start, end, command) whose run is
+  `name`, as {phase, seconds, command}."""
+  steps = []
+  with open(path, encoding='utf-8') as f:
+    for number, line in enumerate(f, 1):
+      fields = line.rstrip('\n').split('\t')
+      if len(fields) != 5:
+        raise errors.ConfigError(f'{path}:{number} holds {len(fields)} fields, not run, phase, '
+                                 'start, end and command. Fix: give the file that '
+                                 "scripts/reference_steps.sh's step writes.")
+      run, phase, start, end, command = fields
+      if run == name:
+        steps.append({'phase': phase, 'seconds': round(float(end) - float(start), 1),
+                      'command': command.rstrip()})
+  return steps
+
+
+def keep(workdir: str, target: str, steps_file: str | None) -> None:
+  """`workdir`'s records and its steps as `target`, refused where `target` exists or the run
+  left nothing to keep."""
+  name = os.path.basename(os.path.normpath(target))
+  if os.path.exists(target):
+    raise errors.ConfigError(f'{target} exists: kept records are not replaced. Fix: move it '
+                             'aside, or keep the run under another name.')
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
+    raise errors.ConfigError(f'{workdir} holds no run (no config.json). Fix: give the '
+                             'workdir that train.py ran with.')
+  steps = read_steps(steps_file, name) if steps_file else []
+  if steps_file and not steps:
+    raise errors.ConfigError(f'{steps_file} notes no step of the run {name!r}. Fix: name the '
+                             'records after the run, as step RUN PHASE ... named it.')
+  os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+  staged = os.path.join(os.path.dirname(os.path.abspath(target)), f'.{name}.steps')
+  files.write_json_atomic(staged, {'date': time.strftime('%Y-%m-%d'), 'commit': commit(),
+                                   'steps': steps})
+  try:
+    keep_records.keep_point(workdir, target, extra={STEPS_FILE: staged})
+  finally:
+    if os.path.exists(staged):
+      os.remove(staged)
+
+
+def main(argv=None) -> int:
+  parser = cli.ArgumentParser(description=cli.first_sentence(__doc__))
+  parser.add_argument('workdir', type=cli.path_arg, help="The run's train.py --workdir.")
+  parser.add_argument('target', type=cli.path_arg, help='RECORDS/NAME, new.')
+  parser.add_argument('--steps', type=cli.path_arg, default=None,
+                      help="The reference script's steps file; its lines of run NAME are kept.")
+  args = parser.parse_args(argv)
+  keep(args.workdir, args.target, args.steps)
+  print(f'kept: {args.target}')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(cli.guard(main)())

@@ -1,0 +1,167 @@
+"""The tables of a page's reference runs, from the records scripts/keep_run.py kept.
+
+Two kinds of scripts/docs_from_records.py block read them:
+
+  <!-- records: docs/results/mlm_2026-11-29/records runs runs=mlm_bert;mlm_roformer
+       labels=bert;roformer curve=validation:loss steps=50;100 eval=test:loss -->
+
+- `runs`: a row per kept run (`runs=`, named by `labels=`, the run names by default), with
+  - `curve=SPLIT:METRIC` at each of `steps=` (metrics.jsonl's in-training evaluations);
+  - `eval=SPLIT:KEY;...`: eval.py's results (eval_results.json, or `file=`), each key of a
+    split at the training length (a language model's results hold one entry per length; the
+    entry of multiplier 1 is read, or a key of the split itself such as `unigram_loss`);
+  - `percent=KEY;...`: those keys as percentages; `digits=` the others' (3 by default);
+  - `time=PHASE;...`: the wall time of each phase's commands (steps.json, e.g. `train`);
+  and a closing line naming the commit, date and commands of the runs' records.
+- `scaling`: scripts/attention_scaling.py's record (`PATH` the JSON file): step time and
+  scratch memory of each attention kind at each length, and each kind's growth per doubling
+  of the length, with the ratio of the kinds at the longest.
+
+A cell the records lack is one error naming the run and what it holds: a page never shows a
+number its records do not give.
+"""
+
+import pathlib
+
+from roformer import errors
+from roformer import files
+from scripts import keep_run
+from scripts import plot_curves
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _one(options: dict, key: str, default: str) -> str:
+  return options.get(key, [default])[0]
+
+
+def _pair(text: str, option: str, spec: str) -> tuple[str, str]:
+  split, sep, key = text.partition(':')
+  if not sep or not split or not key:
+    raise errors.ConfigError(f'"{spec}": {option}={text!r} is not SPLIT:KEY. Fix: e.g. '
+                             f'{option}=validation:loss.')
+  return split, key
+
+
+def eval_value(results: dict, split: str, key: str, where: str):
+  """`key` of `split` in an eval.py results record, at the training length."""
+  splits = results.get('splits', {})
+  if split not in splits:
+    raise errors.ConfigError(f'{where} holds no {split!r} split (it holds {sorted(splits)}). '
+                             'Fix: name one of those.')
+  found = splits[split]
+  if key in found:
+    return found[key]
+  at_one = [e for e in found.get('lengths', []) if e.get('multiplier') == 1]
+  if at_one and key in at_one[0]:
+    return at_one[0][key]
+  held = sorted(set(found) | set(at_one[0] if at_one else ()) - {'lengths'})
+  raise errors.ConfigError(f'{where} holds no {key!r} in {split!r} (it holds {held}). Fix: '
+                           'name one of those.')
+
+
+def _seconds(text: float) -> str:
+  minutes, seconds = divmod(round(text), 60)
+  return f'{minutes}m{seconds:02d}s' if minutes else f'{seconds}s'
+
+
+def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
+  """The `runs` block (see the module docstring)."""
+  names = options.get('runs')
+  if not names:
+    raise errors.ConfigError(f'"{spec}": a runs block names runs=. Fix: add them.')
+  labels = options.get('labels', names)
+  if len(labels) != len(names):
+    raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(names)} runs. Fix: one '
+                             'label per run.')
+  curve = _pair(options['curve'][0], 'curve', spec) if 'curve' in options else None
+  steps = [int(s) for s in options.get('steps', [])] if curve else []
+  if curve and not steps:
+    raise errors.ConfigError(f'"{spec}": curve= needs steps=. Fix: add the steps to show.')
+  evals = [_pair(text, 'eval', spec) for text in options.get('eval', [])]
+  percent, digits = set(options.get('percent', [])), int(_one(options, 'digits', '3'))
+  phases, file = options.get('time', []), _one(options, 'file', 'eval_results.json')
+  value = lambda key, v: f'{100 * v:.1f}%' if key in percent else f'{v:.{digits}f}'
+  header = ['run']
+  if curve:
+    header += [f'{curve[0]} {curve[1]} at step {steps[0]}'] + [str(s) for s in steps[1:]]
+  header += [f'{split} {key}' for split, key in evals] + [f'{phase} time' for phase in phases]
+  lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
+  made = {}
+  for name, label in zip(names, labels):
+    run = folder / name
+    if not (run / 'config.json').is_file():
+      raise errors.ConfigError(f'"{spec}": {run} is not a kept run (no config.json). Fix: '
+                               'name a run that scripts/keep_run.py kept.')
+    cells = [label]
+    if curve:
+      points = plot_curves.curves([str(run)], *curve)[str(run)]
+      missing = [s for s in steps if s not in points]
+      if missing:
+        raise errors.ConfigError(f'"{spec}": {run} records no {curve[0]} {curve[1]} at steps '
+                                 f'{missing} (it does at {sorted(points)}). Fix: name those.')
+      cells += [value(curve[1], points[s]) for s in steps]
+    if evals:
+      results = files.read_json(str(run / file))
+      cells += [value(key, eval_value(results, split, key, str(run / file)))
+                for split, key in evals]
+    record = files.read_json(str(run / keep_run.STEPS_FILE)) if (
+        run / keep_run.STEPS_FILE).is_file() else {'steps': []}
+    for phase in phases:
+      seconds = [s['seconds'] for s in record['steps'] if s['phase'] == phase]
+      if not seconds:
+        raise errors.ConfigError(f'"{spec}": {run} records no {phase!r} step. Fix: name a '
+                                 'phase its steps.json holds.')
+      cells.append(_seconds(sum(seconds)))
+    lines.append('| ' + ' | '.join(cells) + ' |')
+    made.setdefault((record.get('commit') or 'an unknown commit', record.get('date', '')),
+                    []).append(name)
+  shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
+  lines.append('')
+  lines.append('Made ' + '; '.join(f"at {commit}, {date} ({', '.join(names)})"
+                                   for (commit, date), names in made.items())
+               + f'; the commands are in {shown}/RUN/steps.json.')
+  return lines
+
+
+def scaling(path: pathlib.Path) -> list[str]:
+  """The `scaling` block of one scripts/attention_scaling.py record."""
+  if not path.is_file():
+    raise errors.ConfigError(f'{path} does not exist. Fix: name a scripts/attention_scaling.py '
+                             '--out file.')
+  data = files.read_json(str(path))
+  if 'rows' not in data or 'device' not in data:
+    raise errors.ConfigError(f'{path} is not a scripts/attention_scaling.py record (no rows or '
+                             'device). Fix: name one of its --out files.')
+  kinds = list(dict.fromkeys(r['attention'] for r in data['rows']))
+  lengths = sorted({r['length'] for r in data['rows']})
+  by = {(r['attention'], r['length']): r for r in data['rows']}
+  mib = lambda r: f"{r['temp_bytes'] / 2**20:,.0f} MiB"
+  lines = ['| L | ' + ' | '.join(f'{k} s/step' for k in kinds) + ' | '
+           + ' | '.join(f'{k} scratch' for k in kinds) + ' |', '|---' * (2 * len(kinds) + 1) + '|']
+  for length in lengths:
+    rows = [by.get((k, length)) for k in kinds]
+    lines.append(f'| {length} | ' + ' | '.join(f"{r['step_seconds']:.2f}" if r else '-'
+                                               for r in rows) + ' | '
+                 + ' | '.join(mib(r) if r else '-' for r in rows) + ' |')
+  lines.append('')
+  growth = []
+  for kind in kinds:
+    pairs = [(by[(kind, a)], by[(kind, b)]) for a, b in zip(lengths, lengths[1:])
+             if (kind, a) in by and (kind, b) in by and b == 2 * a]
+    if pairs:
+      time = [b['step_seconds'] / a['step_seconds'] for a, b in pairs]
+      memory = [b['temp_bytes'] / a['temp_bytes'] for a, b in pairs]
+      growth.append(f'{kind} time x{min(time):.1f}-{max(time):.1f} and scratch '
+                    f'x{min(memory):.1f}-{max(memory):.1f}')
+  if growth:
+    lines.append('Per doubling of L: ' + '; '.join(growth) + '.')
+  last = lengths[-1]
+  if len(kinds) == 2 and all((k, last) in by for k in kinds):
+    a, b = by[(kinds[0], last)], by[(kinds[1], last)]
+    lines.append(f"At L = {last}, {kinds[1]} over {kinds[0]}: time "
+                 f"{b['step_seconds'] / a['step_seconds']:.2f}x, scratch "
+                 f"{b['temp_bytes'] / a['temp_bytes']:.2f}x.")
+  lines.append(f"{data['device']}, {data.get('date', 'undated')}"
+               + (f", at {data['commit']}" if data.get('commit') else '') + '.')
+  return lines
