@@ -55,7 +55,7 @@ def eval_value(results: dict, split: str, key: str, where: str):
   at_one = [e for e in found.get('lengths', []) if e.get('multiplier') == 1]
   if at_one and key in at_one[0]:
     return at_one[0][key]
-  held = sorted(set(found) | set(at_one[0] if at_one else ()) - {'lengths'})
+  held = sorted((set(found) | set(at_one[0] if at_one else ())) - {'lengths'})
   raise errors.ConfigError(f'{where} holds no {key!r} in {split!r} (it holds {held}). Fix: '
                            'name one of those.')
 

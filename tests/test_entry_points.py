@@ -355,6 +355,7 @@ SCRIPT_CASES = {
     'group_rate.py': (['--config=configs/missing.py'], 1, 'does not exist'),
     'init_loss.py': (['--runs', '/nonexistent'], 1, '/nonexistent has no config.json'),
     'keep_records.py': (['/nonexistent', '/tmp/never'], 1, 'has no sweep.json'),
+    'keep_run.py': (['/nonexistent', '/tmp/never/run'], 1, '/nonexistent holds no run'),
     'kernel_ir.py': (['--kinds=shaw'], 1, 'shaw does not run on the fused kernels'),
     'make_hf_fixtures.py': None,  # Needs torch: with it, it writes the fixtures; without, a line.
     'generated_docs.py': (['--nosuch'], 2, 'unrecognized arguments'),
@@ -363,6 +364,7 @@ SCRIPT_CASES = {
                       1, 'with two values or more'),
     'report.py': (['/nonexistent'], 2, 'does not exist'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
+    'run_tables.py': None,  # The reference runs' blocks of scripts/docs_from_records.py.
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
     'sweep_plan.py': None,  # What scripts/sweep.py settles before anything runs.
     'sweep_points.py': None,  # The report's reading of a sweep's points.

@@ -1,0 +1,159 @@
+"""The reference runs' records: scripts/keep_run.py keeps what a page reads of a run (not its
+checkpoints) with its own timed commands, whole and never over a kept record, and
+scripts/run_tables.py's blocks compute their cells from those records (values checked by hand
+against the fabricated records below); the reference scripts refuse a run that exists before
+anything runs."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from roformer import errors
+from scripts import docs_from_records as docs
+from scripts import keep_run
+from scripts import run_tables
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _write(path: pathlib.Path, value) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if isinstance(value, list):
+    path.write_text(''.join(json.dumps(v) + '\n' for v in value), encoding='utf-8')
+  else:
+    path.write_text(json.dumps(value), encoding='utf-8')
+
+
+def _lm_run(workdir: pathlib.Path) -> None:
+  _write(workdir / 'config.json', {'model': {'type': 'mlm'}})
+  _write(workdir / 'metrics.jsonl', [
+      {'step': 10, 'split': 'train', 'loss': 9.0},
+      {'step': 10, 'split': 'validation', 'loss': 7.25, 'accuracy': 0.125},
+      {'step': 20, 'split': 'validation', 'loss': 6.5, 'accuracy': 0.25}])
+  _write(workdir / 'eval_results.json', {'step': 20, 'splits': {'test': {
+      'lengths': [{'length': 64, 'multiplier': 1, 'loss': 6.4375, 'accuracy': 0.2625},
+                  {'length': 128, 'multiplier': 2, 'loss': 8.0, 'accuracy': 0.1}],
+      'unigram_loss': 5.96875}}})
+  (workdir / 'checkpoints' / '20').mkdir(parents=True)
+
+
+def _steps(path: pathlib.Path) -> None:
+  path.write_text('lm\ttrain\t100.0\t130.5\tpython train.py --workdir /r/lm \n'
+                  'other\ttrain\t1\t2\tpython train.py\n'
+                  'lm\ttrain\t200\t235\tpython train.py --workdir /r/lm \n'
+                  'lm\teval\t300\t302.25\tpython eval.py --workdir /r/lm \n', encoding='utf-8')
+
+
+def test_a_kept_run_holds_its_records_and_only_its_own_timed_steps_not_checkpoints(tmp_path):
+  _lm_run(tmp_path / 'runs' / 'lm')
+  _steps(tmp_path / 'steps.tsv')
+  target = tmp_path / 'records' / 'lm'
+  keep_run.keep(str(tmp_path / 'runs' / 'lm'), str(target), str(tmp_path / 'steps.tsv'))
+  assert sorted(os.listdir(target)) == ['config.json', 'eval_results.json', 'metrics.jsonl',
+                                        'steps.json']
+  assert sorted(os.listdir(target.parent)) == ['lm']  # Nothing staged is left beside it.
+  record = json.loads((target / 'steps.json').read_text(encoding='utf-8'))
+  assert record['steps'] == [
+      {'phase': 'train', 'seconds': 30.5, 'command': 'python train.py --workdir /r/lm'},
+      {'phase': 'train', 'seconds': 35.0, 'command': 'python train.py --workdir /r/lm'},
+      {'phase': 'eval', 'seconds': 2.2, 'command': 'python eval.py --workdir /r/lm'}]
+  assert record['commit'].split('+')[0] == subprocess.run(
+      ['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+      check=True).stdout.strip()
+  assert len(record['date']) == 10
+
+
+def test_keeping_refuses_a_kept_record_a_run_without_steps_or_a_damaged_steps_file(tmp_path):
+  _lm_run(tmp_path / 'lm')
+  _steps(tmp_path / 'steps.tsv')
+  (tmp_path / 'records' / 'lm').mkdir(parents=True)
+  (tmp_path / 'records' / 'lm' / 'mine.txt').write_text('kept', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match='exists: kept records are not replaced'):
+    keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'records' / 'lm'),
+                  str(tmp_path / 'steps.tsv'))
+  assert os.listdir(tmp_path / 'records' / 'lm') == ['mine.txt']
+  with pytest.raises(errors.ConfigError, match="notes no step of the run 'bert'"):
+    keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'new' / 'bert'),
+                  str(tmp_path / 'steps.tsv'))
+  (tmp_path / 'cut.tsv').write_text('lm\ttrain\t1\n', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r'cut.tsv:1 holds 3 fields'):
+    keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'new' / 'lm'), str(tmp_path / 'cut.tsv'))
+  with pytest.raises(errors.ConfigError, match='holds no run'):
+    keep_run.keep(str(tmp_path / 'nowhere'), str(tmp_path / 'new' / 'lm'), None)
+  assert not (tmp_path / 'new').exists() or not os.listdir(tmp_path / 'new')
+
+
+def _classifier(run: pathlib.Path, accuracy: float) -> None:
+  _write(run / 'config.json', {'model': {'type': 'classifier'}})
+  _write(run / 'metrics.jsonl', [{'step': 5, 'split': 'validation', 'accuracy': accuracy}])
+  _write(run / 'eval_results.json', {'splits': {'test': {'accuracy': accuracy, 'f1': 0.5}}})
+
+
+def test_a_runs_block_reads_each_cell_from_the_records(tmp_path):
+  _lm_run(tmp_path / 'runs' / 'lm')
+  _steps(tmp_path / 'steps.tsv')
+  keep_run.keep(str(tmp_path / 'runs' / 'lm'), str(tmp_path / 'rec' / 'lm'),
+                str(tmp_path / 'steps.tsv'))
+  spec = (f'{tmp_path}/rec runs runs=lm labels="masked lm" curve=validation:loss steps=10;20 '
+          'eval=test:loss;test:unigram_loss;test:accuracy percent=accuracy digits=2 '
+          'time=train;eval')
+  path, kind, options = docs.parse(spec)
+  assert kind == 'runs'
+  lines = run_tables.runs(pathlib.Path(path), options, spec)
+  assert lines[0] == ('| run | validation loss at step 10 | 20 | test loss | test unigram_loss | '
+                      'test accuracy | train time | eval time |')
+  # The length of multiplier 1 (not 2), the split's own unigram loss, 30.5 + 35 s of training.
+  assert lines[2] == '| masked lm | 7.25 | 6.50 | 6.44 | 5.97 | 26.2% | 1m06s | 2s |'
+  assert lines[4].startswith(f'Made at {keep_run.commit()}, ')
+  with pytest.raises(errors.ConfigError, match=r'no validation loss at steps \[30\] \(it does '
+                     r'at \[10, 20\]\)'):
+    run_tables.runs(pathlib.Path(path), dict(options, steps=['10', '30']), spec)
+  with pytest.raises(errors.ConfigError, match=r"holds no 'f1' in 'test' \(it holds "
+                     r"\['accuracy', 'length', 'loss', 'multiplier', 'unigram_loss'\]\)"):
+    run_tables.runs(pathlib.Path(path), dict(options, eval=['test:f1']), spec)
+  with pytest.raises(errors.ConfigError, match="records no 'export' step"):
+    run_tables.runs(pathlib.Path(path), dict(options, time=['export']), spec)
+  with pytest.raises(errors.ConfigError, match='is not SPLIT:KEY'):
+    run_tables.runs(pathlib.Path(path), dict(options, eval=['loss']), spec)
+  _classifier(tmp_path / 'rec' / 'rt', 0.6875)
+  lines = run_tables.runs(pathlib.Path(path), {'runs': ['rt'], 'eval': ['test:accuracy',
+                                                                       'test:f1']}, spec)
+  assert lines[2] == '| rt | 0.688 | 0.500 |'
+  assert lines[4].startswith('Made at an unknown commit')  # Kept without its steps.
+
+
+def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_path):
+  row = lambda kind, length, seconds, mib: {'attention': kind, 'length': length,
+                                            'step_seconds': seconds, 'temp_bytes': mib * 2**20}
+  _write(tmp_path / 'scaling.json', {'device': 'cpu:0', 'date': '2026-11-29', 'rows': [
+      row('softmax', 512, 0.5, 100), row('favor', 512, 1.0, 150),
+      row('softmax', 1024, 2.0, 400), row('favor', 1024, 1.5, 300),
+      row('softmax', 2048, 6.0, 1200), row('favor', 2048, 3.0, 600)]})
+  lines = run_tables.scaling(tmp_path / 'scaling.json')
+  assert lines[0] == '| L | softmax s/step | favor s/step | softmax scratch | favor scratch |'
+  assert lines[2] == '| 512 | 0.50 | 1.00 | 100 MiB | 150 MiB |'
+  assert lines[4] == '| 2048 | 6.00 | 3.00 | 1,200 MiB | 600 MiB |'
+  assert lines[6] == ('Per doubling of L: softmax time x3.0-4.0 and scratch x3.0-4.0; favor '
+                      'time x1.5-2.0 and scratch x2.0-2.0.')
+  assert lines[7] == 'At L = 2048, favor over softmax: time 0.50x, scratch 0.50x.'
+  assert lines[8] == 'cpu:0, 2026-11-29.'
+  _write(tmp_path / 'other.json', {'rows': []})
+  with pytest.raises(errors.ConfigError, match='is not a scripts/attention_scaling.py record'):
+    run_tables.scaling(tmp_path / 'other.json')
+
+
+@pytest.mark.parametrize('script,args,run', [
+    ('mlm_reference.sh', ['1'], 'mlm_bert'), ('mlm_reference.sh', ['3'], 'rt_scratch'),
+    ('performer_reference.sh', [], 'softmax300')])
+def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, script, args, run):
+  (tmp_path / 'records' / run).mkdir(parents=True)
+  done = subprocess.run(['bash', f'scripts/{script}', str(tmp_path / 'runs'),
+                         str(tmp_path / 'records'), *args], cwd=ROOT, capture_output=True,
+                        text=True, env=dict(os.environ, PYTHON='false'), check=False)
+  assert done.returncode == 1, done.stderr
+  assert done.stderr.startswith(f"error: {tmp_path}/runs/{run} or {tmp_path}/records/{run} "
+                                'exists'), done.stderr
+  assert not (tmp_path / 'runs').exists() and os.listdir(tmp_path / 'records') == [run]
