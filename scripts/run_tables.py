@@ -9,7 +9,8 @@ Two kinds of scripts/docs_from_records.py block read them:
   - `curve=SPLIT:METRIC` at each of `steps=` (metrics.jsonl's in-training evaluations);
   - `eval=SPLIT:KEY;...`: eval.py's results (eval_results.json, or `file=`), each key of a
     split at the training length (a language model's results hold one entry per length; the
-    entry of multiplier 1 is read, or a key of the split itself such as `unigram_loss`);
+    entry of multiplier 1 is read, or a key of the split itself such as `unigram_loss`), or at
+    M times it with `SPLIT:KEY@M`;
   - `percent=KEY;...`: those keys as percentages; `digits=` the others' (3 by default);
   - `time=PHASE;...`: the wall time of each phase's commands (steps.json, e.g. `train`);
   and a closing line naming the commit, date and commands of the runs' records.
@@ -43,19 +44,33 @@ def _pair(text: str, option: str, spec: str) -> tuple[str, str]:
   return split, key
 
 
-def eval_value(results: dict, split: str, key: str, where: str):
-  """`key` of `split` in an eval.py results record, at the training length."""
+def _at(key: str, spec: str) -> tuple[str, int]:
+  """`KEY@M` -> (KEY, M); a bare KEY is at 1x."""
+  key, sep, multiplier = key.partition('@')
+  if sep and not multiplier.isdigit():
+    raise errors.ConfigError(f'"{spec}": {key}@{multiplier} names no multiple of the training '
+                             f'length. Fix: e.g. {key}@2.')
+  return key, int(multiplier) if sep else 1
+
+
+def eval_value(results: dict, split: str, key: str, where: str, multiplier: int = 1):
+  """`key` of `split` in an eval.py results record, at `multiplier` times the training length
+  (or the split's own key, at the training length)."""
   splits = results.get('splits', {})
   if split not in splits:
     raise errors.ConfigError(f'{where} holds no {split!r} split (it holds {sorted(splits)}). '
                              'Fix: name one of those.')
   found = splits[split]
-  if key in found:
+  if key in found and multiplier == 1:
     return found[key]
-  at_one = [e for e in found.get('lengths', []) if e.get('multiplier') == 1]
-  if at_one and key in at_one[0]:
-    return at_one[0][key]
-  held = sorted((set(found) | set(at_one[0] if at_one else ())) - {'lengths'})
+  at = [e for e in found.get('lengths', []) if e.get('multiplier') == multiplier]
+  if at and key in at[0]:
+    return at[0][key]
+  if not at and multiplier != 1:
+    held = sorted(e.get('multiplier') for e in found.get('lengths', []))
+    raise errors.ConfigError(f'{where} holds no {split!r} evaluation at {multiplier}x (it does '
+                             f'at {held}). Fix: name one of those.')
+  held = sorted((set(found) | set(at[0] if at else ())) - {'lengths'})
   raise errors.ConfigError(f'{where} holds no {key!r} in {split!r} (it holds {held}). Fix: '
                            'name one of those.')
 
@@ -85,7 +100,8 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   header = ['run']
   if curve:
     header += [f'{curve[0]} {curve[1]} at step {steps[0]}'] + [str(s) for s in steps[1:]]
-  header += [f'{split} {key}' for split, key in evals] + [f'{phase} time' for phase in phases]
+  header += [f'{split} {key.replace("@", " at ")}x' if '@' in key else f'{split} {key}'
+             for split, key in evals] + [f'{phase} time' for phase in phases]
   lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
   made = {}
   for name, label in zip(names, labels):
@@ -103,8 +119,9 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
       cells += [value(curve[1], points[s]) for s in steps]
     if evals:
       results = files.read_json(str(run / file))
-      cells += [value(key, eval_value(results, split, key, str(run / file)))
-                for split, key in evals]
+      for split, text in evals:
+        key, multiplier = _at(text, spec)
+        cells.append(value(key, eval_value(results, split, key, str(run / file), multiplier)))
     record = files.read_json(str(run / keep_run.STEPS_FILE)) if (
         run / keep_run.STEPS_FILE).is_file() else {'steps': []}
     for phase in phases:

@@ -114,6 +114,12 @@ def test_a_runs_block_reads_each_cell_from_the_records(tmp_path):
   with pytest.raises(errors.ConfigError, match=r"holds no 'f1' in 'test' \(it holds "
                      r"\['accuracy', 'length', 'loss', 'multiplier', 'unigram_loss'\]\)"):
     run_tables.runs(pathlib.Path(path), dict(options, eval=['test:f1']), spec)
+  lines = run_tables.runs(pathlib.Path(path), dict(options, eval=['test:loss@2'], time=[]),
+                         spec)
+  assert lines[0].endswith('| test loss at 2x |') and lines[2].endswith('| 8.00 |')
+  with pytest.raises(errors.ConfigError, match=r"no 'test' evaluation at 4x \(it does at "
+                     r"\[1, 2\]\)"):
+    run_tables.runs(pathlib.Path(path), dict(options, eval=['test:loss@4']), spec)
   with pytest.raises(errors.ConfigError, match="records no 'export' step"):
     run_tables.runs(pathlib.Path(path), dict(options, time=['export']), spec)
   with pytest.raises(errors.ConfigError, match='is not SPLIT:KEY'):
@@ -147,7 +153,7 @@ def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_pa
 
 @pytest.mark.parametrize('script,args,run', [
     ('mlm_reference.sh', ['1'], 'mlm_bert'), ('mlm_reference.sh', ['3'], 'rt_scratch'),
-    ('performer_reference.sh', [], 'softmax300')])
+    ('performer_reference.sh', [], 'softmax300'), ('lm_reference.sh', [], 'lm_sinusoidal')])
 def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, script, args, run):
   (tmp_path / 'records' / run).mkdir(parents=True)
   done = subprocess.run(['bash', f'scripts/{script}', str(tmp_path / 'runs'),
