@@ -34,6 +34,12 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   (a row per value): the compile time, the median step and the compiled step's memory of each
   value, and the second's step over the first's with the range of the per-round ratios.
 
+- `rows`: PATH is a folder of scripts/benchmark.py records; `rows=FILE:NAME;...` the rows to
+  show (`labels=` their names): the median step, `against=NAME` the step over that row's of
+  the same record (the median ratio and the range of the per-round ratios), tokens/s, model
+  TFLOP/s, MFU against the record's own matmul peak, `best_of=FILE;...` against the highest
+  peak of those records and `nominal=N` against a device's nominal TFLOP/s, the compiled
+  step's peak memory, and with `compile=1` the compile time.
 - `runs` and `scaling`: a page's reference runs (scripts/keep_run.py's records) and
   scripts/attention_scaling.py's record; scripts/run_tables.py describes their options.
 
@@ -67,7 +73,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'runs', 'scaling')
+KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs', 'scaling')
 
 
 def read_points(records: str) -> list[dict]:
@@ -368,6 +374,68 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
   return lines
 
 
+def _row_ref(folder: pathlib.Path, text: str, spec: str) -> tuple[str, dict, dict]:
+  """`FILE:NAME` -> (FILE, the record, its row NAME)."""
+  name_of_file, sep, name = text.partition(':')
+  if not sep or not name:
+    raise errors.ConfigError(f'"{spec}": {text!r} is not FILE:NAME. Fix: e.g. '
+                             'benchmark.json:rope.')
+  data = _record(folder / name_of_file, 'scripts/benchmark.py', _BENCHMARK_KEYS)
+  by_name = {r['name']: r for r in data['rows']}
+  if name not in by_name:
+    raise errors.ConfigError(f'"{spec}": {folder / name_of_file} has no row {name!r} (it has '
+                             f'{sorted(by_name)}). Fix: name one of those.')
+  return name_of_file, data, by_name[name]
+
+
+def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
+  """The `rows` block: named rows of scripts/benchmark.py records (see the module docstring)."""
+  if 'rows' not in options:
+    raise errors.ConfigError(f'"{spec}": a rows block names rows=FILE:NAME;... Fix: add them.')
+  picked = [_row_ref(folder, text, spec) for text in options['rows']]
+  labels = options.get('labels', options['rows'])
+  if len(labels) != len(picked):
+    raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(picked)} rows. Fix: one '
+                             'label per row.')
+  against = options.get('against', [''])[0]
+  peaks = [_record(folder / t, 'scripts/benchmark.py', _BENCHMARK_KEYS)['peak_flops']
+           for t in options.get('best_of', [])]
+  best = max(peaks) / 1e12 if peaks else None
+  nominal = float(options['nominal'][0]) if 'nominal' in options else None
+  header = ['row', 'step (ms)'] + ([f'vs {against}'] if against else []) + [
+      'tokens/s', 'TFLOP/s', 'MFU (own peak)'] + ([f'of {best:.1f}'] if best else []) + (
+      [f'of {nominal:g}'] if nominal else []) + ['peak memory (MiB)'] + (
+      ['compile (s)'] if 'compile' in options else [])
+  lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
+  for label, (name_of_file, data, row) in zip(labels, picked):
+    cells = [label, f"{1e3 * row['step_s']:,.1f}"]
+    if against:
+      by_name = {r['name']: r for r in data['rows']}
+      if against not in by_name:
+        raise errors.ConfigError(f'"{spec}": {folder / name_of_file} has no row {against!r} to '
+                                 'compare with (a ratio is within one run). Fix: against= a row '
+                                 'of every file named.')
+      base = by_name[against]
+      ratios = timing.round_ratios(row['rounds'], base['rounds'])
+      cells.append('1.000x' if row is base else f"{row['step_s'] / base['step_s']:.3f}x "
+                   f'({min(ratios):.3f}-{max(ratios):.3f})')
+    tflops = row['tflops_per_s']
+    cells += [f"{row['tokens_per_s']:,.0f}", f'{tflops:.1f}', f"{100 * row['mfu']:.1f}%"]
+    cells += [f'{100 * tflops / best:.1f}%'] if best else []
+    cells += [f'{100 * tflops / nominal:.1f}%'] if nominal else []
+    cells.append(f"{row['peak_bytes'] / 2**20:,.0f}")
+    cells += [f"{row['compile_s']:.1f}"] if 'compile' in options else []
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  runs = {}
+  for name_of_file, data, _ in picked:
+    runs[name_of_file] = (f"{name_of_file}: {data['device_kind']}, {data['date']}, matmul peak "
+                          f"{data['peak_flops'] / 1e12:.1f} TFLOP/s, median of {data['steps']} "
+                          f"steps in {data['rounds_count']} interleaved rounds")
+  lines += ['', '; '.join(runs.values()) + (
+      f'; best peak of {", ".join(options["best_of"])}' if best else '') + '.']
+  return lines
+
+
 def phases(path: pathlib.Path) -> list[str]:
   """The `phases` block of one scripts/point_time.py record (see the module docstring)."""
   data = _record(path, 'scripts/point_time.py', ('runs', 'values', 'field', 'config', 'set',
@@ -397,6 +465,8 @@ def render(spec: str, cache: dict) -> str:
     return '\n'.join(compare(ROOT / path, options, spec)) + '\n'
   if kind == 'phases':
     return '\n'.join(phases(ROOT / path)) + '\n'
+  if kind == 'rows':
+    return '\n'.join(rows(ROOT / path, options, spec)) + '\n'
   if kind == 'runs':
     return '\n'.join(run_tables.runs(ROOT / path, options, spec)) + '\n'
   if kind == 'scaling':

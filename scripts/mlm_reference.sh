@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reruns docs/mlm_and_finetuning.md's pretraining and fine-tuning comparisons and keeps their
-# records, which the page's tables are generated from (scripts/docs_from_records.py):
+# records, which the page's tables are generated from (scripts/docs_from_records.py). Steps:
 #   1. masked-LM pretraining, BERT (learned positions) vs RoFormer (RoPE), same steps (about
 #      21 minutes on 2 CPU cores);
 #   2. the validation-loss plot of both, as RECORDS/mlm_validation_loss.png;

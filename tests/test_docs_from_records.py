@@ -120,6 +120,41 @@ def test_a_benchmark_block_gives_each_pass_turned_off_against_all_on(tmp_path):
     docs.benchmark(tmp_path / 'missing')
 
 
+def test_a_rows_block_computes_each_cell_from_its_records_and_ratios_within_one_run(tmp_path):
+  """Rows from two records: the ratio against a row of the same record with its round range,
+  MFU against the record's own peak, the share of the best peak of the records named and of a
+  nominal figure, the peak memory; all by hand."""
+  import json  # pylint: disable=import-outside-toplevel
+  row = lambda name, step, rounds, tflops, mfu: {
+      'name': name, 'step_s': step, 'rounds': rounds, 'tokens_per_s': 1000.0 / step,
+      'tflops_per_s': tflops, 'mfu': mfu, 'peak_bytes': 3 * 2**20, 'compile_s': 2.25}
+  record = lambda peak, rows: {'config': {}, 'device_kind': 'H', 'backend': 'gpu',
+                               'devices': 1, 'date': '2026-11-26', 'steps': 4,
+                               'rounds_count': 2, 'peak_flops': peak * 1e12, 'rows': rows}
+  (tmp_path / 'a.json').write_text(json.dumps(record(400.0, [
+      row('none', 0.100, [[0.100], [0.100]], 200.0, 0.5),
+      row('rope', 0.110, [[0.105], [0.120]], 190.0, 0.475)])), encoding='utf-8')
+  (tmp_path / 'b.json').write_text(json.dumps(record(500.0, [
+      row('rope', 0.050, [[0.050], [0.050]], 250.0, 0.5)])), encoding='utf-8')
+  spec = f'{tmp_path} rows rows=a.json:none;a.json:rope;b.json:rope labels="n;r;r, b"'
+  _, _, options = docs.parse(spec)
+  lines = docs.rows(tmp_path, dict(options, best_of=['a.json', 'b.json'], nominal=['1000'],
+                                   compile=['1']), spec)
+  assert lines[0] == ('| row | step (ms) | tokens/s | TFLOP/s | MFU (own peak) | of 500.0 | of '
+                      '1000 | peak memory (MiB) | compile (s) |')
+  assert lines[3] == '| r | 110.0 | 9,091 | 190.0 | 47.5% | 38.0% | 19.0% | 3 | 2.2 |'
+  assert lines[4] == '| r, b | 50.0 | 20,000 | 250.0 | 50.0% | 50.0% | 25.0% | 3 | 2.2 |'
+  lines = docs.rows(tmp_path, dict(options, rows=['a.json:none', 'a.json:rope'],
+                                   labels=['n', 'r'], against=['none']), spec)
+  assert lines[2].startswith('| n | 100.0 | 1.000x |')
+  assert lines[3].startswith('| r | 110.0 | 1.100x (1.050-1.200) |')  # 0.105/0.1, 0.12/0.1.
+  with pytest.raises(errors.ConfigError, match=r"b.json has no row 'none' to compare with"):
+    docs.rows(tmp_path, dict(options, against=['none']), spec)
+  with pytest.raises(errors.ConfigError, match=r"a.json has no row 'alibi' \(it has \['none', "
+                     r"'rope'\]\)"):
+    docs.rows(tmp_path, dict(options, rows=['a.json:alibi'], labels=['x']), spec)
+
+
 def test_a_compare_block_reads_the_varied_values_from_the_row_names(tmp_path):
   """Rows named as benchmark.variants names them (the config's own value left out of the name)
   pivot into one line per `by` value; the ratio and its round range by hand."""
