@@ -1,6 +1,6 @@
 """The tables of a page's reference runs, from the records scripts/keep_run.py kept.
 
-Two kinds of scripts/docs_from_records.py block read them:
+Three kinds of scripts/docs_from_records.py block read them:
 
   <!-- records: docs/results/mlm_2026-11-29/records runs runs=mlm_bert;mlm_roformer
        labels=bert;roformer curve=validation:loss steps=50;100 eval=test:loss -->
@@ -18,14 +18,19 @@ Two kinds of scripts/docs_from_records.py block read them:
   scratch memory of each attention kind at each length, and each kind's growth per doubling
   of the length, with the ratio of the kinds at the longest.
 
+- `sinks`: scripts/attention_sinks.py's record (`PATH` its sinks.json): the tables of its
+  sinks.md, each label's attention on the first token per layer over its runs.
+
 A cell the records lack is one error naming the run and what it holds: a page never shows a
 number its records do not give.
 """
 
+import json
 import pathlib
 
 from roformer import errors
 from roformer import files
+from scripts import attention_sinks
 from scripts import keep_run
 from scripts import plot_curves
 
@@ -182,3 +187,17 @@ def scaling(path: pathlib.Path) -> list[str]:
   lines.append(f"{data['device']}, {data.get('date', 'undated')}"
                + (f", at {data['commit']}" if data.get('commit') else '') + '.')
   return lines
+
+
+def sinks(path: pathlib.Path) -> list[str]:
+  """The `sinks` block of one scripts/attention_sinks.py record: its own summary tables."""
+  try:
+    data = json.loads(path.read_text(encoding='utf-8')) if path.is_file() else None
+  except (ValueError, UnicodeDecodeError):
+    data = None
+  keys = ('label', 'mass', 'per_head', 'uniform')
+  if not isinstance(data, list) or not data or not all(
+      isinstance(r, dict) and all(k in r for k in keys) for r in data):
+    raise errors.ConfigError(f'{path} is not a scripts/attention_sinks.py record (a list of runs '
+                             f'with {", ".join(keys)}). Fix: name its sinks.json.')
+  return attention_sinks.summary(data).rstrip('\n').split('\n')

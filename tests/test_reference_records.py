@@ -163,3 +163,19 @@ def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, sc
   assert done.stderr.startswith(f"error: {tmp_path}/runs/{run} or {tmp_path}/records/{run} "
                                 'exists'), done.stderr
   assert not (tmp_path / 'runs').exists() and os.listdir(tmp_path / 'records') == [run]
+
+
+def test_a_sinks_block_gives_each_label_s_mean_and_sample_std_over_its_runs(tmp_path):
+  run = lambda mass, heads: {'label': 'copy,rope', 'mass': mass, 'per_head': heads,
+                             'uniform': [0.25, 0.25]}
+  (tmp_path / 'sinks.json').write_text(json.dumps([
+      run([0.1, 0.3], [[0.1, 0.2], [0.3, 0.5]]), run([0.2, 0.5], [[0.4, 0.1], [0.5, 0.6]])]),
+                                       encoding='utf-8')
+  lines = run_tables.sinks(tmp_path / 'sinks.json')
+  # Layer 0: mean 0.15, sample std 0.0707; the largest heads 0.2 and 0.4: 0.3 +- 0.141.
+  assert lines[4] == '| copy,rope | 2 | 0.150 ± 0.071 | 0.400 ± 0.141 | 0.250 |'
+  assert lines[10] == '| copy,rope | 2 | 0.300 ± 0.141 | 0.550 ± 0.071 | 0.250 |'
+  (tmp_path / 'cut.json').write_text('[{"label": ', encoding='utf-8')
+  for name in ('cut.json', 'missing.json'):
+    with pytest.raises(errors.ConfigError, match='is not a scripts/attention_sinks.py record'):
+      run_tables.sinks(tmp_path / name)
