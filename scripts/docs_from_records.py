@@ -35,8 +35,9 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   value, and the second's step over the first's with the range of the per-round ratios.
 
 - `rows`: PATH is a folder of scripts/benchmark.py records; `rows=FILE:NAME;...` the rows to
-  show (`labels=` their names): the median step, `against=NAME` the step over that row's of
-  the same record (the median ratio and the range of the per-round ratios), tokens/s, model
+  show (`FILE:*` every row of FILE; `labels=` their names, the rows' own by default): the
+  median step, `against=NAME;...` the step over the row of the same record of the first of
+  those names it holds (the median ratio and the range of the per-round ratios), tokens/s, model
   TFLOP/s, MFU against the record's own matmul peak, `best_of=FILE;...` against the highest
   peak of those records and `nominal=N` against a device's nominal TFLOP/s, the compiled
   step's peak memory, and with `compile=1` the compile time.
@@ -393,17 +394,24 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   """The `rows` block: named rows of scripts/benchmark.py records (see the module docstring)."""
   if 'rows' not in options:
     raise errors.ConfigError(f'"{spec}": a rows block names rows=FILE:NAME;... Fix: add them.')
-  picked = [_row_ref(folder, text, spec) for text in options['rows']]
-  labels = options.get('labels', options['rows'])
+  names = []
+  for text in options['rows']:  # FILE:* is every row of FILE, in its order.
+    if text.endswith(':*'):
+      data = _record(folder / text[:-2], 'scripts/benchmark.py', _BENCHMARK_KEYS)
+      names += [f"{text[:-2]}:{r['name']}" for r in data['rows']]
+    else:
+      names.append(text)
+  picked = [_row_ref(folder, text, spec) for text in names]
+  labels = options.get('labels', [text.partition(':')[2] for text in names])
   if len(labels) != len(picked):
     raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(picked)} rows. Fix: one '
                              'label per row.')
-  against = options.get('against', [''])[0]
+  against = options.get('against', [])
   peaks = [_record(folder / t, 'scripts/benchmark.py', _BENCHMARK_KEYS)['peak_flops']
            for t in options.get('best_of', [])]
   best = max(peaks) / 1e12 if peaks else None
   nominal = float(options['nominal'][0]) if 'nominal' in options else None
-  header = ['row', 'step (ms)'] + ([f'vs {against}'] if against else []) + [
+  header = ['row', 'step (ms)'] + ([f'vs {" or ".join(against)}'] if against else []) + [
       'tokens/s', 'TFLOP/s', 'MFU (own peak)'] + ([f'of {best:.1f}'] if best else []) + (
       [f'of {nominal:g}'] if nominal else []) + ['peak memory (MiB)'] + (
       ['compile (s)'] if 'compile' in options else [])
@@ -412,28 +420,35 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
     cells = [label, f"{1e3 * row['step_s']:,.1f}"]
     if against:
       by_name = {r['name']: r for r in data['rows']}
-      if against not in by_name:
-        raise errors.ConfigError(f'"{spec}": {folder / name_of_file} has no row {against!r} to '
-                                 'compare with (a ratio is within one run). Fix: against= a row '
-                                 'of every file named.')
-      base = by_name[against]
+      held = [a for a in against if a in by_name]
+      if not held:
+        raise errors.ConfigError(f'"{spec}": {folder / name_of_file} has no row of {against} '
+                                 'to compare with (a ratio is within one run). Fix: against= '
+                                 'rows that every file named holds one of.')
+      base = by_name[held[0]]
       ratios = timing.round_ratios(row['rounds'], base['rounds'])
       cells.append('1.000x' if row is base else f"{row['step_s'] / base['step_s']:.3f}x "
                    f'({min(ratios):.3f}-{max(ratios):.3f})')
     tflops = row['tflops_per_s']
-    cells += [f"{row['tokens_per_s']:,.0f}", f'{tflops:.1f}', f"{100 * row['mfu']:.1f}%"]
+    cells += [f"{row['tokens_per_s']:,.0f}", f'{tflops:.1f}' if tflops >= 10 else f'{tflops:.3f}',
+              f"{100 * row['mfu']:.1f}%"]
     cells += [f'{100 * tflops / best:.1f}%'] if best else []
     cells += [f'{100 * tflops / nominal:.1f}%'] if nominal else []
     cells.append(f"{row['peak_bytes'] / 2**20:,.0f}")
     cells += [f"{row['compile_s']:.1f}"] if 'compile' in options else []
     lines.append('| ' + ' | '.join(cells) + ' |')
-  runs = {}
+  runs = {}  # The records' shared facts, then each record's own matmul peak.
   for name_of_file, data, _ in picked:
-    runs[name_of_file] = (f"{name_of_file}: {data['device_kind']}, {data['date']}, matmul peak "
-                          f"{data['peak_flops'] / 1e12:.1f} TFLOP/s, median of {data['steps']} "
-                          f"steps in {data['rounds_count']} interleaved rounds")
-  lines += ['', '; '.join(runs.values()) + (
-      f'; best peak of {", ".join(options["best_of"])}' if best else '') + '.']
+    shared = (f"{data['device_kind']}, {data['date']}; median of {data['steps']} steps in "
+              f"{data['rounds_count']} interleaved rounds")
+    peak = data['peak_flops'] / 1e12
+    runs.setdefault(shared, {})[name_of_file] = f'{peak:.1f}' if peak >= 10 else f'{peak:.3f}'
+  lines.append('')
+  for shared, peaks in runs.items():
+    lines.append(f'{shared}; matmul peak (TFLOP/s) ' + ', '.join(
+        f'{peak} ({name})' for name, peak in peaks.items()) + '.')
+  if best:
+    lines.append(f'`of {best:.1f}`: the best matmul peak of {", ".join(options["best_of"])}.')
   return lines
 
 

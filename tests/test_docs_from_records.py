@@ -148,8 +148,12 @@ def test_a_rows_block_computes_each_cell_from_its_records_and_ratios_within_one_
                                    labels=['n', 'r'], against=['none']), spec)
   assert lines[2].startswith('| n | 100.0 | 1.000x |')
   assert lines[3].startswith('| r | 110.0 | 1.100x (1.050-1.200) |')  # 0.105/0.1, 0.12/0.1.
-  with pytest.raises(errors.ConfigError, match=r"b.json has no row 'none' to compare with"):
+  with pytest.raises(errors.ConfigError, match=r"b.json has no row of \['none'\] to compare"):
     docs.rows(tmp_path, dict(options, against=['none']), spec)
+  lines = docs.rows(tmp_path, {'rows': ['a.json:*', 'b.json:rope'], 'against': ['none', 'rope']},
+                    spec)  # Every row of a.json; b.json's rope against itself.
+  assert [line.split(' | ')[0] for line in lines[2:5]] == ['| none', '| rope', '| rope']
+  assert lines[4].startswith('| rope | 50.0 | 1.000x |')
   with pytest.raises(errors.ConfigError, match=r"a.json has no row 'alibi' \(it has \['none', "
                      r"'rope'\]\)"):
     docs.rows(tmp_path, dict(options, rows=['a.json:alibi'], labels=['x']), spec)

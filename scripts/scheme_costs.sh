@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Times the causal train step of configs/lm.py under every position kind, and under each
+# attention kind and option with RoPE, and keeps the records that docs/positions.md's and
+# docs/performance_schemes.md's cost tables are generated from (scripts/docs_from_records.py's
+# rows blocks). About 15 minutes on 2 CPU cores; run it with nothing else on the machine.
+#
+#   bash scripts/scheme_costs.sh RECORDS [--steps 12 --rounds 3 ...]
+#   bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE
+#
+# RECORDS (new) receives kinds.json (every position kind, taking turns in the same rounds, so
+# each ratio to `none` is within one run) and attention_NAME.json for each attention kind or
+# option (RoPE without and with it, in turns; DAPE, which reads a bias, with ALiBi), each a scripts/benchmark.py --out record with
+# its date, device and the measured matmul peak. Further arguments go to every benchmark call.
+set -euo pipefail
+if (($# < 1)); then
+  echo "error: give RECORDS. Fix: bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE" >&2
+  exit 2
+fi
+records=$(realpath -m "$1")  # The caller's path; it runs from the root.
+shift
+if [[ -e $records ]]; then
+  echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
+fi
+PY=${PYTHON:-python}
+cd "$(dirname "$0")/.."
+kinds=$($PY -c "from roformer import positions
+print(','.join(['none'] + [k for k in positions.kinds() if k != 'none']))")
+bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
+  local name=$1
+  shift
+  echo "=== $name"
+  $PY scripts/benchmark.py --config configs/lm.py --steps 12 --rounds 3 "$@" \
+    --out "$records.partial/$name.json"
+}
+rm -rf "$records.partial"
+mkdir -p "$records.partial"
+bench kinds --kinds "$kinds" "$@"
+bench attention_stick_breaking --kinds rope --vary model.attention.kind=softmax,stick_breaking "$@"
+for option in differential output_gate qk_norm ssmax; do
+  bench "attention_$option" --kinds rope --vary "model.attention.$option=False,True" "$@"
+done
+bench attention_dape --kinds alibi --vary model.attention.dape=False,True "$@"  # It reads a bias.
+mv "$records.partial" "$records"
+echo "kept: $records"
