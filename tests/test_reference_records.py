@@ -179,3 +179,12 @@ def test_a_sinks_block_gives_each_label_s_mean_and_sample_std_over_its_runs(tmp_
   for name in ('cut.json', 'missing.json'):
     with pytest.raises(errors.ConfigError, match='is not a scripts/attention_sinks.py record'):
       run_tables.sinks(tmp_path / name)
+
+
+def test_the_scheme_costs_script_refuses_kept_records_before_any_benchmark(tmp_path):
+  (tmp_path / 'costs').mkdir()
+  done = subprocess.run(['bash', 'scripts/scheme_costs.sh', str(tmp_path / 'costs')], cwd=ROOT,
+                        capture_output=True, text=True, env=dict(os.environ, PYTHON='false'),
+                        check=False)
+  assert done.returncode == 1 and done.stderr.startswith(f'error: {tmp_path}/costs exists.')
+  assert not (tmp_path / 'costs.partial').exists()
