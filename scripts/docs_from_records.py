@@ -75,7 +75,8 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'tokens': ('accuracy', True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
-KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs', 'scaling', 'sinks')
+KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',
+         'scaling', 'sinks')
 
 
 def read_points(records: str) -> list[dict]:
@@ -376,6 +377,11 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
   return lines
 
 
+# What a rows block reads of each benchmark row.
+_ROW_KEYS = ('step_s', 'rounds', 'tokens_per_s', 'tflops_per_s', 'mfu', 'peak_bytes',
+             'compile_s')
+
+
 def _row_ref(folder: pathlib.Path, text: str, spec: str) -> tuple[str, dict, dict]:
   """`FILE:NAME` -> (FILE, the record, its row NAME)."""
   name_of_file, sep, name = text.partition(':')
@@ -387,6 +393,12 @@ def _row_ref(folder: pathlib.Path, text: str, spec: str) -> tuple[str, dict, dic
   if name not in by_name:
     raise errors.ConfigError(f'"{spec}": {folder / name_of_file} has no row {name!r} (it has '
                              f'{sorted(by_name)}). Fix: name one of those.')
+  missing = [k for k in _ROW_KEYS if k not in by_name[name]] + (
+      [] if 'peak_flops' in data else ['peak_flops'])
+  if missing:
+    raise errors.ConfigError(f'"{spec}": {folder / name_of_file} is a scripts/benchmark.py '
+                             f'record of another version (no {", ".join(missing)}). Fix: rerun '
+                             'its command with --out.')
   return name_of_file, data, by_name[name]
 
 
@@ -402,7 +414,9 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
     else:
       names.append(text)
   picked = [_row_ref(folder, text, spec) for text in names]
-  labels = options.get('labels', [text.partition(':')[2] for text in names])
+  several = len({text.partition(':')[0] for text in names}) > 1  # Rows named with their file.
+  labels = options.get('labels', [f"{pathlib.Path(f).stem}: {n}" if several else n
+                                  for f, _, n in (text.partition(':') for text in names)])
   if len(labels) != len(picked):
     raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(picked)} rows. Fix: one '
                              'label per row.')
@@ -439,8 +453,9 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
     lines.append('| ' + ' | '.join(cells) + ' |')
   runs = {}  # The records' shared facts, then each record's own matmul peak.
   for name_of_file, data, _ in picked:
-    shared = (f"{data['device_kind']}, {data['date']}; median of {data['steps']} steps in "
-              f"{data['rounds_count']} interleaved rounds")
+    shared = (f"{data['device_kind']}, {data['date']}"
+              + (f", at {data['commit']}" if data.get('commit') else '')
+              + f"; median of {data['steps']} steps in {data['rounds_count']} interleaved rounds")
     peak = data['peak_flops'] / 1e12
     runs.setdefault(shared, {})[name_of_file] = f'{peak:.1f}' if peak >= 10 else f'{peak:.3f}'
   lines.append('')

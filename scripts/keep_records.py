@@ -72,11 +72,15 @@ def keep_point(workdir: str, target: str, extra: dict | None = None) -> None:
   building = os.path.join(os.path.dirname(target), f'.{os.path.basename(target)}.partial')
   shutil.rmtree(building, ignore_errors=True)
   os.makedirs(building)
-  for path in point_records(workdir):
-    shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
-  for name, path in (extra or {}).items():
-    shutil.copyfile(path, os.path.join(building, name))
-  files.sync_tree(building)
+  try:
+    for path in point_records(workdir):
+      shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
+    for name, path in (extra or {}).items():
+      shutil.copyfile(path, os.path.join(building, name))
+    files.sync_tree(building)
+  except BaseException:
+    shutil.rmtree(building, ignore_errors=True)  # Nothing half built is left beside the records.
+    raise
   if os.path.exists(target):
     shutil.rmtree(target)
   files.durable_replace(building, target)

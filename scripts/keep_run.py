@@ -1,19 +1,21 @@
 """Keep one run's records, with the timed commands that made it, for a page's tables.
 
-  python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/steps.tsv
+  python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/NAME.steps.tsv [--commit C]
 
 Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json:
 keep_records.point_records) into RECORDS/NAME, and writes RECORDS/NAME/steps.json: the lines of
---steps whose run is NAME (`run`, `phase`, start and end in seconds, the command as a shell
-reads it; scripts/reference_steps.sh's `step` writes them), each with its seconds, and the
-commit and date the run was kept at (the commit marked `+changes` where the work tree differed
-from it). The folder is assembled beside its place and renamed into it, so a cut copy leaves
-none half kept. A RECORDS/NAME that exists is refused: kept records are replaced only by hand.
-The reference scripts (scripts/mlm_reference.sh, scripts/performer_reference.sh) call it after
-each run; scripts/docs_from_records.py's `runs` blocks read what it keeps.
+--steps whose run is NAME (`run`, `phase`, start and end in seconds, the arguments joined by the
+unit separator: scripts/reference_steps.sh's `step` writes them), each with its seconds and its
+command as a shell reads it, and the commit and date. The commit is --commit (a reference script
+gives the one it started at), or this checkout's, marked `+changes` where its code (docs/ aside)
+differed from it. The folder is assembled beside its place and renamed into it, so a cut copy
+leaves none half kept. A RECORDS/NAME that exists is refused: kept records are replaced only by
+hand. scripts/lm_reference.sh, mlm_reference.sh and performer_reference.sh call it after each
+run; scripts/docs_from_records.py's `runs` blocks read what it keeps.
 """
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -31,15 +33,15 @@ STEPS_FILE = 'steps.json'
 
 
 def commit() -> str:
-  """The short commit of this checkout, `+changes` where tracked files differ from it ('' out
-  of a git checkout)."""
+  """The short commit of this checkout, `+changes` where its tracked files outside docs/ differ
+  from it ('' out of a git checkout)."""
   def git(*args):
     return subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True, text=True,
                           check=False)
   head = git('rev-parse', '--short', 'HEAD')
   if head.returncode:
     return ''
-  dirty = git('status', '--porcelain', '--untracked-files=no').stdout.strip()
+  dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs').stdout.strip()
   return head.stdout.strip() + ('+changes' if dirty else '')
 
 
@@ -54,16 +56,22 @@ def read_steps(path: str, name: str) -> list[dict]:
         raise errors.ConfigError(f'{path}:{number} holds {len(fields)} fields, not run, phase, '
                                  'start, end and command. Fix: give the file that '
                                  "scripts/reference_steps.sh's step writes.")
-      run, phase, start, end, command = fields
+      run, phase, start, end, arguments = fields
+      try:
+        seconds = round(float(end) - float(start), 1)
+      except ValueError:
+        raise errors.ConfigError(f'{path}:{number} gives the times {start!r} and {end!r}, not '
+                                 'seconds. Fix: give the file that scripts/reference_steps.sh\'s '
+                                 'step writes.') from None
       if run == name:
-        steps.append({'phase': phase, 'seconds': round(float(end) - float(start), 1),
-                      'command': command.rstrip()})
+        steps.append({'phase': phase, 'seconds': seconds,
+                      'command': shlex.join(arguments.split('\x1f'))})
   return steps
 
 
-def keep(workdir: str, target: str, steps_file: str | None) -> None:
-  """`workdir`'s records and its steps as `target`, refused where `target` exists or the run
-  left nothing to keep."""
+def keep(workdir: str, target: str, steps_file: str | None, made_at: str | None = None) -> None:
+  """`workdir`'s records and its steps as `target` (made at commit `made_at`, this checkout's
+  by default), refused where `target` exists or the run left nothing to keep."""
   name = os.path.basename(os.path.normpath(target))
   if os.path.exists(target):
     raise errors.ConfigError(f'{target} exists: kept records are not replaced. Fix: move it '
@@ -77,7 +85,8 @@ def keep(workdir: str, target: str, steps_file: str | None) -> None:
                              'records after the run, as step RUN PHASE ... named it.')
   os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
   staged = os.path.join(os.path.dirname(os.path.abspath(target)), f'.{name}.steps')
-  files.write_json_atomic(staged, {'date': time.strftime('%Y-%m-%d'), 'commit': commit(),
+  files.write_json_atomic(staged, {'date': time.strftime('%Y-%m-%d'),
+                                   'commit': commit() if made_at is None else made_at,
                                    'steps': steps})
   try:
     keep_records.keep_point(workdir, target, extra={STEPS_FILE: staged})
@@ -92,8 +101,10 @@ def main(argv=None) -> int:
   parser.add_argument('target', type=cli.path_arg, help='RECORDS/NAME, new.')
   parser.add_argument('--steps', type=cli.path_arg, default=None,
                       help="The reference script's steps file; its lines of run NAME are kept.")
+  parser.add_argument('--commit', default=None,
+                      help="The commit the run was made at (default: this checkout's).")
   args = parser.parse_args(argv)
-  keep(args.workdir, args.target, args.steps)
+  keep(args.workdir, args.target, args.steps, args.commit)
   print(f'kept: {args.target}')
   return 0
 

@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Reruns docs/mlm_and_finetuning.md's pretraining and fine-tuning comparisons and keeps their
 # records, which the page's tables are generated from (scripts/docs_from_records.py). Steps:
-#   1. masked-LM pretraining, BERT (learned positions) vs RoFormer (RoPE), same steps (about
-#      21 minutes on 2 CPU cores);
+#   1. masked-LM pretraining, BERT (learned positions) vs RoFormer (RoPE), same steps;
 #   2. the validation-loss plot of both, as RECORDS/mlm_validation_loss.png;
-#   3. rotten_tomatoes fine-tuned from each pretrained encoder, and from scratch (about 21
-#      minutes);
-#   4. imdb fine-tuned from the RoFormer encoder at 512 and 1024 tokens (test split; about 70
-#      minutes).
+#   3. rotten_tomatoes fine-tuned from each pretrained encoder, and from scratch;
+#   4. imdb fine-tuned from the RoFormer encoder at 512 and 1024 tokens (test split).
+# Steps 1 and 3 take minutes on 2 CPU cores, step 4 most of an hour; each run's records hold
+# its time.
 #
 #   bash scripts/mlm_reference.sh RUNS RECORDS [step ...]      (steps 1-4, default all)
 #   bash scripts/mlm_reference.sh /tmp/mlm_runs docs/results/mlm_DATE/records 1 2 3
@@ -19,6 +18,10 @@ set -euo pipefail
 if (($# < 2)); then
   echo "error: give RUNS and RECORDS. Fix: bash scripts/mlm_reference.sh /tmp/mlm_runs" \
     "docs/results/mlm_DATE/records [step ...]" >&2; exit 2
+fi
+if [[ $2 =~ ^[0-9]+$ ]]; then
+  echo "error: RECORDS is $2, a step number. Fix: bash scripts/mlm_reference.sh RUNS RECORDS" \
+    "$2 (both folders first)." >&2; exit 2
 fi
 runs=$(realpath -m "$1") records=$(realpath -m "$2")  # The caller's paths; it runs from the root.
 shift 2
@@ -48,7 +51,8 @@ for s in $steps; do
          --labels bert,roformer --out "$records/mlm_validation_loss.png" \
          --title 'Masked-LM validation loss (Shakespeare)' ;;
     3) for model in bert roformer; do
-         step "rt_$model" train $PY train.py --config "configs/classify.py:rotten_tomatoes,${model}" \
+         step "rt_$model" train $PY train.py \
+           --config "configs/classify.py:rotten_tomatoes,${model}" \
            --config.init_from="$runs/mlm_$model" --workdir "$runs/rt_$model"
          step "rt_$model" eval $PY eval.py --workdir "$runs/rt_$model"
          keep "rt_$model"

@@ -3,39 +3,52 @@
 # generated from (scripts/docs_from_records.py): configs/performer.py (300 steps) with RoPE on
 # q/k and without positions; softmax attention with RoPE on the same schedule; their
 # validation-loss plot (RECORDS/performer_validation_loss.png); and the step time and memory of
-# softmax vs FAVOR+ attention from L = 512 to 8192 (RECORDS/attention_scaling.json). About 30
-# minutes on 2 CPU cores.
+# softmax vs FAVOR+ attention from L = 512 to 8192 (RECORDS/attention_scaling.json). Under half
+# an hour on 2 CPU cores.
 #
-#   bash scripts/performer_reference.sh RUNS RECORDS
+#   bash scripts/performer_reference.sh RUNS RECORDS [step ...]   (1 runs, 2 plot, 3 scaling)
 #   bash scripts/performer_reference.sh /tmp/performer_runs docs/results/performer_DATE/records
 #
 # RECORDS/RUN receives each run's config, metrics and timed commands as it ends
 # (scripts/keep_run.py). A run whose workdir or records exist is refused before anything runs.
 set -euo pipefail
-if (($# != 2)); then
+if (($# < 2)); then
   echo "error: give RUNS and RECORDS. Fix: bash scripts/performer_reference.sh" \
-    "/tmp/performer_runs docs/results/performer_DATE/records" >&2; exit 2
+    "/tmp/performer_runs docs/results/performer_DATE/records [step ...]" >&2; exit 2
 fi
 runs=$(realpath -m "$1") records=$(realpath -m "$2")  # The caller's paths; it runs from the root.
+shift 2
+steps=${*:-1 2 3}
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
 source scripts/reference_steps.sh
-fresh performer_rope performer_none softmax300
-if [[ -e $records/attention_scaling.json ]]; then
-  echo "error: $records/attention_scaling.json exists. Fix: give a new RECORDS (or move it" \
-    "aside)." >&2; exit 1
-fi
-for kind in rope none; do
-  step "performer_$kind" train $PY train.py --config "configs/performer.py:${kind}" \
-    --workdir "$runs/performer_$kind"
-  keep "performer_$kind"
+for s in $steps; do
+  case $s in
+    1) fresh performer_rope performer_none softmax300 ;;
+    2) ;;
+    3) if [[ -e $records/attention_scaling.json ]]; then
+         echo "error: $records/attention_scaling.json exists. Fix: give a new RECORDS (or move" \
+           "it aside)." >&2; exit 1
+       fi ;;
+    *) echo "error: step $s is not one of 1 2 3. Fix: name steps 1-3." >&2; exit 2 ;;
+  esac
 done
-step softmax300 train $PY train.py --config configs/lm.py:rope --config.train.steps=300 \
-  --config.train.warmup_steps=30 --config.train.eval_every=50 --workdir "$runs/softmax300"
-keep softmax300
-$PY scripts/plot_curves.py "$runs/performer_rope" "$runs/performer_none" "$runs/softmax300" \
-  --labels 'favor + rope,favor (no positions),softmax + rope' \
-  --out "$records/performer_validation_loss.png" \
-  --title 'Performer LM validation loss (Shakespeare)'
-$PY scripts/attention_scaling.py --out "$records/attention_scaling.json"
+for s in $steps; do
+  case $s in
+    1) for kind in rope none; do
+         step "performer_$kind" train $PY train.py --config "configs/performer.py:${kind}" \
+           --workdir "$runs/performer_$kind"
+         keep "performer_$kind"
+       done
+       step softmax300 train $PY train.py --config configs/lm.py:rope --config.train.steps=300 \
+         --config.train.warmup_steps=30 --config.train.eval_every=50 --workdir "$runs/softmax300"
+       keep softmax300 ;;
+    2) mkdir -p "$records"
+       $PY scripts/plot_curves.py "$runs/performer_rope" "$runs/performer_none" \
+         "$runs/softmax300" --labels 'favor + rope,favor (no positions),softmax + rope' \
+         --out "$records/performer_validation_loss.png" \
+         --title 'Performer LM validation loss (Shakespeare)' ;;
+    3) $PY scripts/attention_scaling.py --out "$records/attention_scaling.json" ;;
+  esac
+done
 echo "kept: $records"

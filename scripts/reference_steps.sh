@@ -1,30 +1,36 @@
-# Sourced by the reference scripts, after they set runs (their runs folder), records (where
-# kept records go) and PY (the python to run):
-#   fresh RUN...             refuses, before anything runs, a run whose workdir or records exist;
+#!/usr/bin/env bash
+# The steps of the reference scripts (scripts/*_reference.sh), which source this file. They set
+# runs (their runs folder), records (where kept records go) and PY (the python to run) first:
+#   fresh RUN...             refuses, before anything runs, a run whose workdir, steps file or
+#                            records exist;
 #   step RUN PHASE COMMAND...  runs COMMAND from the repository root, timed, noting it in
-#                            $runs/steps.tsv (run, phase, start, end, the command as quoted);
+#                            $runs/RUN.steps.tsv (run, phase, start, end, the arguments);
 #   keep RUN                 keeps $runs/RUN's records and steps in $records/RUN
-#                            (scripts/keep_run.py).
+#                            (scripts/keep_run.py), with the commit the script started at.
+made_at=$(PYTHONPATH=. $PY -c "from scripts import keep_run; print(keep_run.commit())") || made_at=
 fresh() {
   local run
   for run in "$@"; do
-    if [[ -e $runs/$run || -e $records/$run ]]; then
-      echo "error: $runs/$run or $records/$run exists, and this run starts fresh. Fix: give" \
-        "a new runs folder and records folder (or move those aside)." >&2
+    if [[ -e $runs/$run || -e $runs/$run.steps.tsv || -e $records/$run ]]; then
+      echo "error: $runs/$run, its steps file or $records/$run exists, and this run starts" \
+        "fresh. Fix: give a new runs folder and records folder (or move those aside)." >&2
       exit 1
     fi
   done
 }
 step() {
-  local run=$1 phase=$2 start
+  local run=$1 phase=$2 start end
   shift 2
   echo "=== $run $phase: $*"
   start=$EPOCHREALTIME
   "$@"
+  end=$EPOCHREALTIME
   mkdir -p "$runs"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$phase" "$start" "$EPOCHREALTIME" \
-    "$(printf '%q ' "$@")" >> "$runs/steps.tsv"
+  # The arguments joined by the unit separator; scripts/keep_run.py quotes them for a shell.
+  (IFS=$'\x1f'; printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$phase" "${start/,/.}" "${end/,/.}" \
+    "$*") >> "$runs/$run.steps.tsv"
 }
 keep() {
-  $PY scripts/keep_run.py "$runs/$1" "$records/$1" --steps "$runs/steps.tsv"
+  $PY scripts/keep_run.py "$runs/$1" "$records/$1" --steps "$runs/$1.steps.tsv" \
+    --commit "$made_at"
 }

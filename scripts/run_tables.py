@@ -66,13 +66,17 @@ def eval_value(results: dict, split: str, key: str, where: str, multiplier: int 
     raise errors.ConfigError(f'{where} holds no {split!r} split (it holds {sorted(splits)}). '
                              'Fix: name one of those.')
   found = splits[split]
-  if key in found and multiplier == 1:
-    return found[key]
+  if key in found:
+    if multiplier == 1:
+      return found[key]
+    raise errors.ConfigError(f'{where}: {key!r} is the {split!r} split\'s own value, one for '
+                             f'every length. Fix: name it without @{multiplier}.')
   at = [e for e in found.get('lengths', []) if e.get('multiplier') == multiplier]
   if at and key in at[0]:
     return at[0][key]
   if not at and multiplier != 1:
-    held = sorted(e.get('multiplier') for e in found.get('lengths', []))
+    held = sorted(m for m in (e.get('multiplier') for e in found.get('lengths', []))
+                  if isinstance(m, int))
     raise errors.ConfigError(f'{where} holds no {split!r} evaluation at {multiplier}x (it does '
                              f'at {held}). Fix: name one of those.')
   held = sorted((set(found) | set(at[0] if at else ())) - {'lengths'})
@@ -152,9 +156,12 @@ def scaling(path: pathlib.Path) -> list[str]:
     raise errors.ConfigError(f'{path} does not exist. Fix: name a scripts/attention_scaling.py '
                              '--out file.')
   data = files.read_json(str(path))
-  if 'rows' not in data or 'device' not in data:
-    raise errors.ConfigError(f'{path} is not a scripts/attention_scaling.py record (no rows or '
-                             'device). Fix: name one of its --out files.')
+  if not isinstance(data, dict) or not data.get('rows') or 'device' not in data or not all(
+      all(k in r for k in ('attention', 'length', 'step_seconds', 'temp_bytes')) and
+      r['step_seconds'] > 0 and r['temp_bytes'] > 0 for r in data['rows']):
+    raise errors.ConfigError(f'{path} is not a scripts/attention_scaling.py record (its device, '
+                             'and rows of attention, length and positive step_seconds and '
+                             'temp_bytes). Fix: name one of its --out files.')
   kinds = list(dict.fromkeys(r['attention'] for r in data['rows']))
   lengths = sorted({r['length'] for r in data['rows']})
   by = {(r['attention'], r['length']): r for r in data['rows']}

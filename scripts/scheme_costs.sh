@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Times the causal train step of configs/lm.py under every position kind, and under each
-# attention kind and option with RoPE, and keeps the records that docs/positions.md's and
-# docs/performance_schemes.md's cost tables are generated from (scripts/docs_from_records.py's
-# rows blocks). About 15 minutes on 2 CPU cores; run it with nothing else on the machine.
+# attention kind and option with RoPE, and keeps the records that the cost tables of
+# docs/positions.md and docs/language_model.md are generated from (scripts/docs_from_records.py's
+# rows blocks). FAVOR+ (linear attention, docs/performer.md) and NoPE's temperature (for NoPE
+# layers) are left out. About 15 minutes on 2 CPU cores; run it with nothing else on the
+# machine.
 #
 #   bash scripts/scheme_costs.sh RECORDS [--steps 12 --rounds 3 ...]
 #   bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE
 #
 # RECORDS (new) receives kinds.json (every position kind, taking turns in the same rounds, so
 # each ratio to `none` is within one run) and attention_NAME.json for each attention kind or
-# option (RoPE without and with it, in turns; DAPE, which reads a bias, with ALiBi), each a scripts/benchmark.py --out record with
-# its date, device and the measured matmul peak. Further arguments go to every benchmark call.
+# option (RoPE without and with it, in turns; DAPE, which reads a bias, with ALiBi), each a
+# scripts/benchmark.py --out record with its date, commit, device and the measured matmul peak.
+# Further arguments go to every benchmark call.
 set -euo pipefail
 if (($# < 1)); then
   echo "error: give RECORDS. Fix: bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE" >&2
@@ -32,7 +35,10 @@ bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
   $PY scripts/benchmark.py --config configs/lm.py --steps 12 --rounds 3 "$@" \
     --out "$records.partial/$name.json"
 }
-rm -rf "$records.partial"
+if [[ -e $records.partial ]]; then
+  echo "error: $records.partial holds an earlier run's records, cut short. Fix: move it aside" \
+    "(or delete it), then run again." >&2; exit 1
+fi
 mkdir -p "$records.partial"
 bench kinds --kinds "$kinds" "$@"
 bench attention_stick_breaking --kinds rope --vary model.attention.kind=softmax,stick_breaking "$@"

@@ -152,8 +152,8 @@ def test_a_rows_block_computes_each_cell_from_its_records_and_ratios_within_one_
     docs.rows(tmp_path, dict(options, against=['none']), spec)
   lines = docs.rows(tmp_path, {'rows': ['a.json:*', 'b.json:rope'], 'against': ['none', 'rope']},
                     spec)  # Every row of a.json; b.json's rope against itself.
-  assert [line.split(' | ')[0] for line in lines[2:5]] == ['| none', '| rope', '| rope']
-  assert lines[4].startswith('| rope | 50.0 | 1.000x |')
+  assert [line.split(' | ')[0] for line in lines[2:5]] == ['| a: none', '| a: rope', '| b: rope']
+  assert lines[4].startswith('| b: rope | 50.0 | 1.000x |')  # Rows of two files name theirs.
   with pytest.raises(errors.ConfigError, match=r"a.json has no row 'alibi' \(it has \['none', "
                      r"'rope'\]\)"):
     docs.rows(tmp_path, dict(options, rows=['a.json:alibi'], labels=['x']), spec)

@@ -41,10 +41,13 @@ def _lm_run(workdir: pathlib.Path) -> None:
 
 
 def _steps(path: pathlib.Path) -> None:
-  path.write_text('lm\ttrain\t100.0\t130.5\tpython train.py --workdir /r/lm \n'
-                  'other\ttrain\t1\t2\tpython train.py\n'
-                  'lm\ttrain\t200\t235\tpython train.py --workdir /r/lm \n'
-                  'lm\teval\t300\t302.25\tpython eval.py --workdir /r/lm \n', encoding='utf-8')
+  line = lambda run, phase, start, end, *args: '\t'.join([run, phase, start, end,
+                                                          '\x1f'.join(args)]) + '\n'
+  path.write_text(line('lm', 'train', '100.0', '130.5', 'python', 'train.py', '--workdir', '/r/lm')
+                  + line('other', 'train', '1', '2', 'python', 'train.py')
+                  + line('lm', 'train', '200', '235', 'python', 'train.py', '--workdir', '/r/lm')
+                  + line('lm', 'eval', '300', '302.25', 'python', 'eval.py', '--config=a,b c'),
+                  encoding='utf-8')
 
 
 def test_a_kept_run_holds_its_records_and_only_its_own_timed_steps_not_checkpoints(tmp_path):
@@ -59,7 +62,7 @@ def test_a_kept_run_holds_its_records_and_only_its_own_timed_steps_not_checkpoin
   assert record['steps'] == [
       {'phase': 'train', 'seconds': 30.5, 'command': 'python train.py --workdir /r/lm'},
       {'phase': 'train', 'seconds': 35.0, 'command': 'python train.py --workdir /r/lm'},
-      {'phase': 'eval', 'seconds': 2.2, 'command': 'python eval.py --workdir /r/lm'}]
+      {'phase': 'eval', 'seconds': 2.2, 'command': "python eval.py '--config=a,b c'"}]
   assert record['commit'].split('+')[0] == subprocess.run(
       ['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
       check=True).stdout.strip()
@@ -81,6 +84,9 @@ def test_keeping_refuses_a_kept_record_a_run_without_steps_or_a_damaged_steps_fi
   (tmp_path / 'cut.tsv').write_text('lm\ttrain\t1\n', encoding='utf-8')
   with pytest.raises(errors.ConfigError, match=r'cut.tsv:1 holds 3 fields'):
     keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'new' / 'lm'), str(tmp_path / 'cut.tsv'))
+  (tmp_path / 'comma.tsv').write_text('lm\ttrain\t1,5\t2,5\tpython\n', encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r"comma.tsv:1 gives the times '1,5' and '2,5'"):
+    keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'new' / 'lm'), str(tmp_path / 'comma.tsv'))
   with pytest.raises(errors.ConfigError, match='holds no run'):
     keep_run.keep(str(tmp_path / 'nowhere'), str(tmp_path / 'new' / 'lm'), None)
   assert not (tmp_path / 'new').exists() or not os.listdir(tmp_path / 'new')
@@ -107,7 +113,9 @@ def test_a_runs_block_reads_each_cell_from_the_records(tmp_path):
                       'test accuracy | train time | eval time |')
   # The length of multiplier 1 (not 2), the split's own unigram loss, 30.5 + 35 s of training.
   assert lines[2] == '| masked lm | 7.25 | 6.50 | 6.44 | 5.97 | 26.2% | 1m06s | 2s |'
-  assert lines[4].startswith(f'Made at {keep_run.commit()}, ')
+  assert lines[4].startswith('Made at ' + subprocess.run(
+      ['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+      check=True).stdout.strip())
   with pytest.raises(errors.ConfigError, match=r'no validation loss at steps \[30\] \(it does '
                      r'at \[10, 20\]\)'):
     run_tables.runs(pathlib.Path(path), dict(options, steps=['10', '30']), spec)
@@ -153,15 +161,15 @@ def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_pa
 
 @pytest.mark.parametrize('script,args,run', [
     ('mlm_reference.sh', ['1'], 'mlm_bert'), ('mlm_reference.sh', ['3'], 'rt_scratch'),
-    ('performer_reference.sh', [], 'softmax300'), ('lm_reference.sh', [], 'lm_sinusoidal')])
+    ('performer_reference.sh', ['1'], 'softmax300'), ('lm_reference.sh', [], 'lm_sinusoidal')])
 def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, script, args, run):
   (tmp_path / 'records' / run).mkdir(parents=True)
   done = subprocess.run(['bash', f'scripts/{script}', str(tmp_path / 'runs'),
                          str(tmp_path / 'records'), *args], cwd=ROOT, capture_output=True,
                         text=True, env=dict(os.environ, PYTHON='false'), check=False)
   assert done.returncode == 1, done.stderr
-  assert done.stderr.startswith(f"error: {tmp_path}/runs/{run} or {tmp_path}/records/{run} "
-                                'exists'), done.stderr
+  assert done.stderr.startswith(f"error: {tmp_path}/runs/{run}, its steps file or "
+                                f'{tmp_path}/records/{run} exists'), done.stderr
   assert not (tmp_path / 'runs').exists() and os.listdir(tmp_path / 'records') == [run]
 
 
@@ -188,3 +196,45 @@ def test_the_scheme_costs_script_refuses_kept_records_before_any_benchmark(tmp_p
                         check=False)
   assert done.returncode == 1 and done.stderr.startswith(f'error: {tmp_path}/costs exists.')
   assert not (tmp_path / 'costs.partial').exists()
+
+
+def test_a_step_run_through_bash_is_kept_with_its_arguments_quoted_once_and_never_twice(tmp_path):
+  """reference_steps.sh end to end: `step` notes a command whose arguments hold a comma and a
+  space, `keep` keeps it with the commit the script started at, and `fresh` then refuses the run
+  while its steps file exists (a second run would add its steps to the first's)."""
+  workdir = tmp_path / 'runs' / 'lm'
+  _lm_run(workdir)
+  script = ('runs=$1 records=$2 PY=python; cd "$3"; source scripts/reference_steps.sh; '
+            'step lm train true "a,b" "c d"; keep lm; fresh lm')
+  done = subprocess.run(['bash', '-c', f'set -euo pipefail; {script}', 'bash',
+                         str(tmp_path / 'runs'), str(tmp_path / 'rec'), str(ROOT)], cwd=ROOT,
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 1, done.stderr
+  assert 'its steps file or' in done.stderr and done.stderr.startswith('error: ')
+  record = json.loads((tmp_path / 'rec' / 'lm' / 'steps.json').read_text(encoding='utf-8'))
+  assert [s['command'] for s in record['steps']] == ["true a,b 'c d'"]
+  assert record['commit'].split('+')[0] == subprocess.run(
+      ['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+      check=True).stdout.strip()
+
+
+def test_a_keep_cut_short_leaves_nothing_beside_the_records(tmp_path, monkeypatch):
+  _lm_run(tmp_path / 'lm')
+  copies = []
+  def copy(source, target):
+    copies.append(source)
+    if len(copies) == 2:
+      raise OSError('disk full')
+    pathlib.Path(target).write_bytes(pathlib.Path(source).read_bytes())
+  monkeypatch.setattr(keep_run.keep_records.shutil, 'copyfile', copy)
+  with pytest.raises(OSError, match='disk full'):
+    keep_run.keep(str(tmp_path / 'lm'), str(tmp_path / 'rec' / 'lm'), None)
+  assert os.listdir(tmp_path / 'rec') == []
+
+
+def test_the_mlm_script_refuses_a_step_number_given_as_records(tmp_path):
+  done = subprocess.run(['bash', 'scripts/mlm_reference.sh', str(tmp_path / 'runs'), '4'],
+                        cwd=ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, PYTHON='false'), check=False)
+  assert done.returncode == 2 and done.stderr.startswith('error: RECORDS is 4, a step number.')
+  assert not (tmp_path / 'runs').exists()
