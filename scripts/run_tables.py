@@ -1,6 +1,6 @@
 """The tables of a page's reference runs, from the records scripts/keep_run.py kept.
 
-Three kinds of scripts/docs_from_records.py block read them:
+Kinds of scripts/docs_from_records.py block that read them and other scripts' records:
 
   <!-- records: docs/results/mlm_2026-11-29/records runs runs=mlm_bert;mlm_roformer
        labels=bert;roformer curve=validation:loss steps=50;100 eval=test:loss -->
@@ -18,6 +18,9 @@ Three kinds of scripts/docs_from_records.py block read them:
   scratch memory of each attention kind at each length, and each kind's growth per doubling
   of the length, with the ratio of the kinds at the longest.
 
+- `precision`: scripts/rope_precision.py's record (`PATH` its JSON): per band of positions and
+  per way of computing the angles, the largest and mean error of an element relative to its
+  pair's norm and the largest logit error over sqrt(d), against float64.
 - `sinks`: scripts/attention_sinks.py's record (`PATH` its sinks.json): the tables of its
   sinks.md, each label's attention on the first token per layer over its runs.
 
@@ -208,3 +211,23 @@ def sinks(path: pathlib.Path) -> list[str]:
     raise errors.ConfigError(f'{path} is not a scripts/attention_sinks.py record (a list of runs '
                              f'with {", ".join(keys)}). Fix: name its sinks.json.')
   return attention_sinks.summary(data).rstrip('\n').split('\n')
+
+
+def precision(path: pathlib.Path) -> list[str]:
+  """The `precision` block of one scripts/rope_precision.py record."""
+  data = files.read_json(str(path)) if path.is_file() else None
+  bands = (data or {}).get('bands')
+  if not bands or not all('positions' in b and len(b) > 1 for b in bands):
+    raise errors.ConfigError(f'{path} is not a scripts/rope_precision.py record (bands of '
+                             'positions). Fix: name one of its --out files.')
+  ways = [name for name in bands[0] if name != 'positions']
+  lines = ['| positions | ' + ' | '.join(f'{w}: max / mean, logit' for w in ways) + ' |',
+           '|---' * (len(ways) + 1) + '|']
+  for band in bands:
+    cells = [f"{band[w]['max_rel_element']:.2e} / {band[w]['mean_rel_element']:.2e}, "
+             f"{band[w]['max_logit_error_over_sqrt_d']:.2e}" for w in ways]
+    lines.append(f"| {band['positions'][0]:,}-{band['positions'][1]:,} | " + ' | '.join(cells)
+                 + ' |')
+  lines += ['', f"{data['device']} ({data['backend']}, jax {data['jax']}), head dimension "
+            f"{data['head_dim']}."]
+  return lines

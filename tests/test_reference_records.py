@@ -238,3 +238,20 @@ def test_the_mlm_script_refuses_a_step_number_given_as_records(tmp_path):
                         env=dict(os.environ, PYTHON='false'), check=False)
   assert done.returncode == 2 and done.stderr.startswith('error: RECORDS is 4, a step number.')
   assert not (tmp_path / 'runs').exists()
+
+
+def test_a_precision_block_gives_each_band_and_way_of_computing_the_angles(tmp_path):
+  way = lambda top, mean, logit: {'max_rel_element': top, 'mean_rel_element': mean,
+                                  'max_logit_error_over_sqrt_d': logit}
+  _write(tmp_path / 'p.json', {'device': 'cpu', 'backend': 'cpu', 'jax': '0.10.2',
+                               'head_dim': 64, 'bands': [
+                                   {'positions': [0, 1024], 'f32': way(0.0038, 0.0009, 0.005),
+                                    'bf16': way(2.0, 0.25, 1.5)}]})
+  lines = run_tables.precision(tmp_path / 'p.json')
+  assert lines[0] == '| positions | f32: max / mean, logit | bf16: max / mean, logit |'
+  assert lines[2] == ('| 0-1,024 | 3.80e-03 / 9.00e-04, 5.00e-03 | 2.00e+00 / 2.50e-01, '
+                      '1.50e+00 |')
+  assert lines[4] == 'cpu (cpu, jax 0.10.2), head dimension 64.'
+  _write(tmp_path / 'q.json', {'bands': []})
+  with pytest.raises(errors.ConfigError, match='is not a scripts/rope_precision.py record'):
+    run_tables.precision(tmp_path / 'q.json')
