@@ -462,6 +462,10 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   for shared, peaks in runs.items():
     lines.append(f'{shared}; matmul peak (TFLOP/s) ' + ', '.join(
         f'{peak} ({name})' for name, peak in peaks.items()) + '.')
+  if against:
+    lines.append('`vs`: the median step over the median step of the row it is compared with, '
+                 'each taken over all rounds, so it can fall outside the range in brackets, '
+                 'which is that of the rounds\' own ratios.')
   if best:
     lines.append(f'`of {best:.1f}`: the best matmul peak of {", ".join(options["best_of"])}.')
   return lines
