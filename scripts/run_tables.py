@@ -21,6 +21,10 @@ Kinds of scripts/docs_from_records.py block that read them and other scripts' re
 - `precision`: scripts/rope_precision.py's record (`PATH` its JSON): per band of positions and
   per way of computing the angles, the largest and mean error of an element relative to its
   pair's norm and the largest logit error over sqrt(d), against float64.
+- `torch`: a folder of scripts/compare_torch.py --out records (`PATH`), each its table: the
+  two sides' step, tokens/s against PyTorch and each JAX kind's step against `none`, the
+  rounds' median and range, and MFU, under a line naming the model, preset, malloc settings,
+  date and commit.
 - `sinks`: scripts/attention_sinks.py's record (`PATH` its sinks.json): the tables of its
   sinks.md, each label's attention on the first token per layer over its runs.
 
@@ -34,6 +38,7 @@ import pathlib
 from roformer import errors
 from roformer import files
 from scripts import attention_sinks
+from scripts import compare_torch
 from scripts import keep_run
 from scripts import plot_curves
 
@@ -231,3 +236,30 @@ def precision(path: pathlib.Path) -> list[str]:
   lines += ['', f"{data['device']} ({data['backend']}, jax {data['jax']}), head dimension "
             f"{data['head_dim']}."]
   return lines
+
+
+_TORCH_KEYS = ('date', 'model', 'preset', 'steps', 'rounds', 'summary', 'jax', 'torch')
+
+
+def torch_runs(folder: pathlib.Path) -> list[str]:
+  """The `torch` block: every scripts/compare_torch.py record in `folder`, by name."""
+  paths = sorted(folder.glob('*.json'))
+  if not paths:
+    raise errors.ConfigError(f'{folder} holds no scripts/compare_torch.py record (*.json). Fix: '
+                             'name a folder of its --out files.')
+  lines = []
+  for path in paths:
+    data = files.read_json(str(path))
+    missing = [k for k in _TORCH_KEYS if k not in data]
+    if missing:
+      raise errors.ConfigError(f'{path} is not a scripts/compare_torch.py record (no '
+                               f'{", ".join(missing)}). Fix: name a folder of its --out files.')
+    jax, torch = data['jax'], data['torch']
+    lines += [f"`{path.stem}`: {data['model']} at `{data['preset']}` against {torch['model']} "
+              f"({torch['framework']}, {torch['threads']} threads, {torch['attention']} "
+              f"attention); malloc JAX {jax['malloc']}, PyTorch {torch['malloc']}; "
+              f"{data['steps']} steps per side in {data['rounds']} rounds, taking turns; MFU "
+              f"against {jax['peak_flops'] / 1e9:.0f} GFLOP/s measured in the run; "
+              f"{data['date']}" + (f", at {data['commit']}" if data.get('commit') else '') + '.',
+              '', *compare_torch.table(data['summary']).split('\n'), '']
+  return lines[:-1]

@@ -255,3 +255,32 @@ def test_a_precision_block_gives_each_band_and_way_of_computing_the_angles(tmp_p
   _write(tmp_path / 'q.json', {'bands': []})
   with pytest.raises(errors.ConfigError, match='is not a scripts/rope_precision.py record'):
     run_tables.precision(tmp_path / 'q.json')
+
+
+def test_a_torch_block_gives_each_record_s_sides_under_the_line_that_names_the_run(tmp_path):
+  record = {'date': '2026-11-29', 'commit': 'abc1234', 'model': 'causal', 'preset': 'small',
+            'steps': 4, 'rounds': 2,
+            'jax': {'malloc': 'reuse', 'peak_flops': 2.0e11},
+            'torch': {'model': 'GPTNeoXForCausalLM', 'framework': 'torch 2.13.0+cpu',
+                      'threads': 2, 'attention': 'sdpa', 'malloc': 'default'},
+            'summary': {
+                'none': {'step_s': 0.1, 'tokens_per_s': 10240.0, 'mfu': 0.5, 'vs_torch': 1.2,
+                         'vs_torch_rounds': [1.1, 1.3], 'vs_none': 1.0,
+                         'vs_none_rounds': [1.0, 1.0]},
+                'rope': {'step_s': 0.105, 'tokens_per_s': 9752.4, 'mfu': 0.476,
+                         'vs_torch': 1.143, 'vs_torch_rounds': [1.0, 1.2], 'vs_none': 1.05,
+                         'vs_none_rounds': [1.04, 1.06]},
+                'torch': {'step_s': 0.12, 'tokens_per_s': 8533.3, 'mfu': 0.417}}}
+  _write(tmp_path / 'small.json', record)
+  lines = run_tables.torch_runs(tmp_path)
+  assert lines[0] == ('`small`: causal at `small` against GPTNeoXForCausalLM (torch 2.13.0+cpu, '
+                      '2 threads, sdpa attention); malloc JAX reuse, PyTorch default; 4 steps '
+                      'per side in 2 rounds, taking turns; MFU against 200 GFLOP/s measured in '
+                      'the run; 2026-11-29, at abc1234.')
+  assert lines[5] == ('| JAX `rope` | 105.0 | 9,752 | **1.14x** (1.10x, 1.00-1.20) | 1.050x '
+                      '(1.050x, 1.040-1.060) | 47.6% |')
+  assert lines[6] == '| PyTorch | 120.0 | 8,533 | - | - | 41.7% |'
+  del record['summary']
+  _write(tmp_path / 'small.json', record)
+  with pytest.raises(errors.ConfigError, match='is not a scripts/compare_torch.py record'):
+    run_tables.torch_runs(tmp_path)
