@@ -189,9 +189,10 @@ def test_a_sinks_block_gives_each_label_s_mean_and_sample_std_over_its_runs(tmp_
       run_tables.sinks(tmp_path / name)
 
 
-def test_the_scheme_costs_script_refuses_kept_records_before_any_benchmark(tmp_path):
+@pytest.mark.parametrize('script', ['scheme_costs.sh', 'torch_reference.sh'])
+def test_a_benchmark_script_refuses_kept_records_before_any_benchmark(tmp_path, script):
   (tmp_path / 'costs').mkdir()
-  done = subprocess.run(['bash', 'scripts/scheme_costs.sh', str(tmp_path / 'costs')], cwd=ROOT,
+  done = subprocess.run(['bash', f'scripts/{script}', str(tmp_path / 'costs')], cwd=ROOT,
                         capture_output=True, text=True, env=dict(os.environ, PYTHON='false'),
                         check=False)
   assert done.returncode == 1 and done.stderr.startswith(f'error: {tmp_path}/costs exists.')

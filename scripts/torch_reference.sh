@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Reruns docs/performance.md's equal-work comparisons with PyTorch and keeps their records, which
+# the page's tables are generated from (scripts/docs_from_records.py's torch blocks): the causal
+# LM and the masked LM against transformers' GPT-NeoX and RoFormer at the same shapes and
+# parameter count (scripts/compare_torch.py), at `small` and `medium`, with PyTorch's malloc as
+# it comes and with the settings this codebase uses. Needs torch and transformers, which are
+# not in requirements.txt. About 30 minutes on 2 CPU cores; run it with nothing else running.
+#
+#   bash scripts/torch_reference.sh RECORDS [PRESET ...]     (small medium, default both)
+#   bash scripts/torch_reference.sh docs/results/torch_DATE
+#
+# RECORDS (new) receives MODEL_PRESET_MALLOC.json, one scripts/compare_torch.py --out record each.
+set -euo pipefail
+if (($# < 1)); then
+  echo "error: give RECORDS. Fix: bash scripts/torch_reference.sh docs/results/torch_DATE" >&2
+  exit 2
+fi
+records=$(realpath -m "$1")  # The caller's path; it runs from the root.
+shift
+presets=${*:-small medium}
+if [[ -e $records ]]; then
+  echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
+fi
+PY=${PYTHON:-python}
+cd "$(dirname "$0")/.."
+if ! $PY -c "import torch, transformers" 2>/dev/null; then
+  echo "error: these comparisons need torch and transformers. Fix: pip install torch" \
+    "transformers (not in requirements.txt)." >&2; exit 2
+fi
+for preset in $presets; do
+  case $preset in
+    small) timing=(--steps 60 --rounds 12) ;;
+    medium) timing=(--steps 12 --rounds 6) ;;
+    *) echo "error: preset $preset is not small or medium. Fix: name those." >&2; exit 2 ;;
+  esac
+done
+if [[ -e $records.partial ]]; then
+  echo "error: $records.partial holds an earlier run's records, cut short. Fix: move it aside" \
+    "(or delete it), then run again." >&2; exit 1
+fi
+mkdir -p "$records.partial"
+for preset in $presets; do
+  case $preset in
+    small) timing=(--steps 60 --rounds 12) ;;
+    medium) timing=(--steps 12 --rounds 6) ;;
+  esac
+  for model in causal mlm; do
+    for malloc in default reuse; do
+      echo "=== $model $preset, PyTorch malloc $malloc"
+      $PY scripts/compare_torch.py --model "$model" --preset "$preset" "${timing[@]}" \
+        --torch_malloc "$malloc" --out "$records.partial/${model}_${preset}_${malloc}.json"
+    done
+  done
+done
+mv "$records.partial" "$records"
+echo "kept: $records"
