@@ -26,10 +26,10 @@ from configs import performer  # pylint: disable=wrong-import-position
 from roformer import attention_options  # pylint: disable=wrong-import-position
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import config_args  # pylint: disable=wrong-import-position
 from roformer import resolve  # pylint: disable=wrong-import-position
 from roformer import sharding  # pylint: disable=wrong-import-position
-from scripts import keep_run  # pylint: disable=wrong-import-position
 from roformer import trainer as trainer_lib  # pylint: disable=wrong-import-position
 
 
@@ -114,7 +114,7 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows,
                                        'date': time.strftime('%Y-%m-%d'),
-                                       'commit': keep_run.commit()})
+                                       'commit': provenance.commit()})
     print(f'wrote {args.out}')
 
 

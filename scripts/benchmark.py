@@ -54,6 +54,7 @@ import numpy as np
 from roformer import autodiff
 from roformer import cli
 from roformer import files
+from roformer import provenance
 from roformer import config_args
 from roformer import config_schema
 from roformer import errors
@@ -64,7 +65,6 @@ from roformer import resolve
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer.data import synthetic
-from scripts import keep_run  # pylint: disable=wrong-import-position
 from scripts.timing import PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
 
@@ -440,7 +440,7 @@ def main(args):
     runner.warm(args.warmup)
     print(f'[benchmark] {name}: {args.warmup} warm-up steps in {time.perf_counter() - start:.2f} s',
           file=sys.stderr, flush=True)
-  meta = {'date': time.strftime('%Y-%m-%d'), 'commit': keep_run.commit(),
+  meta = {'date': time.strftime('%Y-%m-%d'), 'commit': provenance.commit(),
           'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,

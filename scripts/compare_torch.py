@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from roformer import cli
 from roformer import files
 from roformer import host_memory
-from scripts import keep_run
+from roformer import provenance
 from scripts.benchmark_torch import check_parameters
 from scripts.timing import TORCH_PRESETS, interleave, round_ratios, round_sizes
 # pylint: enable=wrong-import-position
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     print('\n`[max_predictions=0]`: the JAX head at every position, as transformers computes '
           "it (equal work); without it, the head at the selected tokens only.")
   if args.out:
-    result = {'date': time.strftime('%Y-%m-%d'), 'commit': keep_run.commit(),
+    result = {'date': time.strftime('%Y-%m-%d'), 'commit': provenance.commit(),
               'model': args.model, 'preset': args.preset,
               'steps': args.steps, 'rounds': args.rounds, 'summary': summary, 'times': timed,
               'jax': jax_report, 'torch': torch_report}

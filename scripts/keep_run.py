@@ -16,7 +16,6 @@ run; scripts/docs_from_records.py's `runs` blocks read what it keeps.
 
 import os
 import shlex
-import subprocess
 import sys
 import time
 import pathlib
@@ -26,23 +25,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from scripts import keep_records  # pylint: disable=wrong-import-position
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 STEPS_FILE = 'steps.json'
-
-
-def commit() -> str:
-  """The short commit of this checkout, `+changes` where its tracked files outside docs/ differ
-  from it ('' out of a git checkout)."""
-  def git(*args):
-    return subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True, text=True,
-                          check=False)
-  head = git('rev-parse', '--short', 'HEAD')
-  if head.returncode:
-    return ''
-  dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs').stdout.strip()
-  return head.stdout.strip() + ('+changes' if dirty else '')
 
 
 def read_steps(path: str, name: str) -> list[dict]:
@@ -86,7 +72,7 @@ def keep(workdir: str, target: str, steps_file: str | None, made_at: str | None 
   os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
   staged = os.path.join(os.path.dirname(os.path.abspath(target)), f'.{name}.steps')
   files.write_json_atomic(staged, {'date': time.strftime('%Y-%m-%d'),
-                                   'commit': commit() if made_at is None else made_at,
+                                   'commit': provenance.commit() if made_at is None else made_at,
                                    'steps': steps})
   try:
     keep_records.keep_point(workdir, target, extra={STEPS_FILE: staged})

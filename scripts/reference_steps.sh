@@ -7,7 +7,8 @@
 #                            $runs/RUN.steps.tsv (run, phase, start, end, the arguments);
 #   keep RUN                 keeps $runs/RUN's records and steps in $records/RUN
 #                            (scripts/keep_run.py), with the commit the script started at.
-made_at=$(PYTHONPATH=. $PY -c "from scripts import keep_run; print(keep_run.commit())") || made_at=
+made_at=$(PYTHONPATH=. $PY -c "from roformer import provenance; print(provenance.commit())") ||
+  made_at=
 fresh() {
   local run
   for run in "$@"; do
