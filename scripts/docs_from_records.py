@@ -424,7 +424,8 @@ def rows(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   peaks = [_record(folder / t, 'scripts/benchmark.py', _BENCHMARK_KEYS)['peak_flops']
            for t in options.get('best_of', [])]
   best = max(peaks) / 1e12 if peaks else None
-  nominal = float(options['nominal'][0]) if 'nominal' in options else None
+  nominal = (run_tables.number(spec, 'nominal', options['nominal'][0], float)
+             if 'nominal' in options else None)
   header = ['row', 'step (ms)'] + ([f'vs {" or ".join(against)}'] if against else []) + [
       'tokens/s', 'TFLOP/s', 'MFU (own peak)'] + ([f'of {best:.1f}'] if best else []) + (
       [f'of {nominal:g}'] if nominal else []) + ['peak memory (MiB)'] + (

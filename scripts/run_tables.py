@@ -49,6 +49,15 @@ def _one(options: dict, key: str, default: str) -> str:
   return options.get(key, [default])[0]
 
 
+def number(spec: str, option: str, text: str, kind=int):
+  """`text`, an option's value, as a number of `kind`; one error naming the block otherwise."""
+  try:
+    return kind(text)
+  except ValueError:
+    raise errors.ConfigError(f'"{spec}": {option}={text!r} is not a number. Fix: give '
+                             f'{"a whole number" if kind is int else "a number"}.') from None
+
+
 def _pair(text: str, option: str, spec: str) -> tuple[str, str]:
   split, sep, key = text.partition(':')
   if not sep or not split or not key:
@@ -107,11 +116,12 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
     raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(names)} runs. Fix: one '
                              'label per run.')
   curve = _pair(options['curve'][0], 'curve', spec) if 'curve' in options else None
-  steps = [int(s) for s in options.get('steps', [])] if curve else []
+  steps = [number(spec, 'steps', s) for s in options.get('steps', [])] if curve else []
   if curve and not steps:
     raise errors.ConfigError(f'"{spec}": curve= needs steps=. Fix: add the steps to show.')
   evals = [_pair(text, 'eval', spec) for text in options.get('eval', [])]
-  percent, digits = set(options.get('percent', [])), int(_one(options, 'digits', '3'))
+  percent = set(options.get('percent', []))
+  digits = number(spec, 'digits', _one(options, 'digits', '3'))
   phases, file = options.get('time', []), _one(options, 'file', 'eval_results.json')
   value = lambda key, v: f'{100 * v:.1f}%' if key in percent else f'{v:.{digits}f}'
   header = ['run']

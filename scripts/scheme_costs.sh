@@ -21,13 +21,15 @@ if (($# < 1)); then
 fi
 records=$(realpath -m "$1")  # The caller's path; it runs from the root.
 shift
-if [[ -e $records ]]; then
-  echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
-fi
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
+source scripts/reference_steps.sh
+if [[ -e $records ]]; then  # Refused before anything runs.
+  new_records
+fi
 kinds=$($PY -c "from roformer import positions
 print(','.join(['none'] + [k for k in positions.kinds() if k != 'none']))")
+new_records
 bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
   local name=$1
   shift
@@ -35,16 +37,10 @@ bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
   $PY scripts/benchmark.py --config configs/lm.py --steps 12 --rounds 3 "$@" \
     --out "$records.partial/$name.json"
 }
-if [[ -e $records.partial ]]; then
-  echo "error: $records.partial holds an earlier run's records, cut short. Fix: move it aside" \
-    "(or delete it), then run again." >&2; exit 1
-fi
-mkdir -p "$records.partial"
 bench kinds --kinds "$kinds" "$@"
 bench attention_stick_breaking --kinds rope --vary model.attention.kind=softmax,stick_breaking "$@"
 for option in differential output_gate qk_norm ssmax; do
   bench "attention_$option" --kinds rope --vary "model.attention.$option=False,True" "$@"
 done
 bench attention_dape --kinds alibi --vary model.attention.dape=False,True "$@"  # It reads a bias.
-mv "$records.partial" "$records"
-echo "kept: $records"
+publish_records

@@ -18,11 +18,12 @@ fi
 records=$(realpath -m "$1")  # The caller's path; it runs from the root.
 shift
 presets=${*:-small medium}
-if [[ -e $records ]]; then
-  echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
-fi
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
+source scripts/reference_steps.sh
+if [[ -e $records ]]; then  # Before the check of torch, which a kept folder makes moot.
+  new_records
+fi
 if ! $PY -c "import torch, transformers" 2>/dev/null; then
   echo "error: these comparisons need torch and transformers. Fix: pip install torch" \
     "transformers (not in requirements.txt)." >&2; exit 2
@@ -34,11 +35,7 @@ for preset in $presets; do
     *) echo "error: preset $preset is not small or medium. Fix: name those." >&2; exit 2 ;;
   esac
 done
-if [[ -e $records.partial ]]; then
-  echo "error: $records.partial holds an earlier run's records, cut short. Fix: move it aside" \
-    "(or delete it), then run again." >&2; exit 1
-fi
-mkdir -p "$records.partial"
+new_records
 for preset in $presets; do
   case $preset in
     small) timing=(--steps 60 --rounds 12) ;;
@@ -52,5 +49,4 @@ for preset in $presets; do
     done
   done
 done
-mv "$records.partial" "$records"
-echo "kept: $records"
+publish_records

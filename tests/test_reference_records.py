@@ -7,6 +7,7 @@ anything runs."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -285,3 +286,24 @@ def test_a_torch_block_gives_each_record_s_sides_under_the_line_that_names_the_r
   _write(tmp_path / 'small.json', record)
   with pytest.raises(errors.ConfigError, match='is not a scripts/compare_torch.py record'):
     run_tables.torch_runs(tmp_path)
+
+
+@pytest.mark.parametrize('option,value', [('steps', 'abc'), ('digits', 'x')])
+def test_a_runs_block_option_that_is_not_a_number_is_one_error_naming_it(tmp_path, option,
+                                                                         value):
+  _lm_run(tmp_path / 'lm')
+  options = {'runs': ['lm'], 'curve': ['validation:loss'], 'steps': ['10'], option: [value]}
+  with pytest.raises(errors.ConfigError, match=f'{option}={value!r} is not a number'):
+    run_tables.runs(tmp_path, options, 'spec')
+
+
+def test_the_scheme_costs_script_times_every_attention_kind_and_option_it_does_not_exclude():
+  """A new attention kind or option is timed by scripts/scheme_costs.sh, or named there as left
+  out (FAVOR+ and NoPE's temperature, with the reason in its header)."""
+  from roformer import attention_options  # pylint: disable=import-outside-toplevel
+  text = (ROOT / 'scripts' / 'scheme_costs.sh').read_text(encoding='utf-8')
+  left_out = {'softmax', 'favor', 'nope_temperature'}  # The baseline, and the two its header names.
+  registered = set(attention_options.KINDS) | set(attention_options.OPTIONS)
+  missing = [n for n in sorted(registered - left_out) if not re.search(rf'\b{n}\b', text)]
+  assert not missing, missing
+  assert 'FAVOR+' in text and "NoPE's temperature" in text
