@@ -30,7 +30,11 @@ if (($# < 1)); then
 fi
 workdir=$1
 shift
-known="plain linear ntk yarn llama3 dynamic rerope leaky_rerope self_extend string dca sinks"
+# Each of RoPE's scalings and remaps, every one the registries hold (a test keeps them equal:
+# each variant below sizes its method's options to the trained length).
+scalings="linear ntk yarn llama3 dynamic"
+remaps="rerope leaky_rerope self_extend string dca sinks"
+known="plain $scalings $remaps"
 variants=${VARIANTS:-$known}
 for variant in $variants; do  # Every name checked before the first evaluation runs.
   if [[ " $known " != *" $variant "* ]]; then
@@ -112,7 +116,7 @@ given() {  # given VARIANT: the flags after WORKDIR that VARIANT reads (a remap 
       name=${arg#--config.model.position.rope.remap.}; name=${name%%=*}
       [[ ${reads[$1]:-} == *",$name,"* ]] || continue
     elif [[ $arg == --config.model.position.rope.scaling.* ]]; then
-      [[ " linear ntk yarn llama3 dynamic " == *" $1 "* ]] || continue
+      [[ " $scalings " == *" $1 "* ]] || continue
     fi
     printf '%s\0' "$arg"
   done

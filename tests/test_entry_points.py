@@ -624,3 +624,15 @@ def test_train_refuses_eval_splits_a_classifier_would_not_evaluate(tmp_path, mon
                      r'--config.eval.splits="\(\'test\',\)"'):
     train.main(args)
   assert not (tmp_path / 'rt').exists()
+
+
+def test_evaluate_extensions_offers_every_registered_scaling_and_remap():
+  """scripts/evaluate_extensions.sh's menu of variants is the registries' scalings and remap
+  methods: a new one is sized there, or this fails."""
+  import re  # pylint: disable=import-outside-toplevel
+  from roformer.positions import remap, scaling  # pylint: disable=import-outside-toplevel
+  text = pathlib.Path(REPO, 'scripts', 'evaluate_extensions.sh').read_text(encoding='utf-8')
+  menu = {name: set(re.search(rf'^{name}="([^"]*)"', text, re.M).group(1).split())
+          for name in ('scalings', 'remaps')}
+  assert menu['scalings'] == set(scaling.KINDS) - {'none'}
+  assert menu['remaps'] == set(remap.OPTIONS) - {'none'}
