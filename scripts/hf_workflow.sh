@@ -9,7 +9,8 @@
 # RUNS (new) holds the runs; RECORDS receives what the page's tables and links read: each run's
 # config.json and metrics.jsonl (the stand-in's in stand_in/), the import's hf_config.json and
 # eval_*.json files, and steps.json (each step's command, quoted as a shell reads it, and its
-# seconds, the commit and the date). About 16 minutes on 2 CPU cores. The page's tables are scripts/extension_table.py's output on
+# seconds, the commit the script started at and the date). About 16 minutes on 2 CPU cores.
+# The page's tables are scripts/extension_table.py's output on
 # RECORDS/imported and RECORDS/imported_yarn.
 set -euo pipefail
 if (($# != 2)); then
@@ -27,32 +28,25 @@ fi
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
 mkdir -p "$runs"
-steps=$runs/steps.tsv
-step() {  # step NAME COMMAND...: runs it, timed, and notes it in $steps.
-  local name=$1 start
-  shift
-  echo "=== $name: $*"
-  start=$EPOCHREALTIME
-  "$@"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$start" "$EPOCHREALTIME" "$(printf '%q ' "$@")" >> "$steps"
-}
+source scripts/reference_steps.sh  # step workflow NAME COMMAND...: timed, in workflow.steps.tsv.
 mixture="{'plays': {'weight': 0.8}, 'keys': {'weight': 0.2, 'name': 'synthetic/passkey'}}"
-step train $PY train.py --config configs/lm.py:llama --workdir "$runs/shakespeare-llama" \
+step workflow train $PY train.py --config configs/lm.py:llama --workdir "$runs/shakespeare-llama" \
   --config.data.tokenizer=bytes
-step export $PY scripts/convert_hf.py --to_hf "$runs/hub/shakespeare-llama" \
+step workflow export $PY scripts/convert_hf.py --to_hf "$runs/hub/shakespeare-llama" \
   --workdir "$runs/shakespeare-llama"
-step import $PY scripts/convert_hf.py --from_hf "$runs/hub/shakespeare-llama" \
+step workflow import $PY scripts/convert_hf.py --from_hf "$runs/hub/shakespeare-llama" \
   --workdir "$runs/imported"
-step extensions bash scripts/evaluate_extensions.sh "$runs/imported" --config.eval.max_batches=4
-step passkey $PY eval.py --workdir "$runs/imported" --splits=validation --out eval_passkey.json \
+step workflow extensions bash scripts/evaluate_extensions.sh "$runs/imported" \
+  --config.eval.max_batches=4
+step workflow passkey $PY eval.py --workdir "$runs/imported" --splits=validation --out eval_passkey.json \
   --config.data.mixture="$mixture" --config.data.synthetic.filler=text \
   --config.data.synthetic.eval_examples=32 --config.eval.length_multipliers=1,2,4,8 \
   --config.eval.max_batches=4
-step continue $PY train.py --config "configs/continued.py:$runs/imported" \
+step workflow continue $PY train.py --config "configs/continued.py:$runs/imported" \
   --workdir "$runs/imported_yarn" --config.data.seq_len=1024 --config.train.batch_size=2 \
   --config.train.steps=200 --config.train.warmup_steps=20 --config.train.learning_rate=3e-4 \
   --config.model.position.rope.scaling.kind=yarn --config.model.position.rope.scaling.factor=4
-step continued_eval $PY eval.py --workdir "$runs/imported_yarn" \
+step workflow continued_eval $PY eval.py --workdir "$runs/imported_yarn" \
   --config.eval.length_multipliers=1,2 --config.eval.max_batches=4
 # Assembled beside RECORDS and renamed into place whole: a cut copy leaves no half-kept records.
 partial=$records.partial
@@ -61,17 +55,15 @@ mkdir -p "$partial/stand_in" "$partial/imported" "$partial/imported_yarn"
 cp "$runs"/shakespeare-llama/{config.json,metrics.jsonl} "$partial/stand_in/"
 cp "$runs"/imported/{config.json,hf_config.json} "$runs"/imported/eval_*.json "$partial/imported/"
 cp "$runs"/imported_yarn/{config.json,metrics.jsonl,eval_results.json} "$partial/imported_yarn/"
-$PY - "$steps" "$partial/steps.json" <<'PYTHON'
-import json, subprocess, sys, time
-steps = []
-for line in open(sys.argv[1]):
-  name, start, end, command = line.rstrip('\n').split('\t')
-  steps.append({'step': name, 'seconds': round(float(end) - float(start), 1),
-                'command': command.rstrip()})
-commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
-                        check=False).stdout.strip()
-with open(sys.argv[2], 'w') as f:
-  json.dump({'date': time.strftime('%Y-%m-%d'), 'commit': commit, 'steps': steps}, f, indent=2)
+$PY - "$runs/workflow.steps.tsv" "$partial/steps.json" "$made_at" <<'PYTHON'
+import sys, time
+sys.path.insert(0, '.')
+from roformer import files
+from scripts import keep_run
+steps = [{'step': s['phase'], 'seconds': s['seconds'], 'command': s['command']}
+         for s in keep_run.read_steps(sys.argv[1], 'workflow')]
+files.write_json_atomic(sys.argv[2], {'date': time.strftime('%Y-%m-%d'), 'commit': sys.argv[3],
+                                      'steps': steps})
 PYTHON
 sync
 mv "$partial" "$records"
