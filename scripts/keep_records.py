@@ -68,7 +68,7 @@ def _refuse(sweep_dir: str, records: str) -> None:
 def keep_point(workdir: str, target: str, extra: dict | None = None) -> None:
   """`workdir`'s records as `target`, whole: built beside it and then put in its place, so a
   point kept again holds only its new files, and a keep cut short leaves the old ones. `extra`
-  ({name: path}) adds files from elsewhere under their names."""
+  ({name: path}) adds files from elsewhere under their names (relative paths, folders made)."""
   building = os.path.join(os.path.dirname(target), f'.{os.path.basename(target)}.partial')
   shutil.rmtree(building, ignore_errors=True)
   os.makedirs(building)
@@ -76,6 +76,7 @@ def keep_point(workdir: str, target: str, extra: dict | None = None) -> None:
     for path in point_records(workdir):
       shutil.copyfile(path, os.path.join(building, os.path.basename(path)))
     for name, path in (extra or {}).items():
+      os.makedirs(os.path.dirname(os.path.join(building, name)), exist_ok=True)
       shutil.copyfile(path, os.path.join(building, name))
     files.sync_tree(building)
   except BaseException:

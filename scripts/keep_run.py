@@ -3,7 +3,8 @@
   python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/NAME.steps.tsv [--commit C]
 
 Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json:
-keep_records.point_records) into RECORDS/NAME, and writes RECORDS/NAME/steps.json: the lines of
+keep_records.point_records, and a translation's decoded split, whose hypotheses and references
+an evaluation names, under the same relative paths) into RECORDS/NAME, and writes RECORDS/NAME/steps.json: the lines of
 --steps whose run is NAME (`run`, `phase`, start and end in seconds, the arguments joined by the
 unit separator: scripts/reference_steps.sh's `step` writes them), each with its seconds and its
 command as a shell reads it, and the commit and date. The commit is --commit (a reference script
@@ -14,6 +15,7 @@ hand. scripts/lm_reference.sh, mlm_reference.sh and performer_reference.sh call 
 run; scripts/docs_from_records.py's `runs` blocks read what it keeps.
 """
 
+import glob
 import os
 import shlex
 import sys
@@ -27,6 +29,7 @@ from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import provenance  # pylint: disable=wrong-import-position
 from scripts import keep_records  # pylint: disable=wrong-import-position
+from scripts import sweep_points  # pylint: disable=wrong-import-position
 
 STEPS_FILE = 'steps.json'
 
@@ -55,6 +58,25 @@ def read_steps(path: str, name: str) -> list[dict]:
   return steps
 
 
+def decoded(workdir: str) -> dict:
+  """{relative path: path} of the hypotheses that `workdir`'s evaluations name
+  (eval_results*.json, a split's `hypotheses`: a translation's decoded split) and of their
+  references beside them, which a page's paired bootstrap reads."""
+  found = {}
+  for results in glob.glob(os.path.join(workdir, sweep_points.EVAL_RESULTS)):
+    for split in files.read_json(results).get('splits', {}).values():
+      hypotheses = split.get('hypotheses') if isinstance(split, dict) else None
+      if hypotheses:
+        for name in (hypotheses, hypotheses.removesuffix('.hyp.txt') + '.ref.txt'):
+          path = os.path.join(workdir, name)
+          if not os.path.exists(path):
+            raise errors.ConfigError(f'{results} names {name}, which {workdir} does not hold. '
+                                     'Fix: evaluate the run again (python eval.py --workdir '
+                                     f'{workdir}), then keep it.')
+          found[name] = path
+  return found
+
+
 def keep(workdir: str, target: str, steps_file: str | None, made_at: str | None = None) -> None:
   """`workdir`'s records and its steps as `target` (made at commit `made_at`, this checkout's
   by default), refused where `target` exists or the run left nothing to keep."""
@@ -75,7 +97,7 @@ def keep(workdir: str, target: str, steps_file: str | None, made_at: str | None 
                                    'commit': provenance.commit() if made_at is None else made_at,
                                    'steps': steps})
   try:
-    keep_records.keep_point(workdir, target, extra={STEPS_FILE: staged})
+    keep_records.keep_point(workdir, target, extra={STEPS_FILE: staged, **decoded(workdir)})
   finally:
     if os.path.exists(staged):
       os.remove(staged)

@@ -70,6 +70,26 @@ def test_a_kept_run_holds_its_records_and_only_its_own_timed_steps_not_checkpoin
   assert len(record['date']) == 10
 
 
+def test_a_kept_translation_holds_the_decoded_split_its_evaluation_names(tmp_path):
+  run = tmp_path / 'runs' / 'tr'
+  _write(run / 'config.json', {'model': {'type': 'seq2seq'}})
+  _write(run / 'metrics.jsonl', [{'step': 4, 'split': 'validation', 'bleu': 1.5}])
+  _write(run / 'eval_results.json', {'step': 4, 'splits': {'test': {
+      'bleu': 2.0, 'hypotheses': 'translations/test-step4.hyp.txt'}}})
+  (run / 'translations').mkdir()
+  for name, text in (('hyp', 'ein Haus\n'), ('ref', 'das Haus\n')):
+    (run / 'translations' / f'test-step4.{name}.txt').write_text(text, encoding='utf-8')
+  (run / 'translations' / 'test-step2.hyp.txt').write_text('old\n', encoding='utf-8')
+  keep_run.keep(str(run), str(tmp_path / 'rec' / 'tr'), None)
+  kept = tmp_path / 'rec' / 'tr' / 'translations'
+  assert sorted(os.listdir(kept)) == ['test-step4.hyp.txt', 'test-step4.ref.txt']
+  assert (kept / 'test-step4.ref.txt').read_text(encoding='utf-8') == 'das Haus\n'
+  (run / 'translations' / 'test-step4.ref.txt').unlink()
+  with pytest.raises(errors.ConfigError, match='names translations/test-step4.ref.txt, which'):
+    keep_run.keep(str(run), str(tmp_path / 'rec' / 'again'), None)
+  assert not (tmp_path / 'rec' / 'again').exists()
+
+
 def test_keeping_refuses_a_kept_record_a_run_without_steps_or_a_damaged_steps_file(tmp_path):
   _lm_run(tmp_path / 'lm')
   _steps(tmp_path / 'steps.tsv')
@@ -162,7 +182,8 @@ def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_pa
 
 @pytest.mark.parametrize('script,args,run', [
     ('mlm_reference.sh', ['1'], 'mlm_bert'), ('mlm_reference.sh', ['3'], 'rt_scratch'),
-    ('performer_reference.sh', ['1'], 'softmax300'), ('lm_reference.sh', [], 'lm_sinusoidal')])
+    ('performer_reference.sh', ['1'], 'softmax300'), ('lm_reference.sh', [], 'lm_sinusoidal'),
+    ('translation_reference.sh', [], 'translate_sinusoidal')])
 def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, script, args, run):
   (tmp_path / 'records' / run).mkdir(parents=True)
   done = subprocess.run(['bash', f'scripts/{script}', str(tmp_path / 'runs'),
