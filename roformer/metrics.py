@@ -34,6 +34,45 @@ def bleu_and_chrf(hypotheses: list[str], references: list[str]) -> dict:
           'chrf_signature': str(chrf.get_signature())}
 
 
+def paired_bootstrap(systems: list[tuple[str, list[str]]], references: list[str],
+                     samples: int = 1000, seed: int = 12345) -> list[dict]:
+  """sacreBLEU's paired bootstrap (Koehn 2004) of corpus BLEU and chrF over the sentences: for
+  each system, {system, bleu, chrf, and per metric its bootstrap mean, the half-width of its
+  95% interval (`_ci`) and, for every system after the first (the baseline), the p-value of
+  its difference from the baseline (`_p`; None for the baseline, 1 for hypotheses identical
+  to the baseline's), and sacreBLEU's signature
+  (`_signature`, naming the resamples and seed)}. The same `samples` resamples
+  of sentence indices serve every system, drawn from `seed` (sacreBLEU reads it from
+  SACREBLEU_SEED, which is set here for the call and then restored)."""
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+  from sacrebleu import significance  # pylint: disable=g-import-not-at-top
+  metrics = {'bleu': sacrebleu.metrics.BLEU(), 'chrf': sacrebleu.metrics.CHRF()}
+  before = os.environ.get('SACREBLEU_SEED')
+  os.environ['SACREBLEU_SEED'] = str(seed)
+  try:
+    signatures, scores = significance.PairedTest(systems, metrics, [references],
+                                                 test_type='bs', n_samples=samples)()
+  finally:
+    if before is None:
+      os.environ.pop('SACREBLEU_SEED')
+    else:
+      os.environ['SACREBLEU_SEED'] = before
+  named = list(signatures)  # sacreBLEU's names of `metrics` (BLEU, chrF), in their order.
+  rows = []
+  for i, (name, _) in enumerate(systems):
+    row = {'system': name}
+    for metric, key in zip(metrics, named):
+      result = scores[key][i]
+      # sacreBLEU counts resamples strictly over the observed difference, so hypotheses the
+      # same as the baseline's (no difference at all) would get the smallest p; they get 1.
+      p = None if not i else 1.0 if systems[i][1] == systems[0][1] else float(result.p_value)
+      row.update({metric: float(result.score), f'{metric}_mean': float(result.mean),
+                  f'{metric}_ci': float(result.ci), f'{metric}_p': p,
+                  f'{metric}_signature': str(signatures[key])})
+    rows.append(row)
+  return rows
+
+
 def accuracy(labels, predictions) -> float:
   return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
 

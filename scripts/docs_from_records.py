@@ -41,8 +41,9 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   TFLOP/s, MFU against the record's own matmul peak, `best_of=FILE;...` against the highest
   peak of those records and `nominal=N` against a device's nominal TFLOP/s, the compiled
   step's peak memory, and with `compile=1` the compile time.
-- `runs`, `scaling`, `sinks`, `precision` and `torch`: a page's reference runs
-  (scripts/keep_run.py's records), scripts/attention_scaling.py's, attention_sinks.py's,
+- `runs`, `bootstrap`, `scaling`, `sinks`, `precision` and `torch`: a page's reference runs
+  (scripts/keep_run.py's records; a paired bootstrap of kept translations),
+  scripts/attention_scaling.py's, attention_sinks.py's,
   rope_precision.py's and compare_torch.py's records; scripts/run_tables.py describes them.
 
 Nothing in a block is typed by hand: a page's numbers are these, and
@@ -76,7 +77,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
 KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',
-         'scaling', 'sinks', 'precision', 'torch')
+         'bootstrap', 'scaling', 'sinks', 'precision', 'torch')
 
 
 def read_points(records: str) -> list[dict]:
@@ -505,6 +506,8 @@ def render(spec: str, cache: dict) -> str:
     return '\n'.join(rows(ROOT / path, options, spec)) + '\n'
   if kind == 'runs':
     return '\n'.join(run_tables.runs(ROOT / path, options, spec)) + '\n'
+  if kind == 'bootstrap':
+    return '\n'.join(run_tables.bootstrap(ROOT / path, options, spec)) + '\n'
   if kind == 'precision':
     return '\n'.join(run_tables.precision(ROOT / path)) + '\n'
   if kind == 'torch':

@@ -328,3 +328,36 @@ def test_the_scheme_costs_script_times_every_attention_kind_and_option_it_does_n
   missing = [n for n in sorted(registered - left_out) if not re.search(rf'\b{n}\b', text)]
   assert not missing, missing
   assert 'FAVOR+' in text and "NoPE's temperature" in text
+
+
+def _translation(run: pathlib.Path, hypotheses: list[str], references: list[str]) -> None:
+  _write(run / 'config.json', {'model': {'type': 'seq2seq'}})
+  _write(run / 'eval_results.json', {'splits': {'test': {
+      'bleu': 1.0, 'hypotheses': 'translations/test-step9.hyp.txt'}}})
+  for name, lines in (('hyp', hypotheses), ('ref', references)):
+    path = run / 'translations' / f'test-step9.{name}.txt'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(''.join(line + '\n' for line in lines), encoding='utf-8')
+
+
+def test_a_bootstrap_block_scores_each_kept_translation_against_the_first(tmp_path):
+  references = ['the cat sat on the mat today', 'a dog ran in the park quickly'] * 4
+  _translation(tmp_path / 'poor', ['the cat', 'a dog'] * 4, references)
+  _translation(tmp_path / 'good', references, references)
+  spec = f'{tmp_path} bootstrap runs=poor;good labels=sin;rope samples=9 seed=3'
+  path, kind, options = docs.parse(spec)
+  lines = run_tables.bootstrap(pathlib.Path(path), options, spec)
+  assert lines[0].startswith('| run | test BLEU (bootstrap mean ± 95% interval) |')
+  # Every resample of the perfect run scores 100; none reaches its gap: p = 1 / (9 + 1).
+  assert lines[3] == '| rope | 100.00 (100.00 ± 0.00) | 100.00 (100.00 ± 0.00) | 0.100 | 0.100 |'
+  assert lines[2].startswith('| sin | ') and lines[2].endswith(' | - | - |')
+  assert lines[5].startswith("sacreBLEU's paired bootstrap over the 8 test sentences, 9 "
+                             'resamples drawn with seed 3') and 'bs:9|seed:3' in lines[5]
+  _translation(tmp_path / 'other', references, references[::-1])
+  with pytest.raises(errors.ConfigError, match='other was scored against other test references'):
+    run_tables.bootstrap(tmp_path, {'runs': ['poor', 'other']}, 'spec')
+  with pytest.raises(errors.ConfigError, match='names two runs or more'):
+    run_tables.bootstrap(tmp_path, {'runs': ['poor']}, 'spec')
+  (tmp_path / 'good' / 'translations' / 'test-step9.ref.txt').unlink()
+  with pytest.raises(errors.ConfigError, match='test-step9.ref.txt is missing'):
+    run_tables.bootstrap(tmp_path, {'runs': ['poor', 'good']}, 'spec')

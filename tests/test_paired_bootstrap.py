@@ -1,0 +1,57 @@
+"""metrics.paired_bootstrap against a paired bootstrap written out here from its definition
+(Koehn 2004, with sacreBLEU's mean-shifted statistic): the same resamples of sentence indices
+for both systems, each resample's corpus score computed afresh, and the p-value as the share of
+resamples whose shifted difference exceeds the observed one."""
+
+import numpy as np
+import sacrebleu
+
+from roformer import metrics
+
+_REFERENCES = ['the cat sat on the mat today', 'a dog ran in the park quickly',
+               'birds sing in the morning light', 'we walked home along the river',
+               'she reads a book every night', 'the rain fell on the old roof'] * 3
+_BASELINE = ['the cat sat on a mat', 'a dog ran to the park', 'birds sing in morning',
+             'we walked home by the river', 'she reads every night', 'rain fell on the roof'] * 3
+_SYSTEM = ['the cat sat on the mat', 'the dog ran in the park quickly', 'birds sing at dawn',
+           'we went home along the river', 'she reads a book each night',
+           'the rain fell on the roof'] * 3
+
+
+def _by_definition(baseline, system, samples, seed, metric):
+  rng = np.random.default_rng(seed)
+  indices = rng.choice(len(system), size=(samples, len(system)), replace=True)
+  score = lambda hyps, chosen: metric.corpus_score([hyps[i] for i in chosen],
+                                                   [[_REFERENCES[i] for i in chosen]]).score
+  observed = abs(metric.corpus_score(system, [_REFERENCES]).score
+                 - metric.corpus_score(baseline, [_REFERENCES]).score)
+  ours = np.array([score(system, chosen) for chosen in indices])
+  differences = np.abs(ours - np.array([score(baseline, chosen) for chosen in indices]))
+  shifted = differences - differences.mean()
+  ordered = np.sort(ours)
+  low = samples // 40
+  return {'mean': ours.mean(), 'ci': (ordered[samples - low - 1] - ordered[low]) / 2,
+          'p': (np.sum(shifted > observed) + 1) / (samples + 1)}
+
+
+def test_the_bootstrap_matches_its_definition_for_bleu_and_chrf():
+  rows = metrics.paired_bootstrap([('base', _BASELINE), ('new', _SYSTEM)], _REFERENCES,
+                                  samples=80, seed=7)
+  assert [r['system'] for r in rows] == ['base', 'new'] and rows[0]['bleu_p'] is None
+  for key, metric in (('bleu', sacrebleu.metrics.BLEU()), ('chrf', sacrebleu.metrics.CHRF())):
+    expected = _by_definition(_BASELINE, _SYSTEM, 80, 7, metric)
+    assert rows[1][key] == metric.corpus_score(_SYSTEM, [_REFERENCES]).score
+    np.testing.assert_allclose(rows[1][f'{key}_mean'], expected['mean'], rtol=1e-4)
+    np.testing.assert_allclose(rows[1][f'{key}_ci'], expected['ci'], rtol=1e-4)
+    assert rows[1][f'{key}_p'] == expected['p']
+    assert 'bs:80|seed:7' in rows[1][f'{key}_signature']
+
+
+def test_a_perfect_system_against_a_poor_one_gets_the_smallest_p_and_a_copy_gets_one():
+  poor = [' '.join(line.split()[:2]) for line in _REFERENCES]
+  rows = metrics.paired_bootstrap([('poor', poor), ('perfect', list(_REFERENCES)),
+                                   ('copy', list(poor))], _REFERENCES, samples=99)
+  assert abs(rows[1]['bleu'] - 100) < 1e-9 and rows[1]['chrf'] == 100.0
+  assert rows[1]['bleu_ci'] == rows[1]['chrf_ci'] == 0.0  # Every resample scores 100.
+  assert rows[1]['bleu_p'] == rows[1]['chrf_p'] == 1 / 100  # No resample reaches the gap.
+  assert rows[2]['bleu_p'] == rows[2]['chrf_p'] == 1.0  # Identical hypotheses differ by nothing.
