@@ -289,8 +289,10 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,
                  results_name: str = 'eval_results.json') -> dict:
   """What evaluate_workdir returns, for the resolved evaluation `run` with `params` (its
   checkpoint's) and `trainer` (built for its model: a training process passes its own, whose
-  evaluation programs are compiled already). A translation's decoded test split goes to
-  translations/test-stepN[.NAME].{hyp,ref}.txt, NAME from `results_name`
+  evaluation programs are compiled already). A translation decodes each split: the test split's
+  first config.eval.bleu_sentences_test pairs (all by default), another's first
+  config.eval.bleu_sentences (the ones training scores); each goes to
+  translations/SPLIT-stepN[.NAME].{hyp,ref}.txt, NAME from `results_name`
   (eval_results.NAME.json), so that a variant's evaluation keeps the plain one's files."""
   config, workdir, mesh, sources, tokenizer = (run.config, run.workdir, run.mesh, run.sources,
                                                run.tokenizer)
@@ -356,11 +358,10 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,
                                      max_batches=config.eval.max_batches, seq_len=length,
                                      scored=bool(stride))})
     results['splits'][split] = {'lengths': rows}
-    if trainer.task.decodes:
-      if split != 'test':  # Decodes the test split; validation BLEU is reported in training.
-        continue
-      scores, hyps, refs = translation_scores(trainer, params, source, tokenizer,
-                                              limit=config.eval.bleu_sentences_test)
+    if trainer.task.decodes:  # The test split whole by default; the others as training does.
+      limit = (config.eval.bleu_sentences_test if split.split('/')[0] == 'test'
+               else config.eval.bleu_sentences)
+      scores, hyps, refs = translation_scores(trainer, params, source, tokenizer, limit=limit)
       out_dir = os.path.join(workdir, 'translations')
       os.makedirs(out_dir, exist_ok=True)
       stem = results_name.removesuffix('.json')  # eval_results[.NAME], or eval_OTHER.

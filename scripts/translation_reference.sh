@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Reruns docs/translation.md's comparison of RoPE and sinusoidal positions and keeps its records,
 # which the page's table and paired bootstrap are generated from (scripts/docs_from_records.py's
-# translation block): configs/translate.py (en->de on the embedded Bible verses, 2,000 steps)
-# with each scheme, then eval.py's beam search on the test split. About 1.5-2.5 hours on 2 CPU
+# runs and bootstrap blocks): configs/translate.py (en->de on the embedded Bible verses, 2,000
+# steps) with each scheme, then eval.py's beam search on the test split. About 1.5-2.5 hours on 2 CPU
 # cores; run it with nothing else running, since the page reports its wall times.
 #
 #   bash scripts/translation_reference.sh RUNS RECORDS
 #   bash scripts/translation_reference.sh /tmp/translation_runs docs/results/translation_DATE/records
 #
-# RECORDS/RUN receives each run's config, metrics, evaluation, decoded test split (hypotheses
-# and references) and timed commands as it ends (scripts/keep_run.py). A run whose workdir or
+# RECORDS/RUN receives each run's config, metrics, evaluation, decoded splits (hypotheses and
+# references) and timed commands as it ends (scripts/keep_run.py). A run whose workdir or
 # records exist is refused before anything runs.
 set -euo pipefail
 if (($# != 2)); then

@@ -55,7 +55,7 @@ def test_training_reports_bleu_and_keeps_the_best_checkpoint(trained):
   assert 0.0 <= last['validation']['bleu'] <= 100.0
 
 
-def test_eval_decodes_and_writes_translations(trained):
+def test_eval_decodes_each_split_and_writes_its_translations(trained):
   workdir, _ = trained
   cfg = saved_config.load(workdir)
   results = evaluate.evaluate_workdir(cfg, workdir)
@@ -71,6 +71,12 @@ def test_eval_decodes_and_writes_translations(trained):
   assert metrics.bleu_and_chrf(hyps, refs)['bleu'] == pytest.approx(test['bleu'])
   assert 0.0 <= test['copy_source_bleu'] < 10.0  # English copied as German scores near 0.
   assert test['hypotheses'] == 'translations/test-step4.hyp.txt'
+  # Validation is decoded too, on the sentences training scores: the same BLEU at that step.
+  validation = results['splits']['validation']
+  logged = [r for r in metrics.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+            if r['split'] == 'validation' and r['step'] == 4]
+  assert validation['sentences'] == 8 and validation['bleu'] == pytest.approx(logged[0]['bleu'])
+  assert validation['hypotheses'] == 'translations/validation-step4.hyp.txt'
   json.dumps(results)  # Serialisable for eval_results.json.
   # A variant written to eval_results.b3.json (3 sentences) keeps the plain files whole.
   cfg.eval.bleu_sentences_test = 3
