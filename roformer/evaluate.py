@@ -366,13 +366,12 @@ def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,
       os.makedirs(out_dir, exist_ok=True)
       stem = results_name.removesuffix('.json')  # eval_results[.NAME], or eval_OTHER.
       variant = ('' if stem == 'eval_results' else '.' + stem.removeprefix('eval_results.'))
-      for name, lines in (('hyp', hyps), ('ref', refs)):
-        files.write_text_atomic(
-            os.path.join(out_dir, f'{split}-step{step}{variant}.{name}.txt'),
-            ''.join(line.replace('\n', ' ') + '\n' for line in lines))
+      named = os.path.join('translations', f'{split}-step{step}{variant}.hyp.txt')
+      for name, lines in ((named, hyps), (metrics_lib.references_of(named), refs)):
+        files.write_text_atomic(os.path.join(workdir, name), ''.join(
+            line.replace('\r', ' ').replace('\n', ' ') + '\n' for line in lines))
       results['splits'][split].update(scores)
-      results['splits'][split]['hypotheses'] = os.path.join(
-          'translations', f'{split}-step{step}{variant}.hyp.txt')
+      results['splits'][split]['hypotheses'] = named
     elif not synthetic.task_name(split_config.data):
       results['splits'][split]['unigram_loss'] = unigram_baseline(
           tokenizer, _source_of(sources['train'], split), source, split_config.data.text_key)

@@ -34,18 +34,35 @@ def bleu_and_chrf(hypotheses: list[str], references: list[str]) -> dict:
           'chrf_signature': str(chrf.get_signature())}
 
 
+def references_of(hypotheses: str) -> str:
+  """The references file beside a decoded split's hypotheses (SPLIT-stepN[.NAME].hyp.txt, as
+  evaluate.evaluate_run writes them): SPLIT-stepN[.NAME].ref.txt."""
+  return hypotheses.removesuffix('.hyp.txt') + '.ref.txt'
+
+
+def read_lines(path: str) -> list[str]:
+  """The lines of a decoded split's file, one sentence each ending in a newline; a carriage
+  return inside a sentence stays in it."""
+  with open(path, encoding='utf-8', newline='') as f:
+    return f.read().split('\n')[:-1]
+
+
 def paired_bootstrap(systems: list[tuple[str, list[str]]], references: list[str],
                      samples: int = 1000, seed: int = 12345) -> list[dict]:
   """sacreBLEU's paired bootstrap (Koehn 2004) of corpus BLEU and chrF over the sentences: for
   each system, {system, bleu, chrf, and per metric its bootstrap mean, the half-width of its
   95% interval (`_ci`) and, for every system after the first (the baseline), the p-value of
-  its difference from the baseline (`_p`; None for the baseline, 1 for hypotheses identical
-  to the baseline's), and sacreBLEU's signature
-  (`_signature`, naming the resamples and seed)}. The same `samples` resamples
-  of sentence indices serve every system, drawn from `seed` (sacreBLEU reads it from
-  SACREBLEU_SEED, which is set here for the call and then restored)."""
+  its difference from the baseline (`_p`: the share of resamples whose mean-shifted difference
+  exceeds the observed one, plus one, over `samples` plus one; None for the baseline), and
+  sacreBLEU's signature (`_signature`, naming the resamples and seed)}. The same `samples`
+  resamples of sentence indices serve every system, drawn from `seed` (sacreBLEU reads it from
+  SACREBLEU_SEED, which is set here for the call and then restored; it draws a system's
+  resamples unseeded when the seed is 0, so the seed is at least 1)."""
   import sacrebleu  # pylint: disable=g-import-not-at-top
   from sacrebleu import significance  # pylint: disable=g-import-not-at-top
+  if samples < 40 or seed < 1:
+    raise ValueError(f'paired_bootstrap needs at least 40 resamples (a 95% interval drops '
+                     f'1/40 at each end) and a seed of 1 or more; got {samples} and {seed}.')
   metrics = {'bleu': sacrebleu.metrics.BLEU(), 'chrf': sacrebleu.metrics.CHRF()}
   before = os.environ.get('SACREBLEU_SEED')
   os.environ['SACREBLEU_SEED'] = str(seed)
@@ -62,10 +79,12 @@ def paired_bootstrap(systems: list[tuple[str, list[str]]], references: list[str]
   for i, (name, _) in enumerate(systems):
     row = {'system': name}
     for metric, key in zip(metrics, named):
-      result = scores[key][i]
-      # sacreBLEU counts resamples strictly over the observed difference, so hypotheses the
-      # same as the baseline's (no difference at all) would get the smallest p; they get 1.
-      p = None if not i else 1.0 if systems[i][1] == systems[0][1] else float(result.p_value)
+      result, baseline = scores[key][i], scores[key][0]
+      # sacreBLEU counts resamples strictly over the observed difference, so a system that
+      # scores the same as the baseline (every resample's difference then 0) would get the
+      # smallest p; every resample differs at least as much as no difference: p = 1.
+      p = (None if not i else 1.0 if float(result.score) == float(baseline.score)
+           else float(result.p_value))
       row.update({metric: float(result.score), f'{metric}_mean': float(result.mean),
                   f'{metric}_ci': float(result.ci), f'{metric}_p': p,
                   f'{metric}_signature': str(signatures[key])})

@@ -27,6 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import metrics  # pylint: disable=wrong-import-position
 from roformer import provenance  # pylint: disable=wrong-import-position
 from scripts import keep_records  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
@@ -63,17 +64,21 @@ def decoded(workdir: str) -> dict:
   (eval_results*.json, a split's `hypotheses`: a translation's decoded split) and of their
   references beside them, which a page's paired bootstrap reads."""
   found = {}
-  for results in glob.glob(os.path.join(workdir, sweep_points.EVAL_RESULTS)):
+  for results in sorted(glob.glob(os.path.join(workdir, sweep_points.EVAL_RESULTS))):
     for split in files.read_json(results).get('splits', {}).values():
       hypotheses = split.get('hypotheses') if isinstance(split, dict) else None
-      if hypotheses:
-        for name in (hypotheses, hypotheses.removesuffix('.hyp.txt') + '.ref.txt'):
-          path = os.path.join(workdir, name)
-          if not os.path.exists(path):
-            raise errors.ConfigError(f'{results} names {name}, which {workdir} does not hold. '
-                                     'Fix: evaluate the run again (python eval.py --workdir '
-                                     f'{workdir}), then keep it.')
-          found[name] = path
+      if not hypotheses:
+        continue
+      if os.path.isabs(hypotheses) or '..' in hypotheses.split('/'):
+        raise errors.ConfigError(f'{results} names {hypotheses} as hypotheses, outside the '
+                                 "run. Fix: give the file eval.py wrote, or the run's own.")
+      for name in (hypotheses, metrics.references_of(hypotheses)):
+        path = os.path.join(workdir, name)
+        if not os.path.exists(path):
+          raise errors.ConfigError(f'{results} names {name}, which {workdir} does not hold. '
+                                   'Fix: rerun the eval.py command that wrote it (its --out '
+                                   'and --step; RUN.steps.tsv has it), then keep the run.')
+        found[name] = path
   return found
 
 

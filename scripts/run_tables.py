@@ -14,10 +14,11 @@ Kinds of scripts/docs_from_records.py block that read them and other scripts' re
   - `percent=KEY;...`: those keys as percentages; `digits=` the others' (3 by default);
   - `time=PHASE;...`: the wall time of each phase's commands (steps.json, e.g. `train`);
   and a closing line naming the commit, date and commands of the runs' records.
-- `bootstrap`: kept translation runs (`runs=`, the baseline first; `labels=`), their decoded
-  `split=` (test by default) scored with sacreBLEU's paired bootstrap (`samples=` 1000 and
-  `seed=` 12345 by default, metrics.paired_bootstrap): each run's BLEU and chrF with the
-  bootstrap mean and 95% interval, and the p-value of its difference from the baseline.
+- `bootstrap`: kept translation runs (`runs=`, the baseline first; `labels=`), the decoded
+  `split=` (test by default) that their evaluation (`file=`, eval_results.json by default)
+  names, scored with sacreBLEU's paired bootstrap (`samples=` 1000 and `seed=` 12345 by
+  default, metrics.paired_bootstrap): each run's BLEU and chrF with the bootstrap mean and
+  95% interval, and the p-value of its difference from the baseline.
 - `scaling`: scripts/attention_scaling.py's record (`PATH` the JSON file): step time and
   scratch memory of each attention kind at each length, and each kind's growth per doubling
   of the length, with the ratio of the kinds at the longest.
@@ -173,22 +174,25 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   return lines
 
 
-def _decoded(run: pathlib.Path, split: str, spec: str) -> tuple[list[str], list[str]]:
-  """(hypotheses, references) of `split` that a kept translation run's evaluation names."""
-  results = run / 'eval_results.json'
+def _decoded(run: pathlib.Path, file: str, split: str,
+             spec: str) -> tuple[list[str], list[str]]:
+  """(hypotheses, references) of `split` that a kept translation run's evaluation `file`
+  names."""
+  results = run / file
   if not results.is_file():
-    raise errors.ConfigError(f'"{spec}": {run} holds no eval_results.json. Fix: name a run '
-                             'that scripts/keep_run.py kept after eval.py.')
+    raise errors.ConfigError(f'"{spec}": {run} holds no {file}. Fix: name a run that '
+                             'scripts/keep_run.py kept after eval.py, or its file=.')
   named = files.read_json(str(results)).get('splits', {}).get(split, {}).get('hypotheses')
   if not named:
     raise errors.ConfigError(f'"{spec}": {results} names no decoded {split!r} split. Fix: '
-                             'name a translation run and a split eval.py decoded (test).')
+                             'name a translation run and a split eval.py decoded.')
   lines = []
-  for path in (run / named, run / (named.removesuffix('.hyp.txt') + '.ref.txt')):
+  for path in (run / named, run / metrics.references_of(named)):
     if not path.is_file():
-      raise errors.ConfigError(f'"{spec}": {path} is missing. Fix: keep the run again with '
-                               'scripts/keep_run.py, which keeps the files it names.')
-    lines.append(path.read_text(encoding='utf-8').split('\n')[:-1])
+      raise errors.ConfigError(f'"{spec}": {path} is missing. Fix: move {run} aside and keep '
+                               'the run again with scripts/keep_run.py, which keeps the files '
+                               'its evaluations name.')
+    lines.append(metrics.read_lines(str(path)))
   return lines[0], lines[1]
 
 
@@ -202,12 +206,17 @@ def bootstrap(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   if len(labels) != len(names):
     raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(names)} runs. Fix: one '
                              'label per run.')
-  split = _one(options, 'split', 'test')
+  split, file = _one(options, 'split', 'test'), _one(options, 'file', 'eval_results.json')
   samples = number(spec, 'samples', _one(options, 'samples', '1000'))
   seed = number(spec, 'seed', _one(options, 'seed', '12345'))
+  if samples < 40 or seed < 1:
+    raise errors.ConfigError(f'"{spec}": samples={samples}, seed={seed}: the bootstrap needs '
+                             'at least 40 resamples for its 95% interval, and a seed of 1 or '
+                             'more (sacreBLEU draws unseeded at 0). Fix: e.g. samples=1000 '
+                             'seed=12345.')
   systems, references = [], None
   for name, label in zip(names, labels):
-    hypotheses, theirs = _decoded(folder / name, split, spec)
+    hypotheses, theirs = _decoded(folder / name, file, split, spec)
     if references is None:
       references = theirs
     elif theirs != references:
@@ -215,20 +224,22 @@ def bootstrap(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
                                f'than {names[0]}. Fix: compare runs evaluated on the same '
                                'sentences.')
     if len(hypotheses) != len(references):
-      raise errors.ConfigError(f'"{spec}": {name} holds {len(hypotheses)} hypotheses for '
-                               f'{len(references)} references. Fix: keep the run again.')
+      raise errors.ConfigError(f'"{spec}": {name} holds {len(hypotheses)} {split} hypotheses '
+                               f'for {len(references)} references. Fix: evaluate the run '
+                               'again with eval.py, then keep it.')
     systems.append((label, hypotheses))
   rows = metrics.paired_bootstrap(systems, references, samples=samples, seed=seed)
   cell = lambda r, m: f"{r[m]:.2f} ({r[f'{m}_mean']:.2f} ± {r[f'{m}_ci']:.2f})"
-  p = lambda r, m: '-' if r[f'{m}_p'] is None else f"{r[f'{m}_p']:.3f}"
+  p = lambda r, m: '-' if r[f'{m}_p'] is None else f"{r[f'{m}_p']:.2g}"
   lines = [f'| run | {split} BLEU (bootstrap mean ± 95% interval) | chrF (the same) | '
-           f'p, BLEU against `{labels[0]}` | p, chrF |', '|---|---|---|---|---|']
+           f'p, BLEU against {labels[0]} | p, chrF |', '|---|---|---|---|---|']
   lines += [f"| {r['system']} | {cell(r, 'bleu')} | {cell(r, 'chrf')} | {p(r, 'bleu')} | "
             f"{p(r, 'chrf')} |" for r in rows]
   return lines + ['', f"sacreBLEU's paired bootstrap over the {len(references):,} {split} "
                   f'sentences, {samples:,} resamples drawn with seed {seed}, the same for every '
-                  f'run; p is the chance of a difference from `{labels[0]}` at least this large '
-                  'if the two were alike. BLEU `' + rows[0]['bleu_signature'] + '`, chrF `'
+                  f'run. p, against {labels[0]}: the share of resamples whose mean-shifted '
+                  'difference exceeds the observed one (the smallest it can be is '
+                  f'{1 / (samples + 1):.2g}). BLEU `' + rows[0]['bleu_signature'] + '`, chrF `'
                   + rows[0]['chrf_signature'] + '`.']
 
 

@@ -3,7 +3,10 @@
 for both systems, each resample's corpus score computed afresh, and the p-value as the share of
 resamples whose shifted difference exceeds the observed one."""
 
+import os
+
 import numpy as np
+import pytest
 import sacrebleu
 
 from roformer import metrics
@@ -39,6 +42,9 @@ def test_the_bootstrap_matches_its_definition_for_bleu_and_chrf():
                                   samples=80, seed=7)
   assert [r['system'] for r in rows] == ['base', 'new'] and rows[0]['bleu_p'] is None
   for key, metric in (('bleu', sacrebleu.metrics.BLEU()), ('chrf', sacrebleu.metrics.CHRF())):
+    baseline = _by_definition(_SYSTEM, _BASELINE, 80, 7, metric)  # The same resamples.
+    np.testing.assert_allclose(rows[0][f'{key}_mean'], baseline['mean'], rtol=1e-4)
+    np.testing.assert_allclose(rows[0][f'{key}_ci'], baseline['ci'], rtol=1e-4)
     expected = _by_definition(_BASELINE, _SYSTEM, 80, 7, metric)
     assert rows[1][key] == metric.corpus_score(_SYSTEM, [_REFERENCES]).score
     np.testing.assert_allclose(rows[1][f'{key}_mean'], expected['mean'], rtol=1e-4)
@@ -49,9 +55,25 @@ def test_the_bootstrap_matches_its_definition_for_bleu_and_chrf():
 
 def test_a_perfect_system_against_a_poor_one_gets_the_smallest_p_and_a_copy_gets_one():
   poor = [' '.join(line.split()[:2]) for line in _REFERENCES]
+  spaced = [line.replace(' ', '  ') for line in poor]  # Scored alike: the same tokens.
   rows = metrics.paired_bootstrap([('poor', poor), ('perfect', list(_REFERENCES)),
-                                   ('copy', list(poor))], _REFERENCES, samples=99)
+                                   ('copy', list(poor)), ('spaced', spaced)], _REFERENCES,
+                                  samples=99)
   assert abs(rows[1]['bleu'] - 100) < 1e-9 and rows[1]['chrf'] == 100.0
   assert rows[1]['bleu_ci'] == rows[1]['chrf_ci'] == 0.0  # Every resample scores 100.
   assert rows[1]['bleu_p'] == rows[1]['chrf_p'] == 1 / 100  # No resample reaches the gap.
-  assert rows[2]['bleu_p'] == rows[2]['chrf_p'] == 1.0  # Identical hypotheses differ by nothing.
+  # Hypotheses scored the same as the baseline's differ by nothing in every resample.
+  assert rows[2]['bleu_p'] == rows[2]['chrf_p'] == rows[3]['bleu_p'] == rows[3]['chrf_p'] == 1.0
+
+
+def test_the_seed_is_set_for_the_call_only_and_too_few_resamples_or_seed_0_are_refused(
+    monkeypatch):
+  monkeypatch.delenv('SACREBLEU_SEED', raising=False)
+  first = metrics.paired_bootstrap([('a', _BASELINE), ('b', _SYSTEM)], _REFERENCES, samples=40)
+  assert 'SACREBLEU_SEED' not in os.environ
+  monkeypatch.setenv('SACREBLEU_SEED', 'none')
+  again = metrics.paired_bootstrap([('a', _BASELINE), ('b', _SYSTEM)], _REFERENCES, samples=40)
+  assert os.environ['SACREBLEU_SEED'] == 'none' and again == first
+  for samples, seed in ((39, 1), (40, 0)):
+    with pytest.raises(ValueError, match='at least 40 resamples'):
+      metrics.paired_bootstrap([('a', _BASELINE), ('b', _SYSTEM)], _REFERENCES, samples, seed)

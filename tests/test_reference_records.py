@@ -87,6 +87,9 @@ def test_a_kept_translation_holds_the_decoded_split_its_evaluation_names(tmp_pat
   (run / 'translations' / 'test-step4.ref.txt').unlink()
   with pytest.raises(errors.ConfigError, match='names translations/test-step4.ref.txt, which'):
     keep_run.keep(str(run), str(tmp_path / 'rec' / 'again'), None)
+  _write(run / 'eval_results.json', {'splits': {'test': {'hypotheses': '../../secret.hyp.txt'}}})
+  with pytest.raises(errors.ConfigError, match='as hypotheses, outside the run'):
+    keep_run.keep(str(run), str(tmp_path / 'rec' / 'again'), None)
   assert not (tmp_path / 'rec' / 'again').exists()
 
 
@@ -344,20 +347,27 @@ def test_a_bootstrap_block_scores_each_kept_translation_against_the_first(tmp_pa
   references = ['the cat sat on the mat today', 'a dog ran in the park quickly'] * 4
   _translation(tmp_path / 'poor', ['the cat', 'a dog'] * 4, references)
   _translation(tmp_path / 'good', references, references)
-  spec = f'{tmp_path} bootstrap runs=poor;good labels=sin;rope samples=9 seed=3'
-  path, kind, options = docs.parse(spec)
-  lines = run_tables.bootstrap(pathlib.Path(path), options, spec)
+  spec = f'{tmp_path} bootstrap runs=poor;good labels=sin;rope samples=40 seed=3'
+  lines = docs.render(spec, {}).split('\n')
   assert lines[0].startswith('| run | test BLEU (bootstrap mean ± 95% interval) |')
-  # Every resample of the perfect run scores 100; none reaches its gap: p = 1 / (9 + 1).
-  assert lines[3] == '| rope | 100.00 (100.00 ± 0.00) | 100.00 (100.00 ± 0.00) | 0.100 | 0.100 |'
+  # Every resample of the perfect run scores 100; none reaches its gap: p = 1 / (40 + 1).
+  assert lines[3] == '| rope | 100.00 (100.00 ± 0.00) | 100.00 (100.00 ± 0.00) | 0.024 | 0.024 |'
   assert lines[2].startswith('| sin | ') and lines[2].endswith(' | - | - |')
-  assert lines[5].startswith("sacreBLEU's paired bootstrap over the 8 test sentences, 9 "
-                             'resamples drawn with seed 3') and 'bs:9|seed:3' in lines[5]
+  assert lines[5].startswith("sacreBLEU's paired bootstrap over the 8 test sentences, 40 "
+                             'resamples drawn with seed 3') and 'bs:40|seed:3' in lines[5]
   _translation(tmp_path / 'other', references, references[::-1])
   with pytest.raises(errors.ConfigError, match='other was scored against other test references'):
     run_tables.bootstrap(tmp_path, {'runs': ['poor', 'other']}, 'spec')
   with pytest.raises(errors.ConfigError, match='names two runs or more'):
     run_tables.bootstrap(tmp_path, {'runs': ['poor']}, 'spec')
+  with pytest.raises(errors.ConfigError, match='1 labels for 2 runs'):
+    run_tables.bootstrap(tmp_path, {'runs': ['poor', 'good'], 'labels': ['a']}, 'spec')
+  for option in ({'samples': ['9']}, {'seed': ['0']}):
+    with pytest.raises(errors.ConfigError, match='at least 40 resamples .* a seed of 1 or more'):
+      run_tables.bootstrap(tmp_path, {'runs': ['poor', 'good'], **option}, 'spec')
+  with pytest.raises(errors.ConfigError, match='holds no eval_results.best.json'):
+    run_tables.bootstrap(tmp_path, {'runs': ['poor', 'good'], 'file': ['eval_results.best.json']},
+                         'spec')
   (tmp_path / 'good' / 'translations' / 'test-step9.ref.txt').unlink()
   with pytest.raises(errors.ConfigError, match='test-step9.ref.txt is missing'):
     run_tables.bootstrap(tmp_path, {'runs': ['poor', 'good']}, 'spec')
