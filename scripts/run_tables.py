@@ -136,7 +136,7 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   header += [f'{split} {key.replace("@", " at ")}x' if '@' in key else f'{split} {key}'
              for split, key in evals] + [f'{phase} time' for phase in phases]
   lines = ['| ' + ' | '.join(header) + ' |', '|---' * len(header) + '|']
-  made = {}
+  made, timed = {}, False
   for name, label in zip(names, labels):
     run = folder / name
     if not (run / 'config.json').is_file():
@@ -164,13 +164,16 @@ def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
                                  'phase its steps.json holds.')
       cells.append(_seconds(sum(seconds)))
     lines.append('| ' + ' | '.join(cells) + ' |')
+    timed = timed or bool(record['steps'])
     made.setdefault((record.get('commit') or 'an unknown commit', record.get('date', '')),
                     []).append(name)
   shown = folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder
   lines.append('')
-  lines.append('Made ' + '; '.join(f"at {commit}, {date} ({', '.join(names)})"
+  when = lambda commit, date: f'at {commit}, {date}' if date else f'at {commit}'
+  lines.append('Made ' + '; '.join(f"{when(commit, date)} ({', '.join(names)})"
                                    for (commit, date), names in made.items())
-               + f'; the commands are in {shown}/RUN/steps.json.')
+               + (f'; the commands are in {shown}/RUN/steps.json.' if timed else
+                  ' (kept without their commands, which the text gives).'))
   return lines
 
 

@@ -139,7 +139,7 @@ def test_a_runs_block_reads_each_cell_from_the_records(tmp_path):
   assert lines[2] == '| masked lm | 7.25 | 6.50 | 6.44 | 5.97 | 26.2% | 1m06s | 2s |'
   assert lines[4].startswith('Made at ' + subprocess.run(
       ['git', '-C', str(ROOT), 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
-      check=True).stdout.strip())
+      check=True).stdout.strip()) and lines[4].endswith('/rec/RUN/steps.json.')
   with pytest.raises(errors.ConfigError, match=r'no validation loss at steps \[30\] \(it does '
                      r'at \[10, 20\]\)'):
     run_tables.runs(pathlib.Path(path), dict(options, steps=['10', '30']), spec)
@@ -160,7 +160,8 @@ def test_a_runs_block_reads_each_cell_from_the_records(tmp_path):
   lines = run_tables.runs(pathlib.Path(path), {'runs': ['rt'], 'eval': ['test:accuracy',
                                                                        'test:f1']}, spec)
   assert lines[2] == '| rt | 0.688 | 0.500 |'
-  assert lines[4].startswith('Made at an unknown commit')  # Kept without its steps.
+  assert lines[4] == ('Made at an unknown commit (rt) (kept without their commands, which the '
+                      'text gives).')  # Kept without its steps.
 
 
 def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_path):
