@@ -241,8 +241,8 @@ def bootstrap(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   return lines + ['', f"sacreBLEU's paired bootstrap over the {len(references):,} {split} "
                   f'sentences, {samples:,} resamples drawn with seed {seed}, the same for every '
                   f'run. p, against {labels[0]}: the share of resamples whose mean-shifted '
-                  'difference exceeds the observed one (the smallest it can be is '
-                  f'{1 / (samples + 1):.2g}). BLEU `' + rows[0]['bleu_signature'] + '`, chrF `'
+                  'difference exceeds the observed one, plus one, over the resamples plus one '
+                  f'(at least 1/{samples + 1:,}). BLEU `' + rows[0]['bleu_signature'] + '`, chrF `'
                   + rows[0]['chrf_signature'] + '`.']
 
 
