@@ -2,7 +2,7 @@
 # Reruns docs/translation.md's comparison of RoPE and sinusoidal positions and keeps its records,
 # which the page's table and paired bootstrap are generated from (scripts/docs_from_records.py's
 # runs and bootstrap blocks): configs/translate.py (en->de on the embedded Bible verses, 2,000
-# steps) with each scheme, then eval.py's beam search on each split. About 1.5-2.5 hours on 2
+# steps) with each scheme, then eval.py's beam search on each split. About 1-1.5 hours on 2
 # CPU cores; run it with nothing else running, since the page reports its wall times.
 #
 #   bash scripts/translation_reference.sh RUNS RECORDS
