@@ -7,9 +7,11 @@
 #                            $runs/RUN.steps.tsv (run, phase, start, end, the arguments);
 #   keep RUN                 keeps $runs/RUN's records and steps in $records/RUN
 #                            (scripts/keep_run.py), with the commit the script started at;
-#   new_records              for a script that writes $records whole (benchmarks): refuses a
-#                            $records that exists, or an earlier run's $records.partial, and
-#                            makes $records.partial for its files (removed at exit if empty);
+#   refuse_records           for a script that writes $records whole (benchmarks): refuses a
+#                            $records that exists, or an earlier run's $records.partial (call
+#                            it before anything runs);
+#   new_records              refuse_records, then makes $records.partial for the script's files
+#                            (removed at exit if empty);
 #   publish_records          puts $records.partial in its place once every file is written.
 made_at=$(PYTHONPATH=. $PY -c "from roformer import provenance; print(provenance.commit())") ||
   made_at=
@@ -39,7 +41,7 @@ keep() {
   $PY scripts/keep_run.py "$runs/$1" "$records/$1" --steps "$runs/$1.steps.tsv" \
     --commit "$made_at"
 }
-new_records() {
+refuse_records() {
   if [[ -e $records ]]; then
     echo "error: $records exists. Fix: give a new RECORDS (or move it aside)." >&2; exit 1
   fi
@@ -47,6 +49,9 @@ new_records() {
     echo "error: $records.partial holds an earlier run's records, cut short. Fix: move it" \
       "aside (or delete it), then run again." >&2; exit 1
   fi
+}
+new_records() {
+  refuse_records
   mkdir -p "$records.partial"
   trap 'rmdir "$records.partial" 2>/dev/null || true' EXIT  # Left only if it holds records.
 }

@@ -112,15 +112,22 @@ def _seconds(text: float) -> str:
   return f'{minutes}m{seconds:02d}s' if minutes else f'{seconds}s'
 
 
-def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
-  """The `runs` block (see the module docstring)."""
-  names = options.get('runs')
-  if not names:
-    raise errors.ConfigError(f'"{spec}": a runs block names runs=. Fix: add them.')
+def _named_runs(options: dict, spec: str, needs: str, least: int = 1) -> tuple[list, list]:
+  """A block's `runs=` (at least `least`, else one error saying what the block `needs`) and
+  their `labels=` (the names by default, one per run)."""
+  names = options.get('runs', [])
+  if len(names) < least:
+    raise errors.ConfigError(f'"{spec}": {needs}. Fix: add them.')
   labels = options.get('labels', names)
   if len(labels) != len(names):
     raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(names)} runs. Fix: one '
                              'label per run.')
+  return names, labels
+
+
+def runs(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
+  """The `runs` block (see the module docstring)."""
+  names, labels = _named_runs(options, spec, 'a runs block names runs=')
   curve = _pair(options['curve'][0], 'curve', spec) if 'curve' in options else None
   steps = [number(spec, 'steps', s) for s in options.get('steps', [])] if curve else []
   if curve and not steps:
@@ -201,14 +208,8 @@ def _decoded(run: pathlib.Path, file: str, split: str,
 
 def bootstrap(folder: pathlib.Path, options: dict, spec: str) -> list[str]:
   """The `bootstrap` block (see the module docstring)."""
-  names = options.get('runs', [])
-  if len(names) < 2:
-    raise errors.ConfigError(f'"{spec}": a bootstrap block names two runs or more (runs=, the '
-                             'baseline first). Fix: add them.')
-  labels = options.get('labels', names)
-  if len(labels) != len(names):
-    raise errors.ConfigError(f'"{spec}": {len(labels)} labels for {len(names)} runs. Fix: one '
-                             'label per run.')
+  names, labels = _named_runs(options, spec, 'a bootstrap block names two runs or more (runs=, '
+                              'the baseline first)', least=2)
   split, file = _one(options, 'split', 'test'), _one(options, 'file', 'eval_results.json')
   samples = number(spec, 'samples', _one(options, 'samples', '1000'))
   seed = number(spec, 'seed', _one(options, 'seed', '12345'))

@@ -24,9 +24,7 @@ shift
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
 source scripts/reference_steps.sh
-if [[ -e $records ]]; then  # Refused before anything runs.
-  new_records
-fi
+refuse_records
 kinds=$($PY -c "from roformer import positions
 print(','.join(['none'] + [k for k in positions.kinds() if k != 'none']))")
 new_records

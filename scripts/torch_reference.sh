@@ -21,26 +21,22 @@ presets=${*:-small medium}
 PY=${PYTHON:-python}
 cd "$(dirname "$0")/.."
 source scripts/reference_steps.sh
-if [[ -e $records ]]; then  # Before the check of torch, which a kept folder makes moot.
-  new_records
-fi
+refuse_records  # Before the check of torch, which a kept folder makes moot.
 if ! $PY -c "import torch, transformers" 2>/dev/null; then
   echo "error: these comparisons need torch and transformers. Fix: pip install torch" \
     "transformers (not in requirements.txt)." >&2; exit 2
 fi
-for preset in $presets; do
-  case $preset in
+timing_of() {  # timing_of PRESET: the steps and rounds of its comparisons, in `timing`.
+  case $1 in
     small) timing=(--steps 60 --rounds 12) ;;
     medium) timing=(--steps 12 --rounds 6) ;;
-    *) echo "error: preset $preset is not small or medium. Fix: name those." >&2; exit 2 ;;
+    *) echo "error: preset $1 is not small or medium. Fix: name those." >&2; exit 2 ;;
   esac
-done
+}
+for preset in $presets; do timing_of "$preset"; done  # Every preset checked before any runs.
 new_records
 for preset in $presets; do
-  case $preset in
-    small) timing=(--steps 60 --rounds 12) ;;
-    medium) timing=(--steps 12 --rounds 6) ;;
-  esac
+  timing_of "$preset"
   for model in causal mlm; do
     for malloc in default reuse; do
       echo "=== $model $preset, PyTorch malloc $malloc"

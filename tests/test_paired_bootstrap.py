@@ -77,3 +77,13 @@ def test_the_seed_is_set_for_the_call_only_and_too_few_resamples_or_seed_0_are_r
   for samples, seed in ((39, 1), (40, 0)):
     with pytest.raises(ValueError, match='at least 40 resamples'):
       metrics.paired_bootstrap([('a', _BASELINE), ('b', _SYSTEM)], _REFERENCES, samples, seed)
+
+
+def test_a_decoded_file_keeps_a_carriage_return_inside_its_sentence(tmp_path):
+  """A line is a sentence only where a newline ends it: a stray carriage return (which text
+  mode would turn into a line break) would otherwise shift every sentence after it."""
+  path = tmp_path / 'test-step4.hyp.txt'
+  path.write_bytes('ein\rHaus\nzwei\n\n'.encode('utf-8'))
+  assert metrics.read_lines(str(path)) == ['ein\rHaus', 'zwei', '']
+  assert (metrics.references_of('translations/test-step4.b3.hyp.txt')
+          == 'translations/test-step4.b3.ref.txt')
