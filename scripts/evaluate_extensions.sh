@@ -13,13 +13,13 @@
 # instead, beside evaluations made before (scripts/extension_table.py --tag NAME tables them).
 # A scaling's factor is set at each length (eval.scale_rope_to_length: length / the trained
 # length, or a model trained with a scaling keeps its own factor up to the length it reaches).
-# The remaps' windows default to half the trained length (rerope, leaky_rerope, sinks, dca's
-# chunk), Self-Extend's neighbour window to a quarter, STRING's shift to a half, with STRING's
-# and DCA's local window kept below it (their papers' proportions at 4k-8k;
-# roformer/positions/remap.py); Self-Extend's groups (8, the paper's) and leaky ReRoPE's k (16)
-# grow where the longest length's distances would otherwise pass the trained length. Pass
-# --config overrides after WORKDIR to change them: a remap option reaches only the method that
-# reads it, a scaling field only the scalings.
+# The remaps are sized as configs/sweeps/passkey_extension.py sizes them, by one rule
+# (roformer/positions/remap.py, fitted): windows of half the trained length, DCA's chunk and
+# local window and the sinks' 4 tokens and window filling it, STRING's shift at a half with a
+# local window of an eighth, and Self-Extend's groups and leaky ReRoPE's k just large enough that
+# the longest length's distances stay below the trained length. Pass --config overrides after
+# WORKDIR to change them: a remap option reaches only the method that reads it, a scaling field
+# only the scalings.
 set -euo pipefail
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then  # The comment above, as its help.
   sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0
@@ -61,13 +61,12 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)  # The repository; the paths given are the caller's.
 PY=${PYTHON:-python}
 multipliers=${MULTIPLIERS:-1,2,4,8}
-# The trained length, STRING's local window, Self-Extend's groups and leaky ReRoPE's k, or one
-# line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
-# Then each remap method's options, METHOD=OPTION,OPTION (the flags given after WORKDIR reach
-# only the variants that read them).
-{ read -r trained local_window group leaky_k; read -r -a method_options; } < <(
+# `ok`, each remap method's flags from remap.fitted (METHOD FLAG...), then each remap method's
+# options (METHOD=OPTION,OPTION: the flags given after WORKDIR reach only the variants that read
+# them); or one line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
+mapfile -t sizing < <(
   $PY - "$root" "$workdir" "$multipliers" "$variants" <<'PYTHON'
-import math, sys
+import sys
 sys.path.insert(0, sys.argv.pop(1))
 from roformer import cli, errors, positions, saved_config
 from roformer.positions import remap, scaling
@@ -93,20 +92,18 @@ def options(workdir, multipliers, variants):
   except ValueError:
     raise errors.ConfigError(f'MULTIPLIERS={multipliers}: not whole numbers separated by '
                              'commas. Fix: e.g. MULTIPLIERS=1,2,4,8.') from None
-  t, window = c.data.seq_len, c.data.seq_len // 4
-  # The longest row's largest distance, floor((N-1)/G) + W - floor(W/G), below t.
-  group = next(g for g in range(8, longest + 1)
-               if (longest - 1) // g + window - window // g < t)
-  half = t // 2  # Leaky ReRoPE: W + (N - 1 - W) / k below t.
-  k = max(16, math.ceil((longest - 1 - half) / max(t - 1 - half, 1)))
-  print(t, c.model.position.rope.remap.local_window, group, k)
+  print('ok')
+  for method, sized in (remap.fitted(c.data.seq_len, longest) if remaps else {}).items():
+    print(method, *(f'--config.model.position.rope.remap.{k}={v}' for k, v in sized.items()))
   print(' '.join(f'{m}={",".join(o)}' for m, o in remap.OPTIONS.items() if o))
 
 cli.guard(options)(*sys.argv[1:])
 PYTHON
-) || exit 1
-if [[ -z ${trained:-} ]]; then exit 1; fi  # The error line is out already.
-declare -A reads
+)
+if [[ ${sizing[0]:-} != ok ]]; then exit 1; fi  # The error line is out already.
+declare -A fitted reads
+for line in "${sizing[@]:1:${#sizing[@]}-2}"; do fitted[${line%% *}]=${line#* }; done
+read -r -a method_options <<< "${sizing[-1]}"
 for entry in "${method_options[@]}"; do reads[${entry%%=*}]=,${entry#*=},; done
 given() {  # given VARIANT: the flags after WORKDIR that VARIANT reads (a remap option only its
   # method's; a scaling field only the scalings').
@@ -121,10 +118,6 @@ given() {  # given VARIANT: the flags after WORKDIR that VARIANT reads (a remap 
     printf '%s\0' "$arg"
   done
 }
-half=$((trained / 2)) quarter=$((trained / 4))
-# STRING's local window must stay below its shift, and DCA's fit with its chunk in the trained
-# length: a short model's half is not above the default window, which then takes a quarter.
-if ((local_window >= half)); then local_window=$((half / 2)); fi
 rope=--config.model.position.rope
 prefix=eval_results${tag:+.$tag}
 errors=$(mktemp)
@@ -134,11 +127,7 @@ for variant in $variants; do
     plain) flags=() ;;
     linear|ntk|yarn|llama3|dynamic)
       flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True) ;;
-    rerope|sinks) flags=("$rope.remap.window=$half") ;;
-    leaky_rerope) flags=("$rope.remap.window=$half" "$rope.remap.k=$leaky_k") ;;
-    self_extend) flags=("$rope.remap.neighbor_window=$quarter" "$rope.remap.group_size=$group") ;;
-    string) flags=("$rope.remap.shift=$half" "$rope.remap.local_window=$local_window") ;;
-    dca) flags=("$rope.remap.chunk_size=$half" "$rope.remap.local_window=$local_window") ;;
+    *) read -r -a flags <<< "${fitted[$variant]}" ;;
   esac
   case $variant in
     plain) out=$prefix.json ;;

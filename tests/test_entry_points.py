@@ -493,39 +493,41 @@ def _faked_eval(tmp_path, seq_len: int):
   return config, workdir, calls, fake
 
 
-def test_evaluate_extensions_keeps_the_local_window_inside_a_short_model(tmp_path):
-  """STRING's shift and DCA's chunk are half the trained length; for a model trained at 16
-  that is 8, not above the default local window (32), so the window is a quarter of the length
-  and each remap passes the checks eval.py makes of it. eval.py is faked: it records the flags
-  each variant gets."""
+def test_evaluate_extensions_sizes_each_remap_by_the_shared_rule_and_eval_accepts_it(tmp_path):
+  """Each remap variant gets remap.fitted's options for the trained length and the longest
+  evaluated (the passkey-extension sweep's rule), for a short model too (16 tokens at 8x), and
+  each passes the checks eval.py makes of it; `plain` gets no remap flag. eval.py is faked: it
+  records the flags each variant gets."""
   from roformer import config_args  # pylint: disable=import-outside-toplevel
   from roformer import resolve  # pylint: disable=import-outside-toplevel
+  from roformer.positions import remap  # pylint: disable=import-outside-toplevel
   config, workdir, calls, fake = _faked_eval(tmp_path, 16)
+  methods = ['rerope', 'leaky_rerope', 'self_extend', 'string', 'dca', 'sinks']
   done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
                         env={**os.environ, 'PYTHON': str(fake),
-                             'VARIANTS': 'string dca sinks plain'},
+                             'VARIANTS': ' '.join(methods + ['plain'])},
                         capture_output=True, text=True, timeout=120, check=False)
   assert done.returncode == 0, done.stderr
   calls = [line.split() for line in calls.read_text().splitlines()]
-  assert len(calls) == 4 and not any('remap' in flag for flag in calls[3])
-  rope = '--config.model.position.rope.remap'
-  for flags, sized in zip(calls, ['shift=8', 'chunk_size=8', 'window=8']):
-    assert f'{rope}.{sized}' in flags, flags
+  assert len(calls) == 7 and not any('remap' in flag for flag in calls[6])
+  rope = '--config.model.position.rope.remap.'
+  fitted = remap.fitted(16, 8 * 16)
+  for flags, method in zip(calls, methods):
     overrides = [flag[len('--config.'):].split('=', 1) for flag in flags
-                 if flag.startswith(f'{rope}.')]
+                 if flag.startswith(rope)]
+    assert dict(overrides) == {'model.position.rope.remap.method': method, **{
+        f'model.position.rope.remap.{k}': str(v) for k, v in fitted[method].items()}}
     # What eval.py checks of them: each field, then the remap against the 16 trained positions.
     resolve.validate(config_args.apply(copy.deepcopy(config), overrides))
-  assert f'{rope}.local_window=4' in calls[0] and f'{rope}.local_window=4' in calls[1]
 
 
-def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_length(tmp_path):
-  """At 8x a model's length, Self-Extend's groups of 8 and leaky ReRoPE's k of 16 would put
-  distances past the trained ones: the script raises them just enough (the largest distance
-  at the longest length, by remap.relative_distances, is at most the longest trained one);
-  TAG=NAME names every file after it; --out (which sent every variant to one file) and a
-  non-RoPE model are refused in one line. eval.py is faked: it records the flags."""
+def test_evaluate_extensions_tags_its_files_and_passes_each_flag_to_the_variants_reading_it(
+    tmp_path):
+  """TAG=NAME names every file after it; --out (which sent every variant to one file) and a
+  non-RoPE model are refused in one line; a remap option given after WORKDIR reaches only the
+  method that reads it, a scaling field only the scalings. eval.py is faked: it records the
+  flags."""
   from roformer import saved_config  # pylint: disable=import-outside-toplevel
-  from roformer.positions import remap  # pylint: disable=import-outside-toplevel
   config, workdir, calls, fake = _faked_eval(tmp_path, 64)
   run = lambda *args, **env: subprocess.run(
       ['bash', 'scripts/evaluate_extensions.sh', *map(str, args)], cwd=REPO,
@@ -534,19 +536,9 @@ def test_evaluate_extensions_keeps_the_longest_distances_inside_the_trained_leng
   done = run(workdir, VARIANTS='self_extend leaky_rerope plain', TAG='eight')
   assert done.returncode == 0, done.stderr
   assert done.stdout.strip().endswith(f'scripts/extension_table.py {workdir} --tag eight')
-  flags = [dict(f[len('--config.model.position.rope.remap.'):].split('=') for f in line.split()
-                if f.startswith('--config.model.position.rope.remap.'))
-           for line in calls.read_text().splitlines()]
   outs = [line.split('--out ')[1].split()[0] for line in calls.read_text().splitlines()]
   assert outs == ['eval_results.eight.remap_self_extend.json',
                   'eval_results.eight.remap_leaky_rerope.json', 'eval_results.eight.json']
-  for (method, options), shorter in zip([(f.pop('method'), f) for f in flags[:2]],
-                                        ('group_size', 'k')):
-    options = {k: float(v) if k == 'k' else int(v) for k, v in options.items()}
-    longest = remap.relative_distances(method, 8 * 64, **options).max()
-    assert longest <= 63, (method, options)  # The longest distance trained.
-    fewer = {**options, shorter: options[shorter] - 1}
-    assert remap.relative_distances(method, 8 * 64, **fewer).max() > 63, (method, fewer)
   done = run(workdir, '--out=eval_results.mine.json')
   assert done.returncode == 2 and "--out=eval_results.mine.json: the script names" in done.stderr
   calls.unlink()  # A remap option given after WORKDIR reaches only the method that reads it.

@@ -21,7 +21,6 @@ from roformer import errors
 from roformer import evaluate
 from roformer import loop
 from roformer import metrics
-from roformer import positions
 from roformer import resolve
 from roformer import sharding
 from roformer import sweeps
@@ -33,6 +32,7 @@ from roformer.data import pipeline
 from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import tokens as tokens_lib
 from roformer.data import vocabularies
+from roformer.positions import remap
 from scripts import report
 from scripts import sweep as sweep_script
 from scripts import sweep_points
@@ -196,18 +196,17 @@ def test_eval_py_scores_the_mixtures_key_rows_like_the_synthetic_task(config, tm
   assert 'unigram_loss' not in results['splits']['validation/keys']
 
 
-def test_the_extension_sweeps_remaps_keep_distances_within_the_trained_length_up_to_16x():
-  """configs/sweeps/passkey_extension.py: each remap that can bound RoPE's distances does so
-  at the longest evaluation length, by the float64 definition (positions.relative_distances);
-  STRING and the sinks' window are the methods that do not (their rows show what follows)."""
+def test_the_extension_sweep_sizes_its_remaps_by_the_shared_rule():
+  """configs/sweeps/passkey_extension.py evaluates each remap with remap.fitted's options for
+  its trained and longest lengths, the rule scripts/evaluate_extensions.sh uses (test_remap
+  checks what the rule bounds)."""
   length = passkey_extension.TRAIN_LENGTH
   longest = length * max(passkey_extension.MULTIPLIERS)
-  for method, options in passkey_extension.remaps(length, longest).items():
-    if method == 'sinks':  # Keys outside the window are dropped, not moved.
-      continue
-    distances = positions.relative_distances(method, longest, **options)
-    bounded = distances.max() < length
-    assert bounded == (method != 'string'), (method, distances.max())
+  evals = sweeps.load('configs/sweeps/passkey_extension.py').evals
+  for method, options in remap.fitted(length, longest).items():
+    overrides = evals[f'remap_{method}']['overrides']
+    assert overrides == {'model.position.rope.remap.method': method, **{
+        f'model.position.rope.remap.{k}': v for k, v in options.items()}}, method
 
 
 def test_the_extension_sweep_continues_each_seeds_base_and_evaluates_variants_on_the_base():
@@ -223,7 +222,7 @@ def test_the_extension_sweep_continues_each_seeds_base_and_evaluates_variants_on
   on_continued = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, continued)}
   on_posed = {name for name, ev in sweep.evals.items() if sweeps.applies(ev, posed)}
   assert on_base == {''} | {f'rope_{k}' for k in passkey_extension.EVAL_SCALINGS} | {
-      f'remap_{m}' for m in passkey_extension.remaps(128, 2048)}
+      f'remap_{m}' for m in remap.fitted(128, 2048)}
   assert on_continued == {'', 'short'}
   # PoSE trains at the base's length with positions covering its own longest evaluation (the
   # base's), and is evaluated plainly there.

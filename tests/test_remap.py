@@ -332,3 +332,45 @@ def test_a_remap_option_its_method_does_not_read_is_refused(options, message):
   cfg.model.position.rope.remap.update(options)
   with pytest.raises(errors.ConfigError, match=message):
     resolve.validate(cfg)
+
+
+@pytest.mark.parametrize('trained,multiplier', [(8, 1), (16, 8), (64, 8), (100, 3),
+                                                (128, 16), (129, 5)])
+def test_fitted_remaps_keep_the_longest_rows_distances_within_the_trained_ones(trained,
+                                                                               multiplier):
+  """remap.fitted (the rule evaluate_extensions.sh and the passkey-extension sweep share): at
+  the longest length, by the float64 definition, every method but STRING keeps each distance it
+  lets RoPE see at most trained - 1 and keeps the distances within its window true (half the
+  trained length; DCA's local window; the sinks' window); STRING passes the trained distances from d = T + S - W on, as its rows are meant to
+  show. Each method's options pass the checks eval.py makes against the trained length."""
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import resolve  # pylint: disable=g-import-not-at-top
+  from roformer.positions import remap  # pylint: disable=g-import-not-at-top
+  longest = trained * multiplier
+  fitted = remap.fitted(trained, longest)
+  assert set(fitted) == set(remap.METHODS) - {'none'}
+  plain = relative_distances('none', longest)
+  for method, options in fitted.items():
+    got = relative_distances(method, longest, **options)
+    seen = ~np.isnan(got)
+    true_below = {'dca': trained // 4 + 1, 'sinks': trained - 4}.get(method, trained // 2)
+    near = plain < true_below
+    np.testing.assert_array_equal(got[near], plain[near])
+    if method == 'string':
+      shift, window = options['shift'], options['local_window']
+      past = plain >= trained + shift - window
+      assert (got[past] > trained - 1).all() and (got[~past] <= trained - 1).all()
+    else:
+      assert got[seen].max() <= trained - 1, (method, options, got[seen].max())
+    cfg = kinds.tiny_config('rope')
+    cfg.data.seq_len = trained
+    cfg.model.position.rope.remap.update({'method': method, **options})
+    resolve.validate(cfg)
+
+
+@pytest.mark.parametrize('trained,longest,says', [(7, 56, 'a trained length of 7 is too short'),
+                                                  (64, 32, 'longest=32 is below')])
+def test_fitted_refuses_a_length_it_cannot_size_for(trained, longest, says):
+  from roformer.positions import remap  # pylint: disable=g-import-not-at-top
+  with pytest.raises(errors.ConfigError, match=says):
+    remap.fitted(trained, longest)

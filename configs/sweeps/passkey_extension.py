@@ -22,7 +22,8 @@ depth band of the key), at 1x-16x the training length:
 - as trained (plain extrapolation) and, at evaluation only, with each RoPE scaling at the
   length's own factor (length / TRAIN_LENGTH: linear, NTK, YaRN, llama3) or dynamic NTK;
 - with each training-free remap of the distances (ReRoPE and its leaky form, Self-Extend,
-  STRING, Dual Chunk Attention, attention sinks with a window), options in REMAPS, each
+  STRING, Dual Chunk Attention, attention sinks with a window), sized by
+  roformer/positions/remap.py's `fitted` as scripts/evaluate_extensions.sh sizes them, each
   keeping RoPE's distances within what the base was trained on up to 16x where the method can;
 - after CONTINUE_STEPS steps at CONTINUE_FACTOR x the length with each scaling
   (`continue_KIND,seed=N`, `init_from` its seed's base, as many tokens per step, passkey rows
@@ -32,6 +33,8 @@ depth band of the key), at 1x-16x the training length:
   roformer/positions/randomized.py): rows of the trained length whose position ids skip to cover
   the longest evaluation length, evaluated at 1x-16x like the base.
 """
+
+from roformer.positions import remap
 
 TRAIN_LENGTH = 128
 MULTIPLIERS = (1, 2, 4, 8, 16)
@@ -48,22 +51,6 @@ CONTINUE_STEPS = 200
 CONTINUED = ('none', 'linear', 'ntk', 'yarn')
 EVAL_SCALINGS = ('linear', 'ntk', 'yarn', 'llama3', 'dynamic')
 POSE_CHUNKS = 2  # The paper's.
-
-
-def remaps(length: int, longest: int) -> dict:
-  """Each training-free method's options for a model trained at `length` and evaluated up to
-  `longest`: windows within the trained distances, and Self-Extend's groups and leaky ReRoPE's
-  slope large enough that the longest row's distances stay below `length`."""
-  half = length // 2
-  group = -(-longest // half)  # floor(i/G) - floor(j/G) + W - floor(W/G) < length, W = length/2.
-  return {
-      'rerope': {'window': half},
-      'leaky_rerope': {'window': half, 'k': float(-(-(longest - half) // (length - 1 - half)))},
-      'self_extend': {'neighbor_window': half, 'group_size': group},
-      'string': {'shift': half, 'local_window': length // 8},
-      'dca': {'chunk_size': length - length // 4, 'local_window': length // 4},
-      'sinks': {'sink_tokens': 4, 'window': length - 4},
-  }
 
 
 def get_sweep(arg: str = ''):
@@ -139,7 +126,7 @@ def get_sweep(arg: str = ''):
         scaled['eval.scale_rope_to_length'] = True
       evals[f'rope_{kind}'] = {'when': base, 'overrides': scaled}
     longest = length * max(overrides['eval.length_multipliers'])
-    for method, options in remaps(length, longest).items():
+    for method, options in remap.fitted(length, longest).items():
       evals[f'remap_{method}'] = {'when': base, 'overrides': {
           'model.position.rope.remap.method': method,
           **{f'model.position.rope.remap.{k}': v for k, v in options.items()}}}

@@ -112,6 +112,41 @@ def longest_kept(method: str, options: dict) -> tuple[str, int, int] | None:
   return needs[method]() if method in needs else None
 
 
+def fitted(trained: int, longest: int) -> dict[str, dict]:
+  """Each method's options for a model trained at `trained` positions and evaluated up to
+  `longest`, the one rule that scripts/evaluate_extensions.sh and
+  configs/sweeps/passkey_extension.py both use, so that their rows are the same methods:
+
+  - ReRoPE, leaky ReRoPE and Self-Extend keep the true distances below half the trained length
+    (W); leaky ReRoPE's slope k = ceil((N - W) / (T - 1 - W)) and Self-Extend's groups
+    G = ceil(N / W) are large enough for the longest row's distances to stay below T
+    (W + (N - 1 - W) / k < T - 1, and floor((N - 1) / G) <= W - 1);
+  - DCA's chunk and local window fill the trained length (T - T // 4 and T // 4);
+  - the sinks keep 4 tokens and a window of the rest of the trained length;
+  - STRING shifts at half with a local window of an eighth. Its distances d - S + W pass the
+    trained ones from d = T + S - W on (about 1.4 T): the method reuses trained distances, it
+    does not bound them, and its rows show what follows.
+
+  Raises ConfigError for a trained length below 8 (the sinks' window would be empty) or a
+  longest length below it."""
+  if not isinstance(trained, (int, np.integer)) or trained < 8:
+    raise errors.ConfigError(f'remap.fitted: a trained length of {trained!r} is too short to '
+                             'size the remaps (4 sink tokens and a window need 8 positions). '
+                             'Fix: set each remap option yourself.')
+  if longest < trained:
+    raise errors.ConfigError(f'remap.fitted: longest={longest} is below the trained length '
+                             f'{trained}. Fix: give the longest length evaluated.')
+  half = trained // 2
+  return {
+      'rerope': {'window': half},
+      'leaky_rerope': {'window': half, 'k': float(-(-(longest - half) // (trained - 1 - half)))},
+      'self_extend': {'neighbor_window': half, 'group_size': -(-longest // half)},
+      'string': {'shift': half, 'local_window': trained // 8},
+      'dca': {'chunk_size': trained - trained // 4, 'local_window': trained // 4},
+      'sinks': {'sink_tokens': 4, 'window': trained - 4},
+  }
+
+
 def relative_distances(method: str, length: int, **options) -> np.ndarray:
   """The [length, length] float64 matrix of the relative distance RoPE sees between query i
   (row) and key j <= i (column) under `method` (see the module's table); 0 above the diagonal.
