@@ -16,7 +16,7 @@
 # The remaps are sized as configs/sweeps/passkey_extension.py sizes them, by one rule
 # (roformer/positions/remap.py, fitted): windows of half the trained length, DCA's chunk and
 # local window and the sinks' 4 tokens and window filling it, STRING's shift at a half with a
-# local window of an eighth, and Self-Extend's groups and leaky ReRoPE's k just large enough that
+# local window of an eighth, and Self-Extend's groups and leaky ReRoPE's k large enough that
 # the longest length's distances stay below the trained length. Pass --config overrides after
 # WORKDIR to change them: a remap option reaches only the method that reads it, a scaling field
 # only the scalings.
