@@ -2,8 +2,10 @@
 included, by GitHub's heading slugs), every page is reachable from the README, and the README
 stays a front page."""
 
+import json
 import pathlib
 import re
+import shlex
 import urllib.parse
 
 import pytest
@@ -172,6 +174,40 @@ def test_the_extension_table_is_the_kept_records():
     table = page.split(f'<!-- {marker}: generated -->\n', 1)[1].split(
         f'\n<!-- end of {marker} -->', 1)[0]
     assert table == extension_table.table(str(records / run)), marker
+
+
+def _page_commands(page: str) -> list[list[str]]:
+  """Each command a page gives, as the shell splits it: the lines of its fenced bash blocks
+  (continuations joined) and its inline code that starts with python or bash."""
+  commands = []
+  for block in re.findall(r'```bash\n(.*?)```', page, flags=re.DOTALL):
+    commands += [line for line in block.replace('\\\n', ' ').splitlines() if line.strip()]
+  commands += [span.replace('\n', ' ') for span in re.findall(r'`((?:python|bash) [^`]+)`', page)]
+  return [shlex.split(command) for command in commands]
+
+
+def test_the_kept_workflow_ran_the_pages_commands_for_the_times_and_losses_it_states():
+  """docs/hf_checkpoints.md's context-extension workflow: every step in its records' steps.json
+  is a command the page gives (its RUNS folder as the page's runs/ and hub/), and the times and
+  validation losses the page states for it are the records' (each step's, and their sum)."""
+  page = (ROOT / 'docs' / 'hf_checkpoints.md').read_text(encoding='utf-8')
+  records = ROOT / 'docs' / 'results' / 'hf_workflow_2026-11-29' / 'records'
+  kept = json.loads((records / 'steps.json').read_text(encoding='utf-8'))
+  given = _page_commands(page)
+  runs = re.search(r'--workdir (\S+)/shakespeare-llama', kept['steps'][0]['command']).group(1)
+  for step in kept['steps']:
+    command = step['command'].replace(f'{runs}/hub/', 'hub/').replace(f'{runs}/', 'runs/')
+    assert shlex.split(command) in given, step['step']
+  minutes = lambda s: f'{round(s) // 60} min {round(s) % 60} s' if s >= 60 else f'{round(s)} s'
+  seconds = {step['step']: step['seconds'] for step in kept['steps']}
+  for stated in ([sum(seconds.values())] + [seconds[name] for name in (
+      'train', 'extensions', 'passkey', 'continue')]):
+    assert re.search(rf'(?<![\d.]){minutes(stated)}\b', page), minutes(stated)
+  for run, words in (('stand_in', 'validation loss {:.3f}, '),
+                     ('imported_yarn', 'validation loss {:.3f} over the whole split')):
+    lines = (records / run / 'metrics.jsonl').read_text(encoding='utf-8').splitlines()
+    last = [json.loads(line) for line in lines if '"validation"' in line][-1]
+    assert words.format(last['loss']) in page, (run, last['loss'])
 
 
 def test_the_first_steps_table_is_the_kept_records():

@@ -199,6 +199,25 @@ def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, sc
   assert not (tmp_path / 'runs').exists() and os.listdir(tmp_path / 'records') == [run]
 
 
+def test_the_hf_workflow_refuses_existing_runs_or_records_before_any_step(tmp_path):
+  """scripts/hf_workflow.sh starts every step fresh and never writes over kept records: an
+  existing RUNS or RECORDS, or a missing argument, is one error line before any step runs
+  (PYTHON=false would fail the first)."""
+  (tmp_path / 'runs').mkdir()
+  (tmp_path / 'records').mkdir()
+  for args, status, says in (
+      (['runs', 'new'], 1, f'error: {tmp_path}/runs exists; every step starts fresh.'),
+      (['new', 'records'], 1, f'error: {tmp_path}/records exists. Fix: give a new RECORDS'),
+      (['new'], 2, 'error: give RUNS and RECORDS.')):
+    done = subprocess.run(['bash', 'scripts/hf_workflow.sh', *(str(tmp_path / a) for a in args)],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHON='false'), check=False)
+    assert done.returncode == status and done.stderr.startswith(says), done.stderr
+    assert done.stderr.count('\n') == 1 and not done.stdout, done.stderr
+    assert sorted(os.listdir(tmp_path)) == ['records', 'runs'] and not os.listdir(
+        tmp_path / 'runs')
+
+
 def test_a_sinks_block_gives_each_label_s_mean_and_sample_std_over_its_runs(tmp_path):
   run = lambda mass, heads: {'label': 'copy,rope', 'mass': mass, 'per_head': heads,
                              'uniform': [0.25, 0.25]}
