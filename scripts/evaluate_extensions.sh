@@ -61,10 +61,10 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)  # The repository; the paths given are the caller's.
 PY=${PYTHON:-python}
 multipliers=${MULTIPLIERS:-1,2,4,8}
-# `ok`, each remap method's flags from remap.fitted (METHOD FLAG...), then each remap method's
-# options (METHOD=OPTION,OPTION: the flags given after WORKDIR reach only the variants that read
-# them); or one line naming what is wrong with the workdir or MULTIPLIERS (cli.guard).
-mapfile -t sizing < <(
+# Each remap method's flags from remap.fitted (METHOD FLAG...), then each remap method's options
+# (METHOD=OPTION,OPTION: the flags given after WORKDIR reach only the variants that read them);
+# or one line naming what is wrong with the workdir or MULTIPLIERS (cli.guard) and exit 1.
+sizing_text=$(
   $PY - "$root" "$workdir" "$multipliers" "$variants" <<'PYTHON'
 import sys
 sys.path.insert(0, sys.argv.pop(1))
@@ -88,21 +88,23 @@ def options(workdir, multipliers, variants):
         + f': {why}. Fix: VARIANTS=plain' + ('' if remaps else ' and the scalings')
         + ', or a RoPE run; eval.py evaluates any run.')
   try:
-    longest = c.data.seq_len * max(int(m) for m in multipliers.split(','))
+    factors = [int(m) for m in multipliers.split(',')]
   except ValueError:
-    raise errors.ConfigError(f'MULTIPLIERS={multipliers}: not whole numbers separated by '
-                             'commas. Fix: e.g. MULTIPLIERS=1,2,4,8.') from None
-  print('ok')
+    factors = []
+  if not factors or min(factors) < 1:
+    raise errors.ConfigError(f'MULTIPLIERS={multipliers}: not whole numbers of at least 1 '
+                             'separated by commas. Fix: e.g. MULTIPLIERS=1,2,4,8.')
+  longest = c.data.seq_len * max(factors)
   for method, sized in (remap.fitted(c.data.seq_len, longest) if remaps else {}).items():
     print(method, *(f'--config.model.position.rope.remap.{k}={v}' for k, v in sized.items()))
   print(' '.join(f'{m}={",".join(o)}' for m, o in remap.OPTIONS.items() if o))
 
 cli.guard(options)(*sys.argv[1:])
 PYTHON
-)
-if [[ ${sizing[0]:-} != ok ]]; then exit 1; fi  # The error line is out already.
+) || exit 1  # The error line is out already.
+mapfile -t sizing <<< "$sizing_text"
 declare -A fitted reads
-for line in "${sizing[@]:1:${#sizing[@]}-2}"; do fitted[${line%% *}]=${line#* }; done
+for line in "${sizing[@]:0:${#sizing[@]}-1}"; do fitted[${line%% *}]=${line#* }; done
 read -r -a method_options <<< "${sizing[-1]}"
 for entry in "${method_options[@]}"; do reads[${entry%%=*}]=,${entry#*=},; done
 given() {  # given VARIANT: the flags after WORKDIR that VARIANT reads (a remap option only its

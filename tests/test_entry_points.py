@@ -541,13 +541,28 @@ def test_evaluate_extensions_tags_its_files_and_passes_each_flag_to_the_variants
                   'eval_results.eight.remap_leaky_rerope.json', 'eval_results.eight.json']
   done = run(workdir, '--out=eval_results.mine.json')
   assert done.returncode == 2 and "--out=eval_results.mine.json: the script names" in done.stderr
-  calls.unlink()  # A remap option given after WORKDIR reaches only the method that reads it.
-  group, beta = ('--config.model.position.rope.remap.group_size=16',
+  calls.unlink()  # A remap option given after WORKDIR reaches only the method that reads it,
+  # after the fitted one (16 groups at 8 x 64), so that it is the value eval.py applies.
+  group, beta = ('--config.model.position.rope.remap.group_size=40',
                  '--config.model.position.rope.scaling.beta=16')
   assert run(workdir, group, beta, VARIANTS='plain self_extend yarn rerope').returncode == 0
-  given = [{f for f in line.split() if f in (group, beta)}
-           for line in calls.read_text().splitlines()]
+  lines = [line.split() for line in calls.read_text().splitlines()]
+  given = [{f for f in line if f in (group, beta)} for line in lines]
   assert given == [set(), {group}, {beta}, set()], given
+  groups = [f for f in lines[1] if f.startswith('--config.model.position.rope.remap.group_size=')]
+  assert groups == ['--config.model.position.rope.remap.group_size=16', group], groups
+  calls.unlink()  # What the rule cannot size, or lengths that are none, before any evaluation.
+  for env, said in (({'MULTIPLIERS': '0,2'}, 'MULTIPLIERS=0,2: not whole numbers of at least 1'),
+                    ({'MULTIPLIERS': '1,x'}, 'MULTIPLIERS=1,x: not whole numbers')):
+    done = run(workdir, **env)
+    assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+    assert said in done.stderr and not calls.exists(), done.stderr
+  config.data.seq_len = 4
+  saved_config.save(config, str(workdir))
+  done = run(workdir)
+  assert done.returncode == 1 and done.stderr.count('\n') == 1, done.stderr
+  assert 'a trained length of 4 is too short' in done.stderr and not calls.exists()
+  config.data.seq_len = 64
   for kind, variants, said in (('alibi', 'plain yarn', "RoPE's scalings need RoPE"),
                                ('rope+fox', 'plain rerope', 'the remaps need layers of plain rope')):
     config.model.position.kind = kind

@@ -334,8 +334,8 @@ def test_a_remap_option_its_method_does_not_read_is_refused(options, message):
     resolve.validate(cfg)
 
 
-@pytest.mark.parametrize('trained,multiplier', [(8, 1), (16, 8), (64, 8), (100, 3),
-                                                (128, 16), (129, 5)])
+@pytest.mark.parametrize('trained,multiplier', [(5, 3), (7, 16), (8, 1), (16, 8), (64, 8),
+                                                (100, 3), (129, 5)])
 def test_fitted_remaps_keep_the_longest_rows_distances_within_the_trained_ones(trained,
                                                                                multiplier):
   """remap.fitted (the rule evaluate_extensions.sh and the passkey-extension sweep share): at
@@ -368,9 +368,28 @@ def test_fitted_remaps_keep_the_longest_rows_distances_within_the_trained_ones(t
     resolve.validate(cfg)
 
 
-@pytest.mark.parametrize('trained,longest,says', [(7, 56, 'a trained length of 7 is too short'),
+@pytest.mark.parametrize('trained,longest,says', [(4, 32, 'a trained length of 4 is too short'),
                                                   (64, 32, 'longest=32 is below')])
 def test_fitted_refuses_a_length_it_cannot_size_for(trained, longest, says):
   from roformer.positions import remap  # pylint: disable=g-import-not-at-top
   with pytest.raises(errors.ConfigError, match=says):
     remap.fitted(trained, longest)
+
+
+def test_fitted_gives_the_sizes_the_docs_state():
+  """The sizes docs/hf_checkpoints.md (a model trained at 256, evaluated to 2048) and
+  docs/length_generalization.md (the passkey-extension base, 128 to 2048) state, by hand from
+  the rule: W = T / 2, k = ceil((N - W) / (T - 1 - W)), G = ceil(N / W)."""
+  from roformer.positions import remap  # pylint: disable=g-import-not-at-top
+  assert remap.fitted(256, 2048) == {
+      'rerope': {'window': 128}, 'leaky_rerope': {'window': 128, 'k': 16.0},  # 1920 / 127
+      'self_extend': {'neighbor_window': 128, 'group_size': 16},
+      'string': {'shift': 128, 'local_window': 32},
+      'dca': {'chunk_size': 192, 'local_window': 64},
+      'sinks': {'sink_tokens': 4, 'window': 252}}
+  assert remap.fitted(128, 2048) == {
+      'rerope': {'window': 64}, 'leaky_rerope': {'window': 64, 'k': 32.0},  # 1984 / 63
+      'self_extend': {'neighbor_window': 64, 'group_size': 32},
+      'string': {'shift': 64, 'local_window': 16},
+      'dca': {'chunk_size': 96, 'local_window': 32},
+      'sinks': {'sink_tokens': 4, 'window': 124}}

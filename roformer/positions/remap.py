@@ -127,12 +127,12 @@ def fitted(trained: int, longest: int) -> dict[str, dict]:
     trained ones from d = T + S - W on (about 1.4 T): the method reuses trained distances, it
     does not bound them, and its rows show what follows.
 
-  Raises ConfigError for a trained length below 8 (the sinks' window would be empty) or a
+  Raises ConfigError for a trained length below 5 (the sinks' 4 tokens leave no window) or a
   longest length below it."""
-  if not isinstance(trained, (int, np.integer)) or trained < 8:
+  if not isinstance(trained, (int, np.integer)) or trained < 5:
     raise errors.ConfigError(f'remap.fitted: a trained length of {trained!r} is too short to '
-                             'size the remaps (4 sink tokens and a window need 8 positions). '
-                             'Fix: set each remap option yourself.')
+                             'size the remaps (4 sink tokens and a window of at least 1 need 5 '
+                             'positions). Fix: set each remap option yourself.')
   if longest < trained:
     raise errors.ConfigError(f'remap.fitted: longest={longest} is below the trained length '
                              f'{trained}. Fix: give the longest length evaluated.')
