@@ -31,6 +31,7 @@ from roformer import members as members_lib
 from roformer import metrics as metrics_lib
 from roformer import model_types
 from roformer import positions
+from roformer import provenance
 from roformer import reliability
 from roformer import resolve
 from roformer import saved_config
@@ -311,6 +312,7 @@ class _Loop:
         state = trainer_lib.restore_init_from(trainer, state, run.config.init_from, *run.init_from)
     if self.is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
+      provenance.record_start(run.workdir, resumed_from or 0)
       if resumed_from is None:
         workdir_lib.record_train_data(run.config, run.workdir)
       workdir_lib.keep_tokenizer(run.tokenizer, run.workdir, resumed_from is not None)

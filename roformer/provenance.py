@@ -1,13 +1,33 @@
-"""Where a kept record came from: the commit of the checkout that made it.
+"""Where a kept record came from: the commit of the checkout that made it, and for a training
+run the software, devices and host each of its starts ran on (ENVIRONMENT_FILE).
 
-Imports nothing heavy (no JAX), so that scripts/compare_torch.py's parent process, which shares
-the host with the workers it times, can stamp its records too.
+A result is only as traceable as what made it: the same config gives other numbers under
+another commit, another JAX, another device, or XLA flags set in the shell (which no config
+holds: `XLA_FLAGS=--xla_cpu_prefer_vector_width=512` changes results past their last bits,
+docs/performance.md). So train.py adds a line to its workdir's ENVIRONMENT_FILE at every start,
+the first and each resume, and scripts/keep_records.py keeps it beside the run's metrics.
+
+Imports nothing heavy (no JAX) at import time, so that scripts/compare_torch.py's parent
+process, which shares the host with the workers it times, can stamp its records too.
 """
 
+import functools
+import importlib.metadata
+import json
+import os
 import pathlib
+import platform
 import subprocess
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# One JSON line per start of a training run in its workdir (`environment`).
+ENVIRONMENT_FILE = 'environment.jsonl'
+# The packages whose versions decide a run's numbers.
+PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
+# Environment variables that change what a run computes or where, recorded where set.
+VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS', 'JAX_ENABLE_X64', 'JAX_DEFAULT_MATMUL_PRECISION',
+             'LIBTPU_INIT_ARGS', 'CUDA_VISIBLE_DEVICES', 'OMP_NUM_THREADS')
 
 
 def commit() -> str:
@@ -21,3 +41,54 @@ def commit() -> str:
     return ''
   dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs').stdout.strip()
   return head.stdout.strip() + ('+changes' if dirty else '')
+
+
+def _cpu_model() -> str:
+  """The CPU's model name as /proc/cpuinfo gives it (Linux), else platform's word for it."""
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+@functools.lru_cache(maxsize=None)
+def _process() -> dict:
+  """What does not change while this process runs: software, devices and host."""
+  import jax  # pylint: disable=import-outside-toplevel  # Its callers have imported it already.
+  versions = {}
+  for name in PACKAGES:
+    try:
+      versions[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      pass
+  devices = jax.devices()
+  return {
+      'commit': commit(),
+      'python': platform.python_version(),
+      'packages': versions,
+      'backend': jax.default_backend(),
+      'devices': f'{len(devices)} x {devices[0].device_kind}',
+      'processes': jax.process_count(),
+      'host': {'cpu': _cpu_model(), 'cores': os.cpu_count(),
+               'cores_used': (len(os.sched_getaffinity(0))
+                              if hasattr(os, 'sched_getaffinity') else os.cpu_count()),
+               'system': platform.system()},
+      'variables': {name: os.environ[name] for name in VARIABLES if name in os.environ},
+  }
+
+
+def environment(step: int) -> dict:
+  """The line a training run's start at `step` (0 for a fresh run) adds to its
+  ENVIRONMENT_FILE: the time, then `_process`'s record."""
+  return {'step': step, 'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), **_process()}
+
+
+def record_start(workdir: str, step: int) -> None:
+  """Appends `environment(step)` to workdir/ENVIRONMENT_FILE as one line."""
+  line = json.dumps(environment(step), sort_keys=True) + '\n'
+  with open(os.path.join(workdir, ENVIRONMENT_FILE), 'a', encoding='utf-8') as f:
+    f.write(line)

@@ -425,6 +425,7 @@ def _fake_sweep(root, seeds, resumed=True, label=''):
       (workdir / 'config.resume-10.json').write_text(json.dumps({'seed': seed, 'steps': 10}))
       (workdir / 'eval_results.rope_yarn.json').write_text(json.dumps({'seed': seed}))
     (workdir / 'metrics.jsonl').write_text(f'{{"step": 10, "root": "{root}"}}\n')
+    (workdir / 'environment.jsonl').write_text('{"step": 0, "commit": "abc1234"}\n')
     points[f'base,seed={seed}'] = {'seed': seed, 'root': str(root)}
   (root / 'logs').mkdir()
   (root / 'sweep.json').write_text(json.dumps(
@@ -487,7 +488,8 @@ def test_kept_records_of_two_sweeps_join_without_checkpoints(tmp_path):
   _fake_sweep(second, (1, 2), resumed=False)
   assert keep_records.keep(str(first), str(kept)) == ['base,seed=0', 'base,seed=1']
   assert sorted(os.listdir(kept / 'base,seed=1')) == [
-      'config.json', 'config.resume-10.json', 'eval_results.rope_yarn.json', 'metrics.jsonl']
+      'config.json', 'config.resume-10.json', 'environment.jsonl', 'eval_results.rope_yarn.json',
+      'metrics.jsonl']
   with pytest.raises(errors.ConfigError, match=r"base,seed=1 keeps a run of another config "
                      r"\(root: .*first vs .*second; kept vs new\).*Fix: .*--replace"):
     keep_records.keep(str(second), str(kept))  # Nothing kept of second: seed=2 neither.

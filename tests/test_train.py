@@ -19,6 +19,7 @@ from roformer import evaluate
 from roformer import loop
 from roformer import metrics
 from roformer import optim
+from roformer import provenance
 from roformer import saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,6 +121,21 @@ def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp
   resumed, straight = train_losses(workdir), train_losses(trained[1])
   np.testing.assert_allclose([resumed[s] for s in range(1, 9)],
                              [straight[s] for s in range(1, 9)], rtol=1e-5)
+  starts = metrics.read_jsonl(os.path.join(workdir, provenance.ENVIRONMENT_FILE))
+  assert [start['step'] for start in starts] == [0, 4]  # Each start adds its line.
+
+
+def test_a_run_records_the_commit_software_devices_and_xla_flags_it_ran_with(trained):
+  """A run's environment.jsonl: what decides its numbers beside its config, as this process
+  has it (the tests force 8 CPU devices through XLA_FLAGS, which no config holds)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  _, workdir, _ = trained
+  start, = metrics.read_jsonl(os.path.join(workdir, provenance.ENVIRONMENT_FILE))
+  assert start['step'] == 0 and start['commit'] == provenance.commit()
+  assert start['packages']['jax'] == jax.__version__ and 'flax' in start['packages']
+  assert start['backend'] == 'cpu' and start['devices'] == f'{jax.device_count()} x cpu'
+  assert start['variables']['XLA_FLAGS'] == os.environ['XLA_FLAGS']
+  assert start['host']['cores'] == os.cpu_count() and start['host']['cpu']
 
 
 def test_eval_restores_what_train_saved(trained):
