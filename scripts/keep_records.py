@@ -36,7 +36,6 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
-from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
 
@@ -44,8 +43,7 @@ from scripts import sweep_points  # pylint: disable=wrong-import-position
 def point_records(workdir: str) -> list[str]:
   """The paths of `workdir`'s files that a report reads, and its record of the documents its
   own files held (files.TRAIN_DATA_FILE), sorted."""
-  return sorted({path for pattern in sweep_points.READS + (files.TRAIN_DATA_FILE,
-                                                          provenance.ENVIRONMENT_FILE)
+  return sorted({path for pattern in sweep_points.READS + (files.TRAIN_DATA_FILE,)
                  for path in glob.glob(os.path.join(workdir, pattern))})
 
 

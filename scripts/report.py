@@ -16,6 +16,7 @@ failed are listed with what they have) and writes report.md with, next to it:
   schemes separate by more than their seed spread on either measure.
 """
 
+import collections
 import datetime
 import glob
 import itertools
@@ -319,6 +320,31 @@ def _depth_table(points: list[dict]) -> list[str]:
   return lines + ['']
 
 
+def _made_with(points: list[dict]) -> list[str]:
+  """What the points' runs were made with (their environment.jsonl: roformer/provenance.py),
+  one line per distinct commit, software, devices, host and XLA flags, with how many points
+  each; nothing where no point kept that record (runs trained before it existed)."""
+  if not any(p.get('environments') for p in points):
+    return []
+  def made_with(start):
+    versions = start.get('packages', {})
+    flags = ', '.join(f'{k}={v}' for k, v in sorted(start.get('variables', {}).items()))
+    host = start.get('host', {})
+    return (f"commit `{start.get('commit') or 'unknown'}`, JAX {versions.get('jax', '?')}, "
+            f"Flax {versions.get('flax', '?')}, {start.get('backend', '?')} "
+            f"({start.get('devices', '?')}) on {host.get('cpu', '?')}, "
+            f"{host.get('cores_used', '?')} of {host.get('cores', '?')} cores"
+            + (f'; {flags}' if flags else '; no XLA variables set'))
+  counts = collections.Counter()
+  for p in points:
+    for line in sorted({made_with(start) for start in p.get('environments', [])}) or [
+        'no record of what made them (trained before runs kept environment.jsonl)']:
+      counts[line] += 1
+  return (['Made with (each run\'s starts, from its environment.jsonl):', ''] +
+          [f'- {line}: {n} point{"s" if n > 1 else ""}' for line, n in sorted(counts.items())]
+          + [''])
+
+
 def markdown(points: list[dict], root: str) -> str:
   lines = [f'# Sweep report: {root}', '',
            f'Generated {datetime.date.today().isoformat()} by `python scripts/report.py {root}` '
@@ -327,6 +353,7 @@ def markdown(points: list[dict], root: str) -> str:
            'eval.py has not run); steps/s is the median over the run\'s log intervals, wall '
            'clock: comparable between points only when each had the machine to itself '
            '(`scripts/benchmark.py` measures speed).', '',
+           *_made_with(points),
            '## Points', '',
            '| point | task | scheme | options | seed | steps | train loss | val loss | val ppl | '
            'steps/s | parameters | status |', '|---' * 12 + '|']

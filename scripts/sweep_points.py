@@ -1,7 +1,7 @@
 """A sweep's points as their workdirs' files say: read, checked, one dict per point.
 
-Each point's config.json, the newest config.resume-STEP.json, metrics.jsonl and its
-eval_results*.json (`READS`: what scripts/keep_records.py keeps, so that kept records read as
+Each point's config.json, the newest config.resume-STEP.json, metrics.jsonl, its
+eval_results*.json and the record of what each start ran on (environment.jsonl) (`READS`: what scripts/keep_records.py keeps, so that kept records read as
 the workdirs did). A file that is damaged or written by something else is one DamagedFileError
 naming it and the field. scripts/report.py makes its tables and plots from these dicts, and
 scripts/docs_from_records.py the docs' tables.
@@ -22,12 +22,14 @@ from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
 from roformer import positions as positions_lib  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
 SYNTHETIC = 'synthetic/'
 EVAL_RESULTS = 'eval_results*.json'  # eval_results.json and each eval_results.NAME.json.
 # Every file of a point's workdir that read_point reads (scripts/keep_records.py keeps these).
-READS = ('config.json', files.resume_config_name('*'), 'metrics.jsonl', EVAL_RESULTS)
+READS = ('config.json', files.resume_config_name('*'), 'metrics.jsonl', EVAL_RESULTS,
+         provenance.ENVIRONMENT_FILE)
 # Point fields that group seeds into one line rather than naming a variant of a scheme.
 _GROUPING = ('model.position.kind', 'seed', 'data.name', 'data.seq_len', 'init_from')
 
@@ -124,7 +126,15 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       'parameters': _parameters(config),
       'evals': evals,
       'retrieval': retrieval,
+      'environments': environments(workdir),
   }
+
+
+def environments(workdir: str) -> list[dict]:
+  """Each start's line of the point's provenance.ENVIRONMENT_FILE ([] for a run trained before
+  runs kept one)."""
+  path = os.path.join(workdir, provenance.ENVIRONMENT_FILE)
+  return files.read_jsonl(path) if os.path.exists(path) else []
 
 
 # The fields of an evaluation row that tables and plots read, each a number.
