@@ -271,6 +271,9 @@ class _Loop:
     if len(set(starts)) > 1:
       raise _StepsDiffer(starts)
     self.start = starts[0]
+    if self.is_chief and self.start < self.tc.steps:  # A start that trains: what it runs on.
+      for member in self.members:
+        provenance.record_start(member.run.workdir, self.start)
     self.states = members_lib.Members(
         self.trainer, [trainer_lib.dropout_seed(m.run.config) for m in self.members], states,
         vmapped)
@@ -312,7 +315,6 @@ class _Loop:
         state = trainer_lib.restore_init_from(trainer, state, run.config.init_from, *run.init_from)
     if self.is_chief:
       workdir_lib.save_config(run.config, run.workdir, resumed_from)
-      provenance.record_start(run.workdir, resumed_from or 0)
       if resumed_from is None:
         workdir_lib.record_train_data(run.config, run.workdir)
       workdir_lib.keep_tokenizer(run.tokenizer, run.workdir, resumed_from is not None)

@@ -4,8 +4,10 @@ run the software, devices and host each of its starts ran on (ENVIRONMENT_FILE).
 A result is only as traceable as what made it: the same config gives other numbers under
 another commit, another JAX, another device, or XLA flags set in the shell (which no config
 holds: `XLA_FLAGS=--xla_cpu_prefer_vector_width=512` changes results past their last bits,
-docs/performance.md). So train.py adds a line to its workdir's ENVIRONMENT_FILE at every start,
-the first and each resume, and scripts/keep_records.py keeps it beside the run's metrics.
+docs/performance.md). So train.py adds a line to its workdir's ENVIRONMENT_FILE at every start
+that trains, the first and each resume, and scripts/keep_records.py keeps it beside the run's
+metrics. On several processes the first writes it: the devices are all of them, the host and
+variables its own.
 
 Imports nothing heavy (no JAX) at import time, so that scripts/compare_torch.py's parent
 process, which shares the host with the workers it times, can stamp its records too.
@@ -19,6 +21,8 @@ import pathlib
 import platform
 import subprocess
 import time
+
+from roformer import files
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One JSON line per start of a training run in its workdir (`environment`).
@@ -35,11 +39,15 @@ def commit() -> str:
   from it ('' out of a git checkout)."""
   def git(*args):
     return subprocess.run(['git', '-C', str(ROOT), *args], capture_output=True, text=True,
-                          check=False)
-  head = git('rev-parse', '--short', 'HEAD')
-  if head.returncode:
+                          check=False, timeout=30)
+  try:
+    head = git('rev-parse', '--short', 'HEAD')
+    if head.returncode:
+      return ''
+    dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.',
+                ':!docs').stdout.strip()
+  except (OSError, subprocess.SubprocessError):  # No git on this machine, or it hangs.
     return ''
-  dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs').stdout.strip()
   return head.stdout.strip() + ('+changes' if dirty else '')
 
 
@@ -88,7 +96,12 @@ def environment(step: int) -> dict:
 
 
 def record_start(workdir: str, step: int) -> None:
-  """Appends `environment(step)` to workdir/ENVIRONMENT_FILE as one line."""
+  """Appends `environment(step)` to workdir/ENVIRONMENT_FILE as one line, synced, as
+  metrics.jsonl's records are: a line cut by a crash is ended first, so that it is the only one
+  lost (files.read_jsonl skips it)."""
+  path = os.path.join(workdir, ENVIRONMENT_FILE)
   line = json.dumps(environment(step), sort_keys=True) + '\n'
-  with open(os.path.join(workdir, ENVIRONMENT_FILE), 'a', encoding='utf-8') as f:
-    f.write(line)
+  complete = files.ends_with_newline(path)
+  with open(path, 'a', encoding='utf-8') as f:
+    f.write(line if complete else '\n' + line)
+    files.sync(f)

@@ -5,8 +5,8 @@
       --out docs/results/passkey_extension/report.md
 
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
-metrics.jsonl, eval_results*.json, and train_data.json where the run trained on files of its
-own) into RECORDS/POINT, and merges the sweep's sweep.json into RECORDS/sweep.json: the points
+metrics.jsonl, eval_results*.json, environment.jsonl: what each start ran on, and
+train_data.json where the run trained on files of its own) into RECORDS/POINT, and merges the sweep's sweep.json into RECORDS/sweep.json: the points
 and labels already there are kept, and a point kept again is replaced whole, its files and its
 entry, where that loses nothing: a kept record of another config, or with more steps trained or
 evaluations than the new run's, is refused unless --replace. Where a run lived is not its

@@ -2,8 +2,8 @@
 
   python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/NAME.steps.tsv [--commit C]
 
-Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json:
-keep_records.point_records, and a translation's decoded splits, whose hypotheses and references
+Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json, and what
+its starts ran on, environment.jsonl: keep_records.point_records, and a translation's decoded splits, whose hypotheses and references
 an evaluation names, under the same relative paths) into RECORDS/NAME, and writes
 RECORDS/NAME/steps.json: the lines of --steps whose run is NAME (`run`, `phase`, start and end in seconds, the arguments joined by the
 unit separator: scripts/reference_steps.sh's `step` writes them), each with its seconds and its

@@ -322,19 +322,24 @@ def _depth_table(points: list[dict]) -> list[str]:
 
 def _made_with(points: list[dict]) -> list[str]:
   """What the points' runs were made with (their environment.jsonl: roformer/provenance.py),
-  one line per distinct commit, software, devices, host and XLA flags, with how many points
-  each; nothing where no point kept that record (runs trained before it existed)."""
+  one line per distinct commit, Python and package versions, devices, host and recorded
+  variables, with how many points each (a run resumed elsewhere counts under both); nothing
+  where no point kept that record (runs trained before it existed)."""
   if not any(p.get('environments') for p in points):
     return []
   def made_with(start):
-    versions = start.get('packages', {})
+    versions = ', '.join(f'{name} {version}' for name, version in sorted(
+        start.get('packages', {}).items()))
     flags = ', '.join(f'{k}={v}' for k, v in sorted(start.get('variables', {}).items()))
     host = start.get('host', {})
-    return (f"commit `{start.get('commit') or 'unknown'}`, JAX {versions.get('jax', '?')}, "
-            f"Flax {versions.get('flax', '?')}, {start.get('backend', '?')} "
-            f"({start.get('devices', '?')}) on {host.get('cpu', '?')}, "
-            f"{host.get('cores_used', '?')} of {host.get('cores', '?')} cores"
-            + (f'; {flags}' if flags else '; no XLA variables set'))
+    processes = start.get('processes', 1)
+    return (f"commit `{start.get('commit') or 'unknown'}`, Python {start.get('python', '?')}, "
+            f"{versions or 'no package versions'}; {start.get('backend', '?')} "
+            f"({start.get('devices', '?')}"
+            + (f', {processes} processes' if processes != 1 else '')
+            + f") on {host.get('cpu', '?')}, {host.get('cores_used', '?')} of "
+            f"{host.get('cores', '?')} cores; "
+            + (flags or 'no XLA_FLAGS or other recorded variable set'))
   counts = collections.Counter()
   for p in points:
     for line in sorted({made_with(start) for start in p.get('environments', [])}) or [

@@ -1,7 +1,7 @@
 """A sweep's points as their workdirs' files say: read, checked, one dict per point.
 
 Each point's config.json, the newest config.resume-STEP.json, metrics.jsonl, its
-eval_results*.json and the record of what each start ran on (environment.jsonl) (`READS`: what scripts/keep_records.py keeps, so that kept records read as
+eval_results*.json and what each start ran on (environment.jsonl) (`READS`: what scripts/keep_records.py keeps, so that kept records read as
 the workdirs did). A file that is damaged or written by something else is one DamagedFileError
 naming it and the field. scripts/report.py makes its tables and plots from these dicts, and
 scripts/docs_from_records.py the docs' tables.
@@ -134,7 +134,15 @@ def environments(workdir: str) -> list[dict]:
   """Each start's line of the point's provenance.ENVIRONMENT_FILE ([] for a run trained before
   runs kept one)."""
   path = os.path.join(workdir, provenance.ENVIRONMENT_FILE)
-  return files.read_jsonl(path) if os.path.exists(path) else []
+  starts = metrics_lib.read_jsonl(path) if os.path.exists(path) else []
+  for number, start in enumerate(starts, 1):
+    bad = [key for key in ('packages', 'host', 'variables')
+           if not isinstance(start.get(key, {}), dict)]
+    if not isinstance(start.get('step'), int) or bad:
+      raise errors.DamagedFileError(
+          f'{path}: line {number} lacks its step or holds a non-mapping in {bad or "step"}. '
+          'Fix: restore the file, or delete the line.')
+  return starts
 
 
 # The fields of an evaluation row that tables and plots read, each a number.

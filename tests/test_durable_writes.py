@@ -66,6 +66,18 @@ def test_a_metrics_record_is_synced_once_appended(tmp_path, synced):
   assert jsonl == [str(tmp_path / 'metrics.jsonl')]
 
 
+def test_a_runs_start_is_synced_once_appended_and_ends_a_line_a_crash_cut(tmp_path, synced):
+  """provenance.record_start appends as metrics.jsonl does: synced, and after a line cut short
+  (a kill mid-write) it ends that line first, so that the cut line is the only one lost."""
+  from roformer import provenance  # pylint: disable=import-outside-toplevel
+  path = tmp_path / provenance.ENVIRONMENT_FILE
+  path.write_text('{"step": 0, "commit": "abc1234"}\n{"step": 4, "comm')
+  provenance.record_start(str(tmp_path), 8)
+  assert [kind_path for kind_path in synced if kind_path[1] == str(path)] == [
+      ('fsync', str(path))]
+  assert [start['step'] for start in metrics.read_jsonl(str(path))] == [0, 8]
+
+
 def test_a_reports_markdown_is_written_atomically_and_synced(tmp_path, synced):
   """scripts/report.py's report.md (what the docs link to) goes through the same durable write."""
   import shutil  # pylint: disable=import-outside-toplevel

@@ -54,7 +54,7 @@ def test_a_diverged_point_reports_an_infinite_perplexity(tmp_path):
   assert rows and '| 800.0000 | inf |' in rows[0], rows
 
 
-def test_a_report_says_what_each_points_runs_were_made_with(tmp_path):
+def test_a_report_says_what_each_points_runs_were_made_with(tmp_path, capsys):
   """The points' environment.jsonl lines, one per distinct commit, software, device, host and
   XLA flags with their number of points (a resumed run on another host counts under both); a
   point without the record is counted as such; records none of which has it add nothing."""
@@ -62,8 +62,9 @@ def test_a_report_says_what_each_points_runs_were_made_with(tmp_path):
   assert report.main([str(root), f'--out={tmp_path / "before.md"}']) == 0
   assert 'Made with' not in (tmp_path / 'before.md').read_text()
   start = lambda step, commit, flags: json.dumps({
-      'step': step, 'commit': commit, 'packages': {'jax': '0.10.2', 'flax': '0.12.1'},
-      'backend': 'cpu', 'devices': '1 x cpu', 'host': {'cpu': 'Xeon', 'cores': 2, 'cores_used': 1},
+      'step': step, 'commit': commit, 'python': '3.12.3',
+      'packages': {'jax': '0.10.2', 'flax': '0.12.1'}, 'backend': 'cpu', 'devices': '1 x cpu',
+      'processes': 1, 'host': {'cpu': 'Xeon', 'cores': 2, 'cores_used': 1},
       'variables': flags}) + '\n'
   (root / 'base,seed=0' / 'environment.jsonl').write_text(start(0, 'abc1234', {}))
   (root / 'base,seed=1' / 'environment.jsonl').write_text(
@@ -72,8 +73,12 @@ def test_a_report_says_what_each_points_runs_were_made_with(tmp_path):
   text = (tmp_path / 'report.md').read_text()
   made = text.split('Made with', 1)[1].split('## Points', 1)[0].strip().splitlines()[2:]
   assert made == [
-      '- commit `abc1234`, JAX 0.10.2, Flax 0.12.1, cpu (1 x cpu) on Xeon, 1 of 2 cores; no XLA '
-      'variables set: 2 points',
-      '- commit `def5678`, JAX 0.10.2, Flax 0.12.1, cpu (1 x cpu) on Xeon, 1 of 2 cores; '
-      'XLA_FLAGS=--x=1: 1 point',
+      '- commit `abc1234`, Python 3.12.3, flax 0.12.1, jax 0.10.2; cpu (1 x cpu) on Xeon, 1 of 2 '
+      'cores; no XLA_FLAGS or other recorded variable set: 2 points',
+      '- commit `def5678`, Python 3.12.3, flax 0.12.1, jax 0.10.2; cpu (1 x cpu) on Xeon, 1 of 2 '
+      'cores; XLA_FLAGS=--x=1: 1 point',
       '- no record of what made them (trained before runs kept environment.jsonl): 1 point'], made
+  (root / 'base,seed=2' / 'environment.jsonl').write_text('{"step": 0, "packages": null}\n')
+  assert report.main([str(root), f'--out={tmp_path / "damaged.md"}']) == 0  # Named, left out.
+  assert ("base,seed=2/environment.jsonl: line 1 lacks its step or holds a non-mapping in "
+          "['packages']. Fix: restore the file, or delete the line." in capsys.readouterr().err)

@@ -98,6 +98,8 @@ def test_a_run_resumed_at_or_past_its_last_step_says_it_has_nothing_to_train(
   assert ('The run is trained to step 8, past config.train.steps=6: no step to train.'
           in caplog.text)
   assert train_losses(workdir) == before
+  starts = metrics.read_jsonl(os.path.join(workdir, provenance.ENVIRONMENT_FILE))
+  assert [start['step'] for start in starts] == [0]  # A start that trains nothing adds none.
 
 
 def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp_path,
