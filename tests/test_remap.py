@@ -376,20 +376,19 @@ def test_fitted_refuses_a_length_it_cannot_size_for(trained, longest, says):
     remap.fitted(trained, longest)
 
 
-def test_fitted_gives_the_sizes_the_docs_state():
+@pytest.mark.parametrize('trained,longest,half,k,groups,local,chunk,dca_local,window', [
+    (256, 2048, 128, 16.0, 16, 32, 192, 64, 252),  # k = ceil(1920 / 127), G = 2048 / 128.
+    (128, 2048, 64, 32.0, 32, 16, 96, 32, 124)])  # k = ceil(1984 / 63), G = 2048 / 64.
+def test_fitted_gives_the_sizes_the_docs_state(trained, longest, half, k, groups, local, chunk,
+                                               dca_local, window):
   """The sizes docs/hf_checkpoints.md (a model trained at 256, evaluated to 2048) and
   docs/length_generalization.md (the passkey-extension base, 128 to 2048) state, by hand from
-  the rule: W = T / 2, k = ceil((N - W) / (T - 1 - W)), G = ceil(N / W)."""
+  the rule: W = T / 2, k = ceil((N - W) / (T - 1 - W)), G = ceil(N / W), STRING's window T / 8,
+  DCA's chunk and window 3T / 4 and T / 4, the sinks' window T - 4."""
   from roformer.positions import remap  # pylint: disable=g-import-not-at-top
-  assert remap.fitted(256, 2048) == {
-      'rerope': {'window': 128}, 'leaky_rerope': {'window': 128, 'k': 16.0},  # 1920 / 127
-      'self_extend': {'neighbor_window': 128, 'group_size': 16},
-      'string': {'shift': 128, 'local_window': 32},
-      'dca': {'chunk_size': 192, 'local_window': 64},
-      'sinks': {'sink_tokens': 4, 'window': 252}}
-  assert remap.fitted(128, 2048) == {
-      'rerope': {'window': 64}, 'leaky_rerope': {'window': 64, 'k': 32.0},  # 1984 / 63
-      'self_extend': {'neighbor_window': 64, 'group_size': 32},
-      'string': {'shift': 64, 'local_window': 16},
-      'dca': {'chunk_size': 96, 'local_window': 32},
-      'sinks': {'sink_tokens': 4, 'window': 124}}
+  assert remap.fitted(trained, longest) == {
+      'rerope': {'window': half}, 'leaky_rerope': {'window': half, 'k': k},
+      'self_extend': {'neighbor_window': half, 'group_size': groups},
+      'string': {'shift': half, 'local_window': local},
+      'dca': {'chunk_size': chunk, 'local_window': dca_local},
+      'sinks': {'sink_tokens': 4, 'window': window}}
