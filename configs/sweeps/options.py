@@ -16,7 +16,8 @@ wall-clock time in the sweep below, two groups sharing the cores), most
 of it multi-key retrieval's 6,000 steps (about 23 minutes a run on one core); run a task at a
 time and join the runs with scripts/keep_records.py where one machine cannot hold it all.
 `:new2026` (70 points, passkey and flip-flop) took about 22 minutes on 2 cores in two legs
-(2026-11-28).
+(2026-11-28); passkey and flip-flop for the 12 schemes before it (120 points) 33 min 45 s
+(2026-11-29).
 
 Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
