@@ -4,6 +4,7 @@ point whose loss diverged."""
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from roformer import errors
 from roformer import metrics as metrics_lib
 from scripts import report
+from scripts import sweep_points
 
 
 def _kept_points(root, names=('base,seed=0', 'base,seed=1')):
@@ -54,13 +56,12 @@ def test_a_diverged_point_reports_an_infinite_perplexity(tmp_path):
   assert rows and '| 800.0000 | inf |' in rows[0], rows
 
 
-def test_a_report_says_what_each_points_runs_were_made_with(tmp_path, capsys):
+def test_a_report_says_what_each_points_runs_were_made_with(tmp_path):
   """The points' environment.jsonl lines, one per distinct commit, software, device, host and
   XLA flags with their number of points (a resumed run on another host counts under both); a
   point without the record is counted as such; records none of which has it add nothing."""
   root = _kept_points(tmp_path / 'sweep', names=('base,seed=0', 'base,seed=1', 'base,seed=2'))
-  assert report.main([str(root), f'--out={tmp_path / "before.md"}']) == 0
-  assert 'Made with' not in (tmp_path / 'before.md').read_text()
+  assert report._made_with([{'environments': []}] * 3) == []  # pylint: disable=protected-access
   start = lambda step, commit, flags: json.dumps({
       'step': step, 'commit': commit, 'python': '3.12.3',
       'packages': {'jax': '0.10.2', 'flax': '0.12.1'}, 'backend': 'cpu', 'devices': '1 x cpu',
@@ -79,6 +80,7 @@ def test_a_report_says_what_each_points_runs_were_made_with(tmp_path, capsys):
       'cores; XLA_FLAGS=--x=1: 1 point',
       '- no record of what made them (trained before runs kept environment.jsonl): 1 point'], made
   (root / 'base,seed=2' / 'environment.jsonl').write_text('{"step": 0, "packages": null}\n')
-  assert report.main([str(root), f'--out={tmp_path / "damaged.md"}']) == 0  # Named, left out.
-  assert ("base,seed=2/environment.jsonl: line 1 lacks its step or holds a non-mapping in "
-          "['packages']. Fix: restore the file, or delete the line." in capsys.readouterr().err)
+  with pytest.raises(errors.DamagedFileError, match=re.escape(  # The report names the point.
+      "base,seed=2/environment.jsonl: line 1 lacks its step or holds a non-mapping in "
+      "['packages']. Fix: restore the file, or delete the line.")):
+    sweep_points.environments(str(root / 'base,seed=2'))
