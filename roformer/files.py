@@ -182,6 +182,20 @@ def ends_with_newline(path: str) -> bool:
     return f.read(1) == b'\n'
 
 
+def append_record(path: str, record: dict, killpoint: str | None = None) -> None:
+  """Appends `record` to the JSON-lines file `path` as one line and syncs it. A last line that a
+  crash cut short is ended first, so that it is the only record lost (read_jsonl skips it).
+  `killpoint` names the point a test may cut this write at (roformer/killpoints.py)."""
+  text = json.dumps(record) + '\n'
+  complete = ends_with_newline(path)
+  with open(path, 'a', encoding='utf-8') as f:
+    if killpoint:  # f.write, or cut there by a test.
+      killpoints.write(f, text if complete else '\n' + text, killpoint)
+    else:
+      f.write(text if complete else '\n' + text)
+    sync(f)
+
+
 @contextlib.contextmanager
 def staged_directory(directory: str):
   """A new directory beside `directory` to write into, synced and renamed to it once everything

@@ -1,6 +1,5 @@
 """Evaluation metrics and the run's metric writers (JSON lines + TensorBoard)."""
 
-import json
 import math
 import os
 import time
@@ -8,7 +7,6 @@ import time
 import numpy as np
 
 from roformer import files
-from roformer import killpoints
 
 
 def perplexity(loss: float) -> float:
@@ -183,11 +181,8 @@ class MetricsWriter:
     from tensorboardX.proto import event_pb2, summary_pb2  # pylint: disable=g-import-not-at-top
     values = {k: float(v) for k, v in values.items() if np.ndim(v) == 0 and v is not None
               and not isinstance(v, (str, dict))}
-    record = json.dumps({'step': int(step), 'split': split, **values}) + '\n'
-    complete = files.ends_with_newline(self.path)
-    with open(self.path, 'a', encoding='utf-8') as f:  # f.write, or cut there by a test:
-      killpoints.write(f, record if complete else '\n' + record, 'jsonl.partial')
-      files.sync(f)
+    files.append_record(self.path, {'step': int(step), 'split': split, **values},
+                        'jsonl.partial')
     summary = summary_pb2.Summary(value=[
         summary_pb2.Summary.Value(tag=f'{split}/{k}', simple_value=v) for k, v in values.items()])
     events = self._events_writer()

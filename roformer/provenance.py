@@ -15,7 +15,6 @@ process, which shares the host with the workers it times, can stamp its records 
 
 import functools
 import importlib.metadata
-import json
 import os
 import pathlib
 import platform
@@ -96,12 +95,6 @@ def environment(step: int) -> dict:
 
 
 def record_start(workdir: str, step: int) -> None:
-  """Appends `environment(step)` to workdir/ENVIRONMENT_FILE as one line, synced, as
-  metrics.jsonl's records are: a line cut by a crash is ended first, so that it is the only one
-  lost (files.read_jsonl skips it)."""
-  path = os.path.join(workdir, ENVIRONMENT_FILE)
-  line = json.dumps(environment(step), sort_keys=True) + '\n'
-  complete = files.ends_with_newline(path)
-  with open(path, 'a', encoding='utf-8') as f:
-    f.write(line if complete else '\n' + line)
-    files.sync(f)
+  """Appends `environment(step)` to workdir/ENVIRONMENT_FILE as one synced line, as
+  metrics.jsonl's records are appended (files.append_record)."""
+  files.append_record(os.path.join(workdir, ENVIRONMENT_FILE), environment(step))

@@ -6,12 +6,13 @@
 
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
 metrics.jsonl, eval_results*.json, environment.jsonl: what each start ran on, and
-train_data.json where the run trained on files of its own) into RECORDS/POINT, and merges the sweep's sweep.json into RECORDS/sweep.json: the points
-and labels already there are kept, and a point kept again is replaced whole, its files and its
-entry, where that loses nothing: a kept record of another config, or with more steps trained or
-evaluations than the new run's, is refused unless --replace. Where a run lived is not its
-config: the data cache and the folder of the run it started from may differ, and so may the
-globs of its own files where both runs recorded the documents they held (train_data.json).
+train_data.json where the run trained on files of its own) into RECORDS/POINT, and merges the
+sweep's sweep.json into RECORDS/sweep.json: the points and labels already there are kept, and a
+point kept again is replaced whole, its files and its entry, where that loses nothing: a kept
+record of another config, or with more steps trained or evaluations than the new run's, is
+refused unless --replace. Where a run lived is not its config: the data cache and the folder of
+the run it started from may differ, and so may the globs of its own files where both runs
+recorded the documents they held (train_data.json).
 Checkpoints, TensorBoard events and the tokenizer stay behind: a kept record is a few tens of
 kilobytes where a point's workdir is tens of megabytes. So the parts of one sweep run in
 different places or at different times (passkey_extension.py:seed=1 here and :seed=2 there;

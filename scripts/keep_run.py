@@ -3,12 +3,13 @@
   python scripts/keep_run.py RUNS/NAME RECORDS/NAME --steps RUNS/NAME.steps.tsv [--commit C]
 
 Copies what a page reads of the run (config.json, metrics.jsonl, eval_results*.json, and what
-its starts ran on, environment.jsonl: keep_records.point_records, and a translation's decoded splits, whose hypotheses and references
-an evaluation names, under the same relative paths) into RECORDS/NAME, and writes
-RECORDS/NAME/steps.json: the lines of --steps whose run is NAME (`run`, `phase`, start and end in seconds, the arguments joined by the
-unit separator: scripts/reference_steps.sh's `step` writes them), each with its seconds and its
-command as a shell reads it, and the commit and date. The commit is --commit (a reference script
-gives the one it started at), or this checkout's, marked `+changes` where its code (docs/ aside)
+its starts ran on, environment.jsonl: keep_records.point_records, and a translation's decoded
+splits, whose hypotheses and references an evaluation names, under the same relative paths) into
+RECORDS/NAME, and writes RECORDS/NAME/steps.json: the lines of --steps whose run is NAME (`run`,
+`phase`, start and end in seconds, the arguments joined by the unit separator:
+scripts/reference_steps.sh's `step` writes them), each with its seconds and its command as a
+shell reads it, and the commit and date. The commit is --commit (a reference script gives the
+one it started at), or this checkout's, marked `+changes` where its code (docs/ aside)
 differed from it. The folder is assembled beside its place and renamed into it, so a cut copy
 leaves none half kept. A RECORDS/NAME that exists is refused: kept records are replaced only by
 hand. scripts/lm_reference.sh, mlm_reference.sh and performer_reference.sh call it after each

@@ -1,9 +1,10 @@
 """A sweep's points as their workdirs' files say: read, checked, one dict per point.
 
 Each point's config.json, the newest config.resume-STEP.json, metrics.jsonl, its
-eval_results*.json and what each start ran on (environment.jsonl) (`READS`: what scripts/keep_records.py keeps, so that kept records read as
-the workdirs did). A file that is damaged or written by something else is one DamagedFileError
-naming it and the field. scripts/report.py makes its tables and plots from these dicts, and
+eval_results*.json and what each start ran on (environment.jsonl) (`READS`: what
+scripts/keep_records.py keeps, so that kept records read as the workdirs did). A file that is
+damaged or written by something else is one DamagedFileError naming it and the field.
+scripts/report.py makes its tables and plots from these dicts, and
 scripts/docs_from_records.py the docs' tables.
 """
 
