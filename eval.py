@@ -93,10 +93,11 @@ _CHOOSE = ('eval.splits', 'eval.length_multipliers')
 
 def _settings(results: dict) -> str:
   """What an evaluation's results say besides its scores, as JSON (the splits and lengths it
-  chose aside)."""
+  chose aside, and what it ran on: evaluations at another commit or on another device merge,
+  each with its own entry under `environments`)."""
   text = json.loads(json.dumps(results, default=str))
   text['overrides'] = [o for o in text.get('overrides', []) if not o.startswith(_CHOOSE)]
-  return json.dumps({k: v for k, v in text.items() if k not in ('splits', 'data')},
+  return json.dumps({k: v for k, v in text.items() if k not in ('splits', 'data', 'environments')},
                     sort_keys=True)
 
 
@@ -143,7 +144,8 @@ def with_earlier_scores(path: str, results: dict) -> dict:
   """`results` with the splits and lengths that the evaluation in `path` scored and this one
   did not, where that one is of the same checkpoint with the same settings (a damaged or other
   file is replaced). The overrides that chose them are left out of the merged results, whose
-  rows say what was scored."""
+  rows say what was scored; each evaluation's `environments` entry is kept, the earlier
+  first."""
   earlier = _earlier(path)
   if earlier is None or _settings(earlier) != _settings(results):
     return results
@@ -154,7 +156,16 @@ def with_earlier_scores(path: str, results: dict) -> dict:
             'overrides': [o for o in results.get('overrides', []) if not o.startswith(_CHOOSE)]}
   if 'data' in earlier or 'data' in results:
     merged['data'] = {**earlier.get('data', {}), **results.get('data', {})}
+  if 'environments' in earlier or 'environments' in results:  # Each evaluation's, in order.
+    merged['environments'] = _entries(earlier) + _entries(results)
   return merged
+
+
+def _entries(results: dict) -> list:
+  """The `environments` entries of an evaluation's results ([] where it has none: written
+  before evaluations recorded them, or damaged)."""
+  entries = results.get('environments', [])
+  return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
 if __name__ == '__main__':

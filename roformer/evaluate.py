@@ -18,6 +18,7 @@ from roformer import files
 from roformer import metrics as metrics_lib
 from roformer import models
 from roformer import positions as positions_lib
+from roformer import provenance
 from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
@@ -258,7 +259,8 @@ def evaluate_resolved(run: resolve.Run, results_name: str = 'eval_results.json')
 def results_header(run: resolve.Run) -> dict:
   """What an evaluation's results say besides its scores (every key but 'splits'), known
   before anything is computed: the checkpoint, the protocol, the scheme and its options, the
-  training length, the overrides and the documents of the user's own files scored."""
+  training length, the overrides, the documents of the user's own files scored, and what the
+  evaluation runs on (provenance.evaluation)."""
   config, saved = run.config, run.saved
   scheme = positions_lib.model_scheme(config.model)
   results = {'step': run.step,
@@ -278,11 +280,15 @@ def results_header(run: resolve.Run) -> dict:
     rule = ('length / train_seq_len' if (least, original) == (1, saved.data.seq_len)
             else f'max({least:g}, length / {original})')
     results['length_factor'] = f'model.position.{factor} = {rule}'
+  # What this evaluation ran on (eval.py adds the entries of earlier evaluations it merges).
+  lengths = ([] if tasks.per_example(config)
+             else [config.data.seq_len * m for m in config.eval.length_multipliers])
+  results['environments'] = [provenance.evaluation(run.splits, lengths)]
   return results
 
 
 # results_header's keys that an evaluation's results hold after its scores ('splits').
-_AFTER_SCORES = ('data', 'train_data_changed', 'length_factor')
+_AFTER_SCORES = ('data', 'train_data_changed', 'length_factor', 'environments')
 
 
 def evaluate_run(run: resolve.Run, trainer: trainer_lib.Trainer, params,

@@ -1,12 +1,15 @@
 """Where a kept record came from: the commit of the checkout that made it, and for a training
-run the software, devices and host each of its starts ran on (ENVIRONMENT_FILE).
+run and an evaluation the software, devices and host they ran on.
 
 A result is only as traceable as what made it: the same config gives other numbers under
 another commit, another JAX, another device, or XLA flags set in the shell (which no config
 holds: `XLA_FLAGS=--xla_cpu_prefer_vector_width=512` changes results past their last bits,
 docs/performance.md). So train.py adds a line to its workdir's ENVIRONMENT_FILE at every start
 that trains, the first and each resume, and scripts/keep_records.py keeps it beside the run's
-metrics. On several processes the first writes it: the devices are all of them, the host and
+metrics. An evaluation may run later, elsewhere, at another commit: its results
+(eval_results*.json) hold the same record under `environments`, one per evaluation whose scores
+the file holds (eval.py merges the splits and lengths of evaluations with the same settings).
+On several processes the first writes them: the devices are all of them, the host and
 variables its own.
 
 Imports nothing heavy (no JAX) at import time, so that scripts/compare_torch.py's parent
@@ -92,6 +95,14 @@ def environment(step: int) -> dict:
   """The line a training run's start at `step` (0 for a fresh run) adds to its
   ENVIRONMENT_FILE: the time, then `_process`'s record."""
   return {'step': step, 'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), **_process()}
+
+
+def evaluation(splits, lengths=()) -> dict:
+  """What an evaluation's results record of it (under `environments`): the time it started,
+  the splits and lengths it scores (those of the file's other entries were scored by them),
+  then `_process`'s record."""
+  scored = {'splits': list(splits), **({'lengths': list(lengths)} if lengths else {})}
+  return {'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), **scored, **_process()}
 
 
 def record_start(workdir: str, step: int) -> None:

@@ -321,33 +321,43 @@ def _depth_table(points: list[dict]) -> list[str]:
 
 
 def _made_with(points: list[dict]) -> list[str]:
-  """What the points' runs were made with (their environment.jsonl: roformer/provenance.py),
-  one line per distinct commit, Python and package versions, devices, host and recorded
-  variables, with how many points each (a run resumed elsewhere counts under both); nothing
-  where no point kept that record (runs trained before it existed)."""
-  if not any(p.get('environments') for p in points):
-    return []
-  def made_with(start):
-    versions = ', '.join(f'{name} {version}' for name, version in sorted(
-        start.get('packages', {}).items()))
-    flags = ', '.join(f'{k}={v}' for k, v in sorted(start.get('variables', {}).items()))
-    host = start.get('host', {})
-    processes = start.get('processes', 1)
-    return (f"commit `{start.get('commit') or 'unknown'}`, Python {start.get('python', '?')}, "
-            f"{versions or 'no package versions'}; {start.get('backend', '?')} "
-            f"({start.get('devices', '?')}"
-            + (f', {processes} processes' if processes != 1 else '')
-            + f") on {host.get('cpu', '?')}, {host.get('cores_used', '?')} of "
-            f"{host.get('cores', '?')} cores; "
-            + (flags or 'no XLA_FLAGS or other recorded variable set'))
-  counts = collections.Counter()
-  for p in points:
-    for line in sorted({made_with(start) for start in p.get('environments', [])}) or [
-        'no record of what made them (trained before runs kept environment.jsonl)']:
-      counts[line] += 1
-  return (['Made with (each run\'s starts, from its environment.jsonl):', ''] +
-          [f'- {line}: {n} point{"s" if n > 1 else ""}' for line, n in sorted(counts.items())]
-          + [''])
+  """What the points' runs were trained with (their environment.jsonl: roformer/provenance.py)
+  and, where their evaluations recorded it, evaluated with (their eval_results*.json's
+  `environments`): one line per distinct commit, Python and package versions, devices, host
+  and recorded variables, with how many points each (a run resumed or evaluated elsewhere
+  counts under both); nothing where no point kept that record (runs trained before it
+  existed)."""
+  lines = []
+  for key, title, missing in (
+      ('environments', "Made with (each run's starts, from its environment.jsonl):",
+       'no record of what made them (trained before runs kept environment.jsonl)'),
+      ('evaluation_environments',
+       "Evaluated with (each evaluation whose scores its eval_results*.json hold):",
+       'no record of what evaluated them (evaluated before evaluations recorded it)')):
+    if any(p.get(key) for p in points):
+      counts = collections.Counter()
+      for p in points:
+        for line in sorted({_environment_line(e) for e in p.get(key, [])}) or [missing]:
+          counts[line] += 1
+      lines += [title, ''] + [f'- {line}: {n} point{"s" if n > 1 else ""}'
+                              for line, n in sorted(counts.items())] + ['']
+  return lines
+
+
+def _environment_line(entry: dict) -> str:
+  """One provenance record (a training start's or an evaluation's) in words."""
+  versions = ', '.join(f'{name} {version}' for name, version in sorted(
+      entry.get('packages', {}).items()))
+  flags = ', '.join(f'{k}={v}' for k, v in sorted(entry.get('variables', {}).items()))
+  host = entry.get('host', {})
+  processes = entry.get('processes', 1)
+  return (f"commit `{entry.get('commit') or 'unknown'}`, Python {entry.get('python', '?')}, "
+          f"{versions or 'no package versions'}; {entry.get('backend', '?')} "
+          f"({entry.get('devices', '?')}"
+          + (f', {processes} processes' if processes != 1 else '')
+          + f") on {host.get('cpu', '?')}, {host.get('cores_used', '?')} of "
+          f"{host.get('cores', '?')} cores; "
+          + (flags or 'no XLA_FLAGS or other recorded variable set'))
 
 
 def markdown(points: list[dict], root: str) -> str:

@@ -80,10 +80,12 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
   answered = {r['step']: r['sequence_accuracy'] for r in records
               if r['split'] == 'validation' and 'sequence_accuracy' in r}
-  evals, retrieval = {}, {}
+  evals, retrieval, evaluated_on = {}, {}, []
   for path in sorted(glob.glob(os.path.join(workdir, EVAL_RESULTS))):
     name = os.path.basename(path)[len('eval_results'):-len('.json')].lstrip('.')
-    text, answers = _text_and_answers(checked_results(path))
+    results = files.read_json(path)
+    text, answers = _text_and_answers(checked_results(path, results))
+    evaluated_on += evaluation_environments(path, results)
     evals[name] = _by_length(text)
     if answers:
       retrieval[name] = _by_length(answers)
@@ -128,7 +130,17 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
       'evals': evals,
       'retrieval': retrieval,
       'environments': environments(workdir),
+      'evaluation_environments': evaluated_on,
   }
+
+
+def _mappings_missing(entry) -> list:
+  """The keys of a provenance record that hold something other than a mapping (all, where the
+  record is not one)."""
+  if not isinstance(entry, dict):
+    return ['the whole entry']
+  return [key for key in ('packages', 'host', 'variables')
+          if not isinstance(entry.get(key, {}), dict)]
 
 
 def environments(workdir: str) -> list[dict]:
@@ -137,13 +149,25 @@ def environments(workdir: str) -> list[dict]:
   path = os.path.join(workdir, provenance.ENVIRONMENT_FILE)
   starts = metrics_lib.read_jsonl(path) if os.path.exists(path) else []
   for number, start in enumerate(starts, 1):
-    bad = [key for key in ('packages', 'host', 'variables')
-           if not isinstance(start.get(key, {}), dict)]
-    if not isinstance(start.get('step'), int) or bad:
+    bad = _mappings_missing(start)
+    if bad or not isinstance(start.get('step'), int):
       raise errors.DamagedFileError(
           f'{path}: line {number} lacks its step or holds a non-mapping in {bad or "step"}. '
           'Fix: restore the file, or delete the line.')
   return starts
+
+
+def evaluation_environments(path: str, results: dict) -> list[dict]:
+  """What each evaluation whose scores an eval_results*.json holds ran on (its `environments`,
+  roformer/provenance.py: evaluation); [] for a file written before evaluations recorded it."""
+  entries = results.get('environments', [])
+  bad = ['environments'] if not isinstance(entries, list) else next(
+      (_mappings_missing(e) for e in entries if _mappings_missing(e)), [])
+  if bad:
+    raise errors.DamagedFileError(
+        f'{path}: "environments" holds a non-mapping in {bad}. Fix: run eval.py on the point '
+        'again (it rewrites the file whole).')
+  return entries
 
 
 # The fields of an evaluation row that tables and plots read, each a number.
@@ -168,10 +192,11 @@ def checked_metrics(path: str) -> list[dict]:
   return records
 
 
-def checked_results(path: str) -> dict:
-  """An eval_results*.json's splits, each row's numbers checked: a file damaged or written by
-  something else is one DamagedFileError naming it and the field, not a traceback later."""
-  splits = files.read_json(path).get('splits')
+def checked_results(path: str, results) -> dict:
+  """The splits of `results` (what the eval_results*.json at `path` holds), each row's numbers
+  checked: a file damaged or written by something else is one DamagedFileError naming it and
+  the field, not a traceback later."""
+  splits = results.get('splits') if isinstance(results, dict) else None
   fix = 'run eval.py on the point again (it rewrites the file whole)'
   if not isinstance(splits, dict):
     raise errors.DamagedFileError(f'{path} has no "splits" object. Fix: {fix}.')
@@ -199,7 +224,7 @@ def damaged_point(workdir: str) -> dict:
           'task': '-', 'seq_len': None, 'steps': '-', 'status': 'damaged (see the warning)',
           'damaged': True, 'train_loss': None, 'val_curve': {}, 'answered_curve': {},
           'val_loss': None, 'steps_per_sec': None, 'parameters': None, 'evals': {},
-          'retrieval': {}}
+          'retrieval': {}, 'environments': [], 'evaluation_environments': []}
 
 
 def _by_length(split: dict) -> dict:

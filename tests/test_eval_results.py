@@ -40,23 +40,32 @@ def test_fewer_splits_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_pa
 
 
 def test_other_lengths_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_path):
-  """Evaluated at 1x and 2x, then at 2x and 4x: the file holds the three lengths in order, the
-  2x row the newer one's, and no override naming the lengths (its rows say what was scored);
-  nothing is refused."""
+  """Evaluated at 1x and 2x, then at 2x and 4x at another commit: the file holds the three
+  lengths in order, the 2x row the newer one's, no override naming the lengths (its rows say
+  what was scored), and what each evaluation ran on, the earlier first; nothing is refused."""
   path = tmp_path / 'eval_results.json'
   row = lambda length, loss: {'length': length, 'loss': loss}
+  ran_on = lambda commit, lengths: [{'splits': ['validation'], 'lengths': lengths,
+                                     'commit': commit, 'packages': {'jax': '0.10.2'}}]
   first = {**results(20, []), 'splits': {'validation': {'lengths': [row(64, 1.0), row(128, 2.0)],
-                                                        'unigram_loss': 5.0}}}
+                                                        'unigram_loss': 5.0}},
+           'environments': ran_on('abc1234', [64, 128])}
   path.write_text(json.dumps(first))
   later = {**results(20, [], ['eval.length_multipliers: (1, 2) vs (2, 4)']),
            'splits': {'validation': {'lengths': [row(128, 2.5), row(256, 3.0)],
-                                     'unigram_loss': 5.0}}}
+                                     'unigram_loss': 5.0}},
+           'environments': ran_on('def5678+changes', [128, 256])}
   assert eval_script.lost_by_writing(
       str(path), {k: v for k, v in later.items() if k != 'splits'}) == ''
   merged = eval_script.with_earlier_scores(str(path), later)
   assert merged['splits']['validation'] == {
       'lengths': [row(64, 1.0), row(128, 2.5), row(256, 3.0)], 'unigram_loss': 5.0}
   assert merged['overrides'] == []
+  assert merged['environments'] == (ran_on('abc1234', [64, 128])
+                                    + ran_on('def5678+changes', [128, 256]))
+  path.write_text(json.dumps(results(20, ['validation'])))  # Written before they were kept.
+  assert eval_script.with_earlier_scores(str(path), later)['environments'] == later[
+      'environments']
 
 
 def test_results_of_a_later_checkpoint_or_other_settings_are_not_replaced_silently(tmp_path):

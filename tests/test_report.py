@@ -56,29 +56,50 @@ def test_a_diverged_point_reports_an_infinite_perplexity(tmp_path):
   assert rows and '| 800.0000 | inf |' in rows[0], rows
 
 
-def test_a_report_says_what_each_points_runs_were_made_with(tmp_path):
+def test_a_report_says_what_each_points_runs_were_made_and_evaluated_with(tmp_path):
   """The points' environment.jsonl lines, one per distinct commit, software, device, host and
   XLA flags with their number of points (a resumed run on another host counts under both); a
-  point without the record is counted as such; records none of which has it add nothing."""
+  point without the record is counted as such; records none of which has it add nothing. The
+  same for the evaluations whose scores each point's eval_results*.json hold."""
   root = _kept_points(tmp_path / 'sweep', names=('base,seed=0', 'base,seed=1', 'base,seed=2'))
   assert report._made_with([{'environments': []}] * 3) == []  # pylint: disable=protected-access
-  start = lambda step, commit, flags: json.dumps({
-      'step': step, 'commit': commit, 'python': '3.12.3',
+  record = lambda commit, flags, **fields: {
+      **fields, 'commit': commit, 'python': '3.12.3',
       'packages': {'jax': '0.10.2', 'flax': '0.12.1'}, 'backend': 'cpu', 'devices': '1 x cpu',
       'processes': 1, 'host': {'cpu': 'Xeon', 'cores': 2, 'cores_used': 1},
-      'variables': flags}) + '\n'
+      'variables': flags}
+  start = lambda step, commit, flags: json.dumps(record(commit, flags, step=step)) + '\n'
   (root / 'base,seed=0' / 'environment.jsonl').write_text(start(0, 'abc1234', {}))
   (root / 'base,seed=1' / 'environment.jsonl').write_text(
       start(0, 'abc1234', {}) + start(500, 'def5678', {'XLA_FLAGS': '--x=1'}))
+  # Seed 1's evaluation merged from two, one at a later commit; seed 0's the same twice.
+  for seed, commits in ((0, ['abc1234', 'abc1234']), (1, ['abc1234', 'fed9876'])):
+    path = root / f'base,seed={seed}' / 'eval_results.json'
+    results = json.loads(path.read_text())
+    results['environments'] = [record(c, {}, splits=['validation']) for c in commits]
+    path.write_text(json.dumps(results))
   assert report.main([str(root), f'--out={tmp_path / "report.md"}']) == 0
   text = (tmp_path / 'report.md').read_text()
-  made = text.split('Made with', 1)[1].split('## Points', 1)[0].strip().splitlines()[2:]
+  made, evaluated = (section.strip().splitlines()[2:] for section in text.split(
+      'Made with', 1)[1].split('## Points', 1)[0].split('Evaluated with'))
+  line = lambda commit, flags: (
+      f'- commit `{commit}`, Python 3.12.3, flax 0.12.1, jax 0.10.2; cpu (1 x cpu) on Xeon, '
+      f'1 of 2 cores; {flags}')
   assert made == [
-      '- commit `abc1234`, Python 3.12.3, flax 0.12.1, jax 0.10.2; cpu (1 x cpu) on Xeon, 1 of 2 '
-      'cores; no XLA_FLAGS or other recorded variable set: 2 points',
-      '- commit `def5678`, Python 3.12.3, flax 0.12.1, jax 0.10.2; cpu (1 x cpu) on Xeon, 1 of 2 '
-      'cores; XLA_FLAGS=--x=1: 1 point',
+      line('abc1234', 'no XLA_FLAGS or other recorded variable set: 2 points'),
+      line('def5678', 'XLA_FLAGS=--x=1: 1 point'),
       '- no record of what made them (trained before runs kept environment.jsonl): 1 point'], made
+  assert evaluated == [
+      line('abc1234', 'no XLA_FLAGS or other recorded variable set: 2 points'),
+      line('fed9876', 'no XLA_FLAGS or other recorded variable set: 1 point'),
+      '- no record of what evaluated them (evaluated before evaluations recorded it): 1 point',
+  ], evaluated
+  damaged = root / 'base,seed=1' / 'eval_results.json'
+  damaged.write_text(json.dumps({**json.loads(damaged.read_text()),
+                                 'environments': [{'host': 'Xeon'}]}))
+  with pytest.raises(errors.DamagedFileError, match=re.escape(
+      'eval_results.json: "environments" holds a non-mapping in [\'host\']. Fix: run eval.py')):
+    sweep_points.read_point(str(root / 'base,seed=1'), {})
   (root / 'base,seed=2' / 'environment.jsonl').write_text('{"step": 0, "packages": null}\n')
   with pytest.raises(errors.DamagedFileError, match=re.escape(  # The report names the point.
       "base,seed=2/environment.jsonl: line 1 lacks its step or holds a non-mapping in "

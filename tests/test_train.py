@@ -127,19 +127,27 @@ def test_a_scanned_run_saves_the_loops_layout_and_resumes_as_a_loop(trained, tmp
   assert [start['step'] for start in starts] == [0, 4]  # Each start adds its line.
 
 
-def test_a_run_records_the_commit_software_devices_and_xla_flags_it_ran_with(trained):
-  """A run's environment.jsonl: what decides its numbers beside its config, as this process
-  has it (the tests force 8 CPU devices through XLA_FLAGS, which no config holds)."""
+def _ran_here(record: dict) -> None:
+  """A provenance record (a training start's, an evaluation's) is this process's: the checkout,
+  the software, the devices and XLA_FLAGS (the tests force 8 CPU devices through it, which no
+  config holds), and the host."""
   import jax  # pylint: disable=import-outside-toplevel
-  _, workdir, _ = trained
-  start, = metrics.read_jsonl(os.path.join(workdir, provenance.ENVIRONMENT_FILE))
   head = subprocess.run(['git', '-C', REPO, 'rev-parse', '--short', 'HEAD'], capture_output=True,
                         text=True, check=True).stdout.strip()
-  assert start['step'] == 0 and start['commit'].split('+')[0] == head  # +changes: edited.
-  assert start['packages']['jax'] == jax.__version__ and 'flax' in start['packages']
-  assert start['backend'] == 'cpu' and start['devices'] == f'{jax.device_count()} x cpu'
-  assert start['variables']['XLA_FLAGS'] == os.environ['XLA_FLAGS']
-  assert start['host']['cores'] == os.cpu_count() and start['host']['cpu']
+  assert record['commit'].split('+')[0] == head  # +changes: edited.
+  assert record['packages']['jax'] == jax.__version__ and 'flax' in record['packages']
+  assert record['backend'] == 'cpu' and record['devices'] == f'{jax.device_count()} x cpu'
+  assert record['variables']['XLA_FLAGS'] == os.environ['XLA_FLAGS']
+  assert record['host']['cores'] == os.cpu_count() and record['host']['cpu']
+
+
+def test_a_run_records_the_commit_software_devices_and_xla_flags_it_ran_with(trained):
+  """A run's environment.jsonl: what decides its numbers beside its config, as this process
+  has it."""
+  _, workdir, _ = trained
+  start, = metrics.read_jsonl(os.path.join(workdir, provenance.ENVIRONMENT_FILE))
+  assert start['step'] == 0
+  _ran_here(start)
 
 
 def test_eval_restores_what_train_saved(trained):
@@ -270,8 +278,9 @@ def test_rope_scaling_applies_at_evaluation_time(trained, kind):
 def test_what_an_evaluation_says_besides_its_scores_is_known_before_it_runs(trained,
                                                                             scale_to_length):
   """eval.py compares results_header with the results already written before it computes
-  anything (eval.lost_by_writing): the results then hold exactly that header besides 'splits',
-  with a scaling set to each length (eval.scale_rope_to_length) as without."""
+  anything (eval.lost_by_writing): the results then hold exactly that header besides 'splits'
+  (the time each says it started aside), with a scaling set to each length
+  (eval.scale_rope_to_length) as without; it says what the evaluation ran on and scored."""
   from roformer import resolve  # pylint: disable=import-outside-toplevel
   _, workdir, _ = trained
   config = saved_config.load(workdir)
@@ -281,8 +290,15 @@ def test_what_an_evaluation_says_besides_its_scores_is_known_before_it_runs(trai
   run = resolve.for_evaluation(config, workdir, splits=('test',))
   header = evaluate.results_header(run)
   results = evaluate.evaluate_resolved(run)
-  assert {k: v for k, v in results.items() if k != 'splits'} == header
+  # What it ran on: this process's software, devices and checkout, and what it scored.
+  unstarted = lambda r: {**r, 'environments': [{k: v for k, v in e.items() if k != 'started'}
+                                               for e in r['environments']]}
+  assert {k: v for k, v in unstarted(results).items() if k != 'splits'} == unstarted(header)
   assert ('length_factor' in header) == scale_to_length
+  [ran_on] = results['environments']
+  assert ran_on['splits'] == ['test'] and ran_on['lengths'] == [
+      config.data.seq_len * m for m in config.eval.length_multipliers]
+  _ran_here(ran_on)
 
 
 def test_scaling_to_length_keeps_the_factor_a_run_trained_with(trained, tmp_path):
