@@ -24,6 +24,7 @@ from roformer import errors
 from roformer import evaluate
 from roformer import files
 from roformer import logs
+from roformer import provenance
 from roformer import resolve
 from roformer import saved_config
 from roformer import tasks
@@ -144,8 +145,8 @@ def with_earlier_scores(path: str, results: dict) -> dict:
   """`results` with the splits and lengths that the evaluation in `path` scored and this one
   did not, where that one is of the same checkpoint with the same settings (a damaged or other
   file is replaced). The overrides that chose them are left out of the merged results, whose
-  rows say what was scored; each evaluation's `environments` entry is kept, the earlier
-  first."""
+  rows say what was scored; what each evaluation that scored a row of them ran on is kept
+  (`environments`: provenance.evaluations_merged)."""
   earlier = _earlier(path)
   if earlier is None or _settings(earlier) != _settings(results):
     return results
@@ -156,16 +157,9 @@ def with_earlier_scores(path: str, results: dict) -> dict:
             'overrides': [o for o in results.get('overrides', []) if not o.startswith(_CHOOSE)]}
   if 'data' in earlier or 'data' in results:
     merged['data'] = {**earlier.get('data', {}), **results.get('data', {})}
-  if 'environments' in earlier or 'environments' in results:  # Each evaluation's, in order.
-    merged['environments'] = _entries(earlier) + _entries(results)
+  if 'environments' in results:
+    merged['environments'] = provenance.evaluations_merged(earlier, results)
   return merged
-
-
-def _entries(results: dict) -> list:
-  """The `environments` entries of an evaluation's results ([] where it has none: written
-  before evaluations recorded them, or damaged)."""
-  entries = results.get('environments', [])
-  return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
 if __name__ == '__main__':

@@ -98,11 +98,51 @@ def environment(step: int) -> dict:
 
 
 def evaluation(splits, lengths=()) -> dict:
-  """What an evaluation's results record of it (under `environments`): the time it started,
-  the splits and lengths it scores (those of the file's other entries were scored by them),
-  then `_process`'s record."""
+  """What an evaluation's results record of it (under `environments`): the time it began
+  scoring, the splits and lengths it was asked to score (it writes a row for each, one it
+  could not score saying why; a mixture's split names its sources' rows), then `_process`'s
+  record."""
   scored = {'splits': list(splits), **({'lengths': list(lengths)} if lengths else {})}
   return {'started': time.strftime('%Y-%m-%dT%H:%M:%S%z'), **scored, **_process()}
+
+
+# An `environments` entry standing for scores written without a (readable) record of what
+# made them: by an evaluation before evaluations recorded it, or beside a damaged record.
+UNRECORDED = 'unrecorded'
+
+
+def malformed(entry) -> list[str]:
+  """The fields of a provenance record (a training start's, an evaluation's) that hold
+  something other than the mapping this module writes there; ['the whole entry'] where the
+  record is not a mapping."""
+  if not isinstance(entry, dict):
+    return ['the whole entry']
+  return [key for key in ('packages', 'host', 'variables')
+          if not isinstance(entry.get(key, {}), dict)]
+
+
+def _rows(entry: dict) -> set:
+  """The (split, length) rows an evaluation's entry names (length None: a classifier's)."""
+  return {(split.split('/')[0], length) for split in entry.get('splits', [])
+          for length in entry.get('lengths') or [None]}
+
+
+def evaluations_merged(earlier: dict, now: dict) -> list[dict]:
+  """The `environments` of the results `now` merged into the results `earlier` of the same
+  checkpoint and settings (eval.py): `earlier`'s entries except those whose every row `now`
+  scored again, then `now`'s, so that each entry left scored some row of the file (where two
+  name a row, the later one scored it). Scores of `earlier` without a readable record stand as
+  one UNRECORDED entry naming their splits and lengths."""
+  entries = earlier.get('environments')
+  if not isinstance(entries, list) or any(malformed(e) for e in entries):
+    scored = earlier.get('splits', {})
+    lengths = sorted({row['length'] for split in scored.values() if isinstance(split, dict)
+                      for row in split.get('lengths', []) if isinstance(row, dict)
+                      and isinstance(row.get('length'), int)})
+    entries = [{UNRECORDED: True, 'splits': sorted({name.split('/')[0] for name in scored}),
+                **({'lengths': lengths} if lengths else {})}] if scored else []
+  covered = set().union(*(_rows(e) for e in now.get('environments', [])))
+  return [e for e in entries if not _rows(e) <= covered] + now.get('environments', [])
 
 
 def record_start(workdir: str, step: int) -> None:

@@ -32,6 +32,7 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import metrics as metrics_lib  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
 
@@ -325,8 +326,8 @@ def _made_with(points: list[dict]) -> list[str]:
   and, where their evaluations recorded it, evaluated with (their eval_results*.json's
   `environments`): one line per distinct commit, Python and package versions, devices, host
   and recorded variables, with how many points each (a run resumed or evaluated elsewhere
-  counts under both); nothing where no point kept that record (runs trained before it
-  existed)."""
+  counts under both; a point not evaluated, or damaged, under neither); nothing where no point
+  kept that record (runs trained, or evaluated, before it existed)."""
   lines = []
   for key, title, missing in (
       ('environments', "Made with (each run's starts, from its environment.jsonl):",
@@ -334,13 +335,17 @@ def _made_with(points: list[dict]) -> list[str]:
       ('evaluation_environments',
        "Evaluated with (each evaluation whose scores its eval_results*.json hold):",
        'no record of what evaluated them (evaluated before evaluations recorded it)')):
-    if any(p.get(key) for p in points):
-      counts = collections.Counter()
-      for p in points:
-        for line in sorted({_environment_line(e) for e in p.get(key, [])}) or [missing]:
-          counts[line] += 1
-      lines += [title, ''] + [f'- {line}: {n} point{"s" if n > 1 else ""}'
-                              for line, n in sorted(counts.items())] + ['']
+    counted = [p for p in points if not p.get('damaged')
+               and (key == 'environments' or p.get('evals'))]
+    if not any(not e.get(provenance.UNRECORDED) for p in counted for e in p.get(key, [])):
+      continue
+    counts = collections.Counter()
+    for p in counted:
+      for line in {missing if e.get(provenance.UNRECORDED) else _environment_line(e)
+                   for e in p.get(key, [])} or {missing}:
+        counts[line] += 1
+    lines += [title, ''] + [f'- {line}: {n} point{"s" if n > 1 else ""}'
+                            for line, n in sorted(counts.items())] + ['']
   return lines
 
 

@@ -134,22 +134,13 @@ def read_point(workdir: str, overrides: dict, label: str = '') -> dict:
   }
 
 
-def _mappings_missing(entry) -> list:
-  """The keys of a provenance record that hold something other than a mapping (all, where the
-  record is not one)."""
-  if not isinstance(entry, dict):
-    return ['the whole entry']
-  return [key for key in ('packages', 'host', 'variables')
-          if not isinstance(entry.get(key, {}), dict)]
-
-
 def environments(workdir: str) -> list[dict]:
   """Each start's line of the point's provenance.ENVIRONMENT_FILE ([] for a run trained before
   runs kept one)."""
   path = os.path.join(workdir, provenance.ENVIRONMENT_FILE)
   starts = metrics_lib.read_jsonl(path) if os.path.exists(path) else []
   for number, start in enumerate(starts, 1):
-    bad = _mappings_missing(start)
+    bad = provenance.malformed(start)
     if bad or not isinstance(start.get('step'), int):
       raise errors.DamagedFileError(
           f'{path}: line {number} lacks its step or holds a non-mapping in {bad or "step"}. '
@@ -159,14 +150,19 @@ def environments(workdir: str) -> list[dict]:
 
 def evaluation_environments(path: str, results: dict) -> list[dict]:
   """What each evaluation whose scores an eval_results*.json holds ran on (its `environments`,
-  roformer/provenance.py: evaluation); [] for a file written before evaluations recorded it."""
-  entries = results.get('environments', [])
-  bad = ['environments'] if not isinstance(entries, list) else next(
-      (_mappings_missing(e) for e in entries if _mappings_missing(e)), [])
-  if bad:
-    raise errors.DamagedFileError(
-        f'{path}: "environments" holds a non-mapping in {bad}. Fix: run eval.py on the point '
-        'again (it rewrites the file whole).')
+  roformer/provenance.py: evaluation); one provenance.UNRECORDED entry for a file written
+  before evaluations recorded it."""
+  if 'environments' not in results:
+    return [{provenance.UNRECORDED: True}]
+  entries = results['environments']
+  fix = ('Fix: run eval.py on the point again (what it ran on is recorded anew), or delete the '
+         'file.')
+  if not isinstance(entries, list):
+    raise errors.DamagedFileError(f'{path}: "environments" is not a list. {fix}')
+  for number, entry in enumerate(entries, 1):
+    if bad := provenance.malformed(entry):
+      raise errors.DamagedFileError(
+          f'{path}: "environments" entry {number} holds a non-mapping in {bad}. {fix}')
   return entries
 
 

@@ -63,9 +63,40 @@ def test_other_lengths_of_the_same_checkpoint_and_settings_add_to_the_file(tmp_p
   assert merged['overrides'] == []
   assert merged['environments'] == (ran_on('abc1234', [64, 128])
                                     + ran_on('def5678+changes', [128, 256]))
-  path.write_text(json.dumps(results(20, ['validation'])))  # Written before they were kept.
-  assert eval_script.with_earlier_scores(str(path), later)['environments'] == later[
-      'environments']
+
+
+def test_each_evaluation_whose_scores_the_file_keeps_keeps_what_it_ran_on(tmp_path):
+  """Merged, the file keeps one `environments` entry per evaluation that scored a row of it: an
+  earlier one whose every split and length was scored again goes; scores written without a
+  readable record (before evaluations kept one, or beside a damaged one) stand as one
+  `unrecorded` entry naming their rows, until those are scored again."""
+  path = tmp_path / 'eval_results.json'
+  rows = lambda *lengths: {'lengths': [{'length': n, 'loss': 1.0} for n in lengths]}
+  entry = lambda commit, splits, lengths=(): {
+      'splits': splits, **({'lengths': list(lengths)} if lengths else {}), 'commit': commit,
+      'packages': {}, 'host': {}, 'variables': {}}
+  def merged(earlier_splits, earlier_environments, splits, environments):
+    earlier = {**results(20, []), 'splits': earlier_splits}
+    if earlier_environments is not None:
+      earlier['environments'] = earlier_environments
+    path.write_text(json.dumps(earlier))
+    now = {**results(20, []), 'splits': splits, 'environments': environments}
+    return eval_script.with_earlier_scores(str(path), now)['environments']
+  both = {'validation': rows(64, 128), 'test': rows(64, 128)}
+  a, b = entry('a', ['validation', 'test'], [64, 128]), entry('b', ['validation'], [64, 128])
+  assert merged(both, [a], {'validation': rows(64, 128)}, [b]) == [a, b]  # a's test rows.
+  c = entry('c', ['validation', 'test'], [64, 128])
+  assert merged(both, [a, b], both, [c]) == [c]  # The same evaluation again: c's rows all.
+  # A classifier's entries name splits alone.
+  scores = {'validation': {'accuracy': 0.5}, 'test': {'accuracy': 0.5}}
+  d, e = entry('d', ['validation', 'test']), entry('e', ['test'])
+  assert merged(scores, [d], {'test': {'accuracy': 0.6}}, [e]) == [d, e]
+  assert merged(scores, [d], scores, [entry('f', ['validation', 'test'])])[0]['commit'] == 'f'
+  # No record, or a damaged one: the earlier rows stand unrecorded until scored again.
+  unrecorded = {'unrecorded': True, 'splits': ['test', 'validation'], 'lengths': [64, 128]}
+  for damaged in (None, {'a': 1}, [a, {**b, 'host': 'Xeon'}], [a, 'b']):
+    assert merged(both, damaged, {'validation': rows(64, 128)}, [b]) == [unrecorded, b]
+    assert merged(both, damaged, both, [c]) == [c]
 
 
 def test_results_of_a_later_checkpoint_or_other_settings_are_not_replaced_silently(tmp_path):

@@ -72,12 +72,12 @@ def test_a_report_says_what_each_points_runs_were_made_and_evaluated_with(tmp_pa
   (root / 'base,seed=0' / 'environment.jsonl').write_text(start(0, 'abc1234', {}))
   (root / 'base,seed=1' / 'environment.jsonl').write_text(
       start(0, 'abc1234', {}) + start(500, 'def5678', {'XLA_FLAGS': '--x=1'}))
-  # Seed 1's evaluation merged from two, one at a later commit; seed 0's the same twice.
+  # Seed 1's evaluations merged from two, one at a later commit; seed 0's the same twice.
   for seed, commits in ((0, ['abc1234', 'abc1234']), (1, ['abc1234', 'fed9876'])):
-    path = root / f'base,seed={seed}' / 'eval_results.json'
-    results = json.loads(path.read_text())
-    results['environments'] = [record(c, {}, splits=['validation']) for c in commits]
-    path.write_text(json.dumps(results))
+    for path in (root / f'base,seed={seed}').glob('eval_results*.json'):
+      results = json.loads(path.read_text())
+      results['environments'] = [record(c, {}, splits=['validation']) for c in commits]
+      path.write_text(json.dumps(results))
   assert report.main([str(root), f'--out={tmp_path / "report.md"}']) == 0
   text = (tmp_path / 'report.md').read_text()
   made, evaluated = (section.strip().splitlines()[2:] for section in text.split(
@@ -94,12 +94,25 @@ def test_a_report_says_what_each_points_runs_were_made_and_evaluated_with(tmp_pa
       line('fed9876', 'no XLA_FLAGS or other recorded variable set: 1 point'),
       '- no record of what evaluated them (evaluated before evaluations recorded it): 1 point',
   ], evaluated
+  # A point not evaluated (still training) or damaged counts under neither list.
+  points = [{'environments': [record('abc1234', {}, step=0)], 'evals': {'': {}},
+             'evaluation_environments': [record('fed9876', {})]},
+            {'environments': [record('abc1234', {}, step=0)], 'evals': {},
+             'evaluation_environments': []},
+            {**sweep_points.damaged_point(str(root / 'base,seed=2'))}]
+  assert report._made_with(points) == [  # pylint: disable=protected-access
+      'Made with (each run\'s starts, from its environment.jsonl):', '',
+      line('abc1234', 'no XLA_FLAGS or other recorded variable set: 2 points'), '',
+      'Evaluated with (each evaluation whose scores its eval_results*.json hold):', '',
+      line('fed9876', 'no XLA_FLAGS or other recorded variable set: 1 point'), '']
   damaged = root / 'base,seed=1' / 'eval_results.json'
-  damaged.write_text(json.dumps({**json.loads(damaged.read_text()),
-                                 'environments': [{'host': 'Xeon'}]}))
-  with pytest.raises(errors.DamagedFileError, match=re.escape(
-      'eval_results.json: "environments" holds a non-mapping in [\'host\']. Fix: run eval.py')):
-    sweep_points.read_point(str(root / 'base,seed=1'), {})
+  kept = json.loads(damaged.read_text())
+  for environments, problem in (([{'host': 'Xeon'}], 'entry 1 holds a non-mapping in [\'host\']'),
+                                ({'commit': 'abc'}, 'is not a list')):
+    damaged.write_text(json.dumps({**kept, 'environments': environments}))
+    with pytest.raises(errors.DamagedFileError, match=re.escape(
+        f'eval_results.json: "environments" {problem}. Fix: run eval.py on the point again')):
+      sweep_points.read_point(str(root / 'base,seed=1'), {})
   (root / 'base,seed=2' / 'environment.jsonl').write_text('{"step": 0, "packages": null}\n')
   with pytest.raises(errors.DamagedFileError, match=re.escape(  # The report names the point.
       "base,seed=2/environment.jsonl: line 1 lacks its step or holds a non-mapping in "
