@@ -121,6 +121,9 @@ def test_each_vmapped_member_ends_where_its_run_alone_ends(alone, tmp_path, kind
     assert_same(got, alone[kind, seed], rtol=1e-5)
     with open(tmp_path / f'seed={seed}' / 'config.json', encoding='utf-8') as f:
       assert json.load(f)['seed'] == seed
+    with open(tmp_path / f'seed={seed}' / 'eval_results.json', encoding='utf-8') as f:
+      [ran_on] = json.load(f)['environments']  # Each member's evaluation, recorded.
+    assert ran_on['splits'] == ['validation'] and ran_on['devices'] == f'{jax.device_count()} x cpu'
   # The two seeds really differ (initialisation and data order).
   assert alone[kind, 0]['train'][1] != alone[kind, 1]['train'][1]
 
