@@ -29,8 +29,10 @@ from roformer import files
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One JSON line per start of a training run in its workdir (`environment`).
 ENVIRONMENT_FILE = 'environment.jsonl'
-# The packages whose versions decide a run's numbers.
-PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy')
+# The packages whose versions decide a run's numbers (grain the order of its data,
+# sentencepiece its tokenizer's ids).
+PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'grain', 'sentencepiece',
+            'numpy')
 # Environment variables that change what a run computes or where, recorded where set.
 VARIABLES = ('XLA_FLAGS', 'JAX_PLATFORMS', 'JAX_ENABLE_X64', 'JAX_DEFAULT_MATMUL_PRECISION',
              'LIBTPU_INIT_ARGS', 'CUDA_VISIBLE_DEVICES', 'OMP_NUM_THREADS')
@@ -65,30 +67,43 @@ def _cpu_model() -> str:
   return platform.processor() or platform.machine()
 
 
-@functools.lru_cache(maxsize=None)
-def _process() -> dict:
-  """What does not change while this process runs: software, devices and host."""
-  import jax  # pylint: disable=import-outside-toplevel  # Its callers have imported it already.
+def _software_and_host(packages) -> dict:
+  """The checkout, Python, the versions of `packages` installed, the host and the recorded
+  variables: what any process can say of itself without JAX."""
   versions = {}
-  for name in PACKAGES:
+  for name in packages:
     try:
       versions[name] = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
       pass
-  devices = jax.devices()
   return {
       'commit': commit(),
       'python': platform.python_version(),
       'packages': versions,
-      'backend': jax.default_backend(),
-      'devices': f'{len(devices)} x {devices[0].device_kind}',
-      'processes': jax.process_count(),
       'host': {'cpu': _cpu_model(), 'cores': os.cpu_count(),
                'cores_used': (len(os.sched_getaffinity(0))
                               if hasattr(os, 'sched_getaffinity') else os.cpu_count()),
                'system': platform.system()},
       'variables': {name: os.environ[name] for name in VARIABLES if name in os.environ},
   }
+
+
+@functools.lru_cache(maxsize=None)
+def _process() -> dict:
+  """What does not change while this process runs: software, devices and host."""
+  import jax  # pylint: disable=import-outside-toplevel  # Its callers have imported it already.
+  devices = jax.devices()
+  return {**_software_and_host(PACKAGES), 'backend': jax.default_backend(),
+          'devices': f'{len(devices)} x {devices[0].device_kind}',
+          'processes': jax.process_count()}
+
+
+def measurement(packages=None) -> dict:
+  """What a benchmark's record says made it (its `made_with`): the date, then `_process`'s
+  record; with `packages`, those packages' versions and no devices, for a process that
+  runs no JAX (the PyTorch side of a comparison, a parent that only times its workers)."""
+  made = _process() if packages is None else _software_and_host(packages)
+  return {'date': time.strftime('%Y-%m-%d'), **made}
 
 
 def environment(step: int) -> dict:

@@ -7,8 +7,9 @@ For each attention kind and length, builds the train step of configs/performer.p
 sizes; RoPE) at batch 1 on synthetic tokens, compiles it, and reports the compiled executable's
 scratch memory (XLA's plan for intermediates: the L x L logits of softmax attention live here)
 and the median wall time of `--repeats` steps after one warm-up step (blocking on the result).
-Prints a Markdown table and writes the numbers as JSON, with the date and commit
-(scripts/docs_from_records.py's `scaling` blocks read it).
+Prints a Markdown table and writes the numbers as JSON, with the date and commit and what made
+them (`made_with`: roformer/provenance.py) (scripts/docs_from_records.py's `scaling` blocks read
+it).
 """
 
 import os
@@ -114,7 +115,8 @@ def main(argv=None):
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows,
                                        'date': time.strftime('%Y-%m-%d'),
-                                       'commit': provenance.commit()})
+                                       'commit': provenance.commit(),
+                                       'made_with': provenance.measurement()})
     print(f'wrote {args.out}')
 
 

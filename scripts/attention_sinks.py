@@ -28,6 +28,7 @@ from roformer import cli
 from roformer import errors
 from roformer import files
 from roformer import model_types
+from roformer import provenance
 from roformer import resolve
 from roformer import saved_config
 from roformer import sinks
@@ -171,7 +172,8 @@ def main(args):
   os.makedirs(args.out, exist_ok=True)  # and the output directory before any measurement.
   runs, passes = [], {}
   for workdir, config in zip(args.workdirs, configs):
-    runs.append(measure(workdir, config, passes, args.step, args.max_batches))
+    runs.append({**measure(workdir, config, passes, args.step, args.max_batches),
+                 'made_with': provenance.measurement()})
     print(f'{runs[-1]["label"]} ({workdir}): ' + ', '.join(f'{m:.3f}' for m in runs[-1]['mass']))
   files.write_json_atomic(os.path.join(args.out, 'sinks.json'), runs)
   table = summary(runs)

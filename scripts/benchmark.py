@@ -441,6 +441,7 @@ def main(args):
     print(f'[benchmark] {name}: {args.warmup} warm-up steps in {time.perf_counter() - start:.2f} s',
           file=sys.stderr, flush=True)
   meta = {'date': time.strftime('%Y-%m-%d'), 'commit': provenance.commit(),
+          'made_with': provenance.measurement(),
           'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,

@@ -38,6 +38,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 MODELS = ('causal', 'mlm')
@@ -138,6 +139,7 @@ def build(preset: str, threads: int, model_name: str = 'mlm'):
           'tokens': p['batch_size'] * p['seq_len'],
           # Trained parameters; RoFormer's sinusoidal table is a frozen one (not in the count).
           'parameters': sum(t.numel() for t in model.parameters() if t.requires_grad),
+          'made_with': provenance.measurement(('torch', 'transformers', 'numpy')),
           'frozen_parameters': sum(t.numel() for t in model.parameters()
                                    if not t.requires_grad)}
   return step, info

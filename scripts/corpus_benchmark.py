@@ -27,6 +27,7 @@ sys.path.insert(0, REPO)
 from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 
 _CONVERT = '''
 import json, resource, sys, time
@@ -98,7 +99,9 @@ def main(argv=None) -> int:
   result.update(text_bytes=size, gzip_bytes=on_disk, files=args.files,
                 generate_seconds=round(generated, 1), documents_total=documents,
                 mib_per_s=round(size / 2**20 / result['seconds'], 1),
-                documents_per_s=round(documents / result['seconds']))
+                documents_per_s=round(documents / result['seconds']),
+                # The conversion is its child: this process's software and host are its.
+                made_with=provenance.measurement(provenance.PACKAGES))
   print(f"{size / 2**30:.2f} GiB of JSON lines ({on_disk / 2**30:.2f} GiB gzipped, "
         f"{args.files} files, {documents:,} documents): converted in {result['seconds']:.1f} s "
         f"({result['mib_per_s']} MiB/s, {result['documents_per_s']:,} documents/s), peak RSS "

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=wrong-import-position
 from roformer import cli
 from roformer import files
+from roformer import provenance
 from roformer import config_args
 from roformer import resolve
 from roformer import tasks
@@ -77,7 +78,8 @@ def main(args):
   config = config_args.load(args.config, cli.overrides())
   resolve.validate(config)
   forms = ('built', 'row cache') if row_cache.streams(config, ()) else ('text', 'token cache')
-  results = [measure(config, form, args) for form in forms]
+  results = [{**measure(config, form, args), 'made_with': provenance.measurement()}
+             for form in forms]
   print(f'{config.data.name}, rows of {config.data.seq_len} x {config.train.batch_size}:')
   for r in results:
     print(f"  {r['form']:>11}: {r['tokens_per_s']:>9,} tokens/s, {r['ms_per_batch']:.3f} ms a "

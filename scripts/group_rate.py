@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=wrong-import-position
 from roformer import cli
 from roformer import files
+from roformer import provenance
 from roformer import config_args
 from roformer import errors
 from roformer import logs
@@ -94,7 +95,8 @@ def main(args):
   if not row_cache.streams(config, ()):
     raise errors.ConfigError(f'--config={args.config} is not a synthetic task in its own '
                              "words (config.data.name='synthetic/TASK'): no rows to cache.")
-  results = [measure(config, seeds, cached) for cached in (False, True)]
+  results = [{**measure(config, seeds, cached), 'made_with': provenance.measurement()}
+             for cached in (False, True)]
   print(f'{config.data.name}: {len(seeds)} seeds of {config.train.batch_size} rows of '
         f'{config.data.seq_len}, vmapped, model {TINY}:')
   for r in results:

@@ -27,6 +27,7 @@ from roformer import cli
 from roformer import config_args
 from roformer import errors
 from roformer import files
+from roformer import provenance
 from roformer import resolve
 from roformer import sweeps
 
@@ -136,7 +137,9 @@ def main(args) -> None:
     files.write_json_atomic(args.out, {
         'date': time.strftime('%Y-%m-%d'), 'config': args.config, 'field': field,
         'values': values, 'set': args.set, 'eval_splits': args.eval_splits,
-        'cpus': usable_cpus(), 'command': ' '.join(sys.argv), 'runs': runs})
+        'cpus': usable_cpus(), 'command': ' '.join(sys.argv), 'runs': runs,
+        # The runs are its children: this process's software, host and variables are theirs.
+        'made_with': provenance.measurement(provenance.PACKAGES)})
     print(f'wrote {args.out}')
 
 

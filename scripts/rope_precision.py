@@ -24,6 +24,7 @@ import numpy as np
 
 from roformer import cli
 from roformer import files
+from roformer import provenance
 from roformer.positions import rotary
 from roformer.positions import scaling
 # pylint: enable=wrong-import-position
@@ -102,7 +103,7 @@ def measure(length: int, d: int, seed: int = 0) -> dict:
 
 
 def main(args):
-  result = measure(args.length, args.head_dim)
+  result = {**measure(args.length, args.head_dim), 'made_with': provenance.measurement()}
   print(f"{result['device']} ({result['backend']}, jax {result['jax']}), head_dim "
         f"{result['head_dim']}: error relative to the pair's norm (max / mean), and the largest "
         "logit error / sqrt(d) against float64")

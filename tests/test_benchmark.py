@@ -1,5 +1,6 @@
 """scripts/benchmark.py and the analytic FLOP count behind its MFU."""
 
+import importlib.metadata
 import json
 import os
 import re
@@ -51,6 +52,10 @@ def test_benchmark_reports_consistent_numbers(tmp_path):
   assert '| rope |' in done.stdout and '| none |' in done.stdout
   result = json.loads(out.read_text())
   assert [r['kind'] for r in result['rows']] == ['none', 'rope']
+  made = result['made_with']  # What made the numbers: roformer/provenance.py's record.
+  assert (made['date'], made['commit'], made['backend']) == (result['date'], result['commit'],
+                                                             result['backend'])
+  assert made['packages']['jax'] == importlib.metadata.version('jax') and made['host']['cores']
   config = ml_collections.ConfigDict(result['config'])
   tokens = config.train.batch_size * config.data.seq_len
   # configs/test.py: 2 layers, d 32, d_ff 64, vocab 512, L 32, causal. Per layer: projections
@@ -205,8 +210,12 @@ def test_compare_torch_needs_torch_and_says_so():
 
 def test_the_pytorch_side_does_not_import_jax():
   """The PyTorch worker and the comparison's parent process share the host with the JAX worker
-  being timed: neither loads JAX."""
+  being timed: neither loads JAX, also to record what made their numbers."""
   code = ('import sys; from scripts import benchmark_torch, compare_torch\n'
+          'from roformer import provenance\n'
+          'made = provenance.measurement(("numpy", "no-such-package"))\n'
+          'assert list(made["packages"]) == ["numpy"] and "devices" not in made, made\n'
+          'assert made["commit"] and made["host"]["cores"], made\n'
           'assert "jax" not in sys.modules, "jax imported"')
   done = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
                         check=False, timeout=120)

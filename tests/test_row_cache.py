@@ -278,6 +278,7 @@ def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path)
   built, cached = json.loads(out.read_text())
   assert (built['form'], cached['form']) == ('built', 'row cache')
   assert built['tokens'] == cached['tokens'] < 5 * 32 * 32
+  assert built['made_with']['devices'] == '1 x cpu' and 'grain' in built['made_with']['packages']
   assert 'ms a batch' in done.stdout
 
 
