@@ -1,5 +1,6 @@
 """Where a kept record came from: the commit of the checkout that made it, and for a training
-run and an evaluation the software, devices and host they ran on.
+run, an evaluation and a measurement (scripts/benchmark.py and the others) the software,
+devices and host they ran on.
 
 A result is only as traceable as what made it: the same config gives other numbers under
 another commit, another JAX, another device, or XLA flags set in the shell (which no config
@@ -12,8 +13,9 @@ the file holds (eval.py merges the splits and lengths of evaluations with the sa
 On several processes the first writes them: the devices are all of them, the host and
 variables its own.
 
-Imports nothing heavy (no JAX) at import time, so that scripts/compare_torch.py's parent
-process, which shares the host with the workers it times, can stamp its records too.
+Imports nothing heavy (no JAX) at import time, and `measurement(packages)` none at all, so
+that the PyTorch side of scripts/compare_torch.py, which shares the host with the JAX worker
+being timed, can stamp its records too.
 """
 
 import functools
@@ -67,9 +69,11 @@ def _cpu_model() -> str:
   return platform.processor() or platform.machine()
 
 
-def _software_and_host(packages) -> dict:
+def _software_and_host(packages, environ=None) -> dict:
   """The checkout, Python, the versions of `packages` installed, the host and the recorded
-  variables: what any process can say of itself without JAX."""
+  variables of `environ` (this process's by default): what any process can say of itself, or
+  of a child it starts with `environ`, without JAX."""
+  environ = os.environ if environ is None else environ
   versions = {}
   for name in packages:
     try:
@@ -84,7 +88,7 @@ def _software_and_host(packages) -> dict:
                'cores_used': (len(os.sched_getaffinity(0))
                               if hasattr(os, 'sched_getaffinity') else os.cpu_count()),
                'system': platform.system()},
-      'variables': {name: os.environ[name] for name in VARIABLES if name in os.environ},
+      'variables': {name: environ[name] for name in VARIABLES if name in environ},
   }
 
 
@@ -98,11 +102,12 @@ def _process() -> dict:
           'processes': jax.process_count()}
 
 
-def measurement(packages=None) -> dict:
+def measurement(packages=None, environ=None) -> dict:
   """What a benchmark's record says made it (its `made_with`): the date, then `_process`'s
-  record; with `packages`, those packages' versions and no devices, for a process that
-  runs no JAX (the PyTorch side of a comparison, a parent that only times its workers)."""
-  made = _process() if packages is None else _software_and_host(packages)
+  record; with `packages`, those packages' versions and no devices, for a process that runs
+  no JAX (the PyTorch side of a comparison, a parent that measures a child it starts with
+  `environ`)."""
+  made = _process() if packages is None else _software_and_host(packages, environ)
   return {'date': time.strftime('%Y-%m-%d'), **made}
 
 

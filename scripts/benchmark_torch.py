@@ -42,6 +42,8 @@ from roformer import provenance  # pylint: disable=wrong-import-position
 from scripts.timing import PRESETS, TORCH_PRESETS  # pylint: disable=wrong-import-position
 
 MODELS = ('causal', 'mlm')
+# The packages whose versions its record keeps (provenance.measurement: none imports JAX).
+PACKAGES = ('torch', 'transformers', 'numpy')
 
 
 def neox_config(p: dict) -> dict:
@@ -139,7 +141,7 @@ def build(preset: str, threads: int, model_name: str = 'mlm'):
           'tokens': p['batch_size'] * p['seq_len'],
           # Trained parameters; RoFormer's sinusoidal table is a frozen one (not in the count).
           'parameters': sum(t.numel() for t in model.parameters() if t.requires_grad),
-          'made_with': provenance.measurement(('torch', 'transformers', 'numpy')),
+          'made_with': provenance.measurement(PACKAGES),
           'frozen_parameters': sum(t.numel() for t in model.parameters()
                                    if not t.requires_grad)}
   return step, info

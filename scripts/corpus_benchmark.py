@@ -85,8 +85,9 @@ def main(argv=None) -> int:
   on_disk = sum(os.path.getsize(os.path.join(corpus_dir, f)) for f in os.listdir(corpus_dir))
   script = _CONVERT.format(repo=REPO, files=os.path.join(corpus_dir, '*.jsonl.gz'),
                            data_dir=data_dir)
+  environ = {**os.environ, 'JAX_PLATFORMS': 'cpu'}  # The conversion's.
   done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
-                        check=False, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+                        check=False, env=environ)
   if done.returncode:
     if not args.keep:
       for made in (corpus_dir, data_dir):
@@ -100,8 +101,8 @@ def main(argv=None) -> int:
                 generate_seconds=round(generated, 1), documents_total=documents,
                 mib_per_s=round(size / 2**20 / result['seconds'], 1),
                 documents_per_s=round(documents / result['seconds']),
-                # The conversion is its child: this process's software and host are its.
-                made_with=provenance.measurement(provenance.PACKAGES))
+                # The conversion is its child: this process's software and host, its variables.
+                made_with=provenance.measurement(provenance.PACKAGES, environ))
   print(f"{size / 2**30:.2f} GiB of JSON lines ({on_disk / 2**30:.2f} GiB gzipped, "
         f"{args.files} files, {documents:,} documents): converted in {result['seconds']:.1f} s "
         f"({result['mib_per_s']} MiB/s, {result['documents_per_s']:,} documents/s), peak RSS "

@@ -27,6 +27,7 @@ from roformer import cli
 from roformer import config_args
 from roformer import errors
 from roformer import files
+from roformer import metrics as metrics_lib
 from roformer import provenance
 from roformer import resolve
 from roformer import sweeps
@@ -114,10 +115,14 @@ def one_run(args, field: str, value: str) -> dict:
       raise errors.ConfigError(f'{field}={value}: train.py ran past --timeout={args.timeout} s. '
                                'Fix: raise --timeout.') from None
     wall = time.perf_counter() - start
+    # What the run ran on: its own record (train.py writes one line as it starts).
+    started = os.path.join(tmp, 'run', provenance.ENVIRONMENT_FILE)
+    made_with = metrics_lib.read_jsonl(started) if os.path.exists(started) else []
   if proc.returncode:
     last = ((proc.stderr or proc.stdout).strip().splitlines() or ['(no output)'])[-1]
     raise errors.ConfigError(f'{field}={value}: train.py failed: {last}')
-  return {'value': value, 'wall_s': wall, 'phases': phases(proc.stdout + proc.stderr)}
+  return {'value': value, 'wall_s': wall, 'phases': phases(proc.stdout + proc.stderr),
+          **({'made_with': made_with[0]} if made_with else {})}
 
 
 def main(args) -> None:
@@ -137,9 +142,7 @@ def main(args) -> None:
     files.write_json_atomic(args.out, {
         'date': time.strftime('%Y-%m-%d'), 'config': args.config, 'field': field,
         'values': values, 'set': args.set, 'eval_splits': args.eval_splits,
-        'cpus': usable_cpus(), 'command': ' '.join(sys.argv), 'runs': runs,
-        # The runs are its children: this process's software, host and variables are theirs.
-        'made_with': provenance.measurement(provenance.PACKAGES)})
+        'cpus': usable_cpus(), 'command': ' '.join(sys.argv), 'runs': runs})
     print(f'wrote {args.out}')
 
 

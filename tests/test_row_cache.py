@@ -296,6 +296,7 @@ def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(
   assert (built['form'], cached['form']) == ('built', 'row cache')
   for result in (built, cached):
     assert result['intervals'] == 2 and 0 < result['low'] <= result['steps_per_s']
+    assert result['made_with']['devices'] == '1 x cpu'
   assert 'group steps/s' in done.stdout
   assert f'the first {30 * 8} read from' in done.stdout  # The timed run read the cache.
 

@@ -193,6 +193,7 @@ def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):
     assert heads.shape == (2, HEADS) and ((heads >= 0) & (heads <= 1)).all()
     np.testing.assert_allclose(r['mass'], heads.mean(axis=1), rtol=1e-6)
     assert r['queries'][0] == r['queries'][1] > 0
+    assert r['made_with']['backend'] == 'cpu' and 'jax' in r['made_with']['packages']
   rope = np.array([runs[0]['mass'], runs[1]['mass']])
   table = (out / 'sinks.md').read_text()
   cells = ' | '.join(f'{m:.3f} ± {s:.3f}' for m, s in zip(rope.mean(0), rope.std(0, ddof=1)))
