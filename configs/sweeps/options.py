@@ -17,7 +17,8 @@ of it multi-key retrieval's 6,000 steps (about 23 minutes a run on one core); ru
 time and join the runs with scripts/keep_records.py where one machine cannot hold it all.
 `:new2026` (70 points, passkey and flip-flop) took about 22 minutes on 2 cores in two legs
 (2026-11-28); passkey and flip-flop for the 12 schemes before it (120 points) 33 min 45 s
-(2026-11-29).
+(2026-11-29); variable tracking for alibi, alibi+dape, none and none+diff (20 points) 68 min
+50 s, DAPE's five seeds 67 min of it (2026-11-29).
 
 Schemes (points are named TASK,SCHEME,seed=N):
 - the new ones: `pope` (position kind), `alibi+dape` (DAPE's MLP over ALiBi's logits and bias),
