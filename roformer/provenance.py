@@ -143,7 +143,7 @@ def malformed(entry) -> list[str]:
 
 def _rows(entry: dict) -> set:
   """The (split, length) rows an evaluation's entry names (length None: a classifier's)."""
-  return {(split.split('/')[0], length) for split in entry.get('splits', [])
+  return {(split.split('/')[0], length) for split in entry.get('splits') or []
           for length in entry.get('lengths') or [None]}
 
 
@@ -155,7 +155,7 @@ def evaluations_merged(earlier: dict, now: dict) -> list[dict]:
   one UNRECORDED entry naming their splits and lengths."""
   entries = earlier.get('environments')
   if not isinstance(entries, list) or any(malformed(e) for e in entries):
-    scored = earlier.get('splits', {})
+    scored = earlier.get('splits') or {}
     lengths = sorted({row['length'] for split in scored.values() if isinstance(split, dict)
                       for row in split.get('lengths', []) if isinstance(row, dict)
                       and isinstance(row.get('length'), int)})
