@@ -8,10 +8,11 @@ holds: `XLA_FLAGS=--xla_cpu_prefer_vector_width=512` changes results past their 
 docs/performance.md). So train.py adds a line to its workdir's ENVIRONMENT_FILE at every start
 that trains, the first and each resume, and scripts/keep_records.py keeps it beside the run's
 metrics. An evaluation may run later, elsewhere, at another commit: its results
-(eval_results*.json) hold the same record under `environments`, one per evaluation whose scores
-the file holds (eval.py merges the splits and lengths of evaluations with the same settings).
-On several processes the first writes them: the devices are all of them, the host and
-variables its own.
+(eval_results*.json) hold the same record under `environments`, one per evaluation that scored
+a row of them (eval.py merges the splits and lengths of evaluations with the same settings:
+`evaluations_merged`). A measurement script keeps it as `made_with` (`measurement`). On several
+processes the first writes them: the devices are all of them, the host and variables its
+own.
 
 Imports nothing heavy (no JAX) at import time, and `measurement(packages)` none at all, so
 that the PyTorch side of scripts/compare_torch.py, which shares the host with the JAX worker
