@@ -11,7 +11,8 @@ checkpoint replaces one of an earlier checkpoint. Anything else that would repla
 there (an earlier checkpoint's, or the same checkpoint's under other settings, such as fewer
 batches) is refused before anything is computed, unless --replace. A bad flag, override or
 workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line `error:
-...` naming it and the fix (--debug shows the traceback).
+...` naming it and the fix (--debug shows the traceback). JAX and the model's modules are imported
+once the command line has parsed, so that `--help` and a bad flag answer at once.
 """
 
 import copy
@@ -19,16 +20,10 @@ import json
 import os
 
 from roformer import cli
-from roformer import config_args
 from roformer import errors
-from roformer import evaluate
 from roformer import files
 from roformer import logs
 from roformer import provenance
-from roformer import resolve
-from roformer import saved_config
-from roformer import tasks
-from roformer import workdir as workdir_lib
 
 PLAIN_OUT = 'eval_results.json'
 DEFAULT_SPLITS = ['validation', 'test']
@@ -54,6 +49,13 @@ def parser() -> cli.ArgumentParser:
 
 
 def main(args):
+  # pylint: disable=import-outside-toplevel  # After the flags: see the docstring.
+  from roformer import config_args
+  from roformer import evaluate
+  from roformer import resolve
+  from roformer import saved_config
+  from roformer import tasks
+  from roformer import workdir as workdir_lib
   logs.setup(tracebacks=cli.debug_requested())
   if not workdir_lib.EVALUATION_FILE.fullmatch(args.out):
     raise cli.UsageError(f'--out={args.out!r} must be a file name eval_*.json, e.g. '
@@ -127,6 +129,7 @@ def lost_by_writing(path: str, header: dict) -> str:
   scored = ', '.join(earlier.get('splits', {}))
   if before > step:
     return f'the evaluation of a later checkpoint (step {before}; {scored})'
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel  # JAX.
   old, new = (json.loads(_settings(r)) for r in (earlier, {**header, 'splits': {}}))
   return (f'the evaluation of the same checkpoint (step {step}; {scored}) under other settings '
           f'({"; ".join(saved_config.differences(old, new))}; there vs now)')

@@ -26,7 +26,7 @@ import os
 import re
 import sys
 import threading
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Sequence
 
 from absl import logging as absl_logging
 
@@ -39,11 +39,41 @@ USAGE, FAILURE = 2, 1  # Exit statuses: a bad command line; anything else the us
 INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT.
 
 
-
 class UsageError(Exception):
   """A command line that does not make sense (flags that go together, a bad list): exit 2."""
 
-_OVERRIDES: list[tuple[str, str | None]] = []  # See config_args.split_argv.
+
+# `--config.a.b=V`, `--config.a.b V`, `--config.a.b` (a bool: true), `--noconfig.a.b` (false).
+_OVERRIDE = re.compile(r'^--?(no)?config\.([^=]+)(=(.*))?$', re.S)
+
+Override = tuple[str, str | None]  # (dotted field, text; None for a bare boolean flag)
+_OVERRIDES: list[Override] = []  # Those of the command line `run` parsed (`overrides`).
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[Override]]:
+  """(the other arguments, the config overrides in order) of a command line. A bare
+  `--config.a.b` takes the next argument as its value unless that is another flag.
+  roformer/config_args.py turns the overrides into values."""
+  rest, overrides, i = [], [], 0
+  while i < len(argv):
+    arg = argv[i]
+    match = _OVERRIDE.match(arg) if i else None  # argv[0] is the program.
+    if arg == '--':
+      rest += argv[i:]
+      break
+    if not match:
+      rest.append(arg)
+    elif match.group(1):
+      overrides.append((match.group(2), 'false'))
+    elif match.group(3) is not None:
+      overrides.append((match.group(2), match.group(4)))
+    elif i + 1 < len(argv) and not argv[i + 1].startswith('--'):
+      overrides.append((match.group(2), argv[i + 1]))
+      i += 1
+    else:
+      overrides.append((match.group(2), None))
+    i += 1
+  return rest, overrides
 
 
 def fail(message: str, status: int = FAILURE) -> NoReturn:
@@ -164,13 +194,12 @@ def run(main: Callable, parser: 'ArgumentParser', *, config_overrides: bool = Fa
   absl_logging.use_absl_handler()  # Libraries' (absl, orbax) lines through one handler.
   argv = list(sys.argv if argv is None else argv)
   if config_overrides:
-    from roformer import config_args  # pylint: disable=g-import-not-at-top  # Heavy: JAX.
-    argv, found = config_args.split_argv(argv)
+    argv, found = split_argv(argv)
     _OVERRIDES[:] = found
   sys.exit(guard(lambda: main(parser.parse_args(argv[1:])))() or 0)
 
 
-def overrides() -> list[tuple[str, str | None]]:
+def overrides() -> list[Override]:
   """The `--config.*` overrides of the command line that `run` parsed, in order."""
   return list(_OVERRIDES)
 

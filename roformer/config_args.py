@@ -1,5 +1,6 @@
 """What the command line says about the config: the config file (`--config FILE[:ARG]`) and the
-field overrides (`--config.a.b=VALUE`), as train.py, eval.py and the scripts read them.
+field overrides (`--config.a.b=VALUE`, which roformer/cli.py takes out of the command line), as
+train.py, eval.py and the scripts read them.
 
 Each override's text becomes a value of the field's declared type (roformer/config_schema.py;
 a field nobody declared: the type of its current value), so `--config.model.d_model=wide` or an
@@ -12,47 +13,17 @@ import difflib
 import importlib.util
 import os
 import re
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import ml_collections
 
+from roformer import cli
 from roformer import config_schema
 from roformer import errors
 from roformer import specs
 
 # The repository, where configs/ is: the relative paths of the docs are read from it.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# `--config.a.b=V`, `--config.a.b V`, `--config.a.b` (a bool: true), `--noconfig.a.b` (false).
-_OVERRIDE = re.compile(r'^--?(no)?config\.([^=]+)(=(.*))?$', re.S)
-
-Override = tuple[str, str | None]  # (dotted field, text; None for a bare boolean flag)
-
-
-def split_argv(argv: Sequence[str]) -> tuple[list[str], list[Override]]:
-  """(the other arguments, the config overrides in order) of a command line. A bare
-  `--config.a.b` takes the next argument as its value unless that is another flag."""
-  rest, overrides, i = [], [], 0
-  while i < len(argv):
-    arg = argv[i]
-    match = _OVERRIDE.match(arg) if i else None  # argv[0] is the program.
-    if arg == '--':
-      rest += argv[i:]
-      break
-    if not match:
-      rest.append(arg)
-    elif match.group(1):
-      overrides.append((match.group(2), 'false'))
-    elif match.group(3) is not None:
-      overrides.append((match.group(2), match.group(4)))
-    elif i + 1 < len(argv) and not argv[i + 1].startswith('--'):
-      overrides.append((match.group(2), argv[i + 1]))
-      i += 1
-    else:
-      overrides.append((match.group(2), None))
-    i += 1
-  return rest, overrides
-
 
 def load_file(spec: str) -> ml_collections.ConfigDict:
   """The config of `FILE[:ARG]`: FILE's get_config(ARG) (get_config() without ':'). Raises
@@ -197,7 +168,7 @@ def _must_have(node, part: str, parents: list[str], flag: str, root=None) -> Non
                            'against configs/base.py and the config file.')
 
 
-def apply(config: ml_collections.ConfigDict, overrides: Iterable[Override]
+def apply(config: ml_collections.ConfigDict, overrides: Iterable[cli.Override]
           ) -> ml_collections.ConfigDict:
   """`config` with every override set, in order (a later one of a field wins)."""
   schema = config_schema.schema()  # Once: it is built on each call.
@@ -206,6 +177,6 @@ def apply(config: ml_collections.ConfigDict, overrides: Iterable[Override]
   return config
 
 
-def load(spec: str, overrides: Iterable[Override] = ()) -> ml_collections.ConfigDict:
+def load(spec: str, overrides: Iterable[cli.Override] = ()) -> ml_collections.ConfigDict:
   """The config of `--config SPEC` with the `--config.*` overrides applied."""
   return apply(load_file(spec), overrides)

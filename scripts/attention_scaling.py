@@ -84,7 +84,7 @@ def main(argv=None):
   parser.add_argument('--repeats', type=cli.positive_int, default=3)
   parser.add_argument('--out', default='')
   args, rest = parser.parse_known_args(argv)
-  rest, overrides = config_args.split_argv(['attention_scaling.py'] + rest)
+  rest, overrides = cli.split_argv(['attention_scaling.py'] + rest)
   if rest[1:]:
     parser.error(f'unknown arguments {rest[1:]}; config fields are set with '
                  '--config.section.field=value')

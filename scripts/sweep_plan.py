@@ -6,6 +6,7 @@ scripts/sweep.py runs the plan."""
 import dataclasses
 import os
 
+from roformer import cli
 from roformer import config_args
 from roformer import errors
 from roformer import flops
@@ -42,7 +43,7 @@ def point_config(sweep, point, workdir: str = '/unused', extra=()):
   """The whole config `point` trains with in `workdir` (its train.py command's flags on the
   sweep's config, then the --config flags of `extra`; {sweep} in a value is the directory
   `workdir` is in)."""
-  _, flags = config_args.split_argv(sweeps.train_command(sweep, point, workdir, extra)[1:])
+  _, flags = cli.split_argv(sweeps.train_command(sweep, point, workdir, extra)[1:])
   return config_args.load(sweep.config, flags)
 
 
@@ -52,7 +53,7 @@ def with_extra_steps(sweep, extra):
   would otherwise be taken as finished). Each point's steps are those of its whole config
   (`point_config`, which reads the flags as train.py does); a config that does not load is
   left to check_points to name."""
-  _, flags = config_args.split_argv(['train.py', *extra])
+  _, flags = cli.split_argv(['train.py', *extra])
   if not any(field == 'train.steps' for field, _ in flags):
     return sweep
   points = []

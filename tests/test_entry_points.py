@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import ml_collections
@@ -298,6 +299,26 @@ def test_each_kind_of_failed_write_gets_its_own_fix(code, failure, fix):
   others = {'free space on that disk', 'within your quota', 'make that directory writable',
             'remount'} - {fix}
   assert not any(o in line for o in others), line
+
+
+def test_help_and_a_bad_flag_answer_before_jax_is_imported():
+  """train.py and eval.py parse their command line (the config overrides too) before they
+  import JAX and the model (about 1.5 s on a CPU host): `--help` and a bad flag answer at once."""
+  code = textwrap.dedent("""\
+      import runpy, sys
+      for argv, status in ((['train.py', '--help', '--config.seed=3'], 0),
+                           (['eval.py', '--workdir=', '--config.eval.batch_size=2'], 2)):
+        sys.argv = argv
+        try:
+          runpy.run_path(argv[0], run_name='__main__')
+        except SystemExit as e:
+          assert e.code == status, (argv, e.code)
+      assert 'jax' not in sys.modules, 'jax imported'
+      """)
+  done = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True,
+                        check=False, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert '--workdir' in done.stdout and 'argument --workdir: is empty' in done.stderr
 
 
 def test_help_lists_every_flag_an_entry_point_needs():

@@ -22,6 +22,7 @@ import numpy as np
 import processes
 import pytest
 from roformer import checkpoint as checkpoint_lib
+from roformer import cli
 from roformer import config_args
 from roformer import errors
 from roformer import files
@@ -119,7 +120,7 @@ def reference(tmp_path_factory, data_dir):
   """The same training never killed (in this process: the same config, read from the same
   command line, on one device)."""
   workdir = str(tmp_path_factory.mktemp('reference') / 'run')
-  _, overrides = config_args.split_argv(_train_command(workdir, data_dir)[1:])
+  _, overrides = cli.split_argv(_train_command(workdir, data_dir)[1:])
   loop.train_and_evaluate(config_args.load('configs/test.py', overrides), workdir,
                           eval_splits=('validation',))
   return workdir

@@ -13,6 +13,7 @@ import pytest
 
 from configs import synthetic
 from roformer import checkpoint as checkpoint_lib
+from roformer import cli
 from roformer import config_args
 from roformer import errors
 from roformer import evaluate
@@ -341,7 +342,7 @@ def _cached_losses(tmp_path, name: str, extra: list[str]) -> list[float]:
 
 def _losses_alone(tmp_path, name: str, extra: list[str]) -> list[float]:
   """The same run in this process, which has no persistent cache."""
-  _, overrides = config_args.split_argv(['train.py'] + _copy_flags(tmp_path / name, extra))
+  _, overrides = cli.split_argv(['train.py'] + _copy_flags(tmp_path / name, extra))
   config = config_args.load('configs/synthetic.py:copy', overrides)
   loop.train_and_evaluate(config, str(tmp_path / name))
   return _losses(tmp_path / name)

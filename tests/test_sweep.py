@@ -22,6 +22,7 @@ from configs.sweeps import frontier as frontier_sweep
 from configs.sweeps import options as options_sweep
 from configs.sweeps import length as length_sweep
 from configs.sweeps import positions as positions_sweep
+from roformer import cli
 from roformer import config_args
 from roformer import config_schema
 from roformer import errors
@@ -719,7 +720,7 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_five_seeds():
       continue  # The seeds' command lines differ only in the seed.
     # What train.py builds from the point's command line: the task's own data and training
     # fields, whatever the sweep's config file gives by default.
-    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    _, flags = cli.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     ran = config_args.load(sweep.config, flags)
     own.train.random_positions = ran.train.random_positions
     assert ran.train.to_dict() == own.train.to_dict(), point.name
@@ -744,7 +745,7 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
   assert {p.fields['data.name'] for p in sweep.points} == {
       'synthetic/' + t for t in ('passkey', 'associative_recall', 'copy', 'flip_flop')}
   for point in sweep.points[:len(sweep.points) // 5]:  # The first seed: every task and scheme.
-    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    _, flags = cli.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     resolve.validate(config_args.load(sweep.config, flags))
   swa = [p for p in sweep.points if p.name == 'copy,rnope_swa,seed=2'][0]
   assert swa.fields['model.layer_windows'] == (8, 0)  # A quarter of copy's 32 tokens.
@@ -757,7 +758,7 @@ def test_frontier_sweep_is_the_new_schemes_and_their_baselines_on_four_tasks():
   gate = sweeps.load('configs/sweeps/frontier.py:passkey,fox_gate5').points  # Only when named.
   assert [(p.name, p.fields['model.position.fox.gate_bias_init']) for p in gate] == [
       (f'passkey,fox_gate5,seed={s}', 5.0) for s in range(5)]
-  _, flags = config_args.split_argv(sweeps.train_command(sweep, gate[0], '/w/g')[1:])
+  _, flags = cli.split_argv(sweeps.train_command(sweep, gate[0], '/w/g')[1:])
   assert config_args.load(sweep.config, flags).model.position.fox.gate_bias_init == 5.0
   with pytest.raises(ValueError, match='unknown parts'):
     frontier_sweep.get_sweep('pathh')
@@ -769,7 +770,7 @@ def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
   sweep = sweeps.load('configs/sweeps/options.py')
   assert len(sweep.points) == 4 * 5 * len(options_sweep.SCHEMES)
   for point in sweep.points[:len(sweep.points) // 5]:
-    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    _, flags = cli.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     resolve.validate(config_args.load(sweep.config, flags))
   frontier = {p.name: p.fields for p in sweeps.load('configs/sweeps/frontier.py').points}
   shared = [p for p in sweep.points if p.name in frontier]
@@ -781,7 +782,7 @@ def test_options_sweep_is_the_new_attention_options_beside_their_baselines():
   yarn = sweep.evals['rope_yarn']  # RoPE with YaRN, for PoPE's claim: plain rope's runs only.
   assert {p.name.split(',')[1] for p in sweep.points
           if sweeps.applies(yarn, p)} == {'rope'}
-  _, flags = config_args.split_argv(sweeps.eval_command(
+  _, flags = cli.split_argv(sweeps.eval_command(
       sweep, [p for p in sweep.points if p.name == 'passkey,rope,seed=0'][0], '/w/p',
       'rope_yarn')[1:])
   evaluated = config_args.load(sweep.config, flags)
@@ -1447,7 +1448,7 @@ def test_the_frontier_and_options_sweeps_run_on_the_llama_block(path):
   assert all(p.name.endswith(',block=llama') for p in sweep.points)
   assert not {p.name for p in sweep.points} & classic
   for point in sweep.points[:len(sweep.points) // 3]:  # Every scheme at the first seed.
-    _, flags = config_args.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
+    _, flags = cli.split_argv(sweeps.train_command(sweep, point, '/w/' + point.name)[1:])
     config = config_args.load(sweep.config, flags)
     resolve.validate(config)
     assert (config.model.normalization, config.model.mlp, config.model.num_kv_heads,
