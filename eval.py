@@ -12,7 +12,8 @@ there (an earlier checkpoint's, or the same checkpoint's under other settings, s
 batches) is refused before anything is computed, unless --replace. A bad flag, override or
 workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line `error:
 ...` naming it and the fix (--debug shows the traceback). JAX and the model's modules are imported
-once the command line has parsed, so that `--help` and a bad flag answer at once.
+once the command line has parsed, so that `--help` and a flag the parser refuses answer at once
+(a bad --out is named after them: the pattern of a results file is roformer/workdir.py's).
 """
 
 import copy

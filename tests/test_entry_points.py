@@ -303,7 +303,8 @@ def test_each_kind_of_failed_write_gets_its_own_fix(code, failure, fix):
 
 def test_help_and_a_bad_flag_answer_before_jax_is_imported():
   """train.py and eval.py parse their command line (the config overrides too) before they
-  import JAX and the model (about 1.5 s on a CPU host): `--help` and a bad flag answer at once."""
+  import JAX and the model (about 1.5 s on a CPU host): `--help` and a flag the parser refuses
+  answer at once."""
   code = textwrap.dedent("""\
       import runpy, sys
       for argv, status in ((['train.py', '--help', '--config.seed=3'], 0),

@@ -108,6 +108,8 @@ def test_a_report_says_what_each_points_runs_were_made_and_evaluated_with(tmp_pa
   damaged = root / 'base,seed=1' / 'eval_results.json'
   kept = json.loads(damaged.read_text())
   for environments, problem in (([{'host': 'Xeon'}], 'entry 1 holds a non-mapping in [\'host\']'),
+                                ([{}, 'abc1234'],
+                                 "entry 2 holds a non-mapping in ['the whole entry']"),
                                 ({'commit': 'abc'}, 'is not a list')):
     damaged.write_text(json.dumps({**kept, 'environments': environments}))
     with pytest.raises(errors.DamagedFileError, match=re.escape(
