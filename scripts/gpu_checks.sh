@@ -30,6 +30,12 @@
 #      passes compiled ahead (train.compile_ahead=on) or not;
 #      `gradients` (only when named): the gpu_125m step without each hand-written backward
 #      pass (roformer/autodiff.py) in turns with the step that has them (GRADIENTS_LIMIT, 300 s);
+#      `init` (only when named): scripts/init_loss.py, configs/lm_125m.py's step-0 loss against
+#      ln V under each initialisation, in float32 (INIT_LIMIT, 90 s);
+#      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
+#      weights), the evaluation step on one row of LLAMA_LENGTH (32,768) tokens under each of
+#      LLAMA_REMAPS (none rerope sinks), one process each (LLAMA_LIMIT, 120 s each): memory and
+#      tokens/s, or the error of a remap that does not fit;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
 #      multi-key seeds with a model of width 8, rows built in the loop and read from the row
 #      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
@@ -54,7 +60,7 @@
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
 #       (some of: env tests rope bench packed levers lm lm125 point suite kernels fused ahead
-#       gradients grouprate compile sweep;
+#       gradients init llama32k grouprate compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -199,6 +205,32 @@ timeout "${GRADIENTS_LIMIT:-300}" "${BENCH[@]}" --preset gpu_125m --kinds rope \
     --without all,softmax_attention,rotation,chunked_loss --steps 10 \
     --out "$OUT/custom_gradients.json" 2>&1 | grep -v '^I1\|^W1' | tail -10
 echo "exit ${PIPESTATUS[0]} (124: time limit)"
+fi
+
+if want init; then
+stage "configs/lm_125m.py's loss at step 0 against ln V, each initialisation (float32)"
+timeout "${INIT_LIMIT:-90}" $PY scripts/init_loss.py --config configs/lm_125m.py \
+    --fields model.dtype=float32 --batch 1 --seq_len 2048 2>&1 | grep -v '^I1\|^W1' \
+    | tee "$OUT/init_loss.log" | tail -8
+fi
+
+if want llama32k; then
+stage 'a Llama-shaped model of about 0.5B at 32k tokens: the evaluation step under each remap'
+set_bench
+# 16 layers, d_model 1536, 12 heads of 128 with 4 key/value heads, a SwiGLU MLP of 4,096 and an
+# untied 32k vocabulary: 0.50B parameters, bfloat16, one row of 32,768 tokens. One process per
+# remap (LLAMA_REMAPS), so that a remap that does not fit ends its own run only.
+LLAMA="--config configs/lm.py:llama --config.model.d_model=1536 --config.model.num_heads=12
+    --config.model.num_kv_heads=4 --config.model.num_layers=16 --config.model.d_ff=4096
+    --config.data.vocab_size=32000 --config.data.seq_len=${LLAMA_LENGTH:-32768}
+    --config.train.batch_size=1 --config.model.dtype=bfloat16"
+for method in ${LLAMA_REMAPS-none rerope sinks}; do
+  timeout "${LLAMA_LIMIT:-120}" "${BENCH[@]}" $LLAMA --kinds rope --step eval \
+      --config.model.position.rope.remap.method=$method --steps 3 --warmup 1 \
+      --out "$OUT/llama32k_$method.json" > "$OUT/llama32k_$method.log" 2>&1
+  echo "remap $method: exit $? (124: time limit)"
+  grep -v '^I1\|^W1' "$OUT/llama32k_$method.log" | grep -i '^| rope\|error\|memory' | tail -3
+done
 fi
 
 if want lm125; then
