@@ -4,7 +4,8 @@
 fastest on CPU. `impl='xla'` or `'cudnn'` call `jax.nn.dot_product_attention` (cuDNN flash attention
 on GPU), for schemes without a value term; an additive logits bias is passed as its `bias`.
 `impl='auto'` (the default) is resolved per model by `resolve`: cuDNN on a GPU with half-precision
-activations, `jax.nn.dot_product_attention` on other accelerators, einsum on CPU or where only
+activations (the fused bias kernel, `'pallas'`, for a scheme timed faster there),
+`jax.nn.dot_product_attention` on other accelerators, einsum on CPU or where only
 einsum can run the layer (a scheme's value term, Shaw's; a remap; stick-breaking attention, whose
 kernels are only ever forced; some attention options).
 """
@@ -26,21 +27,22 @@ LENGTHS_PATH_IMPLS = ('cudnn',)
 
 
 def resolve(impl: str, *, dtype, allowed: Iterable[str] | None = None,
-            backend: str | None = None) -> str:
+            backend: str | None = None, fused_first: bool = False) -> str:
   """The implementation `attend` runs for `impl` (one of IMPLEMENTATIONS). 'auto' takes the
   first of the backend's preferences that `allowed` holds (the implementations that can run
   the layer: its position scheme's, its attention kind's and its options'; None: every one):
-  'einsum' on CPU; on a GPU 'cudnn' with bfloat16/float16 activations (cuDNN's fused kernels
-  take no float32), then 'xla'; 'xla' elsewhere (TPU); 'einsum', which runs every layer,
-  last. Explicit choices are returned unchanged (the config checks refuse one the layer
-  cannot run)."""
+  'einsum' on CPU; on a GPU with bfloat16/float16 activations (cuDNN's fused kernels take no
+  float32) 'cudnn', then 'xla', with 'pallas' before them for a scheme that declares
+  `fused_first` (its bias measured faster on the fused kernel than materialised for cuDNN);
+  'xla' elsewhere (TPU); 'einsum', which runs every layer, last. Explicit choices are
+  returned unchanged (the config checks refuse one the layer cannot run)."""
   if impl != 'auto':
     return impl
   backend = backend or jax.default_backend()
   if backend == 'cpu':
     preferred = ()
   elif backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
-    preferred = ('cudnn', 'xla')
+    preferred = ('pallas',) * fused_first + ('cudnn', 'xla')
   else:
     preferred = ('xla',)
   allowed = IMPLEMENTATIONS if allowed is None else tuple(allowed)

@@ -70,7 +70,8 @@ class MultiHeadAttention(nnx.Module):
     allowed = set(caps.implementations) & attention_options.implementations(att)
     if self.remap:
       allowed &= {'einsum'}
-    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed)
+    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed,
+                                  fused_first=caps.fused_first)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.

@@ -209,9 +209,10 @@ fi
 
 if want init; then
 stage "configs/lm_125m.py's loss at step 0 against ln V, each initialisation (float32)"
+# docs/hf_checkpoints.md's CPU command: GPT-2's vocabulary, three seeds.
 timeout "${INIT_LIMIT:-90}" $PY scripts/init_loss.py --config configs/lm_125m.py \
-    --fields model.dtype=float32 --batch 1 --seq_len 2048 2>&1 | grep -v '^I1\|^W1' \
-    | tee "$OUT/init_loss.log" | tail -8
+    --fields model.dtype=float32 model.vocab_size=50304 --batch 1 --seq_len 2048 --seeds 3 \
+    2>&1 | grep -v '^I1\|^W1' | tee "$OUT/init_loss.log" | tail -8
 fi
 
 if want llama32k; then

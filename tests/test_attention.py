@@ -86,21 +86,30 @@ def test_attend_implementations_agree_with_bias_and_padding():
   assert np.isfinite(np.asarray(ein)).all()  # Fully masked (padding) rows give no NaN.
 
 
-@pytest.mark.parametrize('backend,dtype,allowed,want', [
-    ('cpu', jnp.bfloat16, None, 'einsum'),
-    ('gpu', jnp.bfloat16, None, 'cudnn'),
-    ('gpu', jnp.float16, None, 'cudnn'),
-    ('gpu', jnp.float32, None, 'xla'),  # cuDNN's fused attention takes no float32.
-    ('gpu', jnp.bfloat16, {'einsum'}, 'einsum'),  # Shaw needs the probabilities.
-    ('gpu', jnp.bfloat16, {'einsum', 'xla'}, 'xla'),  # The next preference it can run.
-    ('gpu', jnp.bfloat16, {'einsum', 'pallas'}, 'einsum'),  # auto never forces the kernel.
-    ('tpu', jnp.bfloat16, None, 'xla'),
-    ('tpu', jnp.bfloat16, {'einsum', 'cudnn'}, 'einsum'),
+@pytest.mark.parametrize('backend,dtype,allowed,fused_first,want', [
+    ('cpu', jnp.bfloat16, None, False, 'einsum'),
+    ('gpu', jnp.bfloat16, None, False, 'cudnn'),
+    ('gpu', jnp.float16, None, False, 'cudnn'),
+    ('gpu', jnp.float32, None, False, 'xla'),  # cuDNN's fused attention takes no float32.
+    ('gpu', jnp.bfloat16, {'einsum'}, False, 'einsum'),  # Shaw needs the probabilities.
+    ('gpu', jnp.bfloat16, {'einsum', 'xla'}, False, 'xla'),  # The next preference it can run.
+    # The kernel only for a scheme measured faster on it, and only where cuDNN would run.
+    ('gpu', jnp.bfloat16, {'einsum', 'pallas'}, False, 'einsum'),
+    ('gpu', jnp.bfloat16, None, True, 'pallas'),
+    ('gpu', jnp.float16, {'einsum', 'cudnn', 'pallas'}, True, 'pallas'),
+    ('gpu', jnp.bfloat16, {'einsum', 'xla', 'cudnn'}, True, 'cudnn'),  # A switch not on it.
+    ('gpu', jnp.float32, None, True, 'xla'),
+    ('cpu', jnp.bfloat16, None, True, 'einsum'),
+    ('tpu', jnp.bfloat16, None, True, 'xla'),
+    ('tpu', jnp.bfloat16, None, False, 'xla'),
+    ('tpu', jnp.bfloat16, {'einsum', 'cudnn'}, False, 'einsum'),
 ])
 def test_auto_takes_the_backends_first_preference_the_layer_can_run(backend, dtype, allowed,
-                                                                     want):
-  assert attention.resolve('auto', dtype=dtype, allowed=allowed, backend=backend) == want
-  assert attention.resolve('einsum', dtype=dtype, backend=backend) == 'einsum'
+                                                                     fused_first, want):
+  assert attention.resolve('auto', dtype=dtype, allowed=allowed, backend=backend,
+                           fused_first=fused_first) == want
+  assert attention.resolve('einsum', dtype=dtype, backend=backend,
+                           fused_first=fused_first) == 'einsum'
 
 
 def test_default_model_uses_the_resolved_implementation():
@@ -115,6 +124,13 @@ def test_default_model_uses_the_resolved_implementation():
     ('shaw', {}, 'einsum'),  # A value term.
     ('rope', {'dape': True}, 'einsum'),  # An option that only einsum runs.
     ('none', {'kind': 'stick_breaking'}, 'einsum'),  # Its kernels are forced, never chosen.
+    # The fused bias kernel where it was measured faster than cuDNN with the bias materialised.
+    ('alibi', {}, 'pallas'),
+    ('fox', {}, 'pallas'),
+    ('rope+fox', {}, 'pallas'),
+    ('kerple', {}, 'cudnn'),  # Not measured: cuDNN stays.
+    ('t5', {}, 'cudnn'),
+    ('alibi', {'ssmax': True}, 'cudnn'),  # The kernel adds its bias unscaled.
 ])
 def test_on_a_gpu_auto_gives_each_layer_an_implementation_it_can_run(
     monkeypatch, kind, attention_fields, want):
@@ -124,6 +140,15 @@ def test_on_a_gpu_auto_gives_each_layer_an_implementation_it_can_run(
   cfg.attention.update(attention_fields)
   model = models.create(cfg, seed=0)
   assert {b.attn.impl for b in model.blocks} == {want}
+
+
+def test_on_a_gpu_auto_chooses_per_layer_in_a_hybrid(monkeypatch):
+  """Each layer's own scheme decides: ALiBi's layers on the fused kernel, RoPE's on cuDNN."""
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  cfg = test_config.get_config('rope').model
+  cfg.update(dtype='bfloat16', num_layers=3, layer_kinds=('alibi', 'rope', 'alibi'))
+  model = models.create(cfg, seed=0)
+  assert [b.attn.impl for b in model.blocks] == ['pallas', 'cudnn', 'pallas']
 
 
 def test_attend_matches_numpy_softmax_attention():

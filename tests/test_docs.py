@@ -225,12 +225,14 @@ def test_the_first_steps_table_is_the_kept_records():
   assert table == init_loss.first_steps(runs, [1, 5, 10, 25, 50, 100])
 
 
-def test_the_step0_losses_shown_are_the_kept_output():
+@pytest.mark.parametrize('block,records', [('step 0', 'init_2026-11-28'),
+                                           ('step 0 on a GPU', 'gpu_2026-11-30')])
+def test_the_step0_losses_shown_are_the_kept_output(block, records):
   """docs/hf_checkpoints.md shows scripts/init_loss.py's kept output as it is."""
   page = (ROOT / 'docs' / 'hf_checkpoints.md').read_text(encoding='utf-8')
-  shown = page.split('<!-- step 0: kept -->\n```\n', 1)[1].split('\n```\n<!-- end of step 0 -->',
-                                                                   1)[0]
-  kept = (ROOT / 'docs' / 'results' / 'init_2026-11-28' / 'step0.md').read_text(encoding='utf-8')
+  shown = page.split(f'<!-- {block}: kept -->\n```\n', 1)[1].split(
+      f'\n```\n<!-- end of {block} -->', 1)[0]
+  kept = (ROOT / 'docs' / 'results' / records / 'step0.md').read_text(encoding='utf-8')
   assert shown == kept.rstrip('\n')
 
 

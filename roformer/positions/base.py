@@ -87,6 +87,9 @@ class Capabilities:
   fused_bias: its `fused_bias` hook gives its logits bias to the fused kernel
     (roformer/fused_bias.py), so attention_impl='pallas' runs it; a scheme with no logits term
     runs there without one.
+  fused_first: on a GPU in half precision, attention_impl='auto' runs it on the fused kernel
+    rather than on cuDNN with its bias materialised: measured faster there
+    (docs/performance_gpu.md). Only with fused_bias.
   """
   causal_only: bool = False
   reads_positions: bool = True
@@ -98,6 +101,7 @@ class Capabilities:
   feature_rotation: bool = False
   real_positions: bool = False
   fused_bias: bool = False
+  fused_first: bool = False
 
   @property
   def implementations(self) -> tuple[str, ...]:
@@ -338,7 +342,11 @@ _CAPABILITY_HOOKS = (('rotary', ('rotate',)), ('feature_rotation', ('rotate_feat
 
 def check_declared(cls: type[PositionScheme]) -> None:
   """Raises TypeError, naming the hook, where `cls` declares a capability that its Layer does
-  not implement, or causal_only without the reason its error gives."""
+  not implement, causal_only without the reason its error gives, or fused_first without
+  fused_bias."""
+  if cls.capabilities.fused_first and not cls.capabilities.fused_bias:
+    raise TypeError(f'{cls.__name__} declares fused_first without fused_bias: the fused kernel '
+                    'cannot run it.')
   for capability, hooks in _CAPABILITY_HOOKS:
     if getattr(cls.capabilities, capability) and all(
         getattr(cls.Layer, hook) is getattr(Layer, hook) for hook in hooks):

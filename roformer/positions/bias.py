@@ -177,7 +177,7 @@ class ALiBi(base.PositionScheme):
   options = {'alibi': {}}
   capabilities = base.Capabilities(
       logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True,
-      fused_bias=True)
+      fused_bias=True, fused_first=True)
   Layer = _ALiBiLayer
 
 

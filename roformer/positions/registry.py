@@ -256,7 +256,9 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
         feature_rotation=all(c.feature_rotation or not c.rotary for c in caps) and any(
             c.feature_rotation for c in caps),
         real_positions=all(c.real_positions or not c.reads_positions for c in caps),
-        fused_bias=all(c.fused_bias or not c.logits_term for c in caps))
+        fused_bias=all(c.fused_bias or not c.logits_term for c in caps),
+        fused_first=any(c.logits_term for c in caps) and all(
+            c.fused_first or not c.logits_term for c in caps))
     causal_reason = '; '.join(p.causal_reason for p in parts if p.capabilities.causal_only)
     Shared = LayerShared
 
@@ -366,7 +368,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
         value_term=a.value_term, computes_logits=a.computes_logits, rotary=a.rotary,
         feature_rotation=False,
         real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)),
-        fused_bias=b.fused_bias and (a.fused_bias or not a.logits_term))
+        fused_bias=b.fused_bias and (a.fused_bias or not a.logits_term),
+        fused_first=b.fused_first and (a.fused_first or not a.logits_term))
     causal_reason = first.causal_reason if a.causal_only else second.causal_reason
     Shared = CombinedShared
     Layer = CombinedLayer
@@ -496,9 +499,10 @@ def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
 
 def capability_table() -> str:
   """The Markdown table of docs/positions.md: for every registered kind, the attention
-  implementations (pallas: the fused kernel of roformer/fused_bias.py), FAVOR+, the key/value
-  cache, encoders and continuation at a new length it supports, and whether it reads
-  real-valued positions (random float sampling), from the declared capabilities
+  implementations (pallas: the fused kernel of roformer/fused_bias.py, which `auto` takes on a
+  GPU for a scheme that declares fused_first), FAVOR+, the key/value cache, encoders and
+  continuation at a new length it supports, and whether it reads real-valued positions
+  (random float sampling), from the declared capabilities
   (tests/test_docs.py keeps the page equal to it)."""
   yes = lambda flag: 'yes' if flag else 'no'
   lines = ['| kind | einsum | xla | cudnn | pallas | FAVOR+ | key/value cache | encoders '
@@ -510,7 +514,8 @@ def capability_table() -> str:
     longer = ('yes' if cls.max_length.__func__ is PositionScheme.max_length.__func__ else
               'within the lengths its parameters cover')
     lines.append(f'| `{kind}` | ' + ' | '.join(
-        [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn', 'pallas')]
+        [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
+        + ['yes, auto on a GPU' if caps.fused_first else yes('pallas' in caps.implementations)]
         + [favor, 'yes', yes(not caps.causal_only), longer,
            yes(caps.real_positions) if caps.reads_positions else 'none read']) + ' |')
   return '\n'.join(lines)
