@@ -243,10 +243,13 @@ def causal_block_attention(q, k, v, mask, bias, rows: int, window: int = 0):
   return over_causal_blocks(blocked_softmax_attention, q, k, v, mask, bias, rows, window)
 
 
-def over_causal_blocks(attend_block, q, k, v, mask, bias, rows: int, window: int):
-  """`attend_block(q, k, v, mask, bias)` for each run of at most `rows` queries over the keys
-  from the first its window sees to its last row (mask and bias sliced alike), concatenated
-  along the queries: the block skipping shared by the softmax and stick-breaking."""
+def over_causal_blocks(attend_block, q, k, v, mask, bias, rows: int, window: int,
+                       q_rows: tuple = (), k_rows: tuple = ()):
+  """`attend_block(q, k, v, mask, bias, *q_rows, *k_rows)` for each run of at most `rows`
+  queries over the keys from the first its window sees to its last row (mask and bias sliced
+  alike; `q_rows` and `k_rows`, further [batch, L, ...] arrays such as positions, sliced as
+  the queries and as the keys), concatenated along the queries: the block skipping shared by
+  the softmax, stick-breaking and the remapped logits."""
   if q.shape[1] != k.shape[1]:
     raise ValueError(f'causal blocks need self-attention (q_len {q.shape[1]} != k_len '
                      f'{k.shape[1]}).')
@@ -255,7 +258,9 @@ def over_causal_blocks(attend_block, q, k, v, mask, bias, rows: int, window: int
     first = max(0, start - window + 1) if window else 0
     out.append(attend_block(q[:, start:end], k[:, first:end], v[:, first:end],
                             _block_of(mask, start, end, first),
-                            _block_of(bias, start, end, first)))
+                            _block_of(bias, start, end, first),
+                            *(x[:, start:end] for x in q_rows),
+                            *(x[:, first:end] for x in k_rows)))
   return out[0] if len(out) == 1 else jnp.concatenate(out, axis=1)
 
 

@@ -234,6 +234,63 @@ def test_a_token_the_streaming_cache_evicted_is_not_seen():
   assert np.abs(_full(model, tokens.at[0, 1].set(4))[0, 12] - base[0, 12]).max() > 1e-4
 
 
+_REMAPS = [('rerope', {'window': 5}), ('leaky_rerope', {'window': 4, 'k': 2.0}),
+           ('self_extend', {'neighbor_window': 4, 'group_size': 3}),
+           ('string', {'shift': 6, 'local_window': 2}),
+           ('dca', {'chunk_size': 5, 'local_window': 2}), ('sinks', {'sink_tokens': 2, 'window': 4})]
+
+
+def _packed(model, tokens):
+  """Logits of two packed documents per row (6 and 9 tokens), positions restarting."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  seg = jnp.asarray([[1] * 6 + [2] * 9] * tokens.shape[0])
+  pos = jnp.asarray([list(range(6)) + list(range(9))] * tokens.shape[0])
+  return np.asarray(nnx.jit(lambda m, t, p, s: m(t, p, s))(model, tokens, pos, seg))
+
+
+@pytest.mark.parametrize('method,options', _REMAPS)
+@pytest.mark.parametrize('fields', [{}, {'attention.ssmax': True}, {'layer_windows': (6, 0)}])
+def test_a_remap_over_causal_blocks_of_queries_equals_the_whole_matrix(method, options, fields):
+  """Queries in blocks of 4 (each over the keys up to its last row, from its window's first)
+  give the logits of the whole [L, L] remapped matrix, with packed documents, SSMax's per-row
+  factor and a sliding window."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import kinds  # pylint: disable=g-import-not-at-top
+  from roformer import models  # pylint: disable=g-import-not-at-top
+  tokens = jnp.asarray(np.random.default_rng(3).integers(5, 50, (2, 15)))
+  got = {}
+  for rows in (0, 4):
+    cfg = kinds.tiny_config('rope', dropout=0.0, num_layers=2, causal_block=rows).model
+    kinds.set_fields(cfg, fields)
+    cfg.position.rope.remap.method = method
+    cfg.position.rope.remap.update(options)
+    got[rows] = _packed(models.create(cfg, seed=5), tokens)
+  np.testing.assert_allclose(got[4], got[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_remap_over_causal_blocks_holds_one_blocks_logits_at_a_time():
+  """ReRoPE's two [heads, L, L] products are what a whole-matrix remap holds; in blocks of
+  64 queries the compiled forward pass at L = 1024 needs less than half the scratch memory."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import kinds  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from roformer import models  # pylint: disable=g-import-not-at-top
+  tokens = jnp.ones((1, 1024), jnp.int32)
+  pos = jnp.arange(1024)[None]
+  temp = {}
+  for rows in (0, 64):
+    cfg = kinds.tiny_config('rope', dropout=0.0, num_layers=1, causal_block=rows).model
+    cfg.position.rope.remap.update(method='rerope', window=16)
+    graph, state = nnx.split(models.create(cfg, seed=0))
+    forward = lambda state, t, p: nnx.merge(graph, state)(t, p, jnp.ones_like(t))
+    compiled = jax.jit(forward).lower(state, tokens, pos).compile()
+    temp[rows] = compiled.memory_analysis().temp_size_in_bytes
+  whole = 2 * cfg.num_heads * 1024 ** 2 * 4  # Two float32 products, one per region.
+  assert temp[0] >= whole and temp[64] < temp[0] / 2, temp
+
+
 _SLOW = pytest.mark.slow  # The same code path as the default cases (regions over the cache).
 
 

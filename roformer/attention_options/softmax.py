@@ -1,6 +1,8 @@
 """Softmax attention (`attention.kind='softmax'`, the default): softmax over q.k/sqrt(d) and the
 position scheme's terms, on every implementation (`attention.attend`), or on the fused bias
-kernel of roformer/fused_bias.py with attention_impl='pallas'."""
+kernel of roformer/fused_bias.py with attention_impl='pallas'. Under a distance remap the
+logits are RoPE's at the remapped distances, computed over causal blocks of queries
+(`model.causal_block`) so that a long evaluation holds one block's rows of them at a time."""
 
 import jax.numpy as jnp
 
@@ -23,12 +25,16 @@ class Softmax(base.AttentionKind):
     factors = lambda mask: [f for f in (o.logits_factor(module, mask) for o in module.options)
                             if f is not None]
     former = next((o for o in module.options if o.forms_logits), None)
-    if module.computes_logits or module.remap:
-      if module.remap:
-        logits, seen = position.remapped_logits(q, k, *args)
-        mask = mask if seen is None else mask & seen[:, None]
-      else:
-        logits = position.logits(q, k, *args, mask, site.ctx)
+    if module.remap:
+      rows = module.causal_block if cache is None and not module.record_probs else 0
+      if module.causal and 0 < rows < q.shape[1]:
+        return attention.over_causal_blocks(
+            lambda q, k, v, mask, _, q_pos, k_pos: _remapped(position, q, k, v, mask, q_pos,
+                                                             k_pos, factors)[0],
+            q, k, v, mask, None, rows, module.window, (site.pos,), (site.k_pos,)), None
+      return _remapped(position, q, k, v, mask, *args, factors)
+    if module.computes_logits:
+      logits = position.logits(q, k, *args, mask, site.ctx)
       for factor in factors(mask):
         logits = logits * factor[..., None]
       return attention.attend_logits(logits, v, mask)
@@ -52,3 +58,16 @@ class Softmax(base.AttentionKind):
                             window=module.window,
                             segments=site.segments if cache is None else None,
                             causal=module.causal)
+
+
+def _remapped(position, q, k, v, mask, q_pos, k_pos, factors):
+  """softmax over RoPE's logits under the layer's distance remap (`remapped_logits`: one
+  [batch, heads, q_len, k_len] product per region of the remap), with the pairs the remap hides
+  masked and each option's row factor: (output, weights). Run over causal blocks of queries,
+  it holds one block's rows at a time: each row's factor reads only its own row of the mask,
+  and the keys a block leaves out are all after its rows or before its window."""
+  logits, seen = position.remapped_logits(q, k, q_pos, k_pos)
+  mask = mask if seen is None else mask & seen[:, None]
+  for factor in factors(mask):
+    logits = logits * factor[..., None]
+  return attention.attend_logits(logits, v, mask)
