@@ -34,7 +34,9 @@ from configs import test as test_config  # pylint: disable=wrong-import-position
 
 # The files that take longest (measured at the default suite's last timing, docs/testing.md) are
 # handed to the two workers first (pytest.ini: --dist loadfile gives out files in collection
-# order), so that the run does not end with one worker on a long file while the other waits.
+# order, with --no-loadscope-reorder, without which pytest-xdist orders them by their number of
+# tests instead), so that the run does not end with one worker on a long file while the other
+# waits.
 LONGEST_FIRST = ('test_reliability.py', 'test_train.py', 'test_members.py',
                  'test_scheme_interface.py', 'test_sweep.py', 'test_multihost.py',
                  'test_classify.py', 'test_attention.py', 'test_decode.py', 'test_translate.py',

@@ -249,12 +249,14 @@ def _packed(model, tokens):
   return np.asarray(nnx.jit(lambda m, t, p, s: m(t, p, s))(model, tokens, pos, seg))
 
 
-# Each method once, with packed documents and in turn nothing more, SSMax or a window.
+# Each method once, with packed documents and in turn nothing more, SSMax or a window (ReRoPE
+# and the sinks by default, the others with -m slow).
 _FIELDS = ({}, {'attention.ssmax': True}, {'layer_windows': (6, 0)})
 
 
 @pytest.mark.parametrize('method,options,fields', [
-    (method, options, _FIELDS[n % 3]) for n, (method, options) in enumerate(_REMAPS)])
+    pytest.param(method, options, _FIELDS[n % 3], marks=() if n in (0, 5) else pytest.mark.slow)
+    for n, (method, options) in enumerate(_REMAPS)])
 def test_a_remap_over_causal_blocks_of_queries_equals_the_whole_matrix(method, options, fields):
   """Queries in blocks of 4 (each over the keys up to its last row, from its window's first)
   give the logits of the whole [L, L] remapped matrix, with packed documents, SSMax's per-row
