@@ -32,8 +32,10 @@ def resolve(impl: str, *, dtype, allowed: Iterable[str] | None = None,
   first of the backend's preferences that `allowed` holds (the implementations that can run
   the layer: its position scheme's, its attention kind's and its options'; None: every one):
   'einsum' on CPU; on a GPU with bfloat16/float16 activations (cuDNN's fused kernels take no
-  float32) 'cudnn', then 'xla', with 'pallas' before them for a scheme that declares
-  `fused_first` (its bias measured faster on the fused kernel than materialised for cuDNN);
+  float32) 'cudnn', then 'xla', with 'pallas' before them where `fused_first` (the scheme's
+  bias was measured faster on the fused kernel than materialised for cuDNN, and the kernel
+  takes the layer) and cuDNN could run the layer too (the kernel stands in for cuDNN, never
+  for the einsum path: stick-breaking's kernels are not chosen);
   'xla' elsewhere (TPU); 'einsum', which runs every layer, last. Explicit choices are
   returned unchanged (the config checks refuse one the layer cannot run)."""
   if impl != 'auto':
@@ -42,10 +44,12 @@ def resolve(impl: str, *, dtype, allowed: Iterable[str] | None = None,
   if backend == 'cpu':
     preferred = ()
   elif backend in ('gpu', 'cuda', 'rocm') and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16):
-    preferred = ('pallas',) * fused_first + ('cudnn', 'xla')
+    preferred = ('cudnn', 'xla')
   else:
     preferred = ('xla',)
   allowed = IMPLEMENTATIONS if allowed is None else tuple(allowed)
+  if fused_first and preferred[:1] == ('cudnn',) and {'pallas', 'cudnn'} <= set(allowed):
+    preferred = ('pallas',) + preferred
   return next((i for i in preferred if i in allowed), 'einsum')
 
 

@@ -91,6 +91,13 @@ def compiler_params():
   return pltriton.CompilerParams(num_warps=4, num_stages=2)
 
 
+def triton_takes(head_dim: int) -> bool:
+  """Whether the kernel's blocks through Triton take this head width: a power of 2 (each of a
+  block's dimensions is one, and the head is a whole block) and at least 16 (the smallest
+  inner dimension of Triton's matrix products). Interpret mode takes any."""
+  return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
 def _param_width(bias: Bias) -> int:
   """The per-head parameters' block width: a power of 2 (Triton's blocks are), at least 1."""
   return 1 << max(bias.num_params - 1, 0).bit_length()

@@ -17,6 +17,7 @@ from flax import nnx
 
 from roformer import attention
 from roformer import attention_options
+from roformer import fused_bias
 from roformer import layers
 from roformer import positions as positions_lib
 from roformer import sharding
@@ -70,8 +71,13 @@ class MultiHeadAttention(nnx.Module):
     allowed = set(caps.implementations) & attention_options.implementations(att)
     if self.remap:
       allowed &= {'einsum'}
-    self.impl = attention.resolve(cfg.attention_impl, dtype=dtype, allowed=allowed,
-                                  fused_first=caps.fused_first)
+    self.impl = attention.resolve(
+        cfg.attention_impl, dtype=dtype, allowed=allowed,
+        fused_first=caps.fused_first and fused_bias.triton_takes(self.head_dim))
+    # Calls the fused kernels do not take (a key/value cache, rows without packed segments)
+    # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
+    self.unfused_impl = (attention.resolve('auto', dtype=dtype, allowed=allowed - {'pallas'})
+                         if cfg.attention_impl == 'auto' else self.impl)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.

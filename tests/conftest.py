@@ -37,12 +37,12 @@ from configs import test as test_config  # pylint: disable=wrong-import-position
 # order, with --no-loadscope-reorder, without which pytest-xdist orders them by their number of
 # tests instead), so that the run does not end with one worker on a long file while the other
 # waits.
-LONGEST_FIRST = ('test_reliability.py', 'test_train.py', 'test_members.py',
-                 'test_scheme_interface.py', 'test_sweep.py', 'test_multihost.py',
-                 'test_classify.py', 'test_attention.py', 'test_decode.py', 'test_translate.py',
-                 'test_entry_points.py', 'test_kill_points.py', 'test_mlm.py',
-                 'test_generate.py', 'test_hf_checkpoints.py', 'test_path.py', 'test_step.py',
-                 'test_performer.py', 'test_sinks.py')
+LONGEST_FIRST = ('test_entry_points.py', 'test_train.py', 'test_reliability.py', 'test_sweep.py',
+                 'test_scheme_interface.py', 'test_decode.py', 'test_translate.py',
+                 'test_hf_checkpoints.py', 'test_fused_bias.py', 'test_attention.py',
+                 'test_members.py', 'test_classify.py', 'test_sinks.py', 'test_autodiff.py',
+                 'test_synthetic.py', 'test_mlm.py', 'test_fope.py', 'test_context_extension.py',
+                 'test_fused_stick_breaking.py', 'test_multihost.py')
 
 
 def pytest_collection_modifyitems(items):

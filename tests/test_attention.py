@@ -98,6 +98,7 @@ def test_attend_implementations_agree_with_bias_and_padding():
     ('gpu', jnp.bfloat16, None, True, 'pallas'),
     ('gpu', jnp.float16, {'einsum', 'cudnn', 'pallas'}, True, 'pallas'),
     ('gpu', jnp.bfloat16, {'einsum', 'xla', 'cudnn'}, True, 'cudnn'),  # A switch not on it.
+    ('gpu', jnp.bfloat16, {'einsum', 'pallas'}, True, 'einsum'),  # Stick-breaking's kernels.
     ('gpu', jnp.float32, None, True, 'xla'),
     ('cpu', jnp.bfloat16, None, True, 'einsum'),
     ('tpu', jnp.bfloat16, None, True, 'xla'),
@@ -131,13 +132,29 @@ def test_default_model_uses_the_resolved_implementation():
     ('kerple', {}, 'cudnn'),  # Not measured: cuDNN stays.
     ('t5', {}, 'cudnn'),
     ('alibi', {'ssmax': True}, 'cudnn'),  # The kernel adds its bias unscaled.
+    ('alibi', {'kind': 'stick_breaking'}, 'einsum'),  # Its kernels are forced, never chosen.
 ])
 def test_on_a_gpu_auto_gives_each_layer_an_implementation_it_can_run(
     monkeypatch, kind, attention_fields, want):
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
   cfg = test_config.get_config(kind).model
-  cfg.dtype = 'bfloat16'
+  cfg.update(dtype='bfloat16', d_model=64)  # Heads of 16, which the fused kernel takes.
   cfg.attention.update(attention_fields)
+  model = models.create(cfg, seed=0)
+  assert {b.attn.impl for b in model.blocks} == {want}
+  # Decoding with a cache, which the kernel does not take, runs what auto chose before it.
+  assert {b.attn.unfused_impl for b in model.blocks} == {'cudnn' if want == 'pallas' else want}
+
+
+@pytest.mark.parametrize('d_model,want', [(64, 'pallas'), (128, 'pallas'), (32, 'cudnn'),
+                                           (48, 'cudnn'), (96, 'cudnn')])
+def test_on_a_gpu_auto_takes_the_fused_kernel_only_at_head_widths_triton_takes(
+    monkeypatch, d_model, want):
+  """Four heads of d_model / 4: the kernel where a head is a power of 2 and at least 16 wide
+  (Triton's blocks), cuDNN for heads of 8, 12 and 24."""
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  cfg = test_config.get_config('alibi').model
+  cfg.update(dtype='bfloat16', d_model=d_model, num_heads=4)
   model = models.create(cfg, seed=0)
   assert {b.attn.impl for b in model.blocks} == {want}
 
@@ -146,7 +163,7 @@ def test_on_a_gpu_auto_chooses_per_layer_in_a_hybrid(monkeypatch):
   """Each layer's own scheme decides: ALiBi's layers on the fused kernel, RoPE's on cuDNN."""
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
   cfg = test_config.get_config('rope').model
-  cfg.update(dtype='bfloat16', num_layers=3, layer_kinds=('alibi', 'rope', 'alibi'))
+  cfg.update(dtype='bfloat16', d_model=64, num_layers=3, layer_kinds=('alibi', 'rope', 'alibi'))
   model = models.create(cfg, seed=0)
   assert [b.attn.impl for b in model.blocks] == ['pallas', 'cudnn', 'pallas']
 

@@ -249,18 +249,23 @@ def _packed(model, tokens):
   return np.asarray(nnx.jit(lambda m, t, p, s: m(t, p, s))(model, tokens, pos, seg))
 
 
-# Each method once, with packed documents and in turn nothing more, SSMax or a window (ReRoPE
-# and the sinks by default, the others with -m slow).
+# Each method once, with packed documents and in turn nothing more, SSMax or a window (leaky
+# ReRoPE with SSMax and the sinks with a window by default, the others with -m slow).
 _FIELDS = ({}, {'attention.ssmax': True}, {'layer_windows': (6, 0)})
 
 
+# Dynamic scaling's frequencies follow the row's length, not a block's.
+_DYNAMIC = {'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.factor': 2.0,
+            'position.rope.scaling.original_length': 4}
+
+
 @pytest.mark.parametrize('method,options,fields', [
-    pytest.param(method, options, _FIELDS[n % 3], marks=() if n in (0, 5) else pytest.mark.slow)
-    for n, (method, options) in enumerate(_REMAPS)])
+    pytest.param(method, options, _FIELDS[n % 3], marks=() if n in (1, 5) else pytest.mark.slow)
+    for n, (method, options) in enumerate(_REMAPS)] + [('dca', _REMAPS[4][1], _DYNAMIC)])
 def test_a_remap_over_causal_blocks_of_queries_equals_the_whole_matrix(method, options, fields):
   """Queries in blocks of 4 (each over the keys up to its last row, from its window's first)
   give the logits of the whole [L, L] remapped matrix, with packed documents, SSMax's per-row
-  factor and a sliding window."""
+  factor, a sliding window and dynamic scaling."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import kinds  # pylint: disable=g-import-not-at-top
   from roformer import models  # pylint: disable=g-import-not-at-top

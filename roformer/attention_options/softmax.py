@@ -30,7 +30,7 @@ class Softmax(base.AttentionKind):
       if module.causal and 0 < rows < q.shape[1]:
         return attention.over_causal_blocks(
             lambda q, k, v, mask, _, q_pos, k_pos: _remapped(position, q, k, v, mask, q_pos,
-                                                             k_pos, factors)[0],
+                                                             k_pos, factors, site.k_pos)[0],
             q, k, v, mask, None, rows, module.window, (site.pos,), (site.k_pos,)), None
       return _remapped(position, q, k, v, mask, *args, factors)
     if module.computes_logits:
@@ -52,7 +52,7 @@ class Softmax(base.AttentionKind):
       q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
       bias = None if bias is None else bias * factor[..., None]
     return attention.attend(q, k, v, mask, bias=bias,
-                            impl='einsum' if module.record_probs else module.impl,
+                            impl='einsum' if module.record_probs else module.unfused_impl,
                             return_probs=module.value_term or module.record_probs,
                             causal_block=module.causal_block if cache is None else 0,
                             window=module.window,
@@ -60,13 +60,14 @@ class Softmax(base.AttentionKind):
                             causal=module.causal)
 
 
-def _remapped(position, q, k, v, mask, q_pos, k_pos, factors):
+def _remapped(position, q, k, v, mask, q_pos, k_pos, factors, row_pos=None):
   """softmax over RoPE's logits under the layer's distance remap (`remapped_logits`: one
   [batch, heads, q_len, k_len] product per region of the remap), with the pairs the remap hides
   masked and each option's row factor: (output, weights). Run over causal blocks of queries,
   it holds one block's rows at a time: each row's factor reads only its own row of the mask,
-  and the keys a block leaves out are all after its rows or before its window."""
-  logits, seen = position.remapped_logits(q, k, q_pos, k_pos)
+  and the keys a block leaves out are all after its rows or before its window; `row_pos`, the
+  row's positions, decides what depends on its length (dynamic scaling)."""
+  logits, seen = position.remapped_logits(q, k, q_pos, k_pos, row_pos)
   mask = mask if seen is None else mask & seen[:, None]
   for factor in factors(mask):
     logits = logits * factor[..., None]

@@ -31,7 +31,7 @@ with attention_impl='pallas'):
 | `logits_bias(q, k, q_pos, k_pos, mask, ctx)` | Layer  | the bias schemes (*)   | added to the attention logits   |
 | `fused_bias(q_pos, ctx)`                     | Layer  | alibi, kerple, t5, ... | the bias for the fused kernel   |
 | `logits(q, k, q_pos, k_pos, mask, ctx)`      | Layer  | path, pope, tapa       | replaces q.k/sqrt(d) itself     |
-| `remapped_logits(q, k, q_pos, k_pos)`        | Layer  | rope                   | the logits under a remap        |
+| `remapped_logits(q, k, q_pos, k_pos, row)`   | Layer  | rope                   | the logits under a remap        |
 | `value_term(probs, q_pos, k_pos, ctx)`       | Layer  | shaw                   | added to the attention output   |
 | `cache_state(batch, max_len)`                | Layer  | fox, path              | its per-slot state in the cache |
 | `extend_cache(ctx, state, index)`            | Layer  | fox, path              | the context over every slot     |
@@ -184,10 +184,12 @@ class Layer(nnx.Module):
     q.k/sqrt(d), for schemes whose capabilities say `computes_logits`."""
     raise NotImplementedError(f'{type(self).__name__} does not compute logits.')
 
-  def remapped_logits(self, q, k, q_pos, k_pos):
+  def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
     """For a layer whose scheme `remaps`: the scaled logits [batch, heads, q_len, k_len]
     (float32) under its training-free distance remap, and the [batch, q_len, k_len] pairs the
-    remap lets a query see (None: all)."""
+    remap lets a query see (None: all). `row_pos`: the whole row's positions where q and k are
+    a block of it (what depends on the row's length, such as dynamic scaling's frequencies, is
+    the row's)."""
     raise NotImplementedError(f'{type(self).__name__} has no distance remap.')
 
   def value_term(self, probs, q_pos, k_pos, ctx):

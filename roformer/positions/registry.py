@@ -340,8 +340,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
       return (self.first.logits(q, k, q_pos, k_pos, mask, ctx[0])
               + self.second.logits_bias(q, k, q_pos, k_pos, mask, ctx[1]))
 
-    def remapped_logits(self, q, k, q_pos, k_pos):
-      return self.first.remapped_logits(q, k, q_pos, k_pos)
+    def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
+      return self.first.remapped_logits(q, k, q_pos, k_pos, row_pos)
 
     def value_term(self, probs, q_pos, k_pos, ctx):
       return self.first.value_term(probs, q_pos, k_pos, ctx[0])

@@ -202,13 +202,13 @@ class _RotaryLayer(base.Layer):
       q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
     return q, k
 
-  def remapped_logits(self, q, k, q_pos, k_pos):
+  def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
     """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of this layer's
     remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; YaRN's
     temperature on q and k), and the [batch, q_len, k_len] pairs the method lets a query see
     (None: all)."""
     r = self.heads
-    freqs = r.frequencies(q_pos, k_pos)
+    freqs = r.frequencies(q_pos, k_pos) if row_pos is None else r.frequencies(row_pos)
     method, options = self.remap[0], dict(self.remap[1])
     logits = remap.remapped_logits(q, k, q_pos, k_pos, lambda x, p: r(x, p, freqs), method,
                                    **options)
