@@ -237,7 +237,8 @@ def test_a_token_the_streaming_cache_evicted_is_not_seen():
 _REMAPS = [('rerope', {'window': 5}), ('leaky_rerope', {'window': 4, 'k': 2.0}),
            ('self_extend', {'neighbor_window': 4, 'group_size': 3}),
            ('string', {'shift': 6, 'local_window': 2}),
-           ('dca', {'chunk_size': 5, 'local_window': 2}), ('sinks', {'sink_tokens': 2, 'window': 4})]
+           ('dca', {'chunk_size': 5, 'local_window': 2}),
+           ('sinks', {'sink_tokens': 2, 'window': 4})]
 
 
 def _packed(model, tokens):
