@@ -22,7 +22,8 @@
 #      `fused` (only when named): the fused bias kernel (attention_impl=pallas) against cuDNN
 #      for rope, alibi and fox at gpu_125m, FoX's longest length on it (8k-32k, one row), and
 #      stick-breaking (no positions) on its Pallas kernels against its einsum path
-#      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried, empty for none; on
+#      (FUSED_STEPS timed steps, 10; FUSED_LENGTHS, the FoX lengths tried, empty for none;
+#      FUSED_STICK_BREAKING=0 leaves stick-breaking out; on
 #      an H200 a process's first 125M compile took 74-93 s, autotuning included, and the six
 #      variants did not all compile within 170-218 s: FUSED_LIMIT 480 and FUSED_LENGTH_LIMIT
 #      240 by default, up to 36 minutes in all, so a lease of 15 minutes runs it in parts with
@@ -189,11 +190,13 @@ for length in ${FUSED_LENGTHS-8192 16384 32768}; do  # The longest FoX step that
       > "$OUT/fused_fox_$length.log" 2>&1
   echo "fox at $length on pallas: exit $? (124: time limit)"; tail -2 "$OUT/fused_fox_$length.log"
 done
+if (( ${FUSED_STICK_BREAKING:-1} )); then  # 0: leave stick-breaking out of the stage.
 timeout "${FUSED_LIMIT:-480}" "${BENCH[@]}" --preset gpu_125m --kinds none \
     --config.model.attention.kind=stick_breaking --vary model.attention_impl=einsum,pallas \
     --steps "${FUSED_STEPS:-10}" --warmup 1 --out "$OUT/fused_stick_breaking.json" 2>&1 \
     | grep -v '^I1\|^W1' | tail -6
 echo "exit ${PIPESTATUS[0]} (124: time limit)"
+fi
 fi
 
 if want ahead; then
