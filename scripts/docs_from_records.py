@@ -357,7 +357,7 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
     value = _varied(row['name'], data['config'])
     cells[(value(by), value(field))] = row
   columns = list(dict.fromkeys(f for _, f in cells))
-  rows = sorted(dict.fromkeys(b for b, _ in cells), key=lambda v: float(v))
+  rows = sorted(dict.fromkeys(b for b, _ in cells), key=_number_first)
   if len(columns) != 2 or len(cells) != len(rows) * 2:
     raise errors.ConfigError(f'"{spec}": {path} holds {sorted(cells)}, not two values of '
                              f'{field} for each {by}. Fix: name the fields it varies.')
@@ -374,8 +374,18 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
         f"{first['peak_bytes'] / 2**20:,.0f} / {second['peak_bytes'] / 2**20:,.0f} |")
   lines += ['', f"{data['device_kind']} ({data['backend']}, {data['devices']} device), "
             f"{data['date']}; median of {data['steps']} steps each in {data['rounds_count']} "
-            'interleaved rounds; compile time is the whole train step\'s, optimizer included.']
+            'interleaved rounds; compile time is the whole '
+            + ("evaluation step's." if data.get('step') == 'eval' else
+               "train step's, optimizer included.")]
   return lines
+
+
+def _number_first(value: str):
+  """Sort key: numbers in order, then words (a varied field's values are either)."""
+  try:
+    return (0, float(value), '')
+  except ValueError:
+    return (1, 0.0, value)
 
 
 # What a rows block reads of each benchmark row.

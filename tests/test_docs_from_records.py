@@ -183,6 +183,16 @@ def test_a_compare_block_reads_the_varied_values_from_the_row_names(tmp_path):
   assert lines[3] == '| 12 | 9.0 s | 3.5 s | 30 | 24 | 0.80x (0.80-0.90) | 3 / 3 |'
   with pytest.raises(errors.ConfigError, match='not two values of dtype'):
     docs.compare(path, {'field': ['dtype'], 'by': ['num_layers']}, 'spec')
+  # Words as the `by` values (a remap's methods), in order, and an evaluation step's note.
+  record['step'] = 'eval'
+  for r, name in zip(record['rows'], ('rope[method=string]', 'rope[method=dca]',
+                                      'rope[method=string][scan_layers=True]',
+                                      'rope[method=dca][scan_layers=True]')):
+    r['name'] = name
+  path.write_text(json.dumps(record), encoding='utf-8')
+  lines = docs.compare(path, {'field': ['scan_layers'], 'by': ['method']}, 'spec')
+  assert [line.split(' |')[0] for line in lines[2:4]] == ['| dca', '| string']
+  assert lines[-1].endswith("compile time is the whole evaluation step's.")
 
 
 def test_a_phases_block_gives_the_median_and_range_of_each_phase(tmp_path):
