@@ -229,13 +229,12 @@ set_bench
 # 16 layers, d_model 1536, 12 heads of 128 with 4 key/value heads, a SwiGLU MLP of 4,096 and an
 # untied 32k vocabulary: 0.50B parameters, bfloat16, one row of 32,768 tokens. One process per
 # remap (LLAMA_REMAPS), so that a remap that does not fit ends its own run only. A remap runs
-# over causal blocks of queries: 16 blocks of 2,048 rows (about 3 GiB of float32 logits each per
-# region), the layers scanned so that one layer's blocks are compiled.
+# over four causal blocks of queries (8,192 rows: 12.9 GB of float32 logits per region), the
+# layers scanned so that one layer's blocks are compiled.
 LLAMA="--config configs/lm.py:llama --config.model.d_model=1536 --config.model.num_heads=12
     --config.model.num_kv_heads=4 --config.model.num_layers=16 --config.model.d_ff=4096
     --config.data.vocab_size=32000 --config.data.seq_len=${LLAMA_LENGTH:-32768}
-    --config.train.batch_size=1 --config.model.dtype=bfloat16
-    --config.model.causal_block=${LLAMA_BLOCK:-2048} --config.model.scan_layers=True"
+    --config.train.batch_size=1 --config.model.dtype=bfloat16 --config.model.scan_layers=True"
 for method in ${LLAMA_REMAPS-none rerope sinks}; do
   timeout "${LLAMA_LIMIT:-120}" "${BENCH[@]}" $LLAMA --kinds rope --step eval \
       --config.model.position.rope.remap.method=$method --steps 3 --warmup 1 \

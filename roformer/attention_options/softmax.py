@@ -12,9 +12,8 @@ from roformer import fused_bias
 from roformer.attention_options import base
 
 # A remap's queries run in at most this many causal blocks (of at least model.causal_block rows):
-# each block is its own part of the compiled program (on the CPU at 2,048 tokens, 16 blocks
-# compiled in 8.1 s, 4 in 2.5-2.7 s, the whole matrix in 1.0 s), and a quarter of the rows at a
-# time is what lets a 32k row fit.
+# each block is its own part of the compiled program, so the compile time grows with their
+# number (docs/positions.md), and a quarter of the rows at a time is what lets a 32k row fit.
 REMAP_BLOCKS = 4
 
 
