@@ -71,9 +71,12 @@ class MultiHeadAttention(nnx.Module):
     allowed = set(caps.implementations) & attention_options.implementations(att)
     if self.remap:
       allowed &= {'einsum'}
+    # The kernel where it was timed faster: its own backward pass (without the hand-written
+    # gradients it runs the plain form, the bias materialised) and heads Triton's blocks take.
     self.impl = attention.resolve(
         cfg.attention_impl, dtype=dtype, allowed=allowed,
-        fused_first=caps.fused_first and fused_bias.triton_takes(self.head_dim))
+        fused_first=(caps.fused_first and fused_bias.triton_takes(self.head_dim)
+                     and cfg.get('custom_gradients') is not False))
     # Calls the fused kernels do not take (a key/value cache, rows without packed segments)
     # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
     self.unfused_impl = (attention.resolve('auto', dtype=dtype, allowed=allowed - {'pallas'})

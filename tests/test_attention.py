@@ -159,6 +159,16 @@ def test_on_a_gpu_auto_takes_the_fused_kernel_only_at_head_widths_triton_takes(
   assert {b.attn.impl for b in model.blocks} == {want}
 
 
+def test_on_a_gpu_without_the_hand_written_gradients_auto_keeps_cudnn(monkeypatch):
+  """model.custom_gradients=False runs the fused kernel's plain form (the bias materialised),
+  which was not what was timed faster."""
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  cfg = test_config.get_config('alibi').model
+  cfg.update(dtype='bfloat16', d_model=64, custom_gradients=False)
+  model = models.create(cfg, seed=0)
+  assert {b.attn.impl for b in model.blocks} == {'cudnn'}
+
+
 def test_on_a_gpu_auto_chooses_per_layer_in_a_hybrid(monkeypatch):
   """Each layer's own scheme decides: ALiBi's layers on the fused kernel, RoPE's on cuDNN."""
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
