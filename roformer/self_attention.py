@@ -79,8 +79,8 @@ class MultiHeadAttention(nnx.Module):
                      and cfg.get('custom_gradients') is not False))
     # Calls the fused kernels do not take (a key/value cache, rows without packed segments)
     # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
-    self.unfused_impl = (attention.resolve('auto', dtype=dtype, allowed=allowed - {'pallas'})
-                         if cfg.attention_impl == 'auto' else self.impl)
+    self.unfused_impl = attention.resolve(cfg.attention_impl, dtype=dtype,
+                                          allowed=allowed - {'pallas'})
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.

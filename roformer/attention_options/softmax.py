@@ -32,9 +32,9 @@ class Softmax(base.AttentionKind):
                             if f is not None]
     former = next((o for o in module.options if o.forms_logits), None)
     if module.remap:
-      rows = module.causal_block if cache is None and not module.record_probs else 0
-      rows = rows and max(rows, -(-q.shape[1] // REMAP_BLOCKS))
-      if module.causal and 0 < rows < q.shape[1]:
+      blocked = module.causal and module.causal_block and cache is None and not module.record_probs
+      rows = max(module.causal_block, -(-q.shape[1] // REMAP_BLOCKS))
+      if blocked and rows < q.shape[1]:
         return attention.over_causal_blocks(
             lambda q, k, v, mask, _, q_pos, k_pos: _remapped(position, q, k, v, mask, q_pos,
                                                              k_pos, factors, site.k_pos)[0],
