@@ -134,12 +134,16 @@ UNRECORDED = 'unrecorded'
 
 def malformed(entry) -> list[str]:
   """The fields of a provenance record (a training start's, an evaluation's) that hold
-  something other than the mapping this module writes there; ['the whole entry'] where the
-  record is not a mapping."""
+  something other than what this module writes there (a mapping; an evaluation's splits a
+  list of names, its lengths a list of integers); ['the whole entry'] where the record is not
+  a mapping."""
   if not isinstance(entry, dict):
     return ['the whole entry']
-  return [key for key in ('packages', 'host', 'variables')
-          if not isinstance(entry.get(key, {}), dict)]
+  listed = lambda key, kind: isinstance(entry.get(key, []), list) and all(
+      isinstance(x, kind) and not isinstance(x, bool) for x in entry.get(key, []))
+  return ([key for key in ('packages', 'host', 'variables')
+           if not isinstance(entry.get(key, {}), dict)]
+          + [key for key, kind in (('splits', str), ('lengths', int)) if not listed(key, kind)])
 
 
 def _rows(entry: dict) -> set:
@@ -150,20 +154,37 @@ def _rows(entry: dict) -> set:
 
 def evaluations_merged(earlier: dict, now: dict) -> list[dict]:
   """The `environments` of the results `now` merged into the results `earlier` of the same
-  checkpoint and settings (eval.py): `earlier`'s entries except those whose every row `now`
-  scored again, then `now`'s, so that each entry left scored some row of the file (where two
-  name a row, the later one scored it). Scores of `earlier` without a readable record stand as
-  one UNRECORDED entry naming their splits and lengths."""
+  checkpoint and settings (eval.py): `earlier`'s entries except those whose every row a later
+  evaluation scored again (`now`'s, or a later entry's), then `now`'s, so that each entry left
+  scored some row of the file (where two name a row, the later one scored it). Scores of
+  `earlier` without a readable record stand as UNRECORDED entries naming their rows: one for
+  the splits scored at the same lengths."""
   entries = earlier.get('environments')
   if not isinstance(entries, list) or any(malformed(e) for e in entries):
-    scored = earlier.get('splits') or {}
-    lengths = sorted({row['length'] for split in scored.values() if isinstance(split, dict)
-                      for row in split.get('lengths', []) if isinstance(row, dict)
-                      and isinstance(row.get('length'), int)})
-    entries = [{UNRECORDED: True, 'splits': sorted({name.split('/')[0] for name in scored}),
-                **({'lengths': lengths} if lengths else {})}] if scored else []
-  covered = set().union(*(_rows(e) for e in now.get('environments', [])))
-  return [e for e in entries if not _rows(e) <= covered] + now.get('environments', [])
+    entries = _unrecorded(earlier.get('splits') or {})
+  now_entries = now.get('environments', [])
+  covered = set().union(*(_rows(e) for e in now_entries))
+  kept = []
+  for entry in reversed(entries):  # Newest first: what a later entry scored, it holds.
+    rows = _rows(entry)
+    if not rows <= covered:
+      kept.append(entry)
+    covered |= rows
+  return kept[::-1] + now_entries
+
+
+def _unrecorded(scored: dict) -> list[dict]:
+  """UNRECORDED entries for the splits `scored` (results' `splits`): one per set of lengths
+  (a classifier's: none), naming the splits scored at exactly those lengths."""
+  groups = {}
+  for name, split in scored.items():
+    rows = split.get('lengths', []) if isinstance(split, dict) else []
+    lengths = tuple(sorted({row['length'] for row in rows if isinstance(row, dict)
+                            and isinstance(row.get('length'), int)}))
+    groups.setdefault(lengths, set()).add(name.split('/')[0])
+  return [{UNRECORDED: True, 'splits': sorted(names), **({'lengths': list(lengths)} if lengths
+                                                          else {})}
+          for lengths, names in sorted(groups.items(), key=lambda g: sorted(g[1]))]
 
 
 def record_start(workdir: str, step: int) -> None:

@@ -94,9 +94,19 @@ def test_each_evaluation_whose_scores_the_file_keeps_keeps_what_it_ran_on(tmp_pa
   assert merged(scores, [d], scores, [entry('f', ['validation', 'test'])])[0]['commit'] == 'f'
   # No record, or a damaged one: the earlier rows stand unrecorded until scored again.
   unrecorded = {'unrecorded': True, 'splits': ['test', 'validation'], 'lengths': [64, 128]}
-  for damaged in (None, {'a': 1}, [a, {**b, 'host': 'Xeon'}], [a, 'b']):
+  for damaged in (None, {'a': 1}, [a, {**b, 'host': 'Xeon'}], [a, 'b'], [{**a, 'splits': 5}],
+                  [{**a, 'lengths': 64}], [{**a, 'splits': [None]}], [{**a, 'splits': 'test'}],
+                  [{**a, 'lengths': [True]}]):
     assert merged(both, damaged, {'validation': rows(64, 128)}, [b]) == [unrecorded, b]
     assert merged(both, damaged, both, [c]) == [c]
+  # An entry every row of which later entries scored again goes, whichever scored them.
+  t = entry('t', ['test'], [64, 128])
+  assert merged(both, [a, b], {'test': rows(64, 128)}, [t]) == [b, t]
+  # Unrecorded splits scored at other lengths name only their own rows.
+  uneven = {'validation': rows(64, 128), 'test': rows(64)}
+  assert merged(uneven, None, {'validation': rows(64, 128)}, [b]) == [
+      {'unrecorded': True, 'splits': ['test'], 'lengths': [64]}, b]
+  assert merged(uneven, None, both, [c]) == [c]
 
 
 def test_results_of_a_later_checkpoint_or_other_settings_are_not_replaced_silently(tmp_path):
