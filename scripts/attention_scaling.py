@@ -113,10 +113,10 @@ def main(argv=None):
     print(f'| {length} | ' + ' | '.join(cells) + ' |')
   if args.out:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    made = provenance.measurement()
     files.write_json_atomic(args.out, {'device': str(jax.devices()[0]), 'rows': rows,
-                                       'date': time.strftime('%Y-%m-%d'),
-                                       'commit': provenance.commit(),
-                                       'made_with': provenance.measurement()})
+                                       'date': made['date'], 'commit': made['commit'],
+                                       'made_with': made})
     print(f'wrote {args.out}')
 
 

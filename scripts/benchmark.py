@@ -440,8 +440,8 @@ def main(args):
     runner.warm(args.warmup)
     print(f'[benchmark] {name}: {args.warmup} warm-up steps in {time.perf_counter() - start:.2f} s',
           file=sys.stderr, flush=True)
-  meta = {'date': time.strftime('%Y-%m-%d'), 'commit': provenance.commit(),
-          'made_with': provenance.measurement(),
+  made = provenance.measurement()
+  meta = {'date': made['date'], 'commit': made['commit'], 'made_with': made,
           'backend': jax.default_backend(),
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,
