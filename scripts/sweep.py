@@ -10,7 +10,9 @@ plain evaluation as eval.py would (`--eval_splits`); evaluations with overrides 
 afterwards. Children log to WORKDIR/logs/NAME.log (a group's name has {seed} in place of the
 seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache) and the synthetic rows
 the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--no_row_cache`
-leaves each run to build its own). Finished stages are skipped and unfinished runs resume from
+leaves each run to build its own). Each run of the sweep adds a line to WORKDIR/timings.jsonl:
+its commit, host, processes and wall time, in all and group by group (`record_time`). Finished
+stages are skipped and unfinished runs resume from
 their checkpoints, so the same command continues an interrupted sweep (a finished point whose
 checkpoints were deleted stands on its records). A failed point is reported by name and the
 sweep goes on (a group's other members included). Exit status: 2 when nothing ran because a
@@ -48,6 +50,7 @@ from roformer import cli  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import logs  # pylint: disable=wrong-import-position
+from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import reliability  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from roformer.data import row_cache  # pylint: disable=wrong-import-position
@@ -70,12 +73,16 @@ class Progress:
     self.done, self.failed, self.skipped = 0, [], 0
     self.work_left = dict(work or {})  # Group name -> its work, until it ends.
     self.timed_work = self.timed_seconds = 0.0  # Of the groups that trained here.
+    self.seconds = {}  # Group name -> its wall time, for the groups that ran here.
+    self.rows_seconds = None  # Building the synthetic rows beforehand, where they were built.
     self.running = set()
     self.lock = threading.Lock()
 
   def ended(self, group: str, seconds: float | None = None) -> None:
     """Group `group` ended (call under the lock); `seconds` if it ran here."""
     work = self.work_left.pop(group, 0.0)
+    if seconds is not None:
+      self.seconds[group] = seconds
     if seconds is not None and work > 0:
       self.timed_work += work
       self.timed_seconds += seconds
@@ -243,8 +250,9 @@ def prepare_rows(sweep, groups, root: str, extra_train, workers: int, progress) 
                  f'{e}); each run builds its own.')
     return
   if built:
+    progress.rows_seconds = time.perf_counter() - start
     progress.say(f'[sweep] {built:,} synthetic rows built in '
-                 f'{logs.duration(time.perf_counter() - start)} on {workers} processes '
+                 f'{logs.duration(progress.rows_seconds)} on {workers} processes '
                  f'({directory}), read by every run')
 
 
@@ -259,6 +267,27 @@ def record_sweep(root: str, spec: str, sweep) -> None:
       'points': {**earlier.get('points', {}), **{p.name: p.overrides for p in sweep.points}},
       'labels': {**earlier.get('labels', {}),
                  **{p.name: p.label for p in sweep.points if p.label}}}, default=str)
+
+
+TIMES = 'timings.jsonl'
+
+
+def record_time(root: str, args, sweep, groups, parallel: int, pinned, progress: Progress,
+                started: str, seconds: float, ended: str) -> None:
+  """Appends to WORKDIR/timings.jsonl one line for this run of the sweep: what ran it (the
+  commit, the host, its cores), how (processes, pinned or not, rows built beforehand), how many
+  points it trained and how long it took, in all and group by group. A sweep resumed or
+  extended later adds a line of its own; scripts/keep_records.py keeps them beside the points'
+  records and scripts/docs_from_records.py renders them (`sweep_times` blocks)."""
+  ran = sum(len(group.points) for group in groups if group.name in progress.seconds)
+  files.append_record(os.path.join(root, TIMES), {
+      'made_with': provenance.measurement(packages=provenance.PACKAGES),
+      'started': started, 'ended': ended, 'sweep': args.sweep,
+      'config': sweep.config.removeprefix(str(ROOT) + os.sep),
+      'points': len(sweep.points), 'ran_here': ran, 'failed': sorted(progress.failed),
+      'processes': parallel, 'pinned': bool(pinned), 'row_cache': not args.no_row_cache,
+      'rows_s': progress.rows_seconds, 'wall_s': seconds,
+      'groups_s': {name: round(s, 3) for name, s in sorted(progress.seconds.items())}})
 
 
 def failure_message(log_path: str, workdir: str, start: int = 0, limit: int = 400) -> str:
@@ -380,6 +409,7 @@ def child_environment(defaults: dict, unset=()):
 
 def run_sweep(args, sweep, groups, root: str, extra) -> int:
   """Trains and evaluates `groups` (main's, after its checks)."""
+  started, start = time.strftime('%Y-%m-%dT%H:%M:%S%z'), time.perf_counter()
   # No more processes than groups: fewer processes each get more cores when pinned.
   parallel = max(1, min(args.parallel or sweep_plan.default_parallel(sweep, groups), len(groups)))
   work = sweep_plan.group_work(sweep, groups)
@@ -397,6 +427,11 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
         f'{", each on its own cores" if pinned else ""})', flush=True)  # Progress lines follow.
   children = sweeps.Children()
   pool = concurrent.futures.ThreadPoolExecutor(parallel)
+
+  def timed(ended: str) -> None:  # Where anything ran: a sweep found finished adds no line.
+    if progress.seconds or progress.rows_seconds is not None:
+      record_time(root, args, sweep, groups, parallel, pinned, progress, started,
+                  time.perf_counter() - start, ended)
   sigterm = _FirstSigterm()
   # One handler throughout, restored only after the last wait: a SIGTERM repeated at any
   # moment of the stop (a scheduler's, a job's kill of every process) is ignored.
@@ -418,6 +453,7 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
             f' {", ".join(running)}; each run saves a checkpoint first.' if running else '.'),
               flush=True)
         pool.shutdown(wait=True)
+        timed('stopped by ' + name)
         done = sum(sweeps.done(sweep, p, os.path.join(root, p.name)) for p in sweep.points)
         print(f'[sweep] stopped by {name}: {done}/{len(sweep.points)} points finished. Rerun '
               'the same command to go on: finished points are skipped, stopped runs resume '
@@ -433,6 +469,7 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
       raise
     finally:
       pool.shutdown(wait=True)
+  timed('failed' if progress.failed else 'finished')
   if progress.skipped:  # Their groups end without a progress line of their own.
     print(progress.line())
     print(f'[sweep] {progress.skipped} point{"s were" if progress.skipped > 1 else " was"} '

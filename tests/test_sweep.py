@@ -27,6 +27,7 @@ from roformer import config_args
 from roformer import config_schema
 from roformer import errors
 from roformer import metrics as metrics_lib
+from roformer import provenance
 from roformer import resolve
 from roformer import saved_config
 from roformer import sweeps
@@ -246,7 +247,17 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert 'not finite' in failed[0]  # ... naming the cause from its log,
   assert '1/2 points done, 1 failed' in first.stdout  # ... and the other finished.
   assert sorted(os.listdir(root)) == ['kind=alibi,seed=1,learning_rate=1e+30',
-                                      'kind=rope,seed=0', 'logs', 'sweep.json']
+                                      'kind=rope,seed=0', 'logs', 'sweep.json', 'timings.jsonl']
+  # The run's time is kept: one line, both groups timed, none longer than the whole.
+  [timed] = metrics_lib.read_jsonl(os.path.join(root, 'timings.jsonl'))
+  assert (timed['ended'], timed['points'], timed['ran_here'], timed['processes']) == (
+      'failed', 2, 2, 2)
+  assert timed['failed'] == ['kind=alibi,seed=1,learning_rate=1e+30']
+  assert sorted(timed['groups_s']) == ['kind=alibi,seed=1,learning_rate=1e+30',
+                                       'kind=rope,seed=0']
+  assert 0 < max(timed['groups_s'].values()) <= timed['wall_s']
+  assert timed['made_with']['commit'] == provenance.commit() and 'jax' in timed['made_with'][
+      'packages']
   rope = os.path.join(root, 'kind=rope,seed=0')
   assert sorted(f for f in os.listdir(rope) if f.startswith('eval_results')) == [
       'eval_results.json', 'eval_results.rope_yarn.json']
@@ -733,6 +744,12 @@ def test_length_sweep_is_every_scheme_on_each_default_task_at_five_seeds():
   assert sweep.overrides['eval.length_multipliers'] == (1, 2, 4, 8)
   smoke = sweeps.load('configs/sweeps/length.py:smoke,passkey,xl')
   assert [p.name for p in smoke.points] == ['passkey,xl,seed=0']
+  three = sweeps.load('configs/sweeps/length.py:seed=0,seed=1,seed=2')  # The 126-point sweep.
+  assert [p.name for p in three.points] == [p.name for p in sweep.points
+                                            if p.fields['seed'] < 3]
+  assert len(three.points) == 126
+  with pytest.raises(ValueError, match=r'seed=N takes a whole number'):
+    length_sweep.get_sweep('copy,seed=first')
   with pytest.raises(ValueError, match='unknown parts'):
     length_sweep.get_sweep('smoke,sorting')
 

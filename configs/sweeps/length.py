@@ -6,6 +6,7 @@ randomized positions and p-RoPE), trained at one length and evaluated at 1x, 2x,
   python scripts/report.py runs/length       # accuracy vs length per task, with seed ranges
   python scripts/sweep.py --sweep configs/sweeps/length.py:smoke --workdir runs/length_smoke
   ...length.py:associative_recall  ...length.py:smoke,xl,alibi  # only those tasks / schemes
+  ...length.py:seed=0,seed=1,seed=2                         # only those seeds (126 points)
 
 `:smoke` trains a tiny model for 10 steps at one seed (rope and alibi unless schemes are named):
 a check that the whole pipeline runs, not a result.
@@ -49,6 +50,11 @@ def _scheme(name: str, length: int) -> dict:
 
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
+  chosen = [p for p in parts if p.startswith('seed=')]
+  if not all(p[5:].isdigit() for p in chosen):
+    raise ValueError(f'configs/sweeps/length.py:{arg}: seed=N takes a whole number (one '
+                     'seed=N per seed), e.g. seed=0,seed=1,seed=2.')
+  parts = [p for p in parts if p not in chosen]
   smoke = 'smoke' in parts
   tasks = [p for p in parts if p in TASKS] or list(DEFAULT_TASKS)
   schemes = [p for p in parts if p in KINDS or p in VARIANTS] or (
@@ -56,12 +62,11 @@ def get_sweep(arg: str = ''):
   unknown = sorted(set(parts) - {'smoke'} - set(tasks) - set(schemes))
   if unknown:
     raise ValueError(f'configs/sweeps/length.py:{arg}: unknown parts {unknown}; choose tasks '
-                     f'{tuple(TASKS)}, schemes {KINDS + tuple(VARIANTS)} and/or smoke.')
+                     f'{tuple(TASKS)}, schemes {KINDS + tuple(VARIANTS)}, seed=N and/or smoke.')
   overrides = {'eval.length_multipliers': (1, 2, 4, 8)}
-  seeds = SEEDS
+  seeds = tuple(int(p[5:]) for p in chosen) or ((0,) if smoke else SEEDS)
   if smoke:  # A tiny model for a few steps: seconds per point.
     overrides.update({'model.num_layers': 1, **SMOKE_OVERRIDES})
-    seeds = (0,)
   points = []
   for seed in seeds:  # Seed-major: a sweep cut short has every scheme at the first seed.
     for task in tasks:
