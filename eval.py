@@ -12,10 +12,11 @@ there (an earlier checkpoint's, or the same checkpoint's under other settings, s
 batches) is refused before anything is computed, unless --replace. A bad flag, override or
 workdir (a damaged config.json, tokenizer or checkpoint included) ends with one line `error:
 ...` naming it and the fix (--debug shows the traceback). JAX and the model's modules are imported
-once the command line has parsed, so that `--help` and a flag the parser refuses answer at once
-(a bad --out is named after them: the pattern of a results file is roformer/workdir.py's).
+once the command line has parsed, so that `--help` and a flag the parser refuses (a bad --out
+included) answer at once.
 """
 
+import argparse
 import copy
 import json
 import os
@@ -28,6 +29,17 @@ from roformer import provenance
 
 PLAIN_OUT = 'eval_results.json'
 DEFAULT_SPLITS = ['validation', 'test']
+
+
+def out_arg(text: str) -> str:
+  """argparse `type=` for --out: a results file's name (files.EVALUATION_FILE), checked with
+  the other flags, before JAX loads."""
+  if not files.EVALUATION_FILE.fullmatch(text):
+    raise argparse.ArgumentTypeError(
+        f'{text!r} is not a results file name: give eval_*.json, e.g. eval_results.json or '
+        "eval_results.NAME.json for a variant (it is written inside --workdir, beside the run's "
+        'own files)')
+  return text
 
 
 def parser() -> cli.ArgumentParser:
@@ -43,7 +55,7 @@ def parser() -> cli.ArgumentParser:
   p.add_argument('--replace', action='store_true',
                  help='Replace the results in --out even where they are of a later checkpoint '
                  'or of the same checkpoint under other settings.')
-  p.add_argument('--out', default=PLAIN_OUT,
+  p.add_argument('--out', default=PLAIN_OUT, type=out_arg,
                  help='File name in the workdir for the results, e.g. '
                  'eval_results.rope_yarn.json for an evaluation-time variant.')
   return p
@@ -56,12 +68,7 @@ def main(args):
   from roformer import resolve
   from roformer import saved_config
   from roformer import tasks
-  from roformer import workdir as workdir_lib
   logs.setup(tracebacks=cli.debug_requested())
-  if not workdir_lib.EVALUATION_FILE.fullmatch(args.out):
-    raise cli.UsageError(f'--out={args.out!r} must be a file name eval_*.json, e.g. '
-                         'eval_results.json or eval_results.NAME.json for a variant (it is '
-                         "written inside --workdir, beside the run's own files).")
   saved = saved_config.load(args.workdir)
   config = config_args.apply(copy.deepcopy(saved), cli.overrides())
   if tasks.per_example(saved) and args.splits != DEFAULT_SPLITS:

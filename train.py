@@ -8,8 +8,8 @@ write it), then evaluates each as eval.py would.
 
 A bad flag, config file, override or workdir ends with one line `error: ...` naming it and the
 fix (--debug shows the traceback); see roformer/cli.py. JAX and the model's modules are
-imported once the command line has parsed (about 1.5 s on a CPU host), so that `--help` and a
-flag the parser refuses answer at once.
+imported once the command line has parsed, so that `--help` and a flag the parser refuses answer
+at once.
 """
 
 from roformer import cli

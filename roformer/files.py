@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 
 from roformer import errors
@@ -17,6 +18,9 @@ log = logging.getLogger('roformer')
 
 # A run's record of the train documents its config.data files held (roformer/workdir.py).
 TRAIN_DATA_FILE = 'train_data.json'
+# The files an evaluation writes in a workdir (eval.py --out): eval_results.json, the run as
+# trained; eval_results.NAME.json, a variant; or another eval_*.json (eval_passkey.json).
+EVALUATION_FILE = re.compile(r'eval_[\w.,=+-]+\.json')
 
 
 def checkpoint_steps(directory: str) -> list[int]:

@@ -89,8 +89,13 @@ def _software_and_host(packages, environ=None) -> dict:
                'cores_used': (len(os.sched_getaffinity(0))
                               if hasattr(os, 'sched_getaffinity') else os.cpu_count()),
                'system': platform.system()},
-      'variables': {name: environ[name] for name in VARIABLES if name in environ},
+      'variables': _variables(environ),
   }
+
+
+def _variables(environ) -> dict:
+  """The variables of `environ` that change what a run computes or where (VARIABLES)."""
+  return {name: environ[name] for name in VARIABLES if name in environ}
 
 
 @functools.lru_cache(maxsize=None)
@@ -106,9 +111,15 @@ def _process() -> dict:
 def measurement(packages=None, environ=None) -> dict:
   """What a benchmark's record says made it (its `made_with`): the date, then `_process`'s
   record; with `packages`, those packages' versions and no devices, for a process that runs
-  no JAX (the PyTorch side of a comparison, a parent that measures a child it starts with
-  `environ`)."""
-  made = _process() if packages is None else _software_and_host(packages, environ)
+  no JAX (the PyTorch side of a comparison, a parent that measures a child). With `environ`,
+  the recorded variables are that environment's (a child's that the caller starts with it),
+  not this process's."""
+  if packages is not None:
+    made = _software_and_host(packages, environ)
+  else:
+    made = _process()
+    if environ is not None:
+      made = {**made, 'variables': _variables(environ)}
   return {'date': time.strftime('%Y-%m-%d'), **made}
 
 

@@ -4,7 +4,6 @@ before a run writes into it or resumes from it."""
 import logging
 import math
 import os
-import re
 import tempfile
 
 import ml_collections
@@ -180,15 +179,10 @@ def _refuse_another_run(config, workdir: str, holds: str, fix: str) -> None:
                              f'now): {"; ".join(diffs)}. Fix: {fix}.')
 
 
-# The files an evaluation writes in a workdir (eval.py --out): eval_results.json, the run as
-# trained; eval_results.NAME.json, a variant; or another eval_*.json (eval_passkey.json).
-EVALUATION_FILE = re.compile(r'eval_[\w.,=+-]+\.json')
-
-
 def evaluations(workdir: str) -> list[str]:
   """The names of the evaluation files in `workdir`, sorted."""
   names = os.listdir(workdir) if os.path.isdir(workdir) else []
-  return sorted(n for n in names if EVALUATION_FILE.fullmatch(n))
+  return sorted(n for n in names if files.EVALUATION_FILE.fullmatch(n))
 
 
 def _check_records_without_checkpoint(config, workdir: str) -> None:

@@ -132,7 +132,7 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
                                          'has no best checkpoint (best/ is kept by a run whose'),
       'eval out not a results file': (['eval.py', f'--workdir={runs["tokenizer"]}',
                                        '--out=config.json'], 2,
-                                      'must be a file name eval_*.json'),
+                                      "'config.json' is not a results file name: give eval_*.json"),
       'eval variant as the plain results': (
           ['eval.py', f'--workdir={runs["tokenizer"]}',
            '--config.model.position.rope.scaling.kind=linear',
@@ -303,12 +303,13 @@ def test_each_kind_of_failed_write_gets_its_own_fix(code, failure, fix):
 
 def test_help_and_a_bad_flag_answer_before_jax_is_imported():
   """train.py and eval.py parse their command line (the config overrides too) before they
-  import JAX and the model (about 1.5 s on a CPU host): `--help` and a flag the parser refuses
-  answer at once."""
+  import JAX and the model: `--help` and a flag the parser refuses (eval.py's --out
+  included) answer at once."""
   code = textwrap.dedent("""\
       import runpy, sys
       for argv, status in ((['train.py', '--help', '--config.seed=3'], 0),
-                           (['eval.py', '--workdir=', '--config.eval.batch_size=2'], 2)):
+                           (['eval.py', '--workdir=', '--config.eval.batch_size=2'], 2),
+                           (['eval.py', '--workdir=w', '--out=config.json'], 2)):
         sys.argv = argv
         try:
           runpy.run_path(argv[0], run_name='__main__')
@@ -320,6 +321,7 @@ def test_help_and_a_bad_flag_answer_before_jax_is_imported():
                         check=False, timeout=120)
   assert done.returncode == 0, done.stderr[-2000:]
   assert '--workdir' in done.stdout and 'argument --workdir: is empty' in done.stderr
+  assert "argument --out: 'config.json' is not a results file name" in done.stderr
 
 
 def test_help_lists_every_flag_an_entry_point_needs():
