@@ -41,6 +41,13 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   TFLOP/s, MFU against the record's own matmul peak, `best_of=FILE;...` against the highest
   peak of those records and `nominal=N` against a device's nominal TFLOP/s, the compiled
   step's peak memory, and with `compile=1` the compile time.
+- `sweep_times`: PATH is a sweep's timings.jsonl, or a folder of kept records holding one; a
+  row per run of the sweep (`sweep=` the spec as run: that sweep's runs alone) with its date,
+  commit, points, processes, rows built beforehand and wall time; `paired=1` each run against
+  the first, group by group (scripts/sweep_times.py).
+- `rerun`: PATH is a sweep's records run again, `against=` the kept records it reruns: the
+  points whose training metrics and evaluations came out the same, and the others' differences
+  (scripts/reruns.py).
 - `runs`, `bootstrap`, `scaling`, `sinks`, `precision` and `torch`: a page's reference runs
   (scripts/keep_run.py's records; a paired bootstrap of kept translations),
   scripts/attention_scaling.py's, attention_sinks.py's,
@@ -63,8 +70,10 @@ from roformer import files  # pylint: disable=wrong-import-position
 from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import separations as separations_lib  # pylint: disable=wrong-import-position
 from scripts import report  # pylint: disable=wrong-import-position
+from scripts import reruns  # pylint: disable=wrong-import-position
 from scripts import run_tables  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
+from scripts import sweep_times  # pylint: disable=wrong-import-position
 from scripts import timing  # pylint: disable=wrong-import-position
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -77,7 +86,7 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
 KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',
-         'bootstrap', 'scaling', 'sinks', 'precision', 'torch')
+         'bootstrap', 'scaling', 'sinks', 'precision', 'torch', 'sweep_times', 'rerun')
 
 
 def read_points(records: str) -> list[dict]:
@@ -522,10 +531,24 @@ def render(spec: str, cache: dict) -> str:
     return '\n'.join(run_tables.precision(ROOT / path)) + '\n'
   if kind == 'torch':
     return '\n'.join(run_tables.torch_runs(ROOT / path)) + '\n'
+  if kind == 'sweep_times':
+    return '\n'.join(sweep_times.table(sweep_times.read(ROOT / path),
+                                       options.get('sweep', [''])[0], f'"{spec}"',
+                                       options.get('paired', ['0'])[0] == '1')) + '\n'
   if kind == 'sinks':
     return '\n'.join(run_tables.sinks(ROOT / path)) + '\n'
   if kind == 'scaling':
     return '\n'.join(run_tables.scaling(ROOT / path)) + '\n'
+  if kind == 'rerun':
+    if 'against' not in options:
+      raise errors.ConfigError(f'"{spec}": a rerun block needs against=RECORDS, the kept '
+                               'records it reruns. Fix: add it.')
+    kept = options['against'][0]
+    for folder in (path, kept):
+      if folder not in cache:
+        cache[folder] = read_points(str(ROOT / folder))
+    return '\n'.join(reruns.table(cache[path], cache[kept], str(ROOT / path), str(ROOT / kept),
+                                  options, spec)) + '\n'
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](

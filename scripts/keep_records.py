@@ -6,11 +6,12 @@
 
 Copies what the report reads of each point (config.json and its config.resume-STEP.json,
 metrics.jsonl, eval_results*.json, environment.jsonl: what each start ran on, and
-train_data.json where the run trained on files of its own) into RECORDS/POINT, and merges the
-sweep's sweep.json into RECORDS/sweep.json: the points and labels already there are kept, and a
-point kept again is replaced whole, its files and its entry, where that loses nothing: a kept
-record of another config, or with more steps trained or evaluations than the new run's, is
-refused unless --replace. Where a run lived is not its config: the data cache and the folder of
+train_data.json where the run trained on files of its own) into RECORDS/POINT, adds the lines of
+the sweep's timings.jsonl (how long each run of the sweep took) that RECORDS/timings.jsonl lacks,
+and merges the sweep's sweep.json into RECORDS/sweep.json: the points and labels already there
+are kept, and a point kept again is replaced whole, its files and its entry, where that loses
+nothing: a kept record of another config, or with more steps trained or evaluations than the new
+run's, is refused unless --replace. Where a run lived is not its config: the data cache and the folder of
 the run it started from may differ, and so may the globs of its own files where both runs
 recorded the documents they held (train_data.json).
 Checkpoints, TensorBoard events and the tokenizer stay behind: a kept record is a few tens of
@@ -39,6 +40,7 @@ from roformer import errors  # pylint: disable=wrong-import-position
 from roformer import files  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from scripts import sweep_points  # pylint: disable=wrong-import-position
+from scripts import sweep_times  # pylint: disable=wrong-import-position
 
 
 def point_records(workdir: str) -> list[str]:
@@ -146,6 +148,21 @@ def lost_by_replacing(kept: str, incoming: str) -> str:
   return ''
 
 
+def keep_times(sweep_dir: str, records: str, only: set[str] | None = None) -> None:
+  """Adds to RECORDS/timings.jsonl the lines of the sweep's own (scripts/sweep.py's
+  `record_time`: one per run of the sweep) that it does not hold yet, in their order; with
+  `only`, the lines of the runs that trained or evaluated a point named in it."""
+  path = os.path.join(sweep_dir, sweep_times.TIMES)
+  if not os.path.exists(path):
+    return
+  kept_path = os.path.join(records, sweep_times.TIMES)
+  kept = files.read_jsonl(kept_path) if os.path.exists(kept_path) else []
+  for line in files.read_jsonl(path):
+    if line not in kept and (only is None or sweep_times.ran_any(line, only)):
+      files.append_record(kept_path, line)
+      kept.append(line)
+
+
 def named_points(specs: list[str]) -> set[str]:
   """The names of the points the sweep files `specs` (FILE[:ARG]) define."""
   return {point.name for spec in specs for point in sweeps.load(spec).points}
@@ -183,6 +200,7 @@ def keep(sweep_dir: str, records: str, only: set[str] | None = None,
   os.makedirs(records, exist_ok=True)
   for name in names:
     keep_point(os.path.join(sweep_dir, name), os.path.join(records, name))
+  keep_times(sweep_dir, records, only)
   files.write_json_atomic(kept_json, {
       **ours,
       'points': {**earlier.get('points', {}), **ours.get('points', {})},

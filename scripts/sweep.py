@@ -12,8 +12,7 @@ seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache) and the 
 the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--no_row_cache`
 leaves each run to build its own). Each run of the sweep adds a line to WORKDIR/timings.jsonl:
 its commit, host, processes and wall time, in all and group by group (`record_time`). Finished
-stages are skipped and unfinished runs resume from
-their checkpoints, so the same command continues an interrupted sweep (a finished point whose
+stages are skipped and unfinished runs resume from their checkpoints, so the same command continues an interrupted sweep (a finished point whose
 checkpoints were deleted stands on its records). A failed point is reported by name and the
 sweep goes on (a group's other members included). Exit status: 2 when nothing ran because a
 flag, the sweep file or a point's config was refused (one `error: ...` line, before anything is
@@ -55,6 +54,7 @@ from roformer import reliability  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 from roformer.data import row_cache  # pylint: disable=wrong-import-position
 from scripts import sweep_plan  # pylint: disable=wrong-import-position
+from scripts import sweep_times  # pylint: disable=wrong-import-position
 
 
 class Progress:
@@ -74,6 +74,7 @@ class Progress:
     self.work_left = dict(work or {})  # Group name -> its work, until it ends.
     self.timed_work = self.timed_seconds = 0.0  # Of the groups that trained here.
     self.seconds = {}  # Group name -> its wall time, for the groups that ran here.
+    self.ran = []  # The points that had a stage to run here (train or evaluate), in order.
     self.rows_seconds = None  # Building the synthetic rows beforehand, where they were built.
     self.running = set()
     self.lock = threading.Lock()
@@ -155,6 +156,7 @@ def run_group(sweep, group, root: str, progress: Progress, extra_train: list[str
   log_path = os.path.join(root, 'logs', f'{group.name}.log')
   with progress.lock:
     progress.running.add(group.name)
+    progress.ran += [p.name for p in group.points if todo[p.name]]
     named = len(progress.running) <= progress.NAMED
   progress.say('' if named else f'[sweep] started {group.name}')
   start = time.perf_counter()
@@ -269,22 +271,19 @@ def record_sweep(root: str, spec: str, sweep) -> None:
                  **{p.name: p.label for p in sweep.points if p.label}}}, default=str)
 
 
-TIMES = 'timings.jsonl'
-
-
-def record_time(root: str, args, sweep, groups, parallel: int, pinned, progress: Progress,
-                started: str, seconds: float, ended: str) -> None:
+def record_time(root: str, args, sweep, parallel: int, pinned, progress: Progress,
+                made_with: dict, started: str, seconds: float, ended: str) -> None:
   """Appends to WORKDIR/timings.jsonl one line for this run of the sweep: what ran it (the
   commit, the host, its cores), how (processes, pinned or not, rows built beforehand), how many
   points it trained and how long it took, in all and group by group. A sweep resumed or
   extended later adds a line of its own; scripts/keep_records.py keeps them beside the points'
-  records and scripts/docs_from_records.py renders them (`sweep_times` blocks)."""
-  ran = sum(len(group.points) for group in groups if group.name in progress.seconds)
-  files.append_record(os.path.join(root, TIMES), {
-      'made_with': provenance.measurement(packages=provenance.PACKAGES),
-      'started': started, 'ended': ended, 'sweep': args.sweep,
+  records and scripts/docs_from_records.py renders them (scripts/sweep_times.py)."""
+  files.append_record(os.path.join(root, sweep_times.TIMES), {
+      'made_with': made_with, 'started': started, 'ended': ended,
+      'sweep': sweep_times.relative(args.sweep, ROOT),
       'config': sweep.config.removeprefix(str(ROOT) + os.sep),
-      'points': len(sweep.points), 'ran_here': ran, 'failed': sorted(progress.failed),
+      'points': len(sweep.points), 'ran_here': len(progress.ran), 'ran': progress.ran,
+      'failed': sorted(progress.failed),
       'processes': parallel, 'pinned': bool(pinned), 'row_cache': not args.no_row_cache,
       'rows_s': progress.rows_seconds, 'wall_s': seconds,
       'groups_s': {name: round(s, 3) for name, s in sorted(progress.seconds.items())}})
@@ -410,6 +409,7 @@ def child_environment(defaults: dict, unset=()):
 def run_sweep(args, sweep, groups, root: str, extra) -> int:
   """Trains and evaluates `groups` (main's, after its checks)."""
   started, start = time.strftime('%Y-%m-%dT%H:%M:%S%z'), time.perf_counter()
+  made_with = provenance.measurement(packages=provenance.PACKAGES)  # What the children run.
   # No more processes than groups: fewer processes each get more cores when pinned.
   parallel = max(1, min(args.parallel or sweep_plan.default_parallel(sweep, groups), len(groups)))
   work = sweep_plan.group_work(sweep, groups)
@@ -428,10 +428,19 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
   children = sweeps.Children()
   pool = concurrent.futures.ThreadPoolExecutor(parallel)
 
-  def timed(ended: str) -> None:  # Where anything ran: a sweep found finished adds no line.
-    if progress.seconds or progress.rows_seconds is not None:
-      record_time(root, args, sweep, groups, parallel, pinned, progress, started,
+  def timed(ended: str) -> None:
+    """Keeps this run's time once, where anything ran (a sweep found finished adds no line);
+    a record that cannot be written is a warning, never the sweep's outcome."""
+    if timed.kept or not (progress.seconds or progress.rows_seconds is not None):
+      return
+    timed.kept = True
+    try:
+      record_time(root, args, sweep, parallel, pinned, progress, made_with, started,
                   time.perf_counter() - start, ended)
+    except OSError as e:
+      print(f'[sweep] warning: its time was not kept in {os.path.join(root, sweep_times.TIMES)}'
+            f' ({e}); the runs and their records are not affected.', flush=True)
+  timed.kept = False
   sigterm = _FirstSigterm()
   # One handler throughout, restored only after the last wait: a SIGTERM repeated at any
   # moment of the stop (a scheduler's, a job's kill of every process) is ignored.
@@ -466,6 +475,9 @@ def run_sweep(args, sweep, groups, root: str, extra) -> int:
       if not isinstance(e, KeyboardInterrupt):
         print(f'[sweep] stopping the runs after the error below ({type(e).__name__}); each '
               'saves a checkpoint first.', flush=True)
+      pool.shutdown(wait=True)
+      timed('stopped by a second Ctrl-C' if isinstance(e, KeyboardInterrupt) else
+            f'stopped by the error {type(e).__name__}')
       raise
     finally:
       pool.shutdown(wait=True)

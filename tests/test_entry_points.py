@@ -387,11 +387,13 @@ SCRIPT_CASES = {
     'point_time.py': (['--config=configs/synthetic.py:copy', '--vary=train.compile_ahead=on'],
                       1, 'with two values or more'),
     'report.py': (['/nonexistent'], 2, 'does not exist'),
+    'reruns.py': None,  # The rerun blocks of scripts/docs_from_records.py.
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'run_tables.py': None,  # The reference runs' blocks of scripts/docs_from_records.py.
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
     'sweep_plan.py': None,  # What scripts/sweep.py settles before anything runs.
     'sweep_points.py': None,  # The report's reading of a sweep's points.
+    'sweep_times.py': None,  # A sweep's kept timings, read by keep_records and the docs.
     'timing.py': None,  # The shapes and rounds the benchmarks share.
 }
 

@@ -256,6 +256,7 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert sorted(timed['groups_s']) == ['kind=alibi,seed=1,learning_rate=1e+30',
                                        'kind=rope,seed=0']
   assert 0 < max(timed['groups_s'].values()) <= timed['wall_s']
+  assert sorted(timed['ran']) == timed['failed'] + ['kind=rope,seed=0']
   assert timed['made_with']['commit'] == provenance.commit() and 'jax' in timed['made_with'][
       'packages']
   rope = os.path.join(root, 'kind=rope,seed=0')
@@ -287,6 +288,7 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   body = lambda report_text: [line for line in report_text.splitlines()
                               if not line.startswith('Generated ')]  # Its date.
   assert body(open(os.path.join(kept, 'report.md')).read()) == body(text.replace(root, kept))
+  assert metrics_lib.read_jsonl(os.path.join(kept, 'timings.jsonl')) == [timed]
   kept_files = sorted(_files_under(kept))  # A sweep run there is refused, writing nothing.
   assert sweep_script.main(['--sweep', spec, '--workdir', kept]) == 2
   assert 'holds kept records (finished points without checkpoints' in capsys.readouterr().err
@@ -334,10 +336,15 @@ def test_sweep_runs_resumes_reports_and_survives_a_failed_point(tmp_path, data_d
   assert 'checkpoints step 15.' in log  # 'Resuming from ... step 15.'
   assert log.count('--out=eval_results.rope_yarn.json') == 1
   assert os.path.exists(os.path.join(rope, 'eval_results.json'))
+  times = os.path.join(root, 'timings.jsonl')
+  resumed = metrics_lib.read_jsonl(times)[-1]  # A line of its own: the one point it ran.
+  assert (resumed['ended'], resumed['points'], resumed['ran']) == ('finished', 1,
+                                                                   ['kind=rope,seed=0'])
   finished = _run(['--sweep', _smoke_sweep(tmp_path, data_dir, 'rope', evals=('', 'rope_yarn'),
                                            lengths=(1, 2)), '--workdir', root]).stdout
   assert finished.endswith('[sweep] 1/1 points done\n[sweep] 1 point was already finished.\n'
                            f'[sweep] report: python scripts/report.py {root}\n'), finished
+  assert metrics_lib.read_jsonl(times)[-1] == resumed  # Nothing ran: no line.
 
 
 def test_the_check_before_a_sweep_takes_a_continuations_settings_from_its_source(tmp_path):
@@ -1345,6 +1352,9 @@ def get_sweep(arg=''):
   process = _sweep_process(args)
   out = _interrupt_when(process, lambda: _log_has(root, rf'Resuming from .* step {max(steps)}\.'))
   assert process.returncode == 130 and 'stopped by Ctrl-C' in out, out
+  # Each stopped run kept its time: the one point it ran, and how it ended.
+  times = metrics_lib.read_jsonl(os.path.join(root, 'timings.jsonl'))
+  assert [(t['ended'], t['ran']) for t in times] == [('stopped by Ctrl-C', started)] * 2
 
 
 def test_ctrl_c_while_the_rows_are_built_leaves_no_partial_entry_and_no_traceback(tmp_path):

@@ -51,7 +51,7 @@ def _scheme(name: str, length: int) -> dict:
 def get_sweep(arg: str = ''):
   parts = [p for p in (arg or '').split(',') if p]
   chosen = [p for p in parts if p.startswith('seed=')]
-  if not all(p[5:].isdigit() for p in chosen):
+  if not all(p[5:].isdecimal() and p[5:].isascii() for p in chosen):
     raise ValueError(f'configs/sweeps/length.py:{arg}: seed=N takes a whole number (one '
                      'seed=N per seed), e.g. seed=0,seed=1,seed=2.')
   parts = [p for p in parts if p not in chosen]
