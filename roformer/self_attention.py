@@ -17,6 +17,7 @@ from flax import nnx
 
 from roformer import attention
 from roformer import attention_options
+from roformer import errors
 from roformer import fused_bias
 from roformer import layers
 from roformer import positions as positions_lib
@@ -77,6 +78,13 @@ class MultiHeadAttention(nnx.Module):
         cfg.attention_impl, dtype=dtype, allowed=allowed,
         fused_first=(caps.fused_first and fused_bias.triton_takes(self.head_dim)
                      and cfg.get('custom_gradients') is not False))
+    if (self.impl == 'pallas' and jax.default_backend() == 'gpu'
+        and not fused_bias.triton_takes(self.head_dim)):  # Else Triton's compile traceback.
+      raise errors.ConfigError(
+          f'model.attention_impl=pallas runs the fused kernels through Triton on a GPU, whose '
+          f'blocks take heads of a power of 2 and at least 16 wide; model.d_model / '
+          f'model.num_heads gives {self.head_dim}. Fix: attention_impl=auto, or a head width '
+          'such as 16, 32 or 64.')
     # Calls the fused kernels do not take (a key/value cache, rows without packed segments)
     # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
     self.unfused_impl = attention.resolve(cfg.attention_impl, dtype=dtype,

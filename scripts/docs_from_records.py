@@ -532,6 +532,9 @@ def render(spec: str, cache: dict) -> str:
   if kind == 'torch':
     return '\n'.join(run_tables.torch_runs(ROOT / path)) + '\n'
   if kind == 'sweep_times':
+    if options.get('paired', ['0'])[0] not in ('0', '1'):
+      raise errors.ConfigError(f'"{spec}": paired={options["paired"][0]!r} is not 0 or 1. Fix: '
+                               'paired=1 to compare each run with the first.')
     return '\n'.join(sweep_times.table(sweep_times.read(ROOT / path),
                                        options.get('sweep', [''])[0], f'"{spec}"',
                                        options.get('paired', ['0'])[0] == '1')) + '\n'

@@ -28,6 +28,7 @@ sweeps share (their common points trained once) gives each sweep's records their
 """
 
 import glob
+import json
 import os
 import shutil
 import sys
@@ -157,10 +158,12 @@ def keep_times(sweep_dir: str, records: str, only: set[str] | None = None) -> No
     return
   kept_path = os.path.join(records, sweep_times.TIMES)
   kept = files.read_jsonl(kept_path) if os.path.exists(kept_path) else []
+  new = []
   for line in files.read_jsonl(path):
-    if line not in kept and (only is None or sweep_times.ran_any(line, only)):
-      files.append_record(kept_path, line)
-      kept.append(line)
+    if line not in kept + new and (only is None or sweep_times.ran_any(line, only)):
+      new.append(line)
+  if new:  # Written whole: a keep cut short leaves the kept lines as they were.
+    files.write_text_atomic(kept_path, ''.join(json.dumps(x) + '\n' for x in kept + new))
 
 
 def named_points(specs: list[str]) -> set[str]:

@@ -25,10 +25,12 @@ MEASURES = {'rows': 'sequence_accuracy', 'tokens': 'accuracy'}
 
 
 def _training_metrics(workdir: str) -> list[dict]:
-  """A point's metrics.jsonl without the rates, which are wall-clock timings."""
+  """A point's metrics.jsonl without the rates, which are wall-clock timings; a record
+  without one is refused (two missing files are not the same training)."""
   path = os.path.join(workdir, 'metrics.jsonl')
   if not os.path.exists(path):
-    return []
+    raise errors.ConfigError(f'{path} does not exist. Fix: keep the point\'s records with '
+                             'scripts/keep_records.py.')
   return [{k: v for k, v in r.items() if 'per_sec' not in k} for r in files.read_jsonl(path)]
 
 
@@ -42,7 +44,14 @@ def table(rerun: list[dict], kept: list[dict], rerun_dir: str, kept_dir: str, op
     raise errors.ConfigError(f'"{spec}": measure={measure!r}: a rerun block compares '
                              f'{tuple(MEASURES)} of synthetic points. Fix: one of those.')
   metric = MEASURES[measure]
-  over = float(options.get('over', ['0.05'])[0])
+  text = options.get('over', ['0.05'])[0]
+  try:
+    over = float(text)
+  except ValueError:
+    over = -1.0
+  if not over >= 0:  # A NaN as well.
+    raise errors.ConfigError(f'"{spec}": over={text!r} is not a number of 0 or more. Fix: '
+                             'e.g. over=0.05.')
   by_name = {p['name']: p for p in kept}
   both = [(p, by_name[p['name']]) for p in rerun if p['name'] in by_name]
   if not both:
@@ -55,11 +64,17 @@ def table(rerun: list[dict], kept: list[dict], rerun_dir: str, kept_dir: str, op
   for new, old in both:
     rows_new, rows_old = new['evals'].get('', {}), old['evals'].get('', {})
     for length in sorted(set(rows_new) & set(rows_old)):
+      if metric not in rows_old[length] or metric not in rows_new[length]:
+        continue  # Not a synthetic task's row (a language model's scores no answers).
       a, b = rows_old[length][metric], rows_new[length][metric]
       multiple = length / new['seq_len']
       per_multiple.setdefault(multiple, []).append(abs(b - a))
       if abs(b - a) > over:
         moved.append((new['name'], multiple, a, b))
+  if not per_multiple:
+    raise errors.ConfigError(f'"{spec}": no evaluation of the points both folders hold has '
+                             f'{metric} ({measure}). Fix: a rerun block compares synthetic '
+                             'tasks\' points.')
   x = lambda m: f'{m:g}x'
   out = [f'{same_metrics} of {len(both)} points logged the same training metrics to the bit '
          f'as their kept records (`{options["against"][0]}`).', '',

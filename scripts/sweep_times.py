@@ -48,19 +48,33 @@ def read(path: pathlib.Path) -> list[dict]:
     raise errors.ConfigError(f'{path} does not exist. Fix: name the timings.jsonl of a sweep '
                              'run by scripts/sweep.py, or a folder of kept records holding one.')
   lines = files.read_jsonl(str(path))
+  number_or_none = lambda v: v is None or _number(v)
+  types = {'made_with': lambda v: isinstance(v, dict), 'groups_s': lambda v: isinstance(v, dict)
+           and all(_number(x) for x in v.values()), 'wall_s': _number, 'points': _number,
+           'ran_here': _number, 'processes': _number, 'rows_s': number_or_none,
+           'started': lambda v: isinstance(v, str), 'ended': lambda v: isinstance(v, str),
+           'sweep': lambda v: isinstance(v, str)}
   for number, line in enumerate(lines, 1):
     missing = [k for k in KEYS if k not in line]
-    if missing:
-      raise errors.ConfigError(f'{path} record {number} is not a scripts/sweep.py timing (no '
-                               f'{", ".join(missing)}). Fix: name a sweep\'s timings.jsonl.')
+    wrong = [k for k, ok in types.items() if k in line and not ok(line[k])]
+    if missing or wrong:
+      what = (f'no {", ".join(missing)}' if missing else
+              f'{", ".join(wrong)} of the wrong type')
+      raise errors.ConfigError(f'{path} record {number} is not a scripts/sweep.py timing '
+                               f'({what}). Fix: name a sweep\'s timings.jsonl.')
   if not lines:
     raise errors.ConfigError(f'{path} holds no timing. Fix: name the timings.jsonl of a sweep '
                              'that ran.')
   return lines
 
 
+def _number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def minutes(seconds: float) -> str:
-  """'30 min 44 s' or '1 min 05 s' (or '44 s' under a minute, '2 h 01 min' from an hour)."""
+  """'30 min 44 s' or '1 min 05 s' (or '44 s' under a minute, '2 h 01 min' from an hour): the
+  docs' long form of a duration, where progress lines use logs.duration's '30m44s'."""
   s = int(round(seconds))
   if s >= 3600:
     return f'{s // 3600} h {s // 60 % 60:02d} min'

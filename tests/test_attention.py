@@ -8,6 +8,7 @@ import pytest
 
 from configs import test as test_config
 from roformer import attention
+from roformer import errors
 from roformer import models
 from roformer import sharding
 
@@ -157,6 +158,23 @@ def test_on_a_gpu_auto_takes_the_fused_kernel_only_at_head_widths_triton_takes(
   cfg.update(dtype='bfloat16', d_model=d_model, num_heads=4)
   model = models.create(cfg, seed=0)
   assert {b.attn.impl for b in model.blocks} == {want}
+
+
+@pytest.mark.parametrize('kind,attention_fields', [('alibi', {}),
+                                                    ('alibi', {'kind': 'stick_breaking'})])
+def test_on_a_gpu_pallas_forced_at_a_head_width_triton_cannot_take_is_one_error(
+    monkeypatch, kind, attention_fields):
+  """attention_impl=pallas with heads of 12 (48 / 4) is refused as the model is built, naming
+  the fields and the fix, instead of Triton failing to compile; heads of 16 are built."""
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  cfg = test_config.get_config(kind).model
+  cfg.update(dtype='bfloat16', d_model=48, num_heads=4, attention_impl='pallas')
+  cfg.attention.update(attention_fields)
+  with pytest.raises(errors.ConfigError, match=r'model.attention_impl=pallas .* gives 12\. '
+                     r'Fix: attention_impl=auto'):
+    models.create(cfg, seed=0)
+  cfg.update(d_model=64)
+  assert {b.attn.impl for b in models.create(cfg, seed=0).blocks} == {'pallas'}
 
 
 def test_on_a_gpu_without_the_hand_written_gradients_auto_keeps_cudnn(monkeypatch):

@@ -66,6 +66,8 @@ def test_a_point_that_moved_is_counted_at_its_length_and_named_past_the_threshol
 @pytest.mark.parametrize('spec, match', [
     ('b rerun', 'needs against=RECORDS'),
     ('b rerun against=a measure=perplexity', "measure='perplexity': a rerun block compares"),
+    ('b rerun against=a over=abc', "over='abc' is not a number of 0 or more"),
+    ('b rerun against=a over=nan', "over='nan' is not a number of 0 or more"),
 ])
 def test_a_rerun_block_without_its_kept_records_or_with_another_measure_is_refused(
     tmp_path, monkeypatch, spec, match):
@@ -79,4 +81,29 @@ def test_two_folders_of_other_points_are_one_error(tmp_path, monkeypatch):
   _copy(tmp_path / 'a')
   shutil.copytree(KEPT / 'copy,xl,seed=4', tmp_path / 'b' / 'copy,xl,seed=4')
   with pytest.raises(errors.ConfigError, match='hold no point of the same name'):
+    _render(tmp_path, 'b rerun against=a', monkeypatch)
+
+
+def test_a_point_without_its_training_metrics_is_refused_not_counted_the_same(tmp_path,
+                                                                               monkeypatch):
+  """Two missing metrics.jsonl are not the same training: the block names the file."""
+  _copy(tmp_path / 'a')
+  _copy(tmp_path / 'b')
+  (tmp_path / 'b' / 'copy,rope,seed=0' / 'metrics.jsonl').unlink()
+  with pytest.raises(errors.ConfigError, match=r'copy,rope,seed=0/metrics.jsonl does not exist'):
+    _render(tmp_path, 'b rerun against=a', monkeypatch)
+
+
+def test_points_whose_evaluations_hold_no_answers_are_one_error(tmp_path, monkeypatch):
+  """Rows without the measure (a language model's) give one line, not a KeyError."""
+  _copy(tmp_path / 'a')
+  _copy(tmp_path / 'b')
+  for folder in ('a', 'b'):
+    for name in POINTS:
+      path = tmp_path / folder / name / 'eval_results.json'
+      results = json.loads(path.read_text())
+      for row in results['splits']['validation']['lengths']:
+        row.pop('sequence_accuracy')
+      path.write_text(json.dumps(results))
+  with pytest.raises(errors.ConfigError, match='has sequence_accuracy'):
     _render(tmp_path, 'b rerun against=a', monkeypatch)

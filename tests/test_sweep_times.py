@@ -124,3 +124,21 @@ def test_paired_runs_compare_the_groups_both_timed():
   second['groups_s'] = {'d': 1.0}
   with pytest.raises(errors.ConfigError, match='runs 1 and 2 timed no group in common'):
     sweep_times.table([first, second], paired=True)
+
+
+@pytest.mark.parametrize('key, value', [('made_with', 'abc'), ('wall_s', '30'),
+                                        ('groups_s', {'a': 'x'}), ('rows_s', '1'),
+                                        ('started', 3)])
+def test_a_timing_of_the_wrong_types_is_one_error_naming_the_field(tmp_path, key, value):
+  _write(tmp_path / 'timings.jsonl', [_line(), {**_line(), key: value}])
+  with pytest.raises(errors.ConfigError, match=rf'record 2 is not a scripts/sweep.py timing '
+                     rf'\({key} of the wrong type\)'):
+    sweep_times.read(tmp_path)
+
+
+def test_a_paired_option_other_than_0_or_1_is_refused(tmp_path, monkeypatch):
+  _write(tmp_path / 'docs' / 'results' / 'x' / 'timings.jsonl', [_line()])
+  monkeypatch.setattr(docs_from_records, 'ROOT', tmp_path)
+  text = '<!-- records: docs/results/x sweep_times paired=yes -->\n<!-- end of records -->'
+  with pytest.raises(errors.ConfigError, match="paired='yes' is not 0 or 1"):
+    docs_from_records.regenerate(text, {})
