@@ -48,10 +48,10 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
 - `rerun`: PATH is a sweep's records run again, `against=` the kept records it reruns: the
   points whose training metrics and evaluations came out the same, and the others' differences
   (scripts/reruns.py).
-- `runs`, `bootstrap`, `scaling`, `sinks`, `precision` and `torch`: a page's reference runs
-  (scripts/keep_run.py's records; a paired bootstrap of kept translations),
-  scripts/attention_scaling.py's, attention_sinks.py's,
-  rope_precision.py's and compare_torch.py's records; scripts/run_tables.py describes them.
+- `runs`, `bootstrap`, `scaling`, `sinks`, `precision`, `torch` and `group_rate`: a page's
+  reference runs (scripts/keep_run.py's records; a paired bootstrap of kept translations),
+  scripts/attention_scaling.py's, attention_sinks.py's, rope_precision.py's,
+  compare_torch.py's and group_rate.py's records; scripts/run_tables.py describes them.
 
 Nothing in a block is typed by hand: a page's numbers are these, and
 `tests/test_docs_from_records.py` fails when a block differs from what its records give.
@@ -86,7 +86,8 @@ MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
 KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',
-         'bootstrap', 'scaling', 'sinks', 'precision', 'torch', 'sweep_times', 'rerun')
+         'bootstrap', 'scaling', 'sinks', 'precision', 'torch', 'sweep_times', 'rerun',
+         'group_rate')
 
 
 def read_points(records: str) -> list[dict]:
@@ -529,6 +530,8 @@ def render(spec: str, cache: dict) -> str:
     return '\n'.join(run_tables.bootstrap(ROOT / path, options, spec)) + '\n'
   if kind == 'precision':
     return '\n'.join(run_tables.precision(ROOT / path)) + '\n'
+  if kind == 'group_rate':
+    return '\n'.join(run_tables.group_rate(ROOT / path)) + '\n'
   if kind == 'torch':
     return '\n'.join(run_tables.torch_runs(ROOT / path)) + '\n'
   if kind == 'sweep_times':

@@ -32,6 +32,9 @@ Kinds of scripts/docs_from_records.py block that read them and other scripts' re
   date and commit.
 - `sinks`: scripts/attention_sinks.py's record (`PATH` its sinks.json): the tables of its
   sinks.md, each label's attention on the first token per layer over its runs.
+- `group_rate`: scripts/group_rate.py's record (`PATH` its --out JSON): each form's group steps
+  a second (the median and range of its log intervals), and the row cache's rate over the
+  rate with the rows built in the loop.
 
 A cell the records lack is one error naming the run and what it holds: a page never shows a
 number its records do not give.
@@ -305,6 +308,28 @@ def sinks(path: pathlib.Path) -> list[str]:
     raise errors.ConfigError(f'{path} is not a scripts/attention_sinks.py record (a list of runs '
                              f'with {", ".join(keys)}). Fix: name its sinks.json.')
   return attention_sinks.summary(data).rstrip('\n').split('\n')
+
+
+def group_rate(path: pathlib.Path) -> list[str]:
+  """The `group_rate` block of one scripts/group_rate.py record: a row per form of the rows."""
+  try:
+    data = json.loads(path.read_text(encoding='utf-8')) if path.is_file() else None
+  except (ValueError, UnicodeDecodeError):
+    data = None
+  keys = ('form', 'steps_per_s', 'low', 'high', 'intervals')
+  if not isinstance(data, list) or not data or not all(
+      isinstance(r, dict) and all(k in r for k in keys) for r in data):
+    raise errors.ConfigError(f'{path} is not a scripts/group_rate.py record (a list of forms '
+                             f'with {", ".join(keys)}). Fix: name its --out file.')
+  lines = ['| rows | group steps/s (median) | range over the log intervals | intervals |',
+           '|---|---|---|---|']
+  lines += [f"| {r['form']} | {r['steps_per_s']:.1f} | {r['low']:.1f}-{r['high']:.1f} | "
+            f"{r['intervals']} |" for r in data]
+  rate = {r['form']: r['steps_per_s'] for r in data}
+  if {'built', 'row cache'} <= set(rate):
+    lines += ['', f"The row cache's rate over the rows built in the loop: "
+              f"{rate['row cache'] / rate['built']:.1f}x (medians, one run each)."]
+  return lines
 
 
 def precision(path: pathlib.Path) -> list[str]:

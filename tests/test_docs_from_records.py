@@ -11,6 +11,7 @@ import pytest
 
 from roformer import errors
 from scripts import docs_from_records as docs
+from scripts import run_tables
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -209,6 +210,21 @@ def test_a_phases_block_gives_the_median_and_range_of_each_phase(tmp_path):
   assert lines[0] == '| x | runs | wall (s) | setup (s) | compilation (s) |'
   assert lines[2] == '| False | 2 | 11.0 (10.0-12.0) | 1.0 (1.0-1.0) | 5.0 (4.0-6.0) |'
   assert lines[3] == '| True | 2 | 8.5 (8.0-9.0) | 1.0 (1.0-1.0) | 2.5 (2.0-3.0) |'
+
+
+def test_a_group_rate_block_gives_each_forms_rate_and_the_caches_ratio(tmp_path):
+  import json  # pylint: disable=import-outside-toplevel
+  record = [{'form': 'built', 'steps_per_s': 8.0, 'low': 4.5, 'high': 11.5, 'intervals': 9},
+            {'form': 'row cache', 'steps_per_s': 200.0, 'low': 190.0, 'high': 280.0,
+             'intervals': 9, 'made_with': {'commit': 'abc'}}]
+  path = tmp_path / 'group_rate.json'
+  path.write_text(json.dumps(record), encoding='utf-8')
+  lines = run_tables.group_rate(path)
+  assert lines[2:4] == ['| built | 8.0 | 4.5-11.5 | 9 |', '| row cache | 200.0 | 190.0-280.0 | 9 |']
+  assert lines[-1].startswith("The row cache's rate over the rows built in the loop: 25.0x")
+  path.write_text(json.dumps([{'form': 'built', 'steps_per_s': 8.0}]), encoding='utf-8')
+  with pytest.raises(errors.ConfigError, match=r'group_rate\.json is not a scripts/group_rate'):
+    run_tables.group_rate(path)
 
 
 def test_a_block_naming_a_damaged_file_or_another_kind_of_record_is_one_error(tmp_path):
