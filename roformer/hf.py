@@ -3,8 +3,8 @@
 - `import_checkpoint(hf_dir, workdir)`: a local Hugging Face model directory (config.json,
   *.safetensors, tokenizer.json) as an ordinary workdir: config.json, the model's own tokenizer
   (its ids unshifted) and a checkpoint at step 0. eval.py, scripts/generate.py, every
-  evaluation-time scaling and remap, and `train.py --config.init_from=WORKDIR` read it like a
-  run trained here.
+  evaluation-time scaling and remap, and `train.py --config configs/continued.py:WORKDIR`
+  (fine-tuning, or continuing at a longer length) read it like a run trained here.
 - `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
   Mistral, Qwen2 or GPT-NeoX, whichever computes the model; roformer/hf_config.py refuses, in
@@ -13,7 +13,7 @@
 
     from roformer import hf
     lm = hf.load('runs/llama')
-    ids = lm.tokenizer.encode('To be, or not to be')
+    ids = lm.encode('To be, or not to be')          # bos first, as the model was trained
     logits = lm.logits([ids])                       # float32 [1, len, vocab]
     out = lm.generate([ids], max_new_tokens=20)      # greedy at temperature 0
 
@@ -34,6 +34,7 @@ from roformer import errors
 from roformer import files
 from roformer import generation
 from roformer import hf_config
+from roformer import hf_tokenizers
 from roformer import hf_weights
 from roformer import model_types
 from roformer import resolve
@@ -145,16 +146,11 @@ def _restored(workdir: str, step: int | None):
   return opened, trainer, params
 
 
-def _special_ids(tokenizer) -> dict:
-  bos, eos = vocabularies.framing(tokenizer)
-  return {'bos': bos[0] if bos else None, 'eos': eos[0] if eos else None,
-          'pad': getattr(tokenizer, 'pad_id', tokenizer_lib.PAD_ID)}
-
-
 def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str:
-  """Writes `hf_dir` (config.json, model.safetensors and, for a pretrained tokenizer, its
-  tokenizer files) from `workdir`'s checkpoint at `step` (the latest by default). Returns the
-  transformers architecture written."""
+  """Writes `hf_dir` (config.json, model.safetensors and, where the run's tokenizer has a
+  transformers form, tokenizer.json and tokenizer_config.json: roformer/hf_tokenizers.py) from
+  `workdir`'s checkpoint at `step` (the latest by default). Returns the transformers
+  architecture written."""
   hf_dir = _check_new(hf_dir, '--to_hf')
   config = saved_config.load(workdir)
   fam = hf_config.export_family(config)  # Refuses before anything is restored.
@@ -164,66 +160,13 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   pure = jax.tree.map(np.asarray, per_block.to_pure_dict())
   tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
-  hf = hf_config.from_config(config, _special_ids(opened.tokenizer),
+  hf = hf_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
                              files.read_json(source) if os.path.exists(source) else None)
   with files.staged_directory(hf_dir) as staging:
     hf_weights.write(tensors, staging)
     files.write_json_atomic(os.path.join(staging, 'config.json'), hf)
-    _write_tokenizer(opened.tokenizer, staging)
+    hf_tokenizers.write(opened.tokenizer, staging)
   return hf['architectures'][0]
-
-
-def _bytes_tokenizer():
-  """The bytes tokenizer (vocabularies.Bytes) as a Hugging Face tokenizer: byte b is id b + 5
-  after the project's specials, each byte its own token (a byte-level BPE without merges)."""
-  import tokenizers  # pylint: disable=g-import-not-at-top
-  specials = ['<pad>', '</s>', '<s>', '<unk>', '<n>']  # Ids 0..4 (roformer/data/tokenizer.py).
-  alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet(),
-                    key=lambda ch: _BYTE_OF[ch])
-  vocab = {name: i for i, name in enumerate(specials)}
-  vocab.update({ch: tokenizer_lib.NUM_SPECIAL + _BYTE_OF[ch] for ch in alphabet})
-  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[]))
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False,
-                                                          use_regex=False)
-  tok.decoder = tokenizers.decoders.ByteLevel()
-  tok.add_special_tokens(specials[:4])
-  return tok
-
-
-def _byte_chars() -> dict[str, int]:
-  """GPT-2's byte-to-character map (the ByteLevel pre-tokenizer's), inverted."""
-  printable = (list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1))
-               + list(range(ord('®'), ord('ÿ') + 1)))
-  chars, extra = {}, 0
-  for b in range(256):
-    if b in printable:
-      chars[chr(b)] = b
-    else:
-      chars[chr(256 + extra)] = b
-      extra += 1
-  return chars
-
-
-_BYTE_OF = _byte_chars()
-
-
-def _write_tokenizer(tokenizer, hf_dir: str) -> None:
-  """tokenizer.json and tokenizer_config.json for a pretrained tokenizer (as imported) or the
-  bytes tokenizer; a SentencePiece model trained here has no exact form in them (it encodes
-  line by line with a newline piece of its own), so none is written: its ids are the model's
-  all the same (encode with roformer's tokenizer and pass ids)."""
-  if isinstance(tokenizer, vocabularies.Pretrained):
-    tok, ids = tokenizer.tok, _special_ids(tokenizer)
-  elif isinstance(tokenizer, vocabularies.Bytes):
-    tok = _bytes_tokenizer()
-    ids = {'bos': tokenizer_lib.BOS_ID, 'eos': tokenizer_lib.EOS_ID, 'pad': tokenizer_lib.PAD_ID}
-  else:
-    return
-  tok.save(os.path.join(hf_dir, 'tokenizer.json'))
-  name = lambda i: None if i is None else tok.id_to_token(i)
-  files.write_json_atomic(os.path.join(hf_dir, 'tokenizer_config.json'), {
-      'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']), 'pad_token': name(ids['pad']),
-      'add_bos_token': ids['bos'] is not None, 'tokenizer_class': 'PreTrainedTokenizerFast'})
 
 
 class CausalLM:
@@ -251,6 +194,11 @@ class CausalLM:
       raise errors.ConfigError(f'ids must be in [0, {self.vocab_size}) (got {array.min()}..'
                                f'{array.max()}). Fix: ids from lm.tokenizer.')
     return jnp.asarray(array, jnp.int32)
+
+  def encode(self, text: str) -> np.ndarray:
+    """The ids of `text` as the model was trained on a document's start: the tokenizer's bos
+    first (none where it has none), then the text's ids (`tokenizer.encode` adds no bos)."""
+    return generation.encode_prompt(self.tokenizer, text)
 
   def logits(self, ids) -> np.ndarray:
     """float32 logits [batch, length, vocab] of int ids [batch, length] at positions 0.."""

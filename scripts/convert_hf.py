@@ -6,8 +6,10 @@
 --from_hf reads a local directory as `save_pretrained` writes it (config.json, model.safetensors
 or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_config.json) of a
 LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or GPTNeoXForCausalLM, and writes a new
-workdir that eval.py, scripts/generate.py and train.py (--config.init_from) read. --to_hf writes
-a directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits.
+workdir that eval.py, scripts/generate.py and train.py (--config configs/continued.py:WORKDIR)
+read. --to_hf writes a directory that transformers.AutoModelForCausalLM.from_pretrained loads
+with the same logits, and the run's tokenizer where it has a transformers form
+(roformer/hf_tokenizers.py).
 """
 
 import os
@@ -43,9 +45,10 @@ def main(argv):
     print(f'wrote {args.to_hf}: {arch} (transformers.AutoModelForCausalLM.from_pretrained reads '
           'it)')
     if not os.path.exists(os.path.join(args.to_hf, 'tokenizer.json')):
-      print("  and no tokenizer: the run's has no transformers form (an imported tokenizer and "
-            f'the bytes one have). Encode with hf.load({args.workdir!r}).tokenizer and pass the '
-            'ids.')
+      print("  and no tokenizer: the run's has no transformers form (an imported one, the bytes "
+            'one and a SentencePiece model trained here have; a tokenizer file given as '
+            f'config.data.tokenizer has not). Encode with hf.load({args.workdir!r}).encode and '
+            'pass the ids.')
 
 
 if __name__ == '__main__':

@@ -12,7 +12,9 @@
 # the lengths. TAG=NAME writes eval_results.NAME.json and eval_results.NAME.VARIANT.json
 # instead, beside evaluations made before (scripts/extension_table.py --tag NAME tables them).
 # A scaling's factor is set at each length (eval.scale_rope_to_length: length / the trained
-# length, or a model trained with a scaling keeps its own factor up to the length it reaches).
+# length, or a model trained with a scaling keeps its own factor up to the length it reaches);
+# a model's own scaling options that another scaling does not read (an imported YaRN's ramp,
+# llama3's band) go back to their defaults under that one.
 # The remaps are sized as configs/sweeps/passkey_extension.py sizes them, by one rule
 # (roformer/positions/remap.py, fitted): windows of half the trained length, DCA's chunk and
 # local window and the sinks' 4 tokens and window filling it, STRING's shift at a half with a
@@ -61,7 +63,9 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)  # The repository; the paths given are the caller's.
 PY=${PYTHON:-python}
 multipliers=${MULTIPLIERS:-1,2,4,8}
-# Each remap method's flags from remap.fitted (METHOD FLAG...), then each remap method's options
+# Each remap method's flags from remap.fitted (METHOD FLAG...) and each scaling's (KIND FLAG...:
+# the model's own scaling options that KIND does not read, set back to their defaults), then
+# each remap method's options
 # (METHOD=OPTION,OPTION: the flags given after WORKDIR reach only the variants that read them);
 # or one line naming what is wrong with the workdir or MULTIPLIERS (cli.guard) and exit 1.
 sizing_text=$(
@@ -97,6 +101,10 @@ def options(workdir, multipliers, variants):
   longest = c.data.seq_len * max(factors)
   for method, sized in (remap.fitted(c.data.seq_len, longest) if remaps else {}).items():
     print(method, *(f'--config.model.position.rope.remap.{k}={v}' for k, v in sized.items()))
+  own = c.model.position.rope.scaling
+  for kind in sorted(scalings):  # The model's own scaling's options that another kind refuses.
+    if reset := scaling.switched(own, kind):
+      print(kind, *(f'--config.model.position.rope.scaling.{k}={v}' for k, v in reset.items()))
   print(' '.join(f'{m}={",".join(o)}' for m, o in remap.OPTIONS.items() if o))
 
 cli.guard(options)(*sys.argv[1:])
@@ -128,7 +136,9 @@ for variant in $variants; do
   case $variant in
     plain) flags=() ;;
     linear|ntk|yarn|llama3|dynamic)
-      flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True) ;;
+      read -r -a flags <<< "${fitted[$variant]:-}"
+      flags=("$rope.scaling.kind=$variant" --config.eval.scale_rope_to_length=True
+             ${flags[@]+"${flags[@]}"}) ;;
     *) read -r -a flags <<< "${fitted[$variant]}" ;;
   esac
   case $variant in

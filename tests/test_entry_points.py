@@ -547,6 +547,30 @@ def test_evaluate_extensions_sizes_each_remap_by_the_shared_rule_and_eval_accept
     resolve.validate(config_args.apply(copy.deepcopy(config), overrides))
 
 
+def test_evaluate_extensions_sets_an_imported_scalings_own_options_back_under_another(tmp_path):
+  """A model with YaRN's index ramp and attention factor (an imported Qwen2 with YaRN, say):
+  the other scalings get those options back at their defaults, which eval.py accepts (before,
+  `linear` was refused for the ramp); its own kind keeps them. eval.py is faked."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  from roformer import saved_config  # pylint: disable=import-outside-toplevel
+  config, workdir, calls, fake = _faked_eval(tmp_path, 16)
+  config.model.position.rope.scaling.update(kind='yarn', factor=4.0, original_length=16,
+                                            ramp='index', attention_factor=1.1)
+  saved_config.save(config, str(workdir))
+  done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
+                        env={**os.environ, 'PYTHON': str(fake), 'VARIANTS': 'linear yarn llama3'},
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 0, done.stderr
+  field = '--config.model.position.rope.scaling.'
+  for line, kind in zip(calls.read_text().splitlines(), ('linear', 'yarn', 'llama3')):
+    flags = [f for f in line.split() if f.startswith(field)]
+    reset = [] if kind == 'yarn' else [f'{field}ramp=ratio', f'{field}attention_factor=0.0']
+    assert flags == [f'{field}kind={kind}', *reset], flags
+    overrides = [f[len('--config.'):].split('=', 1) for f in flags]
+    resolve.validate(config_args.apply(copy.deepcopy(config), overrides))
+
+
 def test_evaluate_extensions_tags_its_files_and_passes_each_flag_to_the_variants_reading_it(
     tmp_path):
   """TAG=NAME names every file after it; --out (which sent every variant to one file) and a

@@ -28,6 +28,7 @@ from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
 from tests import kinds
 
@@ -277,8 +278,9 @@ def test_bad_ids_and_a_file_for_a_directory_are_one_error_with_its_fix(tmp_path)
 
 
 def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monkeypatch, capsys):
-  """A run whose tokenizer has no transformers form (a SentencePiece model trained here, say)
-  exports the model alone; the command's output says so, and how to get the ids."""
+  """A run whose tokenizer has no transformers form (a SentencePiece file given as
+  config.data.tokenizer, say) exports the model alone; the command's output says so, and how to
+  get the ids."""
   from scripts import convert_hf  # pylint: disable=import-outside-toplevel
   written = {}
   def export(workdir, hf_dir, step=None):
@@ -291,7 +293,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   printed = capsys.readouterr().out
   assert written == {out: ('runs/lm', None)}
   assert "and no tokenizer: the run's has no transformers form" in printed
-  assert "hf.load('runs/lm').tokenizer" in printed
+  assert "hf.load('runs/lm').encode" in printed
   with_tokenizer = str(tmp_path / 'with')  # An export that wrote one says nothing of it.
   monkeypatch.setattr(hf, 'export_checkpoint', lambda workdir, hf_dir, step=None: (
       os.makedirs(hf_dir), open(os.path.join(hf_dir, 'tokenizer.json'), 'w').close(),
@@ -308,14 +310,17 @@ def test_continued_config_without_a_run_names_the_fix(tmp_path):
       continued.get_config(argument)
 
 
-def _workdir(config, path, checkpoint: bool = True) -> str:
+def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
   """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
   random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
-  show); without `checkpoint`, its config alone."""
-  config.model.vocab_size = 256 + 5
-  config.data.tokenizer = 'bytes'
+  show); without `checkpoint`, its config alone. Its tokenizer: bytes, or the SentencePiece
+  model `tokenizer` (roformer.data.tokenizer.Tokenizer) as if trained for the run."""
+  config.model.vocab_size = tokenizer.vocab_size if tokenizer else 256 + 5
+  config.data.tokenizer = 'sentencepiece' if tokenizer else 'bytes'
   resolve.validate(config)
   os.makedirs(path)
+  if tokenizer:
+    shutil.copy(tokenizer.path, os.path.join(path, tokenizer_lib.Tokenizer.workdir_file))
   saved_config.save(config, str(path))
   if not checkpoint:
     return str(path)
@@ -351,6 +356,21 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, arch, tmp_path):
   text = 'Shall I compare thee?\n'
   assert list(back.tokenizer.encode(text)) == list(here.tokenizer.encode(text))
   assert vocabularies.framing(back.tokenizer) == vocabularies.framing(here.tokenizer)
+
+
+def test_a_run_with_its_trained_sentencepiece_model_exports_it_with_the_same_ids(tmp_path):
+  """The default tokenizer goes out with the model: transformers' form of it encodes text into
+  the run's ids, bos first, and the export imported back encodes as the run does."""
+  text = 'Shall I compare thee to a summer day?\nThou art more lovely'
+  model = tokenizer_lib.train([text * 20], tmp_path / 'spm.model', vocab_size=60)
+  workdir = _workdir(test_config.get_config('llama'), tmp_path / 'w', tokenizer=model)
+  hf.export_checkpoint(workdir, str(tmp_path / 'out'))
+  theirs = tokenizers.Tokenizer.from_file(str(tmp_path / 'out' / 'tokenizer.json'))
+  here = hf.load(workdir)
+  assert theirs.encode(text).ids == list(here.encode(text))
+  assert here.encode(text)[0] == tokenizer_lib.BOS_ID
+  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
+  assert list(hf.load(str(tmp_path / 'back')).encode(text)) == list(here.encode(text))
 
 
 def test_an_imported_checkpoint_exports_as_it_came(tmp_path):

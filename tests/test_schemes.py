@@ -461,3 +461,25 @@ def test_xpos_applies_the_yarn_temperature():
                              logits(plain, q, k, pos, pos) * (0.1 * np.log(4) + 1) ** 2,
                              rtol=1e-4, atol=1e-5)
 
+
+
+def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads():
+  """scaling.switched: a model's own scaling with every option of its kind moved off its
+  default (an imported YaRN's index ramp and attention factor, llama3's band) validates under
+  each other kind once those options go back to their defaults, and keeps its factor, its
+  original length and whatever the new kind reads."""
+  from roformer import resolve  # pylint: disable=import-outside-toplevel
+  from roformer.positions import scaling  # pylint: disable=import-outside-toplevel
+  own_options = {'yarn': {'alpha': 2.0, 'beta': 16.0, 'ramp': 'index', 'attention_factor': 1.2},
+                 'llama3': {'low_freq_factor': 2.0, 'high_freq_factor': 8.0},
+                 'linear': {}, 'ntk': {}, 'dynamic': {}}
+  for own, moved in own_options.items():
+    for kind in own_options:
+      cfg = kinds.tiny_config('rope')
+      sc = cfg.model.position.rope.scaling
+      sc.update(kind=own, factor=4.0, original_length=cfg.data.seq_len, **moved)
+      reset = scaling.switched(sc, kind)
+      assert reset == ({} if kind == own else {k: scaling.DEFAULTS[k] for k in moved}), (own, kind)
+      sc.update(kind=kind, **reset)
+      resolve.validate(cfg)  # Refused before, for a moved option its new kind does not read.
+      assert (sc.factor, sc.original_length) == (4.0, cfg.data.seq_len)

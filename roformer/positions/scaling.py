@@ -41,6 +41,18 @@ SPECS = {
     'high_freq_factor': specs.Float(0, 1e6, min_open=True, default=4.0),
 }
 DEFAULTS = specs.defaults(SPECS)
+# The options that shape one kind only (validate refuses them away from their default under any
+# other kind).
+SHAPES = {'yarn': ('alpha', 'beta', 'ramp', 'attention_factor'),
+          'llama3': ('low_freq_factor', 'high_freq_factor')}
+
+
+def switched(scaling, kind: str) -> dict:
+  """The options to set back to their defaults when `scaling` is evaluated under `kind`
+  instead: those that shape its own kind only and are not at their default (an imported YaRN
+  model's `index` ramp under `linear`, say). Factor and original length are kept."""
+  return {name: DEFAULTS[name] for own, names in SHAPES.items() if own != kind
+          for name in names if option(scaling, name) != DEFAULTS[name]}
 
 
 def option(scaling, name: str):
