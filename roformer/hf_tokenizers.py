@@ -18,10 +18,18 @@ export calls it):
 
 Both of the project's tokenizers go out with a post-processor that puts the bos first, as the
 data pipeline framed every document in training (`add_special_tokens=True`, transformers'
-default; lm-evaluation-harness asks for it with `add_bos_token=True`). The special tokens
-(`<pad>`, `</s>`, `<s>`, `<unk>`) are transformers special tokens: text that spells one out is
-read as it, where the project's SentencePiece encoding spells the characters; and an unknown
-character decodes as nothing with `skip_special_tokens=True`, where SentencePiece gives ' ⁇ '.
+default; lm-evaluation-harness asks for it with `add_bos_token=True`).
+
+Where the SentencePiece form differs from SentencePiece itself:
+- The special tokens (`<pad>`, `</s>`, `<s>`, `<unk>`) are transformers special tokens: text
+  that spells one out is read as it, where SentencePiece spells out the characters; and
+  text that spells out `<n>` is spelt out, where SentencePiece reads the newline piece.
+- An unknown character decodes as nothing with `skip_special_tokens=True`, where SentencePiece
+  gives ' ⁇ '.
+- A combining mark after a character that the character map rewrites (decomposed, NFD text:
+  'e' + U+0301 after U+00A0, or Vietnamese letters written in NFD) can be dropped or kept
+  apart: the `tokenizers` package applies the map to whole graphemes (its issues #2116 and
+  #2334). Elsewhere a combining mark is read as SentencePiece reads it.
 
 A tokenizer without such a form (a SentencePiece file or a tokenizer.json given as
 `config.data.tokenizer`, whose ids are shifted past the project's specials) writes nothing:
@@ -104,16 +112,18 @@ def _sentencepiece(path: str):
            for i, p in enumerate(proto.pieces)]
   tok = tokenizers.Tokenizer(tokenizers.models.Unigram(vocab, unk_id=tokenizer_lib.UNK_ID,
                                                        byte_fallback=False))
+  # SentencePiece strips and joins ASCII spaces only (Strip() would take U+0085 as well).
   tok.normalizer = normalizers.Sequence([
-      normalizers.Precompiled(norm.precompiled_charsmap), normalizers.Strip(),
+      normalizers.Precompiled(norm.precompiled_charsmap),
+      normalizers.Replace(tokenizers.Regex(r'\A +| +\z'), ''),
       normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')])
   tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_WORD, prepend_scheme='always',
                                                split=True)
-  # Marks back to spaces, then the space each line began with dropped (SentencePiece decodes
-  # line by line, each without its leading mark).
+  # Marks back to spaces, then the spaces each line begins with dropped (SentencePiece decodes
+  # line by line, each without its leading marks).
   tok.decoder = decoders.Sequence([
-      decoders.Replace(_WORD, ' '), decoders.Fuse(), decoders.Replace('\n ', '\n'),
-      decoders.Strip(' ', 1, 0)])
+      decoders.Replace(_WORD, ' '), decoders.Fuse(),
+      decoders.Replace(tokenizers.Regex('(?m)^ +'), '')])
   tok.add_tokens([tokenizers.AddedToken('\n', normalized=False, special=False)])
   tok.add_special_tokens(list(_SPECIALS))
   return tok
@@ -153,7 +163,12 @@ def write(tokenizer, hf_dir: str) -> bool:
   tok, ids = made
   tok.save(os.path.join(hf_dir, 'tokenizer.json'))
   name = lambda i: None if i is None else tok.id_to_token(i)
+  unk = tok.token_to_id(_SPECIALS[tokenizer_lib.UNK_ID])
+  own = not isinstance(tokenizer, vocabularies.Pretrained) and unk == tokenizer_lib.UNK_ID
   files.write_json_atomic(os.path.join(hf_dir, 'tokenizer_config.json'), {
       'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']), 'pad_token': name(ids['pad']),
-      'add_bos_token': ids['bos'] is not None, 'tokenizer_class': 'PreTrainedTokenizerFast'})
+      **({'unk_token': _SPECIALS[tokenizer_lib.UNK_ID]} if own else {}),
+      'add_bos_token': ids['bos'] is not None, 'tokenizer_class': 'PreTrainedTokenizerFast',
+      # Decoding as the tokenizer.json says (older transformers join ' ,' into ',' otherwise).
+      'clean_up_tokenization_spaces': False})
   return True

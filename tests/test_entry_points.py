@@ -563,7 +563,9 @@ def test_evaluate_extensions_sets_an_imported_scalings_own_options_back_under_an
                         capture_output=True, text=True, timeout=120, check=False)
   assert done.returncode == 0, done.stderr
   field = '--config.model.position.rope.scaling.'
-  for line, kind in zip(calls.read_text().splitlines(), ('linear', 'yarn', 'llama3')):
+  lines = calls.read_text().splitlines()
+  assert len(lines) == 3, lines
+  for line, kind in zip(lines, ('linear', 'yarn', 'llama3')):
     flags = [f for f in line.split() if f.startswith(field)]
     reset = [] if kind == 'yarn' else [f'{field}ramp=ratio', f'{field}attention_factor=0.0']
     assert flags == [f'{field}kind={kind}', *reset], flags

@@ -35,6 +35,7 @@ ROMEO: But, soft! what light through yonder window breaks? 1599, 42 ways.
 CASES = ['Shall I compare thee', '  thee   to a  summer  ', 'May,\n\nAnd\n', '\nthy\n   \nshade',
          'tab\there and\u00a0there\u3000too', 'ｆａｉｒ ﬁne ①', 'cafe\u0301 day', '漢字 by chance 漢',
          'emoji 😀😀 breaks', '', ' ', '\n', '\t\n ', 'wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww',
+         '\x85the\x85', 'a\r\nb\r', '\u2581thee \u2581', '\u00ad\u200b\ufeffsea', 'a\u0301b',
          TRAINING, TRAINING.replace('\n', ' \n  ')]
 
 
@@ -54,6 +55,22 @@ def test_a_sentencepiece_model_trained_here_gives_the_same_ids_and_text(trained)
     if tokenizer_lib.UNK_ID not in want:  # SentencePiece decodes an unknown as ' ⁇ '.
       assert tok.decode(want, skip_special_tokens=True) == trained.decode(want), text
   assert tokenizer_lib.UNK_ID in trained.encode('漢字')  # The model does not know them.
+
+
+def test_ids_that_encoding_never_gives_decode_as_sentencepiece_decodes_them(trained):
+  """Generated ids can start a line with word marks or hold an eos: every mark a line starts
+  with is dropped, as SentencePiece decodes line by line."""
+  tok, _ = hf_tokenizers.form(trained)
+  mark, word = trained.sp.piece_to_id('\u2581'), trained.encode('thee')[0]
+  rng = np.random.default_rng(0)
+  known = [i for i in range(tokenizer_lib.NUM_SPECIAL, trained.vocab_size)]
+  sequences = [[mark, word], [tokenizer_lib.NEWLINE_ID, mark, mark, word],
+               [mark, tokenizer_lib.EOS_ID, word]] + [
+                   list(rng.choice(known + [tokenizer_lib.NEWLINE_ID, tokenizer_lib.EOS_ID], 12))
+                   for _ in range(300)]
+  for ids in sequences:
+    ids = [int(i) for i in ids]
+    assert tok.decode(ids, skip_special_tokens=True) == trained.decode(ids), ids
 
 
 def test_transformers_form_puts_the_bos_first_as_training_framed_documents(trained):

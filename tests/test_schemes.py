@@ -462,7 +462,6 @@ def test_xpos_applies_the_yarn_temperature():
                              rtol=1e-4, atol=1e-5)
 
 
-
 def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads():
   """scaling.switched: a model's own scaling with every option of its kind moved off its
   default (an imported YaRN's index ramp and attention factor, llama3's band) validates under
