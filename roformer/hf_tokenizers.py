@@ -91,7 +91,7 @@ def _sentencepiece(path: str):
   """The SentencePiece model at `path` (trained by roformer/data/tokenizer.py) as a `tokenizers`
   Tokenizer with the same ids, or None where its settings are not those this form reproduces."""
   import tokenizers  # pylint: disable=g-import-not-at-top
-  from tokenizers import decoders, normalizers, pre_tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import decoders, normalizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   proto = sentencepiece_model_pb2.ModelProto()
   with open(path, 'rb') as f:
@@ -117,8 +117,8 @@ def _sentencepiece(path: str):
       normalizers.Precompiled(norm.precompiled_charsmap),
       normalizers.Replace(tokenizers.Regex(r'\A +| +\z'), ''),
       normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')])
-  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_WORD, prepend_scheme='always',
-                                               split=True)
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement=_WORD,
+                                                          prepend_scheme='always', split=True)
   # Marks back to spaces, then the spaces each line begins with dropped (SentencePiece decodes
   # line by line, each without its leading marks).
   tok.decoder = decoders.Sequence([
