@@ -109,15 +109,19 @@ def test_a_model_of_other_settings_or_a_shifted_file_writes_nothing(tmp_path):
   assert not (tmp_path / 'tokenizer.json').exists()
 
 
-def test_transformers_reads_the_form_with_the_same_ids(trained, tmp_path):
-  """Where transformers is installed: its tokenizer of the written files gives the ids."""
+def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
+  """Where transformers is installed: its tokenizer of the written files gives the ids, and
+  one bos first when it adds special tokens."""
   transformers = pytest.importorskip('transformers')
-  assert hf_tokenizers.write(trained, str(tmp_path))
-  theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
-  for text in CASES:
-    want = [int(i) for i in trained.encode(text)]
-    assert theirs(text, add_special_tokens=False)['input_ids'] == want, text
-  assert theirs('and more')['input_ids'][0] == tokenizer_lib.BOS_ID
+  for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes())):
+    (tmp_path / name).mkdir()
+    assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / name))
+    for text in CASES:
+      want = [int(i) for i in tokenizer.encode(text)]
+      assert theirs(text, add_special_tokens=False)['input_ids'] == want, (name, text)
+    assert theirs('and more')['input_ids'][:2] == [tokenizer_lib.BOS_ID,
+                                                   int(tokenizer.encode('and more')[0])]
 
 
 def test_the_bytes_form_is_byte_b_at_id_b_plus_5():
