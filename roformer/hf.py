@@ -42,7 +42,6 @@ from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from roformer import variables
-from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
 
 
@@ -216,7 +215,7 @@ class CausalLM:
     new = np.asarray(decode.generate(self.model, ids, max_new_tokens=max_new_tokens,
                                      temperature=temperature, eos_id=eos, seed=seed))
     if eos >= 0:  # decode pads a finished row with id 0, a real token of most vocabularies.
-      pad = getattr(self.tokenizer, 'pad_id', tokenizer_lib.PAD_ID)
+      pad = hf_tokenizers.special_ids(self.tokenizer)['pad']
       ended = np.cumsum(new == eos, axis=1) - (new == eos) > 0
       new = np.where(ended, eos if pad is None else pad, new)
     return np.concatenate([np.asarray(ids), new], axis=1)

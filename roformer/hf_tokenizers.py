@@ -33,7 +33,7 @@ Where the SentencePiece form differs from SentencePiece itself:
 
 A tokenizer without such a form (a SentencePiece file or a tokenizer.json given as
 `config.data.tokenizer`, whose ids are shifted past the project's specials) writes nothing:
-`write` returns False and the export says so.
+`write` returns False and scripts/convert_hf.py says so.
 """
 
 import os
@@ -57,7 +57,7 @@ def _bytes_tokenizer():
   """The bytes tokenizer (vocabularies.Bytes): byte b is id b + 5 after the project's specials,
   each byte its own token (a byte-level BPE without merges)."""
   import tokenizers  # pylint: disable=g-import-not-at-top
-  specials = [*_SPECIALS, '<n>']  # Ids 0..4; <n> is never produced (a newline is its byte).
+  specials = [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE]  # Ids 0..4; the newline is its byte.
   alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet(),
                     key=lambda ch: _BYTE_OF[ch])
   vocab = {name: i for i, name in enumerate(specials)}
@@ -87,15 +87,15 @@ def _byte_chars() -> dict[str, int]:
 _BYTE_OF = _byte_chars()
 
 
-def _sentencepiece(path: str):
-  """The SentencePiece model at `path` (trained by roformer/data/tokenizer.py) as a `tokenizers`
-  Tokenizer with the same ids, or None where its settings are not those this form reproduces."""
+def _sentencepiece(trained):
+  """The SentencePiece model of `trained` (roformer/data/tokenizer.py's Tokenizer, as loaded) as
+  a `tokenizers` Tokenizer with the same ids, or None where its settings are not those this form
+  reproduces."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   from tokenizers import decoders, normalizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   proto = sentencepiece_model_pb2.ModelProto()
-  with open(path, 'rb') as f:
-    proto.ParseFromString(f.read())
+  proto.ParseFromString(trained.sp.serialized_model_proto())
   norm, trainer = proto.normalizer_spec, proto.trainer_spec
   piece = sentencepiece_model_pb2.ModelProto.SentencePiece
   names = [p.piece for p in proto.pieces]
@@ -103,7 +103,7 @@ def _sentencepiece(path: str):
       or trainer.treat_whitespace_as_suffix or not trainer.split_by_whitespace
       or not (norm.add_dummy_prefix and norm.remove_extra_whitespaces
               and norm.escape_whitespaces) or not norm.precompiled_charsmap
-      or names[:tokenizer_lib.NUM_SPECIAL] != [*_SPECIALS, '<n>']
+      or names[:tokenizer_lib.NUM_SPECIAL] != [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE]
       or any(p.type == piece.USER_DEFINED for p in proto.pieces[tokenizer_lib.NUM_SPECIAL:])):
     return None
   # The newline piece becomes the newline itself, matched as an added token before the rest of
@@ -145,7 +145,7 @@ def form(tokenizer):
   if isinstance(tokenizer, vocabularies.Bytes):
     tok = _bytes_tokenizer()
   elif isinstance(tokenizer, tokenizer_lib.Tokenizer):
-    tok = _sentencepiece(tokenizer.path)
+    tok = _sentencepiece(tokenizer)
     if tok is None:
       return None
   else:
@@ -163,8 +163,7 @@ def write(tokenizer, hf_dir: str) -> bool:
   tok, ids = made
   tok.save(os.path.join(hf_dir, 'tokenizer.json'))
   name = lambda i: None if i is None else tok.id_to_token(i)
-  unk = tok.token_to_id(_SPECIALS[tokenizer_lib.UNK_ID])
-  own = not isinstance(tokenizer, vocabularies.Pretrained) and unk == tokenizer_lib.UNK_ID
+  own = not isinstance(tokenizer, vocabularies.Pretrained)  # Its specials at ids 0..3.
   files.write_json_atomic(os.path.join(hf_dir, 'tokenizer_config.json'), {
       'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']), 'pad_token': name(ids['pad']),
       **({'unk_token': _SPECIALS[tokenizer_lib.UNK_ID]} if own else {}),

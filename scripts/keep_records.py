@@ -11,9 +11,9 @@ the sweep's timings.jsonl (how long each run of the sweep took) that RECORDS/tim
 and merges the sweep's sweep.json into RECORDS/sweep.json: the points and labels already there
 are kept, and a point kept again is replaced whole, its files and its entry, where that loses
 nothing: a kept record of another config, or with more steps trained or evaluations than the new
-run's, is refused unless --replace. Where a run lived is not its config: the data cache and the folder of
-the run it started from may differ, and so may the globs of its own files where both runs
-recorded the documents they held (train_data.json).
+run's, is refused unless --replace. Where a run lived is not its config: the data cache and the
+folder of the run it started from may differ, and so may the globs of its own files where both
+runs recorded the documents they held (train_data.json).
 Checkpoints, TensorBoard events and the tokenizer stay behind: a kept record is a few tens of
 kilobytes where a point's workdir is tens of megabytes. So the parts of one sweep run in
 different places or at different times (passkey_extension.py:seed=1 here and :seed=2 there;
@@ -157,9 +157,10 @@ def keep_times(sweep_dir: str, records: str, only: set[str] | None = None) -> No
   if not os.path.exists(path):
     return
   kept_path = os.path.join(records, sweep_times.TIMES)
-  kept = files.read_jsonl(kept_path) if os.path.exists(kept_path) else []
+  kept = (sweep_times.checked(files.read_jsonl(kept_path), kept_path)
+          if os.path.exists(kept_path) else [])
   new = []
-  for line in files.read_jsonl(path):
+  for line in sweep_times.checked(files.read_jsonl(path), path):
     if line not in kept + new and (only is None or sweep_times.ran_any(line, only)):
       new.append(line)
   if new:  # Written whole: a keep cut short leaves the kept lines as they were.

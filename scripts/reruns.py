@@ -19,7 +19,7 @@ import os
 import statistics
 
 from roformer import errors
-from roformer import files
+from scripts import sweep_points
 
 MEASURES = {'rows': 'sequence_accuracy', 'tokens': 'accuracy'}
 
@@ -31,7 +31,8 @@ def _training_metrics(workdir: str) -> list[dict]:
   if not os.path.exists(path):
     raise errors.ConfigError(f'{path} does not exist. Fix: keep the point\'s records with '
                              'scripts/keep_records.py.')
-  return [{k: v for k, v in r.items() if 'per_sec' not in k} for r in files.read_jsonl(path)]
+  return [{k: v for k, v in r.items() if 'per_sec' not in k}
+          for r in sweep_points.checked_metrics(path)]
 
 
 def table(rerun: list[dict], kept: list[dict], rerun_dir: str, kept_dir: str, options: dict,

@@ -12,8 +12,9 @@ seed) and share JAX's persistent compilation cache (WORKDIR/.jax_cache) and the 
 the sweep builds once beforehand (WORKDIR/.rows, roformer/data/row_cache.py; `--no_row_cache`
 leaves each run to build its own). Each run of the sweep adds a line to WORKDIR/timings.jsonl:
 its commit, host, processes and wall time, in all and group by group (`record_time`). Finished
-stages are skipped and unfinished runs resume from their checkpoints, so the same command continues an interrupted sweep (a finished point whose
-checkpoints were deleted stands on its records). A failed point is reported by name and the
+stages are skipped and unfinished runs resume from their checkpoints, so the same command
+continues an interrupted sweep (a finished point whose checkpoints were deleted stands on its
+records). A failed point is reported by name and the
 sweep goes on (a group's other members included). Exit status: 2 when nothing ran because a
 flag, the sweep file or a point's config was refused (one `error: ...` line, before anything is
 written), 1 if any point failed, 130 after Ctrl-C. The work is ordered longest first and
@@ -281,7 +282,7 @@ def record_time(root: str, args, sweep, parallel: int, pinned, progress: Progres
   files.append_record(os.path.join(root, sweep_times.TIMES), {
       'made_with': made_with, 'started': started, 'ended': ended,
       'sweep': sweep_times.relative(args.sweep, ROOT),
-      'config': sweep.config.removeprefix(str(ROOT) + os.sep),
+      'config': sweep_times.relative(sweep.config, ROOT),
       'points': len(sweep.points), 'ran_here': len(progress.ran), 'ran': progress.ran,
       'failed': sorted(progress.failed),
       'processes': parallel, 'pinned': bool(pinned), 'row_cache': not args.no_row_cache,

@@ -47,24 +47,33 @@ def read(path: pathlib.Path) -> list[dict]:
   if not path.is_file():
     raise errors.ConfigError(f'{path} does not exist. Fix: name the timings.jsonl of a sweep '
                              'run by scripts/sweep.py, or a folder of kept records holding one.')
-  lines = files.read_jsonl(str(path))
+  lines = checked(files.read_jsonl(str(path)), path)
+  if not lines:
+    raise errors.ConfigError(f'{path} holds no timing. Fix: name the timings.jsonl of a sweep '
+                             'that ran.')
+  return lines
+
+
+def checked(lines: list, path) -> list[dict]:
+  """`lines` (read from `path`), each refused in one error naming it where it lacks one of
+  record_time's keys or holds one of the wrong type."""
   number_or_none = lambda v: v is None or _number(v)
-  types = {'made_with': lambda v: isinstance(v, dict), 'groups_s': lambda v: isinstance(v, dict)
+  made = lambda v: (isinstance(v, dict) and isinstance(v.get('host', {}), dict)
+                    and isinstance(v.get('variables', {}), dict))
+  types = {'made_with': made, 'groups_s': lambda v: isinstance(v, dict)
            and all(_number(x) for x in v.values()), 'wall_s': _number, 'points': _number,
            'ran_here': _number, 'processes': _number, 'rows_s': number_or_none,
            'started': lambda v: isinstance(v, str), 'ended': lambda v: isinstance(v, str),
-           'sweep': lambda v: isinstance(v, str)}
+           'sweep': lambda v: isinstance(v, str),
+           'ran': lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)}
   for number, line in enumerate(lines, 1):
-    missing = [k for k in KEYS if k not in line]
-    wrong = [k for k, ok in types.items() if k in line and not ok(line[k])]
+    missing = [k for k in KEYS if k not in line] if isinstance(line, dict) else list(KEYS)
+    wrong = [k for k, ok in types.items() if k in line and not ok(line[k])] if not missing else []
     if missing or wrong:
       what = (f'no {", ".join(missing)}' if missing else
               f'{", ".join(wrong)} of the wrong type')
       raise errors.ConfigError(f'{path} record {number} is not a scripts/sweep.py timing '
                                f'({what}). Fix: name a sweep\'s timings.jsonl.')
-  if not lines:
-    raise errors.ConfigError(f'{path} holds no timing. Fix: name the timings.jsonl of a sweep '
-                             'that ran.')
   return lines
 
 
@@ -134,6 +143,6 @@ def relative(spec: str, root: pathlib.Path) -> str:
   """A sweep spec (FILE[:ARG]) with FILE relative to `root` where it lies under it, so that a
   record names the file as the docs' commands do wherever the sweep was started from."""
   path, sep, arg = spec.partition(':')
-  full = os.path.abspath(path)
-  inside = full.startswith(str(root) + os.sep)
+  full, root = os.path.realpath(path), os.path.realpath(root)  # Through symlinked checkouts.
+  inside = full.startswith(root + os.sep)
   return (os.path.relpath(full, root) if inside else path) + sep + arg

@@ -225,6 +225,10 @@ def test_a_group_rate_block_gives_each_forms_rate_and_the_caches_ratio(tmp_path)
   path.write_text(json.dumps([{'form': 'built', 'steps_per_s': 8.0}]), encoding='utf-8')
   with pytest.raises(errors.ConfigError, match=r'group_rate\.json is not a scripts/group_rate'):
     run_tables.group_rate(path)
+  for bad in ('8', 0.0):  # A rate that is not a number, or none to divide by.
+    path.write_text(json.dumps([{**record[0], 'steps_per_s': bad}, record[1]]), encoding='utf-8')
+    with pytest.raises(errors.ConfigError, match=r'the rates above 0'):
+      run_tables.group_rate(path)
 
 
 def test_a_block_naming_a_damaged_file_or_another_kind_of_record_is_one_error(tmp_path):

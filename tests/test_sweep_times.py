@@ -128,7 +128,8 @@ def test_paired_runs_compare_the_groups_both_timed():
 
 @pytest.mark.parametrize('key, value', [('made_with', 'abc'), ('wall_s', '30'),
                                         ('groups_s', {'a': 'x'}), ('rows_s', '1'),
-                                        ('started', 3)])
+                                        ('started', 3), ('made_with', {'host': 'x'}),
+                                        ('made_with', {'variables': []}), ('ran', None)])
 def test_a_timing_of_the_wrong_types_is_one_error_naming_the_field(tmp_path, key, value):
   _write(tmp_path / 'timings.jsonl', [_line(), {**_line(), key: value}])
   with pytest.raises(errors.ConfigError, match=rf'record 2 is not a scripts/sweep.py timing '
@@ -142,3 +143,15 @@ def test_a_paired_option_other_than_0_or_1_is_refused(tmp_path, monkeypatch):
   text = '<!-- records: docs/results/x sweep_times paired=yes -->\n<!-- end of records -->'
   with pytest.raises(errors.ConfigError, match="paired='yes' is not 0 or 1"):
     docs_from_records.regenerate(text, {})
+
+
+def test_keeping_a_foreign_or_mistyped_timing_is_one_error_and_keeps_nothing(tmp_path):
+  """keep_records checks the sweep's lines as the docs read them, before writing any."""
+  from scripts import keep_records  # pylint: disable=import-outside-toplevel
+  sweep, records = tmp_path / 'sweep', tmp_path / 'records'
+  sweep.mkdir()
+  records.mkdir()
+  _write(sweep / 'timings.jsonl', [_line(), {**_line(), 'ran': None}])
+  with pytest.raises(errors.ConfigError, match=r'record 2 is not a scripts/sweep.py timing'):
+    keep_records.keep_times(str(sweep), str(records), {'a'})
+  assert not (records / 'timings.jsonl').exists()

@@ -22,7 +22,7 @@ MAX_CHARS = 20_000_000
 # The documents it samples them from by default (config.data.tokenizer_documents): all of them.
 EVERY_DOCUMENT = 0
 NUM_SPECIAL = 5  # Ids below this are never drawn as BERT's random replacement tokens.
-_NEWLINE_PIECE = '<n>'
+NEWLINE_PIECE = '<n>'
 
 
 class Tokenizer:
@@ -40,7 +40,7 @@ class Tokenizer:
       reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise errors.DamagedFileError(f'{self.path} is not a readable SentencePiece model '
                                     f'({reason}). Fix: {fix}.') from None
-    if self.sp.piece_to_id(_NEWLINE_PIECE) != NEWLINE_ID or self.sp.pad_id() != PAD_ID:
+    if self.sp.piece_to_id(NEWLINE_PIECE) != NEWLINE_ID or self.sp.pad_id() != PAD_ID:
       raise errors.DamagedFileError(f'{self.path} was not trained by roformer.data.tokenizer '
                                     f'(special ids differ). Fix: {fix}.')
 
@@ -105,7 +105,7 @@ def train(texts: Iterable[str], model_path: str | os.PathLike, vocab_size: int,
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size,
         model_type='unigram', character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
-        bos_id=BOS_ID, unk_id=UNK_ID, user_defined_symbols=[_NEWLINE_PIECE],
+        bos_id=BOS_ID, unk_id=UNK_ID, user_defined_symbols=[NEWLINE_PIECE],
         input_sentence_size=2_000_000, shuffle_input_sentence=False, num_threads=2,
         hard_vocab_limit=False, minloglevel=2)
     killpoints.reach('tokenizer.written')

@@ -41,18 +41,19 @@ SPECS = {
     'high_freq_factor': specs.Float(0, 1e6, min_open=True, default=4.0),
 }
 DEFAULTS = specs.defaults(SPECS)
-# The options that shape one kind only (validate refuses them away from their default under any
-# other kind).
-SHAPES = {'yarn': ('alpha', 'beta', 'ramp', 'attention_factor'),
-          'llama3': ('low_freq_factor', 'high_freq_factor')}
+# The options that shape one kind only, in the groups they are set in: validate refuses a group
+# away from its defaults under any other kind, and `switched` sets it back.
+SHAPES = {'yarn': (('alpha', 'beta'), ('ramp',), ('attention_factor',)),
+          'llama3': (('low_freq_factor', 'high_freq_factor'),)}
+_NAMES = {'yarn': 'YaRN', 'llama3': 'llama3'}
 
 
 def switched(scaling, kind: str) -> dict:
   """The options to set back to their defaults when `scaling` is evaluated under `kind`
   instead: those that shape its own kind only and are not at their default (an imported YaRN
   model's `index` ramp under `linear`, say). Factor and original length are kept."""
-  return {name: DEFAULTS[name] for own, names in SHAPES.items() if own != kind
-          for name in names if option(scaling, name) != DEFAULTS[name]}
+  return {name: DEFAULTS[name] for own, groups in SHAPES.items() if own != kind
+          for group in groups for name in group if option(scaling, name) != DEFAULTS[name]}
 
 
 def option(scaling, name: str):
@@ -163,28 +164,20 @@ def validate(sc, rotary_dim: int) -> None:
         f'{field}.factor={sc.factor:g} is read by a scaling, but {field}.kind is \'none\', so '
         f'nothing would be scaled. Fix: --{field}.kind=linear (or ntk, yarn, llama3, dynamic), '
         f'or --{field}.factor=1.')
-  if sc.kind != 'yarn' and (sc.alpha, sc.beta) != (DEFAULTS['alpha'], DEFAULTS['beta']):
-    raise errors.ConfigError(
-        f'{field}.alpha and beta shape YaRN only, but the scaling kind is {sc.kind!r}. Fix: '
-        f'--{field}.kind=yarn, or --{field}.alpha={DEFAULTS["alpha"]:g} '
-        f'--{field}.beta={DEFAULTS["beta"]:g}.')
-  ramp = option(sc, 'ramp')
-  if ramp != DEFAULTS['ramp'] and sc.kind != 'yarn':
-    raise errors.ConfigError(f'{field}.ramp={ramp!r} shapes YaRN only, but the scaling kind is '
-                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop the ramp override.')
+  for own, groups in SHAPES.items():
+    for group in groups:
+      if sc.kind != own and any(option(sc, n) != DEFAULTS[n] for n in group):
+        given = ', '.join(f'{n}={option(sc, n)}' for n in group)
+        back = ' '.join(f'--{field}.{n}={DEFAULTS[n]}' for n in group)
+        raise errors.ConfigError(
+            f'{field}.{" and ".join(group)} shape{"s" if len(group) == 1 else ""} '
+            f'{_NAMES[own]} only, but the scaling kind is {sc.kind!r} (given: {given}). Fix: '
+            f'--{field}.kind={own}, or {back}.')
   if sc.kind == 'yarn' and not 0 < sc.alpha < sc.beta:
     raise errors.ConfigError(f'{field} needs 0 < alpha < beta (got alpha={sc.alpha}, '
                              f'beta={sc.beta}; the ramp runs between them). Fix: change one '
                              'of them.')
-  if option(sc, 'attention_factor') and sc.kind != 'yarn':
-    raise errors.ConfigError(f'{field}.attention_factor shapes YaRN only, but the scaling kind is '
-                             f'{sc.kind!r}. Fix: --{field}.kind=yarn, or drop it.')
   low, high = option(sc, 'low_freq_factor'), option(sc, 'high_freq_factor')
-  if sc.kind != 'llama3' and (low, high) != (DEFAULTS['low_freq_factor'],
-                                            DEFAULTS['high_freq_factor']):
-    raise errors.ConfigError(
-        f'{field}.low_freq_factor/high_freq_factor shape llama3 only, but the scaling kind is '
-        f'{sc.kind!r}. Fix: --{field}.kind=llama3, or drop those overrides.')
   if sc.kind == 'llama3' and not 0 < low < high:
     raise errors.ConfigError(f'{field} needs 0 < low_freq_factor < high_freq_factor (got '
                              f'{low}, {high}). Fix: change one of them.')
