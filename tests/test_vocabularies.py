@@ -77,6 +77,23 @@ def test_a_huggingface_tokenizer_json_is_shifted_past_the_special_ids(tmp_path):
   assert tok.decode([tokenizer_lib.BOS_ID, *ids]) == TEXT[:80]
 
 
+def test_a_tokenizer_json_that_truncates_or_pads_still_encodes_a_document_whole(tmp_path):
+  """A tokenizer.json saved with truncation (BERT's 512, say) would cut every document the
+  pipeline encodes; given as the tokenizer, or as a pretrained model's, it encodes them whole."""
+  theirs = tokenizers.Tokenizer.from_file(huggingface_json(tmp_path))
+  whole = theirs.encode(TEXT).ids
+  theirs.enable_truncation(8)
+  theirs.enable_padding(length=len(whole) + 10, pad_id=0)
+  assert len(theirs.encode(TEXT).ids) == len(whole) + 10  # Cut to 8, then padded.
+  theirs.save(str(tmp_path / 'tokenizer.json'))
+  given = vocabularies.given(str(tmp_path / 'tokenizer.json'))
+  assert given.encode(TEXT).tolist() == [i + 5 for i in whole]
+  pretrained = vocabularies.Pretrained(str(tmp_path))
+  assert pretrained.encode(TEXT).tolist() == whole
+  pretrained.save(str(tmp_path / 'kept.json'))
+  assert vocabularies.Pretrained(str(tmp_path / 'kept.json')).encode(TEXT).tolist() == whole
+
+
 @pytest.mark.parametrize('name, message', [
     ('gpt2', "config.data.tokenizer='gpt2' is not a tokenizer"),
     ('/no/such/tokenizer.json', '/no/such/tokenizer.json does not exist'),

@@ -114,6 +114,14 @@ class SentencePieceFile:
     return tokenizer_lib.decode_lines(self.sp, ids, _SHIFT)
 
 
+def _whole(tok):
+  """`tok` with the truncation and padding a tokenizer.json may carry turned off: a document is
+  encoded whole, and the pipeline chunks and pads it."""
+  tok.no_truncation()
+  tok.no_padding()
+  return tok
+
+
 class HuggingFace:
   """A Hugging Face `tokenizer.json` (any model, any pre-tokenizer), read by the `tokenizers`
   package; no special tokens are added (the pipeline adds the project's)."""
@@ -123,8 +131,8 @@ class HuggingFace:
     import tokenizers  # pylint: disable=g-import-not-at-top
     self.path = str(path)
     # The package raises plain Exception for a file that is not a tokenizer.
-    self.tok = _open(self.path, 'Hugging Face tokenizer.json', tokenizers.Tokenizer.from_file,
-                     fix, failures=(Exception,))
+    self.tok = _whole(_open(self.path, 'Hugging Face tokenizer.json',
+                            tokenizers.Tokenizer.from_file, fix, failures=(Exception,)))
     self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True) + _SHIFT
 
   def encode(self, text: str) -> np.ndarray:
@@ -185,8 +193,8 @@ class Pretrained:
     self.path = str(path)
     if os.path.isdir(self.path):
       json_path = os.path.join(self.path, 'tokenizer.json')
-      self.tok = _open(json_path, 'Hugging Face tokenizer.json', tokenizers.Tokenizer.from_file,
-                       fix, failures=(Exception,))
+      self.tok = _whole(_open(json_path, 'Hugging Face tokenizer.json',
+                              tokenizers.Tokenizer.from_file, fix, failures=(Exception,)))
       config_path = os.path.join(self.path, 'tokenizer_config.json')
       if not os.path.exists(config_path):
         self.ids = _model_special_ids(self.path, self.tok, fix)
@@ -211,7 +219,7 @@ class Pretrained:
         raise errors.DamagedFileError(f'{self.path} is not a kept pretrained tokenizer. Fix: '
                                       f'{fix or "import the model again"}.')
       try:
-        self.tok = tokenizers.Tokenizer.from_str(json.dumps(kept['tokenizer']))
+        self.tok = _whole(tokenizers.Tokenizer.from_str(json.dumps(kept['tokenizer'])))
       except Exception as e:  # pylint: disable=broad-except  # The package raises Exception.
         raise _unreadable(self.path, 'kept pretrained tokenizer', e,
                           fix or 'import the model again') from None
