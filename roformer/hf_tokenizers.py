@@ -12,18 +12,31 @@ export calls it):
   spaces made one, as SentencePiece's `remove_extra_whitespaces` does); a word boundary marked
   with U+2581 and one put before each line (`add_dummy_prefix`); the newline an added token at
   the newline piece's id, so that lines are encoded one by one, as `tokenizer.encode_lines`
-  does. `tests/test_hf_tokenizers.py` checks the ids against SentencePiece's on text with
-  newlines, runs of spaces, tabs, empty lines, compatibility characters and unknown characters.
-  Only a model of the settings `tokenizer.train` uses is written (`_sentencepiece` checks them).
+  does.
+- A SentencePiece model given as `config.data.tokenizer` (vocabularies.SentencePieceFile) is the
+  same, its ids moved up by 5 past the project's five, with its own normalisation settings
+  (any character map or none, spaces stripped or kept, a dummy prefix or none). A model of
+  another kind (BPE), with byte fallback or with user-defined pieces has no form.
+- A tokenizer.json given as `config.data.tokenizer` (vocabularies.HuggingFace) keeps its
+  pipeline and model (BPE, WordPiece, WordLevel or Unigram), its ids moved up by 5 past the
+  project's five.
 
-Both of the project's tokenizers go out with a post-processor that puts the bos first, as the
-data pipeline framed every document in training (`add_special_tokens=True`, transformers'
-default; lm-evaluation-harness asks for it with `add_bos_token=True`).
+In the two given forms, ids 0..4 hold the project's pad, eos, bos, unk and newline, named as the
+project names them unless the tokenizer has a token of that name (`<s>`, say), whose id stays
+its own: then the project's is marked `<s|roformer>`. `tests/test_hf_tokenizers.py` checks the
+ids against the project's tokenizers on text with newlines, runs of spaces, tabs, empty lines,
+compatibility characters and unknown characters, for models of several settings.
 
-Where the SentencePiece form differs from SentencePiece itself:
-- The special tokens (`<pad>`, `</s>`, `<s>`, `<unk>`) are transformers special tokens: text
-  that spells one out is read as it, where SentencePiece spells out the characters; and
-  text that spells out `<n>` is spelt out, where SentencePiece reads the newline piece.
+Every project-framed form goes out with a post-processor that puts the project's bos first, as
+the data pipeline framed every document in training (`add_special_tokens=True`, transformers'
+default; lm-evaluation-harness asks for it with `add_bos_token=True`); a given tokenizer.json's
+own template (a BERT's [CLS] and [SEP]) is dropped, as training never added it.
+
+Where these forms differ from the project's tokenizers:
+- The project's special tokens and a SentencePiece model's own control pieces (`<s>` of a
+  model given) are transformers special tokens: text that spells one out is read as it, where
+  SentencePiece spells out the characters. Text that spells out `<n>` is spelt out, where the
+  trained model reads the newline piece.
 - An unknown character decodes as nothing with `skip_special_tokens=True`, where SentencePiece
   gives ' ⁇ '.
 - A combining mark after a character that the character map rewrites (decomposed, NFD text:
@@ -31,11 +44,11 @@ Where the SentencePiece form differs from SentencePiece itself:
   apart: the `tokenizers` package applies the map to whole graphemes (its issues #2116 and
   #2334). Elsewhere a combining mark is read as SentencePiece reads it.
 
-A tokenizer without such a form (a SentencePiece file or a tokenizer.json given as
-`config.data.tokenizer`, whose ids are shifted past the project's specials) writes nothing:
-`write` returns False and scripts/convert_hf.py says so.
+A tokenizer without such a form writes nothing: `write` returns False and scripts/convert_hf.py
+says so.
 """
 
+import json
 import os
 
 from roformer import files
@@ -44,6 +57,7 @@ from roformer.data import vocabularies
 
 _SPECIALS = ('<pad>', '</s>', '<s>', '<unk>')  # Ids 0..3 (roformer/data/tokenizer.py).
 _WORD = '\u2581'  # SentencePiece's word-boundary mark.
+_SHIFT = tokenizer_lib.NUM_SPECIAL  # A given file's id n is n + 5 (vocabularies).
 
 
 def _with_bos(tok, bos: str) -> None:
@@ -62,7 +76,8 @@ def _bytes_tokenizer():
                     key=lambda ch: _BYTE_OF[ch])
   vocab = {name: i for i, name in enumerate(specials)}
   vocab.update({ch: tokenizer_lib.NUM_SPECIAL + _BYTE_OF[ch] for ch in alphabet})
-  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[]))
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[],
+                                                   unk_token=_SPECIALS[tokenizer_lib.UNK_ID]))
   tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False,
                                                           use_regex=False)
   tok.decoder = tokenizers.decoders.ByteLevel()
@@ -87,45 +102,101 @@ def _byte_chars() -> dict[str, int]:
 _BYTE_OF = _byte_chars()
 
 
-def _sentencepiece(trained):
-  """The SentencePiece model of `trained` (roformer/data/tokenizer.py's Tokenizer, as loaded) as
-  a `tokenizers` Tokenizer with the same ids, or None where its settings are not those this form
-  reproduces."""
+def _free_names(taken) -> list[str]:
+  """The names of the project's ids 0..4 in a shifted form: its own (`<pad>`, `</s>`, `<s>`,
+  `<unk>`, `<n>`) where the tokenizer does not use the name for a token of its own, else the
+  name marked as the project's (`<s|roformer>`), so that no name stands for two ids."""
+  names = []
+  for name in (*_SPECIALS, tokenizer_lib.NEWLINE_PIECE):
+    while name in taken:
+      name = name[:-1] + '|roformer>'
+    names.append(name)
+  return names
+
+
+def _sentencepiece(sp, shift: int):
+  """SentencePiece model `sp` (as loaded) as a `tokenizers` Tokenizer with the project's ids: the
+  model trained here (shift 0: its ids 0..4 are the project's specials and the newline piece),
+  or a model given as config.data.tokenizer (shift 5: the project's five ids first, then the
+  model's own, each moved up by 5). None where the model's settings are not those this form
+  reproduces: a unigram model, without byte fallback or pieces of its own kind (user-defined),
+  each piece holding at most a leading word mark."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   from tokenizers import decoders, normalizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   proto = sentencepiece_model_pb2.ModelProto()
-  proto.ParseFromString(trained.sp.serialized_model_proto())
+  proto.ParseFromString(sp.serialized_model_proto())
   norm, trainer = proto.normalizer_spec, proto.trainer_spec
   piece = sentencepiece_model_pb2.ModelProto.SentencePiece
-  names = [p.piece for p in proto.pieces]
+  own = proto.pieces[tokenizer_lib.NUM_SPECIAL:] if not shift else proto.pieces
   if (trainer.model_type != trainer.UNIGRAM or trainer.byte_fallback
       or trainer.treat_whitespace_as_suffix or not trainer.split_by_whitespace
-      or not (norm.add_dummy_prefix and norm.remove_extra_whitespaces
-              and norm.escape_whitespaces) or not norm.precompiled_charsmap
-      or names[:tokenizer_lib.NUM_SPECIAL] != [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE]
-      or any(p.type == piece.USER_DEFINED for p in proto.pieces[tokenizer_lib.NUM_SPECIAL:])):
+      or not norm.escape_whitespaces
+      or any(p.type == piece.USER_DEFINED for p in own)
+      or any(_WORD in p.piece[1:] for p in own if p.type == piece.NORMAL)
+      or (not shift and [p.piece for p in proto.pieces[:tokenizer_lib.NUM_SPECIAL]]
+          != [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE])):
     return None
-  # The newline piece becomes the newline itself, matched as an added token before the rest of
-  # the pipeline, so that each line is normalised and encoded on its own.
-  vocab = [('\n' if i == tokenizer_lib.NEWLINE_ID else p.piece, p.score)
-           for i, p in enumerate(proto.pieces)]
-  tok = tokenizers.Tokenizer(tokenizers.models.Unigram(vocab, unk_id=tokenizer_lib.UNK_ID,
+  # The newline's id holds the newline itself, matched as an added token before the rest of
+  # the pipeline, so that each line is normalised and encoded on its own (encode_lines).
+  vocab = [(p.piece, p.score) for p in proto.pieces]
+  if shift:
+    reserved = _free_names({p.piece for p in proto.pieces})
+    vocab = [(name, 0.0) for name in reserved[:tokenizer_lib.NEWLINE_ID]] + [('\n', 0.0)] + vocab
+  else:
+    vocab[tokenizer_lib.NEWLINE_ID] = ('\n', vocab[tokenizer_lib.NEWLINE_ID][1])
+  unk = [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN]
+  tok = tokenizers.Tokenizer(tokenizers.models.Unigram(vocab, unk_id=shift + unk[0],
                                                        byte_fallback=False))
-  # SentencePiece strips and joins ASCII spaces only (Strip() would take U+0085 as well).
-  tok.normalizer = normalizers.Sequence([
-      normalizers.Precompiled(norm.precompiled_charsmap),
-      normalizers.Replace(tokenizers.Regex(r'\A +| +\z'), ''),
-      normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')])
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement=_WORD,
-                                                          prepend_scheme='always', split=True)
-  # Marks back to spaces, then the spaces each line begins with dropped (SentencePiece decodes
-  # line by line, each without its leading marks).
-  tok.decoder = decoders.Sequence([
-      decoders.Replace(_WORD, ' '), decoders.Fuse(),
-      decoders.Replace(tokenizers.Regex('(?m)^ +'), '')])
+  steps = []
+  if norm.precompiled_charsmap:  # The model's own character map (NFKC and its kin).
+    steps.append(normalizers.Precompiled(norm.precompiled_charsmap))
+  if norm.remove_extra_whitespaces:  # ASCII spaces only (Strip() would take U+0085 as well).
+    steps += [normalizers.Replace(tokenizers.Regex(r'\A +| +\z'), ''),
+              normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')]
+  elif norm.add_dummy_prefix:  # The mark even where the line starts with one (Metaspace's not).
+    steps.append(normalizers.Prepend(_WORD))
+  tok.normalizer = normalizers.Sequence(steps)
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(
+      replacement=_WORD, split=True,
+      prepend_scheme='always' if norm.add_dummy_prefix and norm.remove_extra_whitespaces
+      else 'never')
+  # Marks back to spaces; then the spaces SentencePiece drops from a line's start as it decodes
+  # line by line: every one where it strips spaces, the dummy prefix's one where it only adds it.
+  marks = [decoders.Replace(_WORD, ' '), decoders.Fuse()]
+  if norm.remove_extra_whitespaces:
+    marks.append(decoders.Replace(tokenizers.Regex('(?m)^ +'), ''))
+  elif norm.add_dummy_prefix:
+    marks.append(decoders.Replace(tokenizers.Regex('(?m)^ '), ''))
+  tok.decoder = decoders.Sequence(marks)
   tok.add_tokens([tokenizers.AddedToken('\n', normalized=False, special=False)])
-  tok.add_special_tokens(list(_SPECIALS))
+  specials = reserved[:tokenizer_lib.NEWLINE_ID] if shift else []
+  tok.add_special_tokens(specials + [p.piece for p in proto.pieces
+                                     if p.type in (piece.CONTROL, piece.UNKNOWN)])
+  return tok
+
+
+def _shifted_json(given):
+  """A tokenizer.json given as config.data.tokenizer (vocabularies.HuggingFace) with the
+  project's ids: its own five first, then every id of the file moved up by 5, the rest of its
+  pipeline as it is."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  spec = json.loads(given.tok.to_str())
+  model, added = spec['model'], spec.get('added_tokens') or []
+  if isinstance(model['vocab'], dict):  # BPE, WordPiece, WordLevel: token -> id.
+    reserved = _free_names(set(model['vocab']) | {a['content'] for a in added})
+    model['vocab'] = {**{name: i for i, name in enumerate(reserved)},
+                      **{token: i + _SHIFT for token, i in model['vocab'].items()}}
+  else:  # Unigram: [token, score] in id order.
+    reserved = _free_names({p for p, _ in model['vocab']} | {a['content'] for a in added})
+    model['vocab'] = [[name, 0.0] for name in reserved] + model['vocab']
+    if model.get('unk_id') is not None:
+      model['unk_id'] += _SHIFT
+  for token in added:
+    token['id'] += _SHIFT
+  spec['post_processor'] = None  # Its template names its own ids; the bos one is `_with_bos`'.
+  tok = tokenizers.Tokenizer.from_str(json.dumps(spec))
+  tok.add_special_tokens(reserved)
   return tok
 
 
@@ -145,13 +216,25 @@ def form(tokenizer):
   if isinstance(tokenizer, vocabularies.Bytes):
     tok = _bytes_tokenizer()
   elif isinstance(tokenizer, tokenizer_lib.Tokenizer):
-    tok = _sentencepiece(tokenizer)
-    if tok is None:
-      return None
+    tok = _sentencepiece(tokenizer.sp, 0)
+  elif isinstance(tokenizer, vocabularies.SentencePieceFile):
+    tok = _sentencepiece(tokenizer.sp, _SHIFT)
+  elif isinstance(tokenizer, vocabularies.HuggingFace):
+    tok = _shifted_json(tokenizer)
   else:
+    tok = None
+  if tok is None:
     return None
-  _with_bos(tok, _SPECIALS[tokenizer_lib.BOS_ID])
+  _with_bos(tok, tok.id_to_token(tokenizer_lib.BOS_ID))
   return tok, special_ids(tokenizer)
+
+
+def _unknown(tok) -> str | None:
+  """The token `tok`'s model gives for what it does not know (None where it has none)."""
+  model = json.loads(tok.to_str())['model']
+  if model.get('type') == 'Unigram':
+    return None if model.get('unk_id') is None else model['vocab'][model['unk_id']][0]
+  return model.get('unk_token')
 
 
 def write(tokenizer, hf_dir: str) -> bool:
@@ -163,10 +246,10 @@ def write(tokenizer, hf_dir: str) -> bool:
   tok, ids = made
   tok.save(os.path.join(hf_dir, 'tokenizer.json'))
   name = lambda i: None if i is None else tok.id_to_token(i)
-  own = not isinstance(tokenizer, vocabularies.Pretrained)  # Its specials at ids 0..3.
+  unk = _unknown(tok)
   files.write_json_atomic(os.path.join(hf_dir, 'tokenizer_config.json'), {
       'bos_token': name(ids['bos']), 'eos_token': name(ids['eos']), 'pad_token': name(ids['pad']),
-      **({'unk_token': _SPECIALS[tokenizer_lib.UNK_ID]} if own else {}),
+      **({'unk_token': unk} if unk is not None else {}),
       'add_bos_token': ids['bos'] is not None, 'tokenizer_class': 'PreTrainedTokenizerFast',
       # Decoding as the tokenizer.json says (older transformers join ' ,' into ',' otherwise).
       'clean_up_tokenization_spaces': False})

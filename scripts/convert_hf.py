@@ -45,9 +45,9 @@ def main(argv):
     print(f'wrote {args.to_hf}: {arch} (transformers.AutoModelForCausalLM.from_pretrained reads '
           'it)')
     if not os.path.exists(os.path.join(args.to_hf, 'tokenizer.json')):
-      print("  and no tokenizer: the run's has no transformers form (an imported one, the bytes "
-            'one and a SentencePiece model trained here have; a tokenizer file given as '
-            f'config.data.tokenizer has not). Encode with hf.load({args.workdir!r}).encode and '
+      print("  and no tokenizer: the run's has no transformers form (a SentencePiece model "
+            'that is not a unigram one, or has byte fallback or user-defined pieces: '
+            f'roformer/hf_tokenizers.py). Encode with hf.load({args.workdir!r}).encode and '
             'pass the ids.')
 
 

@@ -15,6 +15,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+import sentencepiece as spm
 import tokenizers
 from safetensors import numpy as safetensors_numpy
 
@@ -278,8 +279,8 @@ def test_bad_ids_and_a_file_for_a_directory_are_one_error_with_its_fix(tmp_path)
 
 
 def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monkeypatch, capsys):
-  """A run whose tokenizer has no transformers form (a SentencePiece file given as
-  config.data.tokenizer, say) exports the model alone; the command's output says so, and how to
+  """A run whose tokenizer has no transformers form (a SentencePiece BPE model, say) exports
+  the model alone; the command's output says so, and how to
   get the ids."""
   from scripts import convert_hf  # pylint: disable=import-outside-toplevel
   written = {}
@@ -313,14 +314,16 @@ def test_continued_config_without_a_run_names_the_fix(tmp_path):
 def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
   """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
   random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
-  show); without `checkpoint`, its config alone. Its tokenizer: bytes, or the SentencePiece
-  model `tokenizer` (roformer.data.tokenizer.Tokenizer) as if trained for the run."""
+  show); without `checkpoint`, its config alone. Its tokenizer: bytes, the SentencePiece
+  model `tokenizer` (roformer.data.tokenizer.Tokenizer) as if trained for the run, or a file
+  given as config.data.tokenizer (vocabularies.SentencePieceFile or HuggingFace)."""
   config.model.vocab_size = tokenizer.vocab_size if tokenizer else 256 + 5
-  config.data.tokenizer = 'sentencepiece' if tokenizer else 'bytes'
+  trained = isinstance(tokenizer, tokenizer_lib.Tokenizer)
+  config.data.tokenizer = 'sentencepiece' if trained else tokenizer.path if tokenizer else 'bytes'
   resolve.validate(config)
   os.makedirs(path)
   if tokenizer:
-    shutil.copy(tokenizer.path, os.path.join(path, tokenizer_lib.Tokenizer.workdir_file))
+    shutil.copy(tokenizer.path, os.path.join(path, tokenizer.workdir_file))
   saved_config.save(config, str(path))
   if not checkpoint:
     return str(path)
@@ -358,11 +361,20 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, arch, tmp_path):
   assert vocabularies.framing(back.tokenizer) == vocabularies.framing(here.tokenizer)
 
 
-def test_a_run_with_its_trained_sentencepiece_model_exports_it_with_the_same_ids(tmp_path):
-  """The default tokenizer goes out with the model: transformers' form of it encodes text into
-  the run's ids, bos first, and the export imported back encodes as the run does."""
+@pytest.mark.parametrize('given', [False, True])
+def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tmp_path):
+  """The default tokenizer, or a SentencePiece model given as config.data.tokenizer (its ids
+  moved up by 5), goes out with the model: transformers' form of it encodes text into the run's
+  ids, bos first, and the export imported back encodes as the run does."""
   text = 'Shall I compare thee to a summer day?\nThou art more lovely'
-  model = tokenizer_lib.train([text * 20], tmp_path / 'spm.model', vocab_size=60)
+  if given:  # SentencePiece's defaults: its own unk, bos and eos at 0, 1, 2.
+    (tmp_path / 'corpus.txt').write_text(text * 20)
+    spm.SentencePieceTrainer.train(input=str(tmp_path / 'corpus.txt'), vocab_size=60,
+                                   model_prefix=str(tmp_path / 'spm'), hard_vocab_limit=False,
+                                   minloglevel=2)
+    model = vocabularies.SentencePieceFile(str(tmp_path / 'spm.model'))
+  else:
+    model = tokenizer_lib.train([text * 20], tmp_path / 'spm.model', vocab_size=60)
   workdir = _workdir(test_config.get_config('llama'), tmp_path / 'w', tokenizer=model)
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   theirs = tokenizers.Tokenizer.from_file(str(tmp_path / 'out' / 'tokenizer.json'))

@@ -45,6 +45,81 @@ def trained(tmp_path_factory):
   return tokenizer_lib.train([TRAINING * 3], path, vocab_size=120)
 
 
+# SentencePiece's own settings a model given as config.data.tokenizer may have been trained with
+# (its defaults first: unk 0, bos 1, eos 2, NFKC, spaces stripped, a dummy prefix).
+GIVEN_SETTINGS = {
+    'defaults': {},
+    'raw': {'normalization_rule_name': 'identity', 'remove_extra_whitespaces': False,
+            'add_dummy_prefix': False},
+    'spaces_kept': {'remove_extra_whitespaces': False},
+    'no_prefix': {'add_dummy_prefix': False},
+}
+
+
+def _given_sentencepiece(directory, name: str) -> vocabularies.SentencePieceFile:
+  (directory / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
+  spm.SentencePieceTrainer.train(input=str(directory / 'corpus.txt'),
+                                 model_prefix=str(directory / name), vocab_size=100,
+                                 hard_vocab_limit=False, minloglevel=2, **GIVEN_SETTINGS[name])
+  return vocabularies.SentencePieceFile(str(directory / f'{name}.model'))
+
+
+def _bpe():
+  """A GPT-2-like byte-level BPE with its own `<s>` and end-of-text, a template that frames
+  with them, and padding and truncation switched on."""
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  tok.train_from_iterator([TRAINING] * 3, tokenizers.trainers.BpeTrainer(
+      vocab_size=300, special_tokens=['<|endoftext|>', '<s>'],
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()))
+  tok.post_processor = tokenizers.processors.TemplateProcessing(
+      single='<s> $A <|endoftext|>',
+      special_tokens=[(t, tok.token_to_id(t)) for t in ('<s>', '<|endoftext|>')])
+  tok.enable_padding(pad_id=0, pad_token='<|endoftext|>')
+  tok.enable_truncation(64)
+  return tok
+
+
+def _wordpiece():
+  """A BERT-like WordPiece: lower-cased, [CLS] and [SEP] added by its template."""
+  tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token='[UNK]'))
+  tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+  tok.decoder = tokenizers.decoders.WordPiece()
+  tok.train_from_iterator([TRAINING] * 3, tokenizers.trainers.WordPieceTrainer(
+      vocab_size=200, special_tokens=['[PAD]', '[UNK]', '[CLS]', '[SEP]']))
+  tok.post_processor = tokenizers.processors.BertProcessing(
+      ('[SEP]', tok.token_to_id('[SEP]')), ('[CLS]', tok.token_to_id('[CLS]')))
+  return tok
+
+
+def _unigram():
+  """A Unigram model of the `tokenizers` package, with its own `<pad>`, `<unk>` and `<s>`."""
+  tok = tokenizers.Tokenizer(tokenizers.models.Unigram())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace()
+  tok.decoder = tokenizers.decoders.Metaspace()
+  tok.train_from_iterator([TRAINING] * 3, tokenizers.trainers.UnigramTrainer(
+      vocab_size=120, special_tokens=['<pad>', '<unk>', '<s>'], unk_token='<unk>'))
+  return tok
+
+
+def _wordlevel():
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(unk_token='<unk>'))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  tok.train_from_iterator([TRAINING] * 3, tokenizers.trainers.WordLevelTrainer(
+      special_tokens=['<unk>', '<n>']))
+  return tok
+
+
+GIVEN_JSON = {'bpe': _bpe, 'wordpiece': _wordpiece, 'unigram': _unigram, 'wordlevel': _wordlevel}
+
+
+def _given_json(directory, name: str) -> vocabularies.HuggingFace:
+  GIVEN_JSON[name]().save(str(directory / f'{name}.json'))
+  return vocabularies.HuggingFace(str(directory / f'{name}.json'))
+
+
 def test_a_sentencepiece_model_trained_here_gives_the_same_ids_and_text(trained):
   tok, ids = hf_tokenizers.form(trained)
   assert ids == {'bos': tokenizer_lib.BOS_ID, 'eos': tokenizer_lib.EOS_ID,
@@ -73,8 +148,62 @@ def test_ids_that_encoding_never_gives_decode_as_sentencepiece_decodes_them(trai
     assert tok.decode(ids, skip_special_tokens=True) == trained.decode(ids), ids
 
 
-def test_transformers_form_puts_the_bos_first_as_training_framed_documents(trained):
-  for tokenizer in (trained, vocabularies.Bytes()):
+@pytest.mark.parametrize('name', GIVEN_SETTINGS)
+def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_text(name, tmp_path):
+  """Its ids moved up by 5 and lines encoded one by one, as vocabularies.SentencePieceFile
+  encodes; its own normalisation settings (a character map or none, spaces stripped or kept, a
+  dummy prefix or none) both ways, ids that encoding never gives included."""
+  given = _given_sentencepiece(tmp_path, name)
+  tok, _ = hf_tokenizers.form(given)
+  unk = given.sp.unk_id() + 5
+  for text in CASES:
+    want = [int(i) for i in given.encode(text)]
+    assert tok.encode(text, add_special_tokens=False).ids == want, text
+    if unk not in want:  # SentencePiece decodes an unknown as ' ⁇ '.
+      assert tok.decode(want, skip_special_tokens=True) == given.decode(want), text
+  rng = np.random.default_rng(0)
+  known = [i for i in range(5, given.vocab_size) if i != unk]
+  for _ in range(300):
+    ids = [int(i) for i in rng.choice(known + [tokenizer_lib.NEWLINE_ID, tokenizer_lib.EOS_ID], 12)]
+    assert tok.decode(ids, skip_special_tokens=True) == given.decode(ids), ids
+
+
+@pytest.mark.parametrize('name', GIVEN_JSON)
+def test_a_tokenizer_json_given_as_the_tokenizer_gives_the_run_s_ids_and_text(name, tmp_path):
+  """Its pipeline as it is, its ids moved up by 5, as vocabularies.HuggingFace encodes (without
+  the file's padding, truncation or template) and decodes."""
+  given = _given_json(tmp_path, name)
+  tok, _ = hf_tokenizers.form(given)
+  assert tok.get_vocab_size() == given.vocab_size
+  for text in CASES:
+    want = [int(i) for i in given.encode(text)]
+    assert tok.encode(text, add_special_tokens=False).ids == want, text
+    assert tok.decode(want, skip_special_tokens=False) == given.decode(want), text
+  rng = np.random.default_rng(0)
+  for _ in range(100):
+    ids = [int(i) for i in rng.integers(5, given.vocab_size, 12)]
+    assert tok.decode(ids, skip_special_tokens=False) == given.decode(ids), ids
+
+
+def test_the_project_s_ids_take_no_name_the_given_tokenizer_uses(tmp_path):
+  """Where the given tokenizer has a `<s>` (or `<unk>`...) of its own, that token keeps its
+  moved id and the project's is marked; every name stands for one id."""
+  for given in (_given_json(tmp_path, 'bpe'), _given_json(tmp_path, 'unigram'),
+                _given_sentencepiece(tmp_path, 'defaults')):
+    tok, ids = hf_tokenizers.form(given)
+    names = [tok.id_to_token(i) for i in range(tokenizer_lib.NUM_SPECIAL)]
+    for i, name in enumerate(names):
+      assert tok.token_to_id(name) == i, (name, names)
+    assert ids == {'bos': 2, 'eos': 1, 'pad': 0}
+    theirs = given.tok.token_to_id('<s>') if hasattr(given, 'tok') else given.sp.piece_to_id('<s>')
+    assert names[tokenizer_lib.BOS_ID] == '<s|roformer>'
+    assert tok.token_to_id('<s>') == theirs + 5
+  assert hf_tokenizers.form(_given_json(tmp_path, 'wordpiece'))[0].id_to_token(2) == '<s>'
+
+
+def test_transformers_form_puts_the_bos_first_as_training_framed_documents(trained, tmp_path):
+  for tokenizer in (trained, vocabularies.Bytes(), _given_sentencepiece(tmp_path, 'defaults'),
+                    _given_json(tmp_path, 'wordpiece')):
     tok, _ = hf_tokenizers.form(tokenizer)
     bos, _ = vocabularies.framing(tokenizer)
     text = 'Thou art more lovely\nand more temperate'
@@ -83,20 +212,23 @@ def test_transformers_form_puts_the_bos_first_as_training_framed_documents(train
 
 def test_the_written_files_read_back_as_the_import_reads_them(trained, tmp_path):
   """What an export writes is what --from_hf reads: the same ids and the same framing."""
-  for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes())):
+  for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes()),
+                          ('given_spm', _given_sentencepiece(tmp_path, 'defaults')),
+                          ('given_json', _given_json(tmp_path, 'bpe'))):
     (tmp_path / name).mkdir()
     assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
     config = json.loads((tmp_path / name / 'tokenizer_config.json').read_text())
-    assert config['bos_token'] == '<s>' and config['eos_token'] == '</s>'
+    marked = '|roformer' if name.startswith('given') else ''
+    assert config['bos_token'] == f'<s{marked}>' and config['eos_token'] == (
+        '</s|roformer>' if name == 'given_spm' else '</s>')
     back = vocabularies.Pretrained(str(tmp_path / name))
     for text in CASES[:6]:
       assert list(back.encode(text)) == list(tokenizer.encode(text)), (name, text)
     assert vocabularies.framing(back) == vocabularies.framing(tokenizer)
 
 
-def test_a_model_of_other_settings_or_a_shifted_file_writes_nothing(tmp_path):
-  """Only the settings tokenizer.train uses are reproduced: a BPE model, or a SentencePiece file
-  given as config.data.tokenizer (its ids shifted past the project's), has no form here."""
+def test_a_sentencepiece_model_of_other_settings_writes_nothing(tmp_path):
+  """A SentencePiece BPE model, trained here or given as config.data.tokenizer, has no form."""
   (tmp_path / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
   spm.SentencePieceTrainer.train(
       input=str(tmp_path / 'corpus.txt'), model_prefix=str(tmp_path / 'bpe'), vocab_size=120,
@@ -113,7 +245,9 @@ def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
   """Where transformers is installed: its tokenizer of the written files gives the ids, and
   one bos first when it adds special tokens."""
   transformers = pytest.importorskip('transformers')
-  for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes())):
+  for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes()),
+                          ('given_spm', _given_sentencepiece(tmp_path, 'spaces_kept')),
+                          ('given_json', _given_json(tmp_path, 'bpe'))):
     (tmp_path / name).mkdir()
     assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / name))
