@@ -111,16 +111,15 @@ def _process() -> dict:
 def measurement(packages=None, environ=None) -> dict:
   """What a benchmark's record says made it (its `made_with`): the date, then `_process`'s
   record; with `packages`, those packages' versions and no devices, for a process that runs
-  no JAX (the PyTorch side of a comparison, a parent that measures a child). With `environ`,
-  the recorded variables are that environment's (a child's that the caller starts with it),
-  not this process's."""
-  if packages is not None:
-    made = _software_and_host(packages, environ)
-  else:
-    made = _process()
+  no JAX (the PyTorch side of a comparison, a parent that measures a child), and with
+  `environ` too, the recorded variables of that environment (a child's that the caller starts
+  with it), not this process's."""
+  if packages is None:
     if environ is not None:
-      made = {**made, 'variables': _variables(environ)}
-  return {'date': time.strftime('%Y-%m-%d'), **made}
+      raise ValueError("measurement(environ=...) records a child's variables; name the "
+                       'packages it runs as well.')
+    return {'date': time.strftime('%Y-%m-%d'), **_process()}
+  return {'date': time.strftime('%Y-%m-%d'), **_software_and_host(packages, environ)}
 
 
 def environment(step: int) -> dict:
