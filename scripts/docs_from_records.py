@@ -81,8 +81,8 @@ PAGES = ('README.md', 'docs/*.md')
 BLOCK = re.compile(r'(<!-- records: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end of records -->)',
                    re.S)
 # measure -> (what it reads, higher is better, digits, how a table names it).
-MEASURES = {'rows': ('sequence_accuracy', True, 3, 'rows answered exactly'),
-            'tokens': ('accuracy', True, 3, 'answer tokens right'),
+MEASURES = {'rows': (sweep_points.SYNTHETIC_MEASURES['rows'], True, 3, 'rows answered exactly'),
+            'tokens': (sweep_points.SYNTHETIC_MEASURES['tokens'], True, 3, 'answer tokens right'),
             'perplexity': ('perplexity', False, 1, 'validation perplexity'),
             'passkey': ('sequence_accuracy', True, 3, 'passkey rows answered in full')}
 KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',

@@ -21,7 +21,7 @@ import statistics
 from roformer import errors
 from scripts import sweep_points
 
-MEASURES = {'rows': 'sequence_accuracy', 'tokens': 'accuracy'}
+MEASURES = sweep_points.SYNTHETIC_MEASURES
 
 
 def _training_metrics(workdir: str) -> list[dict]:

@@ -27,6 +27,8 @@ from roformer import provenance  # pylint: disable=wrong-import-position
 from roformer import sweeps  # pylint: disable=wrong-import-position
 
 SYNTHETIC = 'synthetic/'
+# What a synthetic point's accuracy is measured in -> the evaluation metric holding it.
+SYNTHETIC_MEASURES = {'rows': 'sequence_accuracy', 'tokens': 'accuracy'}
 EVAL_RESULTS = 'eval_results*.json'  # eval_results.json and each eval_results.NAME.json.
 # Every file of a point's workdir that read_point reads (scripts/keep_records.py keeps these).
 READS = ('config.json', files.resume_config_name('*'), 'metrics.jsonl', EVAL_RESULTS,
