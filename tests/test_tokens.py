@@ -92,6 +92,29 @@ def test_a_split_is_tokenized_once_per_tokenizer_and_a_cut_write_is_redone(data_
       tokens.as_text(sources['validation'][0]['text'])).tolist()
 
 
+def test_a_hugging_face_tokenizer_is_keyed_by_the_pipeline_it_encodes_with(tmp_path):
+  """A pretrained model's directory (hf:DIR) has a key; a tokenizer.json that differs only in
+  truncation (which encoding turns off) shares it, and one that encodes differently does not."""
+  import tokenizers  # pylint: disable=import-outside-toplevel
+  tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({'a': 0, 'b': 1, '?': 2},
+                                                         unk_token='?'))
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+  for name, change in (('plain', None), ('cut', lambda t: t.enable_truncation(4)),
+                       ('lower', lambda t: setattr(t, 'normalizer',
+                                                   tokenizers.normalizers.Lowercase()))):
+    (tmp_path / name).mkdir()
+    if change:
+      change(tok)
+    tok.save(str(tmp_path / name / 'tokenizer.json'))
+    tok.no_truncation()
+  keys = {name: tokens.tokenizer_identity(vocabularies.Pretrained(str(tmp_path / name)))
+          for name in ('plain', 'cut', 'lower')}
+  assert keys['plain'] == keys['cut'] != keys['lower']
+  given = lambda name: vocabularies.HuggingFace(str(tmp_path / name / 'tokenizer.json'))
+  assert tokens.tokenizer_identity(given('plain')) == tokens.tokenizer_identity(given('cut'))
+  assert tokens.tokenizer_identity(given('plain')) != keys['plain']  # Another class.
+
+
 def test_a_run_reads_the_token_cache_in_training_and_evaluation(data_dir, tmp_path):
   """Two steps and their evaluation on the cached ids (the same batches as the text: the test
   above): each split it reads is tokenized once, and the run's metrics are finite."""

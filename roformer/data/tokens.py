@@ -4,7 +4,8 @@ evaluation read ids instead of encoding the text again every epoch.
 
 Each split is one ArrayRecord file under DATA_DIR/tokens/KEY/, where KEY hashes what the ids
 depend on: the split's identity (the dataset's name, its cache directory, the split's name and
-length) and the tokenizer's (its kind and the bytes of its file). It is written as
+length) and the tokenizer's (its kind and the bytes of its file, or the pipeline a Hugging Face
+tokenizer encodes with). It is written as
 KEY.partial/ and renamed at the end under a lock, as the converted corpus is
 (roformer/data/corpus.py): a cut write leaves nothing to read, and the next run writes it
 again. A record holds one document's ids; the source hands them back as int32 under TOKEN_IDS,
@@ -49,9 +50,13 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 
 def tokenizer_identity(tokenizer) -> str:
-  """What the ids depend on in the tokenizer: its class, and its file's bytes if it has one."""
+  """What the ids depend on in the tokenizer: its class, and the `tokenizers` pipeline it
+  encodes with (a Hugging Face tokenizer's, as read: its truncation and padding off) or else its
+  file's bytes if it has one."""
   digest = hashlib.sha256(type(tokenizer).__name__.encode())
-  if tokenizer.path:
+  if hasattr(tokenizer, 'tok'):  # A directory (hf:DIR) or a file whose settings are not all used.
+    digest.update(tokenizer.tok.to_str().encode('utf-8'))
+  elif tokenizer.path:
     with open(tokenizer.path, 'rb') as f:
       for block in iter(lambda: f.read(1 << 20), b''):
         digest.update(block)
