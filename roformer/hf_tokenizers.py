@@ -4,7 +4,8 @@ transformers (and lm-evaluation-harness through it) encode text into the run's i
 `write(tokenizer, hf_dir)` writes tokenizer.json and tokenizer_config.json (roformer/hf.py's
 export calls it):
 
-- An imported tokenizer goes out as it came (its tokenizer.json), with its bos, eos and pad.
+- An imported tokenizer goes out as it came (its tokenizer.json, less any truncation and
+  padding, which vocabularies turns off), with its bos, eos and pad.
 - The bytes tokenizer (vocabularies.Bytes) is a byte-level BPE without merges: byte b is id b + 5.
 - A SentencePiece model trained here (roformer/data/tokenizer.py) is the same unigram model in
   the `tokenizers` package's terms: its pieces and scores in its ids; its normalisation (the
@@ -14,16 +15,18 @@ export calls it):
   the newline piece's id, so that lines are encoded one by one, as `tokenizer.encode_lines`
   does.
 - A SentencePiece model given as `config.data.tokenizer` (vocabularies.SentencePieceFile) is the
-  same, its ids moved up by 5 past the project's five, with its own normalisation settings
-  (any character map or none, spaces stripped or kept, a dummy prefix or none). A model of
-  another kind (BPE), with byte fallback or with user-defined pieces has no form.
+  same, its ids moved up by 5 past the project's five, with its own normalisation settings (a
+  built-in character map or none, spaces stripped or kept, a dummy prefix or none). A model of
+  another kind (BPE, char, word), with byte fallback, whitespace as a suffix, user-defined
+  pieces, or normalisation or denormalisation rules of its own (a TSV) has no form.
 - A tokenizer.json given as `config.data.tokenizer` (vocabularies.HuggingFace) keeps its
   pipeline and model (BPE, WordPiece, WordLevel or Unigram), its ids moved up by 5 past the
   project's five.
 
 In the two given forms, ids 0..4 hold the project's pad, eos, bos, unk and newline, named as the
 project names them unless the tokenizer has a token of that name (`<s>`, say), whose id stays
-its own: then the project's is marked `<s|roformer>`. `tests/test_hf_tokenizers.py` checks the
+its own: then the project's is marked `<s|roformer>`; a given tokenizer.json, like an imported
+one, goes out without its truncation and padding. `tests/test_hf_tokenizers.py` checks the
 ids against the project's tokenizers on text with newlines, runs of spaces, tabs, empty lines,
 compatibility characters and unknown characters, for models of several settings.
 
@@ -34,15 +37,21 @@ own template (a BERT's [CLS] and [SEP]) is dropped, as training never added it.
 
 Where these forms differ from the project's tokenizers:
 - The project's special tokens and a SentencePiece model's own control pieces (`<s>` of a
-  model given) are transformers special tokens: text that spells one out is read as it, where
-  SentencePiece spells out the characters. Text that spells out `<n>` is spelt out, where the
-  trained model reads the newline piece.
+  model given) are transformers special tokens, and tokens of the model: text that spells one
+  out is read as it, and so is text that the normalisation turns into one (a fullwidth
+  '＜pad＞' under NFKC, '<PAD>' under case folding or lower-casing), where the project's
+  tokenizers read the characters. Text that spells out `<n>` is spelt out, where the trained
+  model reads the newline piece.
 - An unknown character decodes as nothing with `skip_special_tokens=True`, where SentencePiece
   gives ' ⁇ '.
-- A combining mark after a character that the character map rewrites (decomposed, NFD text:
-  'e' + U+0301 after U+00A0, or Vietnamese letters written in NFD) can be dropped or kept
+- Ids that mix the project's special ids with a given tokenizer.json's own special tokens
+  decode with both (`skip_special_tokens=False`) or neither, where the project's decoding drops
+  its own and keeps the file's.
+- A character that the character map composes with the one before it (a combining mark after
+  a character the map rewrites, as in NFD text: 'e' + U+0301 after U+00A0, or Vietnamese letters
+  written in NFD; a halfwidth voiced mark, 'ｶﾞ'; conjoining Hangul jamo) can be dropped or kept
   apart: the `tokenizers` package applies the map to whole graphemes (its issues #2116 and
-  #2334). Elsewhere a combining mark is read as SentencePiece reads it.
+  #2334).
 
 A tokenizer without such a form writes nothing: `write` returns False and scripts/convert_hf.py
 says so.
@@ -119,8 +128,9 @@ def _sentencepiece(sp, shift: int):
   model trained here (shift 0: its ids 0..4 are the project's specials and the newline piece),
   or a model given as config.data.tokenizer (shift 5: the project's five ids first, then the
   model's own, each moved up by 5). None where the model's settings are not those this form
-  reproduces: a unigram model, without byte fallback or pieces of its own kind (user-defined),
-  each piece holding at most a leading word mark."""
+  reproduces: a unigram model, without byte fallback, whitespace as a suffix, rules of its own
+  (a normalisation or denormalisation TSV) or pieces of its own kind (user-defined), each piece
+  holding at most a leading word mark."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   from tokenizers import decoders, normalizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
@@ -131,7 +141,8 @@ def _sentencepiece(sp, shift: int):
   own = proto.pieces[tokenizer_lib.NUM_SPECIAL:] if not shift else proto.pieces
   if (trainer.model_type != trainer.UNIGRAM or trainer.byte_fallback
       or trainer.treat_whitespace_as_suffix or not trainer.split_by_whitespace
-      or not norm.escape_whitespaces
+      or not norm.escape_whitespaces or norm.name == 'user_defined'
+      or proto.denormalizer_spec.precompiled_charsmap
       or any(p.type == piece.USER_DEFINED for p in own)
       or any(_WORD in p.piece[1:] for p in own if p.type == piece.NORMAL)
       or (not shift and [p.piece for p in proto.pieces[:tokenizer_lib.NUM_SPECIAL]]
@@ -151,16 +162,21 @@ def _sentencepiece(sp, shift: int):
   steps = []
   if norm.precompiled_charsmap:  # The model's own character map (NFKC and its kin).
     steps.append(normalizers.Precompiled(norm.precompiled_charsmap))
-  if norm.remove_extra_whitespaces:  # ASCII spaces only (Strip() would take U+0085 as well).
-    steps += [normalizers.Replace(tokenizers.Regex(r'\A +| +\z'), ''),
+  # SentencePiece's order: spaces (ASCII ones only: Strip() would take U+0085 as well) dropped
+  # from the start and runs of them made one; the dummy prefix, even where the line starts with
+  # a mark (Metaspace's prefix is not); spaces escaped as marks; then every mark at the end
+  # dropped, a literal U+2581 or the prefix included.
+  if norm.remove_extra_whitespaces:
+    steps += [normalizers.Replace(tokenizers.Regex(r'\A +'), ''),
               normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')]
-  elif norm.add_dummy_prefix:  # The mark even where the line starts with one (Metaspace's not).
+  if norm.add_dummy_prefix:
     steps.append(normalizers.Prepend(_WORD))
+  steps.append(normalizers.Replace(' ', _WORD))
+  if norm.remove_extra_whitespaces:
+    steps.append(normalizers.Replace(tokenizers.Regex(f'{_WORD}+\\z'), ''))
   tok.normalizer = normalizers.Sequence(steps)
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(
-      replacement=_WORD, split=True,
-      prepend_scheme='always' if norm.add_dummy_prefix and norm.remove_extra_whitespaces
-      else 'never')
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement=_WORD, split=True,
+                                                          prepend_scheme='never')
   # Marks back to spaces; then the spaces SentencePiece drops from a line's start as it decodes
   # line by line: every one where it strips spaces, the dummy prefix's one where it only adds it.
   marks = [decoders.Replace(_WORD, ' '), decoders.Fuse()]
@@ -194,7 +210,6 @@ def _shifted_json(given):
       model['unk_id'] += _SHIFT
   for token in added:
     token['id'] += _SHIFT
-  spec['post_processor'] = None  # Its template names its own ids; the bos one is `_with_bos`'.
   tok = tokenizers.Tokenizer.from_str(json.dumps(spec))
   tok.add_special_tokens(reserved)
   return tok

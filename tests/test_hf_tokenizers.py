@@ -53,6 +53,7 @@ GIVEN_SETTINGS = {
             'add_dummy_prefix': False},
     'spaces_kept': {'remove_extra_whitespaces': False},
     'no_prefix': {'add_dummy_prefix': False},
+    'identity': {'normalization_rule_name': 'identity'},  # U+2581 in text stays U+2581.
 }
 
 
@@ -183,6 +184,9 @@ def test_a_tokenizer_json_given_as_the_tokenizer_gives_the_run_s_ids_and_text(na
   for _ in range(100):
     ids = [int(i) for i in rng.integers(5, given.vocab_size, 12)]
     assert tok.decode(ids, skip_special_tokens=False) == given.decode(ids), ids
+  words = [int(i) for i in given.encode('Shall I compare thee')]  # The project's specials go.
+  framed = [tokenizer_lib.BOS_ID, *words, tokenizer_lib.EOS_ID, tokenizer_lib.PAD_ID]
+  assert tok.decode(framed, skip_special_tokens=True) == given.decode(framed)
 
 
 def test_the_project_s_ids_take_no_name_the_given_tokenizer_uses(tmp_path):
@@ -228,7 +232,8 @@ def test_the_written_files_read_back_as_the_import_reads_them(trained, tmp_path)
 
 
 def test_a_sentencepiece_model_of_other_settings_writes_nothing(tmp_path):
-  """A SentencePiece BPE model, trained here or given as config.data.tokenizer, has no form."""
+  """A SentencePiece BPE model, trained here or given as config.data.tokenizer, has no form;
+  nor has a given unigram model with normalisation or denormalisation rules of its own."""
   (tmp_path / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
   spm.SentencePieceTrainer.train(
       input=str(tmp_path / 'corpus.txt'), model_prefix=str(tmp_path / 'bpe'), vocab_size=120,
@@ -239,6 +244,20 @@ def test_a_sentencepiece_model_of_other_settings_writes_nothing(tmp_path):
   shifted = vocabularies.SentencePieceFile(str(tmp_path / 'bpe.model'))
   assert not hf_tokenizers.write(shifted, str(tmp_path))
   assert not (tmp_path / 'tokenizer.json').exists()
+  # Rules of its own: 'ab' read as 'z' (a two-character source the `tokenizers` character map
+  # does not match as SentencePiece does), or 'A' decoded as 'a'.
+  (tmp_path / 'rule.tsv').write_text('61 62\t7A\n')
+  for name, setting in (('rule', 'normalization_rule_tsv'),
+                        ('denormal', 'denormalization_rule_tsv')):
+    spm.SentencePieceTrainer.train(
+        input=str(tmp_path / 'corpus.txt'), model_prefix=str(tmp_path / name), vocab_size=100,
+        hard_vocab_limit=False, minloglevel=2, **{setting: str(tmp_path / 'rule.tsv')})
+    assert hf_tokenizers.form(vocabularies.SentencePieceFile(str(tmp_path / f'{name}.model'))
+                              ) is None, name
+  spm.SentencePieceTrainer.train(input=str(tmp_path / 'corpus.txt'), vocab_size=100,
+                                 model_prefix=str(tmp_path / 'plain'), hard_vocab_limit=False,
+                                 minloglevel=2)  # The same model without them has a form.
+  assert hf_tokenizers.form(vocabularies.SentencePieceFile(str(tmp_path / 'plain.model')))
 
 
 def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
