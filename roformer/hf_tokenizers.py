@@ -15,10 +15,12 @@ export calls it):
   the newline piece's id, so that lines are encoded one by one, as `tokenizer.encode_lines`
   does.
 - A SentencePiece model given as `config.data.tokenizer` (vocabularies.SentencePieceFile) is the
-  same, its ids moved up by 5 past the project's five, with its own normalisation settings (a
-  built-in character map or none, spaces stripped or kept, a dummy prefix or none). A model of
-  another kind (BPE, char, word), with byte fallback, whitespace as a suffix, user-defined
-  pieces, or normalisation or denormalisation rules of its own (a TSV) has no form.
+  same, its ids moved up by 5 past the project's five, with its own settings: a unigram model,
+  or a BPE one (Llama 2's kind) as a `tokenizers` BPE model with merges worked out from its
+  pieces (`_merges`); a built-in character map or none, spaces stripped or kept, a dummy prefix
+  or none, bytes for unknown characters or not. A model of another kind (char, word), with
+  whitespace as a suffix, user-defined pieces, or normalisation or denormalisation rules of its
+  own (a TSV) has no form.
 - A tokenizer.json given as `config.data.tokenizer` (vocabularies.HuggingFace) keeps its
   pipeline and model (BPE, WordPiece, WordLevel or Unigram), its ids moved up by 5 past the
   project's five.
@@ -43,7 +45,8 @@ Where these forms differ from the project's tokenizers:
   tokenizers read the characters. Text that spells out `<n>` is spelt out, where the trained
   model reads the newline piece.
 - An unknown character decodes as nothing with `skip_special_tokens=True`, where SentencePiece
-  gives ' ⁇ '.
+  gives ' ⁇ '. A run of byte pieces that is not UTF-8 (which encoding never gives) decodes as
+  U+FFFD for each byte, where SentencePiece keeps the characters it holds.
 - Ids that mix the project's special ids with a given tokenizer.json's own special tokens
   decode with both (`skip_special_tokens=False`) or neither, where the project's decoding drops
   its own and keeps the file's.
@@ -123,28 +126,76 @@ def _free_names(taken) -> list[str]:
   return names
 
 
+def _sentencepiece_normalizer(norm):
+  """SentencePiece's normalisation (`norm`, a NormalizerSpec) in its order: the model's own
+  character map (NFKC and its kin; none for `identity`); spaces (ASCII ones only: Strip() would
+  take U+0085 as well) dropped from the start and runs of them made one; the dummy prefix, even
+  where the line starts with a mark (Metaspace's prefix is not); spaces escaped as marks; then
+  every mark at the end dropped, a literal U+2581 or the prefix included."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+  steps = []
+  if norm.precompiled_charsmap:
+    steps.append(normalizers.Precompiled(norm.precompiled_charsmap))
+  if norm.remove_extra_whitespaces:
+    steps += [normalizers.Replace(tokenizers.Regex(r'\A +'), ''),
+              normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')]
+  if norm.add_dummy_prefix:
+    steps.append(normalizers.Prepend(_WORD))
+  steps.append(normalizers.Replace(' ', _WORD))
+  if norm.remove_extra_whitespaces:
+    steps.append(normalizers.Replace(tokenizers.Regex(f'{_WORD}+\\z'), ''))
+  return normalizers.Sequence(steps)
+
+
+def _sentencepiece_decoder(norm, byte_fallback: bool):
+  """Marks back to spaces, byte pieces back to bytes; then the spaces SentencePiece drops from a
+  line's start as it decodes line by line: every one where it strips spaces, the dummy
+  prefix's one where it only adds it."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import decoders  # pylint: disable=g-import-not-at-top
+  steps = [decoders.Replace(_WORD, ' ')]
+  if byte_fallback:
+    steps.append(decoders.ByteFallback())
+  steps.append(decoders.Fuse())
+  if norm.remove_extra_whitespaces:
+    steps.append(decoders.Replace(tokenizers.Regex('(?m)^ +'), ''))
+  elif norm.add_dummy_prefix:
+    steps.append(decoders.Replace(tokenizers.Regex('(?m)^ '), ''))
+  return decoders.Sequence(steps)
+
+
+def _merges(proto) -> list[tuple[str, str]]:
+  """A SentencePiece BPE model's merges, which it does not store: two pieces merge where their
+  concatenation is a piece, in the order of its score (SentencePiece merges the adjacent pair
+  whose piece scores highest first)."""
+  normal = {p.piece: i for i, p in enumerate(proto.pieces) if p.type == p.NORMAL}
+  merges = []
+  for piece, i in normal.items():
+    for cut in range(1, len(piece)):
+      if piece[:cut] in normal and piece[cut:] in normal:
+        merges.append((-proto.pieces[i].score, i, cut, piece[:cut], piece[cut:]))
+  return [(left, right) for *_, left, right in sorted(merges)]
+
+
 def _sentencepiece(sp, shift: int):
   """SentencePiece model `sp` (as loaded) as a `tokenizers` Tokenizer with the project's ids: the
   model trained here (shift 0: its ids 0..4 are the project's specials and the newline piece),
   or a model given as config.data.tokenizer (shift 5: the project's five ids first, then the
   model's own, each moved up by 5). None where the model's settings are not those this form
-  reproduces: a unigram model, without byte fallback, whitespace as a suffix, rules of its own
-  (a normalisation or denormalisation TSV) or pieces of its own kind (user-defined), each piece
-  holding at most a leading word mark."""
+  reproduces: a unigram or BPE model, without whitespace as a suffix, rules of its own (a
+  normalisation or denormalisation TSV) or pieces of its own kind (user-defined)."""
   import tokenizers  # pylint: disable=g-import-not-at-top
-  from tokenizers import decoders, normalizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   proto = sentencepiece_model_pb2.ModelProto()
   proto.ParseFromString(sp.serialized_model_proto())
   norm, trainer = proto.normalizer_spec, proto.trainer_spec
   piece = sentencepiece_model_pb2.ModelProto.SentencePiece
   own = proto.pieces[tokenizer_lib.NUM_SPECIAL:] if not shift else proto.pieces
-  if (trainer.model_type != trainer.UNIGRAM or trainer.byte_fallback
-      or trainer.treat_whitespace_as_suffix or not trainer.split_by_whitespace
-      or not norm.escape_whitespaces or norm.name == 'user_defined'
-      or proto.denormalizer_spec.precompiled_charsmap
+  if (trainer.model_type not in (trainer.UNIGRAM, trainer.BPE)
+      or trainer.treat_whitespace_as_suffix or not norm.escape_whitespaces
+      or norm.name == 'user_defined' or proto.denormalizer_spec.precompiled_charsmap
       or any(p.type == piece.USER_DEFINED for p in own)
-      or any(_WORD in p.piece[1:] for p in own if p.type == piece.NORMAL)
       or (not shift and [p.piece for p in proto.pieces[:tokenizer_lib.NUM_SPECIAL]]
           != [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE])):
     return None
@@ -156,35 +207,19 @@ def _sentencepiece(sp, shift: int):
     vocab = [(name, 0.0) for name in reserved[:tokenizer_lib.NEWLINE_ID]] + [('\n', 0.0)] + vocab
   else:
     vocab[tokenizer_lib.NEWLINE_ID] = ('\n', vocab[tokenizer_lib.NEWLINE_ID][1])
-  unk = [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN]
-  tok = tokenizers.Tokenizer(tokenizers.models.Unigram(vocab, unk_id=shift + unk[0],
-                                                       byte_fallback=False))
-  steps = []
-  if norm.precompiled_charsmap:  # The model's own character map (NFKC and its kin).
-    steps.append(normalizers.Precompiled(norm.precompiled_charsmap))
-  # SentencePiece's order: spaces (ASCII ones only: Strip() would take U+0085 as well) dropped
-  # from the start and runs of them made one; the dummy prefix, even where the line starts with
-  # a mark (Metaspace's prefix is not); spaces escaped as marks; then every mark at the end
-  # dropped, a literal U+2581 or the prefix included.
-  if norm.remove_extra_whitespaces:
-    steps += [normalizers.Replace(tokenizers.Regex(r'\A +'), ''),
-              normalizers.Replace(tokenizers.Regex(' {2,}'), ' ')]
-  if norm.add_dummy_prefix:
-    steps.append(normalizers.Prepend(_WORD))
-  steps.append(normalizers.Replace(' ', _WORD))
-  if norm.remove_extra_whitespaces:
-    steps.append(normalizers.Replace(tokenizers.Regex(f'{_WORD}+\\z'), ''))
-  tok.normalizer = normalizers.Sequence(steps)
-  tok.pre_tokenizer = tokenizers.pre_tokenizers.Metaspace(replacement=_WORD, split=True,
-                                                          prepend_scheme='never')
-  # Marks back to spaces; then the spaces SentencePiece drops from a line's start as it decodes
-  # line by line: every one where it strips spaces, the dummy prefix's one where it only adds it.
-  marks = [decoders.Replace(_WORD, ' '), decoders.Fuse()]
-  if norm.remove_extra_whitespaces:
-    marks.append(decoders.Replace(tokenizers.Regex('(?m)^ +'), ''))
-  elif norm.add_dummy_prefix:
-    marks.append(decoders.Replace(tokenizers.Regex('(?m)^ '), ''))
-  tok.decoder = decoders.Sequence(marks)
+  unk = shift + [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN][0]
+  if trainer.model_type == trainer.UNIGRAM:
+    model = tokenizers.models.Unigram(vocab, unk_id=unk, byte_fallback=trainer.byte_fallback)
+  else:
+    model = tokenizers.models.BPE({name: i for i, (name, _) in enumerate(vocab)}, _merges(proto),
+                                  unk_token=vocab[unk][0], fuse_unk=True,
+                                  byte_fallback=trainer.byte_fallback)
+  tok = tokenizers.Tokenizer(model)
+  tok.normalizer = _sentencepiece_normalizer(norm)
+  # No pre-tokenizer: SentencePiece encodes a line whole (its split into words at marks and
+  # digits shaped the pieces in training, so no piece crosses one), and a run of unknown
+  # characters is one unknown piece across them.
+  tok.decoder = _sentencepiece_decoder(norm, trainer.byte_fallback)
   tok.add_tokens([tokenizers.AddedToken('\n', normalized=False, special=False)])
   specials = reserved[:tokenizer_lib.NEWLINE_ID] if shift else []
   tok.add_special_tokens(specials + [p.piece for p in proto.pieces

@@ -46,9 +46,9 @@ def main(argv):
           'it)')
     if not os.path.exists(os.path.join(args.to_hf, 'tokenizer.json')):
       print("  and no tokenizer: the run's has no transformers form (a SentencePiece model "
-            'that is not a unigram one, or has byte fallback, user-defined pieces or rules of '
-            f'its own: roformer/hf_tokenizers.py). Encode with hf.load({args.workdir!r}).encode '
-            'and pass the ids.')
+            'that is neither unigram nor BPE, or has user-defined pieces or rules of its own: '
+            f'roformer/hf_tokenizers.py). Encode with hf.load({args.workdir!r}).encode and pass '
+            'the ids.')
 
 
 if __name__ == '__main__':

@@ -54,14 +54,22 @@ GIVEN_SETTINGS = {
     'spaces_kept': {'remove_extra_whitespaces': False},
     'no_prefix': {'add_dummy_prefix': False},
     'identity': {'normalization_rule_name': 'identity'},  # U+2581 in text stays U+2581.
+    # Llama 2's kind: BPE, bytes for unknown characters, digits one by one, runs of spaces kept
+    # and pieces of them allowed.
+    'bpe_bytes': {'model_type': 'bpe', 'byte_fallback': True, 'character_coverage': 0.99,
+                  'normalization_rule_name': 'identity', 'remove_extra_whitespaces': False,
+                  'split_digits': True, 'allow_whitespace_only_pieces': True, 'vocab_size': 400},
+    'unigram_across_words': {'byte_fallback': True, 'character_coverage': 0.99,
+                             'split_by_whitespace': False, 'vocab_size': 400},
 }
 
 
 def _given_sentencepiece(directory, name: str) -> vocabularies.SentencePieceFile:
   (directory / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
+  settings = {'vocab_size': 100, **GIVEN_SETTINGS[name]}
   spm.SentencePieceTrainer.train(input=str(directory / 'corpus.txt'),
-                                 model_prefix=str(directory / name), vocab_size=100,
-                                 hard_vocab_limit=False, minloglevel=2, **GIVEN_SETTINGS[name])
+                                 model_prefix=str(directory / name), hard_vocab_limit=False,
+                                 minloglevel=2, **settings)
   return vocabularies.SentencePieceFile(str(directory / f'{name}.model'))
 
 
@@ -152,8 +160,9 @@ def test_ids_that_encoding_never_gives_decode_as_sentencepiece_decodes_them(trai
 @pytest.mark.parametrize('name', GIVEN_SETTINGS)
 def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_text(name, tmp_path):
   """Its ids moved up by 5 and lines encoded one by one, as vocabularies.SentencePieceFile
-  encodes; its own normalisation settings (a character map or none, spaces stripped or kept, a
-  dummy prefix or none) both ways, ids that encoding never gives included."""
+  encodes; its own settings (unigram or BPE, a character map or none, spaces stripped or kept, a
+  dummy prefix or none, bytes for unknown characters, digits apart) both ways, ids that encoding
+  never gives included (but byte pieces, whose runs could be invalid UTF-8)."""
   given = _given_sentencepiece(tmp_path, name)
   tok, _ = hf_tokenizers.form(given)
   unk = given.sp.unk_id() + 5
@@ -162,8 +171,10 @@ def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_te
     assert tok.encode(text, add_special_tokens=False).ids == want, text
     if unk not in want:  # SentencePiece decodes an unknown as ' ⁇ '.
       assert tok.decode(want, skip_special_tokens=True) == given.decode(want), text
+  if GIVEN_SETTINGS[name].get('byte_fallback'):
+    assert any(given.sp.is_byte(int(i) - 5) for i in given.encode('漢字 😀'))
   rng = np.random.default_rng(0)
-  known = [i for i in range(5, given.vocab_size) if i != unk]
+  known = [i for i in range(5, given.vocab_size) if i != unk and not given.sp.is_byte(i - 5)]
   for _ in range(300):
     ids = [int(i) for i in rng.choice(known + [tokenizer_lib.NEWLINE_ID, tokenizer_lib.EOS_ID], 12)]
     assert tok.decode(ids, skip_special_tokens=True) == given.decode(ids), ids
@@ -232,16 +243,16 @@ def test_the_written_files_read_back_as_the_import_reads_them(trained, tmp_path)
 
 
 def test_a_sentencepiece_model_of_other_settings_writes_nothing(tmp_path):
-  """A SentencePiece BPE model, trained here or given as config.data.tokenizer, has no form;
-  nor has a given unigram model with normalisation or denormalisation rules of its own."""
+  """A SentencePiece character model, trained here or given as config.data.tokenizer, has no
+  form; nor has a given model with normalisation or denormalisation rules of its own."""
   (tmp_path / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
   spm.SentencePieceTrainer.train(
-      input=str(tmp_path / 'corpus.txt'), model_prefix=str(tmp_path / 'bpe'), vocab_size=120,
-      model_type='bpe', pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=['<n>'],
+      input=str(tmp_path / 'corpus.txt'), model_prefix=str(tmp_path / 'char'), vocab_size=120,
+      model_type='char', pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=['<n>'],
       hard_vocab_limit=False, minloglevel=2)
-  bpe = tokenizer_lib.Tokenizer(tmp_path / 'bpe.model')
-  assert hf_tokenizers.form(bpe) is None
-  shifted = vocabularies.SentencePieceFile(str(tmp_path / 'bpe.model'))
+  char = tokenizer_lib.Tokenizer(tmp_path / 'char.model')
+  assert hf_tokenizers.form(char) is None
+  shifted = vocabularies.SentencePieceFile(str(tmp_path / 'char.model'))
   assert not hf_tokenizers.write(shifted, str(tmp_path))
   assert not (tmp_path / 'tokenizer.json').exists()
   # Rules of its own: 'ab' read as 'z' (a two-character source the `tokenizers` character map
@@ -266,6 +277,7 @@ def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
   transformers = pytest.importorskip('transformers')
   for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes()),
                           ('given_spm', _given_sentencepiece(tmp_path, 'spaces_kept')),
+                          ('given_bpe', _given_sentencepiece(tmp_path, 'bpe_bytes')),
                           ('given_json', _given_json(tmp_path, 'bpe'))):
     (tmp_path / name).mkdir()
     assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
