@@ -56,8 +56,9 @@ Where these forms differ from the project's tokenizers:
   apart: the `tokenizers` package applies the map to whole graphemes (its issues #2116 and
   #2334).
 
-A tokenizer without such a form writes nothing: `write` returns False and scripts/convert_hf.py
-says so.
+Before a form built here is written, it must encode a few texts (`PROBES`) into the run's ids;
+a tokenizer without such a form, or whose form does not, writes nothing: `write` returns False
+and scripts/convert_hf.py says so.
 """
 
 import json
@@ -258,9 +259,19 @@ def special_ids(tokenizer) -> dict:
           'pad': getattr(tokenizer, 'pad_id', tokenizer_lib.PAD_ID)}
 
 
+# Texts a form built here must encode into the run's ids before it is written (`form`): a
+# check, beside the tests, that no setting of a given model escaped the conversion. Lines, runs of
+# spaces and tabs, compatibility characters, digits, code, other scripts, a literal mark.
+PROBES = ("Shall I compare thee to a summer's day?", '  two  spaces \t a tab\t ',
+          'lines\n\nand\n  more\n', 'ｆｕｌｌ ﬁne ① ½', 'x = f(12345) + 0.5  # code',
+          'Привет, мир. Γειά σου. 你好，世界。', 'emoji 😀 and \u2581 marks', 'naïve café',
+          '\r\n\tend ')
+
+
 def form(tokenizer):
   """(tokenizers.Tokenizer, its bos/eos/pad ids) for `tokenizer` in transformers' form, or None
-  where it has none (see the module docstring)."""
+  where it has none (see the module docstring) or where the form built encodes one of PROBES
+  other than `tokenizer` does."""
   if isinstance(tokenizer, vocabularies.Pretrained):
     return tokenizer.tok, special_ids(tokenizer)
   if isinstance(tokenizer, vocabularies.Bytes):
@@ -273,7 +284,8 @@ def form(tokenizer):
     tok = _shifted_json(tokenizer)
   else:
     tok = None
-  if tok is None:
+  if tok is None or any(tok.encode(text, add_special_tokens=False).ids
+                        != [int(i) for i in tokenizer.encode(text)] for text in PROBES):
     return None
   _with_bos(tok, tok.id_to_token(tokenizer_lib.BOS_ID))
   return tok, special_ids(tokenizer)

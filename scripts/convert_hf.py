@@ -46,8 +46,9 @@ def main(argv):
           'it)')
     if not os.path.exists(os.path.join(args.to_hf, 'tokenizer.json')):
       print("  and no tokenizer: the run's has no transformers form (a SentencePiece model "
-            'that is neither unigram nor BPE, or has user-defined pieces or rules of its own: '
-            f'roformer/hf_tokenizers.py). Encode with hf.load({args.workdir!r}).encode and pass '
+            'that is neither unigram nor BPE, or has user-defined pieces or rules of its own), '
+            "or its form did not encode the check's texts as the run does "
+            f'(roformer/hf_tokenizers.py). Encode with hf.load({args.workdir!r}).encode and pass '
             'the ids.')
 
 

@@ -295,3 +295,21 @@ def test_the_bytes_form_is_byte_b_at_id_b_plus_5():
   want = list(np.frombuffer(text.encode('utf-8'), np.uint8).astype(int) + 5)
   assert tok.encode(text, add_special_tokens=False).ids == want
   assert isinstance(tok, tokenizers.Tokenizer) and tok.decode(want) == text
+
+
+def test_a_form_that_encodes_a_probe_text_otherwise_is_not_written(trained, tmp_path,
+                                                                    monkeypatch):
+  """Whatever a conversion missed, an export checks its form on PROBES before writing it: a form
+  that reads text lower-cased (as a setting it did not see might) writes nothing."""
+  built = hf_tokenizers._sentencepiece  # pylint: disable=protected-access
+  def lowered(sp, shift):
+    tok = built(sp, shift)
+    tok.normalizer = tokenizers.normalizers.Sequence([tok.normalizer,
+                                                      tokenizers.normalizers.Lowercase()])
+    return tok
+  assert hf_tokenizers.write(trained, str(tmp_path))
+  (tmp_path / 'tokenizer.json').unlink()
+  monkeypatch.setattr(hf_tokenizers, '_sentencepiece', lowered)
+  assert hf_tokenizers.form(trained) is None
+  assert not hf_tokenizers.write(trained, str(tmp_path))
+  assert not (tmp_path / 'tokenizer.json').exists()
