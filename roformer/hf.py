@@ -137,10 +137,11 @@ def _flatten(tree, prefix=''):
 
 def _restored(workdir: str, step: int | None):
   """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device."""
+  config = saved_config.load(workdir)  # The model type first: generate.py's check names it.
+  if not model_types.of(config.model).decoder_only:
+    raise errors.ConfigError(f'{workdir} holds a {config.model.type} model, not a causal LM. '
+                             'Fix: point at a causal_lm workdir.')
   opened = generation.open_workdir(workdir, step)
-  if not model_types.of(opened.config.model).decoder_only:
-    raise errors.ConfigError(f'{workdir} holds a {opened.config.model.type} model, not a causal '
-                             'LM. Fix: point at a causal_lm workdir.')
   trainer, params = generation.restore(opened)
   return opened, trainer, params
 
@@ -189,7 +190,12 @@ class CausalLM:
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
       raise errors.ConfigError(f'ids must be integer [batch, length] (got {array.dtype} '
                                f'{array.shape}). Fix: pass a list of equal-length id lists.')
-    if array.size and (array.min() < 0 or array.max() >= self.vocab_size):
+    if not array.size:
+      raise errors.ConfigError(f'ids must hold at least one position of one row (got shape '
+                               f'{array.shape}). Fix: start the text with an id (lm.encode gives '
+                               'the bos first where the tokenizer has one; without one, encode '
+                               'some text).')
+    if array.min() < 0 or array.max() >= self.vocab_size:
       raise errors.ConfigError(f'ids must be in [0, {self.vocab_size}) (got {array.min()}..'
                                f'{array.max()}). Fix: ids from lm.tokenizer.')
     return jnp.asarray(array, jnp.int32)

@@ -269,13 +269,27 @@ def test_bad_ids_and_a_file_for_a_directory_are_one_error_with_its_fix(tmp_path)
   lm = hf.load(_imported('llama_dynamic', tmp_path))
   for ids, says in (([[5, 6, 7], [5, 6]], 'its rows have different lengths'),
                     ([[0.5, 1.0]], 'ids must be integer'),
-                    ([[5, 10**6]], 'ids must be in')):
+                    ([[5, 10**6]], 'ids must be in'),
+                    (np.zeros((1, 0), np.int32), 'at least one position'),
+                    (np.zeros((0, 4), np.int32), 'at least one position')):
     with pytest.raises(errors.ConfigError, match=f'{says}.* Fix: '):
       lm.logits(ids)
+  with pytest.raises(errors.ConfigError, match='at least one position.* Fix: '):
+    lm.generate(np.zeros((1, 0), np.int32), 3)  # A prompt of a tokenizer without a bos.
   with pytest.raises(errors.ConfigError, match=r"is a file\. Fix: --from_hf=.*llama_dynamic,"):
     hf.import_checkpoint(str(FIXTURES / 'llama_dynamic' / 'config.json'), str(tmp_path / 'w'))
   with pytest.raises(errors.ConfigError, match=r'--step=7 has no checkpoint.* Fix: one of'):
     hf.load(lm.workdir, step=7)
+
+
+@pytest.mark.parametrize('arg', ['mlm', 'classify'])
+def test_a_workdir_of_another_model_type_is_named_as_not_a_causal_lm(arg, tmp_path):
+  config = test_config.get_config(arg)
+  os.makedirs(tmp_path / 'w')
+  saved_config.save(config, str(tmp_path / 'w'))
+  with pytest.raises(errors.ConfigError, match=f'holds a {config.model.type} model, not a causal '
+                                               'LM. Fix: point at a causal_lm workdir'):
+    hf.load(str(tmp_path / 'w'))
 
 
 def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monkeypatch, capsys):

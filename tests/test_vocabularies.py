@@ -52,6 +52,7 @@ def test_bytes_are_their_values_after_the_special_ids():
   assert ids.tolist() == [b + 5 for b in text.encode('utf-8')]
   assert tok.decode(ids) == text
   assert tok.decode([tokenizer_lib.BOS_ID, *ids, tokenizer_lib.EOS_ID, 0]) == text
+  assert tok.decode([*ids, 1000]) == text  # An id past the vocabulary (a bigger model's).
 
 
 def test_a_sentencepiece_model_from_elsewhere_is_shifted_past_the_special_ids(tmp_path):

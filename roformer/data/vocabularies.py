@@ -73,7 +73,8 @@ class Bytes:
     return _shift(np.frombuffer(text.encode('utf-8', 'surrogatepass'), np.uint8))
 
   def decode(self, ids) -> str:
-    return bytes(_unshift(ids)).decode('utf-8', 'replace')
+    """The text of `ids`; the specials, and ids past the 256 bytes, stand for no byte."""
+    return bytes(i for i in _unshift(ids) if i < 256).decode('utf-8', 'replace')
 
 
 def _unreadable(path: str, what: str, e: BaseException, fix: str) -> errors.ConfigError:
