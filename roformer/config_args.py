@@ -87,6 +87,11 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None,
   a time: --config.data.splits.validation=test. `schema`: config_schema.schema(), if built
   already."""
   flag = f'--config.{field}'
+  if field == 'model.vocab_size':  # Set from the tokenizer (workdir.setup_data): never read.
+    raise errors.ConfigError(
+        f'{flag}: the model\'s vocabulary is set from its tokenizer, never by hand. Fix: drop '
+        'it; size a tokenizer trained on the data with --config.data.vocab_size, or name another '
+        'with --config.data.tokenizer.')
   parts = field.split('.')
   if not all(parts):
     raise errors.ConfigError(f'{flag}: {field!r} is not a field name. Fix: --config.a.b=VALUE.')

@@ -111,8 +111,9 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
         f"config.data.name='files' holds documents for language models (model.type "
         f'{documents}), not {m.type!r} (labels, sentence pairs). Fix: a dataset with those '
         f'features (TFDS or embedded), or model.type {documents}.')
-  if mixture.is_mixture(config.data):
-    mixture.validate(config, vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED)
+  if mixture.is_mixture(config.data):  # A model already trained has its tokenizer.
+    mixture.validate(config, trained is None and (
+        vocabularies.kind(config.data.tokenizer) == vocabularies.TRAINED))
   if config_schema.TEXT_CAUSAL_LM.reads(config):
     shortest = config.data.seq_len * min(config.eval.length_multipliers)
     if config.eval.protocol == 'windows' and config.eval.stride:

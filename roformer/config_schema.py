@@ -223,10 +223,13 @@ def schema() -> dict:
           # 'sentencepiece' (trained on the train split), 'bytes' (256 ids, nothing trained) or
           # the path of a SentencePiece .model or a Hugging Face tokenizer.json
           # (roformer/data/vocabularies.py).
-          **_read_by(TEXT, {'tokenizer': kept(('resume', 'evaluate'), _TOKENIZER,
+          # A run started from another (init_from) takes that run's tokenizer whole: its ids are
+          # the rows of the weights taken over (resolve.check_init_from).
+          **_read_by(TEXT, {'tokenizer': kept(('resume', 'continue', 'evaluate'), _TOKENIZER,
                                               Str(nonempty=True, default='sentencepiece'))}),
           # The size of a tokenizer trained on the data (bytes and given files have their own).
-          'vocab_size': kept(('resume', 'evaluate'), _TOKENIZER, Int(16, 2**20, default=4096)),
+          'vocab_size': kept(('resume', 'continue', 'evaluate'), _TOKENIZER,
+                             Int(16, 2**20, default=4096)),
           # The trained tokenizer reads at most this many documents, taken evenly over the train
           # split (0: every one), and at most this many characters of them.
           **kept(('resume', 'evaluate'), _TOKENIZER, {

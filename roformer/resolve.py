@@ -336,7 +336,8 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
       raise errors.ConfigError(
           f'config.data.{name}={config.data[name]!r}, but the run takes its tokenizer from '
           f'config.init_from={config.init_from!r} (its ids are the rows of the weights taken '
-          f'over), made with data.{name}={saved.data[name]!r}. Fix: drop the override.')
+          f'over), made with data.{name}={saved.data[name]!r}. Fix: set --config.data.'
+          f'{name}={saved.data[name]!r}, the source\'s.')
   if not model_types.of(config.model).continues:  # Fine-tuning: the pretrained encoder.
     diffs = saved_config.differences(_encoder_fields(saved.model),
                                      _encoder_fields(config.model), 'model')

@@ -173,16 +173,15 @@ def status(field: str, occasion: str) -> str:
 
 def table() -> str:
   """The Markdown table of docs/configs_and_data.md: every field that is fixed or may change
-  on some occasion, what each occasion allows, and why."""
+  on some occasion, what each occasion allows (under a condition: MAY_CHANGE_IF), and why."""
   rows = ['| field | resume | continue (`init_from`) | evaluate | why |',
           '|---|---|---|---|---|']
+  conditional = {field: (when, words, why) for field, when, _, words, why in MAY_CHANGE_IF}
   for field, _, why in fixed_rules() + may_change_rules():
-    rows.append(f'| `{field}` | ' + ' | '.join(status(field, o) for o in OCCASIONS)
-                + f' | {why} |')
-  for field, when, _, words, why in MAY_CHANGE_IF:
+    when, words, because = conditional.get(field, ((), '', ''))
     rows.append(f'| `{field}` | ' + ' | '.join(
         f'may change {words}' if o in when else status(field, o) for o in OCCASIONS)
-                + f' | {why} |')
+                + f' | {why}{f"; {words}: {because}" if because else ""} |')
   return '\n'.join(rows)
 
 

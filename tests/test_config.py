@@ -253,3 +253,13 @@ def test_the_translation_config_refuses_two_kinds_in_one_argument():
     config_args.load_file('configs/translate.py:rope,sinusoidal')
   assert config_args.load_file('configs/translate.py:sinusoidal').model.position.kind == (
       'sinusoidal')
+
+
+def test_the_model_vocabulary_is_refused_as_an_override_with_the_fields_that_size_it():
+  """model.vocab_size is set from the tokenizer: an override would be saved and then ignored."""
+  from roformer import config_args  # pylint: disable=import-outside-toplevel
+  config = config_args.load_file('configs/lm.py')
+  with pytest.raises(errors.ConfigError, match=r'--config.model.vocab_size: .*never by hand\. '
+                     r'Fix: .*--config.data.vocab_size.*--config.data.tokenizer'):
+    config_args.apply(config, [('model.vocab_size', '50')])
+  config_args.apply(config, [('data.vocab_size', '500')])  # The field that sizes it.

@@ -185,10 +185,12 @@ def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
     ({'keys': {'weight': 1, 'name': 'synthetic/bogus'}, 'plays': {'weight': 1}},
      "config.data.mixture.keys: config.data.name='synthetic/bogus' names no synthetic task"),
     ({'keys': {'weight': 1, 'name': 'synthetic/copy'}},
-     "the tokenizer is trained on the train split of config.data.name='shakespeare'"),
+     "the tokenizer is trained on the train split of 'shakespeare'"),
     ({'plays': {'weight': 1, 'name': 'shakespear'}, 'keys': {'weight': 1,
                                                             'name': 'synthetic/copy'}},
-     "which no entry of config.data.mixture reads (they read ['shakespear', 'synthetic/copy'])"),
+     "which no entry of config.data.mixture reads (they read 'shakespear'; 'synthetic/copy')"),
+    ({'docs': {'weight': 1, 'name': 'files', 'files': '/a/*.txt'}},
+     "which no entry of config.data.mixture reads (they read your own files '/a/*.txt')"),
 ])
 def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(config, entries,
                                                                            message):
@@ -198,6 +200,16 @@ def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(confi
   if 'tokenizer is trained' in message:  # Bytes need no source of config.data's.
     config.data.update(tokenizer='bytes')
     resolve.validate(config)
+
+
+def test_an_evaluation_scores_a_trained_run_on_a_mixture_that_skips_its_tokenizer_source(config):
+  """The tokenizer trained on config.data's source must be read by an entry only when it is yet
+  to be trained: the model evaluated has its own (eval.py --config.data.mixture=...)."""
+  config.data.mixture = {'keys': {'weight': 1, 'name': 'synthetic/copy'}}
+  with pytest.raises(errors.ConfigError, match='the tokenizer is trained on the train split'):
+    resolve.validate(config)
+  resolve.check_fields(config)
+  resolve.check_relations(config, on_device=False, trained=(config.data.seq_len, 'its config'))
 
 
 def test_a_misspelt_task_is_named_as_such_whatever_its_filler(config):

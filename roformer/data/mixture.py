@@ -110,12 +110,19 @@ def validate(config, trained_tokenizer: bool) -> None:
   base = base_config(data)
   if trained_tokenizer and not any(_same_source(member_config(data, e), base)
                                    for e in entries(data).values()):
-    read = sorted({member_config(data, e).name for e in entries(data).values()})
+    read = sorted({_source_words(member_config(data, e)) for e in entries(data).values()})
     raise errors.ConfigError(
-        f'the tokenizer is trained on the train split of config.data.name={data.name!r} (with '
-        'config.data\'s own source fields), which no entry of config.data.mixture reads (they '
-        f'read {read}). Fix: set config.data.name (and its fields) to the source of one entry, '
-        'or give config.data.tokenizer (bytes, or a tokenizer file).')
+        f'the tokenizer is trained on the train split of {_source_words(base)} (config.data\'s '
+        'own source), which no entry of config.data.mixture reads (they read '
+        f'{"; ".join(read)}). Fix: set config.data.name (and its fields) to the source of one '
+        'entry, or give config.data.tokenizer (bytes, or a tokenizer file).')
+
+
+def _source_words(member) -> str:
+  """A source as its fields name it: the dataset, or your own files by their glob."""
+  if corpus.is_files(member):
+    return f'your own files {member.files!r}'
+  return repr(member.name)
 
 
 def check_text_lengths(sources: dict, tokenizer, length: int) -> None:
