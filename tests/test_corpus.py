@@ -196,6 +196,10 @@ def _bad_inputs(tmp_path):
   write_jsonl(tmp_path / 'held' / 'v.jsonl', ['held out'])
   return {  # case: (fields, the error names)
       'no match': ({'files': f'{tmp_path}/nothing/*.txt'}, 'nothing/*.txt\' matches no file'),
+      'relative': ({'files': 'nothing/*.txt'}, 'A relative glob is saved as given and read '
+                                                'from the current directory'),
+      'a directory': ({'files': f'{tmp_path}/held'}, "held' is a directory. Fix: a glob of its "
+                                                    "documents, e.g. --config.data.files="),
       'no files': ({'files': ' , '}, 'config.data.files names no files'),
       'empty file': ({'files': f'{tmp_path}/empty.txt'}, 'empty.txt holds no document (an '
                                                          'empty file)'),

@@ -74,10 +74,17 @@ def matched(globs: str, field: str) -> list[str]:
   for pattern in patterns:
     found = sorted(os.path.abspath(p) for p in glob.glob(os.path.expanduser(pattern),
                                                          recursive=True) if os.path.isfile(p))
+    if not found and os.path.isdir(os.path.expanduser(pattern)):
+      raise errors.ConfigError(
+          f'config.data.{field}: {pattern!r} is a directory. Fix: a glob of its documents, '
+          f"e.g. --config.data.{field}='{pattern.rstrip('/')}/**/*.txt' (or .jsonl, ...).")
     if not found:
+      relative = '' if os.path.isabs(os.path.expanduser(pattern)) else (
+          ' A relative glob is saved as given and read from the current directory: run from '
+          'the directory the run was started in, or give the glob as an absolute path.')
       raise errors.ConfigError(
           f'config.data.{field}: {pattern!r} matches no file (from {os.getcwd()}). Fix: check '
-          'the path, or quote the glob so that the shell does not expand it.')
+          f'the path, or quote the glob so that the shell does not expand it.{relative}')
     for path in found:
       _format(path)
       paths.setdefault(path, None)
