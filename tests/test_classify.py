@@ -175,7 +175,7 @@ def test_a_tokenizer_override_beside_init_from_is_refused(pretrained, data_dir, 
   cfg = classify_config(data_dir, init_from=mlm_dir)
   cfg.data[field] = value
   with pytest.raises(errors.ConfigError, match=rf'config.data.{field}={value!r}, but the run '
-                     r'takes its tokenizer from config.init_from=.*Fix: --config.data.'
+                     r'takes its tokenizer from config.init_from=.*Fix: set --config.data.'
                      rf'{field}=.*the source'):
     resolve.check_init_from(cfg)
 
