@@ -21,7 +21,6 @@ from roformer import cli
 from roformer import config_schema
 from roformer import errors
 from roformer import specs
-from roformer.data import corpus
 
 # The repository, where configs/ is: the relative paths of the docs are read from it.
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,8 +179,6 @@ def apply(config: ml_collections.ConfigDict, overrides: Iterable[cli.Override]
   schema = config_schema.schema()  # Once: it is built on each call.
   for field, text in overrides:
     override(config, field, text, schema)
-  if 'data' in config:
-    corpus.with_absolute_globs(config.data)  # Saved so, read from anywhere.
   return config
 
 

@@ -26,7 +26,6 @@ from roformer import config_schema
 from roformer import errors
 from roformer import files
 from roformer import positions
-from roformer.data import corpus
 from roformer.data import synthetic
 
 RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
@@ -211,7 +210,6 @@ def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
     raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
                                   f'a config written by train.py. Fix: {fix}.')
   config = config_schema.migrate(_lists_to_tuples(saved))  # Fields added since it was saved.
-  corpus.with_absolute_globs(config.data)  # A glob saved relative: from here, as it was read.
   try:
     config_schema.check(config)
   except errors.ConfigError as e:

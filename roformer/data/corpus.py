@@ -63,33 +63,6 @@ def _format(path: str) -> str:
       'rename it, or narrow the glob in config.data.files so that it matches only documents.')
 
 
-GLOB_FIELDS = ('files', 'validation_files', 'test_files')  # Of config.data and of each entry.
-
-
-def absolute(globs: str) -> str:
-  """The comma-separated `globs` with each relative one made absolute from the current
-  directory (one under `~` is kept as given), so that a run's saved config names the same files
-  wherever it is read from."""
-  out = []
-  for pattern in (g.strip() for g in globs.split(',')):
-    if pattern and not os.path.isabs(os.path.expanduser(pattern)):
-      pattern = os.path.join(os.getcwd(), pattern)
-    out.append(pattern)
-  return ','.join(p for p in out if p) if any(out) else globs
-
-
-def with_absolute_globs(data) -> None:
-  """Makes config.data's file globs, and each mixture entry's, absolute (`absolute`), in place:
-  as a command reads its config (roformer/config_args.py) and a run's saved one
-  (roformer/saved_config.py), where a glob saved relative is read from the current directory
-  as it always was."""
-  for node in [data, *((data.get('mixture') or {}).values())]:
-    for field in GLOB_FIELDS:
-      value = node.get(field) if hasattr(node, 'get') else None
-      if isinstance(value, str) and value.strip():
-        node[field] = absolute(value)
-
-
 def matched(globs: str, field: str) -> list[str]:
   """The files (absolute paths, sorted per glob, each once) that the comma-separated `globs`
   of config.data.`field` match; a glob that matches no file is an error naming it."""
@@ -107,8 +80,8 @@ def matched(globs: str, field: str) -> list[str]:
           f"e.g. --config.data.{field}='{pattern.rstrip('/')}/**/*.txt' (or .jsonl, ...).")
     if not found:
       relative = '' if os.path.isabs(os.path.expanduser(pattern)) else (
-          ' A relative glob is read from the current directory: give it from the directory '
-          'that holds the files, or as an absolute path.')
+          ' A relative glob is saved as given and read from the current directory: run from '
+          'the directory the run was started in, or give the glob as an absolute path.')
       raise errors.ConfigError(
           f'config.data.{field}: {pattern!r} matches no file (from {os.getcwd()}). Fix: check '
           f'the path, or quote the glob so that the shell does not expand it.{relative}')
