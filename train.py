@@ -76,6 +76,7 @@ def main(args):
   from roformer import logs
   from roformer import loop
   from roformer import tasks
+  config_args.refuse_set_from_data(cli.overrides())
   config = config_args.load(args.config, cli.overrides())
   logs.setup(tracebacks=cli.debug_requested())
   seeds = cli.int_list('seeds', args.seeds)

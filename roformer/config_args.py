@@ -87,11 +87,6 @@ def override(config: ml_collections.ConfigDict, field: str, text: str | None,
   a time: --config.data.splits.validation=test. `schema`: config_schema.schema(), if built
   already."""
   flag = f'--config.{field}'
-  if field == 'model.vocab_size':  # Set from the tokenizer (workdir.setup_data): never read.
-    raise errors.ConfigError(
-        f'{flag}: the model\'s vocabulary is set from its tokenizer, never by hand. Fix: drop '
-        'it; size a tokenizer trained on the data with --config.data.vocab_size, or name another '
-        'with --config.data.tokenizer.')
   parts = field.split('.')
   if not all(parts):
     raise errors.ConfigError(f'{flag}: {field!r} is not a field name. Fix: --config.a.b=VALUE.')
@@ -180,6 +175,18 @@ def apply(config: ml_collections.ConfigDict, overrides: Iterable[cli.Override]
   for field, text in overrides:
     override(config, field, text, schema)
   return config
+
+
+def refuse_set_from_data(overrides: Iterable[cli.Override]) -> None:
+  """A run's command line may not set model.vocab_size: training sets it from the tokenizer
+  (workdir.setup_data), so the value given would be saved and then ignored. (Scripts that
+  build a model without data, such as scripts/init_loss.py, take it.)"""
+  for field, _ in overrides:
+    if field == 'model.vocab_size':
+      raise errors.ConfigError(
+          '--config.model.vocab_size: a run\'s vocabulary is set from its tokenizer, never by '
+          'hand. Fix: drop it; size a tokenizer trained on the data with '
+          '--config.data.vocab_size, or name another with --config.data.tokenizer.')
 
 
 def load(spec: str, overrides: Iterable[cli.Override] = ()) -> ml_collections.ConfigDict:

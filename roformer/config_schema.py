@@ -232,7 +232,7 @@ def schema() -> dict:
                              Int(16, 2**20, default=4096)),
           # The trained tokenizer reads at most this many documents, taken evenly over the train
           # split (0: every one), and at most this many characters of them.
-          **kept(('resume', 'evaluate'), _TOKENIZER, {
+          **kept(('resume', 'continue', 'evaluate'), _TOKENIZER, {
               'tokenizer_documents': Int(0, 2**31 - 1, default=tokenizer_lib.EVERY_DOCUMENT),
               'tokenizer_chars': Int(1000, 2**31 - 1, default=tokenizer_lib.MAX_CHARS)}),
           # Tokenize each split once into the cache (ids in the smallest type the vocabulary

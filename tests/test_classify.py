@@ -167,7 +167,8 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   assert 'model.position.rope' not in str(e.value)
 
 
-@pytest.mark.parametrize('field,value', [('tokenizer', 'bytes'), ('vocab_size', 2000)])
+@pytest.mark.parametrize('field,value', [('tokenizer', 'bytes'), ('vocab_size', 2000),
+                                         ('tokenizer_chars', 5000)])
 def test_a_tokenizer_override_beside_init_from_is_refused(pretrained, data_dir, field, value):
   """The run takes the pretrained run's tokenizer whole (its ids are the embedding's rows):
   another tokenizer or size was saved as if applied and ignored; it is refused."""

@@ -188,9 +188,9 @@ def test_a_bad_entry_is_one_error_naming_it(config, entries, message):
      "the tokenizer is trained on the train split of 'shakespeare'"),
     ({'plays': {'weight': 1, 'name': 'shakespear'}, 'keys': {'weight': 1,
                                                             'name': 'synthetic/copy'}},
-     "which no entry of config.data.mixture reads (they read 'shakespear'; 'synthetic/copy')"),
+     "the entries read 'shakespear'; 'synthetic/copy')"),
     ({'docs': {'weight': 1, 'name': 'files', 'files': '/a/*.txt'}},
-     "which no entry of config.data.mixture reads (they read your own files '/a/*.txt')"),
+     "the entries read your own files '/a/*.txt')"),
 ])
 def test_an_entry_that_cannot_be_read_is_refused_before_any_data_is_opened(config, entries,
                                                                            message):

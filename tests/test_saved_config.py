@@ -37,7 +37,8 @@ def pair(**changes):
     ('train.batch_size', 4, {CONTINUE, EVALUATE}),
     ('data.seq_len', 64, {CONTINUE, EVALUATE}),
     ('data.vocab_size', 300, set()),  # A continuation takes its source's tokenizer whole.
-    ('data.tokenizer_chars', 5000, {CONTINUE}),
+    ('data.tokenizer_chars', 5000, set()),
+    ('data.shuffle_window', 7, {CONTINUE, EVALUATE}),
     ('train.learning_rate', 0.5, {RESUME, CONTINUE, EVALUATE}),
 ])
 def test_each_occasion_refuses_exactly_what_the_table_fixes(field, value, allowed):

@@ -113,9 +113,10 @@ def validate(config, trained_tokenizer: bool) -> None:
     read = sorted({_source_words(member_config(data, e)) for e in entries(data).values()})
     raise errors.ConfigError(
         f'the tokenizer is trained on the train split of {_source_words(base)} (config.data\'s '
-        'own source), which no entry of config.data.mixture reads (they read '
-        f'{"; ".join(read)}). Fix: set config.data.name (and its fields) to the source of one '
-        'entry, or give config.data.tokenizer (bytes, or a tokenizer file).')
+        'own source), which no entry of config.data.mixture reads with the same source fields '
+        f'({", ".join(ENTRY_FIELDS)}; the entries read {"; ".join(read)}). Fix: set '
+        'config.data.name (and its fields) to the source of one entry, or give '
+        'config.data.tokenizer (bytes, or a tokenizer file).')
 
 
 def _source_words(member) -> str:
