@@ -101,6 +101,9 @@ def test_each_class_of_bad_input_is_one_line_naming_it_and_nothing_changes(
                     f'--config.data.data_dir={data_dir}', '--config.train.learning_rate=1e30',
                     '--config.train.warmup_steps=0', '--config.train.steps=4'], 1,
                    'the loss or gradient norm is not finite; training stopped'),
+      'model vocabulary by hand': (train + ['--config.model.vocab_size=50'], 1,
+                                   "--config.model.vocab_size: a run's vocabulary is set from "
+                                   'its tokenizer, never by hand. Fix: drop it'),
       'nan': (train + ['--config.model.position.rope.scaling.factor=nan'], 1,
               'config.model.position.rope.scaling.factor=nan must be a finite number'),
       'misspelt dataset': (train + ['--config.data.name=shakespear'], 1,
