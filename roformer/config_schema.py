@@ -156,6 +156,13 @@ _PIPELINE = "the data pipeline's saved position counts batches of this exact str
 _WORDS = 'the synthetic vocabulary laid out from the task sizes: which word each id names'
 
 
+def taken_with_the_tokenizer() -> tuple[str, ...]:
+  """The fields of config.data that a run started from another (init_from) takes from it with
+  its tokenizer: those held on a continuation for the tokenizer's sake."""
+  return tuple(field.removeprefix('data.') for field, when, why in fixed_fields()
+               if why == _TOKENIZER and 'continue' in when)
+
+
 def fixed_fields() -> list[tuple[str, tuple, str]]:
   """(dotted field, occasions, why) of every field declared fixed on some occasion."""
   out = []

@@ -331,8 +331,8 @@ def check_init_from(config: ml_collections.ConfigDict) -> tuple[ml_collections.C
   if step is None:
     raise errors.ConfigError(f'config.init_from={config.init_from!r} has no checkpoint. Fix: '
                              'let that run save one first.')
-  for name in ('tokenizer', 'vocab_size', 'tokenizer_documents', 'tokenizer_chars'):
-    # The run takes the source's tokenizer whole: another value would be saved and ignored.
+  # The run takes the source's tokenizer whole: another value would be saved and ignored.
+  for name in config_schema.taken_with_the_tokenizer():
     if config.data[name] != saved.data[name]:
       raise errors.ConfigError(
           f'config.data.{name}={config.data[name]!r}, but the run takes its tokenizer from '

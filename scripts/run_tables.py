@@ -322,7 +322,8 @@ def group_rate(path: pathlib.Path) -> list[str]:
       isinstance(r, dict) and all(k in r for k in keys) and isinstance(r['form'], str)
       and all(rate(r[k]) for k in keys[1:]) for r in data):
     raise errors.ConfigError(f'{path} is not a scripts/group_rate.py record (a list of forms '
-                             f'with {", ".join(keys)}, the rates above 0). Fix: name its --out file.')
+                             f'with {", ".join(keys)}, the rates above 0). Fix: name its --out '
+                             'file.')
   lines = ['| rows | group steps/s (median) | range over the log intervals | intervals |',
            '|---|---|---|---|']
   lines += [f"| {r['form']} | {r['steps_per_s']:.1f} | {r['low']:.1f}-{r['high']:.1f} | "
