@@ -19,12 +19,14 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   default, best mean over the table's cells first), `learnt=0.9` a column with each seed's first
   in-training validation step answering that share of the rows.
 - `separations`: for each named pair (`pairs=better:worse;...`, or `against=LINE` for every line
-  against one), task and length (`at=1;8`: only those multiples of the shortest length), whether every seed of one is on the better side of every seed
-  of the other, the difference of the means with its bootstrap 95% interval and the exact
+  against one), task and length (`at=1;8`: only those multiples of the shortest length),
+  whether every seed of one is on the better side of every seed of the other, the difference of the means with its bootstrap 95% interval and the exact
   Mann-Whitney p (roformer/separations.py); `tasks=` and `measure=` as for `table`.
 - `summary`: one row per task for the README: the reference line (`reference=`, `rope` by
   default) at the training length and the longest, the best line at the longest, and the lines
   that separate from the reference there.
+- `seeds=0;1;2`, for `table`, `separations` and `summary`: those seeds' points alone (every
+  seed by default), to show what an earlier, smaller draw of the same points gave.
 - `benchmark`: PATH is a folder of `scripts/benchmark.py --without ... --out` records; a row per
   hand-written backward pass turned off, against the step with all of them (roformer/autodiff.py).
 - `phases`: PATH is one `scripts/point_time.py --out` record; a row per value of its varied
@@ -271,6 +273,24 @@ def summary(points, options: dict, spec: str) -> list[str]:
                f'{_cell(at[best], digits, False)} | {", ".join(sides[True]) or "none"} | '
                f'{", ".join(sides[False]) or "none"} |')
   return out
+
+
+def seeded(points: list[dict], options: dict, spec: str) -> list[dict]:
+  """The points of the seeds `seeds=0;1;2` names (every point without it): a subset of a sweep's
+  seeds, to read what an earlier, smaller draw of the same points showed."""
+  if 'seeds' not in options:
+    return points
+  try:
+    wanted = {int(s) for s in options['seeds']}
+  except ValueError:
+    raise errors.ConfigError(f'"{spec}": seeds={";".join(options["seeds"])} is not a list of '
+                             'whole numbers. Fix: e.g. seeds=0;1;2.') from None
+  kept = {p['seed'] for p in points}
+  missing = sorted(wanted - kept)
+  if missing:
+    raise errors.ConfigError(f'"{spec}": no point of seed {missing} in the records (kept: '
+                             f'{sorted(kept, key=str)}). Fix: name seeds the records hold.')
+  return [p for p in points if p['seed'] in wanted]
 
 
 def parse(spec: str) -> tuple[str, str, dict]:
@@ -558,7 +578,7 @@ def render(spec: str, cache: dict) -> str:
   if path not in cache:
     cache[path] = read_points(str(ROOT / path))
   lines = {'table': table, 'separations': separations, 'summary': summary}[kind](
-      cache[path], options, spec)
+      seeded(cache[path], options, spec), options, spec)
   return '\n'.join(lines) + '\n'
 
 
