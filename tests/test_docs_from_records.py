@@ -1,7 +1,8 @@
 """scripts/docs_from_records.py: the results blocks of the README and docs/ are what their kept
 records give (regenerated here, the page must not differ), and each block kind computes its
-cells from the seeds: mean ± sample std, the seed range, separations with roformer/separations.py,
-the README summary's sides; a malformed block is one error naming it."""
+cells from the seeds (scripts/seed_tables.py): mean ± sample std, the seed range, separations
+with roformer/separations.py, the README summary's sides; a malformed block is one error naming
+it."""
 
 import os
 import pathlib
@@ -12,6 +13,7 @@ import pytest
 from roformer import errors
 from scripts import docs_from_records as docs
 from scripts import run_tables
+from scripts import seed_tables
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -45,47 +47,48 @@ POINTS = [_point('rope', 0, 'copy', {32: 0.5, 64: 0.1}, {20: 0.5, 40: 0.95}),
 
 
 def test_a_table_gives_mean_sample_std_and_range_best_line_first_and_the_learning_step():
-  lines = docs.table(POINTS, {'ranges': ['1'], 'learnt': ['0.9']}, 'spec')
+  lines = seed_tables.table(POINTS, {'ranges': ['1'], 'learnt': ['0.9']}, 'spec')
   assert lines[0] == ('| line | seeds | 32 | 64 | first validation step at 0.9 of rows, by seed |')
   # fox: mean 0.9, sample std 0.1 (ddof 1: population std would be 0.082).
   assert lines[2] == '| fox | 3 | 0.900 ± 0.100 (0.800-1.000) | 0.850 ± 0.050 (0.800-0.900) | -, -, - |'
   assert lines[3] == '| rope | 3 | 0.600 ± 0.100 (0.500-0.700) | 0.200 ± 0.100 (0.100-0.300) | 40, 20, - |'
   assert lines[4].startswith('| none | 3 | 0.300 ± 0.265 (0.100-0.600) |')
-  chosen = docs.table(POINTS, {'lines': ['none', 'rope']}, 'spec')
+  chosen = seed_tables.table(POINTS, {'lines': ['none', 'rope']}, 'spec')
   assert [l.split(' | ')[0] for l in chosen[2:]] == ['| none', '| rope']
 
 
 def test_separations_name_every_seed_above_with_the_interval_and_exact_p():
-  lines = docs.separations(POINTS, {'pairs': ['fox:rope', 'none:rope']}, 'spec')
+  lines = seed_tables.separations(POINTS, {'pairs': ['fox:rope', 'none:rope']}, 'spec')
   fox32, fox64, none32, none64 = lines[2:]
   # fox 0.8-1.0 against rope 0.5-0.7: apart; 2 of the C(6, 3) = 20 splits as extreme: p 0.1.
   assert fox32.startswith('| fox : rope | copy | 32 | 3 v 3 | 0.800-1.000 | 0.500-0.700 | '
                           'every seed above | +0.300 [+0.')
   assert fox32.endswith('| 0.100 |') and 'every seed above' in fox64
   assert '| no |' in none32 and '| no |' in none64  # none's 0.6 meets rope's range.
-  assert [l.split(' | ')[2] for l in docs.separations(
+  assert [l.split(' | ')[2] for l in seed_tables.separations(
       POINTS, {'pairs': ['fox:rope'], 'at': ['2']}, 'spec')[2:]] == ['64']  # 2 x 32 only.
   low, high = map(float, re.search(r'\[([-+.\d]+), ([-+.\d]+)\]', fox32).groups())
   assert 0.1 <= low < 0.3 < high <= 0.5  # Means of resamples lie within each range.
 
 
 def test_the_summary_names_the_lines_apart_from_the_reference_at_the_longest_length():
-  [head, _, row] = docs.summary(POINTS, {}, 'spec')
+  [head, _, row] = seed_tables.summary(POINTS, {}, 'spec')
   assert '`rope` at 1x / the longest' in head
   assert row == ('| copy | 3 | 0.600 ± 0.100 / 0.200 ± 0.100 | `fox` 0.850 ± 0.050 | `fox` | '
                  'none |')
 
 
 def test_seeds_keeps_the_named_seeds_points_alone_and_refuses_seeds_not_kept():
-  [_, _, fox, rope, none] = docs.table(docs.seeded(POINTS, {'seeds': ['0', '1']}, 's'), {}, 's')
+  two = seed_tables.seeded(POINTS, {'seeds': ['0', '1']}, 's')
+  [_, _, fox, rope, none] = seed_tables.table(two, {}, 's')
   assert fox == '| fox | 2 | 0.950 ± 0.071 | 0.850 ± 0.071 |'  # Seeds 0 and 1: 0.9, 1.0.
   assert rope == '| rope | 2 | 0.600 ± 0.141 | 0.200 ± 0.141 |'
   assert none.startswith('| none | 2 | 0.150 ± 0.071 |')
-  assert docs.seeded(POINTS, {}, 's') is POINTS
+  assert seed_tables.seeded(POINTS, {}, 's') is POINTS
   with pytest.raises(errors.ConfigError, match=r'no point of seed \[7\]'):
-    docs.seeded(POINTS, {'seeds': ['0', '7']}, 's')
+    seed_tables.seeded(POINTS, {'seeds': ['0', '7']}, 's')
   with pytest.raises(errors.ConfigError, match='seeds=0;a is not a list of whole numbers'):
-    docs.seeded(POINTS, {'seeds': ['0', 'a']}, 's')
+    seed_tables.seeded(POINTS, {'seeds': ['0', 'a']}, 's')
 
 
 @pytest.mark.parametrize('spec, match', [
@@ -102,13 +105,13 @@ def test_a_malformed_block_is_one_error_naming_it(spec, match):
 
 def test_a_block_naming_what_the_records_lack_is_one_error():
   with pytest.raises(errors.ConfigError, match=r"no line \['xl'\] in the records"):
-    docs.table(POINTS, {'lines': ['xl']}, 'spec')
+    seed_tables.table(POINTS, {'lines': ['xl']}, 'spec')
   with pytest.raises(errors.ConfigError, match=r"no records of \['passkey'\]"):
-    docs.table(POINTS, {'tasks': ['passkey']}, 'spec')
+    seed_tables.table(POINTS, {'tasks': ['passkey']}, 'spec')
   with pytest.raises(errors.ConfigError, match='names pairs=a:b'):
-    docs.separations(POINTS, {}, 'spec')
+    seed_tables.separations(POINTS, {}, 'spec')
   with pytest.raises(errors.ConfigError, match='holds no kept run'):
-    docs.read_points('/nonexistent')
+    seed_tables.read_points('/nonexistent')
 
 
 def test_a_benchmark_block_gives_each_pass_turned_off_against_all_on(tmp_path):

@@ -393,6 +393,7 @@ SCRIPT_CASES = {
     'reruns.py': None,  # The rerun blocks of scripts/docs_from_records.py.
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'run_tables.py': None,  # The reference runs' blocks of scripts/docs_from_records.py.
+    'seed_tables.py': None,  # The seed tables' blocks of scripts/docs_from_records.py.
     'sweep.py': (['--sweep=configs/missing.py', '--workdir=/tmp/never'], 2, 'does not exist'),
     'sweep_plan.py': None,  # What scripts/sweep.py settles before anything runs.
     'sweep_points.py': None,  # The report's reading of a sweep's points.
