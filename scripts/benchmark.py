@@ -10,7 +10,8 @@ hardware.
   python scripts/benchmark.py --config configs/lm.py --kinds rope \\
       --vary model.scan_layers=False,True --vary model.num_layers=4,12,24  # Compile and step
   python scripts/benchmark.py --config configs/lm.py --kinds rope --step eval \\
-      --vary model.position.rope.remap.method=none,rerope  # An evaluation-time option's cost
+      --vary model.position.rope.remap.method=none,rerope \\
+      --config.model.position.rope.remap.window=64  # An evaluation-time option's cost
   python scripts/benchmark.py --config configs/synthetic.py:copy \\
       --without all,dense,softmax_attention      # What each hand-written backward pass buys
 
@@ -51,6 +52,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from roformer import attention_options
 from roformer import autodiff
 from roformer import cli
 from roformer import files
@@ -270,7 +272,24 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
       if name in out:
         raise errors.ConfigError(f'{name} is asked for twice (--kinds or --vary repeat a value).')
       out[name] = trial
+  unread = {name: _unread(trial) for name, trial in out.items()}
+  for name, trial in out.items():
+    for field in unread[name]:
+      if any(field not in fields for fields in unread.values()):
+        set_field(trial, field, config_schema.spec_at(field).default)
   return out
+
+
+def _unread(config: ml_collections.ConfigDict) -> set[str]:
+  """The fields set away from their defaults that `config` leaves unread (a remap's window
+  under method 'none', FAVOR+'s features under softmax), which its checks refuse as changing
+  nothing. A variant goes without one that another variant reads, so that a setting given for
+  some variants (--vary model.position.rope.remap.method=none,rerope with
+  --config.model.position.rope.remap.window=31) is refused only where no variant reads it."""
+  fields = {f.removeprefix('config.') for f, _ in config_schema.unread_changes(config)}
+  fields |= {f'model.position.{f}' for f, _ in positions.unread(config.model)}
+  fields |= {f'model.attention.{f}' for f, _ in attention_options.unread(config.model)}
+  return fields
 
 
 def utilization(flops_per_token: float, tokens: int, step_s: float, peak_flops: float) -> dict:

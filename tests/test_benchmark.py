@@ -387,6 +387,24 @@ def test_vary_names_each_variant_after_the_fields_it_changes():
   assert compare_torch.base_of('rope') == 'none'
 
 
+def test_a_setting_some_variants_read_goes_back_to_its_default_in_the_others_only():
+  """A remap window given beside --vary of the remap method reaches the variant whose method
+  reads it; the plain variant, which would refuse it as changing nothing, runs without it. A
+  setting that no variant reads stays, for the checks to refuse."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  config = lm.get_config()
+  config.model.position.rope.remap.window = 31
+  config.model.attention.num_features = 16  # FAVOR+'s: softmax attention in every variant.
+  trials = benchmark.variants(config, ['rope'], benchmark.parse_vary(
+      ['model.position.rope.remap.method=none,rerope']))
+  plain, remapped = trials['rope'], trials['rope[method=rerope]']
+  assert (plain.model.position.rope.remap.window, remapped.model.position.rope.remap.window) == (
+      256, 31)
+  assert plain.model.attention.num_features == remapped.model.attention.num_features == 16
+  assert config.model.position.rope.remap.window == 31  # The config itself is left as it was.
+
+
 def test_without_names_a_variant_per_backward_pass_and_refuses_unknown_ones():
   sys.path.insert(0, ROOT)
   from scripts import benchmark  # pylint: disable=g-import-not-at-top

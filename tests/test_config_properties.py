@@ -8,8 +8,10 @@ every run); `python -m pytest -m slow tests/test_config_properties.py` draws man
 random.
 """
 
+import contextlib
 import math
 import os
+import signal
 
 import hypothesis
 import ml_collections
@@ -148,8 +150,29 @@ def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name)
   @_settings(examples=300, derandomize=False)
   @hypothesis.given(overrides(config))
   def prop(drawn):
-    check_property(name, drawn)
+    with _at_most(EXAMPLE_SECONDS, drawn):
+      check_property(name, drawn)
   prop()
+
+
+# An example that checks and builds a config takes well under a second; one that takes minutes
+# would keep a user waiting as long before the run starts or is refused.
+EXAMPLE_SECONDS = 60
+
+
+@contextlib.contextmanager
+def _at_most(seconds: int, drawn):
+  """Fails (naming `drawn`) where the block runs longer than `seconds` (SIGALRM: Python code
+  is interrupted at once, a long call into C when it returns)."""
+  def late(*_):
+    raise AssertionError(f'{drawn} took over {seconds} s to check and build')
+  previous = signal.signal(signal.SIGALRM, late)
+  signal.alarm(seconds)
+  try:
+    yield
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize('field, meant', [
