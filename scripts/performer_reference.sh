@@ -55,6 +55,8 @@ for s in $steps; do
     4) if step performer_features train $PY train.py --config configs/performer.py:rope,features \
            --workdir "$runs/performer_features"; then
          echo "note: performer_features finished, where docs/performer.md reports that it stops."
+       else
+         echo "note: performer_features stopped, as docs/performer.md reports; keeping it."
        fi
        keep performer_features ;;
   esac

@@ -4,7 +4,8 @@
 #   fresh RUN...             refuses, before anything runs, a run whose workdir, steps file or
 #                            records exist;
 #   step RUN PHASE COMMAND...  runs COMMAND from the repository root, timed, noting it in
-#                            $runs/RUN.steps.tsv (run, phase, start, end, the arguments);
+#                            $runs/RUN.steps.tsv (run, phase, start, end, the arguments), and
+#                            returns its status (a run expected to stop: `if step ...`);
 #   keep RUN                 keeps $runs/RUN's records and steps in $records/RUN
 #                            (scripts/keep_run.py), with the commit the script started at;
 #   refuse_records           for a script that writes $records whole (benchmarks): refuses a
@@ -26,16 +27,17 @@ fresh() {
   done
 }
 step() {
-  local run=$1 phase=$2 start end
+  local run=$1 phase=$2 start end status=0
   shift 2
   echo "=== $run $phase: $*"
   start=$EPOCHREALTIME
-  "$@"
+  "$@" || status=$?
   end=$EPOCHREALTIME
   mkdir -p "$runs"
   # The arguments joined by the unit separator; scripts/keep_run.py quotes them for a shell.
   (IFS=$'\x1f'; printf '%s\t%s\t%s\t%s\t%s\n' "$run" "$phase" "${start/,/.}" "${end/,/.}" \
     "$*") >> "$runs/$run.steps.tsv"
+  return $status
 }
 keep() {
   $PY scripts/keep_run.py "$runs/$1" "$records/$1" --steps "$runs/$1.steps.tsv" \

@@ -200,6 +200,22 @@ def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, sc
   assert not (tmp_path / 'runs').exists() and os.listdir(tmp_path / 'records') == [run]
 
 
+def test_a_step_notes_its_command_and_returns_its_status_so_a_failure_stops_the_script(tmp_path):
+  """scripts/reference_steps.sh's `step` times and notes every command, failed or not, and
+  returns its status: under `set -e` a failed step ends the script, and `if step ...` lets a
+  run that is expected to stop (performer_reference.sh's step 4) be kept."""
+  script = ('set -euo pipefail; runs=$1 PY=false; source scripts/reference_steps.sh; '
+            'if step r train false; then echo went on; else echo stopped; fi; '
+            'step r eval true; step r eval false; echo never')
+  done = subprocess.run(['bash', '-c', script, 'bash', str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, check=False)
+  assert done.returncode == 1, done.stderr
+  assert [l for l in done.stdout.splitlines() if not l.startswith('===')] == ['stopped']
+  noted = (tmp_path / 'r.steps.tsv').read_text().splitlines()
+  assert [line.split('\t')[1::3] for line in noted] == [['train', 'false'], ['eval', 'true'],
+                                                          ['eval', 'false']]
+
+
 def test_the_hf_workflow_refuses_existing_runs_or_records_before_any_step(tmp_path):
   """scripts/hf_workflow.sh starts every step fresh and never writes over kept records: an
   existing RUNS or RECORDS, or a missing argument, is one error line before any step runs
