@@ -259,7 +259,13 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
              vary: list[tuple[str, list]]) -> dict[str, ml_collections.ConfigDict]:
   """name -> config for every kind crossed with every combination of the --vary values; a
   name is the kind followed by [FIELD=VALUE] (the field's last part) for each varied field whose
-  value is not the config's own, so the config as given keeps the kind's plain name."""
+  value is not the config's own, so the config as given keeps the kind's plain name.
+
+  A setting given to every variant (not varied) that some variants read and others leave unread
+  goes back to its default in the others, which would refuse it as changing nothing: a window
+  given beside --vary model.position.rope.remap.method=none,rerope reaches the rerope variant.
+  A varied setting, and one no variant reads, stay as given, for the checks to refuse where
+  unread (so variants always differ in what they were asked to vary)."""
   out = {}
   for kind in kinds:
     for values in itertools.product(*(v for _, v in vary)):
@@ -272,7 +278,8 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
       if name in out:
         raise errors.ConfigError(f'{name} is asked for twice (--kinds or --vary repeat a value).')
       out[name] = trial
-  unread = {name: _unread(trial) for name, trial in out.items()}
+  varied = {field for field, _ in vary} | {'model.position.kind'}
+  unread = {name: _unread(trial) - varied for name, trial in out.items()}
   for name, trial in out.items():
     for field in unread[name]:
       if any(field not in fields for fields in unread.values()):
@@ -283,9 +290,7 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
 def _unread(config: ml_collections.ConfigDict) -> set[str]:
   """The fields set away from their defaults that `config` leaves unread (a remap's window
   under method 'none', FAVOR+'s features under softmax), which its checks refuse as changing
-  nothing. A variant goes without one that another variant reads, so that a setting given for
-  some variants (--vary model.position.rope.remap.method=none,rerope with
-  --config.model.position.rope.remap.window=31) is refused only where no variant reads it."""
+  nothing."""
   fields = {f.removeprefix('config.') for f, _ in config_schema.unread_changes(config)}
   fields |= {f'model.position.{f}' for f, _ in positions.unread(config.model)}
   fields |= {f'model.attention.{f}' for f, _ in attention_options.unread(config.model)}

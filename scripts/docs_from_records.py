@@ -19,9 +19,10 @@ Kinds, with their options (lists separated by `;`; quote a value holding spaces)
   default, best mean over the table's cells first), `learnt=0.9` a column with each seed's first
   in-training validation step answering that share of the rows.
 - `separations`: for each named pair (`pairs=better:worse;...`, or `against=LINE` for every line
-  against one), task and length (`at=1;8`: only those multiples of the shortest length),
-  whether every seed of one is on the better side of every seed of the other, the difference of the means with its bootstrap 95% interval and the exact
-  Mann-Whitney p (roformer/separations.py); `tasks=` and `measure=` as for `table`.
+  against one), task and length (`at=1;8`: only those multiples of the shortest length), whether
+  every seed of one is on the better side of every seed of the other, the difference of the means
+  with its bootstrap 95% interval and the exact Mann-Whitney p (roformer/separations.py); `tasks=`
+  and `measure=` as for `table`.
 - `summary`: one row per task for the README: the reference line (`reference=`, `rope` by
   default) at the training length and the longest, the best line at the longest, and the lines
   that separate from the reference there.
@@ -80,9 +81,17 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ('README.md', 'docs/*.md')
 BLOCK = re.compile(r'(<!-- records: (?P<spec>[^\n]*?) -->\n)(?P<body>.*?)(<!-- end of records -->)',
                    re.S)
-KINDS = ('table', 'separations', 'summary', 'benchmark', 'compare', 'phases', 'rows', 'runs',
-         'bootstrap', 'scaling', 'sinks', 'precision', 'torch', 'sweep_times', 'rerun',
-         'group_rate')
+# Each kind's options (the module docstring says what they do); measure= is read by any kind.
+OPTIONS = {'table': ('tasks', 'lines', 'ranges', 'learnt', 'seeds'),
+           'separations': ('pairs', 'against', 'at', 'tasks', 'seeds'),
+           'summary': ('reference', 'tasks', 'seeds'), 'benchmark': (), 'compare': ('field', 'by'),
+           'phases': (), 'rows': ('rows', 'labels', 'against', 'best_of', 'nominal', 'compile'),
+           'runs': ('runs', 'labels', 'curve', 'steps', 'eval', 'percent', 'digits', 'time',
+                    'file'),
+           'bootstrap': ('runs', 'labels', 'split', 'file', 'samples', 'seed'), 'scaling': (),
+           'sinks': (), 'precision': (), 'torch': (), 'sweep_times': ('sweep', 'paired'),
+           'rerun': ('against', 'over'), 'group_rate': ()}
+KINDS = tuple(OPTIONS)
 
 
 def parse(spec: str) -> tuple[str, str, dict]:
@@ -99,6 +108,11 @@ def parse(spec: str) -> tuple[str, str, dict]:
     key, sep, value = word.partition('=')
     if not sep:
       raise errors.ConfigError(f'"{spec}": {word!r} is not key=value. Fix: write it so.')
+    if key not in (*OPTIONS[words[1]], 'measure'):
+      raise errors.ConfigError(
+          f'"{spec}": a {words[1]} block reads no {key}= (it reads '
+          f'{", ".join(f"{k}=" for k in OPTIONS[words[1]]) or "no option"}). Fix: drop it or '
+          'name one of those.')
     options[key] = value.split(';')
   measure = options.get('measure', ['rows'])[0]
   if measure not in seed_tables.MEASURES:

@@ -55,8 +55,12 @@ for s in $steps; do
     4) if step performer_features train $PY train.py --config configs/performer.py:rope,features \
            --workdir "$runs/performer_features"; then
          echo "note: performer_features finished, where docs/performer.md reports that it stops."
+       elif compgen -G "$runs/performer_features/nonfinite_step_*.npz" > /dev/null; then
+         echo "note: performer_features stopped on a non-finite loss, as docs/performer.md" \
+           "reports; keeping it."
        else
-         echo "note: performer_features stopped, as docs/performer.md reports; keeping it."
+         echo "error: performer_features failed otherwise (its output above). Fix: that first." >&2
+         exit 1
        fi
        keep performer_features ;;
   esac

@@ -74,6 +74,8 @@ def _order(lines: dict, options: dict, spec: str, higher: bool) -> list[str]:
 
 
 def table(points, options: dict, spec: str) -> list[str]:
+  """A row per line (best first): mean ± sample std over its seeds for each task and length;
+  `ranges=1` adds each cell's range, `learnt=` each seed's first validation step at that share."""
   measure = options.get('measure', ['rows'])[0]
   _, higher, digits, _ = MEASURES[measure]
   by_task = _chosen(tables(points, measure), options, spec)
@@ -143,6 +145,8 @@ def _at(lengths: list[int], options: dict) -> list[int]:
 
 
 def separations(points, options: dict, spec: str) -> list[str]:
+  """A row per named pair, task and length: both seed ranges, whether every seed of one lies on
+  one side of every seed of the other, the difference of the means with its interval, and p."""
   measure = options.get('measure', ['rows'])[0]
   digits = MEASURES[measure][2]
   by_task = _chosen(tables(points, measure), options, spec)
@@ -170,6 +174,8 @@ def separations(points, options: dict, spec: str) -> list[str]:
 
 
 def summary(points, options: dict, spec: str) -> list[str]:
+  """A row per task: the reference line at 1x and at the longest length, the best line there,
+  and the lines on either side of every reference seed there."""
   measure = options.get('measure', ['rows'])[0]
   _, higher, digits, _ = MEASURES[measure]
   by_task = _chosen(tables(points, measure), options, spec)

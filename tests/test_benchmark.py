@@ -403,6 +403,15 @@ def test_a_setting_some_variants_read_goes_back_to_its_default_in_the_others_onl
       256, 31)
   assert plain.model.attention.num_features == remapped.model.attention.num_features == 16
   assert config.model.position.rope.remap.window == 31  # The config itself is left as it was.
+  # A varied setting stays as asked even where unread (the checks refuse rope[window=31]), and
+  # so does the kind, which layer_kinds leaves unread.
+  windows = benchmark.variants(lm.get_config(), ['rope'], benchmark.parse_vary(
+      ['model.position.rope.remap.window=31,256']))
+  assert windows['rope[window=31]'].model.position.rope.remap.window == 31
+  layered = lm.get_config()
+  layered.model.layer_kinds = ('rope', 'none', 'rope', 'none')
+  kinds = benchmark.variants(layered, ['rope', 'alibi'], [])
+  assert kinds['alibi'].model.position.kind == 'alibi'
 
 
 def test_without_names_a_variant_per_backward_pass_and_refuses_unknown_ones():

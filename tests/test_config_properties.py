@@ -142,6 +142,31 @@ def test_any_overrides_validate_and_build_or_raise_config_error(name):
   prop()
 
 
+# An example that checks and builds a config takes well under a second; one that takes minutes
+# would keep a user waiting as long before the run starts or is refused.
+EXAMPLE_SECONDS = 60
+
+
+class _TooSlow(BaseException):
+  """An example over EXAMPLE_SECONDS: a BaseException, so that no `except Exception` on the
+  way takes it for the code's own error, and hypothesis stops at once rather than shrinking."""
+
+
+@contextlib.contextmanager
+def _at_most(seconds: int, drawn):
+  """Raises _TooSlow (naming `drawn`) where the block runs longer than `seconds` (SIGALRM:
+  Python code is interrupted at once, a long call into C when it returns)."""
+  def late(*_):
+    raise _TooSlow(f'{drawn} took over {seconds} s to check and build')
+  previous = signal.signal(signal.SIGALRM, late)
+  signal.alarm(seconds)
+  try:
+    yield
+  finally:
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', CONFIGS)
 def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name):
@@ -153,26 +178,6 @@ def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name)
     with _at_most(EXAMPLE_SECONDS, drawn):
       check_property(name, drawn)
   prop()
-
-
-# An example that checks and builds a config takes well under a second; one that takes minutes
-# would keep a user waiting as long before the run starts or is refused.
-EXAMPLE_SECONDS = 60
-
-
-@contextlib.contextmanager
-def _at_most(seconds: int, drawn):
-  """Fails (naming `drawn`) where the block runs longer than `seconds` (SIGALRM: Python code
-  is interrupted at once, a long call into C when it returns)."""
-  def late(*_):
-    raise AssertionError(f'{drawn} took over {seconds} s to check and build')
-  previous = signal.signal(signal.SIGALRM, late)
-  signal.alarm(seconds)
-  try:
-    yield
-  finally:
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize('field, meant', [

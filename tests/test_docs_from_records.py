@@ -97,6 +97,9 @@ def test_seeds_keeps_the_named_seeds_points_alone_and_refuses_seeds_not_kept():
     ('docs/results/x table measure=speed', "measure='speed' is not one of"),
     ('docs/results/x table tasks', "'tasks' is not key=value"),
     ('docs/results/x table lines="rope', 'close the quote'),
+    ('docs/results/x table seed=0;1', 'a table block reads no seed= .it reads tasks=, lines='),
+    ('docs/results/x rerun against=y seeds=0', 'a rerun block reads no seeds='),
+    ('docs/results/x sinks seeds=0', r'a sinks block reads no seeds= \(it reads no option\)'),
 ])
 def test_a_malformed_block_is_one_error_naming_it(spec, match):
   with pytest.raises(errors.ConfigError, match=match):

@@ -187,7 +187,8 @@ def test_a_scaling_block_gives_each_doubling_and_the_ratio_at_the_longest(tmp_pa
 @pytest.mark.parametrize('script,args,run', [
     ('mlm_reference.sh', ['1'], 'mlm_bert'), ('mlm_reference.sh', ['3'], 'rt_scratch'),
     ('performer_reference.sh', ['1'], 'softmax300'),
-    ('performer_reference.sh', ['4'], 'performer_features'), ('lm_reference.sh', [], 'lm_sinusoidal'),
+    ('performer_reference.sh', ['4'], 'performer_features'),
+    ('lm_reference.sh', [], 'lm_sinusoidal'),
     ('translation_reference.sh', [], 'translate_sinusoidal')])
 def test_a_reference_script_refuses_a_kept_run_before_anything_runs(tmp_path, script, args, run):
   (tmp_path / 'records' / run).mkdir(parents=True)
