@@ -131,17 +131,6 @@ def _settings(examples: int, derandomize: bool):
                              suppress_health_check=list(hypothesis.HealthCheck))
 
 
-@pytest.mark.parametrize('name', CONFIGS)
-def test_any_overrides_validate_and_build_or_raise_config_error(name):
-  config = _load(name)
-
-  @_settings(examples=6, derandomize=True)
-  @hypothesis.given(overrides(config))
-  def prop(drawn):
-    check_property(name, drawn)
-  prop()
-
-
 # An example that checks and builds a config takes well under a second; one that takes minutes
 # would keep a user waiting as long before the run starts or is refused.
 EXAMPLE_SECONDS = 60
@@ -167,17 +156,26 @@ def _at_most(seconds: int, drawn):
     signal.signal(signal.SIGALRM, previous)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('name', CONFIGS)
-def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name):
-  config = _load(name)
-
-  @_settings(examples=300, derandomize=False)
-  @hypothesis.given(overrides(config))
+def _draw(name: str, examples: int, derandomize: bool) -> None:
+  """check_property on `examples` draws of overrides for configs/NAME.py, each within
+  EXAMPLE_SECONDS."""
+  @_settings(examples=examples, derandomize=derandomize)
+  @hypothesis.given(overrides(_load(name)))
   def prop(drawn):
     with _at_most(EXAMPLE_SECONDS, drawn):
       check_property(name, drawn)
   prop()
+
+
+@pytest.mark.parametrize('name', CONFIGS)
+def test_any_overrides_validate_and_build_or_raise_config_error(name):
+  _draw(name, examples=6, derandomize=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', CONFIGS)
+def test_any_overrides_validate_and_build_or_raise_config_error_thoroughly(name):
+  _draw(name, examples=300, derandomize=False)
 
 
 @pytest.mark.parametrize('field, meant', [
