@@ -50,8 +50,10 @@ def test_a_table_gives_mean_sample_std_and_range_best_line_first_and_the_learnin
   lines = seed_tables.table(POINTS, {'ranges': ['1'], 'learnt': ['0.9']}, 'spec')
   assert lines[0] == ('| line | seeds | 32 | 64 | first validation step at 0.9 of rows, by seed |')
   # fox: mean 0.9, sample std 0.1 (ddof 1: population std would be 0.082).
-  assert lines[2] == '| fox | 3 | 0.900 ± 0.100 (0.800-1.000) | 0.850 ± 0.050 (0.800-0.900) | -, -, - |'
-  assert lines[3] == '| rope | 3 | 0.600 ± 0.100 (0.500-0.700) | 0.200 ± 0.100 (0.100-0.300) | 40, 20, - |'
+  assert lines[2] == ('| fox | 3 | 0.900 ± 0.100 (0.800-1.000) | 0.850 ± 0.050 (0.800-0.900) | '
+                      '-, -, - |')
+  assert lines[3] == ('| rope | 3 | 0.600 ± 0.100 (0.500-0.700) | 0.200 ± 0.100 (0.100-0.300) | '
+                      '40, 20, - |')
   assert lines[4].startswith('| none | 3 | 0.300 ± 0.265 (0.100-0.600) |')
   chosen = seed_tables.table(POINTS, {'lines': ['none', 'rope']}, 'spec')
   assert [l.split(' | ')[0] for l in chosen[2:]] == ['| none', '| rope']
