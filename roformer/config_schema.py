@@ -541,14 +541,28 @@ def unread_settings(config, saved=None) -> list[str]:
   model.layer_rope_bases, a remap option its method ignores, FAVOR+'s rope_mode=features for a
   kind without RoPE's rotation; positions.unread, attention_options.unread) would change
   nothing; with `saved`, not those that hold its value there (as `unread_changes`)."""
-  found = [(f'model.position.{f}', why) for f, why in positions.unread(config.model)]
-  found += [(f'model.attention.{f}', why) for f, why in attention_options.unread(config.model)]
+  found = _unread_settings(config)
 
   def at(node, dotted):
     for part in dotted.split('.'):
       node = node.get(part) if hasattr(node, 'get') else None
     return _plain(node)
   return [why for field, why in found if saved is None or at(config, field) != at(saved, field)]
+
+
+def _unread_settings(config) -> list[tuple[str, str]]:
+  """(dotted field, why) of each setting that positions.unread and attention_options.unread
+  find unread beside the run's other fields."""
+  return ([(f'model.position.{f}', why) for f, why in positions.unread(config.model)]
+          + [(f'model.attention.{f}', why) for f, why in attention_options.unread(config.model)])
+
+
+def unread_fields(config) -> set[str]:
+  """The dotted fields (without 'config.') set away from their defaults that `config` leaves
+  unread, by a spec's reader or beside its other fields: those its checks refuse as changing
+  nothing (unread_changes and unread_settings)."""
+  return ({field.removeprefix('config.') for field, _ in unread_changes(config)}
+          | {field for field, _ in _unread_settings(config)})
 
 
 def migrate(saved) -> ml_collections.ConfigDict:

@@ -52,7 +52,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from roformer import attention_options
 from roformer import autodiff
 from roformer import cli
 from roformer import files
@@ -279,22 +278,12 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
         raise errors.ConfigError(f'{name} is asked for twice (--kinds or --vary repeat a value).')
       out[name] = trial
   varied = {field for field, _ in vary} | {'model.position.kind'}
-  unread = {name: _unread(trial) - varied for name, trial in out.items()}
+  unread = {name: config_schema.unread_fields(trial) - varied for name, trial in out.items()}
   for name, trial in out.items():
     for field in unread[name]:
       if any(field not in fields for fields in unread.values()):
         set_field(trial, field, config_schema.spec_at(field).default)
   return out
-
-
-def _unread(config: ml_collections.ConfigDict) -> set[str]:
-  """The fields set away from their defaults that `config` leaves unread (a remap's window
-  under method 'none', FAVOR+'s features under softmax), which its checks refuse as changing
-  nothing."""
-  fields = {f.removeprefix('config.') for f, _ in config_schema.unread_changes(config)}
-  fields |= {f'model.position.{f}' for f, _ in positions.unread(config.model)}
-  fields |= {f'model.attention.{f}' for f, _ in attention_options.unread(config.model)}
-  return fields
 
 
 def utilization(flops_per_token: float, tokens: int, step_s: float, peak_flops: float) -> dict:
