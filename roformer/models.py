@@ -107,9 +107,10 @@ class Transformer(EmbeddingModel):
     if self.post_norm:
       self.ln_embed = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.blocks = stack.build(
-        [blocks.Block(positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs,
-                      causal=self.causal, window=self_attention.layer_window(cfg, i))
-         for i in range(cfg.num_layers)], self.scan_layers)
+        lambda i, rngs: blocks.Block(
+            positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
+            window=self_attention.layer_window(cfg, i)),
+        cfg.num_layers, self.scan_layers, rngs)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
@@ -239,12 +240,14 @@ class EncoderDecoder(EmbeddingModel):
     super().__init__(cfg, rngs=rngs)
     dtype = self.dtype
     self.encoder_position = _position_shared(cfg, causal=False, rngs=rngs)
-    self.encoder_blocks = stack.build([blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False)
-                                       for _ in range(cfg.num_layers)], self.scan_layers)
+    self.encoder_blocks = stack.build(
+        lambda _, rngs: blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False),
+        cfg.num_layers, self.scan_layers, rngs)
     self.encoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = _position_shared(cfg, causal=True, rngs=rngs)
-    self.decoder_blocks = stack.build([blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs)
-                                       for _ in range(cfg.num_layers)], self.scan_layers)
+    self.decoder_blocks = stack.build(
+        lambda _, rngs: blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs),
+        cfg.num_layers, self.scan_layers, rngs)
     self.decoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
   @autodiff.applying
@@ -315,7 +318,8 @@ def create(cfg: ml_collections.ConfigDict, *, seed: int | jax.Array = 0):
   """Builds the model named by `cfg.type` with parameters drawn from `seed` (an int, or the
   key `jax.random.key(seed)` makes: the same parameters)."""
   if cfg.type not in MODELS:
-    raise errors.ConfigError(f'config.model.type={cfg.type!r} is unknown. Fix: one of {sorted(MODELS)}.')
+    raise errors.ConfigError(f'config.model.type={cfg.type!r} is unknown. '
+                             f'Fix: one of {sorted(MODELS)}.')
   return MODELS[cfg.type](cfg, rngs=nnx.Rngs(params=seed))
 
 

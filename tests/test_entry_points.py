@@ -369,6 +369,7 @@ SCRIPT_CASES = {
     'attention_scaling.py': (['--lengths=abc'], 2, '--lengths=abc'),
     'attention_sinks.py': (['--out=/tmp/never'], 1, 'no --workdir given'),
     'benchmark.py': (['--config=configs/missing.py'], 1, 'configs/missing.py does not exist'),
+    'build_time.py': (['--layers=0,3'], 2, '--layers=0,3: give depths of 1 or more'),
     'benchmark_torch.py': (['--model=foo'], 2, "invalid choice: 'foo'"),
     'compare_torch.py': (['--steps=x'], 2, "argument --steps: invalid int value: 'x'"),
     'convert_hf.py': (['--from_hf=/nonexistent', '--workdir=/tmp/never'], 1, 'no config.json'),
