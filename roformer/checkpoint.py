@@ -111,6 +111,9 @@ class Checkpointer:
     _drain_failed_reads()
     self.directory = os.path.abspath(directory)  # Orbax needs absolute paths.
     self._closed = False
+    # Each step's saved tree of array metadata, read once (orbax reads it file by file: 1.6 s
+    # for the 723 arrays of an 80-layer Llama) for the shape check and the restore.
+    self._metadata = {}
     self.manager = ocp.CheckpointManager(
         self.directory,
         item_handlers={'state': ocp.StandardCheckpointHandler(),
@@ -140,10 +143,16 @@ class Checkpointer:
       _last_save = self
     self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
+  def _saved_tree(self, step: int):
+    """The saved state's tree of array metadata at `step`."""
+    if step not in self._metadata:
+      meta = self.manager.item_metadata(step)['state']
+      self._metadata[step] = getattr(meta, 'tree', meta)
+    return self._metadata[step]
+
   def param_shapes(self, step: int) -> dict[str, tuple[int, ...]]:
     """Shapes of the saved parameters, keyed by '/'-joined path, read from metadata only."""
-    meta = self.manager.item_metadata(step)['state']
-    meta = getattr(meta, 'tree', meta)
+    meta = self._saved_tree(step)
     shapes = {}
 
     def walk(node, prefix):
@@ -174,8 +183,7 @@ class Checkpointer:
   def _renamed_target(self, step, abstract_state, rename):
     """(target, rearrange) for `restore`: (abstract_state, None) when the saved paths are the
     current ones."""
-    meta = self.manager.item_metadata(step)['state']
-    meta = getattr(meta, 'tree', meta)
+    meta = self._saved_tree(step)
     saved = [_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(meta)[0]]
     current = {_path(p): a for p, a in jax.tree_util.tree_flatten_with_path(abstract_state)[0]}
     if set(saved) == set(current) or set(map(rename, saved)) != set(current):
@@ -195,11 +203,13 @@ class Checkpointer:
     while os.path.exists(target):
       target, n = f'{source}.unreadable-{n}', n + 1
     os.rename(source, target)
+    self._metadata.pop(step, None)
     self.reload()
     return target
 
   def reload(self) -> None:
     """Reads the steps on disk again (after another process moved one aside)."""
+    self._metadata.clear()
     self.manager.reload()
 
   def wait(self) -> None:

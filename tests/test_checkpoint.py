@@ -43,3 +43,20 @@ def test_one_process_saves_a_replicated_state_without_compiling_and_restores_it(
   for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
     np.testing.assert_array_equal(np.asarray(got), want)
     assert got.sharding == replicated
+
+
+def test_a_steps_metadata_is_read_once_and_again_once_the_step_is_set_aside(tmp_path):
+  """The shape check and the restore share one read of a step's metadata (orbax reads it file
+  by file); a step set aside (unreadable) and saved again is read anew, not from the earlier."""
+  checkpointer = checkpoint_lib.Checkpointer(str(tmp_path / 'checkpoints'), async_save=False)
+  reads = []
+  item_metadata = checkpointer.manager.item_metadata
+  checkpointer.manager.item_metadata = lambda step: reads.append(step) or item_metadata(step)
+  checkpointer.save(3, {'params': {'w': np.zeros((2, 5), np.float32)}})
+  assert checkpointer.param_shapes(3) == checkpointer.param_shapes(3) == {'w': (2, 5)}
+  assert reads == [3]
+  checkpointer.set_aside(3)
+  checkpointer.save(3, {'params': {'w': np.zeros((1, 1, 6), np.float32)}})
+  assert checkpointer.param_shapes(3) == {'w': (1, 1, 6)}
+  assert reads == [3, 3]
+  checkpointer.close()
