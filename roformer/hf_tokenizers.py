@@ -18,9 +18,10 @@ export calls it):
   same, its ids moved up by 5 past the project's five, with its own settings: a unigram model,
   or a BPE one (Llama 2's kind) as a `tokenizers` BPE model with merges worked out from its
   pieces (`_merges`); a built-in character map or none, spaces stripped or kept, a dummy prefix
-  or none, bytes for unknown characters or not. A model of another kind (char, word), with
-  whitespace as a suffix, user-defined pieces, or normalisation or denormalisation rules of its
-  own (a TSV) has no form.
+  or none, bytes for unknown characters or not; its user-defined pieces (Mistral's [REF]) matched
+  whole in the normalised text. A model of another kind (char, word), with whitespace as a
+  suffix, with normalisation or denormalisation rules of its own (a TSV), or with a user-defined
+  piece its normalisation changes (SentencePiece matches those before normalising) has no form.
 - A tokenizer.json given as `config.data.tokenizer` (vocabularies.HuggingFace) keeps its
   pipeline and model (BPE, WordPiece, WordLevel or Unigram), its ids moved up by 5 past the
   project's five.
@@ -56,13 +57,15 @@ Where these forms differ from the project's tokenizers:
   apart: the `tokenizers` package applies the map to whole graphemes (its issues #2116 and
   #2334).
 
-Before a form built here is written, it must encode a few texts (`PROBES`) into the run's ids;
+Before a form built here is written, it must encode a few texts (`PROBES`, and texts holding
+each piece it matches apart from its model: `_piece_probes`) into the run's ids;
 a tokenizer without such a form, or whose form does not, writes nothing: `write` returns False
 and scripts/convert_hf.py says so.
 """
 
 import json
 import os
+import re
 
 from roformer import files
 from roformer.data import tokenizer as tokenizer_lib
@@ -179,24 +182,36 @@ def _merges(proto) -> list[tuple[str, str]]:
   return [(left, right) for *_, left, right in sorted(merges)]
 
 
+def _proto(sp):
+  """The ModelProto of the loaded SentencePiece model `sp`."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(sp.serialized_model_proto())
+  return proto
+
+
+def _user_defined(proto, start: int) -> list[str]:
+  """The user-defined pieces of `proto` from id `start` on (past the trained model's newline)."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  return [p.piece for p in proto.pieces[start:] if p.type == user]
+
+
 def _sentencepiece(sp, shift: int):
   """SentencePiece model `sp` (as loaded) as a `tokenizers` Tokenizer with the project's ids: the
   model trained here (shift 0: its ids 0..4 are the project's specials and the newline piece),
   or a model given as config.data.tokenizer (shift 5: the project's five ids first, then the
   model's own, each moved up by 5). None where the model's settings are not those this form
   reproduces: a unigram or BPE model, without whitespace as a suffix, rules of its own (a
-  normalisation or denormalisation TSV) or pieces of its own kind (user-defined)."""
+  normalisation or denormalisation TSV)."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
-  proto = sentencepiece_model_pb2.ModelProto()
-  proto.ParseFromString(sp.serialized_model_proto())
+  proto = _proto(sp)
   norm, trainer = proto.normalizer_spec, proto.trainer_spec
   piece = sentencepiece_model_pb2.ModelProto.SentencePiece
-  own = proto.pieces[tokenizer_lib.NUM_SPECIAL:] if not shift else proto.pieces
   if (trainer.model_type not in (trainer.UNIGRAM, trainer.BPE)
       or trainer.treat_whitespace_as_suffix or not norm.escape_whitespaces
       or norm.name == 'user_defined' or proto.denormalizer_spec.precompiled_charsmap
-      or any(p.type == piece.USER_DEFINED for p in own)
       or (not shift and [p.piece for p in proto.pieces[:tokenizer_lib.NUM_SPECIAL]]
           != [*_SPECIALS, tokenizer_lib.NEWLINE_PIECE])):
     return None
@@ -209,17 +224,28 @@ def _sentencepiece(sp, shift: int):
   else:
     vocab[tokenizer_lib.NEWLINE_ID] = ('\n', vocab[tokenizer_lib.NEWLINE_ID][1])
   unk = shift + [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN][0]
+  user_defined = _user_defined(proto, 0 if shift else tokenizer_lib.NUM_SPECIAL)
   if trainer.model_type == trainer.UNIGRAM:
     model = tokenizers.models.Unigram(vocab, unk_id=unk, byte_fallback=trainer.byte_fallback)
   else:
     model = tokenizers.models.BPE({name: i for i, (name, _) in enumerate(vocab)}, _merges(proto),
                                   unk_token=vocab[unk][0], fuse_unk=True,
-                                  byte_fallback=trainer.byte_fallback)
+                                  byte_fallback=trainer.byte_fallback,
+                                  # A user-defined piece, split apart, is no merge's result:
+                                  # a part that is a piece is that piece.
+                                  ignore_merges=bool(user_defined))
   tok = tokenizers.Tokenizer(model)
   tok.normalizer = _sentencepiece_normalizer(norm)
-  # No pre-tokenizer: SentencePiece encodes a line whole (its split into words at marks and
-  # digits shaped the pieces in training, so no piece crosses one), and a run of unknown
-  # characters is one unknown piece across them.
+  # No pre-tokenizer but for user-defined pieces: SentencePiece encodes a line whole (its split
+  # into words at marks and digits shaped the pieces in training, so no piece crosses one), and
+  # a run of unknown characters is one unknown piece across them. A user-defined piece
+  # (Mistral's [REF]) is taken whole wherever the normalised line holds it, the longest first,
+  # and the text either side is encoded apart. (An added token matched after normalising would
+  # do the same, but `tokenizers` gives it the mark of the dummy prefix or of a space before it.)
+  if user_defined:
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
+        tokenizers.Regex('|'.join(re.escape(p) for p in sorted(user_defined, key=len,
+                                                                reverse=True))), 'isolated')
   tok.decoder = _sentencepiece_decoder(norm, trainer.byte_fallback)
   tok.add_tokens([tokenizers.AddedToken('\n', normalized=False, special=False)])
   specials = reserved[:tokenizer_lib.NEWLINE_ID] if shift else []
@@ -268,6 +294,23 @@ PROBES = ("Shall I compare thee to a summer's day?", '  two  spaces \t a tab\t '
           '\r\n\tend ')
 
 
+def _piece_probes(pieces) -> tuple:
+  """Texts that hold each of `pieces` (a model's user-defined pieces or a tokenizer.json's added
+  tokens): alone, between words, inside one, twice over, and at the start and end of lines."""
+  return tuple(text for t in pieces for text in (t, f'a {t} b', f'x{t}y', t + t, f' {t}\n{t} '))
+
+
+def _own_pieces(tokenizer) -> list[str]:
+  """The pieces a form matches apart from its model: a SentencePiece model's user-defined ones,
+  a tokenizer.json's added tokens that are not special."""
+  if isinstance(tokenizer, (tokenizer_lib.Tokenizer, vocabularies.SentencePieceFile)):
+    return _user_defined(_proto(tokenizer.sp), tokenizer_lib.NUM_SPECIAL
+                         if isinstance(tokenizer, tokenizer_lib.Tokenizer) else 0)
+  if isinstance(tokenizer, vocabularies.HuggingFace):
+    return [t.content for t in tokenizer.tok.get_added_tokens_decoder().values() if not t.special]
+  return []
+
+
 def form(tokenizer):
   """(tokenizers.Tokenizer, its bos/eos/pad ids) for `tokenizer` in transformers' form, or None
   where it has none (see the module docstring) or where the form built encodes one of PROBES
@@ -285,7 +328,8 @@ def form(tokenizer):
   else:
     tok = None
   if tok is None or any(tok.encode(text, add_special_tokens=False).ids
-                        != [int(i) for i in tokenizer.encode(text)] for text in PROBES):
+                        != [int(i) for i in tokenizer.encode(text)]
+                        for text in PROBES + _piece_probes(_own_pieces(tokenizer))):
     return None
   _with_bos(tok, tok.id_to_token(tokenizer_lib.BOS_ID))
   return tok, special_ids(tokenizer)

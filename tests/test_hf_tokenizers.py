@@ -64,9 +64,9 @@ GIVEN_SETTINGS = {
 }
 
 
-def _given_sentencepiece(directory, name: str) -> vocabularies.SentencePieceFile:
+def _given_sentencepiece(directory, name: str, **more) -> vocabularies.SentencePieceFile:
   (directory / 'corpus.txt').write_text(TRAINING * 3, encoding='utf-8')
-  settings = {'vocab_size': 100, **GIVEN_SETTINGS[name]}
+  settings = {'vocab_size': 100, **GIVEN_SETTINGS[name], **more}
   spm.SentencePieceTrainer.train(input=str(directory / 'corpus.txt'),
                                  model_prefix=str(directory / name), hard_vocab_limit=False,
                                  minloglevel=2, **settings)
@@ -157,6 +157,17 @@ def test_ids_that_encoding_never_gives_decode_as_sentencepiece_decodes_them(trai
     assert tok.decode(ids, skip_special_tokens=True) == trained.decode(ids), ids
 
 
+def _assert_same_ids_and_text(tok, given, texts):
+  """`tok` (a form of the SentencePiece model `given`) encodes each text into given's ids and
+  decodes them to given's text, where they hold no unknown (SentencePiece writes ' ⁇ ')."""
+  unk = given.sp.unk_id() + 5
+  for text in texts:
+    want = [int(i) for i in given.encode(text)]
+    assert tok.encode(text, add_special_tokens=False).ids == want, text
+    if unk not in want:
+      assert tok.decode(want, skip_special_tokens=True) == given.decode(want), text
+
+
 @pytest.mark.parametrize('name', GIVEN_SETTINGS)
 def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_text(name, tmp_path):
   """Its ids moved up by 5 and lines encoded one by one, as vocabularies.SentencePieceFile
@@ -165,12 +176,8 @@ def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_te
   never gives included (but byte pieces, whose runs could be invalid UTF-8)."""
   given = _given_sentencepiece(tmp_path, name)
   tok, _ = hf_tokenizers.form(given)
+  _assert_same_ids_and_text(tok, given, CASES)
   unk = given.sp.unk_id() + 5
-  for text in CASES:
-    want = [int(i) for i in given.encode(text)]
-    assert tok.encode(text, add_special_tokens=False).ids == want, text
-    if unk not in want:  # SentencePiece decodes an unknown as ' ⁇ '.
-      assert tok.decode(want, skip_special_tokens=True) == given.decode(want), text
   if GIVEN_SETTINGS[name].get('byte_fallback'):
     assert any(given.sp.is_byte(int(i) - 5) for i in given.encode('漢字 😀'))
   rng = np.random.default_rng(0)
@@ -178,6 +185,35 @@ def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_te
   for _ in range(300):
     ids = [int(i) for i in rng.choice(known + [tokenizer_lib.NEWLINE_ID, tokenizer_lib.EOS_ID], 12)]
     assert tok.decode(ids, skip_special_tokens=True) == given.decode(ids), ids
+
+
+# Pieces a model may be given whole (Mistral's [REF]): marks, a word the corpus holds, a letter,
+# one with a space inside, and one that holds another.
+USER_DEFINED = ['[INST]', '[/INST]', '<sep>', 'ROMEO', 'I', 'a b', '[INST]x']
+
+
+@pytest.mark.parametrize('name', ['defaults', 'raw', 'bpe_bytes', 'unigram_across_words'])
+def test_user_defined_pieces_are_taken_whole_where_sentencepiece_takes_them(name, tmp_path):
+  """Each user-defined piece is one id wherever the (normalised) line holds it, inside words too,
+  the longest first, and the text either side is encoded as SentencePiece encodes it."""
+  given = _given_sentencepiece(tmp_path, name, user_defined_symbols=USER_DEFINED)
+  tok, _ = hf_tokenizers.form(given)
+  texts = CASES + ['[INST] Shall I compare thee? [/INST] ROMEO:', 'xROMEOy<sep><sep>\nROMEO',
+                   '  [INST]  a b  ', '[INST]x[INST] I', 'ＲＯＭＥＯ', 'thee \u2581ROMEO']
+  _assert_same_ids_and_text(tok, given, texts)
+  pieces = {p: given.sp.piece_to_id(p) + 5 for p in USER_DEFINED}
+  assert [i for i in given.encode('a[INST]xROMEOy') if i in pieces.values()] == [
+      pieces['[INST]x'], pieces['ROMEO']]
+
+
+def test_a_user_defined_piece_that_normalising_changes_has_no_form(tmp_path):
+  """SentencePiece matches a user-defined piece in the text before normalising it, so the
+  ligature 'ﬁ' stays whole under NFKC; the form matches after normalising, so it writes
+  nothing, rather than other ids. Under the identity map the same piece has a form."""
+  assert hf_tokenizers.form(_given_sentencepiece(tmp_path, 'defaults',
+                                                 user_defined_symbols=['ﬁ'])) is None
+  assert hf_tokenizers.form(_given_sentencepiece(tmp_path, 'identity',
+                                                 user_defined_symbols=['ﬁ']))
 
 
 @pytest.mark.parametrize('name', GIVEN_JSON)
@@ -278,11 +314,13 @@ def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
   for name, tokenizer in (('spm', trained), ('bytes', vocabularies.Bytes()),
                           ('given_spm', _given_sentencepiece(tmp_path, 'spaces_kept')),
                           ('given_bpe', _given_sentencepiece(tmp_path, 'bpe_bytes')),
+                          ('given_user_defined', _given_sentencepiece(
+                              tmp_path, 'unigram_across_words', user_defined_symbols=USER_DEFINED)),
                           ('given_json', _given_json(tmp_path, 'bpe'))):
     (tmp_path / name).mkdir()
     assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path / name))
-    for text in CASES:
+    for text in CASES + ['[INST] ROMEO: a b [/INST]x<sep>']:
       want = [int(i) for i in tokenizer.encode(text)]
       assert theirs(text, add_special_tokens=False)['input_ids'] == want, (name, text)
     assert theirs('and more')['input_ids'][:2] == [tokenizer_lib.BOS_ID,
