@@ -80,10 +80,11 @@ class Workdir:
   tokenizer: tokenizer_lib.Tokenizer
 
 
-def open_workdir(workdir: str, step: int | str | None = None) -> Workdir:
-  """Reads config.json, checks the model type and that the checkpoint exists, opens the
-  tokenizer; restores nothing."""
-  config = saved_config.load(workdir)
+def open_workdir(workdir: str, step: int | str | None = None,
+                 config: ml_collections.ConfigDict | None = None) -> Workdir:
+  """Reads config.json (or takes `config`, read from it and checked), checks the model type
+  and that the checkpoint exists, opens the tokenizer; restores nothing."""
+  config = saved_config.load(workdir) if config is None else config
   kind = config.model.type
   if kind not in SERVED:
     served = '; '.join(f'{k} (it {v})' for k, v in SERVED.items())

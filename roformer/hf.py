@@ -16,11 +16,14 @@
     ids = lm.encode('To be, or not to be')          # bos first, as the model was trained
     logits = lm.logits([ids])                       # float32 [1, len, vocab]
     out = lm.generate([ids], max_new_tokens=20)      # greedy at temperature 0
+    far = hf.load('runs/llama', overrides={'model.position.rope.remap.method': 'self_extend',
+                                           'model.scan_layers': True})  # As eval.py's flags.
 
 Neither torch nor transformers is imported here: weights are read and written with
 `safetensors`, tokenizers with `tokenizers`.
 """
 
+import copy
 import os
 
 import jax
@@ -29,6 +32,7 @@ import numpy as np
 from flax import nnx
 
 from roformer import checkpoint as checkpoint_lib
+from roformer import config_args
 from roformer import decode
 from roformer import errors
 from roformer import files
@@ -135,13 +139,27 @@ def _flatten(tree, prefix=''):
     yield prefix, tree
 
 
-def _restored(workdir: str, step: int | None):
-  """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device."""
-  config = saved_config.load(workdir)  # The model type first: generate.py's check names it.
-  if not model_types.of(config.model).decoder_only:
-    raise errors.ConfigError(f'{workdir} holds a {config.model.type} model, not a causal LM. '
+def _restored(workdir: str, step: int | None, overrides: dict | None = None):
+  """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device, its saved
+  config with `overrides` (dotted field -> value) checked as eval.py checks its flags."""
+  saved = saved_config.load(workdir)  # The model type first: generate.py's check names it.
+  if not model_types.of(saved.model).decoder_only:
+    raise errors.ConfigError(f'{workdir} holds a {saved.model.type} model, not a causal LM. '
                              'Fix: point at a causal_lm workdir.')
-  opened = generation.open_workdir(workdir, step)
+  config = saved
+  if overrides:
+    if not isinstance(overrides, dict):
+      raise errors.ConfigError(f'overrides must be a dict of dotted fields to values (got '
+                               f"{type(overrides).__name__}). Fix: e.g. overrides={{'model."
+                               "position.rope.remap.method': 'self_extend'}.")
+    config = config_args.apply(copy.deepcopy(saved), [
+        (field, value if isinstance(value, str) else repr(value))
+        for field, value in overrides.items()])
+    resolve.check_evaluation(config, saved, workdir, overrides='overrides')
+    with config.unlocked():  # The device generation.restore computes on.
+      config.mesh.update(data=-1, fsdp=1, tensor=1, num_devices=1)
+    resolve.check_relations(config, 1, 1, resolve.trained_positions(saved))
+  opened = generation.open_workdir(workdir, step, config)
   trainer, params = generation.restore(opened)
   return opened, trainer, params
 
@@ -172,8 +190,8 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
 class CausalLM:
   """A causal-LM workdir's model restored for use from Python (see the module docstring)."""
 
-  def __init__(self, workdir: str, step: int | None = None):
-    opened, trainer, params = _restored(workdir, step)
+  def __init__(self, workdir: str, step: int | None = None, overrides: dict | None = None):
+    opened, trainer, params = _restored(workdir, step, overrides)
     self.workdir, self.step, self.config = workdir, opened.step, opened.config
     self.tokenizer = opened.tokenizer
     self.vocab_size = int(opened.config.model.vocab_size)
@@ -227,6 +245,9 @@ class CausalLM:
     return np.concatenate([np.asarray(ids), new], axis=1)
 
 
-def load(path: str, step: int | None = None) -> CausalLM:
-  """The causal LM of the workdir `path` (imported or trained here) at `step` (latest)."""
-  return CausalLM(path, step)
+def load(path: str, step: int | None = None, overrides: dict | None = None) -> CausalLM:
+  """The causal LM of the workdir `path` (imported or trained here) at `step` (latest), its
+  saved config with `overrides`: dotted fields of the config to values, those eval.py's
+  `--config.FIELD=VALUE` may change (a RoPE scaling or remap, the precision, `model.scan_layers`
+  for one scan over the layers, which compiles one layer rather than each)."""
+  return CausalLM(path, step, overrides)

@@ -162,20 +162,7 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
                              'Fix: e.g. --splits=validation,test.')
   step = trainer_lib.checkpoint_step(workdir, step)
   saved = saved_config.load(workdir)
-  check_fields(config, saved)
-  changed = saved_config.changed(saved, config, saved_config.EVALUATE)
-  if changed:
-    unmet = {}  # A condition in words -> the fields that need it.
-    for field, words in saved_config.conditions_unmet(saved, saved_config.EVALUATE):
-      unmet.setdefault(words, []).append(field)
-    raise errors.ConfigError(
-        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
-        f'(saved vs now). Of the model and its data, only '
-        f'{", ".join(saved_config.allowed(saved, saved_config.EVALUATE))} may change at '
-        'evaluation' + ''.join(f'; {" and ".join(fields)} only {words}, which this run has not'
-                               for words, fields in unmet.items())
-        + '. Fix: drop those --config.model/--config.data overrides.')
-  _scale_from(config, saved)
+  check_evaluation(config, saved, workdir)
   _fit_saved_mesh(config, saved)
   count, where = trained_positions(saved)
   mesh = _mesh(config, (count, f"the saved {where.removeprefix('config.')}"))
@@ -217,6 +204,29 @@ def _fit_saved_mesh(config, saved) -> None:
   log.warning('the mesh the run trained on does not fit here (%s): evaluating on the default '
               'mesh, data parallel over all %d devices (the same results; give --config.mesh.* '
               'to choose another).', reason, len(jax.devices()))
+
+
+def check_evaluation(config: ml_collections.ConfigDict, saved: ml_collections.ConfigDict,
+                     workdir: str, overrides: str = '--config.model/--config.data overrides'
+                     ) -> None:
+  """Checks `config`, the config `saved` in `workdir` with `overrides` (named in the fix), for
+  an evaluation of that run: every field, and only the fields that may change at evaluation
+  changed (the rest decide what was trained); then fills in, in `config`, what the position
+  scheme takes from the checkpoint."""
+  check_fields(config, saved)
+  changed = saved_config.changed(saved, config, saved_config.EVALUATE)
+  if changed:
+    unmet = {}  # A condition in words -> the fields that need it.
+    for field, words in saved_config.conditions_unmet(saved, saved_config.EVALUATE):
+      unmet.setdefault(words, []).append(field)
+    raise errors.ConfigError(
+        f'the config does not match the model trained in {workdir}: {"; ".join(changed)} '
+        f'(saved vs now). Of the model and its data, only '
+        f'{", ".join(saved_config.allowed(saved, saved_config.EVALUATE))} may change at '
+        'evaluation' + ''.join(f'; {" and ".join(fields)} only {words}, which this run has not'
+                               for words, fields in unmet.items())
+        + f'. Fix: drop those {overrides}.')
+  _scale_from(config, saved)
 
 
 def _scale_from(config, saved) -> None:
