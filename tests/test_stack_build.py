@@ -37,7 +37,8 @@ class _Stack(nnx.Module):
     self.after = nnx.Param(jax.random.normal(rngs.params(), (3,)))
 
 
-@pytest.mark.parametrize('kind', ['rope', 'shaw', 'fire'])
+@pytest.mark.parametrize('kind', ['rope', pytest.param('shaw', marks=pytest.mark.slow),
+                                  pytest.param('fire', marks=pytest.mark.slow)])
 def test_blocks_created_in_traces_of_their_own_draw_the_one_trace_bits(kind):
   cfg = kinds.tiny_config(kind, num_layers=3).model
 
