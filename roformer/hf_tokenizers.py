@@ -18,10 +18,10 @@ export calls it):
   same, its ids moved up by 5 past the project's five, with its own settings: a unigram model,
   or a BPE one (Llama 2's kind) as a `tokenizers` BPE model with merges worked out from its
   pieces (`_merges`); a built-in character map or none, spaces stripped or kept, a dummy prefix
-  or none, bytes for unknown characters or not; its user-defined pieces (Mistral's [REF]) matched
-  whole in the normalised text. A model of another kind (char, word), with whitespace as a
-  suffix, with normalisation or denormalisation rules of its own (a TSV), or with a user-defined
-  piece its normalisation changes (SentencePiece matches those before normalising) has no form.
+  or none, bytes for unknown characters or not; its user-defined pieces (Mistral's [REF]) as
+  SentencePiece takes them (`_user_defined_pieces`). A model of another kind (char, word), with
+  whitespace as a suffix, with normalisation or denormalisation rules of its own (a TSV), or with
+  user-defined pieces beside a character map or merges that miss a piece, has no form.
 - A tokenizer.json given as `config.data.tokenizer` (vocabularies.HuggingFace) keeps its
   pipeline and model (BPE, WordPiece, WordLevel or Unigram), its ids moved up by 5 past the
   project's five.
@@ -66,6 +66,8 @@ and scripts/convert_hf.py says so.
 import json
 import os
 import re
+
+import numpy as np
 
 from roformer import files
 from roformer.data import tokenizer as tokenizer_lib
@@ -197,6 +199,47 @@ def _user_defined(proto, start: int) -> list[str]:
   return [p.piece for p in proto.pieces[start:] if p.type == user]
 
 
+def _user_defined_pieces(proto, vocab: list, shift: int) -> list:
+  """`vocab` ((piece, score) by id, moved up by `shift`) with each user-defined piece at the score
+  SentencePiece's unigram search gives it (sentencepiece 0.2.3: 0.1 for each byte past its first,
+  above every normal piece's log probability), so that the same search picks the same pieces.
+
+  How SentencePiece takes a user-defined piece (Mistral's [REF]), and how the forms follow it:
+  - its normaliser copies a piece found in the text as it is, before the character map; so a
+    model with both has no form (a piece whose letters the map would change, or compose with
+    a mark after it, is matched there and not after it);
+  - a unigram model then searches the line with every piece, user-defined ones at that score;
+  - a BPE model freezes each piece, the longest at each place from the left, and merges the
+    text between them apart. Its form splits the pieces off first and, as no merge makes them,
+    takes a part that is a piece whole (`ignore_merges`): which its merges must do for every
+    normal piece, or the form would take a piece that they never reach
+    (`_merges_reach_every_piece`).
+  An added token matched after normalising is not used: `tokenizers` gives it the mark of the
+  dummy prefix or of a space before it."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  vocab = list(vocab)
+  for i, p in enumerate(proto.pieces):
+    if p.type == user and i + shift != tokenizer_lib.NEWLINE_ID:
+      vocab[i + shift] = (vocab[i + shift][0],
+                          float(np.float32(0.1 * (len(p.piece.encode('utf-8')) - 1))))
+  return vocab
+
+
+def _merges_reach_every_piece(proto) -> bool:
+  """Whether a SentencePiece BPE model's merges turn each normal piece's text into that piece."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  raw = sentencepiece_model_pb2.ModelProto()
+  raw.CopyFrom(proto)
+  norm = raw.normalizer_spec  # The model alone: the text as it is, marks included.
+  norm.name, norm.precompiled_charsmap = 'identity', b''
+  norm.add_dummy_prefix = norm.remove_extra_whitespaces = norm.escape_whitespaces = False
+  model = spm.SentencePieceProcessor(model_proto=raw.SerializeToString())
+  normal = sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL
+  return all(model.encode(p.piece) == [i] for i, p in enumerate(raw.pieces) if p.type == normal)
+
+
 def _sentencepiece(sp, shift: int):
   """SentencePiece model `sp` (as loaded) as a `tokenizers` Tokenizer with the project's ids: the
   model trained here (shift 0: its ids 0..4 are the project's specials and the newline piece),
@@ -225,24 +268,23 @@ def _sentencepiece(sp, shift: int):
     vocab[tokenizer_lib.NEWLINE_ID] = ('\n', vocab[tokenizer_lib.NEWLINE_ID][1])
   unk = shift + [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN][0]
   user_defined = _user_defined(proto, 0 if shift else tokenizer_lib.NUM_SPECIAL)
-  if trainer.model_type == trainer.UNIGRAM:
-    model = tokenizers.models.Unigram(vocab, unk_id=unk, byte_fallback=trainer.byte_fallback)
+  bpe = trainer.model_type == trainer.BPE
+  if user_defined and (norm.precompiled_charsmap or (bpe and not _merges_reach_every_piece(proto))):
+    return None  # See _user_defined_pieces.
+  if not bpe:
+    model = tokenizers.models.Unigram(_user_defined_pieces(proto, vocab, shift), unk_id=unk,
+                                      byte_fallback=trainer.byte_fallback)
   else:
     model = tokenizers.models.BPE({name: i for i, (name, _) in enumerate(vocab)}, _merges(proto),
                                   unk_token=vocab[unk][0], fuse_unk=True,
                                   byte_fallback=trainer.byte_fallback,
-                                  # A user-defined piece, split apart, is no merge's result:
-                                  # a part that is a piece is that piece.
                                   ignore_merges=bool(user_defined))
   tok = tokenizers.Tokenizer(model)
   tok.normalizer = _sentencepiece_normalizer(norm)
-  # No pre-tokenizer but for user-defined pieces: SentencePiece encodes a line whole (its split
-  # into words at marks and digits shaped the pieces in training, so no piece crosses one), and
-  # a run of unknown characters is one unknown piece across them. A user-defined piece
-  # (Mistral's [REF]) is taken whole wherever the normalised line holds it, the longest first,
-  # and the text either side is encoded apart. (An added token matched after normalising would
-  # do the same, but `tokenizers` gives it the mark of the dummy prefix or of a space before it.)
-  if user_defined:
+  # No pre-tokenizer (but for a BPE model's user-defined pieces): SentencePiece encodes a line
+  # whole (its split into words at marks and digits shaped the pieces in training, so no piece
+  # crosses one), and a run of unknown characters is one unknown piece across them.
+  if user_defined and bpe:
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
         tokenizers.Regex('|'.join(re.escape(p) for p in sorted(user_defined, key=len,
                                                                 reverse=True))), 'isolated')
@@ -294,10 +336,14 @@ PROBES = ("Shall I compare thee to a summer's day?", '  two  spaces \t a tab\t '
           '\r\n\tend ')
 
 
-def _piece_probes(pieces) -> tuple:
+def _piece_probes(pieces, most_joins: int = 2000) -> tuple:
   """Texts that hold each of `pieces` (a model's user-defined pieces or a tokenizer.json's added
-  tokens): alone, between words, inside one, twice over, and at the start and end of lines."""
-  return tuple(text for t in pieces for text in (t, f'a {t} b', f'x{t}y', t + t, f' {t}\n{t} '))
+  tokens): alone, between words, inside one, twice over, at the start and end of lines, and
+  (up to `most_joins`) two that overlap, where one ends as the other starts."""
+  joins = [a + b[k:] for a in pieces for b in pieces for k in range(1, min(len(a), len(b)))
+           if a != b and a.endswith(b[:k])][:most_joins]
+  return tuple(text for t in pieces for text in (t, f'a {t} b', f'x{t}y', t + t, f' {t}\n{t} ')
+               ) + tuple(f'x{j} {j}' for j in joins)
 
 
 def _own_pieces(tokenizer) -> list[str]:

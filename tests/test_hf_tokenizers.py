@@ -188,32 +188,75 @@ def test_a_sentencepiece_model_given_as_the_tokenizer_gives_the_run_s_ids_and_te
 
 
 # Pieces a model may be given whole (Mistral's [REF]): marks, a word the corpus holds, a letter,
-# one with a space inside, and one that holds another.
-USER_DEFINED = ['[INST]', '[/INST]', '<sep>', 'ROMEO', 'I', 'a b', '[INST]x']
+# one with a space inside, one that holds another, and two that overlap ('abc').
+USER_DEFINED = ['[INST]', '[/INST]', '<sep>', 'ROMEO', 'I', 'a b', '[INST]x', 'ab', 'bc']
 
 
-@pytest.mark.parametrize('name', ['defaults', 'raw', 'bpe_bytes', 'unigram_across_words'])
-def test_user_defined_pieces_are_taken_whole_where_sentencepiece_takes_them(name, tmp_path):
-  """Each user-defined piece is one id wherever the (normalised) line holds it, inside words too,
-  the longest first, and the text either side is encoded as SentencePiece encodes it."""
+@pytest.mark.parametrize('name', ['raw', 'identity', 'bpe_bytes'])
+def test_user_defined_pieces_are_taken_where_sentencepiece_takes_them(name, tmp_path):
+  """A unigram model's search takes each user-defined piece at SentencePiece's score for it
+  (so of two that overlap, the better split); a BPE model takes the longest at each place from
+  the left, inside words too; the text either side is encoded as SentencePiece encodes it."""
   given = _given_sentencepiece(tmp_path, name, user_defined_symbols=USER_DEFINED)
   tok, _ = hf_tokenizers.form(given)
   texts = CASES + ['[INST] Shall I compare thee? [/INST] ROMEO:', 'xROMEOy<sep><sep>\nROMEO',
-                   '  [INST]  a b  ', '[INST]x[INST] I', 'ＲＯＭＥＯ', 'thee \u2581ROMEO']
+                   '  [INST]  a b  ', '[INST]x[INST] I', 'abc xabcx abcbc', 'thee \u2581ROMEO']
   _assert_same_ids_and_text(tok, given, texts)
-  pieces = {p: given.sp.piece_to_id(p) + 5 for p in USER_DEFINED}
-  assert [i for i in given.encode('a[INST]xROMEOy') if i in pieces.values()] == [
-      pieces['[INST]x'], pieces['ROMEO']]
+  pieces = {given.sp.piece_to_id(p) + 5: p for p in USER_DEFINED}
+  assert [pieces[i] for i in given.encode('a[INST]xROMEOy') if i in pieces] == ['[INST]x',
+                                                                                 'ROMEO']
 
 
-def test_a_user_defined_piece_that_normalising_changes_has_no_form(tmp_path):
-  """SentencePiece matches a user-defined piece in the text before normalising it, so the
-  ligature 'ﬁ' stays whole under NFKC; the form matches after normalising, so it writes
-  nothing, rather than other ids. Under the identity map the same piece has a form."""
-  assert hf_tokenizers.form(_given_sentencepiece(tmp_path, 'defaults',
-                                                 user_defined_symbols=['ﬁ'])) is None
+def test_a_unigram_search_scores_a_user_defined_piece_as_sentencepiece_does(tmp_path):
+  """sentencepiece 0.2.3's search scores a user-defined piece at 0.1 for each byte past its
+  first, not at the 0 the model stores: so 'ab' + 'c' wins over a normal piece 'abc' scored 0.05
+  above 'c' there, and in the form, where at 0 it would lose."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  given = _given_sentencepiece(tmp_path, 'identity', user_defined_symbols=['ab'])
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(given.sp.serialized_model_proto())
+  added = proto.pieces.add()
+  added.piece, added.score = 'abc', given.sp.get_score(given.sp.piece_to_id('c')) + 0.05
+  (tmp_path / 'abc.model').write_bytes(proto.SerializeToString())
+  scored = vocabularies.SentencePieceFile(str(tmp_path / 'abc.model'))
+  assert scored.sp.encode('abc', out_type=str)[-2:] == ['ab', 'c']
+  _assert_same_ids_and_text(hf_tokenizers.form(scored)[0], scored, ['abc', 'xabc abcab'])
+
+
+def test_user_defined_pieces_beside_a_character_map_have_no_form(tmp_path):
+  """SentencePiece copies a user-defined piece found in the text before its character map
+  (NFKC) rewrites the rest, so 'ROMEO' followed by a combining accent stays 'ROMEO' there and
+  becomes 'ROMEÓ' in a form that normalises first: such a model writes nothing, rather than
+  other ids. Under the identity map the same pieces have a form."""
+  nfkc = _given_sentencepiece(tmp_path, 'defaults', user_defined_symbols=['ROMEO'])
+  assert 'ROMEO' in [nfkc.sp.id_to_piece(int(i) - 5) for i in nfkc.encode('ROMEO\u0301')]
+  assert hf_tokenizers.form(nfkc) is None
   assert hf_tokenizers.form(_given_sentencepiece(tmp_path, 'identity',
-                                                 user_defined_symbols=['ﬁ']))
+                                                 user_defined_symbols=['ROMEO']))
+
+
+def test_a_bpe_model_whose_merges_miss_a_piece_has_no_form_beside_user_defined_ones(tmp_path):
+  """Beside user-defined pieces a BPE form takes a part that is a piece whole, so a piece its
+  merges never reach ('vkgp', whose 'vk' and 'gp' merges come after 'kg') would be taken where
+  SentencePiece gives 'v', 'kg', 'p': that model writes nothing; without user-defined pieces it
+  has a form, which gives SentencePiece's ids."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+  for user_defined in (['[INST]'], []):
+    given = _given_sentencepiece(tmp_path, 'bpe_bytes', **(
+        {'user_defined_symbols': user_defined} if user_defined else {}))
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(given.sp.serialized_model_proto())
+    for piece, score in (('kg', 0.0), ('vk', -900.0), ('gp', -900.0), ('vkgp', -901.0)):
+      added = proto.pieces.add()
+      added.piece, added.score = piece, score
+    path = tmp_path / f'missed{len(user_defined)}.model'
+    path.write_bytes(proto.SerializeToString())
+    missed = vocabularies.SentencePieceFile(str(path))
+    assert missed.sp.encode('[INST]vkgp', out_type=str)[-3:] == ['v', 'kg', 'p']
+    made = hf_tokenizers.form(missed)
+    assert (made is None) == bool(user_defined)
+    if made:
+      _assert_same_ids_and_text(made[0], missed, ['[INST]vkgp', 'vkgp vkgp'])
 
 
 @pytest.mark.parametrize('name', GIVEN_JSON)
@@ -315,7 +358,7 @@ def test_transformers_reads_the_forms_with_the_same_ids(trained, tmp_path):
                           ('given_spm', _given_sentencepiece(tmp_path, 'spaces_kept')),
                           ('given_bpe', _given_sentencepiece(tmp_path, 'bpe_bytes')),
                           ('given_user_defined', _given_sentencepiece(
-                              tmp_path, 'unigram_across_words', user_defined_symbols=USER_DEFINED)),
+                              tmp_path, 'identity', user_defined_symbols=USER_DEFINED)),
                           ('given_json', _given_json(tmp_path, 'bpe'))):
     (tmp_path / name).mkdir()
     assert hf_tokenizers.write(tokenizer, str(tmp_path / name))
