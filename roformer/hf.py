@@ -147,13 +147,20 @@ def _restored(workdir: str, step: int | None, overrides: dict | None = None):
     raise errors.ConfigError(f'{workdir} holds a {saved.model.type} model, not a causal LM. '
                              'Fix: point at a causal_lm workdir.')
   config = saved
+  if overrides is not None and not isinstance(overrides, dict):
+    raise errors.ConfigError(f'overrides must be a dict of dotted fields to values (got '
+                             f"{type(overrides).__name__}). Fix: e.g. overrides={{'model."
+                             "position.rope.remap.method': 'self_extend'}.")
   if overrides:
-    if not isinstance(overrides, dict):
-      raise errors.ConfigError(f'overrides must be a dict of dotted fields to values (got '
-                               f"{type(overrides).__name__}). Fix: e.g. overrides={{'model."
-                               "position.rope.remap.method': 'self_extend'}.")
+    unread = [field for field in overrides if not str(field).startswith('model.')]
+    if unread:
+      raise errors.ConfigError(
+          f'overrides {", ".join(map(repr, unread))}: a loaded model reads only config.model '
+          '(its logits and continuations are of the ids given; eval.py reads the rest). Fix: '
+          "give fields under 'model.', e.g. 'model.position.rope.scaling.factor'.")
     config = config_args.apply(copy.deepcopy(saved), [
-        (field, value if isinstance(value, str) else repr(value))
+        (field, value if isinstance(value, str) else repr(
+            value.item() if isinstance(value, np.generic) else value))
         for field, value in overrides.items()])
     resolve.check_evaluation(config, saved, workdir, overrides='overrides')
     with config.unlocked():  # The device generation.restore computes on.
@@ -247,7 +254,7 @@ class CausalLM:
 
 def load(path: str, step: int | None = None, overrides: dict | None = None) -> CausalLM:
   """The causal LM of the workdir `path` (imported or trained here) at `step` (latest), its
-  saved config with `overrides`: dotted fields of the config to values, those eval.py's
+  saved config with `overrides`: dotted fields of config.model to values, those eval.py's
   `--config.FIELD=VALUE` may change (a RoPE scaling or remap, the precision, `model.scan_layers`
   for one scan over the layers, which compiles one layer rather than each)."""
   return CausalLM(path, step, overrides)

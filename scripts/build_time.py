@@ -5,7 +5,7 @@ layers.
   python scripts/build_time.py --config configs/lm.py --layers 12,50,100,200
 
 Prints one row per depth: the parameter count and the seconds of the build (the best of
---repeats, after one build at the first depth to warm the imports and caches).
+--repeats, after one build at the config's own depth to warm the imports and caches).
 """
 
 import pathlib

@@ -45,18 +45,27 @@ def test_one_process_saves_a_replicated_state_without_compiling_and_restores_it(
     assert got.sharding == replicated
 
 
-def test_a_steps_metadata_is_read_once_and_again_once_the_step_is_set_aside(tmp_path):
+def test_a_steps_metadata_is_read_once_and_again_once_the_step_is_written_anew(tmp_path):
   """The shape check and the restore share one read of a step's metadata (orbax reads it file
-  by file); a step set aside (unreadable) and saved again is read anew, not from the earlier."""
-  checkpointer = checkpoint_lib.Checkpointer(str(tmp_path / 'checkpoints'), async_save=False)
+  by file); a step set aside (unreadable) and written again, here or by another process (which
+  `reload` follows), is read anew, not from the earlier copy."""
+  directory = str(tmp_path / 'checkpoints')
+  checkpointer = checkpoint_lib.Checkpointer(directory, async_save=False)
   reads = []
   item_metadata = checkpointer.manager.item_metadata
   checkpointer.manager.item_metadata = lambda step: reads.append(step) or item_metadata(step)
   checkpointer.save(3, {'params': {'w': np.zeros((2, 5), np.float32)}})
-  assert checkpointer.param_shapes(3) == checkpointer.param_shapes(3) == {'w': (2, 5)}
-  assert reads == [3]
+  assert checkpointer.param_shapes(3) == {'w': (2, 5)}
+  abstract = {'params': {'w': jax.ShapeDtypeStruct((2, 5), np.float32)}}
+  restored = checkpointer.restore(3, abstract, rename=lambda path: path)  # Reads the paths.
+  assert restored['params']['w'].shape == (2, 5) and reads == [3]
   checkpointer.set_aside(3)
   checkpointer.save(3, {'params': {'w': np.zeros((1, 1, 6), np.float32)}})
-  assert checkpointer.param_shapes(3) == {'w': (1, 1, 6)}
-  assert reads == [3, 3]
+  assert checkpointer.param_shapes(3) == {'w': (1, 1, 6)} and reads == [3, 3]
+  other = checkpoint_lib.Checkpointer(directory, async_save=False)
+  other.set_aside(3)
+  other.save(3, {'params': {'w': np.zeros((4,), np.float32)}})
+  other.close()
+  checkpointer.reload()
+  assert checkpointer.param_shapes(3) == {'w': (4,)} and reads == [3, 3, 3]
   checkpointer.close()

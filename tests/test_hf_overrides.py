@@ -41,10 +41,10 @@ def _self_extend_moves(i: int, window: int, group: int) -> bool:
 
 
 def test_a_remap_changes_the_logits_only_where_it_moves_a_distance(workdir, plain):
-  window, group = 6, 2
+  window, group = 6, 2  # The group size as numpy's integer, which a notebook may hold.
   lm = hf.load(workdir, overrides={'model.position.rope.remap.method': 'self_extend',
                                    'model.position.rope.remap.neighbor_window': window,
-                                   'model.position.rope.remap.group_size': group})
+                                   'model.position.rope.remap.group_size': np.int64(group)})
   remapped, scale = lm.logits(IDS), np.abs(plain).max()
   moved = np.array([_self_extend_moves(i, window, group) for i in range(IDS.shape[1])])
   assert not moved[:window + 1].any() and moved[window + 1:].all()  # Position 6 keeps all.
@@ -60,6 +60,10 @@ def test_a_remap_changes_the_logits_only_where_it_moves_a_distance(workdir, plai
     ({'model.position.rope.remap.method': 'self_extend',
       'model.position.rope.remap.neighbor_window': 64}, 'neighbor_window = 64 needs 65 trained'),
     ([('model.scan_layers', True)], 'overrides must be a dict'),
+    ([], 'overrides must be a dict'),
+    ({'eval.scale_rope_to_length': True, 'mesh.tensor': 2},
+     "overrides 'eval.scale_rope_to_length', 'mesh.tensor': a loaded model reads only "
+     'config.model'),
 ])
 def test_a_bad_override_is_one_error_naming_it(workdir, overrides, says):
   with pytest.raises(errors.ConfigError, match=says):

@@ -93,9 +93,10 @@ def _lean_tracer_sharding(self):
 @pytest.mark.parametrize('field', sorted(_numeric_fields(config_args.load_file('configs/test.py'))))
 def test_the_ends_of_every_numeric_range_are_refused_or_trace(field, monkeypatch):
   """Flax probes `.sharding` of every value it assigns to a Variable, and this JAX's tracer
-  builds that AttributeError's message from every equation traced so far: building a model
-  under a trace is quadratic in its depth (jax-ml/jax#40041; 1,024 layers, num_layers' end,
-  took most of an hour). The probe's message is all that is left out here."""
+  builds that AttributeError's message from every equation of its trace (jax-ml/jax#40041).
+  roformer/stack.py's `build` gives each block a trace of its own, so building a model is
+  linear in its depth, but 1,024 layers (num_layers' end) still take seconds of those messages:
+  the message is all that is left out here."""
   monkeypatch.setattr(jax_core.Tracer, 'sharding', property(_lean_tracer_sharding))
   for value in _extremes(config_schema.spec_at(field)):
     _traces_or_refuses(field, value)
