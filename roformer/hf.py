@@ -16,8 +16,7 @@
     ids = lm.encode('To be, or not to be')          # bos first, as the model was trained
     logits = lm.logits([ids])                       # float32 [1, len, vocab]
     out = lm.generate([ids], max_new_tokens=20)      # greedy at temperature 0
-    far = hf.load('runs/llama', overrides={'model.position.rope.remap.method': 'self_extend',
-                                           'model.scan_layers': True})  # As eval.py's flags.
+    deep = hf.load('runs/llama', overrides={'model.scan_layers': True})  # As eval.py's flags.
 
 Neither torch nor transformers is imported here: weights are read and written with
 `safetensors`, tokenizers with `tokenizers`.
