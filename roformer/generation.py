@@ -6,6 +6,7 @@ compiled: the flags' values, the prompts, the workdir's model type and checkpoin
 schemes with a longest position) whether the prompt plus --max_new_tokens fits the model.
 """
 
+import copy
 import dataclasses
 from typing import Sequence
 
@@ -14,10 +15,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from roformer import config_args
 from roformer import decode
 from roformer import errors
 from roformer import model_types
 from roformer import positions as positions_lib
+from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
 from roformer import trainer as trainer_lib
@@ -70,6 +73,10 @@ def read_prompts(prompts: Sequence[str], input_file: str | None = None) -> list[
   return [text for _, _, text in texts]
 
 
+# The mesh that decoding computes on (`restore`): one device.
+_ONE_DEVICE = dict(data=-1, fsdp=1, tensor=1, num_devices=1)
+
+
 @dataclasses.dataclass
 class Workdir:
   """A trained run as generation needs it: its config (vocab_size from its tokenizer), the
@@ -80,10 +87,29 @@ class Workdir:
   tokenizer: tokenizer_lib.Tokenizer
 
 
+def overridden_config(workdir: str, overrides, named: str) -> ml_collections.ConfigDict:
+  """`workdir`'s saved config with `overrides` ((field, text) pairs, as --config.FIELD=TEXT
+  gives them) of config.model, checked as eval.py checks its flags (resolve.check_evaluation)
+  and against the one device that `restore` computes on; `named` says in errors where the
+  overrides came from."""
+  saved = saved_config.load(workdir)
+  unread = [field for field, _ in overrides if not field.startswith('model.')]
+  if unread:
+    raise errors.ConfigError(
+        f'{named} {", ".join(map(repr, unread))}: decoding reads only config.model (eval.py '
+        "reads the rest). Fix: give fields under 'model.', e.g. model.scan_layers.")
+  config = config_args.apply(copy.deepcopy(saved), overrides)
+  resolve.check_evaluation(config, saved, workdir, overrides=named)
+  with config.unlocked():
+    config.mesh.update(_ONE_DEVICE)
+  resolve.check_relations(config, 1, 1, resolve.trained_positions(saved))
+  return config
+
+
 def open_workdir(workdir: str, step: int | str | None = None,
                  config: ml_collections.ConfigDict | None = None) -> Workdir:
-  """Reads config.json (or takes `config`, read from it and checked), checks the model type
-  and that the checkpoint exists, opens the tokenizer; restores nothing."""
+  """Reads config.json (or takes `config`: `overridden_config`), checks the model type and that
+  the checkpoint exists, opens the tokenizer; restores nothing."""
   config = saved_config.load(workdir) if config is None else config
   kind = config.model.type
   if kind not in SERVED:
@@ -130,7 +156,7 @@ def restore(opened: Workdir):
   trainer.restore_params and its shape checks."""
   config = opened.config
   with config.unlocked():
-    config.mesh.update(data=-1, fsdp=1, tensor=1, num_devices=1)
+    config.mesh.update(_ONE_DEVICE)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   return trainer, trainer_lib.restore_params(trainer, opened.path, opened.step)
 
@@ -172,13 +198,16 @@ def format_samples(samples: list[list[str]]) -> str:
 
 
 def run(workdir: str, prompts: Sequence[str] = (), *, input_file: str | None = None,
-        step: int | str | None = None, sampling: Sampling = Sampling()) -> str:
+        step: int | str | None = None, sampling: Sampling = Sampling(), overrides=()) -> str:
   """The text scripts/generate.py prints: for a causal LM, one block per sample of each prompt
   (`format_samples`); for a translation run, one translation per line (config.eval.beam_size
-  and alpha; sampling settings given for it are refused: they would change nothing)."""
+  and alpha; sampling settings given for it are refused: they would change nothing).
+  `overrides`: its --config.model.FIELD=TEXT flags (`overridden_config`)."""
   sampling.check()
   texts = read_prompts(prompts, input_file)
-  opened = open_workdir(workdir, step)
+  config = (overridden_config(workdir, list(overrides), '--config overrides') if overrides
+            else None)
+  opened = open_workdir(workdir, step, config)
   config, tokenizer = opened.config, opened.tokenizer
   if not model_types.of(config.model).decoder_only:  # A translation model.
     given = [f'--{f.name}={getattr(sampling, f.name)}' for f in dataclasses.fields(sampling)

@@ -22,7 +22,6 @@ Neither torch nor transformers is imported here: weights are read and written wi
 `safetensors`, tokenizers with `tokenizers`.
 """
 
-import copy
 import os
 
 import jax
@@ -31,7 +30,6 @@ import numpy as np
 from flax import nnx
 
 from roformer import checkpoint as checkpoint_lib
-from roformer import config_args
 from roformer import decode
 from roformer import errors
 from roformer import files
@@ -140,31 +138,20 @@ def _flatten(tree, prefix=''):
 
 def _restored(workdir: str, step: int | None, overrides: dict | None = None):
   """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device, its saved
-  config with `overrides` (dotted field -> value) checked as eval.py checks its flags."""
+  config with `overrides` (dotted field of config.model -> value) checked as eval.py checks
+  its flags (generation.overridden_config)."""
   saved = saved_config.load(workdir)  # The model type first: generate.py's check names it.
   if not model_types.of(saved.model).decoder_only:
     raise errors.ConfigError(f'{workdir} holds a {saved.model.type} model, not a causal LM. '
                              'Fix: point at a causal_lm workdir.')
-  config = saved
   if overrides is not None and not isinstance(overrides, dict):
     raise errors.ConfigError(f'overrides must be a dict of dotted fields to values (got '
                              f"{type(overrides).__name__}). Fix: e.g. overrides={{'model."
                              "position.rope.remap.method': 'self_extend'}.")
-  if overrides:
-    unread = [field for field in overrides if not str(field).startswith('model.')]
-    if unread:
-      raise errors.ConfigError(
-          f'overrides {", ".join(map(repr, unread))}: a loaded model reads only config.model '
-          '(its logits and continuations are of the ids given; eval.py reads the rest). Fix: '
-          "give fields under 'model.', e.g. 'model.position.rope.scaling.factor'.")
-    config = config_args.apply(copy.deepcopy(saved), [
-        (field, value if isinstance(value, str) else repr(
-            value.item() if isinstance(value, np.generic) else value))
-        for field, value in overrides.items()])
-    resolve.check_evaluation(config, saved, workdir, overrides='overrides')
-    with config.unlocked():  # The device generation.restore computes on.
-      config.mesh.update(data=-1, fsdp=1, tensor=1, num_devices=1)
-    resolve.check_relations(config, 1, 1, resolve.trained_positions(saved))
+  config = generation.overridden_config(workdir, [
+      (str(field), value if isinstance(value, str) else repr(
+          value.item() if isinstance(value, np.generic) else value))
+      for field, value in overrides.items()], 'overrides') if overrides else None
   opened = generation.open_workdir(workdir, step, config)
   trainer, params = generation.restore(opened)
   return opened, trainer, params

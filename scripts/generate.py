@@ -5,9 +5,13 @@
       [--num_samples 1]
   python scripts/generate.py --workdir runs/translate --prompt "In the beginning ..." |
       --input FILE
+  python scripts/generate.py --workdir runs/llama --prompt "..." \
+      --config.model.position.rope.remap.method=self_extend  # what eval.py's flags may set
 
 A causal LM prints one block per sample (the prompt, then its continuation); a translation run
-prints one translation per line, with config.eval.beam_size and alpha. Bad inputs print
+prints one translation per line, with config.eval.beam_size and alpha. `--config.model.*`
+overrides set what eval.py's may (a remap, a scaling, the precision, one scan over the layers),
+checked as eval.py checks them. Bad inputs print
 `error: ...` naming the flag and exit with status 1 (2 for a bad command line). The logic is
 roformer/generation.py.
 """
@@ -58,8 +62,9 @@ def main(args):
       top_p=args.top_p, seed=args.seed, num_samples=args.num_samples)
   # A decoding is one XLA program: Ctrl-C during it ends the process at once.
   print(cli.interruptible(lambda: generation.run(
-      args.workdir, args.prompt, input_file=args.input, step=args.step, sampling=sampling)))
+      args.workdir, args.prompt, input_file=args.input, step=args.step, sampling=sampling,
+      overrides=cli.overrides())))
 
 
 if __name__ == '__main__':
-  cli.run(main, parser())
+  cli.run(main, parser(), config_overrides=True)

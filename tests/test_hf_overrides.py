@@ -1,7 +1,9 @@
-"""`hf.load(path, overrides=...)`: the config fields that eval.py's flags may change, set from
-Python on a restored causal LM and checked as eval.py checks them: how the model is computed
-changes nothing it computes, a remap changes the logits only where it moves a distance, and a
-field that decides what was trained is refused in one error naming it."""
+"""`hf.load(path, overrides=...)` and scripts/generate.py's `--config.model.*` flags
+(roformer/generation.py, `overridden_config`): the config.model fields that eval.py's flags may
+change, set on a restored causal LM and checked as eval.py checks them: how the model is
+computed changes nothing it computes, a remap changes the logits only where it moves a
+distance, and a field that decides what was trained, or that decoding does not read, is refused
+in one error naming it."""
 
 import pathlib
 
@@ -9,6 +11,7 @@ import numpy as np
 import pytest
 
 from roformer import errors
+from roformer import generation
 from roformer import hf
 
 FIXTURE = pathlib.Path(__file__).resolve().parent / 'data' / 'hf' / 'llama_gqa_llama3'
@@ -62,9 +65,26 @@ def test_a_remap_changes_the_logits_only_where_it_moves_a_distance(workdir, plai
     ([('model.scan_layers', True)], 'overrides must be a dict'),
     ([], 'overrides must be a dict'),
     ({'eval.scale_rope_to_length': True, 'mesh.tensor': 2},
-     "overrides 'eval.scale_rope_to_length', 'mesh.tensor': a loaded model reads only "
-     'config.model'),
+     "overrides 'eval.scale_rope_to_length', 'mesh.tensor': decoding reads only config.model"),
 ])
 def test_a_bad_override_is_one_error_naming_it(workdir, overrides, says):
   with pytest.raises(errors.ConfigError, match=says):
     hf.load(workdir, overrides=overrides)
+
+
+def test_generate_takes_the_same_overrides_and_refuses_the_same_ones(workdir):
+  """generation.run (scripts/generate.py) with --config.model.* overrides: one scan over the
+  layers continues a prompt as the loop does; a remap is in effect; an eval.* field is
+  refused, naming where it came from."""
+  greedy = generation.Sampling(max_new_tokens=12)
+  plain = generation.run(workdir, ['the'], sampling=greedy)
+  assert generation.run(workdir, ['the'], sampling=greedy,
+                        overrides=[('model.scan_layers', 'True')]) == plain
+  remapped = generation.run(workdir, ['the'], sampling=greedy, overrides=[
+      ('model.position.rope.remap.method', 'self_extend'),
+      ('model.position.rope.remap.neighbor_window', '2'),
+      ('model.position.rope.remap.group_size', '4')])
+  assert remapped != plain  # From the prompt's third token on, the distances move.
+  with pytest.raises(errors.ConfigError, match="--config overrides 'eval.batch_size': decoding "
+                                               'reads only config.model'):
+    generation.run(workdir, ['the'], sampling=greedy, overrides=[('eval.batch_size', '4')])
