@@ -87,12 +87,12 @@ class Workdir:
   tokenizer: tokenizer_lib.Tokenizer
 
 
-def overridden_config(workdir: str, overrides, named: str) -> ml_collections.ConfigDict:
-  """`workdir`'s saved config with `overrides` ((field, text) pairs, as --config.FIELD=TEXT
+def overridden_config(workdir: str, saved: ml_collections.ConfigDict, overrides,
+                      named: str) -> ml_collections.ConfigDict:
+  """`saved` (`workdir`'s config) with `overrides` ((field, text) pairs, as --config.FIELD=TEXT
   gives them) of config.model, checked as eval.py checks its flags (resolve.check_evaluation)
   and against the one device that `restore` computes on; `named` says in errors where the
   overrides came from."""
-  saved = saved_config.load(workdir)
   unread = [field for field, _ in overrides if not field.startswith('model.')]
   if unread:
     raise errors.ConfigError(
@@ -108,8 +108,8 @@ def overridden_config(workdir: str, overrides, named: str) -> ml_collections.Con
 
 def open_workdir(workdir: str, step: int | str | None = None,
                  config: ml_collections.ConfigDict | None = None) -> Workdir:
-  """Reads config.json (or takes `config`: `overridden_config`), checks the model type and that
-  the checkpoint exists, opens the tokenizer; restores nothing."""
+  """Reads config.json (or takes `config`, read from it, with any `overridden_config`), checks
+  the model type and that the checkpoint exists, opens the tokenizer; restores nothing."""
   config = saved_config.load(workdir) if config is None else config
   kind = config.model.type
   if kind not in SERVED:
@@ -205,8 +205,9 @@ def run(workdir: str, prompts: Sequence[str] = (), *, input_file: str | None = N
   `overrides`: its --config.model.FIELD=TEXT flags (`overridden_config`)."""
   sampling.check()
   texts = read_prompts(prompts, input_file)
-  config = (overridden_config(workdir, list(overrides), '--config overrides') if overrides
-            else None)
+  config = saved_config.load(workdir)
+  if overrides:
+    config = overridden_config(workdir, config, list(overrides), '--config overrides')
   opened = open_workdir(workdir, step, config)
   config, tokenizer = opened.config, opened.tokenizer
   if not model_types.of(config.model).decoder_only:  # A translation model.

@@ -148,10 +148,10 @@ def _restored(workdir: str, step: int | None, overrides: dict | None = None):
     raise errors.ConfigError(f'overrides must be a dict of dotted fields to values (got '
                              f"{type(overrides).__name__}). Fix: e.g. overrides={{'model."
                              "position.rope.remap.method': 'self_extend'}.")
-  config = generation.overridden_config(workdir, [
+  config = generation.overridden_config(workdir, saved, [
       (str(field), value if isinstance(value, str) else repr(
           value.item() if isinstance(value, np.generic) else value))
-      for field, value in overrides.items()], 'overrides') if overrides else None
+      for field, value in overrides.items()], 'overrides') if overrides else saved
   opened = generation.open_workdir(workdir, step, config)
   trainer, params = generation.restore(opened)
   return opened, trainer, params
