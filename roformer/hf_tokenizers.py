@@ -192,10 +192,12 @@ def _proto(sp):
   return proto
 
 
-def _user_defined(proto, start: int) -> list[str]:
-  """The user-defined pieces of `proto` from id `start` on (past the trained model's newline)."""
+def _user_defined(proto, shift: int) -> list[str]:
+  """The user-defined pieces among `proto`'s own (shift 0: the model trained here, past its
+  specials and newline piece; shift 5: a given model, all of its pieces)."""
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  start = 0 if shift else tokenizer_lib.NUM_SPECIAL
   return [p.piece for p in proto.pieces[start:] if p.type == user]
 
 
@@ -216,14 +218,9 @@ def _user_defined_pieces(proto, vocab: list, shift: int) -> list:
     (`_merges_reach_every_piece`).
   An added token matched after normalising is not used: `tokenizers` gives it the mark of the
   dummy prefix or of a space before it."""
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
-  user = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
-  vocab = list(vocab)
-  for i, p in enumerate(proto.pieces):
-    if p.type == user and i + shift != tokenizer_lib.NEWLINE_ID:
-      vocab[i + shift] = (vocab[i + shift][0],
-                          float(np.float32(0.1 * (len(p.piece.encode('utf-8')) - 1))))
-  return vocab
+  scores = {p: float(np.float32(0.1 * (len(p.encode('utf-8')) - 1)))
+            for p in _user_defined(proto, shift)}
+  return [(name, scores.get(name, score)) for name, score in vocab]
 
 
 def _merges_reach_every_piece(proto) -> bool:
@@ -246,7 +243,8 @@ def _sentencepiece(sp, shift: int):
   or a model given as config.data.tokenizer (shift 5: the project's five ids first, then the
   model's own, each moved up by 5). None where the model's settings are not those this form
   reproduces: a unigram or BPE model, without whitespace as a suffix, rules of its own (a
-  normalisation or denormalisation TSV)."""
+  normalisation or denormalisation TSV), or user-defined pieces it cannot take as SentencePiece
+  does (`_user_defined_pieces`)."""
   import tokenizers  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
   proto = _proto(sp)
@@ -267,7 +265,7 @@ def _sentencepiece(sp, shift: int):
   else:
     vocab[tokenizer_lib.NEWLINE_ID] = ('\n', vocab[tokenizer_lib.NEWLINE_ID][1])
   unk = shift + [i for i, p in enumerate(proto.pieces) if p.type == piece.UNKNOWN][0]
-  user_defined = _user_defined(proto, 0 if shift else tokenizer_lib.NUM_SPECIAL)
+  user_defined = _user_defined(proto, shift)
   bpe = trainer.model_type == trainer.BPE
   if user_defined and (norm.precompiled_charsmap or (bpe and not _merges_reach_every_piece(proto))):
     return None  # See _user_defined_pieces.
@@ -350,8 +348,8 @@ def _own_pieces(tokenizer) -> list[str]:
   """The pieces a form matches apart from its model: a SentencePiece model's user-defined ones,
   a tokenizer.json's added tokens that are not special."""
   if isinstance(tokenizer, (tokenizer_lib.Tokenizer, vocabularies.SentencePieceFile)):
-    return _user_defined(_proto(tokenizer.sp), tokenizer_lib.NUM_SPECIAL
-                         if isinstance(tokenizer, tokenizer_lib.Tokenizer) else 0)
+    return _user_defined(_proto(tokenizer.sp),
+                         0 if isinstance(tokenizer, tokenizer_lib.Tokenizer) else _SHIFT)
   if isinstance(tokenizer, vocabularies.HuggingFace):
     return [t.content for t in tokenizer.tok.get_added_tokens_decoder().values() if not t.special]
   return []
