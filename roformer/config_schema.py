@@ -333,6 +333,9 @@ def schema() -> dict:
           'num_layers': Int(1, 1024, default=4),
           'd_model': Int(1, 2**16, default=256),
           'num_heads': Int(1, 1024, default=4),
+          # Each head's width; 0: d_model / num_heads. Set, the attention's inner width is
+          # num_heads * head_dim, projected back to d_model (Qwen3, Gemma, Mistral NeMo).
+          'head_dim': Int(0, 4096, default=0),
           'd_ff': Int(1, 2**18, default=1024),
           'dropout': Float(0, 1, max_open=True, default=0.0),
           # Activations; parameters, optimizer state and statistics stay float32.

@@ -5,9 +5,9 @@ A matmul of an [n, a] by [a, b] matrix costs 2nab FLOPs; training costs 3x the f
 (forward, gradient with respect to the activations, gradient with respect to the weights).
 Counted per token of the input sequence:
 
-  per layer     qkv and output projections  2 * 4 d^2
-                MLP up and down             2 * 2 d f
-                attention scores QK^T, PV   2 * 2 L d   (softmax; half of it when causal)
+  per layer     qkv and output projections  2 * 4 d^2   (2 d (h + 2 g) e + 2 h e d)
+                MLP up and down             2 * 2 d f   (gated: 2 * 3 d f)
+                attention scores QK^T, PV   2 * 2 L d   (2 * 2 L h e; half of it when causal)
                 FAVOR+ instead              2 * 2 m d (q, k features) + 2 * 2 m d (sums)
   per token     output layer (tied logits)  2 d V
                 masked-LM head dense        2 d^2
@@ -18,7 +18,9 @@ that fraction of the tokens (`predicted_fraction`, config.data.mask_rate), wheth
 computes them there only (the default) or everywhere (config.data.max_predictions=0).
 
 L is the sequence length, d the model width, f the MLP width, V the vocabulary, m the FAVOR+
-features per head (summed over heads: m * num_heads columns of d / num_heads each). Element-wise
+features per head (summed over heads: m * num_heads columns of d / num_heads each). In
+brackets, the general form: h query heads and g key/value heads (grouped-query attention) of
+width e (model.head_dim; h e = d by default). Element-wise
 work (LayerNorm, softmax, GELU, the position schemes' rotations and biases) and embedding
 lookups are not counted: "model FLOPs" are the same for every position scheme, so a scheme's
 extra cost shows up as a lower achieved FLOP rate.
@@ -28,6 +30,7 @@ import ml_collections
 
 from roformer import attention_options
 from roformer import model_types
+from roformer import positions
 from roformer import self_attention
 
 TRAIN_MULTIPLIER = 3  # Forward + two backward matmuls per forward matmul.
@@ -49,10 +52,13 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   """Forward FLOPs per token of one layer: projections, MLP, attention, and what the attention
   options add beside it (gated attention's W_g, DAPE's MLP on each pair), as declared."""
   d, f = model_cfg.d_model, model_cfg.d_ff
+  h, g, e = (model_cfg.num_heads, self_attention.kv_heads(model_cfg),
+             positions.head_dim(model_cfg))
   att = self_attention.attention_config(model_cfg)
   extra = sum(o.layer_flops(model_cfg, seq_len, causal)
               for o in attention_options.enabled(att))
-  return (2 * 4 * d * d + extra + 2 * 2 * d * f
+  mlp = 3 if model_cfg.get('mlp', 'plain') == 'gated' else 2  # Gate, up, down: 3 matrices.
+  return (2 * d * (h + 2 * g) * e + 2 * h * e * d + extra + 2 * mlp * d * f
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 

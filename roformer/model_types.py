@@ -15,6 +15,7 @@ import ml_collections
 
 from roformer import errors
 from roformer import metrics
+from roformer import positions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,9 +121,9 @@ def _translation_flops(m, seq_len, predicted_fraction, layer):
   """Per target token: the decoder with cross-attention counted like self-attention over
   `seq_len` source tokens, and the encoder per source token."""
   del predicted_fraction
-  d = m.d_model
+  d, width = m.d_model, m.num_heads * positions.head_dim(m)  # Cross-attention: h heads.
   encoder = m.num_layers * layer(m, seq_len, False)
-  cross = 2 * 4 * d * d + 2 * 2 * seq_len * d
+  cross = 2 * 4 * d * width + 2 * 2 * seq_len * width
   decoder = m.num_layers * (layer(m, seq_len, True) + cross)
   return encoder + decoder + 2 * d * m.vocab_size
 

@@ -53,7 +53,7 @@ class EmbeddingModel(nnx.Module):
     # Plain fields, not the ConfigDict: the module's graph must stay hashable for jit.
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.num_kv_heads = self_attention.kv_heads(cfg)
-    self.head_dim = cfg.d_model // cfg.num_heads
+    self.head_dim = positions_lib.head_dim(cfg)
     self.dtype = jnp.dtype(cfg.dtype)
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)

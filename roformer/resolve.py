@@ -273,6 +273,7 @@ def _encoder_fields(model_cfg) -> dict:
   kind with the options that kind reads, and the attention fields that decide what it computes
   (attention_options.fields_read: the kind's own, the switches and those of the switches on)."""
   fields = {name: model_cfg.get(name) for name in _ENCODER_FIELDS}
+  fields['head_dim'] = positions_lib.head_dim(model_cfg)  # Its width, whether set or derived.
   position = model_cfg.position
   fields['position'] = {'kind': position.kind,
                         **{name: position.get(name)

@@ -62,7 +62,7 @@ class MultiHeadAttention(nnx.Module):
     d = cfg.d_model
     self.window = window  # > 0: query i sees keys i - window + 1 .. i (a sliding window).
     self.num_heads = cfg.num_heads
-    self.head_dim = d // cfg.num_heads
+    self.head_dim = positions_lib.head_dim(cfg)
     caps = positions_lib.capabilities(cfg.position.kind)
     att = attention_config(cfg)
     self.attention_kind = att.kind
@@ -82,9 +82,9 @@ class MultiHeadAttention(nnx.Module):
         and not fused_bias.triton_takes(self.head_dim)):  # Else Triton's compile traceback.
       raise errors.ConfigError(
           f'model.attention_impl=pallas runs the fused kernels through Triton on a GPU, whose '
-          f'blocks take heads of a power of 2 and at least 16 wide; model.d_model / '
-          f'model.num_heads gives {self.head_dim}. Fix: attention_impl=auto, or a head width '
-          'such as 16, 32 or 64.')
+          f'blocks take heads of a power of 2 and at least 16 wide; the heads are '
+          f'{self.head_dim} wide. Fix: attention_impl=auto, or a head width (model.head_dim, '
+          'or d_model / num_heads) such as 16, 32 or 64.')
     # Calls the fused kernels do not take (a key/value cache, rows without packed segments)
     # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
     self.unfused_impl = attention.resolve(cfg.attention_impl, dtype=dtype,
@@ -103,8 +103,9 @@ class MultiHeadAttention(nnx.Module):
     width = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim  # [q | k | v] columns.
     self.qkv = layers.linear(cfg, d, width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'),
                              use_bias=layers.has_bias(cfg, 'qkv'))
-    self.out = layers.linear(cfg, d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
-                             residual=True, use_bias=layers.has_bias(cfg, 'out'))
+    self.out = layers.linear(cfg, self.num_heads * self.head_dim, d, dtype=dtype, rngs=rngs,
+                             axes=('heads', 'embed'), residual=True,
+                             use_bias=layers.has_bias(cfg, 'out'))
 
   @property
   def kind(self) -> attention_options.AttentionKind:
@@ -173,11 +174,12 @@ class CrossAttention(nnx.Module):
 
   def __init__(self, cfg, *, dtype, rngs):
     d = cfg.d_model
-    self.num_heads, self.head_dim = cfg.num_heads, d // cfg.num_heads
+    self.num_heads, self.head_dim = cfg.num_heads, positions_lib.head_dim(cfg)
+    width = self.num_heads * self.head_dim
     self.impl = attention.resolve(cfg.attention_impl, dtype=dtype)
-    self.q = layers.linear(cfg, d, d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
-    self.kv = layers.linear(cfg, d, 2 * d, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
-    self.out = layers.linear(cfg, d, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
+    self.q = layers.linear(cfg, d, width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.kv = layers.linear(cfg, d, 2 * width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'))
+    self.out = layers.linear(cfg, width, d, dtype=dtype, rngs=rngs, axes=('heads', 'embed'),
                              residual=True)
 
   def __call__(self, x, memory, mask):

@@ -56,6 +56,38 @@ def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
   np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
 
 
+def test_heads_wider_than_d_model_over_heads_are_the_formula_with_qk_norms_epsilon():
+  """model.head_dim=12 with 4 heads of a 32-wide model (an inner width of 48, as Qwen3-0.6B's
+  2048 of 1024), QK-norm with an epsilon large enough to move the outputs, and the output gate,
+  whose width follows the heads'."""
+  config = test_config.get_config('alibi')
+  config.model.update(vocab_size=50, num_layers=1, attention_impl='einsum', head_dim=12)
+  config.data.vocab_size = 50
+  config.model.attention.update(qk_norm=True, qk_norm_eps=0.5, output_gate=True)
+  resolve.validate(config)
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  assert (attn.qkv.kernel.shape, attn.out.kernel.shape, attn.gate.kernel.shape) == (
+      (32, 3 * 48), (48, 32), (32, 48))
+  rng = np.random.default_rng(1)
+  attn.q_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, 12), jnp.float32)
+  attn.k_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, 12), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 9, 32)) * 0.3, jnp.float32)
+  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  mask = attention.make_mask(jnp.ones((2, 9), jnp.int32), jnp.ones((2, 9), jnp.int32),
+                             causal=True)
+  out, _ = attn(x, mask, pos, layer)
+  stub = jnp.zeros((2, 9, 4, 12))
+  bias = np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
+  gate = (attn.gate.kernel[...], attn.gate.bias[...])
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=True, qk_norm_eps=0.5, gate=gate)
+  np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  # The epsilon is read: the default's formula is another output.
+  other = kinds.attention_formula(attn, x, mask, bias, qk_norm=True, gate=gate)
+  assert np.abs(other - want).max() > 1e-3
+
+
 def test_the_cache_equals_the_full_pass_with_both_options():
   config = tiny('rope', qk_norm=True, ssmax=True)
   config.model.num_layers = 2

@@ -7,13 +7,18 @@ import re
 import subprocess
 import sys
 
+import jax
+import kinds
 import ml_collections
 import processes
 import pytest
+from flax import nnx
 from configs import lm
 from configs import mlm
+from configs import translate
 from roformer import errors
 from roformer import flops
+from roformer import models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,6 +40,43 @@ def test_flops_per_token_by_hand():
   enc.attention.update(kind='favor', num_features=4)
   # FAVOR+: 2*2*4*8 for the q and k features, 2*2*4*8 for the sums: 256, whatever L is.
   assert flops.train_flops_per_token(enc, 4096) == 3 * (2 * (512 + 1024 + 256) + 128 + 1600)
+
+
+@pytest.mark.parametrize('preset,fields', [
+    ('', {}), ('llama', {}), ('llama', {'head_dim': 12, 'attention.output_gate': True}),
+    ('llama', {'num_kv_heads': 1, 'head_dim': 4})])
+def test_a_layers_flops_are_twice_its_matmul_weights_plus_attention(preset, fields):
+  """Grouped-query attention, the gated MLP's third matrix, heads of their own width and the
+  output gate: the count outside the scores and weighted values is 2 FLOPs per weight of the
+  block's matrices, read off the parameters the model builds."""
+  config = lm.get_config(preset)
+  config.model.update(num_layers=1, d_model=32, num_heads=4, d_ff=48, vocab_size=50)
+  if preset:
+    config.model.num_kv_heads = 2
+  kinds.set_fields(config.model, fields)
+  block = nnx.state(models.create(config.model, seed=0).blocks[0], nnx.Param)
+  weights = sum(leaf.size for leaf in jax.tree.leaves(block) if leaf.ndim == 2)
+  seq = 64
+  heads, width = config.model.num_heads, config.model.head_dim or 8
+  attention = 2 * 2 * seq * heads * width / 2  # Causal: half.
+  assert flops.attention_flops_per_token(config.model, seq, True) == attention
+  assert flops.layer_flops_per_token(config.model, seq, True) == 2 * weights + attention
+
+
+def test_cross_attention_flops_are_twice_its_matmul_weights_plus_its_scores():
+  """A translation model with heads 12 wide in a 32-wide model: per target token, the decoder's
+  cross-attention adds 2 FLOPs per weight of its matrices and its scores over the source."""
+  config = translate.get_config()
+  config.model.update(num_layers=1, d_model=32, num_heads=4, d_ff=48, vocab_size=50,
+                      head_dim=12)
+  model = models.create(config.model, seed=0)
+  cross = nnx.state(model.decoder_blocks[0].cross, nnx.Param)
+  weights = sum(leaf.size for leaf in jax.tree.leaves(cross) if leaf.ndim == 2)
+  seq, m = 64, config.model
+  rest = (flops.layer_flops_per_token(m, seq, False) + flops.layer_flops_per_token(m, seq, True)
+          + 2 * 32 * 50)
+  forward = flops.train_flops_per_token(m, seq) / flops.TRAIN_MULTIPLIER
+  assert forward - rest == 2 * weights + 2 * 2 * seq * 4 * 12
 
 
 def _benchmark(*args) -> subprocess.CompletedProcess:

@@ -267,11 +267,12 @@ def test_checkpoints_of_the_earlier_layout_restore(name):
 @pytest.mark.parametrize('kind', kinds.ALL)
 def test_every_kind_trains_end_to_end_at_a_tiny_size_with_grouped_query_attention(kind):
   """Every registered kind (from the registry, not a hand-written list) builds a causal LM with
-  two key/value heads for its four query heads whose loss on packed rows is finite, has a
-  finite gradient for every parameter, and falls after a few gradient steps on the same batch.
-  The stack is stored stacked and runs scanned, which also needs the kind's blocks to be alike
+  two key/value heads for its four query heads, each 12 wide in a 32-wide model
+  (`model.head_dim`: an inner width of 48), whose loss on packed rows is finite, has a finite
+  gradient for every parameter, and falls after a few gradient steps on the same batch. The
+  stack is stored stacked and runs scanned, which also needs the kind's blocks to be alike
   (the loop against the scan: the test above)."""
-  config = tiny(kind, num_kv_heads=2, scan_layers=True)
+  config = tiny(kind, num_kv_heads=2, head_dim=12, scan_layers=True)
   model = models.create(config.model, seed=0)
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)  # rest: constants (FoPE's).
   targets = jnp.roll(TOKENS, -1, axis=1)

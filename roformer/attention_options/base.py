@@ -74,8 +74,9 @@ class Site:
 
 
 def scores_flops(model_cfg, seq_len: int, causal: bool) -> float:
-  """q.k scores and weighted values, 2 L d each; half of it when causal."""
-  full = 2 * 2 * seq_len * model_cfg.d_model
+  """q.k scores and weighted values, 2 L h e each (h heads of width e: d_model by default);
+  half of it when causal."""
+  full = 2 * 2 * seq_len * model_cfg.num_heads * positions.head_dim(model_cfg)
   return full / 2 if causal else full
 
 

@@ -190,7 +190,8 @@ class Favor(base.AttentionKind):
   def flops(self, model_cfg, seq_len: int, causal: bool) -> float:
     """q, k features (2 m d) and the prefix or total sums (2 m d), times two."""
     del seq_len, causal
-    return 2 * 2 * model_cfg.attention.num_features * model_cfg.d_model * 2
+    width = model_cfg.num_heads * positions.head_dim(model_cfg)
+    return 2 * 2 * model_cfg.attention.num_features * width * 2
 
   def validate(self, model_cfg, att) -> None:
     """Its features come in rotated pairs, and it never forms the logits or probabilities that

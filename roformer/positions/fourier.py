@@ -135,9 +135,8 @@ class Fourier(base.PositionScheme):
     field = 'config.model.position.fope'
     if d % 4:
       raise errors.ConfigError(
-          f'fope rotates pairs (j, j + d/2) of the first d/4, but head_dim {model_cfg.d_model}/'
-          f'{model_cfg.num_heads} = {d} is not a multiple of 4. Fix: change '
-          '--config.model.d_model or --config.model.num_heads.')
+          f'fope rotates pairs (j, j + d/2) of the first d/4, but head_dim {d} is not a '
+          'multiple of 4. Fix: change --config.model.head_dim (or d_model / num_heads).')
     if not len(fope_frequencies(d, f.base, f.clip_length)):
       raise errors.ConfigError(
           f'{field}.clip_length={f.clip_length} clips every frequency (they are at most 1, '

@@ -164,8 +164,8 @@ class _PathLayer(base.Layer):
     del causal
     d, heads = model_cfg.d_model, model_cfg.num_heads
     opts = model_cfg.position.path
-    self.num_heads, self.head_dim = heads, d // heads
-    rank, width = opts.w_rank, d
+    self.num_heads, self.head_dim = heads, base.head_dim(model_cfg)
+    rank, width = opts.w_rank, heads * self.head_dim
     normal = lambda shape, fan_in: jax.random.normal(rngs.params(), shape, jnp.float32) * fan_in ** -0.5
     if rank:  # Low rank: d_model -> rank -> heads x head_dim.
       self.w_down = variables.param(normal((d, rank), d), ('embed', None), decay=True)

@@ -233,7 +233,7 @@ def _validate_rotation(width: int, what: str, r) -> int:
   if rotary_dim % 2 or rotary_dim == 0:
     raise errors.ConfigError(
         f'rope rotates pairs, but the rotated dimension is {rotary_dim} ({what} {width} x '
-        f'fraction {r.fraction}). Fix: change --config.model.d_model, --config.model.num_heads, '
+        f'fraction {r.fraction}). Fix: change --config.model.head_dim (or d_model / num_heads), '
         '--config.model.attention.num_features or --config.model.position.rope.fraction so '
         'that it is even.')
   keep = r.keep_fraction
@@ -393,7 +393,7 @@ class Rotary(base.PositionScheme):
     r = cfg.rope
     head_dim = base.head_dim(model_cfg)
     rotary_dim = _validate_rotation(
-        head_dim, f'head_dim {model_cfg.d_model}/{model_cfg.num_heads} =', r)
+        head_dim, 'head_dim', r)
     scaling.validate(r.scaling, rotary_dim)
     features = _favor_features(model_cfg)
     _validate_remap(cls, r.remap, model_cfg, causal)
