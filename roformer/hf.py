@@ -7,8 +7,8 @@
   (fine-tuning, or continuing at a longer length) read it like a run trained here.
 - `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
-  Mistral, Qwen2 or GPT-NeoX, whichever computes the model; roformer/hf_config.py refuses, in
-  one line, a model that none computes).
+  Mistral, Qwen2, Qwen3 or GPT-NeoX, whichever computes the model; roformer/hf_config.py
+  refuses, in one line, a model that none computes).
 - `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
 
     from roformer import hf

@@ -1,11 +1,13 @@
 """A Hugging Face `config.json` as this project's config, and back.
 
-Four architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
-window becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows) and
-GPTNeoXForCausalLM (partial rotary, parallel residual). Both forms of the rotary settings that
-the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
-`rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside); an export is
-written in the first form, which both versions read.
+Five architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
+window becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
+Qwen3ForCausalLM (QK-norm, `attention.qk_norm`) and GPTNeoXForCausalLM (partial rotary,
+parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and
+4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
+rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside
+`rope_scaling` (keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with
+`rope_theta` inside); an export is written in the first form, which both versions read.
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
@@ -29,9 +31,10 @@ from roformer import model_types
 from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
-                 'Qwen2ForCausalLM': 'qwen2', 'GPTNeoXForCausalLM': 'gpt_neox'}
+                 'Qwen2ForCausalLM': 'qwen2', 'Qwen3ForCausalLM': 'qwen3',
+                 'GPTNeoXForCausalLM': 'gpt_neox'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
-LLAMA_FAMILY = ('llama', 'mistral', 'qwen2')
+LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
@@ -57,7 +60,7 @@ def read(directory: str) -> dict:
 
 
 def family(hf: dict, where: str) -> str:
-  """'llama', 'mistral', 'qwen2' or 'gpt_neox' from the config's architecture."""
+  """'llama', 'mistral', 'qwen2', 'qwen3' or 'gpt_neox' from the config's architecture."""
   archs = hf.get('architectures') or [MODEL_TYPES.get(hf.get('model_type'), '')]
   arch = archs[0] if archs else ''
   if arch not in ARCHITECTURES:
@@ -145,7 +148,7 @@ def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
     return (int(window),) if window else ()
-  if fam == 'qwen2' and window and hf.get('use_sliding_window'):
+  if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     kinds = hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
         for i in range(layers)]
@@ -175,12 +178,16 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   where = os.path.join(directory, 'config.json')
   fam = family(hf, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
-  head_dim = d // heads if d % heads == 0 else None
-  if head_dim is None or hf.get('head_dim') not in (None, head_dim):
+  # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
+  # Qwen3Config's default, where absent, is 128); GPT-NeoX's always split hidden_size.
+  given = (_read(hf, 'head_dim', 128 if fam == 'qwen3' else None) if fam in LLAMA_FAMILY
+           else None)
+  head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
+  if head_dim is None or (fam not in LLAMA_FAMILY and hf.get('head_dim') not in (None, head_dim)):
     raise errors.ConfigError(
-        f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; this '
-        'project builds heads of hidden_size / num_attention_heads. Fix: a checkpoint whose '
-        'heads are so.')
+        f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; '
+        f'{MODEL_TYPES[fam]} splits hidden_size into the heads. Fix: a checkpoint whose heads '
+        'are so.')
   act = _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu')
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: hidden_act {act!r} is not one this project computes. Fix: '
@@ -207,6 +214,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   config.model.update(
       type=decoder, vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
       d_model=d, num_heads=heads, num_kv_heads=0 if kv == heads else kv,
+      head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
       dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings', False)),
@@ -219,6 +227,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   else:
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-6)))
+  if fam == 'qwen3':  # q_norm and k_norm: RMSNorm over each head, with the blocks' epsilon.
+    config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
   rope.update(base=float(settings['rope_theta']), layout='half', fraction=rotary / head_dim)
@@ -243,7 +253,7 @@ def _refusal(config) -> str | None:
       (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
-       ': the Llama, Mistral, Qwen2 and GPT-NeoX classes compute RoPE in every layer and '
+       ': the Llama, Mistral, Qwen2, Qwen3 and GPT-NeoX classes compute RoPE in every layer and '
        'nothing else'),
       (bool(m.layer_rope_bases), 'per-layer RoPE bases (layer_rope_bases)'),
       (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
@@ -257,8 +267,9 @@ def _refusal(config) -> str | None:
        "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
        'frequencies, so a model trained on one is not the other'),
       (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
-      (bool(attention_options.enabled(att)),
-       f'an attention option ({", ".join(attention_options.OPTIONS)})'),
+      (bool(set(o.field for o in attention_options.enabled(att)) - {'qk_norm'}),
+       'an attention option (' + ", ".join(o for o in attention_options.OPTIONS
+                                           if o != 'qk_norm') + ')'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
@@ -270,6 +281,13 @@ def _refusal(config) -> str | None:
       return reason
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
+    if att.qk_norm and m.biases not in ('none', 'attention'):
+      return (f"QK-norm with biases={m.biases!r} (Qwen3, the class with QK-norm, has biases on "
+              "all four attention layers or none)")
+    if att.qk_norm and att.qk_norm_eps != m.layer_norm_eps:
+      return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
+              f'layer_norm_eps={m.layer_norm_eps}): Qwen3 has one rms_norm_eps for both. Fix: '
+              'train with --config.model.attention.qk_norm_eps equal to model.layer_norm_eps')
     if m.residual == 'parallel':
       return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
     if rope.fraction < 1:
@@ -281,6 +299,11 @@ def _refusal(config) -> str | None:
     return None
   if m.biases != 'all':
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
+  if att.qk_norm:
+    return 'QK-norm in a GPT-NeoX block'
+  if m.head_dim and m.head_dim * m.num_heads != m.d_model:
+    return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
+            f'{m.d_model} into its {m.num_heads} heads')
   if rope.fraction < 1 and rope.scaling.kind == 'yarn':
     return ("yarn with partial rotary (transformers' GPT-NeoX multiplies only the rotated "
             "dimensions by YaRN's attention factor, this project the whole logits)")
@@ -296,14 +319,16 @@ def export_family(config) -> str:
   reason = _refusal(config)
   if reason:
     fix = '' if '. Fix: ' in reason else (
-        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2 and GPT-NeoX '
-        'classes compute RoPE in every layer, in their blocks, with no scaling or a linear, '
-        "ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
+        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3 and '
+        'GPT-NeoX classes compute RoPE in every layer, in their blocks, with no scaling or a '
+        "linear, ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
         '(docs/hf_checkpoints.md)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
+  if m.attention.qk_norm:
+    return 'qwen3'
   if any(m.layer_windows) and m.biases == 'none':
     return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (
         'qwen2')
@@ -344,7 +369,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   scaling, max_len = _rope_scaling(config)
   if source and 'max_position_embeddings' in source:
     max_len = int(source['max_position_embeddings'])
-  head_dim = m.d_model // m.num_heads
+  head_dim = positions.head_dim(m)
   rotary = int(round(head_dim * rope.fraction))
   base = rope.base
   if rope.scaling.kind == 'ntk':
@@ -372,7 +397,9 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
-  else:  # qwen2
+  else:  # qwen2, qwen3
+    if fam == 'qwen3':
+      out.update(attention_bias=m.biases == 'attention')
     window = max(windows)
     # transformers 5 reads layer_types; transformers 4 slides the layers from max_window_layers
     # on, which says the same where the global layers come first (other layouts: 5 only).

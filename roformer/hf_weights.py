@@ -1,6 +1,6 @@
 """Hugging Face weights (`*.safetensors`, sharded or not) as this project's parameters, and
-back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2) and of
-GPT-NeoX.
+back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Qwen3: its
+q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`) and of GPT-NeoX.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -10,7 +10,8 @@ The layouts that differ:
 - the rotary pairs: transformers rotates (x_i, x_{i + r/2}) ("rotate_half"); an import keeps that
   order (`rope.layout='half'`), and an export of a model trained with the interleaved pairs
   (x_{2i}, x_{2i+1}) permutes the rotated columns of q and k to (0, 2, 4, .., 1, 3, 5, ..),
-  which leaves every q.k, and so the logits, unchanged.
+  which leaves every q.k, and so the logits, unchanged (QK-norm's scales are permuted alike,
+  and a root mean square does not depend on the order of the dimensions).
 """
 
 import os
@@ -18,6 +19,7 @@ import os
 import numpy as np
 
 from roformer import errors
+from roformer import positions
 
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
@@ -145,7 +147,7 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
   from roformer import layers  # pylint: disable=g-import-not-at-top
   t = _Tensors(tensors, where)
   d, f, v = m.d_model, m.d_ff, m.vocab_size
-  h, hd = m.num_heads, m.d_model // m.num_heads
+  h, hd = m.num_heads, positions.head_dim(m)
   kv = m.num_kv_heads or h
   qkv_bias, out_bias = layers.has_bias(m, 'qkv'), layers.has_bias(m, 'out')
   mlp_bias, norm_bias = layers.has_bias(m, 'mlp'), m.normalization == 'layer_norm'
@@ -175,7 +177,10 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
                for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
       block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
                                for k in parts[0]},
-                       'out': _linear(t, p + 'self_attn.o_proj', d, d, out_bias)}
+                       'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, out_bias)}
+      if m.attention.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys.
+        block['attn'].update(q_scale=t(p + 'self_attn.q_norm.weight', (hd,)),
+                             k_scale=t(p + 'self_attn.k_norm.weight', (hd,)))
       block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
                       for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
@@ -197,7 +202,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   parameters `params` (a nested dict), for the family hf_config.export_family chose. A layer
   the transformers class has a bias for and this model has none gets a zero bias."""
   d, f = m.d_model, m.d_ff
-  h, hd = m.num_heads, m.d_model // m.num_heads
+  h, hd = m.num_heads, positions.head_dim(m)
   kv = m.num_kv_heads or h
   rope = m.position.rope
   rotary = int(round(hd * rope.fraction))
@@ -250,6 +255,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
       part = {k: split[k][index] for k in split}
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
+    if fam == 'qwen3':
+      for n in ('q', 'k'):
+        out[p + f'self_attn.{n}_norm.weight'] = np.asarray(b['attn'][f'{n}_scale'],
+                                                           np.float32)[order]
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
     for n in ('gate', 'up', 'down'):
       linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)

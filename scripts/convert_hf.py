@@ -5,8 +5,8 @@
 
 --from_hf reads a local directory as `save_pretrained` writes it (config.json, model.safetensors
 or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_config.json) of a
-LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or GPTNeoXForCausalLM, and writes a new
-workdir that eval.py, scripts/generate.py and train.py (--config configs/continued.py:WORKDIR)
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPTNeoXForCausalLM,
+and writes a new workdir that eval.py, scripts/generate.py and train.py (--config configs/continued.py:WORKDIR)
 read. --to_hf writes a directory that transformers.AutoModelForCausalLM.from_pretrained loads
 with the same logits, and the run's tokenizer where it has a transformers form
 (roformer/hf_tokenizers.py).
@@ -36,8 +36,11 @@ def main(argv):
   if args.from_hf:
     config = hf.import_checkpoint(args.from_hf, args.workdir)
     m = config.model
-    print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads '
-          f'({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, trained '
+    width = f' of {m.head_dim}' if m.head_dim else ''
+    qk_norm = 'QK-norm, ' if m.attention.qk_norm else ''
+    print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
+          f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '
+          f'{qk_norm}trained '
           f'length {config.data.seq_len}, rope base {m.position.rope.base:g}, scaling '
           f'{m.position.rope.scaling.kind}')
   else:

@@ -77,6 +77,18 @@ FIXTURES = {
     'mistral_window': ('MistralConfig', dict(
         SMALL, num_key_value_heads=2, sliding_window=8, max_position_embeddings=64,
         rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
+    # Qwen3: QK-norm, heads wider than hidden_size / heads (head_dim 16 for 4 heads of a
+    # 32-wide model, as Qwen3-0.6B's 128 for 16 heads of 1024), tied embeddings, YaRN.
+    'qwen3_yarn_wide_heads': ('Qwen3Config', dict(
+        SMALL, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+    # Llama with heads narrower than hidden_size / heads (as Mistral NeMo's 128 for 32 heads of
+    # 5120), of a width that is not a power of 2.
+    'llama_narrow_heads': ('LlamaConfig', dict(
+        SMALL, num_key_value_heads=2, head_dim=6,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
     'gpt_neox_partial': ('GPTNeoXConfig', dict(

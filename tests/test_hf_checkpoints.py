@@ -354,13 +354,22 @@ def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
   return str(path)
 
 
-@pytest.mark.parametrize('arg,arch', [('rope', 'GPTNeoXForCausalLM'),
-                                      ('llama', 'LlamaForCausalLM')])
-def test_a_model_trained_here_exports_with_the_same_logits(arg, arch, tmp_path):
+# The Llama preset with QK-norm, heads 12 wide (4 of them in a 32-wide model) and the interleaved
+# pairs, whose export to Qwen3 permutes the norms' scales with the rotated columns.
+QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 12,
+         'position.rope.layout': 'interleaved'}
+
+
+@pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
+                                             ('llama', {}, 'LlamaForCausalLM'),
+                                             ('llama', QWEN3, 'Qwen3ForCausalLM')])
+def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, the Llama preset to Llama; the export, read back, computes the same logits.
-  (tests/test_hf_checkpoints.py's last test reads it with transformers where torch is.)"""
+  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3; the export, read back, computes
+  the same logits. (tests/test_hf_checkpoints.py's last test reads it with transformers where
+  torch is.)"""
   config = test_config.get_config(arg)
+  kinds.set_fields(config.model, fields)
   config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                             ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
@@ -399,25 +408,38 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
   assert list(hf.load(str(tmp_path / 'back')).encode(text)) == list(here.encode(text))
 
 
-def test_an_imported_checkpoint_exports_as_it_came(tmp_path):
-  workdir = _imported('qwen2_yarn_v4', tmp_path)
-  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == 'Qwen2ForCausalLM'
+@pytest.mark.parametrize('name,arch', [('qwen2_yarn_v4', 'Qwen2ForCausalLM'),
+                                       ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
+                                       ('llama_narrow_heads', 'LlamaForCausalLM')])
+def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
+  workdir = _imported(name, tmp_path)
+  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
   assert (tmp_path / 'out' / 'tokenizer.json').exists()
   modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / 'out').iterdir()}
   assert len(set(modes.values())) == 1, modes  # The weights as readable as the rest.
-  came, went = (json.loads(p.read_text()) for p in (FIXTURES / 'qwen2_yarn_v4' / 'config.json',
+  came, went = (json.loads(p.read_text()) for p in (FIXTURES / name / 'config.json',
                                                     tmp_path / 'out' / 'config.json'))
-  assert went['max_position_embeddings'] == came['max_position_embeddings']
-  assert went['rope_scaling']['original_max_position_embeddings'] == 16
+  for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings'):
+    assert went[field] == came[field], field
+  assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
+      'num_attention_heads'])
+  if 'yarn' in name:
+    assert went['rope_scaling']['original_max_position_embeddings'] == 16
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
-  ref = np.load(FIXTURES / 'qwen2_yarn_v4' / 'reference.npz')
+  ref = np.load(FIXTURES / name / 'reference.npz')
   assert _relative_error(hf.load(str(tmp_path / 'back')).logits(ref['ids']), ref['logits']) < 1e-4
 
 
 @pytest.mark.parametrize('fields,message', [
     ({'position.kind': 'alibi'}, "position.kind='alibi'"),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
-    ({'attention.qk_norm': True}, 'an attention option'),
+    ({'attention.ssmax': True}, r'an attention option \(.*\)'),
+    ({'attention.qk_norm': True}, 'QK-norm in a GPT-NeoX block'),
+    ({'head_dim': 16}, r'heads of width head_dim=16 in a GPT-NeoX block'),
+    ({'attention.qk_norm': True, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'qkv'},
+     r"QK-norm with biases='qkv' \(Qwen3"),
+    ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
+      'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
      r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
      'without it'),
@@ -495,11 +517,12 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
   assert continued.data.tokenizer.startswith('hf:')
 
 
-@pytest.mark.parametrize('arg', ['rope', 'llama'])
-def test_transformers_reads_an_export_with_the_same_logits(arg, tmp_path):
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3)])
+def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
   config = test_config.get_config(arg)
+  kinds.set_fields(config.model, fields)
   config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
