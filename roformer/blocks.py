@@ -3,8 +3,9 @@ and the layer's own position module. The block composes the components its confi
 (roformer/layers.py: the norm and the MLP; roformer/self_attention.py: the head layout) and
 lays out its residual branches:
 
-- `model.norm`: 'pre' (the norm before each branch, the default) or 'post' (after each
-  residual sum: BERT, Hugging Face RoFormer);
+- `model.norm`: 'pre' (the norm before each branch, the default), 'post' (after each
+  residual sum: BERT, Hugging Face RoFormer) or 'sandwich' (before each branch and on its
+  output, before the sum: x + norm_2(attn(norm_1 x)), Gemma 2 and 3);
 - `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): every family here but
   one) or 'parallel' (GPT-NeoX, GPT-J: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read
   the block's input).
@@ -16,14 +17,17 @@ from roformer import layers
 from roformer import positions as positions_lib
 from roformer import self_attention
 
-PLACEMENTS = ('pre', 'post')  # config.model.norm
+PLACEMENTS = ('pre', 'post', 'sandwich')  # config.model.norm
 RESIDUALS = ('sequential', 'parallel')  # config.model.residual
 
 
-def residual(x, sublayer, norm, post: bool, rate: float, key):
-  """x + dropout(sublayer(norm(x))) (pre-norm), or norm(x + dropout(sublayer(x))) (post-norm).
-  `sublayer` returns (output, extra); returns (new x, extra)."""
+def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None):
+  """x + dropout(sublayer(norm(x))) (pre-norm), x + dropout(out_norm(sublayer(norm(x))))
+  (sandwich), or norm(x + dropout(sublayer(x))) (post-norm). `sublayer` returns (output,
+  extra); returns (new x, extra)."""
   out, extra = sublayer(x if post else norm(x))
+  if out_norm is not None:
+    out = out_norm(out)
   x = x + layers.dropout(out, rate, key)
   return (norm(x) if post else x), extra
 
@@ -40,8 +44,16 @@ class Block(nnx.Module):
     self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.norm == 'post'
+    self.sandwich = cfg.norm == 'sandwich'
+    if self.sandwich:  # The norms of the branches' outputs.
+      self.ln_attn_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
+      self.ln_mlp_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.parallel = cfg.residual == 'parallel'
     self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
+
+  def out_norm(self, name):
+    """The norm of branch `name`'s output (a sandwich block), or None."""
+    return getattr(self, f'ln_{name}_out') if self.sandwich else None
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0):
     """`shared`: what the stack's position Shared module returned; `layer`: this block's index.
@@ -53,9 +65,10 @@ class Block(nnx.Module):
       out, cache = attend(self.ln_attn(x))
       return (x + layers.dropout(out, self.dropout_rate, k1)
               + layers.dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)), cache
-    x, cache = residual(x, attend, self.ln_attn, self.post_norm, self.dropout_rate, k1)
+    x, cache = residual(x, attend, self.ln_attn, self.post_norm, self.dropout_rate, k1,
+                        self.out_norm('attn'))
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
-                    self.dropout_rate, k2)
+                    self.dropout_rate, k2, self.out_norm('mlp'))
     return x, cache
 
 
@@ -66,6 +79,8 @@ class DecoderBlock(Block):
     super().__init__(cfg, dtype=dtype, rngs=rngs)
     self.ln_cross = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.cross = self_attention.CrossAttention(cfg, dtype=dtype, rngs=rngs)
+    if self.sandwich:
+      self.ln_cross_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0,
                *, memory, memory_mask):
@@ -74,8 +89,9 @@ class DecoderBlock(Block):
     post, rate = self.post_norm, self.dropout_rate
     # `segments`: the targets' packed segments, for the kernels that read them (without a cache).
     attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
-    x, cache = residual(x, attend, self.ln_attn, post, rate, k1)
+    x, cache = residual(x, attend, self.ln_attn, post, rate, k1, self.out_norm('attn'))
     x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
-                    post, rate, k2)
-    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3)
+                    post, rate, k2, self.out_norm('cross'))
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3,
+                    self.out_norm('mlp'))
     return x, cache

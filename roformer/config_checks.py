@@ -205,7 +205,7 @@ def _validate_architecture(config) -> None:
         f"(bos, eos, the masked LM's [MASK]). Fix: {model_types.offering('decoder_only')} "
         f"(model.type={' or '.join(model_types.named('decoder_only'))}), or a tokenizer.json "
         'without the hf: prefix (its ids after the special ones).')
-  if m.residual == 'parallel' and (m.norm == 'post' or not declared.parallel_residual):
+  if m.residual == 'parallel' and (m.norm != 'pre' or not declared.parallel_residual):
     raise errors.ConfigError(
         "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "

@@ -360,7 +360,8 @@ def schema() -> dict:
           # many rows, each attending only to keys up to its last row, so blocks above the
           # diagonal are never computed (attention.causal_block_attention); 0: the whole matrix.
           'causal_block': Int(0, 2**20, default=128),
-          # The norm before each residual branch, or 'post' (BERT, HF RoFormer).
+          # The norm before each residual branch, 'post' (BERT, HF RoFormer), or 'sandwich'
+          # (before each branch and on its output: Gemma 2 and 3).
           'norm': Str(blocks.PLACEMENTS, default='pre'),
           # The block's components (roformer/layers.py, roformer/blocks.py); the defaults are
           # the classic block, configs/lm.py:llama sets Llama's. The norm: 'layer_norm' or
@@ -383,6 +384,9 @@ def schema() -> dict:
           'residual': Str(blocks.RESIDUALS, default='sequential'),
           # The output layer: the embedding transposed (True), or a matrix of its own.
           'tie_embeddings': Bool(default=True),
+          # The token embeddings times this at the input, not at the output (Gemma:
+          # sqrt(d_model)); 1: unscaled.
+          'embedding_multiplier': Float(0, 1e6, min_open=True, default=1.0),
           # How weights are drawn: 'classic' (T5's: N(0, 1) embedding read out at
           # 1/sqrt(d_model), dense layers N(0, 1/fan_in)) or 'normal' (GPT-2, GPT-NeoX, Llama:
           # every weight N(0, init_std^2), the output layer unscaled); roformer/layers.py.

@@ -1,9 +1,12 @@
 """A Hugging Face `config.json` as this project's config, and back.
 
-Five architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
+Six architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
 window becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
-Qwen3ForCausalLM (QK-norm, `attention.qk_norm`) and GPTNeoXForCausalLM (partial rotary,
-parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and
+Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model:
+sandwich norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the
+embeddings times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each
+kind with its window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`) and
+GPTNeoXForCausalLM (partial rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and
 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
 rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside
 `rope_scaling` (keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with
@@ -22,6 +25,7 @@ import math
 import os
 
 import ml_collections
+import numpy as np
 
 from roformer import attention_options
 from roformer import config_schema
@@ -32,9 +36,12 @@ from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Qwen2ForCausalLM': 'qwen2', 'Qwen3ForCausalLM': 'qwen3',
-                 'GPTNeoXForCausalLM': 'gpt_neox'}
+                 'Gemma3ForCausalLM': 'gemma3', 'GPTNeoXForCausalLM': 'gpt_neox'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
-LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3')
+# config.json's model_type of each family (its own name but Gemma 3's text model's).
+HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
+                  for family in MODEL_TYPES}
+LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3', 'gemma3')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
@@ -60,8 +67,10 @@ def read(directory: str) -> dict:
 
 
 def family(hf: dict, where: str) -> str:
-  """'llama', 'mistral', 'qwen2', 'qwen3' or 'gpt_neox' from the config's architecture."""
-  archs = hf.get('architectures') or [MODEL_TYPES.get(hf.get('model_type'), '')]
+  """'llama', 'mistral', 'qwen2', 'qwen3', 'gemma3' or 'gpt_neox' from the config's
+  architecture (or, where it names none, its model_type)."""
+  by_type = {t: MODEL_TYPES[f] for f, t in HF_MODEL_TYPES.items()}
+  archs = hf.get('architectures') or [by_type.get(hf.get('model_type'), '')]
   arch = archs[0] if archs else ''
   if arch not in ARCHITECTURES:
     raise errors.ConfigError(
@@ -157,6 +166,58 @@ def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   return ()
 
 
+def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, float]:
+  """(layer_windows, layer_rope_bases, rope.base) of a Gemma 3 config: its sliding layers
+  (`layer_types`, else every `sliding_window_pattern`-th layer global) with their window and
+  `rope_local_base_freq`, its global ones with `rope_theta`, in either form of the rotary
+  settings. A scaling is refused: transformers applies it to the global layers only, and this
+  project scales every layer alike."""
+  params = hf.get('rope_parameters')
+  if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
+    full = dict(params.get('full_attention') or {})
+    sliding = dict(params.get('sliding_attention') or {})
+  else:  # transformers 4: rope_theta and rope_scaling (the global layers'), rope_local_base_freq.
+    full = dict(hf.get('rope_scaling') or params or {})
+    sliding = {}
+  full.setdefault('rope_theta', _read(hf, 'rope_theta', 1_000_000.0))
+  sliding.setdefault('rope_theta', _read(hf, 'rope_local_base_freq', 10_000.0))
+  for name, settings in (('full_attention', full), ('sliding_attention', sliding)):
+    kind = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
+    if kind != 'default':
+      raise errors.ConfigError(
+          f"{where}: rope scaling {kind!r} on Gemma 3's {name} layers; transformers scales "
+          'those layers only, this project every layer alike. Fix: a checkpoint without rope '
+          'scaling (as Gemma 3 270M and 1B).')
+  pattern = int(_read(hf, 'sliding_window_pattern', 6))
+  kinds = hf.get('layer_types') or [
+      'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
+  window = int(_read(hf, 'sliding_window', 4096) or 0)
+  windows = tuple(window if k == 'sliding_attention' else 0 for k in kinds)
+  bases = tuple(float(sliding['rope_theta'] if w else full['rope_theta']) for w in windows)
+  if len(set(bases)) == 1:
+    return (windows if any(windows) else ()), (), bases[0]
+  return windows, bases, None
+
+
+def _gemma3_refusal(hf: dict, head_dim: int, where: str) -> None:
+  """What Gemma 3's text config may say that this project does not compute."""
+  scalar = _read(hf, 'query_pre_attn_scalar', 256)
+  checks = (
+      (scalar != head_dim, f'query_pre_attn_scalar {scalar} scales the logits by '
+                           f'1/sqrt({scalar}), and this project by 1/sqrt(head_dim {head_dim})'),
+      (hf.get('final_logit_softcapping') is not None, 'final_logit_softcapping (tanh on the '
+                                                      'logits) is not computed here'),
+      (hf.get('attn_logit_softcapping') is not None, 'attn_logit_softcapping (tanh on the '
+                                                     'attention logits) is not computed here'),
+      (bool(hf.get('use_bidirectional_attention')), 'use_bidirectional_attention: this '
+                                                    'project reads causal LMs'),
+  )
+  for failed, why in checks:
+    if failed:
+      raise errors.ConfigError(f'{where}: {why}. Fix: a Gemma 3 checkpoint without it (as '
+                               'Gemma 3 270M and 1B).')
+
+
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
@@ -179,23 +240,33 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   fam = family(hf, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
-  # Qwen3Config's default, where absent, is 128); GPT-NeoX's always split hidden_size.
-  given = (_read(hf, 'head_dim', 128 if fam == 'qwen3' else None) if fam in LLAMA_FAMILY
-           else None)
+  # Qwen3Config's and Gemma3TextConfig's default, where absent, is 128 and 256); GPT-NeoX's
+  # always split hidden_size.
+  default_width = {'qwen3': 128, 'gemma3': 256}.get(fam)
+  given = _read(hf, 'head_dim', default_width) if fam in LLAMA_FAMILY else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in LLAMA_FAMILY and hf.get('head_dim') not in (None, head_dim)):
     raise errors.ConfigError(
         f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; '
         f'{MODEL_TYPES[fam]} splits hidden_size into the heads. Fix: a checkpoint whose heads '
         'are so.')
-  act = _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu')
+  act = (_read(hf, 'hidden_activation', 'gelu_pytorch_tanh') if fam == 'gemma3' else
+         _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu'))
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: hidden_act {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
   kv = int(hf.get('num_key_value_heads') or heads)
-  settings = rope_settings(hf, fam, where)
-  scaling, trained = _scaling(settings, hf, where)
+  if fam == 'gemma3':
+    _gemma3_refusal(hf, head_dim, where)
+    windows, bases, base = _gemma3_layers(hf, layers, where)
+    settings = {'rope_theta': base or positions.default_fields()['rope']['base']}
+    scaling = {'kind': 'none'}
+    trained = int(_field(hf, 'max_position_embeddings', where))
+  else:
+    windows, bases = _windows(hf, fam, layers), ()
+    settings = rope_settings(hf, fam, where)
+    scaling, trained = _scaling(settings, hf, where)
   # transformers' rounding; Llama, Mistral and Qwen2 rotate whole heads whatever the file says.
   partial = float(settings['partial_rotary_factor']) if fam == 'gpt_neox' else 1.0
   rotary = int(head_dim * partial)
@@ -217,8 +288,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
       dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
-      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', False)),
-      biases=_biases(hf, fam, where), layer_windows=_windows(hf, fam, layers))
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam == 'gemma3')),
+      biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
@@ -227,8 +298,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   else:
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-6)))
-  if fam == 'qwen3':  # q_norm and k_norm: RMSNorm over each head, with the blocks' epsilon.
+  if fam in ('qwen3', 'gemma3'):  # q_norm and k_norm: RMSNorm over each head, the blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
+  if fam == 'gemma3':
+    config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
   rope.update(base=float(settings['rope_theta']), layout='half', fraction=rotary / head_dim)
@@ -253,9 +326,13 @@ def _refusal(config) -> str | None:
       (not positions.is_plain_rope(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
-       ': the Llama, Mistral, Qwen2, Qwen3 and GPT-NeoX classes compute RoPE in every layer and '
-       'nothing else'),
-      (bool(m.layer_rope_bases), 'per-layer RoPE bases (layer_rope_bases)'),
+       ': the Llama, Mistral, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
+       'every layer and nothing else'),
+      (bool(m.layer_rope_bases) and m.norm != 'sandwich',
+       "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
+      (m.embedding_multiplier != 1 and m.norm != 'sandwich',
+       f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 3's block "
+       "(norm='sandwich')"),
       (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
       (rope.rotate_values, 'rotated values (rope.rotate_values)'),
       (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
@@ -281,6 +358,8 @@ def _refusal(config) -> str | None:
       return reason
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
+    if m.norm == 'sandwich':
+      return _gemma3_refusal_of(config)
     if att.qk_norm and m.biases not in ('none', 'attention'):
       return (f"QK-norm with biases={m.biases!r} (Qwen3, the class with QK-norm, has biases on "
               "all four attention layers or none)")
@@ -301,6 +380,8 @@ def _refusal(config) -> str | None:
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
   if att.qk_norm:
     return 'QK-norm in a GPT-NeoX block'
+  if m.norm == 'sandwich':
+    return 'sandwich norms in a GPT-NeoX block'
   if m.head_dim and m.head_dim * m.num_heads != m.d_model:
     return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
             f'{m.d_model} into its {m.num_heads} heads')
@@ -314,19 +395,66 @@ def _refusal(config) -> str | None:
   return None
 
 
+def _per_layer(values, layers: int, empty) -> tuple:
+  """A per-layer setting cycled over the layers (`empty` for each where none is given)."""
+  values = tuple(values)
+  return tuple(values[i % len(values)] if values else empty for i in range(layers))
+
+
+def _gemma3_refusal_of(config) -> str | None:
+  """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
+  blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
+  ones, no scaling, one window size, and one RoPE base for its windowed layers and one for its
+  global ones."""
+  m = config.model
+  att = m.attention
+  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
+  by_kind = {bool(w): set() for w in windows}
+  for w, b in zip(windows, bases):
+    by_kind[bool(w)].add(b)
+  multiplier = float(np.float32(m.embedding_multiplier))
+  checks = (
+      (not att.qk_norm, 'a sandwich block without QK-norm (Gemma 3 has it)'),
+      (att.qk_norm_eps != m.layer_norm_eps,
+       f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
+       f'layer_norm_eps={m.layer_norm_eps}): Gemma 3 has one rms_norm_eps for both'),
+      (multiplier != float(np.float32(m.d_model ** 0.5)),
+       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
+       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}'),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or none)"),
+      (m.position.rope.scaling.kind != 'none',
+       f'a RoPE scaling ({m.position.rope.scaling.kind!r}) in a sandwich block: transformers\' '
+       'Gemma 3 scales its global layers only, this project every layer. Fix: export a model '
+       'trained without a scaling, and apply one with eval.py'),
+      (len({w for w in windows if w}) > 1, f'sliding windows of several sizes '
+                                           f'{sorted({w for w in windows if w})}'),
+      (any(len(b) > 1 for b in by_kind.values()),
+       'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
+       'has rope_local_base_freq and rope_theta)'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  return None
+
+
 def export_family(config) -> str:
   """The transformers family that computes `config`'s model, or ConfigError saying why none."""
   reason = _refusal(config)
   if reason:
     fix = '' if '. Fix: ' in reason else (
-        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3 and '
-        'GPT-NeoX classes compute RoPE in every layer, in their blocks, with no scaling or a '
-        "linear, ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
+        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3, Gemma 3 '
+        'and GPT-NeoX classes compute RoPE in every layer, in their blocks, with no scaling or '
+        "a linear, ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
         '(docs/hf_checkpoints.md)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
+  if m.norm == 'sandwich':
+    return 'gemma3'
   if m.attention.qk_norm:
     return 'qwen3'
   if any(m.layer_windows) and m.biases == 'none':
@@ -375,7 +503,8 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   if rope.scaling.kind == 'ntk':
     base = base * rope.scaling.factor ** (rotary / (rotary - 2))
   out = {
-      'architectures': [MODEL_TYPES[fam]], 'model_type': fam, 'vocab_size': m.vocab_size,
+      'architectures': [MODEL_TYPES[fam]], 'model_type': HF_MODEL_TYPES[fam],
+      'vocab_size': m.vocab_size,
       'hidden_size': m.d_model, 'intermediate_size': m.d_ff, 'num_hidden_layers': m.num_layers,
       'num_attention_heads': m.num_heads, 'hidden_act': ACTIVATION_NAMES[m.activation],
       'max_position_embeddings': max_len, 'initializer_range': m.init_std,
@@ -393,7 +522,17 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
              rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
   windows = tuple(m.layer_windows[i % len(m.layer_windows)] if m.layer_windows else 0
                   for i in range(m.num_layers))
-  if fam == 'llama':
+  if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
+    bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
+    base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
+                                 rope.base)
+    out.pop('hidden_act')
+    out.update(hidden_activation=ACTIVATION_NAMES[m.activation], rope_theta=base_of(False),
+               rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
+               query_pre_attn_scalar=head_dim, sliding_window=max(windows) or None,
+               layer_types=['sliding_attention' if w else 'full_attention' for w in windows],
+               final_logit_softcapping=None, attn_logit_softcapping=None)
+  elif fam == 'llama':
     out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])

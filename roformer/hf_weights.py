@@ -1,6 +1,7 @@
 """Hugging Face weights (`*.safetensors`, sharded or not) as this project's parameters, and
 back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Qwen3: its
-q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`) and of GPT-NeoX.
+q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
+four norms a block, each storing its scale less 1) and of GPT-NeoX.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -120,8 +121,18 @@ def _linear(t, name, d_in, d_out, bias: bool):
   return out
 
 
-def _norm(t, name, d, bias: bool):
-  out = {'scale': t(name + '.weight', (d,))}
+# Gemma's RMSNorm multiplies by 1 + its stored weight; the others by the weight.
+SCALE_OFFSET = {'gemma3': 1.0}
+
+# A Gemma 3 block's norms: the branches' inputs and outputs (its post_attention_layernorm is the
+# attention output's, where Llama's is the MLP input's).
+GEMMA3_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_attention_layernorm'),
+                ('ln_mlp', 'pre_feedforward_layernorm'),
+                ('ln_mlp_out', 'post_feedforward_layernorm'))
+
+
+def _norm(t, name, d, bias: bool, offset: float = 0.0):
+  out = {'scale': t(name + '.weight', (d,)) + np.float32(offset)}
   if bias:
     out['bias'] = t(name + '.bias', (d,))
   return out
@@ -156,14 +167,18 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
         'gpt_neox.final_layer_norm'), 'embed_out'
   else:
     prefix, embed, final, head = 'model.layers.', 'model.embed_tokens', 'model.norm', 'lm_head'
+  offset = SCALE_OFFSET.get(fam, 0.0)
   params = {'embed': {'embedding': t(embed + '.weight', (v, d))},
-            'ln_final': _norm(t, final, d, norm_bias), 'blocks': {}}
+            'ln_final': _norm(t, final, d, norm_bias, offset), 'blocks': {}}
   if not m.tie_embeddings:
     params['unembed'] = t(head + '.weight', (v, d))
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
-    block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
-             'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
+    if fam == 'gemma3':
+      block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in GEMMA3_NORMS}
+    else:
+      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
+               'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
     if fam == 'gpt_neox':
       fused = _linear(t, p + 'attention.query_key_value', d, 3 * d, qkv_bias)
       # Columns [q_0 k_0 v_0 q_1 k_1 v_1 ..] (head-major) to [q_0 q_1 .. | k .. | v ..].
@@ -178,9 +193,9 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
       block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
                                for k in parts[0]},
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, out_bias)}
-      if m.attention.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys.
-        block['attn'].update(q_scale=t(p + 'self_attn.q_norm.weight', (hd,)),
-                             k_scale=t(p + 'self_attn.k_norm.weight', (hd,)))
+      if m.attention.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys.
+        block['attn'].update(q_scale=t(p + 'self_attn.q_norm.weight', (hd,)) + np.float32(offset),
+                             k_scale=t(p + 'self_attn.k_norm.weight', (hd,)) + np.float32(offset))
       block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
                       for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
@@ -214,8 +229,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     if bias:
       out[name + '.bias'] = np.asarray(p.get('bias', np.zeros(d_out)), np.float32)
 
+  offset = np.float32(SCALE_OFFSET.get(fam, 0.0))
+
   def norm(name, p):
-    out[name + '.weight'] = np.asarray(p['scale'], np.float32)
+    out[name + '.weight'] = np.asarray(p['scale'], np.float32) - offset
     if 'bias' in p:
       out[name + '.bias'] = np.asarray(p['bias'], np.float32)
 
@@ -235,8 +252,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       out['lm_head.weight'] = head
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
-    norm(p + 'input_layernorm', b['ln_attn'])
-    norm(p + 'post_attention_layernorm', b['ln_mlp'])
+    for ours, theirs in (GEMMA3_NORMS if fam == 'gemma3' else
+                         (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))):
+      norm(p + theirs, b[ours])
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
     for k in split:  # Queries and keys to transformers' rotary order.
@@ -255,10 +273,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
       part = {k: split[k][index] for k in split}
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
-    if fam == 'qwen3':
+    if fam in ('qwen3', 'gemma3'):
       for n in ('q', 'k'):
         out[p + f'self_attn.{n}_norm.weight'] = np.asarray(b['attn'][f'{n}_scale'],
-                                                           np.float32)[order]
+                                                           np.float32)[order] - offset
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
     for n in ('gate', 'up', 'down'):
       linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)

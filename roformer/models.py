@@ -4,7 +4,8 @@ One stack (multi-head attention + MLP) serves every model; it is parameterized b
 scheme from `roformer.positions`, whose hooks it calls at fixed points; `roformer.stack` runs the
 blocks (a loop, or one scan). LayerNorm is pre-residual
 by default (`config.model.norm='pre'`); 'post' gives the BERT/RoFormer layout (LayerNorm after
-each residual sum and after the embeddings), which pretrained Hugging Face RoFormer weights need.
+each residual sum and after the embeddings), which pretrained Hugging Face RoFormer weights need,
+and 'sandwich' Gemma's (a norm before each branch and one on its output).
 Dropout is functional (an explicit key per call), so a train step stays a pure function of its
 inputs.
 """
@@ -58,6 +59,8 @@ class EmbeddingModel(nnx.Module):
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)
     self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
+    # The token embeddings' multiplier at the input (Gemma's sqrt(d_model)); not at the output.
+    self.embedding_multiplier = float(cfg.get('embedding_multiplier', 1.0))
     std = layers.embedding_std(cfg)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
                            embedding_init=variables.init(nnx.initializers.normal(stddev=std),
@@ -71,6 +74,14 @@ class EmbeddingModel(nnx.Module):
       self.unembed = variables.param(
           jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model), jnp.float32) * out_std,
           ('vocab', 'embed'), decay=True)
+
+  def embed_tokens(self, tokens) -> jax.Array:
+    """The input embeddings [..., d_model] of integer tokens, times `model.embedding_multiplier`
+    in the activation dtype (as Gemma multiplies them)."""
+    x = self.embed(tokens)
+    if self.embedding_multiplier != 1.0:
+      x = x * jnp.asarray(self.embedding_multiplier, x.dtype)
+    return x
 
   def readout(self) -> jax.Array:
     """The output layer's matrix [vocab, d_model] (float32 parameters), before its scale
@@ -124,7 +135,7 @@ class Transformer(EmbeddingModel):
     to every cached slot through `mask`; returns (hidden, updated cache) then.
     """
     keys = layers.split_key(key, len(self.blocks) + 1)
-    x = self.embed(tokens)
+    x = self.embed_tokens(tokens)
     if hasattr(self, 'token_type'):
       x = x + self.token_type(jnp.zeros_like(tokens) if token_types is None else token_types)
     x = self.position.embed(x, positions)
@@ -255,7 +266,7 @@ class EncoderDecoder(EmbeddingModel):
     """Encoder states [batch, src_len, d_model]; packed sources attend within their segment."""
     keys = layers.split_key(key, len(self.encoder_blocks) + 1)
     mask = attention.make_mask(segment_ids, segment_ids, causal=False)
-    x = self.encoder_position.embed(self.embed(tokens), positions)
+    x = self.encoder_position.embed(self.embed_tokens(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, _ = stack.run_blocks(self.encoder_blocks, self.encoder_position(), x, positions, mask,
                             keys, remat=self.remat, segments=segment_ids)
@@ -266,7 +277,7 @@ class EncoderDecoder(EmbeddingModel):
               segments=None):
     keys = layers.split_key(key, len(self.decoder_blocks) + 1)
     extra = {} if segments is None else {'segments': segments}
-    x = self.decoder_position.embed(self.embed(tokens), positions)
+    x = self.decoder_position.embed(self.embed_tokens(tokens), positions)
     x = layers.dropout(x, self.dropout_rate, keys[-1])
     x, cache = stack.run_blocks(self.decoder_blocks, self.decoder_position(), x, positions,
                                 mask, keys, cache, remat=self.remat,

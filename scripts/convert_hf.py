@@ -38,10 +38,12 @@ def main(argv):
     m = config.model
     width = f' of {m.head_dim}' if m.head_dim else ''
     qk_norm = 'QK-norm, ' if m.attention.qk_norm else ''
+    bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
+             if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
     print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
           f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '
           f'{qk_norm}trained '
-          f'length {config.data.seq_len}, rope base {m.position.rope.base:g}, scaling '
+          f'length {config.data.seq_len}, {bases}, scaling '
           f'{m.position.rope.scaling.kind}')
   else:
     arch = hf.export_checkpoint(args.workdir, args.to_hf, args.step)

@@ -84,6 +84,15 @@ FIXTURES = {
         max_position_embeddings=4 * ORIGINAL,
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+    # Gemma 3's text model: sandwich norms (stored as scale - 1), QK-norm, embeddings times
+    # sqrt(hidden_size), two windowed layers at base 10k and a global one at 1M, wide heads.
+    'gemma3_local_global': ('Gemma3TextConfig', dict(
+        SMALL, num_hidden_layers=3, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+        sliding_window=8, max_position_embeddings=64, hidden_activation='gelu_pytorch_tanh',
+        layer_types=['sliding_attention', 'sliding_attention', 'full_attention'],
+        rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
+                         'full_attention': {'rope_type': 'default', 'rope_theta': 1e6}}),
+                            False, 'llama', 0),
     # Llama with heads narrower than hidden_size / heads (as Mistral NeMo's 128 for 32 heads of
     # 5120), of a width that is not a power of 2.
     'llama_narrow_heads': ('LlamaConfig', dict(

@@ -53,7 +53,9 @@ def test_the_fixtures_cover_each_architecture_scaling_and_config_form():
   for name in NAMES:
     config = json.loads((FIXTURES / name / 'config.json').read_text())
     form = 'v5' if 'rope_parameters' in config else 'v4'
-    settings = hf_config.rope_settings(config, hf_config.family(config, name), name)
+    family = hf_config.family(config, name)
+    settings = ({'rope_type': 'default'} if family == 'gemma3'  # Per layer type, unscaled.
+                else hf_config.rope_settings(config, family, name))
     seen[name] = (config['architectures'][0], settings['rope_type'], form)
   assert {a for a, _, _ in seen.values()} == set(hf_config.ARCHITECTURES)
   assert {s for _, s, _ in seen.values()} == set(hf_config.SCALINGS)
@@ -92,6 +94,24 @@ def test_the_two_config_forms_give_the_same_model():
   configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, other)]
   assert configs[0] == configs[1] == configs[2]
   assert configs[0]['model']['position']['rope']['scaling']['kind'] == 'yarn'
+
+
+def test_gemma3s_two_config_forms_give_the_same_model():
+  """transformers 5's rope_parameters per layer type and layer_types, and transformers 4's
+  rope_theta, rope_local_base_freq and sliding_window_pattern (every third layer global here,
+  as the fixture's layer_types say), are read alike: two windowed layers at base 10k, one
+  global at 1M."""
+  v5 = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
+  v4 = {k: v for k, v in v5.items() if k not in ('rope_parameters', 'layer_types')}
+  v4.update(rope_theta=1e6, rope_local_base_freq=10000.0, rope_scaling=None,
+            sliding_window_pattern=3)
+  configs = [hf_config.to_config(c, 'dir') for c in (v5, v4)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  m = configs[0].model
+  assert (tuple(m.layer_windows), tuple(m.layer_rope_bases)) == ((8, 8, 0), (1e4, 1e4, 1e6))
+  assert (m.norm, m.head_dim, m.attention.qk_norm, m.tie_embeddings) == (
+      'sandwich', 16, True, True)
+  assert m.embedding_multiplier == 32 ** 0.5
 
 
 def test_yarn_attention_factor_follows_transformers():
@@ -203,6 +223,15 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('gpt_neox_partial', lambda c: c['rope_parameters'].update(
         rope_type='yarn', factor=2.0, original_max_position_embeddings=32), (),
      r'yarn with partial rotary \(4 of 16 dimensions\)'),
+    ('gemma3_local_global', lambda c: c['rope_parameters']['full_attention'].update(
+        rope_type='linear', factor=8.0), (),
+     r"rope scaling 'linear' on Gemma 3's full_attention layers"),
+    ('gemma3_local_global', lambda c: c.update(query_pre_attn_scalar=32), (),
+     r'query_pre_attn_scalar 32 scales the logits by 1/sqrt\(32\)'),
+    ('gemma3_local_global', lambda c: c.update(final_logit_softcapping=30.0), (),
+     'final_logit_softcapping'),
+    ('qwen3_yarn_wide_heads', lambda c: c.update(num_hidden_layers=3), (),
+     "lacks the tensor 'model.layers.2.input_layernorm.weight'"),
 ])
 def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
                                                                message):
@@ -358,20 +387,26 @@ def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
 # pairs, whose export to Qwen3 permutes the norms' scales with the rotated columns.
 QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 12,
          'position.rope.layout': 'interleaved'}
+# With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
+# a global one at 1M.
+GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
+              layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
 
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
-                                             ('llama', QWEN3, 'Qwen3ForCausalLM')])
+                                             ('llama', QWEN3, 'Qwen3ForCausalLM'),
+                                             ('llama', GEMMA3, 'Gemma3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3; the export, read back, computes
-  the same logits. (tests/test_hf_checkpoints.py's last test reads it with transformers where
+  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3, with Gemma 3's sandwich norms
+  to Gemma 3; the export, read back, computes the same logits. (tests/test_hf_checkpoints.py's last test reads it with transformers where
   torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
-                                            ramp='index')
+  if config.model.norm != 'sandwich':  # transformers' Gemma 3 scales its global layers only.
+    config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
+                                              ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
@@ -410,7 +445,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
 
 @pytest.mark.parametrize('name,arch', [('qwen2_yarn_v4', 'Qwen2ForCausalLM'),
                                        ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
-                                       ('llama_narrow_heads', 'LlamaForCausalLM')])
+                                       ('llama_narrow_heads', 'LlamaForCausalLM'),
+                                       ('gemma3_local_global', 'Gemma3ForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -440,6 +476,18 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"QK-norm with biases='qkv' \(Qwen3"),
     ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
       'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
+    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
+     r'a sandwich block without QK-norm \(Gemma 3 has it\)'),
+    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'attention.qk_norm': True}, r'embedding_multiplier=1 in a sandwich block: Gemma 3 '
+                                  r'multiplies its embeddings by sqrt\(d_model\)'),
+    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'attention.qk_norm': True, 'embedding_multiplier': 32 ** 0.5, 'layer_windows': (8, 0),
+      'layer_rope_bases': (1e4, 1e5, 1e4, 1e6), 'num_layers': 4}, r'RoPE bases that differ among the windowed '
+                                                 r'layers or among the global ones'),
+    ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
+                                       r"Gemma 3's block"),
+    ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
      r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
      'without it'),
@@ -517,13 +565,15 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
   assert continued.data.tokenizer.startswith('hf:')
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3)])
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
+                                        ('llama', GEMMA3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
+  if config.model.norm != 'sandwich':
+    config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   model = transformers.AutoModelForCausalLM.from_pretrained(
