@@ -57,7 +57,7 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   att = self_attention.attention_config(model_cfg)
   extra = sum(o.layer_flops(model_cfg, seq_len, causal)
               for o in attention_options.enabled(att))
-  mlp = 3 if model_cfg.get('mlp', 'plain') == 'gated' else 2  # Gate, up, down: 3 matrices.
+  mlp = 3 if model_cfg.mlp == 'gated' else 2  # Gate, up, down: 3 matrices.
   return (2 * d * (h + 2 * g) * e + 2 * h * e * d + extra + 2 * mlp * d * f
           + attention_flops_per_token(model_cfg, seq_len, causal))
 

@@ -1,14 +1,14 @@
 """A Hugging Face `config.json` as this project's config, and back.
 
-Six architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding
-window becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
-Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model:
-sandwich norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the
-embeddings times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each
-kind with its window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`) and
-GPTNeoXForCausalLM (partial rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and
-4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
-rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside
+Six architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding window
+becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
+Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich
+norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings
+times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its
+window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`) and GPTNeoXForCausalLM
+(partial rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads
+(Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read.
+Both forms of the rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside
 `rope_scaling` (keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with
 `rope_theta` inside); an export is written in the first form, which both versions read.
 
@@ -315,6 +315,7 @@ def _refusal(config) -> str | None:
   """Why no transformers class computes the model `config` builds, or None."""
   m = config.model
   att, rope = m.attention, m.position.rope
+  options = attention_options.enabled(att)
   checks = (
       (not model_types.of(m).decoder_only,
        f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
@@ -344,9 +345,9 @@ def _refusal(config) -> str | None:
        "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
        'frequencies, so a model trained on one is not the other'),
       (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
-      (bool(set(o.field for o in attention_options.enabled(att)) - {'qk_norm'}),
-       'an attention option (' + ", ".join(o for o in attention_options.OPTIONS
-                                           if o != 'qk_norm') + ')'),
+      (any(not o.in_transformers for o in options),
+       'an attention option (' + ', '.join(o.field for o in options if not o.in_transformers)
+       + ')'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
@@ -358,15 +359,14 @@ def _refusal(config) -> str | None:
       return reason
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
+    for option in options:
+      if option.transformers_refusal(m, att):
+        return option.transformers_refusal(m, att)
     if m.norm == 'sandwich':
       return _gemma3_refusal_of(config)
-    if att.qk_norm and m.biases not in ('none', 'attention'):
-      return (f"QK-norm with biases={m.biases!r} (Qwen3, the class with QK-norm, has biases on "
-              "all four attention layers or none)")
-    if att.qk_norm and att.qk_norm_eps != m.layer_norm_eps:
-      return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
-              f'layer_norm_eps={m.layer_norm_eps}): Qwen3 has one rms_norm_eps for both. Fix: '
-              'train with --config.model.attention.qk_norm_eps equal to model.layer_norm_eps')
+    if options and m.biases not in ('none', 'attention'):
+      return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
+              '(Qwen3, the class with QK-norm, has biases on all four attention layers or none)')
     if m.residual == 'parallel':
       return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
     if rope.fraction < 1:
@@ -378,8 +378,8 @@ def _refusal(config) -> str | None:
     return None
   if m.biases != 'all':
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
-  if att.qk_norm:
-    return 'QK-norm in a GPT-NeoX block'
+  if options:
+    return f"{', '.join('attention.' + o.field for o in options)} in a GPT-NeoX block"
   if m.norm == 'sandwich':
     return 'sandwich norms in a GPT-NeoX block'
   if m.head_dim and m.head_dim * m.num_heads != m.d_model:
@@ -407,7 +407,7 @@ def _gemma3_refusal_of(config) -> str | None:
   ones, no scaling, one window size, and one RoPE base for its windowed layers and one for its
   global ones."""
   m = config.model
-  att = m.attention
+  options = attention_options.enabled(m.attention)
   windows = _per_layer(m.layer_windows, m.num_layers, 0)
   bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
   by_kind = {bool(w): set() for w in windows}
@@ -415,10 +415,8 @@ def _gemma3_refusal_of(config) -> str | None:
     by_kind[bool(w)].add(b)
   multiplier = float(np.float32(m.embedding_multiplier))
   checks = (
-      (not att.qk_norm, 'a sandwich block without QK-norm (Gemma 3 has it)'),
-      (att.qk_norm_eps != m.layer_norm_eps,
-       f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
-       f'layer_norm_eps={m.layer_norm_eps}): Gemma 3 has one rms_norm_eps for both'),
+      (not any('gemma3' in o.in_transformers for o in options),
+       'a sandwich block without QK-norm (Gemma 3 has it)'),
       (multiplier != float(np.float32(m.d_model ** 0.5)),
        f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
        f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}'),
@@ -455,7 +453,7 @@ def export_family(config) -> str:
     return 'gpt_neox'
   if m.norm == 'sandwich':
     return 'gemma3'
-  if m.attention.qk_norm:
+  if attention_options.enabled(m.attention):  # QK-norm, the one option a Qwen3 block has.
     return 'qwen3'
   if any(m.layer_windows) and m.biases == 'none':
     return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (

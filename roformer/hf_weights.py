@@ -193,7 +193,7 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
       block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
                                for k in parts[0]},
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, out_bias)}
-      if m.attention.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys.
+      if fam in ('qwen3', 'gemma3'):  # QK-norm: RMSNorm of each head's queries and keys.
         block['attn'].update(q_scale=t(p + 'self_attn.q_norm.weight', (hd,)) + np.float32(offset),
                              k_scale=t(p + 'self_attn.k_norm.weight', (hd,)) + np.float32(offset))
       block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)

@@ -60,7 +60,7 @@ class EmbeddingModel(nnx.Module):
     self.scan_layers = bool(cfg.scan_layers)
     self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
     # The token embeddings' multiplier at the input (Gemma's sqrt(d_model)); not at the output.
-    self.embedding_multiplier = float(cfg.get('embedding_multiplier', 1.0))
+    self.embedding_multiplier = float(cfg.embedding_multiplier)
     std = layers.embedding_std(cfg)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
                            embedding_init=variables.init(nnx.initializers.normal(stddev=std),

@@ -170,8 +170,8 @@ def test_on_a_gpu_pallas_forced_at_a_head_width_triton_cannot_take_is_one_error(
   cfg = test_config.get_config(kind).model
   cfg.update(dtype='bfloat16', d_model=48, num_heads=4, attention_impl='pallas')
   cfg.attention.update(attention_fields)
-  with pytest.raises(errors.ConfigError, match=r'model.attention_impl=pallas .* gives 12\. '
-                     r'Fix: attention_impl=auto'):
+  with pytest.raises(errors.ConfigError, match=r'model.attention_impl=pallas .* the heads are '
+                     r'12 wide\. Fix: attention_impl=auto'):
     models.create(cfg, seed=0)
   cfg.update(d_model=64)
   assert {b.attn.impl for b in models.create(cfg, seed=0).blocks} == {'pallas'}

@@ -400,8 +400,8 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3, with Gemma 3's sandwich norms
-  to Gemma 3; the export, read back, computes the same logits. (tests/test_hf_checkpoints.py's last test reads it with transformers where
-  torch is.)"""
+  to Gemma 3; the export, read back, computes the same logits. (tests/test_hf_checkpoints.py's
+  last test reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if config.model.norm != 'sandwich':  # transformers' Gemma 3 scales its global layers only.
@@ -470,10 +470,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'position.kind': 'alibi'}, "position.kind='alibi'"),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
-    ({'attention.qk_norm': True}, 'QK-norm in a GPT-NeoX block'),
+    ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
     ({'head_dim': 16}, r'heads of width head_dim=16 in a GPT-NeoX block'),
     ({'attention.qk_norm': True, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'qkv'},
-     r"QK-norm with biases='qkv' \(Qwen3"),
+     r"attention\.qk_norm with biases='qkv' \(Qwen3"),
     ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
       'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
@@ -483,8 +483,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                                   r'multiplies its embeddings by sqrt\(d_model\)'),
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
       'attention.qk_norm': True, 'embedding_multiplier': 32 ** 0.5, 'layer_windows': (8, 0),
-      'layer_rope_bases': (1e4, 1e5, 1e4, 1e6), 'num_layers': 4}, r'RoPE bases that differ among the windowed '
-                                                 r'layers or among the global ones'),
+      'layer_rope_bases': (1e4, 1e5, 1e4, 1e6), 'num_layers': 4},
+     r'RoPE bases that differ among the windowed layers or among the global ones'),
     ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
                                        r"Gemma 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),

@@ -161,10 +161,18 @@ class AttentionOption:
   positions_need = ''
   no_single_map = ''
   forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
+  # The transformers families (roformer/hf_config.py) whose attention computes it; none: an
+  # export of a model with it on is refused.
+  in_transformers: tuple[str, ...] = ()
 
   @property
   def reads(self) -> tuple[str, ...]:
     return tuple(self.specs)
+
+  def transformers_refusal(self, model_cfg, att) -> str:
+    """Why those families' classes do not compute it as `att` sets it ('' where they do)."""
+    del model_cfg, att
+    return ''
 
   def positions(self, model_cfg) -> str:
     del model_cfg

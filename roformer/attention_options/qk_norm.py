@@ -18,6 +18,15 @@ class QKNorm(base.AttentionOption):
   paper = 'Dehghani et al. 2023'
   about = "RMSNorm of each head's queries and keys"
   specs = {'qk_norm_eps': Float(0, 1, min_open=True, default=1e-6)}
+  in_transformers = ('qwen3', 'gemma3')  # q_norm and k_norm, with the blocks' rms_norm_eps.
+
+  def transformers_refusal(self, model_cfg, att) -> str:
+    if att.qk_norm_eps == model_cfg.layer_norm_eps:
+      return ''
+    return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
+            f'layer_norm_eps={model_cfg.layer_norm_eps}): Qwen3 and Gemma 3 have one '
+            'rms_norm_eps for both. Fix: train with --config.model.attention.qk_norm_eps equal '
+            'to model.layer_norm_eps')
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     module.q_scale, module.k_scale = (

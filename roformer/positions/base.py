@@ -382,7 +382,7 @@ def kinds() -> list[str]:
 def head_dim(model_cfg) -> int:
   """Each attention head's width: `model.head_dim`, or d_model / num_heads where it is 0 (and in
   configs saved before the field existed)."""
-  return int(model_cfg.get('head_dim', 0) or 0) or model_cfg.d_model // model_cfg.num_heads
+  return int(model_cfg.head_dim) or model_cfg.d_model // model_cfg.num_heads
 
 
 def relative_positions(q_pos, k_pos):
