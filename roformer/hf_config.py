@@ -373,8 +373,9 @@ def _refusal(config) -> str | None:
       return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
     if len(windows) > 1:
       return f'sliding windows of several sizes {sorted(windows)}'
-    if windows and m.biases not in ('none', 'qkv'):
-      return f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's)"
+    if windows and m.biases not in ('none', 'qkv') and not options:  # Qwen3 takes 'attention'.
+      return (f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's, "
+              "Qwen3 the four attention layers')")
     return None
   if m.biases != 'all':
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"

@@ -44,7 +44,8 @@ def test_flops_per_token_by_hand():
 
 @pytest.mark.parametrize('preset,fields', [
     ('', {}), ('llama', {}), ('llama', {'head_dim': 12, 'attention.output_gate': True}),
-    ('llama', {'num_kv_heads': 1, 'head_dim': 4})])
+    ('llama', {'num_kv_heads': 1, 'head_dim': 4}),
+    ('llama', {'head_dim': 12, 'attention.kind': 'favor', 'attention.num_features': 6})])
 def test_a_layers_flops_are_twice_its_matmul_weights_plus_attention(preset, fields):
   """Grouped-query attention, the gated MLP's third matrix, heads of their own width and the
   output gate: the count outside the scores and weighted values is 2 FLOPs per weight of the
@@ -59,6 +60,8 @@ def test_a_layers_flops_are_twice_its_matmul_weights_plus_attention(preset, fiel
   seq = 64
   heads, width = config.model.num_heads, config.model.head_dim or 8
   attention = 2 * 2 * seq * heads * width / 2  # Causal: half.
+  if config.model.attention.kind == 'favor':  # q, k features and the sums: 2 * 2 m h e each.
+    attention = 2 * 2 * 2 * config.model.attention.num_features * heads * width
   assert flops.attention_flops_per_token(config.model, seq, True) == attention
   assert flops.layer_flops_per_token(config.model, seq, True) == 2 * weights + attention
 

@@ -114,6 +114,18 @@ def test_gemma3s_two_config_forms_give_the_same_model():
   assert m.embedding_multiplier == 32 ** 0.5
 
 
+@pytest.mark.parametrize('name,width', [('qwen3_yarn_wide_heads', 128),
+                                        ('gemma3_local_global', 256)])
+def test_a_config_without_head_dim_or_eps_reads_as_transformers_defaults_them(name, width):
+  """Qwen3Config's head_dim is 128 where config.json has none, Gemma3TextConfig's 256 (not
+  hidden_size / heads, as Llama's); QK-norm takes the file's rms_norm_eps."""
+  config = json.loads((FIXTURES / name / 'config.json').read_text())
+  config.pop('head_dim')
+  config.update(rms_norm_eps=1e-2, query_pre_attn_scalar=width)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.head_dim, m.attention.qk_norm_eps, m.layer_norm_eps) == (width, 1e-2, 1e-2)
+
+
 def test_yarn_attention_factor_follows_transformers():
   base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
   scaling = lambda **extra: hf_config.to_config(
@@ -389,6 +401,8 @@ QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 1
          'position.rope.layout': 'interleaved'}
 # With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
 # a global one at 1M.
+# Qwen3 with its attention biases and a windowed layer before a global one.
+QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
 GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
               layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
 
@@ -396,6 +410,7 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
+                                             ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
@@ -566,7 +581,7 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
 
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
-                                        ('llama', GEMMA3)])
+                                        ('llama', QWEN3_WINDOWS), ('llama', GEMMA3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
