@@ -260,7 +260,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if fam == 'gemma3':
     _gemma3_refusal(hf, head_dim, where)
     windows, bases, base = _gemma3_layers(hf, layers, where)
-    settings = {'rope_theta': base or positions.default_fields()['rope']['base']}
+    settings = {'rope_theta': base}  # None: each layer's base is in layer_rope_bases.
     scaling = {'kind': 'none'}
     trained = int(_field(hf, 'max_position_embeddings', where))
   else:
@@ -304,7 +304,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  rope.update(base=float(settings['rope_theta']), layout='half', fraction=rotary / head_dim)
+  rope.update(layout='half', fraction=rotary / head_dim)
+  if settings['rope_theta'] is not None:
+    rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)
   config.data.seq_len = trained
   config.data.tokenizer = 'hf:' + os.path.abspath(directory)

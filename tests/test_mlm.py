@@ -227,7 +227,7 @@ def test_mlm_trains_and_evaluates(mlm_workdir):
 @pytest.mark.parametrize('field,value,match', [
     ('data.mask_rate', 0.0, 'mask_rate'),
     ('data.mask_fraction', 0.95, 'sum <= 1'),
-    ('model.norm', 'sandwich', 'config.model.norm'),
+    ('model.norm', 'middle', 'config.model.norm'),
     ('model.activation', 'swish', 'config.model.activation'),
     ('data.max_predictions', -2, 'config.data.max_predictions'),
 ])
@@ -271,4 +271,40 @@ def test_post_norm_block_matches_its_formula():
                              causal=False)
   out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None],
                  model.position())
+  np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
+
+
+def test_sandwich_block_matches_its_formula():
+  """norm='sandwich' (Gemma's): x + LN_2(attn(LN_1 x)), then h + LN_4(mlp(LN_3 h)), each norm
+  with its own scale and bias drawn at random, checked against float64 numpy."""
+  cfg = test_config.get_config('mlm')
+  cfg.model.update(norm='sandwich', activation='relu', num_layers=1, vocab_size=40)
+  cfg.model.position.kind = 'none'
+  model = models.create(cfg.model, seed=1)
+  block = model.blocks[0]
+  rng = np.random.default_rng(0)
+  for norm in (block.ln_attn, block.ln_attn_out, block.ln_mlp, block.ln_mlp_out):
+    norm.scale.value = jnp.asarray(rng.uniform(0.5, 2.0, 32), jnp.float32)
+    norm.bias.value = jnp.asarray(rng.normal(size=32) * 0.3, jnp.float32)
+  x = rng.normal(size=(1, 5, 32))
+  p = lambda m: (np.asarray(m.kernel.value, np.float64), np.asarray(m.bias.value, np.float64))
+
+  def ln(h, norm):
+    mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+    return (h - mu) / np.sqrt(var + 1e-6) * np.asarray(norm.scale.value) + np.asarray(
+        norm.bias.value)
+
+  w, b = p(block.attn.qkv)
+  q, k, v = np.split((ln(x, block.ln_attn) @ w + b).reshape(1, 5, 12, 8), 3, axis=2)
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  wo, bo = p(block.attn.out)
+  attn = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(1, 5, 32) @ wo + bo
+  h = x + ln(attn, block.ln_attn_out)
+  (wu, bu), (wd, bd) = p(block.mlp.up), p(block.mlp.down)
+  expected = h + ln(np.maximum(ln(h, block.ln_mlp) @ wu + bu, 0) @ wd + bd, block.ln_mlp_out)
+  mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
+                             causal=False)
+  out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None], model.position())
   np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
