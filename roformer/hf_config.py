@@ -176,9 +176,10 @@ def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, flo
   if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
     full = dict(params.get('full_attention') or {})
     sliding = dict(params.get('sliding_attention') or {})
-  else:  # transformers 4: rope_theta and rope_scaling (the global layers'), rope_local_base_freq.
-    full = dict(hf.get('rope_scaling') or params or {})
-    sliding = {}
+  else:  # transformers 4: rope_theta and rope_scaling (the global layers'), rope_local_base_freq;
+    # a flat rope_parameters is ignored, as transformers' Gemma 3 ignores it.
+    full, sliding = {}, {}
+  full.update(hf.get('rope_scaling') or {})  # transformers merges it into the global layers'.
   full.setdefault('rope_theta', _read(hf, 'rope_theta', 1_000_000.0))
   sliding.setdefault('rope_theta', _read(hf, 'rope_local_base_freq', 10_000.0))
   for name, settings in (('full_attention', full), ('sliding_attention', sliding)):
@@ -361,6 +362,17 @@ def _refusal(config) -> str | None:
       return reason
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
+    if m.residual == 'parallel':
+      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
+    if rope.fraction < 1:
+      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
+    # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
+    # else Qwen3's.
+    family = 'gemma3' if m.norm == 'sandwich' else 'qwen3'
+    missing = [o.field for o in options if family not in o.in_transformers]
+    if missing:
+      return (f"attention.{', attention.'.join(missing)} in a {MODEL_TYPES[family]} block, "
+              'whose class does not compute it')
     for option in options:
       if option.transformers_refusal(m, att):
         return option.transformers_refusal(m, att)
@@ -369,10 +381,6 @@ def _refusal(config) -> str | None:
     if options and m.biases not in ('none', 'attention'):
       return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
               '(Qwen3, the class with QK-norm, has biases on all four attention layers or none)')
-    if m.residual == 'parallel':
-      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
-    if rope.fraction < 1:
-      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
     if len(windows) > 1:
       return f'sliding windows of several sizes {sorted(windows)}'
     if windows and m.biases not in ('none', 'qkv') and not options:  # Qwen3 takes 'attention'.
@@ -456,7 +464,7 @@ def export_family(config) -> str:
     return 'gpt_neox'
   if m.norm == 'sandwich':
     return 'gemma3'
-  if attention_options.enabled(m.attention):  # QK-norm, the one option a Qwen3 block has.
+  if attention_options.enabled(m.attention):  # Options Qwen3 computes (_refusal checked).
     return 'qwen3'
   if any(m.layer_windows) and m.biases == 'none':
     return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (
@@ -530,9 +538,17 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.pop('hidden_act')
     out.update(hidden_activation=ACTIVATION_NAMES[m.activation], rope_theta=base_of(False),
                rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
-               query_pre_attn_scalar=head_dim, sliding_window=max(windows) or None,
+               query_pre_attn_scalar=head_dim,
                layer_types=['sliding_attention' if w else 'full_attention' for w in windows],
                final_logit_softcapping=None, attn_logit_softcapping=None)
+    if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
+      out['sliding_window'] = max(windows)
+    # transformers before 4.53 reads the layer kinds from this pattern alone (every p-th layer
+    # global; 1: all global), which some layouts have.
+    pattern = next((p for p in range(1, m.num_layers + 2)
+                    if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
+    if pattern:
+      out['sliding_window_pattern'] = pattern
   elif fam == 'llama':
     out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
   elif fam == 'mistral':

@@ -15,9 +15,10 @@ from roformer import resolve
 KINDS = kinds.with_capability('causal_only', False)  # Both stacks: encoders too.
 
 
-def model_for(kind):
+def model_for(kind, **fields):
   cfg = test_config.get_config(kind).model
   cfg.type, cfg.vocab_size = 'encoder_decoder', 40
+  cfg.update(fields)
   return models.create(cfg, seed=4)
 
 
@@ -73,6 +74,33 @@ def test_cached_decoding_equals_teacher_forcing(kind):
   rng = np.random.default_rng(2)
   src, tgt = jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
   full = run(model, src, tgt)
+  seg = jnp.ones_like(src)
+  memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
+  cache = model.init_cache(memory, seg, max_len=8)
+  for t in range(5):
+    logits, cache = _decode(model, tgt[:, t:t + 1], jnp.full((2, 1), t), cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+
+
+def test_sandwich_norms_and_the_embedding_multiplier_reach_both_stacks():
+  """Gemma's layout in the translation model: every branch's output norm (the decoder's
+  cross-attention too) and the input embeddings' multiplier change the logits of both stacks,
+  and cached decoding still equals teacher forcing."""
+  model = model_for('rope', norm='sandwich', embedding_multiplier=3.0)
+  rng = np.random.default_rng(2)
+  src, tgt = jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
+  full = run(model, src, tgt)
+  for block in (model.encoder_blocks[0], model.decoder_blocks[0]):
+    for name in ('ln_attn_out', 'ln_mlp_out') + (('ln_cross_out',) if block is
+                                                   model.decoder_blocks[0] else ()):
+      norm = getattr(block, name)
+      kept = norm.scale.value
+      norm.scale.value = kept * 2.0
+      assert np.abs(run(model, src, tgt) - full).max() > 1e-3, name
+      norm.scale.value = kept
+  model.embedding_multiplier = 1.0
+  assert np.abs(run(model, src, tgt) - full).max() > 1e-3
+  model.embedding_multiplier = 3.0
   seg = jnp.ones_like(src)
   memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
   cache = model.init_cache(memory, seg, max_len=8)

@@ -496,10 +496,14 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
       'attention.qk_norm': True}, r'embedding_multiplier=1 in a sandwich block: Gemma 3 '
                                   r'multiplies its embeddings by sqrt\(d_model\)'),
-    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
-      'attention.qk_norm': True, 'embedding_multiplier': 32 ** 0.5, 'layer_windows': (8, 0),
-      'layer_rope_bases': (1e4, 1e5, 1e4, 1e6), 'num_layers': 4},
+    (dict(GEMMA3, layer_rope_bases=(1e4, 1e5, 1e4, 1e6), num_layers=4),
      r'RoPE bases that differ among the windowed layers or among the global ones'),
+    (dict(GEMMA3, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
+     r"a RoPE scaling \('linear'\) in a sandwich block"),
+    (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
+    (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
+     r'partial rotary \(rope.fraction=0.5\) in a Llama-family block'),
+    (dict(GEMMA3, biases='qkv'), r"biases='qkv' in a sandwich block"),
     ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
                                        r"Gemma 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),
@@ -512,13 +516,31 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'--config.model.position.rope.scaling.ramp=index: [^.]*\.$'),
 ])
 def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, message, tmp_path):
-  config = test_config.get_config()
+  # The Gemma 3 cases on the Llama preset, whose layer_norm_eps their QK-norm's matches.
+  config = test_config.get_config('llama' if 'embedding_multiplier' in fields else 'rope')
   kinds.set_fields(config.model, fields)
   workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
   with pytest.raises(errors.ConfigError, match='no transformers class computes this model: '
                      + message):
     hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('windows,bases,pattern', [
+    ((8, 0), (1e4, 1e6), 2), ((), (), 1), ((0, 8), (1e6, 1e4), None)])
+def test_a_gemma3_export_names_its_layers_for_both_transformers_versions(windows, bases, pattern):
+  """layer_types (transformers 5), and sliding_window_pattern where the layers follow one (every
+  p-th global; 1: all), which transformers 4 reads alone; no sliding_window without windows
+  (the class's default: its mask is built anyway)."""
+  config = test_config.get_config('llama')
+  kinds.set_fields(config.model, dict(GEMMA3, layer_windows=windows, layer_rope_bases=bases))
+  out = hf_config.from_config(config, {})
+  assert out['layer_types'] == ['sliding_attention' if w else 'full_attention'
+                                for w in (windows or (0, 0))]
+  assert out.get('sliding_window_pattern') == pattern
+  assert out.get('sliding_window') == (max(windows) if windows else None)
+  assert (out['rope_theta'], out['rope_local_base_freq']) == (
+      (1e6, 1e4) if windows else (config.model.position.rope.base,) * 2)
 
 
 @pytest.mark.parametrize('original_length, seq_len, written', [
