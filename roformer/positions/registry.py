@@ -234,7 +234,7 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
 
   class LayerShared(Shared):
     def __init__(self, model_cfg, *, causal, rngs):
-      self.kinds = list(layer_kinds(model_cfg))
+      self.kinds = tuple(layer_kinds(model_cfg))  # Static: hashable in a jitted graph.
       self.parts = nnx.Dict({p.kind: p.Shared(model_cfg, causal=causal, rngs=rngs)
                              for p in parts})
 
