@@ -7,8 +7,8 @@
   (fine-tuning, or continuing at a longer length) read it like a run trained here.
 - `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
-  Mistral, Qwen2, Qwen3 or GPT-NeoX, whichever computes the model; roformer/hf_config.py
-  refuses, in one line, a model that none computes).
+  Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 or GPT-NeoX, whichever computes the model;
+  roformer/hf_export_config.py refuses, in one line, a model that none computes).
 - `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
 
     from roformer import hf
@@ -35,6 +35,7 @@ from roformer import errors
 from roformer import files
 from roformer import generation
 from roformer import hf_config
+from roformer import hf_export_config
 from roformer import hf_tokenizers
 from roformer import hf_weights
 from roformer import model_types
@@ -164,14 +165,14 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   architecture written."""
   hf_dir = _check_new(hf_dir, '--to_hf')
   config = saved_config.load(workdir)
-  fam = hf_config.export_family(config)  # Refuses before anything is restored.
+  fam = hf_export_config.export_family(config)  # Refuses before anything is restored.
   opened, trainer, params = _restored(workdir, step)
   model = nnx.merge(trainer.graphdef, params)
   per_block = variables.trainable(trainer.saved_params(params))[0]
   pure = jax.tree.map(np.asarray, per_block.to_pure_dict())
   tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
-  hf = hf_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
+  hf = hf_export_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
                              files.read_json(source) if os.path.exists(source) else None)
   with files.staged_directory(hf_dir) as staging:
     hf_weights.write(tensors, staging)

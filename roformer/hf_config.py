@@ -1,16 +1,18 @@
-"""A Hugging Face `config.json` as this project's config, and back.
+"""A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
+one back).
 
-Six architectures are read and written: LlamaForCausalLM, MistralForCausalLM (its sliding window
-becomes `model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
-Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich
-norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings
-times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its
-window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`) and GPTNeoXForCausalLM
-(partial rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads
-(Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read.
-Both forms of the rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside
-`rope_scaling` (keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with
-`rope_theta` inside); an export is written in the first form, which both versions read.
+Seven architectures are read: LlamaForCausalLM, MistralForCausalLM (its sliding window becomes
+`model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM
+(QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich norms,
+`model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings times
+sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its window
+and RoPE base, `model.layer_windows` and `model.layer_rope_bases`), SmolLM3ForCausalLM (layers
+without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial
+rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B
+and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
+rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling`
+(keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta`
+inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
@@ -25,9 +27,7 @@ import math
 import os
 
 import ml_collections
-import numpy as np
 
-from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
 from roformer import files
@@ -36,12 +36,13 @@ from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Qwen2ForCausalLM': 'qwen2', 'Qwen3ForCausalLM': 'qwen3',
-                 'Gemma3ForCausalLM': 'gemma3', 'GPTNeoXForCausalLM': 'gpt_neox'}
+                 'Gemma3ForCausalLM': 'gemma3', 'SmolLM3ForCausalLM': 'smollm3',
+                 'GPTNeoXForCausalLM': 'gpt_neox'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
-LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3', 'gemma3')
+LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3', 'gemma3', 'smollm3')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
@@ -67,7 +68,7 @@ def read(directory: str) -> dict:
 
 
 def family(hf: dict, where: str) -> str:
-  """'llama', 'mistral', 'qwen2', 'qwen3', 'gemma3' or 'gpt_neox' from the config's
+  """'llama', 'mistral', 'qwen2', 'qwen3', 'gemma3', 'smollm3' or 'gpt_neox' from the config's
   architecture (or, where it names none, its model_type)."""
   by_type = {t: MODEL_TYPES[f] for f, t in HF_MODEL_TYPES.items()}
   archs = hf.get('architectures') or [by_type.get(hf.get('model_type'), '')]
@@ -153,10 +154,23 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
           'attention_factor': float(attention or 0.0)}, original
 
 
+def _smollm3_rotates(hf: dict, layers: int) -> tuple[bool, ...]:
+  """Whether each layer of a SmolLM3 config rotates: `no_rope_layers` (1: RoPE, 0: none), else
+  every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
+  interval = int(_read(hf, 'no_rope_layer_interval', 4))
+  flags = hf.get('no_rope_layers') or [int((i + 1) % interval != 0) for i in range(layers)]
+  return tuple(bool(f) for f in flags)
+
+
 def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
     return (int(window),) if window else ()
+  if fam == 'smollm3' and window and hf.get('use_sliding_window'):  # On its NoPE layers.
+    kinds = hf.get('layer_types') or [
+        'full_attention' if r else 'sliding_attention' for r in _smollm3_rotates(hf, layers)]
+    windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
+    return windows if any(windows) else ()
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     kinds = hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
@@ -289,7 +303,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
       dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
-      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam == 'gemma3')),
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam in ('gemma3', 'smollm3'))),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',
@@ -303,6 +317,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
   if fam == 'gemma3':
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
+  if fam == 'smollm3':  # Its NoPE layers: no position information at all.
+    config.model.layer_kinds = positions.layer_kinds_of(_smollm3_rotates(hf, layers))
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
   rope.update(layout='half', fraction=rotary / head_dim)
@@ -312,255 +328,3 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   config.data.seq_len = trained
   config.data.tokenizer = 'hf:' + os.path.abspath(directory)
   return config
-
-
-def _refusal(config) -> str | None:
-  """Why no transformers class computes the model `config` builds, or None."""
-  m = config.model
-  att, rope = m.attention, m.position.rope
-  options = attention_options.enabled(att)
-  checks = (
-      (not model_types.of(m).decoder_only,
-       f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
-       'Fix: export a causal LM'),
-      (config.train.float_positions > 0,
-       'it trained on real-valued positions (train.float_positions) and is evaluated on their '
-       'grid; transformers feeds integer positions. Fix: export a model trained on integer '
-       'positions'),
-      (not positions.is_plain_rope(m),
-       f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
-                                               if m.layer_kinds else '') +
-       ': the Llama, Mistral, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
-       'every layer and nothing else'),
-      (bool(m.layer_rope_bases) and m.norm != 'sandwich',
-       "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
-      (m.embedding_multiplier != 1 and m.norm != 'sandwich',
-       f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 3's block "
-       "(norm='sandwich')"),
-      (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
-      (rope.rotate_values, 'rotated values (rope.rotate_values)'),
-      (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
-                                    'time change to attention. Fix: export a model whose saved '
-                                    'config has remap.method=none, and apply the remap with '
-                                    'eval.py'),
-      (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
-       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp). Fix: train or continue "
-       "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
-       'frequencies, so a model trained on one is not the other'),
-      (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
-      (any(not o.in_transformers for o in options),
-       'an attention option (' + ', '.join(o.field for o in options if not o.in_transformers)
-       + ')'),
-      (m.norm == 'post', "norm='post'"),
-      (m.type_vocab_size > 0, 'token-type embeddings'),
-      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
-       f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'GPT-NeoX layer_norm with a plain one)'),
-  )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  if m.normalization == 'rms_norm':
-    windows = {w for w in m.layer_windows if w}
-    if m.residual == 'parallel':
-      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
-    if rope.fraction < 1:
-      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
-    # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
-    # else Qwen3's.
-    family = 'gemma3' if m.norm == 'sandwich' else 'qwen3'
-    missing = [o.field for o in options if family not in o.in_transformers]
-    if missing:
-      return (f"attention.{', attention.'.join(missing)} in a {MODEL_TYPES[family]} block, "
-              'whose class does not compute it')
-    for option in options:
-      if option.transformers_refusal(m, att):
-        return option.transformers_refusal(m, att)
-    if m.norm == 'sandwich':
-      return _gemma3_refusal_of(config)
-    if options and m.biases not in ('none', 'attention'):
-      return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
-              '(Qwen3, the class with QK-norm, has biases on all four attention layers or none)')
-    if len(windows) > 1:
-      return f'sliding windows of several sizes {sorted(windows)}'
-    if windows and m.biases not in ('none', 'qkv') and not options:  # Qwen3 takes 'attention'.
-      return (f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's, "
-              "Qwen3 the four attention layers')")
-    return None
-  if m.biases != 'all':
-    return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
-  if options:
-    return f"{', '.join('attention.' + o.field for o in options)} in a GPT-NeoX block"
-  if m.norm == 'sandwich':
-    return 'sandwich norms in a GPT-NeoX block'
-  if m.head_dim and m.head_dim * m.num_heads != m.d_model:
-    return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
-            f'{m.d_model} into its {m.num_heads} heads')
-  if rope.fraction < 1 and rope.scaling.kind == 'yarn':
-    return ("yarn with partial rotary (transformers' GPT-NeoX multiplies only the rotated "
-            "dimensions by YaRN's attention factor, this project the whole logits)")
-  if m.num_kv_heads not in (0, m.num_heads):
-    return 'grouped-query attention in a GPT-NeoX block'
-  if any(m.layer_windows):
-    return 'sliding windows in a GPT-NeoX block'
-  return None
-
-
-def _per_layer(values, layers: int, empty) -> tuple:
-  """A per-layer setting cycled over the layers (`empty` for each where none is given)."""
-  values = tuple(values)
-  return tuple(values[i % len(values)] if values else empty for i in range(layers))
-
-
-def _gemma3_refusal_of(config) -> str | None:
-  """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
-  blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
-  ones, no scaling, one window size, and one RoPE base for its windowed layers and one for its
-  global ones."""
-  m = config.model
-  options = attention_options.enabled(m.attention)
-  windows = _per_layer(m.layer_windows, m.num_layers, 0)
-  bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
-  by_kind = {bool(w): set() for w in windows}
-  for w, b in zip(windows, bases):
-    by_kind[bool(w)].add(b)
-  multiplier = float(np.float32(m.embedding_multiplier))
-  checks = (
-      (not any('gemma3' in o.in_transformers for o in options),
-       'a sandwich block without QK-norm (Gemma 3 has it)'),
-      (multiplier != float(np.float32(m.d_model ** 0.5)),
-       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
-       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}'),
-      (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or none)"),
-      (m.position.rope.scaling.kind != 'none',
-       f'a RoPE scaling ({m.position.rope.scaling.kind!r}) in a sandwich block: transformers\' '
-       'Gemma 3 scales its global layers only, this project every layer. Fix: export a model '
-       'trained without a scaling, and apply one with eval.py'),
-      (len({w for w in windows if w}) > 1, f'sliding windows of several sizes '
-                                           f'{sorted({w for w in windows if w})}'),
-      (any(len(b) > 1 for b in by_kind.values()),
-       'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
-       'has rope_local_base_freq and rope_theta)'),
-  )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  return None
-
-
-def export_family(config) -> str:
-  """The transformers family that computes `config`'s model, or ConfigError saying why none."""
-  reason = _refusal(config)
-  if reason:
-    fix = '' if '. Fix: ' in reason else (
-        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3, Gemma 3 '
-        'and GPT-NeoX classes compute RoPE in every layer, in their blocks, with no scaling or '
-        "a linear, ntk (as rope_theta), dynamic, yarn ('index' ramp) or llama3 one "
-        '(docs/hf_checkpoints.md)')
-    raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
-  m = config.model
-  if m.normalization == 'layer_norm':
-    return 'gpt_neox'
-  if m.norm == 'sandwich':
-    return 'gemma3'
-  if attention_options.enabled(m.attention):  # Options Qwen3 computes (_refusal checked).
-    return 'qwen3'
-  if any(m.layer_windows) and m.biases == 'none':
-    return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (
-        'qwen2')
-  return 'qwen2' if m.biases == 'qkv' else 'llama'
-
-
-def _rope_scaling(config) -> tuple[dict | None, int]:
-  """(rope_scaling in transformers 4's form, max_position_embeddings)."""
-  sc, trained = config.model.position.rope.scaling, config.data.seq_len
-  if sc.kind == 'none':
-    return None, trained
-  if sc.kind == 'ntk':  # A static NTK is a larger base; export writes it as rope_theta.
-    return None, trained
-  if sc.kind == 'linear':  # The length it stretches to: a continuation's own seq_len.
-    return {'rope_type': 'linear', 'factor': sc.factor}, int(
-        (sc.original_length or trained) * sc.factor)
-  if sc.kind == 'dynamic':
-    return {'rope_type': 'dynamic', 'factor': sc.factor}, sc.original_length
-  extended = int(sc.original_length * sc.factor)
-  if sc.kind == 'llama3':
-    return {'rope_type': 'llama3', 'factor': sc.factor, 'low_freq_factor': sc.low_freq_factor,
-            'high_freq_factor': sc.high_freq_factor,
-            'original_max_position_embeddings': sc.original_length}, extended
-  out = {'rope_type': 'yarn', 'factor': sc.factor, 'beta_fast': sc.beta, 'beta_slow': sc.alpha,
-         'original_max_position_embeddings': sc.original_length}
-  if sc.attention_factor:
-    out['attention_factor'] = sc.attention_factor
-  return out, extended
-
-
-def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
-  """The config.json of the transformers class that computes `config`'s model (transformers
-  4's form: rope_theta and rope_scaling, which transformers 5 reads too). `special_ids`:
-  bos/eos/pad token ids (None where the tokenizer has none); `source`: the config.json it was
-  imported from, whose max_position_embeddings it keeps."""
-  fam = export_family(config)
-  m, rope = config.model, config.model.position.rope
-  scaling, max_len = _rope_scaling(config)
-  if source and 'max_position_embeddings' in source:
-    max_len = int(source['max_position_embeddings'])
-  head_dim = positions.head_dim(m)
-  rotary = int(round(head_dim * rope.fraction))
-  base = rope.base
-  if rope.scaling.kind == 'ntk':
-    base = base * rope.scaling.factor ** (rotary / (rotary - 2))
-  out = {
-      'architectures': [MODEL_TYPES[fam]], 'model_type': HF_MODEL_TYPES[fam],
-      'vocab_size': m.vocab_size,
-      'hidden_size': m.d_model, 'intermediate_size': m.d_ff, 'num_hidden_layers': m.num_layers,
-      'num_attention_heads': m.num_heads, 'hidden_act': ACTIVATION_NAMES[m.activation],
-      'max_position_embeddings': max_len, 'initializer_range': m.init_std,
-      'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-      'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-      'pad_token_id': special_ids.get('pad'), 'use_cache': True, 'torch_dtype': 'float32',
-      'rope_scaling': scaling,
-  }
-  if fam == 'gpt_neox':
-    out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
-               rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
-               attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
-    return out
-  out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
-             rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
-  windows = tuple(m.layer_windows[i % len(m.layer_windows)] if m.layer_windows else 0
-                  for i in range(m.num_layers))
-  if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
-    bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
-    base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
-                                 rope.base)
-    out.pop('hidden_act')
-    out.update(hidden_activation=ACTIVATION_NAMES[m.activation], rope_theta=base_of(False),
-               rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
-               query_pre_attn_scalar=head_dim,
-               layer_types=['sliding_attention' if w else 'full_attention' for w in windows],
-               final_logit_softcapping=None, attn_logit_softcapping=None)
-    if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
-      out['sliding_window'] = max(windows)
-    # transformers before 4.53 reads the layer kinds from this pattern alone (every p-th layer
-    # global; 1: all global), which some layouts have.
-    pattern = next((p for p in range(1, m.num_layers + 2)
-                    if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
-    if pattern:
-      out['sliding_window_pattern'] = pattern
-  elif fam == 'llama':
-    out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
-  elif fam == 'mistral':
-    out.update(sliding_window=windows[0])
-  else:  # qwen2, qwen3
-    if fam == 'qwen3':
-      out.update(attention_bias=m.biases == 'attention')
-    window = max(windows)
-    # transformers 5 reads layer_types; transformers 4 slides the layers from max_window_layers
-    # on, which says the same where the global layers come first (other layouts: 5 only).
-    first = next((i for i, w in enumerate(windows) if w), m.num_layers)
-    out.update(use_sliding_window=bool(window), sliding_window=window or None,
-               max_window_layers=first,
-               layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
-  return out

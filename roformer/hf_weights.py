@@ -214,7 +214,7 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
 
 def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.ndarray]:
   """The transformers tensors (float32 numpy, PyTorch's [out, in] layout) of a CausalLM's
-  parameters `params` (a nested dict), for the family hf_config.export_family chose. A layer
+  parameters `params` (a nested dict), for the family hf_export_config.export_family chose. A layer
   the transformers class has a bias for and this model has none gets a zero bias."""
   d, f = m.d_model, m.d_ff
   h, hd = m.num_heads, positions.head_dim(m)

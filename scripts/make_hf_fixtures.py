@@ -93,6 +93,13 @@ FIXTURES = {
         rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
                          'full_attention': {'rope_type': 'default', 'rope_theta': 1e6}}),
                             False, 'llama', 0),
+    # SmolLM3: a layer without positions (NoPE) between two RoPE ones, an 8-token window on
+    # it, tied embeddings, YaRN on the RoPE layers.
+    'smollm3_nope_yarn': ('SmolLM3Config', dict(
+        SMALL, num_hidden_layers=3, num_key_value_heads=2, no_rope_layers=[1, 0, 1],
+        use_sliding_window=True, sliding_window=8, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # Llama with heads narrower than hidden_size / heads (as Mistral NeMo's 128 for 32 heads of
     # 5120), of a width that is not a power of 2.
     'llama_narrow_heads': ('LlamaConfig', dict(

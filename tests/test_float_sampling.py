@@ -92,11 +92,12 @@ def test_a_run_trains_and_evaluates_with_float_positions(tmp_path):
 
 
 def test_a_model_trained_on_real_positions_is_not_exported_to_transformers():
-  from roformer import hf_config  # pylint: disable=import-outside-toplevel
+  from roformer import hf_export_config  # pylint: disable=import-outside-toplevel
   cfg = test_config.get_config()
-  plain = hf_config._refusal(cfg)  # pylint: disable=protected-access
+  plain = hf_export_config._refusal(cfg)  # pylint: disable=protected-access
   cfg.train.float_positions = cfg.data.seq_len
-  assert 'real-valued positions' in hf_config._refusal(cfg)  # pylint: disable=protected-access
+  refusal = hf_export_config._refusal(cfg)  # pylint: disable=protected-access
+  assert 'real-valued positions' in refusal
   assert plain is None or 'real-valued' not in plain
 
 

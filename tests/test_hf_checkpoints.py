@@ -1,9 +1,9 @@
-"""Hugging Face checkpoints (roformer/hf.py, hf_config.py, hf_weights.py): every fixture of
-tests/data/hf (tiny random models saved by transformers 5.24 with transformers' own logits and
-greedy ids, made by scripts/make_hf_fixtures.py) imports into a workdir that computes the same
-logits and greedy ids, decodes with its cache as without; exports give back the same logits;
-each bad input is one error naming it, before anything is written. Torch is not needed; where
-it is installed, transformers reads an export back."""
+"""Hugging Face checkpoints (roformer/hf.py, hf_config.py, hf_export_config.py, hf_weights.py):
+every fixture of tests/data/hf (tiny random models saved by transformers 5.24 with transformers'
+own logits and greedy ids, made by scripts/make_hf_fixtures.py) imports into a workdir that
+computes the same logits and greedy ids, decodes with its cache as without; exports give back
+the same logits; each bad input is one error naming it, before anything is written. Torch is
+not needed; where it is installed, transformers reads an export back."""
 
 import json
 import os
@@ -25,6 +25,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
+from roformer import hf_export_config
 from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
@@ -403,6 +404,8 @@ QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 1
 # a global one at 1M.
 # Qwen3 with its attention biases and a windowed layer before a global one.
 QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
+# The Llama preset with a layer without positions after a RoPE one, and a window on it.
+SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
 GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
               layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
 
@@ -411,7 +414,8 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
-                                             ('llama', GEMMA3, 'Gemma3ForCausalLM')])
+                                             ('llama', GEMMA3, 'Gemma3ForCausalLM'),
+                                             ('llama', SMOLLM3, 'SmolLM3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3, with Gemma 3's sandwich norms
@@ -461,7 +465,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
 @pytest.mark.parametrize('name,arch', [('qwen2_yarn_v4', 'Qwen2ForCausalLM'),
                                        ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
                                        ('llama_narrow_heads', 'LlamaForCausalLM'),
-                                       ('gemma3_local_global', 'Gemma3ForCausalLM')])
+                                       ('gemma3_local_global', 'Gemma3ForCausalLM'),
+                                       ('smollm3_nope_yarn', 'SmolLM3ForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -504,6 +509,13 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
      r'partial rotary \(rope.fraction=0.5\) in a Llama-family block'),
     (dict(GEMMA3, biases='qkv'), r"biases='qkv' in a sandwich block"),
+    (dict(SMOLLM3, layer_windows=(8, 0), normalization='rms_norm', mlp='gated', biases='none'),
+     r'sliding windows on RoPE layers with layers without positions'),
+    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='qkv'),
+     r"biases='qkv' with layers without positions"),
+    ({'layer_kinds': ('rope', 'none')}, r'layers without positions \(layer_kinds\) in a GPT-NeoX'),
+    ({'layer_kinds': ('rope', 'alibi')},
+     r"position.kind='rope' with layer_kinds \('rope', 'alibi'\): the Llama"),
     ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
                                        r"Gemma 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),
@@ -534,7 +546,7 @@ def test_a_gemma3_export_names_its_layers_for_both_transformers_versions(windows
   (the class's default: its mask is built anyway)."""
   config = test_config.get_config('llama')
   kinds.set_fields(config.model, dict(GEMMA3, layer_windows=windows, layer_rope_bases=bases))
-  out = hf_config.from_config(config, {})
+  out = hf_export_config.from_config(config, {})
   assert out['layer_types'] == ['sliding_attention' if w else 'full_attention'
                                 for w in (windows or (0, 0))]
   assert out.get('sliding_window_pattern') == pattern
@@ -553,7 +565,7 @@ def test_a_linear_exports_the_length_it_stretches_to(original_length, seq_len, w
   config.data.seq_len = seq_len
   config.model.position.rope.scaling.update(kind='linear', original_length=original_length,
                                             factor=written / (original_length or seq_len))
-  hf = hf_config.from_config(config, {})
+  hf = hf_export_config.from_config(config, {})
   assert hf['max_position_embeddings'] == written
   assert hf['rope_scaling'] == {'rope_type': 'linear',
                                 'factor': config.model.position.rope.scaling.factor}
@@ -603,7 +615,8 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
 
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
-                                        ('llama', QWEN3_WINDOWS), ('llama', GEMMA3)])
+                                        ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
+                                        ('llama', SMOLLM3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -12,6 +12,7 @@ import numpy as np
 from roformer import autodiff
 from roformer import errors
 from roformer import specs
+from roformer.positions import absolute
 from roformer.positions import base
 from roformer.positions import registry
 from roformer.positions import remap
@@ -253,6 +254,24 @@ def is_plain_rope(model_cfg) -> bool:
   combination): the one position scheme transformers' Llama and GPT-NeoX classes compute."""
   return (not tuple(model_cfg.layer_kinds)
           and registry.scheme(model_cfg.position.kind) is Rotary)
+
+
+def rope_layers(model_cfg) -> tuple[bool, ...] | None:
+  """Whether each layer rotates, where every layer is plain RoPE or has no positions at all
+  (SmolLM3's NoPE layers, which transformers' SmolLM3 class computes); None for any other
+  layout."""
+  schemes = [registry.scheme(k) for k in registry.layer_kinds(model_cfg)]
+  if not all(s in (Rotary, absolute.NoPositions) for s in schemes) or Rotary not in schemes:
+    return None
+  return tuple(s is Rotary for s in schemes)
+
+
+def layer_kinds_of(rotates) -> tuple[str, ...]:
+  """`model.layer_kinds` for layers that each rotate or have no positions (SmolLM3's
+  no_rope_layers): () where every layer rotates."""
+  if all(rotates):
+    return ()
+  return tuple(ROPE if r else absolute.NoPositions.kind for r in rotates)
 
 
 @base.register(ROPE)

@@ -1,0 +1,308 @@
+"""Which transformers class computes a model trained or imported here, and that class's
+`config.json`: the export's half of roformer/hf_config.py, which reads the Hub's configs.
+
+`export_family` names the class or refuses, in one line that says why, a model none computes:
+the checks of `_refusal`, with the families' own (Gemma 3's sandwich block, SmolLM3's layers
+without positions) in `_gemma3_refusal_of` and `_smollm3_refusal_of`. `from_config` writes the
+config in transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads
+too.
+"""
+
+import numpy as np
+
+from roformer import attention_options
+from roformer import errors
+from roformer import hf_config
+from roformer import model_types
+from roformer import positions
+
+
+def _refusal(config) -> str | None:
+  """Why no transformers class computes the model `config` builds, or None."""
+  m = config.model
+  att, rope = m.attention, m.position.rope
+  options = attention_options.enabled(att)
+  checks = (
+      (not model_types.of(m).decoder_only,
+       f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
+       'Fix: export a causal LM'),
+      (config.train.float_positions > 0,
+       'it trained on real-valued positions (train.float_positions) and is evaluated on their '
+       'grid; transformers feeds integer positions. Fix: export a model trained on integer '
+       'positions'),
+      (positions.rope_layers(m) is None,
+       f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
+                                               if m.layer_kinds else '') +
+       ': the Llama, Mistral, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
+       "every layer and nothing else, SmolLM3's RoPE or nothing in each"),
+      (bool(m.layer_rope_bases) and m.norm != 'sandwich',
+       "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
+      (m.embedding_multiplier != 1 and m.norm != 'sandwich',
+       f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 3's block "
+       "(norm='sandwich')"),
+      (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
+      (rope.rotate_values, 'rotated values (rope.rotate_values)'),
+      (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
+                                    'time change to attention. Fix: export a model whose saved '
+                                    'config has remap.method=none, and apply the remap with '
+                                    'eval.py'),
+      (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
+       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp). Fix: train or continue "
+       "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
+       'frequencies, so a model trained on one is not the other'),
+      (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
+      (any(not o.in_transformers for o in options),
+       'an attention option (' + ', '.join(o.field for o in options if not o.in_transformers)
+       + ')'),
+      (m.norm == 'post', "norm='post'"),
+      (m.type_vocab_size > 0, 'token-type embeddings'),
+      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
+       f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
+       'GPT-NeoX layer_norm with a plain one)'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  if m.normalization == 'rms_norm':
+    windows = {w for w in m.layer_windows if w}
+    if m.residual == 'parallel':
+      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
+    if rope.fraction < 1:
+      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
+    if not all(positions.rope_layers(m)):
+      return _smollm3_refusal_of(config, options)
+    # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
+    # else Qwen3's.
+    family = 'gemma3' if m.norm == 'sandwich' else 'qwen3'
+    missing = [o.field for o in options if family not in o.in_transformers]
+    if missing:
+      return (f"attention.{', attention.'.join(missing)} in a "
+              f'{hf_config.MODEL_TYPES[family]} block, whose class does not compute it')
+    for option in options:
+      if option.transformers_refusal(m, att):
+        return option.transformers_refusal(m, att)
+    if m.norm == 'sandwich':
+      return _gemma3_refusal_of(config)
+    if options and m.biases not in ('none', 'attention'):
+      return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
+              '(Qwen3, the class with QK-norm, has biases on all four attention layers or none)')
+    if len(windows) > 1:
+      return f'sliding windows of several sizes {sorted(windows)}'
+    if windows and m.biases not in ('none', 'qkv') and not options:  # Qwen3 takes 'attention'.
+      return (f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's, "
+              "Qwen3 the four attention layers')")
+    return None
+  if m.biases != 'all':
+    return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
+  if options:
+    return f"{', '.join('attention.' + o.field for o in options)} in a GPT-NeoX block"
+  if not all(positions.rope_layers(m)):
+    return 'layers without positions (layer_kinds) in a GPT-NeoX block'
+  if m.norm == 'sandwich':
+    return 'sandwich norms in a GPT-NeoX block'
+  if m.head_dim and m.head_dim * m.num_heads != m.d_model:
+    return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
+            f'{m.d_model} into its {m.num_heads} heads')
+  if rope.fraction < 1 and rope.scaling.kind == 'yarn':
+    return ("yarn with partial rotary (transformers' GPT-NeoX multiplies only the rotated "
+            "dimensions by YaRN's attention factor, this project the whole logits)")
+  if m.num_kv_heads not in (0, m.num_heads):
+    return 'grouped-query attention in a GPT-NeoX block'
+  if any(m.layer_windows):
+    return 'sliding windows in a GPT-NeoX block'
+  return None
+
+
+def _per_layer(values, layers: int, empty) -> tuple:
+  """A per-layer setting cycled over the layers (`empty` for each where none is given)."""
+  values = tuple(values)
+  return tuple(values[i % len(values)] if values else empty for i in range(layers))
+
+
+def _smollm3_refusal_of(config, options) -> str | None:
+  """Why SmolLM3ForCausalLM, the class with layers that have no positions (NoPE), does not
+  compute a Llama-family block with them, or None: it has no attention option, no sandwich
+  norms, biases on all four attention layers or none (and on the MLP or not), and windows only
+  on its NoPE layers, all of one size."""
+  m = config.model
+  rotates = positions.rope_layers(m)
+  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  checks = (
+      (bool(options), f"attention.{', attention.'.join(o.field for o in options)} with layers "
+                      'without positions (SmolLM3, the class with NoPE layers, has none)'),
+      (m.norm == 'sandwich', 'sandwich norms with layers without positions (SmolLM3 has none)'),
+      (m.biases == 'qkv', "biases='qkv' with layers without positions (SmolLM3 has biases on "
+                          'all four attention layers or none)'),
+      (any(w and r for w, r in zip(windows, rotates)),
+       'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
+       'its NoPE layers)'),
+      (len({w for w in windows if w}) > 1,
+       f'sliding windows of several sizes {sorted({w for w in windows if w})}'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  return None
+
+
+def _gemma3_refusal_of(config) -> str | None:
+  """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
+  blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
+  ones, no scaling, one window size, and one RoPE base for its windowed layers and one for its
+  global ones."""
+  m = config.model
+  options = attention_options.enabled(m.attention)
+  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
+  by_kind = {bool(w): set() for w in windows}
+  for w, b in zip(windows, bases):
+    by_kind[bool(w)].add(b)
+  multiplier = float(np.float32(m.embedding_multiplier))
+  checks = (
+      (not any('gemma3' in o.in_transformers for o in options),
+       'a sandwich block without QK-norm (Gemma 3 has it)'),
+      (multiplier != float(np.float32(m.d_model ** 0.5)),
+       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
+       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}'),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or none)"),
+      (m.position.rope.scaling.kind != 'none',
+       f'a RoPE scaling ({m.position.rope.scaling.kind!r}) in a sandwich block: transformers\' '
+       'Gemma 3 scales its global layers only, this project every layer. Fix: export a model '
+       'trained without a scaling, and apply one with eval.py'),
+      (len({w for w in windows if w}) > 1, f'sliding windows of several sizes '
+                                           f'{sorted({w for w in windows if w})}'),
+      (any(len(b) > 1 for b in by_kind.values()),
+       'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
+       'has rope_local_base_freq and rope_theta)'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  return None
+
+
+def export_family(config) -> str:
+  """The transformers family that computes `config`'s model, or ConfigError saying why none."""
+  reason = _refusal(config)
+  if reason:
+    fix = '' if '. Fix: ' in reason else (
+        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3, Gemma 3, '
+        'SmolLM3 and GPT-NeoX classes compute RoPE in every layer (SmolLM3: or no positions), '
+        "in their blocks, with no scaling or a linear, ntk (as rope_theta), dynamic, yarn "
+        "('index' ramp) or llama3 one "
+        '(docs/hf_checkpoints.md)')
+    raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
+  m = config.model
+  if m.normalization == 'layer_norm':
+    return 'gpt_neox'
+  if m.norm == 'sandwich':
+    return 'gemma3'
+  if not all(positions.rope_layers(m)):
+    return 'smollm3'
+  if attention_options.enabled(m.attention):  # Options Qwen3 computes (_refusal checked).
+    return 'qwen3'
+  if any(m.layer_windows) and m.biases == 'none':
+    return 'mistral' if all(m.layer_windows) and len(m.layer_windows) in (1, m.num_layers) else (
+        'qwen2')
+  return 'qwen2' if m.biases == 'qkv' else 'llama'
+
+
+def _rope_scaling(config) -> tuple[dict | None, int]:
+  """(rope_scaling in transformers 4's form, max_position_embeddings)."""
+  sc, trained = config.model.position.rope.scaling, config.data.seq_len
+  if sc.kind == 'none':
+    return None, trained
+  if sc.kind == 'ntk':  # A static NTK is a larger base; export writes it as rope_theta.
+    return None, trained
+  if sc.kind == 'linear':  # The length it stretches to: a continuation's own seq_len.
+    return {'rope_type': 'linear', 'factor': sc.factor}, int(
+        (sc.original_length or trained) * sc.factor)
+  if sc.kind == 'dynamic':
+    return {'rope_type': 'dynamic', 'factor': sc.factor}, sc.original_length
+  extended = int(sc.original_length * sc.factor)
+  if sc.kind == 'llama3':
+    return {'rope_type': 'llama3', 'factor': sc.factor, 'low_freq_factor': sc.low_freq_factor,
+            'high_freq_factor': sc.high_freq_factor,
+            'original_max_position_embeddings': sc.original_length}, extended
+  out = {'rope_type': 'yarn', 'factor': sc.factor, 'beta_fast': sc.beta, 'beta_slow': sc.alpha,
+         'original_max_position_embeddings': sc.original_length}
+  if sc.attention_factor:
+    out['attention_factor'] = sc.attention_factor
+  return out, extended
+
+
+def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
+  """The config.json of the transformers class that computes `config`'s model (transformers
+  4's form: rope_theta and rope_scaling, which transformers 5 reads too). `special_ids`:
+  bos/eos/pad token ids (None where the tokenizer has none); `source`: the config.json it was
+  imported from, whose max_position_embeddings it keeps."""
+  fam = export_family(config)
+  m, rope = config.model, config.model.position.rope
+  scaling, max_len = _rope_scaling(config)
+  if source and 'max_position_embeddings' in source:
+    max_len = int(source['max_position_embeddings'])
+  head_dim = positions.head_dim(m)
+  rotary = int(round(head_dim * rope.fraction))
+  base = rope.base
+  if rope.scaling.kind == 'ntk':
+    base = base * rope.scaling.factor ** (rotary / (rotary - 2))
+  out = {
+      'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': hf_config.HF_MODEL_TYPES[fam],
+      'vocab_size': m.vocab_size,
+      'hidden_size': m.d_model, 'intermediate_size': m.d_ff, 'num_hidden_layers': m.num_layers,
+      'num_attention_heads': m.num_heads,
+      'hidden_act': hf_config.ACTIVATION_NAMES[m.activation],
+      'max_position_embeddings': max_len, 'initializer_range': m.init_std,
+      'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+      'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+      'pad_token_id': special_ids.get('pad'), 'use_cache': True, 'torch_dtype': 'float32',
+      'rope_scaling': scaling,
+  }
+  if fam == 'gpt_neox':
+    out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
+               rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
+               attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
+             rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
+  windows = tuple(m.layer_windows[i % len(m.layer_windows)] if m.layer_windows else 0
+                  for i in range(m.num_layers))
+  if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
+    bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
+    base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
+                                 rope.base)
+    out.pop('hidden_act')
+    out.update(hidden_activation=hf_config.ACTIVATION_NAMES[m.activation],
+               rope_theta=base_of(False),
+               rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
+               query_pre_attn_scalar=head_dim,
+               layer_types=['sliding_attention' if w else 'full_attention' for w in windows],
+               final_logit_softcapping=None, attn_logit_softcapping=None)
+    if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
+      out['sliding_window'] = max(windows)
+    # transformers before 4.53 reads the layer kinds from this pattern alone (every p-th layer
+    # global; 1: all global), which some layouts have.
+    pattern = next((p for p in range(1, m.num_layers + 2)
+                    if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
+    if pattern:
+      out['sliding_window_pattern'] = pattern
+  elif fam in ('llama', 'smollm3'):
+    out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
+    if fam == 'smollm3':  # 1: the layer rotates; windows on its NoPE layers only.
+      out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
+                 use_sliding_window=any(windows), sliding_window=max(windows) or None,
+                 layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
+  elif fam == 'mistral':
+    out.update(sliding_window=windows[0])
+  else:  # qwen2, qwen3
+    if fam == 'qwen3':
+      out.update(attention_bias=m.biases == 'attention')
+    window = max(windows)
+    # transformers 5 reads layer_types; transformers 4 slides the layers from max_window_layers
+    # on, which says the same where the global layers come first (other layouts: 5 only).
+    first = next((i for i, w in enumerate(windows) if w), m.num_layers)
+    out.update(use_sliding_window=bool(window), sliding_window=window or None,
+               max_window_layers=first,
+               layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
+  return out
