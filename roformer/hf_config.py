@@ -104,7 +104,8 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   # transformers takes rope_scaling over rope_parameters when a file has both.
   settings = dict(hf.get('rope_scaling') or params or {})
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
-  settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', 10000.0)))
+  default = 2_000_000.0 if fam == 'smollm3' else 10000.0  # The classes' default_theta.
+  settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
   default_partial = 0.25 if fam == 'gpt_neox' else 1.0  # transformers' class defaults.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
@@ -159,14 +160,16 @@ def _smollm3_rotates(hf: dict, layers: int) -> tuple[bool, ...]:
   every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
   interval = int(_read(hf, 'no_rope_layer_interval', 4))
   flags = hf.get('no_rope_layers') or [int((i + 1) % interval != 0) for i in range(layers)]
-  return tuple(bool(f) for f in flags)
+  return tuple(bool(f) for f in flags[:layers])
 
 
 def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
     return (int(window),) if window else ()
-  if fam == 'smollm3' and window and hf.get('use_sliding_window'):  # On its NoPE layers.
+  if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
+    window = hf.get('sliding_window')
+  if fam == 'smollm3' and window and hf.get('use_sliding_window'):
     kinds = hf.get('layer_types') or [
         'full_attention' if r else 'sliding_attention' for r in _smollm3_rotates(hf, layers)]
     windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
@@ -318,7 +321,12 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if fam == 'gemma3':
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.
-    config.model.layer_kinds = positions.layer_kinds_of(_smollm3_rotates(hf, layers))
+    rotates = _smollm3_rotates(hf, layers)
+    if not any(rotates):
+      raise errors.ConfigError(f'{where}: no_rope_layers leaves no layer with RoPE; this '
+                               'project reads SmolLM3 checkpoints with at least one. Fix: a '
+                               'checkpoint with RoPE layers (as SmolLM3-3B, 3 in each 4).')
+    config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
   rope.update(layout='half', fraction=rotary / head_dim)

@@ -127,6 +127,26 @@ def test_a_config_without_head_dim_or_eps_reads_as_transformers_defaults_them(na
   assert (m.head_dim, m.attention.qk_norm_eps, m.layer_norm_eps) == (width, 1e-2, 1e-2)
 
 
+def test_a_smollm3_config_with_fields_left_out_reads_as_smollm3config_defaults_them():
+  """Without no_rope_layers, layer_types, tie_word_embeddings, rope_theta and sliding_window:
+  every fourth layer without positions (no_rope_layer_interval), tied, base 2e6 (SmolLM3's
+  default_theta), and no window even with use_sliding_window (its window is None); a
+  no_rope_layers longer than the layers is cut to them, and one with no RoPE layer refused."""
+  config = json.loads((FIXTURES / 'smollm3_nope_yarn' / 'config.json').read_text())
+  for field in ('no_rope_layers', 'layer_types', 'tie_word_embeddings', 'rope_parameters',
+                'sliding_window'):
+    config.pop(field)
+  config.update(num_hidden_layers=8, use_sliding_window=True)
+  m = hf_config.to_config(config, 'dir').model
+  kinds_of = lambda m: [m.layer_kinds[i % len(m.layer_kinds)] != 'none' for i in range(8)]
+  assert kinds_of(m) == [True, True, True, False] * 2
+  assert (m.tie_embeddings, m.position.rope.base, tuple(m.layer_windows)) == (True, 2e6, ())
+  config.update(num_hidden_layers=3, no_rope_layers=[1, 0, 1, 1, 0])
+  assert len(hf_config.to_config(config, 'dir').model.layer_kinds) == 3
+  with pytest.raises(errors.ConfigError, match='no_rope_layers leaves no layer with RoPE'):
+    hf_config.to_config(dict(config, no_rope_layers=[0, 0, 0]), 'dir')
+
+
 def test_yarn_attention_factor_follows_transformers():
   base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
   scaling = lambda **extra: hf_config.to_config(
@@ -513,6 +533,13 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'sliding windows on RoPE layers with layers without positions'),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='qkv'),
      r"biases='qkv' with layers without positions"),
+    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none',
+          **{'attention.qk_norm': True}),
+     r'attention\.qk_norm with layers without positions'),
+    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='sandwich'),
+     r'sandwich norms with layers without positions'),
+    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', num_layers=4,
+          layer_windows=(0, 4, 0, 8)), r'sliding windows of several sizes \[4, 8\]'),
     ({'layer_kinds': ('rope', 'none')}, r'layers without positions \(layer_kinds\) in a GPT-NeoX'),
     ({'layer_kinds': ('rope', 'alibi')},
      r"position.kind='rope' with layer_kinds \('rope', 'alibi'\): the Llama"),

@@ -97,7 +97,7 @@ class AttentionKind:
   implementations: tuple[str, ...] | None = None
   model_flag = ''
   specs: dict = {}
-  in_transformers = False  # Whether transformers' attention computes it (roformer/hf_config.py).
+  in_transformers = False  # Whether transformers' attention computes it (hf_export_config.py).
 
   @property
   def reads(self) -> tuple[str, ...]:
@@ -161,7 +161,7 @@ class AttentionOption:
   positions_need = ''
   no_single_map = ''
   forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
-  # The transformers families (roformer/hf_config.py) whose attention computes it; none: an
+  # The transformers families (roformer/hf_export_config.py) whose attention computes it; none: an
   # export of a model with it on is refused.
   in_transformers: tuple[str, ...] = ()
 

@@ -46,7 +46,7 @@ from roformer.positions.polar import Polar, pope_frequencies, pope_logits
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.remap import relative_distances
 from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_remap_length,
-                                       is_plain_rope, kept_pairs, layer_kinds_of,
+                                       kept_pairs, layer_kinds_of,
                                        layer_remap, rope_layers,
                                        remapped_rope_logits, rotate_pairs,
                                        xpos_decay)

@@ -249,13 +249,6 @@ def _validate_rotation(width: int, what: str, r) -> int:
 ROPE = 'rope'  # Rotary's registered kind: what a checkpoint of another library computes.
 
 
-def is_plain_rope(model_cfg) -> bool:
-  """Whether every layer of `model_cfg` is plain RoPE (the Rotary scheme itself, not xPos or a
-  combination): the one position scheme transformers' Llama and GPT-NeoX classes compute."""
-  return (not tuple(model_cfg.layer_kinds)
-          and registry.scheme(model_cfg.position.kind) is Rotary)
-
-
 def rope_layers(model_cfg) -> tuple[bool, ...] | None:
   """Whether each layer rotates, where every layer is plain RoPE or has no positions at all
   (SmolLM3's NoPE layers, which transformers' SmolLM3 class computes); None for any other
