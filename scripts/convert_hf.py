@@ -33,16 +33,20 @@ def main(argv):
                       help='--to_hf: the checkpoint to export (default: the latest)')
   args = parser.parse_args(argv)
   from roformer import hf  # pylint: disable=g-import-not-at-top  # After the flags' checks.
+  from roformer import positions  # pylint: disable=g-import-not-at-top
   if args.from_hf:
     config = hf.import_checkpoint(args.from_hf, args.workdir)
     m = config.model
     width = f' of {m.head_dim}' if m.head_dim else ''
-    qk_norm = 'QK-norm, ' if m.attention.qk_norm else ''
+    layout = 'QK-norm, ' if m.attention.qk_norm else ''
+    rotates = positions.rope_layers(m) or ()
+    if not all(rotates):
+      layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '
     bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
              if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
     print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
           f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '
-          f'{qk_norm}trained '
+          f'{layout}trained '
           f'length {config.data.seq_len}, {bases}, scaling '
           f'{m.position.rope.scaling.kind}')
   else:
