@@ -59,7 +59,8 @@ def get_config(position: str = 'rope'):
   if parts[0] == 'llama':
     config.model.position.kind = parts[1] if len(parts) > 1 else 'rope'
     return llama(config)
-  if position == 'gemma3':  # Gemma 3's layout: 5 windowed layers at base 10k, 1 global at 1M.
+  if position == 'gemma3':  # Gemma 3's layout: 5 windowed layers at base 10k, 1 global at 1M,
+    # on the classic block (not Gemma 3's sandwich block, which an imported checkpoint has).
     config.model.position.kind = 'rope'
     config.model.num_layers = 6
     # Fixed in tokens, as Gemma 3's 1,024 are at any context; here a quarter of the 256 trained.

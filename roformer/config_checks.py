@@ -72,7 +72,7 @@ def check_relations(config: ml_collections.ConfigDict, num_data_parallel: int | 
         f'config.eval.length_multipliers={lengths}: a {m.type} scores each example at '
         'data.seq_len, not at multiples of it. Fix: drop it; to score at another length, '
         '--config.data.seq_len=N --out eval_results.N.json.')
-  if m.d_model % m.num_heads and not m.get('head_dim'):
+  if m.d_model % m.num_heads and not m.head_dim:
     raise errors.ConfigError(f'config.model.d_model={m.d_model} is not divisible by '
                              f'config.model.num_heads={m.num_heads}. Fix: change one of them, '
                              "or set the heads' width with config.model.head_dim.")

@@ -8,7 +8,7 @@ Counted per token of the input sequence:
   per layer     qkv and output projections  2 * 4 d^2   (2 d (h + 2 g) e + 2 h e d)
                 MLP up and down             2 * 2 d f   (gated: 2 * 3 d f)
                 attention scores QK^T, PV   2 * 2 L d   (2 * 2 L h e; half of it when causal)
-                FAVOR+ instead              2 * 2 m d (q, k features) + 2 * 2 m d (sums)
+                FAVOR+ instead              2 * 2 m h e (q, k features) + 2 * 2 m h e (sums)
   per token     output layer (tied logits)  2 d V
                 masked-LM head dense        2 d^2
   training      3 x the above
@@ -18,7 +18,7 @@ that fraction of the tokens (`predicted_fraction`, config.data.mask_rate), wheth
 computes them there only (the default) or everywhere (config.data.max_predictions=0).
 
 L is the sequence length, d the model width, f the MLP width, V the vocabulary, m the FAVOR+
-features per head (summed over heads: m * num_heads columns of d / num_heads each). In
+features per head (summed over heads: m * num_heads columns of e each). In
 brackets, the general form: h query heads and g key/value heads (grouped-query attention) of
 width e (model.head_dim; h e = d by default). Element-wise
 work (LayerNorm, softmax, GELU, the position schemes' rotations and biases) and embedding

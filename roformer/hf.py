@@ -173,7 +173,7 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_export_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
-                             files.read_json(source) if os.path.exists(source) else None)
+                                    files.read_json(source) if os.path.exists(source) else None)
   with files.staged_directory(hf_dir) as staging:
     hf_weights.write(tensors, staging)
     files.write_json_atomic(os.path.join(staging, 'config.json'), hf)

@@ -163,6 +163,13 @@ def _smollm3_rotates(hf: dict, layers: int) -> tuple[bool, ...]:
   return tuple(bool(f) for f in flags[:layers])
 
 
+def _windows_of(kinds, window: int) -> tuple[int, ...]:
+  """layer_windows of transformers' `layer_types`: `window` on each sliding layer, () where none
+  is windowed."""
+  windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
+  return windows if any(windows) else ()
+
+
 def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
@@ -170,16 +177,13 @@ def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')
   if fam == 'smollm3' and window and hf.get('use_sliding_window'):
-    kinds = hf.get('layer_types') or [
-        'full_attention' if r else 'sliding_attention' for r in _smollm3_rotates(hf, layers)]
-    windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
-    return windows if any(windows) else ()
+    return _windows_of(hf.get('layer_types') or [
+        'full_attention' if r else 'sliding_attention' for r in _smollm3_rotates(hf, layers)],
+                       window)
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
-    kinds = hf.get('layer_types') or [
+    return _windows_of(hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
-        for i in range(layers)]
-    windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
-    return windows if any(windows) else ()
+        for i in range(layers)], window)
   return ()
 
 
@@ -209,11 +213,12 @@ def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, flo
   pattern = int(_read(hf, 'sliding_window_pattern', 6))
   kinds = hf.get('layer_types') or [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
-  window = int(_read(hf, 'sliding_window', 4096) or 0)
-  windows = tuple(window if k == 'sliding_attention' else 0 for k in kinds)
-  bases = tuple(float(sliding['rope_theta'] if w else full['rope_theta']) for w in windows)
+  windows = _windows_of(kinds, int(_read(hf, 'sliding_window', 4096) or 0))
+  # By layer type: a sliding layer keeps its local base where the file gives it no window.
+  bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])
+                for k in kinds)
   if len(set(bases)) == 1:
-    return (windows if any(windows) else ()), (), bases[0]
+    return windows, (), bases[0]
   return windows, bases, None
 
 
@@ -285,7 +290,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     windows, bases = _windows(hf, fam, layers), ()
     settings = rope_settings(hf, fam, where)
     scaling, trained = _scaling(settings, hf, where)
-  # transformers' rounding; Llama, Mistral and Qwen2 rotate whole heads whatever the file says.
+  # transformers' rounding; the Llama family's classes rotate whole heads whatever the file says.
   partial = float(settings['partial_rotary_factor']) if fam == 'gpt_neox' else 1.0
   rotary = int(head_dim * partial)
   if rotary < head_dim and scaling['kind'] == 'yarn':

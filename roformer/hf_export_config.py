@@ -51,9 +51,9 @@ def _refusal(config) -> str | None:
        "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
        'frequencies, so a model trained on one is not the other'),
       (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
-      (any(not o.in_transformers for o in options),
-       'an attention option (' + ', '.join(o.field for o in options if not o.in_transformers)
-       + ')'),
+      (any(not o.transformers_families for o in options),
+       'an attention option ('
+       + ', '.join(o.field for o in options if not o.transformers_families) + ')'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
@@ -69,28 +69,32 @@ def _refusal(config) -> str | None:
       return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
     if rope.fraction < 1:
       return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
+    if len(windows) > 1:
+      return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
+              'one). Fix: train with one window size')
     if not all(positions.rope_layers(m)):
       return _smollm3_refusal_of(config, options)
     # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
     # else Qwen3's.
     family = 'gemma3' if m.norm == 'sandwich' else 'qwen3'
-    missing = [o.field for o in options if family not in o.in_transformers]
+    missing = [o.field for o in options if family not in o.transformers_families]
     if missing:
       return (f"attention.{', attention.'.join(missing)} in a "
               f'{hf_config.MODEL_TYPES[family]} block, whose class does not compute it')
     for option in options:
-      if option.transformers_refusal(m, att):
-        return option.transformers_refusal(m, att)
+      reason = option.transformers_refusal(m, att)
+      if reason:
+        return reason
     if m.norm == 'sandwich':
       return _gemma3_refusal_of(config)
     if options and m.biases not in ('none', 'attention'):
       return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
-              '(Qwen3, the class with QK-norm, has biases on all four attention layers or none)')
-    if len(windows) > 1:
-      return f'sliding windows of several sizes {sorted(windows)}'
+              '(Qwen3, the class with QK-norm, has biases on all four attention layers or none). '
+              'Fix: train with --config.model.biases=attention or none')
     if windows and m.biases not in ('none', 'qkv') and not options:  # Qwen3 takes 'attention'.
       return (f"sliding windows with biases={m.biases!r} (Mistral has none, Qwen2 q/k/v's, "
-              "Qwen3 the four attention layers')")
+              "Qwen3 the four attention layers'). Fix: train with --config.model.biases=none "
+              'or qkv')
     return None
   if m.biases != 'all':
     return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
@@ -119,25 +123,31 @@ def _per_layer(values, layers: int, empty) -> tuple:
   return tuple(values[i % len(values)] if values else empty for i in range(layers))
 
 
+def _layer_types(windows) -> list[str]:
+  """transformers' `layer_types` of each layer's window (0: none)."""
+  return ['sliding_attention' if w else 'full_attention' for w in windows]
+
+
 def _smollm3_refusal_of(config, options) -> str | None:
   """Why SmolLM3ForCausalLM, the class with layers that have no positions (NoPE), does not
   compute a Llama-family block with them, or None: it has no attention option, no sandwich
   norms, biases on all four attention layers or none (and on the MLP or not), and windows only
-  on its NoPE layers, all of one size."""
+  on its NoPE layers."""
   m = config.model
   rotates = positions.rope_layers(m)
   windows = _per_layer(m.layer_windows, m.num_layers, 0)
   checks = (
       (bool(options), f"attention.{', attention.'.join(o.field for o in options)} with layers "
-                      'without positions (SmolLM3, the class with NoPE layers, has none)'),
-      (m.norm == 'sandwich', 'sandwich norms with layers without positions (SmolLM3 has none)'),
+                      'without positions (SmolLM3, the class with NoPE layers, has none). Fix: '
+                      'train them without attention options'),
+      (m.norm == 'sandwich', 'sandwich norms with layers without positions (SmolLM3 has none). '
+                             'Fix: train them with --config.model.norm=pre'),
       (m.biases == 'qkv', "biases='qkv' with layers without positions (SmolLM3 has biases on "
-                          'all four attention layers or none)'),
+                          'all four attention layers or none). Fix: train them with '
+                          '--config.model.biases=attention or none'),
       (any(w and r for w, r in zip(windows, rotates)),
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
-       'its NoPE layers)'),
-      (len({w for w in windows if w}) > 1,
-       f'sliding windows of several sizes {sorted({w for w in windows if w})}'),
+       'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
   )
   for failed, reason in checks:
     if failed:
@@ -148,8 +158,7 @@ def _smollm3_refusal_of(config, options) -> str | None:
 def _gemma3_refusal_of(config) -> str | None:
   """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
   blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
-  ones, no scaling, one window size, and one RoPE base for its windowed layers and one for its
-  global ones."""
+  ones, no scaling, and one RoPE base for its windowed layers and one for its global ones."""
   m = config.model
   options = attention_options.enabled(m.attention)
   windows = _per_layer(m.layer_windows, m.num_layers, 0)
@@ -159,22 +168,24 @@ def _gemma3_refusal_of(config) -> str | None:
     by_kind[bool(w)].add(b)
   multiplier = float(np.float32(m.embedding_multiplier))
   checks = (
-      (not any('gemma3' in o.in_transformers for o in options),
-       'a sandwich block without QK-norm (Gemma 3 has it)'),
+      (not any('gemma3' in o.transformers_families for o in options),
+       'a sandwich block without QK-norm (Gemma 3 has it). Fix: train it with '
+       '--config.model.attention.qk_norm=True'),
       (multiplier != float(np.float32(m.d_model ** 0.5)),
        f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
-       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}'),
+       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}. Fix: train it with '
+       f'--config.model.embedding_multiplier={m.d_model ** 0.5!r}'),
       (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or none)"),
+       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or "
+       'none). Fix: train it with --config.model.biases=attention or none'),
       (m.position.rope.scaling.kind != 'none',
        f'a RoPE scaling ({m.position.rope.scaling.kind!r}) in a sandwich block: transformers\' '
        'Gemma 3 scales its global layers only, this project every layer. Fix: export a model '
        'trained without a scaling, and apply one with eval.py'),
-      (len({w for w in windows if w}) > 1, f'sliding windows of several sizes '
-                                           f'{sorted({w for w in windows if w})}'),
       (any(len(b) > 1 for b in by_kind.values()),
        'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
-       'has rope_local_base_freq and rope_theta)'),
+       'has rope_local_base_freq and rope_theta). Fix: train with one base for the windowed '
+       'layers and one for the global ones (layer_rope_bases)'),
   )
   for failed, reason in checks:
     if failed:
@@ -187,11 +198,8 @@ def export_family(config) -> str:
   reason = _refusal(config)
   if reason:
     fix = '' if '. Fix: ' in reason else (
-        '. Fix: export a model trained without it: the Llama, Mistral, Qwen2, Qwen3, Gemma 3, '
-        'SmolLM3 and GPT-NeoX classes compute RoPE in every layer (SmolLM3: or no positions), '
-        "in their blocks, with no scaling or a linear, ntk (as rope_theta), dynamic, yarn "
-        "('index' ramp) or llama3 one "
-        '(docs/hf_checkpoints.md)')
+        '. Fix: export a model trained without it (docs/hf_checkpoints.md lists what each '
+        'transformers class computes)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
   if m.normalization == 'layer_norm':
@@ -266,8 +274,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     return out
   out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
              rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
-  windows = tuple(m.layer_windows[i % len(m.layer_windows)] if m.layer_windows else 0
-                  for i in range(m.num_layers))
+  windows = _per_layer(m.layer_windows, m.num_layers, 0)
   if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
     bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
     base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
@@ -277,7 +284,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                rope_theta=base_of(False),
                rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
                query_pre_attn_scalar=head_dim,
-               layer_types=['sliding_attention' if w else 'full_attention' for w in windows],
+               layer_types=_layer_types(windows),
                final_logit_softcapping=None, attn_logit_softcapping=None)
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
       out['sliding_window'] = max(windows)
@@ -292,7 +299,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     if fam == 'smollm3':  # 1: the layer rotates; windows on its NoPE layers only.
       out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
                  use_sliding_window=any(windows), sliding_window=max(windows) or None,
-                 layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
+                 layer_types=_layer_types(windows))
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
   else:  # qwen2, qwen3
@@ -304,5 +311,5 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     first = next((i for i, w in enumerate(windows) if w), m.num_layers)
     out.update(use_sliding_window=bool(window), sliding_window=window or None,
                max_window_layers=first,
-               layer_types=['sliding_attention' if w else 'full_attention' for w in windows])
+               layer_types=_layer_types(windows))
   return out

@@ -1,7 +1,7 @@
 """Hugging Face weights (`*.safetensors`, sharded or not) as this project's parameters, and
 back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Qwen3: its
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
-four norms a block, each storing its scale less 1) and of GPT-NeoX.
+four norms a block, each storing its scale less 1; SmolLM3: Llama's) and of GPT-NeoX.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;

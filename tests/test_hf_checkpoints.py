@@ -113,11 +113,14 @@ def test_gemma3s_two_config_forms_give_the_same_model():
   assert (m.norm, m.head_dim, m.attention.qk_norm, m.tie_embeddings) == (
       'sandwich', 16, True, True)
   assert m.embedding_multiplier == 32 ** 0.5
+  # With no window in the file, the sliding layers still take their own base.
+  m = hf_config.to_config(dict(v5, sliding_window=None), 'dir').model
+  assert (tuple(m.layer_windows), tuple(m.layer_rope_bases)) == ((), (1e4, 1e4, 1e6))
 
 
 @pytest.mark.parametrize('name,width', [('qwen3_yarn_wide_heads', 128),
                                         ('gemma3_local_global', 256)])
-def test_a_config_without_head_dim_or_eps_reads_as_transformers_defaults_them(name, width):
+def test_a_missing_head_dim_reads_as_the_class_default_and_qk_norm_takes_rms_norm_eps(name, width):
   """Qwen3Config's head_dim is 128 where config.json has none, Gemma3TextConfig's 256 (not
   hidden_size / heads, as Llama's); QK-norm takes the file's rms_norm_eps."""
   config = json.loads((FIXTURES / name / 'config.json').read_text())
@@ -420,12 +423,12 @@ def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
 # pairs, whose export to Qwen3 permutes the norms' scales with the rotated columns.
 QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 12,
          'position.rope.layout': 'interleaved'}
-# With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
-# a global one at 1M.
 # Qwen3 with its attention biases and a windowed layer before a global one.
 QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
 # The Llama preset with a layer without positions after a RoPE one, and a window on it.
 SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
+# With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
+# a global one at 1M.
 GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
               layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
 
@@ -438,9 +441,10 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3, with Gemma 3's sandwich norms
-  to Gemma 3; the export, read back, computes the same logits. (tests/test_hf_checkpoints.py's
-  last test reads it with transformers where torch is.)"""
+  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
+  attention biases), with Gemma 3's sandwich norms to Gemma 3, with a layer without positions
+  to SmolLM3; the export, read back, computes the same logits. (The last test of this file
+  reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if config.model.norm != 'sandwich':  # transformers' Gemma 3 scales its global layers only.
@@ -555,8 +559,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'--config.model.position.rope.scaling.ramp=index: [^.]*\.$'),
 ])
 def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, message, tmp_path):
-  # The Gemma 3 cases on the Llama preset, whose layer_norm_eps their QK-norm's matches.
-  config = test_config.get_config('llama' if 'embedding_multiplier' in fields else 'rope')
+  # The cases built on GEMMA3 on the Llama preset, whose layer_norm_eps their QK-norm's matches;
+  # the others on the classic block.
+  config = test_config.get_config('llama' if fields.get('norm') == 'sandwich'
+                                  and 'attention.qk_norm_eps' in fields else 'rope')
   kinds.set_fields(config.model, fields)
   workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
   with pytest.raises(errors.ConfigError, match='no transformers class computes this model: '

@@ -163,7 +163,7 @@ class AttentionOption:
   forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
   # The transformers families (roformer/hf_export_config.py) whose attention computes it; none: an
   # export of a model with it on is refused.
-  in_transformers: tuple[str, ...] = ()
+  transformers_families: tuple[str, ...] = ()
 
   @property
   def reads(self) -> tuple[str, ...]:

@@ -188,7 +188,7 @@ class Favor(base.AttentionKind):
     return int(att.redraw_interval)
 
   def flops(self, model_cfg, seq_len: int, causal: bool) -> float:
-    """q, k features (2 m d) and the prefix or total sums (2 m d), times two."""
+    """q, k features (2 m h e) and the prefix or total sums (2 m h e), times two."""
     del seq_len, causal
     width = model_cfg.num_heads * positions.head_dim(model_cfg)
     return 2 * 2 * model_cfg.attention.num_features * width * 2

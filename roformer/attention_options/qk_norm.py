@@ -1,7 +1,8 @@
 """QK-norm (`attention.qk_norm`): RMSNorm of each head's queries and keys, with a learned scale
 per dimension shared by the heads, before the cache and any rotation, so that cached keys are
 normed keys (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters"). Its
-epsilon, `qk_norm_eps`, is Qwen3's rms_norm_eps in an imported Qwen3 (roformer/hf_config.py).
+epsilon, `qk_norm_eps`, is the file's rms_norm_eps in an imported Qwen3 or Gemma 3
+(roformer/hf_config.py).
 """
 
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ class QKNorm(base.AttentionOption):
   paper = 'Dehghani et al. 2023'
   about = "RMSNorm of each head's queries and keys"
   specs = {'qk_norm_eps': Float(0, 1, min_open=True, default=1e-6)}
-  in_transformers = ('qwen3', 'gemma3')  # q_norm and k_norm, with the blocks' rms_norm_eps.
+  transformers_families = ('qwen3', 'gemma3')  # q_norm and k_norm, with the blocks' rms_norm_eps.
 
   def transformers_refusal(self, model_cfg, att) -> str:
     if att.qk_norm_eps == model_cfg.layer_norm_eps:

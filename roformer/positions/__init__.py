@@ -46,9 +46,8 @@ from roformer.positions.polar import Polar, pope_frequencies, pope_logits
 from roformer.positions.relative import Shaw, TransformerXL
 from roformer.positions.remap import relative_distances
 from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_remap_length,
-                                       kept_pairs, layer_kinds_of,
-                                       layer_remap, rope_layers,
-                                       remapped_rope_logits, rotate_pairs,
+                                       kept_pairs, layer_kinds_of, layer_remap,
+                                       remapped_rope_logits, rope_layers, rotate_pairs,
                                        xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
                                        rope_frequencies, scaled_frequencies, yarn_ramp)

@@ -380,8 +380,7 @@ def kinds() -> list[str]:
 
 
 def head_dim(model_cfg) -> int:
-  """Each attention head's width: `model.head_dim`, or d_model / num_heads where it is 0 (as a
-  config saved before the field existed reads)."""
+  """Each attention head's width: `model.head_dim`, or d_model / num_heads where it is 0."""
   return int(model_cfg.head_dim) or model_cfg.d_model // model_cfg.num_heads
 
 
