@@ -39,10 +39,10 @@ from configs import test as test_config  # pylint: disable=wrong-import-position
 # waits.
 LONGEST_FIRST = ('test_entry_points.py', 'test_train.py', 'test_reliability.py', 'test_sweep.py',
                  'test_scheme_interface.py', 'test_decode.py', 'test_translate.py',
-                 'test_hf_checkpoints.py', 'test_fused_bias.py', 'test_attention.py',
-                 'test_members.py', 'test_classify.py', 'test_sinks.py', 'test_autodiff.py',
-                 'test_synthetic.py', 'test_mlm.py', 'test_fope.py', 'test_context_extension.py',
-                 'test_fused_stick_breaking.py', 'test_multihost.py')
+                 'test_hf_checkpoints.py', 'test_hf_export.py', 'test_fused_bias.py',
+                 'test_attention.py', 'test_members.py', 'test_classify.py', 'test_sinks.py',
+                 'test_autodiff.py', 'test_synthetic.py', 'test_mlm.py', 'test_fope.py',
+                 'test_context_extension.py', 'test_fused_stick_breaking.py', 'test_multihost.py')
 
 
 def pytest_collection_modifyitems(items):

@@ -1,9 +1,9 @@
-"""Hugging Face checkpoints (roformer/hf.py, hf_config.py, hf_export_config.py, hf_weights.py):
-every fixture of tests/data/hf (tiny random models saved by transformers 5.24 with transformers'
-own logits and greedy ids, made by scripts/make_hf_fixtures.py) imports into a workdir that
-computes the same logits and greedy ids, decodes with its cache as without; exports give back
-the same logits; each bad input is one error naming it, before anything is written. Torch is
-not needed; where it is installed, transformers reads an export back."""
+"""Hugging Face checkpoints in (roformer/hf.py, hf_config.py, hf_weights.py): every fixture of
+tests/data/hf (tiny random models saved by transformers 5.24 with transformers' own logits and
+greedy ids, made by scripts/make_hf_fixtures.py) imports into a workdir that computes the same
+logits and greedy ids and decodes with its cache as without; each bad input is one error naming
+it, before anything is written; the workflow of the command line on an import. The exports are
+tests/test_hf_export.py's. Torch is not needed."""
 
 import json
 import os
@@ -15,7 +15,6 @@ import sys
 import jax
 import numpy as np
 import pytest
-import sentencepiece as spm
 import tokenizers
 from safetensors import numpy as safetensors_numpy
 
@@ -25,12 +24,8 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
-from roformer import hf_export_config
 from roformer import resolve
 from roformer import saved_config
-from roformer import sharding
-from roformer import trainer as trainer_lib
-from roformer.data import tokenizer as tokenizer_lib
 from roformer.data import vocabularies
 from tests import kinds
 
@@ -357,251 +352,12 @@ def test_a_workdir_of_another_model_type_is_named_as_not_a_causal_lm(arg, tmp_pa
     hf.load(str(tmp_path / 'w'))
 
 
-def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monkeypatch, capsys):
-  """A run whose tokenizer has no transformers form (a SentencePiece BPE model, say) exports
-  the model alone; the command's output says so, and how to
-  get the ids."""
-  from scripts import convert_hf  # pylint: disable=import-outside-toplevel
-  written = {}
-  def export(workdir, hf_dir, step=None):
-    os.makedirs(hf_dir)
-    written[hf_dir] = workdir, step
-    return 'GPTNeoXForCausalLM'
-  monkeypatch.setattr(hf, 'export_checkpoint', export)
-  out = str(tmp_path / 'out')
-  convert_hf.main(['--to_hf', out, '--workdir', 'runs/lm'])
-  printed = capsys.readouterr().out
-  assert written == {out: ('runs/lm', None)}
-  assert "and no tokenizer: the run's has no transformers form" in printed
-  assert "hf.load('runs/lm').encode" in printed
-  with_tokenizer = str(tmp_path / 'with')  # An export that wrote one says nothing of it.
-  monkeypatch.setattr(hf, 'export_checkpoint', lambda workdir, hf_dir, step=None: (
-      os.makedirs(hf_dir), open(os.path.join(hf_dir, 'tokenizer.json'), 'w').close(),
-      'LlamaForCausalLM')[-1])
-  convert_hf.main(['--to_hf', with_tokenizer, '--workdir', 'runs/lm'])
-  assert 'and no tokenizer' not in capsys.readouterr().out
-
-
 def test_continued_config_without_a_run_names_the_fix(tmp_path):
   from configs import continued  # pylint: disable=import-outside-toplevel
   for argument, says in (('', 'names none'), (str(tmp_path), 'holds no config.json')):
     with pytest.raises(errors.ConfigError, match=f'{says}.*Fix: --config configs/continued.py:'
                                                  'WORKDIR, with WORKDIR a causal LM'):
       continued.get_config(argument)
-
-
-def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
-  """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
-  random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
-  show); without `checkpoint`, its config alone. Its tokenizer: bytes, the SentencePiece
-  model `tokenizer` (roformer.data.tokenizer.Tokenizer) as if trained for the run, or a file
-  given as config.data.tokenizer (vocabularies.SentencePieceFile or HuggingFace)."""
-  config.model.vocab_size = tokenizer.vocab_size if tokenizer else 256 + 5
-  trained = isinstance(tokenizer, tokenizer_lib.Tokenizer)
-  config.data.tokenizer = 'sentencepiece' if trained else tokenizer.path if tokenizer else 'bytes'
-  resolve.validate(config)
-  os.makedirs(path)
-  if tokenizer:
-    shutil.copy(tokenizer.path, os.path.join(path, tokenizer.workdir_file))
-  saved_config.save(config, str(path))
-  if not checkpoint:
-    return str(path)
-  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
-  state = trainer.init_state(seed=3)
-  leaves, tree = jax.tree.flatten(state['params'])
-  keys = jax.random.split(jax.random.key(4), len(leaves))
-  state['params'] = jax.tree.unflatten(tree, [
-      leaf + 0.2 * jax.random.normal(key, leaf.shape, leaf.dtype) if leaf.ndim == 1 else leaf
-      for leaf, key in zip(leaves, keys)])
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(path, 'checkpoints'))
-  ckpt.save(0, state)
-  ckpt.close()
-  return str(path)
-
-
-# The Llama preset with QK-norm, heads 12 wide (4 of them in a 32-wide model) and the interleaved
-# pairs, whose export to Qwen3 permutes the norms' scales with the rotated columns.
-QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 12,
-         'position.rope.layout': 'interleaved'}
-# Qwen3 with its attention biases and a windowed layer before a global one.
-QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
-# The Llama preset with a layer without positions after a RoPE one, and a window on it.
-SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
-# With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
-# a global one at 1M.
-GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
-              layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
-
-
-@pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
-                                             ('llama', {}, 'LlamaForCausalLM'),
-                                             ('llama', QWEN3, 'Qwen3ForCausalLM'),
-                                             ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
-                                             ('llama', GEMMA3, 'Gemma3ForCausalLM'),
-                                             ('llama', SMOLLM3, 'SmolLM3ForCausalLM')])
-def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
-  """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
-  attention biases), with Gemma 3's sandwich norms to Gemma 3, with a layer without positions
-  to SmolLM3; the export, read back, computes the same logits. (The last test of this file
-  reads it with transformers where torch is.)"""
-  config = test_config.get_config(arg)
-  kinds.set_fields(config.model, fields)
-  if config.model.norm != 'sandwich':  # transformers' Gemma 3 scales its global layers only.
-    config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
-                                              ramp='index')
-  workdir = _workdir(config, tmp_path / 'w')
-  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
-  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
-  back, here = hf.load(str(tmp_path / 'back')), hf.load(workdir)
-  ids = np.random.default_rng(0).integers(5, 261, (2, 40))
-  assert _relative_error(back.logits(ids), here.logits(ids)) < 1e-5
-  # The bytes tokenizer went with it: the same ids, the same framing.
-  text = 'Shall I compare thee?\n'
-  assert list(back.tokenizer.encode(text)) == list(here.tokenizer.encode(text))
-  assert vocabularies.framing(back.tokenizer) == vocabularies.framing(here.tokenizer)
-
-
-@pytest.mark.parametrize('given', [False, True])
-def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tmp_path):
-  """The default tokenizer, or a SentencePiece model given as config.data.tokenizer (its ids
-  moved up by 5), goes out with the model: transformers' form of it encodes text into the run's
-  ids, bos first, and the export imported back encodes as the run does."""
-  text = 'Shall I compare thee to a summer day?\nThou art more lovely'
-  if given:  # SentencePiece's defaults: its own unk, bos and eos at 0, 1, 2.
-    (tmp_path / 'corpus.txt').write_text(text * 20)
-    spm.SentencePieceTrainer.train(input=str(tmp_path / 'corpus.txt'), vocab_size=60,
-                                   model_prefix=str(tmp_path / 'spm'), hard_vocab_limit=False,
-                                   minloglevel=2)
-    model = vocabularies.SentencePieceFile(str(tmp_path / 'spm.model'))
-  else:
-    model = tokenizer_lib.train([text * 20], tmp_path / 'spm.model', vocab_size=60)
-  workdir = _workdir(test_config.get_config('llama'), tmp_path / 'w', tokenizer=model)
-  hf.export_checkpoint(workdir, str(tmp_path / 'out'))
-  theirs = tokenizers.Tokenizer.from_file(str(tmp_path / 'out' / 'tokenizer.json'))
-  here = hf.load(workdir)
-  assert theirs.encode(text).ids == list(here.encode(text))
-  assert here.encode(text)[0] == tokenizer_lib.BOS_ID
-  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
-  assert list(hf.load(str(tmp_path / 'back')).encode(text)) == list(here.encode(text))
-
-
-@pytest.mark.parametrize('name,arch', [('qwen2_yarn_v4', 'Qwen2ForCausalLM'),
-                                       ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
-                                       ('llama_narrow_heads', 'LlamaForCausalLM'),
-                                       ('gemma3_local_global', 'Gemma3ForCausalLM'),
-                                       ('smollm3_nope_yarn', 'SmolLM3ForCausalLM')])
-def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
-  workdir = _imported(name, tmp_path)
-  assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
-  assert (tmp_path / 'out' / 'tokenizer.json').exists()
-  modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / 'out').iterdir()}
-  assert len(set(modes.values())) == 1, modes  # The weights as readable as the rest.
-  came, went = (json.loads(p.read_text()) for p in (FIXTURES / name / 'config.json',
-                                                    tmp_path / 'out' / 'config.json'))
-  for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings'):
-    assert went[field] == came[field], field
-  assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
-      'num_attention_heads'])
-  if 'yarn' in name:
-    assert went['rope_scaling']['original_max_position_embeddings'] == 16
-  hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
-  ref = np.load(FIXTURES / name / 'reference.npz')
-  assert _relative_error(hf.load(str(tmp_path / 'back')).logits(ref['ids']), ref['logits']) < 1e-4
-
-
-@pytest.mark.parametrize('fields,message', [
-    ({'position.kind': 'alibi'}, "position.kind='alibi'"),
-    ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
-    ({'attention.ssmax': True}, r'an attention option \(.*\)'),
-    ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
-    ({'head_dim': 16}, r'heads of width head_dim=16 in a GPT-NeoX block'),
-    ({'attention.qk_norm': True, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'qkv'},
-     r"attention\.qk_norm with biases='qkv' \(Qwen3"),
-    ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
-      'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
-    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
-     r'a sandwich block without QK-norm \(Gemma 3 has it\)'),
-    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
-      'attention.qk_norm': True}, r'embedding_multiplier=1 in a sandwich block: Gemma 3 '
-                                  r'multiplies its embeddings by sqrt\(d_model\)'),
-    (dict(GEMMA3, layer_rope_bases=(1e4, 1e5, 1e4, 1e6), num_layers=4),
-     r'RoPE bases that differ among the windowed layers or among the global ones'),
-    (dict(GEMMA3, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
-     r"a RoPE scaling \('linear'\) in a sandwich block"),
-    (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
-    (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
-     r'partial rotary \(rope.fraction=0.5\) in a Llama-family block'),
-    (dict(GEMMA3, biases='qkv'), r"biases='qkv' in a sandwich block"),
-    (dict(SMOLLM3, layer_windows=(8, 0), normalization='rms_norm', mlp='gated', biases='none'),
-     r'sliding windows on RoPE layers with layers without positions'),
-    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='qkv'),
-     r"biases='qkv' with layers without positions"),
-    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none',
-          **{'attention.qk_norm': True}),
-     r'attention\.qk_norm with layers without positions'),
-    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='sandwich'),
-     r'sandwich norms with layers without positions'),
-    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', num_layers=4,
-          layer_windows=(0, 4, 0, 8)), r'sliding windows of several sizes \[4, 8\]'),
-    ({'layer_kinds': ('rope', 'none')}, r'layers without positions \(layer_kinds\) in a GPT-NeoX'),
-    ({'layer_kinds': ('rope', 'alibi')},
-     r"position.kind='rope' with layer_kinds \('rope', 'alibi'\): the Llama"),
-    ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
-                                       r"Gemma 3's block"),
-    ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),
-    ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
-     r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
-     'without it'),
-    ({'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
-      'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'ratio'},
-     r"YaRN's 'ratio' ramp .*Fix: train or continue with "
-     r'--config.model.position.rope.scaling.ramp=index: [^.]*\.$'),
-])
-def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, message, tmp_path):
-  # The cases built on GEMMA3 on the Llama preset, whose layer_norm_eps their QK-norm's matches;
-  # the others on the classic block.
-  config = test_config.get_config('llama' if fields.get('norm') == 'sandwich'
-                                  and 'attention.qk_norm_eps' in fields else 'rope')
-  kinds.set_fields(config.model, fields)
-  workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
-  with pytest.raises(errors.ConfigError, match='no transformers class computes this model: '
-                     + message):
-    hf.export_checkpoint(workdir, str(tmp_path / 'out'))
-  assert not (tmp_path / 'out').exists()
-
-
-@pytest.mark.parametrize('windows,bases,pattern', [
-    ((8, 0), (1e4, 1e6), 2), ((), (), 1), ((0, 8), (1e6, 1e4), None)])
-def test_a_gemma3_export_names_its_layers_for_both_transformers_versions(windows, bases, pattern):
-  """layer_types (transformers 5), and sliding_window_pattern where the layers follow one (every
-  p-th global; 1: all), which transformers 4 reads alone; no sliding_window without windows
-  (the class's default: its mask is built anyway)."""
-  config = test_config.get_config('llama')
-  kinds.set_fields(config.model, dict(GEMMA3, layer_windows=windows, layer_rope_bases=bases))
-  out = hf_export_config.from_config(config, {})
-  assert out['layer_types'] == ['sliding_attention' if w else 'full_attention'
-                                for w in (windows or (0, 0))]
-  assert out.get('sliding_window_pattern') == pattern
-  assert out.get('sliding_window') == (max(windows) if windows else None)
-  assert (out['rope_theta'], out['rope_local_base_freq']) == (
-      (1e6, 1e4) if windows else (config.model.position.rope.base,) * 2)
-
-
-@pytest.mark.parametrize('original_length, seq_len, written', [
-    (64, 128, 128),  # Continued from 64 to 128: it stretches to its own length.
-    (0, 2048, 16384),  # As imported: seq_len is the length before the stretch.
-])
-def test_a_linear_exports_the_length_it_stretches_to(original_length, seq_len, written):
-  """max_position_embeddings, which lm-evaluation-harness takes as the longest input."""
-  config = test_config.get_config('llama')
-  config.data.seq_len = seq_len
-  config.model.position.rope.scaling.update(kind='linear', original_length=original_length,
-                                            factor=written / (original_length or seq_len))
-  hf = hf_export_config.from_config(config, {})
-  assert hf['max_position_embeddings'] == written
-  assert hf['rope_scaling'] == {'rope_type': 'linear',
-                                'factor': config.model.position.rope.scaling.factor}
 
 
 def _run(args):
@@ -645,23 +401,3 @@ def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):
   continued = saved_config.load(str(tmp_path / 'yarn'))
   assert continued.model.position.rope.scaling.original_length == 16
   assert continued.data.tokenizer.startswith('hf:')
-
-
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
-                                        ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
-                                        ('llama', SMOLLM3)])
-def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
-  torch = pytest.importorskip('torch')
-  transformers = pytest.importorskip('transformers')
-  config = test_config.get_config(arg)
-  kinds.set_fields(config.model, fields)
-  if config.model.norm != 'sandwich':
-    config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
-  workdir = _workdir(config, tmp_path / 'w')
-  hf.export_checkpoint(workdir, str(tmp_path / 'out'))
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
-  ids = np.random.default_rng(0).integers(5, 261, (2, 40))
-  with torch.no_grad():
-    got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()
-  assert _relative_error(got, hf.load(workdir).logits(ids)) < 1e-5
