@@ -68,12 +68,14 @@ def test_decoder_is_causal_and_source_matters():
   assert np.abs(run(model, other_src, tgt)[0, 0] - base[0, 0]).max() > 1e-4
 
 
-@pytest.mark.parametrize('kind', kinds.params(KINDS))
-def test_cached_decoding_equals_teacher_forcing(kind):
-  model = model_for(kind)
+def _pair():
+  """A batch of two sources of 6 tokens and two targets of 5."""
   rng = np.random.default_rng(2)
-  src, tgt = jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
-  full = run(model, src, tgt)
+  return jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
+
+
+def _assert_cached_decoding_equals(model, src, tgt, full):
+  """Decoding `tgt` a token at a time through the cache gives the teacher-forced logits `full`."""
   seg = jnp.ones_like(src)
   memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
   cache = model.init_cache(memory, seg, max_len=8)
@@ -82,13 +84,19 @@ def test_cached_decoding_equals_teacher_forcing(kind):
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
 
 
+@pytest.mark.parametrize('kind', kinds.params(KINDS))
+def test_cached_decoding_equals_teacher_forcing(kind):
+  model = model_for(kind)
+  src, tgt = _pair()
+  _assert_cached_decoding_equals(model, src, tgt, run(model, src, tgt))
+
+
 def test_sandwich_norms_and_the_embedding_multiplier_reach_both_stacks():
   """Gemma's layout in the translation model: every branch's output norm (the decoder's
   cross-attention too) and the input embeddings' multiplier change the logits of both stacks,
   and cached decoding still equals teacher forcing."""
   model = model_for('rope', norm='sandwich', embedding_multiplier=3.0)
-  rng = np.random.default_rng(2)
-  src, tgt = jnp.asarray(rng.integers(5, 40, (2, 6))), jnp.asarray(rng.integers(5, 40, (2, 5)))
+  src, tgt = _pair()
   full = run(model, src, tgt)
   for block in (model.encoder_blocks[0], model.decoder_blocks[0]):
     for name in ('ln_attn_out', 'ln_mlp_out') + (('ln_cross_out',) if block is
@@ -101,12 +109,7 @@ def test_sandwich_norms_and_the_embedding_multiplier_reach_both_stacks():
   model.embedding_multiplier = 1.0
   assert np.abs(run(model, src, tgt) - full).max() > 1e-3
   model.embedding_multiplier = 3.0
-  seg = jnp.ones_like(src)
-  memory = model.encode_source(src, jnp.broadcast_to(jnp.arange(6), (2, 6)), seg)
-  cache = model.init_cache(memory, seg, max_len=8)
-  for t in range(5):
-    logits, cache = _decode(model, tgt[:, t:t + 1], jnp.full((2, 1), t), cache)
-    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
+  _assert_cached_decoding_equals(model, src, tgt, full)
 
 
 def test_xpos_is_refused_for_the_bidirectional_encoder():

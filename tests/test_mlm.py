@@ -239,6 +239,38 @@ def test_bad_mlm_options_are_refused(field, value, match):
     resolve.validate(cfg)
 
 
+def _f64(dense):
+  """A dense layer's (kernel, bias) in float64."""
+  return np.asarray(dense.kernel.value, np.float64), np.asarray(dense.bias.value, np.float64)
+
+
+def _layer_norm(h, norm):
+  """LayerNorm of h over its last axis with `norm`'s scale and bias, in float64."""
+  mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
+  return (h - mu) / np.sqrt(var + 1e-6) * np.asarray(norm.scale.value) + np.asarray(
+      norm.bias.value)
+
+
+def _attention(block, x):
+  """The block's bidirectional self-attention of x [1, 5, 32] (12 heads of 8, no positions)
+  through its projections, in float64."""
+  w, b = _f64(block.attn.qkv)
+  q, k, v = np.split((x @ w + b).reshape(1, 5, 12, 8), 3, axis=2)
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  wo, bo = _f64(block.attn.out)
+  return np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(1, 5, 32) @ wo + bo
+
+
+def _block_output(model, block, x):
+  """The block's output for x [1, 5, 32], bidirectional over the 5 positions."""
+  mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
+                             causal=False)
+  out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None], model.position())
+  return np.asarray(out)
+
+
 def test_post_norm_block_matches_its_formula():
   """norm='post': LN(x + attn(x)) then LN(x + mlp(x)), checked against float64 numpy."""
   cfg = test_config.get_config('mlm')
@@ -249,29 +281,12 @@ def test_post_norm_block_matches_its_formula():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(1, 5, 32))
   block = model.blocks[0]
-  p = lambda m: (np.asarray(m.kernel.value, np.float64), np.asarray(m.bias.value, np.float64))
-
-  def ln(h, norm):
-    mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
-    return (h - mu) / np.sqrt(var + 1e-6) * np.asarray(norm.scale.value) + np.asarray(
-        norm.bias.value)
-
-  w, b = p(block.attn.qkv)
-  q, k, v = np.split((x @ w + b).reshape(1, 5, 12, 8), 3, axis=2)
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  wo, bo = p(block.attn.out)
-  h = ln(x + np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(1, 5, 32) @ wo + bo, block.ln_attn)
-  (wu, bu), (wd, bd) = p(block.mlp.up), p(block.mlp.down)
+  h = _layer_norm(x + _attention(block, x), block.ln_attn)
+  (wu, bu), (wd, bd) = _f64(block.mlp.up), _f64(block.mlp.down)
   import math  # pylint: disable=g-import-not-at-top
   gelu = np.vectorize(lambda z: 0.5 * z * (1 + math.erf(z / math.sqrt(2))))
-  expected = ln(h + gelu(h @ wu + bu) @ wd + bd, block.ln_mlp)
-  mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
-                             causal=False)
-  out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None],
-                 model.position())
-  np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
+  expected = _layer_norm(h + gelu(h @ wu + bu) @ wd + bd, block.ln_mlp)
+  np.testing.assert_allclose(_block_output(model, block, x), expected, atol=2e-5)
 
 
 def test_sandwich_block_matches_its_formula():
@@ -287,24 +302,8 @@ def test_sandwich_block_matches_its_formula():
     norm.scale.value = jnp.asarray(rng.uniform(0.5, 2.0, 32), jnp.float32)
     norm.bias.value = jnp.asarray(rng.normal(size=32) * 0.3, jnp.float32)
   x = rng.normal(size=(1, 5, 32))
-  p = lambda m: (np.asarray(m.kernel.value, np.float64), np.asarray(m.bias.value, np.float64))
-
-  def ln(h, norm):
-    mu, var = h.mean(-1, keepdims=True), h.var(-1, keepdims=True)
-    return (h - mu) / np.sqrt(var + 1e-6) * np.asarray(norm.scale.value) + np.asarray(
-        norm.bias.value)
-
-  w, b = p(block.attn.qkv)
-  q, k, v = np.split((ln(x, block.ln_attn) @ w + b).reshape(1, 5, 12, 8), 3, axis=2)
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(8)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  wo, bo = p(block.attn.out)
-  attn = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(1, 5, 32) @ wo + bo
-  h = x + ln(attn, block.ln_attn_out)
-  (wu, bu), (wd, bd) = p(block.mlp.up), p(block.mlp.down)
-  expected = h + ln(np.maximum(ln(h, block.ln_mlp) @ wu + bu, 0) @ wd + bd, block.ln_mlp_out)
-  mask = attention.make_mask(jnp.ones((1, 5), jnp.int32), jnp.ones((1, 5), jnp.int32),
-                             causal=False)
-  out, _ = block(jnp.asarray(x, jnp.float32), mask, jnp.arange(5)[None], model.position())
-  np.testing.assert_allclose(np.asarray(out), expected, atol=2e-5)
+  h = x + _layer_norm(_attention(block, _layer_norm(x, block.ln_attn)), block.ln_attn_out)
+  (wu, bu), (wd, bd) = _f64(block.mlp.up), _f64(block.mlp.down)
+  expected = h + _layer_norm(
+      np.maximum(_layer_norm(h, block.ln_mlp) @ wu + bu, 0) @ wd + bd, block.ln_mlp_out)
+  np.testing.assert_allclose(_block_output(model, block, x), expected, atol=2e-5)
