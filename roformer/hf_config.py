@@ -93,6 +93,17 @@ def _field(hf: dict, name: str, where: str):
   return hf[name]
 
 
+def _interval(hf: dict, name: str, default: int, where: str) -> int:
+  """A layer interval of the config (`sliding_window_pattern`, `no_rope_layer_interval`), which
+  must be a positive integer."""
+  value = _read(hf, name, default)
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
+                                  'positive integer. Fix: use the config.json that came with '
+                                  'the weights.')
+  return value
+
+
 def rope_settings(hf: dict, fam: str, where: str) -> dict:
   """The rotary settings of either form as one dict: rope_type, rope_theta,
   partial_rotary_factor and the scaling's own keys."""
@@ -155,10 +166,10 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
           'attention_factor': float(attention or 0.0)}, original
 
 
-def _smollm3_rotates(hf: dict, layers: int) -> tuple[bool, ...]:
+def _smollm3_rotates(hf: dict, layers: int, where: str) -> tuple[bool, ...]:
   """Whether each layer of a SmolLM3 config rotates: `no_rope_layers` (1: RoPE, 0: none), else
   every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
-  interval = int(_read(hf, 'no_rope_layer_interval', 4))
+  interval = _interval(hf, 'no_rope_layer_interval', 4, where)
   flags = hf.get('no_rope_layers') or [int((i + 1) % interval != 0) for i in range(layers)]
   return tuple(bool(f) for f in flags[:layers])
 
@@ -170,16 +181,16 @@ def _windows_of(kinds, window: int) -> tuple[int, ...]:
   return windows if any(windows) else ()
 
 
-def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
+def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'mistral':
     return (int(window),) if window else ()
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')
   if fam == 'smollm3' and window and hf.get('use_sliding_window'):
+    rotates = _smollm3_rotates(hf, layers, where)
     return _windows_of(hf.get('layer_types') or [
-        'full_attention' if r else 'sliding_attention' for r in _smollm3_rotates(hf, layers)],
-                       window)
+        'full_attention' if r else 'sliding_attention' for r in rotates], window)
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     return _windows_of(hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
@@ -187,7 +198,7 @@ def _windows(hf: dict, fam: str, layers: int) -> tuple[int, ...]:
   return ()
 
 
-def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, float]:
+def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, float | None]:
   """(layer_windows, layer_rope_bases, rope.base) of a Gemma 3 config: its sliding layers
   (`layer_types`, else every `sliding_window_pattern`-th layer global) with their window and
   `rope_local_base_freq`, its global ones with `rope_theta`, in either form of the rotary
@@ -210,7 +221,7 @@ def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, flo
           f"{where}: rope scaling {kind!r} on Gemma 3's {name} layers; transformers scales "
           'those layers only, this project every layer alike. Fix: a checkpoint without rope '
           'scaling (as Gemma 3 270M and 1B).')
-  pattern = int(_read(hf, 'sliding_window_pattern', 6))
+  pattern = _interval(hf, 'sliding_window_pattern', 6, where)
   kinds = hf.get('layer_types') or [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
   windows = _windows_of(kinds, int(_read(hf, 'sliding_window', 4096) or 0))
@@ -287,7 +298,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     scaling = {'kind': 'none'}
     trained = int(_field(hf, 'max_position_embeddings', where))
   else:
-    windows, bases = _windows(hf, fam, layers), ()
+    windows, bases = _windows(hf, fam, layers, where), ()
     settings = rope_settings(hf, fam, where)
     scaling, trained = _scaling(settings, hf, where)
   # transformers' rounding; the Llama family's classes rotate whole heads whatever the file says.
@@ -326,7 +337,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if fam == 'gemma3':
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.
-    rotates = _smollm3_rotates(hf, layers)
+    rotates = _smollm3_rotates(hf, layers, where)
     if not any(rotates):
       raise errors.ConfigError(f'{where}: no_rope_layers leaves no layer with RoPE; this '
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '

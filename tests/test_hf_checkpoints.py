@@ -261,6 +261,11 @@ def _edited(tmp_path, name, edit=None, remove=()):
      r'query_pre_attn_scalar 32 scales the logits by 1/sqrt\(32\)'),
     ('gemma3_local_global', lambda c: c.update(final_logit_softcapping=30.0), (),
      'final_logit_softcapping'),
+    ('gemma3_local_global',
+     lambda c: (c.pop('layer_types'), c.update(sliding_window_pattern=0)), (),
+     'sliding_window_pattern is 0, where transformers reads a positive integer'),
+    ('smollm3_nope_yarn', lambda c: (c.pop('no_rope_layers'), c.update(no_rope_layer_interval=0)),
+     (), 'no_rope_layer_interval is 0, where transformers reads a positive integer'),
     ('qwen3_yarn_wide_heads', lambda c: c.update(num_hidden_layers=3), (),
      "lacks the tensor 'model.layers.2.input_layernorm.weight'"),
 ])
