@@ -147,8 +147,8 @@ def test_a_smollm3_config_with_fields_left_out_reads_as_smollm3config_defaults_t
 
 def test_yarn_attention_factor_follows_transformers():
   base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
-  scaling = lambda **extra: hf_config.to_config(
-      dict(base, rope_scaling=dict(base['rope_scaling'], **extra)), 'dir').model.position.rope.scaling
+  scaling = lambda **extra: hf_config.to_config(dict(
+      base, rope_scaling=dict(base['rope_scaling'], **extra)), 'dir').model.position.rope.scaling
   assert scaling().attention_factor == 0.0  # 0.1 ln(factor) + 1, computed by scaling.py.
   assert scaling(attention_factor=1.25).attention_factor == 1.25
   deepseek = scaling(mscale=0.707, mscale_all_dim=0.707)
