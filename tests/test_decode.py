@@ -100,18 +100,30 @@ def test_dynamic_ntk_cached_step_equals_a_full_pass_over_the_same_prefix(num_lay
   model = model_for('rope', num_layers, scaling__kind='dynamic', scaling__factor=2.0,
                     scaling__original_length=original_length)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
+  prefix = cached_steps_equal_prefix_passes(model, tokens)[-1]
   positions = jnp.broadcast_to(jnp.arange(9), (2, 9))
-  cache = model.init_cache(2, 12)
-  logits, cache = _decode(model, tokens[:, :2], positions[:, :2], cache)
-  for t in range(2, 9):
+  plain = _forward(model_for('rope', num_layers), tokens, positions, jnp.ones_like(tokens))
+  assert (original_length < 9) == (np.abs(prefix - np.asarray(plain)).max() > 1e-3)  # Scaled.
+
+
+def cached_steps_equal_prefix_passes(model, tokens, first: int = 2) -> list[np.ndarray]:
+  """Decodes `tokens` [batch, n] through the cache (`first` at once, then one at a time) and
+  checks each step's logits against a full pass over the prefix so far; returns those full
+  passes' logits [batch, n, vocab], one per step."""
+  n = tokens.shape[1]
+  positions = jnp.broadcast_to(jnp.arange(n), tokens.shape)
+  cache = model.init_cache(tokens.shape[0], n + 3)
+  logits, cache = _decode(model, tokens[:, :first], positions[:, :first], cache)
+  passes = []
+  for t in range(first, n):
     logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
     # The prefix 0..t alone, padded to one shape (padding: position 0, segment 0, masked).
-    in_prefix = jnp.arange(9) <= t
+    in_prefix = jnp.arange(n) <= t
     prefix = np.asarray(_forward(model, tokens, jnp.where(in_prefix, positions, 0),
                                  jnp.broadcast_to(in_prefix, tokens.shape).astype(jnp.int32)))
     np.testing.assert_allclose(np.asarray(logits)[:, 0], prefix[:, t], atol=1e-4)
-  plain = _forward(model_for('rope', num_layers), tokens, positions, jnp.ones_like(tokens))
-  assert (original_length < 9) == (np.abs(prefix - np.asarray(plain)).max() > 1e-3)  # Scaled.
+    passes.append(prefix)
+  return passes
 
 
 def uncached_greedy(model, prompt, steps):

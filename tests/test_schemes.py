@@ -464,13 +464,18 @@ def test_xpos_applies_the_yarn_temperature():
 
 def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads():
   """scaling.switched: a model's own scaling with every option of its kind moved off its
-  default (an imported YaRN's index ramp and attention factor, llama3's band) validates under
-  each other kind once those options go back to their defaults, and keeps its factor, its
-  original length and whatever the new kind reads."""
+  default (an imported YaRN's index ramp and attention factor, llama3's band, LongRoPE's pair
+  factors) validates under each other kind once the options that kind does not read go back
+  to their defaults, and keeps its factor, its original length and whatever the new kind reads
+  (YaRN and LongRoPE both read the attention factor). LongRoPE itself needs its pair factors
+  given."""
   from roformer import resolve  # pylint: disable=import-outside-toplevel
   from roformer.positions import scaling  # pylint: disable=import-outside-toplevel
-  own_options = {'yarn': {'alpha': 2.0, 'beta': 16.0, 'ramp': 'index', 'attention_factor': 1.2},
+  tempered = {'attention_factor': 1.2, 'attention_factor_dims': 'rotated'}
+  own_options = {'yarn': {'alpha': 2.0, 'beta': 16.0, 'ramp': 'index', **tempered},
                  'llama3': {'low_freq_factor': 2.0, 'high_freq_factor': 8.0},
+                 'longrope': {'short_factor': (1.0, 1.5, 2.0, 3.0),
+                              'long_factor': (1.0, 4.0, 9.0, 20.0), **tempered},
                  'linear': {}, 'ntk': {}, 'dynamic': {}}
   for own, moved in own_options.items():
     for kind in own_options:
@@ -478,7 +483,12 @@ def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads(
       sc = cfg.model.position.rope.scaling
       sc.update(kind=own, factor=4.0, original_length=cfg.data.seq_len, **moved)
       reset = scaling.switched(sc, kind)
-      assert reset == ({} if kind == own else {k: scaling.DEFAULTS[k] for k in moved}), (own, kind)
+      assert reset == {k: scaling.DEFAULTS[k] for k in moved
+                       if k not in own_options[kind]}, (own, kind)
       sc.update(kind=kind, **reset)
+      if kind == 'longrope' and own != 'longrope':  # It needs its own pair factors.
+        with pytest.raises(errors.ConfigError, match='short_factor has 0'):
+          resolve.validate(cfg)
+        continue
       resolve.validate(cfg)  # Refused before, for a moved option its new kind does not read.
       assert (sc.factor, sc.original_length) == (4.0, cfg.data.seq_len)

@@ -142,37 +142,56 @@ class _Rotation:
   layout: str
   kept: int
   inv_freq: tuple[float, ...]  # Python floats: constants, not state.
-  mscale: float
+  mscale: float  # The scaling's attention factor on q and k (1: none).
+  mscale_rotated_only: bool  # It multiplies the rotated dimensions alone (transformers').
   dynamic: bool  # Dynamic NTK: frequencies from each call's positions.
   dynamic_factor: float
   original_length: int
+  long_freq: tuple[float, ...] | None  # LongRoPE: the frequencies past original_length.
 
   @classmethod
   def build(cls, width: int, cfg) -> '_Rotation':
     rotary_dim = int(round(width * cfg.fraction))
     kept = kept_pairs(rotary_dim, cfg.keep_fraction)
-    inv_freq, mscale = scaling.scaled_frequencies(rotary_dim, float(cfg.base), cfg.scaling)
-    inv_freq = np.where(np.arange(rotary_dim // 2) < kept, inv_freq, 0.0)
-    return cls(float(cfg.base), rotary_dim, cfg.layout, kept,
-               tuple(float(f) for f in inv_freq), float(mscale),
-               cfg.scaling.kind == 'dynamic', float(cfg.scaling.factor),
-               int(cfg.scaling.original_length))
+    sc = cfg.scaling
+    inv_freq, mscale = scaling.scaled_frequencies(rotary_dim, float(cfg.base), sc)
+    keep = lambda f: tuple(float(x) for x in np.where(np.arange(rotary_dim // 2) < kept, f, 0.0))
+    long_freq = None
+    if sc.kind == 'longrope':
+      long_freq = keep(scaling.longrope_frequencies(
+          scaling.rope_frequencies(rotary_dim, float(cfg.base)), sc)[1])
+    return cls(float(cfg.base), rotary_dim, cfg.layout, kept, keep(inv_freq), float(mscale),
+               scaling.option(sc, 'attention_factor_dims') == 'rotated', sc.kind == 'dynamic',
+               float(sc.factor), int(sc.original_length), long_freq)
 
   def frequencies(self, *positions):
-    """Constants (a tuple of floats), or with dynamic scaling float32 [batch, 1, d/2] from each
-    row's length, its largest position + 1."""
-    if not self.dynamic:
+    """Constants (a tuple of floats), or float32 [batch, 1, d/2] from each row's length, its
+    largest position + 1: dynamic NTK's, or LongRoPE's long set where the length exceeds the
+    original length and its short set elsewhere."""
+    if not (self.dynamic or self.long_freq):
       return self.inv_freq
     length = functools.reduce(jnp.maximum, [p.max(axis=-1) for p in positions]) + 1
+    if self.long_freq:
+      long = (length > self.original_length)[..., None]
+      return jnp.where(long, jnp.asarray(self.long_freq, jnp.float32),
+                       jnp.asarray(self.inv_freq, jnp.float32))[..., None, :]
     freqs = scaling.dynamic_frequencies(self.rotary_dim, self.base, self.dynamic_factor,
                                         self.original_length, length)
     kept = np.arange(self.rotary_dim // 2) < self.kept
     return jnp.where(kept, freqs, 0.0)[..., None, :]
 
-  def __call__(self, x, positions, inv_freq, scale=None):
-    n = self.rotary_dim
+  def __call__(self, x, positions, inv_freq, scale=None, tempered: bool = False):
+    """x's first rotary_dim dimensions rotated (each pair times `scale`: xPos); `tempered`:
+    times the attention factor (q and k, on the dimensions `mscale_rotated_only` says; never
+    the values)."""
+    n, factor = self.rotary_dim, tempered and self.mscale != 1.0
     rotated = rotate_pairs(x[..., :n], positions, inv_freq, self.layout, scale)
-    return rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
+    if factor and self.mscale_rotated_only:
+      rotated = rotated * jnp.asarray(self.mscale, rotated.dtype)
+    out = rotated if n == x.shape[-1] else jnp.concatenate([rotated, x[..., n:]], axis=-1)
+    if factor and not self.mscale_rotated_only:
+      out = out * jnp.asarray(self.mscale, out.dtype)
+    return out
 
 
 def _favor_features(model_cfg) -> int:
@@ -198,22 +217,19 @@ class _RotaryLayer(base.Layer):
   def rotate(self, q, k, q_pos, k_pos, ctx):
     r = self.heads
     inv_freq = r.frequencies(q_pos, k_pos)
-    q, k = r(q, q_pos, inv_freq), r(k, k_pos, inv_freq)
-    if r.mscale != 1.0:  # YaRN temperature, on both q and k.
-      q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
-    return q, k
+    return r(q, q_pos, inv_freq, tempered=True), r(k, k_pos, inv_freq, tempered=True)
 
   def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
     """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of this layer's
-    remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; YaRN's
-    temperature on q and k), and the [batch, q_len, k_len] pairs the method lets a query see
-    (None: all)."""
+    remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; the
+    scaling's attention factor on q and k), and the [batch, q_len, k_len] pairs the method lets
+    a query see (None: all)."""
     r = self.heads
     freqs = r.frequencies(q_pos, k_pos) if row_pos is None else r.frequencies(row_pos)
     method, options = self.remap[0], dict(self.remap[1])
-    logits = remap.remapped_logits(q, k, q_pos, k_pos, lambda x, p: r(x, p, freqs), method,
-                                   **options)
-    return (logits * (q.shape[-1] ** -0.5 * r.mscale ** 2),
+    logits = remap.remapped_logits(q, k, q_pos, k_pos,
+                                   lambda x, p: r(x, p, freqs, tempered=True), method, **options)
+    return (logits * q.shape[-1] ** -0.5,
             remap.visible(method, q_pos, k_pos, **options))
 
   def rotate_value(self, v, k_pos, ctx):
@@ -226,7 +242,7 @@ class _RotaryLayer(base.Layer):
     layout included), in the numerator only."""
     r = self.features
     inv_freq = r.frequencies(q_pos, k_pos)
-    return r(qf, q_pos, inv_freq), r(kf, k_pos, inv_freq)
+    return r(qf, q_pos, inv_freq), r(kf, k_pos, inv_freq)  # FAVOR+ refuses a factor.
 
 
 def _validate_rotation(width: int, what: str, r) -> int:
@@ -354,6 +370,12 @@ class Rotary(base.PositionScheme):
           "rope.scaling.kind='none' has no RoPE scaling to set. Fix: add "
           '--config.model.position.rope.scaling.kind=linear (or ntk, yarn, llama3, dynamic) or '
           'drop it.')
+    if cfg.rope.scaling.kind == 'longrope':
+      raise errors.ConfigError(
+          'config.eval.scale_rope_to_length=True sets the RoPE scaling factor to each '
+          "evaluation length / data.seq_len, but rope.scaling.kind='longrope' stretches by its "
+          'per-pair short_factor and long_factor, which a factor does not change. Fix: drop '
+          'config.eval.scale_rope_to_length, or evaluate under another scaling kind.')
     return 'rope.scaling.factor'
 
   @classmethod
@@ -411,9 +433,10 @@ class Rotary(base.PositionScheme):
     _validate_remap(cls, r.remap, model_cfg, causal)
     if features and cls.capabilities.feature_rotation:
       scaling.validate(r.scaling, _validate_rotation(features, 'attention.num_features', r))
-      if r.scaling.kind == 'yarn':
+      if r.scaling.kind in scaling.TEMPERED:
         raise errors.ConfigError(
-            "rope.scaling.kind='yarn' scales the attention temperature, which FAVOR+'s rotated "
+            f"rope.scaling.kind={r.scaling.kind!r} scales the attention temperature, which "
+            "FAVOR+'s rotated "
             'features (attention.rope_mode=features) do not carry. Fix: '
             '--config.model.attention.rope_mode=qk.')
 
@@ -491,10 +514,8 @@ class _XPosLayer(_RotaryLayer):
     r = self.heads
     center = (k_pos.min(axis=-1, keepdims=True) + k_pos.max(axis=-1, keepdims=True)) // 2
     inv_freq = r.frequencies(q_pos, k_pos)
-    q = r(q, q_pos, inv_freq, self._scale(q_pos, center, 1.0))
-    k = r(k, k_pos, inv_freq, self._scale(k_pos, center, -1.0))
-    if r.mscale != 1.0:  # YaRN temperature, as in RoPE.
-      q, k = q * jnp.asarray(r.mscale, q.dtype), k * jnp.asarray(r.mscale, k.dtype)
+    q = r(q, q_pos, inv_freq, self._scale(q_pos, center, 1.0), tempered=True)
+    k = r(k, k_pos, inv_freq, self._scale(k_pos, center, -1.0), tempered=True)
     return q, k
 
 

@@ -1,9 +1,10 @@
 """RoPE's frequencies and their context-extension scalings (`config.model.position.rope.scaling`).
 
 Frequencies are float64 numpy constants, never parameters: they stay out of the optimizer state
-and are turned into float32 angles only where positions meet them. The one exception is
-`dynamic`, whose frequencies follow the length of the input: `dynamic_frequencies` computes
-them in float32 from the (traced) largest position at every call.
+and are turned into float32 angles only where positions meet them. Two kinds follow the length
+of the input, the (traced) largest position + 1 of each call: `dynamic`, whose frequencies
+`dynamic_frequencies` computes in float32 at every call, and `longrope`, which chooses between
+two sets of constants (`longrope_frequencies`).
 """
 
 import jax
@@ -13,10 +14,15 @@ import numpy as np
 from roformer import errors
 from roformer import specs
 
-KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic')
+KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic', 'longrope')
 RAMPS = ('ratio', 'index')
+# Which dimensions of q and k an attention factor multiplies: all of each head, or the rotated
+# ones alone (what transformers computes: it multiplies the cosines and sines).
+FACTOR_DIMS = ('all', 'rotated')
 # Scalings defined relative to the length the model was trained at (eval.py fills it in).
-NEEDS_ORIGINAL_LENGTH = ('yarn', 'llama3', 'dynamic')
+NEEDS_ORIGINAL_LENGTH = ('yarn', 'llama3', 'dynamic', 'longrope')
+# Scalings that multiply q and k by an attention factor.
+TEMPERED = ('yarn', 'longrope')
 # Scalings that stretch the trained context by `factor` (a continued run's factor must cover
 # its new length from the source's).
 STRETCHING = ('linear', 'ntk', 'yarn', 'llama3')
@@ -34,26 +40,36 @@ SPECS = {
     'alpha': specs.Float(0, 1e6, min_open=True, default=1.0),
     'beta': specs.Float(0, 1e6, min_open=True, default=32.0),
     'ramp': specs.Str(RAMPS, default='ratio'),
-    # yarn's q and k multiplier (transformers' attention_factor); 0: 0.1 ln(factor) + 1.
+    # yarn's and longrope's q and k multiplier (transformers' attention_factor); 0: yarn's
+    # 0.1 ln(factor) + 1, longrope's sqrt(1 + ln(factor) / ln(original_length)).
     'attention_factor': specs.Float(0, 1e6, default=0.0),
+    # Which dimensions it multiplies (FACTOR_DIMS): they differ where rope.fraction < 1.
+    'attention_factor_dims': specs.Str(FACTOR_DIMS, default='all'),
     # llama3's wavelength band (low < high).
     'low_freq_factor': specs.Float(0, 1e6, min_open=True, default=1.0),
     'high_freq_factor': specs.Float(0, 1e6, min_open=True, default=4.0),
+    # longrope's divisor of each rotated pair's frequency: up to the original length (short)
+    # and beyond it (long), one per pair (Ding et al. 2024; Phi-3's searched factors).
+    'short_factor': specs.Seq(specs.Float(0, 1e6, min_open=True), default=()),
+    'long_factor': specs.Seq(specs.Float(0, 1e6, min_open=True), default=()),
 }
 DEFAULTS = specs.defaults(SPECS)
-# The options that shape one kind only, in the groups they are set in: validate refuses a group
-# away from its defaults under any other kind, and `switched` sets it back.
-SHAPES = {'yarn': (('alpha', 'beta'), ('ramp',), ('attention_factor',)),
-          'llama3': (('low_freq_factor', 'high_freq_factor'),)}
-_NAMES = {'yarn': 'YaRN', 'llama3': 'llama3'}
+# The options that shape some kinds only, in the groups they are set in, with those kinds:
+# validate refuses a group away from its defaults under any other kind, and `switched` sets it
+# back.
+SHAPES = ((('alpha', 'beta'), ('yarn',)), (('ramp',), ('yarn',)),
+          (('attention_factor',), TEMPERED), (('attention_factor_dims',), TEMPERED),
+          (('low_freq_factor', 'high_freq_factor'), ('llama3',)),
+          (('short_factor', 'long_factor'), ('longrope',)))
+_NAMES = {'yarn': 'YaRN', 'llama3': 'llama3', 'longrope': 'LongRoPE'}
 
 
 def switched(scaling, kind: str) -> dict:
   """The options to set back to their defaults when `scaling` is evaluated under `kind`
-  instead: those that shape its own kind only and are not at their default (an imported YaRN
+  instead: those that shape other kinds only and are not at their default (an imported YaRN
   model's `index` ramp under `linear`, say). Factor and original length are kept."""
-  return {name: DEFAULTS[name] for own, groups in SHAPES.items() if own != kind
-          for group in groups for name in group if option(scaling, name) != DEFAULTS[name]}
+  return {name: DEFAULTS[name] for group, owners in SHAPES if kind not in owners
+          for name in group if option(scaling, name) != DEFAULTS[name]}
 
 
 def option(scaling, name: str):
@@ -104,6 +120,25 @@ def llama3_frequencies(theta: np.ndarray, scaling) -> np.ndarray:
                   np.where(wavelength > length / low, theta / s, medium))
 
 
+def longrope_attention_factor(scaling) -> float:
+  """LongRoPE's q and k multiplier: `attention_factor`, or sqrt(1 + ln s / ln L) with s the
+  factor and L the original length (1 where s <= 1), as Phi-3 and transformers set it."""
+  given, s = option(scaling, 'attention_factor'), float(scaling.factor)
+  if given:
+    return float(given)
+  return 1.0 if s <= 1 else float(np.sqrt(1 + np.log(s) / np.log(scaling.original_length)))
+
+
+def longrope_frequencies(theta: np.ndarray, scaling) -> tuple[np.ndarray, np.ndarray]:
+  """LongRoPE's two sets of frequencies (short, long): theta_i divided by pair i's
+  `short_factor` and `long_factor`. A call whose length (largest position + 1) exceeds the
+  original length L rotates every position by the long set, any other by the short one
+  (transformers' rule, made stateless: it depends on this call's positions only)."""
+  short = np.asarray(option(scaling, 'short_factor'), np.float64)
+  long = np.asarray(option(scaling, 'long_factor'), np.float64)
+  return theta / short, theta / long
+
+
 def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray, float]:
   """Frequencies and the q/k multiplier for RoPE context extension (`rope.scaling`).
 
@@ -114,6 +149,8 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
     sqrt(1/t) = 0.1 ln(s) + 1 (or `attention_factor`), applied to both q and k.
   - llama3 (Llama 3.1): `llama3_frequencies`.
   - dynamic: the plain frequencies; `dynamic_frequencies` scales them at each call.
+  - longrope (Ding et al. 2024): the short set of `longrope_frequencies` (the long one is
+    chosen at each call), and `longrope_attention_factor`.
   """
   kind, s = scaling.kind, float(scaling.factor)
   theta = rope_frequencies(head_dim, base)
@@ -129,6 +166,8 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
             option(scaling, 'attention_factor') or 0.1 * np.log(s) + 1.0)
   if kind == 'llama3':
     return llama3_frequencies(theta, scaling), 1.0
+  if kind == 'longrope':
+    return longrope_frequencies(theta, scaling)[0], longrope_attention_factor(scaling)
   raise errors.ConfigError(f'config.model.position.rope.scaling.kind={kind!r} is unknown. '
                            f'Fix: one of {KINDS}.')
 
@@ -162,17 +201,17 @@ def validate(sc, rotary_dim: int) -> None:
   if sc.kind == 'none' and sc.factor != DEFAULTS['factor']:
     raise errors.ConfigError(
         f'{field}.factor={sc.factor:g} is read by a scaling, but {field}.kind is \'none\', so '
-        f'nothing would be scaled. Fix: --{field}.kind=linear (or ntk, yarn, llama3, dynamic), '
-        f'or --{field}.factor=1.')
-  for own, groups in SHAPES.items():
-    for group in groups:
-      if sc.kind != own and any(option(sc, n) != DEFAULTS[n] for n in group):
-        given = ', '.join(f'{n}={option(sc, n)}' for n in group)
-        back = ' '.join(f'--{field}.{n}={DEFAULTS[n]}' for n in group)
-        raise errors.ConfigError(
-            f'{field}.{" and ".join(group)} shape{"s" if len(group) == 1 else ""} '
-            f'{_NAMES[own]} only, but the scaling kind is {sc.kind!r} (given: {given}). Fix: '
-            f'--{field}.kind={own}, or {back}.')
+        f'nothing would be scaled. Fix: --{field}.kind=linear (or ntk, yarn, llama3, dynamic, '
+        f'longrope), or --{field}.factor=1.')
+  for group, owners in SHAPES:
+    if sc.kind not in owners and any(option(sc, n) != DEFAULTS[n] for n in group):
+      given = ', '.join(f'{n}={option(sc, n)}' for n in group)
+      back = ' '.join(f"--{field}.{n}={DEFAULTS[n] if DEFAULTS[n] != () else repr('()')}"
+                      for n in group)
+      raise errors.ConfigError(
+          f'{field}.{" and ".join(group)} shape{"s" if len(group) == 1 else ""} '
+          f'{" and ".join(_NAMES[k] for k in owners)} only, but the scaling kind is '
+          f'{sc.kind!r} (given: {given}). Fix: --{field}.kind={owners[0]}, or {back}.')
   if sc.kind == 'yarn' and not 0 < sc.alpha < sc.beta:
     raise errors.ConfigError(f'{field} needs 0 < alpha < beta (got alpha={sc.alpha}, '
                              f'beta={sc.beta}; the ramp runs between them). Fix: change one '
@@ -181,3 +220,12 @@ def validate(sc, rotary_dim: int) -> None:
   if sc.kind == 'llama3' and not 0 < low < high:
     raise errors.ConfigError(f'{field} needs 0 < low_freq_factor < high_freq_factor (got '
                              f'{low}, {high}). Fix: change one of them.')
+  if sc.kind == 'longrope':
+    pairs = rotary_dim // 2
+    lengths = {n: len(option(sc, n)) for n in ('short_factor', 'long_factor')}
+    wrong = [f'{n} has {k}' for n, k in lengths.items() if k != pairs]
+    if wrong:
+      raise errors.ConfigError(
+          f"{field}.kind='longrope' divides each of the {pairs} rotated pairs' frequency by its "
+          f"own factor, but {' and '.join(wrong)}. Fix: --{field}.short_factor='(...)' and "
+          f"--{field}.long_factor='(...)' with {pairs} numbers each.")

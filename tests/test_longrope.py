@@ -1,0 +1,130 @@
+"""LongRoPE (`rope.scaling.kind='longrope'`, Ding et al. 2024, Phi-3's context extension): each
+rotated pair's frequency divided by its own factor, the short set up to the original length and
+the long set for a call that reaches past it, q and k times an attention factor, on every
+dimension or (as transformers) on the rotated ones alone."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from roformer import errors
+from roformer import positions
+from roformer import resolve
+from tests import kinds
+from tests.test_decode import cached_steps_equal_prefix_passes
+from tests.test_decode import model_for
+from tests.test_schemes import HEAD_DIM
+from tests.test_schemes import make
+from tests.test_schemes import random_qk
+
+SHORT, LONG = (1.0, 1.5, 2.0, 3.0), (1.0, 4.0, 9.0, 20.0)  # HEAD_DIM / 2 pairs.
+ORIGINAL = 6
+
+
+def longrope(**fields):
+  options = {'kind': 'longrope', 'factor': 4.0, 'original_length': ORIGINAL,
+             'short_factor': SHORT, 'long_factor': LONG, **fields}
+  return {f'rope.scaling.{k}': v for k, v in options.items()}
+
+
+def reference_logits(q, k, pos, inv_freq, factor, rotated_dims):
+  """float64 q_m . k_n / sqrt(d) with the first `rotated_dims` dimensions of each (interleaved
+  pairs) rotated by m theta and n theta and multiplied by `factor`, the others unchanged."""
+  def rotate(x, m):
+    x = np.array(x, np.float64)
+    a = m * inv_freq
+    even, odd = x[..., 0:rotated_dims:2].copy(), x[..., 1:rotated_dims:2].copy()
+    x[..., 0:rotated_dims:2] = (even * np.cos(a) - odd * np.sin(a)) * factor
+    x[..., 1:rotated_dims:2] = (even * np.sin(a) + odd * np.cos(a)) * factor
+    return x
+  pos = np.asarray(pos, np.float64)[..., None, None]
+  qr, kr = rotate(np.asarray(q), pos), rotate(np.asarray(k), pos)
+  return np.einsum('bqhd,bkhd->bhqk', qr, kr) / np.sqrt(q.shape[-1])
+
+
+def config(fields: dict):
+  """configs/test.py's RoPE model with the position fields given ('rope.scaling.kind': ..)."""
+  cfg = kinds.tiny_config('rope')
+  kinds.set_fields(cfg.model.position, fields)
+  return cfg
+
+
+def layer_logits(layer, q, k, pos):
+  q, k = layer.rotate(q, k, pos, pos)
+  return np.asarray(jnp.einsum('bqhd,bkhd->bhqk', q, k) * q.shape[-1] ** -0.5, np.float64)
+
+
+def test_the_frequencies_divide_each_pair_by_its_factor_and_the_attention_factor_follows_s():
+  """Short set theta_i / short_i; attention factor sqrt(1 + ln s / ln L), 1 at s = 1, and a
+  given one wins."""
+  theta = 10000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM)
+  sc = lambda **f: config(longrope(**f)).model.position.rope.scaling
+  freqs, factor = positions.scaled_frequencies(HEAD_DIM, 10000.0, sc())
+  np.testing.assert_allclose(freqs, theta / np.asarray(SHORT), rtol=1e-12)
+  assert factor == pytest.approx(np.sqrt(1 + np.log(4) / np.log(ORIGINAL)), rel=1e-12)
+  assert positions.scaled_frequencies(HEAD_DIM, 10000.0, sc(factor=1.0))[1] == 1.0
+  assert positions.scaled_frequencies(HEAD_DIM, 10000.0, sc(attention_factor=1.3))[1] == 1.3
+
+
+@pytest.mark.parametrize('length,factors', [(ORIGINAL, SHORT), (ORIGINAL + 1, LONG)])
+def test_a_call_past_the_original_length_rotates_every_position_by_the_long_factors(
+    length, factors):
+  """Up to L positions, the short set; one more, and every position (the first included) is
+  rotated by the long set: logits against the float64 formula."""
+  layer = make('rope', **longrope())
+  q, k = random_qk(3, length)
+  pos = jnp.broadcast_to(jnp.arange(length), (2, length))
+  theta = 10000.0 ** (-np.arange(0, HEAD_DIM, 2) / HEAD_DIM) / np.asarray(factors)
+  factor = np.sqrt(1 + np.log(4) / np.log(ORIGINAL))
+  np.testing.assert_allclose(layer_logits(layer, q, k, pos),
+                             reference_logits(q, k, pos, theta, factor, HEAD_DIM), atol=2e-5)
+
+
+@pytest.mark.parametrize('dims', ['all', 'rotated'])
+def test_the_attention_factor_multiplies_the_dimensions_it_names(dims):
+  """With half of each head rotated, 'rotated' multiplies those dimensions of q and k alone
+  (transformers' rule), 'all' every dimension (this project's YaRN): the same factor on
+  different logits."""
+  layer = make('rope', **{'rope.fraction': 0.5,
+                          **longrope(short_factor=SHORT[:2], long_factor=LONG[:2],
+                                     attention_factor=1.4, attention_factor_dims=dims)})
+  q, k = random_qk(4, 5)
+  pos = jnp.broadcast_to(jnp.arange(5), (2, 5))
+  theta = 10000.0 ** (-np.arange(0, 4, 2) / 4) / np.asarray(SHORT[:2])
+  if dims == 'rotated':
+    want = reference_logits(q, k, pos, theta, 1.4, 4)
+  else:
+    want = reference_logits(q, k, pos, theta, 1.0, 4) * 1.4 ** 2
+  np.testing.assert_allclose(layer_logits(layer, q, k, pos), want, atol=2e-5)
+
+
+def test_cached_decoding_equals_a_full_pass_on_either_side_of_the_original_length():
+  """Keys are cached before rotation: a step rotates every cached key by the set of the current
+  length, as a full pass over the prefix does (one layer: exact at every length)."""
+  model = model_for('rope', 1, **{'scaling__' + k.split('.')[-1]: v
+                                  for k, v in longrope().items()})
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 40, (2, 9)))
+  passes = cached_steps_equal_prefix_passes(model, tokens)
+  # The long set changes the logits once the prefix passes L: the check is not vacuous.
+  short, long = passes[ORIGINAL - 3][:, ORIGINAL - 1], passes[ORIGINAL - 2][:, ORIGINAL - 1]
+  assert np.abs(short - long).max() > 1e-3
+
+
+@pytest.mark.parametrize('fields,message', [
+    (longrope(long_factor=(1.0, 2.0)), r'4 rotated pairs.*long_factor has 2\. Fix:'),
+    (longrope(short_factor=()), r'short_factor has 0\. Fix:'),
+    ({'rope.scaling.kind': 'yarn', 'rope.scaling.factor': 2.0, 'rope.scaling.original_length': 8,
+      'rope.scaling.short_factor': SHORT}, r'shapes? LongRoPE only.*Fix: .*kind=longrope'),
+    ({'rope.scaling.kind': 'linear', 'rope.scaling.factor': 2.0,
+      'rope.scaling.attention_factor_dims': 'rotated'}, r'YaRN and LongRoPE only'),
+])
+def test_bad_longrope_options_are_refused_in_one_line(fields, message):
+  cfg = config(fields)
+  with pytest.raises(errors.ConfigError, match=message):
+    resolve.validate(cfg)
+
+
+def test_scale_rope_to_length_is_refused_for_longrope():
+  cfg = config(longrope())
+  with pytest.raises(errors.ConfigError, match='per-pair short_factor and long_factor'):
+    positions.scheme('rope').length_factor(cfg.model.position)
