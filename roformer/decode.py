@@ -216,21 +216,45 @@ def generate(model, prompt: jax.Array, *, max_new_tokens: int, beam_size: int = 
   temperature 0 (the default) decodes greedily, or with beam search for beam_size > 1 (the
   best beam); temperature > 0 samples (see `sample`; top_k 0 and top_p 1 are off) with the key
   `seed` (an int or a jax.random key). Changing the seed, temperature or top_p reuses the
-  compiled program. Returns tokens [batch, max_new_tokens], PAD after a row's EOS."""
+  compiled program. Returns tokens [batch, max_new_tokens], PAD after a row's EOS.
+
+  A model that computes every position anew past a length n (its `cache_breaks`: LongRoPE's
+  original length) decodes greedily or samples up to length n + 1, then fills a fresh cache
+  over that prefix and goes on: each token is then what a full pass over its prefix gives.
+  Beam search keeps one cache, whose deeper layers hold states computed before the break."""
   check_sampling(temperature, top_k, top_p)
   if max_new_tokens < 1:
     raise errors.ConfigError(f'max_new_tokens={max_new_tokens} must be >= 1.')
+  is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype,
+                                                                  jax.dtypes.prng_key)
+  key = seed if is_key else jax.random.key(seed)
+  n = _cache_break(model, prompt.shape[1], max_new_tokens)
+  if n is not None and beam_size == 1:
+    # Up to length n + 1 with one cache, then a fresh one filled over that whole prefix.
+    first, keys = n + 1 - prompt.shape[1], jax.random.split(key)
+    options = dict(eos_id=eos_id, temperature=temperature, top_k=top_k, top_p=top_p)
+    head = generate(model, prompt, max_new_tokens=first, seed=keys[0], **options)
+    tail = generate(model, jnp.concatenate([jnp.asarray(prompt, jnp.int32), head], axis=1),
+                    max_new_tokens=max_new_tokens - first, seed=keys[1], **options)
+    ended = jnp.any(head == eos_id, axis=1, keepdims=True)
+    return jnp.concatenate([head, jnp.where(ended, PAD_ID, tail)], axis=1)
   graphdef, state = nnx.split(model)
   if temperature == 0:  # top_k and top_p cannot change the argmax.
     return _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id)
   if beam_size > 1:
     raise errors.ConfigError(f'beam_size={beam_size} searches and temperature={temperature} '
                              'samples: choose one. Fix: beam_size=1 or temperature=0.')
-  is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype,
-                                                                  jax.dtypes.prng_key)
-  key = seed if is_key else jax.random.key(seed)
   return _sample(graphdef, state, prompt, key, jnp.float32(temperature), jnp.float32(top_p),
                  max_new_tokens, eos_id, top_k, top_p < 1)
+
+
+def _cache_break(model, length: int, max_new_tokens: int) -> int | None:
+  """The first length n of the model's `cache_breaks` that decoding from `length` tokens
+  crosses: it reaches n + 1 and predicts at least one token past it. A prefix of n + 1 tokens
+  or more computes every position as past n already; None where there is none."""
+  crossed = [n for n in getattr(model, 'cache_breaks', ())
+             if length <= n and n + 1 - length < max_new_tokens]
+  return min(crossed) if crossed else None
 
 
 def causal_lm_start(model, prompt, max_new_tokens: int):

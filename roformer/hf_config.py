@@ -1,26 +1,31 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Seven architectures are read: LlamaForCausalLM, MistralForCausalLM (its sliding window becomes
-`model.layer_windows`), Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM
-(QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich norms,
-`model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings times
-sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its window
-and RoPE base, `model.layer_windows` and `model.layer_rope_bases`), SmolLM3ForCausalLM (layers
-without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial
+Eight architectures are read: LlamaForCausalLM, MistralForCausalLM (its sliding window becomes
+`model.layer_windows`), Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial
+rotary, a window on every layer, LongRoPE), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
+Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich
+norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings
+times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its
+window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`), SmolLM3ForCausalLM
+(layers without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial
 rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B
 and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
 rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling`
-(keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta`
-inside).
+(keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
 from `max_position_embeddings` at the input's length; `yarn` uses the ramp between the pair
 indices of beta_fast and beta_slow rotations (`ramp='index'`) and multiplies q and k by its
 attention factor (given, from mscale and mscale_all_dim, or 0.1 ln(factor) + 1); `llama3` is
-Llama 3.1's smooth band. Any other scaling, and any setting this project does not compute,
-is refused in one line that names it.
+Llama 3.1's smooth band; `longrope` (Phi-3's; its older names `su` and `yarn` in a Phi-3
+config) divides each pair by its short or long factor, the long ones for an input past
+`original_max_position_embeddings`, and multiplies q and k by its attention factor (given, or
+from factor = max_position_embeddings / original). With partial rotary, transformers multiplies
+the rotated dimensions alone by an attention factor (`attention_factor_dims='rotated'`). Any
+other scaling, and any setting this project does not compute, is refused in one line that
+names it.
 """
 
 import math
@@ -35,20 +40,22 @@ from roformer import model_types
 from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
-                 'Qwen2ForCausalLM': 'qwen2', 'Qwen3ForCausalLM': 'qwen3',
-                 'Gemma3ForCausalLM': 'gemma3', 'SmolLM3ForCausalLM': 'smollm3',
+                 'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',
+                 'Qwen3ForCausalLM': 'qwen3', 'Gemma3ForCausalLM': 'gemma3', 'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
-LLAMA_FAMILY = ('llama', 'mistral', 'qwen2', 'qwen3', 'gemma3', 'smollm3')
+LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3')
+# The families whose classes rotate partial_rotary_factor of each head (the others all of it).
+PARTIAL_ROTARY = ('gpt_neox', 'phi3')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
 ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
                     'relu': 'relu'}
-SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3')
+SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope')
 
 
 def read(directory: str) -> dict:
@@ -68,8 +75,8 @@ def read(directory: str) -> dict:
 
 
 def family(hf: dict, where: str) -> str:
-  """'llama', 'mistral', 'qwen2', 'qwen3', 'gemma3', 'smollm3' or 'gpt_neox' from the config's
-  architecture (or, where it names none, its model_type)."""
+  """'llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3' or 'gpt_neox' from the
+  config's architecture (or, where it names none, its model_type)."""
   by_type = {t: MODEL_TYPES[f] for f, t in HF_MODEL_TYPES.items()}
   archs = hf.get('architectures') or [by_type.get(hf.get('model_type'), '')]
   arch = archs[0] if archs else ''
@@ -115,6 +122,8 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   # transformers takes rope_scaling over rope_parameters when a file has both.
   settings = dict(hf.get('rope_scaling') or params or {})
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
+  if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
+    settings['rope_type'] = 'longrope'
   default = 2_000_000.0 if fam == 'smollm3' else 10000.0  # The classes' default_theta.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
   default_partial = 0.25 if fam == 'gpt_neox' else 1.0  # transformers' class defaults.
@@ -123,7 +132,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   return settings
 
 
-def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
+def _scaling(settings: dict, hf: dict, fam: str, where: str) -> tuple[dict, int]:
   """(config.model.position.rope.scaling fields, the length the model was trained at)."""
   kind = settings['rope_type']
   max_len = int(_field(hf, 'max_position_embeddings', where))
@@ -132,11 +141,13 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
                              f'Fix: a checkpoint with one of {SCALINGS}.')
   if kind == 'default':
     return {'kind': 'none'}, max_len
-  # A top-level original_max_position_embeddings (Phi-3's) wins over the scaling's own.
+  # A top-level original_max_position_embeddings (Phi-3's) wins over the scaling's own; Phi3Config
+  # has one (4096) where the file does not.
   original = int(hf.get('original_max_position_embeddings')
+                 or (4096 if fam == 'phi3' else None)
                  or settings.get('original_max_position_embeddings') or max_len)
   factor = settings.get('factor')
-  if factor is None and kind == 'yarn':
+  if factor is None and kind in ('yarn', 'longrope'):
     factor = max_len / original
   if factor is None or float(factor) < 1:
     raise errors.ConfigError(f'{where}: rope scaling {kind!r} has factor {factor!r}; this project '
@@ -152,6 +163,19 @@ def _scaling(settings: dict, hf: dict, where: str) -> tuple[dict, int]:
     return {'kind': 'llama3', 'factor': factor, 'original_length': original,
             'low_freq_factor': float(settings['low_freq_factor']),
             'high_freq_factor': float(settings['high_freq_factor'])}, original
+  if kind == 'longrope':
+    pairs = {n: settings.get(n) for n in ('short_factor', 'long_factor')}
+    for name, value in pairs.items():
+      if not (isinstance(value, list) and value and all(
+          isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in value)):
+        raise errors.DamagedFileError(
+            f"{where}: longrope's {name} is {value!r}, where transformers reads a list of "
+            'positive numbers, one per rotated pair. Fix: use the config.json that came with '
+            'the weights.')
+    return {'kind': 'longrope', 'factor': factor, 'original_length': original,
+            'short_factor': tuple(float(x) for x in pairs['short_factor']),
+            'long_factor': tuple(float(x) for x in pairs['long_factor']),
+            'attention_factor': float(settings.get('attention_factor') or 0.0)}, original
   if not _read(settings, 'truncate', True):
     raise errors.ConfigError(f"{where}: yarn with truncate=false (an unrounded ramp) is not one "
                              'this project computes. Fix: a checkpoint with the rounded ramp.')
@@ -183,7 +207,9 @@ def _windows_of(kinds, window: int) -> tuple[int, ...]:
 
 def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
-  if fam == 'mistral':
+  if fam == 'phi3':  # Phi3Config's window is None by default.
+    window = hf.get('sliding_window')
+  if fam in ('mistral', 'phi3'):
     return (int(window),) if window else ()
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')
@@ -255,7 +281,7 @@ def _gemma3_refusal(hf: dict, head_dim: int, where: str) -> None:
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
-  if fam == 'mistral':
+  if fam in ('mistral', 'phi3'):
     return 'none'
   attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
@@ -300,15 +326,20 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   else:
     windows, bases = _windows(hf, fam, layers, where), ()
     settings = rope_settings(hf, fam, where)
-    scaling, trained = _scaling(settings, hf, where)
-  # transformers' rounding; the Llama family's classes rotate whole heads whatever the file says.
-  partial = float(settings['partial_rotary_factor']) if fam == 'gpt_neox' else 1.0
+    scaling, trained = _scaling(settings, hf, fam, where)
+  # transformers' rounding; the other Llama-family classes rotate whole heads whatever the
+  # file says.
+  partial = float(settings['partial_rotary_factor']) if fam in PARTIAL_ROTARY else 1.0
   rotary = int(head_dim * partial)
-  if rotary < head_dim and scaling['kind'] == 'yarn':
-    raise errors.ConfigError(
-        f"{where}: yarn with partial rotary ({rotary} of {head_dim} dimensions): transformers "
-        "multiplies only the rotated dimensions by YaRN's attention factor, this project the "
-        'whole logits. Fix: a checkpoint that rotates whole heads, or another scaling.')
+  if rotary < head_dim and scaling['kind'] in positions.scaling.TEMPERED:
+    scaling['attention_factor_dims'] = 'rotated'  # transformers multiplies cos and sin.
+  if scaling['kind'] == 'longrope':
+    lengths = {n: len(scaling[n]) for n in ('short_factor', 'long_factor')}
+    if set(lengths.values()) != {rotary // 2}:
+      raise errors.DamagedFileError(
+          f"{where}: longrope's short_factor and long_factor have {lengths['short_factor']} and "
+          f"{lengths['long_factor']} numbers, where the {rotary} rotated dimensions make "
+          f'{rotary // 2} pairs. Fix: use the config.json that came with the weights.')
   if rotary < 2:
     raise errors.ConfigError(f'{where}: partial_rotary_factor {partial} rotates {rotary} of '
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '

@@ -33,7 +33,7 @@ def _refusal(config) -> str | None:
       (positions.rope_layers(m) is None,
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
-       ': the Llama, Mistral, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
+       ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
        "every layer and nothing else, SmolLM3's RoPE or nothing in each"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
@@ -63,12 +63,19 @@ def _refusal(config) -> str | None:
   for failed, reason in checks:
     if failed:
       return reason
+  sc = rope.scaling
+  if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
+      and sc.attention_factor_dims != 'rotated'):
+    return (f"{sc.kind}'s attention factor on every dimension of q and k with partial rotary "
+            "(transformers multiplies the rotated dimensions alone). Fix: train or continue with "
+            "--config.model.position.rope.scaling.attention_factor_dims=rotated: the two give "
+            'other logits, so a model trained with one is not the other')
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual == 'parallel':
       return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
     if rope.fraction < 1:
-      return f'partial rotary (rope.fraction={rope.fraction}) in a Llama-family block'
+      return _phi3_refusal_of(config, options, windows)
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
@@ -107,9 +114,6 @@ def _refusal(config) -> str | None:
   if m.head_dim and m.head_dim * m.num_heads != m.d_model:
     return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
             f'{m.d_model} into its {m.num_heads} heads')
-  if rope.fraction < 1 and rope.scaling.kind == 'yarn':
-    return ("yarn with partial rotary (transformers' GPT-NeoX multiplies only the rotated "
-            "dimensions by YaRN's attention factor, this project the whole logits)")
   if m.num_kv_heads not in (0, m.num_heads):
     return 'grouped-query attention in a GPT-NeoX block'
   if any(m.layer_windows):
@@ -126,6 +130,35 @@ def _per_layer(values, layers: int, empty) -> tuple:
 def _layer_types(windows) -> list[str]:
   """transformers' `layer_types` of each layer's window (0: none)."""
   return ['sliding_attention' if w else 'full_attention' for w in windows]
+
+
+def _phi3_refusal_of(config, options, windows) -> str | None:
+  """Why Phi3ForCausalLM, the Llama-family class with partial rotary, does not compute a
+  Llama-family block that rotates part of each head, or None: it has no attention option, no
+  biases, pre-norms, RoPE in every layer and one window (or none) on all of them."""
+  m = config.model
+  what = f'partial rotary (rope.fraction={m.position.rope.fraction}) with'
+  kind = m.position.rope.scaling.kind
+  checks = (
+      (m.norm != 'pre', f"{what} norm={m.norm!r} (Phi-3, the Llama-family class with partial "
+                        "rotary, normalises each branch's input)"),
+      (bool(options), f"{what} attention.{', attention.'.join(o.field for o in options)} "
+                      '(Phi-3 has no attention option)'),
+      (kind not in ('none', 'ntk', 'longrope'),
+       f"{what} the RoPE scaling {kind!r} (Phi-3's config takes longrope alone). Fix: export a "
+       'model trained without it, and apply the scaling with eval.py'),
+      (m.biases != 'none', f"{what} biases={m.biases!r} (Phi-3 has none). Fix: train with "
+                           '--config.model.biases=none'),
+      (not all(positions.rope_layers(m)), f'{what} layers without positions (Phi-3 rotates in '
+                                          'every layer)'),
+      (bool(windows) and not all(_per_layer(m.layer_windows, m.num_layers, 0)),
+       f'{what} sliding windows on some layers only (Phi-3 windows every layer or none). Fix: '
+       'train with one window on every layer'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  return None
 
 
 def _smollm3_refusal_of(config, options) -> str | None:
@@ -206,6 +239,8 @@ def export_family(config) -> str:
     return 'gpt_neox'
   if m.norm == 'sandwich':
     return 'gemma3'
+  if m.position.rope.fraction < 1:  # The Llama-family class with partial rotary.
+    return 'phi3'
   if not all(positions.rope_layers(m)):
     return 'smollm3'
   if attention_options.enabled(m.attention):  # Options Qwen3 computes (_refusal checked).
@@ -229,6 +264,13 @@ def _rope_scaling(config) -> tuple[dict | None, int]:
   if sc.kind == 'dynamic':
     return {'rope_type': 'dynamic', 'factor': sc.factor}, sc.original_length
   extended = int(sc.original_length * sc.factor)
+  if sc.kind == 'longrope':
+    out = {'rope_type': 'longrope', 'short_factor': list(sc.short_factor),
+           'long_factor': list(sc.long_factor), 'factor': sc.factor,
+           'original_max_position_embeddings': sc.original_length}
+    if sc.attention_factor:
+      out['attention_factor'] = sc.attention_factor
+    return out, extended
   if sc.kind == 'llama3':
     return {'rope_type': 'llama3', 'factor': sc.factor, 'low_freq_factor': sc.low_freq_factor,
             'high_freq_factor': sc.high_freq_factor,
@@ -302,6 +344,13 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                  layer_types=_layer_types(windows))
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
+  elif fam == 'phi3':  # Phi3Config reads its own original length (4096 where absent).
+    fraction = rotary / head_dim
+    out.update(sliding_window=windows[0] or None, resid_pdrop=0.0, embd_pdrop=0.0,
+               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
+                   (rotary + 0.5) / head_dim),
+               original_max_position_embeddings=(rope.scaling.original_length
+                                                 if scaling else max_len))
   else:  # qwen2, qwen3
     if fam == 'qwen3':
       out.update(attention_bias=m.biases == 'attention')

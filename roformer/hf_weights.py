@@ -1,7 +1,8 @@
 """Hugging Face weights (`*.safetensors`, sharded or not) as this project's parameters, and
 back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Qwen3: its
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
-four norms a block, each storing its scale less 1; SmolLM3: Llama's) and of GPT-NeoX.
+four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
+and v in one qkv_proj and the MLP's gate and up in one gate_up_proj) and of GPT-NeoX.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -187,6 +188,12 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
                        'out': _linear(t, p + 'attention.dense', d, d, out_bias)}
       block['mlp'] = {'up': _linear(t, p + 'mlp.dense_h_to_4h', d, f, mlp_bias),
                       'down': _linear(t, p + 'mlp.dense_4h_to_h', f, d, mlp_bias)}
+    elif fam == 'phi3':  # Fused as here: [q | k | v] and [gate | up] (Phi3MLP's chunk order).
+      block['attn'] = {'qkv': _linear(t, p + 'self_attn.qkv_proj', d, (h + 2 * kv) * hd, False),
+                       'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, False)}
+      gate, up = np.split(_linear(t, p + 'mlp.gate_up_proj', d, 2 * f, False)['kernel'], 2, -1)
+      block['mlp'] = {'gate': {'kernel': gate}, 'up': {'kernel': up},
+                      'down': _linear(t, p + 'mlp.down_proj', f, d, False)}
     else:
       parts = [_linear(t, p + f'self_attn.{n}_proj', d, width, qkv_bias)
                for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
@@ -268,6 +275,15 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + 'attention.dense', b['attn']['out'], True, d)
       linear(p + 'mlp.dense_h_to_4h', b['mlp']['up'], True, f)
       linear(p + 'mlp.dense_4h_to_h', b['mlp']['down'], True, d)
+      continue
+    if fam == 'phi3':  # No biases (export_family checked); q and k in transformers' order.
+      linear(p + 'self_attn.qkv_proj', {'kernel': np.concatenate(split['kernel'], -1)}, False,
+             None)
+      linear(p + 'self_attn.o_proj', b['attn']['out'], False, d)
+      linear(p + 'mlp.gate_up_proj', {'kernel': np.concatenate(
+          [np.asarray(b['mlp'][n]['kernel'], np.float32) for n in ('gate', 'up')], -1)}, False,
+             None)
+      linear(p + 'mlp.down_proj', b['mlp']['down'], False, d)
       continue
     qkv_bias = fam == 'qwen2' or m.biases in ('qkv', 'attention', 'all')
     for n, index in (('q', 0), ('k', 1), ('v', 2)):

@@ -124,6 +124,8 @@ class Transformer(EmbeddingModel):
         cfg.num_layers, self.scan_layers, rngs)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    # Lengths past which decoding refills its cache (decode.generate; LongRoPE's switch).
+    self.cache_breaks = positions_lib.model_scheme(cfg).cache_breaks(cfg.position)
 
   @autodiff.applying
   def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None,

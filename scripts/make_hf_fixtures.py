@@ -105,6 +105,23 @@ FIXTURES = {
     'llama_narrow_heads': ('LlamaConfig', dict(
         SMALL, num_key_value_heads=2, head_dim=6,
         rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
+    # Phi-3: fused q/k/v and gate/up weights, three quarters of each head rotated, a 12-token
+    # window on every layer, LongRoPE (Phi-3's own form: rope_scaling with 'type', the original
+    # length at the top level, no factor: max_position_embeddings / original gives it).
+    'phi3_longrope_partial': ('Phi3Config', dict(
+        SMALL, num_key_value_heads=2, partial_rotary_factor=0.75, sliding_window=12,
+        max_position_embeddings=4 * ORIGINAL, original_max_position_embeddings=ORIGINAL,
+        rope_parameters={'rope_type': 'longrope', 'rope_theta': 10000.0,
+                         'short_factor': [1.0, 1.25, 2.0], 'long_factor': [1.5, 3.0, 7.5]}),
+                              True, 'llama', 0),
+    # GPT-NeoX with YaRN on a quarter of each head: transformers multiplies the rotated
+    # dimensions alone by the attention factor.
+    'gpt_neox_yarn_partial': ('GPTNeoXConfig', dict(
+        SMALL, num_attention_heads=2, use_parallel_residual=True, hidden_act='gelu',
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.25,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
     'gpt_neox_partial': ('GPTNeoXConfig', dict(
@@ -162,12 +179,16 @@ def greedy(model, prompt: torch.Tensor) -> tuple[np.ndarray, float]:
 
 def to_v4(config_path: pathlib.Path) -> None:
   """config.json rewritten as transformers 4 wrote it: rope_theta at the top level and the
-  scaling in rope_scaling, keyed by 'type' (Qwen2's form) or 'rope_type' (Llama's)."""
+  scaling in rope_scaling, keyed by 'type' (Qwen2's and Phi-3's form) or 'rope_type'
+  (Llama's); Phi-3's partial rotary and original length at the top level."""
   config = json.loads(config_path.read_text())
   params = dict(config.pop('rope_parameters'))
   config['rope_theta'] = params.pop('rope_theta')
   kind = params.pop('rope_type')
-  key = 'type' if config['model_type'] == 'qwen2' else 'rope_type'
+  key = 'type' if config['model_type'] in ('qwen2', 'phi3') else 'rope_type'
+  if config['model_type'] == 'phi3':
+    config['partial_rotary_factor'] = params.pop('partial_rotary_factor', 1.0)
+    config['original_max_position_embeddings'] = params.pop('original_max_position_embeddings')
   config['rope_scaling'] = {key: kind, **params} if kind != 'default' else None
   config['transformers_version'] = '4.57.6'
   config_path.write_text(json.dumps(config, indent=2) + '\n')

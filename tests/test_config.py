@@ -67,7 +67,9 @@ BAD = [
     ('model.activation', 'swish', 'config.model.activation'),
     ('model.attention.kind', 'linear', 'config.model.attention.kind'),
     ('model.position.rope.fraction', 1.5, 'config.model.position.rope.fraction'),
-    ('model.position.rope.scaling.kind', 'longrope', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.kind', 'longer', 'config.model.position.rope.scaling.kind'),
+    ('model.position.rope.scaling.kind', 'longrope',
+     'rope.scaling.kind=longrope needs config.model.position.rope.scaling.original_length'),
     ('model.position.rope.scaling.ramp', 'cosine', 'config.model.position.rope.scaling.ramp'),
     ('model.position.rope.scaling.factor', 4.0, "scaling.factor=4 is read by a scaling, but "
      "config.model.position.rope.scaling.kind is 'none', so nothing would be scaled"),

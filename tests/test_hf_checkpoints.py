@@ -68,11 +68,12 @@ def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name
   np.testing.assert_array_equal(
       lm.generate(ref['prompt'], ref['greedy'].shape[1] - ref['prompt'].shape[1],
                   stop_at_eos=False), ref['greedy'])
-  # Decoding through the cache against one full pass. Dynamic NTK scales by the length of
-  # each call's input: past its original 16 positions, keys cached by an earlier, shorter call
-  # were computed at other frequencies (in transformers as here), so it is checked within them.
-  dynamic = lm.config.model.position.rope.scaling.kind == 'dynamic'
-  sizes = (7, 1, 8) if dynamic else (7, 1, 16)
+  # Decoding through the cache against one full pass. Dynamic NTK and LongRoPE rotate by the
+  # length of each call's input: past their original 16 positions, states cached by an
+  # earlier, shorter call were computed at other frequencies, so it is checked within them
+  # (generate, above, refills LongRoPE's cache where it crosses them).
+  follows_length = lm.config.model.position.rope.scaling.kind in ('dynamic', 'longrope')
+  sizes = (7, 1, 8) if follows_length else (7, 1, 16)
   kinds.assert_decoding_equals_full_pass(lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]),
                                          sizes, max_len=sum(sizes))
 
@@ -90,6 +91,32 @@ def test_the_two_config_forms_give_the_same_model():
   configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, other)]
   assert configs[0] == configs[1] == configs[2]
   assert configs[0]['model']['position']['rope']['scaling']['kind'] == 'yarn'
+
+
+def test_phi3s_config_forms_and_older_names_give_the_same_model():
+  """Phi-3's own form (rope_scaling with 'type', the original length and partial rotary at
+  the top level), transformers 5's rope_parameters, and the older names 'su' and 'yarn' that
+  Phi3Config reads as longrope, are read alike: LongRoPE from 16 positions with the factor
+  max_position_embeddings / original (4), the attention factor on the rotated dimensions (6 of
+  8), a 12-token window on both layers. Without original_max_position_embeddings, Phi3Config's
+  4096 is the original length."""
+  v4 = json.loads((FIXTURES / 'phi3_longrope_partial' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {'rope_type': 'longrope', 'rope_theta': v4['rope_theta'],
+                           **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}}
+  older = [dict(v4, rope_scaling=dict(v4['rope_scaling'], type=name)) for name in ('su', 'yarn')]
+  configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, *older)]
+  assert all(c == configs[0] for c in configs)
+  m = hf_config.to_config(v4, 'dir').model
+  assert dict(m.position.rope.scaling) == dict(
+      m.position.rope.scaling, kind='longrope', factor=4.0, original_length=16,
+      short_factor=(1.0, 1.25, 2.0), long_factor=(1.5, 3.0, 7.5), attention_factor=0.0,
+      attention_factor_dims='rotated')
+  assert (m.position.rope.fraction, tuple(m.layer_windows), m.biases) == (0.75, (12,), 'none')
+  bare = {k: v for k, v in v4.items() if k != 'original_max_position_embeddings'}
+  bare['max_position_embeddings'] = 131072
+  scaling = hf_config.to_config(bare, 'dir').model.position.rope.scaling
+  assert (scaling.original_length, scaling.factor) == (4096, 32.0)
 
 
 def test_gemma3s_two_config_forms_give_the_same_model():
@@ -236,8 +263,13 @@ def _edited(tmp_path, name, edit=None, remove=()):
 @pytest.mark.parametrize('name,edit,remove,message', [
     ('llama_dynamic', lambda c: c.update(architectures=['PhiForCausalLM']), (),
      "architecture 'PhiForCausalLM' is not one this project reads"),
+    ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='su'), (),
+     "rope scaling 'su' is not one this project computes"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='longrope'), (),
-     "rope scaling 'longrope' is not one this project computes"),
+     "longrope's short_factor is None, where transformers reads a list of positive numbers"),
+    ('phi3_longrope_partial', lambda c: c['rope_scaling'].update(short_factor=[1.0, 2.0]), (),
+     r"short_factor and long_factor have 2 and 3 numbers, where the 6 rotated dimensions make "
+     r'3 pairs'),
     ('llama_dynamic', lambda c: c.update(intermediate_size=48), (),
      r"tensor 'model.layers.0.mlp.gate_proj.weight' has shape \(64, 32\), but config.json "
      r'implies \(48, 32\)'),
@@ -251,9 +283,6 @@ def _edited(tmp_path, name, edit=None, remove=()):
      'yarn with truncate=false'),
     ('llama_dynamic', lambda c: c.update(hidden_size=[32]), (),
      'config.json holds a value of the wrong type'),
-    ('gpt_neox_partial', lambda c: c['rope_parameters'].update(
-        rope_type='yarn', factor=2.0, original_max_position_embeddings=32), (),
-     r'yarn with partial rotary \(4 of 16 dimensions\)'),
     ('gemma3_local_global', lambda c: c['rope_parameters']['full_attention'].update(
         rope_type='linear', factor=8.0), (),
      r"rope scaling 'linear' on Gemma 3's full_attention layers"),

@@ -66,6 +66,14 @@ QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 1
 QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
 # The Llama preset with a layer without positions after a RoPE one, and a window on it.
 SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
+# Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
+# its attention factor on the rotated dimensions: Phi-3's block.
+PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
+        'layer_windows': (8,), 'position.rope.scaling.kind': 'longrope',
+        'position.rope.scaling.factor': 4.0, 'position.rope.scaling.original_length': 16,
+        'position.rope.scaling.short_factor': (1.0, 1.5, 2.0),
+        'position.rope.scaling.long_factor': (2.0, 4.0, 8.0),
+        'position.rope.scaling.attention_factor_dims': 'rotated'}
 # With Gemma 3's sandwich norms, its embedding multiplier, and a windowed layer at base 10k then
 # a global one at 1M.
 GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
@@ -77,16 +85,18 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
-                                             ('llama', SMOLLM3, 'SmolLM3ForCausalLM')])
+                                             ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
+                                             ('llama', PHI3, 'Phi3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
   attention biases), with Gemma 3's sandwich norms to Gemma 3, with a layer without positions
-  to SmolLM3; the export, read back, computes the same logits. (The last test of this file
-  reads it with transformers where torch is.)"""
+  to SmolLM3, with partial rotary to Phi-3; the export, read back, computes the same logits.
+  (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  if config.model.norm != 'sandwich':  # transformers' Gemma 3 scales its global layers only.
+  # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone.
+  if config.model.norm != 'sandwich' and config.model.position.rope.scaling.kind == 'none':
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
@@ -129,7 +139,9 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
                                        ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
                                        ('llama_narrow_heads', 'LlamaForCausalLM'),
                                        ('gemma3_local_global', 'Gemma3ForCausalLM'),
-                                       ('smollm3_nope_yarn', 'SmolLM3ForCausalLM')])
+                                       ('smollm3_nope_yarn', 'SmolLM3ForCausalLM'),
+                                       ('phi3_longrope_partial', 'Phi3ForCausalLM'),
+                                       ('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -139,9 +151,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   came, went = (json.loads(p.read_text()) for p in (FIXTURES / name / 'config.json',
                                                     tmp_path / 'out' / 'config.json'))
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings'):
-    assert went[field] == came[field], field
-  assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
-      'num_attention_heads'])
+    assert went.get(field) == came.get(field), field
+  if arch != 'GPTNeoXForCausalLM':  # Its heads split hidden_size.
+    assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
+        'num_attention_heads'])
   if 'yarn' in name:
     assert went['rope_scaling']['original_max_position_embeddings'] == 16
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
@@ -170,7 +183,21 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"a RoPE scaling \('linear'\) in a sandwich block"),
     (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
     (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
-     r'partial rotary \(rope.fraction=0.5\) in a Llama-family block'),
+     r"partial rotary \(rope.fraction=0.5\) with norm='sandwich' \(Phi-3"),
+    (dict(PHI3, normalization='rms_norm', mlp='gated', biases='qkv'),
+     r"partial rotary \(rope.fraction=0.75\) with biases='qkv' \(Phi-3 has none\)"),
+    (dict(PHI3, normalization='rms_norm', mlp='gated', biases='none', layer_windows=(8, 0)),
+     r'partial rotary \(rope.fraction=0.75\) with sliding windows on some layers only \(Phi-3 '
+     r'windows every layer or none\)'),
+    (dict(PHI3, normalization='rms_norm', mlp='gated', biases='none', **{
+        'position.rope.scaling.kind': 'llama3', 'position.rope.scaling.short_factor': (),
+        'position.rope.scaling.long_factor': (),
+        'position.rope.scaling.attention_factor_dims': 'all'}),
+     r"partial rotary \(rope.fraction=0.75\) with the RoPE scaling 'llama3' \(Phi-3's config "
+     r'takes longrope alone\)'),
+    (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),
+     r"longrope's attention factor on every dimension of q and k with partial rotary .*Fix: "
+     r'train or continue with --config.model.position.rope.scaling.attention_factor_dims'),
     (dict(GEMMA3, biases='qkv'), r"biases='qkv' in a sandwich block"),
     (dict(SMOLLM3, layer_windows=(8, 0), normalization='rms_norm', mlp='gated', biases='none'),
      r'sliding windows on RoPE layers with layers without positions'),
@@ -270,13 +297,13 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
-                                        ('llama', SMOLLM3)])
+                                        ('llama', SMOLLM3), ('llama', PHI3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  if config.model.norm != 'sandwich':
+  if config.model.norm != 'sandwich' and config.model.position.rope.scaling.kind == 'none':
     config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))

@@ -7,12 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from roformer import decode
 from roformer import errors
 from roformer import positions
 from roformer import resolve
 from tests import kinds
 from tests.test_decode import cached_steps_equal_prefix_passes
 from tests.test_decode import model_for
+from tests.test_decode import uncached_greedy
 from tests.test_schemes import HEAD_DIM
 from tests.test_schemes import make
 from tests.test_schemes import random_qk
@@ -128,3 +130,21 @@ def test_scale_rope_to_length_is_refused_for_longrope():
   cfg = config(longrope())
   with pytest.raises(errors.ConfigError, match='per-pair short_factor and long_factor'):
     positions.scheme('rope').length_factor(cfg.model.position)
+
+
+def test_greedy_decoding_across_the_original_length_equals_full_passes():
+  """decode.generate fills a fresh cache over the prefix where it crosses L, so every token is
+  the argmax of a full pass over its prefix (two layers: one cache throughout would hold the
+  second layer's keys of the short set). A row that ended before the refill stays ended."""
+  model = model_for('rope', 2, **{'scaling__' + k.split('.')[-1]: v
+                                  for k, v in longrope().items()})
+  assert model.cache_breaks == (ORIGINAL,)
+  prompt = jnp.asarray(np.random.default_rng(2).integers(5, 40, (2, 3)))
+  want = uncached_greedy(model, prompt, 9)
+  got = np.asarray(decode.generate(model, prompt, max_new_tokens=9, eos_id=-1))
+  np.testing.assert_array_equal(got, want)
+  eos = int(want[0, 1])  # Row 0 ends by its second token, before the refill.
+  ended = np.asarray(decode.generate(model, prompt, max_new_tokens=9, eos_id=eos))
+  for got_row, row in zip(ended, want.tolist()):
+    cut = row.index(eos) + 1 if eos in row else 9
+    np.testing.assert_array_equal(got_row, row[:cut] + [decode.PAD_ID] * (9 - cut))

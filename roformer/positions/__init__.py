@@ -50,7 +50,8 @@ from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_r
                                        remapped_rope_logits, rope_layers, rotate_pairs,
                                        xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
-                                       rope_frequencies, scaled_frequencies, yarn_ramp)
+                                       longrope_frequencies, rope_frequencies,
+                                       scaled_frequencies, yarn_ramp)
 
 # Every module of this package is imported, so that a scheme written in a module of its own (a
 # `PositionScheme` subclass under `register`) is registered with no edit anywhere else.

@@ -327,6 +327,15 @@ class PositionScheme:
     return False
 
   @classmethod
+  def cache_breaks(cls, cfg: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """The lengths n past which its layers compute every earlier position anew (LongRoPE
+    rotates by another set of frequencies once a call's length exceeds its original length):
+    decoding that reaches length n + 1 refills the cache over the whole prefix there, so that it
+    equals a full pass. None by default."""
+    del cfg
+    return ()
+
+  @classmethod
   def results_fields(cls, cfg: ml_collections.ConfigDict) -> dict:
     """What an evaluation's results record of its options (eval_results.json): nothing by
     default."""

@@ -146,6 +146,10 @@ class Composite(PositionScheme):
     return {k: v for part in cls.parts for k, v in part.layer_options(model_cfg, layer).items()}
 
   @classmethod
+  def cache_breaks(cls, cfg):
+    return tuple(sorted({n for part in cls.parts for n in part.cache_breaks(cfg)}))
+
+  @classmethod
   def results_fields(cls, cfg):
     return {k: v for part in cls.parts for k, v in part.results_fields(cfg).items()}
 

@@ -416,6 +416,12 @@ class Rotary(base.PositionScheme):
     return {'rope.base': float(bases[layer % len(bases)])} if bases else {}
 
   @classmethod
+  def cache_breaks(cls, cfg):
+    """LongRoPE's original length: past it, every position rotates by the long set."""
+    sc = cfg.rope.scaling
+    return (int(sc.original_length),) if sc.kind == 'longrope' else ()
+
+  @classmethod
   def results_fields(cls, cfg):
     sc, rm = cfg.rope.scaling, cfg.rope.remap
     return {'rope_scaling': sc.to_dict() if sc.kind != 'none' else None,
