@@ -137,11 +137,12 @@ def _flatten(tree, prefix=''):
     yield prefix, tree
 
 
-def _restored(workdir: str, step: int | None, overrides: dict | None = None):
+def _restored(workdir: str, step: int | None, overrides: dict | None = None, saved=None):
   """(opened workdir, trainer, parameters) of a causal-LM workdir, on one device, its saved
-  config with `overrides` (dotted field of config.model -> value) checked as eval.py checks
-  its flags (generation.overridden_config)."""
-  saved = saved_config.load(workdir)  # The model type first: generate.py's check names it.
+  config (`saved`, where the caller read it) with `overrides` (dotted field of config.model ->
+  value) checked as eval.py checks its flags (generation.overridden_config)."""
+  if saved is None:  # The model type first: generate.py's check names it.
+    saved = saved_config.load(workdir)
   if not model_types.of(saved.model).decoder_only:
     raise errors.ConfigError(f'{workdir} holds a {saved.model.type} model, not a causal LM. '
                              'Fix: point at a causal_lm workdir.')
@@ -166,7 +167,7 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   hf_dir = _check_new(hf_dir, '--to_hf')
   config = saved_config.load(workdir)
   fam = hf_export_config.export_family(config)  # Refuses before anything is restored.
-  opened, trainer, params = _restored(workdir, step)
+  opened, trainer, params = _restored(workdir, step, saved=config)
   model = nnx.merge(trainer.graphdef, params)
   per_block = variables.trainable(trainer.saved_params(params))[0]
   pure = jax.tree.map(np.asarray, per_block.to_pure_dict())

@@ -7,7 +7,8 @@ rotary, a window on every layer, LongRoPE), Qwen2ForCausalLM (q/k/v biases, per-
 Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich
 norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings
 times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its
-window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`), SmolLM3ForCausalLM
+window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`; a scaling of the global
+layers alone, `rope.scaling.layers='global'`), SmolLM3ForCausalLM
 (layers without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial
 rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B
 and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
@@ -224,12 +225,13 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   return ()
 
 
-def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, float | None]:
-  """(layer_windows, layer_rope_bases, rope.base) of a Gemma 3 config: its sliding layers
-  (`layer_types`, else every `sliding_window_pattern`-th layer global) with their window and
-  `rope_local_base_freq`, its global ones with `rope_theta`, in either form of the rotary
-  settings. A scaling is refused: transformers applies it to the global layers only, and this
-  project scales every layer alike."""
+def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple:
+  """(layer_windows, layer_rope_bases, rope.base, rope.scaling fields, the trained length) of a
+  Gemma 3 config: its sliding layers (`layer_types`, else every `sliding_window_pattern`-th
+  layer global) with their window and `rope_local_base_freq`, its global ones with
+  `rope_theta` and the scaling (Gemma 3 4B-27B: linear, factor 8), which transformers applies
+  to them alone (`rope.scaling.layers='global'`), in either form of the rotary settings. A
+  scaling of the sliding layers is refused."""
   params = hf.get('rope_parameters')
   if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
     full = dict(params.get('full_attention') or {})
@@ -240,13 +242,14 @@ def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, flo
   full.update(hf.get('rope_scaling') or {})  # transformers merges it into the global layers'.
   full.setdefault('rope_theta', _read(hf, 'rope_theta', 1_000_000.0))
   sliding.setdefault('rope_theta', _read(hf, 'rope_local_base_freq', 10_000.0))
-  for name, settings in (('full_attention', full), ('sliding_attention', sliding)):
-    kind = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
-    if kind != 'default':
-      raise errors.ConfigError(
-          f"{where}: rope scaling {kind!r} on Gemma 3's {name} layers; transformers scales "
-          'those layers only, this project every layer alike. Fix: a checkpoint without rope '
-          'scaling (as Gemma 3 270M and 1B).')
+  kind = _read(sliding, 'rope_type', _read(sliding, 'type', 'default'))
+  if kind != 'default':
+    raise errors.ConfigError(
+        f"{where}: rope scaling {kind!r} on Gemma 3's sliding_attention layers; this project "
+        'scales every layer or the global ones (full_attention). Fix: a checkpoint that scales '
+        'its global layers alone, as Gemma 3 does.')
+  full['rope_type'] = _read(full, 'rope_type', _read(full, 'type', 'default'))
+  scaling, trained = _scaling(full, hf, 'gemma3', where)
   pattern = _interval(hf, 'sliding_window_pattern', 6, where)
   kinds = hf.get('layer_types') or [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
@@ -254,9 +257,11 @@ def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple[tuple, tuple, flo
   # By layer type: a sliding layer keeps its local base where the file gives it no window.
   bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])
                 for k in kinds)
+  if scaling['kind'] != 'none' and windows:
+    scaling['layers'] = 'global'
   if len(set(bases)) == 1:
-    return windows, (), bases[0]
-  return windows, bases, None
+    return windows, (), bases[0], scaling, trained
+  return windows, bases, None, scaling, trained
 
 
 def _gemma3_refusal(hf: dict, head_dim: int, where: str) -> None:
@@ -319,10 +324,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   kv = int(hf.get('num_key_value_heads') or heads)
   if fam == 'gemma3':
     _gemma3_refusal(hf, head_dim, where)
-    windows, bases, base = _gemma3_layers(hf, layers, where)
+    windows, bases, base, scaling, trained = _gemma3_layers(hf, layers, where)
     settings = {'rope_theta': base}  # None: each layer's base is in layer_rope_bases.
-    scaling = {'kind': 'none'}
-    trained = int(_field(hf, 'max_position_embeddings', where))
   else:
     windows, bases = _windows(hf, fam, layers, where), ()
     settings = rope_settings(hf, fam, where)

@@ -70,6 +70,9 @@ def _refusal(config) -> str | None:
             "(transformers multiplies the rotated dimensions alone). Fix: train or continue with "
             "--config.model.position.rope.scaling.attention_factor_dims=rotated: the two give "
             'other logits, so a model trained with one is not the other')
+  if sc.kind != 'none' and sc.layers == 'global' and any(m.layer_windows) and m.norm != 'sandwich':
+    return ("a RoPE scaling of the global layers alone (rope.scaling.layers='global') outside "
+            "Gemma 3's block (norm='sandwich'): the other classes scale every layer")
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual == 'parallel':
@@ -188,11 +191,17 @@ def _smollm3_refusal_of(config, options) -> str | None:
   return None
 
 
+# The scalings a Gemma 3 export writes (on its global layers, as transformers applies them).
+GEMMA3_SCALINGS = ('none', 'linear', 'yarn', 'llama3')
+
+
 def _gemma3_refusal_of(config) -> str | None:
   """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
   blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
-  ones, no scaling, and one RoPE base for its windowed layers and one for its global ones."""
+  ones, a scaling of its global layers alone (or none), and one RoPE base for its windowed
+  layers and one for its global ones."""
   m = config.model
+  sc = m.position.rope.scaling
   options = attention_options.enabled(m.attention)
   windows = _per_layer(m.layer_windows, m.num_layers, 0)
   bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
@@ -211,10 +220,14 @@ def _gemma3_refusal_of(config) -> str | None:
       (m.biases not in ('none', 'attention'),
        f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or "
        'none). Fix: train it with --config.model.biases=attention or none'),
-      (m.position.rope.scaling.kind != 'none',
-       f'a RoPE scaling ({m.position.rope.scaling.kind!r}) in a sandwich block: transformers\' '
-       'Gemma 3 scales its global layers only, this project every layer. Fix: export a model '
-       'trained without a scaling, and apply one with eval.py'),
+      (sc.kind != 'none' and any(windows) and sc.layers != 'global',
+       f'a RoPE scaling ({sc.kind!r}) of every layer in a sandwich block: transformers\' Gemma '
+       "3 scales its global layers alone. Fix: --config.model.position.rope.scaling.layers="
+       'global, or export a model trained without a scaling and apply one with eval.py'),
+      (sc.kind not in GEMMA3_SCALINGS,
+       f"the RoPE scaling {sc.kind!r} in a sandwich block (Gemma 3's export takes "
+       f"{', '.join(GEMMA3_SCALINGS[1:])}). Fix: export a model trained without it, and apply "
+       'it with eval.py'),
       (any(len(b) > 1 for b in by_kind.values()),
        'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
        'has rope_local_base_freq and rope_theta). Fix: train with one base for the windowed '

@@ -93,6 +93,22 @@ def test_the_two_config_forms_give_the_same_model():
   assert configs[0]['model']['position']['rope']['scaling']['kind'] == 'yarn'
 
 
+def test_gemma3s_scaling_of_its_global_layers_reads_alike_in_both_forms():
+  """Gemma 3 4B-27B's linear scaling of the global layers: transformers 5's per-layer-type
+  rope_parameters and transformers 4's top-level rope_scaling (which transformers applies to
+  the global layers) give one model, scaling the global layers alone; the trained length is
+  max_position_embeddings over the factor."""
+  v5 = json.loads((FIXTURES / 'gemma3_global_linear' / 'config.json').read_text())
+  v4 = {k: v for k, v in v5.items() if k not in ('rope_parameters', 'layer_types')}
+  v4.update(rope_theta=1e6, rope_local_base_freq=10000.0, sliding_window_pattern=2,
+            rope_scaling={'rope_type': 'linear', 'factor': 4.0})
+  configs = [hf_config.to_config(c, 'dir') for c in (v5, v4)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  sc = configs[0].model.position.rope.scaling
+  assert (sc.kind, sc.factor, sc.layers, sc.original_length) == ('linear', 4.0, 'global', 16)
+  assert configs[0].data.seq_len == 16
+
+
 def test_phi3s_config_forms_and_older_names_give_the_same_model():
   """Phi-3's own form (rope_scaling with 'type', the original length and partial rotary at
   the top level), transformers 5's rope_parameters, and the older names 'su' and 'yarn' that
@@ -283,9 +299,10 @@ def _edited(tmp_path, name, edit=None, remove=()):
      'yarn with truncate=false'),
     ('llama_dynamic', lambda c: c.update(hidden_size=[32]), (),
      'config.json holds a value of the wrong type'),
-    ('gemma3_local_global', lambda c: c['rope_parameters']['full_attention'].update(
+    ('gemma3_local_global', lambda c: c['rope_parameters']['sliding_attention'].update(
         rope_type='linear', factor=8.0), (),
-     r"rope scaling 'linear' on Gemma 3's full_attention layers"),
+     r"rope scaling 'linear' on Gemma 3's sliding_attention layers; this project scales every "
+     r'layer or the global ones'),
     ('gemma3_local_global', lambda c: c.update(query_pre_attn_scalar=32), (),
      r'query_pre_attn_scalar 32 scales the logits by 1/sqrt\(32\)'),
     ('gemma3_local_global', lambda c: c.update(final_logit_softcapping=30.0), (),

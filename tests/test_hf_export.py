@@ -78,6 +78,11 @@ PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
 # a global one at 1M.
 GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_windows=(8, 0),
               layer_rope_bases=(1e4, 1e6), activation='gelu_tanh')
+# Gemma 3 with the linear scaling of its global layer alone (its 4B-27B models').
+GEMMA3_SCALED = dict(GEMMA3, **{'position.rope.scaling.kind': 'linear',
+                                'position.rope.scaling.factor': 4.0,
+                                'position.rope.scaling.original_length': 16,
+                                'position.rope.scaling.layers': 'global'})
 
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
@@ -85,6 +90,7 @@ GEMMA3 = dict(QWEN3, norm='sandwich', embedding_multiplier=32 ** 0.5, layer_wind
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
+                                             ('llama', GEMMA3_SCALED, 'Gemma3ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
@@ -139,6 +145,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
                                        ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
                                        ('llama_narrow_heads', 'LlamaForCausalLM'),
                                        ('gemma3_local_global', 'Gemma3ForCausalLM'),
+                                       ('gemma3_global_linear', 'Gemma3ForCausalLM'),
                                        ('smollm3_nope_yarn', 'SmolLM3ForCausalLM'),
                                        ('phi3_longrope_partial', 'Phi3ForCausalLM'),
                                        ('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM')])
@@ -180,7 +187,17 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GEMMA3, layer_rope_bases=(1e4, 1e5, 1e4, 1e6), num_layers=4),
      r'RoPE bases that differ among the windowed layers or among the global ones'),
     (dict(GEMMA3, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
-     r"a RoPE scaling \('linear'\) in a sandwich block"),
+     r"a RoPE scaling \('linear'\) of every layer in a sandwich block: transformers' Gemma 3 "
+     r"scales its global layers alone\. Fix: --config.model.position.rope.scaling.layers=global"),
+    (dict(GEMMA3, **{'position.rope.scaling.kind': 'ntk', 'position.rope.scaling.factor': 2.0,
+                     'position.rope.scaling.layers': 'global'}),
+     r"the RoPE scaling 'ntk' in a sandwich block \(Gemma 3's export takes linear, yarn, "
+     r'llama3\)'),
+    (dict(QWEN3_WINDOWS, **{'position.rope.scaling.kind': 'linear',
+                            'position.rope.scaling.factor': 2.0,
+                            'position.rope.scaling.layers': 'global'}),
+     r"a RoPE scaling of the global layers alone \(rope.scaling.layers='global'\) outside "
+     r"Gemma 3's block"),
     (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
     (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
      r"partial rotary \(rope.fraction=0.5\) with norm='sandwich' \(Phi-3"),
@@ -297,6 +314,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
+                                        ('llama', GEMMA3_SCALED),
                                         ('llama', SMOLLM3), ('llama', PHI3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')

@@ -1,4 +1,5 @@
-"""RoPE bases per layer (model.layer_rope_bases) and Gemma 3's layout (configs/lm.py:gemma3)."""
+"""RoPE bases per layer (model.layer_rope_bases), a scaling on the global layers only
+(rope.scaling.layers='global') and Gemma 3's layout (configs/lm.py:gemma3)."""
 
 import jax.numpy as jnp
 import kinds
@@ -53,13 +54,41 @@ def test_decoding_a_layout_with_bases_and_windows_equals_the_full_pass():
   kinds.assert_decoding_equals_full_pass(models.create(cfg, seed=3), tokens, (4, 1, 1, 2, 2))
 
 
+def test_a_scaling_on_the_global_layers_leaves_the_windowed_ones_plain():
+  """layers='global' (Gemma 3's linear factor): each windowed layer rotates by its base's
+  plain frequencies, each global one by the scaled ones; the model equals one whose windowed
+  layers were built unscaled and whose global ones were built scaled."""
+  fields = dict(num_layers=3, layer_windows=(3, 0), layer_rope_bases=(1e4, 1e6))
+  cfg = kinds.tiny_config('rope', **fields).model
+  cfg.position.rope.scaling.update(kind='linear', factor=8.0, layers='global')
+  model = models.create(cfg, seed=0)
+  plain = lambda base: base ** (-np.arange(0, 8, 2) / 8)
+  freqs = [np.asarray(b.position.heads.inv_freq) for b in model.blocks]
+  np.testing.assert_allclose(freqs[0], plain(1e4), rtol=1e-12)  # Windowed: unscaled.
+  np.testing.assert_allclose(freqs[1], plain(1e6) / 8, rtol=1e-12)  # Global: scaled.
+  np.testing.assert_allclose(freqs[2], plain(1e4), rtol=1e-12)
+  tokens = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 12)))
+  every = kinds.tiny_config('rope', **fields).model
+  every.position.rope.scaling.update(kind='linear', factor=8.0)
+  assert np.abs(_logits(model, tokens) - _logits(models.create(every, seed=0), tokens)).max() > 1e-4
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 7))
+  cfg.scan_layers = True  # One scan over a period of two structures, then the last layer.
+  np.testing.assert_allclose(_logits(models.create(cfg, seed=0), tokens), _logits(model, tokens),
+                             atol=1e-5)
+
+
 @pytest.mark.parametrize('fields,message', [
+    ({'layer_windows': (4,), 'position.rope.scaling.kind': 'linear',
+      'position.rope.scaling.factor': 2.0, 'position.rope.scaling.layers': 'global'},
+     r"layers='global' scales the layers without a sliding window, and every layer has one"),
+    ({'position.rope.scaling.layers': 'global'},
+     r"scaling.layers shapes a scaling, but the scaling kind is 'none'"),
     ({'position.kind': 'alibi', 'layer_rope_bases': (1e4,)}, 'but no layer rotates'),
     ({'layer_rope_bases': (1e4, 1e6), 'position.rope.base': 500.0},
      r'rope.base=500 is not read: config.model.layer_rope_bases=\(10000.0, 1000000.0\) gives '
      r'each layer its base\. Fix: put 500 in layer_rope_bases'),
 ])
-def test_bases_that_cannot_apply_are_refused_naming_the_field(fields, message):
+def test_bases_and_scalings_that_cannot_apply_are_refused_naming_the_field(fields, message):
   cfg = test_config.get_config('rope')
   kinds.set_fields(cfg.model, fields)
   with pytest.raises(errors.ConfigError, match=message):

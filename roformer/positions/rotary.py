@@ -245,6 +245,13 @@ class _RotaryLayer(base.Layer):
     return r(qf, q_pos, inv_freq), r(kf, k_pos, inv_freq)  # FAVOR+ refuses a factor.
 
 
+def _windows(model_cfg) -> tuple[int, ...]:
+  """Each layer's sliding window (`model.layer_windows` cycled; 0: none)."""
+  windows = tuple(model_cfg.layer_windows) if 'layer_windows' in model_cfg else ()
+  return tuple(int(windows[i % len(windows)]) if windows else 0
+               for i in range(model_cfg.num_layers))
+
+
 def _validate_rotation(width: int, what: str, r) -> int:
   rotary_dim = int(round(width * r.fraction))
   if rotary_dim % 2 or rotary_dim == 0:
@@ -411,9 +418,15 @@ class Rotary(base.PositionScheme):
 
   @classmethod
   def layer_options(cls, model_cfg, layer):
-    """`model.layer_rope_bases` cycled over the layers (Gemma 3's local and global bases)."""
+    """`model.layer_rope_bases` cycled over the layers (Gemma 3's local and global bases), and
+    no scaling on a windowed layer where the scaling applies to the global ones
+    (`rope.scaling.layers='global'`: Gemma 3's linear factor on its global layers)."""
     bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
-    return {'rope.base': float(bases[layer % len(bases)])} if bases else {}
+    out = {'rope.base': float(bases[layer % len(bases)])} if bases else {}
+    sc = model_cfg.position.rope.scaling
+    if scaling.option(sc, 'layers') == 'global' and _windows(model_cfg)[layer]:
+      out['rope.scaling.kind'] = 'none'
+    return out
 
   @classmethod
   def cache_breaks(cls, cfg):
@@ -435,6 +448,12 @@ class Rotary(base.PositionScheme):
     rotary_dim = _validate_rotation(
         head_dim, 'head_dim', r)
     scaling.validate(r.scaling, rotary_dim)
+    if scaling.option(r.scaling, 'layers') == 'global' and all(_windows(model_cfg)):
+      raise errors.ConfigError(
+          "config.model.position.rope.scaling.layers='global' scales the layers without a "
+          f'sliding window, and every layer has one (config.model.layer_windows='
+          f'{tuple(model_cfg.layer_windows)}), so nothing would be scaled. Fix: '
+          "--config.model.position.rope.scaling.layers=all.")
     features = _favor_features(model_cfg)
     _validate_remap(cls, r.remap, model_cfg, causal)
     if features and cls.capabilities.feature_rotation:

@@ -16,6 +16,10 @@ from roformer import specs
 
 KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic', 'longrope')
 RAMPS = ('ratio', 'index')
+# The layers a scaling applies to: every one, or those without a sliding window (model.layer_windows
+# 0: Gemma 3's global layers, which transformers scales alone), the windowed ones rotating by the
+# plain frequencies.
+LAYERS = ('all', 'global')
 # Which dimensions of q and k an attention factor multiplies: all of each head, or the rotated
 # ones alone (what transformers computes: it multiplies the cosines and sines).
 FACTOR_DIMS = ('all', 'rotated')
@@ -36,6 +40,8 @@ SPECS = {
     'factor': specs.Float(1, 1e6, default=1.0),
     # yarn, llama3, dynamic: the length the model was trained at (0: eval.py fills it in).
     'original_length': specs.Int(0, 2**24, default=0),
+    # Which layers it scales (LAYERS).
+    'layers': specs.Str(LAYERS, default='all'),
     # yarn's ramp between alpha and beta (alpha < beta), and how it is measured.
     'alpha': specs.Float(0, 1e6, min_open=True, default=1.0),
     'beta': specs.Float(0, 1e6, min_open=True, default=32.0),
@@ -57,7 +63,7 @@ DEFAULTS = specs.defaults(SPECS)
 # The options that shape some kinds only, in the groups they are set in, with those kinds:
 # validate refuses a group away from its defaults under any other kind, and `switched` sets it
 # back.
-SHAPES = ((('alpha', 'beta'), ('yarn',)), (('ramp',), ('yarn',)),
+SHAPES = ((('layers',), KINDS[1:]), (('alpha', 'beta'), ('yarn',)), (('ramp',), ('yarn',)),
           (('attention_factor',), TEMPERED), (('attention_factor_dims',), TEMPERED),
           (('low_freq_factor', 'high_freq_factor'), ('llama3',)),
           (('short_factor', 'long_factor'), ('longrope',)))
@@ -208,10 +214,12 @@ def validate(sc, rotary_dim: int) -> None:
       given = ', '.join(f'{n}={option(sc, n)}' for n in group)
       back = ' '.join(f"--{field}.{n}={DEFAULTS[n] if DEFAULTS[n] != () else repr('()')}"
                       for n in group)
+      shaped = ('a scaling' if owners == KINDS[1:] else
+                ' and '.join(_NAMES[k] for k in owners) + ' only')
       raise errors.ConfigError(
-          f'{field}.{" and ".join(group)} shape{"s" if len(group) == 1 else ""} '
-          f'{" and ".join(_NAMES[k] for k in owners)} only, but the scaling kind is '
-          f'{sc.kind!r} (given: {given}). Fix: --{field}.kind={owners[0]}, or {back}.')
+          f'{field}.{" and ".join(group)} shape{"s" if len(group) == 1 else ""} {shaped}, '
+          f'but the scaling kind is {sc.kind!r} (given: {given}). Fix: '
+          f'--{field}.kind={owners[0]}, or {back}.')
   if sc.kind == 'yarn' and not 0 < sc.alpha < sc.beta:
     raise errors.ConfigError(f'{field} needs 0 < alpha < beta (got alpha={sc.alpha}, '
                              f'beta={sc.beta}; the ramp runs between them). Fix: change one '
