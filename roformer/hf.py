@@ -89,6 +89,8 @@ def import_checkpoint(hf_dir: str, workdir: str):
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
   tensors = hf_weights.read(hf_dir)
+  if hf.get(hf_config.TEXT_OF):  # A multimodal checkpoint: its language model alone.
+    tensors = hf_weights.language_model(tensors)
   if config.model.tie_embeddings and hf_weights.head_differs(tensors, fam):
     # transformers unties a checkpoint whose stored output layer is not its embedding.
     with config.unlocked():

@@ -1,19 +1,20 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Eight architectures are read: LlamaForCausalLM, MistralForCausalLM (its sliding window becomes
-`model.layer_windows`), Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial
-rotary, a window on every layer, LongRoPE), Qwen2ForCausalLM (q/k/v biases, per-layer windows),
-Qwen3ForCausalLM (QK-norm, `attention.qk_norm`), Gemma3ForCausalLM (Gemma 3's text model: sandwich
-norms, `model.norm='sandwich'`, whose scales are 1 + the stored weight; QK-norm; the embeddings
-times sqrt(hidden_size), `model.embedding_multiplier`; local and global layers, each kind with its
-window and RoPE base, `model.layer_windows` and `model.layer_rope_bases`; a scaling of the global
-layers alone, `rope.scaling.layers='global'`), SmolLM3ForCausalLM
-(layers without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial
-rotary, parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B
-and 4B, Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the
-rotary settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling`
-(keyed by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
+Eight architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
+block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
+Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
+Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`, whose scales are 1
++ the stored weight; QK-norm; the embeddings times sqrt(hidden_size), `model.embedding_multiplier`;
+local and global layers, each kind with its window and RoPE base, `model.layer_windows` and
+`model.layer_rope_bases`; a scaling of the global layers alone, `rope.scaling.layers='global'`; the
+language model of Gemma3ForConditionalGeneration too, `text_view`), SmolLM3ForCausalLM (layers
+without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial rotary,
+parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B,
+Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the rotary
+settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by
+`type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
@@ -59,8 +60,22 @@ ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_t
 SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope')
 
 
+# Multimodal classes whose language model is read: {class: its language model's class}. The
+# import reads its text_config and its language model's weights, and leaves the vision tower out.
+MULTIMODAL = {'Gemma3ForConditionalGeneration': 'Gemma3ForCausalLM'}
+# The key of a text view (`read`) that names the multimodal class it came from.
+TEXT_OF = 'text_of'
+# Gemma3TextConfig's defaults, which the Hub's Gemma 3 4B-27B configs leave out of text_config.
+GEMMA3_TEXT_DEFAULTS = {
+    'vocab_size': 262_208, 'hidden_size': 2304, 'intermediate_size': 9216,
+    'num_hidden_layers': 26, 'num_attention_heads': 8, 'num_key_value_heads': 4, 'head_dim': 256,
+    'hidden_activation': 'gelu_pytorch_tanh', 'max_position_embeddings': 131_072,
+    'rms_norm_eps': 1e-6, 'query_pre_attn_scalar': 256, 'sliding_window': 4096}
+
+
 def read(directory: str) -> dict:
-  """The parsed config.json of a Hugging Face model directory."""
+  """The parsed config.json of a Hugging Face model directory; for a multimodal class
+  (`MULTIMODAL`), the view of its language model (`text_view`)."""
   path = os.path.join(directory, 'config.json')
   if os.path.isfile(directory):
     raise errors.ConfigError(f'--from_hf={directory!r} is a file. Fix: --from_hf='
@@ -72,7 +87,26 @@ def read(directory: str) -> dict:
   hf = files.read_json(path, 'copy it again from the model')
   if not isinstance(hf, dict):
     raise errors.DamagedFileError(f'{path} is not a JSON object. Fix: copy it again.')
+  archs = hf.get('architectures')
+  if isinstance(archs, list) and archs and archs[0] in MULTIMODAL:
+    return text_view(hf, path)
   return hf
+
+
+def text_view(hf: dict, where: str) -> dict:
+  """A multimodal config as its language model's: text_config over Gemma3TextConfig's defaults
+  (the Hub's files give few fields), the tie of the embeddings where text_config does not say
+  it, and the language model's class; `TEXT_OF` names the class it came from."""
+  arch = hf['architectures'][0]
+  text = hf.get('text_config')
+  if not isinstance(text, dict):
+    raise errors.DamagedFileError(f'{where} names {arch} but has no text_config. Fix: use the '
+                                  'config.json that came with the weights.')
+  view = {**GEMMA3_TEXT_DEFAULTS, **text}
+  view.setdefault('tie_word_embeddings', _read(hf, 'tie_word_embeddings', True))
+  view.update(architectures=[MULTIMODAL[arch]], model_type=HF_MODEL_TYPES['gemma3'],
+              **{TEXT_OF: arch})
+  return view
 
 
 def family(hf: dict, where: str) -> str:

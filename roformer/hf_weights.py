@@ -80,6 +80,27 @@ def read(directory: str) -> dict[str, np.ndarray]:
   return tensors
 
 
+# The language model's tensors of a multimodal checkpoint, under its text class's names: the
+# Hub's files (transformers 4.5x, as 5 saves them) and transformers 5's own names.
+LANGUAGE_MODEL = (('language_model.model.', 'model.'), ('language_model.lm_head.', 'lm_head.'),
+                  ('model.language_model.', 'model.'))
+VISION = ('vision_tower.', 'multi_modal_projector.', 'model.vision_tower.',
+          'model.multi_modal_projector.')
+
+
+def language_model(tensors: dict) -> dict:
+  """A multimodal checkpoint's tensors as its language model's (Gemma3ForConditionalGeneration's
+  as Gemma3ForCausalLM's), without the vision tower's and the projector's; any other tensor is
+  kept, for `to_params` to report."""
+  out = {}
+  for name, array in tensors.items():
+    if name.startswith(VISION):
+      continue
+    old, new = next(((o, n) for o, n in LANGUAGE_MODEL if name.startswith(o)), ('', ''))
+    out[new + name[len(old):]] = array
+  return out
+
+
 def half_order(head_dim: int, rotary_dim: int) -> np.ndarray:
   """The column order that takes interleaved rotary pairs to transformers' halves within one
   head: (0, 2, .., r-2, 1, 3, .., r-1) then the unrotated columns r..head_dim-1."""

@@ -103,6 +103,19 @@ FIXTURES = {
         rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
                          'full_attention': {'rope_type': 'linear', 'factor': 4.0,
                                             'rope_theta': 1e6}}), False, 'llama', 0),
+    # Gemma 3 4B-27B's class: the language model above inside Gemma3ForConditionalGeneration,
+    # beside a vision tower (SigLIP, one tiny layer) that the import leaves out.
+    'gemma3_multimodal': ('Gemma3Config', dict(
+        text_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+            max_position_embeddings=4 * ORIGINAL, sliding_window_pattern=2,
+            rope_parameters={
+                'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
+                'full_attention': {'rope_type': 'linear', 'factor': 4.0, 'rope_theta': 1e6}}),
+        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14),
+        mm_tokens_per_image=4, max_position_embeddings=4 * ORIGINAL), False, 'llama', 0),
     # SmolLM3: a layer without positions (NoPE) between two RoPE ones, an 8-token window on
     # it, tied embeddings, YaRN on the RoPE layers.
     'smollm3_nope_yarn': ('SmolLM3Config', dict(
@@ -209,9 +222,12 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
   bos, eos, pad = SPECIALS[specials]
   ids_of = lambda t: None if t is None else tok.token_to_id(t)
   vocab = tok.get_vocab_size() + padding
-  config = getattr(transformers, cls_name)(vocab_size=vocab, bos_token_id=ids_of(bos),
-                                           eos_token_id=ids_of(eos), pad_token_id=ids_of(pad),
-                                           **fields)
+  ids = dict(vocab_size=vocab, bos_token_id=ids_of(bos), eos_token_id=ids_of(eos),
+             pad_token_id=ids_of(pad))
+  if 'text_config' in fields:  # A multimodal class: the vocabulary is its language model's.
+    fields = dict(fields, text_config=dict(fields['text_config'], **ids))
+    ids = {}
+  config = getattr(transformers, cls_name)(**ids, **fields)
   config._attn_implementation = 'eager'  # pylint: disable=protected-access
   for seed in range(100):
     torch.manual_seed(seed)

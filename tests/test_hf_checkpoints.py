@@ -47,13 +47,15 @@ def _relative_error(got, want) -> float:
 def test_the_fixtures_cover_each_architecture_scaling_and_config_form():
   seen = {}
   for name in NAMES:
-    config = json.loads((FIXTURES / name / 'config.json').read_text())
+    config = hf_config.read(str(FIXTURES / name))  # A multimodal class's text view.
     form = 'v5' if 'rope_parameters' in config else 'v4'
     family = hf_config.family(config, name)
-    settings = ({'rope_type': 'default'} if family == 'gemma3'  # Per layer type, unscaled.
+    settings = ({'rope_type': 'default'} if family == 'gemma3'  # Per layer type.
                 else hf_config.rope_settings(config, family, name))
-    seen[name] = (config['architectures'][0], settings['rope_type'], form)
-  assert {a for a, _, _ in seen.values()} == set(hf_config.ARCHITECTURES)
+    seen[name] = (config.get(hf_config.TEXT_OF) or config['architectures'][0],
+                  settings['rope_type'], form)
+  assert {a for a, _, _ in seen.values()} == set(hf_config.ARCHITECTURES) | set(
+      hf_config.MULTIMODAL)
   assert {s for _, s, _ in seen.values()} == set(hf_config.SCALINGS)
   assert {f for _, _, f in seen.values()} == {'v4', 'v5'}
 
@@ -107,6 +109,48 @@ def test_gemma3s_scaling_of_its_global_layers_reads_alike_in_both_forms():
   sc = configs[0].model.position.rope.scaling
   assert (sc.kind, sc.factor, sc.layers, sc.original_length) == ('linear', 4.0, 'global', 16)
   assert configs[0].data.seq_len == 16
+
+
+def test_gemma3s_multimodal_class_imports_its_language_model_under_either_weight_names(tmp_path):
+  """Gemma3ForConditionalGeneration (Gemma 3 4B-27B's class): the language model under the
+  Hub's names (language_model.model.*, as the fixture was saved) or transformers 5's
+  (model.language_model.*, lm_head), the vision tower left out, computes transformers' logits
+  (its text-only forward)."""
+  ref = np.load(FIXTURES / 'gemma3_multimodal' / 'reference.npz')
+  source = _edited(tmp_path, 'gemma3_multimodal')
+  tensors = safetensors_numpy.load_file(os.path.join(source, 'model.safetensors'))
+  renamed = {('model.language_model.' + k[len('language_model.model.'):]
+              if k.startswith('language_model.model.') else 'model.' + k): v
+             for k, v in tensors.items()}
+  assert any(k.startswith('model.vision_tower.') for k in renamed)
+  safetensors_numpy.save_file(renamed, os.path.join(source, 'model.safetensors'))
+  for directory, name in ((str(FIXTURES / 'gemma3_multimodal'), 'hub'), (source, 'v5')):
+    hf.import_checkpoint(directory, str(tmp_path / name))
+    lm = hf.load(str(tmp_path / name))
+    assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4, name
+  assert lm.config.model.position.rope.scaling.layers == 'global'
+
+
+def test_a_hub_gemma3_text_config_reads_with_gemma3s_defaults():
+  """gemma-3-4b-it's config.json gives text_config five fields; the others are
+  Gemma3TextConfig's: 8 heads of 256 over 4 key/value heads, 262,208 ids, windows of 1024 on
+  five layers in six, and linear scaling by 8 on the global ones from 131,072 / 8 positions."""
+  hub = {'architectures': ['Gemma3ForConditionalGeneration'], 'model_type': 'gemma3',
+         'text_config': {'hidden_size': 2560, 'intermediate_size': 10240,
+                         'model_type': 'gemma3_text', 'num_hidden_layers': 34,
+                         'rope_scaling': {'factor': 8.0, 'rope_type': 'linear'},
+                         'sliding_window': 1024},
+         'vision_config': {'model_type': 'siglip_vision_model'}}
+  config = hf_config.to_config(hf_config.text_view(hub, 'dir/config.json'), 'dir')
+  m = config.model
+  assert (m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size, m.tie_embeddings) == (
+      8, 4, 256, 262_208, True)
+  assert tuple(m.layer_windows) == ((1024,) * 5 + (0,)) * 5 + (1024,) * 4
+  assert (m.position.rope.scaling.kind, m.position.rope.scaling.factor) == ('linear', 8.0)
+  assert m.position.rope.scaling.layers == 'global' and config.data.seq_len == 16384
+  with pytest.raises(errors.DamagedFileError, match='names Gemma3ForConditionalGeneration but '
+                                                    'has no text_config'):
+    hf_config.text_view({**hub, 'text_config': None}, 'dir/config.json')
 
 
 def test_phi3s_config_forms_and_older_names_give_the_same_model():
