@@ -4,8 +4,9 @@ and the layer's own position module. The block composes the components its confi
 lays out its residual branches:
 
 - `model.norm`: 'pre' (the norm before each branch, the default), 'post' (after each
-  residual sum: BERT, Hugging Face RoFormer) or 'sandwich' (before each branch and on its
-  output, before the sum: x + norm_2(attn(norm_1 x)), Gemma 2 and 3);
+  residual sum: BERT, Hugging Face RoFormer), 'sandwich' (before each branch and on its
+  output, before the sum: x + norm_2(attn(norm_1 x)), Gemma 2 and 3) or 'output' (on each
+  branch's output alone: x + norm(attn(x)), OLMo 2 and 3);
 - `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): every family here but
   one) or 'parallel' (GPT-NeoX, GPT-J: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read
   the block's input).
@@ -17,15 +18,17 @@ from roformer import layers
 from roformer import positions as positions_lib
 from roformer import self_attention
 
-PLACEMENTS = ('pre', 'post', 'sandwich')  # config.model.norm
+PLACEMENTS = ('pre', 'post', 'sandwich', 'output')  # config.model.norm
+# The placements with a norm before each branch, and those with one on its output.
+BEFORE, AFTER = ('pre', 'post', 'sandwich'), ('sandwich', 'output')
 RESIDUALS = ('sequential', 'parallel')  # config.model.residual
 
 
 def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None):
   """x + dropout(sublayer(norm(x))) (pre-norm), x + dropout(out_norm(sublayer(norm(x))))
-  (sandwich), or norm(x + dropout(sublayer(x))) (post-norm). `sublayer` returns (output,
-  extra); returns (new x, extra)."""
-  out, extra = sublayer(x if post else norm(x))
+  (sandwich; without `norm`, None: the output norm alone), or norm(x + dropout(sublayer(x)))
+  (post-norm). `sublayer` returns (output, extra); returns (new x, extra)."""
+  out, extra = sublayer(x if post or norm is None else norm(x))
   if out_norm is not None:
     out = out_norm(out)
   x = x + layers.dropout(out, rate, key)
@@ -37,23 +40,33 @@ class Block(nnx.Module):
   layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
 
   def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0):
-    self.ln_attn = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    # Built in this order, which decides each parameter's random draw.
+    self.before, self.after = cfg.norm in BEFORE, cfg.norm in AFTER
+    self.add_norm('ln_attn', self.before, cfg, dtype, rngs)
     self.attn = self_attention.MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal,
                                                   window=window)
-    self.ln_mlp = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.add_norm('ln_mlp', self.before, cfg, dtype, rngs)
     self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.norm == 'post'
-    self.sandwich = cfg.norm == 'sandwich'
-    if self.sandwich:  # The norms of the branches' outputs.
-      self.ln_attn_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
-      self.ln_mlp_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    for name in ('attn', 'mlp'):  # The norms of the branches' outputs.
+      self.add_norm(f'ln_{name}_out', self.after, cfg, dtype, rngs)
     self.parallel = cfg.residual == 'parallel'
     self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
 
+  def add_norm(self, name: str, placed: bool, cfg, dtype, rngs) -> None:
+    """The norm `name` (`ln_<branch>` before a branch, `ln_<branch>_out` on its output) where
+    the placement has it."""
+    if placed:
+      setattr(self, name, layers.norm(cfg, dtype=dtype, rngs=rngs))
+
+  def in_norm(self, name):
+    """The norm before branch `name` (None: its output's alone)."""
+    return getattr(self, f'ln_{name}') if self.before else None
+
   def out_norm(self, name):
-    """The norm of branch `name`'s output (a sandwich block), or None."""
-    return getattr(self, f'ln_{name}_out') if self.sandwich else None
+    """The norm of branch `name`'s output (sandwich and output placements), or None."""
+    return getattr(self, f'ln_{name}_out') if self.after else None
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0):
     """`shared`: what the stack's position Shared module returned; `layer`: this block's index.
@@ -65,9 +78,9 @@ class Block(nnx.Module):
       out, cache = attend(self.ln_attn(x))
       return (x + layers.dropout(out, self.dropout_rate, k1)
               + layers.dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)), cache
-    x, cache = residual(x, attend, self.ln_attn, self.post_norm, self.dropout_rate, k1,
+    x, cache = residual(x, attend, self.in_norm('attn'), self.post_norm, self.dropout_rate, k1,
                         self.out_norm('attn'))
-    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, self.post_norm,
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.in_norm('mlp'), self.post_norm,
                     self.dropout_rate, k2, self.out_norm('mlp'))
     return x, cache
 
@@ -77,10 +90,9 @@ class DecoderBlock(Block):
 
   def __init__(self, cfg, *, dtype, rngs):
     super().__init__(cfg, dtype=dtype, rngs=rngs)
-    self.ln_cross = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.add_norm('ln_cross', self.before, cfg, dtype, rngs)
     self.cross = self_attention.CrossAttention(cfg, dtype=dtype, rngs=rngs)
-    if self.sandwich:
-      self.ln_cross_out = layers.norm(cfg, dtype=dtype, rngs=rngs)
+    self.add_norm('ln_cross_out', self.after, cfg, dtype, rngs)
 
   def __call__(self, x, mask, pos, shared=None, key=None, cache=None, segments=None, layer=0,
                *, memory, memory_mask):
@@ -89,9 +101,9 @@ class DecoderBlock(Block):
     post, rate = self.post_norm, self.dropout_rate
     # `segments`: the targets' packed segments, for the kernels that read them (without a cache).
     attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
-    x, cache = residual(x, attend, self.ln_attn, post, rate, k1, self.out_norm('attn'))
-    x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None), self.ln_cross,
-                    post, rate, k2, self.out_norm('cross'))
-    x, _ = residual(x, lambda h: (self.mlp(h), None), self.ln_mlp, post, rate, k3,
+    x, cache = residual(x, attend, self.in_norm('attn'), post, rate, k1, self.out_norm('attn'))
+    x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None),
+                    self.in_norm('cross'), post, rate, k2, self.out_norm('cross'))
+    x, _ = residual(x, lambda h: (self.mlp(h), None), self.in_norm('mlp'), post, rate, k3,
                     self.out_norm('mlp'))
     return x, cache

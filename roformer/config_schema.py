@@ -360,8 +360,9 @@ def schema() -> dict:
           # many rows, each attending only to keys up to its last row, so blocks above the
           # diagonal are never computed (attention.causal_block_attention); 0: the whole matrix.
           'causal_block': Int(0, 2**20, default=128),
-          # The norm before each residual branch, 'post' (BERT, HF RoFormer), or 'sandwich'
-          # (before each branch and on its output: Gemma 2 and 3).
+          # The norm before each residual branch, 'post' (BERT, HF RoFormer), 'sandwich'
+          # (before each branch and on its output: Gemma 2 and 3) or 'output' (on each branch's
+          # output alone: OLMo 2 and 3).
           'norm': Str(blocks.PLACEMENTS, default='pre'),
           # The block's components (roformer/layers.py, roformer/blocks.py); the defaults are
           # the classic block, configs/lm.py:llama sets Llama's. The norm: 'layer_norm' or

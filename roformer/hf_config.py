@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Eight architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Ten architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -9,12 +9,15 @@ Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`
 + the stored weight; QK-norm; the embeddings times sqrt(hidden_size), `model.embedding_multiplier`;
 local and global layers, each kind with its window and RoPE base, `model.layer_windows` and
 `model.layer_rope_bases`; a scaling of the global layers alone, `rope.scaling.layers='global'`; the
-language model of Gemma3ForConditionalGeneration too, `text_view`), SmolLM3ForCausalLM (layers
-without positions, `no_rope_layers`, as `model.layer_kinds`) and GPTNeoXForCausalLM (partial rotary,
-parallel residual). A `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B,
-Mistral NeMo) is `model.head_dim`, which the Llama family's classes read. Both forms of the rotary
-settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by
-`type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
+language model of Gemma3ForConditionalGeneration too, `text_view`), Olmo2ForCausalLM and
+Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
+heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
+global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
+`model.layer_kinds`) and GPTNeoXForCausalLM (partial rotary, parallel residual). A `head_dim` other
+than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`,
+which the Llama family's classes read. Both forms of the rotary settings that the Hub holds are
+read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or `rope_type`), and
+transformers 5's `rope_parameters` (with `rope_theta` inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
@@ -43,13 +46,18 @@ from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',
-                 'Qwen3ForCausalLM': 'qwen3', 'Gemma3ForCausalLM': 'gemma3', 'SmolLM3ForCausalLM': 'smollm3',
+                 'Qwen3ForCausalLM': 'qwen3', 'Gemma3ForCausalLM': 'gemma3',
+                 'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
+                 'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
-LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3')
+LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3', 'olmo2',
+                'olmo3')
+# OLMo 2 and 3: norms on the branches' outputs alone, QK-norm over all heads.
+OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
 PARTIAL_ROTARY = ('gpt_neox', 'phi3')
 # transformers' hidden_act -> model.activation, and back.
@@ -110,8 +118,8 @@ def text_view(hf: dict, where: str) -> dict:
 
 
 def family(hf: dict, where: str) -> str:
-  """'llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3' or 'gpt_neox' from the
-  config's architecture (or, where it names none, its model_type)."""
+  """The family ('llama', 'phi3', 'gemma3', 'gpt_neox', ...: `ARCHITECTURES`) of the config's
+  architecture (or, where it names none, its model_type)."""
   by_type = {t: MODEL_TYPES[f] for f, t in HF_MODEL_TYPES.items()}
   archs = hf.get('architectures') or [by_type.get(hf.get('model_type'), '')]
   arch = archs[0] if archs else ''
@@ -184,6 +192,8 @@ def _scaling(settings: dict, hf: dict, fam: str, where: str) -> tuple[dict, int]
   factor = settings.get('factor')
   if factor is None and kind in ('yarn', 'longrope'):
     factor = max_len / original
+  if kind == 'longrope' and factor is not None and float(factor) < 1:
+    factor = 1.0  # Its attention factor is 1 at any factor up to 1, and nothing else reads it.
   if factor is None or float(factor) < 1:
     raise errors.ConfigError(f'{where}: rope scaling {kind!r} has factor {factor!r}; this project '
                              'extends contexts with factors of 1 or more. Fix: a checkpoint '
@@ -259,32 +269,39 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   return ()
 
 
-def _gemma3_layers(hf: dict, layers: int, where: str) -> tuple:
+# The families whose configs hold rotary settings per layer type (sliding and full attention).
+TYPED_LAYERS = {'gemma3': 'Gemma 3', 'olmo3': 'OLMo 3'}
+
+
+def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   """(layer_windows, layer_rope_bases, rope.base, rope.scaling fields, the trained length) of a
-  Gemma 3 config: its sliding layers (`layer_types`, else every `sliding_window_pattern`-th
-  layer global) with their window and `rope_local_base_freq`, its global ones with
-  `rope_theta` and the scaling (Gemma 3 4B-27B: linear, factor 8), which transformers applies
+  Gemma 3 or OLMo 3 config: its sliding layers (`layer_types`, else Gemma 3's every
+  `sliding_window_pattern`-th layer global, OLMo 3's every fourth) with their window and base
+  (Gemma 3's `rope_local_base_freq`, OLMo 3's `rope_theta`), its global ones with `rope_theta`
+  and the scaling (Gemma 3 4B-27B: linear, factor 8; OLMo 3: YaRN), which transformers applies
   to them alone (`rope.scaling.layers='global'`), in either form of the rotary settings. A
   scaling of the sliding layers is refused."""
   params = hf.get('rope_parameters')
   if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
     full = dict(params.get('full_attention') or {})
     sliding = dict(params.get('sliding_attention') or {})
-  else:  # transformers 4: rope_theta and rope_scaling (the global layers'), rope_local_base_freq;
-    # a flat rope_parameters is ignored, as transformers' Gemma 3 ignores it.
+  else:  # transformers 4: rope_theta and rope_scaling (the global layers'), Gemma 3's
+    # rope_local_base_freq; a flat rope_parameters is ignored, as transformers ignores it.
     full, sliding = {}, {}
   full.update(hf.get('rope_scaling') or {})  # transformers merges it into the global layers'.
-  full.setdefault('rope_theta', _read(hf, 'rope_theta', 1_000_000.0))
-  sliding.setdefault('rope_theta', _read(hf, 'rope_local_base_freq', 10_000.0))
+  theta = _read(hf, 'rope_theta', 1_000_000.0 if fam == 'gemma3' else 500_000.0)
+  full.setdefault('rope_theta', theta)
+  sliding.setdefault('rope_theta', _read(hf, 'rope_local_base_freq', 10_000.0)
+                     if fam == 'gemma3' else theta)
   kind = _read(sliding, 'rope_type', _read(sliding, 'type', 'default'))
   if kind != 'default':
     raise errors.ConfigError(
-        f"{where}: rope scaling {kind!r} on Gemma 3's sliding_attention layers; this project "
-        'scales every layer or the global ones (full_attention). Fix: a checkpoint that scales '
-        'its global layers alone, as Gemma 3 does.')
+        f"{where}: rope scaling {kind!r} on {TYPED_LAYERS[fam]}'s sliding_attention layers; this "
+        'project scales every layer or the global ones (full_attention). Fix: a checkpoint '
+        f'that scales its global layers alone, as {TYPED_LAYERS[fam]} does.')
   full['rope_type'] = _read(full, 'rope_type', _read(full, 'type', 'default'))
-  scaling, trained = _scaling(full, hf, 'gemma3', where)
-  pattern = _interval(hf, 'sliding_window_pattern', 6, where)
+  scaling, trained = _scaling(full, hf, fam, where)
+  pattern = _interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
   kinds = hf.get('layer_types') or [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
   windows = _windows_of(kinds, int(_read(hf, 'sliding_window', 4096) or 0))
@@ -358,7 +375,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   kv = int(hf.get('num_key_value_heads') or heads)
   if fam == 'gemma3':
     _gemma3_refusal(hf, head_dim, where)
-    windows, bases, base, scaling, trained = _gemma3_layers(hf, layers, where)
+  if fam in TYPED_LAYERS:
+    windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
     settings = {'rope_theta': base}  # None: each layer's base is in layer_rope_bases.
   else:
     windows, bases = _windows(hf, fam, layers, where), ()
@@ -399,8 +417,12 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         else 'sequential')
   else:
     config.model.update(normalization='rms_norm', mlp='gated',
-                        layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-6)))
-  if fam in ('qwen3', 'gemma3'):  # q_norm and k_norm: RMSNorm over each head, the blocks' eps.
+                        layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-5 if fam in (
+                            'phi3', 'olmo2', 'olmo3') else 1e-6)))  # The classes' defaults.
+  if fam in OLMO:  # Norms on the branches' outputs alone; q_norm and k_norm over all heads.
+    config.model.update(norm='output')
+    config.model.attention.update(qk_norm_over='heads')
+  if fam in ('qwen3', 'gemma3') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
   if fam == 'gemma3':
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.

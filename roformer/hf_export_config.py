@@ -70,23 +70,25 @@ def _refusal(config) -> str | None:
             "(transformers multiplies the rotated dimensions alone). Fix: train or continue with "
             "--config.model.position.rope.scaling.attention_factor_dims=rotated: the two give "
             'other logits, so a model trained with one is not the other')
-  if sc.kind != 'none' and sc.layers == 'global' and any(m.layer_windows) and m.norm != 'sandwich':
+  if (sc.kind != 'none' and sc.layers == 'global' and any(m.layer_windows)
+      and m.norm not in ('sandwich', 'output')):
     return ("a RoPE scaling of the global layers alone (rope.scaling.layers='global') outside "
-            "Gemma 3's block (norm='sandwich'): the other classes scale every layer")
+            "Gemma 3's and OLMo 3's blocks (norm='sandwich', 'output'): the other classes scale "
+            'every layer')
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual == 'parallel':
       return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
-    if rope.fraction < 1:
-      return _phi3_refusal_of(config, options, windows)
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
+    if rope.fraction < 1:
+      return _phi3_refusal_of(config, options, windows)
     if not all(positions.rope_layers(m)):
       return _smollm3_refusal_of(config, options)
     # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
-    # else Qwen3's.
-    family = 'gemma3' if m.norm == 'sandwich' else 'qwen3'
+    # OLMo's for output norms, else Qwen3's.
+    family = {'sandwich': 'gemma3', 'output': 'olmo2'}.get(m.norm, 'qwen3')
     missing = [o.field for o in options if family not in o.transformers_families]
     if missing:
       return (f"attention.{', attention.'.join(missing)} in a "
@@ -97,6 +99,8 @@ def _refusal(config) -> str | None:
         return reason
     if m.norm == 'sandwich':
       return _gemma3_refusal_of(config)
+    if m.norm == 'output':
+      return _olmo_refusal_of(config, options)
     if options and m.biases not in ('none', 'attention'):
       return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
               '(Qwen3, the class with QK-norm, has biases on all four attention layers or none). '
@@ -157,6 +161,10 @@ def _phi3_refusal_of(config, options, windows) -> str | None:
       (bool(windows) and not all(_per_layer(m.layer_windows, m.num_layers, 0)),
        f'{what} sliding windows on some layers only (Phi-3 windows every layer or none). Fix: '
        'train with one window on every layer'),
+      (kind == 'longrope' and m.head_dim not in (0, m.d_model // m.num_heads),
+       f'{what} LongRoPE and heads of width head_dim={m.head_dim}: Phi3Config sizes the factor '
+       f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
+       'load it'),
   )
   for failed, reason in checks:
     if failed:
@@ -176,14 +184,40 @@ def _smollm3_refusal_of(config, options) -> str | None:
       (bool(options), f"attention.{', attention.'.join(o.field for o in options)} with layers "
                       'without positions (SmolLM3, the class with NoPE layers, has none). Fix: '
                       'train them without attention options'),
-      (m.norm == 'sandwich', 'sandwich norms with layers without positions (SmolLM3 has none). '
-                             'Fix: train them with --config.model.norm=pre'),
+      (m.norm != 'pre', f'norm={m.norm!r} with layers without positions (SmolLM3 normalises '
+                        "each branch's input alone). Fix: train them with "
+                        '--config.model.norm=pre'),
       (m.biases == 'qkv', "biases='qkv' with layers without positions (SmolLM3 has biases on "
                           'all four attention layers or none). Fix: train them with '
                           '--config.model.biases=attention or none'),
       (any(w and r for w, r in zip(windows, rotates)),
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
+  )
+  for failed, reason in checks:
+    if failed:
+      return reason
+  return None
+
+
+def _olmo_refusal_of(config, options) -> str | None:
+  """Why Olmo2ForCausalLM and Olmo3ForCausalLM do not compute a block with output norms, or
+  None: they have QK-norm over all heads with the blocks' epsilon (the option's own check), no
+  other option, biases on all four attention layers or none, one RoPE base, and OLMo 3 windows
+  on some layers with a scaling of its global layers alone."""
+  m = config.model
+  sc = m.position.rope.scaling
+  checks = (
+      (not options, "output norms without QK-norm (OLMo 2 and 3 have it over all heads). Fix: "
+                    'train with --config.model.attention.qk_norm=True '
+                    '--config.model.attention.qk_norm_over=heads'),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} with output norms (OLMo has all four attention ones or none). "
+       'Fix: train with --config.model.biases=attention or none'),
+      (any(m.layer_windows) and sc.kind != 'none' and sc.layers != 'global',
+       f"a RoPE scaling ({sc.kind!r}) of every layer with sliding windows and output norms: "
+       "transformers' OLMo 3 scales its global layers alone. Fix: "
+       '--config.model.position.rope.scaling.layers=global'),
   )
   for failed, reason in checks:
     if failed:
@@ -252,6 +286,8 @@ def export_family(config) -> str:
     return 'gpt_neox'
   if m.norm == 'sandwich':
     return 'gemma3'
+  if m.norm == 'output':  # OLMo 3 where some layers are windowed.
+    return 'olmo3' if any(m.layer_windows) else 'olmo2'
   if m.position.rope.fraction < 1:  # The Llama-family class with partial rotary.
     return 'phi3'
   if not all(positions.rope_layers(m)):
@@ -355,6 +391,16 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
       out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
                  use_sliding_window=any(windows), sliding_window=max(windows) or None,
                  layer_types=_layer_types(windows))
+  elif fam in ('olmo2', 'olmo3'):
+    out.update(attention_bias=m.biases == 'attention')
+    if fam == 'olmo3':
+      # Its scaling is the global layers' (rope_scaling, as transformers 4). transformers 5.24
+      # reads transformers 4's form with the class's base (500,000) on the sliding layers
+      # whatever rope_theta says, so the settings per layer type go beside it in its own form.
+      full = {'rope_type': 'default', **(scaling or {}), 'rope_theta': base}
+      out.update(sliding_window=max(windows), layer_types=_layer_types(windows),
+                 rope_parameters={'full_attention': full, 'sliding_attention': {
+                     'rope_type': 'default', 'rope_theta': base}})
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
   elif fam == 'phi3':  # Phi3Config reads its own original length (4096 where absent).

@@ -2,7 +2,8 @@
 back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Qwen3: its
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
-and v in one qkv_proj and the MLP's gate and up in one gate_up_proj) and of GPT-NeoX.
+and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
+the branches' outputs alone, and q_norm and k_norm over all heads) and of GPT-NeoX.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -151,6 +152,14 @@ SCALE_OFFSET = {'gemma3': 1.0}
 GEMMA3_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_attention_layernorm'),
                 ('ln_mlp', 'pre_feedforward_layernorm'),
                 ('ln_mlp_out', 'post_feedforward_layernorm'))
+# An OLMo 2 or 3 block's norms: the branches' outputs alone.
+OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
+              ('ln_mlp_out', 'post_feedforward_layernorm'))
+# A block's norms by family (this project's name, the checkpoint's); Llama's by default.
+NORMS = {'gemma3': GEMMA3_NORMS, 'olmo2': OLMO_NORMS, 'olmo3': OLMO_NORMS}
+LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
+# The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
+QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
 
 
 def _norm(t, name, d, bias: bool, offset: float = 0.0):
@@ -196,8 +205,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
     params['unembed'] = t(head + '.weight', (v, d))
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
-    if fam == 'gemma3':
-      block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in GEMMA3_NORMS}
+    if fam in NORMS:
+      block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in NORMS[fam]}
     else:
       block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
                'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
@@ -221,9 +230,11 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
       block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
                                for k in parts[0]},
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, out_bias)}
-      if fam in ('qwen3', 'gemma3'):  # QK-norm: RMSNorm of each head's queries and keys.
-        block['attn'].update(q_scale=t(p + 'self_attn.q_norm.weight', (hd,)) + np.float32(offset),
-                             k_scale=t(p + 'self_attn.k_norm.weight', (hd,)) + np.float32(offset))
+      if fam in QK_NORMS:  # QK-norm: RMSNorm of each head's queries and keys, or all heads'.
+        widths = (hd, hd) if QK_NORMS[fam] == 'head' else (h * hd, kv * hd)
+        block['attn'].update({
+            f'{n}_scale': t(p + f'self_attn.{n}_norm.weight', (w,)) + np.float32(offset)
+            for n, w in zip('qk', widths)})
       block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
                       for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
@@ -280,8 +291,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       out['lm_head.weight'] = head
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
-    for ours, theirs in (GEMMA3_NORMS if fam == 'gemma3' else
-                         (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))):
+    for ours, theirs in NORMS.get(fam, LLAMA_NORMS):
       norm(p + theirs, b[ours])
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
@@ -310,10 +320,11 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
       part = {k: split[k][index] for k in split}
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
-    if fam in ('qwen3', 'gemma3'):
-      for n in ('q', 'k'):
-        out[p + f'self_attn.{n}_norm.weight'] = np.asarray(b['attn'][f'{n}_scale'],
-                                                           np.float32)[order] - offset
+    if fam in QK_NORMS:  # Each head's scales, or all heads' (permuted head by head).
+      for n, heads in (('q', h), ('k', kv)):
+        scale = np.asarray(b['attn'][f'{n}_scale'], np.float32)
+        scale = scale[order] if QK_NORMS[fam] == 'head' else _per_head(scale, heads, order)
+        out[p + f'self_attn.{n}_norm.weight'] = scale - offset
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
     for n in ('gate', 'up', 'down'):
       linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)

@@ -116,6 +116,25 @@ FIXTURES = {
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                            num_attention_heads=2, image_size=28, patch_size=14),
         mm_tokens_per_image=4, max_position_embeddings=4 * ORIGINAL), False, 'llama', 0),
+    # OLMo 2: norms on the branches' outputs alone, QK-norm over all heads at once, attention
+    # biases, grouped-query attention, YaRN.
+    'olmo2_yarn_biases': ('Olmo2Config', dict(
+        SMALL, num_key_value_heads=2, attention_bias=True, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # OLMo 3 (its long-context form, as transformers 4 wrote it): 8-token windows on three
+    # layers in four, YaRN on the full-attention one alone, OLMo 3's base. (transformers 5.24
+    # reads a transformers 4 file's rope_theta into the global layers alone, the sliding ones
+    # taking the class's 500,000; at that base both readings agree.)
+    'olmo3_window_yarn_v4': ('Olmo3Config', dict(
+        SMALL, num_hidden_layers=4, num_key_value_heads=2, sliding_window=8,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'full_attention': {'rope_type': 'yarn', 'factor': 4.0,
+                                            'rope_theta': 500000.0, 'attention_factor': 1.2,
+                                            'original_max_position_embeddings': ORIGINAL},
+                         'sliding_attention': {'rope_type': 'default',
+                                               'rope_theta': 500000.0}}),
+                             True, 'llama', 0),
     # SmolLM3: a layer without positions (NoPE) between two RoPE ones, an 8-token window on
     # it, tied embeddings, YaRN on the RoPE layers.
     'smollm3_nope_yarn': ('SmolLM3Config', dict(
@@ -206,6 +225,9 @@ def to_v4(config_path: pathlib.Path) -> None:
   (Llama's); Phi-3's partial rotary and original length at the top level."""
   config = json.loads(config_path.read_text())
   params = dict(config.pop('rope_parameters'))
+  if 'full_attention' in params:  # OLMo 3: the global layers' scaling, one base for all.
+    params = dict(params['full_attention'])
+    config.pop('layer_types')  # Every fourth layer global, as the class assumes without it.
   config['rope_theta'] = params.pop('rope_theta')
   kind = params.pop('rope_type')
   key = 'type' if config['model_type'] in ('qwen2', 'phi3') else 'rope_type'

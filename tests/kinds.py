@@ -101,10 +101,11 @@ class Compiled:
 
 
 def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
-                      gate=None, qk_norm_eps=1e-6):
+                      gate=None, qk_norm_eps=1e-6, qk_norm_over='head'):
   """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head, of
   any head width) in float64: optional RMSNorm of each head's q and k (scale per dimension,
-  epsilon `qk_norm_eps`), optional factor per
+  epsilon `qk_norm_eps`; with `qk_norm_over='heads'`, of all the heads' q, and k, at once;
+  scales of heads x head_dim apply each head its own), optional factor per
   query position (Llama 4's temperature), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i
   the visible keys (SSMax), softmax over the visible keys, values, each head's output times
   sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
@@ -114,8 +115,10 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
   q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
   if qk_norm:
-    rms = lambda t: t / np.sqrt((t ** 2).mean(-1, keepdims=True) + qk_norm_eps)
-    q, k = rms(q) * f64(attn.q_scale[...]), rms(k) * f64(attn.k_scale[...])
+    axes = (-1,) if qk_norm_over == 'head' else (-2, -1)
+    rms = lambda t: t / np.sqrt((t ** 2).mean(axes, keepdims=True) + qk_norm_eps)
+    scale = lambda s: f64(s).reshape(-1, dim)  # [1 or heads, dim].
+    q, k = rms(q) * scale(attn.q_scale[...]), rms(k) * scale(attn.k_scale[...])
   if query_factor is not None:
     q = q * f64(query_factor)[None, :, None, None]
   logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + bias

@@ -88,6 +88,34 @@ def test_heads_wider_than_d_model_over_heads_are_the_formula_with_qk_norms_epsil
   assert np.abs(other - want).max() > 1e-3
 
 
+def test_qk_norm_over_the_heads_norms_all_heads_at_once():
+  """qk_norm_over='heads' (OLMo 2's): the queries of all heads (and the keys of all key/value
+  heads) normed as one vector, a scale per dimension of it, against float64; per-head norms
+  give another output."""
+  config = tiny('alibi', qk_norm=True, qk_norm_over='heads', qk_norm_eps=1e-5)
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  width = attn.num_heads * attn.head_dim
+  assert attn.q_scale.shape == attn.k_scale.shape == (width,)
+  rng = np.random.default_rng(2)
+  attn.q_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, width), jnp.float32)
+  attn.k_scale.value = jnp.asarray(rng.uniform(0.5, 2.0, width), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, 9, 32)), jnp.float32)
+  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  mask = attention.make_mask(jnp.ones((2, 9), jnp.int32), jnp.ones((2, 9), jnp.int32),
+                             causal=True)
+  out, _ = attn(x, mask, pos, layer)
+  stub = jnp.zeros((2, 9, attn.num_heads, attn.head_dim))
+  bias = np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=True, qk_norm_eps=1e-5,
+                                 qk_norm_over='heads')
+  np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  per_head = kinds.attention_formula(attn, x, mask, bias, qk_norm=True, qk_norm_eps=1e-5,
+                                     qk_norm_over='head')
+  assert np.abs(per_head - want).max() > 1e-3
+
+
 def test_the_cache_equals_the_full_pass_with_both_options():
   config = tiny('rope', qk_norm=True, ssmax=True)
   config.model.num_layers = 2

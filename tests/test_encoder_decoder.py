@@ -91,11 +91,12 @@ def test_cached_decoding_equals_teacher_forcing(kind):
   _assert_cached_decoding_equals(model, src, tgt, run(model, src, tgt))
 
 
-def test_sandwich_norms_and_the_embedding_multiplier_reach_both_stacks():
-  """Gemma's layout in the translation model: every branch's output norm (the decoder's
-  cross-attention too) and the input embeddings' multiplier change the logits of both stacks,
-  and cached decoding still equals teacher forcing."""
-  model = model_for('rope', norm='sandwich', embedding_multiplier=3.0)
+@pytest.mark.parametrize('norm', ['sandwich', 'output'])
+def test_output_norms_and_the_embedding_multiplier_reach_both_stacks(norm):
+  """Gemma's and OLMo 2's layouts in the translation model: every branch's output norm (the
+  decoder's cross-attention too) and the input embeddings' multiplier change the logits of both
+  stacks, and cached decoding still equals teacher forcing."""
+  model = model_for('rope', norm=norm, embedding_multiplier=3.0)
   src, tgt = _pair()
   full = run(model, src, tgt)
   for block in (model.encoder_blocks[0], model.decoder_blocks[0]):

@@ -24,6 +24,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
+from roformer import positions
 from roformer import resolve
 from roformer import saved_config
 from roformer.data import vocabularies
@@ -177,6 +178,44 @@ def test_phi3s_config_forms_and_older_names_give_the_same_model():
   bare['max_position_embeddings'] = 131072
   scaling = hf_config.to_config(bare, 'dir').model.position.rope.scaling
   assert (scaling.original_length, scaling.factor) == (4096, 32.0)
+
+
+def test_phi3_and_olmo_read_their_classes_defaults():
+  """Where a file leaves them out: Phi3Config's and OLMo's rms_norm_eps (1e-5, Llama's 1e-6);
+  a LongRoPE factor below 1 (max_position_embeddings under the original length) read as 1,
+  whose attention factor, 1, transformers computes alike."""
+  phi3 = json.loads((FIXTURES / 'phi3_longrope_partial' / 'config.json').read_text())
+  olmo2 = json.loads((FIXTURES / 'olmo2_yarn_biases' / 'config.json').read_text())
+  llama = json.loads((FIXTURES / 'llama_narrow_heads' / 'config.json').read_text())
+  for config, eps in ((phi3, 1e-5), (olmo2, 1e-5), (llama, 1e-6)):
+    config.pop('rms_norm_eps')
+    assert hf_config.to_config(config, 'dir').model.layer_norm_eps == eps
+  short = hf_config.to_config(dict(phi3, max_position_embeddings=8), 'dir')
+  assert short.model.position.rope.scaling.factor == 1.0
+  assert positions.scaled_frequencies(6, 1e4, short.model.position.rope.scaling)[1] == 1.0
+
+
+def test_olmo3s_config_forms_and_default_layout_give_the_same_model():
+  """OLMo 3: transformers 4's rope_theta and rope_scaling (the global layers' scaling, one base
+  for both kinds) and transformers 5's rope_parameters per layer type read alike; without
+  layer_types, every fourth layer is global, as Olmo3Config assumes; rope_theta defaults to
+  500,000."""
+  v4 = json.loads((FIXTURES / 'olmo3_window_yarn_v4' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {
+      'full_attention': {**v4['rope_scaling'], 'rope_theta': v4['rope_theta']},
+      'sliding_attention': {'rope_type': 'default', 'rope_theta': v4['rope_theta']}}
+  v5['layer_types'] = ['sliding_attention'] * 3 + ['full_attention']
+  configs = [hf_config.to_config(c, 'dir') for c in (v4, v5)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  m = configs[0].model
+  assert (tuple(m.layer_windows), m.norm, m.attention.qk_norm_over) == (
+      (8, 8, 8, 0), 'output', 'heads')
+  sc = m.position.rope.scaling
+  assert (sc.kind, sc.layers, sc.attention_factor, sc.original_length) == (
+      'yarn', 'global', 1.2, 16)
+  bare = {k: v for k, v in v4.items() if k != 'rope_theta'}
+  assert hf_config.to_config(bare, 'dir').model.position.rope.base == 500_000.0
 
 
 def test_gemma3s_two_config_forms_give_the_same_model():

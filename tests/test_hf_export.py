@@ -67,6 +67,16 @@ QWEN3 = {'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5, 'head_dim': 1
 QWEN3_WINDOWS = dict(QWEN3, biases='attention', layer_windows=(8, 0))
 # The Llama preset with a layer without positions after a RoPE one, and a window on it.
 SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
+# OLMo 2's block: norms on the branches' outputs alone, QK-norm over all heads, the four
+# attention biases, the interleaved pairs (permuted with the norms' scales on export).
+OLMO2 = {'norm': 'output', 'attention.qk_norm': True, 'attention.qk_norm_over': 'heads',
+         'attention.qk_norm_eps': 1e-5, 'biases': 'attention',
+         'position.rope.layout': 'interleaved'}
+# OLMo 3's: a windowed layer then a global one, YaRN on the global one alone.
+OLMO3 = dict(OLMO2, layer_windows=(8, 0), **{
+    'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
+    'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
+    'position.rope.scaling.layers': 'global'})
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -93,7 +103,9 @@ GEMMA3_SCALED = dict(GEMMA3, **{'position.rope.scaling.kind': 'linear',
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
                                              ('llama', GEMMA3_SCALED, 'Gemma3ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
-                                             ('llama', PHI3, 'Phi3ForCausalLM')])
+                                             ('llama', PHI3, 'Phi3ForCausalLM'),
+                                             ('llama', OLMO2, 'Olmo2ForCausalLM'),
+                                             ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
@@ -148,6 +160,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
                                        ('gemma3_local_global', 'Gemma3ForCausalLM'),
                                        ('gemma3_global_linear', 'Gemma3ForCausalLM'),
                                        ('gemma3_multimodal', 'Gemma3ForCausalLM'),
+                                       ('olmo2_yarn_biases', 'Olmo2ForCausalLM'),
+                                       ('olmo3_window_yarn_v4', 'Olmo3ForCausalLM'),
                                        ('smollm3_nope_yarn', 'SmolLM3ForCausalLM'),
                                        ('phi3_longrope_partial', 'Phi3ForCausalLM'),
                                        ('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM')])
@@ -200,7 +214,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                             'position.rope.scaling.factor': 2.0,
                             'position.rope.scaling.layers': 'global'}),
      r"a RoPE scaling of the global layers alone \(rope.scaling.layers='global'\) outside "
-     r"Gemma 3's block"),
+     r"Gemma 3's and OLMo 3's blocks"),
     (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
     (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
      r"partial rotary \(rope.fraction=0.5\) with norm='sandwich' \(Phi-3"),
@@ -215,6 +229,28 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
         'position.rope.scaling.attention_factor_dims': 'all'}),
      r"partial rotary \(rope.fraction=0.75\) with the RoPE scaling 'llama3' \(Phi-3's config "
      r'takes longrope alone\)'),
+    (dict(PHI3, normalization='rms_norm', mlp='gated', biases='none', layer_windows=(8, 4)),
+     r'sliding windows of several sizes \[4, 8\]'),
+    (dict(PHI3, normalization='rms_norm', mlp='gated', biases='none', head_dim=16, **{
+        'position.rope.scaling.short_factor': (1.0,) * 6,
+        'position.rope.scaling.long_factor': (2.0,) * 6}),
+     r'partial rotary \(rope.fraction=0.75\) with LongRoPE and heads of width head_dim=16: '
+     r'Phi3Config sizes the factor lists from hidden_size / heads \(8\)'),
+    (dict({k: v for k, v in OLMO2.items() if not k.startswith('attention.')},
+          normalization='rms_norm', mlp='gated'),
+     r'output norms without QK-norm \(OLMo 2 and 3 have it over all heads\)'),
+    (dict(OLMO2, normalization='rms_norm', mlp='gated', **{'attention.qk_norm_over': 'head'}),
+     r"QK-norm over each head \(attention.qk_norm_over='head'\) with norm='output'"),
+    (dict(QWEN3, normalization='rms_norm', mlp='gated', biases='none',
+          **{'attention.qk_norm_over': 'heads'}),
+     r"QK-norm over all the heads \(attention.qk_norm_over='heads'\) with norm='pre'"),
+    (dict(OLMO2, normalization='rms_norm', mlp='gated', biases='qkv', layer_norm_eps=1e-5),
+     r"biases='qkv' with output norms \(OLMo has all four attention ones or none\)"),
+    (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5, **{
+        'position.rope.scaling.layers': 'all'}),
+     r"a RoPE scaling \('yarn'\) of every layer with sliding windows and output norms"),
+    (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='output'),
+     r"norm='output' with layers without positions"),
     (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),
      r"longrope's attention factor on every dimension of q and k with partial rotary .*Fix: "
      r'train or continue with --config.model.position.rope.scaling.attention_factor_dims'),
@@ -227,7 +263,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
           **{'attention.qk_norm': True}),
      r'attention\.qk_norm with layers without positions'),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='sandwich'),
-     r'sandwich norms with layers without positions'),
+     r"norm='sandwich' with layers without positions"),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', num_layers=4,
           layer_windows=(0, 4, 0, 8)), r'sliding windows of several sizes \[4, 8\]'),
     ({'layer_kinds': ('rope', 'none')}, r'layers without positions \(layer_kinds\) in a GPT-NeoX'),
@@ -317,7 +353,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
-                                        ('llama', GEMMA3_SCALED),
+                                        ('llama', GEMMA3_SCALED), ('llama', OLMO2),
+                                        ('llama', OLMO3),
                                         ('llama', SMOLLM3), ('llama', PHI3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')

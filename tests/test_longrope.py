@@ -126,6 +126,19 @@ def test_bad_longrope_options_are_refused_in_one_line(fields, message):
     resolve.validate(cfg)
 
 
+def test_favor_features_with_longrope_are_refused_for_their_temperature():
+  """FAVOR+'s rotated features carry no attention factor: refused with that reason, whatever
+  the factors' length (they cannot fit both the heads' pairs and the features')."""
+  from configs import performer  # pylint: disable=import-outside-toplevel
+  cfg = performer.get_config('rope,features')
+  pairs = positions.head_dim(cfg.model) // 2
+  kinds.set_fields(cfg.model.position, longrope(short_factor=(1.0,) * pairs,
+                                                long_factor=(2.0,) * pairs))
+  with pytest.raises(errors.ConfigError, match="kind='longrope' scales the attention "
+                                               'temperature.*Fix: .*rope_mode=qk'):
+    resolve.validate(cfg)
+
+
 def test_scale_rope_to_length_is_refused_for_longrope():
   cfg = config(longrope())
   with pytest.raises(errors.ConfigError, match='per-pair short_factor and long_factor'):

@@ -307,3 +307,24 @@ def test_sandwich_block_matches_its_formula():
   expected = h + _layer_norm(
       np.maximum(_layer_norm(h, block.ln_mlp) @ wu + bu, 0) @ wd + bd, block.ln_mlp_out)
   np.testing.assert_allclose(_block_output(model, block, x), expected, atol=2e-5)
+
+
+def test_output_norm_block_matches_its_formula():
+  """norm='output' (OLMo 2's): x + LN_a(attn(x)), then h + LN_m(mlp(h)), with no norm before
+  either branch; each norm with its own scale and bias drawn at random, checked against float64
+  numpy."""
+  cfg = test_config.get_config('mlm')
+  cfg.model.update(norm='output', activation='relu', num_layers=1, vocab_size=40)
+  cfg.model.position.kind = 'none'
+  model = models.create(cfg.model, seed=1)
+  block = model.blocks[0]
+  assert not hasattr(block, 'ln_attn') and not hasattr(block, 'ln_mlp')
+  rng = np.random.default_rng(0)
+  for norm in (block.ln_attn_out, block.ln_mlp_out):
+    norm.scale.value = jnp.asarray(rng.uniform(0.5, 2.0, 32), jnp.float32)
+    norm.bias.value = jnp.asarray(rng.normal(size=32) * 0.3, jnp.float32)
+  x = rng.normal(size=(1, 5, 32))
+  h = x + _layer_norm(_attention(block, x), block.ln_attn_out)
+  (wu, bu), (wd, bd) = _f64(block.mlp.up), _f64(block.mlp.down)
+  expected = h + _layer_norm(np.maximum(h @ wu + bu, 0) @ wd + bd, block.ln_mlp_out)
+  np.testing.assert_allclose(_block_output(model, block, x), expected, atol=2e-5)

@@ -466,9 +466,10 @@ def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads(
   """scaling.switched: a model's own scaling with every option of its kind moved off its
   default (an imported YaRN's index ramp and attention factor, llama3's band, LongRoPE's pair
   factors) validates under each other kind once the options that kind does not read go back
-  to their defaults, and keeps its factor, its original length and whatever the new kind reads
-  (YaRN and LongRoPE both read the attention factor). LongRoPE itself needs its pair factors
-  given."""
+  to their defaults, and keeps its factor, its original length and what describes the model
+  (which dimensions an attention factor multiplies) where the new kind reads it; an attention
+  factor is one kind's formula (YaRN's 0.1 ln s + 1, LongRoPE's own), and goes back too.
+  LongRoPE itself needs its pair factors given."""
   from roformer import resolve  # pylint: disable=import-outside-toplevel
   from roformer.positions import scaling  # pylint: disable=import-outside-toplevel
   tempered = {'attention_factor': 1.2, 'attention_factor_dims': 'rotated'}
@@ -483,8 +484,8 @@ def test_a_scaling_evaluated_under_another_kind_keeps_only_what_that_kind_reads(
       sc = cfg.model.position.rope.scaling
       sc.update(kind=own, factor=4.0, original_length=cfg.data.seq_len, **moved)
       reset = scaling.switched(sc, kind)
-      assert reset == {k: scaling.DEFAULTS[k] for k in moved
-                       if k not in own_options[kind]}, (own, kind)
+      assert reset == {k: scaling.DEFAULTS[k] for k in moved if k not in own_options[kind] or (
+          kind != own and k not in scaling.KEPT)}, (own, kind)
       sc.update(kind=kind, **reset)
       if kind == 'longrope' and own != 'longrope':  # It needs its own pair factors.
         with pytest.raises(errors.ConfigError, match='short_factor has 0'):

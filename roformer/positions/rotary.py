@@ -457,13 +457,12 @@ class Rotary(base.PositionScheme):
     features = _favor_features(model_cfg)
     _validate_remap(cls, r.remap, model_cfg, causal)
     if features and cls.capabilities.feature_rotation:
-      scaling.validate(r.scaling, _validate_rotation(features, 'attention.num_features', r))
       if r.scaling.kind in scaling.TEMPERED:
         raise errors.ConfigError(
             f"rope.scaling.kind={r.scaling.kind!r} scales the attention temperature, which "
-            "FAVOR+'s rotated "
-            'features (attention.rope_mode=features) do not carry. Fix: '
+            "FAVOR+'s rotated features (attention.rope_mode=features) do not carry. Fix: "
             '--config.model.attention.rope_mode=qk.')
+      scaling.validate(r.scaling, _validate_rotation(features, 'attention.num_features', r))
 
 
 def layer_remap(model_cfg) -> tuple[str, tuple] | None:

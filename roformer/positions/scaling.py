@@ -70,12 +70,20 @@ SHAPES = ((('layers',), KINDS[1:]), (('alpha', 'beta'), ('yarn',)), (('ramp',), 
 _NAMES = {'yarn': 'YaRN', 'llama3': 'llama3', 'longrope': 'LongRoPE'}
 
 
+# The options a scaling keeps under another kind that reads them: they describe the model (which
+# layers are scaled, which dimensions a factor multiplies), not one kind's formula.
+KEPT = ('layers', 'attention_factor_dims')
+
+
 def switched(scaling, kind: str) -> dict:
   """The options to set back to their defaults when `scaling` is evaluated under `kind`
-  instead: those that shape other kinds only and are not at their default (an imported YaRN
-  model's `index` ramp under `linear`, say). Factor and original length are kept."""
-  return {name: DEFAULTS[name] for group, owners in SHAPES if kind not in owners
-          for name in group if option(scaling, name) != DEFAULTS[name]}
+  instead: those not at their default that shape other kinds only (an imported YaRN model's
+  `index` ramp under `linear`, say), or that are its own kind's formula (LongRoPE's attention
+  factor under YaRN, whose own is 0.1 ln s + 1). Factor, original length and `KEPT` are kept
+  where the new kind reads them."""
+  return {name: DEFAULTS[name] for group, owners in SHAPES for name in group
+          if option(scaling, name) != DEFAULTS[name] and (
+              kind not in owners or (kind != scaling.kind and name not in KEPT))}
 
 
 def option(scaling, name: str):
