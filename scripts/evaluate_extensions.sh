@@ -33,7 +33,8 @@ fi
 workdir=$1
 shift
 # Each of RoPE's scalings and remaps, every one the registries hold (a test keeps them equal:
-# each variant below sizes its method's options to the trained length).
+# each variant below sizes its method's options to the trained length), but LongRoPE, whose
+# pair factors are searched per model: a model imported with it is the plain variant.
 scalings="linear ntk yarn llama3 dynamic"
 remaps="rerope leaky_rerope self_extend string dca sinks"
 known="plain $scalings $remaps"

@@ -25,6 +25,10 @@ LAYERS = ('all', 'global')
 FACTOR_DIMS = ('all', 'rotated')
 # Scalings defined relative to the length the model was trained at (eval.py fills it in).
 NEEDS_ORIGINAL_LENGTH = ('yarn', 'llama3', 'dynamic', 'longrope')
+# Scalings whose options are searched per model (LongRoPE's pair factors): no factor sets them
+# at evaluation, so scripts/evaluate_extensions.sh offers the others (a model imported with one
+# is evaluated as it is, and under the others).
+PER_MODEL = ('longrope',)
 # Scalings that multiply q and k by an attention factor.
 TEMPERED = ('yarn', 'longrope')
 # Scalings that stretch the trained context by `factor` (a continued run's factor must cover
