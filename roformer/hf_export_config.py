@@ -218,6 +218,10 @@ def _olmo_refusal_of(config, options) -> str | None:
        f"a RoPE scaling ({sc.kind!r}) of every layer with sliding windows and output norms: "
        "transformers' OLMo 3 scales its global layers alone. Fix: "
        '--config.model.position.rope.scaling.layers=global'),
+      (any(m.layer_windows) and sc.kind not in TYPED_SCALINGS,
+       f"the RoPE scaling {sc.kind!r} with sliding windows and output norms (OLMo 3's export "
+       f"takes {', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and "
+       'apply it with eval.py'),
   )
   for failed, reason in checks:
     if failed:
@@ -225,8 +229,9 @@ def _olmo_refusal_of(config, options) -> str | None:
   return None
 
 
-# The scalings a Gemma 3 export writes (on its global layers, as transformers applies them).
-GEMMA3_SCALINGS = ('none', 'linear', 'yarn', 'llama3')
+# The scalings a Gemma 3 or OLMo 3 export writes (on its global layers, as transformers applies
+# them; each read back by transformers in tests/test_hf_export.py or by hand).
+TYPED_SCALINGS = ('none', 'linear', 'yarn', 'llama3')
 
 
 def _gemma3_refusal_of(config) -> str | None:
@@ -258,9 +263,9 @@ def _gemma3_refusal_of(config) -> str | None:
        f'a RoPE scaling ({sc.kind!r}) of every layer in a sandwich block: transformers\' Gemma '
        "3 scales its global layers alone. Fix: --config.model.position.rope.scaling.layers="
        'global, or export a model trained without a scaling and apply one with eval.py'),
-      (sc.kind not in GEMMA3_SCALINGS,
+      (sc.kind not in TYPED_SCALINGS,
        f"the RoPE scaling {sc.kind!r} in a sandwich block (Gemma 3's export takes "
-       f"{', '.join(GEMMA3_SCALINGS[1:])}). Fix: export a model trained without it, and apply "
+       f"{', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and apply "
        'it with eval.py'),
       (any(len(b) > 1 for b in by_kind.values()),
        'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '

@@ -93,18 +93,9 @@ FIXTURES = {
         rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
                          'full_attention': {'rope_type': 'default', 'rope_theta': 1e6}}),
                             False, 'llama', 0),
-    # Gemma 3 as its 4B-27B models: linear scaling of the global layers alone (factor 4 here, 8
-    # there), the windowed ones at base 10k unscaled.
-    'gemma3_global_linear': ('Gemma3TextConfig', dict(
-        SMALL, num_hidden_layers=3, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
-        sliding_window=8, max_position_embeddings=4 * ORIGINAL,
-        hidden_activation='gelu_pytorch_tanh',
-        layer_types=['sliding_attention', 'full_attention', 'sliding_attention'],
-        rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
-                         'full_attention': {'rope_type': 'linear', 'factor': 4.0,
-                                            'rope_theta': 1e6}}), False, 'llama', 0),
-    # Gemma 3 4B-27B's class: the language model above inside Gemma3ForConditionalGeneration,
-    # beside a vision tower (SigLIP, one tiny layer) that the import leaves out.
+    # Gemma 3 4B-27B's class: Gemma 3's language model with a linear scaling of its global layer
+    # alone (factor 4 here, 8 there) inside Gemma3ForConditionalGeneration, beside a vision tower
+    # (SigLIP, one tiny layer) that the import leaves out.
     'gemma3_multimodal': ('Gemma3Config', dict(
         text_config=dict(
             hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,

@@ -101,7 +101,7 @@ def test_gemma3s_scaling_of_its_global_layers_reads_alike_in_both_forms():
   rope_parameters and transformers 4's top-level rope_scaling (which transformers applies to
   the global layers) give one model, scaling the global layers alone; the trained length is
   max_position_embeddings over the factor."""
-  v5 = json.loads((FIXTURES / 'gemma3_global_linear' / 'config.json').read_text())
+  v5 = hf_config.read(str(FIXTURES / 'gemma3_multimodal'))  # Its language model's.
   v4 = {k: v for k, v in v5.items() if k not in ('rope_parameters', 'layer_types')}
   v4.update(rope_theta=1e6, rope_local_base_freq=10000.0, sliding_window_pattern=2,
             rope_scaling={'rope_type': 'linear', 'factor': 4.0})

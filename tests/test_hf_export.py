@@ -96,12 +96,18 @@ GEMMA3_SCALED = dict(GEMMA3, **{'position.rope.scaling.kind': 'linear',
                                 'position.rope.scaling.layers': 'global'})
 
 
+# Checks behind -m slow: the same export paths as a default one (a model trained here, or an
+# imported fixture of the same family taken back out).
+_SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
-                                             ('llama', GEMMA3_SCALED, 'Gemma3ForCausalLM'),
+                                             pytest.param('llama', GEMMA3_SCALED,
+                                                          'Gemma3ForCausalLM', marks=_SLOW),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
@@ -154,9 +160,6 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
   assert list(hf.load(str(tmp_path / 'back')).encode(text)) == list(here.encode(text))
 
 
-# Every family's export is in the default suite through a model trained here (above); these
-# take imported ones back out, the families that read the most from their files by default.
-_SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize('name,arch', [
@@ -164,7 +167,6 @@ _SLOW = pytest.mark.slow
     ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
     pytest.param('llama_narrow_heads', 'LlamaForCausalLM', marks=_SLOW),
     ('gemma3_local_global', 'Gemma3ForCausalLM'),
-    pytest.param('gemma3_global_linear', 'Gemma3ForCausalLM', marks=_SLOW),
     ('gemma3_multimodal', 'Gemma3ForCausalLM'),
     pytest.param('olmo2_yarn_biases', 'Olmo2ForCausalLM', marks=_SLOW),
     ('olmo3_window_yarn_v4', 'Olmo3ForCausalLM'),
@@ -255,6 +257,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5, **{
         'position.rope.scaling.layers': 'all'}),
      r"a RoPE scaling \('yarn'\) of every layer with sliding windows and output norms"),
+    (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5, **{
+        'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.ramp': 'ratio'}),
+     r"the RoPE scaling 'dynamic' with sliding windows and output norms \(OLMo 3's export "
+     r'takes linear, yarn, llama3\)'),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='output'),
      r"norm='output' with layers without positions"),
     (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),

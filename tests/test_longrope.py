@@ -153,11 +153,11 @@ def test_greedy_decoding_across_the_original_length_equals_full_passes():
                                   for k, v in longrope().items()})
   assert model.cache_breaks == (ORIGINAL,)
   prompt = jnp.asarray(np.random.default_rng(2).integers(5, 40, (2, 3)))
-  want = uncached_greedy(model, prompt, 9)
-  got = np.asarray(decode.generate(model, prompt, max_new_tokens=9, eos_id=-1))
+  want = uncached_greedy(model, prompt, 6)  # Positions 3..8, those past 6 by the long set.
+  got = np.asarray(decode.generate(model, prompt, max_new_tokens=6, eos_id=-1))
   np.testing.assert_array_equal(got, want)
   eos = int(want[0, 1])  # Row 0 ends by its second token, before the refill.
-  ended = np.asarray(decode.generate(model, prompt, max_new_tokens=9, eos_id=eos))
+  ended = np.asarray(decode.generate(model, prompt, max_new_tokens=6, eos_id=eos))
   for got_row, row in zip(ended, want.tolist()):
-    cut = row.index(eos) + 1 if eos in row else 9
-    np.testing.assert_array_equal(got_row, row[:cut] + [decode.PAD_ID] * (9 - cut))
+    cut = row.index(eos) + 1 if eos in row else 6
+    np.testing.assert_array_equal(got_row, row[:cut] + [decode.PAD_ID] * (6 - cut))
