@@ -91,6 +91,11 @@ def import_checkpoint(hf_dir: str, workdir: str):
   tensors = hf_weights.read(hf_dir)
   if hf.get(hf_config.TEXT_OF):  # A multimodal checkpoint: its language model alone.
     tensors = hf_weights.language_model(tensors)
+    if not config.model.tie_embeddings and not hf_weights.head_stored(tensors, fam):
+      # Its flags disagree (transformers 5 reads the top level's, 4 text_config's), and the
+      # one that ties is the one its weights were saved by.
+      with config.unlocked():
+        config.model.tie_embeddings = True
   if config.model.tie_embeddings and hf_weights.head_differs(tensors, fam):
     # transformers unties a checkpoint whose stored output layer is not its embedding.
     with config.unlocked():

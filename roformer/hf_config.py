@@ -308,7 +308,9 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   # By layer type: a sliding layer keeps its local base where the file gives it no window.
   bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])
                 for k in kinds)
-  if scaling['kind'] != 'none' and windows:
+  if scaling['kind'] != 'none' and windows and all(windows):  # No global layer to scale.
+    scaling, trained = {'kind': 'none'}, int(_field(hf, 'max_position_embeddings', where))
+  elif scaling['kind'] != 'none' and windows:
     scaling['layers'] = 'global'
   if len(set(bases)) == 1:
     return windows, (), bases[0], scaling, trained

@@ -116,8 +116,8 @@ def _refusal(config) -> str | None:
     return f"{', '.join('attention.' + o.field for o in options)} in a GPT-NeoX block"
   if not all(positions.rope_layers(m)):
     return 'layers without positions (layer_kinds) in a GPT-NeoX block'
-  if m.norm == 'sandwich':
-    return 'sandwich norms in a GPT-NeoX block'
+  if m.norm in ('sandwich', 'output'):
+    return f"norm={m.norm!r} in a GPT-NeoX block, which normalises each branch's input alone"
   if m.head_dim and m.head_dim * m.num_heads != m.d_model:
     return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
             f'{m.d_model} into its {m.num_heads} heads')

@@ -176,6 +176,11 @@ def _names(fam: str) -> tuple[str, str]:
   return 'model.embed_tokens.weight', 'lm_head.weight'
 
 
+def head_stored(tensors: dict, fam: str) -> bool:
+  """Whether a checkpoint stores an output layer."""
+  return _names(fam)[1] in tensors
+
+
 def head_differs(tensors: dict, fam: str) -> bool:
   """Whether a checkpoint stores an output layer other than its embedding."""
   embed, head = _names(fam)

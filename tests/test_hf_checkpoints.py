@@ -130,6 +130,15 @@ def test_gemma3s_multimodal_class_imports_its_language_model_under_either_weight
     lm = hf.load(str(tmp_path / name))
     assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4, name
   assert lm.config.model.position.rope.scaling.layers == 'global'
+  # Flags that disagree (untied in text_config, tied at the top, as transformers 5 reads it) with
+  # no output layer stored: read tied, as the weights were saved.
+  config = json.loads((FIXTURES / 'gemma3_multimodal' / 'config.json').read_text())
+  config['text_config']['tie_word_embeddings'] = False
+  (pathlib.Path(source) / 'config.json').write_text(json.dumps(config))
+  hf.import_checkpoint(source, str(tmp_path / 'flags'))
+  lm = hf.load(str(tmp_path / 'flags'))
+  assert lm.config.model.tie_embeddings
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
 
 
 def test_a_hub_gemma3_text_config_reads_with_gemma3s_defaults():
@@ -216,6 +225,10 @@ def test_olmo3s_config_forms_and_default_layout_give_the_same_model():
       'yarn', 'global', 1.2, 16)
   bare = {k: v for k, v in v4.items() if k != 'rope_theta'}
   assert hf_config.to_config(bare, 'dir').model.position.rope.base == 500_000.0
+  # Three layers: all of them windowed, none global, so transformers never applies the scaling.
+  shallow = hf_config.to_config(dict(v4, num_hidden_layers=3), 'dir')
+  assert shallow.model.position.rope.scaling.kind == 'none'
+  assert shallow.data.seq_len == v4['max_position_embeddings']
 
 
 def test_gemma3s_two_config_forms_give_the_same_model():

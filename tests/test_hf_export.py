@@ -261,6 +261,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
         'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.ramp': 'ratio'}),
      r"the RoPE scaling 'dynamic' with sliding windows and output norms \(OLMo 3's export "
      r'takes linear, yarn, llama3\)'),
+    ({'norm': 'output'}, r"norm='output' in a GPT-NeoX block"),
+    (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5,
+          layer_rope_bases=(1e4, 1e6)),
+     r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 3's block"),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='output'),
      r"norm='output' with layers without positions"),
     (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),

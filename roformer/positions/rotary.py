@@ -453,7 +453,7 @@ class Rotary(base.PositionScheme):
           "config.model.position.rope.scaling.layers='global' scales the layers without a "
           f'sliding window, and every layer has one (config.model.layer_windows='
           f'{tuple(model_cfg.layer_windows)}), so nothing would be scaled. Fix: '
-          "--config.model.position.rope.scaling.layers=all.")
+          "--config.model.position.rope.scaling.kind=none, or layers=all to scale every layer.")
     features = _favor_features(model_cfg)
     _validate_remap(cls, r.remap, model_cfg, causal)
     if features and cls.capabilities.feature_rotation:
