@@ -225,13 +225,10 @@ def generate(model, prompt: jax.Array, *, max_new_tokens: int, beam_size: int = 
   check_sampling(temperature, top_k, top_p)
   if max_new_tokens < 1:
     raise errors.ConfigError(f'max_new_tokens={max_new_tokens} must be >= 1.')
-  is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype,
-                                                                  jax.dtypes.prng_key)
-  key = seed if is_key else jax.random.key(seed)
   n = _cache_break(model, prompt.shape[1], max_new_tokens)
   if n is not None and beam_size == 1:
     # Up to length n + 1 with one cache, then a fresh one filled over that whole prefix.
-    first, keys = n + 1 - prompt.shape[1], jax.random.split(key)
+    first, keys = n + 1 - prompt.shape[1], jax.random.split(_key(seed))
     options = dict(eos_id=eos_id, temperature=temperature, top_k=top_k, top_p=top_p)
     head = generate(model, prompt, max_new_tokens=first, seed=keys[0], **options)
     tail = generate(model, jnp.concatenate([jnp.asarray(prompt, jnp.int32), head], axis=1),
@@ -244,8 +241,15 @@ def generate(model, prompt: jax.Array, *, max_new_tokens: int, beam_size: int = 
   if beam_size > 1:
     raise errors.ConfigError(f'beam_size={beam_size} searches and temperature={temperature} '
                              'samples: choose one. Fix: beam_size=1 or temperature=0.')
-  return _sample(graphdef, state, prompt, key, jnp.float32(temperature), jnp.float32(top_p),
-                 max_new_tokens, eos_id, top_k, top_p < 1)
+  return _sample(graphdef, state, prompt, _key(seed), jnp.float32(temperature),
+                 jnp.float32(top_p), max_new_tokens, eos_id, top_k, top_p < 1)
+
+
+def _key(seed):
+  """`seed` as a jax.random key (an int, or a key already)."""
+  if isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key):
+    return seed
+  return jax.random.key(seed)
 
 
 def _cache_break(model, length: int, max_new_tokens: int) -> int | None:

@@ -17,6 +17,11 @@ from roformer import model_types
 from roformer import positions
 
 
+def _first(checks) -> str | None:
+  """The reason of the first (failed, reason) pair that failed, or None."""
+  return next((reason for failed, reason in checks if failed), None)
+
+
 def _refusal(config) -> str | None:
   """Why no transformers class computes the model `config` builds, or None."""
   m = config.model
@@ -60,9 +65,9 @@ def _refusal(config) -> str | None:
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
        'GPT-NeoX layer_norm with a plain one)'),
   )
-  for failed, reason in checks:
-    if failed:
-      return reason
+  reason = _first(checks)
+  if reason:
+    return reason
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -158,7 +163,7 @@ def _phi3_refusal_of(config, options, windows) -> str | None:
                            '--config.model.biases=none'),
       (not all(positions.rope_layers(m)), f'{what} layers without positions (Phi-3 rotates in '
                                           'every layer)'),
-      (bool(windows) and not all(_per_layer(m.layer_windows, m.num_layers, 0)),
+      (bool(windows) and not all(positions.layer_windows(m)),
        f'{what} sliding windows on some layers only (Phi-3 windows every layer or none). Fix: '
        'train with one window on every layer'),
       (kind == 'longrope' and m.head_dim not in (0, m.d_model // m.num_heads),
@@ -166,10 +171,7 @@ def _phi3_refusal_of(config, options, windows) -> str | None:
        f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
        'load it'),
   )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  return None
+  return _first(checks)
 
 
 def _smollm3_refusal_of(config, options) -> str | None:
@@ -179,7 +181,7 @@ def _smollm3_refusal_of(config, options) -> str | None:
   on its NoPE layers."""
   m = config.model
   rotates = positions.rope_layers(m)
-  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  windows = positions.layer_windows(m)
   checks = (
       (bool(options), f"attention.{', attention.'.join(o.field for o in options)} with layers "
                       'without positions (SmolLM3, the class with NoPE layers, has none). Fix: '
@@ -194,10 +196,7 @@ def _smollm3_refusal_of(config, options) -> str | None:
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
   )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  return None
+  return _first(checks)
 
 
 def _olmo_refusal_of(config, options) -> str | None:
@@ -223,10 +222,7 @@ def _olmo_refusal_of(config, options) -> str | None:
        f"takes {', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and "
        'apply it with eval.py'),
   )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  return None
+  return _first(checks)
 
 
 # The scalings a Gemma 3 or OLMo 3 export writes (on its global layers, as transformers applies
@@ -242,7 +238,7 @@ def _gemma3_refusal_of(config) -> str | None:
   m = config.model
   sc = m.position.rope.scaling
   options = attention_options.enabled(m.attention)
-  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  windows = positions.layer_windows(m)
   bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
   by_kind = {bool(w): set() for w in windows}
   for w, b in zip(windows, bases):
@@ -272,10 +268,7 @@ def _gemma3_refusal_of(config) -> str | None:
        'has rope_local_base_freq and rope_theta). Fix: train with one base for the windowed '
        'layers and one for the global ones (layer_rope_bases)'),
   )
-  for failed, reason in checks:
-    if failed:
-      return reason
-  return None
+  return _first(checks)
 
 
 def export_family(config) -> str:
@@ -370,7 +363,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     return out
   out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
              rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
-  windows = _per_layer(m.layer_windows, m.num_layers, 0)
+  windows = positions.layer_windows(m)
   if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
     bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
     base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),

@@ -37,10 +37,8 @@ def expand_heads(x: jax.Array, num_heads: int) -> jax.Array:
 
 
 def layer_window(cfg, layer: int) -> int:
-  """Layer `layer`'s sliding window from `model.layer_windows` (cycled over the layers; 0 and
-  an empty pattern: the whole causal context)."""
-  windows = tuple(cfg.layer_windows) if 'layer_windows' in cfg else ()
-  return int(windows[layer % len(windows)]) if windows else 0
+  """Layer `layer`'s sliding window (positions.layer_windows; 0: the whole causal context)."""
+  return positions_lib.layer_windows(cfg)[layer]
 
 
 def attention_config(cfg) -> ml_collections.ConfigDict:
@@ -96,10 +94,10 @@ class MultiHeadAttention(nnx.Module):
     # Set by roformer/sinks.py: the einsum path, and each call sows its attention weights
     # [batch, heads, q_len, k_len] as the Intermediate `attention_probs`.
     self.record_probs = False
+    self.num_kv_heads = kv_heads(cfg)  # Before the options, whose parameters may follow it.
     self.kind.init(self, cfg, att, caps, rngs, dtype)
     for option in self.options:
       option.init(self, cfg, att, caps, rngs, dtype)
-    self.num_kv_heads = kv_heads(cfg)
     width = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim  # [q | k | v] columns.
     self.qkv = layers.linear(cfg, d, width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'),
                              use_bias=layers.has_bias(cfg, 'qkv'))

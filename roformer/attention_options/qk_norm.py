@@ -48,8 +48,7 @@ class QKNorm(base.AttentionOption):
     module.qk_norm_heads = att.qk_norm_over == 'heads'
     widths = (module.head_dim,) * 2
     if module.qk_norm_heads:  # One scale per dimension of the queries', and the keys', heads.
-      widths = (cfg.num_heads * module.head_dim,
-                (int(cfg.num_kv_heads) or cfg.num_heads) * module.head_dim)
+      widths = (module.num_heads * module.head_dim, module.num_kv_heads * module.head_dim)
     module.q_scale, module.k_scale = (
         variables.param(jnp.ones((width,), jnp.float32), (None,), decay=False)
         for width in widths)

@@ -71,6 +71,14 @@ def layer_kinds(model_cfg) -> tuple[str, ...]:
   return tuple(pattern[i % len(pattern)] for i in range(model_cfg.num_layers))
 
 
+def layer_windows(model_cfg) -> tuple[int, ...]:
+  """Each layer's sliding window: `model.layer_windows` cycled over the layers (0, and an
+  empty pattern: the whole causal context)."""
+  pattern = tuple(model_cfg.layer_windows) if 'layer_windows' in model_cfg else ()
+  return tuple(int(pattern[i % len(pattern)]) if pattern else 0
+               for i in range(model_cfg.num_layers))
+
+
 def model_scheme(model_cfg) -> type[PositionScheme]:
   """The description of a model's positions: its kind's, or with `model.layer_kinds` one made
   from the layers' kinds (`per_layer`)."""

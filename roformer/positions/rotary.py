@@ -245,13 +245,6 @@ class _RotaryLayer(base.Layer):
     return r(qf, q_pos, inv_freq), r(kf, k_pos, inv_freq)  # FAVOR+ refuses a factor.
 
 
-def _windows(model_cfg) -> tuple[int, ...]:
-  """Each layer's sliding window (`model.layer_windows` cycled; 0: none)."""
-  windows = tuple(model_cfg.layer_windows) if 'layer_windows' in model_cfg else ()
-  return tuple(int(windows[i % len(windows)]) if windows else 0
-               for i in range(model_cfg.num_layers))
-
-
 def _validate_rotation(width: int, what: str, r) -> int:
   rotary_dim = int(round(width * r.fraction))
   if rotary_dim % 2 or rotary_dim == 0:
@@ -424,7 +417,7 @@ class Rotary(base.PositionScheme):
     bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
     out = {'rope.base': float(bases[layer % len(bases)])} if bases else {}
     sc = model_cfg.position.rope.scaling
-    if scaling.option(sc, 'layers') == 'global' and _windows(model_cfg)[layer]:
+    if scaling.option(sc, 'layers') == 'global' and registry.layer_windows(model_cfg)[layer]:
       out['rope.scaling.kind'] = 'none'
     return out
 
@@ -448,7 +441,7 @@ class Rotary(base.PositionScheme):
     rotary_dim = _validate_rotation(
         head_dim, 'head_dim', r)
     scaling.validate(r.scaling, rotary_dim)
-    if scaling.option(r.scaling, 'layers') == 'global' and all(_windows(model_cfg)):
+    if scaling.option(r.scaling, 'layers') == 'global' and all(registry.layer_windows(model_cfg)):
       raise errors.ConfigError(
           "config.model.position.rope.scaling.layers='global' scales the layers without a "
           f'sliding window, and every layer has one (config.model.layer_windows='
