@@ -96,7 +96,7 @@ def read(directory: str) -> dict:
   if not isinstance(hf, dict):
     raise errors.DamagedFileError(f'{path} is not a JSON object. Fix: copy it again.')
   archs = hf.get('architectures')
-  if isinstance(archs, list) and archs and archs[0] in MULTIMODAL:
+  if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in MULTIMODAL:
     return text_view(hf, path)
   return hf
 

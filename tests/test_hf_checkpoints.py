@@ -395,6 +395,8 @@ def _edited(tmp_path, name, edit=None, remove=()):
      'yarn with truncate=false'),
     ('llama_dynamic', lambda c: c.update(hidden_size=[32]), (),
      'config.json holds a value of the wrong type'),
+    ('llama_dynamic', lambda c: c.update(architectures=[{'class': 'Gemma3'}]), (),
+     'config.json holds a value of the wrong type'),
     ('gemma3_local_global', lambda c: c['rope_parameters']['sliding_attention'].update(
         rope_type='linear', factor=8.0), (),
      r"rope scaling 'linear' on Gemma 3's sliding_attention layers; this project scales every "
