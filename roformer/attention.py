@@ -81,6 +81,15 @@ def softmax(logits: jax.Array) -> jax.Array:
   return _softmax(logits)
 
 
+def soft_capped(logits: jax.Array, cap: float) -> jax.Array:
+  """Gemma 2's soft-capping: float32 cap tanh(logits / cap), so that no logit passes `cap` in
+  size (the attention logits' `attention.softcap`, the output layer's `model.logits_softcap`);
+  `cap` 0: the logits unchanged."""
+  if not cap:
+    return logits
+  return jnp.tanh(logits.astype(jnp.float32) / cap) * cap
+
+
 def _unnormalized(logits):
   """exp(logits - rowmax): the softmax weights before division by their row sums."""
   return jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))

@@ -76,6 +76,14 @@ def _types_with(flag: str, what: str) -> Reader:
                     c.data), 'start from ' + ' or '.join(t.start for t in types))
 
 
+def _not_owned(group: str, what: str) -> Reader:
+  """The runs of every model type but the one that owns the field group `group`."""
+  owner = model_types.owning(group)
+  others = [t for t in model_types.TYPES.values() if t is not owner]
+  return Reader(f'{what} (model.type not {owner.name!r})', lambda c: c.model.type != owner.name,
+                'start from ' + ' or '.join(t.start for t in others))
+
+
 TEXT_LM = _types_with('documents', 'language models')
 TEXT_CAUSAL_LM = _types_with('decoder_only', 'causal LMs')
 TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
@@ -388,6 +396,9 @@ def schema() -> dict:
           # The token embeddings times this at the input, not at the output (Gemma:
           # sqrt(d_model)); 1: unscaled.
           'embedding_multiplier': Float(0, 1e6, min_open=True, default=1.0),
+          **_read_by(_not_owned('labels and metrics', 'models with outputs over the vocabulary'),
+                     {  # > 0: the output logits l become c tanh(l / c) (Gemma 2: 30); 0: not.
+                         'logits_softcap': Float(0, 1e6, default=0.0)}),
           # How weights are drawn: 'classic' (T5's: N(0, 1) embedding read out at
           # 1/sqrt(d_model), dense layers N(0, 1/fan_in)) or 'normal' (GPT-2, GPT-NeoX, Llama:
           # every weight N(0, init_std^2), the output layer unscaled); roformer/layers.py.

@@ -20,6 +20,11 @@ The label-smoothed objective's gradient differs from the cross-entropy's by
 e * (onehot - 1/V) per token, which needs no logits: the backward pass adds it from the
 embedding rows of the targets and the hidden states (and, for the bias, the targets' counts).
 
+With a soft-cap (`model.logits_softcap`: each logit l becomes c tanh(l / c), as Gemma 2's output
+layer), the chunks' gradients are no longer those of linear logits, and the label-smoothed
+objective's extra term needs them: the sums are then differentiated by plain autodiff through the
+scan, each chunk recomputed in the backward pass, which keeps the memory of one chunk.
+
 The scale multiplies the embedding once instead of every chunk's logits, (h E^T) s = h (s E)^T:
 in float32 the same logits to rounding, in bfloat16 bfloat16 products either way.
 """
@@ -27,6 +32,7 @@ in float32 the same logits to rounding, in bfloat16 bfloat16 products either way
 import jax
 import jax.numpy as jnp
 
+from roformer import attention
 from roformer import autodiff
 from roformer import sharding
 
@@ -62,7 +68,7 @@ def _pad(hidden, targets, weights, chunk):
   return widen(hidden), widen(targets), widen(weights)
 
 
-def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
+def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards, softcap=0.0):
   """One chunk: float32 logits [rows, V], the three sums per batch shard [shards, 3], and the
   log-normaliser the gradient needs. Everything is written in terms of the logits and their
   log-sum-exp, so XLA computes each [rows, V] quantity inside the pass that reads it instead of
@@ -70,6 +76,7 @@ def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
   logits = jnp.dot(h, scaled_embedding.T).astype(jnp.float32)
   if bias is not None:
     logits = logits + bias
+  logits = attention.soft_capped(logits, softcap)
   top = jnp.max(logits, axis=-1, keepdims=True)
   lse = top + jnp.log(jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True))
   target = jnp.take_along_axis(logits, t[:, None], axis=-1)[:, 0]
@@ -85,10 +92,11 @@ def _chunk_sums(h, scaled_embedding, bias, t, w, label_smoothing, shards):
   return sharding.constrain(sums, ('batch', None)), logits, lse
 
 
-def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk, grads):
+def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, chunk, grads,
+             softcap=0.0):
   """The scan over chunks: the sums, and with `grads` the cross-entropy's gradients with
   respect to hidden [batch, L, d], to the embedding [V, d] and to the bias [V] (None without
-  one), for a unit cotangent of the weighted cross-entropy sum."""
+  one), for a unit cotangent of the weighted cross-entropy sum (uncapped logits only)."""
   b, length = hidden.shape[:2]
   # The scale goes into the embedding once, not into every chunk's logits and their gradient:
   # (h E^T) s = h (s E)^T, and the logits' gradient g gives g (s E) and s (h^T g).
@@ -110,7 +118,7 @@ def _forward(hidden, embedding, bias, targets, weights, scale, label_smoothing, 
 
   def step(carry, x):
     h, h_t, t, w = x
-    sums, logits, lse = _chunk_sums(h, scaled, bias, t, w, label_smoothing, shards)
+    sums, logits, lse = _chunk_sums(h, scaled, bias, t, w, label_smoothing, shards, softcap)
     if not grads:
       return carry + sums, None
     totals, d_emb_t, d_bias = carry
@@ -193,9 +201,11 @@ _sums.defvjp(_sums_fwd, _sums_bwd)
 
 def chunked_token_sums(hidden: jax.Array, embedding: jax.Array, targets: jax.Array,
                        weights: jax.Array, *, scale: float, label_smoothing: float = 0.0,
-                       chunk: int = 64, bias: jax.Array | None = None) -> dict[str, jax.Array]:
-  """`tasks.token_sums` of the logits (hidden @ embedding^T) * scale (+ bias), `chunk` sequence
-  positions of every row at a time (see the module's docstring).
+                       chunk: int = 64, bias: jax.Array | None = None,
+                       softcap: float = 0.0) -> dict[str, jax.Array]:
+  """`tasks.token_sums` of the logits (hidden @ embedding^T) * scale (+ bias), soft-capped at
+  `softcap` (0: not), `chunk` sequence positions of every row at a time (see the module's
+  docstring).
 
   Args:
     hidden: [batch, L, d] final hidden states, in the activation dtype.
@@ -211,5 +221,9 @@ def chunked_token_sums(hidden: jax.Array, embedding: jax.Array, targets: jax.Arr
     respect to hidden, embedding and bias through the first two; `correct` credits a target
     tied for the largest logit (see the module docstring).
   """
+  if softcap:  # Plain autodiff through the rematerialised scan (the module's docstring).
+    return _result(_forward(hidden, embedding, bias, targets, weights, float(scale),
+                            float(label_smoothing), int(chunk), False, float(softcap))[0],
+                   weights)
   return _sums(hidden, embedding, bias, targets, weights, float(scale), float(label_smoothing),
                int(chunk))

@@ -61,6 +61,8 @@ class EmbeddingModel(nnx.Module):
     self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
     # The token embeddings' multiplier at the input (Gemma's sqrt(d_model)); not at the output.
     self.embedding_multiplier = float(cfg.embedding_multiplier)
+    # > 0: the logits l become c tanh(l / c) (Gemma 2's final_logit_softcapping).
+    self.logits_softcap = float(cfg.logits_softcap)
     std = layers.embedding_std(cfg)
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, rngs=rngs,
                            embedding_init=variables.init(nnx.initializers.normal(stddev=std),
@@ -85,18 +87,23 @@ class EmbeddingModel(nnx.Module):
 
   def readout(self) -> jax.Array:
     """The output layer's matrix [vocab, d_model] (float32 parameters), before its scale
-    `logits_scale`: the logits are hidden @ readout().T * logits_scale."""
+    `logits_scale`: the logits are hidden @ readout().T * logits_scale (+ a bias), then capped
+    where `logits_softcap` > 0."""
     return self.embed.embedding[...] if self.tied else self.unembed[...]
 
-  def logits(self, hidden):
-    """The output layer: float32 logits [..., vocab] of hidden states [..., d_model]."""
+  def logits(self, hidden, bias=None):
+    """The output layer: float32 logits [..., vocab] of hidden states [..., d_model], plus a
+    float32 `bias` [vocab] (the masked LM's), soft-capped where `model.logits_softcap` > 0."""
     if self.tied:
       logits = self.embed.attend(hidden)
     else:
       logits = jnp.dot(hidden.astype(self.dtype), self.unembed[...].astype(self.dtype).T)
     if self.logits_scale != 1.0:
       logits = logits * jnp.asarray(self.logits_scale, logits.dtype)
-    return logits.astype(jnp.float32)
+    logits = logits.astype(jnp.float32)
+    if bias is not None:
+      logits = logits + bias
+    return attention.soft_capped(logits, self.logits_softcap)
 
 
 class Transformer(EmbeddingModel):
@@ -209,7 +216,7 @@ class MaskedLM(Transformer):
   @autodiff.applying
   def predict(self, hidden):
     """The masked-LM head on encoder states [..., d_model] (any subset of the positions)."""
-    return self.logits(self.transform(hidden)) + self.output_bias.value
+    return self.logits(self.transform(hidden), self.output_bias.value)
 
 
 class Classifier(Transformer):

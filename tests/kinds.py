@@ -101,13 +101,15 @@ class Compiled:
 
 
 def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
-                      gate=None, qk_norm_eps=1e-6, qk_norm_over='head'):
+                      gate=None, qk_norm_eps=1e-6, qk_norm_over='head', scale_dim=None,
+                      softcap=None):
   """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head, of
   any head width) in float64: optional RMSNorm of each head's q and k (scale per dimension,
   epsilon `qk_norm_eps`; with `qk_norm_over='heads'`, of all the heads' q, and k, at once;
   scales of heads x head_dim apply each head its own), optional factor per
-  query position (Llama 4's temperature), logits q.k/sqrt(d) + bias, times s_h log n_i with n_i
-  the visible keys (SSMax), softmax over the visible keys, values, each head's output times
+  query position (Llama 4's temperature), logits q.k/sqrt(d) + bias (d: `scale_dim`, else the
+  heads' width), times s_h log n_i with n_i the visible keys (SSMax), capped to c tanh(l / c)
+  with c `softcap`, softmax over the visible keys, values, each head's output times
   sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
   f64 = lambda a: np.asarray(a, np.float64)
   heads, dim = attn.num_heads, attn.head_dim
@@ -121,11 +123,13 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
     q, k = rms(q) * scale(attn.q_scale[...]), rms(k) * scale(attn.k_scale[...])
   if query_factor is not None:
     q = q * f64(query_factor)[None, :, None, None]
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(dim) + bias
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(scale_dim or dim) + bias
   mask = np.broadcast_to(np.asarray(mask), logits.shape)
   if ssmax:
     n = mask.sum(-1, keepdims=True)
     logits = logits * f64(attn.ssmax_scale[...])[None, :, None, None] * np.log(np.maximum(n, 1))
+  if softcap:
+    logits = softcap * np.tanh(logits / softcap)
   logits = np.where(mask, logits, -np.inf)
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)

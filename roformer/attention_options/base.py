@@ -19,8 +19,9 @@ registers them; a switch's hooks default to doing nothing, `logits` being called
 - `values(module, v)`, switches (differential): the values the maps weight;
 - `queries(module, q, pos)`, switches (nope_temperature): the rotated queries;
 - `attend(module, q, k, v, mask, site)`, kind: the weights and the weighted values; softmax's
-  asks the switches' `logits` (dape: forms the logits, `forms_logits`) and `logits_factor`
-  (ssmax: a factor on each row's logits and bias);
+  asks the switches' `logits` (dape: forms the logits, `forms_logits`), `logits_factor`
+  (ssmax: a factor on each row's logits and bias) and `map_logits` (softcap: a function of the
+  formed logits, `maps_logits`);
 - `outputs(module, out, x, layer)`, switches (differential, output_gate): the heads' outputs.
 
 `init` sets parameters as attributes of the attention module, so that their paths in a
@@ -161,6 +162,7 @@ class AttentionOption:
   positions_need = ''
   no_single_map = ''
   forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
+  maps_logits = False  # Its `map_logits` hook maps the formed logits before the softmax.
   # The transformers families (roformer/hf_export_config.py) whose attention computes it; none: an
   # export of a model with it on is refused.
   transformers_families: tuple[str, ...] = ()
@@ -168,6 +170,12 @@ class AttentionOption:
   @property
   def reads(self) -> tuple[str, ...]:
     return tuple(self.specs)
+
+  def transformers_fields(self, att) -> dict:
+    """The config.json fields by which those families' classes compute it as `att` sets it
+    (none where they always do)."""
+    del att
+    return {}
 
   def transformers_refusal(self, model_cfg, att) -> str:
     """Why those families' classes do not compute it as `att` sets it ('' where they do)."""
@@ -208,6 +216,11 @@ class AttentionOption:
 
   def logits(self, module, scaled, bias):
     """The logits [batch, heads, q_len, k_len] from q.k/sqrt(d) and the scheme's bias."""
+    raise NotImplementedError
+
+  def map_logits(self, module, logits):
+    """A function of the logits [batch, heads, q_len, k_len] (bias and factors in), before the
+    mask and the softmax; called where `maps_logits` says so."""
     raise NotImplementedError
 
   def logits_factor(self, module, mask):

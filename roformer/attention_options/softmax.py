@@ -1,6 +1,7 @@
 """Softmax attention (`attention.kind='softmax'`, the default): softmax over q.k/sqrt(d) and the
 position scheme's terms, on every implementation (`attention.attend`), or on the fused bias
-kernel of roformer/fused_bias.py with attention_impl='pallas'. Under a distance remap the
+kernel of roformer/fused_bias.py with attention_impl='pallas'. A switch that maps the logits
+(`maps_logits`: soft-capping) has them formed whole, on every path. Under a distance remap the
 logits are RoPE's at the remapped distances, computed over causal blocks of queries (at most
 REMAP_BLOCKS, of at least `model.causal_block` rows; 0: the whole matrix) so that a long
 evaluation holds one block's rows of them at a time."""
@@ -30,21 +31,22 @@ class Softmax(base.AttentionKind):
     args = (site.pos, site.k_pos)
     factors = lambda mask: [f for f in (o.logits_factor(module, mask) for o in module.options)
                             if f is not None]
+    maps = [o for o in module.options if o.maps_logits]
     former = next((o for o in module.options if o.forms_logits), None)
     if module.remap:
       blocked = module.causal and module.causal_block and cache is None and not module.record_probs
       rows = max(module.causal_block, -(-q.shape[1] // REMAP_BLOCKS))
       if blocked and rows < q.shape[1]:
         return attention.over_causal_blocks(
-            lambda q, k, v, mask, _, q_pos, k_pos: _remapped(position, q, k, v, mask, q_pos,
-                                                             k_pos, factors, site.k_pos)[0],
+            lambda q, k, v, mask, _, q_pos, k_pos: _remapped(
+                module, position, q, k, v, mask, q_pos, k_pos, factors, maps, site.k_pos)[0],
             q, k, v, mask, None, rows, module.window, (site.pos,), (site.k_pos,)), None
-      return _remapped(position, q, k, v, mask, *args, factors)
+      return _remapped(module, position, q, k, v, mask, *args, factors, maps)
     if module.computes_logits:
       logits = position.logits(q, k, *args, mask, site.ctx)
       for factor in factors(mask):
         logits = logits * factor[..., None]
-      return attention.attend_logits(logits, v, mask)
+      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
     fused = site.fused_inputs(module)
     if fused:
       # The fused kernel: the scheme's bias computed block by block, never materialised.
@@ -54,10 +56,13 @@ class Softmax(base.AttentionKind):
     bias = position.logits_bias(q, k, *args, mask, site.ctx)
     if former:
       logits = former.logits(module, attention.scaled_logits(q, k), bias)
-      return attention.attend_logits(logits, v, mask)
+      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
     for factor in factors(mask):  # (q.k + bias) f, with q scaled so that every kernel can run it.
       q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
       bias = None if bias is None else bias * factor[..., None]
+    if maps:
+      logits = attention.scaled_logits(q, k, bias)
+      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
     return attention.attend(q, k, v, mask, bias=bias,
                             impl='einsum' if module.record_probs else module.unfused_impl,
                             return_probs=module.value_term or module.record_probs,
@@ -67,10 +72,17 @@ class Softmax(base.AttentionKind):
                             causal=module.causal)
 
 
-def _remapped(position, q, k, v, mask, q_pos, k_pos, factors, row_pos=None):
+def _mapped(module, logits, maps):
+  """The logits through each switch's `map_logits`, in the order the switches run."""
+  for option in maps:
+    logits = option.map_logits(module, logits)
+  return logits
+
+
+def _remapped(module, position, q, k, v, mask, q_pos, k_pos, factors, maps, row_pos=None):
   """softmax over RoPE's logits under the layer's distance remap (`remapped_logits`: one
   [batch, heads, q_len, k_len] product per region of the remap), with the pairs the remap hides
-  masked and each option's row factor: (output, weights). Run over causal blocks of queries,
+  masked, each option's row factor and map: (output, weights). Run over causal blocks of queries,
   it holds one block's rows at a time: each row's factor reads only its own row of the mask,
   and the keys a block leaves out are all after its rows or before its window; `row_pos`, the
   row's positions, decides what depends on its length (dynamic scaling)."""
@@ -78,4 +90,4 @@ def _remapped(position, q, k, v, mask, q_pos, k_pos, factors, row_pos=None):
   mask = mask if seen is None else mask & seen[:, None]
   for factor in factors(mask):
     logits = logits * factor[..., None]
-  return attention.attend_logits(logits, v, mask)
+  return attention.attend_logits(_mapped(module, logits, maps), v, mask)

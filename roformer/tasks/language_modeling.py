@@ -81,7 +81,8 @@ class LanguageModeling(base.Task):
                             batch['inputs_segment_ids'], key)
       return losses.chunked_token_sums(
           hidden, model.readout(), batch['targets'], self.loss_weights(batch),
-          scale=model.logits_scale, label_smoothing=label_smoothing, chunk=self.loss_chunk)
+          scale=model.logits_scale, label_smoothing=label_smoothing, chunk=self.loss_chunk,
+          softcap=model.logits_softcap)
     return self.logits_and_sums(model, batch, key, label_smoothing, by_position)[1]
 
   def logits_and_sums(self, model, batch, key=None, label_smoothing: float = 0.0,

@@ -69,7 +69,7 @@ class MaskedLanguageModeling(language_modeling.LanguageModeling):
       sums = losses.chunked_token_sums(
           model.transform(hidden), model.readout(), targets,
           weights.astype(jnp.float32), scale=model.logits_scale, label_smoothing=label_smoothing,
-          chunk=self.loss_chunk, bias=model.output_bias.value)
+          chunk=self.loss_chunk, bias=model.output_bias.value, softcap=model.logits_softcap)
       return {**sums, **tokens}
     if slots is not None:
       block = lambda x: x.reshape((groups, rows // groups * length) + x.shape[2:])

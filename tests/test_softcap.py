@@ -1,0 +1,214 @@
+"""Gemma 2's logit soft-capping and query scale: `attention.softcap` (each attention logit l ->
+c tanh(l / c)), `attention.logit_scale` (q.k / sqrt(logit_scale_dim) in place of sqrt(head_dim))
+and `model.logits_softcap` (the output logits capped), each against its formula in float64, on
+every path that forms the logits (the scheme's bias, a scheme that computes its own logits, a
+distance remap, the cache), and the chunked cross-entropy against the whole one."""
+
+import jax
+import jax.numpy as jnp
+import kinds
+import numpy as np
+import pytest
+
+from roformer import attention
+from roformer import errors
+from roformer import losses
+from roformer import models
+from roformer import resolve
+from roformer import tasks
+
+
+def _layer_inputs(config, seed, length=12):
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(2, length, config.model.d_model)), jnp.float32)
+  seg = jnp.asarray([[1] * length, [1] * 5 + [2] * (length - 5)], jnp.int32)
+  pos = jnp.asarray([list(range(length)), list(range(5)) + list(range(length - 5))], jnp.int32)
+  return attn, layer, x, pos, attention.make_mask(seg, seg, causal=True)
+
+
+def _bias(attn, layer, x, pos, mask):
+  stub = jnp.zeros(x.shape[:2] + (attn.num_heads, attn.head_dim))
+  return np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
+
+
+@pytest.mark.parametrize('softcap,logit_scale,ssmax,impl', [
+    (True, False, False, 'einsum'), (False, True, False, 'xla'), (True, True, True, 'einsum'),
+    (True, True, False, 'auto')])
+def test_the_layer_is_the_formula(softcap, logit_scale, ssmax, impl):
+  """ALiBi's bias and packed segments; a cap of 0.4 that moves most logits, and a scale width
+  of 5 for heads 8 wide. Each option changes the output: the formula without it is another."""
+  config = kinds.tiny_config('alibi', num_layers=1, attention_impl=impl)
+  config.model.attention.update(softcap=softcap, logit_scale=logit_scale, ssmax=ssmax)
+  config.model.attention.update({**({'softcap_value': 0.4} if softcap else {}),
+                                 **({'logit_scale_dim': 5} if logit_scale else {})})
+  resolve.validate(config)
+  attn, layer, x, pos, mask = _layer_inputs(config, seed=0)
+  assert attn.head_dim == 8
+  out = np.asarray(attn(x, mask, pos, layer)[0])
+  bias = _bias(attn, layer, x, pos, mask)
+  settings = {'softcap': 0.4 if softcap else None, 'scale_dim': 5 if logit_scale else None,
+              'ssmax': ssmax}
+  want = kinds.attention_formula(attn, x, mask, bias, **settings)
+  np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-5)
+  for field in ('softcap', 'scale_dim'):
+    if settings[field]:
+      other = kinds.attention_formula(attn, x, mask, bias, **{**settings, field: None})
+      assert np.abs(other - want).max() > 1e-3
+
+
+def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
+  """PoPE forms its logits itself: the layer is softmax(c tanh(logits / c)) over them, its
+  values and the output projection, written out in float64 from the scheme's logits."""
+  config = kinds.tiny_config('pope', num_layers=1, attention_impl='einsum')
+  config.model.attention.update(softcap=True, softcap_value=0.3)
+  resolve.validate(config)
+  attn, layer, x, pos, mask = _layer_inputs(config, seed=1, length=9)
+  out = np.asarray(attn(x, mask, pos, layer)[0])
+  f64 = lambda a: np.asarray(a, np.float64)
+  b, length, _ = x.shape
+  qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
+  q, k, v = np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
+  ctx = layer.prepare(x, pos, None)
+  logits = f64(layer.logits(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32), pos, pos,
+                            mask, ctx))
+  logits = np.where(np.asarray(mask), 0.3 * np.tanh(logits / 0.3), -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  heads = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
+  want = heads @ f64(attn.out.kernel[...]) + f64(attn.out.bias[...])
+  np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-5)
+
+
+def _lm(kind='rope', seed=4, **fields):
+  config = kinds.tiny_config(kind, dropout=0.0, num_layers=2)
+  attention_fields = {k: v for k, v in fields.items() if k in config.model.attention}
+  config.model.attention.update(attention_fields)
+  config.model.update({k: v for k, v in fields.items() if k not in attention_fields})
+  resolve.validate(config)
+  return config, models.create(config.model, seed=seed)
+
+
+def _full(model, tokens):
+  pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+
+
+def test_a_remap_that_moves_no_distance_keeps_the_capped_model():
+  """ReRoPE with a window past the row is RoPE itself: with the cap on, the remap's path (which
+  forms RoPE's logits itself) gives the plain path's logits, and a cap that binds changes them."""
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 14)))
+  capped = dict(softcap=True, softcap_value=0.2)
+  config, plain = _lm(**capped)
+  config.model.position.rope.remap.update(method='rerope', window=14)
+  resolve.validate(config)
+  remapped = models.create(config.model, seed=4)
+  np.testing.assert_allclose(_full(remapped, tokens), _full(plain, tokens), atol=1e-5)
+  _, uncapped = _lm()
+  assert np.abs(_full(uncapped, tokens) - _full(plain, tokens)).max() > 1e-3
+
+
+def test_the_cache_equals_the_full_pass_with_every_cap():
+  _, model = _lm(softcap=True, softcap_value=0.5, logit_scale=True, logit_scale_dim=3,
+                 logits_softcap=1.5)
+  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 10)))
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 5), max_len=12)
+
+
+def test_the_output_logits_are_the_uncapped_ones_through_tanh():
+  """The same parameters with model.logits_softcap 0 and 1.5: c tanh(l / c) of the first's
+  logits in float64, for the causal LM and the masked LM (whose output bias is added first)."""
+  tokens = jnp.asarray(np.random.default_rng(2).integers(5, 50, (2, 9)))
+  _, raw = _lm()
+  _, capped = _lm(logits_softcap=1.5)
+  want = 1.5 * np.tanh(np.asarray(_full(raw, tokens), np.float64) / 1.5)
+  np.testing.assert_allclose(_full(capped, tokens), want, rtol=1e-5, atol=1e-6)
+  assert np.abs(_full(raw, tokens)).max() > 3  # The cap binds.
+  hidden = jnp.asarray(np.random.default_rng(3).normal(size=(2, 9, 32)), jnp.float32)
+  mlm = []
+  for cap in (0.0, 1.5):
+    config = kinds.tiny_config('rope', type='mlm', logits_softcap=cap)
+    model = models.create(config.model, seed=0)
+    model.output_bias.value = jnp.linspace(-2.0, 2.0, 50)
+    mlm.append(np.asarray(model.predict(hidden), np.float64))
+  np.testing.assert_allclose(mlm[1], 1.5 * np.tanh(mlm[0] / 1.5), rtol=1e-5, atol=1e-6)
+
+
+def _reference_sums(hidden, embedding, targets, weights, scale, cap, smoothing, bias=0.0):
+  logits = np.asarray(hidden, np.float64) @ np.asarray(embedding, np.float64).T * scale + bias
+  logits = cap * np.tanh(logits / cap)
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  ce = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]
+  objective = (1 - smoothing) * ce - smoothing * logp.mean(-1)
+  return (objective * weights).sum(), (ce * weights).sum()
+
+
+@pytest.mark.parametrize('smoothing,with_bias', [(0.0, False), (0.1, True)])
+def test_the_chunked_loss_of_capped_logits_and_its_gradients(smoothing, with_bias):
+  """Chunks of 4 over 10 positions (the last padded): the sums against float64, and the
+  gradients against plain autodiff of the whole [tokens, vocabulary] formula."""
+  rng = np.random.default_rng(5)
+  hidden = jnp.asarray(rng.normal(size=(2, 10, 8)), jnp.float32)
+  embedding = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
+  bias = jnp.asarray(rng.normal(size=(11,)), jnp.float32) if with_bias else None
+  targets = jnp.asarray(rng.integers(0, 11, (2, 10)), jnp.int32)
+  weights = jnp.asarray(rng.integers(0, 2, (2, 10)), jnp.float32)
+  scale, cap = 0.7, 1.5
+
+  def chunked(hidden, embedding, bias):
+    sums = losses.chunked_token_sums(hidden, embedding, targets, weights, scale=scale,
+                                     label_smoothing=smoothing, chunk=4, bias=bias, softcap=cap)
+    return sums['objective_sum'] + 2 * sums['loss_sum'], sums
+
+  def whole(hidden, embedding, bias):
+    logits = attention.soft_capped(hidden @ embedding.T * scale + (0.0 if bias is None else bias),
+                               cap)
+    sums = tasks.base.token_sums(logits, targets, weights, smoothing)
+    return sums['objective_sum'] + 2 * sums['loss_sum'], sums
+
+  (_, sums), grads = jax.value_and_grad(chunked, argnums=(0, 1, 2), has_aux=True)(
+      hidden, embedding, bias)
+  want = _reference_sums(hidden, embedding, np.asarray(targets), np.asarray(weights), scale,
+                         cap, smoothing, 0.0 if bias is None else np.asarray(bias, np.float64))
+  np.testing.assert_allclose([sums['objective_sum'], sums['loss_sum']], want, rtol=1e-5)
+  (_, whole_sums), want_grads = jax.value_and_grad(whole, argnums=(0, 1, 2), has_aux=True)(
+      hidden, embedding, bias)
+  assert sums['correct'] == whole_sums['correct']
+  for got, expected in zip(grads, want_grads):
+    if expected is not None:
+      np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_the_task_passes_the_cap_to_the_chunked_loss():
+  """A causal LM's loss in chunks of 4 equals its loss from the whole logits."""
+  config, model = _lm(logits_softcap=1.2, loss_chunk=4)
+  tokens = np.random.default_rng(6).integers(5, 50, (2, 11)).astype(np.int32)
+  batch = {'inputs': tokens[:, :-1], 'targets': tokens[:, 1:]}
+  ones = np.ones_like(batch['inputs'])
+  batch.update(inputs_segment_ids=ones, targets_segment_ids=ones,
+               inputs_positions=np.cumsum(ones, 1) - 1, targets_positions=np.cumsum(ones, 1) - 1)
+  batch = {k: jnp.asarray(v) for k, v in batch.items()}
+  task = tasks.for_config(config)
+  assert task.loss_chunk == 4
+  chunked = task.sums(model, batch)
+  whole = task.logits_and_sums(model, batch)[1]
+  for name in ('loss_sum', 'correct'):
+    np.testing.assert_allclose(chunked[name], whole[name], rtol=1e-5)
+
+
+def test_the_softcap_runs_on_the_einsum_path_only():
+  config = kinds.tiny_config('rope', attention_impl='xla')
+  config.model.attention.update(softcap=True)
+  with pytest.raises(errors.ConfigError, match='attention.softcap=True.*einsum path'):
+    resolve.validate(config)
+
+
+def test_a_classifier_refuses_the_output_cap():
+  from configs import classify  # pylint: disable=g-import-not-at-top
+  config = classify.get_config()
+  config.model.logits_softcap = 30.0
+  with pytest.raises(errors.ConfigError, match="logits_softcap=30.0 is read only by models "
+                     "with outputs over the vocabulary.*model.type='classifier'"):
+    resolve.validate(config)
