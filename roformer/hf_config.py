@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Ten architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Eleven architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -9,7 +9,10 @@ Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`
 + the stored weight; QK-norm; the embeddings times sqrt(hidden_size), `model.embedding_multiplier`;
 local and global layers, each kind with its window and RoPE base, `model.layer_windows` and
 `model.layer_rope_bases`; a scaling of the global layers alone, `rope.scaling.layers='global'`; the
-language model of Gemma3ForConditionalGeneration too, `text_view`), Olmo2ForCausalLM and
+language model of Gemma3ForConditionalGeneration too, `text_view`), Gemma2ForCausalLM (Gemma 3's
+block without QK-norm, one base, windows on alternate layers, logit soft-capping,
+`attention.softcap` and `model.logits_softcap`; both Gemmas' `query_pre_attn_scalar` is
+`attention.logit_scale`), Olmo2ForCausalLM and
 Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
@@ -46,7 +49,8 @@ from roformer import positions
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',
-                 'Qwen3ForCausalLM': 'qwen3', 'Gemma3ForCausalLM': 'gemma3',
+                 'Qwen3ForCausalLM': 'qwen3', 'Gemma2ForCausalLM': 'gemma2',
+                 'Gemma3ForCausalLM': 'gemma3',
                  'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox'}
@@ -54,8 +58,11 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
-LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma3', 'smollm3', 'olmo2',
-                'olmo3')
+LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
+                'olmo2', 'olmo3')
+# Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
+# logit soft-capping.
+GEMMA = ('gemma2', 'gemma3')
 # OLMo 2 and 3: norms on the branches' outputs alone, QK-norm over all heads.
 OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
@@ -262,6 +269,10 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     rotates = _smollm3_rotates(hf, layers, where)
     return _windows_of(hf.get('layer_types') or [
         'full_attention' if r else 'sliding_attention' for r in rotates], window)
+  if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
+    return _windows_of(hf.get('layer_types') or [
+        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)],
+                       window or 0)
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     return _windows_of(hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
@@ -317,23 +328,41 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   return windows, bases, None, scaling, trained
 
 
-def _gemma3_refusal(hf: dict, head_dim: int, where: str) -> None:
-  """What Gemma 3's text config may say that this project does not compute."""
+def _gemma_attention(hf: dict, fam: str, head_dim: int, where: str) -> dict:
+  """config.model.attention's fields for what a Gemma 2 or 3 config says of its attention:
+  `query_pre_attn_scalar` other than head_dim (Gemma 2 27B, Gemma 3 27B) as
+  `attention.logit_scale`, Gemma 2's `attn_logit_softcapping` as `attention.softcap`
+  (Gemma2Config's defaults 256 and 50, Gemma3TextConfig's 256 and none); bidirectional
+  attention, and a Gemma 3 attention soft-cap (which transformers' class does not apply), are
+  refused."""
+  if _read(hf, 'use_bidirectional_attention', None):
+    raise errors.ConfigError(f'{where}: use_bidirectional_attention: this project reads causal '
+                             'LMs. Fix: a causal checkpoint (use_bidirectional_attention false).')
   scalar = _read(hf, 'query_pre_attn_scalar', 256)
-  checks = (
-      (scalar != head_dim, f'query_pre_attn_scalar {scalar} scales the logits by '
-                           f'1/sqrt({scalar}), and this project by 1/sqrt(head_dim {head_dim})'),
-      (hf.get('final_logit_softcapping') is not None, 'final_logit_softcapping (tanh on the '
-                                                      'logits) is not computed here'),
-      (hf.get('attn_logit_softcapping') is not None, 'attn_logit_softcapping (tanh on the '
-                                                     'attention logits) is not computed here'),
-      (bool(hf.get('use_bidirectional_attention')), 'use_bidirectional_attention: this '
-                                                    'project reads causal LMs'),
-  )
-  for failed, why in checks:
-    if failed:
-      raise errors.ConfigError(f'{where}: {why}. Fix: a Gemma 3 checkpoint without it (as '
-                               'Gemma 3 270M and 1B).')
+  if (isinstance(scalar, bool) or not isinstance(scalar, (int, float)) or scalar != int(scalar)
+      or scalar < 1):
+    raise errors.DamagedFileError(f'{where}: query_pre_attn_scalar is {scalar!r}, where '
+                                  'transformers reads a positive integer. Fix: use the '
+                                  'config.json that came with the weights.')
+  att = {}
+  if int(scalar) != head_dim:
+    att.update(logit_scale=True, logit_scale_dim=int(scalar))
+  cap = _read(hf, 'attn_logit_softcapping', 50.0 if fam == 'gemma2' else None)
+  if cap is not None and fam == 'gemma3':
+    raise errors.ConfigError(f"{where}: attn_logit_softcapping {cap!r}, which transformers' "
+                             'Gemma 3 class reads and its attention does not apply. Fix: a '
+                             'Gemma 3 checkpoint without it (null, as those on the Hub).')
+  if cap is not None:
+    att.update(softcap=True, softcap_value=_positive(cap, 'attn_logit_softcapping', where))
+  return att
+
+
+def _positive(value, name: str, where: str) -> float:
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
+                                  'positive number or null. Fix: use the config.json that came '
+                                  'with the weights.')
+  return float(value)
 
 
 def _biases(hf: dict, fam: str, where: str) -> str:
@@ -360,7 +389,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's and Gemma3TextConfig's default, where absent, is 128 and 256); GPT-NeoX's
   # always split hidden_size.
-  default_width = {'qwen3': 128, 'gemma3': 256}.get(fam)
+  default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in LLAMA_FAMILY else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in LLAMA_FAMILY and hf.get('head_dim') not in (None, head_dim)):
@@ -368,15 +397,14 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
         f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; '
         f'{MODEL_TYPES[fam]} splits hidden_size into the heads. Fix: a checkpoint whose heads '
         'are so.')
-  act = (_read(hf, 'hidden_activation', 'gelu_pytorch_tanh') if fam == 'gemma3' else
+  act = (_read(hf, 'hidden_activation', 'gelu_pytorch_tanh') if fam in GEMMA else
          _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu'))
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: hidden_act {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
   kv = int(hf.get('num_key_value_heads') or heads)
-  if fam == 'gemma3':
-    _gemma3_refusal(hf, head_dim, where)
+  gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
     settings = {'rope_theta': base}  # None: each layer's base is in layer_rope_bases.
@@ -410,7 +438,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
       dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
-      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam in ('gemma3', 'smollm3'))),
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam in GEMMA + ('smollm3',))),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',
@@ -426,8 +454,12 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.attention.update(qk_norm_over='heads')
   if fam in ('qwen3', 'gemma3') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
-  if fam == 'gemma3':
+  if fam in GEMMA:
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
+    config.model.attention.update(gemma_attention)
+    final_cap = _read(hf, 'final_logit_softcapping', 30.0 if fam == 'gemma2' else None)
+    if final_cap is not None:
+      config.model.logits_softcap = _positive(final_cap, 'final_logit_softcapping', where)
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.
     rotates = _smollm3_rotates(hf, layers, where)
     if not any(rotates):

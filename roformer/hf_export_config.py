@@ -3,7 +3,7 @@
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the families' own (Gemma 3's sandwich block, SmolLM3's layers
-without positions) in `_gemma3_refusal_of` and `_smollm3_refusal_of`. `from_config` writes the
+without positions) in `_gemma_refusal_of` and `_smollm3_refusal_of`. `from_config` writes the
 config in transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads
 too.
 """
@@ -43,8 +43,11 @@ def _refusal(config) -> str | None:
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
       (m.embedding_multiplier != 1 and m.norm != 'sandwich',
-       f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 3's block "
+       f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
+      (m.logits_softcap > 0 and m.norm != 'sandwich',
+       f"a soft-cap of the output logits (logits_softcap={m.logits_softcap:g}) outside Gemma 2's "
+       "and 3's block (norm='sandwich')"),
       (rope.keep_fraction < 1, f'p-RoPE (rope.keep_fraction={rope.keep_fraction})'),
       (rope.rotate_values, 'rotated values (rope.rotate_values)'),
       (rope.remap.method != 'none', f'the distance remap {rope.remap.method!r}, an evaluation-'
@@ -91,9 +94,9 @@ def _refusal(config) -> str | None:
       return _phi3_refusal_of(config, options, windows)
     if not all(positions.rope_layers(m)):
       return _smollm3_refusal_of(config, options)
-    # The options on go to the one class that computes them: Gemma 3's for a sandwich block,
-    # OLMo's for output norms, else Qwen3's.
-    family = {'sandwich': 'gemma3', 'output': 'olmo2'}.get(m.norm, 'qwen3')
+    # The options on go to the one class that computes them: Gemma 3's for a sandwich block
+    # with QK-norm, Gemma 2's for one without, OLMo's for output norms, else Qwen3's.
+    family = {'sandwich': _sandwich_family(m), 'output': 'olmo2'}.get(m.norm, 'qwen3')
     missing = [o.field for o in options if family not in o.transformers_families]
     if missing:
       return (f"attention.{', attention.'.join(missing)} in a "
@@ -103,7 +106,7 @@ def _refusal(config) -> str | None:
       if reason:
         return reason
     if m.norm == 'sandwich':
-      return _gemma3_refusal_of(config)
+      return _gemma_refusal_of(config, family)
     if m.norm == 'output':
       return _olmo_refusal_of(config, options)
     if options and m.biases not in ('none', 'attention'):
@@ -225,48 +228,63 @@ def _olmo_refusal_of(config, options) -> str | None:
   return _first(checks)
 
 
-# The scalings a Gemma 3 or OLMo 3 export writes (on its global layers, as transformers applies
-# them; each read back by transformers in tests/test_hf_export.py or by hand).
+# The scalings a Gemma 2, Gemma 3 or OLMo 3 export writes (Gemma 3's and OLMo 3's on their global
+# layers, as transformers applies them; each read back by transformers in tests/test_hf_export.py
+# or by hand).
 TYPED_SCALINGS = ('none', 'linear', 'yarn', 'llama3')
 
 
-def _gemma3_refusal_of(config) -> str | None:
-  """Why Gemma3ForCausalLM does not compute a sandwich block, or None: it has QK-norm with the
-  blocks' epsilon, the embeddings times sqrt(hidden_size), no biases or all four attention
-  ones, a scaling of its global layers alone (or none), and one RoPE base for its windowed
-  layers and one for its global ones."""
+def _sandwich_family(m) -> str:
+  """The Gemma class of a sandwich block: Gemma 2's where it computes every attention option on
+  (it has no QK-norm), else Gemma 3's."""
+  options = attention_options.enabled(m.attention)
+  return 'gemma2' if all('gemma2' in o.transformers_families for o in options) else 'gemma3'
+
+
+def _gemma_refusal_of(config, family: str) -> str | None:
+  """Why Gemma2ForCausalLM or Gemma3ForCausalLM (`family`) does not compute a sandwich block, or
+  None: they have the embeddings times sqrt(hidden_size), no biases or all four attention ones
+  and a scaling in TYPED_SCALINGS (or none); Gemma 3 scales its global layers alone, and has
+  one RoPE base for its windowed layers and one for its global ones; Gemma 2 scales every layer
+  and has one base."""
   m = config.model
   sc = m.position.rope.scaling
-  options = attention_options.enabled(m.attention)
+  name = hf_config.MODEL_TYPES[family].removesuffix('ForCausalLM').replace('Gemma', 'Gemma ')
   windows = positions.layer_windows(m)
   bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
   by_kind = {bool(w): set() for w in windows}
   for w, b in zip(windows, bases):
     by_kind[bool(w)].add(b)
   multiplier = float(np.float32(m.embedding_multiplier))
+  gemma3 = family == 'gemma3'
   checks = (
-      (not any('gemma3' in o.transformers_families for o in options),
-       'a sandwich block without QK-norm (Gemma 3 has it). Fix: train it with '
-       '--config.model.attention.qk_norm=True'),
       (multiplier != float(np.float32(m.d_model ** 0.5)),
-       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: Gemma 3 '
+       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: {name} '
        f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}. Fix: train it with '
        f'--config.model.embedding_multiplier={m.d_model ** 0.5!r}'),
       (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} in a sandwich block (Gemma 3 has all four attention ones or "
+       f"biases={m.biases!r} in a sandwich block ({name} has all four attention ones or "
        'none). Fix: train it with --config.model.biases=attention or none'),
-      (sc.kind != 'none' and any(windows) and sc.layers != 'global',
-       f'a RoPE scaling ({sc.kind!r}) of every layer in a sandwich block: transformers\' Gemma '
-       "3 scales its global layers alone. Fix: --config.model.position.rope.scaling.layers="
-       'global, or export a model trained without a scaling and apply one with eval.py'),
+      (gemma3 and sc.kind != 'none' and any(windows) and sc.layers != 'global',
+       f'a RoPE scaling ({sc.kind!r}) of every layer in a sandwich block with QK-norm: '
+       "transformers' Gemma 3 scales its global layers alone. Fix: "
+       '--config.model.position.rope.scaling.layers=global, or export a model trained without '
+       'a scaling and apply one with eval.py'),
+      (not gemma3 and sc.kind != 'none' and any(windows) and sc.layers == 'global',
+       f'a RoPE scaling ({sc.kind!r}) of the global layers alone in a sandwich block without '
+       "QK-norm: transformers' Gemma 2 scales every layer. Fix: export a model trained without "
+       'a scaling and apply one with eval.py'),
       (sc.kind not in TYPED_SCALINGS,
-       f"the RoPE scaling {sc.kind!r} in a sandwich block (Gemma 3's export takes "
+       f"the RoPE scaling {sc.kind!r} in a sandwich block ({name}'s export takes "
        f"{', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and apply "
        'it with eval.py'),
-      (any(len(b) > 1 for b in by_kind.values()),
+      (gemma3 and any(len(b) > 1 for b in by_kind.values()),
        'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
        'has rope_local_base_freq and rope_theta). Fix: train with one base for the windowed '
        'layers and one for the global ones (layer_rope_bases)'),
+      (not gemma3 and len(set(bases)) > 1,
+       'per-layer RoPE bases (layer_rope_bases) in a sandwich block without QK-norm (Gemma 2 '
+       'has one rope_theta; Gemma 3, with QK-norm, one per layer kind)'),
   )
   return _first(checks)
 
@@ -283,7 +301,7 @@ def export_family(config) -> str:
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
   if m.norm == 'sandwich':
-    return 'gemma3'
+    return _sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
     return 'olmo3' if any(m.layer_windows) else 'olmo2'
   if m.position.rope.fraction < 1:  # The Llama-family class with partial rotary.
@@ -364,25 +382,27 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
              rope_theta=base, attention_dropout=0.0, head_dim=head_dim)
   windows = positions.layer_windows(m)
-  if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
-    bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
-    base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
-                                 rope.base)
+  if fam in hf_config.GEMMA:
     out.pop('hidden_act')
     out.update(hidden_activation=hf_config.ACTIVATION_NAMES[m.activation],
-               rope_theta=base_of(False),
-               rope_local_base_freq=base_of(True), attention_bias=m.biases == 'attention',
-               query_pre_attn_scalar=head_dim,
+               attention_bias=m.biases == 'attention', query_pre_attn_scalar=head_dim,
                layer_types=_layer_types(windows),
-               final_logit_softcapping=None, attn_logit_softcapping=None)
+               final_logit_softcapping=m.logits_softcap or None, attn_logit_softcapping=None)
+    for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
+      out.update(option.transformers_fields(m.attention))
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
       out['sliding_window'] = max(windows)
-    # transformers before 4.53 reads the layer kinds from this pattern alone (every p-th layer
-    # global; 1: all global), which some layouts have.
-    pattern = next((p for p in range(1, m.num_layers + 2)
-                    if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
-    if pattern:
-      out['sliding_window_pattern'] = pattern
+    if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
+      bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
+      base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
+                                   rope.base)
+      out.update(rope_theta=base_of(False), rope_local_base_freq=base_of(True))
+      # transformers before 4.53 reads the layer kinds from this pattern alone (every p-th layer
+      # global; 1: all global), which some layouts have.
+      pattern = next((p for p in range(1, m.num_layers + 2)
+                      if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
+      if pattern:
+        out['sliding_window_pattern'] = pattern
   elif fam in ('llama', 'smollm3'):
     out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
     if fam == 'smollm3':  # 1: the layer rotates; windows on its NoPE layers only.

@@ -145,18 +145,19 @@ def _linear(t, name, d_in, d_out, bias: bool):
 
 
 # Gemma's RMSNorm multiplies by 1 + its stored weight; the others by the weight.
-SCALE_OFFSET = {'gemma3': 1.0}
+SCALE_OFFSET = {'gemma2': 1.0, 'gemma3': 1.0}
 
-# A Gemma 3 block's norms: the branches' inputs and outputs (its post_attention_layernorm is the
-# attention output's, where Llama's is the MLP input's).
-GEMMA3_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_attention_layernorm'),
+# A Gemma 2 or 3 block's norms: the branches' inputs and outputs (its post_attention_layernorm is
+# the attention output's, where Llama's is the MLP input's).
+GEMMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_attention_layernorm'),
                 ('ln_mlp', 'pre_feedforward_layernorm'),
                 ('ln_mlp_out', 'post_feedforward_layernorm'))
 # An OLMo 2 or 3 block's norms: the branches' outputs alone.
 OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
               ('ln_mlp_out', 'post_feedforward_layernorm'))
 # A block's norms by family (this project's name, the checkpoint's); Llama's by default.
-NORMS = {'gemma3': GEMMA3_NORMS, 'olmo2': OLMO_NORMS, 'olmo3': OLMO_NORMS}
+NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'olmo2': OLMO_NORMS,
+         'olmo3': OLMO_NORMS}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}

@@ -93,6 +93,17 @@ FIXTURES = {
         rope_parameters={'sliding_attention': {'rope_type': 'default', 'rope_theta': 10000.0},
                          'full_attention': {'rope_type': 'default', 'rope_theta': 1e6}}),
                             False, 'llama', 0),
+    # Gemma 2 (as transformers 4 wrote it): sandwich norms, embeddings times sqrt(hidden_size),
+    # alternate 8-token windows, logits scaled by 1/sqrt(24) for heads 16 wide (as Gemma 2 27B's
+    # 1/sqrt(144) for 128), attention and output logits soft-capped at values that bind, and a
+    # linear scaling of every layer.
+    'gemma2_softcap_scaled': ('Gemma2Config', dict(
+        SMALL, num_hidden_layers=3, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
+        sliding_window=8, max_position_embeddings=4 * ORIGINAL,
+        hidden_activation='gelu_pytorch_tanh', attn_logit_softcapping=2.0,
+        final_logit_softcapping=15.0,
+        rope_parameters={'rope_type': 'linear', 'factor': 4.0, 'rope_theta': 10000.0}),
+                              True, 'llama', 0),
     # Gemma 3 4B-27B's class: Gemma 3's language model with a linear scaling of its global layer
     # alone (factor 4 here, 8 there) inside Gemma3ForConditionalGeneration, beside a vision tower
     # (SigLIP, one tiny layer) that the import leaves out.

@@ -163,6 +163,50 @@ def test_a_hub_gemma3_text_config_reads_with_gemma3s_defaults():
     hf_config.text_view({**hub, 'text_config': None}, 'dir/config.json')
 
 
+def test_gemma2_reads_its_caps_and_scale_and_each_one_binds_in_the_fixture(tmp_path):
+  """The fixture's attention soft-cap (2), output soft-cap (15), query_pre_attn_scalar (24, for
+  heads 16 wide), alternate windows and linear scaling of every layer are read; without each
+  cap, or at the heads' own scale, the import's logits move off transformers' by more than 1%
+  (transformers itself was checked to move alike: tests/data/hf's script)."""
+  hf_json = json.loads((FIXTURES / 'gemma2_softcap_scaled' / 'config.json').read_text())
+  m = hf_config.to_config(hf_json, 'dir').model
+  att = m.attention
+  assert (att.softcap, att.softcap_value, att.logit_scale, att.logit_scale_dim) == (
+      True, 2.0, True, 24)
+  assert (m.logits_softcap, m.norm, m.embedding_multiplier, tuple(m.layer_windows)) == (
+      15.0, 'sandwich', 32 ** 0.5, (8, 0, 8))
+  assert not att.qk_norm and m.position.rope.scaling.layers == 'all'
+  ref = np.load(FIXTURES / 'gemma2_softcap_scaled' / 'reference.npz')
+  for i, edit in enumerate(({'attn_logit_softcapping': None}, {'final_logit_softcapping': None},
+                            {'query_pre_attn_scalar': 16})):
+    (tmp_path / str(i)).mkdir()
+    source = _edited(tmp_path / str(i), 'gemma2_softcap_scaled',
+                     lambda c, edit=edit: c.update(edit))
+    workdir = str(tmp_path / str(i) / 'w')
+    hf.import_checkpoint(source, workdir)
+    assert _relative_error(hf.load(workdir).logits(ref['ids']), ref['logits']) > 1e-2, edit
+
+
+def test_a_gemma2_config_with_fields_left_out_reads_as_gemma2configs_defaults():
+  """Without the caps, query_pre_attn_scalar, head_dim and layer_types: caps of 50 and 30,
+  logits scaled by 1/sqrt(256) = the heads' own 256 wide, windows on the even layers; a Gemma 3
+  27B-style scalar (168 for heads 128 wide) is its own scale."""
+  config = json.loads((FIXTURES / 'gemma2_softcap_scaled' / 'config.json').read_text())
+  for field in ('attn_logit_softcapping', 'final_logit_softcapping', 'query_pre_attn_scalar',
+                'head_dim', 'layer_types', 'tie_word_embeddings'):
+    config.pop(field)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.attention.softcap_value, m.logits_softcap, m.head_dim) == (50.0, 30.0, 256)
+  assert not m.attention.logit_scale and m.tie_embeddings
+  assert tuple(m.layer_windows) == (8, 0, 8)
+  gemma3 = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
+  gemma3.update(head_dim=128, query_pre_attn_scalar=168, final_logit_softcapping=None)
+  m = hf_config.to_config(gemma3, 'dir').model
+  assert (m.attention.logit_scale, m.attention.logit_scale_dim, m.logits_softcap) == (
+      True, 168, 0.0)
+  assert not m.attention.softcap
+
+
 def test_phi3s_config_forms_and_older_names_give_the_same_model():
   """Phi-3's own form (rope_scaling with 'type', the original length and partial rotary at
   the top level), transformers 5's rope_parameters, and the older names 'su' and 'yarn' that
@@ -401,10 +445,17 @@ def _edited(tmp_path, name, edit=None, remove=()):
         rope_type='linear', factor=8.0), (),
      r"rope scaling 'linear' on Gemma 3's sliding_attention layers; this project scales every "
      r'layer or the global ones'),
-    ('gemma3_local_global', lambda c: c.update(query_pre_attn_scalar=32), (),
-     r'query_pre_attn_scalar 32 scales the logits by 1/sqrt\(32\)'),
-    ('gemma3_local_global', lambda c: c.update(final_logit_softcapping=30.0), (),
-     'final_logit_softcapping'),
+    ('gemma3_local_global', lambda c: c.update(query_pre_attn_scalar=12.5), (),
+     'query_pre_attn_scalar is 12.5, where transformers reads a positive integer'),
+    ('gemma2_softcap_scaled', lambda c: c.update(final_logit_softcapping=0), (),
+     'final_logit_softcapping is 0, where transformers reads a positive number or null'),
+    ('gemma2_softcap_scaled', lambda c: c.update(attn_logit_softcapping='50'), (),
+     "attn_logit_softcapping is '50', where transformers reads a positive number or null"),
+    ('gemma3_local_global', lambda c: c.update(attn_logit_softcapping=50.0), (),
+     "attn_logit_softcapping 50.0, which transformers' Gemma 3 class reads and its attention "
+     'does not apply'),
+    ('gemma2_softcap_scaled', lambda c: c.update(use_bidirectional_attention=True), (),
+     'use_bidirectional_attention: this project reads causal LMs'),
     ('gemma3_local_global',
      lambda c: (c.pop('layer_types'), c.update(sliding_window_pattern=0)), (),
      'sliding_window_pattern is 0, where transformers reads a positive integer'),

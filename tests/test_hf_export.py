@@ -95,6 +95,19 @@ GEMMA3_SCALED = dict(GEMMA3, **{'position.rope.scaling.kind': 'linear',
                                 'position.rope.scaling.original_length': 16,
                                 'position.rope.scaling.layers': 'global'})
 
+# Gemma 3 with its attention logits scaled by 1/sqrt(20) (heads 12 wide, as Gemma 3 27B's
+# 1/sqrt(168) for 128) and its output logits soft-capped.
+GEMMA3_CAPPED = dict(GEMMA3, **{'attention.logit_scale': True, 'attention.logit_scale_dim': 20,
+                                'logits_softcap': 3.0})
+# Gemma 2's block: Gemma 3's without QK-norm, one RoPE base, a linear scaling of every layer, and
+# its attention logits soft-capped too.
+GEMMA2 = {'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'norm': 'sandwich',
+          'embedding_multiplier': 32 ** 0.5, 'layer_windows': (8, 0), 'activation': 'gelu_tanh',
+          'head_dim': 12, 'attention.softcap': True, 'attention.softcap_value': 1.0,
+          'attention.logit_scale': True, 'attention.logit_scale_dim': 20, 'logits_softcap': 3.0,
+          'position.rope.layout': 'interleaved', 'position.rope.scaling.kind': 'linear',
+          'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16}
+
 
 # Checks behind -m slow: the same export paths as a default one (a model trained here, or an
 # imported fixture of the same family taken back out).
@@ -108,6 +121,9 @@ _SLOW = pytest.mark.slow
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
                                              pytest.param('llama', GEMMA3_SCALED,
                                                           'Gemma3ForCausalLM', marks=_SLOW),
+                                             pytest.param('llama', GEMMA3_CAPPED,
+                                                          'Gemma3ForCausalLM', marks=_SLOW),
+                                             ('llama', GEMMA2, 'Gemma2ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
@@ -115,7 +131,8 @@ _SLOW = pytest.mark.slow
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
-  attention biases), with Gemma 3's sandwich norms to Gemma 3, with a layer without positions
+  attention biases), with Gemma 3's sandwich norms to Gemma 3, without its QK-norm and with
+  soft-caps to Gemma 2, with a layer without positions
   to SmolLM3, with partial rotary to Phi-3; the export, read back, computes the same logits.
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
@@ -168,6 +185,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     pytest.param('llama_narrow_heads', 'LlamaForCausalLM', marks=_SLOW),
     ('gemma3_local_global', 'Gemma3ForCausalLM'),
     ('gemma3_multimodal', 'Gemma3ForCausalLM'),
+    ('gemma2_softcap_scaled', 'Gemma2ForCausalLM'),
     pytest.param('olmo2_yarn_biases', 'Olmo2ForCausalLM', marks=_SLOW),
     ('olmo3_window_yarn_v4', 'Olmo3ForCausalLM'),
     pytest.param('smollm3_nope_yarn', 'SmolLM3ForCausalLM', marks=_SLOW),
@@ -205,14 +223,28 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
       'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
-     r'a sandwich block without QK-norm \(Gemma 3 has it\)'),
+     r'embedding_multiplier=1 in a sandwich block: Gemma 2 multiplies its embeddings by '
+     r'sqrt\(d_model\)'),
+    (dict(GEMMA2, layer_rope_bases=(1e4, 1e6)),
+     r'per-layer RoPE bases \(layer_rope_bases\) in a sandwich block without QK-norm \(Gemma 2 '
+     r'has one rope_theta'),
+    (dict(GEMMA2, **{'position.rope.scaling.layers': 'global'}),
+     r"a RoPE scaling \('linear'\) of the global layers alone in a sandwich block without "
+     r"QK-norm: transformers' Gemma 2 scales every layer"),
+    ({'logits_softcap': 30.0}, r"a soft-cap of the output logits \(logits_softcap=30\) outside "
+                               r"Gemma 2's and 3's block"),
+    ({'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'attention.softcap': True},
+     r'attention\.softcap in a Qwen3ForCausalLM block, whose class does not compute it'),
+    (dict(GEMMA3, **{'attention.softcap': True}),
+     r'attention\.softcap in a Gemma3ForCausalLM block, whose class does not compute it'),
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
       'attention.qk_norm': True}, r'embedding_multiplier=1 in a sandwich block: Gemma 3 '
                                   r'multiplies its embeddings by sqrt\(d_model\)'),
     (dict(GEMMA3, layer_rope_bases=(1e4, 1e5, 1e4, 1e6), num_layers=4),
      r'RoPE bases that differ among the windowed layers or among the global ones'),
     (dict(GEMMA3, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
-     r"a RoPE scaling \('linear'\) of every layer in a sandwich block: transformers' Gemma 3 "
+     r"a RoPE scaling \('linear'\) of every layer in a sandwich block with QK-norm: "
+     r"transformers' Gemma 3 "
      r"scales its global layers alone\. Fix: --config.model.position.rope.scaling.layers=global"),
     (dict(GEMMA3, **{'position.rope.scaling.kind': 'ntk', 'position.rope.scaling.factor': 2.0,
                      'position.rope.scaling.layers': 'global'}),
@@ -287,7 +319,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"position.kind='rope' with layer_kinds \('rope', 'alibi'\): the Llama"),
     ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
                                        r"Gemma 3's block"),
-    ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 3's block"),
+    ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 2's and 3's "
+                                    r'block'),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
      r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
      'without it'),
@@ -369,7 +402,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
-                                        ('llama', GEMMA3_SCALED), ('llama', OLMO2),
+                                        ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
+                                        ('llama', GEMMA2), ('llama', OLMO2),
                                         ('llama', OLMO3),
                                         ('llama', SMOLLM3), ('llama', PHI3)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
