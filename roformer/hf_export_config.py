@@ -136,12 +136,6 @@ def _refusal(config) -> str | None:
   return None
 
 
-def _per_layer(values, layers: int, empty) -> tuple:
-  """A per-layer setting cycled over the layers (`empty` for each where none is given)."""
-  values = tuple(values)
-  return tuple(values[i % len(values)] if values else empty for i in range(layers))
-
-
 def _layer_types(windows) -> list[str]:
   """transformers' `layer_types` of each layer's window (0: none)."""
   return ['sliding_attention' if w else 'full_attention' for w in windows]
@@ -251,7 +245,7 @@ def _gemma_refusal_of(config, family: str) -> str | None:
   sc = m.position.rope.scaling
   name = hf_config.MODEL_TYPES[family].removesuffix('ForCausalLM').replace('Gemma', 'Gemma ')
   windows = positions.layer_windows(m)
-  bases = _per_layer(m.layer_rope_bases, m.num_layers, m.position.rope.base)
+  bases = positions.layer_rope_bases(m)
   by_kind = {bool(w): set() for w in windows}
   for w, b in zip(windows, bases):
     by_kind[bool(w)].add(b)
@@ -393,7 +387,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
       out['sliding_window'] = max(windows)
     if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.
-      bases = _per_layer(m.layer_rope_bases, m.num_layers, rope.base)
+      bases = positions.layer_rope_bases(m)
       base_of = lambda local: next((b for w, b in zip(windows, bases) if bool(w) == local),
                                    rope.base)
       out.update(rope_theta=base_of(False), rope_local_base_freq=base_of(True))

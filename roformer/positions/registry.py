@@ -79,6 +79,15 @@ def layer_windows(model_cfg) -> tuple[int, ...]:
                for i in range(model_cfg.num_layers))
 
 
+def layer_rope_bases(model_cfg) -> tuple[float, ...]:
+  """Each layer's RoPE base: `model.layer_rope_bases` cycled over the layers (Gemma 3's local
+  and global bases), and `position.rope.base` on every layer where it is empty."""
+  pattern = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
+  base = float(model_cfg.position.rope.base)
+  return tuple(float(pattern[i % len(pattern)]) if pattern else base
+               for i in range(model_cfg.num_layers))
+
+
 def model_scheme(model_cfg) -> type[PositionScheme]:
   """The description of a model's positions: its kind's, or with `model.layer_kinds` one made
   from the layers' kinds (`per_layer`)."""

@@ -414,8 +414,8 @@ class Rotary(base.PositionScheme):
     """`model.layer_rope_bases` cycled over the layers (Gemma 3's local and global bases), and
     no scaling on a windowed layer where the scaling applies to the global ones
     (`rope.scaling.layers='global'`: Gemma 3's linear factor on its global layers)."""
-    bases = tuple(model_cfg.layer_rope_bases) if 'layer_rope_bases' in model_cfg else ()
-    out = {'rope.base': float(bases[layer % len(bases)])} if bases else {}
+    given = 'layer_rope_bases' in model_cfg and tuple(model_cfg.layer_rope_bases)
+    out = {'rope.base': registry.layer_rope_bases(model_cfg)[layer]} if given else {}
     sc = model_cfg.position.rope.scaling
     if scaling.option(sc, 'layers') == 'global' and registry.layer_windows(model_cfg)[layer]:
       out['rope.scaling.kind'] = 'none'
