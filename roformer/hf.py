@@ -81,7 +81,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
     config = hf_config.to_config(hf, hf_dir)
   except errors.ConfigError:  # Its own line: an architecture or scaling not read, ...
     raise
-  except (TypeError, ValueError) as e:  # A field of the wrong type (a number as a list, ...).
+  except (TypeError, ValueError, OverflowError) as e:  # A wrong type (a list, Infinity, ...).
     raise errors.DamagedFileError(
         f'{os.path.join(hf_dir, "config.json")} holds a value of the wrong type ({e}). Fix: use '
         'the config.json that came with the weights.') from None

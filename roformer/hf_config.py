@@ -270,9 +270,9 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     return _windows_of(hf.get('layer_types') or [
         'full_attention' if r else 'sliding_attention' for r in rotates], window)
   if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
-    return _windows_of(hf.get('layer_types') or [
-        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)],
-                       window or 0)
+    kinds = hf.get('layer_types') or [
+        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)]
+    return _windows_of(kinds, _sliding_window(hf, kinds, where))
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     return _windows_of(hf.get('layer_types') or [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
@@ -315,7 +315,7 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   pattern = _interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
   kinds = hf.get('layer_types') or [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
-  windows = _windows_of(kinds, int(_read(hf, 'sliding_window', 4096) or 0))
+  windows = _windows_of(kinds, _sliding_window(hf, kinds, where))
   # By layer type: a sliding layer keeps its local base where the file gives it no window.
   bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])
                 for k in kinds)
@@ -339,11 +339,11 @@ def _gemma_attention(hf: dict, fam: str, head_dim: int, where: str) -> dict:
     raise errors.ConfigError(f'{where}: use_bidirectional_attention: this project reads causal '
                              'LMs. Fix: a causal checkpoint (use_bidirectional_attention false).')
   scalar = _read(hf, 'query_pre_attn_scalar', 256)
-  if (isinstance(scalar, bool) or not isinstance(scalar, (int, float)) or scalar != int(scalar)
-      or scalar < 1):
+  if (isinstance(scalar, bool) or not isinstance(scalar, (int, float))
+      or not 1 <= scalar <= 2**20 or scalar != int(scalar)):
     raise errors.DamagedFileError(f'{where}: query_pre_attn_scalar is {scalar!r}, where '
-                                  'transformers reads a positive integer. Fix: use the '
-                                  'config.json that came with the weights.')
+                                  'transformers reads a positive integer (this project: up to '
+                                  '2**20). Fix: use the config.json that came with the weights.')
   att = {}
   if int(scalar) != head_dim:
     att.update(logit_scale=True, logit_scale_dim=int(scalar))
@@ -358,11 +358,24 @@ def _gemma_attention(hf: dict, fam: str, head_dim: int, where: str) -> dict:
 
 
 def _positive(value, name: str, where: str) -> float:
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+  """A soft-cap of the config: a positive number (this project's fields take up to 1e6)."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
     raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
-                                  'positive number or null. Fix: use the config.json that came '
-                                  'with the weights.')
+                                  'positive number or null (this project: up to 1e6). Fix: use '
+                                  'the config.json that came with the weights.')
   return float(value)
+
+
+def _sliding_window(hf: dict, kinds, where: str) -> int:
+  """The window of the sliding layers among `kinds` (transformers' layer_types): the file's
+  (4096, the classes' default, where absent); a null one beside sliding layers is a config
+  transformers cannot run."""
+  window = _read(hf, 'sliding_window', 4096)
+  if not window and 'sliding_attention' in kinds:
+    raise errors.DamagedFileError(f'{where}: sliding_window is {window!r} while layers slide '
+                                  '(sliding_attention), which transformers cannot run. Fix: use '
+                                  'the config.json that came with the weights.')
+  return int(window or 0)
 
 
 def _biases(hf: dict, fam: str, where: str) -> str:
@@ -458,6 +471,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
     config.model.attention.update(gemma_attention)
     final_cap = _read(hf, 'final_logit_softcapping', 30.0 if fam == 'gemma2' else None)
+    if final_cap is not None and hf.get(TEXT_OF):
+      raise errors.ConfigError(
+          f"{where}: text_config's final_logit_softcapping {final_cap!r}, which "
+          f'{hf[TEXT_OF]} does not apply (its language model class alone does). Fix: a '
+          'checkpoint without it (null, as those on the Hub).')
     if final_cap is not None:
       config.model.logits_softcap = _positive(final_cap, 'final_logit_softcapping', where)
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.

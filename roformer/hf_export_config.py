@@ -38,7 +38,8 @@ def _refusal(config) -> str | None:
       (positions.rope_layers(m) is None,
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
-       ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 3 and GPT-NeoX classes compute RoPE in '
+       ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
+       'RoPE in '
        "every layer and nothing else, SmolLM3's RoPE or nothing in each"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
@@ -384,6 +385,8 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                final_logit_softcapping=m.logits_softcap or None, attn_logit_softcapping=None)
     for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
       out.update(option.transformers_fields(m.attention))
+    if fam == 'gemma2':  # One base, which layer_rope_bases may give.
+      out['rope_theta'] = positions.layer_rope_bases(m)[0]
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
       out['sliding_window'] = max(windows)
     if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.

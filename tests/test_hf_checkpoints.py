@@ -291,9 +291,9 @@ def test_gemma3s_two_config_forms_give_the_same_model():
   assert (m.norm, m.head_dim, m.attention.qk_norm, m.tie_embeddings) == (
       'sandwich', 16, True, True)
   assert m.embedding_multiplier == 32 ** 0.5
-  # With no window in the file, the sliding layers still take their own base.
-  m = hf_config.to_config(dict(v5, sliding_window=None), 'dir').model
-  assert (tuple(m.layer_windows), tuple(m.layer_rope_bases)) == ((), (1e4, 1e4, 1e6))
+  # A null window beside sliding layers is a config transformers 5.24 cannot run either.
+  with pytest.raises(errors.DamagedFileError, match='sliding_window is None while layers slide'):
+    hf_config.to_config(dict(v5, sliding_window=None), 'dir')
 
 
 @pytest.mark.parametrize('name,width', [('qwen3_yarn_wide_heads', 128),
@@ -454,6 +454,20 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('gemma3_local_global', lambda c: c.update(attn_logit_softcapping=50.0), (),
      "attn_logit_softcapping 50.0, which transformers' Gemma 3 class reads and its attention "
      'does not apply'),
+    ('gemma2_softcap_scaled', lambda c: c.update(query_pre_attn_scalar=float('inf')), (),
+     r'query_pre_attn_scalar is inf, where transformers reads a positive integer \(this '
+     r'project: up to 2\*\*20\)'),
+    ('gemma2_softcap_scaled', lambda c: c.update(final_logit_softcapping=1e7), (),
+     r'final_logit_softcapping is 10000000.0, where transformers reads a positive number or '
+     r'null \(this project: up to 1e6\)'),
+    ('llama_dynamic', lambda c: c.update(num_hidden_layers=float('inf')), (),
+     'config.json holds a value of the wrong type'),
+    ('gemma2_softcap_scaled', lambda c: c.update(sliding_window=None), (),
+     r'sliding_window is None while layers slide \(sliding_attention\), which transformers '
+     'cannot run'),
+    ('gemma3_multimodal', lambda c: c['text_config'].update(final_logit_softcapping=1.0), (),
+     "text_config's final_logit_softcapping 1.0, which Gemma3ForConditionalGeneration does not "
+     'apply'),
     ('gemma2_softcap_scaled', lambda c: c.update(use_bidirectional_attention=True), (),
      'use_bidirectional_attention: this project reads causal LMs'),
     ('gemma3_local_global',

@@ -359,6 +359,18 @@ def test_a_gemma3_export_names_its_layers_for_both_transformers_versions(windows
       (1e6, 1e4) if windows else (config.model.position.rope.base,) * 2)
 
 
+@pytest.mark.parametrize('bases,theta', [((), 1e4), ((5e5,), 5e5), ((5e5, 5e5), 5e5)])
+def test_a_gemma2_export_writes_the_one_base_its_layers_rotate_at(bases, theta):
+  """Gemma 2 has one rope_theta: the layers' base, whether position.rope.base or one given to
+  every layer by layer_rope_bases; the options' own fields are written beside it."""
+  config = test_config.get_config('llama')
+  kinds.set_fields(config.model, dict(GEMMA2, layer_rope_bases=bases))
+  out = hf_export_config.from_config(config, {})
+  assert out['architectures'] == ['Gemma2ForCausalLM'] and out['rope_theta'] == theta
+  assert (out['query_pre_attn_scalar'], out['attn_logit_softcapping'],
+          out['final_logit_softcapping']) == (20, 1.0, 3.0)
+
+
 @pytest.mark.parametrize('original_length, seq_len, written', [
     (64, 128, 128),  # Continued from 64 to 128: it stretches to its own length.
     (0, 2048, 16384),  # As imported: seq_len is the length before the stretch.

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
+from flax import nnx
 
 from roformer import attention
 from roformer import errors
@@ -82,8 +83,8 @@ def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
   np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-5)
 
 
-def _lm(kind='rope', seed=4, **fields):
-  config = kinds.tiny_config(kind, dropout=0.0, num_layers=2)
+def _lm(kind='rope', seed=4, num_layers=2, **fields):
+  config = kinds.tiny_config(kind, dropout=0.0, num_layers=num_layers)
   attention_fields = {k: v for k, v in fields.items() if k in config.model.attention}
   config.model.attention.update(attention_fields)
   config.model.update({k: v for k, v in fields.items() if k not in attention_fields})
@@ -108,6 +109,34 @@ def test_a_remap_that_moves_no_distance_keeps_the_capped_model():
   np.testing.assert_allclose(_full(remapped, tokens), _full(plain, tokens), atol=1e-5)
   _, uncapped = _lm()
   assert np.abs(_full(uncapped, tokens) - _full(plain, tokens)).max() > 1e-3
+
+
+def test_capped_attention_over_causal_blocks_equals_the_whole_matrix():
+  """Queries in blocks of 4 (each over the keys up to its last row, from its window's first),
+  with packed documents and a 5-token window: the logits of the whole [L, L] capped matrix."""
+  tokens = jnp.asarray(np.random.default_rng(7).integers(5, 50, (2, 15)))
+  segments = jnp.asarray([[1] * 15, [1] * 6 + [2] * 9])
+  pos = jnp.asarray([list(range(15)), list(range(6)) + list(range(9))])
+  got = {}
+  for rows in (0, 4):
+    _, model = _lm(softcap=True, softcap_value=0.3, causal_block=rows, layer_windows=(5, 0))
+    got[rows] = np.asarray(model(tokens, pos, segments))
+  np.testing.assert_allclose(got[4], got[0], rtol=1e-5, atol=1e-5)
+
+
+def test_capped_attention_over_causal_blocks_holds_one_blocks_logits_at_a_time():
+  """The whole capped matrix holds its [heads, L, L] logits; over causal blocks of 64 queries at
+  L = 1024, the compiled forward pass needs less scratch memory than those logits alone."""
+  tokens, pos = jnp.ones((1, 1024), jnp.int32), jnp.arange(1024)[None]
+  temp = {}
+  for rows in (0, 64):
+    config, model = _lm(softcap=True, causal_block=rows, num_layers=1)
+    graph, state = nnx.split(model)
+    forward = lambda state, t, p: nnx.merge(graph, state)(t, p, jnp.ones_like(t))
+    compiled = jax.jit(forward).lower(state, tokens, pos).compile()
+    temp[rows] = compiled.memory_analysis().temp_size_in_bytes
+  logits = config.model.num_heads * 1024 ** 2 * 4
+  assert temp[0] >= logits > temp[64], temp
 
 
 def test_the_cache_equals_the_full_pass_with_every_cap():

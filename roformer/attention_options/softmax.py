@@ -47,7 +47,7 @@ class Softmax(base.AttentionKind):
       for factor in factors(mask):
         logits = logits * factor[..., None]
       return attention.attend_logits(_mapped(module, logits, maps), v, mask)
-    fused = site.fused_inputs(module)
+    fused = None if maps else site.fused_inputs(module)  # The kernels take no map of logits.
     if fused:
       # The fused kernel: the scheme's bias computed block by block, never materialised.
       bias, params, row, col = fused
@@ -61,8 +61,7 @@ class Softmax(base.AttentionKind):
       q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
       bias = None if bias is None else bias * factor[..., None]
     if maps:
-      logits = attention.scaled_logits(q, k, bias)
-      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
+      return _mapped_attention(module, q, k, v, mask, bias, maps, cache)
     return attention.attend(q, k, v, mask, bias=bias,
                             impl='einsum' if module.record_probs else module.unfused_impl,
                             return_probs=module.value_term or module.record_probs,
@@ -70,6 +69,23 @@ class Softmax(base.AttentionKind):
                             window=module.window,
                             segments=site.segments if cache is None else None,
                             causal=module.causal)
+
+
+def _mapped_attention(module, q, k, v, mask, bias, maps, cache):
+  """softmax over the mapped logits (q.k/sqrt(d) + bias through each switch's `map_logits`):
+  (output, weights). A causal self-attention without a cache whose weights nothing reads runs
+  over causal blocks of `model.causal_block` queries, each over the keys from its window's first
+  to its last row, as the plain einsum path does, so that it holds one block's logits."""
+  def attend(q, k, v, mask, bias):
+    return attention.attend_logits(_mapped(module, attention.scaled_logits(q, k, bias), maps),
+                                   v, mask)
+
+  rows = module.causal_block
+  if (module.causal and cache is None and 0 < rows < q.shape[1]
+      and not (module.value_term or module.record_probs)):
+    return attention.over_causal_blocks(lambda *a: attend(*a)[0], q, k, v, mask, bias, rows,
+                                        module.window), None
+  return attend(q, k, v, mask, bias)
 
 
 def _mapped(module, logits, maps):
