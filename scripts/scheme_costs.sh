@@ -2,9 +2,9 @@
 # Times the causal train step of configs/lm.py under every position kind, and under each
 # attention kind and option with RoPE, and keeps the records that the cost tables of
 # docs/positions.md and docs/language_model.md are generated from (scripts/docs_from_records.py's
-# rows blocks). FAVOR+ (linear attention, docs/performer.md) and NoPE's temperature (for NoPE
-# layers) are left out. About 15 minutes on 2 CPU cores; run it with nothing else on the
-# machine.
+# rows blocks). FAVOR+ (linear attention, docs/performer.md), NoPE's temperature (for NoPE
+# layers) and Gemma's query scale (logit_scale: one product of the queries by a constant) are
+# left out. About 17 minutes on 2 CPU cores; run it with nothing else on the machine.
 #
 #   bash scripts/scheme_costs.sh RECORDS [--steps 12 --rounds 3 ...]
 #   bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE
@@ -37,7 +37,7 @@ bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
 }
 bench kinds --kinds "$kinds" "$@"
 bench attention_stick_breaking --kinds rope --vary model.attention.kind=softmax,stick_breaking "$@"
-for option in differential output_gate qk_norm ssmax; do
+for option in differential output_gate qk_norm ssmax softcap; do
   bench "attention_$option" --kinds rope --vary "model.attention.$option=False,True" "$@"
 done
 bench attention_dape --kinds alibi --vary model.attention.dape=False,True "$@"  # It reads a bias.
