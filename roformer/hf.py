@@ -39,6 +39,7 @@ from roformer import hf_export_config
 from roformer import hf_tokenizers
 from roformer import hf_weights
 from roformer import model_types
+from roformer import positions as positions_lib
 from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
@@ -88,7 +89,7 @@ def import_checkpoint(hf_dir: str, workdir: str):
   resolve.validate(config)
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
-  tensors = hf_weights.read(hf_dir)
+  tensors = hf_weights.canonical(hf_weights.read(hf_dir), fam)
   if hf.get(hf_config.TEXT_OF):  # A multimodal checkpoint: its language model alone.
     tensors = hf_weights.language_model(tensors)
     if not config.model.tie_embeddings and not hf_weights.head_stored(tensors, fam):
@@ -220,6 +221,15 @@ class CausalLM:
                                f'{array.max()}). Fix: ids from lm.tokenizer.')
     return jnp.asarray(array, jnp.int32)
 
+  def _fits(self, length: int, fix: str) -> None:
+    """Refuses `length` positions where the model's scheme cannot take them (past a learned
+    table's rows: their logits would be NaN)."""
+    try:
+      positions_lib.validate(self.config.model, length, causal=True)
+    except errors.ConfigError as e:
+      raise errors.ConfigError(f'{length} positions are more than this model takes: '
+                               f'{errors.without_fix(e)} Fix: {fix}.') from None
+
   def encode(self, text: str) -> np.ndarray:
     """The ids of `text` as the model was trained on a document's start: the tokenizer's bos
     first (none where it has none), then the text's ids (`tokenizer.encode` adds no bos)."""
@@ -228,6 +238,7 @@ class CausalLM:
   def logits(self, ids) -> np.ndarray:
     """float32 logits [batch, length, vocab] of int ids [batch, length] at positions 0.."""
     ids = self._ids(ids)
+    self._fits(ids.shape[1], 'score shorter rows')
     pos = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
     return np.asarray(self._logits(self.model, ids, pos), np.float32)
 
@@ -237,6 +248,7 @@ class CausalLM:
     sampled above. With `stop_at_eos`, a row ends at the tokenizer's eos and continues with
     its pad id (its eos where it has none)."""
     ids = self._ids(ids)
+    self._fits(ids.shape[1] + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
     eos = generation.stop_id(self.tokenizer) if stop_at_eos else -1
     new = np.asarray(decode.generate(self.model, ids, max_new_tokens=max_new_tokens,
                                      temperature=temperature, eos_id=eos, seed=seed))

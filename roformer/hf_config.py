@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Eleven architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twelve architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -16,7 +16,8 @@ block without QK-norm, one base, windows on alternate layers, logit soft-capping
 Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
-`model.layer_kinds`) and GPTNeoXForCausalLM (partial rotary, parallel residual). A `head_dim` other
+`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual) and GPT2LMHeadModel
+(the classic block with learned absolute positions, `position.kind='learned'`). A `head_dim` other
 than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`,
 which the Llama family's classes read. Both forms of the rotary settings that the Hub holds are
 read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or `rope_type`), and
@@ -53,7 +54,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Gemma3ForCausalLM': 'gemma3',
                  'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
-                 'GPTNeoXForCausalLM': 'gpt_neox'}
+                 'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
@@ -392,12 +393,60 @@ def _biases(hf: dict, fam: str, where: str) -> str:
       (attention, mlp)]
 
 
+def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """GPT2LMHeadModel's config: the classic pre-LayerNorm block (a plain MLP, biases on every
+  layer, tied embeddings by default) with learned absolute positions, `position.kind='learned'`
+  over its n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
+  where null, n_positions, activation_function, layer_norm_epsilon); an evaluation past the
+  table's rows reports them skipped (no row past them was trained)."""
+  refused = first_failed((
+      (not _read(hf, 'scale_attn_weights', True), 'scale_attn_weights false (logits q.k '
+                                                  'unscaled)'),
+      (bool(_read(hf, 'scale_attn_by_inverse_layer_idx', False)),
+       'scale_attn_by_inverse_layer_idx (logits divided by the layer index + 1)'),
+      (bool(_read(hf, 'add_cross_attention', False)), 'add_cross_attention (the decoder of an '
+                                                      'encoder-decoder)')))
+  if refused:
+    raise errors.ConfigError(f'{where}: {refused} is not computed here. Fix: a GPT-2 checkpoint '
+                             'without it (as gpt2 to gpt2-xl and DistilGPT2).')
+  d, heads = int(_field(hf, 'n_embd', where)), int(_field(hf, 'n_head', where))
+  if d % heads:
+    raise errors.DamagedFileError(f'{where}: n_embd {d} does not split into {heads} heads. Fix: '
+                                  'use the config.json that came with the weights.')
+  act = _read(hf, 'activation_function', 'gelu_new')
+  if act not in ACTIVATIONS:
+    raise errors.ConfigError(f'{where}: activation_function {act!r} is not one this project '
+                             f'computes. Fix: a checkpoint with one of {sorted(ACTIVATIONS)}.')
+  rows = int(_field(hf, 'n_positions', where))
+  config = config_schema.default_config()
+  config.model.update(
+      type=model_types.named('decoder_only')[0], vocab_size=int(_field(hf, 'vocab_size', where)),
+      num_layers=int(_field(hf, 'n_layer', where)), d_model=d, num_heads=heads,
+      d_ff=int(hf.get('n_inner') or 4 * d), activation=ACTIVATIONS[act], dropout=0.0,
+      init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)), biases='all',
+      normalization='layer_norm', mlp='plain',
+      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = 'learned'
+  config.model.position.learned.max_length = rows
+  config.data.seq_len = rows
+  config.data.tokenizer = 'hf:' + os.path.abspath(directory)
+  return config
+
+
+def first_failed(checks) -> str | None:
+  """The reason of the first (failed, reason) pair that failed, or None."""
+  return next((reason for failed, reason in checks if failed), None)
+
+
 def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   """This project's config of a causal LM that computes what the checkpoint computes; the
   tokenizer is the directory's own (`data.tokenizer='hf:DIR'`), data.seq_len the length the
   model was pretrained at (before any context extension)."""
   where = os.path.join(directory, 'config.json')
   fam = family(hf, where)
+  if fam == 'gpt2':
+    return _gpt2_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's and Gemma3TextConfig's default, where absent, is 128 and 256); GPT-NeoX's

@@ -17,11 +17,6 @@ from roformer import model_types
 from roformer import positions
 
 
-def _first(checks) -> str | None:
-  """The reason of the first (failed, reason) pair that failed, or None."""
-  return next((reason for failed, reason in checks if failed), None)
-
-
 def _refusal(config) -> str | None:
   """Why no transformers class computes the model `config` builds, or None."""
   m = config.model
@@ -35,12 +30,12 @@ def _refusal(config) -> str | None:
        'it trained on real-valued positions (train.float_positions) and is evaluated on their '
        'grid; transformers feeds integer positions. Fix: export a model trained on integer '
        'positions'),
-      (positions.rope_layers(m) is None,
+      (positions.rope_layers(m) is None and not _learned(m),
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
        ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
-       'RoPE in '
-       "every layer and nothing else, SmolLM3's RoPE or nothing in each"),
+       "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 a "
+       'learned table (learned)'),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
       (m.embedding_multiplier != 1 and m.norm != 'sandwich',
@@ -69,9 +64,11 @@ def _refusal(config) -> str | None:
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
        'GPT-NeoX layer_norm with a plain one)'),
   )
-  reason = _first(checks)
+  reason = hf_config.first_failed(checks)
   if reason:
     return reason
+  if _learned(m):
+    return _gpt2_refusal_of(config, options)
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -137,6 +134,37 @@ def _refusal(config) -> str | None:
   return None
 
 
+def _learned(m) -> bool:
+  """Whether every layer's positions are the learned table (GPT-2's)."""
+  return m.position.kind == 'learned' and not m.layer_kinds
+
+
+def _gpt2_refusal_of(config, options) -> str | None:
+  """Why GPT2LMHeadModel, the class with a learned position table, does not compute a model
+  with one, or None: one table added to the embeddings, the classic pre-LayerNorm block with
+  biases on every layer and a plain MLP, full multi-head attention and no attention option."""
+  m = config.model
+  what = 'learned positions with'
+  checks = (
+      (m.position.learned.per_layer, f'{what} a table per layer (position.learned.per_layer; '
+                                     'GPT-2 adds one to the embeddings)'),
+      ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
+       f'{what} the block {m.normalization} with a {m.mlp} MLP (GPT-2 has LayerNorm and a plain '
+       'MLP)'),
+      (bool(options), f"{what} attention.{', attention.'.join(o.field for o in options)} "
+                      '(GPT-2 has no attention option)'),
+      (m.biases != 'all', f"{what} biases={m.biases!r} (GPT-2 has them on every layer)"),
+      (m.residual != 'sequential' or m.norm != 'pre',
+       f"{what} residual={m.residual!r}, norm={m.norm!r} (GPT-2 normalises each branch's input "
+       'and adds the branches one after the other)'),
+      (any(m.layer_windows), f'{what} sliding windows (GPT-2 attends to the whole context)'),
+      (m.num_kv_heads not in (0, m.num_heads) or positions.head_dim(m) * m.num_heads != m.d_model,
+       f'{what} grouped-query attention or heads other than d_model / num_heads wide (GPT-2 '
+       'splits d_model into its heads, each with its keys and values)'),
+  )
+  return hf_config.first_failed(checks)
+
+
 def _layer_types(windows) -> list[str]:
   """transformers' `layer_types` of each layer's window (0: none)."""
   return ['sliding_attention' if w else 'full_attention' for w in windows]
@@ -169,7 +197,7 @@ def _phi3_refusal_of(config, options, windows) -> str | None:
        f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
        'load it'),
   )
-  return _first(checks)
+  return hf_config.first_failed(checks)
 
 
 def _smollm3_refusal_of(config, options) -> str | None:
@@ -194,7 +222,7 @@ def _smollm3_refusal_of(config, options) -> str | None:
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
   )
-  return _first(checks)
+  return hf_config.first_failed(checks)
 
 
 def _olmo_refusal_of(config, options) -> str | None:
@@ -220,7 +248,7 @@ def _olmo_refusal_of(config, options) -> str | None:
        f"takes {', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and "
        'apply it with eval.py'),
   )
-  return _first(checks)
+  return hf_config.first_failed(checks)
 
 
 # The scalings a Gemma 2, Gemma 3 or OLMo 3 export writes (Gemma 3's and OLMo 3's on their global
@@ -281,7 +309,7 @@ def _gemma_refusal_of(config, family: str) -> str | None:
        'per-layer RoPE bases (layer_rope_bases) in a sandwich block without QK-norm (Gemma 2 '
        'has one rope_theta; Gemma 3, with QK-norm, one per layer kind)'),
   )
-  return _first(checks)
+  return hf_config.first_failed(checks)
 
 
 def export_family(config) -> str:
@@ -293,6 +321,8 @@ def export_family(config) -> str:
         'transformers class computes)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
+  if _learned(m):
+    return 'gpt2'
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
   if m.norm == 'sandwich':
@@ -349,6 +379,19 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   imported from, whose max_position_embeddings it keeps."""
   fam = export_family(config)
   m, rope = config.model, config.model.position.rope
+  if fam == 'gpt2':  # GPT2Config's own names.
+    return {
+        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
+        'vocab_size': m.vocab_size, 'n_embd': m.d_model, 'n_layer': m.num_layers,
+        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': m.position.learned.max_length,
+        'activation_function': {'gelu_tanh': 'gelu_new'}.get(
+            m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
+        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
+        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+        'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
+        'attn_pdrop': 0.0, 'scale_attn_weights': True, 'use_cache': True,
+        'torch_dtype': 'float32'}
   scaling, max_len = _rope_scaling(config)
   if source and 'max_position_embeddings' in source:
     max_len = int(source['max_position_embeddings'])

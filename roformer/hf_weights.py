@@ -174,7 +174,39 @@ def _names(fam: str) -> tuple[str, str]:
   """(the embedding's tensor name, the output layer's)."""
   if fam == 'gpt_neox':
     return 'gpt_neox.embed_in.weight', 'embed_out.weight'
+  if fam == 'gpt2':
+    return 'transformer.wte.weight', 'lm_head.weight'
   return 'model.embed_tokens.weight', 'lm_head.weight'
+
+
+def canonical(tensors: dict, fam: str) -> dict:
+  """The tensors under the names transformers' class saves: GPT-2's under `transformer.`, which
+  the Hub's original GPT-2 files leave out (transformers reads both)."""
+  if fam != 'gpt2' or any(n.startswith('transformer.') for n in tensors):
+    return tensors
+  return {(n if n.startswith('lm_head.') else 'transformer.' + n): a for n, a in tensors.items()}
+
+
+def _gpt2_params(t, m) -> dict:
+  """GPT-2's parameters: Conv1D weights stored [in, out], as this project's kernels; q, k and v
+  in one c_attn whose heads are contiguous within each, as here; the learned table `wpe`."""
+  d, f = m.d_model, m.d_ff
+  conv = lambda name, d_in, d_out: {'kernel': t(name + '.weight', (d_in, d_out)),
+                                    'bias': t(name + '.bias', (d_out,))}
+  norm = lambda name: {'scale': t(name + '.weight', (d,)), 'bias': t(name + '.bias', (d,))}
+  params = {'embed': {'embedding': t('transformer.wte.weight', (m.vocab_size, d))},
+            'position': {'table': t('transformer.wpe.weight',
+                                    (m.position.learned.max_length, d))},
+            'ln_final': norm('transformer.ln_f'), 'blocks': {}}
+  if not m.tie_embeddings:
+    params['unembed'] = t('lm_head.weight', (m.vocab_size, d))
+  for i in range(m.num_layers):
+    p = f'transformer.h.{i}.'
+    params['blocks'][i] = {
+        'ln_attn': norm(p + 'ln_1'), 'ln_mlp': norm(p + 'ln_2'),
+        'attn': {'qkv': conv(p + 'attn.c_attn', d, 3 * d), 'out': conv(p + 'attn.c_proj', d, d)},
+        'mlp': {'up': conv(p + 'mlp.c_fc', d, f), 'down': conv(p + 'mlp.c_proj', f, d)}}
+  return params
 
 
 def head_stored(tensors: dict, fam: str) -> bool:
@@ -189,11 +221,9 @@ def head_differs(tensors: dict, fam: str) -> bool:
                                                                      tensors[embed])
 
 
-def to_params(tensors: dict, fam: str, m, where: str) -> dict:
-  """The CausalLM parameters (a nested dict of numpy arrays) of a checkpoint's tensors, for the
-  model config `m` that hf_config.to_config made from its config.json."""
+def _stack_params(t, fam: str, m) -> tuple[dict, str]:
+  """(the parameters, the output layer's tensor name) of a Llama-family or GPT-NeoX checkpoint."""
   from roformer import layers  # pylint: disable=g-import-not-at-top
-  t = _Tensors(tensors, where)
   d, f, v = m.d_model, m.d_ff, m.vocab_size
   h, hd = m.num_heads, positions.head_dim(m)
   kv = m.num_kv_heads or h
@@ -244,8 +274,18 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
       block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
                       for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
+  return params, head
+
+
+def to_params(tensors: dict, fam: str, m, where: str) -> dict:
+  """The CausalLM parameters (a nested dict of numpy arrays) of a checkpoint's tensors, for the
+  model config `m` that hf_config.to_config made from its config.json."""
+  t = _Tensors(tensors, where)
+  params, head = (_gpt2_params(t, m), 'lm_head') if fam == 'gpt2' else _stack_params(t, fam, m)
+  # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
   ignored = {n for n in tensors if n.endswith(('rotary_emb.inv_freq', 'attention.bias',
-                                               'attention.masked_bias'))}
+                                               'attention.masked_bias', 'attn.bias',
+                                               'attn.masked_bias'))}
   if m.tie_embeddings:
     ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
   unused = sorted(set(tensors) - t.used - ignored)
@@ -284,6 +324,23 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   embedding = np.asarray(params['embed']['embedding'], np.float32)
   head = (np.asarray(params['unembed'], np.float32) if 'unembed' in params
           else embedding * np.float32(logits_scale))
+  if fam == 'gpt2':  # Conv1D weights [in, out], as the kernels here.
+    out.update({'transformer.wte.weight': embedding, 'transformer.wpe.weight': np.asarray(
+        params['position']['table'], np.float32)})
+    norm('transformer.ln_f', params['ln_final'])
+    if not (m.tie_embeddings and logits_scale == 1.0):
+      out['lm_head.weight'] = head
+    conv = lambda name, p: out.update({name + '.weight': np.asarray(p['kernel'], np.float32),
+                                       name + '.bias': np.asarray(p['bias'], np.float32)})
+    for i in range(m.num_layers):
+      b, p = params['blocks'][i], f'transformer.h.{i}.'
+      norm(p + 'ln_1', b['ln_attn'])
+      norm(p + 'ln_2', b['ln_mlp'])
+      conv(p + 'attn.c_attn', b['attn']['qkv'])
+      conv(p + 'attn.c_proj', b['attn']['out'])
+      conv(p + 'mlp.c_fc', b['mlp']['up'])
+      conv(p + 'mlp.c_proj', b['mlp']['down'])
+    return out
   if fam == 'gpt_neox':
     prefix = 'gpt_neox.layers.'
     out['gpt_neox.embed_in.weight'] = embedding

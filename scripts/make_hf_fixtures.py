@@ -166,6 +166,12 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.25,
                          'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+    # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
+    # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
+    # original GPT-2 files are.
+    'gpt2_learned': ('GPT2Config', dict(
+        n_embd=32, n_layer=2, n_head=4, n_positions=64, activation_function='gelu_new'),
+                     False, 'neox', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
     'gpt_neox_partial': ('GPTNeoXConfig', dict(
@@ -200,11 +206,11 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
   with torch.no_grad():
     for name, p in model.named_parameters():
       noise = torch.randn(p.shape, generator=gen)
-      if p.ndim == 1 and ('norm' in name or 'layernorm' in name):
+      if p.ndim == 1 and ('norm' in name or '.ln_' in name):
         p.copy_(1 + 0.1 * noise)
       elif p.ndim == 1:
         p.copy_(0.1 * noise)
-      elif 'embed' in name and 'embed_out' not in name:
+      elif ('embed' in name and 'embed_out' not in name) or 'wte' in name:
         p.copy_(noise)
       else:
         p.copy_(noise * p.shape[1] ** -0.5 * 1.5)
@@ -241,6 +247,14 @@ def to_v4(config_path: pathlib.Path) -> None:
   config_path.write_text(json.dumps(config, indent=2) + '\n')
 
 
+def unprefixed(path: pathlib.Path) -> None:
+  """GPT-2's weights renamed as the Hub's original files name them, without `transformer.`."""
+  from safetensors import torch as safetensors_torch  # pylint: disable=g-import-not-at-top
+  tensors = safetensors_torch.load_file(str(path))
+  safetensors_torch.save_file({k.removeprefix('transformer.'): v for k, v in tensors.items()},
+                              str(path), metadata={'format': 'pt'})
+
+
 def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, padding: int,
          tok: tokenizers.Tokenizer) -> None:
   bos, eos, pad = SPECIALS[specials]
@@ -262,6 +276,8 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
       model.to(torch.float16).save_pretrained(tmp)
       if v4:
         to_v4(pathlib.Path(tmp) / 'config.json')
+      if cls_name == 'GPT2Config':
+        unprefixed(pathlib.Path(tmp) / 'model.safetensors')
       # The reference is what transformers computes from the stored (float16) weights.
       model = transformers.AutoModelForCausalLM.from_pretrained(
           tmp, dtype=torch.float32, attn_implementation='eager').eval()
@@ -279,7 +295,8 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
     tok.save(str(target / 'tokenizer.json'))
     (target / 'tokenizer_config.json').write_text(json.dumps({
         'bos_token': bos, 'eos_token': eos, 'pad_token': pad, 'unk_token': '<unk>',
-        'add_bos_token': bos is not None, 'model_max_length': fields['max_position_embeddings'],
+        'add_bos_token': bos is not None,
+        'model_max_length': fields.get('max_position_embeddings', fields.get('n_positions')),
         'tokenizer_class': 'PreTrainedTokenizerFast'}, indent=2) + '\n')
     (target / 'generation_config.json').unlink(missing_ok=True)
     np.savez_compressed(target / 'reference.npz', ids=ids.numpy(), logits=logits,

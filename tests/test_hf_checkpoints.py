@@ -207,6 +207,35 @@ def test_a_gemma2_config_with_fields_left_out_reads_as_gemma2configs_defaults():
   assert not m.attention.softcap
 
 
+def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_past_it(
+    tmp_path):
+  """GPT-2 is the classic block with learned positions over n_positions rows. Its weights read
+  alike under the Hub's original names (the fixture's) and transformers 5's (`transformer.`);
+  scoring or generating past the table is one error (its rows' logits would be NaN)."""
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  ref = np.load(FIXTURES / 'gpt2_learned' / 'reference.npz')
+  source = tmp_path / 'prefixed'
+  shutil.copytree(FIXTURES / 'gpt2_learned', source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  assert not any(n.startswith('transformer.') for n in tensors)
+  safetensors_numpy.save_file({'transformer.' + n: a for n, a in tensors.items()},
+                              str(source / 'model.safetensors'))
+  hf.import_checkpoint(str(source), str(tmp_path / 'w'))
+  lm = hf.load(str(tmp_path / 'w'))
+  m = lm.config.model
+  assert (m.position.kind, m.position.learned.max_length, lm.config.data.seq_len) == (
+      'learned', 64, 64)
+  assert (m.normalization, m.mlp, m.biases, m.activation, m.tie_embeddings) == (
+      'layer_norm', 'plain', 'all', 'gelu_tanh', True)
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
+  with pytest.raises(errors.ConfigError, match=r'65 positions are more than this model takes: '
+                     r'.*learned position table.*Fix: score shorter rows\.$'):
+    lm.logits(np.ones((1, 65), np.int64))
+  with pytest.raises(errors.ConfigError, match=r'70 positions .*Fix: a shorter prompt or fewer '
+                                               r'max_new_tokens\.$'):
+    lm.generate(np.ones((1, 60), np.int64), 10)
+
+
 def test_phi3s_config_forms_and_older_names_give_the_same_model():
   """Phi-3's own form (rope_scaling with 'type', the original length and partial rotary at
   the top level), transformers 5's rope_parameters, and the older names 'su' and 'yarn' that
@@ -468,6 +497,17 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('gemma3_multimodal', lambda c: c['text_config'].update(final_logit_softcapping=1.0), (),
      "text_config's final_logit_softcapping 1.0, which Gemma3ForConditionalGeneration does not "
      'apply'),
+    ('gpt2_learned', lambda c: c.update(scale_attn_by_inverse_layer_idx=True), (),
+     r'scale_attn_by_inverse_layer_idx \(logits divided by the layer index \+ 1\) is not '
+     'computed here'),
+    ('gpt2_learned', lambda c: c.update(add_cross_attention=True), (),
+     r'add_cross_attention \(the decoder of an encoder-decoder\) is not computed here'),
+    ('gpt2_learned', lambda c: c.update(n_embd=30), (), 'n_embd 30 does not split into 4 heads'),
+    ('gpt2_learned', lambda c: c.update(activation_function='gelu_fast'), (),
+     "activation_function 'gelu_fast' is not one this project computes"),
+    ('gpt2_learned', lambda c: c.update(n_positions=32), (),
+     r"tensor 'transformer.wpe.weight' has shape \(64, 32\), but config.json implies "
+     r'\(32, 32\)'),
     ('gemma2_softcap_scaled', lambda c: c.update(use_bidirectional_attention=True), (),
      'use_bidirectional_attention: this project reads causal LMs'),
     ('gemma3_local_global',

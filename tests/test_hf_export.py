@@ -115,6 +115,7 @@ _SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
+                                             ('learned', {}, 'GPT2LMHeadModel'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
@@ -130,15 +131,17 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, the Llama preset to Llama, with QK-norm to Qwen3 (with and without windows and
-  attention biases), with Gemma 3's sandwich norms to Gemma 3, without its QK-norm and with
-  soft-caps to Gemma 2, with a layer without positions
-  to SmolLM3, with partial rotary to Phi-3; the export, read back, computes the same logits.
+  GPT-NeoX, with learned positions to GPT-2 (its output then untied), the Llama preset to
+  Llama, with QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
+  sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
+  without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
+  the same logits.
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone.
-  if config.model.norm != 'sandwich' and config.model.position.rope.scaling.kind == 'none':
+  if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
+      and config.model.position.rope.scaling.kind == 'none'):
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
@@ -190,7 +193,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('olmo3_window_yarn_v4', 'Olmo3ForCausalLM'),
     pytest.param('smollm3_nope_yarn', 'SmolLM3ForCausalLM', marks=_SLOW),
     ('phi3_longrope_partial', 'Phi3ForCausalLM'),
-    pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW)])
+    pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW),
+    ('gpt2_learned', 'GPT2LMHeadModel')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -202,7 +206,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings'):
     assert went.get(field) == came.get(field), field
-  if arch != 'GPTNeoXForCausalLM':  # Its heads split hidden_size.
+  if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -231,6 +235,19 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GEMMA2, **{'position.rope.scaling.layers': 'global'}),
      r"a RoPE scaling \('linear'\) of the global layers alone in a sandwich block without "
      r"QK-norm: transformers' Gemma 2 scales every layer"),
+    ({'position.kind': 'learned', 'position.learned.per_layer': True},
+     r'learned positions with a table per layer \(position.learned.per_layer; GPT-2 adds one '
+     r'to the embeddings\)'),
+    ({'position.kind': 'learned', 'normalization': 'rms_norm', 'mlp': 'gated'},
+     r'learned positions with the block rms_norm with a gated MLP \(GPT-2 has LayerNorm'),
+    ({'position.kind': 'learned', 'attention.qk_norm': True},
+     r'learned positions with attention\.qk_norm \(GPT-2 has no attention option\)'),
+    ({'position.kind': 'learned', 'num_kv_heads': 2},
+     r'learned positions with grouped-query attention'),
+    ({'position.kind': 'learned', 'layer_windows': (8, 0)},
+     r'learned positions with sliding windows'),
+    ({'position.kind': 'learned', 'residual': 'parallel'},
+     r"learned positions with residual='parallel', norm='pre'"),
     ({'logits_softcap': 30.0}, r"a soft-cap of the output logits \(logits_softcap=30\) outside "
                                r"Gemma 2's and 3's block"),
     ({'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'attention.softcap': True},
@@ -412,7 +429,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert 'and no tokenizer' not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('llama', {}), ('llama', QWEN3),
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('llama', {}),
+                                        ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
                                         ('llama', GEMMA2), ('llama', OLMO2),
@@ -423,7 +441,8 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
   transformers = pytest.importorskip('transformers')
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  if config.model.norm != 'sandwich' and config.model.position.rope.scaling.kind == 'none':
+  if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
+      and config.model.position.rope.scaling.kind == 'none'):
     config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
