@@ -135,19 +135,27 @@ def stop_id(tokenizer) -> int:
   return eos[0] if eos else -1
 
 
+def length_refusal(model_cfg, length: int) -> str:
+  """Why the model's scheme cannot take `length` positions (e.g. past a `learned` table's
+  max_length), without a fix; '' where it can, as most schemes take any length."""
+  try:
+    positions_lib.validate(model_cfg, length, causal=True)
+  except errors.ConfigError as e:
+    return errors.without_fix(e)
+  return ''
+
+
 def check_length(model_cfg, prompt_ids: Sequence[np.ndarray], max_new_tokens: int) -> None:
   """Refuses a prompt whose tokens plus max_new_tokens need positions the model's scheme
-  cannot take (e.g. past a `learned` table's max_length); most schemes take any length."""
+  cannot take (`length_refusal`)."""
   for i, ids in enumerate(prompt_ids):
     total = len(ids) + max_new_tokens
-    try:
-      positions_lib.validate(model_cfg, total, causal=True)
-    except errors.ConfigError as e:
-      reason = errors.without_fix(e)
+    reason = length_refusal(model_cfg, total)
+    if reason:
       raise errors.ConfigError(
           f'prompt {i + 1} is {len(ids)} tokens (with [bos]); with --max_new_tokens='
           f'{max_new_tokens} that is {total} positions, more than the trained model takes: '
-          f'{reason} Fix: lower --max_new_tokens or shorten the prompt.') from None
+          f'{reason} Fix: lower --max_new_tokens or shorten the prompt.')
 
 
 def restore(opened: Workdir):

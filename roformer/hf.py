@@ -7,8 +7,9 @@
   (fine-tuning, or continuing at a longer length) read it like a run trained here.
 - `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
-  Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 or GPT-NeoX, whichever computes the model;
-  roformer/hf_export_config.py refuses, in one line, a model that none computes).
+  Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 or 3, OLMo 2 or 3, SmolLM3, GPT-NeoX or GPT-2,
+  whichever computes the model; roformer/hf_export_config.py refuses, in one line, a model that
+  none computes).
 - `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
 
     from roformer import hf
@@ -39,7 +40,6 @@ from roformer import hf_export_config
 from roformer import hf_tokenizers
 from roformer import hf_weights
 from roformer import model_types
-from roformer import positions as positions_lib
 from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
@@ -82,11 +82,16 @@ def import_checkpoint(hf_dir: str, workdir: str):
     config = hf_config.to_config(hf, hf_dir)
   except errors.ConfigError:  # Its own line: an architecture or scaling not read, ...
     raise
-  except (TypeError, ValueError, OverflowError) as e:  # A wrong type (a list, Infinity, ...).
+  except (TypeError, ValueError, ArithmeticError) as e:  # A list, Infinity, 0 heads, ...
     raise errors.DamagedFileError(
         f'{os.path.join(hf_dir, "config.json")} holds a value of the wrong type ({e}). Fix: use '
         'the config.json that came with the weights.') from None
-  resolve.validate(config)
+  try:
+    resolve.validate(config)
+  except errors.ConfigError as e:  # A value out of range: the file's, not a flag to change.
+    raise errors.DamagedFileError(
+        f'{os.path.join(hf_dir, "config.json")} gives a model this project refuses: '
+        f'{errors.without_fix(e)} Fix: use the config.json that came with the weights.') from None
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
   tensors = hf_weights.canonical(hf_weights.read(hf_dir), fam)
@@ -224,11 +229,10 @@ class CausalLM:
   def _fits(self, length: int, fix: str) -> None:
     """Refuses `length` positions where the model's scheme cannot take them (past a learned
     table's rows: their logits would be NaN)."""
-    try:
-      positions_lib.validate(self.config.model, length, causal=True)
-    except errors.ConfigError as e:
-      raise errors.ConfigError(f'{length} positions are more than this model takes: '
-                               f'{errors.without_fix(e)} Fix: {fix}.') from None
+    reason = generation.length_refusal(self.config.model, length)
+    if reason:
+      raise errors.ConfigError(f'{length} positions are more than this model takes: {reason} '
+                               f'Fix: {fix}.')
 
   def encode(self, text: str) -> np.ndarray:
     """The ids of `text` as the model was trained on a document's start: the tokenizer's bos

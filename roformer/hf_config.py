@@ -410,7 +410,7 @@ def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
     raise errors.ConfigError(f'{where}: {refused} is not computed here. Fix: a GPT-2 checkpoint '
                              'without it (as gpt2 to gpt2-xl and DistilGPT2).')
   d, heads = int(_field(hf, 'n_embd', where)), int(_field(hf, 'n_head', where))
-  if d % heads:
+  if heads < 1 or d % heads:
     raise errors.DamagedFileError(f'{where}: n_embd {d} does not split into {heads} heads. Fix: '
                                   'use the config.json that came with the weights.')
   act = _read(hf, 'activation_function', 'gelu_new')
@@ -422,7 +422,8 @@ def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
   config.model.update(
       type=model_types.named('decoder_only')[0], vocab_size=int(_field(hf, 'vocab_size', where)),
       num_layers=int(_field(hf, 'n_layer', where)), d_model=d, num_heads=heads,
-      d_ff=int(hf.get('n_inner') or 4 * d), activation=ACTIVATIONS[act], dropout=0.0,
+      d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
+      activation=ACTIVATIONS[act], dropout=0.0,
       init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)), biases='all',
       normalization='layer_norm', mlp='plain',

@@ -2,10 +2,11 @@
 `config.json`: the export's half of roformer/hf_config.py, which reads the Hub's configs.
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
-the checks of `_refusal`, with the families' own (Gemma 3's sandwich block, SmolLM3's layers
-without positions) in `_gemma_refusal_of` and `_smollm3_refusal_of`. `from_config` writes the
-config in transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads
-too.
+the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
+layers without positions, Phi-3's partial rotary, OLMo's output norms, GPT-2's learned table) in
+the `_*_refusal_of` functions. `from_config` writes the config in transformers 4's form
+(`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's in GPT2Config's own
+names.
 """
 
 import numpy as np

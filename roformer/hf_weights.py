@@ -284,8 +284,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
   params, head = (_gpt2_params(t, m), 'lm_head') if fam == 'gpt2' else _stack_params(t, fam, m)
   # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
   ignored = {n for n in tensors if n.endswith(('rotary_emb.inv_freq', 'attention.bias',
-                                               'attention.masked_bias', 'attn.bias',
-                                               'attn.masked_bias'))}
+                                               'attention.masked_bias', '.attn.bias',
+                                               '.attn.masked_bias'))}
   if m.tie_embeddings:
     ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
   unused = sorted(set(tensors) - t.used - ignored)

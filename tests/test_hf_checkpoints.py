@@ -218,7 +218,10 @@ def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_pa
   shutil.copytree(FIXTURES / 'gpt2_learned', source)
   tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
   assert not any(n.startswith('transformer.') for n in tensors)
-  safetensors_numpy.save_file({'transformer.' + n: a for n, a in tensors.items()},
+  # transformers 5's names, and the causal-mask buffers that older versions stored.
+  buffers = {f'h.{i}.attn.{n}': np.tril(np.ones((1, 1, 64, 64), np.float32))
+             for i in range(2) for n in ('bias', 'masked_bias')}
+  safetensors_numpy.save_file({'transformer.' + n: a for n, a in {**tensors, **buffers}.items()},
                               str(source / 'model.safetensors'))
   hf.import_checkpoint(str(source), str(tmp_path / 'w'))
   lm = hf.load(str(tmp_path / 'w'))
@@ -234,6 +237,19 @@ def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_pa
   with pytest.raises(errors.ConfigError, match=r'70 positions .*Fix: a shorter prompt or fewer '
                                                r'max_new_tokens\.$'):
     lm.generate(np.ones((1, 60), np.int64), 10)
+
+
+def test_gpt2config_names_read_as_the_blocks_fields():
+  """n_inner (4 n_embd where null), layer_norm_epsilon, activation_function and initializer_range
+  are read, not assumed; an untied GPT-2 has its own output layer."""
+  config = json.loads((FIXTURES / 'gpt2_learned' / 'config.json').read_text())
+  config.update(n_inner=48, layer_norm_epsilon=0.5, activation_function='relu',
+                initializer_range=0.1, tie_word_embeddings=False)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.d_ff, m.layer_norm_eps, m.activation, m.init_std, m.tie_embeddings) == (
+      48, 0.5, 'relu', 0.1, False)
+  config.update(n_inner=None)
+  assert hf_config.to_config(config, 'dir').model.d_ff == 128
 
 
 def test_phi3s_config_forms_and_older_names_give_the_same_model():
@@ -503,6 +519,10 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('gpt2_learned', lambda c: c.update(add_cross_attention=True), (),
      r'add_cross_attention \(the decoder of an encoder-decoder\) is not computed here'),
     ('gpt2_learned', lambda c: c.update(n_embd=30), (), 'n_embd 30 does not split into 4 heads'),
+    ('gpt2_learned', lambda c: c.update(n_head=0), (), 'n_embd 32 does not split into 0 heads'),
+    ('gpt2_learned', lambda c: c.update(layer_norm_epsilon=float('inf')), (),
+     r'config.json gives a model this project refuses: config.model.layer_norm_eps=inf must be '
+     r'a finite number'),
     ('gpt2_learned', lambda c: c.update(activation_function='gelu_fast'), (),
      "activation_function 'gelu_fast' is not one this project computes"),
     ('gpt2_learned', lambda c: c.update(n_positions=32), (),

@@ -204,7 +204,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   # A multimodal class goes out as its language model's, from the text view of its config.
   came = hf_config.read(str(FIXTURES / name))
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
-  for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings'):
+  for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings',
+                'n_positions', 'activation_function', 'layer_norm_epsilon'):
     assert went.get(field) == came.get(field), field
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
