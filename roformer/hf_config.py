@@ -17,7 +17,8 @@ Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; Q
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
 `model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual) and GPT2LMHeadModel
-(the classic block with learned absolute positions, `position.kind='learned'`). A `head_dim` other
+(the classic block with learned absolute positions, a table over `n_positions` rows). A `head_dim`
+other
 than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`,
 which the Llama family's classes read. Both forms of the rotary settings that the Hub holds are
 read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or `rope_type`), and
@@ -395,8 +396,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
 
 def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
   """GPT2LMHeadModel's config: the classic pre-LayerNorm block (a plain MLP, biases on every
-  layer, tied embeddings by default) with learned absolute positions, `position.kind='learned'`
-  over its n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
+  layer, tied embeddings by default) with learned absolute positions, one table over its
+  n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
   where null, n_positions, activation_function, layer_norm_epsilon); an evaluation past the
   table's rows reports them skipped (no row past them was trained)."""
   refused = first_failed((
@@ -428,7 +429,7 @@ def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)), biases='all',
       normalization='layer_norm', mlp='plain',
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
-  config.model.position.kind = 'learned'
+  config.model.position.kind = positions.LEARNED
   config.model.position.learned.max_length = rows
   config.data.seq_len = rows
   config.data.tokenizer = 'hf:' + os.path.abspath(directory)

@@ -35,8 +35,8 @@ def _refusal(config) -> str | None:
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
        ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
-       "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 a "
-       'learned table (learned)'),
+       "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 one "
+       'learned table added to the embeddings'),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
       (m.embedding_multiplier != 1 and m.norm != 'sandwich',
@@ -136,8 +136,8 @@ def _refusal(config) -> str | None:
 
 
 def _learned(m) -> bool:
-  """Whether every layer's positions are the learned table (GPT-2's)."""
-  return m.position.kind == 'learned' and not m.layer_kinds
+  """Whether every layer's positions come from one learned table (GPT-2's)."""
+  return positions.learned_rows(m) is not None
 
 
 def _gpt2_refusal_of(config, options) -> str | None:
@@ -147,8 +147,6 @@ def _gpt2_refusal_of(config, options) -> str | None:
   m = config.model
   what = 'learned positions with'
   checks = (
-      (m.position.learned.per_layer, f'{what} a table per layer (position.learned.per_layer; '
-                                     'GPT-2 adds one to the embeddings)'),
       ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
        f'{what} the block {m.normalization} with a {m.mlp} MLP (GPT-2 has LayerNorm and a plain '
        'MLP)'),
@@ -384,7 +382,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     return {
         'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
         'vocab_size': m.vocab_size, 'n_embd': m.d_model, 'n_layer': m.num_layers,
-        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': m.position.learned.max_length,
+        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': positions.learned_rows(m),
         'activation_function': {'gelu_tanh': 'gelu_new'}.get(
             m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
         'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,

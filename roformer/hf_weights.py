@@ -195,8 +195,7 @@ def _gpt2_params(t, m) -> dict:
                                     'bias': t(name + '.bias', (d_out,))}
   norm = lambda name: {'scale': t(name + '.weight', (d,)), 'bias': t(name + '.bias', (d,))}
   params = {'embed': {'embedding': t('transformer.wte.weight', (m.vocab_size, d))},
-            'position': {'table': t('transformer.wpe.weight',
-                                    (m.position.learned.max_length, d))},
+            'position': {'table': t('transformer.wpe.weight', (positions.learned_rows(m), d))},
             'ln_final': norm('transformer.ln_f'), 'blocks': {}}
   if not m.tie_embeddings:
     params['unembed'] = t('lm_head.weight', (m.vocab_size, d))

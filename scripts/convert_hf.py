@@ -47,8 +47,8 @@ def main(argv):
       layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '
     bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
              if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
-    scheme = (f'learned positions over {m.position.learned.max_length} rows'
-              if m.position.kind == 'learned' else
+    rows = positions.learned_rows(m)
+    scheme = (f'learned positions over {rows} rows' if rows else
               f'{bases}, scaling {m.position.rope.scaling.kind}')
     print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
           f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '

@@ -26,7 +26,8 @@ from roformer.positions import remap
 from roformer.positions import rotary
 from roformer.positions import scaling
 from roformer.positions import training
-from roformer.positions.absolute import Learned, NoPositions, Sinusoidal, sinusoidal_table
+from roformer.positions.absolute import (LEARNED, Learned, NoPositions, Sinusoidal, learned_rows,
+                                         sinusoidal_table)
 from roformer.positions.base import (Capabilities, Layer, PositionScheme, Shared, head_dim,
                                      kinds, register, relative_positions)
 from roformer.positions.registry import (bias_kinds, capabilities, capability_table,

@@ -10,6 +10,7 @@ from roformer import errors
 from roformer import specs
 from roformer import variables
 from roformer.positions import base
+from roformer.positions import registry
 
 
 @base.register('none')
@@ -93,7 +94,10 @@ class _LearnedLayerInput(base.Layer):
     return _add_rows(self.table, x, positions) if self.per_layer else x
 
 
-@base.register('learned')
+LEARNED = 'learned'  # The learned table's registered kind: GPT-2's positions.
+
+
+@base.register(LEARNED)
 class Learned(base.PositionScheme):
   """Trained absolute position embeddings (BERT, GPT-2); with `per_layer`, one table per layer
   added at every layer's input (Al-Rfou et al. 2019)."""
@@ -121,3 +125,12 @@ class Learned(base.PositionScheme):
   @classmethod
   def max_length(cls, cfg):
     return int(cfg.learned.max_length)
+
+
+def learned_rows(model_cfg) -> int | None:
+  """The rows of the one learned table that every layer's positions come from, added to the
+  embeddings (GPT-2's, which transformers' GPT-2 class computes); None for any other layout,
+  per-layer tables included."""
+  if registry.model_scheme(model_cfg) is not Learned or model_cfg.position.learned.per_layer:
+    return None
+  return int(model_cfg.position.learned.max_length)
