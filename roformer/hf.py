@@ -91,7 +91,8 @@ def import_checkpoint(hf_dir: str, workdir: str):
   except errors.ConfigError as e:  # A value out of range: the file's, not a flag to change.
     raise errors.DamagedFileError(
         f'{os.path.join(hf_dir, "config.json")} gives a model this project refuses: '
-        f'{errors.without_fix(e)} Fix: use the config.json that came with the weights.') from None
+        f'{errors.without_fix(e)} Fix: use the config.json that came with the weights (where it '
+        "names a limit of this project's, a checkpoint within it).") from None
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
   tensors = hf_weights.canonical(hf_weights.read(hf_dir), fam)

@@ -17,12 +17,11 @@ Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; Q
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
 `model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual) and GPT2LMHeadModel
-(the classic block with learned absolute positions, a table over `n_positions` rows). A `head_dim`
-other
-than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is `model.head_dim`,
-which the Llama family's classes read. Both forms of the rotary settings that the Hub holds are
-read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or `rope_type`), and
-transformers 5's `rope_parameters` (with `rope_theta` inside).
+(the classic block with learned absolute positions, a table over `n_positions` rows). A
+`head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is
+`model.head_dim`, which the Llama family's classes read. Both forms of the rotary settings that
+the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
+`rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
@@ -451,7 +450,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     return _gpt2_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
-  # Qwen3Config's and Gemma3TextConfig's default, where absent, is 128 and 256); GPT-NeoX's
+  # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and
+  # 256); GPT-NeoX's
   # always split hidden_size.
   default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in LLAMA_FAMILY else None

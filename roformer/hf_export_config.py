@@ -38,7 +38,8 @@ def _refusal(config) -> str | None:
        "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 one "
        'learned table added to the embeddings'),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
-       "per-layer RoPE bases (layer_rope_bases) outside Gemma 3's block (norm='sandwich')"),
+       "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
+       "(norm='sandwich')"),
       (m.embedding_multiplier != 1 and m.norm != 'sandwich',
        f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
@@ -425,8 +426,6 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                attention_bias=m.biases == 'attention', query_pre_attn_scalar=head_dim,
                layer_types=_layer_types(windows),
                final_logit_softcapping=m.logits_softcap or None, attn_logit_softcapping=None)
-    for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
-      out.update(option.transformers_fields(m.attention))
     if fam == 'gemma2':  # One base, which layer_rope_bases may give.
       out['rope_theta'] = positions.layer_rope_bases(m)[0]
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
@@ -477,4 +476,6 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(use_sliding_window=bool(window), sliding_window=window or None,
                max_window_layers=first,
                layer_types=_layer_types(windows))
+  for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
+    out.update(option.transformers_fields(m.attention))
   return out

@@ -175,7 +175,8 @@ def test_gemma2_reads_its_caps_and_scale_and_each_one_binds_in_the_fixture(tmp_p
       True, 2.0, True, 24)
   assert (m.logits_softcap, m.norm, m.embedding_multiplier, tuple(m.layer_windows)) == (
       15.0, 'sandwich', 32 ** 0.5, (8, 0, 8))
-  assert not att.qk_norm and m.position.rope.scaling.layers == 'all'
+  sc = m.position.rope.scaling
+  assert not att.qk_norm and (sc.kind, sc.factor, sc.layers) == ('linear', 4.0, 'all')
   ref = np.load(FIXTURES / 'gemma2_softcap_scaled' / 'reference.npz')
   for i, edit in enumerate(({'attn_logit_softcapping': None}, {'final_logit_softcapping': None},
                             {'query_pre_attn_scalar': 16})):
@@ -196,7 +197,8 @@ def test_a_gemma2_config_with_fields_left_out_reads_as_gemma2configs_defaults():
                 'head_dim', 'layer_types', 'tie_word_embeddings'):
     config.pop(field)
   m = hf_config.to_config(config, 'dir').model
-  assert (m.attention.softcap_value, m.logits_softcap, m.head_dim) == (50.0, 30.0, 256)
+  assert (m.attention.softcap, m.attention.softcap_value, m.logits_softcap, m.head_dim) == (
+      True, 50.0, 30.0, 256)
   assert not m.attention.logit_scale and m.tie_embeddings
   assert tuple(m.layer_windows) == (8, 0, 8)
   gemma3 = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
@@ -237,6 +239,17 @@ def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_pa
   with pytest.raises(errors.ConfigError, match=r'70 positions .*Fix: a shorter prompt or fewer '
                                                r'max_new_tokens\.$'):
     lm.generate(np.ones((1, 60), np.int64), 10)
+  # Untied under the original names: lm_head keeps its own name beside the unprefixed ones.
+  untied = tmp_path / 'untied'
+  shutil.copytree(FIXTURES / 'gpt2_learned', untied)
+  head = np.random.default_rng(0).normal(size=tensors['wte.weight'].shape).astype(np.float32)
+  safetensors_numpy.save_file({**tensors, 'lm_head.weight': head},
+                              str(untied / 'model.safetensors'))
+  config = json.loads((untied / 'config.json').read_text())
+  (untied / 'config.json').write_text(json.dumps(dict(config, tie_word_embeddings=False)))
+  hf.import_checkpoint(str(untied), str(tmp_path / 'w_untied'))
+  model = hf.load(str(tmp_path / 'w_untied')).model
+  np.testing.assert_array_equal(np.asarray(model.unembed[...]), head)
 
 
 def test_gpt2config_names_read_as_the_blocks_fields():

@@ -313,7 +313,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'norm': 'output'}, r"norm='output' in a GPT-NeoX block"),
     (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5,
           layer_rope_bases=(1e4, 1e6)),
-     r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 3's block"),
+     r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 2's and 3's block"),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='output'),
      r"norm='output' with layers without positions"),
     (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),
@@ -335,7 +335,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'layer_kinds': ('rope', 'alibi')},
      r"position.kind='rope' with layer_kinds \('rope', 'alibi'\): the Llama"),
     ({'layer_rope_bases': (1e4, 1e6)}, r"per-layer RoPE bases \(layer_rope_bases\) outside "
-                                       r"Gemma 3's block"),
+                                       r"Gemma 2's and 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 2's and 3's "
                                     r'block'),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from roformer import attention
+from roformer import attention_options
 from roformer import errors
 from roformer import losses
 from roformer import models
@@ -60,6 +61,26 @@ def test_the_layer_is_the_formula(softcap, logit_scale, ssmax, impl):
       assert np.abs(other - want).max() > 1e-3
 
 
+def _qkv(attn, x):
+  """The layer's float64 q, k, v [batch, len, heads, head_dim] (one key/value head per head)."""
+  b, length, _ = x.shape
+  qkv = (np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64)
+         + np.asarray(attn.qkv.bias[...], np.float64))
+  return np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
+
+
+def _capped_layer(attn, logits, v, mask, cap):
+  """float64 softmax(cap tanh(logits / cap)) over the visible keys, its values and the output
+  projection."""
+  logits = np.where(np.asarray(mask), cap * np.tanh(np.asarray(logits, np.float64) / cap),
+                    -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  heads = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(v.shape[0], v.shape[1], -1)
+  return (heads @ np.asarray(attn.out.kernel[...], np.float64)
+          + np.asarray(attn.out.bias[...], np.float64))
+
+
 def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
   """PoPE forms its logits itself: the layer is softmax(c tanh(logits / c)) over them, its
   values and the output projection, written out in float64 from the scheme's logits."""
@@ -67,20 +88,27 @@ def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
   config.model.attention.update(softcap=True, softcap_value=0.3)
   resolve.validate(config)
   attn, layer, x, pos, mask = _layer_inputs(config, seed=1, length=9)
-  out = np.asarray(attn(x, mask, pos, layer)[0])
-  f64 = lambda a: np.asarray(a, np.float64)
-  b, length, _ = x.shape
-  qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
-  q, k, v = np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
-  ctx = layer.prepare(x, pos, None)
-  logits = f64(layer.logits(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32), pos, pos,
-                            mask, ctx))
-  logits = np.where(np.asarray(mask), 0.3 * np.tanh(logits / 0.3), -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  heads = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
-  want = heads @ f64(attn.out.kernel[...]) + f64(attn.out.bias[...])
-  np.testing.assert_allclose(out, want, rtol=2e-4, atol=2e-5)
+  q, k, v = _qkv(attn, x)
+  logits = layer.logits(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32), pos, pos,
+                        mask, layer.prepare(x, pos, None))
+  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]),
+                             _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4, atol=2e-5)
+
+
+def test_dapes_logits_are_capped_after_its_mlp():
+  """DAPE forms the logits (q.k/sqrt(d) + ALiBi's bias + its MLP over both): the layer is
+  softmax(c tanh(logits / c)) over them, written out in float64 from DAPE's logits."""
+  config = kinds.tiny_config('alibi', num_layers=1, attention_impl='einsum')
+  config.model.attention.update(dape=True, softcap=True, softcap_value=0.3)
+  resolve.validate(config)
+  attn, layer, x, pos, mask = _layer_inputs(config, seed=4, length=9)
+  q, k, v = _qkv(attn, x)
+  scaled = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(attn.head_dim)
+  logits = attention_options.OPTIONS['dape'].logits(
+      attn, jnp.asarray(scaled, jnp.float32),
+      jnp.asarray(_bias(attn, layer, x, pos, mask), jnp.float32))
+  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]),
+                             _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4, atol=2e-5)
 
 
 def _lm(kind='rope', seed=4, num_layers=2, **fields):
@@ -99,14 +127,17 @@ def _full(model, tokens):
 
 def test_a_remap_that_moves_no_distance_keeps_the_capped_model():
   """ReRoPE with a window past the row is RoPE itself: with the cap on, the remap's path (which
-  forms RoPE's logits itself) gives the plain path's logits, and a cap that binds changes them."""
+  forms RoPE's logits itself, whole or over causal blocks of 4 queries) gives the plain path's
+  logits, and a cap that binds changes them."""
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 14)))
   capped = dict(softcap=True, softcap_value=0.2)
   config, plain = _lm(**capped)
-  config.model.position.rope.remap.update(method='rerope', window=14)
-  resolve.validate(config)
-  remapped = models.create(config.model, seed=4)
-  np.testing.assert_allclose(_full(remapped, tokens), _full(plain, tokens), atol=1e-5)
+  for rows in (0, 4):  # The remap's whole matrix, and its causal blocks.
+    config.model.update(causal_block=rows)
+    config.model.position.rope.remap.update(method='rerope', window=14)
+    resolve.validate(config)
+    remapped = models.create(config.model, seed=4)
+    np.testing.assert_allclose(_full(remapped, tokens), _full(plain, tokens), atol=1e-5)
   _, uncapped = _lm()
   assert np.abs(_full(uncapped, tokens) - _full(plain, tokens)).max() > 1e-3
 
@@ -156,13 +187,14 @@ def test_the_output_logits_are_the_uncapped_ones_through_tanh():
   np.testing.assert_allclose(_full(capped, tokens), want, rtol=1e-5, atol=1e-6)
   assert np.abs(_full(raw, tokens)).max() > 3  # The cap binds.
   hidden = jnp.asarray(np.random.default_rng(3).normal(size=(2, 9, 32)), jnp.float32)
-  mlm = []
-  for cap in (0.0, 1.5):
-    config = kinds.tiny_config('rope', type='mlm', logits_softcap=cap)
-    model = models.create(config.model, seed=0)
-    model.output_bias.value = jnp.linspace(-2.0, 2.0, 50)
-    mlm.append(np.asarray(model.predict(hidden), np.float64))
-  np.testing.assert_allclose(mlm[1], 1.5 * np.tanh(mlm[0] / 1.5), rtol=1e-5, atol=1e-6)
+  bias = np.linspace(-2.0, 2.0, 50)
+  config = kinds.tiny_config('rope', type='mlm', logits_softcap=1.5)
+  model = models.create(config.model, seed=0)
+  model.output_bias.value = jnp.asarray(bias, jnp.float32)
+  # The tied output layer's own logits (no bias, no cap) plus the bias, through tanh.
+  raw = np.asarray(model.embed.attend(model.transform(hidden)), np.float64) * model.logits_scale
+  np.testing.assert_allclose(model.predict(hidden), 1.5 * np.tanh((raw + bias) / 1.5),
+                             rtol=1e-5, atol=1e-6)
 
 
 def _reference_sums(hidden, embedding, targets, weights, scale, cap, smoothing, bias=0.0):
@@ -225,6 +257,28 @@ def test_the_task_passes_the_cap_to_the_chunked_loss():
   whole = task.logits_and_sums(model, batch)[1]
   for name in ('loss_sum', 'correct'):
     np.testing.assert_allclose(chunked[name], whole[name], rtol=1e-5)
+
+
+def test_the_masked_lm_passes_the_cap_and_its_bias_to_the_chunked_loss():
+  """A masked LM with an output bias and a cap that binds: its loss in chunks of 4 positions
+  equals its loss from the whole logits (the same masks: an evaluation's fixed key)."""
+  from configs import test as test_config  # pylint: disable=g-import-not-at-top
+  sums = {}
+  for chunk in (0, 4):
+    config = test_config.get_config('mlm')
+    config.model.update(vocab_size=50, logits_softcap=0.8, loss_chunk=chunk, dropout=0.0)
+    config.data.update(vocab_size=50, max_predictions=0)
+    resolve.validate(config)
+    model = models.create(config.model, seed=2)
+    model.output_bias.value = jnp.linspace(-2.0, 2.0, 50)
+    tokens = np.random.default_rng(8).integers(5, 49, (2, 16)).astype(np.int32)
+    ones = np.ones_like(tokens)
+    batch = {'inputs': jnp.asarray(tokens), 'inputs_segment_ids': jnp.asarray(ones),
+             'inputs_positions': jnp.asarray(np.cumsum(ones, 1) - 1)}
+    sums[chunk] = tasks.for_config(config).sums(model, batch)
+  assert sums[4]['weight'] > 0
+  for name in ('loss_sum', 'correct', 'weight'):
+    np.testing.assert_allclose(sums[4][name], sums[0][name], rtol=1e-5)
 
 
 def test_the_softcap_runs_on_the_einsum_path_only():
