@@ -461,10 +461,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
         f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; '
         f'{MODEL_TYPES[fam]} splits hidden_size into the heads. Fix: a checkpoint whose heads '
         'are so.')
-  act = (_read(hf, 'hidden_activation', 'gelu_pytorch_tanh') if fam in GEMMA else
-         _read(hf, 'hidden_act', 'gelu' if fam == 'gpt_neox' else 'silu'))
+  act_field = 'hidden_activation' if fam in GEMMA else 'hidden_act'
+  act = _read(hf, act_field, {'gpt_neox': 'gelu', 'gemma2': 'gelu_pytorch_tanh',
+                              'gemma3': 'gelu_pytorch_tanh'}.get(fam, 'silu'))
   if act not in ACTIVATIONS:
-    raise errors.ConfigError(f'{where}: hidden_act {act!r} is not one this project computes. Fix: '
+    raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
   kv = int(hf.get('num_key_value_heads') or heads)

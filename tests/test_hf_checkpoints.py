@@ -536,6 +536,8 @@ def _edited(tmp_path, name, edit=None, remove=()):
     ('gpt2_learned', lambda c: c.update(layer_norm_epsilon=float('inf')), (),
      r'config.json gives a model this project refuses: config.model.layer_norm_eps=inf must be '
      r'a finite number'),
+    ('gemma2_softcap_scaled', lambda c: c.update(hidden_activation='gelu_fast'), (),
+     "hidden_activation 'gelu_fast' is not one this project computes"),
     ('gpt2_learned', lambda c: c.update(activation_function='gelu_fast'), (),
      "activation_function 'gelu_fast' is not one this project computes"),
     ('gpt2_learned', lambda c: c.update(n_positions=32), (),
