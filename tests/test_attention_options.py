@@ -206,6 +206,18 @@ def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
       attention_options.check(config, m, att)
 
 
+@pytest.mark.parametrize('flag', ['forms_logits', 'maps_logits'])
+def test_an_option_that_forms_or_maps_the_logits_must_declare_the_einsum_path(flag):
+  """The fused kernels never form the logits: registering an option that forms or maps them
+  without einsum_only fails, and registers nothing."""
+  from roformer.attention_options import base  # pylint: disable=g-import-not-at-top
+  cls = type('Undeclared', (base.AttentionOption,), {'field': 'undeclared', flag: True})
+  with pytest.raises(TypeError, match="'undeclared' forms or maps the logits, so it must "
+                                      'declare einsum_only'):
+    base.register(cls)
+  assert 'undeclared' not in attention_options.OPTIONS
+
+
 @pytest.mark.parametrize('field,kind,why', [
     ('dape', 'rope', 'add no bias'), ('differential', 'shaw', 'add a value term'),
     ('nope_temperature', 'rope', 'no layer is one')])

@@ -241,5 +241,10 @@ def register(cls):
   if isinstance(item, AttentionKind):
     KINDS[item.name] = item
   else:
+    # The fused kernels add the scheme's bias inside their tiles: logits formed or mapped by an
+    # option exist on the einsum path alone.
+    if (item.forms_logits or item.maps_logits) and not item.einsum_only:
+      raise TypeError(f'attention option {item.field!r} forms or maps the logits, so it must '
+                      'declare einsum_only = True.')
     OPTIONS[item.field] = item
   return cls

@@ -1,7 +1,8 @@
 """Softmax attention (`attention.kind='softmax'`, the default): softmax over q.k/sqrt(d) and the
 position scheme's terms, on every implementation (`attention.attend`), or on the fused bias
 kernel of roformer/fused_bias.py with attention_impl='pallas'. A switch that maps the logits
-(`maps_logits`: soft-capping) has them formed whole, on every path. Under a distance remap the
+(`maps_logits`: soft-capping) has them formed on every path, over causal blocks of queries as
+the plain einsum path. Under a distance remap the
 logits are RoPE's at the remapped distances, computed over causal blocks of queries (at most
 REMAP_BLOCKS, of at least `model.causal_block` rows; 0: the whole matrix) so that a long
 evaluation holds one block's rows of them at a time."""
@@ -47,7 +48,7 @@ class Softmax(base.AttentionKind):
       for factor in factors(mask):
         logits = logits * factor[..., None]
       return attention.attend_logits(_mapped(module, logits, maps), v, mask)
-    fused = None if maps else site.fused_inputs(module)  # The kernels take no map of logits.
+    fused = site.fused_inputs(module)  # Never with a map: such options are einsum-only.
     if fused:
       # The fused kernel: the scheme's bias computed block by block, never materialised.
       bias, params, row, col = fused
