@@ -36,6 +36,7 @@ without, and the JSON's `malloc` says which).
 
 import contextlib
 import difflib
+import gc
 import itertools
 import json
 import resource
@@ -374,6 +375,15 @@ class Runner:
             **memory_bytes(self.compiled)}
 
 
+def out_of_memory(error: Exception) -> str | None:
+  """The first line of an XLA error that says the device's memory ran out (at compilation or in
+  a step), else None: such a variant is reported as not fitting and the others still run."""
+  text = str(error).strip()
+  if 'RESOURCE_EXHAUSTED' not in text and 'out of memory' not in text.lower():
+    return None
+  return text.splitlines()[0][:400]
+
+
 def table(rows: list[dict]) -> str:
   """Markdown rows; `vs` is the ratio of median steps to `none`'s (or the first row's without
   one), with the range of the per-round ratios when they were timed in interleaved rounds."""
@@ -442,15 +452,25 @@ def main(args):
     raise errors.ConfigError(str(e)) from e
   n = args.peak_size or (2048 if jax.default_backend() == 'cpu' else 8192)
   measure = lambda: measure_peak(config.model.dtype, n, mesh)
-  runners = {}
+  runners, unfit = {}, {}
   for name, without in passes.items():  # All compiled and warm first, then timed in turns.
     trial = trials[name.removesuffix(f'-{without}') if without else name]
-    start = time.perf_counter()
-    runners[name] = runner = Runner(trial, mesh, name, args.step, args.documents, without)
-    print(f'[benchmark] {name}: built in {time.perf_counter() - start - runner.compile_s:.1f} s, '
-          f'compiled in {runner.compile_s:.1f} s', file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    runner.warm(args.warmup)
+    try:
+      start = time.perf_counter()
+      runner = Runner(trial, mesh, name, args.step, args.documents, without)
+      print(f'[benchmark] {name}: built in {time.perf_counter() - start - runner.compile_s:.1f} '
+            f's, compiled in {runner.compile_s:.1f} s', file=sys.stderr, flush=True)
+      start = time.perf_counter()
+      runner.warm(args.warmup)
+    except jax.errors.JaxRuntimeError as e:
+      if (reason := out_of_memory(e)) is None:
+        raise
+      unfit[name] = reason
+      print(f'[benchmark] {name}: does not fit: {reason}', file=sys.stderr, flush=True)
+      runner = None
+      gc.collect()  # Its state and buffers go before the next variant is built.
+      continue
+    runners[name] = runner
     print(f'[benchmark] {name}: {args.warmup} warm-up steps in {time.perf_counter() - start:.2f} s',
           file=sys.stderr, flush=True)
   made = provenance.measurement()
@@ -459,7 +479,8 @@ def main(args):
           'device_kind': jax.devices()[0].device_kind, 'devices': mesh.devices.size,
           'peak_matmul_size': n, 'documents_per_row': args.documents, 'step': args.step,
           'config': config.to_dict(),
-          'malloc': 'reuse' if host_memory.applied() else 'default'}
+          'malloc': 'reuse' if host_memory.applied() else 'default',
+          'unfit': unfit}  # Variant -> the error that said it does not fit.
   if args.serve:
     serve(runners, measure, meta)
     return
@@ -476,7 +497,9 @@ def main(args):
         f'{mesh.devices.size} x {jax.devices()[0].device_kind}; peak {peak / 1e12:.3f} TFLOP/s '
         f'({m.dtype} {n}x{n} matmul); median of {args.steps} steps each in '
         f'{rounds} interleaved rounds; {args.step} step\n')
-  print(table(rows))
+  print(table(rows) if rows else '(no variant fitted)')
+  for name, reason in unfit.items():
+    print(f'{name}: does not fit ({reason})')
   if args.out:
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     files.write_json_atomic(args.out, {**meta, 'peak_flops': peak, 'steps': args.steps,

@@ -36,8 +36,8 @@
 #      ln V under each initialisation, in float32 (INIT_LIMIT, 90 s);
 #      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
 #      weights), the evaluation step on one row of LLAMA_LENGTH (32,768) tokens under each of
-#      LLAMA_REMAPS (none rerope sinks), one process each (LLAMA_LIMIT, 120 s each): memory and
-#      tokens/s, or the error of a remap that does not fit;
+#      LLAMA_REMAPS (none sinks self_extend dca rerope), variants of one process (LLAMA_LIMIT,
+#      300 s): memory and tokens/s, or the error of a remap that does not fit;
 #   6. `grouprate` (only when named): scripts/group_rate.py, a vmapped group of three
 #      multi-key seeds with a model of width 8, rows built in the loop and read from the row
 #      cache: how many group steps a second the host can drive (GROUPRATE_LIMIT, 240 s);
@@ -227,21 +227,21 @@ if want llama32k; then
 stage 'a Llama-shaped model of about 0.5B at 32k tokens: the evaluation step under each remap'
 set_bench
 # 16 layers, d_model 1536, 12 heads of 128 with 4 key/value heads, a SwiGLU MLP of 4,096 and an
-# untied 32k vocabulary: 0.50B parameters, bfloat16, one row of 32,768 tokens. One process per
-# remap (LLAMA_REMAPS), so that a remap that does not fit ends its own run only. A remap runs
-# over four causal blocks of queries (8,192 rows: 12.9 GB of float32 logits per region), the
-# layers scanned so that one layer's blocks are compiled.
+# untied 32k vocabulary: 0.50B parameters, bfloat16, one row of 32,768 tokens. The remaps
+# (LLAMA_REMAPS) are variants of one process, so that the GEMMs they share are autotuned once;
+# a remap that does not fit is reported as such and the others still run. A remap runs over
+# four causal blocks of queries (8,192 rows: 12.9 GB of float32 logits per region), the layers
+# scanned so that one layer's blocks are compiled.
 LLAMA="--config configs/lm.py:llama --config.model.d_model=1536 --config.model.num_heads=12
     --config.model.num_kv_heads=4 --config.model.num_layers=16 --config.model.d_ff=4096
     --config.data.vocab_size=32000 --config.data.seq_len=${LLAMA_LENGTH:-32768}
     --config.train.batch_size=1 --config.model.dtype=bfloat16 --config.model.scan_layers=True"
-for method in ${LLAMA_REMAPS-none rerope sinks}; do
-  timeout "${LLAMA_LIMIT:-120}" "${BENCH[@]}" $LLAMA --kinds rope --step eval \
-      --config.model.position.rope.remap.method=$method --steps 3 --warmup 1 \
-      --out "$OUT/llama32k_$method.json" > "$OUT/llama32k_$method.log" 2>&1
-  echo "remap $method: exit $? (124: time limit)"
-  grep -v '^I1\|^W1' "$OUT/llama32k_$method.log" | grep -i '^| rope\|error\|memory' | tail -3
-done
+remaps=$(echo ${LLAMA_REMAPS-none sinks self_extend dca rerope} | tr ' ' ',')
+timeout "${LLAMA_LIMIT:-300}" "${BENCH[@]}" $LLAMA --kinds rope --step eval \
+    --vary model.position.rope.remap.method=$remaps --steps 3 --warmup 1 \
+    --out "$OUT/llama32k.json" > "$OUT/llama32k.log" 2>&1
+echo "exit $? (124: time limit)"
+grep -v '^I1\|^W1\|^E1' "$OUT/llama32k.log" | grep -i '^| \|fit\|error\|benchmark\]' | tail -24
 fi
 
 if want lm125; then

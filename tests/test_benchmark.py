@@ -384,6 +384,33 @@ def test_mfu_is_model_flops_over_the_peak_measured_in_the_run(monkeypatch, capsy
   assert s['rope']['mfu'] == 0.5 and s['torch']['mfu'] == 0.25
 
 
+def test_a_variant_that_does_not_fit_is_reported_and_the_others_still_run(
+    monkeypatch, tmp_path, capsys):
+  """An out-of-memory error while a variant compiles or warms up names that variant as not
+  fitting; the other variants are timed and written. Any other error still stops the run."""
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+
+  class Runner(benchmark.Runner):
+    def __init__(self, config, mesh, name='', *rest):
+      if name == 'rope':
+        raise jax.errors.JaxRuntimeError(
+            'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 51.5G\nmore')
+      super().__init__(config, mesh, name, *rest)
+  monkeypatch.setattr(benchmark, 'Runner', Runner)
+  out = tmp_path / 'bench.json'
+  args = benchmark.parser().parse_args(['--config=configs/test.py', '--kinds=none,rope,alibi',
+                                        '--steps=2', '--warmup=0', '--peak_size=64',
+                                        f'--out={out}'])
+  benchmark.main(args)
+  result = json.loads(out.read_text())
+  assert [r['name'] for r in result['rows']] == ['none', 'alibi']
+  reason = 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 51.5G'
+  assert result['unfit'] == {'rope': reason}
+  assert f'rope: does not fit ({reason})' in capsys.readouterr().out
+  assert benchmark.out_of_memory(ValueError('INTERNAL: a bad kernel')) is None
+
+
 def test_a_rows_flops_count_a_masked_lms_head_at_its_predicted_tokens_only():
   """A measured row of a masked LM (mask rate 0.3): the head (2 d^2) and output layer (2 d V)
   at 30% of the tokens, the encoder at all of them, 3x for training; its MFU from those."""
