@@ -31,7 +31,8 @@
 #      `ahead` (only when named): scripts/point_time.py, a cold copy point with its evaluation
 #      passes compiled ahead (train.compile_ahead=on) or not;
 #      `gradients` (only when named): the gpu_125m step without each hand-written backward
-#      pass (roformer/autodiff.py) in turns with the step that has them (GRADIENTS_LIMIT, 300 s);
+#      pass (roformer/autodiff.py) in turns with the step that has them (GRADIENTS_ARGS,
+#      GRADIENTS_LIMIT 300 s);
 #      `init` (only when named): scripts/init_loss.py, configs/lm_125m.py's step-0 loss against
 #      ln V under each initialisation, in float32 (INIT_LIMIT, 90 s);
 #      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
@@ -209,9 +210,12 @@ fi
 if want gradients; then
 stage 'the hand-written backward passes at gpu_125m: the step without each, in turns'
 set_bench
-timeout "${GRADIENTS_LIMIT:-300}" "${BENCH[@]}" --preset gpu_125m --kinds rope \
-    --without all,softmax_attention,rotation,chunked_loss --steps 10 \
-    --out "$OUT/custom_gradients.json" 2>&1 | grep -v '^I1\|^W1' | tail -10
+# GRADIENTS_ARGS: the kinds and passes (by default RoPE on cuDNN, where the attention passes
+# are not on the path; "--kinds rope --config.model.attention_impl=einsum --without
+# softmax_attention" times the einsum path's).
+timeout "${GRADIENTS_LIMIT:-300}" "${BENCH[@]}" --preset gpu_125m \
+    ${GRADIENTS_ARGS:---kinds rope --without all,softmax_attention,rotation,chunked_loss} \
+    --steps 10 --out "$OUT/custom_gradients.json" 2>&1 | grep -v '^I1\|^W1' | tail -10
 echo "exit ${PIPESTATUS[0]} (124: time limit)"
 fi
 
