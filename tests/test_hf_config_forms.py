@@ -1,0 +1,341 @@
+"""How each family's config.json reads (roformer/hf_config.py): transformers 4's and 5's forms of
+the same model give the same config, a field left out reads as its transformers class's default,
+and the fields that only some families have (Gemma's caps and query scale, GPT-2's table, Phi-3's
+and OLMo's layouts, YaRN's attention factor) each bind in the fixture that holds them. The
+fixtures' equality with transformers is tests/test_hf_checkpoints.py's. Torch is not needed."""
+
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+from safetensors import numpy as safetensors_numpy
+
+from roformer import errors
+from roformer import hf
+from roformer import hf_config
+from roformer import positions
+from tests import hf_fixtures
+
+FIXTURES = hf_fixtures.FIXTURES
+_relative_error, _edited = hf_fixtures.relative_error, hf_fixtures.edited
+
+
+def test_the_two_config_forms_give_the_same_model():
+  """transformers 4's rope_theta + rope_scaling ('type' or 'rope_type') and transformers 5's
+  rope_parameters are read alike."""
+  v4 = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {'rope_type': v4['rope_scaling']['type'],
+                           'rope_theta': v4['rope_theta'],
+                           **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}}
+  other = dict(v4, rope_scaling={'rope_type': 'yarn',
+                                 **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}})
+  configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, other)]
+  assert configs[0] == configs[1] == configs[2]
+  assert configs[0]['model']['position']['rope']['scaling']['kind'] == 'yarn'
+
+
+def test_gemma3s_scaling_of_its_global_layers_reads_alike_in_both_forms():
+  """Gemma 3 4B-27B's linear scaling of the global layers: transformers 5's per-layer-type
+  rope_parameters and transformers 4's top-level rope_scaling (which transformers applies to
+  the global layers) give one model, scaling the global layers alone; the trained length is
+  max_position_embeddings over the factor."""
+  v5 = hf_config.read(str(FIXTURES / 'gemma3_multimodal'))  # Its language model's.
+  v4 = {k: v for k, v in v5.items() if k not in ('rope_parameters', 'layer_types')}
+  v4.update(rope_theta=1e6, rope_local_base_freq=10000.0, sliding_window_pattern=2,
+            rope_scaling={'rope_type': 'linear', 'factor': 4.0})
+  configs = [hf_config.to_config(c, 'dir') for c in (v5, v4)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  sc = configs[0].model.position.rope.scaling
+  assert (sc.kind, sc.factor, sc.layers, sc.original_length) == ('linear', 4.0, 'global', 16)
+  assert configs[0].data.seq_len == 16
+
+
+def test_gemma3s_multimodal_class_imports_its_language_model_under_either_weight_names(tmp_path):
+  """Gemma3ForConditionalGeneration (Gemma 3 4B-27B's class): the language model under the
+  Hub's names (language_model.model.*, as the fixture was saved) or transformers 5's
+  (model.language_model.*, lm_head), the vision tower left out, computes transformers' logits
+  (its text-only forward)."""
+  ref = np.load(FIXTURES / 'gemma3_multimodal' / 'reference.npz')
+  source = _edited(tmp_path, 'gemma3_multimodal')
+  tensors = safetensors_numpy.load_file(os.path.join(source, 'model.safetensors'))
+  renamed = {('model.language_model.' + k[len('language_model.model.'):]
+              if k.startswith('language_model.model.') else 'model.' + k): v
+             for k, v in tensors.items()}
+  assert any(k.startswith('model.vision_tower.') for k in renamed)
+  safetensors_numpy.save_file(renamed, os.path.join(source, 'model.safetensors'))
+  for directory, name in ((str(FIXTURES / 'gemma3_multimodal'), 'hub'), (source, 'v5')):
+    hf.import_checkpoint(directory, str(tmp_path / name))
+    lm = hf.load(str(tmp_path / name))
+    assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4, name
+  assert lm.config.model.position.rope.scaling.layers == 'global'
+  # Flags that disagree (untied in text_config, tied at the top, as transformers 5 reads it) with
+  # no output layer stored: read tied, as the weights were saved.
+  config = json.loads((FIXTURES / 'gemma3_multimodal' / 'config.json').read_text())
+  config['text_config']['tie_word_embeddings'] = False
+  (pathlib.Path(source) / 'config.json').write_text(json.dumps(config))
+  hf.import_checkpoint(source, str(tmp_path / 'flags'))
+  lm = hf.load(str(tmp_path / 'flags'))
+  assert lm.config.model.tie_embeddings
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
+
+
+def test_a_hub_gemma3_text_config_reads_with_gemma3s_defaults():
+  """gemma-3-4b-it's config.json gives text_config five fields; the others are
+  Gemma3TextConfig's: 8 heads of 256 over 4 key/value heads, 262,208 ids, windows of 1024 on
+  five layers in six, and linear scaling by 8 on the global ones from 131,072 / 8 positions."""
+  hub = {'architectures': ['Gemma3ForConditionalGeneration'], 'model_type': 'gemma3',
+         'text_config': {'hidden_size': 2560, 'intermediate_size': 10240,
+                         'model_type': 'gemma3_text', 'num_hidden_layers': 34,
+                         'rope_scaling': {'factor': 8.0, 'rope_type': 'linear'},
+                         'sliding_window': 1024},
+         'vision_config': {'model_type': 'siglip_vision_model'}}
+  config = hf_config.to_config(hf_config.text_view(hub, 'dir/config.json'), 'dir')
+  m = config.model
+  assert (m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size, m.tie_embeddings) == (
+      8, 4, 256, 262_208, True)
+  assert tuple(m.layer_windows) == ((1024,) * 5 + (0,)) * 5 + (1024,) * 4
+  assert (m.position.rope.scaling.kind, m.position.rope.scaling.factor) == ('linear', 8.0)
+  assert m.position.rope.scaling.layers == 'global' and config.data.seq_len == 16384
+  with pytest.raises(errors.DamagedFileError, match='names Gemma3ForConditionalGeneration but '
+                                                    'has no text_config'):
+    hf_config.text_view({**hub, 'text_config': None}, 'dir/config.json')
+
+
+def test_gemma2_reads_its_caps_and_scale_and_each_one_binds_in_the_fixture(tmp_path):
+  """The fixture's attention soft-cap (2), output soft-cap (15), query_pre_attn_scalar (24, for
+  heads 16 wide), alternate windows and linear scaling of every layer are read; without each
+  cap, or at the heads' own scale, the import's logits move off transformers' by more than 1%
+  (transformers itself was checked to move alike: tests/data/hf's script)."""
+  hf_json = json.loads((FIXTURES / 'gemma2_softcap_scaled' / 'config.json').read_text())
+  m = hf_config.to_config(hf_json, 'dir').model
+  att = m.attention
+  assert (att.softcap, att.softcap_value, att.logit_scale, att.logit_scale_dim) == (
+      True, 2.0, True, 24)
+  assert (m.logits_softcap, m.norm, m.embedding_multiplier, tuple(m.layer_windows)) == (
+      15.0, 'sandwich', 32 ** 0.5, (8, 0, 8))
+  sc = m.position.rope.scaling
+  assert not att.qk_norm and (sc.kind, sc.factor, sc.layers) == ('linear', 4.0, 'all')
+  ref = np.load(FIXTURES / 'gemma2_softcap_scaled' / 'reference.npz')
+  for i, edit in enumerate(({'attn_logit_softcapping': None}, {'final_logit_softcapping': None},
+                            {'query_pre_attn_scalar': 16})):
+    (tmp_path / str(i)).mkdir()
+    source = _edited(tmp_path / str(i), 'gemma2_softcap_scaled',
+                     lambda c, edit=edit: c.update(edit))
+    workdir = str(tmp_path / str(i) / 'w')
+    hf.import_checkpoint(source, workdir)
+    assert _relative_error(hf.load(workdir).logits(ref['ids']), ref['logits']) > 1e-2, edit
+
+
+def test_a_gemma2_config_with_fields_left_out_reads_as_gemma2configs_defaults():
+  """Without the caps, query_pre_attn_scalar, head_dim and layer_types: caps of 50 and 30,
+  logits scaled by 1/sqrt(256) = the heads' own 256 wide, windows on the even layers; a Gemma 3
+  27B-style scalar (168 for heads 128 wide) is its own scale."""
+  config = json.loads((FIXTURES / 'gemma2_softcap_scaled' / 'config.json').read_text())
+  for field in ('attn_logit_softcapping', 'final_logit_softcapping', 'query_pre_attn_scalar',
+                'head_dim', 'layer_types', 'tie_word_embeddings'):
+    config.pop(field)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.attention.softcap, m.attention.softcap_value, m.logits_softcap, m.head_dim) == (
+      True, 50.0, 30.0, 256)
+  assert not m.attention.logit_scale and m.tie_embeddings
+  assert tuple(m.layer_windows) == (8, 0, 8)
+  gemma3 = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
+  gemma3.update(head_dim=128, query_pre_attn_scalar=168, final_logit_softcapping=None)
+  m = hf_config.to_config(gemma3, 'dir').model
+  assert (m.attention.logit_scale, m.attention.logit_scale_dim, m.logits_softcap) == (
+      True, 168, 0.0)
+  assert not m.attention.softcap
+
+
+def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_past_it(
+    tmp_path):
+  """GPT-2 is the classic block with learned positions over n_positions rows. Its weights read
+  alike under the Hub's original names (the fixture's) and transformers 5's (`transformer.`);
+  scoring or generating past the table is one error (its rows' logits would be NaN)."""
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  ref = np.load(FIXTURES / 'gpt2_learned' / 'reference.npz')
+  source = tmp_path / 'prefixed'
+  shutil.copytree(FIXTURES / 'gpt2_learned', source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  assert not any(n.startswith('transformer.') for n in tensors)
+  # transformers 5's names, and the causal-mask buffers that older versions stored.
+  buffers = {f'h.{i}.attn.{n}': np.tril(np.ones((1, 1, 64, 64), np.float32))
+             for i in range(2) for n in ('bias', 'masked_bias')}
+  safetensors_numpy.save_file({'transformer.' + n: a for n, a in {**tensors, **buffers}.items()},
+                              str(source / 'model.safetensors'))
+  hf.import_checkpoint(str(source), str(tmp_path / 'w'))
+  lm = hf.load(str(tmp_path / 'w'))
+  m = lm.config.model
+  assert (m.position.kind, m.position.learned.max_length, lm.config.data.seq_len) == (
+      'learned', 64, 64)
+  assert (m.normalization, m.mlp, m.biases, m.activation, m.tie_embeddings) == (
+      'layer_norm', 'plain', 'all', 'gelu_tanh', True)
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
+  with pytest.raises(errors.ConfigError, match=r'65 positions are more than this model takes: '
+                     r'.*learned position table.*Fix: score shorter rows\.$'):
+    lm.logits(np.ones((1, 65), np.int64))
+  with pytest.raises(errors.ConfigError, match=r'70 positions .*Fix: a shorter prompt or fewer '
+                                               r'max_new_tokens\.$'):
+    lm.generate(np.ones((1, 60), np.int64), 10)
+  # Untied under the original names: lm_head keeps its own name beside the unprefixed ones.
+  untied = tmp_path / 'untied'
+  shutil.copytree(FIXTURES / 'gpt2_learned', untied)
+  head = np.random.default_rng(0).normal(size=tensors['wte.weight'].shape).astype(np.float32)
+  safetensors_numpy.save_file({**tensors, 'lm_head.weight': head},
+                              str(untied / 'model.safetensors'))
+  config = json.loads((untied / 'config.json').read_text())
+  (untied / 'config.json').write_text(json.dumps(dict(config, tie_word_embeddings=False)))
+  hf.import_checkpoint(str(untied), str(tmp_path / 'w_untied'))
+  model = hf.load(str(tmp_path / 'w_untied')).model
+  np.testing.assert_array_equal(np.asarray(model.unembed[...]), head)
+
+
+def test_gpt2config_names_read_as_the_blocks_fields():
+  """n_inner (4 n_embd where null), layer_norm_epsilon, activation_function and initializer_range
+  are read, not assumed; an untied GPT-2 has its own output layer."""
+  config = json.loads((FIXTURES / 'gpt2_learned' / 'config.json').read_text())
+  config.update(n_inner=48, layer_norm_epsilon=0.5, activation_function='relu',
+                initializer_range=0.1, tie_word_embeddings=False)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.d_ff, m.layer_norm_eps, m.activation, m.init_std, m.tie_embeddings) == (
+      48, 0.5, 'relu', 0.1, False)
+  config.update(n_inner=None)
+  assert hf_config.to_config(config, 'dir').model.d_ff == 128
+
+
+def test_phi3s_config_forms_and_older_names_give_the_same_model():
+  """Phi-3's own form (rope_scaling with 'type', the original length and partial rotary at
+  the top level), transformers 5's rope_parameters, and the older names 'su' and 'yarn' that
+  Phi3Config reads as longrope, are read alike: LongRoPE from 16 positions with the factor
+  max_position_embeddings / original (4), the attention factor on the rotated dimensions (6 of
+  8), a 12-token window on both layers. Without original_max_position_embeddings, Phi3Config's
+  4096 is the original length."""
+  v4 = json.loads((FIXTURES / 'phi3_longrope_partial' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {'rope_type': 'longrope', 'rope_theta': v4['rope_theta'],
+                           **{k: v for k, v in v4['rope_scaling'].items() if k != 'type'}}
+  older = [dict(v4, rope_scaling=dict(v4['rope_scaling'], type=name)) for name in ('su', 'yarn')]
+  configs = [hf_config.to_config(c, 'dir').to_dict() for c in (v4, v5, *older)]
+  assert all(c == configs[0] for c in configs)
+  m = hf_config.to_config(v4, 'dir').model
+  assert dict(m.position.rope.scaling) == dict(
+      m.position.rope.scaling, kind='longrope', factor=4.0, original_length=16,
+      short_factor=(1.0, 1.25, 2.0), long_factor=(1.5, 3.0, 7.5), attention_factor=0.0,
+      attention_factor_dims='rotated')
+  assert (m.position.rope.fraction, tuple(m.layer_windows), m.biases) == (0.75, (12,), 'none')
+  bare = {k: v for k, v in v4.items() if k != 'original_max_position_embeddings'}
+  bare['max_position_embeddings'] = 131072
+  scaling = hf_config.to_config(bare, 'dir').model.position.rope.scaling
+  assert (scaling.original_length, scaling.factor) == (4096, 32.0)
+
+
+def test_phi3_and_olmo_read_their_classes_defaults():
+  """Where a file leaves them out: Phi3Config's and OLMo's rms_norm_eps (1e-5, Llama's 1e-6);
+  a LongRoPE factor below 1 (max_position_embeddings under the original length) read as 1,
+  whose attention factor, 1, transformers computes alike."""
+  phi3 = json.loads((FIXTURES / 'phi3_longrope_partial' / 'config.json').read_text())
+  olmo2 = json.loads((FIXTURES / 'olmo2_yarn_biases' / 'config.json').read_text())
+  llama = json.loads((FIXTURES / 'llama_narrow_heads' / 'config.json').read_text())
+  for config, eps in ((phi3, 1e-5), (olmo2, 1e-5), (llama, 1e-6)):
+    config.pop('rms_norm_eps')
+    assert hf_config.to_config(config, 'dir').model.layer_norm_eps == eps
+  short = hf_config.to_config(dict(phi3, max_position_embeddings=8), 'dir')
+  assert short.model.position.rope.scaling.factor == 1.0
+  assert positions.scaled_frequencies(6, 1e4, short.model.position.rope.scaling)[1] == 1.0
+
+
+def test_olmo3s_config_forms_and_default_layout_give_the_same_model():
+  """OLMo 3: transformers 4's rope_theta and rope_scaling (the global layers' scaling, one base
+  for both kinds) and transformers 5's rope_parameters per layer type read alike; without
+  layer_types, every fourth layer is global, as Olmo3Config assumes; rope_theta defaults to
+  500,000."""
+  v4 = json.loads((FIXTURES / 'olmo3_window_yarn_v4' / 'config.json').read_text())
+  v5 = {k: v for k, v in v4.items() if k not in ('rope_theta', 'rope_scaling')}
+  v5['rope_parameters'] = {
+      'full_attention': {**v4['rope_scaling'], 'rope_theta': v4['rope_theta']},
+      'sliding_attention': {'rope_type': 'default', 'rope_theta': v4['rope_theta']}}
+  v5['layer_types'] = ['sliding_attention'] * 3 + ['full_attention']
+  configs = [hf_config.to_config(c, 'dir') for c in (v4, v5)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  m = configs[0].model
+  assert (tuple(m.layer_windows), m.norm, m.attention.qk_norm_over) == (
+      (8, 8, 8, 0), 'output', 'heads')
+  sc = m.position.rope.scaling
+  assert (sc.kind, sc.layers, sc.attention_factor, sc.original_length) == (
+      'yarn', 'global', 1.2, 16)
+  bare = {k: v for k, v in v4.items() if k != 'rope_theta'}
+  assert hf_config.to_config(bare, 'dir').model.position.rope.base == 500_000.0
+  # Three layers: all of them windowed, none global, so transformers never applies the scaling.
+  shallow = hf_config.to_config(dict(v4, num_hidden_layers=3), 'dir')
+  assert shallow.model.position.rope.scaling.kind == 'none'
+  assert shallow.data.seq_len == v4['max_position_embeddings']
+
+
+def test_gemma3s_two_config_forms_give_the_same_model():
+  """transformers 5's rope_parameters per layer type and layer_types, and transformers 4's
+  rope_theta, rope_local_base_freq and sliding_window_pattern (every third layer global here,
+  as the fixture's layer_types say), are read alike: two windowed layers at base 10k, one
+  global at 1M."""
+  v5 = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
+  v4 = {k: v for k, v in v5.items() if k not in ('rope_parameters', 'layer_types')}
+  v4.update(rope_theta=1e6, rope_local_base_freq=10000.0, rope_scaling=None,
+            sliding_window_pattern=3)
+  configs = [hf_config.to_config(c, 'dir') for c in (v5, v4)]
+  assert configs[0].to_dict() == configs[1].to_dict()
+  m = configs[0].model
+  assert (tuple(m.layer_windows), tuple(m.layer_rope_bases)) == ((8, 8, 0), (1e4, 1e4, 1e6))
+  assert (m.norm, m.head_dim, m.attention.qk_norm, m.tie_embeddings) == (
+      'sandwich', 16, True, True)
+  assert m.embedding_multiplier == 32 ** 0.5
+  # A null window beside sliding layers is a config transformers 5.24 cannot run either.
+  with pytest.raises(errors.DamagedFileError, match='sliding_window is None while layers slide'):
+    hf_config.to_config(dict(v5, sliding_window=None), 'dir')
+
+
+@pytest.mark.parametrize('name,width', [('qwen3_yarn_wide_heads', 128),
+                                        ('gemma3_local_global', 256)])
+def test_a_missing_head_dim_reads_as_the_class_default_and_qk_norm_takes_rms_norm_eps(name, width):
+  """Qwen3Config's head_dim is 128 where config.json has none, Gemma3TextConfig's 256 (not
+  hidden_size / heads, as Llama's); QK-norm takes the file's rms_norm_eps."""
+  config = json.loads((FIXTURES / name / 'config.json').read_text())
+  config.pop('head_dim')
+  config.update(rms_norm_eps=1e-2, query_pre_attn_scalar=width)
+  m = hf_config.to_config(config, 'dir').model
+  assert (m.head_dim, m.attention.qk_norm_eps, m.layer_norm_eps) == (width, 1e-2, 1e-2)
+
+
+def test_a_smollm3_config_with_fields_left_out_reads_as_smollm3config_defaults_them():
+  """Without no_rope_layers, layer_types, tie_word_embeddings, rope_theta and sliding_window:
+  every fourth layer without positions (no_rope_layer_interval), tied, base 2e6 (SmolLM3's
+  default_theta), and no window even with use_sliding_window (its window is None); a
+  no_rope_layers longer than the layers is cut to them, and one with no RoPE layer refused."""
+  config = json.loads((FIXTURES / 'smollm3_nope_yarn' / 'config.json').read_text())
+  for field in ('no_rope_layers', 'layer_types', 'tie_word_embeddings', 'rope_parameters',
+                'sliding_window'):
+    config.pop(field)
+  config.update(num_hidden_layers=8, use_sliding_window=True)
+  m = hf_config.to_config(config, 'dir').model
+  kinds_of = lambda m: [m.layer_kinds[i % len(m.layer_kinds)] != 'none' for i in range(8)]
+  assert kinds_of(m) == [True, True, True, False] * 2
+  assert (m.tie_embeddings, m.position.rope.base, tuple(m.layer_windows)) == (True, 2e6, ())
+  config.update(num_hidden_layers=3, no_rope_layers=[1, 0, 1, 1, 0])
+  assert len(hf_config.to_config(config, 'dir').model.layer_kinds) == 3
+  with pytest.raises(errors.ConfigError, match='no_rope_layers leaves no layer with RoPE'):
+    hf_config.to_config(dict(config, no_rope_layers=[0, 0, 0]), 'dir')
+
+
+def test_yarn_attention_factor_follows_transformers():
+  base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
+  scaling = lambda **extra: hf_config.to_config(dict(
+      base, rope_scaling=dict(base['rope_scaling'], **extra)), 'dir').model.position.rope.scaling
+  assert scaling().attention_factor == 0.0  # 0.1 ln(factor) + 1, computed by scaling.py.
+  assert scaling(attention_factor=1.25).attention_factor == 1.25
+  deepseek = scaling(mscale=0.707, mscale_all_dim=0.707)
+  assert deepseek.attention_factor == pytest.approx(1.0)
+  grow = lambda m: 0.1 * m * np.log(4.0) + 1
+  assert scaling(mscale=1.0, mscale_all_dim=0.5).attention_factor == pytest.approx(
+      grow(1.0) / grow(0.5))
