@@ -418,19 +418,29 @@ def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
     raise errors.ConfigError(f'{where}: activation_function {act!r} is not one this project '
                              f'computes. Fix: a checkpoint with one of {sorted(ACTIVATIONS)}.')
   rows = int(_field(hf, 'n_positions', where))
-  config = config_schema.default_config()
-  config.model.update(
-      type=model_types.named('decoder_only')[0], vocab_size=int(_field(hf, 'vocab_size', where)),
-      num_layers=int(_field(hf, 'n_layer', where)), d_model=d, num_heads=heads,
-      d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
-      activation=ACTIVATIONS[act], dropout=0.0,
-      init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
-      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)), biases='all',
-      normalization='layer_norm', mlp='plain',
+  config = _decoder(
+      hf, directory, where, rows, num_layers=int(_field(hf, 'n_layer', where)), d_model=d,
+      num_heads=heads, d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
+      activation=ACTIVATIONS[act], tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
+      biases='all', normalization='layer_norm', mlp='plain',
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
   config.model.position.kind = positions.LEARNED
   config.model.position.learned.max_length = rows
-  config.data.seq_len = rows
+  return config
+
+
+def _decoder(hf: dict, directory: str, where: str, trained: int,
+             **model) -> ml_collections.ConfigDict:
+  """The config every imported family starts from, with `model`'s fields: transformers'
+  causal-LM classes are the first decoder-only type declared, read without dropout, initialised
+  (for continued training) from a normal at `initializer_range`, with the directory's tokenizer
+  and `trained`, the length pretrained at, as data.seq_len."""
+  config = config_schema.default_config()
+  config.model.update(type=model_types.named('decoder_only')[0],
+                      vocab_size=int(_field(hf, 'vocab_size', where)), dropout=0.0,
+                      init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
+                      **model)
+  config.data.seq_len = trained
   config.data.tokenizer = 'hf:' + os.path.abspath(directory)
   return config
 
@@ -494,15 +504,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: partial_rotary_factor {partial} rotates {rotary} of '
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '
                              'pair.')
-  config = config_schema.default_config()
-  # What transformers' causal-LM classes are: the first decoder-only type declared.
-  decoder = model_types.named('decoder_only')[0]
-  config.model.update(
-      type=decoder, vocab_size=int(_field(hf, 'vocab_size', where)), num_layers=layers,
-      d_model=d, num_heads=heads, num_kv_heads=0 if kv == heads else kv,
-      head_dim=0 if head_dim * heads == d else head_dim,
+  config = _decoder(
+      hf, directory, where, trained, num_layers=layers, d_model=d, num_heads=heads,
+      num_kv_heads=0 if kv == heads else kv, head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
-      dropout=0.0, init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam in GEMMA + ('smollm3',))),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
@@ -543,6 +548,4 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)
-  config.data.seq_len = trained
-  config.data.tokenizer = 'hf:' + os.path.abspath(directory)
   return config

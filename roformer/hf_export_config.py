@@ -70,7 +70,7 @@ def _refusal(config) -> str | None:
   if reason:
     return reason
   if _learned(m):
-    return _gpt2_refusal_of(config, options)
+    return _gpt2_refusal_of(m, options)
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -118,22 +118,9 @@ def _refusal(config) -> str | None:
               "Qwen3 the four attention layers'). Fix: train with --config.model.biases=none "
               'or qkv')
     return None
-  if m.biases != 'all':
-    return f"biases={m.biases!r} in a GPT-NeoX block, which has biases on every layer"
-  if options:
-    return f"{', '.join('attention.' + o.field for o in options)} in a GPT-NeoX block"
   if not all(positions.rope_layers(m)):
     return 'layers without positions (layer_kinds) in a GPT-NeoX block'
-  if m.norm in ('sandwich', 'output'):
-    return f"norm={m.norm!r} in a GPT-NeoX block, which normalises each branch's input alone"
-  if m.head_dim and m.head_dim * m.num_heads != m.d_model:
-    return (f'heads of width head_dim={m.head_dim} in a GPT-NeoX block, which splits d_model '
-            f'{m.d_model} into its {m.num_heads} heads')
-  if m.num_kv_heads not in (0, m.num_heads):
-    return 'grouped-query attention in a GPT-NeoX block'
-  if any(m.layer_windows):
-    return 'sliding windows in a GPT-NeoX block'
-  return None
+  return _classic_refusal_of(m, options, 'GPT-NeoX')
 
 
 def _learned(m) -> bool:
@@ -141,28 +128,34 @@ def _learned(m) -> bool:
   return positions.learned_rows(m) is not None
 
 
-def _gpt2_refusal_of(config, options) -> str | None:
-  """Why GPT2LMHeadModel, the class with a learned position table, does not compute a model
-  with one, or None: one table added to the embeddings, the classic pre-LayerNorm block with
-  biases on every layer and a plain MLP, full multi-head attention and no attention option."""
-  m = config.model
-  what = 'learned positions with'
+def _classic_refusal_of(m, options, name: str) -> str | None:
+  """Why `name`, a class of the classic block (GPT-NeoX with RoPE, GPT-2 with one learned
+  table), does not compute model `m`, or None: LayerNorm before each branch, biases on every
+  layer, a plain MLP, full multi-head attention over the whole context, no attention option."""
+  block = f'in a {name} block'
   checks = (
       ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
-       f'{what} the block {m.normalization} with a {m.mlp} MLP (GPT-2 has LayerNorm and a plain '
-       'MLP)'),
-      (bool(options), f"{what} attention.{', attention.'.join(o.field for o in options)} "
-                      '(GPT-2 has no attention option)'),
-      (m.biases != 'all', f"{what} biases={m.biases!r} (GPT-2 has them on every layer)"),
-      (m.residual != 'sequential' or m.norm != 'pre',
-       f"{what} residual={m.residual!r}, norm={m.norm!r} (GPT-2 normalises each branch's input "
-       'and adds the branches one after the other)'),
-      (any(m.layer_windows), f'{what} sliding windows (GPT-2 attends to the whole context)'),
-      (m.num_kv_heads not in (0, m.num_heads) or positions.head_dim(m) * m.num_heads != m.d_model,
-       f'{what} grouped-query attention or heads other than d_model / num_heads wide (GPT-2 '
-       'splits d_model into its heads, each with its keys and values)'),
+       f'{m.normalization} with a {m.mlp} MLP {block}, which has LayerNorm and a plain MLP'),
+      (m.biases != 'all', f'biases={m.biases!r} {block}, which has biases on every layer'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
+       f'its {m.num_heads} heads'),
+      (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
+      (any(m.layer_windows), f'sliding windows {block}'),
   )
   return hf_config.first_failed(checks)
+
+
+def _gpt2_refusal_of(m, options) -> str | None:
+  """Why GPT2LMHeadModel, the class with a learned position table, does not compute a model
+  with one, or None: the classic block, its branches added one after the other."""
+  block = 'GPT-2 (the class with learned positions)'
+  if m.residual != 'sequential':
+    return (f'residual={m.residual!r} in a {block} block, which adds the branches one after '
+            'the other')
+  return _classic_refusal_of(m, options, block)
 
 
 def _layer_types(windows) -> list[str]:
