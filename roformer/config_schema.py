@@ -396,6 +396,9 @@ def schema() -> dict:
           # The token embeddings times this at the input, not at the output (Gemma:
           # sqrt(d_model)); 1: unscaled.
           'embedding_multiplier': Float(0, 1e6, min_open=True, default=1.0),
+          # A norm (model.normalization) of the token embeddings before the first block and any
+          # absolute position (BLOOM's word_embeddings_layernorm); a post-norm block has its own.
+          'embedding_norm': Bool(default=False),
           **_read_by(_not_owned('labels and metrics', 'models with outputs over the vocabulary'),
                      {  # > 0: the output logits l become c tanh(l / c) (Gemma 2: 30); 0: not.
                          'logits_softcap': Float(0, 1e6, default=0.0)}),

@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twelve architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Thirteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -16,8 +16,10 @@ block without QK-norm, one base, windows on alternate layers, logit soft-capping
 Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
-`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual) and GPT2LMHeadModel
-(the classic block with learned absolute positions, a table over `n_positions` rows). A
+`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), GPT2LMHeadModel
+(the classic block with learned absolute positions, a table over `n_positions` rows) and
+BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
+`model.embedding_norm`). A
 `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is
 `model.head_dim`, which the Llama family's classes read. Both forms of the rotary settings that
 the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
@@ -54,7 +56,8 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Gemma3ForCausalLM': 'gemma3',
                  'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
-                 'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2'}
+                 'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2',
+                 'BloomForCausalLM': 'bloom'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
@@ -429,6 +432,33 @@ def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
   return config
 
 
+def _bloom_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """BloomForCausalLM's config: the classic pre-LayerNorm block (biases on every layer, a plain
+  MLP of 4 hidden_size with the tanh GELU, tied embeddings by default) with ALiBi and a
+  LayerNorm of the embeddings, under BloomConfig's names (hidden_size or n_embed, n_layer,
+  n_head, layer_norm_epsilon). BLOOM adds each key's slope times its position, which differs
+  from ALiBi's -slope |i - j| by a constant in each row, and so gives the same softmax.
+  BloomConfig has no trained length: data.seq_len is `seq_length` where the file has one, else
+  2,048, the length BLOOM's models were pretrained at."""
+  if _read(hf, 'apply_residual_connection_post_layernorm', False):
+    raise errors.ConfigError(f'{where}: apply_residual_connection_post_layernorm (the residual '
+                             'taken after the norm) is not computed here. Fix: a BLOOM '
+                             'checkpoint without it (as the bigscience/bloom models).')
+  d = int(hf['n_embed'] if hf.get('n_embed') is not None else _field(hf, 'hidden_size', where))
+  heads = int(_field(hf, 'n_head', where))
+  if heads < 1 or d % heads:
+    raise errors.DamagedFileError(f'{where}: hidden_size {d} does not split into {heads} heads. '
+                                  'Fix: use the config.json that came with the weights.')
+  config = _decoder(
+      hf, directory, where, int(_read(hf, 'seq_length', 2048)),
+      num_layers=int(_field(hf, 'n_layer', where)), d_model=d, num_heads=heads, d_ff=4 * d,
+      activation='gelu_tanh', tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
+      biases='all', normalization='layer_norm', mlp='plain', embedding_norm=True,
+      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = positions.ALIBI
+  return config
+
+
 def _decoder(hf: dict, directory: str, where: str, trained: int,
              **model) -> ml_collections.ConfigDict:
   """The config every imported family starts from, with `model`'s fields: transformers'
@@ -458,6 +488,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   fam = family(hf, where)
   if fam == 'gpt2':
     return _gpt2_config(hf, directory, where)
+  if fam == 'bloom':
+    return _bloom_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and

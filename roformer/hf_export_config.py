@@ -3,10 +3,10 @@
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
-layers without positions, Phi-3's partial rotary, OLMo's output norms, GPT-2's learned table) in
-the `_*_refusal_of` functions. `from_config` writes the config in transformers 4's form
-(`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's in GPT2Config's own
-names.
+layers without positions, Phi-3's partial rotary, OLMo's output norms, GPT-2's learned table,
+BLOOM's ALiBi) in the `_*_refusal_of` functions. `from_config` writes the config in transformers
+4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's and BLOOM's
+in their classes' own names.
 """
 
 import numpy as np
@@ -23,6 +23,7 @@ def _refusal(config) -> str | None:
   m = config.model
   att, rope = m.attention, m.position.rope
   options = attention_options.enabled(att)
+  alibi = positions.alibi_everywhere(m)
   checks = (
       (not model_types.of(m).decoder_only,
        f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
@@ -31,12 +32,14 @@ def _refusal(config) -> str | None:
        'it trained on real-valued positions (train.float_positions) and is evaluated on their '
        'grid; transformers feeds integer positions. Fix: export a model trained on integer '
        'positions'),
-      (positions.rope_layers(m) is None and not _learned(m),
+      (positions.rope_layers(m) is None and not _learned(m) and not alibi,
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
        ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
        "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 one "
-       'learned table added to the embeddings'),
+       'learned table added to the embeddings, BLOOM ALiBi in every layer'),
+      (m.embedding_norm and not alibi,
+       "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
@@ -71,6 +74,8 @@ def _refusal(config) -> str | None:
     return reason
   if _learned(m):
     return _gpt2_refusal_of(m, options)
+  if alibi:
+    return _bloom_refusal_of(m, options)
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -126,6 +131,23 @@ def _refusal(config) -> str | None:
 def _learned(m) -> bool:
   """Whether every layer's positions come from one learned table (GPT-2's)."""
   return positions.learned_rows(m) is not None
+
+
+def _bloom_refusal_of(m, options) -> str | None:
+  """Why BloomForCausalLM, the class with ALiBi, does not compute a model with it, or None: the
+  classic block, its branches added one after the other, a LayerNorm of the embeddings, and an
+  MLP of 4 hidden_size with the tanh GELU."""
+  block = 'BLOOM (the class with ALiBi)'
+  checks = (
+      (not m.embedding_norm, f'ALiBi without a norm of the embeddings in a {block} block, which '
+                             'normalises them (model.embedding_norm)'),
+      (m.residual != 'sequential', f'residual={m.residual!r} in a {block} block, which adds the '
+                                   'branches one after the other'),
+      ((m.activation, m.d_ff) != ('gelu_tanh', 4 * m.d_model),
+       f'an MLP of {m.d_ff} with {m.activation} in a {block} block, whose MLP is 4 x d_model '
+       f'= {4 * m.d_model} wide with the tanh GELU (gelu_tanh)'),
+  )
+  return hf_config.first_failed(checks) or _classic_refusal_of(m, options, block)
 
 
 def _classic_refusal_of(m, options, name: str) -> str | None:
@@ -316,6 +338,8 @@ def export_family(config) -> str:
   m = config.model
   if _learned(m):
     return 'gpt2'
+  if positions.alibi_everywhere(m):
+    return 'bloom'
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
   if m.norm == 'sandwich':
@@ -385,6 +409,17 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
         'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
         'attn_pdrop': 0.0, 'scale_attn_weights': True, 'use_cache': True,
         'torch_dtype': 'float32'}
+  if fam == 'bloom':  # BloomConfig's own names; seq_length is read back as data.seq_len.
+    return {
+        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
+        'vocab_size': m.vocab_size, 'hidden_size': m.d_model, 'n_layer': m.num_layers,
+        'n_head': m.num_heads, 'layer_norm_epsilon': m.layer_norm_eps,
+        'initializer_range': m.init_std, 'seq_length': config.data.seq_len,
+        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+        'pad_token_id': special_ids.get('pad'), 'hidden_dropout': 0.0, 'attention_dropout': 0.0,
+        'apply_residual_connection_post_layernorm': False, 'pretraining_tp': 1,
+        'slow_but_exact': False, 'use_cache': True, 'torch_dtype': 'float32'}
   scaling, max_len = _rope_scaling(config)
   if source and 'max_position_embeddings' in source:
     max_len = int(source['max_position_embeddings'])

@@ -3,7 +3,8 @@ back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Q
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
-the branches' outputs alone, and q_norm and k_norm over all heads) and of GPT-NeoX.
+the branches' outputs alone, and q_norm and k_norm over all heads), of GPT-NeoX and BLOOM
+(GPT-NeoX's layout under other names, with a LayerNorm of the embeddings) and of GPT-2.
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -172,17 +173,18 @@ def _norm(t, name, d, bias: bool, offset: float = 0.0):
 
 def _names(fam: str) -> tuple[str, str]:
   """(the embedding's tensor name, the output layer's)."""
-  if fam == 'gpt_neox':
-    return 'gpt_neox.embed_in.weight', 'embed_out.weight'
+  if fam in CLASSIC_NAMES:
+    return CLASSIC_NAMES[fam]['embed'] + '.weight', CLASSIC_NAMES[fam]['head'] + '.weight'
   if fam == 'gpt2':
     return 'transformer.wte.weight', 'lm_head.weight'
   return 'model.embed_tokens.weight', 'lm_head.weight'
 
 
 def canonical(tensors: dict, fam: str) -> dict:
-  """The tensors under the names transformers' class saves: GPT-2's under `transformer.`, which
-  the Hub's original GPT-2 files leave out (transformers reads both)."""
-  if fam != 'gpt2' or any(n.startswith('transformer.') for n in tensors):
+  """The tensors under the names transformers' class saves: GPT-2's and BLOOM's under
+  `transformer.`, which the Hub's original GPT-2 and BLOOM files leave out (transformers reads
+  both)."""
+  if fam not in ('gpt2', 'bloom') or any(n.startswith('transformer.') for n in tensors):
     return tensors
   return {(n if n.startswith('lm_head.') else 'transformer.' + n): a for n, a in tensors.items()}
 
@@ -220,17 +222,28 @@ def head_differs(tensors: dict, fam: str) -> bool:
                                                                      tensors[embed])
 
 
+# The names of the classes whose q, k and v are one query_key_value of rows [q_h, k_h, v_h]
+# head by head: GPT-NeoX (RoPE), and BLOOM (ALiBi, with a LayerNorm of the embeddings).
+CLASSIC_NAMES = {
+    'gpt_neox': {'layers': 'gpt_neox.layers.', 'embed': 'gpt_neox.embed_in',
+                 'final': 'gpt_neox.final_layer_norm', 'head': 'embed_out', 'attn': 'attention.'},
+    'bloom': {'layers': 'transformer.h.', 'embed': 'transformer.word_embeddings',
+              'final': 'transformer.ln_f', 'head': 'lm_head', 'attn': 'self_attention.',
+              'embed_norm': 'transformer.word_embeddings_layernorm'}}
+
+
 def _stack_params(t, fam: str, m) -> tuple[dict, str]:
-  """(the parameters, the output layer's tensor name) of a Llama-family or GPT-NeoX checkpoint."""
+  """(the parameters, the output layer's tensor name) of a Llama-family, GPT-NeoX or BLOOM
+  checkpoint."""
   from roformer import layers  # pylint: disable=g-import-not-at-top
   d, f, v = m.d_model, m.d_ff, m.vocab_size
   h, hd = m.num_heads, positions.head_dim(m)
   kv = m.num_kv_heads or h
   qkv_bias, out_bias = layers.has_bias(m, 'qkv'), layers.has_bias(m, 'out')
   mlp_bias, norm_bias = layers.has_bias(m, 'mlp'), m.normalization == 'layer_norm'
-  if fam == 'gpt_neox':
-    prefix, embed, final, head = 'gpt_neox.layers.', 'gpt_neox.embed_in', (
-        'gpt_neox.final_layer_norm'), 'embed_out'
+  names = CLASSIC_NAMES.get(fam)
+  if names:
+    prefix, embed, final, head = (names[k] for k in ('layers', 'embed', 'final', 'head'))
   else:
     prefix, embed, final, head = 'model.layers.', 'model.embed_tokens', 'model.norm', 'lm_head'
   offset = SCALE_OFFSET.get(fam, 0.0)
@@ -238,6 +251,8 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
             'ln_final': _norm(t, final, d, norm_bias, offset), 'blocks': {}}
   if not m.tie_embeddings:
     params['unembed'] = t(head + '.weight', (v, d))
+  if names and 'embed_norm' in names:
+    params['embed_norm'] = _norm(t, names['embed_norm'], d, True)
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
     if fam in NORMS:
@@ -245,12 +260,12 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     else:
       block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
                'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
-    if fam == 'gpt_neox':
-      fused = _linear(t, p + 'attention.query_key_value', d, 3 * d, qkv_bias)
+    if names:
+      fused = _linear(t, p + names['attn'] + 'query_key_value', d, 3 * d, qkv_bias)
       # Columns [q_0 k_0 v_0 q_1 k_1 v_1 ..] (head-major) to [q_0 q_1 .. | k .. | v ..].
       regroup = lambda a: a.reshape(a.shape[:-1] + (h, 3, hd)).swapaxes(-3, -2).reshape(a.shape)
       block['attn'] = {'qkv': {k: regroup(a) for k, a in fused.items()},
-                       'out': _linear(t, p + 'attention.dense', d, d, out_bias)}
+                       'out': _linear(t, p + names['attn'] + 'dense', d, d, out_bias)}
       block['mlp'] = {'up': _linear(t, p + 'mlp.dense_h_to_4h', d, f, mlp_bias),
                       'down': _linear(t, p + 'mlp.dense_4h_to_h', f, d, mlp_bias)}
     elif fam == 'phi3':  # Fused as here: [q | k | v] and [gate | up] (Phi3MLP's chunk order).
@@ -340,11 +355,15 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       conv(p + 'mlp.c_fc', b['mlp']['up'])
       conv(p + 'mlp.c_proj', b['mlp']['down'])
     return out
-  if fam == 'gpt_neox':
-    prefix = 'gpt_neox.layers.'
-    out['gpt_neox.embed_in.weight'] = embedding
-    norm('gpt_neox.final_layer_norm', params['ln_final'])
-    out['embed_out.weight'] = head
+  names = CLASSIC_NAMES.get(fam)
+  if names:
+    prefix = names['layers']
+    out[names['embed'] + '.weight'] = embedding
+    norm(names['final'], params['ln_final'])
+    if 'embed_norm' in names:
+      norm(names['embed_norm'], params['embed_norm'])
+    if fam == 'gpt_neox' or not (m.tie_embeddings and logits_scale == 1.0):
+      out[names['head'] + '.weight'] = head
   else:
     prefix = 'model.layers.'
     out['model.embed_tokens.weight'] = embedding
@@ -360,12 +379,13 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for k in split:  # Queries and keys to transformers' rotary order.
       split[k][0] = _per_head(split[k][0], h, order)
       split[k][1] = _per_head(split[k][1], kv, order)
-    if fam == 'gpt_neox':
+    if names:
       fused = {k: np.concatenate(parts, -1) for k, parts in split.items()}
       # [q_0 q_1 .. | k .. | v ..] to head-major [q_0 k_0 v_0 q_1 ..].
       mix = lambda a: a.reshape(a.shape[:-1] + (3, h, hd)).swapaxes(-3, -2).reshape(a.shape)
-      linear(p + 'attention.query_key_value', {k: mix(a) for k, a in fused.items()}, True, 3 * d)
-      linear(p + 'attention.dense', b['attn']['out'], True, d)
+      linear(p + names['attn'] + 'query_key_value', {k: mix(a) for k, a in fused.items()}, True,
+             3 * d)
+      linear(p + names['attn'] + 'dense', b['attn']['out'], True, d)
       linear(p + 'mlp.dense_h_to_4h', b['mlp']['up'], True, f)
       linear(p + 'mlp.dense_4h_to_h', b['mlp']['down'], True, d)
       continue

@@ -61,6 +61,11 @@ class EmbeddingModel(nnx.Module):
     self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
     # The token embeddings' multiplier at the input (Gemma's sqrt(d_model)); not at the output.
     self.embedding_multiplier = float(cfg.embedding_multiplier)
+    # A norm of the token embeddings, before any absolute position is added (BLOOM's
+    # word_embeddings_layernorm).
+    self.embedding_norm = bool(cfg.embedding_norm)
+    if self.embedding_norm:
+      self.embed_norm = layers.norm(cfg, dtype=self.dtype, rngs=rngs)
     # > 0: the logits l become c tanh(l / c) (Gemma 2's final_logit_softcapping).
     self.logits_softcap = float(cfg.logits_softcap)
     std = layers.embedding_std(cfg)
@@ -79,11 +84,12 @@ class EmbeddingModel(nnx.Module):
 
   def embed_tokens(self, tokens) -> jax.Array:
     """The input embeddings [..., d_model] of integer tokens, times `model.embedding_multiplier`
-    in the activation dtype (as Gemma multiplies them)."""
+    in the activation dtype (as Gemma multiplies them), then normalised where
+    `model.embedding_norm` (as BLOOM does)."""
     x = self.embed(tokens)
     if self.embedding_multiplier != 1.0:
       x = x * jnp.asarray(self.embedding_multiplier, x.dtype)
-    return x
+    return self.embed_norm(x) if self.embedding_norm else x
 
   def readout(self) -> jax.Array:
     """The output layer's matrix [vocab, d_model] (float32 parameters), before its scale

@@ -172,6 +172,11 @@ FIXTURES = {
     'gpt2_learned': ('GPT2Config', dict(
         n_embd=32, n_layer=2, n_head=4, n_positions=64, activation_function='gelu_new'),
                      False, 'neox', 0),
+    # BLOOM: ALiBi over 6 heads (not a power of 2: the slopes of 4 heads, then 2 of those of 8
+    # between them), a LayerNorm of the embeddings, the classic block with GPT-NeoX's head-major
+    # query_key_value, tied embeddings; saved without the `transformer.` prefix, as the Hub's
+    # BLOOM files are.
+    'bloom_alibi': ('BloomConfig', dict(hidden_size=24, n_layer=2, n_head=6), False, 'neox', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
     'gpt_neox_partial': ('GPTNeoXConfig', dict(
@@ -248,7 +253,8 @@ def to_v4(config_path: pathlib.Path) -> None:
 
 
 def unprefixed(path: pathlib.Path) -> None:
-  """GPT-2's weights renamed as the Hub's original files name them, without `transformer.`."""
+  """GPT-2's or BLOOM's weights renamed as the Hub's original files name them, without
+  `transformer.`."""
   from safetensors import torch as safetensors_torch  # pylint: disable=g-import-not-at-top
   tensors = safetensors_torch.load_file(str(path))
   safetensors_torch.save_file({k.removeprefix('transformer.'): v for k, v in tensors.items()},
@@ -276,7 +282,7 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
       model.to(torch.float16).save_pretrained(tmp)
       if v4:
         to_v4(pathlib.Path(tmp) / 'config.json')
-      if cls_name == 'GPT2Config':
+      if cls_name in ('GPT2Config', 'BloomConfig'):
         unprefixed(pathlib.Path(tmp) / 'model.safetensors')
       # The reference is what transformers computes from the stored (float16) weights.
       model = transformers.AutoModelForCausalLM.from_pretrained(

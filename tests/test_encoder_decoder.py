@@ -113,6 +113,19 @@ def test_output_norms_and_the_embedding_multiplier_reach_both_stacks(norm):
   _assert_cached_decoding_equals(model, src, tgt, full)
 
 
+def test_a_norm_of_the_embeddings_reaches_both_stacks():
+  """model.embedding_norm (BLOOM's) normalises the shared embeddings at the input of both
+  stacks: its scale changes the logits, and cached decoding still equals teacher forcing."""
+  model = model_for('rope', embedding_norm=True)
+  src, tgt = _pair()
+  full = run(model, src, tgt)
+  kept = model.embed_norm.scale.value
+  model.embed_norm.scale.value = kept * 2.0
+  assert np.abs(run(model, src, tgt) - full).max() > 1e-3
+  model.embed_norm.scale.value = kept
+  _assert_cached_decoding_equals(model, src, tgt, full)
+
+
 def test_xpos_is_refused_for_the_bidirectional_encoder():
   cfg = translate.get_config('xpos')
   with pytest.raises(errors.ConfigError, match='causal attention only'):

@@ -193,6 +193,11 @@ def test_sharded_weights_read_as_one_file(tmp_path):
     ('gpt2_learned', lambda c: c.update(add_cross_attention=True), (),
      r'add_cross_attention \(the decoder of an encoder-decoder\) is not computed here'),
     ('gpt2_learned', lambda c: c.update(n_embd=30), (), 'n_embd 30 does not split into 4 heads'),
+    ('bloom_alibi', lambda c: c.update(apply_residual_connection_post_layernorm=True), (),
+     r'apply_residual_connection_post_layernorm \(the residual taken after the norm\) is not '
+     r'computed here\. Fix: a BLOOM checkpoint without it'),
+    ('bloom_alibi', lambda c: c.update(n_head=5), (), 'hidden_size 24 does not split into 5 heads'),
+    ('bloom_alibi', lambda c: c.pop('n_head'), (), "lacks 'n_head'"),
     ('gpt2_learned', lambda c: c.update(n_head=0), (), 'n_embd 32 does not split into 0 heads'),
     ('gpt2_learned', lambda c: c.update(layer_norm_epsilon=float('inf')), (),
      r'config.json gives a model this project refuses: config.model.layer_norm_eps=inf must be '

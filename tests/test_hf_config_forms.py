@@ -339,3 +339,41 @@ def test_yarn_attention_factor_follows_transformers():
   grow = lambda m: 0.1 * m * np.log(4.0) + 1
   assert scaling(mscale=1.0, mscale_all_dim=0.5).attention_factor == pytest.approx(
       grow(1.0) / grow(0.5))
+
+
+def test_bloom_reads_as_the_classic_block_with_alibi_and_a_norm_of_its_embeddings(tmp_path):
+  """BloomForCausalLM is the classic block (an MLP of 4 hidden_size, the tanh GELU, biases on
+  every layer) with ALiBi over its heads and a LayerNorm of the embeddings. The fixture's 6
+  heads are not a power of 2: BLOOM's slopes are those of 4 heads, 2^-2k, then the odd powers
+  of 8 heads' ratio 2^-1, by hand. The norm of the embeddings binds: without it the logits
+  move off transformers' by more than 1%. Weights read alike under the Hub's names (the
+  fixture's) and transformers 5's (`transformer.`)."""
+  config = hf_config.to_config(hf_config.read(str(FIXTURES / 'bloom_alibi')), 'dir')
+  m = config.model
+  assert (m.position.kind, m.embedding_norm, m.num_heads, m.d_ff, m.activation) == (
+      positions.ALIBI, True, 6, 96, 'gelu_tanh')
+  assert (m.normalization, m.mlp, m.biases, m.residual, m.norm, m.tie_embeddings) == (
+      'layer_norm', 'plain', 'all', 'sequential', 'pre', True)
+  assert config.data.seq_len == 2048  # BloomConfig has no trained length; BLOOM's own.
+  np.testing.assert_allclose(positions.alibi_slopes(6),
+                             [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3], rtol=1e-7)
+  ref = np.load(FIXTURES / 'bloom_alibi' / 'reference.npz')
+  source = tmp_path / 'prefixed'
+  shutil.copytree(FIXTURES / 'bloom_alibi', source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  assert 'word_embeddings_layernorm.weight' in tensors
+  safetensors_numpy.save_file({'transformer.' + n: a for n, a in tensors.items()},
+                              str(source / 'model.safetensors'))
+  hf.import_checkpoint(str(source), str(tmp_path / 'w'))
+  lm = hf.load(str(tmp_path / 'w'))
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) < 1e-4
+  lm.model.embedding_norm = False  # The same weights without the norm.
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2
+
+
+def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
+  """n_embed is hidden_size's older name; a seq_length is the trained length."""
+  hf_json = json.loads((FIXTURES / 'bloom_alibi' / 'config.json').read_text())
+  older = dict(hf_json, n_embed=hf_json.pop('hidden_size'), seq_length=512)
+  config = hf_config.to_config(older, 'dir')
+  assert (config.model.d_model, config.data.seq_len) == (24, 512)

@@ -109,6 +109,11 @@ GEMMA2 = {'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'norm':
           'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16}
 
 
+# BLOOM's block: the classic one with ALiBi, a LayerNorm of the embeddings and an MLP of
+# 4 d_model with the tanh GELU.
+BLOOM = {'embedding_norm': True, 'd_ff': 128, 'activation': 'gelu_tanh'}
+
+
 # Checks behind -m slow: the same export paths as a default one (a model trained here, or an
 # imported fixture of the same family taken back out).
 _SLOW = pytest.mark.slow
@@ -116,6 +121,7 @@ _SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('learned', {}, 'GPT2LMHeadModel'),
+                                             ('alibi', BLOOM, 'BloomForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
@@ -131,7 +137,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, with learned positions to GPT-2 (its output then untied), the Llama preset to
+  GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
+  the embeddings to BLOOM (its output untied alike), the Llama preset to
   Llama, with QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
@@ -194,7 +201,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     pytest.param('smollm3_nope_yarn', 'SmolLM3ForCausalLM', marks=_SLOW),
     ('phi3_longrope_partial', 'Phi3ForCausalLM'),
     pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW),
-    ('gpt2_learned', 'GPT2LMHeadModel')])
+    ('gpt2_learned', 'GPT2LMHeadModel'),
+    ('bloom_alibi', 'BloomForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -207,7 +215,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings',
                 'n_positions', 'activation_function', 'layer_norm_epsilon'):
     assert went.get(field) == came.get(field), field
-  if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel'):  # Their heads split the width.
+  if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM'):  # Their heads
+    # split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -218,7 +227,17 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
 
 
 @pytest.mark.parametrize('fields,message', [
-    ({'position.kind': 'alibi'}, "position.kind='alibi'"),
+    ({'position.kind': 'kerple'}, "position.kind='kerple'"),
+    ({'position.kind': 'alibi'}, r'ALiBi without a norm of the embeddings in a BLOOM \(the class '
+                                 r'with ALiBi\) block'),
+    ({'embedding_norm': True}, r"a norm of the embeddings \(model\.embedding_norm\) outside "
+                               r"BLOOM's block"),
+    ({'position.kind': 'alibi', 'embedding_norm': True},
+     r'an MLP of 64 with gelu_tanh in a BLOOM .* 4 x d_model = 128 wide'),
+    (dict(BLOOM, **{'position.kind': 'alibi', 'residual': 'parallel'}),
+     r"residual='parallel' in a BLOOM .* adds the branches one after the other"),
+    (dict(BLOOM, **{'position.kind': 'alibi', 'num_kv_heads': 2}),
+     r'grouped-query attention in a BLOOM '),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
@@ -430,7 +449,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert 'and no tokenizer' not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('llama', {}),
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
+                                        ('llama', {}),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),

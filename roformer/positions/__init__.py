@@ -40,8 +40,9 @@ from roformer.positions.registry import (bias_kinds, capabilities, capability_ta
                                          may_change, model_scheme, option, set_option,
                                          per_layer, scheme, scheme_fields, take_derived,
                                          take_filled, validate)
-from roformer.positions.bias import (ALiBi, Fire, Kerple, T5Bias, alibi_slopes, fire_bias,
-                                     fire_inputs, fire_pieces, t5_buckets)
+from roformer.positions.bias import (ALIBI, ALiBi, Fire, Kerple, T5Bias, alibi_everywhere,
+                                     alibi_slopes, fire_bias, fire_inputs, fire_pieces,
+                                     t5_buckets)
 from roformer.positions.contextual import CoPE
 from roformer.positions.forgetting import Forgetting, forgetting_bias
 from roformer.positions.householder import Path, path_logits, short_convolution

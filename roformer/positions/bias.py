@@ -14,6 +14,7 @@ from roformer import fused_bias
 from roformer import specs
 from roformer import variables
 from roformer.positions import base
+from roformer.positions import registry
 
 
 def t5_buckets(relative_position, *, bidirectional: bool, num_buckets: int,
@@ -169,7 +170,10 @@ class _ALiBiLayer(base.Layer):
     return ALIBI_FUSED, jnp.asarray(self.slopes, jnp.float32)[:, None], None, None
 
 
-@base.register('alibi')
+ALIBI = 'alibi'  # ALiBi's registered kind: BLOOM's positions.
+
+
+@base.register(ALIBI)
 class ALiBi(base.PositionScheme):
   """ALiBi: a fixed, head-specific linear penalty -m_h |i - j| on the logits. Causal models see
   only j <= i (the paper's form); bidirectional models get the symmetric variant."""
@@ -179,6 +183,12 @@ class ALiBi(base.PositionScheme):
       logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True,
       fused_bias=True, fused_first=True)
   Layer = _ALiBiLayer
+
+
+def alibi_everywhere(model_cfg) -> bool:
+  """Whether every layer's positions are ALiBi's (BLOOM's, which transformers' BLOOM class
+  computes)."""
+  return registry.model_scheme(model_cfg) is ALiBi
 
 
 # --------------------------------------------------------------------------------------------
