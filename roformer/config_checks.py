@@ -186,6 +186,10 @@ def _validate_architecture(config) -> None:
     raise errors.ConfigError("config.model.norm='post' is offered for "
                              f"{model_types.offering('post_norm')}. Fix: use norm='pre' for "
                              f'{m.type}.')
+  if m.norm == 'post' and m.embedding_norm:
+    raise errors.ConfigError("config.model.embedding_norm normalises the embeddings, which "
+                             "norm='post' already does. Fix: leave embedding_norm off with "
+                             "norm='post'.")
   kv = m.num_kv_heads
   if kv and (kv > m.num_heads or m.num_heads % kv):
     raise errors.ConfigError(

@@ -439,19 +439,27 @@ def _bloom_config(hf: dict, directory: str, where: str) -> ml_collections.Config
   n_head, layer_norm_epsilon). BLOOM adds each key's slope times its position, which differs
   from ALiBi's -slope |i - j| by a constant in each row, and so gives the same softmax.
   BloomConfig has no trained length: data.seq_len is `seq_length` where the file has one, else
-  2,048, the length BLOOM's models were pretrained at."""
+  2,048, the length BLOOM's models were pretrained at. slow_but_exact with pretraining_tp > 1 is
+  refused: transformers then leaves out two biases of every block."""
   if _read(hf, 'apply_residual_connection_post_layernorm', False):
     raise errors.ConfigError(f'{where}: apply_residual_connection_post_layernorm (the residual '
                              'taken after the norm) is not computed here. Fix: a BLOOM '
                              'checkpoint without it (as the bigscience/bloom models).')
+  if _read(hf, 'slow_but_exact', False) and int(_read(hf, 'pretraining_tp', 1)) > 1:
+    raise errors.ConfigError(f'{where}: slow_but_exact with pretraining_tp > 1, under which '
+                             "transformers' BLOOM leaves out the biases of self_attention.dense "
+                             'and mlp.dense_4h_to_h. Fix: set slow_but_exact to false in '
+                             'config.json (the same weights, read with their biases).')
+  # BloomConfig's names, or the generic ones its attribute_map reads as them.
+  named = lambda name, other: _field(hf, name if name in hf or other not in hf else other, where)
   d = int(hf['n_embed'] if hf.get('n_embed') is not None else _field(hf, 'hidden_size', where))
-  heads = int(_field(hf, 'n_head', where))
+  heads = int(named('n_head', 'num_attention_heads'))
   if heads < 1 or d % heads:
     raise errors.DamagedFileError(f'{where}: hidden_size {d} does not split into {heads} heads. '
                                   'Fix: use the config.json that came with the weights.')
   config = _decoder(
       hf, directory, where, int(_read(hf, 'seq_length', 2048)),
-      num_layers=int(_field(hf, 'n_layer', where)), d_model=d, num_heads=heads, d_ff=4 * d,
+      num_layers=int(named('n_layer', 'num_hidden_layers')), d_model=d, num_heads=heads, d_ff=4 * d,
       activation='gelu_tanh', tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
       biases='all', normalization='layer_norm', mlp='plain', embedding_norm=True,
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))

@@ -138,16 +138,19 @@ def _bloom_refusal_of(m, options) -> str | None:
   classic block, its branches added one after the other, a LayerNorm of the embeddings, and an
   MLP of 4 hidden_size with the tanh GELU."""
   block = 'BLOOM (the class with ALiBi)'
+  again = 'the weights of one are not the other, so train again'
   checks = (
-      (not m.embedding_norm, f'ALiBi without a norm of the embeddings in a {block} block, which '
-                             'normalises them (model.embedding_norm)'),
       (m.residual != 'sequential', f'residual={m.residual!r} in a {block} block, which adds the '
                                    'branches one after the other'),
+      (not m.embedding_norm, f'ALiBi without a norm of the embeddings in a {block} block, which '
+                             'normalises them. Fix: train with --config.model.embedding_norm=true '
+                             f'({again})'),
       ((m.activation, m.d_ff) != ('gelu_tanh', 4 * m.d_model),
        f'an MLP of {m.d_ff} with {m.activation} in a {block} block, whose MLP is 4 x d_model '
-       f'= {4 * m.d_model} wide with the tanh GELU (gelu_tanh)'),
+       f'= {4 * m.d_model} wide with the tanh GELU (gelu_tanh). Fix: train with '
+       f'--config.model.d_ff={4 * m.d_model} --config.model.activation=gelu_tanh ({again})'),
   )
-  return hf_config.first_failed(checks) or _classic_refusal_of(m, options, block)
+  return _classic_refusal_of(m, options, block) or hf_config.first_failed(checks)
 
 
 def _classic_refusal_of(m, options, name: str) -> str | None:

@@ -320,7 +320,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   kv = m.num_kv_heads or h
   rope = m.position.rope
   rotary = int(round(hd * rope.fraction))
-  order = (half_order(hd, rotary) if rope.layout == 'interleaved' else np.arange(hd))
+  # Queries' and keys' columns in transformers' rotary order (untouched where nothing rotates).
+  order = (half_order(hd, rotary) if rope.layout == 'interleaved' and positions.rope_layers(m)
+           else np.arange(hd))
   out = {}
 
   def linear(name, p, bias: bool, d_out):

@@ -150,6 +150,8 @@ def test_normal_initialisation_draws_each_weight_at_its_std():
     ({'num_kv_heads': 8}, 'num_kv_heads=8 must divide'),
     ({'residual': 'parallel', 'norm': 'post'}, "residual='parallel'"),
     ({'init_std': 0.05}, "init_std=0.05 sets the std of init='normal'"),
+    ({'type': 'mlm', 'norm': 'post', 'embedding_norm': True},
+     "embedding_norm normalises the embeddings, which norm='post' already does"),
     ({'type': 'mlm', 'tokenizer': 'hf:/models/x'},
      "a pretrained model's own tokenizer.*Fix: causal LMs .model.type=causal_lm."),
 ])

@@ -198,6 +198,9 @@ def test_sharded_weights_read_as_one_file(tmp_path):
      r'computed here\. Fix: a BLOOM checkpoint without it'),
     ('bloom_alibi', lambda c: c.update(n_head=5), (), 'hidden_size 24 does not split into 5 heads'),
     ('bloom_alibi', lambda c: c.pop('n_head'), (), "lacks 'n_head'"),
+    ('bloom_alibi', lambda c: c.update(slow_but_exact=True, pretraining_tp=2), (),
+     r'slow_but_exact with pretraining_tp > 1, under which .* leaves out the biases of '
+     r'self_attention\.dense and mlp\.dense_4h_to_h\. Fix: set slow_but_exact to false'),
     ('gpt2_learned', lambda c: c.update(n_head=0), (), 'n_embd 32 does not split into 0 heads'),
     ('gpt2_learned', lambda c: c.update(layer_norm_epsilon=float('inf')), (),
      r'config.json gives a model this project refuses: config.model.layer_norm_eps=inf must be '

@@ -372,8 +372,12 @@ def test_bloom_reads_as_the_classic_block_with_alibi_and_a_norm_of_its_embedding
 
 
 def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
-  """n_embed is hidden_size's older name; a seq_length is the trained length."""
+  """n_embed is hidden_size's older name, num_attention_heads and num_hidden_layers the generic
+  names BloomConfig reads as n_head and n_layer; a seq_length is the trained length;
+  pretraining_tp alone changes nothing but rounding, and is read past."""
   hf_json = json.loads((FIXTURES / 'bloom_alibi' / 'config.json').read_text())
-  older = dict(hf_json, n_embed=hf_json.pop('hidden_size'), seq_length=512)
-  config = hf_config.to_config(older, 'dir')
-  assert (config.model.d_model, config.data.seq_len) == (24, 512)
+  older = dict(hf_json, n_embed=hf_json.pop('hidden_size'), seq_length=512,
+               num_attention_heads=hf_json.pop('n_head'), num_hidden_layers=hf_json.pop('n_layer'),
+               pretraining_tp=4)
+  m, data = (lambda c: (c.model, c.data))(hf_config.to_config(older, 'dir'))
+  assert (m.d_model, m.num_heads, m.num_layers, data.seq_len) == (24, 6, 2, 512)
