@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Fourteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -19,7 +19,8 @@ global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
 `model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), GPT2LMHeadModel
 (the classic block with learned absolute positions, a table over `n_positions` rows) and
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
-`model.embedding_norm`). A
+`model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
+`model.normalization='layer_norm_unbiased'`, no biases, the exact GELU). A
 `head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is
 `model.head_dim`, which the Llama family's classes read. Both forms of the rotary settings that
 the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
@@ -44,11 +45,14 @@ import os
 
 import ml_collections
 
-from roformer import config_schema
 from roformer import errors
 from roformer import files
-from roformer import model_types
+from roformer import hf_classic
+from roformer import hf_fields
 from roformer import positions
+
+# The readers of a field, shared with roformer/hf_classic.py.
+_read, _field, first_failed = hf_fields.read, hf_fields.field, hf_fields.first_failed
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',
@@ -57,7 +61,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2',
-                 'BloomForCausalLM': 'bloom'}
+                 'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
@@ -72,8 +76,7 @@ OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
 PARTIAL_ROTARY = ('gpt_neox', 'phi3')
 # transformers' hidden_act -> model.activation, and back.
-ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
-               'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
+ACTIVATIONS = hf_fields.ACTIVATIONS
 ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
                     'relu': 'relu'}
 SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope')
@@ -139,19 +142,6 @@ def family(hf: dict, where: str) -> str:
         f'{where}: architecture {arch or hf.get("model_type")!r} is not one this project reads. '
         f'Fix: a checkpoint of {", ".join(ARCHITECTURES)}.')
   return ARCHITECTURES[arch]
-
-
-def _read(hf: dict, name: str, default):
-  """A transformers config's `name`, or `default`: the value transformers' class assumes when
-  the file leaves it out."""
-  return hf[name] if name in hf else default
-
-
-def _field(hf: dict, name: str, where: str):
-  if name not in hf:
-    raise errors.DamagedFileError(f'{where} lacks {name!r}. Fix: use the config.json that came '
-                                  'with the weights.')
-  return hf[name]
 
 
 def _interval(hf: dict, name: str, default: int, where: str) -> int:
@@ -396,98 +386,6 @@ def _biases(hf: dict, fam: str, where: str) -> str:
       (attention, mlp)]
 
 
-def _gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
-  """GPT2LMHeadModel's config: the classic pre-LayerNorm block (a plain MLP, biases on every
-  layer, tied embeddings by default) with learned absolute positions, one table over its
-  n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
-  where null, n_positions, activation_function, layer_norm_epsilon); an evaluation past the
-  table's rows reports them skipped (no row past them was trained)."""
-  refused = first_failed((
-      (not _read(hf, 'scale_attn_weights', True), 'scale_attn_weights false (logits q.k '
-                                                  'unscaled)'),
-      (bool(_read(hf, 'scale_attn_by_inverse_layer_idx', False)),
-       'scale_attn_by_inverse_layer_idx (logits divided by the layer index + 1)'),
-      (bool(_read(hf, 'add_cross_attention', False)), 'add_cross_attention (the decoder of an '
-                                                      'encoder-decoder)')))
-  if refused:
-    raise errors.ConfigError(f'{where}: {refused} is not computed here. Fix: a GPT-2 checkpoint '
-                             'without it (as gpt2 to gpt2-xl and DistilGPT2).')
-  d, heads = int(_field(hf, 'n_embd', where)), int(_field(hf, 'n_head', where))
-  if heads < 1 or d % heads:
-    raise errors.DamagedFileError(f'{where}: n_embd {d} does not split into {heads} heads. Fix: '
-                                  'use the config.json that came with the weights.')
-  act = _read(hf, 'activation_function', 'gelu_new')
-  if act not in ACTIVATIONS:
-    raise errors.ConfigError(f'{where}: activation_function {act!r} is not one this project '
-                             f'computes. Fix: a checkpoint with one of {sorted(ACTIVATIONS)}.')
-  rows = int(_field(hf, 'n_positions', where))
-  config = _decoder(
-      hf, directory, where, rows, num_layers=int(_field(hf, 'n_layer', where)), d_model=d,
-      num_heads=heads, d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
-      activation=ACTIVATIONS[act], tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
-      biases='all', normalization='layer_norm', mlp='plain',
-      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
-  config.model.position.kind = positions.LEARNED
-  config.model.position.learned.max_length = rows
-  return config
-
-
-def _bloom_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
-  """BloomForCausalLM's config: the classic pre-LayerNorm block (biases on every layer, a plain
-  MLP of 4 hidden_size with the tanh GELU, tied embeddings by default) with ALiBi and a
-  LayerNorm of the embeddings, under BloomConfig's names (hidden_size or n_embed, n_layer,
-  n_head, layer_norm_epsilon). BLOOM adds each key's slope times its position, which differs
-  from ALiBi's -slope |i - j| by a constant in each row, and so gives the same softmax.
-  BloomConfig has no trained length: data.seq_len is `seq_length` where the file has one, else
-  2,048, the length BLOOM's models were pretrained at. slow_but_exact with pretraining_tp > 1 is
-  refused: transformers then leaves out two biases of every block."""
-  if _read(hf, 'apply_residual_connection_post_layernorm', False):
-    raise errors.ConfigError(f'{where}: apply_residual_connection_post_layernorm (the residual '
-                             'taken after the norm) is not computed here. Fix: a BLOOM '
-                             'checkpoint without it (as the bigscience/bloom models).')
-  if _read(hf, 'slow_but_exact', False) and int(_read(hf, 'pretraining_tp', 1)) > 1:
-    raise errors.ConfigError(f'{where}: slow_but_exact with pretraining_tp > 1, under which '
-                             "transformers' BLOOM leaves out the biases of self_attention.dense "
-                             'and mlp.dense_4h_to_h. Fix: set slow_but_exact to false in '
-                             'config.json (the same weights, read with their biases).')
-  # BloomConfig's names, or the generic ones its attribute_map reads as them.
-  named = lambda name, other: _field(hf, name if name in hf or other not in hf else other, where)
-  d = int(hf['n_embed'] if hf.get('n_embed') is not None else _field(hf, 'hidden_size', where))
-  heads = int(named('n_head', 'num_attention_heads'))
-  if heads < 1 or d % heads:
-    raise errors.DamagedFileError(f'{where}: hidden_size {d} does not split into {heads} heads. '
-                                  'Fix: use the config.json that came with the weights.')
-  config = _decoder(
-      hf, directory, where, int(_read(hf, 'seq_length', 2048)),
-      num_layers=int(named('n_layer', 'num_hidden_layers')), d_model=d, num_heads=heads, d_ff=4 * d,
-      activation='gelu_tanh', tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
-      biases='all', normalization='layer_norm', mlp='plain', embedding_norm=True,
-      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
-  config.model.position.kind = positions.ALIBI
-  return config
-
-
-def _decoder(hf: dict, directory: str, where: str, trained: int,
-             **model) -> ml_collections.ConfigDict:
-  """The config every imported family starts from, with `model`'s fields: transformers'
-  causal-LM classes are the first decoder-only type declared, read without dropout, initialised
-  (for continued training) from a normal at `initializer_range`, with the directory's tokenizer
-  and `trained`, the length pretrained at, as data.seq_len."""
-  config = config_schema.default_config()
-  config.model.update(type=model_types.named('decoder_only')[0],
-                      vocab_size=int(_field(hf, 'vocab_size', where)), dropout=0.0,
-                      init='normal', init_std=float(_read(hf, 'initializer_range', 0.02)),
-                      **model)
-  config.data.seq_len = trained
-  config.data.tokenizer = 'hf:' + os.path.abspath(directory)
-  return config
-
-
-def first_failed(checks) -> str | None:
-  """The reason of the first (failed, reason) pair that failed, or None."""
-  return next((reason for failed, reason in checks if failed), None)
-
-
 def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   """This project's config of a causal LM that computes what the checkpoint computes; the
   tokenizer is the directory's own (`data.tokenizer='hf:DIR'`), data.seq_len the length the
@@ -495,9 +393,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   where = os.path.join(directory, 'config.json')
   fam = family(hf, where)
   if fam == 'gpt2':
-    return _gpt2_config(hf, directory, where)
+    return hf_classic.gpt2_config(hf, directory, where)
   if fam == 'bloom':
-    return _bloom_config(hf, directory, where)
+    return hf_classic.bloom_config(hf, directory, where)
+  if fam == 'mpt':
+    return hf_classic.mpt_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and
@@ -544,7 +444,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: partial_rotary_factor {partial} rotates {rotary} of '
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '
                              'pair.')
-  config = _decoder(
+  config = hf_fields.decoder(
       hf, directory, where, trained, num_layers=layers, d_model=d, num_heads=heads,
       num_kv_heads=0 if kv == heads else kv, head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],

@@ -4,9 +4,9 @@
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
 layers without positions, Phi-3's partial rotary, OLMo's output norms, GPT-2's learned table,
-BLOOM's ALiBi) in the `_*_refusal_of` functions. `from_config` writes the config in transformers
-4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's and BLOOM's
-in their classes' own names.
+BLOOM's and MPT's ALiBi) in the `_*_refusal_of` functions. `from_config` writes the config in
+transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's,
+BLOOM's and MPT's in their classes' own names.
 """
 
 import numpy as np
@@ -65,9 +65,10 @@ def _refusal(config) -> str | None:
        + ', '.join(o.field for o in options if not o.transformers_families) + ')'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
-      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain')),
+      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain'),
+                                        ('layer_norm_unbiased', 'plain')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'GPT-NeoX layer_norm with a plain one)'),
+       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one)'),
   )
   reason = hf_config.first_failed(checks)
   if reason:
@@ -75,7 +76,7 @@ def _refusal(config) -> str | None:
   if _learned(m):
     return _gpt2_refusal_of(m, options)
   if alibi:
-    return _bloom_refusal_of(m, options)
+    return _alibi_refusal_of(m, options)
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -133,35 +134,57 @@ def _learned(m) -> bool:
   return positions.learned_rows(m) is not None
 
 
-def _bloom_refusal_of(m, options) -> str | None:
-  """Why BloomForCausalLM, the class with ALiBi, does not compute a model with it, or None: the
-  classic block, its branches added one after the other, a LayerNorm of the embeddings, and an
-  MLP of 4 hidden_size with the tanh GELU."""
-  block = 'BLOOM (the class with ALiBi)'
-  again = 'the weights of one are not the other, so train again'
+# A change of architecture: the weights trained for one are not the other's.
+_AGAIN = 'the weights of one are not the other, so train again'
+
+
+def _alibi_refusal_of(m, options) -> str | None:
+  """Why the ALiBi classes do not compute a model with ALiBi, or None: BLOOM where the
+  embeddings are normalised (the classic block, an MLP of 4 d_model with the tanh GELU), MPT
+  where they are not (LayerNorms without a bias, no biases, the exact GELU, and a power of 2
+  of heads, whose slopes alone MPT orders as ALiBi does); both add the branches one after the
+  other."""
+  if m.embedding_norm:
+    block, act, act_name, normalization, biases = (
+        'BLOOM (ALiBi with a norm of the embeddings)', 'gelu_tanh', 'the tanh GELU', 'layer_norm',
+        'all')
+  else:
+    block, act, act_name, normalization, biases = (
+        'MPT (ALiBi without a norm of the embeddings; BLOOM has one)', 'gelu', 'the exact GELU',
+        'layer_norm_unbiased', 'none')
   checks = (
       (m.residual != 'sequential', f'residual={m.residual!r} in a {block} block, which adds the '
                                    'branches one after the other'),
-      (not m.embedding_norm, f'ALiBi without a norm of the embeddings in a {block} block, which '
-                             'normalises them. Fix: train with --config.model.embedding_norm=true '
-                             f'({again})'),
-      ((m.activation, m.d_ff) != ('gelu_tanh', 4 * m.d_model),
+      ((m.activation, m.d_ff) != (act, 4 * m.d_model),
        f'an MLP of {m.d_ff} with {m.activation} in a {block} block, whose MLP is 4 x d_model '
-       f'= {4 * m.d_model} wide with the tanh GELU (gelu_tanh). Fix: train with '
-       f'--config.model.d_ff={4 * m.d_model} --config.model.activation=gelu_tanh ({again})'),
+       f'= {4 * m.d_model} wide with {act_name} ({act}). Fix: train with '
+       f'--config.model.d_ff={4 * m.d_model} --config.model.activation={act} ({_AGAIN})'),
+      (not m.embedding_norm and m.num_heads & (m.num_heads - 1),
+       f'{m.num_heads} heads in an {block} block: MPT orders the slopes of a number of heads '
+       "that is not a power of 2 otherwise than ALiBi. Fix: train with a power of 2 of heads, "
+       f'or with --config.model.embedding_norm=true for BLOOM ({_AGAIN})'),
   )
-  return _classic_refusal_of(m, options, block) or hf_config.first_failed(checks)
+  return (_classic_refusal_of(m, options, block, normalization, biases)
+          or hf_config.first_failed(checks))
 
 
-def _classic_refusal_of(m, options, name: str) -> str | None:
+def _classic_refusal_of(m, options, name: str, normalization: str = 'layer_norm',
+                        biases: str = 'all') -> str | None:
   """Why `name`, a class of the classic block (GPT-NeoX with RoPE, GPT-2 with one learned
-  table), does not compute model `m`, or None: LayerNorm before each branch, biases on every
-  layer, a plain MLP, full multi-head attention over the whole context, no attention option."""
+  table, BLOOM and MPT with ALiBi), does not compute model `m`, or None: `normalization` before
+  each branch, `biases`, a plain MLP, full multi-head attention over the whole context, no
+  attention option."""
   block = f'in a {name} block'
+  has = {'layer_norm': 'LayerNorm', 'layer_norm_unbiased': 'LayerNorm without a bias'}
   checks = (
-      ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
-       f'{m.normalization} with a {m.mlp} MLP {block}, which has LayerNorm and a plain MLP'),
-      (m.biases != 'all', f'biases={m.biases!r} {block}, which has biases on every layer'),
+      ((m.normalization, m.mlp) != (normalization, 'plain'),
+       f'{m.normalization} with a {m.mlp} MLP {block}, which has {has[normalization]} and a '
+       f'plain MLP' + ('' if biases == 'all' else
+                       f'. Fix: train with --config.model.normalization={normalization} '
+                       f'--config.model.mlp=plain ({_AGAIN})')),
+      (m.biases != biases, f'biases={m.biases!r} {block}, which has ' + (
+          'biases on every layer' if biases == 'all' else
+          f'none. Fix: train with --config.model.biases=none ({_AGAIN})')),
       (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
       (positions.head_dim(m) * m.num_heads != m.d_model,
@@ -342,7 +365,7 @@ def export_family(config) -> str:
   if _learned(m):
     return 'gpt2'
   if positions.alibi_everywhere(m):
-    return 'bloom'
+    return 'bloom' if m.embedding_norm else 'mpt'
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
   if m.norm == 'sandwich':
@@ -411,6 +434,20 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
         'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
         'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
         'attn_pdrop': 0.0, 'scale_attn_weights': True, 'use_cache': True,
+        'torch_dtype': 'float32'}
+  if fam == 'mpt':  # MptConfig's own names; max_seq_len is the trained length.
+    return {
+        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
+        'vocab_size': m.vocab_size, 'd_model': m.d_model, 'n_heads': m.num_heads,
+        'n_layers': m.num_layers, 'expansion_ratio': 4, 'max_seq_len': config.data.seq_len,
+        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
+        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+        'pad_token_id': special_ids.get('pad'), 'no_bias': True, 'logit_scale': None,
+        'resid_pdrop': 0.0, 'emb_pdrop': 0.0, 'learned_pos_emb': False, 'use_cache': True,
+        'attn_config': dict(alibi=True, alibi_bias_max=8, clip_qkv=None, softmax_scale=None,
+                            qk_ln=False, attn_pdrop=0, attn_type='multihead_attention',
+                            attn_impl='torch', prefix_lm=False, attn_uses_sequence_id=False),
         'torch_dtype': 'float32'}
   if fam == 'bloom':  # BloomConfig's own names; seq_length is read back as data.seq_len.
     return {

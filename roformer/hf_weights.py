@@ -175,8 +175,8 @@ def _names(fam: str) -> tuple[str, str]:
   """(the embedding's tensor name, the output layer's)."""
   if fam in CLASSIC_NAMES:
     return CLASSIC_NAMES[fam]['embed'] + '.weight', CLASSIC_NAMES[fam]['head'] + '.weight'
-  if fam == 'gpt2':
-    return 'transformer.wte.weight', 'lm_head.weight'
+  if fam in FLAT_NAMES:
+    return FLAT_NAMES[fam]['embed'] + '.weight', 'lm_head.weight'
   return 'model.embed_tokens.weight', 'lm_head.weight'
 
 
@@ -189,24 +189,49 @@ def canonical(tensors: dict, fam: str) -> dict:
   return {(n if n.startswith('lm_head.') else 'transformer.' + n): a for n, a in tensors.items()}
 
 
-def _gpt2_params(t, m) -> dict:
-  """GPT-2's parameters: Conv1D weights stored [in, out], as this project's kernels; q, k and v
-  in one c_attn whose heads are contiguous within each, as here; the learned table `wpe`."""
-  d, f = m.d_model, m.d_ff
-  conv = lambda name, d_in, d_out: {'kernel': t(name + '.weight', (d_in, d_out)),
-                                    'bias': t(name + '.bias', (d_out,))}
-  norm = lambda name: {'scale': t(name + '.weight', (d,)), 'bias': t(name + '.bias', (d,))}
-  params = {'embed': {'embedding': t('transformer.wte.weight', (m.vocab_size, d))},
-            'position': {'table': t('transformer.wpe.weight', (positions.learned_rows(m), d))},
-            'ln_final': norm('transformer.ln_f'), 'blocks': {}}
+# The names of GPT-2's and MPT's tensors (in a block: under LAYERS + its index), whose q, k and v
+# are one weight with each one's heads contiguous, as the fused kernel here.
+FLAT_NAMES = {
+    'gpt2': {'embed': 'transformer.wte', 'final': 'transformer.ln_f', 'layers': 'transformer.h.',
+             'ln_attn': 'ln_1', 'ln_mlp': 'ln_2', 'qkv': 'attn.c_attn', 'out': 'attn.c_proj',
+             'up': 'mlp.c_fc', 'down': 'mlp.c_proj'},
+    'mpt': {'embed': 'transformer.wte', 'final': 'transformer.norm_f',
+            'layers': 'transformer.blocks.', 'ln_attn': 'norm_1', 'ln_mlp': 'norm_2',
+            'qkv': 'attn.Wqkv', 'out': 'attn.out_proj', 'up': 'ffn.up_proj',
+            'down': 'ffn.down_proj'}}
+# A block's dense layers by FLAT_NAMES key: the group of the block's parameters they are in.
+_FLAT_DENSE = {'qkv': 'attn', 'out': 'attn', 'up': 'mlp', 'down': 'mlp'}
+
+
+def _flat_params(t, fam: str, m) -> dict:
+  """GPT-2's or MPT's parameters. GPT-2's Conv1D weights are stored [in, out], as the kernels
+  here, each with a bias, and it has the learned table `wpe`; MPT's Linear weights are stored
+  [out, in], without biases, and its LayerNorms have a scale alone."""
+  names, d, gpt2 = FLAT_NAMES[fam], m.d_model, fam == 'gpt2'
+  dims = {'qkv': (d, 3 * d), 'out': (d, d), 'up': (d, m.d_ff), 'down': (m.d_ff, d)}
+
+  def dense(name, d_in, d_out):
+    if gpt2:
+      return {'kernel': t(name + '.weight', (d_in, d_out)), 'bias': t(name + '.bias', (d_out,))}
+    return {'kernel': t(name + '.weight', (d_out, d_in)).T}
+
+  def norm(name):
+    return {'scale': t(name + '.weight', (d,)), **({'bias': t(name + '.bias', (d,))}
+                                                   if gpt2 else {})}
+
+  params = {'embed': {'embedding': t(names['embed'] + '.weight', (m.vocab_size, d))},
+            'ln_final': norm(names['final']), 'blocks': {}}
+  if gpt2:
+    params['position'] = {'table': t('transformer.wpe.weight', (positions.learned_rows(m), d))}
   if not m.tie_embeddings:
     params['unembed'] = t('lm_head.weight', (m.vocab_size, d))
   for i in range(m.num_layers):
-    p = f'transformer.h.{i}.'
-    params['blocks'][i] = {
-        'ln_attn': norm(p + 'ln_1'), 'ln_mlp': norm(p + 'ln_2'),
-        'attn': {'qkv': conv(p + 'attn.c_attn', d, 3 * d), 'out': conv(p + 'attn.c_proj', d, d)},
-        'mlp': {'up': conv(p + 'mlp.c_fc', d, f), 'down': conv(p + 'mlp.c_proj', f, d)}}
+    p = f"{names['layers']}{i}."
+    block = {'ln_attn': norm(p + names['ln_attn']), 'ln_mlp': norm(p + names['ln_mlp']),
+             'attn': {}, 'mlp': {}}
+    for key, group in _FLAT_DENSE.items():
+      block[group][key] = dense(p + names[key], *dims[key])
+    params['blocks'][i] = block
   return params
 
 
@@ -295,7 +320,10 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
   """The CausalLM parameters (a nested dict of numpy arrays) of a checkpoint's tensors, for the
   model config `m` that hf_config.to_config made from its config.json."""
   t = _Tensors(tensors, where)
-  params, head = (_gpt2_params(t, m), 'lm_head') if fam == 'gpt2' else _stack_params(t, fam, m)
+  if fam in FLAT_NAMES:
+    params, head = _flat_params(t, fam, m), 'lm_head'
+  else:
+    params, head = _stack_params(t, fam, m)
   # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
   ignored = {n for n in tensors if n.endswith(('rotary_emb.inv_freq', 'attention.bias',
                                                'attention.masked_bias', '.attn.bias',
@@ -340,22 +368,25 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   embedding = np.asarray(params['embed']['embedding'], np.float32)
   head = (np.asarray(params['unembed'], np.float32) if 'unembed' in params
           else embedding * np.float32(logits_scale))
-  if fam == 'gpt2':  # Conv1D weights [in, out], as the kernels here.
-    out.update({'transformer.wte.weight': embedding, 'transformer.wpe.weight': np.asarray(
-        params['position']['table'], np.float32)})
-    norm('transformer.ln_f', params['ln_final'])
+  if fam in FLAT_NAMES:  # GPT-2's Conv1D weights [in, out] with biases; MPT's [out, in] without.
+    names = FLAT_NAMES[fam]
+    out[names['embed'] + '.weight'] = embedding
+    if fam == 'gpt2':
+      out['transformer.wpe.weight'] = np.asarray(params['position']['table'], np.float32)
+    norm(names['final'], params['ln_final'])
     if not (m.tie_embeddings and logits_scale == 1.0):
       out['lm_head.weight'] = head
-    conv = lambda name, p: out.update({name + '.weight': np.asarray(p['kernel'], np.float32),
-                                       name + '.bias': np.asarray(p['bias'], np.float32)})
     for i in range(m.num_layers):
-      b, p = params['blocks'][i], f'transformer.h.{i}.'
-      norm(p + 'ln_1', b['ln_attn'])
-      norm(p + 'ln_2', b['ln_mlp'])
-      conv(p + 'attn.c_attn', b['attn']['qkv'])
-      conv(p + 'attn.c_proj', b['attn']['out'])
-      conv(p + 'mlp.c_fc', b['mlp']['up'])
-      conv(p + 'mlp.c_proj', b['mlp']['down'])
+      b, p = params['blocks'][i], f"{names['layers']}{i}."
+      norm(p + names['ln_attn'], b['ln_attn'])
+      norm(p + names['ln_mlp'], b['ln_mlp'])
+      for key, group in _FLAT_DENSE.items():
+        part = b[group][key]
+        if fam == 'gpt2':
+          out[p + names[key] + '.weight'] = np.asarray(part['kernel'], np.float32)
+          out[p + names[key] + '.bias'] = np.asarray(part['bias'], np.float32)
+        else:
+          linear(p + names[key], part, False, None)
     return out
   names = CLASSIC_NAMES.get(fam)
   if names:

@@ -177,6 +177,10 @@ FIXTURES = {
     # query_key_value, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # BLOOM files are.
     'bloom_alibi': ('BloomConfig', dict(hidden_size=24, n_layer=2, n_head=6), False, 'neox', 0),
+    # MPT: ALiBi over 4 heads, LayerNorms without a bias, no biases, the exact GELU, tied
+    # embeddings; transformers' MPT computes no position past max_seq_len (64).
+    'mpt_alibi': ('MptConfig', dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=64), False,
+                  'neox', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).
     'gpt_neox_partial': ('GPTNeoXConfig', dict(
@@ -302,7 +306,8 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
     (target / 'tokenizer_config.json').write_text(json.dumps({
         'bos_token': bos, 'eos_token': eos, 'pad_token': pad, 'unk_token': '<unk>',
         'add_bos_token': bos is not None,
-        'model_max_length': fields.get('max_position_embeddings', fields.get('n_positions')),
+        'model_max_length': fields.get('max_position_embeddings', fields.get(
+            'n_positions', fields.get('max_seq_len'))),
         'tokenizer_class': 'PreTrainedTokenizerFast'}, indent=2) + '\n')
     (target / 'generation_config.json').unlink(missing_ok=True)
     np.savez_compressed(target / 'reference.npz', ids=ids.numpy(), logits=logits,

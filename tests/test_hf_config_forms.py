@@ -381,3 +381,18 @@ def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
                pretraining_tp=4)
   m, data = (lambda c: (c.model, c.data))(hf_config.to_config(older, 'dir'))
   assert (m.d_model, m.num_heads, m.num_layers, data.seq_len) == (24, 6, 2, 512)
+
+
+def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
+  """MptForCausalLM: ALiBi over its heads (a power of 2, whose slopes MPT computes as ALiBi,
+  2^-8k/n), LayerNorms without a bias, no biases, an MLP of 4 d_model with the exact GELU, and
+  max_seq_len as the trained length; a softmax_scale of 1/sqrt of the heads' width is the
+  default's, and reads as it."""
+  hf_json = json.loads((FIXTURES / 'mpt_alibi' / 'config.json').read_text())
+  m, data = (lambda c: (c.model, c.data))(hf_config.to_config(hf_json, 'dir'))
+  assert (m.position.kind, m.normalization, m.biases, m.mlp, m.activation, m.d_ff) == (
+      positions.ALIBI, 'layer_norm_unbiased', 'none', 'plain', 'gelu', 128)
+  assert (m.embedding_norm, m.tie_embeddings, data.seq_len) == (False, True, 64)
+  np.testing.assert_allclose(positions.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
+  scaled = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=8 ** -0.5))
+  assert hf_config.to_config(scaled, 'dir').model == m

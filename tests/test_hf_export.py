@@ -116,6 +116,8 @@ GEMMA2 = {'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'norm':
 # BLOOM's block: the classic one with ALiBi, a LayerNorm of the embeddings and an MLP of
 # 4 d_model with the tanh GELU.
 BLOOM = {'embedding_norm': True, 'd_ff': 128, 'activation': 'gelu_tanh'}
+# MPT's: ALiBi without that norm, LayerNorms without a bias, no biases, the exact GELU.
+MPT = {'normalization': 'layer_norm_unbiased', 'biases': 'none', 'd_ff': 128, 'activation': 'gelu'}
 
 
 # Checks behind -m slow: the same export paths as a default one (a model trained here, or an
@@ -126,6 +128,7 @@ _SLOW = pytest.mark.slow
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('learned', {}, 'GPT2LMHeadModel'),
                                              ('alibi', BLOOM, 'BloomForCausalLM'),
+                                             ('alibi', MPT, 'MptForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
@@ -142,7 +145,7 @@ _SLOW = pytest.mark.slow
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
-  the embeddings to BLOOM (its output untied alike), the Llama preset to
+  the embeddings to BLOOM (its output untied alike), without it to MPT, the Llama preset to
   Llama, with QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
@@ -206,7 +209,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('phi3_longrope_partial', 'Phi3ForCausalLM'),
     pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW),
     ('gpt2_learned', 'GPT2LMHeadModel'),
-    ('bloom_alibi', 'BloomForCausalLM')])
+    ('bloom_alibi', 'BloomForCausalLM'),
+    ('mpt_alibi', 'MptForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -217,15 +221,15 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   came = hf_config.read(str(FIXTURES / name))
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings',
-                'n_positions', 'activation_function', 'layer_norm_epsilon'):
+                'n_positions', 'activation_function', 'layer_norm_epsilon', 'max_seq_len'):
     assert went.get(field) == came.get(field), field
-  if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM'):  # Their heads
-    # split the width.
+  if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
+                  'MptForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
     assert went['rope_scaling']['original_max_position_embeddings'] == 16
-  if name in ('gpt2_learned', 'bloom_alibi'):  # Nothing rotates: every tensor as it came.
+  if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi'):  # Nothing rotates: as it came.
     came = hf_weights.canonical(hf_weights.read(str(FIXTURES / name)), came['model_type'])
     went = hf_weights.read(str(tmp_path / 'out'))
     assert sorted(went) == sorted(came)
@@ -238,8 +242,15 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
 
 @pytest.mark.parametrize('fields,message', [
     ({'position.kind': 'kerple'}, "position.kind='kerple'"),
-    ({'position.kind': 'alibi'}, r'ALiBi without a norm of the embeddings in a BLOOM \(the class '
-                                 r'with ALiBi\) block'),
+    ({'position.kind': 'alibi'}, r'layer_norm with a plain MLP in a MPT \(ALiBi without a norm of '
+                                 r'the embeddings; BLOOM has one\) block, which has LayerNorm '
+                                 r'without a bias.*Fix: train with --config\.model\.normalization='
+                                 r'layer_norm_unbiased'),
+    (dict(MPT, **{'position.kind': 'alibi', 'biases': 'all'}),
+     r"biases='all' in a MPT .* which has none\. Fix: train with --config\.model\.biases=none"),
+    (dict(MPT, **{'position.kind': 'alibi', 'd_model': 24, 'd_ff': 96, 'num_heads': 6}),
+     r'6 heads in an MPT .* not a power of 2 .*Fix: train with a power of 2 of heads, or with '
+     r'--config\.model\.embedding_norm=true for BLOOM'),
     ({'embedding_norm': True}, r"a norm of the embeddings \(model\.embedding_norm\) outside "
                                r"BLOOM's block"),
     ({'position.kind': 'alibi', 'embedding_norm': True},
@@ -249,8 +260,9 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"residual='parallel' in a BLOOM .* adds the branches one after the other"),
     (dict(BLOOM, **{'position.kind': 'alibi', 'num_kv_heads': 2}),
      r'grouped-query attention in a BLOOM '),
-    ({'position.kind': 'alibi', 'normalization': 'rms_norm', 'mlp': 'gated'},
-     r'rms_norm with a gated MLP in a BLOOM \(the class with ALiBi\) block, which has LayerNorm'),
+    ({'position.kind': 'alibi', 'embedding_norm': True, 'normalization': 'rms_norm',
+      'mlp': 'gated'}, r'rms_norm with a gated MLP in a BLOOM \(ALiBi with a norm of the '
+                       r'embeddings\) block, which has LayerNorm and a plain MLP'),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
@@ -463,6 +475,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
+                                        ('alibi', MPT),
                                         ('llama', {}),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
@@ -482,7 +495,9 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   model = transformers.AutoModelForCausalLM.from_pretrained(
       str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
-  ids = np.random.default_rng(0).integers(5, 261, (2, 40))
+  # transformers' MPT computes no position past max_seq_len, the run's length.
+  length = config.data.seq_len if fields is MPT else 40
+  ids = np.random.default_rng(0).integers(5, 261, (2, length))
   with torch.no_grad():
     got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()
   assert _relative_error(got, hf.load(workdir).logits(ids)) < 1e-5

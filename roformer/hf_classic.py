@@ -1,0 +1,135 @@
+"""The Hugging Face families of the classic block (LayerNorm before each branch, a plain MLP,
+full multi-head attention) whose positions are not RoPE: GPT-2 (a learned table), BLOOM (ALiBi
+with a LayerNorm of the embeddings) and MPT (ALiBi, LayerNorms without a bias, no biases). Each
+reads its own config.json names into this project's config; roformer/hf_config.py dispatches to
+them, and reads the RoPE families."""
+
+import types
+
+import ml_collections
+
+from roformer import errors
+from roformer import hf_fields
+from roformer import positions
+
+_read, _field, first_failed = hf_fields.read, hf_fields.field, hf_fields.first_failed
+_decoder, ACTIVATIONS = hf_fields.decoder, hf_fields.ACTIVATIONS
+
+
+def gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """GPT2LMHeadModel's config: the classic pre-LayerNorm block (a plain MLP, biases on every
+  layer, tied embeddings by default) with learned absolute positions, one table over its
+  n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
+  where null, n_positions, activation_function, layer_norm_epsilon); an evaluation past the
+  table's rows reports them skipped (no row past them was trained)."""
+  refused = first_failed((
+      (not _read(hf, 'scale_attn_weights', True), 'scale_attn_weights false (logits q.k '
+                                                  'unscaled)'),
+      (bool(_read(hf, 'scale_attn_by_inverse_layer_idx', False)),
+       'scale_attn_by_inverse_layer_idx (logits divided by the layer index + 1)'),
+      (bool(_read(hf, 'add_cross_attention', False)), 'add_cross_attention (the decoder of an '
+                                                      'encoder-decoder)')))
+  if refused:
+    raise errors.ConfigError(f'{where}: {refused} is not computed here. Fix: a GPT-2 checkpoint '
+                             'without it (as gpt2 to gpt2-xl and DistilGPT2).')
+  d, heads = int(_field(hf, 'n_embd', where)), int(_field(hf, 'n_head', where))
+  if heads < 1 or d % heads:
+    raise errors.DamagedFileError(f'{where}: n_embd {d} does not split into {heads} heads. Fix: '
+                                  'use the config.json that came with the weights.')
+  act = _read(hf, 'activation_function', 'gelu_new')
+  if act not in ACTIVATIONS:
+    raise errors.ConfigError(f'{where}: activation_function {act!r} is not one this project '
+                             f'computes. Fix: a checkpoint with one of {sorted(ACTIVATIONS)}.')
+  rows = int(_field(hf, 'n_positions', where))
+  config = _decoder(
+      hf, directory, where, rows, num_layers=int(_field(hf, 'n_layer', where)), d_model=d,
+      num_heads=heads, d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
+      activation=ACTIVATIONS[act], tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
+      biases='all', normalization='layer_norm', mlp='plain',
+      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = positions.LEARNED
+  config.model.position.learned.max_length = rows
+  return config
+
+
+def bloom_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """BloomForCausalLM's config: the classic pre-LayerNorm block (biases on every layer, a plain
+  MLP of 4 hidden_size with the tanh GELU, tied embeddings by default) with ALiBi and a
+  LayerNorm of the embeddings, under BloomConfig's names (hidden_size or n_embed, n_layer,
+  n_head, layer_norm_epsilon). BLOOM adds each key's slope times its position, which differs
+  from ALiBi's -slope |i - j| by a constant in each row, and so gives the same softmax.
+  BloomConfig has no trained length: data.seq_len is `seq_length` where the file has one, else
+  2,048, the length BLOOM's models were pretrained at. slow_but_exact with pretraining_tp > 1 is
+  refused: transformers then leaves out two biases of every block."""
+  if _read(hf, 'apply_residual_connection_post_layernorm', False):
+    raise errors.ConfigError(f'{where}: apply_residual_connection_post_layernorm (the residual '
+                             'taken after the norm) is not computed here. Fix: a BLOOM '
+                             'checkpoint without it (as the bigscience/bloom models).')
+  if _read(hf, 'slow_but_exact', False) and int(_read(hf, 'pretraining_tp', 1)) > 1:
+    raise errors.ConfigError(f'{where}: slow_but_exact with pretraining_tp > 1, under which '
+                             "transformers' BLOOM leaves out the biases of self_attention.dense "
+                             'and mlp.dense_4h_to_h. Fix: set slow_but_exact to false in '
+                             'config.json (the same weights, read with their biases).')
+  # BloomConfig's names, or the generic ones its attribute_map reads as them.
+  named = lambda name, other: _field(hf, name if name in hf or other not in hf else other, where)
+  d = int(hf['n_embed'] if hf.get('n_embed') is not None else _field(hf, 'hidden_size', where))
+  heads = int(named('n_head', 'num_attention_heads'))
+  if heads < 1 or d % heads:
+    raise errors.DamagedFileError(f'{where}: hidden_size {d} does not split into {heads} heads. '
+                                  'Fix: use the config.json that came with the weights.')
+  config = _decoder(
+      hf, directory, where, int(_read(hf, 'seq_length', 2048)),
+      num_layers=int(named('n_layer', 'num_hidden_layers')), d_model=d, num_heads=heads, d_ff=4 * d,
+      activation='gelu_tanh', tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
+      biases='all', normalization='layer_norm', mlp='plain', embedding_norm=True,
+      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = positions.ALIBI
+  return config
+
+
+def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """MptForCausalLM's config: LayerNorms without a bias before each branch, no biases, an MLP
+  of 4 d_model with the exact GELU, tied embeddings by default, and ALiBi, under MptConfig's
+  names (d_model, n_heads, n_layers, max_seq_len: the trained length, layer_norm_epsilon).
+  transformers' MPT computes that block whatever some fields say; a file whose fields say
+  otherwise (its model was another) is refused, as are slopes other than ALiBi's: MPT's for a
+  number of heads that is not a power of 2 are ordered otherwise."""
+  # MptAttentionConfig's defaults under the file's attn_config.
+  att = types.SimpleNamespace(**{**dict(alibi=True, alibi_bias_max=8, clip_qkv=None,
+                                        softmax_scale=None, qk_ln=False,
+                                        attn_type='multihead_attention'),
+                                 **(hf.get('attn_config') or {})})
+  d, heads = int(_field(hf, 'd_model', where)), int(_field(hf, 'n_heads', where))
+  if heads < 1 or d % heads:
+    raise errors.DamagedFileError(f'{where}: d_model {d} does not split into {heads} heads. Fix: '
+                                  'use the config.json that came with the weights.')
+  scale = att.softmax_scale
+  refused = first_failed((
+      (not att.alibi, 'attn_config.alibi false (learned positions), where transformers applies '
+                      'ALiBi'),
+      (att.alibi_bias_max != 8, f'attn_config.alibi_bias_max {att.alibi_bias_max}, where '
+                                "transformers' slopes take 8"),
+      (heads & (heads - 1) != 0, f"{heads} heads, not a power of 2 (MPT orders the slopes of "
+                                 "such a number otherwise than ALiBi's)"),
+      (att.clip_qkv is not None, f'attn_config.clip_qkv {att.clip_qkv}'),
+      (bool(att.qk_ln), 'attn_config.qk_ln, which transformers does not apply'),
+      (att.attn_type != 'multihead_attention', f'attn_config.attn_type {att.attn_type!r}'),
+      (scale is not None and abs(scale * (d // heads) ** 0.5 - 1) > 1e-6,
+       f'attn_config.softmax_scale {scale} (not 1/sqrt of the heads\' width)'),
+      (_read(hf, 'logit_scale', None) is not None, "logit_scale, which transformers' MPT does "
+                                                    'not apply'),
+      (not _read(hf, 'no_bias', True), "no_bias false (biases), where transformers' MPT has "
+                                       'none'),
+      (_read(hf, 'expansion_ratio', 4) != 4, f"expansion_ratio {hf.get('expansion_ratio')}, "
+                                             "where transformers' MLP is 4 d_model wide")))
+  if refused:
+    raise errors.ConfigError(f'{where}: {refused} is not computed here. Fix: an MPT checkpoint '
+                             'without it (as mosaicml/mpt-7b).')
+  config = _decoder(
+      hf, directory, where, int(_read(hf, 'max_seq_len', 2048)),
+      num_layers=int(_field(hf, 'n_layers', where)), d_model=d, num_heads=heads, d_ff=4 * d,
+      activation='gelu', tie_embeddings=bool(_read(hf, 'tie_word_embeddings', True)),
+      biases='none', normalization='layer_norm_unbiased', mlp='plain',
+      layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = positions.ALIBI
+  return config

@@ -1,0 +1,51 @@
+"""How a field of a Hugging Face config.json is read: as its transformers class's default where the
+file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
+several refusals (`first_failed`); and the config that every imported family starts from
+(`decoder`). Shared by roformer/hf_config.py and roformer/hf_classic.py."""
+
+import os
+
+import ml_collections
+
+from roformer import config_schema
+from roformer import errors
+from roformer import model_types
+
+# transformers' hidden_act -> model.activation.
+ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
+               'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
+
+
+def read(hf: dict, name: str, default):
+  """A transformers config's `name`, or `default`: the value transformers' class assumes when
+  the file leaves it out."""
+  return hf[name] if name in hf else default
+
+
+def field(hf: dict, name: str, where: str):
+  """A transformers config's `name`, which the file must hold."""
+  if name not in hf:
+    raise errors.DamagedFileError(f'{where} lacks {name!r}. Fix: use the config.json that came '
+                                  'with the weights.')
+  return hf[name]
+
+
+def first_failed(checks) -> str | None:
+  """The reason of the first (failed, reason) pair that failed, or None."""
+  return next((reason for failed, reason in checks if failed), None)
+
+
+def decoder(hf: dict, directory: str, where: str, trained: int,
+            **model) -> ml_collections.ConfigDict:
+  """The config every imported family starts from, with `model`'s fields: transformers'
+  causal-LM classes are the first decoder-only type declared, read without dropout, initialised
+  (for continued training) from a normal at `initializer_range`, with the directory's tokenizer
+  and `trained`, the length pretrained at, as data.seq_len."""
+  config = config_schema.default_config()
+  config.model.update(type=model_types.named('decoder_only')[0],
+                      vocab_size=int(field(hf, 'vocab_size', where)), dropout=0.0,
+                      init='normal', init_std=float(read(hf, 'initializer_range', 0.02)),
+                      **model)
+  config.data.seq_len = trained
+  config.data.tokenizer = 'hf:' + os.path.abspath(directory)
+  return config
