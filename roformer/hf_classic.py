@@ -12,7 +12,7 @@ from roformer import errors
 from roformer import hf_fields
 from roformer import positions
 
-_read, _field, first_failed = hf_fields.read, hf_fields.field, hf_fields.first_failed
+_read, _field, _first_failed = hf_fields.read, hf_fields.field, hf_fields.first_failed
 _decoder, ACTIVATIONS = hf_fields.decoder, hf_fields.ACTIVATIONS
 
 
@@ -22,7 +22,7 @@ def gpt2_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDi
   n_positions rows, under GPT2Config's names (n_embd, n_layer, n_head, n_inner: 4 n_embd
   where null, n_positions, activation_function, layer_norm_epsilon); an evaluation past the
   table's rows reports them skipped (no row past them was trained)."""
-  refused = first_failed((
+  refused = _first_failed((
       (not _read(hf, 'scale_attn_weights', True), 'scale_attn_weights false (logits q.k '
                                                   'unscaled)'),
       (bool(_read(hf, 'scale_attn_by_inverse_layer_idx', False)),
@@ -91,28 +91,38 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
   """MptForCausalLM's config: LayerNorms without a bias before each branch, no biases, an MLP
   of 4 d_model with the exact GELU, tied embeddings by default, and ALiBi, under MptConfig's
   names (d_model, n_heads, n_layers, max_seq_len: the trained length, layer_norm_epsilon).
-  transformers' MPT computes that block whatever some fields say; a file whose fields say
-  otherwise (its model was another) is refused, as are slopes other than ALiBi's: MPT's for a
-  number of heads that is not a power of 2 are ordered otherwise."""
+  MPT's slopes are ALiBi's for any number of heads. transformers' MPT computes that block
+  whatever some fields say; a file whose fields say its model was another (llm-foundry's
+  variants) is refused, as is clip_qkv, which transformers applies and this project does not."""
   # MptAttentionConfig's defaults under the file's attn_config.
   att = types.SimpleNamespace(**{**dict(alibi=True, alibi_bias_max=8, clip_qkv=None,
-                                        softmax_scale=None, qk_ln=False,
+                                        softmax_scale=None, qk_ln=False, prefix_lm=False,
+                                        sliding_window_size=-1,
                                         attn_type='multihead_attention'),
                                  **(hf.get('attn_config') or {})})
+  ffn = hf.get('ffn_config') or {}
+  act = ffn.get('ffn_act_fn') or {'name': 'gelu', 'approximate': 'none'}
   d, heads = int(_field(hf, 'd_model', where)), int(_field(hf, 'n_heads', where))
   if heads < 1 or d % heads:
     raise errors.DamagedFileError(f'{where}: d_model {d} does not split into {heads} heads. Fix: '
                                   'use the config.json that came with the weights.')
   scale = att.softmax_scale
-  refused = first_failed((
+  refused = _first_failed((
       (not att.alibi, 'attn_config.alibi false (learned positions), where transformers applies '
                       'ALiBi'),
       (att.alibi_bias_max != 8, f'attn_config.alibi_bias_max {att.alibi_bias_max}, where '
                                 "transformers' slopes take 8"),
-      (heads & (heads - 1) != 0, f"{heads} heads, not a power of 2 (MPT orders the slopes of "
-                                 "such a number otherwise than ALiBi's)"),
-      (att.clip_qkv is not None, f'attn_config.clip_qkv {att.clip_qkv}'),
+      (bool(att.clip_qkv), f'attn_config.clip_qkv {att.clip_qkv} (q, k and v clamped)'),
       (bool(att.qk_ln), 'attn_config.qk_ln, which transformers does not apply'),
+      (bool(att.prefix_lm), 'attn_config.prefix_lm, which transformers does not apply'),
+      (att.sliding_window_size not in (None, -1), 'attn_config.sliding_window_size '
+                                                  f'{att.sliding_window_size}, which transformers '
+                                                  'does not apply'),
+      ('rms' in str(_read(hf, 'norm_type', 'low_precision_layernorm')),
+       f"norm_type {hf.get('norm_type')!r}, where transformers applies LayerNorm"),
+      (ffn.get('ffn_type', 'mptmlp') != 'mptmlp'
+       or (act.get('name'), act.get('approximate', 'none')) != ('gelu', 'none'),
+       f'ffn_config {ffn}, where transformers applies an MLP with the exact GELU'),
       (att.attn_type != 'multihead_attention', f'attn_config.attn_type {att.attn_type!r}'),
       (scale is not None and abs(scale * (d // heads) ** 0.5 - 1) > 1e-6,
        f'attn_config.softmax_scale {scale} (not 1/sqrt of the heads\' width)'),

@@ -52,7 +52,7 @@ from roformer import hf_fields
 from roformer import positions
 
 # The readers of a field, shared with roformer/hf_classic.py.
-_read, _field, first_failed = hf_fields.read, hf_fields.field, hf_fields.first_failed
+_read, _field = hf_fields.read, hf_fields.field
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',

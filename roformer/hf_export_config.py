@@ -14,6 +14,7 @@ import numpy as np
 from roformer import attention_options
 from roformer import errors
 from roformer import hf_config
+from roformer import hf_fields
 from roformer import model_types
 from roformer import positions
 
@@ -37,7 +38,7 @@ def _refusal(config) -> str | None:
                                                if m.layer_kinds else '') +
        ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
        "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 one "
-       'learned table added to the embeddings, BLOOM ALiBi in every layer'),
+       'learned table added to the embeddings, BLOOM and MPT ALiBi in every layer'),
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
@@ -70,7 +71,7 @@ def _refusal(config) -> str | None:
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
        'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one)'),
   )
-  reason = hf_config.first_failed(checks)
+  reason = hf_fields.first_failed(checks)
   if reason:
     return reason
   if _learned(m):
@@ -141,31 +142,34 @@ _AGAIN = 'the weights of one are not the other, so train again'
 def _alibi_refusal_of(m, options) -> str | None:
   """Why the ALiBi classes do not compute a model with ALiBi, or None: BLOOM where the
   embeddings are normalised (the classic block, an MLP of 4 d_model with the tanh GELU), MPT
-  where they are not (LayerNorms without a bias, no biases, the exact GELU, and a power of 2
-  of heads, whose slopes alone MPT orders as ALiBi does); both add the branches one after the
-  other."""
+  where they are not (LayerNorms without a bias, no biases, an MLP of 4 d_model with the exact
+  GELU); both add the branches one after the other."""
+  four = 4 * m.d_model
+  if not m.embedding_norm and (m.normalization, m.biases) == ('layer_norm', 'all'):
+    return ("ALiBi in the classic block without a norm of the embeddings, which BLOOM, the ALiBi "
+            'class with that block, has. Fix: train with --config.model.embedding_norm=true for '
+            'BLOOM, or with --config.model.normalization=layer_norm_unbiased '
+            f'--config.model.biases=none --config.model.activation=gelu --config.model.d_ff={four} '
+            f'for MPT ({_AGAIN})')
   if m.embedding_norm:
     block, act, act_name, normalization, biases = (
         'BLOOM (ALiBi with a norm of the embeddings)', 'gelu_tanh', 'the tanh GELU', 'layer_norm',
         'all')
   else:
     block, act, act_name, normalization, biases = (
-        'MPT (ALiBi without a norm of the embeddings; BLOOM has one)', 'gelu', 'the exact GELU',
+        'MPT (ALiBi without a norm of the embeddings)', 'gelu', 'the exact GELU',
         'layer_norm_unbiased', 'none')
+  where = f"in {'an' if block.startswith('MPT') else 'a'} {block} block"
   checks = (
-      (m.residual != 'sequential', f'residual={m.residual!r} in a {block} block, which adds the '
-                                   'branches one after the other'),
-      ((m.activation, m.d_ff) != (act, 4 * m.d_model),
-       f'an MLP of {m.d_ff} with {m.activation} in a {block} block, whose MLP is 4 x d_model '
-       f'= {4 * m.d_model} wide with {act_name} ({act}). Fix: train with '
-       f'--config.model.d_ff={4 * m.d_model} --config.model.activation={act} ({_AGAIN})'),
-      (not m.embedding_norm and m.num_heads & (m.num_heads - 1),
-       f'{m.num_heads} heads in an {block} block: MPT orders the slopes of a number of heads '
-       "that is not a power of 2 otherwise than ALiBi. Fix: train with a power of 2 of heads, "
-       f'or with --config.model.embedding_norm=true for BLOOM ({_AGAIN})'),
+      (m.residual != 'sequential', f'residual={m.residual!r} {where}, which adds the branches '
+                                   'one after the other'),
+      ((m.activation, m.d_ff) != (act, four),
+       f'an MLP of {m.d_ff} with {m.activation} {where}, whose MLP is 4 x d_model '
+       f'= {four} wide with {act_name} ({act}). Fix: train with '
+       f'--config.model.d_ff={four} --config.model.activation={act} ({_AGAIN})'),
   )
   return (_classic_refusal_of(m, options, block, normalization, biases)
-          or hf_config.first_failed(checks))
+          or hf_fields.first_failed(checks))
 
 
 def _classic_refusal_of(m, options, name: str, normalization: str = 'layer_norm',
@@ -174,7 +178,7 @@ def _classic_refusal_of(m, options, name: str, normalization: str = 'layer_norm'
   table, BLOOM and MPT with ALiBi), does not compute model `m`, or None: `normalization` before
   each branch, `biases`, a plain MLP, full multi-head attention over the whole context, no
   attention option."""
-  block = f'in a {name} block'
+  block = f"in {'an' if name.startswith('MPT') else 'a'} {name} block"
   has = {'layer_norm': 'LayerNorm', 'layer_norm_unbiased': 'LayerNorm without a bias'}
   checks = (
       ((m.normalization, m.mlp) != (normalization, 'plain'),
@@ -193,7 +197,7 @@ def _classic_refusal_of(m, options, name: str, normalization: str = 'layer_norm'
       (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
       (any(m.layer_windows), f'sliding windows {block}'),
   )
-  return hf_config.first_failed(checks)
+  return hf_fields.first_failed(checks)
 
 
 def _gpt2_refusal_of(m, options) -> str | None:
@@ -238,7 +242,7 @@ def _phi3_refusal_of(config, options, windows) -> str | None:
        f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
        'load it'),
   )
-  return hf_config.first_failed(checks)
+  return hf_fields.first_failed(checks)
 
 
 def _smollm3_refusal_of(config, options) -> str | None:
@@ -263,7 +267,7 @@ def _smollm3_refusal_of(config, options) -> str | None:
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
   )
-  return hf_config.first_failed(checks)
+  return hf_fields.first_failed(checks)
 
 
 def _olmo_refusal_of(config, options) -> str | None:
@@ -289,7 +293,7 @@ def _olmo_refusal_of(config, options) -> str | None:
        f"takes {', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and "
        'apply it with eval.py'),
   )
-  return hf_config.first_failed(checks)
+  return hf_fields.first_failed(checks)
 
 
 # The scalings a Gemma 2, Gemma 3 or OLMo 3 export writes (Gemma 3's and OLMo 3's on their global
@@ -350,7 +354,7 @@ def _gemma_refusal_of(config, family: str) -> str | None:
        'per-layer RoPE bases (layer_rope_bases) in a sandwich block without QK-norm (Gemma 2 '
        'has one rope_theta; Gemma 3, with QK-norm, one per layer kind)'),
   )
-  return hf_config.first_failed(checks)
+  return hf_fields.first_failed(checks)
 
 
 def export_family(config) -> str:
@@ -435,11 +439,13 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
         'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
         'attn_pdrop': 0.0, 'scale_attn_weights': True, 'use_cache': True,
         'torch_dtype': 'float32'}
-  if fam == 'mpt':  # MptConfig's own names; max_seq_len is the trained length.
+  if fam == 'mpt':  # MptConfig's own names; max_seq_len the trained length, or the source's.
+    # transformers' MPT computes no position past max_seq_len; a longer one changes no logit.
+    longest = max(config.data.seq_len, int((source or {}).get('max_seq_len') or 0))
     return {
         'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
         'vocab_size': m.vocab_size, 'd_model': m.d_model, 'n_heads': m.num_heads,
-        'n_layers': m.num_layers, 'expansion_ratio': 4, 'max_seq_len': config.data.seq_len,
+        'n_layers': m.num_layers, 'expansion_ratio': 4, 'max_seq_len': longest,
         'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
         'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
         'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),

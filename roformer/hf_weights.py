@@ -4,7 +4,8 @@ q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
 the branches' outputs alone, and q_norm and k_norm over all heads), of GPT-NeoX and BLOOM
-(GPT-NeoX's layout under other names, with a LayerNorm of the embeddings) and of GPT-2.
+(GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
+(q, k and v in one weight, each one's heads contiguous as here).
 
 The layouts that differ:
 - a Linear's weight is [out, in] in PyTorch and its kernel [in, out] here;
@@ -386,7 +387,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
           out[p + names[key] + '.weight'] = np.asarray(part['kernel'], np.float32)
           out[p + names[key] + '.bias'] = np.asarray(part['bias'], np.float32)
         else:
-          linear(p + names[key], part, False, None)
+          linear(p + names[key], part, bias=False, d_out=None)
     return out
   names = CLASSIC_NAMES.get(fam)
   if names:

@@ -177,9 +177,10 @@ FIXTURES = {
     # query_key_value, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # BLOOM files are.
     'bloom_alibi': ('BloomConfig', dict(hidden_size=24, n_layer=2, n_head=6), False, 'neox', 0),
-    # MPT: ALiBi over 4 heads, LayerNorms without a bias, no biases, the exact GELU, tied
-    # embeddings; transformers' MPT computes no position past max_seq_len (64).
-    'mpt_alibi': ('MptConfig', dict(d_model=32, n_heads=4, n_layers=2, max_seq_len=64), False,
+    # MPT: ALiBi over 6 heads (not a power of 2: MPT's own ordering of the slopes, which is
+    # ALiBi's), LayerNorms without a bias, no biases, the exact GELU, tied embeddings;
+    # transformers' MPT computes no position past max_seq_len (64).
+    'mpt_alibi': ('MptConfig', dict(d_model=24, n_heads=6, n_layers=2, max_seq_len=64), False,
                   'neox', 0),
     # GPT-NeoX: partial rotary (a quarter of each head), parallel residual, untied, LayerNorm
     # with biases, an embedding padded past the tokenizer (as Pythia's 50,304 rows for 50,277).

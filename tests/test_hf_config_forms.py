@@ -384,15 +384,19 @@ def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
 
 
 def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
-  """MptForCausalLM: ALiBi over its heads (a power of 2, whose slopes MPT computes as ALiBi,
-  2^-8k/n), LayerNorms without a bias, no biases, an MLP of 4 d_model with the exact GELU, and
-  max_seq_len as the trained length; a softmax_scale of 1/sqrt of the heads' width is the
-  default's, and reads as it."""
+  """MptForCausalLM: ALiBi over its heads (the fixture's 6: MPT takes the odd then the even
+  slopes of 8 heads, which are ALiBi's, by hand), LayerNorms without a bias, no biases, an MLP
+  of 4 d_model with the exact GELU, and max_seq_len as the trained length; a softmax_scale of
+  1/sqrt of the heads' width is the default's, and a clip_qkv of 0 clips nothing (as
+  transformers reads it): both read as the defaults."""
   hf_json = json.loads((FIXTURES / 'mpt_alibi' / 'config.json').read_text())
   m, data = (lambda c: (c.model, c.data))(hf_config.to_config(hf_json, 'dir'))
   assert (m.position.kind, m.normalization, m.biases, m.mlp, m.activation, m.d_ff) == (
-      positions.ALIBI, 'layer_norm_unbiased', 'none', 'plain', 'gelu', 128)
-  assert (m.embedding_norm, m.tie_embeddings, data.seq_len) == (False, True, 64)
-  np.testing.assert_allclose(positions.alibi_slopes(4), [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8])
-  scaled = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=8 ** -0.5))
-  assert hf_config.to_config(scaled, 'dir').model == m
+      positions.ALIBI, 'layer_norm_unbiased', 'none', 'plain', 'gelu', 96)
+  assert (m.embedding_norm, m.tie_embeddings, m.num_heads, data.seq_len) == (False, True, 6, 64)
+  eight = [2.0 ** -k for k in range(1, 9)]
+  np.testing.assert_allclose(positions.alibi_slopes(6), (eight[1::2] + eight[::2])[:6],
+                             rtol=1e-7)
+  same = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=4 ** -0.5,
+                                        clip_qkv=0))
+  assert hf_config.to_config(same, 'dir').model == m

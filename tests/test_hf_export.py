@@ -242,15 +242,16 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
 
 @pytest.mark.parametrize('fields,message', [
     ({'position.kind': 'kerple'}, "position.kind='kerple'"),
-    ({'position.kind': 'alibi'}, r'layer_norm with a plain MLP in a MPT \(ALiBi without a norm of '
-                                 r'the embeddings; BLOOM has one\) block, which has LayerNorm '
-                                 r'without a bias.*Fix: train with --config\.model\.normalization='
-                                 r'layer_norm_unbiased'),
+    ({'position.kind': 'alibi'}, r'ALiBi in the classic block without a norm of the embeddings, '
+                                 r'which BLOOM, the ALiBi class with that block, has\. Fix: train '
+                                 r'with --config\.model\.embedding_norm=true for BLOOM, or with '
+                                 r'--config\.model\.normalization=layer_norm_unbiased '
+                                 r'--config\.model\.biases=none --config\.model\.activation=gelu '
+                                 r'--config\.model\.d_ff=128 for MPT'),
     (dict(MPT, **{'position.kind': 'alibi', 'biases': 'all'}),
-     r"biases='all' in a MPT .* which has none\. Fix: train with --config\.model\.biases=none"),
-    (dict(MPT, **{'position.kind': 'alibi', 'd_model': 24, 'd_ff': 96, 'num_heads': 6}),
-     r'6 heads in an MPT .* not a power of 2 .*Fix: train with a power of 2 of heads, or with '
-     r'--config\.model\.embedding_norm=true for BLOOM'),
+     r"biases='all' in an MPT .* which has none\. Fix: train with --config\.model\.biases=none"),
+    (dict(MPT, **{'position.kind': 'alibi', 'residual': 'parallel'}),
+     r"residual='parallel' in an MPT \(ALiBi without a norm of the embeddings\) block"),
     ({'embedding_norm': True}, r"a norm of the embeddings \(model\.embedding_norm\) outside "
                                r"BLOOM's block"),
     ({'position.kind': 'alibi', 'embedding_norm': True},
@@ -402,6 +403,16 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                      + message):
     hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
+  """max_seq_len is the trained length, or the imported file's where that is longer: past it
+  transformers' MPT computes no position, and a longer one changes no logit."""
+  config = test_config.get_config('alibi')
+  kinds.set_fields(config.model, MPT)
+  ids = {'bos': 1, 'eos': 2, 'pad': None}
+  assert hf_export_config.from_config(config, ids)['max_seq_len'] == config.data.seq_len
+  assert hf_export_config.from_config(config, ids, {'max_seq_len': 65536})['max_seq_len'] == 65536
 
 
 @pytest.mark.parametrize('windows,bases,pattern', [
