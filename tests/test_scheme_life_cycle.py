@@ -17,9 +17,10 @@ from roformer import specs
 from roformer.positions import base
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Modules that translate transformers' RoPE settings and weights (`rope_theta`, `rope_scaling`,
-# the rotated halves' layout): the one scheme those checkpoints compute, named by definition.
-HF_TRANSLATION = ('hf_config.py', 'hf_export_config.py', 'hf_weights.py')
+# Modules that translate transformers' position settings and weights (`rope_theta`,
+# `rope_scaling`, the rotated halves' layout, GPT-2's `n_positions`): the schemes those
+# checkpoints compute, named by definition.
+HF_TRANSLATION = ('hf_config.py', 'hf_classic.py', 'hf_export_config.py', 'hf_weights.py')
 
 
 def _model(kind='rope', **position):
