@@ -41,14 +41,16 @@ def main(argv):
     m = config.model
     width = f' of {m.head_dim}' if m.head_dim else ''
     layout = 'QK-norm, ' if m.attention.qk_norm else ''
-    rotates = positions.rope_layers(m) or ()
-    if not all(rotates):
+    rotates = positions.rope_layers(m)
+    if rotates and not all(rotates):
       layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '
     bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
              if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
     rows = positions.learned_rows(m)
     scheme = (f'learned positions over {rows} rows' if rows else
-              f'{bases}, scaling {m.position.rope.scaling.kind}')
+              f'{bases}, scaling {m.position.rope.scaling.kind}' if rotates else
+              f'position.kind={m.position.kind!r}' + (', a norm of the embeddings'
+                                                      if m.embedding_norm else ''))
     print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
           f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '
           f'{layout}trained length {config.data.seq_len}, {scheme}')

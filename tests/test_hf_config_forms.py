@@ -400,3 +400,17 @@ def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   same = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=4 ** -0.5,
                                         clip_qkv=0))
   assert hf_config.to_config(same, 'dir').model == m
+
+
+@pytest.mark.parametrize('name,scheme', [
+    ('bloom_alibi', "trained length 2048, position.kind='alibi', a norm of the embeddings"),
+    ('mpt_alibi', "trained length 64, position.kind='alibi'\n"),
+    ('gpt2_learned', 'trained length 64, learned positions over 64 rows'),
+    ('smollm3_nope_yarn', '1 of 3 layers without positions, trained length 16, rope base 10000, '
+                          'scaling yarn')])
+def test_the_import_says_what_positions_it_read(name, scheme, tmp_path, capsys):
+  """convert_hf.py's summary names the scheme read: RoPE's base and scaling only where layers
+  rotate."""
+  from scripts import convert_hf  # pylint: disable=g-import-not-at-top
+  convert_hf.main(['--from_hf', str(FIXTURES / name), '--workdir', str(tmp_path / 'w')])
+  assert scheme in capsys.readouterr().out
