@@ -82,15 +82,15 @@ def options(workdir, multipliers, variants):
   wanted = set(variants.split())
   scalings = wanted & (set(scaling.KINDS) - {'none'})
   remaps = wanted & set(remap.OPTIONS)
-  why = ("RoPE's scalings need RoPE in the position kind" if scalings and not any(
-      'rope' in kind.split('+') for kind in layers) else
+  no_rope = not any('rope' in kind.split('+') for kind in layers)
+  why = ("RoPE's scalings need RoPE in the position kind" if scalings and no_rope else
          'the remaps need layers of plain rope (not combined with a bias, not xpos)'
          if remaps and 'rope' not in layers else '')
   if why:
     raise errors.ConfigError(
         f'{workdir} is a model with position.kind={c.model.position.kind!r}'
         + (f' (layers {sorted(set(layers))})' if c.model.get('layer_kinds') else '')
-        + f': {why}. Fix: VARIANTS=plain' + ('' if remaps else ' and the scalings')
+        + f': {why}. Fix: VARIANTS=plain' + ('' if no_rope else ' and the scalings')
         + ', or a RoPE run; eval.py evaluates any run.')
   try:
     factors = [int(m) for m in multipliers.split(',')]

@@ -506,12 +506,12 @@ def test_evaluate_extensions_names_a_bad_workdir_or_variant_in_one_line(tmp_path
     assert says in lines[0], lines
 
 
-def _faked_eval(tmp_path, seq_len: int):
+def _faked_eval(tmp_path, seq_len: int, kind: str = 'rope'):
   """(config, workdir, calls, python) for scripts/evaluate_extensions.sh: a saved run of
-  configs/test.py at `seq_len`, and a python whose eval.py records its flags in `calls`."""
+  configs/test.py:`kind` at `seq_len`, and a python whose eval.py records its flags in `calls`."""
   from roformer import config_args  # pylint: disable=import-outside-toplevel
   from roformer import saved_config  # pylint: disable=import-outside-toplevel
-  config = config_args.load_file('configs/test.py')
+  config = config_args.load_file(f'configs/test.py:{kind}')
   config.data.seq_len = seq_len
   workdir = tmp_path / 'w'
   workdir.mkdir()
@@ -522,6 +522,29 @@ def _faked_eval(tmp_path, seq_len: int):
                   f'exec {sys.executable} "$@"\n')
   fake.chmod(0o755)
   return config, workdir, calls, fake
+
+
+@pytest.mark.parametrize('kind,variants,says', [
+    ('alibi', '', "RoPE's scalings need RoPE in the position kind. Fix: VARIANTS=plain, or a "),
+    ('rope+fox', 'rerope', 'the remaps need layers of plain rope (not combined with a bias, not '
+                           'xpos). Fix: VARIANTS=plain and the scalings, or a RoPE run')])
+def test_evaluate_extensions_names_the_variants_a_model_without_plain_rope_takes(
+    kind, variants, says, tmp_path):
+  """An ALiBi model (an imported BLOOM or MPT) takes the plain variant alone; a model whose
+  RoPE is combined takes the scalings too, not the remaps. eval.py is faked."""
+  _, workdir, calls, fake = _faked_eval(tmp_path, 16, kind)
+  env = {**os.environ, 'PYTHON': str(fake), 'VARIANTS': variants}
+  if not variants:
+    env.pop('VARIANTS')
+  done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
+                        env=env, capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 1 and says in done.stderr, done.stderr
+  assert not calls.exists()
+  done = subprocess.run(['bash', 'scripts/evaluate_extensions.sh', str(workdir)], cwd=REPO,
+                        env={**env, 'VARIANTS': 'plain'}, capture_output=True, text=True,
+                        timeout=120, check=False)
+  assert done.returncode == 0, done.stderr
+  assert len(calls.read_text().splitlines()) == 1
 
 
 def test_evaluate_extensions_sizes_each_remap_by_the_shared_rule_and_eval_accepts_it(tmp_path):
