@@ -94,6 +94,10 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
   MPT's slopes are ALiBi's for any number of heads. transformers' MPT computes that block
   whatever some fields say; a file whose fields say its model was another (llm-foundry's
   variants) is refused, as is clip_qkv, which transformers applies and this project does not."""
+  for name in ('attn_config', 'ffn_config'):
+    if not isinstance(hf.get(name) or {}, dict):
+      raise errors.DamagedFileError(f'{where}: {name} is {hf[name]!r}, not a group of fields. '
+                                    'Fix: use the config.json that came with the weights.')
   # MptAttentionConfig's defaults under the file's attn_config.
   att = types.SimpleNamespace(**{**dict(alibi=True, alibi_bias_max=8, clip_qkv=None,
                                         softmax_scale=None, qk_ln=False, prefix_lm=False,
@@ -102,6 +106,7 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
                                  **(hf.get('attn_config') or {})})
   ffn = hf.get('ffn_config') or {}
   act = ffn.get('ffn_act_fn') or {'name': 'gelu', 'approximate': 'none'}
+  act = act if isinstance(act, dict) else {'name': act}
   d, heads = int(_field(hf, 'd_model', where)), int(_field(hf, 'n_heads', where))
   if heads < 1 or d % heads:
     raise errors.DamagedFileError(f'{where}: d_model {d} does not split into {heads} heads. Fix: '

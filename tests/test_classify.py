@@ -165,6 +165,13 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   with pytest.raises(errors.ConfigError, match='model.embedding_norm'):
     resolve.check_init_from(cfg)
   cfg.model.embedding_norm = False
+  for field, value in (('normalization', 'layer_norm_unbiased'), ('mlp', 'gated'),
+                       ('biases', 'none'), ('residual', 'parallel'), ('num_kv_heads', 2)):
+    kept = cfg.model[field]  # Each decides what the pretrained parameters compute.
+    cfg.model[field] = value
+    with pytest.raises(errors.ConfigError, match=f'model.{field}'):
+      resolve.check_init_from(cfg)
+    cfg.model[field] = kept
   cfg.model.position.rope.base = 500.0  # An option RoPE reads.
   with pytest.raises(errors.ConfigError, match='model.position.rope.base'):
     resolve.check_init_from(cfg)
