@@ -212,10 +212,13 @@ def test_an_option_that_forms_or_maps_the_logits_must_declare_the_einsum_path(fl
   without einsum_only fails, and registers nothing."""
   from roformer.attention_options import base  # pylint: disable=g-import-not-at-top
   cls = type('Undeclared', (base.AttentionOption,), {'field': 'undeclared', flag: True})
-  with pytest.raises(TypeError, match="'undeclared' forms or maps the logits, so it must "
-                                      'declare einsum_only'):
-    base.register(cls)
-  assert 'undeclared' not in attention_options.OPTIONS
+  try:
+    with pytest.raises(TypeError, match="'undeclared' forms or maps the logits, so it must "
+                                        'declare einsum_only'):
+      base.register(cls)
+    assert 'undeclared' not in attention_options.OPTIONS
+  finally:  # Whatever happened, later tests see the registry as it was.
+    attention_options.OPTIONS.pop('undeclared', None)
 
 
 @pytest.mark.parametrize('field,kind,why', [

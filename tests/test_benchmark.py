@@ -391,23 +391,33 @@ def test_a_variant_that_does_not_fit_is_reported_and_the_others_still_run(
   sys.path.insert(0, ROOT)
   from scripts import benchmark  # pylint: disable=g-import-not-at-top
 
+  failing = {'rope': 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 51.5G\nmore',
+             'alibi': 'RESOURCE_EXHAUSTED: Out of memory in a warm-up step'}
+
   class Runner(benchmark.Runner):
     def __init__(self, config, mesh, name='', *rest):
-      if name == 'rope':
-        raise jax.errors.JaxRuntimeError(
-            'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 51.5G\nmore')
+      if name == 'rope':  # While it is built and compiled.
+        raise jax.errors.JaxRuntimeError(failing['rope'])
       super().__init__(config, mesh, name, *rest)
+
+    def warm(self, steps):
+      if self.name == 'alibi':  # In a step.
+        raise jax.errors.JaxRuntimeError(failing['alibi'])
+      super().warm(steps)
   monkeypatch.setattr(benchmark, 'Runner', Runner)
   out = tmp_path / 'bench.json'
   args = benchmark.parser().parse_args(['--config=configs/test.py', '--kinds=none,rope,alibi',
-                                        '--steps=2', '--warmup=0', '--peak_size=64',
+                                        '--steps=2', '--warmup=1', '--peak_size=64',
                                         f'--out={out}'])
   benchmark.main(args)
   result = json.loads(out.read_text())
-  assert [r['name'] for r in result['rows']] == ['none', 'alibi']
+  assert [r['name'] for r in result['rows']] == ['none']
   reason = 'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 51.5G'
-  assert result['unfit'] == {'rope': reason}
+  assert result['unfit'] == {'rope': reason, 'alibi': failing['alibi']}
   assert f'rope: does not fit ({reason})' in capsys.readouterr().out
+  failing['rope'] = 'INTERNAL: a kernel failed'  # Not memory: the run stops with it.
+  with pytest.raises(jax.errors.JaxRuntimeError, match='INTERNAL'):
+    benchmark.main(args)
   assert benchmark.out_of_memory(ValueError('INTERNAL: a bad kernel')) is None
 
 

@@ -119,9 +119,12 @@ def test_a_norm_of_the_embeddings_reaches_both_stacks():
   model = model_for('rope', embedding_norm=True)
   src, tgt = _pair()
   full = run(model, src, tgt)
+  seg, pos = jnp.ones_like(src), jnp.broadcast_to(jnp.arange(6), (2, 6))
+  memory = model.encode_source(src, pos, seg)
   kept = model.embed_norm.scale.value
   model.embed_norm.scale.value = kept * 2.0
   assert np.abs(run(model, src, tgt) - full).max() > 1e-3
+  assert np.abs(model.encode_source(src, pos, seg) - memory).max() > 1e-3  # The encoder's.
   model.embed_norm.scale.value = kept
   _assert_cached_decoding_equals(model, src, tgt, full)
 

@@ -223,6 +223,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings',
                 'n_positions', 'activation_function', 'layer_norm_epsilon', 'max_seq_len'):
     assert went.get(field) == came.get(field), field
+  present = {'GPT2LMHeadModel': ('n_positions', 'activation_function', 'layer_norm_epsilon'),
+             'MptForCausalLM': ('max_seq_len', 'layer_norm_epsilon'),
+             'BloomForCausalLM': ('layer_norm_epsilon',)}.get(arch, ('max_position_embeddings',))
+  assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
                   'MptForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
@@ -413,6 +417,8 @@ def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
   ids = {'bos': 1, 'eos': 2, 'pad': None}
   assert hf_export_config.from_config(config, ids)['max_seq_len'] == config.data.seq_len
   assert hf_export_config.from_config(config, ids, {'max_seq_len': 65536})['max_seq_len'] == 65536
+  assert hf_export_config.from_config(config, ids, {'max_seq_len': 8})['max_seq_len'] == (
+      config.data.seq_len)
 
 
 @pytest.mark.parametrize('windows,bases,pattern', [

@@ -107,8 +107,11 @@ def test_dapes_logits_are_capped_after_its_mlp():
   logits = attention_options.OPTIONS['dape'].logits(
       attn, jnp.asarray(scaled, jnp.float32),
       jnp.asarray(_bias(attn, layer, x, pos, mask), jnp.float32))
-  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]),
-                             _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4, atol=2e-5)
+  out = np.asarray(attn(x, mask, pos, layer)[0])
+  np.testing.assert_allclose(out, _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4,
+                             atol=2e-5)
+  # The cap binds: a cap too wide to touch the logits gives another output.
+  assert np.abs(out - _capped_layer(attn, logits, v, mask, 1e6)).max() > 1e-3
 
 
 def _lm(kind='rope', seed=4, num_layers=2, **fields):
@@ -195,6 +198,7 @@ def test_the_output_logits_are_the_uncapped_ones_through_tanh():
   raw = np.asarray(model.embed.attend(model.transform(hidden)), np.float64) * model.logits_scale
   np.testing.assert_allclose(model.predict(hidden), 1.5 * np.tanh((raw + bias) / 1.5),
                              rtol=1e-5, atol=1e-6)
+  assert np.abs(raw + bias).max() > 1.5  # The cap binds.
 
 
 def _reference_sums(hidden, embedding, targets, weights, scale, cap, smoothing, bias=0.0):
@@ -264,9 +268,9 @@ def test_the_masked_lm_passes_the_cap_and_its_bias_to_the_chunked_loss():
   equals its loss from the whole logits (the same masks: an evaluation's fixed key)."""
   from configs import test as test_config  # pylint: disable=g-import-not-at-top
   sums = {}
-  for chunk in (0, 4):
+  for chunk, cap in ((0, 0.8), (4, 0.8), (4, 0.0)):
     config = test_config.get_config('mlm')
-    config.model.update(vocab_size=50, logits_softcap=0.8, loss_chunk=chunk, dropout=0.0)
+    config.model.update(vocab_size=50, logits_softcap=cap, loss_chunk=chunk, dropout=0.0)
     config.data.update(vocab_size=50, max_predictions=0)
     resolve.validate(config)
     model = models.create(config.model, seed=2)
@@ -275,10 +279,12 @@ def test_the_masked_lm_passes_the_cap_and_its_bias_to_the_chunked_loss():
     ones = np.ones_like(tokens)
     batch = {'inputs': jnp.asarray(tokens), 'inputs_segment_ids': jnp.asarray(ones),
              'inputs_positions': jnp.asarray(np.cumsum(ones, 1) - 1)}
-    sums[chunk] = tasks.for_config(config).sums(model, batch)
-  assert sums[4]['weight'] > 0
+    sums[chunk, cap] = tasks.for_config(config).sums(model, batch)
+  assert sums[4, 0.8]['weight'] > 0
   for name in ('loss_sum', 'correct', 'weight'):
-    np.testing.assert_allclose(sums[4][name], sums[0][name], rtol=1e-5)
+    np.testing.assert_allclose(sums[4, 0.8][name], sums[0, 0.8][name], rtol=1e-5)
+  # The cap binds: without it the same chunks give another loss.
+  assert abs(float(sums[4, 0.0]['loss_sum']) - float(sums[4, 0.8]['loss_sum'])) > 1e-3
 
 
 def test_the_softcap_runs_on_the_einsum_path_only():
