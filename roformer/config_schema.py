@@ -374,7 +374,8 @@ def schema() -> dict:
           'norm': Str(blocks.PLACEMENTS, default='pre'),
           # The block's components (roformer/layers.py, roformer/blocks.py); the defaults are
           # the classic block, configs/lm.py:llama sets Llama's. The norm: 'layer_norm',
-          # 'layer_norm_unbiased' (MPT's: no bias) or 'rms_norm' (eps: layer_norm_eps).
+          # 'layer_norm_unbiased' (MPT's: no bias), 'layer_norm_nonparametric' (OLMo 1's: no
+          # scale and no bias) or 'rms_norm' (eps: layer_norm_eps).
           'normalization': Str(choices=lambda: layers.NORMS, default='layer_norm'),
           # The MLP: 'plain' down(act(up x)) or 'gated' down(act(gate x) * up x) (SwiGLU with
           # activation 'silu', GeGLU with 'gelu').

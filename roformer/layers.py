@@ -142,10 +142,17 @@ def layer_norm_unbiased(cfg, *, dtype, rngs) -> nnx.LayerNorm:
       scale_init=variables.init(nnx.initializers.ones, (None,), decay=False))
 
 
+def layer_norm_nonparametric(cfg, *, dtype, rngs) -> nnx.LayerNorm:
+  return nnx.LayerNorm(cfg.d_model, epsilon=cfg.layer_norm_eps, dtype=dtype, rngs=rngs,
+                       use_bias=False, use_scale=False)
+
+
 NORMS = {
     'layer_norm': Component(layer_norm, 'LayerNorm: centred and scaled, a scale and a bias'),
     'layer_norm_unbiased': Component(layer_norm_unbiased,
                                      'LayerNorm without its bias: centred and scaled (MPT)'),
+    'layer_norm_nonparametric': Component(
+        layer_norm_nonparametric, 'LayerNorm without its scale or bias: centred alone (OLMo 1)'),
     'rms_norm': Component(
         lambda cfg, *, dtype, rngs: RMSNorm(cfg.d_model, eps=cfg.layer_norm_eps, dtype=dtype),
         'RMSNorm: scaled by the root mean square, a scale and no bias (Llama)'),

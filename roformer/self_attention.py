@@ -130,6 +130,8 @@ class MultiHeadAttention(nnx.Module):
     h, g = self.num_heads, self.num_kv_heads
     q, k, v = jnp.split(self.qkv(x).reshape(b, length, h + 2 * g, self.head_dim), (h, h + g),
                         axis=2)
+    for option in self.options:
+      q, k, v = option.projections(self, q, k, v)
     q = sharding.constrain(q, ('batch', None, 'act_heads', None))
     for option in self.options:  # Before the cache and any rotation.
       q, k = option.queries_keys(self, q, k)

@@ -102,7 +102,7 @@ class Compiled:
 
 def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
                       gate=None, qk_norm_eps=1e-6, qk_norm_over='head', scale_dim=None,
-                      softcap=None):
+                      softcap=None, clip=None):
   """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head, of
   any head width) in float64: optional RMSNorm of each head's q and k (scale per dimension,
   epsilon `qk_norm_eps`; with `qk_norm_over='heads'`, of all the heads' q, and k, at once;
@@ -110,12 +110,15 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   query position (Llama 4's temperature), logits q.k/sqrt(d) + bias (d: `scale_dim`, else the
   heads' width), times s_h log n_i with n_i the visible keys (SSMax), capped to c tanh(l / c)
   with c `softcap`, softmax over the visible keys, values, each head's output times
-  sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
+  sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection; with
+  `clip`, q, k and v clamped to [-clip, clip] first."""
   f64 = lambda a: np.asarray(a, np.float64)
   heads, dim = attn.num_heads, attn.head_dim
   b, length, _ = x.shape
   qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
   q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
+  if clip:
+    q, k, v = (np.clip(t, -clip, clip) for t in (q, k, v))
   if qk_norm:
     axes = (-1,) if qk_norm_over == 'head' else (-2, -1)
     rms = lambda t: t / np.sqrt((t ** 2).mean(axes, keepdims=True) + qk_norm_eps)

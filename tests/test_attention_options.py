@@ -1,5 +1,5 @@
-"""Options any position scheme can take: QK-norm (attention.qk_norm) and Scalable-Softmax
-(attention.ssmax), each against its formula written out in float64, on every attention
+"""Options any position scheme can take: QK-norm (attention.qk_norm), Scalable-Softmax
+(attention.ssmax) and clipped projections (attention.qkv_clip), each against its formula written out in float64, on every attention
 implementation, with the cache, and refused where they mean nothing."""
 
 import ast
@@ -31,11 +31,15 @@ def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
 
 
 @pytest.mark.parametrize('impl', ['einsum', 'xla'])
-@pytest.mark.parametrize('qk_norm,ssmax', [(True, False), (False, True), (True, True)])
-def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
+@pytest.mark.parametrize('qk_norm,ssmax,clip', [(True, False, None), (False, True, None),
+                                                (True, True, None), (True, False, 0.25)])
+def test_the_layer_is_the_formula(qk_norm, ssmax, clip, impl):
   """ALiBi's bias (scaled with the logits under SSMax), packed segments of 5 and 7 tokens (so
-  n_i counts within the segment), per-head scales drawn at random."""
-  config = tiny('alibi', impl, qk_norm=qk_norm, ssmax=ssmax)
+  n_i counts within the segment), per-head scales drawn at random; q, k and v clamped before
+  QK-norm (attention.qkv_clip, OLMo's and MPT's clip_qkv) at a bound that clamps about half of
+  them, so that the output without the clamp is another."""
+  config = tiny('alibi', impl, qk_norm=qk_norm, ssmax=ssmax,
+                **({'qkv_clip': True, 'qkv_clip_value': clip} if clip else {}))
   model = models.create(config.model, seed=0)
   attn, layer = model.blocks[0].attn, model.blocks[0].position
   rng = np.random.default_rng(0)
@@ -52,8 +56,13 @@ def test_the_layer_is_the_formula(qk_norm, ssmax, impl):
   q_stub = jnp.zeros((2, 12, attn.num_heads, attn.head_dim))
   bias = np.asarray(layer.logits_bias(q_stub, q_stub, pos, pos, mask, layer.prepare(x, pos, None)),
                     np.float64)
-  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax, clip=clip)
   np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  if clip:
+    qkv = np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64)
+    assert 0.3 < (np.abs(qkv) > clip).mean() < 0.8
+    unclipped = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
+    assert np.abs(unclipped - want).max() > 1e-2 * np.abs(want).max()
 
 
 def test_heads_wider_than_d_model_over_heads_are_the_formula_with_qk_norms_epsilon():
@@ -116,8 +125,8 @@ def test_qk_norm_over_the_heads_norms_all_heads_at_once():
   assert np.abs(per_head - want).max() > 1e-3
 
 
-def test_the_cache_equals_the_full_pass_with_both_options():
-  config = tiny('rope', qk_norm=True, ssmax=True)
+def test_the_cache_equals_the_full_pass_with_the_options():
+  config = tiny('rope', qk_norm=True, ssmax=True, qkv_clip=True, qkv_clip_value=0.5)
   config.model.num_layers = 2
   model = models.create(config.model, seed=3)
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 10)))

@@ -31,16 +31,18 @@ def _params(module) -> dict:
   return nnx.state(module, nnx.Param).to_pure_dict()
 
 
-@pytest.mark.parametrize('kind,centred,bias', [('rms_norm', False, False),
-                                               ('layer_norm', True, True),
-                                               ('layer_norm_unbiased', True, False)])
-def test_each_norm_matches_its_float64_formula(kind, centred, bias):
-  """RMSNorm (Llama's: no centring, no bias), LayerNorm, and MPT's LayerNorm without a bias."""
+@pytest.mark.parametrize('kind,centred,scaled,bias', [
+    ('rms_norm', False, True, False), ('layer_norm', True, True, True),
+    ('layer_norm_unbiased', True, True, False), ('layer_norm_nonparametric', True, False, False)])
+def test_each_norm_matches_its_float64_formula(kind, centred, scaled, bias):
+  """RMSNorm (Llama's: no centring, no bias), LayerNorm, MPT's LayerNorm without a bias, and
+  OLMo 1's without a scale or a bias."""
   cfg = _model_cfg(normalization=kind, layer_norm_eps=1e-5)
   norm = layers.norm(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0))
   rng = np.random.default_rng(1)
-  scale, shift = rng.normal(size=32), rng.normal(size=32) if bias else 0.0
-  norm.scale.value = jnp.asarray(scale, jnp.float32)
+  scale, shift = rng.normal(size=32) if scaled else 1.0, rng.normal(size=32) if bias else 0.0
+  if scaled:
+    norm.scale.value = jnp.asarray(scale, jnp.float32)
   if bias:
     norm.bias.value = jnp.asarray(shift, jnp.float32)
   x = np.random.default_rng(2).normal(size=(3, 32)) * 3 + 1
@@ -48,7 +50,7 @@ def test_each_norm_matches_its_float64_formula(kind, centred, bias):
   want = y / np.sqrt(np.mean(y * y, -1, keepdims=True) + 1e-5) * scale + shift
   np.testing.assert_allclose(np.asarray(norm(jnp.asarray(x, jnp.float32))), want, rtol=1e-5,
                              atol=1e-6)
-  assert set(_params(norm)) == ({'scale', 'bias'} if bias else {'scale'})
+  assert set(_params(norm)) == {name for name, has in (('scale', scaled), ('bias', bias)) if has}
 
 
 def test_gated_mlp_is_down_of_silu_gate_times_up():

@@ -13,6 +13,8 @@ registers them; a switch's hooks default to doing nothing, `logits` being called
 
 - `init(module, cfg, att, caps, rngs, dtype)`, kind and switches: the layer's parameters and
   settings, at construction;
+- `projections(module, q, k, v)`, switches (qkv_clip): the projected queries, keys and values,
+  before anything else;
 - `queries_keys(module, q, k)`, switches (qk_norm): before the cache and any rotation;
 - `rotate(module, q, k, site)`, kind: the position scheme's rotation, or none (a remap, FAVOR+'s
   rotated features);
@@ -201,6 +203,10 @@ class AttentionOption:
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     """Sets the layer's parameters and settings of this switch on the attention `module`."""
+
+  def projections(self, module, q, k, v):
+    del module
+    return q, k, v
 
   def queries_keys(self, module, q, k):
     del module
