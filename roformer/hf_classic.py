@@ -93,7 +93,8 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
   names (d_model, n_heads, n_layers, max_seq_len: the trained length, layer_norm_epsilon).
   MPT's slopes are ALiBi's for any number of heads. transformers' MPT computes that block
   whatever some fields say; a file whose fields say its model was another (llm-foundry's
-  variants) is refused, as is clip_qkv, which transformers applies and this project does not."""
+  variants) is refused. Its clip_qkv (q, k and v clamped; 0 or null: none) is
+  `attention.qkv_clip`."""
   for name in ('attn_config', 'ffn_config'):
     if not isinstance(hf.get(name) or {}, dict):
       raise errors.DamagedFileError(f'{where}: {name} is {hf[name]!r}, not a group of fields. '
@@ -117,7 +118,6 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
                       'ALiBi'),
       (att.alibi_bias_max != 8, f'attn_config.alibi_bias_max {att.alibi_bias_max}, where '
                                 "transformers' slopes take 8"),
-      (bool(att.clip_qkv), f'attn_config.clip_qkv {att.clip_qkv} (q, k and v clamped)'),
       (bool(att.qk_ln), 'attn_config.qk_ln, which transformers does not apply'),
       (bool(att.prefix_lm), 'attn_config.prefix_lm, which transformers does not apply'),
       (att.sliding_window_size not in (None, -1), 'attn_config.sliding_window_size '
@@ -147,4 +147,7 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
       biases='none', normalization='layer_norm_unbiased', mlp='plain',
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
   config.model.position.kind = positions.ALIBI
+  if att.clip_qkv:  # transformers clamps where it is truthy.
+    config.model.attention.update(qkv_clip=True, qkv_clip_value=hf_fields.positive(
+        att.clip_qkv, 'attn_config.clip_qkv', where))
   return config

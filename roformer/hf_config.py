@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Fourteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Fifteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -12,7 +12,9 @@ local and global layers, each kind with its window and RoPE base, `model.layer_w
 language model of Gemma3ForConditionalGeneration too, `text_view`), Gemma2ForCausalLM (Gemma 3's
 block without QK-norm, one base, windows on alternate layers, logit soft-capping,
 `attention.softcap` and `model.logits_softcap`; both Gemmas' `query_pre_attn_scalar` is
-`attention.logit_scale`), Olmo2ForCausalLM and
+`attention.logit_scale`), OlmoForCausalLM (Llama's block with LayerNorms without parameters,
+`model.normalization='layer_norm_nonparametric'`, and q, k and v clamped to clip_qkv,
+`attention.qkv_clip`), Olmo2ForCausalLM and
 Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
@@ -52,13 +54,14 @@ from roformer import hf_fields
 from roformer import positions
 
 # The readers of a field, shared with roformer/hf_classic.py.
-_read, _field = hf_fields.read, hf_fields.field
+_read, _field, _positive = hf_fields.read, hf_fields.field, hf_fields.positive
 
 ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Phi3ForCausalLM': 'phi3', 'Qwen2ForCausalLM': 'qwen2',
                  'Qwen3ForCausalLM': 'qwen3', 'Gemma2ForCausalLM': 'gemma2',
                  'Gemma3ForCausalLM': 'gemma3',
-                 'Olmo2ForCausalLM': 'olmo2', 'Olmo3ForCausalLM': 'olmo3',
+                 'OlmoForCausalLM': 'olmo', 'Olmo2ForCausalLM': 'olmo2',
+                 'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
@@ -67,7 +70,7 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo2', 'olmo3')
+                'olmo', 'olmo2', 'olmo3')
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -351,15 +354,6 @@ def _gemma_attention(hf: dict, fam: str, head_dim: int, where: str) -> dict:
   return att
 
 
-def _positive(value, name: str, where: str) -> float:
-  """A soft-cap of the config: a positive number (this project's fields take up to 1e6)."""
-  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
-    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
-                                  'positive number or null (this project: up to 1e6). Fix: use '
-                                  'the config.json that came with the weights.')
-  return float(value)
-
-
 def _sliding_window(hf: dict, kinds, where: str) -> int:
   """The window of the sliding layers among `kinds` (transformers' layer_types): the file's
   (4096, the classes' default, where absent); a null one beside sliding layers is a config
@@ -455,10 +449,15 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
                         residual='parallel' if _read(hf, 'use_parallel_residual', True)
                         else 'sequential')
+  elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
+    config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-5 if fam in (
                             'phi3', 'olmo2', 'olmo3') else 1e-6)))  # The classes' defaults.
+  if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
+    config.model.attention.update(qkv_clip=True,
+                                  qkv_clip_value=_positive(hf['clip_qkv'], 'clip_qkv', where))
   if fam in OLMO:  # Norms on the branches' outputs alone; q_norm and k_norm over all heads.
     config.model.update(norm='output')
     config.model.attention.update(qk_norm_over='heads')

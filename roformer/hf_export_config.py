@@ -3,8 +3,9 @@
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
-layers without positions, Phi-3's partial rotary, OLMo's output norms, GPT-2's learned table,
-BLOOM's and MPT's ALiBi) in the `_*_refusal_of` functions. `from_config` writes the config in
+layers without positions, Phi-3's partial rotary, OLMo 1's norms without parameters, OLMo 2's
+and 3's output norms, GPT-2's learned table, BLOOM's and MPT's ALiBi) in the `_*_refusal_of`
+functions. `from_config` writes the config in
 transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's,
 BLOOM's and MPT's in their classes' own names.
 """
@@ -67,9 +68,11 @@ def _refusal(config) -> str | None:
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain'),
-                                        ('layer_norm_unbiased', 'plain')),
+                                        ('layer_norm_unbiased', 'plain'),
+                                        ('layer_norm_nonparametric', 'gated')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one)'),
+       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one, OLMo 1 '
+       'layer_norm_nonparametric with a gated one)'),
   )
   reason = hf_fields.first_failed(checks)
   if reason:
@@ -90,6 +93,8 @@ def _refusal(config) -> str | None:
     return ("a RoPE scaling of the global layers alone (rope.scaling.layers='global') outside "
             "Gemma 3's and OLMo 3's blocks (norm='sandwich', 'output'): the other classes scale "
             'every layer')
+  if m.normalization == 'layer_norm_nonparametric':
+    return _olmo1_refusal_of(m, options)
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual == 'parallel':
@@ -168,6 +173,8 @@ def _alibi_refusal_of(m, options) -> str | None:
        f'= {four} wide with {act_name} ({act}). Fix: train with '
        f'--config.model.d_ff={four} --config.model.activation={act} ({_AGAIN})'),
   )
+  if not m.embedding_norm:  # MPT clamps q, k and v (attention.qkv_clip).
+    options = [o for o in options if 'mpt' not in o.transformers_families]
   return (_classic_refusal_of(m, options, block, normalization, biases)
           or hf_fields.first_failed(checks))
 
@@ -266,6 +273,34 @@ def _smollm3_refusal_of(config, options) -> str | None:
       (any(w and r for w, r in zip(windows, rotates)),
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def _olmo1_refusal_of(m, options) -> str | None:
+  """Why OlmoForCausalLM, the class whose norms have no parameters, does not compute a model
+  with them, or None: Llama's block (norms before the branches, added one after the other, a
+  gated MLP, RoPE on whole heads in every layer) without windows, q, k and v clamped or not,
+  biases on the four attention layers or none, and the norms' epsilon 1e-5."""
+  block = 'in an OLMo 1 block (norms without parameters)'
+  others = [o.field for o in options if 'olmo' not in o.transformers_families]
+  checks = (
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (m.residual != 'sequential', f'residual={m.residual!r} {block}, which adds the branches '
+                                   'one after the other'),
+      (m.position.rope.fraction < 1, f'partial rotary (rope.fraction='
+                                     f'{m.position.rope.fraction}) {block}, which rotates whole '
+                                     'heads'),
+      (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
+      (any(m.layer_windows), f'sliding windows {block}'),
+      (bool(others), f"attention.{', attention.'.join(others)} {block}, whose class clamps q, k "
+                     'and v (attention.qkv_clip) and computes no other option'),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
+       '--config.model.biases=attention or none'),
+      (m.layer_norm_eps != 1e-5,
+       f'layer_norm_eps={m.layer_norm_eps:g} {block}, whose norms take 1e-5. Fix: train with '
+       f'--config.model.layer_norm_eps=1e-5 ({_AGAIN})'),
   )
   return hf_fields.first_failed(checks)
 
@@ -372,6 +407,8 @@ def export_family(config) -> str:
     return 'bloom' if m.embedding_norm else 'mpt'
   if m.normalization == 'layer_norm':
     return 'gpt_neox'
+  if m.normalization == 'layer_norm_nonparametric':
+    return 'olmo'
   if m.norm == 'sandwich':
     return _sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
@@ -442,6 +479,11 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   if fam == 'mpt':  # MptConfig's own names; max_seq_len the trained length, or the source's.
     # transformers' MPT computes no position past max_seq_len; a longer one changes no logit.
     longest = max(config.data.seq_len, int((source or {}).get('max_seq_len') or 0))
+    attn = dict(alibi=True, alibi_bias_max=8, clip_qkv=None, softmax_scale=None, qk_ln=False,
+                attn_pdrop=0, attn_type='multihead_attention', attn_impl='torch',
+                prefix_lm=False, attn_uses_sequence_id=False)
+    for option in attention_options.enabled(m.attention):  # qkv_clip's clip_qkv.
+      attn.update(option.transformers_fields(m.attention))
     return {
         'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
         'vocab_size': m.vocab_size, 'd_model': m.d_model, 'n_heads': m.num_heads,
@@ -451,9 +493,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
         'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
         'pad_token_id': special_ids.get('pad'), 'no_bias': True, 'logit_scale': None,
         'resid_pdrop': 0.0, 'emb_pdrop': 0.0, 'learned_pos_emb': False, 'use_cache': True,
-        'attn_config': dict(alibi=True, alibi_bias_max=8, clip_qkv=None, softmax_scale=None,
-                            qk_ln=False, attn_pdrop=0, attn_type='multihead_attention',
-                            attn_impl='torch', prefix_lm=False, attn_uses_sequence_id=False),
+        'attn_config': attn,
         'torch_dtype': 'float32'}
   if fam == 'bloom':  # BloomConfig's own names; seq_length is read back as data.seq_len.
     return {
@@ -521,6 +561,9 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
       out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
                  use_sliding_window=any(windows), sliding_window=max(windows) or None,
                  layer_types=_layer_types(windows))
+  elif fam == 'olmo':  # OlmoLayerNorm's epsilon is 1e-5 (_olmo1_refusal_of checked).
+    out.pop('rms_norm_eps')
+    out.update(attention_bias=m.biases == 'attention')
   elif fam in ('olmo2', 'olmo3'):
     out.update(attention_bias=m.biases == 'attention')
     if fam == 'olmo3':

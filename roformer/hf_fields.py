@@ -1,6 +1,6 @@
 """How a field of a Hugging Face config.json is read: as its transformers class's default where the
 file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
-several refusals (`first_failed`); and the config that every imported family starts from
+several refusals (`first_failed`); a positive number (`positive`); and the config that every imported family starts from
 (`decoder`). Shared by roformer/hf_config.py and roformer/hf_classic.py."""
 
 import os
@@ -33,6 +33,16 @@ def field(hf: dict, name: str, where: str):
 def first_failed(checks) -> str | None:
   """The reason of the first (failed, reason) pair that failed, or None."""
   return next((reason for failed, reason in checks if failed), None)
+
+
+def positive(value, name: str, where: str) -> float:
+  """A positive number of the config (a soft-cap, clip_qkv; this project's fields take up to
+  1e6), or a damaged file."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
+                                  'positive number or null (this project: up to 1e6). Fix: use '
+                                  'the config.json that came with the weights.')
+  return float(value)
 
 
 def decoder(hf: dict, directory: str, where: str, trained: int,

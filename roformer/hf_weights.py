@@ -3,7 +3,8 @@ back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Q
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
-the branches' outputs alone, and q_norm and k_norm over all heads), of GPT-NeoX and BLOOM
+the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama's without the
+norms, which have no parameters), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
 (q, k and v in one weight, each one's heads contiguous as here).
 
@@ -165,8 +166,10 @@ LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layern
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
 
 
-def _norm(t, name, d, bias: bool, offset: float = 0.0):
-  out = {'scale': t(name + '.weight', (d,)) + np.float32(offset)}
+def _norm(t, name, d, bias: bool, offset: float = 0.0, scale: bool = True):
+  """A norm's parameters: its scale (unless `scale` is False: OLMo 1's, which has none) and its
+  bias where `bias`."""
+  out = {'scale': t(name + '.weight', (d,)) + np.float32(offset)} if scale else {}
   if bias:
     out['bias'] = t(name + '.bias', (d,))
   return out
@@ -267,6 +270,7 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
   kv = m.num_kv_heads or h
   qkv_bias, out_bias = layers.has_bias(m, 'qkv'), layers.has_bias(m, 'out')
   mlp_bias, norm_bias = layers.has_bias(m, 'mlp'), m.normalization == 'layer_norm'
+  norm_scale = m.normalization != 'layer_norm_nonparametric'
   names = CLASSIC_NAMES.get(fam)
   if names:
     prefix, embed, final, head = (names[k] for k in ('layers', 'embed', 'final', 'head'))
@@ -274,7 +278,7 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     prefix, embed, final, head = 'model.layers.', 'model.embed_tokens', 'model.norm', 'lm_head'
   offset = SCALE_OFFSET.get(fam, 0.0)
   params = {'embed': {'embedding': t(embed + '.weight', (v, d))},
-            'ln_final': _norm(t, final, d, norm_bias, offset), 'blocks': {}}
+            'ln_final': _norm(t, final, d, norm_bias, offset, norm_scale), 'blocks': {}}
   if not m.tie_embeddings:
     params['unembed'] = t(head + '.weight', (v, d))
   if names and 'embed_norm' in names:
@@ -284,8 +288,9 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     if fam in NORMS:
       block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in NORMS[fam]}
     else:
-      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias),
-               'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias)}
+      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias, scale=norm_scale),
+               'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias,
+                               scale=norm_scale)}
     if names:
       fused = _linear(t, p + names['attn'] + 'query_key_value', d, 3 * d, qkv_bias)
       # Columns [q_0 k_0 v_0 q_1 k_1 v_1 ..] (head-major) to [q_0 q_1 .. | k .. | v ..].
@@ -361,8 +366,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
 
   offset = np.float32(SCALE_OFFSET.get(fam, 0.0))
 
-  def norm(name, p):
-    out[name + '.weight'] = np.asarray(p['scale'], np.float32) - offset
+  def norm(name, p):  # OLMo 1's norms have no parameters.
+    if 'scale' in p:
+      out[name + '.weight'] = np.asarray(p['scale'], np.float32) - offset
     if 'bias' in p:
       out[name + '.bias'] = np.asarray(p['bias'], np.float32)
 
@@ -401,13 +407,13 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   else:
     prefix = 'model.layers.'
     out['model.embed_tokens.weight'] = embedding
-    norm('model.norm', params['ln_final'])
+    norm('model.norm', params.get('ln_final', {}))
     if not (m.tie_embeddings and logits_scale == 1.0):
       out['lm_head.weight'] = head
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
     for ours, theirs in NORMS.get(fam, LLAMA_NORMS):
-      norm(p + theirs, b[ours])
+      norm(p + theirs, b.get(ours, {}))
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
     for k in split:  # Queries and keys to transformers' rotary order.

@@ -118,6 +118,13 @@ FIXTURES = {
         vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                            num_attention_heads=2, image_size=28, patch_size=14),
         mm_tokens_per_image=4, max_position_embeddings=4 * ORIGINAL), False, 'llama', 0),
+    # OLMo 1 (1.7 and 0724, as transformers 4 wrote them): LayerNorms without parameters, q, k
+    # and v clamped to 1 (about half of each clamped), attention biases, grouped-query attention,
+    # dynamic NTK.
+    'olmo_clip_dynamic_v4': ('OlmoConfig', dict(
+        SMALL, num_key_value_heads=2, attention_bias=True, clip_qkv=1.0,
+        rope_parameters={'rope_type': 'dynamic', 'factor': 2.0, 'rope_theta': 10000.0}),
+                             True, 'neox', 0),
     # OLMo 2: norms on the branches' outputs alone, QK-norm over all heads at once, attention
     # biases, grouped-query attention, YaRN.
     'olmo2_yarn_biases': ('Olmo2Config', dict(

@@ -402,6 +402,27 @@ def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   assert hf_config.to_config(same, 'dir').model == m
 
 
+def test_olmo1_reads_norms_without_parameters_and_a_clamp_that_binds_in_the_fixture(tmp_path):
+  """OlmoForCausalLM: LayerNorms without a scale or bias at eps 1e-5 whatever the file says
+  (OlmoLayerNorm's), q, k and v clamped to clip_qkv, attention biases, untied; without the
+  clamp the import's logits move off transformers' by more than 1%. MPT's attn_config.clip_qkv
+  is the same option."""
+  hf_json = json.loads((FIXTURES / 'olmo_clip_dynamic_v4' / 'config.json').read_text())
+  m = hf_config.to_config(dict(hf_json, rms_norm_eps=1e-6), 'dir').model
+  assert (m.normalization, m.layer_norm_eps, m.mlp, m.norm, m.biases, m.tie_embeddings) == (
+      'layer_norm_nonparametric', 1e-5, 'gated', 'pre', 'attention', False)
+  assert (m.attention.qkv_clip, m.attention.qkv_clip_value, m.num_kv_heads) == (True, 1.0, 2)
+  assert not hf_config.to_config(dict(hf_json, clip_qkv=None), 'dir').model.attention.qkv_clip
+  mpt = json.loads((FIXTURES / 'mpt_alibi' / 'config.json').read_text())
+  mpt['attn_config'] = dict(mpt['attn_config'], clip_qkv=6)
+  att = hf_config.to_config(mpt, 'dir').model.attention
+  assert (att.qkv_clip, att.qkv_clip_value) == (True, 6.0)
+  source = _edited(tmp_path, 'olmo_clip_dynamic_v4', lambda c: c.update(clip_qkv=None))
+  hf.import_checkpoint(source, str(tmp_path / 'w'))
+  ref = np.load(FIXTURES / 'olmo_clip_dynamic_v4' / 'reference.npz')
+  assert _relative_error(hf.load(str(tmp_path / 'w')).logits(ref['ids']), ref['logits']) > 1e-2
+
+
 @pytest.mark.parametrize('name,scheme', [
     ('bloom_alibi', "trained length 2048, position.kind='alibi', a norm of the embeddings\n"),
     ('mpt_alibi', "trained length 64, position.kind='alibi'\n"),

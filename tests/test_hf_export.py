@@ -81,6 +81,11 @@ OLMO3 = dict(OLMO2, layer_windows=(8, 0), **{
     'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
     'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
     'position.rope.scaling.layers': 'global'})
+# OLMo 1's: LayerNorms without parameters at eps 1e-5, q, k and v clamped at 0.1 (it binds at this
+# initialisation: without it the logits move by more than 1%), attention biases.
+OLMO1 = {'normalization': 'layer_norm_nonparametric', 'layer_norm_eps': 1e-5,
+         'biases': 'attention', 'attention.qkv_clip': True, 'attention.qkv_clip_value': 0.1,
+         'position.rope.layout': 'interleaved'}
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -116,8 +121,10 @@ GEMMA2 = {'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none', 'norm':
 # BLOOM's block: the classic one with ALiBi, a LayerNorm of the embeddings and an MLP of
 # 4 d_model with the tanh GELU.
 BLOOM = {'embedding_norm': True, 'd_ff': 128, 'activation': 'gelu_tanh'}
-# MPT's: ALiBi without that norm, LayerNorms without a bias, no biases, the exact GELU.
+# MPT's: ALiBi without that norm, LayerNorms without a bias, no biases, the exact GELU; and with
+# q, k and v clamped (attn_config.clip_qkv) at 0.1, which binds as OLMo 1's does.
 MPT = {'normalization': 'layer_norm_unbiased', 'biases': 'none', 'd_ff': 128, 'activation': 'gelu'}
+MPT_CLIPPED = dict(MPT, **{'attention.qkv_clip': True, 'attention.qkv_clip_value': 0.1})
 
 
 # Checks behind -m slow: the same export paths as a default one (a model trained here, or an
@@ -128,7 +135,9 @@ _SLOW = pytest.mark.slow
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('learned', {}, 'GPT2LMHeadModel'),
                                              ('alibi', BLOOM, 'BloomForCausalLM'),
-                                             ('alibi', MPT, 'MptForCausalLM'),
+                                             pytest.param('alibi', MPT, 'MptForCausalLM',
+                                                          marks=_SLOW),
+                                             ('alibi', MPT_CLIPPED, 'MptForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
@@ -140,13 +149,15 @@ _SLOW = pytest.mark.slow
                                              ('llama', GEMMA2, 'Gemma2ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
+                                             ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
-  the embeddings to BLOOM (its output untied alike), without it to MPT, the Llama preset to
-  Llama, with QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
+  the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
+  the Llama preset to Llama, with norms without parameters and the clamp to OLMo 1, with
+  QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
   the same logits.
@@ -361,6 +372,22 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"the RoPE scaling 'dynamic' with sliding windows and output norms \(OLMo 3's export "
      r'takes linear, yarn, llama3\)'),
     ({'norm': 'output'}, r"norm='output' in a GPT-NeoX block"),
+    (dict(OLMO1, mlp='plain'), r'the block layer_norm_nonparametric with a plain MLP .*OLMo 1 '
+                               r'layer_norm_nonparametric with a gated one'),
+    (dict(OLMO1, mlp='gated', layer_norm_eps=1e-6),
+     r'layer_norm_eps=1e-06 in an OLMo 1 block \(norms without parameters\), whose norms take '
+     r'1e-5\. Fix: train with --config\.model\.layer_norm_eps=1e-5'),
+    (dict(OLMO1, mlp='gated', layer_windows=(8, 0)), r'sliding windows in an OLMo 1 block'),
+    (dict(OLMO1, mlp='gated', biases='all'), r"biases='all' in an OLMo 1 block .*Fix: train with "
+                                             r'--config\.model\.biases=attention or none'),
+    (dict(OLMO1, mlp='gated', **{'attention.qk_norm': True}),
+     r'attention\.qk_norm in an OLMo 1 block .*, whose class clamps q, k and v'),
+    (dict(OLMO1, mlp='gated', norm='sandwich'), r"norm='sandwich' in an OLMo 1 block"),
+    (dict(OLMO1, mlp='gated', **{'position.rope.fraction': 0.5}),
+     r'partial rotary \(rope\.fraction=0\.5\) in an OLMo 1 block'),
+    ({'normalization': 'rms_norm', 'mlp': 'gated', 'attention.qkv_clip': True},
+     r'attention\.qkv_clip in a Qwen3ForCausalLM block, whose class does not compute it'),
+    ({'attention.qkv_clip': True}, r'attention\.qkv_clip in a GPT-NeoX block'),
     (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5,
           layer_rope_bases=(1e4, 1e6)),
      r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 2's and 3's block"),
@@ -492,8 +519,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
-                                        ('alibi', MPT),
-                                        ('llama', {}),
+                                        ('alibi', MPT), ('alibi', MPT_CLIPPED),
+                                        ('llama', {}), ('llama', OLMO1),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
@@ -513,7 +540,7 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
   model = transformers.AutoModelForCausalLM.from_pretrained(
       str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
   # transformers' MPT computes no position past max_seq_len, the run's length.
-  length = config.data.seq_len if fields is MPT else 40
+  length = config.data.seq_len if fields in (MPT, MPT_CLIPPED) else 40
   ids = np.random.default_rng(0).integers(5, 261, (2, length))
   with torch.no_grad():
     got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()
