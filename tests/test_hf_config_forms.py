@@ -7,7 +7,6 @@ fixtures' equality with transformers is tests/test_hf_checkpoints.py's. Torch is
 import json
 import os
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
@@ -156,10 +155,8 @@ def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_pa
   """GPT-2 is the classic block with learned positions over n_positions rows. Its weights read
   alike under the Hub's original names (the fixture's) and transformers 5's (`transformer.`);
   scoring or generating past the table is one error (its rows' logits would be NaN)."""
-  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
   ref = np.load(FIXTURES / 'gpt2_learned' / 'reference.npz')
-  source = tmp_path / 'prefixed'
-  shutil.copytree(FIXTURES / 'gpt2_learned', source)
+  source = pathlib.Path(_edited(tmp_path, 'gpt2_learned'))
   tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
   assert not any(n.startswith('transformer.') for n in tensors)
   # transformers 5's names, and the causal-mask buffers that older versions stored.
@@ -182,13 +179,12 @@ def test_gpt2_reads_its_table_under_either_weight_names_and_takes_no_position_pa
                                                r'max_new_tokens\.$'):
     lm.generate(np.ones((1, 60), np.int64), 10)
   # Untied under the original names: lm_head keeps its own name beside the unprefixed ones.
-  untied = tmp_path / 'untied'
-  shutil.copytree(FIXTURES / 'gpt2_learned', untied)
+  (tmp_path / 'untied').mkdir()
+  untied = pathlib.Path(_edited(tmp_path / 'untied', 'gpt2_learned',
+                                lambda c: c.update(tie_word_embeddings=False)))
   head = np.random.default_rng(0).normal(size=tensors['wte.weight'].shape).astype(np.float32)
   safetensors_numpy.save_file({**tensors, 'lm_head.weight': head},
                               str(untied / 'model.safetensors'))
-  config = json.loads((untied / 'config.json').read_text())
-  (untied / 'config.json').write_text(json.dumps(dict(config, tie_word_embeddings=False)))
   hf.import_checkpoint(str(untied), str(tmp_path / 'w_untied'))
   model = hf.load(str(tmp_path / 'w_untied')).model
   np.testing.assert_array_equal(np.asarray(model.unembed[...]), head)
@@ -358,8 +354,7 @@ def test_bloom_reads_as_the_classic_block_with_alibi_and_a_norm_of_its_embedding
   np.testing.assert_allclose(positions.alibi_slopes(6),
                              [2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3], rtol=1e-7)
   ref = np.load(FIXTURES / 'bloom_alibi' / 'reference.npz')
-  source = tmp_path / 'prefixed'
-  shutil.copytree(FIXTURES / 'bloom_alibi', source)
+  source = pathlib.Path(_edited(tmp_path, 'bloom_alibi'))
   tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
   assert 'word_embeddings_layernorm.weight' in tensors
   safetensors_numpy.save_file({'transformer.' + n: a for n, a in tensors.items()},
