@@ -7,9 +7,10 @@ lays out its residual branches:
   residual sum: BERT, Hugging Face RoFormer), 'sandwich' (before each branch and on its
   output, before the sum: x + norm_2(attn(norm_1 x)), Gemma 2 and 3) or 'output' (on each
   branch's output alone: x + norm(attn(x)), OLMo 2 and 3);
-- `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): every family here but
-  one) or 'parallel' (GPT-NeoX, GPT-J: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read
-  the block's input).
+- `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): most families),
+  'parallel' (GPT-NeoX: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read the block's
+  input) or 'parallel_shared' (Phi-1 and 2, GPT-J, Falcon 7B: x + attn(h) + mlp(h) with
+  h = norm(x), one norm for both branches).
 """
 
 from flax import nnx
@@ -21,7 +22,7 @@ from roformer import self_attention
 PLACEMENTS = ('pre', 'post', 'sandwich', 'output')  # config.model.norm
 # The placements with a norm before each branch, and those with one on its output.
 BEFORE, AFTER = ('pre', 'post', 'sandwich'), ('sandwich', 'output')
-RESIDUALS = ('sequential', 'parallel')  # config.model.residual
+RESIDUALS = ('sequential', 'parallel', 'parallel_shared')  # config.model.residual
 
 
 def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None):
@@ -45,13 +46,15 @@ class Block(nnx.Module):
     self.add_norm('ln_attn', self.before, cfg, dtype, rngs)
     self.attn = self_attention.MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal,
                                                   window=window)
-    self.add_norm('ln_mlp', self.before, cfg, dtype, rngs)
+    # One norm before both branches where they share it.
+    self.shared_norm = cfg.residual == 'parallel_shared'
+    self.add_norm('ln_mlp', self.before and not self.shared_norm, cfg, dtype, rngs)
     self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.norm == 'post'
     for name in ('attn', 'mlp'):  # The norms of the branches' outputs.
       self.add_norm(f'ln_{name}_out', self.after, cfg, dtype, rngs)
-    self.parallel = cfg.residual == 'parallel'
+    self.parallel = cfg.residual != 'sequential'
     self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
 
   def add_norm(self, name: str, placed: bool, cfg, dtype, rngs) -> None:
@@ -75,9 +78,11 @@ class Block(nnx.Module):
     x = self.position.layer_input(x, pos, shared)
     attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
     if self.parallel:  # Both branches read the block's input (pre-norm only: resolve).
-      out, cache = attend(self.ln_attn(x))
+      normed = self.ln_attn(x)
+      out, cache = attend(normed)
+      mlp_in = normed if self.shared_norm else self.ln_mlp(x)
       return (x + layers.dropout(out, self.dropout_rate, k1)
-              + layers.dropout(self.mlp(self.ln_mlp(x)), self.dropout_rate, k2)), cache
+              + layers.dropout(self.mlp(mlp_in), self.dropout_rate, k2)), cache
     x, cache = residual(x, attend, self.in_norm('attn'), self.post_norm, self.dropout_rate, k1,
                         self.out_norm('attn'))
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.in_norm('mlp'), self.post_norm,

@@ -209,9 +209,9 @@ def _validate_architecture(config) -> None:
         f"(bos, eos, the masked LM's [MASK]). Fix: {model_types.offering('decoder_only')} "
         f"(model.type={' or '.join(model_types.named('decoder_only'))}), or a tokenizer.json "
         'without the hf: prefix (its ids after the special ones).')
-  if m.residual == 'parallel' and (m.norm != 'pre' or not declared.parallel_residual):
+  if m.residual != 'sequential' and (m.norm != 'pre' or not declared.parallel_residual):
     raise errors.ConfigError(
-        "config.model.residual='parallel' (GPT-NeoX's x + attn(norm x) + mlp(norm x)) is a "
+        f"config.model.residual={m.residual!r} (x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
         f"type={m.type!r}. Fix: --config.model.residual=sequential.")
   _validate_attention(config, m)

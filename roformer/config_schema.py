@@ -66,11 +66,14 @@ CLASSIFIER = _owned('labels and metrics')
 TRANSLATION = _owned('language pairs and decoding')
 FILES = Reader(f"runs on your own files (data.name='{corpus.NAME}')",
                lambda c: corpus.is_files(c.data), f'set --config.data.name={corpus.NAME}')
-def _types_with(flag: str, what: str) -> Reader:
-  """The runs on text (not a synthetic task) of the model types that declare `flag`
-  (roformer/model_types.py), `what` in words."""
+def _types_with(flag: str, what: str, text: bool = True) -> Reader:
+  """The runs of the model types that declare `flag` (roformer/model_types.py), `what` in
+  words: on text alone (not a synthetic task) where `text`."""
   types = [t for t in model_types.TYPES.values() if getattr(t, flag)]
   names = ' or '.join(repr(t.name) for t in types)
+  if not text:
+    return Reader(f'{what} (model.type {names})', lambda c: c.model.type in {
+        t.name for t in types}, 'start from ' + ' or '.join(t.start for t in types))
   return Reader(f'{what} on text (model.type {names}, not a synthetic task)',
                 lambda c: c.model.type in {t.name for t in types} and not synthetic.task_name(
                     c.data), 'start from ' + ' or '.join(t.start for t in types))
@@ -86,6 +89,7 @@ def _not_owned(group: str, what: str) -> Reader:
 
 TEXT_LM = _types_with('documents', 'language models')
 TEXT_CAUSAL_LM = _types_with('decoder_only', 'causal LMs')
+CAUSAL_LM = _types_with('decoder_only', 'causal LMs', text=False)
 TEXT = Reader('runs on text (data.name a dataset or your files, not a synthetic task, whose '
               'vocabulary follows from the task)', lambda c: not synthetic.task_name(c.data),
               'train on text (data.name) instead of a synthetic task')
@@ -389,11 +393,14 @@ def schema() -> dict:
           # Which of a block's dense layers have a bias: 'all' (the classic block, GPT-NeoX),
           # 'attention' (q, k, v and output), 'qkv' (Qwen2) or 'none' (Llama, Mistral).
           'biases': Str(choices=lambda: layers.BIASES, default='all'),
-          # The residual branches: 'sequential', or 'parallel' (GPT-NeoX: x + attn(norm_1 x) +
-          # mlp(norm_2 x)).
+          # The residual branches: 'sequential', 'parallel' (GPT-NeoX: x + attn(norm_1 x) +
+          # mlp(norm_2 x)) or 'parallel_shared' (Phi-2, GPT-J: x + attn(norm x) + mlp(norm x)).
           'residual': Str(blocks.RESIDUALS, default='sequential'),
           # The output layer: the embedding transposed (True), or a matrix of its own.
           'tie_embeddings': Bool(default=True),
+          # A bias of the causal LM's output layer (Phi-1 and 2, GPT-J); the masked LM's has one
+          # always.
+          **_read_by(CAUSAL_LM, {'output_bias': Bool(default=False)}),
           # The token embeddings times this at the input, not at the output (Gemma:
           # sqrt(d_model)); 1: unscaled.
           'embedding_multiplier': Float(0, 1e6, min_open=True, default=1.0),

@@ -177,9 +177,22 @@ class Transformer(EmbeddingModel):
 
 
 class CausalLM(Transformer):
-  """Decoder-only language model: causal mask plus segment masking for packed documents."""
+  """Decoder-only language model: causal mask plus segment masking for packed documents, and
+  a bias of the output layer where `model.output_bias`."""
 
   causal = True
+
+  def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
+    super().__init__(cfg, rngs=rngs)
+    if cfg.get('output_bias'):
+      self.output_bias = variables.param(jnp.zeros((cfg.vocab_size,), jnp.float32), ('vocab',),
+                                         decay=False)
+
+  def logits(self, hidden, bias=None):
+    """The output layer's logits, with its own bias where it has one."""
+    if bias is None and hasattr(self, 'output_bias'):
+      bias = self.output_bias[...]
+    return super().logits(hidden, bias)
 
   def __call__(self, tokens, positions, segment_ids, key=None):
     return self.logits(self.hidden(tokens, positions, segment_ids, key))

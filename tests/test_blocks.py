@@ -104,24 +104,38 @@ def test_grouped_query_attention_is_multi_head_attention_with_shared_keys(num_kv
                              np.asarray(mha(TOKENS, POS, jnp.ones_like(TOKENS))), atol=2e-5)
 
 
-def test_parallel_residual_adds_both_branches_of_the_blocks_input():
-  cfg = _model_cfg(residual='parallel', num_layers=1)
+@pytest.mark.parametrize('residual', ['parallel', 'parallel_shared'])
+def test_parallel_residual_adds_both_branches_of_the_blocks_input(residual):
+  """GPT-NeoX's two norms, or one shared by both branches (Phi-2, GPT-J), whose block then has
+  no second norm; each norm's scale drawn away from 1, so that the two would differ."""
+  cfg = _model_cfg(residual=residual, num_layers=1)
   model = models.create(cfg, seed=0)
   block = model.blocks[0]
+  norms = ('ln_attn',) if residual == 'parallel_shared' else ('ln_attn', 'ln_mlp')
+  assert {n for n in _params(block) if n.startswith('ln_')} == set(norms)
+  for i, name in enumerate(norms):
+    getattr(block, name).scale.value = 1 + 0.5 * jax.random.normal(jax.random.key(i), (32,))
   x = jax.random.normal(jax.random.key(0), (2, 10, 32))
   mask = jnp.tril(jnp.ones((10, 10), bool))[None, None]
   got, _ = block(x, mask, POS, model.position())
   attn, _ = block.attn(block.ln_attn(x), mask, POS, block.position, model.position())
-  want = x + attn + block.mlp(block.ln_mlp(x))
+  want = x + attn + block.mlp(getattr(block, norms[-1])(x))
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
-def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it():
-  cfg = _model_cfg(tie_embeddings=False, init='normal')
+@pytest.mark.parametrize('output_bias', [False, True])
+def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(output_bias):
+  """With `model.output_bias` (Phi's), the layer adds its own bias, drawn away from 0 here, in
+  the full logits and in the chunked loss."""
+  cfg = _model_cfg(tie_embeddings=False, init='normal', output_bias=output_bias)
   model = models.create(cfg, seed=0)
-  assert model.unembed.shape == (64, 32)
+  assert model.unembed.shape == (64, 32) and hasattr(model, 'output_bias') == output_bias
+  bias = np.zeros(64)
+  if output_bias:
+    bias = np.random.default_rng(5).normal(size=64)
+    model.output_bias.value = jnp.asarray(bias, jnp.float32)
   hidden = model.hidden(TOKENS, POS, jnp.ones_like(TOKENS))
-  want = np.asarray(hidden, np.float64) @ np.asarray(model.unembed[...], np.float64).T
+  want = np.asarray(hidden, np.float64) @ np.asarray(model.unembed[...], np.float64).T + bias
   logits = np.asarray(model(TOKENS, POS, jnp.ones_like(TOKENS)))
   np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
   # The training loss (chunked through the output layer) equals the full logits' loss.
@@ -160,6 +174,10 @@ def test_normal_initialisation_draws_each_weight_at_its_std():
     ({'num_kv_heads': 3}, 'num_kv_heads=3 must divide config.model.num_heads=4'),
     ({'num_kv_heads': 8}, 'num_kv_heads=8 must divide'),
     ({'residual': 'parallel', 'norm': 'post'}, "residual='parallel'"),
+    ({'residual': 'parallel_shared', 'norm': 'sandwich'}, "residual='parallel_shared'"),
+    ({'type': 'mlm', 'output_bias': True},
+     r"config.model.output_bias=True is read only by causal LMs .model.type .causal_lm.., "
+     r"and this run .model.type=.mlm."),
     ({'init_std': 0.05}, "init_std=0.05 sets the std of init='normal'"),
     ({'type': 'mlm', 'norm': 'post', 'embedding_norm': True},
      "embedding_norm normalises the embeddings, which norm='post' already does"),

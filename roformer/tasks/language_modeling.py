@@ -82,6 +82,7 @@ class LanguageModeling(base.Task):
       return losses.chunked_token_sums(
           hidden, model.readout(), batch['targets'], self.loss_weights(batch),
           scale=model.logits_scale, label_smoothing=label_smoothing, chunk=self.loss_chunk,
+          bias=model.output_bias[...] if hasattr(model, 'output_bias') else None,
           softcap=model.logits_softcap)
     return self.logits_and_sums(model, batch, key, label_smoothing, by_position)[1]
 
