@@ -1,8 +1,14 @@
 """The Hugging Face families of the classic block (LayerNorm before each branch, a plain MLP,
-full multi-head attention) whose positions are not RoPE: GPT-2 (a learned table), BLOOM (ALiBi
-with a LayerNorm of the embeddings) and MPT (ALiBi, LayerNorms without a bias, no biases). Each
-reads its own config.json names into this project's config; roformer/hf_config.py dispatches to
-them, and reads the RoPE families."""
+full multi-head attention), in and out.
+
+In: those whose positions are not RoPE, GPT-2 (a learned table), BLOOM (ALiBi with a LayerNorm
+of the embeddings) and MPT (ALiBi, LayerNorms without a bias, no biases), each read from its own
+config.json names into this project's config; roformer/hf_config.py dispatches to them, and
+reads the RoPE families.
+
+Out: why each class of that block (GPT-NeoX, Phi, GPT-2, BLOOM, MPT) does not compute a model,
+for roformer/hf_export_config.py's `export_family` (the `*_refusal` functions: a reason in
+words, or None)."""
 
 import types
 
@@ -151,3 +157,98 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
     config.model.attention.update(qkv_clip=True, qkv_clip_value=hf_fields.positive(
         att.clip_qkv, 'attn_config.clip_qkv', where))
   return config
+
+
+# A change of architecture: the weights trained for one are not the other's.
+AGAIN = 'the weights of one are not the other, so train again'
+
+
+def alibi_refusal(m, options) -> str | None:
+  """Why the ALiBi classes do not compute a model with ALiBi, or None: BLOOM where the
+  embeddings are normalised (the classic block, an MLP of 4 d_model with the tanh GELU), MPT
+  where they are not (LayerNorms without a bias, no biases, an MLP of 4 d_model with the exact
+  GELU); both add the branches one after the other."""
+  four = 4 * m.d_model
+  if not m.embedding_norm and (m.normalization, m.biases) == ('layer_norm', 'all'):
+    return ("ALiBi in the classic block without a norm of the embeddings, which BLOOM, the ALiBi "
+            'class with that block, has. Fix: train with --config.model.embedding_norm=true for '
+            'BLOOM, or with --config.model.normalization=layer_norm_unbiased '
+            f'--config.model.biases=none --config.model.activation=gelu --config.model.d_ff={four} '
+            f'for MPT ({AGAIN})')
+  if m.embedding_norm:
+    block, act, act_name, normalization, biases = (
+        'BLOOM (ALiBi with a norm of the embeddings)', 'gelu_tanh', 'the tanh GELU', 'layer_norm',
+        'all')
+  else:
+    block, act, act_name, normalization, biases = (
+        'MPT (ALiBi without a norm of the embeddings)', 'gelu', 'the exact GELU',
+        'layer_norm_unbiased', 'none')
+  where = f"in {'an' if block.startswith('MPT') else 'a'} {block} block"
+  checks = (
+      (m.residual != 'sequential', f'residual={m.residual!r} {where}, which adds the branches '
+                                   'one after the other'),
+      ((m.activation, m.d_ff) != (act, four),
+       f'an MLP of {m.d_ff} with {m.activation} {where}, whose MLP is 4 x d_model '
+       f'= {four} wide with {act_name} ({act}). Fix: train with '
+       f'--config.model.d_ff={four} --config.model.activation={act} ({AGAIN})'),
+  )
+  if not m.embedding_norm:  # MPT clamps q, k and v (attention.qkv_clip).
+    options = [o for o in options if 'mpt' not in o.transformers_families]
+  return (classic_refusal(m, options, block, normalization, biases)
+          or hf_fields.first_failed(checks))
+
+
+def classic_refusal(m, options, name: str, normalization: str = 'layer_norm',
+                        biases: str = 'all') -> str | None:
+  """Why `name`, a class of the classic block (GPT-NeoX with RoPE, GPT-2 with one learned
+  table, BLOOM and MPT with ALiBi), does not compute model `m`, or None: `normalization` before
+  each branch, `biases`, a plain MLP, full multi-head attention over the whole context, no
+  attention option."""
+  block = f"in {'an' if name.startswith('MPT') else 'a'} {name} block"
+  has = {'layer_norm': 'LayerNorm', 'layer_norm_unbiased': 'LayerNorm without a bias'}
+  checks = (
+      ((m.normalization, m.mlp) != (normalization, 'plain'),
+       f'{m.normalization} with a {m.mlp} MLP {block}, which has {has[normalization]} and a '
+       f'plain MLP' + ('' if biases == 'all' else
+                       f'. Fix: train with --config.model.normalization={normalization} '
+                       f'--config.model.mlp=plain ({AGAIN})')),
+      (m.biases != biases, f'biases={m.biases!r} {block}, which has ' + (
+          'biases on every layer' if biases == 'all' else
+          f'none. Fix: train with --config.model.biases=none ({AGAIN})')),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
+       f'its {m.num_heads} heads'),
+      (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
+      (any(m.layer_windows), f'sliding windows {block}'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def phi_refusal(m, options) -> str | None:
+  """Why PhiForCausalLM, the class with one LayerNorm shared by the parallel branches, does
+  not compute a model with that residual, or None: a plain MLP, biases on every dense layer (and
+  on the output layer, zero where the model has none), norms before the branches, no attention
+  option, no window; heads of any width and grouped-query attention."""
+  block = 'in a Phi block (one LayerNorm before both parallel branches)'
+  checks = (
+      ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
+       f'{m.normalization} with a {m.mlp} MLP {block}, which has LayerNorm and a plain MLP'),
+      (m.biases != 'all', f'biases={m.biases!r} {block}, which has biases on every layer. Fix: '
+                          f'train with --config.model.biases=all ({AGAIN})'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (m.norm != 'pre', f"norm={m.norm!r} {block}"),
+      (any(m.layer_windows), f'sliding windows {block}'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def gpt2_refusal(m, options) -> str | None:
+  """Why GPT2LMHeadModel, the class with a learned position table, does not compute a model
+  with one, or None: the classic block, its branches added one after the other."""
+  block = 'GPT-2 (the class with learned positions)'
+  if m.residual != 'sequential':
+    return (f'residual={m.residual!r} in a {block} block, which adds the branches one after '
+            'the other')
+  return classic_refusal(m, options, block)

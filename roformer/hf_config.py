@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Fifteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Sixteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -18,7 +18,10 @@ block without QK-norm, one base, windows on alternate layers, logit soft-capping
 Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
 heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
 global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
-`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), GPT2LMHeadModel
+`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), PhiForCausalLM
+(Phi-1, 1.5 and 2: GPT-NeoX's block with one LayerNorm shared by the parallel branches,
+`model.residual='parallel_shared'`, half of each head rotated by default, and a bias of the
+output layer, `model.output_bias`), GPT2LMHeadModel
 (the classic block with learned absolute positions, a table over `n_positions` rows) and
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -63,7 +66,8 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'OlmoForCausalLM': 'olmo', 'Olmo2ForCausalLM': 'olmo2',
                  'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
-                 'GPTNeoXForCausalLM': 'gpt_neox', 'GPT2LMHeadModel': 'gpt2',
+                 'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
+                 'GPT2LMHeadModel': 'gpt2',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
@@ -77,7 +81,9 @@ GEMMA = ('gemma2', 'gemma3')
 # OLMo 2 and 3: norms on the branches' outputs alone, QK-norm over all heads.
 OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3')
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi')
+# The families whose classes read head_dim (the others split hidden_size into the heads).
+READS_HEAD_DIM = LLAMA_FAMILY + ('phi',)
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = hf_fields.ACTIVATIONS
 ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
@@ -173,7 +179,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
     settings['rope_type'] = 'longrope'
   default = 2_000_000.0 if fam == 'smollm3' else 10000.0  # The classes' default_theta.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
-  default_partial = 0.25 if fam == 'gpt_neox' else 1.0  # transformers' class defaults.
+  default_partial = {'gpt_neox': 0.25, 'phi': 0.5}.get(fam, 1.0)  # transformers' defaults.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
   return settings
@@ -369,6 +375,8 @@ def _sliding_window(hf: dict, kinds, where: str) -> int:
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
+  if fam == 'phi':  # Every dense layer, whatever the file says.
+    return 'all'
   if fam in ('mistral', 'phi3'):
     return 'none'
   attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
@@ -395,19 +403,19 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and
-  # 256); GPT-NeoX's
-  # always split hidden_size.
+  # 256), as Phi's does; GPT-NeoX's always splits hidden_size.
   default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256}.get(fam)
-  given = _read(hf, 'head_dim', default_width) if fam in LLAMA_FAMILY else None
+  given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
-  if head_dim is None or (fam not in LLAMA_FAMILY and hf.get('head_dim') not in (None, head_dim)):
+  if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
+                                                                                   head_dim)):
     raise errors.ConfigError(
         f'{where}: head_dim {hf.get("head_dim")} with hidden_size {d} and {heads} heads; '
         f'{MODEL_TYPES[fam]} splits hidden_size into the heads. Fix: a checkpoint whose heads '
         'are so.')
   act_field = 'hidden_activation' if fam in GEMMA else 'hidden_act'
   act = _read(hf, act_field, {'gpt_neox': 'gelu', 'gemma2': 'gelu_pytorch_tanh',
-                              'gemma3': 'gelu_pytorch_tanh'}.get(fam, 'silu'))
+                              'gemma3': 'gelu_pytorch_tanh', 'phi': 'gelu_new'}.get(fam, 'silu'))
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
@@ -449,6 +457,13 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
                         residual='parallel' if _read(hf, 'use_parallel_residual', True)
                         else 'sequential')
+  elif fam == 'phi':  # One LayerNorm before both branches; fc1, fc2 and lm_head have biases.
+    if _read(hf, 'qk_layernorm', False):
+      raise errors.ConfigError(f'{where}: qk_layernorm (a LayerNorm of each head\'s queries and '
+                               'keys) is not computed here. Fix: a Phi checkpoint without it (as '
+                               'microsoft/phi-2).')
+    config.model.update(normalization='layer_norm', mlp='plain', residual='parallel_shared',
+                        output_bias=True, layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:

@@ -4,8 +4,8 @@
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
 layers without positions, Phi-3's partial rotary, OLMo 1's norms without parameters, OLMo 2's
-and 3's output norms, GPT-2's learned table, BLOOM's and MPT's ALiBi) in the `_*_refusal_of`
-functions. `from_config` writes the config in
+and 3's output norms) in the `_*_refusal_of` functions, and those of the classic block's classes
+(GPT-NeoX, Phi, GPT-2, BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in
 transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's,
 BLOOM's and MPT's in their classes' own names.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 from roformer import attention_options
 from roformer import errors
+from roformer import hf_classic
 from roformer import hf_config
 from roformer import hf_fields
 from roformer import model_types
@@ -37,11 +38,14 @@ def _refusal(config) -> str | None:
       (positions.rope_layers(m) is None and not _learned(m) and not alibi,
        f'position.kind={m.position.kind!r}' + (f' with layer_kinds {tuple(m.layer_kinds)}'
                                                if m.layer_kinds else '') +
-       ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3 and GPT-NeoX classes compute '
+       ': the Llama, Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 and 3, GPT-NeoX and Phi classes compute '
        "RoPE in every layer and nothing else, SmolLM3's RoPE or nothing in each, GPT-2 one "
        'learned table added to the embeddings, BLOOM and MPT ALiBi in every layer'),
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
+      (m.get('output_bias') and m.residual != 'parallel_shared',
+       "a bias of the output layer (model.output_bias) outside Phi's block (one norm shared by "
+       "parallel branches, residual='parallel_shared')"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
@@ -78,9 +82,9 @@ def _refusal(config) -> str | None:
   if reason:
     return reason
   if _learned(m):
-    return _gpt2_refusal_of(m, options)
+    return hf_classic.gpt2_refusal(m, options)
   if alibi:
-    return _alibi_refusal_of(m, options)
+    return hf_classic.alibi_refusal(m, options)
   sc = rope.scaling
   if (rope.fraction < 1 and sc.kind in positions.scaling.TEMPERED
       and sc.attention_factor_dims != 'rotated'):
@@ -97,8 +101,9 @@ def _refusal(config) -> str | None:
     return _olmo1_refusal_of(m, options)
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
-    if m.residual == 'parallel':
-      return "a parallel residual in a Llama-family block (GPT-NeoX's layout has LayerNorm)"
+    if m.residual != 'sequential':
+      return (f'a parallel residual (residual={m.residual!r}) in a Llama-family block '
+              "(GPT-NeoX's and Phi's layouts have LayerNorm)")
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
@@ -130,91 +135,20 @@ def _refusal(config) -> str | None:
               "Qwen3 the four attention layers'). Fix: train with --config.model.biases=none "
               'or qkv')
     return None
+  name = 'Phi' if m.residual == 'parallel_shared' else 'GPT-NeoX'
   if not all(positions.rope_layers(m)):
-    return 'layers without positions (layer_kinds) in a GPT-NeoX block'
-  return _classic_refusal_of(m, options, 'GPT-NeoX')
+    return f'layers without positions (layer_kinds) in a {name} block'
+  if name == 'Phi':
+    return hf_classic.phi_refusal(m, options)
+  return hf_classic.classic_refusal(m, options, name)
+
+
+_AGAIN = hf_classic.AGAIN
 
 
 def _learned(m) -> bool:
   """Whether every layer's positions come from one learned table (GPT-2's)."""
   return positions.learned_rows(m) is not None
-
-
-# A change of architecture: the weights trained for one are not the other's.
-_AGAIN = 'the weights of one are not the other, so train again'
-
-
-def _alibi_refusal_of(m, options) -> str | None:
-  """Why the ALiBi classes do not compute a model with ALiBi, or None: BLOOM where the
-  embeddings are normalised (the classic block, an MLP of 4 d_model with the tanh GELU), MPT
-  where they are not (LayerNorms without a bias, no biases, an MLP of 4 d_model with the exact
-  GELU); both add the branches one after the other."""
-  four = 4 * m.d_model
-  if not m.embedding_norm and (m.normalization, m.biases) == ('layer_norm', 'all'):
-    return ("ALiBi in the classic block without a norm of the embeddings, which BLOOM, the ALiBi "
-            'class with that block, has. Fix: train with --config.model.embedding_norm=true for '
-            'BLOOM, or with --config.model.normalization=layer_norm_unbiased '
-            f'--config.model.biases=none --config.model.activation=gelu --config.model.d_ff={four} '
-            f'for MPT ({_AGAIN})')
-  if m.embedding_norm:
-    block, act, act_name, normalization, biases = (
-        'BLOOM (ALiBi with a norm of the embeddings)', 'gelu_tanh', 'the tanh GELU', 'layer_norm',
-        'all')
-  else:
-    block, act, act_name, normalization, biases = (
-        'MPT (ALiBi without a norm of the embeddings)', 'gelu', 'the exact GELU',
-        'layer_norm_unbiased', 'none')
-  where = f"in {'an' if block.startswith('MPT') else 'a'} {block} block"
-  checks = (
-      (m.residual != 'sequential', f'residual={m.residual!r} {where}, which adds the branches '
-                                   'one after the other'),
-      ((m.activation, m.d_ff) != (act, four),
-       f'an MLP of {m.d_ff} with {m.activation} {where}, whose MLP is 4 x d_model '
-       f'= {four} wide with {act_name} ({act}). Fix: train with '
-       f'--config.model.d_ff={four} --config.model.activation={act} ({_AGAIN})'),
-  )
-  if not m.embedding_norm:  # MPT clamps q, k and v (attention.qkv_clip).
-    options = [o for o in options if 'mpt' not in o.transformers_families]
-  return (_classic_refusal_of(m, options, block, normalization, biases)
-          or hf_fields.first_failed(checks))
-
-
-def _classic_refusal_of(m, options, name: str, normalization: str = 'layer_norm',
-                        biases: str = 'all') -> str | None:
-  """Why `name`, a class of the classic block (GPT-NeoX with RoPE, GPT-2 with one learned
-  table, BLOOM and MPT with ALiBi), does not compute model `m`, or None: `normalization` before
-  each branch, `biases`, a plain MLP, full multi-head attention over the whole context, no
-  attention option."""
-  block = f"in {'an' if name.startswith('MPT') else 'a'} {name} block"
-  has = {'layer_norm': 'LayerNorm', 'layer_norm_unbiased': 'LayerNorm without a bias'}
-  checks = (
-      ((m.normalization, m.mlp) != (normalization, 'plain'),
-       f'{m.normalization} with a {m.mlp} MLP {block}, which has {has[normalization]} and a '
-       f'plain MLP' + ('' if biases == 'all' else
-                       f'. Fix: train with --config.model.normalization={normalization} '
-                       f'--config.model.mlp=plain ({_AGAIN})')),
-      (m.biases != biases, f'biases={m.biases!r} {block}, which has ' + (
-          'biases on every layer' if biases == 'all' else
-          f'none. Fix: train with --config.model.biases=none ({_AGAIN})')),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
-      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
-      (positions.head_dim(m) * m.num_heads != m.d_model,
-       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
-       f'its {m.num_heads} heads'),
-      (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
-      (any(m.layer_windows), f'sliding windows {block}'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-def _gpt2_refusal_of(m, options) -> str | None:
-  """Why GPT2LMHeadModel, the class with a learned position table, does not compute a model
-  with one, or None: the classic block, its branches added one after the other."""
-  block = 'GPT-2 (the class with learned positions)'
-  if m.residual != 'sequential':
-    return (f'residual={m.residual!r} in a {block} block, which adds the branches one after '
-            'the other')
-  return _classic_refusal_of(m, options, block)
 
 
 def _layer_types(windows) -> list[str]:
@@ -406,7 +340,7 @@ def export_family(config) -> str:
   if positions.alibi_everywhere(m):
     return 'bloom' if m.embedding_norm else 'mpt'
   if m.normalization == 'layer_norm':
-    return 'gpt_neox'
+    return 'phi' if m.residual == 'parallel_shared' else 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
   if m.norm == 'sandwich':
@@ -530,6 +464,14 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
                rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  if fam == 'phi':  # PhiConfig reads head_dim, and partial_rotary_factor at the top level.
+    fraction = rotary / head_dim
+    out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, head_dim=head_dim,
+               layer_norm_eps=m.layer_norm_eps, rope_theta=base, qk_layernorm=False,
+               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
+                   (rotary + 0.5) / head_dim),
+               resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
     return out
   out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
              rope_theta=base, attention_dropout=0.0, head_dim=head_dim)

@@ -4,7 +4,9 @@ q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
 the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama's without the
-norms, which have no parameters), of GPT-NeoX and BLOOM
+norms, which have no parameters; Phi: Llama's attention names with `dense` for o_proj, one
+`input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
+`output_bias`), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
 (q, k and v in one weight, each one's heads contiguous as here).
 
@@ -160,7 +162,7 @@ OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
               ('ln_mlp_out', 'post_feedforward_layernorm'))
 # A block's norms by family (this project's name, the checkpoint's); Llama's by default.
 NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'olmo2': OLMO_NORMS,
-         'olmo3': OLMO_NORMS}
+         'olmo3': OLMO_NORMS, 'phi': (('ln_attn', 'input_layernorm'),)}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
@@ -276,6 +278,8 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     prefix, embed, final, head = (names[k] for k in ('layers', 'embed', 'final', 'head'))
   else:
     prefix, embed, final, head = 'model.layers.', 'model.embed_tokens', 'model.norm', 'lm_head'
+  if fam == 'phi':
+    final = 'model.final_layernorm'
   offset = SCALE_OFFSET.get(fam, 0.0)
   params = {'embed': {'embedding': t(embed + '.weight', (v, d))},
             'ln_final': _norm(t, final, d, norm_bias, offset, norm_scale), 'blocks': {}}
@@ -283,9 +287,13 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     params['unembed'] = t(head + '.weight', (v, d))
   if names and 'embed_norm' in names:
     params['embed_norm'] = _norm(t, names['embed_norm'], d, True)
+  if fam == 'phi':
+    params['output_bias'] = t(head + '.bias', (v,))
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
-    if fam in NORMS:
+    if fam == 'phi':  # One norm for both branches, with a bias.
+      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, True)}
+    elif fam in NORMS:
       block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in NORMS[fam]}
     else:
       block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias, scale=norm_scale),
@@ -310,14 +318,19 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
                for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
       block['attn'] = {'qkv': {k: np.concatenate([part[k] for part in parts], axis=-1)
                                for k in parts[0]},
-                       'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, out_bias)}
+                       'out': _linear(t, p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'),
+                                      h * hd, d, out_bias)}
       if fam in QK_NORMS:  # QK-norm: RMSNorm of each head's queries and keys, or all heads'.
         widths = (hd, hd) if QK_NORMS[fam] == 'head' else (h * hd, kv * hd)
         block['attn'].update({
             f'{n}_scale': t(p + f'self_attn.{n}_norm.weight', (w,)) + np.float32(offset)
             for n, w in zip('qk', widths)})
-      block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
-                      for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
+      if fam == 'phi':
+        block['mlp'] = {'up': _linear(t, p + 'mlp.fc1', d, f, True),
+                        'down': _linear(t, p + 'mlp.fc2', f, d, True)}
+      else:
+        block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
+                        for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
   return params, head
 
@@ -407,9 +420,12 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   else:
     prefix = 'model.layers.'
     out['model.embed_tokens.weight'] = embedding
-    norm('model.norm', params.get('ln_final', {}))
+    norm('model.final_layernorm' if fam == 'phi' else 'model.norm', params.get('ln_final', {}))
     if not (m.tie_embeddings and logits_scale == 1.0):
       out['lm_head.weight'] = head
+    if fam == 'phi':  # Phi's lm_head always has a bias (zero where the model has none).
+      bias = params['output_bias'] if 'output_bias' in params else np.zeros(m.vocab_size)
+      out['lm_head.bias'] = np.asarray(bias, np.float32)
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
     for ours, theirs in NORMS.get(fam, LLAMA_NORMS):
@@ -447,6 +463,11 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
         scale = np.asarray(b['attn'][f'{n}_scale'], np.float32)
         scale = scale[order] if QK_NORMS[fam] == 'head' else _per_head(scale, heads, order)
         out[p + f'self_attn.{n}_norm.weight'] = scale - offset
+    if fam == 'phi':  # Biases on every dense layer (export_family checked).
+      linear(p + 'self_attn.dense', b['attn']['out'], True, d)
+      linear(p + 'mlp.fc1', b['mlp']['up'], True, f)
+      linear(p + 'mlp.fc2', b['mlp']['down'], True, d)
+      continue
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
     for n in ('gate', 'up', 'down'):
       linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)

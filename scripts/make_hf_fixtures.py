@@ -173,6 +173,13 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.25,
                          'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+    # Phi (1, 1.5 and 2, as transformers 4 wrote them): one LayerNorm before both parallel
+    # branches, half of each head rotated, biases on every dense layer and on lm_head,
+    # grouped-query attention, linear scaling.
+    'phi_shared_norm_linear_v4': ('PhiConfig', dict(
+        SMALL, num_key_value_heads=2,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.5}), True, 'neox', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.
@@ -247,7 +254,7 @@ def greedy(model, prompt: torch.Tensor) -> tuple[np.ndarray, float]:
 def to_v4(config_path: pathlib.Path) -> None:
   """config.json rewritten as transformers 4 wrote it: rope_theta at the top level and the
   scaling in rope_scaling, keyed by 'type' (Qwen2's and Phi-3's form) or 'rope_type'
-  (Llama's); Phi-3's partial rotary and original length at the top level."""
+  (Llama's); Phi's and Phi-3's partial rotary, and Phi-3's original length, at the top level."""
   config = json.loads(config_path.read_text())
   params = dict(config.pop('rope_parameters'))
   if 'full_attention' in params:  # OLMo 3: the global layers' scaling, one base for all.
@@ -256,8 +263,9 @@ def to_v4(config_path: pathlib.Path) -> None:
   config['rope_theta'] = params.pop('rope_theta')
   kind = params.pop('rope_type')
   key = 'type' if config['model_type'] in ('qwen2', 'phi3') else 'rope_type'
-  if config['model_type'] == 'phi3':
+  if config['model_type'] in ('phi', 'phi3'):
     config['partial_rotary_factor'] = params.pop('partial_rotary_factor', 1.0)
+  if config['model_type'] == 'phi3':
     config['original_max_position_embeddings'] = params.pop('original_max_position_embeddings')
   config['rope_scaling'] = {key: kind, **params} if kind != 'default' else None
   config['transformers_version'] = '4.57.6'

@@ -136,8 +136,8 @@ def test_sharded_weights_read_as_one_file(tmp_path):
 
 
 @pytest.mark.parametrize('name,edit,remove,message', [
-    ('llama_dynamic', lambda c: c.update(architectures=['PhiForCausalLM']), (),
-     "architecture 'PhiForCausalLM' is not one this project reads"),
+    ('llama_dynamic', lambda c: c.update(architectures=['FalconForCausalLM']), (),
+     "architecture 'FalconForCausalLM' is not one this project reads"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='su'), (),
      "rope scaling 'su' is not one this project computes"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='longrope'), (),
@@ -210,6 +210,9 @@ def test_sharded_weights_read_as_one_file(tmp_path):
      r"ffn_config \{'ffn_act_fn': 'relu'\}, where transformers applies an MLP with the exact"),
     ('mpt_alibi', lambda c: c['attn_config'].update(clip_qkv=-6.0), (),
      r'attn_config\.clip_qkv is -6\.0, where transformers reads a positive number or null'),
+    ('phi_shared_norm_linear_v4', lambda c: c.update(qk_layernorm=True), (),
+     r"qk_layernorm \(a LayerNorm of each head's queries and keys\) is not computed here\. "
+     r'Fix: a Phi checkpoint without it'),
     ('olmo_clip_dynamic_v4', lambda c: c.update(clip_qkv=0), (),
      'clip_qkv is 0, where transformers reads a positive number or null'),
     ('mpt_alibi', lambda c: c['attn_config'].update(prefix_lm=True), (),

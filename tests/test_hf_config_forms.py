@@ -418,6 +418,27 @@ def test_olmo1_reads_norms_without_parameters_and_a_clamp_that_binds_in_the_fixt
   assert _relative_error(hf.load(str(tmp_path / 'w')).logits(ref['ids']), ref['logits']) > 1e-2
 
 
+def test_phi_reads_one_shared_norm_half_rotary_and_an_output_bias_that_binds(tmp_path):
+  """PhiForCausalLM: GPT-NeoX's block with one LayerNorm before both parallel branches, biases
+  on every dense layer whatever the file says, partial_rotary_factor (0.5 where absent, as
+  PhiConfig), lm_head's bias as the output layer's; without that bias the import's logits move
+  off transformers' by more than 1%."""
+  hf_json = json.loads((FIXTURES / 'phi_shared_norm_linear_v4' / 'config.json').read_text())
+  m = hf_config.to_config(hf_json, 'dir').model
+  assert (m.normalization, m.mlp, m.residual, m.biases, m.output_bias, m.activation) == (
+      'layer_norm', 'plain', 'parallel_shared', 'all', True, 'gelu_tanh')
+  assert (m.position.rope.fraction, m.position.rope.scaling.kind, m.num_kv_heads) == (
+      0.5, 'linear', 2)
+  bare = {k: v for k, v in hf_json.items() if k != 'partial_rotary_factor'}
+  assert hf_config.to_config(dict(bare, attention_bias=False), 'dir').model == m
+  workdir = str(tmp_path / 'w')
+  hf.import_checkpoint(str(FIXTURES / 'phi_shared_norm_linear_v4'), workdir)
+  lm = hf.load(workdir)
+  ref = np.load(FIXTURES / 'phi_shared_norm_linear_v4' / 'reference.npz')
+  lm.model.output_bias.value = 0 * lm.model.output_bias[...]
+  assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2
+
+
 @pytest.mark.parametrize('name,scheme', [
     ('bloom_alibi', "trained length 2048, position.kind='alibi', a norm of the embeddings\n"),
     ('mpt_alibi', "trained length 64, position.kind='alibi'\n"),

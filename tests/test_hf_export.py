@@ -86,6 +86,14 @@ OLMO3 = dict(OLMO2, layer_windows=(8, 0), **{
 OLMO1 = {'normalization': 'layer_norm_nonparametric', 'layer_norm_eps': 1e-5,
          'biases': 'attention', 'attention.qkv_clip': True, 'attention.qkv_clip_value': 0.1,
          'position.rope.layout': 'interleaved'}
+# Phi's: one LayerNorm before both parallel branches, half of each head rotated (interleaved
+# pairs), grouped-query attention, a bias of the output layer, and YaRN (its attention factor on
+# the rotated dimensions alone, as transformers applies it).
+PHI = {'residual': 'parallel_shared', 'output_bias': True, 'num_kv_heads': 2,
+       'position.rope.fraction': 0.5, 'position.rope.scaling.kind': 'yarn',
+       'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16,
+       'position.rope.scaling.ramp': 'index',
+       'position.rope.scaling.attention_factor_dims': 'rotated'}
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -150,13 +158,15 @@ _SLOW = pytest.mark.slow
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
+                                             ('rope', PHI, 'PhiForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
-  the Llama preset to Llama, with norms without parameters and the clamp to OLMo 1, with
+  with one norm shared by parallel branches and an output bias to Phi, the Llama preset to
+  Llama, with norms without parameters and the clamp to OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
@@ -388,6 +398,17 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'normalization': 'rms_norm', 'mlp': 'gated', 'attention.qkv_clip': True},
      r'attention\.qkv_clip in a Qwen3ForCausalLM block, whose class does not compute it'),
     ({'attention.qkv_clip': True}, r'attention\.qkv_clip in a GPT-NeoX block'),
+    ({'output_bias': True}, r"a bias of the output layer \(model.output_bias\) outside Phi's "
+                            r'block'),
+    (dict(PHI, biases='attention'), r"biases='attention' in a Phi block .*Fix: train with "
+                                    r'--config\.model\.biases=all'),
+    (dict(PHI, layer_windows=(8, 0)), r'sliding windows in a Phi block'),
+    (dict(PHI, **{'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-6}),
+     r'attention\.qk_norm in a Phi block'),
+    (dict(PHI, normalization='rms_norm', mlp='gated'),
+     r"a parallel residual \(residual='parallel_shared'\) in a Llama-family block"),
+    (dict(PHI, layer_kinds=('rope', 'none')), r'layers without positions \(layer_kinds\) in a '
+                                              r'Phi block'),
     (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5,
           layer_rope_bases=(1e4, 1e6)),
      r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 2's and 3's block"),
@@ -416,7 +437,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 2's and 3's "
                                     r'block'),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
-     r'a parallel residual in a Llama-family block \(.*\)\. Fix: export a model trained '
+     r"a parallel residual \(residual='parallel'\) in a Llama-family block \(.*\)\. Fix: "
+     r'export a model trained '
      'without it'),
     ({'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
       'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'ratio'},
@@ -520,7 +542,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
-                                        ('llama', {}), ('llama', OLMO1),
+                                        ('llama', {}), ('llama', OLMO1), ('rope', PHI),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
