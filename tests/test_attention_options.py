@@ -1,6 +1,7 @@
 """Options any position scheme can take: QK-norm (attention.qk_norm), Scalable-Softmax
-(attention.ssmax) and clipped projections (attention.qkv_clip), each against its formula written out in float64, on every attention
-implementation, with the cache, and refused where they mean nothing."""
+(attention.ssmax) and clipped projections (attention.qkv_clip), each against its formula written
+out in float64, on every attention implementation, with the cache, and refused where they mean
+nothing."""
 
 import ast
 import pathlib
@@ -179,18 +180,19 @@ _FITTING_KIND = {'dape': 'alibi', 'nope_temperature': 'none', 'differential': 'r
 
 # The attention kinds each option runs with, written out from what each option computes (not
 # read from the declarations): a softmax's logits for SSMax, differential attention and DAPE;
-# per-head weighted values for the gate; logits for the NoPE temperature; QK-norm and the
-# queries' scale anywhere; a softmax's logits for the soft-cap.
+# per-head weighted values for the gate; logits for the NoPE temperature; QK-norm, the
+# queries' scale and the clamp of the projections anywhere; a softmax's logits for the soft-cap.
 RUNS_WITH = {'qk_norm': {'softmax', 'favor', 'stick_breaking'}, 'ssmax': {'softmax'},
              'output_gate': {'softmax', 'stick_breaking'}, 'differential': {'softmax'},
              'dape': {'softmax'}, 'nope_temperature': {'softmax', 'stick_breaking'},
-             'softcap': {'softmax'}, 'logit_scale': {'softmax', 'favor', 'stick_breaking'}}
+             'softcap': {'softmax'}, 'logit_scale': {'softmax', 'favor', 'stick_breaking'},
+             'qkv_clip': {'softmax', 'favor', 'stick_breaking'}}
 EINSUM_ONLY = {'differential', 'dape', 'softcap'}
 
 
 @pytest.mark.parametrize('kind', ['softmax', 'favor', 'stick_breaking'])
 @pytest.mark.parametrize('field', ['qk_norm', 'ssmax', 'output_gate', 'differential', 'dape',
-                                   'nope_temperature', 'softcap', 'logit_scale'])
+                                   'nope_temperature', 'softcap', 'logit_scale', 'qkv_clip'])
 def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
   """The declarations say what each option computes (RUNS_WITH, written out apart from them),
   and the check follows the declarations: an option with an attention kind is refused, naming
