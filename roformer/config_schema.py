@@ -409,7 +409,10 @@ def schema() -> dict:
           'embedding_norm': Bool(default=False),
           **_read_by(_not_owned('labels and metrics', 'models with outputs over the vocabulary'),
                      {  # > 0: the output logits l become c tanh(l / c) (Gemma 2: 30); 0: not.
-                         'logits_softcap': Float(0, 1e6, default=0.0)}),
+                         'logits_softcap': Float(0, 1e6, default=0.0),
+                         # The output logits times this, before any bias and cap (Cohere's
+                         # logit_scale: 0.0625 in Command R); 1: unscaled.
+                         'logits_multiplier': Float(0, 1e6, min_open=True, default=1.0)}),
           # How weights are drawn: 'classic' (T5's: N(0, 1) embedding read out at
           # 1/sqrt(d_model), dense layers N(0, 1/fan_in)) or 'normal' (GPT-2, GPT-NeoX, Llama:
           # every weight N(0, init_std^2), the output layer unscaled); roformer/layers.py.

@@ -185,7 +185,7 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   model = nnx.merge(trainer.graphdef, params)
   per_block = variables.trainable(trainer.saved_params(params))[0]
   pure = jax.tree.map(np.asarray, per_block.to_pure_dict())
-  tensors = hf_weights.from_params(pure, fam, config.model, float(model.logits_scale))
+  tensors = hf_weights.from_params(pure, fam, config.model, float(model.tied_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_export_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
                                     files.read_json(source) if os.path.exists(source) else None)

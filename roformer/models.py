@@ -73,10 +73,11 @@ class EmbeddingModel(nnx.Module):
                            embedding_init=variables.init(nnx.initializers.normal(stddev=std),
                                                          ('vocab', 'embed'), decay=True))
     self.tied = bool(cfg.tie_embeddings)
-    if self.tied:
-      self.logits_scale = layers.tied_logits_scale(cfg)
-    else:  # [vocab, d_model] like the embedding (and Hugging Face's lm_head), unscaled.
-      self.logits_scale = 1.0
+    # The tied output layer's own scale (the initialisation's), and the logits' multiplier
+    # (Cohere's logit_scale): `logits_scale` is their product.
+    self.tied_scale = layers.tied_logits_scale(cfg) if self.tied else 1.0
+    self.logits_scale = self.tied_scale * float(cfg.logits_multiplier)
+    if not self.tied:  # [vocab, d_model] like the embedding (and Hugging Face's lm_head).
       out_std = std if layers.init_name(cfg) == 'normal' else cfg.d_model ** -0.5
       self.unembed = variables.param(
           jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model), jnp.float32) * out_std,

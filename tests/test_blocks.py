@@ -123,11 +123,14 @@ def test_parallel_residual_adds_both_branches_of_the_blocks_input(residual):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
-@pytest.mark.parametrize('output_bias', [False, True])
-def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(output_bias):
-  """With `model.output_bias` (Phi's), the layer adds its own bias, drawn away from 0 here, in
+@pytest.mark.parametrize('output_bias,multiplier', [(False, 1.0), (True, 1.0), (True, 0.25)])
+def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(output_bias,
+                                                                             multiplier):
+  """With `model.output_bias` (Phi's), the layer adds its own bias, drawn away from 0 here, and
+  with `model.logits_multiplier` (Cohere's logit_scale) the product is scaled before the bias, in
   the full logits and in the chunked loss."""
-  cfg = _model_cfg(tie_embeddings=False, init='normal', output_bias=output_bias)
+  cfg = _model_cfg(tie_embeddings=False, init='normal', output_bias=output_bias,
+                   logits_multiplier=multiplier)
   model = models.create(cfg, seed=0)
   assert model.unembed.shape == (64, 32) and hasattr(model, 'output_bias') == output_bias
   bias = np.zeros(64)
@@ -135,7 +138,8 @@ def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(ou
     bias = np.random.default_rng(5).normal(size=64)
     model.output_bias.value = jnp.asarray(bias, jnp.float32)
   hidden = model.hidden(TOKENS, POS, jnp.ones_like(TOKENS))
-  want = np.asarray(hidden, np.float64) @ np.asarray(model.unembed[...], np.float64).T + bias
+  want = (np.asarray(hidden, np.float64) @ np.asarray(model.unembed[...], np.float64).T
+          * multiplier + bias)
   logits = np.asarray(model(TOKENS, POS, jnp.ones_like(TOKENS)))
   np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-5)
   # The training loss (chunked through the output layer) equals the full logits' loss.
@@ -151,9 +155,11 @@ def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(ou
                              rtol=1e-5)
 
 
-def test_tied_output_scale_follows_the_initialisation():
+def test_tied_output_scale_follows_the_initialisation_times_the_multiplier():
   assert models.create(_model_cfg(), seed=0).logits_scale == pytest.approx(32 ** -0.5)
   assert models.create(_model_cfg(init='normal'), seed=0).logits_scale == 1.0
+  scaled = models.create(_model_cfg(logits_multiplier=0.5), seed=0)
+  assert (scaled.tied_scale, scaled.logits_scale) == pytest.approx((32 ** -0.5, 0.5 * 32 ** -0.5))
 
 
 def test_normal_initialisation_draws_each_weight_at_its_std():
