@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Sixteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Eighteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -21,7 +21,11 @@ global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
 `model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), PhiForCausalLM
 (Phi-1, 1.5 and 2: GPT-NeoX's block with one LayerNorm shared by the parallel branches,
 `model.residual='parallel_shared'`, half of each head rotated by default, and a bias of the
-output layer, `model.output_bias`), GPT2LMHeadModel
+output layer, `model.output_bias`), CohereForCausalLM (Command R, Aya: LayerNorms without a
+bias shared by parallel branches, `model.residual='parallel_shared'`, a gated MLP, RoPE on
+interleaved pairs, and the logits times `logit_scale`, `model.logits_multiplier`),
+Cohere2ForCausalLM (Command R7B: Cohere's block with windowed RoPE layers and global layers
+without positions, `model.layer_kinds` and `model.layer_windows`), GPT2LMHeadModel
 (the classic block with learned absolute positions, a table over `n_positions` rows) and
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -67,6 +71,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Olmo3ForCausalLM': 'olmo3',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
+                 'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
                  'GPT2LMHeadModel': 'gpt2',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -83,7 +88,9 @@ OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
 PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi')
 # The families whose classes read head_dim (the others split hidden_size into the heads).
-READS_HEAD_DIM = LLAMA_FAMILY + ('phi',)
+READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere')
+# Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
+COHERE = ('cohere', 'cohere2')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = hf_fields.ACTIVATIONS
 ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
@@ -177,7 +184,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
-  default = 2_000_000.0 if fam == 'smollm3' else 10000.0  # The classes' default_theta.
+  default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0}.get(fam, 10000.0)  # default_theta.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
   default_partial = {'gpt_neox': 0.25, 'phi': 0.5}.get(fam, 1.0)  # transformers' defaults.
   settings.setdefault('partial_rotary_factor',
@@ -272,6 +279,9 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     rotates = _smollm3_rotates(hf, layers, where)
     return _windows_of(hf.get('layer_types') or [
         'full_attention' if r else 'sliding_attention' for r in rotates], window)
+  if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
+    kinds = _cohere2_kinds(hf, layers, where)
+    return _windows_of(kinds, _sliding_window(hf, kinds, where))
   if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
     kinds = hf.get('layer_types') or [
         'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)]
@@ -281,6 +291,14 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
         for i in range(layers)], window)
   return ()
+
+
+def _cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
+  """A Cohere 2 config's layer_types, or Cohere2Config's from sliding_window_pattern (every
+  p-th layer global; 4 where absent)."""
+  interval = _interval(hf, 'sliding_window_pattern', 4, where)
+  return list(hf.get('layer_types') or [
+      'sliding_attention' if (i + 1) % interval else 'full_attention' for i in range(layers)])
 
 
 # The families whose configs hold rotary settings per layer type (sliding and full attention).
@@ -464,6 +482,16 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                                'microsoft/phi-2).')
     config.model.update(normalization='layer_norm', mlp='plain', residual='parallel_shared',
                         output_bias=True, layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
+  elif fam in COHERE:  # One LayerNorm without a bias before both branches; logits scaled.
+    if _read(hf, 'use_qk_norm', False):
+      raise errors.ConfigError(f'{where}: use_qk_norm (a LayerNorm of each head\'s queries and '
+                               'keys) is not computed here. Fix: a Cohere checkpoint without it '
+                               '(as Command R 35B or Aya Expanse).')
+    config.model.update(normalization='layer_norm_unbiased', mlp='gated',
+                        residual='parallel_shared',
+                        layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
+                        logits_multiplier=_positive(_read(hf, 'logit_scale', 0.0625),
+                                                    'logit_scale', where))
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:
@@ -496,9 +524,17 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '
                                'checkpoint with RoPE layers (as SmolLM3-3B, 3 in each 4).')
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
+  if fam == 'cohere2':  # RoPE on the sliding layers alone.
+    rotates = [k == 'sliding_attention' for k in _cohere2_kinds(hf, layers, where)]
+    if not any(rotates):
+      raise errors.ConfigError(f'{where}: no sliding layer, and so no layer with RoPE; this '
+                               'project reads Cohere 2 checkpoints with some. Fix: a checkpoint '
+                               'with sliding layers (as Command R7B, 3 in each 4).')
+    config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  rope.update(layout='half', fraction=rotary / head_dim)
+  # Cohere rotates interleaved pairs (x_2i, x_2i+1), the others the halves.
+  rope.update(layout='interleaved' if fam in COHERE else 'half', fraction=rotary / head_dim)
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)

@@ -73,10 +73,14 @@ def _refusal(config) -> str | None:
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain'),
                                         ('layer_norm_unbiased', 'plain'),
+                                        ('layer_norm_unbiased', 'gated'),
                                         ('layer_norm_nonparametric', 'gated')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one, OLMo 1 '
-       'layer_norm_nonparametric with a gated one)'),
+       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one, Cohere '
+       'with a gated one, OLMo 1 layer_norm_nonparametric with a gated one)'),
+      (m.logits_multiplier != 1 and not _cohere_block(m),
+       f'a multiplier of the output logits (logits_multiplier={m.logits_multiplier:g}) outside '
+       "Cohere's block (layer_norm_unbiased with a gated MLP)"),
   )
   reason = hf_fields.first_failed(checks)
   if reason:
@@ -99,6 +103,8 @@ def _refusal(config) -> str | None:
             'every layer')
   if m.normalization == 'layer_norm_nonparametric':
     return _olmo1_refusal_of(m, options)
+  if _cohere_block(m):
+    return _cohere_refusal_of(m, options)
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual != 'sequential':
@@ -207,6 +213,45 @@ def _smollm3_refusal_of(config, options) -> str | None:
       (any(w and r for w, r in zip(windows, rotates)),
        'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
        'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def _cohere_block(m) -> bool:
+  """Whether the block is Cohere's (LayerNorms without a bias, a gated MLP)."""
+  return (m.normalization, m.mlp) == ('layer_norm_unbiased', 'gated')
+
+
+def _cohere_refusal_of(m, options) -> str | None:
+  """Why CohereForCausalLM and Cohere2ForCausalLM do not compute a block of theirs, or None:
+  one norm before parallel branches, RoPE on whole heads, no attention option, biases on the
+  four attention layers or none; Cohere RoPE in every layer and no windows, Cohere 2 a window of
+  one size on exactly its RoPE layers and heads that split d_model."""
+  block = "in a Cohere block (LayerNorms without a bias, a gated MLP)"
+  rotates = positions.rope_layers(m)
+  windows = positions.layer_windows(m)
+  checks = (
+      (m.residual != 'parallel_shared', f'residual={m.residual!r} {block}, which shares one norm '
+                                        f"between parallel branches. Fix: train with "
+                                        f"--config.model.residual=parallel_shared ({_AGAIN})"),
+      (m.norm != 'pre', f"norm={m.norm!r} {block}"),
+      (m.position.rope.fraction < 1, f'partial rotary (rope.fraction={m.position.rope.fraction}) '
+                                     f'{block}, which rotates whole heads'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
+       '--config.model.biases=attention or none'),
+      (all(rotates) and any(windows), f'sliding windows {block} with RoPE in every layer '
+                                      "(Cohere 2 windows its RoPE layers and leaves its global "
+                                      'ones without positions)'),
+      (not all(rotates) and any(bool(w) != r for w, r in zip(windows, rotates)),
+       f'windows on other layers than the RoPE ones {block} with layers without positions '
+       '(Cohere 2 windows exactly its RoPE layers)'),
+      (len({w for w in windows if w}) > 1,
+       f'sliding windows of several sizes {sorted({w for w in windows if w})}'),
+      (not all(rotates) and positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} in a Cohere 2 block, which splits d_model '
+       f'{m.d_model} into its {m.num_heads} heads'),
   )
   return hf_fields.first_failed(checks)
 
@@ -343,6 +388,8 @@ def export_family(config) -> str:
     return 'phi' if m.residual == 'parallel_shared' else 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
+  if _cohere_block(m):
+    return 'cohere' if all(positions.rope_layers(m)) else 'cohere2'
   if m.norm == 'sandwich':
     return _sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
@@ -503,6 +550,14 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
       out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
                  use_sliding_window=any(windows), sliding_window=max(windows) or None,
                  layer_types=_layer_types(windows))
+  elif fam in ('cohere', 'cohere2'):  # Its logits multiplier; Cohere 2's RoPE layers slide.
+    out.pop('rms_norm_eps')
+    out.update(layer_norm_eps=m.layer_norm_eps, logit_scale=m.logits_multiplier,
+               attention_bias=m.biases == 'attention')
+    if fam == 'cohere':
+      out.update(use_qk_norm=False)
+    else:
+      out.update(sliding_window=max(windows), layer_types=_layer_types(windows))
   elif fam == 'olmo':  # OlmoLayerNorm's epsilon is 1e-5 (_olmo1_refusal_of checked).
     out.pop('rms_norm_eps')
     out.update(attention_bias=m.biases == 'attention')

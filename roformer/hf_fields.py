@@ -1,7 +1,8 @@
 """How a field of a Hugging Face config.json is read: as its transformers class's default where the
 file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
-several refusals (`first_failed`); a positive number (`positive`); and the config that every imported family starts from
-(`decoder`). Shared by roformer/hf_config.py and roformer/hf_classic.py."""
+several refusals (`first_failed`); a positive number (`positive`); and the config that every
+imported family starts from (`decoder`). Shared by roformer/hf_config.py and
+roformer/hf_classic.py."""
 
 import os
 

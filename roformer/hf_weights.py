@@ -4,7 +4,8 @@ q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
 the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama's without the
-norms, which have no parameters; Phi: Llama's attention names with `dense` for o_proj, one
+norms, which have no parameters; Cohere: Llama's with one norm for both branches, without a
+bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` for o_proj, one
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
 `output_bias`), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
@@ -19,7 +20,9 @@ The layouts that differ:
   order (`rope.layout='half'`), and an export of a model trained with the interleaved pairs
   (x_{2i}, x_{2i+1}) permutes the rotated columns of q and k to (0, 2, 4, .., 1, 3, 5, ..),
   which leaves every q.k, and so the logits, unchanged (QK-norm's scales are permuted alike,
-  and a root mean square does not depend on the order of the dimensions).
+  and a root mean square does not depend on the order of the dimensions). Cohere's classes
+  rotate the interleaved pairs: their import keeps that order (`rope.layout='interleaved'`), and
+  an export of a model trained with the halves permutes the other way.
 """
 
 import os
@@ -162,7 +165,8 @@ OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
               ('ln_mlp_out', 'post_feedforward_layernorm'))
 # A block's norms by family (this project's name, the checkpoint's); Llama's by default.
 NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'olmo2': OLMO_NORMS,
-         'olmo3': OLMO_NORMS, 'phi': (('ln_attn', 'input_layernorm'),)}
+         'olmo3': OLMO_NORMS, **{fam: (('ln_attn', 'input_layernorm'),)  # One for both branches.
+                                 for fam in ('phi', 'cohere', 'cohere2')}}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
@@ -361,15 +365,21 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
 def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.ndarray]:
   """The transformers tensors (float32 numpy, PyTorch's [out, in] layout) of a CausalLM's
   parameters `params` (a nested dict), for the family hf_export_config.export_family chose. A layer
-  the transformers class has a bias for and this model has none gets a zero bias."""
+  the transformers class has a bias for and this model has none gets a zero bias. `logits_scale`:
+  the tied output layer's own scale, folded into an untied lm_head where it is not 1 (a
+  multiplier of the logits, `model.logits_multiplier`, is Cohere's config field instead)."""
   d, f = m.d_model, m.d_ff
   h, hd = m.num_heads, positions.head_dim(m)
   kv = m.num_kv_heads or h
   rope = m.position.rope
   rotary = int(round(hd * rope.fraction))
   # Queries' and keys' columns in transformers' rotary order (untouched where nothing rotates).
-  order = (half_order(hd, rotary) if rope.layout == 'interleaved' and positions.rope_layers(m)
-           else np.arange(hd))
+  order = np.arange(hd)
+  if positions.rope_layers(m):
+    if fam in ('cohere', 'cohere2'):  # Cohere rotates interleaved pairs: halves go to them.
+      order = np.argsort(half_order(hd, rotary)) if rope.layout == 'half' else order
+    elif rope.layout == 'interleaved':
+      order = half_order(hd, rotary)
   out = {}
 
   def linear(name, p, bias: bool, d_out):
@@ -378,8 +388,11 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       out[name + '.bias'] = np.asarray(p.get('bias', np.zeros(d_out)), np.float32)
 
   offset = np.float32(SCALE_OFFSET.get(fam, 0.0))
+  # A norm's parameters: OLMo 1's have none, and so no entry; any other family's must have one.
+  of = ((lambda tree, name: tree.get(name, {})) if m.normalization == 'layer_norm_nonparametric'
+        else (lambda tree, name: tree[name]))
 
-  def norm(name, p):  # OLMo 1's norms have no parameters.
+  def norm(name, p):
     if 'scale' in p:
       out[name + '.weight'] = np.asarray(p['scale'], np.float32) - offset
     if 'bias' in p:
@@ -420,7 +433,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   else:
     prefix = 'model.layers.'
     out['model.embed_tokens.weight'] = embedding
-    norm('model.final_layernorm' if fam == 'phi' else 'model.norm', params.get('ln_final', {}))
+    norm('model.final_layernorm' if fam == 'phi' else 'model.norm', of(params, 'ln_final'))
     if not (m.tie_embeddings and logits_scale == 1.0):
       out['lm_head.weight'] = head
     if fam == 'phi':  # Phi's lm_head always has a bias (zero where the model has none).
@@ -429,7 +442,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
     for ours, theirs in NORMS.get(fam, LLAMA_NORMS):
-      norm(p + theirs, b.get(ours, {}))
+      norm(p + theirs, of(b, ours))
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
     for k in split:  # Queries and keys to transformers' rotary order.

@@ -180,6 +180,20 @@ FIXTURES = {
         SMALL, num_key_value_heads=2,
         rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.5}), True, 'neox', 0),
+    # Cohere (Command R, Aya, as transformers 4 wrote them): LayerNorms without a bias shared
+    # by parallel branches, RoPE on interleaved pairs, the logits times 0.25, tied embeddings,
+    # grouped-query attention, YaRN.
+    'cohere_interleaved_yarn_v4': ('CohereConfig', dict(
+        SMALL, num_key_value_heads=2, logit_scale=0.25, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), True, 'llama', 0),
+    # Cohere 2 (Command R7B): two 8-token windowed RoPE layers, then a global one without
+    # positions, attention biases.
+    'cohere2_window_nope': ('Cohere2Config', dict(
+        SMALL, num_hidden_layers=3, num_key_value_heads=2, sliding_window=8, logit_scale=0.5,
+        attention_bias=True, max_position_embeddings=64,
+        layer_types=['sliding_attention', 'sliding_attention', 'full_attention'],
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

@@ -213,6 +213,13 @@ def test_sharded_weights_read_as_one_file(tmp_path):
     ('phi_shared_norm_linear_v4', lambda c: c.update(qk_layernorm=True), (),
      r"qk_layernorm \(a LayerNorm of each head's queries and keys\) is not computed here\. "
      r'Fix: a Phi checkpoint without it'),
+    ('cohere_interleaved_yarn_v4', lambda c: c.update(use_qk_norm=True), (),
+     r"use_qk_norm \(a LayerNorm of each head's queries and keys\) is not computed here\. "
+     r'Fix: a Cohere checkpoint without it'),
+    ('cohere_interleaved_yarn_v4', lambda c: c.update(logit_scale=None), (),
+     r'logit_scale is None, where transformers reads a positive number'),
+    ('cohere2_window_nope', lambda c: c.update(layer_types=['full_attention'] * 3), (),
+     r'no sliding layer, and so no layer with RoPE'),
     ('olmo_clip_dynamic_v4', lambda c: c.update(clip_qkv=0), (),
      'clip_qkv is 0, where transformers reads a positive number or null'),
     ('mpt_alibi', lambda c: c['attn_config'].update(prefix_lm=True), (),

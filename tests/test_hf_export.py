@@ -94,6 +94,14 @@ PHI = {'residual': 'parallel_shared', 'output_bias': True, 'num_kv_heads': 2,
        'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16,
        'position.rope.scaling.ramp': 'index',
        'position.rope.scaling.attention_factor_dims': 'rotated'}
+# Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
+# 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
+COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
+          'logits_multiplier': 0.25, 'position.rope.layout': 'half'}
+# Cohere 2's: a windowed RoPE layer then a global one without positions, attention biases, on
+# interleaved pairs.
+COHERE2 = dict(COHERE, layer_kinds=('rope', 'none'), layer_windows=(8, 0), biases='attention',
+               **{'position.rope.layout': 'interleaved'})
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -159,13 +167,17 @@ _SLOW = pytest.mark.slow
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
+                                             ('llama', COHERE, 'CohereForCausalLM'),
+                                             ('llama', COHERE2, 'Cohere2ForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
-  with one norm shared by parallel branches and an output bias to Phi, the Llama preset to
+  with one norm shared by parallel branches and an output bias to Phi, with that norm unbiased,
+  a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers beside layers without
+  positions to Cohere 2), the Llama preset to
   Llama, with norms without parameters and the clamp to OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
@@ -231,7 +243,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW),
     ('gpt2_learned', 'GPT2LMHeadModel'),
     ('bloom_alibi', 'BloomForCausalLM'),
-    ('mpt_alibi', 'MptForCausalLM')])
+    ('mpt_alibi', 'MptForCausalLM'),
+    ('olmo_clip_dynamic_v4', 'OlmoForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -400,6 +413,18 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'attention.qkv_clip': True}, r'attention\.qkv_clip in a GPT-NeoX block'),
     ({'output_bias': True}, r"a bias of the output layer \(model.output_bias\) outside Phi's "
                             r'block'),
+    ({'logits_multiplier': 0.5}, r'a multiplier of the output logits \(logits_multiplier=0\.5\) '
+                                 r"outside Cohere's block"),
+    (dict(COHERE, mlp='gated', residual='sequential'),
+     r"residual='sequential' in a Cohere block .*Fix: train with "
+     r'--config\.model\.residual=parallel_shared'),
+    (dict(COHERE, mlp='gated', layer_windows=(8, 0)),
+     r'sliding windows in a Cohere block .* with RoPE in every layer'),
+    (dict(COHERE2, mlp='gated', layer_windows=(0, 8)),
+     r'windows on other layers than the RoPE ones in a Cohere block'),
+    (dict(COHERE2, mlp='gated', head_dim=12),
+     r'heads of width head_dim=12 in a Cohere 2 block'),
+    (dict(COHERE, mlp='gated', biases='all'), r"biases='all' in a Cohere block"),
     (dict(PHI, biases='attention'), r"biases='attention' in a Phi block .*Fix: train with "
                                     r'--config\.model\.biases=all'),
     (dict(PHI, layer_windows=(8, 0)), r'sliding windows in a Phi block'),
@@ -543,6 +568,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('llama', {}), ('llama', OLMO1), ('rope', PHI),
+                                        ('llama', COHERE), ('llama', COHERE2),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
