@@ -149,8 +149,12 @@ _SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
-                                             ('learned', {}, 'GPT2LMHeadModel'),
-                                             ('alibi', BLOOM, 'BloomForCausalLM'),
+                                             # The fixtures gpt2_learned and bloom_alibi take
+                                             # the same paths out in the default suite.
+                                             pytest.param('learned', {}, 'GPT2LMHeadModel',
+                                                          marks=_SLOW),
+                                             pytest.param('alibi', BLOOM, 'BloomForCausalLM',
+                                                          marks=_SLOW),
                                              pytest.param('alibi', MPT, 'MptForCausalLM',
                                                           marks=_SLOW),
                                              ('alibi', MPT_CLIPPED, 'MptForCausalLM'),
@@ -244,7 +248,10 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('gpt2_learned', 'GPT2LMHeadModel'),
     ('bloom_alibi', 'BloomForCausalLM'),
     ('mpt_alibi', 'MptForCausalLM'),
-    ('olmo_clip_dynamic_v4', 'OlmoForCausalLM')])
+    # The model trained here with OLMO1 takes the same path in the default suite.
+    pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
+    pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
+    pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW)])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
