@@ -468,7 +468,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       hf, directory, where, trained, num_layers=layers, d_model=d, num_heads=heads,
       num_kv_heads=0 if kv == heads else kv, head_dim=0 if head_dim * heads == d else head_dim,
       d_ff=int(_field(hf, 'intermediate_size', where)), activation=ACTIVATIONS[act],
-      tie_embeddings=bool(_read(hf, 'tie_word_embeddings', fam in GEMMA + ('smollm3',))),
+      # Tied where the file does not say, as the Gemma, SmolLM3 and Cohere classes default (the
+      # Hub's Command R configs leave it out and store no lm_head).
+      tie_embeddings=bool(_read(hf, 'tie_word_embeddings',
+                                fam in GEMMA + ('smollm3',) + COHERE)),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',

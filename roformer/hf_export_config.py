@@ -225,11 +225,13 @@ def _cohere_block(m) -> bool:
 def _cohere_refusal_of(m, options) -> str | None:
   """Why CohereForCausalLM and Cohere2ForCausalLM do not compute a block of theirs, or None:
   one norm before parallel branches, RoPE on whole heads, no attention option, biases on the
-  four attention layers or none; Cohere RoPE in every layer and no windows, Cohere 2 a window of
-  one size on exactly its RoPE layers and heads that split d_model."""
+  four attention layers or none; Cohere RoPE in every layer and no windows, Cohere 2 (any layer
+  windowed or without positions: `export_family`) a window of one size on exactly its RoPE
+  layers and heads that split d_model."""
   block = "in a Cohere block (LayerNorms without a bias, a gated MLP)"
   rotates = positions.rope_layers(m)
   windows = positions.layer_windows(m)
+  cohere2 = any(windows) or not all(rotates)
   checks = (
       (m.residual != 'parallel_shared', f'residual={m.residual!r} {block}, which shares one norm '
                                         f"between parallel branches. Fix: train with "
@@ -241,15 +243,13 @@ def _cohere_refusal_of(m, options) -> str | None:
       (m.biases not in ('none', 'attention'),
        f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
        '--config.model.biases=attention or none'),
-      (all(rotates) and any(windows), f'sliding windows {block} with RoPE in every layer '
-                                      "(Cohere 2 windows its RoPE layers and leaves its global "
-                                      'ones without positions)'),
-      (not all(rotates) and any(bool(w) != r for w, r in zip(windows, rotates)),
-       f'windows on other layers than the RoPE ones {block} with layers without positions '
-       '(Cohere 2 windows exactly its RoPE layers)'),
+      (cohere2 and any(bool(w) != r for w, r in zip(windows, rotates)),
+       f'windows on other layers than the RoPE ones {block}: Cohere 2, its class with windows or '
+       'layers without positions, windows exactly its RoPE layers and leaves the others without '
+       'positions'),
       (len({w for w in windows if w}) > 1,
        f'sliding windows of several sizes {sorted({w for w in windows if w})}'),
-      (not all(rotates) and positions.head_dim(m) * m.num_heads != m.d_model,
+      (cohere2 and positions.head_dim(m) * m.num_heads != m.d_model,
        f'heads of width head_dim={m.head_dim} in a Cohere 2 block, which splits d_model '
        f'{m.d_model} into its {m.num_heads} heads'),
   )
@@ -389,7 +389,8 @@ def export_family(config) -> str:
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
   if _cohere_block(m):
-    return 'cohere' if all(positions.rope_layers(m)) else 'cohere2'
+    # Cohere 2 where any layer is windowed (every one too: its layer_types may hold no global).
+    return 'cohere' if all(positions.rope_layers(m)) and not any(m.layer_windows) else 'cohere2'
   if m.norm == 'sandwich':
     return _sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.

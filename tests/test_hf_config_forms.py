@@ -440,17 +440,21 @@ def test_phi_reads_one_shared_norm_half_rotary_and_an_output_bias_that_binds():
 def test_cohere_reads_a_shared_unbiased_norm_interleaved_pairs_and_a_multiplier():
   """CohereForCausalLM: LayerNorms without a bias before both parallel branches, a gated MLP,
   RoPE on interleaved pairs (the default base 500,000 where the file has none, as CohereConfig),
-  and logit_scale as the logits' multiplier. Cohere 2: RoPE and a window on its
-  sliding layers, none on its global ones, from layer_types or sliding_window_pattern."""
+  and logit_scale as the logits' multiplier; tied embeddings where the file does not say (as
+  CohereConfig and Cohere2Config, and the Hub's Command R configs). Cohere 2: RoPE and a window
+  on its sliding layers, none on its global ones, from layer_types or sliding_window_pattern."""
   hf_json = json.loads((FIXTURES / 'cohere_interleaved_yarn_v4' / 'config.json').read_text())
   m = hf_config.to_config(hf_json, 'dir').model
   assert (m.normalization, m.mlp, m.residual, m.biases, m.logits_multiplier) == (
       'layer_norm_unbiased', 'gated', 'parallel_shared', 'none', 0.25)
   assert (m.position.rope.layout, m.tie_embeddings, m.num_kv_heads) == ('interleaved', True, 2)
-  bare = {k: v for k, v in hf_json.items() if k != 'rope_theta'}
+  bare = {k: v for k, v in hf_json.items() if k not in ('rope_theta', 'tie_word_embeddings')}
   assert hf_config.to_config(bare, 'dir').model.position.rope.base == 500_000.0
+  assert hf_config.to_config(bare, 'dir').model.tie_embeddings
   cohere2 = json.loads((FIXTURES / 'cohere2_window_nope' / 'config.json').read_text())
   m = hf_config.to_config(cohere2, 'dir').model
+  assert hf_config.to_config({k: v for k, v in cohere2.items() if k != 'tie_word_embeddings'},
+                             'dir').model.tie_embeddings
   assert (tuple(m.layer_kinds), tuple(m.layer_windows), m.biases, m.logits_multiplier) == (
       ('rope', 'rope', 'none'), (8, 8, 0), 'attention', 0.5)
   pattern = {k: v for k, v in cohere2.items() if k != 'layer_types'}

@@ -99,9 +99,12 @@ PHI = {'residual': 'parallel_shared', 'output_bias': True, 'num_kv_heads': 2,
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
           'logits_multiplier': 0.25, 'position.rope.layout': 'half'}
 # Cohere 2's: a windowed RoPE layer then a global one without positions, attention biases, on
-# interleaved pairs.
+# interleaved pairs; tied at the classic initialisation, whose output scale 1/sqrt(d) the export
+# folds into lm_head beside logit_scale (the multiplier, not folded).
 COHERE2 = dict(COHERE, layer_kinds=('rope', 'none'), layer_windows=(8, 0), biases='attention',
-               **{'position.rope.layout': 'interleaved'})
+               tie_embeddings=True, init='classic', **{'position.rope.layout': 'interleaved'})
+# Cohere 2 without a global layer: a window on every layer, all of them RoPE ones.
+COHERE2_WINDOWED = dict(COHERE, layer_windows=(8,))
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -173,6 +176,7 @@ _SLOW = pytest.mark.slow
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
+                                             ('llama', COHERE2_WINDOWED, 'Cohere2ForCausalLM'),
                                              ('llama', OLMO2, 'Olmo2ForCausalLM'),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
@@ -180,8 +184,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
   with one norm shared by parallel branches and an output bias to Phi, with that norm unbiased,
-  a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers beside layers without
-  positions to Cohere 2), the Llama preset to
+  a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
+  positions or not, to Cohere 2), the Llama preset to
   Llama, with norms without parameters and the clamp to OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
@@ -426,7 +430,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"residual='sequential' in a Cohere block .*Fix: train with "
      r'--config\.model\.residual=parallel_shared'),
     (dict(COHERE, mlp='gated', layer_windows=(8, 0)),
-     r'sliding windows in a Cohere block .* with RoPE in every layer'),
+     r'windows on other layers than the RoPE ones in a Cohere block .*: Cohere 2, its class'),
     (dict(COHERE2, mlp='gated', layer_windows=(0, 8)),
      r'windows on other layers than the RoPE ones in a Cohere block'),
     (dict(COHERE2, mlp='gated', head_dim=12),
@@ -576,6 +580,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('llama', {}), ('llama', OLMO1), ('rope', PHI),
                                         ('llama', COHERE), ('llama', COHERE2),
+                                        ('llama', COHERE2_WINDOWED),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),

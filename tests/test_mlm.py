@@ -113,9 +113,11 @@ def test_max_predictions_caps_each_row():
 def test_the_head_on_gathered_positions_or_in_chunks_equals_the_head_everywhere():
   """Sums and every parameter's gradient (label smoothing on, so the output bias gets the
   smoothing term too): the head at the gathered selections, and at every position chunk by
-  chunk (5 positions per chunk: 32 in 7, the last padded), against the whole head."""
+  chunk (5 positions per chunk: 32 in 7, the last padded), against the whole head; each with the
+  logits' multiplier (model.logits_multiplier)."""
   cfg = test_config.get_config('mlm')
   cfg.model.vocab_size = 64
+  cfg.model.logits_multiplier = 0.5
   model = models.create(cfg.model, seed=1)
   graphdef, params = nnx.split(model, nnx.Param)
   rng = np.random.default_rng(5)
