@@ -176,8 +176,12 @@ _SLOW = pytest.mark.slow
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
-                                             ('llama', COHERE2_WINDOWED, 'Cohere2ForCausalLM'),
-                                             ('llama', OLMO2, 'Olmo2ForCausalLM'),
+                                             # The family test below picks its class; the
+                                             # Cohere 2 and OLMo 3 cases take their paths out.
+                                             pytest.param('llama', COHERE2_WINDOWED,
+                                                          'Cohere2ForCausalLM', marks=_SLOW),
+                                             pytest.param('llama', OLMO2, 'Olmo2ForCausalLM',
+                                                          marks=_SLOW),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
@@ -492,6 +496,24 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                      + message):
     hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('arg,fields,family', [('llama', COHERE, 'cohere'),
+                                               ('llama', COHERE2, 'cohere2'),
+                                               ('llama', COHERE2_WINDOWED, 'cohere2'),
+                                               ('llama', OLMO2, 'olmo2'), ('llama', OLMO3, 'olmo3'),
+                                               ('rope', PHI, 'phi'), ('llama', OLMO1, 'olmo')])
+def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
+  """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
+  OLMo block has one: the class chosen from the config alone."""
+  config = test_config.get_config(arg)
+  kinds.set_fields(config.model, fields)
+  if fields is OLMO2:  # As the round trips do: a scaling of every layer.
+    config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
+                                              ramp='index')
+  config.model.vocab_size = 261
+  resolve.validate(config)
+  assert hf_export_config.export_family(config) == family
 
 
 def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
