@@ -41,19 +41,26 @@ def main(argv):
     m = config.model
     width = f' of {m.head_dim}' if m.head_dim else ''
     layout = 'QK-norm, ' if m.attention.qk_norm else ''
+    if m.attention.qkv_clip:
+      layout += f'q, k and v clamped at {m.attention.qkv_clip_value:g}, '
     rotates = positions.rope_layers(m)
     if rotates and not all(rotates):
       layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '
     bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
              if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
+    if m.position.rope.layout == 'interleaved':
+      bases += ' on interleaved pairs'
     rows = positions.learned_rows(m)
     scheme = (f'learned positions over {rows} rows' if rows else
               f'{bases}, scaling {m.position.rope.scaling.kind}' if rotates else
               f'position.kind={m.position.kind!r}' + (', a norm of the embeddings'
                                                       if m.embedding_norm else ''))
+    output = ''.join(text for text, on in ((', an output bias', m.output_bias),
+                                            (f', logits times {m.logits_multiplier:g}',
+                                             m.logits_multiplier != 1)) if on)
     print(f'wrote {args.workdir}: {m.num_layers} layers, d_model {m.d_model}, {m.num_heads} heads'
           f'{width} ({m.num_kv_heads or m.num_heads} key/value), vocabulary {m.vocab_size}, '
-          f'{layout}trained length {config.data.seq_len}, {scheme}')
+          f'{layout}trained length {config.data.seq_len}, {scheme}{output}')
   else:
     arch = hf.export_checkpoint(args.workdir, args.to_hf, args.step)
     print(f'wrote {args.to_hf}: {arch} (transformers.AutoModelForCausalLM.from_pretrained reads '

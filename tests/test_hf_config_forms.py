@@ -466,10 +466,17 @@ def test_cohere_reads_a_shared_unbiased_norm_interleaved_pairs_and_a_multiplier(
     ('mpt_alibi', "trained length 64, position.kind='alibi'\n"),
     ('gpt2_learned', 'trained length 64, learned positions over 64 rows\n'),
     ('smollm3_nope_yarn', '1 of 3 layers without positions, trained length 16, rope base 10000, '
-                          'scaling yarn')])
+                          'scaling yarn'),
+    ('olmo_clip_dynamic_v4', 'q, k and v clamped at 1, trained length 16, rope base 10000, '
+                             'scaling dynamic\n'),
+    ('phi_shared_norm_linear_v4', 'trained length 8, rope base 10000, scaling linear, an output '
+                                  'bias\n'),
+    ('cohere_interleaved_yarn_v4', 'trained length 16, rope base 10000 on interleaved pairs, '
+                                   'scaling yarn, logits times 0.25\n')])
 def test_the_import_says_what_positions_it_read(name, scheme, tmp_path, capsys):
-  """convert_hf.py's summary names the scheme read: RoPE's base and scaling only where layers
-  rotate."""
+  """convert_hf.py's summary names the scheme read (RoPE's base, its interleaved pairs and its
+  scaling only where layers rotate), a clamp of q, k and v, an output bias and a logits
+  multiplier."""
   from scripts import convert_hf  # pylint: disable=g-import-not-at-top
   convert_hf.main(['--from_hf', str(FIXTURES / name), '--workdir', str(tmp_path / 'w')])
   out = capsys.readouterr().out
