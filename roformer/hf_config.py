@@ -267,6 +267,24 @@ def _windows_of(kinds, window: int) -> tuple[int, ...]:
   return windows if any(windows) else ()
 
 
+LAYER_TYPES = ('sliding_attention', 'full_attention')  # transformers' layer_types we read.
+
+
+def _layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
+  """The config's `layer_types`, one of LAYER_TYPES per layer (as transformers' configs check
+  them), or `default` (the class's layout, a list) where the file has none."""
+  kinds = hf.get('layer_types')
+  if not kinds:
+    return list(default)
+  if (not isinstance(kinds, list) or len(kinds) != layers
+      or any(k not in LAYER_TYPES for k in kinds)):
+    raise errors.DamagedFileError(
+        f'{where}: layer_types is {kinds!r}, where transformers reads one of '
+        f'{", ".join(LAYER_TYPES)} for each of the {layers} layers. Fix: use the config.json '
+        'that came with the weights.')
+  return kinds
+
+
 def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam == 'phi3':  # Phi3Config's window is None by default.
@@ -277,19 +295,19 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     window = hf.get('sliding_window')
   if fam == 'smollm3' and window and hf.get('use_sliding_window'):
     rotates = _smollm3_rotates(hf, layers, where)
-    return _windows_of(hf.get('layer_types') or [
-        'full_attention' if r else 'sliding_attention' for r in rotates], window)
+    return _windows_of(_layer_types(hf, layers, where, [
+        'full_attention' if r else 'sliding_attention' for r in rotates]), window)
   if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
     kinds = _cohere2_kinds(hf, layers, where)
     return _windows_of(kinds, _sliding_window(hf, kinds, where))
   if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
-    kinds = hf.get('layer_types') or [
-        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)]
+    kinds = _layer_types(hf, layers, where, [
+        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)])
     return _windows_of(kinds, _sliding_window(hf, kinds, where))
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
-    return _windows_of(hf.get('layer_types') or [
+    return _windows_of(_layer_types(hf, layers, where, [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
-        for i in range(layers)], window)
+        for i in range(layers)]), window)
   return ()
 
 
@@ -297,7 +315,7 @@ def _cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
   """A Cohere 2 config's layer_types, or Cohere2Config's from sliding_window_pattern (every
   p-th layer global; 4 where absent)."""
   interval = _interval(hf, 'sliding_window_pattern', 4, where)
-  return list(hf.get('layer_types') or [
+  return _layer_types(hf, layers, where, [
       'sliding_attention' if (i + 1) % interval else 'full_attention' for i in range(layers)])
 
 
@@ -334,8 +352,8 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   full['rope_type'] = _read(full, 'rope_type', _read(full, 'type', 'default'))
   scaling, trained = _scaling(full, hf, fam, where)
   pattern = _interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
-  kinds = hf.get('layer_types') or [
-      'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)]
+  kinds = _layer_types(hf, layers, where, [
+      'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)])
   windows = _windows_of(kinds, _sliding_window(hf, kinds, where))
   # By layer type: a sliding layer keeps its local base where the file gives it no window.
   bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])

@@ -295,10 +295,8 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     params['output_bias'] = t(head + '.bias', (v,))
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
-    if fam == 'phi':  # One norm for both branches, with a bias.
-      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, True)}
-    elif fam in NORMS:
-      block = {ours: _norm(t, p + theirs, d, False, offset) for ours, theirs in NORMS[fam]}
+    if fam in NORMS:  # Gemma's, OLMo 2's and 3's, and one for both branches (Phi, Cohere).
+      block = {ours: _norm(t, p + theirs, d, norm_bias, offset) for ours, theirs in NORMS[fam]}
     else:
       block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias, scale=norm_scale),
                'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias,

@@ -185,7 +185,7 @@ class CausalLM(Transformer):
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
     super().__init__(cfg, rngs=rngs)
-    if cfg.get('output_bias'):
+    if cfg.output_bias:
       self.output_bias = variables.param(jnp.zeros((cfg.vocab_size,), jnp.float32), ('vocab',),
                                          decay=False)
 

@@ -8,6 +8,7 @@ from flax import nnx
 
 from configs import test as test_config
 from configs import translate
+from roformer import attention
 from roformer import errors
 from roformer import models
 from roformer import resolve
@@ -115,16 +116,24 @@ def test_output_norms_and_the_embedding_multiplier_reach_both_stacks(norm):
 
 def test_a_norm_of_the_embeddings_reaches_both_stacks():
   """model.embedding_norm (BLOOM's) normalises the shared embeddings at the input of both
-  stacks: its scale changes the logits, and cached decoding still equals teacher forcing."""
+  stacks: its scale changes the encoder's states, and the decoder's logits from a fixed memory,
+  and cached decoding still equals teacher forcing."""
   model = model_for('rope', embedding_norm=True)
   src, tgt = _pair()
   full = run(model, src, tgt)
   seg, pos = jnp.ones_like(src), jnp.broadcast_to(jnp.arange(6), (2, 6))
   memory = model.encode_source(src, pos, seg)
+  tgt_seg, tgt_pos = jnp.ones_like(tgt), jnp.broadcast_to(jnp.arange(5), (2, 5))
+  self_mask = attention.make_mask(tgt_seg, tgt_seg, causal=True)
+  cross_mask = attention.make_mask(tgt_seg, seg, causal=False)
+  decoded = lambda: np.asarray(
+      model._decode(tgt, tgt_pos, self_mask, memory, cross_mask)[0])  # pylint: disable=protected-access
+  from_memory = decoded()
   kept = model.embed_norm.scale.value
   model.embed_norm.scale.value = kept * 2.0
   assert np.abs(run(model, src, tgt) - full).max() > 1e-3
   assert np.abs(model.encode_source(src, pos, seg) - memory).max() > 1e-3  # The encoder's.
+  assert np.abs(decoded() - from_memory).max() > 1e-3  # The decoder's, from the same memory.
   model.embed_norm.scale.value = kept
   _assert_cached_decoding_equals(model, src, tgt, full)
 

@@ -220,6 +220,11 @@ def test_sharded_weights_read_as_one_file(tmp_path):
      r'logit_scale is None, where transformers reads a positive number'),
     ('cohere2_window_nope', lambda c: c.update(layer_types=['full_attention'] * 3), (),
      r'no sliding layer, and so no layer with RoPE'),
+    ('cohere2_window_nope', lambda c: c.update(layer_types=['sliding_attention'] * 2), (),
+     r"layer_types is \['sliding_attention', 'sliding_attention'\], where transformers reads "
+     r'one of sliding_attention, full_attention for each of the 3 layers'),
+    ('gemma3_local_global', lambda c: c['layer_types'].__setitem__(2, 'chunked_attention'), (),
+     r"layer_types is .*'chunked_attention'.*, where transformers reads one of"),
     ('olmo_clip_dynamic_v4', lambda c: c.update(clip_qkv=0), (),
      'clip_qkv is 0, where transformers reads a positive number or null'),
     ('mpt_alibi', lambda c: c['attn_config'].update(prefix_lm=True), (),

@@ -1,7 +1,9 @@
 """How each family's config.json reads (roformer/hf_config.py): transformers 4's and 5's forms of
 the same model give the same config, a field left out reads as its transformers class's default,
 and the fields that only some families have (Gemma's caps and query scale, GPT-2's table, Phi-3's
-and OLMo's layouts, YaRN's attention factor) each bind in the fixture that holds them. The
+and OLMo's layouts, YaRN's attention factor, Phi's output bias, Cohere's multiplier) are read;
+Gemma 2's caps and query scale, OLMo 1's clamp and BLOOM's norm of the embeddings each move
+the logits off transformers' by more than 1% where they are left out. The
 fixtures' equality with transformers is tests/test_hf_checkpoints.py's. Torch is not needed."""
 
 import json

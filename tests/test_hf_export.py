@@ -205,6 +205,9 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
                                               ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
+  went = json.loads((tmp_path / 'out' / 'config.json').read_text())
+  if config.model.attention.qkv_clip:  # OLMo's clip_qkv, or MPT's inside its attn_config.
+    assert went.get('attn_config', went)['clip_qkv'] == config.model.attention.qkv_clip_value
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
   back, here = hf.load(str(tmp_path / 'back')), hf.load(workdir)
   ids = np.random.default_rng(0).integers(5, 261, (2, 40))
@@ -518,7 +521,7 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
 
 def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
   """max_seq_len is the trained length, or the imported file's where that is longer: past it
-  transformers' MPT computes no position, and a longer one changes no logit."""
+  transformers' MPT computes no position."""
   config = test_config.get_config('alibi')
   kinds.set_fields(config.model, MPT)
   ids = {'bos': 1, 'eos': 2, 'pad': None}
