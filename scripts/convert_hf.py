@@ -7,8 +7,9 @@
 or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_config.json) of a
 LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 Gemma2ForCausalLM, Gemma3ForCausalLM (or Gemma3ForConditionalGeneration's language model),
-Olmo2ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, GPTNeoXForCausalLM, GPT2LMHeadModel,
-BloomForCausalLM or MptForCausalLM (docs/hf_checkpoints.md), and writes a new workdir that eval.py,
+OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, GPTNeoXForCausalLM,
+PhiForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, GPT2LMHeadModel, BloomForCausalLM or
+MptForCausalLM (docs/hf_checkpoints.md), and writes a new workdir that eval.py,
 scripts/generate.py and train.py (--config configs/continued.py:WORKDIR) read. --to_hf writes a
 directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits, and
 the run's tokenizer where it has a transformers form (roformer/hf_tokenizers.py).
