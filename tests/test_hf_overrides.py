@@ -5,16 +5,15 @@ computed changes nothing it computes, a remap changes the logits only where it m
 distance, and a field that decides what was trained, or that decoding does not read, is refused
 in one error naming it."""
 
-import pathlib
-
 import numpy as np
 import pytest
 
 from roformer import errors
 from roformer import generation
 from roformer import hf
+from tests import hf_fixtures
 
-FIXTURE = pathlib.Path(__file__).resolve().parent / 'data' / 'hf' / 'llama_gqa_llama3'
+FIXTURE = hf_fixtures.FIXTURES / 'llama_gqa_llama3'
 IDS = np.random.default_rng(0).integers(3, 90, (2, 24))  # Past its 16 trained positions.
 
 
