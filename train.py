@@ -74,10 +74,10 @@ def main(args):
   # pylint: disable=import-outside-toplevel  # After the flags: see the docstring.
   from roformer import config_args
   from roformer import logs
-  from roformer import loop
-  from roformer import tasks
   config_args.refuse_set_from_data(cli.overrides())
   config = config_args.load(args.config, cli.overrides())
+  from roformer import loop  # The checkpoint and data libraries: after the config reads.
+  from roformer import tasks
   logs.setup(tracebacks=cli.debug_requested())
   seeds = cli.int_list('seeds', args.seeds)
   if loop.SEED_FIELD in args.workdir and not seeds:

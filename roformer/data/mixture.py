@@ -26,7 +26,6 @@ import contextlib
 import re
 import zlib
 
-import grain
 import ml_collections
 
 from roformer import errors
@@ -207,9 +206,13 @@ def member_seed(seed: int, name: str) -> int:
   return (seed * 1_000_003 + zlib.crc32(name.encode('utf-8'))) % (2**31 - 1)
 
 
-def mix(rows: dict, weights: dict) -> grain.IterDataset:
+def mix(rows: dict, weights: dict) -> 'grain.IterDataset':
   """The sources' packed rows interleaved by weight. Keyed by name, so a checkpoint's data
-  position restores each source's own."""
+  position restores each source's own.
+
+  grain is imported here, not with the module: the config's schema reads this module's fields,
+  and an entry point that refuses a config should answer without loading the data pipeline."""
+  import grain  # pylint: disable=import-outside-toplevel
   return grain.IterDataset.mix(rows, {name: weights[name] for name in rows})
 
 
