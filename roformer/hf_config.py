@@ -311,6 +311,20 @@ def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   return ()
 
 
+def _refuse_scaled_part(settings: dict, scaling: dict, fam: str, where: str) -> None:
+  """A class that rotates whole heads ignores partial_rotary_factor with the default rotary
+  frequencies, but its scalings' frequencies (transformers' rope functions) cover that part of
+  each head alone, which it then applies to all of it and fails: no model to read."""
+  stated = settings.get('partial_rotary_factor')
+  if (fam not in PARTIAL_ROTARY and scaling['kind'] != 'none' and stated is not None
+      and float(stated) != 1.0):
+    raise errors.ConfigError(
+        f"{where}: partial_rotary_factor {stated} with rope_type {settings['rope_type']!r}: "
+        f'{MODEL_TYPES[fam]} rotates whole heads, so transformers computes that scaling for '
+        'part of each head and fails on it. Fix: a checkpoint without partial_rotary_factor '
+        '(or 1.0).')
+
+
 def _cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
   """A Cohere 2 config's layer_types, or Cohere2Config's from sliding_window_pattern (every
   p-th layer global; 4 where absent)."""
@@ -468,6 +482,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # transformers' rounding; the other Llama-family classes rotate whole heads whatever the
   # file says.
   partial = float(settings['partial_rotary_factor']) if fam in PARTIAL_ROTARY else 1.0
+  _refuse_scaled_part(settings, scaling, fam, where)
   rotary = int(head_dim * partial)
   if rotary < head_dim and scaling['kind'] in positions.scaling.TEMPERED:
     scaling['attention_factor_dims'] = 'rotated'  # transformers multiplies cos and sin.

@@ -326,6 +326,29 @@ def test_a_smollm3_config_with_fields_left_out_reads_as_smollm3config_defaults_t
     hf_config.to_config(dict(config, no_rope_layers=[0, 0, 0]), 'dir')
 
 
+@pytest.mark.parametrize('name', ['llama_linear_v4', 'cohere_interleaved_yarn_v4',
+                                  'cohere2_window_nope'])
+def test_a_partial_rotary_factor_beside_a_scaling_of_whole_head_rotation_is_refused(name):
+  """A class that rotates whole heads (Llama's, Cohere's) ignores partial_rotary_factor at its
+  default frequencies, but transformers' scalings compute frequencies for that part of each
+  head alone, which the class then applies to all of it: transformers 5.24 fails on such a
+  file, so there is no model to read. Refused in either form; without a scaling it reads as
+  whole heads."""
+  hf = json.loads((FIXTURES / name / 'config.json').read_text())
+  scaled = {'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}
+  for form in (dict(hf, partial_rotary_factor=0.5, rope_scaling=scaled, rope_parameters=None),
+               dict(hf, rope_scaling=None, rope_parameters={**scaled,
+                                                             'partial_rotary_factor': 0.5})):
+    with pytest.raises(errors.ConfigError, match=r"partial_rotary_factor 0.5 with rope_type "
+                       r"'linear': \w+ForCausalLM rotates whole heads.*Fix: a checkpoint "
+                       r'without partial_rotary_factor'):
+      hf_config.to_config(form, 'dir')
+  plain = dict(hf, rope_scaling=None, rope_parameters={'rope_type': 'default',
+                                                       'rope_theta': 10000.0,
+                                                       'partial_rotary_factor': 0.5})
+  assert hf_config.to_config(plain, 'dir').model.position.rope.fraction == 1.0
+
+
 def test_yarn_attention_factor_follows_transformers():
   base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
   scaling = lambda **extra: hf_config.to_config(dict(
