@@ -10,9 +10,12 @@ lays out its residual branches:
 - `model.residual`: 'sequential' (x + attn(norm(x)), then + mlp(norm(.)): most families),
   'parallel' (GPT-NeoX: x + attn(norm_1(x)) + mlp(norm_2(x)), both branches read the block's
   input) or 'parallel_shared' (Phi-1 and 2, GPT-J, Falcon 7B: x + attn(h) + mlp(h) with
-  h = norm(x), one norm for both branches).
+  h = norm(x), one norm for both branches);
+- `model.residual_multiplier`: each branch's output times this constant before its sum
+  (x + m attn(norm x): Granite's `residual_multiplier`, after muP); 1 leaves it unscaled.
 """
 
+import jax.numpy as jnp
 from flax import nnx
 
 from roformer import layers
@@ -25,14 +28,21 @@ BEFORE, AFTER = ('pre', 'post', 'sandwich'), ('sandwich', 'output')
 RESIDUALS = ('sequential', 'parallel', 'parallel_shared')  # config.model.residual
 
 
-def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None):
+def scaled(out, multiplier: float):
+  """A branch's output times model.residual_multiplier (as it is where that is 1)."""
+  return out if multiplier == 1.0 else out * jnp.asarray(multiplier, out.dtype)
+
+
+def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None,
+             multiplier: float = 1.0):
   """x + dropout(sublayer(norm(x))) (pre-norm), x + dropout(out_norm(sublayer(norm(x))))
   (sandwich; without `norm`, None: the output norm alone), or norm(x + dropout(sublayer(x)))
-  (post-norm). `sublayer` returns (output, extra); returns (new x, extra)."""
+  (post-norm), the branch's output times `multiplier` before the sum. `sublayer` returns
+  (output, extra); returns (new x, extra)."""
   out, extra = sublayer(x if post or norm is None else norm(x))
   if out_norm is not None:
     out = out_norm(out)
-  x = x + layers.dropout(out, rate, key)
+  x = x + layers.dropout(scaled(out, multiplier), rate, key)
   return (norm(x) if post else x), extra
 
 
@@ -55,6 +65,7 @@ class Block(nnx.Module):
     for name in ('attn', 'mlp'):  # The norms of the branches' outputs.
       self.add_norm(f'ln_{name}_out', self.after, cfg, dtype, rngs)
     self.parallel = cfg.residual != 'sequential'
+    self.multiplier = float(cfg.residual_multiplier)
     self.position = positions_lib.scheme(cfg.position.kind).Layer(cfg, causal=causal, rngs=rngs)
 
   def add_norm(self, name: str, placed: bool, cfg, dtype, rngs) -> None:
@@ -81,12 +92,13 @@ class Block(nnx.Module):
       normed = self.ln_attn(x)
       out, cache = attend(normed)
       mlp_in = normed if self.shared_norm else self.ln_mlp(x)
-      return (x + layers.dropout(out, self.dropout_rate, k1)
-              + layers.dropout(self.mlp(mlp_in), self.dropout_rate, k2)), cache
+      m = self.multiplier
+      return (x + layers.dropout(scaled(out, m), self.dropout_rate, k1)
+              + layers.dropout(scaled(self.mlp(mlp_in), m), self.dropout_rate, k2)), cache
     x, cache = residual(x, attend, self.in_norm('attn'), self.post_norm, self.dropout_rate, k1,
-                        self.out_norm('attn'))
+                        self.out_norm('attn'), self.multiplier)
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.in_norm('mlp'), self.post_norm,
-                    self.dropout_rate, k2, self.out_norm('mlp'))
+                    self.dropout_rate, k2, self.out_norm('mlp'), self.multiplier)
     return x, cache
 
 
@@ -103,12 +115,13 @@ class DecoderBlock(Block):
                *, memory, memory_mask):
     k1, k2, k3 = layers.split_key(key, 3)
     x = self.position.layer_input(x, pos, shared)
-    post, rate = self.post_norm, self.dropout_rate
+    post, rate, m = self.post_norm, self.dropout_rate, self.multiplier
     # `segments`: the targets' packed segments, for the kernels that read them (without a cache).
     attend = lambda h: self.attn(h, mask, pos, self.position, shared, cache, segments, layer)
-    x, cache = residual(x, attend, self.in_norm('attn'), post, rate, k1, self.out_norm('attn'))
+    x, cache = residual(x, attend, self.in_norm('attn'), post, rate, k1, self.out_norm('attn'),
+                        m)
     x, _ = residual(x, lambda h: (self.cross(h, memory, memory_mask), None),
-                    self.in_norm('cross'), post, rate, k2, self.out_norm('cross'))
+                    self.in_norm('cross'), post, rate, k2, self.out_norm('cross'), m)
     x, _ = residual(x, lambda h: (self.mlp(h), None), self.in_norm('mlp'), post, rate, k3,
-                    self.out_norm('mlp'))
+                    self.out_norm('mlp'), m)
     return x, cache

@@ -396,6 +396,9 @@ def schema() -> dict:
           # The residual branches: 'sequential', 'parallel' (GPT-NeoX: x + attn(norm_1 x) +
           # mlp(norm_2 x)) or 'parallel_shared' (Phi-2, GPT-J: x + attn(norm x) + mlp(norm x)).
           'residual': Str(blocks.RESIDUALS, default='sequential'),
+          # Each residual branch's output times this before its sum (Granite's
+          # residual_multiplier); 1: unscaled.
+          'residual_multiplier': Float(0, 1e6, min_open=True, default=1.0),
           # The output layer: the embedding transposed (True), or a matrix of its own.
           'tie_embeddings': Bool(default=True),
           # A bias of the causal LM's output layer (Phi-1 and 2, GPT-J); the masked LM's has one

@@ -106,7 +106,7 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
       raise errors.DamagedFileError(f'{where}: {name} is {hf[name]!r}, not a group of fields. '
                                     'Fix: use the config.json that came with the weights.')
   # MptAttentionConfig's defaults under the file's attn_config.
-  att = types.SimpleNamespace(**{**dict(alibi=True, alibi_bias_max=8, clip_qkv=None,
+  attn_config = types.SimpleNamespace(**{**dict(alibi=True, alibi_bias_max=8, clip_qkv=None,
                                         softmax_scale=None, qk_ln=False, prefix_lm=False,
                                         sliding_window_size=-1,
                                         attn_type='multihead_attention'),
@@ -118,23 +118,25 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
   if heads < 1 or d % heads:
     raise errors.DamagedFileError(f'{where}: d_model {d} does not split into {heads} heads. Fix: '
                                   'use the config.json that came with the weights.')
-  scale = att.softmax_scale
+  scale = attn_config.softmax_scale
   refused = _first_failed((
-      (not att.alibi, 'attn_config.alibi false (learned positions), where transformers applies '
-                      'ALiBi'),
-      (att.alibi_bias_max != 8, f'attn_config.alibi_bias_max {att.alibi_bias_max}, where '
-                                "transformers' slopes take 8"),
-      (bool(att.qk_ln), 'attn_config.qk_ln, which transformers does not apply'),
-      (bool(att.prefix_lm), 'attn_config.prefix_lm, which transformers does not apply'),
-      (att.sliding_window_size not in (None, -1), 'attn_config.sliding_window_size '
-                                                  f'{att.sliding_window_size}, which transformers '
-                                                  'does not apply'),
+      (not attn_config.alibi, 'attn_config.alibi false (learned positions), where transformers '
+                              'applies ALiBi'),
+      (attn_config.alibi_bias_max != 8, 'attn_config.alibi_bias_max '
+                                        f"{attn_config.alibi_bias_max}, where transformers' "
+                                        'slopes take 8'),
+      (bool(attn_config.qk_ln), 'attn_config.qk_ln, which transformers does not apply'),
+      (bool(attn_config.prefix_lm), 'attn_config.prefix_lm, which transformers does not apply'),
+      (attn_config.sliding_window_size not in (None, -1),
+       f'attn_config.sliding_window_size {attn_config.sliding_window_size}, which transformers '
+       'does not apply'),
       ('rms' in str(_read(hf, 'norm_type', 'low_precision_layernorm')),
        f"norm_type {hf.get('norm_type')!r}, where transformers applies LayerNorm"),
       (ffn.get('ffn_type', 'mptmlp') != 'mptmlp'
        or (act.get('name'), act.get('approximate', 'none')) != ('gelu', 'none'),
        f'ffn_config {ffn}, where transformers applies an MLP with the exact GELU'),
-      (att.attn_type != 'multihead_attention', f'attn_config.attn_type {att.attn_type!r}'),
+      (attn_config.attn_type != 'multihead_attention',
+       f'attn_config.attn_type {attn_config.attn_type!r}'),
       (scale is not None and abs(scale * (d // heads) ** 0.5 - 1) > 1e-6,
        f'attn_config.softmax_scale {scale} (not 1/sqrt of the heads\' width)'),
       (_read(hf, 'logit_scale', None) is not None, "logit_scale, which transformers' MPT does "
@@ -153,9 +155,9 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
       biases='none', normalization='layer_norm_unbiased', mlp='plain',
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
   config.model.position.kind = positions.ALIBI
-  if att.clip_qkv:  # transformers clamps where it is truthy.
+  if attn_config.clip_qkv:  # transformers clamps where it is truthy.
     config.model.attention.update(qkv_clip=True, qkv_clip_value=hf_fields.positive(
-        att.clip_qkv, 'attn_config.clip_qkv', where))
+        attn_config.clip_qkv, 'attn_config.clip_qkv', where))
   return config
 
 

@@ -265,7 +265,8 @@ def evaluation_of(run: Run, step: int, splits) -> Run:
 # Model fields that fix the encoder's parameters and what they compute.
 # (Not vocab_size: it is set from the tokenizer, which comes from that run.)
 _ENCODER_FIELDS = ('num_layers', 'd_model', 'num_heads', 'num_kv_heads', 'd_ff', 'norm',
-                   'normalization', 'mlp', 'biases', 'residual', 'activation', 'layer_norm_eps',
+                   'normalization', 'mlp', 'biases', 'residual', 'residual_multiplier',
+                   'activation', 'layer_norm_eps',
                    'type_vocab_size', 'embedding_multiplier', 'embedding_norm')
 
 

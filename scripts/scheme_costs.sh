@@ -3,9 +3,10 @@
 # attention kind and option with RoPE, and keeps the records that the cost tables of
 # docs/positions.md and docs/language_model.md are generated from (scripts/docs_from_records.py's
 # rows blocks). FAVOR+ (linear attention, docs/performer.md), NoPE's temperature (for NoPE
-# layers), Gemma's query scale (logit_scale: one product of the queries by a constant) and
-# OLMo's and MPT's clamp (qkv_clip: one clamp of the projections) are left out. About 17 minutes
-# on 2 CPU cores; run it with nothing else on the machine.
+# layers), Gemma's query scale (logit_scale: one product of the queries by a constant),
+# Granite's (softmax_scale: the same product) and OLMo's and MPT's clamp (qkv_clip: one clamp of
+# the projections) are left out. About 17 minutes on 2 CPU cores; run it with nothing else on
+# the machine.
 #
 #   bash scripts/scheme_costs.sh RECORDS [--steps 12 --rounds 3 ...]
 #   bash scripts/scheme_costs.sh docs/results/scheme_costs_DATE

@@ -102,14 +102,15 @@ class Compiled:
 
 def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
                       gate=None, qk_norm_eps=1e-6, qk_norm_over='head', scale_dim=None,
-                      softcap=None, clip=None):
+                      softcap=None, clip=None, softmax_scale=None):
   """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head, of
   any head width) in float64: optional RMSNorm of each head's q and k (scale per dimension,
   epsilon `qk_norm_eps`; with `qk_norm_over='heads'`, of all the heads' q, and k, at once;
   scales of heads x head_dim apply each head its own), optional factor per
   query position (Llama 4's temperature), logits q.k/sqrt(d) + bias (d: `scale_dim`, else the
   heads' width), times s_h log n_i with n_i the visible keys (SSMax), capped to c tanh(l / c)
-  with c `softcap`, softmax over the visible keys, values, each head's output times
+  with c `softcap` (the logits q.k times `softmax_scale` in place of 1/sqrt(d) where that is
+  given), softmax over the visible keys, values, each head's output times
   sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection; with
   `clip`, q, k and v clamped to [-clip, clip] first."""
   f64 = lambda a: np.asarray(a, np.float64)
@@ -126,7 +127,8 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
     q, k = rms(q) * scale(attn.q_scale[...]), rms(k) * scale(attn.k_scale[...])
   if query_factor is not None:
     q = q * f64(query_factor)[None, :, None, None]
-  logits = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(scale_dim or dim) + bias
+  factor = softmax_scale if softmax_scale else 1 / np.sqrt(scale_dim or dim)
+  logits = np.einsum('bqhd,bkhd->bhqk', q, k) * factor + bias
   mask = np.broadcast_to(np.asarray(mask), logits.shape)
   if ssmax:
     n = mask.sum(-1, keepdims=True)

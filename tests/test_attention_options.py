@@ -1,5 +1,6 @@
 """Options any position scheme can take: QK-norm (attention.qk_norm), Scalable-Softmax
-(attention.ssmax) and clipped projections (attention.qkv_clip), each against its formula written
+(attention.ssmax), clipped projections (attention.qkv_clip) and a set factor of the logits
+(attention.softmax_scale), each against its formula written
 out in float64, on every attention implementation, with the cache, and refused where they mean
 nothing."""
 
@@ -32,15 +33,18 @@ def tiny(kind='alibi', impl='einsum', layer_kinds=(), **att):
 
 
 @pytest.mark.parametrize('impl', ['einsum', 'xla'])
-@pytest.mark.parametrize('qk_norm,ssmax,clip', [(True, False, None), (False, True, None),
-                                                (True, True, None), (True, False, 0.25)])
-def test_the_layer_is_the_formula(qk_norm, ssmax, clip, impl):
+@pytest.mark.parametrize('qk_norm,ssmax,clip,scale', [
+    (True, False, None, None), (False, True, None, None), (True, True, None, None),
+    (True, False, 0.25, None), (False, False, None, 0.05), (False, True, None, 0.05)])
+def test_the_layer_is_the_formula(qk_norm, ssmax, clip, scale, impl):
   """ALiBi's bias (scaled with the logits under SSMax), packed segments of 5 and 7 tokens (so
   n_i counts within the segment), per-head scales drawn at random; q, k and v clamped before
   QK-norm (attention.qkv_clip, OLMo's and MPT's clip_qkv) at a bound that clamps about half of
-  them, so that the output without the clamp is another."""
+  them, so that the output without the clamp is another; q.k times 0.05 in place of 1/sqrt(8)
+  (attention.softmax_scale, Granite's attention_multiplier), with the bias unscaled."""
   config = tiny('alibi', impl, qk_norm=qk_norm, ssmax=ssmax,
-                **({'qkv_clip': True, 'qkv_clip_value': clip} if clip else {}))
+                **({'qkv_clip': True, 'qkv_clip_value': clip} if clip else {}),
+                **({'softmax_scale': True, 'softmax_scale_value': scale} if scale else {}))
   model = models.create(config.model, seed=0)
   attn, layer = model.blocks[0].attn, model.blocks[0].position
   rng = np.random.default_rng(0)
@@ -57,8 +61,12 @@ def test_the_layer_is_the_formula(qk_norm, ssmax, clip, impl):
   q_stub = jnp.zeros((2, 12, attn.num_heads, attn.head_dim))
   bias = np.asarray(layer.logits_bias(q_stub, q_stub, pos, pos, mask, layer.prepare(x, pos, None)),
                     np.float64)
-  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax, clip=clip)
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax, clip=clip,
+                                 softmax_scale=scale)
   np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
+  if scale:
+    unscaled = kinds.attention_formula(attn, x, mask, bias, qk_norm=qk_norm, ssmax=ssmax)
+    assert np.abs(unscaled - want).max() > 1e-2 * np.abs(want).max()
   if clip:
     qkv = np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64)
     assert 0.3 < (np.abs(qkv) > clip).mean() < 0.8
@@ -181,18 +189,21 @@ _FITTING_KIND = {'dape': 'alibi', 'nope_temperature': 'none', 'differential': 'r
 # The attention kinds each option runs with, written out from what each option computes (not
 # read from the declarations): a softmax's logits for SSMax, differential attention and DAPE;
 # per-head weighted values for the gate; logits for the NoPE temperature; QK-norm, the
-# queries' scale and the clamp of the projections anywhere; a softmax's logits for the soft-cap.
+# queries' scales (logit_scale, softmax_scale) and the clamp of the projections anywhere; a
+# softmax's logits for the soft-cap.
 RUNS_WITH = {'qk_norm': {'softmax', 'favor', 'stick_breaking'}, 'ssmax': {'softmax'},
              'output_gate': {'softmax', 'stick_breaking'}, 'differential': {'softmax'},
              'dape': {'softmax'}, 'nope_temperature': {'softmax', 'stick_breaking'},
              'softcap': {'softmax'}, 'logit_scale': {'softmax', 'favor', 'stick_breaking'},
-             'qkv_clip': {'softmax', 'favor', 'stick_breaking'}}
+             'qkv_clip': {'softmax', 'favor', 'stick_breaking'},
+             'softmax_scale': {'softmax', 'favor', 'stick_breaking'}}
 EINSUM_ONLY = {'differential', 'dape', 'softcap'}
 
 
 @pytest.mark.parametrize('kind', ['softmax', 'favor', 'stick_breaking'])
 @pytest.mark.parametrize('field', ['qk_norm', 'ssmax', 'output_gate', 'differential', 'dape',
-                                   'nope_temperature', 'softcap', 'logit_scale', 'qkv_clip'])
+                                   'nope_temperature', 'softcap', 'logit_scale', 'qkv_clip',
+                                   'softmax_scale'])
 def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
   """The declarations say what each option computes (RUNS_WITH, written out apart from them),
   and the check follows the declarations: an option with an attention kind is refused, naming

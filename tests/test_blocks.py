@@ -123,6 +123,38 @@ def test_parallel_residual_adds_both_branches_of_the_blocks_input(residual):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
+@pytest.mark.parametrize('residual,norm', [('sequential', 'pre'), ('sequential', 'sandwich'),
+                                           ('sequential', 'post'), ('parallel', 'pre'),
+                                           ('parallel_shared', 'pre')])
+def test_the_residual_multiplier_scales_each_branchs_output_before_its_sum(residual, norm):
+  """model.residual_multiplier (Granite's): x + m f(x) for each branch f, as the block's own
+  sublayers compute it by hand; for a post-norm block, norm(x + m f(x))."""
+  m = 0.3
+  cfg = _model_cfg(residual=residual, norm=norm, num_layers=1, residual_multiplier=m)
+  model = models.create(cfg, seed=0)
+  block = model.blocks[0]
+  x = jax.random.normal(jax.random.key(0), (2, 10, 32))
+  mask = jnp.tril(jnp.ones((10, 10), bool))[None, None]
+  got, _ = block(x, mask, POS, model.position())
+  attn = lambda h: block.attn(h, mask, POS, block.position, model.position())[0]
+  if residual != 'sequential':
+    h = block.ln_attn(x)
+    want = x + m * attn(h) + m * block.mlp(h if residual == 'parallel_shared' else
+                                           block.ln_mlp(x))
+  elif norm == 'post':
+    h = block.ln_attn(x + m * attn(x))
+    want = block.ln_mlp(h + m * block.mlp(h))
+  else:
+    out = (lambda name, y: getattr(block, f'ln_{name}_out')(y)) if norm == 'sandwich' else (
+        lambda name, y: y)
+    h = x + m * out('attn', attn(block.ln_attn(x)))
+    want = h + m * out('mlp', block.mlp(block.ln_mlp(h)))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+  unscaled, _ = models.create(_model_cfg(residual=residual, norm=norm, num_layers=1),
+                              seed=0).blocks[0](x, mask, POS, model.position())
+  assert np.abs(np.asarray(unscaled) - np.asarray(got)).max() > 1e-2
+
+
 @pytest.mark.parametrize('output_bias,multiplier', [(False, 1.0), (True, 1.0), (True, 0.25)])
 def test_untied_output_layer_has_its_own_matrix_and_the_chunked_loss_reads_it(output_bias,
                                                                              multiplier):

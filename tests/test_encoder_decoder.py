@@ -114,6 +114,32 @@ def test_output_norms_and_the_embedding_multiplier_reach_both_stacks(norm):
   _assert_cached_decoding_equals(model, src, tgt, full)
 
 
+def test_the_residual_multiplier_scales_every_branch_of_both_stacks():
+  """model.residual_multiplier in the translation model: the decoder block is
+  x + m attn(norm x), then + m cross(norm ., memory), then + m mlp(norm .), as its own
+  sublayers compute it by hand; the encoder's states change with it; cached decoding still
+  equals teacher forcing."""
+  m = 0.5
+  model = model_for('rope', residual_multiplier=m)
+  src, tgt = _pair()
+  seg, pos = jnp.ones_like(src), jnp.broadcast_to(jnp.arange(6), (2, 6))
+  memory = model.encode_source(src, pos, seg)
+  block, shared = model.decoder_blocks[0], model.decoder_position()
+  x = model.embed_tokens(jnp.asarray(tgt))
+  tgt_seg, tgt_pos = jnp.ones_like(x[..., 0], jnp.int32), jnp.broadcast_to(jnp.arange(5), (2, 5))
+  mask = attention.make_mask(tgt_seg, tgt_seg, causal=True)
+  cross_mask = attention.make_mask(tgt_seg, seg, causal=False)
+  got, _ = block(x, mask, tgt_pos, shared, memory=memory, memory_mask=cross_mask)
+  h = x + m * block.attn(block.ln_attn(x), mask, tgt_pos, block.position, shared)[0]
+  h = h + m * block.cross(block.ln_cross(h), memory, cross_mask)
+  want = h + m * block.mlp(block.ln_mlp(h))
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+  model.encoder_blocks[0].multiplier = 1.0
+  assert np.abs(model.encode_source(src, pos, seg) - memory).max() > 1e-3
+  model.encoder_blocks[0].multiplier = m
+  _assert_cached_decoding_equals(model, src, tgt, run(model, src, tgt))
+
+
 def test_a_norm_of_the_embeddings_reaches_both_stacks():
   """model.embedding_norm (BLOOM's) normalises the shared embeddings at the input of both
   stacks: its scale changes the encoder's states, and the decoder's logits from a fixed memory,

@@ -361,17 +361,18 @@ def test_a_runs_block_option_that_is_not_a_number_is_one_error_naming_it(tmp_pat
 
 def test_the_scheme_costs_script_times_every_attention_kind_and_option_it_does_not_exclude():
   """A new attention kind or option is timed by scripts/scheme_costs.sh, or named there as left
-  out (FAVOR+, NoPE's temperature, Gemma's query scale and the clamp of q, k and v, with the
-  reason in its header)."""
+  out (FAVOR+, NoPE's temperature, Gemma's and Granite's query scales and the clamp of q, k and
+  v, with the reason in its header)."""
   from roformer import attention_options  # pylint: disable=import-outside-toplevel
   text = (ROOT / 'scripts' / 'scheme_costs.sh').read_text(encoding='utf-8')
-  # The baseline, and the four its header names.
-  left_out = {'softmax', 'favor', 'nope_temperature', 'logit_scale', 'qkv_clip'}
+  # The baseline, and the five its header names.
+  left_out = {'softmax', 'favor', 'nope_temperature', 'logit_scale', 'softmax_scale', 'qkv_clip'}
   registered = set(attention_options.KINDS) | set(attention_options.OPTIONS)
   missing = [n for n in sorted(registered - left_out) if not re.search(rf'\b{n}\b', text)]
   assert not missing, missing
   assert all(name in text for name in (
-      'FAVOR+', "NoPE's temperature", "Gemma's query scale", "MPT's clamp (qkv_clip"))
+      'FAVOR+', "NoPE's temperature", "Gemma's query scale", "Granite's (softmax_scale",
+      "MPT's clamp (qkv_clip"))
 
 
 def _translation(run: pathlib.Path, hypotheses: list[str], references: list[str]) -> None:
