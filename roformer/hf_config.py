@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Eighteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Nineteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -25,7 +25,11 @@ output layer, `model.output_bias`), CohereForCausalLM (Command R, Aya: LayerNorm
 bias shared by parallel branches, `model.residual='parallel_shared'`, a gated MLP, RoPE on
 interleaved pairs, and the logits times `logit_scale`, `model.logits_multiplier`),
 Cohere2ForCausalLM (Command R7B: Cohere's block with windowed RoPE layers and global layers
-without positions, `model.layer_kinds` and `model.layer_windows`), GPT2LMHeadModel
+without positions, `model.layer_kinds` and `model.layer_windows`), GraniteForCausalLM (Granite 3:
+Llama's block with muP's constants, the embeddings times `model.embedding_multiplier`, each
+branch's output times `model.residual_multiplier`, q.k times its own factor in place of
+1/sqrt(head_dim), `attention.softmax_scale`, and the logits divided by `logits_scaling`,
+`model.logits_multiplier`), GPT2LMHeadModel
 (the classic block with learned absolute positions, a table over `n_positions` rows) and
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -72,6 +76,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
+                 'GraniteForCausalLM': 'granite',
                  'GPT2LMHeadModel': 'gpt2',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -79,7 +84,7 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo', 'olmo2', 'olmo3')
+                'olmo', 'olmo2', 'olmo3', 'granite')
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -422,6 +427,19 @@ def _sliding_window(hf: dict, kinds, where: str) -> int:
   return int(window or 0)
 
 
+def _granite_multipliers(config, hf: dict, where: str) -> None:
+  """Granite's four constants (its muP parametrization; GraniteConfig's 1 where absent): the
+  embeddings times embedding_multiplier, each branch's output times residual_multiplier, q.k
+  times attention_multiplier (in place of 1/sqrt(head_dim)), the logits divided by
+  logits_scaling."""
+  value = lambda name: _positive(_read(hf, name, 1.0), name, where)
+  config.model.update(embedding_multiplier=value('embedding_multiplier'),
+                      residual_multiplier=value('residual_multiplier'),
+                      logits_multiplier=1.0 / value('logits_scaling'))
+  config.model.attention.update(softmax_scale=True,
+                                softmax_scale_value=value('attention_multiplier'))
+
+
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
@@ -537,6 +555,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
     config.model.attention.update(qkv_clip=True,
                                   qkv_clip_value=_positive(hf['clip_qkv'], 'clip_qkv', where))
+  if fam == 'granite':
+    _granite_multipliers(config, hf, where)
   if fam in OLMO:  # Norms on the branches' outputs alone; q_norm and k_norm over all heads.
     config.model.update(norm='output')
     config.model.attention.update(qk_norm_over='heads')

@@ -2,21 +2,21 @@
 `config.json`: the export's half of roformer/hf_config.py, which reads the Hub's configs.
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
-the checks of `_refusal`, with the families' own (Gemma 2's and 3's sandwich block, SmolLM3's
-layers without positions, Phi-3's partial rotary, OLMo 1's norms without parameters, OLMo 2's
-and 3's output norms) in the `_*_refusal_of` functions, and those of the classic block's classes
-(GPT-NeoX, Phi, GPT-2, BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in
+the checks of `_refusal`, with the Llama-family classes' own (Gemma 2's and 3's sandwich block,
+SmolLM3's layers without positions, Phi-3's partial rotary, Cohere's shared unbiased norm, OLMo
+1's norms without parameters, OLMo 2's and 3's output norms, Granite's multipliers) in
+roformer/hf_llama_export.py, and those of the classic block's classes (GPT-NeoX, Phi, GPT-2,
+BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in
 transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's,
 BLOOM's and MPT's in their classes' own names.
 """
-
-import numpy as np
 
 from roformer import attention_options
 from roformer import errors
 from roformer import hf_classic
 from roformer import hf_config
 from roformer import hf_fields
+from roformer import hf_llama_export
 from roformer import model_types
 from roformer import positions
 
@@ -27,6 +27,7 @@ def _refusal(config) -> str | None:
   att, rope = m.attention, m.position.rope
   options = attention_options.enabled(att)
   alibi = positions.alibi_everywhere(m)
+  granite = hf_llama_export.granite_block(m)
   checks = (
       (not model_types.of(m).decoder_only,
        f"it is a {m.type} model; transformers' causal-LM classes take decoder-only models. "
@@ -49,9 +50,12 @@ def _refusal(config) -> str | None:
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
-      (m.embedding_multiplier != 1 and m.norm != 'sandwich',
+      (m.embedding_multiplier != 1 and m.norm != 'sandwich' and not granite,
        f"an embedding multiplier ({m.embedding_multiplier:g}) outside Gemma 2's and 3's block "
-       "(norm='sandwich')"),
+       "(norm='sandwich') and Granite's (Llama's block)"),
+      (m.residual_multiplier != 1 and not granite,
+       f'a multiplier of the residual branches (residual_multiplier={m.residual_multiplier:g}) '
+       "outside Granite's block (RMSNorm before each branch, a gated MLP)"),
       (m.logits_softcap > 0 and m.norm != 'sandwich',
        f"a soft-cap of the output logits (logits_softcap={m.logits_softcap:g}) outside Gemma 2's "
        "and 3's block (norm='sandwich')"),
@@ -78,9 +82,9 @@ def _refusal(config) -> str | None:
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
        'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one, Cohere '
        'with a gated one, OLMo 1 layer_norm_nonparametric with a gated one)'),
-      (m.logits_multiplier != 1 and not _cohere_block(m),
+      (m.logits_multiplier != 1 and not hf_llama_export.cohere_block(m) and not granite,
        f'a multiplier of the output logits (logits_multiplier={m.logits_multiplier:g}) outside '
-       "Cohere's block (layer_norm_unbiased with a gated MLP)"),
+       "Cohere's block (layer_norm_unbiased with a gated MLP) and Granite's (Llama's block)"),
   )
   reason = hf_fields.first_failed(checks)
   if reason:
@@ -102,9 +106,11 @@ def _refusal(config) -> str | None:
             "Gemma 3's and OLMo 3's blocks (norm='sandwich', 'output'): the other classes scale "
             'every layer')
   if m.normalization == 'layer_norm_nonparametric':
-    return _olmo1_refusal_of(m, options)
-  if _cohere_block(m):
-    return _cohere_refusal_of(m, options)
+    return hf_llama_export.olmo1_refusal(m, options)
+  if hf_llama_export.cohere_block(m):
+    return hf_llama_export.cohere_refusal(m, options)
+  if granite:
+    return hf_llama_export.granite_refusal(m, options)
   if m.normalization == 'rms_norm':
     windows = {w for w in m.layer_windows if w}
     if m.residual != 'sequential':
@@ -114,12 +120,13 @@ def _refusal(config) -> str | None:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
     if rope.fraction < 1:
-      return _phi3_refusal_of(config, options, windows)
+      return hf_llama_export.phi3_refusal(config, options, windows)
     if not all(positions.rope_layers(m)):
-      return _smollm3_refusal_of(config, options)
+      return hf_llama_export.smollm3_refusal(config, options)
     # The options on go to the one class that computes them: Gemma 3's for a sandwich block
     # with QK-norm, Gemma 2's for one without, OLMo's for output norms, else Qwen3's.
-    family = {'sandwich': _sandwich_family(m), 'output': 'olmo2'}.get(m.norm, 'qwen3')
+    family = {'sandwich': hf_llama_export.sandwich_family(m), 'output': 'olmo2'}.get(m.norm,
+                                                                                     'qwen3')
     missing = [o.field for o in options if family not in o.transformers_families]
     if missing:
       return (f"attention.{', attention.'.join(missing)} in a "
@@ -129,9 +136,9 @@ def _refusal(config) -> str | None:
       if reason:
         return reason
     if m.norm == 'sandwich':
-      return _gemma_refusal_of(config, family)
+      return hf_llama_export.gemma_refusal(config, family)
     if m.norm == 'output':
-      return _olmo_refusal_of(config, options)
+      return hf_llama_export.olmo_refusal(config, options)
     if options and m.biases not in ('none', 'attention'):
       return (f"{', '.join('attention.' + o.field for o in options)} with biases={m.biases!r} "
               '(Qwen3, the class with QK-norm, has biases on all four attention layers or none). '
@@ -149,9 +156,6 @@ def _refusal(config) -> str | None:
   return hf_classic.classic_refusal(m, options, name)
 
 
-_AGAIN = hf_classic.AGAIN
-
-
 def _learned(m) -> bool:
   """Whether every layer's positions come from one learned table (GPT-2's)."""
   return positions.learned_rows(m) is not None
@@ -160,215 +164,6 @@ def _learned(m) -> bool:
 def _layer_types(windows) -> list[str]:
   """transformers' `layer_types` of each layer's window (0: none)."""
   return ['sliding_attention' if w else 'full_attention' for w in windows]
-
-
-def _phi3_refusal_of(config, options, windows) -> str | None:
-  """Why Phi3ForCausalLM, the Llama-family class with partial rotary, does not compute a
-  Llama-family block that rotates part of each head, or None: it has no attention option, no
-  biases, pre-norms, RoPE in every layer and one window (or none) on all of them."""
-  m = config.model
-  what = f'partial rotary (rope.fraction={m.position.rope.fraction}) with'
-  kind = m.position.rope.scaling.kind
-  checks = (
-      (m.norm != 'pre', f"{what} norm={m.norm!r} (Phi-3, the Llama-family class with partial "
-                        "rotary, normalises each branch's input)"),
-      (bool(options), f"{what} attention.{', attention.'.join(o.field for o in options)} "
-                      '(Phi-3 has no attention option)'),
-      (kind not in ('none', 'ntk', 'longrope'),
-       f"{what} the RoPE scaling {kind!r} (Phi-3's config takes longrope alone). Fix: export a "
-       'model trained without it, and apply the scaling with eval.py'),
-      (m.biases != 'none', f"{what} biases={m.biases!r} (Phi-3 has none). Fix: train with "
-                           '--config.model.biases=none'),
-      (not all(positions.rope_layers(m)), f'{what} layers without positions (Phi-3 rotates in '
-                                          'every layer)'),
-      (bool(windows) and not all(positions.layer_windows(m)),
-       f'{what} sliding windows on some layers only (Phi-3 windows every layer or none). Fix: '
-       'train with one window on every layer'),
-      (kind == 'longrope' and m.head_dim not in (0, m.d_model // m.num_heads),
-       f'{what} LongRoPE and heads of width head_dim={m.head_dim}: Phi3Config sizes the factor '
-       f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
-       'load it'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-def _smollm3_refusal_of(config, options) -> str | None:
-  """Why SmolLM3ForCausalLM, the class with layers that have no positions (NoPE), does not
-  compute a Llama-family block with them, or None: it has no attention option, no sandwich
-  norms, biases on all four attention layers or none (and on the MLP or not), and windows only
-  on its NoPE layers."""
-  m = config.model
-  rotates = positions.rope_layers(m)
-  windows = positions.layer_windows(m)
-  checks = (
-      (bool(options), f"attention.{', attention.'.join(o.field for o in options)} with layers "
-                      'without positions (SmolLM3, the class with NoPE layers, has none). Fix: '
-                      'train them without attention options'),
-      (m.norm != 'pre', f'norm={m.norm!r} with layers without positions (SmolLM3 normalises '
-                        "each branch's input alone). Fix: train them with "
-                        '--config.model.norm=pre'),
-      (m.biases == 'qkv', "biases='qkv' with layers without positions (SmolLM3 has biases on "
-                          'all four attention layers or none). Fix: train them with '
-                          '--config.model.biases=attention or none'),
-      (any(w and r for w, r in zip(windows, rotates)),
-       'sliding windows on RoPE layers with layers without positions (SmolLM3 windows only '
-       'its NoPE layers). Fix: train with windows (layer_windows) on the NoPE layers only'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-def _cohere_block(m) -> bool:
-  """Whether the block is Cohere's (LayerNorms without a bias, a gated MLP)."""
-  return (m.normalization, m.mlp) == ('layer_norm_unbiased', 'gated')
-
-
-def _cohere_refusal_of(m, options) -> str | None:
-  """Why CohereForCausalLM and Cohere2ForCausalLM do not compute a block of theirs, or None:
-  one norm before parallel branches, RoPE on whole heads, no attention option, biases on the
-  four attention layers or none; Cohere RoPE in every layer and no windows, Cohere 2 (any layer
-  windowed or without positions: `export_family`) a window of one size on exactly its RoPE
-  layers and heads that split d_model."""
-  block = "in a Cohere block (LayerNorms without a bias, a gated MLP)"
-  rotates = positions.rope_layers(m)
-  windows = positions.layer_windows(m)
-  cohere2 = any(windows) or not all(rotates)
-  checks = (
-      (m.residual != 'parallel_shared', f'residual={m.residual!r} {block}, which shares one norm '
-                                        f"between parallel branches. Fix: train with "
-                                        f"--config.model.residual=parallel_shared ({_AGAIN})"),
-      (m.norm != 'pre', f"norm={m.norm!r} {block}"),
-      (m.position.rope.fraction < 1, f'partial rotary (rope.fraction={m.position.rope.fraction}) '
-                                     f'{block}, which rotates whole heads'),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
-      (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
-       '--config.model.biases=attention or none'),
-      (cohere2 and any(bool(w) != r for w, r in zip(windows, rotates)),
-       f'windows on other layers than the RoPE ones {block}: Cohere 2, its class with windows or '
-       'layers without positions, windows exactly its RoPE layers and leaves the others without '
-       'positions'),
-      (len({w for w in windows if w}) > 1,
-       f'sliding windows of several sizes {sorted({w for w in windows if w})}'),
-      (cohere2 and positions.head_dim(m) * m.num_heads != m.d_model,
-       f'heads of width head_dim={m.head_dim} in a Cohere 2 block, which splits d_model '
-       f'{m.d_model} into its {m.num_heads} heads'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-def _olmo1_refusal_of(m, options) -> str | None:
-  """Why OlmoForCausalLM, the class whose norms have no parameters, does not compute a model
-  with them, or None: Llama's block (norms before the branches, added one after the other, a
-  gated MLP, RoPE on whole heads in every layer) without windows, q, k and v clamped or not,
-  biases on the four attention layers or none, and the norms' epsilon 1e-5."""
-  block = 'in an OLMo 1 block (norms without parameters)'
-  others = [o.field for o in options if 'olmo' not in o.transformers_families]
-  checks = (
-      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
-      (m.residual != 'sequential', f'residual={m.residual!r} {block}, which adds the branches '
-                                   'one after the other'),
-      (m.position.rope.fraction < 1, f'partial rotary (rope.fraction='
-                                     f'{m.position.rope.fraction}) {block}, which rotates whole '
-                                     'heads'),
-      (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
-      (any(m.layer_windows), f'sliding windows {block}'),
-      (bool(others), f"attention.{', attention.'.join(others)} {block}, whose class clamps q, k "
-                     'and v (attention.qkv_clip) and computes no other option'),
-      (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
-       '--config.model.biases=attention or none'),
-      (m.layer_norm_eps != 1e-5,
-       f'layer_norm_eps={m.layer_norm_eps:g} {block}, whose norms take 1e-5. Fix: train with '
-       f'--config.model.layer_norm_eps=1e-5 ({_AGAIN})'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-def _olmo_refusal_of(config, options) -> str | None:
-  """Why Olmo2ForCausalLM and Olmo3ForCausalLM do not compute a block with output norms, or
-  None: they have QK-norm over all heads with the blocks' epsilon (the option's own check), no
-  other option, biases on all four attention layers or none, one RoPE base, and OLMo 3 windows
-  on some layers with a scaling of its global layers alone."""
-  m = config.model
-  sc = m.position.rope.scaling
-  checks = (
-      (not options, "output norms without QK-norm (OLMo 2 and 3 have it over all heads). Fix: "
-                    'train with --config.model.attention.qk_norm=True '
-                    '--config.model.attention.qk_norm_over=heads'),
-      (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} with output norms (OLMo has all four attention ones or none). "
-       'Fix: train with --config.model.biases=attention or none'),
-      (any(m.layer_windows) and sc.kind != 'none' and sc.layers != 'global',
-       f"a RoPE scaling ({sc.kind!r}) of every layer with sliding windows and output norms: "
-       "transformers' OLMo 3 scales its global layers alone. Fix: "
-       '--config.model.position.rope.scaling.layers=global'),
-      (any(m.layer_windows) and sc.kind not in TYPED_SCALINGS,
-       f"the RoPE scaling {sc.kind!r} with sliding windows and output norms (OLMo 3's export "
-       f"takes {', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and "
-       'apply it with eval.py'),
-  )
-  return hf_fields.first_failed(checks)
-
-
-# The scalings a Gemma 2, Gemma 3 or OLMo 3 export writes (Gemma 3's and OLMo 3's on their global
-# layers, as transformers applies them; each read back by transformers in tests/test_hf_export.py
-# or by hand).
-TYPED_SCALINGS = ('none', 'linear', 'yarn', 'llama3')
-
-
-def _sandwich_family(m) -> str:
-  """The Gemma class of a sandwich block: Gemma 2's where it computes every attention option on
-  (it has no QK-norm), else Gemma 3's."""
-  options = attention_options.enabled(m.attention)
-  return 'gemma2' if all('gemma2' in o.transformers_families for o in options) else 'gemma3'
-
-
-def _gemma_refusal_of(config, family: str) -> str | None:
-  """Why Gemma2ForCausalLM or Gemma3ForCausalLM (`family`) does not compute a sandwich block, or
-  None: they have the embeddings times sqrt(hidden_size), no biases or all four attention ones
-  and a scaling in TYPED_SCALINGS (or none); Gemma 3 scales its global layers alone, and has
-  one RoPE base for its windowed layers and one for its global ones; Gemma 2 scales every layer
-  and has one base."""
-  m = config.model
-  sc = m.position.rope.scaling
-  name = hf_config.MODEL_TYPES[family].removesuffix('ForCausalLM').replace('Gemma', 'Gemma ')
-  windows = positions.layer_windows(m)
-  bases = positions.layer_rope_bases(m)
-  by_kind = {bool(w): set() for w in windows}
-  for w, b in zip(windows, bases):
-    by_kind[bool(w)].add(b)
-  multiplier = float(np.float32(m.embedding_multiplier))
-  gemma3 = family == 'gemma3'
-  checks = (
-      (multiplier != float(np.float32(m.d_model ** 0.5)),
-       f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: {name} '
-       f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}. Fix: train it with '
-       f'--config.model.embedding_multiplier={m.d_model ** 0.5!r}'),
-      (m.biases not in ('none', 'attention'),
-       f"biases={m.biases!r} in a sandwich block ({name} has all four attention ones or "
-       'none). Fix: train it with --config.model.biases=attention or none'),
-      (gemma3 and sc.kind != 'none' and any(windows) and sc.layers != 'global',
-       f'a RoPE scaling ({sc.kind!r}) of every layer in a sandwich block with QK-norm: '
-       "transformers' Gemma 3 scales its global layers alone. Fix: "
-       '--config.model.position.rope.scaling.layers=global, or export a model trained without '
-       'a scaling and apply one with eval.py'),
-      (not gemma3 and sc.kind != 'none' and any(windows) and sc.layers == 'global',
-       f'a RoPE scaling ({sc.kind!r}) of the global layers alone in a sandwich block without '
-       "QK-norm: transformers' Gemma 2 scales every layer. Fix: export a model trained without "
-       'a scaling and apply one with eval.py'),
-      (sc.kind not in TYPED_SCALINGS,
-       f"the RoPE scaling {sc.kind!r} in a sandwich block ({name}'s export takes "
-       f"{', '.join(TYPED_SCALINGS[1:])}). Fix: export a model trained without it, and apply "
-       'it with eval.py'),
-      (gemma3 and any(len(b) > 1 for b in by_kind.values()),
-       'RoPE bases that differ among the windowed layers or among the global ones (Gemma 3 '
-       'has rope_local_base_freq and rope_theta). Fix: train with one base for the windowed '
-       'layers and one for the global ones (layer_rope_bases)'),
-      (not gemma3 and len(set(bases)) > 1,
-       'per-layer RoPE bases (layer_rope_bases) in a sandwich block without QK-norm (Gemma 2 '
-       'has one rope_theta; Gemma 3, with QK-norm, one per layer kind)'),
-  )
-  return hf_fields.first_failed(checks)
 
 
 def export_family(config) -> str:
@@ -388,11 +183,13 @@ def export_family(config) -> str:
     return 'phi' if m.residual == 'parallel_shared' else 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
-  if _cohere_block(m):
+  if hf_llama_export.cohere_block(m):
     # Cohere 2 where any layer is windowed (every one too: its layer_types may hold no global).
     return 'cohere' if all(positions.rope_layers(m)) and not any(m.layer_windows) else 'cohere2'
+  if hf_llama_export.granite_block(m):
+    return 'granite'
   if m.norm == 'sandwich':
-    return _sandwich_family(m)
+    return hf_llama_export.sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
     return 'olmo3' if any(m.layer_windows) else 'olmo2'
   if m.position.rope.fraction < 1:  # The Llama-family class with partial rotary.
@@ -545,8 +342,12 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                       if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
       if pattern:
         out['sliding_window_pattern'] = pattern
-  elif fam in ('llama', 'smollm3'):
+  elif fam in ('llama', 'smollm3', 'granite'):
     out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
+    if fam == 'granite':  # q.k's factor is 1/sqrt(head_dim) unless attention.softmax_scale's.
+      out.update(embedding_multiplier=m.embedding_multiplier,
+                 residual_multiplier=m.residual_multiplier,
+                 logits_scaling=1.0 / m.logits_multiplier, attention_multiplier=head_dim ** -0.5)
     if fam == 'smollm3':  # 1: the layer rotates; windows on its NoPE layers only.
       out.update(no_rope_layers=[int(r) for r in positions.rope_layers(m)],
                  use_sliding_window=any(windows), sliding_window=max(windows) or None,

@@ -8,8 +8,8 @@ or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_co
 LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 Gemma2ForCausalLM, Gemma3ForCausalLM (or Gemma3ForConditionalGeneration's language model),
 OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, GPTNeoXForCausalLM,
-PhiForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, GPT2LMHeadModel, BloomForCausalLM or
-MptForCausalLM (docs/hf_checkpoints.md), and writes a new workdir that eval.py,
+PhiForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, GraniteForCausalLM, GPT2LMHeadModel,
+BloomForCausalLM or MptForCausalLM (docs/hf_checkpoints.md), and writes a new workdir that eval.py,
 scripts/generate.py and train.py (--config configs/continued.py:WORKDIR) read. --to_hf writes a
 directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits, and
 the run's tokenizer where it has a transformers form (roformer/hf_tokenizers.py).
@@ -44,6 +44,11 @@ def main(argv):
     layout = 'QK-norm, ' if m.attention.qk_norm else ''
     if m.attention.qkv_clip:
       layout += f'q, k and v clamped at {m.attention.qkv_clip_value:g}, '
+    if m.attention.softmax_scale:
+      layout += f'q.k times {m.attention.softmax_scale_value:g}, '
+    for what, value in (('embeddings', m.embedding_multiplier),
+                        ('each branch', m.residual_multiplier)):
+      layout += f'{what} times {value:g}, ' if value != 1 else ''
     rotates = positions.rope_layers(m)
     if rotates and not all(rotates):
       layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '

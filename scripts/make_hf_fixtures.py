@@ -194,6 +194,16 @@ FIXTURES = {
         attention_bias=True, max_position_embeddings=64,
         layer_types=['sliding_attention', 'sliding_attention', 'full_attention'],
         rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
+    # Granite 3 (as transformers 4 wrote it): Llama's block with muP's four constants (the
+    # embeddings times 6, each branch's output times 0.22, q.k times 1/16 where 1/sqrt(8) is the
+    # usual factor, the logits divided by 4), biases on attention and the MLP, tied embeddings,
+    # grouped-query attention, linear scaling.
+    'granite_multipliers_v4': ('GraniteConfig', dict(
+        SMALL, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+        embedding_multiplier=6.0, residual_multiplier=0.22, attention_multiplier=0.0625,
+        logits_scaling=4.0, tie_word_embeddings=True, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
+                               'llama', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

@@ -486,6 +486,33 @@ def test_cohere_reads_a_shared_unbiased_norm_interleaved_pairs_and_a_multiplier(
   assert hf_config.to_config(dict(pattern, sliding_window_pattern=3), 'dir').model == m
 
 
+def test_granite_reads_its_four_multipliers_and_each_binds_in_the_fixture(tmp_path):
+  """GraniteForCausalLM: Llama's block with the embeddings times embedding_multiplier, each
+  branch's output times residual_multiplier, q.k times attention_multiplier in place of
+  1/sqrt(head_dim) and the logits divided by logits_scaling (each 1 where absent, as
+  GraniteConfig; untied where the file does not say). Each one binds in the fixture: set to 1,
+  the import no longer computes transformers' logits."""
+  name = 'granite_multipliers_v4'
+  hf_json = json.loads((FIXTURES / name / 'config.json').read_text())
+  m = hf_config.to_config(hf_json, 'dir').model
+  assert (m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) == (6.0, 0.22, 0.25)
+  assert (m.attention.softmax_scale, m.attention.softmax_scale_value) == (True, 0.0625)
+  assert (m.normalization, m.mlp, m.biases, m.tie_embeddings, m.num_kv_heads) == (
+      'rms_norm', 'gated', 'all', True, 2)
+  multipliers = ('embedding_multiplier', 'residual_multiplier', 'attention_multiplier',
+                 'logits_scaling')
+  bare = hf_config.to_config({k: v for k, v in hf_json.items()
+                              if k not in multipliers + ('tie_word_embeddings',)}, 'dir').model
+  assert (bare.embedding_multiplier, bare.residual_multiplier, bare.logits_multiplier,
+          bare.attention.softmax_scale_value, bare.tie_embeddings) == (1.0, 1.0, 1.0, 1.0, False)
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  for field in multipliers:
+    source = _edited(tmp_path / field, name, lambda c, field=field: c.update({field: 1.0}))
+    hf.import_checkpoint(source, str(tmp_path / field / 'w'))
+    lm = hf.load(str(tmp_path / field / 'w'))
+    assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2, field
+
+
 @pytest.mark.parametrize('name,scheme', [
     ('bloom_alibi', "trained length 2048, position.kind='alibi', a norm of the embeddings\n"),
     ('mpt_alibi', "trained length 64, position.kind='alibi'\n"),
@@ -497,11 +524,14 @@ def test_cohere_reads_a_shared_unbiased_norm_interleaved_pairs_and_a_multiplier(
     ('phi_shared_norm_linear_v4', 'trained length 8, rope base 10000, scaling linear, an output '
                                   'bias\n'),
     ('cohere_interleaved_yarn_v4', 'trained length 16, rope base 10000 on interleaved pairs, '
-                                   'scaling yarn, logits times 0.25\n')])
+                                   'scaling yarn, logits times 0.25\n'),
+    ('granite_multipliers_v4', 'q.k times 0.0625, embeddings times 6, each branch times 0.22, '
+                               'trained length 16, rope base 10000, scaling linear, logits times '
+                               '0.25\n')])
 def test_the_import_says_what_positions_it_read(name, scheme, tmp_path, capsys):
   """convert_hf.py's summary names the scheme read (RoPE's base, its interleaved pairs and its
-  scaling only where layers rotate), a clamp of q, k and v, an output bias and a logits
-  multiplier."""
+  scaling only where layers rotate), a clamp of q, k and v, a set factor of q.k, the
+  multipliers of the embeddings, the branches and the logits, and an output bias."""
   from scripts import convert_hf  # pylint: disable=g-import-not-at-top
   convert_hf.main(['--from_hf', str(FIXTURES / name), '--workdir', str(tmp_path / 'w')])
   out = capsys.readouterr().out

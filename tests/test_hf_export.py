@@ -105,6 +105,14 @@ COHERE2 = dict(COHERE, layer_kinds=('rope', 'none'), layer_windows=(8, 0), biase
                tie_embeddings=True, init='classic', **{'position.rope.layout': 'interleaved'})
 # Cohere 2 without a global layer: a window on every layer, all of them RoPE ones.
 COHERE2_WINDOWED = dict(COHERE, layer_windows=(8,))
+# Granite's: Llama's block with muP's four constants (the embeddings times 4, each branch's
+# output times 0.5, q.k times 1/16, the logits times 0.5), biases on attention and the MLP,
+# grouped-query attention, on interleaved pairs.
+GRANITE = {'embedding_multiplier': 4.0, 'residual_multiplier': 0.5, 'logits_multiplier': 0.5,
+           'attention.softmax_scale': True, 'attention.softmax_scale_value': 0.0625,
+           'biases': 'all', 'num_kv_heads': 2, 'position.rope.layout': 'interleaved'}
+# Granite with the branches' multiplier alone: q.k at 1/sqrt(head_dim), written out.
+GRANITE_RESIDUAL = {'residual_multiplier': 0.5}
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -176,6 +184,7 @@ _SLOW = pytest.mark.slow
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
+                                             ('llama', GRANITE, 'GraniteForCausalLM'),
                                              # The family test below picks its class; the
                                              # Cohere 2 and OLMo 3 cases take their paths out.
                                              pytest.param('llama', COHERE2_WINDOWED,
@@ -190,7 +199,7 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   with one norm shared by parallel branches and an output bias to Phi, with that norm unbiased,
   a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
   positions or not, to Cohere 2), the Llama preset to
-  Llama, with norms without parameters and the clamp to OLMo 1, with
+  Llama, with muP's multipliers to Granite, with norms without parameters and the clamp to OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
@@ -479,6 +488,17 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                                        r"Gemma 2's and 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 2's and 3's "
                                     r'block'),
+    ({'residual_multiplier': 0.5}, r'a multiplier of the residual branches '
+                                   r"\(residual_multiplier=0\.5\) outside Granite's block"),
+    ({'attention.softmax_scale': True}, r'attention\.softmax_scale in a GPT-NeoX block'),
+    (dict(GRANITE, normalization='rms_norm', mlp='gated', layer_windows=(8,)),
+     r'sliding windows in a Granite block'),
+    (dict(GRANITE, normalization='rms_norm', mlp='gated', biases='qkv'),
+     r"biases='qkv' in a Granite block .*Fix: train with --config\.model\.biases=attention"),
+    (dict(GRANITE, normalization='rms_norm', mlp='gated', **{'attention.qk_norm': True}),
+     r'attention\.qk_norm in a Granite block .*computes one attention option'),
+    (dict(GRANITE, normalization='rms_norm', mlp='gated', residual='parallel'),
+     r"residual='parallel' in a Granite block"),
     ({'residual': 'parallel', 'normalization': 'rms_norm', 'mlp': 'gated'},
      r"a parallel residual \(residual='parallel'\) in a Llama-family block \(.*\)\. Fix: "
      r'export a model trained '
@@ -505,10 +525,15 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('llama', COHERE2, 'cohere2'),
                                                ('llama', COHERE2_WINDOWED, 'cohere2'),
                                                ('llama', OLMO2, 'olmo2'), ('llama', OLMO3, 'olmo3'),
-                                               ('rope', PHI, 'phi'), ('llama', OLMO1, 'olmo')])
+                                               ('rope', PHI, 'phi'), ('llama', OLMO1, 'olmo'),
+                                               ('llama', GRANITE_RESIDUAL, 'granite'),
+                                               ('llama', {'logits_multiplier': 2.0}, 'granite'),
+                                               ('llama', {'attention.softmax_scale': True},
+                                                'granite')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
-  OLMo block has one: the class chosen from the config alone."""
+  OLMo block has one, Granite wherever Llama's block has any one of its constants: the class
+  chosen from the config alone."""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if fields is OLMO2:  # As the round trips do: a scaling of every layer.
@@ -605,7 +630,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('llama', {}), ('llama', OLMO1), ('rope', PHI),
                                         ('llama', COHERE), ('llama', COHERE2),
-                                        ('llama', COHERE2_WINDOWED),
+                                        ('llama', COHERE2_WINDOWED), ('llama', GRANITE),
+                                        ('llama', GRANITE_RESIDUAL),
                                         ('llama', QWEN3),
                                         ('llama', QWEN3_WINDOWS), ('llama', GEMMA3),
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
