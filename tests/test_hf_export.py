@@ -199,7 +199,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   with one norm shared by parallel branches and an output bias to Phi, with that norm unbiased,
   a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
   positions or not, to Cohere 2), the Llama preset to
-  Llama, with muP's multipliers to Granite, with norms without parameters and the clamp to OLMo 1, with
+  Llama, with muP's multipliers to Granite, with norms without parameters and the clamp to
+  OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
   without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes

@@ -1,9 +1,9 @@
-"""A set factor of the attention logits (`attention.softmax_scale`): q.k times
-`softmax_scale_value` in place of q.k / sqrt(head_dim). Granite 3 trains with 1/head_dim
-(`attention_multiplier`), as muP scales attention (Yang et al. 2022, "Tensor Programs V"). Like `attention.logit_scale`, it multiplies the rotated queries
-by softmax_scale_value * sqrt(head_dim), which every kernel then scales by 1 / sqrt(head_dim):
-the same product on every implementation, and the scheme's bias left unscaled, as those classes
-leave it.
+"""A set factor of the attention logits (`attention.softmax_scale`): q.k times `softmax_scale_value`
+in place of q.k / sqrt(head_dim). Granite 3 trains with 1/head_dim (`attention_multiplier`), as muP
+scales attention (Yang et al. 2022, "Tensor Programs V"). Like `attention.logit_scale`, it
+multiplies the rotated queries by softmax_scale_value * sqrt(head_dim), which every kernel then
+scales by 1 / sqrt(head_dim): the same product on every implementation, and the scheme's bias left
+unscaled, as those classes leave it.
 """
 
 import jax.numpy as jnp
