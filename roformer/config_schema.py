@@ -391,7 +391,8 @@ def schema() -> dict:
           # 0: one per query head. The key/value cache keeps this many heads.
           'num_kv_heads': Int(0, 1024, default=0),
           # Which of a block's dense layers have a bias: 'all' (the classic block, GPT-NeoX),
-          # 'attention' (q, k, v and output), 'qkv' (Qwen2) or 'none' (Llama, Mistral).
+          # 'attention' (q, k, v and output), 'qkv' (Qwen2), 'mlp' (GPT-J) or 'none' (Llama,
+          # Mistral).
           'biases': Str(choices=lambda: layers.BIASES, default='all'),
           # The residual branches: 'sequential', 'parallel' (GPT-NeoX: x + attn(norm_1 x) +
           # mlp(norm_2 x)) or 'parallel_shared' (Phi-2, GPT-J: x + attn(norm x) + mlp(norm x)).

@@ -1,13 +1,13 @@
 """The Hugging Face families of the classic block (LayerNorm before each branch, a plain MLP,
 full multi-head attention), in and out.
 
-In: those whose positions are not RoPE, GPT-2 (a learned table), BLOOM (ALiBi with a LayerNorm
-of the embeddings) and MPT (ALiBi, LayerNorms without a bias, no biases), each read from its own
-config.json names into this project's config; roformer/hf_config.py dispatches to them, and
-reads the RoPE families.
+In: those whose config.json has names of its own, GPT-2 (a learned table), BLOOM (ALiBi with a
+LayerNorm of the embeddings), MPT (ALiBi, LayerNorms without a bias, no biases) and GPT-J (RoPE on
+interleaved pairs, one LayerNorm before parallel branches), each read into this project's config;
+roformer/hf_config.py dispatches to them, and reads the other RoPE families.
 
-Out: why each class of that block (GPT-NeoX, Phi, GPT-2, BLOOM, MPT) does not compute a model,
-for roformer/hf_export_config.py's `export_family` (the `*_refusal` functions: a reason in
+Out: why each class of that block (GPT-NeoX, Phi, GPT-J, GPT-2, BLOOM, MPT) does not compute a
+model, for roformer/hf_export_config.py's `export_family` (the `*_refusal` functions: a reason in
 words, or None)."""
 
 import types
@@ -90,6 +90,44 @@ def bloom_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigD
       biases='all', normalization='layer_norm', mlp='plain', embedding_norm=True,
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
   config.model.position.kind = positions.ALIBI
+  return config
+
+
+def gptj_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """GPTJForCausalLM's config: one LayerNorm before both parallel branches (`parallel_shared`),
+  a plain MLP of n_inner (4 n_embd where null) with biases, attention without them, lm_head with
+  its own bias (`model.output_bias`), untied by default, and RoPE at base 10,000 on the
+  interleaved pairs of each head's first `rotary_dim` dimensions (64 where absent, as
+  GPTJConfig), under GPTJConfig's names (n_embd, n_layer, n_head, n_positions: the trained
+  length, layer_norm_epsilon) or the generic ones it reads as them. GPT-J's class computes
+  positions from a table of n_positions rows; this project's RoPE continues past it."""
+  named = lambda name, other: _field(hf, name if name in hf or other not in hf else other, where)
+  d, heads = int(named('n_embd', 'hidden_size')), int(named('n_head', 'num_attention_heads'))
+  if heads < 1 or d % heads:
+    raise errors.DamagedFileError(f'{where}: n_embd {d} does not split into {heads} heads. Fix: '
+                                  'use the config.json that came with the weights.')
+  head_dim = d // heads
+  rotary = _read(hf, 'rotary_dim', 64)
+  rotary = d if rotary is None else rotary  # transformers' width where it is null: n_embd.
+  if isinstance(rotary, bool) or not isinstance(rotary, int) or not (
+      0 < rotary <= head_dim and rotary % 2 == 0):
+    raise errors.ConfigError(f'{where}: rotary_dim {rotary} with heads of {head_dim}: '
+                             "transformers' GPT-J rotates an even number of each head's "
+                             'dimensions, at most all of them, and fails on this file. Fix: a '
+                             'checkpoint whose rotary_dim is so (as GPT-J 6B: 64 of 256).')
+  act = _read(hf, 'activation_function', 'gelu_new')
+  if act not in ACTIVATIONS:
+    raise errors.ConfigError(f'{where}: activation_function {act!r} is not one this project '
+                             f'computes. Fix: a checkpoint with one of {sorted(ACTIVATIONS)}.')
+  config = _decoder(
+      hf, directory, where, int(named('n_positions', 'max_position_embeddings')),
+      num_layers=int(named('n_layer', 'num_hidden_layers')), d_model=d, num_heads=heads,
+      d_ff=int(4 * d if hf.get('n_inner') is None else hf['n_inner']),
+      activation=ACTIVATIONS[act], tie_embeddings=bool(_read(hf, 'tie_word_embeddings', False)),
+      biases='mlp', normalization='layer_norm', mlp='plain', residual='parallel_shared',
+      output_bias=True, layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
+  config.model.position.kind = positions.ROPE
+  config.model.position.rope.update(base=10000.0, layout='interleaved', fraction=rotary / head_dim)
   return config
 
 
@@ -242,6 +280,32 @@ def phi_refusal(m, options) -> str | None:
       (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
       (m.norm != 'pre', f"norm={m.norm!r} {block}"),
       (any(m.layer_windows), f'sliding windows {block}'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def gptj_refusal(m, options) -> str | None:
+  """Why GPTJForCausalLM, the class with one LayerNorm before parallel branches and biases on the
+  MLP alone, does not compute a model with them, or None: a plain MLP, norms before the branches,
+  no attention option, no window, full multi-head attention with heads that split d_model, and
+  RoPE at base 10,000 without a scaling (its frequencies are fixed)."""
+  block = 'in a GPT-J block (one LayerNorm before parallel branches, biases on the MLP alone)'
+  rope = m.position.rope
+  checks = (
+      ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
+       f'{m.normalization} with a {m.mlp} MLP {block}, which has LayerNorm and a plain MLP'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (m.norm != 'pre', f"norm={m.norm!r} {block}"),
+      (any(m.layer_windows), f'sliding windows {block}'),
+      (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
+      (positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
+       f'its {m.num_heads} heads'),
+      (rope.base != 10000, f'rope.base={rope.base:g} {block}, whose frequencies are at base '
+                           f'10000 ({AGAIN})'),
+      (rope.scaling.kind != 'none', f'the RoPE scaling {rope.scaling.kind!r} {block}, whose '
+                                    'config takes none. Fix: export a model trained without it, '
+                                    'and apply the scaling with eval.py'),
   )
   return hf_fields.first_failed(checks)
 

@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Nineteen architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -30,7 +30,10 @@ Llama's block with muP's constants, the embeddings times `model.embedding_multip
 branch's output times `model.residual_multiplier`, q.k times its own factor in place of
 1/sqrt(head_dim), `attention.softmax_scale`, and the logits divided by `logits_scaling`,
 `model.logits_multiplier`), GPT2LMHeadModel
-(the classic block with learned absolute positions, a table over `n_positions` rows) and
+(the classic block with learned absolute positions, a table over `n_positions` rows),
+GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches, `parallel_shared`, biases on the
+MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on the interleaved pairs of the
+first `rotary_dim` dimensions of each head) and
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
 `model.normalization='layer_norm_unbiased'`, no biases, the exact GELU). A
@@ -77,7 +80,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
                  'GraniteForCausalLM': 'granite',
-                 'GPT2LMHeadModel': 'gpt2',
+                 'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
@@ -468,6 +471,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     return hf_classic.bloom_config(hf, directory, where)
   if fam == 'mpt':
     return hf_classic.mpt_config(hf, directory, where)
+  if fam == 'gptj':
+    return hf_classic.gptj_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and

@@ -5,10 +5,10 @@
 the checks of `_refusal`, with the Llama-family classes' own (Gemma 2's and 3's sandwich block,
 SmolLM3's layers without positions, Phi-3's partial rotary, Cohere's shared unbiased norm, OLMo
 1's norms without parameters, OLMo 2's and 3's output norms, Granite's multipliers) in
-roformer/hf_llama_export.py, and those of the classic block's classes (GPT-NeoX, Phi, GPT-2,
-BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in
-transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's,
-BLOOM's and MPT's in their classes' own names.
+roformer/hf_llama_export.py, and those of the classic block's classes (GPT-NeoX, Phi, GPT-J,
+GPT-2, BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in transformers 4's
+form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's, BLOOM's, MPT's and
+GPT-J's in their classes' own names.
 """
 
 from roformer import attention_options
@@ -45,8 +45,8 @@ def _refusal(config) -> str | None:
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
       (m.get('output_bias') and m.residual != 'parallel_shared',
-       "a bias of the output layer (model.output_bias) outside Phi's block (one norm shared by "
-       "parallel branches, residual='parallel_shared')"),
+       "a bias of the output layer (model.output_bias) outside Phi's and GPT-J's blocks (one "
+       "norm shared by parallel branches, residual='parallel_shared')"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),
@@ -148,11 +148,14 @@ def _refusal(config) -> str | None:
               "Qwen3 the four attention layers'). Fix: train with --config.model.biases=none "
               'or qkv')
     return None
-  name = 'Phi' if m.residual == 'parallel_shared' else 'GPT-NeoX'
+  name = 'GPT-NeoX' if m.residual != 'parallel_shared' else 'GPT-J' if m.biases == 'mlp' else (
+      'Phi')
   if not all(positions.rope_layers(m)):
     return f'layers without positions (layer_kinds) in a {name} block'
   if name == 'Phi':
     return hf_classic.phi_refusal(m, options)
+  if name == 'GPT-J':
+    return hf_classic.gptj_refusal(m, options)
   return hf_classic.classic_refusal(m, options, name)
 
 
@@ -179,8 +182,10 @@ def export_family(config) -> str:
     return 'gpt2'
   if positions.alibi_everywhere(m):
     return 'bloom' if m.embedding_norm else 'mpt'
-  if m.normalization == 'layer_norm':
-    return 'phi' if m.residual == 'parallel_shared' else 'gpt_neox'
+  if m.normalization == 'layer_norm':  # GPT-J's MLP alone has biases.
+    if m.residual == 'parallel_shared':
+      return 'gptj' if m.biases == 'mlp' else 'phi'
+    return 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
   if hf_llama_export.cohere_block(m):
@@ -274,6 +279,21 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
         'resid_pdrop': 0.0, 'emb_pdrop': 0.0, 'learned_pos_emb': False, 'use_cache': True,
         'attn_config': attn,
         'torch_dtype': 'float32'}
+  if fam == 'gptj':  # GPTJConfig's own names; n_positions the trained length, or the source's.
+    # transformers' GPT-J reads positions from a table of n_positions rows.
+    longest = max(config.data.seq_len, int((source or {}).get('n_positions') or 0))
+    return {
+        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
+        'vocab_size': m.vocab_size, 'n_embd': m.d_model, 'n_layer': m.num_layers,
+        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': longest,
+        'rotary_dim': int(round(positions.head_dim(m) * rope.fraction)),
+        'activation_function': {'gelu_tanh': 'gelu_new'}.get(
+            m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
+        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
+        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+        'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
+        'attn_pdrop': 0.0, 'use_cache': True, 'torch_dtype': 'float32'}
   if fam == 'bloom':  # BloomConfig's own names; seq_length is read back as data.seq_len.
     return {
         'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,

@@ -7,7 +7,8 @@ the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama
 norms, which have no parameters; Cohere: Llama's with one norm for both branches, without a
 bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` for o_proj, one
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
-`output_bias`), of GPT-NeoX and BLOOM
+`output_bias`), of GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
+and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
 (q, k and v in one weight, each one's heads contiguous as here).
 
@@ -20,9 +21,10 @@ The layouts that differ:
   order (`rope.layout='half'`), and an export of a model trained with the interleaved pairs
   (x_{2i}, x_{2i+1}) permutes the rotated columns of q and k to (0, 2, 4, .., 1, 3, 5, ..),
   which leaves every q.k, and so the logits, unchanged (QK-norm's scales are permuted alike,
-  and a root mean square does not depend on the order of the dimensions). Cohere's classes
-  rotate the interleaved pairs: their import keeps that order (`rope.layout='interleaved'`), and
-  an export of a model trained with the halves permutes the other way.
+  and a root mean square does not depend on the order of the dimensions). Cohere's and GPT-J's
+  classes rotate the interleaved pairs: their import keeps that order
+  (`rope.layout='interleaved'`), and an export of a model trained with the halves permutes the
+  other way.
 """
 
 import os
@@ -110,6 +112,10 @@ def language_model(tensors: dict) -> dict:
   return out
 
 
+# The classes that rotate interleaved pairs (x_2i, x_2i+1), as this project's default layout.
+INTERLEAVED = ('cohere', 'cohere2', 'gptj')
+
+
 def half_order(head_dim: int, rotary_dim: int) -> np.ndarray:
   """The column order that takes interleaved rotary pairs to transformers' halves within one
   head: (0, 2, .., r-2, 1, 3, .., r-1) then the unrotated columns r..head_dim-1."""
@@ -183,6 +189,8 @@ def _norm(t, name, d, bias: bool, offset: float = 0.0, scale: bool = True):
 
 def _names(fam: str) -> tuple[str, str]:
   """(the embedding's tensor name, the output layer's)."""
+  if fam == 'gptj':
+    return 'transformer.wte.weight', 'lm_head.weight'
   if fam in CLASSIC_NAMES:
     return CLASSIC_NAMES[fam]['embed'] + '.weight', CLASSIC_NAMES[fam]['head'] + '.weight'
   if fam in FLAT_NAMES:
@@ -242,6 +250,28 @@ def _flat_params(t, fam: str, m) -> dict:
     for key, group in _FLAT_DENSE.items():
       block[group][key] = dense(p + names[key], *dims[key])
     params['blocks'][i] = block
+  return params
+
+
+def _gptj_params(t, m) -> dict:
+  """GPT-J's parameters: q, k and v apart without biases (each head's rotated dimensions in
+  interleaved pairs, as here), one LayerNorm `ln_1` for both branches, fc_in and fc_out with
+  biases, and lm_head's bias as `output_bias`."""
+  d, f, v = m.d_model, m.d_ff, m.vocab_size
+  params = {'embed': {'embedding': t('transformer.wte.weight', (v, d))},
+            'ln_final': _norm(t, 'transformer.ln_f', d, True), 'blocks': {},
+            'output_bias': t('lm_head.bias', (v,))}
+  if not m.tie_embeddings:
+    params['unembed'] = t('lm_head.weight', (v, d))
+  for i in range(m.num_layers):
+    p = f'transformer.h.{i}.'
+    qkv = [_linear(t, p + f'attn.{n}_proj', d, d, False)['kernel'] for n in 'qkv']
+    params['blocks'][i] = {
+        'ln_attn': _norm(t, p + 'ln_1', d, True),
+        'attn': {'qkv': {'kernel': np.concatenate(qkv, axis=-1)},
+                 'out': _linear(t, p + 'attn.out_proj', d, d, False)},
+        'mlp': {'up': _linear(t, p + 'mlp.fc_in', d, f, True),
+                'down': _linear(t, p + 'mlp.fc_out', f, d, True)}}
   return params
 
 
@@ -343,6 +373,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
   t = _Tensors(tensors, where)
   if fam in FLAT_NAMES:
     params, head = _flat_params(t, fam, m), 'lm_head'
+  elif fam == 'gptj':
+    params, head = _gptj_params(t, m), 'lm_head'
   else:
     params, head = _stack_params(t, fam, m)
   # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
@@ -374,7 +406,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   # Queries' and keys' columns in transformers' rotary order (untouched where nothing rotates).
   order = np.arange(hd)
   if positions.rope_layers(m):
-    if fam in ('cohere', 'cohere2'):  # Cohere rotates interleaved pairs: halves go to them.
+    if fam in INTERLEAVED:  # Cohere and GPT-J rotate interleaved pairs: halves go to them.
       order = np.argsort(half_order(hd, rotary)) if rope.layout == 'half' else order
     elif rope.layout == 'interleaved':
       order = half_order(hd, rotary)
@@ -399,6 +431,24 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   embedding = np.asarray(params['embed']['embedding'], np.float32)
   head = (np.asarray(params['unembed'], np.float32) if 'unembed' in params
           else embedding * np.float32(logits_scale))
+  if fam == 'gptj':  # q, k and v apart, none with a bias; the MLP's and lm_head's have one.
+    out['transformer.wte.weight'] = embedding
+    norm('transformer.ln_f', params['ln_final'])
+    if not (m.tie_embeddings and logits_scale == 1.0):
+      out['lm_head.weight'] = head
+    out['lm_head.bias'] = np.asarray(params.get('output_bias', np.zeros(m.vocab_size)),
+                                     np.float32)
+    for i in range(m.num_layers):
+      b, p = params['blocks'][i], f'transformer.h.{i}.'
+      norm(p + 'ln_1', b['ln_attn'])
+      parts = np.split(np.asarray(b['attn']['qkv']['kernel'], np.float32), 3, axis=-1)
+      for n, part, rotated in zip('qkv', parts, (True, True, False)):
+        linear(p + f'attn.{n}_proj', {'kernel': _per_head(part, h, order) if rotated else part},
+               False, d)
+      linear(p + 'attn.out_proj', b['attn']['out'], False, d)
+      linear(p + 'mlp.fc_in', b['mlp']['up'], True, f)
+      linear(p + 'mlp.fc_out', b['mlp']['down'], True, d)
+    return out
   if fam in FLAT_NAMES:  # GPT-2's Conv1D weights [in, out] with biases; MPT's [out, in] without.
     names = FLAT_NAMES[fam]
     out[names['embed'] + '.weight'] = embedding

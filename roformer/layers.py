@@ -94,6 +94,7 @@ BIASES = {
     'all': ('qkv', 'out', 'mlp'),  # The classic block, GPT-NeoX.
     'attention': ('qkv', 'out'),  # Llama with attention_bias.
     'qkv': ('qkv',),  # Qwen2.
+    'mlp': ('mlp',),  # GPT-J.
     'none': (),  # Llama, Mistral.
 }
 

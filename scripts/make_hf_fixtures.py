@@ -204,6 +204,11 @@ FIXTURES = {
         logits_scaling=4.0, tie_word_embeddings=True, max_position_embeddings=2 * ORIGINAL,
         rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
                                'llama', 0),
+    # GPT-J: one LayerNorm before both parallel branches, RoPE on the interleaved pairs of the
+    # first half of each head (rotary_dim 4 of 8), biases on the MLP and lm_head alone, untied.
+    'gptj_interleaved_partial': ('GPTJConfig', dict(
+        n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=64, n_positions=64), False, 'neox',
+                                 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

@@ -67,7 +67,7 @@ def test_gated_mlp_is_down_of_silu_gate_times_up():
 
 @pytest.mark.parametrize('biases,want', [
     ('all', {'qkv', 'out', 'up', 'down'}), ('attention', {'qkv', 'out'}), ('qkv', {'qkv'}),
-    ('none', set())])
+    ('mlp', {'up', 'down'}), ('none', set())])
 def test_each_bias_setting_gives_exactly_its_layers_a_bias(biases, want):
   model = models.create(_model_cfg(biases=biases), seed=0)
   block = _params(model.blocks[0])

@@ -403,6 +403,40 @@ def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
   assert (m.d_model, m.num_heads, m.num_layers, data.seq_len) == (24, 6, 2, 512)
 
 
+def test_gptj_reads_a_shared_norm_interleaved_partial_rotary_and_biases_of_its_mlp():
+  """GPTJForCausalLM: one LayerNorm before both parallel branches, biases on the MLP and the
+  output layer alone, untied where the file does not say, RoPE at base 10,000 on the interleaved
+  pairs of each head's first rotary_dim dimensions (GPTJConfig's 64 where absent), n_positions
+  the trained length, under GPTJConfig's names or the generic ones. A rotary_dim that
+  transformers' GPT-J fails on (odd, wider than a head, or null with several heads, which it
+  reads as n_embd) is refused in one line. The fixture's output bias spans more than 1% of
+  transformers' logits, so an import without it would not match them."""
+  name = 'gptj_interleaved_partial'
+  hf_json = json.loads((FIXTURES / name / 'config.json').read_text())
+  config = hf_config.to_config(hf_json, 'dir')
+  m = config.model
+  assert (m.normalization, m.mlp, m.residual, m.biases, m.output_bias, m.tie_embeddings) == (
+      'layer_norm', 'plain', 'parallel_shared', 'mlp', True, False)
+  rope = m.position.rope
+  assert (rope.base, rope.layout, rope.fraction, rope.scaling.kind, m.d_ff) == (
+      10000.0, 'interleaved', 0.5, 'none', 64)
+  assert (m.activation, config.data.seq_len) == ('gelu_tanh', 64)
+  generic = {k: v for k, v in hf_json.items()
+             if k not in ('n_embd', 'n_head', 'n_layer', 'n_positions', 'tie_word_embeddings')}
+  generic.update(hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
+                 max_position_embeddings=64)
+  assert hf_config.to_config(generic, 'dir').model == m
+  for rotary in (3, 16, None, 'missing'):
+    bad = dict(hf_json, rotary_dim=rotary) if rotary != 'missing' else {
+        k: v for k, v in hf_json.items() if k != 'rotary_dim'}  # GPTJConfig's 64.
+    with pytest.raises(errors.ConfigError, match=r"rotary_dim \d+ with heads of 8: transformers' "
+                       r'GPT-J rotates an even number'):
+      hf_config.to_config(bad, 'dir')
+  bias = safetensors_numpy.load_file(str(FIXTURES / name / 'model.safetensors'))['lm_head.bias']
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  assert np.ptp(bias) > 1e-2 * np.abs(ref['logits']).max()
+
+
 def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   """MptForCausalLM: ALiBi over its heads (the fixture's 6: MPT takes the odd then the even
   slopes of 8 heads, which are ALiBi's, by hand), LayerNorms without a bias, no biases, an MLP

@@ -94,6 +94,10 @@ PHI = {'residual': 'parallel_shared', 'output_bias': True, 'num_kv_heads': 2,
        'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16,
        'position.rope.scaling.ramp': 'index',
        'position.rope.scaling.attention_factor_dims': 'rotated'}
+# GPT-J's: Phi's block with biases on the MLP alone (and the output layer), a quarter of each head
+# rotated, trained on the halves (the export permutes them to GPT-J's interleaved pairs).
+GPTJ = {'residual': 'parallel_shared', 'output_bias': True, 'biases': 'mlp',
+        'position.rope.fraction': 0.25, 'position.rope.layout': 'half'}
 # Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
 # 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
@@ -182,6 +186,7 @@ _SLOW = pytest.mark.slow
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
+                                             ('rope', GPTJ, 'GPTJForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
                                              ('llama', GRANITE, 'GraniteForCausalLM'),
@@ -196,7 +201,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
-  with one norm shared by parallel branches and an output bias to Phi, with that norm unbiased,
+  with one norm shared by parallel branches and an output bias to Phi (with biases on the MLP
+  alone to GPT-J, a quarter of each head rotated from the halves), with that norm unbiased,
   a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
   positions or not, to Cohere 2), the Llama preset to
   Llama, with muP's multipliers to Granite, with norms without parameters and the clamp to
@@ -208,9 +214,10 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone.
+  # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone; GPT-J's
+  # biases on the MLP alone go with no scaling.
   if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
-      and config.model.position.rope.scaling.kind == 'none'):
+      and config.model.position.rope.scaling.kind == 'none' and config.model.biases != 'mlp'):
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
@@ -269,6 +276,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('gpt2_learned', 'GPT2LMHeadModel'),
     ('bloom_alibi', 'BloomForCausalLM'),
     ('mpt_alibi', 'MptForCausalLM'),
+    ('gptj_interleaved_partial', 'GPTJForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -283,19 +291,23 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   came = hf_config.read(str(FIXTURES / name))
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
   for field in ('max_position_embeddings', 'num_key_value_heads', 'tie_word_embeddings',
-                'n_positions', 'activation_function', 'layer_norm_epsilon', 'max_seq_len'):
+                'n_positions', 'activation_function', 'layer_norm_epsilon', 'max_seq_len',
+                'rotary_dim', 'n_inner'):
     assert went.get(field) == came.get(field), field
   present = {'GPT2LMHeadModel': ('n_positions', 'activation_function', 'layer_norm_epsilon'),
              'MptForCausalLM': ('max_seq_len', 'layer_norm_epsilon'),
-             'BloomForCausalLM': ('layer_norm_epsilon',)}.get(arch, ('max_position_embeddings',))
+             'BloomForCausalLM': ('layer_norm_epsilon',),
+             'GPTJForCausalLM': ('n_positions', 'rotary_dim', 'n_inner')}.get(
+                 arch, ('max_position_embeddings',))
   assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
-                  'MptForCausalLM'):  # Their heads split the width.
+                  'MptForCausalLM', 'GPTJForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
     assert went['rope_scaling']['original_max_position_embeddings'] == 16
-  if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi'):  # Nothing rotates: as it came.
+  # Nothing rotates, or (GPT-J) the pairs stay interleaved: as it came.
+  if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi', 'gptj_interleaved_partial'):
     came = hf_weights.canonical(hf_weights.read(str(FIXTURES / name)), came['model_type'])
     went = hf_weights.read(str(tmp_path / 'out'))
     assert sorted(went) == sorted(came)
@@ -440,7 +452,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'attention\.qkv_clip in a Qwen3ForCausalLM block, whose class does not compute it'),
     ({'attention.qkv_clip': True}, r'attention\.qkv_clip in a GPT-NeoX block'),
     ({'output_bias': True}, r"a bias of the output layer \(model.output_bias\) outside Phi's "
-                            r'block'),
+                            r"and GPT-J's blocks"),
     ({'logits_multiplier': 0.5}, r'a multiplier of the output logits \(logits_multiplier=0\.5\) '
                                  r"outside Cohere's block"),
     (dict(COHERE, mlp='gated', residual='sequential'),
@@ -489,6 +501,12 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                                        r"Gemma 2's and 3's block"),
     ({'embedding_multiplier': 2.0}, r"an embedding multiplier \(2\) outside Gemma 2's and 3's "
                                     r'block'),
+    (dict(GPTJ, **{'position.rope.base': 5e5}),
+     r'rope\.base=500000 in a GPT-J block .*base 10000'),
+    (dict(GPTJ, num_kv_heads=2), r'grouped-query attention in a GPT-J block'),
+    (dict(GPTJ, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
+     r"the RoPE scaling 'linear' in a GPT-J block .*, whose config takes none\. Fix: export"),
+    (dict(GPTJ, **{'attention.qk_norm': True}), r'attention\.qk_norm in a GPT-J block'),
     ({'residual_multiplier': 0.5}, r'a multiplier of the residual branches '
                                    r"\(residual_multiplier=0\.5\) outside Granite's block"),
     ({'attention.softmax_scale': True}, r'attention\.softmax_scale in a GPT-NeoX block'),
@@ -630,6 +648,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('llama', {}), ('llama', OLMO1), ('rope', PHI),
+                                        ('rope', GPTJ), ('rope', dict(GPTJ, output_bias=False)),
                                         ('llama', COHERE), ('llama', COHERE2),
                                         ('llama', COHERE2_WINDOWED), ('llama', GRANITE),
                                         ('llama', GRANITE_RESIDUAL),
@@ -645,14 +664,16 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
-      and config.model.position.rope.scaling.kind == 'none'):
+      and config.model.position.rope.scaling.kind == 'none' and config.model.biases != 'mlp'):
     config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   model = transformers.AutoModelForCausalLM.from_pretrained(
       str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
-  # transformers' MPT computes no position past max_seq_len, the run's length.
-  length = config.data.seq_len if fields in (MPT, MPT_CLIPPED) else 40
+  # transformers' MPT computes no position past max_seq_len, the run's length, nor GPT-J (its
+  # biases on the MLP alone) past n_positions.
+  length = (config.data.seq_len if fields in (MPT, MPT_CLIPPED) or config.model.biases == 'mlp'
+            else 40)
   ids = np.random.default_rng(0).integers(5, 261, (2, length))
   with torch.no_grad():
     got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()
