@@ -55,6 +55,8 @@ def main(argv):
       layout += f'{rotates.count(False)} of {len(rotates)} layers without positions, '
     bases = (f'rope bases {", ".join(f"{b:g}" for b in sorted(set(m.layer_rope_bases)))} by layer'
              if m.layer_rope_bases else f'rope base {m.position.rope.base:g}')
+    if m.position.rope.fraction < 1:
+      bases += f' over {m.position.rope.fraction:g} of each head'
     if m.position.rope.layout == 'interleaved':
       bases += ' on interleaved pairs'
     rows = positions.learned_rows(m)

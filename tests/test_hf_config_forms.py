@@ -555,8 +555,10 @@ def test_granite_reads_its_four_multipliers_and_each_binds_in_the_fixture(tmp_pa
                           'scaling yarn'),
     ('olmo_clip_dynamic_v4', 'q, k and v clamped at 1, trained length 16, rope base 10000, '
                              'scaling dynamic\n'),
-    ('phi_shared_norm_linear_v4', 'trained length 8, rope base 10000, scaling linear, an output '
-                                  'bias\n'),
+    ('phi_shared_norm_linear_v4', 'trained length 8, rope base 10000 over 0.5 of each head, '
+                                  'scaling linear, an output bias\n'),
+    ('gptj_interleaved_partial', 'trained length 64, rope base 10000 over 0.5 of each head on '
+                                 'interleaved pairs, scaling none, an output bias\n'),
     ('cohere_interleaved_yarn_v4', 'trained length 16, rope base 10000 on interleaved pairs, '
                                    'scaling yarn, logits times 0.25\n'),
     ('granite_multipliers_v4', 'q.k times 0.0625, embeddings times 6, each branch times 0.22, '
@@ -564,7 +566,7 @@ def test_granite_reads_its_four_multipliers_and_each_binds_in_the_fixture(tmp_pa
                                '0.25\n')])
 def test_the_import_says_what_positions_it_read(name, scheme, tmp_path, capsys):
   """convert_hf.py's summary names the scheme read (RoPE's base, its interleaved pairs and its
-  scaling only where layers rotate), a clamp of q, k and v, a set factor of q.k, the
+  scaling only where layers rotate, the part of each head rotated), a clamp of q, k and v, a set factor of q.k, the
   multipliers of the embeddings, the branches and the logits, and an output bias."""
   from scripts import convert_hf  # pylint: disable=g-import-not-at-top
   convert_hf.main(['--from_hf', str(FIXTURES / name), '--workdir', str(tmp_path / 'w')])
