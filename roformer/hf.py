@@ -8,7 +8,7 @@
 - `export_checkpoint(workdir, hf_dir)`: a causal-LM workdir as a directory that
   `transformers.AutoModelForCausalLM.from_pretrained` loads with the same logits (Llama,
   Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 or 3, OLMo 1, 2 or 3, SmolLM3, GPT-NeoX, Phi, Cohere,
-  Cohere 2, Granite, GPT-J, GPT-2, BLOOM or MPT, whichever computes the model;
+  Cohere 2, Granite, StableLM, GPT-J, GPT-2, BLOOM or MPT, whichever computes the model;
   roformer/hf_export_config.py refuses, in one line, a model that none computes).
 - `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
 

@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty-one architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -31,6 +31,9 @@ branch's output times `model.residual_multiplier`, q.k times its own factor in p
 1/sqrt(head_dim), `attention.softmax_scale`, and the logits divided by `logits_scaling`,
 `model.logits_multiplier`), GPT2LMHeadModel
 (the classic block with learned absolute positions, a table over `n_positions` rows),
+StableLmForCausalLM (StableLM 2 and 3B: LayerNorms with a gated MLP, q, k and v biases
+(`use_qkv_bias`) or none, a quarter of each head rotated by default, the branches one after the
+other or, `use_parallel_residual`, in parallel after one norm, `parallel_shared`),
 GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches, `parallel_shared`, biases on the
 MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on the interleaved pairs of the
 first `rotary_dim` dimensions of each head) and
@@ -79,7 +82,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'SmolLM3ForCausalLM': 'smollm3',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
-                 'GraniteForCausalLM': 'granite',
+                 'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -94,7 +97,7 @@ GEMMA = ('gemma2', 'gemma3')
 # OLMo 2 and 3: norms on the branches' outputs alone, QK-norm over all heads.
 OLMO = ('olmo2', 'olmo3')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi')
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm')
 # The families whose classes read head_dim (the others split hidden_size into the heads).
 READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
@@ -194,7 +197,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0}.get(fam, 10000.0)  # default_theta.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
-  default_partial = {'gpt_neox': 0.25, 'phi': 0.5}.get(fam, 1.0)  # transformers' defaults.
+  default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25}.get(fam, 1.0)  # Classes'.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
   return settings
@@ -446,6 +449,8 @@ def _granite_multipliers(config, hf: dict, where: str) -> None:
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
+  if fam == 'stablelm':  # q, k and v, or none.
+    return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
   if fam in ('mistral', 'phi3'):
@@ -551,6 +556,15 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
                         logits_multiplier=_positive(_read(hf, 'logit_scale', 0.0625),
                                                     'logit_scale', where))
+  elif fam == 'stablelm':  # LayerNorms with a gated MLP; one norm for parallel branches.
+    if _read(hf, 'qk_layernorm', False):
+      raise errors.ConfigError(f'{where}: qk_layernorm (a LayerNorm of each head\'s queries and '
+                               'keys, its own per head) is not computed here. Fix: a StableLM '
+                               'checkpoint without it (as StableLM 2 1.6B or StableLM 3B 4E1T).')
+    config.model.update(normalization='layer_norm', mlp='gated',
+                        residual='parallel_shared' if _read(hf, 'use_parallel_residual', False)
+                        else 'sequential',
+                        layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:

@@ -76,12 +76,13 @@ def _refusal(config) -> str | None:
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain'),
-                                        ('layer_norm_unbiased', 'plain'),
+                                        ('layer_norm', 'gated'), ('layer_norm_unbiased', 'plain'),
                                         ('layer_norm_unbiased', 'gated'),
                                         ('layer_norm_nonparametric', 'gated')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'GPT-NeoX layer_norm with a plain one, MPT layer_norm_unbiased with a plain one, Cohere '
-       'with a gated one, OLMo 1 layer_norm_nonparametric with a gated one)'),
+       'GPT-NeoX layer_norm with a plain one, StableLM with a gated one, MPT '
+       'layer_norm_unbiased with a plain one, Cohere with a gated one, OLMo 1 '
+       'layer_norm_nonparametric with a gated one)'),
       (m.logits_multiplier != 1 and not hf_llama_export.cohere_block(m) and not granite,
        f'a multiplier of the output logits (logits_multiplier={m.logits_multiplier:g}) outside '
        "Cohere's block (layer_norm_unbiased with a gated MLP) and Granite's (Llama's block)"),
@@ -109,6 +110,8 @@ def _refusal(config) -> str | None:
     return hf_llama_export.olmo1_refusal(m, options)
   if hf_llama_export.cohere_block(m):
     return hf_llama_export.cohere_refusal(m, options)
+  if (m.normalization, m.mlp) == ('layer_norm', 'gated'):
+    return hf_llama_export.stablelm_refusal(m, options)
   if granite:
     return hf_llama_export.granite_refusal(m, options)
   if m.normalization == 'rms_norm':
@@ -182,6 +185,8 @@ def export_family(config) -> str:
     return 'gpt2'
   if positions.alibi_everywhere(m):
     return 'bloom' if m.embedding_norm else 'mpt'
+  if (m.normalization, m.mlp) == ('layer_norm', 'gated'):
+    return 'stablelm'
   if m.normalization == 'layer_norm':  # GPT-J's MLP alone has biases.
     if m.residual == 'parallel_shared':
       return 'gptj' if m.biases == 'mlp' else 'phi'
@@ -329,6 +334,15 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
                rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  if fam == 'stablelm':  # Its parallel branches share one norm; partial_rotary_factor as Phi's.
+    fraction = rotary / head_dim
+    out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, layer_norm_eps=m.layer_norm_eps,
+               rope_theta=base, use_qkv_bias=m.biases == 'qkv', qk_layernorm=False,
+               use_parallel_residual=m.residual == 'parallel_shared', hidden_dropout=0.0,
+               attention_dropout=0.0,
+               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
+                   (rotary + 0.5) / head_dim))
     return out
   if fam == 'phi':  # PhiConfig reads head_dim, and partial_rotary_factor at the top level.
     fraction = rotary / head_dim

@@ -258,3 +258,27 @@ def granite_refusal(m, options) -> str | None:
                           'or none'),
   )
   return hf_fields.first_failed(checks)
+
+
+def stablelm_refusal(m, options) -> str | None:
+  """Why StableLmForCausalLM, the class of LayerNorms with a gated MLP, does not compute such a
+  block, or None: norms before the branches, added one after the other or in parallel after one
+  norm (use_parallel_residual), biases on q, k and v or none, RoPE in every layer (on any part of
+  each head), no windows, no attention option, and heads that split d_model."""
+  block = 'in a StableLM block (LayerNorms with a gated MLP)'
+  checks = (
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (m.residual == 'parallel', f"residual='parallel' {block}, whose parallel branches share one "
+                                 'norm. Fix: train with --config.model.residual=parallel_shared '
+                                 f'({AGAIN})'),
+      (m.biases not in ('qkv', 'none'), f'biases={m.biases!r} {block}, which has them on q, k and '
+                                        'v or nowhere. Fix: train with '
+                                        '--config.model.biases=qkv or none'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
+      (any(m.layer_windows), f'sliding windows {block}'),
+      (positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
+       f'its {m.num_heads} heads'),
+  )
+  return hf_fields.first_failed(checks)

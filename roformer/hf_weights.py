@@ -7,7 +7,8 @@ the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama
 norms, which have no parameters; Cohere: Llama's with one norm for both branches, without a
 bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` for o_proj, one
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
-`output_bias`), of GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
+`output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches), of
+GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
 and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
 (q, k and v in one weight, each one's heads contiguous as here).
@@ -174,6 +175,13 @@ NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'olmo2': OLMO_NORMS,
          'olmo3': OLMO_NORMS, **{fam: (('ln_attn', 'input_layernorm'),)  # One for both branches.
                                  for fam in ('phi', 'cohere', 'cohere2')}}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
+SHARED_NORM = (('ln_attn', 'input_layernorm'),)
+
+
+def block_norms(fam: str, m) -> tuple:
+  """A block's norms: its family's, else Llama's, or one for both parallel branches (StableLM's
+  use_parallel_residual)."""
+  return NORMS.get(fam) or (SHARED_NORM if m.residual == 'parallel_shared' else LLAMA_NORMS)
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
 
@@ -325,12 +333,9 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     params['output_bias'] = t(head + '.bias', (v,))
   for i in range(m.num_layers):
     p = f'{prefix}{i}.'
-    if fam in NORMS:  # Gemma's, OLMo 2's and 3's, and one for both branches (Phi, Cohere).
-      block = {ours: _norm(t, p + theirs, d, norm_bias, offset) for ours, theirs in NORMS[fam]}
-    else:
-      block = {'ln_attn': _norm(t, p + 'input_layernorm', d, norm_bias, scale=norm_scale),
-               'ln_mlp': _norm(t, p + 'post_attention_layernorm', d, norm_bias,
-                               scale=norm_scale)}
+    # Llama's two, Gemma's four, OLMo 2's and 3's of the outputs, or one for both branches.
+    block = {ours: _norm(t, p + theirs, d, norm_bias, offset, norm_scale)
+             for ours, theirs in block_norms(fam, m)}
     if names:
       fused = _linear(t, p + names['attn'] + 'query_key_value', d, 3 * d, qkv_bias)
       # Columns [q_0 k_0 v_0 q_1 k_1 v_1 ..] (head-major) to [q_0 q_1 .. | k .. | v ..].
@@ -489,7 +494,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       out['lm_head.bias'] = np.asarray(bias, np.float32)
   for i in range(m.num_layers):
     b, p = params['blocks'][i], f'{prefix}{i}.'
-    for ours, theirs in NORMS.get(fam, LLAMA_NORMS):
+    for ours, theirs in block_norms(fam, m):
       norm(p + theirs, of(b, ours))
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}

@@ -8,12 +8,12 @@ or its shards with model.safetensors.index.json, tokenizer.json and tokenizer_co
 LlamaForCausalLM, MistralForCausalLM, Phi3ForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 Gemma2ForCausalLM, Gemma3ForCausalLM (or Gemma3ForConditionalGeneration's language model),
 OlmoForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, SmolLM3ForCausalLM, GPTNeoXForCausalLM,
-PhiForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, GraniteForCausalLM, GPTJForCausalLM,
-GPT2LMHeadModel, BloomForCausalLM or MptForCausalLM (docs/hf_checkpoints.md), and writes a new
-workdir that eval.py, scripts/generate.py and train.py (--config configs/continued.py:WORKDIR)
-read. --to_hf writes a
-directory that transformers.AutoModelForCausalLM.from_pretrained loads with the same logits, and
-the run's tokenizer where it has a transformers form (roformer/hf_tokenizers.py).
+PhiForCausalLM, CohereForCausalLM, Cohere2ForCausalLM, GraniteForCausalLM, StableLmForCausalLM,
+GPTJForCausalLM, GPT2LMHeadModel, BloomForCausalLM or MptForCausalLM (docs/hf_checkpoints.md),
+and writes a new workdir that eval.py, scripts/generate.py and train.py (--config
+configs/continued.py:WORKDIR) read. --to_hf writes a directory that
+transformers.AutoModelForCausalLM.from_pretrained loads with the same logits, and the run's
+tokenizer where it has a transformers form (roformer/hf_tokenizers.py).
 """
 
 import os

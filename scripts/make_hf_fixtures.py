@@ -204,6 +204,13 @@ FIXTURES = {
         logits_scaling=4.0, tie_word_embeddings=True, max_position_embeddings=2 * ORIGINAL,
         rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
                                'llama', 0),
+    # StableLM 2 (1.6B's layout): LayerNorms with a gated MLP, q, k and v biases, half of each
+    # head rotated (the class's default is a quarter), grouped-query attention, YaRN.
+    'stablelm_qkv_bias_yarn': ('StableLmConfig', dict(
+        SMALL, num_key_value_heads=2, use_qkv_bias=True, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.5,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
     # GPT-J: one LayerNorm before both parallel branches, RoPE on the interleaved pairs of the
     # first half of each head (rotary_dim 4 of 8), biases on the MLP and lm_head alone, untied.
     'gptj_interleaved_partial': ('GPTJConfig', dict(

@@ -403,6 +403,31 @@ def test_bloomconfig_names_and_lengths_read_as_the_blocks_fields():
   assert (m.d_model, m.num_heads, m.num_layers, data.seq_len) == (24, 6, 2, 512)
 
 
+def test_stablelm_reads_layer_norms_with_a_gated_mlp_in_sequence_or_parallel():
+  """StableLmForCausalLM: LayerNorms (with biases) before the branches, a gated MLP, q, k and v
+  biases where use_qkv_bias says, partial_rotary_factor of each head rotated on its halves (a
+  quarter where absent, as StableLmConfig), and with use_parallel_residual both branches after
+  one norm; in transformers 4's form too. Its per-head qk_layernorm is refused in one line."""
+  hf_json = json.loads((FIXTURES / 'stablelm_qkv_bias_yarn' / 'config.json').read_text())
+  m = hf_config.to_config(hf_json, 'dir').model
+  assert (m.normalization, m.mlp, m.residual, m.biases, m.tie_embeddings, m.num_kv_heads) == (
+      'layer_norm', 'gated', 'sequential', 'qkv', False, 2)
+  rope = m.position.rope
+  assert (rope.layout, rope.fraction, rope.scaling.kind, rope.scaling.attention_factor_dims) == (
+      'half', 0.5, 'yarn', 'rotated')
+  params = dict(hf_json['rope_parameters'])
+  del params['partial_rotary_factor']
+  bare = {k: v for k, v in hf_json.items() if k not in ('use_qkv_bias', 'rope_parameters')}
+  v4 = dict(bare, rope_theta=params.pop('rope_theta'), rope_scaling=params,
+            use_parallel_residual=True)
+  m = hf_config.to_config(v4, 'dir').model
+  assert (m.position.rope.fraction, m.biases, m.residual) == (0.25, 'none', 'parallel_shared')
+  with pytest.raises(errors.ConfigError, match=r"qk_layernorm \(a LayerNorm of each head's "
+                     r'queries and keys, its own per head\) is not computed here\. Fix: a '
+                     r'StableLM checkpoint without it'):
+    hf_config.to_config(dict(hf_json, qk_layernorm=True), 'dir')
+
+
 def test_gptj_reads_a_shared_norm_interleaved_partial_rotary_and_biases_of_its_mlp():
   """GPTJForCausalLM: one LayerNorm before both parallel branches, biases on the MLP and the
   output layer alone, untied where the file does not say, RoPE at base 10,000 on the interleaved
@@ -566,8 +591,9 @@ def test_granite_reads_its_four_multipliers_and_each_binds_in_the_fixture(tmp_pa
                                '0.25\n')])
 def test_the_import_says_what_positions_it_read(name, scheme, tmp_path, capsys):
   """convert_hf.py's summary names the scheme read (RoPE's base, its interleaved pairs and its
-  scaling only where layers rotate, the part of each head rotated), a clamp of q, k and v, a set factor of q.k, the
-  multipliers of the embeddings, the branches and the logits, and an output bias."""
+  scaling only where layers rotate, the part of each head rotated), a clamp of q, k and v, a set
+  factor of q.k, the multipliers of the embeddings, the branches and the logits, and an output
+  bias."""
   from scripts import convert_hf  # pylint: disable=g-import-not-at-top
   convert_hf.main(['--from_hf', str(FIXTURES / name), '--workdir', str(tmp_path / 'w')])
   out = capsys.readouterr().out

@@ -94,6 +94,16 @@ PHI = {'residual': 'parallel_shared', 'output_bias': True, 'num_kv_heads': 2,
        'position.rope.scaling.factor': 2.0, 'position.rope.scaling.original_length': 16,
        'position.rope.scaling.ramp': 'index',
        'position.rope.scaling.attention_factor_dims': 'rotated'}
+# StableLM's: the Llama preset with LayerNorms, q, k and v biases, half of each head rotated (YaRN's
+# attention factor on those alone, as transformers applies it).
+STABLELM = {'normalization': 'layer_norm', 'biases': 'qkv', 'position.rope.fraction': 0.5,
+            'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
+            'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
+            'position.rope.scaling.attention_factor_dims': 'rotated'}
+# StableLM's parallel branches after one norm (use_parallel_residual), no biases, a quarter of each
+# head rotated on interleaved pairs (permuted to its halves on export).
+STABLELM_PARALLEL = dict(STABLELM, residual='parallel_shared', biases='none', **{
+    'position.rope.fraction': 0.25, 'position.rope.layout': 'interleaved'})
 # GPT-J's: Phi's block with biases on the MLP alone (and the output layer), a quarter of each head
 # rotated, trained on the halves (the export permutes them to GPT-J's interleaved pairs).
 GPTJ = {'residual': 'parallel_shared', 'output_bias': True, 'biases': 'mlp',
@@ -187,6 +197,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
+                                             ('llama', STABLELM, 'StableLmForCausalLM'),
+                                             ('llama', STABLELM_PARALLEL, 'StableLmForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
                                              ('llama', GRANITE, 'GraniteForCausalLM'),
@@ -202,7 +214,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
   with one norm shared by parallel branches and an output bias to Phi (with biases on the MLP
-  alone to GPT-J, a quarter of each head rotated from the halves), with that norm unbiased,
+  alone to GPT-J, a quarter of each head rotated from the halves), LayerNorms with a gated MLP
+  to StableLM (its branches in sequence or in parallel after one norm), with that norm unbiased,
   a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
   positions or not, to Cohere 2), the Llama preset to
   Llama, with muP's multipliers to Granite, with norms without parameters and the clamp to
@@ -277,6 +290,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('bloom_alibi', 'BloomForCausalLM'),
     ('mpt_alibi', 'MptForCausalLM'),
     ('gptj_interleaved_partial', 'GPTJForCausalLM'),
+    ('stablelm_qkv_bias_yarn', 'StableLmForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -301,7 +315,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                  arch, ('max_position_embeddings',))
   assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
-                  'MptForCausalLM', 'GPTJForCausalLM'):  # Their heads split the width.
+                  'MptForCausalLM', 'GPTJForCausalLM',
+                  'StableLmForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -504,6 +519,12 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GPTJ, **{'position.rope.base': 5e5}),
      r'rope\.base=500000 in a GPT-J block .*base 10000'),
     (dict(GPTJ, num_kv_heads=2), r'grouped-query attention in a GPT-J block'),
+    ({'mlp': 'gated', 'biases': 'all'},
+     r"biases='all' in a StableLM block .*Fix: train with --config\.model\.biases=qkv or none"),
+    ({'mlp': 'gated', 'biases': 'qkv', 'residual': 'parallel'},
+     r"residual='parallel' in a StableLM block .*share one norm"),
+    ({'mlp': 'gated', 'biases': 'qkv', 'layer_windows': (8,)},
+     r'sliding windows in a StableLM block'),
     (dict(GPTJ, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
      r"the RoPE scaling 'linear' in a GPT-J block .*, whose config takes none\. Fix: export"),
     (dict(GPTJ, **{'attention.qk_norm': True}), r'attention\.qk_norm in a GPT-J block'),
@@ -649,6 +670,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('llama', {}), ('llama', OLMO1), ('rope', PHI),
                                         ('rope', GPTJ), ('rope', dict(GPTJ, output_bias=False)),
+                                        ('llama', STABLELM), ('llama', STABLELM_PARALLEL),
                                         ('llama', COHERE), ('llama', COHERE2),
                                         ('llama', COHERE2_WINDOWED), ('llama', GRANITE),
                                         ('llama', GRANITE_RESIDUAL),
