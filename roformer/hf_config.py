@@ -376,6 +376,7 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
         f'that scales its global layers alone, as {TYPED_LAYERS[fam]} does.')
   full['rope_type'] = _read(full, 'rope_type', _read(full, 'type', 'default'))
   scaling, trained = _scaling(full, hf, fam, where)
+  _refuse_scaled_part(full, scaling, fam, where)  # Its global layers' settings.
   pattern = _interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
   kinds = _layer_types(hf, layers, where, [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)])
@@ -457,11 +458,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'none'
   attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
-  if mlp and not attention:
-    raise errors.ConfigError(f'{where}: biases on the MLP but not on attention is not a layout '
-                             'this project builds. Fix: a checkpoint with attention_bias too.')
-  return {(True, True): 'all', (True, False): 'attention', (False, False): 'none'}[
-      (attention, mlp)]
+  return {(True, True): 'all', (True, False): 'attention', (False, True): 'mlp',
+          (False, False): 'none'}[(attention, mlp)]
 
 
 def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:

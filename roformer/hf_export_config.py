@@ -376,8 +376,9 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                       if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
       if pattern:
         out['sliding_window_pattern'] = pattern
-  elif fam in ('llama', 'smollm3', 'granite'):
-    out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases == 'all')
+  elif fam in ('llama', 'smollm3', 'granite'):  # Their attention_bias and mlp_bias apart.
+    out.update(attention_bias=m.biases in ('attention', 'all'),
+               mlp_bias=m.biases in ('all', 'mlp'))
     if fam == 'granite':  # q.k's factor is 1/sqrt(head_dim) unless attention.softmax_scale's.
       out.update(embedding_multiplier=m.embedding_multiplier,
                  residual_multiplier=m.residual_multiplier,

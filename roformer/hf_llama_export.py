@@ -1,7 +1,8 @@
 """Which Llama-family transformers class computes a block with norms before or around its
-branches, and why each does not: the conditions of Phi-3 (partial rotary), SmolLM3 (layers
-without positions), Cohere and Cohere 2 (unbiased LayerNorms shared by parallel branches), OLMo 1
-(norms without parameters), OLMo 2 and 3 (output norms) and Gemma 2 and 3 (sandwich norms), which
+branches and a gated MLP, and why each does not: the conditions of Phi-3 (partial rotary),
+SmolLM3 (layers without positions), Cohere and Cohere 2 (unbiased LayerNorms shared by parallel
+branches), OLMo 1 (norms without parameters), OLMo 2 and 3 (output norms), Gemma 2 and 3
+(sandwich norms), Granite (muP's multipliers) and StableLM (LayerNorms), which
 roformer/hf_export_config.py's `export_family` consults once the block says which class it is.
 Each function returns the first condition that fails, in one line with its fix, or None.
 """

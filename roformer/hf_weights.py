@@ -536,7 +536,8 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       continue
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
     for n in ('gate', 'up', 'down'):
-      linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases == 'all', f if n != 'down' else d)
+      linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases in ('all', 'mlp'),
+             f if n != 'down' else d)
   return out
 
 

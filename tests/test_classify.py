@@ -161,6 +161,10 @@ def test_init_from_ignores_options_the_encoder_does_not_read(pretrained, data_di
   with pytest.raises(errors.ConfigError, match='model.embedding_multiplier'):
     resolve.check_init_from(cfg)
   cfg.model.embedding_multiplier = 1.0
+  cfg.model.residual_multiplier = 0.5  # No parameters, but the branches' outputs scaled.
+  with pytest.raises(errors.ConfigError, match='model.residual_multiplier'):
+    resolve.check_init_from(cfg)
+  cfg.model.residual_multiplier = 1.0
   cfg.model.embedding_norm = True  # A norm the pretrained encoder did not have.
   with pytest.raises(errors.ConfigError, match='model.embedding_norm'):
     resolve.check_init_from(cfg)

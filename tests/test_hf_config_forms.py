@@ -349,6 +349,30 @@ def test_a_partial_rotary_factor_beside_a_scaling_of_whole_head_rotation_is_refu
   assert hf_config.to_config(plain, 'dir').model.position.rope.fraction == 1.0
 
 
+def test_a_partial_rotary_factor_beside_a_scaling_of_the_global_layers_is_refused():
+  """Gemma 3's rotary settings per layer type: the global layers' scaling with a
+  partial_rotary_factor fails in transformers as in the classes above, and is refused."""
+  hf = json.loads((FIXTURES / 'gemma3_local_global' / 'config.json').read_text())
+  full = dict(hf['rope_parameters']['full_attention'], rope_type='linear', factor=2.0)
+  scaled = dict(hf, rope_parameters=dict(hf['rope_parameters'], full_attention=full))
+  assert hf_config.to_config(scaled, 'dir').model.position.rope.scaling.kind == 'linear'
+  partial = dict(scaled, rope_parameters=dict(scaled['rope_parameters'], full_attention=dict(
+      full, partial_rotary_factor=0.5)))
+  with pytest.raises(errors.ConfigError, match=r"partial_rotary_factor 0.5 with rope_type "
+                     r"'linear': Gemma3ForCausalLM rotates whole heads"):
+    hf_config.to_config(partial, 'dir')
+
+
+def test_biases_on_the_mlp_alone_read_as_their_own_setting():
+  """Llama's attention_bias and mlp_bias apart: the MLP's alone is model.biases='mlp' (GPT-J's
+  layout, which the block builds), each other pair its setting."""
+  hf = json.loads((FIXTURES / 'llama_linear_v4' / 'config.json').read_text())
+  for attention, mlp, biases in ((False, True, 'mlp'), (True, True, 'all'),
+                                 (True, False, 'attention'), (False, False, 'none')):
+    config = hf_config.to_config(dict(hf, attention_bias=attention, mlp_bias=mlp), 'dir')
+    assert config.model.biases == biases
+
+
 def test_yarn_attention_factor_follows_transformers():
   base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
   scaling = lambda **extra: hf_config.to_config(dict(
