@@ -202,7 +202,10 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
-                                             ('llama', STABLELM, 'StableLmForCausalLM'),
+                                             # The fixture stablelm_qkv_bias_yarn takes the
+                                             # same path out (in sequence, q, k and v biases).
+                                             pytest.param('llama', STABLELM,
+                                                          'StableLmForCausalLM', marks=_SLOW),
                                              ('llama', STABLELM_PARALLEL, 'StableLmForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
