@@ -44,9 +44,10 @@ def _refusal(config) -> str | None:
        'learned table added to the embeddings, BLOOM and MPT ALiBi in every layer'),
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
-      (m.get('output_bias') and m.residual != 'parallel_shared',
+      (m.get('output_bias') and (m.normalization, m.mlp, m.residual) != (
+          'layer_norm', 'plain', 'parallel_shared'),
        "a bias of the output layer (model.output_bias) outside Phi's and GPT-J's blocks (one "
-       "norm shared by parallel branches, residual='parallel_shared')"),
+       "LayerNorm shared by parallel branches, residual='parallel_shared', and a plain MLP)"),
       (bool(m.layer_rope_bases) and m.norm != 'sandwich',
        "per-layer RoPE bases (layer_rope_bases) outside Gemma 2's and 3's block "
        "(norm='sandwich')"),

@@ -34,6 +34,12 @@ FIXTURES, _imported = hf_fixtures.FIXTURES, hf_fixtures.imported
 _relative_error = hf_fixtures.relative_error
 
 
+def _gptj_block(m) -> bool:
+  """Whether `m` is GPT-J's block (one norm before parallel branches, biases on the MLP alone),
+  whose class takes no RoPE scaling and no position past n_positions."""
+  return m.residual == 'parallel_shared' and m.biases == 'mlp'
+
+
 def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
   """A workdir of `config` at step 0, as train.py would leave one, its parameters drawn at
   random and every bias and norm scale moved off its initial 0 or 1 (a dropped one would
@@ -104,14 +110,15 @@ STABLELM = {'normalization': 'layer_norm', 'biases': 'qkv', 'position.rope.fract
             'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
             'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
             'position.rope.scaling.attention_factor_dims': 'rotated'}
-# StableLM's parallel branches after one norm (use_parallel_residual), no biases, a quarter of each
-# head rotated on interleaved pairs (permuted to its halves on export).
+# StableLM's parallel branches after one norm (use_parallel_residual), no biases, three quarters of
+# each head rotated on interleaved pairs (permuted to its halves on export).
 STABLELM_PARALLEL = dict(STABLELM, residual='parallel_shared', biases='none', **{
-    'position.rope.fraction': 0.25, 'position.rope.layout': 'interleaved'})
-# GPT-J's: Phi's block with biases on the MLP alone (and the output layer), a quarter of each head
-# rotated, trained on the halves (the export permutes them to GPT-J's interleaved pairs).
+    'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved'})
+# GPT-J's: Phi's block with biases on the MLP alone (and the output layer), three quarters of each
+# head rotated (6 dimensions, where the permutation is not its own inverse), trained on the halves
+# (the export permutes them to GPT-J's interleaved pairs).
 GPTJ = {'residual': 'parallel_shared', 'output_bias': True, 'biases': 'mlp',
-        'position.rope.fraction': 0.25, 'position.rope.layout': 'half'}
+        'position.rope.fraction': 0.75, 'position.rope.layout': 'half'}
 # Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
 # 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
@@ -222,7 +229,7 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
   with one norm shared by parallel branches and an output bias to Phi (with biases on the MLP
-  alone to GPT-J, a quarter of each head rotated from the halves), LayerNorms with a gated MLP
+  alone to GPT-J, three quarters of each head rotated from the halves), LayerNorms with a gated MLP
   to StableLM (its branches in sequence or in parallel after one norm), with that norm unbiased,
   a gated MLP and a logits multiplier to Cohere (with windowed RoPE layers, beside layers without
   positions or not, to Cohere 2), the Llama preset to
@@ -235,10 +242,10 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
-  # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone; GPT-J's
-  # biases on the MLP alone go with no scaling.
+  # transformers' Gemma 3 scales its global layers only; Phi-3 takes LongRoPE alone; GPT-J takes
+  # no scaling.
   if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
-      and config.model.position.rope.scaling.kind == 'none' and config.model.biases != 'mlp'):
+      and config.model.position.rope.scaling.kind == 'none' and not _gptj_block(config.model)):
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
   workdir = _workdir(config, tmp_path / 'w')
@@ -495,8 +502,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(PHI, layer_windows=(8, 0)), r'sliding windows in a Phi block'),
     (dict(PHI, **{'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-6}),
      r'attention\.qk_norm in a Phi block'),
-    (dict(PHI, normalization='rms_norm', mlp='gated'),
+    (dict(PHI, normalization='rms_norm', mlp='gated', output_bias=False),
      r"a parallel residual \(residual='parallel_shared'\) in a Llama-family block"),
+    (dict(PHI, normalization='rms_norm', mlp='gated'),
+     r"a bias of the output layer \(model\.output_bias\) outside Phi's and GPT-J's blocks"),
     (dict(PHI, layer_kinds=('rope', 'none')), r'layers without positions \(layer_kinds\) in a '
                                               r'Phi block'),
     (dict(OLMO3, normalization='rms_norm', mlp='gated', layer_norm_eps=1e-5,
@@ -531,6 +540,12 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GPTJ, num_kv_heads=2), r'grouped-query attention in a GPT-J block'),
     ({'mlp': 'gated', 'biases': 'all'},
      r"biases='all' in a StableLM block .*Fix: train with --config\.model\.biases=qkv or none"),
+    ({'mlp': 'gated', 'biases': 'attention'}, r"biases='attention' in a StableLM block"),
+    ({'mlp': 'gated', 'biases': 'mlp'}, r"biases='mlp' in a StableLM block"),
+    (dict(STABLELM_PARALLEL, mlp='gated', output_bias=True),
+     r"a bias of the output layer \(model\.output_bias\) outside Phi's and GPT-J's blocks"),
+    (dict(COHERE, mlp='gated', output_bias=True),
+     r"a bias of the output layer \(model\.output_bias\) outside Phi's and GPT-J's blocks"),
     ({'mlp': 'gated', 'biases': 'qkv', 'residual': 'parallel'},
      r"residual='parallel' in a StableLM block .*share one norm"),
     ({'mlp': 'gated', 'biases': 'qkv', 'layer_windows': (8,)},
@@ -697,15 +712,15 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if (config.model.norm != 'sandwich' and config.model.position.kind == 'rope'
-      and config.model.position.rope.scaling.kind == 'none' and config.model.biases != 'mlp'):
+      and config.model.position.rope.scaling.kind == 'none' and not _gptj_block(config.model)):
     config.model.position.rope.scaling.update(kind='llama3', factor=2.0, original_length=16)
   workdir = _workdir(config, tmp_path / 'w')
   hf.export_checkpoint(workdir, str(tmp_path / 'out'))
   model = transformers.AutoModelForCausalLM.from_pretrained(
       str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
-  # transformers' MPT computes no position past max_seq_len, the run's length, nor GPT-J (its
-  # biases on the MLP alone) past n_positions.
-  length = (config.data.seq_len if fields in (MPT, MPT_CLIPPED) or config.model.biases == 'mlp'
+  # transformers' MPT computes no position past max_seq_len, the run's length, nor GPT-J past
+  # n_positions.
+  length = (config.data.seq_len if fields in (MPT, MPT_CLIPPED) or _gptj_block(config.model)
             else 40)
   ids = np.random.default_rng(0).integers(5, 261, (2, length))
   with torch.no_grad():
