@@ -441,8 +441,8 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     norm('transformer.ln_f', params['ln_final'])
     if not (m.tie_embeddings and logits_scale == 1.0):
       out['lm_head.weight'] = head
-    out['lm_head.bias'] = np.asarray(params.get('output_bias', np.zeros(m.vocab_size)),
-                                     np.float32)
+    bias = params['output_bias'] if 'output_bias' in params else np.zeros(m.vocab_size)
+    out['lm_head.bias'] = np.asarray(bias, np.float32)  # Zero where the model has none.
     for i in range(m.num_layers):
       b, p = params['blocks'][i], f'transformer.h.{i}.'
       norm(p + 'ln_1', b['ln_attn'])
