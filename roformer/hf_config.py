@@ -29,14 +29,13 @@ without positions, `model.layer_kinds` and `model.layer_windows`), GraniteForCau
 Llama's block with muP's constants, the embeddings times `model.embedding_multiplier`, each
 branch's output times `model.residual_multiplier`, q.k times its own factor in place of
 1/sqrt(head_dim), `attention.softmax_scale`, and the logits divided by `logits_scaling`,
-`model.logits_multiplier`), GPT2LMHeadModel
-(the classic block with learned absolute positions, a table over `n_positions` rows),
-StableLmForCausalLM (StableLM 2 and 3B: LayerNorms with a gated MLP, q, k and v biases
-(`use_qkv_bias`) or none, a quarter of each head rotated by default, the branches one after the
-other or, `use_parallel_residual`, in parallel after one norm, `parallel_shared`),
-GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches, `parallel_shared`, biases on the
-MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on the interleaved pairs of the
-first `rotary_dim` dimensions of each head) and
+`model.logits_multiplier`), StableLmForCausalLM (StableLM 2 and 3B: LayerNorms with a gated
+MLP, q, k and v biases (`use_qkv_bias`) or none, a quarter of each head rotated by default, the
+branches one after the other or, `use_parallel_residual`, in parallel after one norm,
+`parallel_shared`), GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches,
+`parallel_shared`, biases on the MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on
+the interleaved pairs of the first `rotary_dim` dimensions of each head), GPT2LMHeadModel (the
+classic block with learned absolute positions, a table over `n_positions` rows),
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
 `model.normalization='layer_norm_unbiased'`, no biases, the exact GELU). A

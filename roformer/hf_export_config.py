@@ -4,7 +4,8 @@
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the Llama-family classes' own (Gemma 2's and 3's sandwich block,
 SmolLM3's layers without positions, Phi-3's partial rotary, Cohere's shared unbiased norm, OLMo
-1's norms without parameters, OLMo 2's and 3's output norms, Granite's multipliers) in
+1's norms without parameters, OLMo 2's and 3's output norms, Granite's multipliers, StableLM's
+LayerNorms with a gated MLP) in
 roformer/hf_llama_export.py, and those of the classic block's classes (GPT-NeoX, Phi, GPT-J,
 GPT-2, BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in transformers 4's
 form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's, BLOOM's, MPT's and
