@@ -539,10 +539,10 @@ def spec_at(path: str):
   return node
 
 
-def check(config) -> None:
+def check(config, tree: dict | None = None) -> None:
   """Raises ConfigError naming the first field that is undeclared, missing or outside its
-  spec."""
-  check_tree(config, schema(), 'config', complete=True)
+  spec. `tree`: schema(), where the caller has built it already."""
+  check_tree(config, schema() if tree is None else tree, 'config', complete=True)
 
 
 def _plain(value):
@@ -602,10 +602,11 @@ def unread_fields(config) -> set[str]:
           | {field for field, _ in _unread_settings(config)})
 
 
-def migrate(saved) -> ml_collections.ConfigDict:
+def migrate(saved, tree: dict | None = None) -> ml_collections.ConfigDict:
   """A config saved by any earlier version (a dict or ConfigDict), brought up to date: every
   field added since it was saved at its default (the behaviour the code had before the field
-  existed). Fields it has keep their values; nothing is checked here."""
+  existed). Fields it has keep their values; nothing is checked here. `tree`: schema(), where
+  the caller has built it already."""
   def fill(node: dict, tree: dict) -> dict:
     for key, spec in tree.items():
       if key not in node:
@@ -614,4 +615,4 @@ def migrate(saved) -> ml_collections.ConfigDict:
         fill(node[key], spec)
     return node
   plain = saved.to_dict() if hasattr(saved, 'to_dict') else copy.deepcopy(dict(saved))
-  return ml_collections.ConfigDict(fill(plain, schema()))
+  return ml_collections.ConfigDict(fill(plain, schema() if tree is None else tree))

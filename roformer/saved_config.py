@@ -209,9 +209,10 @@ def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
   if missing:
     raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
                                   f'a config written by train.py. Fix: {fix}.')
-  config = config_schema.migrate(_lists_to_tuples(saved))  # Fields added since it was saved.
+  tree = config_schema.schema()  # Built once for both: it is built on each call.
+  config = config_schema.migrate(_lists_to_tuples(saved), tree)  # Fields added since it was saved.
   try:
-    config_schema.check(config)
+    config_schema.check(config, tree)
   except errors.ConfigError as e:
     raise errors.DamagedFileError(f'{path} holds a value train.py never writes ('
                                   f'{errors.without_fix(e)}): it was edited or damaged. Fix: '
