@@ -138,7 +138,8 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
   MPT's slopes are ALiBi's for any number of heads. transformers' MPT computes that block
   whatever some fields say; a file whose fields say its model was another (llm-foundry's
   variants) is refused. Its clip_qkv (q, k and v clamped; 0 or null: none) is
-  `attention.qkv_clip`."""
+  `attention.qkv_clip`, and a softmax_scale other than 1/sqrt of the heads' width is
+  `attention.softmax_scale`."""
   for name in ('attn_config', 'ffn_config'):
     if not isinstance(hf.get(name) or {}, dict):
       raise errors.DamagedFileError(f'{where}: {name} is {hf[name]!r}, not a group of fields. '
@@ -175,8 +176,6 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
        f'ffn_config {ffn}, where transformers applies an MLP with the exact GELU'),
       (attn_config.attn_type != 'multihead_attention',
        f'attn_config.attn_type {attn_config.attn_type!r}'),
-      (scale is not None and abs(scale * (d // heads) ** 0.5 - 1) > 1e-6,
-       f'attn_config.softmax_scale {scale} (not 1/sqrt of the heads\' width)'),
       (_read(hf, 'logit_scale', None) is not None, "logit_scale, which transformers' MPT does "
                                                     'not apply'),
       (not _read(hf, 'no_bias', True), "no_bias false (biases), where transformers' MPT has "
@@ -193,6 +192,9 @@ def mpt_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDic
       biases='none', normalization='layer_norm_unbiased', mlp='plain',
       layer_norm_eps=float(_read(hf, 'layer_norm_epsilon', 1e-5)))
   config.model.position.kind = positions.ALIBI
+  if scale is not None and abs(scale * (d // heads) ** 0.5 - 1) > 1e-6:  # Not 1/sqrt(width).
+    config.model.attention.update(softmax_scale=True, softmax_scale_value=hf_fields.positive(
+        scale, 'attn_config.softmax_scale', where))
   if attn_config.clip_qkv:  # transformers clamps where it is truthy.
     config.model.attention.update(qkv_clip=True, qkv_clip_value=hf_fields.positive(
         attn_config.clip_qkv, 'attn_config.clip_qkv', where))

@@ -274,7 +274,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                 attn_pdrop=0, attn_type='multihead_attention', attn_impl='torch',
                 prefix_lm=False, attn_uses_sequence_id=False)
     for option in attention_options.enabled(m.attention):  # qkv_clip's clip_qkv.
-      attn.update(option.transformers_fields(m.attention))
+      attn.update(option.transformers_fields(m.attention, fam))
     return {
         'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
         'vocab_size': m.vocab_size, 'd_model': m.d_model, 'n_heads': m.num_heads,
@@ -430,5 +430,5 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                max_window_layers=first,
                layer_types=_layer_types(windows))
   for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
-    out.update(option.transformers_fields(m.attention))
+    out.update(option.transformers_fields(m.attention, fam))
   return out

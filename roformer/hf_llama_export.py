@@ -232,7 +232,7 @@ def granite_block(m) -> bool:
   constants: a multiplier of the embeddings, the branches or the logits, or an attention option
   that Granite's class alone computes (its set factor of q.k)."""
   granite_only = [o for o in attention_options.enabled(m.attention)
-                  if o.transformers_families == ('granite',)]
+                  if 'granite' in o.transformers_families]
   return ((m.normalization, m.mlp, m.norm) == ('rms_norm', 'gated', 'pre') and (
       m.embedding_multiplier != 1 or m.residual_multiplier != 1 or m.logits_multiplier != 1
       or bool(granite_only)))

@@ -491,7 +491,8 @@ def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   slopes of 8 heads, which are ALiBi's, by hand), LayerNorms without a bias, no biases, an MLP
   of 4 d_model with the exact GELU, and max_seq_len as the trained length; a softmax_scale of
   1/sqrt of the heads' width is the default's, and a clip_qkv of 0 clips nothing (as
-  transformers reads it): both read as the defaults."""
+  transformers reads it): both read as the defaults. Another softmax_scale is
+  attention.softmax_scale."""
   hf_json = json.loads((FIXTURES / 'mpt_alibi' / 'config.json').read_text())
   m, data = (lambda c: (c.model, c.data))(hf_config.to_config(hf_json, 'dir'))
   assert (m.position.kind, m.normalization, m.biases, m.mlp, m.activation, m.d_ff) == (
@@ -503,6 +504,9 @@ def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   same = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=4 ** -0.5,
                                         clip_qkv=0))
   assert hf_config.to_config(same, 'dir').model == m
+  scaled = dict(hf_json, attn_config=dict(hf_json['attn_config'], softmax_scale=0.3))
+  att = hf_config.to_config(scaled, 'dir').model.attention
+  assert (att.softmax_scale, att.softmax_scale_value) == (True, 0.3)
 
 
 def test_olmo1_reads_norms_without_parameters_and_a_clamp_that_binds_in_the_fixture(tmp_path):

@@ -177,6 +177,8 @@ BLOOM = {'embedding_norm': True, 'd_ff': 128, 'activation': 'gelu_tanh'}
 # q, k and v clamped (attn_config.clip_qkv) at 0.1, which binds as OLMo 1's does.
 MPT = {'normalization': 'layer_norm_unbiased', 'biases': 'none', 'd_ff': 128, 'activation': 'gelu'}
 MPT_CLIPPED = dict(MPT, **{'attention.qkv_clip': True, 'attention.qkv_clip_value': 0.1})
+# MPT with q.k times 0.3 (its attn_config.softmax_scale) in place of 1/sqrt(4).
+MPT_SCALED = dict(MPT, **{'attention.softmax_scale': True, 'attention.softmax_scale_value': 0.3})
 
 
 # Checks behind -m slow: the same export paths as a default one (a model trained here, or an
@@ -194,6 +196,7 @@ _SLOW = pytest.mark.slow
                                              pytest.param('alibi', MPT, 'MptForCausalLM',
                                                           marks=_SLOW),
                                              ('alibi', MPT_CLIPPED, 'MptForCausalLM'),
+                                             ('alibi', MPT_SCALED, 'MptForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
                                              ('llama', {'biases': 'mlp'}, 'LlamaForCausalLM'),
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
@@ -253,6 +256,10 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
   if config.model.attention.qkv_clip:  # OLMo's clip_qkv, or MPT's inside its attn_config.
     assert went.get('attn_config', went)['clip_qkv'] == config.model.attention.qkv_clip_value
+  if config.model.attention.softmax_scale:  # Granite's attention_multiplier, or MPT's.
+    scale = went['attn_config']['softmax_scale'] if 'attn_config' in went else went[
+        'attention_multiplier']
+    assert scale == config.model.attention.softmax_scale_value
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
   back, here = hf.load(str(tmp_path / 'back')), hf.load(workdir)
   ids = np.random.default_rng(0).integers(5, 261, (2, 40))
@@ -693,6 +700,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
 
 @pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
+                                        ('alibi', MPT_SCALED),
                                         ('llama', {}), ('llama', {'biases': 'mlp'}),
                                         ('llama', OLMO1), ('rope', PHI),
                                         ('rope', GPTJ), ('rope', dict(GPTJ, output_bias=False)),
@@ -720,8 +728,8 @@ def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path
       str(tmp_path / 'out'), dtype=torch.float32, attn_implementation='eager').eval()
   # transformers' MPT computes no position past max_seq_len, the run's length, nor GPT-J past
   # n_positions.
-  length = (config.data.seq_len if fields in (MPT, MPT_CLIPPED) or _gptj_block(config.model)
-            else 40)
+  length = (config.data.seq_len
+            if fields in (MPT, MPT_CLIPPED, MPT_SCALED) or _gptj_block(config.model) else 40)
   ids = np.random.default_rng(0).integers(5, 261, (2, length))
   with torch.no_grad():
     got = model(torch.as_tensor(ids), use_cache=False).logits.numpy()

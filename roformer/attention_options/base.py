@@ -173,10 +173,10 @@ class AttentionOption:
   def reads(self) -> tuple[str, ...]:
     return tuple(self.specs)
 
-  def transformers_fields(self, att) -> dict:
-    """The config.json fields by which those families' classes compute it as `att` sets it
-    (none where they always do)."""
-    del att
+  def transformers_fields(self, att, family: str) -> dict:
+    """The config.json fields by which class `family` (one of those) computes it as `att` sets
+    it (none where it always does)."""
+    del att, family
     return {}
 
   def transformers_refusal(self, model_cfg, att) -> str:

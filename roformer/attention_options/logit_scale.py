@@ -21,7 +21,8 @@ class LogitScale(base.AttentionOption):
   # query_pre_attn_scalar.
   transformers_families = ('gemma2', 'gemma3')
 
-  def transformers_fields(self, att) -> dict:
+  def transformers_fields(self, att, family: str) -> dict:
+    del family  # The same name in each.
     return {'query_pre_attn_scalar': att.logit_scale_dim}
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:

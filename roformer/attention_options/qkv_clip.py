@@ -21,7 +21,8 @@ class QKVClip(base.AttentionOption):
   # MPT's there).
   transformers_families = ('olmo', 'mpt')
 
-  def transformers_fields(self, att) -> dict:
+  def transformers_fields(self, att, family: str) -> dict:
+    del family  # The same name in each.
     return {'clip_qkv': att.qkv_clip_value}
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:

@@ -22,7 +22,8 @@ class Softcap(base.AttentionOption):
   # attn_logit_softcapping (Gemma 3's class reads the field, and its attention does not apply it).
   transformers_families = ('gemma2',)
 
-  def transformers_fields(self, att) -> dict:
+  def transformers_fields(self, att, family: str) -> dict:
+    del family  # The same name in each.
     return {'attn_logit_softcapping': att.softcap_value}
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:

@@ -1,6 +1,7 @@
 """A set factor of the attention logits (`attention.softmax_scale`): q.k times `softmax_scale_value`
 in place of q.k / sqrt(head_dim). Granite 3 trains with 1/head_dim (`attention_multiplier`), as muP
-scales attention (Yang et al. 2022, "Tensor Programs V"). Like `attention.logit_scale`, it
+scales attention (Yang et al. 2022, "Tensor Programs V"), and MPT's `softmax_scale` is the same
+factor. Like `attention.logit_scale`, it
 multiplies the rotated queries by softmax_scale_value * sqrt(head_dim), which every kernel then
 scales by 1 / sqrt(head_dim): the same product on every implementation, and the scheme's bias left
 unscaled, as those classes leave it.
@@ -19,11 +20,12 @@ class SoftmaxScale(base.AttentionOption):
   about = 'q.k times softmax_scale_value in place of 1 / sqrt(head_dim)'
   specs = {'softmax_scale_value': Float(0, 1e6, min_open=True, default=0.125)}
   excludes = (('logit_scale', 'sets the same factor of q.k (give one)'),)
-  # GraniteConfig's attention_multiplier.
-  transformers_families = ('granite',)
+  # GraniteConfig's attention_multiplier, and MptConfig's attn_config.softmax_scale.
+  transformers_families = ('granite', 'mpt')
 
-  def transformers_fields(self, att) -> dict:
-    return {'attention_multiplier': att.softmax_scale_value}
+  def transformers_fields(self, att, family: str) -> dict:
+    return {'softmax_scale' if family == 'mpt' else 'attention_multiplier':
+            att.softmax_scale_value}
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     module.query_factor = float(att.softmax_scale_value) * module.head_dim ** 0.5
