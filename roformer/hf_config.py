@@ -67,6 +67,7 @@ from roformer import errors
 from roformer import files
 from roformer import hf_classic
 from roformer import hf_fields
+from roformer import hf_layers
 from roformer import positions
 
 # The readers of a field, shared with roformer/hf_classic.py.
@@ -170,17 +171,6 @@ def family(hf: dict, where: str) -> str:
   return ARCHITECTURES[arch]
 
 
-def _interval(hf: dict, name: str, default: int, where: str) -> int:
-  """A layer interval of the config (`sliding_window_pattern`, `no_rope_layer_interval`), which
-  must be a positive integer."""
-  value = _read(hf, name, default)
-  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
-                                  'positive integer. Fix: use the config.json that came with '
-                                  'the weights.')
-  return value
-
-
 def rope_settings(hf: dict, fam: str, where: str) -> dict:
   """The rotary settings of either form as one dict: rope_type, rope_theta,
   partial_rotary_factor and the scaling's own keys."""
@@ -262,65 +252,6 @@ def _scaling(settings: dict, hf: dict, fam: str, where: str) -> tuple[dict, int]
           'attention_factor': float(attention or 0.0)}, original
 
 
-def _smollm3_rotates(hf: dict, layers: int, where: str) -> tuple[bool, ...]:
-  """Whether each layer of a SmolLM3 config rotates: `no_rope_layers` (1: RoPE, 0: none), else
-  every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
-  interval = _interval(hf, 'no_rope_layer_interval', 4, where)
-  flags = hf.get('no_rope_layers') or [int((i + 1) % interval != 0) for i in range(layers)]
-  return tuple(bool(f) for f in flags[:layers])
-
-
-def _windows_of(kinds, window: int) -> tuple[int, ...]:
-  """layer_windows of transformers' `layer_types`: `window` on each sliding layer, () where none
-  is windowed."""
-  windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
-  return windows if any(windows) else ()
-
-
-LAYER_TYPES = ('sliding_attention', 'full_attention')  # transformers' layer_types we read.
-
-
-def _layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
-  """The config's `layer_types`, one of LAYER_TYPES per layer (as transformers' configs check
-  them), or `default` (the class's layout, a list) where the file has none."""
-  kinds = hf.get('layer_types')
-  if not kinds:
-    return list(default)
-  if (not isinstance(kinds, list) or len(kinds) != layers
-      or any(k not in LAYER_TYPES for k in kinds)):
-    raise errors.DamagedFileError(
-        f'{where}: layer_types is {kinds!r}, where transformers reads one of '
-        f'{", ".join(LAYER_TYPES)} for each of the {layers} layers. Fix: use the config.json '
-        'that came with the weights.')
-  return kinds
-
-
-def _windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
-  window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
-  if fam == 'phi3':  # Phi3Config's window is None by default.
-    window = hf.get('sliding_window')
-  if fam in ('mistral', 'phi3'):
-    return (int(window),) if window else ()
-  if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
-    window = hf.get('sliding_window')
-  if fam == 'smollm3' and window and hf.get('use_sliding_window'):
-    rotates = _smollm3_rotates(hf, layers, where)
-    return _windows_of(_layer_types(hf, layers, where, [
-        'full_attention' if r else 'sliding_attention' for r in rotates]), window)
-  if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
-    kinds = _cohere2_kinds(hf, layers, where)
-    return _windows_of(kinds, _sliding_window(hf, kinds, where))
-  if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
-    kinds = _layer_types(hf, layers, where, [
-        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)])
-    return _windows_of(kinds, _sliding_window(hf, kinds, where))
-  if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
-    return _windows_of(_layer_types(hf, layers, where, [
-        'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
-        for i in range(layers)]), window)
-  return ()
-
-
 def _refuse_scaled_part(settings: dict, scaling: dict, fam: str, where: str) -> None:
   """A class that rotates whole heads ignores partial_rotary_factor with the default rotary
   frequencies, but its scalings' frequencies (transformers' rope functions) cover that part of
@@ -333,14 +264,6 @@ def _refuse_scaled_part(settings: dict, scaling: dict, fam: str, where: str) -> 
         f'{MODEL_TYPES[fam]} rotates whole heads, so transformers computes that scaling for '
         'part of each head and fails on it. Fix: a checkpoint without partial_rotary_factor '
         '(or 1.0).')
-
-
-def _cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
-  """A Cohere 2 config's layer_types, or Cohere2Config's from sliding_window_pattern (every
-  p-th layer global; 4 where absent)."""
-  interval = _interval(hf, 'sliding_window_pattern', 4, where)
-  return _layer_types(hf, layers, where, [
-      'sliding_attention' if (i + 1) % interval else 'full_attention' for i in range(layers)])
 
 
 # The families whose configs hold rotary settings per layer type (sliding and full attention).
@@ -376,10 +299,10 @@ def _typed_layers(hf: dict, fam: str, layers: int, where: str) -> tuple:
   full['rope_type'] = _read(full, 'rope_type', _read(full, 'type', 'default'))
   scaling, trained = _scaling(full, hf, fam, where)
   _refuse_scaled_part(full, scaling, fam, where)  # Its global layers' settings.
-  pattern = _interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
-  kinds = _layer_types(hf, layers, where, [
+  pattern = hf_layers.interval(hf, 'sliding_window_pattern', 6, where) if fam == 'gemma3' else 4
+  kinds = hf_layers.layer_types(hf, layers, where, [
       'sliding_attention' if (i + 1) % pattern else 'full_attention' for i in range(layers)])
-  windows = _windows_of(kinds, _sliding_window(hf, kinds, where))
+  windows = hf_layers.windows_of(kinds, hf_layers.sliding_window(hf, kinds, where))
   # By layer type: a sliding layer keeps its local base where the file gives it no window.
   bases = tuple(float((sliding if k == 'sliding_attention' else full)['rope_theta'])
                 for k in kinds)
@@ -419,18 +342,6 @@ def _gemma_attention(hf: dict, fam: str, head_dim: int, where: str) -> dict:
   if cap is not None:
     att.update(softcap=True, softcap_value=_positive(cap, 'attn_logit_softcapping', where))
   return att
-
-
-def _sliding_window(hf: dict, kinds, where: str) -> int:
-  """The window of the sliding layers among `kinds` (transformers' layer_types): the file's
-  (4096, the classes' default, where absent); a null one beside sliding layers is a config
-  transformers cannot run."""
-  window = _read(hf, 'sliding_window', 4096)
-  if not window and 'sliding_attention' in kinds:
-    raise errors.DamagedFileError(f'{where}: sliding_window is {window!r} while layers slide '
-                                  '(sliding_attention), which transformers cannot run. Fix: use '
-                                  'the config.json that came with the weights.')
-  return int(window or 0)
 
 
 def _granite_multipliers(config, hf: dict, where: str) -> None:
@@ -501,7 +412,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
     settings = {'rope_theta': base}  # None: each layer's base is in layer_rope_bases.
   else:
-    windows, bases = _windows(hf, fam, layers, where), ()
+    windows, bases = hf_layers.windows(hf, fam, layers, where), ()
     settings = rope_settings(hf, fam, where)
     scaling, trained = _scaling(settings, hf, fam, where)
   # transformers' rounding; the other Llama-family classes rotate whole heads whatever the
@@ -590,14 +501,14 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     if final_cap is not None:
       config.model.logits_softcap = _positive(final_cap, 'final_logit_softcapping', where)
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.
-    rotates = _smollm3_rotates(hf, layers, where)
+    rotates = hf_layers.smollm3_rotates(hf, layers, where)
     if not any(rotates):
       raise errors.ConfigError(f'{where}: no_rope_layers leaves no layer with RoPE; this '
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '
                                'checkpoint with RoPE layers (as SmolLM3-3B, 3 in each 4).')
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   if fam == 'cohere2':  # RoPE on the sliding layers alone.
-    rotates = [k == 'sliding_attention' for k in _cohere2_kinds(hf, layers, where)]
+    rotates = [k == 'sliding_attention' for k in hf_layers.cohere2_kinds(hf, layers, where)]
     if not any(rotates):
       raise errors.ConfigError(f'{where}: no sliding layer, and so no layer with RoPE; this '
                                'project reads Cohere 2 checkpoints with some. Fix: a checkpoint '

@@ -1,0 +1,104 @@
+"""Which layers of a Hugging Face config.json slide, and which rotate: the layouts of
+transformers' classes (`layer_types`, `sliding_window`, `sliding_window_pattern`,
+`max_window_layers`, SmolLM3's `no_rope_layers`, Cohere 2's global layers without positions) as
+this project's per-layer fields (`model.layer_windows`, `model.layer_kinds`), each where the file
+has none as the class lays it out. roformer/hf_config.py reads the rest of the config."""
+
+from roformer import errors
+from roformer import hf_fields
+
+_read = hf_fields.read
+
+
+def interval(hf: dict, name: str, default: int, where: str) -> int:
+  """A layer interval of the config (`sliding_window_pattern`, `no_rope_layer_interval`), which
+  must be a positive integer."""
+  value = _read(hf, name, default)
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads a '
+                                  'positive integer. Fix: use the config.json that came with '
+                                  'the weights.')
+  return value
+
+
+def smollm3_rotates(hf: dict, layers: int, where: str) -> tuple[bool, ...]:
+  """Whether each layer of a SmolLM3 config rotates: `no_rope_layers` (1: RoPE, 0: none), else
+  every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
+  every = interval(hf, 'no_rope_layer_interval', 4, where)
+  flags = hf.get('no_rope_layers') or [int((i + 1) % every != 0) for i in range(layers)]
+  return tuple(bool(f) for f in flags[:layers])
+
+
+def windows_of(kinds, window: int) -> tuple[int, ...]:
+  """layer_windows of transformers' `layer_types`: `window` on each sliding layer, () where none
+  is windowed."""
+  windows = tuple(int(window) if k == 'sliding_attention' else 0 for k in kinds)
+  return windows if any(windows) else ()
+
+
+LAYER_TYPES = ('sliding_attention', 'full_attention')  # transformers' layer_types we read.
+
+
+def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
+  """The config's `layer_types`, one of LAYER_TYPES per layer (as transformers' configs check
+  them), or `default` (the class's layout, a list) where the file has none."""
+  kinds = hf.get('layer_types')
+  if not kinds:
+    return list(default)
+  if (not isinstance(kinds, list) or len(kinds) != layers
+      or any(k not in LAYER_TYPES for k in kinds)):
+    raise errors.DamagedFileError(
+        f'{where}: layer_types is {kinds!r}, where transformers reads one of '
+        f'{", ".join(LAYER_TYPES)} for each of the {layers} layers. Fix: use the config.json '
+        'that came with the weights.')
+  return kinds
+
+
+def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
+  """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's
+  and Phi-3's window on every layer, SmolLM3's on its layers without positions, Cohere 2's and
+  Gemma 2's on their sliding layers, Qwen2's and Qwen3's from max_window_layers on; () where none
+  slides."""
+  window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
+  if fam == 'phi3':  # Phi3Config's window is None by default.
+    window = hf.get('sliding_window')
+  if fam in ('mistral', 'phi3'):
+    return (int(window),) if window else ()
+  if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
+    window = hf.get('sliding_window')
+  if fam == 'smollm3' and window and hf.get('use_sliding_window'):
+    rotates = smollm3_rotates(hf, layers, where)
+    return windows_of(layer_types(hf, layers, where, [
+        'full_attention' if r else 'sliding_attention' for r in rotates]), window)
+  if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
+    kinds = cohere2_kinds(hf, layers, where)
+    return windows_of(kinds, sliding_window(hf, kinds, where))
+  if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
+    kinds = layer_types(hf, layers, where, [
+        'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)])
+    return windows_of(kinds, sliding_window(hf, kinds, where))
+  if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
+    return windows_of(layer_types(hf, layers, where, [
+        'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
+        for i in range(layers)]), window)
+  return ()
+
+
+def cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
+  """A Cohere 2 config's layer_types, or Cohere2Config's from sliding_window_pattern (every
+  p-th layer global; 4 where absent)."""
+  every = interval(hf, 'sliding_window_pattern', 4, where)
+  return layer_types(hf, layers, where, [
+      'sliding_attention' if (i + 1) % every else 'full_attention' for i in range(layers)])
+
+
+def sliding_window(hf: dict, kinds, where: str) -> int:
+  """The window of the sliding layers among `kinds` (transformers' layer_types): the file's
+  (4096, the classes' default, where absent); a null one beside sliding layers is a config
+  transformers cannot run."""
+  window = _read(hf, 'sliding_window', 4096)
+  if not window and 'sliding_attention' in kinds:
+    raise errors.DamagedFileError(f'{where}: sliding_window is {window!r} while layers slide '
+                                  '(sliding_attention), which transformers cannot run. Fix: use '
+                                  'the config.json that came with the weights.')
+  return int(window or 0)
