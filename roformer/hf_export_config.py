@@ -216,6 +216,29 @@ def export_family(config) -> str:
   return 'qwen2' if m.biases == 'qkv' else 'llama'
 
 
+def _common_fields(fam: str, m, special_ids: dict) -> dict:
+  """The fields every family's config.json holds under the same names: the class, the
+  vocabulary, the special ids, the initialisation's std and whether the output layer is tied
+  (a tied model of the classic initialisation goes out untied, its scale folded into
+  lm_head)."""
+  return {'architectures': [hf_config.MODEL_TYPES[fam]],
+          'model_type': hf_config.HF_MODEL_TYPES[fam], 'vocab_size': m.vocab_size,
+          'initializer_range': m.init_std,
+          'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
+          'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
+          'pad_token_id': special_ids.get('pad'), 'use_cache': True, 'torch_dtype': 'float32'}
+
+
+def _gpt2_named(m) -> dict:
+  """The block's fields under GPT2Config's names, which GPTJConfig shares (transformers'
+  gelu_new is the tanh GELU), without dropout."""
+  return {'n_embd': m.d_model, 'n_layer': m.num_layers, 'n_head': m.num_heads,
+          'n_inner': m.d_ff, 'layer_norm_epsilon': m.layer_norm_eps,
+          'activation_function': {'gelu_tanh': 'gelu_new'}.get(
+              m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
+          'resid_pdrop': 0.0, 'embd_pdrop': 0.0, 'attn_pdrop': 0.0}
+
+
 def _rope_scaling(config) -> tuple[dict | None, int]:
   """(rope_scaling in transformers 4's form, max_position_embeddings)."""
   sc, trained = config.model.position.rope.scaling, config.data.seq_len
@@ -254,19 +277,15 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   imported from, whose max_position_embeddings it keeps."""
   fam = export_family(config)
   m, rope = config.model, config.model.position.rope
+  common = _common_fields(fam, m, special_ids)
   if fam == 'gpt2':  # GPT2Config's own names.
-    return {
-        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
-        'vocab_size': m.vocab_size, 'n_embd': m.d_model, 'n_layer': m.num_layers,
-        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': positions.learned_rows(m),
-        'activation_function': {'gelu_tanh': 'gelu_new'}.get(
-            m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
-        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
-        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-        'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
-        'attn_pdrop': 0.0, 'scale_attn_weights': True, 'use_cache': True,
-        'torch_dtype': 'float32'}
+    return {**common, **_gpt2_named(m), 'n_positions': positions.learned_rows(m),
+            'scale_attn_weights': True}
+  if fam == 'gptj':  # GPT-2's names; n_positions the trained length, or the source's.
+    # transformers' GPT-J reads positions from a table of n_positions rows.
+    longest = max(config.data.seq_len, int((source or {}).get('n_positions') or 0))
+    return {**common, **_gpt2_named(m), 'n_positions': longest,
+            'rotary_dim': int(round(positions.head_dim(m) * rope.fraction))}
   if fam == 'mpt':  # MptConfig's own names; max_seq_len the trained length, or the source's.
     # transformers' MPT computes no position past max_seq_len; a longer one changes no logit.
     longest = max(config.data.seq_len, int((source or {}).get('max_seq_len') or 0))
@@ -276,42 +295,17 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     for option in attention_options.enabled(m.attention):  # qkv_clip's clip_qkv.
       attn.update(option.transformers_fields(m.attention, fam))
     return {
-        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
-        'vocab_size': m.vocab_size, 'd_model': m.d_model, 'n_heads': m.num_heads,
-        'n_layers': m.num_layers, 'expansion_ratio': 4, 'max_seq_len': longest,
-        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
-        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-        'pad_token_id': special_ids.get('pad'), 'no_bias': True, 'logit_scale': None,
-        'resid_pdrop': 0.0, 'emb_pdrop': 0.0, 'learned_pos_emb': False, 'use_cache': True,
-        'attn_config': attn,
-        'torch_dtype': 'float32'}
-  if fam == 'gptj':  # GPTJConfig's own names; n_positions the trained length, or the source's.
-    # transformers' GPT-J reads positions from a table of n_positions rows.
-    longest = max(config.data.seq_len, int((source or {}).get('n_positions') or 0))
-    return {
-        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
-        'vocab_size': m.vocab_size, 'n_embd': m.d_model, 'n_layer': m.num_layers,
-        'n_head': m.num_heads, 'n_inner': m.d_ff, 'n_positions': longest,
-        'rotary_dim': int(round(positions.head_dim(m) * rope.fraction)),
-        'activation_function': {'gelu_tanh': 'gelu_new'}.get(
-            m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
-        'layer_norm_epsilon': m.layer_norm_eps, 'initializer_range': m.init_std,
-        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-        'pad_token_id': special_ids.get('pad'), 'resid_pdrop': 0.0, 'embd_pdrop': 0.0,
-        'attn_pdrop': 0.0, 'use_cache': True, 'torch_dtype': 'float32'}
+        **common, 'd_model': m.d_model, 'n_heads': m.num_heads, 'n_layers': m.num_layers,
+        'expansion_ratio': 4, 'max_seq_len': longest, 'layer_norm_epsilon': m.layer_norm_eps,
+        'no_bias': True, 'logit_scale': None, 'resid_pdrop': 0.0, 'emb_pdrop': 0.0,
+        'learned_pos_emb': False, 'attn_config': attn}
   if fam == 'bloom':  # BloomConfig's own names; seq_length is read back as data.seq_len.
     return {
-        'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': fam,
-        'vocab_size': m.vocab_size, 'hidden_size': m.d_model, 'n_layer': m.num_layers,
-        'n_head': m.num_heads, 'layer_norm_epsilon': m.layer_norm_eps,
-        'initializer_range': m.init_std, 'seq_length': config.data.seq_len,
-        'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-        'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-        'pad_token_id': special_ids.get('pad'), 'hidden_dropout': 0.0, 'attention_dropout': 0.0,
+        **common, 'hidden_size': m.d_model, 'n_layer': m.num_layers, 'n_head': m.num_heads,
+        'layer_norm_epsilon': m.layer_norm_eps, 'seq_length': config.data.seq_len,
+        'hidden_dropout': 0.0, 'attention_dropout': 0.0,
         'apply_residual_connection_post_layernorm': False, 'pretraining_tp': 1,
-        'slow_but_exact': False, 'use_cache': True, 'torch_dtype': 'float32'}
+        'slow_but_exact': False}
   scaling, max_len = _rope_scaling(config)
   if source and 'max_position_embeddings' in source:
     max_len = int(source['max_position_embeddings'])
@@ -321,15 +315,9 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   if rope.scaling.kind == 'ntk':
     base = base * rope.scaling.factor ** (rotary / (rotary - 2))
   out = {
-      'architectures': [hf_config.MODEL_TYPES[fam]], 'model_type': hf_config.HF_MODEL_TYPES[fam],
-      'vocab_size': m.vocab_size,
-      'hidden_size': m.d_model, 'intermediate_size': m.d_ff, 'num_hidden_layers': m.num_layers,
-      'num_attention_heads': m.num_heads,
-      'hidden_act': hf_config.ACTIVATION_NAMES[m.activation],
-      'max_position_embeddings': max_len, 'initializer_range': m.init_std,
-      'tie_word_embeddings': bool(m.tie_embeddings and m.init == 'normal'),
-      'bos_token_id': special_ids.get('bos'), 'eos_token_id': special_ids.get('eos'),
-      'pad_token_id': special_ids.get('pad'), 'use_cache': True, 'torch_dtype': 'float32',
+      **common, 'hidden_size': m.d_model, 'intermediate_size': m.d_ff,
+      'num_hidden_layers': m.num_layers, 'num_attention_heads': m.num_heads,
+      'hidden_act': hf_config.ACTIVATION_NAMES[m.activation], 'max_position_embeddings': max_len,
       'rope_scaling': scaling,
   }
   if fam == 'gpt_neox':
