@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-one architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty-three architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -34,7 +34,11 @@ MLP, q, k and v biases (`use_qkv_bias`) or none, a quarter of each head rotated 
 branches one after the other or, `use_parallel_residual`, in parallel after one norm,
 `parallel_shared`), GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches,
 `parallel_shared`, biases on the MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on
-the interleaved pairs of the first `rotary_dim` dimensions of each head), GPT2LMHeadModel (the
+the interleaved pairs of the first `rotary_dim` dimensions of each head), GlmForCausalLM (GLM-4
+9B: Llama's block with RoPE on the interleaved pairs of the first half of each head by default,
+q, k and v biases (`attention_bias`, on by default) and the MLP's gate and up in one weight),
+Glm4ForCausalLM (GLM-4 0414: GLM's block with sandwich norms, `model.norm='sandwich'`, whose
+scales are the stored weights), GPT2LMHeadModel (the
 classic block with learned absolute positions, a table over `n_positions` rows),
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -83,6 +87,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'GPTNeoXForCausalLM': 'gpt_neox', 'PhiForCausalLM': 'phi',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
                  'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
+                 'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -90,14 +95,17 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo', 'olmo2', 'olmo3', 'granite')
+                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4')
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
 # OLMo 2 and 3: norms on the branches' outputs alone, QK-norm over all heads.
 OLMO = ('olmo2', 'olmo3')
+# GLM and GLM-4: RoPE on the interleaved pairs of half of each head by default, q, k and v biases
+# by default, the MLP's gate and up in one weight; GLM-4's norms are sandwich norms.
+GLM = ('glm', 'glm4')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm')
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm') + GLM
 # The families whose classes read head_dim (the others split hidden_size into the heads).
 READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
@@ -186,7 +194,8 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0}.get(fam, 10000.0)  # default_theta.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
-  default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25}.get(fam, 1.0)  # Classes'.
+  default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25, 'glm': 0.5,
+                     'glm4': 0.5}.get(fam, 1.0)  # The classes'.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
   return settings
@@ -362,6 +371,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'qkv'
   if fam == 'stablelm':  # q, k and v, or none.
     return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
+  if fam in GLM:  # attention_bias: q, k and v (o_proj has none).
+    return 'qkv' if _read(hf, 'attention_bias', True) else 'none'
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
   if fam in ('mistral', 'phi3'):
@@ -388,9 +399,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     return hf_classic.gptj_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
-  # Qwen3Config's, Gemma2Config's and Gemma3TextConfig's default, where absent, is 128, 256 and
-  # 256), as Phi's does; GPT-NeoX's always splits hidden_size.
-  default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256}.get(fam)
+  # Qwen3Config's, Gemma2Config's, Gemma3TextConfig's and GLM's default, where absent, is 128,
+  # 256, 256 and 128), as Phi's does; GPT-NeoX's always splits hidden_size.
+  default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256, 'glm': 128, 'glm4': 128}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
@@ -475,10 +486,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
-  else:
+  else:  # The classes' default epsilons.
+    eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'glm': 1.5625e-7, 'glm4': 1.5625e-7}
     config.model.update(normalization='rms_norm', mlp='gated',
-                        layer_norm_eps=float(_read(hf, 'rms_norm_eps', 1e-5 if fam in (
-                            'phi3', 'olmo2', 'olmo3') else 1e-6)))  # The classes' defaults.
+                        layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
   if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
     config.model.attention.update(qkv_clip=True,
                                   qkv_clip_value=_positive(hf['clip_qkv'], 'clip_qkv', where))
@@ -489,6 +500,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.attention.update(qk_norm_over='heads')
   if fam in ('qwen3', 'gemma3') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
+  if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
+    config.model.update(norm='sandwich')
   if fam in GEMMA:
     config.model.update(norm='sandwich', embedding_multiplier=d ** 0.5)  # transformers' value.
     config.model.attention.update(gemma_attention)
@@ -516,8 +529,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  # Cohere rotates interleaved pairs (x_2i, x_2i+1), the others the halves.
-  rope.update(layout='interleaved' if fam in COHERE else 'half', fraction=rotary / head_dim)
+  # Cohere and GLM rotate interleaved pairs (x_2i, x_2i+1), the others the halves.
+  rope.update(layout='interleaved' if fam in COHERE + GLM else 'half', fraction=rotary / head_dim)
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)

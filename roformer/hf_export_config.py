@@ -124,6 +124,9 @@ def _refusal(config) -> str | None:
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
+    glm = hf_llama_export.glm_family(m)
+    if glm:
+      return hf_llama_export.glm_refusal(config, glm)
     if rope.fraction < 1:
       return hf_llama_export.phi3_refusal(config, options, windows)
     if not all(positions.rope_layers(m)):
@@ -200,6 +203,8 @@ def export_family(config) -> str:
     return 'cohere' if all(positions.rope_layers(m)) and not any(m.layer_windows) else 'cohere2'
   if hf_llama_export.granite_block(m):
     return 'granite'
+  if hf_llama_export.glm_family(m):
+    return hf_llama_export.glm_family(m)
   if m.norm == 'sandwich':
     return hf_llama_export.sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
@@ -237,6 +242,14 @@ def _gpt2_named(m) -> dict:
           'activation_function': {'gelu_tanh': 'gelu_new'}.get(
               m.activation, hf_config.ACTIVATION_NAMES[m.activation]),
           'resid_pdrop': 0.0, 'embd_pdrop': 0.0, 'attn_pdrop': 0.0}
+
+
+def _fraction(rotary: int, head_dim: int) -> float:
+  """partial_rotary_factor for `rotary` of `head_dim` dimensions: transformers rotates
+  int(head_dim * factor), so the exact ratio where that gives `rotary` back, else one half a
+  dimension past it."""
+  fraction = rotary / head_dim
+  return fraction if int(head_dim * fraction) == rotary else (rotary + 0.5) / head_dim
 
 
 def _rope_scaling(config) -> tuple[dict | None, int]:
@@ -326,20 +339,16 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
     return out
   if fam == 'stablelm':  # Its parallel branches share one norm; partial_rotary_factor as Phi's.
-    fraction = rotary / head_dim
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, layer_norm_eps=m.layer_norm_eps,
                rope_theta=base, use_qkv_bias=m.biases == 'qkv', qk_layernorm=False,
                use_parallel_residual=m.residual == 'parallel_shared', hidden_dropout=0.0,
                attention_dropout=0.0,
-               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
-                   (rotary + 0.5) / head_dim))
+               partial_rotary_factor=_fraction(rotary, head_dim))
     return out
   if fam == 'phi':  # PhiConfig reads head_dim, and partial_rotary_factor at the top level.
-    fraction = rotary / head_dim
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, head_dim=head_dim,
                layer_norm_eps=m.layer_norm_eps, rope_theta=base, qk_layernorm=False,
-               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
-                   (rotary + 0.5) / head_dim),
+               partial_rotary_factor=_fraction(rotary, head_dim),
                resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
     return out
   out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, rms_norm_eps=m.layer_norm_eps,
@@ -400,11 +409,11 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                      'rope_type': 'default', 'rope_theta': base}})
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
+  elif fam in hf_config.GLM:  # Its q, k and v biases or none; partial rotary as Phi-3's.
+    out.update(attention_bias=m.biases == 'qkv', partial_rotary_factor=_fraction(rotary, head_dim))
   elif fam == 'phi3':  # Phi3Config reads its own original length (4096 where absent).
-    fraction = rotary / head_dim
     out.update(sliding_window=windows[0] or None, resid_pdrop=0.0, embd_pdrop=0.0,
-               partial_rotary_factor=fraction if int(head_dim * fraction) == rotary else (
-                   (rotary + 0.5) / head_dim),
+               partial_rotary_factor=_fraction(rotary, head_dim),
                original_max_position_embeddings=(rope.scaling.original_length
                                                  if scaling else max_len))
   else:  # qwen2, qwen3

@@ -2,7 +2,8 @@
 branches and a gated MLP, and why each does not: the conditions of Phi-3 (partial rotary),
 SmolLM3 (layers without positions), Cohere and Cohere 2 (unbiased LayerNorms shared by parallel
 branches), OLMo 1 (norms without parameters), OLMo 2 and 3 (output norms), Gemma 2 and 3
-(sandwich norms), Granite (muP's multipliers) and StableLM (LayerNorms), which
+(sandwich norms), Granite (muP's multipliers), StableLM (LayerNorms) and GLM and GLM-4 (partial
+rotary with q, k and v biases, or sandwich norms without Gemma's multiplier), which
 roformer/hf_export_config.py's `export_family` consults once the block says which class it is.
 Each function returns the first condition that fails, in one line with its fix, or None.
 """
@@ -44,6 +45,49 @@ def phi3_refusal(config, options, windows) -> str | None:
        f'{what} LongRoPE and heads of width head_dim={m.head_dim}: Phi3Config sizes the factor '
        f'lists from hidden_size / heads ({m.d_model // m.num_heads}), so transformers cannot '
        'load it'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+# The scalings a GLM or GLM-4 export writes (transformers computes each on the rotated part of
+# the heads, as here).
+GLM_SCALINGS = ('none', 'ntk', 'linear', 'dynamic', 'yarn', 'llama3')
+
+
+def glm_family(m) -> str | None:
+  """GLM's class of a Llama-family block (RMSNorm, a gated MLP) without attention options or
+  windows, or None: GLM-4's for sandwich norms without Gemma's multiplier of the embeddings, its
+  soft-cap or its per-layer bases; GLM's for norms before the branches with partial rotary that
+  Phi-3, the other class with it, does not compute (q, k and v biases, or a scaling other than
+  longrope)."""
+  if ((m.normalization, m.mlp) != ('rms_norm', 'gated') or attention_options.enabled(m.attention)
+      or any(m.layer_windows)):
+    return None
+  if m.norm == 'sandwich':
+    gemma = (m.embedding_multiplier != 1 or m.logits_softcap > 0
+             or len(set(positions.layer_rope_bases(m))) > 1)
+    return None if gemma else 'glm4'
+  phi3 = m.biases == 'none' and m.position.rope.scaling.kind in ('none', 'ntk', 'longrope')
+  return 'glm' if m.norm == 'pre' and m.position.rope.fraction < 1 and not phi3 else None
+
+
+def glm_refusal(config, family: str) -> str | None:
+  """Why GlmForCausalLM or Glm4ForCausalLM (`family`, which `glm_family` chose) does not compute
+  a block of theirs, or None: RoPE on any part of each head in every layer, biases on q, k and v
+  or none, and a scaling in GLM_SCALINGS."""
+  m = config.model
+  name = {'glm': 'GLM', 'glm4': 'GLM-4'}[family]
+  block = f"in a {name} block ({'sandwich norms' if family == 'glm4' else 'partial rotary'})"
+  kind = m.position.rope.scaling.kind
+  checks = (
+      (m.biases not in ('qkv', 'none'), f'biases={m.biases!r} {block}, which has them on q, k and '
+                                        'v or nowhere. Fix: train with '
+                                        '--config.model.biases=qkv or none'),
+      (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
+      (kind not in GLM_SCALINGS,
+       f"the RoPE scaling {kind!r} {block} ({name}'s export takes "
+       f"{', '.join(GLM_SCALINGS[1:])}). Fix: export a model trained without it, and apply it "
+       'with eval.py'),
   )
   return hf_fields.first_failed(checks)
 

@@ -7,7 +7,9 @@ the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama
 norms, which have no parameters; Cohere: Llama's with one norm for both branches, without a
 bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` for o_proj, one
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
-`output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches), of
+`output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches;
+GLM: Llama's with the MLP's gate and up in one gate_up_proj, and RoPE on interleaved pairs;
+GLM-4: GLM's with four norms a block, the branches' inputs and outputs), of
 GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
 and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
@@ -22,8 +24,8 @@ The layouts that differ:
   order (`rope.layout='half'`), and an export of a model trained with the interleaved pairs
   (x_{2i}, x_{2i+1}) permutes the rotated columns of q and k to (0, 2, 4, .., 1, 3, 5, ..),
   which leaves every q.k, and so the logits, unchanged (QK-norm's scales are permuted alike,
-  and a root mean square does not depend on the order of the dimensions). Cohere's and GPT-J's
-  classes rotate the interleaved pairs: their import keeps that order
+  and a root mean square does not depend on the order of the dimensions). Cohere's, GPT-J's and
+  GLM's classes rotate the interleaved pairs: their import keeps that order
   (`rope.layout='interleaved'`), and an export of a model trained with the halves permutes the
   other way.
 """
@@ -114,7 +116,7 @@ def language_model(tensors: dict) -> dict:
 
 
 # The classes that rotate interleaved pairs (x_2i, x_2i+1), as this project's default layout.
-INTERLEAVED = ('cohere', 'cohere2', 'gptj')
+INTERLEAVED = ('cohere', 'cohere2', 'gptj', 'glm', 'glm4')
 
 
 def half_order(head_dim: int, rotary_dim: int) -> np.ndarray:
@@ -167,11 +169,15 @@ SCALE_OFFSET = {'gemma2': 1.0, 'gemma3': 1.0}
 GEMMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_attention_layernorm'),
                 ('ln_mlp', 'pre_feedforward_layernorm'),
                 ('ln_mlp_out', 'post_feedforward_layernorm'))
+# A GLM-4 block's norms: the branches' inputs and outputs (its post_attention_layernorm is the
+# MLP input's, as Llama's).
+GLM4_NORMS = (('ln_attn', 'input_layernorm'), ('ln_attn_out', 'post_self_attn_layernorm'),
+              ('ln_mlp', 'post_attention_layernorm'), ('ln_mlp_out', 'post_mlp_layernorm'))
 # An OLMo 2 or 3 block's norms: the branches' outputs alone.
 OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
               ('ln_mlp_out', 'post_feedforward_layernorm'))
 # A block's norms by family (this project's name, the checkpoint's); Llama's by default.
-NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'olmo2': OLMO_NORMS,
+NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'glm4': GLM4_NORMS, 'olmo2': OLMO_NORMS,
          'olmo3': OLMO_NORMS, **{fam: (('ln_attn', 'input_layernorm'),)  # One for both branches.
                                  for fam in ('phi', 'cohere', 'cohere2')}}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
@@ -184,6 +190,9 @@ def block_norms(fam: str, m) -> tuple:
   return NORMS.get(fam) or (SHARED_NORM if m.residual == 'parallel_shared' else LLAMA_NORMS)
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
+# The families whose MLP's gate and up are one gate_up_proj ([gate | up]: the classes' chunk
+# order), without a bias.
+FUSED_GATE_UP = ('phi3', 'glm', 'glm4')
 
 
 def _norm(t, name, d, bias: bool, offset: float = 0.0, scale: bool = True):
@@ -347,9 +356,7 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
     elif fam == 'phi3':  # Fused as here: [q | k | v] and [gate | up] (Phi3MLP's chunk order).
       block['attn'] = {'qkv': _linear(t, p + 'self_attn.qkv_proj', d, (h + 2 * kv) * hd, False),
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, False)}
-      gate, up = np.split(_linear(t, p + 'mlp.gate_up_proj', d, 2 * f, False)['kernel'], 2, -1)
-      block['mlp'] = {'gate': {'kernel': gate}, 'up': {'kernel': up},
-                      'down': _linear(t, p + 'mlp.down_proj', f, d, False)}
+      block['mlp'] = _fused_mlp(t, p, d, f)
     else:
       parts = [_linear(t, p + f'self_attn.{n}_proj', d, width, qkv_bias)
                for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
@@ -365,11 +372,20 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
       if fam == 'phi':
         block['mlp'] = {'up': _linear(t, p + 'mlp.fc1', d, f, True),
                         'down': _linear(t, p + 'mlp.fc2', f, d, True)}
+      elif fam in FUSED_GATE_UP:
+        block['mlp'] = _fused_mlp(t, p, d, f)
       else:
         block['mlp'] = {n: _linear(t, p + f'mlp.{n}_proj', *dims, mlp_bias)
                         for n, dims in (('gate', (d, f)), ('up', (d, f)), ('down', (f, d)))}
     params['blocks'][i] = block
   return params, head
+
+
+def _fused_mlp(t, p: str, d: int, f: int) -> dict:
+  """A gated MLP stored with its gate and up in one gate_up_proj (Phi-3's, GLM's)."""
+  gate, up = np.split(_linear(t, p + 'mlp.gate_up_proj', d, 2 * f, False)['kernel'], 2, -1)
+  return {'gate': {'kernel': gate}, 'up': {'kernel': up},
+          'down': _linear(t, p + 'mlp.down_proj', f, d, False)}
 
 
 def to_params(tensors: dict, fam: str, m, where: str) -> dict:
@@ -411,7 +427,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   # Queries' and keys' columns in transformers' rotary order (untouched where nothing rotates).
   order = np.arange(hd)
   if positions.rope_layers(m):
-    if fam in INTERLEAVED:  # Cohere and GPT-J rotate interleaved pairs: halves go to them.
+    if fam in INTERLEAVED:  # Cohere, GPT-J and GLM rotate interleaved pairs: halves go to them.
       order = np.argsort(half_order(hd, rotary)) if rope.layout == 'half' else order
     elif rope.layout == 'interleaved':
       order = half_order(hd, rotary)
@@ -426,6 +442,11 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   # A norm's parameters: OLMo 1's have none, and so no entry; any other family's must have one.
   of = ((lambda tree, name: tree.get(name, {})) if m.normalization == 'layer_norm_nonparametric'
         else (lambda tree, name: tree[name]))
+
+  def fused_mlp(p, mlp):  # gate and up in one gate_up_proj, without biases.
+    linear(p + 'mlp.gate_up_proj', {'kernel': np.concatenate(
+        [np.asarray(mlp[n]['kernel'], np.float32) for n in ('gate', 'up')], -1)}, False, None)
+    linear(p + 'mlp.down_proj', mlp['down'], False, d)
 
   def norm(name, p):
     if 'scale' in p:
@@ -515,10 +536,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + 'self_attn.qkv_proj', {'kernel': np.concatenate(split['kernel'], -1)}, False,
              None)
       linear(p + 'self_attn.o_proj', b['attn']['out'], False, d)
-      linear(p + 'mlp.gate_up_proj', {'kernel': np.concatenate(
-          [np.asarray(b['mlp'][n]['kernel'], np.float32) for n in ('gate', 'up')], -1)}, False,
-             None)
-      linear(p + 'mlp.down_proj', b['mlp']['down'], False, d)
+      fused_mlp(p, b['mlp'])
       continue
     qkv_bias = fam == 'qwen2' or m.biases in ('qkv', 'attention', 'all')
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
@@ -535,6 +553,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + 'mlp.fc2', b['mlp']['down'], True, d)
       continue
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
+    if fam in FUSED_GATE_UP:  # GLM's (export_family checked its biases: q, k and v's or none).
+      fused_mlp(p, b['mlp'])
+      continue
     for n in ('gate', 'up', 'down'):
       linear(p + f'mlp.{n}_proj', b['mlp'][n], m.biases in ('all', 'mlp'),
              f if n != 'down' else d)

@@ -216,6 +216,21 @@ FIXTURES = {
     'gptj_interleaved_partial': ('GPTJConfig', dict(
         n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_inner=64, n_positions=64), False, 'neox',
                                  0),
+    # GLM (GLM-4 9B's layout): RoPE on the interleaved pairs of the first half of each head (the
+    # class's default: the file leaves partial_rotary_factor out), q, k and v biases, the MLP's
+    # gate and up in one weight, grouped-query attention, linear scaling; transformers 4's form.
+    'glm_interleaved_bias_linear': ('GlmConfig', dict(
+        SMALL, head_dim=8, num_key_value_heads=2, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
+                                    'qwen', 0),
+    # GLM-4 (0414's layout): GLM's block with sandwich norms (RMSNorm's own scales), three
+    # quarters of each head rotated, no biases, YaRN.
+    'glm4_sandwich_yarn': ('Glm4Config', dict(
+        SMALL, head_dim=8, num_key_value_heads=2, attention_bias=False,
+        max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.75,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.
@@ -290,7 +305,8 @@ def greedy(model, prompt: torch.Tensor) -> tuple[np.ndarray, float]:
 def to_v4(config_path: pathlib.Path) -> None:
   """config.json rewritten as transformers 4 wrote it: rope_theta at the top level and the
   scaling in rope_scaling, keyed by 'type' (Qwen2's and Phi-3's form) or 'rope_type'
-  (Llama's); Phi's and Phi-3's partial rotary, and Phi-3's original length, at the top level."""
+  (Llama's); Phi's and Phi-3's partial rotary, and Phi-3's original length, at the top level;
+  GLM's partial rotary left out (the class's default)."""
   config = json.loads(config_path.read_text())
   params = dict(config.pop('rope_parameters'))
   if 'full_attention' in params:  # OLMo 3: the global layers' scaling, one base for all.
@@ -303,6 +319,8 @@ def to_v4(config_path: pathlib.Path) -> None:
     config['partial_rotary_factor'] = params.pop('partial_rotary_factor', 1.0)
   if config['model_type'] == 'phi3':
     config['original_max_position_embeddings'] = params.pop('original_max_position_embeddings')
+  if config['model_type'] == 'glm':  # Left out: GlmConfig's default (0.5) rotates that part.
+    assert params.pop('partial_rotary_factor') == 0.5
   config['rope_scaling'] = {key: kind, **params} if kind != 'default' else None
   config['transformers_version'] = '4.57.6'
   config_path.write_text(json.dumps(config, indent=2) + '\n')

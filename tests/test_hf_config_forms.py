@@ -612,6 +612,8 @@ def test_granite_reads_its_four_multipliers_and_each_binds_in_the_fixture(tmp_pa
                                   'scaling linear, an output bias\n'),
     ('gptj_interleaved_partial', 'trained length 64, rope base 10000 over 0.5 of each head on '
                                  'interleaved pairs, scaling none, an output bias\n'),
+    ('glm4_sandwich_yarn', 'trained length 16, rope base 10000 over 0.75 of each head on '
+                           'interleaved pairs, scaling yarn\n'),
     ('cohere_interleaved_yarn_v4', 'trained length 16, rope base 10000 on interleaved pairs, '
                                    'scaling yarn, logits times 0.25\n'),
     ('granite_multipliers_v4', 'q.k times 0.0625, embeddings times 6, each branch times 0.22, '

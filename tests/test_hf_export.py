@@ -138,6 +138,17 @@ GRANITE = {'embedding_multiplier': 4.0, 'residual_multiplier': 0.5, 'logits_mult
            'biases': 'all', 'num_kv_heads': 2, 'position.rope.layout': 'interleaved'}
 # Granite with the branches' multiplier alone: q.k at 1/sqrt(head_dim), written out.
 GRANITE_RESIDUAL = {'residual_multiplier': 0.5}
+# GLM's: half of each head rotated, trained on the halves (the export permutes them to GLM's
+# interleaved pairs), q, k and v biases (Phi-3, the other class with partial rotary, has none),
+# grouped-query attention, llama3's scaling of the rotated part.
+GLM = {'biases': 'qkv', 'num_kv_heads': 2, 'position.rope.fraction': 0.5,
+       'position.rope.layout': 'half', 'position.rope.scaling.kind': 'llama3',
+       'position.rope.scaling.factor': 4.0, 'position.rope.scaling.original_length': 16}
+# GLM-4's: sandwich norms without Gemma's multiplier of the embeddings, whole heads rotated from
+# the halves, q, k and v biases, dynamic NTK.
+GLM4 = {'norm': 'sandwich', 'biases': 'qkv', 'position.rope.layout': 'half',
+        'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.factor': 2.0,
+        'position.rope.scaling.original_length': 16}
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -209,6 +220,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', GEMMA2, 'Gemma2ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
+                                             ('llama', GLM, 'GlmForCausalLM'),
+                                             ('llama', GLM4, 'Glm4ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
@@ -240,7 +253,9 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
-  without positions to SmolLM3, with partial rotary to Phi-3; the export, read back, computes
+  without positions to SmolLM3, with partial rotary to Phi-3 (with q, k and v biases and a
+  scaling Phi-3 does not take, to GLM), with sandwich norms without Gemma's multiplier to GLM-4;
+  the export, read back, computes
   the same logits.
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
@@ -313,6 +328,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('mpt_alibi', 'MptForCausalLM'),
     ('gptj_interleaved_partial', 'GPTJForCausalLM'),
     ('stablelm_qkv_bias_yarn', 'StableLmForCausalLM'),
+    ('glm_interleaved_bias_linear', 'GlmForCausalLM'),
+    ('glm4_sandwich_yarn', 'Glm4ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -345,8 +362,9 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
         'num_attention_heads'])
   if 'yarn' in name:
     assert went['rope_scaling']['original_max_position_embeddings'] == 16
-  # Nothing rotates, or (GPT-J) the pairs stay interleaved: as it came.
-  if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi', 'gptj_interleaved_partial'):
+  # Nothing rotates, or (GPT-J, GLM) the pairs stay interleaved: as it came.
+  if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi', 'gptj_interleaved_partial',
+              'glm_interleaved_bias_linear', 'glm4_sandwich_yarn'):
     came = hf_weights.canonical(hf_weights.read(str(FIXTURES / name)), came['model_type'])
     went = hf_weights.read(str(tmp_path / 'out'))
     assert sorted(went) == sorted(came)
@@ -389,9 +407,21 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"attention\.qk_norm with biases='qkv' \(Qwen3"),
     ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
       'mlp': 'gated', 'biases': 'none'}, r'QK-norm with its own epsilon'),
-    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
-     r'embedding_multiplier=1 in a sandwich block: Gemma 2 multiplies its embeddings by '
+    ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'embedding_multiplier': 2.0},
+     r'embedding_multiplier=2 in a sandwich block: Gemma 2 multiplies its embeddings by '
      r'sqrt\(d_model\)'),
+    (dict(GLM, biases='all', normalization='rms_norm', mlp='gated'),
+     r"biases='all' in a GLM block \(partial rotary\), which has them on q, k and v or "
+     r'nowhere\. Fix: train with --config\.model\.biases=qkv or none'),
+    (dict(GLM4, normalization='rms_norm', mlp='gated', layer_kinds=('rope', 'none')),
+     r'layers without positions \(layer_kinds\) in a GLM-4 block \(sandwich norms\)'),
+    (dict(GLM, normalization='rms_norm', mlp='gated', **{
+        'position.rope.scaling.kind': 'longrope', 'position.rope.scaling.short_factor': (1.0, 1.5),
+        'position.rope.scaling.long_factor': (2.0, 4.0),
+        'position.rope.scaling.attention_factor_dims': 'rotated'}),
+     r"the RoPE scaling 'longrope' in a GLM block \(partial rotary\) \(GLM's export takes ntk, "
+     r'linear, dynamic, yarn, llama3\)'),
     (dict(GEMMA2, layer_rope_bases=(1e4, 1e6)),
      r'per-layer RoPE bases \(layer_rope_bases\) in a sandwich block without QK-norm \(Gemma 2 '
      r'has one rope_theta'),
@@ -601,11 +631,17 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('llama', GRANITE_RESIDUAL, 'granite'),
                                                ('llama', {'logits_multiplier': 2.0}, 'granite'),
                                                ('llama', {'attention.softmax_scale': True},
-                                                'granite')])
+                                                'granite'),
+                                               ('llama', {'position.rope.fraction': 0.5}, 'phi3'),
+                                               ('llama', {'position.rope.fraction': 0.5,
+                                                          'biases': 'qkv'}, 'glm'),
+                                               ('llama', dict(GLM, biases='none'), 'glm'),
+                                               ('llama', {'norm': 'sandwich'}, 'glm4')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
-  OLMo block has one, Granite wherever Llama's block has any one of its constants: the class
-  chosen from the config alone."""
+  OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
+  rotary to Phi-3 where it computes it (no biases, no scaling but LongRoPE), else to GLM; sandwich
+  norms without Gemma's multiplier to GLM-4: the class chosen from the config alone."""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if fields is OLMO2:  # As the round trips do: a scaling of every layer.
@@ -713,7 +749,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', GEMMA3_SCALED), ('llama', GEMMA3_CAPPED),
                                         ('llama', GEMMA2), ('llama', OLMO2),
                                         ('llama', OLMO3),
-                                        ('llama', SMOLLM3), ('llama', PHI3)])
+                                        ('llama', SMOLLM3), ('llama', PHI3), ('llama', GLM),
+                                        ('llama', GLM4)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
