@@ -6,9 +6,9 @@ LayerNorm of the embeddings), MPT (ALiBi, LayerNorms without a bias, no biases) 
 interleaved pairs, one LayerNorm before parallel branches), each read into this project's config;
 roformer/hf_config.py dispatches to them, and reads the other RoPE families.
 
-Out: why each class of that block (GPT-NeoX, Phi, GPT-J, GPT-2, BLOOM, MPT) does not compute a
-model, for roformer/hf_export_config.py's `export_family` (the `*_refusal` functions: a reason in
-words, or None)."""
+Out: why each class of that block (GPT-NeoX, StarCoder 2 with grouped-query attention or windows,
+Phi, GPT-J, GPT-2, BLOOM, MPT) does not compute a model, for roformer/hf_export_config.py's
+`export_family` (the `*_refusal` functions: a reason in words, or None)."""
 
 import types
 
@@ -264,6 +264,44 @@ def classic_refusal(m, options, name: str, normalization: str = 'layer_norm',
        f'its {m.num_heads} heads'),
       (m.num_kv_heads not in (0, m.num_heads), f'grouped-query attention {block}'),
       (any(m.layer_windows), f'sliding windows {block}'),
+  )
+  return hf_fields.first_failed(checks)
+
+
+def starcoder2_block(m) -> bool:
+  """Whether the classic block with RoPE (LayerNorms before branches added in sequence, a plain
+  MLP, whole heads rotated) has what GPT-NeoX lacks and StarCoder 2 has: grouped-query attention,
+  windows, or no biases."""
+  return ((m.normalization, m.mlp, m.residual) == ('layer_norm', 'plain', 'sequential')
+          and m.position.rope.fraction == 1
+          and (m.num_kv_heads not in (0, m.num_heads) or any(m.layer_windows)
+               or m.biases == 'none'))
+
+
+def starcoder2_refusal(m, options) -> str | None:
+  """Why Starcoder2ForCausalLM does not compute a classic block of its own, or None: norms
+  before the branches, biases on every dense layer or none (its use_bias), heads that split
+  d_model, one window on every layer or none, no attention option, and a scaling in
+  hf_fields.ROPE_SCALINGS."""
+  block = 'in a StarCoder 2 block (the classic one with grouped-query attention or windows)'
+  windows = positions.layer_windows(m)
+  kind = m.position.rope.scaling.kind
+  checks = (
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (m.biases not in ('all', 'none'), f'biases={m.biases!r} {block}, which has them on every '
+                                        'dense layer or none. Fix: train with '
+                                        f'--config.model.biases=all or none ({AGAIN})'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (positions.head_dim(m) * m.num_heads != m.d_model,
+       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
+       f'its {m.num_heads} heads'),
+      (any(windows) and len(set(windows)) > 1,
+       f'sliding windows {sorted(set(windows))} across the layers {block}, which has one window '
+       'on every layer or none. Fix: train with one window on every layer'),
+      (kind not in hf_fields.ROPE_SCALINGS,
+       f"the RoPE scaling {kind!r} {block} (its export takes "
+       f"{', '.join(hf_fields.ROPE_SCALINGS[1:])}). Fix: export a model trained without it, and "
+       'apply it with eval.py'),
   )
   return hf_fields.first_failed(checks)
 

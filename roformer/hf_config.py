@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-three architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty-four architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -38,7 +38,9 @@ the interleaved pairs of the first `rotary_dim` dimensions of each head), GlmFor
 9B: Llama's block with RoPE on the interleaved pairs of the first half of each head by default,
 q, k and v biases (`attention_bias`, on by default) and the MLP's gate and up in one weight),
 Glm4ForCausalLM (GLM-4 0414: GLM's block with sandwich norms, `model.norm='sandwich'`, whose
-scales are the stored weights), GPT2LMHeadModel (the
+scales are the stored weights), Starcoder2ForCausalLM (StarCoder 2: the classic block of
+LayerNorms and a plain MLP, biases on every dense layer or none, `use_bias`, with RoPE on whole
+heads, grouped-query attention and a window on every layer, `sliding_window`), GPT2LMHeadModel (the
 classic block with learned absolute positions, a table over `n_positions` rows),
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -88,6 +90,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
                  'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
                  'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
+                 'Starcoder2ForCausalLM': 'starcoder2',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -377,6 +380,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'all'
   if fam in ('mistral', 'phi3'):
     return 'none'
+  if fam == 'starcoder2':  # use_bias: every dense layer but lm_head, or none.
+    return 'all' if _read(hf, 'use_bias', True) else 'none'
   attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
   return {(True, True): 'all', (True, False): 'attention', (False, True): 'mlp',
@@ -412,12 +417,14 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
         'are so.')
   act_field = 'hidden_activation' if fam in GEMMA else 'hidden_act'
   act = _read(hf, act_field, {'gpt_neox': 'gelu', 'gemma2': 'gelu_pytorch_tanh',
+                              'starcoder2': 'gelu_pytorch_tanh',
                               'gemma3': 'gelu_pytorch_tanh', 'phi': 'gelu_new'}.get(fam, 'silu'))
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
-  kv = int(hf.get('num_key_value_heads') or heads)
+  # Starcoder2Config's default is 2 key/value heads; the others' all of them.
+  kv = int(_read(hf, 'num_key_value_heads', 2 if fam == 'starcoder2' else None) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -451,13 +458,16 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       # Tied where the file does not say, as the Gemma, SmolLM3 and Cohere classes default (the
       # Hub's Command R configs leave it out and store no lm_head).
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings',
-                                fam in GEMMA + ('smollm3',) + COHERE)),
+                                fam in GEMMA + ('smollm3', 'starcoder2') + COHERE)),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
                         residual='parallel' if _read(hf, 'use_parallel_residual', True)
                         else 'sequential')
+  elif fam == 'starcoder2':  # The classic block with RoPE, GQA and windows.
+    config.model.update(normalization='layer_norm', mlp='plain', residual='sequential',
+                        layer_norm_eps=float(_read(hf, 'norm_epsilon', 1e-5)))
   elif fam == 'phi':  # One LayerNorm before both branches; fc1, fc2 and lm_head have biases.
     if _read(hf, 'qk_layernorm', False):
       raise errors.ConfigError(f'{where}: qk_layernorm (a LayerNorm of each head\'s queries and '

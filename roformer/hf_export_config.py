@@ -3,11 +3,11 @@
 
 `export_family` names the class or refuses, in one line that says why, a model none computes:
 the checks of `_refusal`, with the Llama-family classes' own (Gemma 2's and 3's sandwich block,
-SmolLM3's layers without positions, Phi-3's partial rotary, Cohere's shared unbiased norm, OLMo
-1's norms without parameters, OLMo 2's and 3's output norms, Granite's multipliers, StableLM's
-LayerNorms with a gated MLP) in
-roformer/hf_llama_export.py, and those of the classic block's classes (GPT-NeoX, Phi, GPT-J,
-GPT-2, BLOOM, MPT) in roformer/hf_classic.py. `from_config` writes the config in transformers 4's
+SmolLM3's layers without positions, Phi-3's and GLM's partial rotary, GLM-4's sandwich block,
+Cohere's shared unbiased norm, OLMo 1's norms without parameters, OLMo 2's and 3's output norms,
+Granite's multipliers, StableLM's LayerNorms with a gated MLP) in roformer/hf_llama_export.py, and
+those of the classic block's classes (GPT-NeoX, StarCoder 2, Phi, GPT-J, GPT-2, BLOOM, MPT) in
+roformer/hf_classic.py. `from_config` writes the config in transformers 4's
 form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's, BLOOM's, MPT's and
 GPT-J's in their classes' own names.
 """
@@ -164,6 +164,8 @@ def _refusal(config) -> str | None:
     return hf_classic.phi_refusal(m, options)
   if name == 'GPT-J':
     return hf_classic.gptj_refusal(m, options)
+  if hf_classic.starcoder2_block(m):
+    return hf_classic.starcoder2_refusal(m, options)
   return hf_classic.classic_refusal(m, options, name)
 
 
@@ -195,7 +197,7 @@ def export_family(config) -> str:
   if m.normalization == 'layer_norm':  # GPT-J's MLP alone has biases.
     if m.residual == 'parallel_shared':
       return 'gptj' if m.biases == 'mlp' else 'phi'
-    return 'gpt_neox'
+    return 'starcoder2' if hf_classic.starcoder2_block(m) else 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
   if hf_llama_export.cohere_block(m):
@@ -337,6 +339,12 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
                rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  if fam == 'starcoder2':  # use_bias: every dense layer's or none; one window on all layers.
+    out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, norm_epsilon=m.layer_norm_eps,
+               rope_theta=base, use_bias=m.biases == 'all',
+               sliding_window=max(positions.layer_windows(m)) or None, attention_dropout=0.0,
+               residual_dropout=0.0, embedding_dropout=0.0)
     return out
   if fam == 'stablelm':  # Its parallel branches share one norm; partial_rotary_factor as Phi's.
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, layer_norm_eps=m.layer_norm_eps,

@@ -55,14 +55,14 @@ def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
 
 
 def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
-  """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's
-  and Phi-3's window on every layer, SmolLM3's on its layers without positions, Cohere 2's and
-  Gemma 2's on their sliding layers, Qwen2's and Qwen3's from max_window_layers on; () where none
-  slides."""
+  """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's,
+  Phi-3's and StarCoder 2's window on every layer, SmolLM3's on its layers without positions,
+  Cohere 2's and Gemma 2's on their sliding layers, Qwen2's and Qwen3's from max_window_layers
+  on; () where none slides."""
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
-  if fam == 'phi3':  # Phi3Config's window is None by default.
+  if fam in ('phi3', 'starcoder2'):  # Phi3Config's and Starcoder2Config's is None by default.
     window = hf.get('sliding_window')
-  if fam in ('mistral', 'phi3'):
+  if fam in ('mistral', 'phi3', 'starcoder2'):
     return (int(window),) if window else ()
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')

@@ -49,9 +49,8 @@ def phi3_refusal(config, options, windows) -> str | None:
   return hf_fields.first_failed(checks)
 
 
-# The scalings a GLM or GLM-4 export writes (transformers computes each on the rotated part of
-# the heads, as here).
-GLM_SCALINGS = ('none', 'ntk', 'linear', 'dynamic', 'yarn', 'llama3')
+# The scalings a GLM or GLM-4 export writes.
+GLM_SCALINGS = hf_fields.ROPE_SCALINGS
 
 
 def glm_family(m) -> str | None:

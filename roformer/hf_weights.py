@@ -9,7 +9,8 @@ bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` f
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
 `output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches;
 GLM: Llama's with the MLP's gate and up in one gate_up_proj, and RoPE on interleaved pairs;
-GLM-4: GLM's with four norms a block, the branches' inputs and outputs), of
+GLM-4: GLM's with four norms a block, the branches' inputs and outputs; StarCoder 2: Llama's
+names with LayerNorms and a plain MLP, `c_fc` and `c_proj`), of
 GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
 and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
@@ -193,6 +194,8 @@ QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads
 # The families whose MLP's gate and up are one gate_up_proj ([gate | up]: the classes' chunk
 # order), without a bias.
 FUSED_GATE_UP = ('phi3', 'glm', 'glm4')
+# The Llama-named families with a plain MLP: its two layers' names.
+PLAIN_MLP = {'phi': ('fc1', 'fc2'), 'starcoder2': ('c_fc', 'c_proj')}
 
 
 def _norm(t, name, d, bias: bool, offset: float = 0.0, scale: bool = True):
@@ -369,9 +372,10 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
         block['attn'].update({
             f'{n}_scale': t(p + f'self_attn.{n}_norm.weight', (w,)) + np.float32(offset)
             for n, w in zip('qk', widths)})
-      if fam == 'phi':
-        block['mlp'] = {'up': _linear(t, p + 'mlp.fc1', d, f, True),
-                        'down': _linear(t, p + 'mlp.fc2', f, d, True)}
+      if fam in PLAIN_MLP:
+        up, down = PLAIN_MLP[fam]
+        block['mlp'] = {'up': _linear(t, p + 'mlp.' + up, d, f, mlp_bias),
+                        'down': _linear(t, p + 'mlp.' + down, f, d, mlp_bias)}
       elif fam in FUSED_GATE_UP:
         block['mlp'] = _fused_mlp(t, p, d, f)
       else:
@@ -553,6 +557,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + 'mlp.fc2', b['mlp']['down'], True, d)
       continue
     linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
+    if fam == 'starcoder2':  # Its use_bias: every dense layer's or none (export_family checked).
+      linear(p + 'mlp.c_fc', b['mlp']['up'], m.biases == 'all', f)
+      linear(p + 'mlp.c_proj', b['mlp']['down'], m.biases == 'all', d)
+      continue
     if fam in FUSED_GATE_UP:  # GLM's (export_family checked its biases: q, k and v's or none).
       fused_mlp(p, b['mlp'])
       continue

@@ -231,6 +231,13 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.75,
                          'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+    # StarCoder 2: the classic block (LayerNorms, a plain MLP with the tanh GELU, biases on every
+    # dense layer) with RoPE, grouped-query attention, a 12-token window on every layer, tied
+    # embeddings (the class's default), YaRN.
+    'starcoder2_window_yarn': ('Starcoder2Config', dict(
+        SMALL, num_key_value_heads=2, sliding_window=12, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

@@ -115,6 +115,20 @@ def test_config_fields_left_out_read_as_transformers_defaults_them():
   # in tests/test_hf_config_forms.py).
   partial = dict(linear, partial_rotary_factor=0.5, rope_scaling=None)
   assert hf_config.to_config(partial, 'dir').model.position.rope.fraction == 1.0
+  # Starcoder2Config: 2 key/value heads, no window, biases and tied embeddings; GLM's half of
+  # each head rotated, q, k and v biases, heads 128 wide.
+  starcoder2 = json.loads((FIXTURES / 'starcoder2_window_yarn' / 'config.json').read_text())
+  for name in ('num_key_value_heads', 'sliding_window', 'use_bias', 'tie_word_embeddings'):
+    del starcoder2[name]
+  m = hf_config.to_config(starcoder2, 'dir').model
+  assert (m.num_kv_heads, tuple(m.layer_windows), m.biases, m.tie_embeddings) == (2, (), 'all',
+                                                                                 True)
+  glm = json.loads((FIXTURES / 'glm_interleaved_bias_linear' / 'config.json').read_text())
+  for name in ('attention_bias', 'head_dim', 'rms_norm_eps'):
+    del glm[name]
+  m = hf_config.to_config(glm, 'dir').model
+  assert (m.position.rope.fraction, m.biases, m.head_dim, m.layer_norm_eps) == (
+      0.5, 'qkv', 128, 1.5625e-7)
 
 
 def test_sharded_weights_read_as_one_file(tmp_path):

@@ -119,6 +119,9 @@ STABLELM_PARALLEL = dict(STABLELM, residual='parallel_shared', biases='none', **
 # (the export permutes them to GPT-J's interleaved pairs).
 GPTJ = {'residual': 'parallel_shared', 'output_bias': True, 'biases': 'mlp',
         'position.rope.fraction': 0.75, 'position.rope.layout': 'half'}
+# StarCoder 2's: the classic block with grouped-query attention and an 8-token window on every
+# layer (GPT-NeoX has neither).
+STARCODER2 = {'num_kv_heads': 2, 'layer_windows': (8,)}
 # Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
 # 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
@@ -198,6 +201,7 @@ _SLOW = pytest.mark.slow
 
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
+                                             ('rope', STARCODER2, 'Starcoder2ForCausalLM'),
                                              # The fixtures gpt2_learned and bloom_alibi take
                                              # the same paths out in the default suite.
                                              pytest.param('learned', {}, 'GPT2LMHeadModel',
@@ -242,7 +246,7 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX, with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
+  GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2), with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
   with one norm shared by parallel branches and an output bias to Phi (with biases on the MLP
   alone to GPT-J, three quarters of each head rotated from the halves), LayerNorms with a gated MLP
@@ -330,6 +334,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('stablelm_qkv_bias_yarn', 'StableLmForCausalLM'),
     ('glm_interleaved_bias_linear', 'GlmForCausalLM'),
     ('glm4_sandwich_yarn', 'Glm4ForCausalLM'),
+    ('starcoder2_window_yarn', 'Starcoder2ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -356,8 +361,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                  arch, ('max_position_embeddings',))
   assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
-                  'MptForCausalLM', 'GPTJForCausalLM',
-                  'StableLmForCausalLM'):  # Their heads split the width.
+                  'MptForCausalLM', 'GPTJForCausalLM', 'StableLmForCausalLM',
+                  'Starcoder2ForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -411,6 +416,12 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
       'embedding_multiplier': 2.0},
      r'embedding_multiplier=2 in a sandwich block: Gemma 2 multiplies its embeddings by '
      r'sqrt\(d_model\)'),
+    (dict(STARCODER2, layer_windows=(8, 0)),
+     r'sliding windows \[0, 8\] across the layers in a StarCoder 2 block \(the classic one with '
+     r'grouped-query attention or windows\), which has one window on every layer or none'),
+    (dict(STARCODER2, biases='attention'),
+     r"biases='attention' in a StarCoder 2 block .*, which has them on every dense layer or "
+     r'none'),
     (dict(GLM, biases='all', normalization='rms_norm', mlp='gated'),
      r"biases='all' in a GLM block \(partial rotary\), which has them on q, k and v or "
      r'nowhere\. Fix: train with --config\.model\.biases=qkv or none'),
@@ -636,12 +647,16 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('llama', {'position.rope.fraction': 0.5,
                                                           'biases': 'qkv'}, 'glm'),
                                                ('llama', dict(GLM, biases='none'), 'glm'),
-                                               ('llama', {'norm': 'sandwich'}, 'glm4')])
+                                               ('llama', {'norm': 'sandwich'}, 'glm4'),
+                                               ('rope', {'biases': 'none'}, 'starcoder2'),
+                                               ('rope', {'num_kv_heads': 2}, 'starcoder2'),
+                                               ('rope', {'layer_windows': (8,)}, 'starcoder2')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
   OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
   rotary to Phi-3 where it computes it (no biases, no scaling but LongRoPE), else to GLM; sandwich
-  norms without Gemma's multiplier to GLM-4: the class chosen from the config alone."""
+  norms without Gemma's multiplier to GLM-4; the classic block without biases, with grouped-query
+  attention or with windows to StarCoder 2: the class chosen from the config alone."""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if fields is OLMO2:  # As the round trips do: a scaling of every layer.
@@ -734,7 +749,9 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert 'and no tokenizer' not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('learned', {}), ('alibi', BLOOM),
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('rope', STARCODER2),
+                                        ('rope', {'biases': 'none'}), ('learned', {}),
+                                        ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
                                         ('alibi', MPT_SCALED),
                                         ('llama', {}), ('llama', {'biases': 'mlp'}),
