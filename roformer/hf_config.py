@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-four architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty-five architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -40,7 +40,10 @@ q, k and v biases (`attention_bias`, on by default) and the MLP's gate and up in
 Glm4ForCausalLM (GLM-4 0414: GLM's block with sandwich norms, `model.norm='sandwich'`, whose
 scales are the stored weights), Starcoder2ForCausalLM (StarCoder 2: the classic block of
 LayerNorms and a plain MLP, biases on every dense layer or none, `use_bias`, with RoPE on whole
-heads, grouped-query attention and a window on every layer, `sliding_window`), GPT2LMHeadModel (the
+heads, grouped-query attention and a window on every layer, `sliding_window`), FalconForCausalLM
+(Falcon: the classic block with RoPE, one or two norms before parallel branches or two before
+branches in sequence, grouped-query or multi-query attention; roformer/hf_falcon.py),
+GPT2LMHeadModel (the
 classic block with learned absolute positions, a table over `n_positions` rows),
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -72,6 +75,7 @@ import ml_collections
 from roformer import errors
 from roformer import files
 from roformer import hf_classic
+from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_layers
 from roformer import positions
@@ -90,7 +94,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'CohereForCausalLM': 'cohere', 'Cohere2ForCausalLM': 'cohere2',
                  'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
                  'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
-                 'Starcoder2ForCausalLM': 'starcoder2',
+                 'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -388,6 +392,20 @@ def _biases(hf: dict, fam: str, where: str) -> str:
           (False, False): 'none'}[(attention, mlp)]
 
 
+def _falcon_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:
+  """A Falcon config (roformer/hf_falcon.py reads its block) with RoPE on the halves of whole
+  heads, its settings and scaling read as the other families'."""
+  settings = rope_settings(hf, 'falcon', where)
+  scaling, trained = _scaling(settings, hf, 'falcon', where)
+  _refuse_scaled_part(settings, scaling, 'falcon', where)
+  config = hf_fields.decoder(hf, directory, where, trained, **hf_falcon.model_fields(hf, where))
+  config.model.position.kind = positions.ROPE
+  config.model.position.rope.update(layout='half', fraction=1.0,
+                                    base=float(settings['rope_theta']))
+  config.model.position.rope.scaling.update(scaling)
+  return config
+
+
 def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   """This project's config of a causal LM that computes what the checkpoint computes; the
   tokenizer is the directory's own (`data.tokenizer='hf:DIR'`), data.seq_len the length the
@@ -402,6 +420,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     return hf_classic.mpt_config(hf, directory, where)
   if fam == 'gptj':
     return hf_classic.gptj_config(hf, directory, where)
+  if fam == 'falcon':
+    return _falcon_config(hf, directory, where)
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's, Gemma3TextConfig's and GLM's default, where absent, is 128,

@@ -7,15 +7,16 @@ SmolLM3's layers without positions, Phi-3's and GLM's partial rotary, GLM-4's sa
 Cohere's shared unbiased norm, OLMo 1's norms without parameters, OLMo 2's and 3's output norms,
 Granite's multipliers, StableLM's LayerNorms with a gated MLP) in roformer/hf_llama_export.py, and
 those of the classic block's classes (GPT-NeoX, StarCoder 2, Phi, GPT-J, GPT-2, BLOOM, MPT) in
-roformer/hf_classic.py. `from_config` writes the config in transformers 4's
-form (`rope_theta` and `rope_scaling`), which transformers 5 reads too; GPT-2's, BLOOM's, MPT's and
-GPT-J's in their classes' own names.
+roformer/hf_classic.py, and Falcon's in roformer/hf_falcon.py. `from_config` writes the config
+in transformers 4's form (`rope_theta` and `rope_scaling`), which transformers 5 reads too;
+GPT-2's, BLOOM's, MPT's, GPT-J's and Falcon's in their classes' own names.
 """
 
 from roformer import attention_options
 from roformer import errors
 from roformer import hf_classic
 from roformer import hf_config
+from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_llama_export
 from roformer import model_types
@@ -158,8 +159,11 @@ def _refusal(config) -> str | None:
     return None
   name = 'GPT-NeoX' if m.residual != 'parallel_shared' else 'GPT-J' if m.biases == 'mlp' else (
       'Phi')
+  name = 'Falcon' if hf_falcon.falcon_block(m) else name
   if not all(positions.rope_layers(m)):
     return f'layers without positions (layer_kinds) in a {name} block'
+  if name == 'Falcon':
+    return hf_falcon.refusal(m, options)
   if name == 'Phi':
     return hf_classic.phi_refusal(m, options)
   if name == 'GPT-J':
@@ -195,6 +199,8 @@ def export_family(config) -> str:
   if (m.normalization, m.mlp) == ('layer_norm', 'gated'):
     return 'stablelm'
   if m.normalization == 'layer_norm':  # GPT-J's MLP alone has biases.
+    if hf_falcon.falcon_block(m):
+      return 'falcon'
     if m.residual == 'parallel_shared':
       return 'gptj' if m.biases == 'mlp' else 'phi'
     return 'starcoder2' if hf_classic.starcoder2_block(m) else 'gpt_neox'
@@ -339,6 +345,10 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(layer_norm_eps=m.layer_norm_eps, rotary_pct=(rotary + 0.5) / head_dim,
                rotary_emb_base=base, use_parallel_residual=m.residual == 'parallel',
                attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0)
+    return out
+  if fam == 'falcon':  # FalconConfig's own names for its block; RoPE's as the others'.
+    out.update(rope_theta=base, activation=out.pop('hidden_act'), **hf_falcon.config_fields(m))
+    out.pop('intermediate_size')
     return out
   if fam == 'starcoder2':  # use_bias: every dense layer's or none; one window on all layers.
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, norm_epsilon=m.layer_norm_eps,

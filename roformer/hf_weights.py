@@ -10,7 +10,7 @@ bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` f
 `output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches;
 GLM: Llama's with the MLP's gate and up in one gate_up_proj, and RoPE on interleaved pairs;
 GLM-4: GLM's with four norms a block, the branches' inputs and outputs; StarCoder 2: Llama's
-names with LayerNorms and a plain MLP, `c_fc` and `c_proj`), of
+names with LayerNorms and a plain MLP, `c_fc` and `c_proj`), of Falcon (roformer/hf_falcon.py), of
 GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
 and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
@@ -36,6 +36,7 @@ import os
 import numpy as np
 
 from roformer import errors
+from roformer import hf_falcon
 from roformer import positions
 
 
@@ -211,6 +212,8 @@ def _names(fam: str) -> tuple[str, str]:
   """(the embedding's tensor name, the output layer's)."""
   if fam == 'gptj':
     return 'transformer.wte.weight', 'lm_head.weight'
+  if fam == 'falcon':
+    return 'transformer.word_embeddings.weight', 'lm_head.weight'
   if fam in CLASSIC_NAMES:
     return CLASSIC_NAMES[fam]['embed'] + '.weight', CLASSIC_NAMES[fam]['head'] + '.weight'
   if fam in FLAT_NAMES:
@@ -400,6 +403,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
     params, head = _flat_params(t, fam, m), 'lm_head'
   elif fam == 'gptj':
     params, head = _gptj_params(t, m), 'lm_head'
+  elif fam == 'falcon':
+    params, head = hf_falcon.params(t, m), 'lm_head'
   else:
     params, head = _stack_params(t, fam, m)
   # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
@@ -461,6 +466,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
   embedding = np.asarray(params['embed']['embedding'], np.float32)
   head = (np.asarray(params['unembed'], np.float32) if 'unembed' in params
           else embedding * np.float32(logits_scale))
+  if fam == 'falcon':
+    return hf_falcon.tensors(params, m, order, None if (m.tie_embeddings and logits_scale == 1.0)
+                             else head)
   if fam == 'gptj':  # q, k and v apart, none with a bias; the MLP's and lm_head's have one.
     out['transformer.wte.weight'] = embedding
     norm('transformer.ln_f', params['ln_final'])

@@ -238,6 +238,28 @@ FIXTURES = {
         SMALL, num_key_value_heads=2, sliding_window=12, max_position_embeddings=2 * ORIGINAL,
         rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
                          'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+    # Falcon 7B's layout: one LayerNorm before both parallel branches, multi-query attention (one
+    # key/value head), no biases, tied embeddings, dynamic NTK.
+    'falcon_multi_query_dynamic': ('FalconConfig', dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16,
+        ffn_hidden_size=64, rope_parameters={'rope_type': 'dynamic', 'factor': 2.0,
+                                             'rope_theta': 10000.0}), False, 'neox', 0),
+    # Falcon 40B's: new_decoder_architecture, each parallel branch after its own norm, two
+    # key/value heads for four, biases (bias true), untied, llama3's scaling.
+    'falcon_new_gqa_llama3': ('FalconConfig', dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
+        new_decoder_architecture=True, bias=True, tie_word_embeddings=False,
+        max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0, 'low_freq_factor': 1.0,
+            'high_freq_factor': 4.0, 'original_max_position_embeddings': ORIGINAL}), False,
+                              'neox', 0),
+    # Falcon's older layout without parallel_attn: the branches one after the other, each after
+    # its norm, a key and a value per head (multi_query false), biases, transformers 4's form.
+    'falcon_sequential_v4': ('FalconConfig', dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, parallel_attn=False,
+        multi_query=False, bias=True, max_position_embeddings=2 * ORIGINAL,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
+                             'neox', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

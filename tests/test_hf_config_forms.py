@@ -486,6 +486,37 @@ def test_gptj_reads_a_shared_norm_interleaved_partial_rotary_and_biases_of_its_m
   assert np.ptp(bias) > 1e-2 * np.abs(ref['logits']).max()
 
 
+def test_falcon_reads_its_three_layouts_and_refuses_what_its_class_fails_on():
+  """FalconForCausalLM: the new layout's parallel branches after two norms (or one, with
+  num_ln_in_parallel_attn 1) and num_kv_heads; the older one's branches after one norm with one
+  key/value head (multi_query, the default), or one after the other with a key and a value per
+  head; its defaults where the file leaves fields out (no biases, tied, ffn 4 hidden_size,
+  gelu). ALiBi (Falcon-RW's, scaled with the logits) and the combinations transformers' class
+  fails on are refused in one line."""
+  read = lambda name: json.loads((FIXTURES / name / 'config.json').read_text())
+  fields = lambda hf: (lambda m: (m.residual, m.num_kv_heads, m.biases, m.tie_embeddings, m.d_ff,
+                                  m.activation))(hf_config.to_config(hf, 'dir').model)
+  new, old, sequential = (read(n) for n in ('falcon_new_gqa_llama3', 'falcon_multi_query_dynamic',
+                                            'falcon_sequential_v4'))
+  assert fields(new) == ('parallel', 2, 'all', False, 128, 'gelu')
+  assert fields(dict(new, num_ln_in_parallel_attn=1))[0] == 'parallel_shared'
+  assert fields(old) == ('parallel_shared', 1, 'none', True, 64, 'gelu')
+  assert fields(sequential) == ('sequential', 0, 'all', True, 128, 'gelu')
+  left_out = {k: v for k, v in new.items() if k not in (
+      'bias', 'tie_word_embeddings', 'ffn_hidden_size', 'activation', 'num_kv_heads')}
+  assert fields(left_out) == ('parallel', 0, 'none', True, 128, 'gelu')
+  for edit, message in (
+      ({'alibi': True}, r'alibi \(Falcon-RW\), whose bias transformers\' Falcon scales'),
+      ({'parallel_attn': False}, r'new_decoder_architecture without parallel_attn'),
+      ({'num_kv_heads': 3}, r'num_ln_in_parallel_attn 2 with 3 key/value heads for 4'),
+      ({'new_decoder_architecture': False, 'num_ln_in_parallel_attn': 2},
+       r'num_ln_in_parallel_attn 2 without new_decoder_architecture'),
+      ({'new_decoder_architecture': False, 'multi_query': False, 'num_ln_in_parallel_attn': None},
+       r'num_kv_heads 2 for 4 heads without multi_query or new_decoder_architecture')):
+    with pytest.raises(errors.ConfigError, match=message):
+      hf_config.to_config(dict(new, **edit), 'dir')
+
+
 def test_mpt_reads_as_alibi_with_unbiased_layer_norms_and_no_biases():
   """MptForCausalLM: ALiBi over its heads (the fixture's 6: MPT takes the odd then the even
   slopes of 8 heads, which are ALiBi's, by hand), LayerNorms without a bias, no biases, an MLP

@@ -122,6 +122,11 @@ GPTJ = {'residual': 'parallel_shared', 'output_bias': True, 'biases': 'mlp',
 # StarCoder 2's: the classic block with grouped-query attention and an 8-token window on every
 # layer (GPT-NeoX has neither).
 STARCODER2 = {'num_kv_heads': 2, 'layer_windows': (8,)}
+# Falcon 40B's: the classic block's parallel branches, each after its own norm, with
+# grouped-query attention (GPT-NeoX has full multi-head attention).
+FALCON = {'residual': 'parallel', 'num_kv_heads': 2}
+# Falcon 7B's: both branches after one norm, one key/value head, no biases (Phi has them all).
+FALCON_SHARED = {'residual': 'parallel_shared', 'num_kv_heads': 1, 'biases': 'none'}
 # Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
 # 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
@@ -202,6 +207,8 @@ _SLOW = pytest.mark.slow
 
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('rope', STARCODER2, 'Starcoder2ForCausalLM'),
+                                             ('rope', FALCON, 'FalconForCausalLM'),
+                                             ('rope', FALCON_SHARED, 'FalconForCausalLM'),
                                              # The fixtures gpt2_learned and bloom_alibi take
                                              # the same paths out in the default suite.
                                              pytest.param('learned', {}, 'GPT2LMHeadModel',
@@ -246,7 +253,9 @@ _SLOW = pytest.mark.slow
                                              ('llama', OLMO3, 'Olmo3ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
-  GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2), with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
+  GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2; with
+  parallel branches and grouped-query attention, or one key/value head and no biases, to
+  Falcon), with learned positions to GPT-2 (its output then untied), with ALiBi and a norm of
   the embeddings to BLOOM (its output untied alike), without it to MPT (q, k and v clamped),
   with one norm shared by parallel branches and an output bias to Phi (with biases on the MLP
   alone to GPT-J, three quarters of each head rotated from the halves), LayerNorms with a gated MLP
@@ -335,6 +344,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('glm_interleaved_bias_linear', 'GlmForCausalLM'),
     ('glm4_sandwich_yarn', 'Glm4ForCausalLM'),
     ('starcoder2_window_yarn', 'Starcoder2ForCausalLM'),
+    ('falcon_multi_query_dynamic', 'FalconForCausalLM'),
+    ('falcon_new_gqa_llama3', 'FalconForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -362,7 +373,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
                   'MptForCausalLM', 'GPTJForCausalLM', 'StableLmForCausalLM',
-                  'Starcoder2ForCausalLM'):  # Their heads split the width.
+                  'Starcoder2ForCausalLM', 'FalconForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -416,6 +427,10 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
       'embedding_multiplier': 2.0},
      r'embedding_multiplier=2 in a sandwich block: Gemma 2 multiplies its embeddings by '
      r'sqrt\(d_model\)'),
+    (dict(FALCON, **{'position.rope.fraction': 0.5}),
+     r'partial rotary \(rope.fraction=0.5\) in a Falcon block \(the classic one with parallel '
+     r'branches\), which rotates whole heads'),
+    (dict(FALCON_SHARED, layer_windows=(8,)), r'sliding windows in a Falcon block'),
     (dict(STARCODER2, layer_windows=(8, 0)),
      r'sliding windows \[0, 8\] across the layers in a StarCoder 2 block \(the classic one with '
      r'grouped-query attention or windows\), which has one window on every layer or none'),
@@ -650,13 +665,18 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('llama', {'norm': 'sandwich'}, 'glm4'),
                                                ('rope', {'biases': 'none'}, 'starcoder2'),
                                                ('rope', {'num_kv_heads': 2}, 'starcoder2'),
-                                               ('rope', {'layer_windows': (8,)}, 'starcoder2')])
+                                               ('rope', {'layer_windows': (8,)}, 'starcoder2'),
+                                               ('rope', FALCON, 'falcon'),
+                                               ('rope', FALCON_SHARED, 'falcon'),
+                                               ('rope', {'residual': 'parallel',
+                                                         'biases': 'none'}, 'falcon')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
   OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
   rotary to Phi-3 where it computes it (no biases, no scaling but LongRoPE), else to GLM; sandwich
   norms without Gemma's multiplier to GLM-4; the classic block without biases, with grouped-query
-  attention or with windows to StarCoder 2: the class chosen from the config alone."""
+  attention or with windows to StarCoder 2; its parallel branches with grouped-query attention
+  or without biases to Falcon: the class chosen from the config alone."""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if fields is OLMO2:  # As the round trips do: a scaling of every layer.
@@ -749,7 +769,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert 'and no tokenizer' not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('rope', STARCODER2),
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('rope', STARCODER2), ('rope', FALCON),
+                                        ('rope', FALCON_SHARED),
                                         ('rope', {'biases': 'none'}), ('learned', {}),
                                         ('alibi', BLOOM),
                                         ('alibi', MPT), ('alibi', MPT_CLIPPED),
