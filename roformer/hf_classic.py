@@ -281,11 +281,10 @@ def starcoder2_block(m) -> bool:
 def starcoder2_refusal(m, options) -> str | None:
   """Why Starcoder2ForCausalLM does not compute a classic block of its own, or None: norms
   before the branches, biases on every dense layer or none (its use_bias), heads that split
-  d_model, one window on every layer or none, no attention option, and a scaling in
-  hf_fields.ROPE_SCALINGS."""
+  d_model, one window on every layer or none, and no attention option (transformers' rope
+  functions compute every scaling here)."""
   block = 'in a StarCoder 2 block (the classic one with grouped-query attention or windows)'
   windows = positions.layer_windows(m)
-  kind = m.position.rope.scaling.kind
   checks = (
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
       (m.biases not in ('all', 'none'), f'biases={m.biases!r} {block}, which has them on every '
@@ -298,10 +297,6 @@ def starcoder2_refusal(m, options) -> str | None:
       (any(windows) and len(set(windows)) > 1,
        f'sliding windows {sorted(set(windows))} across the layers {block}, which has one window '
        'on every layer or none. Fix: train with one window on every layer'),
-      (kind not in hf_fields.ROPE_SCALINGS,
-       f"the RoPE scaling {kind!r} {block} (its export takes "
-       f"{', '.join(hf_fields.ROPE_SCALINGS[1:])}). Fix: export a model trained without it, and "
-       'apply it with eval.py'),
   )
   return hf_fields.first_failed(checks)
 

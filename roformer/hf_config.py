@@ -200,11 +200,14 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0}.get(fam, 10000.0)  # default_theta.
-  settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)))
+  neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
+  settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
+                                          if neox else default))
   default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25, 'glm': 0.5,
                      'glm4': 0.5}.get(fam, 1.0)  # The classes'.
   settings.setdefault('partial_rotary_factor',
-                      _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)))
+                      _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)
+                            if neox else default_partial))
   return settings
 
 
@@ -443,8 +446,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
-  # Starcoder2Config's default is 2 key/value heads; the others' all of them.
-  kv = int(_read(hf, 'num_key_value_heads', 2 if fam == 'starcoder2' else None) or heads)
+  # Starcoder2Config's and GlmConfig's default is 2 key/value heads; the others' all of them.
+  kv = int(_read(hf, 'num_key_value_heads', 2 if fam in ('starcoder2',) + GLM else None) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -467,6 +470,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
           f"{where}: longrope's short_factor and long_factor have {lengths['short_factor']} and "
           f"{lengths['long_factor']} numbers, where the {rotary} rotated dimensions make "
           f'{rotary // 2} pairs. Fix: use the config.json that came with the weights.')
+  if rotary % 2 and rotary > 2:
+    raise errors.ConfigError(
+        f'{where}: partial_rotary_factor {partial} rotates {rotary} of {head_dim} dimensions, an '
+        'odd number, which this project does not compute (RoPE here rotates pairs). Fix: a '
+        "checkpoint that rotates an even number of each head's dimensions.")
   if rotary < 2:
     raise errors.ConfigError(f'{where}: partial_rotary_factor {partial} rotates {rotary} of '
                              f'{head_dim} dimensions. Fix: a checkpoint that rotates at least one '

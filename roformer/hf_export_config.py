@@ -127,8 +127,8 @@ def _refusal(config) -> str | None:
               'one). Fix: train with one window size')
     glm = hf_llama_export.glm_family(m)
     if glm:
-      return hf_llama_export.glm_refusal(config, glm)
-    if rope.fraction < 1:
+      return hf_llama_export.glm_refusal(config, options, glm)
+    if rope.fraction < 1 and m.norm != 'sandwich':  # Gemma's refusal says why for a sandwich.
       return hf_llama_export.phi3_refusal(config, options, windows)
     if not all(positions.rope_layers(m)):
       return hf_llama_export.smollm3_refusal(config, options)
@@ -211,8 +211,9 @@ def export_family(config) -> str:
     return 'cohere' if all(positions.rope_layers(m)) and not any(m.layer_windows) else 'cohere2'
   if hf_llama_export.granite_block(m):
     return 'granite'
-  if hf_llama_export.glm_family(m):
-    return hf_llama_export.glm_family(m)
+  glm = hf_llama_export.glm_family(m)
+  if glm:
+    return glm
   if m.norm == 'sandwich':
     return hf_llama_export.sandwich_family(m)
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
@@ -332,7 +333,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     max_len = int(source['max_position_embeddings'])
   head_dim = positions.head_dim(m)
   rotary = int(round(head_dim * rope.fraction))
-  base = rope.base
+  base = positions.layer_rope_bases(m)[0]  # One base (refused otherwise but for Gemma 3's).
   if rope.scaling.kind == 'ntk':
     base = base * rope.scaling.factor ** (rotary / (rotary - 2))
   out = {
@@ -378,8 +379,6 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                attention_bias=m.biases == 'attention', query_pre_attn_scalar=head_dim,
                layer_types=_layer_types(windows),
                final_logit_softcapping=m.logits_softcap or None, attn_logit_softcapping=None)
-    if fam == 'gemma2':  # One base, which layer_rope_bases may give.
-      out['rope_theta'] = positions.layer_rope_bases(m)[0]
     if any(windows):  # Without windowed layers, the class default (its mask is built anyway).
       out['sliding_window'] = max(windows)
     if fam == 'gemma3':  # Local (windowed) and global layers, each kind with its RoPE base.

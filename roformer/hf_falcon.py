@@ -221,9 +221,8 @@ def falcon_block(m) -> bool:
 def refusal(m, options) -> str | None:
   """Why FalconForCausalLM does not compute a block `falcon_block` chose, or None: biases on
   every dense layer or none, RoPE on whole heads of width d_model / heads in every layer, no
-  windows, no attention option, and a scaling in hf_fields.ROPE_SCALINGS."""
+  windows and no attention option (transformers' rope functions compute every scaling here)."""
   block = 'in a Falcon block (the classic one with parallel branches)'
-  kind = m.position.rope.scaling.kind
   checks = (
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
       (m.biases not in ('all', 'none'), f'biases={m.biases!r} {block}, which has them on every '
@@ -235,9 +234,5 @@ def refusal(m, options) -> str | None:
        f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
        f'its {m.num_heads} heads'),
       (any(m.layer_windows), f'sliding windows {block}'),
-      (kind not in hf_fields.ROPE_SCALINGS,
-       f"the RoPE scaling {kind!r} {block} (its export takes "
-       f"{', '.join(hf_fields.ROPE_SCALINGS[1:])}). Fix: export a model trained without it, and "
-       'apply it with eval.py'),
   )
   return hf_fields.first_failed(checks)

@@ -1,7 +1,6 @@
 """How a field of a Hugging Face config.json is read: as its transformers class's default where the
 file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
-several refusals (`first_failed`); a positive number (`positive`); the scalings the rope
-functions compute (`ROPE_SCALINGS`); and the config that every
+several refusals (`first_failed`); a positive number (`positive`); and the config that every
 imported family starts from (`decoder`). Shared by roformer/hf_config.py and
 roformer/hf_classic.py."""
 
@@ -13,10 +12,6 @@ from roformer import config_schema
 from roformer import errors
 from roformer import model_types
 
-# The RoPE scalings that transformers' rope functions compute for any class reading
-# rope_scaling (on the rotated part of each head), as an export writes them (a static NTK as a
-# larger rope_theta); LongRoPE is Phi-3's.
-ROPE_SCALINGS = ('none', 'ntk', 'linear', 'dynamic', 'yarn', 'llama3')
 # transformers' hidden_act -> model.activation.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
                'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}

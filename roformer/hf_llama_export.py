@@ -49,44 +49,52 @@ def phi3_refusal(config, options, windows) -> str | None:
   return hf_fields.first_failed(checks)
 
 
-# The scalings a GLM or GLM-4 export writes.
-GLM_SCALINGS = hf_fields.ROPE_SCALINGS
-
-
 def glm_family(m) -> str | None:
-  """GLM's class of a Llama-family block (RMSNorm, a gated MLP) without attention options or
-  windows, or None: GLM-4's for sandwich norms without Gemma's multiplier of the embeddings, its
-  soft-cap or its per-layer bases; GLM's for norms before the branches with partial rotary that
-  Phi-3, the other class with it, does not compute (q, k and v biases, or a scaling other than
-  longrope)."""
-  if ((m.normalization, m.mlp) != ('rms_norm', 'gated') or attention_options.enabled(m.attention)
-      or any(m.layer_windows)):
+  """GLM's class of a Llama-family block (RMSNorm, a gated MLP) with RoPE in every layer (layers
+  without positions are SmolLM3's), or None: GLM-4's for sandwich norms without Gemma's
+  multiplier of the embeddings; GLM's for norms before the branches with
+  partial rotary, no windows and no attention option, where Phi-3, the other class with partial
+  rotary, does not compute it (q, k and v biases, a scaling other than a static NTK or LongRoPE,
+  or LongRoPE with heads whose width is not d_model / heads)."""
+  if (m.normalization, m.mlp) != ('rms_norm', 'gated') or not all(positions.rope_layers(m)):
     return None
   if m.norm == 'sandwich':
-    gemma = (m.embedding_multiplier != 1 or m.logits_softcap > 0
-             or len(set(positions.layer_rope_bases(m))) > 1)
-    return None if gemma else 'glm4'
-  phi3 = m.biases == 'none' and m.position.rope.scaling.kind in ('none', 'ntk', 'longrope')
-  return 'glm' if m.norm == 'pre' and m.position.rope.fraction < 1 and not phi3 else None
+    return 'glm4' if m.embedding_multiplier == 1 else None
+  rope = m.position.rope
+  if (m.norm != 'pre' or rope.fraction == 1 or any(m.layer_windows)
+      or attention_options.enabled(m.attention)):
+    return None
+  phi3 = m.biases == 'none' and rope.scaling.kind in ('none', 'ntk', 'longrope') and not (
+      rope.scaling.kind == 'longrope' and m.head_dim not in (0, m.d_model // m.num_heads))
+  return None if phi3 else 'glm'
 
 
-def glm_refusal(config, family: str) -> str | None:
+def glm_refusal(config, options, family: str) -> str | None:
   """Why GlmForCausalLM or Glm4ForCausalLM (`family`, which `glm_family` chose) does not compute
-  a block of theirs, or None: RoPE on any part of each head in every layer, biases on q, k and v
-  or none, and a scaling in GLM_SCALINGS."""
+  a block of theirs, or None: biases on q, k and v or none (both rotate any part of each head,
+  and transformers' rope functions compute every scaling here); GLM-4 has none of what
+  Gemma's sandwich block has beside its multiplier (attention options, windows, a soft-cap of
+  the logits, per-layer bases)."""
   m = config.model
   name = {'glm': 'GLM', 'glm4': 'GLM-4'}[family]
   block = f"in a {name} block ({'sandwich norms' if family == 'glm4' else 'partial rotary'})"
-  kind = m.position.rope.scaling.kind
+  root = m.d_model ** 0.5
+  gemma = lambda what: (
+      f"{what} in a sandwich block without Gemma's multiplier of the embeddings: GLM-4, the class "
+      f'of that block, has none (Gemma 2 and 3 have it, with their multiplier sqrt(d_model) = '
+      f'{root:g}). Fix: train without it, or for Gemma with '
+      f'--config.model.embedding_multiplier={root!r}')
+  glm4 = family == 'glm4'
   checks = (
+      (glm4 and bool(options), gemma(', '.join('attention.' + o.field for o in options))),
+      (glm4 and any(m.layer_windows), gemma('sliding windows')),
+      (glm4 and m.logits_softcap > 0, gemma(f'a soft-cap of the logits (logits_softcap='
+                                            f'{m.logits_softcap:g})')),
+      (glm4 and len(set(positions.layer_rope_bases(m))) > 1,
+       gemma('per-layer RoPE bases (layer_rope_bases)')),
       (m.biases not in ('qkv', 'none'), f'biases={m.biases!r} {block}, which has them on q, k and '
                                         'v or nowhere. Fix: train with '
                                         '--config.model.biases=qkv or none'),
-      (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
-      (kind not in GLM_SCALINGS,
-       f"the RoPE scaling {kind!r} {block} ({name}'s export takes "
-       f"{', '.join(GLM_SCALINGS[1:])}). Fix: export a model trained without it, and apply it "
-       'with eval.py'),
   )
   return hf_fields.first_failed(checks)
 
@@ -239,6 +247,10 @@ def gemma_refusal(config, family: str) -> str | None:
   multiplier = float(np.float32(m.embedding_multiplier))
   gemma3 = family == 'gemma3'
   checks = (
+      (m.position.rope.fraction < 1,
+       f'partial rotary (rope.fraction={m.position.rope.fraction}) in a sandwich block with the '
+       f"embedding multiplier: {name} rotates whole heads (GLM-4, the sandwich block's class with "
+       'partial rotary, has no multiplier)'),
       (multiplier != float(np.float32(m.d_model ** 0.5)),
        f'embedding_multiplier={m.embedding_multiplier:g} in a sandwich block: {name} '
        f'multiplies its embeddings by sqrt(d_model) = {m.d_model ** 0.5:g}. Fix: train it with '

@@ -124,11 +124,12 @@ def test_config_fields_left_out_read_as_transformers_defaults_them():
   assert (m.num_kv_heads, tuple(m.layer_windows), m.biases, m.tie_embeddings) == (2, (), 'all',
                                                                                  True)
   glm = json.loads((FIXTURES / 'glm_interleaved_bias_linear' / 'config.json').read_text())
-  for name in ('attention_bias', 'head_dim', 'rms_norm_eps'):
+  for name in ('attention_bias', 'head_dim', 'rms_norm_eps', 'num_key_value_heads'):
     del glm[name]
+  glm.update(rotary_pct=0.25, rotary_emb_base=500.0)  # GPT-NeoX's names, which GLM ignores.
   m = hf_config.to_config(glm, 'dir').model
-  assert (m.position.rope.fraction, m.biases, m.head_dim, m.layer_norm_eps) == (
-      0.5, 'qkv', 128, 1.5625e-7)
+  assert (m.position.rope.fraction, m.position.rope.base, m.biases, m.head_dim, m.num_kv_heads,
+          m.layer_norm_eps) == (0.5, 10000.0, 'qkv', 128, 2, 1.5625e-7)
 
 
 def test_sharded_weights_read_as_one_file(tmp_path):

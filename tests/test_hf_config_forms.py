@@ -486,6 +486,16 @@ def test_gptj_reads_a_shared_norm_interleaved_partial_rotary_and_biases_of_its_m
   assert np.ptp(bias) > 1e-2 * np.abs(ref['logits']).max()
 
 
+def test_a_partial_rotary_factor_that_rotates_an_odd_width_is_refused():
+  """5 of a head's 8 dimensions: RoPE here rotates pairs (transformers' GLM rotates 6 at the
+  frequencies of 5; its GPT-NeoX fails)."""
+  hf_json = json.loads((FIXTURES / 'glm4_sandwich_yarn' / 'config.json').read_text())
+  hf_json['rope_parameters']['partial_rotary_factor'] = 0.625
+  with pytest.raises(errors.ConfigError, match=r'partial_rotary_factor 0\.625 rotates 5 of 8 '
+                     r'dimensions, an odd number'):
+    hf_config.to_config(hf_json, 'dir')
+
+
 def test_falcon_reads_its_three_layouts_and_refuses_what_its_class_fails_on():
   """FalconForCausalLM: the new layout's parallel branches after two norms (or one, with
   num_ln_in_parallel_attn 1) and num_kv_heads; the older one's branches after one norm with one

@@ -157,6 +157,11 @@ GLM = {'biases': 'qkv', 'num_kv_heads': 2, 'position.rope.fraction': 0.5,
 GLM4 = {'norm': 'sandwich', 'biases': 'qkv', 'position.rope.layout': 'half',
         'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.factor': 2.0,
         'position.rope.scaling.original_length': 16}
+# GLM with LongRoPE on the rotated half of each head (Phi-3 has no q, k and v biases).
+GLM_LONGROPE = dict(GLM, **{'position.rope.scaling.kind': 'longrope',
+                            'position.rope.scaling.short_factor': (1.0, 1.5),
+                            'position.rope.scaling.long_factor': (2.0, 4.0),
+                            'position.rope.scaling.attention_factor_dims': 'rotated'})
 # Three quarters of each head rotated (interleaved pairs), a window on every layer, LongRoPE with
 # its attention factor on the rotated dimensions: Phi-3's block.
 PHI3 = {'position.rope.fraction': 0.75, 'position.rope.layout': 'interleaved',
@@ -233,6 +238,10 @@ _SLOW = pytest.mark.slow
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
                                              ('llama', GLM, 'GlmForCausalLM'),
                                              ('llama', GLM4, 'Glm4ForCausalLM'),
+                                             ('llama', GLM_LONGROPE, 'GlmForCausalLM'),
+                                             # One base given per layer: the export's.
+                                             ('llama', dict(GLM4, layer_rope_bases=(500.0,)),
+                                              'Glm4ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
@@ -440,14 +449,14 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GLM, biases='all', normalization='rms_norm', mlp='gated'),
      r"biases='all' in a GLM block \(partial rotary\), which has them on q, k and v or "
      r'nowhere\. Fix: train with --config\.model\.biases=qkv or none'),
-    (dict(GLM4, normalization='rms_norm', mlp='gated', layer_kinds=('rope', 'none')),
-     r'layers without positions \(layer_kinds\) in a GLM-4 block \(sandwich norms\)'),
-    (dict(GLM, normalization='rms_norm', mlp='gated', **{
-        'position.rope.scaling.kind': 'longrope', 'position.rope.scaling.short_factor': (1.0, 1.5),
-        'position.rope.scaling.long_factor': (2.0, 4.0),
-        'position.rope.scaling.attention_factor_dims': 'rotated'}),
-     r"the RoPE scaling 'longrope' in a GLM block \(partial rotary\) \(GLM's export takes ntk, "
-     r'linear, dynamic, yarn, llama3\)'),
+    (dict(GLM4, normalization='rms_norm', mlp='gated', biases='attention'),
+     r"biases='attention' in a GLM-4 block \(sandwich norms\), which has them on q, k and v or "
+     r'nowhere'),
+    (dict(GLM4, normalization='rms_norm', mlp='gated', layer_windows=(8, 0)),
+     r"sliding windows in a sandwich block without Gemma's multiplier of the embeddings: GLM-4, "
+     r'the class of that block, has none \(Gemma 2 and 3 have it, with their multiplier '
+     r'sqrt\(d_model\) = 5\.65685\)\. Fix: train without it, or for Gemma with '
+     r'--config\.model\.embedding_multiplier=5\.656854'),
     (dict(GEMMA2, layer_rope_bases=(1e4, 1e6)),
      r'per-layer RoPE bases \(layer_rope_bases\) in a sandwich block without QK-norm \(Gemma 2 '
      r'has one rope_theta'),
@@ -474,8 +483,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     (dict(GEMMA3, **{'attention.softcap': True}),
      r'attention\.softcap in a Gemma3ForCausalLM block, whose class does not compute it'),
     ({'norm': 'sandwich', 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
-      'attention.qk_norm': True}, r'embedding_multiplier=1 in a sandwich block: Gemma 3 '
-                                  r'multiplies its embeddings by sqrt\(d_model\)'),
+      'attention.qk_norm': True}, r"attention\.qk_norm in a sandwich block without Gemma's "
+                                  r'multiplier of the embeddings: GLM-4'),
     (dict(GEMMA3, layer_rope_bases=(1e4, 1e5, 1e4, 1e6), num_layers=4),
      r'RoPE bases that differ among the windowed layers or among the global ones'),
     (dict(GEMMA3, **{'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0}),
@@ -493,7 +502,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r"Gemma 3's and OLMo 3's blocks"),
     (dict(GEMMA3, layer_windows=(8, 4)), r'sliding windows of several sizes \[4, 8\]'),
     (dict(GEMMA3, **{'position.rope.fraction': 0.5}),
-     r"partial rotary \(rope.fraction=0.5\) with norm='sandwich' \(Phi-3"),
+     r'partial rotary \(rope.fraction=0.5\) in a sandwich block with the embedding multiplier: '
+     r'Gemma 3 rotates whole heads \(GLM-4'),
     (dict(PHI3, normalization='rms_norm', mlp='gated', biases='qkv'),
      r"partial rotary \(rope.fraction=0.75\) with biases='qkv' \(Phi-3 has none\)"),
     (dict(PHI3, normalization='rms_norm', mlp='gated', biases='none', layer_windows=(8, 0)),
@@ -788,7 +798,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', GEMMA2), ('llama', OLMO2),
                                         ('llama', OLMO3),
                                         ('llama', SMOLLM3), ('llama', PHI3), ('llama', GLM),
-                                        ('llama', GLM4)])
+                                        ('llama', GLM4), ('llama', GLM_LONGROPE)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
