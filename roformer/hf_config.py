@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-five architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Twenty-six architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
@@ -43,7 +43,9 @@ LayerNorms and a plain MLP, biases on every dense layer or none, `use_bias`, wit
 heads, grouped-query attention and a window on every layer, `sliding_window`), FalconForCausalLM
 (Falcon: the classic block with RoPE, one or two norms before parallel branches or two before
 branches in sequence, grouped-query or multi-query attention; roformer/hf_falcon.py),
-GPT2LMHeadModel (the
+Exaone4ForCausalLM (EXAONE 4.0: OLMo 2's output norms, `model.norm='output'`, with QK-norm over
+each head and, where it has a window, RoPE and the window on its sliding layers and neither on its
+global ones, `model.layer_kinds` and `model.layer_windows`), GPT2LMHeadModel (the
 classic block with learned absolute positions, a table over `n_positions` rows),
 BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
 `model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
@@ -95,6 +97,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
                  'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
+                 'Exaone4ForCausalLM': 'exaone4',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -102,7 +105,7 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4')
+                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4')
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -525,7 +528,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:  # The classes' default epsilons.
-    eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'glm': 1.5625e-7, 'glm4': 1.5625e-7}
+    eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
+           'glm4': 1.5625e-7}
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
   if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
@@ -536,7 +540,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if fam in OLMO:  # Norms on the branches' outputs alone; q_norm and k_norm over all heads.
     config.model.update(norm='output')
     config.model.attention.update(qk_norm_over='heads')
-  if fam in ('qwen3', 'gemma3') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
+  if fam == 'exaone4':  # OLMo 2's output norms with q_norm and k_norm over each head.
+    config.model.update(norm='output')
+  if fam in ('qwen3', 'gemma3', 'exaone4') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
   if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
     config.model.update(norm='sandwich')
@@ -558,6 +564,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '
                                'checkpoint with RoPE layers (as SmolLM3-3B, 3 in each 4).')
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
+  if fam == 'exaone4' and windows:  # RoPE on the sliding layers alone (its global NoPE).
+    config.model.layer_kinds = positions.layer_kinds_of(tuple(bool(w) for w in windows))
   if fam == 'cohere2':  # RoPE on the sliding layers alone.
     rotates = [k == 'sliding_attention' for k in hf_layers.cohere2_kinds(hf, layers, where)]
     if not any(rotates):

@@ -128,6 +128,8 @@ def _refusal(config) -> str | None:
     glm = hf_llama_export.glm_family(m)
     if glm:
       return hf_llama_export.glm_refusal(config, options, glm)
+    if hf_llama_export.exaone4_block(m):
+      return hf_llama_export.exaone4_refusal(config, options)
     if rope.fraction < 1 and m.norm != 'sandwich':  # Gemma's refusal says why for a sandwich.
       return hf_llama_export.phi3_refusal(config, options, windows)
     if not all(positions.rope_layers(m)):
@@ -216,6 +218,8 @@ def export_family(config) -> str:
     return glm
   if m.norm == 'sandwich':
     return hf_llama_export.sandwich_family(m)
+  if hf_llama_export.exaone4_block(m):
+    return 'exaone4'
   if m.norm == 'output':  # OLMo 3 where some layers are windowed.
     return 'olmo3' if any(m.layer_windows) else 'olmo2'
   if m.position.rope.fraction < 1:  # The Llama-family class with partial rotary.
@@ -426,6 +430,8 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                      'rope_type': 'default', 'rope_theta': base}})
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
+  elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.
+    out.update(sliding_window=max(windows) or None, layer_types=_layer_types(windows))
   elif fam in hf_config.GLM:  # Its q, k and v biases or none; partial rotary as Phi-3's.
     out.update(attention_bias=m.biases == 'qkv', partial_rotary_factor=_fraction(rotary, head_dim))
   elif fam == 'phi3':  # Phi3Config reads its own original length (4096 where absent).

@@ -28,6 +28,8 @@ from roformer import hf_fields
 from roformer import positions
 
 _read, _field = hf_fields.read, hf_fields.field
+# FalconConfig's switch to ALiBi (Falcon-RW's), named after the scheme.
+ALIBI_FIELD = positions.ALIBI
 
 
 def _flag(hf: dict, name: str, default: bool, where: str) -> bool:
@@ -75,7 +77,7 @@ def layout(hf: dict, where: str) -> tuple[str, int]:
 
 def model_fields(hf: dict, where: str) -> dict:
   """config.model's fields of a Falcon config (RoPE's are read as the other families')."""
-  if _flag(hf, 'alibi', False, where):
+  if _flag(hf, ALIBI_FIELD, False, where):
     raise errors.ConfigError(f'{where}: alibi (Falcon-RW), whose bias transformers\' Falcon scales '
                              'with the logits by 1/sqrt(head width), unlike ALiBi. Fix: a Falcon '
                              'checkpoint with RoPE (alibi false, as Falcon 7B and 40B).')
@@ -202,7 +204,7 @@ def config_fields(m) -> dict:
   return {'new_decoder_architecture': new, 'parallel_attn': new, 'multi_query': kv == 1,
           'num_kv_heads': kv, 'num_ln_in_parallel_attn': (
               None if not new else 2 if m.residual == 'parallel' else 1),
-          'ffn_hidden_size': m.d_ff, 'bias': m.biases == 'all', 'alibi': False,
+          'ffn_hidden_size': m.d_ff, 'bias': m.biases == 'all', ALIBI_FIELD: False,
           'layer_norm_epsilon': m.layer_norm_eps, 'hidden_dropout': 0.0,
           'attention_dropout': 0.0}
 

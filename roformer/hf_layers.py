@@ -57,8 +57,8 @@ def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
 def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's,
   Phi-3's and StarCoder 2's window on every layer, SmolLM3's on its layers without positions,
-  Cohere 2's and Gemma 2's on their sliding layers, Qwen2's and Qwen3's from max_window_layers
-  on; () where none slides."""
+  Cohere 2's, EXAONE 4's and Gemma 2's on their sliding layers, Qwen2's and Qwen3's from
+  max_window_layers on; () where none slides."""
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam in ('phi3', 'starcoder2'):  # Phi3Config's and Starcoder2Config's is None by default.
     window = hf.get('sliding_window')
@@ -70,6 +70,8 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     rotates = smollm3_rotates(hf, layers, where)
     return windows_of(layer_types(hf, layers, where, [
         'full_attention' if r else 'sliding_attention' for r in rotates]), window)
+  if fam == 'exaone4':  # Every sliding_window_pattern-th layer global; none where it is null.
+    return exaone4_windows(hf, layers, where)
   if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
     kinds = cohere2_kinds(hf, layers, where)
     return windows_of(kinds, sliding_window(hf, kinds, where))
@@ -82,6 +84,20 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
         for i in range(layers)]), window)
   return ()
+
+
+def exaone4_windows(hf: dict, layers: int, where: str) -> tuple[int, ...]:
+  """An EXAONE 4 config's windows: its sliding layers' (`layer_types`, else every
+  `sliding_window_pattern`-th layer global, 4 where absent) where `sliding_window` is set (4096
+  where absent); none where it is null, every layer then global (Exaone4Config's rule; a null
+  window beside sliding layers is a config transformers cannot run)."""
+  if _read(hf, 'sliding_window', 4096) is None:
+    kinds = layer_types(hf, layers, where, ['full_attention'] * layers)
+  else:
+    every = interval(hf, 'sliding_window_pattern', 4, where)
+    kinds = layer_types(hf, layers, where, [
+        'sliding_attention' if (i + 1) % every else 'full_attention' for i in range(layers)])
+  return windows_of(kinds, sliding_window(hf, kinds, where))
 
 
 def cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:

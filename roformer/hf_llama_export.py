@@ -191,6 +191,48 @@ def olmo1_refusal(m, options) -> str | None:
   return hf_fields.first_failed(checks)
 
 
+def exaone4_block(m) -> bool:
+  """Whether a block with output norms (OLMo 2's) is EXAONE 4's: attention options that its
+  class computes (QK-norm over each head), or layers without positions (OLMo's rotate in every
+  layer and norm the heads together)."""
+  options = attention_options.enabled(m.attention)
+  exaone4 = bool(options) and all(o.transformers_computes(m.attention, 'exaone4')
+                                  for o in options)
+  return m.norm == 'output' and (exaone4 or not all(positions.rope_layers(m)))
+
+
+def exaone4_refusal(config, options) -> str | None:
+  """Why Exaone4ForCausalLM does not compute a block `exaone4_block` chose, or None: QK-norm
+  over each head (the option's own checks), no other option, no biases, RoPE on whole heads, and
+  either RoPE in every layer without windows or a window of one size on exactly its RoPE layers
+  (its sliding ones; the global ones without positions), with a scaling of every RoPE layer."""
+  m = config.model
+  block = "in an EXAONE 4 block (output norms with QK-norm over each head)"
+  rotates, windows = positions.rope_layers(m), positions.layer_windows(m)
+  others = [o.field for o in options if not o.transformers_computes(m.attention, 'exaone4')]
+  checks = (
+      (len(others) == len(options),
+       'layers without positions with output norms, without QK-norm (EXAONE 4, the class of '
+       'that block, has it over each head). Fix: train with '
+       "--config.model.attention.qk_norm=True --config.model.attention.qk_norm_over=head"),
+      (bool(others), f"attention.{', attention.'.join(others)} {block}"),
+      (m.biases != 'none', f'biases={m.biases!r} {block}, which has none. Fix: train with '
+                           '--config.model.biases=none'),
+      (m.position.rope.fraction < 1, f'partial rotary (rope.fraction={m.position.rope.fraction}) '
+                                     f'{block}, which rotates whole heads'),
+      (any(windows) and any(bool(w) != r for w, r in zip(windows, rotates)),
+       f'windows on other layers than the RoPE ones {block}: EXAONE 4 windows exactly its RoPE '
+       'layers and leaves the others without positions'),
+      (not any(windows) and not all(rotates),
+       f'layers without positions and no windows {block}, whose global layers go without '
+       'positions only beside windowed RoPE ones'),
+      (m.position.rope.scaling.layers == 'global' and m.position.rope.scaling.kind != 'none',
+       f"a RoPE scaling of the global layers alone {block}, which scales every RoPE layer"),
+  )
+  return hf_fields.first_failed(checks) or next(
+      (r for r in (o.transformers_refusal(m, m.attention) for o in options) if r), None)
+
+
 def olmo_refusal(config, options) -> str | None:
   """Why Olmo2ForCausalLM and Olmo3ForCausalLM do not compute a block with output norms, or
   None: they have QK-norm over all heads with the blocks' epsilon (the option's own check), no

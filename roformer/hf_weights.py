@@ -3,7 +3,8 @@ back: the tensor names and layouts of the Llama family (Llama, Mistral, Qwen2, Q
 q_norm and k_norm are QK-norm's scales, `attn/q_scale` and `attn/k_scale`; Gemma 3: those and
 four norms a block, each storing its scale less 1; SmolLM3: Llama's; Phi-3: Llama's with q, k
 and v in one qkv_proj and the MLP's gate and up in one gate_up_proj; OLMo 2 and 3: the norms of
-the branches' outputs alone, and q_norm and k_norm over all heads; OLMo 1: Llama's without the
+the branches' outputs alone, and q_norm and k_norm over all heads; EXAONE 4: OLMo 2's norms
+with q_norm and k_norm over each head; OLMo 1: Llama's without the
 norms, which have no parameters; Cohere: Llama's with one norm for both branches, without a
 bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` for o_proj, one
 `input_layernorm` for both branches, `fc1` and `fc2`, `final_layernorm`, and lm_head's bias as
@@ -180,8 +181,9 @@ OLMO_NORMS = (('ln_attn_out', 'post_attention_layernorm'),
               ('ln_mlp_out', 'post_feedforward_layernorm'))
 # A block's norms by family (this project's name, the checkpoint's); Llama's by default.
 NORMS = {'gemma2': GEMMA_NORMS, 'gemma3': GEMMA_NORMS, 'glm4': GLM4_NORMS, 'olmo2': OLMO_NORMS,
-         'olmo3': OLMO_NORMS, **{fam: (('ln_attn', 'input_layernorm'),)  # One for both branches.
-                                 for fam in ('phi', 'cohere', 'cohere2')}}
+         'olmo3': OLMO_NORMS, 'exaone4': OLMO_NORMS,
+         **{fam: (('ln_attn', 'input_layernorm'),)  # One for both branches.
+            for fam in ('phi', 'cohere', 'cohere2')}}
 LLAMA_NORMS = (('ln_attn', 'input_layernorm'), ('ln_mlp', 'post_attention_layernorm'))
 SHARED_NORM = (('ln_attn', 'input_layernorm'),)
 
@@ -191,7 +193,8 @@ def block_norms(fam: str, m) -> tuple:
   use_parallel_residual)."""
   return NORMS.get(fam) or (SHARED_NORM if m.residual == 'parallel_shared' else LLAMA_NORMS)
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
-QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'olmo2': 'heads', 'olmo3': 'heads'}
+QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'exaone4': 'head', 'olmo2': 'heads',
+            'olmo3': 'heads'}
 # The families whose MLP's gate and up are one gate_up_proj ([gate | up]: the classes' chunk
 # order), without a bias.
 FUSED_GATE_UP = ('phi3', 'glm', 'glm4')

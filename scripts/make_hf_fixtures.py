@@ -260,6 +260,15 @@ FIXTURES = {
         multi_query=False, bias=True, max_position_embeddings=2 * ORIGINAL,
         rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
                              'neox', 0),
+    # EXAONE 4.0 (32B's layout): OLMo 2's output norms with QK-norm over each head, three sliding
+    # layers with RoPE and a 12-token window then a global one without positions, grouped-query
+    # attention, llama3's scaling.
+    'exaone4_hybrid_nope_llama3': ('Exaone4Config', dict(
+        SMALL, num_hidden_layers=4, num_key_value_heads=2, sliding_window=12,
+        sliding_window_pattern=4, max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0, 'low_freq_factor': 1.0,
+            'high_freq_factor': 4.0, 'original_max_position_embeddings': ORIGINAL}), False,
+                                   'neox', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

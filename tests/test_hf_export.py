@@ -127,6 +127,13 @@ STARCODER2 = {'num_kv_heads': 2, 'layer_windows': (8,)}
 FALCON = {'residual': 'parallel', 'num_kv_heads': 2}
 # Falcon 7B's: both branches after one norm, one key/value head, no biases (Phi has them all).
 FALCON_SHARED = {'residual': 'parallel_shared', 'num_kv_heads': 1, 'biases': 'none'}
+# EXAONE 4's: OLMo 2's output norms with QK-norm over each head, a windowed RoPE layer then a
+# global one without positions, on the interleaved pairs (permuted to its halves on export).
+EXAONE4 = {'norm': 'output', 'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5,
+           'layer_kinds': ('rope', 'none'), 'layer_windows': (8, 0),
+           'position.rope.layout': 'interleaved'}
+# EXAONE 4 without windows: RoPE in every layer (its sliding_window null).
+EXAONE4_GLOBAL = {'norm': 'output', 'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-5}
 # Cohere's: LayerNorms without a bias shared by parallel branches, a gated MLP, the logits times
 # 0.25, trained on the halves (the export permutes them to Cohere's interleaved pairs).
 COHERE = {'normalization': 'layer_norm_unbiased', 'residual': 'parallel_shared', 'biases': 'none',
@@ -259,7 +266,9 @@ _SLOW = pytest.mark.slow
                                                           'Cohere2ForCausalLM', marks=_SLOW),
                                              pytest.param('llama', OLMO2, 'Olmo2ForCausalLM',
                                                           marks=_SLOW),
-                                             ('llama', OLMO3, 'Olmo3ForCausalLM')])
+                                             ('llama', OLMO3, 'Olmo3ForCausalLM'),
+                                             ('llama', EXAONE4, 'Exaone4ForCausalLM'),
+                                             ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2; with
@@ -275,7 +284,9 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   OLMo 1, with
   QK-norm to Qwen3 (with and without windows and attention biases), with Gemma 3's
   sandwich norms to Gemma 3, without its QK-norm and with soft-caps to Gemma 2, with a layer
-  without positions to SmolLM3, with partial rotary to Phi-3 (with q, k and v biases and a
+  without positions to SmolLM3, with output norms and QK-norm over each head to EXAONE 4 (a
+  windowed RoPE layer beside a global one without positions, or RoPE in every layer), with
+  partial rotary to Phi-3 (with q, k and v biases and a
   scaling Phi-3 does not take, to GLM), with sandwich norms without Gemma's multiplier to GLM-4;
   the export, read back, computes
   the same logits.
@@ -355,6 +366,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('starcoder2_window_yarn', 'Starcoder2ForCausalLM'),
     ('falcon_multi_query_dynamic', 'FalconForCausalLM'),
     ('falcon_new_gqa_llama3', 'FalconForCausalLM'),
+    ('exaone4_hybrid_nope_llama3', 'Exaone4ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
@@ -526,7 +538,15 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
           normalization='rms_norm', mlp='gated'),
      r'output norms without QK-norm \(OLMo 2 and 3 have it over all heads\)'),
     (dict(OLMO2, normalization='rms_norm', mlp='gated', **{'attention.qk_norm_over': 'head'}),
-     r"QK-norm over each head \(attention.qk_norm_over='head'\) with norm='output'"),
+     r"biases='attention' in an EXAONE 4 block \(output norms with QK-norm over each head\), "
+     r'which has none'),
+    (dict(EXAONE4, normalization='rms_norm', mlp='gated', biases='none', layer_windows=(0, 8)),
+     r'windows on other layers than the RoPE ones in an EXAONE 4 block'),
+    (dict(EXAONE4, normalization='rms_norm', mlp='gated', biases='none', layer_windows=()),
+     r'layers without positions and no windows in an EXAONE 4 block'),
+    (dict({k: v for k, v in EXAONE4.items() if not k.startswith('attention.')},
+          normalization='rms_norm', mlp='gated'),
+     r'layers without positions with output norms, without QK-norm \(EXAONE 4'),
     (dict(QWEN3, normalization='rms_norm', mlp='gated', biases='none',
           **{'attention.qk_norm_over': 'heads'}),
      r"QK-norm over all the heads \(attention.qk_norm_over='heads'\) with norm='pre'"),
@@ -585,7 +605,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
           layer_rope_bases=(1e4, 1e6)),
      r"per-layer RoPE bases \(layer_rope_bases\) outside Gemma 2's and 3's block"),
     (dict(SMOLLM3, normalization='rms_norm', mlp='gated', biases='none', norm='output'),
-     r"norm='output' with layers without positions"),
+     r'layers without positions with output norms, without QK-norm \(EXAONE 4, the class of '
+     r'that block, has it over each head\)'),
     (dict(PHI3, **{'position.rope.scaling.attention_factor_dims': 'all'}),
      r"longrope's attention factor on every dimension of q and k with partial rotary .*Fix: "
      r'train or continue with --config.model.position.rope.scaling.attention_factor_dims'),
@@ -679,14 +700,17 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('rope', FALCON, 'falcon'),
                                                ('rope', FALCON_SHARED, 'falcon'),
                                                ('rope', {'residual': 'parallel',
-                                                         'biases': 'none'}, 'falcon')])
+                                                         'biases': 'none'}, 'falcon'),
+                                               ('llama', EXAONE4, 'exaone4'),
+                                               ('llama', EXAONE4_GLOBAL, 'exaone4')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
   OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
   rotary to Phi-3 where it computes it (no biases, no scaling but LongRoPE), else to GLM; sandwich
   norms without Gemma's multiplier to GLM-4; the classic block without biases, with grouped-query
   attention or with windows to StarCoder 2; its parallel branches with grouped-query attention
-  or without biases to Falcon: the class chosen from the config alone."""
+  or without biases to Falcon; output norms with QK-norm over each head to EXAONE 4: the class
+  chosen from the config alone."""
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   if fields is OLMO2:  # As the round trips do: a scaling of every layer.
@@ -798,7 +822,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', GEMMA2), ('llama', OLMO2),
                                         ('llama', OLMO3),
                                         ('llama', SMOLLM3), ('llama', PHI3), ('llama', GLM),
-                                        ('llama', GLM4), ('llama', GLM_LONGROPE)])
+                                        ('llama', GLM4), ('llama', GLM_LONGROPE),
+                                        ('llama', EXAONE4), ('llama', EXAONE4_GLOBAL)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -179,6 +179,13 @@ class AttentionOption:
     del att, family
     return {}
 
+  def transformers_computes(self, att, family: str) -> bool:
+    """Whether class `family` computes it as `att` sets it: one of `transformers_families`, or
+    (an option with settings that some of those classes compute and others do not) the ones
+    its settings say."""
+    del att
+    return family in self.transformers_families
+
   def transformers_refusal(self, model_cfg, att) -> str:
     """Why those families' classes do not compute it as `att` sets it ('' where they do)."""
     del model_cfg, att

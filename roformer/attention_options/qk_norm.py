@@ -1,7 +1,8 @@
 """QK-norm (`attention.qk_norm`): RMSNorm of the queries and keys before the cache and any
 rotation, so that cached keys are normed keys (Dehghani et al. 2023, "Scaling Vision Transformers
 to 22 Billion Parameters"). `qk_norm_over` says over what: each head's vector with a learned
-scale per dimension shared by the heads ('head': Qwen3, Gemma 3), or all the heads' queries (and
+scale per dimension shared by the heads ('head': Qwen3, Gemma 3, EXAONE 4), or all the heads'
+queries (and
 all the key/value heads' keys) at once, one scale per dimension of each ('heads': OLMo 2 and 3,
 which norm the projection before splitting it into heads). Its epsilon, `qk_norm_eps`, is the
 file's rms_norm_eps in an imported checkpoint (roformer/hf_config.py).
@@ -26,23 +27,28 @@ class QKNorm(base.AttentionOption):
   specs = {'qk_norm_eps': Float(0, 1, min_open=True, default=1e-6),
            # Its span (SPANS): each head, or all the heads together.
            'qk_norm_over': Str(SPANS, default='head')}
-  # q_norm and k_norm, with the blocks' rms_norm_eps: per head in Qwen3 and Gemma 3, over the
-  # heads in OLMo 2 and 3.
-  transformers_families = ('qwen3', 'gemma3', 'olmo2', 'olmo3')
+  # q_norm and k_norm, with the blocks' rms_norm_eps: per head in Qwen3, Gemma 3 and EXAONE 4,
+  # over the heads in OLMo 2 and 3.
+  transformers_families = ('qwen3', 'gemma3', 'exaone4', 'olmo2', 'olmo3')
+
+  def transformers_computes(self, att, family: str) -> bool:
+    """OLMo 2's and 3's classes norm all the heads at once, the others each head."""
+    heads = family in ('olmo2', 'olmo3')
+    return family in self.transformers_families and (att.qk_norm_over == 'heads') == heads
 
   def transformers_refusal(self, model_cfg, att) -> str:
     over = att.qk_norm_over
-    if (over == 'heads') != (model_cfg.norm == 'output'):
-      return (f"QK-norm over {'all the heads' if over == 'heads' else 'each head'} "
-              f"(attention.qk_norm_over={over!r}) with norm={model_cfg.norm!r}: transformers' "
-              'classes norm each head (Qwen3, Gemma 3) or the heads together in the block '
-              "with output norms alone (OLMo 2 and 3, norm='output')")
+    if over == 'heads' and model_cfg.norm != 'output':
+      return (f"QK-norm over all the heads (attention.qk_norm_over={over!r}) with "
+              f"norm={model_cfg.norm!r}: transformers' classes norm the heads together only in "
+              "the block with output norms alone (OLMo 2 and 3, norm='output'), and each head "
+              'in the others (Qwen3, Gemma 3, EXAONE 4)')
     if att.qk_norm_eps == model_cfg.layer_norm_eps:
       return ''
     return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
-            f'layer_norm_eps={model_cfg.layer_norm_eps}): Qwen3, Gemma 3 and OLMo have one '
-            'rms_norm_eps for both. Fix: train with --config.model.attention.qk_norm_eps equal '
-            'to model.layer_norm_eps')
+            f'layer_norm_eps={model_cfg.layer_norm_eps}): Qwen3, Gemma 3, EXAONE 4 and OLMo '
+            'have one rms_norm_eps for both. Fix: train with '
+            '--config.model.attention.qk_norm_eps equal to model.layer_norm_eps')
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     module.qk_norm_heads = att.qk_norm_over == 'heads'
