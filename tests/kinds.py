@@ -114,10 +114,8 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection; with
   `clip`, q, k and v clamped to [-clip, clip] first."""
   f64 = lambda a: np.asarray(a, np.float64)
-  heads, dim = attn.num_heads, attn.head_dim
-  b, length, _ = x.shape
-  qkv = f64(x) @ f64(attn.qkv.kernel[...]) + f64(attn.qkv.bias[...])
-  q, k, v = np.split(qkv.reshape(b, length, 3 * heads, dim), 3, axis=2)
+  dim = attn.head_dim
+  q, k, v = float64_qkv(attn, x)
   if clip:
     q, k, v = (np.clip(t, -clip, clip) for t in (q, k, v))
   if qk_norm:
@@ -133,12 +131,30 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   if ssmax:
     n = mask.sum(-1, keepdims=True)
     logits = logits * f64(attn.ssmax_scale[...])[None, :, None, None] * np.log(np.maximum(n, 1))
+  return float64_softmax_layer(attn, logits, v, mask, softcap=softcap, gate=gate, x=x)
+
+
+def float64_qkv(attn, x):
+  """The layer's float64 q, k, v [batch, len, heads, head_dim] (fused q/k/v, one key/value
+  head per query head)."""
+  b, length, _ = x.shape
+  qkv = (np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64)
+         + np.asarray(attn.qkv.bias[...], np.float64))
+  return np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
+
+
+def float64_softmax_layer(attn, logits, v, mask, *, softcap=None, gate=None, x=None):
+  """The rest of the layer in float64 from its logits [batch, heads, q, k]: capped to
+  c tanh(l / c) with c `softcap`, softmax over the visible keys, values, each head's output times
+  sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
+  f64 = lambda a: np.asarray(a, np.float64)
+  logits = f64(logits)
   if softcap:
     logits = softcap * np.tanh(logits / softcap)
-  logits = np.where(mask, logits, -np.inf)
+  logits = np.where(np.asarray(mask), logits, -np.inf)
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
-  out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(b, length, -1)
+  out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(v.shape[0], v.shape[1], -1)
   if gate is not None:
     out = out / (1 + np.exp(-(f64(x) @ f64(gate[0]) + f64(gate[1]))))
   return out @ f64(attn.out.kernel[...]) + f64(attn.out.bias[...])

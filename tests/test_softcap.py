@@ -61,26 +61,6 @@ def test_the_layer_is_the_formula(softcap, logit_scale, ssmax, impl):
       assert np.abs(other - want).max() > 1e-3
 
 
-def _qkv(attn, x):
-  """The layer's float64 q, k, v [batch, len, heads, head_dim] (one key/value head per head)."""
-  b, length, _ = x.shape
-  qkv = (np.asarray(x, np.float64) @ np.asarray(attn.qkv.kernel[...], np.float64)
-         + np.asarray(attn.qkv.bias[...], np.float64))
-  return np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
-
-
-def _capped_layer(attn, logits, v, mask, cap):
-  """float64 softmax(cap tanh(logits / cap)) over the visible keys, its values and the output
-  projection."""
-  logits = np.where(np.asarray(mask), cap * np.tanh(np.asarray(logits, np.float64) / cap),
-                    -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
-  heads = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(v.shape[0], v.shape[1], -1)
-  return (heads @ np.asarray(attn.out.kernel[...], np.float64)
-          + np.asarray(attn.out.bias[...], np.float64))
-
-
 def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
   """PoPE forms its logits itself: the layer is softmax(c tanh(logits / c)) over them, its
   values and the output projection, written out in float64 from the scheme's logits."""
@@ -88,11 +68,12 @@ def test_a_scheme_that_computes_its_own_logits_is_capped_after_them():
   config.model.attention.update(softcap=True, softcap_value=0.3)
   resolve.validate(config)
   attn, layer, x, pos, mask = _layer_inputs(config, seed=1, length=9)
-  q, k, v = _qkv(attn, x)
+  q, k, v = kinds.float64_qkv(attn, x)
   logits = layer.logits(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32), pos, pos,
                         mask, layer.prepare(x, pos, None))
-  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]),
-                             _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4, atol=2e-5)
+  want = kinds.float64_softmax_layer(attn, logits, v, mask, softcap=0.3)
+  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]), want, rtol=2e-4,
+                             atol=2e-5)
 
 
 def test_dapes_logits_are_capped_after_its_mlp():
@@ -102,16 +83,16 @@ def test_dapes_logits_are_capped_after_its_mlp():
   config.model.attention.update(dape=True, softcap=True, softcap_value=0.3)
   resolve.validate(config)
   attn, layer, x, pos, mask = _layer_inputs(config, seed=4, length=9)
-  q, k, v = _qkv(attn, x)
+  q, k, v = kinds.float64_qkv(attn, x)
   scaled = np.einsum('bqhd,bkhd->bhqk', q, k) / np.sqrt(attn.head_dim)
   logits = attention_options.OPTIONS['dape'].logits(
       attn, jnp.asarray(scaled, jnp.float32),
       jnp.asarray(_bias(attn, layer, x, pos, mask), jnp.float32))
   out = np.asarray(attn(x, mask, pos, layer)[0])
-  np.testing.assert_allclose(out, _capped_layer(attn, logits, v, mask, 0.3), rtol=2e-4,
-                             atol=2e-5)
+  layer_of = lambda cap: kinds.float64_softmax_layer(attn, logits, v, mask, softcap=cap)
+  np.testing.assert_allclose(out, layer_of(0.3), rtol=2e-4, atol=2e-5)
   # The cap binds: a cap too wide to touch the logits gives another output.
-  assert np.abs(out - _capped_layer(attn, logits, v, mask, 1e6)).max() > 1e-3
+  assert np.abs(out - layer_of(1e6)).max() > 1e-3
 
 
 def _lm(kind='rope', seed=4, num_layers=2, **fields):
