@@ -1,8 +1,10 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-six architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
-MistralForCausalLM (its sliding window becomes `model.layer_windows`), Phi3ForCausalLM (Llama's
+Twenty-seven architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+MistralForCausalLM (its sliding window becomes `model.layer_windows`), MinistralForCausalLM
+(Mistral's block with its window on the layers `layer_types` slides, every one where absent),
+Phi3ForCausalLM (Llama's
 block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
 Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`, whose scales are 1
@@ -97,7 +99,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'GraniteForCausalLM': 'granite', 'StableLmForCausalLM': 'stablelm',
                  'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
-                 'Exaone4ForCausalLM': 'exaone4',
+                 'Exaone4ForCausalLM': 'exaone4', 'MinistralForCausalLM': 'ministral',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
@@ -105,7 +107,7 @@ MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4')
+                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral')
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -388,7 +390,7 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'qkv' if _read(hf, 'attention_bias', True) else 'none'
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
-  if fam in ('mistral', 'phi3'):
+  if fam in ('mistral', 'ministral', 'phi3'):
     return 'none'
   if fam == 'starcoder2':  # use_bias: every dense layer but lm_head, or none.
     return 'all' if _read(hf, 'use_bias', True) else 'none'
@@ -449,8 +451,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
-  # Starcoder2Config's and GlmConfig's default is 2 key/value heads; the others' all of them.
-  kv = int(_read(hf, 'num_key_value_heads', 2 if fam in ('starcoder2',) + GLM else None) or heads)
+  # Starcoder2Config's and GlmConfig's default is 2 key/value heads, MinistralConfig's 8; the
+  # others' all of them.
+  kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
+                                             'ministral': 8}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)

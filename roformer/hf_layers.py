@@ -57,8 +57,8 @@ def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
 def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's,
   Phi-3's and StarCoder 2's window on every layer, SmolLM3's on its layers without positions,
-  Cohere 2's, EXAONE 4's and Gemma 2's on their sliding layers, Qwen2's and Qwen3's from
-  max_window_layers on; () where none slides."""
+  Cohere 2's, EXAONE 4's, Ministral's and Gemma 2's on their sliding layers, Qwen2's and
+  Qwen3's from max_window_layers on; () where none slides."""
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam in ('phi3', 'starcoder2'):  # Phi3Config's and Starcoder2Config's is None by default.
     window = hf.get('sliding_window')
@@ -70,6 +70,10 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     rotates = smollm3_rotates(hf, layers, where)
     return windows_of(layer_types(hf, layers, where, [
         'full_attention' if r else 'sliding_attention' for r in rotates]), window)
+  if fam == 'ministral':  # layer_types, else every layer sliding where the window is set.
+    kinds = layer_types(hf, layers, where, ['sliding_attention' if window else 'full_attention']
+                        * layers)
+    return windows_of(kinds, sliding_window(hf, kinds, where))
   if fam == 'exaone4':  # Every sliding_window_pattern-th layer global; none where it is null.
     return exaone4_windows(hf, layers, where)
   if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.

@@ -269,6 +269,14 @@ FIXTURES = {
             'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0, 'low_freq_factor': 1.0,
             'high_freq_factor': 4.0, 'original_max_position_embeddings': ORIGINAL}), False,
                                    'neox', 0),
+    # Ministral (8B's layout): Mistral's block with a 12-token window on the sliding layers of
+    # layer_types and none on the full ones, grouped-query attention, YaRN.
+    'ministral_layer_windows_yarn': ('MinistralConfig', dict(
+        SMALL, num_hidden_layers=3, num_key_value_heads=2, head_dim=8, sliding_window=12,
+        layer_types=['sliding_attention', 'full_attention', 'sliding_attention'],
+        max_position_embeddings=2 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
+            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.

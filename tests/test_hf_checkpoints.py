@@ -123,6 +123,11 @@ def test_config_fields_left_out_read_as_transformers_defaults_them():
   m = hf_config.to_config(starcoder2, 'dir').model
   assert (m.num_kv_heads, tuple(m.layer_windows), m.biases, m.tie_embeddings) == (2, (), 'all',
                                                                                  True)
+  ministral = json.loads((FIXTURES / 'ministral_layer_windows_yarn' / 'config.json').read_text())
+  del ministral['layer_types']  # MinistralConfig slides every layer where the window is set.
+  assert tuple(hf_config.to_config(ministral, 'dir').model.layer_windows) == (12, 12, 12)
+  del ministral['sliding_window']  # Its default is 4096.
+  assert tuple(hf_config.to_config(ministral, 'dir').model.layer_windows) == (4096,) * 3
   glm = json.loads((FIXTURES / 'glm_interleaved_bias_linear' / 'config.json').read_text())
   for name in ('attention_bias', 'head_dim', 'rms_norm_eps', 'num_key_value_heads'):
     del glm[name]
