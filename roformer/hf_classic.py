@@ -271,18 +271,18 @@ def classic_refusal(m, options, name: str, normalization: str = 'layer_norm',
 def starcoder2_block(m) -> bool:
   """Whether the classic block with RoPE (LayerNorms before branches added in sequence, a plain
   MLP, whole heads rotated) has what GPT-NeoX lacks and StarCoder 2 has: grouped-query attention,
-  windows, or no biases."""
+  windows, no biases, or heads whose width is not d_model / heads."""
   return ((m.normalization, m.mlp, m.residual) == ('layer_norm', 'plain', 'sequential')
           and m.position.rope.fraction == 1
           and (m.num_kv_heads not in (0, m.num_heads) or any(m.layer_windows)
-               or m.biases == 'none'))
+               or m.biases == 'none' or positions.head_dim(m) * m.num_heads != m.d_model))
 
 
 def starcoder2_refusal(m, options) -> str | None:
   """Why Starcoder2ForCausalLM does not compute a classic block of its own, or None: norms
-  before the branches, biases on every dense layer or none (its use_bias), heads that split
-  d_model, one window on every layer or none, and no attention option (transformers' rope
-  functions compute every scaling here)."""
+  before the branches, biases on every dense layer or none (its use_bias), heads of any width
+  (it reads head_dim), one window on every layer or none, and no attention option
+  (transformers' rope functions compute every scaling here)."""
   block = 'in a StarCoder 2 block (the classic one with grouped-query attention or windows)'
   windows = positions.layer_windows(m)
   checks = (
@@ -291,9 +291,6 @@ def starcoder2_refusal(m, options) -> str | None:
                                         'dense layer or none. Fix: train with '
                                         f'--config.model.biases=all or none ({AGAIN})'),
       (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
-      (positions.head_dim(m) * m.num_heads != m.d_model,
-       f'heads of width head_dim={m.head_dim} {block}, which splits d_model {m.d_model} into '
-       f'its {m.num_heads} heads'),
       (any(windows) and len(set(windows)) > 1,
        f'sliding windows {sorted(set(windows))} across the layers {block}, which has one window '
        'on every layer or none. Fix: train with one window on every layer'),

@@ -119,7 +119,7 @@ GLM = ('glm', 'glm4')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
 PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm') + GLM
 # The families whose classes read head_dim (the others split hidden_size into the heads).
-READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere')
+READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere', 'starcoder2')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
 COHERE = ('cohere', 'cohere2')
 # transformers' hidden_act -> model.activation, and back.
@@ -451,10 +451,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
-  # Starcoder2Config's and GlmConfig's default is 2 key/value heads, MinistralConfig's 8; the
-  # others' all of them.
+  # Starcoder2Config's and GlmConfig's default is 2 key/value heads, MinistralConfig's 8,
+  # Exaone4Config's 32; the others' all of them.
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
-                                             'ministral': 8}.get(fam)) or heads)
+                                             'ministral': 8, 'exaone4': 32}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -568,8 +568,14 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '
                                'checkpoint with RoPE layers (as SmolLM3-3B, 3 in each 4).')
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
-  if fam == 'exaone4' and windows:  # RoPE on the sliding layers alone (its global NoPE).
-    config.model.layer_kinds = positions.layer_kinds_of(tuple(bool(w) for w in windows))
+  if fam == 'exaone4':  # With a window, RoPE on the sliding layers alone (its global NoPE).
+    rotates = hf_layers.exaone4_layers(hf, layers, where)[1]
+    if not any(rotates):
+      raise errors.ConfigError(f'{where}: sliding_window set and no sliding layer, and so no '
+                               'layer with RoPE; this project reads EXAONE 4 checkpoints with '
+                               'some. Fix: a checkpoint with sliding layers (as EXAONE 4.0 32B, 3 '
+                               'in each 4) or a null sliding_window.')
+    config.model.layer_kinds = positions.layer_kinds_of(rotates)
   if fam == 'cohere2':  # RoPE on the sliding layers alone.
     rotates = [k == 'sliding_attention' for k in hf_layers.cohere2_kinds(hf, layers, where)]
     if not any(rotates):

@@ -357,7 +357,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     return out
   if fam == 'starcoder2':  # use_bias: every dense layer's or none; one window on all layers.
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, norm_epsilon=m.layer_norm_eps,
-               rope_theta=base, use_bias=m.biases == 'all',
+               head_dim=head_dim, rope_theta=base, use_bias=m.biases == 'all',
                sliding_window=max(positions.layer_windows(m)) or None, attention_dropout=0.0,
                residual_dropout=0.0, embedding_dropout=0.0)
     return out

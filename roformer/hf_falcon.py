@@ -33,9 +33,11 @@ ALIBI_FIELD = positions.ALIBI
 
 
 def _flag(hf: dict, name: str, default: bool, where: str) -> bool:
+  """A switch of the config: its value, `default` where absent, false where null (the class
+  tests each for truth)."""
   value = _read(hf, name, default)
-  if value is None:  # FalconConfig's fields take null as their default.
-    return default
+  if value is None:
+    return False
   if not isinstance(value, bool):
     raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads true '
                                   'or false. Fix: use the config.json that came with the weights.')
@@ -196,14 +198,12 @@ def tensors(params_, m, order: np.ndarray, head: np.ndarray | None) -> dict[str,
 
 
 def config_fields(m) -> dict:
-  """FalconConfig's own fields of a model `export_family` sent to Falcon: the new layout for
-  parallel branches (one norm or two), the old one for branches in sequence (one key/value head,
-  or as many as the queries)."""
-  kv = m.num_kv_heads or m.num_heads
-  new = m.residual != 'sequential'
-  return {'new_decoder_architecture': new, 'parallel_attn': new, 'multi_query': kv == 1,
-          'num_kv_heads': kv, 'num_ln_in_parallel_attn': (
-              None if not new else 2 if m.residual == 'parallel' else 1),
+  """FalconConfig's own fields of a model `export_family` sent to Falcon (`falcon_block`:
+  parallel branches): the new layout, its branches after two norms or one, and its key/value
+  heads."""
+  return {'new_decoder_architecture': True, 'parallel_attn': True, 'multi_query': False,
+          'num_kv_heads': m.num_kv_heads or m.num_heads,
+          'num_ln_in_parallel_attn': 2 if m.residual == 'parallel' else 1,
           'ffn_hidden_size': m.d_ff, 'bias': m.biases == 'all', ALIBI_FIELD: False,
           'layer_norm_epsilon': m.layer_norm_eps, 'hidden_dropout': 0.0,
           'attention_dropout': 0.0}
@@ -229,6 +229,8 @@ def refusal(m, options) -> str | None:
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
       (m.biases not in ('all', 'none'), f'biases={m.biases!r} {block}, which has them on every '
                                         'dense layer or none'),
+      (bool(m.get('output_bias')), f'a bias of the output layer (model.output_bias) {block}, '
+                                   'whose lm_head has none'),
       (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
       (m.position.rope.fraction < 1, f'partial rotary (rope.fraction={m.position.rope.fraction}) '
                                      f'{block}, which rotates whole heads'),

@@ -74,8 +74,8 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
     kinds = layer_types(hf, layers, where, ['sliding_attention' if window else 'full_attention']
                         * layers)
     return windows_of(kinds, sliding_window(hf, kinds, where))
-  if fam == 'exaone4':  # Every sliding_window_pattern-th layer global; none where it is null.
-    return exaone4_windows(hf, layers, where)
+  if fam == 'exaone4':  # Its sliding layers'.
+    return exaone4_layers(hf, layers, where)[0]
   if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
     kinds = cohere2_kinds(hf, layers, where)
     return windows_of(kinds, sliding_window(hf, kinds, where))
@@ -90,18 +90,28 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   return ()
 
 
-def exaone4_windows(hf: dict, layers: int, where: str) -> tuple[int, ...]:
-  """An EXAONE 4 config's windows: its sliding layers' (`layer_types`, else every
-  `sliding_window_pattern`-th layer global, 4 where absent) where `sliding_window` is set (4096
-  where absent); none where it is null, every layer then global (Exaone4Config's rule; a null
-  window beside sliding layers is a config transformers cannot run)."""
-  if _read(hf, 'sliding_window', 4096) is None:
+def exaone4_layers(hf: dict, layers: int, where: str) -> tuple[tuple[int, ...], tuple]:
+  """(windows, whether each layer rotates) of an EXAONE 4 config, as its class computes them:
+  its layer kinds are `layer_types`, else (Exaone4Config's rule) every `sliding_window_pattern`-th
+  layer global (4 where absent) where `sliding_window` is set (4096 where absent) and every layer
+  global where it is null; the sliding layers have the window, and RoPE is on every layer where
+  the window is null, else on the sliding layers alone (its global layers without positions). A
+  null window beside sliding layers, and a pattern of letters without layer_types, are configs
+  transformers cannot run."""
+  window = _read(hf, 'sliding_window', 4096)
+  if hf.get('layer_types') or window is None:
     kinds = layer_types(hf, layers, where, ['full_attention'] * layers)
   else:
+    if isinstance(_read(hf, 'sliding_window_pattern', 4), str):
+      raise errors.ConfigError(
+          f'{where}: sliding_window_pattern {hf["sliding_window_pattern"]!r} without '
+          "layer_types, which transformers' EXAONE 4 fails on (it reads such a pattern only "
+          'beside layer_types). Fix: use the config.json that came with the weights.')
     every = interval(hf, 'sliding_window_pattern', 4, where)
-    kinds = layer_types(hf, layers, where, [
-        'sliding_attention' if (i + 1) % every else 'full_attention' for i in range(layers)])
-  return windows_of(kinds, sliding_window(hf, kinds, where))
+    kinds = [('sliding_attention' if (i + 1) % every else 'full_attention')
+             for i in range(layers)]
+  windows = windows_of(kinds, sliding_window(hf, kinds, where))
+  return windows, tuple(window is None or k == 'sliding_attention' for k in kinds)
 
 
 def cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:

@@ -209,12 +209,16 @@ def exaone4_refusal(config, options) -> str | None:
   m = config.model
   block = "in an EXAONE 4 block (output norms with QK-norm over each head)"
   rotates, windows = positions.rope_layers(m), positions.layer_windows(m)
-  others = [o.field for o in options if not o.transformers_computes(m.attention, 'exaone4')]
+  listed = [o for o in options if 'exaone4' in o.transformers_families]  # QK-norm.
+  others = [o.field for o in options if o not in listed]
   checks = (
-      (len(others) == len(options),
-       'layers without positions with output norms, without QK-norm (EXAONE 4, the class of '
-       'that block, has it over each head). Fix: train with '
-       "--config.model.attention.qk_norm=True --config.model.attention.qk_norm_over=head"),
+      (not listed, 'layers without positions with output norms, without QK-norm (EXAONE 4, the '
+                   'class of that block, has it over each head). Fix: train with '
+                   '--config.model.attention.qk_norm=True'),
+      (any(not o.transformers_computes(m.attention, 'exaone4') for o in listed),
+       'QK-norm over all the heads with output norms and layers without positions: EXAONE 4, the '
+       'class of that block, norms each head (OLMo 2 and 3, which norm them together, rotate '
+       'every layer). Fix: train with --config.model.attention.qk_norm_over=head'),
       (bool(others), f"attention.{', attention.'.join(others)} {block}"),
       (m.biases != 'none', f'biases={m.biases!r} {block}, which has none. Fix: train with '
                            '--config.model.biases=none'),
@@ -241,8 +245,9 @@ def olmo_refusal(config, options) -> str | None:
   m = config.model
   sc = m.position.rope.scaling
   checks = (
-      (not options, "output norms without QK-norm (OLMo 2 and 3 have it over all heads). Fix: "
-                    'train with --config.model.attention.qk_norm=True '
+      (not options, 'output norms without QK-norm (OLMo 2 and 3 have it over all heads, '
+                    'EXAONE 4 over each head). Fix: train with '
+                    '--config.model.attention.qk_norm=True '
                     '--config.model.attention.qk_norm_over=heads'),
       (m.biases not in ('none', 'attention'),
        f"biases={m.biases!r} with output norms (OLMo has all four attention ones or none). "

@@ -496,6 +496,29 @@ def test_a_partial_rotary_factor_that_rotates_an_odd_width_is_refused():
     hf_config.to_config(hf_json, 'dir')
 
 
+def test_exaone4_rotates_its_sliding_layers_alone_where_it_has_a_window():
+  """EXAONE 4: with a window, RoPE and the window on the sliding layers (`layer_types`, which
+  outranks a pattern of letters, or every sliding_window_pattern-th layer global) and neither on
+  the global ones; with a null window, RoPE on every layer. A window with no sliding layer (no
+  RoPE at all) and a pattern of letters without layer_types are refused in one line."""
+  hf_json = json.loads((FIXTURES / 'exaone4_hybrid_nope_llama3' / 'config.json').read_text())
+  layout = lambda hf: (lambda m: (tuple(m.layer_windows), tuple(m.layer_kinds)))(
+      hf_config.to_config(hf, 'dir').model)
+  hybrid = ((12, 12, 12, 0), ('rope', 'rope', 'rope', 'none'))
+  assert layout(hf_json) == hybrid
+  assert layout(dict(hf_json, sliding_window_pattern='LLLG')) == hybrid
+  no_types = {k: v for k, v in hf_json.items() if k != 'layer_types'}
+  assert layout(dict(no_types, sliding_window_pattern=2)) == (
+      (12, 0, 12, 0), ('rope', 'none', 'rope', 'none'))
+  assert layout(dict(no_types, sliding_window=None)) == ((), ())
+  with pytest.raises(errors.ConfigError, match=r"sliding_window_pattern 'LLLG' without "
+                     r"layer_types, which transformers' EXAONE 4 fails on"):
+    hf_config.to_config(dict(no_types, sliding_window_pattern='LLLG'), 'dir')
+  with pytest.raises(errors.ConfigError, match=r'sliding_window set and no sliding layer, and so '
+                     r'no layer with RoPE'):
+    hf_config.to_config(dict(hf_json, layer_types=['full_attention'] * 4), 'dir')
+
+
 def test_falcon_reads_its_three_layouts_and_refuses_what_its_class_fails_on():
   """FalconForCausalLM: the new layout's parallel branches after two norms (or one, with
   num_ln_in_parallel_attn 1) and num_kv_heads; the older one's branches after one norm with one
@@ -515,6 +538,10 @@ def test_falcon_reads_its_three_layouts_and_refuses_what_its_class_fails_on():
   left_out = {k: v for k, v in new.items() if k not in (
       'bias', 'tie_word_embeddings', 'ffn_hidden_size', 'activation', 'num_kv_heads')}
   assert fields(left_out) == ('parallel', 0, 'none', True, 128, 'gelu')
+  # A null switch is false, as the class tests it: branches in sequence, a key and a value per
+  # head.
+  assert fields(dict(sequential, parallel_attn=None))[0] == 'sequential'
+  assert fields(dict(old, multi_query=None))[:2] == ('parallel_shared', 0)
   for edit, message in (
       ({'alibi': True}, r'alibi \(Falcon-RW\), whose bias transformers\' Falcon scales'),
       ({'parallel_attn': False}, r'new_decoder_architecture without parallel_attn'),

@@ -396,7 +396,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   assert all(field in went for field in present), (present, sorted(went))
   if arch not in ('GPTNeoXForCausalLM', 'GPT2LMHeadModel', 'BloomForCausalLM',
                   'MptForCausalLM', 'GPTJForCausalLM', 'StableLmForCausalLM',
-                  'Starcoder2ForCausalLM', 'FalconForCausalLM'):  # Their heads split the width.
+                  'FalconForCausalLM'):  # Their heads split the width.
     assert went['head_dim'] == came.get('head_dim', came['hidden_size'] // came[
         'num_attention_heads'])
   if 'yarn' in name:
@@ -441,7 +441,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
-    ({'head_dim': 16}, r'heads of width head_dim=16 in a GPT-NeoX block'),
+    ({'head_dim': 16, 'residual': 'parallel'}, r'heads of width head_dim=16 in a GPT-NeoX block'),
     ({'attention.qk_norm': True, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'qkv'},
      r"attention\.qk_norm with biases='qkv' \(Qwen3"),
     ({'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-3, 'normalization': 'rms_norm',
@@ -454,6 +454,13 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'partial rotary \(rope.fraction=0.5\) in a Falcon block \(the classic one with parallel '
      r'branches\), which rotates whole heads'),
     (dict(FALCON_SHARED, layer_windows=(8,)), r'sliding windows in a Falcon block'),
+    (dict(FALCON_SHARED, output_bias=True),
+     r'a bias of the output layer \(model\.output_bias\) in a Falcon block .*, whose lm_head has '
+     r'none'),
+    (dict(EXAONE4, normalization='rms_norm', mlp='gated', biases='none',
+          **{'attention.qk_norm_over': 'heads'}),
+     r'QK-norm over all the heads with output norms and layers without positions: EXAONE 4, the '
+     r'class of that block, norms each head'),
     (dict(STARCODER2, layer_windows=(8, 0)),
      r'sliding windows \[0, 8\] across the layers in a StarCoder 2 block \(the classic one with '
      r'grouped-query attention or windows\), which has one window on every layer or none'),
@@ -538,7 +545,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'Phi3Config sizes the factor lists from hidden_size / heads \(8\)'),
     (dict({k: v for k, v in OLMO2.items() if not k.startswith('attention.')},
           normalization='rms_norm', mlp='gated'),
-     r'output norms without QK-norm \(OLMo 2 and 3 have it over all heads\)'),
+     r'output norms without QK-norm \(OLMo 2 and 3 have it over all heads, EXAONE 4 over each '
+     r'head\)'),
     (dict(OLMO2, normalization='rms_norm', mlp='gated', **{'attention.qk_norm_over': 'head'}),
      r"biases='attention' in an EXAONE 4 block \(output norms with QK-norm over each head\), "
      r'which has none'),
@@ -704,7 +712,8 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                ('rope', {'residual': 'parallel',
                                                          'biases': 'none'}, 'falcon'),
                                                ('llama', EXAONE4, 'exaone4'),
-                                               ('llama', EXAONE4_GLOBAL, 'exaone4')])
+                                               ('llama', EXAONE4_GLOBAL, 'exaone4'),
+                                               ('rope', {'head_dim': 16}, 'starcoder2')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
   OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
@@ -805,7 +814,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
   assert 'and no tokenizer' not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize('arg,fields', [('rope', {}), ('rope', STARCODER2), ('rope', FALCON),
+@pytest.mark.parametrize('arg,fields', [('rope', {}), ('rope', STARCODER2),
+                                        ('rope', dict(STARCODER2, head_dim=12)), ('rope', FALCON),
                                         ('rope', FALCON_SHARED),
                                         ('rope', {'biases': 'none'}), ('learned', {}),
                                         ('alibi', BLOOM),
