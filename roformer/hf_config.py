@@ -4,8 +4,8 @@ one back).
 Twenty-seven architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), MinistralForCausalLM
 (Mistral's block with its window on the layers `layer_types` slides, every one where absent),
-Phi3ForCausalLM (Llama's
-block with fused q/k/v and gate/up weights, partial rotary, a window on every layer, LongRoPE),
+Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial rotary, a window on
+every layer, LongRoPE),
 Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
 Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`, whose scales are 1
 + the stored weight; QK-norm; the embeddings times sqrt(hidden_size), `model.embedding_multiplier`;

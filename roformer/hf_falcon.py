@@ -114,21 +114,15 @@ def _groups(m) -> tuple[int, int, int]:
   return kv, m.num_heads // kv, m.d_model // m.num_heads
 
 
-def params(t, m) -> dict:
+def params(t, m, read_linear, read_norm) -> dict:
   """The parameters of a Falcon checkpoint's tensors (`t`: name, shape -> array, each taken
-  once)."""
+  once), read by roformer/hf_weights.py's readers of a Linear and of a norm (this module cannot
+  import them: hf_weights imports it)."""
   d, f, v = m.d_model, m.d_ff, m.vocab_size
   kv, per, hd = _groups(m)
   bias = m.biases == 'all'
-
-  def linear(name, d_in, d_out):
-    out = {'kernel': t(name + '.weight', (d_out, d_in)).T}
-    if bias:
-      out['bias'] = t(name + '.bias', (d_out,))
-    return out
-
-  def norm(name):
-    return {'scale': t(name + '.weight', (d,)), 'bias': t(name + '.bias', (d,))}
+  linear = lambda name, d_in, d_out: read_linear(t, name, d_in, d_out, bias)
+  norm = lambda name: read_norm(t, name, d, True)
 
   out = {'embed': {'embedding': t('transformer.word_embeddings.weight', (v, d))},
          'ln_final': norm('transformer.ln_f'), 'blocks': {}}

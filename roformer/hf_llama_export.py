@@ -65,7 +65,7 @@ def glm_family(m) -> str | None:
       or attention_options.enabled(m.attention)):
     return None
   phi3 = m.biases == 'none' and rope.scaling.kind in ('none', 'ntk', 'longrope') and not (
-      rope.scaling.kind == 'longrope' and m.head_dim not in (0, m.d_model // m.num_heads))
+      rope.scaling.kind == 'longrope' and positions.head_dim(m) * m.num_heads != m.d_model)
   return None if phi3 else 'glm'
 
 

@@ -407,7 +407,7 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
   elif fam == 'gptj':
     params, head = _gptj_params(t, m), 'lm_head'
   elif fam == 'falcon':
-    params, head = hf_falcon.params(t, m), 'lm_head'
+    params, head = hf_falcon.params(t, m, _linear, _norm), 'lm_head'
   else:
     params, head = _stack_params(t, fam, m)
   # Buffers, not weights: rotary frequencies, and the causal masks GPT-NeoX and GPT-2 stored.
@@ -562,15 +562,14 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
         scale = np.asarray(b['attn'][f'{n}_scale'], np.float32)
         scale = scale[order] if QK_NORMS[fam] == 'head' else _per_head(scale, heads, order)
         out[p + f'self_attn.{n}_norm.weight'] = scale - offset
-    if fam == 'phi':  # Biases on every dense layer (export_family checked).
-      linear(p + 'self_attn.dense', b['attn']['out'], True, d)
-      linear(p + 'mlp.fc1', b['mlp']['up'], True, f)
-      linear(p + 'mlp.fc2', b['mlp']['down'], True, d)
-      continue
-    linear(p + 'self_attn.o_proj', b['attn']['out'], m.biases in ('attention', 'all'), d)
-    if fam == 'starcoder2':  # Its use_bias: every dense layer's or none (export_family checked).
-      linear(p + 'mlp.c_fc', b['mlp']['up'], m.biases == 'all', f)
-      linear(p + 'mlp.c_proj', b['mlp']['down'], m.biases == 'all', d)
+    # Phi's biases are on every dense layer, StarCoder 2's there or nowhere (export_family
+    # checked).
+    linear(p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'), b['attn']['out'],
+           m.biases in ('attention', 'all'), d)
+    if fam in PLAIN_MLP:
+      up, down = PLAIN_MLP[fam]
+      linear(p + 'mlp.' + up, b['mlp']['up'], m.biases in ('all', 'mlp'), f)
+      linear(p + 'mlp.' + down, b['mlp']['down'], m.biases in ('all', 'mlp'), d)
       continue
     if fam in FUSED_GATE_UP:  # GLM's (export_family checked its biases: q, k and v's or none).
       fused_mlp(p, b['mlp'])

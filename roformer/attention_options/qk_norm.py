@@ -2,10 +2,9 @@
 rotation, so that cached keys are normed keys (Dehghani et al. 2023, "Scaling Vision Transformers
 to 22 Billion Parameters"). `qk_norm_over` says over what: each head's vector with a learned
 scale per dimension shared by the heads ('head': Qwen3, Gemma 3, EXAONE 4), or all the heads'
-queries (and
-all the key/value heads' keys) at once, one scale per dimension of each ('heads': OLMo 2 and 3,
-which norm the projection before splitting it into heads). Its epsilon, `qk_norm_eps`, is the
-file's rms_norm_eps in an imported checkpoint (roformer/hf_config.py).
+queries (and all the key/value heads' keys) at once, one scale per dimension of each ('heads':
+OLMo 2 and 3, which norm the projection before splitting it into heads). Its epsilon,
+`qk_norm_eps`, is the file's rms_norm_eps in an imported checkpoint (roformer/hf_config.py).
 """
 
 import jax.numpy as jnp
