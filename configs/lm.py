@@ -6,6 +6,7 @@
   python train.py --config configs/lm.py:gemma3 --workdir runs/lm_gemma3   # Gemma 3's layout
   python train.py --config configs/lm.py:llama --workdir runs/lm_llama     # Llama's block
   python train.py --config configs/lm.py:llama,alibi --workdir ...         # ... another scheme
+  python train.py --config configs/lm.py:mixtral --workdir runs/lm_mixtral # Mixtral's experts
 """
 
 import difflib
@@ -36,19 +37,33 @@ def llama(config):
   return config
 
 
+def mixtral(config):
+  """`config` with Llama's block (`llama`) whose MLP is Mixtral's mixture: 8 gated experts, 2 per
+  token with their weights renormalized, each half as wide as Llama's MLP, so that a token's
+  MLP computes what the llama preset's does (the same active parameters and model FLOPs, four
+  times the MLP parameters); the load-balancing loss at 0.01 (roformer/moe.py)."""
+  llama(config)
+  config.model.update({'mlp': 'moe', 'd_ff': max(8, round(config.model.d_ff / 2 / 8) * 8)})
+  config.model.moe.update({'num_experts': 8, 'experts_per_token': 2, 'renormalize': True})
+  return config
+
+
+BLOCKS = {'llama': llama, 'mixtral': mixtral}  # configs/lm.py:BLOCK or BLOCK,KIND.
+
+
 def _check_arg(arg: str) -> None:
-  """configs/lm.py:ARG is KIND, gemma3, llama or llama,KIND; anything else names them."""
+  """configs/lm.py:ARG is KIND, gemma3, BLOCK or BLOCK,KIND; anything else names them."""
   parts = arg.split(',')
   known = positions.kinds() + positions.combined_kinds()
-  if (len(parts) == 1 and parts[0] in known + ['llama', 'gemma3']) or (
-      len(parts) == 2 and parts[0] == 'llama' and parts[1] in known):
+  if (len(parts) == 1 and parts[0] in known + [*BLOCKS, 'gemma3']) or (
+      len(parts) == 2 and parts[0] in BLOCKS and parts[1] in known):
     return
-  names = known + ['llama', 'gemma3']
+  names = known + [*BLOCKS, 'gemma3']
   close = [] if parts[-1] in names else difflib.get_close_matches(parts[-1], names, n=1)
   raise ValueError(f'configs/lm.py:{arg} is not an argument of this file'
                    + (f' (did you mean {close[0]!r} for {parts[-1]!r}?)' if close else '')
                    + f'. Fix: KIND (a position kind: {", ".join(positions.kinds())}, or A+B '
-                   'such as rope+fox), gemma3, llama, or llama,KIND.')
+                   'such as rope+fox), gemma3, llama, mixtral, or llama,KIND and mixtral,KIND.')
 
 
 def get_config(position: str = 'rope'):
@@ -56,9 +71,9 @@ def get_config(position: str = 'rope'):
   config.model.type = 'causal_lm'
   _check_arg(position or 'rope')
   parts = (position or 'rope').split(',')
-  if parts[0] == 'llama':
+  if parts[0] in BLOCKS:
     config.model.position.kind = parts[1] if len(parts) > 1 else 'rope'
-    return llama(config)
+    return BLOCKS[parts[0]](config)
   if position == 'gemma3':  # Gemma 3's layout: 5 windowed layers at base 10k, 1 global at 1M,
     # on the classic block (not Gemma 3's sandwich block, which an imported checkpoint has).
     config.model.position.kind = 'rope'

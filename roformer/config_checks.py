@@ -13,6 +13,7 @@ import ml_collections
 from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
+from roformer import layers
 from roformer import model_types
 from roformer import models
 from roformer import positions as positions_lib
@@ -214,6 +215,9 @@ def _validate_architecture(config) -> None:
         f"config.model.residual={m.residual!r} (x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
         f"type={m.type!r}. Fix: --config.model.residual=sequential.")
+  problem = layers.MLPS[m.mlp].problem(m)
+  if problem:
+    raise errors.ConfigError(problem)
   _validate_attention(config, m)
   if declared.validate:  # The type's own rules.
     declared.validate(config)

@@ -31,6 +31,7 @@ from roformer import layers
 from roformer import metrics
 from roformer import model_types
 from roformer import models
+from roformer import moe
 from roformer import positions
 from roformer import sharding
 from roformer import stack
@@ -87,6 +88,8 @@ def _not_owned(group: str, what: str) -> Reader:
                 'start from ' + ' or '.join(t.start for t in others))
 
 
+MOE = Reader("models with a mixture of experts (model.mlp='moe')",
+             lambda c: c.model.mlp == 'moe', 'set --config.model.mlp=moe')
 TEXT_LM = _types_with('documents', 'language models')
 TEXT_CAUSAL_LM = _types_with('decoder_only', 'causal LMs')
 CAUSAL_LM = _types_with('decoder_only', 'causal LMs', text=False)
@@ -381,9 +384,11 @@ def schema() -> dict:
           # 'layer_norm_unbiased' (MPT's: no bias), 'layer_norm_nonparametric' (OLMo 1's: no
           # scale and no bias) or 'rms_norm' (eps: layer_norm_eps).
           'normalization': Str(choices=lambda: layers.NORMS, default='layer_norm'),
-          # The MLP: 'plain' down(act(up x)) or 'gated' down(act(gate x) * up x) (SwiGLU with
-          # activation 'silu', GeGLU with 'gelu').
+          # The MLP: 'plain' down(act(up x)), 'gated' down(act(gate x) * up x) (SwiGLU with
+          # activation 'silu', GeGLU with 'gelu'), or 'moe', a mixture of gated experts of
+          # width d_ff (roformer/moe.py), with its options:
           'mlp': Str(choices=lambda: layers.MLPS, default='plain'),
+          'moe': _read_by(MOE, moe.FIELDS),
           # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu', 'silu'.
           'activation': Str(choices=lambda: layers.ACTIVATIONS, default='gelu_tanh'),
           'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),

@@ -6,7 +6,9 @@ A matmul of an [n, a] by [a, b] matrix costs 2nab FLOPs; training costs 3x the f
 Counted per token of the input sequence:
 
   per layer     qkv and output projections  2 * 4 d^2   (2 d (h + 2 g) e + 2 h e d)
-                MLP up and down             2 * 2 d f   (gated: 2 * 3 d f)
+                MLP up and down             2 * 2 d f   (gated: 2 * 3 d f; a mixture of
+                                            experts: its router, k experts and any shared
+                                            one, roformer/moe.py)
                 attention scores QK^T, PV   2 * 2 L d   (2 * 2 L h e; half of it when causal)
                 FAVOR+ instead              2 * 2 m h e (q, k features) + 2 * 2 m h e (sums)
   per token     output layer (tied logits)  2 d V
@@ -29,6 +31,7 @@ extra cost shows up as a lower achieved FLOP rate.
 import ml_collections
 
 from roformer import attention_options
+from roformer import layers
 from roformer import model_types
 from roformer import positions
 from roformer import self_attention
@@ -51,14 +54,14 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           causal: bool) -> float:
   """Forward FLOPs per token of one layer: projections, MLP, attention, and what the attention
   options add beside it (gated attention's W_g, DAPE's MLP on each pair), as declared."""
-  d, f = model_cfg.d_model, model_cfg.d_ff
+  d = model_cfg.d_model
   h, g, e = (model_cfg.num_heads, self_attention.kv_heads(model_cfg),
              positions.head_dim(model_cfg))
   att = self_attention.attention_config(model_cfg)
   extra = sum(o.layer_flops(model_cfg, seq_len, causal)
               for o in attention_options.enabled(att))
-  mlp = 3 if model_cfg.mlp == 'gated' else 2  # Gate, up, down: 3 matrices.
-  return (2 * d * (h + 2 * g) * e + 2 * h * e * d + extra + 2 * mlp * d * f
+  mlp = layers.MLPS[model_cfg.mlp].flops(model_cfg)
+  return (2 * d * (h + 2 * g) * e + 2 * h * e * d + extra + mlp
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 

@@ -24,6 +24,7 @@ from flax import nnx
 
 from roformer import attention
 from roformer import dense_grad
+from roformer import moe
 from roformer import sharding
 from roformer import variables
 
@@ -66,16 +67,21 @@ def init_name(cfg) -> str:
   return cfg.init
 
 
-def linear(cfg, d_in: int, d_out: int, *, dtype, rngs, axes, residual: bool = False,
-           use_bias: bool = True) -> nnx.Linear:
-  """A block's dense layer under `model.init`; `residual`: it writes into the residual stream
-  (an attention output or MLP down projection), drawn 1/sqrt(2 num_layers) smaller."""
+def weight_std(cfg, d_in: int, residual: bool = False) -> float:
+  """The standard deviation of a block's dense weights under `model.init`; `residual`: the
+  layer writes into the residual stream (an attention output or MLP down projection), drawn
+  1/sqrt(2 num_layers) smaller."""
   shrink = (2 * cfg.num_layers) ** -0.5 if residual else 1.0
   if init_name(cfg) == 'normal':
-    return dense(d_in, d_out, dtype=dtype, rngs=rngs, axes=axes, std=cfg.init_std * shrink,
-                 use_bias=use_bias)
-  return dense(d_in, d_out, dtype=dtype, rngs=rngs, axes=axes, fan_in_scale=shrink,
-               use_bias=use_bias)
+    return cfg.init_std * shrink
+  return shrink * d_in ** -0.5
+
+
+def linear(cfg, d_in: int, d_out: int, *, dtype, rngs, axes, residual: bool = False,
+           use_bias: bool = True) -> nnx.Linear:
+  """A block's dense layer under `model.init` (`weight_std`)."""
+  return dense(d_in, d_out, dtype=dtype, rngs=rngs, axes=axes,
+               std=weight_std(cfg, d_in, residual), use_bias=use_bias)
 
 
 def embedding_std(cfg) -> float:
@@ -113,9 +119,13 @@ ACTIVATIONS = {
 
 @dataclasses.dataclass(frozen=True)
 class Component:
-  """One choice of a block component: how it is built from the model config, and what it is."""
+  """One choice of a block component: how it is built from the model config, what it is, and
+  its forward model FLOPs per token (roformer/flops.py; the norms' are not counted); `problem`
+  says what is wrong with its options in the model config, in one line, or None."""
   build: Callable
   about: str
+  flops: Callable = lambda cfg: 0.0
+  problem: Callable = lambda cfg: None
 
 
 class RMSNorm(nnx.Module):
@@ -186,8 +196,8 @@ class GatedMLP(nnx.Module):
   Mistral), GeGLU with 'gelu' or 'gelu_tanh'. Three d_model x d_ff matrices where the plain MLP
   has two: a gated model at equal parameters uses d_ff about 2/3 of the plain one's."""
 
-  def __init__(self, cfg, *, dtype, rngs):
-    d, f = cfg.d_model, cfg.d_ff
+  def __init__(self, cfg, *, dtype, rngs, width: int | None = None):
+    d, f = cfg.d_model, width or cfg.d_ff
     bias = has_bias(cfg, 'mlp')
     self.activation = cfg.activation
     self.gate = linear(cfg, d, f, dtype=dtype, rngs=rngs, axes=('embed', 'mlp'), use_bias=bias)
@@ -201,10 +211,23 @@ class GatedMLP(nnx.Module):
     return self.down(ACTIVATIONS[self.activation](gate) * up)
 
 
+def mixture_of_experts(cfg, *, dtype, rngs) -> moe.MixtureOfExperts:
+  width = cfg.moe.shared_d_ff
+  shared = GatedMLP(cfg, dtype=dtype, rngs=rngs, width=width) if width else None
+  return moe.MixtureOfExperts(
+      cfg, dtype=dtype, rngs=rngs, std=lambda d_in, residual: weight_std(cfg, d_in, residual),
+      activation=ACTIVATIONS[cfg.activation], shared=shared)
+
+
 MLPS = {
-    'plain': Component(MLP, 'down(act(up x)): the classic block, GPT-NeoX'),
+    'plain': Component(MLP, 'down(act(up x)): the classic block, GPT-NeoX',
+                       lambda cfg: 2 * 2 * cfg.d_model * cfg.d_ff),
     'gated': Component(GatedMLP, 'down(act(gate x) * up x): SwiGLU with silu (Llama), GeGLU '
-                                 'with gelu'),
+                                 'with gelu', lambda cfg: 2 * 3 * cfg.d_model * cfg.d_ff),
+    'moe': Component(mixture_of_experts, 'a mixture of gated experts, k per token '
+                                         '(model.moe: Mixtral, OLMoE, Qwen-MoE)',
+                     moe.flops_per_token,
+                     lambda cfg: moe.validate(cfg, has_bias(cfg, 'mlp'))),
 }
 
 

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from roformer import auxiliary
 from roformer import sharding
 
 
@@ -90,10 +91,14 @@ class ScannedBlocks(nnx.Module):
     p, depth = self.period, self.depth
     layer_shared = (lambda i: shared[i]) if isinstance(shared, list) else (lambda i: shared)
 
+    collect = auxiliary.active()  # A block's auxiliary losses leave the scan as its output.
+
     def one(graphdef, state, h, key, index, block_shared):
+      def apply(block):
+        return block(h, mask, positions, block_shared, key, None, layer=index, **extra)[0]
       block = nnx.merge(graphdef, state)
-      h = block(h, mask, positions, block_shared, key, None, layer=index, **extra)[0]
-      return sharding.constrain(h, ('batch', None, None))
+      h, aux = auxiliary.total(apply, block) if collect else (apply(block), None)
+      return sharding.constrain(h, ('batch', None, None)), aux
     if checkpoint is not None:
       one = checkpoint(one, static_argnums=(0,))
 
@@ -101,20 +106,26 @@ class ScannedBlocks(nnx.Module):
 
     def body(h, xs):
       step_states, step_keys, step = xs
+      step_aux = []
       for j in range(p):
         key = None if step_keys is None else step_keys[j]
-        h = one(graphdefs[j], step_states[j], h, key, step * p + j, layer_shared(j))
-      return h, None
+        h, aux = one(graphdefs[j], step_states[j], h, key, step * p + j, layer_shared(j))
+        step_aux += [] if aux is None else [aux]
+      return h, (sum(step_aux[1:], step_aux[0]) if step_aux else None)
 
     whole = self.whole
     layer_keys = None
     if keys[0] is not None:
       layer_keys = jnp.stack(keys[:whole])
       layer_keys = layer_keys.reshape(depth, p, *layer_keys.shape[1:])
-    x, _ = jax.lax.scan(body, x, (states, layer_keys, jnp.arange(depth, dtype=jnp.int32)))
+    x, aux = jax.lax.scan(body, x, (states, layer_keys, jnp.arange(depth, dtype=jnp.int32)))
+    aux = [] if aux is None else [aux.sum()]
     for i in range(whole, self.num_layers):
       graphdef, state = nnx.split(self.rest[i - whole])
-      x = one(graphdef, state, x, keys[i], jnp.int32(i), layer_shared(i))
+      x, layer_aux = one(graphdef, state, x, keys[i], jnp.int32(i), layer_shared(i))
+      aux += [] if layer_aux is None else [layer_aux]
+    if aux:
+      auxiliary.add(self, sum(aux[1:], aux[0]))
     return x
 
 

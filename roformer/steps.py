@@ -9,6 +9,7 @@ import optax
 from flax import nnx
 
 from roformer import autodiff
+from roformer import auxiliary
 from roformer import variables
 
 
@@ -44,8 +45,14 @@ def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, labe
 
   def sums_fn(params, micro, micro_key):
     model = nnx.merge(graphdef, params, rest)
-    with autodiff.use(model.custom_gradients):  # The loss's own backward too.
-      sums = task.sums(model, micro, micro_key, label_smoothing)
+    # The loss's own backward too; the layers' auxiliary losses (roformer/auxiliary.py) count
+    # once per real target token, like the loss they are added to.
+    with autodiff.use(model.custom_gradients), auxiliary.collecting():
+      sums, aux = auxiliary.total(
+          lambda m: task.sums(m, micro, micro_key, label_smoothing), model)
+    if aux is not None:
+      sums = {**sums, 'auxiliary_sum': aux * sums['weight'],
+              'objective_sum': sums['objective_sum'] + aux * sums['weight']}
     return sums['objective_sum'], sums
 
   grad_fn = jax.grad(sums_fn, has_aux=True)
@@ -79,6 +86,8 @@ def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, labe
              'learning_rate': schedule(state['step']),
              'nonfinite': jnp.logical_not(finite).astype(jnp.int32),
              'tokens': input_tokens(batch), 'loss_tokens': sums['weight']}
+  if 'auxiliary_sum' in sums:
+    metrics['auxiliary_loss'] = sums['auxiliary_sum'] / weight
   if 'correct' in sums:  # Not for regression.
     metrics['accuracy'] = sums['correct'] / weight
   return ({'params': nnx.merge_state(params, rest), 'opt_state': opt_state,

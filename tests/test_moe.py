@@ -1,0 +1,206 @@
+"""The mixture-of-experts MLP (roformer/moe.py) against a float64 formula token by token, its two
+computations against each other, its training losses against theirs, and the train step that adds
+them (roformer/auxiliary.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import test as test_config
+from roformer import auxiliary
+from roformer import errors
+from roformer import flops
+from roformer import layers
+from roformer import models
+from roformer import moe
+from roformer import resolve
+from tests import kinds
+
+X = np.random.default_rng(0).normal(size=(2, 7, 32))
+
+
+def _cfg(**moe_fields):
+  cfg = test_config.get_config().model
+  cfg.update(vocab_size=64, mlp='moe', activation='silu', biases='none', init='normal',
+             init_std=0.3)
+  cfg.moe.update({'num_experts': 5, 'experts_per_token': 2, **moe_fields})
+  return cfg
+
+
+def _layer(cfg, seed=0):
+  return layers.mlp(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
+
+
+def _float64(layer, x, k, renormalize):
+  """Each token's experts chosen and weighted by hand, in float64."""
+  p = {n: np.asarray(getattr(layer, n)[...], np.float64)
+       for n in ('router', 'gate', 'up', 'down')}
+  silu = lambda v: v / (1 + np.exp(-v))
+  out = np.zeros_like(x)
+  for index in np.ndindex(x.shape[:-1]):
+    t = x[index]
+    logits = t @ p['router']
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    top = np.argsort(-probs)[:k]
+    w = probs[top] / (probs[top].sum() if renormalize else 1.0)
+    for e, we in zip(top, w):
+      out[index] += we * (silu(t @ p['gate'][e]) * (t @ p['up'][e])) @ p['down'][e]
+    if layer.shared is not None:
+      s = {n: np.asarray(getattr(layer.shared, n).kernel[...], np.float64)
+           for n in ('gate', 'up', 'down')}
+      g = 1 / (1 + np.exp(-(t @ np.asarray(layer.shared_gate[...], np.float64))))
+      out[index] += g * (silu(t @ s['gate']) * (t @ s['up'])) @ s['down']
+  return out
+
+
+@pytest.mark.parametrize('impl', moe.IMPLEMENTATIONS)
+@pytest.mark.parametrize('renormalize,shared', [(True, 0), (False, 0), (False, 24)])
+def test_each_token_is_the_weighted_sum_of_its_k_experts(impl, renormalize, shared):
+  """Mixtral's renormalized top-k, OLMoE's softmax weights, Qwen2-MoE's gated shared expert."""
+  layer = _layer(_cfg(impl=impl, renormalize=renormalize, shared_d_ff=shared))
+  got = np.asarray(layer(jnp.asarray(X, jnp.float32)))
+  np.testing.assert_allclose(got, _float64(layer, X, 2, renormalize), rtol=2e-5, atol=2e-6)
+
+
+def test_the_dense_and_ragged_computations_give_the_same_outputs_and_gradients():
+  x = jnp.asarray(X, jnp.float32)
+
+  def run(impl):
+    layer = _layer(_cfg(impl=impl, experts_per_token=3, shared_d_ff=8))
+    loss = lambda m: jnp.sum(m(x) * jnp.cos(jnp.arange(x.size).reshape(x.shape)))
+    return nnx.value_and_grad(loss)(layer)
+  (dense, dense_grads), (ragged, ragged_grads) = run('dense'), run('ragged')
+  np.testing.assert_allclose(ragged, dense, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(ragged_grads), jax.tree.leaves(dense_grads)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_balance_loss_is_k_at_a_uniform_routing_and_the_formula_otherwise():
+  rng = np.random.default_rng(1)
+  probs = rng.dirichlet(np.ones(4), size=6)
+  chosen = np.argsort(-probs, -1)[:, :2]
+  counts = np.stack([np.bincount(c, minlength=4) for c in chosen])
+  want = 4 * np.sum(counts.mean(0) * probs.mean(0))
+  np.testing.assert_allclose(moe.balance(jnp.asarray(probs, jnp.float32), jnp.asarray(chosen)),
+                             want, rtol=1e-6)
+  uniform = jnp.full((6, 4), 0.25)
+  assert float(moe.balance(uniform, jnp.asarray(chosen))) == pytest.approx(2.0)
+
+
+def test_training_sows_the_weighted_losses_and_evaluation_sows_nothing():
+  cfg = _cfg(balance_loss=0.1, router_z_loss=0.01)
+  layer = _layer(cfg)
+  x = jnp.asarray(X, jnp.float32)
+  with auxiliary.collecting():
+    out, aux = auxiliary.total(lambda m: m(x), layer)
+  logits = X.reshape(-1, 32) @ np.asarray(layer.router[...], np.float64)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  chosen = np.argsort(-probs, -1)[:, :2]
+  z = np.log(np.exp(logits).sum(-1))
+  want = (0.1 * float(moe.balance(jnp.asarray(probs), jnp.asarray(chosen)))
+          + 0.01 * np.mean(z ** 2))
+  np.testing.assert_allclose(aux, want, rtol=1e-5)
+  assert auxiliary.total(lambda m: m(x), layer)[1] is None  # Not collecting.
+  np.testing.assert_array_equal(out, layer(x))
+
+
+def _lm_config(**fields):
+  config = kinds.tiny_config('rope', num_layers=3, mlp='moe', activation='silu', biases='none')
+  config.model.moe.update(num_experts=4, experts_per_token=2, balance_loss=0.5,
+                          router_z_loss=0.1, **fields)
+  return config
+
+
+def test_the_train_step_adds_the_auxiliary_losses_once_per_target_token():
+  """The step's gradient is the loss's plus the layers' auxiliary losses' (summed over the
+  layers), and `auxiliary_loss` logs their sum; evaluation's loss is the cross-entropy alone."""
+  from roformer import steps
+  from roformer import tasks
+  config = _lm_config()
+  model = models.create(config.model, seed=0)
+  graphdef, params = nnx.split(model)
+  task = tasks.for_config(config)
+  rng = np.random.default_rng(2)
+  tokens = rng.integers(5, config.model.vocab_size, (2, 9)).astype(np.int32)
+  ones = np.ones_like(tokens)
+  batch = {'inputs': tokens, 'targets': np.roll(tokens, -1, 1), 'inputs_segment_ids': ones,
+           'targets_segment_ids': ones, 'inputs_positions': np.arange(9)[None].repeat(2, 0),
+           'targets_positions': np.arange(9)[None].repeat(2, 0)}
+
+  def by_hand(params):
+    m = nnx.merge(graphdef, params)
+    with auxiliary.collecting():
+      sums, aux = auxiliary.total(lambda m: task.sums(m, batch), m)
+    return sums['loss_sum'] / sums['weight'] + aux, aux
+
+  (want, aux), want_grads = jax.value_and_grad(by_hand, has_aux=True)(params)
+  assert float(aux) > 0
+  state = {'params': params, 'opt_state': None, 'step': jnp.int32(0)}
+  grads = {}
+
+  class Capture:
+    def update(self, g, opt_state, params):
+      grads['g'] = g
+      return jax.tree.map(jnp.zeros_like, g), opt_state
+  _, metrics = steps.train_step(state, batch, 0, graphdef=graphdef, tx=Capture(),
+                                schedule=lambda s: 0.0, task=task, label_smoothing=0.0)
+  np.testing.assert_allclose(metrics['auxiliary_loss'], aux, rtol=1e-6)
+  np.testing.assert_allclose(metrics['loss'] + metrics['auxiliary_loss'], want, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(grads['g']), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  eval_sums = task.eval_sums(nnx.merge(graphdef, params), batch)
+  np.testing.assert_allclose(eval_sums['loss_sum'] / eval_sums['weight'], metrics['loss'],
+                             rtol=1e-6)
+
+
+def test_a_scanned_stack_collects_its_blocks_auxiliary_losses():
+  """Three layers scanned (a period of one: two inside the scan's output and none after it would
+  hide a lost layer, so a hybrid of period 2 leaves one after the scan) add the loop's total."""
+  config = _lm_config()
+  config.model.layer_windows = (0, 4)
+  tokens = jnp.asarray(np.random.default_rng(3).integers(5, 50, (2, 8)), jnp.int32)
+  pos, seg = jnp.broadcast_to(jnp.arange(8), (2, 8)), jnp.ones((2, 8), jnp.int32)
+
+  def total(scan):
+    config.model.scan_layers = scan
+    model = models.create(config.model, seed=4)
+    with auxiliary.collecting():
+      return auxiliary.total(lambda m: m(tokens, pos, seg), model)[1]
+  loop, scanned = total(False), total(True)
+  assert float(loop) > 0
+  np.testing.assert_allclose(scanned, loop, rtol=1e-5)
+
+
+def test_a_mixture_decodes_with_its_cache_as_its_full_pass():
+  model = models.create(_lm_config(impl='ragged').model, seed=1)
+  tokens = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 9)), jnp.int32)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4))
+
+
+def test_flops_count_the_router_and_k_experts():
+  cfg = _cfg(shared_d_ff=24)
+  d, f = cfg.d_model, cfg.d_ff
+  want = 2 * d * 5 + 2 * (2 * 3 * d * f) + 2 * 3 * d * 24 + 2 * d
+  dense = flops.layer_flops_per_token(_cfg(shared_d_ff=24), 16, True)
+  cfg.mlp = 'gated'
+  assert dense - flops.layer_flops_per_token(cfg, 16, True) == want - 2 * 3 * d * f
+
+
+@pytest.mark.parametrize('fields,named', [
+    (dict(biases='all'), 'config.model.biases'),
+    (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token')])
+def test_bad_mixtures_are_refused_naming_the_field(fields, named):
+  config = test_config.get_config()
+  config.model.update(mlp='moe')
+  config.model.biases = 'none'
+  for key, value in fields.items():
+    if isinstance(value, dict):
+      config.model[key].update(value)
+    else:
+      config.model[key] = value
+  with pytest.raises(errors.ConfigError, match=named.replace('.', r'\.')):
+    resolve.validate(config)
