@@ -1,7 +1,8 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Twenty-seven architectures (and a multimodal one's language model) are read: LlamaForCausalLM,
+Thirty-one architectures (and a multimodal one's language model) are read: the mixtures of
+experts of roformer/hf_moe.py (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) and LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), MinistralForCausalLM
 (Mistral's block with its window on the layers `layer_types` slides, every one where absent),
 Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial rotary, a window on
@@ -82,6 +83,7 @@ from roformer import hf_classic
 from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_layers
+from roformer import hf_moe
 from roformer import positions
 
 # The readers of a field, shared with roformer/hf_classic.py.
@@ -101,13 +103,15 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
                  'Exaone4ForCausalLM': 'exaone4', 'MinistralForCausalLM': 'ministral',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
-                 'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt'}
+                 'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt',
+                 **{arch: fam for fam, arch in hf_moe.FAMILIES.items()}}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
 HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
-                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral')
+                'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral',
+                *hf_moe.FAMILIES)
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -204,7 +208,8 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
-  default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0}.get(fam, 10000.0)  # default_theta.
+  default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0}.get(
+      fam, 10000.0)  # The classes' default_theta.
   neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
                                           if neox else default))
@@ -384,13 +389,15 @@ def _granite_multipliers(config, hf: dict, where: str) -> None:
 def _biases(hf: dict, fam: str, where: str) -> str:
   if fam == 'qwen2':
     return 'qkv'
+  if fam == 'qwen2_moe':  # qkv_bias: q, k and v, or none.
+    return 'qkv' if _read(hf, 'qkv_bias', True) else 'none'
   if fam == 'stablelm':  # q, k and v, or none.
     return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
   if fam in GLM:  # attention_bias: q, k and v (o_proj has none).
     return 'qkv' if _read(hf, 'attention_bias', True) else 'none'
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
-  if fam in ('mistral', 'ministral', 'phi3'):
+  if fam in ('mistral', 'ministral', 'phi3', 'mixtral'):
     return 'none'
   if fam == 'starcoder2':  # use_bias: every dense layer but lm_head, or none.
     return 'all' if _read(hf, 'use_bias', True) else 'none'
@@ -454,7 +461,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # Starcoder2Config's and GlmConfig's default is 2 key/value heads, MinistralConfig's 8,
   # Exaone4Config's 32; the others' all of them.
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
-                                             'ministral': 8, 'exaone4': 32}.get(fam)) or heads)
+                                             'ministral': 8, 'exaone4': 32, 'mixtral': 8,
+                                             'qwen2_moe': 16, 'qwen3_moe': 4}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -533,7 +541,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
-           'glm4': 1.5625e-7}
+           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5}
     config.model.update(normalization='rms_norm', mlp='gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
   if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
@@ -546,7 +554,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.attention.update(qk_norm_over='heads')
   if fam == 'exaone4':  # OLMo 2's output norms with q_norm and k_norm over each head.
     config.model.update(norm='output')
-  if fam in ('qwen3', 'gemma3', 'exaone4') + OLMO:  # q_norm and k_norm: RMSNorm, the blocks' eps.
+  if fam in hf_moe.FAMILIES:  # The experts; OLMoE's q_norm and k_norm span all heads.
+    config.model.update(hf_moe.model_fields(hf, fam, head_dim, where))
+  if fam == 'olmoe':
+    config.model.attention.update(qk_norm_over='heads')
+  if fam in ('qwen3', 'gemma3', 'exaone4', 'qwen3_moe', 'olmoe') + OLMO:  # RMSNorm, blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
   if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
     config.model.update(norm='sandwich')

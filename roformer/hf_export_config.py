@@ -19,6 +19,7 @@ from roformer import hf_config
 from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_llama_export
+from roformer import hf_moe
 from roformer import model_types
 from roformer import positions
 
@@ -78,11 +79,13 @@ def _refusal(config) -> str | None:
        + ', '.join(o.field for o in options if not o.transformers_families) + ')'),
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
-      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('layer_norm', 'plain'),
+      ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('rms_norm', 'moe'),
+                                        ('layer_norm', 'plain'),
                                         ('layer_norm', 'gated'), ('layer_norm_unbiased', 'plain'),
                                         ('layer_norm_unbiased', 'gated'),
                                         ('layer_norm_nonparametric', 'gated')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
+       'Mixtral with a mixture of experts, '
        'GPT-NeoX layer_norm with a plain one, StableLM with a gated one, MPT '
        'layer_norm_unbiased with a plain one, Cohere with a gated one, OLMo 1 '
        'layer_norm_nonparametric with a gated one)'),
@@ -186,7 +189,9 @@ def _layer_types(windows) -> list[str]:
 
 
 def export_family(config) -> str:
-  """The transformers family that computes `config`'s model, or ConfigError saying why none."""
+  """The transformers family that computes `config`'s model, or ConfigError saying why none (a
+  mixture of experts' block first, which the mixture classes share)."""
+  family = hf_moe.export_family(config.model) if config.model.mlp == 'moe' else None
   reason = _refusal(config)
   if reason:
     fix = '' if '. Fix: ' in reason else (
@@ -194,6 +199,8 @@ def export_family(config) -> str:
         'transformers class computes)')
     raise errors.ConfigError(f'no transformers class computes this model: {reason}{fix}.')
   m = config.model
+  if family:
+    return family
   if _learned(m):
     return 'gpt2'
   if positions.alibi_everywhere(m):
@@ -430,6 +437,8 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                      'rope_type': 'default', 'rope_theta': base}})
   elif fam == 'mistral':
     out.update(sliding_window=windows[0])
+  elif fam in hf_moe.FAMILIES:
+    out.update(hf_moe.config_fields(fam, m))
   elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.
     out.update(sliding_window=max(windows) or None, layer_types=_layer_types(windows))
   elif fam in hf_config.GLM:  # Its q, k and v biases or none; partial rotary as Phi-3's.

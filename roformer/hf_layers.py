@@ -60,9 +60,9 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   Cohere 2's, EXAONE 4's, Ministral's and Gemma 2's on their sliding layers, Qwen2's and
   Qwen3's from max_window_layers on; () where none slides."""
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
-  if fam in ('phi3', 'starcoder2'):  # Phi3Config's and Starcoder2Config's is None by default.
+  if fam in ('phi3', 'starcoder2', 'mixtral'):  # Their configs' is None by default.
     window = hf.get('sliding_window')
-  if fam in ('mistral', 'phi3', 'starcoder2'):
+  if fam in ('mistral', 'phi3', 'starcoder2', 'mixtral'):
     return (int(window),) if window else ()
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')

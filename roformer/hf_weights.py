@@ -11,9 +11,10 @@ bias, and RoPE on interleaved pairs; Phi: Llama's attention names with `dense` f
 `output_bias`; StableLM: Llama's names with LayerNorms, and one norm for parallel branches;
 GLM: Llama's with the MLP's gate and up in one gate_up_proj, and RoPE on interleaved pairs;
 GLM-4: GLM's with four norms a block, the branches' inputs and outputs; StarCoder 2: Llama's
-names with LayerNorms and a plain MLP, `c_fc` and `c_proj`), of Falcon (roformer/hf_falcon.py), of
-GPT-J (q, k and v apart without biases, one `ln_1` for both branches, `fc_in`
-and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
+names with LayerNorms and a plain MLP, `c_fc` and `c_proj`; the mixtures of experts: Llama's
+attention with Qwen3's or OLMo 2's q_norm and k_norm, and their experts, roformer/hf_moe.py), of
+Falcon (roformer/hf_falcon.py), of GPT-J (q, k and v apart without biases, one `ln_1` for both
+branches, `fc_in` and `fc_out`, lm_head's bias, RoPE on interleaved pairs), of GPT-NeoX and BLOOM
 (GPT-NeoX's layout under other names, with a LayerNorm of the embeddings), and of GPT-2 and MPT
 (q, k and v in one weight, each one's heads contiguous as here).
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from roformer import errors
 from roformer import hf_falcon
+from roformer import hf_moe
 from roformer import positions
 
 
@@ -194,7 +196,7 @@ def block_norms(fam: str, m) -> tuple:
   return NORMS.get(fam) or (SHARED_NORM if m.residual == 'parallel_shared' else LLAMA_NORMS)
 # The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
 QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'exaone4': 'head', 'olmo2': 'heads',
-            'olmo3': 'heads'}
+            'olmo3': 'heads', 'qwen3_moe': 'head', 'olmoe': 'heads'}
 # The families whose MLP's gate and up are one gate_up_proj ([gate | up]: the classes' chunk
 # order), without a bias.
 FUSED_GATE_UP = ('phi3', 'glm', 'glm4')
@@ -378,7 +380,9 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
         block['attn'].update({
             f'{n}_scale': t(p + f'self_attn.{n}_norm.weight', (w,)) + np.float32(offset)
             for n, w in zip('qk', widths)})
-      if fam in PLAIN_MLP:
+      if fam in hf_moe.FAMILIES:
+        block['mlp'] = hf_moe.read_mlp(t, p, fam, m)
+      elif fam in PLAIN_MLP:
         up, down = PLAIN_MLP[fam]
         block['mlp'] = {'up': _linear(t, p + 'mlp.' + up, d, f, mlp_bias),
                         'down': _linear(t, p + 'mlp.' + down, f, d, mlp_bias)}
@@ -553,7 +557,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + 'self_attn.o_proj', b['attn']['out'], False, d)
       fused_mlp(p, b['mlp'])
       continue
-    qkv_bias = fam == 'qwen2' or m.biases in ('qkv', 'attention', 'all')
+    qkv_bias = fam in ('qwen2', 'qwen2_moe') or m.biases in ('qkv', 'attention', 'all')
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
       part = {k: split[k][index] for k in split}
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
@@ -566,6 +570,9 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     # checked).
     linear(p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'), b['attn']['out'],
            m.biases in ('attention', 'all'), d)
+    if fam in hf_moe.FAMILIES:
+      hf_moe.write_mlp(out, p, b['mlp'], fam, m)
+      continue
     if fam in PLAIN_MLP:
       up, down = PLAIN_MLP[fam]
       linear(p + 'mlp.' + up, b['mlp']['up'], m.biases in ('all', 'mlp'), f)

@@ -300,6 +300,35 @@ FIXTURES = {
         max_position_embeddings=64, hidden_act='gelu',
         rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.25}), False, 'neox', 8),
+    # Mixtral: 4 experts, 2 per token with their weights renormalized, an 8-token window on
+    # every layer, grouped-query attention, YaRN.
+    'mixtral_window_yarn': ('MixtralConfig', dict(
+        SMALL, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=8,
+        max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # Qwen2-MoE (transformers 4's form): the softmax's own weights of 2 of 4 experts 24 wide, a
+    # shared expert 48 wide behind its sigmoid gate, q/k/v biases, linear scaling.
+    'qwen2_moe_shared_linear_v4': ('Qwen2MoeConfig', dict(
+        SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=24, shared_expert_intermediate_size=48, norm_topk_prob=False,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
+                                   'qwen', 0),
+    # Qwen3-MoE (30B-A3B's layout): QK-norm over each head, heads wider than hidden_size / heads,
+    # 3 of 6 experts with renormalized weights (norm_topk_prob), llama3 scaling.
+    'qwen3_moe_wide_heads_llama3': ('Qwen3MoeConfig', dict(
+        SMALL, num_key_value_heads=2, head_dim=16, num_experts=6, num_experts_per_tok=3,
+        moe_intermediate_size=24, norm_topk_prob=True, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+    # OLMoE: Llama's pre-norm block with QK-norm over all heads, 2 of 4 experts with the
+    # softmax's own weights, attention biases, dynamic NTK.
+    'olmoe_heads_norm_dynamic': ('OlmoeConfig', dict(
+        SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, attention_bias=True,
+        rope_parameters={'rope_type': 'dynamic', 'factor': 2.0, 'rope_theta': 10000.0}), False,
+                                 'neox', 0),
 }
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).

@@ -159,8 +159,8 @@ def test_sharded_weights_read_as_one_file(tmp_path):
 
 
 @pytest.mark.parametrize('name,edit,remove,message', [
-    ('llama_dynamic', lambda c: c.update(architectures=['MixtralForCausalLM']), (),
-     "architecture 'MixtralForCausalLM' is not one this project reads"),
+    ('llama_dynamic', lambda c: c.update(architectures=['JambaForCausalLM']), (),
+     "architecture 'JambaForCausalLM' is not one this project reads"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='su'), (),
      "rope scaling 'su' is not one this project computes"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='longrope'), (),

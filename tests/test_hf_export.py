@@ -86,6 +86,17 @@ SMOLLM3 = {'layer_kinds': ('rope', 'none'), 'layer_windows': (0, 8)}
 OLMO2 = {'norm': 'output', 'attention.qk_norm': True, 'attention.qk_norm_over': 'heads',
          'attention.qk_norm_eps': 1e-5, 'biases': 'attention',
          'position.rope.layout': 'interleaved'}
+# The mixtures of experts (roformer/moe.py): Mixtral's renormalized 2 of 4 experts with a window
+# on every layer; Qwen2-MoE's softmax weights with a shared expert and q, k and v biases;
+# Qwen3-MoE's 3 of 6 experts with QK-norm over each head; OLMoE's softmax weights with QK-norm over
+# all heads and the attention biases (both trained on interleaved pairs, permuted on export).
+MOE = {'mlp': 'moe', 'moe.num_experts': 4}
+MIXTRAL = dict(MOE, layer_windows=(8,))
+QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
+QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
+OLMOE = {**MOE, 'biases': 'attention', 'attention.qk_norm': True,
+         'attention.qk_norm_over': 'heads', 'attention.qk_norm_eps': 1e-5,
+         'moe.renormalize': False, 'position.rope.layout': 'interleaved'}
 # OLMo 3's: a windowed layer then a global one, YaRN on the global one alone.
 OLMO3 = dict(OLMO2, layer_windows=(8, 0), **{
     'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
@@ -268,7 +279,11 @@ _SLOW = pytest.mark.slow
                                                           marks=_SLOW),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM'),
                                              ('llama', EXAONE4, 'Exaone4ForCausalLM'),
-                                             ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM')])
+                                             ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM'),
+                                             ('llama', MIXTRAL, 'MixtralForCausalLM'),
+                                             ('llama', QWEN2_MOE, 'Qwen2MoeForCausalLM'),
+                                             ('llama', QWEN3_MOE, 'Qwen3MoeForCausalLM'),
+                                             ('llama', OLMOE, 'OlmoeForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2; with
@@ -287,8 +302,9 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   without positions to SmolLM3, with output norms and QK-norm over each head to EXAONE 4 (a
   windowed RoPE layer beside a global one without positions, or RoPE in every layer), with
   partial rotary to Phi-3 (with q, k and v biases and a
-  scaling Phi-3 does not take, to GLM), with sandwich norms without Gemma's multiplier to GLM-4;
-  the export, read back, computes
+  scaling Phi-3 does not take, to GLM), with sandwich norms without Gemma's multiplier to GLM-4,
+  a mixture of experts to Mixtral, Qwen2-MoE (a shared expert), Qwen3-MoE or OLMoE (QK-norm over
+  each head or over all); the export, read back, computes
   the same logits.
   (The last test of this file reads it with transformers where torch is.)"""
   config = test_config.get_config(arg)
@@ -372,7 +388,11 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
-    pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW)])
+    pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW),
+    ('mixtral_window_yarn', 'MixtralForCausalLM'),
+    ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
+    pytest.param('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM', marks=_SLOW),
+    pytest.param('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM', marks=_SLOW)])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -732,6 +752,23 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   assert hf_export_config.export_family(config) == family
 
 
+@pytest.mark.parametrize('fields,why', [
+    (dict(MOE, norm='sandwich'), r"normalization='rms_norm', norm='sandwich'"),
+    (dict(MOE, **{'moe.renormalize': False}), "the softmax's own weights"),
+    (dict(MOE, biases='qkv'), "biases='qkv'; MixtralForCausalLM would be the nearest"),
+    (dict(QWEN2_MOE, layer_windows=(8,)), 'windows; Qwen2MoeForCausalLM'),
+    (dict(MIXTRAL, layer_windows=(8, 0)), 'windows that differ by layer'),
+    ({**QWEN3_MOE, 'moe.shared_d_ff': 8}, 'qk_norm; Qwen2MoeForCausalLM'),
+    (dict(MOE, **{'position.rope.fraction': 0.5}), 'RoPE on part of each head')])
+def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
+  config = test_config.get_config('llama')
+  kinds.set_fields(config.model, fields)
+  config.model.vocab_size = 261
+  resolve.validate(config)
+  with pytest.raises(errors.ConfigError, match='a mixture of experts with ' + why):
+    hf_export_config.export_family(config)
+
+
 def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
   """max_seq_len is the trained length, or the imported file's where that is longer: past it
   transformers' MPT computes no position."""
@@ -835,7 +872,9 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', OLMO3),
                                         ('llama', SMOLLM3), ('llama', PHI3), ('llama', GLM),
                                         ('llama', GLM4), ('llama', GLM_LONGROPE),
-                                        ('llama', EXAONE4), ('llama', EXAONE4_GLOBAL)])
+                                        ('llama', EXAONE4), ('llama', EXAONE4_GLOBAL),
+                                        ('llama', MIXTRAL), ('llama', QWEN2_MOE),
+                                        ('llama', QWEN3_MOE), ('llama', OLMOE)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -28,20 +28,20 @@ class QKNorm(base.AttentionOption):
            'qk_norm_over': Str(SPANS, default='head')}
   # q_norm and k_norm, with the blocks' rms_norm_eps: per head in Qwen3, Gemma 3 and EXAONE 4,
   # over the heads in OLMo 2 and 3.
-  transformers_families = ('qwen3', 'gemma3', 'exaone4', 'olmo2', 'olmo3')
+  transformers_families = ('qwen3', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'qwen3_moe', 'olmoe')
 
   def transformers_computes(self, att, family: str) -> bool:
-    """OLMo 2's and 3's classes norm all the heads at once, the others each head."""
-    heads = family in ('olmo2', 'olmo3')
+    """OLMo 2's, 3's and OLMoE's classes norm all the heads at once, the others each head."""
+    heads = family in ('olmo2', 'olmo3', 'olmoe')
     return family in self.transformers_families and (att.qk_norm_over == 'heads') == heads
 
   def transformers_refusal(self, model_cfg, att) -> str:
     over = att.qk_norm_over
-    if over == 'heads' and model_cfg.norm != 'output':
+    if over == 'heads' and model_cfg.norm != 'output' and model_cfg.mlp != 'moe':
       return (f"QK-norm over all the heads (attention.qk_norm_over={over!r}) with "
               f"norm={model_cfg.norm!r}: transformers' classes norm the heads together only in "
-              "the block with output norms alone (OLMo 2 and 3, norm='output'), and each head "
-              'in the others (Qwen3, Gemma 3, EXAONE 4)')
+              "the block with output norms alone (OLMo 2 and 3, norm='output') and in OLMoE's "
+              "mixture (mlp='moe'), and each head in the others (Qwen3, Gemma 3, EXAONE 4)")
     if att.qk_norm_eps == model_cfg.layer_norm_eps:
       return ''
     return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '

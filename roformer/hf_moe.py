@@ -1,0 +1,185 @@
+"""The mixture-of-experts families of Hugging Face checkpoints, whose MLP is this project's
+`model.mlp='moe'` (roformer/moe.py): MixtralForCausalLM (Mistral's block, k experts with their
+weights renormalized), Qwen2MoeForCausalLM (Qwen2's block with q, k and v biases, the softmax's
+own weights or renormalized ones, `norm_topk_prob`, and a shared expert gated by a sigmoid),
+Qwen3MoeForCausalLM (Qwen3's block with QK-norm over each head) and OlmoeForCausalLM (Llama's
+pre-norm block with QK-norm over all heads at once). The rest of each block is read and written by
+roformer/hf_config.py and roformer/hf_weights.py as their dense siblings'; this module holds the
+experts' config fields, tensors and export rules.
+
+Every layer must be sparse: Qwen's `mlp_only_layers` and `decoder_sparse_step` other than 1 (dense
+MLPs between sparse ones) are refused, and so are the Qwen MoEs' sliding windows and OLMoE's
+`clip_qkv` (clamped after its QK-norm, where `attention.qkv_clip` clamps before it). The router's
+training settings are read too: `router_aux_loss_coef` becomes `moe.balance_loss` (the classes pool
+the layers' tokens before the product, where this project sums the layers' own losses).
+"""
+
+import numpy as np
+
+from roformer import attention_options
+from roformer import errors
+from roformer import hf_fields
+from roformer import positions
+
+FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
+            'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM'}
+# The classes' defaults: experts, experts per token, the experts' width field and its default
+# (None: the file must give it), and the router's loss coefficient.
+_DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
+             'qwen2_moe': (60, 4, 'moe_intermediate_size', 1408, 0.001),
+             'qwen3_moe': (128, 8, 'moe_intermediate_size', 768, 0.001),
+             'olmoe': (64, 8, 'intermediate_size', None, 0.01)}
+# Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
+# down projections.
+_NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
+_QWEN_NAMES = ('mlp.gate', 'mlp.experts.', 'gate_proj', 'up_proj', 'down_proj')
+_read = hf_fields.read
+
+
+def _number(hf: dict, name: str, default, where: str, low: int = 1) -> int:
+  value = _read(hf, name, default)
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads an '
+                                  f'integer of at least {low}. Fix: use the config.json that '
+                                  'came with the weights.')
+  return value
+
+
+def model_fields(hf: dict, fam: str, head_dim: int, where: str) -> dict:
+  """config.model's fields of a mixture family's MLP (d_ff is the experts' width); what this
+  project does not compute as the class does is refused in one line."""
+  experts, k, width, default_width, coef = _DEFAULTS[fam]
+  if fam.startswith('qwen'):
+    dense = hf.get('mlp_only_layers') or []
+    if dense or _read(hf, 'decoder_sparse_step', 1) != 1:
+      raise errors.ConfigError(
+          f'{where}: dense MLPs between the sparse ones (mlp_only_layers {dense}, '
+          f'decoder_sparse_step {hf.get("decoder_sparse_step")}); this project reads mixtures '
+          'sparse in every layer. Fix: a checkpoint with mlp_only_layers [] and '
+          'decoder_sparse_step 1 (as the Hub\'s Qwen MoEs).')
+    if hf.get('use_sliding_window'):
+      raise errors.ConfigError(f'{where}: use_sliding_window in a Qwen MoE, which this project '
+                               'does not read. Fix: a checkpoint with use_sliding_window false '
+                               '(as those on the Hub).')
+  if fam == 'olmoe' and hf.get('clip_qkv') is not None:
+    raise errors.ConfigError(f"{where}: clip_qkv in OLMoE clamps q, k and v after its QK-norm; "
+                             'this project clamps them before it (attention.qkv_clip). Fix: an '
+                             'OLMoE checkpoint without clip_qkv (null, as OLMoE-1B-7B).')
+  if fam == 'olmoe' and head_dim * _read(hf, 'num_attention_heads', 0) != hf.get('hidden_size'):
+    raise errors.ConfigError(f'{where}: head_dim {head_dim} does not split hidden_size, which '
+                             "OLMoE's QK-norm spans. Fix: a checkpoint without head_dim.")
+  num = _number(hf, 'num_experts', _read(hf, 'num_local_experts', experts), where)
+  per_token = _number(hf, 'num_experts_per_tok', k, where)
+  if per_token > num:
+    raise errors.DamagedFileError(f'{where}: num_experts_per_tok {per_token} is more than the '
+                                  f'{num} experts. Fix: use the config.json that came with the '
+                                  'weights.')
+  shared = (_number(hf, 'shared_expert_intermediate_size', 5632, where)
+            if fam == 'qwen2_moe' else 0)
+  d_ff = _number(hf, width, default_width or hf_fields.field(hf, width, where), where)
+  return {'mlp': 'moe', 'd_ff': d_ff,
+          'moe': {'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
+                  'renormalize': fam == 'mixtral' or bool(_read(hf, 'norm_topk_prob', False)),
+                  'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef))}}
+
+
+def _names(fam: str) -> tuple[str, ...]:
+  return _NAMES.get(fam, _QWEN_NAMES)
+
+
+def read_mlp(t, p: str, fam: str, m) -> dict:
+  """A layer's experts (each one's [out, in] tensors, or transformers 5's fused [E, 2f, d] and
+  [E, d, f] ones where a checkpoint holds those) as the MoE's parameters."""
+  d, f, e = m.d_model, m.d_ff, m.moe.num_experts
+  router, experts, gate, up, down = _names(fam)
+  mlp = {'router': t(p + router + '.weight', (e, d)).T}
+  if p + 'mlp.experts.gate_up_proj' in t.tensors:
+    fused = t(p + 'mlp.experts.gate_up_proj', (e, 2 * f, d))
+    mlp.update(gate=fused[:, :f].transpose(0, 2, 1), up=fused[:, f:].transpose(0, 2, 1),
+               down=t(p + 'mlp.experts.down_proj', (e, d, f)).transpose(0, 2, 1))
+  else:
+    stacked = lambda name, shape: np.stack([t(f'{p}{experts}{j}.{name}.weight', shape).T
+                                            for j in range(e)])
+    mlp.update(gate=stacked(gate, (f, d)), up=stacked(up, (f, d)), down=stacked(down, (d, f)))
+  if m.moe.shared_d_ff:
+    s = m.moe.shared_d_ff
+    mlp['shared'] = {n: {'kernel': t(f'{p}mlp.shared_expert.{n}_proj.weight', shape).T}
+                     for n, shape in (('gate', (s, d)), ('up', (s, d)), ('down', (d, s)))}
+    mlp['shared_gate'] = t(p + 'mlp.shared_expert_gate.weight', (1, d)).T
+  return mlp
+
+
+def write_mlp(out: dict, p: str, mlp: dict, fam: str, m) -> None:
+  """A layer's MoE parameters as the family's per-expert tensors (the Hub's layout, which
+  transformers 5 converts on loading)."""
+  router, experts, gate, up, down = _names(fam)
+  array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  out[p + router + '.weight'] = array(np.asarray(mlp['router']).T)
+  for name, ours in ((gate, 'gate'), (up, 'up'), (down, 'down')):
+    for j, kernel in enumerate(np.asarray(mlp[ours])):
+      out[f'{p}{experts}{j}.{name}.weight'] = array(kernel.T)
+  if m.moe.shared_d_ff:
+    for n in ('gate', 'up', 'down'):
+      out[f'{p}mlp.shared_expert.{n}_proj.weight'] = array(
+          np.asarray(mlp['shared'][n]['kernel']).T)
+    out[p + 'mlp.shared_expert_gate.weight'] = array(np.asarray(mlp['shared_gate']).T)
+
+
+def export_family(m) -> str:
+  """The transformers mixture class that computes the model `m` builds, or ConfigError saying
+  why none does."""
+  options = attention_options.enabled(m.attention)
+  computes = lambda fam: bool(options) and all(o.transformers_computes(m.attention, fam)
+                                               for o in options)
+  named = ', '.join(o.field for o in options)
+  windows = positions.layer_windows(m)
+  if m.moe.shared_d_ff:
+    fam, why = 'qwen2_moe', (named if options else 'windows' if any(windows) else
+                             f'biases={m.biases!r}' if m.biases not in ('qkv', 'none') else '')
+  elif computes('qwen3_moe') or computes('olmoe'):  # QK-norm over each head, or over all.
+    fam = 'qwen3_moe' if computes('qwen3_moe') else 'olmoe'
+    why = 'windows' if any(windows) else (
+        f'biases={m.biases!r}' if m.biases not in ('attention', 'none') else '')
+  else:
+    fam = 'mixtral'
+    why = (named if options else
+           "the softmax's own weights (moe.renormalize=false) without QK-norm or a shared expert"
+           if not m.moe.renormalize else f'biases={m.biases!r}' if m.biases != 'none' else
+           'windows that differ by layer' if len(set(windows)) > 1 else '')
+  block = (m.normalization, m.norm, m.residual) == ('rms_norm', 'pre', 'sequential')
+  if not block:
+    why = (f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} '
+           "(the mixture classes' block is Llama's: rms_norm, pre, sequential)")
+  elif m.position.rope.fraction < 1 or not all(positions.rope_layers(m)):
+    why = 'RoPE on part of each head or of the layers (the mixture classes rotate all of both)'
+  elif (m.embedding_multiplier, m.residual_multiplier, m.get('logits_multiplier', 1.0)) != (
+      1, 1, 1) or m.get('logits_softcap') or m.get('output_bias'):
+    why = 'a multiplier, a soft-cap or an output bias, which the mixture classes do not have'
+  if why:
+    raise errors.ConfigError(
+        f'no transformers class computes this model: a mixture of experts with {why}; '
+        f'{FAMILIES[fam]} would be the nearest. Fix: export a mixture on Llama\'s block, with '
+        'renormalized weights and no QK-norm (Mixtral), a shared expert (Qwen2-MoE), or QK-norm '
+        'over each head (Qwen3-MoE) or over all heads (OLMoE).')
+  return fam
+
+
+def config_fields(fam: str, m) -> dict:
+  """The mixture's own config.json fields (the dense ones are written as the sibling's)."""
+  o = m.moe
+  out = {'num_experts_per_tok': o.experts_per_token, 'router_aux_loss_coef': o.balance_loss,
+         'output_router_logits': False}
+  if fam == 'mixtral':
+    return {**out, 'num_local_experts': o.num_experts, 'router_jitter_noise': 0.0,
+            'sliding_window': max(positions.layer_windows(m)) or None}
+  out.update(num_experts=o.num_experts, norm_topk_prob=o.renormalize,
+             attention_bias=m.biases == 'attention')
+  if fam == 'olmoe':
+    return {**out, 'clip_qkv': None}
+  out.update(moe_intermediate_size=m.d_ff, decoder_sparse_step=1, mlp_only_layers=[],
+             use_sliding_window=False, sliding_window=None)
+  if fam == 'qwen2_moe':
+    out.pop('attention_bias')
+    # q, k and v biases always (zero where the model has none), which transformers 4 has too.
+    out.update(qkv_bias=True, shared_expert_intermediate_size=o.shared_d_ff)
+  return out
