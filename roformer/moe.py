@@ -1,7 +1,8 @@
 """A mixture-of-experts MLP (`model.mlp='moe'`, its options in `model.moe`): Mixtral's, OLMoE's,
 Qwen2-MoE's and Qwen3-MoE's sparse block.
 
-Each token's router logits r = x W_r (float32) give p = softmax(r) over `num_experts` experts;
+Each token's router logits r = x W_r (in float32, where transformers computes them in the
+activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give p = softmax(r) over `num_experts` experts;
 the token goes to its `experts_per_token` (k) most probable ones, weighted by their p
 (renormalized to sum to 1 where `renormalize`: Mixtral, Qwen3-MoE; as they are: OLMoE,
 Qwen2-MoE), and the block returns the weighted sum of those experts' gated MLPs
@@ -10,10 +11,11 @@ sigmoid(x w_s) times a gated MLP of its own, for every token.
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
-  experts' model FLOPs, but plain matmuls, the faster on a CPU at small sizes (8 experts, k=2,
-  4,096 tokens, d 256, f 512: 73 ms against 179 ms for a forward and backward pass on 2 cores);
+  experts' model FLOPs, in plain matmuls;
 - 'ragged': the k (token, expert) pairs sorted by expert and multiplied per expert by
   `jax.lax.ragged_dot`, the experts' model FLOPs alone where the backend has a grouped matmul.
+  XLA:CPU has none: there it took as long as 'dense' or longer, at 32 experts too
+  (scripts/moe_impl.py; docs/hf_checkpoints.md), so 'dense' is the default.
 No token is ever dropped (no capacity factor), so both equal the Hugging Face classes' output.
 The expert axis is not split across devices (no expert parallelism): the mesh splits each
 expert's hidden width as it splits an MLP's.

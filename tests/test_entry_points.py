@@ -392,6 +392,7 @@ SCRIPT_CASES = {
                       1, 'with two values or more'),
     'report.py': (['/nonexistent'], 2, 'does not exist'),
     'reruns.py': None,  # The rerun blocks of scripts/docs_from_records.py.
+    'moe_impl.py': (['--k=3', '--experts=2'], 2, '--k=3 is more than --experts=2'),
     'rope_precision.py': (['--length=-5'], 2, "'-5' is not a positive integer"),
     'run_tables.py': None,  # The reference runs' blocks of scripts/docs_from_records.py.
     'seed_tables.py': None,  # The seed tables' blocks of scripts/docs_from_records.py.
