@@ -152,8 +152,8 @@ def export_family(m) -> str:
            "(the mixture classes' block is Llama's: rms_norm, pre, sequential)")
   elif m.position.rope.fraction < 1 or not all(positions.rope_layers(m)):
     why = 'RoPE on part of each head or of the layers (the mixture classes rotate all of both)'
-  elif (m.embedding_multiplier, m.residual_multiplier, m.get('logits_multiplier', 1.0)) != (
-      1, 1, 1) or m.get('logits_softcap') or m.get('output_bias'):
+  elif (m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (
+      1, 1, 1) or m.logits_softcap or m.get('output_bias'):
     why = 'a multiplier, a soft-cap or an output bias, which the mixture classes do not have'
   if why:
     raise errors.ConfigError(

@@ -57,6 +57,12 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
     ('model.dtype', (CONTINUE, EVALUATE),
      'the compute precision, a choice of the study; one run keeps one precision'),
     ('model.dropout', (CONTINUE,), 'the regularisation of a new phase of training'),
+    ('model.moe.impl', _ALL,
+     "a mixture's experts on every token or on their own (ragged_dot): the same outputs"),
+    ('model.moe.balance_loss', (CONTINUE,),
+     "the router's training losses, which a new phase of training sets"),
+    ('model.moe.router_z_loss', (CONTINUE,),
+     "the router's training losses, which a new phase of training sets"),
 )
 
 

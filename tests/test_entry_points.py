@@ -445,7 +445,7 @@ def test_a_config_file_or_argument_of_the_wrong_kind_is_named_with_what_is_taken
                      rf'{REPO}/configs/lm.py\?\)'):
     config_args.load_file('configs/lm.py')
   monkeypatch.chdir(REPO)
-  for arg, hint in (('ropee', " (did you mean 'rope' for 'ropee'?)"), ('llama,alibi,extra', ''),
+  for arg, hint in (('ropee', " (did you mean 'rope' for 'ropee'?)"), ('llama,alibi,zzz', ''),
                     ('gemma3,alibi', '')):
     with pytest.raises(errors.ConfigError) as info:
       config_args.load_file(f'configs/lm.py:{arg}')

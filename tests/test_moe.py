@@ -16,6 +16,9 @@ from roformer import layers
 from roformer import models
 from roformer import moe
 from roformer import resolve
+from roformer import saved_config
+from roformer import steps
+from roformer import tasks
 from tests import kinds
 
 X = np.random.default_rng(0).normal(size=(2, 7, 32))
@@ -118,8 +121,6 @@ def _lm_config(**fields):
 def test_the_train_step_adds_the_auxiliary_losses_once_per_target_token():
   """The step's gradient is the loss's plus the layers' auxiliary losses' (summed over the
   layers), and `auxiliary_loss` logs their sum; evaluation's loss is the cross-entropy alone."""
-  from roformer import steps
-  from roformer import tasks
   config = _lm_config()
   model = models.create(config.model, seed=0)
   graphdef, params = nnx.split(model)
@@ -204,3 +205,18 @@ def test_bad_mixtures_are_refused_naming_the_field(fields, named):
       config.model[key] = value
   with pytest.raises(errors.ConfigError, match=named.replace('.', r'\.')):
     resolve.validate(config)
+
+
+def test_a_mixture_may_change_its_computation_anywhere_and_its_losses_when_continued():
+  """The experts' computation is the same function on any occasion, the router's losses a
+  setting of the next training; the experts themselves are the trained model's."""
+  saved = _lm_config()
+
+  def changed(occasion, **fields):
+    config = _lm_config()
+    config.model.moe.update(fields)
+    return saved_config.changed(saved, config, occasion)
+  assert changed('evaluate', impl='ragged') == changed('resume', impl='ragged') == []
+  assert changed('continue', balance_loss=0.1, router_z_loss=0.001) == []
+  assert changed('resume', balance_loss=0.1)[0].startswith('model.moe.balance_loss')
+  assert changed('continue', num_experts=8)[0].startswith('model.moe.num_experts')
