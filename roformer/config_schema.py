@@ -389,7 +389,8 @@ def schema() -> dict:
           # width d_ff (roformer/moe.py), with its options:
           'mlp': Str(choices=lambda: layers.MLPS, default='plain'),
           'moe': _read_by(MOE, moe.FIELDS),
-          # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu', 'silu'.
+          # MLP activation: 'gelu_tanh', 'gelu' (exact erf), 'relu', 'silu', 'relu_squared'
+          # (Primer's; Nemotron, Arcee).
           'activation': Str(choices=lambda: layers.ACTIVATIONS, default='gelu_tanh'),
           'layer_norm_eps': Float(0, 1, min_open=True, default=1e-6),
           # Key/value heads shared by the query heads (grouped-query attention; 1: multi-query);

@@ -278,6 +278,32 @@ def starcoder2_block(m) -> bool:
                or m.biases == 'none' or positions.head_dim(m) * m.num_heads != m.d_model))
 
 
+def nemotron_block(m) -> bool:
+  """Whether the classic block with RoPE on part of each head, its branches in sequence, has what
+  GPT-NeoX lacks and Nemotron has: grouped-query attention, biases other than on every layer,
+  or heads whose width is not d_model / heads."""
+  return ((m.normalization, m.mlp, m.residual) == ('layer_norm', 'plain', 'sequential')
+          and m.position.rope.fraction < 1
+          and (m.num_kv_heads not in (0, m.num_heads) or m.biases != 'all'
+               or positions.head_dim(m) * m.num_heads != m.d_model))
+
+
+def nemotron_refusal(m, options) -> str | None:
+  """Why NemotronForCausalLM does not compute such a block, or None: norms before the branches
+  (LayerNorm1P, its scale stored less 1), biases on the attention, the MLP, both or neither
+  (attention_bias, mlp_bias), heads of any width, no windows and no attention option."""
+  block = 'in a Nemotron block (the classic one with partial rotary and grouped-query attention)'
+  checks = (
+      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+      (m.biases == 'qkv', f"biases='qkv' {block}, which has them on all four attention layers "
+                          'or none. Fix: train with --config.model.biases=attention or none '
+                          f'({AGAIN})'),
+      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      (any(m.layer_windows), f'sliding windows {block}'),
+  )
+  return hf_fields.first_failed(checks)
+
+
 def starcoder2_refusal(m, options) -> str | None:
   """Why Starcoder2ForCausalLM does not compute a classic block of its own, or None: norms
   before the branches, biases on every dense layer or none (its use_bias), heads of any width

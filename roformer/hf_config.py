@@ -1,8 +1,11 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-one architectures (and a multimodal one's language model) are read: the mixtures of
-experts of roformer/hf_moe.py (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) and LlamaForCausalLM,
+Thirty-three architectures (and a multimodal one's language model) are read: the mixtures of
+experts of roformer/hf_moe.py (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE), NemotronForCausalLM (the
+classic block of LayerNorm1P, its scale stored less 1, with a plain MLP of squared ReLU, half of
+each head rotated by default and grouped-query attention), ArceeForCausalLM (Llama's block with
+a plain MLP of squared ReLU) and LlamaForCausalLM,
 MistralForCausalLM (its sliding window becomes `model.layer_windows`), MinistralForCausalLM
 (Mistral's block with its window on the layers `layer_types` slides, every one where absent),
 Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial rotary, a window on
@@ -102,6 +105,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'GlmForCausalLM': 'glm', 'Glm4ForCausalLM': 'glm4',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
                  'Exaone4ForCausalLM': 'exaone4', 'MinistralForCausalLM': 'ministral',
+                 'NemotronForCausalLM': 'nemotron', 'ArceeForCausalLM': 'arcee',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt',
                  **{arch: fam for fam, arch in hf_moe.FAMILIES.items()}}
@@ -111,7 +115,7 @@ HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
                 'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral',
-                *hf_moe.FAMILIES)
+                'nemotron', 'arcee', *hf_moe.FAMILIES)
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -121,7 +125,7 @@ OLMO = ('olmo2', 'olmo3')
 # by default, the MLP's gate and up in one weight; GLM-4's norms are sandwich norms.
 GLM = ('glm', 'glm4')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm') + GLM
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm', 'nemotron') + GLM
 # The families whose classes read head_dim (the others split hidden_size into the heads).
 READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere', 'starcoder2')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
@@ -129,7 +133,7 @@ COHERE = ('cohere', 'cohere2')
 # transformers' hidden_act -> model.activation, and back.
 ACTIVATIONS = hf_fields.ACTIVATIONS
 ACTIVATION_NAMES = {'silu': 'silu', 'gelu': 'gelu', 'gelu_tanh': 'gelu_pytorch_tanh',
-                    'relu': 'relu'}
+                    'relu': 'relu', 'relu_squared': 'relu2'}
 SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope')
 
 
@@ -214,7 +218,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
                                           if neox else default))
   default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25, 'glm': 0.5,
-                     'glm4': 0.5}.get(fam, 1.0)  # The classes'.
+                     'glm4': 0.5, 'nemotron': 0.5}.get(fam, 1.0)  # The classes'.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)
                             if neox else default_partial))
@@ -453,7 +457,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   act_field = 'hidden_activation' if fam in GEMMA else 'hidden_act'
   act = _read(hf, act_field, {'gpt_neox': 'gelu', 'gemma2': 'gelu_pytorch_tanh',
                               'starcoder2': 'gelu_pytorch_tanh',
-                              'gemma3': 'gelu_pytorch_tanh', 'phi': 'gelu_new'}.get(fam, 'silu'))
+                              'gemma3': 'gelu_pytorch_tanh', 'phi': 'gelu_new',
+                              'nemotron': 'relu2', 'arcee': 'relu2'}.get(fam, 'silu'))
   if act not in ACTIVATIONS:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
@@ -537,12 +542,16 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                         residual='parallel_shared' if _read(hf, 'use_parallel_residual', False)
                         else 'sequential',
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
+  elif fam == 'nemotron':  # LayerNorm1P (the stored scale less 1) before a plain MLP.
+    config.model.update(normalization='layer_norm', mlp='plain', residual='sequential',
+                        layer_norm_eps=float(_read(hf, 'norm_eps', 1e-5)))
   elif fam == 'olmo':  # OlmoLayerNorm: no scale, no bias, and eps 1e-5 whatever the file says.
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
-           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5}
-    config.model.update(normalization='rms_norm', mlp='gated',
+           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5}
+    # Arcee's MLP is plain (up, squared ReLU, down); the others' gated.
+    config.model.update(normalization='rms_norm', mlp='plain' if fam == 'arcee' else 'gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
   if fam == 'olmo' and hf.get('clip_qkv') is not None:  # q, k and v clamped (OLMo 1.7, 0724).
     config.model.attention.update(qkv_clip=True,

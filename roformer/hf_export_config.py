@@ -80,12 +80,13 @@ def _refusal(config) -> str | None:
       (m.norm == 'post', "norm='post'"),
       (m.type_vocab_size > 0, 'token-type embeddings'),
       ((m.normalization, m.mlp) not in (('rms_norm', 'gated'), ('rms_norm', 'moe'),
+                                        ('rms_norm', 'plain'),
                                         ('layer_norm', 'plain'),
                                         ('layer_norm', 'gated'), ('layer_norm_unbiased', 'plain'),
                                         ('layer_norm_unbiased', 'gated'),
                                         ('layer_norm_nonparametric', 'gated')),
        f'the block {m.normalization} with a {m.mlp} MLP (Llama pairs rms_norm with a gated MLP, '
-       'Mixtral with a mixture of experts, '
+       'Mixtral with a mixture of experts, Arcee with a plain one, '
        'GPT-NeoX layer_norm with a plain one, StableLM with a gated one, MPT '
        'layer_norm_unbiased with a plain one, Cohere with a gated one, OLMo 1 '
        'layer_norm_nonparametric with a gated one)'),
@@ -118,6 +119,8 @@ def _refusal(config) -> str | None:
     return hf_llama_export.cohere_refusal(m, options)
   if (m.normalization, m.mlp) == ('layer_norm', 'gated'):
     return hf_llama_export.stablelm_refusal(m, options)
+  if (m.normalization, m.mlp) == ('rms_norm', 'plain'):
+    return hf_llama_export.arcee_refusal(m, options)
   if granite:
     return hf_llama_export.granite_refusal(m, options)
   if m.normalization == 'rms_norm':
@@ -173,6 +176,8 @@ def _refusal(config) -> str | None:
     return hf_classic.phi_refusal(m, options)
   if name == 'GPT-J':
     return hf_classic.gptj_refusal(m, options)
+  if hf_classic.nemotron_block(m):
+    return hf_classic.nemotron_refusal(m, options)
   if hf_classic.starcoder2_block(m):
     return hf_classic.starcoder2_refusal(m, options)
   return hf_classic.classic_refusal(m, options, name)
@@ -212,9 +217,13 @@ def export_family(config) -> str:
       return 'falcon'
     if m.residual == 'parallel_shared':
       return 'gptj' if m.biases == 'mlp' else 'phi'
+    if hf_classic.nemotron_block(m):
+      return 'nemotron'
     return 'starcoder2' if hf_classic.starcoder2_block(m) else 'gpt_neox'
   if m.normalization == 'layer_norm_nonparametric':
     return 'olmo'
+  if (m.normalization, m.mlp) == ('rms_norm', 'plain'):
+    return 'arcee'
   if hf_llama_export.cohere_block(m):
     # Cohere 2 where any layer is windowed (every one too: its layer_types may hold no global).
     return 'cohere' if all(positions.rope_layers(m)) and not any(m.layer_windows) else 'cohere2'
@@ -403,7 +412,11 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                       if all(bool(w) == bool((i + 1) % p) for i, w in enumerate(windows))), None)
       if pattern:
         out['sliding_window_pattern'] = pattern
-  elif fam in ('llama', 'smollm3', 'granite'):  # Their attention_bias and mlp_bias apart.
+  elif fam == 'nemotron':  # LayerNorm1P's epsilon; partial_rotary_factor at the top level.
+    out['norm_eps'] = out.pop('rms_norm_eps')
+    out.update(attention_bias=m.biases in ('attention', 'all'), mlp_bias=m.biases in ('all', 'mlp'),
+               partial_rotary_factor=_fraction(rotary, head_dim))
+  elif fam in ('llama', 'smollm3', 'granite', 'arcee'):  # attention_bias and mlp_bias apart.
     out.update(attention_bias=m.biases in ('attention', 'all'),
                mlp_bias=m.biases in ('all', 'mlp'))
     if fam == 'granite':  # q.k's factor is 1/sqrt(head_dim) unless attention.softmax_scale's.

@@ -14,7 +14,7 @@ from roformer import model_types
 
 # transformers' hidden_act -> model.activation.
 ACTIVATIONS = {'silu': 'silu', 'swish': 'silu', 'gelu': 'gelu', 'gelu_new': 'gelu_tanh',
-               'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu'}
+               'gelu_pytorch_tanh': 'gelu_tanh', 'relu': 'relu', 'relu2': 'relu_squared'}
 
 
 def read(hf: dict, name: str, default):

@@ -167,7 +167,7 @@ def _linear(t, name, d_in, d_out, bias: bool):
 
 
 # Gemma's RMSNorm multiplies by 1 + its stored weight; the others by the weight.
-SCALE_OFFSET = {'gemma2': 1.0, 'gemma3': 1.0}
+SCALE_OFFSET = {'gemma2': 1.0, 'gemma3': 1.0, 'nemotron': 1.0}
 
 # A Gemma 2 or 3 block's norms: the branches' inputs and outputs (its post_attention_layernorm is
 # the attention output's, where Llama's is the MLP input's).
@@ -201,7 +201,8 @@ QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'exaone4': 'head', 'olmo2': 'head
 # order), without a bias.
 FUSED_GATE_UP = ('phi3', 'glm', 'glm4')
 # The Llama-named families with a plain MLP: its two layers' names.
-PLAIN_MLP = {'phi': ('fc1', 'fc2'), 'starcoder2': ('c_fc', 'c_proj')}
+PLAIN_MLP = {'phi': ('fc1', 'fc2'), 'starcoder2': ('c_fc', 'c_proj'),
+             'nemotron': ('up_proj', 'down_proj'), 'arcee': ('up_proj', 'down_proj')}
 
 
 def _norm(t, name, d, bias: bool, offset: float = 0.0, scale: bool = True):

@@ -114,6 +114,8 @@ ACTIVATIONS = {
     'gelu': lambda x: jax.nn.gelu(x, approximate=False),  # BERT's and Hugging Face's 'gelu'.
     'relu': jax.nn.relu,
     'silu': jax.nn.silu,  # SwiGLU's gate (Llama, Qwen2, Mistral).
+    # Primer's squared ReLU (So et al. 2021): Nemotron's and Arcee's plain MLPs.
+    'relu_squared': lambda x: jnp.square(jax.nn.relu(x)),
 }
 
 

@@ -329,6 +329,18 @@ FIXTURES = {
         SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, attention_bias=True,
         rope_parameters={'rope_type': 'dynamic', 'factor': 2.0, 'rope_theta': 10000.0}), False,
                                  'neox', 0),
+    # Nemotron (transformers 4's form): LayerNorm1P (the stored scale less 1, with a bias), a
+    # plain MLP with squared ReLU, half of each head rotated (the class's default),
+    # grouped-query attention, biases on the attention and the MLP, linear scaling.
+    'nemotron_layernorm1p_linear_v4': ('NemotronConfig', dict(
+        SMALL, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+        rope_parameters={'rope_type': 'linear', 'factor': 2.0, 'rope_theta': 10000.0}), True,
+                                       'llama', 0),
+    # Arcee (AFM-4.5B's layout): Llama's block with a plain MLP and squared ReLU, YaRN.
+    'arcee_relu2_yarn': ('ArceeConfig', dict(
+        SMALL, num_key_value_heads=2, max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
 }
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).

@@ -97,6 +97,14 @@ QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
 OLMOE = {**MOE, 'biases': 'attention', 'attention.qk_norm': True,
          'attention.qk_norm_over': 'heads', 'attention.qk_norm_eps': 1e-5,
          'moe.renormalize': False, 'position.rope.layout': 'interleaved'}
+# Arcee's: Llama's block with a plain MLP of squared ReLU and the MLP's biases. Nemotron's: the
+# classic block with squared ReLU, half of each head rotated, grouped-query attention and the
+# attention's biases alone (LayerNorm1P's scales stored less 1), linear scaling.
+ARCEE = {'mlp': 'plain', 'activation': 'relu_squared', 'biases': 'mlp'}
+NEMOTRON = {'activation': 'relu_squared', 'position.rope.fraction': 0.5, 'num_kv_heads': 2,
+            'biases': 'attention', 'position.rope.layout': 'half',
+            'position.rope.scaling.kind': 'linear', 'position.rope.scaling.factor': 2.0,
+            'position.rope.scaling.original_length': 16}
 # OLMo 3's: a windowed layer then a global one, YaRN on the global one alone.
 OLMO3 = dict(OLMO2, layer_windows=(8, 0), **{
     'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
@@ -283,7 +291,9 @@ _SLOW = pytest.mark.slow
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
                                              ('llama', QWEN2_MOE, 'Qwen2MoeForCausalLM'),
                                              ('llama', QWEN3_MOE, 'Qwen3MoeForCausalLM'),
-                                             ('llama', OLMOE, 'OlmoeForCausalLM')])
+                                             ('llama', OLMOE, 'OlmoeForCausalLM'),
+                                             ('llama', ARCEE, 'ArceeForCausalLM'),
+                                             ('rope', NEMOTRON, 'NemotronForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2; with
@@ -390,6 +400,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
     pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW),
     ('mixtral_window_yarn', 'MixtralForCausalLM'),
+    ('nemotron_layernorm1p_linear_v4', 'NemotronForCausalLM'),
+    ('arcee_relu2_yarn', 'ArceeForCausalLM'),
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
     pytest.param('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM', marks=_SLOW),
     pytest.param('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM', marks=_SLOW)])
@@ -874,7 +886,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', GLM4), ('llama', GLM_LONGROPE),
                                         ('llama', EXAONE4), ('llama', EXAONE4_GLOBAL),
                                         ('llama', MIXTRAL), ('llama', QWEN2_MOE),
-                                        ('llama', QWEN3_MOE), ('llama', OLMOE)])
+                                        ('llama', QWEN3_MOE), ('llama', OLMOE),
+                                        ('llama', ARCEE), ('rope', NEMOTRON)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
