@@ -292,8 +292,16 @@ def nemotron_refusal(m, options) -> str | None:
   """Why NemotronForCausalLM does not compute such a block, or None: norms before the branches
   (LayerNorm1P, its scale stored less 1), biases on the attention, the MLP, both or neither
   (attention_bias, mlp_bias), heads of any width, no windows and no attention option."""
-  block = 'in a Nemotron block (the classic one with partial rotary and grouped-query attention)'
-  checks = (
+  return hf_fields.first_failed(biases_apart_checks(
+      m, options, 'in a Nemotron block (the classic one with partial rotary and grouped-query '
+      'attention)'))
+
+
+def biases_apart_checks(m, options, block: str) -> tuple:
+  """(failed, why) checks of a class with norms before the branches, its attention's and MLP's
+  biases apart (attention_bias, mlp_bias: q, k and v's alone it cannot have), no attention
+  option and no windows (Nemotron's, Arcee's); `block` names it in the reasons."""
+  return (
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
       (m.biases == 'qkv', f"biases='qkv' {block}, which has them on all four attention layers "
                           'or none. Fix: train with --config.model.biases=attention or none '
@@ -301,7 +309,6 @@ def nemotron_refusal(m, options) -> str | None:
       (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
       (any(m.layer_windows), f'sliding windows {block}'),
   )
-  return hf_fields.first_failed(checks)
 
 
 def starcoder2_refusal(m, options) -> str | None:

@@ -368,18 +368,11 @@ def arcee_refusal(m, options) -> str | None:
   None: RMSNorms before branches in sequence, biases on the attention, the MLP, both or neither,
   RoPE on whole heads in every layer, no windows and no attention option."""
   block = "in an Arcee block (Llama's with a plain MLP)"
-  checks = (
-      (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
+  return hf_fields.first_failed(hf_classic.biases_apart_checks(m, options, block) + (
       (m.residual != 'sequential', f'residual={m.residual!r} {block}, whose branches follow one '
                                    'another'),
-      (m.biases == 'qkv', f"biases='qkv' {block}, which has them on all four attention layers or "
-                          f'none. Fix: train with --config.model.biases=attention or none ({AGAIN})'),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
       (not all(positions.rope_layers(m)) or m.position.rope.fraction < 1,
-       f'RoPE on part of the layers or of each head {block}, which rotates all of both'),
-      (any(m.layer_windows), f'sliding windows {block}'),
-  )
-  return hf_fields.first_failed(checks)
+       f'RoPE on part of the layers or of each head {block}, which rotates all of both')))
 
 
 def stablelm_refusal(m, options) -> str | None:

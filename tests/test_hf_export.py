@@ -5,6 +5,7 @@ computes is refused with the reason and its fix, before anything is written. Tor
 needed; where it is installed, transformers reads an export back with the same logits."""
 
 import json
+import re
 import os
 import shutil
 
@@ -745,7 +746,13 @@ def test_an_export_no_transformers_class_computes_is_refused_with_why(fields, me
                                                          'biases': 'none'}, 'falcon'),
                                                ('llama', EXAONE4, 'exaone4'),
                                                ('llama', EXAONE4_GLOBAL, 'exaone4'),
-                                               ('rope', {'head_dim': 16}, 'starcoder2')])
+                                               ('rope', {'head_dim': 16}, 'starcoder2'),
+                                               ('llama', ARCEE, 'arcee'),
+                                               ('rope', NEMOTRON, 'nemotron'),
+                                               ('rope', {'position.rope.fraction': 0.5,
+                                                         'num_kv_heads': 2}, 'nemotron'),
+                                               ('rope', {'position.rope.fraction': 0.5},
+                                                'gpt_neox')])
 def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
   """Cohere 2 wherever a Cohere block has a window (on every layer too), OLMo 3 wherever an
   OLMo block has one, Granite wherever Llama's block has any one of its constants; partial
@@ -779,6 +786,23 @@ def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(
   resolve.validate(config)
   with pytest.raises(errors.ConfigError, match='a mixture of experts with ' + why):
     hf_export_config.export_family(config)
+
+
+@pytest.mark.parametrize('arg,fields,why', [
+    ('llama', dict(ARCEE, biases='qkv'), "biases='qkv' in an Arcee block"),
+    ('llama', dict(ARCEE, layer_windows=(8,)), 'sliding windows in an Arcee block'),
+    ('llama', dict(ARCEE, **{'position.rope.fraction': 0.5}), 'RoPE on part of the layers or '
+                                                              'of each head in an Arcee block'),
+    ('rope', dict(NEMOTRON, layer_windows=(8,)), 'sliding windows in a Nemotron block'),
+    ('rope', dict(NEMOTRON, biases='qkv'), "biases='qkv' in a Nemotron block")])
+def test_arcee_and_nemotron_exports_refuse_what_their_classes_lack(arg, fields, why, tmp_path):
+  config = test_config.get_config(arg)
+  kinds.set_fields(config.model, fields)
+  workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
+  with pytest.raises(errors.ConfigError, match='no transformers class computes this model: '
+                     + re.escape(why)):
+    hf.export_checkpoint(workdir, str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
 
 
 def test_an_mpt_export_keeps_a_longer_max_seq_len_of_its_source():
