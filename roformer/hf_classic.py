@@ -335,14 +335,15 @@ def phi_refusal(m, options) -> str | None:
   """Why PhiForCausalLM, the class with one LayerNorm shared by the parallel branches, does
   not compute a model with that residual, or None: a plain MLP, biases on every dense layer (and
   on the output layer, zero where the model has none), norms before the branches, no attention
-  option, no window; heads of any width and grouped-query attention."""
+  option but its QK-norm (one LayerNorm for the heads, with a bias), no window; heads of any
+  width and grouped-query attention."""
   block = 'in a Phi block (one LayerNorm before both parallel branches)'
   checks = (
       ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
        f'{m.normalization} with a {m.mlp} MLP {block}, which has LayerNorm and a plain MLP'),
       (m.biases != 'all', f'biases={m.biases!r} {block}, which has biases on every layer. Fix: '
                           f'train with --config.model.biases=all ({AGAIN})'),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      hf_fields.options_check(m, options, 'phi', block),
       (m.norm != 'pre', f"norm={m.norm!r} {block}"),
       (any(m.layer_windows), f'sliding windows {block}'),
   )

@@ -517,27 +517,18 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(normalization='layer_norm', mlp='plain', residual='sequential',
                         layer_norm_eps=float(_read(hf, 'norm_epsilon', 1e-5)))
   elif fam == 'phi':  # One LayerNorm before both branches; fc1, fc2 and lm_head have biases.
-    if _read(hf, 'qk_layernorm', False):
-      raise errors.ConfigError(f'{where}: qk_layernorm (a LayerNorm of each head\'s queries and '
-                               'keys) is not computed here. Fix: a Phi checkpoint without it (as '
-                               'microsoft/phi-2).')
     config.model.update(normalization='layer_norm', mlp='plain', residual='parallel_shared',
                         output_bias=True, layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)))
   elif fam in COHERE:  # One LayerNorm without a bias before both branches; logits scaled.
-    if _read(hf, 'use_qk_norm', False):
-      raise errors.ConfigError(f'{where}: use_qk_norm (a LayerNorm of each head\'s queries and '
-                               'keys) is not computed here. Fix: a Cohere checkpoint without it '
-                               '(as Command R 35B or Aya Expanse).')
+    if fam == 'cohere2' and _read(hf, 'use_qk_norm', False):
+      raise errors.ConfigError(f"{where}: use_qk_norm, which transformers' Cohere 2 class does "
+                               'not apply. Fix: a Cohere 2 checkpoint without it (as Command R7B).')
     config.model.update(normalization='layer_norm_unbiased', mlp='gated',
                         residual='parallel_shared',
                         layer_norm_eps=float(_read(hf, 'layer_norm_eps', 1e-5)),
                         logits_multiplier=_positive(_read(hf, 'logit_scale', 0.0625),
                                                     'logit_scale', where))
   elif fam == 'stablelm':  # LayerNorms with a gated MLP; one norm for parallel branches.
-    if _read(hf, 'qk_layernorm', False):
-      raise errors.ConfigError(f'{where}: qk_layernorm (a LayerNorm of each head\'s queries and '
-                               'keys, its own per head) is not computed here. Fix: a StableLM '
-                               'checkpoint without it (as StableLM 2 1.6B or StableLM 3B 4E1T).')
     config.model.update(normalization='layer_norm', mlp='gated',
                         residual='parallel_shared' if _read(hf, 'use_parallel_residual', False)
                         else 'sequential',
@@ -569,6 +560,12 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.attention.update(qk_norm_over='heads')
   if fam in ('qwen3', 'gemma3', 'exaone4', 'qwen3_moe', 'olmoe') + OLMO:  # RMSNorm, blocks' eps.
     config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
+  switch = {'phi': 'qk_layernorm', 'stablelm': 'qk_layernorm', 'cohere': 'use_qk_norm'}.get(fam)
+  if switch and _read(hf, switch, False):  # LayerNorms: Phi's shared with a bias, the others'
+    # one per head (StableLM 2 12B, Command R+), at the blocks' epsilon.
+    config.model.attention.update(
+        qk_norm=True, qk_norm_eps=config.model.layer_norm_eps, qk_norm_type='layer_norm',
+        qk_norm_over='head' if fam == 'phi' else 'each_head', qk_norm_bias=fam == 'phi')
   if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
     config.model.update(norm='sandwich')
   if fam in GEMMA:

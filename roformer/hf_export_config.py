@@ -144,6 +144,8 @@ def _refusal(config) -> str | None:
     # with QK-norm, Gemma 2's for one without, OLMo's for output norms, else Qwen3's.
     family = {'sandwich': hf_llama_export.sandwich_family(m), 'output': 'olmo2'}.get(m.norm,
                                                                                      'qwen3')
+    if m.mlp == 'moe':  # The mixture's class (hf_moe.export_family checked its block).
+      family = hf_moe.export_family(m)
     missing = [o.field for o in options if family not in o.transformers_families]
     if missing:
       return (f"attention.{', attention.'.join(missing)} in a "
@@ -152,6 +154,10 @@ def _refusal(config) -> str | None:
       reason = option.transformers_refusal(m, att)
       if reason:
         return reason
+    settings = [o.field for o in options if not o.transformers_computes(att, family)]
+    if settings:  # Its class has the option with other settings (QK-norm's type or span).
+      return (f"attention.{', attention.'.join(settings)} in a "
+              f'{hf_config.MODEL_TYPES[family]} block, whose class computes it otherwise')
     if m.norm == 'sandwich':
       return hf_llama_export.gemma_refusal(config, family)
     if m.norm == 'output':
@@ -352,6 +358,8 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   if source and 'max_position_embeddings' in source:
     max_len = int(source['max_position_embeddings'])
   head_dim = positions.head_dim(m)
+  # Phi's, StableLM's and Cohere's switch of QK-norm, the one option they compute (_refusal).
+  qk_norm = bool(attention_options.enabled(m.attention))
   rotary = int(round(head_dim * rope.fraction))
   base = positions.layer_rope_bases(m)[0]  # One base (refused otherwise but for Gemma 3's).
   if rope.scaling.kind == 'ntk':
@@ -379,14 +387,14 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     return out
   if fam == 'stablelm':  # Its parallel branches share one norm; partial_rotary_factor as Phi's.
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, layer_norm_eps=m.layer_norm_eps,
-               rope_theta=base, use_qkv_bias=m.biases == 'qkv', qk_layernorm=False,
+               rope_theta=base, use_qkv_bias=m.biases == 'qkv', qk_layernorm=qk_norm,
                use_parallel_residual=m.residual == 'parallel_shared', hidden_dropout=0.0,
                attention_dropout=0.0,
                partial_rotary_factor=_fraction(rotary, head_dim))
     return out
   if fam == 'phi':  # PhiConfig reads head_dim, and partial_rotary_factor at the top level.
     out.update(num_key_value_heads=m.num_kv_heads or m.num_heads, head_dim=head_dim,
-               layer_norm_eps=m.layer_norm_eps, rope_theta=base, qk_layernorm=False,
+               layer_norm_eps=m.layer_norm_eps, rope_theta=base, qk_layernorm=qk_norm,
                partial_rotary_factor=_fraction(rotary, head_dim),
                resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
     return out
@@ -432,7 +440,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(layer_norm_eps=m.layer_norm_eps, logit_scale=m.logits_multiplier,
                attention_bias=m.biases == 'attention')
     if fam == 'cohere':
-      out.update(use_qk_norm=False)
+      out.update(use_qk_norm=qk_norm)
     else:
       out.update(sliding_window=max(windows), layer_types=_layer_types(windows))
   elif fam == 'olmo':  # OlmoLayerNorm's epsilon is 1e-5 (_olmo1_refusal_of checked).

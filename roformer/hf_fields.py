@@ -36,6 +36,17 @@ def first_failed(checks) -> str | None:
   return next((reason for failed, reason in checks if failed), None)
 
 
+def options_check(m, options, family: str, block: str) -> tuple[bool, str]:
+  """A (failed, reason) check of the attention options on (`options`) against the class of
+  `family`: the first that it does not compute as set, or whose own refusal says why (QK-norm's
+  epsilon); `block` names the block in the reason."""
+  missing = [o.field for o in options if not o.transformers_computes(m.attention, family)]
+  if missing:
+    return True, f"{', '.join('attention.' + f for f in missing)} {block}"
+  reason = next((r for r in (o.transformers_refusal(m, m.attention) for o in options) if r), '')
+  return bool(reason), reason
+
+
 def positive(value, name: str, where: str) -> float:
   """A positive number of the config (a soft-cap, clip_qkv; this project's fields take up to
   1e6), or a damaged file."""

@@ -131,7 +131,8 @@ def cohere_block(m) -> bool:
 
 def cohere_refusal(m, options) -> str | None:
   """Why CohereForCausalLM and Cohere2ForCausalLM do not compute a block of theirs, or None:
-  one norm before parallel branches, RoPE on whole heads, no attention option, biases on the
+  one norm before parallel branches, RoPE on whole heads, no attention option but Cohere's
+  QK-norm (a LayerNorm per head), biases on the
   four attention layers or none; Cohere RoPE in every layer and no windows, Cohere 2 (any layer
   windowed or without positions: `export_family`) a window of one size on exactly its RoPE
   layers and heads that split d_model."""
@@ -146,7 +147,7 @@ def cohere_refusal(m, options) -> str | None:
       (m.norm != 'pre', f"norm={m.norm!r} {block}"),
       (m.position.rope.fraction < 1, f'partial rotary (rope.fraction={m.position.rope.fraction}) '
                                      f'{block}, which rotates whole heads'),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      hf_fields.options_check(m, options, 'cohere2' if cohere2 else 'cohere', block),
       (m.biases not in ('none', 'attention'),
        f"biases={m.biases!r} {block}, which has all four attention ones or none. Fix: train with "
        '--config.model.biases=attention or none'),
@@ -379,7 +380,8 @@ def stablelm_refusal(m, options) -> str | None:
   """Why StableLmForCausalLM, the class of LayerNorms with a gated MLP, does not compute such a
   block, or None: norms before the branches, added one after the other or in parallel after one
   norm (use_parallel_residual), biases on q, k and v or none, RoPE in every layer (on any part of
-  each head), no windows, no attention option, and heads that split d_model."""
+  each head), no windows, no attention option but its QK-norm (a LayerNorm per head), and heads
+  that split d_model."""
   block = 'in a StableLM block (LayerNorms with a gated MLP)'
   checks = (
       (m.norm != 'pre', f"norm={m.norm!r} {block}, which normalises each branch's input alone"),
@@ -389,7 +391,7 @@ def stablelm_refusal(m, options) -> str | None:
       (m.biases not in ('qkv', 'none'), f'biases={m.biases!r} {block}, which has them on q, k and '
                                         'v or nowhere. Fix: train with '
                                         '--config.model.biases=qkv or none'),
-      (bool(options), f"{', '.join('attention.' + o.field for o in options)} {block}"),
+      hf_fields.options_check(m, options, 'stablelm', block),
       (not all(positions.rope_layers(m)), f'layers without positions (layer_kinds) {block}'),
       (any(m.layer_windows), f'sliding windows {block}'),
       (positions.head_dim(m) * m.num_heads != m.d_model,

@@ -40,6 +40,7 @@ import numpy as np
 from roformer import errors
 from roformer import hf_falcon
 from roformer import hf_moe
+from roformer import hf_qk_norm
 from roformer import positions
 
 
@@ -194,9 +195,6 @@ def block_norms(fam: str, m) -> tuple:
   """A block's norms: its family's, else Llama's, or one for both parallel branches (StableLM's
   use_parallel_residual)."""
   return NORMS.get(fam) or (SHARED_NORM if m.residual == 'parallel_shared' else LLAMA_NORMS)
-# The families with q_norm and k_norm: each head's (head_dim wide) or all heads' at once.
-QK_NORMS = {'qwen3': 'head', 'gemma3': 'head', 'exaone4': 'head', 'olmo2': 'heads',
-            'olmo3': 'heads', 'qwen3_moe': 'head', 'olmoe': 'heads'}
 # The families whose MLP's gate and up are one gate_up_proj ([gate | up]: the classes' chunk
 # order), without a bias.
 FUSED_GATE_UP = ('phi3', 'glm', 'glm4')
@@ -376,11 +374,8 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
                                for k in parts[0]},
                        'out': _linear(t, p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'),
                                       h * hd, d, out_bias)}
-      if fam in QK_NORMS:  # QK-norm: RMSNorm of each head's queries and keys, or all heads'.
-        widths = (hd, hd) if QK_NORMS[fam] == 'head' else (h * hd, kv * hd)
-        block['attn'].update({
-            f'{n}_scale': t(p + f'self_attn.{n}_norm.weight', (w,)) + np.float32(offset)
-            for n, w in zip('qk', widths)})
+      if hf_qk_norm.has(m, fam):  # QK-norm: its scales (and biases).
+        block['attn'].update(hf_qk_norm.read(t, p, fam, (h, kv), hd, offset))
       if fam in hf_moe.FAMILIES:
         block['mlp'] = hf_moe.read_mlp(t, p, fam, m)
       elif fam in PLAIN_MLP:
@@ -562,11 +557,8 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for n, index in (('q', 0), ('k', 1), ('v', 2)):
       part = {k: split[k][index] for k in split}
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
-    if fam in QK_NORMS:  # Each head's scales, or all heads' (permuted head by head).
-      for n, heads in (('q', h), ('k', kv)):
-        scale = np.asarray(b['attn'][f'{n}_scale'], np.float32)
-        scale = scale[order] if QK_NORMS[fam] == 'head' else _per_head(scale, heads, order)
-        out[p + f'self_attn.{n}_norm.weight'] = scale - offset
+    if 'q_scale' in b['attn']:  # QK-norm's scales (and biases), permuted with the columns.
+      hf_qk_norm.write(out, p, b['attn'], fam, (h, kv), order, offset)
     # Phi's biases are on every dense layer, StarCoder 2's there or nowhere (export_family
     # checked).
     linear(p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'), b['attn']['out'],

@@ -2,11 +2,11 @@
 Qwen2-MoE's and Qwen3-MoE's sparse block.
 
 Each token's router logits r = x W_r (in float32, where transformers computes them in the
-activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give p = softmax(r) over `num_experts` experts;
-the token goes to its `experts_per_token` (k) most probable ones, weighted by their p
-(renormalized to sum to 1 where `renormalize`: Mixtral, Qwen3-MoE; as they are: OLMoE,
-Qwen2-MoE), and the block returns the weighted sum of those experts' gated MLPs
-down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff` (Qwen2-MoE) adds
+activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give
+p = softmax(r) over `num_experts` experts; the token goes to its `experts_per_token` (k) most
+probable ones, weighted by their p (renormalized to sum to 1 where `renormalize`: Mixtral,
+Qwen3-MoE; as they are: OLMoE, Qwen2-MoE), and the block returns the weighted sum of those
+experts' gated MLPs down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff` (Qwen2-MoE) adds
 sigmoid(x w_s) times a gated MLP of its own, for every token.
 
 Two computations of the same function (`impl`):

@@ -341,6 +341,20 @@ FIXTURES = {
         SMALL, num_key_value_heads=2, max_position_embeddings=4 * ORIGINAL, rope_parameters={
             'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
             'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # QK-norm as LayerNorm: Phi's one for all heads with a bias (qk_layernorm), StableLM 2 12B's
+    # one per head (qk_layernorm, with its parallel branches after one norm), Command R+'s one per
+    # head (use_qk_norm).
+    'phi_qk_layernorm': ('PhiConfig', dict(
+        SMALL, num_key_value_heads=2, qk_layernorm=True,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.5}), False, 'neox', 0),
+    'stablelm_per_head_qk_norm': ('StableLmConfig', dict(
+        SMALL, num_key_value_heads=2, qk_layernorm=True, use_parallel_residual=True,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.25}), False, 'neox', 0),
+    'cohere_qk_norm': ('CohereConfig', dict(
+        SMALL, num_key_value_heads=2, use_qk_norm=True, logit_scale=0.25,
+        rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
 }
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).

@@ -134,6 +134,47 @@ def test_qk_norm_over_the_heads_norms_all_heads_at_once():
   assert np.abs(per_head - want).max() > 1e-3
 
 
+@pytest.mark.parametrize('over,bias', [('each_head', False), ('head', True)])
+def test_qk_layer_norm_centres_each_head_with_its_scales_and_bias(over, bias):
+  """qk_norm_type='layer_norm': (x - mean) / sqrt(var + eps) * scale (+ bias) over each head's
+  vector, a scale per head (StableLM 2 12B, Command R+) or one for all (Phi, with a bias),
+  against float64; RMSNorm's output (no centring) differs."""
+  config = tiny('rope', qk_norm=True, qk_norm_type='layer_norm', qk_norm_over=over,
+                qk_norm_bias=bias, qk_norm_eps=1e-5)
+  config.model.num_kv_heads = 2
+  attn = models.create(config.model, seed=0).blocks[0].attn
+  h, kv, hd = attn.num_heads, attn.num_kv_heads, attn.head_dim
+  rng = np.random.default_rng(3)
+  shapes = {'q': (h, hd) if over == 'each_head' else (hd,),
+            'k': (kv, hd) if over == 'each_head' else (hd,)}
+  for n, shape in shapes.items():
+    assert getattr(attn, f'{n}_scale').shape == shape
+    getattr(attn, f'{n}_scale').value = jnp.asarray(rng.uniform(0.5, 2, shape), jnp.float32)
+    if bias:
+      getattr(attn, f'{n}_bias').value = jnp.asarray(rng.normal(size=shape), jnp.float32)
+  q = rng.normal(size=(2, 5, h, hd)) * 3 + 1
+  k = rng.normal(size=(2, 5, kv, hd)) * 3 - 1
+  option = attention_options.OPTIONS['qk_norm']
+  got = option.queries_keys(attn, jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32))
+  for x, n, out in ((q, 'q', got[0]), (k, 'k', got[1])):
+    y = x - x.mean(-1, keepdims=True)
+    want = y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-5) * np.asarray(
+        getattr(attn, f'{n}_scale')[...], np.float64)
+    if bias:
+      want = want + np.asarray(getattr(attn, f'{n}_bias')[...], np.float64)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5)
+  attn.qk_norm_type = 'rms_norm'
+  assert np.abs(np.asarray(option.queries_keys(attn, jnp.asarray(q, jnp.float32),
+                                               jnp.asarray(k, jnp.float32))[0])
+                - np.asarray(got[0])).max() > 1e-2
+
+
+def test_a_bias_of_qk_rms_norm_is_refused():
+  with pytest.raises(errors.ConfigError, match=r'qk_norm_bias with qk_norm_type=.rms_norm.: '
+                                               r'RMSNorm has no bias'):
+    resolve.validate(tiny('rope', qk_norm=True, qk_norm_bias=True))
+
+
 def test_the_cache_equals_the_full_pass_with_the_options():
   config = tiny('rope', qk_norm=True, ssmax=True, qkv_clip=True, qkv_clip_value=0.5)
   config.model.num_layers = 2

@@ -233,12 +233,14 @@ def test_sharded_weights_read_as_one_file(tmp_path):
      r"ffn_config \{'ffn_act_fn': 'relu'\}, where transformers applies an MLP with the exact"),
     ('mpt_alibi', lambda c: c['attn_config'].update(clip_qkv=-6.0), (),
      r'attn_config\.clip_qkv is -6\.0, where transformers reads a positive number or null'),
+    # QK-norm switched on over weights without it.
     ('phi_shared_norm_linear_v4', lambda c: c.update(qk_layernorm=True), (),
-     r"qk_layernorm \(a LayerNorm of each head's queries and keys\) is not computed here\. "
-     r'Fix: a Phi checkpoint without it'),
+     r"lacks the tensor 'model\.layers\.0\.self_attn\.q_layernorm\.weight' that config\.json "
+     r'implies'),
     ('cohere_interleaved_yarn_v4', lambda c: c.update(use_qk_norm=True), (),
-     r"use_qk_norm \(a LayerNorm of each head's queries and keys\) is not computed here\. "
-     r'Fix: a Cohere checkpoint without it'),
+     r"lacks the tensor 'model\.layers\.0\.self_attn\.q_norm\.weight'"),
+    ('cohere2_window_nope', lambda c: c.update(use_qk_norm=True), (),
+     "use_qk_norm, which transformers' Cohere 2 class does not apply"),
     ('cohere_interleaved_yarn_v4', lambda c: c.update(logit_scale=None), (),
      r'logit_scale is None, where transformers reads a positive number'),
     ('cohere2_window_nope', lambda c: c.update(layer_types=['full_attention'] * 3), (),

@@ -431,7 +431,8 @@ def test_stablelm_reads_layer_norms_with_a_gated_mlp_in_sequence_or_parallel():
   """StableLmForCausalLM: LayerNorms (with biases) before the branches, a gated MLP, q, k and v
   biases where use_qkv_bias says, partial_rotary_factor of each head rotated on its halves (a
   quarter where absent, as StableLmConfig), and with use_parallel_residual both branches after
-  one norm; in transformers 4's form too. Its per-head qk_layernorm is refused in one line."""
+  one norm; in transformers 4's form too. Its qk_layernorm is a LayerNorm of each head's own,
+  without a bias, at the blocks' epsilon."""
   hf_json = json.loads((FIXTURES / 'stablelm_qkv_bias_yarn' / 'config.json').read_text())
   m = hf_config.to_config(hf_json, 'dir').model
   assert (m.normalization, m.mlp, m.residual, m.biases, m.tie_embeddings, m.num_kv_heads) == (
@@ -446,10 +447,9 @@ def test_stablelm_reads_layer_norms_with_a_gated_mlp_in_sequence_or_parallel():
             use_parallel_residual=True)
   m = hf_config.to_config(v4, 'dir').model
   assert (m.position.rope.fraction, m.biases, m.residual) == (0.25, 'none', 'parallel_shared')
-  with pytest.raises(errors.ConfigError, match=r"qk_layernorm \(a LayerNorm of each head's "
-                     r'queries and keys, its own per head\) is not computed here\. Fix: a '
-                     r'StableLM checkpoint without it'):
-    hf_config.to_config(dict(hf_json, qk_layernorm=True), 'dir')
+  att = hf_config.to_config(dict(hf_json, qk_layernorm=True), 'dir').model.attention
+  assert (att.qk_norm, att.qk_norm_type, att.qk_norm_over, att.qk_norm_bias, att.qk_norm_eps) == (
+      True, 'layer_norm', 'each_head', False, hf_json['layer_norm_eps'])
 
 
 def test_gptj_reads_a_shared_norm_interleaved_partial_rotary_and_biases_of_its_mlp():

@@ -165,6 +165,14 @@ COHERE2 = dict(COHERE, layer_kinds=('rope', 'none'), layer_windows=(8, 0), biase
                tie_embeddings=True, init='classic', **{'position.rope.layout': 'interleaved'})
 # Cohere 2 without a global layer: a window on every layer, all of them RoPE ones.
 COHERE2_WINDOWED = dict(COHERE, layer_windows=(8,))
+# QK-norm as LayerNorm: Phi's shared by the heads with a bias, StableLM 2 12B's and Command R+'s one
+# per head (its scales permuted with the columns on export).
+QK_LAYER_NORM = {'attention.qk_norm': True, 'attention.qk_norm_type': 'layer_norm'}
+PHI_QK = dict(PHI, **QK_LAYER_NORM, **{'attention.qk_norm_bias': True})
+STABLELM_QK = dict(STABLELM_PARALLEL, **QK_LAYER_NORM, **{'attention.qk_norm_over': 'each_head',
+                                                         'attention.qk_norm_eps': 1e-5})
+COHERE_QK = dict(COHERE, **QK_LAYER_NORM, **{'attention.qk_norm_over': 'each_head',
+                                             'attention.qk_norm_eps': 1e-5})
 # Granite's: Llama's block with muP's four constants (the embeddings times 4, each branch's
 # output times 0.5, q.k times 1/16, the logits times 0.5), biases on attention and the MLP,
 # grouped-query attention, on interleaved pairs.
@@ -294,7 +302,10 @@ _SLOW = pytest.mark.slow
                                              ('llama', QWEN3_MOE, 'Qwen3MoeForCausalLM'),
                                              ('llama', OLMOE, 'OlmoeForCausalLM'),
                                              ('llama', ARCEE, 'ArceeForCausalLM'),
-                                             ('rope', NEMOTRON, 'NemotronForCausalLM')])
+                                             ('rope', NEMOTRON, 'NemotronForCausalLM'),
+                                             ('rope', PHI_QK, 'PhiForCausalLM'),
+                                             ('llama', STABLELM_QK, 'StableLmForCausalLM'),
+                                             ('llama', COHERE_QK, 'CohereForCausalLM')])
 def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tmp_path):
   """The classic block (interleaved pairs, the tied output at 1/sqrt(d), biases) goes to
   GPT-NeoX (with grouped-query attention and a window on every layer to StarCoder 2; with
@@ -401,6 +412,9 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
     pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW),
     ('mixtral_window_yarn', 'MixtralForCausalLM'),
+    pytest.param('phi_qk_layernorm', 'PhiForCausalLM', marks=_SLOW),
+    ('stablelm_per_head_qk_norm', 'StableLmForCausalLM'),
+    pytest.param('cohere_qk_norm', 'CohereForCausalLM', marks=_SLOW),
     ('nemotron_layernorm1p_linear_v4', 'NemotronForCausalLM'),
     ('arcee_relu2_yarn', 'ArceeForCausalLM'),
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
@@ -794,8 +808,18 @@ def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(
     ('llama', dict(ARCEE, **{'position.rope.fraction': 0.5}), 'RoPE on part of the layers or '
                                                               'of each head in an Arcee block'),
     ('rope', dict(NEMOTRON, layer_windows=(8,)), 'sliding windows in a Nemotron block'),
-    ('rope', dict(NEMOTRON, biases='qkv'), "biases='qkv' in a Nemotron block")])
-def test_arcee_and_nemotron_exports_refuse_what_their_classes_lack(arg, fields, why, tmp_path):
+    ('rope', dict(NEMOTRON, biases='qkv'), "biases='qkv' in a Nemotron block"),
+    # QK-norm as a class computes it, or refused naming the block.
+    ('rope', dict(PHI, **QK_LAYER_NORM), 'attention.qk_norm in a Phi block'),
+    ('llama', dict(STABLELM_QK, **{'attention.qk_norm_over': 'head'}),
+     'attention.qk_norm in a StableLM block'),
+    ('llama', {**COHERE_QK, 'attention.qk_norm_type': 'rms_norm'},
+     'attention.qk_norm in a Cohere block'),
+    ('llama', {**COHERE2, **QK_LAYER_NORM, 'attention.qk_norm_over': 'each_head',
+               'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Cohere block'),
+    ('llama', {'attention.qk_norm': True, 'attention.qk_norm_over': 'each_head',
+               'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Qwen3ForCausalLM block')])
+def test_an_export_refuses_what_its_blocks_class_lacks(arg, fields, why, tmp_path):
   config = test_config.get_config(arg)
   kinds.set_fields(config.model, fields)
   workdir = _workdir(config, tmp_path / 'w', checkpoint=False)
@@ -911,7 +935,9 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', EXAONE4), ('llama', EXAONE4_GLOBAL),
                                         ('llama', MIXTRAL), ('llama', QWEN2_MOE),
                                         ('llama', QWEN3_MOE), ('llama', OLMOE),
-                                        ('llama', ARCEE), ('rope', NEMOTRON)])
+                                        ('llama', ARCEE), ('rope', NEMOTRON),
+                                        ('rope', PHI_QK), ('llama', STABLELM_QK),
+                                        ('llama', COHERE_QK)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -1,39 +1,79 @@
-"""QK-norm (`attention.qk_norm`): RMSNorm of the queries and keys before the cache and any
+"""QK-norm (`attention.qk_norm`): a norm of the queries and keys before the cache and any
 rotation, so that cached keys are normed keys (Dehghani et al. 2023, "Scaling Vision Transformers
-to 22 Billion Parameters"). `qk_norm_over` says over what: each head's vector with a learned
-scale per dimension shared by the heads ('head': Qwen3, Gemma 3, EXAONE 4), or all the heads'
-queries (and all the key/value heads' keys) at once, one scale per dimension of each ('heads':
-OLMo 2 and 3, which norm the projection before splitting it into heads). Its epsilon,
-`qk_norm_eps`, is the file's rms_norm_eps in an imported checkpoint (roformer/hf_config.py).
+to 22 Billion Parameters").
+
+- `qk_norm_type`: RMSNorm ('rms_norm': Qwen3, Gemma 3, EXAONE 4, OLMo 2 and 3) or LayerNorm,
+  centred ('layer_norm': Phi's, StableLM 2 12B's and Command R+'s).
+- `qk_norm_over`: each head's vector, with a learned scale per dimension shared by the heads
+  ('head': Qwen3, Gemma 3, EXAONE 4, Phi), each head's with a scale of its own per head
+  ('each_head': StableLM 2 12B, Command R+), or all the heads' queries (and all the key/value
+  heads' keys) at once, one scale per dimension of each ('heads': OLMo 2 and 3, OLMoE, which
+  norm the projection before splitting it into heads).
+- `qk_norm_bias`: the LayerNorm's bias too (Phi's).
+Its epsilon, `qk_norm_eps`, is the file's norm epsilon in an imported checkpoint
+(roformer/hf_config.py).
 """
 
+import jax
 import jax.numpy as jnp
 
 from roformer import attention
+from roformer import errors
 from roformer import variables
 from roformer.attention_options import base
+from roformer.specs import Bool
 from roformer.specs import Float
 from roformer.specs import Str
 
-SPANS = ('head', 'heads')  # attention.qk_norm_over
+SPANS = ('head', 'each_head', 'heads')  # attention.qk_norm_over
+TYPES = ('rms_norm', 'layer_norm')  # attention.qk_norm_type
+# The classes that compute it, each as (type, span, bias): q_norm and k_norm with the blocks'
+# norm epsilon.
+_TRANSFORMERS = {'qwen3': ('rms_norm', 'head', False), 'gemma3': ('rms_norm', 'head', False),
+                 'exaone4': ('rms_norm', 'head', False), 'qwen3_moe': ('rms_norm', 'head', False),
+                 'olmo2': ('rms_norm', 'heads', False), 'olmo3': ('rms_norm', 'heads', False),
+                 'olmoe': ('rms_norm', 'heads', False), 'phi': ('layer_norm', 'head', True),
+                 'stablelm': ('layer_norm', 'each_head', False),
+                 'cohere': ('layer_norm', 'each_head', False)}
+# Their config.json switch, where it has one.
+_SWITCHES = {'phi': 'qk_layernorm', 'stablelm': 'qk_layernorm', 'cohere': 'use_qk_norm'}
+
+
+def layer_norm(x, scale, bias, eps: float):
+  """(x - mean) / sqrt(var + eps) * scale + bias over the last axis, in float32, returned in
+  x's dtype (bias None: none)."""
+  y = x.astype(jnp.float32)
+  y = y - jnp.mean(y, axis=-1, keepdims=True)
+  y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps) * scale
+  return (y if bias is None else y + bias).astype(x.dtype)
 
 
 @base.register
 class QKNorm(base.AttentionOption):
   field = 'qk_norm'
   paper = 'Dehghani et al. 2023'
-  about = "RMSNorm of each head's queries and keys, or of all the heads' at once"
+  about = "RMSNorm or LayerNorm of each head's queries and keys, or of all the heads' at once"
   specs = {'qk_norm_eps': Float(0, 1, min_open=True, default=1e-6),
-           # Its span (SPANS): each head, or all the heads together.
-           'qk_norm_over': Str(SPANS, default='head')}
-  # q_norm and k_norm, with the blocks' rms_norm_eps: per head in Qwen3, Gemma 3 and EXAONE 4,
-  # over the heads in OLMo 2 and 3.
-  transformers_families = ('qwen3', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'qwen3_moe', 'olmoe')
+           # Its span (SPANS): each head (one scale for all, or each its own), or all together.
+           'qk_norm_over': Str(SPANS, default='head'),
+           'qk_norm_type': Str(TYPES, default='rms_norm'),
+           # LayerNorm's bias (Phi's); RMSNorm has none.
+           'qk_norm_bias': Bool(default=False)}
+  transformers_families = tuple(_TRANSFORMERS)
 
   def transformers_computes(self, att, family: str) -> bool:
-    """OLMo 2's, 3's and OLMoE's classes norm all the heads at once, the others each head."""
-    heads = family in ('olmo2', 'olmo3', 'olmoe')
-    return family in self.transformers_families and (att.qk_norm_over == 'heads') == heads
+    """The class's own norm: its type, its span and its bias, as `_TRANSFORMERS` lists them."""
+    return _TRANSFORMERS.get(family) == (att.qk_norm_type, att.qk_norm_over, att.qk_norm_bias)
+
+  def transformers_fields(self, att, family: str) -> dict:
+    del att
+    return {_SWITCHES[family]: True} if family in _SWITCHES else {}
+
+  def validate(self, config, model_cfg, att) -> None:
+    if att.qk_norm_bias and att.qk_norm_type != 'layer_norm':
+      raise errors.ConfigError(
+          f'config.model.attention.qk_norm_bias with qk_norm_type={att.qk_norm_type!r}: RMSNorm '
+          'has no bias. Fix: --config.model.attention.qk_norm_type=layer_norm, or no bias.')
 
   def transformers_refusal(self, model_cfg, att) -> str:
     over = att.qk_norm_over
@@ -45,26 +85,36 @@ class QKNorm(base.AttentionOption):
     if att.qk_norm_eps == model_cfg.layer_norm_eps:
       return ''
     return (f'QK-norm with its own epsilon (attention.qk_norm_eps={att.qk_norm_eps}, '
-            f'layer_norm_eps={model_cfg.layer_norm_eps}): Qwen3, Gemma 3, EXAONE 4 and OLMo '
-            'have one rms_norm_eps for both. Fix: train with '
-            '--config.model.attention.qk_norm_eps equal to model.layer_norm_eps')
+            f'layer_norm_eps={model_cfg.layer_norm_eps}): the classes that have it (Qwen3, '
+            'Gemma 3, EXAONE 4, OLMo, Phi, StableLM, Cohere) have one norm epsilon for both. Fix: '
+            'train with --config.model.attention.qk_norm_eps equal to model.layer_norm_eps')
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
-    module.qk_norm_heads = att.qk_norm_over == 'heads'
-    widths = (module.head_dim,) * 2
-    if module.qk_norm_heads:  # One scale per dimension of the queries', and the keys', heads.
-      widths = (module.num_heads * module.head_dim, module.num_kv_heads * module.head_dim)
+    over, hd = att.qk_norm_over, module.head_dim
+    module.qk_norm_heads = over == 'heads'
+    h, kv = module.num_heads, module.num_kv_heads
+    shapes = {'head': ((hd,), (hd,)), 'each_head': ((h, hd), (kv, hd)),
+              'heads': ((h * hd,), (kv * hd,))}[over]
     module.q_scale, module.k_scale = (
-        variables.param(jnp.ones((width,), jnp.float32), (None,), decay=False)
-        for width in widths)
-    module.qk_norm_eps = float(att.qk_norm_eps)
+        variables.param(jnp.ones(shape, jnp.float32), (None,) * len(shape), decay=False)
+        for shape in shapes)
+    if att.qk_norm_bias:
+      module.q_bias, module.k_bias = (
+          variables.param(jnp.zeros(shape, jnp.float32), (None,) * len(shape), decay=False)
+          for shape in shapes)
+    module.qk_norm_eps, module.qk_norm_type = float(att.qk_norm_eps), att.qk_norm_type
+    module.qk_norm_bias = bool(att.qk_norm_bias)
 
   def queries_keys(self, module, q, k):
     eps = module.qk_norm_eps
-    if not module.qk_norm_heads:
-      return (attention.rms_norm(q, module.q_scale[...], eps),
-              attention.rms_norm(k, module.k_scale[...], eps))
-    # [batch, len, heads, head_dim] normed over its last two axes together.
-    flat = lambda x, scale: attention.rms_norm(
-        x.reshape(x.shape[:-2] + (-1,)), scale[...], eps).reshape(x.shape)
-    return flat(q, module.q_scale), flat(k, module.k_scale)
+
+    def norm(x, which):  # x: [batch, len, heads, head_dim].
+      scale = getattr(module, which + '_scale')[...]
+      flat = x.reshape(x.shape[:-2] + (-1,)) if module.qk_norm_heads else x
+      if module.qk_norm_type == 'rms_norm':
+        y = attention.rms_norm(flat, scale, eps)
+      else:
+        bias = getattr(module, which + '_bias')[...] if module.qk_norm_bias else None
+        y = layer_norm(flat, scale, bias, eps)
+      return y.reshape(x.shape)
+    return norm(q, 'q'), norm(k, 'k')
