@@ -1,65 +1,17 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-three architectures (and a multimodal one's language model) are read: the mixtures of
-experts of roformer/hf_moe.py (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE), NemotronForCausalLM (the
-classic block of LayerNorm1P, its scale stored less 1, with a plain MLP of squared ReLU, half of
-each head rotated by default and grouped-query attention), ArceeForCausalLM (Llama's block with
-a plain MLP of squared ReLU) and LlamaForCausalLM,
-MistralForCausalLM (its sliding window becomes `model.layer_windows`), MinistralForCausalLM
-(Mistral's block with its window on the layers `layer_types` slides, every one where absent),
-Phi3ForCausalLM (Llama's block with fused q/k/v and gate/up weights, partial rotary, a window on
-every layer, LongRoPE),
-Qwen2ForCausalLM (q/k/v biases, per-layer windows), Qwen3ForCausalLM (QK-norm, `attention.qk_norm`),
-Gemma3ForCausalLM (Gemma 3's text model: sandwich norms, `model.norm='sandwich'`, whose scales are 1
-+ the stored weight; QK-norm; the embeddings times sqrt(hidden_size), `model.embedding_multiplier`;
-local and global layers, each kind with its window and RoPE base, `model.layer_windows` and
-`model.layer_rope_bases`; a scaling of the global layers alone, `rope.scaling.layers='global'`; the
-language model of Gemma3ForConditionalGeneration too, `text_view`), Gemma2ForCausalLM (Gemma 3's
-block without QK-norm, one base, windows on alternate layers, logit soft-capping,
-`attention.softcap` and `model.logits_softcap`; both Gemmas' `query_pre_attn_scalar` is
-`attention.logit_scale`), OlmoForCausalLM (Llama's block with LayerNorms without parameters,
-`model.normalization='layer_norm_nonparametric'`, and q, k and v clamped to clip_qkv,
-`attention.qkv_clip`), Olmo2ForCausalLM and
-Olmo3ForCausalLM (norms on the branches' outputs alone, `model.norm='output'`; QK-norm over all
-heads at once, `attention.qk_norm_over='heads'`; OLMo 3's windowed layers and its scaling of the
-global ones), SmolLM3ForCausalLM (layers without positions, `no_rope_layers`, as
-`model.layer_kinds`), GPTNeoXForCausalLM (partial rotary, parallel residual), PhiForCausalLM
-(Phi-1, 1.5 and 2: GPT-NeoX's block with one LayerNorm shared by the parallel branches,
-`model.residual='parallel_shared'`, half of each head rotated by default, and a bias of the
-output layer, `model.output_bias`), CohereForCausalLM (Command R, Aya: LayerNorms without a
-bias shared by parallel branches, `model.residual='parallel_shared'`, a gated MLP, RoPE on
-interleaved pairs, and the logits times `logit_scale`, `model.logits_multiplier`),
-Cohere2ForCausalLM (Command R7B: Cohere's block with windowed RoPE layers and global layers
-without positions, `model.layer_kinds` and `model.layer_windows`), GraniteForCausalLM (Granite 3:
-Llama's block with muP's constants, the embeddings times `model.embedding_multiplier`, each
-branch's output times `model.residual_multiplier`, q.k times its own factor in place of
-1/sqrt(head_dim), `attention.softmax_scale`, and the logits divided by `logits_scaling`,
-`model.logits_multiplier`), StableLmForCausalLM (StableLM 2 and 3B: LayerNorms with a gated
-MLP, q, k and v biases (`use_qkv_bias`) or none, a quarter of each head rotated by default, the
-branches one after the other or, `use_parallel_residual`, in parallel after one norm,
-`parallel_shared`), GPTJForCausalLM (GPT-J: one LayerNorm before parallel branches,
-`parallel_shared`, biases on the MLP alone, `model.biases='mlp'`, and the output layer's, RoPE on
-the interleaved pairs of the first `rotary_dim` dimensions of each head), GlmForCausalLM (GLM-4
-9B: Llama's block with RoPE on the interleaved pairs of the first half of each head by default,
-q, k and v biases (`attention_bias`, on by default) and the MLP's gate and up in one weight),
-Glm4ForCausalLM (GLM-4 0414: GLM's block with sandwich norms, `model.norm='sandwich'`, whose
-scales are the stored weights), Starcoder2ForCausalLM (StarCoder 2: the classic block of
-LayerNorms and a plain MLP, biases on every dense layer or none, `use_bias`, with RoPE on whole
-heads, grouped-query attention and a window on every layer, `sliding_window`), FalconForCausalLM
-(Falcon: the classic block with RoPE, one or two norms before parallel branches or two before
-branches in sequence, grouped-query or multi-query attention; roformer/hf_falcon.py),
-Exaone4ForCausalLM (EXAONE 4.0: OLMo 2's output norms, `model.norm='output'`, with QK-norm over
-each head and, where it has a window, RoPE and the window on its sliding layers and neither on its
-global ones, `model.layer_kinds` and `model.layer_windows`), GPT2LMHeadModel (the
-classic block with learned absolute positions, a table over `n_positions` rows),
-BloomForCausalLM (the classic block with ALiBi and a LayerNorm of the embeddings,
-`model.embedding_norm`) and MptForCausalLM (ALiBi, LayerNorms without a bias,
-`model.normalization='layer_norm_unbiased'`, no biases, the exact GELU). A
-`head_dim` other than hidden_size / num_attention_heads (Qwen3's 0.6B and 4B, Mistral NeMo) is
-`model.head_dim`, which the Llama family's classes read. Both forms of the rotary settings that
-the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed by `type` or
-`rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
+Thirty-three architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
+each as the block components and position settings that compute what its transformers class
+computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 and 3, Gemma 2 and
+3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
+(GPT-NeoX, Phi, Cohere and Cohere 2, StableLM, StarCoder 2, Nemotron; GPT-2, GPT-J, BLOOM and MPT
+in roformer/hf_classic.py, Falcon in roformer/hf_falcon.py) and the mixtures of experts
+(roformer/hf_moe.py). docs/hf_checkpoints.md says, family by family, which field of the file
+becomes which field here and what is refused. A `head_dim` other than hidden_size /
+num_attention_heads is `model.head_dim` where the class reads it. Both forms of the rotary
+settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed
+by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_theta` inside).
 
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
