@@ -336,7 +336,8 @@ def phi_refusal(m, options) -> str | None:
   not compute a model with that residual, or None: a plain MLP, biases on every dense layer (and
   on the output layer, zero where the model has none), norms before the branches, no attention
   option but its QK-norm (one LayerNorm for the heads, with a bias), no window; heads of any
-  width and grouped-query attention."""
+  width (with QK-norm: d_model / num_heads, the width of its q_layernorm and k_layernorm) and
+  grouped-query attention."""
   block = 'in a Phi block (one LayerNorm before both parallel branches)'
   checks = (
       ((m.normalization, m.mlp) != ('layer_norm', 'plain'),
@@ -344,6 +345,9 @@ def phi_refusal(m, options) -> str | None:
       (m.biases != 'all', f'biases={m.biases!r} {block}, which has biases on every layer. Fix: '
                           f'train with --config.model.biases=all ({AGAIN})'),
       hf_fields.options_check(m, options, 'phi', block),
+      (bool(options) and positions.head_dim(m) * m.num_heads != m.d_model,
+       f'QK-norm with heads of width head_dim={positions.head_dim(m)} {block}, whose '
+       f'q_layernorm and k_layernorm are d_model / num_heads = {m.d_model // m.num_heads} wide'),
       (m.norm != 'pre', f"norm={m.norm!r} {block}"),
       (any(m.layer_windows), f'sliding windows {block}'),
   )

@@ -40,9 +40,12 @@ def options_check(m, options, family: str, block: str) -> tuple[bool, str]:
   """A (failed, reason) check of the attention options on (`options`) against the class of
   `family`: the first that it does not compute as set, or whose own refusal says why (QK-norm's
   epsilon); `block` names the block in the reason."""
-  missing = [o.field for o in options if not o.transformers_computes(m.attention, family)]
-  if missing:
-    return True, f"{', '.join('attention.' + f for f in missing)} {block}"
+  missing = [o for o in options if not o.transformers_computes(m.attention, family)]
+  if missing:  # Named with its settings where the class has the option but computes it otherwise.
+    return True, ', '.join(
+        f'attention.{o.field}' + (f" ({', '.join(f'{k}={m.attention[k]!r}' for k in o.reads)})"
+                                  if family in o.transformers_families else '')
+        for o in missing) + f' {block}'
   reason = next((r for r in (o.transformers_refusal(m, m.attention) for o in options) if r), '')
   return bool(reason), reason
 

@@ -63,11 +63,14 @@ def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
     return str(path)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   state = trainer.init_state(seed=3)
-  leaves, tree = jax.tree.flatten(state['params'])
-  keys = jax.random.split(jax.random.key(4), len(leaves))
+  # Vectors, and QK-norm's scales and biases (a matrix where each head has its own).
+  moved = lambda path, leaf: leaf.ndim == 1 or sharding.path_str(path).endswith(
+      ('q_scale', 'k_scale', 'q_bias', 'k_bias'))
+  paths, tree = jax.tree_util.tree_flatten_with_path(state['params'])
+  keys = jax.random.split(jax.random.key(4), len(paths))
   state['params'] = jax.tree.unflatten(tree, [
-      leaf + 0.2 * jax.random.normal(key, leaf.shape, leaf.dtype) if leaf.ndim == 1 else leaf
-      for leaf, key in zip(leaves, keys)])
+      leaf + 0.2 * jax.random.normal(key, leaf.shape, leaf.dtype) if moved(path, leaf) else leaf
+      for (path, leaf), key in zip(paths, keys)])
   ckpt = checkpoint_lib.Checkpointer(os.path.join(path, 'checkpoints'))
   ckpt.save(0, state)
   ckpt.close()
@@ -659,7 +662,7 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
                                     r'--config\.model\.biases=all'),
     (dict(PHI, layer_windows=(8, 0)), r'sliding windows in a Phi block'),
     (dict(PHI, **{'attention.qk_norm': True, 'attention.qk_norm_eps': 1e-6}),
-     r'attention\.qk_norm in a Phi block'),
+     r"attention\.qk_norm \(.*qk_norm_type='rms_norm'.*\) in a Phi block"),
     (dict(PHI, normalization='rms_norm', mlp='gated', output_bias=False),
      r"a parallel residual \(residual='parallel_shared'\) in a Llama-family block"),
     (dict(PHI, normalization='rms_norm', mlp='gated'),
@@ -818,13 +821,21 @@ def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(
     ('rope', dict(NEMOTRON, layer_windows=(8,)), 'sliding windows in a Nemotron block'),
     ('rope', dict(NEMOTRON, biases='qkv'), "biases='qkv' in a Nemotron block"),
     # QK-norm as a class computes it, or refused naming the block.
-    ('rope', dict(PHI, **QK_LAYER_NORM), 'attention.qk_norm in a Phi block'),
+    ('rope', dict(PHI, **QK_LAYER_NORM), "attention.qk_norm (qk_norm_eps=1e-06, "
+                                         "qk_norm_over='head', qk_norm_type='layer_norm', "
+                                         'qk_norm_bias=False) in a Phi block'),
+    ('rope', dict(PHI_QK, head_dim=12), 'QK-norm with heads of width head_dim=12 in a Phi block '
+                                        '(one LayerNorm before both parallel branches), whose '
+                                        'q_layernorm and k_layernorm are d_model / num_heads = 8 '
+                                        'wide'),
     ('llama', dict(STABLELM_QK, **{'attention.qk_norm_over': 'head'}),
-     'attention.qk_norm in a StableLM block'),
+     "attention.qk_norm (qk_norm_eps=1e-05, qk_norm_over='head', qk_norm_type='layer_norm', "
+     'qk_norm_bias=False) in a StableLM block'),
     ('llama', {**COHERE_QK, 'attention.qk_norm_type': 'rms_norm'},
-     'attention.qk_norm in a Cohere block'),
+     "attention.qk_norm (qk_norm_eps=1e-05, qk_norm_over='each_head', qk_norm_type='rms_norm', "
+     'qk_norm_bias=False) in a Cohere block'),
     ('llama', {**COHERE2, **QK_LAYER_NORM, 'attention.qk_norm_over': 'each_head',
-               'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Cohere block'),
+               'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Cohere block'),  # Cohere 2.
     ('llama', {'attention.qk_norm': True, 'attention.qk_norm_over': 'each_head',
                'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Qwen3ForCausalLM block')])
 def test_an_export_refuses_what_its_blocks_class_lacks(arg, fields, why, tmp_path):
