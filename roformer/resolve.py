@@ -35,6 +35,7 @@ from roformer import sharding
 from roformer import tasks
 from roformer import trainer as trainer_lib
 from roformer import workdir as workdir_lib
+from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import pipeline
 from roformer.data import synthetic
@@ -80,7 +81,11 @@ def _mesh(config, trained: tuple[int, str] | None = None) -> Mesh:
 
 def for_training(config: ml_collections.ConfigDict, workdir: str) -> Run:
   """The run that `train.py` starts or resumes in `workdir`."""
-  check_fields(config, _followed(config, workdir))
+  followed = _followed(config, workdir)
+  resumed = os.path.exists(os.path.join(workdir, 'config.json'))
+  with config.unlocked():  # Saved as the files they name from here (a resumed run's as saved).
+    corpus.make_absolute(config.data, followed.data if resumed else None)
+  check_fields(config, followed)
   workdir = os.path.abspath(workdir)
   resume_step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
   starting_from = bool(config.init_from) and resume_step is None
@@ -162,6 +167,8 @@ def for_evaluation(config: ml_collections.ConfigDict, workdir: str,
                              'Fix: e.g. --splits=validation,test.')
   step = trainer_lib.checkpoint_step(workdir, step)
   saved = saved_config.load(workdir)
+  with config.unlocked():  # Globs given here name the files from here; the saved ones as saved.
+    corpus.make_absolute(config.data, saved.data)
   check_evaluation(config, saved, workdir)
   _fit_saved_mesh(config, saved)
   count, where = trained_positions(saved)

@@ -196,7 +196,7 @@ def _bad_inputs(tmp_path):
   write_jsonl(tmp_path / 'held' / 'v.jsonl', ['held out'])
   return {  # case: (fields, the error names)
       'no match': ({'files': f'{tmp_path}/nothing/*.txt'}, 'nothing/*.txt\' matches no file'),
-      'relative': ({'files': 'nothing/*.txt'}, 'A relative glob is saved as given and read '
+      'relative': ({'files': 'nothing/*.txt'}, 'A relative glob is read '
                                                 'from the current directory'),
       'a directory': ({'files': f'{tmp_path}/held'}, "held' is a directory. Fix: a glob of its "
                                                     "documents, e.g. --config.data.files="),
@@ -267,23 +267,26 @@ def tfds_descriptions() -> str:
 def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_path, caplog):
   """README's command on the TFDS descriptions (a few steps of the tiny model): train.py
   converts them, trains and evaluates; evaluating the workdir again gives the same loss. Once
-  the files change, an evaluation says so and records each split's documents."""
+  the files change, an evaluation says so and records each split's documents. The glob is given
+  relative to the directory train.py runs in, and saved made absolute: the evaluations here run
+  from another directory."""
   workdir, cache, docs = tmp_path / 'run', tmp_path / 'cache', tmp_path / 'docs'
   for path in glob.glob(tfds_descriptions()):
     (docs / path.split(os.sep)[-2]).mkdir(parents=True)
     shutil.copy(path, docs / path.split(os.sep)[-2])
   done = subprocess.run(
-      [sys.executable, 'train.py', '--config=configs/test.py', f'--workdir={workdir}',
-       '--config.data.name=files', f'--config.data.files={docs}/*/README.md',
+      [sys.executable, f'{REPO}/train.py', f'--config={REPO}/configs/test.py',
+       f'--workdir={workdir}', '--config.data.name=files', '--config.data.files=docs/*/README.md',
        f'--config.data.data_dir={cache}', '--config.data.vocab_size=256',
        '--config.train.steps=4', '--config.train.eval_every=4', '--config.train.checkpoint_every=4',
-       '--config.mesh.num_devices=1'], cwd=REPO, env=processes.env(devices=1),
+       '--config.mesh.num_devices=1'], cwd=tmp_path, env=processes.env(devices=1),
       capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   assert 'Converted ' in done.stdout and 'from 186 files' in done.stdout
   records = metrics.read_jsonl(str(workdir / 'metrics.jsonl'))
   validation = [r for r in records if r['split'] == 'validation'][-1]
   saved = saved_config.load(str(workdir))
+  assert saved.data.files == f'{docs}/*/README.md' and os.getcwd() != str(tmp_path)
   saved.eval.update(max_batches=saved.train.eval_batches, length_multipliers=(1,))
   results = evaluate.evaluate_workdir(saved, str(workdir), splits=('validation',))
   np.testing.assert_allclose(results['splits']['validation']['lengths'][0]['loss'],
@@ -302,6 +305,27 @@ def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_p
   now = len(pipeline.load_sources(saved.data, ('validation',))['validation'])
   assert changed['data']['validation'][''] != held_out
   assert changed['data']['validation'][''].startswith(f'{now} documents, sha256 ')
+
+
+def test_a_relative_glob_is_made_absolute_unless_a_resumed_or_evaluated_run_saved_it(
+    tmp_path, monkeypatch):
+  """Globs given here name the files from the current directory; a glob equal to the saved
+  run's own stays as saved (a run saved with a relative glob resumes with it), and ~ is
+  expanded."""
+  monkeypatch.chdir(tmp_path)
+  cfg = ml_collections.ConfigDict({'files': 'a/*.txt, ~/b.jsonl', 'validation_files': '',
+                                   'test_files': 'c/*.md',
+                                   'mixture': {'x': {'files': 'd/*.txt', 'weight': 1.0}}})
+  corpus.make_absolute(cfg)
+  assert cfg.files == f"{tmp_path}/a/*.txt,{os.path.expanduser('~')}/b.jsonl"
+  assert (cfg.validation_files, cfg.test_files) == ('', f'{tmp_path}/c/*.md')
+  assert cfg.mixture.x.files == f'{tmp_path}/d/*.txt'
+  saved = ml_collections.ConfigDict({'files': 'a/*.txt', 'mixture': {'x': {'files': 'd/*.txt'}}})
+  again = ml_collections.ConfigDict({'files': 'a/*.txt', 'test_files': 'c/*.md',
+                                     'mixture': {'x': {'files': 'e/*.txt'}}})
+  corpus.make_absolute(again, saved)
+  assert (again.files, again.test_files, again.mixture.x.files) == (
+      'a/*.txt', f'{tmp_path}/c/*.md', f'{tmp_path}/e/*.txt')
 
 
 def test_files_fields_are_refused_for_another_dataset():

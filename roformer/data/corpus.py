@@ -63,6 +63,32 @@ def _format(path: str) -> str:
       'rename it, or narrow the glob in config.data.files so that it matches only documents.')
 
 
+GLOB_FIELDS = ('files', 'validation_files', 'test_files')
+
+
+def absolute(globs: str) -> str:
+  """The comma-separated `globs` with each relative one read from the current directory (and
+  `~` expanded), so that a saved run names its files wherever it is evaluated or resumed."""
+  patterns = [g.strip() for g in globs.split(',')]
+  return ','.join(os.path.abspath(os.path.expanduser(p)) if p else p for p in patterns)
+
+
+def make_absolute(data_cfg, saved=None) -> None:
+  """config.data's globs of your own files, and its mixture entries', made absolute in place
+  (a run started with `--config.data.files=docs/*.txt` saves the directory it was started in);
+  with `saved` (a saved run's config.data), the globs equal to its own stay as saved."""
+  def groups(cfg):
+    mixture = cfg.get('mixture') or {}
+    return [(None, cfg)] + [(name, entry) for name, entry in mixture.items()
+                            if hasattr(entry, 'get')]
+  kept = dict(groups(saved)) if saved is not None else {}
+  for name, group in groups(data_cfg):
+    for field in GLOB_FIELDS:
+      value = group.get(field)
+      if value and not (name in kept and kept[name].get(field) == value):
+        group[field] = absolute(value)
+
+
 def matched(globs: str, field: str) -> list[str]:
   """The files (absolute paths, sorted per glob, each once) that the comma-separated `globs`
   of config.data.`field` match; a glob that matches no file is an error naming it."""
@@ -80,8 +106,9 @@ def matched(globs: str, field: str) -> list[str]:
           f"e.g. --config.data.{field}='{pattern.rstrip('/')}/**/*.txt' (or .jsonl, ...).")
     if not found:
       relative = '' if os.path.isabs(os.path.expanduser(pattern)) else (
-          ' A relative glob is saved as given and read from the current directory: run from '
-          'the directory the run was started in, or give the glob as an absolute path.')
+          ' A relative glob is read from the current directory (a run saves it made absolute '
+          'from the directory it started in; one saved before, as given): run from that '
+          'directory, or give the glob as an absolute path.')
       raise errors.ConfigError(
           f'config.data.{field}: {pattern!r} matches no file (from {os.getcwd()}). Fix: check '
           f'the path, or quote the glob so that the shell does not expand it.{relative}')
