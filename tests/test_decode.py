@@ -46,8 +46,24 @@ def _decode(model, tokens, positions, cache):
   return model.decode(tokens, positions, cache)
 
 
-@pytest.mark.parametrize('num_kv_heads', [0, 1])
-@pytest.mark.parametrize('kind', kinds.by_capabilities(KINDS))
+# Multi-query attention for every kind is a repeat behind -m slow, but for a kind of each family
+# (rotary, bias, none).
+_MQA = {'rope', 'alibi', 'none'}
+
+
+def _kinds_and_heads():
+  """(kind, num_kv_heads) of every kind `by_capabilities` runs, its marks kept: one key/value
+  head per query head, and multi-query attention (slow but for `_MQA`)."""
+  out = []
+  for param in kinds.by_capabilities(KINDS):
+    kind, marks = (param.values[0], list(param.marks)) if hasattr(param, 'values') else (param, [])
+    out.append(pytest.param(kind, 0, marks=marks, id=f'{kind}-0'))
+    out.append(pytest.param(kind, 1, id=f'{kind}-1',
+                            marks=marks + ([] if kind in _MQA else [pytest.mark.slow])))
+  return out
+
+
+@pytest.mark.parametrize('kind,num_kv_heads', _kinds_and_heads())
 def test_cached_logits_equal_full_forward(kind, num_kv_heads):
   """Prefill 4 tokens, then feed one token at a time: each step's logits equal the logits of
   a full forward pass over the whole prefix (positions from the cache index), with one

@@ -66,8 +66,10 @@ def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name
   # length of each call's input: past their original 16 positions, states cached by an
   # earlier, shorter call were computed at other frequencies, so it is checked within them
   # (generate, above, refills LongRoPE's cache where it crosses them).
+  # Chunks of one size compile one decoding program (the cache index is an argument); greedy
+  # generation above decoded one token at a time.
   follows_length = lm.config.model.position.rope.scaling.kind in ('dynamic', 'longrope')
-  sizes = (7, 1, 8) if follows_length else (7, 1, 16)
+  sizes = (8, 8) if follows_length else (8, 8, 8)
   kinds.assert_decoding_equals_full_pass(lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]),
                                          sizes, max_len=sum(sizes))
 
