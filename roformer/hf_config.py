@@ -32,6 +32,7 @@ import os
 
 import ml_collections
 
+from roformer import attention_options
 from roformer import errors
 from roformer import files
 from roformer import hf_classic
@@ -501,23 +502,12 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                                   qkv_clip_value=_positive(hf['clip_qkv'], 'clip_qkv', where))
   if fam == 'granite':
     _granite_multipliers(config, hf, where)
-  if fam in OLMO:  # Norms on the branches' outputs alone; q_norm and k_norm over all heads.
+  if fam in OLMO + ('exaone4',):  # Norms on the branches' outputs alone.
     config.model.update(norm='output')
-    config.model.attention.update(qk_norm_over='heads')
-  if fam == 'exaone4':  # OLMo 2's output norms with q_norm and k_norm over each head.
-    config.model.update(norm='output')
-  if fam in hf_moe.FAMILIES:  # The experts; OLMoE's q_norm and k_norm span all heads.
+  if fam in hf_moe.FAMILIES:  # The experts.
     config.model.update(hf_moe.model_fields(hf, fam, head_dim, where))
-  if fam == 'olmoe':
-    config.model.attention.update(qk_norm_over='heads')
-  if fam in ('qwen3', 'gemma3', 'exaone4', 'qwen3_moe', 'olmoe') + OLMO:  # RMSNorm, blocks' eps.
-    config.model.attention.update(qk_norm=True, qk_norm_eps=config.model.layer_norm_eps)
-  switch = {'phi': 'qk_layernorm', 'stablelm': 'qk_layernorm', 'cohere': 'use_qk_norm'}.get(fam)
-  if switch and _read(hf, switch, False):  # LayerNorms: Phi's shared with a bias, the others'
-    # one per head (StableLM 2 12B, Command R+), at the blocks' epsilon.
-    config.model.attention.update(
-        qk_norm=True, qk_norm_eps=config.model.layer_norm_eps, qk_norm_type='layer_norm',
-        qk_norm_over='head' if fam == 'phi' else 'each_head', qk_norm_bias=fam == 'phi')
+  for option in attention_options.OPTIONS.values():  # QK-norm as the class computes it.
+    config.model.attention.update(option.from_transformers(fam, hf, config.model.layer_norm_eps))
   if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
     config.model.update(norm='sandwich')
   if fam in GEMMA:

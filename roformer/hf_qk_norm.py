@@ -18,18 +18,14 @@ the scales and biases go with them.
 import numpy as np
 
 from roformer import attention_options
+from roformer.attention_options import qk_norm
 
-# family: (span, the norms' names under self_attn., a bias)
-LAYOUTS = {'qwen3': ('head', 'q_norm', 'k_norm', False),
-           'qwen3_moe': ('head', 'q_norm', 'k_norm', False),
-           'gemma3': ('head', 'q_norm', 'k_norm', False),
-           'exaone4': ('head', 'q_norm', 'k_norm', False),
-           'olmo2': ('heads', 'q_norm', 'k_norm', False),
-           'olmo3': ('heads', 'q_norm', 'k_norm', False),
-           'olmoe': ('heads', 'q_norm', 'k_norm', False),
-           'phi': ('head', 'q_layernorm', 'k_layernorm', True),
-           'stablelm': ('each_head', 'q_layernorm.norms', 'k_layernorm.norms', False),
-           'cohere': ('each_head', 'q_norm', 'k_norm', False)}
+# family: the norms' names under self_attn., and whether each head's is a tensor of its own
+# (StableLM's `norms.<i>`); their span and bias are the option's (`qk_norm.transformers_norm`).
+LAYOUTS = {**{fam: ('q_norm', 'k_norm', False) for fam in (
+    'qwen3', 'qwen3_moe', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'olmoe', 'cohere')},
+           'phi': ('q_layernorm', 'k_layernorm', False),
+           'stablelm': ('q_layernorm.norms', 'k_layernorm.norms', True)}
 
 
 def has(m, fam: str) -> bool:
@@ -48,13 +44,14 @@ def _shape(span: str, heads: int, head_dim: int) -> tuple[int, ...]:
 def read(t, p: str, fam: str, heads: tuple[int, int], head_dim: int, offset: float) -> dict:
   """A layer's QK-norm parameters from its tensors (`t`, roformer/hf_weights.py's reader);
   `heads`: the query and key/value heads; `offset`: what the family stores its scales less."""
-  span, q_name, k_name, bias = LAYOUTS[fam]
+  (q_name, k_name, apart), (_, span, bias) = LAYOUTS[fam], qk_norm.transformers_norm(fam)
   out = {}
   for n, name, count in (('q', q_name, heads[0]), ('k', k_name, heads[1])):
     shape = _shape(span, count, head_dim)
     base = p + 'self_attn.' + name
-    if fam == 'stablelm':  # One LayerNorm per head.
-      out[f'{n}_scale'] = np.stack([t(f'{base}.{i}.weight', (head_dim,)) for i in range(count)])
+    if apart:  # One LayerNorm per head.
+      out[f'{n}_scale'] = np.stack([t(f'{base}.{i}.weight', (head_dim,))
+                                    for i in range(count)]) + np.float32(offset)
     else:
       out[f'{n}_scale'] = t(base + '.weight', shape) + np.float32(offset)
     if bias:
@@ -65,7 +62,7 @@ def read(t, p: str, fam: str, heads: tuple[int, int], head_dim: int, offset: flo
 def write(out: dict, p: str, attn: dict, fam: str, heads: tuple[int, int], order: np.ndarray,
           offset: float) -> None:
   """A layer's QK-norm parameters as the family's tensors, their columns in `order`."""
-  span, q_name, k_name, _ = LAYOUTS[fam]
+  (q_name, k_name, apart), span = LAYOUTS[fam], qk_norm.transformers_norm(fam)[1]
   for n, name, count in (('q', q_name, heads[0]), ('k', k_name, heads[1])):
     base = p + 'self_attn.' + name
     for kind in ('scale', 'bias'):
@@ -78,7 +75,7 @@ def write(out: dict, p: str, attn: dict, fam: str, heads: tuple[int, int], order
         array = array[..., order]
       array = array - offset if kind == 'scale' else array
       suffix = 'weight' if kind == 'scale' else 'bias'
-      if fam == 'stablelm':
+      if apart:
         for i, row in enumerate(array):
           out[f'{base}.{i}.{suffix}'] = np.ascontiguousarray(row)
       else:

@@ -179,6 +179,13 @@ class AttentionOption:
     del att, family
     return {}
 
+  def from_transformers(self, family: str, hf: dict, eps: float) -> dict:
+    """config.model.attention's fields that a `family` checkpoint's config.json (`hf`) sets
+    for it, where the class computes it with the blocks' norm epsilon `eps` as the import reads
+    it (roformer/hf_config.py); {} where it does not."""
+    del family, hf, eps
+    return {}
+
   def transformers_computes(self, att, family: str) -> bool:
     """Whether class `family` computes it as `att` sets it: one of `transformers_families`, or
     (an option with settings that some of those classes compute and others do not) the ones

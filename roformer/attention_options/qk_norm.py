@@ -39,6 +39,12 @@ _TRANSFORMERS = {'qwen3': ('rms_norm', 'head', False), 'gemma3': ('rms_norm', 'h
 _SWITCHES = {'phi': 'qk_layernorm', 'stablelm': 'qk_layernorm', 'cohere': 'use_qk_norm'}
 
 
+def transformers_norm(family: str) -> tuple[str, str, bool]:
+  """(type, span, bias) of the QK-norm that transformers' class `family` computes (KeyError
+  where it has none)."""
+  return _TRANSFORMERS[family]
+
+
 def layer_norm(x, scale, bias, eps: float):
   """(x - mean) / sqrt(var + eps) * scale + bias over the last axis, in float32, returned in
   x's dtype (bias None: none)."""
@@ -68,6 +74,16 @@ class QKNorm(base.AttentionOption):
   def transformers_fields(self, att, family: str) -> dict:
     del att
     return {_SWITCHES[family]: True} if family in _SWITCHES else {}
+
+  def from_transformers(self, family: str, hf: dict, eps: float) -> dict:
+    """The family's own norm, at the blocks' epsilon: always in Qwen3's and OLMo 2's kinds,
+    where its switch is on in Phi's, StableLM's and Cohere's."""
+    switch = _SWITCHES.get(family)
+    if family not in _TRANSFORMERS or (switch and not hf.get(switch)):
+      return {}
+    kind, over, bias = _TRANSFORMERS[family]
+    return {'qk_norm': True, 'qk_norm_eps': eps, 'qk_norm_type': kind, 'qk_norm_over': over,
+            'qk_norm_bias': bias}
 
   def validate(self, config, model_cfg, att) -> None:
     if att.qk_norm_bias and att.qk_norm_type != 'layer_norm':
