@@ -196,6 +196,13 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   return hf['architectures'][0]
 
 
+@nnx.jit
+def _logits(model, ids, pos):
+  """One full pass; a module-level function, so that two models of one structure (a workdir
+  and its export read back, or one loaded twice) share its compiled program."""
+  return model(ids, pos, jnp.ones_like(ids))
+
+
 class CausalLM:
   """A causal-LM workdir's model restored for use from Python (see the module docstring)."""
 
@@ -205,7 +212,6 @@ class CausalLM:
     self.tokenizer = opened.tokenizer
     self.vocab_size = int(opened.config.model.vocab_size)
     self.model = nnx.merge(trainer.graphdef, params)
-    self._logits = nnx.jit(lambda m, ids, pos: m(ids, pos, jnp.ones_like(ids)))
 
   def _ids(self, ids) -> jax.Array:
     try:
@@ -245,7 +251,7 @@ class CausalLM:
     ids = self._ids(ids)
     self._fits(ids.shape[1], 'score shorter rows')
     pos = jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
-    return np.asarray(self._logits(self.model, ids, pos), np.float32)
+    return np.asarray(_logits(self.model, ids, pos), np.float32)
 
   def generate(self, ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
                stop_at_eos: bool = True) -> np.ndarray:

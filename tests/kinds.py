@@ -160,13 +160,14 @@ def float64_softmax_layer(attn, logits, v, mask, *, softcap=None, gate=None, x=N
   return out @ f64(attn.out.kernel[...]) + f64(attn.out.bias[...])
 
 
-def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, atol=1e-4):
+def assert_decoding_equals_full_pass(model, tokens, sizes, max_len: int = 16, atol=1e-4,
+                                     full=None):
   """Feeds `tokens` [batch, len] through the key/value cache in steps of `sizes` and checks
-  every step's logits against one full pass over the whole row (positions 0..len-1). Returns
-  the final cache."""
+  every step's logits against one full pass over the whole row (positions 0..len-1), or
+  against `full` where the caller has that pass's logits. Returns the final cache."""
   batch, length = tokens.shape
   pos = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  full = np.asarray(_full_pass(model, tokens, pos))
+  full = np.asarray(_full_pass(model, tokens, pos) if full is None else full)
   cache, start = model.init_cache(batch, max_len), 0
   for size in sizes:
     logits, cache = _decode(model, tokens[:, start:start + size], pos[:, start:start + size],

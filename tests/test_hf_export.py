@@ -10,10 +10,12 @@ import os
 import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import sentencepiece as spm
 import tokenizers
+from flax import nnx
 
 from configs import test as test_config
 from roformer import checkpoint as checkpoint_lib
@@ -22,6 +24,7 @@ from roformer import hf
 from roformer import hf_config
 from roformer import hf_export_config
 from roformer import hf_weights
+from roformer import models
 from roformer import resolve
 from roformer import saved_config
 from roformer import sharding
@@ -61,8 +64,11 @@ def _workdir(config, path, checkpoint: bool = True, tokenizer=None) -> str:
   saved_config.save(config, str(path))
   if not checkpoint:
     return str(path)
-  trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
-  state = trainer.init_state(seed=3)
+  # Drawn eagerly: Trainer.init_state compiles its initialisation (about 0.9 s a model here).
+  abstract = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh)).abstract_state
+  state = {'params': nnx.state(models.create(config.model, seed=3)),
+           'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
+           'step': jnp.int32(0)}
   # Vectors, and QK-norm's scales and biases (a matrix where each head has its own).
   moved = lambda path, leaf: leaf.ndim == 1 or sharding.path_str(path).endswith(
       ('q_scale', 'k_scale', 'q_bias', 'k_bias'))
