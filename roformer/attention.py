@@ -365,14 +365,22 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
                    f'{IMPLEMENTATIONS}.')
 
 
-def attend_logits(logits: jax.Array, v: jax.Array, mask: jax.Array
-                  ) -> tuple[jax.Array, jax.Array]:
+def attend_logits(logits: jax.Array, v: jax.Array, mask: jax.Array,
+                  sink: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """softmax(logits, masked) v for logits a position scheme computed itself (its `logits`
   hook: float32 [batch, heads, q_len, k_len], already scaled). Returns (output
   [batch, q_len, heads, head_dim], probabilities), as `attend`'s einsum path with probabilities;
-  fully masked rows average the values."""
+  fully masked rows average the values. `sink` (float32 [heads]) joins each row's softmax as
+  one more logit that weights no value: the weights then sum to less than 1, and a fully masked
+  row weights nothing."""
   logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-  probs = softmax(logits).astype(v.dtype)
+  if sink is None:
+    probs = softmax(logits)
+  else:
+    column = jnp.broadcast_to(sink.astype(jnp.float32)[None, :, None, None],
+                              logits.shape[:-1] + (1,))
+    probs = softmax(jnp.concatenate([logits, column], axis=-1))[..., :-1]
+  probs = probs.astype(v.dtype)
   return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
 
 

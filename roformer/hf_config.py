@@ -16,7 +16,8 @@ by `type` or `rope_type`), and transformers 5's `rope_parameters` (with `rope_th
 The scalings map onto roformer/positions/scaling.py with transformers' semantics
 (modeling_rope_utils): `linear` divides the frequencies; `dynamic` is NTK with the base grown
 from `max_position_embeddings` at the input's length; `yarn` uses the ramp between the pair
-indices of beta_fast and beta_slow rotations (`ramp='index'`) and multiplies q and k by its
+indices of beta_fast and beta_slow rotations (`ramp='index'`, or `'index_unrounded'` for
+`truncate: false`) and multiplies q and k by its
 attention factor (given, from mscale and mscale_all_dim, or 0.1 ln(factor) + 1); `llama3` is
 Llama 3.1's smooth band; `longrope` (Phi-3's; its older names `su` and `yarn` in a Phi-3
 config) divides each pair by its short or long factor, the long ones for an input past
@@ -224,15 +225,13 @@ def _scaling(settings: dict, hf: dict, fam: str, where: str) -> tuple[dict, int]
             'short_factor': tuple(float(x) for x in pairs['short_factor']),
             'long_factor': tuple(float(x) for x in pairs['long_factor']),
             'attention_factor': float(settings.get('attention_factor') or 0.0)}, original
-  if not _read(settings, 'truncate', True):
-    raise errors.ConfigError(f"{where}: yarn with truncate=false (an unrounded ramp) is not one "
-                             'this project computes. Fix: a checkpoint with the rounded ramp.')
+  ramp = 'index' if _read(settings, 'truncate', True) else 'index_unrounded'
   attention = settings.get('attention_factor')
   mscale, mscale_all = settings.get('mscale'), settings.get('mscale_all_dim')
   if attention is None and mscale and mscale_all:
     grow = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
     attention = grow(mscale) / grow(mscale_all)
-  return {'kind': 'yarn', 'factor': factor, 'original_length': original, 'ramp': 'index',
+  return {'kind': 'yarn', 'factor': factor, 'original_length': original, 'ramp': ramp,
           'alpha': float(settings.get('beta_slow') or 1.0),
           'beta': float(settings.get('beta_fast') or 32.0),
           'attention_factor': float(attention or 0.0)}, original

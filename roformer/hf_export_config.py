@@ -69,8 +69,8 @@ def _refusal(config) -> str | None:
                                     'time change to attention. Fix: export a model whose saved '
                                     'config has remap.method=none, and apply the remap with '
                                     'eval.py'),
-      (rope.scaling.kind == 'yarn' and rope.scaling.ramp != 'index',
-       "YaRN's 'ratio' ramp (transformers computes the 'index' ramp). Fix: train or continue "
+      (rope.scaling.kind == 'yarn' and rope.scaling.ramp == 'ratio',
+       "YaRN's 'ratio' ramp (transformers computes the 'index' ramps). Fix: train or continue "
        "with --config.model.position.rope.scaling.ramp=index: the ramps give other "
        'frequencies, so a model trained on one is not the other'),
       (not attention_options.KINDS[att.kind].in_transformers, f'attention.kind={att.kind!r}'),
@@ -313,6 +313,8 @@ def _rope_scaling(config) -> tuple[dict | None, int]:
             'original_max_position_embeddings': sc.original_length}, extended
   out = {'rope_type': 'yarn', 'factor': sc.factor, 'beta_fast': sc.beta, 'beta_slow': sc.alpha,
          'original_max_position_embeddings': sc.original_length}
+  if sc.ramp == 'index_unrounded':
+    out['truncate'] = False
   if sc.attention_factor:
     out['attention_factor'] = sc.attention_factor
   return out, extended

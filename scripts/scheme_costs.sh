@@ -39,7 +39,7 @@ bench() {  # bench NAME ARGS...: one benchmark record, RECORDS/NAME.json.
 }
 bench kinds --kinds "$kinds" "$@"
 bench attention_stick_breaking --kinds rope --vary model.attention.kind=softmax,stick_breaking "$@"
-for option in differential output_gate qk_norm ssmax softcap; do
+for option in differential output_gate qk_norm ssmax softcap sink_logit; do
   bench "attention_$option" --kinds rope --vary "model.attention.$option=False,True" "$@"
 done
 bench attention_dape --kinds alibi --vary model.attention.dape=False,True "$@"  # It reads a bias.

@@ -102,7 +102,7 @@ class Compiled:
 
 def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_factor=None,
                       gate=None, qk_norm_eps=1e-6, qk_norm_over='head', scale_dim=None,
-                      softcap=None, clip=None, softmax_scale=None):
+                      softcap=None, clip=None, softmax_scale=None, sink=None):
   """One softmax attention layer (`attn`, fused q/k/v, one key/value head per query head, of
   any head width) in float64: optional RMSNorm of each head's q and k (scale per dimension,
   epsilon `qk_norm_eps`; with `qk_norm_over='heads'`, of all the heads' q, and k, at once;
@@ -110,9 +110,9 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   query position (Llama 4's temperature), logits q.k/sqrt(d) + bias (d: `scale_dim`, else the
   heads' width), times s_h log n_i with n_i the visible keys (SSMax), capped to c tanh(l / c)
   with c `softcap` (the logits q.k times `softmax_scale` in place of 1/sqrt(d) where that is
-  given), softmax over the visible keys, values, each head's output times
-  sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection; with
-  `clip`, q, k and v clamped to [-clip, clip] first."""
+  given), softmax over the visible keys (and a head's `sink` logit, which weights nothing),
+  values, each head's output times sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel,
+  bias), output projection; with `clip`, q, k and v clamped to [-clip, clip] first."""
   f64 = lambda a: np.asarray(a, np.float64)
   dim = attn.head_dim
   q, k, v = float64_qkv(attn, x)
@@ -131,7 +131,8 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   if ssmax:
     n = mask.sum(-1, keepdims=True)
     logits = logits * f64(attn.ssmax_scale[...])[None, :, None, None] * np.log(np.maximum(n, 1))
-  return float64_softmax_layer(attn, logits, v, mask, softcap=softcap, gate=gate, x=x)
+  return float64_softmax_layer(attn, logits, v, mask, softcap=softcap, gate=gate, x=x,
+                               sink=sink)
 
 
 def float64_qkv(attn, x):
@@ -143,17 +144,25 @@ def float64_qkv(attn, x):
   return np.split(qkv.reshape(b, length, 3 * attn.num_heads, attn.head_dim), 3, axis=2)
 
 
-def float64_softmax_layer(attn, logits, v, mask, *, softcap=None, gate=None, x=None):
+def float64_softmax_layer(attn, logits, v, mask, *, softcap=None, gate=None, x=None,
+                          sink=None):
   """The rest of the layer in float64 from its logits [batch, heads, q, k]: capped to
-  c tanh(l / c) with c `softcap`, softmax over the visible keys, values, each head's output times
+  c tanh(l / c) with c `softcap`, softmax over the visible keys (its denominator plus
+  exp(sink_h) where a `sink` [heads] is given), values, each head's output times
   sigmoid(x gate_kernel + gate_bias) when `gate` is (kernel, bias), output projection."""
   f64 = lambda a: np.asarray(a, np.float64)
   logits = f64(logits)
   if softcap:
     logits = softcap * np.tanh(logits / softcap)
   logits = np.where(np.asarray(mask), logits, -np.inf)
-  probs = np.exp(logits - logits.max(-1, keepdims=True))
-  probs /= probs.sum(-1, keepdims=True)
+  top = logits.max(-1, keepdims=True)
+  sink_term = 0.0
+  if sink is not None:
+    sink = f64(sink)[None, :, None, None]
+    top = np.maximum(top, sink)
+    sink_term = np.exp(sink - top)
+  probs = np.exp(logits - top)
+  probs /= probs.sum(-1, keepdims=True) + sink_term
   out = np.einsum('bhqk,bkhd->bqhd', probs, v).reshape(v.shape[0], v.shape[1], -1)
   if gate is not None:
     out = out / (1 + np.exp(-(f64(x) @ f64(gate[0]) + f64(gate[1]))))

@@ -231,20 +231,20 @@ _FITTING_KIND = {'dape': 'alibi', 'nope_temperature': 'none', 'differential': 'r
 # read from the declarations): a softmax's logits for SSMax, differential attention and DAPE;
 # per-head weighted values for the gate; logits for the NoPE temperature; QK-norm, the
 # queries' scales (logit_scale, softmax_scale) and the clamp of the projections anywhere; a
-# softmax's logits for the soft-cap.
+# softmax's logits for the soft-cap; a softmax's normalisation for the sink logit.
 RUNS_WITH = {'qk_norm': {'softmax', 'favor', 'stick_breaking'}, 'ssmax': {'softmax'},
              'output_gate': {'softmax', 'stick_breaking'}, 'differential': {'softmax'},
              'dape': {'softmax'}, 'nope_temperature': {'softmax', 'stick_breaking'},
              'softcap': {'softmax'}, 'logit_scale': {'softmax', 'favor', 'stick_breaking'},
              'qkv_clip': {'softmax', 'favor', 'stick_breaking'},
-             'softmax_scale': {'softmax', 'favor', 'stick_breaking'}}
-EINSUM_ONLY = {'differential', 'dape', 'softcap'}
+             'softmax_scale': {'softmax', 'favor', 'stick_breaking'}, 'sink_logit': {'softmax'}}
+EINSUM_ONLY = {'differential', 'dape', 'softcap', 'sink_logit'}
 
 
 @pytest.mark.parametrize('kind', ['softmax', 'favor', 'stick_breaking'])
 @pytest.mark.parametrize('field', ['qk_norm', 'ssmax', 'output_gate', 'differential', 'dape',
                                    'nope_temperature', 'softcap', 'logit_scale', 'qkv_clip',
-                                   'softmax_scale'])
+                                   'softmax_scale', 'sink_logit'])
 def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
   """The declarations say what each option computes (RUNS_WITH, written out apart from them),
   and the check follows the declarations: an option with an attention kind is refused, naming
@@ -269,15 +269,15 @@ def test_an_option_runs_with_an_attention_kind_exactly_as_declared(field, kind):
       attention_options.check(config, m, att)
 
 
-@pytest.mark.parametrize('flag', ['forms_logits', 'maps_logits'])
-def test_an_option_that_forms_or_maps_the_logits_must_declare_the_einsum_path(flag):
-  """The fused kernels never form the logits: registering an option that forms or maps them
-  without einsum_only fails, and registers nothing."""
+@pytest.mark.parametrize('flag', ['forms_logits', 'maps_logits', 'adds_sink'])
+def test_an_option_that_forms_maps_or_adds_to_the_logits_must_declare_the_einsum_path(flag):
+  """The fused kernels never form the logits: registering an option that forms or maps them,
+  or adds a logit to each row, without einsum_only fails, and registers nothing."""
   from roformer.attention_options import base  # pylint: disable=g-import-not-at-top
   cls = type('Undeclared', (base.AttentionOption,), {'field': 'undeclared', flag: True})
   try:
-    with pytest.raises(TypeError, match="'undeclared' forms or maps the logits, so it must "
-                                        'declare einsum_only'):
+    with pytest.raises(TypeError, match="'undeclared' forms, maps or adds to the logits, so "
+                                        'it must declare einsum_only'):
       base.register(cls)
     assert 'undeclared' not in attention_options.OPTIONS
   finally:  # Whatever happened, later tests see the registry as it was.

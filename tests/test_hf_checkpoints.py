@@ -182,8 +182,6 @@ def test_sharded_weights_read_as_one_file(tmp_path):
      "lacks the tensor 'model.layers.2.input_layernorm.weight'"),
     ('llama_dynamic', None, ('model.safetensors',), 'has no model.safetensors'),
     ('llama_dynamic', None, ('tokenizer.json',), 'has no tokenizer.json'),
-    ('qwen2_yarn_v4', lambda c: c['rope_scaling'].update(truncate=False), (),
-     'yarn with truncate=false'),
     ('llama_dynamic', lambda c: c.update(hidden_size=[32]), (),
      'config.json holds a value of the wrong type'),
     ('llama_dynamic', lambda c: c.update(architectures=[{'class': 'Gemma3'}]), (),

@@ -17,6 +17,7 @@ from safetensors import numpy as safetensors_numpy
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
+from roformer import hf_export_config
 from roformer import positions
 from tests import hf_fixtures
 
@@ -371,6 +372,16 @@ def test_biases_on_the_mlp_alone_read_as_their_own_setting():
                                  (True, False, 'attention'), (False, False, 'none')):
     config = hf_config.to_config(dict(hf, attention_bias=attention, mlp_bias=mlp), 'dir')
     assert config.model.biases == biases
+
+
+def test_yarn_truncate_false_reads_as_the_unrounded_ramp_and_goes_out_as_it_came():
+  base = json.loads((FIXTURES / 'qwen2_yarn_v4' / 'config.json').read_text())
+  for truncate, ramp in ((None, 'index'), (True, 'index'), (False, 'index_unrounded')):
+    settings = dict(base['rope_scaling'], **({} if truncate is None else {'truncate': truncate}))
+    config = hf_config.to_config(dict(base, rope_scaling=settings), 'dir')
+    assert config.model.position.rope.scaling.ramp == ramp
+    went = hf_export_config.from_config(config, {'bos': None, 'eos': 1, 'pad': None})
+    assert went['rope_scaling'].get('truncate', True) == (ramp == 'index')
 
 
 def test_yarn_attention_factor_follows_transformers():

@@ -337,7 +337,8 @@ def test_dynamic_ntk_base_grows_with_the_largest_position(length):
 def test_yarn_ramps_match_their_formulas(factor, length):
   """ratio: gamma = clip((L / lambda_i - alpha) / (beta - alpha), 0, 1) (the paper); index:
   a linear ramp over pair indices between the dimensions where L / lambda equals beta and
-  alpha (floor and ceil), as released YaRN checkpoints use."""
+  alpha (floor and ceil), as released YaRN checkpoints use; index_unrounded: the same between
+  those dimensions unrounded (transformers' truncate=false)."""
   d, base = 64, 10000.0
   theta = base ** (-np.arange(0, d, 2) / d)
   ratio, _ = positions.scaled_frequencies(d, base, scaling_cfg(
@@ -346,14 +347,20 @@ def test_yarn_ramps_match_their_formulas(factor, length):
       'yarn', factor=factor, original_length=length, ramp='index'))
   correction = lambda rotations: d * math.log(length / (rotations * 2 * math.pi)) / (
       2 * math.log(base))
+  unrounded, _ = positions.scaled_frequencies(d, base, scaling_cfg(
+      'yarn', factor=factor, original_length=length, ramp='index_unrounded'))
   low, high = max(math.floor(correction(32.0)), 0), min(math.ceil(correction(1.0)), d - 1)
+  exact_low, exact_high = max(correction(32.0), 0), min(correction(1.0), d - 1)
   for i, t in enumerate(theta):
     r = length * t / (2 * math.pi)
     g = min(max((r - 1) / 31, 0.0), 1.0)
     assert ratio[i] == pytest.approx((1 - g) * t / factor + g * t, rel=1e-12)
     g = 1 - min(max((i - low) / (high - low), 0.0), 1.0)
     assert index[i] == pytest.approx((1 - g) * t / factor + g * t, rel=1e-12)
-  assert not np.allclose(ratio, index)  # Two different ramps ...
+    g = 1 - min(max((i - exact_low) / (exact_high - exact_low), 0.0), 1.0)
+    assert unrounded[i] == pytest.approx((1 - g) * t / factor + g * t, rel=1e-12)
+  assert not np.allclose(ratio, index)  # Three different ramps ...
+  assert not np.allclose(unrounded, index)
   assert index[0] == theta[0] and index[-1] == pytest.approx(theta[-1] / factor)  # ... ends.
   assert mscale == pytest.approx(0.1 * math.log(factor) + 1)
 

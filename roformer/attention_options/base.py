@@ -22,8 +22,9 @@ registers them; a switch's hooks default to doing nothing, `logits` being called
 - `queries(module, q, pos)`, switches (nope_temperature): the rotated queries;
 - `attend(module, q, k, v, mask, site)`, kind: the weights and the weighted values; softmax's
   asks the switches' `logits` (dape: forms the logits, `forms_logits`), `logits_factor`
-  (ssmax: a factor on each row's logits and bias) and `map_logits` (softcap: a function of the
-  formed logits, `maps_logits`);
+  (ssmax: a factor on each row's logits and bias), `map_logits` (softcap: a function of the
+  formed logits, `maps_logits`) and `sink` (sink_logit: a logit per head in each row's
+  softmax, `adds_sink`);
 - `outputs(module, out, x, layer)`, switches (differential, output_gate): the heads' outputs.
 
 `init` sets parameters as attributes of the attention module, so that their paths in a
@@ -165,6 +166,7 @@ class AttentionOption:
   no_single_map = ''
   forms_logits = False  # Its `logits` hook forms the logits from q.k and the scheme's bias.
   maps_logits = False  # Its `map_logits` hook maps the formed logits before the softmax.
+  adds_sink = False  # Its `sink` hook gives a logit per head that joins each row's softmax.
   # The transformers families (roformer/hf_export_config.py) whose attention computes it; none: an
   # export of a model with it on is refused.
   transformers_families: tuple[str, ...] = ()
@@ -243,6 +245,11 @@ class AttentionOption:
     mask and the softmax; called where `maps_logits` says so."""
     raise NotImplementedError
 
+  def sink(self, module):
+    """float32 [heads]: a logit per head that joins each row's softmax and weights no value
+    (called where `adds_sink` says so)."""
+    raise NotImplementedError
+
   def logits_factor(self, module, mask):
     """A factor [batch or 1, heads, q_len] on each row's logits and bias, or None."""
     del module, mask
@@ -263,8 +270,8 @@ def register(cls):
   else:
     # The fused kernels add the scheme's bias inside their tiles: logits formed or mapped by an
     # option exist on the einsum path alone.
-    if (item.forms_logits or item.maps_logits) and not item.einsum_only:
-      raise TypeError(f'attention option {item.field!r} forms or maps the logits, so it must '
-                      'declare einsum_only = True.')
+    if (item.forms_logits or item.maps_logits or item.adds_sink) and not item.einsum_only:
+      raise TypeError(f'attention option {item.field!r} forms, maps or adds to the logits, so '
+                      'it must declare einsum_only = True.')
     OPTIONS[item.field] = item
   return cls

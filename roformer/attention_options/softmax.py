@@ -1,8 +1,8 @@
 """Softmax attention (`attention.kind='softmax'`, the default): softmax over q.k/sqrt(d) and the
 position scheme's terms, on every implementation (`attention.attend`), or on the fused bias
 kernel of roformer/fused_bias.py with attention_impl='pallas'. A switch that maps the logits
-(`maps_logits`: soft-capping) has them formed on every path, over causal blocks of queries as
-the plain einsum path. Under a distance remap the
+(`maps_logits`: soft-capping) or adds a logit to each row's softmax (`adds_sink`: sink_logit)
+has them formed on every path, over causal blocks of queries as the plain einsum path. Under a distance remap the
 logits are RoPE's at the remapped distances, computed over causal blocks of queries (at most
 REMAP_BLOCKS, of at least `model.causal_block` rows; 0: the whole matrix) so that a long
 evaluation holds one block's rows of them at a time."""
@@ -33,6 +33,7 @@ class Softmax(base.AttentionKind):
     factors = lambda mask: [f for f in (o.logits_factor(module, mask) for o in module.options)
                             if f is not None]
     maps = [o for o in module.options if o.maps_logits]
+    sink = next((o.sink(module) for o in module.options if o.adds_sink), None)
     former = next((o for o in module.options if o.forms_logits), None)
     if module.remap:
       blocked = module.causal and module.causal_block and cache is None and not module.record_probs
@@ -40,14 +41,15 @@ class Softmax(base.AttentionKind):
       if blocked and rows < q.shape[1]:
         return attention.over_causal_blocks(
             lambda q, k, v, mask, _, q_pos, k_pos: _remapped(
-                module, position, q, k, v, mask, q_pos, k_pos, factors, maps, site.k_pos)[0],
+                module, position, q, k, v, mask, q_pos, k_pos, factors, maps, sink,
+                site.k_pos)[0],
             q, k, v, mask, None, rows, module.window, (site.pos,), (site.k_pos,)), None
-      return _remapped(module, position, q, k, v, mask, *args, factors, maps)
+      return _remapped(module, position, q, k, v, mask, *args, factors, maps, sink)
     if module.computes_logits:
       logits = position.logits(q, k, *args, mask, site.ctx)
       for factor in factors(mask):
         logits = logits * factor[..., None]
-      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
+      return attention.attend_logits(_mapped(module, logits, maps), v, mask, sink)
     fused = site.fused_inputs(module)  # Never with a map: such options are einsum-only.
     if fused:
       # The fused kernel: the scheme's bias computed block by block, never materialised.
@@ -57,12 +59,12 @@ class Softmax(base.AttentionKind):
     bias = position.logits_bias(q, k, *args, mask, site.ctx)
     if former:
       logits = former.logits(module, attention.scaled_logits(q, k), bias)
-      return attention.attend_logits(_mapped(module, logits, maps), v, mask)
+      return attention.attend_logits(_mapped(module, logits, maps), v, mask, sink)
     for factor in factors(mask):  # (q.k + bias) f, with q scaled so that every kernel can run it.
       q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
       bias = None if bias is None else bias * factor[..., None]
-    if maps:
-      return _mapped_attention(module, q, k, v, mask, bias, maps, cache)
+    if maps or sink is not None:
+      return _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink)
     return attention.attend(q, k, v, mask, bias=bias,
                             impl='einsum' if module.record_probs else module.unfused_impl,
                             return_probs=module.value_term or module.record_probs,
@@ -72,14 +74,14 @@ class Softmax(base.AttentionKind):
                             causal=module.causal)
 
 
-def _mapped_attention(module, q, k, v, mask, bias, maps, cache):
-  """softmax over the mapped logits (q.k/sqrt(d) + bias through each switch's `map_logits`):
-  (output, weights). A causal self-attention without a cache whose weights nothing reads runs
+def _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink=None):
+  """softmax over the mapped logits (q.k/sqrt(d) + bias through each switch's `map_logits`),
+  with the switches' `sink` logit where one adds it: (output, weights). A causal self-attention without a cache whose weights nothing reads runs
   over causal blocks of `model.causal_block` queries, each over the keys from its window's first
   to its last row, as the plain einsum path does, so that it holds one block's logits."""
   def attend(q, k, v, mask, bias):
     return attention.attend_logits(_mapped(module, attention.scaled_logits(q, k, bias), maps),
-                                   v, mask)
+                                   v, mask, sink)
 
   rows = module.causal_block
   if (module.causal and cache is None and 0 < rows < q.shape[1]
@@ -96,7 +98,8 @@ def _mapped(module, logits, maps):
   return logits
 
 
-def _remapped(module, position, q, k, v, mask, q_pos, k_pos, factors, maps, row_pos=None):
+def _remapped(module, position, q, k, v, mask, q_pos, k_pos, factors, maps, sink=None,
+              row_pos=None):
   """softmax over RoPE's logits under the layer's distance remap (`remapped_logits`: one
   [batch, heads, q_len, k_len] product per region of the remap), with the pairs the remap hides
   masked, each option's row factor and map: (output, weights). Run over causal blocks of queries,
@@ -107,4 +110,4 @@ def _remapped(module, position, q, k, v, mask, q_pos, k_pos, factors, maps, row_
   mask = mask if seen is None else mask & seen[:, None]
   for factor in factors(mask):
     logits = logits * factor[..., None]
-  return attention.attend_logits(_mapped(module, logits, maps), v, mask)
+  return attention.attend_logits(_mapped(module, logits, maps), v, mask, sink)

@@ -15,7 +15,7 @@ from roformer import errors
 from roformer import specs
 
 KINDS = ('none', 'linear', 'ntk', 'yarn', 'llama3', 'dynamic', 'longrope')
-RAMPS = ('ratio', 'index')
+RAMPS = ('ratio', 'index', 'index_unrounded')
 # The layers a scaling applies to: every one, or those without a sliding window (model.layer_windows
 # 0: Gemma 3's global layers, which transformers scales alone), the windowed ones rotating by the
 # plain frequencies.
@@ -111,14 +111,19 @@ def yarn_ramp(head_dim: int, base: float, scaling) -> np.ndarray:
     dim(n) = d ln(L / (2 pi n)) / (2 ln base); from low = max(floor(dim(beta)), 0) to
     high = min(ceil(dim(alpha)), d - 1) (high += 0.001 if equal) gamma falls linearly in i:
     gamma_i = 1 - clip((i - low) / (high - low), 0, 1).
-  Both keep the pairs that rotate more than beta times and interpolate those below alpha.
+  - `index_unrounded`: the same from low = max(dim(beta), 0) to high = min(dim(alpha), d - 1),
+    not rounded to whole pairs (transformers' `truncate: false`, gpt-oss's checkpoints).
+  Each keeps the pairs that rotate more than beta times and interpolates those below alpha.
   """
   length, alpha, beta = scaling.original_length, scaling.alpha, scaling.beta
   if option(scaling, 'ramp') == 'ratio':
     ratio = length * rope_frequencies(head_dim, base) / (2 * np.pi)
     return np.clip((ratio - alpha) / (beta - alpha), 0.0, 1.0)
   dim = lambda rotations: head_dim * np.log(length / (2 * np.pi * rotations)) / (2 * np.log(base))
-  low, high = max(np.floor(dim(beta)), 0.0), min(np.ceil(dim(alpha)), head_dim - 1.0)
+  low, high = dim(beta), dim(alpha)
+  if option(scaling, 'ramp') == 'index':
+    low, high = np.floor(low), np.ceil(high)
+  low, high = max(low, 0.0), min(high, head_dim - 1.0)
   if low == high:
     high += 0.001
   return 1.0 - np.clip((np.arange(head_dim // 2) - low) / (high - low), 0.0, 1.0)
