@@ -1,13 +1,16 @@
 """A mixture-of-experts MLP (`model.mlp='moe'`, its options in `model.moe`): Mixtral's, OLMoE's,
-Qwen2-MoE's and Qwen3-MoE's sparse block.
+Qwen2-MoE's, Qwen3-MoE's and gpt-oss's sparse block.
 
 Each token's router logits r = x W_r (in float32, where transformers computes them in the
 activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give
 p = softmax(r) over `num_experts` experts; the token goes to its `experts_per_token` (k) most
 probable ones, weighted by their p (renormalized to sum to 1 where `renormalize`: Mixtral,
 Qwen3-MoE; as they are: OLMoE, Qwen2-MoE), and the block returns the weighted sum of those
-experts' gated MLPs down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff` (Qwen2-MoE) adds
-sigmoid(x w_s) times a gated MLP of its own, for every token.
+experts' gated MLPs down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff`
+(Qwen2-MoE) adds sigmoid(x w_s) times a gated MLP of its own, for every token. gpt-oss's experts
+(`biases`, `swiglu_limit` > 0) add a bias to the router's logits and to each projection, and
+clamp their SwiGLU: with g = min(gate_e x, c) and u = clip(up_e x, -c, c) for c = `swiglu_limit`,
+the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`.
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
@@ -56,6 +59,12 @@ FIELDS = {
     'router_z_loss': Float(0, 1e3, default=0.0),
     # 'dense' (every expert on every token) or 'ragged' (jax.lax.ragged_dot): the same outputs.
     'impl': Str(IMPLEMENTATIONS, default='dense'),
+    # A bias on the router's logits and on each expert's projections (gpt-oss).
+    'biases': Bool(default=False),
+    # > 0: gpt-oss's clamped SwiGLU (see above) at this limit, with its gain `swiglu_alpha`, in
+    # place of the model's activation; 0: act(gate x) * up x.
+    'swiglu_limit': Float(0, 1e6, default=0.0),
+    'swiglu_alpha': Float(0, 1e3, min_open=True, default=1.702),
 }
 
 
@@ -65,7 +74,12 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   o = model_cfg.moe
   if mlp_bias:
     return (f'config.model.biases={model_cfg.biases!r} gives the MLP biases; the experts of '
-            "model.mlp='moe' have none. Fix: --config.model.biases=attention, qkv or none.")
+            "model.mlp='moe' take theirs from model.moe.biases. Fix: "
+            '--config.model.biases=attention, qkv or none (and --config.model.moe.biases=True).')
+  if not o.swiglu_limit and o.swiglu_alpha != FIELDS['swiglu_alpha'].default:
+    return (f'config.model.moe.swiglu_alpha={o.swiglu_alpha} is read only by the clamped SwiGLU '
+            '(moe.swiglu_limit > 0), and the limit is 0. Fix: set --config.model.moe.'
+            'swiglu_limit, or leave swiglu_alpha at its default.')
   if o.experts_per_token > o.num_experts:
     return (f'config.model.moe.experts_per_token={o.experts_per_token} is more than '
             f'num_experts={o.num_experts}. Fix: at most num_experts.')
@@ -110,6 +124,7 @@ class MixtureOfExperts(nnx.Module):
     self.k, self.renormalize, self.impl = o.experts_per_token, o.renormalize, o.impl
     self.balance_loss, self.router_z_loss = o.balance_loss, o.router_z_loss
     self.activation, self.dtype = activation, dtype
+    self.limit, self.alpha = float(o.swiglu_limit), float(o.swiglu_alpha)
 
     def weight(shape, axes, stddev):
       value = stddev * jax.random.normal(rngs.params(), shape, jnp.float32)
@@ -118,6 +133,13 @@ class MixtureOfExperts(nnx.Module):
     self.gate = weight((e, d, f), (None, 'embed', 'mlp'), std(d, False))
     self.up = weight((e, d, f), (None, 'embed', 'mlp'), std(d, False))
     self.down = weight((e, f, d), (None, 'mlp', 'embed'), std(f, True))
+    self.biased = bool(o.biases)
+    if self.biased:  # Zero at the start, as a Linear's.
+      zeros = lambda shape, axes: variables.param(jnp.zeros(shape, jnp.float32), axes,
+                                                  decay=False)
+      self.router_bias = zeros((e,), (None,))
+      self.gate_bias, self.up_bias = zeros((e, f), (None, 'mlp')), zeros((e, f), (None, 'mlp'))
+      self.down_bias = zeros((e, d), (None, 'embed'))
     self.shared = shared
     if shared is not None:
       self.shared_gate = weight((d, 1), ('embed', None), std(d, False))
@@ -126,6 +148,8 @@ class MixtureOfExperts(nnx.Module):
     shape = x.shape
     tokens = x.reshape(-1, shape[-1])
     logits = tokens.astype(jnp.float32) @ self.router[...]
+    if self.biased:
+      logits = logits + self.router_bias[...]
     probs, chosen, weights = route(logits, self.k, self.renormalize)
     if auxiliary.active():
       aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
@@ -143,14 +167,32 @@ class MixtureOfExperts(nnx.Module):
     return (self.gate[...].astype(self.dtype), self.up[...].astype(self.dtype),
             self.down[...].astype(self.dtype))
 
+  def _biases(self, experts=None):
+    """(gate, up, down) biases [E or rows, width] of every expert, or of the expert of each row
+    (`experts`); zeros where the experts have none."""
+    if not self.biased:
+      return 0.0, 0.0, 0.0
+    pick = (lambda b: b[...]) if experts is None else (lambda b: b[...][experts])
+    return tuple(pick(b).astype(self.dtype) for b in (self.gate_bias, self.up_bias,
+                                                      self.down_bias))
+
+  def _hidden(self, gate, up):
+    """The experts' hidden units from their gate and up projections."""
+    if not self.limit:
+      return self.activation(gate) * up
+    gate = jnp.minimum(gate, self.limit)
+    return gate * jax.nn.sigmoid(self.alpha * gate) * (jnp.clip(up, -self.limit, self.limit) + 1)
+
   def _dense(self, tokens, chosen, weights):
     """Every expert on every token; the combination weights are 0 off each token's k."""
     gate, up, down = self._weights()
+    gate_bias, up_bias, down_bias = self._biases()
+    per_expert = lambda b: b if isinstance(b, float) else b[:, None, :]
     x = tokens.astype(self.dtype)
-    hidden = (self.activation(jnp.einsum('td,edf->etf', x, gate))
-              * jnp.einsum('td,edf->etf', x, up))
+    hidden = self._hidden(jnp.einsum('td,edf->etf', x, gate) + per_expert(gate_bias),
+                          jnp.einsum('td,edf->etf', x, up) + per_expert(up_bias))
     hidden = sharding.constrain(hidden, (None, 'batch', 'act_mlp'))
-    outputs = jnp.einsum('etf,efd->etd', hidden, down)
+    outputs = jnp.einsum('etf,efd->etd', hidden, down) + per_expert(down_bias)
     combine = jnp.einsum('tk,tke->te', weights,
                          jax.nn.one_hot(chosen, gate.shape[0], dtype=jnp.float32))
     return jnp.einsum('etd,te->td', outputs.astype(jnp.float32), combine)
@@ -163,9 +205,10 @@ class MixtureOfExperts(nnx.Module):
     order = jnp.argsort(flat, stable=True)
     rows = order // self.k  # The token of each sorted pair.
     sizes = jnp.bincount(flat, length=gate.shape[0]).astype(jnp.int32)
+    gate_bias, up_bias, down_bias = self._biases(flat[order])
     x = tokens.astype(self.dtype)[rows]
-    hidden = (self.activation(jax.lax.ragged_dot(x, gate, sizes))
-              * jax.lax.ragged_dot(x, up, sizes))
-    outputs = jax.lax.ragged_dot(hidden, down, sizes).astype(jnp.float32)
+    hidden = self._hidden(jax.lax.ragged_dot(x, gate, sizes) + gate_bias,
+                          jax.lax.ragged_dot(x, up, sizes) + up_bias)
+    outputs = (jax.lax.ragged_dot(hidden, down, sizes) + down_bias).astype(jnp.float32)
     outputs = outputs * weights.reshape(-1)[order][:, None]
     return jnp.zeros((tokens.shape[0], tokens.shape[1]), jnp.float32).at[rows].add(outputs)

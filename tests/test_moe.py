@@ -36,21 +36,32 @@ def _layer(cfg, seed=0):
   return layers.mlp(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
 
 
-def _float64(layer, x, k, renormalize):
-  """Each token's experts chosen and weighted by hand, in float64."""
-  p = {n: np.asarray(getattr(layer, n)[...], np.float64)
-       for n in ('router', 'gate', 'up', 'down')}
+def _float64(layer, x, k, renormalize, limit=0.0, alpha=1.702):
+  """Each token's experts chosen and weighted by hand, in float64; with biases where the layer
+  has them, and gpt-oss's clamped SwiGLU at `limit` > 0 (gain `alpha`)."""
+  names = ('router', 'gate', 'up', 'down')
+  p = {n: np.asarray(getattr(layer, n)[...], np.float64) for n in names}
+  b = {n: (np.asarray(getattr(layer, n + '_bias')[...], np.float64) if layer.biased
+           else np.zeros(p[n].shape[::2] if n != 'router' else p[n].shape[-1:]))
+       for n in names}
   silu = lambda v: v / (1 + np.exp(-v))
+
+  def hidden(g, u):
+    if not limit:
+      return silu(g) * u
+    g = np.minimum(g, limit)
+    return g / (1 + np.exp(-alpha * g)) * (np.clip(u, -limit, limit) + 1)
   out = np.zeros_like(x)
   for index in np.ndindex(x.shape[:-1]):
     t = x[index]
-    logits = t @ p['router']
+    logits = t @ p['router'] + b['router']
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
     top = np.argsort(-probs)[:k]
     w = probs[top] / (probs[top].sum() if renormalize else 1.0)
     for e, we in zip(top, w):
-      out[index] += we * (silu(t @ p['gate'][e]) * (t @ p['up'][e])) @ p['down'][e]
+      h = hidden(t @ p['gate'][e] + b['gate'][e], t @ p['up'][e] + b['up'][e])
+      out[index] += we * (h @ p['down'][e] + b['down'][e])
     if layer.shared is not None:
       s = {n: np.asarray(getattr(layer.shared, n).kernel[...], np.float64)
            for n in ('gate', 'up', 'down')}
@@ -66,6 +77,40 @@ def test_each_token_is_the_weighted_sum_of_its_k_experts(impl, renormalize, shar
   layer = _layer(_cfg(impl=impl, renormalize=renormalize, shared_d_ff=shared))
   got = np.asarray(layer(jnp.asarray(X, jnp.float32)))
   np.testing.assert_allclose(got, _float64(layer, X, 2, renormalize), rtol=2e-5, atol=2e-6)
+
+
+def _gpt_oss_layer(impl, limit=1.5):
+  """gpt-oss's experts, their biases drawn (they start at 0) and a limit that binds."""
+  layer = _layer(_cfg(impl=impl, biases=True, swiglu_limit=limit))
+  rng = np.random.default_rng(1)
+  for name in ('router_bias', 'gate_bias', 'up_bias', 'down_bias'):
+    param = getattr(layer, name)
+    param.value = jnp.asarray(rng.normal(size=param.value.shape), jnp.float32)
+  return layer
+
+
+@pytest.mark.parametrize('impl', moe.IMPLEMENTATIONS)
+def test_gpt_oss_experts_are_their_formula_with_biases_and_the_clamp(impl):
+  """A bias on the router's logits and on each projection, and the SwiGLU with the gate
+  clamped above at c and the up projection to [-c, c], plus 1: against float64 token by token;
+  the clamp binds (without it, another output)."""
+  layer = _gpt_oss_layer(impl)
+  got = np.asarray(layer(jnp.asarray(X, jnp.float32)))
+  np.testing.assert_allclose(got, _float64(layer, X, 2, True, limit=1.5), rtol=2e-5, atol=2e-5)
+  assert np.abs(_float64(layer, X, 2, True, limit=1e6) - got).max() > 1e-2
+
+
+def test_gpt_oss_experts_compute_the_same_dense_and_ragged_with_gradients():
+  x = jnp.asarray(X, jnp.float32)
+
+  def run(impl):
+    loss = lambda m: jnp.sum(m(x) * jnp.cos(jnp.arange(x.size).reshape(x.shape)))
+    return nnx.value_and_grad(loss)(_gpt_oss_layer(impl))
+  (dense, dense_grads), (ragged, ragged_grads) = run('dense'), run('ragged')
+  np.testing.assert_allclose(ragged, dense, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(ragged_grads), jax.tree.leaves(dense_grads)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+  assert all(np.abs(np.asarray(g)).max() > 0 for g in jax.tree.leaves(dense_grads))
 
 
 def test_the_dense_and_ragged_computations_give_the_same_outputs_and_gradients():
@@ -193,7 +238,8 @@ def test_flops_count_the_router_and_k_experts():
 
 @pytest.mark.parametrize('fields,named', [
     (dict(biases='all'), 'config.model.biases'),
-    (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token')])
+    (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token'),
+    (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha')])
 def test_bad_mixtures_are_refused_naming_the_field(fields, named):
   config = test_config.get_config()
   config.model.update(mlp='moe')
