@@ -40,6 +40,7 @@ from roformer import hf_classic
 from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_layers
+from roformer import hf_gpt_oss
 from roformer import hf_moe
 from roformer import positions
 
@@ -162,11 +163,13 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
                              f'({sorted(params)}), which this project does not read. Fix: a '
                              'checkpoint with one set of rotary settings.')
   # transformers takes rope_scaling over rope_parameters when a file has both.
-  settings = dict(hf.get('rope_scaling') or params or {})
+  settings = dict(hf.get('rope_scaling') or params or (
+      hf_gpt_oss.DEFAULT_SCALING if fam == hf_gpt_oss.FAMILY else {}))
   settings['rope_type'] = _read(settings, 'rope_type', _read(settings, 'type', 'default'))
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
-  default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0}.get(
+  default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0,
+             'gpt_oss': hf_gpt_oss.DEFAULT_THETA}.get(
       fam, 10000.0)  # The classes' default_theta.
   neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
@@ -357,7 +360,7 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'none'
   if fam == 'starcoder2':  # use_bias: every dense layer but lm_head, or none.
     return 'all' if _read(hf, 'use_bias', True) else 'none'
-  attention, mlp = bool(_read(hf, 'attention_bias', fam == 'gpt_neox')), bool(
+  attention, mlp = bool(_read(hf, 'attention_bias', fam in ('gpt_neox', 'gpt_oss'))), bool(
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
   return {(True, True): 'all', (True, False): 'attention', (False, True): 'mlp',
           (False, False): 'none'}[(attention, mlp)]
@@ -383,6 +386,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   model was pretrained at (before any context extension)."""
   where = os.path.join(directory, 'config.json')
   fam = family(hf, where)
+  hf_gpt_oss.check_quantization(hf, fam, where)
   if fam == 'gpt2':
     return hf_classic.gpt2_config(hf, directory, where)
   if fam == 'bloom':
@@ -397,7 +401,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's, Gemma3TextConfig's and GLM's default, where absent, is 128,
   # 256, 256 and 128), as Phi's does; GPT-NeoX's always splits hidden_size.
-  default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256, 'glm': 128, 'glm4': 128}.get(fam)
+  default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256, 'glm': 128, 'glm4': 128,
+                   'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
@@ -419,7 +424,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # Exaone4Config's 32; the others' all of them.
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
                                              'ministral': 8, 'exaone4': 32, 'mixtral': 8,
-                                             'qwen2_moe': 16, 'qwen3_moe': 4}.get(fam)) or heads)
+                                             'qwen2_moe': 16, 'qwen3_moe': 4,
+                                             'gpt_oss': 8}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -492,7 +498,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
-           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5}
+           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5, 'gpt_oss': 1e-5}
     # Arcee's MLP is plain (up, squared ReLU, down); the others' gated.
     config.model.update(normalization='rms_norm', mlp='plain' if fam == 'arcee' else 'gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))

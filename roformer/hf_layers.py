@@ -57,8 +57,8 @@ def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
 def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   """model.layer_windows of a config whose rotary settings are one for every layer: Mistral's,
   Phi-3's and StarCoder 2's window on every layer, SmolLM3's on its layers without positions,
-  Cohere 2's, EXAONE 4's, Ministral's and Gemma 2's on their sliding layers, Qwen2's and
-  Qwen3's from max_window_layers on; () where none slides."""
+  Cohere 2's, EXAONE 4's, Ministral's, Gemma 2's and gpt-oss's on their sliding layers,
+  Qwen2's and Qwen3's from max_window_layers on; () where none slides."""
   window = _read(hf, 'sliding_window', 4096)  # MistralConfig's and Qwen2Config's default.
   if fam in ('phi3', 'starcoder2', 'mixtral'):  # Their configs' is None by default.
     window = hf.get('sliding_window')
@@ -79,10 +79,11 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   if fam == 'cohere2':  # Its sliding layers rotate; the global ones have no positions.
     kinds = cohere2_kinds(hf, layers, where)
     return windows_of(kinds, sliding_window(hf, kinds, where))
-  if fam == 'gemma2':  # Gemma2Config's layer_types: the even layers (from 0) slide.
+  if fam in ('gemma2', 'gpt_oss'):  # Their layer_types: the even layers (from 0) slide.
     kinds = layer_types(hf, layers, where, [
         'sliding_attention' if (i + 1) % 2 else 'full_attention' for i in range(layers)])
-    return windows_of(kinds, sliding_window(hf, kinds, where))
+    return windows_of(kinds, sliding_window(hf, kinds, where,
+                                            128 if fam == 'gpt_oss' else 4096))
   if fam in ('qwen2', 'qwen3') and window and hf.get('use_sliding_window'):
     return windows_of(layer_types(hf, layers, where, [
         'sliding_attention' if i >= _read(hf, 'max_window_layers', 28) else 'full_attention'
@@ -122,11 +123,11 @@ def cohere2_kinds(hf: dict, layers: int, where: str) -> list[str]:
       'sliding_attention' if (i + 1) % every else 'full_attention' for i in range(layers)])
 
 
-def sliding_window(hf: dict, kinds, where: str) -> int:
+def sliding_window(hf: dict, kinds, where: str, default: int = 4096) -> int:
   """The window of the sliding layers among `kinds` (transformers' layer_types): the file's
-  (4096, the classes' default, where absent); a null one beside sliding layers is a config
+  (the class's `default` where absent); a null one beside sliding layers is a config
   transformers cannot run."""
-  window = _read(hf, 'sliding_window', 4096)
+  window = _read(hf, 'sliding_window', default)
   if not window and 'sliding_attention' in kinds:
     raise errors.DamagedFileError(f'{where}: sliding_window is {window!r} while layers slide '
                                   '(sliding_attention), which transformers cannot run. Fix: use '

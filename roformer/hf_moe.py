@@ -2,8 +2,10 @@
 `model.mlp='moe'` (roformer/moe.py): MixtralForCausalLM (Mistral's block, k experts with their
 weights renormalized), Qwen2MoeForCausalLM (Qwen2's block with q, k and v biases, the softmax's
 own weights or renormalized ones, `norm_topk_prob`, and a shared expert gated by a sigmoid),
-Qwen3MoeForCausalLM (Qwen3's block with QK-norm over each head) and OlmoeForCausalLM (Llama's
-pre-norm block with QK-norm over all heads at once). The rest of each block is read and written by
+Qwen3MoeForCausalLM (Qwen3's block with QK-norm over each head), OlmoeForCausalLM (Llama's
+pre-norm block with QK-norm over all heads at once) and GptOssForCausalLM (biased experts with a
+clamped SwiGLU and sinks in attention, roformer/hf_gpt_oss.py). The rest of each block is read
+and written by
 roformer/hf_config.py and roformer/hf_weights.py as their dense siblings'; this module holds the
 experts' config fields, tensors and export rules.
 
@@ -19,16 +21,19 @@ import numpy as np
 from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
+from roformer import hf_gpt_oss
 from roformer import positions
 
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
-            'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM'}
+            'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
+            hf_gpt_oss.FAMILY: 'GptOssForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'qwen2_moe': (60, 4, 'moe_intermediate_size', 1408, 0.001),
              'qwen3_moe': (128, 8, 'moe_intermediate_size', 768, 0.001),
-             'olmoe': (64, 8, 'intermediate_size', None, 0.01)}
+             'olmoe': (64, 8, 'intermediate_size', None, 0.01),
+             'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
@@ -77,10 +82,13 @@ def model_fields(hf: dict, fam: str, head_dim: int, where: str) -> dict:
   shared = (_number(hf, 'shared_expert_intermediate_size', 5632, where)
             if fam == 'qwen2_moe' else 0)
   d_ff = _number(hf, width, default_width or hf_fields.field(hf, width, where), where)
+  # gpt-oss takes the softmax of its top k logits: the renormalized weights.
+  renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
           'moe': {'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
-                  'renormalize': fam == 'mixtral' or bool(_read(hf, 'norm_topk_prob', False)),
-                  'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef))}}
+                  'renormalize': renormalize,
+                  'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
+                  **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {})}}
 
 
 def _names(fam: str) -> tuple[str, ...]:
@@ -90,6 +98,8 @@ def _names(fam: str) -> tuple[str, ...]:
 def read_mlp(t, p: str, fam: str, m) -> dict:
   """A layer's experts (each one's [out, in] tensors, or transformers 5's fused [E, 2f, d] and
   [E, d, f] ones where a checkpoint holds those) as the MoE's parameters."""
+  if fam == hf_gpt_oss.FAMILY:
+    return hf_gpt_oss.read_mlp(t, p, m)
   d, f, e = m.d_model, m.d_ff, m.moe.num_experts
   router, experts, gate, up, down = _names(fam)
   mlp = {'router': t(p + router + '.weight', (e, d)).T}
@@ -111,7 +121,10 @@ def read_mlp(t, p: str, fam: str, m) -> dict:
 
 def write_mlp(out: dict, p: str, mlp: dict, fam: str, m) -> None:
   """A layer's MoE parameters as the family's per-expert tensors (the Hub's layout, which
-  transformers 5 converts on loading)."""
+  transformers 5 converts on loading; gpt-oss's fused ones)."""
+  if fam == hf_gpt_oss.FAMILY:
+    hf_gpt_oss.write_mlp(out, p, mlp, m)
+    return
   router, experts, gate, up, down = _names(fam)
   array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
   out[p + router + '.weight'] = array(np.asarray(mlp['router']).T)
@@ -133,7 +146,11 @@ def export_family(m) -> str:
                                                for o in options)
   named = ', '.join(o.field for o in options)
   windows = positions.layer_windows(m)
-  if m.moe.shared_d_ff:
+  if hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
+    fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
+    others = [o.field for o in options if not o.adds_sink]
+    why = why or (f'the attention option {", ".join(others)}' if others else '')
+  elif m.moe.shared_d_ff:
     fam, why = 'qwen2_moe', (named if options else 'windows' if any(windows) else
                              f'biases={m.biases!r}' if m.biases not in ('qkv', 'none') else '')
   elif computes('qwen3_moe') or computes('olmoe'):  # QK-norm over each head, or over all.
@@ -159,14 +176,17 @@ def export_family(m) -> str:
     raise errors.ConfigError(
         f'no transformers class computes this model: a mixture of experts with {why}; '
         f'{FAMILIES[fam]} would be the nearest. Fix: export a mixture on Llama\'s block, with '
-        'renormalized weights and no QK-norm (Mixtral), a shared expert (Qwen2-MoE), or QK-norm '
-        'over each head (Qwen3-MoE) or over all heads (OLMoE).')
+        'renormalized weights and no QK-norm (Mixtral), a shared expert (Qwen2-MoE), QK-norm '
+        'over each head (Qwen3-MoE) or over all heads (OLMoE), or sinks, biased experts and '
+        "their clamped SwiGLU (gpt-oss).")
   return fam
 
 
 def config_fields(fam: str, m) -> dict:
   """The mixture's own config.json fields (the dense ones are written as the sibling's)."""
   o = m.moe
+  if fam == hf_gpt_oss.FAMILY:
+    return hf_gpt_oss.config_fields(m, positions.layer_windows(m))
   out = {'num_experts_per_tok': o.experts_per_token, 'router_aux_loss_coef': o.balance_loss,
          'output_router_logits': False}
   if fam == 'mixtral':

@@ -39,6 +39,7 @@ import numpy as np
 
 from roformer import errors
 from roformer import hf_falcon
+from roformer import hf_gpt_oss
 from roformer import hf_moe
 from roformer import hf_qk_norm
 from roformer import positions
@@ -228,7 +229,9 @@ def _names(fam: str) -> tuple[str, str]:
 def canonical(tensors: dict, fam: str) -> dict:
   """The tensors under the names transformers' class saves: GPT-2's and BLOOM's under
   `transformer.`, which the Hub's original GPT-2 and BLOOM files leave out (transformers reads
-  both)."""
+  both); gpt-oss's MXFP4 experts as float32."""
+  if fam == hf_gpt_oss.FAMILY:  # Its experts' MXFP4 blocks, where the file has them.
+    return hf_gpt_oss.dequantized(tensors)
   if fam not in ('gpt2', 'bloom') or any(n.startswith('transformer.') for n in tensors):
     return tensors
   return {(n if n.startswith('lm_head.') else 'transformer.' + n): a for n, a in tensors.items()}
@@ -376,6 +379,8 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
                                       h * hd, d, out_bias)}
       if hf_qk_norm.has(m, fam):  # QK-norm: its scales (and biases).
         block['attn'].update(hf_qk_norm.read(t, p, fam, (h, kv), hd, offset))
+      if hf_gpt_oss.sink_option(m):
+        block['attn']['sink'] = hf_gpt_oss.read_sinks(t, p, h)
       if fam in hf_moe.FAMILIES:
         block['mlp'] = hf_moe.read_mlp(t, p, fam, m)
       elif fam in PLAIN_MLP:
@@ -559,6 +564,8 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
       linear(p + f'self_attn.{n}_proj', part, qkv_bias, part['kernel'].shape[-1])
     if 'q_scale' in b['attn']:  # QK-norm's scales (and biases), permuted with the columns.
       hf_qk_norm.write(out, p, b['attn'], fam, (h, kv), order, offset)
+    if hf_gpt_oss.sink_option(m):
+      hf_gpt_oss.write_sinks(out, p, b['attn'], m)
     # Phi's biases are on every dense layer, StarCoder 2's there or nowhere (export_family
     # checked).
     linear(p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'), b['attn']['out'],

@@ -355,7 +355,20 @@ FIXTURES = {
     'cohere_qk_norm': ('CohereConfig', dict(
         SMALL, num_key_value_heads=2, use_qk_norm=True, logit_scale=0.25,
         rope_parameters={'rope_type': 'default', 'rope_theta': 10000.0}), False, 'llama', 0),
+    # gpt-oss: sinks in every head's softmax, windows on alternate layers (the even ones),
+    # YaRN's unrounded ramp (truncate false; beta_slow 0.25 puts its ends between pairs), q, k,
+    # v and o biases, heads wider than hidden_size / heads, 2 of 4 experts with biases and the
+    # clamped SwiGLU at a limit that binds; and the same stored as the Hub's checkpoints are,
+    # the experts in MXFP4.
+    'gpt_oss_sinks_yarn': ('GptOssConfig', dict(
+        SMALL, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=8, swiglu_limit=1.0, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'beta_fast': 32.0, 'beta_slow': 0.25, 'truncate': False,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
 }
+FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
+MXFP4 = ('gpt_oss_mxfp4',)  # Experts stored in MXFP4 (`to_mxfp4`).
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).
     'llama': ('<s>', '</s>', None),
@@ -382,7 +395,9 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
   with torch.no_grad():
     for name, p in model.named_parameters():
       noise = torch.randn(p.shape, generator=gen)
-      if p.ndim == 1 and ('norm' in name or '.ln_' in name):
+      if name.endswith('sinks'):  # gpt-oss's sink logits: of the size of the logits.
+        p.copy_(noise)
+      elif p.ndim == 1 and ('norm' in name or '.ln_' in name):
         p.copy_(1 + 0.1 * noise)
       elif p.ndim == 1:
         p.copy_(0.1 * noise)
@@ -427,6 +442,49 @@ def to_v4(config_path: pathlib.Path) -> None:
   config_path.write_text(json.dumps(config, indent=2) + '\n')
 
 
+FP4 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """A [E, in, out] weight in MXFP4 as gpt-oss's checkpoints store it: (blocks uint8
+  [E, out, in / 32, 16], two E2M1 codes per byte, low nibble first; scales uint8
+  [E, out, in / 32], 2^(scale - 127) per group of 32 inputs; the float values they encode)."""
+  rows = np.swapaxes(weight, 1, 2)
+  groups = rows.reshape(rows.shape[:-1] + (-1, 32)).astype(np.float64)
+  exponent = np.ceil(np.log2(np.abs(groups).max(-1) / 6.0))
+  codes = np.abs(groups[..., None] / np.exp2(exponent)[..., None, None] - FP4).argmin(-1)
+  values = FP4[codes] * np.exp2(exponent)[..., None]
+  blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+  decoded = np.swapaxes(values.reshape(rows.shape), 1, 2)
+  return blocks, (exponent + 127).astype(np.uint8), decoded
+
+
+def quantize_experts(model) -> None:
+  """Each expert matrix of a gpt-oss model set to the value its MXFP4 form encodes."""
+  with torch.no_grad():
+    for name, p in model.named_parameters():
+      if name.endswith(('experts.gate_up_proj', 'experts.down_proj')):
+        p.copy_(torch.as_tensor(mxfp4(p.float().numpy())[2], dtype=p.dtype))
+
+
+def to_mxfp4(directory: pathlib.Path) -> None:
+  """The saved experts' matrices rewritten as MXFP4 blocks and scales, and config.json's
+  quantization_config as the Hub's gpt-oss checkpoints have it."""
+  from safetensors import torch as safetensors_torch  # pylint: disable=g-import-not-at-top
+  path = directory / 'model.safetensors'
+  tensors = safetensors_torch.load_file(str(path))
+  for name in [n for n in tensors if n.endswith(('experts.gate_up_proj', 'experts.down_proj'))]:
+    blocks, scales, decoded = mxfp4(tensors.pop(name).float().numpy())
+    tensors[name + '_blocks'] = torch.as_tensor(np.ascontiguousarray(blocks))
+    tensors[name + '_scales'] = torch.as_tensor(np.ascontiguousarray(scales))
+  safetensors_torch.save_file(tensors, str(path), metadata={'format': 'pt'})
+  config = json.loads((directory / 'config.json').read_text())
+  config['quantization_config'] = {'quant_method': 'mxfp4', 'modules_to_not_convert': [
+      'model.layers.*.self_attn', 'model.layers.*.mlp.router', 'model.embed_tokens', 'lm_head']}
+  (directory / 'config.json').write_text(json.dumps(config, indent=2) + '\n')
+
+
 def unprefixed(path: pathlib.Path) -> None:
   """GPT-2's or BLOOM's weights renamed as the Hub's original files name them, without
   `transformer.`."""
@@ -452,9 +510,13 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation='eager')
     randomize(model, seed)
+    if name in MXFP4:
+      quantize_experts(model)
     model.eval()
     with tempfile.TemporaryDirectory() as tmp:
       model.to(torch.float16).save_pretrained(tmp)
+      if name in MXFP4:
+        to_mxfp4(pathlib.Path(tmp))
       if v4:
         to_v4(pathlib.Path(tmp) / 'config.json')
       if cls_name in ('GPT2Config', 'BloomConfig'):

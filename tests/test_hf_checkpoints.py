@@ -24,6 +24,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import hf
 from roformer import hf_config
+from roformer import hf_gpt_oss
 from roformer import resolve
 from roformer import saved_config
 from roformer.data import vocabularies
@@ -163,9 +164,28 @@ def test_sharded_weights_read_as_one_file(tmp_path):
   assert not (tmp_path / 'w2').exists()
 
 
+def test_mxfp4_bytes_decode_to_their_values():
+  """A byte holds two E2M1 codes, the low nibble first; a group of 32 shares 2^(scale - 127).
+  By hand: 0x21 is 0.5 then 1.0, 0xF9 is -0.5 then -6.0; scale 128 doubles, 126 halves; the
+  result is transposed as transformers lays out the experts ([E, in, out])."""
+  blocks = np.zeros((1, 2, 1, 16), np.uint8)
+  blocks[0, 0, 0, 0], blocks[0, 1, 0, 15] = 0x21, 0xF9
+  scales = np.array([[[128], [126]]], np.uint8)
+  out = hf_gpt_oss.dequantize(blocks, scales)
+  assert out.shape == (1, 32, 2)
+  want = np.zeros((1, 32, 2), np.float32)
+  want[0, 0, 0], want[0, 1, 0] = 1.0, 2.0
+  want[0, 30, 1], want[0, 31, 1] = -0.25, -3.0
+  np.testing.assert_array_equal(out, want)
+  with pytest.raises(errors.DamagedFileError, match=r"'x_blocks' has no x_scales beside it"):
+    hf_gpt_oss.dequantized({'x_blocks': blocks})
+
+
 @pytest.mark.parametrize('name,edit,remove,message', [
     ('llama_dynamic', lambda c: c.update(architectures=['JambaForCausalLM']), (),
      "architecture 'JambaForCausalLM' is not one this project reads"),
+    ('llama_dynamic', lambda c: c.update(quantization_config={'quant_method': 'gptq'}), (),
+     "quantization_config 'gptq', weights this project does not read"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='su'), (),
      "rope scaling 'su' is not one this project computes"),
     ('llama_dynamic', lambda c: c['rope_parameters'].update(rope_type='longrope'), (),

@@ -102,6 +102,11 @@ OLMO2 = {'norm': 'output', 'attention.qk_norm': True, 'attention.qk_norm_over': 
 # all heads and the attention biases (both trained on interleaved pairs, permuted on export).
 MOE = {'mlp': 'moe', 'moe.num_experts': 4}
 MIXTRAL = dict(MOE, layer_windows=(8,))
+# gpt-oss's: learned sinks, q, k, v and o biases, a window on alternate layers, experts with
+# biases and the clamped SwiGLU (a limit that binds at init_std 0.3).
+GPT_OSS = dict(MOE, biases='attention', layer_windows=(8, 0), **{
+    'attention.sink_logit': True, 'moe.biases': True, 'moe.swiglu_limit': 0.5})
+FIXED_SINKS = {'attention.sink_logit_learned': False, 'attention.sink_logit_init': 1.5}
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
 QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
 OLMOE = {**MOE, 'biases': 'attention', 'attention.qk_norm': True,
@@ -307,6 +312,10 @@ _SLOW = pytest.mark.slow
                                              ('llama', EXAONE4, 'Exaone4ForCausalLM'),
                                              ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM'),
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
+                                             ('llama', GPT_OSS, 'GptOssForCausalLM'),
+                                             # Fixed sinks go out as their value.
+                                             ('llama', {**GPT_OSS, **FIXED_SINKS},
+                                              'GptOssForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -436,7 +445,9 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('arcee_relu2_yarn', 'ArceeForCausalLM'),
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
     ('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM'),
-    ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM')])
+    ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
+    # The MXFP4 experts go out as float32.
+    ('gpt_oss_mxfp4', 'GptOssForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -809,7 +820,14 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     (dict(QWEN2_MOE, layer_windows=(8,)), 'windows; Qwen2MoeForCausalLM'),
     (dict(MIXTRAL, layer_windows=(8, 0)), 'windows that differ by layer'),
     ({**QWEN3_MOE, 'moe.shared_d_ff': 8}, 'qk_norm; Qwen2MoeForCausalLM'),
-    (dict(MOE, **{'position.rope.fraction': 0.5}), 'RoPE on part of each head')])
+    (dict(MOE, **{'position.rope.fraction': 0.5}), 'RoPE on part of each head'),
+    ({**GPT_OSS, 'attention.sink_logit': False}, 'no sink logit .*GptOssForCausalLM'),
+    ({**GPT_OSS, 'moe.swiglu_limit': 0.0}, r'an unclamped SwiGLU \(moe.swiglu_limit 0'),
+    ({**GPT_OSS, 'moe.shared_d_ff': 8}, 'a shared expert .gpt-oss has none.; GptOss'),
+    ({**GPT_OSS, 'moe.renormalize': False}, "the softmax's own weights"),
+    ({**GPT_OSS, 'biases': 'qkv'}, "biases='qkv'"),
+    ({**GPT_OSS, 'layer_windows': (8, 4)}, 'windows of more than one width'),
+    ({**GPT_OSS, 'attention.softcap': True}, 'the attention option softcap')])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   config = test_config.get_config('llama')
   kinds.set_fields(config.model, fields)
@@ -962,7 +980,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', QWEN3_MOE), ('llama', OLMOE),
                                         ('llama', ARCEE), ('rope', NEMOTRON),
                                         ('rope', PHI_QK), ('llama', STABLELM_QK),
-                                        ('llama', COHERE_QK)])
+                                        ('llama', COHERE_QK), ('llama', GPT_OSS)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -13,6 +13,7 @@ not take: the einsum path only.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from roformer import variables
 from roformer.attention_options import base
@@ -31,12 +32,20 @@ class SinkLogit(base.AttentionOption):
   adds_sink = True
   transformers_families = ('gpt_oss',)
 
+  def from_transformers(self, family: str, hf: dict, eps: float) -> dict:
+    del hf, eps
+    return {'sink_logit': True} if family in self.transformers_families else {}
+
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     if att.sink_logit_learned:
       module.sink = variables.param(
           jnp.full((cfg.num_heads,), att.sink_logit_init, jnp.float32), (None,), decay=False)
     else:
       module.sink_value = float(att.sink_logit_init)
+
+  def fixed_sinks(self, att, heads: int) -> np.ndarray:
+    """Each head's sink logit where they are not learned (an export writes them)."""
+    return np.full((heads,), att.sink_logit_init, np.float32)
 
   def sink(self, module) -> jax.Array:
     if hasattr(module, 'sink'):

@@ -2,10 +2,10 @@
 position scheme's terms, on every implementation (`attention.attend`), or on the fused bias
 kernel of roformer/fused_bias.py with attention_impl='pallas'. A switch that maps the logits
 (`maps_logits`: soft-capping) or adds a logit to each row's softmax (`adds_sink`: sink_logit)
-has them formed on every path, over causal blocks of queries as the plain einsum path. Under a distance remap the
-logits are RoPE's at the remapped distances, computed over causal blocks of queries (at most
-REMAP_BLOCKS, of at least `model.causal_block` rows; 0: the whole matrix) so that a long
-evaluation holds one block's rows of them at a time."""
+has them formed on every path, over causal blocks of queries as the plain einsum path. Under a
+distance remap the logits are RoPE's at the remapped distances, computed over causal blocks of
+queries (at most REMAP_BLOCKS, of at least `model.causal_block` rows; 0: the whole matrix) so
+that a long evaluation holds one block's rows of them at a time."""
 
 import jax.numpy as jnp
 
