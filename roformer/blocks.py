@@ -50,12 +50,13 @@ class Block(nnx.Module):
   """Transformer block: self-attention and MLP, each a residual branch with its norm, and the
   layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
 
-  def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0):
+  def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0,
+               chunk: int = 0):
     # Built in this order, which decides each parameter's random draw.
     self.before, self.after = cfg.norm in BEFORE, cfg.norm in AFTER
     self.add_norm('ln_attn', self.before, cfg, dtype, rngs)
     self.attn = self_attention.MultiHeadAttention(cfg, dtype=dtype, rngs=rngs, causal=causal,
-                                                  window=window)
+                                                  window=window, chunk=chunk)
     # One norm before both branches where they share it.
     self.shared_norm = cfg.residual == 'parallel_shared'
     self.add_norm('ln_mlp', self.before and not self.shared_norm, cfg, dtype, rngs)

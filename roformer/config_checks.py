@@ -245,17 +245,20 @@ def _validate_attention(config, m) -> None:
           f'config.model.layer_kinds={pattern} names {absolute[0]!r}, which adds its code to '
           'the embeddings below every layer, not to a layer. Fix: per-layer kinds that act in '
           'attention.')
-  windows = tuple(m.layer_windows)
-  if any(windows):
+  for field, what in (('layer_windows', 'slides a causal window'),
+                      ('layer_chunks', 'attends within causal chunks')):
+    pattern = tuple(m[field])
+    if not any(pattern):
+      continue
     if not model_types.of(m).decoder_only:
       raise errors.ConfigError(
-          f'config.model.layer_windows={windows} slides a causal window; model.type='
-          f'{m.type!r} attends both ways. Fix: --config.model.layer_windows=().')
+          f'config.model.{field}={pattern} {what}; model.type={m.type!r} attends both ways. '
+          f'Fix: --config.model.{field}=().')
     if 'mask' not in attention_options.KINDS[att.kind].has:
       raise errors.ConfigError(
-          f'config.model.layer_windows={windows} needs the attention mask: attention.kind='
-          f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or no "
-          'windows.')
+          f'config.model.{field}={pattern} needs the attention mask: attention.kind='
+          f"{att.kind!r} {attention_options.FEATURES['mask']}. Fix: softmax attention or "
+          f'--config.model.{field}=().')
   bases = tuple(m.layer_rope_bases)
   if bases:
     rotary = [k for k in dict.fromkeys(positions_lib.layer_kinds(m))

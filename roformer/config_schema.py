@@ -438,6 +438,10 @@ def schema() -> dict:
           # the last layer_windows[i % n] keys (itself included); 0: the whole causal context.
           # E.g. (128, 0) alternates windowed and global layers. Causal LMs.
           'layer_windows': Seq(Int(0, 2**24), default=()),
+          # Chunked attention per layer (Llama 4's local layers), cycled over the layers: layer
+          # i's query at position p sees the keys of its own chunk, positions with the same
+          # p // layer_chunks[i % n], up to itself; 0: no chunks. Causal LMs.
+          'layer_chunks': Seq(Int(0, 2**24), default=()),
           # RoPE's base per layer, cycled over the layers, in place of position.rope.base:
           # Gemma 3 uses 10,000 on its windowed layers and 1,000,000 on its global ones
           # (configs/lm.py:gemma3). Empty: every layer position.rope.base.

@@ -41,6 +41,7 @@ from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_layers
 from roformer import hf_gpt_oss
+from roformer import hf_llama4
 from roformer import hf_moe
 from roformer import positions
 
@@ -66,7 +67,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  **{arch: fam for fam, arch in hf_moe.FAMILIES.items()}}
 MODEL_TYPES = {family: arch for arch, family in ARCHITECTURES.items()}
 # config.json's model_type of each family (its own name but Gemma 3's text model's).
-HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text'}.get(family, family)
+HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text', 'llama4': 'llama4_text'}.get(family, family)
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
                 'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral',
@@ -169,7 +170,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0,
-             'gpt_oss': hf_gpt_oss.DEFAULT_THETA}.get(
+             'gpt_oss': hf_gpt_oss.DEFAULT_THETA, 'llama4': hf_llama4.DEFAULT_THETA}.get(
       fam, 10000.0)  # The classes' default_theta.
   neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
@@ -402,7 +403,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # Qwen3Config's, Gemma2Config's, Gemma3TextConfig's and GLM's default, where absent, is 128,
   # 256, 256 and 128), as Phi's does; GPT-NeoX's always splits hidden_size.
   default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256, 'glm': 128, 'glm4': 128,
-                   'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM}.get(fam)
+                   'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM,
+                   'llama4': hf_llama4.DEFAULT_HEAD_DIM}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
@@ -425,7 +427,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
                                              'ministral': 8, 'exaone4': 32, 'mixtral': 8,
                                              'qwen2_moe': 16, 'qwen3_moe': 4,
-                                             'gpt_oss': 8}.get(fam)) or heads)
+                                             'gpt_oss': 8, 'llama4': 8}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -498,7 +500,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(normalization='layer_norm_nonparametric', mlp='gated', layer_norm_eps=1e-5)
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
-           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5, 'gpt_oss': 1e-5}
+           'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5, 'gpt_oss': 1e-5,
+           'llama4': 1e-5}
     # Arcee's MLP is plain (up, squared ReLU, down); the others' gated.
     config.model.update(normalization='rms_norm', mlp='plain' if fam == 'arcee' else 'gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
@@ -511,6 +514,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(norm='output')
   if fam in hf_moe.FAMILIES:  # The experts.
     config.model.update(hf_moe.model_fields(hf, fam, head_dim, where))
+  if fam == hf_llama4.FAMILY:  # Its layout: RoPE in chunks, and NoPE layers with a temperature.
+    hf_llama4.check_sparse(hf, layers, where)
+    llama4 = hf_llama4.model_fields(hf, layers, where)
+    config.model.attention.update(llama4.pop('attention', {}))
+    config.model.update(llama4)
   for option in attention_options.OPTIONS.values():  # QK-norm as the class computes it.
     config.model.attention.update(option.from_transformers(fam, hf, config.model.layer_norm_eps))
   if fam == 'glm4':  # Sandwich norms with RMSNorm's own scales (not Gemma's 1 + weight).
@@ -550,8 +558,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  # Cohere and GLM rotate interleaved pairs (x_2i, x_2i+1), the others the halves.
-  rope.update(layout='interleaved' if fam in COHERE + GLM else 'half', fraction=rotary / head_dim)
+  # Cohere, GLM and Llama 4 rotate interleaved pairs (x_2i, x_2i+1), the others the halves.
+  rope.update(layout='interleaved' if fam in COHERE + GLM + ('llama4',) else 'half',
+              fraction=rotary / head_dim)
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)

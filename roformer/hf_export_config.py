@@ -47,6 +47,8 @@ def _refusal(config) -> str | None:
        'learned table added to the embeddings, BLOOM and MPT ALiBi in every layer'),
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
+      (any(m.layer_chunks), f'chunked attention (model.layer_chunks={tuple(m.layer_chunks)}), '
+                            "which Llama 4's class computes and this project does not write"),
       (m.get('output_bias') and (m.normalization, m.mlp, m.residual) != (
           'layer_norm', 'plain', 'parallel_shared'),
        "a bias of the output layer (model.output_bias) outside Phi's and GPT-J's blocks (one "

@@ -39,17 +39,18 @@ def windows_of(kinds, window: int) -> tuple[int, ...]:
 LAYER_TYPES = ('sliding_attention', 'full_attention')  # transformers' layer_types we read.
 
 
-def layer_types(hf: dict, layers: int, where: str, default) -> list[str]:
-  """The config's `layer_types`, one of LAYER_TYPES per layer (as transformers' configs check
+def layer_types(hf: dict, layers: int, where: str, default,
+                allowed: tuple[str, ...] = LAYER_TYPES) -> list[str]:
+  """The config's `layer_types`, one of `allowed` per layer (as transformers' configs check
   them), or `default` (the class's layout, a list) where the file has none."""
   kinds = hf.get('layer_types')
   if not kinds:
     return list(default)
   if (not isinstance(kinds, list) or len(kinds) != layers
-      or any(k not in LAYER_TYPES for k in kinds)):
+      or any(k not in allowed for k in kinds)):
     raise errors.DamagedFileError(
         f'{where}: layer_types is {kinds!r}, where transformers reads one of '
-        f'{", ".join(LAYER_TYPES)} for each of the {layers} layers. Fix: use the config.json '
+        f'{", ".join(allowed)} for each of the {layers} layers. Fix: use the config.json '
         'that came with the weights.')
   return kinds
 

@@ -22,18 +22,20 @@ from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
 from roformer import hf_gpt_oss
+from roformer import hf_llama4
 from roformer import positions
 
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
             'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
-            hf_gpt_oss.FAMILY: 'GptOssForCausalLM'}
+            hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'qwen2_moe': (60, 4, 'moe_intermediate_size', 1408, 0.001),
              'qwen3_moe': (128, 8, 'moe_intermediate_size', 768, 0.001),
              'olmoe': (64, 8, 'intermediate_size', None, 0.01),
-             'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001)}
+             'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001),
+             'llama4': (16, 1, 'intermediate_size', 8192, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
@@ -79,16 +81,18 @@ def model_fields(hf: dict, fam: str, head_dim: int, where: str) -> dict:
     raise errors.DamagedFileError(f'{where}: num_experts_per_tok {per_token} is more than the '
                                   f'{num} experts. Fix: use the config.json that came with the '
                                   'weights.')
-  shared = (_number(hf, 'shared_expert_intermediate_size', 5632, where)
-            if fam == 'qwen2_moe' else 0)
   d_ff = _number(hf, width, default_width or hf_fields.field(hf, width, where), where)
+  # Llama 4's shared expert is as wide as the others.
+  shared = (_number(hf, 'shared_expert_intermediate_size', 5632, where) if fam == 'qwen2_moe'
+            else d_ff if fam == hf_llama4.FAMILY else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
           'moe': {'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
                   'renormalize': renormalize,
                   'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
-                  **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {})}}
+                  **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
+                  **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {})}}
 
 
 def _names(fam: str) -> tuple[str, ...]:
@@ -100,6 +104,8 @@ def read_mlp(t, p: str, fam: str, m) -> dict:
   [E, d, f] ones where a checkpoint holds those) as the MoE's parameters."""
   if fam == hf_gpt_oss.FAMILY:
     return hf_gpt_oss.read_mlp(t, p, m)
+  if fam == hf_llama4.FAMILY:
+    return hf_llama4.read_mlp(t, p, m)
   d, f, e = m.d_model, m.d_ff, m.moe.num_experts
   router, experts, gate, up, down = _names(fam)
   mlp = {'router': t(p + router + '.weight', (e, d)).T}
@@ -146,6 +152,12 @@ def export_family(m) -> str:
                                                for o in options)
   named = ', '.join(o.field for o in options)
   windows = positions.layer_windows(m)
+  if m.moe.router != 'softmax' or m.moe.weight_inputs or not m.moe.shared_gate:
+    raise errors.ConfigError(
+        "no transformers class that this project writes computes this model: a mixture of "
+        "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate), whose class "
+        'is not written here. Fix: export a mixture with the softmax router (Mixtral, '
+        'Qwen2-MoE, Qwen3-MoE, OLMoE or gpt-oss).')
   if hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
     fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
     others = [o.field for o in options if not o.adds_sink]

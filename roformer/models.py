@@ -134,7 +134,8 @@ class Transformer(EmbeddingModel):
     self.blocks = stack.build(
         lambda i, rngs: blocks.Block(
             positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
-            window=self_attention.layer_window(cfg, i)),
+            window=self_attention.layer_window(cfg, i),
+            chunk=self_attention.layer_chunk(cfg, i)),
         cfg.num_layers, self.scan_layers, rngs)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)

@@ -1,5 +1,5 @@
 """A mixture-of-experts MLP (`model.mlp='moe'`, its options in `model.moe`): Mixtral's, OLMoE's,
-Qwen2-MoE's, Qwen3-MoE's and gpt-oss's sparse block.
+Qwen2-MoE's, Qwen3-MoE's, gpt-oss's and Llama 4's sparse block.
 
 Each token's router logits r = x W_r (in float32, where transformers computes them in the
 activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give
@@ -10,7 +10,10 @@ experts' gated MLPs down_e(act(gate_e x) * up_e x). A shared expert of width `sh
 (Qwen2-MoE) adds sigmoid(x w_s) times a gated MLP of its own, for every token. gpt-oss's experts
 (`biases`, `swiglu_limit` > 0) add a bias to the router's logits and to each projection, and
 clamp their SwiGLU: with g = min(gate_e x, c) and u = clip(up_e x, -c, c) for c = `swiglu_limit`,
-the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`.
+the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`. Llama 4's
+(`router='sigmoid'`, `weight_inputs`, `shared_gate` false) weights each of its k experts by
+sigmoid(r_e) instead of the softmax, multiplies the expert's input by that weight rather than its
+output, and adds an ungated shared expert.
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
@@ -43,6 +46,7 @@ from roformer import variables
 from roformer.specs import Bool, Float, Int, Str
 
 IMPLEMENTATIONS = ('dense', 'ragged')
+ROUTERS = ('softmax', 'sigmoid')
 
 # config.model.moe (read by models with model.mlp='moe').
 FIELDS = {
@@ -65,6 +69,13 @@ FIELDS = {
     # place of the model's activation; 0: act(gate x) * up x.
     'swiglu_limit': Float(0, 1e6, default=0.0),
     'swiglu_alpha': Float(0, 1e3, min_open=True, default=1.702),
+    # The k weights: the softmax's (renormalized or not), or each chosen logit's sigmoid
+    # (Llama 4; `renormalize` must then be false).
+    'router': Str(ROUTERS, default='softmax'),
+    # The weight multiplies each expert's input (Llama 4) instead of its output.
+    'weight_inputs': Bool(default=False),
+    # The shared expert behind a sigmoid gate (Qwen2-MoE), or ungated (Llama 4).
+    'shared_gate': Bool(default=True),
 }
 
 
@@ -76,6 +87,10 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
     return (f'config.model.biases={model_cfg.biases!r} gives the MLP biases; the experts of '
             "model.mlp='moe' take theirs from model.moe.biases. Fix: "
             '--config.model.biases=attention, qkv or none (and --config.model.moe.biases=True).')
+  if o.router == 'sigmoid' and o.renormalize:
+    return ("config.model.moe.router='sigmoid' with renormalize: the sigmoids' weights are "
+            'not renormalized here (Llama 4 leaves them as they are). Fix: '
+            '--config.model.moe.renormalize=False.')
   if not o.swiglu_limit and o.swiglu_alpha != FIELDS['swiglu_alpha'].default:
     return (f'config.model.moe.swiglu_alpha={o.swiglu_alpha} is read only by the clamped SwiGLU '
             '(moe.swiglu_limit > 0), and the limit is 0. Fix: set --config.model.moe.'
@@ -90,16 +105,19 @@ def flops_per_token(model_cfg) -> float:
   """Forward model FLOPs per token: the router, k gated experts and the shared expert with its
   gate (what 'ragged' computes; 'dense' computes num_experts experts)."""
   o, d, f = model_cfg.moe, model_cfg.d_model, model_cfg.d_ff
-  shared = 2 * 3 * d * o.shared_d_ff + 2 * d if o.shared_d_ff else 0
+  shared = 2 * 3 * d * o.shared_d_ff + (2 * d if o.shared_gate else 0) if o.shared_d_ff else 0
   return 2 * d * o.num_experts + o.experts_per_token * 2 * 3 * d * f + shared
 
 
-def route(logits: jax.Array, k: int, renormalize: bool) -> tuple[jax.Array, jax.Array,
-                                                                  jax.Array]:
+def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax'
+          ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(softmax probabilities [T, E], the k chosen experts [T, k], their weights [T, k]), in
-  float32, from router logits [T, E]."""
+  float32, from router logits [T, E]: the k largest, weighted by their softmax probabilities
+  (`router='softmax'`) or their logits' sigmoids ('sigmoid')."""
   probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
   weights, chosen = jax.lax.top_k(probs, k)
+  if router == 'sigmoid':
+    weights = jax.nn.sigmoid(jnp.take_along_axis(logits.astype(jnp.float32), chosen, -1))
   if renormalize:
     weights = weights / weights.sum(-1, keepdims=True)
   return probs, chosen, weights
@@ -125,6 +143,7 @@ class MixtureOfExperts(nnx.Module):
     self.balance_loss, self.router_z_loss = o.balance_loss, o.router_z_loss
     self.activation, self.dtype = activation, dtype
     self.limit, self.alpha = float(o.swiglu_limit), float(o.swiglu_alpha)
+    self.router_kind, self.weight_inputs = o.router, bool(o.weight_inputs)
 
     def weight(shape, axes, stddev):
       value = stddev * jax.random.normal(rngs.params(), shape, jnp.float32)
@@ -141,7 +160,8 @@ class MixtureOfExperts(nnx.Module):
       self.gate_bias, self.up_bias = zeros((e, f), (None, 'mlp')), zeros((e, f), (None, 'mlp'))
       self.down_bias = zeros((e, d), (None, 'embed'))
     self.shared = shared
-    if shared is not None:
+    self.gated_shared = shared is not None and bool(o.shared_gate)
+    if self.gated_shared:
       self.shared_gate = weight((d, 1), ('embed', None), std(d, False))
 
   def __call__(self, x):
@@ -150,7 +170,7 @@ class MixtureOfExperts(nnx.Module):
     logits = tokens.astype(jnp.float32) @ self.router[...]
     if self.biased:
       logits = logits + self.router_bias[...]
-    probs, chosen, weights = route(logits, self.k, self.renormalize)
+    probs, chosen, weights = route(logits, self.k, self.renormalize, self.router_kind)
     if auxiliary.active():
       aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
       if self.router_z_loss:
@@ -159,8 +179,10 @@ class MixtureOfExperts(nnx.Module):
     experts = self._ragged if self.impl == 'ragged' else self._dense
     out = experts(tokens, chosen, weights)
     if self.shared is not None:
-      gate = jax.nn.sigmoid(tokens.astype(jnp.float32) @ self.shared_gate[...])
-      out = out + gate * self.shared(tokens[None])[0].astype(jnp.float32)
+      shared = self.shared(tokens[None])[0].astype(jnp.float32)
+      if self.gated_shared:
+        shared = shared * jax.nn.sigmoid(tokens.astype(jnp.float32) @ self.shared_gate[...])
+      out = out + shared
     return out.astype(self.dtype).reshape(shape)
 
   def _weights(self):
@@ -188,13 +210,18 @@ class MixtureOfExperts(nnx.Module):
     gate, up, down = self._weights()
     gate_bias, up_bias, down_bias = self._biases()
     per_expert = lambda b: b if isinstance(b, float) else b[:, None, :]
-    x = tokens.astype(self.dtype)
-    hidden = self._hidden(jnp.einsum('td,edf->etf', x, gate) + per_expert(gate_bias),
-                          jnp.einsum('td,edf->etf', x, up) + per_expert(up_bias))
+    picked = jax.nn.one_hot(chosen, gate.shape[0], dtype=jnp.float32)  # [T, k, E]
+    combine = jnp.einsum('tk,tke->te', weights, picked)
+    if self.weight_inputs:  # Each expert's own input, w x (0 off the token's k experts).
+      x = (combine.T[:, :, None] * tokens.astype(jnp.float32)[None]).astype(self.dtype)
+      combine = picked.sum(1)
+      project = lambda w: jnp.einsum('etd,edf->etf', x, w)
+    else:
+      x = tokens.astype(self.dtype)
+      project = lambda w: jnp.einsum('td,edf->etf', x, w)
+    hidden = self._hidden(project(gate) + per_expert(gate_bias), project(up) + per_expert(up_bias))
     hidden = sharding.constrain(hidden, (None, 'batch', 'act_mlp'))
     outputs = jnp.einsum('etf,efd->etd', hidden, down) + per_expert(down_bias)
-    combine = jnp.einsum('tk,tke->te', weights,
-                         jax.nn.one_hot(chosen, gate.shape[0], dtype=jnp.float32))
     return jnp.einsum('etd,te->td', outputs.astype(jnp.float32), combine)
 
   def _ragged(self, tokens, chosen, weights):
@@ -206,9 +233,12 @@ class MixtureOfExperts(nnx.Module):
     rows = order // self.k  # The token of each sorted pair.
     sizes = jnp.bincount(flat, length=gate.shape[0]).astype(jnp.int32)
     gate_bias, up_bias, down_bias = self._biases(flat[order])
-    x = tokens.astype(self.dtype)[rows]
+    row_weights = weights.reshape(-1)[order][:, None]
+    x = tokens.astype(jnp.float32)[rows]
+    x = (x * row_weights if self.weight_inputs else x).astype(self.dtype)
     hidden = self._hidden(jax.lax.ragged_dot(x, gate, sizes) + gate_bias,
                           jax.lax.ragged_dot(x, up, sizes) + up_bias)
     outputs = (jax.lax.ragged_dot(hidden, down, sizes) + down_bias).astype(jnp.float32)
-    outputs = outputs * weights.reshape(-1)[order][:, None]
+    if not self.weight_inputs:
+      outputs = outputs * row_weights
     return jnp.zeros((tokens.shape[0], tokens.shape[1]), jnp.float32).at[rows].add(outputs)

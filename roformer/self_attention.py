@@ -41,6 +41,20 @@ def layer_window(cfg, layer: int) -> int:
   return positions_lib.layer_windows(cfg)[layer]
 
 
+def layer_chunk(cfg, layer: int) -> int:
+  """Layer `layer`'s chunk of positions (`model.layer_chunks` cycled over the layers; 0: no
+  chunks)."""
+  pattern = tuple(cfg.layer_chunks) if 'layer_chunks' in cfg else ()
+  return int(pattern[layer % len(pattern)]) if pattern else 0
+
+
+def chunk_segments(segments: jax.Array, pos: jax.Array, chunk: int) -> jax.Array:
+  """Packed segment ids [batch, len] split at every `chunk`-th position of each document, so
+  that a kernel taking segments (cuDNN, the fused ones) attends within chunks; padding (0) stays
+  0. A document may hold up to 2^16 chunks."""
+  return jnp.where(segments > 0, segments * (1 << 16) + pos // chunk, 0).astype(segments.dtype)
+
+
 def attention_config(cfg) -> ml_collections.ConfigDict:
   """`config.model.attention`, its declared defaults where a model config has none."""
   if 'attention' in cfg:
@@ -52,13 +66,17 @@ class MultiHeadAttention(nnx.Module):
   """Self-attention whose position information comes entirely from the scheme's hooks (the
   block's position module), and whose kind and switches are those of `config.model.attention`,
   each a module of roformer/attention_options/ that this one calls through its hooks. Every
-  layer's is built alike but for its window, so the blocks of a stack repeat with the period of
-  the per-layer settings (roformer/scanned.py)."""
+  layer's is built alike but for its window and chunk, so the blocks of a stack repeat with the
+  period of the per-layer settings (roformer/scanned.py)."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, *, dtype, rngs: nnx.Rngs,
-               causal: bool = True, window: int = 0):
+               causal: bool = True, window: int = 0, chunk: int = 0):
     d = cfg.d_model
-    self.window = window  # > 0: query i sees keys i - window + 1 .. i (a sliding window).
+    # > 0: query i sees keys i - window + 1 .. i (a sliding window).
+    # A chunk of C positions holds every key its query sees within the last C slots, so the
+    # kernels and the causal blocks take it as that window too (the narrower where both are set).
+    self.window = min(w for w in (window, chunk) if w) if window or chunk else 0
+    self.chunk = chunk  # > 0: query at position p sees the keys at positions of its p // chunk.
     self.num_heads = cfg.num_heads
     self.head_dim = positions_lib.head_dim(cfg)
     caps = positions_lib.capabilities(cfg.position.kind)
@@ -149,6 +167,10 @@ class MultiHeadAttention(nnx.Module):
     if self.window:
       mask = mask & attention.window_mask(first_slot + jnp.arange(length), k.shape[1],
                                           self.window)
+    if self.chunk:  # Keys of the query's own chunk alone.
+      mask = mask & (pos[:, :, None] // self.chunk == k_pos[:, None, :] // self.chunk)[:, None]
+      if segments is not None and cache is None:
+        segments = chunk_segments(segments, pos, self.chunk)
     site = attention_options.Site(pos=pos, k_pos=k_pos, position=position, ctx=ctx,
                                   cache=cache, segments=segments, layer=layer,
                                   first_slot=first_slot)

@@ -366,6 +366,18 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'beta_fast': 32.0, 'beta_slow': 0.25, 'truncate': False,
                          'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+    # Llama 4 (Scout's layout): RoPE on interleaved pairs within 8-token chunks, unscaled
+    # QK-norm on the RoPE layer, a layer without positions whose queries' temperature grows from
+    # position 3 on (floor_scale 4, attn_scale 0.5), 1 of 4 experts weighted by its sigmoid on
+    # its input beside an ungated shared expert, llama3's scaling.
+    'llama4_chunks_temperature_llama3': ('Llama4TextConfig', dict(
+        SMALL, intermediate_size=24, intermediate_size_mlp=48, num_key_value_heads=2,
+        head_dim=16, num_local_experts=4, num_experts_per_tok=1, no_rope_layers=[1, 0],
+        attention_chunk_size=8, floor_scale=4, attn_scale=0.5, rms_norm_eps=1e-5,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
 MXFP4 = ('gpt_oss_mxfp4',)  # Experts stored in MXFP4 (`to_mxfp4`).

@@ -121,8 +121,10 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
   if qk_norm:
     axes = (-1,) if qk_norm_over == 'head' else (-2, -1)
     rms = lambda t: t / np.sqrt((t ** 2).mean(axes, keepdims=True) + qk_norm_eps)
-    scale = lambda s: f64(s).reshape(-1, dim)  # [1 or heads, dim].
-    q, k = rms(q) * scale(attn.q_scale[...]), rms(k) * scale(attn.k_scale[...])
+    # [1 or heads, dim]; 1 where the norm has no scale.
+    scale = lambda s: f64(s[...]).reshape(-1, dim) if s is not None else 1.0
+    q, k = (rms(q) * scale(getattr(attn, 'q_scale', None)),
+            rms(k) * scale(getattr(attn, 'k_scale', None)))
   if query_factor is not None:
     q = q * f64(query_factor)[None, :, None, None]
   factor = softmax_scale if softmax_scale else 1 / np.sqrt(scale_dim or dim)

@@ -134,6 +134,53 @@ def test_qk_norm_over_the_heads_norms_all_heads_at_once():
   assert np.abs(per_head - want).max() > 1e-3
 
 
+def test_qk_norm_without_a_scale_is_x_over_its_rms():
+  """qk_norm_scale=False (Llama 4's L2 norm): no parameter, each head's q and k divided by
+  their root mean square, against float64."""
+  config = tiny('alibi', qk_norm=True, qk_norm_scale=False, qk_norm_eps=1e-5)
+  model = models.create(config.model, seed=0)
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  assert not hasattr(attn, 'q_scale') and not hasattr(attn, 'k_scale')
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.normal(size=(2, 9, 32)), jnp.float32)
+  pos = jnp.broadcast_to(jnp.arange(9), (2, 9))
+  mask = attention.make_mask(jnp.ones((2, 9), jnp.int32), jnp.ones((2, 9), jnp.int32),
+                             causal=True)
+  stub = jnp.zeros((2, 9, attn.num_heads, attn.head_dim))
+  bias = np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
+  want = kinds.attention_formula(attn, x, mask, bias, qk_norm=True, qk_norm_eps=1e-5)
+  np.testing.assert_allclose(np.asarray(attn(x, mask, pos, layer)[0]), want, rtol=2e-4,
+                             atol=2e-5)
+  assert np.abs(kinds.attention_formula(attn, x, mask, bias) - want).max() > 1e-3
+
+
+def test_qk_norm_on_the_rotary_layers_leaves_the_others_unnormed():
+  """qk_norm_layers='rotary' (Llama 4: its RoPE layers, not its layers without positions):
+  with RoPE then no positions, the first layer is the all-layers model's and the second the
+  model's without QK-norm (the same parameters: an unscaled norm has none); without a rotary
+  layer it is refused."""
+  tokens = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 10)))
+  pos, seg = jnp.broadcast_to(jnp.arange(10), (2, 10)), jnp.ones((2, 10), jnp.int32)
+  mask = attention.make_mask(seg, seg, causal=True)
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 10, 32)), jnp.float32)
+  outs = {}
+  for name, att in (('rotary', dict(qk_norm=True, qk_norm_scale=False, qk_norm_layers='rotary')),
+                    ('all', dict(qk_norm=True, qk_norm_scale=False)), ('off', {})):
+    config = tiny('rope', layer_kinds=('rope', 'none'), **att)
+    config.model.num_layers = 2
+    model = models.create(config.model, seed=1)
+    outs[name] = [np.asarray(b.attn(x, mask, pos, b.position)[0]) for b in model.blocks]
+    outs[name].append(np.asarray(model(tokens, pos, seg)))
+  np.testing.assert_allclose(outs['rotary'][0], outs['all'][0], rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(outs['rotary'][1], outs['off'][1], rtol=1e-6, atol=1e-6)
+  assert np.abs(outs['rotary'][0] - outs['off'][0]).max() > 1e-3
+  assert np.abs(outs['rotary'][1] - outs['all'][1]).max() > 1e-3
+  with pytest.raises(errors.ConfigError, match="qk_norm_layers='rotary' norms the layers whose "
+                                               'position kind rotates, and no layer does'):
+    tiny('alibi', qk_norm=True, qk_norm_layers='rotary')
+
+
 @pytest.mark.parametrize('over,bias', [('each_head', False), ('head', True)])
 def test_qk_layer_norm_centres_each_head_with_its_scales_and_bias(over, bias):
   """qk_norm_type='layer_norm': (x - mean) / sqrt(var + eps) * scale (+ bias) over each head's

@@ -514,6 +514,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
       'mlp': 'gated'}, r'rms_norm with a gated MLP in a BLOOM \(ALiBi with a norm of the '
                        r'embeddings\) block, which has LayerNorm and a plain MLP'),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
+    ({'layer_chunks': (8, 0)}, r"chunked attention \(model.layer_chunks=\(8, 0\)\), which Llama "
+                               r"4's class computes and this project does not write"),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
     ({'head_dim': 16, 'residual': 'parallel'}, r'heads of width head_dim=16 in a GPT-NeoX block'),
@@ -827,7 +829,9 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**GPT_OSS, 'moe.renormalize': False}, "the softmax's own weights"),
     ({**GPT_OSS, 'biases': 'qkv'}, "biases='qkv'"),
     ({**GPT_OSS, 'layer_windows': (8, 4)}, 'windows of more than one width'),
-    ({**GPT_OSS, 'attention.softcap': True}, 'the attention option softcap')])
+    ({**GPT_OSS, 'attention.softcap': True}, 'the attention option softcap'),
+    ({**MOE, 'moe.router': 'sigmoid', 'moe.renormalize': False}, "Llama 4's routing"),
+    ({**MOE, 'moe.shared_d_ff': 8, 'moe.shared_gate': False}, "Llama 4's routing")])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   config = test_config.get_config('llama')
   kinds.set_fields(config.model, fields)
@@ -835,6 +839,13 @@ def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(
   resolve.validate(config)
   with pytest.raises(errors.ConfigError, match='a mixture of experts with ' + why):
     hf_export_config.export_family(config)
+
+
+def test_an_imported_llama4_is_refused_on_export_with_why_and_nothing_written(tmp_path):
+  workdir = _imported('llama4_chunks_temperature_llama3', tmp_path)
+  with pytest.raises(errors.ConfigError, match=r"Llama 4's routing .*Fix: "):
+    hf.export_checkpoint(workdir, str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
 
 
 @pytest.mark.parametrize('arg,fields,why', [

@@ -36,9 +36,11 @@ def _layer(cfg, seed=0):
   return layers.mlp(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
 
 
-def _float64(layer, x, k, renormalize, limit=0.0, alpha=1.702):
+def _float64(layer, x, k, renormalize, limit=0.0, alpha=1.702, llama4=False):
   """Each token's experts chosen and weighted by hand, in float64; with biases where the layer
-  has them, and gpt-oss's clamped SwiGLU at `limit` > 0 (gain `alpha`)."""
+  has them, gpt-oss's clamped SwiGLU at `limit` > 0 (gain `alpha`), and Llama 4's routing
+  (`llama4`: the chosen logits' sigmoids, weighting the experts' inputs; the shared expert
+  ungated)."""
   names = ('router', 'gate', 'up', 'down')
   p = {n: np.asarray(getattr(layer, n)[...], np.float64) for n in names}
   b = {n: (np.asarray(getattr(layer, n + '_bias')[...], np.float64) if layer.biased
@@ -58,14 +60,17 @@ def _float64(layer, x, k, renormalize, limit=0.0, alpha=1.702):
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
     top = np.argsort(-probs)[:k]
-    w = probs[top] / (probs[top].sum() if renormalize else 1.0)
+    w = 1 / (1 + np.exp(-logits[top])) if llama4 else probs[top]
+    w = w / (w.sum() if renormalize else 1.0)
     for e, we in zip(top, w):
-      h = hidden(t @ p['gate'][e] + b['gate'][e], t @ p['up'][e] + b['up'][e])
-      out[index] += we * (h @ p['down'][e] + b['down'][e])
+      u = we * t if llama4 else t
+      h = hidden(u @ p['gate'][e] + b['gate'][e], u @ p['up'][e] + b['up'][e])
+      out[index] += (1.0 if llama4 else we) * (h @ p['down'][e] + b['down'][e])
     if layer.shared is not None:
       s = {n: np.asarray(getattr(layer.shared, n).kernel[...], np.float64)
            for n in ('gate', 'up', 'down')}
-      g = 1 / (1 + np.exp(-(t @ np.asarray(layer.shared_gate[...], np.float64))))
+      g = 1.0 if llama4 else 1 / (1 + np.exp(-(t @ np.asarray(layer.shared_gate[...],
+                                                               np.float64))))
       out[index] += g * (silu(t @ s['gate']) * (t @ s['up'])) @ s['down']
   return out
 
@@ -77,6 +82,37 @@ def test_each_token_is_the_weighted_sum_of_its_k_experts(impl, renormalize, shar
   layer = _layer(_cfg(impl=impl, renormalize=renormalize, shared_d_ff=shared))
   got = np.asarray(layer(jnp.asarray(X, jnp.float32)))
   np.testing.assert_allclose(got, _float64(layer, X, 2, renormalize), rtol=2e-5, atol=2e-6)
+
+
+LLAMA4 = dict(router='sigmoid', weight_inputs=True, shared_gate=False, renormalize=False,
+              shared_d_ff=24)
+
+
+@pytest.mark.parametrize('impl', moe.IMPLEMENTATIONS)
+@pytest.mark.parametrize('k', [1, 2])
+def test_llama4_experts_take_their_sigmoid_weighted_inputs_beside_an_ungated_shared_one(impl, k):
+  """Llama 4 routes each token to k (1 in its models) experts weighted by sigmoid(logit), the
+  weight multiplying the expert's input (not its output), plus a shared expert without a gate:
+  against float64; the output-weighted mixture is another function."""
+  layer = _layer(_cfg(impl=impl, experts_per_token=k, **LLAMA4))
+  assert not hasattr(layer, 'shared_gate')
+  got = np.asarray(layer(jnp.asarray(X, jnp.float32)))
+  np.testing.assert_allclose(got, _float64(layer, X, k, False, llama4=True), rtol=2e-5,
+                             atol=2e-5)
+  other = _layer(_cfg(impl=impl, experts_per_token=k, **dict(LLAMA4, weight_inputs=False)))
+  assert np.abs(np.asarray(other(jnp.asarray(X, jnp.float32))) - got).max() > 1e-3
+
+
+def test_llama4_experts_compute_the_same_dense_and_ragged_with_gradients():
+  x = jnp.asarray(X, jnp.float32)
+
+  def run(impl):
+    loss = lambda m: jnp.sum(m(x) * jnp.cos(jnp.arange(x.size).reshape(x.shape)))
+    return nnx.value_and_grad(loss)(_layer(_cfg(impl=impl, **LLAMA4)))
+  (dense, dense_grads), (ragged, ragged_grads) = run('dense'), run('ragged')
+  np.testing.assert_allclose(ragged, dense, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(ragged_grads), jax.tree.leaves(dense_grads)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def _gpt_oss_layer(impl, limit=1.5):
@@ -239,7 +275,8 @@ def test_flops_count_the_router_and_k_experts():
 @pytest.mark.parametrize('fields,named', [
     (dict(biases='all'), 'config.model.biases'),
     (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token'),
-    (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha')])
+    (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
+    (dict(moe=dict(router='sigmoid')), r"config.model.moe.router='sigmoid' with renormalize")])
 def test_bad_mixtures_are_refused_naming_the_field(fields, named):
   config = test_config.get_config()
   config.model.update(mlp='moe')

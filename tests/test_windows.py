@@ -82,18 +82,21 @@ def test_the_cache_equals_the_full_pass_with_windows():
   assert [b.attn.window for b in model.blocks] == [3, 0, 2]
 
 
+@pytest.mark.parametrize('field', ['layer_windows', 'layer_chunks'])
 @pytest.mark.parametrize('change,match', [
-    ({'type': 'mlm'}, 'attends both ways'),
-    ({'attention': {'kind': 'favor'}}, "attention.kind='favor' never forms the attention mask"),
-    ({'layer_windows': (4, -1)}, r'layer_windows\[1\]'),
+    ({'type': 'mlm'}, r'FIELD=\(4, 0\) \w+ .*; model.type=.mlm. attends both ways'),
+    ({'attention': {'kind': 'favor'}},
+     r"FIELD=\(4, 0\) needs the attention mask: attention.kind='favor' never forms"),
+    ({'FIELD': (4, -1)}, r'FIELD\[1\]'),
 ])
-def test_bad_window_settings_are_refused(change, match):
+def test_bad_window_and_chunk_settings_are_refused(field, change, match):
+  """Sliding windows and chunks (tests/test_chunks.py) alike: causal LMs only, with a mask."""
   config = test_config.get_config('mlm') if 'type' in change else test_config.get_config()
-  config.model.layer_windows = (4, 0)
+  config.model[field] = (4, 0)
   for key, value in change.items():
     if key == 'attention':
       config.model.attention.update(value)
     elif key != 'type':
-      config.model[key] = value
-  with pytest.raises(errors.ConfigError, match=match):
+      config.model[key.replace('FIELD', field)] = value
+  with pytest.raises(errors.ConfigError, match=match.replace('FIELD', field)):
     resolve.validate(config)

@@ -10,6 +10,9 @@ to 22 Billion Parameters").
   heads' keys) at once, one scale per dimension of each ('heads': OLMo 2 and 3, OLMoE, which
   norm the projection before splitting it into heads).
 - `qk_norm_bias`: the LayerNorm's bias too (Phi's).
+- `qk_norm_scale`: a learned scale (the default), or none (Llama 4's L2 norm: x / rms(x)).
+- `qk_norm_layers`: every layer ('all'), or the layers whose position kind rotates ('rotary':
+  Llama 4 norms its RoPE layers and not its layers without positions).
 Its epsilon, `qk_norm_eps`, is the file's norm epsilon in an imported checkpoint
 (roformer/hf_config.py).
 """
@@ -27,6 +30,7 @@ from roformer.specs import Str
 
 SPANS = ('head', 'each_head', 'heads')  # attention.qk_norm_over
 TYPES = ('rms_norm', 'layer_norm')  # attention.qk_norm_type
+LAYERS = ('all', 'rotary')  # attention.qk_norm_layers
 # The classes that compute it, each as (type, span, bias): q_norm and k_norm with the blocks'
 # norm epsilon.
 _TRANSFORMERS = {'qwen3': ('rms_norm', 'head', False), 'gemma3': ('rms_norm', 'head', False),
@@ -34,9 +38,14 @@ _TRANSFORMERS = {'qwen3': ('rms_norm', 'head', False), 'gemma3': ('rms_norm', 'h
                  'olmo2': ('rms_norm', 'heads', False), 'olmo3': ('rms_norm', 'heads', False),
                  'olmoe': ('rms_norm', 'heads', False), 'phi': ('layer_norm', 'head', True),
                  'stablelm': ('layer_norm', 'each_head', False),
-                 'cohere': ('layer_norm', 'each_head', False)}
-# Their config.json switch, where it has one.
-_SWITCHES = {'phi': 'qk_layernorm', 'stablelm': 'qk_layernorm', 'cohere': 'use_qk_norm'}
+                 'cohere': ('layer_norm', 'each_head', False),
+                 'llama4': ('rms_norm', 'head', False)}
+# Their config.json switch, where it has one, and its default where the file leaves it out.
+_SWITCHES = {'phi': ('qk_layernorm', False), 'stablelm': ('qk_layernorm', False),
+             'cohere': ('use_qk_norm', False), 'llama4': ('use_qk_norm', True)}
+# (qk_norm_scale, qk_norm_layers) of each: a scale in every layer but Llama 4's, whose L2 norm
+# has none and norms its RoPE layers alone.
+_SCALES_AND_LAYERS = {'llama4': (False, 'rotary')}
 
 
 def transformers_norm(family: str) -> tuple[str, str, bool]:
@@ -64,28 +73,46 @@ class QKNorm(base.AttentionOption):
            'qk_norm_over': Str(SPANS, default='head'),
            'qk_norm_type': Str(TYPES, default='rms_norm'),
            # LayerNorm's bias (Phi's); RMSNorm has none.
-           'qk_norm_bias': Bool(default=False)}
+           'qk_norm_bias': Bool(default=False),
+           # A learned scale (per dimension, per head or of all heads: qk_norm_over), or none.
+           'qk_norm_scale': Bool(default=True),
+           # Which layers (LAYERS): every one, or those whose position kind rotates.
+           'qk_norm_layers': Str(LAYERS, default='all')}
   transformers_families = tuple(_TRANSFORMERS)
 
   def transformers_computes(self, att, family: str) -> bool:
     """The class's own norm: its type, its span and its bias, as `_TRANSFORMERS` lists them."""
-    return _TRANSFORMERS.get(family) == (att.qk_norm_type, att.qk_norm_over, att.qk_norm_bias)
+    return (_TRANSFORMERS.get(family) == (att.qk_norm_type, att.qk_norm_over, att.qk_norm_bias)
+            and _SCALES_AND_LAYERS.get(family, (True, 'all')) == (att.qk_norm_scale,
+                                                                  att.qk_norm_layers))
 
   def transformers_fields(self, att, family: str) -> dict:
     del att
-    return {_SWITCHES[family]: True} if family in _SWITCHES else {}
+    return {_SWITCHES[family][0]: True} if family in _SWITCHES else {}
 
   def from_transformers(self, family: str, hf: dict, eps: float) -> dict:
     """The family's own norm, at the blocks' epsilon: always in Qwen3's and OLMo 2's kinds,
     where its switch is on in Phi's, StableLM's and Cohere's."""
-    switch = _SWITCHES.get(family)
-    if family not in _TRANSFORMERS or (switch and not hf.get(switch)):
+    switch, default = _SWITCHES.get(family, (None, True))
+    if family not in _TRANSFORMERS or (switch and not hf.get(switch, default)):
       return {}
     kind, over, bias = _TRANSFORMERS[family]
+    scale, layers = _SCALES_AND_LAYERS.get(family, (True, 'all'))
     return {'qk_norm': True, 'qk_norm_eps': eps, 'qk_norm_type': kind, 'qk_norm_over': over,
-            'qk_norm_bias': bias}
+            'qk_norm_bias': bias, 'qk_norm_scale': scale, 'qk_norm_layers': layers}
 
   def validate(self, config, model_cfg, att) -> None:
+    if att.qk_norm_bias and not att.qk_norm_scale:
+      raise errors.ConfigError(
+          'config.model.attention.qk_norm_bias with qk_norm_scale=False: a norm without a '
+          'scale has no bias either. Fix: --config.model.attention.qk_norm_scale=True, or no '
+          'bias.')
+    if att.qk_norm_layers == 'rotary' and not any(
+        c.rotary for c in base.layer_caps(model_cfg).values()):
+      raise errors.ConfigError(
+          "config.model.attention.qk_norm_layers='rotary' norms the layers whose position kind "
+          'rotates, and no layer does. Fix: --config.model.attention.qk_norm_layers=all, or a '
+          'rotary kind in some layer (model.layer_kinds).')
     if att.qk_norm_bias and att.qk_norm_type != 'layer_norm':
       raise errors.ConfigError(
           f'config.model.attention.qk_norm_bias with qk_norm_type={att.qk_norm_type!r}: RMSNorm '
@@ -108,6 +135,13 @@ class QKNorm(base.AttentionOption):
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
     over, hd = att.qk_norm_over, module.head_dim
     module.qk_norm_heads = over == 'heads'
+    # `caps`: the layer's own position kind's.
+    module.qk_norm_on = att.qk_norm_layers == 'all' or caps.rotary
+    module.qk_norm_scaled = bool(att.qk_norm_scale) and module.qk_norm_on
+    module.qk_norm_eps, module.qk_norm_type = float(att.qk_norm_eps), att.qk_norm_type
+    module.qk_norm_bias = bool(att.qk_norm_bias)
+    if not module.qk_norm_scaled:
+      return
     h, kv = module.num_heads, module.num_kv_heads
     shapes = {'head': ((hd,), (hd,)), 'each_head': ((h, hd), (kv, hd)),
               'heads': ((h * hd,), (kv * hd,))}[over]
@@ -118,14 +152,15 @@ class QKNorm(base.AttentionOption):
       module.q_bias, module.k_bias = (
           variables.param(jnp.zeros(shape, jnp.float32), (None,) * len(shape), decay=False)
           for shape in shapes)
-    module.qk_norm_eps, module.qk_norm_type = float(att.qk_norm_eps), att.qk_norm_type
-    module.qk_norm_bias = bool(att.qk_norm_bias)
 
   def queries_keys(self, module, q, k):
+    if not module.qk_norm_on:
+      return q, k
     eps = module.qk_norm_eps
 
     def norm(x, which):  # x: [batch, len, heads, head_dim].
-      scale = getattr(module, which + '_scale')[...]
+      scale = (getattr(module, which + '_scale')[...] if module.qk_norm_scaled
+               else jnp.ones((), jnp.float32))
       flat = x.reshape(x.shape[:-2] + (-1,)) if module.qk_norm_heads else x
       if module.qk_norm_type == 'rms_norm':
         y = attention.rms_norm(flat, scale, eps)
