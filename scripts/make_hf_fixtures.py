@@ -8,12 +8,13 @@ Made with transformers 5.24.0 and torch 2.13.0 (CPU); the test suite reads the f
 either. Each fixture is a directory as `save_pretrained` writes it (config.json,
 model.safetensors in float16 to keep it small, tokenizer.json and tokenizer_config.json) and
 `reference.npz`:
-  ids      int64 [1, 40]: a row of token ids, past original_max_position_embeddings (16)
-  logits   float32 [1, 40, vocab]: transformers' logits for them (eager attention, float32)
   prompt   int64 [1, 6]; greedy int64 [1, 6 + 14]: greedy decoding from the prompt, each step a
            full forward pass (`use_cache=False`: dynamic NTK then reads every position at the
            current length, as this project computes it; with a cache, transformers keeps the
            keys rotated at the frequencies of the step that cached them)
+  ids      int64 [1, 40]: the greedy ids, then random ones, past original_max_position_embeddings
+           (16)
+  logits   float32 [1, 40, vocab]: transformers' logits for them (eager attention, float32)
 Every weight is drawn at random (biases and norm scales too, which transformers initialises to 0
 and 1: a mapping that dropped them would go unseen), and a seed is kept only if greedy decoding
 never has a top-two gap below 1e-2, so that float rounding cannot flip an id. Some configs are
@@ -540,8 +541,11 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
       ids = torch.as_tensor(rng.integers(4, tok.get_vocab_size(), (1, LENGTH)))
       prompt = ids[:, :PROMPT]
       with torch.no_grad():
-        logits = model(ids, use_cache=False).logits.numpy()
         out, gap = greedy(model, prompt)
+        # The row starts with the greedy ids: a causal full pass over it predicts each of
+        # them from its prefix, as greedy decoding by full passes does.
+        ids = torch.cat([torch.as_tensor(out), ids[:, out.shape[1]:]], dim=1)
+        logits = model(ids, use_cache=False).logits.numpy()
       if gap < 1e-2:
         continue
       target = OUT / name

@@ -56,22 +56,29 @@ def test_the_fixtures_cover_each_architecture_scaling_and_config_form():
 @pytest.mark.parametrize('name', NAMES)
 def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name, tmp_path):
   """Logits within 1e-4 of the largest, over positions past original_max_position_embeddings;
-  greedy ids equal; decoding with the key/value cache equal to the full pass."""
+  greedy ids equal (the argmax of each prefix of the greedy row in the full pass, or where the
+  frequencies follow the length, generation); decoding with the key/value cache equal to the
+  full pass."""
   lm = hf.load(_imported(name, tmp_path))
   ref = np.load(FIXTURES / name / 'reference.npz')
   logits = lm.logits(ref['ids'])
   assert _relative_error(logits, ref['logits']) < 1e-4
-  np.testing.assert_array_equal(
-      lm.generate(ref['prompt'], ref['greedy'].shape[1] - ref['prompt'].shape[1],
-                  stop_at_eos=False), ref['greedy'])
+  follows_length = lm.config.model.position.rope.scaling.kind in ('dynamic', 'longrope')
+  greedy, start = ref['greedy'], ref['prompt'].shape[1]
+  if follows_length:  # Each step's frequencies follow its length: generation, step by step.
+    np.testing.assert_array_equal(
+        lm.generate(ref['prompt'], greedy.shape[1] - start, stop_at_eos=False), greedy)
+  else:  # The row starts with the greedy ids, each its prefix's argmax in one causal pass.
+    np.testing.assert_array_equal(ref['ids'][:, :greedy.shape[1]], greedy)
+    np.testing.assert_array_equal(logits[:, start - 1:greedy.shape[1] - 1].argmax(-1),
+                                  greedy[:, start:])
   # Decoding through the cache against one full pass. Dynamic NTK and LongRoPE rotate by the
   # length of each call's input: past their original 16 positions, states cached by an
   # earlier, shorter call were computed at other frequencies, so it is checked within them
   # (generate, above, refills LongRoPE's cache where it crosses them).
-  # Chunks of one size compile one decoding program (the cache index is an argument); greedy
-  # generation above decoded one token at a time. Elsewhere the full pass over the first 24
-  # positions is the longer one's, above, cut (causal attention).
-  follows_length = lm.config.model.position.rope.scaling.kind in ('dynamic', 'longrope')
+  # Chunks of one size compile one decoding program (the cache index is an argument).
+  # Elsewhere the full pass over the first 24 positions is the longer one's, above, cut
+  # (causal attention).
   sizes = (8, 8) if follows_length else (8, 8, 8)
   kinds.assert_decoding_equals_full_pass(lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]),
                                          sizes, max_len=sum(sizes),

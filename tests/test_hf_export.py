@@ -858,17 +858,18 @@ def test_an_imported_llama4_is_refused_on_export_with_why_and_nothing_written(tm
     # QK-norm as a class computes it, or refused naming the block.
     ('rope', dict(PHI, **QK_LAYER_NORM), "attention.qk_norm (qk_norm_eps=1e-06, "
                                          "qk_norm_over='head', qk_norm_type='layer_norm', "
-                                         'qk_norm_bias=False) in a Phi block'),
+                                         "qk_norm_bias=False, qk_norm_scale=True, "
+                                         "qk_norm_layers='all') in a Phi block"),
     ('rope', dict(PHI_QK, head_dim=12), 'QK-norm with heads of width head_dim=12 in a Phi block '
                                         '(one LayerNorm before both parallel branches), whose '
                                         'q_layernorm and k_layernorm are d_model / num_heads = 8 '
                                         'wide'),
     ('llama', dict(STABLELM_QK, **{'attention.qk_norm_over': 'head'}),
      "attention.qk_norm (qk_norm_eps=1e-05, qk_norm_over='head', qk_norm_type='layer_norm', "
-     'qk_norm_bias=False) in a StableLM block'),
+     "qk_norm_bias=False, qk_norm_scale=True, qk_norm_layers='all') in a StableLM block"),
     ('llama', {**COHERE_QK, 'attention.qk_norm_type': 'rms_norm'},
      "attention.qk_norm (qk_norm_eps=1e-05, qk_norm_over='each_head', qk_norm_type='rms_norm', "
-     'qk_norm_bias=False) in a Cohere block'),
+     "qk_norm_bias=False, qk_norm_scale=True, qk_norm_layers='all') in a Cohere block"),
     ('llama', {**COHERE2, **QK_LAYER_NORM, 'attention.qk_norm_over': 'each_head',
                'attention.qk_norm_eps': 1e-5}, 'attention.qk_norm in a Cohere block'),  # Cohere 2.
     ('llama', {'attention.qk_norm': True, 'attention.qk_norm_over': 'each_head',
