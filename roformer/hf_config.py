@@ -95,7 +95,8 @@ SCALINGS = ('default', 'linear', 'dynamic', 'yarn', 'llama3', 'longrope')
 
 # Multimodal classes whose language model is read: {class: its language model's class}. The
 # import reads its text_config and its language model's weights, and leaves the vision tower out.
-MULTIMODAL = {'Gemma3ForConditionalGeneration': 'Gemma3ForCausalLM'}
+MULTIMODAL = {'Gemma3ForConditionalGeneration': 'Gemma3ForCausalLM',
+              'Llama4ForConditionalGeneration': 'Llama4ForCausalLM'}
 # The key of a text view (`read`) that names the multimodal class it came from.
 TEXT_OF = 'text_of'
 # Gemma3TextConfig's defaults, which the Hub's Gemma 3 4B-27B configs leave out of text_config.
@@ -127,17 +128,19 @@ def read(directory: str) -> dict:
 
 
 def text_view(hf: dict, where: str) -> dict:
-  """A multimodal config as its language model's: text_config over Gemma3TextConfig's defaults
-  (the Hub's files give few fields), the tie of the embeddings where text_config does not say
-  it, and the language model's class; `TEXT_OF` names the class it came from."""
+  """A multimodal config as its language model's: text_config (over Gemma3TextConfig's
+  defaults, where the Hub's Gemma 3 files give few fields), the tie of the embeddings where
+  text_config does not say it (the multimodal class's own default: Gemma 3 ties, Llama 4 does
+  not), and the language model's class; `TEXT_OF` names the class it came from."""
   arch = hf['architectures'][0]
   text = hf.get('text_config')
   if not isinstance(text, dict):
     raise errors.DamagedFileError(f'{where} names {arch} but has no text_config. Fix: use the '
                                   'config.json that came with the weights.')
-  view = {**GEMMA3_TEXT_DEFAULTS, **text}
-  view.setdefault('tie_word_embeddings', _read(hf, 'tie_word_embeddings', True))
-  view.update(architectures=[MULTIMODAL[arch]], model_type=HF_MODEL_TYPES['gemma3'],
+  fam = ARCHITECTURES[MULTIMODAL[arch]]
+  view = {**(GEMMA3_TEXT_DEFAULTS if fam == 'gemma3' else {}), **text}
+  view.setdefault('tie_word_embeddings', _read(hf, 'tie_word_embeddings', fam == 'gemma3'))
+  view.update(architectures=[MULTIMODAL[arch]], model_type=HF_MODEL_TYPES[fam],
               **{TEXT_OF: arch})
   return view
 
@@ -564,4 +567,6 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])
   rope.scaling.update(scaling)
+  if fam == hf_llama4.FAMILY:
+    rope.scaling.update(hf_llama4.scaling_fields(hf, rope.scaling.kind))
   return config

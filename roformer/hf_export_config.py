@@ -465,7 +465,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
   elif fam in hf_moe.FAMILIES:
     out.update(hf_moe.config_fields(fam, m))
     if fam == 'gpt_oss':  # Its config sets its own YaRN where rope_parameters is absent.
-      out['rope_parameters'] = {'rope_type': 'default', **(out.pop('rope_scaling') or {}),
+      out['rope_parameters'] = {'rope_type': 'default', **(out['rope_scaling'] or {}),
                                 'rope_theta': base}
   elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.
     out.update(sliding_window=max(windows) or None, layer_types=_layer_types(windows))

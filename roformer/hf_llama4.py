@@ -4,7 +4,8 @@
 square without a scale (`attention.qk_norm` with `qk_norm_scale` false on the rotary layers,
 `qk_norm_layers='rotary'`); the fourth layer without positions, attending to the whole context
 with its queries sharpened by 1 + attn_scale log(floor((p + 1) / floor_scale) + 1)
-(`attention.nope_temperature`). Its MLP is a mixture of experts in every layer (Llama 4 Scout's
+(`attention.nope_temperature`). Its class norms q and k after rotating them, which removes the
+q and k multiplier of YaRN or LongRoPE: the import sets it to 1. Its MLP is a mixture of experts in every layer (Llama 4 Scout's
 layout): each token goes to its k (1) experts, weighted by the sigmoids of their logits, the
 weight multiplying the expert's input, beside an ungated shared expert of the experts' width
 (`moe.router='sigmoid'`, `moe.weight_inputs`, `moe.shared_gate` false; roformer/moe.py).
@@ -57,13 +58,22 @@ def model_fields(hf: dict, layers: int, where: str) -> dict:
                                   'came with the weights.')
   fields = {'layer_kinds': positions.layer_kinds_of(rotates),
             'layer_chunks': tuple(int(chunk) if k == 'chunked_attention' else 0 for k in kinds)}
-  if _read(hf, 'attn_temperature_tuning', True) and not all(rotates):
+  scale = _read(hf, 'attn_scale', 0.1)
+  if _read(hf, 'attn_temperature_tuning', True) and not all(rotates) and scale != 0:
     fields['attention'] = {
         'nope_temperature': True,
         'nope_temperature_floor': hf_layers.interval(hf, 'floor_scale', 8192, where),
-        'nope_temperature_scale': float(hf_fields.positive(_read(hf, 'attn_scale', 0.1),
-                                                           'attn_scale', where))}
+        'nope_temperature_scale': hf_fields.positive(scale, 'attn_scale', where)}
   return fields
+
+
+def scaling_fields(hf: dict, kind: str) -> dict:
+  """rope.scaling's fields beyond the family's: the class norms q and k after rotating them
+  (`use_qk_norm`), which removes the q and k multiplier of a scaling that has one (YaRN's,
+  LongRoPE's), so this project's, applied with the rotation, is 1 there."""
+  if _read(hf, 'use_qk_norm', True) and kind in positions.scaling.TEMPERED:
+    return {'attention_factor': 1.0}
+  return {}
 
 
 def moe_fields() -> dict:

@@ -152,7 +152,8 @@ def export_family(m) -> str:
                                                for o in options)
   named = ', '.join(o.field for o in options)
   windows = positions.layer_windows(m)
-  if m.moe.router != 'softmax' or m.moe.weight_inputs or not m.moe.shared_gate:
+  if (m.moe.router != 'softmax' or m.moe.weight_inputs
+      or (m.moe.shared_d_ff and not m.moe.shared_gate)):
     raise errors.ConfigError(
         "no transformers class that this project writes computes this model: a mixture of "
         "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate), whose class "

@@ -106,13 +106,13 @@ def read(directory: str) -> dict[str, np.ndarray]:
 LANGUAGE_MODEL = (('language_model.model.', 'model.'), ('language_model.lm_head.', 'lm_head.'),
                   ('model.language_model.', 'model.'))
 VISION = ('vision_tower.', 'multi_modal_projector.', 'model.vision_tower.',
-          'model.multi_modal_projector.')
+          'model.multi_modal_projector.', 'vision_model.', 'model.vision_model.')
 
 
 def language_model(tensors: dict) -> dict:
   """A multimodal checkpoint's tensors as its language model's (Gemma3ForConditionalGeneration's
-  as Gemma3ForCausalLM's), without the vision tower's and the projector's; any other tensor is
-  kept, for `to_params` to report."""
+  as Gemma3ForCausalLM's, Llama 4's alike), without the vision model's and the projector's; any
+  other tensor is kept, for `to_params` to report."""
   out = {}
   for name, array in tensors.items():
     if name.startswith(VISION):

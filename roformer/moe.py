@@ -114,10 +114,12 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax'
   """(softmax probabilities [T, E], the k chosen experts [T, k], their weights [T, k]), in
   float32, from router logits [T, E]: the k largest, weighted by their softmax probabilities
   (`router='softmax'`) or their logits' sigmoids ('sigmoid')."""
-  probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-  weights, chosen = jax.lax.top_k(probs, k)
-  if router == 'sigmoid':
-    weights = jax.nn.sigmoid(jnp.take_along_axis(logits.astype(jnp.float32), chosen, -1))
+  logits = logits.astype(jnp.float32)
+  probs = jax.nn.softmax(logits, axis=-1)
+  # Chosen by their logits: the softmax may underflow to ties far below the largest.
+  top, chosen = jax.lax.top_k(logits, k)
+  weights = (jax.nn.sigmoid(top) if router == 'sigmoid'
+             else jnp.take_along_axis(probs, chosen, -1))
   if renormalize:
     weights = weights / weights.sum(-1, keepdims=True)
   return probs, chosen, weights

@@ -50,9 +50,14 @@ def layer_chunk(cfg, layer: int) -> int:
 
 def chunk_segments(segments: jax.Array, pos: jax.Array, chunk: int) -> jax.Array:
   """Packed segment ids [batch, len] split at every `chunk`-th position of each document, so
-  that a kernel taking segments (cuDNN, the fused ones) attends within chunks; padding (0) stays
-  0. A document may hold up to 2^16 chunks."""
-  return jnp.where(segments > 0, segments * (1 << 16) + pos // chunk, 0).astype(segments.dtype)
+  that a kernel taking segments (cuDNN, the fused ones) attends within chunks: each run of one
+  segment and one chunk numbered in order along the row (a document is one run of slots);
+  padding (0) stays 0."""
+  part = pos // chunk
+  starts = jnp.concatenate([jnp.ones_like(segments[:, :1], bool),
+                            (segments[:, 1:] != segments[:, :-1]) | (part[:, 1:] != part[:, :-1])],
+                           axis=1)
+  return jnp.where(segments > 0, jnp.cumsum(starts, axis=1), 0).astype(segments.dtype)
 
 
 def attention_config(cfg) -> ml_collections.ConfigDict:
@@ -73,8 +78,9 @@ class MultiHeadAttention(nnx.Module):
                causal: bool = True, window: int = 0, chunk: int = 0):
     d = cfg.d_model
     # > 0: query i sees keys i - window + 1 .. i (a sliding window).
-    # A chunk of C positions holds every key its query sees within the last C slots, so the
-    # kernels and the causal blocks take it as that window too (the narrower where both are set).
+    # A chunk of C positions holds every key its query sees within the last C slots (positions
+    # advance by at least one a slot), so the kernels and the causal blocks take it as that
+    # window too (the narrower where both are set).
     self.window = min(w for w in (window, chunk) if w) if window or chunk else 0
     self.chunk = chunk  # > 0: query at position p sees the keys at positions of its p // chunk.
     self.num_heads = cfg.num_heads

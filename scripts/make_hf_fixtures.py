@@ -381,6 +381,19 @@ FIXTURES = {
                          'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
+# Llama 4 as the Hub's checkpoints are: the multimodal class (its language model the one above
+# with YaRN, whose q and k multiplier the norm after the rotation removes; a tiny vision model
+# and projector beside it).
+FIXTURES['llama4_multimodal'] = ('Llama4Config', dict(
+    text_config=dict(FIXTURES['llama4_chunks_temperature_llama3'][1], rope_parameters={
+        'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+        'original_max_position_embeddings': ORIGINAL}),
+    vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, image_size=28, patch_size=14, vision_output_dim=16,
+                       projector_input_dim=16, projector_output_dim=32),
+    boi_token_index=1, eoi_token_index=2, image_token_index=3), False, 'llama', 0)
+# The fixtures built as their multimodal class, whose Auto class for causal LMs is the text one.
+MULTIMODAL_CLASSES = {'llama4_multimodal': 'Llama4ForConditionalGeneration'}
 MXFP4 = ('gpt_oss_mxfp4',)  # Experts stored in MXFP4 (`to_mxfp4`).
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).
@@ -521,7 +534,11 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
   config._attn_implementation = 'eager'  # pylint: disable=protected-access
   for seed in range(100):
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation='eager')
+    if name in MULTIMODAL_CLASSES:  # Its Auto class is the language model's alone.
+      model = getattr(transformers, MULTIMODAL_CLASSES[name])._from_config(
+          config, attn_implementation='eager')
+    else:
+      model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation='eager')
     randomize(model, seed)
     if name in MXFP4:
       quantize_experts(model)
@@ -535,8 +552,14 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
       if cls_name in ('GPT2Config', 'BloomConfig'):
         unprefixed(pathlib.Path(tmp) / 'model.safetensors')
       # The reference is what transformers computes from the stored (float16) weights.
-      model = transformers.AutoModelForCausalLM.from_pretrained(
+      model = getattr(transformers, MULTIMODAL_CLASSES.get(
+          name, 'AutoModelForCausalLM')).from_pretrained(
           tmp, dtype=torch.float32, attn_implementation='eager').eval()
+      if name in MULTIMODAL_CLASSES:
+        # On text alone the class runs its language model, whose logits it returns; transformers
+        # 5.24's Llama4ForConditionalGeneration.forward then fails (it reads `image_outputs`,
+        # which that output lacks), so the language model computes the reference.
+        model = model.language_model
       rng = np.random.default_rng(seed)
       ids = torch.as_tensor(rng.integers(4, tok.get_vocab_size(), (1, LENGTH)))
       prompt = ids[:, :PROMPT]

@@ -115,6 +115,17 @@ def test_llama4_experts_compute_the_same_dense_and_ragged_with_gradients():
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_the_experts_are_chosen_by_their_logits_where_the_softmax_underflows():
+  """Logits 150 above the rest: the softmax of the others is 0, and its ties would pick the
+  lowest index; the k largest logits decide, as transformers' topk over the logits (Llama 4's
+  sigmoid router then weights the second 0.5, not 4.5e-5)."""
+  logits = jnp.asarray([[150.0, -10.0, 0.0, -20.0]])
+  for router, want in (('sigmoid', [1.0, 0.5]), ('softmax', [1.0, 0.0])):
+    _, chosen, weights = moe.route(logits, 2, False, router)
+    assert chosen.tolist() == [[0, 2]], router
+    np.testing.assert_allclose(np.asarray(weights)[0], want, atol=1e-7)
+
+
 def _gpt_oss_layer(impl, limit=1.5):
   """gpt-oss's experts, their biases drawn (they start at 0) and a limit that binds."""
   layer = _layer(_cfg(impl=impl, biases=True, swiglu_limit=limit))
