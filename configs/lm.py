@@ -7,6 +7,8 @@
   python train.py --config configs/lm.py:llama --workdir runs/lm_llama     # Llama's block
   python train.py --config configs/lm.py:llama,alibi --workdir ...         # ... another scheme
   python train.py --config configs/lm.py:mixtral --workdir runs/lm_mixtral # Mixtral's experts
+  python train.py --config configs/lm.py:llama4 --workdir runs/lm_llama4   # Llama 4's iRoPE
+  python train.py --config configs/lm.py:gpt_oss --workdir runs/lm_gpt_oss # gpt-oss's sinks
 """
 
 import difflib
@@ -51,19 +53,62 @@ def mixtral(config):
 BLOCKS = {'llama': llama, 'mixtral': mixtral}  # configs/lm.py:BLOCK or BLOCK,KIND.
 
 
+def gemma3(config):
+  """Gemma 3's layout on the classic block (not Gemma 3's sandwich block, which an imported
+  checkpoint has): 5 windowed layers at base 10k, 1 global at 1M, the window fixed in tokens as
+  Gemma 3's 1,024 are at any context, here a quarter of the trained length."""
+  config.model.position.kind = 'rope'
+  config.model.num_layers = 6
+  config.model.layer_windows = (config.data.seq_len // 4,) * 5 + (0,)
+  config.model.layer_rope_bases = (10_000.0,) * 5 + (1_000_000.0,)
+  return config
+
+
+def llama4(config):
+  """Llama 4's attention layout ("iRoPE") on Llama's block (`llama`; its dense MLP): three
+  RoPE layers on interleaved pairs attending within chunks, q and k divided by their root mean
+  square there (no scale), then a global layer without positions whose queries sharpen with
+  the position (the temperature from the chunk's length on, 0.1 as Llama 4's). The chunk is a
+  quarter of the trained length, as Llama 4's 8,192 is of the context it pretrained at."""
+  llama(config)
+  chunk = config.data.seq_len // 4
+  config.model.update(num_layers=4, layer_kinds=('rope',) * 3 + ('none',),
+                      layer_chunks=(chunk,) * 3 + (0,))
+  config.model.position.update(kind='rope')
+  config.model.position.rope.layout = 'interleaved'
+  config.model.attention.update(
+      qk_norm=True, qk_norm_scale=False, qk_norm_layers='rotary', qk_norm_eps=1e-5,
+      nope_temperature=True, nope_temperature_floor=chunk, nope_temperature_scale=0.1)
+  return config
+
+
+def gpt_oss(config):
+  """gpt-oss's attention layout on Llama's block (`llama`; its dense MLP): a learned sink
+  logit per head in every softmax, windows on alternate layers (a quarter of the trained length,
+  as its 128 tokens are short beside its 4k pretraining) and biases on q, k, v and o."""
+  llama(config)
+  config.model.update(layer_windows=(config.data.seq_len // 4, 0), biases='attention')
+  config.model.attention.sink_logit = True
+  return config
+
+
+LAYOUTS = {'gemma3': gemma3, 'llama4': llama4, 'gpt_oss': gpt_oss}  # configs/lm.py:LAYOUT.
+
+
 def _check_arg(arg: str) -> None:
-  """configs/lm.py:ARG is KIND, gemma3, BLOCK or BLOCK,KIND; anything else names them."""
+  """configs/lm.py:ARG is KIND, LAYOUT, BLOCK or BLOCK,KIND; anything else names them."""
   parts = arg.split(',')
   known = positions.kinds() + positions.combined_kinds()
-  if (len(parts) == 1 and parts[0] in known + [*BLOCKS, 'gemma3']) or (
+  if (len(parts) == 1 and parts[0] in known + [*BLOCKS, *LAYOUTS]) or (
       len(parts) == 2 and parts[0] in BLOCKS and parts[1] in known):
     return
-  names = known + [*BLOCKS, 'gemma3']
+  names = known + [*BLOCKS, *LAYOUTS]
   close = [] if parts[-1] in names else difflib.get_close_matches(parts[-1], names, n=1)
   raise ValueError(f'configs/lm.py:{arg} is not an argument of this file'
                    + (f' (did you mean {close[0]!r} for {parts[-1]!r}?)' if close else '')
                    + f'. Fix: KIND (a position kind: {", ".join(positions.kinds())}, or A+B '
-                   'such as rope+fox), gemma3, llama, mixtral, or llama,KIND and mixtral,KIND.')
+                   'such as rope+fox), a layout (gemma3, llama4, gpt_oss), llama, mixtral, or '
+                   'llama,KIND and mixtral,KIND.')
 
 
 def get_config(position: str = 'rope'):
@@ -74,14 +119,7 @@ def get_config(position: str = 'rope'):
   if parts[0] in BLOCKS:
     config.model.position.kind = parts[1] if len(parts) > 1 else 'rope'
     return BLOCKS[parts[0]](config)
-  if position == 'gemma3':  # Gemma 3's layout: 5 windowed layers at base 10k, 1 global at 1M,
-    # on the classic block (not Gemma 3's sandwich block, which an imported checkpoint has).
-    config.model.position.kind = 'rope'
-    config.model.num_layers = 6
-    # Fixed in tokens, as Gemma 3's 1,024 are at any context; here a quarter of the 256 trained.
-    window = config.data.seq_len // 4
-    config.model.layer_windows = (window,) * 5 + (0,)
-    config.model.layer_rope_bases = (10_000.0,) * 5 + (1_000_000.0,)
-    return config
+  if position in LAYOUTS:
+    return LAYOUTS[position](config)
   config.model.position.kind = position or 'rope'
   return config

@@ -148,10 +148,11 @@ def _refusal(config) -> str | None:
                                                                                      'qwen3')
     if m.mlp == 'moe':  # The mixture's class (hf_moe.export_family checked its block).
       family = hf_moe.export_family(m)
-    missing = [o.field for o in options if family not in o.transformers_families]
-    if missing:
-      return (f"attention.{', attention.'.join(missing)} in a "
-              f'{hf_config.MODEL_TYPES[family]} block, whose class does not compute it')
+    missing = [o for o in options if family not in o.transformers_families]
+    if missing:  # The option's own reason where it gives one (the class it needs), else this.
+      return next((r for r in (o.transformers_refusal(m, att) for o in missing) if r), (
+          f"attention.{', attention.'.join(o.field for o in missing)} in a "
+          f'{hf_config.MODEL_TYPES[family]} block, whose class does not compute it'))
     for option in options:
       reason = option.transformers_refusal(m, att)
       if reason:

@@ -97,3 +97,18 @@ def test_a_scanned_stack_with_chunks_on_alternate_layers_is_the_loop():
   scanned = models.create(config.model, seed=4)
   np.testing.assert_allclose(np.asarray(scanned(TOKENS, POSITIONS, SEGMENTS)),
                              np.asarray(loop(TOKENS, POSITIONS, SEGMENTS)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_llama4_preset_is_irope_with_chunks_norms_and_its_temperature():
+  """configs/lm.py:llama4: three RoPE layers on interleaved pairs, chunked, their q and k normed
+  without a scale, then a global layer without positions with the temperature."""
+  from configs import lm  # pylint: disable=import-outside-toplevel
+  cfg = lm.get_config('llama4')
+  resolve.validate(cfg)
+  model = models.create(cfg.model, seed=0)
+  chunk = cfg.data.seq_len // 4
+  assert [b.attn.chunk for b in model.blocks] == [chunk] * 3 + [0]
+  assert [b.attn.qk_norm_on for b in model.blocks] == [True] * 3 + [False]
+  assert [b.attn.temperature is not None for b in model.blocks] == [False] * 3 + [True]
+  assert cfg.model.position.rope.layout == 'interleaved' and not hasattr(model.blocks[0].attn,
+                                                                          'q_scale')

@@ -517,6 +517,9 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
     ({'layer_chunks': (8, 0)}, r"chunked attention \(model.layer_chunks=\(8, 0\)\), which Llama "
                                r"4's class computes and this project does not write"),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
+    ({'attention.sink_logit': True, 'normalization': 'rms_norm', 'mlp': 'gated',
+      'biases': 'none'}, r"attention.sink_logit with a dense MLP: gpt-oss's, the class with "
+                         r"sinks, is a mixture of experts"),
     ({'attention.qk_norm': True}, r'attention\.qk_norm in a GPT-NeoX block'),
     ({'head_dim': 16, 'residual': 'parallel'}, r'heads of width head_dim=16 in a GPT-NeoX block'),
     ({'attention.qk_norm': True, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'qkv'},

@@ -170,3 +170,14 @@ def test_training_moves_the_sinks():
   grads = jax.tree_util.tree_flatten_with_path(nnx.grad(loss)(model))[0]
   sinks = [np.asarray(g) for path, g in grads if 'sink' in jax.tree_util.keystr(path)]
   assert len(sinks) == 2 and all(np.abs(g).min() > 0 for g in sinks)
+
+
+def test_the_gpt_oss_preset_has_sinks_alternate_windows_and_attention_biases():
+  from configs import lm  # pylint: disable=import-outside-toplevel
+  cfg = lm.get_config('gpt_oss')
+  resolve.validate(cfg)
+  model = models.create(cfg.model, seed=0)
+  window = cfg.data.seq_len // 4
+  assert [b.attn.window for b in model.blocks] == [window, 0] * (cfg.model.num_layers // 2)
+  assert all(b.attn.sink.value.shape == (cfg.model.num_heads,) for b in model.blocks)
+  assert model.blocks[0].attn.out.bias is not None

@@ -43,6 +43,13 @@ class SinkLogit(base.AttentionOption):
     else:
       module.sink_value = float(att.sink_logit_init)
 
+  def transformers_refusal(self, model_cfg, att) -> str:
+    del att
+    if model_cfg.mlp != 'moe':
+      return ("attention.sink_logit with a dense MLP: gpt-oss's, the class with sinks, is a "
+              "mixture of experts (model.mlp='moe' with moe.biases and moe.swiglu_limit)")
+    return ''
+
   def fixed_sinks(self, att, heads: int) -> np.ndarray:
     """Each head's sink logit where they are not learned (an export writes them)."""
     return np.full((heads,), att.sink_logit_init, np.float32)
