@@ -18,6 +18,7 @@ from roformer import hf_classic
 from roformer import hf_config
 from roformer import hf_falcon
 from roformer import hf_fields
+from roformer import hf_llama4
 from roformer import hf_llama_export
 from roformer import hf_moe
 from roformer import model_types
@@ -47,8 +48,6 @@ def _refusal(config) -> str | None:
        'learned table added to the embeddings, BLOOM and MPT ALiBi in every layer'),
       (m.embedding_norm and not alibi,
        "a norm of the embeddings (model.embedding_norm) outside BLOOM's block (ALiBi)"),
-      (any(m.layer_chunks), f'chunked attention (model.layer_chunks={tuple(m.layer_chunks)}), '
-                            "which Llama 4's class computes and this project does not write"),
       (m.get('output_bias') and (m.normalization, m.mlp, m.residual) != (
           'layer_norm', 'plain', 'parallel_shared'),
        "a bias of the output layer (model.output_bias) outside Phi's and GPT-J's blocks (one "
@@ -133,6 +132,8 @@ def _refusal(config) -> str | None:
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
+    if hf_llama4.export_block(m):  # Chunks or Llama 4's routing: its class alone.
+      return hf_llama4.export_refusal(m, options)
     glm = hf_llama_export.glm_family(m)
     if glm:
       return hf_llama_export.glm_refusal(config, options, glm)
@@ -205,7 +206,9 @@ def _layer_types(windows) -> list[str]:
 def export_family(config) -> str:
   """The transformers family that computes `config`'s model, or ConfigError saying why none (a
   mixture of experts' block first, which the mixture classes share)."""
-  family = hf_moe.export_family(config.model) if config.model.mlp == 'moe' else None
+  llama4 = hf_llama4.export_block(config.model)
+  family = ('llama4' if llama4 else
+            hf_moe.export_family(config.model) if config.model.mlp == 'moe' else None)
   reason = _refusal(config)
   if reason:
     fix = '' if '. Fix: ' in reason else (
@@ -465,7 +468,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(sliding_window=windows[0])
   elif fam in hf_moe.FAMILIES:
     out.update(hf_moe.config_fields(fam, m))
-    if fam == 'gpt_oss':  # Its config sets its own YaRN where rope_parameters is absent.
+    if fam in ('gpt_oss', 'llama4'):  # Their configs set their own where it is absent.
       out['rope_parameters'] = {'rope_type': 'default', **(out['rope_scaling'] or {}),
                                 'rope_theta': base}
   elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.

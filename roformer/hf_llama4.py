@@ -10,10 +10,13 @@ layout): each token goes to its k (1) experts, weighted by the sigmoids of their
 weight multiplying the expert's input, beside an ungated shared expert of the experts' width
 (`moe.router='sigmoid'`, `moe.weight_inputs`, `moe.shared_gate` false; roformer/moe.py).
 roformer/hf_config.py reads the rest as the Llama family's; this module holds its own fields and
-tensors. Dense MLPs between sparse ones (Maverick's `interleave_moe_layer_step` 2, `moe_layers`
-short of every layer) are refused in one line; so is an export of such a model (its class is not
-written here).
+tensors. A dense MLP in every layer (`moe_layers` empty, `intermediate_size_mlp` wide) reads as
+Llama's gated MLP; dense MLPs between sparse ones (Maverick's `interleave_moe_layer_step` 2) are
+refused in one line. An export writes the same class for a model of this layout (`export_block`),
+its MLP dense or Llama 4's mixture in every layer, and refuses what the class does not compute.
 """
+
+import numpy as np
 
 from roformer import errors
 from roformer import hf_fields
@@ -26,18 +29,22 @@ _MLP = 'feed_forward.'
 _read = hf_fields.read
 
 
-def check_sparse(hf: dict, layers: int, where: str) -> None:
-  """Every layer's MLP must be the mixture (Llama4TextConfig's moe_layers, else every
+def sparse_layers(hf: dict, layers: int, where: str) -> list:
+  """The layers whose MLP is the mixture (Llama4TextConfig's moe_layers, else every
   interleave_moe_layer_step-th layer from the step's own)."""
   step = hf_layers.interval(hf, 'interleave_moe_layer_step', 1, where)
   sparse = hf.get('moe_layers')
-  if sparse is None:
-    sparse = list(range(step - 1, layers, step))
-  if sorted(sparse) != list(range(layers)):
+  return sorted(sparse) if sparse is not None else list(range(step - 1, layers, step))
+
+
+def check_sparse(hf: dict, layers: int, where: str) -> None:
+  """Every layer's MLP is the mixture, or none is (moe_layers empty)."""
+  sparse, step = sparse_layers(hf, layers, where), hf.get('interleave_moe_layer_step', 1)
+  if sparse not in ([], list(range(layers))):
     raise errors.ConfigError(
         f'{where}: dense MLPs between the sparse ones (moe_layers {sparse}, '
         f'interleave_moe_layer_step {step}); this project reads Llama 4 with experts in every '
-        'layer (as Llama 4 Scout). Fix: a checkpoint with interleave_moe_layer_step 1.')
+        'layer (as Llama 4 Scout) or in none. Fix: a checkpoint with interleave_moe_layer_step 1.')
 
 
 def model_fields(hf: dict, layers: int, where: str) -> dict:
@@ -82,9 +89,24 @@ def moe_fields() -> dict:
           'renormalize': False}
 
 
+def dense_fields(hf: dict, layers: int, where: str) -> dict | None:
+  """config.model's MLP where no layer has the mixture (Llama's gated MLP, intermediate_size_mlp
+  wide), else None."""
+  if sparse_layers(hf, layers, where):
+    return None
+  return {'mlp': 'gated', 'd_ff': int(hf_fields.positive(_read(hf, 'intermediate_size_mlp',
+                                                               16384),
+                                                         'intermediate_size_mlp', where))}
+
+
 def read_mlp(t, p: str, m) -> dict:
-  """A layer's router, experts ([E, d, 2f] with the gate's columns first) and shared expert."""
-  d, f, e = m.d_model, m.d_ff, m.moe.num_experts
+  """A layer's router, experts ([E, d, 2f] with the gate's columns first) and shared expert, or
+  its dense gated MLP."""
+  d, f = m.d_model, m.d_ff
+  if m.mlp != 'moe':
+    return {n: {'kernel': t(f'{p}{_MLP}{n}_proj.weight', shape).T}
+            for n, shape in (('gate', (f, d)), ('up', (f, d)), ('down', (d, f)))}
+  e = m.moe.num_experts
   gate_up = t(p + _MLP + 'experts.gate_up_proj', (e, d, 2 * f))
   s = m.moe.shared_d_ff
   return {'router': t(p + _MLP + 'router.weight', (e, d)).T,
@@ -92,3 +114,76 @@ def read_mlp(t, p: str, m) -> dict:
           'down': t(p + _MLP + 'experts.down_proj', (e, f, d)),
           'shared': {n: {'kernel': t(f'{p}{_MLP}shared_expert.{n}_proj.weight', shape).T}
                      for n, shape in (('gate', (s, d)), ('up', (s, d)), ('down', (d, s)))}}
+
+
+def write_mlp(out: dict, p: str, mlp: dict, m) -> None:
+  """A layer's MLP as Llama 4's tensors: its dense gated MLP, or the router, the experts (the
+  gate's columns first) and the shared expert."""
+  array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  if m.mlp != 'moe':
+    for n in ('gate', 'up', 'down'):
+      out[f'{p}{_MLP}{n}_proj.weight'] = array(np.asarray(mlp[n]['kernel']).T)
+    return
+  out[p + _MLP + 'router.weight'] = array(np.asarray(mlp['router']).T)
+  out[p + _MLP + 'experts.gate_up_proj'] = array(np.concatenate(
+      [np.asarray(mlp['gate']), np.asarray(mlp['up'])], -1))
+  out[p + _MLP + 'experts.down_proj'] = array(mlp['down'])
+  for n in ('gate', 'up', 'down'):
+    out[f'{p}{_MLP}shared_expert.{n}_proj.weight'] = array(
+        np.asarray(mlp['shared'][n]['kernel']).T)
+
+
+def export_block(m) -> bool:
+  """Whether the model `m` has Llama 4's own layout (chunks, or its routing), which only its
+  class computes, and so is exported to it."""
+  return bool(any(m.layer_chunks)) or (m.mlp == 'moe' and m.moe.router == 'sigmoid')
+
+
+def _chunks(m) -> tuple[int, ...]:
+  pattern = tuple(m.layer_chunks)
+  return tuple(int(pattern[i % len(pattern)]) if pattern else 0 for i in range(m.num_layers))
+
+
+def export_refusal(m, options) -> str:
+  """Why Llama4ForCausalLM does not compute the model `m` ('' where it does)."""
+  rotates, chunks = positions.rope_layers(m), _chunks(m)
+  o, scaling = m.moe, m.position.rope.scaling
+  llama4_routing = (o.router, o.weight_inputs, o.shared_gate, o.shared_d_ff, o.renormalize,
+                    o.biases, o.swiglu_limit) == ('sigmoid', True, False, m.d_ff, False, False, 0)
+  failed, reason = hf_fields.options_check(m, options, FAMILY, 'in a Llama 4 block')
+  normed = any(o.field == 'qk_norm' for o in options)
+  return hf_fields.first_failed((
+      (rotates is None, 'layers other than RoPE or without positions in a Llama 4 block'),
+      (any(m.layer_windows), 'sliding windows in a Llama 4 block (its local layers are chunked)'),
+      (len({c for c in chunks if c}) > 1, f'chunks of several sizes {sorted(set(chunks))} (Llama '
+                                          "4's class has one)"),
+      (rotates is not None and any(chunks) and [bool(c) for c in chunks] != list(rotates),
+       "chunks on other layers than the RoPE ones (Llama 4's class chunks exactly those)"),
+      (m.biases not in ('none', 'attention'),
+       f"biases={m.biases!r} (Llama 4's are on q, k, v and o, or none)"),
+      (m.mlp == 'moe' and not llama4_routing,
+       "a mixture other than Llama 4's (sigmoid weights on the inputs of k experts beside an "
+       'ungated shared expert as wide, no biases, no clamp)'),
+      (m.mlp not in ('moe', 'gated'), f"mlp={m.mlp!r} (Llama 4's is gated or its mixture)"),
+      (failed, reason),
+      (normed and scaling.kind in positions.scaling.TEMPERED and scaling.attention_factor != 1,
+       f"{scaling.kind}'s q and k multiplier with QK-norm: Llama 4's class norms q and k after "
+       'rotating them, which removes it. Fix: train or continue with '
+       '--config.model.position.rope.scaling.attention_factor=1'),
+  )) or ''
+
+
+def config_fields(m) -> dict:
+  """Llama 4's own config.json fields (the rest are written as the Llama family's; its
+  options' switches by the options, `transformers_fields`)."""
+  chunks, moe = _chunks(m), m.mlp == 'moe'
+  return {'no_rope_layers': [int(r) for r in positions.rope_layers(m)],
+          'layer_types': ['chunked_attention' if c else 'full_attention' for c in chunks],
+          'attention_chunk_size': max(chunks) or None, 'attention_bias': m.biases == 'attention',
+          'use_qk_norm': False, 'attn_temperature_tuning': False,
+          'moe_layers': list(range(m.num_layers)) if moe else [],
+          'interleave_moe_layer_step': 1, 'intermediate_size': m.d_ff,
+          'intermediate_size_mlp': m.d_ff, 'router_aux_loss_coef': m.moe.balance_loss,
+          'num_local_experts': m.moe.num_experts if moe else 1,
+          'num_experts_per_tok': m.moe.experts_per_token if moe else 1,
+          'output_router_logits': False, 'router_jitter_noise': 0.0}

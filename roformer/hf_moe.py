@@ -131,6 +131,9 @@ def write_mlp(out: dict, p: str, mlp: dict, fam: str, m) -> None:
   if fam == hf_gpt_oss.FAMILY:
     hf_gpt_oss.write_mlp(out, p, mlp, m)
     return
+  if fam == hf_llama4.FAMILY:
+    hf_llama4.write_mlp(out, p, mlp, m)
+    return
   router, experts, gate, up, down = _names(fam)
   array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
   out[p + router + '.weight'] = array(np.asarray(mlp['router']).T)
@@ -156,9 +159,9 @@ def export_family(m) -> str:
       or (m.moe.shared_d_ff and not m.moe.shared_gate)):
     raise errors.ConfigError(
         "no transformers class that this project writes computes this model: a mixture of "
-        "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate), whose class "
-        'is not written here. Fix: export a mixture with the softmax router (Mixtral, '
-        'Qwen2-MoE, Qwen3-MoE, OLMoE or gpt-oss).')
+        "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate) outside Llama "
+        "4's layout. Fix: export a mixture with the softmax router (Mixtral, Qwen2-MoE, "
+        "Qwen3-MoE, OLMoE or gpt-oss), or with Llama 4's whole routing (moe.router='sigmoid').")
   if hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
     fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
     others = [o.field for o in options if not o.adds_sink]
@@ -200,6 +203,8 @@ def config_fields(fam: str, m) -> dict:
   o = m.moe
   if fam == hf_gpt_oss.FAMILY:
     return hf_gpt_oss.config_fields(m, positions.layer_windows(m))
+  if fam == hf_llama4.FAMILY:
+    return hf_llama4.config_fields(m)
   out = {'num_experts_per_tok': o.experts_per_token, 'router_aux_loss_coef': o.balance_loss,
          'output_router_logits': False}
   if fam == 'mixtral':

@@ -123,7 +123,7 @@ def language_model(tensors: dict) -> dict:
 
 
 # The classes that rotate interleaved pairs (x_2i, x_2i+1), as this project's default layout.
-INTERLEAVED = ('cohere', 'cohere2', 'gptj', 'glm', 'glm4')
+INTERLEAVED = ('cohere', 'cohere2', 'gptj', 'glm', 'glm4', 'llama4')
 
 
 def half_order(head_dim: int, rotary_dim: int) -> np.ndarray:

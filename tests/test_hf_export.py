@@ -107,6 +107,15 @@ MIXTRAL = dict(MOE, layer_windows=(8,))
 GPT_OSS = dict(MOE, biases='attention', layer_windows=(8, 0), **{
     'attention.sink_logit': True, 'moe.biases': True, 'moe.swiglu_limit': 0.5})
 FIXED_SINKS = {'attention.sink_logit_learned': False, 'attention.sink_logit_init': 1.5}
+# Llama 4's layout (configs/lm.py:llama4's, 8-token chunks, the temperature from position 4, the
+# RoPE layers trained on the halves, permuted on export), with its dense MLP and with its mixture.
+LLAMA4 = {'layer_kinds': ('rope', 'none'), 'layer_chunks': (8, 0), 'attention.qk_norm': True,
+          'attention.qk_norm_scale': False, 'attention.qk_norm_layers': 'rotary',
+          'attention.qk_norm_eps': 1e-5, 'layer_norm_eps': 1e-5, 'attention.nope_temperature': True,
+          'attention.nope_temperature_floor': 4, 'attention.nope_temperature_scale': 0.5}
+LLAMA4_MOE = {**LLAMA4, **MOE, 'moe.router': 'sigmoid', 'moe.weight_inputs': True,
+              'moe.shared_gate': False, 'moe.renormalize': False, 'moe.experts_per_token': 1,
+              'moe.shared_d_ff': 64}  # As wide as the experts (configs/test.py:llama's d_ff).
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
 QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
 OLMOE = {**MOE, 'biases': 'attention', 'attention.qk_norm': True,
@@ -313,6 +322,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM'),
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
                                              ('llama', GPT_OSS, 'GptOssForCausalLM'),
+                                             ('llama', LLAMA4, 'Llama4ForCausalLM'),
+                                             ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              # Fixed sinks go out as their value.
                                              ('llama', {**GPT_OSS, **FIXED_SINKS},
                                               'GptOssForCausalLM'),
@@ -362,6 +373,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
       and config.model.position.rope.scaling.kind == 'none' and not _gptj_block(config.model)):
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
+    if fields in (LLAMA4, LLAMA4_MOE):  # Llama 4's norm after the rotation removes YaRN's.
+      config.model.position.rope.scaling.attention_factor = 1.0
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
@@ -447,7 +460,9 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM'),
     ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
     # The MXFP4 experts go out as float32.
-    ('gpt_oss_mxfp4', 'GptOssForCausalLM')])
+    ('gpt_oss_mxfp4', 'GptOssForCausalLM'),
+    ('llama4_chunks_temperature_llama3', 'Llama4ForCausalLM'),
+    pytest.param('llama4_multimodal', 'Llama4ForCausalLM', marks=_SLOW)])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -514,8 +529,20 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
       'mlp': 'gated'}, r'rms_norm with a gated MLP in a BLOOM \(ALiBi with a norm of the '
                        r'embeddings\) block, which has LayerNorm and a plain MLP'),
     ({'position.rope.keep_fraction': 0.5}, 'p-RoPE'),
-    ({'layer_chunks': (8, 0)}, r"chunked attention \(model.layer_chunks=\(8, 0\)\), which Llama "
-                               r"4's class computes and this project does not write"),
+    ({'layer_chunks': (8, 0), 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none'},
+     "chunks on other layers than the RoPE ones"),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'layer_chunks': (8, 4)}, r'chunks of several sizes \[4, 8\]'),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'attention.qk_norm_scale': True},
+     r'attention.qk_norm \(.*qk_norm_scale=True.*\) in a Llama 4 block'),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
+      'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index'},
+     r"yarn's q and k multiplier with QK-norm: Llama 4's class norms q and k after rotating "
+     r'them, which removes it\. Fix: .*attention_factor=1'),
+    ({**LLAMA4_MOE, 'normalization': 'rms_norm', 'biases': 'none', 'moe.shared_d_ff': 8},
+     "a mixture other than Llama 4's"),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.sink_logit': True, 'normalization': 'rms_norm', 'mlp': 'gated',
       'biases': 'none'}, r"attention.sink_logit with a dense MLP: gpt-oss's, the class with "
@@ -833,7 +860,6 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**GPT_OSS, 'biases': 'qkv'}, "biases='qkv'"),
     ({**GPT_OSS, 'layer_windows': (8, 4)}, 'windows of more than one width'),
     ({**GPT_OSS, 'attention.softcap': True}, 'the attention option softcap'),
-    ({**MOE, 'moe.router': 'sigmoid', 'moe.renormalize': False}, "Llama 4's routing"),
     ({**MOE, 'moe.shared_d_ff': 8, 'moe.shared_gate': False}, "Llama 4's routing")])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   config = test_config.get_config('llama')
@@ -844,11 +870,7 @@ def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(
     hf_export_config.export_family(config)
 
 
-def test_an_imported_llama4_is_refused_on_export_with_why_and_nothing_written(tmp_path):
-  workdir = _imported('llama4_chunks_temperature_llama3', tmp_path)
-  with pytest.raises(errors.ConfigError, match=r"Llama 4's routing .*Fix: "):
-    hf.export_checkpoint(workdir, str(tmp_path / 'out'))
-  assert not (tmp_path / 'out').exists()
+
 
 
 @pytest.mark.parametrize('arg,fields,why', [
@@ -995,7 +1017,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', QWEN3_MOE), ('llama', OLMOE),
                                         ('llama', ARCEE), ('rope', NEMOTRON),
                                         ('rope', PHI_QK), ('llama', STABLELM_QK),
-                                        ('llama', COHERE_QK), ('llama', GPT_OSS)])
+                                        ('llama', COHERE_QK), ('llama', GPT_OSS),
+                                        ('llama', LLAMA4), ('llama', LLAMA4_MOE)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -30,6 +30,12 @@ class NopeTemperature(base.AttentionOption):
            'nope_temperature_scale': Float(0, 100, default=0.1)}
   needs = ('logits',)
   positions_need = 'some layer without positions'
+  transformers_families = ('llama4',)
+
+  def transformers_fields(self, att, family: str) -> dict:
+    del family
+    return {'attn_temperature_tuning': True, 'floor_scale': att.nope_temperature_floor,
+            'attn_scale': att.nope_temperature_scale}
 
   def positions(self, model_cfg) -> str:
     if any(_without_positions(c) for c in base.layer_caps(model_cfg).values()):
