@@ -98,6 +98,8 @@ def _refusal(config) -> str | None:
   reason = hf_fields.first_failed(checks)
   if reason:
     return reason
+  if hf_llama4.export_block(m):  # Chunks or Llama 4's routing: its class alone, whatever else.
+    return hf_llama4.export_refusal(m, options)
   if _learned(m):
     return hf_classic.gpt2_refusal(m, options)
   if alibi:
@@ -132,8 +134,6 @@ def _refusal(config) -> str | None:
     if len(windows) > 1:
       return (f'sliding windows of several sizes {sorted(windows)} (each of these classes has '
               'one). Fix: train with one window size')
-    if hf_llama4.export_block(m):  # Chunks or Llama 4's routing: its class alone.
-      return hf_llama4.export_refusal(m, options)
     glm = hf_llama_export.glm_family(m)
     if glm:
       return hf_llama_export.glm_refusal(config, options, glm)

@@ -4,7 +4,9 @@
 square without a scale (`attention.qk_norm` with `qk_norm_scale` false on the rotary layers,
 `qk_norm_layers='rotary'`); the fourth layer without positions, attending to the whole context
 with its queries sharpened by 1 + attn_scale log(floor((p + 1) / floor_scale) + 1)
-(`attention.nope_temperature`). Its class norms q and k after rotating them, which removes the
+(`attention.nope_temperature`; it reads each token's position, where the class reads its index
+in the row: the same for a row from position 0). Its class norms q and k after rotating them,
+which removes the
 q and k multiplier of YaRN or LongRoPE: the import sets it to 1. Its MLP is a mixture of experts in every layer (Llama 4 Scout's
 layout): each token goes to its k (1) experts, weighted by the sigmoids of their logits, the
 weight multiplying the expert's input, beside an ungated shared expert of the experts' width
@@ -152,7 +154,18 @@ def export_refusal(m, options) -> str:
                     o.biases, o.swiglu_limit) == ('sigmoid', True, False, m.d_ff, False, False, 0)
   failed, reason = hf_fields.options_check(m, options, FAMILY, 'in a Llama 4 block')
   normed = any(o.field == 'qk_norm' for o in options)
+  block = (m.normalization, m.norm, m.residual)
   return hf_fields.first_failed((
+      (block != ('rms_norm', 'pre', 'sequential'),
+       f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} with '
+       "Llama 4's chunks or routing (its class is Llama's block: rms_norm, pre, sequential)"),
+      ((m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (1, 1, 1)
+       or m.logits_softcap or m.get('output_bias') or m.layer_rope_bases,
+       "a multiplier, a soft-cap, an output bias or per-layer RoPE bases, which Llama 4's class "
+       'does not have'),
+      (m.position.rope.fraction < 1,
+       f"partial rotary (rope.fraction={m.position.rope.fraction}): Llama 4's class rotates "
+       'whole heads'),
       (rotates is None, 'layers other than RoPE or without positions in a Llama 4 block'),
       (any(m.layer_windows), 'sliding windows in a Llama 4 block (its local layers are chunked)'),
       (len({c for c in chunks if c}) > 1, f'chunks of several sizes {sorted(set(chunks))} (Llama '

@@ -543,6 +543,16 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
      r'them, which removes it\. Fix: .*attention_factor=1'),
     ({**LLAMA4_MOE, 'normalization': 'rms_norm', 'biases': 'none', 'moe.shared_d_ff': 8},
      "a mixture other than Llama 4's"),
+    # Whatever else the block is, chunks or Llama 4's routing are its class's alone.
+    ({**LLAMA4, 'biases': 'none'}, r"normalization='layer_norm', norm='pre', residual="
+                                   r"'sequential' with Llama 4's chunks or routing"),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'norm': 'sandwich'}, r"normalization='rms_norm', norm='sandwich', residual='sequential' "
+                           r"with Llama 4's"),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'residual_multiplier': 0.5}, "a multiplier, a soft-cap, an output bias or per-layer"),
+    ({**LLAMA4, 'normalization': 'rms_norm', 'mlp': 'gated', 'biases': 'none',
+      'position.rope.fraction': 0.5}, r"partial rotary \(rope.fraction=0.5\): Llama 4's"),
     ({'attention.ssmax': True}, r'an attention option \(.*\)'),
     ({'attention.sink_logit': True, 'normalization': 'rms_norm', 'mlp': 'gated',
       'biases': 'none'}, r"attention.sink_logit with a dense MLP: gpt-oss's, the class with "
