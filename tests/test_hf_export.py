@@ -23,6 +23,7 @@ from roformer import errors
 from roformer import hf
 from roformer import hf_config
 from roformer import hf_export_config
+from roformer import hf_gpt_oss
 from roformer import hf_weights
 from roformer import models
 from roformer import resolve
@@ -324,9 +325,6 @@ _SLOW = pytest.mark.slow
                                              ('llama', GPT_OSS, 'GptOssForCausalLM'),
                                              ('llama', LLAMA4, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
-                                             # Fixed sinks go out as their value.
-                                             ('llama', {**GPT_OSS, **FIXED_SINKS},
-                                              'GptOssForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -394,6 +392,18 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
   assert vocabularies.framing(back.tokenizer) == vocabularies.framing(here.tokenizer)
 
 
+def test_fixed_sinks_go_out_as_their_value_in_every_head():
+  """A model trained with sink_logit_learned=False has no sink parameter: its export writes
+  the fixed logit in every head of every layer; learned ones go out as they are."""
+  config = test_config.get_config('llama')
+  kinds.set_fields(config.model, {**GPT_OSS, **FIXED_SINKS})
+  out = {}
+  hf_gpt_oss.write_sinks(out, 'p.', {}, config.model)
+  np.testing.assert_array_equal(out['p.self_attn.sinks'], np.full(config.model.num_heads, 1.5))
+  hf_gpt_oss.write_sinks(out, 'q.', {'sink': np.arange(4.0)}, config.model)
+  np.testing.assert_array_equal(out['q.self_attn.sinks'], np.arange(4.0))
+
+
 @pytest.mark.parametrize('given', [False, True])
 def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tmp_path):
   """The default tokenizer, or a SentencePiece model given as config.data.tokenizer (its ids
@@ -459,9 +469,10 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
     ('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM'),
     ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
-    # The MXFP4 experts go out as float32.
-    ('gpt_oss_mxfp4', 'GptOssForCausalLM'),
-    ('llama4_chunks_temperature_llama3', 'Llama4ForCausalLM'),
+    # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
+    # layouts take the same paths out in the default suite.
+    pytest.param('gpt_oss_mxfp4', 'GptOssForCausalLM', marks=_SLOW),
+    pytest.param('llama4_chunks_temperature_llama3', 'Llama4ForCausalLM', marks=_SLOW),
     pytest.param('llama4_multimodal', 'Llama4ForCausalLM', marks=_SLOW)])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
