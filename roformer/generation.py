@@ -74,7 +74,7 @@ def read_prompts(prompts: Sequence[str], input_file: str | None = None) -> list[
 
 
 # The mesh that decoding computes on (`restore`): one device.
-_ONE_DEVICE = dict(data=-1, fsdp=1, tensor=1, num_devices=1)
+ONE_DEVICE = dict(data=-1, fsdp=1, tensor=1, num_devices=1)
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ def overridden_config(workdir: str, saved: ml_collections.ConfigDict, overrides,
   config = config_args.apply(copy.deepcopy(saved), overrides)
   resolve.check_evaluation(config, saved, workdir, overrides=named)
   with config.unlocked():
-    config.mesh.update(_ONE_DEVICE)
+    config.mesh.update(ONE_DEVICE)
   resolve.check_relations(config, 1, 1, resolve.trained_positions(saved))
   return config
 
@@ -164,7 +164,7 @@ def restore(opened: Workdir):
   trainer.restore_params and its shape checks."""
   config = opened.config
   with config.unlocked():
-    config.mesh.update(_ONE_DEVICE)
+    config.mesh.update(ONE_DEVICE)
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
   return trainer, trainer_lib.restore_params(trainer, opened.path, opened.step)
 

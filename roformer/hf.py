@@ -10,7 +10,8 @@
   Mistral, Phi-3, Qwen2, Qwen3, Gemma 2 or 3, OLMo 1, 2 or 3, SmolLM3, GPT-NeoX, Phi, Cohere,
   Cohere 2, Granite, StableLM, GPT-J, GPT-2, BLOOM or MPT, whichever computes the model;
   roformer/hf_export_config.py refuses, in one line, a model that none computes).
-- `load(path)`: any causal-LM workdir (imported or trained here) for a notebook:
+- `load(path)`: any causal-LM workdir (imported or trained here), or a Hugging Face directory
+  converted in memory as its import would be, for a notebook:
 
     from roformer import hf
     lm = hf.load('runs/llama')
@@ -76,6 +77,38 @@ def import_checkpoint(hf_dir: str, workdir: str):
   architecture, the scaling, the weight files, each tensor's shape, the tokenizer) comes
   before anything is written. Returns the workdir's config."""
   workdir = _check_new(workdir, '--workdir')
+  config, tokenizer, hf, trainer, params = _converted(hf_dir)
+  # A fresh optimizer state (zeros): the state of a run at step 0, which every entry point reads.
+  abstract = trainer.saved_abstract_state  # Checkpoints hold the per-block layout.
+  state = {'params': params,
+           'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
+           'step': jnp.int32(0)}
+  with files.staged_directory(workdir) as staging:
+    saved_config.save(config, staging)
+    tokenizer.save(os.path.join(staging, tokenizer.workdir_file))
+    files.write_json_atomic(os.path.join(staging, 'hf_config.json'), hf)  # What it came from.
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
+    try:
+      ckpt.save(0, state)
+    finally:
+      ckpt.close()
+  return config
+
+
+def is_hf_directory(path: str) -> bool:
+  """Whether `path` is a Hugging Face model directory (config.json beside safetensors weights)
+  rather than a workdir (which has checkpoints/)."""
+  path = os.path.expanduser(path)
+  return (os.path.isfile(os.path.join(path, 'config.json'))
+          and not os.path.isdir(os.path.join(path, 'checkpoints'))
+          and any(n.endswith('.safetensors') or n == hf_weights.INDEX
+                  for n in os.listdir(path)))
+
+
+def _converted(hf_dir: str, mesh: dict | None = None):
+  """(config, tokenizer, config.json as read, trainer, parameters in the per-block layout) of
+  the Hugging Face model directory `hf_dir`, every check made; `mesh`: config.mesh's fields
+  to set (the trainer's mesh), where not the default."""
   hf_dir = os.path.abspath(os.path.expanduser(hf_dir))
   hf = hf_config.read(hf_dir)
   try:
@@ -108,22 +141,11 @@ def import_checkpoint(hf_dir: str, workdir: str):
     with config.unlocked():
       config.model.tie_embeddings = False
   params = hf_weights.to_params(tensors, fam, config.model, hf_dir)
+  with config.unlocked():
+    config.mesh.update(mesh or {})
   trainer = trainer_lib.Trainer(config, sharding.make_mesh(config.mesh))
-  abstract = trainer.saved_abstract_state  # Checkpoints hold the per-block layout.
-  # A fresh optimizer state (zeros): the state of a run at step 0, which every entry point reads.
-  state = {'params': _filled(abstract['params'], params),
-           'opt_state': jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), abstract['opt_state']),
-           'step': jnp.int32(0)}
-  with files.staged_directory(workdir) as staging:
-    saved_config.save(config, staging)
-    tokenizer.save(os.path.join(staging, tokenizer.workdir_file))
-    files.write_json_atomic(os.path.join(staging, 'hf_config.json'), hf)  # What it came from.
-    ckpt = checkpoint_lib.Checkpointer(os.path.join(staging, 'checkpoints'))
-    try:
-      ckpt.save(0, state)
-    finally:
-      ckpt.close()
-  return config
+  return (config, tokenizer, hf, trainer,
+          _filled(trainer.saved_abstract_state['params'], params))
 
 
 def _filled(abstract_params, params: dict):
@@ -204,14 +226,30 @@ def _logits(model, ids, pos):
 
 
 class CausalLM:
-  """A causal-LM workdir's model restored for use from Python (see the module docstring)."""
+  """A causal-LM workdir's model restored for use from Python (see the module docstring), or a
+  Hugging Face directory's converted in memory (`from_hf`)."""
 
   def __init__(self, workdir: str, step: int | None = None, overrides: dict | None = None):
     opened, trainer, params = _restored(workdir, step, overrides)
-    self.workdir, self.step, self.config = workdir, opened.step, opened.config
-    self.tokenizer = opened.tokenizer
-    self.vocab_size = int(opened.config.model.vocab_size)
-    self.model = nnx.merge(trainer.graphdef, params)
+    self._set(workdir, opened.step, opened.config, opened.tokenizer,
+              nnx.merge(trainer.graphdef, params))
+
+  def _set(self, path, step, config, tokenizer, model) -> None:
+    self.workdir, self.step, self.config, self.tokenizer = path, step, config, tokenizer
+    self.vocab_size = int(config.model.vocab_size)
+    self.model = model
+
+  @classmethod
+  def from_hf(cls, hf_dir: str) -> 'CausalLM':
+    """The model of the Hugging Face directory `hf_dir`, converted as `import_checkpoint`
+    converts it, without writing a workdir."""
+    # On one device, as a workdir's model is restored (generation.restore).
+    config, tokenizer, _, trainer, params = _converted(hf_dir, generation.ONE_DEVICE)
+    params = trainer.params_from_saved(params)  # The model's own layout of them.
+    lm = cls.__new__(cls)
+    lm._set(os.path.abspath(os.path.expanduser(hf_dir)), 0, config, tokenizer,  # pylint: disable=protected-access
+            nnx.merge(trainer.graphdef, params))
+    return lm
 
   def _ids(self, ids) -> jax.Array:
     try:
@@ -274,5 +312,14 @@ def load(path: str, step: int | None = None, overrides: dict | None = None) -> C
   """The causal LM of the workdir `path` (imported or trained here) at `step` (latest), its
   saved config with `overrides`: dotted fields of config.model to values, those eval.py's
   `--config.FIELD=VALUE` may change (a RoPE scaling or remap, the precision, `model.scan_layers`
-  for one scan over the layers, which compiles one layer rather than each)."""
+  for one scan over the layers, which compiles one layer rather than each). A Hugging Face
+  directory (config.json and safetensors weights) loads as its import would, converted in
+  memory; with a step or overrides, import it first."""
+  if is_hf_directory(path):
+    if step is not None or overrides:
+      raise errors.ConfigError(
+          f'{path} is a Hugging Face directory: it has one set of weights and its own config, '
+          'so no step or overrides. Fix: import it once (hf.import_checkpoint(path, WORKDIR), '
+          'or scripts/convert_hf.py --from_hf) and load the workdir with them.')
+    return CausalLM.from_hf(path)
   return CausalLM(path, step, overrides)

@@ -59,7 +59,8 @@ def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name
   greedy ids equal (the argmax of each prefix of the greedy row in the full pass, or where the
   frequencies follow the length, generation); decoding with the key/value cache equal to the
   full pass."""
-  lm = hf.load(_imported(name, tmp_path))
+  del tmp_path  # Converted in memory, as its import converts it (the workdirs: below).
+  lm = hf.load(str(FIXTURES / name))
   ref = np.load(FIXTURES / name / 'reference.npz')
   logits = lm.logits(ref['ids'])
   assert _relative_error(logits, ref['logits']) < 1e-4
@@ -83,6 +84,23 @@ def test_an_imported_checkpoint_computes_transformers_logits_and_greedy_ids(name
   kinds.assert_decoding_equals_full_pass(lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]),
                                          sizes, max_len=sum(sizes),
                                          full=None if follows_length else logits[:, :sum(sizes)])
+
+
+@pytest.mark.parametrize('name', ['llama_gqa_llama3', 'gemma3_multimodal', 'gpt_oss_mxfp4'])
+def test_a_directory_loads_as_its_imported_workdir(name, tmp_path):
+  """hf.load of a Hugging Face directory converts it in memory: the same config, tokenizer ids
+  and logits as the workdir its import writes; a step or overrides are refused (they need the
+  workdir)."""
+  direct, workdir = hf.load(str(FIXTURES / name)), hf.load(_imported(name, tmp_path))
+  as_saved = lambda lm: json.loads(json.dumps(lm.config.to_dict()))  # Tuples as lists.
+  assert as_saved(direct) == as_saved(workdir)
+  text = 'Shall I compare thee?'
+  assert list(direct.encode(text)) == list(workdir.encode(text))
+  ids = np.load(FIXTURES / name / 'reference.npz')['ids']
+  np.testing.assert_array_equal(direct.logits(ids), workdir.logits(ids))
+  for kwargs in ({'step': 0}, {'overrides': {'model.scan_layers': True}}):
+    with pytest.raises(errors.ConfigError, match='is a Hugging Face directory.*Fix: import it'):
+      hf.load(str(FIXTURES / name), **kwargs)
 
 
 def test_an_imported_tokenizer_keeps_its_ids_and_specials(tmp_path):
