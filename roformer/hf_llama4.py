@@ -6,20 +6,23 @@ square without a scale (`attention.qk_norm` with `qk_norm_scale` false on the ro
 with its queries sharpened by 1 + attn_scale log(floor((p + 1) / floor_scale) + 1)
 (`attention.nope_temperature`; it reads each token's position, where the class reads its index
 in the row: the same for a row from position 0). Its class norms q and k after rotating them,
-which removes the
-q and k multiplier of YaRN or LongRoPE: the import sets it to 1. Its MLP is a mixture of experts in every layer (Llama 4 Scout's
-layout): each token goes to its k (1) experts, weighted by the sigmoids of their logits, the
+which removes the q and k multiplier of YaRN or LongRoPE: the import sets it to 1. Its MLP is a
+mixture of experts in every layer (Llama 4 Scout's layout): each token goes to its k (1)
+experts, weighted by the sigmoids of their logits, the
 weight multiplying the expert's input, beside an ungated shared expert of the experts' width
 (`moe.router='sigmoid'`, `moe.weight_inputs`, `moe.shared_gate` false; roformer/moe.py).
 roformer/hf_config.py reads the rest as the Llama family's; this module holds its own fields and
 tensors. A dense MLP in every layer (`moe_layers` empty, `intermediate_size_mlp` wide) reads as
 Llama's gated MLP; dense MLPs between sparse ones (Maverick's `interleave_moe_layer_step` 2) are
 refused in one line. An export writes the same class for a model of this layout (`export_block`),
-its MLP dense or Llama 4's mixture in every layer, and refuses what the class does not compute.
+its MLP dense or Llama 4's mixture in every layer, and refuses what the class does not compute;
+the layout is its where a model has chunks, its routing, or an attention option as its class
+alone computes it (the temperature; QK-norm without a scale on the RoPE layers).
 """
 
 import numpy as np
 
+from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
 from roformer import hf_layers
@@ -136,9 +139,13 @@ def write_mlp(out: dict, p: str, mlp: dict, m) -> None:
 
 
 def export_block(m) -> bool:
-  """Whether the model `m` has Llama 4's own layout (chunks, or its routing), which only its
-  class computes, and so is exported to it."""
-  return bool(any(m.layer_chunks)) or (m.mlp == 'moe' and m.moe.router == 'sigmoid')
+  """Whether the model `m` has something of Llama 4's own (chunks, its routing, or an attention
+  option as only its class computes it: the NoPE layers' temperature, the unscaled QK-norm of
+  the RoPE layers), and so is exported to its class."""
+  own = lambda o: o.transformers_computes(m.attention, FAMILY) and not any(
+      o.transformers_computes(m.attention, f) for f in o.transformers_families if f != FAMILY)
+  return (bool(any(m.layer_chunks)) or (m.mlp == 'moe' and m.moe.router == 'sigmoid')
+          or any(own(o) for o in attention_options.enabled(m.attention)))
 
 
 def _chunks(m) -> tuple[int, ...]:

@@ -114,6 +114,7 @@ LLAMA4 = {'layer_kinds': ('rope', 'none'), 'layer_chunks': (8, 0), 'attention.qk
           'attention.qk_norm_scale': False, 'attention.qk_norm_layers': 'rotary',
           'attention.qk_norm_eps': 1e-5, 'layer_norm_eps': 1e-5, 'attention.nope_temperature': True,
           'attention.nope_temperature_floor': 4, 'attention.nope_temperature_scale': 0.5}
+LLAMA4_UNCHUNKED = {**LLAMA4, 'layer_chunks': ()}
 LLAMA4_MOE = {**LLAMA4, **MOE, 'moe.router': 'sigmoid', 'moe.weight_inputs': True,
               'moe.shared_gate': False, 'moe.renormalize': False, 'moe.experts_per_token': 1,
               'moe.shared_d_ff': 64}  # As wide as the experts (configs/test.py:llama's d_ff).
@@ -324,6 +325,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
                                              ('llama', GPT_OSS, 'GptOssForCausalLM'),
                                              ('llama', LLAMA4, 'Llama4ForCausalLM'),
+                                             # Without chunks: the temperature is its own.
+                                             ('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
@@ -371,7 +374,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
       and config.model.position.rope.scaling.kind == 'none' and not _gptj_block(config.model)):
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
-    if fields in (LLAMA4, LLAMA4_MOE):  # Llama 4's norm after the rotation removes YaRN's.
+    # Llama 4's norm after the rotation removes YaRN's multiplier.
+    if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED):
       config.model.position.rope.scaling.attention_factor = 1.0
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -1039,7 +1043,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', ARCEE), ('rope', NEMOTRON),
                                         ('rope', PHI_QK), ('llama', STABLELM_QK),
                                         ('llama', COHERE_QK), ('llama', GPT_OSS),
-                                        ('llama', LLAMA4), ('llama', LLAMA4_MOE)])
+                                        ('llama', LLAMA4), ('llama', LLAMA4_MOE),
+                                        ('llama', LLAMA4_UNCHUNKED)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
