@@ -540,7 +540,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     if final_cap is not None:
       config.model.logits_softcap = _positive(final_cap, 'final_logit_softcapping', where)
   if fam == 'smollm3':  # Its NoPE layers: no position information at all.
-    rotates = hf_layers.smollm3_rotates(hf, layers, where)
+    rotates = hf_layers.rotating_layers(hf, layers, where)
     if not any(rotates):
       raise errors.ConfigError(f'{where}: no_rope_layers leaves no layer with RoPE; this '
                                'project reads SmolLM3 checkpoints with at least one. Fix: a '

@@ -57,7 +57,13 @@ def dequantized(tensors: dict) -> dict:
       if base + '_scales' not in tensors:
         raise errors.DamagedFileError(f'the MXFP4 tensor {name!r} has no {base}_scales beside it. '
                                       'Fix: download every weight file again.')
-      out[base] = dequantize(array, tensors[base + '_scales'])
+      scales = tensors[base + '_scales']
+      if array.ndim < 3 or array.shape[-1] != 16 or array.shape[:-1] != scales.shape:
+        raise errors.DamagedFileError(
+            f'the MXFP4 tensor {name!r} has shape {array.shape} beside {base}_scales of '
+            f'{scales.shape}, where transformers reads [..., groups, 16] bytes and [..., groups] '
+            'scales. Fix: download every weight file again.')
+      out[base] = dequantize(array, scales)
     else:
       out[name] = array
   return out
@@ -150,12 +156,13 @@ def export_refusal(m, windows) -> str:
 
 
 def config_fields(m, windows) -> dict:
-  """gpt-oss's own config.json fields (the rest are written as the Llama family's)."""
+  """gpt-oss's own config.json fields (the rest are written as the Llama family's); `windows`:
+  each layer's (positions.layer_windows)."""
   o = m.moe
-  window = max(windows) if windows else 0
+  window = max(windows)
   return {'num_local_experts': o.num_experts, 'num_experts_per_tok': o.experts_per_token,
           'router_aux_loss_coef': o.balance_loss, 'output_router_logits': False,
           'swiglu_limit': o.swiglu_limit, 'swiglu_alpha': o.swiglu_alpha,
           'attention_bias': m.biases == 'attention', 'sliding_window': window or None,
           'layer_types': ['sliding_attention' if w else 'full_attention'
-                          for w in (windows or (0,) * m.num_layers)]}
+                          for w in windows]}

@@ -21,9 +21,9 @@ def interval(hf: dict, name: str, default: int, where: str) -> int:
   return value
 
 
-def smollm3_rotates(hf: dict, layers: int, where: str) -> tuple[bool, ...]:
-  """Whether each layer of a SmolLM3 config rotates: `no_rope_layers` (1: RoPE, 0: none), else
-  every `no_rope_layer_interval`-th layer without (SmolLM3Config's rule)."""
+def rotating_layers(hf: dict, layers: int, where: str) -> tuple[bool, ...]:
+  """Whether each layer of a SmolLM3 or Llama 4 config rotates: `no_rope_layers` (1: RoPE, 0:
+  none), else every `no_rope_layer_interval`-th layer without (both configs' rule)."""
   every = interval(hf, 'no_rope_layer_interval', 4, where)
   flags = hf.get('no_rope_layers') or [int((i + 1) % every != 0) for i in range(layers)]
   return tuple(bool(f) for f in flags[:layers])
@@ -68,7 +68,7 @@ def windows(hf: dict, fam: str, layers: int, where: str) -> tuple[int, ...]:
   if fam == 'smollm3':  # On its NoPE layers; SmolLM3Config's window is None by default.
     window = hf.get('sliding_window')
   if fam == 'smollm3' and window and hf.get('use_sliding_window'):
-    rotates = smollm3_rotates(hf, layers, where)
+    rotates = rotating_layers(hf, layers, where)
     return windows_of(layer_types(hf, layers, where, [
         'full_attention' if r else 'sliding_attention' for r in rotates]), window)
   if fam == 'ministral':  # layer_types, else every layer sliding where the window is set.

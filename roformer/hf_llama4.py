@@ -27,6 +27,7 @@ from roformer import errors
 from roformer import hf_fields
 from roformer import hf_layers
 from roformer import positions
+from roformer import self_attention
 
 FAMILY = 'llama4'
 DEFAULT_THETA, DEFAULT_HEAD_DIM, DEFAULT_CHUNK = 500000.0, 128, 8192
@@ -55,7 +56,7 @@ def check_sparse(hf: dict, layers: int, where: str) -> None:
 def model_fields(hf: dict, layers: int, where: str) -> dict:
   """config.model's fields of its layout: the layers' kinds and chunks, and the NoPE layers'
   temperature (QK-norm is the option's own, roformer/attention_options/qk_norm.py)."""
-  rotates = hf_layers.smollm3_rotates(hf, layers, where)  # no_rope_layers: SmolLM3's rule.
+  rotates = hf_layers.rotating_layers(hf, layers, where)  # no_rope_layers.
   if not any(rotates):
     raise errors.ConfigError(f'{where}: no_rope_layers leaves no layer with RoPE; this project '
                              'reads Llama 4 checkpoints with some (3 in each 4). Fix: a checkpoint '
@@ -149,8 +150,13 @@ def export_block(m) -> bool:
 
 
 def _chunks(m) -> tuple[int, ...]:
-  pattern = tuple(m.layer_chunks)
-  return tuple(int(pattern[i % len(pattern)]) if pattern else 0 for i in range(m.num_layers))
+  return tuple(self_attention.layer_chunk(m, i) for i in range(m.num_layers))
+
+
+def _acts_before_rotation(option) -> bool:
+  """Whether an attention option changes q and k before their rotation (its `queries_keys`
+  hook: QK-norm), where Llama 4's class applies its norm after it."""
+  return type(option).queries_keys is not attention_options.AttentionOption.queries_keys
 
 
 def export_refusal(m, options) -> str:
@@ -160,7 +166,7 @@ def export_refusal(m, options) -> str:
   llama4_routing = (o.router, o.weight_inputs, o.shared_gate, o.shared_d_ff, o.renormalize,
                     o.biases, o.swiglu_limit) == ('sigmoid', True, False, m.d_ff, False, False, 0)
   failed, reason = hf_fields.options_check(m, options, FAMILY, 'in a Llama 4 block')
-  normed = any(o.field == 'qk_norm' for o in options)
+  normed = any(_acts_before_rotation(o) for o in options)
   block = (m.normalization, m.norm, m.residual)
   return hf_fields.first_failed((
       (block != ('rms_norm', 'pre', 'sequential'),

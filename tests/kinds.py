@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from roformer import attention
 from roformer import models
 from roformer import positions
 
@@ -135,6 +136,26 @@ def attention_formula(attn, x, mask, bias, *, qk_norm=False, ssmax=False, query_
     logits = logits * f64(attn.ssmax_scale[...])[None, :, None, None] * np.log(np.maximum(n, 1))
   return float64_softmax_layer(attn, logits, v, mask, softcap=softcap, gate=gate, x=x,
                                sink=sink)
+
+
+def layer_inputs(model, seed: int, length: int = 12):
+  """(attention module, position module, x, positions, mask) of `model`'s first block: random
+  inputs [2, length, d_model], the second row two packed documents (the second from slot 5,
+  its positions restarting there), the causal mask of those segments."""
+  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(2, length, attn.qkv.kernel.shape[0])), jnp.float32)
+  seg = jnp.asarray([[1] * length, [1] * 5 + [2] * (length - 5)], jnp.int32)
+  pos = jnp.asarray([list(range(length)), list(range(5)) + list(range(length - 5))], jnp.int32)
+  return attn, layer, x, pos, attention.make_mask(seg, seg, causal=True)
+
+
+def scheme_bias(attn, layer, x, pos, mask) -> np.ndarray:
+  """The position scheme's additive bias [batch or 1, heads, q, k] of the layer's inputs, in
+  float64 (for schemes whose bias does not read q and k)."""
+  stub = jnp.zeros(x.shape[:2] + (attn.num_heads, attn.head_dim))
+  return np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
+                    np.float64)
 
 
 def float64_qkv(attn, x):

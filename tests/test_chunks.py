@@ -52,9 +52,7 @@ def test_the_layer_is_the_formula():
                   jnp.float32)
   mask = attention.make_mask(SEGMENTS, SEGMENTS, causal=True)
   out = np.asarray(attn(x, mask, POSITIONS, layer, segments=SEGMENTS)[0])
-  stub = jnp.zeros(x.shape[:2] + (attn.num_heads, attn.head_dim))
-  bias = np.asarray(layer.logits_bias(stub, stub, POSITIONS, POSITIONS, mask,
-                                      layer.prepare(x, POSITIONS, None)), np.float64)
+  bias = kinds.scheme_bias(attn, layer, x, POSITIONS, mask)
   p = np.asarray(POSITIONS)
   chunked = np.asarray(mask) & (p[:, :, None] // 3 == p[:, None, :] // 3)[:, None]
   np.testing.assert_allclose(out, kinds.attention_formula(attn, x, chunked, bias), rtol=2e-4,

@@ -204,6 +204,9 @@ def test_mxfp4_bytes_decode_to_their_values():
   np.testing.assert_array_equal(out, want)
   with pytest.raises(errors.DamagedFileError, match=r"'x_blocks' has no x_scales beside it"):
     hf_gpt_oss.dequantized({'x_blocks': blocks})
+  with pytest.raises(errors.DamagedFileError, match=r"'x_blocks' has shape \(1, 2, 1, 16\) "
+                                                    r'beside x_scales of \(1, 2\)'):
+    hf_gpt_oss.dequantized({'x_blocks': blocks, 'x_scales': scales[..., 0]})
 
 
 @pytest.mark.parametrize('name,edit,remove,message', [

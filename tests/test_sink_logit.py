@@ -22,21 +22,14 @@ def _layer(kind, seed=0, length=12, **attention_fields):
   config = kinds.tiny_config(kind, num_layers=1, attention_impl='einsum')
   config.model.attention.update(sink_logit=True, **attention_fields)
   resolve.validate(config)
-  model = models.create(config.model, seed=0)
-  attn, layer = model.blocks[0].attn, model.blocks[0].position
+  attn, layer, x, pos, mask = kinds.layer_inputs(models.create(config.model, seed=0), seed,
+                                                 length)
   if hasattr(attn, 'sink'):
     attn.sink.value = jnp.asarray(SINKS, jnp.float32)
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(2, length, config.model.d_model)), jnp.float32)
-  seg = jnp.asarray([[1] * length, [1] * 5 + [2] * (length - 5)], jnp.int32)
-  pos = jnp.asarray([list(range(length)), list(range(5)) + list(range(length - 5))], jnp.int32)
-  return attn, layer, x, pos, attention.make_mask(seg, seg, causal=True)
+  return attn, layer, x, pos, mask
 
 
-def _bias(attn, layer, x, pos, mask):
-  stub = jnp.zeros(x.shape[:2] + (attn.num_heads, attn.head_dim))
-  return np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
-                    np.float64)
+_bias = kinds.scheme_bias
 
 
 @pytest.mark.parametrize('kind', ['alibi', 'none'])

@@ -21,19 +21,10 @@ from roformer import tasks
 
 
 def _layer_inputs(config, seed, length=12):
-  model = models.create(config.model, seed=0)
-  attn, layer = model.blocks[0].attn, model.blocks[0].position
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(2, length, config.model.d_model)), jnp.float32)
-  seg = jnp.asarray([[1] * length, [1] * 5 + [2] * (length - 5)], jnp.int32)
-  pos = jnp.asarray([list(range(length)), list(range(5)) + list(range(length - 5))], jnp.int32)
-  return attn, layer, x, pos, attention.make_mask(seg, seg, causal=True)
+  return kinds.layer_inputs(models.create(config.model, seed=0), seed, length)
 
 
-def _bias(attn, layer, x, pos, mask):
-  stub = jnp.zeros(x.shape[:2] + (attn.num_heads, attn.head_dim))
-  return np.asarray(layer.logits_bias(stub, stub, pos, pos, mask, layer.prepare(x, pos, None)),
-                    np.float64)
+_bias = kinds.scheme_bias
 
 
 @pytest.mark.parametrize('softcap,logit_scale,ssmax,impl', [
