@@ -48,10 +48,12 @@ def residual(x, sublayer, norm, post: bool, rate: float, key, out_norm=None,
 
 class Block(nnx.Module):
   """Transformer block: self-attention and MLP, each a residual branch with its norm, and the
-  layer's own position module (`position`, the scheme's Layer: its per-layer parameters)."""
+  layer's own position module (`position`, the scheme's Layer: its per-layer parameters).
+  `layer`, its index in the stack, decides what differs by layer beyond the config's
+  per-layer view (a mixture's dense layers)."""
 
   def __init__(self, cfg, *, dtype, rngs, causal: bool = True, window: int = 0,
-               chunk: int = 0):
+               chunk: int = 0, layer: int = 0):
     # Built in this order, which decides each parameter's random draw.
     self.before, self.after = cfg.norm in BEFORE, cfg.norm in AFTER
     self.add_norm('ln_attn', self.before, cfg, dtype, rngs)
@@ -60,7 +62,7 @@ class Block(nnx.Module):
     # One norm before both branches where they share it.
     self.shared_norm = cfg.residual == 'parallel_shared'
     self.add_norm('ln_mlp', self.before and not self.shared_norm, cfg, dtype, rngs)
-    self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs)
+    self.mlp = layers.mlp(cfg, dtype=dtype, rngs=rngs, layer=layer)
     self.dropout_rate = cfg.dropout
     self.post_norm = cfg.norm == 'post'
     for name in ('attn', 'mlp'):  # The norms of the branches' outputs.
@@ -106,8 +108,8 @@ class Block(nnx.Module):
 class DecoderBlock(Block):
   """Decoder block: causal self-attention, cross-attention, MLP (sequential residuals)."""
 
-  def __init__(self, cfg, *, dtype, rngs):
-    super().__init__(cfg, dtype=dtype, rngs=rngs)
+  def __init__(self, cfg, *, dtype, rngs, layer: int = 0):
+    super().__init__(cfg, dtype=dtype, rngs=rngs, layer=layer)
     self.add_norm('ln_cross', self.before, cfg, dtype, rngs)
     self.cross = self_attention.CrossAttention(cfg, dtype=dtype, rngs=rngs)
     self.add_norm('ln_cross_out', self.after, cfg, dtype, rngs)

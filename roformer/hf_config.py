@@ -515,11 +515,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     _granite_multipliers(config, hf, where)
   if fam in OLMO + ('exaone4',):  # Norms on the branches' outputs alone.
     config.model.update(norm='output')
-  if fam == hf_llama4.FAMILY:  # Its experts in every layer or in none.
-    hf_llama4.check_sparse(hf, layers, where)
-  if fam in hf_moe.FAMILIES:  # The experts (none in a dense Llama 4).
-    dense = hf_llama4.dense_fields(hf, layers, where) if fam == hf_llama4.FAMILY else None
-    config.model.update(dense or hf_moe.model_fields(hf, fam, head_dim, where))
+  if fam in hf_moe.FAMILIES:  # The experts, and dense layers between them (or in every layer).
+    config.model.update(hf_moe.model_fields(hf, fam, head_dim, layers, where))
   if fam == hf_llama4.FAMILY:  # Its layout: RoPE in chunks, and NoPE layers with a temperature.
     llama4 = hf_llama4.model_fields(hf, layers, where)
     config.model.attention.update(llama4.pop('attention', {}))

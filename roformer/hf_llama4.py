@@ -7,15 +7,15 @@ with its queries sharpened by 1 + attn_scale log(floor((p + 1) / floor_scale) + 
 (`attention.nope_temperature`; it reads each token's position, where the class reads its index
 in the row: the same for a row from position 0). Its class norms q and k after rotating them,
 which removes the q and k multiplier of YaRN or LongRoPE: the import sets it to 1. Its MLP is a
-mixture of experts in every layer (Llama 4 Scout's layout): each token goes to its k (1)
-experts, weighted by the sigmoids of their logits, the
-weight multiplying the expert's input, beside an ungated shared expert of the experts' width
-(`moe.router='sigmoid'`, `moe.weight_inputs`, `moe.shared_gate` false; roformer/moe.py).
-roformer/hf_config.py reads the rest as the Llama family's; this module holds its own fields and
-tensors. A dense MLP in every layer (`moe_layers` empty, `intermediate_size_mlp` wide) reads as
-Llama's gated MLP; dense MLPs between sparse ones (Maverick's `interleave_moe_layer_step` 2) are
-refused in one line. An export writes the same class for a model of this layout (`export_block`),
-its MLP dense or Llama 4's mixture in every layer, and refuses what the class does not compute;
+mixture of experts in the layers `moe_layers` (every layer in Llama 4 Scout, every other one in
+Maverick: `interleave_moe_layer_step` 2): each token goes to its k (1) experts, weighted by the
+sigmoids of their logits, the weight multiplying the expert's input, beside an ungated shared
+expert of the experts' width (`moe.router='sigmoid'`, `moe.weight_inputs`, `moe.shared_gate`
+false; roformer/moe.py). The other layers' MLP is Llama's gated one, `intermediate_size_mlp`
+wide (`moe.dense_layers`, `moe.dense_d_ff`; a dense MLP in every layer where `moe_layers` is
+empty; read and written by roformer/hf_moe.py). roformer/hf_config.py reads the rest as the
+Llama family's; this module holds its own fields and tensors. An export writes the same class
+for a model of this layout (`export_block`) and refuses what the class does not compute;
 the layout is its where a model has chunks, its routing, or an attention option as its class
 alone computes it (the temperature; QK-norm without a scale on the RoPE layers).
 """
@@ -26,12 +26,13 @@ from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
 from roformer import hf_layers
+from roformer import moe
 from roformer import positions
 from roformer import self_attention
 
 FAMILY = 'llama4'
 DEFAULT_THETA, DEFAULT_HEAD_DIM, DEFAULT_CHUNK = 500000.0, 128, 8192
-_MLP = 'feed_forward.'
+MLP = 'feed_forward.'
 _read = hf_fields.read
 
 
@@ -41,16 +42,6 @@ def sparse_layers(hf: dict, layers: int, where: str) -> list:
   step = hf_layers.interval(hf, 'interleave_moe_layer_step', 1, where)
   sparse = hf.get('moe_layers')
   return sorted(sparse) if sparse is not None else list(range(step - 1, layers, step))
-
-
-def check_sparse(hf: dict, layers: int, where: str) -> None:
-  """Every layer's MLP is the mixture, or none is (moe_layers empty)."""
-  sparse, step = sparse_layers(hf, layers, where), hf.get('interleave_moe_layer_step', 1)
-  if sparse not in ([], list(range(layers))):
-    raise errors.ConfigError(
-        f'{where}: dense MLPs between the sparse ones (moe_layers {sparse}, '
-        f'interleave_moe_layer_step {step}); this project reads Llama 4 with experts in every '
-        'layer (as Llama 4 Scout) or in none. Fix: a checkpoint with interleave_moe_layer_step 1.')
 
 
 def model_fields(hf: dict, layers: int, where: str) -> dict:
@@ -95,47 +86,30 @@ def moe_fields() -> dict:
           'renormalize': False}
 
 
-def dense_fields(hf: dict, layers: int, where: str) -> dict | None:
-  """config.model's MLP where no layer has the mixture (Llama's gated MLP, intermediate_size_mlp
-  wide), else None."""
-  if sparse_layers(hf, layers, where):
-    return None
-  return {'mlp': 'gated', 'd_ff': int(hf_fields.positive(_read(hf, 'intermediate_size_mlp',
-                                                               16384),
-                                                         'intermediate_size_mlp', where))}
-
-
 def read_mlp(t, p: str, m) -> dict:
-  """A layer's router, experts ([E, d, 2f] with the gate's columns first) and shared expert, or
-  its dense gated MLP."""
+  """A sparse layer's router, experts ([E, d, 2f] with the gate's columns first) and shared
+  expert (its dense layers are read as the Qwen MoEs', roformer/hf_moe.py)."""
   d, f = m.d_model, m.d_ff
-  if m.mlp != 'moe':
-    return {n: {'kernel': t(f'{p}{_MLP}{n}_proj.weight', shape).T}
-            for n, shape in (('gate', (f, d)), ('up', (f, d)), ('down', (d, f)))}
   e = m.moe.num_experts
-  gate_up = t(p + _MLP + 'experts.gate_up_proj', (e, d, 2 * f))
+  gate_up = t(p + MLP + 'experts.gate_up_proj', (e, d, 2 * f))
   s = m.moe.shared_d_ff
-  return {'router': t(p + _MLP + 'router.weight', (e, d)).T,
+  return {'router': t(p + MLP + 'router.weight', (e, d)).T,
           'gate': gate_up[..., :f], 'up': gate_up[..., f:],
-          'down': t(p + _MLP + 'experts.down_proj', (e, f, d)),
-          'shared': {n: {'kernel': t(f'{p}{_MLP}shared_expert.{n}_proj.weight', shape).T}
+          'down': t(p + MLP + 'experts.down_proj', (e, f, d)),
+          'shared': {n: {'kernel': t(f'{p}{MLP}shared_expert.{n}_proj.weight', shape).T}
                      for n, shape in (('gate', (s, d)), ('up', (s, d)), ('down', (d, s)))}}
 
 
 def write_mlp(out: dict, p: str, mlp: dict, m) -> None:
-  """A layer's MLP as Llama 4's tensors: its dense gated MLP, or the router, the experts (the
-  gate's columns first) and the shared expert."""
+  """A sparse layer's MLP as Llama 4's tensors: the router, the experts (the gate's columns
+  first) and the shared expert."""
   array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
-  if m.mlp != 'moe':
-    for n in ('gate', 'up', 'down'):
-      out[f'{p}{_MLP}{n}_proj.weight'] = array(np.asarray(mlp[n]['kernel']).T)
-    return
-  out[p + _MLP + 'router.weight'] = array(np.asarray(mlp['router']).T)
-  out[p + _MLP + 'experts.gate_up_proj'] = array(np.concatenate(
+  out[p + MLP + 'router.weight'] = array(np.asarray(mlp['router']).T)
+  out[p + MLP + 'experts.gate_up_proj'] = array(np.concatenate(
       [np.asarray(mlp['gate']), np.asarray(mlp['up'])], -1))
-  out[p + _MLP + 'experts.down_proj'] = array(mlp['down'])
+  out[p + MLP + 'experts.down_proj'] = array(mlp['down'])
   for n in ('gate', 'up', 'down'):
-    out[f'{p}{_MLP}shared_expert.{n}_proj.weight'] = array(
+    out[f'{p}{MLP}shared_expert.{n}_proj.weight'] = array(
         np.asarray(mlp['shared'][n]['kernel']).T)
 
 
@@ -202,14 +176,16 @@ def export_refusal(m, options) -> str:
 def config_fields(m) -> dict:
   """Llama 4's own config.json fields (the rest are written as the Llama family's; its
   options' switches by the options, `transformers_fields`)."""
-  chunks, moe = _chunks(m), m.mlp == 'moe'
+  chunks, sparse = _chunks(m), m.mlp == 'moe'
   return {'no_rope_layers': [int(r) for r in positions.rope_layers(m)],
           'layer_types': ['chunked_attention' if c else 'full_attention' for c in chunks],
           'attention_chunk_size': max(chunks) or None, 'attention_bias': m.biases == 'attention',
           'use_qk_norm': False, 'attn_temperature_tuning': False,
-          'moe_layers': list(range(m.num_layers)) if moe else [],
+          'moe_layers': [i for i in range(m.num_layers)
+                         if sparse and not moe.dense_layer(m, i)],
           'interleave_moe_layer_step': 1, 'intermediate_size': m.d_ff,
-          'intermediate_size_mlp': m.d_ff, 'router_aux_loss_coef': m.moe.balance_loss,
-          'num_local_experts': m.moe.num_experts if moe else 1,
-          'num_experts_per_tok': m.moe.experts_per_token if moe else 1,
+          'intermediate_size_mlp': moe.dense_width(m) if sparse else m.d_ff,
+          'router_aux_loss_coef': m.moe.balance_loss,
+          'num_local_experts': m.moe.num_experts if sparse else 1,
+          'num_experts_per_tok': m.moe.experts_per_token if sparse else 1,
           'output_router_logits': False, 'router_jitter_noise': 0.0}

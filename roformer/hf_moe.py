@@ -9,8 +9,9 @@ and written by
 roformer/hf_config.py and roformer/hf_weights.py as their dense siblings'; this module holds the
 experts' config fields, tensors and export rules.
 
-Every layer must be sparse: Qwen's `mlp_only_layers` and `decoder_sparse_step` other than 1 (dense
-MLPs between sparse ones) are refused, and so are the Qwen MoEs' sliding windows and OLMoE's
+Dense MLPs between the sparse ones (the Qwen MoEs' `mlp_only_layers` and `decoder_sparse_step`,
+Llama 4's `moe_layers`) are `moe.dense_layers`, of their own width (`intermediate_size`; Llama
+4's `intermediate_size_mlp`). The Qwen MoEs' sliding windows are refused, and so is OLMoE's
 `clip_qkv` (clamped after its QK-norm, where `attention.qkv_clip` clamps before it). The router's
 training settings are read too: `router_aux_loss_coef` becomes `moe.balance_loss` (the classes pool
 the layers' tokens before the product, where this project sums the layers' own losses).
@@ -22,7 +23,9 @@ from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
 from roformer import hf_gpt_oss
+from roformer import hf_layers
 from roformer import hf_llama4
+from roformer import moe
 from roformer import positions
 
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
@@ -52,18 +55,46 @@ def _number(hf: dict, name: str, default, where: str, low: int = 1) -> int:
   return value
 
 
-def model_fields(hf: dict, fam: str, head_dim: int, where: str) -> dict:
-  """config.model's fields of a mixture family's MLP (d_ff is the experts' width); what this
-  project does not compute as the class does is refused in one line."""
+def _qwen_dense_layers(hf: dict, layers: int, where: str) -> tuple[int, ...]:
+  """The layers of a Qwen MoE whose MLP is dense: those in `mlp_only_layers`, and those other
+  than every `decoder_sparse_step`-th (the classes' rule; all of them without experts)."""
+  only = _read(hf, 'mlp_only_layers', None) or []
+  if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                       for i in only):
+    raise errors.DamagedFileError(f'{where}: mlp_only_layers is {only!r}, where transformers '
+                                  'reads a list of layer indices. Fix: use the config.json that '
+                                  'came with the weights.')
+  step = hf_layers.interval(hf, 'decoder_sparse_step', 1, where)
+  experts = _read(hf, 'num_experts', 1)
+  return tuple(i for i in range(layers) if i in only or (i + 1) % step or not experts)
+
+
+def dense_fields(hf: dict, fam: str, layers: int, where: str) -> dict:
+  """config.model's fields of the dense layers between the sparse ones (`moe.dense_layers`,
+  and their width), or of a dense MLP in every layer (Llama's gated MLP)."""
+  if fam == hf_llama4.FAMILY:
+    sparse = hf_llama4.sparse_layers(hf, layers, where)
+    dense = tuple(i for i in range(layers) if i not in sparse)
+    width = _number(hf, 'intermediate_size_mlp', 16384, where)
+  elif fam.startswith('qwen'):
+    dense = _qwen_dense_layers(hf, layers, where)
+    width = _number(hf, 'intermediate_size', 5632 if fam == 'qwen2_moe' else 6144, where)
+  else:
+    return {}
+  if len(dense) == layers:
+    return {'mlp': 'gated', 'd_ff': width}
+  return {'moe': {'dense_layers': dense, 'dense_d_ff': width if dense else 0}}
+
+
+def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> dict:
+  """config.model's fields of a mixture family's MLP (d_ff is the experts' width; the dense
+  layers between them, `dense_fields`); what this project does not compute as the class does
+  is refused in one line."""
+  dense = dense_fields(hf, fam, layers, where)
+  if dense.get('mlp') == 'gated':
+    return dense
   experts, k, width, default_width, coef = _DEFAULTS[fam]
   if fam.startswith('qwen'):
-    dense = hf.get('mlp_only_layers') or []
-    if dense or _read(hf, 'decoder_sparse_step', 1) != 1:
-      raise errors.ConfigError(
-          f'{where}: dense MLPs between the sparse ones (mlp_only_layers {dense}, '
-          f'decoder_sparse_step {hf.get("decoder_sparse_step")}); this project reads mixtures '
-          'sparse in every layer. Fix: a checkpoint with mlp_only_layers [] and '
-          'decoder_sparse_step 1 (as the Hub\'s Qwen MoEs).')
     if hf.get('use_sliding_window'):
       raise errors.ConfigError(f'{where}: use_sliding_window in a Qwen MoE, which this project '
                                'does not read. Fix: a checkpoint with use_sliding_window false '
@@ -88,7 +119,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, where: str) -> dict:
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
-          'moe': {'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
+          'moe': {**dense.get('moe', {}),
+                  'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
                   'renormalize': renormalize,
                   'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
                   **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
@@ -99,9 +131,18 @@ def _names(fam: str) -> tuple[str, ...]:
   return _NAMES.get(fam, _QWEN_NAMES)
 
 
-def read_mlp(t, p: str, fam: str, m) -> dict:
-  """A layer's experts (each one's [out, in] tensors, or transformers 5's fused [E, 2f, d] and
-  [E, d, f] ones where a checkpoint holds those) as the MoE's parameters."""
+def _dense_prefix(fam: str) -> str:
+  return hf_llama4.MLP if fam == hf_llama4.FAMILY else 'mlp.'
+
+
+def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
+  """Layer `layer`'s experts (each one's [out, in] tensors, or transformers 5's fused [E, 2f, d]
+  and [E, d, f] ones where a checkpoint holds those) as the MoE's parameters, or its dense gated
+  MLP (`moe.dense_layers`, and every layer of a model without experts)."""
+  if m.mlp != 'moe' or moe.dense_layer(m, layer):
+    f, d = (m.d_ff if m.mlp != 'moe' else moe.dense_width(m)), m.d_model
+    return {n: {'kernel': t(f'{p}{_dense_prefix(fam)}{n}_proj.weight', shape).T}
+            for n, shape in (('gate', (f, d)), ('up', (f, d)), ('down', (d, f)))}
   if fam == hf_gpt_oss.FAMILY:
     return hf_gpt_oss.read_mlp(t, p, m)
   if fam == hf_llama4.FAMILY:
@@ -125,9 +166,14 @@ def read_mlp(t, p: str, fam: str, m) -> dict:
   return mlp
 
 
-def write_mlp(out: dict, p: str, mlp: dict, fam: str, m) -> None:
-  """A layer's MoE parameters as the family's per-expert tensors (the Hub's layout, which
-  transformers 5 converts on loading; gpt-oss's fused ones)."""
+def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
+  """Layer `layer`'s MoE parameters as the family's per-expert tensors (the Hub's layout, which
+  transformers 5 converts on loading; gpt-oss's fused ones), or its dense gated MLP's."""
+  if m.mlp != 'moe' or moe.dense_layer(m, layer):
+    for n in ('gate', 'up', 'down'):
+      out[f'{p}{_dense_prefix(fam)}{n}_proj.weight'] = np.ascontiguousarray(
+          np.asarray(mlp[n]['kernel'], np.float32).T)
+    return
   if fam == hf_gpt_oss.FAMILY:
     hf_gpt_oss.write_mlp(out, p, mlp, m)
     return
@@ -188,6 +234,9 @@ def export_family(m) -> str:
   elif (m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (
       1, 1, 1) or m.logits_softcap or m.get('output_bias'):
     why = 'a multiplier, a soft-cap or an output bias, which the mixture classes do not have'
+  if m.moe.dense_layers and fam not in ('qwen2_moe', 'qwen3_moe') and not why:
+    why = (f'dense layers between the sparse ones (moe.dense_layers {tuple(m.moe.dense_layers)}'
+           '), which among the mixture classes only the Qwen MoEs and Llama 4 have')
   if why:
     raise errors.ConfigError(
         f'no transformers class computes this model: a mixture of experts with {why}; '
@@ -214,7 +263,8 @@ def config_fields(fam: str, m) -> dict:
              attention_bias=m.biases == 'attention')
   if fam == 'olmoe':
     return {**out, 'clip_qkv': None}
-  out.update(moe_intermediate_size=m.d_ff, decoder_sparse_step=1, mlp_only_layers=[],
+  out.update(moe_intermediate_size=m.d_ff, decoder_sparse_step=1,
+             mlp_only_layers=list(o.dense_layers), intermediate_size=moe.dense_width(m),
              use_sliding_window=False, sliding_window=None)
   if fam == 'qwen2_moe':
     out.pop('attention_bias')

@@ -382,7 +382,7 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
       if hf_gpt_oss.sink_option(m):
         block['attn']['sink'] = hf_gpt_oss.read_sinks(t, p, h)
       if fam in hf_moe.FAMILIES:
-        block['mlp'] = hf_moe.read_mlp(t, p, fam, m)
+        block['mlp'] = hf_moe.read_mlp(t, p, fam, m, i)
       elif fam in PLAIN_MLP:
         up, down = PLAIN_MLP[fam]
         block['mlp'] = {'up': _linear(t, p + 'mlp.' + up, d, f, mlp_bias),
@@ -571,7 +571,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     linear(p + 'self_attn.' + ('dense' if fam == 'phi' else 'o_proj'), b['attn']['out'],
            m.biases in ('attention', 'all'), d)
     if fam in hf_moe.FAMILIES:
-      hf_moe.write_mlp(out, p, b['mlp'], fam, m)
+      hf_moe.write_mlp(out, p, b['mlp'], fam, m, i)
       continue
     if fam in PLAIN_MLP:
       up, down = PLAIN_MLP[fam]

@@ -233,5 +233,9 @@ MLPS = {
 }
 
 
-def mlp(cfg, *, dtype, rngs):
+def mlp(cfg, *, dtype, rngs, layer: int = 0):
+  """Layer `layer`'s MLP: the kind `model.mlp` names, or, in a mixture's dense layers
+  (`moe.dense_layers`), a gated MLP of their width."""
+  if cfg.mlp == 'moe' and moe.dense_layer(cfg, layer):
+    return GatedMLP(cfg, dtype=dtype, rngs=rngs, width=moe.dense_width(cfg))
   return MLPS[cfg.mlp].build(cfg, dtype=dtype, rngs=rngs)

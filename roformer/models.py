@@ -135,7 +135,7 @@ class Transformer(EmbeddingModel):
         lambda i, rngs: blocks.Block(
             positions_lib.layer_config(cfg, i), dtype=dtype, rngs=rngs, causal=self.causal,
             window=self_attention.layer_window(cfg, i),
-            chunk=self_attention.layer_chunk(cfg, i)),
+            chunk=self_attention.layer_chunk(cfg, i), layer=i),
         cfg.num_layers, self.scan_layers, rngs)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
@@ -282,12 +282,12 @@ class EncoderDecoder(EmbeddingModel):
     dtype = self.dtype
     self.encoder_position = _position_shared(cfg, causal=False, rngs=rngs)
     self.encoder_blocks = stack.build(
-        lambda _, rngs: blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False),
+        lambda i, rngs: blocks.Block(cfg, dtype=dtype, rngs=rngs, causal=False, layer=i),
         cfg.num_layers, self.scan_layers, rngs)
     self.encoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
     self.decoder_position = _position_shared(cfg, causal=True, rngs=rngs)
     self.decoder_blocks = stack.build(
-        lambda _, rngs: blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs),
+        lambda i, rngs: blocks.DecoderBlock(cfg, dtype=dtype, rngs=rngs, layer=i),
         cfg.num_layers, self.scan_layers, rngs)
     self.decoder_ln = layers.norm(cfg, dtype=dtype, rngs=rngs)
 

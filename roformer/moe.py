@@ -13,7 +13,9 @@ clamp their SwiGLU: with g = min(gate_e x, c) and u = clip(up_e x, -c, c) for c 
 the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`. Llama 4's
 (`router='sigmoid'`, `weight_inputs`, `shared_gate` false) weights each of its k experts by
 sigmoid(r_e) instead of the softmax, multiplies the expert's input by that weight rather than its
-output, and adds an ungated shared expert.
+output, and adds an ungated shared expert. The layers `dense_layers` have a dense gated MLP of
+width `dense_d_ff` in place of the mixture (Qwen MoE's `mlp_only_layers`, Llama 4 Maverick's
+alternate layers).
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
@@ -43,7 +45,7 @@ from flax import nnx
 from roformer import auxiliary
 from roformer import sharding
 from roformer import variables
-from roformer.specs import Bool, Float, Int, Str
+from roformer.specs import Bool, Float, Int, Seq, Str
 
 IMPLEMENTATIONS = ('dense', 'ragged')
 ROUTERS = ('softmax', 'sigmoid')
@@ -76,6 +78,11 @@ FIELDS = {
     'weight_inputs': Bool(default=False),
     # The shared expert behind a sigmoid gate (Qwen2-MoE), or ungated (Llama 4).
     'shared_gate': Bool(default=True),
+    # The layers (indices of the stack, from 0) whose MLP is a dense gated one in place of the
+    # mixture: Qwen MoE's mlp_only_layers, DeepSeek's first layers, Llama 4 Maverick's every
+    # other layer. Their width is `dense_d_ff` (0: d_ff, the experts' width).
+    'dense_layers': Seq(Int(0, 2**16), default=()),
+    'dense_d_ff': Int(0, 2**18, default=0),
 }
 
 
@@ -95,18 +102,42 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
     return (f'config.model.moe.swiglu_alpha={o.swiglu_alpha} is read only by the clamped SwiGLU '
             '(moe.swiglu_limit > 0), and the limit is 0. Fix: set --config.model.moe.'
             'swiglu_limit, or leave swiglu_alpha at its default.')
+  dense = tuple(o.dense_layers)
+  if any(i >= model_cfg.num_layers for i in dense) or len(set(dense)) < len(dense):
+    return (f'config.model.moe.dense_layers={dense} names a layer twice or past the last '
+            f'(num_layers={model_cfg.num_layers}). Fix: distinct indices from 0 to '
+            f'{model_cfg.num_layers - 1}.')
+  if len(dense) == model_cfg.num_layers:
+    return ('config.model.moe.dense_layers names every layer, so no layer has the mixture. '
+            "Fix: --config.model.mlp=gated (and d_ff the dense layers' width).")
+  if o.dense_d_ff and not dense:
+    return (f'config.model.moe.dense_d_ff={o.dense_d_ff} is the width of the dense layers, and '
+            'moe.dense_layers names none. Fix: set moe.dense_layers, or leave dense_d_ff at 0.')
   if o.experts_per_token > o.num_experts:
     return (f'config.model.moe.experts_per_token={o.experts_per_token} is more than '
             f'num_experts={o.num_experts}. Fix: at most num_experts.')
   return None
 
 
+def dense_layer(model_cfg, layer: int) -> bool:
+  """Whether layer `layer`'s MLP is the dense gated one (`moe.dense_layers`), not the mixture."""
+  return layer in tuple(model_cfg.moe.dense_layers)
+
+
+def dense_width(model_cfg) -> int:
+  """The dense layers' hidden width (`moe.dense_d_ff`, else d_ff)."""
+  return model_cfg.moe.dense_d_ff or model_cfg.d_ff
+
+
 def flops_per_token(model_cfg) -> float:
-  """Forward model FLOPs per token: the router, k gated experts and the shared expert with its
-  gate (what 'ragged' computes; 'dense' computes num_experts experts)."""
+  """Forward model FLOPs per token of one layer's MLP, the mean over the layers: the router, k
+  gated experts and the shared expert with its gate (what 'ragged' computes; 'dense' computes
+  num_experts experts) in the sparse layers, a gated MLP in the dense ones."""
   o, d, f = model_cfg.moe, model_cfg.d_model, model_cfg.d_ff
   shared = 2 * 3 * d * o.shared_d_ff + (2 * d if o.shared_gate else 0) if o.shared_d_ff else 0
-  return 2 * d * o.num_experts + o.experts_per_token * 2 * 3 * d * f + shared
+  sparse = 2 * d * o.num_experts + o.experts_per_token * 2 * 3 * d * f + shared
+  dense, layers = len(o.dense_layers), model_cfg.num_layers
+  return ((layers - dense) * sparse + dense * 2 * 3 * d * dense_width(model_cfg)) / layers
 
 
 def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax'

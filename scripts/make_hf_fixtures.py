@@ -379,6 +379,25 @@ FIXTURES = {
         rope_parameters={'rope_type': 'llama3', 'factor': 4.0, 'rope_theta': 10000.0,
                          'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
                          'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # Dense MLPs between the sparse ones: Qwen2-MoE with 4 layers, the mixture on every second
+    # (decoder_sparse_step 2) except those in mlp_only_layers (3), so layer 1 alone; the dense
+    # layers' own width (intermediate_size 40), a shared expert, YaRN.
+    'qwen2_moe_dense_layers_yarn': ('Qwen2MoeConfig', dict(
+        SMALL, num_hidden_layers=4, intermediate_size=40, num_key_value_heads=2, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=16,
+        decoder_sparse_step=2, mlp_only_layers=[3], norm_topk_prob=True,
+        max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+            'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+    # Llama 4 Maverick's layout: the mixture on every other layer (interleave_moe_layer_step 2),
+    # the others a dense gated MLP intermediate_size_mlp wide; chunked RoPE layers beside a
+    # global one without positions, linear scaling.
+    'llama4_maverick_interleaved_linear': ('Llama4TextConfig', dict(
+        SMALL, num_hidden_layers=4, intermediate_size=24, intermediate_size_mlp=48,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, no_rope_layers=[1, 1, 1, 0], attention_chunk_size=8,
+        rms_norm_eps=1e-5, rope_parameters={'rope_type': 'linear', 'factor': 2.0,
+                                            'rope_theta': 10000.0}), False, 'llama', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
 # Llama 4 as the Hub's checkpoints are: the multimodal class (its language model the one above

@@ -133,6 +133,30 @@ def test_a_tied_checkpoint_storing_another_output_layer_is_read_untied(tmp_path)
   assert _relative_error(lm.logits(ref['ids']), 2 * ref['logits']) < 1e-4
 
 
+@pytest.mark.parametrize('name,fields,dense', [
+    ('qwen2_moe_dense_layers_yarn', {}, (0, 2, 3)),  # Every 2nd, less mlp_only_layers [3].
+    ('qwen2_moe_dense_layers_yarn', {'mlp_only_layers': [], 'decoder_sparse_step': 3}, (0, 1, 3)),
+    ('qwen2_moe_dense_layers_yarn', {'mlp_only_layers': None, 'decoder_sparse_step': 1}, ()),
+    ('qwen2_moe_dense_layers_yarn', {'num_experts': 0}, 'all'),
+    ('llama4_maverick_interleaved_linear', {}, (0, 2)),  # interleave_moe_layer_step 2.
+    ('llama4_maverick_interleaved_linear', {'moe_layers': [0, 1, 2]}, (3,)),
+    ('llama4_maverick_interleaved_linear', {'moe_layers': []}, 'all')])
+def test_dense_layers_between_the_sparse_ones_follow_the_classes_rule(name, fields, dense,
+                                                                      tmp_path):
+  """The Qwen MoEs' layer i is dense where it is in mlp_only_layers or (i + 1) is not a multiple
+  of decoder_sparse_step (all without experts); Llama 4's where it is not in moe_layers (else
+  every interleave_moe_layer_step-th from the step's own). Their width is intermediate_size
+  (Llama 4: intermediate_size_mlp); a model dense everywhere has Llama's gated MLP."""
+  path = hf_fixtures.edited(tmp_path, name, lambda c: c.update(fields))
+  model = hf_config.to_config(hf_config.read(path), path).model
+  width = 48 if name.startswith('llama4') else 40
+  if dense == 'all':
+    assert (model.mlp, model.d_ff) == ('gated', width)
+  else:
+    assert model.mlp == 'moe' and model.d_ff == 24
+    assert (tuple(model.moe.dense_layers), model.moe.dense_d_ff) == (dense, width if dense else 0)
+
+
 def test_config_fields_left_out_read_as_transformers_defaults_them():
   mistral = json.loads((FIXTURES / 'mistral_window' / 'config.json').read_text())
   del mistral['sliding_window']  # MistralConfig's default is 4096.

@@ -118,8 +118,13 @@ LLAMA4_UNCHUNKED = {**LLAMA4, 'layer_chunks': ()}
 LLAMA4_MOE = {**LLAMA4, **MOE, 'moe.router': 'sigmoid', 'moe.weight_inputs': True,
               'moe.shared_gate': False, 'moe.renormalize': False, 'moe.experts_per_token': 1,
               'moe.shared_d_ff': 64}  # As wide as the experts (configs/test.py:llama's d_ff).
+LLAMA4_MAVERICK = {**LLAMA4_MOE, 'moe.dense_layers': (1,), 'moe.dense_d_ff': 48}
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
 QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
+# Dense MLPs of their own width between the sparse ones: the Qwen MoEs' mlp_only_layers, Llama 4
+# Maverick's layers outside moe_layers.
+DENSE_LAYERS = {'moe.dense_layers': (0,), 'moe.dense_d_ff': 48}
+QWEN3_MOE_DENSE = {**QWEN3_MOE, **DENSE_LAYERS}
 OLMOE = {**MOE, 'biases': 'attention', 'attention.qk_norm': True,
          'attention.qk_norm_over': 'heads', 'attention.qk_norm_eps': 1e-5,
          'moe.renormalize': False, 'position.rope.layout': 'interleaved'}
@@ -328,6 +333,9 @@ _SLOW = pytest.mark.slow
                                              # Without chunks: the temperature is its own.
                                              ('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
+                                             ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
+                                             ('llama', QWEN3_MOE_DENSE,
+                                              'Qwen3MoeForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -375,7 +383,7 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
     config.model.position.rope.scaling.update(kind='yarn', factor=2.0, original_length=16,
                                               ramp='index')
     # Llama 4's norm after the rotation removes YaRN's multiplier.
-    if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED):
+    if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED, LLAMA4_MAVERICK):
       config.model.position.rope.scaling.attention_factor = 1.0
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -473,6 +481,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
     ('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM'),
     ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
+    ('qwen2_moe_dense_layers_yarn', 'Qwen2MoeForCausalLM'),
+    pytest.param('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM', marks=_SLOW),
     # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
     # layouts take the same paths out in the default suite.
     pytest.param('gpt_oss_mxfp4', 'GptOssForCausalLM', marks=_SLOW),
@@ -885,7 +895,10 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**GPT_OSS, 'biases': 'qkv'}, "biases='qkv'"),
     ({**GPT_OSS, 'layer_windows': (8, 4)}, 'windows of more than one width'),
     ({**GPT_OSS, 'attention.softcap': True}, 'the attention option softcap'),
-    ({**MOE, 'moe.shared_d_ff': 8, 'moe.shared_gate': False}, "Llama 4's routing")])
+    ({**MOE, 'moe.shared_d_ff': 8, 'moe.shared_gate': False}, "Llama 4's routing"),
+    ({**MIXTRAL, **DENSE_LAYERS}, r'dense layers between the sparse ones \(moe.dense_layers '
+                                  r'\(0,\)\), .*; MixtralForCausalLM'),
+    ({**OLMOE, **DENSE_LAYERS}, 'dense layers between the sparse ones .*; OlmoeForCausalLM')])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   config = test_config.get_config('llama')
   kinds.set_fields(config.model, fields)
@@ -1044,7 +1057,9 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('rope', PHI_QK), ('llama', STABLELM_QK),
                                         ('llama', COHERE_QK), ('llama', GPT_OSS),
                                         ('llama', LLAMA4), ('llama', LLAMA4_MOE),
-                                        ('llama', LLAMA4_UNCHUNKED)])
+                                        ('llama', LLAMA4_UNCHUNKED),
+                                        ('llama', LLAMA4_MAVERICK),
+                                        ('llama', QWEN3_MOE_DENSE)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -2,6 +2,8 @@
 computations against each other, its training losses against theirs, and the train step that adds
 them (roformer/auxiliary.py)."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -287,7 +289,11 @@ def test_flops_count_the_router_and_k_experts():
     (dict(biases='all'), 'config.model.biases'),
     (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token'),
     (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
-    (dict(moe=dict(router='sigmoid')), r"config.model.moe.router='sigmoid' with renormalize")])
+    (dict(moe=dict(router='sigmoid')), r"config.model.moe.router='sigmoid' with renormalize"),
+    (dict(moe=dict(dense_layers=(0, 9))), 'config.model.moe.dense_layers=(0, 9) names a layer'),
+    (dict(moe=dict(dense_layers=(1, 1))), 'config.model.moe.dense_layers=(1, 1) names a layer'),
+    (dict(num_layers=2, moe=dict(dense_layers=(1, 0))), 'names every layer'),
+    (dict(moe=dict(dense_d_ff=64)), 'config.model.moe.dense_d_ff=64 is the width')])
 def test_bad_mixtures_are_refused_naming_the_field(fields, named):
   config = test_config.get_config()
   config.model.update(mlp='moe')
@@ -297,7 +303,7 @@ def test_bad_mixtures_are_refused_naming_the_field(fields, named):
       config.model[key].update(value)
     else:
       config.model[key] = value
-  with pytest.raises(errors.ConfigError, match=named.replace('.', r'\.')):
+  with pytest.raises(errors.ConfigError, match=re.escape(named)):
     resolve.validate(config)
 
 
@@ -314,3 +320,54 @@ def test_a_mixture_may_change_its_computation_anywhere_and_its_losses_when_conti
   assert changed('continue', balance_loss=0.1, router_z_loss=0.001) == []
   assert changed('resume', balance_loss=0.1)[0].startswith('model.moe.balance_loss')
   assert changed('continue', num_experts=8)[0].startswith('model.moe.num_experts')
+  assert changed('continue', dense_layers=(0,))[0].startswith('model.moe.dense_layers')
+  assert changed('evaluate', dense_d_ff=8)[0].startswith('model.moe.dense_d_ff')
+
+
+def test_the_dense_layers_have_a_gated_mlp_of_their_width_and_the_others_the_mixture():
+  """moe.dense_layers (0 and 2 of 3) hold down(silu(x W_g) * x W_u) of width dense_d_ff, in
+  float64 from their kernels; the auxiliary losses come from layer 1 alone, and a scanned stack
+  (period 2, layer 2 after the scan) adds the same outputs and losses as the loop."""
+  config = _lm_config(dense_layers=(0, 2), dense_d_ff=24)
+  model = models.create(config.model, seed=5)
+  widths = [block.mlp.gate.kernel.shape[-1] if isinstance(block.mlp, layers.GatedMLP) else None
+            for block in model.blocks]
+  assert widths == [24, None, 24]
+  assert isinstance(model.blocks[1].mlp, moe.MixtureOfExperts)
+  x = np.random.default_rng(6).normal(size=(2, 5, config.model.d_model))
+  mlp = model.blocks[2].mlp
+  g, u, w = (np.asarray(getattr(mlp, n).kernel[...], np.float64) for n in ('gate', 'up', 'down'))
+  gate = x @ g
+  want = (gate / (1 + np.exp(-gate)) * (x @ u)) @ w
+  np.testing.assert_allclose(mlp(jnp.asarray(x, jnp.float32)), want, rtol=1e-5, atol=1e-6)
+
+  tokens = jnp.asarray(np.random.default_rng(7).integers(5, 50, (2, 8)), jnp.int32)
+  pos, seg = jnp.broadcast_to(jnp.arange(8), (2, 8)), jnp.ones((2, 8), jnp.int32)
+  with auxiliary.collecting():
+    out, aux = auxiliary.total(lambda m: m(tokens, pos, seg), model)
+    h = jnp.asarray(np.random.default_rng(8).normal(size=(2, 8, config.model.d_model)),
+                    jnp.float32)
+    one = auxiliary.total(lambda m: m(h), model.blocks[1].mlp)[1]
+    assert auxiliary.total(lambda m: m(h), model.blocks[0].mlp)[1] is None
+  assert float(aux) > 0 and float(one) > 0
+  config.model.scan_layers = True
+  scanned = models.create(config.model, seed=5)
+  assert scanned.blocks.period == 2
+  with auxiliary.collecting():
+    scan_out, scan_aux = auxiliary.total(lambda m: m(tokens, pos, seg), scanned)
+  np.testing.assert_allclose(scan_out, out, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(scan_aux, aux, rtol=1e-5)
+
+
+def test_a_mixture_with_dense_layers_decodes_with_its_cache_as_its_full_pass():
+  model = models.create(_lm_config(dense_layers=(1,), dense_d_ff=16).model, seed=1)
+  tokens = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 9)), jnp.int32)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4))
+
+
+def test_flops_of_dense_layers_are_a_gated_mlps_in_the_mean_over_the_layers():
+  cfg = _cfg(dense_layers=(0,), dense_d_ff=24)
+  cfg.num_layers = 4
+  d, f = cfg.d_model, cfg.d_ff
+  sparse = 2 * d * 5 + 2 * (2 * 3 * d * f)
+  assert moe.flops_per_token(cfg) == pytest.approx((3 * sparse + 2 * 3 * d * 24) / 4)
