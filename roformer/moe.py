@@ -1,5 +1,5 @@
 """A mixture-of-experts MLP (`model.mlp='moe'`, its options in `model.moe`): Mixtral's, OLMoE's,
-Qwen2-MoE's, Qwen3-MoE's, gpt-oss's and Llama 4's sparse block.
+Qwen2-MoE's, Qwen3-MoE's, gpt-oss's, Llama 4's and DeepSeek-V3's sparse block.
 
 Each token's router logits r = x W_r (in float32, where transformers computes them in the
 activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give
@@ -13,9 +13,12 @@ clamp their SwiGLU: with g = min(gate_e x, c) and u = clip(up_e x, -c, c) for c 
 the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`. Llama 4's
 (`router='sigmoid'`, `weight_inputs`, `shared_gate` false) weights each of its k experts by
 sigmoid(r_e) instead of the softmax, multiplies the expert's input by that weight rather than its
-output, and adds an ungated shared expert. The layers `dense_layers` have a dense gated MLP of
-width `dense_d_ff` in place of the mixture (Qwen MoE's `mlp_only_layers`, Llama 4 Maverick's
-alternate layers).
+output, and adds an ungated shared expert. DeepSeek-V3's (`router='sigmoid'` renormalized,
+`choice_bias`, `groups`, `routed_scale`, an ungated shared expert) chooses its k experts by
+sigmoid(r_e) + b_e among the best groups of experts, and weights them by their sigmoids
+renormalized, times a constant. The layers `dense_layers` have a dense gated MLP of width
+`dense_d_ff` in place of the mixture (Qwen MoE's `mlp_only_layers`, Llama 4 Maverick's
+alternate layers, DeepSeek's first layers).
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
@@ -83,6 +86,16 @@ FIELDS = {
     # other layer. Their width is `dense_d_ff` (0: d_ff, the experts' width).
     'dense_layers': Seq(Int(0, 2**16), default=()),
     'dense_d_ff': Int(0, 2**18, default=0),
+    # DeepSeek-V3's routing (with router='sigmoid'): a per-expert bias added to the scores for
+    # choosing the k experts alone, never to their weights (e_score_correction_bias; held at its
+    # value here: DeepSeek-V3 moves it by each expert's load between steps, which this project
+    # does not do); the experts split into `groups` groups, each token choosing among the
+    # experts of its `groups_per_token` best groups (a group's score: the sum of its two best);
+    # the k weights times `routed_scale` (routed_scaling_factor; not the shared expert's).
+    'choice_bias': Bool(default=False),
+    'groups': Int(1, 2**16, default=1),
+    'groups_per_token': Int(1, 2**16, default=1),
+    'routed_scale': Float(0, 1e6, min_open=True, default=1.0),
 }
 
 
@@ -94,10 +107,6 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
     return (f'config.model.biases={model_cfg.biases!r} gives the MLP biases; the experts of '
             "model.mlp='moe' take theirs from model.moe.biases. Fix: "
             '--config.model.biases=attention, qkv or none (and --config.model.moe.biases=True).')
-  if o.router == 'sigmoid' and o.renormalize:
-    return ("config.model.moe.router='sigmoid' with renormalize: the sigmoids' weights are "
-            'not renormalized here (Llama 4 leaves them as they are). Fix: '
-            '--config.model.moe.renormalize=False.')
   if not o.swiglu_limit and o.swiglu_alpha != FIELDS['swiglu_alpha'].default:
     return (f'config.model.moe.swiglu_alpha={o.swiglu_alpha} is read only by the clamped SwiGLU '
             '(moe.swiglu_limit > 0), and the limit is 0. Fix: set --config.model.moe.'
@@ -116,6 +125,19 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   if o.experts_per_token > o.num_experts:
     return (f'config.model.moe.experts_per_token={o.experts_per_token} is more than '
             f'num_experts={o.num_experts}. Fix: at most num_experts.')
+  if o.num_experts % o.groups or (o.groups > 1 and o.num_experts // o.groups < 2):
+    return (f'config.model.moe.groups={o.groups} does not split num_experts={o.num_experts} '
+            'into groups of at least 2 (a group scores by its two best). Fix: a divisor of '
+            'num_experts at most half of it, or 1.')
+  if o.groups == 1 and o.groups_per_token != 1:
+    return (f'config.model.moe.groups_per_token={o.groups_per_token} is read only with groups '
+            '(moe.groups > 1), and groups is 1. Fix: set moe.groups, or leave it at 1.')
+  per_group = o.num_experts // o.groups
+  if o.groups > 1 and (o.groups_per_token > o.groups
+                       or o.groups_per_token * per_group < o.experts_per_token):
+    return (f'config.model.moe.groups_per_token={o.groups_per_token} of {o.groups} groups: at '
+            'most the groups, and holding at least experts_per_token experts. Fix: between '
+            f'{-(-o.experts_per_token // per_group)} and {o.groups}.')
   return None
 
 
@@ -140,20 +162,32 @@ def flops_per_token(model_cfg) -> float:
   return ((layers - dense) * sparse + dense * 2 * 3 * d * dense_width(model_cfg)) / layers
 
 
-def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax'
-          ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
+          choice_bias: jax.Array | None = None, groups: int = 1, groups_per_token: int = 1,
+          scale: float = 1.0) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(softmax probabilities [T, E], the k chosen experts [T, k], their weights [T, k]), in
-  float32, from router logits [T, E]: the k largest, weighted by their softmax probabilities
-  (`router='softmax'`) or their logits' sigmoids ('sigmoid')."""
+  float32, from router logits [T, E]: the k best scores, weighted by their softmax probabilities
+  (`router='softmax'`) or their logits' sigmoids ('sigmoid'), times `scale`. The scores for
+  choosing are the weights plus `choice_bias` [E], among the experts of each token's
+  `groups_per_token` best of `groups` groups (a group's score: its two best)."""
   logits = logits.astype(jnp.float32)
   probs = jax.nn.softmax(logits, axis=-1)
-  # Chosen by their logits: the softmax may underflow to ties far below the largest.
-  top, chosen = jax.lax.top_k(logits, k)
-  weights = (jax.nn.sigmoid(top) if router == 'sigmoid'
-             else jnp.take_along_axis(probs, chosen, -1))
+  scores = jax.nn.sigmoid(logits) if router == 'sigmoid' else probs
+  if choice_bias is None and groups == 1:
+    choice = logits  # The same order, without the softmax's underflowed ties far below the top.
+  else:
+    choice = scores if choice_bias is None else scores + choice_bias.astype(jnp.float32)
+  if groups > 1:
+    tokens, experts = choice.shape
+    grouped = choice.reshape(tokens, groups, experts // groups)
+    _, best = jax.lax.top_k(jax.lax.top_k(grouped, 2)[0].sum(-1), groups_per_token)
+    kept = jax.nn.one_hot(best, groups, dtype=jnp.float32).sum(1) > 0  # [T, groups]
+    choice = jnp.where(jnp.repeat(kept, experts // groups, axis=1), choice, -jnp.inf)
+  chosen = jax.lax.top_k(choice, k)[1]
+  weights = jnp.take_along_axis(scores, chosen, -1)
   if renormalize:
     weights = weights / weights.sum(-1, keepdims=True)
-  return probs, chosen, weights
+  return probs, chosen, weights * scale if scale != 1.0 else weights
 
 
 def balance(probs: jax.Array, chosen: jax.Array) -> jax.Array:
@@ -177,6 +211,8 @@ class MixtureOfExperts(nnx.Module):
     self.activation, self.dtype = activation, dtype
     self.limit, self.alpha = float(o.swiglu_limit), float(o.swiglu_alpha)
     self.router_kind, self.weight_inputs = o.router, bool(o.weight_inputs)
+    self.groups, self.groups_per_token = int(o.groups), int(o.groups_per_token)
+    self.routed_scale = float(o.routed_scale)
 
     def weight(shape, axes, stddev):
       value = stddev * jax.random.normal(rngs.params(), shape, jnp.float32)
@@ -192,6 +228,9 @@ class MixtureOfExperts(nnx.Module):
       self.router_bias = zeros((e,), (None,))
       self.gate_bias, self.up_bias = zeros((e, f), (None, 'mlp')), zeros((e, f), (None, 'mlp'))
       self.down_bias = zeros((e, d), (None, 'embed'))
+    self.biased_choice = bool(o.choice_bias)
+    if self.biased_choice:  # Zero at the start; no gradient reaches it (route's docstring).
+      self.choice_bias = variables.param(jnp.zeros((e,), jnp.float32), (None,), decay=False)
     self.shared = shared
     self.gated_shared = shared is not None and bool(o.shared_gate)
     if self.gated_shared:
@@ -203,7 +242,11 @@ class MixtureOfExperts(nnx.Module):
     logits = tokens.astype(jnp.float32) @ self.router[...]
     if self.biased:
       logits = logits + self.router_bias[...]
-    probs, chosen, weights = route(logits, self.k, self.renormalize, self.router_kind)
+    choice_bias = (jax.lax.stop_gradient(self.choice_bias[...]) if self.biased_choice
+                   else None)
+    probs, chosen, weights = route(logits, self.k, self.renormalize, self.router_kind,
+                                   choice_bias, self.groups, self.groups_per_token,
+                                   self.routed_scale)
     if auxiliary.active():
       aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
       if self.router_z_loss:

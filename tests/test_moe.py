@@ -289,7 +289,12 @@ def test_flops_count_the_router_and_k_experts():
     (dict(biases='all'), 'config.model.biases'),
     (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token'),
     (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
-    (dict(moe=dict(router='sigmoid')), r"config.model.moe.router='sigmoid' with renormalize"),
+    (dict(moe=dict(groups=3)), 'config.model.moe.groups=3 does not split'),
+    (dict(moe=dict(groups_per_token=2)), 'config.model.moe.groups_per_token=2 is read only'),
+    (dict(moe=dict(num_experts=8, groups=4, groups_per_token=5)),
+     'config.model.moe.groups_per_token=5 of 4 groups'),
+    (dict(moe=dict(num_experts=8, experts_per_token=3, groups=4)),
+     'config.model.moe.groups_per_token=1 of 4 groups'),
     (dict(moe=dict(dense_layers=(0, 9))), 'config.model.moe.dense_layers=(0, 9) names a layer'),
     (dict(moe=dict(dense_layers=(1, 1))), 'config.model.moe.dense_layers=(1, 1) names a layer'),
     (dict(num_layers=2, moe=dict(dense_layers=(1, 0))), 'names every layer'),
@@ -371,3 +376,62 @@ def test_flops_of_dense_layers_are_a_gated_mlps_in_the_mean_over_the_layers():
   d, f = cfg.d_model, cfg.d_ff
   sparse = 2 * d * 5 + 2 * (2 * 3 * d * f)
   assert moe.flops_per_token(cfg) == pytest.approx((3 * sparse + 2 * 3 * d * 24) / 4)
+
+
+def test_deepseek_groups_choose_by_their_two_best_scores_and_the_bias_only_chooses():
+  """Expert 0 scores best, but its group {0, 1} sums sigmoid(2) + sigmoid(-5) = 0.888 < the
+  group {2, 3}'s 1.620: expert 2 is chosen, weighted sigmoid(1.5) times the routed scale. A
+  choice bias of +1 on expert 3 makes it chosen, still weighted by its own sigmoid."""
+  logits = jnp.asarray([[2.0, -5.0, 1.5, 1.4]])
+  sigmoid = lambda v: 1 / (1 + np.exp(-v))
+  _, chosen, weights = moe.route(logits, 1, False, 'sigmoid', None, 2, 1, 2.5)
+  assert chosen.tolist() == [[2]]
+  np.testing.assert_allclose(weights, [[2.5 * sigmoid(1.5)]], rtol=1e-6)
+  _, chosen, weights = moe.route(logits, 1, False, 'sigmoid', jnp.asarray([0, 0, 0, 1.0]), 2, 1)
+  assert chosen.tolist() == [[3]]
+  np.testing.assert_allclose(weights, [[sigmoid(1.4)]], rtol=1e-6)
+  _, chosen, weights = moe.route(logits, 2, True, 'sigmoid', None, 2, 2, 2.5)  # Both groups.
+  assert sorted(chosen[0].tolist()) == [0, 2]
+  np.testing.assert_allclose(np.sort(weights[0]), 2.5 * np.sort(
+      [sigmoid(2.0), sigmoid(1.5)]) / (sigmoid(2.0) + sigmoid(1.5)), rtol=1e-6)
+
+
+def _deepseek_float64(layer, x, k, groups, per_token, scale):
+  """DeepSeek-V3's routing by hand in float64: sigmoid scores, chosen by score + bias among the
+  experts of the best groups (each scored by its two best), weighted by the scores
+  renormalized times `scale`; an ungated shared expert."""
+  p = {n: np.asarray(getattr(layer, n)[...], np.float64) for n in ('router', 'gate', 'up',
+                                                                    'down', 'choice_bias')}
+  silu = lambda v: v / (1 + np.exp(-v))
+  out = np.zeros_like(x)
+  for index in np.ndindex(x.shape[:-1]):
+    t = x[index]
+    scores = 1 / (1 + np.exp(-(t @ p['router'])))
+    choice = (scores + p['choice_bias']).reshape(groups, -1)
+    group_score = np.sort(choice, axis=-1)[:, -2:].sum(-1)
+    kept = np.argsort(-group_score)[:per_token]
+    masked = np.full_like(choice, -np.inf)
+    masked[kept] = choice[kept]
+    top = np.argsort(-masked.reshape(-1))[:k]
+    w = scores[top] / scores[top].sum() * scale
+    for e, we in zip(top, w):
+      out[index] += we * (silu(t @ p['gate'][e]) * (t @ p['up'][e])) @ p['down'][e]
+    s = {n: np.asarray(getattr(layer.shared, n).kernel[...], np.float64)
+         for n in ('gate', 'up', 'down')}
+    out[index] += (silu(t @ s['gate']) * (t @ s['up'])) @ s['down']
+  return out
+
+
+@pytest.mark.parametrize('impl', moe.IMPLEMENTATIONS)
+def test_deepseek_experts_are_their_routing_by_hand_and_the_bias_has_no_gradient(impl):
+  cfg = _cfg(num_experts=8, experts_per_token=3, router='sigmoid', renormalize=True,
+             choice_bias=True, groups=4, groups_per_token=2, routed_scale=2.5, shared_d_ff=24,
+             shared_gate=False, impl=impl)
+  layer = _layer(cfg, seed=3)
+  layer.choice_bias[...] = jnp.asarray(np.random.default_rng(1).normal(0, 0.3, 8), jnp.float32)
+  x = jnp.asarray(X, jnp.float32)
+  np.testing.assert_allclose(layer(x), _deepseek_float64(layer, X, 3, 4, 2, 2.5), rtol=2e-5,
+                             atol=2e-5)
+  graphdef, state = nnx.split(layer)
+  grads = jax.grad(lambda s: jnp.sum(nnx.merge(graphdef, s)(x) ** 2))(state)
+  assert not np.any(grads['choice_bias'][...]) and np.any(grads['router'][...])
