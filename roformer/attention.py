@@ -297,6 +297,13 @@ def _fused(q, k, v, mask, bias, scale, impl, segments, causal, window):
   time by lax.cond: both are compiled, one runs). With a bias, the mask always: the gradient
   of a cond keeps buffers for both paths, and for a [batch, heads, L, L] bias that doubled the
   compiled memory (a bias scheme at 124M on a GPU: 17.5 to 34.4 GiB) for a 6% shorter step."""
+  width, v_width = q.shape[-1], v.shape[-1]
+  if v_width != width:  # Values of another width (latent attention): zeros fill the narrower.
+    widen = lambda x, n: jnp.pad(x, [(0, 0)] * 3 + [(0, n - x.shape[-1])])
+    if v_width < width:
+      return _fused(q, k, widen(v, width), mask, bias, scale, impl, segments, causal,
+                    window)[..., :v_width]
+    q, k = widen(q, v_width), widen(k, v_width)
   if bias is not None and impl == 'cudnn':  # cuDNN wants a full bias in the input dtype;
     bias = jnp.broadcast_to(  # XLA adds a float32 bias to float32 logits, like einsum.
         bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)

@@ -13,6 +13,7 @@ import ml_collections
 from roformer import attention_options
 from roformer import config_schema
 from roformer import errors
+from roformer import latent_attention
 from roformer import layers
 from roformer import model_types
 from roformer import models
@@ -215,7 +216,7 @@ def _validate_architecture(config) -> None:
         f"config.model.residual={m.residual!r} (x + attn(norm x) + mlp(norm x)) is a "
         f"pre-norm layout of decoder and encoder stacks, not norm={m.norm!r} with "
         f"type={m.type!r}. Fix: --config.model.residual=sequential.")
-  problem = layers.MLPS[m.mlp].problem(m)
+  problem = layers.MLPS[m.mlp].problem(m) or latent_attention.validate(m)
   if problem:
     raise errors.ConfigError(problem)
   _validate_attention(config, m)
@@ -270,3 +271,27 @@ def _validate_attention(config, m) -> None:
           'or a rotary kind on some layers.')
   attention_options.check_kind(m, att)
   attention_options.check(config, m, att)
+  if latent_attention.enabled(m):
+    _validate_latent(m, att)
+
+
+def _validate_latent(m, att) -> None:
+  """MLA's heads run softmax attention over logits, with the options that act on queries, keys
+  and logits: those acting on the values or the heads' outputs take them head_dim wide (their
+  own hooks); RoPE rotates exactly its decoupled dimensions."""
+  base = attention_options.AttentionOption
+  on_values = [o.field for o in attention_options.enabled(att)
+               if type(o).values is not base.values or type(o).outputs is not base.outputs]
+  softmax = {'softmax', 'logits'} <= attention_options.KINDS[att.kind].has
+  if not softmax or on_values:
+    named = (f'attention.kind={att.kind!r}' if not softmax
+             else f"attention.{', attention.'.join(on_values)}, which acts on the values")
+    raise errors.ConfigError(
+        f'config.model.{named} with multi-head latent attention (model.mla.kv_rank='
+        f'{m.mla.kv_rank}), whose heads run softmax attention with the options on queries, keys '
+        'and logits. Fix: turn it off, or --config.model.mla.kv_rank=0.')
+  problem = positions_lib.rotation_problem(
+      m, m.mla.rope_dim, 'multi-head latent attention decouples it onto the '
+      f'model.mla.rope_dim={m.mla.rope_dim} key dimensions every head shares')
+  if problem:
+    raise errors.ConfigError(problem)

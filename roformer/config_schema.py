@@ -27,6 +27,7 @@ import ml_collections
 from roformer import attention
 from roformer import attention_options
 from roformer import blocks
+from roformer import latent_attention
 from roformer import layers
 from roformer import metrics
 from roformer import model_types
@@ -90,6 +91,8 @@ def _not_owned(group: str, what: str) -> Reader:
 
 MOE = Reader("models with a mixture of experts (model.mlp='moe')",
              lambda c: c.model.mlp == 'moe', 'set --config.model.mlp=moe')
+MLA = Reader('models with latent attention (model.mla.kv_rank > 0)',
+             lambda c: c.model.mla.kv_rank > 0, 'set --config.model.mla.kv_rank')
 TEXT_LM = _types_with('documents', 'language models')
 TEXT_CAUSAL_LM = _types_with('decoder_only', 'causal LMs')
 CAUSAL_LM = _types_with('decoder_only', 'causal LMs', text=False)
@@ -396,6 +399,10 @@ def schema() -> dict:
           # Key/value heads shared by the query heads (grouped-query attention; 1: multi-query);
           # 0: one per query head. The key/value cache keeps this many heads.
           'num_kv_heads': Int(0, 1024, default=0),
+          # Multi-head latent attention (DeepSeek-V2 and V3; roformer/latent_attention.py): keys
+          # and values from a latent kv_rank wide, RoPE on rope_dim key dimensions every head
+          # shares; kv_rank 0: the q/k/v projection.
+          'mla': {**latent_attention.FIELDS, **_read_by(MLA, latent_attention.LATENT_FIELDS)},
           # Which of a block's dense layers have a bias: 'all' (the classic block, GPT-NeoX),
           # 'attention' (q, k, v and output), 'qkv' (Qwen2), 'mlp' (GPT-J) or 'none' (Llama,
           # Mistral).

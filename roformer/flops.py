@@ -31,6 +31,7 @@ extra cost shows up as a lower achieved FLOP rate.
 import ml_collections
 
 from roformer import attention_options
+from roformer import latent_attention
 from roformer import layers
 from roformer import model_types
 from roformer import positions
@@ -61,7 +62,9 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   extra = sum(o.layer_flops(model_cfg, seq_len, causal)
               for o in attention_options.enabled(att))
   mlp = layers.MLPS[model_cfg.mlp].flops(model_cfg)
-  return (2 * d * (h + 2 * g) * e + 2 * h * e * d + extra + mlp
+  projections = (latent_attention.projection_flops(model_cfg)
+                 if latent_attention.enabled(model_cfg) else 2 * d * (h + 2 * g) * e + 2 * h * e * d)
+  return (projections + extra + mlp
           + attention_flops_per_token(model_cfg, seq_len, causal))
 
 

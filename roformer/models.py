@@ -22,6 +22,7 @@ from roformer import attention
 from roformer import autodiff
 from roformer import blocks
 from roformer import errors
+from roformer import latent_attention
 from roformer import layers
 from roformer import model_types
 from roformer import positions as positions_lib
@@ -55,6 +56,7 @@ class EmbeddingModel(nnx.Module):
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.num_kv_heads = self_attention.kv_heads(cfg)
     self.head_dim = positions_lib.head_dim(cfg)
+    self.value_dim = latent_attention.value_dim(cfg)
     self.dtype = jnp.dtype(cfg.dtype)
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)
@@ -168,7 +170,7 @@ class Transformer(EmbeddingModel):
 
   def init_cache(self, batch: int, max_len: int) -> dict:
     return stack.empty_cache(batch, max_len, self.blocks, self.num_kv_heads,
-                             self.head_dim, self.dtype)
+                             self.head_dim, self.dtype, self.value_dim)
 
   def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Bidirectional hidden states where packed segments attend only within themselves
@@ -329,7 +331,7 @@ class EncoderDecoder(EmbeddingModel):
     """A decoder cache for one source per row; it carries the encoder memory so that beam
     search reorders it with the keys and values."""
     cache = stack.empty_cache(memory.shape[0], max_len, self.decoder_blocks,
-                              self.num_kv_heads, self.head_dim, self.dtype)
+                              self.num_kv_heads, self.head_dim, self.dtype, self.value_dim)
     return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
 
   def decode(self, tokens, positions, cache):

@@ -7,7 +7,8 @@ The head layout: `model.num_heads` query heads share `model.num_kv_heads` key/va
 keys and values of the key/value heads only; each is repeated for the query heads of its group
 after the cache, so every position scheme sees the same per-head keys as with full multi-head
 attention (query head h reads key/value head h // (num_heads / num_kv_heads), as Llama's
-`repeat_kv`).
+`repeat_kv`). With multi-head latent attention (`model.mla`, roformer/latent_attention.py) the
+queries, keys and values come from its latent projections instead, every head with its own.
 """
 
 import jax
@@ -19,6 +20,7 @@ from roformer import attention
 from roformer import attention_options
 from roformer import errors
 from roformer import fused_bias
+from roformer import latent_attention
 from roformer import layers
 from roformer import positions as positions_lib
 from roformer import sharding
@@ -92,6 +94,10 @@ class MultiHeadAttention(nnx.Module):
     # A training-free distance remap (the position layer's `remapped_logits`), einsum path.
     self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
     allowed = set(caps.implementations) & attention_options.implementations(att)
+    self.latent = latent_attention.enabled(cfg)
+    self.value_dim = latent_attention.value_dim(cfg)
+    if self.value_dim != self.head_dim:  # The fused kernels take values as wide as the keys.
+      allowed -= {'pallas'}
     if self.remap:
       allowed &= {'einsum'}
     # The kernel where it was timed faster: its own backward pass (without the hand-written
@@ -122,10 +128,13 @@ class MultiHeadAttention(nnx.Module):
     self.kind.init(self, cfg, att, caps, rngs, dtype)
     for option in self.options:
       option.init(self, cfg, att, caps, rngs, dtype)
-    width = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim  # [q | k | v] columns.
-    self.qkv = layers.linear(cfg, d, width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'),
-                             use_bias=layers.has_bias(cfg, 'qkv'))
-    self.out = layers.linear(cfg, self.num_heads * self.head_dim, d, dtype=dtype, rngs=rngs,
+    if self.latent:  # MLA's queries, keys and values (roformer/latent_attention.py).
+      self.projections = latent_attention.LatentProjections(cfg, dtype=dtype, rngs=rngs)
+    else:
+      width = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim  # [q | k | v] columns.
+      self.qkv = layers.linear(cfg, d, width, dtype=dtype, rngs=rngs, axes=('embed', 'heads'),
+                               use_bias=layers.has_bias(cfg, 'qkv'))
+    self.out = layers.linear(cfg, self.num_heads * self.value_dim, d, dtype=dtype, rngs=rngs,
                              axes=('heads', 'embed'), residual=True,
                              use_bias=layers.has_bias(cfg, 'out'))
 
@@ -152,8 +161,11 @@ class MultiHeadAttention(nnx.Module):
     b, length, _ = x.shape
     ctx = position.prepare(x, pos, shared)
     h, g = self.num_heads, self.num_kv_heads
-    q, k, v = jnp.split(self.qkv(x).reshape(b, length, h + 2 * g, self.head_dim), (h, h + g),
-                        axis=2)
+    if self.latent:
+      q, k, v = self.projections(x)
+    else:
+      q, k, v = jnp.split(self.qkv(x).reshape(b, length, h + 2 * g, self.head_dim), (h, h + g),
+                          axis=2)
     for option in self.options:
       q, k, v = option.projections(self, q, k, v)
     q = sharding.constrain(q, ('batch', None, 'act_heads', None))

@@ -144,7 +144,7 @@ def layer_inputs(model, seed: int, length: int = 12):
   its positions restarting there), the causal mask of those segments."""
   attn, layer = model.blocks[0].attn, model.blocks[0].position
   rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(2, length, attn.qkv.kernel.shape[0])), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(2, length, attn.out.kernel.shape[-1])), jnp.float32)
   seg = jnp.asarray([[1] * length, [1] * 5 + [2] * (length - 5)], jnp.int32)
   pos = jnp.asarray([list(range(length)), list(range(5)) + list(range(length - 5))], jnp.int32)
   return attn, layer, x, pos, attention.make_mask(seg, seg, causal=True)

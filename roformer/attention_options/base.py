@@ -37,6 +37,7 @@ from typing import Any
 import jax
 
 from roformer import fused_bias
+from roformer import latent_attention
 from roformer import positions
 
 # Features an attention kind may form, and how a message says that one lacks it.
@@ -78,9 +79,10 @@ class Site:
 
 
 def scores_flops(model_cfg, seq_len: int, causal: bool) -> float:
-  """q.k scores and weighted values, 2 L h e each (h heads of width e: d_model by default);
-  half of it when causal."""
-  full = 2 * 2 * seq_len * model_cfg.num_heads * positions.head_dim(model_cfg)
+  """q.k scores and weighted values, 2 L h e and 2 L h e_v (h heads of width e: d_model by
+  default; values e_v wide, e but with latent attention); half of it when causal."""
+  full = 2 * seq_len * model_cfg.num_heads * (positions.head_dim(model_cfg)
+                                              + latent_attention.value_dim(model_cfg))
   return full / 2 if causal else full
 
 

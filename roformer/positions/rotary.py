@@ -275,6 +275,22 @@ def rope_layers(model_cfg) -> tuple[bool, ...] | None:
   return tuple(s is Rotary for s in schemes)
 
 
+def rotation_problem(model_cfg, dims: int, why: str) -> str | None:
+  """Where a layer kind rotates by the rope options another number of dimensions of each head
+  than `dims` (`why` says who needs that many), the error's line naming the fraction that
+  rotates them; else None."""
+  width = base.head_dim(model_cfg)
+  fraction = model_cfg.position.rope.fraction
+  rotated = int(round(width * fraction))
+  reads = any('rope' in registry.scheme(k).fields()
+              for k in dict.fromkeys(registry.layer_kinds(model_cfg)))
+  if not reads or rotated == dims:
+    return None
+  return (f'config.model.position.rope.fraction={fraction} rotates {rotated} dimensions of each '
+          f'head, where {why}. Fix: --config.model.position.rope.fraction={dims / width} '
+          f'({dims} / head_dim {width}).')
+
+
 def layer_kinds_of(rotates) -> tuple[str, ...]:
   """`model.layer_kinds` for layers that each rotate or have no positions (SmolLM3's
   no_rope_layers): () where every layer rotates."""

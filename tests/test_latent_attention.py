@@ -1,0 +1,152 @@
+"""Multi-head latent attention (roformer/latent_attention.py) against its formula written out in
+float64 as DeepSeek's class lays it out (the rotary dimensions last in each head), its relative
+property, its cache, its kernels, its FLOPs and its refusals."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from roformer import errors
+from roformer import flops
+from roformer import latent_attention
+from roformer import models
+from roformer import resolve
+from tests import kinds
+
+HEAD, ROPE, VALUE = 12, 4, 6
+
+
+def _config(kind='rope', q_rank=12, layout='half', value=VALUE, **model):
+  config = kinds.tiny_config(kind, num_layers=2, head_dim=HEAD, biases='none', init='normal',
+                             init_std=0.3, **model)
+  config.model.mla.update(kv_rank=16, q_rank=q_rank, rope_dim=ROPE, v_head_dim=value)
+  if kind == 'rope':
+    config.model.position.rope.update(fraction=ROPE / HEAD, layout=layout)
+  resolve.validate(config)
+  return config
+
+
+def _rotate(x, pos, layout):
+  """RoPE on x [..., len, p] at positions pos [len]: pairs (i, i + p/2) or (2i, 2i + 1) at
+  frequency 10000^(-2i/p), in float64."""
+  p = x.shape[-1]
+  angle = pos[:, None] * 10000.0 ** (-np.arange(0, p, 2) / p)
+  cos, sin = np.cos(angle), np.sin(angle)
+  a, b = (x[..., :p // 2], x[..., p // 2:]) if layout == 'half' else (x[..., 0::2],
+                                                                       x[..., 1::2])
+  ra, rb = a * cos - b * sin, b * cos + a * sin
+  if layout == 'half':
+    return np.concatenate([ra, rb], -1)
+  return np.stack([ra, rb], -1).reshape(x.shape)
+
+
+def _float64(attn, x, pos, mask, layout):
+  """DeepSeek's MLA in float64: q = RMSNorm(x W_qa) W_qb per head [q_C | q_R], the latent
+  [c | k_R] = x W_a, [k_C | v] = RMSNorm(c) W_b per head, RoPE on q_R and the shared k_R, logits
+  (q_C.k_C + q_R.k_R) / sqrt(head_dim) under the mask, then the output projection."""
+  p = attn.projections
+  w = lambda m: np.asarray(m.kernel[...], np.float64)
+  rms = lambda v, s: v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-6) * np.asarray(
+      s.scale[...], np.float64)
+  x = np.asarray(x, np.float64)
+  b, length, _ = x.shape
+  h, nope = attn.num_heads, HEAD - ROPE
+  q = (rms(x @ w(p.q_a), p.q_norm) @ w(p.q_b) if p.q_rank else x @ w(p.q)).reshape(
+      b, length, h, HEAD)
+  a = x @ w(p.kv_a)
+  latent, k_rope = a[..., :16], a[..., 16:]
+  kv = (rms(latent, p.kv_norm) @ w(p.kv_b)).reshape(b, length, h, -1)
+  k_own, v = kv[..., :nope], kv[..., nope:]
+  out = np.zeros((b, length, h, v.shape[-1]))
+  for row in range(b):
+    positions = np.asarray(pos[row], np.float64)
+    q_rot = _rotate(q[row, :, :, nope:].transpose(1, 0, 2), positions, layout)  # [h, len, p]
+    k_rot = _rotate(k_rope[row], positions, layout)  # [len, p], every head's.
+    logits = (np.einsum('qhd,khd->hqk', q[row, :, :, :nope], k_own[row])
+              + np.einsum('hqd,kd->hqk', q_rot, k_rot)) / np.sqrt(HEAD)
+    logits = np.where(np.asarray(mask[row]), logits, -np.inf)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out[row] = np.einsum('hqk,khd->qhd', probs, v[row])
+  return out.reshape(b, length, -1) @ w(attn.out)
+
+
+@pytest.mark.parametrize('q_rank,layout', [(12, 'half'), (0, 'interleaved')])
+def test_latent_attention_is_its_formula_in_float64(q_rank, layout):
+  """With a query latent or one query projection, RoPE on halves or on interleaved pairs (of
+  the decoupled dimensions alone), over packed rows."""
+  model = models.create(_config(q_rank=q_rank, layout=layout).model, seed=1)
+  attn, layer, x, pos, mask = kinds.layer_inputs(model, seed=2)
+  out, _ = attn(x, mask, pos, layer, model.position())
+  np.testing.assert_allclose(out, _float64(attn, x, pos, mask, layout), rtol=2e-5, atol=2e-5)
+
+
+def test_latent_attention_logits_depend_only_on_relative_positions():
+  """Shifting every position by 37 leaves the outputs as they were: RoPE on the decoupled key
+  dimensions keeps q.k a function of m - n."""
+  model = models.create(_config().model, seed=3)
+  attn, layer, x, pos, mask = kinds.layer_inputs(model, seed=4)
+  np.testing.assert_allclose(attn(x, mask, pos + 37, layer, model.position())[0],
+                             attn(x, mask, pos, layer, model.position())[0], rtol=1e-4,
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize('kind,q_rank', [('rope', 12), ('rope', 0), ('alibi', 12)])
+def test_latent_attention_decodes_with_its_cache_as_its_full_pass(kind, q_rank):
+  """The cache holds each head's keys (head_dim wide) and values (v_head_dim wide)."""
+  model = models.create(_config(kind, q_rank=q_rank).model, seed=5)
+  tokens = jnp.asarray(np.random.default_rng(6).integers(5, 50, (2, 9)), jnp.int32)
+  cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4))
+  assert cache['layers'][0]['k'].shape[-1] == HEAD and cache['layers'][0]['v'].shape[-1] == VALUE
+
+
+@pytest.mark.parametrize('value', [VALUE, 2 * HEAD])
+def test_xla_attention_takes_values_narrower_or_wider_than_the_keys(value):
+  """jax.nn.dot_product_attention with the narrower of q/k and v widened by zeros: the einsum
+  path's outputs and gradients."""
+  config = _config(value=value)
+  tokens = jnp.asarray(np.random.default_rng(7).integers(5, 50, (2, 8)), jnp.int32)
+  pos, seg = jnp.broadcast_to(jnp.arange(8), (2, 8)), jnp.ones((2, 8), jnp.int32)
+
+  def run(impl):
+    config.model.attention_impl = impl
+    model = models.create(config.model, seed=8)
+    out = model(tokens, pos, seg)
+    return out, jax.grad(lambda x: jnp.sum(model.blocks[0].attn.out(x) ** 2))(
+        jnp.ones((2, 8, 4 * value)))
+  (einsum, g_einsum), (xla, g_xla) = run('einsum'), run('xla')
+  np.testing.assert_allclose(xla, einsum, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(g_xla, g_einsum, rtol=1e-5)
+
+
+def test_flops_count_the_latent_projections_and_the_values_width():
+  cfg = _config().model
+  d, h = cfg.d_model, cfg.num_heads
+  projections = (2 * 12 * (d + h * HEAD) + 2 * d * (16 + ROPE)
+                 + 2 * 16 * h * (HEAD - ROPE + VALUE) + 2 * h * VALUE * d)
+  scores = 2 * 10 * h * (HEAD + VALUE) / 2  # Causal, 10 positions.
+  assert latent_attention.projection_flops(cfg) == projections
+  cfg.mlp = 'plain'
+  plain_mlp = 2 * 2 * d * cfg.d_ff
+  assert flops.layer_flops_per_token(cfg, 10, True) == projections + scores + plain_mlp
+
+
+@pytest.mark.parametrize('fields,named', [
+    ({'mla.rope_dim': 3}, 'config.model.mla.rope_dim=3 is not an even number'),
+    ({'mla.rope_dim': HEAD}, f'config.model.mla.rope_dim={HEAD} is not an even number below'),
+    ({'position.rope.fraction': 0.5}, 'config.model.position.rope.fraction=0.5 rotates 6 '
+                                      'dimensions of each head, where multi-head latent'),
+    ({'num_kv_heads': 2}, 'config.model.num_kv_heads=2: MLA gives every head'),
+    ({'biases': 'attention'}, "config.model.biases='attention' gives attention biases"),
+    ({'attention.output_gate': True}, 'config.model.attention.output_gate, which acts on the '
+                                      'values'),
+    ({'attention.differential': True}, 'config.model.attention.differential, which acts'),
+    ({'mla.kv_rank': 0}, 'config.model.mla.q_rank')])
+def test_bad_latent_attention_is_refused_naming_the_field(fields, named):
+  config = _config()
+  kinds.set_fields(config.model, fields)
+  with pytest.raises(errors.ConfigError, match=re.escape(named)):
+    resolve.validate(config)
