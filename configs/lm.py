@@ -9,6 +9,7 @@
   python train.py --config configs/lm.py:mixtral --workdir runs/lm_mixtral # Mixtral's experts
   python train.py --config configs/lm.py:llama4 --workdir runs/lm_llama4   # Llama 4's iRoPE
   python train.py --config configs/lm.py:gpt_oss --workdir runs/lm_gpt_oss # gpt-oss's sinks
+  python train.py --config configs/lm.py:deepseek --workdir runs/lm_ds     # DeepSeek-V3's MLA
 """
 
 import difflib
@@ -92,7 +93,30 @@ def gpt_oss(config):
   return config
 
 
-LAYOUTS = {'gemma3': gemma3, 'llama4': llama4, 'gpt_oss': gpt_oss}  # configs/lm.py:LAYOUT.
+def deepseek(config):
+  """DeepSeek-V3's layout on Llama's block (`llama`): multi-head latent attention, keys and
+  values from a latent a quarter of d_model wide and queries from one 3/8 of it, RoPE on a
+  quarter of each head's query and key dimensions (those every head shares in its key; DeepSeek-V3
+  rotates 64 of 192) on interleaved pairs; the first layer dense, the others DeepSeek-V3's
+  mixture: 2 of 8 experts chosen by their sigmoid scores plus the choice bias within the best 2
+  of 4 groups, renormalized and times 2.5, beside an ungated shared expert, each a third as wide
+  as Llama's MLP, so that a token's three experts have about its parameters."""
+  llama(config)
+  m = config.model
+  width = m.d_model // m.num_heads
+  config.model.update(num_kv_heads=0, mlp='moe', d_ff=max(8, round(m.d_ff / 3 / 8) * 8))
+  config.model.mla.update(kv_rank=m.d_model // 4, q_rank=3 * m.d_model // 8,
+                          rope_dim=width // 4)
+  config.model.position.rope.update(fraction=0.25, layout='interleaved')
+  config.model.moe.update(num_experts=8, experts_per_token=2, router='sigmoid',
+                          renormalize=True, choice_bias=True, groups=4, groups_per_token=2,
+                          routed_scale=2.5, shared_d_ff=m.d_ff, shared_gate=False,
+                          dense_layers=(0,), dense_d_ff=3 * m.d_ff)
+  return config
+
+
+LAYOUTS = {'gemma3': gemma3, 'llama4': llama4, 'gpt_oss': gpt_oss,
+           'deepseek': deepseek}  # configs/lm.py:LAYOUT.
 
 
 def _check_arg(arg: str) -> None:
@@ -107,8 +131,8 @@ def _check_arg(arg: str) -> None:
   raise ValueError(f'configs/lm.py:{arg} is not an argument of this file'
                    + (f' (did you mean {close[0]!r} for {parts[-1]!r}?)' if close else '')
                    + f'. Fix: KIND (a position kind: {", ".join(positions.kinds())}, or A+B '
-                   'such as rope+fox), a layout (gemma3, llama4, gpt_oss), llama, mixtral, or '
-                   'llama,KIND and mixtral,KIND.')
+                   'such as rope+fox), a layout (gemma3, llama4, gpt_oss, deepseek), llama, '
+                   'mixtral, or llama,KIND and mixtral,KIND.')
 
 
 def get_config(position: str = 'rope'):

@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-three architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
+Thirty-four architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
 each as the block components and position settings that compute what its transformers class
 computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 and 3, Gemma 2 and
 3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
@@ -37,6 +37,7 @@ from roformer import attention_options
 from roformer import errors
 from roformer import files
 from roformer import hf_classic
+from roformer import hf_deepseek
 from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_layers
@@ -409,6 +410,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                    'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM,
                    'llama4': hf_llama4.DEFAULT_HEAD_DIM}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
+  if fam == hf_deepseek.FAMILY:  # Its head_dim is the rotary part alone.
+    given = hf_deepseek.head_dims(hf, where)[0]
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
                                                                                    head_dim)):
@@ -443,7 +446,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # file says.
   partial = float(settings['partial_rotary_factor']) if fam in PARTIAL_ROTARY else 1.0
   _refuse_scaled_part(settings, scaling, fam, where)
-  rotary = int(head_dim * partial)
+  rotary = (hf_deepseek.head_dims(hf, where)[1] if fam == hf_deepseek.FAMILY
+            else int(head_dim * partial))
   if rotary < head_dim and scaling['kind'] in positions.scaling.TEMPERED:
     scaling['attention_factor_dims'] = 'rotated'  # transformers multiplies cos and sin.
   if scaling['kind'] == 'longrope':
@@ -517,6 +521,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(norm='output')
   if fam in hf_moe.FAMILIES:  # The experts, and dense layers between them (or in every layer).
     config.model.update(hf_moe.model_fields(hf, fam, head_dim, layers, where))
+  if fam == hf_deepseek.FAMILY:  # Its latent attention, and mscale_all_dim's softmax scale.
+    config.model.update(hf_deepseek.model_fields(hf, heads, where))
+    config.model.attention.update(hf_deepseek.softmax_fields(settings, head_dim))
   if fam == hf_llama4.FAMILY:  # Its layout: RoPE in chunks, and NoPE layers with a temperature.
     llama4 = hf_llama4.model_fields(hf, layers, where)
     config.model.attention.update(llama4.pop('attention', {}))
@@ -560,8 +567,11 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  # Cohere, GLM and Llama 4 rotate interleaved pairs (x_2i, x_2i+1), the others the halves.
-  rope.update(layout='interleaved' if fam in COHERE + GLM + ('llama4',) else 'half',
+  # Cohere, GLM and Llama 4 rotate interleaved pairs (x_2i, x_2i+1), DeepSeek-V3 where
+  # rope_interleave, the others the halves.
+  interleaved = fam in COHERE + GLM + ('llama4',) or (
+      fam == hf_deepseek.FAMILY and _read(hf, 'rope_interleave', True))
+  rope.update(layout='interleaved' if interleaved else 'half',
               fraction=rotary / head_dim)
   if settings['rope_theta'] is not None:
     rope.base = float(settings['rope_theta'])

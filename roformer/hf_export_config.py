@@ -16,11 +16,13 @@ from roformer import attention_options
 from roformer import errors
 from roformer import hf_classic
 from roformer import hf_config
+from roformer import hf_deepseek
 from roformer import hf_falcon
 from roformer import hf_fields
 from roformer import hf_llama4
 from roformer import hf_llama_export
 from roformer import hf_moe
+from roformer import latent_attention
 from roformer import model_types
 from roformer import positions
 
@@ -98,6 +100,8 @@ def _refusal(config) -> str | None:
   reason = hf_fields.first_failed(checks)
   if reason:
     return reason
+  if latent_attention.enabled(m):  # DeepSeek-V3's class alone computes it.
+    return hf_deepseek.export_refusal(m, options)
   if hf_llama4.export_block(m):  # Chunks or Llama 4's routing: its class alone, whatever else.
     return hf_llama4.export_refusal(m, options)
   if _learned(m):
@@ -207,7 +211,8 @@ def export_family(config) -> str:
   """The transformers family that computes `config`'s model, or ConfigError saying why none (a
   mixture of experts' block first, which the mixture classes share)."""
   llama4 = hf_llama4.export_block(config.model)
-  family = ('llama4' if llama4 else
+  family = (hf_deepseek.FAMILY if latent_attention.enabled(config.model) else
+            'llama4' if llama4 else
             hf_moe.export_family(config.model) if config.model.mlp == 'moe' else None)
   reason = _refusal(config)
   if reason:
@@ -468,7 +473,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(sliding_window=windows[0])
   elif fam in hf_moe.FAMILIES:
     out.update(hf_moe.config_fields(fam, m))
-    if fam in ('gpt_oss', 'llama4'):  # Their configs set their own where it is absent.
+    if fam in ('gpt_oss', 'llama4', hf_deepseek.FAMILY):  # Their own where it is absent.
       out['rope_parameters'] = {'rope_type': 'default', **(out['rope_scaling'] or {}),
                                 'rope_theta': base}
   elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.
@@ -492,4 +497,6 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                layer_types=_layer_types(windows))
   for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
     out.update(option.transformers_fields(m.attention, fam))
+  if fam == hf_deepseek.FAMILY:  # Its softmax scale goes with its scaling.
+    hf_deepseek.scale_softmax(out, m)
   return out

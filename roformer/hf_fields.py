@@ -1,6 +1,7 @@
 """How a field of a Hugging Face config.json is read: as its transformers class's default where the
 file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
-several refusals (`first_failed`); a positive number (`positive`); and the config that every
+several refusals (`first_failed`); a positive number (`positive`) or an integer (`integer`);
+the refusals of a Llama-shaped block (`llama_block_checks`); and the config that every
 imported family starts from (`decoder`). Shared by roformer/hf_config.py and
 roformer/hf_classic.py."""
 
@@ -29,6 +30,30 @@ def field(hf: dict, name: str, where: str):
     raise errors.DamagedFileError(f'{where} lacks {name!r}. Fix: use the config.json that came '
                                   'with the weights.')
   return hf[name]
+
+
+def integer(hf: dict, name: str, default, where: str, low: int = 1) -> int:
+  """A count or size of the config (`default` where absent) of at least `low`, or a damaged
+  file."""
+  value = read(hf, name, default)
+  if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads an '
+                                  f'integer of at least {low}. Fix: use the config.json that '
+                                  'came with the weights.')
+  return value
+
+
+def llama_block_checks(m, what: str, family: str) -> tuple:
+  """The (failed, reason) checks of a class whose block is Llama's pre-norm one without
+  multipliers, soft-caps, an output bias or per-layer bases; `what` names the model's feature
+  that picked the class, `family` the class in words."""
+  return (((m.normalization, m.norm, m.residual) != ('rms_norm', 'pre', 'sequential'),
+           f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} with '
+           f"{what} (its class is Llama's block: rms_norm, pre, sequential)"),
+          ((m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (1, 1, 1)
+           or m.logits_softcap or m.get('output_bias') or m.layer_rope_bases,
+           f"a multiplier, a soft-cap, an output bias or per-layer RoPE bases, which {family}'s "
+           'class does not have'))
 
 
 def first_failed(checks) -> str | None:

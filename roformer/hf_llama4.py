@@ -141,15 +141,8 @@ def export_refusal(m, options) -> str:
                     o.biases, o.swiglu_limit) == ('sigmoid', True, False, m.d_ff, False, False, 0)
   failed, reason = hf_fields.options_check(m, options, FAMILY, 'in a Llama 4 block')
   normed = any(_acts_before_rotation(o) for o in options)
-  block = (m.normalization, m.norm, m.residual)
   return hf_fields.first_failed((
-      (block != ('rms_norm', 'pre', 'sequential'),
-       f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} with '
-       "Llama 4's chunks or routing (its class is Llama's block: rms_norm, pre, sequential)"),
-      ((m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (1, 1, 1)
-       or m.logits_softcap or m.get('output_bias') or m.layer_rope_bases,
-       "a multiplier, a soft-cap, an output bias or per-layer RoPE bases, which Llama 4's class "
-       'does not have'),
+      *hf_fields.llama_block_checks(m, "Llama 4's chunks or routing", 'Llama 4'),
       (m.position.rope.fraction < 1,
        f"partial rotary (rope.fraction={m.position.rope.fraction}): Llama 4's class rotates "
        'whole heads'),

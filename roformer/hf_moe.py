@@ -21,6 +21,7 @@ import numpy as np
 
 from roformer import attention_options
 from roformer import errors
+from roformer import hf_deepseek
 from roformer import hf_fields
 from roformer import hf_gpt_oss
 from roformer import hf_layers
@@ -30,7 +31,8 @@ from roformer import positions
 
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
             'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
-            hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM'}
+            hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM',
+            hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
@@ -38,21 +40,13 @@ _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'qwen3_moe': (128, 8, 'moe_intermediate_size', 768, 0.001),
              'olmoe': (64, 8, 'intermediate_size', None, 0.01),
              'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001),
-             'llama4': (16, 1, 'intermediate_size', 8192, 0.001)}
+             'llama4': (16, 1, 'intermediate_size', 8192, 0.001),
+             'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
 _QWEN_NAMES = ('mlp.gate', 'mlp.experts.', 'gate_proj', 'up_proj', 'down_proj')
 _read = hf_fields.read
-
-
-def _number(hf: dict, name: str, default, where: str, low: int = 1) -> int:
-  value = _read(hf, name, default)
-  if isinstance(value, bool) or not isinstance(value, int) or value < low:
-    raise errors.DamagedFileError(f'{where}: {name} is {value!r}, where transformers reads an '
-                                  f'integer of at least {low}. Fix: use the config.json that '
-                                  'came with the weights.')
-  return value
 
 
 def _qwen_dense_layers(hf: dict, layers: int, where: str) -> tuple[int, ...]:
@@ -75,10 +69,14 @@ def dense_fields(hf: dict, fam: str, layers: int, where: str) -> dict:
   if fam == hf_llama4.FAMILY:
     sparse = hf_llama4.sparse_layers(hf, layers, where)
     dense = tuple(i for i in range(layers) if i not in sparse)
-    width = _number(hf, 'intermediate_size_mlp', 16384, where)
+    width = hf_fields.integer(hf, 'intermediate_size_mlp', 16384, where)
   elif fam.startswith('qwen'):
     dense = _qwen_dense_layers(hf, layers, where)
-    width = _number(hf, 'intermediate_size', 5632 if fam == 'qwen2_moe' else 6144, where)
+    width = hf_fields.integer(hf, 'intermediate_size', 5632 if fam == 'qwen2_moe' else 6144,
+                              where)
+  elif fam == hf_deepseek.FAMILY:
+    dense = hf_deepseek.dense_layers(hf, layers, where)
+    width = hf_fields.integer(hf, 'intermediate_size', 18432, where)
   else:
     return {}
   if len(dense) == layers:
@@ -106,16 +104,20 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
   if fam == 'olmoe' and head_dim * _read(hf, 'num_attention_heads', 0) != hf.get('hidden_size'):
     raise errors.ConfigError(f'{where}: head_dim {head_dim} does not split hidden_size, which '
                              "OLMoE's QK-norm spans. Fix: a checkpoint without head_dim.")
-  num = _number(hf, 'num_experts', _read(hf, 'num_local_experts', experts), where)
-  per_token = _number(hf, 'num_experts_per_tok', k, where)
+  num = hf_fields.integer(hf, 'num_experts', _read(hf, 'num_local_experts', _read(
+      hf, 'n_routed_experts', experts)), where)
+  per_token = hf_fields.integer(hf, 'num_experts_per_tok', k, where)
   if per_token > num:
     raise errors.DamagedFileError(f'{where}: num_experts_per_tok {per_token} is more than the '
                                   f'{num} experts. Fix: use the config.json that came with the '
                                   'weights.')
-  d_ff = _number(hf, width, default_width or hf_fields.field(hf, width, where), where)
-  # Llama 4's shared expert is as wide as the others.
-  shared = (_number(hf, 'shared_expert_intermediate_size', 5632, where) if fam == 'qwen2_moe'
-            else d_ff if fam == hf_llama4.FAMILY else 0)
+  d_ff = hf_fields.integer(hf, width, default_width or hf_fields.field(hf, width, where), where)
+  # Llama 4's shared expert is as wide as the others, DeepSeek-V3's n_shared_experts times.
+  shared = (hf_fields.integer(hf, 'shared_expert_intermediate_size', 5632, where)
+            if fam == 'qwen2_moe'
+            else d_ff if fam == hf_llama4.FAMILY
+            else d_ff * (_read(hf, 'n_shared_experts', 1) or 0) if fam == hf_deepseek.FAMILY
+            else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
@@ -124,7 +126,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
                   'renormalize': renormalize,
                   'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
                   **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
-                  **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {})}}
+                  **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {}),
+                  **(hf_deepseek.moe_fields(hf, where) if fam == hf_deepseek.FAMILY else {})}}
 
 
 def _names(fam: str) -> tuple[str, ...]:
@@ -158,12 +161,20 @@ def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
     stacked = lambda name, shape: np.stack([t(f'{p}{experts}{j}.{name}.weight', shape).T
                                             for j in range(e)])
     mlp.update(gate=stacked(gate, (f, d)), up=stacked(up, (f, d)), down=stacked(down, (d, f)))
+  if m.moe.choice_bias:  # DeepSeek-V3's.
+    mlp['choice_bias'] = t(p + router + '.e_score_correction_bias', (e,))
   if m.moe.shared_d_ff:
     s = m.moe.shared_d_ff
-    mlp['shared'] = {n: {'kernel': t(f'{p}mlp.shared_expert.{n}_proj.weight', shape).T}
+    mlp['shared'] = {n: {'kernel': t(f'{p}{_shared(fam)}{n}_proj.weight', shape).T}
                      for n, shape in (('gate', (s, d)), ('up', (s, d)), ('down', (d, s)))}
-    mlp['shared_gate'] = t(p + 'mlp.shared_expert_gate.weight', (1, d)).T
+    if m.moe.shared_gate:
+      mlp['shared_gate'] = t(p + 'mlp.shared_expert_gate.weight', (1, d)).T
   return mlp
+
+
+def _shared(fam: str) -> str:
+  """The shared expert's prefix under a layer (Qwen2-MoE's, DeepSeek-V3's)."""
+  return 'mlp.shared_experts.' if fam == hf_deepseek.FAMILY else 'mlp.shared_expert.'
 
 
 def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
@@ -186,11 +197,14 @@ def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
   for name, ours in ((gate, 'gate'), (up, 'up'), (down, 'down')):
     for j, kernel in enumerate(np.asarray(mlp[ours])):
       out[f'{p}{experts}{j}.{name}.weight'] = array(kernel.T)
+  if fam == hf_deepseek.FAMILY:  # Its choice bias (0 where the model chooses without one).
+    out[p + router + '.e_score_correction_bias'] = array(
+        mlp['choice_bias'] if m.moe.choice_bias else np.zeros(m.moe.num_experts))
   if m.moe.shared_d_ff:
     for n in ('gate', 'up', 'down'):
-      out[f'{p}mlp.shared_expert.{n}_proj.weight'] = array(
-          np.asarray(mlp['shared'][n]['kernel']).T)
-    out[p + 'mlp.shared_expert_gate.weight'] = array(np.asarray(mlp['shared_gate']).T)
+      out[f'{p}{_shared(fam)}{n}_proj.weight'] = array(np.asarray(mlp['shared'][n]['kernel']).T)
+    if m.moe.shared_gate:
+      out[p + 'mlp.shared_expert_gate.weight'] = array(np.asarray(mlp['shared_gate']).T)
 
 
 def export_family(m) -> str:
@@ -206,8 +220,15 @@ def export_family(m) -> str:
     raise errors.ConfigError(
         "no transformers class that this project writes computes this model: a mixture of "
         "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate) outside Llama "
-        "4's layout. Fix: export a mixture with the softmax router (Mixtral, Qwen2-MoE, "
-        "Qwen3-MoE, OLMoE or gpt-oss), or with Llama 4's whole routing (moe.router='sigmoid').")
+        "4's layout, or DeepSeek-V3's without its latent attention (model.mla). Fix: export a "
+        'mixture with the softmax router (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE or gpt-oss), '
+        "with Llama 4's whole routing (moe.router='sigmoid'), or DeepSeek-V3's with MLA.")
+  if m.moe.choice_bias or m.moe.groups > 1 or m.moe.routed_scale != 1:
+    raise errors.ConfigError(
+        'no transformers class computes this model: a mixture of experts with DeepSeek-V3\'s '
+        'choice bias, groups or routed scale (moe.choice_bias, groups, routed_scale) and the '
+        "softmax router; DeepseekV3ForCausalLM would be the nearest (sigmoid scores, with MLA). "
+        'Fix: export a mixture without them.')
   if hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
     fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
     others = [o.field for o in options if not o.adds_sink]
@@ -254,6 +275,8 @@ def config_fields(fam: str, m) -> dict:
     return hf_gpt_oss.config_fields(m, positions.layer_windows(m))
   if fam == hf_llama4.FAMILY:
     return hf_llama4.config_fields(m)
+  if fam == hf_deepseek.FAMILY:
+    return hf_deepseek.config_fields(m)
   out = {'num_experts_per_tok': o.experts_per_token, 'router_aux_loss_coef': o.balance_loss,
          'output_router_logits': False}
   if fam == 'mixtral':

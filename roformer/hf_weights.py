@@ -38,6 +38,7 @@ import os
 import numpy as np
 
 from roformer import errors
+from roformer import hf_deepseek
 from roformer import hf_falcon
 from roformer import hf_gpt_oss
 from roformer import hf_moe
@@ -370,6 +371,9 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
       block['attn'] = {'qkv': _linear(t, p + 'self_attn.qkv_proj', d, (h + 2 * kv) * hd, False),
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, False)}
       block['mlp'] = _fused_mlp(t, p, d, f)
+    elif fam == hf_deepseek.FAMILY:  # Latent attention, and its mixture.
+      block['attn'] = hf_deepseek.read_attention(t, p, m)
+      block['mlp'] = hf_moe.read_mlp(t, p, fam, m, i)
     else:
       parts = [_linear(t, p + f'self_attn.{n}_proj', d, width, qkv_bias)
                for n, width in (('q', h * hd), ('k', kv * hd), ('v', kv * hd))]
@@ -537,6 +541,10 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     b, p = params['blocks'][i], f'{prefix}{i}.'
     for ours, theirs in block_norms(fam, m):
       norm(p + theirs, of(b, ours))
+    if fam == hf_deepseek.FAMILY:
+      hf_deepseek.write_attention(out, p, b['attn'], m)
+      hf_moe.write_mlp(out, p, b['mlp'], fam, m, i)
+      continue
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}
     split = {k: np.split(a, [h * hd, (h + kv) * hd], axis=-1) for k, a in qkv.items()}
     for k in split:  # Queries and keys to transformers' rotary order.

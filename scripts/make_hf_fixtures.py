@@ -398,6 +398,20 @@ FIXTURES = {
         interleave_moe_layer_step=2, no_rope_layers=[1, 1, 1, 0], attention_chunk_size=8,
         rms_norm_eps=1e-5, rope_parameters={'rope_type': 'linear', 'factor': 2.0,
                                             'rope_theta': 10000.0}), False, 'llama', 0),
+    # DeepSeek-V3: multi-head latent attention (a query latent 16 wide, keys and values from one
+    # 12 wide, RoPE on 4 shared key dimensions of interleaved pairs beside 8 per head, values 6
+    # wide), YaRN whose mscale_all_dim scales the softmax; a dense first layer, then 3 of 8
+    # experts in the best 2 of 4 groups with the choice bias, renormalized and scaled, beside a
+    # shared expert.
+    'deepseek_v3_mla_yarn': ('DeepseekV3Config', dict(
+        SMALL, num_hidden_layers=3, intermediate_size=48, num_key_value_heads=4, q_lora_rank=16,
+        kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+        n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
+        moe_intermediate_size=16, n_shared_experts=1, routed_scaling_factor=2.5,
+        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 0.8,
+            'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
+                             'llama', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
 # Llama 4 as the Hub's checkpoints are: the multimodal class (its language model the one above
@@ -450,6 +464,9 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
         p.copy_(noise)
       else:
         p.copy_(noise * p.shape[1] ** -0.5 * 1.5)
+    for name, b in model.named_buffers():  # DeepSeek-V3's choice bias, of the scores' size.
+      if name.endswith('e_score_correction_bias'):
+        b.copy_(0.3 * torch.randn(b.shape, generator=gen))
 
 
 def greedy(model, prompt: torch.Tensor) -> tuple[np.ndarray, float]:

@@ -172,7 +172,7 @@ def config_variants():
   listed here: its default), so that every field any of them sets is seen."""
   kinds = positions.kinds()
   arguments = {
-      lm: kinds + ['llama', 'mixtral', 'gemma3', 'llama4', 'gpt_oss'] + [
+      lm: kinds + ['llama', 'mixtral', 'gemma3', 'llama4', 'gpt_oss', 'deepseek'] + [
           f'llama,{k}' for k in kinds], mlm: ['bert', 'roformer'] + kinds, performer: ['rope', 'none', 'rope,features'],
       classify: list(classify.EMBEDDED) + [f'glue/{t}' for t in pipeline.GLUE_TASKS] + [
           f'rotten_tomatoes,{k}' for k in kinds],

@@ -133,6 +133,21 @@ def test_a_tied_checkpoint_storing_another_output_layer_is_read_untied(tmp_path)
   assert _relative_error(lm.logits(ref['ids']), 2 * ref['logits']) < 1e-4
 
 
+def test_each_of_deepseeks_features_decides_its_logits(tmp_path):
+  """The DeepSeek-V3 fixture's logits move by more than 1e-2 of the largest where any one of its
+  features is read otherwise (so the fixture test above checks each): RoPE on the halves, no
+  softmax scale of mscale_all_dim, every group kept (as one group, or four of four), the
+  routed scale 1."""
+  name = 'deepseek_v3_mla_yarn'
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  scaling = lambda **f: lambda c: c['rope_parameters'].update(f)
+  for edit in (lambda c: c.update(rope_interleave=False), scaling(mscale_all_dim=0.0),
+               lambda c: c.update(topk_group=4), lambda c: c.update(routed_scaling_factor=1.0),
+               lambda c: c.update(n_group=1)):
+    lm = hf.load(hf_fixtures.edited(tmp_path / str(id(edit)), name, edit))
+    assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2
+
+
 @pytest.mark.parametrize('name,fields,dense', [
     ('qwen2_moe_dense_layers_yarn', {}, (0, 2, 3)),  # Every 2nd, less mlp_only_layers [3].
     ('qwen2_moe_dense_layers_yarn', {'mlp_only_layers': [], 'decoder_sparse_step': 3}, (0, 1, 3)),

@@ -119,6 +119,18 @@ LLAMA4_MOE = {**LLAMA4, **MOE, 'moe.router': 'sigmoid', 'moe.weight_inputs': Tru
               'moe.shared_gate': False, 'moe.renormalize': False, 'moe.experts_per_token': 1,
               'moe.shared_d_ff': 64}  # As wide as the experts (configs/test.py:llama's d_ff).
 LLAMA4_MAVERICK = {**LLAMA4_MOE, 'moe.dense_layers': (1,), 'moe.dense_d_ff': 48}
+# DeepSeek-V3's: multi-head latent attention (heads 12 wide, RoPE on 4 shared key dimensions of
+# interleaved pairs, values 6 wide, a query latent), dense; with its mixture after a dense first
+# layer (sigmoid scores, the choice bias, 2 groups, the routed scale, an ungated shared expert);
+# with the softmax scale its scaling's mscale_all_dim writes.
+DEEPSEEK = {'head_dim': 12, 'num_kv_heads': 0, 'mla.kv_rank': 16, 'mla.q_rank': 12, 'mla.rope_dim': 4,
+            'mla.v_head_dim': 6, 'position.rope.fraction': 1 / 3,
+            'position.rope.layout': 'interleaved'}
+DEEPSEEK_MOE = {**DEEPSEEK, **MOE, 'moe.router': 'sigmoid', 'moe.choice_bias': True,
+                'moe.groups': 2, 'moe.routed_scale': 2.5, 'moe.shared_d_ff': 64,
+                'moe.shared_gate': False, 'moe.dense_layers': (0,), 'moe.dense_d_ff': 48}
+DEEPSEEK_SCALED = {**DEEPSEEK, 'position.rope.layout': 'half', 'attention.softmax_scale': True,
+                   'attention.softmax_scale_value': 0.4}
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
 QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
 # Dense MLPs of their own width between the sparse ones: the Qwen MoEs' mlp_only_layers, Llama 4
@@ -336,6 +348,10 @@ _SLOW = pytest.mark.slow
                                              ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
                                              ('llama', QWEN3_MOE_DENSE,
                                               'Qwen3MoeForCausalLM'),
+                                             ('llama', DEEPSEEK, 'DeepseekV3ForCausalLM'),
+                                             ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
+                                             ('llama', DEEPSEEK_SCALED,
+                                              'DeepseekV3ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -385,15 +401,21 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
     # Llama 4's norm after the rotation removes YaRN's multiplier.
     if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED, LLAMA4_MAVERICK):
       config.model.position.rope.scaling.attention_factor = 1.0
+    if config.model.mla.kv_rank:  # DeepSeek-V3's class multiplies the rotated dimensions.
+      config.model.position.rope.scaling.attention_factor_dims = 'rotated'
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
   went = json.loads((tmp_path / 'out' / 'config.json').read_text())
   if config.model.attention.qkv_clip:  # OLMo's clip_qkv, or MPT's inside its attn_config.
     assert went.get('attn_config', went)['clip_qkv'] == config.model.attention.qkv_clip_value
   if config.model.attention.softmax_scale:  # Granite's attention_multiplier, or MPT's.
-    scale = went['attn_config']['softmax_scale'] if 'attn_config' in went else went[
-        'attention_multiplier']
-    assert scale == config.model.attention.softmax_scale_value
+    if arch == 'DeepseekV3ForCausalLM':  # head_dim^-1/2 (0.1 mscale_all_dim ln(factor) + 1)^2.
+      grown = 0.1 * went['rope_parameters']['mscale_all_dim'] * np.log(2.0) + 1
+      scale = 12 ** -0.5 * grown ** 2
+    else:
+      scale = went['attn_config']['softmax_scale'] if 'attn_config' in went else went[
+          'attention_multiplier']
+    np.testing.assert_allclose(scale, config.model.attention.softmax_scale_value, rtol=1e-12)
   hf.import_checkpoint(str(tmp_path / 'out'), str(tmp_path / 'back'))
   back, here = hf.load(str(tmp_path / 'back')), hf.load(workdir)
   ids = np.random.default_rng(0).integers(5, 261, (2, 40))
@@ -482,6 +504,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('qwen3_moe_wide_heads_llama3', 'Qwen3MoeForCausalLM'),
     ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
     ('qwen2_moe_dense_layers_yarn', 'Qwen2MoeForCausalLM'),
+    ('deepseek_v3_mla_yarn', 'DeepseekV3ForCausalLM'),
     pytest.param('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM', marks=_SLOW),
     # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
     # layouts take the same paths out in the default suite.
@@ -898,17 +921,37 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**MOE, 'moe.shared_d_ff': 8, 'moe.shared_gate': False}, "Llama 4's routing"),
     ({**MIXTRAL, **DENSE_LAYERS}, r'dense layers between the sparse ones \(moe.dense_layers '
                                   r'\(0,\)\), .*; MixtralForCausalLM'),
-    ({**OLMOE, **DENSE_LAYERS}, 'dense layers between the sparse ones .*; OlmoeForCausalLM')])
+    ({**OLMOE, **DENSE_LAYERS}, 'dense layers between the sparse ones .*; OlmoeForCausalLM'),
+    ({**MOE, 'moe.groups': 2}, "DeepSeek-V3's choice bias, groups or routed scale .* "
+                               'DeepseekV3ForCausalLM would be the nearest')])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
+  _assert_llama_export_refused(fields, 'a mixture of experts with ' + why)
+
+
+def _assert_llama_export_refused(fields: dict, message: str) -> None:
+  """The Llama preset with `fields` validates, and its export is refused with `message`."""
   config = test_config.get_config('llama')
   kinds.set_fields(config.model, fields)
   config.model.vocab_size = 261
   resolve.validate(config)
-  with pytest.raises(errors.ConfigError, match='a mixture of experts with ' + why):
+  with pytest.raises(errors.ConfigError, match=message):
     hf_export_config.export_family(config)
 
 
-
+@pytest.mark.parametrize('fields,why', [
+    ({**DEEPSEEK, 'layer_windows': (8,)}, 'sliding windows or chunks with latent attention'),
+    ({**DEEPSEEK, 'attention.qk_norm': True}, "attention.qk_norm with latent attention, which "
+                                              "DeepSeek-V3's class does not compute"),
+    ({**DEEPSEEK, 'attention.softmax_scale': True}, 'a softmax scale without a RoPE scaling'),
+    ({**DEEPSEEK, 'layer_kinds': ('rope', 'none')}, 'layers other than RoPE with latent'),
+    ({**DEEPSEEK_MOE, 'moe.shared_d_ff': 40}, "a mixture other than DeepSeek-V3's"),
+    ({**DEEPSEEK_MOE, 'moe.dense_layers': (1,)}, "a mixture other than DeepSeek-V3's"),
+    ({**DEEPSEEK, 'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
+      'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
+      'position.rope.scaling.attention_factor_dims': 'all'},
+     "yarn's attention factor on every dimension of q and k .DeepSeek-V3's class")])
+def test_a_latent_attention_export_refuses_what_deepseeks_class_lacks(fields, why):
+  _assert_llama_export_refused(fields, 'no transformers class computes this model: ' + why)
 
 
 @pytest.mark.parametrize('arg,fields,why', [
@@ -1059,7 +1102,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', LLAMA4), ('llama', LLAMA4_MOE),
                                         ('llama', LLAMA4_UNCHUNKED),
                                         ('llama', LLAMA4_MAVERICK),
-                                        ('llama', QWEN3_MOE_DENSE)])
+                                        ('llama', QWEN3_MOE_DENSE), ('llama', DEEPSEEK),
+                                        ('llama', DEEPSEEK_MOE), ('llama', DEEPSEEK_SCALED)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

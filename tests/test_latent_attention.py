@@ -150,3 +150,29 @@ def test_bad_latent_attention_is_refused_naming_the_field(fields, named):
   kinds.set_fields(config.model, fields)
   with pytest.raises(errors.ConfigError, match=re.escape(named)):
     resolve.validate(config)
+
+
+def test_the_deepseek_preset_is_latent_attention_with_a_dense_first_layer_and_its_mixture():
+  """configs/lm.py:deepseek: every layer's attention from its latents, RoPE on the rope_dim
+  shared dimensions, the first layer's MLP dense and three times an expert's width, the others
+  DeepSeek-V3's mixture; a scanned stack (no period shorter than the depth) gives the loop's
+  logits."""
+  from configs import lm  # pylint: disable=import-outside-toplevel
+  from roformer import layers  # pylint: disable=import-outside-toplevel
+  from roformer import moe  # pylint: disable=import-outside-toplevel
+  cfg = lm.get_config('deepseek')
+  cfg.model.update(d_model=64, num_layers=3, vocab_size=50)
+  cfg.model.mla.update(kv_rank=16, q_rank=24, rope_dim=4)
+  resolve.validate(cfg)
+  model = models.create(cfg.model, seed=0)
+  assert all(b.attn.latent for b in model.blocks)
+  assert model.blocks[0].attn.projections.kv_a.kernel.shape == (64, 16 + 4)
+  assert isinstance(model.blocks[0].mlp, layers.GatedMLP)
+  assert model.blocks[0].mlp.gate.kernel.shape[-1] == 3 * cfg.model.d_ff
+  assert all(isinstance(b.mlp, moe.MixtureOfExperts) for b in model.blocks[1:])
+  tokens = jnp.asarray(np.random.default_rng(9).integers(5, 50, (2, 8)), jnp.int32)
+  pos, seg = jnp.broadcast_to(jnp.arange(8), (2, 8)), jnp.ones((2, 8), jnp.int32)
+  cfg.model.scan_layers = True
+  scanned = models.create(cfg.model, seed=0)
+  np.testing.assert_allclose(scanned(tokens, pos, seg), model(tokens, pos, seg), rtol=1e-5,
+                             atol=1e-5)

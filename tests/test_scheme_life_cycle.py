@@ -20,8 +20,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Modules that translate transformers' position settings and weights (`rope_theta`,
 # `rope_scaling`, the rotated halves' layout, GPT-2's `n_positions`): the schemes those
 # checkpoints compute, named by definition.
-HF_TRANSLATION = ('hf_config.py', 'hf_classic.py', 'hf_export_config.py', 'hf_falcon.py',
-                  'hf_llama4.py', 'hf_llama_export.py', 'hf_moe.py', 'hf_weights.py')
+HF_TRANSLATION = ('hf_config.py', 'hf_classic.py', 'hf_deepseek.py', 'hf_export_config.py',
+                  'hf_falcon.py', 'hf_llama4.py', 'hf_llama_export.py', 'hf_moe.py',
+                  'hf_weights.py')
 
 
 def _model(kind='rope', **position):

@@ -1,0 +1,189 @@
+"""DeepSeek-V3's language model (DeepseekV3ForCausalLM, `deepseek_v3`: DeepSeek-V3 and R1, Kimi
+K2, Moonlight), whose attention is multi-head latent attention with RoPE decoupled onto a few
+key dimensions every head shares (`model.mla`, roformer/latent_attention.py), on Llama's pre-norm
+block.
+
+Its heads are `qk_nope_head_dim` + `qk_rope_head_dim` wide (`model.head_dim`; the class's own
+`head_dim` is the rotary width alone), RoPE rotating the `qk_rope_head_dim` decoupled dimensions
+(`position.rope.fraction`), on interleaved pairs where `rope_interleave` (the default) or on the
+halves; values `v_head_dim` wide; q from a latent `q_lora_rank` wide or one projection where it is
+null; keys and values from one `kv_lora_rank` wide. Beside a YaRN, linear, dynamic, llama3 or
+longrope scaling, `mscale_all_dim` multiplies the softmax's 1/sqrt(head_dim) by (0.1
+mscale_all_dim ln(factor) + 1)^2 (`attention.softmax_scale`). The first `first_k_dense_replace`
+layers have Llama's gated MLP `intermediate_size` wide (`moe.dense_layers`); the others a
+mixture of `n_routed_experts` experts `moe_intermediate_size` wide with DeepSeek-V3's routing
+(sigmoid scores, the choice bias `e_score_correction_bias`, `n_group` groups of which
+`topk_group` are kept, `routed_scaling_factor`, `norm_topk_prob`; roformer/moe.py) beside an
+ungated shared expert `n_shared_experts` times as wide. roformer/hf_config.py reads the rest as
+the Llama family's and roformer/hf_moe.py the experts; this module holds the attention's fields
+and tensors and the export's rules. The multi-token prediction layers that DeepSeek's own
+checkpoints keep after the last layer (`num_nextn_predict_layers`) are not read, as transformers
+does not read them.
+"""
+
+import math
+
+import numpy as np
+
+from roformer import errors
+from roformer import hf_fields
+from roformer import latent_attention
+from roformer import moe
+from roformer import positions
+
+FAMILY = 'deepseek_v3'
+_ATTN = 'self_attn.'
+_read = hf_fields.read
+# The scalings after which the class scales the softmax by mscale_all_dim (all but the default).
+_MSCALED = ('linear', 'dynamic', 'yarn', 'llama3', 'longrope')
+
+
+def head_dims(hf: dict, where: str) -> tuple[int, int]:
+  """(each query and key head's width, its rotary part): qk_nope_head_dim + qk_rope_head_dim,
+  and qk_rope_head_dim (the class's defaults, 128 and 64, where absent)."""
+  rope = hf_fields.integer(hf, 'qk_rope_head_dim', 64, where, low=2)
+  return hf_fields.integer(hf, 'qk_nope_head_dim', 128, where, low=0) + rope, rope
+
+
+def model_fields(hf: dict, heads: int, where: str) -> dict:
+  """config.model's latent attention; what the class computes otherwise is refused."""
+  width, rope = head_dims(hf, where)
+  if _read(hf, 'num_key_value_heads', heads) != heads:
+    raise errors.ConfigError(
+        f"{where}: num_key_value_heads {hf.get('num_key_value_heads')} with {heads} heads; "
+        "DeepSeek's latent attention gives every head its keys and values. Fix: the "
+        'config.json that came with the weights (num_key_value_heads = num_attention_heads).')
+  if _read(hf, 'attention_bias', False):
+    raise errors.ConfigError(f'{where}: attention_bias, which this project\'s latent attention '
+                             'does not have. Fix: a checkpoint without it (as those on the Hub).')
+  q_rank = _read(hf, 'q_lora_rank', 1536)
+  del width  # model.head_dim, set with the other families' (roformer/hf_config.py).
+  return {'mla': {
+      'kv_rank': hf_fields.integer(hf, 'kv_lora_rank', 512, where),
+      'q_rank': 0 if q_rank is None else hf_fields.integer(hf, 'q_lora_rank', 1536, where),
+      'rope_dim': rope, 'v_head_dim': hf_fields.integer(hf, 'v_head_dim', 128, where)}}
+
+
+def softmax_fields(settings: dict, head_dim: int) -> dict:
+  """config.model.attention's softmax scale where the scaling's mscale_all_dim sets one."""
+  factor, mscale = settings.get('factor') or 1.0, settings.get('mscale_all_dim') or 0.0
+  if settings['rope_type'] not in _MSCALED or not mscale or factor <= 1:
+    return {}
+  grown = 0.1 * mscale * math.log(factor) + 1.0
+  return {'softmax_scale': True, 'softmax_scale_value': head_dim ** -0.5 * grown ** 2}
+
+
+def moe_fields(hf: dict, where: str) -> dict:
+  """config.model.moe's fields of DeepSeek-V3's routing beyond the mixture's own."""
+  groups = hf_fields.integer(hf, 'n_group', 8, where)
+  return {'router': 'sigmoid', 'choice_bias': True, 'shared_gate': False, 'groups': groups,
+          'groups_per_token': hf_fields.integer(hf, 'topk_group', 4, where) if groups > 1 else 1,
+          'renormalize': bool(_read(hf, 'norm_topk_prob', True)),
+          'routed_scale': hf_fields.positive(_read(hf, 'routed_scaling_factor', 2.5),
+                                             'routed_scaling_factor', where)}
+
+
+def dense_layers(hf: dict, layers: int, where: str) -> tuple[int, ...]:
+  """The first first_k_dense_replace layers (3 where absent), whose MLP is dense."""
+  return tuple(range(min(hf_fields.integer(hf, 'first_k_dense_replace', 3, where, low=0), layers)))
+
+
+def read_attention(t, p: str, m) -> dict:
+  """A layer's latent attention: the projections, the latents' norm scales and o_proj."""
+  o, d, h = m.mla, m.d_model, m.num_heads
+  e, ev = positions.head_dim(m), latent_attention.value_dim(m)
+  kernel = lambda name, shape: {'kernel': t(p + _ATTN + name + '.weight', shape).T}
+  proj = {'kv_a': kernel('kv_a_proj_with_mqa', (o.kv_rank + o.rope_dim, d)),
+          'kv_norm': {'scale': t(p + _ATTN + 'kv_a_layernorm.weight', (o.kv_rank,))},
+          'kv_b': kernel('kv_b_proj', (h * (e - o.rope_dim + ev), o.kv_rank))}
+  if o.q_rank:
+    proj.update(q_a=kernel('q_a_proj', (o.q_rank, d)),
+                q_norm={'scale': t(p + _ATTN + 'q_a_layernorm.weight', (o.q_rank,))},
+                q_b=kernel('q_b_proj', (h * e, o.q_rank)))
+  else:
+    proj['q'] = kernel('q_proj', (h * e, d))
+  return {'projections': proj, 'out': kernel('o_proj', (d, h * ev))}
+
+
+def write_attention(out: dict, p: str, attn: dict, m) -> None:
+  """A layer's latent attention as the class's tensors."""
+  array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  proj = attn['projections']
+  names = {'kv_a': 'kv_a_proj_with_mqa', 'kv_b': 'kv_b_proj', 'q_a': 'q_a_proj',
+           'q_b': 'q_b_proj', 'q': 'q_proj'}
+  for ours, theirs in names.items():
+    if ours in proj:
+      out[p + _ATTN + theirs + '.weight'] = array(np.asarray(proj[ours]['kernel']).T)
+  for ours, theirs in (('kv_norm', 'kv_a_layernorm'), ('q_norm', 'q_a_layernorm')):
+    if ours in proj:
+      out[p + _ATTN + theirs + '.weight'] = array(proj[ours]['scale'])
+  out[p + _ATTN + 'o_proj.weight'] = array(np.asarray(attn['out']['kernel']).T)
+  del m
+
+
+def export_refusal(m, options) -> str:
+  """Why DeepseekV3ForCausalLM does not compute the model `m` ('' where it does)."""
+  o, sc = m.moe, m.position.rope.scaling
+  others = [x.field for x in options if x.field != 'softmax_scale']
+  scaled = len(others) < len(options)
+  deepseek_routing = (o.router, o.weight_inputs, o.biases, o.swiglu_limit) == (
+      'sigmoid', False, False, 0) and (o.shared_d_ff % m.d_ff == 0) and (
+          not o.shared_d_ff or not o.shared_gate) and tuple(o.dense_layers) == tuple(
+              range(len(o.dense_layers)))
+  return hf_fields.first_failed((
+      *hf_fields.llama_block_checks(m, 'latent attention', 'DeepSeek-V3'),
+      (not all(positions.rope_layers(m) or [False]),
+       "layers other than RoPE with latent attention (DeepSeek-V3's class rotates every layer)"),
+      (any(m.layer_windows) or any(m.layer_chunks), 'sliding windows or chunks with latent '
+                                                    "attention (DeepSeek-V3's class has none)"),
+      (bool(others), f"attention.{', attention.'.join(others)} with latent attention, which "
+                     "DeepSeek-V3's class does not compute"),
+      (scaled and (sc.kind not in _MSCALED or sc.factor <= 1),
+       "a softmax scale without a RoPE scaling of a factor above 1 (DeepSeek-V3's class scales "
+       'the softmax by its mscale_all_dim alone)'),
+      (sc.kind in positions.scaling.TEMPERED and sc.attention_factor_dims != 'rotated',
+       f"{sc.kind}'s attention factor on every dimension of q and k (DeepSeek-V3's class "
+       'multiplies the rotated ones alone). Fix: train or continue with '
+       '--config.model.position.rope.scaling.attention_factor_dims=rotated'),
+      (m.mlp not in ('gated', 'moe'), f"mlp={m.mlp!r} (DeepSeek-V3's is gated, or its mixture)"),
+      (m.mlp == 'moe' and not deepseek_routing,
+       "a mixture other than DeepSeek-V3's (sigmoid scores weighting the experts' outputs, no "
+       'biases or clamp, an ungated shared expert a whole number of experts wide, the dense '
+       'layers first)'),
+  )) or ''
+
+
+def config_fields(m) -> dict:
+  """DeepSeek-V3's own config.json fields (the rest are written as the Llama family's)."""
+  o, e, sparse = m.mla, positions.head_dim(m), m.mlp == 'moe'
+  r = m.moe
+  fields = {'q_lora_rank': o.q_rank or None, 'kv_lora_rank': o.kv_rank,
+            'qk_nope_head_dim': e - o.rope_dim, 'qk_rope_head_dim': o.rope_dim,
+            'head_dim': o.rope_dim, 'v_head_dim': latent_attention.value_dim(m),
+            'rope_interleave': m.position.rope.layout == 'interleaved', 'attention_bias': False,
+            'first_k_dense_replace': len(r.dense_layers) if sparse else m.num_layers,
+            'intermediate_size': moe.dense_width(m) if sparse else m.d_ff,
+            'moe_intermediate_size': m.d_ff, 'num_nextn_predict_layers': 0,
+            'output_router_logits': False}
+  if sparse:
+    fields.update(n_routed_experts=r.num_experts, num_experts_per_tok=r.experts_per_token,
+                  n_group=r.groups, topk_group=r.groups_per_token,
+                  routed_scaling_factor=r.routed_scale, norm_topk_prob=r.renormalize,
+                  n_shared_experts=r.shared_d_ff // m.d_ff)
+  else:  # No layer has the mixture: its settings are unread.
+    fields.update(n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1,
+                  n_shared_experts=0)
+  return fields
+
+
+def scale_softmax(out: dict, m) -> None:
+  """The softmax scale its option wrote (`softmax_scale`, roformer/attention_options/) as the
+  written scaling's mscale_all_dim (in both of its forms), from
+  scale = head_dim^-1/2 (0.1 mscale_all_dim ln(factor) + 1)^2."""
+  scale = out.pop('softmax_scale', None)
+  if scale is None:
+    return
+  grown = math.sqrt(scale * positions.head_dim(m) ** 0.5)
+  mscale_all_dim = (grown - 1.0) / (0.1 * math.log(m.position.rope.scaling.factor))
+  for key in ('rope_scaling', 'rope_parameters'):
+    out[key] = {**out[key], 'mscale_all_dim': mscale_all_dim}
