@@ -128,7 +128,8 @@ def _converted(hf_dir: str, mesh: dict | None = None):
         "names a limit of this project's, a checkpoint within it).") from None
   tokenizer = _tokenizer(hf_dir, config.model.vocab_size)
   fam = hf_config.family(hf, hf_dir)
-  tensors = hf_weights.canonical(hf_weights.read(hf_dir), fam)
+  tensors = hf_weights.canonical(hf_weights.read(hf_dir), fam, hf,
+                                 os.path.join(hf_dir, 'config.json'))
   if hf.get(hf_config.TEXT_OF):  # A multimodal checkpoint: its language model alone.
     tensors = hf_weights.language_model(tensors)
     if not config.model.tie_embeddings and not hf_weights.head_stored(tensors, fam):

@@ -19,6 +19,7 @@ import numpy as np
 from roformer import attention_options
 from roformer import errors
 from roformer import hf_fields
+from roformer import hf_fp8
 
 FAMILY = 'gpt_oss'
 # E2M1's sixteen values, by their 4-bit code (sign in the high bit).
@@ -71,9 +72,10 @@ def dequantized(tensors: dict) -> dict:
 
 def check_quantization(hf: dict, fam: str, where: str) -> None:
   """A quantized checkpoint is read only where its weights can be expanded exactly: gpt-oss's
-  MXFP4 experts. Any other quantization_config is one line naming it."""
+  MXFP4 experts, and block-scaled FP8 (roformer/hf_fp8.py). Any other quantization_config is one
+  line naming it."""
   quantization = hf.get('quantization_config')
-  if quantization is None:
+  if quantization is None or hf_fp8.quantized_blocks(hf, where):
     return
   method = quantization.get('quant_method') if isinstance(quantization, dict) else quantization
   if fam == FAMILY and method == 'mxfp4':

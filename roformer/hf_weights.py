@@ -40,6 +40,7 @@ import numpy as np
 from roformer import errors
 from roformer import hf_deepseek
 from roformer import hf_falcon
+from roformer import hf_fp8
 from roformer import hf_gpt_oss
 from roformer import hf_moe
 from roformer import hf_qk_norm
@@ -48,7 +49,9 @@ from roformer import positions
 
 def read_safetensors(path) -> dict[str, np.ndarray]:
   """Tensors of a .safetensors file as float32 (the `safetensors` package's numpy reader; its
-  bfloat16 tensors come as ml_dtypes arrays)."""
+  bfloat16 tensors come as ml_dtypes arrays; a file with float8 ones, roformer/hf_fp8.py)."""
+  if hf_fp8.holds_float8(path):
+    return hf_fp8.read(path)
   import safetensors  # pylint: disable=g-import-not-at-top
   from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
   try:
@@ -227,10 +230,14 @@ def _names(fam: str) -> tuple[str, str]:
   return 'model.embed_tokens.weight', 'lm_head.weight'
 
 
-def canonical(tensors: dict, fam: str) -> dict:
+def canonical(tensors: dict, fam: str, hf: dict, where: str) -> dict:
   """The tensors under the names transformers' class saves: GPT-2's and BLOOM's under
   `transformer.`, which the Hub's original GPT-2 and BLOOM files leave out (transformers reads
-  both); gpt-oss's MXFP4 experts as float32."""
+  both); gpt-oss's MXFP4 experts and block-scaled FP8 weights (config.json `hf`'s
+  quantization_config) as float32."""
+  block = hf_fp8.quantized_blocks(hf, where)
+  if block:
+    return hf_fp8.dequantized(tensors, block, where)
   if fam == hf_gpt_oss.FAMILY:  # Its experts' MXFP4 blocks, where the file has them.
     return hf_gpt_oss.dequantized(tensors)
   if fam not in ('gpt2', 'bloom') or any(n.startswith('transformer.') for n in tensors):

@@ -412,6 +412,14 @@ FIXTURES = {
             'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 0.8,
             'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
                              'llama', 0),
+    # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
+    # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
+    # ones), QK-norm, YaRN.
+    'qwen3_fp8_blocks': ('Qwen3Config', dict(
+        SMALL, intermediate_size=48, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+            'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
 # Llama 4 as the Hub's checkpoints are: the multimodal class (its language model the one above
@@ -428,6 +436,7 @@ FIXTURES['llama4_multimodal'] = ('Llama4Config', dict(
 # The fixtures built as their multimodal class, whose Auto class for causal LMs is the text one.
 MULTIMODAL_CLASSES = {'llama4_multimodal': 'Llama4ForConditionalGeneration'}
 MXFP4 = ('gpt_oss_mxfp4',)  # Experts stored in MXFP4 (`to_mxfp4`).
+FP8 = {'qwen3_fp8_blocks': [16, 16]}  # Projections in block-scaled FP8 (`to_fp8`): the blocks.
 
 SPECIALS = {  # bos, eos, pad as tokenizer_config.json names them (None: the model has none).
     'llama': ('<s>', '</s>', None),
@@ -547,6 +556,32 @@ def to_mxfp4(directory: pathlib.Path) -> None:
   (directory / 'config.json').write_text(json.dumps(config, indent=2) + '\n')
 
 
+def to_fp8(directory: pathlib.Path, block: list) -> None:
+  """Every projection matrix of the blocks (`*_proj.weight`) rewritten in e4m3 with a float32
+  scale per block (`weight_scale_inv`: the block's largest magnitude over 448, e4m3's largest),
+  and config.json's quantization_config as transformers' fine-grained FP8 writes it."""
+  from safetensors import torch as safetensors_torch  # pylint: disable=g-import-not-at-top
+  path = directory / 'model.safetensors'
+  tensors = safetensors_torch.load_file(str(path))
+  for name in [n for n in tensors if n.endswith('_proj.weight')]:
+    weight = tensors[name].float()
+    rows, cols = weight.shape
+    grid = (-(-rows // block[0]), -(-cols // block[1]))
+    padded = torch.zeros(grid[0] * block[0], grid[1] * block[1])
+    padded[:rows, :cols] = weight
+    blocks = padded.reshape(grid[0], block[0], grid[1], block[1])
+    scale = blocks.abs().amax(dim=(1, 3)) / 448.0
+    grown = scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[:rows, :cols]
+    tensors[name] = (weight / grown).to(torch.float8_e4m3fn)
+    tensors[name + '_scale_inv'] = scale.contiguous()
+  safetensors_torch.save_file(tensors, str(path), metadata={'format': 'pt'})
+  config_path = directory / 'config.json'
+  config = json.loads(config_path.read_text())
+  config['quantization_config'] = {'quant_method': 'fp8', 'activation_scheme': 'dynamic',
+                                   'weight_block_size': block}
+  config_path.write_text(json.dumps(config, indent=2) + '\n')
+
+
 def unprefixed(path: pathlib.Path) -> None:
   """GPT-2's or BLOOM's weights renamed as the Hub's original files name them, without
   `transformer.`."""
@@ -583,6 +618,8 @@ def make(name: str, cls_name: str, fields: dict, v4: bool, specials: str, paddin
       model.to(torch.float16).save_pretrained(tmp)
       if name in MXFP4:
         to_mxfp4(pathlib.Path(tmp))
+      if name in FP8:
+        to_fp8(pathlib.Path(tmp), FP8[name])
       if v4:
         to_v4(pathlib.Path(tmp) / 'config.json')
       if cls_name in ('GPT2Config', 'BloomConfig'):
