@@ -346,12 +346,14 @@ _SLOW = pytest.mark.slow
                                              ('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
-                                             ('llama', QWEN3_MOE_DENSE,
-                                              'Qwen3MoeForCausalLM'),
+                                             # The fixtures qwen2_moe_dense_layers_yarn and
+                                             # deepseek_v3_mla_yarn take these paths out.
+                                             pytest.param('llama', QWEN3_MOE_DENSE,
+                                                          'Qwen3MoeForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK, 'DeepseekV3ForCausalLM'),
                                              ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
-                                             ('llama', DEEPSEEK_SCALED,
-                                              'DeepseekV3ForCausalLM'),
+                                             pytest.param('llama', DEEPSEEK_SCALED,
+                                                          'DeepseekV3ForCausalLM', marks=_SLOW),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
