@@ -1,7 +1,7 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-four architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
+Thirty-five architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
 each as the block components and position settings that compute what its transformers class
 computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 and 3, Gemma 2 and
 3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
@@ -82,7 +82,7 @@ OLMO = ('olmo2', 'olmo3')
 # by default, the MLP's gate and up in one weight; GLM-4's norms are sandwich norms.
 GLM = ('glm', 'glm4')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm', 'nemotron') + GLM
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm', 'nemotron', 'glm4_moe') + GLM
 # The families whose classes read head_dim (the others split hidden_size into the heads).
 READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere', 'starcoder2')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
@@ -180,7 +180,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
                                           if neox else default))
   default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25, 'glm': 0.5,
-                     'glm4': 0.5, 'nemotron': 0.5}.get(fam, 1.0)  # The classes'.
+                     'glm4': 0.5, 'nemotron': 0.5, 'glm4_moe': 0.5}.get(fam, 1.0)  # The classes'.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)
                             if neox else default_partial))
@@ -357,8 +357,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'qkv' if _read(hf, 'qkv_bias', True) else 'none'
   if fam == 'stablelm':  # q, k and v, or none.
     return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
-  if fam in GLM:  # attention_bias: q, k and v (o_proj has none).
-    return 'qkv' if _read(hf, 'attention_bias', True) else 'none'
+  if fam in GLM + ('glm4_moe',):  # attention_bias: q, k and v (o_proj has none).
+    return 'qkv' if _read(hf, 'attention_bias', fam != 'glm4_moe') else 'none'
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
   if fam in ('mistral', 'ministral', 'phi3', 'mixtral'):
@@ -433,7 +433,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
                                              'ministral': 8, 'exaone4': 32, 'mixtral': 8,
                                              'qwen2_moe': 16, 'qwen3_moe': 4,
-                                             'gpt_oss': 8, 'llama4': 8}.get(fam)) or heads)
+                                             'gpt_oss': 8, 'llama4': 8,
+                                             'glm4_moe': 8}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)
@@ -508,7 +509,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
            'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5, 'gpt_oss': 1e-5,
-           'llama4': 1e-5}
+           'llama4': 1e-5, 'glm4_moe': 1e-5}
     # Arcee's MLP is plain (up, squared ReLU, down); the others' gated.
     config.model.update(normalization='rms_norm', mlp='plain' if fam == 'arcee' else 'gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))

@@ -73,19 +73,55 @@ def softmax_fields(settings: dict, head_dim: int) -> dict:
   return {'softmax_scale': True, 'softmax_scale_value': head_dim ** -0.5 * grown ** 2}
 
 
-def moe_fields(hf: dict, where: str) -> dict:
+# The families whose mixture routes as DeepSeek-V3's (GLM-4.5's class is the same router beside
+# grouped-query attention), with their classes' defaults: n_group, topk_group,
+# routed_scaling_factor, first_k_dense_replace and intermediate_size.
+SIGMOID_ROUTED = {FAMILY: (8, 4, 2.5, 3, 18432), 'glm4_moe': (1, 1, 1.0, 1, 10944)}
+
+
+def moe_fields(hf: dict, fam: str, where: str) -> dict:
   """config.model.moe's fields of DeepSeek-V3's routing beyond the mixture's own."""
-  groups = hf_fields.integer(hf, 'n_group', 8, where)
+  groups, per_token, scale = SIGMOID_ROUTED[fam][:3]
+  groups = hf_fields.integer(hf, 'n_group', groups, where)
   return {'router': 'sigmoid', 'choice_bias': True, 'shared_gate': False, 'groups': groups,
-          'groups_per_token': hf_fields.integer(hf, 'topk_group', 4, where) if groups > 1 else 1,
+          'groups_per_token': (hf_fields.integer(hf, 'topk_group', per_token, where)
+                               if groups > 1 else 1),
           'renormalize': bool(_read(hf, 'norm_topk_prob', True)),
-          'routed_scale': hf_fields.positive(_read(hf, 'routed_scaling_factor', 2.5),
+          'routed_scale': hf_fields.positive(_read(hf, 'routed_scaling_factor', scale),
                                              'routed_scaling_factor', where)}
 
 
-def dense_layers(hf: dict, layers: int, where: str) -> tuple[int, ...]:
-  """The first first_k_dense_replace layers (3 where absent), whose MLP is dense."""
-  return tuple(range(min(hf_fields.integer(hf, 'first_k_dense_replace', 3, where, low=0), layers)))
+def dense_layers(hf: dict, fam: str, layers: int, where: str) -> tuple[tuple[int, ...], int]:
+  """(the first first_k_dense_replace layers, whose MLP is dense, and its width)."""
+  first, width = SIGMOID_ROUTED[fam][3:]
+  return (tuple(range(min(hf_fields.integer(hf, 'first_k_dense_replace', first, where, low=0),
+                          layers))),
+          hf_fields.integer(hf, 'intermediate_size', width, where))
+
+
+def routed(o, d_ff: int) -> bool:
+  """Whether config.model.moe `o` (experts d_ff wide) is DeepSeek-V3's mixture: sigmoid scores
+  weighting the experts' outputs, no biases or clamp, an ungated shared expert a whole number
+  of experts wide (or none), the dense layers first."""
+  return ((o.router, o.weight_inputs, o.biases, o.swiglu_limit) == ('sigmoid', False, False, 0)
+          and o.shared_d_ff % d_ff == 0 and not (o.shared_d_ff and o.shared_gate)
+          and tuple(o.dense_layers) == tuple(range(len(o.dense_layers))))
+
+
+def routing_config(m) -> dict:
+  """The config.json fields of DeepSeek-V3's mixture (DeepSeek-V3's and GLM-4.5's classes);
+  a dense model's settings are unread."""
+  r, sparse = m.moe, m.mlp == 'moe'
+  fields = {'first_k_dense_replace': len(r.dense_layers) if sparse else m.num_layers,
+            'intermediate_size': moe.dense_width(m) if sparse else m.d_ff,
+            'moe_intermediate_size': m.d_ff, 'output_router_logits': False}
+  if not sparse:
+    return {**fields, 'n_routed_experts': 2, 'num_experts_per_tok': 1, 'n_group': 1,
+            'topk_group': 1, 'n_shared_experts': 0}
+  return {**fields, 'n_routed_experts': r.num_experts, 'num_experts_per_tok': r.experts_per_token,
+          'n_group': r.groups, 'topk_group': r.groups_per_token,
+          'routed_scaling_factor': r.routed_scale, 'norm_topk_prob': r.renormalize,
+          'n_shared_experts': r.shared_d_ff // m.d_ff}
 
 
 def read_attention(t, p: str, m) -> dict:
@@ -126,10 +162,6 @@ def export_refusal(m, options) -> str:
   o, sc = m.moe, m.position.rope.scaling
   others = [x.field for x in options if x.field != 'softmax_scale']
   scaled = len(others) < len(options)
-  deepseek_routing = (o.router, o.weight_inputs, o.biases, o.swiglu_limit) == (
-      'sigmoid', False, False, 0) and (o.shared_d_ff % m.d_ff == 0) and (
-          not o.shared_d_ff or not o.shared_gate) and tuple(o.dense_layers) == tuple(
-              range(len(o.dense_layers)))
   return hf_fields.first_failed((
       *hf_fields.llama_block_checks(m, 'latent attention', 'DeepSeek-V3'),
       (not all(positions.rope_layers(m) or [False]),
@@ -146,7 +178,7 @@ def export_refusal(m, options) -> str:
        'multiplies the rotated ones alone). Fix: train or continue with '
        '--config.model.position.rope.scaling.attention_factor_dims=rotated'),
       (m.mlp not in ('gated', 'moe'), f"mlp={m.mlp!r} (DeepSeek-V3's is gated, or its mixture)"),
-      (m.mlp == 'moe' and not deepseek_routing,
+      (m.mlp == 'moe' and not routed(o, m.d_ff),
        "a mixture other than DeepSeek-V3's (sigmoid scores weighting the experts' outputs, no "
        'biases or clamp, an ungated shared expert a whole number of experts wide, the dense '
        'layers first)'),
@@ -155,25 +187,12 @@ def export_refusal(m, options) -> str:
 
 def config_fields(m) -> dict:
   """DeepSeek-V3's own config.json fields (the rest are written as the Llama family's)."""
-  o, e, sparse = m.mla, positions.head_dim(m), m.mlp == 'moe'
-  r = m.moe
-  fields = {'q_lora_rank': o.q_rank or None, 'kv_lora_rank': o.kv_rank,
-            'qk_nope_head_dim': e - o.rope_dim, 'qk_rope_head_dim': o.rope_dim,
-            'head_dim': o.rope_dim, 'v_head_dim': latent_attention.value_dim(m),
-            'rope_interleave': m.position.rope.layout == 'interleaved', 'attention_bias': False,
-            'first_k_dense_replace': len(r.dense_layers) if sparse else m.num_layers,
-            'intermediate_size': moe.dense_width(m) if sparse else m.d_ff,
-            'moe_intermediate_size': m.d_ff, 'num_nextn_predict_layers': 0,
-            'output_router_logits': False}
-  if sparse:
-    fields.update(n_routed_experts=r.num_experts, num_experts_per_tok=r.experts_per_token,
-                  n_group=r.groups, topk_group=r.groups_per_token,
-                  routed_scaling_factor=r.routed_scale, norm_topk_prob=r.renormalize,
-                  n_shared_experts=r.shared_d_ff // m.d_ff)
-  else:  # No layer has the mixture: its settings are unread.
-    fields.update(n_routed_experts=2, num_experts_per_tok=1, n_group=1, topk_group=1,
-                  n_shared_experts=0)
-  return fields
+  o, e = m.mla, positions.head_dim(m)
+  return {'q_lora_rank': o.q_rank or None, 'kv_lora_rank': o.kv_rank,
+          'qk_nope_head_dim': e - o.rope_dim, 'qk_rope_head_dim': o.rope_dim,
+          'head_dim': o.rope_dim, 'v_head_dim': latent_attention.value_dim(m),
+          'rope_interleave': m.position.rope.layout == 'interleaved', 'attention_bias': False,
+          'num_nextn_predict_layers': 0, **routing_config(m)}
 
 
 def scale_softmax(out: dict, m) -> None:

@@ -119,7 +119,7 @@ def export_block(m) -> bool:
   the RoPE layers), and so is exported to its class."""
   own = lambda o: o.transformers_computes(m.attention, FAMILY) and not any(
       o.transformers_computes(m.attention, f) for f in o.transformers_families if f != FAMILY)
-  return (bool(any(m.layer_chunks)) or (m.mlp == 'moe' and m.moe.router == 'sigmoid')
+  return (bool(any(m.layer_chunks)) or (m.mlp == 'moe' and m.moe.weight_inputs)
           or any(own(o) for o in attention_options.enabled(m.attention)))
 
 

@@ -32,7 +32,7 @@ from roformer import positions
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
             'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
             hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM',
-            hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM'}
+            hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM', 'glm4_moe': 'Glm4MoeForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
@@ -41,7 +41,8 @@ _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'olmoe': (64, 8, 'intermediate_size', None, 0.01),
              'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001),
              'llama4': (16, 1, 'intermediate_size', 8192, 0.001),
-             'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001)}
+             'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001),
+             'glm4_moe': (128, 8, 'moe_intermediate_size', 1408, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
@@ -74,9 +75,8 @@ def dense_fields(hf: dict, fam: str, layers: int, where: str) -> dict:
     dense = _qwen_dense_layers(hf, layers, where)
     width = hf_fields.integer(hf, 'intermediate_size', 5632 if fam == 'qwen2_moe' else 6144,
                               where)
-  elif fam == hf_deepseek.FAMILY:
-    dense = hf_deepseek.dense_layers(hf, layers, where)
-    width = hf_fields.integer(hf, 'intermediate_size', 18432, where)
+  elif fam in hf_deepseek.SIGMOID_ROUTED:
+    dense, width = hf_deepseek.dense_layers(hf, fam, layers, where)
   else:
     return {}
   if len(dense) == layers:
@@ -116,8 +116,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
   shared = (hf_fields.integer(hf, 'shared_expert_intermediate_size', 5632, where)
             if fam == 'qwen2_moe'
             else d_ff if fam == hf_llama4.FAMILY
-            else d_ff * (_read(hf, 'n_shared_experts', 1) or 0) if fam == hf_deepseek.FAMILY
-            else 0)
+            else d_ff * (_read(hf, 'n_shared_experts', 1) or 0)
+            if fam in hf_deepseek.SIGMOID_ROUTED else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
@@ -127,7 +127,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
                   'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
                   **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
                   **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {}),
-                  **(hf_deepseek.moe_fields(hf, where) if fam == hf_deepseek.FAMILY else {})}}
+                  **(hf_deepseek.moe_fields(hf, fam, where)
+                     if fam in hf_deepseek.SIGMOID_ROUTED else {})}}
 
 
 def _names(fam: str) -> tuple[str, ...]:
@@ -174,7 +175,7 @@ def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
 
 def _shared(fam: str) -> str:
   """The shared expert's prefix under a layer (Qwen2-MoE's, DeepSeek-V3's)."""
-  return 'mlp.shared_experts.' if fam == hf_deepseek.FAMILY else 'mlp.shared_expert.'
+  return 'mlp.shared_experts.' if fam in hf_deepseek.SIGMOID_ROUTED else 'mlp.shared_expert.'
 
 
 def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
@@ -197,7 +198,7 @@ def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
   for name, ours in ((gate, 'gate'), (up, 'up'), (down, 'down')):
     for j, kernel in enumerate(np.asarray(mlp[ours])):
       out[f'{p}{experts}{j}.{name}.weight'] = array(kernel.T)
-  if fam == hf_deepseek.FAMILY:  # Its choice bias (0 where the model chooses without one).
+  if fam in hf_deepseek.SIGMOID_ROUTED:  # The choice bias (0 where the model has none).
     out[p + router + '.e_score_correction_bias'] = array(
         mlp['choice_bias'] if m.moe.choice_bias else np.zeros(m.moe.num_experts))
   if m.moe.shared_d_ff:
@@ -215,21 +216,23 @@ def export_family(m) -> str:
                                                for o in options)
   named = ', '.join(o.field for o in options)
   windows = positions.layer_windows(m)
-  if (m.moe.router != 'softmax' or m.moe.weight_inputs
-      or (m.moe.shared_d_ff and not m.moe.shared_gate)):
+  if m.moe.router == 'sigmoid' and hf_deepseek.routed(m.moe, m.d_ff):
+    fam, why = 'glm4_moe', _glm4_moe_refusal(m, options, windows)
+  elif (m.moe.router != 'softmax' or m.moe.weight_inputs
+        or (m.moe.shared_d_ff and not m.moe.shared_gate)):
     raise errors.ConfigError(
         "no transformers class that this project writes computes this model: a mixture of "
         "experts with Llama 4's routing (moe.router, weight_inputs, shared_gate) outside Llama "
-        "4's layout, or DeepSeek-V3's without its latent attention (model.mla). Fix: export a "
+        "4's layout, or sigmoid scores otherwise than DeepSeek-V3's mixture. Fix: export a "
         'mixture with the softmax router (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE or gpt-oss), '
-        "with Llama 4's whole routing (moe.router='sigmoid'), or DeepSeek-V3's with MLA.")
-  if m.moe.choice_bias or m.moe.groups > 1 or m.moe.routed_scale != 1:
+        "with Llama 4's whole routing (moe.router='sigmoid'), or DeepSeek-V3's (GLM-4.5).")
+  elif m.moe.choice_bias or m.moe.groups > 1 or m.moe.routed_scale != 1:
     raise errors.ConfigError(
         'no transformers class computes this model: a mixture of experts with DeepSeek-V3\'s '
         'choice bias, groups or routed scale (moe.choice_bias, groups, routed_scale) and the '
-        "softmax router; DeepseekV3ForCausalLM would be the nearest (sigmoid scores, with MLA). "
-        'Fix: export a mixture without them.')
-  if hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
+        "softmax router; Glm4MoeForCausalLM would be the nearest (sigmoid scores). Fix: export "
+        "a mixture without them, or with moe.router='sigmoid'.")
+  elif hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
     fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
     others = [o.field for o in options if not o.adds_sink]
     why = why or (f'the attention option {", ".join(others)}' if others else '')
@@ -250,22 +253,33 @@ def export_family(m) -> str:
   if not block:
     why = (f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} '
            "(the mixture classes' block is Llama's: rms_norm, pre, sequential)")
-  elif m.position.rope.fraction < 1 or not all(positions.rope_layers(m)):
-    why = 'RoPE on part of each head or of the layers (the mixture classes rotate all of both)'
+  elif (m.position.rope.fraction < 1 and fam != 'glm4_moe') or not all(positions.rope_layers(m)):
+    why = ('RoPE on part of each head or of the layers (the mixture classes rotate all of both '
+           "but GLM-4.5's, which rotates part of each head)")
   elif (m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (
       1, 1, 1) or m.logits_softcap or m.get('output_bias'):
     why = 'a multiplier, a soft-cap or an output bias, which the mixture classes do not have'
-  if m.moe.dense_layers and fam not in ('qwen2_moe', 'qwen3_moe') and not why:
+  if m.moe.dense_layers and fam not in ('qwen2_moe', 'qwen3_moe', 'glm4_moe') and not why:
     why = (f'dense layers between the sparse ones (moe.dense_layers {tuple(m.moe.dense_layers)}'
-           '), which among the mixture classes only the Qwen MoEs and Llama 4 have')
+           '), which among the mixture classes only the Qwen MoEs, GLM-4.5, DeepSeek-V3 and '
+           'Llama 4 have')
   if why:
     raise errors.ConfigError(
         f'no transformers class computes this model: a mixture of experts with {why}; '
         f'{FAMILIES[fam]} would be the nearest. Fix: export a mixture on Llama\'s block, with '
         'renormalized weights and no QK-norm (Mixtral), a shared expert (Qwen2-MoE), QK-norm '
-        'over each head (Qwen3-MoE) or over all heads (OLMoE), or sinks, biased experts and '
-        "their clamped SwiGLU (gpt-oss).")
+        'over each head (Qwen3-MoE) or over all heads (OLMoE), sinks, biased experts and '
+        "their clamped SwiGLU (gpt-oss), or DeepSeek-V3's routing (GLM-4.5).")
   return fam
+
+
+def _glm4_moe_refusal(m, options, windows) -> str:
+  """Why GLM-4.5's class (grouped-query attention with q, k and v biases or none, QK-norm over
+  each head or none, part of each head rotated, DeepSeek-V3's mixture) does not compute the
+  model `m` ('' where it does)."""
+  failed, reason = hf_fields.options_check(m, options, 'glm4_moe', 'in a GLM-4.5 block')
+  return ('windows' if any(windows) else
+          f'biases={m.biases!r}' if m.biases not in ('qkv', 'none') else reason if failed else '')
 
 
 def config_fields(fam: str, m) -> dict:
@@ -277,6 +291,8 @@ def config_fields(fam: str, m) -> dict:
     return hf_llama4.config_fields(m)
   if fam == hf_deepseek.FAMILY:
     return hf_deepseek.config_fields(m)
+  if fam == 'glm4_moe':  # Its partial rotary as GLM's (roformer/hf_export_config.py).
+    return {**hf_deepseek.routing_config(m), 'attention_bias': m.biases == 'qkv'}
   out = {'num_experts_per_tok': o.experts_per_token, 'router_aux_loss_coef': o.balance_loss,
          'output_router_logits': False}
   if fam == 'mixtral':

@@ -23,7 +23,8 @@ from roformer.attention_options import qk_norm
 # family: the norms' names under self_attn., and whether each head's is a tensor of its own
 # (StableLM's `norms.<i>`); their span and bias are the option's (`qk_norm.transformers_norm`).
 LAYOUTS = {**{fam: ('q_norm', 'k_norm', False) for fam in (
-    'qwen3', 'qwen3_moe', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'olmoe', 'cohere')},
+    'qwen3', 'qwen3_moe', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'olmoe', 'cohere',
+    'glm4_moe')},
            'phi': ('q_layernorm', 'k_layernorm', False),
            'stablelm': ('q_layernorm.norms', 'k_layernorm.norms', True)}
 

@@ -230,6 +230,12 @@ def _names(fam: str) -> tuple[str, str]:
   return 'model.embed_tokens.weight', 'lm_head.weight'
 
 
+def _layer_of(name: str) -> int:
+  """The block index of a tensor under `model.layers.<i>.` (-1 for any other)."""
+  parts = name.split('.')
+  return int(parts[2]) if parts[:2] == ['model', 'layers'] and parts[2].isdigit() else -1
+
+
 def canonical(tensors: dict, fam: str, hf: dict, where: str) -> dict:
   """The tensors under the names transformers' class saves: GPT-2's and BLOOM's under
   `transformer.`, which the Hub's original GPT-2 and BLOOM files leave out (transformers reads
@@ -432,6 +438,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
                                                '.attn.masked_bias'))}
   if m.tie_embeddings:
     ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
+  if fam in hf_deepseek.SIGMOID_ROUTED:  # Multi-token prediction layers past the last, which
+    ignored |= {n for n in tensors if _layer_of(n) >= m.num_layers}  # transformers skips too.
   unused = sorted(set(tensors) - t.used - ignored)
   if unused:
     raise errors.ConfigError(

@@ -412,6 +412,18 @@ FIXTURES = {
             'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 0.8,
             'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
                              'llama', 0),
+    # GLM-4.5 (Glm4MoeForCausalLM): grouped-query attention with q, k and v biases and QK-norm
+    # over each head, half of each head rotated (the class's default), a dense first layer,
+    # then DeepSeek-V3's routing (2 of 8 experts in the best 1 of 2 groups, the choice bias, a
+    # routed scale) beside a shared expert; YaRN.
+    'glm4_moe_partial_qk_norm_yarn': ('Glm4MoeConfig', dict(
+        SMALL, num_hidden_layers=3, intermediate_size=48, num_key_value_heads=2, head_dim=16,
+        attention_bias=True, use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2,
+        n_group=2, topk_group=1, moe_intermediate_size=16, n_shared_experts=1,
+        routed_scaling_factor=1.5, first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.5,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
     # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
     # ones), QK-norm, YaRN.

@@ -228,6 +228,28 @@ def test_sharded_weights_read_as_one_file(tmp_path):
   assert not (tmp_path / 'w2').exists()
 
 
+@pytest.mark.parametrize('name,read', [('deepseek_v3_mla_yarn', True),
+                                       ('glm4_moe_partial_qk_norm_yarn', True),
+                                       ('qwen3_moe_wide_heads_llama3', False)])
+def test_multi_token_prediction_layers_past_the_last_are_left_as_transformers_leaves_them(
+    name, read, tmp_path):
+  """DeepSeek-V3's and GLM-4.5's checkpoints keep their multi-token prediction layer after the
+  last (model.layers.<num_hidden_layers>), which their classes skip: the import skips it too and
+  computes the same logits; elsewhere such a layer is a tensor config.json does not account for."""
+  source = tmp_path / 'mtp'
+  shutil.copytree(FIXTURES / name, source)
+  tensors = safetensors_numpy.load_file(str(source / 'model.safetensors'))
+  layers = json.loads((source / 'config.json').read_text())['num_hidden_layers']
+  tensors[f'model.layers.{layers}.input_layernorm.weight'] = np.ones(32, np.float16)
+  safetensors_numpy.save_file(tensors, str(source / 'model.safetensors'))
+  if not read:
+    with pytest.raises(errors.ConfigError, match='1 tensors that config.json does not account'):
+      hf.load(str(source))
+    return
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  assert _relative_error(hf.load(str(source)).logits(ref['ids']), ref['logits']) < 1e-4
+
+
 def test_mxfp4_bytes_decode_to_their_values():
   """A byte holds two E2M1 codes, the low nibble first; a group of 32 shares 2^(scale - 127).
   By hand: 0x21 is 0.5 then 1.0, 0xF9 is -0.5 then -6.0; scale 128 doubles, 126 halves; the

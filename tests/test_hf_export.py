@@ -129,6 +129,10 @@ DEEPSEEK = {'head_dim': 12, 'num_kv_heads': 0, 'mla.kv_rank': 16, 'mla.q_rank': 
 DEEPSEEK_MOE = {**DEEPSEEK, **MOE, 'moe.router': 'sigmoid', 'moe.choice_bias': True,
                 'moe.groups': 2, 'moe.routed_scale': 2.5, 'moe.shared_d_ff': 64,
                 'moe.shared_gate': False, 'moe.dense_layers': (0,), 'moe.dense_d_ff': 48}
+# GLM-4.5's: DeepSeek-V3's mixture beside grouped-query attention with q, k and v biases,
+# QK-norm over each head and half of each head rotated (interleaved here, permuted on export).
+GLM4_MOE = {**QWEN3, **{k: v for k, v in DEEPSEEK_MOE.items() if k.startswith('moe.')},
+            'mlp': 'moe', 'biases': 'qkv', 'position.rope.fraction': 0.5}
 DEEPSEEK_SCALED = {**DEEPSEEK, 'position.rope.layout': 'half', 'attention.softmax_scale': True,
                    'attention.softmax_scale_value': 0.4}
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
@@ -354,6 +358,7 @@ _SLOW = pytest.mark.slow
                                              ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
                                              pytest.param('llama', DEEPSEEK_SCALED,
                                                           'DeepseekV3ForCausalLM', marks=_SLOW),
+                                             ('llama', GLM4_MOE, 'Glm4MoeForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -403,7 +408,8 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
     # Llama 4's norm after the rotation removes YaRN's multiplier.
     if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED, LLAMA4_MAVERICK):
       config.model.position.rope.scaling.attention_factor = 1.0
-    if config.model.mla.kv_rank:  # DeepSeek-V3's class multiplies the rotated dimensions.
+    # DeepSeek-V3's and GLM-4.5's classes multiply the rotated dimensions.
+    if config.model.mla.kv_rank or fields is GLM4_MOE:
       config.model.position.rope.scaling.attention_factor_dims = 'rotated'
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -507,6 +513,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('olmoe_heads_norm_dynamic', 'OlmoeForCausalLM'),
     ('qwen2_moe_dense_layers_yarn', 'Qwen2MoeForCausalLM'),
     ('deepseek_v3_mla_yarn', 'DeepseekV3ForCausalLM'),
+    ('glm4_moe_partial_qk_norm_yarn', 'Glm4MoeForCausalLM'),
     pytest.param('qwen3_fp8_blocks', 'Qwen3ForCausalLM', marks=_SLOW),  # Out in float32.
     pytest.param('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM', marks=_SLOW),
     # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
@@ -545,7 +552,8 @@ def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   # Nothing rotates, or (GPT-J, GLM) the pairs stay interleaved: as it came.
   if name in ('gpt2_learned', 'bloom_alibi', 'mpt_alibi', 'gptj_interleaved_partial',
               'glm_interleaved_bias_linear', 'glm4_sandwich_yarn'):
-    came = hf_weights.canonical(hf_weights.read(str(FIXTURES / name)), came['model_type'])
+    came = hf_weights.canonical(hf_weights.read(str(FIXTURES / name)), came['model_type'], came,
+                                'config.json')
     went = hf_weights.read(str(tmp_path / 'out'))
     assert sorted(went) == sorted(came)
     for tensor, array in came.items():
@@ -926,7 +934,12 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
                                   r'\(0,\)\), .*; MixtralForCausalLM'),
     ({**OLMOE, **DENSE_LAYERS}, 'dense layers between the sparse ones .*; OlmoeForCausalLM'),
     ({**MOE, 'moe.groups': 2}, "DeepSeek-V3's choice bias, groups or routed scale .* "
-                               'DeepseekV3ForCausalLM would be the nearest')])
+                               'Glm4MoeForCausalLM would be the nearest'),
+    ({**GLM4_MOE, 'layer_windows': (8,)}, 'windows; Glm4MoeForCausalLM would be the nearest'),
+    ({**GLM4_MOE, 'biases': 'attention'}, "biases='attention'; Glm4MoeForCausalLM"),
+    ({**GLM4_MOE, 'attention.qk_norm_over': 'heads'},
+     r"attention.qk_norm \(.*qk_norm_over='heads'.*\) in a GLM-4.5 block"),
+    ({**GLM4_MOE, 'moe.shared_gate': True}, "Llama 4's routing .* or sigmoid scores otherwise")])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   _assert_llama_export_refused(fields, 'a mixture of experts with ' + why)
 
@@ -1106,7 +1119,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', LLAMA4_UNCHUNKED),
                                         ('llama', LLAMA4_MAVERICK),
                                         ('llama', QWEN3_MOE_DENSE), ('llama', DEEPSEEK),
-                                        ('llama', DEEPSEEK_MOE), ('llama', DEEPSEEK_SCALED)])
+                                        ('llama', DEEPSEEK_MOE), ('llama', DEEPSEEK_SCALED),
+                                        ('llama', GLM4_MOE)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
