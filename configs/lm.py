@@ -100,7 +100,9 @@ def deepseek(config):
   rotates 64 of 192) on interleaved pairs; the first layer dense, the others DeepSeek-V3's
   mixture: 2 of 8 experts chosen by their sigmoid scores plus the choice bias within the best 2
   of 4 groups, renormalized and times 2.5, beside an ungated shared expert, each a third as wide
-  as Llama's MLP, so that a token's three experts have about its parameters."""
+  as Llama's MLP, so that a token's three experts have about its parameters; the choice bias
+  balances the loads as DeepSeek-V3's (moved by 0.001 a step), beside its complementary
+  balancing loss at 0.0001 (DeepSeek-V3's is per sequence, this one over the batch)."""
   llama(config)
   m = config.model
   width = m.d_model // m.num_heads
@@ -109,8 +111,9 @@ def deepseek(config):
                           rope_dim=width // 4)
   config.model.position.rope.update(fraction=0.25, layout='interleaved')
   config.model.moe.update(num_experts=8, experts_per_token=2, router='sigmoid',
-                          renormalize=True, choice_bias=True, groups=4, groups_per_token=2,
-                          routed_scale=2.5, shared_d_ff=m.d_ff, shared_gate=False,
+                          renormalize=True, choice_bias=True, choice_bias_rate=0.001,
+                          balance_loss=0.0001,
+                          groups=4, groups_per_token=2, routed_scale=2.5, shared_d_ff=m.d_ff, shared_gate=False,
                           dense_layers=(0,), dense_d_ff=3 * m.d_ff)
   return config
 

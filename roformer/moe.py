@@ -16,7 +16,8 @@ sigmoid(r_e) instead of the softmax, multiplies the expert's input by that weigh
 output, and adds an ungated shared expert. DeepSeek-V3's (`router='sigmoid'` renormalized,
 `choice_bias`, `groups`, `routed_scale`, an ungated shared expert) chooses its k experts by
 sigmoid(r_e) + b_e among the best groups of experts, and weights them by their sigmoids
-renormalized, times a constant. The layers `dense_layers` have a dense gated MLP of width
+renormalized, times a constant; with `choice_bias_rate` the bias follows DeepSeek-V3's
+auxiliary-loss-free balancing during training (`balancing`). The layers `dense_layers` have a dense gated MLP of width
 `dense_d_ff` in place of the mixture (Qwen MoE's `mlp_only_layers`, Llama 4 Maverick's
 alternate layers, DeepSeek's first layers).
 
@@ -87,12 +88,15 @@ FIELDS = {
     'dense_layers': Seq(Int(0, 2**16), default=()),
     'dense_d_ff': Int(0, 2**18, default=0),
     # DeepSeek-V3's routing (with router='sigmoid'): a per-expert bias added to the scores for
-    # choosing the k experts alone, never to their weights (e_score_correction_bias; held at its
-    # value here: DeepSeek-V3 moves it by each expert's load between steps, which this project
-    # does not do); the experts split into `groups` groups, each token choosing among the
+    # choosing the k experts alone, never to their weights (e_score_correction_bias; no gradient
+    # reaches it: choice_bias_rate moves it by the experts' loads); the experts split into `groups` groups, each token choosing among the
     # experts of its `groups_per_token` best groups (a group's score: the sum of its two best);
     # the k weights times `routed_scale` (routed_scaling_factor; not the shared expert's).
     'choice_bias': Bool(default=False),
+    # Training only: > 0, the choice bias moves by this step each training step, up for the
+    # experts that took fewer (token, slot) pairs than the mean and down for those that took
+    # more (DeepSeek-V3's auxiliary-loss-free balancing: 0.001); 0: held at its value.
+    'choice_bias_rate': Float(0, 1, default=0.0),
     'groups': Int(1, 2**16, default=1),
     'groups_per_token': Int(1, 2**16, default=1),
     'routed_scale': Float(0, 1e6, min_open=True, default=1.0),
@@ -122,6 +126,9 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   if o.dense_d_ff and not dense:
     return (f'config.model.moe.dense_d_ff={o.dense_d_ff} is the width of the dense layers, and '
             'moe.dense_layers names none. Fix: set moe.dense_layers, or leave dense_d_ff at 0.')
+  if o.choice_bias_rate and not o.choice_bias:
+    return (f'config.model.moe.choice_bias_rate={o.choice_bias_rate} moves the choice bias, and '
+            'the mixture has none. Fix: --config.model.moe.choice_bias=True, or a rate of 0.')
   if o.experts_per_token > o.num_experts:
     return (f'config.model.moe.experts_per_token={o.experts_per_token} is more than '
             f'num_experts={o.num_experts}. Fix: at most num_experts.')
@@ -139,6 +146,13 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
             'most the groups, and holding at least experts_per_token experts. Fix: between '
             f'{-(-o.experts_per_token // per_group)} and {o.groups}.')
   return None
+
+
+def choice_bias_rate(model_cfg) -> float:
+  """The step by which training moves the model's choice biases (0: none moves)."""
+  if model_cfg.mlp != 'moe' or not model_cfg.moe.choice_bias:
+    return 0.0
+  return float(model_cfg.moe.choice_bias_rate)
 
 
 def dense_layer(model_cfg, layer: int) -> bool:
@@ -190,6 +204,15 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
   return probs, chosen, weights * scale if scale != 1.0 else weights
 
 
+def balancing(bias: jax.Array, chosen: jax.Array) -> jax.Array:
+  """A term of value 0 whose gradient with respect to the choice bias [E] is each expert's load
+  (its (token, slot) pairs among `chosen` [T, k]) less the mean load: what DeepSeek-V3's rule
+  moves the bias against, by the sign (roformer/optim.py's sign descent)."""
+  load = jax.nn.one_hot(chosen, bias.shape[0], dtype=jnp.float32).sum((0, 1))
+  error = jax.lax.stop_gradient(load - load.mean())
+  return jnp.sum(error * (bias - jax.lax.stop_gradient(bias)))
+
+
 def balance(probs: jax.Array, chosen: jax.Array) -> jax.Array:
   """E sum_e f_e P_e over a layer's tokens (k at a uniform routing)."""
   num_experts = probs.shape[-1]
@@ -229,8 +252,10 @@ class MixtureOfExperts(nnx.Module):
       self.gate_bias, self.up_bias = zeros((e, f), (None, 'mlp')), zeros((e, f), (None, 'mlp'))
       self.down_bias = zeros((e, d), (None, 'embed'))
     self.biased_choice = bool(o.choice_bias)
-    if self.biased_choice:  # Zero at the start; no gradient reaches it (route's docstring).
-      self.choice_bias = variables.param(jnp.zeros((e,), jnp.float32), (None,), decay=False)
+    self.choice_bias_rate = float(o.choice_bias_rate)
+    if self.biased_choice:  # Zero at the start; moved by the loads alone (`balancing`).
+      self.choice_bias = variables.param(jnp.zeros((e,), jnp.float32), (None,), decay=False,
+                                         sign_descent=self.choice_bias_rate > 0)
     self.shared = shared
     self.gated_shared = shared is not None and bool(o.shared_gate)
     if self.gated_shared:
@@ -251,6 +276,8 @@ class MixtureOfExperts(nnx.Module):
       aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
       if self.router_z_loss:
         aux += self.router_z_loss * jnp.mean(jax.nn.logsumexp(logits, axis=-1) ** 2)
+      if self.choice_bias_rate:
+        aux += balancing(self.choice_bias[...], chosen)
       auxiliary.add(self, aux)
     experts = self._ragged if self.impl == 'ragged' else self._dense
     out = experts(tokens, chosen, weights)

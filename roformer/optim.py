@@ -44,13 +44,25 @@ def make_schedule(tc: ml_collections.ConfigDict) -> optax.Schedule:
   return optax.join_schedules([warm, decay], [warmup])
 
 
-def make_optimizer(tc: ml_collections.ConfigDict) -> optax.GradientTransformation:
+def make_optimizer(tc: ml_collections.ConfigDict, sign_rate: float = 0.0
+                   ) -> optax.GradientTransformation:
   """AdamW with global-norm clipping, over a model's trainable Params (see
   `roformer.variables.trainable`). Weight decay applies to the Params that declared it where
-  they were created (matrices and embeddings; not norms, biases, bias tables or scalars)."""
+  they were created (matrices and embeddings; not norms, biases, bias tables or scalars).
+  With `sign_rate` > 0, the Params declared for sign descent (a mixture's choice bias) move by
+  -sign_rate * sign(gradient) instead, outside the clipping and AdamW: DeepSeek-V3's
+  load-balancing rule, whose gradient is each expert's load less the mean (roformer/moe.py)."""
   def decay_mask(params):
     return jax.tree.map(variables.decays, params, is_leaf=variables.is_variable)
-  return optax.chain(
+  adamw = optax.chain(
       optax.clip_by_global_norm(tc.grad_clip),
       optax.adamw(make_schedule(tc), b1=tc.b1, b2=tc.b2, weight_decay=tc.weight_decay,
                   mask=decay_mask))
+  if not sign_rate:
+    return adamw
+
+  def labels(params):
+    return jax.tree.map(lambda v: 'sign' if variables.sign_descends(v) else 'adamw', params,
+                        is_leaf=variables.is_variable)
+  sign = optax.chain(optax.scale_by_sign(), optax.scale(-sign_rate))
+  return optax.multi_transform({'adamw': adamw, 'sign': sign}, labels)

@@ -63,6 +63,9 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
      "the router's training losses, which a new phase of training sets"),
     ('model.moe.router_z_loss', (CONTINUE,),
      "the router's training losses, which a new phase of training sets"),
+    ('model.moe.choice_bias_rate', (CONTINUE,),
+     "how the experts' loads move the choice bias in training, which a new phase sets (its "
+     'optimizer state is new)'),
 )
 
 

@@ -19,6 +19,7 @@ from roformer import checkpoint as checkpoint_lib
 from roformer import errors
 from roformer import model_types
 from roformer import models
+from roformer import moe
 from roformer import optim
 from roformer import self_attention
 from roformer import sharding
@@ -76,7 +77,7 @@ class Trainer:
     self.graphdef, abstract_params = nnx.split(abstract_model)
     # A checkpoint path of an earlier parameter layout -> its path now (checkpoint.restore).
     self.rename = functools.partial(models.legacy_param_path, config.model)
-    self.tx = optim.make_optimizer(config.train)
+    self.tx = optim.make_optimizer(config.train, moe.choice_bias_rate(config.model))
     self.schedule = optim.make_schedule(config.train)
     replicated = sharding.replicated(mesh)
     rules = sharding.rules_from_config(config.mesh)

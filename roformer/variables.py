@@ -29,13 +29,14 @@ class FeatureDraw(nnx.Variable):
 PARAM_AXES = ('vocab', 'embed', 'heads', 'mlp')
 
 
-def _metadata(axes: Axes, decay: bool) -> dict:
+def _metadata(axes: Axes, decay: bool, sign_descent: bool = False) -> dict:
   unknown = [a for a in axes if a is not None and a not in PARAM_AXES]
   if unknown:  # A misspelt name would leave the dimension unsplit on every mesh, silently.
     raise ValueError(f'logical axis {unknown[0]!r} of a model variable is not one of '
                      f'{", ".join(PARAM_AXES)}. Fix: one of those, or None for a dimension '
                      'that is never split.')
-  return {'out_sharding': tuple(axes), 'weight_decay': bool(decay), 'eager_sharding': False}
+  return {'out_sharding': tuple(axes), 'weight_decay': bool(decay), 'eager_sharding': False,
+          **({'sign_descent': True} if sign_descent else {})}
 
 
 def init(initializer: Callable, axes: Axes, *, decay: bool) -> Callable:
@@ -43,11 +44,13 @@ def init(initializer: Callable, axes: Axes, *, decay: bool) -> Callable:
   return nnx.with_metadata(initializer, **_metadata(axes, decay))
 
 
-def param(value: jax.Array, axes: Axes, *, decay: bool) -> nnx.Param:
+def param(value: jax.Array, axes: Axes, *, decay: bool, sign_descent: bool = False
+          ) -> nnx.Param:
   """An nnx.Param of `value` that declares its logical `axes` (one per dimension) and whether
   AdamW decays it (matrices that multiply activations or embed ids do; norms, biases, bias
-  tables and scalars do not)."""
-  return nnx.Param(value, **_metadata(axes, decay))
+  tables and scalars do not); with `sign_descent`, the optimizer moves it by a constant step
+  against its gradient's sign instead (roformer/optim.py; a mixture's choice bias)."""
+  return nnx.Param(value, **_metadata(axes, decay, sign_descent))
 
 
 def is_variable(x) -> bool:
@@ -73,6 +76,11 @@ def axes(variable: nnx.Variable, path: str) -> tuple:
                      f'{variable.get_value().shape}. '
                      'Fix: give one axis per dimension (None for one that is never split).')
   return tuple(names)
+
+
+def sign_descends(variable: nnx.Variable) -> bool:
+  """Whether the optimizer moves this Param by the sign of its gradient (`param`)."""
+  return isinstance(variable, nnx.Param) and bool(variable.get_metadata().get('sign_descent'))
 
 
 def decays(variable: nnx.Variable) -> bool:

@@ -290,6 +290,7 @@ def test_flops_count_the_router_and_k_experts():
     (dict(moe=dict(num_experts=2, experts_per_token=3)), 'config.model.moe.experts_per_token'),
     (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
     (dict(moe=dict(groups=3)), 'config.model.moe.groups=3 does not split'),
+    (dict(moe=dict(choice_bias_rate=0.001)), 'config.model.moe.choice_bias_rate=0.001 moves'),
     (dict(moe=dict(groups_per_token=2)), 'config.model.moe.groups_per_token=2 is read only'),
     (dict(moe=dict(num_experts=8, groups=4, groups_per_token=5)),
      'config.model.moe.groups_per_token=5 of 4 groups'),
@@ -435,3 +436,42 @@ def test_deepseek_experts_are_their_routing_by_hand_and_the_bias_has_no_gradient
   graphdef, state = nnx.split(layer)
   grads = jax.grad(lambda s: jnp.sum(nnx.merge(graphdef, s)(x) ** 2))(state)
   assert not np.any(grads['choice_bias'][...]) and np.any(grads['router'][...])
+
+
+def test_the_choice_bias_moves_by_its_rate_against_each_experts_load_outside_adamw():
+  """Every router weight 0 and the choice bias [0.5, 0, 0, 0]: each token's sigmoid scores tie
+  at 0.5, so it chooses expert 0 (its bias) and expert 1 (the lower index of the ties), loads
+  [T, T, 0, 0] against a mean of T / 2: one train step at rate 0.01 moves the bias by
+  0.01 [-1, -1, 1, 1] in every layer (DeepSeek-V3's rule), and every other parameter as at rate
+  0, where the bias is held (its signal reaches neither the clipping nor AdamW)."""
+  from roformer import optim  # pylint: disable=import-outside-toplevel
+  from roformer import variables  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(5)
+  tokens = rng.integers(5, 50, (2, 9)).astype(np.int32)
+  ones, pos = np.ones_like(tokens), np.arange(9)[None].repeat(2, 0)
+  batch = {'inputs': tokens, 'targets': np.roll(tokens, -1, 1), 'inputs_segment_ids': ones,
+           'targets_segment_ids': ones, 'inputs_positions': pos, 'targets_positions': pos}
+
+  def step(rate):
+    config = _lm_config(router='sigmoid', renormalize=True, choice_bias=True,
+                        choice_bias_rate=rate)
+    model = models.create(config.model, seed=0)
+    for block in model.blocks:
+      block.mlp.router[...] = jnp.zeros_like(block.mlp.router[...])
+      block.mlp.choice_bias[...] = jnp.asarray([0.5, 0.0, 0.0, 0.0])
+    graphdef, params = nnx.split(model)
+    tx = optim.make_optimizer(config.train, moe.choice_bias_rate(config.model))
+    state = {'params': params, 'opt_state': tx.init(variables.trainable(params)[0]),
+             'step': jnp.int32(0)}
+    new, _ = steps.train_step(state, batch, 0, graphdef=graphdef, tx=tx,
+                              schedule=optim.make_schedule(config.train),
+                              task=tasks.for_config(config), label_smoothing=0.0)
+    return nnx.merge(graphdef, new['params'])
+  moved, held = step(0.01), step(0.0)
+  for block, kept in zip(moved.blocks, held.blocks):
+    np.testing.assert_allclose(block.mlp.choice_bias[...], [0.49, -0.01, 0.01, 0.01], rtol=1e-6)
+    np.testing.assert_array_equal(kept.mlp.choice_bias[...], [0.5, 0, 0, 0])
+  without = lambda m: [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(m))
+                       if 'choice_bias' not in jax.tree_util.keystr(path)]
+  for a, b in zip(without(moved), without(held)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
