@@ -410,7 +410,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
                    'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM,
                    'llama4': hf_llama4.DEFAULT_HEAD_DIM}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
-  if fam == hf_deepseek.FAMILY:  # Its head_dim is the rotary part alone.
+  if fam in hf_deepseek.LATENT:  # Its head_dim is the rotary part alone.
     given = hf_deepseek.head_dims(hf, where)[0]
   head_dim = int(given) if given else (d // heads if d % heads == 0 else None)
   if head_dim is None or (fam not in READS_HEAD_DIM and hf.get('head_dim') not in (None,
@@ -447,7 +447,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # file says.
   partial = float(settings['partial_rotary_factor']) if fam in PARTIAL_ROTARY else 1.0
   _refuse_scaled_part(settings, scaling, fam, where)
-  rotary = (hf_deepseek.head_dims(hf, where)[1] if fam == hf_deepseek.FAMILY
+  rotary = (hf_deepseek.head_dims(hf, where)[1] if fam in hf_deepseek.LATENT
             else int(head_dim * partial))
   if rotary < head_dim and scaling['kind'] in positions.scaling.TEMPERED:
     scaling['attention_factor_dims'] = 'rotated'  # transformers multiplies cos and sin.
@@ -522,7 +522,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.update(norm='output')
   if fam in hf_moe.FAMILIES:  # The experts, and dense layers between them (or in every layer).
     config.model.update(hf_moe.model_fields(hf, fam, head_dim, layers, where))
-  if fam == hf_deepseek.FAMILY:  # Its latent attention, and mscale_all_dim's softmax scale.
+  if fam in hf_deepseek.LATENT:  # Latent attention, and mscale_all_dim's softmax scale.
     config.model.update(hf_deepseek.model_fields(hf, heads, where))
     config.model.attention.update(hf_deepseek.softmax_fields(settings, head_dim))
   if fam == hf_llama4.FAMILY:  # Its layout: RoPE in chunks, and NoPE layers with a temperature.
@@ -571,7 +571,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   # Cohere, GLM and Llama 4 rotate interleaved pairs (x_2i, x_2i+1), DeepSeek-V3 where
   # rope_interleave, the others the halves.
   interleaved = fam in COHERE + GLM + ('llama4',) or (
-      fam == hf_deepseek.FAMILY and _read(hf, 'rope_interleave', True))
+      fam == hf_deepseek.FAMILY and _read(hf, 'rope_interleave', True)) or (
+      fam == hf_deepseek.FAMILY_V2)
   rope.update(layout='interleaved' if interleaved else 'half',
               fraction=rotary / head_dim)
   if settings['rope_theta'] is not None:

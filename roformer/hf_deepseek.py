@@ -1,5 +1,6 @@
 """DeepSeek-V3's language model (DeepseekV3ForCausalLM, `deepseek_v3`: DeepSeek-V3 and R1, Kimi
-K2, Moonlight), whose attention is multi-head latent attention with RoPE decoupled onto a few
+K2, Moonlight) and DeepSeek-V2's (DeepseekV2ForCausalLM, `deepseek_v2`: DeepSeek-V2 and V2-Lite,
+DeepSeek-Coder-V2), whose attention is multi-head latent attention with RoPE decoupled onto a few
 key dimensions every head shares (`model.mla`, roformer/latent_attention.py), on Llama's pre-norm
 block.
 
@@ -14,7 +15,12 @@ layers have Llama's gated MLP `intermediate_size` wide (`moe.dense_layers`); the
 mixture of `n_routed_experts` experts `moe_intermediate_size` wide with DeepSeek-V3's routing
 (sigmoid scores, the choice bias `e_score_correction_bias`, `n_group` groups of which
 `topk_group` are kept, `routed_scaling_factor`, `norm_topk_prob`; roformer/moe.py) beside an
-ungated shared expert `n_shared_experts` times as wide. roformer/hf_config.py reads the rest as
+ungated shared expert `n_shared_experts` times as wide. DeepSeek-V2's class rotates interleaved
+pairs always, and routes by the softmax: each token's k most probable experts (`topk_method`
+'greedy'), or those of its `topk_group` groups with the best single probability
+('group_limited_greedy', `moe.group_score='best'`), weighted by their probabilities times
+`routed_scaling_factor`, not renormalized (its `norm_topk_prob` is unread), beside the shared
+expert. roformer/hf_config.py reads the rest as
 the Llama family's and roformer/hf_moe.py the experts; this module holds the attention's fields
 and tensors and the export's rules. The multi-token prediction layers that DeepSeek's own
 checkpoints keep after the last layer (`num_nextn_predict_layers`) are not read, as transformers
@@ -31,7 +37,8 @@ from roformer import latent_attention
 from roformer import moe
 from roformer import positions
 
-FAMILY = 'deepseek_v3'
+FAMILY, FAMILY_V2 = 'deepseek_v3', 'deepseek_v2'
+LATENT = (FAMILY, FAMILY_V2)  # The families whose attention is latent (model.mla).
 _ATTN = 'self_attn.'
 _read = hf_fields.read
 # The scalings after which the class scales the softmax by mscale_all_dim (all but the default).
@@ -77,10 +84,17 @@ def softmax_fields(settings: dict, head_dim: int) -> dict:
 # grouped-query attention), with their classes' defaults: n_group, topk_group,
 # routed_scaling_factor, first_k_dense_replace and intermediate_size.
 SIGMOID_ROUTED = {FAMILY: (8, 4, 2.5, 3, 18432), 'glm4_moe': (1, 1, 1.0, 1, 10944)}
+# The families whose dense layers come first and whose shared experts are n_shared_experts
+# experts wide (and its default): these and DeepSeek-V2's.
+DEEPSEEK_LAYOUT = {FAMILY: 1, 'glm4_moe': 1, FAMILY_V2: 2}
+_V2_DENSE = (0, 11008)  # DeepSeek-V2's first_k_dense_replace and intermediate_size defaults.
+_TOPK_METHODS = ('greedy', 'group_limited_greedy')
 
 
 def moe_fields(hf: dict, fam: str, where: str) -> dict:
-  """config.model.moe's fields of DeepSeek-V3's routing beyond the mixture's own."""
+  """config.model.moe's fields of DeepSeek-V3's routing (or V2's) beyond the mixture's own."""
+  if fam == FAMILY_V2:
+    return _v2_moe_fields(hf, where)
   groups, per_token, scale = SIGMOID_ROUTED[fam][:3]
   groups = hf_fields.integer(hf, 'n_group', groups, where)
   return {'router': 'sigmoid', 'choice_bias': True, 'shared_gate': False, 'groups': groups,
@@ -91,21 +105,48 @@ def moe_fields(hf: dict, fam: str, where: str) -> dict:
                                              'routed_scaling_factor', where)}
 
 
+def _v2_moe_fields(hf: dict, where: str) -> dict:
+  """DeepSeek-V2's routing: the softmax's k best, or of the groups with the best single one."""
+  method = _read(hf, 'topk_method', 'greedy')
+  if method not in _TOPK_METHODS:
+    raise errors.ConfigError(f"{where}: topk_method {method!r}, which DeepSeek-V2's class does "
+                             f'not compute. Fix: a checkpoint with one of {_TOPK_METHODS}.')
+  groups = hf_fields.integer(hf, 'n_group', None, where) if method != 'greedy' else 1
+  return {'router': 'softmax', 'renormalize': False, 'shared_gate': False, 'groups': groups,
+          'groups_per_token': (hf_fields.integer(hf, 'topk_group', None, where)
+                               if groups > 1 else 1),
+          'group_score': 'best' if groups > 1 else 'two_best',
+          'routed_scale': hf_fields.positive(_read(hf, 'routed_scaling_factor', 1.0),
+                                             'routed_scaling_factor', where)}
+
+
 def dense_layers(hf: dict, fam: str, layers: int, where: str) -> tuple[tuple[int, ...], int]:
   """(the first first_k_dense_replace layers, whose MLP is dense, and its width)."""
-  first, width = SIGMOID_ROUTED[fam][3:]
+  first, width = _V2_DENSE if fam == FAMILY_V2 else SIGMOID_ROUTED[fam][3:]
   return (tuple(range(min(hf_fields.integer(hf, 'first_k_dense_replace', first, where, low=0),
                           layers))),
           hf_fields.integer(hf, 'intermediate_size', width, where))
 
 
-def routed(o, d_ff: int) -> bool:
-  """Whether config.model.moe `o` (experts d_ff wide) is DeepSeek-V3's mixture: sigmoid scores
-  weighting the experts' outputs, no biases or clamp, an ungated shared expert a whole number
-  of experts wide (or none), the dense layers first."""
-  return ((o.router, o.weight_inputs, o.biases, o.swiglu_limit) == ('sigmoid', False, False, 0)
+def routed(o, d_ff: int, router: str = 'sigmoid') -> bool:
+  """Whether config.model.moe `o` (experts d_ff wide) is DeepSeek-V3's mixture (`router`
+  'sigmoid': sigmoid scores) or DeepSeek-V2's ('softmax': its probabilities, not renormalized,
+  no choice bias, groups scored by their best): the scores weighting the experts' outputs, no
+  biases or clamp, an ungated shared expert a whole number of experts wide (or none), the dense
+  layers first."""
+  v2 = router == 'softmax' and not o.renormalize and not o.choice_bias and (
+      o.groups == 1 or o.group_score == 'best')
+  return ((o.router, o.weight_inputs, o.biases, o.swiglu_limit) == (router, False, False, 0)
+          and (router == 'sigmoid' or v2) and o.group_score == (
+              'best' if router == 'softmax' and o.groups > 1 else 'two_best')
           and o.shared_d_ff % d_ff == 0 and not (o.shared_d_ff and o.shared_gate)
           and tuple(o.dense_layers) == tuple(range(len(o.dense_layers))))
+
+
+def family(m) -> str:
+  """The DeepSeek class of a model with latent attention: V2's for a mixture under the
+  softmax, V3's otherwise (a dense MLP in every layer is either's)."""
+  return FAMILY_V2 if m.mlp == 'moe' and m.moe.router == 'softmax' else FAMILY
 
 
 def routing_config(m) -> dict:
@@ -118,10 +159,13 @@ def routing_config(m) -> dict:
   if not sparse:
     return {**fields, 'n_routed_experts': 2, 'num_experts_per_tok': 1, 'n_group': 1,
             'topk_group': 1, 'n_shared_experts': 0}
-  return {**fields, 'n_routed_experts': r.num_experts, 'num_experts_per_tok': r.experts_per_token,
-          'n_group': r.groups, 'topk_group': r.groups_per_token,
-          'routed_scaling_factor': r.routed_scale, 'norm_topk_prob': r.renormalize,
-          'n_shared_experts': r.shared_d_ff // m.d_ff}
+  out = {**fields, 'n_routed_experts': r.num_experts, 'num_experts_per_tok': r.experts_per_token,
+         'n_group': r.groups, 'topk_group': r.groups_per_token,
+         'routed_scaling_factor': r.routed_scale, 'norm_topk_prob': r.renormalize,
+         'n_shared_experts': r.shared_d_ff // m.d_ff}
+  if r.router == 'softmax':  # DeepSeek-V2's.
+    out['topk_method'] = 'group_limited_greedy' if r.groups > 1 else 'greedy'
+  return out
 
 
 def read_attention(t, p: str, m) -> dict:
@@ -158,41 +202,53 @@ def write_attention(out: dict, p: str, attn: dict, m) -> None:
 
 
 def export_refusal(m, options) -> str:
-  """Why DeepseekV3ForCausalLM does not compute the model `m` ('' where it does)."""
+  """Why DeepSeek-V3's class, or V2's for a mixture under the softmax, does not compute the
+  model `m` ('' where it does)."""
   o, sc = m.moe, m.position.rope.scaling
+  fam = family(m)
+  name = 'DeepSeek-V2' if fam == FAMILY_V2 else 'DeepSeek-V3'
   others = [x.field for x in options if x.field != 'softmax_scale']
   scaled = len(others) < len(options)
   return hf_fields.first_failed((
-      *hf_fields.llama_block_checks(m, 'latent attention', 'DeepSeek-V3'),
+      *hf_fields.llama_block_checks(m, 'latent attention', name),
       (not all(positions.rope_layers(m) or [False]),
-       "layers other than RoPE with latent attention (DeepSeek-V3's class rotates every layer)"),
+       f"layers other than RoPE with latent attention ({name}'s class rotates every layer)"),
       (any(m.layer_windows) or any(m.layer_chunks), 'sliding windows or chunks with latent '
-                                                    "attention (DeepSeek-V3's class has none)"),
+                                                    f"attention ({name}'s class has none)"),
       (bool(others), f"attention.{', attention.'.join(others)} with latent attention, which "
-                     "DeepSeek-V3's class does not compute"),
+                     f"{name}'s class does not compute"),
       (scaled and (sc.kind not in _MSCALED or sc.factor <= 1),
-       "a softmax scale without a RoPE scaling of a factor above 1 (DeepSeek-V3's class scales "
+       f"a softmax scale without a RoPE scaling of a factor above 1 ({name}'s class scales "
        'the softmax by its mscale_all_dim alone)'),
       (sc.kind in positions.scaling.TEMPERED and sc.attention_factor_dims != 'rotated',
-       f"{sc.kind}'s attention factor on every dimension of q and k (DeepSeek-V3's class "
+       f"{sc.kind}'s attention factor on every dimension of q and k ({name}'s class "
        'multiplies the rotated ones alone). Fix: train or continue with '
        '--config.model.position.rope.scaling.attention_factor_dims=rotated'),
-      (m.mlp not in ('gated', 'moe'), f"mlp={m.mlp!r} (DeepSeek-V3's is gated, or its mixture)"),
-      (m.mlp == 'moe' and not routed(o, m.d_ff),
-       "a mixture other than DeepSeek-V3's (sigmoid scores weighting the experts' outputs, no "
-       'biases or clamp, an ungated shared expert a whole number of experts wide, the dense '
-       'layers first)'),
+      (fam == FAMILY_V2 and m.position.rope.layout != 'interleaved',
+       "RoPE on the halves with DeepSeek-V2's mixture (its class rotates interleaved pairs)"),
+      (m.mlp not in ('gated', 'moe'), f"mlp={m.mlp!r} ({name}'s is gated, or its mixture)"),
+      (m.mlp == 'moe' and not routed(o, m.d_ff, o.router),
+       "a mixture other than DeepSeek-V3's (sigmoid scores) or DeepSeek-V2's (the softmax's "
+       'probabilities, not renormalized, groups scored by their best, no choice bias), each '
+       "weighting the experts' outputs with no biases or clamp, an ungated shared expert a "
+       'whole number of experts wide, the dense layers first'),
   )) or ''
 
 
 def config_fields(m) -> dict:
-  """DeepSeek-V3's own config.json fields (the rest are written as the Llama family's)."""
+  """DeepSeek-V3's or V2's own config.json fields (the rest are written as the Llama
+  family's)."""
   o, e = m.mla, positions.head_dim(m)
-  return {'q_lora_rank': o.q_rank or None, 'kv_lora_rank': o.kv_rank,
-          'qk_nope_head_dim': e - o.rope_dim, 'qk_rope_head_dim': o.rope_dim,
-          'head_dim': o.rope_dim, 'v_head_dim': latent_attention.value_dim(m),
-          'rope_interleave': m.position.rope.layout == 'interleaved', 'attention_bias': False,
-          'num_nextn_predict_layers': 0, **routing_config(m)}
+  out = {'q_lora_rank': o.q_rank or None, 'kv_lora_rank': o.kv_rank,
+         'qk_nope_head_dim': e - o.rope_dim, 'qk_rope_head_dim': o.rope_dim,
+         'head_dim': o.rope_dim, 'v_head_dim': latent_attention.value_dim(m),
+         'attention_bias': False, **routing_config(m)}
+  if family(m) == FAMILY:
+    out.update(rope_interleave=m.position.rope.layout == 'interleaved',
+               num_nextn_predict_layers=0)
+  else:
+    out['mlp_bias'] = False
+  return out
 
 
 def scale_softmax(out: dict, m) -> None:

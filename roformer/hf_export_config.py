@@ -213,7 +213,7 @@ def export_family(config) -> str:
   """The transformers family that computes `config`'s model, or ConfigError saying why none (a
   mixture of experts' block first, which the mixture classes share)."""
   llama4 = hf_llama4.export_block(config.model)
-  family = (hf_deepseek.FAMILY if latent_attention.enabled(config.model) else
+  family = (hf_deepseek.family(config.model) if latent_attention.enabled(config.model) else
             'llama4' if llama4 else
             hf_moe.export_family(config.model) if config.model.mlp == 'moe' else None)
   reason = _refusal(config)
@@ -477,7 +477,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(hf_moe.config_fields(fam, m))
     if fam == 'glm4_moe':  # Part of each head rotated, as GLM's.
       out['partial_rotary_factor'] = _fraction(rotary, head_dim)
-    if fam in ('gpt_oss', 'llama4', hf_deepseek.FAMILY):  # Their own where it is absent.
+    if fam in ('gpt_oss', 'llama4', *hf_deepseek.LATENT):  # Their own where it is absent.
       out['rope_parameters'] = {'rope_type': 'default', **(out['rope_scaling'] or {}),
                                 'rope_theta': base}
   elif fam == 'exaone4':  # Its RoPE layers slide, its global ones have no positions.
@@ -501,6 +501,6 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
                layer_types=_layer_types(windows))
   for option in attention_options.enabled(m.attention):  # Their own fields (logit_scale's).
     out.update(option.transformers_fields(m.attention, fam))
-  if fam == hf_deepseek.FAMILY:  # Its softmax scale goes with its scaling.
+  if fam in hf_deepseek.LATENT:  # Its softmax scale goes with its scaling.
     hf_deepseek.scale_softmax(out, m)
   return out

@@ -32,7 +32,8 @@ from roformer import positions
 FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
             'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
             hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM',
-            hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM', 'glm4_moe': 'Glm4MoeForCausalLM'}
+            hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM', 'glm4_moe': 'Glm4MoeForCausalLM',
+            hf_deepseek.FAMILY_V2: 'DeepseekV2ForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
@@ -42,7 +43,8 @@ _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'gpt_oss': (128, 4, 'intermediate_size', 2880, 0.001),
              'llama4': (16, 1, 'intermediate_size', 8192, 0.001),
              'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001),
-             'glm4_moe': (128, 8, 'moe_intermediate_size', 1408, 0.001)}
+             'glm4_moe': (128, 8, 'moe_intermediate_size', 1408, 0.001),
+             'deepseek_v2': (64, 6, 'moe_intermediate_size', 1407, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
@@ -75,7 +77,7 @@ def dense_fields(hf: dict, fam: str, layers: int, where: str) -> dict:
     dense = _qwen_dense_layers(hf, layers, where)
     width = hf_fields.integer(hf, 'intermediate_size', 5632 if fam == 'qwen2_moe' else 6144,
                               where)
-  elif fam in hf_deepseek.SIGMOID_ROUTED:
+  elif fam in hf_deepseek.DEEPSEEK_LAYOUT:
     dense, width = hf_deepseek.dense_layers(hf, fam, layers, where)
   else:
     return {}
@@ -116,8 +118,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
   shared = (hf_fields.integer(hf, 'shared_expert_intermediate_size', 5632, where)
             if fam == 'qwen2_moe'
             else d_ff if fam == hf_llama4.FAMILY
-            else d_ff * (_read(hf, 'n_shared_experts', 1) or 0)
-            if fam in hf_deepseek.SIGMOID_ROUTED else 0)
+            else d_ff * (_read(hf, 'n_shared_experts', hf_deepseek.DEEPSEEK_LAYOUT[fam]) or 0)
+            if fam in hf_deepseek.DEEPSEEK_LAYOUT else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
@@ -128,7 +130,7 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
                   **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
                   **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {}),
                   **(hf_deepseek.moe_fields(hf, fam, where)
-                     if fam in hf_deepseek.SIGMOID_ROUTED else {})}}
+                     if fam in hf_deepseek.DEEPSEEK_LAYOUT else {})}}
 
 
 def _names(fam: str) -> tuple[str, ...]:
@@ -175,7 +177,7 @@ def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
 
 def _shared(fam: str) -> str:
   """The shared expert's prefix under a layer (Qwen2-MoE's, DeepSeek-V3's)."""
-  return 'mlp.shared_experts.' if fam in hf_deepseek.SIGMOID_ROUTED else 'mlp.shared_expert.'
+  return 'mlp.shared_experts.' if fam in hf_deepseek.DEEPSEEK_LAYOUT else 'mlp.shared_expert.'
 
 
 def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
@@ -289,7 +291,7 @@ def config_fields(fam: str, m) -> dict:
     return hf_gpt_oss.config_fields(m, positions.layer_windows(m))
   if fam == hf_llama4.FAMILY:
     return hf_llama4.config_fields(m)
-  if fam == hf_deepseek.FAMILY:
+  if fam in hf_deepseek.LATENT:
     return hf_deepseek.config_fields(m)
   if fam == 'glm4_moe':  # Its partial rotary as GLM's (roformer/hf_export_config.py).
     return {**hf_deepseek.routing_config(m), 'attention_bias': m.biases == 'qkv'}

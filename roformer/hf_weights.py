@@ -384,7 +384,7 @@ def _stack_params(t, fam: str, m) -> tuple[dict, str]:
       block['attn'] = {'qkv': _linear(t, p + 'self_attn.qkv_proj', d, (h + 2 * kv) * hd, False),
                        'out': _linear(t, p + 'self_attn.o_proj', h * hd, d, False)}
       block['mlp'] = _fused_mlp(t, p, d, f)
-    elif fam == hf_deepseek.FAMILY:  # Latent attention, and its mixture.
+    elif fam in hf_deepseek.LATENT:  # Latent attention, and its mixture.
       block['attn'] = hf_deepseek.read_attention(t, p, m)
       block['mlp'] = hf_moe.read_mlp(t, p, fam, m, i)
     else:
@@ -556,7 +556,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     b, p = params['blocks'][i], f'{prefix}{i}.'
     for ours, theirs in block_norms(fam, m):
       norm(p + theirs, of(b, ours))
-    if fam == hf_deepseek.FAMILY:
+    if fam in hf_deepseek.LATENT:
       hf_deepseek.write_attention(out, p, b['attn'], m)
       hf_moe.write_mlp(out, p, b['mlp'], fam, m, i)
       continue

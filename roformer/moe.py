@@ -53,6 +53,7 @@ from roformer.specs import Bool, Float, Int, Seq, Str
 
 IMPLEMENTATIONS = ('dense', 'ragged')
 ROUTERS = ('softmax', 'sigmoid')
+GROUP_SCORES = ('two_best', 'best')
 
 # config.model.moe (read by models with model.mlp='moe').
 FIELDS = {
@@ -99,6 +100,9 @@ FIELDS = {
     'choice_bias_rate': Float(0, 1, default=0.0),
     'groups': Int(1, 2**16, default=1),
     'groups_per_token': Int(1, 2**16, default=1),
+    # A group's score: the sum of its two best choice scores (DeepSeek-V3's), or its best
+    # (DeepSeek-V2's group-limited greedy choice, with the softmax router).
+    'group_score': Str(GROUP_SCORES, default='two_best'),
     'routed_scale': Float(0, 1e6, min_open=True, default=1.0),
 }
 
@@ -132,13 +136,15 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   if o.experts_per_token > o.num_experts:
     return (f'config.model.moe.experts_per_token={o.experts_per_token} is more than '
             f'num_experts={o.num_experts}. Fix: at most num_experts.')
-  if o.num_experts % o.groups or (o.groups > 1 and o.num_experts // o.groups < 2):
+  smallest = 2 if o.group_score == 'two_best' else 1
+  if o.num_experts % o.groups or (o.groups > 1 and o.num_experts // o.groups < smallest):
     return (f'config.model.moe.groups={o.groups} does not split num_experts={o.num_experts} '
-            'into groups of at least 2 (a group scores by its two best). Fix: a divisor of '
-            'num_experts at most half of it, or 1.')
-  if o.groups == 1 and o.groups_per_token != 1:
-    return (f'config.model.moe.groups_per_token={o.groups_per_token} is read only with groups '
-            '(moe.groups > 1), and groups is 1. Fix: set moe.groups, or leave it at 1.')
+            f'into groups of at least {smallest} (group_score={o.group_score!r}). Fix: a divisor '
+            'of num_experts, or 1.')
+  if o.groups == 1 and (o.groups_per_token != 1 or o.group_score != 'two_best'):
+    return (f'config.model.moe.groups_per_token={o.groups_per_token} and group_score='
+            f'{o.group_score!r} are read only with groups (moe.groups > 1), and groups is 1. '
+            'Fix: set moe.groups, or leave them at their defaults.')
   per_group = o.num_experts // o.groups
   if o.groups > 1 and (o.groups_per_token > o.groups
                        or o.groups_per_token * per_group < o.experts_per_token):
@@ -178,12 +184,14 @@ def flops_per_token(model_cfg) -> float:
 
 def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
           choice_bias: jax.Array | None = None, groups: int = 1, groups_per_token: int = 1,
-          scale: float = 1.0) -> tuple[jax.Array, jax.Array, jax.Array]:
+          scale: float = 1.0, group_score: str = 'two_best'
+          ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(softmax probabilities [T, E], the k chosen experts [T, k], their weights [T, k]), in
   float32, from router logits [T, E]: the k best scores, weighted by their softmax probabilities
   (`router='softmax'`) or their logits' sigmoids ('sigmoid'), times `scale`. The scores for
   choosing are the weights plus `choice_bias` [E], among the experts of each token's
-  `groups_per_token` best of `groups` groups (a group's score: its two best)."""
+  `groups_per_token` best of `groups` groups (a group's score: its two best, or its best with
+  `group_score='best'`)."""
   logits = logits.astype(jnp.float32)
   probs = jax.nn.softmax(logits, axis=-1)
   scores = jax.nn.sigmoid(logits) if router == 'sigmoid' else probs
@@ -194,7 +202,9 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
   if groups > 1:
     tokens, experts = choice.shape
     grouped = choice.reshape(tokens, groups, experts // groups)
-    _, best = jax.lax.top_k(jax.lax.top_k(grouped, 2)[0].sum(-1), groups_per_token)
+    scored = (grouped.max(-1) if group_score == 'best'
+              else jax.lax.top_k(grouped, 2)[0].sum(-1))
+    _, best = jax.lax.top_k(scored, groups_per_token)
     kept = jax.nn.one_hot(best, groups, dtype=jnp.float32).sum(1) > 0  # [T, groups]
     choice = jnp.where(jnp.repeat(kept, experts // groups, axis=1), choice, -jnp.inf)
   chosen = jax.lax.top_k(choice, k)[1]
@@ -235,6 +245,7 @@ class MixtureOfExperts(nnx.Module):
     self.limit, self.alpha = float(o.swiglu_limit), float(o.swiglu_alpha)
     self.router_kind, self.weight_inputs = o.router, bool(o.weight_inputs)
     self.groups, self.groups_per_token = int(o.groups), int(o.groups_per_token)
+    self.group_score = o.group_score
     self.routed_scale = float(o.routed_scale)
 
     def weight(shape, axes, stddev):
@@ -271,7 +282,7 @@ class MixtureOfExperts(nnx.Module):
                    else None)
     probs, chosen, weights = route(logits, self.k, self.renormalize, self.router_kind,
                                    choice_bias, self.groups, self.groups_per_token,
-                                   self.routed_scale)
+                                   self.routed_scale, self.group_score)
     if auxiliary.active():
       aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
       if self.router_z_loss:

@@ -412,6 +412,19 @@ FIXTURES = {
             'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 0.8,
             'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
                              'llama', 0),
+    # DeepSeek-V2 (V2-Lite's layout: queries from one projection): latent attention on
+    # interleaved pairs, 3 of 8 experts in the best of 2 groups by its best probability,
+    # the probabilities times a routed scale, not renormalized, beside two shared experts, a dense
+    # first layer; YaRN with mscale_all_dim.
+    'deepseek_v2_groups_yarn': ('DeepseekV2Config', dict(
+        SMALL, num_hidden_layers=3, intermediate_size=48, num_key_value_heads=4,
+        q_lora_rank=None, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+        n_routed_experts=8, num_experts_per_tok=3, topk_method='group_limited_greedy', n_group=2,
+        topk_group=1, moe_intermediate_size=16, n_shared_experts=2, routed_scaling_factor=1.5,
+        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL, rope_parameters={
+            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 1.0,
+            'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
+                                'llama', 0),
     # GLM-4.5 (Glm4MoeForCausalLM): grouped-query attention with q, k and v biases and QK-norm
     # over each head, half of each head rotated (the class's default), a dense first layer,
     # then DeepSeek-V3's routing (2 of 8 experts in the best 1 of 2 groups, the choice bias, a

@@ -133,19 +133,25 @@ def test_a_tied_checkpoint_storing_another_output_layer_is_read_untied(tmp_path)
   assert _relative_error(lm.logits(ref['ids']), 2 * ref['logits']) < 1e-4
 
 
-def test_each_of_deepseeks_features_decides_its_logits(tmp_path):
-  """The DeepSeek-V3 fixture's logits move by more than 1e-2 of the largest where any one of its
-  features is read otherwise (so the fixture test above checks each): RoPE on the halves, no
-  softmax scale of mscale_all_dim, every group kept (as one group, or four of four), the
-  routed scale 1."""
-  name = 'deepseek_v3_mla_yarn'
+_SCALING = lambda **f: lambda c: c['rope_parameters'].update(f)
+_SET = lambda **f: lambda c: c.update(f)
+
+
+@pytest.mark.parametrize('name,edits', [
+    ('deepseek_v3_mla_yarn', (_SET(rope_interleave=False), _SCALING(mscale_all_dim=0.0),
+                              _SET(topk_group=4), _SET(routed_scaling_factor=1.0),
+                              _SET(n_group=1))),
+    ('deepseek_v2_groups_yarn', (_SCALING(mscale_all_dim=0.0), _SET(topk_method='greedy'),
+                                 _SET(topk_group=2), _SET(routed_scaling_factor=1.0)))])
+def test_each_of_deepseeks_features_decides_its_logits(name, edits, tmp_path):
+  """The DeepSeek fixtures' logits move by more than 1e-2 of the largest where any one of their
+  features is read otherwise (so the fixture test above checks each): RoPE on the halves (V3),
+  no softmax scale of mscale_all_dim, every group kept (as one group, greedy, or all of them),
+  the routed scale 1."""
   ref = np.load(FIXTURES / name / 'reference.npz')
-  scaling = lambda **f: lambda c: c['rope_parameters'].update(f)
-  for edit in (lambda c: c.update(rope_interleave=False), scaling(mscale_all_dim=0.0),
-               lambda c: c.update(topk_group=4), lambda c: c.update(routed_scaling_factor=1.0),
-               lambda c: c.update(n_group=1)):
-    lm = hf.load(hf_fixtures.edited(tmp_path / str(id(edit)), name, edit))
-    assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2
+  for i, edit in enumerate(edits):
+    lm = hf.load(hf_fixtures.edited(tmp_path / str(i), name, edit))
+    assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2, i
 
 
 @pytest.mark.parametrize('name,fields,dense', [

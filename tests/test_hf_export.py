@@ -129,6 +129,11 @@ DEEPSEEK = {'head_dim': 12, 'num_kv_heads': 0, 'mla.kv_rank': 16, 'mla.q_rank': 
 DEEPSEEK_MOE = {**DEEPSEEK, **MOE, 'moe.router': 'sigmoid', 'moe.choice_bias': True,
                 'moe.groups': 2, 'moe.routed_scale': 2.5, 'moe.shared_d_ff': 64,
                 'moe.shared_gate': False, 'moe.dense_layers': (0,), 'moe.dense_d_ff': 48}
+# DeepSeek-V2's: its mixture under the softmax (probabilities times the routed scale, groups
+# scored by their best) beside latent attention with queries from one projection.
+DEEPSEEK_V2 = {**DEEPSEEK, **MOE, 'mla.q_rank': 0, 'moe.renormalize': False, 'moe.groups': 2,
+               'moe.group_score': 'best', 'moe.routed_scale': 1.5, 'moe.shared_d_ff': 128,
+               'moe.shared_gate': False, 'moe.dense_layers': (0,), 'moe.dense_d_ff': 48}
 # GLM-4.5's: DeepSeek-V3's mixture beside grouped-query attention with q, k and v biases,
 # QK-norm over each head and half of each head rotated (interleaved here, permuted on export).
 GLM4_MOE = {**QWEN3, **{k: v for k, v in DEEPSEEK_MOE.items() if k.startswith('moe.')},
@@ -359,6 +364,7 @@ _SLOW = pytest.mark.slow
                                              pytest.param('llama', DEEPSEEK_SCALED,
                                                           'DeepseekV3ForCausalLM', marks=_SLOW),
                                              ('llama', GLM4_MOE, 'Glm4MoeForCausalLM'),
+                                             ('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -514,6 +520,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('qwen2_moe_dense_layers_yarn', 'Qwen2MoeForCausalLM'),
     ('deepseek_v3_mla_yarn', 'DeepseekV3ForCausalLM'),
     ('glm4_moe_partial_qk_norm_yarn', 'Glm4MoeForCausalLM'),
+    ('deepseek_v2_groups_yarn', 'DeepseekV2ForCausalLM'),
     pytest.param('qwen3_fp8_blocks', 'Qwen3ForCausalLM', marks=_SLOW),  # Out in float32.
     pytest.param('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM', marks=_SLOW),
     # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
@@ -962,6 +969,9 @@ def _assert_llama_export_refused(fields: dict, message: str) -> None:
     ({**DEEPSEEK, 'layer_kinds': ('rope', 'none')}, 'layers other than RoPE with latent'),
     ({**DEEPSEEK_MOE, 'moe.shared_d_ff': 40}, "a mixture other than DeepSeek-V3's"),
     ({**DEEPSEEK_MOE, 'moe.dense_layers': (1,)}, "a mixture other than DeepSeek-V3's"),
+    ({**DEEPSEEK_V2, 'moe.renormalize': True}, "a mixture other than DeepSeek-V3's"),
+    ({**DEEPSEEK_V2, 'moe.group_score': 'two_best'}, "a mixture other than DeepSeek-V3's"),
+    ({**DEEPSEEK_V2, 'position.rope.layout': 'half'}, "RoPE on the halves with DeepSeek-V2's"),
     ({**DEEPSEEK, 'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
       'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
       'position.rope.scaling.attention_factor_dims': 'all'},
@@ -1120,7 +1130,7 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', LLAMA4_MAVERICK),
                                         ('llama', QWEN3_MOE_DENSE), ('llama', DEEPSEEK),
                                         ('llama', DEEPSEEK_MOE), ('llama', DEEPSEEK_SCALED),
-                                        ('llama', GLM4_MOE)])
+                                        ('llama', GLM4_MOE), ('llama', DEEPSEEK_V2)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -291,7 +291,8 @@ def test_flops_count_the_router_and_k_experts():
     (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
     (dict(moe=dict(groups=3)), 'config.model.moe.groups=3 does not split'),
     (dict(moe=dict(choice_bias_rate=0.001)), 'config.model.moe.choice_bias_rate=0.001 moves'),
-    (dict(moe=dict(groups_per_token=2)), 'config.model.moe.groups_per_token=2 is read only'),
+    (dict(moe=dict(groups_per_token=2)), 'config.model.moe.groups_per_token=2 and group_score'),
+    (dict(moe=dict(group_score='best')), "group_score='best' are read only with groups"),
     (dict(moe=dict(num_experts=8, groups=4, groups_per_token=5)),
      'config.model.moe.groups_per_token=5 of 4 groups'),
     (dict(moe=dict(num_experts=8, experts_per_token=3, groups=4)),
@@ -395,6 +396,19 @@ def test_deepseek_groups_choose_by_their_two_best_scores_and_the_bias_only_choos
   assert sorted(chosen[0].tolist()) == [0, 2]
   np.testing.assert_allclose(np.sort(weights[0]), 2.5 * np.sort(
       [sigmoid(2.0), sigmoid(1.5)]) / (sigmoid(2.0) + sigmoid(1.5)), rtol=1e-6)
+
+
+def test_deepseek_v2_groups_score_by_their_best_under_the_softmax():
+  """The softmax of [2, -5, 1.5, 1.4]: group {0, 1}'s best (expert 0) beats group {2, 3}'s, so
+  the one group kept is the first (where the sum of the two best keeps the second), and its best
+  expert is weighted by its probability times the routed scale, not renormalized."""
+  logits = jnp.asarray([[2.0, -5.0, 1.5, 1.4]])
+  probs = np.exp([2.0, -5.0, 1.5, 1.4]) / np.exp([2.0, -5.0, 1.5, 1.4]).sum()
+  _, chosen, weights = moe.route(logits, 1, False, 'softmax', None, 2, 1, 1.5, 'best')
+  assert chosen.tolist() == [[0]]
+  np.testing.assert_allclose(weights, [[1.5 * probs[0]]], rtol=1e-6)
+  _, chosen, _ = moe.route(logits, 1, False, 'softmax', None, 2, 1, 1.5, 'two_best')
+  assert chosen.tolist() == [[2]]
 
 
 def _deepseek_float64(layer, x, k, groups, per_token, scale):

@@ -21,11 +21,13 @@ class SoftmaxScale(base.AttentionOption):
   specs = {'softmax_scale_value': Float(0, 1e6, min_open=True, default=0.125)}
   excludes = (('logit_scale', 'sets the same factor of q.k (give one)'),)
   # GraniteConfig's attention_multiplier, MptConfig's attn_config.softmax_scale, and DeepSeek-V3's
-  # scaling's mscale_all_dim (which roformer/hf_deepseek.py derives from `softmax_scale`).
-  transformers_families = ('granite', 'mpt', 'deepseek_v3')
+  # and V2's scaling's mscale_all_dim (which roformer/hf_deepseek.py derives from
+  # `softmax_scale`).
+  transformers_families = ('granite', 'mpt', 'deepseek_v3', 'deepseek_v2')
 
   def transformers_fields(self, att, family: str) -> dict:
-    return {'softmax_scale' if family in ('mpt', 'deepseek_v3') else 'attention_multiplier':
+    named = ('mpt', 'deepseek_v3', 'deepseek_v2')
+    return {'softmax_scale' if family in named else 'attention_multiplier':
             att.softmax_scale_value}
 
   def init(self, module, cfg, att, caps, rngs, dtype) -> None:
