@@ -101,8 +101,9 @@ def deepseek(config):
   mixture: 2 of 8 experts chosen by their sigmoid scores plus the choice bias within the best 2
   of 4 groups, renormalized and times 2.5, beside an ungated shared expert, each a third as wide
   as Llama's MLP, so that a token's three experts have about its parameters; the choice bias
-  balances the loads as DeepSeek-V3's (moved by 0.001 a step), beside its complementary
-  balancing loss at 0.0001 (DeepSeek-V3's is per sequence, this one over the batch)."""
+  balances the loads as DeepSeek-V3's (moved by 0.001 a step), beside a balancing loss at
+  0.0001, as DeepSeek-V3's complementary one is small (that one is per sequence and over its
+  normalized sigmoid scores; this one, Switch Transformer's, over the batch and the softmax)."""
   llama(config)
   m = config.model
   width = m.d_model // m.num_heads

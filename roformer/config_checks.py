@@ -293,5 +293,22 @@ def _validate_latent(m, att) -> None:
   problem = positions_lib.rotation_problem(
       m, m.mla.rope_dim, 'multi-head latent attention decouples it onto the '
       f'model.mla.rope_dim={m.mla.rope_dim} key dimensions every head shares')
+  if problem and not m.mla.rope_dim:
+    problem = ('config.model.mla.rope_dim=0 gives no key dimensions every head shares, for RoPE '
+               'to rotate. Fix: an even --config.model.mla.rope_dim below the head width, with '
+               '--config.model.position.rope.fraction=rope_dim / head_dim, or a position kind '
+               'that does not rotate.')
   if problem:
     raise errors.ConfigError(problem)
+  if latent_attention.value_dim(m) == positions_lib.head_dim(m):
+    return
+  kinds = dict.fromkeys(positions_lib.layer_kinds(m))
+  on_values = [k for k in kinds if positions_lib.capabilities(k).value_term]
+  if on_values or positions_lib.values_rotated(m) or m.attention_impl == 'pallas':
+    named = (f'position kind {on_values[0]!r} (a term of its own beside the values)' if on_values
+             else 'rotated values (position.rope.rotate_values)' if not m.attention_impl ==
+             'pallas' else "attention_impl='pallas' (the fused kernels)")
+    raise errors.ConfigError(
+        f'config.model.mla.v_head_dim={m.mla.v_head_dim} makes the values another width than the '
+        f'keys ({positions_lib.head_dim(m)}), which the {named} takes them at. Fix: '
+        '--config.model.mla.v_head_dim=0 (the head width), or without it.')

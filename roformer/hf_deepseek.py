@@ -227,6 +227,7 @@ def export_refusal(m, options) -> str:
       (fam == FAMILY_V2 and m.position.rope.layout != 'interleaved',
        "RoPE on the halves with DeepSeek-V2's mixture (its class rotates interleaved pairs)"),
       (m.mlp not in ('gated', 'moe'), f"mlp={m.mlp!r} ({name}'s is gated, or its mixture)"),
+      (m.biases != 'none', f"biases={m.biases!r} ({name}'s class has none)"),
       (m.mlp == 'moe' and not routed(o, m.d_ff, o.router),
        "a mixture other than DeepSeek-V3's (sigmoid scores) or DeepSeek-V2's (the softmax's "
        'probabilities, not renormalized, groups scored by their best, no choice bias), each '

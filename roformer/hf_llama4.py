@@ -138,7 +138,8 @@ def export_refusal(m, options) -> str:
   rotates, chunks = positions.rope_layers(m), _chunks(m)
   o, scaling = m.moe, m.position.rope.scaling
   llama4_routing = (o.router, o.weight_inputs, o.shared_gate, o.shared_d_ff, o.renormalize,
-                    o.biases, o.swiglu_limit) == ('sigmoid', True, False, m.d_ff, False, False, 0)
+                    o.biases, o.swiglu_limit, o.choice_bias, o.groups, o.routed_scale) == (
+                        'sigmoid', True, False, m.d_ff, False, False, 0, False, 1, 1.0)
   failed, reason = hf_fields.options_check(m, options, FAMILY, 'in a Llama 4 block')
   normed = any(_acts_before_rotation(o) for o in options)
   return hf_fields.first_failed((

@@ -90,15 +90,15 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
   """config.model's fields of a mixture family's MLP (d_ff is the experts' width; the dense
   layers between them, `dense_fields`); what this project does not compute as the class does
   is refused in one line."""
-  dense = dense_fields(hf, fam, layers, where)
-  if dense.get('mlp') == 'gated':
-    return dense
   experts, k, width, default_width, coef = _DEFAULTS[fam]
   if fam.startswith('qwen'):
     if hf.get('use_sliding_window'):
       raise errors.ConfigError(f'{where}: use_sliding_window in a Qwen MoE, which this project '
                                'does not read. Fix: a checkpoint with use_sliding_window false '
                                '(as those on the Hub).')
+  dense = dense_fields(hf, fam, layers, where)
+  if dense.get('mlp') == 'gated':
+    return dense
   if fam == 'olmoe' and hf.get('clip_qkv') is not None:
     raise errors.ConfigError(f"{where}: clip_qkv in OLMoE clamps q, k and v after its QK-norm; "
                              'this project clamps them before it (attention.qkv_clip). Fix: an '

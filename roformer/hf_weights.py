@@ -438,8 +438,8 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
                                                '.attn.masked_bias'))}
   if m.tie_embeddings:
     ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
-  if fam in hf_deepseek.SIGMOID_ROUTED:  # Multi-token prediction layers past the last, which
-    ignored |= {n for n in tensors if _layer_of(n) >= m.num_layers}  # transformers skips too.
+  if fam in hf_deepseek.SIGMOID_ROUTED:  # The multi-token prediction layer after the last,
+    ignored |= {n for n in tensors if _layer_of(n) == m.num_layers}  # which transformers skips.
   unused = sorted(set(tensors) - t.used - ignored)
   if unused:
     raise errors.ConfigError(

@@ -12,7 +12,9 @@ rotates exactly the decoupled dimensions (DeepSeek's class keeps them last: the 
 product). The latent norms' epsilon is 1e-6, as DeepSeek's class has them.
 
 Every head then has keys and values of its own (num_kv_heads = num_heads): the attention
-kernels, the position hooks and the key/value cache see ordinary heads, values e_v wide. This is
+kernels, the position hooks and the key/value cache see ordinary heads, values e_v wide (a scheme
+that acts on the values, Shaw's term or RoPE's rotated values, and the fused kernels take them
+only e wide: refused otherwise, roformer/config_checks.py). This is
 MLA's plain form: the cache holds each head's keys and values, heads (e + e_v) numbers a token,
 where the absorbed form (W_b folded into the query and the output) caches c and k_R alone, r + p
 numbers, and computes the same logits; the absorbed form is not implemented here.

@@ -372,7 +372,7 @@ def layout(model) -> scanned.Layout | None:
   stacks = {name: getattr(model, name) for _, name in model.stacks}
   if not all(isinstance(s, scanned.ScannedBlocks) for s in stacks.values()):
     return None
-  return scanned.Layout({name: (len(s), s.period) for name, s in stacks.items()})
+  return scanned.Layout({name: (len(s), s.period, s.first) for name, s in stacks.items()})
 
 
 def per_block_config(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

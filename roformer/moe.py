@@ -209,15 +209,18 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
     choice = jnp.where(jnp.repeat(kept, experts // groups, axis=1), choice, -jnp.inf)
   chosen = jax.lax.top_k(choice, k)[1]
   weights = jnp.take_along_axis(scores, chosen, -1)
-  if renormalize:
-    weights = weights / weights.sum(-1, keepdims=True)
+  if renormalize:  # The classes' epsilon, which keeps underflowed probabilities finite.
+    weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
   return probs, chosen, weights * scale if scale != 1.0 else weights
 
 
 def balancing(bias: jax.Array, chosen: jax.Array) -> jax.Array:
   """A term of value 0 whose gradient with respect to the choice bias [E] is each expert's load
   (its (token, slot) pairs among `chosen` [T, k]) less the mean load: what DeepSeek-V3's rule
-  moves the bias against, by the sign (roformer/optim.py's sign descent)."""
+  moves the bias against, by the sign (roformer/optim.py's sign descent). The loads count every
+  token of the batch, padding included, as the balancing loss does; with gradient accumulation
+  the step takes the sign of the micro-batches' errors weighted by their target tokens (the
+  whole batch's error where they hold as many)."""
   load = jax.nn.one_hot(chosen, bias.shape[0], dtype=jnp.float32).sum((0, 1))
   error = jax.lax.stop_gradient(load - load.mean())
   return jnp.sum(error * (bias - jax.lax.stop_gradient(bias)))

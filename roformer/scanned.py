@@ -12,7 +12,10 @@ Python attribute of a block) are handled by their period: the smallest p such th
 the structure of block i - p. Each scan step runs p blocks, block j of the step being layer
 t*p + j, so each of the p structures keeps its own static attributes (a window stays a static
 bound that the causal blocks skip by; a base stays a constant), and the stack compiles p blocks
-whatever its depth. Layers past the last whole period run after the scan, one by one.
+whatever its depth. Layers past the last whole period run after the scan, one by one, and a
+leading run of layers unlike the rest (a mixture's dense first layers: DeepSeek-V3's and
+GLM-4.5's) runs before it, one by one (`head`): the split into those, the period and the rest
+is the one that compiles the fewest blocks.
 
 Checkpoints keep the per-block layout (`blocks/<i>/...`): `to_layers` and `to_stacked` convert
 any tree whose paths are a model state's (the parameters, and the optimizer's moments that
@@ -49,24 +52,44 @@ def _with_axes(module, change):
   return module
 
 
-def period(blocks) -> int:
-  """The smallest p >= 1 such that every block has the structure of the block p before it."""
-  graphdefs = [nnx.graphdef(block) for block in blocks]
+def _period(graphdefs) -> int:
   n = len(graphdefs)
   return next(p for p in range(1, n + 1)
               if all(graphdefs[i] == graphdefs[i - p] for i in range(p, n)))
 
 
+def period(blocks) -> int:
+  """The smallest p >= 1 such that every block has the structure of the block p before it."""
+  return _period([nnx.graphdef(block) for block in blocks])
+
+
+def split(blocks) -> tuple[int, int]:
+  """(h, p): the first h blocks run one by one, the others scan with period p (then their
+  rest), h chosen to compile the fewest blocks, h + p + the rest (0 on a tie)."""
+  graphdefs = [nnx.graphdef(block) for block in blocks]
+  n = len(graphdefs)
+  best = None
+  for h in range(n):
+    p = _period(graphdefs[h:])
+    cost = h + p + (n - h) % p
+    if best is None or cost < best[0]:
+      best = (cost, h, p)
+  return best[1], best[2]
+
+
 class ScannedBlocks(nnx.Module):
-  """The blocks of one stack: `stacked[j]` holds layers j, p + j, 2p + j, ... (whole periods),
-  `rest` the layers after them. Iterating gives each layer as a block of its own (slices of the
-  stacked values), which is how decoding with a cache runs it."""
+  """The blocks of one stack: `head` the first h layers (`split`), `stacked[j]` holds layers
+  h + j, h + p + j, h + 2p + j, ... (whole periods), `rest` the layers after them. Iterating gives
+  each layer as a block of its own (slices of the stacked values), which is how decoding with a
+  cache runs it."""
 
   def __init__(self, blocks):
-    n, p = len(blocks), period(blocks)
-    self.num_layers, self.period, self.depth = n, p, n // p
-    self.whole = self.depth * p  # The layers in whole periods, scanned; the rest follow.
-    self.stacked = nnx.List([_stack(blocks[j:self.whole:p]) for j in range(p)])
+    n = len(blocks)
+    h, p = split(blocks)
+    self.num_layers, self.first, self.period, self.depth = n, h, p, (n - h) // p
+    self.whole = h + self.depth * p  # Past the head, the layers in whole periods, scanned.
+    self.head = nnx.List(blocks[:h])
+    self.stacked = nnx.List([_stack(blocks[h + j:self.whole:p]) for j in range(p)])
     self.rest = nnx.List(blocks[self.whole:])
 
   def __len__(self) -> int:
@@ -74,21 +97,24 @@ class ScannedBlocks(nnx.Module):
 
   def layer(self, i: int):
     """Layer `i` as a block of its own."""
+    if i < self.first:
+      return self.head[i]
     if i >= self.whole:
       return self.rest[i - self.whole]
-    graphdef, state = nnx.split(self.stacked[i % self.period])
-    return _with_axes(nnx.merge(graphdef, jax.tree.map(lambda a: a[i // self.period], state)),
+    t, j = divmod(i - self.first, self.period)
+    graphdef, state = nnx.split(self.stacked[j])
+    return _with_axes(nnx.merge(graphdef, jax.tree.map(lambda a: a[t], state)),
                       lambda names: names[1:])
 
   def __iter__(self):
     return (self.layer(i) for i in range(self.num_layers))
 
   def run(self, shared, x, positions, mask, keys, checkpoint, extra):
-    """The blocks on x without a cache: one scan over the whole periods, then the rest.
+    """The blocks on x without a cache: the head, one scan over the whole periods, the rest.
     `shared` is the stack's position value (a list, one per layer, for hybrid layouts);
     `keys` one dropout key (or None) per layer; `checkpoint` wraps each block's computation
     (rematerialisation) or is None."""
-    p, depth = self.period, self.depth
+    p, depth, h = self.period, self.depth, self.first
     layer_shared = (lambda i: shared[i]) if isinstance(shared, list) else (lambda i: shared)
 
     collect = auxiliary.active()  # A block's auxiliary losses leave the scan as its output.
@@ -104,22 +130,28 @@ class ScannedBlocks(nnx.Module):
 
     graphdefs, states = zip(*(nnx.split(m) for m in self.stacked))
 
-    def body(h, xs):
+    def body(x, xs):
       step_states, step_keys, step = xs
       step_aux = []
       for j in range(p):
         key = None if step_keys is None else step_keys[j]
-        h, aux = one(graphdefs[j], step_states[j], h, key, step * p + j, layer_shared(j))
+        x, aux = one(graphdefs[j], step_states[j], x, key, h + step * p + j,
+                     layer_shared(h + j))
         step_aux += [] if aux is None else [aux]
-      return h, (sum(step_aux[1:], step_aux[0]) if step_aux else None)
+      return x, (sum(step_aux[1:], step_aux[0]) if step_aux else None)
 
+    aux = []
+    for i in range(h):  # The head, layer by layer.
+      graphdef, state = nnx.split(self.head[i])
+      x, layer_aux = one(graphdef, state, x, keys[i], jnp.int32(i), layer_shared(i))
+      aux += [] if layer_aux is None else [layer_aux]
     whole = self.whole
     layer_keys = None
     if keys[0] is not None:
-      layer_keys = jnp.stack(keys[:whole])
+      layer_keys = jnp.stack(keys[h:whole])
       layer_keys = layer_keys.reshape(depth, p, *layer_keys.shape[1:])
-    x, aux = jax.lax.scan(body, x, (states, layer_keys, jnp.arange(depth, dtype=jnp.int32)))
-    aux = [] if aux is None else [aux.sum()]
+    x, scan_aux = jax.lax.scan(body, x, (states, layer_keys, jnp.arange(depth, dtype=jnp.int32)))
+    aux += [] if scan_aux is None else [scan_aux.sum()]
     for i in range(whole, self.num_layers):
       graphdef, state = nnx.split(self.rest[i - whole])
       x, layer_aux = one(graphdef, state, x, keys[i], jnp.int32(i), layer_shared(i))
@@ -131,14 +163,15 @@ class ScannedBlocks(nnx.Module):
 
 class Layout:
   """The correspondence between a scanned model's paths and the per-block ones. `stacks` maps
-  each stack's attribute name (a model's blocks) to (its number of layers, its period)."""
+  each stack's attribute name (a model's blocks) to (its number of layers, its period, and the
+  layers of its head: 0 where absent)."""
 
-  def __init__(self, stacks: dict[str, tuple[int, int]]):
-    self.stacks = dict(stacks)
+  def __init__(self, stacks: dict[str, tuple[int, ...]]):
+    self.stacks = {name: (*sizes, 0)[:3] for name, sizes in stacks.items()}
     # Paths of the two layouts ('/'-joined, any prefix such as params/ or opt_state/0/mu/ kept).
     names = '|'.join(map(re.escape, self.stacks))
     self._layer = re.compile(rf'(^|.*/)({names})/(\d+)/(.*)$')
-    self._scanned = re.compile(rf'(^|.*/)({names})/(stacked|rest)/(\d+)/(.*)$')
+    self._scanned = re.compile(rf'(^|.*/)({names})/(head|stacked|rest)/(\d+)/(.*)$')
 
   def layer_source(self, path: str):
     """(scanned path, index along its stacked axis or None) holding per-block `path`."""
@@ -146,24 +179,28 @@ class Layout:
     if not found:
       return path, None
     head, name, i, rest = found.group(1), found.group(2), int(found.group(3)), found.group(4)
-    n, p = self.stacks[name]
-    whole = n // p * p
+    n, p, h = self.stacks[name]
+    whole = h + (n - h) // p * p
+    if i < h:
+      return f'{head}{name}/head/{i}/{rest}', None
     if i < whole:
-      return f'{head}{name}/stacked/{i % p}/{rest}', i // p
+      return f'{head}{name}/stacked/{(i - h) % p}/{rest}', (i - h) // p
     return f'{head}{name}/rest/{i - whole}/{rest}', None
 
   def stacked_sources(self, path: str):
     """The per-block paths whose values scanned `path` holds: a list (stacked in this order),
-    one path (a layer after the whole periods), or None (not a block's path)."""
+    one path (a layer of the head or after the whole periods), or None (not a block's path)."""
     found = self._scanned.match(path)
     if not found:
       return None
     head, name, part, j, rest = found.groups()
-    n, p = self.stacks[name]
+    n, p, h = self.stacks[name]
     j = int(j)
+    if part == 'head':
+      return f'{head}{name}/{j}/{rest}'
     if part == 'rest':
-      return f'{head}{name}/{n // p * p + j}/{rest}'
-    return [f'{head}{name}/{t * p + j}/{rest}' for t in range(n // p)]
+      return f'{head}{name}/{h + (n - h) // p * p + j}/{rest}'
+    return [f'{head}{name}/{h + t * p + j}/{rest}' for t in range((n - h) // p)]
 
   def to_layers(self, tree, target):
     """`tree` (a scanned model's state, or any tree with its paths) in the per-block layout

@@ -150,7 +150,8 @@ class MultiHeadAttention(nnx.Module):
   def __call__(self, x, mask, pos, position: positions_lib.Layer, shared=None, cache=None,
                segments=None, layer=0):
     """Self-attention over x with the block's `position` module (`shared`: what the stack's
-    Shared module returned). With `cache` ({'k', 'v'} [batch, max_len, heads, head_dim],
+    Shared module returned). With `cache` ({'k', 'v'} [batch, max_len, heads, head_dim], the
+    values value_dim wide,
     'positions' [batch, max_len], 'index'), x's keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
     any position hook, so every scheme sees the same keys as without a cache. `segments`

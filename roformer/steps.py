@@ -69,7 +69,10 @@ def train_step(state, batch, dropout_seed, *, graphdef, tx, schedule, task, labe
     (grads, sums), _ = jax.lax.scan(accumulate, zeros, (jnp.arange(grad_accum_steps), micros))
   weight = jnp.maximum(sums['weight'], 1.0)
   grads = jax.tree.map(lambda g: g / weight, grads)
-  grad_norm = optax.global_norm(grads)
+  # The loss's gradients: a sign-descent Param's (a choice bias's load errors, roformer/moe.py)
+  # is not one, and would dominate the norm.
+  grad_norm = optax.global_norm([g[...] for g in jax.tree.leaves(
+      grads, is_leaf=variables.is_variable) if not variables.sign_descends(g)])
   # A non-finite loss or gradient never reaches the state: that step leaves it unchanged, and
   # the loop stops or counts it (config.train.on_nonfinite). A `lax.cond` rather than a
   # `where` per leaf: selecting between the new and the old state makes XLA copy every donated

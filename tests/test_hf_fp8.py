@@ -75,5 +75,34 @@ def test_scales_of_another_grid_or_without_their_weight_are_a_damaged_file(tmp_p
   path = tmp_path / 'cut.safetensors'
   _safetensors(path, {'w': ('F8_E4M3', (2, 2), bytes(4))})
   path.write_bytes(path.read_bytes()[:-1])  # One byte short.
-  with pytest.raises(errors.DamagedFileError, match='tensor w .F8_E4M3, bytes 0-4. cannot be'):
+  with pytest.raises(errors.DamagedFileError,
+                     match=r'tensor w .F8_E4M3 \[2, 2\], bytes 0-4. cannot'):
+    hf_fp8.read(path)
+
+
+def test_e8m0_scales_are_powers_of_two_stored_as_float8_or_as_bytes(tmp_path):
+  """An E8M0 scale byte b is 2^(b - 127), whether the file types it float8_e8m0fnu or uint8 (as
+  transformers' dequantization reads a byte scale); other bytes stay integers."""
+  path = tmp_path / 'model.safetensors'
+  _safetensors(path, {
+      'a.weight': ('F8_E4M3', (1, 2), bytes([0x38, 0x40])),
+      'a.weight_scale_inv': ('F8_E8M0', (1, 1), bytes([0x80])),
+      'b.weight': ('F8_E4M3', (1, 2), bytes([0x38, 0x40])),
+      'b.weight_scale_inv': ('U8', (1, 1), bytes([0x7E])),
+      'ids': ('U8', (2,), bytes([3, 200]))})
+  got = hf_fp8.read(path)
+  assert got['a.weight_scale_inv'].item() == 2.0 and got['b.weight_scale_inv'].item() == 0.5
+  np.testing.assert_array_equal(got['ids'], [3, 200])
+  weights = hf_fp8.dequantized(got, (2, 2), 'c')
+  np.testing.assert_array_equal(weights['a.weight'], [[2, 4]])
+  np.testing.assert_array_equal(weights['b.weight'], [[0.5, 1]])
+
+
+def test_an_unknown_dtype_or_a_short_tensor_is_one_line(tmp_path):
+  path = tmp_path / 'model.safetensors'
+  _safetensors(path, {'w': ('F8_E4M3', (1,), bytes([0x38])), 'c': ('C64', (1,), bytes(8))})
+  with pytest.raises(errors.ConfigError, match="tensor c is C64, a type this project"):
+    hf_fp8.read(path)
+  _safetensors(path, {'w': ('F8_E4M3', (2, 2), bytes(3))})  # 3 bytes for 4 values.
+  with pytest.raises(errors.DamagedFileError, match=r'tensor w \(F8_E4M3 \[2, 2\], bytes 0-3\)'):
     hf_fp8.read(path)

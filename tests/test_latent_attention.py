@@ -144,8 +144,14 @@ def test_flops_count_the_latent_projections_and_the_values_width():
     ({'attention.output_gate': True}, 'config.model.attention.output_gate, which acts on the '
                                       'values'),
     ({'attention.differential': True}, 'config.model.attention.differential, which acts'),
-    ({'mla.kv_rank': 0}, 'config.model.mla.q_rank')])
+    ({'mla.kv_rank': 0}, 'config.model.mla.q_rank'),
+    ({'mla.rope_dim': 0}, 'config.model.mla.rope_dim=0 gives no key dimensions'),
+    ({'position.rope.rotate_values': True}, 'which the rotated values'),
+    ({'attention_impl': 'pallas'}, "which the attention_impl='pallas'"),
+    ({'position.kind': 'shaw'}, "which the position kind 'shaw'")])
 def test_bad_latent_attention_is_refused_naming_the_field(fields, named):
+  """Before anything is built: among them the schemes and kernels that take values as wide as
+  the keys (here 6 against 12), and RoPE without shared key dimensions to rotate."""
   config = _config()
   kinds.set_fields(config.model, fields)
   with pytest.raises(errors.ConfigError, match=re.escape(named)):
@@ -155,8 +161,8 @@ def test_bad_latent_attention_is_refused_naming_the_field(fields, named):
 def test_the_deepseek_preset_is_latent_attention_with_a_dense_first_layer_and_its_mixture():
   """configs/lm.py:deepseek: every layer's attention from its latents, RoPE on the rope_dim
   shared dimensions, the first layer's MLP dense and three times an expert's width, the others
-  DeepSeek-V3's mixture; a scanned stack (no period shorter than the depth) gives the loop's
-  logits."""
+  DeepSeek-V3's mixture; a scanned stack (the dense layer before a scan of the others) gives the
+  loop's logits."""
   from configs import lm  # pylint: disable=import-outside-toplevel
   from roformer import layers  # pylint: disable=import-outside-toplevel
   from roformer import moe  # pylint: disable=import-outside-toplevel
@@ -174,5 +180,6 @@ def test_the_deepseek_preset_is_latent_attention_with_a_dense_first_layer_and_it
   pos, seg = jnp.broadcast_to(jnp.arange(8), (2, 8)), jnp.ones((2, 8), jnp.int32)
   cfg.model.scan_layers = True
   scanned = models.create(cfg.model, seed=0)
+  assert (scanned.blocks.first, scanned.blocks.period) == (1, 1)
   np.testing.assert_allclose(scanned(tokens, pos, seg), model(tokens, pos, seg), rtol=1e-5,
                              atol=1e-5)

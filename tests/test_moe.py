@@ -457,7 +457,8 @@ def test_the_choice_bias_moves_by_its_rate_against_each_experts_load_outside_ada
   at 0.5, so it chooses expert 0 (its bias) and expert 1 (the lower index of the ties), loads
   [T, T, 0, 0] against a mean of T / 2: one train step at rate 0.01 moves the bias by
   0.01 [-1, -1, 1, 1] in every layer (DeepSeek-V3's rule), and every other parameter as at rate
-  0, where the bias is held (its signal reaches neither the clipping nor AdamW)."""
+  0, where the bias is held (its signal reaches neither the clipping nor AdamW, nor the logged
+  gradient norm)."""
   from roformer import optim  # pylint: disable=import-outside-toplevel
   from roformer import variables  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(5)
@@ -477,11 +478,12 @@ def test_the_choice_bias_moves_by_its_rate_against_each_experts_load_outside_ada
     tx = optim.make_optimizer(config.train, moe.choice_bias_rate(config.model))
     state = {'params': params, 'opt_state': tx.init(variables.trainable(params)[0]),
              'step': jnp.int32(0)}
-    new, _ = steps.train_step(state, batch, 0, graphdef=graphdef, tx=tx,
-                              schedule=optim.make_schedule(config.train),
-                              task=tasks.for_config(config), label_smoothing=0.0)
-    return nnx.merge(graphdef, new['params'])
-  moved, held = step(0.01), step(0.0)
+    new, metrics = steps.train_step(state, batch, 0, graphdef=graphdef, tx=tx,
+                                    schedule=optim.make_schedule(config.train),
+                                    task=tasks.for_config(config), label_smoothing=0.0)
+    return nnx.merge(graphdef, new['params']), metrics['grad_norm']
+  (moved, norm), (held, held_norm) = step(0.01), step(0.0)
+  np.testing.assert_allclose(norm, held_norm, rtol=1e-6)  # The loss's gradients alone.
   for block, kept in zip(moved.blocks, held.blocks):
     np.testing.assert_allclose(block.mlp.choice_bias[...], [0.49, -0.01, 0.01, 0.01], rtol=1e-6)
     np.testing.assert_array_equal(kept.mlp.choice_bias[...], [0.5, 0, 0, 0])

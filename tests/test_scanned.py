@@ -112,6 +112,38 @@ def test_the_layouts_paths_by_hand():
   assert layout.stacked_sources('params/ln_final/scale') is None
 
 
+def test_a_leading_run_of_layers_unlike_the_rest_runs_before_the_scan():
+  """A mixture whose first layer is dense (DeepSeek-V3's layout) scans its 4 sparse layers with
+  a period of 1 after that layer (2 blocks compiled, not 5): the loop's outputs and auxiliary
+  losses, a cache as the full pass, and the per-block paths by hand (a head's layer is its own)."""
+  from roformer import auxiliary  # pylint: disable=import-outside-toplevel
+  config = kinds.tiny_config('rope', num_layers=5, mlp='moe', activation='silu', biases='none')
+  config.model.moe.update(num_experts=4, dense_layers=(0,), dense_d_ff=24)
+  loop = models.create(config.model, seed=2)
+  config.model.scan_layers = True
+  scan = models.create(config.model, seed=2)
+  assert (scan.blocks.first, scan.blocks.period, scan.blocks.depth, len(scan.blocks.rest)) == (
+      1, 1, 4, 0)
+  pos, seg = jnp.broadcast_to(jnp.arange(10), (2, 10)), jnp.ones((2, 10), jnp.int32)
+  with auxiliary.collecting():
+    want, want_aux = auxiliary.total(lambda m: m(TOKENS[:, :10], pos, seg), loop)
+    got, got_aux = auxiliary.total(lambda m: m(TOKENS[:, :10], pos, seg), scan)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got_aux, want_aux, rtol=1e-5)
+  kinds.assert_decoding_equals_full_pass(scan, TOKENS[:, :10], (4, 1, 5))
+  layout = models.layout(scan)
+  assert layout.layer_source('params/blocks/0/mlp/up/kernel') == (
+      'params/blocks/head/0/mlp/up/kernel', None)
+  assert layout.layer_source('params/blocks/3/mlp/router') == (
+      'params/blocks/stacked/0/mlp/router', 2)
+  assert layout.stacked_sources('params/blocks/head/0/x') == 'params/blocks/0/x'
+  assert layout.stacked_sources('params/blocks/stacked/0/x') == [
+      f'params/blocks/{i}/x' for i in range(1, 5)]
+  back = layout.to_stacked(layout.to_layers(nnx.state(scan), nnx.state(loop)), nnx.state(scan))
+  for path, value in _flat(nnx.state(scan)).items():
+    np.testing.assert_array_equal(_flat(back)[path], value, err_msg=path)
+
+
 def test_the_optimizer_state_converts_both_ways():
   """A train state's parameters and AdamW moments go to the per-block layout and back
   unchanged."""

@@ -52,7 +52,8 @@ from roformer.positions.remap import relative_distances
 from roformer.positions.rotary import (ROPE, Rotary, XPos, apply_rotary, check_remap_length,
                                        kept_pairs, layer_kinds_of, layer_remap,
                                        remapped_rope_logits, rope_layers, rotate_pairs,
-                                       rotation_problem, xpos_decay)
+                                       rotation_problem, values_rotated,
+                                       xpos_decay)
 from roformer.positions.scaling import (dynamic_frequencies, llama3_frequencies,
                                        longrope_frequencies, rope_frequencies,
                                        scaled_frequencies, yarn_ramp)

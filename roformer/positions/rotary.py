@@ -275,6 +275,13 @@ def rope_layers(model_cfg) -> tuple[bool, ...] | None:
   return tuple(s is Rotary for s in schemes)
 
 
+def values_rotated(model_cfg) -> bool:
+  """Whether a layer kind rotates the values too (rope.rotate_values)."""
+  return any('rope' in registry.scheme(k).fields()
+             for k in dict.fromkeys(registry.layer_kinds(model_cfg))) and bool(
+                 model_cfg.position.rope.rotate_values)
+
+
 def rotation_problem(model_cfg, dims: int, why: str) -> str | None:
   """Where a layer kind rotates by the rope options another number of dimensions of each head
   than `dims` (`why` says who needs that many), the error's line naming the fraction that
