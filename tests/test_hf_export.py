@@ -972,12 +972,23 @@ def _assert_llama_export_refused(fields: dict, message: str) -> None:
     ({**DEEPSEEK_V2, 'moe.renormalize': True}, "a mixture other than DeepSeek-V3's"),
     ({**DEEPSEEK_V2, 'moe.group_score': 'two_best'}, "a mixture other than DeepSeek-V3's"),
     ({**DEEPSEEK_V2, 'position.rope.layout': 'half'}, "RoPE on the halves with DeepSeek-V2's"),
+    ({**DEEPSEEK, 'biases': 'mlp'}, "biases='mlp' .DeepSeek-V3's class has none"),
     ({**DEEPSEEK, 'position.rope.scaling.kind': 'yarn', 'position.rope.scaling.factor': 2.0,
       'position.rope.scaling.original_length': 16, 'position.rope.scaling.ramp': 'index',
       'position.rope.scaling.attention_factor_dims': 'all'},
      "yarn's attention factor on every dimension of q and k .DeepSeek-V3's class")])
 def test_a_latent_attention_export_refuses_what_deepseeks_class_lacks(fields, why):
   _assert_llama_export_refused(fields, 'no transformers class computes this model: ' + why)
+
+
+@pytest.mark.parametrize('fields', [{'moe.choice_bias': True}, {'moe.groups': 2},
+                                    {'moe.routed_scale': 2.0}])
+def test_llama4s_routing_with_deepseeks_fields_is_refused(fields):
+  """Llama 4's class has no choice bias, groups or routed scale: its export refuses them
+  rather than writing a model that computes otherwise."""
+  _assert_llama_export_refused({**LLAMA4_MOE, **fields, 'moe.num_experts': 4},
+                               "no transformers class computes this model: a mixture other than "
+                               "Llama 4's")
 
 
 @pytest.mark.parametrize('arg,fields,why', [
