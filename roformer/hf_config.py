@@ -1,13 +1,13 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-five architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
+Thirty-eight architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
 each as the block components and position settings that compute what its transformers class
 computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 and 3, Gemma 2 and
 3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
 (GPT-NeoX, Phi, Cohere and Cohere 2, StableLM, StarCoder 2, Nemotron; GPT-2, GPT-J, BLOOM and MPT
 in roformer/hf_classic.py, Falcon in roformer/hf_falcon.py) and the mixtures of experts
-(roformer/hf_moe.py). docs/hf_checkpoints.md says, family by family, which field of the file
+(roformer/hf_moe.py; DeepSeek-V2's and V3's latent attention in roformer/hf_deepseek.py). docs/hf_checkpoints.md says, family by family, which field of the file
 becomes which field here and what is refused. A `head_dim` other than hidden_size /
 num_attention_heads is `model.head_dim` where the class reads it. Both forms of the rotary
 settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed

@@ -326,8 +326,9 @@ _SLOW = pytest.mark.slow
                                              ('llama', GLM4, 'Glm4ForCausalLM'),
                                              ('llama', GLM_LONGROPE, 'GlmForCausalLM'),
                                              # One base given per layer: the export's.
-                                             ('llama', dict(GLM4, layer_rope_bases=(500.0,)),
-                                              'Glm4ForCausalLM'),
+                                             pytest.param(
+                                                 'llama', dict(GLM4, layer_rope_bases=(500.0,)),
+                                                 'Glm4ForCausalLM', marks=_SLOW),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
@@ -355,15 +356,18 @@ _SLOW = pytest.mark.slow
                                              ('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
-                                             # The fixtures qwen2_moe_dense_layers_yarn and
-                                             # deepseek_v3_mla_yarn take these paths out.
+                                             # The fixtures qwen2_moe_dense_layers_yarn,
+                                             # deepseek_v3_mla_yarn and
+                                             # glm4_moe_partial_qk_norm_yarn take these and
+                                             # GLM-4.5's paths out.
                                              pytest.param('llama', QWEN3_MOE_DENSE,
                                                           'Qwen3MoeForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK, 'DeepseekV3ForCausalLM'),
                                              ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
                                              pytest.param('llama', DEEPSEEK_SCALED,
                                                           'DeepseekV3ForCausalLM', marks=_SLOW),
-                                             ('llama', GLM4_MOE, 'Glm4MoeForCausalLM'),
+                                             pytest.param('llama', GLM4_MOE,
+                                                          'Glm4MoeForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
