@@ -101,9 +101,8 @@ def deepseek(config):
   mixture: 2 of 8 experts chosen by their sigmoid scores plus the choice bias within the best 2
   of 4 groups, renormalized and times 2.5, beside an ungated shared expert, each a third as wide
   as Llama's MLP, so that a token's three experts have about its parameters; the choice bias
-  balances the loads as DeepSeek-V3's (moved by 0.001 a step), beside a balancing loss at
-  0.0001, as DeepSeek-V3's complementary one is small (that one is per sequence and over its
-  normalized sigmoid scores; this one, Switch Transformer's, over the batch and the softmax)."""
+  balances the loads as DeepSeek-V3's (moved by 0.001 a step), beside its complementary
+  sequence-wise balancing loss at 0.0001 over the normalized sigmoid scores."""
   llama(config)
   m = config.model
   width = m.d_model // m.num_heads
@@ -113,7 +112,8 @@ def deepseek(config):
   config.model.position.rope.update(fraction=0.25, layout='interleaved')
   config.model.moe.update(num_experts=8, experts_per_token=2, router='sigmoid',
                           renormalize=True, choice_bias=True, choice_bias_rate=0.001,
-                          balance_loss=0.0001,
+                          balance_loss=0.0001, balance_over='sequence',
+                          balance_scores='normalized',
                           groups=4, groups_per_token=2, routed_scale=2.5, shared_d_ff=m.d_ff, shared_gate=False,
                           dense_layers=(0,), dense_d_ff=3 * m.d_ff)
   return config

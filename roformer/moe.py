@@ -54,6 +54,8 @@ from roformer.specs import Bool, Float, Int, Seq, Str
 IMPLEMENTATIONS = ('dense', 'ragged')
 ROUTERS = ('softmax', 'sigmoid')
 GROUP_SCORES = ('two_best', 'best')
+BALANCE_OVER = ('batch', 'sequence')
+BALANCE_SCORES = ('softmax', 'normalized')
 
 # config.model.moe (read by models with model.mlp='moe').
 FIELDS = {
@@ -68,6 +70,12 @@ FIELDS = {
     # Training only: the load-balancing loss's and the router z-loss's coefficients.
     'balance_loss': Float(0, 1e3, default=0.01),
     'router_z_loss': Float(0, 1e3, default=0.0),
+    # Training only: the balancing loss over the batch's tokens at once (Switch Transformer's),
+    # or over each row's, averaged over the rows (DeepSeek-V3's sequence-wise one); its P_e the
+    # softmax of the logits, or the router's scores normalized to sum to 1 (DeepSeek-V3's, with
+    # router='sigmoid').
+    'balance_over': Str(BALANCE_OVER, default='batch'),
+    'balance_scores': Str(BALANCE_SCORES, default='softmax'),
     # 'dense' (every expert on every token) or 'ragged' (jax.lax.ragged_dot): the same outputs.
     'impl': Str(IMPLEMENTATIONS, default='dense'),
     # A bias on the router's logits and on each expert's projections (gpt-oss).
@@ -130,6 +138,10 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   if o.dense_d_ff and not dense:
     return (f'config.model.moe.dense_d_ff={o.dense_d_ff} is the width of the dense layers, and '
             'moe.dense_layers names none. Fix: set moe.dense_layers, or leave dense_d_ff at 0.')
+  if o.balance_scores == 'normalized' and o.router != 'sigmoid':
+    return ("config.model.moe.balance_scores='normalized' normalizes the sigmoid router's scores; "
+            "the softmax's already sum to 1. Fix: --config.model.moe.router=sigmoid, or "
+            "balance_scores='softmax'.")
   if o.choice_bias_rate and not o.choice_bias:
     return (f'config.model.moe.choice_bias_rate={o.choice_bias_rate} moves the choice bias, and '
             'the mixture has none. Fix: --config.model.moe.choice_bias=True, or a rate of 0.')
@@ -248,6 +260,7 @@ class MixtureOfExperts(nnx.Module):
     self.limit, self.alpha = float(o.swiglu_limit), float(o.swiglu_alpha)
     self.router_kind, self.weight_inputs = o.router, bool(o.weight_inputs)
     self.groups, self.groups_per_token = int(o.groups), int(o.groups_per_token)
+    self.balance_over, self.balance_scores = o.balance_over, o.balance_scores
     self.group_score = o.group_score
     self.routed_scale = float(o.routed_scale)
 
@@ -287,7 +300,8 @@ class MixtureOfExperts(nnx.Module):
                                    choice_bias, self.groups, self.groups_per_token,
                                    self.routed_scale, self.group_score)
     if auxiliary.active():
-      aux = self.balance_loss * balance(probs, chosen) if self.balance_loss else 0.0
+      aux = self.balance_loss * self._balance(logits, probs, chosen, shape) if (
+          self.balance_loss) else 0.0
       if self.router_z_loss:
         aux += self.router_z_loss * jnp.mean(jax.nn.logsumexp(logits, axis=-1) ** 2)
       if self.choice_bias_rate:
@@ -301,6 +315,17 @@ class MixtureOfExperts(nnx.Module):
         shared = shared * jax.nn.sigmoid(tokens.astype(jnp.float32) @ self.shared_gate[...])
       out = out + shared
     return out.astype(self.dtype).reshape(shape)
+
+  def _balance(self, logits, probs, chosen, shape):
+    """The balancing loss's E sum_e f_e P_e over the batch, or each row's averaged over the
+    rows (`balance_over`), P from `balance_scores`."""
+    if self.balance_scores == 'normalized':
+      scores = jax.nn.sigmoid(logits)
+      probs = scores / scores.sum(-1, keepdims=True)
+    if self.balance_over == 'batch':
+      return balance(probs, chosen)
+    rows = lambda a: a.reshape(-1, shape[-2], a.shape[-1])  # [rows, length, .]
+    return jnp.mean(jax.vmap(balance)(rows(probs), rows(chosen)))
 
   def _weights(self):
     return (self.gate[...].astype(self.dtype), self.up[...].astype(self.dtype),

@@ -291,6 +291,7 @@ def test_flops_count_the_router_and_k_experts():
     (dict(moe=dict(swiglu_alpha=2.0)), 'config.model.moe.swiglu_alpha'),
     (dict(moe=dict(groups=3)), 'config.model.moe.groups=3 does not split'),
     (dict(moe=dict(choice_bias_rate=0.001)), 'config.model.moe.choice_bias_rate=0.001 moves'),
+    (dict(moe=dict(balance_scores='normalized')), "balance_scores='normalized' normalizes"),
     (dict(moe=dict(groups_per_token=2)), 'config.model.moe.groups_per_token=2 and group_score'),
     (dict(moe=dict(group_score='best')), "group_score='best' are read only with groups"),
     (dict(moe=dict(num_experts=8, groups=4, groups_per_token=5)),
@@ -491,3 +492,25 @@ def test_the_choice_bias_moves_by_its_rate_against_each_experts_load_outside_ada
                        if 'choice_bias' not in jax.tree_util.keystr(path)]
   for a, b in zip(without(moved), without(held)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+
+
+def test_the_sequence_wise_balance_is_each_rows_over_its_normalized_scores_averaged():
+  """DeepSeek-V3's complementary loss: per row, E sum_e f_e P_e with f_e its (token, slot) pairs
+  on e per token and P_e the mean of the sigmoid scores normalized to sum to 1, averaged over the
+  rows; in float64 from the layer's router."""
+  cfg = _cfg(router='sigmoid', renormalize=True, balance_loss=1.0, balance_over='sequence',
+             balance_scores='normalized')
+  layer = _layer(cfg, seed=4)
+  scores = 1 / (1 + np.exp(-(X @ np.asarray(layer.router[...], np.float64))))  # [2, 7, 5]
+  want = []
+  for row in scores:
+    top = np.argsort(-row, -1)[:, :2]
+    share = np.stack([np.bincount(t, minlength=5) for t in top]).mean(0)
+    want.append(5 * np.sum(share * (row / row.sum(-1, keepdims=True)).mean(0)))
+  with auxiliary.collecting():
+    _, aux = auxiliary.total(lambda m: m(jnp.asarray(X, jnp.float32)), layer)
+  np.testing.assert_allclose(aux, np.mean(want), rtol=1e-5)
+  batch = 5 * np.sum(np.stack([np.bincount(t, minlength=5) for t in np.argsort(
+      -scores.reshape(-1, 5), -1)[:, :2]]).mean(0) * (scores / scores.sum(-1, keepdims=True)
+                                                      ).reshape(-1, 5).mean(0))
+  assert abs(np.mean(want) - batch) > 1e-4  # The rows' mean is not the batch's.
