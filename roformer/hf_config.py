@@ -7,7 +7,8 @@ computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 an
 3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
 (GPT-NeoX, Phi, Cohere and Cohere 2, StableLM, StarCoder 2, Nemotron; GPT-2, GPT-J, BLOOM and MPT
 in roformer/hf_classic.py, Falcon in roformer/hf_falcon.py) and the mixtures of experts
-(roformer/hf_moe.py; DeepSeek-V2's and V3's latent attention in roformer/hf_deepseek.py). docs/hf_checkpoints.md says, family by family, which field of the file
+(roformer/hf_moe.py; DeepSeek-V2's and V3's latent attention in
+roformer/hf_deepseek.py). docs/hf_checkpoints.md says, family by family, which field of the file
 becomes which field here and what is refused. A `head_dim` other than hidden_size /
 num_attention_heads is `model.head_dim` where the class reads it. Both forms of the rotary
 settings that the Hub holds are read: transformers 4's `rope_theta` beside `rope_scaling` (keyed
@@ -568,8 +569,8 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  # Cohere, GLM and Llama 4 rotate interleaved pairs (x_2i, x_2i+1), DeepSeek-V3 where
-  # rope_interleave, the others the halves.
+  # Cohere, GLM, Llama 4 and DeepSeek-V2 rotate interleaved pairs (x_2i, x_2i+1), DeepSeek-V3
+  # where rope_interleave, the others the halves.
   interleaved = fam in COHERE + GLM + ('llama4',) or (
       fam == hf_deepseek.FAMILY and _read(hf, 'rope_interleave', True)) or (
       fam == hf_deepseek.FAMILY_V2)

@@ -22,9 +22,9 @@ pairs always, and routes by the softmax: each token's k most probable experts (`
 `routed_scaling_factor`, not renormalized (its `norm_topk_prob` is unread), beside the shared
 expert. roformer/hf_config.py reads the rest as
 the Llama family's and roformer/hf_moe.py the experts; this module holds the attention's fields
-and tensors and the export's rules. The multi-token prediction layers that DeepSeek's own
-checkpoints keep after the last layer (`num_nextn_predict_layers`) are not read, as transformers
-does not read them.
+and tensors and the export's rules. The multi-token prediction layer that DeepSeek-V3's and
+GLM-4.5's checkpoints keep after the last (`num_nextn_predict_layers` 1, as on the Hub) is not
+read, as transformers does not read it; more such layers are tensors the import refuses.
 """
 
 import math
@@ -63,6 +63,10 @@ def model_fields(hf: dict, heads: int, where: str) -> dict:
   if _read(hf, 'attention_bias', False):
     raise errors.ConfigError(f'{where}: attention_bias, which this project\'s latent attention '
                              'does not have. Fix: a checkpoint without it (as those on the Hub).')
+  if _read(hf, 'mlp_bias', False):
+    raise errors.ConfigError(f"{where}: mlp_bias, biases of DeepSeek-V2's dense MLPs and shared "
+                             'experts, which this project does not read beside its experts. '
+                             'Fix: a checkpoint without it (as those on the Hub).')
   q_rank = _read(hf, 'q_lora_rank', 1536)
   del width  # model.head_dim, set with the other families' (roformer/hf_config.py).
   return {'mla': {
@@ -150,8 +154,8 @@ def family(m) -> str:
 
 
 def routing_config(m) -> dict:
-  """The config.json fields of DeepSeek-V3's mixture (DeepSeek-V3's and GLM-4.5's classes);
-  a dense model's settings are unread."""
+  """The config.json fields of DeepSeek-V3's mixture (DeepSeek-V3's and GLM-4.5's classes) or
+  DeepSeek-V2's (its topk_method); a dense model's settings are unread."""
   r, sparse = m.moe, m.mlp == 'moe'
   fields = {'first_k_dense_replace': len(r.dense_layers) if sparse else m.num_layers,
             'intermediate_size': moe.dense_width(m) if sparse else m.d_ff,

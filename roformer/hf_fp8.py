@@ -3,7 +3,8 @@ transformers' fine-grained FP8, as the Hub's DeepSeek-V3 and R1, Kimi K2 and Qwe
 checkpoints are saved), expanded exactly to float32.
 
 Each quantized linear layer stores its weight W [out, in] in float8 (e4m3) beside
-`weight_scale_inv` [ceil(out / b_0), ceil(in / b_1)] for blocks of `weight_block_size` (b_0, b_1):
+`weight_scale_inv` [ceil(out / b_0), ceil(in / b_1)] for blocks of `weight_block_size`
+(b_0, b_1):
 W = fp8 value times its block's scale (float32, or E8M0 exponents, 2^(byte - 127), stored as
 float8_e8m0fnu or as bytes), which this module computes in float32, the product transformers'
 dequantization computes. A grid of partial blocks at the edges (ceil) is the FP8 kernels'
@@ -71,12 +72,17 @@ def read(path) -> dict[str, np.ndarray]:
       raise errors.DamagedFileError(f'{path}: tensor {name} ({entry.get("dtype")} {list(shape)}, '
                                     f'bytes {begin}-{end}) cannot be read. Fix: download it '
                                     'again.')
-    array = np.asarray(data[start + begin:start + end]).view(dtype).reshape(shape)
-    if name.endswith(SCALE) and dtype == np.uint8:  # E8M0 exponents as bytes: 2^(b - 127).
-      out[name] = np.exp2(array.astype(np.float32) - 127.0)
-    else:
-      out[name] = array.astype(np.float32)
+    out[name] = as_float32(name, np.asarray(data[start + begin:start + end]).view(dtype)
+                           .reshape(shape))
   return out
+
+
+def as_float32(name: str, array: np.ndarray) -> np.ndarray:
+  """A tensor of a checkpoint as float32: block scales stored as bytes are E8M0 exponents,
+  2^(b - 127), as transformers' dequantization reads them; any other tensor its value."""
+  if name.endswith(SCALE) and array.dtype == np.uint8:
+    return np.exp2(array.astype(np.float32) - 127.0)
+  return array.astype(np.float32)
 
 
 def quantized_blocks(hf: dict, where: str) -> tuple[int, int] | None:
@@ -113,9 +119,11 @@ def dequantized(tensors: dict, block: tuple[int, int], where: str) -> dict:
       rows, cols = array.shape[-2:]
       want = array.shape[:-2] + (math.ceil(rows / block[0]), math.ceil(cols / block[1]))
       if scales.shape != want:
-        raise errors.DamagedFileError(
+        raise errors.ConfigError(
             f'{where}: {name + SCALE} has shape {scales.shape}, where {name} {array.shape} in '
-            f'blocks of {list(block)} has {want}. Fix: download the checkpoint again.')
+            f'blocks of {list(block)} (weight_block_size) has {want}: blocks of another size, '
+            'which this project does not read (one block size for every weight), or a damaged '
+            'file. Fix: the unquantized checkpoint, or download it again.')
       grown = np.repeat(np.repeat(scales, block[0], axis=-2), block[1], axis=-1)
       array = array * grown[..., :rows, :cols]
     out[name] = array

@@ -44,7 +44,7 @@ _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'llama4': (16, 1, 'intermediate_size', 8192, 0.001),
              'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001),
              'glm4_moe': (128, 8, 'moe_intermediate_size', 1408, 0.001),
-             'deepseek_v2': (64, 6, 'moe_intermediate_size', 1407, 0.001)}
+             'deepseek_v2': (64, None, 'moe_intermediate_size', 1407, 0.001)}  # k: given.
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
 _NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
@@ -230,10 +230,11 @@ def export_family(m) -> str:
         "with Llama 4's whole routing (moe.router='sigmoid'), or DeepSeek-V3's (GLM-4.5).")
   elif m.moe.choice_bias or m.moe.groups > 1 or m.moe.routed_scale != 1:
     raise errors.ConfigError(
-        'no transformers class computes this model: a mixture of experts with DeepSeek-V3\'s '
-        'choice bias, groups or routed scale (moe.choice_bias, groups, routed_scale) and the '
-        "softmax router; Glm4MoeForCausalLM would be the nearest (sigmoid scores). Fix: export "
-        "a mixture without them, or with moe.router='sigmoid'.")
+        'no transformers class computes this model: a mixture of experts with DeepSeek\'s '
+        'choice bias, groups or routed scale (moe.choice_bias, groups, routed_scale) without '
+        "latent attention; DeepseekV2ForCausalLM would be the nearest with model.mla, or "
+        "Glm4MoeForCausalLM with sigmoid scores. Fix: export a mixture without them, with "
+        "moe.router='sigmoid' (GLM-4.5), or train with model.mla (DeepSeek-V2).")
   elif hf_gpt_oss.sink_option(m) or m.moe.swiglu_limit or m.moe.biases:  # gpt-oss's alone.
     fam, why = hf_gpt_oss.FAMILY, hf_gpt_oss.export_refusal(m, windows)
     others = [o.field for o in options if not o.adds_sink]

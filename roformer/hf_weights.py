@@ -65,7 +65,7 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
     if not (np.issubdtype(array.dtype, np.floating) or array.dtype.name == 'bfloat16' or
             np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_):  # Masks.
       raise errors.ConfigError(f'{path}: tensor {name} has unsupported dtype {array.dtype}.')
-    out[name] = array.astype(np.float32)
+    out[name] = hf_fp8.as_float32(name, array)
   return out
 
 

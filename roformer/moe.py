@@ -152,7 +152,7 @@ def validate(model_cfg, mlp_bias: bool) -> str | None:
   if o.num_experts % o.groups or (o.groups > 1 and o.num_experts // o.groups < smallest):
     return (f'config.model.moe.groups={o.groups} does not split num_experts={o.num_experts} '
             f'into groups of at least {smallest} (group_score={o.group_score!r}). Fix: a divisor '
-            'of num_experts, or 1.')
+            f'of num_experts leaving {smallest} or more in each, or 1.')
   if o.groups == 1 and (o.groups_per_token != 1 or o.group_score != 'two_best'):
     return (f'config.model.moe.groups_per_token={o.groups_per_token} and group_score='
             f'{o.group_score!r} are read only with groups (moe.groups > 1), and groups is 1. '

@@ -412,6 +412,12 @@ def test_mxfp4_bytes_decode_to_their_values():
      (), 'no_rope_layer_interval is 0, where transformers reads a positive integer'),
     ('qwen3_yarn_wide_heads', lambda c: c.update(num_hidden_layers=3), (),
      "lacks the tensor 'model.layers.2.input_layernorm.weight'"),
+    ('deepseek_v2_groups_yarn', lambda c: c.update(mlp_bias=True), (),
+     "mlp_bias, biases of DeepSeek-V2's dense MLPs"),
+    ('deepseek_v2_groups_yarn', lambda c: c.pop('num_experts_per_tok'), (),
+     'num_experts_per_tok is None, where transformers reads an integer'),
+    ('deepseek_v2_groups_yarn', lambda c: c.update(topk_method='noaux_tc'), (),
+     "topk_method 'noaux_tc', which DeepSeek-V2's class does not compute"),
 ])
 def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
                                                                message):

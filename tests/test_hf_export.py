@@ -944,8 +944,8 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**MIXTRAL, **DENSE_LAYERS}, r'dense layers between the sparse ones \(moe.dense_layers '
                                   r'\(0,\)\), .*; MixtralForCausalLM'),
     ({**OLMOE, **DENSE_LAYERS}, 'dense layers between the sparse ones .*; OlmoeForCausalLM'),
-    ({**MOE, 'moe.groups': 2}, "DeepSeek-V3's choice bias, groups or routed scale .* "
-                               'Glm4MoeForCausalLM would be the nearest'),
+    ({**MOE, 'moe.groups': 2}, "DeepSeek's choice bias, groups or routed scale .* "
+                               'DeepseekV2ForCausalLM would be the nearest with model.mla'),
     ({**GLM4_MOE, 'layer_windows': (8,)}, 'windows; Glm4MoeForCausalLM would be the nearest'),
     ({**GLM4_MOE, 'biases': 'attention'}, "biases='attention'; Glm4MoeForCausalLM"),
     ({**GLM4_MOE, 'attention.qk_norm_over': 'heads'},

@@ -68,7 +68,7 @@ def test_fp8_settings_this_project_does_not_read_are_refused(quantization, named
 
 def test_scales_of_another_grid_or_without_their_weight_are_a_damaged_file(tmp_path):
   weight = np.ones((4, 4))
-  with pytest.raises(errors.DamagedFileError, match=r'a.weight_scale_inv has shape \(1, 1\)'):
+  with pytest.raises(errors.ConfigError, match=r'a.weight_scale_inv has shape \(1, 1\)'):
     hf_fp8.dequantized({'a.weight': weight, 'a.weight_scale_inv': np.ones((1, 1))}, (2, 2), 'c')
   with pytest.raises(errors.DamagedFileError, match='block scales without their weight'):
     hf_fp8.dequantized({'b.weight_scale_inv': np.ones((1, 1))}, (2, 2), 'c')
@@ -106,3 +106,15 @@ def test_an_unknown_dtype_or_a_short_tensor_is_one_line(tmp_path):
   _safetensors(path, {'w': ('F8_E4M3', (2, 2), bytes(3))})  # 3 bytes for 4 values.
   with pytest.raises(errors.DamagedFileError, match=r'tensor w \(F8_E4M3 \[2, 2\], bytes 0-3\)'):
     hf_fp8.read(path)
+
+
+def test_byte_scales_in_a_file_without_float8_are_still_exponents(tmp_path):
+  """A shard holding only some layers' byte scales (their float8 weights in another file) reads
+  them as 2^(b - 127) too, through the safetensors package's reader."""
+  from roformer import hf_weights  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'model-00002-of-00002.safetensors'
+  _safetensors(path, {'l.weight_scale_inv': ('U8', (1, 1), bytes([120])),
+                      'norm.weight': ('F32', (1,), struct.pack('<f', 1.5))})
+  assert not hf_fp8.holds_float8(path)
+  got = hf_weights.read_safetensors(path)
+  assert got['l.weight_scale_inv'].item() == 2.0 ** -7 and got['norm.weight'].item() == 1.5
