@@ -63,7 +63,8 @@ def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
               for o in attention_options.enabled(att))
   mlp = layers.MLPS[model_cfg.mlp].flops(model_cfg)
   projections = (latent_attention.projection_flops(model_cfg)
-                 if latent_attention.enabled(model_cfg) else 2 * d * (h + 2 * g) * e + 2 * h * e * d)
+                 if latent_attention.enabled(model_cfg)
+                 else 2 * d * (h + 2 * g) * e + 2 * h * e * d)
   return (projections + extra + mlp
           + attention_flops_per_token(model_cfg, seq_len, causal))
 

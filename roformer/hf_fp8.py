@@ -1,18 +1,17 @@
 """Checkpoints stored in block-scaled FP8 (`quantization_config` with `quant_method: fp8`:
 transformers' fine-grained FP8, as the Hub's DeepSeek-V3 and R1, Kimi K2 and Qwen3 "-FP8"
-checkpoints are saved), expanded exactly to float32.
+checkpoints are saved), expanded to float32.
 
-Each quantized linear layer stores its weight W [out, in] in float8 (e4m3) beside
-`weight_scale_inv` [ceil(out / b_0), ceil(in / b_1)] for blocks of `weight_block_size`
-(b_0, b_1):
-W = fp8 value times its block's scale (float32, or E8M0 exponents, 2^(byte - 127), stored as
-float8_e8m0fnu or as bytes), which this module computes in float32, the product transformers'
-dequantization computes. A grid of partial blocks at the edges (ceil) is the FP8 kernels'
-semantics; transformers' dequantization refuses such a grid, so no fixture checks that case
-against it (a unit test checks it element by element). transformers' FP8 kernels also quantize each layer's input to FP8 as
-they run ('dynamic' activations); the float32 model read here does not, as transformers computes it
-with `dequantize=True` (on a CPU, the only way it runs). A checkpoint whose activations carry
-stored scales ('static') is refused.
+Each quantized linear layer stores its weight W [out, in] in float8 (e4m3) beside `weight_scale_inv`
+[ceil(out / b_0), ceil(in / b_1)] for blocks of `weight_block_size` (b_0, b_1): W = fp8 value times
+its block's scale (float32, or E8M0 exponents, 2^(byte - 127), stored as float8_e8m0fnu or as
+bytes), which this module computes in float32, the product transformers' dequantization computes. A
+grid of partial blocks at the edges (ceil) is the FP8 kernels' semantics; transformers'
+dequantization refuses such a grid, so no fixture checks that case against it (a unit test checks it
+element by element). transformers' FP8 kernels also quantize each layer's input to FP8 as they run
+('dynamic' activations); the float32 model read here does not, as transformers computes it with
+`dequantize=True` (on a CPU, the only way it runs). A checkpoint whose activations carry stored
+scales ('static') is refused.
 
 The `safetensors` package's numpy reader (0.8.0) has no float8 type, so a file holding FP8 tensors
 is read here from its own layout: a little-endian 8-byte header length, the JSON header (each

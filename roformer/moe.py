@@ -2,24 +2,23 @@
 Qwen2-MoE's, Qwen3-MoE's, gpt-oss's, Llama 4's and DeepSeek-V3's sparse block.
 
 Each token's router logits r = x W_r (in float32, where transformers computes them in the
-activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give
-p = softmax(r) over `num_experts` experts; the token goes to its `experts_per_token` (k) most
-probable ones, weighted by their p (renormalized to sum to 1 where `renormalize`: Mixtral,
-Qwen3-MoE; as they are: OLMoE, Qwen2-MoE), and the block returns the weighted sum of those
-experts' gated MLPs down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff`
-(Qwen2-MoE) adds sigmoid(x w_s) times a gated MLP of its own, for every token. gpt-oss's experts
-(`biases`, `swiglu_limit` > 0) add a bias to the router's logits and to each projection, and
-clamp their SwiGLU: with g = min(gate_e x, c) and u = clip(up_e x, -c, c) for c = `swiglu_limit`,
-the hidden units are g sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`. Llama 4's
-(`router='sigmoid'`, `weight_inputs`, `shared_gate` false) weights each of its k experts by
-sigmoid(r_e) instead of the softmax, multiplies the expert's input by that weight rather than its
-output, and adds an ungated shared expert. DeepSeek-V3's (`router='sigmoid'` renormalized,
-`choice_bias`, `groups`, `routed_scale`, an ungated shared expert) chooses its k experts by
-sigmoid(r_e) + b_e among the best groups of experts, and weights them by their sigmoids
-renormalized, times a constant; with `choice_bias_rate` the bias follows DeepSeek-V3's
-auxiliary-loss-free balancing during training (`balancing`). The layers `dense_layers` have a dense gated MLP of width
-`dense_d_ff` in place of the mixture (Qwen MoE's `mlp_only_layers`, Llama 4 Maverick's
-alternate layers, DeepSeek's first layers).
+activations' dtype: a bfloat16 model may break a near tie between experts otherwise) give p =
+softmax(r) over `num_experts` experts; the token goes to its `experts_per_token` (k) most probable
+ones, weighted by their p (renormalized to sum to 1 where `renormalize`: Mixtral, Qwen3-MoE; as they
+are: OLMoE, Qwen2-MoE), and the block returns the weighted sum of those experts' gated MLPs
+down_e(act(gate_e x) * up_e x). A shared expert of width `shared_d_ff` (Qwen2-MoE) adds sigmoid(x
+w_s) times a gated MLP of its own, for every token. gpt-oss's experts (`biases`, `swiglu_limit` > 0)
+add a bias to the router's logits and to each projection, and clamp their SwiGLU: with g =
+min(gate_e x, c) and u = clip(up_e x, -c, c) for c = `swiglu_limit`, the hidden units are g
+sigmoid(alpha g) (u + 1), alpha = `swiglu_alpha`. Llama 4's (`router='sigmoid'`, `weight_inputs`,
+`shared_gate` false) weights each of its k experts by sigmoid(r_e) instead of the softmax,
+multiplies the expert's input by that weight rather than its output, and adds an ungated shared
+expert. DeepSeek-V3's (`router='sigmoid'` renormalized, `choice_bias`, `groups`, `routed_scale`, an
+ungated shared expert) chooses its k experts by sigmoid(r_e) + b_e among the best groups of experts,
+and weights them by their sigmoids renormalized, times a constant; with `choice_bias_rate` the bias
+follows DeepSeek-V3's auxiliary-loss-free balancing during training (`balancing`). The layers
+`dense_layers` have a dense gated MLP of width `dense_d_ff` in place of the mixture (Qwen MoE's
+`mlp_only_layers`, Llama 4 Maverick's alternate layers, DeepSeek's first layers).
 
 Two computations of the same function (`impl`):
 - 'dense': every expert on every token, the others weighted 0: num_experts / k times the
@@ -98,9 +97,10 @@ FIELDS = {
     'dense_d_ff': Int(0, 2**18, default=0),
     # DeepSeek-V3's routing (with router='sigmoid'): a per-expert bias added to the scores for
     # choosing the k experts alone, never to their weights (e_score_correction_bias; no gradient
-    # reaches it: choice_bias_rate moves it by the experts' loads); the experts split into `groups` groups, each token choosing among the
-    # experts of its `groups_per_token` best groups (a group's score: the sum of its two best);
-    # the k weights times `routed_scale` (routed_scaling_factor; not the shared expert's).
+    # reaches it: choice_bias_rate moves it by the experts' loads); the experts split into `groups`
+    # groups, each token choosing among the experts of its `groups_per_token` best groups (a group's
+    # score: the sum of its two best); the k weights times `routed_scale` (routed_scaling_factor;
+    # not the shared expert's).
     'choice_bias': Bool(default=False),
     # Training only: > 0, the choice bias moves by this step each training step, up for the
     # experts that took fewer (token, slot) pairs than the mean and down for those that took
