@@ -52,21 +52,34 @@ def _with_axes(module, change):
   return module
 
 
-def _period(graphdefs) -> int:
-  n = len(graphdefs)
-  return next(p for p in range(1, n + 1)
-              if all(graphdefs[i] == graphdefs[i - p] for i in range(p, n)))
+def _period(kinds) -> int:
+  n = len(kinds)
+  return next(p for p in range(1, n + 1) if all(kinds[i] == kinds[i - p] for i in range(p, n)))
+
+
+def _structures(blocks) -> list[int]:
+  """Each block's structure as a small integer (equal for equal graphdefs), so that the periods
+  compare integers, not graphs."""
+  seen, kinds = [], []
+  for block in blocks:
+    graphdef = nnx.graphdef(block)
+    index = next((i for i, g in enumerate(seen) if g == graphdef), None)
+    if index is None:
+      seen.append(graphdef)
+      index = len(seen) - 1
+    kinds.append(index)
+  return kinds
 
 
 def period(blocks) -> int:
   """The smallest p >= 1 such that every block has the structure of the block p before it."""
-  return _period([nnx.graphdef(block) for block in blocks])
+  return _period(_structures(blocks))
 
 
 def split(blocks) -> tuple[int, int]:
   """(h, p): the first h blocks run one by one, the others scan with period p (then their
   rest), h chosen to compile the fewest blocks, h + p + the rest (0 on a tie)."""
-  graphdefs = [nnx.graphdef(block) for block in blocks]
+  graphdefs = _structures(blocks)
   n = len(graphdefs)
   best = None
   for h in range(n):
