@@ -54,7 +54,7 @@ def head_dims(hf: dict, where: str) -> tuple[int, int]:
 
 def model_fields(hf: dict, heads: int, where: str) -> dict:
   """config.model's latent attention; what the class computes otherwise is refused."""
-  width, rope = head_dims(hf, where)
+  rope = head_dims(hf, where)[1]  # The width is model.head_dim (roformer/hf_config.py).
   if _read(hf, 'num_key_value_heads', heads) != heads:
     raise errors.ConfigError(
         f"{where}: num_key_value_heads {hf.get('num_key_value_heads')} with {heads} heads; "
@@ -68,7 +68,6 @@ def model_fields(hf: dict, heads: int, where: str) -> dict:
                              'experts, which this project does not read beside its experts. '
                              'Fix: a checkpoint without it (as those on the Hub).')
   q_rank = _read(hf, 'q_lora_rank', 1536)
-  del width  # model.head_dim, set with the other families' (roformer/hf_config.py).
   return {'mla': {
       'kv_rank': hf_fields.integer(hf, 'kv_lora_rank', 512, where),
       'q_rank': 0 if q_rank is None else hf_fields.integer(hf, 'q_lora_rank', 1536, where),
@@ -138,13 +137,13 @@ def routed(o, d_ff: int, router: str = 'sigmoid') -> bool:
   no choice bias, groups scored by their best): the scores weighting the experts' outputs, no
   biases or clamp, an ungated shared expert a whole number of experts wide (or none), the dense
   layers first."""
-  v2 = router == 'softmax' and not o.renormalize and not o.choice_bias and (
-      o.groups == 1 or o.group_score == 'best')
-  return ((o.router, o.weight_inputs, o.biases, o.swiglu_limit) == (router, False, False, 0)
-          and (router == 'sigmoid' or v2) and o.group_score == (
-              'best' if router == 'softmax' and o.groups > 1 else 'two_best')
-          and o.shared_d_ff % d_ff == 0 and not (o.shared_d_ff and o.shared_gate)
-          and tuple(o.dense_layers) == tuple(range(len(o.dense_layers))))
+  common = ((o.router, o.weight_inputs, o.biases, o.swiglu_limit) == (router, False, False, 0)
+            and o.shared_d_ff % d_ff == 0 and not (o.shared_d_ff and o.shared_gate)
+            and tuple(o.dense_layers) == tuple(range(len(o.dense_layers))))
+  if router == 'sigmoid':
+    return common and o.group_score == 'two_best'
+  return (common and not o.renormalize and not o.choice_bias
+          and (o.groups == 1 or o.group_score == 'best'))
 
 
 def family(m) -> str:
@@ -189,7 +188,7 @@ def read_attention(t, p: str, m) -> dict:
   return {'projections': proj, 'out': kernel('o_proj', (d, h * ev))}
 
 
-def write_attention(out: dict, p: str, attn: dict, m) -> None:
+def write_attention(out: dict, p: str, attn: dict) -> None:
   """A layer's latent attention as the class's tensors."""
   array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
   proj = attn['projections']
@@ -202,7 +201,6 @@ def write_attention(out: dict, p: str, attn: dict, m) -> None:
     if ours in proj:
       out[p + _ATTN + theirs + '.weight'] = array(proj[ours]['scale'])
   out[p + _ATTN + 'o_proj.weight'] = array(np.asarray(attn['out']['kernel']).T)
-  del m
 
 
 def export_refusal(m, options) -> str:

@@ -45,6 +45,9 @@ def header(path) -> tuple[dict, int]:
   except (OSError, ValueError, UnicodeDecodeError) as e:
     raise errors.DamagedFileError(f'{path} is not a complete .safetensors file ({e}). Fix: '
                                   'download it again.') from None
+  if not isinstance(head, dict):
+    raise errors.DamagedFileError(f'{path}: its header is not a table of tensors. Fix: download '
+                                  'it again.')
   head.pop('__metadata__', None)
   return head, 8 + size
 
@@ -60,6 +63,10 @@ def read(path) -> dict[str, np.ndarray]:
   data = np.memmap(path, dtype=np.uint8, mode='r')
   out = {}
   for name, entry in head.items():
+    if not (isinstance(entry, dict) and isinstance(entry.get('shape'), list)
+            and isinstance(entry.get('data_offsets'), list) and len(entry['data_offsets']) == 2):
+      raise errors.DamagedFileError(f'{path}: the header of tensor {name} is {entry!r}, not a '
+                                    'dtype, shape and data_offsets. Fix: download it again.')
     dtype = _DTYPES.get(entry.get('dtype'))
     if dtype is None:
       raise errors.ConfigError(f'{path}: tensor {name} is {entry.get("dtype")}, a type this '

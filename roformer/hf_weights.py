@@ -557,7 +557,7 @@ def from_params(params: dict, fam: str, m, logits_scale: float) -> dict[str, np.
     for ours, theirs in block_norms(fam, m):
       norm(p + theirs, of(b, ours))
     if fam in hf_deepseek.LATENT:
-      hf_deepseek.write_attention(out, p, b['attn'], m)
+      hf_deepseek.write_attention(out, p, b['attn'])
       hf_moe.write_mlp(out, p, b['mlp'], fam, m, i)
       continue
     qkv = {k: np.asarray(a, np.float32) for k, a in b['attn']['qkv'].items()}

@@ -226,6 +226,11 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
   return probs, chosen, weights * scale if scale != 1.0 else weights
 
 
+def loads(chosen: jax.Array, num_experts: int) -> jax.Array:
+  """Each expert's (token, slot) pairs among `chosen` [T, k]: [num_experts], float32."""
+  return jax.nn.one_hot(chosen, num_experts, dtype=jnp.float32).sum((0, 1))
+
+
 def balancing(bias: jax.Array, chosen: jax.Array) -> jax.Array:
   """A term of value 0 whose gradient with respect to the choice bias [E] is each expert's load
   (its (token, slot) pairs among `chosen` [T, k]) less the mean load: what DeepSeek-V3's rule
@@ -233,7 +238,7 @@ def balancing(bias: jax.Array, chosen: jax.Array) -> jax.Array:
   token of the batch, padding included, as the balancing loss does; with gradient accumulation
   the step takes the sign of the micro-batches' errors weighted by their target tokens (the
   whole batch's error where they hold as many)."""
-  load = jax.nn.one_hot(chosen, bias.shape[0], dtype=jnp.float32).sum((0, 1))
+  load = loads(chosen, bias.shape[0])
   error = jax.lax.stop_gradient(load - load.mean())
   return jnp.sum(error * (bias - jax.lax.stop_gradient(bias)))
 
@@ -241,7 +246,7 @@ def balancing(bias: jax.Array, chosen: jax.Array) -> jax.Array:
 def balance(probs: jax.Array, chosen: jax.Array) -> jax.Array:
   """E sum_e f_e P_e over a layer's tokens (k at a uniform routing)."""
   num_experts = probs.shape[-1]
-  share = jax.nn.one_hot(chosen, num_experts, dtype=jnp.float32).sum(1).mean(0)
+  share = loads(chosen, num_experts) / chosen.shape[0]
   return num_experts * jnp.sum(share * probs.mean(0))
 
 

@@ -79,11 +79,11 @@ def period(blocks) -> int:
 def split(blocks) -> tuple[int, int]:
   """(h, p): the first h blocks run one by one, the others scan with period p (then their
   rest), h chosen to compile the fewest blocks, h + p + the rest (0 on a tie)."""
-  graphdefs = _structures(blocks)
-  n = len(graphdefs)
+  kinds = _structures(blocks)
+  n = len(kinds)
   best = None
   for h in range(n):
-    p = _period(graphdefs[h:])
+    p = _period(kinds[h:])
     cost = h + p + (n - h) % p
     if best is None or cost < best[0]:
       best = (cost, h, p)

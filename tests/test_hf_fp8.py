@@ -118,3 +118,16 @@ def test_byte_scales_in_a_file_without_float8_are_still_exponents(tmp_path):
   assert not hf_fp8.holds_float8(path)
   got = hf_weights.read_safetensors(path)
   assert got['l.weight_scale_inv'].item() == 2.0 ** -7 and got['norm.weight'].item() == 1.5
+
+
+def test_a_damaged_header_is_one_line(tmp_path):
+  """A header that is not a table, or a tensor's entry without its offsets, names the file."""
+  path = tmp_path / 'model.safetensors'
+  text = json.dumps([1, 2]).encode()
+  path.write_bytes(struct.pack('<Q', len(text)) + text)
+  with pytest.raises(errors.DamagedFileError, match='its header is not a table of tensors'):
+    hf_fp8.read(path)
+  text = json.dumps({'w': {'dtype': 'F8_E4M3', 'shape': [1]}}).encode()
+  path.write_bytes(struct.pack('<Q', len(text)) + text + bytes(1))
+  with pytest.raises(errors.DamagedFileError, match='the header of tensor w is'):
+    hf_fp8.read(path)
