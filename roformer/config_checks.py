@@ -275,6 +275,28 @@ def _validate_attention(config, m) -> None:
     _validate_latent(m, att)
 
 
+def _validate_latent_cache(m, att) -> None:
+  """MLA's absorbed form feeds wider query heads, one key head and the latent as values
+  through the hooks: a scheme that declares it computes the same there, and the options
+  acting on queries alone or on the logits, not those on the keys or the heads' projections."""
+  base = attention_options.AttentionOption
+  on_keys = [o.field for o in attention_options.enabled(att)
+             if type(o).projections is not base.projections
+             or type(o).queries_keys is not base.queries_keys]
+  kinds = [k for k in dict.fromkeys(positions_lib.layer_kinds(m))
+           if not positions_lib.capabilities(k).latent_cache]
+  named = (f'position kind {kinds[0]!r}, whose hooks read more of the heads than their dot '
+           'products and RoPE\'s rotation,' if kinds
+           else f'attention.{on_keys[0]}, which acts on each head\'s keys,' if on_keys
+           else 'rotated values (position.rope.rotate_values)' if positions_lib.values_rotated(m)
+           else '')
+  if named:
+    raise errors.ConfigError(
+        f"config.model.mla.cache='latent' decodes in MLA's absorbed form (wider query heads, "
+        f'one key head, the latent as values), where the {named} would compute another '
+        "thing. Fix: --config.model.mla.cache=heads.")
+
+
 def _validate_latent(m, att) -> None:
   """MLA's heads run softmax attention over logits, with the options that act on queries, keys
   and logits: those acting on the values or the heads' outputs take them head_dim wide (their
@@ -300,6 +322,8 @@ def _validate_latent(m, att) -> None:
                'that does not rotate.')
   if problem:
     raise errors.ConfigError(problem)
+  if latent_attention.latent_cache(m):
+    _validate_latent_cache(m, att)
   if latent_attention.value_dim(m) == positions_lib.head_dim(m):
     return
   kinds = dict.fromkeys(positions_lib.layer_kinds(m))

@@ -14,10 +14,19 @@ product). The latent norms' epsilon is 1e-6, as DeepSeek's class has them.
 Every head then has keys and values of its own (num_kv_heads = num_heads): the attention
 kernels, the position hooks and the key/value cache see ordinary heads, values e_v wide (a scheme
 that acts on the values, Shaw's term or RoPE's rotated values, and the fused kernels take them
-only e wide: refused otherwise, roformer/config_checks.py). This is
-MLA's plain form: the cache holds each head's keys and values, heads (e + e_v) numbers a token,
-where the absorbed form (W_b folded into the query and the output) caches c and k_R alone, r + p
-numbers, and computes the same logits; the absorbed form is not implemented here.
+only e wide: refused otherwise, roformer/config_checks.py).
+
+The cache (`cache`): 'heads' keeps each head's keys and values, h (e + e_v) numbers a token;
+'latent' keeps [k_R | c], p + r numbers (DeepSeek-V3: 576 against 40,960), and decodes in MLA's
+absorbed form, one key/value head shared by every query head (multi-query attention):
+  query  [q_R,h | W_uk,h q_C,h]  (p + r wide: q_C,h . k_C,h = (W_uk,h q_C,h) . c),
+  key    [k_R | c],  value  c,   output  W_uv,h (sum_j a_hj c_j)  (e_v wide),
+with W_b,h = [W_uk,h | W_uv,h]. The logits and outputs are the plain form's; the queries are
+scaled by sqrt((p + r) / e), so that every kernel's 1 / sqrt(width) gives the heads' 1 / sqrt(e).
+RoPE rotates the first p dimensions of the wider heads as of the plain ones, and a bias of the
+positions is the same, so a scheme that acts only so (`Capabilities.latent_cache`) and the
+options on the queries and logits computes the same; training and a full pass run the plain
+form (fewer products where every token is a query).
 """
 
 import jax.numpy as jnp
@@ -25,7 +34,7 @@ from flax import nnx
 
 from roformer import layers
 from roformer import positions as positions_lib
-from roformer.specs import Int
+from roformer.specs import Int, Str
 
 LATENT_EPS = 1e-6  # DeepSeek's latent norms (q_a_layernorm, kv_a_layernorm) take its default.
 
@@ -42,6 +51,9 @@ LATENT_FIELDS = {
     'rope_dim': Int(0, 4096, default=0),
     # Each head's value width; 0: model.head_dim.
     'v_head_dim': Int(0, 4096, default=0),
+    # What decoding caches: 'heads' (each head's keys and values) or 'latent' ([k_R | c], MLA's
+    # absorbed form): the same outputs.
+    'cache': Str(('heads', 'latent'), default='heads'),
 }
 
 
@@ -53,6 +65,19 @@ def value_dim(model_cfg) -> int:
   """Each head's value width: MLA's `v_head_dim`, else the head width."""
   e = positions_lib.head_dim(model_cfg)
   return (model_cfg.mla.v_head_dim or e) if enabled(model_cfg) else e
+
+
+def latent_cache(model_cfg) -> bool:
+  """Whether decoding caches MLA's latent (the absorbed form, the module docstring)."""
+  return enabled(model_cfg) and model_cfg.mla.cache == 'latent'
+
+
+def cache_widths(model_cfg, kv_heads: int) -> tuple[int, int, int]:
+  """(heads, key width, value width) of a layer's cache for `kv_heads` key/value heads; a
+  value width 0: the values are the keys' last r columns (the latent), not kept twice."""
+  if latent_cache(model_cfg):
+    return 1, model_cfg.mla.kv_rank + model_cfg.mla.rope_dim, 0
+  return kv_heads, positions_lib.head_dim(model_cfg), value_dim(model_cfg)
 
 
 def projection_flops(model_cfg) -> float:
@@ -107,11 +132,41 @@ class LatentProjections(nnx.Module):
   def __call__(self, x):
     b, length, _ = x.shape
     h, p = self.heads, self.rope_dim
-    q = self.q_b(self.q_norm(self.q_a(x))) if self.q_rank else self.q(x)
-    q = q.reshape(b, length, h, -1)
-    q = jnp.concatenate([q[..., q.shape[-1] - p:], q[..., :q.shape[-1] - p]], axis=-1)
+    q = self._queries(x)
     latent, k_rope = jnp.split(self.kv_a(x), [self.rank], axis=-1)
     kv = self.kv_b(self.kv_norm(latent)).reshape(b, length, h, -1)
     k_own, v = jnp.split(kv, [kv.shape[-1] - self.value_dim], axis=-1)
     k = jnp.concatenate([jnp.broadcast_to(k_rope[:, :, None], (b, length, h, p)), k_own], axis=-1)
     return q, k, v
+
+  def _queries(self, x):
+    """[batch, len, heads, e], the rotary part first."""
+    b, length, _ = x.shape
+    q = self.q_b(self.q_norm(self.q_a(x))) if self.q_rank else self.q(x)
+    q = q.reshape(b, length, self.heads, -1)
+    p = self.rope_dim
+    return jnp.concatenate([q[..., q.shape[-1] - p:], q[..., :q.shape[-1] - p]], axis=-1)
+
+  def _up(self, dtype):
+    """W_uk [r, heads, e - p] and W_uv [r, heads, e_v]: kv_b's kernel by head."""
+    kernel = self.kv_b.kernel[...].astype(dtype).reshape(self.rank, self.heads, -1)
+    return kernel[..., :kernel.shape[-1] - self.value_dim], kernel[..., -self.value_dim:]
+
+  def absorbed(self, x):
+    """The absorbed form's queries [batch, len, heads, p + r] (scaled by sqrt((p + r) / e))
+    and its one key head [batch, len, 1, p + r] = [k_R | c]; the values are c, the keys'
+    last r columns."""
+    q = self._queries(x)
+    p, e = self.rope_dim, q.shape[-1]
+    w_k, _ = self._up(q.dtype)
+    q = jnp.concatenate([q[..., :p], jnp.einsum('blhc,rhc->blhr', q[..., p:], w_k)], axis=-1)
+    q = q * jnp.asarray((q.shape[-1] / e) ** 0.5, q.dtype)
+    latent, k_rope = jnp.split(self.kv_a(x), [self.rank], axis=-1)
+    k = jnp.concatenate([k_rope, self.kv_norm(latent).astype(k_rope.dtype)], axis=-1)
+    return q, k[:, :, None]
+
+  def absorbed_outputs(self, out):
+    """The heads' outputs [batch, len, heads, e_v] from their averages of the latent
+    [batch, len, heads, r]: W_uv,h applied after the attention."""
+    _, w_v = self._up(out.dtype)
+    return jnp.einsum('blhr,rhv->blhv', out, w_v)

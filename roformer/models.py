@@ -56,7 +56,8 @@ class EmbeddingModel(nnx.Module):
     self.d_model, self.num_heads, self.dropout_rate = cfg.d_model, cfg.num_heads, cfg.dropout
     self.num_kv_heads = self_attention.kv_heads(cfg)
     self.head_dim = positions_lib.head_dim(cfg)
-    self.value_dim = latent_attention.value_dim(cfg)
+    # The key/value cache's (heads, key width, value width).
+    self.cache_widths = latent_attention.cache_widths(cfg, self.num_kv_heads)
     self.dtype = jnp.dtype(cfg.dtype)
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)
@@ -169,8 +170,7 @@ class Transformer(EmbeddingModel):
     return x if cache is None else (x, cache)
 
   def init_cache(self, batch: int, max_len: int) -> dict:
-    return stack.empty_cache(batch, max_len, self.blocks, self.num_kv_heads,
-                             self.head_dim, self.dtype, self.value_dim)
+    return stack.empty_cache(batch, max_len, self.blocks, self.cache_widths, self.dtype)
 
   def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Bidirectional hidden states where packed segments attend only within themselves
@@ -330,8 +330,8 @@ class EncoderDecoder(EmbeddingModel):
   def init_cache(self, memory, memory_segment_ids, max_len: int) -> dict:
     """A decoder cache for one source per row; it carries the encoder memory so that beam
     search reorders it with the keys and values."""
-    cache = stack.empty_cache(memory.shape[0], max_len, self.decoder_blocks,
-                              self.num_kv_heads, self.head_dim, self.dtype, self.value_dim)
+    cache = stack.empty_cache(memory.shape[0], max_len, self.decoder_blocks, self.cache_widths,
+                              self.dtype)
     return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
 
   def decode(self, tokens, positions, cache):

@@ -54,6 +54,9 @@ MAY_CHANGE = (  # (field inside a fixed one, the occasions on which it may diffe
     ('model.loss_chunk', _ALL,
      'how many positions the output layer computes at a time: the same loss'),
     ('model.causal_block', _ALL, 'query rows per block of causal attention: the same outputs'),
+    ('model.mla.cache', _ALL,
+     "what decoding caches of latent attention, each head's keys and values or the latent: "
+     'the same outputs'),
     ('model.dtype', (CONTINUE, EVALUATE),
      'the compute precision, a choice of the study; one run keeps one precision'),
     ('model.dropout', (CONTINUE,), 'the regularisation of a new phase of training'),

@@ -95,6 +95,7 @@ class MultiHeadAttention(nnx.Module):
     self.remap = positions_lib.scheme(cfg.position.kind).remaps(cfg)
     allowed = set(caps.implementations) & attention_options.implementations(att)
     self.latent = latent_attention.enabled(cfg)
+    self.latent_cache = latent_attention.latent_cache(cfg)  # Decodes in the absorbed form.
     self.value_dim = latent_attention.value_dim(cfg)
     if self.value_dim != self.head_dim:  # The fused kernels take values as wide as the keys.
       allowed -= {'pallas'}
@@ -151,8 +152,8 @@ class MultiHeadAttention(nnx.Module):
                segments=None, layer=0):
     """Self-attention over x with the block's `position` module (`shared`: what the stack's
     Shared module returned). With `cache` ({'k', 'v'} [batch, max_len, heads, head_dim], the
-    values value_dim wide,
-    'positions' [batch, max_len], 'index'), x's keys and values are written at slots
+    values value_dim wide, or MLA's latent alone; 'positions' [batch, max_len], 'index'), x's
+    keys and values are written at slots
     index.. and the queries attend over the whole cache. Keys and values are cached before
     any position hook, so every scheme sees the same keys as without a cache. `segments`
     (packed segment ids) is what FAVOR+ reads instead of the dense mask, and what lets
@@ -162,7 +163,10 @@ class MultiHeadAttention(nnx.Module):
     b, length, _ = x.shape
     ctx = position.prepare(x, pos, shared)
     h, g = self.num_heads, self.num_kv_heads
-    if self.latent:
+    absorbed = self.latent_cache and cache is not None
+    if absorbed:  # Queries p + r wide, one key head [k_R | c]; the values, c, after the cache.
+      (q, k), v = self.projections.absorbed(x), None
+    elif self.latent:
       q, k, v = self.projections(x)
     else:
       q, k, v = jnp.split(self.qkv(x).reshape(b, length, h + 2 * g, self.head_dim), (h, h + g),
@@ -177,10 +181,14 @@ class MultiHeadAttention(nnx.Module):
     if cache is not None:
       at = (0, cache['index'], 0, 0)
       k = jax.lax.dynamic_update_slice(cache['k'], k.astype(cache['k'].dtype), at)
-      v = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
+      kept = {'k': k}
+      if absorbed:
+        v = k[..., self.projections.rope_dim:]
+      else:
+        v = kept['v'] = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
-      cache = {'k': k, 'v': v, **({} if state is None else {'position': state})}
+      cache = {**kept, **({} if state is None else {'position': state})}
     k, v = (sharding.constrain(expand_heads(t, h), ('batch', None, 'act_heads', None))
             for t in (k, v))
     if self.window:
@@ -204,6 +212,8 @@ class MultiHeadAttention(nnx.Module):
       self.sow(nnx.Intermediate, 'attention_probs', probs)
     if self.value_term:
       out = out + position.value_term(probs, pos, k_pos, ctx)
+    if absorbed:
+      out = self.projections.absorbed_outputs(out)
     for option in self.options:
       out = option.outputs(self, out, x, layer)
     return self.out(out.reshape(b, length, -1)), cache

@@ -82,16 +82,18 @@ def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str 
              'layers': new_layers}
 
 
-def empty_cache(batch: int, max_len: int, blocks, num_heads: int, head_dim: int,
-                dtype, value_dim: int | None = None) -> dict:
+def empty_cache(batch: int, max_len: int, blocks, widths: tuple[int, int, int],
+                dtype) -> dict:
   """An empty key/value cache for `max_len` slots of each of `blocks` (a plain pytree of
-  arrays): keys, values (`value_dim` wide; None: head_dim), and the state a block's position
+  arrays): keys and values of `widths` = (heads, key width, value width; 0: no values of their
+  own, MLA's latent cache: roformer/latent_attention.py), and the state a block's position
   scheme keeps per slot, if any."""
-  shape = (batch, max_len, num_heads, head_dim)
-  value_shape = shape[:-1] + (value_dim or head_dim,)
+  heads, key_width, value_width = widths
   layers = []
   for block in blocks:
-    layer = {'k': jnp.zeros(shape, dtype), 'v': jnp.zeros(value_shape, dtype)}
+    layer = {'k': jnp.zeros((batch, max_len, heads, key_width), dtype)}
+    if value_width:
+      layer['v'] = jnp.zeros((batch, max_len, heads, value_width), dtype)
     state = block.position.cache_state(batch, max_len)
     layers.append(layer if state is None else {**layer, 'position': state})
   return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),

@@ -234,6 +234,27 @@ def test_sharded_weights_read_as_one_file(tmp_path):
   assert not (tmp_path / 'w2').exists()
 
 
+def test_deepseeks_latent_cache_decodes_transformers_logits_and_greedy_ids(tmp_path):
+  """The imported DeepSeek-V3 checkpoint with `model.mla.cache='latent'` (an override at
+  evaluation): the cache keeps kv_lora_rank + qk_rope_head_dim numbers a token, and decoding
+  through it gives transformers' logits (YaRN past the original length, the softmax scale)
+  and its greedy ids."""
+  name = 'deepseek_v3_mla_yarn'
+  lm = hf.load(_imported(name, tmp_path), overrides={'model.mla.cache': 'latent'})
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  hf_config = json.loads((FIXTURES / name / 'config.json').read_text())
+  sizes = (8, 8, 8)
+  cache = kinds.assert_decoding_equals_full_pass(
+      lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]), sizes, max_len=sum(sizes),
+      full=ref['logits'][:, :sum(sizes)], atol=1e-4 * float(np.abs(ref['logits']).max()))
+  assert cache['layers'][0]['k'].shape[2:] == (
+      1, hf_config['kv_lora_rank'] + hf_config['qk_rope_head_dim'])
+  assert 'v' not in cache['layers'][0]
+  greedy, start = ref['greedy'], ref['prompt'].shape[1]
+  np.testing.assert_array_equal(
+      lm.generate(ref['prompt'], greedy.shape[1] - start, stop_at_eos=False), greedy)
+
+
 @pytest.mark.parametrize('name,read', [('deepseek_v3_mla_yarn', True),
                                        ('glm4_moe_partial_qk_norm_yarn', True),
                                        ('qwen3_moe_wide_heads_llama3', False)])

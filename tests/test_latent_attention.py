@@ -104,6 +104,38 @@ def test_latent_attention_decodes_with_its_cache_as_its_full_pass(kind, q_rank):
   assert cache['layers'][0]['k'].shape[-1] == HEAD and cache['layers'][0]['v'].shape[-1] == VALUE
 
 
+@pytest.mark.parametrize('kind', kinds.with_capability('latent_cache') + ('rope+fox',))
+def test_the_latent_cache_keeps_rope_dim_plus_kv_rank_numbers_and_decodes_as_the_full_pass(kind):
+  """Every kind that declares the absorbed form computes its heads' logits (the full pass runs
+  the plain form): one key head of [k_R | c] (4 + 16) and no values of their own, where the
+  heads' cache keeps 3 x (12 + 6) numbers a token."""
+  config = _config(kind.split('+')[0])
+  config.model.position.kind = kind
+  config.model.mla.cache = 'latent'
+  resolve.validate(config)
+  model = models.create(config.model, seed=5)
+  tokens = jnp.asarray(np.random.default_rng(6).integers(5, 50, (2, 9)), jnp.int32)
+  cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4), atol=2e-5)
+  assert [{k: v.shape for k, v in layer.items() if k != 'position'}
+          for layer in cache['layers']] == [{'k': (2, 16, 1, ROPE + 16)}] * 2
+
+
+def test_the_latent_cache_under_yarn_its_softmax_scale_a_remap_and_a_window():
+  """DeepSeek-V3's imported settings (YaRN's attention factor on the rotated dimensions, the
+  softmax scale), Self-Extend's remapped distances and a sliding window, in the absorbed form:
+  the plain form's logits, with the queries' scale set for the wider heads."""
+  config = _config(layer_windows=(5, 0))
+  config.model.position.rope.scaling.update(kind='yarn', factor=4.0, original_length=4,
+                                            attention_factor_dims='rotated')
+  config.model.position.rope.remap.update(method='self_extend', group_size=2, neighbor_window=3)
+  config.model.attention.update(softmax_scale=True, softmax_scale_value=0.4)
+  config.model.mla.cache = 'latent'
+  resolve.validate(config)
+  model = models.create(config.model, seed=7)
+  tokens = jnp.asarray(np.random.default_rng(8).integers(5, 50, (2, 11)), jnp.int32)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (6, 1, 1, 3), atol=2e-5)
+
+
 @pytest.mark.parametrize('value', [VALUE, 2 * HEAD])
 def test_xla_attention_takes_values_narrower_or_wider_than_the_keys(value):
   """jax.nn.dot_product_attention with the narrower of q/k and v widened by zeros: the einsum
@@ -150,7 +182,14 @@ def test_flops_count_the_latent_projections_and_the_values_width():
     ({'mla.rope_dim': 0}, 'config.model.mla.rope_dim=0 gives no key dimensions'),
     ({'position.rope.rotate_values': True}, 'which the rotated values'),
     ({'attention_impl': 'pallas'}, "which the attention_impl='pallas'"),
-    ({'position.kind': 'shaw'}, "which the position kind 'shaw'")])
+    ({'position.kind': 'shaw'}, "which the position kind 'shaw'"),
+    ({'mla.cache': 'latent', 'position.kind': 'cope'},
+     "config.model.mla.cache='latent' decodes in MLA's absorbed form (wider query heads, one "
+     "key head, the latent as values), where the position kind 'cope'"),
+    ({'mla.cache': 'latent', 'attention.qk_norm': True}, 'where the attention.qk_norm, which '
+                                                         "acts on each head's keys"),
+    ({'mla.cache': 'latent', 'mla.v_head_dim': 0, 'position.rope.rotate_values': True},
+     'where the rotated values')])
 def test_bad_latent_attention_is_refused_naming_the_field(fields, named):
   """Before anything is built: among them the schemes and kernels that take values as wide as
   the keys (here 6 against 12), and RoPE without shared key dimensions to rotate."""

@@ -17,7 +17,7 @@ from roformer.positions import registry
 class NoPositions(base.PositionScheme):
   """No position information at all (a causal mask still leaks some, Haviv et al. 2022)."""
 
-  capabilities = base.Capabilities(reads_positions=False)
+  capabilities = base.Capabilities(reads_positions=False, latent_cache=True)
 
 
 def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
@@ -47,7 +47,7 @@ class Sinusoidal(base.PositionScheme):
   """Fixed sinusoidal absolute encodings added to the token embeddings."""
 
   options = {'sinusoidal': {'base': specs.Float(1, 1e12, min_open=True, default=10000.0)}}
-  capabilities = base.Capabilities(real_positions=True)
+  capabilities = base.Capabilities(real_positions=True, latent_cache=True)
   Shared = _SinusoidalEmbedding
 
   @classmethod
@@ -104,6 +104,7 @@ class Learned(base.PositionScheme):
 
   options = {'learned': {'max_length': specs.Int(1, 2**24, default=2048),
                          'per_layer': specs.Bool(default=False)}}
+  capabilities = base.Capabilities(latent_cache=True)
   Shared, Layer = _LearnedEmbedding, _LearnedLayerInput
 
   @classmethod

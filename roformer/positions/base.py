@@ -90,6 +90,10 @@ class Capabilities:
   fused_first: on a GPU in half precision, attention_impl='auto' runs it on the fused kernel
     rather than on cuDNN with its bias materialised: measured faster there
     (docs/performance_gpu.md). Only with fused_bias.
+  latent_cache: its hooks read queries and keys only through their dot products and RoPE's
+    rotation of the first rotary dimensions, and never the values, so multi-head latent
+    attention's absorbed form (`model.mla.cache='latent'`: wider query heads, one key head,
+    the latent as values; roformer/latent_attention.py) computes what its heads do.
   """
   causal_only: bool = False
   reads_positions: bool = True
@@ -102,6 +106,7 @@ class Capabilities:
   real_positions: bool = False
   fused_bias: bool = False
   fused_first: bool = False
+  latent_cache: bool = False
 
   @property
   def implementations(self) -> tuple[str, ...]:

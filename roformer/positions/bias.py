@@ -110,7 +110,7 @@ class T5Bias(base.PositionScheme):
                     'shared_across_layers': specs.Bool(default=True)}}
   capabilities = base.Capabilities(
       logits_term='it adds a learned bias to each of the L x L attention logits',
-      fused_bias=True)
+      fused_bias=True, latent_cache=True)
   Shared, Layer = _T5Shared, _T5Layer
   FUSED_BUCKETS = 128  # The fused kernel loops over the buckets in every tile.
 
@@ -181,7 +181,7 @@ class ALiBi(base.PositionScheme):
   options = {'alibi': {}}
   capabilities = base.Capabilities(
       logits_term='it adds -m|i-j| to each of the L x L attention logits', real_positions=True,
-      fused_bias=True, fused_first=True)
+      fused_bias=True, fused_first=True, latent_cache=True)
   Layer = _ALiBiLayer
 
 
@@ -273,7 +273,7 @@ class Kerple(base.PositionScheme):
   options = {'kerple': {'variant': specs.Str(VARIANTS, default='log')}}
   capabilities = base.Capabilities(
       logits_term='it adds a learned kernel of abs(i-j) to each of the L x L attention logits',
-      real_positions=True, fused_bias=True)
+      real_positions=True, fused_bias=True, latent_cache=True)
   Layer = _KerpleLayer
 
   @classmethod
@@ -453,7 +453,7 @@ class Fire(base.PositionScheme):
   capabilities = base.Capabilities(
       causal_only=True,
       logits_term='it adds a learned function of (i-j, i) to each of the L x L attention logits',
-      real_positions=True, fused_bias=True)
+      real_positions=True, fused_bias=True, latent_cache=True)
   causal_reason = ('it normalises the distance by the query position max(L, i), which bounds '
                    'only the keys before the query')
   Shared, Layer = _FireShared, _FireLayer

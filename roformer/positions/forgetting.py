@@ -99,7 +99,7 @@ class Forgetting(base.PositionScheme):
   capabilities = base.Capabilities(
       causal_only=True, reads_positions=False, bias_only=True,
       logits_term='it adds each head\'s cumulative log forget gates between key and query',
-      fused_bias=True, fused_first=True)
+      fused_bias=True, fused_first=True, latent_cache=True)
   causal_reason = 'the bias of key j sums the forget gates of the tokens from j + 1 to the query'
   Layer = _ForgetLayer
 

@@ -279,7 +279,8 @@ def per_layer(parts: tuple, name: str) -> type[PositionScheme]:
         real_positions=all(c.real_positions or not c.reads_positions for c in caps),
         fused_bias=all(c.fused_bias or not c.logits_term for c in caps),
         fused_first=any(c.logits_term for c in caps) and all(
-            c.fused_first or not c.logits_term for c in caps))
+            c.fused_first or not c.logits_term for c in caps),
+        latent_cache=all(c.latent_cache for c in caps))
     causal_reason = '; '.join(p.causal_reason for p in parts if p.capabilities.causal_only)
     Shared = LayerShared
 
@@ -390,7 +391,8 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
         feature_rotation=False,
         real_positions=all(c.real_positions or not c.reads_positions for c in (a, b)),
         fused_bias=b.fused_bias and (a.fused_bias or not a.logits_term),
-        fused_first=b.fused_first and (a.fused_first or not a.logits_term))
+        fused_first=b.fused_first and (a.fused_first or not a.logits_term),
+        latent_cache=a.latent_cache and b.latent_cache)
     causal_reason = first.causal_reason if a.causal_only else second.causal_reason
     Shared = CombinedShared
     Layer = CombinedLayer
@@ -521,13 +523,13 @@ def legacy_param_path(path: str, stacks: tuple[tuple[str, str], ...],
 def capability_table() -> str:
   """The Markdown table of docs/positions.md: for every registered kind, the attention
   implementations (pallas: the fused kernel of roformer/fused_bias.py, which `auto` takes on a
-  GPU for a scheme that declares fused_first), FAVOR+, the key/value cache, encoders and
-  continuation at a new length it supports, and whether it reads real-valued positions
-  (random float sampling), from the declared capabilities
+  GPU for a scheme that declares fused_first), FAVOR+, the key/value cache, MLA's latent cache
+  (its absorbed form), encoders and continuation at a new length it supports, and whether it
+  reads real-valued positions (random float sampling), from the declared capabilities
   (tests/test_docs.py keeps the page equal to it)."""
   yes = lambda flag: 'yes' if flag else 'no'
-  lines = ['| kind | einsum | xla | cudnn | pallas | FAVOR+ | key/value cache | encoders '
-           '| continued at a new length | real positions |', '|' + '---|' * 10]
+  lines = ['| kind | einsum | xla | cudnn | pallas | FAVOR+ | key/value cache | MLA latent cache '
+           '| encoders | continued at a new length | real positions |', '|' + '---|' * 11]
   for kind in kinds():
     cls, caps = scheme(kind), capabilities(kind)
     favor = ('no' if not caps.linear_attention else
@@ -537,7 +539,7 @@ def capability_table() -> str:
     lines.append(f'| `{kind}` | ' + ' | '.join(
         [yes(i in caps.implementations) for i in ('einsum', 'xla', 'cudnn')]
         + ['yes, auto on a GPU' if caps.fused_first else yes('pallas' in caps.implementations)]
-        + [favor, 'yes', yes(not caps.causal_only), longer,
+        + [favor, 'yes', yes(caps.latent_cache), yes(not caps.causal_only), longer,
            yes(caps.real_positions) if caps.reads_positions else 'none read']) + ' |')
   return '\n'.join(lines)
 

@@ -337,7 +337,8 @@ class Rotary(base.PositionScheme):
       # A training-free distance remap at evaluation (remap.py; eval.py overrides, like the
       # scalings): the method and the options it reads, the others ignored.
       'remap': remap.SPECS}}
-  capabilities = base.Capabilities(rotary=True, feature_rotation=True, real_positions=True)
+  capabilities = base.Capabilities(rotary=True, feature_rotation=True, real_positions=True,
+                                   latent_cache=True)
   Layer = _RotaryLayer
   may_change = (
       ('rope.base', ('continue',),
