@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from flax import nnx
 
 from roformer import autodiff
 from roformer import cli
@@ -62,6 +63,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
+from roformer import models
 from roformer import positions
 from roformer import resolve
 from roformer import sharding
@@ -99,11 +101,14 @@ def parser() -> cli.ArgumentParser:
   p.add_argument('--documents', type=cli.positive_int, default=1,
                  help='Documents packed in each row of the batch (1: one causal sequence per '
                  'row, which cuDNN runs with sequence lengths; more: with the segment mask).')
-  p.add_argument('--step', choices=('train', 'eval'), default='train',
-                 help='The step to time: train (forward, backward and the update) or eval (the '
+  p.add_argument('--step', choices=('train', 'eval', 'decode'), default='train',
+                 help='The step to time: train (forward, backward and the update), eval (the '
                  'forward pass and the loss, on the same parameters each time; its FLOPs are '
                  'the forward third of the training count, which, like it, leaves out extra '
-                 "passes such as a distance remap's).")
+                 "passes such as a distance remap's) or decode (a causal LM's next token in "
+                 'each row over a key/value cache of seq_len - 1 tokens, written in place: the '
+                 "cache's bytes are reported, and the FLOPs are the plain form's of a token "
+                 'attending to seq_len positions).')
   p.add_argument('--without', type=cli.comma_list, default=[],
                  help='Hand-written backward passes (roformer/autodiff.py names) to time '
                  'without, one at a time: every variant is also timed with each of them '
@@ -314,7 +319,9 @@ class Runner:
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
     with autodiff_passes(without):  # Traced (in lower) with them off.
-      if step == 'eval':
+      if step == 'decode':
+        self.compiled, self.cache, self.next_token = self._decoder()
+      elif step == 'eval':
         self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
       else:
         self.compiled = self.trainer.train_step.lower(self.state, self.batch,
@@ -328,8 +335,35 @@ class Runner:
   def kind(self) -> str:
     return self.config.model.position.kind
 
+  def _decoder(self):
+    """The compiled decoding step (parameters, cache, token, position -> logits, cache), its
+    cache filled with seq_len - 1 random tokens a row, and the next token and position: each
+    step writes slot seq_len - 1 again, in the cache it is given (donated)."""
+    config = self.config
+    if not issubclass(models.MODELS[config.model.type], models.CausalLM):
+      raise errors.ConfigError(f'--step=decode times a causal LM\'s decoding; '
+                               f'config.model.type={config.model.type!r}. Fix: a causal LM.')
+    batch, length, graphdef = config.train.batch_size, config.data.seq_len, self.trainer.graphdef
+    tokens = jnp.asarray(synthetic_batch(self.trainer, batch, length)['inputs'], jnp.int32)
+    positions_ = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+
+    @jax.jit
+    def fill(params):
+      model = nnx.merge(graphdef, params)
+      return model.decode(tokens[:, :-1], positions_[:, :-1], model.init_cache(batch, length))[1]
+
+    def step(params, cache, token, position):
+      return nnx.merge(graphdef, params).decode(token, position,
+                                                {**cache, 'index': jnp.int32(length - 1)})
+    cache, params = fill(self.state['params']), self.state['params']
+    last = (tokens[:, -1:], positions_[:, -1:])
+    return jax.jit(step, donate_argnums=1).lower(params, cache, *last).compile(), cache, last
+
   def _run(self) -> None:
-    if self.step == 'eval':
+    if self.step == 'decode':
+      self.metrics, self.cache = self.compiled(self.state['params'], self.cache,
+                                               *self.next_token)
+    elif self.step == 'eval':
       self.metrics = self.compiled(self.state['params'], self.batch)
     else:
       self.state, self.metrics = self.compiled(self.state, self.batch, self.seed)
@@ -353,8 +387,11 @@ class Runner:
     return times
 
   def loss(self) -> float:
-    """The last step's loss (an evaluation step's: its summed loss over its weight)."""
+    """The last step's loss (an evaluation step's: its summed loss over its weight; none for
+    decoding)."""
     m = self.metrics
+    if self.step == 'decode':
+      return float('nan')
     return float(m['loss']) if 'loss' in m else float(m['loss_sum'] / m['weight'])
 
   def row(self, peak: float) -> dict:
@@ -363,8 +400,13 @@ class Runner:
     tokens = config.train.batch_size * config.data.seq_len
     per_token = flops_lib.train_flops_per_token(config.model, config.data.seq_len,
                                                 flops_lib.predicted_fraction(config))
+    extra = {}
     if self.step == 'eval':
       per_token /= flops_lib.TRAIN_MULTIPLIER
+    elif self.step == 'decode':
+      tokens = config.train.batch_size
+      per_token = flops_lib.decode_flops_per_token(config.model, config.data.seq_len)
+      extra = {'cache_bytes': sum(x.nbytes for x in jax.tree.leaves(self.cache))}
     return {'name': self.name, 'kind': self.kind, 'step_s': step_s,
             'step_s_min': min(self.times), 'step_s_max': max(self.times),
             'steps': len(self.times), 'tokens_per_s': tokens / step_s,
@@ -372,7 +414,7 @@ class Runner:
             'peak_flops': peak, 'parameters': self.trainer.num_params(),
             'compile_s': self.compile_s, 'loss': self.loss(),
             'minor_faults_per_step': self.faults / len(self.times),
-            **memory_bytes(self.compiled)}
+            **memory_bytes(self.compiled), **extra}
 
 
 def out_of_memory(error: Exception) -> str | None:
@@ -388,8 +430,10 @@ def table(rows: list[dict]) -> str:
   """Markdown rows; `vs` is the ratio of median steps to `none`'s (or the first row's without
   one), with the range of the per-round ratios when they were timed in interleaved rounds."""
   base = next((r for r in rows if r['name'] == 'none'), rows[0])
+  cache = any('cache_bytes' in r for r in rows)  # Decoding's key/value cache.
   lines = [f'| kind | step (ms) | vs {base["name"]} | tokens/s | GFLOPs/token | TFLOP/s | MFU | '
-           'peak memory (MiB) | page faults / step | compile (s) |', '|---' * 10 + '|']
+           'peak memory (MiB) | ' + ('cache (MiB) | ' if cache else '')
+           + 'page faults / step | compile (s) |', '|---' * (10 + cache) + '|']
   for r in rows:
     rel = f'{r["step_s"] / base["step_s"]:.3f}x'
     ratios = round_ratios(r['rounds'], base['rounds'])
@@ -398,7 +442,9 @@ def table(rows: list[dict]) -> str:
     mem = f'{r["peak_bytes"] / 2**20:,.0f}' if 'peak_bytes' in r else '-'
     lines.append(f'| {r["name"]} | {1e3 * r["step_s"]:.1f} | {rel} | {r["tokens_per_s"]:,.0f} | '
                  f'{r["flops_per_token"] / 1e9:.4f} | {r["tflops_per_s"]:.3f} | '
-                 f'{100 * r["mfu"]:.1f}% | {mem} | {r["minor_faults_per_step"]:,.0f} | '
+                 f'{100 * r["mfu"]:.1f}% | {mem} | '
+                 + (f'{r["cache_bytes"] / 2**20:,.1f} | ' if cache else '')
+                 + f'{r["minor_faults_per_step"]:,.0f} | '
                  f'{r["compile_s"]:.1f} |')
   return '\n'.join(lines)
 

@@ -199,21 +199,27 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
     raise errors.ConfigError(f'"{spec}": {path} holds {sorted(cells)}, not two values of '
                              f'{field} for each {by}. Fix: name the fields it varies.')
   a, b = columns
+  cache = all('cache_bytes' in r for r in cells.values())  # A decoding step's cache.
+  digits = 1 if data.get('step') == 'decode' else 0  # Decoding's steps take a few ms.
   lines = [f'| {by} | compile, {field}={a} | compile, {field}={b} | step, {a} (ms) | '
-           f'step, {b} (ms) | {b} / {a} | memory, {a} / {b} (MiB) |', '|---' * 7 + '|']
+           f'step, {b} (ms) | {b} / {a} | memory, {a} / {b} (MiB) |'
+           + (f' cache, {a} / {b} (MiB) |' if cache else ''), '|---' * (7 + cache) + '|']
   for v in rows:
     first, second = cells[(v, a)], cells[(v, b)]
     ratios = timing.round_ratios(second['rounds'], first['rounds'])
     lines.append(
         f"| {v} | {first['compile_s']:.1f} s | {second['compile_s']:.1f} s | "
-        f"{1e3 * first['step_s']:,.0f} | {1e3 * second['step_s']:,.0f} | "
+        f"{1e3 * first['step_s']:,.{digits}f} | {1e3 * second['step_s']:,.{digits}f} | "
         f"{second['step_s'] / first['step_s']:.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) | "
-        f"{first['peak_bytes'] / 2**20:,.0f} / {second['peak_bytes'] / 2**20:,.0f} |")
+        f"{first['peak_bytes'] / 2**20:,.0f} / {second['peak_bytes'] / 2**20:,.0f} |"
+        + (f" {first['cache_bytes'] / 2**20:,.1f} / {second['cache_bytes'] / 2**20:,.1f} |"
+           if cache else ''))
+  what = {'eval': "evaluation step's.",
+          'decode': "decoding step's: one token a row over a cache of the other tokens."}
   lines += ['', f"{data['device_kind']} ({data['backend']}, {data['devices']} device), "
             f"{data['date']}; median of {data['steps']} steps each in {data['rounds_count']} "
             'interleaved rounds; compile time is the whole '
-            + ("evaluation step's." if data.get('step') == 'eval' else
-               "train step's, optimizer included.")]
+            + what.get(data.get('step'), "train step's, optimizer included.")]
   return lines
 
 
