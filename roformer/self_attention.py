@@ -189,8 +189,9 @@ class MultiHeadAttention(nnx.Module):
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {**kept, **({} if state is None else {'position': state})}
-    k, v = (sharding.constrain(expand_heads(t, h), ('batch', None, 'act_heads', None))
-            for t in (k, v))
+    if not absorbed:  # The absorbed form's one key head: broadcast by the kernels' products.
+      k, v = (sharding.constrain(expand_heads(t, h), ('batch', None, 'act_heads', None))
+              for t in (k, v))
     if self.window:
       mask = mask & attention.window_mask(first_slot + jnp.arange(length), k.shape[1],
                                           self.window)

@@ -30,6 +30,8 @@ def test_flops_per_token_by_hand():
   # Per layer: qkv + out 2*4*64 = 512, MLP 2*2*8*32 = 1024, causal attention 2*2*16*8/2 = 256.
   # Output layer 2*8*100 = 1600. Training: 3 x (2 * 1792 + 1600) = 15552.
   assert flops.train_flops_per_token(cfg, seq) == 3 * (2 * (512 + 1024 + 256) + 1600)
+  # Decoding's next token after 15 cached ones attends to all 16 (2*2*16*8 = 512), forward only.
+  assert flops.decode_flops_per_token(cfg, seq) == 2 * (512 + 1024 + 512) + 1600
   enc = mlm.get_config().model
   enc.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100)
   # Bidirectional attention counts whole (512), plus the head's dense 2*8*8 = 128.
@@ -137,6 +139,32 @@ def test_benchmark_times_the_evaluation_step_at_a_third_of_the_training_flops(tm
       flops.train_flops_per_token(config.model, config.data.seq_len) / 3)
   assert remapped['loss'] == pytest.approx(plain['loss'], rel=1e-5)
   assert 5.0 < plain['loss'] < 7.5  # About log(512) = 6.2 for random tokens at initialisation.
+
+
+@pytest.mark.slow
+def test_benchmark_times_decoding_over_either_cache_of_latent_attention(tmp_path):
+  """--step=decode: one token a row over a cache of seq_len - 1 tokens; the heads' cache
+  keeps 2 layers x (keys 8 + values 8) x 4 heads a slot, MLA's latent 2 x (8 + 4), in
+  float32, beside the positions; the FLOPs are those of a token attending to seq_len."""
+  out = tmp_path / 'bench.json'
+  done = _benchmark('--kinds=rope', '--step=decode', '--steps=2', '--rounds=2', '--warmup=1',
+                    '--peak_size=256', '--config.model.mla.kv_rank=8',
+                    '--config.model.mla.rope_dim=4', '--config.model.position.rope.fraction=0.5',
+                    '--config.model.biases=none', '--vary=model.mla.cache=heads,latent',
+                    f'--out={out}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'decode step' in done.stdout and 'cache (MiB)' in done.stdout
+  result = json.loads(out.read_text())
+  config = ml_collections.ConfigDict(result['config'])
+  batch, length = config.train.batch_size, config.data.seq_len
+  heads, latent = result['rows']
+  slots = 4 * batch * length  # Bytes of a float32 number in every slot of every row.
+  positions = slots + 4  # The slots' positions (int32) and the index.
+  assert heads['cache_bytes'] == 2 * (8 + 8) * 4 * slots + positions
+  assert latent['cache_bytes'] == 2 * (8 + 4) * slots + positions
+  for row in result['rows']:
+    assert row['flops_per_token'] == flops.decode_flops_per_token(config.model, length)
+    assert row['tokens_per_s'] == pytest.approx(batch / row['step_s'])
 
 
 @pytest.mark.slow
