@@ -177,10 +177,21 @@ def benchmark(folder: pathlib.Path) -> list[str]:
 
 def _varied(name: str, config: dict):
   """A scripts/benchmark.py row's value of a varied field (named by its last part, under
-  config.model): the value its name carries (`kind[field=value]...`, benchmark.variants), or
-  the record config's own, which the name leaves out."""
+  config.model or a group of it): the value its name carries (`kind[field=value]...`,
+  benchmark.variants), or the record config's own, which the name leaves out."""
   named = dict(re.findall(r'\[([^=\]]+)=([^\]]+)\]', name))
-  return lambda field: named.get(field, str(config['model'].get(field, '')))
+  return lambda field: named.get(field, str(_field_in(config['model'], field)))
+
+
+def _field_in(node: dict, field: str):
+  """The value of the first `field` in `node` or the groups under it (model.mla.cache for
+  'cache'), '' where none has it."""
+  if field in node:
+    return node[field]
+  for value in node.values():
+    if isinstance(value, dict) and (found := _field_in(value, field)) != '':
+      return found
+  return ''
 
 
 def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
