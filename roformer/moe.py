@@ -273,16 +273,19 @@ class MixtureOfExperts(nnx.Module):
       value = stddev * jax.random.normal(rngs.params(), shape, jnp.float32)
       return variables.param(value, axes, decay=True)
     self.router = weight((d, e), ('embed', None), std(d, False))
-    self.gate = weight((e, d, f), (None, 'embed', 'mlp'), std(d, False))
-    self.up = weight((e, d, f), (None, 'embed', 'mlp'), std(d, False))
-    self.down = weight((e, f, d), (None, 'mlp', 'embed'), std(f, True))
+    # The experts' axis: split over the devices with config.mesh.rules.expert (expert
+    # parallelism; roformer/sharding.py), whole by default.
+    self.gate = weight((e, d, f), ('expert', 'embed', 'mlp'), std(d, False))
+    self.up = weight((e, d, f), ('expert', 'embed', 'mlp'), std(d, False))
+    self.down = weight((e, f, d), ('expert', 'mlp', 'embed'), std(f, True))
     self.biased = bool(o.biases)
     if self.biased:  # Zero at the start, as a Linear's.
       zeros = lambda shape, axes: variables.param(jnp.zeros(shape, jnp.float32), axes,
                                                   decay=False)
       self.router_bias = zeros((e,), (None,))
-      self.gate_bias, self.up_bias = zeros((e, f), (None, 'mlp')), zeros((e, f), (None, 'mlp'))
-      self.down_bias = zeros((e, d), (None, 'embed'))
+      self.gate_bias = zeros((e, f), ('expert', 'mlp'))
+      self.up_bias = zeros((e, f), ('expert', 'mlp'))
+      self.down_bias = zeros((e, d), ('expert', 'embed'))
     self.biased_choice = bool(o.choice_bias)
     self.choice_bias_rate = float(o.choice_bias_rate)
     if self.biased_choice:  # Zero at the start; moved by the loads alone (`balancing`).
@@ -367,8 +370,9 @@ class MixtureOfExperts(nnx.Module):
       x = tokens.astype(self.dtype)
       project = lambda w: jnp.einsum('td,edf->etf', x, w)
     hidden = self._hidden(project(gate) + per_expert(gate_bias), project(up) + per_expert(up_bias))
-    hidden = sharding.constrain(hidden, (None, 'batch', 'act_mlp'))
+    hidden = sharding.constrain(hidden, ('act_expert', 'batch', 'act_mlp'))
     outputs = jnp.einsum('etf,efd->etd', hidden, down) + per_expert(down_bias)
+    outputs = sharding.constrain(outputs, ('act_expert', 'batch', None))
     return jnp.einsum('etd,te->td', outputs.astype(jnp.float32), combine)
 
   def _ragged(self, tokens, chosen, weights):

@@ -20,7 +20,12 @@ chooses the layout:
                                                               blocks, not yet per head as in
                                                               Megatron: XLA regroups q/k/v)
 
-and any product of them (e.g. data=2, fsdp=2, tensor=2). The optimizer state follows its
+and any product of them (e.g. data=2, fsdp=2, tensor=2). A mixture of experts' weights carry
+`expert` on their experts' axis and its hidden activations `act_expert`, both whole by default;
+`--config.mesh.rules.expert=fsdp --config.mesh.rules.act_expert=fsdp` splits the experts over
+the fsdp devices instead of d_model (expert parallelism): each holds its experts' weights and
+optimizer state, and the dense computation runs each device's experts on the tokens of its
+data shard, gathered over fsdp (GShard's dispatch as XLA partitions it). The optimizer state follows its
 parameters. A dimension that its mesh axis does not divide stays whole (e.g. an odd vocabulary).
 """
 
@@ -110,6 +115,8 @@ DEFAULT_RULES = {
     'mlp': 'tensor',
     'act_heads': 'tensor',
     'act_mlp': 'tensor',
+    'expert': '',  # A mixture's experts: whole unless split (expert parallelism, below).
+    'act_expert': '',
 }
 
 

@@ -26,7 +26,7 @@ class FeatureDraw(nnx.Variable):
 
 
 # The logical axes a parameter may declare (config.mesh.rules maps each to mesh axes).
-PARAM_AXES = ('vocab', 'embed', 'heads', 'mlp')
+PARAM_AXES = ('vocab', 'embed', 'heads', 'mlp', 'expert')
 
 
 def _metadata(axes: Axes, decay: bool, sign_descent: bool = False) -> dict:

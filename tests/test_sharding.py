@@ -95,6 +95,26 @@ def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
                          64 // (8 if tensor and not fsdp else 2 if tensor else 1))
 
 
+@pytest.mark.parametrize('impl', ['dense', pytest.param('ragged', marks=pytest.mark.slow)])
+def test_experts_split_over_devices_train_like_one_device(impl):
+  """Expert parallelism (config.mesh.rules.expert and act_expert on fsdp): each fsdp device
+  holds half the 4 experts of every mixture, whole in d_model and split over tensor in their
+  width, with their Adam moments; three steps give one device's losses."""
+  config = test_config.get_config('mixtral')
+  config.model.vocab_size = config.data.vocab_size = 64
+  config.model.moe.update(num_experts=4, impl=impl)
+  reference, _ = _losses(config, {'num_devices': 1})
+  config.mesh.rules.update(expert='fsdp', act_expert='fsdp')
+  losses, state = _losses(config, MESHES['data2_fsdp2_tensor2'])
+  np.testing.assert_allclose(losses, reference, rtol=2e-6)
+  gate = state['params']['blocks'][0]['mlp']['gate'][...]
+  assert gate.sharding.spec == jax.P('fsdp', None, 'tensor')
+  e, d, f = gate.shape
+  assert gate.addressable_shards[0].data.shape == (e // 2, d, f // 2)
+  moments = [leaf for leaf in jax.tree.leaves(state['opt_state']) if leaf.shape == gate.shape]
+  assert moments and all(m.sharding.spec == gate.sharding.spec for m in moments)
+
+
 @pytest.mark.slow  # The mixed mesh above runs by default; this adds the 2025 schemes.
 def test_the_data_dependent_schemes_windows_and_hybrids_train_like_one_device():
   """PaTH with FoX's gates in one layer, windowed RoPE in the other, stick-breaking attention
