@@ -114,7 +114,8 @@ def deepseek(config):
                           renormalize=True, choice_bias=True, choice_bias_rate=0.001,
                           balance_loss=0.0001, balance_over='sequence',
                           balance_scores='normalized',
-                          groups=4, groups_per_token=2, routed_scale=2.5, shared_d_ff=m.d_ff, shared_gate=False,
+                          groups=4, groups_per_token=2, routed_scale=2.5, shared_d_ff=m.d_ff,
+                          shared_gate=False,
                           dense_layers=(0,), dense_d_ff=3 * m.d_ff)
   return config
 

@@ -35,6 +35,12 @@
 #      GRADIENTS_LIMIT 300 s);
 #      `init` (only when named): scripts/init_loss.py, configs/lm_125m.py's step-0 loss against
 #      ln V under each initialisation, in float32 (INIT_LIMIT, 90 s);
+#      `decode` (only when named): a DeepSeek-V3-shaped model (multi-head latent attention,
+#      8 layers, d_model 1024, bfloat16), the next token of 8 rows after DECODE_LENGTHS
+#      (8192,32768) cached tokens with each cache (model.mla.cache heads, latent): step time,
+#      memory and the cache's bytes (DECODE_LIMIT, 300 s);
+#      `moe` (only when named): mixtures at gpu_125m, the dense and the ragged computation of
+#      the experts, in configs/lm.py:mixtral's layout and DeepSeek-V3's (MOE_LIMIT, 300 s each);
 #      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
 #      weights), the evaluation step on one row of LLAMA_LENGTH (32,768) tokens under each of
 #      LLAMA_REMAPS (none sinks self_extend dca rerope), variants of one process (LLAMA_LIMIT,
@@ -63,7 +69,7 @@
 #   scripts/gpu_checks.sh OUTDIR        (PYTHON=python3 by default)
 #   STAGES="tests bench" scripts/gpu_checks.sh OUTDIR
 #       (some of: env tests rope bench packed levers lm lm125 point suite kernels fused ahead
-#       gradients init llama32k grouprate compile sweep;
+#       gradients init decode moe llama32k grouprate compile sweep;
 #       TESTS=-k...)
 #   STAGES=sweep SWEEP=configs/sweeps/options.py:niah_multikey SWEEP_LIMIT=480 \
 #       scripts/gpu_checks.sh OUTDIR
@@ -225,6 +231,39 @@ stage "configs/lm_125m.py's loss at step 0 against ln V, each initialisation (fl
 timeout "${INIT_LIMIT:-90}" $PY scripts/init_loss.py --config configs/lm_125m.py \
     --fields model.dtype=float32 model.vocab_size=50304 --batch 1 --seq_len 2048 --seeds 3 \
     2>&1 | grep -v '^I1\|^W1' | tee "$OUT/init_loss.log" | tail -8
+fi
+
+if want decode; then
+stage "decoding over multi-head latent attention's two caches after 8k and 32k tokens"
+set_bench
+# configs/lm.py:deepseek with 16 heads of 64 (RoPE on 16 shared key dimensions), a latent of
+# 256: the heads' cache keeps 16 x (64 + 64) numbers a token and layer, the latent 272.
+timeout "${DECODE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:deepseek \
+    --config.model.d_model=1024 --config.model.num_heads=16 --config.model.num_layers=8 \
+    --config.model.mla.kv_rank=256 --config.model.mla.q_rank=384 --config.model.mla.rope_dim=16 \
+    --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
+    --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
+    --vary model.mla.cache=heads,latent --steps 20 --out "$OUT/decode.json" \
+    2>&1 | grep -v '^I1\|^W1' | tail -10
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
+fi
+
+if want moe; then
+stage 'mixtures at gpu_125m: the dense and the ragged computation of the experts'
+set_bench
+# Mixtral's layout (8 experts of 1,024, 2 a token) and DeepSeek-V3's (latent attention, a dense
+# first layer, 8 routed experts of 704 and a shared one), each a process of two variants.
+timeout "${MOE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:mixtral --preset gpu_125m \
+    --config.model.d_ff=1024 --kinds rope --vary model.moe.impl=dense,ragged --steps 10 \
+    --out "$OUT/moe_mixtral.json" 2>&1 | grep -v '^I1\|^W1' | tail -6
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
+timeout "${MOE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:deepseek --preset gpu_125m \
+    --config.model.d_ff=704 --config.model.moe.shared_d_ff=704 \
+    --config.model.moe.dense_d_ff=2112 --config.model.mla.kv_rank=192 \
+    --config.model.mla.q_rank=288 --config.model.mla.rope_dim=16 --kinds rope \
+    --vary model.moe.impl=dense,ragged --steps 10 --out "$OUT/moe_deepseek.json" \
+    2>&1 | grep -v '^I1\|^W1' | tail -6
+echo "exit ${PIPESTATUS[0]} (124: time limit)"
 fi
 
 if want llama32k; then

@@ -104,10 +104,12 @@ def test_latent_attention_decodes_with_its_cache_as_its_full_pass(kind, q_rank):
   assert cache['layers'][0]['k'].shape[-1] == HEAD and cache['layers'][0]['v'].shape[-1] == VALUE
 
 
-@pytest.mark.parametrize('kind', kinds.with_capability('latent_cache') + ('rope+fox',))
+@pytest.mark.parametrize('kind', kinds.by_capabilities(kinds.with_capability('latent_cache')
+                                                     + ('rope+fox',)))
 def test_the_latent_cache_keeps_rope_dim_plus_kv_rank_numbers_and_decodes_as_the_full_pass(kind):
-  """Every kind that declares the absorbed form computes its heads' logits (the full pass runs
-  the plain form): one key head of [k_R | c] (4 + 16) and no values of their own, where the
+  """Every kind that declares the absorbed form (the first of each set of equal capabilities
+  by default, the others under -m slow) computes its heads' logits (the full pass runs the
+  plain form): one key head of [k_R | c] (4 + 16) and no values of their own, where the
   heads' cache keeps 3 x (12 + 6) numbers a token."""
   config = _config(kind.split('+')[0])
   config.model.position.kind = kind
