@@ -64,6 +64,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
                  'Exaone4ForCausalLM': 'exaone4', 'MinistralForCausalLM': 'ministral',
                  'NemotronForCausalLM': 'nemotron', 'ArceeForCausalLM': 'arcee',
+                 'SeedOssForCausalLM': 'seed_oss',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt',
                  **{arch: fam for fam, arch in hf_moe.FAMILIES.items()}}
@@ -73,7 +74,7 @@ HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text', 'llama4': 'llama4_text'}.get
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
                 'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral',
-                'nemotron', 'arcee', *hf_moe.FAMILIES)
+                'nemotron', 'arcee', 'seed_oss', *hf_moe.FAMILIES)
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -360,6 +361,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
   if fam in GLM + ('glm4_moe',):  # attention_bias: q, k and v (o_proj has none).
     return 'qkv' if _read(hf, 'attention_bias', fam != 'glm4_moe') else 'none'
+  if fam == 'seed_oss':  # q, k and v (attention_bias), o_proj and the MLP each apart.
+    return _seed_oss_biases(hf, where)
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
   if fam in ('mistral', 'ministral', 'phi3', 'mixtral'):
@@ -370,6 +373,22 @@ def _biases(hf: dict, fam: str, where: str) -> str:
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
   return {(True, True): 'all', (True, False): 'attention', (False, True): 'mlp',
           (False, False): 'none'}[(attention, mlp)]
+
+
+def _seed_oss_biases(hf: dict, where: str) -> str:
+  """Seed-OSS's three switches (attention_bias for q, k and v; attention_out_bias; mlp_bias) as
+  one of this project's sets of biases, or one line naming what none of them is."""
+  found = tuple(bool(_read(hf, name, default)) for name, default in (
+      ('attention_bias', True), ('attention_out_bias', False), ('mlp_bias', False)))
+  sets = {(True, False, False): 'qkv', (True, True, False): 'attention', (True, True, True): 'all',
+          (False, False, True): 'mlp', (False, False, False): 'none'}
+  if found not in sets:
+    raise errors.ConfigError(
+        f'{where}: attention_bias={found[0]}, attention_out_bias={found[1]} and '
+        f'mlp_bias={found[2]} give biases to a set of layers this project has no setting for '
+        '(q, k and v; those and the output; every layer; the MLP; none). Fix: a checkpoint '
+        'with one of those sets.')
+  return sets[found]
 
 
 def _falcon_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:

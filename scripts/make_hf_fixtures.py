@@ -437,6 +437,13 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.5,
                          'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # Seed-OSS (ByteDance's 512k-token model): Llama's block with biases on q, k and v alone
+    # (attention_bias, attention_out_bias false), grouped-query attention, wider heads, YaRN.
+    'seed_oss_qkv_bias_yarn': ('SeedOssConfig', dict(
+        SMALL, num_key_value_heads=2, head_dim=16, attention_bias=True, attention_out_bias=False,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
     # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
     # ones), QK-norm, YaRN.

@@ -439,6 +439,9 @@ def test_mxfp4_bytes_decode_to_their_values():
      'num_experts_per_tok is None, where transformers reads an integer'),
     ('deepseek_v2_groups_yarn', lambda c: c.update(topk_method='noaux_tc'), (),
      "topk_method 'noaux_tc', which DeepSeek-V2's class does not compute"),
+    ('seed_oss_qkv_bias_yarn', lambda c: c.update(attention_bias=False, attention_out_bias=True),
+     (), 'attention_bias=False, attention_out_bias=True and mlp_bias=False give biases to a set '
+         'of layers this project has no setting for'),
 ])
 def test_a_bad_checkpoint_is_named_before_anything_is_written(tmp_path, name, edit, remove,
                                                                message):

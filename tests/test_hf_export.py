@@ -507,6 +507,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('exaone4_hybrid_nope_llama3', 'Exaone4ForCausalLM'),
     # Ministral's windows on some layers go to Qwen2 (its q, k and v biases zero).
     ('ministral_layer_windows_yarn', 'Qwen2ForCausalLM'),
+    # Seed-OSS's block (biases on q, k and v alone) is Qwen2's.
+    ('seed_oss_qkv_bias_yarn', 'Qwen2ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
     pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
     pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
