@@ -84,7 +84,8 @@ OLMO = ('olmo2', 'olmo3')
 # by default, the MLP's gate and up in one weight; GLM-4's norms are sandwich norms.
 GLM = ('glm', 'glm4')
 # The families whose classes rotate partial_rotary_factor of each head (the others all of it).
-PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm', 'nemotron', 'glm4_moe') + GLM
+PARTIAL_ROTARY = ('gpt_neox', 'phi3', 'phi', 'stablelm', 'nemotron', 'glm4_moe',
+                  'minimax_m2') + GLM
 # The families whose classes read head_dim (the others split hidden_size into the heads).
 READS_HEAD_DIM = LLAMA_FAMILY + ('phi', 'cohere', 'starcoder2')
 # Cohere's: one LayerNorm without a bias before parallel branches, RoPE on interleaved pairs.
@@ -176,13 +177,17 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
   if fam == 'phi3' and settings['rope_type'] in ('su', 'yarn'):  # Phi3Config's older names.
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0,
-             'gpt_oss': hf_gpt_oss.DEFAULT_THETA, 'llama4': hf_llama4.DEFAULT_THETA}.get(
+             'gpt_oss': hf_gpt_oss.DEFAULT_THETA, 'llama4': hf_llama4.DEFAULT_THETA,
+             'minimax_m2': 5_000_000.0}.get(
       fam, 10000.0)  # The classes' default_theta.
   neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
                                           if neox else default))
   default_partial = {'gpt_neox': 0.25, 'phi': 0.5, 'stablelm': 0.25, 'glm': 0.5,
                      'glm4': 0.5, 'nemotron': 0.5, 'glm4_moe': 0.5}.get(fam, 1.0)  # The classes'.
+  if fam == 'minimax_m2' and _read(hf, 'rotary_dim', None):  # The Hub's files give rotary_dim.
+    default_partial = hf_fields.positive(hf['rotary_dim'], 'rotary_dim', where) / (
+        hf_fields.integer(hf, 'head_dim', 128, where))
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)
                             if neox else default_partial))
@@ -362,7 +367,7 @@ def _biases(hf: dict, fam: str, where: str) -> str:
   if fam in GLM + ('glm4_moe',):  # attention_bias: q, k and v (o_proj has none).
     return 'qkv' if _read(hf, 'attention_bias', fam != 'glm4_moe') else 'none'
   if fam == 'seed_oss':  # q, k and v (attention_bias), o_proj and the MLP each apart.
-    return _seed_oss_biases(hf, where)
+    return hf_fields.seed_oss_biases(hf, where)
   if fam == 'phi':  # Every dense layer, whatever the file says.
     return 'all'
   if fam in ('mistral', 'ministral', 'phi3', 'mixtral'):
@@ -373,22 +378,6 @@ def _biases(hf: dict, fam: str, where: str) -> str:
       _read(hf, 'mlp_bias', fam == 'gpt_neox'))
   return {(True, True): 'all', (True, False): 'attention', (False, True): 'mlp',
           (False, False): 'none'}[(attention, mlp)]
-
-
-def _seed_oss_biases(hf: dict, where: str) -> str:
-  """Seed-OSS's three switches (attention_bias for q, k and v; attention_out_bias; mlp_bias) as
-  one of this project's sets of biases, or one line naming what none of them is."""
-  found = tuple(bool(_read(hf, name, default)) for name, default in (
-      ('attention_bias', True), ('attention_out_bias', False), ('mlp_bias', False)))
-  sets = {(True, False, False): 'qkv', (True, True, False): 'attention', (True, True, True): 'all',
-          (False, False, True): 'mlp', (False, False, False): 'none'}
-  if found not in sets:
-    raise errors.ConfigError(
-        f'{where}: attention_bias={found[0]}, attention_out_bias={found[1]} and '
-        f'mlp_bias={found[2]} give biases to a set of layers this project has no setting for '
-        '(q, k and v; those and the output; every layer; the MLP; none). Fix: a checkpoint '
-        'with one of those sets.')
-  return sets[found]
 
 
 def _falcon_config(hf: dict, directory: str, where: str) -> ml_collections.ConfigDict:

@@ -143,7 +143,7 @@ def _refusal(config) -> str | None:
       return hf_llama_export.glm_refusal(config, options, glm)
     if hf_llama_export.exaone4_block(m):
       return hf_llama_export.exaone4_refusal(config, options)
-    if m.mlp == 'moe' and hf_moe.export_family(m) == 'glm4_moe':  # Checked there.
+    if m.mlp == 'moe' and hf_moe.export_family(m) in hf_moe.PARTIAL_ROTARY:  # Checked there.
       return None
     if rope.fraction < 1 and m.norm != 'sandwich':  # Gemma's refusal says why for a sandwich.
       return hf_llama_export.phi3_refusal(config, options, windows)
@@ -475,7 +475,7 @@ def from_config(config, special_ids: dict, source: dict | None = None) -> dict:
     out.update(sliding_window=windows[0])
   elif fam in hf_moe.FAMILIES:
     out.update(hf_moe.config_fields(fam, m))
-    if fam == 'glm4_moe':  # Part of each head rotated, as GLM's.
+    if fam in hf_moe.PARTIAL_ROTARY:  # Part of each head rotated, as GLM's.
       out['partial_rotary_factor'] = _fraction(rotary, head_dim)
     if fam in ('gpt_oss', 'llama4', *hf_deepseek.LATENT):  # Their own where it is absent.
       out['rope_parameters'] = {'rope_type': 'default', **(out['rope_scaling'] or {}),

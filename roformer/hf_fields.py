@@ -1,7 +1,8 @@
 """How a field of a Hugging Face config.json is read: as its transformers class's default where the
 file leaves it out (`read`), or as a damaged file where it must be there (`field`); the first of
 several refusals (`first_failed`); a positive number (`positive`) or an integer (`integer`);
-the refusals of a Llama-shaped block (`llama_block_checks`); and the config that every
+the refusals of a Llama-shaped block (`llama_block_checks`); Seed-OSS's biases
+(`seed_oss_biases`); and the config that every
 imported family starts from (`decoder`). Shared by roformer/hf_config.py and
 roformer/hf_classic.py."""
 
@@ -99,3 +100,18 @@ def decoder(hf: dict, directory: str, where: str, trained: int,
   config.data.seq_len = trained
   config.data.tokenizer = 'hf:' + os.path.abspath(directory)
   return config
+
+
+def seed_oss_biases(hf: dict, where: str) -> str:
+  """Seed-OSS's switches (attention_bias: q, k and v; attention_out_bias; mlp_bias) as one of
+  this project's sets of biases, or one line naming what none of them is."""
+  found = tuple(bool(read(hf, name, name == 'attention_bias'))
+                for name in ('attention_bias', 'attention_out_bias', 'mlp_bias'))
+  sets = {(1, 0, 0): 'qkv', (1, 1, 0): 'attention', (1, 1, 1): 'all', (0, 0, 1): 'mlp',
+          (0, 0, 0): 'none'}
+  if found not in sets:
+    raise errors.ConfigError(
+        f'{where}: attention_bias={found[0]}, attention_out_bias={found[1]} and mlp_bias='
+        f'{found[2]} give biases to a set of layers this project has no setting for (q, k and '
+        'v; those and the output; every layer; the MLP; none). Fix: one of those sets.')
+  return sets[found]

@@ -3,8 +3,11 @@
 weights renormalized), Qwen2MoeForCausalLM (Qwen2's block with q, k and v biases, the softmax's
 own weights or renormalized ones, `norm_topk_prob`, and a shared expert gated by a sigmoid),
 Qwen3MoeForCausalLM (Qwen3's block with QK-norm over each head), OlmoeForCausalLM (Llama's
-pre-norm block with QK-norm over all heads at once) and GptOssForCausalLM (biased experts with a
-clamped SwiGLU and sinks in attention, roformer/hf_gpt_oss.py). The rest of each block is read
+pre-norm block with QK-norm over all heads at once), GptOssForCausalLM (biased experts with a
+clamped SwiGLU and sinks in attention, roformer/hf_gpt_oss.py) and MiniMaxM2ForCausalLM
+(Mixtral's experts chosen by sigmoid scores plus the choice bias, QK-norm over all heads, part
+of each head rotated); DeepSeek's, GLM-4.5's and Llama 4's in their own modules. The rest of
+each block is read
 and written by
 roformer/hf_config.py and roformer/hf_weights.py as their dense siblings'; this module holds the
 experts' config fields, tensors and export rules.
@@ -33,7 +36,7 @@ FAMILIES = {'mixtral': 'MixtralForCausalLM', 'qwen2_moe': 'Qwen2MoeForCausalLM',
             'qwen3_moe': 'Qwen3MoeForCausalLM', 'olmoe': 'OlmoeForCausalLM',
             hf_gpt_oss.FAMILY: 'GptOssForCausalLM', hf_llama4.FAMILY: 'Llama4ForCausalLM',
             hf_deepseek.FAMILY: 'DeepseekV3ForCausalLM', 'glm4_moe': 'Glm4MoeForCausalLM',
-            hf_deepseek.FAMILY_V2: 'DeepseekV2ForCausalLM'}
+            hf_deepseek.FAMILY_V2: 'DeepseekV2ForCausalLM', 'minimax_m2': 'MiniMaxM2ForCausalLM'}
 # The classes' defaults: experts, experts per token, the experts' width field and its default
 # (None: the file must give it), and the router's loss coefficient.
 _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
@@ -44,10 +47,16 @@ _DEFAULTS = {'mixtral': (8, 2, 'intermediate_size', None, 0.001),
              'llama4': (16, 1, 'intermediate_size', 8192, 0.001),
              'deepseek_v3': (256, 8, 'moe_intermediate_size', 2048, 0.001),
              'glm4_moe': (128, 8, 'moe_intermediate_size', 1408, 0.001),
-             'deepseek_v2': (64, None, 'moe_intermediate_size', 1407, 0.001)}  # k: given.
+             'deepseek_v2': (64, None, 'moe_intermediate_size', 1407, 0.001),  # k: given.
+             'minimax_m2': (256, 8, 'intermediate_size', 1536, 0.001)}
 # Each family's tensor names under a layer: the router, the experts' prefix, their gate, up and
 # down projections.
-_NAMES = {'mixtral': ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')}
+_NAMES = {fam: ('block_sparse_moe.gate', 'block_sparse_moe.experts.', 'w1', 'w3', 'w2')
+          for fam in ('mixtral', 'minimax_m2')}
+# MiniMax-M2's choice bias: beside its router, not inside it (the others' `gate.` + this).
+_CHOICE_BIAS = {'minimax_m2': 'block_sparse_moe.e_score_correction_bias'}
+# The mixture classes that rotate part of each head (partial_rotary_factor).
+PARTIAL_ROTARY = ('glm4_moe', 'minimax_m2')
 _QWEN_NAMES = ('mlp.gate', 'mlp.experts.', 'gate_proj', 'up_proj', 'down_proj')
 _read = hf_fields.read
 
@@ -121,7 +130,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
             else d_ff * (_read(hf, 'n_shared_experts', hf_deepseek.DEEPSEEK_LAYOUT[fam]) or 0)
             if fam in hf_deepseek.DEEPSEEK_LAYOUT else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
-  renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY) or bool(_read(hf, 'norm_topk_prob', False))
+  renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY, 'minimax_m2') or bool(
+      _read(hf, 'norm_topk_prob', False))
   return {'mlp': 'moe', 'd_ff': d_ff,
           'moe': {**dense.get('moe', {}),
                   'num_experts': num, 'experts_per_token': per_token, 'shared_d_ff': shared,
@@ -129,6 +139,8 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
                   'balance_loss': float(_read(hf, 'router_aux_loss_coef', coef)),
                   **(hf_gpt_oss.moe_fields(hf, where) if fam == hf_gpt_oss.FAMILY else {}),
                   **(hf_llama4.moe_fields() if fam == hf_llama4.FAMILY else {}),
+                  # MiniMax-M2 chooses by the sigmoid scores plus the choice bias.
+                  **({'router': 'sigmoid', 'choice_bias': True} if fam == 'minimax_m2' else {}),
                   **(hf_deepseek.moe_fields(hf, fam, where)
                      if fam in hf_deepseek.DEEPSEEK_LAYOUT else {})}}
 
@@ -164,8 +176,8 @@ def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
     stacked = lambda name, shape: np.stack([t(f'{p}{experts}{j}.{name}.weight', shape).T
                                             for j in range(e)])
     mlp.update(gate=stacked(gate, (f, d)), up=stacked(up, (f, d)), down=stacked(down, (d, f)))
-  if m.moe.choice_bias:  # DeepSeek-V3's.
-    mlp['choice_bias'] = t(p + router + '.e_score_correction_bias', (e,))
+  if m.moe.choice_bias:  # DeepSeek-V3's, MiniMax-M2's.
+    mlp['choice_bias'] = t(p + _choice_bias(fam), (e,))
   if m.moe.shared_d_ff:
     s = m.moe.shared_d_ff
     mlp['shared'] = {n: {'kernel': t(f'{p}{_shared(fam)}{n}_proj.weight', shape).T}
@@ -173,6 +185,11 @@ def read_mlp(t, p: str, fam: str, m, layer: int) -> dict:
     if m.moe.shared_gate:
       mlp['shared_gate'] = t(p + 'mlp.shared_expert_gate.weight', (1, d)).T
   return mlp
+
+
+def _choice_bias(fam: str) -> str:
+  """The choice bias's tensor name under a layer."""
+  return _CHOICE_BIAS.get(fam, _names(fam)[0] + '.e_score_correction_bias')
 
 
 def _shared(fam: str) -> str:
@@ -200,8 +217,8 @@ def write_mlp(out: dict, p: str, mlp: dict, fam: str, m, layer: int) -> None:
   for name, ours in ((gate, 'gate'), (up, 'up'), (down, 'down')):
     for j, kernel in enumerate(np.asarray(mlp[ours])):
       out[f'{p}{experts}{j}.{name}.weight'] = array(kernel.T)
-  if fam in hf_deepseek.SIGMOID_ROUTED:  # The choice bias (0 where the model has none).
-    out[p + router + '.e_score_correction_bias'] = array(
+  if fam in hf_deepseek.SIGMOID_ROUTED or fam in _CHOICE_BIAS:  # 0 where the model has none.
+    out[p + _choice_bias(fam)] = array(
         mlp['choice_bias'] if m.moe.choice_bias else np.zeros(m.moe.num_experts))
   if m.moe.shared_d_ff:
     for n in ('gate', 'up', 'down'):
@@ -218,7 +235,11 @@ def export_family(m) -> str:
                                                for o in options)
   named = ', '.join(o.field for o in options)
   windows = positions.layer_windows(m)
-  if m.moe.router == 'sigmoid' and hf_deepseek.routed(m.moe, m.d_ff):
+  o = m.moe  # MiniMax-M2's: DeepSeek-V3's choice without its groups, scale or shared expert.
+  if (o.router == 'sigmoid' and o.choice_bias and computes('minimax_m2') and o.groups == 1
+      and o.routed_scale == 1 and not o.shared_d_ff and not o.dense_layers):
+    fam, why = 'minimax_m2', _minimax_m2_refusal(m, windows)
+  elif m.moe.router == 'sigmoid' and hf_deepseek.routed(m.moe, m.d_ff):
     fam, why = 'glm4_moe', _glm4_moe_refusal(m, options, windows)
   elif (m.moe.router != 'softmax' or m.moe.weight_inputs
         or (m.moe.shared_d_ff and not m.moe.shared_gate)):
@@ -256,9 +277,10 @@ def export_family(m) -> str:
   if not block:
     why = (f'normalization={m.normalization!r}, norm={m.norm!r}, residual={m.residual!r} '
            "(the mixture classes' block is Llama's: rms_norm, pre, sequential)")
-  elif (m.position.rope.fraction < 1 and fam != 'glm4_moe') or not all(positions.rope_layers(m)):
+  elif ((m.position.rope.fraction < 1 and fam not in PARTIAL_ROTARY)
+        or not all(positions.rope_layers(m))):
     why = ('RoPE on part of each head or of the layers (the mixture classes rotate all of both '
-           "but GLM-4.5's, which rotates part of each head)")
+           "but GLM-4.5's and MiniMax-M2's, which rotate part of each head)")
   elif (m.embedding_multiplier, m.residual_multiplier, m.logits_multiplier) != (
       1, 1, 1) or m.logits_softcap or m.get('output_bias'):
     why = 'a multiplier, a soft-cap or an output bias, which the mixture classes do not have'
@@ -274,6 +296,18 @@ def export_family(m) -> str:
         'over each head (Qwen3-MoE) or over all heads (OLMoE), sinks, biased experts and '
         "their clamped SwiGLU (gpt-oss), or DeepSeek-V3's routing (GLM-4.5).")
   return fam
+
+
+def _minimax_m2_refusal(m, windows) -> str:
+  """Why MiniMax-M2's class (Mixtral's experts chosen by sigmoid scores plus the choice bias,
+  renormalized; QK-norm over all heads; part of each head rotated; no biases) does not compute
+  the model `m` ('' where it does), for a mixture without groups, a scale or a shared expert."""
+  o = m.moe
+  return ('windows' if any(windows) else f'biases={m.biases!r}' if m.biases != 'none' else
+          "the sigmoid scores' own weights (moe.renormalize=false)" if not o.renormalize else
+          "Llama 4's weighted inputs (moe.weight_inputs)" if o.weight_inputs else
+          'biased experts or their clamp (moe.biases, swiglu_limit)'
+          if o.biases or o.swiglu_limit else '')
 
 
 def _glm4_moe_refusal(m, options, windows) -> str:
@@ -301,6 +335,8 @@ def config_fields(fam: str, m) -> dict:
   if fam == 'mixtral':
     return {**out, 'num_local_experts': o.num_experts, 'router_jitter_noise': 0.0,
             'sliding_window': max(positions.layer_windows(m)) or None}
+  if fam == 'minimax_m2':  # Its partial rotary as GLM's (roformer/hf_export_config.py).
+    return {**out, 'num_local_experts': o.num_experts, 'router_jitter_noise': 0.0}
   out.update(num_experts=o.num_experts, norm_topk_prob=o.renormalize,
              attention_bias=m.biases == 'attention')
   if fam == 'olmoe':

@@ -4,7 +4,7 @@ roformer/attention_options/qk_norm.py), read into a block's `attn/q_scale`, `att
 
 - Qwen3, Qwen3-MoE, Gemma 3, EXAONE 4: `q_norm`, `k_norm`, one RMSNorm scale per dimension of a
   head, shared by the heads (Gemma 3 stores it less 1);
-- OLMo 2 and 3, OLMoE: `q_norm`, `k_norm` over all the heads at once;
+- OLMo 2 and 3, OLMoE, MiniMax-M2: `q_norm`, `k_norm` over all the heads at once;
 - Phi (`qk_layernorm`): `q_layernorm`, `k_layernorm`, one LayerNorm shared by the heads, with a
   bias;
 - StableLM (`qk_layernorm`, StableLM 2 12B): `q_layernorm.norms.<i>`, one LayerNorm per head
@@ -24,7 +24,7 @@ from roformer.attention_options import qk_norm
 # (StableLM's `norms.<i>`); their span and bias are the option's (`qk_norm.transformers_norm`).
 LAYOUTS = {**{fam: ('q_norm', 'k_norm', False) for fam in (
     'qwen3', 'qwen3_moe', 'gemma3', 'exaone4', 'olmo2', 'olmo3', 'olmoe', 'cohere',
-    'glm4_moe')},
+    'glm4_moe', 'minimax_m2')},
            'phi': ('q_layernorm', 'k_layernorm', False),
            'stablelm': ('q_layernorm.norms', 'k_layernorm.norms', True)}
 

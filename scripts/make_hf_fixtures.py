@@ -444,6 +444,15 @@ FIXTURES = {
         max_position_embeddings=4 * ORIGINAL,
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # MiniMax-M2: Mixtral's experts (2 of 4) chosen by their sigmoid scores plus the choice
+    # bias and renormalized, QK-norm over all heads, half of each head rotated (of 16-wide heads),
+    # grouped-query attention, YaRN.
+    'minimax_m2_partial_qk_norm_yarn': ('MiniMaxM2Config', dict(
+        SMALL, intermediate_size=16, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'partial_rotary_factor': 0.5,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
     # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
     # ones), QK-norm, YaRN.

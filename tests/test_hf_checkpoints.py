@@ -154,6 +154,30 @@ def test_each_of_deepseeks_features_decides_its_logits(name, edits, tmp_path):
     assert _relative_error(lm.logits(ref['ids']), ref['logits']) > 1e-2, i
 
 
+def test_minimax_m2s_rotary_dim_and_choice_bias_decide_its_logits(tmp_path):
+  """MiniMax-M2's files on the Hub give its partial rotary as rotary_dim (8 of 16 here), which
+  reads as the fixture's partial_rotary_factor: the same logits; the whole head rotated, or the
+  choice bias left at 0, moves them by more than 1e-2 of the largest."""
+  name = 'minimax_m2_partial_qk_norm_yarn'
+  ref = np.load(FIXTURES / name / 'reference.npz')
+  logits = lambda source: hf.load(source).logits(ref['ids'])
+
+  def hub_form(config):
+    del config['rope_parameters']['partial_rotary_factor']
+    config['rotary_dim'] = 8
+  assert _relative_error(logits(hf_fixtures.edited(tmp_path / 'hub', name, hub_form)),
+                         ref['logits']) < 1e-4
+  whole = hf_fixtures.edited(tmp_path / 'whole', name, _SCALING(partial_rotary_factor=1.0))
+  assert _relative_error(logits(whole), ref['logits']) > 1e-2
+  unbiased = hf_fixtures.edited(tmp_path / 'unbiased', name)
+  tensors = safetensors_numpy.load_file(unbiased + '/model.safetensors')
+  biases = [k for k in tensors if k.endswith('block_sparse_moe.e_score_correction_bias')]
+  for key in biases:
+    tensors[key] = np.zeros_like(tensors[key])
+  safetensors_numpy.save_file(tensors, unbiased + '/model.safetensors')
+  assert len(biases) == 2 and _relative_error(logits(unbiased), ref['logits']) > 1e-2
+
+
 @pytest.mark.parametrize('name,fields,dense', [
     ('qwen2_moe_dense_layers_yarn', {}, (0, 2, 3)),  # Every 2nd, less mlp_only_layers [3].
     ('qwen2_moe_dense_layers_yarn', {'mlp_only_layers': [], 'decoder_sparse_step': 3}, (0, 1, 3)),

@@ -141,6 +141,11 @@ GLM4_MOE = {**QWEN3, **{k: v for k, v in DEEPSEEK_MOE.items() if k.startswith('m
 DEEPSEEK_SCALED = {**DEEPSEEK, 'position.rope.layout': 'half', 'attention.softmax_scale': True,
                    'attention.softmax_scale_value': 0.4}
 QWEN2_MOE = dict(MOE, biases='qkv', **{'moe.renormalize': False, 'moe.shared_d_ff': 40})
+# MiniMax-M2's: the experts chosen by their sigmoid scores plus the choice bias, renormalized,
+# QK-norm over all heads, half of each head rotated.
+MINIMAX_M2 = {**MOE, 'moe.router': 'sigmoid', 'moe.choice_bias': True,
+              'attention.qk_norm': True, 'attention.qk_norm_over': 'heads',
+              'attention.qk_norm_eps': 1e-5, 'position.rope.fraction': 0.5}
 QWEN3_MOE = {**QWEN3, **MOE, 'moe.num_experts': 6, 'moe.experts_per_token': 3}
 # Dense MLPs of their own width between the sparse ones: the Qwen MoEs' mlp_only_layers, Llama 4
 # Maverick's layers outside moe_layers.
@@ -369,6 +374,7 @@ _SLOW = pytest.mark.slow
                                              pytest.param('llama', GLM4_MOE,
                                                           'Glm4MoeForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
+                                             ('llama', MINIMAX_M2, 'MiniMaxM2ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
@@ -419,7 +425,7 @@ def test_a_model_trained_here_exports_with_the_same_logits(arg, fields, arch, tm
     if fields in (LLAMA4, LLAMA4_MOE, LLAMA4_UNCHUNKED, LLAMA4_MAVERICK):
       config.model.position.rope.scaling.attention_factor = 1.0
     # DeepSeek-V3's and GLM-4.5's classes multiply the rotated dimensions.
-    if config.model.mla.kv_rank or fields is GLM4_MOE:
+    if config.model.mla.kv_rank or fields is GLM4_MOE or fields is MINIMAX_M2:
       config.model.position.rope.scaling.attention_factor_dims = 'rotated'
   workdir = _workdir(config, tmp_path / 'w')
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
@@ -507,6 +513,7 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('exaone4_hybrid_nope_llama3', 'Exaone4ForCausalLM'),
     # Ministral's windows on some layers go to Qwen2 (its q, k and v biases zero).
     ('ministral_layer_windows_yarn', 'Qwen2ForCausalLM'),
+    ('minimax_m2_partial_qk_norm_yarn', 'MiniMaxM2ForCausalLM'),
     # Seed-OSS's block (biases on q, k and v alone) is Qwen2's.
     ('seed_oss_qkv_bias_yarn', 'Qwen2ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
@@ -951,7 +958,10 @@ def test_each_block_goes_to_the_class_that_computes_it(arg, fields, family):
     ({**GLM4_MOE, 'biases': 'attention'}, "biases='attention'; Glm4MoeForCausalLM"),
     ({**GLM4_MOE, 'attention.qk_norm_over': 'heads'},
      r"attention.qk_norm \(.*qk_norm_over='heads'.*\) in a GLM-4.5 block"),
-    ({**GLM4_MOE, 'moe.shared_gate': True}, "Llama 4's routing .* or sigmoid scores otherwise")])
+    ({**GLM4_MOE, 'moe.shared_gate': True}, "Llama 4's routing .* or sigmoid scores otherwise"),
+    ({**MINIMAX_M2, 'moe.renormalize': False},
+     "the sigmoid scores' own weights .*; MiniMaxM2ForCausalLM would be the nearest"),
+    ({**MINIMAX_M2, 'biases': 'attention'}, "biases='attention'; MiniMaxM2ForCausalLM")])
 def test_a_mixture_no_transformers_class_computes_is_refused_naming_the_nearest(fields, why):
   _assert_llama_export_refused(fields, 'a mixture of experts with ' + why)
 
@@ -1146,7 +1156,8 @@ def test_an_export_without_a_tokenizer_says_so_and_how_to_encode(tmp_path, monke
                                         ('llama', LLAMA4_MAVERICK),
                                         ('llama', QWEN3_MOE_DENSE), ('llama', DEEPSEEK),
                                         ('llama', DEEPSEEK_MOE), ('llama', DEEPSEEK_SCALED),
-                                        ('llama', GLM4_MOE), ('llama', DEEPSEEK_V2)])
+                                        ('llama', GLM4_MOE), ('llama', DEEPSEEK_V2),
+                                        ('llama', MINIMAX_M2)])
 def test_transformers_reads_an_export_with_the_same_logits(arg, fields, tmp_path):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')

@@ -39,7 +39,8 @@ _TRANSFORMERS = {'qwen3': ('rms_norm', 'head', False), 'gemma3': ('rms_norm', 'h
                  'olmoe': ('rms_norm', 'heads', False), 'phi': ('layer_norm', 'head', True),
                  'stablelm': ('layer_norm', 'each_head', False),
                  'cohere': ('layer_norm', 'each_head', False),
-                 'llama4': ('rms_norm', 'head', False), 'glm4_moe': ('rms_norm', 'head', False)}
+                 'llama4': ('rms_norm', 'head', False), 'glm4_moe': ('rms_norm', 'head', False),
+                 'minimax_m2': ('rms_norm', 'heads', False)}
 # Their config.json switch, where it has one, and its default where the file leaves it out.
 _SWITCHES = {'phi': ('qk_layernorm', False), 'stablelm': ('qk_layernorm', False),
              'cohere': ('use_qk_norm', False), 'llama4': ('use_qk_norm', True),
