@@ -374,7 +374,10 @@ _SLOW = pytest.mark.slow
                                              pytest.param('llama', GLM4_MOE,
                                                           'Glm4MoeForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
-                                             ('llama', MINIMAX_M2, 'MiniMaxM2ForCausalLM'),
+                                             # minimax_m2_partial_qk_norm_yarn takes
+                                             # MiniMax-M2's path out by default.
+                                             pytest.param('llama', MINIMAX_M2,
+                                                          'MiniMaxM2ForCausalLM', marks=_SLOW),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
                                              pytest.param('llama', QWEN2_MOE,
