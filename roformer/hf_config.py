@@ -1,13 +1,13 @@
 """A Hugging Face `config.json` as this project's config (roformer/hf_export_config.py writes
 one back).
 
-Thirty-eight architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
+Forty-one architectures (`ARCHITECTURES`, and a multimodal one's language model) are read,
 each as the block components and position settings that compute what its transformers class
 computes: the Llama family's classes (Llama, Mistral, Ministral, Phi-3, Qwen2 and 3, Gemma 2 and
-3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee), the LayerNorm blocks'
-(GPT-NeoX, Phi, Cohere and Cohere 2, StableLM, StarCoder 2, Nemotron; GPT-2, GPT-J, BLOOM and MPT
-in roformer/hf_classic.py, Falcon in roformer/hf_falcon.py) and the mixtures of experts
-(roformer/hf_moe.py; DeepSeek-V2's and V3's latent attention in
+3, OLMo 1, 2 and 3, SmolLM3, Granite, GLM and GLM-4, EXAONE 4, Arcee, Seed-OSS, ERNIE 4.5), the
+LayerNorm blocks' (GPT-NeoX, Phi, Cohere and Cohere 2, StableLM, StarCoder 2, Nemotron; GPT-2,
+GPT-J, BLOOM and MPT in roformer/hf_classic.py, Falcon in roformer/hf_falcon.py) and the
+mixtures of experts (roformer/hf_moe.py; DeepSeek-V2's and V3's latent attention in
 roformer/hf_deepseek.py). docs/hf_checkpoints.md says, family by family, which field of the file
 becomes which field here and what is refused. A `head_dim` other than hidden_size /
 num_attention_heads is `model.head_dim` where the class reads it. Both forms of the rotary
@@ -64,7 +64,7 @@ ARCHITECTURES = {'LlamaForCausalLM': 'llama', 'MistralForCausalLM': 'mistral',
                  'Starcoder2ForCausalLM': 'starcoder2', 'FalconForCausalLM': 'falcon',
                  'Exaone4ForCausalLM': 'exaone4', 'MinistralForCausalLM': 'ministral',
                  'NemotronForCausalLM': 'nemotron', 'ArceeForCausalLM': 'arcee',
-                 'SeedOssForCausalLM': 'seed_oss',
+                 'SeedOssForCausalLM': 'seed_oss', 'Ernie4_5ForCausalLM': 'ernie4_5',
                  'GPT2LMHeadModel': 'gpt2', 'GPTJForCausalLM': 'gptj',
                  'BloomForCausalLM': 'bloom', 'MptForCausalLM': 'mpt',
                  **{arch: fam for fam, arch in hf_moe.FAMILIES.items()}}
@@ -74,7 +74,7 @@ HF_MODEL_TYPES = {family: {'gemma3': 'gemma3_text', 'llama4': 'llama4_text'}.get
                   for family in MODEL_TYPES}
 LLAMA_FAMILY = ('llama', 'mistral', 'phi3', 'qwen2', 'qwen3', 'gemma2', 'gemma3', 'smollm3',
                 'olmo', 'olmo2', 'olmo3', 'granite', 'glm', 'glm4', 'exaone4', 'ministral',
-                'nemotron', 'arcee', 'seed_oss', *hf_moe.FAMILIES)
+                'nemotron', 'arcee', 'seed_oss', 'ernie4_5', *hf_moe.FAMILIES)
 # Gemma 2 and 3: sandwich norms, the embeddings times sqrt(hidden_size), query_pre_attn_scalar and
 # logit soft-capping.
 GEMMA = ('gemma2', 'gemma3')
@@ -178,7 +178,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
     settings['rope_type'] = 'longrope'
   default = {'smollm3': 2_000_000.0, 'cohere': 500_000.0, 'mixtral': 1_000_000.0,
              'gpt_oss': hf_gpt_oss.DEFAULT_THETA, 'llama4': hf_llama4.DEFAULT_THETA,
-             'minimax_m2': 5_000_000.0}.get(
+             'minimax_m2': 5_000_000.0, 'ernie4_5': 500_000.0}.get(
       fam, 10000.0)  # The classes' default_theta.
   neox = fam == 'gpt_neox'  # GPTNeoXConfig's own names, which the other classes ignore.
   settings.setdefault('rope_theta', _read(hf, 'rope_theta', _read(hf, 'rotary_emb_base', default)
@@ -366,6 +366,8 @@ def _biases(hf: dict, fam: str, where: str) -> str:
     return 'qkv' if _read(hf, 'use_qkv_bias', False) else 'none'
   if fam in GLM + ('glm4_moe',):  # attention_bias: q, k and v (o_proj has none).
     return 'qkv' if _read(hf, 'attention_bias', fam != 'glm4_moe') else 'none'
+  if fam == 'ernie4_5':  # use_bias: every dense layer but lm_head, or none.
+    return 'all' if _read(hf, 'use_bias', False) else 'none'
   if fam == 'seed_oss':  # q, k and v (attention_bias), o_proj and the MLP each apart.
     return hf_fields.seed_oss_biases(hf, where)
   if fam == 'phi':  # Every dense layer, whatever the file says.
@@ -483,7 +485,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
       # Tied where the file does not say, as the Gemma, SmolLM3 and Cohere classes default (the
       # Hub's Command R configs leave it out and store no lm_head).
       tie_embeddings=bool(_read(hf, 'tie_word_embeddings',
-                                fam in GEMMA + ('smollm3', 'starcoder2') + COHERE)),
+                                fam in GEMMA + ('smollm3', 'starcoder2', 'ernie4_5') + COHERE)),
       biases=_biases(hf, fam, where), layer_windows=windows, layer_rope_bases=bases)
   if fam == 'gpt_neox':
     config.model.update(normalization='layer_norm', mlp='plain',
@@ -518,7 +520,7 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   else:  # The classes' default epsilons.
     eps = {'phi3': 1e-5, 'olmo2': 1e-5, 'olmo3': 1e-5, 'exaone4': 1e-5, 'glm': 1.5625e-7,
            'glm4': 1.5625e-7, 'mixtral': 1e-5, 'olmoe': 1e-5, 'arcee': 1e-5, 'gpt_oss': 1e-5,
-           'llama4': 1e-5, 'glm4_moe': 1e-5}
+           'llama4': 1e-5, 'glm4_moe': 1e-5, 'ernie4_5': 1e-5}
     # Arcee's MLP is plain (up, squared ReLU, down); the others' gated.
     config.model.update(normalization='rms_norm', mlp='plain' if fam == 'arcee' else 'gated',
                         layer_norm_eps=float(_read(hf, 'rms_norm_eps', eps.get(fam, 1e-6))))
@@ -577,9 +579,9 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     config.model.layer_kinds = positions.layer_kinds_of(rotates)
   rope = config.model.position.rope
   config.model.position.kind = positions.ROPE
-  # Cohere, GLM, Llama 4 and DeepSeek-V2 rotate interleaved pairs (x_2i, x_2i+1), DeepSeek-V3
-  # where rope_interleave, the others the halves.
-  interleaved = fam in COHERE + GLM + ('llama4',) or (
+  # Cohere, GLM, Llama 4, ERNIE 4.5 and DeepSeek-V2 rotate interleaved pairs (x_2i, x_2i+1),
+  # DeepSeek-V3 where rope_interleave, the others the halves.
+  interleaved = fam in COHERE + GLM + ('llama4', 'ernie4_5') or (
       fam == hf_deepseek.FAMILY and _read(hf, 'rope_interleave', True)) or (
       fam == hf_deepseek.FAMILY_V2)
   rope.update(layout='interleaved' if interleaved else 'half',

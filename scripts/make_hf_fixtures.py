@@ -453,6 +453,13 @@ FIXTURES = {
         rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
                          'partial_rotary_factor': 0.5,
                          'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+    # ERNIE 4.5 (0.3B's layout): Llama's block with RoPE on interleaved pairs, a bias on every
+    # dense layer (use_bias), tied embeddings, grouped-query attention, 16-wide heads, YaRN.
+    'ernie4_5_interleaved_bias_yarn': ('Ernie4_5Config', dict(
+        SMALL, num_key_value_heads=2, head_dim=16, use_bias=True, tie_word_embeddings=True,
+        max_position_embeddings=4 * ORIGINAL,
+        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
+                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
     # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
     # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
     # ones), QK-norm, YaRN.

@@ -517,6 +517,8 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     # Ministral's windows on some layers go to Qwen2 (its q, k and v biases zero).
     ('ministral_layer_windows_yarn', 'Qwen2ForCausalLM'),
     ('minimax_m2_partial_qk_norm_yarn', 'MiniMaxM2ForCausalLM'),
+    # ERNIE 4.5's block (every dense layer biased, tied) is Llama's, its pairs permuted.
+    ('ernie4_5_interleaved_bias_yarn', 'LlamaForCausalLM'),
     # Seed-OSS's block (biases on q, k and v alone) is Qwen2's.
     ('seed_oss_qkv_bias_yarn', 'Qwen2ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
