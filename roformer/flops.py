@@ -85,10 +85,10 @@ def train_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
   return TRAIN_MULTIPLIER * forward
 
 
-def decode_flops_per_token(model_cfg: ml_collections.ConfigDict, cache_len: int) -> float:
-  """Forward FLOPs of one new token of a causal LM decoding over `cache_len` cached positions,
-  every one attended (the last position of a causal pass), counted as the plain form's products:
-  what the model computes, the same for every cache (MLA's absorbed form reaches the same
-  outputs through other products)."""
+def decode_flops_per_token(model_cfg: ml_collections.ConfigDict, attended: int) -> float:
+  """Forward FLOPs of one new token of a causal LM that attends to `attended` positions (the
+  cached ones and its own: the last position of a causal pass), counted as the plain form's
+  products: what the model computes, the same for every cache (MLA's absorbed form reaches the
+  same outputs through other products)."""
   return model_types.of(model_cfg).forward_flops(
-      model_cfg, cache_len, 1.0, lambda cfg, n, causal: layer_flops_per_token(cfg, n, False))
+      model_cfg, attended, 1.0, lambda cfg, n, causal: layer_flops_per_token(cfg, n, False))

@@ -187,7 +187,7 @@ def rope_settings(hf: dict, fam: str, where: str) -> dict:
                      'glm4': 0.5, 'nemotron': 0.5, 'glm4_moe': 0.5}.get(fam, 1.0)  # The classes'.
   if fam == 'minimax_m2' and _read(hf, 'rotary_dim', None):  # The Hub's files give rotary_dim.
     default_partial = hf_fields.positive(hf['rotary_dim'], 'rotary_dim', where) / (
-        hf_fields.integer(hf, 'head_dim', 128, where))
+        hf_fields.integer(hf, 'head_dim', 128, where))  # The class's default head_dim.
   settings.setdefault('partial_rotary_factor',
                       _read(hf, 'partial_rotary_factor', _read(hf, 'rotary_pct', default_partial)
                             if neox else default_partial))
@@ -416,8 +416,10 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
   d, heads = int(_field(hf, 'hidden_size', where)), int(_field(hf, 'num_attention_heads', where))
   # The Llama family's classes read head_dim (hidden_size / heads where it is absent or null;
   # Qwen3Config's, Gemma2Config's, Gemma3TextConfig's and GLM's default, where absent, is 128,
-  # 256, 256 and 128), as Phi's does; GPT-NeoX's always splits hidden_size.
+  # 256, 256 and 128; Seed-OSS's, ERNIE 4.5's and MiniMax-M2's 128), as Phi's does; GPT-NeoX's
+  # always splits hidden_size.
   default_width = {'qwen3': 128, 'gemma2': 256, 'gemma3': 256, 'glm': 128, 'glm4': 128,
+                   'seed_oss': 128, 'ernie4_5': 128, 'minimax_m2': 128,
                    'gpt_oss': hf_gpt_oss.DEFAULT_HEAD_DIM,
                    'llama4': hf_llama4.DEFAULT_HEAD_DIM}.get(fam)
   given = _read(hf, 'head_dim', default_width) if fam in READS_HEAD_DIM else None
@@ -439,13 +441,14 @@ def to_config(hf: dict, directory: str) -> ml_collections.ConfigDict:
     raise errors.ConfigError(f'{where}: {act_field} {act!r} is not one this project computes. Fix: '
                              f'a checkpoint with one of {sorted(ACTIVATIONS)}.')
   layers = int(_field(hf, 'num_hidden_layers', where))
-  # Starcoder2Config's and GlmConfig's default is 2 key/value heads, MinistralConfig's 8,
-  # Exaone4Config's 32; the others' all of them.
+  # Starcoder2Config's, GlmConfig's and Ernie4_5Config's default is 2 key/value heads,
+  # MinistralConfig's and SeedOssConfig's 8, Exaone4Config's 32; the others' all of them.
   kv = int(_read(hf, 'num_key_value_heads', {'starcoder2': 2, 'glm': 2, 'glm4': 2,
                                              'ministral': 8, 'exaone4': 32, 'mixtral': 8,
                                              'qwen2_moe': 16, 'qwen3_moe': 4,
                                              'gpt_oss': 8, 'llama4': 8,
-                                             'glm4_moe': 8}.get(fam)) or heads)
+                                             'glm4_moe': 8, 'seed_oss': 8, 'ernie4_5': 2,
+                                             'minimax_m2': 8}.get(fam)) or heads)
   gemma_attention = _gemma_attention(hf, fam, head_dim, where) if fam in GEMMA else {}
   if fam in TYPED_LAYERS:
     windows, bases, base, scaling, trained = _typed_layers(hf, fam, layers, where)

@@ -160,7 +160,7 @@ class LatentProjections(nnx.Module):
     p, e = self.rope_dim, q.shape[-1]
     w_k, _ = self._up(q.dtype)
     q = jnp.concatenate([q[..., :p], jnp.einsum('blhc,rhc->blhr', q[..., p:], w_k)], axis=-1)
-    q = q * jnp.asarray((q.shape[-1] / e) ** 0.5, q.dtype)
+    q = (q.astype(jnp.float32) * (q.shape[-1] / e) ** 0.5).astype(q.dtype)
     latent, k_rope = jnp.split(self.kv_a(x), [self.rank], axis=-1)
     k = jnp.concatenate([k_rope, self.kv_norm(latent).astype(k_rope.dtype)], axis=-1)
     return q, k[:, :, None]

@@ -372,7 +372,8 @@ class MixtureOfExperts(nnx.Module):
     hidden = self._hidden(project(gate) + per_expert(gate_bias), project(up) + per_expert(up_bias))
     hidden = sharding.constrain(hidden, ('act_expert', 'batch', 'act_mlp'))
     outputs = jnp.einsum('etf,efd->etd', hidden, down) + per_expert(down_bias)
-    outputs = sharding.constrain(outputs, ('act_expert', 'batch', None))
+    if sharding.shards('act_expert', outputs.shape[0]) > 1:  # Split experts: summed per token.
+      outputs = sharding.constrain(outputs, ('act_expert', 'batch', None))
     return jnp.einsum('etd,te->td', outputs.astype(jnp.float32), combine)
 
   def _ragged(self, tokens, chosen, weights):

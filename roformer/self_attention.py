@@ -118,6 +118,10 @@ class MultiHeadAttention(nnx.Module):
     # run what 'auto' chooses without them; an explicit 'pallas' runs the einsum path there.
     self.unfused_impl = attention.resolve(cfg.attention_impl, dtype=dtype,
                                           allowed=allowed - {'pallas'})
+    # With a cache: the same, but XLA's kernel for MLA's absorbed form, whose heads
+    # (kv_rank + rope_dim: DeepSeek-V3's 576) are wider than cuDNN's flash kernels take (256).
+    self.cache_impl = ('xla' if self.latent_cache and self.unfused_impl == 'cudnn'
+                       else self.unfused_impl)
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.

@@ -4,8 +4,8 @@ The mesh always has the three named axes `data`, `fsdp` and `tensor` (size 1 whe
 partition annotations resolve on any mesh. Batches are split along (`data`, `fsdp`).
 
 Parameters carry logical axis names, declared where each is created (`roformer.variables`):
-`vocab`, `embed`, `heads`, `mlp`, or None. Activations get logical names at block
-boundaries and inside attention and the MLP (`batch`, `act_heads`, `act_mlp`). The rules in
+`vocab`, `embed`, `heads`, `mlp`, `expert`, or None. Activations get logical names at block
+boundaries and inside attention and the MLP (`batch`, `act_heads`, `act_mlp`, `act_expert`). The rules in
 `config.mesh.rules` map each logical name to a mesh axis (or none), so one config field set
 chooses the layout:
 

@@ -235,6 +235,19 @@ def test_config_fields_left_out_read_as_transformers_defaults_them():
   m = hf_config.to_config(glm, 'dir').model
   assert (m.position.rope.fraction, m.position.rope.base, m.biases, m.head_dim, m.num_kv_heads,
           m.layer_norm_eps) == (0.5, 10000.0, 'qkv', 128, 2, 1.5625e-7)
+  # Seed-OSS's, ERNIE 4.5's and MiniMax-M2's classes: heads 128 wide, 8, 2 and 8 key/value
+  # heads, their own bases, biases and ties.
+  for name, want in (('seed_oss_qkv_bias_yarn', (8, 10000.0, 'qkv', False)),
+                     ('ernie4_5_interleaved_bias_yarn', (2, 500000.0, 'none', True)),
+                     ('minimax_m2_partial_qk_norm_yarn', (8, 5e6, 'none', False))):
+    left_out = json.loads((FIXTURES / name / 'config.json').read_text())
+    for field in ('head_dim', 'num_key_value_heads', 'rope_parameters', 'attention_bias',
+                  'use_bias', 'tie_word_embeddings'):
+      left_out.pop(field, None)
+    left_out.update(num_attention_heads=8, hidden_size=256)
+    m = hf_config.to_config(left_out, 'dir').model
+    assert (m.head_dim or m.d_model // m.num_heads, m.num_kv_heads or m.num_heads,
+            m.position.rope.base, m.biases, m.tie_embeddings) == (128, *want), name
 
 
 def test_sharded_weights_read_as_one_file(tmp_path):

@@ -138,6 +138,25 @@ def test_the_latent_cache_under_yarn_its_softmax_scale_a_remap_and_a_window():
   kinds.assert_decoding_equals_full_pass(model, tokens, (6, 1, 1, 3), atol=2e-5)
 
 
+def test_the_latent_cache_decodes_on_xlas_kernel_which_stands_in_for_cudnns():
+  """The absorbed form's one key head and narrower values through jax.nn.dot_product_attention
+  (XLA's implementation): the full pass's logits. Its heads (rope_dim + kv_rank wide, 576 in
+  DeepSeek-V3) are wider than cuDNN's flash kernels take, so a layer on cuDNN decodes the latent
+  cache on XLA's kernel (the attribute: no GPU here)."""
+  config = _config(attention_impl='xla')
+  config.model.mla.cache = 'latent'
+  resolve.validate(config)
+  model = models.create(config.model, seed=5)
+  tokens = jnp.asarray(np.random.default_rng(6).integers(5, 50, (2, 9)), jnp.int32)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4), atol=2e-5)
+  config.model.attention_impl = 'cudnn'
+  attn = nnx.eval_shape(lambda: models.create(config.model, seed=5)).blocks[0].attn
+  assert (attn.unfused_impl, attn.cache_impl) == ('cudnn', 'xla')
+  config.model.mla.cache = 'heads'
+  attn = nnx.eval_shape(lambda: models.create(config.model, seed=5)).blocks[0].attn
+  assert attn.cache_impl == 'cudnn'
+
+
 @pytest.mark.parametrize('value', [VALUE, 2 * HEAD])
 def test_xla_attention_takes_values_narrower_or_wider_than_the_keys(value):
   """jax.nn.dot_product_attention with the narrower of q/k and v widened by zeros: the einsum

@@ -66,7 +66,8 @@ class Softmax(base.AttentionKind):
     if maps or sink is not None:
       return _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink)
     return attention.attend(q, k, v, mask, bias=bias,
-                            impl='einsum' if module.record_probs else module.unfused_impl,
+                            impl=('einsum' if module.record_probs else module.unfused_impl
+                                  if cache is None else module.cache_impl),
                             return_probs=module.value_term or module.record_probs,
                             causal_block=module.causal_block if cache is None else 0,
                             window=module.window,
@@ -76,9 +77,10 @@ class Softmax(base.AttentionKind):
 
 def _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink=None):
   """softmax over the mapped logits (q.k/sqrt(d) + bias through each switch's `map_logits`),
-  with the switches' `sink` logit where one adds it: (output, weights). A causal self-attention without a cache whose weights nothing reads runs
-  over causal blocks of `model.causal_block` queries, each over the keys from its window's first
-  to its last row, as the plain einsum path does, so that it holds one block's logits."""
+  with the switches' `sink` logit where one adds it: (output, weights). A causal self-attention
+  without a cache whose weights nothing reads runs over causal blocks of `model.causal_block`
+  queries, each over the keys from its window's first to its last row, as the plain einsum path
+  does, so that it holds one block's logits."""
   def attend(q, k, v, mask, bias):
     return attention.attend_logits(_mapped(module, attention.scaled_logits(q, k, bias), maps),
                                    v, mask, sink)
