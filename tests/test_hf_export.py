@@ -304,7 +304,8 @@ _SLOW = pytest.mark.slow
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('rope', STARCODER2, 'Starcoder2ForCausalLM'),
                                              ('rope', FALCON, 'FalconForCausalLM'),
-                                             ('rope', FALCON_SHARED, 'FalconForCausalLM'),
+                                             pytest.param('rope', FALCON_SHARED,
+                                                          'FalconForCausalLM', marks=_SLOW),
                                              # The fixtures gpt2_learned and bloom_alibi take
                                              # the same paths out in the default suite.
                                              pytest.param('learned', {}, 'GPT2LMHeadModel',
@@ -353,12 +354,14 @@ _SLOW = pytest.mark.slow
                                                           marks=_SLOW),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM'),
                                              ('llama', EXAONE4, 'Exaone4ForCausalLM'),
-                                             ('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM'),
+                                             pytest.param('llama', EXAONE4_GLOBAL,
+                                                          'Exaone4ForCausalLM', marks=_SLOW),
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
                                              ('llama', GPT_OSS, 'GptOssForCausalLM'),
                                              ('llama', LLAMA4, 'Llama4ForCausalLM'),
                                              # Without chunks: the temperature is its own.
-                                             ('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
+                                             pytest.param('llama', LLAMA4_UNCHUNKED,
+                                                          'Llama4ForCausalLM', marks=_SLOW),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
                                              # The fixtures qwen2_moe_dense_layers_yarn,
@@ -367,13 +370,16 @@ _SLOW = pytest.mark.slow
                                              # GLM-4.5's paths out.
                                              pytest.param('llama', QWEN3_MOE_DENSE,
                                                           'Qwen3MoeForCausalLM', marks=_SLOW),
-                                             ('llama', DEEPSEEK, 'DeepseekV3ForCausalLM'),
+                                             pytest.param('llama', DEEPSEEK,
+                                                          'DeepseekV3ForCausalLM', marks=_SLOW),
                                              ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
                                              pytest.param('llama', DEEPSEEK_SCALED,
                                                           'DeepseekV3ForCausalLM', marks=_SLOW),
                                              pytest.param('llama', GLM4_MOE,
                                                           'Glm4MoeForCausalLM', marks=_SLOW),
-                                             ('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
+                                             # deepseek_v2_groups_yarn takes its path out.
+                                             pytest.param('llama', DEEPSEEK_V2,
+                                                          'DeepseekV2ForCausalLM', marks=_SLOW),
                                              # minimax_m2_partial_qk_norm_yarn takes
                                              # MiniMax-M2's path out by default.
                                              pytest.param('llama', MINIMAX_M2,
