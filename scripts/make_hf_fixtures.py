@@ -48,6 +48,13 @@ Then, in the blazon of sweet beauty's best, of hand, of foot, of lip, of eye, of
 I see their antique pen would have express'd even such a beauty as you master now.
 Shall I compare thee to a summer's day? Thou art more lovely and more temperate."""
 
+def yarn(factor: float, **more) -> dict:
+  """rope_parameters of YaRN by `factor` from ORIGINAL positions at base 10,000, with `more`
+  of its keys (partial_rotary_factor, beta_fast, mscale, ...)."""
+  return {'rope_type': 'yarn', 'factor': factor, 'rope_theta': 10000.0, **more,
+          'original_max_position_embeddings': ORIGINAL}
+
+
 SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=ORIGINAL)
 
@@ -72,8 +79,7 @@ FIXTURES = {
     'qwen2_yarn_v4': ('Qwen2Config', dict(
         SMALL, num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-6,
         max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), True, 'qwen', 0),
+        rope_parameters=yarn(4.0)), True, 'qwen', 0),
     # Mistral: a sliding window on every layer.
     'mistral_window': ('MistralConfig', dict(
         SMALL, num_key_value_heads=2, sliding_window=8, max_position_embeddings=64,
@@ -83,8 +89,7 @@ FIXTURES = {
     'qwen3_yarn_wide_heads': ('Qwen3Config', dict(
         SMALL, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
         max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+        rope_parameters=yarn(4.0)), False, 'qwen', 0),
     # Gemma 3's text model: sandwich norms (stored as scale - 1), QK-norm, embeddings times
     # sqrt(hidden_size), two windowed layers at base 10k and a global one at 1M, wide heads.
     'gemma3_local_global': ('Gemma3TextConfig', dict(
@@ -130,8 +135,7 @@ FIXTURES = {
     # biases, grouped-query attention, YaRN.
     'olmo2_yarn_biases': ('Olmo2Config', dict(
         SMALL, num_key_value_heads=2, attention_bias=True, max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(4.0)), False, 'llama', 0),
     # OLMo 3 (its long-context form, as transformers 4 wrote it): 8-token windows on three
     # layers in four, YaRN on the full-attention one alone, OLMo 3's base. (transformers 5.24
     # reads a transformers 4 file's rope_theta into the global layers alone, the sliding ones
@@ -150,8 +154,7 @@ FIXTURES = {
     'smollm3_nope_yarn': ('SmolLM3Config', dict(
         SMALL, num_hidden_layers=3, num_key_value_heads=2, no_rope_layers=[1, 0, 1],
         use_sliding_window=True, sliding_window=8, max_position_embeddings=2 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(2.0)), False, 'llama', 0),
     # Llama with heads narrower than hidden_size / heads (as Mistral NeMo's 128 for 32 heads of
     # 5120), of a width that is not a power of 2.
     'llama_narrow_heads': ('LlamaConfig', dict(
@@ -171,9 +174,7 @@ FIXTURES = {
     'gpt_neox_yarn_partial': ('GPTNeoXConfig', dict(
         SMALL, num_attention_heads=2, use_parallel_residual=True, hidden_act='gelu',
         max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'partial_rotary_factor': 0.25,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+        rope_parameters=yarn(4.0, partial_rotary_factor=0.25)), False, 'neox', 0),
     # Phi (1, 1.5 and 2, as transformers 4 wrote them): one LayerNorm before both parallel
     # branches, half of each head rotated, biases on every dense layer and on lm_head,
     # grouped-query attention, linear scaling.
@@ -186,8 +187,7 @@ FIXTURES = {
     # grouped-query attention, YaRN.
     'cohere_interleaved_yarn_v4': ('CohereConfig', dict(
         SMALL, num_key_value_heads=2, logit_scale=0.25, max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), True, 'llama', 0),
+        rope_parameters=yarn(4.0)), True, 'llama', 0),
     # Cohere 2 (Command R7B): two 8-token windowed RoPE layers, then a global one without
     # positions, attention biases.
     'cohere2_window_nope': ('Cohere2Config', dict(
@@ -209,9 +209,7 @@ FIXTURES = {
     # head rotated (the class's default is a quarter), grouped-query attention, YaRN.
     'stablelm_qkv_bias_yarn': ('StableLmConfig', dict(
         SMALL, num_key_value_heads=2, use_qkv_bias=True, max_position_embeddings=2 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
-                         'partial_rotary_factor': 0.5,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+        rope_parameters=yarn(2.0, partial_rotary_factor=0.5)), False, 'neox', 0),
     # GPT-J: one LayerNorm before both parallel branches, RoPE on the interleaved pairs of the
     # first half of each head (rotary_dim 4 of 8), biases on the MLP and lm_head alone, untied.
     'gptj_interleaved_partial': ('GPTJConfig', dict(
@@ -229,16 +227,13 @@ FIXTURES = {
     'glm4_sandwich_yarn': ('Glm4Config', dict(
         SMALL, head_dim=8, num_key_value_heads=2, attention_bias=False,
         max_position_embeddings=2 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
-                         'partial_rotary_factor': 0.75,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+        rope_parameters=yarn(2.0, partial_rotary_factor=0.75)), False, 'qwen', 0),
     # StarCoder 2: the classic block (LayerNorms, a plain MLP with the tanh GELU, biases on every
     # dense layer) with RoPE, grouped-query attention, a 12-token window on every layer, tied
     # embeddings (the class's default), YaRN.
     'starcoder2_window_yarn': ('Starcoder2Config', dict(
         SMALL, num_key_value_heads=2, sliding_window=12, max_position_embeddings=2 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+        rope_parameters=yarn(2.0)), False, 'neox', 0),
     # Falcon 7B's layout: one LayerNorm before both parallel branches, multi-query attention (one
     # key/value head), no biases, tied embeddings, dynamic NTK.
     'falcon_multi_query_dynamic': ('FalconConfig', dict(
@@ -275,9 +270,7 @@ FIXTURES = {
     'ministral_layer_windows_yarn': ('MinistralConfig', dict(
         SMALL, num_hidden_layers=3, num_key_value_heads=2, head_dim=8, sliding_window=12,
         layer_types=['sliding_attention', 'full_attention', 'sliding_attention'],
-        max_position_embeddings=2 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 2.0, 'rope_theta': 10000.0,
-            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        max_position_embeddings=2 * ORIGINAL, rope_parameters=yarn(2.0)), False, 'llama', 0),
     # GPT-2: learned absolute positions (a 64-row table), the classic pre-LayerNorm block with
     # Conv1D weights, tied embeddings; saved without the `transformer.` prefix, as the Hub's
     # original GPT-2 files are.
@@ -306,9 +299,7 @@ FIXTURES = {
     'mixtral_window_yarn': ('MixtralConfig', dict(
         SMALL, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2,
         sliding_window=8,
-        max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        max_position_embeddings=4 * ORIGINAL, rope_parameters=yarn(4.0)), False, 'llama', 0),
     # Qwen2-MoE (transformers 4's form): the softmax's own weights of 2 of 4 experts 24 wide, a
     # shared expert 48 wide behind its sigmoid gate, q/k/v biases, linear scaling.
     'qwen2_moe_shared_linear_v4': ('Qwen2MoeConfig', dict(
@@ -339,9 +330,8 @@ FIXTURES = {
                                        'llama', 0),
     # Arcee (AFM-4.5B's layout): Llama's block with a plain MLP and squared ReLU, YaRN.
     'arcee_relu2_yarn': ('ArceeConfig', dict(
-        SMALL, num_key_value_heads=2, max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-            'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        SMALL, num_key_value_heads=2, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters=yarn(4.0)), False, 'llama', 0),
     # QK-norm as LayerNorm: Phi's one for all heads with a bias (qk_layernorm), StableLM 2 12B's
     # one per head (qk_layernorm, with its parallel branches after one norm), Command R+'s one per
     # head (use_qk_norm).
@@ -364,9 +354,8 @@ FIXTURES = {
     'gpt_oss_sinks_yarn': ('GptOssConfig', dict(
         SMALL, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
         sliding_window=8, swiglu_limit=1.0, max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'beta_fast': 32.0, 'beta_slow': 0.25, 'truncate': False,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'neox', 0),
+        rope_parameters=yarn(4.0, beta_fast=32.0, beta_slow=0.25, truncate=False)), False,
+                                          'neox', 0),
     # Llama 4 (Scout's layout): RoPE on interleaved pairs within 8-token chunks, unscaled
     # QK-norm on the RoPE layer, a layer without positions whose queries' temperature grows from
     # position 3 on (floor_scale 4, attn_scale 0.5), 1 of 4 experts weighted by its sigmoid on
@@ -386,9 +375,7 @@ FIXTURES = {
         SMALL, num_hidden_layers=4, intermediate_size=40, num_key_value_heads=2, num_experts=4,
         num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=16,
         decoder_sparse_step=2, mlp_only_layers=[3], norm_topk_prob=True,
-        max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-            'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+        max_position_embeddings=4 * ORIGINAL, rope_parameters=yarn(4.0)), False, 'qwen', 0),
     # Llama 4 Maverick's layout: the mixture on every other layer (interleave_moe_layer_step 2),
     # the others a dense gated MLP intermediate_size_mlp wide; chunked RoPE layers beside a
     # global one without positions, linear scaling.
@@ -408,10 +395,8 @@ FIXTURES = {
         kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
         n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
         moe_intermediate_size=16, n_shared_experts=1, routed_scaling_factor=2.5,
-        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 0.8,
-            'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
-                             'llama', 0),
+        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters=yarn(4.0, mscale=0.8, mscale_all_dim=1.0)), False, 'llama', 0),
     # DeepSeek-V2 (V2-Lite's layout: queries from one projection): latent attention on
     # interleaved pairs, 3 of 8 experts in the best of 2 groups by its best probability,
     # the probabilities times a routed scale, not renormalized, beside two shared experts, a dense
@@ -421,10 +406,8 @@ FIXTURES = {
         q_lora_rank=None, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
         n_routed_experts=8, num_experts_per_tok=3, topk_method='group_limited_greedy', n_group=2,
         topk_group=1, moe_intermediate_size=16, n_shared_experts=2, routed_scaling_factor=1.5,
-        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0, 'mscale': 1.0,
-            'mscale_all_dim': 1.0, 'original_max_position_embeddings': ORIGINAL}), False,
-                                'llama', 0),
+        first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL,
+        rope_parameters=yarn(4.0, mscale=1.0, mscale_all_dim=1.0)), False, 'llama', 0),
     # GLM-4.5 (Glm4MoeForCausalLM): grouped-query attention with q, k and v biases and QK-norm
     # over each head, half of each head rotated (the class's default), a dense first layer,
     # then DeepSeek-V3's routing (2 of 8 experts in the best 1 of 2 groups, the choice bias, a
@@ -434,49 +417,39 @@ FIXTURES = {
         attention_bias=True, use_qk_norm=True, n_routed_experts=8, num_experts_per_tok=2,
         n_group=2, topk_group=1, moe_intermediate_size=16, n_shared_experts=1,
         routed_scaling_factor=1.5, first_k_dense_replace=1, max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'partial_rotary_factor': 0.5,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(4.0, partial_rotary_factor=0.5)), False, 'llama', 0),
     # Seed-OSS (ByteDance's 512k-token model): Llama's block with biases on q, k and v alone
     # (attention_bias, attention_out_bias false), grouped-query attention, wider heads, YaRN.
     'seed_oss_qkv_bias_yarn': ('SeedOssConfig', dict(
         SMALL, num_key_value_heads=2, head_dim=16, attention_bias=True, attention_out_bias=False,
         max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(4.0)), False, 'llama', 0),
     # MiniMax-M2: Mixtral's experts (2 of 4) chosen by their sigmoid scores plus the choice
     # bias and renormalized, QK-norm over all heads, half of each head rotated (of 16-wide heads),
     # grouped-query attention, YaRN.
     'minimax_m2_partial_qk_norm_yarn': ('MiniMaxM2Config', dict(
         SMALL, intermediate_size=16, num_key_value_heads=2, head_dim=16, num_local_experts=4,
         num_experts_per_tok=2, max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'partial_rotary_factor': 0.5,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(4.0, partial_rotary_factor=0.5)), False, 'llama', 0),
     # ERNIE 4.5 (0.3B's layout): Llama's block with RoPE on interleaved pairs, a bias on every
     # dense layer (use_bias), tied embeddings, grouped-query attention, 16-wide heads, YaRN.
     'ernie4_5_interleaved_bias_yarn': ('Ernie4_5Config', dict(
         SMALL, num_key_value_heads=2, head_dim=16, use_bias=True, tie_word_embeddings=True,
         max_position_embeddings=4 * ORIGINAL,
-        rope_parameters={'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-                         'original_max_position_embeddings': ORIGINAL}), False, 'llama', 0),
+        rope_parameters=yarn(4.0)), False, 'llama', 0),
     # Qwen3 stored as the Hub's "-FP8" checkpoints are: every projection of the blocks in e4m3
     # with a scale per 16 x 16 block (whole blocks: transformers' dequantization takes no partial
     # ones), QK-norm, YaRN.
     'qwen3_fp8_blocks': ('Qwen3Config', dict(
         SMALL, intermediate_size=48, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=4 * ORIGINAL, rope_parameters={
-            'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-            'original_max_position_embeddings': ORIGINAL}), False, 'qwen', 0),
+        max_position_embeddings=4 * ORIGINAL, rope_parameters=yarn(4.0)), False, 'qwen', 0),
 }
 FIXTURES['gpt_oss_mxfp4'] = FIXTURES['gpt_oss_sinks_yarn']
 # Llama 4 as the Hub's checkpoints are: the multimodal class (its language model the one above
 # with YaRN, whose q and k multiplier the norm after the rotation removes; a tiny vision model
 # and projector beside it).
 FIXTURES['llama4_multimodal'] = ('Llama4Config', dict(
-    text_config=dict(FIXTURES['llama4_chunks_temperature_llama3'][1], rope_parameters={
-        'rope_type': 'yarn', 'factor': 4.0, 'rope_theta': 10000.0,
-        'original_max_position_embeddings': ORIGINAL}),
+    text_config=dict(FIXTURES['llama4_chunks_temperature_llama3'][1], rope_parameters=yarn(4.0)),
     vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                        num_attention_heads=2, image_size=28, patch_size=14, vision_output_dim=16,
                        projector_input_dim=16, projector_output_dim=32),
