@@ -86,6 +86,15 @@ export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-env tests rope bench packed levers lm lm125 point suite}
 stage() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
+# bench LIMIT LINES NAME ARGS...: scripts/benchmark.py with ARGS within LIMIT seconds, its record
+# at OUT/NAME.json, the last LINES lines of what it printed, then its exit status.
+bench() {
+  local limit=$1 lines=$2 name=$3
+  shift 3
+  timeout "$limit" "${BENCH[@]}" "$@" --out "$OUT/$name.json" 2>&1 | grep -v '^I1\|^W1' \
+      | tail -"$lines"
+  echo "exit ${PIPESTATUS[0]} (124: time limit)"
+}
 # The benchmarks keep XLA:GPU's autotuning results for the run's later processes
 # (AUTOTUNE_CACHE): on an H200 a process's first 125M compile took 74-93 s, where the same GEMMs
 # compiled again in that process took 12 s. Their compile times are then not cold ones; the
@@ -175,21 +184,16 @@ for kind in ${KERNELS_KINDS:-rope alibi fox}; do
       --out "$OUT/kernels_$kind.json" 2>&1 | grep -v '^I1\|^W1' | tail -4
   echo "$kind: exit ${PIPESTATUS[0]} (124: time limit)"
 done
-timeout "${KERNELS_LIMIT:-240}" "${BENCH[@]}" --preset gpu_125m $ONE_LAYER \
+bench "${KERNELS_LIMIT:-240}" 8 kernels_stick_breaking --preset gpu_125m $ONE_LAYER \
     --kinds none --config.model.attention.kind=stick_breaking \
-    --vary model.attention_impl=einsum,pallas --steps 20 --warmup 1 \
-    --out "$OUT/kernels_stick_breaking.json" 2>&1 | grep -v '^I1\|^W1' | tail -8
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+    --vary model.attention_impl=einsum,pallas --steps 20 --warmup 1
 fi
 
 if want fused; then
 stage 'the fused bias kernel (attention_impl=pallas) against cuDNN at 125M, seq 2048'
 set_bench
-timeout "${FUSED_LIMIT:-480}" "${BENCH[@]}" --preset gpu_125m --kinds rope,alibi,fox \
-    --vary model.attention_impl=cudnn,pallas --steps "${FUSED_STEPS:-10}" --warmup 1 \
-    --out "$OUT/fused.json" 2>&1 \
-    | grep -v '^I1\|^W1' | tail -10
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+bench "${FUSED_LIMIT:-480}" 10 fused --preset gpu_125m --kinds rope,alibi,fox \
+    --vary model.attention_impl=cudnn,pallas --steps "${FUSED_STEPS:-10}" --warmup 1
 for length in ${FUSED_LENGTHS-8192 16384 32768}; do  # The longest FoX step that fits, one row.
   timeout "${FUSED_LENGTH_LIMIT:-240}" "${BENCH[@]}" --preset gpu_125m --kinds fox \
       --config.model.attention_impl=pallas --config.data.seq_len=$length \
@@ -198,11 +202,9 @@ for length in ${FUSED_LENGTHS-8192 16384 32768}; do  # The longest FoX step that
   echo "fox at $length on pallas: exit $? (124: time limit)"; tail -2 "$OUT/fused_fox_$length.log"
 done
 if (( ${FUSED_STICK_BREAKING:-1} )); then  # 0: leave stick-breaking out of the stage.
-timeout "${FUSED_LIMIT:-480}" "${BENCH[@]}" --preset gpu_125m --kinds none \
+bench "${FUSED_LIMIT:-480}" 6 fused_stick_breaking --preset gpu_125m --kinds none \
     --config.model.attention.kind=stick_breaking --vary model.attention_impl=einsum,pallas \
-    --steps "${FUSED_STEPS:-10}" --warmup 1 --out "$OUT/fused_stick_breaking.json" 2>&1 \
-    | grep -v '^I1\|^W1' | tail -6
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+    --steps "${FUSED_STEPS:-10}" --warmup 1
 fi
 fi
 
@@ -219,10 +221,9 @@ set_bench
 # GRADIENTS_ARGS: the kinds and passes (by default RoPE on cuDNN, where the attention passes
 # are not on the path; "--kinds rope --config.model.attention_impl=einsum --without
 # softmax_attention" times the einsum path's).
-timeout "${GRADIENTS_LIMIT:-300}" "${BENCH[@]}" --preset gpu_125m \
+bench "${GRADIENTS_LIMIT:-300}" 10 custom_gradients --preset gpu_125m \
     ${GRADIENTS_ARGS:---kinds rope --without all,softmax_attention,rotation,chunked_loss} \
-    --steps 10 --out "$OUT/custom_gradients.json" 2>&1 | grep -v '^I1\|^W1' | tail -10
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+    --steps 10
 fi
 
 if want init; then
@@ -238,14 +239,12 @@ stage "decoding over multi-head latent attention's two caches after 8k and 32k t
 set_bench
 # configs/lm.py:deepseek with 16 heads of 64 (RoPE on 16 shared key dimensions), a latent of
 # 256: the heads' cache keeps 16 x (64 + 64) numbers a token and layer, the latent 272.
-timeout "${DECODE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:deepseek \
+bench "${DECODE_LIMIT:-300}" 10 decode --config configs/lm.py:deepseek \
     --config.model.d_model=1024 --config.model.num_heads=16 --config.model.num_layers=8 \
     --config.model.mla.kv_rank=256 --config.model.mla.q_rank=384 --config.model.mla.rope_dim=16 \
     --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
     --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
-    --vary model.mla.cache=heads,latent --steps 20 --out "$OUT/decode.json" \
-    2>&1 | grep -v '^I1\|^W1' | tail -10
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+    --vary model.mla.cache=heads,latent --steps 20
 fi
 
 if want moe; then
@@ -253,17 +252,13 @@ stage 'mixtures at gpu_125m: the dense and the ragged computation of the experts
 set_bench
 # Mixtral's layout (8 experts of 1,024, 2 a token) and DeepSeek-V3's (latent attention, a dense
 # first layer, 8 routed experts of 704 and a shared one), each a process of two variants.
-timeout "${MOE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:mixtral --preset gpu_125m \
-    --config.model.d_ff=1024 --kinds rope --vary model.moe.impl=dense,ragged --steps 10 \
-    --out "$OUT/moe_mixtral.json" 2>&1 | grep -v '^I1\|^W1' | tail -6
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
-timeout "${MOE_LIMIT:-300}" "${BENCH[@]}" --config configs/lm.py:deepseek --preset gpu_125m \
+bench "${MOE_LIMIT:-300}" 6 moe_mixtral --config configs/lm.py:mixtral --preset gpu_125m \
+    --config.model.d_ff=1024 --kinds rope --vary model.moe.impl=dense,ragged --steps 10
+bench "${MOE_LIMIT:-300}" 6 moe_deepseek --config configs/lm.py:deepseek --preset gpu_125m \
     --config.model.d_ff=704 --config.model.moe.shared_d_ff=704 \
     --config.model.moe.dense_d_ff=2112 --config.model.mla.kv_rank=192 \
     --config.model.mla.q_rank=288 --config.model.mla.rope_dim=16 --kinds rope \
-    --vary model.moe.impl=dense,ragged --steps 10 --out "$OUT/moe_deepseek.json" \
-    2>&1 | grep -v '^I1\|^W1' | tail -6
-echo "exit ${PIPESTATUS[0]} (124: time limit)"
+    --vary model.moe.impl=dense,ragged --steps 10
 fi
 
 if want llama32k; then
