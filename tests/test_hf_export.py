@@ -123,8 +123,8 @@ LLAMA4_MAVERICK = {**LLAMA4_MOE, 'moe.dense_layers': (1,), 'moe.dense_d_ff': 48}
 # interleaved pairs, values 6 wide, a query latent), dense; with its mixture after a dense first
 # layer (sigmoid scores, the choice bias, 2 groups, the routed scale, an ungated shared expert);
 # with the softmax scale its scaling's mscale_all_dim writes.
-DEEPSEEK = {'head_dim': 12, 'num_kv_heads': 0, 'mla.kv_rank': 16, 'mla.q_rank': 12, 'mla.rope_dim': 4,
-            'mla.v_head_dim': 6, 'position.rope.fraction': 1 / 3,
+DEEPSEEK = {'head_dim': 12, 'num_kv_heads': 0, 'mla.kv_rank': 16, 'mla.q_rank': 12,
+            'mla.rope_dim': 4, 'mla.v_head_dim': 6, 'position.rope.fraction': 1 / 3,
             'position.rope.layout': 'interleaved'}
 DEEPSEEK_MOE = {**DEEPSEEK, **MOE, 'moe.router': 'sigmoid', 'moe.choice_bias': True,
                 'moe.groups': 2, 'moe.routed_scale': 2.5, 'moe.shared_d_ff': 64,
@@ -301,19 +301,20 @@ MPT_SCALED = dict(MPT, **{'attention.softmax_scale': True, 'attention.softmax_sc
 _SLOW = pytest.mark.slow
 
 
+def _slow(*values):
+  """A case that runs under -m slow alone."""
+  return pytest.param(*values, marks=_SLOW)
+
+
 @pytest.mark.parametrize('arg,fields,arch', [('rope', {}, 'GPTNeoXForCausalLM'),
                                              ('rope', STARCODER2, 'Starcoder2ForCausalLM'),
                                              ('rope', FALCON, 'FalconForCausalLM'),
-                                             pytest.param('rope', FALCON_SHARED,
-                                                          'FalconForCausalLM', marks=_SLOW),
+                                             _slow('rope', FALCON_SHARED, 'FalconForCausalLM'),
                                              # The fixtures gpt2_learned and bloom_alibi take
                                              # the same paths out in the default suite.
-                                             pytest.param('learned', {}, 'GPT2LMHeadModel',
-                                                          marks=_SLOW),
-                                             pytest.param('alibi', BLOOM, 'BloomForCausalLM',
-                                                          marks=_SLOW),
-                                             pytest.param('alibi', MPT, 'MptForCausalLM',
-                                                          marks=_SLOW),
+                                             _slow('learned', {}, 'GPT2LMHeadModel'),
+                                             _slow('alibi', BLOOM, 'BloomForCausalLM'),
+                                             _slow('alibi', MPT, 'MptForCausalLM'),
                                              ('alibi', MPT_CLIPPED, 'MptForCausalLM'),
                                              ('alibi', MPT_SCALED, 'MptForCausalLM'),
                                              ('llama', {}, 'LlamaForCausalLM'),
@@ -321,10 +322,8 @@ _SLOW = pytest.mark.slow
                                              ('llama', QWEN3, 'Qwen3ForCausalLM'),
                                              ('llama', QWEN3_WINDOWS, 'Qwen3ForCausalLM'),
                                              ('llama', GEMMA3, 'Gemma3ForCausalLM'),
-                                             pytest.param('llama', GEMMA3_SCALED,
-                                                          'Gemma3ForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', GEMMA3_CAPPED,
-                                                          'Gemma3ForCausalLM', marks=_SLOW),
+                                             _slow('llama', GEMMA3_SCALED, 'Gemma3ForCausalLM'),
+                                             _slow('llama', GEMMA3_CAPPED, 'Gemma3ForCausalLM'),
                                              ('llama', GEMMA2, 'Gemma2ForCausalLM'),
                                              ('llama', SMOLLM3, 'SmolLM3ForCausalLM'),
                                              ('llama', PHI3, 'Phi3ForCausalLM'),
@@ -332,70 +331,55 @@ _SLOW = pytest.mark.slow
                                              ('llama', GLM4, 'Glm4ForCausalLM'),
                                              ('llama', GLM_LONGROPE, 'GlmForCausalLM'),
                                              # One base given per layer: the export's.
-                                             pytest.param(
-                                                 'llama', dict(GLM4, layer_rope_bases=(500.0,)),
-                                                 'Glm4ForCausalLM', marks=_SLOW),
+                                             _slow('llama', dict(GLM4, layer_rope_bases=(500.0,)),
+                                                   'Glm4ForCausalLM'),
                                              ('llama', OLMO1, 'OlmoForCausalLM'),
                                              ('rope', PHI, 'PhiForCausalLM'),
                                              ('rope', GPTJ, 'GPTJForCausalLM'),
                                              # The fixture stablelm_qkv_bias_yarn takes the
                                              # same path out (in sequence, q, k and v biases).
-                                             pytest.param('llama', STABLELM,
-                                                          'StableLmForCausalLM', marks=_SLOW),
+                                             _slow('llama', STABLELM, 'StableLmForCausalLM'),
                                              ('llama', STABLELM_PARALLEL, 'StableLmForCausalLM'),
                                              ('llama', COHERE, 'CohereForCausalLM'),
                                              ('llama', COHERE2, 'Cohere2ForCausalLM'),
                                              ('llama', GRANITE, 'GraniteForCausalLM'),
                                              # The family test below picks its class; the
                                              # Cohere 2 and OLMo 3 cases take their paths out.
-                                             pytest.param('llama', COHERE2_WINDOWED,
-                                                          'Cohere2ForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', OLMO2, 'Olmo2ForCausalLM',
-                                                          marks=_SLOW),
+                                             _slow('llama', COHERE2_WINDOWED, 'Cohere2ForCausalLM'),
+                                             _slow('llama', OLMO2, 'Olmo2ForCausalLM'),
                                              ('llama', OLMO3, 'Olmo3ForCausalLM'),
                                              ('llama', EXAONE4, 'Exaone4ForCausalLM'),
-                                             pytest.param('llama', EXAONE4_GLOBAL,
-                                                          'Exaone4ForCausalLM', marks=_SLOW),
+                                             _slow('llama', EXAONE4_GLOBAL, 'Exaone4ForCausalLM'),
                                              ('llama', MIXTRAL, 'MixtralForCausalLM'),
                                              ('llama', GPT_OSS, 'GptOssForCausalLM'),
                                              ('llama', LLAMA4, 'Llama4ForCausalLM'),
                                              # Without chunks: the temperature is its own.
-                                             pytest.param('llama', LLAMA4_UNCHUNKED,
-                                                          'Llama4ForCausalLM', marks=_SLOW),
+                                             _slow('llama', LLAMA4_UNCHUNKED, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MOE, 'Llama4ForCausalLM'),
                                              ('llama', LLAMA4_MAVERICK, 'Llama4ForCausalLM'),
                                              # The fixtures qwen2_moe_dense_layers_yarn,
                                              # deepseek_v3_mla_yarn and
                                              # glm4_moe_partial_qk_norm_yarn take these and
                                              # GLM-4.5's paths out.
-                                             pytest.param('llama', QWEN3_MOE_DENSE,
-                                                          'Qwen3MoeForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', DEEPSEEK,
-                                                          'DeepseekV3ForCausalLM', marks=_SLOW),
+                                             _slow('llama', QWEN3_MOE_DENSE,
+                                                   'Qwen3MoeForCausalLM'),
+                                             _slow('llama', DEEPSEEK, 'DeepseekV3ForCausalLM'),
                                              ('llama', DEEPSEEK_MOE, 'DeepseekV3ForCausalLM'),
-                                             pytest.param('llama', DEEPSEEK_SCALED,
-                                                          'DeepseekV3ForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', GLM4_MOE,
-                                                          'Glm4MoeForCausalLM', marks=_SLOW),
+                                             _slow('llama', DEEPSEEK_SCALED,
+                                                   'DeepseekV3ForCausalLM'),
+                                             _slow('llama', GLM4_MOE, 'Glm4MoeForCausalLM'),
                                              # deepseek_v2_groups_yarn takes its path out.
-                                             pytest.param('llama', DEEPSEEK_V2,
-                                                          'DeepseekV2ForCausalLM', marks=_SLOW),
+                                             _slow('llama', DEEPSEEK_V2, 'DeepseekV2ForCausalLM'),
                                              # minimax_m2_partial_qk_norm_yarn takes
                                              # MiniMax-M2's path out by default.
-                                             pytest.param('llama', MINIMAX_M2,
-                                                          'MiniMaxM2ForCausalLM', marks=_SLOW),
+                                             _slow('llama', MINIMAX_M2, 'MiniMaxM2ForCausalLM'),
                                              # The fixtures of these classes take the same
                                              # paths out in the default suite.
-                                             pytest.param('llama', QWEN2_MOE,
-                                                          'Qwen2MoeForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', QWEN3_MOE,
-                                                          'Qwen3MoeForCausalLM', marks=_SLOW),
-                                             pytest.param('llama', OLMOE, 'OlmoeForCausalLM',
-                                                          marks=_SLOW),
-                                             pytest.param('llama', ARCEE, 'ArceeForCausalLM',
-                                                          marks=_SLOW),
-                                             pytest.param('rope', NEMOTRON,
-                                                          'NemotronForCausalLM', marks=_SLOW),
+                                             _slow('llama', QWEN2_MOE, 'Qwen2MoeForCausalLM'),
+                                             _slow('llama', QWEN3_MOE, 'Qwen3MoeForCausalLM'),
+                                             _slow('llama', OLMOE, 'OlmoeForCausalLM'),
+                                             _slow('llama', ARCEE, 'ArceeForCausalLM'),
+                                             _slow('rope', NEMOTRON, 'NemotronForCausalLM'),
                                              ('rope', PHI_QK, 'PhiForCausalLM'),
                                              ('llama', STABLELM_QK, 'StableLmForCausalLM'),
                                              ('llama', COHERE_QK, 'CohereForCausalLM')])
@@ -498,17 +482,17 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
 
 
 @pytest.mark.parametrize('name,arch', [
-    pytest.param('qwen2_yarn_v4', 'Qwen2ForCausalLM', marks=_SLOW),
+    _slow('qwen2_yarn_v4', 'Qwen2ForCausalLM'),
     ('qwen3_yarn_wide_heads', 'Qwen3ForCausalLM'),
-    pytest.param('llama_narrow_heads', 'LlamaForCausalLM', marks=_SLOW),
+    _slow('llama_narrow_heads', 'LlamaForCausalLM'),
     ('gemma3_local_global', 'Gemma3ForCausalLM'),
     ('gemma3_multimodal', 'Gemma3ForCausalLM'),
     ('gemma2_softcap_scaled', 'Gemma2ForCausalLM'),
-    pytest.param('olmo2_yarn_biases', 'Olmo2ForCausalLM', marks=_SLOW),
+    _slow('olmo2_yarn_biases', 'Olmo2ForCausalLM'),
     ('olmo3_window_yarn_v4', 'Olmo3ForCausalLM'),
-    pytest.param('smollm3_nope_yarn', 'SmolLM3ForCausalLM', marks=_SLOW),
+    _slow('smollm3_nope_yarn', 'SmolLM3ForCausalLM'),
     ('phi3_longrope_partial', 'Phi3ForCausalLM'),
-    pytest.param('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM', marks=_SLOW),
+    _slow('gpt_neox_yarn_partial', 'GPTNeoXForCausalLM'),
     ('gpt2_learned', 'GPT2LMHeadModel'),
     ('bloom_alibi', 'BloomForCausalLM'),
     ('mpt_alibi', 'MptForCausalLM'),
@@ -528,14 +512,14 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     # Seed-OSS's block (biases on q, k and v alone) is Qwen2's.
     ('seed_oss_qkv_bias_yarn', 'Qwen2ForCausalLM'),
     # The model trained here with OLMO1 takes the same path in the default suite.
-    pytest.param('olmo_clip_dynamic_v4', 'OlmoForCausalLM', marks=_SLOW),
-    pytest.param('phi_shared_norm_linear_v4', 'PhiForCausalLM', marks=_SLOW),
-    pytest.param('cohere2_window_nope', 'Cohere2ForCausalLM', marks=_SLOW),
+    _slow('olmo_clip_dynamic_v4', 'OlmoForCausalLM'),
+    _slow('phi_shared_norm_linear_v4', 'PhiForCausalLM'),
+    _slow('cohere2_window_nope', 'Cohere2ForCausalLM'),
     # A Mixtral trained here takes the same path out in the default suite.
-    pytest.param('mixtral_window_yarn', 'MixtralForCausalLM', marks=_SLOW),
-    pytest.param('phi_qk_layernorm', 'PhiForCausalLM', marks=_SLOW),
+    _slow('mixtral_window_yarn', 'MixtralForCausalLM'),
+    _slow('phi_qk_layernorm', 'PhiForCausalLM'),
     ('stablelm_per_head_qk_norm', 'StableLmForCausalLM'),
-    pytest.param('cohere_qk_norm', 'CohereForCausalLM', marks=_SLOW),
+    _slow('cohere_qk_norm', 'CohereForCausalLM'),
     ('nemotron_layernorm1p_linear_v4', 'NemotronForCausalLM'),
     ('arcee_relu2_yarn', 'ArceeForCausalLM'),
     ('qwen2_moe_shared_linear_v4', 'Qwen2MoeForCausalLM'),
@@ -545,13 +529,13 @@ def test_a_run_with_a_sentencepiece_model_exports_it_with_the_same_ids(given, tm
     ('deepseek_v3_mla_yarn', 'DeepseekV3ForCausalLM'),
     ('glm4_moe_partial_qk_norm_yarn', 'Glm4MoeForCausalLM'),
     ('deepseek_v2_groups_yarn', 'DeepseekV2ForCausalLM'),
-    pytest.param('qwen3_fp8_blocks', 'Qwen3ForCausalLM', marks=_SLOW),  # Out in float32.
-    pytest.param('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM', marks=_SLOW),
+    _slow('qwen3_fp8_blocks', 'Qwen3ForCausalLM'),  # Out in float32.
+    _slow('llama4_maverick_interleaved_linear', 'Llama4ForCausalLM'),
     # The MXFP4 experts go out as float32; the models trained here with gpt-oss's and Llama 4's
     # layouts take the same paths out in the default suite.
-    pytest.param('gpt_oss_mxfp4', 'GptOssForCausalLM', marks=_SLOW),
-    pytest.param('llama4_chunks_temperature_llama3', 'Llama4ForCausalLM', marks=_SLOW),
-    pytest.param('llama4_multimodal', 'Llama4ForCausalLM', marks=_SLOW)])
+    _slow('gpt_oss_mxfp4', 'GptOssForCausalLM'),
+    _slow('llama4_chunks_temperature_llama3', 'Llama4ForCausalLM'),
+    _slow('llama4_multimodal', 'Llama4ForCausalLM')])
 def test_an_imported_checkpoint_exports_as_it_came(name, arch, tmp_path):
   workdir = _imported(name, tmp_path)
   assert hf.export_checkpoint(workdir, str(tmp_path / 'out')) == arch
