@@ -29,7 +29,6 @@ other scaling, and any setting this project does not compute, is refused in one 
 names it.
 """
 
-import math
 import os
 
 import ml_collections
@@ -244,8 +243,8 @@ def _scaling(settings: dict, hf: dict, fam: str, where: str) -> tuple[dict, int]
   attention = settings.get('attention_factor')
   mscale, mscale_all = settings.get('mscale'), settings.get('mscale_all_dim')
   if attention is None and mscale and mscale_all:
-    grow = lambda m: 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-    attention = grow(mscale) / grow(mscale_all)
+    grow = positions.scaling.yarn_mscale
+    attention = grow(factor, mscale) / grow(factor, mscale_all)
   return {'kind': 'yarn', 'factor': factor, 'original_length': original, 'ramp': ramp,
           'alpha': float(settings.get('beta_slow') or 1.0),
           'beta': float(settings.get('beta_fast') or 32.0),

@@ -79,7 +79,7 @@ def softmax_fields(settings: dict, head_dim: int) -> dict:
   factor, mscale = settings.get('factor') or 1.0, settings.get('mscale_all_dim') or 0.0
   if settings['rope_type'] not in _MSCALED or not mscale or factor <= 1:
     return {}
-  grown = 0.1 * mscale * math.log(factor) + 1.0
+  grown = positions.scaling.yarn_mscale(factor, mscale)
   return {'softmax_scale': True, 'softmax_scale_value': head_dim ** -0.5 * grown ** 2}
 
 

@@ -100,7 +100,7 @@ def _refusal(config) -> str | None:
   reason = hf_fields.first_failed(checks)
   if reason:
     return reason
-  if latent_attention.enabled(m):  # DeepSeek-V3's class alone computes it.
+  if latent_attention.enabled(m):  # DeepSeek-V3's and V2's classes alone compute it.
     return hf_deepseek.export_refusal(m, options)
   if hf_llama4.export_block(m):  # Chunks or Llama 4's routing: its class alone, whatever else.
     return hf_llama4.export_refusal(m, options)

@@ -21,6 +21,7 @@ dependency).
 
 import json
 import math
+import os
 
 import ml_dtypes
 import numpy as np
@@ -41,8 +42,10 @@ def header(path) -> tuple[dict, int]:
   try:
     with open(path, 'rb') as f:
       size = int.from_bytes(f.read(8), 'little')
+      if size > os.fstat(f.fileno()).st_size - 8:  # Never read past the file.
+        raise ValueError(f'a header of {size} bytes')
       head = json.loads(f.read(size))
-  except (OSError, ValueError, UnicodeDecodeError) as e:
+  except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
     raise errors.DamagedFileError(f'{path} is not a complete .safetensors file ({e}). Fix: '
                                   'download it again.') from None
   if not isinstance(head, dict):
@@ -54,7 +57,8 @@ def header(path) -> tuple[dict, int]:
 
 def holds_float8(path) -> bool:
   """Whether a .safetensors file holds a float8 tensor (which the package's reader cannot read)."""
-  return any(entry.get('dtype') in FLOAT8 for entry in header(path)[0].values())
+  return any(isinstance(entry, dict) and entry.get('dtype') in FLOAT8
+             for entry in header(path)[0].values())
 
 
 def read(path) -> dict[str, np.ndarray]:
@@ -63,8 +67,10 @@ def read(path) -> dict[str, np.ndarray]:
   data = np.memmap(path, dtype=np.uint8, mode='r')
   out = {}
   for name, entry in head.items():
-    if not (isinstance(entry, dict) and isinstance(entry.get('shape'), list)
-            and isinstance(entry.get('data_offsets'), list) and len(entry['data_offsets']) == 2):
+    counts = lambda x: isinstance(x, list) and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in x)
+    if not (isinstance(entry, dict) and counts(entry.get('shape'))
+            and counts(entry.get('data_offsets')) and len(entry['data_offsets']) == 2):
       raise errors.DamagedFileError(f'{path}: the header of tensor {name} is {entry!r}, not a '
                                     'dtype, shape and data_offsets. Fix: download it again.')
     dtype = _DTYPES.get(entry.get('dtype'))
@@ -74,7 +80,8 @@ def read(path) -> dict[str, np.ndarray]:
                                'block-scaled FP8.')
     begin, end = entry['data_offsets']
     shape = tuple(entry['shape'])
-    if start + end > data.size or end - begin != np.dtype(dtype).itemsize * math.prod(shape):
+    if (begin > end or start + end > data.size
+        or end - begin != np.dtype(dtype).itemsize * math.prod(shape)):
       raise errors.DamagedFileError(f'{path}: tensor {name} ({entry.get("dtype")} {list(shape)}, '
                                     f'bytes {begin}-{end}) cannot be read. Fix: download it '
                                     'again.')
@@ -122,6 +129,10 @@ def dequantized(tensors: dict, block: tuple[int, int], where: str) -> dict:
       continue
     scales = tensors.get(name + SCALE)
     if scales is not None:
+      if array.ndim < 2:
+        raise errors.DamagedFileError(f'{where}: {name} {list(array.shape)} has block scales, '
+                                      'which only matrices have. Fix: download the checkpoint '
+                                      'again.')
       rows, cols = array.shape[-2:]
       want = array.shape[:-2] + (math.ceil(rows / block[0]), math.ceil(cols / block[1]))
       if scales.shape != want:

@@ -127,7 +127,9 @@ def model_fields(hf: dict, fam: str, head_dim: int, layers: int, where: str) -> 
   shared = (hf_fields.integer(hf, 'shared_expert_intermediate_size', 5632, where)
             if fam == 'qwen2_moe'
             else d_ff if fam == hf_llama4.FAMILY
-            else d_ff * (_read(hf, 'n_shared_experts', hf_deepseek.DEEPSEEK_LAYOUT[fam]) or 0)
+            else d_ff * (hf_fields.integer(hf, 'n_shared_experts',
+                                           hf_deepseek.DEEPSEEK_LAYOUT[fam], where, low=0)
+                         if _read(hf, 'n_shared_experts', 0) is not None else 0)
             if fam in hf_deepseek.DEEPSEEK_LAYOUT else 0)
   # gpt-oss takes the softmax of its top k logits: the renormalized weights.
   renormalize = fam in ('mixtral', hf_gpt_oss.FAMILY, 'minimax_m2') or bool(

@@ -40,6 +40,7 @@ import numpy as np
 from roformer import errors
 from roformer import hf_deepseek
 from roformer import hf_falcon
+from roformer import hf_fields
 from roformer import hf_fp8
 from roformer import hf_gpt_oss
 from roformer import hf_moe
@@ -233,19 +234,26 @@ def _names(fam: str) -> tuple[str, str]:
 def _layer_of(name: str) -> int:
   """The block index of a tensor under `model.layers.<i>.` (-1 for any other)."""
   parts = name.split('.')
-  return int(parts[2]) if parts[:2] == ['model', 'layers'] and parts[2].isdigit() else -1
+  return (int(parts[2]) if len(parts) > 2 and parts[:2] == ['model', 'layers']
+          and parts[2].isdigit() else -1)
 
 
 def canonical(tensors: dict, fam: str, hf: dict, where: str) -> dict:
   """The tensors under the names transformers' class saves: GPT-2's and BLOOM's under
   `transformer.`, which the Hub's original GPT-2 and BLOOM files leave out (transformers reads
   both); gpt-oss's MXFP4 experts and block-scaled FP8 weights (config.json `hf`'s
-  quantization_config) as float32."""
+  quantization_config) as float32; without DeepSeek-V3's and GLM-4.5's multi-token prediction
+  layers after the last (`num_nextn_predict_layers`, 1 where absent), which transformers skips."""
   block = hf_fp8.quantized_blocks(hf, where)
   if block:
-    return hf_fp8.dequantized(tensors, block, where)
-  if fam == hf_gpt_oss.FAMILY:  # Its experts' MXFP4 blocks, where the file has them.
-    return hf_gpt_oss.dequantized(tensors)
+    tensors = hf_fp8.dequantized(tensors, block, where)
+  elif fam == hf_gpt_oss.FAMILY:  # Its experts' MXFP4 blocks, where the file has them.
+    tensors = hf_gpt_oss.dequantized(tensors)
+  if fam in hf_deepseek.SIGMOID_ROUTED:
+    layers = hf_fields.integer(hf, 'num_hidden_layers', None, where)
+    skipped = range(layers, layers + hf_fields.integer(hf, 'num_nextn_predict_layers', 1, where,
+                                                       low=0))
+    tensors = {n: a for n, a in tensors.items() if _layer_of(n) not in skipped}
   if fam not in ('gpt2', 'bloom') or any(n.startswith('transformer.') for n in tensors):
     return tensors
   return {(n if n.startswith('lm_head.') else 'transformer.' + n): a for n, a in tensors.items()}
@@ -438,8 +446,6 @@ def to_params(tensors: dict, fam: str, m, where: str) -> dict:
                                                '.attn.masked_bias'))}
   if m.tie_embeddings:
     ignored.add(head + '.weight')  # Some checkpoints store the tied copy as well.
-  if fam in hf_deepseek.SIGMOID_ROUTED:  # The multi-token prediction layer after the last,
-    ignored |= {n for n in tensors if _layer_of(n) == m.num_layers}  # which transformers skips.
   unused = sorted(set(tensors) - t.used - ignored)
   if unused:
     raise errors.ConfigError(

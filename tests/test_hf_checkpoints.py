@@ -312,6 +312,11 @@ def test_multi_token_prediction_layers_past_the_last_are_left_as_transformers_le
     return
   ref = np.load(FIXTURES / name / 'reference.npz')
   assert _relative_error(hf.load(str(source)).logits(ref['ids']), ref['logits']) < 1e-4
+  # A config.json that counts no such layer (num_nextn_predict_layers 0) accounts for none.
+  config = json.loads((source / 'config.json').read_text())
+  (source / 'config.json').write_text(json.dumps({**config, 'num_nextn_predict_layers': 0}))
+  with pytest.raises(errors.ConfigError, match='1 tensors that config.json does not account'):
+    hf.load(str(source))
 
 
 def test_mxfp4_bytes_decode_to_their_values():
@@ -476,6 +481,8 @@ def test_mxfp4_bytes_decode_to_their_values():
      'num_experts_per_tok is None, where transformers reads an integer'),
     ('deepseek_v2_groups_yarn', lambda c: c.update(topk_method='noaux_tc'), (),
      "topk_method 'noaux_tc', which DeepSeek-V2's class does not compute"),
+    ('deepseek_v3_mla_yarn', lambda c: c.update(n_shared_experts='2'), (),
+     "n_shared_experts is '2', where transformers reads an integer of at least 0"),
     ('seed_oss_qkv_bias_yarn', lambda c: c.update(attention_bias=False, attention_out_bias=True),
      (), 'attention_bias=False, attention_out_bias=True and mlp_bias=False give biases to a set '
          'of layers this project has no setting for'),

@@ -131,3 +131,32 @@ def test_a_damaged_header_is_one_line(tmp_path):
   path.write_bytes(struct.pack('<Q', len(text)) + text + bytes(1))
   with pytest.raises(errors.DamagedFileError, match='the header of tensor w is'):
     hf_fp8.read(path)
+
+
+def _header(table) -> bytes:
+  """A .safetensors header of `table` with one byte of data after it."""
+  text = json.dumps(table).encode()
+  return struct.pack('<Q', len(text)) + text + bytes(1)
+
+
+@pytest.mark.parametrize('raw', [
+    struct.pack('<Q', 2**62) + b'{}',  # A header longer than the file.
+    struct.pack('<Q', 2**64 - 1),
+    _header({'w': ['x']}),  # An entry that is not a table.
+    _header({'w': {'dtype': 'F8_E4M3', 'shape': [1], 'data_offsets': ['0', '1']}}),
+    _header({'w': {'dtype': 'F8_E4M3', 'shape': [-1], 'data_offsets': [0, 1]}}),
+    _header({'w': {'dtype': 'F8_E4M3', 'shape': [1], 'data_offsets': [1, 0]}})])
+def test_any_damaged_weight_file_is_one_line_float8_or_not(tmp_path, raw):
+  """Every .safetensors file passes through the float8 check first: a damaged header reaches
+  the user as one DamagedFileError naming the file, whether or not the file holds float8."""
+  from roformer import hf_weights  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'model.safetensors'
+  path.write_bytes(raw)
+  with pytest.raises(errors.DamagedFileError, match='model.safetensors'):
+    hf_weights.read_safetensors(path)
+
+
+def test_block_scales_of_a_vector_are_a_damaged_file():
+  tensors = {'b': np.ones(4, np.float32), 'b_scale_inv': np.ones((1, 1), np.float32)}
+  with pytest.raises(errors.DamagedFileError, match=r'b \[4\] has block scales'):
+    hf_fp8.dequantized(tensors, (2, 2), 'config.json')

@@ -7,6 +7,8 @@ of the input, the (traced) largest position + 1 of each call: `dynamic`, whose f
 two sets of constants (`longrope_frequencies`).
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,6 +95,13 @@ def switched(scaling, kind: str) -> dict:
 def option(scaling, name: str):
   """`scaling.<name>`, or its default for configs saved before the option existed."""
   return scaling.get(name, DEFAULTS[name])
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+  """YaRN's growth of the attention for a stretch by `factor`: 0.1 mscale ln(factor) + 1, and 1
+  where nothing is stretched (factor <= 1), as transformers' get_mscale; DeepSeek's mscale and
+  mscale_all_dim are its `mscale`."""
+  return 0.1 * mscale * math.log(factor) + 1.0 if factor > 1 else 1.0
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0) -> np.ndarray:
@@ -186,7 +195,7 @@ def scaled_frequencies(head_dim: int, base: float, scaling) -> tuple[np.ndarray,
   if kind == 'yarn':
     gamma = yarn_ramp(head_dim, base, scaling)
     return ((1 - gamma) * theta / s + gamma * theta,
-            option(scaling, 'attention_factor') or 0.1 * np.log(s) + 1.0)
+            option(scaling, 'attention_factor') or yarn_mscale(s))
   if kind == 'llama3':
     return llama3_frequencies(theta, scaling), 1.0
   if kind == 'longrope':
