@@ -70,7 +70,8 @@ FIELDS = {
     'balance_loss': Float(0, 1e3, default=0.01),
     'router_z_loss': Float(0, 1e3, default=0.0),
     # Training only: the balancing loss over the batch's tokens at once (Switch Transformer's),
-    # or over each row's, averaged over the rows (DeepSeek-V3's sequence-wise one); its P_e the
+    # or over each row's, averaged over the rows (DeepSeek-V3's sequence-wise one, with a packed
+    # row's documents as one sequence); its P_e the
     # softmax of the logits, or the router's scores normalized to sum to 1 (DeepSeek-V3's, with
     # router='sigmoid').
     'balance_over': Str(BALANCE_OVER, default='batch'),
@@ -97,10 +98,10 @@ FIELDS = {
     'dense_d_ff': Int(0, 2**18, default=0),
     # DeepSeek-V3's routing (with router='sigmoid'): a per-expert bias added to the scores for
     # choosing the k experts alone, never to their weights (e_score_correction_bias; no gradient
-    # reaches it: choice_bias_rate moves it by the experts' loads); the experts split into `groups`
-    # groups, each token choosing among the experts of its `groups_per_token` best groups (a group's
-    # score: the sum of its two best); the k weights times `routed_scale` (routed_scaling_factor;
-    # not the shared expert's).
+    # of the loss reaches it: choice_bias_rate moves it by the experts' loads); the experts split
+    # into `groups` groups, each token choosing among the experts of its `groups_per_token` best
+    # groups (a group's score: the sum of its two best); the k weights times `routed_scale`
+    # (routed_scaling_factor; not the shared expert's).
     'choice_bias': Bool(default=False),
     # Training only: > 0, the choice bias moves by this step each training step, up for the
     # experts that took fewer (token, slot) pairs than the mean and down for those that took
@@ -221,7 +222,7 @@ def route(logits: jax.Array, k: int, renormalize: bool, router: str = 'softmax',
     choice = jnp.where(jnp.repeat(kept, experts // groups, axis=1), choice, -jnp.inf)
   chosen = jax.lax.top_k(choice, k)[1]
   weights = jnp.take_along_axis(scores, chosen, -1)
-  if renormalize:  # The classes' epsilon, which keeps underflowed probabilities finite.
+  if renormalize:  # DeepSeek's classes' epsilon (the others add none): no 0/0 from underflow.
     weights = weights / (weights.sum(-1, keepdims=True) + 1e-20)
   return probs, chosen, weights * scale if scale != 1.0 else weights
 

@@ -59,7 +59,14 @@ def make_optimizer(tc: ml_collections.ConfigDict, sign_rate: float = 0.0
       optax.adamw(make_schedule(tc), b1=tc.b1, b2=tc.b2, weight_decay=tc.weight_decay,
                   mask=decay_mask))
   if not sign_rate:
-    return adamw
+    def init(params):  # A model whose choice bias moves by sign descent needs its rate.
+      if any(variables.sign_descends(v)
+             for v in jax.tree.leaves(params, is_leaf=variables.is_variable)):
+        raise ValueError('make_optimizer: the model has Params declared for sign descent (a '
+                         "mixture's choice bias with moe.choice_bias_rate > 0), and no "
+                         'sign_rate: pass config.model.moe.choice_bias_rate.')
+      return adamw.init(params)
+    return optax.GradientTransformation(init, adamw.update)
 
   def labels(params):
     return jax.tree.map(lambda v: 'sign' if variables.sign_descends(v) else 'adamw', params,

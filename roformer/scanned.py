@@ -71,11 +71,6 @@ def _structures(blocks) -> list[int]:
   return kinds
 
 
-def period(blocks) -> int:
-  """The smallest p >= 1 such that every block has the structure of the block p before it."""
-  return _period(_structures(blocks))
-
-
 def split(blocks) -> tuple[int, int]:
   """(h, p): the first h blocks run one by one, the others scan with period p (then their
   rest), h chosen to compile the fewest blocks, h + p + the rest (0 on a tie)."""

@@ -514,3 +514,17 @@ def test_the_sequence_wise_balance_is_each_rows_over_its_normalized_scores_avera
       -scores.reshape(-1, 5), -1)[:, :2]]).mean(0) * (scores / scores.sum(-1, keepdims=True)
                                                       ).reshape(-1, 5).mean(0))
   assert abs(np.mean(want) - batch) > 1e-4  # The rows' mean is not the batch's.
+
+
+def test_an_optimizer_without_the_sign_rate_refuses_a_bias_that_moves_by_sign_descent():
+  """A model whose choice bias is declared for sign descent (choice_bias_rate > 0) given an
+  optimizer built without its rate would move the bias by AdamW on the balancing gradient:
+  refused when the optimizer state is made."""
+  from roformer import optim  # pylint: disable=import-outside-toplevel
+  from roformer import variables  # pylint: disable=import-outside-toplevel
+  config = _lm_config(router='sigmoid', renormalize=True, choice_bias=True, choice_bias_rate=0.01)
+  params = variables.trainable(nnx.state(models.create(config.model, seed=0)))[0]
+  with pytest.raises(ValueError, match='no sign_rate'):
+    optim.make_optimizer(config.train).init(params)
+  optim.make_optimizer(config.train, moe.choice_bias_rate(config.model)).init(params)
+

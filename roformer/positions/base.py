@@ -91,7 +91,8 @@ class Capabilities:
     rather than on cuDNN with its bias materialised: measured faster there
     (docs/performance_gpu.md). Only with fused_bias.
   latent_cache: its hooks read queries and keys only through their dot products and RoPE's
-    rotation of the first rotary dimensions, and never the values, so multi-head latent
+    rotation of the first rotary dimensions, and the values not at all (RoPE's rotate_values, an
+    option of it that does, is refused apart: roformer/config_checks.py), so multi-head latent
     attention's absorbed form (`model.mla.cache='latent'`: wider query heads, one key head,
     the latent as values; roformer/latent_attention.py) computes what its heads do.
   """
