@@ -108,9 +108,51 @@ def scaled_logits(q: jax.Array, k: jax.Array, bias: jax.Array | None = None) -> 
   return logits if bias is None else logits + bias
 
 
+def expand_heads(x: jax.Array, num_heads: int) -> jax.Array:
+  """Keys or values [batch, len, kv_heads, head_dim] repeated for the query heads of each
+  group: [batch, len, num_heads, head_dim], head h from kv head h // (num_heads / kv_heads)."""
+  groups = num_heads // x.shape[2]
+  return x if groups == 1 else jnp.repeat(x, groups, axis=2)
+
+
+def grouped_logits(q: jax.Array, k: jax.Array) -> jax.Array:
+  """Float32 q k^T [batch, heads, q_len, k_len] for keys of as many heads as the queries, or of
+  fewer (grouped-query attention: query head h reads key head h // (heads / kv_heads), as
+  `expand_heads` repeats them), without repeating the keys: the queries are taken as [groups,
+  heads per group], so each key head is read once for its group's queries (over a decoding
+  cache, repeating them is a copy of the whole cache each step)."""
+  b, q_len, h, d = q.shape
+  g = k.shape[2]
+  if g == h:
+    return jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  logits = jnp.einsum('bqgrd,bkgd->bgrqk', q.reshape(b, q_len, g, h // g, d), k,
+                      preferred_element_type=jnp.float32)
+  return logits.reshape(b, h, q_len, k.shape[1])
+
+
+def grouped_values(weights: jax.Array, v: jax.Array, **kwargs) -> jax.Array:
+  """weights [batch, heads, q_len, k_len] times values [batch, k_len, kv_heads, width] of as
+  many heads or fewer (grouped as in `grouped_logits`): [batch, q_len, heads, width]."""
+  b, h, q_len, k_len = weights.shape
+  g = v.shape[2]
+  if g == h:
+    return jnp.einsum('bhqk,bkhd->bqhd', weights, v, **kwargs)
+  out = jnp.einsum('bgrqk,bkgd->bqgrd', weights.reshape(b, g, h // g, q_len, k_len), v,
+                   **kwargs)
+  return out.reshape(b, q_len, h, v.shape[-1])
+
+
+def _group_sum(x: jax.Array, groups: int) -> jax.Array:
+  """A gradient [batch, len, heads, width] summed over each key head's group of query heads:
+  [batch, len, groups, width] (the transpose of `expand_heads`)."""
+  b, length, h, d = x.shape
+  return x if groups == h else x.reshape(b, length, groups, h // groups, d).sum(axis=3)
+
+
 def _masked_logits(q, k, mask, bias):
-  """Float32 q k^T (q already scaled) plus the bias; masked entries the most negative float."""
-  logits = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  """Float32 q k^T (q already scaled; k of as many heads or grouped) plus the bias; masked
+  entries the most negative float."""
+  logits = grouped_logits(q, k)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
   return jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
@@ -150,20 +192,22 @@ def softmax_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 def _softmax_attention_fwd(q, k, v, mask, bias):
   e = _unnormalized(_masked_logits(q, k, mask, bias))
   total = jnp.swapaxes(jnp.sum(e, axis=-1), 1, 2)[..., None]  # [batch, q_len, heads, 1]
-  out = (jnp.einsum('bhqk,bkhd->bqhd', e.astype(v.dtype), v,
-                    preferred_element_type=jnp.float32) / total).astype(v.dtype)
+  out = (grouped_values(e.astype(v.dtype), v, preferred_element_type=jnp.float32)
+         / total).astype(v.dtype)
   return out, (q, k, v, mask, bias, e, total, out)
 
 
 def _softmax_attention_bwd(residuals, d_out):
   q, k, v, mask, bias, e, total, out = residuals
   scaled = d_out.astype(jnp.float32) / total  # d_out / rowsum(e): [batch, q_len, heads, d].
-  d_v = jnp.einsum('bhqk,bqhd->bkhd', e, scaled).astype(v.dtype)
-  d_e = jnp.einsum('bqhd,bkhd->bhqk', scaled, v, preferred_element_type=jnp.float32)
+  g = k.shape[2]  # Keys and values of grouped heads: each one's gradient summed over its group.
+  d_v = _group_sum(jnp.einsum('bhqk,bqhd->bkhd', e, scaled), g).astype(v.dtype)
+  d_e = grouped_logits(scaled, v)
   row = jnp.swapaxes(jnp.sum(scaled * out.astype(jnp.float32), axis=-1), 1, 2)[..., None]
   d_logits = jnp.where(mask, e * (d_e - row), 0.0)
-  d_q = jnp.einsum('bhqk,bkhd->bqhd', d_logits, k.astype(jnp.float32)).astype(q.dtype)
-  d_k = jnp.einsum('bhqk,bqhd->bkhd', d_logits, q.astype(jnp.float32)).astype(k.dtype)
+  d_q = grouped_values(d_logits, k.astype(jnp.float32)).astype(q.dtype)
+  d_k = _group_sum(jnp.einsum('bhqk,bqhd->bkhd', d_logits, q.astype(jnp.float32)),
+                   g).astype(k.dtype)
   d_bias = None if bias is None else _sum_to_shape(d_logits, bias.shape).astype(bias.dtype)
   return d_q, d_k, d_v, None, d_bias
 
@@ -328,7 +372,9 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
   """Scaled dot-product attention.
 
   Args:
-    q: [batch, q_len, heads, head_dim]; k, v: [batch, k_len, heads, head_dim].
+    q: [batch, q_len, heads, head_dim]; k, v: [batch, k_len, kv_heads, head_dim], kv_heads
+      the heads or a divisor of them (grouped-query attention, read without repeating
+      them: `grouped_logits`).
     mask: bool, broadcastable to [batch, heads, q_len, k_len].
     bias: optional float additive logits bias, broadcastable like mask.
     scale: logits scale, default 1/sqrt(head_dim).
@@ -362,7 +408,7 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, *,
         return causal_block_attention(q, k, v, mask, bias, causal_block, window), None
       return blocked_softmax_attention(q, k, v, mask, bias), None
     probs = softmax(_masked_logits(q, k, mask, bias)).astype(v.dtype)
-    return jnp.einsum('bhqk,bkhd->bqhd', probs, v), probs
+    return grouped_values(probs, v), probs
   if impl in ('xla', 'cudnn'):
     return _fused(q, k, v, mask, bias, scale, impl, segments, causal, window), None
   if impl == 'pallas':  # The layer runs the kernel itself (fused_bias.py); here, the mask's.

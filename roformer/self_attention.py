@@ -3,12 +3,21 @@ around `roformer.attention`'s kernels, with every position signal taken from the
 position module (its hooks).
 
 The head layout: `model.num_heads` query heads share `model.num_kv_heads` key/value heads
-(grouped-query attention, Ainslie et al. 2023; multi-query with one). The cache keeps the
-keys and values of the key/value heads only; each is repeated for the query heads of its group
-after the cache, so every position scheme sees the same per-head keys as with full multi-head
-attention (query head h reads key/value head h // (num_heads / num_kv_heads), as Llama's
-`repeat_kv`). With multi-head latent attention (`model.mla`, roformer/latent_attention.py) the
+(grouped-query attention, Ainslie et al. 2023; multi-query with one): query head h reads
+key/value head h // (num_heads / num_kv_heads), as Llama's `repeat_kv`. Each key/value head is
+repeated for the query heads of its group after the cache, so every position scheme sees the
+same per-head keys as with full multi-head attention, except on a decoding step's plain softmax
+path (below). With multi-head latent attention (`model.mla`, roformer/latent_attention.py) the
 queries, keys and values come from its latent projections instead, every head with its own.
+
+The decoding cache keeps the key/value heads only, as [batch, kv_heads, slots, width]: each
+head's slots are contiguous, so a step's products read the cache in place. Where the layer's
+rotation turns each key by its own position alone (`rotates_keys_alone`: RoPE and its static
+scalings, no remap) the keys are rotated once, as they are written, and cached rotated; where
+the step attends by the plain softmax (`AttentionKind.takes_grouped_keys`), the query heads of a
+group read their key head without repeating it (`attention.grouped_logits`). Otherwise every
+step transposes, rotates and repeats the cached keys as the full pass does its own. Either way
+a step computes what the full pass computes (tests/test_decode.py).
 """
 
 import jax
@@ -29,13 +38,6 @@ from roformer import sharding
 def kv_heads(cfg) -> int:
   """The number of key/value heads: `model.num_kv_heads`, 0 meaning one per query head."""
   return int(cfg.num_kv_heads) or cfg.num_heads
-
-
-def expand_heads(x: jax.Array, num_heads: int) -> jax.Array:
-  """Keys or values [batch, len, kv_heads, head_dim] repeated for the query heads of each
-  group: [batch, len, num_heads, head_dim], head h from kv head h // (num_heads / kv_heads)."""
-  groups = num_heads // x.shape[2]
-  return x if groups == 1 else jnp.repeat(x, groups, axis=2)
 
 
 def layer_window(cfg, layer: int) -> int:
@@ -155,11 +157,12 @@ class MultiHeadAttention(nnx.Module):
   def __call__(self, x, mask, pos, position: positions_lib.Layer, shared=None, cache=None,
                segments=None, layer=0):
     """Self-attention over x with the block's `position` module (`shared`: what the stack's
-    Shared module returned). With `cache` ({'k', 'v'} [batch, max_len, heads, head_dim], the
-    values value_dim wide, or MLA's latent alone; 'positions' [batch, max_len], 'index'), x's
-    keys and values are written at slots
-    index.. and the queries attend over the whole cache. Keys and values are cached before
-    any position hook, so every scheme sees the same keys as without a cache. `segments`
+    Shared module returned). With `cache` ({'k', 'v'} [batch, kv_heads, max_len, head_dim],
+    the values value_dim wide, or MLA's latent alone; 'positions' [batch, max_len], 'index'),
+    x's keys and values are written at slots index.. and the queries attend over the whole
+    cache. Keys and values are cached before any position hook but a rotation of each key by
+    its own position (module docstring), so every scheme sees the same keys as without a
+    cache. `segments`
     (packed segment ids) is what FAVOR+ reads instead of the dense mask, and what lets
     cuDNN run with sequence lengths when every row is one document; `layer` (an int or
     an int32 scalar) seeds FAVOR+'s random features and sets differential attention's
@@ -182,20 +185,32 @@ class MultiHeadAttention(nnx.Module):
       q, k = option.queries_keys(self, q, k)
     k_pos = pos
     first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
+    site = lambda k_pos, ctx, cache: attention_options.Site(
+        pos=pos, k_pos=k_pos, position=position, ctx=ctx, cache=cache, segments=segments,
+        layer=layer, first_slot=first_slot)
+    # Decoding: keys turned by their own positions alone are cached rotated.
+    early = cache is not None and self.kind.rotates_before_cache(self, position)
+    if early:
+      q, k = self.kind.rotate(self, q, k, site(pos, ctx, None))
+    grouped = False
     if cache is not None:
-      at = (0, cache['index'], 0, 0)
-      k = jax.lax.dynamic_update_slice(cache['k'], k.astype(cache['k'].dtype), at)
-      kept = {'k': k}
+      at = (0, 0, cache['index'], 0)
+      write = lambda old, new: jax.lax.dynamic_update_slice(
+          old, jnp.swapaxes(new, 1, 2).astype(old.dtype), at)
+      kept = {'k': write(cache['k'], k)}
+      k = jnp.swapaxes(kept['k'], 1, 2)  # [batch, slots, kv_heads, width], read in place.
       if absorbed:
         v = k[..., self.projections.rope_dim:]
       else:
-        v = kept['v'] = jax.lax.dynamic_update_slice(cache['v'], v.astype(cache['v'].dtype), at)
+        kept['v'] = write(cache['v'], v)
+        v = jnp.swapaxes(kept['v'], 1, 2)
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {**kept, **({} if state is None else {'position': state})}
-    if not absorbed:  # The absorbed form's one key head: broadcast by the kernels' products.
-      k, v = (sharding.constrain(expand_heads(t, h), ('batch', None, 'act_heads', None))
-              for t in (k, v))
+      grouped = early and self.kind.takes_grouped_keys(self)
+    if not (absorbed or grouped):  # The absorbed form's one key head: broadcast.
+      k, v = (sharding.constrain(attention.expand_heads(t, h),
+                                 ('batch', None, 'act_heads', None)) for t in (k, v))
     if self.window:
       mask = mask & attention.window_mask(first_slot + jnp.arange(length), k.shape[1],
                                           self.window)
@@ -203,10 +218,9 @@ class MultiHeadAttention(nnx.Module):
       mask = mask & (pos[:, :, None] // self.chunk == k_pos[:, None, :] // self.chunk)[:, None]
       if segments is not None and cache is None:
         segments = chunk_segments(segments, pos, self.chunk)
-    site = attention_options.Site(pos=pos, k_pos=k_pos, position=position, ctx=ctx,
-                                  cache=cache, segments=segments, layer=layer,
-                                  first_slot=first_slot)
-    q, k = self.kind.rotate(self, q, k, site)
+    site = site(k_pos, ctx, cache)
+    if not early:
+      q, k = self.kind.rotate(self, q, k, site)
     v = position.rotate_value(v, k_pos, ctx)
     for option in self.options:
       v = option.values(self, v)

@@ -259,6 +259,42 @@ def test_softmax_attention_and_its_gradients_against_float64(bias_shape, blocks)
     np.testing.assert_allclose(np.asarray(got[name]), value, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize('kv_heads', [1, 2])
+@pytest.mark.parametrize('impl,probs,causal_block', [('einsum', False, 0), ('einsum', True, 0),
+                                                     ('einsum', False, 2), ('xla', False, 0)])
+def test_grouped_keys_attend_as_their_heads_repeated_with_summed_gradients(kv_heads, impl, probs,
+                                                                           causal_block):
+  """Keys and values of fewer heads than the queries (query head h reads key head
+  h // (heads / kv_heads)) give the attention of those heads repeated, and each key or value
+  head's gradient is the sum over its group's query heads (float64 formula), on every path
+  `attend` runs: the hand-written backward, the probabilities, causal blocks and XLA's kernel."""
+  rng = np.random.default_rng(9)
+  heads = 4
+  q, d_out = (rng.normal(size=(3, 6, heads, 4)) for _ in range(2))
+  k, v = (rng.normal(size=(3, 6, kv_heads, 4)) for _ in range(2))
+  bias = rng.normal(size=(3, heads, 6, 6))
+  seg = np.asarray([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 1, 1], [1, 2, 2, 3, 3, 3]])
+  mask = np.asarray(attention.make_mask(jnp.asarray(seg), jnp.asarray(seg), causal=True))
+  rep = lambda x: np.repeat(x, heads // kv_heads, axis=2)
+  group = lambda x: x.reshape(3, 6, kv_heads, heads // kv_heads, 4).sum(axis=3)
+  logits = np.where(mask, np.einsum('bqhd,bkhd->bhqk', q, rep(k)) / 2 + bias, -1e30)
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  d_p = np.einsum('bqhd,bkhd->bhqk', d_out, rep(v))
+  d_l = np.where(mask, p * (d_p - (d_p * p).sum(-1, keepdims=True)), 0) / 2
+  want = {'out': np.einsum('bhqk,bkhd->bqhd', p, rep(v)),
+          'q': np.einsum('bhqk,bkhd->bqhd', d_l, rep(k)),
+          'k': group(np.einsum('bhqk,bqhd->bkhd', d_l, q)),
+          'v': group(np.einsum('bhqk,bqhd->bkhd', p, d_out))}
+  f32 = lambda x: jnp.asarray(x, jnp.float32)
+  out, vjp = jax.vjp(lambda q, k, v: attention.attend(
+      q, k, v, jnp.asarray(mask), bias=f32(bias), impl=impl, return_probs=probs,
+      causal_block=causal_block)[0], f32(q), f32(k), f32(v))
+  got = dict(zip(('q', 'k', 'v'), vjp(f32(d_out))), out=out)
+  for name, value in want.items():
+    np.testing.assert_allclose(np.asarray(got[name]), value, atol=1e-4, err_msg=name)
+
+
 def test_batch_blocks_are_the_fewest_that_fit():
   assert attention.batch_blocks(8, 4 * 2**20, 16 * 2**20) == 2
   assert attention.batch_blocks(6, 10, 30) == 2  # Three rows of 10 bytes per block.

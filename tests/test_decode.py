@@ -3,6 +3,7 @@ sampling follows its filtered distribution and is greedy where it should be."""
 
 import functools
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -53,14 +54,16 @@ _MQA = {'rope', 'alibi', 'none'}
 
 def _kinds_and_heads():
   """(kind, num_kv_heads) of every kind `by_capabilities` runs, its marks kept: one key/value
-  head per query head, and multi-query attention (slow but for `_MQA`)."""
+  head per query head, and multi-query attention (slow but for `_MQA`); two query heads a
+  key/value head for RoPE and ALiBi."""
   out = []
   for param in kinds.by_capabilities(KINDS):
     kind, marks = (param.values[0], list(param.marks)) if hasattr(param, 'values') else (param, [])
     out.append(pytest.param(kind, 0, marks=marks, id=f'{kind}-0'))
     out.append(pytest.param(kind, 1, id=f'{kind}-1',
                             marks=marks + ([] if kind in _MQA else [pytest.mark.slow])))
-  return out
+  # Two query heads a key/value head: the grouped step's reshaped heads (rotated keys, a bias).
+  return out + [pytest.param(kind, 2, id=f'{kind}-2') for kind in ('rope', 'alibi')]
 
 
 @pytest.mark.parametrize('kind,num_kv_heads', _kinds_and_heads())
@@ -80,7 +83,81 @@ def test_cached_logits_equal_full_forward(kind, num_kv_heads):
     logits, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
     np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, t], atol=1e-4)
   assert int(cache['index']) == 9
-  assert cache['layers'][0]['k'].shape[2] == (num_kv_heads or 4)
+  assert cache['layers'][0]['k'].shape[1] == (num_kv_heads or 4)  # [batch, heads, slots, d]
+
+
+def _rotated64(x, positions, base: float, layout: str):
+  """RoPE's rotation of x [..., slots, d] by positions [slots] in float64: pairs (2i, 2i + 1)
+  ('interleaved') or (i, i + d/2) ('half') turned by position x base^(-2i/d)."""
+  d = x.shape[-1]
+  angle = positions[:, None] * base ** (-np.arange(0, d, 2) / d)
+  cos, sin = np.cos(angle), np.sin(angle)
+  if layout == 'half':
+    a, b = x[..., :d // 2], x[..., d // 2:]
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+  a, b = x[..., 0::2], x[..., 1::2]
+  return np.stack([a * cos - b * sin, a * sin + b * cos], axis=-1).reshape(x.shape)
+
+
+def _first_layer_keys(model, tokens, first: int) -> np.ndarray:
+  """Layer 0's cached keys [batch, kv_heads, slots, d] after `first` tokens at once and the
+  rest one at a time."""
+  n = tokens.shape[1]
+  positions = jnp.broadcast_to(jnp.arange(n), tokens.shape)
+  cache = model.init_cache(tokens.shape[0], n + 2)
+  _, cache = _decode(model, tokens[:, :first], positions[:, :first], cache)
+  for t in range(first, n):
+    _, cache = _decode(model, tokens[:, t:t + 1], positions[:, t:t + 1], cache)
+  return np.asarray(cache['layers'][0]['k'], np.float64)[:, :, :n]
+
+
+def test_rope_caches_each_key_rotated_once_by_its_own_position():
+  """RoPE turns a key by its own position alone, so the cache keeps it rotated as it is
+  written (a step then reads the cache in place); dynamic NTK's frequencies follow the row's
+  length, so its cache keeps the keys as projected and each step rotates them all. The two
+  models have the same weights, so their first layer's cached keys differ by RoPE's rotation of
+  each slot (float64 formula), in both layouts."""
+  tokens = jnp.asarray(np.random.default_rng(3).integers(5, 40, (2, 7)))
+  for layout in ('interleaved', 'half'):
+    dynamic = {'scaling__kind': 'dynamic', 'scaling__factor': 2.0,
+               'scaling__original_length': 64, 'layout': layout}  # Its base does not move.
+    raw = _first_layer_keys(model_for('rope', num_kv_heads=2, **dynamic), tokens, 4)
+    cached = _first_layer_keys(model_for('rope', num_kv_heads=2, layout=layout), tokens, 4)
+    np.testing.assert_allclose(cached, _rotated64(raw, np.arange(7.0), 10000.0, layout),
+                               atol=1e-5)
+    assert np.abs(cached - raw).max() > 0.1
+
+
+def _decoding_step_shapes(model, batch: int, slots: int, op: str = '') -> set[tuple[int, ...]]:
+  """The shapes of the arrays (of operation `op`, or all) in the compiled program of one
+  decoding step over a cache of `slots`, `slots - 1` of them filled."""
+  graphdef, state = nnx.split(model)
+  step = jax.jit(lambda state, tokens, positions, cache: nnx.merge(graphdef, state).decode(
+      tokens, positions, cache))
+  cache = model.init_cache(batch, slots)
+  cache['index'] = jnp.int32(slots - 1)
+  token = jnp.ones((batch, 1), jnp.int32)
+  text = step.lower(state, token, token * (slots - 1), cache).compile().as_text()
+  found = re.findall(r'= [a-z0-9]+\[([0-9,]*)\]\S* ' + (re.escape(op) if op else '[a-z-]+') +
+                     r'\(', text)
+  return {tuple(int(n) for n in dims.split(',')) for dims in found if dims}
+
+
+def test_a_grouped_rope_decoding_step_neither_rotates_nor_repeats_the_cached_keys():
+  """The compiled step of RoPE with 2 key/value heads for 4 query heads computes no cosine over
+  the cache's slots and no array of the keys repeated per query head ([batch, slots, 4, d]
+  in any order): each step reads the cache as written. Dynamic NTK, whose keys are cached
+  unrotated, does both (so the check sees them where they are)."""
+  batch, slots, width = 3, 24, 8
+  repeated = sorted((batch, slots, 4, width))
+  for rope, rotates_cache in (({}, False),
+                              ({'scaling__kind': 'dynamic', 'scaling__factor': 2.0,
+                                'scaling__original_length': 64}, True)):
+    model = model_for('rope', num_kv_heads=2, **rope)
+    cosines = _decoding_step_shapes(model, batch, slots, 'cosine')
+    assert any(slots in shape for shape in cosines) == rotates_cache, cosines
+    shapes = _decoding_step_shapes(model, batch, slots)
+    assert any(sorted(shape) == repeated for shape in shapes) == rotates_cache
 
 
 ROPE_VARIANTS = {

@@ -284,8 +284,8 @@ def test_deepseeks_latent_cache_decodes_transformers_logits_and_greedy_ids(tmp_p
   cache = kinds.assert_decoding_equals_full_pass(
       lm.model, jax.numpy.asarray(ref['ids'][:, :sum(sizes)]), sizes, max_len=sum(sizes),
       full=ref['logits'][:, :sum(sizes)], atol=1e-4 * float(np.abs(ref['logits']).max()))
-  assert cache['layers'][0]['k'].shape[2:] == (
-      1, hf_config['kv_lora_rank'] + hf_config['qk_rope_head_dim'])
+  assert cache['layers'][0]['k'].shape[1:] == (
+      1, sum(sizes), hf_config['kv_lora_rank'] + hf_config['qk_rope_head_dim'])
   assert 'v' not in cache['layers'][0]
   greedy, start = ref['greedy'], ref['prompt'].shape[1]
   np.testing.assert_array_equal(

@@ -119,7 +119,7 @@ def test_the_latent_cache_keeps_rope_dim_plus_kv_rank_numbers_and_decodes_as_the
   tokens = jnp.asarray(np.random.default_rng(6).integers(5, 50, (2, 9)), jnp.int32)
   cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4), atol=2e-5)
   assert [{k: v.shape for k, v in layer.items() if k != 'position'}
-          for layer in cache['layers']] == [{'k': (2, 16, 1, ROPE + 16)}] * 2
+          for layer in cache['layers']] == [{'k': (2, 1, 16, ROPE + 16)}] * 2
 
 
 def test_the_latent_cache_under_yarn_its_softmax_scale_a_remap_and_a_window():

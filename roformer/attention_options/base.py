@@ -137,6 +137,20 @@ class AttentionKind:
       return q, k
     return site.position.rotate(q, k, site.pos, site.k_pos, site.ctx)
 
+  def rotates_before_cache(self, module, position) -> bool:
+    """Whether a decoding call may rotate its new keys before they are cached (`rotate` over
+    the new tokens alone, the cache keeping them rotated): no remap moves the distances and
+    the scheme turns each key by its own position alone. A kind whose `rotate` reads more
+    than the scheme's rotation says otherwise."""
+    return not module.remap and position.rotates_keys_alone()
+
+  def takes_grouped_keys(self, module) -> bool:
+    """Whether `attend` takes keys and values of the key/value heads only (fewer than the query
+    heads: grouped-query attention) on a decoding call whose keys were rotated before the
+    cache. None does unless it says so."""
+    del module
+    return False
+
   def attend(self, module, q, k, v, mask, site: Site):
     """(output [batch, q_len, heads, head_dim], the weights [batch, heads, q_len, k_len] or None
     where they are not formed)."""
@@ -262,6 +276,11 @@ class AttentionOption:
     layer's input)."""
     del module, x, layer
     return out
+
+
+def has_hook(option: AttentionOption, hook: str) -> bool:
+  """Whether the switch defines hook `hook` itself (the base class's does nothing)."""
+  return getattr(type(option), hook) is not getattr(AttentionOption, hook)
 
 
 def register(cls):

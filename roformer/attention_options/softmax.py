@@ -27,8 +27,15 @@ class Softmax(base.AttentionKind):
   implementations = ('einsum', 'xla', 'cudnn', 'pallas')
   in_transformers = True
 
+  def takes_grouped_keys(self, module) -> bool:
+    # Its plain path reads grouped heads in place; its other paths repeat them (`attend`). A
+    # switch's `values` hook (differential attention's pairs) sees the query heads' values.
+    return not any(base.has_hook(o, 'values') for o in module.options)
+
   def attend(self, module, q, k, v, mask, site: base.Site):
     position, cache = site.position, site.cache
+    plain_k, plain_v = k, v  # Grouped heads, where the layer passes them: the plain path's.
+    k, v = (attention.expand_heads(t, q.shape[2]) for t in (k, v))  # Unused ones: dropped.
     args = (site.pos, site.k_pos)
     factors = lambda mask: [f for f in (o.logits_factor(module, mask) for o in module.options)
                             if f is not None]
@@ -65,7 +72,7 @@ class Softmax(base.AttentionKind):
       bias = None if bias is None else bias * factor[..., None]
     if maps or sink is not None:
       return _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink)
-    return attention.attend(q, k, v, mask, bias=bias,
+    return attention.attend(q, plain_k, plain_v, mask, bias=bias,
                             impl=('einsum' if module.record_probs else module.unfused_impl
                                   if cache is None else module.cache_impl),
                             return_probs=module.value_term or module.record_probs,

@@ -164,6 +164,13 @@ class Layer(nnx.Module):
     del q_pos, k_pos, ctx
     return q, k
 
+  def rotates_keys_alone(self) -> bool:
+    """Whether `rotate` turns each key by its own position and the layer's constants alone (the
+    same whatever the other keys and the queries are), so that a decoding cache may keep the
+    keys rotated once, as they are written, instead of rotating every cached key at each step.
+    True of a layer that rotates nothing; a layer that rotates says so itself."""
+    return type(self).rotate is Layer.rotate
+
   def rotate_value(self, v, k_pos, ctx):
     del k_pos, ctx
     return v

@@ -339,6 +339,9 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
     def rotate(self, q, k, q_pos, k_pos, ctx):
       return self.first.rotate(q, k, q_pos, k_pos, ctx[0])
 
+    def rotates_keys_alone(self):
+      return self.first.rotates_keys_alone()
+
     def rotate_value(self, v, k_pos, ctx):
       return self.first.rotate_value(v, k_pos, ctx[0])
 

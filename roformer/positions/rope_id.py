@@ -65,6 +65,9 @@ class _RopeIdLayer(base.Layer):
     return (rotary.rotate_pairs(q, q_pos, self.inv_freq),
             rotary.rotate_pairs(k, k_pos, self.inv_freq))
 
+  def rotates_keys_alone(self) -> bool:
+    return True  # Constant frequencies.
+
 
 @base.register('rope_id')
 class RopeId(base.PositionScheme):

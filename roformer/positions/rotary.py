@@ -219,6 +219,12 @@ class _RotaryLayer(base.Layer):
     inv_freq = r.frequencies(q_pos, k_pos)
     return r(q, q_pos, inv_freq, tempered=True), r(k, k_pos, inv_freq, tempered=True)
 
+  def rotates_keys_alone(self) -> bool:
+    # Dynamic NTK's and LongRoPE's frequencies follow the row's length; a subclass that
+    # rotates otherwise (xPos's scale about the keys' centre) says so itself.
+    return (type(self).rotate is _RotaryLayer.rotate
+            and not (self.heads.dynamic or self.heads.long_freq))
+
   def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
     """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of this layer's
     remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; the
