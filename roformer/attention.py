@@ -125,8 +125,12 @@ def grouped_logits(q: jax.Array, k: jax.Array) -> jax.Array:
   g = k.shape[2]
   if g == h:
     return jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-  logits = jnp.einsum('bqgrd,bkgd->bgrqk', q.reshape(b, q_len, g, h // g, d), k,
-                      preferred_element_type=jnp.float32)
+  # [batch, groups, heads per group x q_len, d]: the product's rows come out in the logits'
+  # order, so no pass over them reorders the [.., q_len, k_len] result.
+  rows = jnp.swapaxes(q.reshape(b, q_len, g, h // g, d), 1, 3).swapaxes(1, 2)
+  logits = jax.lax.dot_general(rows.reshape(b, g, h // g * q_len, d), k,
+                               (((3,), (3,)), ((0, 1), (0, 2))),
+                               preferred_element_type=jnp.float32)
   return logits.reshape(b, h, q_len, k.shape[1])
 
 
@@ -137,9 +141,10 @@ def grouped_values(weights: jax.Array, v: jax.Array, **kwargs) -> jax.Array:
   g = v.shape[2]
   if g == h:
     return jnp.einsum('bhqk,bkhd->bqhd', weights, v, **kwargs)
-  out = jnp.einsum('bgrqk,bkgd->bqgrd', weights.reshape(b, g, h // g, q_len, k_len), v,
-                   **kwargs)
-  return out.reshape(b, q_len, h, v.shape[-1])
+  out = jax.lax.dot_general(weights.reshape(b, g, h // g * q_len, k_len), v,
+                            (((3,), (1,)), ((0, 1), (0, 2))), **kwargs)
+  out = out.reshape(b, g, h // g, q_len, v.shape[-1])  # [batch, groups, per group, q, width]
+  return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, q_len, h, v.shape[-1])
 
 
 def _group_sum(x: jax.Array, groups: int) -> jax.Array:
