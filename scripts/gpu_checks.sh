@@ -37,8 +37,10 @@
 #      ln V under each initialisation, in float32 (INIT_LIMIT, 90 s);
 #      `decode` (only when named): a DeepSeek-V3-shaped model (multi-head latent attention,
 #      8 layers, d_model 1024, bfloat16), the next token of 8 rows after DECODE_LENGTHS
-#      (8192,32768) cached tokens with each cache (model.mla.cache heads, latent): step time,
-#      memory and the cache's bytes (DECODE_LIMIT, 300 s);
+#      (8192,32768) cached tokens with each cache (model.mla.cache heads, latent), then a
+#      Llama-shaped one of the same size with 16 key/value heads and with 4 (the cache read in
+#      place on the CPU, transposed for cuDNN's kernels here): step time, memory and the
+#      cache's bytes (DECODE_LIMIT, 300 s each);
 #      `moe` (only when named): mixtures at gpu_125m, the dense and the ragged computation of
 #      the experts, in configs/lm.py:mixtral's layout and DeepSeek-V3's (MOE_LIMIT, 300 s each);
 #      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
@@ -235,7 +237,7 @@ timeout "${INIT_LIMIT:-90}" $PY scripts/init_loss.py --config configs/lm_125m.py
 fi
 
 if want decode; then
-stage "decoding over multi-head latent attention's two caches after 8k and 32k tokens"
+stage "decoding after 8k and 32k tokens: latent attention's two caches, grouped heads"
 set_bench
 # configs/lm.py:deepseek with 16 heads of 64 (RoPE on 16 shared key dimensions), a latent of
 # 256: the heads' cache keeps 16 x (64 + 64) numbers a token and layer, the latent 272.
@@ -245,6 +247,11 @@ bench "${DECODE_LIMIT:-300}" 10 decode --config configs/lm.py:deepseek \
     --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
     --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
     --vary model.mla.cache=heads,latent --steps 20
+bench "${DECODE_LIMIT:-300}" 10 decode_llama --config configs/lm.py:llama \
+    --config.model.d_model=1024 --config.model.num_heads=16 --config.model.num_layers=8 \
+    --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
+    --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
+    --vary model.num_kv_heads=16,4 --steps 20
 fi
 
 if want moe; then
