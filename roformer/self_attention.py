@@ -188,8 +188,10 @@ class MultiHeadAttention(nnx.Module):
     site = lambda k_pos, ctx, cache: attention_options.Site(
         pos=pos, k_pos=k_pos, position=position, ctx=ctx, cache=cache, segments=segments,
         layer=layer, first_slot=first_slot)
-    # Decoding: keys turned by their own positions alone are cached rotated.
-    early = cache is not None and self.kind.rotates_before_cache(self, position)
+    # Decoding: keys turned by their own positions alone are cached rotated (but where the
+    # absorbed form's values, read from the cached keys, would be turned or scaled too).
+    early = (cache is not None and self.kind.rotates_before_cache(self, position)
+             and (not absorbed or position.keeps_unrotated_dims()))
     if early:
       q, k = self.kind.rotate(self, q, k, site(pos, ctx, None))
     grouped = False

@@ -138,6 +138,20 @@ def test_the_latent_cache_under_yarn_its_softmax_scale_a_remap_and_a_window():
   kinds.assert_decoding_equals_full_pass(model, tokens, (6, 1, 1, 3), atol=2e-5)
 
 
+def test_the_latent_cache_under_yarn_with_its_factor_on_every_dimension():
+  """YaRN's attention factor on every dimension of q and k (its 'all'): the absorbed form's
+  values are the latent as projected, never scaled with the key that carries it, so the cached
+  key is rotated at each step rather than as it is written."""
+  config = _config()
+  config.model.position.rope.scaling.update(kind='yarn', factor=4.0, original_length=4,
+                                            attention_factor_dims='all')
+  config.model.mla.cache = 'latent'
+  resolve.validate(config)
+  model = models.create(config.model, seed=7)
+  tokens = jnp.asarray(np.random.default_rng(8).integers(5, 50, (2, 9)), jnp.int32)
+  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 4), atol=2e-5)
+
+
 def test_the_latent_cache_decodes_on_xlas_kernel_which_stands_in_for_cudnns():
   """The absorbed form's one key head and narrower values through jax.nn.dot_product_attention
   (XLA's implementation): the full pass's logits. Its heads (rope_dim + kv_rank wide, 576 in

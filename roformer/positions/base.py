@@ -171,6 +171,11 @@ class Layer(nnx.Module):
     True of a layer that rotates nothing; a layer that rotates says so itself."""
     return type(self).rotate is Layer.rotate
 
+  def keeps_unrotated_dims(self) -> bool:
+    """Whether `rotate` leaves each key's dimensions past the ones it rotates as they are (MLA's
+    absorbed form, roformer/latent_attention.py, reads its values there from a cached key)."""
+    return True
+
   def rotate_value(self, v, k_pos, ctx):
     del k_pos, ctx
     return v

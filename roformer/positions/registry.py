@@ -342,6 +342,9 @@ def combine(first: type[PositionScheme], second: type[PositionScheme]) -> type[P
     def rotates_keys_alone(self):
       return self.first.rotates_keys_alone()
 
+    def keeps_unrotated_dims(self):
+      return self.first.keeps_unrotated_dims()
+
     def rotate_value(self, v, k_pos, ctx):
       return self.first.rotate_value(v, k_pos, ctx[0])
 

@@ -225,6 +225,10 @@ class _RotaryLayer(base.Layer):
     return (type(self).rotate is _RotaryLayer.rotate
             and not (self.heads.dynamic or self.heads.long_freq))
 
+  def keeps_unrotated_dims(self) -> bool:
+    # A scaling's attention factor on every dimension (YaRN's 'all') multiplies them too.
+    return self.heads.mscale == 1.0 or self.heads.mscale_rotated_only
+
   def remapped_logits(self, q, k, q_pos, k_pos, row_pos=None):
     """RoPE's scaled logits [batch, heads, q_len, k_len] with the distances of this layer's
     remap (`layer_remap`), rotated by its own rotation (its scaling, fraction and layout; the
