@@ -32,7 +32,7 @@ def test_a_token_reaches_exactly_the_later_queries_of_its_chunk():
   slot 9 alone, and the one at slot 10 (position 4) those at 10 to 13. With a global layer
   after it, token 5 reaches the end."""
   def reached(chunks, layers, row, slot):
-    model = models.create(tiny(chunks, layers).model, seed=1)
+    model = kinds.Compiled(models.create(tiny(chunks, layers).model, seed=1))
     base = np.asarray(model(TOKENS, POSITIONS, SEGMENTS))
     moved = np.asarray(model(TOKENS.at[row, slot].set(4), POSITIONS, SEGMENTS))
     return np.flatnonzero(np.abs(moved - base).max(-1)[row] > 1e-6).tolist()

@@ -74,7 +74,7 @@ def test_a_layer_scales_by_its_own_lambda_init_and_the_scan_equals_the_loop():
   outs = []
   for scan in (False, True):
     config = _config('none', num_layers=2, scan_layers=scan)
-    model = models.create(config.model, seed=1)
+    model = kinds.Compiled(models.create(config.model, seed=1))
     tokens = jnp.asarray(np.random.default_rng(9).integers(5, 50, (1, 6)))
     outs.append(np.asarray(model(tokens, jnp.arange(6)[None], jnp.ones_like(tokens))))
   np.testing.assert_allclose(outs[0], outs[1], atol=1e-5)

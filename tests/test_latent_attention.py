@@ -183,8 +183,8 @@ def test_xla_attention_takes_values_narrower_or_wider_than_the_keys(value):
     config.model.attention_impl = impl
     graphdef, params = nnx.split(models.create(config.model, seed=8))
     logits = lambda p: nnx.merge(graphdef, p)(tokens, pos, seg)
-    grads = jax.grad(lambda p: jnp.sum(jnp.tanh(logits(p))))(params)
-    return logits(params), jax.tree.leaves(grads)
+    grads = jax.jit(jax.grad(lambda p: jnp.sum(jnp.tanh(logits(p)))))(params)
+    return jax.jit(logits)(params), jax.tree.leaves(grads)
   (einsum, g_einsum), (xla, g_xla) = run('einsum'), run('xla')
   np.testing.assert_allclose(xla, einsum, rtol=1e-4, atol=1e-5)
   for g_x, g_e in zip(g_xla, g_einsum):  # Within 1e-4 of each leaf's largest (float32 sums).

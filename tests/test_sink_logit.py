@@ -115,7 +115,13 @@ def _lm(seed=4, **fields):
 
 def _full(model, tokens, pos=None, segments=None):
   pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape) if pos is None else pos
-  return np.asarray(model(tokens, pos, jnp.ones_like(tokens) if segments is None else segments))
+  return np.asarray(_forward(model, tokens, pos,
+                             jnp.ones_like(tokens) if segments is None else segments))
+
+
+@nnx.jit
+def _forward(model, tokens, pos, segments):
+  return model(tokens, pos, segments)
 
 
 def test_a_remap_that_moves_no_distance_keeps_the_sinks():

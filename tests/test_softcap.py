@@ -97,7 +97,12 @@ def _lm(kind='rope', seed=4, num_layers=2, **fields):
 
 def _full(model, tokens):
   pos = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-  return np.asarray(model(tokens, pos, jnp.ones_like(tokens)))
+  return np.asarray(_forward(model, tokens, pos, jnp.ones_like(tokens)))
+
+
+@nnx.jit
+def _forward(model, tokens, pos, segments):
+  return model(tokens, pos, segments)
 
 
 def test_a_remap_that_moves_no_distance_keeps_the_capped_model():

@@ -106,7 +106,7 @@ def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind
                                                                             attend_current):
   config = tiny(kind, attend_current)
   resolve.validate(config)
-  model = models.create(config.model, seed=1)
+  model = kinds.Compiled(models.create(config.model, seed=1))
   rng = np.random.default_rng(0)
   tokens = jnp.asarray(rng.integers(5, 50, (2, 11)))
   pos = jnp.broadcast_to(jnp.arange(11), (2, 11))
@@ -114,7 +114,7 @@ def test_the_model_leaks_no_future_token_and_its_cache_equals_the_full_pass(kind
   changed = np.asarray(model(tokens.at[:, 7].set(4), pos, jnp.ones_like(tokens)))
   np.testing.assert_array_equal(changed[:, :7], full[:, :7])
   assert np.abs(changed[:, 7:] - full[:, 7:]).max() > 1e-4
-  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 3, 3))
+  kinds.assert_decoding_equals_full_pass(model.model, tokens, (4, 1, 3, 3))
 
 
 @pytest.mark.parametrize('causal_block', [0, 2, pytest.param(4, marks=pytest.mark.slow)])

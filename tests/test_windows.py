@@ -43,7 +43,7 @@ def test_a_token_reaches_exactly_the_queries_whose_window_holds_it(kind):
   tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (1, 12)))
   pos, seg = jnp.arange(12)[None], jnp.ones((1, 12), jnp.int32)
   for windows, layers, reached in [((3,), 1, [5, 6, 7]), ((3, 0), 2, list(range(5, 12)))]:
-    model = models.create(tiny(windows, layers, kind).model, seed=1)
+    model = kinds.Compiled(models.create(tiny(windows, layers, kind).model, seed=1))
     base = np.asarray(model(tokens, pos, seg))
     moved = np.abs(np.asarray(model(tokens.at[0, 5].set(4), pos, seg)) - base).max(-1)[0]
     assert np.flatnonzero(moved > 1e-6).tolist() == reached, (windows, moved)
