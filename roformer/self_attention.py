@@ -11,7 +11,8 @@ path (below). With multi-head latent attention (`model.mla`, roformer/latent_att
 queries, keys and values come from its latent projections instead, every head with its own.
 
 The decoding cache keeps the key/value heads only, as [batch, kv_heads, slots, width]: each
-head's slots are contiguous, so a step's products read the cache in place. Where the layer's
+head's slots are contiguous, so a step's products read the cache in place (as [batch, slots,
+kv_heads, width] for cuDNN's kernels, which take that layout). Where the layer's
 rotation turns each key by its own position alone (`rotates_keys_alone`: RoPE and its static
 scalings, no remap) the keys are rotated once, as they are written, and cached rotated; where
 the step attends by the plain softmax (`AttentionKind.takes_grouped_keys`), the query heads of a
@@ -124,6 +125,10 @@ class MultiHeadAttention(nnx.Module):
     # (kv_rank + rope_dim: DeepSeek-V3's 576) are wider than cuDNN's flash kernels take (256).
     self.cache_impl = ('xla' if self.latent_cache and self.unfused_impl == 'cudnn'
                        else self.unfused_impl)
+    # The cache's layout (stack.empty_cache): heads first, where a step's products read it in
+    # place; slots first for cuDNN's kernels, which take [batch, slots, heads, width] and would
+    # otherwise be handed a transposed copy of the cache at each step.
+    self.cache_heads_first = self.cache_impl != 'cudnn'
     self.value_term, self.computes_logits = caps.value_term, caps.computes_logits
     self.causal = causal
     # Causal self-attention without a cache skips the query blocks' keys past their last row.
@@ -196,16 +201,17 @@ class MultiHeadAttention(nnx.Module):
       q, k = self.kind.rotate(self, q, k, site(pos, ctx, None))
     grouped = False
     if cache is not None:
-      at = (0, 0, cache['index'], 0)
-      write = lambda old, new: jax.lax.dynamic_update_slice(
-          old, jnp.swapaxes(new, 1, 2).astype(old.dtype), at)
+      # [batch, slots, kv_heads, width] as the layer computes, whatever the cache's layout.
+      turn = (lambda t: jnp.swapaxes(t, 1, 2)) if self.cache_heads_first else (lambda t: t)
+      at = (0, 0, cache['index'], 0) if self.cache_heads_first else (0, cache['index'], 0, 0)
+      write = lambda old, new: jax.lax.dynamic_update_slice(old, turn(new).astype(old.dtype), at)
       kept = {'k': write(cache['k'], k)}
-      k = jnp.swapaxes(kept['k'], 1, 2)  # [batch, slots, kv_heads, width], read in place.
+      k = turn(kept['k'])  # Read in place by the products (the transposes fold into them).
       if absorbed:
         v = k[..., self.projections.rope_dim:]
       else:
         kept['v'] = write(cache['v'], v)
-        v = jnp.swapaxes(kept['v'], 1, 2)
+        v = turn(kept['v'])
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {**kept, **({} if state is None else {'position': state})}

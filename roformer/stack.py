@@ -87,14 +87,17 @@ def empty_cache(batch: int, max_len: int, blocks, widths: tuple[int, int, int],
   """An empty key/value cache for `max_len` slots of each of `blocks` (a plain pytree of
   arrays): keys and values [batch, heads, max_len, width] of `widths` = (heads, key width, value
   width; 0: no values of their own, MLA's latent cache: roformer/latent_attention.py; the slots
-  after the heads: roformer/self_attention.py), and the state a block's position scheme keeps
-  per slot, if any."""
+  after the heads, or before them for a layer on cuDNN's kernels: its attention's
+  `cache_heads_first`, roformer/self_attention.py), and the state a block's position scheme
+  keeps per slot, if any."""
   heads, key_width, value_width = widths
   layers = []
   for block in blocks:
-    layer = {'k': jnp.zeros((batch, heads, max_len, key_width), dtype)}
+    shape = ((lambda w: (batch, heads, max_len, w)) if block.attn.cache_heads_first
+             else (lambda w: (batch, max_len, heads, w)))
+    layer = {'k': jnp.zeros(shape(key_width), dtype)}
     if value_width:
-      layer['v'] = jnp.zeros((batch, heads, max_len, value_width), dtype)
+      layer['v'] = jnp.zeros(shape(value_width), dtype)
     state = block.position.cache_state(batch, max_len)
     layers.append(layer if state is None else {**layer, 'position': state})
   return {'index': jnp.int32(0), 'positions': jnp.zeros((batch, max_len), jnp.int32),

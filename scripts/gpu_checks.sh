@@ -38,8 +38,8 @@
 #      `decode` (only when named): a DeepSeek-V3-shaped model (multi-head latent attention,
 #      8 layers, d_model 1024, bfloat16), the next token of 8 rows after DECODE_LENGTHS
 #      (8192,32768) cached tokens with each cache (model.mla.cache heads, latent), then a
-#      Llama-shaped one of the same size with 16 key/value heads and with 4 (the cache read in
-#      place on the CPU, transposed for cuDNN's kernels here): step time, memory and the
+#      Llama-shaped one of the same size with 16 key/value heads and with 4 (cuDNN's kernels
+#      reading the grouped heads of a cache kept slots first): step time, memory and the
 #      cache's bytes (DECODE_LIMIT, 300 s each);
 #      `moe` (only when named): mixtures at gpu_125m, the dense and the ragged computation of
 #      the experts, in configs/lm.py:mixtral's layout and DeepSeek-V3's (MOE_LIMIT, 300 s each);

@@ -160,6 +160,19 @@ def test_a_grouped_rope_decoding_step_neither_rotates_nor_repeats_the_cached_key
     assert any(sorted(shape) == repeated for shape in shapes) == rotates_cache
 
 
+@pytest.mark.parametrize('num_kv_heads', [0, 2])
+def test_a_cache_kept_slots_first_for_cudnns_kernels_decodes_as_the_full_pass(num_kv_heads):
+  """A layer on cuDNN's kernels keeps its cache as [batch, slots, kv_heads, width], the layout
+  those kernels take (`cache_heads_first` off; no GPU here, so the attribute is set on the
+  einsum path's layers): the same decoding, over a cache of the other layout."""
+  model = model_for('rope', num_kv_heads=num_kv_heads)
+  for block in model.blocks:
+    block.attn.cache_heads_first = False
+  cache = kinds.assert_decoding_equals_full_pass(
+      model, jnp.asarray(np.random.default_rng(4).integers(5, 40, (2, 9))), (4, 1, 4))
+  assert cache['layers'][0]['k'].shape == (2, 16, num_kv_heads or 4, 8)
+
+
 ROPE_VARIANTS = {
     'p_rope': {'keep_fraction': 0.5},
     'llama3': {'scaling__kind': 'llama3', 'scaling__factor': 4.0, 'scaling__original_length': 4},
