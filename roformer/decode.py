@@ -267,7 +267,7 @@ def causal_lm_start(model, prompt, max_new_tokens: int):
   batch, length = prompt.shape
   cache = model.init_cache(batch, length + max_new_tokens)
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  logits, cache = model.decode(prompt, positions, cache)
+  logits, cache = model.decode(prompt, positions, cache, last_only=True)
 
   def step_fn(token, position, cache):
     logits, cache = model.decode(token, position, cache)

@@ -206,11 +206,14 @@ class CausalLM(Transformer):
     mask = attention.make_mask(segment_ids, segment_ids, causal=True)
     return self.encode(tokens, positions, mask, key, segments=segment_ids)
 
-  def decode(self, tokens, positions, cache):
+  def decode(self, tokens, positions, cache, last_only: bool = False):
     """Incremental decoding: logits for `tokens` [batch, len] appended to the cache (one
-    sequence per row, occupying slots 0..index+len-1) and the updated cache."""
+    sequence per row, occupying slots 0..index+len-1) and the updated cache. `last_only`: the
+    logits at the last token alone ([batch, 1, vocab]), all that a prompt's prefill needs (the
+    whole output layer over a long prompt is [batch, len, vocab]: 4 GiB a row at 8k tokens of
+    Llama 3's 128k vocabulary)."""
     hidden, cache = self.encode(tokens, positions, stack.cache_mask(tokens, cache), cache=cache)
-    return self.logits(hidden), cache
+    return self.logits(hidden[:, -1:] if last_only else hidden), cache
 
 
 class MaskedLM(Transformer):

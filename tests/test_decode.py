@@ -354,6 +354,25 @@ def _sample_model(model, prompt, key, temperature, steps):
                        temperature=temperature)
 
 
+def test_the_prefill_computes_the_output_layer_at_the_last_token_alone():
+  """A prompt's pass through the cache gives the full pass's logits at its last token, and the
+  compiled generation holds no [batch, prompt, vocab] logits (over a long prompt and a large
+  vocabulary, gigabytes that nothing reads)."""
+  cfg = test_config.get_config('llama').model  # An untied output layer, as Llama's.
+  cfg.vocab_size = 40
+  model = models.create(cfg, seed=5)
+  prompt = jnp.asarray(np.random.default_rng(5).integers(5, 40, (2, 11)))
+  _, first, _, start = decode.causal_lm_start(model, prompt, 3)
+  full = _forward(model, prompt, jnp.broadcast_to(jnp.arange(11), (2, 11)), jnp.ones_like(prompt))
+  np.testing.assert_allclose(np.asarray(first), np.asarray(full)[:, -1], atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(start), [11, 11])
+  graphdef, state = nnx.split(model)
+  text = decode._generate.lower(graphdef, state, prompt, 3, 1, 0.0, -1).compile().as_text()
+  products = set(re.findall(r'= f32\[([0-9,]*)\]\S* dot\(', text))
+  logits = {p for p in products if p.endswith(',40')}  # [2, 11, 40] may be [22, 40].
+  assert logits and logits <= {'2,1,40', '2,40'}, logits
+
+
 def test_sampling_at_temperature_zero_is_greedy():
   """A traced temperature of 0 takes the argmax: the same tokens as generate's greedy search
   (itself checked against decoding without a cache above)."""
