@@ -190,7 +190,7 @@ class MultiHeadAttention(nnx.Module):
       q, k = option.queries_keys(self, q, k)
     k_pos = pos
     first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
-    site = lambda k_pos, ctx, cache: attention_options.Site(
+    make_site = lambda k_pos, ctx, cache: attention_options.Site(
         pos=pos, k_pos=k_pos, position=position, ctx=ctx, cache=cache, segments=segments,
         layer=layer, first_slot=first_slot)
     # Decoding: keys turned by their own positions alone are cached rotated (but where the
@@ -198,7 +198,7 @@ class MultiHeadAttention(nnx.Module):
     early = (cache is not None and self.kind.rotates_before_cache(self, position)
              and (not absorbed or position.keeps_unrotated_dims()))
     if early:
-      q, k = self.kind.rotate(self, q, k, site(pos, ctx, None))
+      q, k = self.kind.rotate(self, q, k, make_site(pos, ctx, None))
     grouped = False
     if cache is not None:
       # [batch, slots, kv_heads, width] as the layer computes, whatever the cache's layout.
@@ -215,6 +215,7 @@ class MultiHeadAttention(nnx.Module):
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {**kept, **({} if state is None else {'position': state})}
+      # Grouped heads where no rotation follows (a scheme may turn each query head's keys).
       grouped = early and self.kind.takes_grouped_keys(self)
     if not (absorbed or grouped):  # The absorbed form's one key head: broadcast.
       k, v = (sharding.constrain(attention.expand_heads(t, h),
@@ -226,7 +227,7 @@ class MultiHeadAttention(nnx.Module):
       mask = mask & (pos[:, :, None] // self.chunk == k_pos[:, None, :] // self.chunk)[:, None]
       if segments is not None and cache is None:
         segments = chunk_segments(segments, pos, self.chunk)
-    site = site(k_pos, ctx, cache)
+    site = make_site(k_pos, ctx, cache)
     if not early:
       q, k = self.kind.rotate(self, q, k, site)
     v = position.rotate_value(v, k_pos, ctx)

@@ -287,9 +287,9 @@ def test_grouped_keys_attend_as_their_heads_repeated_with_summed_gradients(kv_he
           'k': group(np.einsum('bhqk,bqhd->bkhd', d_l, q)),
           'v': group(np.einsum('bhqk,bqhd->bkhd', p, d_out))}
   f32 = lambda x: jnp.asarray(x, jnp.float32)
-  out, vjp = jax.vjp(lambda q, k, v: attention.attend(
+  out, vjp = jax.vjp(jax.jit(lambda q, k, v: attention.attend(
       q, k, v, jnp.asarray(mask), bias=f32(bias), impl=impl, return_probs=probs,
-      causal_block=causal_block)[0], f32(q), f32(k), f32(v))
+      causal_block=causal_block)[0]), f32(q), f32(k), f32(v))
   got = dict(zip(('q', 'k', 'v'), vjp(f32(d_out))), out=out)
   for name, value in want.items():
     np.testing.assert_allclose(np.asarray(got[name]), value, atol=1e-4, err_msg=name)

@@ -362,7 +362,7 @@ def test_the_prefill_computes_the_output_layer_at_the_last_token_alone():
   cfg.vocab_size = 40
   model = models.create(cfg, seed=5)
   prompt = jnp.asarray(np.random.default_rng(5).integers(5, 40, (2, 11)))
-  _, first, _, start = decode.causal_lm_start(model, prompt, 3)
+  first, start = nnx.jit(lambda m, p: decode.causal_lm_start(m, p, 3)[1::2])(model, prompt)
   full = _forward(model, prompt, jnp.broadcast_to(jnp.arange(11), (2, 11)), jnp.ones_like(prompt))
   np.testing.assert_allclose(np.asarray(first), np.asarray(full)[:, -1], atol=1e-5)
   np.testing.assert_array_equal(np.asarray(start), [11, 11])

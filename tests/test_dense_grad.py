@@ -140,6 +140,7 @@ def test_every_dense_layer_of_a_model_gets_the_same_gradients_as_autodiff():
   positions = jnp.broadcast_to(jnp.arange(12), (2, 12))
   segments = jnp.ones((2, 12), jnp.int32)
 
+  @nnx.jit
   def grads(model):
     loss = lambda m: jnp.sum(jnp.tanh(m(tokens, positions, segments)))
     return nnx.state(nnx.grad(loss)(model), nnx.Param)

@@ -232,7 +232,7 @@ def test_the_train_step_adds_the_auxiliary_losses_once_per_target_token():
       sums, aux = auxiliary.total(lambda m: task.sums(m, batch), m)
     return sums['loss_sum'] / sums['weight'] + aux, aux
 
-  (want, aux), want_grads = jax.value_and_grad(by_hand, has_aux=True)(params)
+  (want, aux), want_grads = jax.jit(jax.value_and_grad(by_hand, has_aux=True))(params)
   assert float(aux) > 0
   state = {'params': params, 'opt_state': None, 'step': jnp.int32(0)}
   grads = {}
