@@ -1,4 +1,5 @@
-"""The environment of the entry points that tests run as subprocesses.
+"""The entry points that tests run as processes of their own: their environment (`env`), and
+`run`, which forks them from a server that has imported the libraries once (tests/forkserver.py).
 
 The tests' XLA flags (tests/conftest.py) force 8 host devices and make compilation cheap, since
 the programs are tiny and run a few steps, so compiling them is most of the suite's time:
@@ -12,8 +13,16 @@ instead of 42). A subprocess that should see another number of devices keeps the
 without them, its compilation alone takes a few times longer.
 """
 
+import atexit
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
 FAST_COMPILE = ('--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
                 '--xla_cpu_parallel_codegen_split_count=1')
 
@@ -25,3 +34,79 @@ def xla_flags(devices: int) -> str:
 def env(devices: int = 1, **extra: str) -> dict[str, str]:
   """os.environ for a subprocess with `devices` host CPU devices, plus `extra`."""
   return {**os.environ, 'XLA_FLAGS': xla_flags(devices), **extra}
+
+
+# Variables read when Python starts or when a library is imported: a run whose environment
+# differs from the fork server's in one of these starts as a plain subprocess (tests/forkserver.py).
+_READ_AT_IMPORT = ('JAX_', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_', 'OMP_', 'GRAIN',
+                   'ABSL', 'ROFORMER_REUSE_FREED_MEMORY')
+_server = {}  # This process's fork server: {'process', 'socket', 'env'} once started.
+
+
+def _fork_server():
+  """This process's fork server, started at the first run that can use it."""
+  if not _server:
+    directory = tempfile.mkdtemp(prefix='roformer-forkserver-')
+    path = os.path.join(directory, 'socket')
+    env = dict(os.environ)
+    process = subprocess.Popen([sys.executable, os.path.join(_HERE, 'forkserver.py'), path],
+                               env=env, stdout=subprocess.PIPE, text=True)
+    if process.stdout.readline().strip() != 'ready':
+      raise RuntimeError(f'the fork server did not start (exit status {process.wait()})')
+
+    def stop():
+      process.kill()
+      process.wait()
+      shutil.rmtree(directory, ignore_errors=True)
+
+    atexit.register(stop)
+    _server.update(process=process, socket=path, env=env, directory=directory)
+  return _server
+
+
+def forked(args, env) -> bool:
+  """Whether `run` forks `args` from the fork server, rather than start a subprocess."""
+  server = _server.get('env', os.environ)
+  if not args or args[0].startswith('-') or not args[0].endswith('.py'):
+    return False  # `-c CODE`, `-m MODULE`: a plain subprocess.
+  changed = {k for k in set(env) | set(server) if env.get(k) != server.get(k)}
+  return not any(k.startswith(_READ_AT_IMPORT) for k in changed)
+
+
+def run(args, cwd=None, env=None, timeout: float = 300,
+        check: bool = False) -> subprocess.CompletedProcess:
+  """`subprocess.run([sys.executable] + args, cwd=cwd, env=env, capture_output=True,
+  text=True, ...)` for a Python script: forked from the fork server (tests/forkserver.py) where
+  the environment allows, else a plain subprocess. `env`: the whole environment (os.environ
+  when None)."""
+  env = dict(os.environ if env is None else env)
+  cwd = os.fspath(cwd or os.getcwd())
+  args = [os.fspath(a) for a in args]
+  if not forked(args, env):
+    return subprocess.run([sys.executable] + args, cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=check, stdin=subprocess.DEVNULL)
+  # Imported here: conftest imports this module before JAX starts, and forkserver needs none.
+  import forkserver  # pylint: disable=import-outside-toplevel
+  server = _fork_server()
+  with tempfile.TemporaryDirectory(dir=server['directory']) as streams:
+    out, err = os.path.join(streams, 'stdout'), os.path.join(streams, 'stderr')
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+      conn.connect(server['socket'])
+      forkserver.send(conn, dict(args=args, cwd=cwd, env=env, stdout=out, stderr=err))
+      pid = forkserver.receive(conn)
+      conn.settimeout(timeout)
+      try:
+        status = forkserver.receive(conn)
+      except socket.timeout:
+        os.kill(pid, signal.SIGKILL)
+        raise subprocess.TimeoutExpired([sys.executable] + args, timeout) from None
+    done = subprocess.CompletedProcess([sys.executable] + args, status,
+                                       _read(out), _read(err))
+  if check:
+    done.check_returncode()
+  return done
+
+
+def _read(path: str) -> str:
+  with open(path, encoding='utf-8', errors='replace') as f:
+    return f.read()

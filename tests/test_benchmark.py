@@ -86,8 +86,8 @@ def test_cross_attention_flops_are_twice_its_matmul_weights_plus_its_scores():
 
 def _benchmark(*args) -> subprocess.CompletedProcess:
   env = processes.env(devices=1)
-  return subprocess.run([sys.executable, 'scripts/benchmark.py', '--config=configs/test.py',
-                         *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+  return processes.run(['scripts/benchmark.py', '--config=configs/test.py', *args], cwd=ROOT,
+                       env=env)
 
 
 @pytest.mark.slow

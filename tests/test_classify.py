@@ -3,12 +3,11 @@ hand-computed values, fine-tuning from a masked-LM run, GLUE by name, and bad in
 
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import offline
+import processes
 import pytest
 
 from configs import classify
@@ -206,9 +205,8 @@ def test_classifier_from_scratch_then_eval_py(data_dir, tmp_path):
   last = loop.train_and_evaluate(cfg, workdir)
   assert {'loss', 'accuracy', 'f1', 'examples'} <= set(last['validation'])
   env = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
-  run = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}',
-                        '--config.eval.max_batches=2'], cwd=REPO, env=env,
-                       capture_output=True, text=True, check=False)
+  run = processes.run(['eval.py', f'--workdir={workdir}', '--config.eval.max_batches=2'],
+                      cwd=REPO, env=env)
   assert run.returncode == 0, run.stderr[-2000:]
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
     results = json.load(f)

@@ -3,9 +3,8 @@
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
+import processes
 import pytest
 
 from configs import classify
@@ -158,10 +157,9 @@ def test_default_lm_config_is_valid():
 
 
 def test_train_cli_prints_one_line_error(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, 'train.py', '--config=configs/test.py', f'--workdir={tmp_path / "w"}',
-       '--config.model.position.kind=bogus'], cwd=REPO, capture_output=True, text=True,
-      timeout=120, check=False)
+  proc = processes.run(
+      ['train.py', '--config=configs/test.py', f'--workdir={tmp_path / "w"}',
+       '--config.model.position.kind=bogus'], cwd=REPO, timeout=120)
   assert proc.returncode != 0
   assert proc.stderr.strip().splitlines()[-1].startswith("error: config.model.position.kind='bogus'")
   assert 'Traceback' not in proc.stderr

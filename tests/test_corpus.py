@@ -8,8 +8,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import ml_collections
 import numpy as np
@@ -274,13 +272,12 @@ def test_a_folder_of_text_files_trains_with_one_command_and_eval_scores_it(tmp_p
   for path in glob.glob(tfds_descriptions()):
     (docs / path.split(os.sep)[-2]).mkdir(parents=True)
     shutil.copy(path, docs / path.split(os.sep)[-2])
-  done = subprocess.run(
-      [sys.executable, f'{REPO}/train.py', f'--config={REPO}/configs/test.py',
+  done = processes.run(
+      [f'{REPO}/train.py', f'--config={REPO}/configs/test.py',
        f'--workdir={workdir}', '--config.data.name=files', '--config.data.files=docs/*/README.md',
        f'--config.data.data_dir={cache}', '--config.data.vocab_size=256',
        '--config.train.steps=4', '--config.train.eval_every=4', '--config.train.checkpoint_every=4',
-       '--config.mesh.num_devices=1'], cwd=tmp_path, env=processes.env(devices=1),
-      capture_output=True, text=True, timeout=300, check=False)
+       '--config.mesh.num_devices=1'], cwd=tmp_path, env=processes.env(devices=1))
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   assert 'Converted ' in done.stdout and 'from 186 files' in done.stdout
   records = metrics.read_jsonl(str(workdir / 'metrics.jsonl'))

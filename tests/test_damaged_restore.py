@@ -103,8 +103,7 @@ def _repeat(args, workdir_of, check):
   try:
     for i in range(repeats):
       workdir = workdir_of(i)
-      done = subprocess.run([sys.executable] + args(workdir), cwd=REPO, env=processes.env(),
-                            capture_output=True, text=True, timeout=300, check=False)
+      done = processes.run(args(workdir), cwd=REPO, env=processes.env())
       check(i, done, done.stdout + done.stderr)
   finally:
     load.kill()

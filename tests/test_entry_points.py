@@ -19,6 +19,7 @@ import textwrap
 import time
 
 import ml_collections
+import processes
 import pytest
 
 from roformer.data import pipeline
@@ -35,8 +36,7 @@ def _tree(root) -> dict:
 
 
 def _run(args, cwd=REPO, env=None):
-  return subprocess.run([sys.executable] + args, cwd=cwd, env={**os.environ, **(env or {})},
-                        capture_output=True, text=True, timeout=300, check=False)
+  return processes.run(args, cwd=cwd, env={**os.environ, **(env or {})})
 
 
 def _check(case, done, status, message, watched):

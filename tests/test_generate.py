@@ -5,9 +5,8 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
+import processes
 import pytest
 
 from configs import test as test_config
@@ -39,9 +38,7 @@ def _script(*args):
   # The test process's environment, XLA_FLAGS included: generate.py decodes on one device
   # anyway, and the same flags let it load what this process compiled from the shared
   # compilation cache (conftest.py).
-  return subprocess.run([sys.executable, 'scripts/generate.py', *args], cwd=REPO,
-                        env=dict(os.environ), capture_output=True, text=True, timeout=300,
-                        check=False)
+  return processes.run(['scripts/generate.py', *args], cwd=REPO)
 
 
 @pytest.mark.slow  # generate.py in its own process: about 10 s.

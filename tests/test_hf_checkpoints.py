@@ -9,8 +9,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -584,8 +582,7 @@ def test_continued_config_without_a_run_names_the_fix(tmp_path):
 
 
 def _run(args):
-  return subprocess.run([sys.executable] + args, cwd=REPO, env=processes.env(), text=True,
-                        capture_output=True, timeout=600, check=False)
+  return processes.run(args, cwd=REPO, env=processes.env(), timeout=600)
 
 
 def test_the_workflow_on_an_imported_checkpoint(tmp_path, data_dir):

@@ -49,8 +49,8 @@ def _run(command, kill_at: str = '', timeout: float = 300) -> subprocess.Complet
   env.pop(killpoints.ENV, None)
   if kill_at:
     env[killpoints.ENV] = kill_at
-  return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                        timeout=timeout, check=False)
+  assert command[0] == sys.executable, command
+  return processes.run(command[1:], cwd=REPO, env=env, timeout=timeout)
 
 
 def _final_metrics(workdir) -> dict:

@@ -9,6 +9,7 @@ import sys
 
 import jax
 import numpy as np
+import processes
 import pytest
 
 from configs import synthetic
@@ -137,9 +138,8 @@ def test_the_evaluation_in_process_is_eval_pys(alone, tmp_path):
   loop.train_and_evaluate(config, workdir, eval_splits=('validation',))
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
     in_process = json.load(f)
-  subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}', '--splits=validation',
-                  '--out=eval_again.json'], cwd=REPO, check=True,
-                 capture_output=True)  # Same devices.
+  processes.run(['eval.py', f'--workdir={workdir}', '--splits=validation',
+                 '--out=eval_again.json'], cwd=REPO, check=True)  # Same devices.
   with open(os.path.join(workdir, 'eval_again.json'), encoding='utf-8') as f:
     again = json.load(f)
   for results in (again, in_process):  # When each started: all they may differ in.

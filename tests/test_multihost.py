@@ -220,7 +220,7 @@ def test_sigterm_on_one_host_stops_both_at_one_step_and_the_run_continues(data_d
 ])
 def test_bad_process_flags_are_refused_before_anything_starts(tmp_path, flags, message):
   workdir = tmp_path / 'run'
-  done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] + flags, cwd=REPO,
-                        env=_env(), capture_output=True, text=True, timeout=120)
+  done = processes.run(['train.py', f'--workdir={workdir}'] + flags, cwd=REPO, env=_env(),
+                       timeout=120)
   assert done.returncode != 0 and message in done.stderr + done.stdout
   assert not workdir.exists()

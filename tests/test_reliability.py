@@ -83,9 +83,8 @@ def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same
   try:
     _wait_for_steps(workdir, 5, proc)
     # A second train.py on the same workdir refuses at once, naming the first.
-    second = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] +
-                            _cli_flags(cfg), cwd=REPO, env=_env(), capture_output=True,
-                            text=True, timeout=120, check=False)
+    second = processes.run(['train.py', f'--workdir={workdir}'] + _cli_flags(cfg), cwd=REPO,
+                           env=_env(), timeout=120)
     assert second.returncode == 1
     assert f'is in use by train.py (pid {proc.pid}' in second.stderr
     # Twice, as a job's kill of every process and the sweep driver's end deliver it (apart, so
@@ -105,9 +104,8 @@ def test_sigterm_even_repeated_saves_and_exits_0_then_the_run_continues_the_same
   # uninterrupted run's.
   end = stopped + 4
   cfg.train.steps = end
-  done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}'] + _cli_flags(cfg),
-                        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
-                        check=False)
+  done = processes.run(['train.py', f'--workdir={workdir}'] + _cli_flags(cfg), cwd=REPO,
+                       env=_env())
   assert done.returncode == 0, done.stderr[-3000:]
   straight = str(tmp_path / 'straight')
   loop.train_and_evaluate(cfg, straight)
@@ -248,9 +246,8 @@ def test_hostile_command_lines_get_one_line_errors_and_leave_the_workdir(tmp_pat
   workdir = tmp_path / 'run'
   workdir.mkdir()
   (workdir / 'keep.txt').write_text('results')
-  done = subprocess.run([sys.executable, 'train.py', f'--workdir={workdir}',
-                         '--config=configs/test.py'] + flags, cwd=REPO, env=_env(),
-                        capture_output=True, text=True, timeout=120, check=False)
+  done = processes.run(['train.py', f'--workdir={workdir}', '--config=configs/test.py'] + flags,
+                       cwd=REPO, env=_env(), timeout=120)
   assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
   assert sorted(os.listdir(workdir)) == ['keep.txt']
 
@@ -328,9 +325,8 @@ def test_a_failed_asynchronous_save_ends_with_one_error_line_and_nothing_after(d
   background thread, nothing printed at exit."""
   cfg = _config(data_dir, steps=8, checkpoint_every=2)
   workdir = str(tmp_path / 'run')
-  done = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'failing_save.py'),
-                         f'--workdir={workdir}'] + _cli_flags(cfg), cwd=REPO, env=_env(),
-                        capture_output=True, text=True, timeout=300, check=False)
+  done = processes.run([os.path.join(REPO, 'tests', 'failing_save.py'),
+                        f'--workdir={workdir}'] + _cli_flags(cfg), cwd=REPO, env=_env())
   out = (done.stdout + done.stderr).strip().splitlines()
   assert done.returncode == 1, out[-20:]
   assert not any('Traceback' in line or 'Exception in thread' in line for line in out), out
@@ -346,10 +342,9 @@ def test_data_failing_mid_run_ends_with_one_error_line_and_nothing_after(data_di
   40th read on, while grain's iterators run) stop train.py with one `error:` line naming the
   cache and its fix, as its last line: no traceback, nothing printed at exit."""
   cfg = _config(data_dir, steps=30, checkpoint_every=10, eval_every=6)
-  done = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'failing_data.py'),
-                         f'--workdir={tmp_path / "run"}'] + _cli_flags(cfg), cwd=REPO,
-                        env=processes.env(devices=1, FAIL_AFTER='40'), capture_output=True,
-                        text=True, timeout=300, check=False)
+  done = processes.run([os.path.join(REPO, 'tests', 'failing_data.py'),
+                        f'--workdir={tmp_path / "run"}'] + _cli_flags(cfg), cwd=REPO,
+                       env=processes.env(devices=1, FAIL_AFTER='40'))
   out = (done.stdout + done.stderr).strip().splitlines()
   assert done.returncode == 1, out[-20:]
   assert any(line.startswith('step 1') or ' step 1/' in line for line in out)  # It had started.

@@ -7,8 +7,6 @@ import itertools
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -270,10 +268,10 @@ def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path)
   """scripts/data_throughput.py's two forms for a synthetic task: the same rows, so the same
   count of tokens that are not padding (copy's rows vary in length)."""
   out = tmp_path / 'throughput.json'
-  done = subprocess.run(
-      [sys.executable, 'scripts/data_throughput.py', '--config', 'configs/synthetic.py:copy',
+  done = processes.run(
+      ['scripts/data_throughput.py', '--config', 'configs/synthetic.py:copy',
        '--batches', '5', '--warmup', '2', '--out', str(out)], cwd=ROOT,
-      env=processes.env(devices=1), capture_output=True, text=True, check=False)
+      env=processes.env(devices=1))
   assert done.returncode == 0, done.stdout + done.stderr
   built, cached = json.loads(out.read_text())
   assert (built['form'], cached['form']) == ('built', 'row cache')
@@ -285,12 +283,11 @@ def test_the_throughput_benchmark_reads_the_same_tokens_from_the_cache(tmp_path)
 @pytest.mark.slow  # The script's bad input runs by default (tests/test_entry_points.py).
 def test_the_group_rate_script_times_a_vmapped_group_with_built_and_cached_rows(tmp_path):
   out = tmp_path / 'rate.json'
-  done = subprocess.run(
-      [sys.executable, 'scripts/group_rate.py', '--config', 'configs/synthetic.py:copy',
+  done = processes.run(
+      ['scripts/group_rate.py', '--config', 'configs/synthetic.py:copy',
        '--steps', '30', '--config.train.log_every=10', '--config.train.batch_size=8',
        '--config.train.warmup_steps=5',
-       '--seeds', '0,1', '--out', str(out)], cwd=ROOT, env=processes.env(devices=1),
-      capture_output=True, text=True, check=False)
+       '--seeds', '0,1', '--out', str(out)], cwd=ROOT, env=processes.env(devices=1))
   assert done.returncode == 0, done.stdout + done.stderr
   built, cached = json.loads(out.read_text())
   assert (built['form'], cached['form']) == ('built', 'row cache')

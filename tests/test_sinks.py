@@ -4,11 +4,10 @@ against hand-computed values and closed forms of attention with no query-key ter
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import jax
 import numpy as np
+import processes
 import pytest
 from flax import nnx
 
@@ -177,8 +176,7 @@ def test_recording_leaves_the_models_loss_unchanged(workdirs):
 
 
 def _script(*args):
-  return subprocess.run([sys.executable, 'scripts/attention_sinks.py', *args], cwd=REPO,
-                        capture_output=True, text=True, timeout=300, check=False)
+  return processes.run(['scripts/attention_sinks.py', *args], cwd=REPO)
 
 
 def test_script_groups_seeds_and_writes_its_table(workdirs, tmp_path):

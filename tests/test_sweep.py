@@ -224,9 +224,7 @@ def get_sweep(arg=''):
 
 
 def _run(args) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
-                        env=processes.env(devices=1),
-                        capture_output=True, text=True, check=False)
+  return processes.run(['scripts/sweep.py'] + args, cwd=ROOT, env=processes.env(devices=1))
 
 
 @pytest.mark.parametrize('resume', [False, pytest.param(True, marks=pytest.mark.slow)])
@@ -626,8 +624,7 @@ def test_keeping_records_refuses_what_it_would_harm_with_one_line(tmp_path, case
     (sweep / 'sweep.json').write_text('{}')
     expected = f'error: {sweep} holds no run yet'
   before = {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()}
-  done = subprocess.run([sys.executable, 'scripts/keep_records.py', str(sweep), str(kept)],
-                        cwd=ROOT, capture_output=True, text=True, check=False)
+  done = processes.run(['scripts/keep_records.py', str(sweep), str(kept)], cwd=ROOT)
   lines = done.stderr.strip().splitlines()
   assert done.returncode == 1 and len(lines) == 1 and lines[0].startswith(expected), done.stderr
   assert {p: p.read_bytes() for p in tmp_path.rglob('*') if p.is_file()} == before
