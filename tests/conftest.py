@@ -39,13 +39,14 @@ from configs import test as test_config  # pylint: disable=wrong-import-position
 # order, with --no-loadscope-reorder, without which pytest-xdist orders them by their number of
 # tests instead), so that the run does not end with one worker on a long file while the other
 # waits.
-LONGEST_FIRST = ('test_entry_points.py', 'test_train.py', 'test_hf_checkpoints.py',
-                 'test_hf_export.py', 'test_sweep.py', 'test_reliability.py', 'test_decode.py',
-                 'test_scheme_interface.py', 'test_attention.py', 'test_members.py',
-                 'test_sinks.py', 'test_translate.py', 'test_fused_bias.py', 'test_classify.py',
-                 'test_softcap.py', 'test_context_extension.py', 'test_fope.py',
-                 'test_multihost.py', 'test_remap.py', 'test_autodiff.py', 'test_path.py',
-                 'test_synthetic.py', 'test_docs_from_records.py', 'test_damaged_restore.py')
+LONGEST_FIRST = ('test_hf_export.py', 'test_hf_checkpoints.py', 'test_train.py',
+                 'test_reliability.py', 'test_entry_points.py', 'test_sweep.py',
+                 'test_fused_bias.py', 'test_scheme_interface.py', 'test_decode.py',
+                 'test_attention.py', 'test_translate.py', 'test_members.py', 'test_moe.py',
+                 'test_latent_attention.py', 'test_classify.py', 'test_fope.py',
+                 'test_context_extension.py', 'test_autodiff.py', 'test_softcap.py',
+                 'test_sinks.py', 'test_sharding.py', 'test_docs_from_records.py',
+                 'test_scanned.py', 'test_mlm.py', 'test_hf_config_forms.py', 'test_remap.py')
 
 
 @pytest.fixture(autouse=True, scope='module')

@@ -57,10 +57,8 @@ def test_a_stopped_sweep_comes_back_with_each_runs_newest_checkpoint_which_resto
   for name in ('config.json', 'metrics.jsonl'):
     assert (unpacked / 'p' / name).read_bytes() == (sweep_dir / 'p' / name).read_bytes()
 
-  evaluated = subprocess.run(
-      [sys.executable, 'eval.py', f'--workdir={unpacked / "p"}', '--splits=validation'],
-      cwd=REPO, env=processes.env(devices=1), capture_output=True, text=True, timeout=300,
-      check=False)
+  evaluated = processes.run(['eval.py', f'--workdir={unpacked / "p"}', '--splits=validation'],
+                            cwd=REPO, env=processes.env(devices=1))
   assert evaluated.returncode == 0, evaluated.stdout[-3000:] + evaluated.stderr[-3000:]
   with open(unpacked / 'p' / 'eval_results.json') as f:
     assert json.load(f)['step'] == kept[-1]

@@ -6,10 +6,10 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import kinds
+import processes
 import pytest
 
 from configs import test as test_config
@@ -173,9 +173,8 @@ def test_eval_restores_what_train_saved(trained):
 
 def test_eval_cli_writes_results(trained):
   _, workdir, _ = trained
-  proc = subprocess.run([sys.executable, 'eval.py', f'--workdir={workdir}',
-                         '--config.eval.length_multipliers=(1,)'], cwd=REPO, capture_output=True,
-                        text=True, timeout=300, check=False)
+  proc = processes.run(['eval.py', f'--workdir={workdir}',
+                        '--config.eval.length_multipliers=(1,)'], cwd=REPO)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert 'validation' in proc.stdout and 'unigram' in proc.stdout
   with open(os.path.join(workdir, 'eval_results.json'), encoding='utf-8') as f:
