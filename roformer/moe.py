@@ -28,8 +28,9 @@ Two computations of the same function (`impl`):
   XLA:CPU has none: there it took as long as 'dense' or longer, at 32 experts too
   (scripts/moe_impl.py; docs/hf_checkpoints.md), so 'dense' is the default.
 No token is ever dropped (no capacity factor), so both equal the Hugging Face classes' output.
-The expert axis is not split across devices (no expert parallelism): the mesh splits each
-expert's hidden width as it splits an MLP's.
+The mesh splits each expert's hidden width as it splits an MLP's, and its experts where
+`config.mesh.rules.expert` names mesh axes (expert parallelism, roformer/sharding.py): 'dense'
+through XLA's partitioning of its einsums, 'ragged' per device (roformer/expert_parallel.py).
 
 Training adds, per layer, Switch Transformer's load-balancing loss (Fedus et al. 2021)
 `balance_loss` * E sum_e f_e P_e, with f_e the share of the batch's (token, slot) pairs routed to
@@ -46,6 +47,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer import auxiliary
+from roformer import expert_parallel
 from roformer import sharding
 from roformer import variables
 from roformer.specs import Bool, Float, Int, Seq, Str
@@ -340,14 +342,12 @@ class MixtureOfExperts(nnx.Module):
     return (self.gate[...].astype(self.dtype), self.up[...].astype(self.dtype),
             self.down[...].astype(self.dtype))
 
-  def _biases(self, experts=None):
-    """(gate, up, down) biases [E or rows, width] of every expert, or of the expert of each row
-    (`experts`); zeros where the experts have none."""
+  def _biases(self):
+    """(gate, up, down) biases [E, width] of every expert; zeros where the experts have none."""
     if not self.biased:
       return 0.0, 0.0, 0.0
-    pick = (lambda b: b[...]) if experts is None else (lambda b: b[...][experts])
-    return tuple(pick(b).astype(self.dtype) for b in (self.gate_bias, self.up_bias,
-                                                      self.down_bias))
+    return tuple(b[...].astype(self.dtype) for b in (self.gate_bias, self.up_bias,
+                                                     self.down_bias))
 
   def _hidden(self, gate, up):
     """The experts' hidden units from their gate and up projections."""
@@ -379,19 +379,37 @@ class MixtureOfExperts(nnx.Module):
 
   def _ragged(self, tokens, chosen, weights):
     """The (token, slot) pairs sorted by expert, each expert's rows multiplied by its matrices
-    alone (`jax.lax.ragged_dot`), and the weighted rows added back to their tokens."""
+    alone (`jax.lax.ragged_dot`), and the weighted rows added back to their tokens; per device
+    where the mesh splits the experts (roformer/expert_parallel.py)."""
     gate, up, down = self._weights()
-    flat = chosen.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
+    params = {'gate': gate, 'up': up, 'down': down}
+    if self.biased:
+      params.update(zip(('gate_bias', 'up_bias', 'down_bias'), self._biases()))
+    layout = expert_parallel.plan(gate.shape[0], tokens, gate.shape[-1])
+    if layout is None:
+      return self._ragged_rows(tokens, chosen, weights, params, 0)
+    return expert_parallel.run(self._ragged_rows, layout, tokens, chosen, weights, params)
+
+  def _ragged_rows(self, tokens, chosen, weights, params, first):
+    """`_ragged` for the experts first .. first + E' - 1 of `params` ([E', ...] each): the
+    pairs of other experts (held by other devices) are sorted last, past the groups' sizes, and
+    add nothing."""
+    local = params['gate'].shape[0]
+    flat = chosen.reshape(-1) - first
+    here = (flat >= 0) & (flat < local)
+    key = jnp.where(here, flat, local)
+    order = jnp.argsort(key, stable=True)
     rows = order // self.k  # The token of each sorted pair.
-    sizes = jnp.bincount(flat, length=gate.shape[0]).astype(jnp.int32)
-    gate_bias, up_bias, down_bias = self._biases(flat[order])
-    row_weights = weights.reshape(-1)[order][:, None]
+    sizes = jnp.bincount(key, length=local + 1)[:local].astype(jnp.int32)
+    expert = jnp.minimum(key[order], local - 1)
+    bias = lambda name: params[name][expert] if name in params else 0.0
+    kept = here[order][:, None]
+    row_weights = jnp.where(kept, weights.reshape(-1)[order][:, None], 0.0)
     x = tokens.astype(jnp.float32)[rows]
     x = (x * row_weights if self.weight_inputs else x).astype(self.dtype)
-    hidden = self._hidden(jax.lax.ragged_dot(x, gate, sizes) + gate_bias,
-                          jax.lax.ragged_dot(x, up, sizes) + up_bias)
-    outputs = (jax.lax.ragged_dot(hidden, down, sizes) + down_bias).astype(jnp.float32)
-    if not self.weight_inputs:
-      outputs = outputs * row_weights
+    hidden = self._hidden(jax.lax.ragged_dot(x, params['gate'], sizes) + bias('gate_bias'),
+                          jax.lax.ragged_dot(x, params['up'], sizes) + bias('up_bias'))
+    outputs = (jax.lax.ragged_dot(hidden, params['down'], sizes) + bias('down_bias')).astype(
+        jnp.float32)
+    outputs = jnp.where(kept, outputs if self.weight_inputs else outputs * row_weights, 0.0)
     return jnp.zeros((tokens.shape[0], tokens.shape[1]), jnp.float32).at[rows].add(outputs)

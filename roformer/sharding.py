@@ -25,7 +25,8 @@ and any product of them (e.g. data=2, fsdp=2, tensor=2). A mixture of experts' w
 `--config.mesh.rules.expert=fsdp --config.mesh.rules.act_expert=fsdp` splits the experts over
 the fsdp devices instead of d_model (expert parallelism): each holds its experts' weights and
 optimizer state, and the dense computation runs each device's experts on the tokens of its
-data shard, gathered over fsdp (GShard's dispatch as XLA partitions it). The optimizer state follows its
+data shard, gathered over fsdp (GShard's dispatch as XLA partitions it); the ragged one runs per
+device (roformer/expert_parallel.py). The optimizer state follows its
 parameters. A dimension that its mesh axis does not divide stays whole (e.g. an odd vocabulary).
 """
 
@@ -239,6 +240,18 @@ def _active_mesh():
   if mesh.empty or math.prod(mesh.shape.values()) == 1 or set(mesh.axis_names) != set(AXES):
     return None
   return mesh
+
+
+def active_spec(names, shape) -> P | None:
+  """The PartitionSpec that the active mesh and rules give an array of logical axes `names`
+  and `shape`, or None without a multi-device mesh."""
+  mesh = _active_mesh()
+  return None if mesh is None else spec_for(names, shape, _ACTIVE_RULES.get(), mesh)
+
+
+def spec_axes(entry) -> tuple[str, ...]:
+  """The mesh axes of one entry of a PartitionSpec (None, an axis, or a tuple of them)."""
+  return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 def shards(name: str, size: int) -> int:

@@ -1,5 +1,7 @@
 """Logical axes on parameters and activations, mapped to the data/fsdp/tensor mesh by rules."""
 
+import re
+
 import jax
 import ml_collections
 import numpy as np
@@ -11,6 +13,7 @@ from roformer import errors
 from roformer import models
 from roformer import sharding
 from roformer import trainer as trainer_lib
+from tests import kinds
 from tests.test_step import _batch
 
 MESHES = {
@@ -57,12 +60,16 @@ def test_rules_naming_a_missing_mesh_axis_are_refused():
   assert sharding.rules_from_config(cfg.mesh)['mlp'] == ''
 
 
-def _losses(config, mesh_fields: dict, steps: int = 3):
+def _losses(config, mesh_fields: dict, steps: int = 3, edit=None):
+  """The train losses of `steps` steps on the mesh, from the initial state (edited by `edit`),
+  and the last state."""
   config = ml_collections.ConfigDict(config.to_dict())
   config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
   mesh = sharding.make_mesh(config.mesh)
   trainer = trainer_lib.Trainer(config, mesh)
   state = trainer.init_state()
+  if edit is not None:
+    state = edit(state)
   batch = sharding.put_batch(_batch(config), mesh)
   losses = []
   for _ in range(steps):
@@ -95,7 +102,7 @@ def test_fsdp_and_tensor_parallel_train_like_one_device(layout):
                          64 // (8 if tensor and not fsdp else 2 if tensor else 1))
 
 
-@pytest.mark.parametrize('impl', ['dense', pytest.param('ragged', marks=pytest.mark.slow)])
+@pytest.mark.parametrize('impl', ['dense', 'ragged'])
 def test_experts_split_over_devices_train_like_one_device(impl):
   """Expert parallelism (config.mesh.rules.expert and act_expert on fsdp): each fsdp device
   holds half the 4 experts of every mixture, whole in d_model and split over tensor in their
@@ -113,6 +120,68 @@ def test_experts_split_over_devices_train_like_one_device(impl):
   assert gate.addressable_shards[0].data.shape == (e // 2, d, f // 2)
   moments = [leaf for leaf in jax.tree.leaves(state['opt_state']) if leaf.shape == gate.shape]
   assert moments and all(m.sharding.spec == gate.sharding.spec for m in moments)
+
+
+def _nonzero_expert_biases(state):
+  """The experts' biases drawn at random (they start at zero, where a bias added once per
+  device, not once per token, would not show)."""
+  rng = np.random.default_rng(7)
+  def draw(path, leaf):
+    if sharding.path_str(path).endswith(('gate_bias', 'up_bias', 'down_bias')):
+      return jax.device_put(rng.normal(0, 0.5, leaf.shape).astype(leaf.dtype), leaf.sharding)
+    return leaf
+  return {**state, 'params': jax.tree_util.tree_map_with_path(draw, state['params'])}
+
+
+# The ragged mixture's split computations (roformer/expert_parallel.py) beside the one above.
+RAGGED_LAYOUTS = {
+    # gpt-oss's experts (biases, the clamped SwiGLU) over fsdp, their width over tensor: each
+    # token's down-projection bias is added once, not once per width shard.
+    'biased_over_fsdp': ({'moe.biases': True, 'moe.swiglu_limit': 0.5}, 'fsdp'),
+    # Llama 4's (one expert a token, its weight on the input) over tensor, an axis that does not
+    # split the batch: the devices' partial sums are summed, not scattered.
+    'weighted_inputs_over_tensor': ({'moe.router': 'sigmoid', 'moe.weight_inputs': True,
+                                     'moe.renormalize': False, 'moe.experts_per_token': 1},
+                                    'tensor'),
+}
+
+
+@pytest.mark.parametrize('name', RAGGED_LAYOUTS)
+def test_ragged_experts_split_over_devices_train_like_one_device(name):
+  fields, axis = RAGGED_LAYOUTS[name]
+  config = test_config.get_config('mixtral')
+  config.model.vocab_size = config.data.vocab_size = 64
+  config.model.moe.update(num_experts=4, impl='ragged')
+  kinds.set_fields(config.model, fields)
+  reference, _ = _losses(config, {'num_devices': 1}, edit=_nonzero_expert_biases)
+  config.mesh.rules.update(expert=axis, act_expert=axis)
+  losses, state = _losses(config, MESHES['data2_fsdp2_tensor2'], edit=_nonzero_expert_biases)
+  np.testing.assert_allclose(losses, reference, rtol=2e-6)
+  assert state['params']['blocks'][0]['mlp']['gate'][...].sharding.spec[0] == axis
+
+
+def test_split_ragged_experts_gather_their_groups_tokens_alone_and_scatter_the_sums_back():
+  """With the 4 experts over fsdp (data 2 x fsdp 2 x tensor 2), the compiled ragged step
+  gathers each fsdp group's tokens (half the batch) and scatters the summed outputs back to
+  each device's quarter; it never sums the (token, expert) pairs of the whole batch over every
+  device, which XLA's partitioner did with the ragged computation left to it."""
+  config = test_config.get_config('mixtral')
+  config.model.vocab_size = config.data.vocab_size = 64
+  config.model.moe.update(num_experts=4, impl='ragged')
+  config.mesh.rules.update(expert='fsdp', act_expert='fsdp')
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.mesh.update({'num_devices': -1, **MESHES['data2_fsdp2_tensor2']})
+  mesh = sharding.make_mesh(config.mesh)
+  trainer = trainer_lib.Trainer(config, mesh)
+  state = trainer.abstract_state
+  batch = sharding.put_batch(_batch(config), mesh)
+  text = trainer.train_step.lower(state, batch).compile().as_text()
+  tokens, d = config.train.batch_size * config.data.seq_len, config.model.d_model
+  pairs = tokens * config.model.moe.experts_per_token
+  collective = lambda op: set(re.findall(rf'= f32\[(\d+),{d}\]\S* {op}(?:-start)?\(', text))
+  assert str(tokens // 2) in collective('all-gather')
+  assert str(tokens // 4) in collective('reduce-scatter')
+  assert not {str(pairs), str(tokens)} & (collective('all-reduce') | collective('all-gather'))
 
 
 @pytest.mark.slow  # The mixed mesh above runs by default; this adds the 2025 schemes.
