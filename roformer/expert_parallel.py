@@ -68,6 +68,9 @@ def run(local_fn, layout: dict, tokens, chosen, weights, params: dict) -> jax.Ar
     if group:
       gather = lambda a: jax.lax.all_gather(a, group, axis=0, tiled=True)
       tokens, chosen, weights = gather(tokens), gather(chosen), gather(weights)
+    if summed:  # Said explicitly: left to shard_map, the tokens' and weights' gradients were
+      # not summed over these axes where the mesh split the tokens over others (JAX 0.10.2).
+      tokens, weights = (jax.lax.pcast(a, summed, to='varying') for a in (tokens, weights))
     local = params['gate'].shape[0]
     if 'down_bias' in params and layout['hidden']:  # Added once, not once per width shard.
       params = {**params, 'down_bias': params['down_bias'] * (

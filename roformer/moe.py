@@ -405,7 +405,9 @@ class MixtureOfExperts(nnx.Module):
     bias = lambda name: params[name][expert] if name in params else 0.0
     kept = here[order][:, None]
     row_weights = jnp.where(kept, weights.reshape(-1)[order][:, None], 0.0)
-    x = tokens.astype(jnp.float32)[rows]
+    # Other devices' pairs as zeros: their rows' gradients then stay 0 whatever a grouped
+    # matmul leaves past its groups.
+    x = jnp.where(kept, tokens.astype(jnp.float32)[rows], 0.0)
     x = (x * row_weights if self.weight_inputs else x).astype(self.dtype)
     hidden = self._hidden(jax.lax.ragged_dot(x, params['gate'], sizes) + bias('gate_bias'),
                           jax.lax.ragged_dot(x, params['up'], sizes) + bias('up_bias'))

@@ -85,18 +85,28 @@ def _run_main(script: str) -> None:
   exec(code, main.__dict__)  # pylint: disable=exec-used
 
 
+def _redirect(fd: int, path: str, flags: int) -> None:
+  opened = os.open(path, flags, 0o644)
+  os.dup2(opened, fd)
+  os.close(opened)
+
+
 def _child(request: dict) -> None:
-  """Becomes `python SCRIPT ARGS` for the request, and exits as it would."""
-  null = os.open(os.devnull, os.O_RDONLY)
-  os.dup2(null, 0)
-  for fd, path in ((1, request['stdout']), (2, request['stderr'])):
-    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-  os.chdir(request['cwd'])
-  os.environ.clear()
-  os.environ.update(request['env'])
-  script = request['args'][0]
-  sys.argv = list(request['args'])
-  sys.path[:] = [os.path.dirname(os.path.abspath(script))] + _PATH[1:]  # As `python SCRIPT`.
+  """Becomes `python SCRIPT ARGS` for the request, and exits as it would. A failure before the
+  script starts (the client checked the working directory and the script) exits 127."""
+  try:
+    _redirect(0, os.devnull, os.O_RDONLY)
+    _redirect(1, request['stdout'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(2, request['stderr'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.chdir(request['cwd'])
+    os.environ.clear()
+    os.environ.update(request['env'])
+    script = request['args'][0]
+    sys.argv = list(request['args'])
+    sys.path[:] = [os.path.dirname(os.path.realpath(script))] + _PATH[1:]  # As `python SCRIPT`.
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+    os._exit(127)  # pylint: disable=protected-access
   status = 0
   try:
     _run_main(script)
@@ -112,7 +122,7 @@ def _child(request: dict) -> None:
     frames = e.__traceback__
     while frames is not None and frames.tb_frame.f_code.co_filename == __file__:
       frames = frames.tb_next  # The traceback starts in the script, as Python's does.
-    traceback.print_exception(type(e), e, frames)
+    sys.excepthook(type(e), e.with_traceback(frames), frames)
     status = 1
     if isinstance(e, KeyboardInterrupt):  # Python ends by SIGINT itself, for the shell's sake.
       status = -signal.SIGINT

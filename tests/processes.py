@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 FAST_COMPILE = ('--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
@@ -36,32 +37,47 @@ def env(devices: int = 1, **extra: str) -> dict[str, str]:
   return {**os.environ, 'XLA_FLAGS': xla_flags(devices), **extra}
 
 
-# Variables read when Python starts or when a library is imported: a run whose environment
-# differs from the fork server's in one of these starts as a plain subprocess (tests/forkserver.py).
-_READ_AT_IMPORT = ('JAX_', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_', 'OMP_', 'GRAIN',
-                   'ABSL', 'ROFORMER_REUSE_FREED_MEMORY')
+# Variables read when Python starts or when a library is imported (JAX, Flax, numpy and its
+# BLAS, orbax, TFDS, grain, absl, protobuf; the locale): a run whose environment differs from the
+# fork server's in one of these starts as a plain subprocess (tests/forkserver.py). A forked run
+# shares the server's hash seed: a test that needs runs with their own compares plain ones.
+_READ_AT_IMPORT = ('JAX_', 'XLA_PYTHON', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_',
+                   'OMP_', 'GRAIN', 'ABSL', 'FLAX_', 'NNX_', 'OPENBLAS_', 'MKL_', 'GOTO_', 'NPY_',
+                   'NUMPY_', 'LANG', 'LC_', 'PROTOCOL_BUFFERS', 'ENABLE_ORBAX',
+                   'ROFORMER_REUSE_FREED_MEMORY')
 _server = {}  # This process's fork server: {'process', 'socket', 'env'} once started.
+_starting = threading.Lock()  # Two threads of a test may run their first entry points together.
 
 
 def _fork_server():
-  """This process's fork server, started at the first run that can use it."""
-  if not _server:
-    directory = tempfile.mkdtemp(prefix='roformer-forkserver-')
-    path = os.path.join(directory, 'socket')
-    env = dict(os.environ)
-    process = subprocess.Popen([sys.executable, os.path.join(_HERE, 'forkserver.py'), path],
-                               env=env, stdout=subprocess.PIPE, text=True)
-    if process.stdout.readline().strip() != 'ready':
-      raise RuntimeError(f'the fork server did not start (exit status {process.wait()})')
+  """This process's fork server, started at the first run that can use it (again, if it has
+  ended)."""
+  with _starting:
+    if _server and _server['process'].poll() is not None:
+      _server.pop('stop')()
+      _server.clear()
+    if not _server:
+      _start_server()
+    return _server
 
-    def stop():
-      process.kill()
-      process.wait()
-      shutil.rmtree(directory, ignore_errors=True)
 
-    atexit.register(stop)
-    _server.update(process=process, socket=path, env=env, directory=directory)
-  return _server
+def _start_server():
+  """Starts the server with this process's environment and waits until it listens."""
+  directory = tempfile.mkdtemp(prefix='roformer-forkserver-')
+  path = os.path.join(directory, 'socket')
+  env = dict(os.environ)
+  process = subprocess.Popen([sys.executable, os.path.join(_HERE, 'forkserver.py'), path],
+                             env=env, stdout=subprocess.PIPE, text=True)
+  if process.stdout.readline().strip() != 'ready':
+    raise RuntimeError(f'the fork server did not start (exit status {process.wait()})')
+
+  def stop():
+    process.kill()
+    process.wait()
+    shutil.rmtree(directory, ignore_errors=True)
+
+  atexit.register(stop)
+  _server.update(process=process, socket=path, env=env, directory=directory, stop=stop)
 
 
 def forked(args, env) -> bool:
@@ -82,7 +98,10 @@ def run(args, cwd=None, env=None, timeout: float = 300,
   env = dict(os.environ if env is None else env)
   cwd = os.fspath(cwd or os.getcwd())
   args = [os.fspath(a) for a in args]
-  if not forked(args, env):
+  if not os.path.isdir(cwd):  # What subprocess raises, before anything starts.
+    raise FileNotFoundError(2, 'No such file or directory', cwd)
+  script = os.path.join(cwd, args[0]) if args else ''
+  if not forked(args, env) or not os.path.isfile(script):  # Python's own message for a missing one.
     return subprocess.run([sys.executable] + args, cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout, check=check, stdin=subprocess.DEVNULL)
   # Imported here: conftest imports this module before JAX starts, and forkserver needs none.
@@ -94,12 +113,19 @@ def run(args, cwd=None, env=None, timeout: float = 300,
       conn.connect(server['socket'])
       forkserver.send(conn, dict(args=args, cwd=cwd, env=env, stdout=out, stderr=err))
       pid = forkserver.receive(conn)
+      if pid is None:
+        raise RuntimeError(f'the fork server did not start {args}')
       conn.settimeout(timeout)
       try:
         status = forkserver.receive(conn)
       except socket.timeout:
         os.kill(pid, signal.SIGKILL)
         raise subprocess.TimeoutExpired([sys.executable] + args, timeout) from None
+      except BaseException:  # As subprocess.run: the run does not outlive its caller.
+        os.kill(pid, signal.SIGKILL)
+        raise
+      if status is None:
+        raise RuntimeError(f'the fork server lost the run of {args} (pid {pid})')
     done = subprocess.CompletedProcess([sys.executable] + args, status,
                                        _read(out), _read(err))
   if check:

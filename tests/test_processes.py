@@ -89,3 +89,12 @@ def test_a_run_past_its_timeout_is_killed_and_raises_as_subprocess_does(tmp_path
     for _ in range(100):
       os.kill(pid, 0)
       time.sleep(0.05)
+
+
+def test_a_missing_directory_or_script_fails_as_it_does_for_python(tmp_path):
+  """A working directory that does not exist raises as subprocess does, before anything
+  starts; a script that does not exist is Python's own error line and status 2."""
+  with pytest.raises(FileNotFoundError):
+    processes.run(['train.py'], cwd=tmp_path / 'missing')
+  done = processes.run(['scripts/missing.py'], cwd=tmp_path)
+  assert done.returncode == 2 and "can't open file" in done.stderr

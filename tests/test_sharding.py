@@ -3,6 +3,7 @@
 import re
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from flax import nnx
 from configs import test as test_config
 from roformer import errors
 from roformer import models
+from roformer import moe
 from roformer import sharding
 from roformer import trainer as trainer_lib
 from tests import kinds
@@ -60,16 +62,12 @@ def test_rules_naming_a_missing_mesh_axis_are_refused():
   assert sharding.rules_from_config(cfg.mesh)['mlp'] == ''
 
 
-def _losses(config, mesh_fields: dict, steps: int = 3, edit=None):
-  """The train losses of `steps` steps on the mesh, from the initial state (edited by `edit`),
-  and the last state."""
+def _losses(config, mesh_fields: dict, steps: int = 3):
   config = ml_collections.ConfigDict(config.to_dict())
   config.mesh.update({'data': -1, 'fsdp': 1, 'tensor': 1, 'num_devices': -1, **mesh_fields})
   mesh = sharding.make_mesh(config.mesh)
   trainer = trainer_lib.Trainer(config, mesh)
   state = trainer.init_state()
-  if edit is not None:
-    state = edit(state)
   batch = sharding.put_batch(_batch(config), mesh)
   losses = []
   for _ in range(steps):
@@ -122,42 +120,56 @@ def test_experts_split_over_devices_train_like_one_device(impl):
   assert moments and all(m.sharding.spec == gate.sharding.spec for m in moments)
 
 
-def _nonzero_expert_biases(state):
-  """The experts' biases drawn at random (they start at zero, where a bias added once per
-  device, not once per token, would not show)."""
-  rng = np.random.default_rng(7)
-  def draw(path, leaf):
-    if sharding.path_str(path).endswith(('gate_bias', 'up_bias', 'down_bias')):
-      return jax.device_put(rng.normal(0, 0.5, leaf.shape).astype(leaf.dtype), leaf.sharding)
-    return leaf
-  return {**state, 'params': jax.tree_util.tree_map_with_path(draw, state['params'])}
-
-
-# The ragged mixture's split computations (roformer/expert_parallel.py) beside the one above.
+# The ragged mixture's split computations (roformer/expert_parallel.py), each a layout of the
+# data 2 x fsdp 2 x tensor 2 mesh.
 RAGGED_LAYOUTS = {
-    # gpt-oss's experts (biases, the clamped SwiGLU) over fsdp, their width over tensor: each
-    # token's down-projection bias is added once, not once per width shard.
-    'biased_over_fsdp': ({'moe.biases': True, 'moe.swiglu_limit': 0.5}, 'fsdp'),
+    # Mixtral's experts over fsdp, which splits the batch: gathered within the fsdp group and
+    # scattered back; their width over tensor: summed.
+    'over_fsdp': ({}, {'expert': 'fsdp'}),
+    # gpt-oss's (biases, the clamped SwiGLU): each token's down-projection bias is added once,
+    # not once per width shard.
+    'biased_over_fsdp': ({'moe.biases': True, 'moe.swiglu_limit': 0.5}, {'expert': 'fsdp'}),
     # Llama 4's (one expert a token, its weight on the input) over tensor, an axis that does not
     # split the batch: the devices' partial sums are summed, not scattered.
     'weighted_inputs_over_tensor': ({'moe.router': 'sigmoid', 'moe.weight_inputs': True,
                                      'moe.renormalize': False, 'moe.experts_per_token': 1},
-                                    'tensor'),
+                                    {'expert': 'tensor'}),
+    # Over tensor with their width over fsdp, which splits the batch too: the width is gathered
+    # (whole in each device's matrices), not summed across other tokens.
+    'width_over_a_batch_axis': ({'moe.biases': True},
+                                {'expert': 'tensor', 'mlp': 'fsdp', 'act_mlp': 'fsdp'}),
 }
 
 
 @pytest.mark.parametrize('name', RAGGED_LAYOUTS)
-def test_ragged_experts_split_over_devices_train_like_one_device(name):
-  fields, axis = RAGGED_LAYOUTS[name]
+def test_ragged_experts_split_over_devices_give_one_devices_outputs_and_gradients(name):
+  """The mixture alone, its biases drawn at random (they start at zero): its outputs and the
+  gradients of every parameter and of its input equal the unsplit computation's. (Three Adam
+  steps would not show a gradient off by a constant factor: the first step takes its sign.)"""
+  fields, rules = RAGGED_LAYOUTS[name]
   config = test_config.get_config('mixtral')
-  config.model.vocab_size = config.data.vocab_size = 64
   config.model.moe.update(num_experts=4, impl='ragged')
   kinds.set_fields(config.model, fields)
-  reference, _ = _losses(config, {'num_devices': 1}, edit=_nonzero_expert_biases)
-  config.mesh.rules.update(expert=axis, act_expert=axis)
-  losses, state = _losses(config, MESHES['data2_fsdp2_tensor2'], edit=_nonzero_expert_biases)
-  np.testing.assert_allclose(losses, reference, rtol=2e-6)
-  assert state['params']['blocks'][0]['mlp']['gate'][...].sharding.spec[0] == axis
+  mixture = moe.MixtureOfExperts(config.model, dtype=jnp.float32, rngs=nnx.Rngs(0),
+                                 std=lambda d, residual: 0.3, activation=jax.nn.silu)
+  graphdef, params = nnx.split(mixture)
+  rng = np.random.default_rng(1)
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, a: jnp.asarray(rng.normal(0, 0.5, a.shape), a.dtype) if sharding.path_str(
+          path).endswith('_bias') else a, params)
+  x = jnp.asarray(rng.normal(size=(8, 16, config.model.d_model)), jnp.float32)
+  value_and_grad = jax.jit(jax.value_and_grad(
+      lambda p, x: jnp.sum(jnp.sin(nnx.merge(graphdef, p)(x))), argnums=(0, 1)))
+  reference = value_and_grad(params, x)
+  config.mesh.update(num_devices=-1, **MESHES['data2_fsdp2_tensor2'])
+  config.mesh.rules.update(act_expert=rules['expert'], **rules)
+  split = sharding.on_mesh(sharding.make_mesh(config.mesh), value_and_grad,
+                           sharding.rules_from_config(config.mesh))(params, x)
+  for (path, want), got in zip(jax.tree_util.tree_flatten_with_path(reference)[0],
+                               jax.tree.leaves(split)):
+    want, got = np.asarray(want), np.asarray(got)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max(),
+                               err_msg=sharding.path_str(path))
 
 
 def test_split_ragged_experts_gather_their_groups_tokens_alone_and_scatter_the_sums_back():
