@@ -38,10 +38,12 @@ def env(devices: int = 1, **extra: str) -> dict[str, str]:
 
 
 # Variables read when Python starts or when a library is imported (JAX, Flax, numpy and its
-# BLAS, orbax, TFDS, grain, absl, protobuf; the locale): a run whose environment differs from the
-# fork server's in one of these starts as a plain subprocess (tests/forkserver.py). A forked run
-# shares the server's hash seed: a test that needs runs with their own compares plain ones.
-_READ_AT_IMPORT = ('JAX_', 'XLA_PYTHON', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_',
+# BLAS, orbax, TFDS, grain, absl, protobuf; the locale), not when JAX starts its backend
+# (XLA_FLAGS, XLA_PYTHON_CLIENT_*): a run whose environment differs from this process's in one of
+# these starts as a plain subprocess, and the fork server (tests/forkserver.py) is started again
+# where this process's own have changed (a test that set one for good). A forked run shares the
+# server's hash seed: a test that needs runs with their own compares plain ones.
+_READ_AT_IMPORT = ('JAX_', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_',
                    'OMP_', 'GRAIN', 'ABSL', 'FLAX_', 'NNX_', 'OPENBLAS_', 'MKL_', 'GOTO_', 'NPY_',
                    'NUMPY_', 'LANG', 'LC_', 'PROTOCOL_BUFFERS', 'ENABLE_ORBAX',
                    'ROFORMER_REUSE_FREED_MEMORY')
@@ -53,7 +55,8 @@ def _fork_server():
   """This process's fork server, started at the first run that can use it (again, if it has
   ended)."""
   with _starting:
-    if _server and _server['process'].poll() is not None:
+    if _server and (_server['process'].poll() is not None or _differs(_server['env'],
+                                                                     os.environ)):
       _server.pop('stop')()
       _server.clear()
     if not _server:
@@ -80,13 +83,17 @@ def _start_server():
   _server.update(process=process, socket=path, env=env, directory=directory, stop=stop)
 
 
+def _differs(env, other) -> bool:
+  """Whether two environments differ in a variable read at import."""
+  return any(env.get(k) != other.get(k) for k in set(env) | set(other)
+             if k.startswith(_READ_AT_IMPORT))
+
+
 def forked(args, env) -> bool:
   """Whether `run` forks `args` from the fork server, rather than start a subprocess."""
-  server = _server.get('env', os.environ)
   if not args or args[0].startswith('-') or not args[0].endswith('.py'):
     return False  # `-c CODE`, `-m MODULE`: a plain subprocess.
-  changed = {k for k in set(env) | set(server) if env.get(k) != server.get(k)}
-  return not any(k.startswith(_READ_AT_IMPORT) for k in changed)
+  return not _differs(env, os.environ)
 
 
 def run(args, cwd=None, env=None, timeout: float = 300,

@@ -56,8 +56,9 @@ def test_a_forked_run_is_the_plain_subprocess_run(probe, tmp_path, extra):
   forked = processes.run(args, cwd=tmp_path, env=env, timeout=120)
   plain = _plain(args, tmp_path, env)
   assert processes.forked(args, env)
-  assert forked.returncode == plain.returncode == {
-      'raise': 1, 'kill': -9, 'interrupt': -2}.get(extra.get('PROBE'), int(extra.get('PROBE_STATUS', 0)))
+  status = {'raise': 1, 'kill': -9, 'interrupt': -2}.get(extra.get('PROBE'),
+                                                         int(extra.get('PROBE_STATUS', 0)))
+  assert forked.returncode == plain.returncode == status
   assert forked.stdout == plain.stdout and '"devices": 3' in forked.stdout
   assert forked.stderr == plain.stderr
   assert plain.stderr.startswith('to stderr\n')
@@ -67,12 +68,26 @@ def test_a_forked_run_is_the_plain_subprocess_run(probe, tmp_path, extra):
 
 def test_a_variable_read_at_import_starts_a_plain_subprocess():
   """A run whose environment differs from the server's in a variable that JAX or Python reads
-  when it starts is not forked (the server's imports have read theirs)."""
+  when it starts is not forked (the server's imports have read theirs); one read when JAX starts
+  its backend is the run's own."""
   args = ['train.py', '--help']
-  assert processes.forked(args, processes.env(devices=1, ROFORMER_KILL_AT=''))
+  assert processes.forked(args, processes.env(devices=1, ROFORMER_KILL_AT='',
+                                              XLA_PYTHON_CLIENT_PREALLOCATE='false'))
   assert not processes.forked(args, processes.env(JAX_ENABLE_X64='1'))
   assert not processes.forked(args, processes.env(PYTHONHASHSEED='1'))
   assert not processes.forked(['-c', 'print(1)'], processes.env())
+
+
+def test_a_variable_this_process_set_for_good_starts_the_server_again(monkeypatch, tmp_path):
+  """A test that leaves a variable read at import set in this process (as a library call may
+  for its children) gets a server started with it, and its runs are forked again."""
+  (tmp_path / 'flag.py').write_text('import os\nprint(os.environ.get("FLAX_PROBE"))\n')
+  processes.run([str(tmp_path / 'flag.py')], cwd=tmp_path)
+  monkeypatch.setenv('FLAX_PROBE', 'set')
+  assert processes.forked(['flag.py'], dict(os.environ))
+  done = processes.run([str(tmp_path / 'flag.py')], cwd=tmp_path)
+  server = processes._server  # pylint: disable=protected-access
+  assert done.stdout == 'set\n' and server['env']['FLAX_PROBE'] == 'set'
 
 
 def test_a_run_past_its_timeout_is_killed_and_raises_as_subprocess_does(tmp_path):
