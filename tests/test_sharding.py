@@ -138,6 +138,11 @@ RAGGED_LAYOUTS = {
     # (whole in each device's matrices), not summed across other tokens.
     'width_over_a_batch_axis': ({'moe.biases': True},
                                 {'expert': 'tensor', 'mlp': 'fsdp', 'act_mlp': 'fsdp'}),
+    # One expert a device, over data and fsdp together: the whole batch is the group.
+    'over_two_axes': ({}, {'expert': ['data', 'fsdp']}),
+    # 15 tokens, which the 4 data x fsdp devices do not divide (as a decoding step's may not):
+    # whole on every device, each device's experts summed.
+    'indivisible_tokens': ({'moe.biases': True}, {'expert': 'fsdp'}),
 }
 
 
@@ -157,14 +162,14 @@ def test_ragged_experts_split_over_devices_give_one_devices_outputs_and_gradient
   params = jax.tree_util.tree_map_with_path(
       lambda path, a: jnp.asarray(rng.normal(0, 0.5, a.shape), a.dtype) if sharding.path_str(
           path).endswith('_bias') else a, params)
-  x = jnp.asarray(rng.normal(size=(8, 16, config.model.d_model)), jnp.float32)
+  rows = (3, 5) if name == 'indivisible_tokens' else (8, 16)
+  x = jnp.asarray(rng.normal(size=(*rows, config.model.d_model)), jnp.float32)
   value_and_grad = jax.jit(jax.value_and_grad(
       lambda p, x: jnp.sum(jnp.sin(nnx.merge(graphdef, p)(x))), argnums=(0, 1)))
   reference = value_and_grad(params, x)
   config.mesh.update(num_devices=-1, **MESHES['data2_fsdp2_tensor2'])
-  config.mesh.rules.update(act_expert=rules['expert'], **rules)
-  split = sharding.on_mesh(sharding.make_mesh(config.mesh), value_and_grad,
-                           sharding.rules_from_config(config.mesh))(params, x)
+  rules = {**sharding.rules_from_config(config.mesh), 'act_expert': rules['expert'], **rules}
+  split = sharding.on_mesh(sharding.make_mesh(config.mesh), value_and_grad, rules)(params, x)
   for (path, want), got in zip(jax.tree_util.tree_flatten_with_path(reference)[0],
                                jax.tree.leaves(split)):
     want, got = np.asarray(want), np.asarray(got)
