@@ -159,6 +159,11 @@ class MultiHeadAttention(nnx.Module):
     """The switches that are on, in the order their hooks run."""
     return tuple(attention_options.OPTIONS[f] for f in self.option_fields)
 
+  def absorbs(self, cache) -> bool:
+    """Whether a call with `cache` runs MLA's absorbed form: one key head, the values read
+    from the cached keys (roformer/latent_attention.py)."""
+    return bool(self.latent_cache) and cache is not None
+
   def __call__(self, x, mask, pos, position: positions_lib.Layer, shared=None, cache=None,
                segments=None, layer=0):
     """Self-attention over x with the block's `position` module (`shared`: what the stack's
@@ -175,7 +180,7 @@ class MultiHeadAttention(nnx.Module):
     b, length, _ = x.shape
     ctx = position.prepare(x, pos, shared)
     h, g = self.num_heads, self.num_kv_heads
-    absorbed = self.latent_cache and cache is not None
+    absorbed = self.absorbs(cache)
     if absorbed:  # Queries p + r wide, one key head [k_R | c]; the values, c, after the cache.
       (q, k), v = self.projections.absorbed(x), None
     elif self.latent:

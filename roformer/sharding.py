@@ -257,21 +257,18 @@ def spec_axes(entry) -> tuple[str, ...]:
 def shards(name: str, size: int) -> int:
   """Into how many pieces the active mesh and rules split a dimension of `size` whose logical
   axis is `name` (1 without a multi-device mesh)."""
-  mesh = _active_mesh()
-  if mesh is None:
+  spec = active_spec((name,), (size,))
+  if spec is None:
     return 1
-  spec = spec_for((name,), (size,), _ACTIVE_RULES.get(), mesh)[0]
-  axes = () if spec is None else (spec,) if isinstance(spec, str) else spec
-  return math.prod(mesh.shape[a] for a in axes)
+  mesh = _active_mesh()
+  return math.prod(mesh.shape[a] for a in spec_axes(spec[0]))
 
 
 def constrain(x, names):
   """Lays an activation out by its logical axis names when a multi-device mesh is active
   (`jax.set_mesh`); a no-op otherwise."""
-  mesh = _active_mesh()
-  if mesh is None:
-    return x
-  return jax.lax.with_sharding_constraint(x, spec_for(names, x.shape, _ACTIVE_RULES.get(), mesh))
+  spec = active_spec(names, x.shape)
+  return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
 
 
 def per_shard(fn, args, names, out_names):

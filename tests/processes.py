@@ -14,6 +14,7 @@ without them, its compilation alone takes a few times longer.
 """
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -47,7 +48,7 @@ _READ_AT_IMPORT = ('JAX_', 'PYTHON', 'LD_', 'MALLOC', 'GLIBC', 'TF_', 'TFDS_',
                    'OMP_', 'GRAIN', 'ABSL', 'FLAX_', 'NNX_', 'OPENBLAS_', 'MKL_', 'GOTO_', 'NPY_',
                    'NUMPY_', 'LANG', 'LC_', 'PROTOCOL_BUFFERS', 'ENABLE_ORBAX',
                    'ROFORMER_REUSE_FREED_MEMORY')
-_server = {}  # This process's fork server: {'process', 'socket', 'env'} once started.
+_server = {}  # This process's fork server (`_start_server`'s fields) once started.
 _starting = threading.Lock()  # Two threads of a test may run their first entry points together.
 
 
@@ -126,10 +127,10 @@ def run(args, cwd=None, env=None, timeout: float = 300,
       try:
         status = forkserver.receive(conn)
       except socket.timeout:
-        os.kill(pid, signal.SIGKILL)
+        _kill(pid)
         raise subprocess.TimeoutExpired([sys.executable] + args, timeout) from None
       except BaseException:  # As subprocess.run: the run does not outlive its caller.
-        os.kill(pid, signal.SIGKILL)
+        _kill(pid)
         raise
       if status is None:
         raise RuntimeError(f'the fork server lost the run of {args} (pid {pid})')
@@ -138,6 +139,12 @@ def run(args, cwd=None, env=None, timeout: float = 300,
   if check:
     done.check_returncode()
   return done
+
+
+def _kill(pid: int) -> None:
+  """Kills a forked run that may have ended meanwhile (its watcher reaps it)."""
+  with contextlib.suppress(ProcessLookupError):
+    os.kill(pid, signal.SIGKILL)
 
 
 def _read(path: str) -> str:

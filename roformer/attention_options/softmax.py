@@ -35,8 +35,8 @@ class Softmax(base.AttentionKind):
   def attend(self, module, q, k, v, mask, site: base.Site):
     position, cache = site.position, site.cache
     plain_k, plain_v = k, v  # Grouped heads, where the layer passes them: the plain path's.
-    if not (module.latent_cache and cache is not None):  # The absorbed form's one key head:
-      k, v = (attention.expand_heads(t, q.shape[2]) for t in (k, v))  # broadcast. Unused: dropped.
+    if not module.absorbs(cache):  # The absorbed form's one key head: broadcast.
+      k, v = (attention.expand_heads(t, q.shape[2]) for t in (k, v))  # Unused ones: dropped.
     args = (site.pos, site.k_pos)
     factors = lambda mask: [f for f in (o.logits_factor(module, mask) for o in module.options)
                             if f is not None]
