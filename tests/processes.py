@@ -141,6 +141,22 @@ def run(args, cwd=None, env=None, timeout: float = 300,
   return done
 
 
+def interruptible_popen(args, **kwargs) -> subprocess.Popen:
+  """subprocess.Popen(args, **kwargs) with SIGINT at its default in the child, as a terminal's
+  foreground job starts it, for the tests that press Ctrl-C.
+
+  A suite launched as a background job (`pytest ... &`, nohup) starts with SIGINT ignored, and
+  an ignored signal stays ignored across exec, so the child would never see the Ctrl-C: a
+  handled signal is reset to its default at exec instead, so SIGINT is handled here while the
+  child starts (a `preexec_fn` would make subprocess fork this multithreaded process instead of
+  spawning)."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    return subprocess.Popen(args, **kwargs)
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def _kill(pid: int) -> None:
   """Kills a forked run that may have ended meanwhile (its watcher reaps it)."""
   with contextlib.suppress(ProcessLookupError):

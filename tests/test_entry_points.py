@@ -239,8 +239,9 @@ def test_ctrl_c_during_one_long_program_ends_the_process_at_once():
   """cli.interruptible (scripts/generate.py's decoding): Ctrl-C while one XLA program runs
   (seconds of lax.while_loop, during which Python would hold the signal) ends the process
   within a second with guard's one line and status 130, not when the program ends."""
-  process = subprocess.Popen([sys.executable, '-c', _LONG_PROGRAM], cwd=REPO, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  process = processes.interruptible_popen([sys.executable, '-c', _LONG_PROGRAM], cwd=REPO,
+                                          text=True, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE)
   try:
     assert process.stdout.readline() == 'started\n'
     time.sleep(0.5)  # Inside the program.

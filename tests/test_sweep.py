@@ -1296,21 +1296,13 @@ def _ignores_sigint(pid: int) -> bool:
 
 
 def _sweep_process(args) -> subprocess.Popen:
-  """The sweep driver as a terminal's foreground job starts it: with SIGINT at its default.
-
-  A suite launched as a background job (`pytest ... &`) starts with SIGINT ignored, and an
-  ignored signal stays ignored across exec; the sweep keeps an ignored SIGINT ignored on
-  purpose (roformer/reliability.py), so the Ctrl-C tests would wait for a reaction that the
-  sweep rightly never has. A handled signal is reset to its default at exec, so SIGINT is
-  handled here while the child starts (a `preexec_fn` would make subprocess fork this
-  multithreaded process instead of spawning)."""
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  try:
-    return subprocess.Popen([sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT,
-                            env=processes.env(devices=1), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  finally:
-    signal.signal(signal.SIGINT, previous)
+  """The sweep driver as a terminal's foreground job starts it: with SIGINT at its default
+  (processes.interruptible_popen), in a session of its own. The sweep keeps an ignored SIGINT
+  ignored on purpose (roformer/reliability.py), so without it the Ctrl-C tests of a suite
+  launched in the background would wait for a reaction that the sweep rightly never has."""
+  return processes.interruptible_popen(
+      [sys.executable, 'scripts/sweep.py'] + args, cwd=ROOT, env=processes.env(devices=1),
+      start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _log_has(root, pattern: str) -> bool:
