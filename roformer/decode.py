@@ -263,17 +263,35 @@ def _cache_break(model, length: int, max_new_tokens: int) -> int | None:
 
 def causal_lm_start(model, prompt, max_new_tokens: int):
   """Runs a causal LM over `prompt` [batch, P] into a cache with room for max_new_tokens more.
-  Returns (step_fn, logits of the first new token [batch, V], cache, its positions [batch])."""
+  Returns (step_fn, logits of the first new token [batch, V], cache, its positions [batch]).
+
+  The prompt fills a cache of its own P slots, which is then copied into the first slots of
+  an empty one of P + max_new_tokens (`_grown`): its queries attend over the P keys alone,
+  where over the larger cache their logits, masked past P, would cost (P + max_new_tokens) / P
+  times the work and memory."""
   batch, length = prompt.shape
-  cache = model.init_cache(batch, length + max_new_tokens)
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  logits, cache = model.decode(prompt, positions, cache, last_only=True)
+  logits, filled = model.decode(prompt, positions, model.init_cache(batch, length),
+                                last_only=True)
+  cache = _grown(filled, model.init_cache(batch, length + max_new_tokens))
 
   def step_fn(token, position, cache):
     logits, cache = model.decode(token, position, cache)
     return logits[:, -1], cache
 
   return step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32)
+
+
+def _grown(filled, empty):
+  """`filled`, a cache of P slots, in the first P slots of `empty`, a cache of more slots with
+  the same structure: each array that differs in shape differs in its slot axis alone (keys,
+  values, positions, a scheme's per-slot state) and is written at slot 0; the others (the
+  index) are `filled`'s."""
+  def grow(small, big):
+    if small.shape == big.shape:
+      return small
+    return jax.lax.dynamic_update_slice(big, small.astype(big.dtype), (0,) * big.ndim)
+  return jax.tree.map(grow, filled, empty)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))

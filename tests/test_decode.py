@@ -357,7 +357,8 @@ def _sample_model(model, prompt, key, temperature, steps):
 def test_the_prefill_computes_the_output_layer_at_the_last_token_alone():
   """A prompt's pass through the cache gives the full pass's logits at its last token, and the
   compiled generation holds no [batch, prompt, vocab] logits (over a long prompt and a large
-  vocabulary, gigabytes that nothing reads)."""
+  vocabulary, gigabytes that nothing reads), nor the prompt's queries against the whole cache
+  (they attend over the prompt's own keys: decode.causal_lm_start)."""
   cfg = test_config.get_config('llama').model  # An untied output layer, as Llama's.
   cfg.vocab_size = 40
   model = models.create(cfg, seed=5)
@@ -371,6 +372,10 @@ def test_the_prefill_computes_the_output_layer_at_the_last_token_alone():
   products = set(re.findall(r'= f32\[([0-9,]*)\]\S* dot\(', text))
   logits = {p for p in products if p.endswith(',40')}  # [2, 11, 40] may be [22, 40].
   assert logits and logits <= {'2,1,40', '2,40'}, logits
+  # Over the cache's 11 + 3 slots, a decoding step's one query per row and head alone (the
+  # heads may be grouped as [batch, kv_heads, queries, slots]).
+  spans = [[int(n) for n in p.split(',')] for p in products if '14' in p.split(',')]
+  assert spans and all(np.prod(p) <= 2 * cfg.num_heads * 14 for p in spans), spans
 
 
 def test_sampling_at_temperature_zero_is_greedy():
