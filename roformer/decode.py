@@ -219,22 +219,12 @@ def generate(model, prompt: jax.Array, *, max_new_tokens: int, beam_size: int = 
   compiled program. Returns tokens [batch, max_new_tokens], PAD after a row's EOS.
 
   A model that computes every position anew past a length n (its `cache_breaks`: LongRoPE's
-  original length) decodes greedily or samples up to length n + 1, then fills a fresh cache
-  over that prefix and goes on: each token is then what a full pass over its prefix gives.
-  Beam search keeps one cache, whose deeper layers hold states computed before the break."""
+  original length) fills a fresh cache over the whole prefix at the step that feeds position n
+  (`refilling`), so that each token, greedy, sampled or in a beam, is what a full pass over its
+  prefix gives."""
   check_sampling(temperature, top_k, top_p)
   if max_new_tokens < 1:
     raise errors.ConfigError(f'max_new_tokens={max_new_tokens} must be >= 1.')
-  n = _cache_break(model, prompt.shape[1], max_new_tokens)
-  if n is not None and beam_size == 1:
-    # Up to length n + 1 with one cache, then a fresh one filled over that whole prefix.
-    first, keys = n + 1 - prompt.shape[1], jax.random.split(_key(seed))
-    options = dict(eos_id=eos_id, temperature=temperature, top_k=top_k, top_p=top_p)
-    head = generate(model, prompt, max_new_tokens=first, seed=keys[0], **options)
-    tail = generate(model, jnp.concatenate([jnp.asarray(prompt, jnp.int32), head], axis=1),
-                    max_new_tokens=max_new_tokens - first, seed=keys[1], **options)
-    ended = jnp.any(head == eos_id, axis=1, keepdims=True)
-    return jnp.concatenate([head, jnp.where(ended, PAD_ID, tail)], axis=1)
   graphdef, state = nnx.split(model)
   if temperature == 0:  # top_k and top_p cannot change the argmax.
     return _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id)
@@ -252,13 +242,38 @@ def _key(seed):
   return jax.random.key(seed)
 
 
-def _cache_break(model, length: int, max_new_tokens: int) -> int | None:
-  """The first length n of the model's `cache_breaks` that decoding from `length` tokens
-  crosses: it reaches n + 1 and predicts at least one token past it. A prefix of n + 1 tokens
-  or more computes every position as past n already; None where there is none."""
-  crossed = [n for n in getattr(model, 'cache_breaks', ())
-             if length <= n and n + 1 - length < max_new_tokens]
-  return min(crossed) if crossed else None
+def refilling(decode_fn, fresh_cache, breaks, ids, cache):
+  """(step_fn, cache) for a model that computes every position anew from a position n of
+  `breaks` on (LongRoPE's original length: past it, every position rotates by its long set).
+
+  decode_fn(tokens [N, len], positions [N, len], cache) -> (logits of the last [N, V], cache)
+  runs the model through a cache; fresh_cache(cache, slots) is an empty one of `slots` slots for
+  the same rows. `ids` [N, slots of `cache`] holds the tokens so far (the prompt), from
+  position 0. The step that feeds position n fills fresh_cache(cache, n + 1) over every token
+  up to n instead of extending the cache, whose states earlier calls computed at the short set;
+  every other step extends it. The cache then carries the ids (beam search reorders them with
+  the keys and values). Every row is at the same position. Without breaks, decode_fn's steps."""
+  if not breaks:
+    return decode_fn, cache
+
+  def step_fn(token, position, state):
+    ids = jax.lax.dynamic_update_slice(state['ids'], token.astype(jnp.int32),
+                                       (0, position[0, 0]))
+
+    def refill(n):
+      def run(cache):
+        prefix = jnp.broadcast_to(jnp.arange(n + 1), (ids.shape[0], n + 1))
+        logits, filled = decode_fn(ids[:, :n + 1], prefix, fresh_cache(cache, n + 1))
+        return logits, _grown(filled, cache)  # Slots past n are still empty.
+      return run
+
+    index = sum((position[0, 0] == n) * (k + 1) for k, n in enumerate(breaks))
+    logits, cache = jax.lax.switch(
+        index, [lambda cache: decode_fn(token, position, cache)] + [refill(n) for n in breaks],
+        state['cache'])
+    return logits, {'cache': cache, 'ids': ids}
+
+  return step_fn, {'cache': cache, 'ids': ids}
 
 
 def causal_lm_start(model, prompt, max_new_tokens: int):
@@ -268,17 +283,24 @@ def causal_lm_start(model, prompt, max_new_tokens: int):
   The prompt fills a cache of its own P slots, which is then copied into the first slots of
   an empty one of P + max_new_tokens (`_grown`): its queries attend over the P keys alone,
   where over the larger cache their logits, masked past P, would cost (P + max_new_tokens) / P
-  times the work and memory."""
+  times the work and memory. The model's `cache_breaks` that decoding feeds (from P to the
+  last position whose logits are read) refill the cache there (`refilling`)."""
   batch, length = prompt.shape
+  slots = length + max_new_tokens
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
   logits, filled = model.decode(prompt, positions, model.init_cache(batch, length),
                                 last_only=True)
-  cache = _grown(filled, model.init_cache(batch, length + max_new_tokens))
+  cache = _grown(filled, model.init_cache(batch, slots))
 
-  def step_fn(token, position, cache):
-    logits, cache = model.decode(token, position, cache)
+  def decode_fn(tokens, positions, cache):
+    logits, cache = model.decode(tokens, positions, cache, last_only=True)
     return logits[:, -1], cache
 
+  breaks = tuple(n for n in model.cache_breaks if length <= n <= slots - 2)
+  ids = jnp.zeros((batch, slots), jnp.int32).at[:, :length].set(prompt)
+  step_fn, cache = refilling(
+      decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n), breaks, ids,
+      cache)
   return step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32)
 
 

@@ -62,6 +62,8 @@ class EmbeddingModel(nnx.Module):
     self.remat = cfg.remat
     self.scan_layers = bool(cfg.scan_layers)
     self.custom_gradients = bool(cfg.custom_gradients)  # roformer/autodiff.py
+    # Positions at which decoding refills its cache (decode.refilling; LongRoPE's switch).
+    self.cache_breaks = positions_lib.model_scheme(cfg).cache_breaks(cfg.position)
     # The token embeddings' multiplier at the input (Gemma's sqrt(d_model)); not at the output.
     self.embedding_multiplier = float(cfg.embedding_multiplier)
     # A norm of the token embeddings, before any absolute position is added (BLOOM's
@@ -142,8 +144,6 @@ class Transformer(EmbeddingModel):
         cfg.num_layers, self.scan_layers, rngs)
     if not self.post_norm:
       self.ln_final = layers.norm(cfg, dtype=dtype, rngs=rngs)
-    # Lengths past which decoding refills its cache (decode.generate; LongRoPE's switch).
-    self.cache_breaks = positions_lib.model_scheme(cfg).cache_breaks(cfg.position)
 
   @autodiff.applying
   def encode(self, tokens, positions, mask, key=None, cache=None, token_types=None,

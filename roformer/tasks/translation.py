@@ -72,19 +72,33 @@ class Translation(language_modeling.LanguageModeling):
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5))
 def _beam_translate(graphdef, params, src, beam_size, alpha, max_len):
-  model = nnx.merge(graphdef, params)
+  return beams(nnx.merge(graphdef, params), src, beam_size, alpha, max_len)[0][:, 0]
+
+
+def beams(model, src, beam_size: int, alpha: float, max_len: int,
+          eos_id: int = tokenizer_lib.EOS_ID):
+  """Beam search of each source row of `src` [batch, src_len] (0: padding) through the
+  decoder's cache: (tokens [batch, beam_size, max_len - 1] best first, after the bos at
+  position 0; scores [batch, beam_size]), as decode.beam_search returns them; a hypothesis
+  ends at `eos_id`."""
   segments = (src > 0).astype(jnp.int32)
   positions = jnp.broadcast_to(jnp.arange(src.shape[1]), src.shape)
   memory = model.encode_source(src, positions, segments)
   cache = model.init_cache(memory, segments, max_len)
   bos = jnp.full((src.shape[0], 1), tokenizer_lib.BOS_ID, jnp.int32)
-  logits, cache = model.decode(bos, jnp.zeros_like(bos), cache)
 
-  def step_fn(token, position, cache):
-    logits, cache = model.decode(token, position, cache)
+  def decode_fn(tokens, positions, cache):
+    logits, cache = model.decode(tokens, positions, cache)
     return logits[:, -1], cache
 
-  tokens, _ = decode.beam_search(step_fn, logits[:, -1], cache,
-                                 jnp.ones((src.shape[0],), jnp.int32), beam_size=beam_size,
-                                 max_len=max_len - 1, eos_id=tokenizer_lib.EOS_ID, alpha=alpha)
-  return tokens[:, 0]
+  logits, cache = decode_fn(bos, jnp.zeros_like(bos), cache)
+  # Where the decoder's scheme computes every position anew past a length (LongRoPE), each
+  # beam's cache is filled afresh over its prefix there.
+  step_fn, cache = decode.refilling(
+      decode_fn, lambda cache, slots: model.init_cache(cache['memory'],
+                                                       cache['memory_segment_ids'], slots),
+      tuple(n for n in model.cache_breaks if 1 <= n <= max_len - 2),
+      jnp.zeros((src.shape[0], max_len), jnp.int32).at[:, 0].set(tokenizer_lib.BOS_ID), cache)
+  return decode.beam_search(step_fn, logits, cache, jnp.ones((src.shape[0],), jnp.int32),
+                            beam_size=beam_size, max_len=max_len - 1, eos_id=eos_id,
+                            alpha=alpha)
