@@ -2,13 +2,13 @@
 
 All three drive a `step_fn(tokens [N, 1], positions [N, 1], cache) -> (logits [N, V], cache)`
 from the logits of the first generated token, so the same code serves the causal LM (`generate`)
-and the encoder-decoder (`tasks.Translation`). Everything runs inside one `lax.while_loop` with
-fixed shapes. Sampling draws from `filter_logits` (temperature, top-k, top-p) with a key folded
+and the encoder-decoder (`tasks.Translation`). Everything runs inside `lax.while_loop`s with
+fixed shapes: one, or one before and one after each step that `refills` names (`refilling`). Sampling draws from `filter_logits` (temperature, top-k, top-p) with a key folded
 from the seed and the step only, so a seed gives the same samples whatever the data.
 """
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,18 +28,19 @@ def length_penalty(length, alpha: float):
 
 
 def greedy_search(step_fn: StepFn, first_logits, cache, start_positions, *, max_len: int,
-                  eos_id: int):
-  """Argmax decoding of up to max_len tokens [batch, max_len]; PAD after a row's EOS."""
+                  eos_id: int, refills=None):
+  """Argmax decoding of up to max_len tokens [batch, max_len]; PAD after a row's EOS.
+  `refills`: {step i: its own step function} (`refilling`)."""
   return _extend(step_fn, lambda logits, i: jnp.argmax(logits, axis=-1), first_logits, cache,
-                 start_positions, max_len, eos_id)
+                 start_positions, max_len, eos_id, refills)
 
 
 def _extend(step_fn: StepFn, choose, first_logits, cache, start_positions, max_len: int,
-            eos_id: int):
+            eos_id: int, refills=None):
   """Appends choose(logits [batch, V], step) -> tokens [batch] for up to max_len steps."""
   batch = first_logits.shape[0]
 
-  def body(i, carry):
+  def body(step_fn, i, carry):
     tokens, logits, cache, done = carry
     token = jnp.where(done, PAD_ID, choose(logits, i)).astype(jnp.int32)
     tokens = tokens.at[:, i].set(token)
@@ -50,7 +51,8 @@ def _extend(step_fn: StepFn, choose, first_logits, cache, start_positions, max_l
   init = (jnp.zeros((batch, max_len), jnp.int32), first_logits, cache,
           jnp.zeros((batch,), bool))
   # Stops early once every row has emitted EOS (the rest stays PAD either way).
-  return _loop_until(lambda carry: jnp.all(carry[3]), body, max_len, init)[0]
+  return _loop_until(lambda carry: jnp.all(carry[3]), body, step_fn, refills, max_len,
+                     init)[0]
 
 
 # A nucleus "reaches" top_p when its float32 cumulative probability is within this of top_p, so
@@ -109,12 +111,13 @@ def filter_logits(logits, *, temperature=1.0, top_k: int = 0, top_p=None):
 
 
 def sample(step_fn: StepFn, first_logits, cache, start_positions, *, key: jax.Array,
-           max_len: int, eos_id: int, temperature=1.0, top_k: int = 0, top_p=None):
+           max_len: int, eos_id: int, temperature=1.0, top_k: int = 0, top_p=None,
+           refills=None):
   """Ancestral sampling of up to max_len tokens [batch, max_len] (PAD after a row's EOS): each
   row draws its next token from filter_logits(logits, temperature, top_k, top_p), with the key
   fold_in(key, step) shared by the rows (each row draws its own noise from it). Temperature 0
   takes the argmax exactly. temperature and top_p may be traced (changing them or the key does
-  not recompile); top_k and whether top_p is None are static."""
+  not recompile); top_k and whether top_p is None are static. `refills`: as greedy_search's."""
   temperature = jnp.asarray(temperature, jnp.float32)
   hot = temperature > 0
 
@@ -124,15 +127,36 @@ def sample(step_fn: StepFn, first_logits, cache, start_positions, *, key: jax.Ar
     drawn = jax.random.categorical(jax.random.fold_in(key, i), filtered, axis=-1)
     return jnp.where(hot, drawn, jnp.argmax(logits, axis=-1))
 
-  return _extend(step_fn, choose, first_logits, cache, start_positions, max_len, eos_id)
+  return _extend(step_fn, choose, first_logits, cache, start_positions, max_len, eos_id,
+                 refills)
 
 
-def _loop_until(finished, body, max_len, init):
-  """fori_loop over 0..max_len-1 that stops as soon as finished(carry) holds."""
-  def cond(state):
-    i, carry = state
-    return (i < max_len) & ~finished(carry)
-  return jax.lax.while_loop(cond, lambda state: (state[0] + 1, body(*state)), (0, init))[1]
+def _loop_until(finished, body, step_fn, refills, max_len, init):
+  """body(step_fn, i, carry) for i in 0..max_len-1, stopping as soon as finished(carry) holds;
+  at each step i of `refills` ({i: another step function}, or None), body(refills[i], i, carry)
+  instead.
+
+  The steps between refills run in a while loop each, and each refill once, after the loop
+  before it: a step chosen inside one loop (lax.switch) would copy the whole cache at every
+  step, and a refill under lax.cond held a second copy of a beam search's cache (0.4x of it
+  more memory). A search that finished before a refill runs that one step anyway (numbered
+  where it stopped), which changes none of its outputs: finished rows take PAD, and a settled
+  beam search's finished beams cannot be displaced (`beam_search`); the loop after it stops at
+  once."""
+  def until(stop):
+    def cond(state):
+      i, carry = state
+      return (i < stop) & ~finished(carry)
+    return lambda state: jax.lax.while_loop(
+        cond, lambda state: (state[0] + 1, body(step_fn, *state)), state)
+
+  state = (jnp.int32(0), init)
+  for at in sorted(refills or {}):
+    if not 0 <= at < max_len:
+      raise ValueError(f'refill at step {at}, outside 0..{max_len - 1}')
+    state = until(at)(state)
+    state = (state[0] + 1, body(refills[at], *state))
+  return until(max_len)(state)[1]
 
 
 def _take_beams(tree, flat_index, rows: int):
@@ -141,7 +165,8 @@ def _take_beams(tree, flat_index, rows: int):
 
 
 def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_size: int,
-                max_len: int, eos_id: int, alpha: float = 0.6, early_stop: bool = True):
+                max_len: int, eos_id: int, alpha: float = 0.6, early_stop: bool = True,
+                refills=None):
   """Beam search with GNMT length normalisation.
 
   A hypothesis is finished when it emits EOS; its score is log P / lp(length). The search keeps
@@ -154,6 +179,7 @@ def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_s
     first_logits: [batch, vocab] logits of the first token to generate.
     cache: the step function's cache for `batch` rows (copied per beam here).
     start_positions: [batch] position of the first generated token.
+    refills: {step i: its own step function} (`refilling`), or None.
   Returns:
     (tokens [batch, beam_size, max_len] best first, PAD after EOS; scores [batch, beam_size]).
   """
@@ -164,7 +190,7 @@ def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_s
   cache = jax.tree.map(repeat, cache)
   positions = jnp.repeat(start_positions, k)
 
-  def body(i, carry):
+  def body(step_fn, i, carry):
     logits, cache, alive_seq, alive_logp, fin_seq, fin_score = carry
     logp = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, k, vocab)
     logp = (logp + alive_logp[..., None]).reshape(batch, k * vocab)
@@ -201,7 +227,8 @@ def beam_search(step_fn: StepFn, first_logits, cache, start_positions, *, beam_s
       return jnp.asarray(False)
     return jnp.all(bound < fin_score.min(axis=1))
 
-  _, _, alive_seq, alive_logp, fin_seq, fin_score = _loop_until(settled, body, max_len, init)
+  _, _, alive_seq, alive_logp, fin_seq, fin_score = _loop_until(settled, body, step_fn, refills,
+                                                                max_len, init)
   alive_score = alive_logp / length_penalty(float(max_len), alpha)
   none_finished = (fin_score[:, :1] <= NEG_INF / 2)
   tokens = jnp.where(none_finished[..., None], alive_seq, fin_seq)
@@ -242,43 +269,55 @@ def _key(seed):
   return jax.random.key(seed)
 
 
-def refilling(decode_fn, fresh_cache, breaks, ids, cache):
-  """(step_fn, cache) for a model that computes every position anew from a position n of
-  `breaks` on (LongRoPE's original length: past it, every position rotates by its long set).
+def refilling(decode_fn, fresh_cache, breaks, ids, cache, first_position: int):
+  """(step_fn, refills, cache) for a model that computes every position anew from a position n
+  of `breaks` on (LongRoPE's original length: past it, every position rotates by its long set).
 
   decode_fn(tokens [N, len], positions [N, len], cache) -> (logits of the last [N, V], cache)
   runs the model through a cache; fresh_cache(cache, slots) is an empty one of `slots` slots for
   the same rows. `ids` [N, slots of `cache`] holds the tokens so far (the prompt), from
-  position 0. The step that feeds position n fills fresh_cache(cache, n + 1) over every token
-  up to n instead of extending the cache, whose states earlier calls computed at the short set;
-  every other step extends it. The cache then carries the ids (beam search reorders them with
-  the keys and values). Every row is at the same position. Without breaks, decode_fn's steps."""
+  position 0; the searches' first step feeds `first_position`. The step that feeds position n
+  (refills[n - first_position], for the searches' `refills`) fills fresh_cache(cache, n + 1)
+  over every token up to n, where extending the cache would keep states that earlier calls
+  computed at the short set; every other step (step_fn) extends it. The cache then carries the
+  ids (beam search reorders them with the keys and values). Every row is at the same position.
+  Without breaks: decode_fn, no refills and `cache` itself."""
   if not breaks:
-    return decode_fn, cache
+    return decode_fn, {}, cache
+
+  def write(token, position, state):
+    return jax.lax.dynamic_update_slice(state['ids'], token.astype(jnp.int32),
+                                        (0, position[0, 0]))
 
   def step_fn(token, position, state):
-    ids = jax.lax.dynamic_update_slice(state['ids'], token.astype(jnp.int32),
-                                       (0, position[0, 0]))
+    logits, cache = decode_fn(token, position, state['cache'])
+    return logits, {'cache': cache, 'ids': write(token, position, state)}
 
-    def refill(n):
-      def run(cache):
-        prefix = jnp.broadcast_to(jnp.arange(n + 1), (ids.shape[0], n + 1))
-        logits, filled = decode_fn(ids[:, :n + 1], prefix, fresh_cache(cache, n + 1))
-        return logits, _grown(filled, cache)  # Slots past n are still empty.
-      return run
+  def refill(n):
+    def step(token, position, state):
+      ids = write(token, position, state)
+      prefix = jnp.broadcast_to(jnp.arange(n + 1), (ids.shape[0], n + 1))
+      logits, filled = decode_fn(ids[:, :n + 1], prefix, fresh_cache(state['cache'], n + 1))
+      # Slots past n are still empty.
+      return logits, {'cache': _grown(filled, state['cache']), 'ids': ids}
+    return step
 
-    index = sum((position[0, 0] == n) * (k + 1) for k, n in enumerate(breaks))
-    logits, cache = jax.lax.switch(
-        index, [lambda cache: decode_fn(token, position, cache)] + [refill(n) for n in breaks],
-        state['cache'])
-    return logits, {'cache': cache, 'ids': ids}
-
-  return step_fn, {'cache': cache, 'ids': ids}
+  return (step_fn, {n - first_position: refill(n) for n in breaks},
+          {'cache': cache, 'ids': ids})
 
 
-def causal_lm_start(model, prompt, max_new_tokens: int):
-  """Runs a causal LM over `prompt` [batch, P] into a cache with room for max_new_tokens more.
-  Returns (step_fn, logits of the first new token [batch, V], cache, its positions [batch]).
+class Start(NamedTuple):
+  """What `causal_lm_start` returns: the searches' arguments."""
+  step_fn: StepFn
+  first_logits: jax.Array  # [batch, V]
+  cache: Any
+  start_positions: jax.Array  # [batch]
+  refills: dict  # {step: its step function} (`refilling`)
+
+
+def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
+  """Runs a causal LM over `prompt` [batch, P] into a cache with room for max_new_tokens more,
+  for the searches: (step_fn, logits of the first new token, cache, its positions, refills).
 
   The prompt fills a cache of its own P slots, which is then copied into the first slots of
   an empty one of P + max_new_tokens (`_grown`): its queries attend over the P keys alone,
@@ -298,39 +337,44 @@ def causal_lm_start(model, prompt, max_new_tokens: int):
 
   breaks = tuple(n for n in model.cache_breaks if length <= n <= slots - 2)
   ids = jnp.zeros((batch, slots), jnp.int32).at[:, :length].set(prompt)
-  step_fn, cache = refilling(
+  step_fn, refills, cache = refilling(
       decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n), breaks, ids,
-      cache)
-  return step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32)
+      cache, length)
+  return Start(step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32), refills)
 
 
 def _grown(filled, empty):
   """`filled`, a cache of P slots, in the first P slots of `empty`, a cache of more slots with
   the same structure: each array that differs in shape differs in its slot axis alone (keys,
   values, positions, a scheme's per-slot state) and is written at slot 0; the others (the
-  index) are `filled`'s."""
+  index, a translation's memory) are `filled`'s."""
   def grow(small, big):
     if small.shape == big.shape:
       return small
+    if sum(a != b for a, b in zip(small.shape, big.shape)) != 1 or small.ndim != big.ndim:
+      raise ValueError(f'a cache array of shape {small.shape} against {big.shape}: they must '
+                       'differ in their slot axis alone')
     return jax.lax.dynamic_update_slice(big, small.astype(big.dtype), (0,) * big.ndim)
   return jax.tree.map(grow, filled, empty)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 4, 5, 6))
 def _generate(graphdef, state, prompt, max_new_tokens, beam_size, alpha, eos_id):
-  step_fn, logits, cache, start = causal_lm_start(nnx.merge(graphdef, state), prompt,
-                                                  max_new_tokens)
+  step_fn, logits, cache, start, refills = causal_lm_start(nnx.merge(graphdef, state), prompt,
+                                                           max_new_tokens)
   if beam_size == 1:
-    return greedy_search(step_fn, logits, cache, start, max_len=max_new_tokens, eos_id=eos_id)
+    return greedy_search(step_fn, logits, cache, start, max_len=max_new_tokens, eos_id=eos_id,
+                         refills=refills)
   tokens, _ = beam_search(step_fn, logits, cache, start, beam_size=beam_size,
-                          max_len=max_new_tokens, eos_id=eos_id, alpha=alpha)
+                          max_len=max_new_tokens, eos_id=eos_id, alpha=alpha, refills=refills)
   return tokens[:, 0]
 
 
 @functools.partial(jax.jit, static_argnums=(0, 6, 7, 8, 9))
 def _sample(graphdef, state, prompt, key, temperature, top_p, max_new_tokens, eos_id, top_k,
             use_top_p):
-  step_fn, logits, cache, start = causal_lm_start(nnx.merge(graphdef, state), prompt,
-                                                  max_new_tokens)
+  step_fn, logits, cache, start, refills = causal_lm_start(nnx.merge(graphdef, state), prompt,
+                                                           max_new_tokens)
   return sample(step_fn, logits, cache, start, key=key, max_len=max_new_tokens, eos_id=eos_id,
-                temperature=temperature, top_k=top_k, top_p=top_p if use_top_p else None)
+                temperature=temperature, top_k=top_k, top_p=top_p if use_top_p else None,
+                refills=refills)

@@ -309,7 +309,7 @@ class EncoderDecoder(EmbeddingModel):
 
   @autodiff.applying
   def _decode(self, tokens, positions, mask, memory, memory_mask, key=None, cache=None,
-              segments=None):
+              segments=None, last_only: bool = False):
     keys = layers.split_key(key, len(self.decoder_blocks) + 1)
     extra = {} if segments is None else {'segments': segments}
     x = self.decoder_position.embed(self.embed_tokens(tokens), positions)
@@ -317,7 +317,7 @@ class EncoderDecoder(EmbeddingModel):
     x, cache = stack.run_blocks(self.decoder_blocks, self.decoder_position(), x, positions,
                                 mask, keys, cache, remat=self.remat,
                                 memory=memory, memory_mask=memory_mask, **extra)
-    return self.logits(self.decoder_ln(x)), cache
+    return self.logits(self.decoder_ln(x[:, -1:] if last_only else x)), cache
 
   def __call__(self, inputs, inputs_positions, inputs_segment_ids, decoder_inputs,
                targets_positions, targets_segment_ids, key=None):
@@ -337,12 +337,13 @@ class EncoderDecoder(EmbeddingModel):
                               self.dtype)
     return {**cache, 'memory': memory, 'memory_segment_ids': memory_segment_ids}
 
-  def decode(self, tokens, positions, cache):
-    """Incremental decoding of target `tokens` [batch, len] at the cache index."""
+  def decode(self, tokens, positions, cache, last_only: bool = False):
+    """Incremental decoding of target `tokens` [batch, len] at the cache index; `last_only`:
+    the logits of the last token alone ([batch, 1, vocab])."""
     cross_mask = attention.make_mask(jnp.ones_like(tokens), cache['memory_segment_ids'],
                                      causal=False)
     return self._decode(tokens, positions, stack.cache_mask(tokens, cache), cache['memory'],
-                        cross_mask, cache=cache)
+                        cross_mask, cache=cache, last_only=last_only)
 
 
 MODELS = {'causal_lm': CausalLM, 'encoder_decoder': EncoderDecoder, 'mlm': MaskedLM,

@@ -341,6 +341,32 @@ def fixed_step(token, position, cache):
   return cache['logits'], cache
 
 
+def test_a_refill_step_runs_at_its_step_and_a_search_that_ended_before_it_is_unchanged():
+  """decode's searches run the step function that `refills` names at that step alone: rows that
+  have not ended take what it returns from then on; where every row ended before it, the
+  tokens are what they are without it, whatever it returns."""
+  def logits_for(tokens):  # [rows] -> [rows, 10], each row's token the argmax.
+    return jax.nn.one_hot(jnp.asarray(tokens), 10) * 5.0
+
+  def refill(token, position, cache):
+    del token, position
+    return jnp.where(cache['nan'], jnp.nan, logits_for([7, 7])), {
+        **cache, 'logits': logits_for([8, 8])}
+
+  def run(first, nan, refills, eos_id=1):
+    cache = {'logits': logits_for(first), 'nan': jnp.asarray(nan)}
+    return np.asarray(jax.jit(lambda: decode.greedy_search(
+        fixed_step, logits_for(first), cache, jnp.zeros(2, jnp.int32), max_len=6, eos_id=eos_id,
+        refills=refills))())
+
+  np.testing.assert_array_equal(run([3, 4], False, {2: refill}),
+                                [[3, 3, 3, 7, 8, 8], [4, 4, 4, 7, 8, 8]])
+  np.testing.assert_array_equal(run([1, 1], True, {2: refill}), run([1, 1], True, None))
+  np.testing.assert_array_equal(run([1, 1], True, {2: refill}), [[1, 0, 0, 0, 0, 0]] * 2)
+  np.testing.assert_array_equal(run([1, 4], False, {2: refill}),  # Row 0 ended: it stays so.
+                                [[1, 0, 0, 0, 0, 0], [4, 4, 4, 7, 8, 8]])
+
+
 # The model tests share one prompt shape and length, so each program compiles once.
 def _prompt(seed, rows=3, same=False):
   tokens = np.random.default_rng(seed).integers(5, 40, (1 if same else rows, 5))
@@ -349,7 +375,7 @@ def _prompt(seed, rows=3, same=False):
 
 @functools.partial(nnx.jit, static_argnames=('steps',))
 def _sample_model(model, prompt, key, temperature, steps):
-  step_fn, first, cache, start = decode.causal_lm_start(model, prompt, steps)
+  step_fn, first, cache, start, _ = decode.causal_lm_start(model, prompt, steps)
   return decode.sample(step_fn, first, cache, start, key=key, max_len=steps, eos_id=-1,
                        temperature=temperature)
 

@@ -3,6 +3,8 @@ rotated pair's frequency divided by its own factor, the short set up to the orig
 the long set for a call that reaches past it, q and k times an attention factor, on every
 dimension or (as transformers) on the rotated ones alone."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -152,7 +154,9 @@ def test_scale_rope_to_length_is_refused_for_longrope():
 def test_greedy_decoding_across_the_original_length_equals_full_passes():
   """decode.generate fills a fresh cache over the prefix where it crosses L, so every token is
   the argmax of a full pass over its prefix (two layers: one cache throughout would hold the
-  second layer's keys of the short set). A row that ended before the refill stays ended."""
+  second layer's keys of the short set; here its tokens would agree all the same, and the beam
+  tests below, of one beam too, compare scores). A row that ended before the refill stays
+  ended."""
   model = model_for('rope', 2, **{'scaling__' + k.split('.')[-1]: v
                                   for k, v in longrope().items()})
   assert model.cache_breaks == (ORIGINAL,)
@@ -195,8 +199,9 @@ def test_beam_search_across_the_original_length_equals_one_driven_by_full_passes
                                   for k, v in longrope().items()})
   prompt = jnp.asarray(np.random.default_rng(2).integers(5, 40, (2, 3)))
   steps = 6  # Positions 3..8, those past 6 by the long set.
-  search = lambda step_fn, first, cache, start: decode.beam_search(
-      step_fn, first, cache, start, beam_size=beam_size, max_len=steps, eos_id=-1)
+  search = lambda step_fn, first, cache, start, refills=None: decode.beam_search(
+      step_fn, first, cache, start, beam_size=beam_size, max_len=steps, eos_id=-1,
+      refills=refills)
   got = jax.jit(lambda: search(*decode.causal_lm_start(model, prompt, steps)))()
   ids = jnp.zeros((2, 3 + steps), jnp.int32).at[:, :3].set(prompt)
   first = model(prompt, jnp.broadcast_to(jnp.arange(3), prompt.shape), jnp.ones_like(prompt))
@@ -222,7 +227,11 @@ def test_a_translation_beam_search_across_the_original_length_equals_one_over_fu
   assert model.cache_breaks == (ORIGINAL,)
   src = jnp.asarray(np.random.default_rng(5).integers(5, 50, (2, 5)))
   beams, slots = 3, 10  # The target's positions 0..9: past 6 by the long set.
-  got = jax.jit(lambda: translation.beams(model, src, beams, 0.6, slots, eos_id=-1))()
+  search = jax.jit(lambda: translation.beams(model, src, beams, 0.6, slots, eos_id=-1))
+  got = search()
+  # The refill's logits are the last position's alone, as every step's: [rows, vocab 50].
+  products = re.findall(r'= f32\[([0-9,]*)\]\S* dot\(', search.lower().compile().as_text())
+  assert {p for p in products if p.endswith(',50')} <= {'2,50', '2,1,50', '6,50', '6,1,50'}
 
   rows = jnp.repeat(src, beams, axis=0)
   def full_pass(n):

@@ -88,17 +88,18 @@ def beams(model, src, beam_size: int, alpha: float, max_len: int,
   bos = jnp.full((src.shape[0], 1), tokenizer_lib.BOS_ID, jnp.int32)
 
   def decode_fn(tokens, positions, cache):
-    logits, cache = model.decode(tokens, positions, cache)
+    logits, cache = model.decode(tokens, positions, cache, last_only=True)
     return logits[:, -1], cache
 
   logits, cache = decode_fn(bos, jnp.zeros_like(bos), cache)
   # Where the decoder's scheme computes every position anew past a length (LongRoPE), each
   # beam's cache is filled afresh over its prefix there.
-  step_fn, cache = decode.refilling(
+  step_fn, refills, cache = decode.refilling(
       decode_fn, lambda cache, slots: model.init_cache(cache['memory'],
                                                        cache['memory_segment_ids'], slots),
       tuple(n for n in model.cache_breaks if 1 <= n <= max_len - 2),
-      jnp.zeros((src.shape[0], max_len), jnp.int32).at[:, 0].set(tokenizer_lib.BOS_ID), cache)
+      jnp.zeros((src.shape[0], max_len), jnp.int32).at[:, 0].set(tokenizer_lib.BOS_ID), cache,
+      first_position=1)
   return decode.beam_search(step_fn, logits, cache, jnp.ones((src.shape[0],), jnp.int32),
                             beam_size=beam_size, max_len=max_len - 1, eos_id=eos_id,
-                            alpha=alpha)
+                            alpha=alpha, refills=refills)
