@@ -293,10 +293,24 @@ class CausalLM:
     return np.asarray(_logits(self.model, ids, pos), np.float32)
 
   def generate(self, ids, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-               stop_at_eos: bool = True) -> np.ndarray:
+               stop_at_eos: bool = True):
     """The prompt ids [batch, P] followed by max_new_tokens new ones: greedy at temperature 0,
     sampled above. With `stop_at_eos`, a row ends at the tokenizer's eos and continues with
-    its pad id (its eos where it has none)."""
+    its pad id (its eos where it has none).
+
+    Prompts of different lengths (a list of id lists) give a list of rows, each its prompt and
+    max_new_tokens new ids: the model has no padding to align them, so the prompts of each
+    length decode together, one program a length (sampled, each group draws from `seed`)."""
+    lengths = _row_lengths(ids)
+    if lengths is not None and len(set(lengths)) > 1:
+      out = [None] * len(lengths)
+      for length in sorted(set(lengths)):
+        rows = [i for i, n in enumerate(lengths) if n == length]
+        new = self.generate([ids[i] for i in rows], max_new_tokens, temperature, seed,
+                            stop_at_eos)
+        for i, row in zip(rows, new):
+          out[i] = row
+      return out
     ids = self._ids(ids)
     self._fits(ids.shape[1] + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
     eos = generation.stop_id(self.tokenizer) if stop_at_eos else -1
@@ -307,6 +321,14 @@ class CausalLM:
       ended = np.cumsum(new == eos, axis=1) - (new == eos) > 0
       new = np.where(ended, eos if pad is None else pad, new)
     return np.concatenate([np.asarray(ids), new], axis=1)
+
+
+def _row_lengths(ids) -> list[int] | None:
+  """The lengths of the rows of `ids` where it is a sequence of sized rows, else None."""
+  try:
+    return [len(row) for row in ids]
+  except TypeError:
+    return None
 
 
 def load(path: str, step: int | None = None, overrides: dict | None = None) -> CausalLM:

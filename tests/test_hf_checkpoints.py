@@ -563,6 +563,18 @@ def test_bad_ids_and_a_file_for_a_directory_are_one_error_with_its_fix(tmp_path)
     hf.load(lm.workdir, step=7)
 
 
+def test_prompts_of_different_lengths_generate_each_as_it_would_alone():
+  """lm.generate of id lists of different lengths: a list of rows in their order, each its
+  prompt and the new ids it gets alone (the rows of one length decoded together)."""
+  lm = hf.load(str(FIXTURES / 'llama_dynamic'))
+  prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14]]
+  out = lm.generate(prompts, 4, stop_at_eos=False)
+  assert isinstance(out, list) and [len(row) for row in out] == [8, 6, 8]
+  for prompt, row in zip(prompts, out):
+    np.testing.assert_array_equal(row[:len(prompt)], prompt)
+    np.testing.assert_array_equal(row, lm.generate([prompt], 4, stop_at_eos=False)[0])
+
+
 @pytest.mark.parametrize('arg', ['mlm', 'classify'])
 def test_a_workdir_of_another_model_type_is_named_as_not_a_causal_lm(arg, tmp_path):
   config = test_config.get_config(arg)
