@@ -3,8 +3,9 @@
 All three drive a `step_fn(tokens [N, 1], positions [N, 1], cache) -> (logits [N, V], cache)`
 from the logits of the first generated token, so the same code serves the causal LM (`generate`)
 and the encoder-decoder (`tasks.Translation`). Everything runs inside `lax.while_loop`s with
-fixed shapes: one, or one before and one after each step that `refills` names (`refilling`). Sampling draws from `filter_logits` (temperature, top-k, top-p) with a key folded
-from the seed and the step only, so a seed gives the same samples whatever the data.
+fixed shapes: one, or one before and one after each step that `refills` names (`refilling`).
+Sampling draws from `filter_logits` (temperature, top-k, top-p) with a key folded from the seed
+and the step only, so a seed gives the same samples whatever the data.
 """
 
 import functools
@@ -139,10 +140,11 @@ def _loop_until(finished, body, step_fn, refills, max_len, init):
   The steps between refills run in a while loop each, and each refill once, after the loop
   before it: a step chosen inside one loop (lax.switch) would copy the whole cache at every
   step, and a refill under lax.cond held a second copy of a beam search's cache (0.4x of it
-  more memory). A search that finished before a refill runs that one step anyway (numbered
-  where it stopped), which changes none of its outputs: finished rows take PAD, and a settled
-  beam search's finished beams cannot be displaced (`beam_search`); the loop after it stops at
-  once."""
+  more memory). A search that finished before the first refill runs that one step anyway
+  (numbered where it stopped), which changes none of its outputs: finished rows take PAD, and a
+  settled beam search's finished beams cannot be displaced (`beam_search`); the loop after it
+  stops at once. A later refill is skipped there (lax.cond, once), since it would read the
+  logits that the earlier one computed for a prefix that was never decoded."""
   def until(stop):
     def cond(state):
       i, carry = state
@@ -151,11 +153,13 @@ def _loop_until(finished, body, step_fn, refills, max_len, init):
         cond, lambda state: (state[0] + 1, body(step_fn, *state)), state)
 
   state = (jnp.int32(0), init)
-  for at in sorted(refills or {}):
+  for k, at in enumerate(sorted(refills or {})):
     if not 0 <= at < max_len:
       raise ValueError(f'refill at step {at}, outside 0..{max_len - 1}')
     state = until(at)(state)
-    state = (state[0] + 1, body(refills[at], *state))
+    step = lambda state, at=at: (state[0] + 1, body(refills[at], *state))
+    state = step(state) if k == 0 else jax.lax.cond(finished(state[1]), lambda s: s, step,
+                                                    state)
   return until(max_len)(state)[1]
 
 

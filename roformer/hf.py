@@ -258,7 +258,8 @@ class CausalLM:
     except ValueError:  # Rows of different lengths.
       raise errors.ConfigError('ids must be integer [batch, length], and its rows have different '
                                'lengths. Fix: pass rows of one length (score each row on its '
-                               'own, or cut them to the shortest).') from None
+                               'own, or cut them to the shortest; lm.generate takes a list of '
+                               'id lists of different lengths).') from None
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
       raise errors.ConfigError(f'ids must be integer [batch, length] (got {array.dtype} '
                                f'{array.shape}). Fix: pass a list of equal-length id lists.')
@@ -300,17 +301,18 @@ class CausalLM:
 
     Prompts of different lengths (a list of id lists) give a list of rows, each its prompt and
     max_new_tokens new ids: the model has no padding to align them, so the prompts of each
-    length decode together, one program a length (sampled, each group draws from `seed`)."""
-    lengths = _row_lengths(ids)
-    if lengths is not None and len(set(lengths)) > 1:
-      out = [None] * len(lengths)
-      for length in sorted(set(lengths)):
-        rows = [i for i, n in enumerate(lengths) if n == length]
-        new = self.generate([ids[i] for i in rows], max_new_tokens, temperature, seed,
-                            stop_at_eos)
-        for i, row in zip(rows, new):
-          out[i] = row
-      return out
+    length decode together, one program a length; greedy, each row is what it gets alone,
+    and sampled, each group draws from `seed` (a row's draws depend on its group)."""
+    groups = _length_groups(ids)
+    if groups is not None:
+      for rows in groups.values():  # Every prompt checked before any decodes.
+        self._ids(rows)
+        self._fits(len(rows[0]) + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
+      out = {}
+      for length, rows in groups.items():
+        new = self.generate(rows, max_new_tokens, temperature, seed, stop_at_eos)
+        out.update(zip((i for i, _ in _indexed(ids, length)), new))
+      return [out[i] for i in range(len(out))]
     ids = self._ids(ids)
     self._fits(ids.shape[1] + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
     eos = generation.stop_id(self.tokenizer) if stop_at_eos else -1
@@ -323,12 +325,28 @@ class CausalLM:
     return np.concatenate([np.asarray(ids), new], axis=1)
 
 
-def _row_lengths(ids) -> list[int] | None:
-  """The lengths of the rows of `ids` where it is a sequence of sized rows, else None."""
-  try:
-    return [len(row) for row in ids]
-  except TypeError:
+def _length_groups(ids) -> dict[int, list] | None:
+  """{length: the rows of `ids` of that length} where `ids` is a list (or tuple) of id rows
+  of more than one length, else None (one array [batch, length] is checked as such). An empty
+  row is refused, as a prompt of no position."""
+  if not isinstance(ids, (list, tuple)):
     return None
+  try:
+    lengths = [len(row) for row in ids]
+  except TypeError:
+    return None  # A row that is not one (a number): refused as ids.
+  if len(set(lengths)) < 2:
+    return None
+  if 0 in lengths:
+    raise errors.ConfigError(f'prompt {lengths.index(0) + 1} of ids is empty: each must hold at '
+                             'least one position. Fix: start it with an id (lm.encode gives '
+                             'the bos first where the tokenizer has one).')
+  return {n: [row for _, row in _indexed(ids, n)] for n in sorted(set(lengths))}
+
+
+def _indexed(ids, length: int) -> list:
+  """(index, row) for the rows of `ids` of `length`, in their order."""
+  return [(i, row) for i, row in enumerate(ids) if len(row) == length]
 
 
 def load(path: str, step: int | None = None, overrides: dict | None = None) -> CausalLM:

@@ -367,6 +367,31 @@ def test_a_refill_step_runs_at_its_step_and_a_search_that_ended_before_it_is_unc
                                 [[1, 0, 0, 0, 0, 0], [4, 4, 4, 7, 8, 8]])
 
 
+def test_a_beam_search_settled_before_its_refills_is_unchanged_by_them():
+  """A beam search that settles (its early stop) before two refills: the first runs anyway,
+  and whatever it returns (NaN here), the second is skipped, so nothing it computed is read."""
+  logits = jnp.log(jnp.asarray([[0.01, 0.6, 0.38, 0.01]]))  # EOS (1) 0.6: settled by step 2.
+
+  def step(token, position, cache):
+    del position
+    return jnp.broadcast_to(logits, (token.shape[0], 4)), cache
+
+  def nan_step(token, position, cache):
+    del position
+    return jnp.full((token.shape[0], 4), jnp.nan), cache
+
+  def run(refills):
+    return jax.jit(lambda: decode.beam_search(
+        step, logits, {'x': jnp.zeros((1, 1))}, jnp.zeros(1, jnp.int32), beam_size=2,
+        max_len=8, eos_id=1, alpha=0.0, refills=refills))()
+
+  want = run(None)
+  for refills in ({5: nan_step}, {5: nan_step, 6: step}, {6: nan_step, 7: step}):
+    got = run(refills)
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
 # The model tests share one prompt shape and length, so each program compiles once.
 def _prompt(seed, rows=3, same=False):
   tokens = np.random.default_rng(seed).integers(5, 40, (1 if same else rows, 5))

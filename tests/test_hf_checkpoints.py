@@ -573,6 +573,10 @@ def test_prompts_of_different_lengths_generate_each_as_it_would_alone():
   for prompt, row in zip(prompts, out):
     np.testing.assert_array_equal(row[:len(prompt)], prompt)
     np.testing.assert_array_equal(row, lm.generate([prompt], 4, stop_at_eos=False)[0])
+  with pytest.raises(errors.ConfigError, match='prompt 2 of ids is empty.* Fix: '):
+    lm.generate([[5, 6], []], 3)
+  with pytest.raises(errors.ConfigError, match=r'ids must be in .* Fix: '):
+    lm.generate([[5, 6], [5, 6, 10**6]], 3)
 
 
 @pytest.mark.parametrize('arg', ['mlm', 'classify'])
