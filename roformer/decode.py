@@ -275,7 +275,8 @@ def _key(seed):
 
 def refilling(decode_fn, fresh_cache, breaks, ids, cache, first_position: int):
   """(step_fn, refills, cache) for a model that computes every position anew from a position n
-  of `breaks` on (LongRoPE's original length: past it, every position rotates by its long set).
+  of `breaks` on (its `cache_breaks`; LongRoPE's original length: past it, every position
+  rotates by its long set).
 
   decode_fn(tokens [N, len], positions [N, len], cache) -> (logits of the last [N, V], cache)
   runs the model through a cache; fresh_cache(cache, slots) is an empty one of `slots` slots for
@@ -285,7 +286,10 @@ def refilling(decode_fn, fresh_cache, breaks, ids, cache, first_position: int):
   over every token up to n, where extending the cache would keep states that earlier calls
   computed at the short set; every other step (step_fn) extends it. The cache then carries the
   ids (beam search reorders them with the keys and values). Every row is at the same position.
-  Without breaks: decode_fn, no refills and `cache` itself."""
+  Only the breaks that decoding feeds count: from first_position to the last position whose
+  logits are read (the last slot but one). Without them: decode_fn, no refills and `cache`
+  itself."""
+  breaks = tuple(n for n in breaks if first_position <= n <= ids.shape[1] - 2)
   if not breaks:
     return decode_fn, {}, cache
 
@@ -326,8 +330,8 @@ def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
   The prompt fills a cache of its own P slots, which is then copied into the first slots of
   an empty one of P + max_new_tokens (`_grown`): its queries attend over the P keys alone,
   where over the larger cache their logits, masked past P, would cost (P + max_new_tokens) / P
-  times the work and memory. The model's `cache_breaks` that decoding feeds (from P to the
-  last position whose logits are read) refill the cache there (`refilling`)."""
+  times the work and memory. The model's `cache_breaks` that decoding feeds refill the cache
+  there (`refilling`)."""
   batch, length = prompt.shape
   slots = length + max_new_tokens
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
@@ -339,11 +343,10 @@ def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
     logits, cache = model.decode(tokens, positions, cache, last_only=True)
     return logits[:, -1], cache
 
-  breaks = tuple(n for n in model.cache_breaks if length <= n <= slots - 2)
   ids = jnp.zeros((batch, slots), jnp.int32).at[:, :length].set(prompt)
   step_fn, refills, cache = refilling(
-      decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n), breaks, ids,
-      cache, length)
+      decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n),
+      model.cache_breaks, ids, cache, length)
   return Start(step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32), refills)
 
 

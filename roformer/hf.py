@@ -305,14 +305,16 @@ class CausalLM:
     and sampled, each group draws from `seed` (a row's draws depend on its group)."""
     groups = _length_groups(ids)
     if groups is not None:
-      for rows in groups.values():  # Every prompt checked before any decodes.
-        self._ids(rows)
-        self._fits(len(rows[0]) + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
-      out = {}
-      for length, rows in groups.items():
-        new = self.generate(rows, max_new_tokens, temperature, seed, stop_at_eos)
-        out.update(zip((i for i, _ in _indexed(ids, length)), new))
-      return [out[i] for i in range(len(out))]
+      rows = {length: [ids[i] for i in group] for length, group in groups.items()}
+      for length, prompts in rows.items():  # Every prompt checked before any decodes.
+        self._ids(prompts)
+        self._fits(length + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
+      out = [None] * len(ids)
+      for length, group in groups.items():
+        for i, row in zip(group, self.generate(rows[length], max_new_tokens, temperature, seed,
+                                               stop_at_eos)):
+          out[i] = row
+      return out
     ids = self._ids(ids)
     self._fits(ids.shape[1] + max_new_tokens, 'a shorter prompt or fewer max_new_tokens')
     eos = generation.stop_id(self.tokenizer) if stop_at_eos else -1
@@ -325,10 +327,10 @@ class CausalLM:
     return np.concatenate([np.asarray(ids), new], axis=1)
 
 
-def _length_groups(ids) -> dict[int, list] | None:
-  """{length: the rows of `ids` of that length} where `ids` is a list (or tuple) of id rows
-  of more than one length, else None (one array [batch, length] is checked as such). An empty
-  row is refused, as a prompt of no position."""
+def _length_groups(ids) -> dict[int, list[int]] | None:
+  """{length: the indices of the rows of `ids` of that length, in order} where `ids` is a list
+  (or tuple) of id rows of more than one length, else None (one array [batch, length] is
+  checked as such). An empty row is refused, as a prompt of no position."""
   if not isinstance(ids, (list, tuple)):
     return None
   try:
@@ -341,12 +343,7 @@ def _length_groups(ids) -> dict[int, list] | None:
     raise errors.ConfigError(f'prompt {lengths.index(0) + 1} of ids is empty: each must hold at '
                              'least one position. Fix: start it with an id (lm.encode gives '
                              'the bos first where the tokenizer has one).')
-  return {n: [row for _, row in _indexed(ids, n)] for n in sorted(set(lengths))}
-
-
-def _indexed(ids, length: int) -> list:
-  """(index, row) for the rows of `ids` of `length`, in their order."""
-  return [(i, row) for i, row in enumerate(ids) if len(row) == length]
+  return {n: [i for i, length in enumerate(lengths) if length == n] for n in sorted(set(lengths))}
 
 
 def load(path: str, step: int | None = None, overrides: dict | None = None) -> CausalLM:

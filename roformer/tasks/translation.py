@@ -97,7 +97,7 @@ def beams(model, src, beam_size: int, alpha: float, max_len: int,
   step_fn, refills, cache = decode.refilling(
       decode_fn, lambda cache, slots: model.init_cache(cache['memory'],
                                                        cache['memory_segment_ids'], slots),
-      tuple(n for n in model.cache_breaks if 1 <= n <= max_len - 2),
+      model.cache_breaks,
       jnp.zeros((src.shape[0], max_len), jnp.int32).at[:, 0].set(tokenizer_lib.BOS_ID), cache,
       first_position=1)
   return decode.beam_search(step_fn, logits, cache, jnp.ones((src.shape[0],), jnp.int32),
