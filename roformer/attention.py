@@ -281,10 +281,12 @@ def _block_of(x: jax.Array | None, start: int, end: int, first: int = 0) -> jax.
   return x[..., first:end] if x.shape[-1] != 1 else x
 
 
-def window_mask(query_slots: jax.Array, k_len: int, window: int) -> jax.Array:
+def window_mask(query_slots: jax.Array, keys, window: int) -> jax.Array:
   """[q_len, k_len]: True where key slot j is within the `window` slots ending at the query's
-  slot (i - window < j; the causal mask bounds j <= i)."""
-  return jnp.arange(k_len)[None, :] > query_slots[:, None] - window
+  slot (i - window < j; the causal mask bounds j <= i). `keys`: k_len (slots 0..k_len - 1) or
+  the key slots themselves."""
+  keys = jnp.arange(keys) if isinstance(keys, int) else keys
+  return keys[None, :] > query_slots[:, None] - window
 
 
 def causal_block_attention(q, k, v, mask, bias, rows: int, window: int = 0):

@@ -34,6 +34,7 @@ from roformer import latent_attention
 from roformer import layers
 from roformer import positions as positions_lib
 from roformer import sharding
+from roformer import window_cache
 
 
 def kv_heads(cfg) -> int:
@@ -205,19 +206,30 @@ class MultiHeadAttention(nnx.Module):
     if early:
       q, k = self.kind.rotate(self, q, k, make_site(pos, ctx, None))
     grouped = False
-    if cache is not None:
+    ring = 0 if cache is None else window_cache.ring_size(cache, self.cache_heads_first)
+    if ring:  # The window's keys alone, out of order (roformer/window_cache.py).
+      write = lambda old, new: window_cache.attend_over(old, new, cache['index'],
+                                                        self.cache_heads_first)
+    elif cache is not None:
       # [batch, slots, kv_heads, width] as the layer computes, whatever the cache's layout.
       turn = (lambda t: jnp.swapaxes(t, 1, 2)) if self.cache_heads_first else (lambda t: t)
       at = (0, 0, cache['index'], 0) if self.cache_heads_first else (0, cache['index'], 0, 0)
-      write = lambda old, new: jax.lax.dynamic_update_slice(old, turn(new).astype(old.dtype), at)
-      kept = {'k': write(cache['k'], k)}
-      k = turn(kept['k'])  # Read in place by the products (the transposes fold into them).
+
+      def write(old, new):  # Read in place by the products (the transposes fold into them).
+        updated = jax.lax.dynamic_update_slice(old, turn(new).astype(old.dtype), at)
+        return turn(updated), updated
+    if cache is not None:
+      k, kept = write(cache['k'], k)
+      kept = {'k': kept}
       if absorbed:
         v = k[..., self.projections.rope_dim:]
       else:
-        kept['v'] = write(cache['v'], v)
-        v = turn(kept['v'])
+        v, kept['v'] = write(cache['v'], v)
       k_pos = cache['positions']  # Positions of every slot, the new ones included.
+      if ring:
+        slots = window_cache.key_slots(cache['index'], ring, length)
+        mask, k_pos = window_cache.mask_and_positions(mask, k_pos, slots, self.window,
+                                                      first_slot, length)
       ctx, state = position.extend_cache(ctx, cache.get('position'), cache['index'])
       cache = {**kept, **({} if state is None else {'position': state})}
       # Grouped heads where no rotation follows (a scheme may turn each query head's keys).
@@ -225,7 +237,7 @@ class MultiHeadAttention(nnx.Module):
     if not (absorbed or grouped):  # The absorbed form's one key head: broadcast.
       k, v = (sharding.constrain(attention.expand_heads(t, h),
                                  ('batch', None, 'act_heads', None)) for t in (k, v))
-    if self.window:
+    if self.window and not ring:
       mask = mask & attention.window_mask(first_slot + jnp.arange(length), k.shape[1],
                                           self.window)
     if self.chunk:  # Keys of the query's own chunk alone.

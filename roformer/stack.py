@@ -11,6 +11,7 @@ from flax import nnx
 from roformer import attention
 from roformer import scanned
 from roformer import sharding
+from roformer import window_cache
 
 
 # config.model.remat: what each block keeps for the backward pass ('none': everything; 'full':
@@ -89,12 +90,14 @@ def empty_cache(batch: int, max_len: int, blocks, widths: tuple[int, int, int],
   width; 0: no values of their own, MLA's latent cache: roformer/latent_attention.py; the slots
   after the heads, or before them for a layer on cuDNN's kernels: its attention's
   `cache_heads_first`, roformer/self_attention.py), and the state a block's position scheme
-  keeps per slot, if any."""
+  keeps per slot, if any. A windowed layer that a ring serves keeps its window's slots alone
+  (roformer/window_cache.py)."""
   heads, key_width, value_width = widths
   layers = []
   for block in blocks:
-    shape = ((lambda w: (batch, heads, max_len, w)) if block.attn.cache_heads_first
-             else (lambda w: (batch, max_len, heads, w)))
+    held = window_cache.slots(block.attn, block.position, max_len)
+    shape = ((lambda w: (batch, heads, held, w)) if block.attn.cache_heads_first
+             else (lambda w: (batch, held, heads, w)))
     layer = {'k': jnp.zeros(shape(key_width), dtype)}
     if value_width:
       layer['v'] = jnp.zeros(shape(value_width), dtype)

@@ -6,12 +6,15 @@ import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
+import test_decode
 
 from configs import test as test_config
 from roformer import attention
+from roformer import decode
 from roformer import errors
 from roformer import models
 from roformer import resolve
+from roformer import window_cache
 
 
 def test_the_window_mask_against_a_hand_table():
@@ -75,11 +78,58 @@ def test_windowed_causal_blocks_equal_the_whole_matrix_and_skip_the_keys_outside
   assert flops(blocks) < 0.6 * flops(plain)
 
 
-def test_the_cache_equals_the_full_pass_with_windows():
-  model = models.create(tiny((3, 0, 2), num_layers=3).model, seed=2)
-  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 11)))
-  kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 5))
-  assert [b.attn.window for b in model.blocks] == [3, 0, 2]
+def _slots_held(cache, model) -> list[int]:
+  return [layer['k'].shape[2 if block.attn.cache_heads_first else 1]
+          for layer, block in zip(cache['layers'], model.blocks)]
+
+
+@pytest.mark.parametrize('heads_first', [True, False])
+@pytest.mark.parametrize('num_kv_heads', [0, 2])
+def test_windowed_layers_decode_over_a_ring_of_their_window_as_the_full_pass(heads_first,
+                                                                             num_kv_heads):
+  """Windows (3, global, 2) over 16 cache slots: the windowed layers keep 3 and 2 slots, the
+  global one 16, and every call's logits are the full pass's, in both cache layouts (slots
+  first: cuDNN's), with grouped key/value heads, whether calls are one token (written, then
+  read in place) or several, fewer or more than the window, before and after the ring wraps."""
+  config = tiny((3, 0, 2), num_layers=3)
+  config.model.num_kv_heads = num_kv_heads
+  model = models.create(config.model, seed=2)
+  for block in model.blocks:
+    block.attn.cache_heads_first = heads_first
+  tokens = jnp.asarray(np.random.default_rng(0).integers(5, 50, (2, 13)))
+  for sizes in [(4, 1, 1, 5, 2), (1,) * 13, (2, 1, 3, 1, 1, 5), (13,)]:
+    cache = kinds.assert_decoding_equals_full_pass(model, tokens, sizes)
+    assert _slots_held(cache, model) == [3, 16, 2]
+
+
+def test_a_scheme_that_reads_keys_by_more_than_their_position_keeps_every_slot():
+  """ALiBi's bias, CoPE's counts of the gates before a key, FoX's per-slot gates: no ring
+  (`keys_by_position_alone`), and their decoding is the full pass's over every slot."""
+  tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 9)))
+  for kind in ('alibi', 'cope', 'fox'):
+    model = models.create(tiny((3,), kind=kind).model, seed=2)
+    cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 3))
+    assert _slots_held(cache, model) == [16], kind
+  assert models.create(tiny((3,)).model, seed=2).blocks[0].position.keys_by_position_alone()
+
+
+@pytest.mark.parametrize('prompt_len', [2, 5])
+def test_generation_over_a_ring_is_generation_over_every_slot(prompt_len, monkeypatch):
+  """A prompt shorter than the window (filled into its own cache, then copied into the ring's
+  first slots) or longer (its last window kept): greedy ids are those of full passes, and a
+  beam search (which reorders the ring with the rest of the cache) gives the beams of the same
+  search over a cache of every slot."""
+  model = models.create(tiny((3, 0), num_layers=2).model, seed=4)
+  prompt = jnp.asarray(np.random.default_rng(2).integers(5, 50, (3, prompt_len)))
+  search = lambda beam_size: np.asarray(decode.generate(
+      model, prompt, max_new_tokens=7, eos_id=-1, beam_size=beam_size))
+  assert _slots_held(model.init_cache(3, prompt_len + 7), model) == [3, prompt_len + 7]
+  np.testing.assert_array_equal(search(1), test_decode.uncached_greedy(model, prompt, 7))
+  beams = search(3)
+  monkeypatch.setattr(window_cache, 'slots', lambda module, position, max_len: max_len)
+  jax.clear_caches()  # The search's program is traced again, over the cache of every slot.
+  assert _slots_held(model.init_cache(3, prompt_len + 7), model) == [prompt_len + 7] * 2
+  np.testing.assert_array_equal(beams, search(3))
 
 
 @pytest.mark.parametrize('field', ['layer_windows', 'layer_chunks'])

@@ -144,6 +144,13 @@ class AttentionKind:
     than the scheme's rotation says otherwise."""
     return not module.remap and position.rotates_keys_alone()
 
+  def decodes_over_a_ring(self, module, position) -> bool:
+    """Whether a windowed layer of this kind may decode over its window's keys alone, held out
+    of order (roformer/window_cache.py): `attend` reads each key through its position alone,
+    never through its slot or the keys before it. None does unless it says so."""
+    del module, position
+    return False
+
   def takes_grouped_keys(self, module) -> bool:
     """Whether `attend` takes keys and values of the key/value heads only (fewer than the query
     heads: grouped-query attention) on a decoding call whose keys were rotated before the

@@ -27,6 +27,10 @@ class Softmax(base.AttentionKind):
   implementations = ('einsum', 'xla', 'cudnn', 'pallas')
   in_transformers = True
 
+  def decodes_over_a_ring(self, module, position) -> bool:
+    # Every switch of the softmax reads a key's logit, value or visibility, not its order.
+    return not module.remap and position.keys_by_position_alone()
+
   def takes_grouped_keys(self, module) -> bool:
     # Its plain path reads grouped heads in place; its other paths repeat them (`attend`). A
     # switch's `values` hook (differential attention's pairs) sees the query heads' values.

@@ -171,6 +171,16 @@ class Layer(nnx.Module):
     True of a layer that rotates nothing; a layer that rotates says so itself."""
     return type(self).rotate is Layer.rotate
 
+  def keys_by_position_alone(self) -> bool:
+    """Whether what this layer does to a key depends on that key's position alone: it rotates
+    keys alone (`rotates_keys_alone`) and adds no bias, logits, value term or per-slot state of
+    its own. A windowed layer of such a scheme may then decode over a cache of its window's keys
+    alone, kept in a ring whose slots hold them out of order (roformer/window_cache.py)."""
+    cls = type(self)
+    return self.rotates_keys_alone() and all(
+        getattr(cls, hook) is getattr(Layer, hook)
+        for hook in ('logits_bias', 'logits', 'value_term', 'cache_state', 'extend_cache'))
+
   def keeps_unrotated_dims(self) -> bool:
     """Whether `rotate` leaves each key's dimensions past the ones it rotates as they are (MLA's
     absorbed form, roformer/latent_attention.py, reads its values there from a cached key)."""
