@@ -9,7 +9,9 @@ Counted per token of the input sequence:
                 MLP up and down             2 * 2 d f   (gated: 2 * 3 d f; a mixture of
                                             experts: its router, k experts and any shared
                                             one, roformer/moe.py)
-                attention scores QK^T, PV   2 * 2 L d   (2 * 2 L h e; half of it when causal)
+                attention scores QK^T, PV   2 * 2 L d   (2 * 2 L h e; half of it when causal;
+                                            a sliding window's or chunk's keys alone:
+                                            `layer_spans`)
                 FAVOR+ instead              2 * 2 m h e (q, k features) + 2 * 2 m h e (sums)
   per token     output layer (tied logits)  2 d V
                 masked-LM head dense        2 d^2
@@ -51,22 +53,53 @@ def attention_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int
                 for o in attention_options.enabled(att)))
 
 
+def layer_spans(model_cfg: ml_collections.ConfigDict, seq_len: int,
+                causal: bool) -> list[tuple[float, bool]]:
+  """Each layer's (seq_len, causal) as its attention is counted: (seq_len, causal) where it sees
+  every key before its query; where a sliding window W or a chunk C bounds them, the keys a
+  query sees on average, counted as a pass over all of them (causal False). In a causal pass of
+  L tokens that is W - W^2 / 2L (W < L) and C / 2 (C < L), continuous as causal's L / 2 is;
+  a decoding token that attends `seq_len` positions (causal False) sees min(seq_len, W) of them,
+  and its chunk's (seq_len - 1) mod C + 1."""
+  spans = []
+  for layer in range(model_cfg.num_layers):
+    window = self_attention.layer_window(model_cfg, layer)
+    chunk = self_attention.layer_chunk(model_cfg, layer)
+    if causal:
+      seen = [seq_len / 2]
+      if 0 < window < seq_len:
+        seen.append(window - window * window / (2 * seq_len))
+      if 0 < chunk < seq_len:
+        seen.append(chunk / 2)
+      spans.append((float(seq_len), True) if len(seen) == 1 else (min(seen), False))
+    else:
+      seen = [float(seq_len)]
+      if window:
+        seen.append(float(window))
+      if chunk:
+        seen.append((seq_len - 1) % chunk + 1.0)
+      spans.append((min(seen), False))
+  return spans
+
+
 def layer_flops_per_token(model_cfg: ml_collections.ConfigDict, seq_len: int,
                           causal: bool) -> float:
-  """Forward FLOPs per token of one layer: projections, MLP, attention, and what the attention
-  options add beside it (gated attention's W_g, DAPE's MLP on each pair), as declared."""
+  """Forward FLOPs per token of one layer, averaged over the layers: projections, MLP,
+  attention over the keys each layer sees (`layer_spans`), and what the attention options add
+  beside it (gated attention's W_g, DAPE's MLP on each pair), as declared."""
   d = model_cfg.d_model
   h, g, e = (model_cfg.num_heads, self_attention.kv_heads(model_cfg),
              positions.head_dim(model_cfg))
   att = self_attention.attention_config(model_cfg)
-  extra = sum(o.layer_flops(model_cfg, seq_len, causal)
-              for o in attention_options.enabled(att))
+  spans = layer_spans(model_cfg, seq_len, causal)
+  attended = sum(attention_flops_per_token(model_cfg, n, c)
+                 + sum(o.layer_flops(model_cfg, n, c) for o in attention_options.enabled(att))
+                 for n, c in spans) / len(spans)
   mlp = layers.MLPS[model_cfg.mlp].flops(model_cfg)
   projections = (latent_attention.projection_flops(model_cfg)
                  if latent_attention.enabled(model_cfg)
                  else 2 * d * (h + 2 * g) * e + 2 * h * e * d)
-  return (projections + extra + mlp
-          + attention_flops_per_token(model_cfg, seq_len, causal))
+  return projections + mlp + attended
 
 
 def predicted_fraction(config: ml_collections.ConfigDict) -> float:

@@ -44,6 +44,25 @@ def test_flops_per_token_by_hand():
   assert flops.train_flops_per_token(enc, 4096) == 3 * (2 * (512 + 1024 + 256) + 128 + 1600)
 
 
+def test_a_window_or_chunk_counts_the_keys_its_queries_see_by_hand():
+  """The model of test_flops_per_token_by_hand, layers windowed (4, global) or chunked (4,
+  global), 16 tokens. A causal pass: the window's queries see 1, 2, 3, then 4 keys, counted
+  continuous as the causal L / 2 is (4 - 16 / 32 = 3.5, where the global layer's is 8); the
+  chunk's C / 2 = 2. Decoding the 16th token: 4 keys, and 16 mod 4 = 0, so the chunk's 4."""
+  cfg = lm.get_config().model
+  cfg.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100, layer_windows=(4, 0))
+  scores = lambda keys: 2 * 2 * keys * 8  # QK^T and PV over `keys` keys, 8 wide.
+  rest = 512 + 1024
+  assert flops.layer_spans(cfg, 16, True) == [(3.5, False), (16.0, True)]
+  assert flops.train_flops_per_token(cfg, 16) == 3 * (2 * rest + scores(3.5) + scores(8) + 1600)
+  assert flops.decode_flops_per_token(cfg, 16) == 2 * rest + scores(4) + scores(16) + 1600
+  assert flops.decode_flops_per_token(cfg, 3) == 2 * rest + 2 * scores(3) + 1600  # Under W.
+  cfg.update(layer_windows=(), layer_chunks=(4, 0))
+  assert flops.train_flops_per_token(cfg, 16) == 3 * (2 * rest + scores(2) + scores(8) + 1600)
+  assert flops.decode_flops_per_token(cfg, 16) == 2 * rest + scores(4) + scores(16) + 1600
+  assert flops.decode_flops_per_token(cfg, 14) == 2 * rest + scores(2) + scores(14) + 1600
+
+
 @pytest.mark.parametrize('preset,fields', [
     ('', {}), ('llama', {}), ('llama', {'head_dim': 12, 'attention.output_gate': True}),
     ('llama', {'num_kv_heads': 1, 'head_dim': 4}),
