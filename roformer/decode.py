@@ -354,7 +354,9 @@ def _grown(filled, empty):
   """`filled`, a cache of P slots, in the first P slots of `empty`, a cache of more slots with
   the same structure: each array that differs in shape differs in its slot axis alone (keys,
   values, positions, a scheme's per-slot state) and is written at slot 0; the others (the
-  index, a translation's memory) are `filled`'s."""
+  index, a translation's memory, a windowed layer's ring of W slots where P > W) are
+  `filled`'s. A ring's slot s < W holds cache slot s (roformer/window_cache.py), so P <= W
+  filled slots are its first P."""
   def grow(small, big):
     if small.shape == big.shape:
       return small
