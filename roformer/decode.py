@@ -330,12 +330,13 @@ def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
   The prompt fills a cache of its own P slots, which is then copied into the first slots of
   an empty one of P + max_new_tokens (`_grown`): its queries attend over the P keys alone,
   where over the larger cache their logits, masked past P, would cost (P + max_new_tokens) / P
-  times the work and memory. The model's `cache_breaks` that decoding feeds refill the cache
-  there (`refilling`)."""
+  times the work and memory. Its windowed layers too keep every slot (`rings` off), and the
+  copy keeps their last window in their rings (roformer/window_cache.py). The model's
+  `cache_breaks` that decoding feeds refill the cache there (`refilling`)."""
   batch, length = prompt.shape
   slots = length + max_new_tokens
   positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  logits, filled = model.decode(prompt, positions, model.init_cache(batch, length),
+  logits, filled = model.decode(prompt, positions, model.init_cache(batch, length, rings=False),
                                 last_only=True)
   cache = _grown(filled, model.init_cache(batch, slots))
 
@@ -345,7 +346,7 @@ def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
 
   ids = jnp.zeros((batch, slots), jnp.int32).at[:, :length].set(prompt)
   step_fn, refills, cache = refilling(
-      decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n),
+      decode_fn, lambda cache, n: model.init_cache(cache['positions'].shape[0], n, rings=False),
       model.cache_breaks, ids, cache, length)
   return Start(step_fn, logits[:, -1], cache, jnp.full((batch,), length, jnp.int32), refills)
 
@@ -354,15 +355,20 @@ def _grown(filled, empty):
   """`filled`, a cache of P slots, in the first P slots of `empty`, a cache of more slots with
   the same structure: each array that differs in shape differs in its slot axis alone (keys,
   values, positions, a scheme's per-slot state) and is written at slot 0; the others (the
-  index, a translation's memory, a windowed layer's ring of W slots where P > W) are
-  `filled`'s. A ring's slot s < W holds cache slot s (roformer/window_cache.py), so P <= W
-  filled slots are its first P."""
+  index, a translation's memory) are `filled`'s. Where `empty` holds a windowed layer's ring
+  of W < P slots (roformer/window_cache.py), it takes the last W of `filled`'s, cache slot s
+  at ring slot s mod W (for P <= W, slot s is at s: the first P)."""
   def grow(small, big):
     if small.shape == big.shape:
       return small
-    if sum(a != b for a, b in zip(small.shape, big.shape)) != 1 or small.ndim != big.ndim:
+    differ = [i for i, (a, b) in enumerate(zip(small.shape, big.shape)) if a != b]
+    if len(differ) != 1 or small.ndim != big.ndim:
       raise ValueError(f'a cache array of shape {small.shape} against {big.shape}: they must '
                        'differ in their slot axis alone')
+    axis, (p, w) = differ[0], (small.shape[differ[0]], big.shape[differ[0]])
+    if p > w:  # A ring: slots p - w .. p - 1, the first of them at (p - w) mod w.
+      last = jax.lax.slice_in_dim(small, p - w, p, axis=axis)
+      return jnp.roll(last, (p - w) % w, axis=axis).astype(big.dtype)
     return jax.lax.dynamic_update_slice(big, small.astype(big.dtype), (0,) * big.ndim)
   return jax.tree.map(grow, filled, empty)
 

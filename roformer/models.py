@@ -169,8 +169,9 @@ class Transformer(EmbeddingModel):
       x = self.ln_final(x)
     return x if cache is None else (x, cache)
 
-  def init_cache(self, batch: int, max_len: int) -> dict:
-    return stack.empty_cache(batch, max_len, self.blocks, self.cache_widths, self.dtype)
+  def init_cache(self, batch: int, max_len: int, rings: bool = True) -> dict:
+    """An empty key/value cache of `max_len` slots (stack.empty_cache)."""
+    return stack.empty_cache(batch, max_len, self.blocks, self.cache_widths, self.dtype, rings)
 
   def encode_segments(self, tokens, positions, segment_ids, key=None, token_types=None):
     """Bidirectional hidden states where packed segments attend only within themselves

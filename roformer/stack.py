@@ -84,18 +84,19 @@ def run_blocks(blocks, shared, x, positions, mask, keys, cache=None, remat: str 
 
 
 def empty_cache(batch: int, max_len: int, blocks, widths: tuple[int, int, int],
-                dtype) -> dict:
+                dtype, rings: bool = True) -> dict:
   """An empty key/value cache for `max_len` slots of each of `blocks` (a plain pytree of
   arrays): keys and values [batch, heads, max_len, width] of `widths` = (heads, key width, value
   width; 0: no values of their own, MLA's latent cache: roformer/latent_attention.py; the slots
   after the heads, or before them for a layer on cuDNN's kernels: its attention's
   `cache_heads_first`, roformer/self_attention.py), and the state a block's position scheme
   keeps per slot, if any. A windowed layer that a ring serves keeps its window's slots alone
-  (roformer/window_cache.py)."""
+  (roformer/window_cache.py), unless `rings` is off: a prompt's own cache, whose queries attend
+  over its keys alone, before decode.causal_lm_start keeps their last window in the ring."""
   heads, key_width, value_width = widths
   layers = []
   for block in blocks:
-    held = window_cache.slots(block.attn, block.position, max_len)
+    held = window_cache.slots(block.attn, block.position, max_len) if rings else max_len
     shape = ((lambda w: (batch, heads, held, w)) if block.attn.cache_heads_first
              else (lambda w: (batch, held, heads, w)))
     layer = {'k': jnp.zeros(shape(key_width), dtype)}

@@ -15,8 +15,10 @@ position at all), through the softmax with no distance remap; the schemes that r
 order (CoPE's counts, FoX's and PaTH's per-slot state, stick-breaking) keep every slot.
 
 A call of one token writes its key first and attends over the ring in place: the key it
-overwrites, W slots back, is outside its window. A longer call (the prompt, or a refill) attends
-over the ring before it and its own keys, then keeps the last W of them."""
+overwrites, W slots back, is outside its window. A longer call attends over the ring before it
+and its own keys, then keeps the last W of them. Generation fills the prompt into a cache of its
+own slots instead, with no ring (its queries attend over its keys alone), and keeps their last
+W in the ring after (decode.causal_lm_start)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,12 +1,15 @@
 """Sliding-window attention per layer (config.model.layer_windows): what a query sees, the
 blocks it skips, the cache, and the settings refused before compiling."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import kinds
 import numpy as np
 import pytest
 import test_decode
+from flax import nnx
 
 from configs import test as test_config
 from roformer import attention
@@ -102,34 +105,88 @@ def test_windowed_layers_decode_over_a_ring_of_their_window_as_the_full_pass(hea
     assert _slots_held(cache, model) == [3, 16, 2]
 
 
-def test_a_scheme_that_reads_keys_by_more_than_their_position_keeps_every_slot():
-  """ALiBi's bias, CoPE's counts of the gates before a key, FoX's per-slot gates: no ring
-  (`keys_by_position_alone`), and their decoding is the full pass's over every slot."""
+# Each reads a key through more than its own position, or computes per row: no ring.
+EVERY_SLOT = {
+    'alibi': {}, 'cope': {}, 'fox': {}, 'rope+fox': {},  # A bias; counts; gates; a combination.
+    'rope': {'position.rope.scaling.kind': 'dynamic', 'position.rope.scaling.factor': 2.0,
+             'position.rope.scaling.original_length': 4},  # Frequencies follow the row's length.
+    'none': {'attention.kind': 'stick_breaking'},  # Weights of the keys in their order.
+}
+
+
+@pytest.mark.parametrize('kind', list(EVERY_SLOT))
+def test_a_layer_that_reads_keys_by_more_than_their_position_keeps_every_slot(kind):
+  """ALiBi's bias, CoPE's counts of the gates before a key, FoX's per-slot gates, a combined
+  kind, dynamic NTK's frequencies, stick-breaking's order: no ring (`keys_by_position_alone`,
+  `decodes_over_a_ring`); their decoding is the full pass's over every slot."""
+  config = tiny((3,), kind=kind)
+  for field, value in EVERY_SLOT[kind].items():
+    *parents, leaf = field.split('.')
+    node = config.model
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  resolve.validate(config)
+  model = models.create(config.model, seed=2)
   tokens = jnp.asarray(np.random.default_rng(1).integers(5, 50, (2, 9)))
-  for kind in ('alibi', 'cope', 'fox'):
-    model = models.create(tiny((3,), kind=kind).model, seed=2)
-    cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 3))
-    assert _slots_held(cache, model) == [16], kind
-  assert models.create(tiny((3,)).model, seed=2).blocks[0].position.keys_by_position_alone()
+  if kind == 'rope':  # Its cache equals full passes over each prefix (tests/test_decode.py).
+    assert _slots_held(model.init_cache(2, 16), model) == [16]
+    return
+  cache = kinds.assert_decoding_equals_full_pass(model, tokens, (4, 1, 1, 3))
+  assert _slots_held(cache, model) == [16]
+
+
+def test_a_distance_remap_keeps_every_slot_and_plain_rope_takes_a_ring():
+  config = tiny((3,))
+  model = models.create(config.model, seed=2)
+  assert model.blocks[0].position.keys_by_position_alone()
+  assert _slots_held(model.init_cache(2, 16), model) == [3]
+  config.model.position.rope.remap.method = 'rerope'
+  config.model.position.rope.remap.window = 2
+  resolve.validate(config)
+  model = models.create(config.model, seed=2)
+  assert _slots_held(model.init_cache(2, 16), model) == [16]
+
+
+def _beams(model, prompt, beam_size: int, steps: int):
+  """decode.generate's search (tokens [batch, beams, steps], scores), jitted here afresh: traced
+  with whatever window_cache.slots is at the call."""
+  @nnx.jit
+  def run(model, prompt):
+    start = decode.causal_lm_start(model, prompt, steps)
+    return decode.beam_search(start.step_fn, start.first_logits, start.cache,
+                              start.start_positions, beam_size=beam_size, max_len=steps,
+                              eos_id=-1, alpha=0.6, refills=start.refills)
+  return run(model, prompt)
 
 
 @pytest.mark.parametrize('prompt_len', [2, 5])
 def test_generation_over_a_ring_is_generation_over_every_slot(prompt_len, monkeypatch):
-  """A prompt shorter than the window (filled into its own cache, then copied into the ring's
-  first slots) or longer (its last window kept): greedy ids are those of full passes, and a
-  beam search (which reorders the ring with the rest of the cache) gives the beams of the same
-  search over a cache of every slot."""
+  """A prompt shorter than the window (copied into the ring's first slots) or longer (its last
+  window kept, each key at its slot mod the window): greedy ids are those of full passes, and a
+  beam search (which reorders the ring with the rest of the cache) gives the beams and scores of
+  the same search over a cache of every slot."""
   model = models.create(tiny((3, 0), num_layers=2).model, seed=4)
   prompt = jnp.asarray(np.random.default_rng(2).integers(5, 50, (3, prompt_len)))
-  search = lambda beam_size: np.asarray(decode.generate(
-      model, prompt, max_new_tokens=7, eos_id=-1, beam_size=beam_size))
   assert _slots_held(model.init_cache(3, prompt_len + 7), model) == [3, prompt_len + 7]
-  np.testing.assert_array_equal(search(1), test_decode.uncached_greedy(model, prompt, 7))
-  beams = search(3)
+  greedy = decode.generate(model, prompt, max_new_tokens=7, eos_id=-1)
+  np.testing.assert_array_equal(np.asarray(greedy), test_decode.uncached_greedy(model, prompt, 7))
+  tokens, scores = _beams(model, prompt, 3, 7)
   monkeypatch.setattr(window_cache, 'slots', lambda module, position, max_len: max_len)
-  jax.clear_caches()  # The search's program is traced again, over the cache of every slot.
   assert _slots_held(model.init_cache(3, prompt_len + 7), model) == [prompt_len + 7] * 2
-  np.testing.assert_array_equal(beams, search(3))
+  want_tokens, want_scores = _beams(model, prompt, 3, 7)
+  np.testing.assert_array_equal(np.asarray(tokens), np.asarray(want_tokens))
+  np.testing.assert_allclose(np.asarray(scores), np.asarray(want_scores), atol=1e-5)
+
+
+def test_a_prompt_longer_than_the_window_attends_over_its_own_keys_alone():
+  """Generation fills the prompt (10 tokens, a window of 4) into a cache of its own 10 slots
+  without a ring: its logits are [10, 10], not [10, 14] over an empty ring before it."""
+  model = models.create(tiny((4,)).model, seed=2)
+  prompt = jnp.asarray(np.random.default_rng(3).integers(5, 50, (1, 10)))
+  text = str(jax.make_jaxpr(lambda p: decode.causal_lm_start(model, p, 3).first_logits)(prompt))
+  widths = set(re.findall(r'f32\[1,\d+,10,(\d+)\]', text))  # [batch, heads, queries, keys]
+  assert '10' in widths and '14' not in widths, widths
 
 
 @pytest.mark.parametrize('field', ['layer_windows', 'layer_chunks'])
