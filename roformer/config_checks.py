@@ -20,6 +20,7 @@ from roformer import models
 from roformer import positions as positions_lib
 from roformer import self_attention
 from roformer import sharding
+from roformer import specs
 from roformer import sweeps
 from roformer import tasks
 from roformer.data import corpus
@@ -42,9 +43,9 @@ def check_fields(config: ml_collections.ConfigDict, saved=None) -> None:
   and none that this run does not read changed from its default (it would be ignored); for an
   evaluation of the run `saved` trained, from the value saved there."""
   config_schema.check(config)
-  for why in config_schema.unread_settings(config, saved):
+  for why in unread_settings(config, saved):
     raise errors.ConfigError(why)
-  for name, spec in config_schema.unread_changes(config, saved):
+  for name, spec in unread_changes(config, saved):
     value = config
     for part in name.split('.')[1:]:
       value = value[part]
@@ -336,3 +337,60 @@ def _validate_latent(m, att) -> None:
         f'config.model.mla.v_head_dim={m.mla.v_head_dim} makes the values another width than the '
         f'keys ({positions_lib.head_dim(m)}), which the {named} takes them at. Fix: '
         '--config.model.mla.v_head_dim=0 (the head width), or without it.')
+
+
+def _plain(value):
+  value = value.to_dict() if hasattr(value, 'to_dict') else value
+  if isinstance(value, dict):
+    return {k: _plain(v) for k, v in value.items()}
+  return list(value) if isinstance(value, tuple) else value
+
+
+def unread_changes(config, saved=None) -> list[tuple[str, specs.Spec]]:
+  """(dotted field, spec) of every field that `config`'s run does not read but that differs
+  from its default; with `saved` (the config of the trained run that `config` evaluates),
+  only those that also differ from its value there (a run trained before a field was found
+  unread keeps its value, ignored as it was)."""
+  out = []
+
+  def walk(tree, node, before, name):
+    for key, spec in tree.items():
+      if isinstance(spec, dict):
+        walk(spec, node[key], before.get(key, {}) if before is not None else None,
+             f'{name}.{key}')
+      elif (spec.reader is not None and not spec.reader.reads(config)
+            and _plain(node[key]) != _plain(spec.default)
+            and (before is None or _plain(node[key]) != _plain(before.get(key)))):
+        out.append((f'{name}.{key}', spec))
+  walk(config_schema.schema(), config, None if saved is None else _plain(saved), 'config')
+  return out
+
+
+def unread_settings(config, saved=None) -> list[str]:
+  """Why each setting that the run leaves unread because of its other fields (which no spec's
+  reader sees: a position kind beside model.layer_kinds, RoPE's base beside
+  model.layer_rope_bases, a remap option its method ignores, FAVOR+'s rope_mode=features for a
+  kind without RoPE's rotation; positions.unread, attention_options.unread) would change
+  nothing; with `saved`, not those that hold its value there (as `unread_changes`)."""
+  found = _unread_settings(config)
+
+  def at(node, dotted):
+    for part in dotted.split('.'):
+      node = node.get(part) if hasattr(node, 'get') else None
+    return _plain(node)
+  return [why for field, why in found if saved is None or at(config, field) != at(saved, field)]
+
+
+def _unread_settings(config) -> list[tuple[str, str]]:
+  """(dotted field, why) of each setting that positions.unread and attention_options.unread
+  find unread beside the run's other fields."""
+  return ([(f'model.position.{f}', why) for f, why in positions_lib.unread(config.model)]
+          + [(f'model.attention.{f}', why) for f, why in attention_options.unread(config.model)])
+
+
+def unread_fields(config) -> set[str]:
+  """The dotted fields (without 'config.') set away from their defaults that `config` leaves
+  unread, by a spec's reader or beside its other fields: those its checks refuse as changing
+  nothing (unread_changes and unread_settings)."""
+  return ({field.removeprefix('config.') for field, _ in unread_changes(config)}
+          | {field for field, _ in _unread_settings(config)})

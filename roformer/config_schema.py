@@ -1,21 +1,21 @@
 """Every config field, declared once: its default, its type and range, and which runs read it.
 
-`default_config()` is the config with every field at its default (configs/base.py returns it;
-the task configs in configs/ change fields of it). `check(config)` holds every field to its spec
-(roformer/specs.py) before anything is built: the type, the range, finiteness for every number;
-a field declared nowhere is an error (a typo in a config file, a new field added without a
-spec), and so is a declared field that is missing. `migrate(saved)` brings a config saved by an
-earlier version up to date: a field added since then takes its default, which is the behaviour
-the code had before the field existed (a new field's default keeps that behaviour, e.g.
+`default_config()` is the config with every field at its default (configs/base.py returns it; the
+task configs in configs/ change fields of it). `check(config)` holds every field to its spec
+(roformer/specs.py) before anything is built: the type, the range, finiteness for every number; a
+field declared nowhere is an error (a typo in a config file, a new field added without a spec), and
+so is a declared field that is missing. `saved_config.migrate(saved)` brings a config saved by an
+earlier version up to date: a field added since then takes its default, which is the behaviour the
+code had before the field existed (a new field's default keeps that behaviour, e.g.
 `model.scan_layers=False`: the loop).
 
-Fields that only some runs read (a masked LM's masking, a classifier's labels, translation's
-beam, a synthetic task's rows) declare their `reader`; `unread_changes(config)` lists those
+Fields that only some runs read (a masked LM's masking, a classifier's labels, translation's beam, a
+synthetic task's rows) declare their `reader`; `config_checks.unread_changes(config)` lists those
 changed from their defaults in a run that does not read them, so that such a setting is refused
-rather than silently ignored, as position-scheme options of another kind are. The position
-schemes declare their options in their own classes (`options`), so `config.model.position`
-comes from the registry. The checks that relate several fields (d_model divisible by num_heads,
-warmup_steps <= steps, ...) are in roformer/resolve.py.
+rather than silently ignored, as position-scheme options of another kind are. The position schemes
+declare their options in their own classes (`options`), so `config.model.position` comes from the
+registry. The checks that relate several fields (d_model divisible by num_heads, warmup_steps <=
+steps, ...) are in roformer/resolve.py.
 """
 
 import copy
@@ -560,76 +560,3 @@ def check(config, tree: dict | None = None) -> None:
   """Raises ConfigError naming the first field that is undeclared, missing or outside its
   spec. `tree`: schema(), where the caller has built it already."""
   check_tree(config, schema() if tree is None else tree, 'config', complete=True)
-
-
-def _plain(value):
-  value = value.to_dict() if hasattr(value, 'to_dict') else value
-  if isinstance(value, dict):
-    return {k: _plain(v) for k, v in value.items()}
-  return list(value) if isinstance(value, tuple) else value
-
-
-def unread_changes(config, saved=None) -> list[tuple[str, Spec]]:
-  """(dotted field, spec) of every field that `config`'s run does not read but that differs
-  from its default; with `saved` (the config of the trained run that `config` evaluates),
-  only those that also differ from its value there (a run trained before a field was found
-  unread keeps its value, ignored as it was)."""
-  out = []
-
-  def walk(tree, node, before, name):
-    for key, spec in tree.items():
-      if isinstance(spec, dict):
-        walk(spec, node[key], before.get(key, {}) if before is not None else None,
-             f'{name}.{key}')
-      elif (spec.reader is not None and not spec.reader.reads(config)
-            and _plain(node[key]) != _plain(spec.default)
-            and (before is None or _plain(node[key]) != _plain(before.get(key)))):
-        out.append((f'{name}.{key}', spec))
-  walk(schema(), config, None if saved is None else _plain(saved), 'config')
-  return out
-
-
-def unread_settings(config, saved=None) -> list[str]:
-  """Why each setting that the run leaves unread because of its other fields (which no spec's
-  reader sees: a position kind beside model.layer_kinds, RoPE's base beside
-  model.layer_rope_bases, a remap option its method ignores, FAVOR+'s rope_mode=features for a
-  kind without RoPE's rotation; positions.unread, attention_options.unread) would change
-  nothing; with `saved`, not those that hold its value there (as `unread_changes`)."""
-  found = _unread_settings(config)
-
-  def at(node, dotted):
-    for part in dotted.split('.'):
-      node = node.get(part) if hasattr(node, 'get') else None
-    return _plain(node)
-  return [why for field, why in found if saved is None or at(config, field) != at(saved, field)]
-
-
-def _unread_settings(config) -> list[tuple[str, str]]:
-  """(dotted field, why) of each setting that positions.unread and attention_options.unread
-  find unread beside the run's other fields."""
-  return ([(f'model.position.{f}', why) for f, why in positions.unread(config.model)]
-          + [(f'model.attention.{f}', why) for f, why in attention_options.unread(config.model)])
-
-
-def unread_fields(config) -> set[str]:
-  """The dotted fields (without 'config.') set away from their defaults that `config` leaves
-  unread, by a spec's reader or beside its other fields: those its checks refuse as changing
-  nothing (unread_changes and unread_settings)."""
-  return ({field.removeprefix('config.') for field, _ in unread_changes(config)}
-          | {field for field, _ in _unread_settings(config)})
-
-
-def migrate(saved, tree: dict | None = None) -> ml_collections.ConfigDict:
-  """A config saved by any earlier version (a dict or ConfigDict), brought up to date: every
-  field added since it was saved at its default (the behaviour the code had before the field
-  existed). Fields it has keep their values; nothing is checked here. `tree`: schema(), where
-  the caller has built it already."""
-  def fill(node: dict, tree: dict) -> dict:
-    for key, spec in tree.items():
-      if key not in node:
-        node[key] = copy.deepcopy(defaults(spec) if isinstance(spec, dict) else spec.default)
-      elif isinstance(spec, dict) and isinstance(node[key], dict):
-        fill(node[key], spec)
-    return node
-  plain = saved.to_dict() if hasattr(saved, 'to_dict') else copy.deepcopy(dict(saved))
-  return ml_collections.ConfigDict(fill(plain, schema() if tree is None else tree))

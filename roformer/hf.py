@@ -40,6 +40,7 @@ from roformer import hf_config
 from roformer import hf_export_config
 from roformer import hf_tokenizers
 from roformer import hf_weights
+from roformer import hf_weights_export
 from roformer import model_types
 from roformer import resolve
 from roformer import saved_config
@@ -208,12 +209,12 @@ def export_checkpoint(workdir: str, hf_dir: str, step: int | None = None) -> str
   model = nnx.merge(trainer.graphdef, params)
   per_block = variables.trainable(trainer.saved_params(params))[0]
   pure = jax.tree.map(np.asarray, per_block.to_pure_dict())
-  tensors = hf_weights.from_params(pure, fam, config.model, float(model.tied_scale))
+  tensors = hf_weights_export.from_params(pure, fam, config.model, float(model.tied_scale))
   source = os.path.join(workdir, 'hf_config.json')  # Where it was imported from, if it was.
   hf = hf_export_config.from_config(config, hf_tokenizers.special_ids(opened.tokenizer),
                                     files.read_json(source) if os.path.exists(source) else None)
   with files.staged_directory(hf_dir) as staging:
-    hf_weights.write(tensors, staging)
+    hf_weights_export.write(tensors, staging)
     files.write_json_atomic(os.path.join(staging, 'config.json'), hf)
     hf_tokenizers.write(opened.tokenizer, staging)
   return hf['architectures'][0]

@@ -17,6 +17,7 @@ change. docs/configs_and_data.md shows this table (`table()`), and a test keeps 
 The checks that refuse a change are in roformer/resolve.py (and the workdir's, for a resume).
 """
 
+import copy
 import json
 import os
 
@@ -26,6 +27,7 @@ from roformer import config_schema
 from roformer import errors
 from roformer import files
 from roformer import positions
+from roformer import specs
 from roformer.data import synthetic
 
 RESUME, CONTINUE, EVALUATE = 'resume', 'continue', 'evaluate'
@@ -207,7 +209,7 @@ def save(config: ml_collections.ConfigDict, workdir: str, name: str = 'config.js
 
 def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
   """The config a run saved in `workdir` (config.json; with `current`, the one it trains under
-  now: files.current_config), brought up to date (config_schema.migrate: a field added since
+  now: files.current_config), brought up to date (`migrate`: a field added since
   the run was saved at its default). Raises ConfigError if there is none, and DamagedFileError
   naming the file and the fix if it does not read back as a config."""
   path = os.path.join(workdir, 'config.json')
@@ -226,7 +228,7 @@ def load(workdir: str, current: bool = False) -> ml_collections.ConfigDict:
     raise errors.DamagedFileError(f'{path} has no {missing[0]!r} section: it is damaged or not '
                                   f'a config written by train.py. Fix: {fix}.')
   tree = config_schema.schema()  # Built once for both: it is built on each call.
-  config = config_schema.migrate(_lists_to_tuples(saved), tree)  # Fields added since it was saved.
+  config = migrate(_lists_to_tuples(saved), tree)  # Fields added since it was saved.
   try:
     config_schema.check(config, tree)
   except errors.ConfigError as e:
@@ -273,3 +275,19 @@ def differences(a, b, prefix='') -> list[str]:
     elif va != vb and not (isinstance(va, (list, tuple)) and list(va) == list(vb or [])):
       out.append(f'{name}: {va!r} vs {vb!r}')
   return out
+
+
+def migrate(saved, tree: dict | None = None) -> ml_collections.ConfigDict:
+  """A config saved by any earlier version (a dict or ConfigDict), brought up to date: every
+  field added since it was saved at its default (the behaviour the code had before the field
+  existed). Fields it has keep their values; nothing is checked here. `tree`: schema(), where
+  the caller has built it already."""
+  def fill(node: dict, tree: dict) -> dict:
+    for key, spec in tree.items():
+      if key not in node:
+        node[key] = copy.deepcopy(specs.defaults(spec) if isinstance(spec, dict) else spec.default)
+      elif isinstance(spec, dict) and isinstance(node[key], dict):
+        fill(node[key], spec)
+    return node
+  plain = saved.to_dict() if hasattr(saved, 'to_dict') else copy.deepcopy(dict(saved))
+  return ml_collections.ConfigDict(fill(plain, config_schema.schema() if tree is None else tree))

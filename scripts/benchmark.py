@@ -59,6 +59,7 @@ from roformer import cli
 from roformer import files
 from roformer import provenance
 from roformer import config_args
+from roformer import config_checks
 from roformer import config_schema
 from roformer import errors
 from roformer import flops as flops_lib
@@ -284,7 +285,7 @@ def variants(config: ml_collections.ConfigDict, kinds: list[str],
         raise errors.ConfigError(f'{name} is asked for twice (--kinds or --vary repeat a value).')
       out[name] = trial
   varied = {field for field, _ in vary} | {'model.position.kind'}
-  unread = {name: config_schema.unread_fields(trial) - varied for name, trial in out.items()}
+  unread = {name: config_checks.unread_fields(trial) - varied for name, trial in out.items()}
   for name, trial in out.items():
     for field in unread[name]:
       if any(field not in fields for fields in unread.values()):

@@ -14,6 +14,7 @@ import numpy as np
 import processes
 import pytest
 
+from roformer import config_checks
 from roformer import config_schema
 from roformer import errors
 from roformer import evaluate
@@ -328,7 +329,7 @@ def test_a_relative_glob_is_made_absolute_unless_a_resumed_or_evaluated_run_save
 def test_files_fields_are_refused_for_another_dataset():
   cfg = config_schema.default_config()
   cfg.data.files = 'docs/*.txt'
-  (field, spec), = config_schema.unread_changes(cfg)
+  (field, spec), = config_checks.unread_changes(cfg)
   assert field == 'config.data.files' and spec.reader.fix == 'set --config.data.name=files'
 
 

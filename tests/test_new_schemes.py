@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from roformer import attention
-from roformer import config_schema
+from roformer import saved_config
 from roformer import positions
 from tests import kinds
 from tests.test_schemes import HEAD_DIM, HEADS, logits, make, model_cfg, random_qk
@@ -367,7 +367,7 @@ def test_yarn_ramps_match_their_formulas(factor, length):
 
 def test_configs_saved_before_the_new_options_still_validate_and_build():
   """A config.json written before keep_fraction, the scaling's ramp and llama3 factors, and the
-  kerple/fire/cope groups existed reads their defaults (config_schema.migrate, which every read
+  kerple/fire/cope groups existed reads their defaults (saved_config.migrate, which every read
   of a saved config runs) instead of failing."""
   for kind in ('rope', 'alibi'):
     saved = model_cfg(kind)
@@ -376,7 +376,7 @@ def test_configs_saved_before_the_new_options_still_validate_and_build():
       del saved.position.rope['keep_fraction']
       for name in ('ramp', 'low_freq_factor', 'high_freq_factor'):
         del saved.position.rope.scaling[name]
-    cfg = config_schema.migrate({'model': saved.to_dict()}).model
+    cfg = saved_config.migrate({'model': saved.to_dict()}).model
     assert cfg.position.rope.keep_fraction == 1.0 and 'kerple' in cfg.position
     positions.validate(cfg, 32, True)
     scheme = kinds.Built(cfg, causal=True, rngs=nnx.Rngs(0))

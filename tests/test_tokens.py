@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import test as test_config
+from roformer import config_checks
 from roformer import config_schema
 from roformer import errors
 from roformer import loop
@@ -137,7 +138,7 @@ def test_the_token_cache_is_refused_where_no_text_lm_reads_it():
   cfg = config_schema.default_config()
   cfg.data.token_cache = True
   cfg.model.type = 'encoder_decoder'
-  (field, _), = config_schema.unread_changes(cfg)
+  (field, _), = config_checks.unread_changes(cfg)
   assert field == 'config.data.token_cache'
 
 
