@@ -196,9 +196,9 @@ class MultiHeadAttention(nnx.Module):
       q, k = option.queries_keys(self, q, k)
     k_pos = pos
     first_slot = 0 if cache is None else cache['index']  # The queries' first key slot.
-    make_site = lambda k_pos, ctx, cache: attention_options.Site(
+    make_site = lambda k_pos, ctx, cache, fills_cache=False: attention_options.Site(
         pos=pos, k_pos=k_pos, position=position, ctx=ctx, cache=cache, segments=segments,
-        layer=layer, first_slot=first_slot)
+        layer=layer, first_slot=first_slot, fills_cache=fills_cache)
     # Decoding: keys turned by their own positions alone are cached rotated (but where the
     # absorbed form's values, read from the cached keys, would be turned or scaled too).
     early = (cache is not None and self.kind.rotates_before_cache(self, position)
@@ -244,7 +244,9 @@ class MultiHeadAttention(nnx.Module):
       mask = mask & (pos[:, :, None] // self.chunk == k_pos[:, None, :] // self.chunk)[:, None]
       if segments is not None and cache is None:
         segments = chunk_segments(segments, pos, self.chunk)
-    site = make_site(k_pos, ctx, cache)
+    # A call as long as its (whole-slot) cache starts at slot 0: a prompt filling its own cache.
+    site = make_site(k_pos, ctx, cache, fills_cache=cache is not None and not ring
+                     and k.shape[1] == length)
     if not early:
       q, k = self.kind.rotate(self, q, k, site)
     v = position.rotate_value(v, k_pos, ctx)

@@ -189,6 +189,29 @@ def test_a_prompt_longer_than_the_window_attends_over_its_own_keys_alone():
   assert '10' in widths and '14' not in widths, widths
 
 
+@pytest.mark.parametrize('remap', ['none', 'rerope'])
+def test_a_prompt_filling_its_own_cache_runs_over_causal_blocks(remap):
+  """A prompt of 10 tokens fills its own cache from slot 0, so its mask is the causal one and
+  its queries run over causal blocks of `model.causal_block` (4) rows as a pass without a cache
+  does (each block over the keys from its window's first to its last row; a remap's over at
+  most REMAP_BLOCKS blocks): its logits are the full pass's, greedy generation that of full
+  passes, and no [10, 10] logits are formed (windows (4, global), two query heads a key head)."""
+  config = tiny((4, 0), num_layers=2)
+  config.model.update(causal_block=4, num_kv_heads=2)
+  config.model.position.rope.remap.method = remap
+  if remap == 'rerope':
+    config.model.position.rope.remap.window = 3
+  resolve.validate(config)
+  model = models.create(config.model, seed=2)
+  prompt = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 10)))
+  kinds.assert_decoding_equals_full_pass(model, prompt, (10,), max_len=10)  # Its own cache.
+  np.testing.assert_array_equal(
+      np.asarray(decode.generate(model, prompt, max_new_tokens=3, eos_id=-1)),
+      test_decode.uncached_greedy(model, prompt, 3))
+  text = str(jax.make_jaxpr(lambda p: decode.causal_lm_start(model, p, 3).first_logits)(prompt))
+  assert not re.search(r'f32\[2,\d+,10,10\]', text)  # [batch, heads, queries, keys]
+
+
 @pytest.mark.parametrize('field', ['layer_windows', 'layer_chunks'])
 @pytest.mark.parametrize('change,match', [
     ({'type': 'mlm'}, r'FIELD=\(4, 0\) \w+ .*; model.type=.mlm. attends both ways'),

@@ -66,6 +66,15 @@ class Site:
   segments: jax.Array | None
   layer: Any
   first_slot: Any
+  # The call writes every slot of its cache from slot 0 (a prompt's own cache, as
+  # decode.causal_lm_start fills it): its keys are its own tokens' and its mask the causal one,
+  # so it may run over causal blocks as a call without a cache does.
+  fills_cache: bool = False
+
+  @property
+  def blocks_causally(self) -> bool:
+    """Whether the queries may run over causal blocks: no cache, or one the call fills."""
+    return self.cache is None or self.fills_cache
 
   def fused_inputs(self, module):
     """(bias, params, row, col) for roformer/fused_bias.py's `attend` (and stick-breaking's)

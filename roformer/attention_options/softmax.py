@@ -48,7 +48,8 @@ class Softmax(base.AttentionKind):
     sink = next((o.sink(module) for o in module.options if o.adds_sink), None)
     former = next((o for o in module.options if o.forms_logits), None)
     if module.remap:
-      blocked = module.causal and module.causal_block and cache is None and not module.record_probs
+      blocked = (module.causal and module.causal_block and site.blocks_causally
+                 and not module.record_probs)
       rows = max(module.causal_block, -(-q.shape[1] // REMAP_BLOCKS))
       if blocked and rows < q.shape[1]:
         return attention.over_causal_blocks(
@@ -76,29 +77,29 @@ class Softmax(base.AttentionKind):
       q = (q * jnp.transpose(factor, (0, 2, 1))[..., None]).astype(q.dtype)
       bias = None if bias is None else bias * factor[..., None]
     if maps or sink is not None:
-      return _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink)
+      return _mapped_attention(module, q, k, v, mask, bias, maps, site, sink)
     return attention.attend(q, plain_k, plain_v, mask, bias=bias,
                             impl=('einsum' if module.record_probs else module.unfused_impl
                                   if cache is None else module.cache_impl),
                             return_probs=module.value_term or module.record_probs,
-                            causal_block=module.causal_block if cache is None else 0,
+                            causal_block=module.causal_block if site.blocks_causally else 0,
                             window=module.window,
                             segments=site.segments if cache is None else None,
                             causal=module.causal)
 
 
-def _mapped_attention(module, q, k, v, mask, bias, maps, cache, sink=None):
+def _mapped_attention(module, q, k, v, mask, bias, maps, site, sink=None):
   """softmax over the mapped logits (q.k/sqrt(d) + bias through each switch's `map_logits`),
   with the switches' `sink` logit where one adds it: (output, weights). A causal self-attention
-  without a cache whose weights nothing reads runs over causal blocks of `model.causal_block`
-  queries, each over the keys from its window's first to its last row, as the plain einsum path
-  does, so that it holds one block's logits."""
+  without a cache (or filling its own: `Site.fills_cache`) whose weights nothing reads runs over
+  causal blocks of `model.causal_block` queries, each over the keys from its window's first to
+  its last row, as the plain einsum path does, so that it holds one block's logits."""
   def attend(q, k, v, mask, bias):
     return attention.attend_logits(_mapped(module, attention.scaled_logits(q, k, bias), maps),
                                    v, mask, sink)
 
   rows = module.causal_block
-  if (module.causal and cache is None and 0 < rows < q.shape[1]
+  if (module.causal and site.blocks_causally and 0 < rows < q.shape[1]
       and not (module.value_term or module.record_probs)):
     return attention.over_causal_blocks(lambda *a: attend(*a)[0], q, k, v, mask, bias, rows,
                                         module.window), None

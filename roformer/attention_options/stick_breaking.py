@@ -71,7 +71,7 @@ class StickBreaking(base.AttentionKind):
       return stick_breaking_attend(
           site.position.logits(q, k, site.pos, site.k_pos, mask, site.ctx), v, mask,
           attend_current=module.attend_current, query_slots=slots)
-    no_blocks = site.cache is not None or module.value_term or module.record_probs
+    no_blocks = not site.blocks_causally or module.value_term or module.record_probs
     return stick_breaking(
         q, k, v, mask, site.position.logits_bias(q, k, site.pos, site.k_pos, mask, site.ctx),
         attend_current=module.attend_current,
