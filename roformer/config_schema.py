@@ -40,7 +40,7 @@ from roformer.data import corpus
 from roformer.data import mixture
 from roformer.data import synthetic
 from roformer.data import tokenizer as tokenizer_lib
-from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Spec, Str, check_tree,
+from roformer.specs import (Bool, Float, Int, Map, Names, Record, Seq, Str, check_tree,
                             defaults, kept)
 
 _STEPS = 2**31 - 1  # Step counters are int32.

@@ -39,8 +39,9 @@
 #      8 layers, d_model 1024, bfloat16), the next token of 8 rows after DECODE_LENGTHS
 #      (8192,32768) cached tokens with each cache (model.mla.cache heads, latent), then a
 #      Llama-shaped one of the same size with 16 key/value heads and with 4 (cuDNN's kernels
-#      reading the grouped heads of a cache kept slots first): step time, memory and the
-#      cache's bytes (DECODE_LIMIT, 300 s each);
+#      reading the grouped heads of a cache kept slots first), and that one with windows of
+#      1,024 on three layers in four (their caches rings of 1,024 slots): step time, memory and
+#      the cache's bytes (DECODE_LIMIT, 300 s each);
 #      `moe` (only when named): mixtures at gpu_125m, the dense and the ragged computation of
 #      the experts, in configs/lm.py:mixtral's layout and DeepSeek-V3's (MOE_LIMIT, 300 s each);
 #      `llama32k` (only when named): a Llama-shaped model of about 0.5B parameters (random
@@ -252,6 +253,13 @@ bench "${DECODE_LIMIT:-300}" 10 decode_llama --config configs/lm.py:llama \
     --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
     --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
     --vary model.num_kv_heads=16,4 --steps 20
+# The same with Gemma 3's layout of windows: the windowed layers' caches are rings of 1,024 slots.
+bench "${DECODE_LIMIT:-300}" 10 decode_windows --config configs/lm.py:llama \
+    --config.model.d_model=1024 --config.model.num_heads=16 --config.model.num_layers=8 \
+    --config.model.layer_windows='(1024,1024,1024,0)' \
+    --config.model.dtype=bfloat16 --config.data.vocab_size=32000 --config.train.batch_size=8 \
+    --step decode --vary data.seq_len=${DECODE_LENGTHS:-8192,32768} \
+    --vary model.num_kv_heads=16,4 --steps 20
 fi
 
 if want moe; then
@@ -349,7 +357,7 @@ JAX_DEFAULT_MATMUL_PRECISION=highest XLA_PYTHON_CLIENT_PREALLOCATE=false \
     tests/test_attention.py tests/test_causal_blocks.py tests/test_losses.py \
     tests/test_positions.py tests/test_schemes.py tests/test_stick_breaking.py \
     tests/test_forgetting.py tests/test_path.py tests/test_decode.py tests/test_performer.py \
-    2>&1 | tee "$OUT/suite_on_gpu.log" | grep -E 'FAILED|ERROR|SKIPPED|passed|failed' | tail -40
+    tests/test_windows.py 2>&1 | tee "$OUT/suite_on_gpu.log" | grep -E 'FAILED|ERROR|SKIPPED|passed|failed' | tail -40
 fi
 if want sweep; then
 stage "sweep ${SWEEP:=configs/sweeps/options.py:niah_multikey}"

@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints out (roformer/hf.py, hf_export_config.py, hf_weights.py,
+"""Hugging Face checkpoints out (roformer/hf.py, hf_export_config.py, hf_weights_export.py,
 hf_tokenizers.py): a model trained here or imported goes to the transformers class that computes
 it, and read back computes the same logits; its tokenizer gives the run's ids; a model no class
 computes is refused with the reason and its fix, before anything is written. Torch is not

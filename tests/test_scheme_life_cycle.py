@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # checkpoints compute, named by definition.
 HF_TRANSLATION = ('hf_config.py', 'hf_classic.py', 'hf_deepseek.py', 'hf_export_config.py',
                   'hf_falcon.py', 'hf_llama4.py', 'hf_llama_export.py', 'hf_moe.py',
-                  'hf_weights.py')
+                  'hf_weights_export.py')
 
 
 def _model(kind='rope', **position):

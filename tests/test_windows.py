@@ -86,8 +86,7 @@ def _slots_held(cache, model) -> list[int]:
           for layer, block in zip(cache['layers'], model.blocks)]
 
 
-@pytest.mark.parametrize('heads_first', [True, False])
-@pytest.mark.parametrize('num_kv_heads', [0, 2])
+@pytest.mark.parametrize('heads_first,num_kv_heads', [(True, 2), (False, 0)])
 def test_windowed_layers_decode_over_a_ring_of_their_window_as_the_full_pass(heads_first,
                                                                              num_kv_heads):
   """Windows (3, global, 2) over 16 cache slots: the windowed layers keep 3 and 2 slots, the
