@@ -10,9 +10,10 @@ every layer, and the mask a layer receives stays one over every cache slot: a ri
 its columns at the slots its keys hold.
 
 A ring serves a layer that computes each key's terms from that key's position alone
-(`positions.base.Layer.keys_by_position_alone`: RoPE and its static scalings, RoPE-ID, no
-position at all), through the softmax with no distance remap; the schemes that read the keys in
-order (CoPE's counts, FoX's and PaTH's per-slot state, stick-breaking) keep every slot.
+(`positions.base.Layer.keys_by_position_alone`: RoPE and its static scalings, RoPE-ID, the
+absolute codes added to the input, no position at all), through the softmax with no distance
+remap; the others (a bias, CoPE's counts, FoX's and PaTH's per-slot state, frequencies that
+follow the row's length, stick-breaking's order) keep every slot.
 
 A call of one token writes its key first and attends over the ring in place: the key it
 overwrites, W slots back, is outside its window. A longer call attends over the ring before it
