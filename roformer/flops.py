@@ -125,3 +125,14 @@ def decode_flops_per_token(model_cfg: ml_collections.ConfigDict, attended: int) 
   same outputs through other products)."""
   return model_types.of(model_cfg).forward_flops(
       model_cfg, attended, 1.0, lambda cfg, n, causal: layer_flops_per_token(cfg, n, False))
+
+
+def prefill_flops_per_token(model_cfg: ml_collections.ConfigDict, prompt_len: int) -> float:
+  """Forward FLOPs per token of a causal LM's prefill (decode.causal_lm_start): the causal pass
+  over a prompt of `prompt_len` tokens, its output layer at the last token alone."""
+  forward = lambda cfg: model_types.of(cfg).forward_flops(
+      cfg, prompt_len, 1.0, layer_flops_per_token)
+  no_vocab = ml_collections.ConfigDict(model_cfg.to_dict())
+  no_vocab.vocab_size = 0
+  output = forward(model_cfg) - forward(no_vocab)  # The output layer's, at every token.
+  return forward(no_vocab) + output / prompt_len

@@ -102,14 +102,16 @@ def parser() -> cli.ArgumentParser:
   p.add_argument('--documents', type=cli.positive_int, default=1,
                  help='Documents packed in each row of the batch (1: one causal sequence per '
                  'row, which cuDNN runs with sequence lengths; more: with the segment mask).')
-  p.add_argument('--step', choices=('train', 'eval', 'decode'), default='train',
+  p.add_argument('--step', choices=('train', 'eval', 'decode', 'prefill'), default='train',
                  help='The step to time: train (forward, backward and the update), eval (the '
                  'forward pass and the loss, on the same parameters each time; its FLOPs are '
                  'the forward third of the training count, which, like it, leaves out extra '
                  "passes such as a distance remap's) or decode (a causal LM's next token in "
                  'each row over a key/value cache of seq_len - 1 tokens, written in place: the '
                  "cache's bytes are reported, and the FLOPs are the plain form's of a token "
-                 'attending to seq_len positions).')
+                 'attending to seq_len positions) or prefill (a causal LM\'s prompt of seq_len '
+                 'tokens a row into a cache of its own, the output layer at its last token, as '
+                 'generation starts: decode.causal_lm_start).')
   p.add_argument('--without', type=cli.comma_list, default=[],
                  help='Hand-written backward passes (roformer/autodiff.py names) to time '
                  'without, one at a time: every variant is also timed with each of them '
@@ -323,6 +325,8 @@ class Runner:
     # As each phase ends, so that a run stopped by a time limit says which phase it was in.
     if step == 'decode':  # Its cache filled first: the compile time is the step's alone.
       step_fn, self.cache, self.next_token = self._decoder()
+    elif step == 'prefill':
+      step_fn, self.next_token = self._prefill()
     print(f'[benchmark] {self.name}: built, compiling', file=sys.stderr, flush=True)
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
@@ -330,6 +334,8 @@ class Runner:
       if step == 'decode':
         self.compiled = step_fn.lower(self.state['params'], self.cache, *self.next_token
                                       ).compile()
+      elif step == 'prefill':
+        self.compiled = step_fn.lower(self.state['params'], *self.next_token).compile()
       elif step == 'eval':
         self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
       else:
@@ -370,8 +376,28 @@ class Runner:
                    jnp.int32(start))
     return jax.jit(step, donate_argnums=1), cache, (tokens[:, -1:], positions_[:, -1:])
 
+  def _prefill(self):
+    """The jitted prefill (parameters, prompt, positions -> logits of the last token, the
+    prompt's cache), as decode.causal_lm_start runs it: the prompt, seq_len random tokens a row,
+    into a cache of its own seq_len slots."""
+    config = self.config
+    if not issubclass(models.MODELS[config.model.type], models.CausalLM):
+      raise errors.ConfigError(f'--step=prefill times a causal LM\'s prompt; '
+                               f'config.model.type={config.model.type!r}. Fix: a causal LM.')
+    batch, length, graphdef = config.train.batch_size, config.data.seq_len, self.trainer.graphdef
+    tokens = jnp.asarray(synthetic_batch(self.trainer, batch, length)['inputs'], jnp.int32)
+    positions_ = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+
+    def prefill(params, tokens, positions):
+      model = nnx.merge(graphdef, params)
+      return model.decode(tokens, positions, model.init_cache(batch, length, rings=False),
+                          last_only=True)
+    return jax.jit(prefill), (tokens, positions_)
+
   def _run(self) -> None:
-    if self.step == 'decode':
+    if self.step == 'prefill':
+      self.metrics, self.cache = self.compiled(self.state['params'], *self.next_token)
+    elif self.step == 'decode':
       self.metrics, self.cache = self.compiled(self.state['params'], self.cache,
                                                *self.next_token)
     elif self.step == 'eval':
@@ -401,7 +427,7 @@ class Runner:
     """The last step's loss (an evaluation step's: its summed loss over its weight; none for
     decoding)."""
     m = self.metrics
-    if self.step == 'decode':
+    if self.step in ('decode', 'prefill'):
       return float('nan')
     return float(m['loss']) if 'loss' in m else float(m['loss_sum'] / m['weight'])
 
@@ -417,6 +443,9 @@ class Runner:
     elif self.step == 'decode':
       tokens = config.train.batch_size
       per_token = flops_lib.decode_flops_per_token(config.model, config.data.seq_len)
+      extra = {'cache_bytes': sum(x.nbytes for x in jax.tree.leaves(self.cache))}
+    elif self.step == 'prefill':
+      per_token = flops_lib.prefill_flops_per_token(config.model, config.data.seq_len)
       extra = {'cache_bytes': sum(x.nbytes for x in jax.tree.leaves(self.cache))}
     return {'name': self.name, 'kind': self.kind, 'step_s': step_s,
             'step_s_min': min(self.times), 'step_s_max': max(self.times),

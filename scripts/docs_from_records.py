@@ -226,7 +226,9 @@ def compare(path: pathlib.Path, options: dict, spec: str) -> list[str]:
         + (f" {first['cache_bytes'] / 2**20:,.1f} / {second['cache_bytes'] / 2**20:,.1f} |"
            if cache else ''))
   what = {'eval': "evaluation step's.",
-          'decode': "decoding step's: one token a row over a cache of the other tokens."}
+          'decode': "decoding step's: one token a row over a cache of the other tokens.",
+          'prefill': "prefill's: the prompt into a cache of its own, the output layer at its "
+                     "last token."}
   lines += ['', f"{data['device_kind']} ({data['backend']}, {data['devices']} device), "
             f"{data['date']}; median of {data['steps']} steps each in {data['rounds_count']} "
             'interleaved rounds; compile time is the whole '

@@ -32,6 +32,8 @@ def test_flops_per_token_by_hand():
   assert flops.train_flops_per_token(cfg, seq) == 3 * (2 * (512 + 1024 + 256) + 1600)
   # Decoding's next token after 15 cached ones attends to all 16 (2*2*16*8 = 512), forward only.
   assert flops.decode_flops_per_token(cfg, seq) == 2 * (512 + 1024 + 512) + 1600
+  # A prompt of 16: the causal pass's layers, the output layer at its last token alone.
+  assert flops.prefill_flops_per_token(cfg, seq) == 2 * (512 + 1024 + 256) + 1600 / 16
   enc = mlm.get_config().model
   enc.update(num_layers=2, d_model=8, num_heads=2, d_ff=32, vocab_size=100)
   # Bidirectional attention counts whole (512), plus the head's dense 2*8*8 = 128.
@@ -184,6 +186,29 @@ def test_benchmark_times_decoding_over_either_cache_of_latent_attention(tmp_path
   for row in result['rows']:
     assert row['flops_per_token'] == flops.decode_flops_per_token(config.model, length)
     assert row['tokens_per_s'] == pytest.approx(batch / row['step_s'])
+
+
+@pytest.mark.slow
+def test_benchmark_times_a_prompts_prefill_over_causal_blocks_or_whole(tmp_path):
+  """--step=prefill: the prompt of seq_len tokens a row into a cache of its own, as generation
+  starts; the cache holds 2 layers x (keys 8 + values 8) x 4 heads a slot; the FLOPs are the
+  causal pass's with the output layer at the last token; causal blocks of 32 rows hold less
+  than the whole [256, 256] logits."""
+  out = tmp_path / 'bench.json'
+  done = _benchmark('--kinds=rope', '--step=prefill', '--steps=2', '--rounds=2', '--warmup=1',
+                    '--peak_size=256', '--config.data.seq_len=256', '--config.train.batch_size=2',
+                    '--vary=model.causal_block=0,32', f'--out={out}')
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert 'prefill step' in done.stdout and 'cache (MiB)' in done.stdout
+  result = json.loads(out.read_text())
+  config = ml_collections.ConfigDict(result['config'])
+  batch, length = config.train.batch_size, config.data.seq_len
+  whole, blocked = result['rows']
+  assert whole['cache_bytes'] == 2 * (8 + 8) * 4 * 4 * batch * length + 4 * batch * length + 4
+  for row in result['rows']:
+    assert row['flops_per_token'] == flops.prefill_flops_per_token(config.model, length)
+    assert row['tokens_per_s'] == pytest.approx(batch * length / row['step_s'])
+  assert blocked['peak_bytes'] < whole['peak_bytes']
 
 
 @pytest.mark.slow
