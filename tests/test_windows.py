@@ -18,6 +18,7 @@ from roformer import errors
 from roformer import models
 from roformer import resolve
 from roformer import window_cache
+from roformer.attention_options import base as option_base
 
 
 def test_the_window_mask_against_a_hand_table():
@@ -209,6 +210,23 @@ def test_a_prompt_filling_its_own_cache_runs_over_causal_blocks(remap):
       test_decode.uncached_greedy(model, prompt, 3))
   text = str(jax.make_jaxpr(lambda p: decode.causal_lm_start(model, p, 3).first_logits)(prompt))
   assert not re.search(r'f32\[2,\d+,10,10\]', text)  # [batch, heads, queries, keys]
+
+
+def test_a_long_prompt_runs_in_at_most_prefill_blocks_blocks():
+  """A prompt of 48 tokens with causal blocks of 1 row runs in 16 blocks of 3 rows (at most
+  PREFILL_BLOCKS = 16: each is its own part of a program compiled per prompt length), where a
+  pass without a cache keeps blocks of 1; the logits are the full pass's."""
+  config = tiny((0,))
+  config.model.causal_block = 1
+  model = models.create(config.model, seed=2)
+  prompt = jnp.asarray(np.random.default_rng(5).integers(5, 50, (1, 48)))
+  kinds.assert_decoding_equals_full_pass(model, prompt, (48,), max_len=48)
+  text = str(jax.make_jaxpr(lambda p: decode.causal_lm_start(model, p, 2).first_logits)(prompt))
+  # The logits of each block, [1, heads, rows, keys up to its last row] (the weighted values
+  # are [1, heads, width 8, rows]; the other products have 3 axes).
+  shapes = re.findall(r'f32\[1,\d+,(\d+),(\d+)\] = dot_general', text)
+  rows = {int(r) for r, keys in shapes if int(r) <= int(keys)}
+  assert option_base.PREFILL_BLOCKS == 16 and rows == {3}, rows
 
 
 @pytest.mark.parametrize('field', ['layer_windows', 'layer_chunks'])

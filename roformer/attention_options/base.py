@@ -48,6 +48,11 @@ FEATURES = {
     'mask': 'never forms the attention mask',
 }
 
+# A prompt filling its own cache runs in at most this many causal blocks (`Site.block_rows`):
+# at 8,192 tokens on the CPU, 16 blocks compiled in a quarter of the time 64 blocks of 128 rows
+# took, and stepped faster, for a little more memory held (docs/performance.md).
+PREFILL_BLOCKS = 16
+
 KINDS: dict[str, 'AttentionKind'] = {}
 OPTIONS: dict[str, 'AttentionOption'] = {}
 
@@ -71,10 +76,16 @@ class Site:
   # so it may run over causal blocks as a call without a cache does.
   fills_cache: bool = False
 
-  @property
-  def blocks_causally(self) -> bool:
-    """Whether the queries may run over causal blocks: no cache, or one the call fills."""
-    return self.cache is None or self.fills_cache
+  def block_rows(self, module, q_len: int) -> int:
+    """The rows of each causal block of queries this call may run in (0: none): the layer's
+    `model.causal_block` without a cache; for a prompt filling its own cache, at least
+    q_len / PREFILL_BLOCKS, since generation compiles a program for each prompt length and each
+    block is its own part of it (docs/performance.md); none with any other cache."""
+    if self.cache is None:
+      return module.causal_block
+    if self.fills_cache and module.causal_block:
+      return max(module.causal_block, -(-q_len // PREFILL_BLOCKS))
+    return 0
 
   def fused_inputs(self, module):
     """(bias, params, row, col) for roformer/fused_bias.py's `attend` (and stick-breaking's)

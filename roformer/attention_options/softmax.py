@@ -48,7 +48,7 @@ class Softmax(base.AttentionKind):
     sink = next((o.sink(module) for o in module.options if o.adds_sink), None)
     former = next((o for o in module.options if o.forms_logits), None)
     if module.remap:
-      blocked = (module.causal and module.causal_block and site.blocks_causally
+      blocked = (module.causal and site.block_rows(module, q.shape[1])
                  and not module.record_probs)
       rows = max(module.causal_block, -(-q.shape[1] // REMAP_BLOCKS))
       if blocked and rows < q.shape[1]:
@@ -82,7 +82,7 @@ class Softmax(base.AttentionKind):
                             impl=('einsum' if module.record_probs else module.unfused_impl
                                   if cache is None else module.cache_impl),
                             return_probs=module.value_term or module.record_probs,
-                            causal_block=module.causal_block if site.blocks_causally else 0,
+                            causal_block=site.block_rows(module, q.shape[1]),
                             window=module.window,
                             segments=site.segments if cache is None else None,
                             causal=module.causal)
@@ -98,8 +98,8 @@ def _mapped_attention(module, q, k, v, mask, bias, maps, site, sink=None):
     return attention.attend_logits(_mapped(module, attention.scaled_logits(q, k, bias), maps),
                                    v, mask, sink)
 
-  rows = module.causal_block
-  if (module.causal and site.blocks_causally and 0 < rows < q.shape[1]
+  rows = site.block_rows(module, q.shape[1])
+  if (module.causal and 0 < rows < q.shape[1]
       and not (module.value_term or module.record_probs)):
     return attention.over_causal_blocks(lambda *a: attend(*a)[0], q, k, v, mask, bias, rows,
                                         module.window), None

@@ -30,10 +30,10 @@ def stick_breaking(q, k, v, mask, bias, *, attend_current: bool, causal_block: i
                    window: int = 0, query_slots: jax.Array | None = None
                    ) -> tuple[jax.Array, jax.Array | None]:
   """`stick_breaking_attend` of q.k/sqrt(d) + bias, as `attend` is for the softmax: with
-  0 < `causal_block` < q_len (a causal self-attention without a cache), without the blocks
-  above the diagonal; each run of at most `causal_block` queries computes its logits, weights
-  and weighted values over the keys up to its last row only (from the first key its window
-  sees, with a sliding `window`). Exact: a key after the query, like any masked key, neither
+  0 < `causal_block` < q_len (a causal self-attention without a cache, or a prompt filling its
+  own: `Site.block_rows`), without the blocks above the diagonal; each run of at most
+  `causal_block` queries computes its logits, weights and weighted values over the keys up to
+  its last row only (from the first key its window sees, with a sliding `window`). Exact: a key after the query, like any masked key, neither
   takes nor breaks its stick. `query_slots` (the queries' cache slots) is for the whole
   matrix: the blocks are a full causal pass, slots 0..q_len-1. Returns (output [batch, q_len,
   heads, head_dim], the weights, or None from the blocks)."""
@@ -71,11 +71,12 @@ class StickBreaking(base.AttentionKind):
       return stick_breaking_attend(
           site.position.logits(q, k, site.pos, site.k_pos, mask, site.ctx), v, mask,
           attend_current=module.attend_current, query_slots=slots)
-    no_blocks = not site.blocks_causally or module.value_term or module.record_probs
+    no_blocks = module.value_term or module.record_probs
     return stick_breaking(
         q, k, v, mask, site.position.logits_bias(q, k, site.pos, site.k_pos, mask, site.ctx),
         attend_current=module.attend_current,
-        causal_block=0 if no_blocks else module.causal_block, window=module.window,
+        causal_block=0 if no_blocks else site.block_rows(module, q.shape[1]),
+        window=module.window,
         query_slots=slots)
 
   def sees_itself(self, module) -> bool:
