@@ -323,6 +323,16 @@ class Start(NamedTuple):
   refills: dict  # {step: its step function} (`refilling`)
 
 
+def prefill(model, prompt):
+  """A causal LM over `prompt` [batch, P] (positions 0..P-1) into a cache of its own P slots,
+  without rings (its queries attend over its own keys, in causal blocks: Site.fills_cache):
+  (logits of the last token [batch, 1, V], the filled cache)."""
+  batch, length = prompt.shape
+  positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+  return model.decode(prompt, positions, model.init_cache(batch, length, rings=False),
+                      last_only=True)
+
+
 def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
   """Runs a causal LM over `prompt` [batch, P] into a cache with room for max_new_tokens more,
   for the searches: (step_fn, logits of the first new token, cache, its positions, refills).
@@ -335,9 +345,7 @@ def causal_lm_start(model, prompt, max_new_tokens: int) -> Start:
   `cache_breaks` that decoding feeds refill the cache there (`refilling`)."""
   batch, length = prompt.shape
   slots = length + max_new_tokens
-  positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
-  logits, filled = model.decode(prompt, positions, model.init_cache(batch, length, rings=False),
-                                last_only=True)
+  logits, filled = prefill(model, prompt)
   cache = _grown(filled, model.init_cache(batch, slots))
 
   def decode_fn(tokens, positions, cache):

@@ -61,6 +61,7 @@ from roformer import provenance
 from roformer import config_args
 from roformer import config_checks
 from roformer import config_schema
+from roformer import decode
 from roformer import errors
 from roformer import flops as flops_lib
 from roformer import host_memory
@@ -324,18 +325,18 @@ class Runner:
     jax.block_until_ready(self.state)
     # As each phase ends, so that a run stopped by a time limit says which phase it was in.
     if step == 'decode':  # Its cache filled first: the compile time is the step's alone.
-      step_fn, self.cache, self.next_token = self._decoder()
+      step_fn, self.cache, self.step_inputs = self._decoder()
     elif step == 'prefill':
-      step_fn, self.next_token = self._prefill()
+      step_fn, self.step_inputs = self._prefill()
     print(f'[benchmark] {self.name}: built, compiling', file=sys.stderr, flush=True)
     start = time.perf_counter()
     self.seed = np.int32(trainer_lib.dropout_seed(config))
     with autodiff_passes(without):  # Traced (in lower) with them off.
       if step == 'decode':
-        self.compiled = step_fn.lower(self.state['params'], self.cache, *self.next_token
+        self.compiled = step_fn.lower(self.state['params'], self.cache, *self.step_inputs
                                       ).compile()
       elif step == 'prefill':
-        self.compiled = step_fn.lower(self.state['params'], *self.next_token).compile()
+        self.compiled = step_fn.lower(self.state['params'], *self.step_inputs).compile()
       elif step == 'eval':
         self.compiled = self.trainer.eval_step.lower(self.state['params'], self.batch).compile()
       else:
@@ -354,13 +355,9 @@ class Runner:
     """The jitted decoding step (parameters, cache, token, position -> logits, cache), its
     cache filled with seq_len - 1 random tokens a row, and the next token and position: each
     step writes slot seq_len - 1 again, in the cache it is given (donated)."""
-    config = self.config
-    if not issubclass(models.MODELS[config.model.type], models.CausalLM):
-      raise errors.ConfigError(f'--step=decode times a causal LM\'s decoding; '
-                               f'config.model.type={config.model.type!r}. Fix: a causal LM.')
-    batch, length, graphdef = config.train.batch_size, config.data.seq_len, self.trainer.graphdef
-    tokens = jnp.asarray(synthetic_batch(self.trainer, batch, length)['inputs'], jnp.int32)
-    positions_ = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    batch, length = self.config.train.batch_size, self.config.data.seq_len
+    graphdef = self.trainer.graphdef
+    tokens, positions_ = self._prompt()
 
     def decode_at(params, cache, token, position, index):
       return nnx.merge(graphdef, params).decode(token, position, {**cache, 'index': index})
@@ -377,29 +374,26 @@ class Runner:
     return jax.jit(step, donate_argnums=1), cache, (tokens[:, -1:], positions_[:, -1:])
 
   def _prefill(self):
-    """The jitted prefill (parameters, prompt, positions -> logits of the last token, the
-    prompt's cache), as decode.causal_lm_start runs it: the prompt, seq_len random tokens a row,
-    into a cache of its own seq_len slots."""
-    config = self.config
-    if not issubclass(models.MODELS[config.model.type], models.CausalLM):
-      raise errors.ConfigError(f'--step=prefill times a causal LM\'s prompt; '
-                               f'config.model.type={config.model.type!r}. Fix: a causal LM.')
-    batch, length, graphdef = config.train.batch_size, config.data.seq_len, self.trainer.graphdef
-    tokens = jnp.asarray(synthetic_batch(self.trainer, batch, length)['inputs'], jnp.int32)
-    positions_ = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    """The jitted prefill (parameters, prompt -> logits of the last token, the prompt's
+    cache): decode.prefill, as generation starts, of seq_len random tokens a row, and its
+    inputs."""
+    graphdef = self.trainer.graphdef
+    step = jax.jit(lambda params, tokens: decode.prefill(nnx.merge(graphdef, params), tokens))
+    return step, self._prompt()[:1]
 
-    def prefill(params, tokens, positions):
-      model = nnx.merge(graphdef, params)
-      return model.decode(tokens, positions, model.init_cache(batch, length, rings=False),
-                          last_only=True)
-    return jax.jit(prefill), (tokens, positions_)
+  def _prompt(self):
+    """seq_len random tokens a row [batch, seq_len] and their positions 0..seq_len - 1: the
+    prompt that decoding's cache is filled with, or that the prefill reads."""
+    batch, length = self.config.train.batch_size, self.config.data.seq_len
+    tokens = jnp.asarray(synthetic_batch(self.trainer, batch, length)['inputs'], jnp.int32)
+    return tokens, jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
 
   def _run(self) -> None:
     if self.step == 'prefill':
-      self.metrics, self.cache = self.compiled(self.state['params'], *self.next_token)
+      self.metrics, self.cache = self.compiled(self.state['params'], *self.step_inputs)
     elif self.step == 'decode':
       self.metrics, self.cache = self.compiled(self.state['params'], self.cache,
-                                               *self.next_token)
+                                               *self.step_inputs)
     elif self.step == 'eval':
       self.metrics = self.compiled(self.state['params'], self.batch)
     else:
@@ -511,6 +505,16 @@ def serve(runners: dict[str, Runner], measure_peak_now, meta: dict) -> None:
       reply({'error': f'unknown command {line.strip()!r}'})
 
 
+def check_step(config, step: str) -> None:
+  """Refuses --step=decode or prefill for a model that is not a causal LM, before it is built."""
+  if step in ('decode', 'prefill') and not issubclass(models.MODELS[config.model.type],
+                                                       models.CausalLM):
+    raise errors.ConfigError(f'--step={step} times a causal LM\'s '
+                             f'{"decoding" if step == "decode" else "prompt"}; '
+                             f'config.model.type={config.model.type!r}. Fix: a causal LM, or '
+                             '--step=train or eval.')
+
+
 def main(args):
   config = load_config(args, cli.overrides())
   kinds = args.kinds or [config.model.position.kind]
@@ -531,6 +535,7 @@ def main(args):
       with trial.unlocked():  # What a run derives from its length (FoPE's clipping).
         positions.derive(trial.model, resolve.trained_positions(trial)[0])
       resolve.validate(trial, sharding.data_parallel_size(mesh), jax.process_count())
+      check_step(trial, args.step)
     passes = without_variants(trials, args.without)
   except (ValueError, KeyError, TypeError) as e:  # --vary's, round_sizes' and the mesh's.
     if isinstance(e, errors.ConfigError):

@@ -162,6 +162,16 @@ def test_benchmark_times_the_evaluation_step_at_a_third_of_the_training_flops(tm
   assert 5.0 < plain['loss'] < 7.5  # About log(512) = 6.2 for random tokens at initialisation.
 
 
+def _cache_record(done, out, step: str):
+  """(the record, its config, rows, seq_len) of a benchmark of `step` that reports a cache,
+  after checking that it ran and printed its table."""
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f'{step} step' in done.stdout and 'cache (MiB)' in done.stdout
+  result = json.loads(out.read_text())
+  config = ml_collections.ConfigDict(result['config'])
+  return result, config, config.train.batch_size, config.data.seq_len
+
+
 @pytest.mark.slow
 def test_benchmark_times_decoding_over_either_cache_of_latent_attention(tmp_path):
   """--step=decode: one token a row over a cache of seq_len - 1 tokens; the heads' cache
@@ -173,11 +183,7 @@ def test_benchmark_times_decoding_over_either_cache_of_latent_attention(tmp_path
                     '--config.model.mla.rope_dim=4', '--config.model.position.rope.fraction=0.5',
                     '--config.model.biases=none', '--vary=model.mla.cache=heads,latent',
                     f'--out={out}')
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert 'decode step' in done.stdout and 'cache (MiB)' in done.stdout
-  result = json.loads(out.read_text())
-  config = ml_collections.ConfigDict(result['config'])
-  batch, length = config.train.batch_size, config.data.seq_len
+  result, config, batch, length = _cache_record(done, out, 'decode')
   heads, latent = result['rows']
   slots = 4 * batch * length  # Bytes of a float32 number in every slot of every row.
   positions = slots + 4  # The slots' positions (int32) and the index.
@@ -198,11 +204,7 @@ def test_benchmark_times_a_prompts_prefill_over_causal_blocks_or_whole(tmp_path)
   done = _benchmark('--kinds=rope', '--step=prefill', '--steps=2', '--rounds=2', '--warmup=1',
                     '--peak_size=256', '--config.data.seq_len=256', '--config.train.batch_size=2',
                     '--vary=model.causal_block=0,32', f'--out={out}')
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert 'prefill step' in done.stdout and 'cache (MiB)' in done.stdout
-  result = json.loads(out.read_text())
-  config = ml_collections.ConfigDict(result['config'])
-  batch, length = config.train.batch_size, config.data.seq_len
+  result, config, batch, length = _cache_record(done, out, 'prefill')
   whole, blocked = result['rows']
   assert whole['cache_bytes'] == 2 * (8 + 8) * 4 * 4 * batch * length + 4 * batch * length + 4
   for row in result['rows']:
@@ -216,6 +218,17 @@ def test_benchmark_refuses_a_bad_kind_before_compiling():
   done = _benchmark('--kinds=none,rotary')
   assert done.returncode == 1 and 'config.model.position.kind' in done.stderr
   assert '| none |' not in done.stdout
+
+
+def test_a_decoding_or_prefill_step_of_a_model_that_is_no_causal_lm_is_refused_before_building():
+  sys.path.insert(0, ROOT)
+  from scripts import benchmark  # pylint: disable=g-import-not-at-top
+  config = mlm.get_config()
+  for step in ('decode', 'prefill'):
+    with pytest.raises(errors.ConfigError, match=f"--step={step} times a causal LM's .*'mlm'"):
+      benchmark.check_step(config, step)
+  benchmark.check_step(config, 'train')  # Any model trains.
+  benchmark.check_step(lm.get_config(), 'prefill')
 
 
 def test_the_command_lines_fields_win_over_the_preset():
